@@ -1,0 +1,50 @@
+# Zero-config LLM serving + benchmarking stack. `make up` and `make test` do all the set-up.
+# Benchmark knobs: make benchmark CONCURRENCY=8 REQUESTS=50 (or DURATION=60s) WARMUP=10 MAX_TOKENS=128
+# (make passes command-line variables to the recipes' environment, where the settings object reads them).
+SHELL := /bin/bash
+APP_PY := .venvs/app/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: help up down status benchmark test lint unit integration envs app-env engine-env browser schema clean
+
+help:
+	@echo "make up | down | status | benchmark | test | lint | unit | integration | clean"
+
+envs: app-env engine-env
+
+app-env:
+	@scripts/setup_env.sh app
+
+engine-env:
+	@scripts/setup_env.sh engine
+
+browser:
+	@scripts/setup_browser.sh
+
+up: envs
+	@$(APP_PY) -m services.stackctl up
+
+down:
+	@if [ -x $(APP_PY) ]; then $(APP_PY) -m services.stackctl down; else echo "[INFO] nothing to stop"; fi
+
+status: app-env
+	@$(APP_PY) -m services.stackctl status
+
+benchmark: app-env
+	@$(APP_PY) -m loadtest.bench
+
+lint: app-env
+	$(APP_PY) -m ruff check .
+	$(APP_PY) -m mypy
+
+unit: app-env
+	$(APP_PY) -m pytest tests/unit -q $(PYTEST_ARGS)
+
+integration: envs browser
+	$(APP_PY) -m pytest tests/integration -q -m integration $(PYTEST_ARGS)
+
+test: envs browser lint
+	$(APP_PY) -m pytest tests -q -rs $(PYTEST_ARGS)
+
+clean: down
+	rm -rf run .mypy_cache .ruff_cache .pytest_cache

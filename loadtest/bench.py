@@ -1,0 +1,220 @@
+"""``make benchmark``: warmup, a headless Locust run, then the sidecar writes the baseline report.
+
+``python -m loadtest.bench`` reads CONCURRENCY, REQUESTS or DURATION, WARMUP, MAX_TOKENS, TEMPERATURE from the
+settings object. Rows are appended to ``logs/runs/<run id>.requests.jsonl`` as they come, so a crash of any part
+loses nothing: ``python -m loadtest.bench --report-from FILE`` builds the report from such a file later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+import requests
+from tqdm import tqdm
+
+from loadtest.client import chat_payload, stream_chat
+from loadtest.dataset import DatasetError, load_jsonl_prompts, prompt_stream
+from loadtest.launch import locust_argv
+from loadtest.records import RequestRecord
+from loadtest.summary import format_summary
+from services.report_schema import BenchmarkConfig, BuildReportRequest, BuildReportResponse
+from services.settings import PROJECT_ROOT, Settings, get_settings
+
+
+class BenchError(RuntimeError):
+    """A benchmark cannot start or finish; the message says what to do."""
+
+
+def preflight(settings: Settings) -> str:
+    """Check vLLM and the sidecar answer; return the served model id.
+
+    Raises:
+        BenchError: either service is down or vLLM is still loading.
+    """
+    try:
+        health = httpx.get(f"{settings.vllm_url}/health", timeout=10)
+        models = httpx.get(f"{settings.vllm_url}/v1/models", timeout=10).json()["data"]
+    except (httpx.HTTPError, ValueError, KeyError) as exc:
+        raise BenchError(
+            f"vLLM is not answering at {settings.vllm_url} ({type(exc).__name__}). Start the stack with `make up` "
+            f"and check {settings.vllm_log_file}."
+        ) from None
+    if health.status_code != 200 or not models:
+        raise BenchError(f"vLLM at {settings.vllm_url} is not ready (HTTP {health.status_code}); wait or see logs.")
+    try:
+        httpx.get(f"{settings.sidecar_url}/health", timeout=10).raise_for_status()
+    except httpx.HTTPError as exc:
+        raise BenchError(
+            f"the sidecar is not answering at {settings.sidecar_url} ({type(exc).__name__}); it writes the report. "
+            "Start the stack with `make up` (log: logs/sidecar.log)."
+        ) from None
+    return str(models[0]["id"])
+
+
+def read_records(path: Path) -> tuple[list[RequestRecord], int]:
+    """Rows of a records file and the number of unreadable lines (a torn last line after a crash)."""
+    records: list[RequestRecord] = []
+    bad = 0
+    if not path.exists():
+        return records, bad
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(RequestRecord.model_validate_json(line))
+        except ValueError:
+            bad += 1
+    return records, bad
+
+
+def warmup(settings: Settings, model: str, records_path: Path) -> list[RequestRecord]:
+    """Send ``WARMUP`` requests (same request function), append them as ``warmup`` rows."""
+    if settings.warmup == 0:
+        return []
+    prompts, _ = load_jsonl_prompts(settings.prompts_file)
+    stream = prompt_stream(prompts, settings.seed + 1)
+    payloads = [
+        chat_payload(model, next(stream).messages, settings.max_tokens, settings.temperature)
+        for _ in range(settings.warmup)
+    ]
+
+    def one(payload: dict[str, object]) -> RequestRecord:
+        with requests.Session() as session:
+            return stream_chat(
+                session, settings.vllm_url, payload, timeout_s=settings.request_timeout_s, phase="warmup"
+            )
+
+    with ThreadPoolExecutor(max_workers=min(settings.warmup, settings.concurrency)) as pool:
+        done = list(pool.map(one, payloads))
+    with records_path.open("a", encoding="utf-8") as fh:
+        fh.writelines(r.model_dump_json() + "\n" for r in done)
+    return done
+
+
+def run_locust(settings: Settings, records_path: Path) -> int:
+    """Run Locust headless until REQUESTS are done or DURATION passed; shows a progress bar. Returns its exit code.
+
+    Locust's own output goes to ``<run id>.locust.log`` beside the records file.
+    """
+    argv = locust_argv(
+        settings,
+        headless=True,
+        run_time_s=settings.duration,
+        records_file=records_path,
+        max_requests=settings.requests if settings.duration is None else None,
+        stop_timeout_s=settings.request_timeout_s if settings.duration else None,
+    )
+    total = settings.requests if settings.duration is None else None
+    log_path = records_path.with_name(records_path.name.replace(".requests.jsonl", ".locust.log"))
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
+    start = time.monotonic()
+    with tqdm(total=total, desc="Benchmark", unit="req", file=sys.stdout, dynamic_ncols=True) as bar:
+        while proc.poll() is None:
+            time.sleep(1.0)
+            done = sum(1 for line in records_path.open(encoding="utf-8") if '"phase":"measured"' in line)
+            bar.update(done - bar.n)
+            bar.set_postfix_str(f"{done / max(time.monotonic() - start, 1e-9):.2f} req/s")
+    return proc.returncode
+
+
+def post_report(settings: Settings, request: BuildReportRequest) -> BuildReportResponse:
+    """Ask the sidecar to write the report.
+
+    Raises:
+        BenchError: the sidecar failed or is unreachable.
+    """
+    try:
+        response = httpx.post(
+            f"{settings.sidecar_url}/reports",
+            content=request.model_dump_json(),
+            timeout=120,
+            headers={"content-type": "application/json"},
+        )
+    except httpx.HTTPError as exc:
+        raise BenchError(f"the sidecar is unreachable at {settings.sidecar_url}: {exc}") from None
+    if response.status_code != 200:
+        raise BenchError(f"the sidecar refused the report (HTTP {response.status_code}): {response.text[:500]}")
+    return BuildReportResponse.model_validate_json(response.content)
+
+
+def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
+    """The run's knobs, as recorded in the report."""
+    return BenchmarkConfig(
+        concurrency=settings.concurrency,
+        requests=settings.requests if settings.duration is None else None,
+        duration_s=settings.duration,
+        warmup_requests=settings.warmup,
+        max_tokens=settings.max_tokens,
+        temperature=settings.temperature,
+        dataset=str(settings.prompts_file.relative_to(PROJECT_ROOT))
+        if settings.prompts_file.is_relative_to(PROJECT_ROOT)
+        else str(settings.prompts_file),
+        seed=settings.seed,
+        vllm_url=settings.vllm_url,
+        model=model,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a benchmark (or rebuild a report from a records file); 0 on success, 1 on failure, 2 on bad input."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--report-from", type=Path, help="build the report from an existing records file")
+    args = parser.parse_args(argv)
+    settings = get_settings()
+    try:
+        model = preflight(settings)
+        load_jsonl_prompts(settings.prompts_file)
+    except (BenchError, DatasetError) as exc:
+        print(f"[ERROR] {exc}", file=sys.stderr)
+        return 2
+    if args.report_from:
+        records_path = args.report_from
+        records, _ = read_records(records_path)
+        window_start = min((r.started_at for r in records if r.phase == "measured"), default=time.time())
+        window_end = max((r.ended_at for r in records), default=time.time())
+    else:
+        run_dir = settings.logs_dir / "runs"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        records_path = run_dir / f"{datetime.now().strftime('%Y%m%d_%H%M%S')}.requests.jsonl"
+        records_path.touch()
+        done = warmup(settings, model, records_path)
+        failed = sum(not r.ok for r in done)
+        print(f"[INFO] Warmup completed: {len(done)} requests" + (f" ({failed} failed)" if failed else ""))
+        window_start = time.time()
+        code = run_locust(settings, records_path)
+        window_end = time.time()
+        if code not in (0, 1):  # Locust exits 1 when any request failed; the report counts them by cause
+            print(f"[WARN] Locust exited with code {code}; building the report from the rows collected.")
+        records, bad = read_records(records_path)
+        if bad:
+            print(f"[WARN] {bad} unreadable row(s) in {records_path} skipped")
+    if not any(r.phase == "measured" for r in records):
+        print(f"[ERROR] no measured request was recorded ({records_path}); nothing to report.", file=sys.stderr)
+        return 1
+    request = BuildReportRequest(
+        config=bench_config(settings, model), records=records, window_start=window_start, window_end=window_end
+    )
+    try:
+        built = post_report(settings, request)
+    except BenchError as exc:
+        print(
+            f"[ERROR] {exc}\n[ERROR] Rows are kept in {records_path}; rebuild the report later with "
+            f"`python -m loadtest.bench --report-from {records_path}`.",
+            file=sys.stderr,
+        )
+        return 1
+    for line in format_summary(built.report, built.report_path):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,157 @@
+"""The one request function: a streamed OpenAI chat completion, timed per chunk, returned as a RequestRecord.
+
+Used by the Locust user, the warmup phase and the tests, so every path measures the same way. Uses ``requests``
+with ``stream=True`` and ``iter_content(chunk_size=None)`` (urllib3 hands over each HTTP chunk as it arrives;
+checked against a mock server with known timings in the tests) and sseclient-py to split the byte stream into
+SSE events, so a multi-byte character split across network reads is decoded only once its event is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import requests
+from sseclient import SSEClient
+
+from loadtest.records import ErrorKind, Phase, RequestRecord
+
+CONNECT_TIMEOUT_S = 10.0
+
+
+def chat_payload(
+    model: str, messages: list[dict[str, str]], max_tokens: int, temperature: float, **extra: Any
+) -> dict[str, Any]:
+    """Body of a streamed ``/v1/chat/completions`` request that asks for ``usage`` in the last chunk."""
+    return {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **extra,
+    }
+
+
+def _server_message(response: requests.Response) -> str:
+    """The error text of a non-2xx answer (OpenAI error JSON or the raw body), at most 500 characters."""
+    try:
+        body = response.json()
+        message = body.get("error", {}).get("message") if isinstance(body.get("error"), dict) else body.get("message")
+        text = str(message or body)
+    except ValueError:
+        text = response.text
+    return text[:500]
+
+
+def stream_chat(
+    session: requests.Session,
+    base_url: str,
+    payload: dict[str, Any],
+    *,
+    timeout_s: float,
+    phase: Phase = "measured",
+    request_id: str | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> RequestRecord:
+    """Send one streamed chat completion and time it; never raises for network or protocol failures.
+
+    Args:
+        session: a ``requests.Session`` (gevent-patched inside Locust).
+        base_url: vLLM's base URL without ``/v1``.
+        payload: from :func:`chat_payload`.
+        timeout_s: longest wait for the connection or for the next chunk.
+        phase: ``warmup`` rows are excluded from statistics.
+        request_id: client-side id; a UUID when None.
+        clock: monotonic clock in seconds (injectable for tests).
+
+    Returns:
+        A :class:`RequestRecord`. TTFT is the time to the first *non-empty* content or reasoning delta (the
+        role-only first chunk does not count); E2E is the time to ``data: [DONE]`` or to the failure.
+    """
+    rid = request_id or uuid.uuid4().hex
+    started_at = time.time()
+    t0 = clock()
+    base: dict[str, Any] = {
+        "request_id": rid,
+        "phase": phase,
+        "started_at": started_at,
+        "max_tokens": payload.get("max_tokens"),
+    }
+
+    def failed(kind: ErrorKind, error: str, **fields: Any) -> RequestRecord:
+        return RequestRecord(**base, ok=False, e2e_ms=(clock() - t0) * 1000.0, error_kind=kind, error=error, **fields)
+
+    url = f"{base_url.rstrip('/')}/v1/chat/completions"
+    try:
+        response = session.post(url, json=payload, stream=True, timeout=(min(CONNECT_TIMEOUT_S, timeout_s), timeout_s))
+    except requests.Timeout as exc:
+        return failed("timeout", f"no response within {timeout_s:.0f} s: {exc}")
+    except requests.RequestException as exc:
+        return failed("connection", f"{type(exc).__name__}: {exc}")
+    if response.status_code != 200:
+        return failed("http_status", _server_message(response), http_status=response.status_code)
+
+    ttft_ms: float | None = None
+    last_chunk_s: float | None = None
+    itl_ms: list[float] = []
+    chunks = chars = 0
+    prompt_tokens = output_tokens = None
+    finish_reason: str | None = None
+    done = False
+    try:
+        events = SSEClient(response.iter_content(chunk_size=None)).events()  # type: ignore[arg-type]
+        for event in events:
+            if event.data.strip() == "[DONE]":
+                done = True
+                break
+            try:
+                obj = json.loads(event.data)
+            except ValueError:
+                return failed("invalid_stream", f"data line is not JSON: {event.data[:200]!r}", http_status=200)
+            if isinstance(obj, dict) and "error" in obj:
+                err = obj["error"]
+                message = err.get("message") if isinstance(err, dict) else err
+                return failed("invalid_stream", f"server error in stream: {message}", http_status=200)
+            usage = obj.get("usage")
+            if usage:
+                prompt_tokens = usage.get("prompt_tokens")
+                output_tokens = usage.get("completion_tokens")
+            for choice in obj.get("choices") or []:
+                delta = choice.get("delta") or {}
+                text = (delta.get("content") or "") + (delta.get("reasoning_content") or delta.get("reasoning") or "")
+                if text:
+                    now = clock()
+                    if ttft_ms is None:
+                        ttft_ms = (now - t0) * 1000.0
+                    elif last_chunk_s is not None:
+                        itl_ms.append((now - last_chunk_s) * 1000.0)
+                    last_chunk_s = now
+                    chunks += 1
+                    chars += len(text)
+                finish_reason = choice.get("finish_reason") or finish_reason
+    except requests.Timeout as exc:
+        return failed("timeout", f"no chunk within {timeout_s:.0f} s: {exc}", http_status=200, ttft_ms=ttft_ms)
+    except (requests.RequestException, OSError) as exc:
+        return failed("connection", f"stream broken: {type(exc).__name__}: {exc}", http_status=200, ttft_ms=ttft_ms)
+    finally:
+        response.close()
+    measured: dict[str, Any] = {
+        "ttft_ms": ttft_ms,
+        "itl_ms": itl_ms,
+        "prompt_tokens": prompt_tokens,
+        "output_tokens": output_tokens,
+        "content_chunks": chunks,
+        "output_chars": chars,
+        "finish_reason": finish_reason,
+        "http_status": 200,
+    }
+    if not done:
+        return failed("no_done", "stream ended without data: [DONE]", **measured)
+    if chunks == 0:
+        return failed("empty_output", "stream finished without any content", **measured)
+    return RequestRecord(**base, ok=True, e2e_ms=(clock() - t0) * 1000.0, **measured)

@@ -1,0 +1,57 @@
+"""The one entrypoint of Locust: ``python -m loadtest.launch`` runs its web UI (:8089); the benchmark CLI reuses
+:func:`locust_argv` for headless runs, so both paths start Locust the same way."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from services.netutil import port_in_use_message
+from services.settings import Settings, get_settings
+
+LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
+
+
+def locust_argv(
+    settings: Settings,
+    *,
+    headless: bool,
+    users: int | None = None,
+    run_time_s: float | None = None,
+    records_file: Path | None = None,
+    max_requests: int | None = None,
+    stop_timeout_s: float | None = None,
+) -> list[str]:
+    """Command line of Locust against vLLM (``python -m locust``)."""
+    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", settings.vllm_url]
+    if headless:
+        count = users or settings.concurrency
+        argv += ["--headless", "-u", str(count), "-r", str(count), "--only-summary", "--loglevel", "WARNING"]
+        if run_time_s:
+            argv += ["--run-time", f"{max(1, round(run_time_s))}s"]
+        if stop_timeout_s:
+            argv += ["--stop-timeout", f"{max(1, round(stop_timeout_s))}"]
+    else:
+        argv += ["--web-host", settings.locust_web_host, "--web-port", str(settings.locust_web_port)]
+    if records_file is not None:
+        argv += ["--records-file", str(records_file)]
+    if max_requests:
+        argv += ["--max-requests", str(max_requests)]
+    return argv
+
+
+def main() -> int:
+    """Run Locust's web UI for interactive tests; exit 2 when the port is taken."""
+    settings = get_settings()
+    busy = port_in_use_message(settings.locust_web_host, settings.locust_web_port, "LOCUST_WEB_PORT")
+    if busy:
+        print(f"[ERROR] {busy}", file=sys.stderr, flush=True)
+        return 2
+    argv = locust_argv(settings, headless=False)
+    os.execv(argv[0], argv)
+    return 0  # pragma: no cover
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

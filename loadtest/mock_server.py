@@ -1,0 +1,103 @@
+"""A mock OpenAI-compatible streaming server with known timings, to check the load generator's clocks.
+
+``python -m loadtest.mock_server --port 18900 --tokens 20 --ttft-ms 400 --itl-ms 50`` answers
+``/v1/chat/completions`` with a role-only chunk, then ``tokens`` content chunks (the first after ``ttft_ms``,
+the rest ``itl_ms`` apart; ``tokens_per_chunk`` > 1 packs several tokens into one event), a usage chunk and
+``[DONE]``. ``/v1/models``, ``/health`` and ``/version`` exist so it stands in for vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
+
+MODEL_ID = "mock-model"
+TOKEN_TEXT = "字"  # a 3-byte UTF-8 character, so split-character handling is exercised
+
+
+@dataclass
+class MockConfig:
+    """Shape of every mock answer."""
+
+    tokens: int = 20
+    ttft_ms: float = 400.0
+    itl_ms: float = 50.0
+    tokens_per_chunk: int = 1
+    prompt_tokens: int = 7
+
+
+def _chunk(body: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
+
+
+async def _stream(cfg: MockConfig, max_tokens: int) -> AsyncIterator[bytes]:
+    n = min(cfg.tokens, max_tokens)
+    created = int(time.time())
+    base = {"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": created, "model": MODEL_ID}
+    yield _chunk({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+    sent = 0
+    await asyncio.sleep(cfg.ttft_ms / 1000.0)
+    while sent < n:
+        if sent:
+            await asyncio.sleep(cfg.itl_ms / 1000.0)
+        k = min(cfg.tokens_per_chunk, n - sent)
+        sent += k
+        finish = "length" if sent >= n else None
+        delta = {"content": TOKEN_TEXT * k}
+        yield _chunk({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    usage = {"prompt_tokens": cfg.prompt_tokens, "completion_tokens": n, "total_tokens": cfg.prompt_tokens + n}
+    yield _chunk({**base, "choices": [], "usage": usage})
+    yield b"data: [DONE]\n\n"
+
+
+def create_app(cfg: MockConfig) -> FastAPI:
+    """The mock server's app."""
+    app = FastAPI(title="mock OpenAI streaming server")
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/version")
+    def version() -> dict[str, str]:
+        return {"version": "mock"}
+
+    @app.get("/v1/models")
+    def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "root": MODEL_ID, "max_model_len": 4096}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> StreamingResponse:
+        body = await request.json()
+        max_tokens = int(body.get("max_tokens") or cfg.tokens)
+        return StreamingResponse(_stream(cfg, max_tokens), media_type="text/event-stream")
+
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=18900)
+    parser.add_argument("--tokens", type=int, default=20)
+    parser.add_argument("--ttft-ms", type=float, default=400.0)
+    parser.add_argument("--itl-ms", type=float, default=50.0)
+    parser.add_argument("--tokens-per-chunk", type=int, default=1)
+    args = parser.parse_args(argv)
+    cfg = MockConfig(args.tokens, args.ttft_ms, args.itl_ms, args.tokens_per_chunk)
+    uvicorn.run(create_app(cfg), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,48 @@
+"""One row per request: what the load generator measured, or why the request failed (failures are values)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+ErrorKind = Literal[
+    "http_status",  # the server answered with a non-2xx status
+    "timeout",  # no answer (or no next chunk) within the request timeout
+    "connection",  # refused, reset or dropped before the stream ended
+    "no_done",  # the stream ended without `data: [DONE]`
+    "empty_output",  # the stream finished but carried no content
+    "invalid_stream",  # a `data:` line that is not JSON, or an error object inside the stream
+]
+
+Phase = Literal["warmup", "measured"]
+
+
+class RequestRecord(BaseModel):
+    """A streamed chat-completion request as seen by the client.
+
+    Times are milliseconds from ``started_at`` (Unix seconds, when the request was sent). Token counts come from the
+    server's ``usage`` block; ``content_chunks`` is the client's own count of non-empty content deltas.
+    """
+
+    request_id: str
+    phase: Phase = "measured"
+    started_at: float = Field(description="Unix time the request was sent, s.")
+    ok: bool
+    ttft_ms: float | None = Field(default=None, description="Time to the first non-empty content token.")
+    e2e_ms: float | None = Field(default=None, description="Time to the end of the stream ([DONE]) or failure.")
+    itl_ms: list[float] = Field(default_factory=list, description="Gaps between consecutive content chunks.")
+    prompt_tokens: int | None = None
+    output_tokens: int | None = Field(default=None, description="usage.completion_tokens from the server.")
+    content_chunks: int = 0
+    output_chars: int = 0
+    max_tokens: int | None = None
+    finish_reason: str | None = None
+    http_status: int | None = None
+    error_kind: ErrorKind | None = None
+    error: str | None = None
+
+    @property
+    def ended_at(self) -> float:
+        """Unix time the request ended, s."""
+        return self.started_at + (self.e2e_ms or 0.0) / 1000.0

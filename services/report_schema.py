@@ -1,0 +1,164 @@
+"""The one report schema (pydantic, versioned). The sidecar is its only writer; JSON Schema comes from here.
+
+A report is ``reports/benchmark_report_YYYYMMDD_HHMMSS.json``; the per-request rows it summarises sit next to it
+as ``benchmark_report_YYYYMMDD_HHMMSS.requests.jsonl``. Every numeric field carries its unit in its name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from loadtest.metrics import LatencyStats
+from loadtest.records import RequestRecord
+
+SCHEMA_VERSION = "1.0"
+
+
+class Environment(BaseModel):
+    """Where the numbers were measured. GPU fields are None without NVML (see ``resources.gpu_unavailable_reason``)."""
+
+    gpu_model: str | None = None
+    gpu_count: int = 0
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    vllm_version: str | None = None
+    model_requested: str | None = None
+    model_path: str | None = None
+    served_model_name: str | None = None
+    synthetic: bool = False
+    synthetic_reason: str | None = Field(default=None, description="Why the synthetic stand-in is served, if it is.")
+    cpu_model: str | None = None
+    cpu_cores: int | None = None
+    ram_total_gb: float | None = None
+    python_version: str | None = None
+    project_git_commit: str | None = None
+
+
+class BenchmarkConfig(BaseModel):
+    """Every knob that changes the numbers."""
+
+    mode: str = "closed_loop"
+    concurrency: int
+    requests: int | None = None
+    duration_s: float | None = None
+    warmup_requests: int
+    max_tokens: int
+    temperature: float
+    dataset: str
+    seed: int
+    vllm_url: str
+    model: str
+
+
+class Metrics(BaseModel):
+    """Headline figures (the seed's flat names) plus the full distributions."""
+
+    requests_total: int
+    requests_ok: int
+    requests_failed: int
+    duration_s: float
+    throughput_req_per_sec: float
+    output_tokens_total: int
+    output_tokens_per_sec: float
+    latency_avg_ms: float | None
+    latency_p50_ms: float | None
+    latency_p90_ms: float | None
+    latency_p99_ms: float | None
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    error_rate_percent: float
+    gpu_mem_peak_gb: float | None = Field(description="Max of NVML samples over the run window; None without NVML.")
+    cpu_rss_peak_gb: float | None = Field(description="Peak RSS of the vLLM process tree over the run window.")
+    e2e: LatencyStats
+    ttft: LatencyStats
+
+
+class GpuSample(BaseModel):
+    """One NVML reading of one GPU."""
+
+    t: float = Field(description="Unix time, s.")
+    index: int
+    mem_used_gb: float
+    mem_total_gb: float
+    util_percent: float | None = None
+    power_w: float | None = None
+
+
+class Resources(BaseModel):
+    """Resource use over the run window."""
+
+    gpu_unavailable_reason: str | None = None
+    gpu_mem_peak_gb: float | None = None
+    gpu_samples: int = 0
+    cpu_rss_peak_gb: float | None = None
+    cpu_unavailable_reason: str | None = None
+    host_mem_used_peak_gb: float | None = None
+
+
+class LogFacts(BaseModel):
+    """Facts read from ``logs/vllm.log``."""
+
+    log_file: str
+    found: bool
+    vllm_version: str | None = None
+    kv_cache_line: str | None = None
+    model_load_s: float | None = None
+    engine_init_s: float | None = None
+    warnings_in_window: list[str] = Field(default_factory=list)
+    errors_in_window: list[str] = Field(default_factory=list)
+
+
+class ErrorSummary(BaseModel):
+    """Failed requests by cause, with a few example messages per cause."""
+
+    by_kind: dict[str, int] = Field(default_factory=dict)
+    examples: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class Comparison(BaseModel):
+    """Percent changes against earlier reports of the same workload (``vs_previous``, ``vs_<baseline>``)."""
+
+    against: dict[str, str] = Field(default_factory=dict, description="Comparison name -> report id.")
+    changes_pct: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+
+class Report(BaseModel):
+    """A benchmark baseline report."""
+
+    schema_version: str = SCHEMA_VERSION
+    report_id: str
+    timestamp: str = Field(description="ISO 8601, UTC, when the report was built.")
+    run_started_at: float
+    run_ended_at: float
+    environment: Environment
+    config: BenchmarkConfig
+    metrics: Metrics
+    errors: ErrorSummary
+    resources: Resources
+    logs: LogFacts
+    comparison: Comparison
+    requests_file: str = Field(description="Per-request rows (JSONL) next to this report.")
+
+
+class BuildReportRequest(BaseModel):
+    """Body of ``POST /reports``: what the load generator collected."""
+
+    config: BenchmarkConfig
+    records: list[RequestRecord]
+    window_start: float = Field(description="Unix time the measured window began, s.")
+    window_end: float = Field(description="Unix time the measured window ended, s.")
+
+
+class BuildReportResponse(BaseModel):
+    """Answer of ``POST /reports``."""
+
+    report_path: str
+    report: Report
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of :class:`Report`."""
+    return Report.model_json_schema()

@@ -1,0 +1,189 @@
+"""The stack's one settings object, read from the environment and ``.env`` (pydantic-settings).
+
+Every service, the load generator and the tests read configuration only through :func:`get_settings`.
+Environment names are the field names upper-cased (``VLLM_PORT``, ``CONCURRENCY``, ``MODEL`` ...).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = "baidu/ERNIE-4.5-0.3B-PT"
+SYNTHETIC_FALLBACK = "synthetic:ernie-4.5-0.3b"
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration_s(text: str) -> float:
+    """Parse ``"90"``, ``"90s"``, ``"1.5m"``, ``"2h"`` or ``"500ms"`` into seconds.
+
+    Raises:
+        ValueError: the text is not a positive number with an optional unit ms/s/m/h.
+    """
+    match = _DURATION_RE.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a duration; use e.g. 60, 60s, 5m or 1h")
+    seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"{text!r} must be longer than zero")
+    return seconds
+
+
+class Settings(BaseSettings):
+    """All knobs of the stack. Units are in the names; every field maps to one environment variable."""
+
+    model_config = SettingsConfigDict(
+        env_file=PROJECT_ROOT / ".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
+    )
+
+    # --- model ---------------------------------------------------------------------------------------
+    model: str | None = Field(
+        default=None,
+        description="HF id, local directory or synthetic:NAME. Unset: ERNIE-4.5-0.3B-PT, else the synthetic stand-in.",
+    )
+    served_model_name: str | None = Field(default=None, description="Name clients use; default: a readable alias.")
+    hf_token: str | None = Field(default=None, repr=False, description="Hugging Face token (never written out).")
+    hf_hub_offline: bool = Field(default=False, description="Skip the hub reachability probe.")
+    hub_probe_timeout_s: float = Field(default=5.0, gt=0)
+
+    # --- vLLM ----------------------------------------------------------------------------------------
+    vllm_host: str = "127.0.0.1"
+    vllm_port: int = Field(default=8100, ge=1, le=65535)
+    vllm_base_url: str | None = Field(default=None, description="Where clients reach vLLM; default from host/port.")
+    vllm_dtype: str = "bfloat16"
+    vllm_max_model_len: int | None = Field(default=None, gt=0)
+    vllm_cpu_kvcache_space_gb: int = Field(default=4, gt=0, description="KV cache size for the CPU build, GiB.")
+    vllm_extra_args: str = Field(default="", description="Extra `vllm serve` arguments, shell-quoted.")
+    engine_python: str | None = Field(default=None, description="Python of the engine env; default auto-detected.")
+    startup_timeout_s: float = Field(default=900.0, gt=0)
+
+    # --- UI, sidecar, Locust -------------------------------------------------------------------------
+    ui_host: str = "127.0.0.1"
+    ui_port: int = Field(default=8000, ge=1, le=65535)
+    sidecar_host: str = "127.0.0.1"
+    sidecar_port: int = Field(default=8200, ge=1, le=65535)
+    sidecar_base_url: str | None = None
+    locust_web_host: str = "127.0.0.1"
+    locust_web_port: int = Field(default=8089, ge=1, le=65535)
+    gpu_sample_interval_s: float = Field(default=0.5, gt=0)
+
+    # --- UI ------------------------------------------------------------------------------------------
+    ui_system_prompt: str = Field(default="", description="Default system prompt of the chat UI (editable per chat).")
+    ui_password: str | None = Field(
+        default=None, repr=False, description="Set to require a login (Chainlit password auth) for the chat UI."
+    )
+    ui_username: str = Field(default="admin", description="Login name when UI_PASSWORD is set.")
+    ui_auth_secret: str | None = Field(
+        default=None, repr=False, description="JWT secret for UI logins (CHAINLIT_AUTH_SECRET); default: per launch."
+    )
+    ui_status_interval_s: float = Field(default=5.0, gt=0, description="How often the UI re-probes vLLM's status.")
+
+    # --- folders -------------------------------------------------------------------------------------
+    logs_dir: Path = PROJECT_ROOT / "logs"
+    reports_dir: Path = PROJECT_ROOT / "reports"
+    models_dir: Path = PROJECT_ROOT / "models"
+    run_dir: Path = Field(default=PROJECT_ROOT / "run", description="supervisord socket and pid (local mode).")
+    prompts_file: Path = PROJECT_ROOT / "loadtest" / "data" / "prompts_zh.jsonl"
+
+    # --- benchmark (make benchmark CONCURRENCY=.. REQUESTS=.. DURATION=.. WARMUP=.. MAX_TOKENS=..) -------
+    concurrency: int = Field(default=50, ge=1, description="Concurrent users (closed loop).")
+    requests: int | None = Field(default=None, ge=1, description="Measured requests; default 200 unless DURATION.")
+    duration: Annotated[float | None, NoDecode] = Field(default=None, description="Measured window, e.g. 60s, 5m.")
+    warmup: int = Field(default=10, ge=0, description="Warmup requests, excluded from statistics.")
+    max_tokens: int = Field(default=128, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    request_timeout_s: float = Field(default=300.0, gt=0)
+    seed: int = 0
+
+    @field_validator("model", "served_model_name", "hf_token", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("requests", "vllm_max_model_len", mode="before")
+    @classmethod
+    def _blank_int_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("duration", mode="before")
+    @classmethod
+    def _parse_duration(cls, value: object) -> object:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        if isinstance(value, int | float):
+            return parse_duration_s(str(value))
+        return parse_duration_s(str(value))
+
+    @model_validator(mode="after")
+    def _default_request_count(self) -> Settings:
+        if self.requests is None and self.duration is None:
+            self.requests = 200
+        return self
+
+    # --- derived -------------------------------------------------------------------------------------
+    @property
+    def model_was_set(self) -> bool:
+        """True when the user chose a model (then no silent fallback to the synthetic one)."""
+        return self.model is not None
+
+    @property
+    def requested_model(self) -> str:
+        """The model to serve before resolution: the user's choice or the default."""
+        return self.model or DEFAULT_MODEL
+
+    @property
+    def vllm_url(self) -> str:
+        """Base URL of vLLM's OpenAI server, without ``/v1``."""
+        return (self.vllm_base_url or f"http://{_client_host(self.vllm_host)}:{self.vllm_port}").rstrip("/")
+
+    @property
+    def sidecar_url(self) -> str:
+        """Base URL of the sidecar."""
+        return (self.sidecar_base_url or f"http://{_client_host(self.sidecar_host)}:{self.sidecar_port}").rstrip("/")
+
+    @property
+    def engine_state_file(self) -> Path:
+        """JSON written by the vLLM launcher: what model was resolved and why (read by UI and sidecar)."""
+        return self.logs_dir / "engine_state.json"
+
+    @property
+    def vllm_log_file(self) -> Path:
+        """vLLM's own log."""
+        return self.logs_dir / "vllm.log"
+
+
+def _client_host(bind_host: str) -> str:
+    """A bind address as a client would dial it (0.0.0.0 -> 127.0.0.1)."""
+    return "127.0.0.1" if bind_host in ("0.0.0.0", "::", "") else bind_host
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """Turn pydantic's error into one line per bad variable: ``CONCURRENCY=0: must be >= 1``."""
+    lines = []
+    for err in exc.errors():
+        name = ".".join(str(part) for part in err["loc"]).upper() or "settings"
+        value = err.get("input")
+        shown = "" if isinstance(value, dict) else f"={value}"
+        lines.append(f"  {name}{shown}: {err['msg']}")
+    return "Invalid configuration (environment, .env or make variables):\n" + "\n".join(lines)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once.
+
+    Raises:
+        SystemExit: with a readable message naming each bad variable (pydantic's ValidationError is turned into it).
+    """
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise SystemExit(describe_validation_error(exc)) from None

@@ -1,0 +1,100 @@
+"""Turn what the load generator collected into a :class:`Report`: metrics, resources, logs, environment."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from loadtest.metrics import run_metrics
+from loadtest.records import RequestRecord
+from services.report_schema import (
+    BuildReportRequest,
+    Comparison,
+    Environment,
+    ErrorSummary,
+    LogFacts,
+    Metrics,
+    Report,
+    Resources,
+)
+from services.sidecar.sampler import WindowPeaks
+
+MAX_ERROR_EXAMPLES = 5
+
+
+def error_summary(records: Sequence[RequestRecord]) -> ErrorSummary:
+    """Failed measured requests counted by cause, with up to five distinct messages per cause."""
+    summary = ErrorSummary()
+    examples: dict[str, list[str]] = defaultdict(list)
+    for record in records:
+        if record.ok or record.phase != "measured":
+            continue
+        kind = record.error_kind or "unknown"
+        summary.by_kind[kind] = summary.by_kind.get(kind, 0) + 1
+        message = (record.error or "")[:300]
+        if message not in examples[kind] and len(examples[kind]) < MAX_ERROR_EXAMPLES:
+            examples[kind].append(message)
+    summary.examples = dict(examples)
+    return summary
+
+
+def build_metrics(records: Sequence[RequestRecord], peaks: WindowPeaks) -> Metrics:
+    """Headline metrics of the measured requests plus the memory peaks of the window."""
+    run = run_metrics(records)
+    return Metrics(
+        requests_total=run.requests_total,
+        requests_ok=run.requests_ok,
+        requests_failed=run.requests_failed,
+        duration_s=run.duration_s,
+        throughput_req_per_sec=run.throughput_req_per_sec,
+        output_tokens_total=run.output_tokens_total,
+        output_tokens_per_sec=run.output_tokens_per_sec,
+        latency_avg_ms=run.e2e.mean_ms,
+        latency_p50_ms=run.e2e.p50_ms,
+        latency_p90_ms=run.e2e.p90_ms,
+        latency_p99_ms=run.e2e.p99_ms,
+        ttft_p50_ms=run.ttft.p50_ms,
+        ttft_p99_ms=run.ttft.p99_ms,
+        error_rate_percent=run.error_rate_percent,
+        gpu_mem_peak_gb=peaks.gpu_mem_peak_gb,
+        cpu_rss_peak_gb=peaks.vllm_rss_peak_gb,
+        e2e=run.e2e,
+        ttft=run.ttft,
+    )
+
+
+def build_report(
+    request: BuildReportRequest,
+    *,
+    report_id: str,
+    timestamp: str,
+    environment: Environment,
+    metrics: Metrics,
+    peaks: WindowPeaks,
+    gpu_unavailable_reason: str | None,
+    cpu_unavailable_reason: str | None,
+    log_facts: LogFacts,
+    comparison: Comparison,
+) -> Report:
+    """Assemble a report (pure: every input was gathered by the caller)."""
+    return Report(
+        report_id=report_id,
+        timestamp=timestamp,
+        run_started_at=request.window_start,
+        run_ended_at=request.window_end,
+        environment=environment,
+        config=request.config,
+        metrics=metrics,
+        errors=error_summary(request.records),
+        resources=Resources(
+            gpu_unavailable_reason=gpu_unavailable_reason,
+            gpu_mem_peak_gb=peaks.gpu_mem_peak_gb,
+            gpu_samples=peaks.samples if peaks.gpu_mem_peak_gb is not None else 0,
+            cpu_rss_peak_gb=peaks.vllm_rss_peak_gb,
+            cpu_unavailable_reason=cpu_unavailable_reason if peaks.vllm_rss_peak_gb is None else None,
+            host_mem_used_peak_gb=peaks.host_used_peak_gb,
+        ),
+        logs=log_facts,
+        comparison=comparison,
+        requests_file="",
+    )

@@ -1,0 +1,108 @@
+"""GPU readings through NVML (nvidia-ml-py, import name ``pynvml``). Missing hardware is None plus a reason."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from services.report_schema import GpuSample
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """Static facts: model names, driver and CUDA driver versions."""
+
+    names: list[str]
+    driver_version: str | None
+    cuda_version: str | None
+
+
+class GpuReader(Protocol):
+    """What the sampler needs from a GPU backend (NVML here, a fake in tests)."""
+
+    def info(self) -> GpuInfo:
+        """Static facts about the GPUs."""
+        ...
+
+    def read(self) -> list[GpuSample]:
+        """One sample per GPU, now."""
+        ...
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class NvmlReader:
+    """Reads memory, utilisation and power of every GPU through NVML.
+
+    Raises:
+        RuntimeError: at construction, when NVML cannot be loaded or initialised (no driver, no GPU); the
+            message is the reason shown in reports.
+    """
+
+    def __init__(self, nvml: Any | None = None) -> None:
+        if nvml is None:
+            try:
+                import pynvml
+            except ImportError as exc:  # pragma: no cover - nvidia-ml-py is in the app env
+                raise RuntimeError(f"nvidia-ml-py not installed: {exc}") from exc
+            nvml = pynvml
+        self._nvml: Any = nvml
+        try:
+            nvml.nvmlInit()
+            count = nvml.nvmlDeviceGetCount()
+        except Exception as exc:  # NVMLError and OSError subclasses differ by driver version
+            raise RuntimeError(f"NVML unavailable: {exc}") from exc
+        if count == 0:
+            raise RuntimeError("NVML found no GPU")
+        self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+
+    def info(self) -> GpuInfo:
+        """Model names, driver version and CUDA driver version (``12.4`` from NVML's integer 12040)."""
+        nvml = self._nvml
+        names = [_text(nvml.nvmlDeviceGetName(h)) for h in self._handles]
+        driver = cuda = None
+        try:
+            driver = _text(nvml.nvmlSystemGetDriverVersion())
+            raw = int(nvml.nvmlSystemGetCudaDriverVersion())
+            cuda = f"{raw // 1000}.{(raw % 1000) // 10}"
+        except Exception:  # older drivers lack one of these calls
+            pass
+        return GpuInfo(names=names, driver_version=driver, cuda_version=cuda)
+
+    def read(self) -> list[GpuSample]:
+        """Memory used/total (GiB), utilisation (%) and power (W) of each GPU."""
+        nvml = self._nvml
+        now = time.time()
+        samples = []
+        for index, handle in enumerate(self._handles):
+            mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+            util = power = None
+            with contextlib.suppress(Exception):  # not supported on some devices (MIG slices)
+                util = float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            with contextlib.suppress(Exception):
+                power = nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+            samples.append(
+                GpuSample(
+                    t=now,
+                    index=index,
+                    mem_used_gb=mem.used / GIB,
+                    mem_total_gb=mem.total / GIB,
+                    util_percent=util,
+                    power_w=power,
+                )
+            )
+        return samples
+
+
+def open_gpu_reader() -> tuple[GpuReader | None, str | None]:
+    """An NVML reader, or ``(None, reason)`` where NVML cannot run (never raises)."""
+    try:
+        return NvmlReader(), None
+    except RuntimeError as exc:
+        return None, str(exc)

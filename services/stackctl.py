@@ -1,0 +1,229 @@
+"""Local-mode control of the stack under supervisord: ``python -m services.stackctl up|down|status``.
+
+``up`` checks the ports, prepares the model (building the synthetic one with a progress bar), starts supervisord
+(deploy/supervisord.conf, which runs each service's launch entrypoint) and returns once every service answers,
+or stops everything and shows the failing service's log. ``down`` stops supervisord and every child process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import xmlrpc.client
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from supervisor.xmlrpc import SupervisorTransport
+
+from services.netutil import port_in_use_message
+from services.settings import PROJECT_ROOT, Settings, get_settings
+
+CONF = PROJECT_ROOT / "deploy" / "supervisord.conf"
+FAILED_STATES = {"FATAL", "EXITED", "BACKOFF", "STOPPED", "UNKNOWN"}
+
+
+@dataclass(frozen=True)
+class Service:
+    """A supervised service: its program name, readiness URL, port variable and log file."""
+
+    name: str
+    url: str
+    host: str
+    port: int
+    port_var: str
+    log: Path
+
+
+def services(settings: Settings) -> list[Service]:
+    """The four services of local mode, vLLM first."""
+    logs = settings.logs_dir
+    return [
+        Service(
+            "vllm",
+            f"{settings.vllm_url}/v1/models",
+            settings.vllm_host,
+            settings.vllm_port,
+            "VLLM_PORT",
+            logs / "vllm.log",
+        ),
+        Service(
+            "sidecar",
+            f"{settings.sidecar_url}/health",
+            settings.sidecar_host,
+            settings.sidecar_port,
+            "SIDECAR_PORT",
+            logs / "sidecar.log",
+        ),
+        Service(
+            "ui",
+            f"http://127.0.0.1:{settings.ui_port}/",
+            settings.ui_host,
+            settings.ui_port,
+            "UI_PORT",
+            logs / "ui.log",
+        ),
+        Service(
+            "locust",
+            f"http://127.0.0.1:{settings.locust_web_port}/",
+            settings.locust_web_host,
+            settings.locust_web_port,
+            "LOCUST_WEB_PORT",
+            logs / "locust.log",
+        ),
+    ]
+
+
+def supervisor_env(settings: Settings) -> dict[str, str]:
+    """Environment for supervisord and, through it, every service (absolute paths)."""
+    env = dict(os.environ)
+    env.update(
+        PROJECT_ROOT=str(PROJECT_ROOT),
+        LOGS_DIR=str(settings.logs_dir.resolve()),
+        REPORTS_DIR=str(settings.reports_dir.resolve()),
+        STACK_RUN_DIR=str(settings.run_dir.resolve()),
+        APP_PYTHON=sys.executable,
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def rpc(settings: Settings) -> Any:
+    """XML-RPC proxy to the running supervisord (its unix socket)."""
+    sock = settings.run_dir.resolve() / "supervisor.sock"
+    transport = SupervisorTransport(None, None, f"unix://{sock}")
+    return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport)
+
+
+def process_states(settings: Settings) -> dict[str, dict[str, Any]] | None:
+    """``{name: info}`` from supervisord, or None when it is not running."""
+    try:
+        return {p["name"]: p for p in rpc(settings).supervisor.getAllProcessInfo()}
+    except (OSError, xmlrpc.client.Error):
+        return None
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    """Last ``lines`` lines of a log (empty when missing)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def answers(url: str) -> bool:
+    """True when ``url`` answers HTTP 200."""
+    try:
+        return httpx.get(url, timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_ready(settings: Settings) -> tuple[bool, str]:
+    """Wait until every service answers; fail fast when supervisord reports a dead one."""
+    deadline = time.monotonic() + settings.startup_timeout_s
+    pending = services(settings)
+    last_note = 0.0
+    while pending and time.monotonic() < deadline:
+        states = process_states(settings) or {}
+        for svc in list(pending):
+            state = states.get(svc.name, {}).get("statename", "UNKNOWN")
+            if state in FAILED_STATES:
+                return False, f"{svc.name} is {state}. Last lines of {svc.log}:\n{tail(svc.log)}"
+            if answers(svc.url):
+                print(f"[INFO] {svc.name} ready ({svc.url})", flush=True)
+                pending.remove(svc)
+        if pending and time.monotonic() - last_note > 30:
+            last_note = time.monotonic()
+            print(f"[INFO] waiting for {', '.join(s.name for s in pending)} (see {settings.logs_dir}/)", flush=True)
+        time.sleep(1.0)
+    if pending:
+        names = ", ".join(s.name for s in pending)
+        return False, f"{names} not ready after {settings.startup_timeout_s:.0f} s; see {pending[0].log}"
+    return True, ""
+
+
+def up(settings: Settings) -> int:
+    """Start the stack and wait for it; 0 when everything answers."""
+    if process_states(settings) is not None:
+        print("[INFO] The stack is already running (supervisord answers); `make status` shows it.")
+        return status(settings)
+    busy = [m for s in services(settings) if (m := port_in_use_message(s.host, s.port, s.port_var))]
+    if busy:
+        print("[ERROR] " + "\n[ERROR] ".join(busy), file=sys.stderr)
+        return 2
+    for folder in (settings.logs_dir, settings.reports_dir, settings.run_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    env = supervisor_env(settings)
+    prepared = subprocess.run(
+        [sys.executable, "-m", "services.vllm.launch", "--prepare-only"], env=env, cwd=PROJECT_ROOT
+    )
+    if prepared.returncode != 0:
+        return 2
+    subprocess.run(
+        [sys.executable, "-m", "supervisor.supervisord", "-c", str(CONF)], env=env, cwd=PROJECT_ROOT, check=True
+    )
+    ok, why = wait_ready(settings)
+    if not ok:
+        print(f"[ERROR] {why}", file=sys.stderr)
+        print("[ERROR] Stopping the stack; fix the cause and run `make up` again.", file=sys.stderr)
+        down(settings)
+        return 1
+    print(
+        f"[INFO] Stack ready: vLLM {settings.vllm_url} | UI http://{settings.ui_host}:{settings.ui_port} | "
+        f"Locust http://{settings.locust_web_host}:{settings.locust_web_port} | sidecar {settings.sidecar_url}"
+    )
+    return 0
+
+
+def down(settings: Settings) -> int:
+    """Stop supervisord and all services (process groups are killed); 0 when nothing is left."""
+    pid_file = settings.run_dir / "supervisord.pid"
+    if process_states(settings) is None:
+        print("[INFO] The stack is not running.")
+        return 0
+    try:
+        rpc(settings).supervisor.shutdown()
+    except (OSError, xmlrpc.client.Error) as exc:
+        print(f"[WARN] shutdown request failed: {exc}", file=sys.stderr)
+    deadline = time.monotonic() + 60
+    while pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if pid_file.exists():
+        print(f"[ERROR] supervisord did not stop within 60 s (pid file {pid_file})", file=sys.stderr)
+        return 1
+    print("[INFO] Stack stopped.")
+    return 0
+
+
+def status(settings: Settings) -> int:
+    """Print each service's supervisor state and whether it answers; 0 when all run and answer."""
+    states = process_states(settings)
+    if states is None:
+        print("The stack is not running (`make up` starts it).")
+        return 3
+    healthy = True
+    for svc in services(settings):
+        info = states.get(svc.name, {})
+        state = info.get("statename", "UNKNOWN")
+        answering = answers(svc.url)
+        healthy &= state == "RUNNING" and answering
+        print(f"{svc.name:8s} {state:9s} {'answers' if answering else 'no answer':10s} {svc.url}  log: {svc.log}")
+    return 0 if healthy else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("command", choices=["up", "down", "status"])
+    args = parser.parse_args(argv)
+    settings = get_settings()
+    return {"up": up, "down": down, "status": status}[args.command](settings)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

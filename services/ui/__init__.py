@@ -1,0 +1,1 @@
+"""Chainlit chat UI for the vLLM server: ``app.py`` wires Chainlit to the plain functions of the sibling modules."""

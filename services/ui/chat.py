@@ -1,0 +1,144 @@
+"""Chat request building: history, sampling parameters, the context-length budget and display-safe text (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict
+
+REPLACEMENT_CHAR = "\ufffd"
+
+SEED_QUESTION = "请用三句话解释MoE架构的核心思想"
+STARTERS: tuple[tuple[str, str], ...] = (
+    ("MoE 架构", SEED_QUESTION),
+    ("KV Cache", "用通俗的语言解释大模型推理中的KV Cache是什么，它为什么能加速生成？"),
+    ("Batching", "What is continuous batching in LLM serving, and why does it raise throughput? Answer briefly."),
+    ("写一首诗", "写一首关于秋天的五言绝句。"),
+)
+
+TEMPERATURE_RANGE = (0.0, 2.0)
+TOP_P_RANGE = (0.01, 1.0)
+
+
+class ChatMessage(TypedDict):
+    """One OpenAI chat message."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True)
+class ChatParams:
+    """Sampling parameters of one request; ``system_prompt`` empty means none."""
+
+    temperature: float
+    top_p: float
+    max_tokens: int
+    system_prompt: str = ""
+
+
+@dataclass(frozen=True)
+class ContextTooLong:
+    """The prompt (history + message) leaves no room for an answer. Sizes in tokens."""
+
+    prompt_tokens: int
+    max_model_len: int
+    message_tokens: int | None = None  # the new message alone (with chat template), when measured
+
+    @property
+    def message_alone_too_long(self) -> bool:
+        """True when even without history the message does not fit."""
+        return self.message_tokens is not None and self.message_tokens >= self.max_model_len
+
+
+@dataclass(frozen=True)
+class TokenBudget:
+    """``max_tokens`` to send; ``requested`` differs when it was clamped to what fits in the context."""
+
+    max_tokens: int
+    requested: int
+    prompt_tokens: int
+    max_model_len: int
+
+    @property
+    def clamped(self) -> bool:
+        """True when ``max_tokens`` was lowered to fit."""
+        return self.max_tokens < self.requested
+
+
+def _clip(value: float, low: float, high: float) -> float:
+    return max(low, min(high, value))
+
+
+def params_from_values(values: Mapping[str, Any], defaults: ChatParams) -> ChatParams:
+    """Sampling parameters from the UI's settings form (missing or malformed values fall back to ``defaults``).
+
+    Temperature is clipped to [0, 2], top_p to [0.01, 1], max_tokens to >= 1.
+    """
+
+    def number(key: str, default: float) -> float:
+        try:
+            return float(values.get(key, default))
+        except (TypeError, ValueError):
+            return default
+
+    system_prompt = values.get("system_prompt", defaults.system_prompt)
+    return ChatParams(
+        temperature=_clip(number("temperature", defaults.temperature), *TEMPERATURE_RANGE),
+        top_p=_clip(number("top_p", defaults.top_p), *TOP_P_RANGE),
+        max_tokens=max(1, int(number("max_tokens", defaults.max_tokens))),
+        system_prompt=system_prompt.strip() if isinstance(system_prompt, str) else defaults.system_prompt,
+    )
+
+
+def build_messages(history: Sequence[ChatMessage], user_text: str, system_prompt: str = "") -> list[ChatMessage]:
+    """The messages to send: optional system prompt, the earlier turns in order, then the new user message."""
+    messages: list[ChatMessage] = []
+    if system_prompt.strip():
+        messages.append({"role": "system", "content": system_prompt.strip()})
+    messages.extend({"role": m["role"], "content": m["content"]} for m in history if m["role"] != "system")
+    messages.append({"role": "user", "content": user_text})
+    return messages
+
+
+def append_turn(history: Sequence[ChatMessage], user_text: str, answer_text: str) -> list[ChatMessage]:
+    """History after a turn; unchanged when there is no answer text (a failed turn is not sent again)."""
+    if not answer_text.strip():
+        return list(history)
+    return [*history, {"role": "user", "content": user_text}, {"role": "assistant", "content": answer_text}]
+
+
+def check_context(prompt_tokens: int, max_model_len: int, message_tokens: int | None = None) -> ContextTooLong | None:
+    """None when the prompt leaves room for at least one answer token, else the sizes to report."""
+    if prompt_tokens < max_model_len:
+        return None
+    return ContextTooLong(prompt_tokens=prompt_tokens, max_model_len=max_model_len, message_tokens=message_tokens)
+
+
+def plan_max_tokens(requested: int, prompt_tokens: int, max_model_len: int) -> TokenBudget:
+    """Clamp ``requested`` answer tokens to what fits after ``prompt_tokens`` in ``max_model_len`` (at least 1).
+
+    Callers check :func:`check_context` first; a prompt that fills the context still yields 1 here.
+    """
+    room = max(1, max_model_len - prompt_tokens)
+    return TokenBudget(
+        max_tokens=min(requested, room), requested=requested, prompt_tokens=prompt_tokens, max_model_len=max_model_len
+    )
+
+
+def request_kwargs(model: str, messages: Sequence[ChatMessage], params: ChatParams, max_tokens: int) -> dict[str, Any]:
+    """Keyword arguments of ``AsyncOpenAI.chat.completions.create`` for a streamed answer with usage."""
+    return {
+        "model": model,
+        "messages": list(messages),
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+def clean_text(text: str) -> str:
+    """Text safe to show: drops U+FFFD, which vLLM emits for byte sequences that are not valid UTF-8."""
+    return text.replace(REPLACEMENT_CHAR, "")

@@ -1,0 +1,165 @@
+"""Backend status for the UI header: probes vLLM's /health, /v1/models and /version, classifies Ready/Loading/Down."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+State = Literal["Ready", "Loading", "Down"]
+PROBE_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Raw answers of vLLM's endpoints; ``None`` where there was no usable answer."""
+
+    health_code: int | None  # HTTP status of /health; None when not reachable
+    connect_error: str | None  # why /health was not reachable
+    models: Mapping[str, Any] | None  # JSON of /v1/models
+    version: str | None  # from /version
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    """What the header shows."""
+
+    state: State
+    url: str
+    model: str | None = None
+    max_model_len: int | None = None
+    version: str | None = None
+    synthetic: bool = False
+    synthetic_reason: str | None = None
+    detail: str = ""
+
+    @property
+    def ready(self) -> bool:
+        """True when requests can be sent."""
+        return self.state == "Ready"
+
+
+def read_engine_state(path: Path) -> dict[str, Any] | None:
+    """The launcher's ``engine_state.json`` as a dict; None when missing or unreadable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def engine_process_alive(state: Mapping[str, Any] | None, proc_root: Path = Path("/proc")) -> bool:
+    """True when the pid recorded in ``state`` is a running vLLM process on this machine."""
+    pid = state.get("pid") if state else None
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        cmdline = (proc_root / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"vllm" in cmdline
+
+
+def _first_model(models: Mapping[str, Any] | None) -> tuple[str | None, int | None]:
+    data = models.get("data") if models else None
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict):
+        return None, None
+    model_id = data[0].get("id")
+    max_len = data[0].get("max_model_len")
+    return (model_id if isinstance(model_id, str) else None), (max_len if isinstance(max_len, int) else None)
+
+
+def _synthetic(model: str | None, engine_state: Mapping[str, Any] | None) -> tuple[bool, str | None]:
+    if engine_state and engine_state.get("synthetic") and engine_state.get("served_name") == model:
+        reason = engine_state.get("fallback_reason") or f"MODEL={engine_state.get('requested')} was requested"
+        return True, str(reason)
+    if model and "synthetic" in model.lower():
+        return True, None
+    return False, None
+
+
+def classify(probe: Probe, url: str, engine_state: Mapping[str, Any] | None, engine_alive: bool) -> BackendStatus:
+    """Ready (health OK and a model listed), Loading (starting up) or Down, with what to do in ``detail``."""
+    model, max_len = _first_model(probe.models)
+    synthetic, reason = _synthetic(model, engine_state)
+    common = {"url": url, "version": probe.version, "synthetic": synthetic, "synthetic_reason": reason}
+    if probe.health_code is None:
+        if engine_alive:
+            detail = "vLLM is starting and loading the model (usually 1-3 minutes); this status updates by itself."
+            return BackendStatus(state="Loading", detail=detail, **common)
+        detail = f"vLLM is not reachable at {url} ({probe.connect_error or 'no answer'}). Start it with `make up`."
+        return BackendStatus(state="Down", detail=detail, **common)
+    if probe.health_code != 200:
+        detail = f"vLLM answers /health with HTTP {probe.health_code}: the engine is not healthy; see logs/vllm.log."
+        return BackendStatus(state="Down", detail=detail, **common)
+    if model is None:
+        detail = "vLLM is up but lists no model yet; this status updates by itself."
+        return BackendStatus(state="Loading", detail=detail, **common)
+    return BackendStatus(state="Ready", model=model, max_model_len=max_len, **common)
+
+
+async def probe_vllm(client: httpx.AsyncClient, url: str, timeout_s: float = PROBE_TIMEOUT_S) -> Probe:
+    """Ask vLLM at ``url`` (no ``/v1``) for /health, /v1/models and /version; never raises on network errors."""
+    try:
+        health = await client.get(f"{url}/health", timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        return Probe(health_code=None, connect_error=_describe(exc), models=None, version=None)
+    models: Mapping[str, Any] | None = None
+    version: str | None = None
+    try:
+        response = await client.get(f"{url}/v1/models", timeout=timeout_s)
+        if response.status_code == 200:
+            models = response.json()
+        response = await client.get(f"{url}/version", timeout=timeout_s)
+        if response.status_code == 200:
+            raw = response.json().get("version")
+            version = str(raw) if raw else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        pass
+    return Probe(health_code=health.status_code, connect_error=None, models=models, version=version)
+
+
+def _describe(exc: httpx.HTTPError) -> str:
+    if isinstance(exc, httpx.ConnectError):
+        return "connection refused"
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    return type(exc).__name__
+
+
+async def current_status(client: httpx.AsyncClient, url: str, engine_state_file: Path) -> BackendStatus:
+    """Probe vLLM and classify, using the launcher's state file for Loading vs Down and the synthetic flag."""
+    probe = await probe_vllm(client, url)
+    state = read_engine_state(engine_state_file)
+    return classify(probe, url, state, engine_alive=probe.health_code is None and engine_process_alive(state))
+
+
+def header_markdown(status: BackendStatus) -> str:
+    """The header: ``Model: ...``, ``Backend: vLLM 0.32.0``, ``Status: Ready`` (+ context, notes), one per line."""
+    backend = f"vLLM {status.version}" if status.version else "vLLM (version unknown)"
+    lines = [
+        f"**Model:** {status.model or 'none'}",
+        f"**Backend:** {backend}",
+        f"**Status:** {status.state}",
+    ]
+    if status.max_model_len:
+        lines.append(f"**Context:** {status.max_model_len} tokens")
+    lines.append(f"**Endpoint:** {status.url}")
+    if status.detail:
+        lines.append(f"\n{status.detail}")
+    if status.synthetic:
+        why = f" It is served because {status.synthetic_reason}." if status.synthetic_reason else ""
+        lines.append(
+            "\n**Synthetic model:** random weights, so its answers are noise by design; "
+            f"use it to test the stack, not the text.{why}"
+        )
+    return "  \n".join(lines)
+
+
+def status_changed(old: BackendStatus | None, new: BackendStatus) -> bool:
+    """True when the header must be redrawn."""
+    return old != new

@@ -1,0 +1,67 @@
+"""Per-message timing of a streamed answer: pure maths on monotonic timestamps, and the line shown under it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Timing of one streamed answer. Milliseconds; ``None`` where it cannot be known."""
+
+    total_ms: float
+    ttft_ms: float | None  # "Prompt": request sent -> first content token
+    gen_ms: float | None  # "Gen": first content token -> end of stream
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    tokens_per_s: float | None  # decode speed: tokens after the first, per second of Gen
+
+
+def compute_timing(
+    start_s: float,
+    first_token_s: float | None,
+    end_s: float,
+    prompt_tokens: int | None,
+    completion_tokens: int | None,
+) -> Timing:
+    """Timing from monotonic timestamps in seconds (request sent, first content token or None, stream end).
+
+    ``tokens_per_s`` is ``(completion_tokens - 1) / Gen``: the first token's time is in ``Prompt`` (TTFT), so it
+    is not counted again. It is ``None`` when there are fewer than two tokens or no measurable Gen time.
+
+    Raises:
+        ValueError: timestamps out of order (end before start, or first token outside [start, end]).
+    """
+    if end_s < start_s:
+        raise ValueError(f"end {end_s} is before start {start_s}")
+    if first_token_s is not None and not start_s <= first_token_s <= end_s:
+        raise ValueError(f"first token {first_token_s} is outside [{start_s}, {end_s}]")
+    total_ms = (end_s - start_s) * 1000.0
+    ttft_ms = None if first_token_s is None else (first_token_s - start_s) * 1000.0
+    gen_ms = None if first_token_s is None else (end_s - first_token_s) * 1000.0
+    tokens_per_s = None
+    if gen_ms is not None and gen_ms > 0 and completion_tokens is not None and completion_tokens > 1:
+        tokens_per_s = (completion_tokens - 1) / (gen_ms / 1000.0)
+    return Timing(
+        total_ms=total_ms,
+        ttft_ms=ttft_ms,
+        gen_ms=gen_ms,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        tokens_per_s=tokens_per_s,
+    )
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}ms"
+
+
+def format_timing(timing: Timing) -> str:
+    """``Total: 824ms | Prompt: 123ms | Gen: 701ms | 52.3 tok/s | Tokens: 19 in, 37 out``."""
+    parts = [f"Total: {_ms(timing.total_ms)}", f"Prompt: {_ms(timing.ttft_ms)}", f"Gen: {_ms(timing.gen_ms)}"]
+    if timing.tokens_per_s is not None:
+        parts.append(f"{timing.tokens_per_s:.1f} tok/s")
+    prompt = "?" if timing.prompt_tokens is None else str(timing.prompt_tokens)
+    completion = "?" if timing.completion_tokens is None else str(timing.completion_tokens)
+    parts.append(f"Tokens: {prompt} in, {completion} out")
+    return " | ".join(parts)

@@ -1,0 +1,169 @@
+"""One chat turn end to end: status check, context budget, streaming, error mapping, ``requests.jsonl`` line."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from openai import AsyncOpenAI
+
+from services.requestlog import RequestLogLine, append_request_log, now_iso
+from services.settings import Settings
+from services.ui import errors
+from services.ui.backend import StreamState, count_tokens, stream_chat
+from services.ui.chat import ChatMessage, ChatParams, build_messages, check_context, plan_max_tokens, request_kwargs
+from services.ui.status import BackendStatus, current_status
+from services.ui.timing import Timing, compute_timing
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """Outcome of one turn: the answer text shown (maybe partial), its timing, a clamp notice, or an error."""
+
+    request_id: str
+    answer: str
+    timing: Timing | None
+    notice: str | None
+    error: errors.UiError | None
+    status: BackendStatus
+
+
+def log_line(
+    request_id: str, model: str | None, state: StreamState | None, prompt_tokens: int | None, error: str | None
+) -> RequestLogLine:
+    """The ``requests.jsonl`` line of a turn (``source="ui"``); timings in ms from ``state`` when it streamed."""
+    ttft_ms = total_ms = None
+    completion_tokens = None
+    if state is not None and state.start_s is not None:
+        end_s = state.end_s if state.end_s is not None else time.perf_counter()
+        total_ms = round((end_s - state.start_s) * 1000.0, 1)
+        if state.first_token_s is not None:
+            ttft_ms = round((state.first_token_s - state.start_s) * 1000.0, 1)
+        completion_tokens = state.completion_tokens
+        prompt_tokens = state.prompt_tokens if state.prompt_tokens is not None else prompt_tokens
+    return RequestLogLine(
+        ts=now_iso(),
+        source="ui",
+        request_id=request_id,
+        model=model,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        ttft_ms=ttft_ms,
+        total_ms=total_ms,
+        status="error" if error else "ok",
+        error=error,
+    )
+
+
+class ChatBackend:
+    """Process-wide clients for vLLM (one connection pool shared by all chat sessions)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.url = settings.vllm_url
+        self.timeout_s = settings.request_timeout_s
+        self.engine_state_file = settings.engine_state_file
+        self.requests_log: Path = settings.logs_dir / "requests.jsonl"
+        self.http = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=CONNECT_TIMEOUT_S))
+        self.openai = AsyncOpenAI(
+            base_url=f"{self.url}/v1",
+            api_key="EMPTY",
+            max_retries=0,
+            timeout=httpx.Timeout(self.timeout_s, connect=CONNECT_TIMEOUT_S),
+        )
+
+    async def status(self) -> BackendStatus:
+        """Fresh Ready/Loading/Down status with model, version and context length."""
+        return await current_status(self.http, self.url, self.engine_state_file)
+
+    def _finish(
+        self,
+        request_id: str,
+        model: str | None,
+        state: StreamState | None,
+        prompt_tokens: int | None,
+        error: errors.UiError | None,
+    ) -> None:
+        append_request_log(
+            self.requests_log, log_line(request_id, model, state, prompt_tokens, error.cause if error else None)
+        )
+
+    async def run_turn(
+        self,
+        history: Sequence[ChatMessage],
+        user_text: str,
+        params: ChatParams,
+        on_token: Callable[[str], Awaitable[None]],
+    ) -> TurnResult:
+        """Answer ``user_text`` after ``history``, streaming pieces to ``on_token``; logs one line in any case.
+
+        Raises:
+            asyncio.CancelledError: the user pressed Stop (logged as ``cancelled``; the server request is aborted).
+        """
+        request_id = f"ui-{uuid.uuid4().hex[:16]}"
+        status = await self.status()
+        if not status.ready or status.model is None:
+            error = errors.backend_unavailable(status, self.url)
+            self._finish(request_id, status.model, None, None, error)
+            return TurnResult(request_id, "", None, None, error, status)
+        model = status.model
+        messages = build_messages(history, user_text, params.system_prompt)
+        max_tokens, notice, prompt_tokens = params.max_tokens, None, None
+        counted = await count_tokens(self.http, self.url, model, messages)
+        max_len = (counted.max_model_len if counted else None) or status.max_model_len
+        if counted is not None and max_len:
+            prompt_tokens = counted.count
+            problem = check_context(counted.count, max_len)
+            if problem is not None:
+                alone = await count_tokens(self.http, self.url, model, build_messages([], user_text, params.system_prompt))
+                problem = check_context(counted.count, max_len, alone.count if alone else None)
+                assert problem is not None
+                error = errors.context_too_long(problem, model)
+                self._finish(request_id, model, None, prompt_tokens, error)
+                return TurnResult(request_id, "", None, None, error, status)
+            budget = plan_max_tokens(params.max_tokens, counted.count, max_len)
+            max_tokens, notice = budget.max_tokens, errors.clamp_notice(budget)
+
+        state = StreamState()
+        try:
+            await stream_chat(self.openai, request_kwargs(model, messages, params, max_tokens), on_token, state)
+        except asyncio.CancelledError:
+            self._finish(state.request_id or request_id, model, state, prompt_tokens, errors.cancelled())
+            raise
+        request_id = state.request_id or request_id
+        error = None
+        if state.error is not None:
+            fresh = await self.status() if _is_connection_error(state.error) else status
+            error = errors.map_exception(
+                state.error, model=model, url=self.url, status=fresh, partial=bool(state.text), timeout_s=self.timeout_s
+            )
+            status = fresh
+        elif state.finish_reason is None:
+            error = errors.stream_cut(partial=bool(state.text))
+        timing = None
+        if state.start_s is not None and state.end_s is not None and error is None:
+            timing = compute_timing(
+                state.start_s, state.first_token_s, state.end_s, state.prompt_tokens or prompt_tokens,
+                state.completion_tokens,
+            )
+        self._finish(request_id, model, state, prompt_tokens, error)
+        return TurnResult(request_id, state.text, timing, notice, error, status)
+
+    async def aclose(self) -> None:
+        """Close the connection pools."""
+        await self.http.aclose()
+        await self.openai.close()
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    import openai
+
+    return isinstance(exc, openai.APIConnectionError | httpx.ConnectError) and not isinstance(
+        exc, openai.APITimeoutError
+    )

@@ -1,0 +1,37 @@
+"""Hugging Face cache look-up and hub reachability probe (I/O edge of model resolution)."""
+
+from __future__ import annotations
+
+from services.vllm.model_resolve import HubProbe
+
+
+def hf_cached(repo_id: str) -> bool:
+    """True when the local HF cache holds ``repo_id``'s ``config.json`` (no network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json")
+    return isinstance(found, str)
+
+
+def probe_hub(repo_id: str, timeout_s: float, offline: bool) -> HubProbe:
+    """Ask the hub whether ``repo_id`` exists, within ``timeout_s``; never raises.
+
+    Returns:
+        ``HubProbe(True, ...)`` if it exists, ``HubProbe(False, ...)`` if the hub says it does not,
+        ``HubProbe(None, reason)`` if the hub cannot be reached (or ``offline``).
+    """
+    if offline:
+        return HubProbe(None, "HF_HUB_OFFLINE is set")
+    import httpx
+    from huggingface_hub import constants
+
+    url = f"{constants.ENDPOINT}/api/models/{repo_id}"
+    try:
+        response = httpx.get(url, timeout=timeout_s, follow_redirects=True)
+    except httpx.HTTPError as exc:
+        return HubProbe(None, f"{type(exc).__name__}: {exc}")
+    if response.status_code == 200:
+        return HubProbe(True, "found on the hub")
+    if response.status_code in (401, 404):
+        return HubProbe(False, f"hub answered HTTP {response.status_code}")
+    return HubProbe(None, f"hub answered HTTP {response.status_code}")

