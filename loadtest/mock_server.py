@@ -73,7 +73,10 @@ def create_app(cfg: MockConfig) -> FastAPI:
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "root": MODEL_ID, "max_model_len": 4096}]}
+        return {
+            "object": "list",
+            "data": [{"id": MODEL_ID, "object": "model", "root": MODEL_ID, "max_model_len": 4096}],
+        }
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> StreamingResponse:

@@ -101,7 +101,7 @@ async def stream_chat(
                     await on_token(piece)
                 if choice.finish_reason:
                     state.finish_reason = choice.finish_reason
-    except Exception as exc:  # noqa: BLE001 - every client failure becomes a value for the error mapping
+    except Exception as exc:  # every client failure becomes a value for the error mapping
         state.error = exc
     finally:
         state.end_s = clock()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
 REPLACEMENT_CHAR = "\ufffd"
+_CODE_RE = re.compile(r"(```.*?(?:```|$)|`[^`\n]*`)", re.DOTALL)
+_DIRECTIVE_RE = re.compile(r"(?<!\\):(?=[A-Za-z:])")
+
 
 SEED_QUESTION = "请用三句话解释MoE架构的核心思想"
 STARTERS: tuple[tuple[str, str], ...] = (
@@ -142,3 +146,9 @@ def request_kwargs(model: str, messages: Sequence[ChatMessage], params: ChatPara
 def clean_text(text: str) -> str:
     """Text safe to show: drops U+FFFD, which vLLM emits for byte sequences that are not valid UTF-8."""
     return text.replace(REPLACEMENT_CHAR, "")
+
+
+def escape_directives(text: str) -> str:
+    """Escape ``:name`` outside code, which Chainlit's Markdown (remark-directive) would swallow (``a:b`` -> ``a``)."""
+    parts = _CODE_RE.split(text)
+    return "".join(part if index % 2 else _DIRECTIVE_RE.sub(r"\\:", part) for index, part in enumerate(parts))

@@ -79,7 +79,7 @@ def context_too_long(problem: ContextTooLong, model: str) -> UiError:
         advice = "Start a **New Chat** to drop the history, or shorten the message."
     return UiError(
         kind="context_too_long",
-        message=f"**Too long for the model:** {what}, but `{model}` reads at most {limit} (its context length). {advice}",
+        message=f"**Too long for the model:** {what}, but `{model}` reads at most {limit} (its context). {advice}",
         cause=f"context too long: {problem.prompt_tokens} tokens > max_model_len {problem.max_model_len}",
     )
 

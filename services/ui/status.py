@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 import httpx
 
+from services.ui.chat import escape_directives
+
 State = Literal["Ready", "Loading", "Down"]
 PROBE_TIMEOUT_S = 3.0
 
@@ -86,20 +88,35 @@ def classify(probe: Probe, url: str, engine_state: Mapping[str, Any] | None, eng
     """Ready (health OK and a model listed), Loading (starting up) or Down, with what to do in ``detail``."""
     model, max_len = _first_model(probe.models)
     synthetic, reason = _synthetic(model, engine_state)
-    common = {"url": url, "version": probe.version, "synthetic": synthetic, "synthetic_reason": reason}
+
+    def status(state: State, detail: str = "") -> BackendStatus:
+        ready = state == "Ready"
+        return BackendStatus(
+            state=state,
+            url=url,
+            model=model if ready else None,
+            max_model_len=max_len if ready else None,
+            version=probe.version,
+            synthetic=synthetic,
+            synthetic_reason=reason,
+            detail=detail,
+        )
+
     if probe.health_code is None:
         if engine_alive:
-            detail = "vLLM is starting and loading the model (usually 1-3 minutes); this status updates by itself."
-            return BackendStatus(state="Loading", detail=detail, **common)
-        detail = f"vLLM is not reachable at {url} ({probe.connect_error or 'no answer'}). Start it with `make up`."
-        return BackendStatus(state="Down", detail=detail, **common)
+            return status(
+                "Loading", "vLLM is starting and loading the model (usually 1-3 minutes); this updates by itself."
+            )
+        return status(
+            "Down", f"vLLM is not reachable at {url} ({probe.connect_error or 'no answer'}). Start it with `make up`."
+        )
     if probe.health_code != 200:
-        detail = f"vLLM answers /health with HTTP {probe.health_code}: the engine is not healthy; see logs/vllm.log."
-        return BackendStatus(state="Down", detail=detail, **common)
+        return status(
+            "Down", f"vLLM answers /health with HTTP {probe.health_code}: the engine is not healthy; see logs/vllm.log."
+        )
     if model is None:
-        detail = "vLLM is up but lists no model yet; this status updates by itself."
-        return BackendStatus(state="Loading", detail=detail, **common)
-    return BackendStatus(state="Ready", model=model, max_model_len=max_len, **common)
+        return status("Loading", "vLLM is up but lists no model yet; this status updates by itself.")
+    return status("Ready")
 
 
 async def probe_vllm(client: httpx.AsyncClient, url: str, timeout_s: float = PROBE_TIMEOUT_S) -> Probe:
@@ -140,9 +157,9 @@ async def current_status(client: httpx.AsyncClient, url: str, engine_state_file:
 
 def header_markdown(status: BackendStatus) -> str:
     """The header: ``Model: ...``, ``Backend: vLLM 0.32.0``, ``Status: Ready`` (+ context, notes), one per line."""
-    backend = f"vLLM {status.version}" if status.version else "vLLM (version unknown)"
+    backend = f"vLLM {escape_directives(status.version)}" if status.version else "vLLM (version unknown)"
     lines = [
-        f"**Model:** {status.model or 'none'}",
+        f"**Model:** {escape_directives(status.model or 'none')}",
         f"**Backend:** {backend}",
         f"**Status:** {status.state}",
     ]
@@ -150,9 +167,9 @@ def header_markdown(status: BackendStatus) -> str:
         lines.append(f"**Context:** {status.max_model_len} tokens")
     lines.append(f"**Endpoint:** {status.url}")
     if status.detail:
-        lines.append(f"\n{status.detail}")
+        lines.append(f"\n{escape_directives(status.detail)}")
     if status.synthetic:
-        why = f" It is served because {status.synthetic_reason}." if status.synthetic_reason else ""
+        why = f" It is served because {escape_directives(status.synthetic_reason)}." if status.synthetic_reason else ""
         lines.append(
             "\n**Synthetic model:** random weights, so its answers are noise by design; "
             f"use it to test the stack, not the text.{why}"

@@ -75,7 +75,7 @@ class ChatBackend:
             base_url=f"{self.url}/v1",
             api_key="EMPTY",
             max_retries=0,
-            timeout=httpx.Timeout(self.timeout_s, connect=CONNECT_TIMEOUT_S),
+            timeout=self.timeout_s,
         )
 
     async def status(self) -> BackendStatus:
@@ -109,26 +109,16 @@ class ChatBackend:
         request_id = f"ui-{uuid.uuid4().hex[:16]}"
         status = await self.status()
         if not status.ready or status.model is None:
-            error = errors.backend_unavailable(status, self.url)
-            self._finish(request_id, status.model, None, None, error)
-            return TurnResult(request_id, "", None, None, error, status)
+            unavailable = errors.backend_unavailable(status, self.url)
+            self._finish(request_id, status.model, None, None, unavailable)
+            return TurnResult(request_id, "", None, None, unavailable, status)
         model = status.model
         messages = build_messages(history, user_text, params.system_prompt)
-        max_tokens, notice, prompt_tokens = params.max_tokens, None, None
-        counted = await count_tokens(self.http, self.url, model, messages)
-        max_len = (counted.max_model_len if counted else None) or status.max_model_len
-        if counted is not None and max_len:
-            prompt_tokens = counted.count
-            problem = check_context(counted.count, max_len)
-            if problem is not None:
-                alone = await count_tokens(self.http, self.url, model, build_messages([], user_text, params.system_prompt))
-                problem = check_context(counted.count, max_len, alone.count if alone else None)
-                assert problem is not None
-                error = errors.context_too_long(problem, model)
-                self._finish(request_id, model, None, prompt_tokens, error)
-                return TurnResult(request_id, "", None, None, error, status)
-            budget = plan_max_tokens(params.max_tokens, counted.count, max_len)
-            max_tokens, notice = budget.max_tokens, errors.clamp_notice(budget)
+        plan = await self._plan(model, messages, user_text, params, status.max_model_len)
+        if isinstance(plan, errors.UiError):
+            self._finish(request_id, model, None, None, plan)
+            return TurnResult(request_id, "", None, None, plan, status)
+        max_tokens, notice, prompt_tokens = plan
 
         state = StreamState()
         try:
@@ -137,33 +127,56 @@ class ChatBackend:
             self._finish(state.request_id or request_id, model, state, prompt_tokens, errors.cancelled())
             raise
         request_id = state.request_id or request_id
-        error = None
+        error: errors.UiError | None = None
         if state.error is not None:
-            fresh = await self.status() if _is_connection_error(state.error) else status
+            status = await self.status()  # Loading vs Down after a connection error; a model switch after a 404
             error = errors.map_exception(
-                state.error, model=model, url=self.url, status=fresh, partial=bool(state.text), timeout_s=self.timeout_s
+                state.error,
+                model=model,
+                url=self.url,
+                status=status,
+                partial=bool(state.text),
+                timeout_s=self.timeout_s,
             )
-            status = fresh
         elif state.finish_reason is None:
             error = errors.stream_cut(partial=bool(state.text))
         timing = None
         if state.start_s is not None and state.end_s is not None and error is None:
             timing = compute_timing(
-                state.start_s, state.first_token_s, state.end_s, state.prompt_tokens or prompt_tokens,
+                state.start_s,
+                state.first_token_s,
+                state.end_s,
+                state.prompt_tokens if state.prompt_tokens is not None else prompt_tokens,
                 state.completion_tokens,
             )
         self._finish(request_id, model, state, prompt_tokens, error)
         return TurnResult(request_id, state.text, timing, notice, error, status)
 
+    async def _plan(
+        self,
+        model: str,
+        messages: list[ChatMessage],
+        user_text: str,
+        params: ChatParams,
+        max_model_len: int | None,
+    ) -> tuple[int, str | None, int | None] | errors.UiError:
+        """``(max_tokens, clamp notice, prompt tokens)`` from vLLM's token count, or the context error.
+
+        Without a count (no /tokenize) the request goes out as asked and vLLM's own 400 is mapped instead.
+        """
+        counted = await count_tokens(self.http, self.url, model, messages)
+        max_len = (counted.max_model_len if counted else None) or max_model_len
+        if counted is None or not max_len:
+            return params.max_tokens, None, None
+        if check_context(counted.count, max_len) is not None:
+            alone = await count_tokens(self.http, self.url, model, build_messages([], user_text, params.system_prompt))
+            problem = check_context(counted.count, max_len, alone.count if alone else None)
+            assert problem is not None
+            return errors.context_too_long(problem, model)
+        budget = plan_max_tokens(params.max_tokens, counted.count, max_len)
+        return budget.max_tokens, errors.clamp_notice(budget), counted.count
+
     async def aclose(self) -> None:
         """Close the connection pools."""
         await self.http.aclose()
         await self.openai.close()
-
-
-def _is_connection_error(exc: BaseException) -> bool:
-    import openai
-
-    return isinstance(exc, openai.APIConnectionError | httpx.ConnectError) and not isinstance(
-        exc, openai.APITimeoutError
-    )

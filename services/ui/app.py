@@ -1,0 +1,114 @@
+"""Chainlit wiring of the chat UI (run it with ``python -m services.ui.launch``); the logic is in sibling modules."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+from typing import Any
+
+import chainlit as cl
+from chainlit.input_widget import NumberInput, Slider, TextInput
+
+from services.settings import get_settings
+from services.ui import errors
+from services.ui.chat import STARTERS, ChatMessage, ChatParams, append_turn, params_from_values
+from services.ui.render import answer_markdown
+from services.ui.status import BackendStatus, header_markdown, status_changed
+from services.ui.turn import ChatBackend
+
+settings = get_settings()
+backend = ChatBackend(settings)
+DEFAULT_PARAMS = ChatParams(
+    temperature=settings.temperature, top_p=1.0, max_tokens=settings.max_tokens, system_prompt=settings.ui_system_prompt
+)
+
+
+async def show_status(status: BackendStatus) -> None:
+    """Draw the header (model, backend, status) in the side panel when it changed."""
+    if not status_changed(cl.user_session.get("status"), status):
+        return
+    cl.user_session.set("status", status)
+    await cl.ElementSidebar.set_title("vLLM status")
+    await cl.ElementSidebar.set_elements([cl.Text(name="status", content=header_markdown(status))], key=None)
+
+
+async def follow_status() -> None:
+    """Re-probe vLLM periodically so the header follows Loading -> Ready, Down, and model switches."""
+    while True:
+        await asyncio.sleep(settings.ui_status_interval_s)
+        with contextlib.suppress(Exception):
+            await show_status(await backend.status())
+
+
+@cl.set_starters
+async def starters(user: cl.User | None = None) -> list[cl.Starter]:
+    """Starter questions, the seed's first."""
+    return [cl.Starter(label=label, message=message) for label, message in STARTERS]
+
+
+@cl.on_chat_start
+async def start() -> None:
+    """New chat: empty history, the settings form, the header and its refresher."""
+    cl.user_session.set("history", [])
+    cl.user_session.set("params", DEFAULT_PARAMS)
+    status = await backend.status()
+    await cl.ChatSettings(
+        [
+            TextInput(id="system_prompt", label="System prompt", initial=DEFAULT_PARAMS.system_prompt, multiline=True),
+            Slider(id="temperature", label="Temperature", initial=DEFAULT_PARAMS.temperature, min=0, max=2, step=0.1),
+            Slider(id="top_p", label="top_p", initial=DEFAULT_PARAMS.top_p, min=0.05, max=1, step=0.05),
+            NumberInput(
+                id="max_tokens",
+                label="max_tokens",
+                initial=DEFAULT_PARAMS.max_tokens,
+                description=f"Clamped to what fits in the context ({status.max_model_len or '?'} tokens).",
+            ),
+        ]
+    ).send()
+    await show_status(status)
+    cl.user_session.set("status_task", asyncio.create_task(follow_status()))
+
+
+@cl.on_settings_update
+async def update_settings(values: dict[str, Any]) -> None:
+    """Keep the chat's sampling parameters and system prompt."""
+    cl.user_session.set("params", params_from_values(values, DEFAULT_PARAMS))
+
+
+@cl.on_message
+async def answer(message: cl.Message) -> None:
+    """Stream the answer to ``message``; show timing (or the error) under it."""
+    history: list[ChatMessage] = cl.user_session.get("history") or []
+    params: ChatParams = cl.user_session.get("params") or DEFAULT_PARAMS
+    reply = cl.Message(content="")
+    try:
+        result = await backend.run_turn(history, message.content, params, reply.stream_token)
+    except asyncio.CancelledError:
+        reply.content = answer_markdown(reply.content, None, None, errors.cancelled())
+        await reply.send()
+        raise
+    await show_status(result.status)
+    cl.user_session.set("history", append_turn(history, message.content, result.answer))
+    reply.content = answer_markdown(result.answer, result.timing, result.notice, result.error)
+    await reply.send()
+
+
+@cl.on_chat_end
+async def end() -> None:
+    """Stop the header refresher of this chat."""
+    task = cl.user_session.get("status_task")
+    if task is not None:
+        task.cancel()
+
+
+if settings.ui_password:
+    password = settings.ui_password
+
+    @cl.password_auth_callback
+    async def login(username: str, given_password: str) -> cl.User | None:
+        """Password login, enabled when UI_PASSWORD is set (constant-time compare)."""
+        user_ok = hmac.compare_digest(username.encode(), settings.ui_username.encode())
+        if user_ok and hmac.compare_digest(given_password.encode(), password.encode()):
+            return cl.User(identifier=username, metadata={"provider": "password"})
+        return None

@@ -1,0 +1,124 @@
+"""Fakes for parts that cannot run here (NVML without a GPU), checked against the real interfaces in tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+
+@dataclass
+class _Mem:
+    total: int
+    used: int
+    free: int
+
+
+@dataclass
+class _Util:
+    gpu: int
+    memory: int
+
+
+@dataclass
+class FakeNvml:
+    """Stands in for the ``pynvml`` module: same function names and return shapes, scripted readings."""
+
+    names: list[str] = field(default_factory=lambda: ["NVIDIA H200"])
+    total_bytes: int = 141 * 1024**3
+    used_bytes: list[int] = field(default_factory=lambda: [10 * 1024**3])
+    fail_init: Exception | None = None
+    driver: str = "570.86.15"
+    cuda: int = 12080
+
+    def nvmlInit(self) -> None:
+        if self.fail_init:
+            raise self.fail_init
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.names)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetName(self, handle: int) -> str:
+        return self.names[handle]
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.driver
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return self.cuda
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> _Mem:
+        used = self.used_bytes[handle % len(self.used_bytes)]
+        return _Mem(total=self.total_bytes, used=used, free=self.total_bytes - used)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> _Util:
+        return _Util(gpu=42, memory=10)
+
+    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
+        return 350_000  # milliwatts
+
+
+class ScriptedRaw:
+    """A ``response.raw`` that yields scripted byte chunks, like urllib3's ``stream()`` does from the network."""
+
+    def __init__(self, chunks: list[bytes], error: Exception | None = None) -> None:
+        self.chunks = chunks
+        self.error = error
+
+    def stream(self, amt: Any = None, decode_content: bool = True) -> Iterator[bytes]:
+        yield from self.chunks
+        if self.error:
+            raise self.error
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
+
+
+class ScriptedAdapter(requests.adapters.BaseAdapter):
+    """An in-process transport: answers every request with a scripted status and body chunks (or raises)."""
+
+    def __init__(
+        self,
+        chunks: list[bytes],
+        status: int = 200,
+        raise_on_send: Exception | None = None,
+        error_mid_stream: Exception | None = None,
+    ) -> None:
+        super().__init__()
+        self.chunks = chunks
+        self.status = status
+        self.raise_on_send = raise_on_send
+        self.error_mid_stream = error_mid_stream
+        self.sent: list[requests.PreparedRequest] = []
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+        self.sent.append(request)
+        if self.raise_on_send:
+            raise self.raise_on_send
+        response = requests.Response()
+        response.status_code = self.status
+        response.raw = ScriptedRaw(self.chunks, self.error_mid_stream)
+        response.url = request.url or ""
+        response.request = request
+        if self.status != 200:
+            response._content = b"".join(self.chunks)
+        return response
+
+    def close(self) -> None:
+        pass
+
+
+def scripted_session(adapter: ScriptedAdapter) -> requests.Session:
+    """A session whose every http(s) request goes to ``adapter``."""
+    session = requests.Session()
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session

@@ -1,0 +1,119 @@
+"""The real stack for integration tests: ``make up`` with the synthetic tiny model on test ports, torn down always.
+
+Ports and folders differ from a developer's running stack (28xxx ports, a temporary logs/reports/run folder), so
+tests never touch it. ``stack.env`` is the environment every command of a test must use.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from services.settings import PROJECT_ROOT
+
+TEST_PORTS = {"VLLM_PORT": 28100, "UI_PORT": 28000, "SIDECAR_PORT": 28200, "LOCUST_WEB_PORT": 28089}
+
+
+@dataclass
+class Stack:
+    """A running stack: URLs, folders and the environment its commands use."""
+
+    env: dict[str, str]
+    logs_dir: Path
+    reports_dir: Path
+    run_dir: Path
+
+    @property
+    def vllm_url(self) -> str:
+        return f"http://127.0.0.1:{TEST_PORTS['VLLM_PORT']}"
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://127.0.0.1:{TEST_PORTS['UI_PORT']}"
+
+    @property
+    def sidecar_url(self) -> str:
+        return f"http://127.0.0.1:{TEST_PORTS['SIDECAR_PORT']}"
+
+    @property
+    def locust_url(self) -> str:
+        return f"http://127.0.0.1:{TEST_PORTS['LOCUST_WEB_PORT']}"
+
+    def make(self, *args: str, timeout_s: float = 900, **extra_env: str) -> subprocess.CompletedProcess[str]:
+        """Run ``make ARGS`` in the project with this stack's environment (plus ``extra_env``)."""
+        return subprocess.run(
+            ["make", *args],
+            cwd=PROJECT_ROOT,
+            env={**self.env, **extra_env},
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+
+    def python(self, *args: str, timeout_s: float = 600, **extra_env: str) -> subprocess.CompletedProcess[str]:
+        """Run the app env's ``python ARGS`` with this stack's environment."""
+        return subprocess.run(
+            [str(PROJECT_ROOT / ".venvs/app/bin/python"), *args],
+            cwd=PROJECT_ROOT,
+            env={**self.env, **extra_env},
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+
+    def service_pids(self) -> set[int]:
+        """PIDs of supervisord and every process below it."""
+        pid_file = self.run_dir / "supervisord.pid"
+        try:
+            root = psutil.Process(int(pid_file.read_text().strip()))
+        except (OSError, ValueError, psutil.NoSuchProcess):
+            return set()
+        return {root.pid, *(p.pid for p in root.children(recursive=True))}
+
+
+def stack_env(tmp: Path) -> dict[str, str]:
+    """Environment of the test stack."""
+    env = {k: v for k, v in os.environ.items() if k not in {"MODEL", "VLLM_BASE_URL", "SIDECAR_BASE_URL"}}
+    env.update({k: str(v) for k, v in TEST_PORTS.items()})
+    env.update(
+        MODEL="synthetic:tiny",
+        LOGS_DIR=str(tmp / "logs"),
+        REPORTS_DIR=str(tmp / "reports"),
+        RUN_DIR=str(tmp / "run"),
+        VLLM_CPU_KVCACHE_SPACE_GB="1",
+        STARTUP_TIMEOUT_S="600",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The whole stack started by ``make up``; ``make down`` afterwards leaves no process behind."""
+    tmp = tmp_path_factory.mktemp("stack")
+    s = Stack(env=stack_env(tmp), logs_dir=tmp / "logs", reports_dir=tmp / "reports", run_dir=tmp / "run")
+    started = time.monotonic()
+    up = s.make("up")
+    if up.returncode != 0:
+        s.make("down")
+        pytest.fail(f"make up failed ({up.returncode}):\n{up.stdout[-4000:]}\n{up.stderr[-4000:]}")
+    print(f"\n[stack] up in {time.monotonic() - started:.0f} s")
+    pids = s.service_pids()
+    try:
+        yield s
+    finally:
+        pids |= s.service_pids()
+        down = s.make("down")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
+            time.sleep(0.5)
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert not alive, f"make down left processes behind: {alive}"

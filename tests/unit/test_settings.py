@@ -1,0 +1,68 @@
+"""The settings object: defaults, parsing and readable errors for bad values."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from services.settings import Settings, describe_validation_error, parse_duration_s
+
+
+def make(**env: str) -> Settings:
+    return Settings(_env_file=None, **env)  # type: ignore[call-arg,arg-type]
+
+
+def test_defaults_match_the_seed() -> None:
+    """Unset knobs give the seed's benchmark (50 users, 200 requests, 10 warmup) and ports."""
+    s = make()
+    assert (s.concurrency, s.requests, s.warmup, s.duration) == (50, 200, 10, None)
+    assert (s.vllm_port, s.ui_port, s.sidecar_port, s.locust_web_port) == (8100, 8000, 8200, 8089)
+    assert s.requested_model == "baidu/ERNIE-4.5-0.3B-PT" and not s.model_was_set
+
+
+def test_environment_variables_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upper-case environment variables set the fields."""
+    monkeypatch.setenv("CONCURRENCY", "8")
+    monkeypatch.setenv("MODEL", "synthetic:tiny")
+    s = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert s.concurrency == 8 and s.model == "synthetic:tiny" and s.model_was_set
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90.0), ("90s", 90.0), ("1.5m", 90.0), ("2h", 7200.0), ("500ms", 0.5)]
+)
+def test_duration_formats(text: str, seconds: float) -> None:
+    """Durations accept plain seconds and ms/s/m/h suffixes."""
+    assert parse_duration_s(text) == pytest.approx(seconds)
+
+
+def test_duration_disables_default_request_count() -> None:
+    """With DURATION set, the run is time-bounded (no default REQUESTS)."""
+    s = make(duration="30s")
+    assert s.duration == 30.0 and s.requests is None
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"concurrency": "0"}, "CONCURRENCY=0"),
+        ({"requests": "-1"}, "REQUESTS=-1"),
+        ({"duration": "abc"}, "DURATION=abc"),
+    ],
+)
+def test_bad_values_name_the_variable(env: dict[str, str], needle: str) -> None:
+    """Each bad value produces a message that names the variable and its value."""
+    with pytest.raises(ValidationError) as info:
+        make(**env)
+    assert needle in describe_validation_error(info.value)
+
+
+def test_blank_model_counts_as_unset() -> None:
+    """MODEL= (empty, as in a copied .env) means the default model."""
+    assert not make(model="  ").model_was_set
+
+
+def test_urls_dial_loopback_for_wildcard_bind() -> None:
+    """A 0.0.0.0 bind address is dialled as 127.0.0.1; explicit base URLs win."""
+    assert make(vllm_host="0.0.0.0").vllm_url == "http://127.0.0.1:8100"
+    assert make(vllm_base_url="http://vllm:8100/").vllm_url == "http://vllm:8100"

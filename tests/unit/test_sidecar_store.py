@@ -1,0 +1,137 @@
+"""The reports folder: atomic no-clobber writes, tolerant listing, safe ids, comparisons."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from loadtest.metrics import LatencyStats
+from services.report_schema import (
+    BenchmarkConfig,
+    Comparison,
+    Environment,
+    ErrorSummary,
+    LogFacts,
+    Metrics,
+    Report,
+    Resources,
+)
+from services.sidecar.compare import compare_with_history
+from services.sidecar.store import ReportStore, validate_report_id
+
+
+def report(
+    report_id: str = "benchmark_report_20260101_120000",
+    throughput: float = 2.0,
+    ended: float = 1.0,
+    concurrency: int = 8,
+) -> Report:
+    metrics = Metrics(
+        requests_total=10,
+        requests_ok=10,
+        requests_failed=0,
+        duration_s=5.0,
+        throughput_req_per_sec=throughput,
+        output_tokens_total=100,
+        output_tokens_per_sec=20.0,
+        latency_avg_ms=100.0,
+        latency_p50_ms=90.0,
+        latency_p90_ms=150.0,
+        latency_p99_ms=200.0,
+        ttft_p50_ms=20.0,
+        ttft_p99_ms=40.0,
+        error_rate_percent=0.0,
+        gpu_mem_peak_gb=None,
+        cpu_rss_peak_gb=1.0,
+        e2e=LatencyStats(),
+        ttft=LatencyStats(),
+    )
+    config = BenchmarkConfig(
+        concurrency=concurrency,
+        requests=10,
+        warmup_requests=0,
+        max_tokens=32,
+        temperature=0.0,
+        dataset="d",
+        seed=0,
+        vllm_url="http://x",
+        model="m",
+    )
+    return Report(
+        report_id=report_id,
+        timestamp="t",
+        run_started_at=0.0,
+        run_ended_at=ended,
+        environment=Environment(),
+        config=config,
+        metrics=metrics,
+        errors=ErrorSummary(),
+        resources=Resources(),
+        logs=LogFacts(log_file="l", found=False),
+        comparison=Comparison(),
+        requests_file="",
+    )
+
+
+def test_write_then_read_back(tmp_path: Path) -> None:
+    """A written report lists and loads, and its rows file sits beside it."""
+    store = ReportStore(tmp_path)
+    path = store.write(report(), ['{"a": 1}'])
+    assert path.name == "benchmark_report_20260101_120000.json"
+    assert (tmp_path / "benchmark_report_20260101_120000.requests.jsonl").read_text() == '{"a": 1}\n'
+    assert store.get("benchmark_report_20260101_120000").metrics.throughput_req_per_sec == 2.0
+    assert [r.report_id for r in store.list()] == ["benchmark_report_20260101_120000"]
+
+
+def test_same_second_reports_do_not_clobber(tmp_path: Path) -> None:
+    """Concurrent writes with the same id get distinct files (_2, _3 ...)."""
+    store = ReportStore(tmp_path)
+    paths: list[Path] = []
+    threads = [threading.Thread(target=lambda: paths.append(store.write(report(), []))) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(paths)) == 6 and len(store.list()) == 6
+
+
+def test_corrupt_and_foreign_json_are_skipped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A truncated report and a foreign JSON never break the listing; a warning names them."""
+    store = ReportStore(tmp_path)
+    store.write(report(), [])
+    (tmp_path / "benchmark_report_20250101_000000.json").write_text('{"schema_version": "1.0", "repo')
+    (tmp_path / "benchmark_report_20250101_000001.json").write_text('{"hello": "world"}')
+    assert len(store.list()) == 1
+    assert "benchmark_report_20250101_000000.json" in caplog.text
+
+
+def test_no_temp_files_left_after_writes(tmp_path: Path) -> None:
+    """Atomic writes leave no temporary files behind (a kill mid-write leaves only a dot-file, never a report)."""
+    ReportStore(tmp_path).write(report(), [])
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("bad", ["../etc/passwd", "benchmark_report_x", "/abs", "benchmark_report_20260101_120000/.."])
+def test_traversal_ids_are_refused(bad: str) -> None:
+    """Only benchmark_report_YYYYMMDD_HHMMSS[_N] ids are accepted."""
+    with pytest.raises(ValueError):
+        validate_report_id(bad)
+
+
+def test_comparison_with_previous_same_workload() -> None:
+    """A new run is compared with the latest earlier run of the same workload."""
+    old = report("benchmark_report_20260101_120000", throughput=2.0)
+    other = report("benchmark_report_20260101_130000", throughput=9.0, concurrency=50, ended=2.0)
+    new = report("benchmark_report_20260101_140000", throughput=2.5, ended=3.0)
+    comparison = compare_with_history(new.config, new.environment, new.metrics, [old, other])
+    assert comparison.against == {"vs_previous": "benchmark_report_20260101_120000"}
+    assert comparison.changes_pct["vs_previous"]["throughput_req_per_sec_pct"] == pytest.approx(25.0)
+
+
+def test_first_run_has_nothing_to_compare() -> None:
+    """Without an earlier run of the same workload the comparison says so."""
+    new = report()
+    comparison = compare_with_history(new.config, new.environment, new.metrics, [])
+    assert not comparison.changes_pct and "first run" in comparison.notes[0]
