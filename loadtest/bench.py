@@ -20,10 +20,11 @@ import requests
 from tqdm import tqdm
 
 from loadtest.client import chat_payload, stream_chat
-from loadtest.dataset import DatasetError, load_jsonl_prompts, prompt_stream
+from loadtest.dataset import DatasetError, load_dataset
 from loadtest.launch import locust_argv
 from loadtest.records import RequestRecord
 from loadtest.summary import format_summary
+from loadtest.workload import WorkloadSampler
 from services.report_schema import BenchmarkConfig, BuildReportRequest, BuildReportResponse
 from services.settings import PROJECT_ROOT, Settings, get_settings
 
@@ -75,15 +76,20 @@ def read_records(path: Path) -> tuple[list[RequestRecord], int]:
 
 
 def warmup(settings: Settings, model: str, records_path: Path) -> list[RequestRecord]:
-    """Send ``WARMUP`` requests (same request function), append them as ``warmup`` rows."""
+    """Send ``WARMUP`` requests (same request function and workload), append them as ``warmup`` rows."""
     if settings.warmup == 0:
         return []
-    prompts, _ = load_jsonl_prompts(settings.prompts_file)
-    stream = prompt_stream(prompts, settings.seed + 1)
-    payloads = [
-        chat_payload(model, next(stream).messages, settings.max_tokens, settings.temperature)
-        for _ in range(settings.warmup)
-    ]
+    sampler = WorkloadSampler(
+        load_dataset(settings.workload_file).prompts,
+        settings.seed + 1,
+        fixed_max_tokens=settings.fixed_max_tokens,
+        mean_tokens=settings.output_len_mean,
+        p95_tokens=settings.output_len_p95,
+        cap_tokens=settings.output_len_cap,
+        mix=settings.input_mix,
+    )
+    items = [sampler.next() for _ in range(settings.warmup)]
+    payloads = [chat_payload(model, i.prompt.messages, i.max_tokens, settings.temperature) for i in items]
 
     def one(payload: dict[str, object]) -> RequestRecord:
         with requests.Session() as session:
@@ -110,6 +116,7 @@ def run_locust(settings: Settings, records_path: Path) -> int:
         records_file=records_path,
         max_requests=settings.requests if settings.duration is None else None,
         stop_timeout_s=settings.request_timeout_s if settings.duration else None,
+        user_class="OpenLoopUser" if settings.rate else "ChatUser",
     )
     total = settings.requests if settings.duration is None else None
     log_path = records_path.with_name(records_path.name.replace(".requests.jsonl", ".locust.log"))
@@ -147,17 +154,25 @@ def post_report(settings: Settings, request: BuildReportRequest) -> BuildReportR
 
 def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
     """The run's knobs, as recorded in the report."""
+    workload = settings.workload_file.resolve()
+    fixed = settings.fixed_max_tokens
     return BenchmarkConfig(
+        mode="open_loop" if settings.rate else "closed_loop",
         concurrency=settings.concurrency,
+        rate_req_per_sec=settings.rate,
+        burstiness=settings.burstiness if settings.rate else None,
         requests=settings.requests if settings.duration is None else None,
         duration_s=settings.duration,
         warmup_requests=settings.warmup,
-        max_tokens=settings.max_tokens,
+        ramp_up_s=settings.ramp_up_s or None,
+        max_tokens=fixed or settings.output_len_cap,
+        output_len_mean=None if fixed else settings.output_len_mean,
+        ignore_eos=settings.ignore_eos,
         temperature=settings.temperature,
-        dataset=str(settings.prompts_file.relative_to(PROJECT_ROOT))
-        if settings.prompts_file.is_relative_to(PROJECT_ROOT)
-        else str(settings.prompts_file),
+        dataset=str(workload.relative_to(PROJECT_ROOT)) if workload.is_relative_to(PROJECT_ROOT) else str(workload),
+        input_mix=settings.input_mix,
         seed=settings.seed,
+        slo=settings.slo,
         vllm_url=settings.vllm_url,
         model=model,
     )
@@ -171,10 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     settings = get_settings()
     try:
         model = preflight(settings)
-        load_jsonl_prompts(settings.prompts_file)
+        dataset = load_dataset(settings.workload_file)
     except (BenchError, DatasetError) as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return 2
+    if dataset.skipped:
+        print(f"[WARN] {dataset.skipped} unusable entr(y/ies) in {dataset.path} skipped; {len(dataset.prompts)} used")
     if args.report_from:
         records_path = args.report_from
         records, _ = read_records(records_path)

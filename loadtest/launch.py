@@ -22,12 +22,18 @@ def locust_argv(
     records_file: Path | None = None,
     max_requests: int | None = None,
     stop_timeout_s: float | None = None,
+    user_class: str = "ChatUser",
 ) -> list[str]:
-    """Command line of Locust against vLLM (``python -m locust``)."""
+    """Command line of Locust against vLLM (``python -m locust``).
+
+    Headless closed-loop runs start ``users`` (default CONCURRENCY) users over RAMP_UP_S seconds; the open-loop
+    dispatcher (``OpenLoopUser``) is a single user.
+    """
     argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", settings.vllm_url]
     if headless:
-        count = users or settings.concurrency
-        argv += ["--headless", "-u", str(count), "-r", str(count), "--only-summary", "--loglevel", "WARNING"]
+        count = 1 if user_class == "OpenLoopUser" else users or settings.concurrency
+        spawn_rate = count / settings.ramp_up_s if settings.ramp_up_s > 0 else count
+        argv += ["--headless", "-u", str(count), "-r", f"{spawn_rate:g}", "--only-summary", "--loglevel", "WARNING"]
         if run_time_s:
             argv += ["--run-time", f"{max(1, round(run_time_s))}s"]
         if stop_timeout_s:
@@ -38,7 +44,7 @@ def locust_argv(
         argv += ["--records-file", str(records_file)]
     if max_requests:
         argv += ["--max-requests", str(max_requests)]
-    return argv
+    return [*argv, user_class] if headless else argv
 
 
 def main() -> int:

@@ -1,43 +1,58 @@
 """Locust entry (wiring only): streamed chat users against vLLM, LLM timings reported as named entries.
 
-Each request is timed by :func:`loadtest.client.stream_chat`; Locust's statistics get ``LLM e2e`` and
-``LLM ttft`` entries through ``events.request`` (Locust's own timer would stop at the response headers of a
-stream). With ``--records-file`` every row is also appended as JSON for the report; with ``--max-requests`` the
-run ends after that many requests.
+Two user classes: ``ChatUser`` (closed loop: each user sends its next request when the previous answer ended) and
+``OpenLoopUser`` (one dispatcher sending requests at scheduled Poisson/gamma arrival times, each in its own
+greenlet, so a slow server cannot slow the arrivals). Each request is timed by :func:`loadtest.client.stream_chat`;
+Locust's statistics get ``LLM e2e``, ``LLM ttft``, ``LLM tpot`` (ms) and ``LLM output_tok/s`` entries through
+``events.request`` (Locust's own timer would stop at the response headers of a stream). ``--records-file`` appends
+every row as JSON for the report; ``--max-requests`` ends the run after that many requests.
 """
 
 from __future__ import annotations
 
-import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import gevent
 import requests
+from gevent.pool import Pool
 from locust import User, constant, events, task
 from locust.env import Environment
 from locust.exception import StopUser
 
 from loadtest.client import chat_payload, stream_chat
-from loadtest.dataset import load_jsonl_prompts, prompt_stream
+from loadtest.dataset import load_dataset
 from loadtest.records import RequestRecord
+from loadtest.workload import WorkItem, WorkloadSampler, arrival_gaps_s
 from services.settings import get_settings
 
 SETTINGS = get_settings()
+OPEN_LOOP_MAX_IN_FLIGHT = 10_000
 
 
 class RunState:
-    """Per-process bookkeeping: prompt order, request tickets, records file."""
+    """Per-process bookkeeping: workload, request tickets, records file."""
 
     def __init__(self) -> None:
-        prompts, _ = load_jsonl_prompts(SETTINGS.prompts_file)
-        self.prompts = prompt_stream(prompts, SETTINGS.seed)
+        self.workload = self._sampler()
         self.model = ""
         self.max_requests = 0
         self.issued = 0
         self.finished = 0
         self.records_path: Path | None = None
-        self._lock = threading.Lock()
+
+    @staticmethod
+    def _sampler() -> WorkloadSampler:
+        return WorkloadSampler(
+            load_dataset(SETTINGS.workload_file).prompts,
+            SETTINGS.seed,
+            fixed_max_tokens=SETTINGS.fixed_max_tokens,
+            mean_tokens=SETTINGS.output_len_mean,
+            p95_tokens=SETTINGS.output_len_p95,
+            cap_tokens=SETTINGS.output_len_cap,
+            mix=SETTINGS.input_mix,
+        )
 
     def take_ticket(self) -> bool:
         """True while the request budget (``--max-requests``) is not spent."""
@@ -46,11 +61,16 @@ class RunState:
         self.issued += 1
         return True
 
+    @property
+    def all_done(self) -> bool:
+        """The budget is spent and every issued request has finished."""
+        return bool(self.max_requests) and self.finished >= self.max_requests
+
     def save(self, record: RequestRecord) -> None:
-        """Append one row to the records file (if any)."""
+        """Append one row to the records file (if any); one write per row under gevent, so rows never interleave."""
         self.finished += 1
         if self.records_path is not None:
-            with self._lock, self.records_path.open("a", encoding="utf-8") as fh:
+            with self.records_path.open("a", encoding="utf-8") as fh:
                 fh.write(record.model_dump_json() + "\n")
 
 
@@ -82,8 +102,62 @@ def discover_model(base_url: str) -> str:
         return SETTINGS.served_model_name or "unknown"
 
 
+def send(user: User, session: requests.Session, item: WorkItem, scheduled_at: float | None = None) -> None:
+    """Send one request, record it and report its timings to Locust."""
+    extra: dict[str, Any] = {}
+    if SETTINGS.ignore_eos:
+        extra = {"ignore_eos": True, "min_tokens": item.max_tokens}
+    payload = chat_payload(STATE.model, item.prompt.messages, item.max_tokens, SETTINGS.temperature, **extra)
+    record = stream_chat(session, user.host or SETTINGS.vllm_url, payload, timeout_s=SETTINGS.request_timeout_s)
+    record = record.model_copy(
+        update={"scheduled_at": scheduled_at, "task": item.prompt.task, "input_bucket": item.prompt.bucket}
+    )
+    STATE.save(record)
+    report_to_locust(user.environment, record)
+    if STATE.all_done and user.environment.runner is not None:
+        gevent.spawn(user.environment.runner.quit)
+
+
+def report_to_locust(environment: Environment, record: RequestRecord) -> None:
+    """Fire Locust request events for the LLM timings of ``record`` (named entries in the web UI)."""
+    fire = environment.events.request.fire
+    failure = None if record.ok else Exception(f"{record.error_kind}: {record.error}")
+    e2e = (record.e2e_ms or 0.0) + record.queue_delay_ms
+    fire(
+        request_type="LLM",
+        name="e2e",
+        response_time=e2e,
+        response_length=record.output_tokens or 0,
+        exception=failure,
+        context={},
+    )
+    if record.ttft_ms is not None:
+        fire(
+            request_type="LLM",
+            name="ttft",
+            response_time=record.ttft_ms + record.queue_delay_ms,
+            response_length=0,
+            exception=None,
+            context={},
+        )
+    if record.tpot_ms is not None:
+        fire(
+            request_type="LLM", name="tpot", response_time=record.tpot_ms, response_length=0, exception=None, context={}
+        )
+    if record.ok and record.output_tokens and record.e2e_ms and record.ttft_ms is not None and record.tpot_ms:
+        # Locust shows "response time"; here it carries the request's decode speed in tokens per second.
+        fire(
+            request_type="LLM",
+            name="output_tok/s",
+            response_time=1000.0 / record.tpot_ms,
+            response_length=record.output_tokens,
+            exception=None,
+            context={},
+        )
+
+
 class ChatUser(User):
-    """A closed-loop user: sends the next prompt as soon as the previous answer has ended."""
+    """Closed loop: sends the next request as soon as the previous answer has ended."""
 
     wait_time = constant(0)
 
@@ -96,33 +170,33 @@ class ChatUser(User):
     @task
     def chat(self) -> None:
         if not STATE.take_ticket():
-            if STATE.finished >= STATE.max_requests and self.environment.runner is not None:
+            if STATE.all_done and self.environment.runner is not None:
                 gevent.spawn(self.environment.runner.quit)
             raise StopUser()
-        prompt = next(STATE.prompts)
-        payload = chat_payload(STATE.model, prompt.messages, SETTINGS.max_tokens, SETTINGS.temperature)
-        record = stream_chat(
-            self.session, self.host or SETTINGS.vllm_url, payload, timeout_s=SETTINGS.request_timeout_s
-        )
-        STATE.save(record)
-        fire = self.environment.events.request.fire
-        failure = None if record.ok else Exception(f"{record.error_kind}: {record.error}")
-        fire(
-            request_type="LLM",
-            name="e2e",
-            response_time=record.e2e_ms or 0.0,
-            response_length=record.output_tokens or 0,
-            exception=failure,
-            context={},
-        )
-        if record.ttft_ms is not None:
-            fire(
-                request_type="LLM",
-                name="ttft",
-                response_time=record.ttft_ms,
-                response_length=0,
-                exception=None,
-                context={},
-            )
-        if STATE.max_requests and STATE.finished >= STATE.max_requests and self.environment.runner is not None:
+        send(self, self.session, STATE.workload.next())
+
+
+class OpenLoopUser(User):
+    """Open loop: one dispatcher sends requests at scheduled arrival times (RATE, BURSTINESS), never waiting."""
+
+    fixed_count = 1
+    wait_time = constant(0)
+
+    @task
+    def dispatch(self) -> None:
+        assert SETTINGS.rate is not None, "OpenLoopUser needs RATE"
+        pool = Pool(OPEN_LOOP_MAX_IN_FLIGHT)
+        gaps = arrival_gaps_s(SETTINGS.rate, SETTINGS.burstiness, SETTINGS.seed)
+        next_at = time.time()
+        while STATE.take_ticket():
+            next_at += next(gaps)
+            gevent.sleep(max(0.0, next_at - time.time()))
+            pool.spawn(self._one, STATE.workload.next(), next_at)
+        pool.join()
+        if self.environment.runner is not None:
             gevent.spawn(self.environment.runner.quit)
+        raise StopUser()
+
+    def _one(self, item: WorkItem, scheduled_at: float) -> None:
+        with requests.Session() as session:
+            send(self, session, item, scheduled_at)

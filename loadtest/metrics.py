@@ -1,20 +1,31 @@
-"""Pure benchmark maths: latency distributions and throughput from request records (no I/O).
+"""Pure benchmark maths: latency distributions, throughput, goodput and stability from request records (no I/O).
 
-Definitions follow vLLM's ``benchmarks/serve.py``: percentiles by linear interpolation (``numpy.percentile``),
-request throughput = successful requests / measured duration, output tok/s = sum of ``usage.completion_tokens``
-of successful requests / measured duration, where the measured duration runs from the first measured request's
-send to the last one's end.
+Definitions (as in vLLM's ``benchmarks/serve.py`` and its docs):
+
+- **TTFT**: send → first non-empty content/reasoning token. **E2E latency**: send → end of stream.
+- **TPOT** (per request): ``(E2E − TTFT) / (output tokens − 1)``, for requests with ≥ 2 output tokens.
+- **ITL**: every gap between consecutive content chunks, pooled over all requests.
+- In open-loop runs every latency is measured from the request's *scheduled* send time, so client backlog
+  counts against the server instead of hiding (no coordinated omission).
+- Percentiles: ``numpy.percentile`` (linear interpolation). Request throughput = successful requests / measured
+  window; output tok/s = Σ ``usage.completion_tokens`` / window; total tok/s adds prompt tokens; the window runs
+  from the first measured send to the last end.
+- **Goodput**: successful requests meeting every SLO (e.g. ``ttft_ms<=500,e2e_ms<=2000``) per second.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from loadtest.records import RequestRecord
+
+SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
+_SLO_RE = re.compile(r"^\s*(\w+)\s*<=\s*(\d+(?:\.\d+)?)\s*$")
 
 
 class LatencyStats(BaseModel):
@@ -46,6 +57,115 @@ def latency_stats(values_ms: Sequence[float]) -> LatencyStats:
     )
 
 
+def parse_slo(text: str) -> dict[str, float]:
+    """Parse ``"ttft_ms<=500,e2e_ms<=2000"`` into ``{"ttft_ms": 500.0, "e2e_ms": 2000.0}``.
+
+    Raises:
+        ValueError: a part is not ``<metric><=<number>`` or names a metric outside :data:`SLO_METRICS`.
+    """
+    slo: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        match = _SLO_RE.match(part)
+        if not match or match.group(1) not in SLO_METRICS:
+            raise ValueError(
+                f'SLO part {part!r} does not parse: use e.g. SLO="ttft_ms<=500,e2e_ms<=2000" '
+                f"with metrics {', '.join(SLO_METRICS)}"
+            )
+        slo[match.group(1)] = float(match.group(2))
+    return slo
+
+
+def effective_ttft_ms(r: RequestRecord) -> float | None:
+    """TTFT counted from the scheduled send time (equals TTFT in closed loop)."""
+    return None if r.ttft_ms is None else r.ttft_ms + r.queue_delay_ms
+
+
+def effective_e2e_ms(r: RequestRecord) -> float | None:
+    """E2E latency counted from the scheduled send time (equals E2E in closed loop)."""
+    return None if r.e2e_ms is None else r.e2e_ms + r.queue_delay_ms
+
+
+def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
+    """True when ``r`` succeeded and every SLO bound holds (a missing value fails the bound)."""
+    if not r.ok:
+        return False
+    values = {"ttft_ms": effective_ttft_ms(r), "tpot_ms": r.tpot_ms, "e2e_ms": effective_e2e_ms(r)}
+    return all(values[name] is not None and values[name] <= bound for name, bound in slo.items())  # type: ignore[operator]
+
+
+def peak_concurrency(records: Sequence[RequestRecord]) -> int:
+    """Most requests in flight at one instant (sweep over send/end events; an end before a start at a tie)."""
+    events = sorted([(r.started_at, 1) for r in records] + [(r.ended_at, -1) for r in records])
+    peak = current = 0
+    for _, step in events:
+        current += step
+        peak = max(peak, current)
+    return peak
+
+
+class WindowStats(BaseModel):
+    """One time slice of the measured window (requests are placed by their end time)."""
+
+    start_s: float = Field(description="Seconds since the window start.")
+    end_s: float
+    completed: int
+    failed: int
+    throughput_req_per_sec: float
+    output_tokens_per_sec: float
+    e2e_p50_ms: float | None
+
+
+def time_windows(records: Sequence[RequestRecord], count: int = 10) -> list[WindowStats]:
+    """Split the measured window into ``count`` equal slices and compute throughput/latency per slice."""
+    if not records:
+        return []
+    start = min(r.started_at for r in records)
+    total_s = max(r.ended_at for r in records) - start
+    if total_s <= 0:
+        return []
+    width = total_s / count
+    out = []
+    for i in range(count):
+        lo, hi = i * width, (i + 1) * width
+        inside = [r for r in records if lo <= r.ended_at - start < hi or (i == count - 1 and r.ended_at - start == hi)]
+        ok = [r for r in inside if r.ok]
+        out.append(
+            WindowStats(
+                start_s=lo,
+                end_s=hi,
+                completed=len(ok),
+                failed=len(inside) - len(ok),
+                throughput_req_per_sec=len(ok) / width,
+                output_tokens_per_sec=sum(r.output_tokens or 0 for r in ok) / width,
+                e2e_p50_ms=latency_stats([e for r in ok if (e := effective_e2e_ms(r)) is not None]).p50_ms,
+            )
+        )
+    return out
+
+
+def throughput_variation_percent(windows: Sequence[WindowStats]) -> float | None:
+    """Coefficient of variation of per-window request throughput, percent (first and last slice excluded, as they
+    hold the ramp-up and drain); None with fewer than 3 inner slices or no throughput."""
+    inner = [w.throughput_req_per_sec for w in windows[1:-1]]
+    if len(inner) < 3 or not any(inner):
+        return None
+    arr = np.asarray(inner)
+    return float(arr.std() / arr.mean() * 100.0)
+
+
+class OutputLengths(BaseModel):
+    """Requested (``max_tokens``) versus actual (``usage``) output lengths of successful requests, tokens."""
+
+    requested_mean: float | None
+    actual_mean: float | None
+    actual_p50: float | None
+    actual_p95: float | None
+    usage_missing: int = Field(description="Successful requests whose stream carried no usage block.")
+    chunk_count_mismatch: int = Field(
+        description="Requests whose client-counted content chunks differ from usage.completion_tokens."
+    )
+
+
 class RunMetrics(BaseModel):
     """Aggregate figures of the measured phase of one benchmark run."""
 
@@ -58,9 +178,20 @@ class RunMetrics(BaseModel):
     output_tokens_total: int
     output_tokens_per_sec: float
     prompt_tokens_total: int
+    total_tokens_per_sec: float
+    peak_concurrency: int
     e2e: LatencyStats
     ttft: LatencyStats
+    tpot: LatencyStats
+    itl: LatencyStats
+    queue_delay: LatencyStats
     error_rate_percent: float
+    goodput_req_per_sec: float | None
+    goodput_percent: float | None
+    slo: dict[str, float]
+    output_lengths: OutputLengths
+    windows: list[WindowStats]
+    throughput_variation_percent: float | None
 
 
 def measured_window_s(records: Sequence[RequestRecord]) -> float:
@@ -72,7 +203,30 @@ def measured_window_s(records: Sequence[RequestRecord]) -> float:
     return max(end - start, 0.0)
 
 
-def run_metrics(records: Sequence[RequestRecord]) -> RunMetrics:
+def _quantiles(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
+    if not values:
+        return None, None, None
+    arr = np.asarray(values, dtype=float)
+    p50, p95 = np.percentile(arr, [50, 95])
+    return float(arr.mean()), float(p50), float(p95)
+
+
+def output_lengths(ok: Sequence[RequestRecord]) -> OutputLengths:
+    """Requested vs actual output lengths and usage/chunk consistency of successful requests."""
+    actual = [float(r.output_tokens) for r in ok if r.output_tokens is not None]
+    requested = [float(r.max_tokens) for r in ok if r.max_tokens is not None]
+    mean, p50, p95 = _quantiles(actual)
+    return OutputLengths(
+        requested_mean=float(np.mean(requested)) if requested else None,
+        actual_mean=mean,
+        actual_p50=p50,
+        actual_p95=p95,
+        usage_missing=sum(r.output_tokens is None for r in ok),
+        chunk_count_mismatch=sum(r.output_tokens is not None and r.output_tokens != r.content_chunks for r in ok),
+    )
+
+
+def run_metrics(records: Sequence[RequestRecord], slo: dict[str, float] | None = None) -> RunMetrics:
     """Aggregate the ``measured`` records (warmup rows are ignored).
 
     Raises:
@@ -83,22 +237,58 @@ def run_metrics(records: Sequence[RequestRecord]) -> RunMetrics:
         raise ValueError("no measured requests: the run produced nothing to report")
     ok = [r for r in measured if r.ok]
     duration_s = measured_window_s(measured)
+    per_s = 1.0 / duration_s if duration_s > 0 else 0.0
     output_tokens = sum(r.output_tokens or 0 for r in ok)
+    prompt_tokens = sum(r.prompt_tokens or 0 for r in ok)
     kinds = Counter(r.error_kind or "unknown" for r in measured if not r.ok)
+    slo = slo or {}
+    good = sum(meets_slo(r, slo) for r in ok) if slo else None
+    windows = time_windows(measured)
     return RunMetrics(
         requests_total=len(measured),
         requests_ok=len(ok),
         requests_failed=len(measured) - len(ok),
         errors_by_kind=dict(sorted(kinds.items())),
         duration_s=duration_s,
-        throughput_req_per_sec=len(ok) / duration_s if duration_s > 0 else 0.0,
+        throughput_req_per_sec=len(ok) * per_s,
         output_tokens_total=output_tokens,
-        output_tokens_per_sec=output_tokens / duration_s if duration_s > 0 else 0.0,
-        prompt_tokens_total=sum(r.prompt_tokens or 0 for r in ok),
-        e2e=latency_stats([r.e2e_ms for r in ok if r.e2e_ms is not None]),
-        ttft=latency_stats([r.ttft_ms for r in ok if r.ttft_ms is not None]),
+        output_tokens_per_sec=output_tokens * per_s,
+        prompt_tokens_total=prompt_tokens,
+        total_tokens_per_sec=(output_tokens + prompt_tokens) * per_s,
+        peak_concurrency=peak_concurrency(measured),
+        e2e=latency_stats([v for r in ok if (v := effective_e2e_ms(r)) is not None]),
+        ttft=latency_stats([v for r in ok if (v := effective_ttft_ms(r)) is not None]),
+        tpot=latency_stats([v for r in ok if (v := r.tpot_ms) is not None]),
+        itl=latency_stats([gap for r in ok for gap in r.itl_ms]),
+        queue_delay=latency_stats([r.queue_delay_ms for r in measured if r.scheduled_at is not None]),
         error_rate_percent=100.0 * (len(measured) - len(ok)) / len(measured),
+        goodput_req_per_sec=None if good is None else good * per_s,
+        goodput_percent=None if good is None else 100.0 * good / len(measured),
+        slo=slo,
+        output_lengths=output_lengths(ok),
+        windows=windows,
+        throughput_variation_percent=throughput_variation_percent(windows),
     )
+
+
+def key_insight(m: RunMetrics) -> str:
+    """One sentence on the run's health, e.g. ``Throughput stable at 1.9 req/s (±2.1%), no timeout observed``."""
+    problems = []
+    if m.errors_by_kind:
+        worst = max(m.errors_by_kind.items(), key=lambda kv: kv[1])
+        problems.append(f"{m.requests_failed} failed ({m.error_rate_percent:.1f}%, mostly {worst[0]})")
+    if m.queue_delay.p99_ms is not None and m.queue_delay.p99_ms > 100:
+        problems.append(f"client fell behind schedule (queue delay p99 {m.queue_delay.p99_ms:.0f} ms)")
+    cv = m.throughput_variation_percent
+    if cv is None:
+        shape = f"Throughput {m.throughput_req_per_sec:.2f} req/s (run too short to judge stability)"
+    elif cv <= 10:
+        shape = f"Throughput stable at {m.throughput_req_per_sec:.2f} req/s (±{cv:.1f}%)"
+    else:
+        shape = f"Throughput unstable around {m.throughput_req_per_sec:.2f} req/s (±{cv:.1f}% between windows)"
+    if not problems:
+        return f"{shape}, no error or timeout observed"
+    return f"{shape}; " + "; ".join(problems)
 
 
 def percent_change(new: float | None, old: float | None) -> float | None:

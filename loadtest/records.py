@@ -28,6 +28,13 @@ class RequestRecord(BaseModel):
     request_id: str
     phase: Phase = "measured"
     started_at: float = Field(description="Unix time the request was sent, s.")
+    scheduled_at: float | None = Field(
+        default=None,
+        description="Open loop: Unix time the request was *meant* to be sent, s. Latencies are then measured from "
+        "here, so a client backlog shows up in the numbers (no coordinated omission).",
+    )
+    task: str | None = None
+    input_bucket: str | None = None
     ok: bool
     ttft_ms: float | None = Field(default=None, description="Time to the first non-empty content token.")
     e2e_ms: float | None = Field(default=None, description="Time to the end of the stream ([DONE]) or failure.")
@@ -46,3 +53,15 @@ class RequestRecord(BaseModel):
     def ended_at(self) -> float:
         """Unix time the request ended, s."""
         return self.started_at + (self.e2e_ms or 0.0) / 1000.0
+
+    @property
+    def queue_delay_ms(self) -> float:
+        """How late the request left the client compared with its schedule (0 in closed loop), ms."""
+        return max(0.0, (self.started_at - self.scheduled_at) * 1000.0) if self.scheduled_at else 0.0
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """Time per output token after the first: (E2E - TTFT) / (output tokens - 1); None below 2 tokens."""
+        if self.e2e_ms is None or self.ttft_ms is None or not self.output_tokens or self.output_tokens < 2:
+            return None
+        return (self.e2e_ms - self.ttft_ms) / (self.output_tokens - 1)

@@ -9,6 +9,10 @@ def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}ms"
 
 
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
 def memory_text(report: Report) -> str:
     """``GPU mem peak 1.23 GB`` where NVML exists, else the vLLM process tree's peak RSS."""
     m = report.metrics
@@ -30,6 +34,17 @@ def format_summary(report: Report, report_path: str) -> list[str]:
         f"[RESULT] Throughput: {m.throughput_req_per_sec:.2f} req/s | {m.output_tokens_per_sec:.1f} output tok/s"
         f" | {memory_text(report)}",
     ]
+    lines.append(
+        f"[RESULT] TPOT P50 {_ms(m.tpot.p50_ms)} P99 {_ms(m.tpot.p99_ms)} | ITL P50 {_ms(m.itl.p50_ms)} "
+        f"P99 {_ms(m.itl.p99_ms)} | output tokens mean {_num(m.output_lengths.actual_mean)} "
+        f"(asked {_num(m.output_lengths.requested_mean)}) | peak concurrency {m.peak_concurrency}"
+    )
+    if m.goodput_req_per_sec is not None:
+        slo = ",".join(f"{k}<={v:g}" for k, v in m.slo.items())
+        lines.append(f"[RESULT] Goodput: {m.goodput_req_per_sec:.2f} req/s ({m.goodput_percent:.1f}% within {slo})")
+    if m.output_lengths.usage_missing:
+        lines.append(f"[WARN] {m.output_lengths.usage_missing} request(s) carried no usage block: tokens unknown")
+    lines.append(f"[INSIGHT] Key insight: {m.key_insight}")
     if report.environment.synthetic:
         lines.append(f"[WARN] Synthetic model served ({report.environment.synthetic_reason})")
     for name, changes in report.comparison.changes_pct.items():

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from loadtest.metrics import LatencyStats
+from loadtest.metrics import RunMetrics
 from loadtest.records import RequestRecord
 
 SCHEMA_VERSION = "1.0"
@@ -41,38 +41,36 @@ class BenchmarkConfig(BaseModel):
 
     mode: str = "closed_loop"
     concurrency: int
+    rate_req_per_sec: float | None = Field(default=None, description="Open loop: mean arrival rate.")
+    burstiness: float | None = Field(default=None, description="Open loop: gamma shape (1 = Poisson).")
     requests: int | None = None
     duration_s: float | None = None
     warmup_requests: int
+    ramp_up_s: float | None = None
     max_tokens: int
+    output_len_mean: float | None = Field(default=None, description="Sampled output lengths: mean, tokens.")
+    ignore_eos: bool = False
     temperature: float
     dataset: str
+    input_mix: dict[str, float] | None = None
     seed: int
+    slo: dict[str, float] = Field(default_factory=dict)
     vllm_url: str
     model: str
 
 
-class Metrics(BaseModel):
-    """Headline figures (the seed's flat names) plus the full distributions."""
+class Metrics(RunMetrics):
+    """The seed's flat headline names, memory peaks and the key insight, on top of the full run metrics."""
 
-    requests_total: int
-    requests_ok: int
-    requests_failed: int
-    duration_s: float
-    throughput_req_per_sec: float
-    output_tokens_total: int
-    output_tokens_per_sec: float
     latency_avg_ms: float | None
     latency_p50_ms: float | None
     latency_p90_ms: float | None
     latency_p99_ms: float | None
     ttft_p50_ms: float | None
     ttft_p99_ms: float | None
-    error_rate_percent: float
     gpu_mem_peak_gb: float | None = Field(description="Max of NVML samples over the run window; None without NVML.")
     cpu_rss_peak_gb: float | None = Field(description="Peak RSS of the vLLM process tree over the run window.")
-    e2e: LatencyStats
-    ttft: LatencyStats
+    key_insight: str
 
 
 class GpuSample(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -98,8 +98,26 @@ class Settings(BaseSettings):
     requests: int | None = Field(default=None, ge=1, description="Measured requests; default 200 unless DURATION.")
     duration: Annotated[float | None, NoDecode] = Field(default=None, description="Measured window, e.g. 60s, 5m.")
     warmup: int = Field(default=10, ge=0, description="Warmup requests, excluded from statistics.")
-    max_tokens: int = Field(default=128, ge=1)
+    max_tokens: int = Field(default=128, ge=1, description="Fixed output length (benchmark) / UI default.")
+    output_len: Literal["lognormal", "fixed"] | None = Field(
+        default=None,
+        description="Benchmark output lengths: sampled (default) or MAX_TOKENS each; MAX_TOKENS=N alone means fixed.",
+    )
+    output_len_mean: float = Field(default=120.0, gt=0, description="Sampled output length: mean, tokens.")
+    output_len_p95: float = Field(default=280.0, gt=0, description="Sampled output length: 95th percentile, tokens.")
+    output_len_cap: int = Field(default=1024, ge=1, description="Largest sampled output length, tokens.")
+    ignore_eos: bool = Field(default=False, description="Ask for exactly max_tokens (ignore_eos + min_tokens).")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    rate: float | None = Field(default=None, gt=0, description="Open loop: mean arrivals per second (unset: closed).")
+    burstiness: float = Field(default=1.0, gt=0, description="Open loop: gamma shape of arrival gaps (1 = Poisson).")
+    ramp_up_s: float = Field(default=0.0, ge=0, description="Closed loop: seconds to start all users.")
+    dataset: Path | None = Field(default=None, description="Prompt JSONL or ShareGPT JSON; default: bundled corpus.")
+    input_mix: Annotated[dict[str, float] | None, NoDecode] = Field(
+        default=None, description="Input-length bucket weights, e.g. short:0.3,medium:0.5,long:0.2."
+    )
+    slo: Annotated[dict[str, float], NoDecode] = Field(
+        default_factory=dict, description="Goodput SLOs, e.g. ttft_ms<=500,e2e_ms<=2000."
+    )
     request_timeout_s: float = Field(default=300.0, gt=0)
     seed: int = 0
 
@@ -122,6 +140,29 @@ class Settings(BaseSettings):
             return parse_duration_s(str(value))
         return parse_duration_s(str(value))
 
+    @field_validator("input_mix", mode="before")
+    @classmethod
+    def _parse_mix(cls, value: object) -> object:
+        if isinstance(value, str):
+            from loadtest.dataset import parse_mix
+
+            return parse_mix(value) if value.strip() else None
+        return value
+
+    @field_validator("slo", mode="before")
+    @classmethod
+    def _parse_slo(cls, value: object) -> object:
+        if isinstance(value, str):
+            from loadtest.metrics import parse_slo
+
+            return parse_slo(value)
+        return value
+
+    @field_validator("rate", "dataset", "output_len", mode="before")
+    @classmethod
+    def _blank_optional_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
     @model_validator(mode="after")
     def _default_request_count(self) -> Settings:
         if self.requests is None and self.duration is None:
@@ -129,6 +170,18 @@ class Settings(BaseSettings):
         return self
 
     # --- derived -------------------------------------------------------------------------------------
+    @property
+    def workload_file(self) -> Path:
+        """The benchmark's dataset: DATASET or the bundled Chinese corpus."""
+        return self.dataset or self.prompts_file
+
+    @property
+    def fixed_max_tokens(self) -> int | None:
+        """MAX_TOKENS when every request asks for it (OUTPUT_LEN=fixed, or MAX_TOKENS set alone); else None."""
+        if self.output_len == "fixed" or (self.output_len is None and "max_tokens" in self.model_fields_set):
+            return self.max_tokens
+        return None
+
     @property
     def model_was_set(self) -> bool:
         """True when the user chose a model (then no silent fallback to the synthetic one)."""

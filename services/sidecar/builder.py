@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from loadtest.metrics import run_metrics
+from loadtest.metrics import key_insight, run_metrics
 from loadtest.records import RequestRecord
 from services.report_schema import (
     BuildReportRequest,
@@ -38,28 +38,20 @@ def error_summary(records: Sequence[RequestRecord]) -> ErrorSummary:
     return summary
 
 
-def build_metrics(records: Sequence[RequestRecord], peaks: WindowPeaks) -> Metrics:
-    """Headline metrics of the measured requests plus the memory peaks of the window."""
-    run = run_metrics(records)
+def build_metrics(records: Sequence[RequestRecord], peaks: WindowPeaks, slo: dict[str, float]) -> Metrics:
+    """Full metrics of the measured requests, the seed's flat names, memory peaks of the window, key insight."""
+    run = run_metrics(records, slo)
     return Metrics(
-        requests_total=run.requests_total,
-        requests_ok=run.requests_ok,
-        requests_failed=run.requests_failed,
-        duration_s=run.duration_s,
-        throughput_req_per_sec=run.throughput_req_per_sec,
-        output_tokens_total=run.output_tokens_total,
-        output_tokens_per_sec=run.output_tokens_per_sec,
+        **run.model_dump(),
         latency_avg_ms=run.e2e.mean_ms,
         latency_p50_ms=run.e2e.p50_ms,
         latency_p90_ms=run.e2e.p90_ms,
         latency_p99_ms=run.e2e.p99_ms,
         ttft_p50_ms=run.ttft.p50_ms,
         ttft_p99_ms=run.ttft.p99_ms,
-        error_rate_percent=run.error_rate_percent,
         gpu_mem_peak_gb=peaks.gpu_mem_peak_gb,
         cpu_rss_peak_gb=peaks.vllm_rss_peak_gb,
-        e2e=run.e2e,
-        ttft=run.ttft,
+        key_insight=key_insight(run),
     )
 
 

@@ -77,7 +77,7 @@ class ReportService:
             vllm_server_facts(settings.vllm_url),
             log_facts.vllm_version,
         )
-        metrics = build_metrics(request.records, peaks)
+        metrics = build_metrics(request.records, peaks, request.config.slo)
         with self._build_lock:
             comparison = compare_with_history(request.config, environment, metrics, self.store.list())
             report = build_report(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import logging
 from typing import Any
 
 import chainlit as cl
@@ -13,9 +14,13 @@ from chainlit.input_widget import NumberInput, Slider, TextInput
 from services.settings import get_settings
 from services.ui import errors
 from services.ui.chat import STARTERS, ChatMessage, ChatParams, append_turn, params_from_values
+from services.ui.coalesce import TokenCoalescer
 from services.ui.render import answer_markdown
 from services.ui.status import BackendStatus, header_markdown, status_changed
 from services.ui.turn import ChatBackend
+
+for noisy in ("httpx", "httpx2"):  # one INFO line per status probe otherwise
+    logging.getLogger(noisy).setLevel(logging.WARNING)
 
 settings = get_settings()
 backend = ChatBackend(settings)
@@ -82,10 +87,11 @@ async def answer(message: cl.Message) -> None:
     history: list[ChatMessage] = cl.user_session.get("history") or []
     params: ChatParams = cl.user_session.get("params") or DEFAULT_PARAMS
     reply = cl.Message(content="")
+    stream = TokenCoalescer(reply.stream_token)
     try:
-        result = await backend.run_turn(history, message.content, params, reply.stream_token)
+        result = await backend.run_turn(history, message.content, params, stream.push)
     except asyncio.CancelledError:
-        reply.content = answer_markdown(reply.content, None, None, errors.cancelled())
+        reply.content = answer_markdown(stream.text, None, None, errors.cancelled())
         await reply.send()
         raise
     await show_status(result.status)

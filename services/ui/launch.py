@@ -1,7 +1,10 @@
 """The one entrypoint of the chat UI: ``python -m services.ui.launch`` runs Chainlit headless on UI_HOST:UI_PORT.
 
-It checks the port, points Chainlit at ``services/ui`` (its ``.chainlit/config.toml``, ``chainlit.md`` and the
-``.files`` upload folder live there) and *replaces itself* with ``python -m chainlit run services/ui/app.py``.
+It checks the port, prepares Chainlit's app root and *replaces itself* with ``python -m chainlit run
+services/ui/app.py``. The committed ``services/ui/.chainlit/config.toml`` and ``services/ui/chainlit.md`` are copied
+into a runtime folder per port (CHAINLIT_APP_ROOT), where Chainlit also writes what it generates (``.files``,
+``.chainlit/translations``): nothing lands in the repository, and two UIs never delete each other's ``.files``
+(Chainlit removes that folder when it stops).
 """
 
 from __future__ import annotations
@@ -9,14 +12,36 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from services.netutil import port_in_use_message
 from services.settings import PROJECT_ROOT, Settings, get_settings
 
-APP_ROOT = Path(__file__).resolve().parent
-APP_FILE = APP_ROOT / "app.py"
+UI_DIR = Path(__file__).resolve().parent
+APP_FILE = UI_DIR / "app.py"
+COMMITTED_FILES = (Path(".chainlit") / "config.toml", Path("chainlit.md"))
+
+
+def runtime_root(settings: Settings, temp_dir: Path | None = None) -> Path:
+    """Chainlit's app root for this UI: ``<tmp>/llm-serve-ui-<uid>-<port>`` (one per port, outside the repo)."""
+    base = temp_dir or Path(tempfile.gettempdir())
+    return base / f"llm-serve-ui-{os.getuid()}-{settings.ui_port}"
+
+
+def prepare_app_root(root: Path) -> Path:
+    """Copy the committed Chainlit files into ``root`` (created; stale copies replaced). Returns ``root``.
+
+    Raises:
+        OSError: ``root`` cannot be written.
+    """
+    for relative in COMMITTED_FILES:
+        target = root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(UI_DIR / relative, target)
+    return root
 
 
 def chainlit_argv(settings: Settings) -> list[str]:
@@ -35,13 +60,13 @@ def chainlit_argv(settings: Settings) -> list[str]:
     ]
 
 
-def chainlit_env(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
+def chainlit_env(settings: Settings, app_root: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment of the Chainlit process: app root, import path and, with UI_PASSWORD, the JWT secret.
 
     Without UI_AUTH_SECRET a random secret is made per launch (logins then last until the UI restarts).
     """
     env = dict(os.environ if base is None else base)
-    env["CHAINLIT_APP_ROOT"] = str(APP_ROOT)
+    env["CHAINLIT_APP_ROOT"] = str(app_root)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     env.pop("CHAINLIT_AUTH_SECRET", None)
     if settings.ui_password:
@@ -65,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
         return 2
+    try:
+        app_root = prepare_app_root(runtime_root(settings))
+    except OSError as exc:
+        print(f"[ERROR] Cannot prepare Chainlit's folder: {exc}", file=sys.stderr, flush=True)
+        return 2
     cmd = chainlit_argv(settings)
     login = f", login required (user {settings.ui_username})" if settings.ui_password else ""
     print(
@@ -72,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     os.chdir(PROJECT_ROOT)
-    os.execvpe(cmd[0], cmd, chainlit_env(settings))
+    os.execvpe(cmd[0], cmd, chainlit_env(settings, app_root))
     return 0  # pragma: no cover - exec does not return
 
 

@@ -65,17 +65,15 @@ def log_line(
 class ChatBackend:
     """Process-wide clients for vLLM (one connection pool shared by all chat sessions)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, http: httpx.AsyncClient | None = None, llm: AsyncOpenAI | None = None):
+        """Clients from ``settings`` (vLLM URL, REQUEST_TIMEOUT_S, logs dir); tests pass their own ``http``/``llm``."""
         self.url = settings.vllm_url
         self.timeout_s = settings.request_timeout_s
         self.engine_state_file = settings.engine_state_file
         self.requests_log: Path = settings.logs_dir / "requests.jsonl"
-        self.http = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=CONNECT_TIMEOUT_S))
-        self.openai = AsyncOpenAI(
-            base_url=f"{self.url}/v1",
-            api_key="EMPTY",
-            max_retries=0,
-            timeout=self.timeout_s,
+        self.http = http or httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=CONNECT_TIMEOUT_S))
+        self.openai = llm or AsyncOpenAI(
+            base_url=f"{self.url}/v1", api_key="EMPTY", max_retries=0, timeout=self.timeout_s
         )
 
     async def status(self) -> BackendStatus:

@@ -7,18 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.metrics import LatencyStats
+from loadtest.records import RequestRecord
 from services.report_schema import (
     BenchmarkConfig,
     Comparison,
     Environment,
     ErrorSummary,
     LogFacts,
-    Metrics,
     Report,
     Resources,
 )
+from services.sidecar.builder import build_metrics
 from services.sidecar.compare import compare_with_history
+from services.sidecar.sampler import WindowPeaks
 from services.sidecar.store import ReportStore, validate_report_id
 
 
@@ -28,25 +29,12 @@ def report(
     ended: float = 1.0,
     concurrency: int = 8,
 ) -> Report:
-    metrics = Metrics(
-        requests_total=10,
-        requests_ok=10,
-        requests_failed=0,
-        duration_s=5.0,
-        throughput_req_per_sec=throughput,
-        output_tokens_total=100,
-        output_tokens_per_sec=20.0,
-        latency_avg_ms=100.0,
-        latency_p50_ms=90.0,
-        latency_p90_ms=150.0,
-        latency_p99_ms=200.0,
-        ttft_p50_ms=20.0,
-        ttft_p99_ms=40.0,
-        error_rate_percent=0.0,
-        gpu_mem_peak_gb=None,
-        cpu_rss_peak_gb=1.0,
-        e2e=LatencyStats(),
-        ttft=LatencyStats(),
+    rows = [
+        RequestRecord(request_id=f"r{i}", started_at=float(i), ok=True, e2e_ms=100.0, ttft_ms=20.0, output_tokens=10)
+        for i in range(10)
+    ]
+    metrics = build_metrics(rows, WindowPeaks(0, None, 1.0, 2.0), {}).model_copy(
+        update={"throughput_req_per_sec": throughput}
     )
     config = BenchmarkConfig(
         concurrency=concurrency,

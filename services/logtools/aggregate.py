@@ -1,0 +1,313 @@
+"""Pure aggregation of parsed log data: error groups, engine stats, request stats, slowest requests.
+
+Each aggregator takes items one at a time and keeps bounded state (groups up to a cap, sums and maxima, the top N;
+request latencies as 8-byte floats for exact percentiles), then ``summary()`` gives a JSON-ready dict.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.logtools.patterns import METRIC_FIELDS, normalise
+from services.logtools.scan import ErrorEvent
+from services.logtools.timeparse import epoch_to_iso
+
+LEVEL_RANK = {"CRITICAL": 0, "ERROR": 1, "WARNING": 2}
+MAX_GROUPS = 1000
+"""Distinct error groups kept; later new kinds are counted under one ``(other messages)`` group."""
+MAX_ERROR_CAUSES = 200
+
+
+@dataclass
+class ErrorGroup:
+    """Events sharing level, source and message (numbers and ids ignored); first example kept whole."""
+
+    level: str
+    source: str | None
+    message: str
+    exception: str | None
+    process: str | None
+    traceback: list[str]
+    count: int = 0
+    first_s: float | None = None
+    last_s: float | None = None
+
+    def add(self, stamp_s: float | None) -> None:
+        """Count one more event at ``stamp_s`` (epoch seconds, None: unknown)."""
+        self.count += 1
+        if stamp_s is not None:
+            self.first_s = stamp_s if self.first_s is None else min(self.first_s, stamp_s)
+            self.last_s = stamp_s if self.last_s is None else max(self.last_s, stamp_s)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form; times as local ISO 8601."""
+        return {
+            "level": self.level,
+            "count": self.count,
+            "source": self.source,
+            "process": self.process,
+            "message": self.message,
+            "exception": self.exception,
+            "first_seen": epoch_to_iso(self.first_s),
+            "last_seen": epoch_to_iso(self.last_s),
+            "traceback": self.traceback,
+        }
+
+
+class ErrorGroups:
+    """Groups :class:`ErrorEvent` s; memory bounded by :data:`MAX_GROUPS`."""
+
+    def __init__(self, max_groups: int = MAX_GROUPS) -> None:
+        self.max_groups = max_groups
+        self.groups: dict[tuple[str, str | None, str, str], ErrorGroup] = {}
+        self.by_level: Counter[str] = Counter()
+
+    def add(self, event: ErrorEvent) -> None:
+        """Count ``event`` in its group (created with the event as its example)."""
+        self.by_level[event.level] += 1
+        key = (event.level, event.source, normalise(event.message), normalise(event.exception or ""))
+        group = self.groups.get(key)
+        if group is None:
+            if len(self.groups) >= self.max_groups:
+                key = (event.level, None, "(other messages)", "")
+                group = self.groups.get(key)
+            if group is None:
+                group = ErrorGroup(
+                    event.level, event.source, event.message, event.exception, event.process, event.traceback_text()
+                )
+                if key[2] == "(other messages)":
+                    group.message, group.exception, group.traceback = "(other messages)", None, []
+                self.groups[key] = group
+        group.add(event.stamp_s)
+
+    def summary(self, limit: int) -> dict[str, Any]:
+        """Groups most severe first, then most frequent; at most ``limit`` of them."""
+        ordered = sorted(self.groups.values(), key=lambda g: (LEVEL_RANK.get(g.level, 9), -g.count, g.first_s or 0))
+        return {
+            "events": sum(self.by_level.values()),
+            "by_level": dict(sorted(self.by_level.items(), key=lambda item: LEVEL_RANK.get(item[0], 9))),
+            "groups_total": len(ordered),
+            "groups": [group.as_dict() for group in ordered[:limit]],
+        }
+
+
+@dataclass
+class _Running:
+    """Count, sum, maximum and last value of one engine figure."""
+
+    count: int = 0
+    total: float = 0.0
+    maximum: float = float("-inf")
+    last: float = 0.0
+
+    def add_all(self, values: list[float]) -> None:
+        if values:
+            self.count += len(values)
+            self.total += sum(values)
+            self.maximum = max(self.maximum, max(values))
+            self.last = values[-1]
+
+    def as_dict(self) -> dict[str, float]:
+        return {"mean": round(self.total / self.count, 3), "max": self.maximum, "last": self.last}
+
+
+class EngineSummary:
+    """Summary of the engine's periodic stats lines (throughputs in tokens/s, KV cache and hit rate in %)."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.figures: dict[str, _Running] = {name: _Running() for name in METRIC_FIELDS if name != "kv_cache_device"}
+        self.busy_generation = _Running()
+        self.kv_cache_devices: Counter[str] = Counter()
+        self.first_s: float | None = None
+        self.last_s: float | None = None
+
+    def add_rows(self, rows: list[tuple[bytes, ...]], first_s: float | None, last_s: float | None) -> None:
+        """Rows of :data:`~services.logtools.patterns.METRICS_RE` groups, oldest first, and the times of the first
+        and last row (epoch seconds or None)."""
+        self.samples += len(rows)
+        columns = list(zip(*rows, strict=True))
+        for name, column in zip(METRIC_FIELDS, columns, strict=True):
+            if name == "kv_cache_device":
+                self.kv_cache_devices.update(device.decode("ascii", "replace") for device in column if device)
+            else:
+                self.figures[name].add_all([float(value) for value in column if value])
+        running, generation = columns[2], columns[1]
+        self.busy_generation.add_all([float(g) for g, r in zip(generation, running, strict=True) if r and r != b"0"])
+        if first_s is not None:
+            self.first_s = first_s if self.first_s is None else min(self.first_s, first_s)
+        if last_s is not None:
+            self.last_s = last_s if self.last_s is None else max(self.last_s, last_s)
+
+    def summary(self) -> dict[str, Any]:
+        """Samples, time span and mean/max/last of each figure; ``busy_generation_tokens_per_s`` averages only the
+        samples with running requests; ``kv_cache_device`` is the device the KV cache figure is about."""
+        return {
+            "samples": self.samples,
+            "first": epoch_to_iso(self.first_s),
+            "last": epoch_to_iso(self.last_s),
+            "kv_cache_device": self.kv_cache_devices.most_common(1)[0][0] if self.kv_cache_devices else None,
+            **{name: figure.as_dict() for name, figure in self.figures.items() if figure.count},
+            "busy_generation_tokens_per_s": self.busy_generation.as_dict() if self.busy_generation.count else None,
+        }
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One valid line of ``requests.jsonl``; ``end_s`` is ``ts`` in epoch seconds (the line is written at the end)."""
+
+    end_s: float
+    ts: str
+    source: str
+    request_id: str
+    model: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    ttft_ms: float | None
+    total_ms: float | None
+    status: str
+    error: str | None
+
+    @property
+    def start_s(self) -> float:
+        """When the request began, epoch seconds (``end_s`` less ``total_ms`` when known)."""
+        return self.end_s - (self.total_ms or 0.0) / 1000.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as written (without ``end_s``)."""
+        return {
+            "ts": self.ts,
+            "source": self.source,
+            "request_id": self.request_id,
+            "model": self.model,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "ttft_ms": self.ttft_ms,
+            "total_ms": self.total_ms,
+            "status": self.status,
+            "error": self.error,
+        }
+
+
+def percentiles(values: array[float] | list[float]) -> dict[str, float] | None:
+    """p50/p90/p95/p99 (``statistics.quantiles``, inclusive method), mean and max of ``values``; None if empty."""
+    if not values:
+        return None
+    import statistics
+
+    if len(values) == 1:
+        cuts = [values[0]] * 99
+    else:
+        cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return {
+        "p50": round(cuts[49], 3),
+        "p90": round(cuts[89], 3),
+        "p95": round(cuts[94], 3),
+        "p99": round(cuts[98], 3),
+        "mean": round(statistics.fmean(values), 3),
+        "max": max(values),
+    }
+
+
+@dataclass
+class RequestStats:
+    """Requests, error rate, latency percentiles (ms) and token throughput (tokens/s) over the records seen."""
+
+    total: int = 0
+    ok: int = 0
+    errors: int = 0
+    by_source: Counter[str] = field(default_factory=Counter)
+    error_causes: Counter[str] = field(default_factory=Counter)
+    total_ms: array[float] = field(default_factory=lambda: array("d"))
+    ttft_ms: array[float] = field(default_factory=lambda: array("d"))
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    first_start_s: float | None = None
+    last_end_s: float | None = None
+
+    def add(self, record: RequestRecord) -> None:
+        """Count one record; latencies of successful requests feed the percentiles."""
+        self.total += 1
+        self.by_source[record.source] += 1
+        if record.status == "ok":
+            self.ok += 1
+            if record.total_ms is not None:
+                self.total_ms.append(record.total_ms)
+            if record.ttft_ms is not None:
+                self.ttft_ms.append(record.ttft_ms)
+        else:
+            self.errors += 1
+            cause = normalise(record.error or "(no cause recorded)")
+            if cause in self.error_causes or len(self.error_causes) < MAX_ERROR_CAUSES:
+                self.error_causes[cause] += 1
+        self.prompt_tokens += record.prompt_tokens or 0
+        self.completion_tokens += record.completion_tokens or 0
+        start_s = record.start_s
+        self.first_start_s = start_s if self.first_start_s is None else min(self.first_start_s, start_s)
+        self.last_end_s = record.end_s if self.last_end_s is None else max(self.last_end_s, record.end_s)
+
+    def summary(self, since_s: float | None = None) -> dict[str, Any]:
+        """JSON-ready stats. The window runs from the first request's start (not before ``since_s``) to the last
+        request's end; token rates are totals divided by its length in seconds."""
+        window_s = None
+        start_s = self.first_start_s
+        if start_s is not None and since_s is not None:
+            start_s = max(start_s, since_s)
+        if start_s is not None and self.last_end_s is not None and self.last_end_s > start_s:
+            window_s = self.last_end_s - start_s
+        return {
+            "requests": self.total,
+            "ok": self.ok,
+            "errors": self.errors,
+            "error_rate": round(self.errors / self.total, 4) if self.total else None,
+            "by_source": dict(self.by_source.most_common()),
+            "top_errors": [{"error": cause, "count": n} for cause, n in self.error_causes.most_common(5)],
+            "total_ms": percentiles(self.total_ms),
+            "ttft_ms": percentiles(self.ttft_ms),
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "window_start": epoch_to_iso(start_s),
+            "window_end": epoch_to_iso(self.last_end_s),
+            "window_s": round(window_s, 3) if window_s else None,
+            "completion_tokens_per_s": round(self.completion_tokens / window_s, 3) if window_s else None,
+            "prompt_tokens_per_s": round(self.prompt_tokens / window_s, 3) if window_s else None,
+        }
+
+
+class SlowRequests:
+    """Requests whose ``total_ms`` exceeds ``threshold_ms``: all counted, the ``keep`` slowest kept."""
+
+    def __init__(self, threshold_ms: float, keep: int) -> None:
+        self.threshold_ms = threshold_ms
+        self.keep = keep
+        self.count = 0
+        self.considered = 0
+        self._heap: list[tuple[float, int, RequestRecord]] = []
+        self._order = itertools.count()
+
+    def add(self, record: RequestRecord) -> None:
+        """Consider one record (records without ``total_ms`` cannot be slow)."""
+        self.considered += 1
+        if record.total_ms is None or record.total_ms <= self.threshold_ms:
+            return
+        self.count += 1
+        item = (record.total_ms, next(self._order), record)
+        if len(self._heap) < self.keep:
+            heapq.heappush(self._heap, item)
+        elif item[0] > self._heap[0][0]:
+            heapq.heapreplace(self._heap, item)
+
+    def summary(self) -> dict[str, Any]:
+        """Threshold, counts and the slowest requests, slowest first."""
+        slowest = sorted(self._heap, key=lambda item: (-item[0], item[1]))
+        return {
+            "threshold_ms": self.threshold_ms,
+            "requests": self.considered,
+            "slow": self.count,
+            "slowest": [record.as_dict() for _, _, record in slowest],
+        }

@@ -1,0 +1,166 @@
+"""Plain-text rendering of the analyzer's JSON-ready reports (the same dicts ``--json`` prints)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+WIDTH_MESSAGE = 110
+
+
+def _n(value: float | None, digits: int = 1) -> str:
+    """A number with thousands separators (``-`` for None)."""
+    if value is None:
+        return "-"
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.{digits}f}"
+
+
+def _time(iso: str | None) -> str:
+    return iso[:19].replace("T", " ") if iso else "-"
+
+
+def _cut(text: str | None, width: int = WIDTH_MESSAGE) -> str:
+    text = (text or "").replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _files(source: dict[str, Any]) -> str:
+    files = source.get("files") or []
+    if not files:
+        return "(no file)"
+    extra = f" (+{len(files) - 1} rotated)" if len(files) > 1 else ""
+    notes = []
+    if source.get("overlong_lines"):
+        notes.append(f"{source['overlong_lines']} over-long lines cut")
+    if source.get("partial_lines_skipped"):
+        notes.append("last line still being written, skipped")
+    if source.get("skipped_older_than_since"):
+        notes.append(f"{len(source['skipped_older_than_since'])} files older than --since skipped")
+    return files[-1] + extra + (f" [{'; '.join(notes)}]" if notes else "")
+
+
+def _since(report: dict[str, Any]) -> str:
+    return f" since {_time(report['since'])}" if report.get("since") else ""
+
+
+def render_errors(report: dict[str, Any], tracebacks: bool = False) -> list[str]:
+    """``--errors`` as text: one row per group, most severe and frequent first."""
+    levels = ", ".join(f"{level} {_n(count)}" for level, count in report["by_level"].items()) or "none"
+    out = [
+        f"Problems in {_files(report['log'])}{_since(report)}: {_n(report['events'])} events in "
+        f"{_n(report['groups_total'])} groups ({levels})"
+    ]
+    if not report["groups"]:
+        return [*out, "  no WARNING/ERROR lines or tracebacks"]
+    out.append(f"  {'COUNT':>7}  {'LEVEL':<8} {'LAST SEEN':<19}  {'SOURCE':<24} MESSAGE")
+    for group in report["groups"]:
+        out.append(
+            f"  {_n(group['count']):>7}  {group['level']:<8} {_time(group['last_seen']):<19}  "
+            f"{_cut(group['source'] or group['process'] or '-', 24):<24} {_cut(group['message'])}"
+        )
+        if group["exception"] and group["exception"] != group["message"]:
+            out.append(f"  {'':>7}  {'':<8} {'':<19}  {'':<24} -> {_cut(group['exception'])}")
+        if tracebacks and group["traceback"]:
+            out += [f"      | {line}" for line in group["traceback"]]
+    if report["groups_total"] > len(report["groups"]):
+        out.append(f"  ... {report['groups_total'] - len(report['groups'])} more groups (--limit N shows more)")
+    return out
+
+
+def render_slow(report: dict[str, Any]) -> list[str]:
+    """``--slow`` as text: the slowest requests over the threshold."""
+    source = report["requests_log"]
+    out = [
+        f"Requests slower than {_n(report['threshold_ms'])} ms in {_files(source)}{_since(report)}: "
+        f"{_n(report['slow'])} of {_n(report['requests'])}"
+        + (f" ({_n(source['bad_lines'])} bad lines skipped)" if source["bad_lines"] else "")
+    ]
+    if not report["slowest"]:
+        return out
+    out.append(f"  {'TOTAL_MS':>10} {'TTFT_MS':>9} {'TOKENS':>11}  {'STATUS':<6} {'SOURCE':<8} {'ENDED':<19}  REQUEST")
+    for rec in report["slowest"]:
+        tokens = f"{_n(rec['prompt_tokens'])}/{_n(rec['completion_tokens'])}"
+        error = f"  error: {_cut(rec['error'], 60)}" if rec["error"] else ""
+        out.append(
+            f"  {_n(rec['total_ms']):>10} {_n(rec['ttft_ms']):>9} {tokens:>11}  {rec['status']:<6} "
+            f"{_cut(rec['source'], 8):<8} {_time(rec['ts']):<19}  {rec['request_id']} {rec['model'] or ''}{error}"
+        )
+    return out
+
+
+def _pcts(name: str, values: dict[str, float] | None) -> str:
+    if not values:
+        return f"    {name:<9} -"
+    parts = "  ".join(f"{key} {_n(values[key])}" for key in ("p50", "p90", "p95", "p99", "max"))
+    return f"    {name:<9} {parts}"
+
+
+def _figure(summary: dict[str, Any], key: str, label: str) -> str | None:
+    figure = summary.get(key)
+    if not figure:
+        return None
+    return f"    {label:<34} mean {_n(figure['mean'])}  max {_n(figure['max'])}  last {_n(figure['last'])}"
+
+
+def render_stats(report: dict[str, Any]) -> list[str]:
+    """``--stats`` as text: requests, engine figures, log health."""
+    out = [f"Stats{_since(report)}"]
+    req = report["requests"]
+    if req is None:
+        out.append(f"  Requests: {report['requests_missing']}")
+    else:
+        source = req["requests_log"]
+        rate = f"{req['error_rate'] * 100:.2f}%" if req["error_rate"] is not None else "-"
+        by_source = ", ".join(f"{name} {_n(count)}" for name, count in req["by_source"].items())
+        out += [
+            f"  Requests ({_files(source)}): {_n(req['requests'])} (ok {_n(req['ok'])}, errors {_n(req['errors'])}, "
+            f"error rate {rate}){' - ' + by_source if by_source else ''}",
+            f"    window    {_time(req['window_start'])} -> {_time(req['window_end'])} ({_n(req['window_s'])} s)",
+            _pcts("total_ms", req["total_ms"]),
+            _pcts("ttft_ms", req["ttft_ms"]),
+            f"    tokens    prompt {_n(req['prompt_tokens'])} ({_n(req['prompt_tokens_per_s'])}/s), completion "
+            f"{_n(req['completion_tokens'])} ({_n(req['completion_tokens_per_s'])}/s)",
+        ]
+        out += [f"    error     {_n(e['count'])}x {_cut(e['error'], 90)}" for e in req["top_errors"]]
+        if source["bad_lines"]:
+            out.append(f"    skipped   {_n(source['bad_lines'])} bad lines, e.g. {_cut(source['bad_examples'][0], 90)}")
+    engine = report["engine"]
+    if engine is None:
+        out.append(f"  Engine: {report['log_missing']}")
+    else:
+        out.append(
+            f"  Engine periodic stats: {_n(engine['samples'])} samples, {_time(engine['first'])} -> "
+            f"{_time(engine['last'])}"
+        )
+        rows = [
+            _figure(engine, "generation_tokens_per_s", "generation throughput (tokens/s)"),
+            _figure(engine, "busy_generation_tokens_per_s", "  while requests ran (tokens/s)"),
+            _figure(engine, "prompt_tokens_per_s", "prompt throughput (tokens/s)"),
+            _figure(engine, "running_reqs", "running requests"),
+            _figure(engine, "waiting_reqs", "waiting requests"),
+            _figure(engine, "kv_cache_usage_pct", "KV cache usage (%)"),
+            _figure(engine, "prefix_cache_hit_rate_pct", "prefix cache hit rate (%)"),
+        ]
+        out += [row for row in rows if row]
+        log = report["log"]
+        http = log["http"]
+        levels = ", ".join(f"{k} {_n(v)}" for k, v in log["warnings_and_errors"]["by_level"].items()) or "none"
+        out.append(
+            f"  Log ({_files(log['log'])}): {_n(log['lines'])} lines; problems: {levels}; HTTP: "
+            f"{_n(http['inference_requests'])} POST /v1/..., {_n(http['status_4xx'])} 4xx, {_n(http['status_5xx'])} 5xx"
+        )
+        out += [f"    {_n(g['count']):>7}x {g['level']:<8} {_cut(g['message'], 90)}" for g in log["top_problems"]]
+    return out
+
+
+def render(reports: dict[str, Any], tracebacks: bool = False) -> str:
+    """All reports as text, separated by blank lines, ending with a newline."""
+    sections = []
+    if "errors" in reports:
+        sections.append(render_errors(reports["errors"], tracebacks))
+    if "slow" in reports:
+        sections.append(render_slow(reports["slow"]))
+    if "stats" in reports:
+        sections.append(render_stats(reports["stats"]))
+    return "\n\n".join("\n".join(lines) for lines in sections) + "\n"

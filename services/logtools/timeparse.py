@@ -1,0 +1,88 @@
+"""Times in logs and on the command line: ``--since`` values, vLLM's year-less local stamps, ISO 8601 strings."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime
+
+SINCE_HELP = "a duration back from now (90s, 15m, 1h, 2d) or a local date-time (2026-11-29 21:00 or 2026-11-29T21:00:00)"
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_SLACK_S = 2 * 86400.0
+"""A stamp may lie this far after the reference time (clock skew, mtime of a rotated file) before it is taken as
+belonging to the previous year."""
+
+
+def parse_since(text: str, now_s: float | None = None) -> float:
+    """Start of the ``--since`` window as epoch seconds.
+
+    Args:
+        text: a duration back from now (``90s``, ``15m``, ``1h``, ``2d``; a bare number is seconds) or a date-time
+            in ISO 8601 (local time unless it carries an offset).
+        now_s: the current time, epoch seconds (default: ``time.time()``).
+
+    Raises:
+        ValueError: the text is neither; the message names the accepted formats.
+    """
+    now = time.time() if now_s is None else now_s
+    match = _DURATION_RE.match(text)
+    if match:
+        seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+        if seconds <= 0:
+            raise ValueError(f"--since {text!r} must be longer than zero; use {SINCE_HELP}")
+        return now - seconds
+    try:
+        return iso_to_epoch_s(text.strip())
+    except ValueError:
+        raise ValueError(f"--since {text!r} is not understood; use {SINCE_HELP}") from None
+
+
+def iso_to_epoch_s(text: str) -> float:
+    """ISO 8601 date-time to epoch seconds (naive values are local time; ``Z`` means UTC).
+
+    Raises:
+        ValueError: not an ISO 8601 date-time.
+    """
+    return datetime.fromisoformat(text).timestamp()
+
+
+def epoch_to_iso(epoch_s: float | None) -> str | None:
+    """Epoch seconds to a local ISO 8601 string with seconds and offset (None stays None)."""
+    if epoch_s is None:
+        return None
+    return datetime.fromtimestamp(epoch_s).astimezone().isoformat(timespec="seconds")
+
+
+class StampClock:
+    """Turns vLLM's year-less local stamps (``11-29 21:55:01``) into epoch seconds.
+
+    The year is the one that puts the stamp at or before ``reference_s`` (the log file's modification time: its last
+    line was written then), allowing two days of slack; so December lines in a file written in January get last year.
+    """
+
+    def __init__(self, reference_s: float | None = None) -> None:
+        self.reference_s = time.time() if reference_s is None else reference_s
+        self._year = time.localtime(self.reference_s).tm_year
+        self._midnight_s: dict[tuple[int, int], float | None] = {}
+
+    def epoch_s(self, month: int, day: int, hour: int, minute: int, second: int) -> float | None:
+        """Epoch seconds of the local stamp, None when it is not a real date or time."""
+        key = (month, day)
+        midnight = self._midnight_s.get(key, -1.0)
+        if midnight == -1.0:
+            midnight = self._midnight(month, day)
+            self._midnight_s[key] = midnight
+        if midnight is None or hour > 23 or minute > 59 or second > 60:
+            return None
+        return midnight + hour * 3600 + minute * 60 + second
+
+    def _midnight(self, month: int, day: int) -> float | None:
+        for year in (self._year, self._year - 1):
+            try:
+                stamp = datetime(year, month, day).timestamp()
+            except ValueError:  # 02-30, month 13, 02-29 outside leap years
+                continue
+            if stamp <= self.reference_s + _SLACK_S:
+                return stamp
+        return None

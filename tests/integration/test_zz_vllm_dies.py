@@ -1,0 +1,59 @@
+"""vLLM dying in the middle of a benchmark: the report is still written, failures counted by cause.
+
+Runs last (file name) because it kills the session stack's vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from services.settings import PROJECT_ROOT
+from tests.integration.conftest import Stack
+
+pytestmark = pytest.mark.integration
+
+
+def measured_rows(stack: Stack) -> int:
+    files = sorted((stack.logs_dir / "runs").glob("*.requests.jsonl"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        return 0
+    return sum('"phase":"measured"' in line for line in files[-1].read_text().splitlines())
+
+
+def test_report_survives_vllm_death(stack: Stack) -> None:
+    """Killing vLLM mid-run still yields a report whose failures are counted by cause (nothing lost)."""
+    env = {**stack.env, "REQUESTS": "400", "CONCURRENCY": "4", "WARMUP": "0", "MAX_TOKENS": "64"}
+    proc = subprocess.Popen(
+        ["make", "benchmark"], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while measured_rows(stack) < 8 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert measured_rows(stack) >= 8, "benchmark produced no rows"
+        pid = json.loads((stack.logs_dir / "engine_state.json").read_text())["pid"]
+        victims = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        for victim in victims:
+            os.kill(victim.pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    line = next(x for x in out.splitlines() if x.startswith("[REPORT] Baseline saved to "))
+    report = json.loads(Path(line.split(" to ", 1)[1].strip()).read_text(encoding="utf-8"))
+    m = report["metrics"]
+    assert m["requests_total"] == 400
+    assert m["requests_ok"] >= 8 and m["requests_failed"] > 0
+    assert m["requests_ok"] + m["requests_failed"] == 400
+    assert set(report["errors"]["by_kind"]) <= {"connection", "no_done", "timeout"}
+    assert sum(report["errors"]["by_kind"].values()) == m["requests_failed"]
+    assert "connection" in report["errors"]["by_kind"]
