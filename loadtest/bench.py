@@ -16,13 +16,17 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
+import psutil
 import requests
 from tqdm import tqdm
 
 from loadtest.client import chat_payload, stream_chat
 from loadtest.dataset import DatasetError, load_dataset
+from loadtest.client_load import client_view, load_calibration
 from loadtest.launch import locust_argv
+from loadtest.metrics import measured_window_s
 from loadtest.records import RequestRecord
+from loadtest.server_metrics import Samples, cross_check, parse_exposition
 from loadtest.summary import format_summary
 from loadtest.workload import WorkloadSampler
 from services.report_schema import BenchmarkConfig, BuildReportRequest, BuildReportResponse
@@ -104,10 +108,13 @@ def warmup(settings: Settings, model: str, records_path: Path) -> list[RequestRe
     return done
 
 
-def run_locust(settings: Settings, records_path: Path) -> int:
-    """Run Locust headless until REQUESTS are done or DURATION passed; shows a progress bar. Returns its exit code.
+def run_locust(settings: Settings, records_path: Path) -> tuple[int, float | None]:
+    """Run Locust headless until REQUESTS are done or DURATION passed, with a progress bar.
 
     Locust's own output goes to ``<run id>.locust.log`` beside the records file.
+
+    Returns:
+        ``(exit code, CPU seconds Locust used)`` — the CPU figure is None when it could not be read.
     """
     argv = locust_argv(
         settings,
@@ -123,13 +130,39 @@ def run_locust(settings: Settings, records_path: Path) -> int:
     with log_path.open("w") as log:
         proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
     start = time.monotonic()
+    cpu_s: float | None = None
     with tqdm(total=total, desc="Benchmark", unit="req", file=sys.stdout, dynamic_ncols=True) as bar:
         while proc.poll() is None:
             time.sleep(1.0)
+            cpu_s = locust_cpu_s(proc.pid) or cpu_s
             done = sum(1 for line in records_path.open(encoding="utf-8") if '"phase":"measured"' in line)
             bar.update(done - bar.n)
             bar.set_postfix_str(f"{done / max(time.monotonic() - start, 1e-9):.2f} req/s")
-    return proc.returncode
+    return proc.returncode, cpu_s
+
+
+def locust_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) used so far by the Locust process and its children; None once it is gone."""
+    try:
+        proc = psutil.Process(pid)
+        times = proc.cpu_times()
+        total = times.user + times.system
+        for child in proc.children(recursive=True):
+            child_times = child.cpu_times()
+            total += child_times.user + child_times.system
+        return total
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def scrape_metrics(settings: Settings) -> Samples | None:
+    """vLLM's ``/metrics`` parsed, or None when it cannot be read (the report then has no server view)."""
+    try:
+        response = httpx.get(f"{settings.vllm_url}/metrics", timeout=10)
+        response.raise_for_status()
+        return parse_exposition(response.text)
+    except (httpx.HTTPError, ValueError):
+        return None
 
 
 def post_report(settings: Settings, request: BuildReportRequest) -> BuildReportResponse:
@@ -197,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         records, _ = read_records(records_path)
         window_start = min((r.started_at for r in records if r.phase == "measured"), default=time.time())
         window_end = max((r.ended_at for r in records), default=time.time())
+        before = after = None
+        cpu_s = None
     else:
         run_dir = settings.logs_dir / "runs"
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -205,9 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         done = warmup(settings, model, records_path)
         failed = sum(not r.ok for r in done)
         print(f"[INFO] Warmup completed: {len(done)} requests" + (f" ({failed} failed)" if failed else ""))
+        before = scrape_metrics(settings)
         window_start = time.time()
-        code = run_locust(settings, records_path)
+        code, cpu_s = run_locust(settings, records_path)
         window_end = time.time()
+        after = scrape_metrics(settings)
         if code not in (0, 1):  # Locust exits 1 when any request failed; the report counts them by cause
             print(f"[WARN] Locust exited with code {code}; building the report from the rows collected.")
         records, bad = read_records(records_path)
@@ -216,8 +253,16 @@ def main(argv: list[str] | None = None) -> int:
     if not any(r.phase == "measured" for r in records):
         print(f"[ERROR] no measured request was recorded ({records_path}); nothing to report.", file=sys.stderr)
         return 1
+    measured = [r for r in records if r.phase == "measured"]
     request = BuildReportRequest(
-        config=bench_config(settings, model), records=records, window_start=window_start, window_end=window_end
+        config=bench_config(settings, model),
+        records=records,
+        window_start=window_start,
+        window_end=window_end,
+        server=cross_check(before, after, measured) if before is not None and after is not None else None,
+        client=client_view(
+            measured, measured_window_s(measured), cpu_s, load_calibration(settings.logs_dir / "calibration.json")
+        ),
     )
     try:
         built = post_report(settings, request)

@@ -145,10 +145,10 @@ def time_windows(records: Sequence[RequestRecord], count: int = 10) -> list[Wind
 
 def throughput_variation_percent(windows: Sequence[WindowStats]) -> float | None:
     """Coefficient of variation of per-window request throughput, percent (first and last slice excluded, as they
-    hold the ramp-up and drain); None with fewer than 3 inner slices or no throughput."""
+    hold the ramp-up and drain); None with fewer than 3 inner slices or too few completions to judge."""
     inner = [w.throughput_req_per_sec for w in windows[1:-1]]
-    if len(inner) < 3 or not any(inner):
-        return None
+    if len(inner) < 3 or not any(inner) or sum(w.completed for w in windows[1:-1]) < 3 * len(inner):
+        return None  # fewer than ~3 completions per slice: the spread says nothing
     arr = np.asarray(inner)
     return float(arr.std() / arr.mean() * 100.0)
 

@@ -44,6 +44,16 @@ def format_summary(report: Report, report_path: str) -> list[str]:
         lines.append(f"[RESULT] Goodput: {m.goodput_req_per_sec:.2f} req/s ({m.goodput_percent:.1f}% within {slo})")
     if m.output_lengths.usage_missing:
         lines.append(f"[WARN] {m.output_lengths.usage_missing} request(s) carried no usage block: tokens unknown")
+    if report.server is not None:
+        checks = {a.name: a for a in report.server.agreements}
+        verdict = "agree" if not report.server.disagreements else "DISAGREE: " + "; ".join(report.server.disagreements)
+        lines.append(
+            f"[SERVER] vLLM /metrics: {report.server.requests_succeeded} requests, "
+            f"{report.server.generation_tokens} generated tokens, TTFT mean {_ms(report.server.ttft.mean_ms)} "
+            f"(client {_ms(checks['ttft_mean_ms'].client)}) — client and server {verdict}"
+        )
+    if report.client is not None and report.client.client_limited:
+        lines.append(f"[WARN] Client-limited run: {report.client.reason}. The numbers measure the load generator.")
     lines.append(f"[INSIGHT] Key insight: {m.key_insight}")
     if report.environment.synthetic:
         lines.append(f"[WARN] Synthetic model served ({report.environment.synthetic_reason})")

@@ -11,7 +11,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from loadtest.metrics import RunMetrics
+from loadtest.client_load import ClientView
 from loadtest.records import RequestRecord
+from loadtest.server_metrics import ServerView
 
 SCHEMA_VERSION = "1.0"
 
@@ -138,6 +140,10 @@ class Report(BaseModel):
     resources: Resources
     logs: LogFacts
     comparison: Comparison
+    server: ServerView | None = Field(
+        default=None, description="vLLM's /metrics over the window and its agreement with the client (None: no scrape)."
+    )
+    client: ClientView | None = Field(default=None, description="The load generator's own resource use.")
     requests_file: str = Field(description="Per-request rows (JSONL) next to this report.")
 
 
@@ -148,6 +154,8 @@ class BuildReportRequest(BaseModel):
     records: list[RequestRecord]
     window_start: float = Field(description="Unix time the measured window began, s.")
     window_end: float = Field(description="Unix time the measured window ended, s.")
+    server: ServerView | None = None
+    client: ClientView | None = None
 
 
 class BuildReportResponse(BaseModel):

@@ -66,11 +66,21 @@ class ErrorGroups:
         self.max_groups = max_groups
         self.groups: dict[tuple[str, str | None, str, str], ErrorGroup] = {}
         self.by_level: Counter[str] = Counter()
+        self._keys: dict[str, str] = {}
+
+    def _normalised(self, message: str) -> str:
+        """:func:`normalise` with a bounded cache (many events repeat one message word for word)."""
+        key = self._keys.get(message)
+        if key is None:
+            if len(self._keys) >= 4096:
+                self._keys.clear()
+            key = self._keys[message] = normalise(message)
+        return key
 
     def add(self, event: ErrorEvent) -> None:
         """Count ``event`` in its group (created with the event as its example)."""
         self.by_level[event.level] += 1
-        key = (event.level, event.source, normalise(event.message), normalise(event.exception or ""))
+        key = (event.level, event.source, self._normalised(event.message), self._normalised(event.exception or ""))
         group = self.groups.get(key)
         if group is None:
             if len(self.groups) >= self.max_groups:

@@ -154,15 +154,16 @@ def make_reports(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         InputError: a needed file is missing.
     """
+    wants_log, wants_requests = args.errors or args.stats, args.slow or args.stats
     log_path, requests_path = args.log, args.requests
-    if log_path is None or requests_path is None:
+    if (wants_log and log_path is None) or (wants_requests and requests_path is None):
         default_log, default_requests = _default_paths()
         log_path = log_path or default_log
         requests_path = requests_path or default_requests
     rotated = not args.no_rotated
     since_s = args.since
-    log_files = _family(log_path, rotated) if (args.errors or args.stats) else []
-    request_files = _family(requests_path, rotated) if (args.slow or args.stats) else []
+    log_files = _family(log_path, rotated) if wants_log else []
+    request_files = _family(requests_path, rotated) if wants_requests else []
     if args.errors and not log_files:
         raise InputError(_missing_log(log_path))
     if args.slow and not request_files:

@@ -13,63 +13,60 @@ Everything else (tracebacks, tqdm bars, warnings from Python, garbage) is a line
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from services.logtools.timeparse import StampClock
 
 HEADER_RE = re.compile(
-    rb"(?:\((?P<proc>[^()\s]{1,64}) pid=(?P<pid>\d{1,10})\) )?"
-    rb"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<mon>\d\d)-(?P<day>\d\d) "
-    rb"(?P<hh>\d\d):(?P<mi>\d\d):(?P<ss>\d\d)(?:[.,]\d+)? \[?(?P<src>[^\]\s]{0,200})\] ?"
+    rb"(?P<prefix>\((?P<proc>[^()\s]{1,64}) pid=\d{1,10}\) )?"
+    rb"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? "
+    rb"\[?(?P<src>[^\]\s]{0,200})\] ?"
     rb"|(?P<ulevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+"
     rb"|\[(?P<blevel>DEBUG|INFO|WARNING|ERROR|CRITICAL)\] )?"
 )
 """Always matches (possibly empty); ``body = line[match.end():]``."""
 
-STAMP_RE = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+STAMP_RE = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)")
 """Finds a vLLM stamp anywhere (used to date lines that have none, from the lines before them)."""
 
 PROBLEM_LEVELS = frozenset({"WARNING", "ERROR", "CRITICAL"})
+_LEVELS = {name.encode(): name for name in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")}
 MAX_TEXT_CHARS = 2000
 """Longest message or traceback line kept, in characters (longer ones are cut and end with an ellipsis)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Line:
+class Line(NamedTuple):
     """One parsed log line: process prefix, level, time, source ``file.py:line`` and the message body."""
 
     proc: str | None
+    """Process name of the prefix (``EngineCore_DP0``), None without prefix."""
     level: str | None
     stamp_s: float | None
+    """Epoch seconds of vLLM's stamp, None when the line has none."""
     src: str | None
+    """``file.py:line`` of vLLM's header."""
     body: bytes
     header: bytes
     """Prefix and header bytes exactly as written (lines of one multi-line log call share them)."""
-
-    @property
-    def process(self) -> bytes:
-        """The raw process prefix (``b"(EngineCore pid=2630) "`` or ``b""``)."""
-        end = self.header.find(b") ")
-        return self.header[: end + 2] if self.header.startswith(b"(") and end >= 0 else b""
+    process: bytes
+    """The raw process prefix (``b"(EngineCore pid=2630) "`` or ``b""``)."""
 
 
 def parse_line(raw: bytes, clock: StampClock) -> Line:
     """Parse one line (without its newline). Never raises; unknown text gives a Line with no level."""
     match = HEADER_RE.match(raw)
     assert match is not None  # the pattern matches the empty string
-    level_b = match["level"] or match["ulevel"] or match["blevel"]
-    stamp_s = None
-    if match["mon"] is not None:
-        stamp_s = clock.epoch_s(int(match["mon"]), int(match["day"]), int(match["hh"]), int(match["mi"]), int(match["ss"]))
-    proc = match["proc"]
-    src = match["src"]
+    proc, level, stamp, src, ulevel, blevel = match.group("proc", "level", "stamp", "src", "ulevel", "blevel")
+    level_b = level or ulevel or blevel
+    end = match.end()
     return Line(
-        proc=proc.decode("ascii", "replace") if proc else None,
-        level=level_b.decode("ascii") if level_b else None,
-        stamp_s=stamp_s,
-        src=src.decode("utf-8", "replace") if src else None,
-        body=raw[match.end() :],
-        header=raw[: match.end()],
+        proc.decode("ascii", "replace") if proc else None,
+        _LEVELS[level_b] if level_b else None,
+        clock.stamp_s(stamp) if stamp else None,
+        src.decode("utf-8", "replace") if src else None,
+        raw[end:],
+        raw[:end],
+        match["prefix"] or b"",
     )
 
 
@@ -81,14 +78,13 @@ def text(raw: bytes, limit_chars: int = MAX_TEXT_CHARS) -> str:
     return decoded if len(decoded) <= limit_chars else decoded[: limit_chars - 1] + "…"
 
 
-_NORMALISE_RE = re.compile(
-    r"0x[0-9a-fA-F]+|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-    r"|(?<![A-Za-z])[0-9a-f]*\d[0-9a-f]*(?![A-Za-z])|\d+"
-)
+_NORMALISE_RE = re.compile(r"[0-9a-fA-F]*\d[\w.:-]*")
+"""A token with a digit in it (number, version, hex id, UUID, ``file.py:12``) and what sticks to it."""
 
 
 def normalise(message: str) -> str:
-    """Message with numbers, hex ids and UUIDs replaced by ``#``, so repeats of one problem share a group key."""
+    """Message with tokens holding digits (numbers, hex ids, UUIDs) replaced by ``#``, so repeats of one problem share
+    a group key (only the first 300 characters count)."""
     return _NORMALISE_RE.sub("#", message[:300])
 
 

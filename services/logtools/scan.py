@@ -8,6 +8,7 @@ possibly behind a ``(Proc pid=N)`` prefix) becomes one :class:`ErrorEvent`, also
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,11 +27,13 @@ from services.logtools.reader import BLOCK_BYTES, ReadStats, iter_blocks, mtime_
 from services.logtools.timeparse import StampClock
 
 TRACEBACK_NEEDLE = b"Traceback (most recent"
+LEVEL_RE = re.compile(rb"R(?:ROR|NING|ITICAL)")
+"""ERROR, WARNING and CRITICAL from their first ``R`` (a literal first character lets ``re`` scan in C)."""
 MAX_EVENT_BYTES = 1 << 20
 """A record with its traceback is cut after this many bytes (so that carrying it to the next block stays cheap)."""
 MAX_TRACEBACK_LINES = 60
 """Traceback lines kept per event: the first and last halves when longer."""
-_STAMP_LOOKBACK = (4096, 65536)
+_STAMP_LOOKBACK = (1024, 8192, 65536)
 
 
 @dataclass(slots=True)
@@ -150,7 +153,7 @@ class LogScanner:
                 self._last_stamp_s = last_s
             return -1
         for match in STAMP_RE.finditer(buf):
-            stamp_s = self._clock.epoch_s(*(int(part) for part in match.groups()))
+            stamp_s = self._clock.stamp_s(match[1])
             if stamp_s is not None and stamp_s >= since_s:
                 self._in_window = True
                 return buf.rfind(b"\n", 0, match.start()) + 1
@@ -164,7 +167,7 @@ class LogScanner:
             for last in STAMP_RE.finditer(buf, begin, end):  # noqa: B007 - keep the last match
                 pass
             if last is not None:
-                stamp_s = self._clock.epoch_s(*(int(part) for part in last.groups()))
+                stamp_s = self._clock.stamp_s(last[1])
                 if stamp_s is not None:
                     return stamp_s
             if begin == 0:
@@ -200,34 +203,25 @@ class LogScanner:
     def _scan_errors(self, buf: bytes, start: int, final: bool) -> int:
         """Report the events in ``buf[start:]``; returns where an unfinished record begins (``len(buf)``: none).
 
-        Level words are found through their common letter ``R`` (``bytes.find`` of one byte is memchr, several
-        times faster than looking for three words); ``Traceback`` has a search of its own.
+        Level words are found by :data:`LEVEL_RE`, which starts with a literal so ``re`` skips ahead in C;
+        ``Traceback`` lines have a ``bytes.find`` of their own.
         """
+        search = LEVEL_RE.search
         find = buf.find
-        startswith = buf.startswith
-        level_at = find(b"R", start)
+        level = search(buf, start)
         traceback_at = find(TRACEBACK_NEEDLE, start)
-        while True:
-            while level_at >= 0:  # bytes indexing gives ints: E=69, C=67, W=87
-                before = buf[level_at - 1] if level_at >= 1 else 0
-                if (before == 69 and startswith(b"ERROR", level_at - 1)) or (
-                    before == 67 and startswith(b"CRITICAL", level_at - 1)
-                ):
-                    break
-                if level_at >= 2 and buf[level_at - 2] == 87 and startswith(b"WARNING", level_at - 2):
-                    break
-                level_at = find(b"R", level_at + 1)
-            if level_at < 0 and traceback_at < 0:
-                return len(buf)
+        while level is not None or traceback_at >= 0:
+            level_at = level.start() - (2 if level[0] == b"RNING" else 1) if level is not None else -1
             hit = traceback_at if level_at < 0 or 0 <= traceback_at < level_at else level_at
             begin = buf.rfind(b"\n", 0, hit) + 1
             end = self._record_at(buf, begin, final)
             if end < 0:
                 return begin
-            if 0 <= level_at < end:
-                level_at = find(b"R", end)
+            if level is not None and level_at < end:
+                level = search(buf, end)
             if 0 <= traceback_at < end:
                 traceback_at = find(TRACEBACK_NEEDLE, end)
+        return len(buf)
 
     def _record_at(self, buf: bytes, begin: int, final: bool) -> int:
         """Emit the record starting at ``begin`` if it is a problem; returns the offset after it, -1: unfinished."""
@@ -247,6 +241,8 @@ class LogScanner:
                     return -1
                 break
             line_end = buf.find(b"\n", position)
+            if state == "head" and buf.find(b"Traceback", position, line_end) < 0:
+                break  # a record without traceback: most warnings and errors end here, unparsed
             body = self._continuation(buf[position:line_end], head)
             if body is None:
                 break

@@ -65,6 +65,21 @@ class StampClock:
         self.reference_s = time.time() if reference_s is None else reference_s
         self._year = time.localtime(self.reference_s).tm_year
         self._midnight_s: dict[tuple[int, int], float | None] = {}
+        self._stamps: dict[bytes, float | None] = {}
+
+    def stamp_s(self, stamp: bytes) -> float | None:
+        """Epoch seconds of ``b"MM-DD HH:MM:SS"`` (cached: lines of one second share the work); None if invalid."""
+        cached = self._stamps.get(stamp, -1.0)
+        if cached != -1.0:
+            return cached
+        try:
+            value = self.epoch_s(int(stamp[0:2]), int(stamp[3:5]), int(stamp[6:8]), int(stamp[9:11]), int(stamp[12:14]))
+        except ValueError:
+            value = None
+        if len(self._stamps) >= 4096:
+            self._stamps.clear()
+        self._stamps[stamp] = value
+        return value
 
     def epoch_s(self, month: int, day: int, hour: int, minute: int, second: int) -> float | None:
         """Epoch seconds of the local stamp, None when it is not a real date or time."""

@@ -88,5 +88,7 @@ def build_report(
         ),
         logs=log_facts,
         comparison=comparison,
+        server=request.server,
+        client=request.client,
         requests_file="",
     )

@@ -52,7 +52,7 @@ NON_SETTINGS_ENV = {
     "LOCUST_EXTRA_ARGS": "Locust master/worker flags for loadtest.launch's web-UI mode (see docs/docker.md)",
 }
 SECRET_NAMES = ("HF_TOKEN", "UI_PASSWORD", "UI_AUTH_SECRET")
-_VAR = re.compile(r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:-|:\?)(?P<arg>[^}]*))?\}")
+_VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:-|:\?)(?P<arg>[^${}]*))?\}")
 
 
 # --- helpers -------------------------------------------------------------------------------------------------------
@@ -74,7 +74,8 @@ for _tag in ("!reset", "!override"):
 
 
 def interpolate(value: Any, env: dict[str, str]) -> Any:
-    """Compose's interpolation for the forms these files use: ``${X}``, ``${X:-default}``, ``${X:?error}``, ``$$``."""
+    """Compose's interpolation for the forms these files use: ``${X}``, ``${X:-default}`` (nestable), ``${X:?err}``,
+    ``$$``."""
     if isinstance(value, dict):
         return {key: interpolate(item, env) for key, item in value.items()}
     if isinstance(value, list):
@@ -83,8 +84,6 @@ def interpolate(value: Any, env: dict[str, str]) -> Any:
         return value
 
     def one(match: re.Match[str]) -> str:
-        if match.group(0) == "$$":
-            return "$"
         found = env.get(match["name"], "")
         if found:
             return found
@@ -92,7 +91,12 @@ def interpolate(value: Any, env: dict[str, str]) -> Any:
             raise ValueError(f"{match['name']} is required: {match['arg']}")
         return match["arg"] or "" if match["op"] == ":-" else ""
 
-    return _VAR.sub(one, value)
+    text = value.replace("$$", "\0")  # an escaped dollar is never a variable
+    while True:  # innermost first: ${A:-${B:-b}}
+        replaced = _VAR.sub(one, text)
+        if replaced == text:
+            return replaced.replace("\0", "$")
+        text = replaced
 
 
 def load_compose(path: Path = COMPOSE, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -383,6 +387,14 @@ def test_vllm_command_line_in_compose_matches_local_mode(monkeypatch: pytest.Mon
     assert extra[-4:] == ["--tensor-parallel-size", "1", "--max-num-seqs", "8"]
 
 
+def test_external_vllm_url_points_ui_sidecar_and_locust_at_another_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """EXTERNAL_VLLM_URL (e.g. the production-stack router) replaces http://vllm:PORT in every app service."""
+    for name in ("ui", "sidecar", "locust-master", "locust-worker"):
+        env = service_env(name, {"EXTERNAL_VLLM_URL": "http://host.docker.internal:30080"})
+        assert settings_from(env, monkeypatch).vllm_url == "http://host.docker.internal:30080", name
+        assert "host.docker.internal:host-gateway" in load_compose()["services"][name]["extra_hosts"]
+
+
 def test_locust_command_line_in_compose_matches_local_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     """loadtest.launch builds the same Locust command line from the compose env, but for the URL and web host."""
     local = locust_argv(settings_from({}, monkeypatch), headless=False)
@@ -465,6 +477,13 @@ def test_gpu_is_reserved_for_vllm_and_the_sidecar() -> None:
         assert {env["HF_HOME"], env["VLLM_CACHE_ROOT"], service_env("vllm")["MODELS_DIR"]} <= targets
 
 
+def test_sidecar_sees_vllm_by_the_pid_the_launcher_records() -> None:
+    """vllm and sidecar share the host's pid namespace, so engine_state.json's pid is vLLM for the sidecar too."""
+    services = load_compose()["services"]
+    assert services["vllm"]["pid"] == services["sidecar"]["pid"] == "host"
+    assert "pid" not in services["ui"]  # the public-facing UI stays isolated
+
+
 def test_cpu_overlay_drops_gpu_reservations_and_builds_the_cpu_engine() -> None:
     """With docker-compose.cpu.yml no service reserves a GPU and vllm is built from the cpu stage."""
     config = resolved_config(COMPOSE, COMPOSE_CPU)
@@ -539,7 +558,7 @@ def test_env_example_documents_the_switches_and_is_valid_for_local_mode() -> Non
     documented = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", text, re.M))
     required = {"MODEL", "SERVED_MODEL_NAME", "HF_TOKEN", "VLLM_PORT", "UI_PORT", "SIDECAR_PORT", "LOCUST_WEB_PORT"}
     assert required | {"VLLM_EXTRA_ARGS", "VLLM_TENSOR_PARALLEL_SIZE", "VLLM_CPU_KVCACHE_SPACE_GB"} <= documented
-    used_by_compose = {m["name"] for m in _VAR.finditer(COMPOSE.read_text() + COMPOSE_CPU.read_text()) if m["name"]}
+    used_by_compose = set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", COMPOSE.read_text() + COMPOSE_CPU.read_text()))
     for name in documented:
         assert name.lower() in Settings.model_fields or name in used_by_compose, f"{name} is used nowhere"
     Settings(_env_file=ENV_EXAMPLE)  # type: ignore[call-arg]

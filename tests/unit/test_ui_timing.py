@@ -13,6 +13,7 @@ def test_total_splits_into_prompt_and_generation() -> None:
     assert timing.total_ms == pytest.approx(824.0)
     assert timing.ttft_ms == pytest.approx(123.0)
     assert timing.gen_ms == pytest.approx(701.0)
+    assert timing.ttft_ms is not None and timing.gen_ms is not None
     assert timing.ttft_ms + timing.gen_ms == pytest.approx(timing.total_ms)
 
 

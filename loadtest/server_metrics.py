@@ -1,0 +1,214 @@
+"""Server cross-check: vLLM's own ``/metrics`` before and after the measured window, beside the client's view.
+
+Counters are differenced between the two scrapes; latency quantiles come from the histogram bucket deltas,
+interpolated linearly inside a bucket as Prometheus' ``histogram_quantile`` does; means are exact (``_sum`` /
+``_count`` deltas). Client and server should agree: request and token counts exactly (unless other traffic hit the
+server during the run), mean TTFT and E2E within a tolerance (the client also pays HTTP, SSE and network time).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel, Field
+
+from loadtest.records import RequestRecord
+
+SUCCESS_REASONS = {"stop", "length", "repetition"}
+Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
+
+
+def parse_exposition(text: str) -> Samples:
+    """``{sample name: {labels: value}}`` of a Prometheus text exposition (vLLM's ``/metrics``).
+
+    Raises:
+        ValueError: the text is not a Prometheus exposition.
+    """
+    out: Samples = defaultdict(dict)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[sample.name][tuple(sorted(sample.labels.items()))] = float(sample.value)
+    return dict(out)
+
+
+def _total(samples: Samples, name: str, **match: str) -> float:
+    """Sum of ``name`` over the label sets that contain ``match``."""
+    return sum(
+        value
+        for labels, value in samples.get(name, {}).items()
+        if all(dict(labels).get(k) == v for k, v in match.items())
+    )
+
+
+def _delta(before: Samples, after: Samples, name: str, **match: str) -> float:
+    return _total(after, name, **match) - _total(before, name, **match)
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """Quantile ``q`` (0..1) from cumulative ``(upper bound, count)`` buckets, as Prometheus computes it.
+
+    Linear interpolation inside the bucket holding the rank; the +Inf bucket returns the previous bound.
+    Source: Prometheus docs, "histogram_quantile()". None when the histogram is empty.
+    """
+    ordered = sorted(buckets)
+    if not ordered or ordered[-1][1] <= 0:
+        return None
+    rank = q * ordered[-1][1]
+    prev_bound, prev_count = 0.0, 0.0
+    for bound, count in ordered:
+        if count >= rank:
+            if math.isinf(bound):
+                return prev_bound
+            if count == prev_count:
+                return bound
+            return prev_bound + (bound - prev_bound) * (rank - prev_count) / (count - prev_count)
+        prev_bound, prev_count = bound, count
+    return ordered[-1][0]
+
+
+def _bucket_deltas(before: Samples, after: Samples, name: str) -> list[tuple[float, float]]:
+    per_le: dict[float, float] = defaultdict(float)
+    for source, sign in ((after, 1.0), (before, -1.0)):
+        for labels, value in source.get(f"{name}_bucket", {}).items():
+            le = dict(labels).get("le")
+            if le is not None:
+                per_le[float(le)] += sign * value
+    return sorted(per_le.items())
+
+
+class LatencyView(BaseModel):
+    """One server-side latency histogram over the window, milliseconds."""
+
+    count: int
+    mean_ms: float | None
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+
+
+def latency_view(before: Samples, after: Samples, name: str) -> LatencyView:
+    """Count, exact mean and bucket-interpolated quantiles of histogram ``name`` (seconds) over the window."""
+    count = _delta(before, after, f"{name}_count")
+    total_s = _delta(before, after, f"{name}_sum")
+    buckets = _bucket_deltas(before, after, name)
+
+    def q_ms(q: float) -> float | None:
+        value = histogram_quantile(q, buckets)
+        return None if value is None else value * 1000.0
+
+    return LatencyView(
+        count=int(round(count)),
+        mean_ms=total_s / count * 1000.0 if count > 0 else None,
+        p50_ms=q_ms(0.5),
+        p90_ms=q_ms(0.9),
+        p99_ms=q_ms(0.99),
+    )
+
+
+class Agreement(BaseModel):
+    """Client vs server for one quantity."""
+
+    name: str
+    client: float | None
+    server: float | None
+    diff_percent: float | None
+    tolerance: str
+    agrees: bool | None = Field(description="None when either side is missing.")
+
+
+class ServerView(BaseModel):
+    """vLLM's view of the measured window and its agreement with the client's."""
+
+    requests_succeeded: int
+    requests_aborted: int
+    requests_errored: int
+    prompt_tokens: int
+    generation_tokens: int
+    ttft: LatencyView
+    e2e: LatencyView
+    agreements: list[Agreement]
+    disagreements: list[str] = Field(description="Human-readable lines for every check that failed.")
+
+
+def _pct(client: float | None, server: float | None) -> float | None:
+    if client is None or server is None or server == 0:
+        return None
+    return (client - server) / server * 100.0
+
+
+def _check(name: str, client: float | None, server: float | None, rel: float, abs_: float, label: str) -> Agreement:
+    agrees = None
+    if client is not None and server is not None:
+        agrees = abs(client - server) <= max(rel * abs(server), abs_)
+    return Agreement(
+        name=name, client=client, server=server, diff_percent=_pct(client, server), tolerance=label, agrees=agrees
+    )
+
+
+def cross_check(before: Samples, after: Samples, records: Sequence[RequestRecord]) -> ServerView:
+    """Compare the server's window (``after - before``) with the client's measured rows.
+
+    Tolerances: request and token counts exact; mean TTFT within max(25 %, 25 ms) and mean E2E within
+    max(10 %, 50 ms) — the client's clock also covers HTTP, SSE parsing and the network, the server's does not.
+    """
+    ok = [r for r in records if r.phase == "measured" and r.ok]
+    ttft = latency_view(before, after, "vllm:time_to_first_token_seconds")
+    e2e = latency_view(before, after, "vllm:e2e_request_latency_seconds")
+    succeeded = sum(_delta(before, after, "vllm:request_success_total", finished_reason=r) for r in SUCCESS_REASONS)
+    client_ttft = [r.ttft_ms for r in ok if r.ttft_ms is not None]
+    client_e2e = [r.e2e_ms for r in ok if r.e2e_ms is not None]
+    usage_known = all(r.output_tokens is not None for r in ok)
+    checks = [
+        _check("requests_succeeded", float(len(ok)), succeeded, 0.0, 0.0, "exact"),
+        _check(
+            "generation_tokens",
+            float(sum(r.output_tokens or 0 for r in ok)) if usage_known else None,
+            _delta(before, after, "vllm:generation_tokens_total"),
+            0.0,
+            0.0,
+            "exact",
+        ),
+        _check(
+            "prompt_tokens",
+            float(sum(r.prompt_tokens or 0 for r in ok)) if usage_known else None,
+            _delta(before, after, "vllm:prompt_tokens_total"),
+            0.0,
+            0.0,
+            "exact",
+        ),
+        _check(
+            "ttft_mean_ms",
+            sum(client_ttft) / len(client_ttft) if client_ttft else None,
+            ttft.mean_ms,
+            0.25,
+            25.0,
+            "max(25%, 25 ms)",
+        ),
+        _check(
+            "e2e_mean_ms",
+            sum(client_e2e) / len(client_e2e) if client_e2e else None,
+            e2e.mean_ms,
+            0.10,
+            50.0,
+            "max(10%, 50 ms)",
+        ),
+    ]
+    disagreements = [
+        f"{c.name}: client {c.client:.1f} vs server {c.server:.1f} (tolerance {c.tolerance})"
+        for c in checks
+        if c.agrees is False and c.client is not None and c.server is not None
+    ]
+    return ServerView(
+        requests_succeeded=int(round(succeeded)),
+        requests_aborted=int(round(_delta(before, after, "vllm:request_success_total", finished_reason="abort"))),
+        requests_errored=int(round(_delta(before, after, "vllm:request_success_total", finished_reason="error"))),
+        prompt_tokens=int(round(_delta(before, after, "vllm:prompt_tokens_total"))),
+        generation_tokens=int(round(_delta(before, after, "vllm:generation_tokens_total"))),
+        ttft=ttft,
+        e2e=e2e,
+        agreements=checks,
+        disagreements=disagreements,
+    )

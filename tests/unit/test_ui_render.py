@@ -1,0 +1,73 @@
+"""What the chat UI shows under an answer (timing, notice or error) and how streamed tokens are batched."""
+
+from __future__ import annotations
+
+import asyncio
+
+from services.ui import errors
+from services.ui.coalesce import TokenCoalescer
+from services.ui.render import answer_markdown
+from services.ui.timing import compute_timing
+
+TIMING = compute_timing(0.0, 0.123, 0.824, prompt_tokens=19, completion_tokens=36)
+
+
+def test_timing_line_sits_under_the_answer() -> None:
+    """An answer is followed by a rule and the ``Total | Prompt | Gen`` line."""
+    content = answer_markdown("混合专家", TIMING, None, None)
+    answer, rule, line = content.split("\n\n")
+    assert (answer, rule) == ("混合专家", "---")
+    assert line.startswith("`Total: 824ms | Prompt: 123ms | Gen: 701ms")
+
+
+def test_clamp_notice_follows_the_timing_line() -> None:
+    """A max_tokens clamp notice is shown after the timing line."""
+    content = answer_markdown("a", TIMING, "max_tokens lowered from 5,000 to 4,077", None)
+    assert content.endswith("Note: max_tokens lowered from 5,000 to 4,077")
+
+
+def test_error_without_answer_is_shown_alone() -> None:
+    """A failed request shows only the error, no timing."""
+    error = errors.stream_cut(partial=False)
+    assert answer_markdown("", None, None, error) == error.message
+
+
+def test_partial_answer_is_kept_above_the_error() -> None:
+    """A cut-off answer keeps the part that arrived, then the error."""
+    error = errors.cancelled()
+    content = answer_markdown("部分", TIMING, None, error)
+    assert content == f"部分\n\n---\n\n{error.message}"
+    assert "Total:" not in content
+
+
+def test_answer_colons_survive_markdown() -> None:
+    """``Note:this`` in an answer is escaped so the renderer does not swallow ``this``."""
+    assert answer_markdown("Note:this", None, None, None) == "Note\\:this"
+
+
+def test_first_token_is_forwarded_at_once_then_batched() -> None:
+    """The first piece goes out immediately; later pieces within the interval are joined into one update."""
+    sent: list[str] = []
+    now = [0.0]
+
+    async def emit(text: str) -> None:
+        sent.append(text)
+
+    async def go() -> TokenCoalescer:
+        out = TokenCoalescer(emit, interval_s=0.05, clock=lambda: now[0])
+        await out.push("混")
+        now[0] = 0.01
+        await out.push("合")
+        await out.push("专")
+        now[0] = 0.07
+        await out.push("家")
+        await out.push("")
+        now[0] = 0.08
+        await out.push("模")
+        await out.flush()
+        await out.flush()
+        return out
+
+    out = asyncio.run(go())
+    assert sent == ["混", "合专家", "模"]
+    assert out.text == "混合专家模"
