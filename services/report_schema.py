@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from loadtest.metrics import RunMetrics
 from loadtest.client_load import ClientView
 from loadtest.records import RequestRecord
 from loadtest.server_metrics import ServerView
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: vLLM fingerprint, model revision, resource stats/timeline, server, baselines
 
 
 class Environment(BaseModel):
@@ -26,15 +26,24 @@ class Environment(BaseModel):
     driver_version: str | None = None
     cuda_version: str | None = None
     vllm_version: str | None = None
+    vllm_commit: str | None = Field(default=None, description="vLLM's git commit, when its build records one.")
+    vllm_fingerprint: str | None = Field(
+        default=None,
+        description="Identifies the vLLM build: the `system_fingerprint` vLLM reports, else vllm-<version>[+g<commit>].",
+    )
     model_requested: str | None = None
     model_path: str | None = None
     served_model_name: str | None = None
+    model_revision: str | None = Field(
+        default=None, description="HF snapshot hash when the model is served from the HF cache, else None."
+    )
     synthetic: bool = False
     synthetic_reason: str | None = Field(default=None, description="Why the synthetic stand-in is served, if it is.")
     cpu_model: str | None = None
     cpu_cores: int | None = None
     ram_total_gb: float | None = None
     python_version: str | None = None
+    project_version: str | None = None
     project_git_commit: str | None = None
 
 
@@ -86,15 +95,47 @@ class GpuSample(BaseModel):
     power_w: float | None = None
 
 
+class GpuStats(BaseModel):
+    """One GPU over the run window: peaks are maxima of the samples (NVML keeps no device-level peak)."""
+
+    index: int
+    name: str | None = None
+    mem_total_gb: float | None = None
+    mem_used_peak_gb: float | None = None
+    util_percent_peak: float | None = None
+    util_percent_mean: float | None = None
+    power_w_peak: float | None = None
+    power_w_mean: float | None = None
+
+
+class ResourcePoint(BaseModel):
+    """One sample of the run window's time series (None where not measured)."""
+
+    t_s: float = Field(description="Seconds since the window start.")
+    gpu_mem_used_gb: float | None = Field(default=None, description="Summed over GPUs.")
+    vllm_rss_gb: float | None = None
+    vllm_cpu_percent: float | None = Field(default=None, description="Summed over the vLLM process tree, % of a core.")
+    host_mem_used_gb: float | None = None
+
+
 class Resources(BaseModel):
     """Resource use over the run window."""
 
     gpu_unavailable_reason: str | None = None
     gpu_mem_peak_gb: float | None = None
     gpu_samples: int = 0
+    gpus: list[GpuStats] = Field(default_factory=list, description="Per-GPU peaks and means; empty without NVML.")
     cpu_rss_peak_gb: float | None = None
     cpu_unavailable_reason: str | None = None
+    vllm_cpu_percent_peak: float | None = Field(
+        default=None, description="vLLM process tree CPU use, % of one core summed over processes (may exceed 100)."
+    )
+    vllm_cpu_percent_mean: float | None = None
     host_mem_used_peak_gb: float | None = None
+    sample_interval_s: float | None = None
+    timeline: list[ResourcePoint] = Field(
+        default_factory=list, description="Samples of the window, thinned to at most a few hundred points."
+    )
 
 
 class LogFacts(BaseModel):
@@ -118,11 +159,28 @@ class ErrorSummary(BaseModel):
 
 
 class Comparison(BaseModel):
-    """Percent changes against earlier reports of the same workload (``vs_previous``, ``vs_<baseline>``)."""
+    """Percent changes against earlier reports of the same workload (``vs_previous``, ``vs_<baseline>``).
 
+    In JSON every comparison also appears as a top-level key, so ``comparison.vs_v0.2.1.throughput_req_per_sec_pct``
+    reads the same number as ``comparison.changes_pct["vs_v0.2.1"]["throughput_req_per_sec_pct"]``.
+    """
+
+    model_config = ConfigDict(json_schema_extra={"patternProperties": {"^vs_": {"type": "object"}}})
+
+    fingerprint: str | None = Field(default=None, description="Workload fingerprint of this report.")
     against: dict[str, str] = Field(default_factory=dict, description="Comparison name -> report id.")
     changes_pct: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    refused: dict[str, str] = Field(
+        default_factory=dict, description="Named baselines not compared (``vs_<name>`` -> why, e.g. the fields that differ)."
+    )
     notes: list[str] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _with_direct_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for name, changes in self.changes_pct.items():
+            data.setdefault(name, changes)
+        return data
 
 
 class Report(BaseModel):
@@ -145,6 +203,8 @@ class Report(BaseModel):
     )
     client: ClientView | None = Field(default=None, description="The load generator's own resource use.")
     requests_file: str = Field(description="Per-request rows (JSONL) next to this report.")
+    markdown_file: str | None = Field(default=None, description="Markdown summary next to this report.")
+    html_file: str | None = Field(default=None, description="Self-contained HTML report (with plots) next to it.")
 
 
 class BuildReportRequest(BaseModel):

@@ -78,14 +78,14 @@ def text(raw: bytes, limit_chars: int = MAX_TEXT_CHARS) -> str:
     return decoded if len(decoded) <= limit_chars else decoded[: limit_chars - 1] + "…"
 
 
-_NORMALISE_RE = re.compile(r"[0-9a-fA-F]*\d[\w.:-]*")
+_NORMALISE_RE = re.compile(r"[a-fA-F]*+\d[\w.:-]*")
 """A token with a digit in it (number, version, hex id, UUID, ``file.py:12``) and what sticks to it."""
 
 
 def normalise(message: str) -> str:
     """Message with tokens holding digits (numbers, hex ids, UUIDs) replaced by ``#``, so repeats of one problem share
-    a group key (only the first 300 characters count)."""
-    return _NORMALISE_RE.sub("#", message[:300])
+    a group key (only the first 200 characters count)."""
+    return _NORMALISE_RE.sub("#", message[:200])
 
 
 # --- traceback lines ------------------------------------------------------------------------------------------------

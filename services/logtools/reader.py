@@ -79,7 +79,8 @@ def _open(path: Path, stats: ReadStats) -> tuple[BinaryIO, int | None, int | Non
 def iter_blocks(path: Path, stats: ReadStats, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
     """Yield ``path``'s content as blocks of complete lines, each ending with ``b"\\n"``.
 
-    A line longer than ``block_bytes`` is cut to ``block_bytes`` (counted in ``stats.overlong_lines``). A plain file
+    A line longer than ``block_bytes`` may be cut to its first ``block_bytes`` (counted in ``stats.overlong_lines``); memory
+    stays within two blocks. A plain file
     is read up to its size at open; a last line without newline is yielded unless the file grew meanwhile (then it is
     being written and is counted in ``stats.partial_lines_skipped``). Read errors and corrupt gzip end the file and
     are noted in ``stats.problems``; nothing is raised for bad content.
@@ -114,17 +115,21 @@ def iter_blocks(path: Path, stats: ReadStats, block_bytes: int = BLOCK_BYTES) ->
                     continue
                 data = data[newline + 1 :]
                 skipping = False
-            buf = carry + data if carry else data
-            cut = buf.rfind(b"\n") + 1
-            if cut == 0 and len(buf) >= block_bytes:
-                stats.overlong_lines += 1
-                skipping = True
-                carry = b""
-                yield buf[:block_bytes] + b"\n"
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:  # no line ends in this read
+                carry += data
+                if len(carry) >= block_bytes:
+                    stats.overlong_lines += 1
+                    skipping = True
+                    yield carry[:block_bytes] + b"\n"
+                    carry = b""
                 continue
-            carry = buf[cut:]
-            if cut:
-                yield buf if cut == len(buf) else buf[:cut]
+            if carry:  # one copy: the carried start of a line joined with the whole lines read now
+                block = b"".join((carry, memoryview(data)[:cut]))
+            else:
+                block = data if cut == len(data) else data[:cut]
+            carry = data[cut:]
+            yield block
         if carry and not skipping:
             if fd is not None and limit_bytes is not None and _size(fd) > limit_bytes:
                 stats.partial_lines_skipped += 1

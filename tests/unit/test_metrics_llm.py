@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from loadtest.metrics import key_insight, parse_slo, peak_concurrency, run_metrics
 from loadtest.records import RequestRecord
 
 
-def rec(start: float, e2e_ms: float, ttft_ms: float, tokens: int, **kw: object) -> RequestRecord:
+def rec(start: float, e2e_ms: float, ttft_ms: float, tokens: int, **kw: Any) -> RequestRecord:
     return RequestRecord(
         request_id=f"r{start}",
         started_at=start,
@@ -18,7 +20,7 @@ def rec(start: float, e2e_ms: float, ttft_ms: float, tokens: int, **kw: object) 
         output_tokens=tokens,
         content_chunks=tokens,
         **kw,
-    )  # type: ignore[arg-type]
+    )
 
 
 def test_tpot_is_decode_time_per_token_after_the_first() -> None:
