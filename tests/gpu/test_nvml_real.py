@@ -1,0 +1,78 @@
+"""NVML readings against a real GPU: allocate N GiB with torch and see the sampled peak rise by at least N GiB.
+
+Marked ``gpu``; skipped with the reason where no NVIDIA driver/GPU or no CUDA torch exists (as on CI here).
+Imports nothing of the settings stack, so it also runs on a bare GPU machine with torch + nvidia-ml-py + pydantic.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from services.sidecar.gpu import NvmlReader, open_gpu_reader
+from services.sidecar.sampler import Sampler
+
+pytestmark = pytest.mark.gpu
+ALLOC_GIB = 4
+
+
+@pytest.fixture(scope="module")
+def reader() -> NvmlReader:
+    found, reason = open_gpu_reader()
+    if found is None:
+        pytest.skip(f"no GPU here: {reason}")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    assert isinstance(found, NvmlReader)
+    return found
+
+
+def test_info_names_the_gpu_and_versions(reader: NvmlReader) -> None:
+    """NVML reports the GPU model, the driver version and a CUDA version of the form major.minor."""
+    info = reader.info()
+    assert info.names and "NVIDIA" in info.names[0]
+    assert info.driver_version and info.cuda_version and info.cuda_version.count(".") == 1
+
+
+def test_allocation_raises_sampled_memory(reader: NvmlReader) -> None:
+    """Memory used rises by at least the allocated GiB and falls back after freeing."""
+    import torch
+
+    before = reader.read()[0].mem_used_gb
+    block = torch.ones(ALLOC_GIB * 1024**3, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    during = reader.read()[0].mem_used_gb
+    del block
+    torch.cuda.empty_cache()
+    torch.cuda.synchronize()
+    after = reader.read()[0].mem_used_gb
+    assert during - before >= ALLOC_GIB * 0.99, (before, during)
+    assert during - after >= ALLOC_GIB * 0.99, (during, after)
+
+
+def test_background_sampler_catches_a_transient_peak(reader: NvmlReader) -> None:
+    """A 1 s allocation between two idle phases shows up as the window peak of the background sampler."""
+    import torch
+
+    sampler = Sampler(reader, pid_source=os.getpid, interval_s=0.05)
+    sampler.start()
+    try:
+        t0 = time.time()
+        time.sleep(0.3)
+        idle = sampler.latest()
+        assert idle is not None and idle.gpu_mem_used_gb is not None
+        block = torch.ones(ALLOC_GIB * 1024**3, dtype=torch.uint8, device="cuda")
+        torch.cuda.synchronize()
+        time.sleep(1.0)
+        del block
+        torch.cuda.empty_cache()
+        time.sleep(0.5)
+        peaks = sampler.peaks(t0, time.time())
+    finally:
+        sampler.stop()
+    assert peaks.samples >= 10
+    assert peaks.gpu_mem_peak_gb is not None and peaks.gpu_mem_peak_gb - idle.gpu_mem_used_gb >= ALLOC_GIB * 0.99
+    assert (sampler.latest().gpu_mem_used_gb or 0) < peaks.gpu_mem_peak_gb - ALLOC_GIB * 0.9  # type: ignore[union-attr]
