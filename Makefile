@@ -5,7 +5,7 @@ SHELL := /bin/bash
 APP_PY := .venvs/app/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help up down status benchmark test lint unit integration envs app-env engine-env browser schema clean
+.PHONY: help up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
 
 help:
 	@echo "make up | down | status | benchmark | test | lint | unit | integration | clean"
@@ -45,6 +45,13 @@ integration: envs browser
 
 test: envs browser lint
 	$(APP_PY) -m pytest tests -q -rs $(PYTEST_ARGS)
+
+validate-containers: app-env
+	scripts/validate_containers.sh
+
+BENCH_VARS := CONCURRENCY REQUESTS DURATION WARMUP MAX_TOKENS TEMPERATURE SEED RATE SLO GATE
+benchmark-compose:
+	docker compose exec $(foreach v,$(BENCH_VARS),$(if $($(v)),-e $(v)=$($(v)))) locust-master python -m loadtest.bench
 
 clean: down
 	rm -rf run .mypy_cache .ruff_cache .pytest_cache

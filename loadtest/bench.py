@@ -21,8 +21,8 @@ import requests
 from tqdm import tqdm
 
 from loadtest.client import chat_payload, stream_chat
-from loadtest.dataset import DatasetError, load_dataset
 from loadtest.client_load import client_view, load_calibration
+from loadtest.dataset import DatasetError, load_dataset
 from loadtest.launch import locust_argv
 from loadtest.metrics import measured_window_s
 from loadtest.records import RequestRecord

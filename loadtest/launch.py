@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -39,7 +40,10 @@ def locust_argv(
         if stop_timeout_s:
             argv += ["--stop-timeout", f"{max(1, round(stop_timeout_s))}"]
     else:
-        argv += ["--web-host", settings.locust_web_host, "--web-port", str(settings.locust_web_port)]
+        extra = shlex.split(settings.locust_extra_args)
+        if "--worker" not in extra:
+            argv += ["--web-host", settings.locust_web_host, "--web-port", str(settings.locust_web_port)]
+        argv += extra
     if records_file is not None:
         argv += ["--records-file", str(records_file)]
     if max_requests:
@@ -50,7 +54,12 @@ def locust_argv(
 def main() -> int:
     """Run Locust's web UI for interactive tests; exit 2 when the port is taken."""
     settings = get_settings()
-    busy = port_in_use_message(settings.locust_web_host, settings.locust_web_port, "LOCUST_WEB_PORT")
+    is_worker = "--worker" in shlex.split(settings.locust_extra_args)
+    busy = (
+        None
+        if is_worker
+        else port_in_use_message(settings.locust_web_host, settings.locust_web_port, "LOCUST_WEB_PORT")
+    )
     if busy:
         print(f"[ERROR] {busy}", file=sys.stderr, flush=True)
         return 2

@@ -100,7 +100,7 @@ def latency_view(before: Samples, after: Samples, name: str) -> LatencyView:
         return None if value is None else value * 1000.0
 
     return LatencyView(
-        count=int(round(count)),
+        count=round(count),
         mean_ms=total_s / count * 1000.0 if count > 0 else None,
         p50_ms=q_ms(0.5),
         p90_ms=q_ms(0.9),
@@ -202,11 +202,11 @@ def cross_check(before: Samples, after: Samples, records: Sequence[RequestRecord
         if c.agrees is False and c.client is not None and c.server is not None
     ]
     return ServerView(
-        requests_succeeded=int(round(succeeded)),
-        requests_aborted=int(round(_delta(before, after, "vllm:request_success_total", finished_reason="abort"))),
-        requests_errored=int(round(_delta(before, after, "vllm:request_success_total", finished_reason="error"))),
-        prompt_tokens=int(round(_delta(before, after, "vllm:prompt_tokens_total"))),
-        generation_tokens=int(round(_delta(before, after, "vllm:generation_tokens_total"))),
+        requests_succeeded=round(succeeded),
+        requests_aborted=round(_delta(before, after, "vllm:request_success_total", finished_reason="abort")),
+        requests_errored=round(_delta(before, after, "vllm:request_success_total", finished_reason="error")),
+        prompt_tokens=round(_delta(before, after, "vllm:prompt_tokens_total")),
+        generation_tokens=round(_delta(before, after, "vllm:generation_tokens_total")),
         ttft=ttft,
         e2e=e2e,
         agreements=checks,

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(chromium chromium-driver fonts-noto-cjk)
-CJK_FONT_GLOB=/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.tt*
+CJK_FONT_GLOB='/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.tt*'
 
 have_font() {
     # shellcheck disable=SC2086

@@ -10,8 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from loadtest.metrics import RunMetrics
 from loadtest.client_load import ClientView
+from loadtest.metrics import RunMetrics
 from loadtest.records import RequestRecord
 from loadtest.server_metrics import ServerView
 
@@ -29,7 +29,8 @@ class Environment(BaseModel):
     vllm_commit: str | None = Field(default=None, description="vLLM's git commit, when its build records one.")
     vllm_fingerprint: str | None = Field(
         default=None,
-        description="Identifies the vLLM build: the `system_fingerprint` vLLM reports, else vllm-<version>[+g<commit>].",
+        description="The `system_fingerprint` vLLM reports (version, parallelism, config hash), else "
+        "vllm-<version>[+g<commit>].",
     )
     model_requested: str | None = None
     model_path: str | None = None

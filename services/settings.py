@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     sidecar_base_url: str | None = None
     locust_web_host: str = "127.0.0.1"
     locust_web_port: int = Field(default=8089, ge=1, le=65535)
+    locust_extra_args: str = Field(
+        default="", description="Extra Locust arguments for the web-UI service, e.g. --master or --worker."
+    )
     gpu_sample_interval_s: float = Field(default=0.5, gt=0)
 
     # --- UI ------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""Pure aggregation of parsed log data: error groups, engine stats, request stats, slowest requests.
+"""Pure aggregation of parsed log data: engine stats, request stats, slowest requests (error groups: ``groups``).
 
-Each aggregator takes items one at a time and keeps bounded state (groups up to a cap, sums and maxima, the top N;
+Each aggregator takes items one at a time and keeps bounded state (sums and maxima, the top N, error causes up to a cap;
 request latencies as 8-byte floats for exact percentiles), then ``summary()`` gives a JSON-ready dict.
 """
 
@@ -14,96 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.logtools.patterns import METRIC_FIELDS, normalise
-from services.logtools.scan import ErrorEvent
 from services.logtools.timeparse import epoch_to_iso
 
-LEVEL_RANK = {"CRITICAL": 0, "ERROR": 1, "WARNING": 2}
-MAX_GROUPS = 1000
-"""Distinct error groups kept; later new kinds are counted under one ``(other messages)`` group."""
 MAX_ERROR_CAUSES = 200
-
-
-@dataclass
-class ErrorGroup:
-    """Events sharing level, source and message (numbers and ids ignored); first example kept whole."""
-
-    level: str
-    source: str | None
-    message: str
-    exception: str | None
-    process: str | None
-    traceback: list[str]
-    count: int = 0
-    first_s: float | None = None
-    last_s: float | None = None
-
-    def add(self, stamp_s: float | None) -> None:
-        """Count one more event at ``stamp_s`` (epoch seconds, None: unknown)."""
-        self.count += 1
-        if stamp_s is not None:
-            self.first_s = stamp_s if self.first_s is None else min(self.first_s, stamp_s)
-            self.last_s = stamp_s if self.last_s is None else max(self.last_s, stamp_s)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form; times as local ISO 8601."""
-        return {
-            "level": self.level,
-            "count": self.count,
-            "source": self.source,
-            "process": self.process,
-            "message": self.message,
-            "exception": self.exception,
-            "first_seen": epoch_to_iso(self.first_s),
-            "last_seen": epoch_to_iso(self.last_s),
-            "traceback": self.traceback,
-        }
-
-
-class ErrorGroups:
-    """Groups :class:`ErrorEvent` s; memory bounded by :data:`MAX_GROUPS`."""
-
-    def __init__(self, max_groups: int = MAX_GROUPS) -> None:
-        self.max_groups = max_groups
-        self.groups: dict[tuple[str, str | None, str, str], ErrorGroup] = {}
-        self.by_level: Counter[str] = Counter()
-        self._keys: dict[str, str] = {}
-
-    def _normalised(self, message: str) -> str:
-        """:func:`normalise` with a bounded cache (many events repeat one message word for word)."""
-        key = self._keys.get(message)
-        if key is None:
-            if len(self._keys) >= 4096:
-                self._keys.clear()
-            key = self._keys[message] = normalise(message)
-        return key
-
-    def add(self, event: ErrorEvent) -> None:
-        """Count ``event`` in its group (created with the event as its example)."""
-        self.by_level[event.level] += 1
-        key = (event.level, event.source, self._normalised(event.message), self._normalised(event.exception or ""))
-        group = self.groups.get(key)
-        if group is None:
-            if len(self.groups) >= self.max_groups:
-                key = (event.level, None, "(other messages)", "")
-                group = self.groups.get(key)
-            if group is None:
-                group = ErrorGroup(
-                    event.level, event.source, event.message, event.exception, event.process, event.traceback_text()
-                )
-                if key[2] == "(other messages)":
-                    group.message, group.exception, group.traceback = "(other messages)", None, []
-                self.groups[key] = group
-        group.add(event.stamp_s)
-
-    def summary(self, limit: int) -> dict[str, Any]:
-        """Groups most severe first, then most frequent; at most ``limit`` of them."""
-        ordered = sorted(self.groups.values(), key=lambda g: (LEVEL_RANK.get(g.level, 9), -g.count, g.first_s or 0))
-        return {
-            "events": sum(self.by_level.values()),
-            "by_level": dict(sorted(self.by_level.items(), key=lambda item: LEVEL_RANK.get(item[0], 9))),
-            "groups_total": len(ordered),
-            "groups": [group.as_dict() for group in ordered[:limit]],
-        }
 
 
 @dataclass
@@ -210,10 +123,8 @@ def percentiles(values: array[float] | list[float]) -> dict[str, float] | None:
         return None
     import statistics
 
-    if len(values) == 1:
-        cuts = [values[0]] * 99
-    else:
-        cuts = statistics.quantiles(values, n=100, method="inclusive")
+    # statistics.quantiles needs two points (until Python 3.13); one value is every percentile
+    cuts = [values[0]] * 99 if len(values) == 1 else statistics.quantiles(values, n=100, method="inclusive")
     return {
         "p50": round(cuts[49], 3),
         "p90": round(cuts[89], 3),

@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from services.logtools.timeparse import SINCE_HELP, epoch_to_iso, parse_since
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_THRESHOLD_MS = 1000.0
 DEFAULT_LIMIT = 20
@@ -49,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     what = parser.add_argument_group("reports (one or more)")
     what.add_argument("--errors", action="store_true", help="WARNING/ERROR lines and tracebacks, grouped and counted")
     what.add_argument("--slow", action="store_true", help="requests slower than --threshold-ms, slowest first")
-    what.add_argument("--stats", action="store_true", help="requests, error rate, latency percentiles, tokens/s, engine")
+    what.add_argument("--stats", action="store_true", help="requests, error rate, latency pcts, tokens/s, engine")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--since", type=_since, metavar="WHEN", help=f"only what happened since WHEN: {SINCE_HELP}")
     parser.add_argument(
@@ -106,15 +109,19 @@ def _read_facts(read: Any, skipped: list[str] | None = None) -> dict[str, Any]:
 
 def run_log_scan(files: list[Path], errors: bool, stats: bool, since_s: float | None, limit: int) -> dict[str, Any]:
     """Scan the vLLM log once for what ``--errors`` and/or ``--stats`` need; returns their JSON-ready parts."""
-    from services.logtools.aggregate import EngineSummary, ErrorGroups
+    from services.logtools.groups import ErrorGroups
     from services.logtools.scan import LogScanner
 
     groups = ErrorGroups()
-    engine = EngineSummary()
-    scanner = LogScanner(on_event=groups.add, on_metrics=engine.add_rows if stats else None, since_s=since_s)
+    engine = None
+    if stats:
+        from services.logtools.aggregate import EngineSummary
+
+        engine = EngineSummary()
+    scanner = LogScanner(on_event=groups.add, on_metrics=engine.add_rows if engine else None, since_s=since_s)
     result = scanner.scan(files)
     out: dict[str, Any] = {"source": _read_facts(result.read, result.skipped_files), "errors": groups.summary(limit)}
-    if stats:
+    if engine is not None:
         out["engine"] = engine.summary()
         out["lines"] = result.lines
         http = result.http

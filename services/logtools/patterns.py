@@ -13,7 +13,6 @@ Everything else (tracebacks, tqdm bars, warnings from Python, garbage) is a line
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
 
 from services.logtools.timeparse import StampClock
 
@@ -35,21 +34,33 @@ MAX_TEXT_CHARS = 2000
 """Longest message or traceback line kept, in characters (longer ones are cut and end with an ellipsis)."""
 
 
-class Line(NamedTuple):
+class Line:
     """One parsed log line: process prefix, level, time, source ``file.py:line`` and the message body."""
 
-    proc: str | None
-    """Process name of the prefix (``EngineCore_DP0``), None without prefix."""
-    level: str | None
-    stamp_s: float | None
-    """Epoch seconds of vLLM's stamp, None when the line has none."""
-    src: str | None
-    """``file.py:line`` of vLLM's header."""
-    body: bytes
-    header: bytes
-    """Prefix and header bytes exactly as written (lines of one multi-line log call share them)."""
-    process: bytes
-    """The raw process prefix (``b"(EngineCore pid=2630) "`` or ``b""``)."""
+    __slots__ = ("body", "header", "level", "proc", "process", "src", "stamp_s")
+
+    def __init__(
+        self,
+        proc: str | None,
+        level: str | None,
+        stamp_s: float | None,
+        src: str | None,
+        body: bytes,
+        header: bytes,
+        process: bytes,
+    ) -> None:
+        self.proc = proc
+        """Process name of the prefix (``EngineCore_DP0``), None without prefix."""
+        self.level = level
+        self.stamp_s = stamp_s
+        """Epoch seconds of vLLM's stamp, None when the line has none."""
+        self.src = src
+        """``file.py:line`` of vLLM's header."""
+        self.body = body
+        self.header = header
+        """Prefix and header bytes exactly as written (lines of one multi-line log call share them)."""
+        self.process = process
+        """The raw process prefix (``b"(EngineCore pid=2630) "`` or ``b""``)."""
 
 
 def parse_line(raw: bytes, clock: StampClock) -> Line:

@@ -1,4 +1,4 @@
-"""Streaming reads of log files in blocks of whole lines, in constant memory.
+"""Streaming reads of log files as spans of whole lines, in constant memory and without copying big blocks.
 
 Handles rotated siblings (``vllm.log.2.gz``, ``vllm.log.1``, ``vllm.log``: oldest first), gzip (by magic bytes, not
 by name; a truncated stream keeps what was readable), over-long lines (cut at one block), files being appended to
@@ -8,39 +8,38 @@ by name; a truncated stream keeps what was readable), over-long lines (cut at on
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO
 
 BLOCK_BYTES = 1 << 20
-"""Bytes read per block (1 MiB: two passes over a block stay in the CPU cache); also the longest line kept whole
-(longer lines are cut to this many bytes)."""
-
+"""Bytes read at a time (1 MiB: several passes over a block stay in the CPU cache); lines longer than this may be cut
+to their first ``BLOCK_BYTES``."""
 GZIP_MAGIC = b"\x1f\x8b"
-_ROTATED_RE = re.compile(r"^(?P<base>.+?)\.(?P<n>\d+)(?:\.gz)?$|^(?P<gzbase>.+?)\.gz$")
+
+Span = tuple[bytes, int, int]
+"""``(buffer, start, end)``: ``buffer[start:end]`` holds whole lines, each ending with ``b"\\n"``."""
 
 
-@dataclass
 class ReadStats:
     """What reading found besides the lines: files, bytes, cut or skipped lines and problems (one line each)."""
 
-    files: list[str] = field(default_factory=list)
-    bytes_read: int = 0
-    overlong_lines: int = 0
-    partial_lines_skipped: int = 0
-    problems: list[str] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.files: list[str] = []
+        self.bytes_read = 0
+        self.overlong_lines = 0
+        self.partial_lines_skipped = 0
+        self.problems: list[str] = []
 
 
 def rotated_family(path: Path) -> list[Path]:
     """Existing files of ``path``'s rotation family, oldest first, ``path`` itself last.
 
-    ``vllm.log`` -> ``[vllm.log.3.gz, vllm.log.2, vllm.log.1, vllm.log.gz?, vllm.log]`` (only those that exist).
-    A path that is itself a rotated file (``vllm.log.1``) is returned alone.
+    ``vllm.log`` -> ``[vllm.log.3.gz, vllm.log.2, vllm.log.1, vllm.log.gz, vllm.log]`` (those that exist).
     """
-    if _ROTATED_RE.match(path.name):
-        return [path] if path.exists() else []
     numbered: list[tuple[int, Path]] = []
     plain_gz: list[Path] = []
     try:
@@ -49,9 +48,9 @@ def rotated_family(path: Path) -> list[Path]:
         siblings = []
     prefix = path.name + "."
     for sibling in siblings:
-        rest = sibling.name[len(prefix) :] if sibling.name.startswith(prefix) else None
-        if rest is None or not sibling.is_file():
+        if not sibling.name.startswith(prefix) or not sibling.is_file():
             continue
+        rest = sibling.name[len(prefix) :]
         number = rest.removesuffix(".gz")
         if number.isdigit():
             numbered.append((int(number), sibling))
@@ -63,44 +62,44 @@ def rotated_family(path: Path) -> list[Path]:
     return family
 
 
-def _open(path: Path, stats: ReadStats) -> tuple[BinaryIO, int | None, int | None]:
+def _open(path: Path) -> tuple[BinaryIO, int | None, int | None]:
     """Open ``path`` for reading: (stream, byte limit for plain files, file descriptor for plain files)."""
-    raw = path.open("rb")
-    head = raw.read(2)
-    raw.seek(0)
-    if head == GZIP_MAGIC:
-        import gzip
+    raw = path.open("rb", buffering=0)
+    try:
+        is_gzip = raw.read(2) == GZIP_MAGIC
+        raw.seek(0)
+        if is_gzip:
+            import gzip
 
-        return gzip.GzipFile(fileobj=raw, mode="rb"), None, None  # type: ignore[return-value]
-    fd = raw.fileno()
-    return raw, os.fstat(fd).st_size, fd
+            return gzip.GzipFile(fileobj=raw, mode="rb"), None, None  # type: ignore[return-value]
+        fd = raw.fileno()
+        return raw, os.fstat(fd).st_size, fd
+    except BaseException:
+        raw.close()
+        raise
 
 
-def iter_blocks(path: Path, stats: ReadStats, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
-    """Yield ``path``'s content as blocks of complete lines, each ending with ``b"\\n"``.
+def iter_spans(path: Path, stats: ReadStats, block_bytes: int = BLOCK_BYTES) -> Iterator[Span]:
+    """Yield ``path``'s content as spans of complete lines (see :data:`Span`), oldest first.
 
-    A line longer than ``block_bytes`` may be cut to its first ``block_bytes`` (counted in ``stats.overlong_lines``); memory
-    stays within two blocks. A plain file
-    is read up to its size at open; a last line without newline is yielded unless the file grew meanwhile (then it is
-    being written and is counted in ``stats.partial_lines_skipped``). Read errors and corrupt gzip end the file and
-    are noted in ``stats.problems``; nothing is raised for bad content.
+    A plain file is read up to its size at open; a last line without newline is yielded (with one added) unless the
+    file grew meanwhile: then it is being written and is counted in ``stats.partial_lines_skipped``. A line longer than
+    ``block_bytes`` is cut to its first ``block_bytes`` (``stats.overlong_lines``). Read errors and corrupt gzip end
+    the file and are noted in ``stats.problems``; nothing is raised for bad content. Memory: about two blocks.
     """
     try:
-        stream, limit_bytes, fd = _open(path, stats)
+        stream, limit_bytes, fd = _open(path)
     except OSError as exc:
         stats.problems.append(f"{path}: cannot read ({exc.strerror or exc})")
         return
     stats.files.append(str(path))
-    carry = b""
+    carry = b""  # the start of a line continued in the next read
     skipping = False  # inside the rest of an over-long line
     remaining = limit_bytes
     with stream:
-        while True:
-            want = block_bytes if remaining is None else min(block_bytes, remaining)
-            if want <= 0:
-                break
+        while remaining is None or remaining > 0:
             try:
-                data = stream.read(want)
+                data = stream.read(block_bytes if remaining is None else min(block_bytes, remaining))
             except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError; EOFError: truncated stream
                 stats.problems.append(f"{path}: stopped reading after {stats.bytes_read} bytes ({exc})")
                 break
@@ -109,32 +108,45 @@ def iter_blocks(path: Path, stats: ReadStats, block_bytes: int = BLOCK_BYTES) ->
             stats.bytes_read += len(data)
             if remaining is not None:
                 remaining -= len(data)
-            if skipping:
-                newline = data.find(b"\n")
-                if newline < 0:
+            start = 0
+            if skipping or carry:
+                first_end = data.find(b"\n") + 1
+                if first_end == 0:  # still no end of that line
+                    if not skipping:
+                        carry += data
+                        if len(carry) >= block_bytes:
+                            stats.overlong_lines += 1
+                            yield carry[:block_bytes] + b"\n", 0, block_bytes + 1
+                            carry, skipping = b"", True
                     continue
-                data = data[newline + 1 :]
-                skipping = False
-            cut = data.rfind(b"\n") + 1
-            if cut == 0:  # no line ends in this read
-                carry += data
-                if len(carry) >= block_bytes:
-                    stats.overlong_lines += 1
-                    skipping = True
-                    yield carry[:block_bytes] + b"\n"
-                    carry = b""
-                continue
-            if carry:  # one copy: the carried start of a line joined with the whole lines read now
-                block = b"".join((carry, memoryview(data)[:cut]))
+                if not skipping:
+                    joined = carry + data[:first_end]
+                    if len(joined) > block_bytes:
+                        stats.overlong_lines += 1
+                        joined = joined[:block_bytes] + b"\n"
+                    yield joined, 0, len(joined)
+                carry, skipping, start = b"", False, first_end
+            cut = data.rfind(b"\n", start) + 1
+            if cut > start:
+                yield data, start, cut
+                carry = data[cut:]
             else:
-                block = data if cut == len(data) else data[:cut]
-            carry = data[cut:]
-            yield block
-        if carry and not skipping:
+                carry = data[start:]
+            if len(carry) >= block_bytes:
+                stats.overlong_lines += 1
+                yield carry[:block_bytes] + b"\n", 0, block_bytes + 1
+                carry, skipping = b"", True
+        if carry:
             if fd is not None and limit_bytes is not None and _size(fd) > limit_bytes:
                 stats.partial_lines_skipped += 1
             else:
-                yield carry + b"\n"
+                yield carry + b"\n", 0, len(carry) + 1
+
+
+def iter_blocks(path: Path, stats: ReadStats, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
+    """Like :func:`iter_spans`, as ``bytes`` blocks of whole lines (a copy when a span is part of its buffer)."""
+    for buf, start, end in iter_spans(path, stats, block_bytes):
+        yield buf if start == 0 and end == len(buf) else buf[start:end]
 
 
 def _size(fd: int) -> int:

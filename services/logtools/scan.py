@@ -1,16 +1,16 @@
 """One streaming pass over vLLM's log (and its rotated files) at the byte level.
 
-Only the lines that matter are decoded: each block is searched with ``bytes.find`` for the level words and
-``Traceback``, and for the engine's periodic stats line; everything else is skipped at memchr speed. A log record
-with its traceback (vLLM repeats the header on every line; uvicorn and crashing processes print bare tracebacks,
-possibly behind a ``(Proc pid=N)`` prefix) becomes one :class:`ErrorEvent`, also across block boundaries.
+Only the lines that matter are decoded: each block is searched for the level words (a regex that starts with a
+literal, so ``re`` skips ahead in C) and with ``bytes.find`` for ``Traceback``; the engine's periodic stats lines come
+from one ``findall`` per block. A log record with its traceback (vLLM repeats its header on every line; uvicorn and
+crashing processes print bare tracebacks, possibly behind a ``(Proc pid=N)`` prefix) becomes one
+:class:`ErrorEvent`, also across block boundaries.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.logtools.patterns import (
@@ -23,54 +23,77 @@ from services.logtools.patterns import (
     starts_traceback,
     text,
 )
-from services.logtools.reader import BLOCK_BYTES, ReadStats, iter_blocks, mtime_s
+from services.logtools.reader import BLOCK_BYTES, ReadStats, iter_spans, mtime_s
 from services.logtools.timeparse import StampClock
 
 TRACEBACK_NEEDLE = b"Traceback (most recent"
 LEVEL_RE = re.compile(rb"R(?:ROR|NING|ITICAL)")
-"""ERROR, WARNING and CRITICAL from their first ``R`` (a literal first character lets ``re`` scan in C)."""
+"""ERROR, WARNING and CRITICAL from their first ``R``; the line's header decides whether it is the level."""
+METRICS_NEEDLE = b"Avg prompt throughput: "
 MAX_EVENT_BYTES = 1 << 20
 """A record with its traceback is cut after this many bytes (so that carrying it to the next block stays cheap)."""
 MAX_TRACEBACK_LINES = 60
 """Traceback lines kept per event: the first and last halves when longer."""
 _STAMP_LOOKBACK = (1024, 8192, 65536)
 
+MetricsCallback = Callable[[list[tuple[bytes, ...]], float | None, float | None], None]
 
-@dataclass(slots=True)
+
 class ErrorEvent:
-    """A WARNING/ERROR/CRITICAL record or a bare traceback; times in epoch seconds."""
+    """A WARNING/ERROR/CRITICAL record or a bare traceback; ``stamp_s`` in epoch seconds."""
 
-    level: str
-    stamp_s: float | None
-    process: str | None
-    source: str | None
-    message: str
-    exception: str | None = None
-    traceback_raw: list[bytes] = field(default_factory=list)
-    """Traceback lines as read (decoded only when shown: most events are counted, few are printed)."""
+    __slots__ = ("exception", "level", "message", "process", "source", "stamp_s", "traceback_raw")
+
+    def __init__(
+        self,
+        level: str,
+        stamp_s: float | None,
+        process: str | None,
+        source: str | None,
+        message: str,
+        exception: str | None = None,
+        traceback_raw: list[bytes] | None = None,
+    ) -> None:
+        self.level = level
+        self.stamp_s = stamp_s
+        self.process = process
+        self.source = source
+        """``file.py:line`` from vLLM's header, None for bare tracebacks and other formats."""
+        self.message = message
+        """The record's first line (for a bare traceback: its exception line)."""
+        self.exception = exception
+        """The traceback's last exception line (``ValueError: ...``), None without traceback."""
+        self.traceback_raw = traceback_raw or []
+        """Traceback lines as read (decoded only when shown: most events are counted, few are printed)."""
 
     def traceback_text(self) -> list[str]:
         """The traceback lines as printable text."""
         return [text(line) for line in self.traceback_raw]
 
 
-@dataclass
 class HttpCounts:
     """uvicorn access lines: inference requests (``POST /v1/...``) and error responses by status class."""
 
-    inference_requests: int = 0
-    status_4xx: int = 0
-    status_5xx: int = 0
+    def __init__(self) -> None:
+        self.inference_requests = 0
+        self.status_4xx = 0
+        self.status_5xx = 0
 
 
-@dataclass
 class ScanResult:
     """What one pass found; ``lines`` (inside the window) and ``http`` are counted only with ``on_metrics``."""
 
-    read: ReadStats = field(default_factory=ReadStats)
-    lines: int = 0
-    http: HttpCounts = field(default_factory=HttpCounts)
-    skipped_files: list[str] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.read = ReadStats()
+        self.lines = 0
+        self.http = HttpCounts()
+        self.skipped_files: list[str] = []
+
+
+def _line_begin(buf: bytes, low: int, position: int) -> int:
+    """Offset where the line holding ``position`` begins, not before ``low``."""
+    newline = buf.rfind(b"\n", low, position)
+    return newline + 1 if newline >= 0 else low
 
 
 class LogScanner:
@@ -78,17 +101,17 @@ class LogScanner:
 
     Args:
         on_event: called with each :class:`ErrorEvent` inside the window (None: errors are not looked for).
-        on_metrics: called per block with the periodic stats lines in the window (rows of :data:`METRICS_RE` groups)
+        on_metrics: called per block with the periodic stats lines in the window (rows of ``METRICS_RE`` groups)
             and the times of the first and last of them (epoch seconds or None).
         since_s: window start, epoch seconds (None: everything). The log is taken to be in time order: blocks
             ending before the window are skipped; files last written before it are not opened.
-        block_bytes: read size, see :func:`services.logtools.reader.iter_blocks`.
+        block_bytes: read size, see :func:`services.logtools.reader.iter_spans`.
     """
 
     def __init__(
         self,
         on_event: Callable[[ErrorEvent], None] | None = None,
-        on_metrics: Callable[[list[tuple[bytes, ...]], float | None, float | None], None] | None = None,
+        on_metrics: MetricsCallback | None = None,
         since_s: float | None = None,
         block_bytes: int = BLOCK_BYTES,
     ) -> None:
@@ -109,60 +132,59 @@ class LogScanner:
                 self.result.skipped_files.append(str(path))
                 continue
             self._clock = StampClock(modified_s)
-            self._scan_file(path, modified_s)
+            self._scan_file(path)
+            if self._last_stamp_s is None:
+                self._last_stamp_s = modified_s
         return self.result
 
-    def _scan_file(self, path: Path, modified_s: float | None) -> None:
+    def _scan_file(self, path: Path) -> None:
         carry = b""
-        blocks = iter_blocks(path, self.result.read, self.block_bytes)
-        block = next(blocks, None)
-        while block is not None:
-            following = next(blocks, None)
-            buf = carry + block if carry else block
-            carry = self._scan_block(buf, final=following is None)
-            block = following
-        if carry:  # only when the last block ended inside an unfinished record
-            self._scan_block(carry, final=True)
-        if self._last_stamp_s is None:
-            self._last_stamp_s = modified_s
+        spans = iter_spans(path, self.result.read, self.block_bytes)
+        span = next(spans, None)
+        while span is not None:
+            following = next(spans, None)
+            buf, start, stop = span
+            if carry:  # an unfinished record from the previous block: rare, so the copy is fine
+                buf = carry + buf[start:stop]
+                start, stop = 0, len(buf)
+            carry = self._scan_span(buf, start, stop, final=following is None)
+            span = following
 
-    def _scan_block(self, buf: bytes, final: bool) -> bytes:
-        """Scan one block of whole lines; returns the unfinished record at its end (to prepend to the next)."""
-        start = 0
+    def _scan_span(self, buf: bytes, start: int, stop: int, final: bool) -> bytes:
+        """Scan the whole lines in ``buf[start:stop]``; returns an unfinished record at the end (to carry over)."""
         if not self._in_window:
-            start = self._window_start(buf)
+            start = self._window_start(buf, start, stop)
             if start < 0:
                 return b""
-        carry_from = self._scan_errors(buf, start, final) if self.on_event is not None else len(buf)
+        carry_from = self._scan_errors(buf, start, stop, final) if self.on_event is not None else stop
         if self.on_metrics is not None:
             self.result.lines += buf.count(b"\n", start, carry_from)
             self._count_http(buf, start, carry_from)
             self._scan_metrics(buf, start, carry_from)
-        self._last_stamp_s = self._stamp_before(buf, carry_from) or self._last_stamp_s
-        return buf[carry_from:]
+        self._last_stamp_s = self._stamp_before(buf, start, carry_from) or self._last_stamp_s
+        return buf[carry_from:stop]
 
     # --- the --since window ---------------------------------------------------------------------------------------
 
-    def _window_start(self, buf: bytes) -> int:
-        """Offset of the first line stamped inside the window, or -1 when the whole block is before it."""
+    def _window_start(self, buf: bytes, start: int, stop: int) -> int:
+        """Offset of the first line stamped inside the window, or -1 when the whole span is before it."""
         since_s = self.since_s
         assert since_s is not None
-        last_s = self._stamp_before(buf, len(buf))
+        last_s = self._stamp_before(buf, start, stop)
         if last_s is None or last_s < since_s:
-            if last_s is not None:
-                self._last_stamp_s = last_s
+            self._last_stamp_s = last_s or self._last_stamp_s
             return -1
-        for match in STAMP_RE.finditer(buf):
+        for match in STAMP_RE.finditer(buf, start, stop):
             stamp_s = self._clock.stamp_s(match[1])
             if stamp_s is not None and stamp_s >= since_s:
                 self._in_window = True
-                return buf.rfind(b"\n", 0, match.start()) + 1
+                return _line_begin(buf, start, match.start())
         return -1
 
-    def _stamp_before(self, buf: bytes, end: int) -> float | None:
-        """Time of the last stamped line before offset ``end`` (looking back at most 64 KiB), epoch seconds."""
+    def _stamp_before(self, buf: bytes, low: int, end: int) -> float | None:
+        """Time of the last stamped line in ``buf[low:end]`` (looking back at most 64 KiB), epoch seconds."""
         for lookback in _STAMP_LOOKBACK:
-            begin = max(0, end - lookback)
+            begin = max(low, end - lookback)
             last = None
             for last in STAMP_RE.finditer(buf, begin, end):  # noqa: B007 - keep the last match
                 pass
@@ -170,7 +192,7 @@ class LogScanner:
                 stamp_s = self._clock.stamp_s(last[1])
                 if stamp_s is not None:
                     return stamp_s
-            if begin == 0:
+            if begin == low:
                 break
         return None
 
@@ -186,46 +208,40 @@ class LogScanner:
         """All periodic stats lines of ``buf[start:stop]`` in one ``findall``; only the first and last are dated."""
         assert self.on_metrics is not None
         rows = METRICS_RE.findall(buf, start, stop)
-        if not rows:
-            return
-        first = METRICS_RE.search(buf, start, stop)
-        last_at = buf.rfind(b"Avg prompt throughput: ", start, stop)
-        assert first is not None
-        self.on_metrics(rows, self._line_stamp(buf, first.start()), self._line_stamp(buf, last_at))
+        if rows:
+            first_at = buf.find(METRICS_NEEDLE, start, stop)
+            last_at = buf.rfind(METRICS_NEEDLE, start, stop)
+            self.on_metrics(rows, self._line_stamp(buf, start, first_at), self._line_stamp(buf, start, last_at))
 
-    def _line_stamp(self, buf: bytes, position: int) -> float | None:
+    def _line_stamp(self, buf: bytes, low: int, position: int) -> float | None:
         """Time stamp of the line holding ``position`` (epoch seconds; None when it has none)."""
-        begin = buf.rfind(b"\n", 0, position) + 1
+        begin = _line_begin(buf, low, position)
         return parse_line(buf[begin : buf.find(b"\n", position)], self._clock).stamp_s
 
     # --- warnings, errors, tracebacks -----------------------------------------------------------------------------
 
-    def _scan_errors(self, buf: bytes, start: int, final: bool) -> int:
-        """Report the events in ``buf[start:]``; returns where an unfinished record begins (``len(buf)``: none).
-
-        Level words are found by :data:`LEVEL_RE`, which starts with a literal so ``re`` skips ahead in C;
-        ``Traceback`` lines have a ``bytes.find`` of their own.
-        """
+    def _scan_errors(self, buf: bytes, start: int, stop: int, final: bool) -> int:
+        """Report the events in ``buf[start:stop]``; returns where an unfinished record begins (``stop``: none)."""
         search = LEVEL_RE.search
         find = buf.find
-        level = search(buf, start)
-        traceback_at = find(TRACEBACK_NEEDLE, start)
+        level = search(buf, start, stop)
+        traceback_at = find(TRACEBACK_NEEDLE, start, stop)
         while level is not None or traceback_at >= 0:
             level_at = level.start() - (2 if level[0] == b"RNING" else 1) if level is not None else -1
             hit = traceback_at if level_at < 0 or 0 <= traceback_at < level_at else level_at
-            begin = buf.rfind(b"\n", 0, hit) + 1
-            end = self._record_at(buf, begin, final)
+            begin = _line_begin(buf, start, hit)
+            end = self._record_at(buf, begin, stop, final)
             if end < 0:
                 return begin
             if level is not None and level_at < end:
-                level = search(buf, end)
+                level = search(buf, end, stop)
             if 0 <= traceback_at < end:
-                traceback_at = find(TRACEBACK_NEEDLE, end)
-        return len(buf)
+                traceback_at = find(TRACEBACK_NEEDLE, end, stop)
+        return stop
 
-    def _record_at(self, buf: bytes, begin: int, final: bool) -> int:
+    def _record_at(self, buf: bytes, begin: int, stop: int, final: bool) -> int:
         """Emit the record starting at ``begin`` if it is a problem; returns the offset after it, -1: unfinished."""
-        end = buf.find(b"\n", begin)
+        end = buf.find(b"\n", begin, stop)
         head = parse_line(buf[begin:end], self._clock)
         is_traceback = starts_traceback(head.body)
         if head.level not in PROBLEM_LEVELS and not is_traceback:
@@ -234,20 +250,19 @@ class LogScanner:
         exception: bytes | None = None
         state = "tb" if is_traceback else "head"
         position = end + 1
-        size = len(buf)
         while True:
-            if position >= size:
+            if position >= stop:
                 if not final and position - begin < MAX_EVENT_BYTES:
-                    return -1
+                    return -1  # the record may go on in the next block
                 break
-            line_end = buf.find(b"\n", position)
+            line_end = buf.find(b"\n", position, stop)
             if state == "head" and buf.find(b"Traceback", position, line_end) < 0:
                 break  # a record without traceback: most warnings and errors end here, unparsed
             body = self._continuation(buf[position:line_end], head)
             if body is None:
                 break
             if state == "tb" and not continues_traceback(body) and not starts_traceback(body):
-                exception, state = body, "after"
+                exception, state = body, "after"  # the exception line ends a traceback (a chained one may follow)
             elif state == "after" and (continues_traceback(body) or starts_traceback(body)):
                 state = "tb"
             elif state != "tb" and not starts_traceback(body):
@@ -263,7 +278,7 @@ class LogScanner:
 
     def _continuation(self, raw: bytes, head: Line) -> bytes | None:
         """Body of ``raw`` if it can continue ``head``'s record (same header, or no header from the same process)."""
-        if head.header and raw.startswith(head.header) and (head.level is not None):
+        if head.level is not None and raw.startswith(head.header):
             return raw[len(head.header) :]
         line = parse_line(raw, self._clock)
         if line.level is None and line.process == head.process:
@@ -276,7 +291,7 @@ class LogScanner:
         assert self.on_event is not None
         stamp_s = head.stamp_s
         if stamp_s is None:
-            stamp_s = self._stamp_before(buf, begin) or self._last_stamp_s or self._clock.reference_s
+            stamp_s = self._stamp_before(buf, 0, begin) or self._last_stamp_s or self._clock.reference_s
         if self.since_s is not None and stamp_s < self.since_s:
             return
         if len(tb_lines) > MAX_TRACEBACK_LINES:
@@ -286,14 +301,5 @@ class LogScanner:
         message = text(head.body).strip()
         if is_traceback:
             message = exception_text or message
-        self.on_event(
-            ErrorEvent(
-                level=head.level if head.level is not None and head.level in PROBLEM_LEVELS else "ERROR",
-                stamp_s=stamp_s,
-                process=head.proc,
-                source=head.src,
-                message=message,
-                exception=exception_text,
-                traceback_raw=tb_lines,
-            )
-        )
+        level = head.level if head.level is not None and head.level in PROBLEM_LEVELS else "ERROR"
+        self.on_event(ErrorEvent(level, stamp_s, head.proc, head.src, message, exception_text, tb_lines))

@@ -76,7 +76,7 @@ class _Writer:
     def start_up(self, version: str) -> None:
         self.facts.starts += 1
         self.api_pid, self.core_pid, self.worker_pid = (p + 37 for p in (self.api_pid, self.core_pid, self.worker_pid))
-        self.lines.append("[INFO] Starting vLLM: /opt/venv/bin/python -m vllm.entrypoints.openai.api_server --port 8100")
+        self.lines.append("[INFO] Starting vLLM: /opt/venv/bin/python -m vllm.entrypoints.openai.api_server --port 81")
         if self.new:
             self.log("APIServer", "INFO", "utils.py:253", "non-default args: {'model': 'models/tiny', 'port': 8100}")
             self.log("APIServer", "WARNING", "system_utils.py:255", "Found ulimit of 20000 and failed to increase it.")
@@ -130,8 +130,9 @@ class _Writer:
         else:
             self.log(
                 "", "INFO", "metrics.py:351",
-                f"Avg prompt throughput: {gen * 0.3:.1f} tokens/s, Avg generation throughput: {gen} tokens/s, Running: "
-                f"{running} reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: {kv}%, CPU KV cache usage: 0.0%.",
+                f"Avg prompt throughput: {gen * 0.3:.1f} tokens/s, Avg generation throughput: {gen} tokens/s, "
+                f"Running: {running} reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: {kv}%, "
+                "CPU KV cache usage: 0.0%.",
             )  # fmt: skip
         facts.metrics_lines += 1
         self.incidents()

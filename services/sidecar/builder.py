@@ -17,7 +17,8 @@ from services.report_schema import (
     Report,
     Resources,
 )
-from services.sidecar.sampler import WindowPeaks
+from services.sidecar.redact import strip_url_credentials
+from services.sidecar.resources import WindowPeaks
 
 MAX_ERROR_EXAMPLES = 5
 
@@ -55,6 +56,28 @@ def build_metrics(records: Sequence[RequestRecord], peaks: WindowPeaks, slo: dic
     )
 
 
+def build_resources(
+    peaks: WindowPeaks,
+    gpu_unavailable_reason: str | None,
+    cpu_unavailable_reason: str | None,
+    sample_interval_s: float | None = None,
+) -> Resources:
+    """The report's ``resources`` section from the window's peaks, per-GPU statistics and time series."""
+    return Resources(
+        gpu_unavailable_reason=gpu_unavailable_reason,
+        gpu_mem_peak_gb=peaks.gpu_mem_peak_gb,
+        gpu_samples=peaks.samples if peaks.gpu_mem_peak_gb is not None else 0,
+        gpus=list(peaks.gpus),
+        cpu_rss_peak_gb=peaks.vllm_rss_peak_gb,
+        cpu_unavailable_reason=cpu_unavailable_reason if peaks.vllm_rss_peak_gb is None else None,
+        vllm_cpu_percent_peak=peaks.vllm_cpu_percent_peak,
+        vllm_cpu_percent_mean=peaks.vllm_cpu_percent_mean,
+        host_mem_used_peak_gb=peaks.host_used_peak_gb,
+        sample_interval_s=sample_interval_s,
+        timeline=list(peaks.timeline),
+    )
+
+
 def build_report(
     request: BuildReportRequest,
     *,
@@ -67,6 +90,7 @@ def build_report(
     cpu_unavailable_reason: str | None,
     log_facts: LogFacts,
     comparison: Comparison,
+    sample_interval_s: float | None = None,
 ) -> Report:
     """Assemble a report (pure: every input was gathered by the caller)."""
     return Report(
@@ -75,17 +99,10 @@ def build_report(
         run_started_at=request.window_start,
         run_ended_at=request.window_end,
         environment=environment,
-        config=request.config,
+        config=request.config.model_copy(update={"vllm_url": strip_url_credentials(request.config.vllm_url)}),
         metrics=metrics,
         errors=error_summary(request.records),
-        resources=Resources(
-            gpu_unavailable_reason=gpu_unavailable_reason,
-            gpu_mem_peak_gb=peaks.gpu_mem_peak_gb,
-            gpu_samples=peaks.samples if peaks.gpu_mem_peak_gb is not None else 0,
-            cpu_rss_peak_gb=peaks.vllm_rss_peak_gb,
-            cpu_unavailable_reason=cpu_unavailable_reason if peaks.vllm_rss_peak_gb is None else None,
-            host_mem_used_peak_gb=peaks.host_used_peak_gb,
-        ),
+        resources=build_resources(peaks, gpu_unavailable_reason, cpu_unavailable_reason, sample_interval_s),
         logs=log_facts,
         comparison=comparison,
         server=request.server,

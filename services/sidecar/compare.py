@@ -1,10 +1,16 @@
-"""Pure comparison of reports: workload fingerprints and percent changes of headline metrics."""
+"""Pure comparison of reports: workload fingerprints and percent changes of headline metrics.
+
+Two runs are comparable when their workload fingerprints match: same load shape, lengths, dataset, model and
+hardware. A new report is compared with the previous report of its fingerprint (``vs_previous``) and with every
+named baseline (``vs_<name>``); a baseline of another fingerprint is refused, naming the fields that differ.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from loadtest.metrics import percent_change
 from services.report_schema import BenchmarkConfig, Comparison, Environment, Metrics, Report
@@ -18,44 +24,108 @@ COMPARED_METRICS = (
     "ttft_p50_ms",
     "ttft_p99_ms",
     "gpu_mem_peak_gb",
+    "cpu_rss_peak_gb",
+    "error_rate_percent",
 )
+PREVIOUS = "vs_previous"
+# Not part of the fingerprint, but worth a note when they differ between compared runs.
+FLAGGED_ENV_FIELDS = ("vllm_version", "vllm_fingerprint", "model_revision", "driver_version")
 
 
-def workload_fingerprint(config: BenchmarkConfig, env: Environment) -> str:
-    """Hash of what makes two runs comparable: load shape, lengths, dataset, model and hardware."""
-    key = {
+def fingerprint_fields(config: BenchmarkConfig, env: Environment) -> dict[str, Any]:
+    """What makes two runs comparable: load shape, lengths, dataset, model and hardware (not the seed or SLOs)."""
+    return {
         "mode": config.mode,
         "concurrency": config.concurrency,
+        "rate_req_per_sec": config.rate_req_per_sec,
+        "burstiness": config.burstiness,
         "requests": config.requests,
         "duration_s": config.duration_s,
         "max_tokens": config.max_tokens,
+        "output_len_mean": config.output_len_mean,
+        "ignore_eos": config.ignore_eos,
         "temperature": config.temperature,
         "dataset": config.dataset,
+        "input_mix": config.input_mix,
         "model": env.served_model_name,
         "synthetic": env.synthetic,
         "gpu_model": env.gpu_model,
         "gpu_count": env.gpu_count,
         "cpu_model": None if env.gpu_model else env.cpu_model,
     }
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def fingerprint_of(fields: Mapping[str, Any]) -> str:
+    """Short hash (12 hex digits) of :func:`fingerprint_fields`."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def workload_fingerprint(config: BenchmarkConfig, env: Environment) -> str:
+    """Hash of what makes two runs comparable (see :func:`fingerprint_fields`)."""
+    return fingerprint_of(fingerprint_fields(config, env))
+
+
+def differing_fields(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """``name: old -> new`` for every fingerprint field that differs (``a`` is the older run)."""
+    return [f"{key}: {a.get(key)!r} -> {b.get(key)!r}" for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
 
 
 def metric_changes(new: Metrics, old: Metrics) -> dict[str, float | None]:
-    """``{metric}_pct`` percent changes of :data:`COMPARED_METRICS` (None where either side is missing)."""
-    return {f"{name}_pct": percent_change(getattr(new, name), getattr(old, name)) for name in COMPARED_METRICS}
+    """``{metric}_pct`` percent changes of :data:`COMPARED_METRICS`, 0.1 % resolution (None where a side is missing)."""
+    out: dict[str, float | None] = {}
+    for name in COMPARED_METRICS:
+        change = percent_change(getattr(new, name), getattr(old, name))
+        out[f"{name}_pct"] = None if change is None else round(change, 2)
+    return out
+
+
+def _flag_env(name: str, env: Environment, old: Report) -> list[str]:
+    """Notes for environment fields outside the fingerprint that changed since ``old``."""
+    notes = []
+    for key in FLAGGED_ENV_FIELDS:
+        before, now = getattr(old.environment, key), getattr(env, key)
+        if before != now:
+            notes.append(f"{name}: {key} differs ({before} -> {now}); the comparison includes that change")
+    return notes
 
 
 def compare_with_history(
-    config: BenchmarkConfig, env: Environment, metrics: Metrics, history: Sequence[Report]
+    config: BenchmarkConfig,
+    env: Environment,
+    metrics: Metrics,
+    history: Sequence[Report],
+    baselines: Mapping[str, Report | str] | None = None,
 ) -> Comparison:
-    """Compare with the latest earlier report of the same workload fingerprint (``vs_previous``)."""
-    fingerprint = workload_fingerprint(config, env)
+    """Compare with the latest earlier report of the same fingerprint and with every named baseline.
+
+    Args:
+        history: earlier reports, oldest first.
+        baselines: baseline name -> its report, or a string saying why it could not be loaded.
+    """
+    fields = fingerprint_fields(config, env)
+    fingerprint = fingerprint_of(fields)
+    comparison = Comparison(fingerprint=fingerprint)
     same = [r for r in history if workload_fingerprint(r.config, r.environment) == fingerprint]
-    comparison = Comparison()
-    if not same:
-        comparison.notes.append(f"first run of workload {fingerprint}: nothing to compare with")
-        return comparison
-    previous = same[-1]
-    comparison.against["vs_previous"] = previous.report_id
-    comparison.changes_pct["vs_previous"] = metric_changes(metrics, previous.metrics)
+    if same:
+        previous = same[-1]
+        comparison.against[PREVIOUS] = previous.report_id
+        comparison.changes_pct[PREVIOUS] = metric_changes(metrics, previous.metrics)
+        comparison.notes.extend(_flag_env(PREVIOUS, env, previous))
+    else:
+        comparison.notes.append(f"first run of workload {fingerprint}: no previous run to compare with")
+    for name, baseline in sorted((baselines or {}).items()):
+        key = f"vs_{name}"
+        if isinstance(baseline, str):
+            comparison.refused[key] = baseline
+            comparison.notes.append(f"{key}: not compared: {baseline}")
+            continue
+        old_fields = fingerprint_fields(baseline.config, baseline.environment)
+        if fingerprint_of(old_fields) != fingerprint:
+            reason = f"workload differs from {baseline.report_id} ({'; '.join(differing_fields(old_fields, fields))})"
+            comparison.refused[key] = reason
+            comparison.notes.append(f"{key}: refused: {reason}")
+            continue
+        comparison.against[key] = baseline.report_id
+        comparison.changes_pct[key] = metric_changes(metrics, baseline.metrics)
+        comparison.notes.extend(_flag_env(key, env, baseline))
     return comparison

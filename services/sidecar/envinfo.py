@@ -1,10 +1,17 @@
-"""Environment facts for reports: host CPU/RAM, Python, git commit, vLLM version, served model, GPU info."""
+"""Environment facts for reports: host CPU/RAM, Python, project version and commit, vLLM build, model, GPU info.
+
+Every fact is read from an explicit source (never by dumping the environment or the settings), so no secret can
+travel into a report through here.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
+import re
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +23,9 @@ from services.settings import PROJECT_ROOT
 from services.sidecar.gpu import GpuInfo
 
 GIB = 1024**3
+SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(?:/|$)")
+HF_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+COMMIT_RE = re.compile(r"""commit_id\s*=\s*['"]([0-9a-f]{7,40})['"]""")
 
 
 def cpu_model() -> str | None:
@@ -48,6 +58,61 @@ def git_commit(root: Path = PROJECT_ROOT) -> str | None:
         return None
 
 
+def project_version(root: Path = PROJECT_ROOT) -> str | None:
+    """``[project] version`` of the checkout's pyproject.toml; None when unreadable."""
+    try:
+        version = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError):
+        return None
+    return str(version)
+
+
+def vllm_commit(state: dict[str, Any]) -> str | None:
+    """vLLM's git commit from the engine env's ``vllm/_version.py`` (read as text, not imported).
+
+    The engine's Python is ``argv[0]`` of the launcher's state file; None when that env is not visible here (another
+    container) or the build records no commit (release wheels).
+    """
+    argv = state.get("argv")
+    if not isinstance(argv, list) or not argv or not isinstance(argv[0], str):
+        return None
+    venv = Path(argv[0]).parent.parent
+    for version_file in sorted(venv.glob("lib/python3*/site-packages/vllm/_version.py")):
+        with contextlib.suppress(OSError):
+            if match := COMMIT_RE.search(version_file.read_text(encoding="utf-8")):
+                return match.group(1)
+    return None
+
+
+def vllm_fingerprint(server: dict[str, Any], version: str | None, commit: str | None) -> str | None:
+    """The ``system_fingerprint`` vLLM reports, else ``vllm-<version>[+g<commit>]``; None without either."""
+    if server.get("system_fingerprint"):
+        return str(server["system_fingerprint"])
+    if not version:
+        return None
+    return f"vllm-{version}" + (f"+g{commit[:12]}" if commit and commit[:7] not in version else "")
+
+
+def model_revision(model_path: str | None, state: dict[str, Any]) -> str | None:
+    """The HF snapshot hash the model is served from: read from a ``…/snapshots/<hash>`` path, or looked up in the
+    local HF cache for a hub id (offline); None for local folders, synthetic models or an uncached id."""
+    if state.get("synthetic"):
+        return None
+    if model_path and (match := SNAPSHOT_RE.search(model_path)):
+        return match.group(1)
+    repo_id = model_path if model_path and HF_ID_RE.match(model_path) else state.get("requested")
+    if not isinstance(repo_id, str) or not HF_ID_RE.match(repo_id) or Path(repo_id).exists():
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # a malformed cache or id must not stop a report
+        return None
+    match = SNAPSHOT_RE.search(cached) if isinstance(cached, str) else None
+    return match.group(1) if match else None
+
+
 def engine_state(state_file: Path) -> dict[str, Any]:
     """The vLLM launcher's record of what it serves (empty when missing or corrupt)."""
     try:
@@ -57,18 +122,32 @@ def engine_state(state_file: Path) -> dict[str, Any]:
         return {}
 
 
+def system_fingerprint(vllm_url: str, model: str, timeout_s: float = 5.0) -> str | None:
+    """The ``system_fingerprint`` vLLM puts in completions (version, parallelism, config hash), from a one-token
+    request made after the measured window; None when the server sends none or does not answer in time."""
+    try:
+        body = {"model": model, "prompt": "fingerprint", "max_tokens": 1, "temperature": 0.0}
+        value = httpx.post(f"{vllm_url}/v1/completions", json=body, timeout=timeout_s).json().get("system_fingerprint")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value else None
+
+
 def vllm_server_facts(vllm_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
-    """``version`` from ``/version`` and the first model of ``/v1/models`` (``id``, ``root``); {} when unreachable."""
+    """``version`` from ``/version``, the first model of ``/v1/models`` (``id``, ``root``) and the server's
+    ``system_fingerprint``; {} when unreachable."""
     facts: dict[str, Any] = {}
     try:
         facts["version"] = httpx.get(f"{vllm_url}/version", timeout=timeout_s).json().get("version")
         models = httpx.get(f"{vllm_url}/v1/models", timeout=timeout_s).json().get("data") or []
-        if models:
-            facts["model_id"] = models[0].get("id")
-            facts["model_root"] = models[0].get("root")
-            facts["max_model_len"] = models[0].get("max_model_len")
-    except (httpx.HTTPError, ValueError):
-        pass
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return facts
+    if models and isinstance(models[0], dict):
+        facts["model_id"] = models[0].get("id")
+        facts["model_root"] = models[0].get("root")
+        facts["max_model_len"] = models[0].get("max_model_len")
+        if facts["model_id"]:
+            facts["system_fingerprint"] = system_fingerprint(vllm_url, str(facts["model_id"]), timeout_s)
     return facts
 
 
@@ -76,15 +155,21 @@ def collect_environment(
     gpu_info: GpuInfo | None, state: dict[str, Any], server: dict[str, Any], log_version: str | None
 ) -> Environment:
     """Assemble the report's ``environment`` section from the pieces gathered above."""
+    version = server.get("version") or log_version
+    commit = vllm_commit(state)
+    model_path = server.get("model_root") or state.get("model_arg")
     return Environment(
         gpu_model=gpu_info.names[0] if gpu_info and gpu_info.names else None,
         gpu_count=len(gpu_info.names) if gpu_info else 0,
         driver_version=gpu_info.driver_version if gpu_info else None,
         cuda_version=gpu_info.cuda_version if gpu_info else None,
-        vllm_version=server.get("version") or log_version,
+        vllm_version=version,
+        vllm_commit=commit,
+        vllm_fingerprint=vllm_fingerprint(server, version, commit),
         model_requested=state.get("requested"),
-        model_path=server.get("model_root") or state.get("model_arg"),
+        model_path=model_path,
         served_model_name=server.get("model_id") or state.get("served_name"),
+        model_revision=model_revision(model_path, state),
         synthetic=bool(state.get("synthetic")),
         synthetic_reason=state.get("fallback_reason")
         or ("synthetic model requested: random weights, text is noise" if state.get("synthetic") else None),
@@ -92,5 +177,6 @@ def collect_environment(
         cpu_cores=psutil.cpu_count(logical=True),
         ram_total_gb=round(psutil.virtual_memory().total / GIB, 2),
         python_version=platform.python_version(),
+        project_version=project_version(),
         project_git_commit=git_commit(),
     )

@@ -1,42 +1,64 @@
-"""The sidecar's I/O orchestration: gather environment, resources and log facts, then write the report."""
+"""The sidecar's I/O orchestration: gather environment, resources and log facts, compare, then write the report."""
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from services.report_schema import BuildReportRequest, BuildReportResponse
+from loadtest.records import RequestRecord
+from services.report_schema import BuildReportRequest, BuildReportResponse, Report, Resources
 from services.settings import Settings
-from services.sidecar.builder import build_metrics, build_report
-from services.sidecar.compare import compare_with_history
+from services.sidecar.baselines import BaselineStore
+from services.sidecar.builder import build_metrics, build_report, build_resources
+from services.sidecar.compare import compare_with_history, workload_fingerprint
 from services.sidecar.envinfo import collect_environment, engine_state, vllm_server_facts
 from services.sidecar.gpu import GpuInfo, GpuReader, open_gpu_reader
 from services.sidecar.logfacts import read_log_facts
+from services.sidecar.redact import Redactor, secret_values
+from services.sidecar.render_html import render_html
+from services.sidecar.render_md import render_markdown
 from services.sidecar.sampler import Sampler, engine_pid
+from services.sidecar.schema_export import write_schema_if_changed
 from services.sidecar.store import ReportStore, dump_records, new_report_id, utc_now_iso
 
 
 @dataclass
 class ReportService:
-    """Holds the sampler, GPU reader and report store; one instance per sidecar process."""
+    """Holds the sampler, GPU reader, report and baseline stores; one instance per sidecar process."""
 
     settings: Settings
     sampler: Sampler
     gpu_reader: GpuReader | None
     gpu_reason: str | None
     store: ReportStore
+    baselines: BaselineStore = field(init=False)
 
     def __post_init__(self) -> None:
         self._gpu_info: GpuInfo | None = self.gpu_reader.info() if self.gpu_reader else None
         self._build_lock = threading.Lock()
+        self.baselines = BaselineStore(self.store.root)
 
     @classmethod
     def from_settings(cls, settings: Settings, gpu: tuple[GpuReader | None, str | None] | None = None) -> ReportService:
-        """Real wiring: NVML when available, psutil for the vLLM process tree."""
+        """Real wiring: NVML when available (or the injected reader), psutil for the vLLM process tree."""
         reader, reason = gpu if gpu is not None else open_gpu_reader()
-        sampler = Sampler(reader, lambda: engine_pid(settings.engine_state_file), settings.gpu_sample_interval_s)
-        return cls(settings, sampler, reader, reason, ReportStore(settings.reports_dir))
+        names = reader.info().names if reader else []
+        sampler = Sampler(
+            reader, lambda: engine_pid(settings.engine_state_file), settings.gpu_sample_interval_s, gpu_names=names
+        )
+        store = ReportStore(settings.reports_dir, redact=Redactor(secret_values(settings)))
+        return cls(settings, sampler, reader, reason, store)
+
+    @property
+    def gpu_names(self) -> list[str]:
+        """Model name of each GPU, by index (empty without NVML)."""
+        return list(self._gpu_info.names) if self._gpu_info else []
+
+    def write_schema(self) -> bool:
+        """Keep ``<reports>/schema.json`` in step with the running code; True when it was (re)written."""
+        return write_schema_if_changed(self.store.root / "schema.json")
 
     def current_resources(self) -> dict[str, Any]:
         """Latest sample as JSON (taken now if the sampler has none yet)."""
@@ -44,20 +66,37 @@ class ReportService:
         return {
             "t": sample.t,
             "gpus": [g.model_dump() for g in sample.gpus],
+            "gpu_names": self.gpu_names,
             "gpu_mem_used_gb": sample.gpu_mem_used_gb,
             "gpu_unavailable_reason": self.gpu_reason,
             "vllm_rss_gb": sample.vllm_rss_gb,
+            "vllm_cpu_percent": sample.vllm_cpu_percent,
             "cpu_unavailable_reason": self.sampler.cpu_unavailable_reason,
             "host_mem_used_gb": sample.host_used_gb,
         }
 
+    def window_resources(self, start: float, end: float) -> Resources:
+        """The ``resources`` section for ``[start, end]`` (a sample is taken now, so short windows have one)."""
+        self.sampler.sample_once()
+        return build_resources(
+            self.sampler.peaks(start, end),
+            self.gpu_reason,
+            self.sampler.cpu_unavailable_reason,
+            self.settings.gpu_sample_interval_s,
+        )
+
     def list_summaries(self) -> list[dict[str, Any]]:
-        """Short view of every report."""
+        """Short view of every report, with its workload fingerprint and the baseline names pointing at it."""
+        marks: dict[str, list[str]] = {}
+        for name, report_id in self.baselines.all().items():
+            marks.setdefault(report_id, []).append(name)
         return [
             {
                 "report_id": r.report_id,
                 "timestamp": r.timestamp,
                 "model": r.environment.served_model_name,
+                "fingerprint": workload_fingerprint(r.config, r.environment),
+                "baselines": marks.get(r.report_id, []),
                 "throughput_req_per_sec": r.metrics.throughput_req_per_sec,
                 "latency_p99_ms": r.metrics.latency_p99_ms,
                 "error_rate_percent": r.metrics.error_rate_percent,
@@ -65,8 +104,25 @@ class ReportService:
             for r in self.store.list()
         ]
 
+    def mark_baseline(self, name: str, report_id: str | None = None) -> Report:
+        """Point baseline ``name`` at ``report_id`` (default: the latest report); returns that report.
+
+        Raises:
+            ValueError: invalid name or id. FileNotFoundError: no such report, or no report at all.
+        """
+        if report_id is None:
+            reports = self.store.list()
+            if not reports:
+                raise FileNotFoundError("no report yet: run `make benchmark` first")
+            report = reports[-1]
+        else:
+            report = self.store.get(report_id)
+        self.baselines.set(name, report.report_id)
+        return report
+
     def build_and_write(self, request: BuildReportRequest) -> BuildReportResponse:
-        """Build the report for ``request`` and write it (serialised, so comparisons see earlier reports)."""
+        """Build the report for ``request`` and write it with its Markdown and HTML (serialised, so comparisons see
+        every earlier report)."""
         settings = self.settings
         self.sampler.sample_once()  # the window's end is covered even for runs shorter than one interval
         peaks = self.sampler.peaks(request.window_start, request.window_end)
@@ -79,7 +135,9 @@ class ReportService:
         )
         metrics = build_metrics(request.records, peaks, request.config.slo)
         with self._build_lock:
-            comparison = compare_with_history(request.config, environment, metrics, self.store.list())
+            comparison = compare_with_history(
+                request.config, environment, metrics, self.store.list(), self.baselines.resolve(self.store)
+            )
             report = build_report(
                 request,
                 report_id=new_report_id(),
@@ -91,7 +149,15 @@ class ReportService:
                 cpu_unavailable_reason=self.sampler.cpu_unavailable_reason,
                 log_facts=log_facts,
                 comparison=comparison,
+                sample_interval_s=settings.gpu_sample_interval_s,
             )
-            path = self.store.write(report, dump_records(request.records))
+            path = self.store.write(
+                report, dump_records(request.records), attachments=lambda final: render_files(final, request.records)
+            )
         written = self.store.get(path.stem)
         return BuildReportResponse(report_path=str(path), report=written)
+
+
+def render_files(report: Report, records: Sequence[RequestRecord]) -> dict[str, str]:
+    """The Markdown summary and the self-contained HTML report of ``report``."""
+    return {".md": render_markdown(report), ".html": render_html(report, records)}

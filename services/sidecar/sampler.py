@@ -1,4 +1,4 @@
-"""Background sampling of GPU memory (NVML) and vLLM's CPU-side memory, kept in a ring buffer.
+"""Background sampling of GPU readings (NVML) and the vLLM process tree (RSS, CPU %), kept in a ring buffer.
 
 NVML has no device-level peak, so the peak over a window is the maximum of the samples taken inside it.
 """
@@ -9,40 +9,16 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psutil
 
-from services.report_schema import GpuSample
 from services.sidecar.gpu import GpuReader
-from services.sidecar.procmem import host_mem_used_gb, process_tree_rss_gb
+from services.sidecar.procmem import ProcessTreeMeter, host_mem_used_gb
+from services.sidecar.resources import Sample, WindowPeaks, summarise
 
-
-@dataclass(frozen=True)
-class Sample:
-    """One tick: per-GPU readings, vLLM tree RSS (GiB, None when unreadable) and host memory in use (GiB)."""
-
-    t: float
-    gpus: list[GpuSample] = field(default_factory=list)
-    vllm_rss_gb: float | None = None
-    host_used_gb: float | None = None
-
-    @property
-    def gpu_mem_used_gb(self) -> float | None:
-        """Memory used summed over all GPUs (tensor parallelism spreads one model over several)."""
-        return sum(g.mem_used_gb for g in self.gpus) if self.gpus else None
-
-
-@dataclass(frozen=True)
-class WindowPeaks:
-    """Maxima over a window; None where nothing was measured."""
-
-    samples: int
-    gpu_mem_peak_gb: float | None
-    vllm_rss_peak_gb: float | None
-    host_used_peak_gb: float | None
+__all__ = ["Sample", "Sampler", "WindowPeaks", "engine_pid"]
 
 
 def engine_pid(state_file: Path) -> int | None:
@@ -63,8 +39,11 @@ class Sampler:
         pid_source: Callable[[], int | None],
         interval_s: float = 0.5,
         capacity: int = 100_000,
+        gpu_names: Sequence[str] = (),
     ) -> None:
         self._gpu = gpu
+        self._gpu_names = list(gpu_names)
+        self._meter = ProcessTreeMeter()
         self._pid_source = pid_source
         self.interval_s = interval_s
         self._buffer: deque[Sample] = deque(maxlen=capacity)
@@ -76,17 +55,19 @@ class Sampler:
     def sample_once(self) -> Sample:
         """Take one sample now and store it."""
         gpus = self._gpu.read() if self._gpu else []
-        rss = None
+        rss = cpu = None
         pid = self._pid_source()
         if pid is None:
             self.cpu_unavailable_reason = "vLLM pid unknown (no logs/engine_state.json)"
         else:
             try:
-                rss = process_tree_rss_gb(pid)
+                rss, cpu = self._meter.read(pid)
                 self.cpu_unavailable_reason = None
             except (psutil.NoSuchProcess, psutil.AccessDenied) as exc:
                 self.cpu_unavailable_reason = f"cannot read vLLM process {pid}: {type(exc).__name__}"
-        sample = Sample(t=time.time(), gpus=gpus, vllm_rss_gb=rss, host_used_gb=host_mem_used_gb())
+        sample = Sample(
+            t=time.time(), gpus=gpus, vllm_rss_gb=rss, host_used_gb=host_mem_used_gb(), vllm_cpu_percent=cpu
+        )
         with self._lock:
             self._buffer.append(sample)
         return sample
@@ -122,16 +103,5 @@ class Sampler:
             return self._buffer[-1] if self._buffer else None
 
     def peaks(self, start: float, end: float) -> WindowPeaks:
-        """Maxima over ``[start, end]``."""
-        inside = self.window(start, end)
-
-        def peak(values: list[float | None]) -> float | None:
-            present = [v for v in values if v is not None]
-            return max(present) if present else None
-
-        return WindowPeaks(
-            samples=len(inside),
-            gpu_mem_peak_gb=peak([s.gpu_mem_used_gb for s in inside]),
-            vllm_rss_peak_gb=peak([s.vllm_rss_gb for s in inside]),
-            host_used_peak_gb=peak([s.host_used_gb for s in inside]),
-        )
+        """Peaks, means, per-GPU statistics and the thinned time series over ``[start, end]``."""
+        return summarise(self.window(start, end), start, self._gpu_names)

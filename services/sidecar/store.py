@@ -1,4 +1,9 @@
-"""The ``reports/`` folder: atomic, no-clobber writes and a tolerant listing (corrupt files are skipped)."""
+"""The ``reports/`` folder: atomic, no-clobber writes and a tolerant listing (corrupt files are skipped).
+
+A report is written as its rows, its Markdown and HTML, then its JSON last, each through a temporary dot-file that
+is hard-linked into place: a crash at any point leaves at most orphan dot-files or files without a JSON, which the
+listing never shows.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,6 +40,20 @@ def validate_report_id(report_id: str) -> str:
     return report_id
 
 
+def atomic_replace(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (temp file in the same folder, fsync, rename)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def _write_new(path: Path, data: bytes) -> bool:
     """Write ``data`` to ``path`` atomically; False (and nothing written) when ``path`` already exists."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -52,32 +71,70 @@ def _write_new(path: Path, data: bytes) -> bool:
         os.unlink(tmp)
 
 
+Attachments = Callable[[Report], dict[str, str]]
+"""Renders the files written next to a report, ``{".md": text, ".html": text}``, from its final version."""
+ATTACHMENT_FIELDS = {".md": "markdown_file", ".html": "html_file"}
+
+
 class ReportStore:
-    """Reads and writes reports under ``root``."""
+    """Reads and writes reports under ``root``; ``redact`` is applied to the text of every file written."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, redact: Callable[[str], str] | None = None) -> None:
         self.root = root
+        self._redact = redact or (lambda text: text)
 
-    def write(self, report: Report, records_jsonl: Iterable[str]) -> Path:
-        """Write ``report`` (and its per-request rows) under a fresh id; returns the JSON's path.
+    def _bytes(self, text: str) -> bytes:
+        return self._redact(text).encode("utf-8")
 
-        The id is ``report.report_id`` or, when taken, the same with ``_2``, ``_3`` … appended.
+    def write(self, report: Report, records_jsonl: Iterable[str], attachments: Attachments | None = None) -> Path:
+        """Write ``report``, its per-request rows and its attachments under a fresh id; returns the JSON's path.
+
+        The id is ``report.report_id`` or, when taken, the same with ``_2``, ``_3`` … appended. Rows go first (the
+        id is reserved by them), the JSON last: a reader that sees the report always finds everything beside it.
+
+        Raises:
+            OSError: the folder is not writable; nothing of this report stays behind.
         """
         self.root.mkdir(parents=True, exist_ok=True)
-        rows = "".join(line + "\n" for line in records_jsonl).encode("utf-8")
+        rows = self._bytes("".join(line + "\n" for line in records_jsonl))
         base = report.report_id
         for n in range(1, 1000):
             report_id = base if n == 1 else f"{base}_{n}"
-            path = self.root / f"{report_id}.json"
             requests_name = f"{report_id}.requests.jsonl"
-            final = report.model_copy(update={"report_id": report_id, "requests_file": requests_name})
-            # Rows first: a reader that sees the report always finds its rows.
             if not _write_new(self.root / requests_name, rows):
                 continue
-            if _write_new(path, final.model_dump_json(indent=2).encode("utf-8")):
+            written = [self.root / requests_name]
+            try:
+                path = self._write_rest(report, report_id, attachments, written)
+            except BaseException:
+                for leftover in written:
+                    leftover.unlink(missing_ok=True)
+                raise
+            if path is not None:
                 return path
-            (self.root / requests_name).unlink(missing_ok=True)
+            for leftover in written:
+                leftover.unlink(missing_ok=True)
         raise RuntimeError("could not find a free report id")
+
+    def _write_rest(
+        self, report: Report, report_id: str, attachments: Attachments | None, written: list[Path]
+    ) -> Path | None:
+        """Attachments then the JSON under ``report_id``; None when one of the names is taken."""
+        names = {suffix: f"{report_id}{suffix}" for suffix in ATTACHMENT_FIELDS} if attachments else {}
+        update: dict[str, str | None] = {"report_id": report_id, "requests_file": f"{report_id}.requests.jsonl"}
+        update.update({field: names.get(suffix) for suffix, field in ATTACHMENT_FIELDS.items()})
+        final = report.model_copy(update=update)
+        extra = attachments(final) if attachments else {}
+        for suffix, text in extra.items():
+            if not _write_new(self.root / names[suffix], self._bytes(text)):
+                return None
+            written.append(self.root / names[suffix])
+        missing = {field: None for suffix, field in ATTACHMENT_FIELDS.items() if suffix not in extra}
+        final = final.model_copy(update=missing)
+        path = self.root / f"{report_id}.json"
+        if not _write_new(path, self._bytes(final.model_dump_json(indent=2))):
+            return None
+        return path
 
     def list(self) -> list[Report]:
         """All valid reports, oldest first; corrupt or foreign JSON files are skipped with a warning."""

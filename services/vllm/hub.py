@@ -13,8 +13,10 @@ def hf_cached(repo_id: str) -> bool:
     return isinstance(found, str)
 
 
-def probe_hub(repo_id: str, timeout_s: float, offline: bool) -> HubProbe:
+def probe_hub(repo_id: str, timeout_s: float, offline: bool, token: str | None = None) -> HubProbe:
     """Ask the hub whether ``repo_id`` exists, within ``timeout_s``; never raises.
+
+    ``token`` (HF_TOKEN) is sent so private and gated repos are found.
 
     Returns:
         ``HubProbe(True, ...)`` if it exists, ``HubProbe(False, ...)`` if the hub says it does not,
@@ -27,7 +29,8 @@ def probe_hub(repo_id: str, timeout_s: float, offline: bool) -> HubProbe:
 
     url = f"{constants.ENDPOINT}/api/models/{repo_id}"
     try:
-        response = httpx.get(url, timeout=timeout_s, follow_redirects=True)
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        response = httpx.get(url, timeout=timeout_s, follow_redirects=True, headers=headers)
     except httpx.HTTPError as exc:
         return HubProbe(None, f"{type(exc).__name__}: {exc}")
     if response.status_code == 200:

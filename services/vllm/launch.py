@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -38,7 +39,9 @@ def resolve(settings: Settings) -> ResolvedModel:
         served_name=settings.served_model_name,
         models_dir=settings.models_dir,
         cached=hf_cached,
-        probe_hub=lambda repo: probe_hub(repo, settings.hub_probe_timeout_s, settings.hf_hub_offline),
+        probe_hub=lambda repo: probe_hub(
+            repo, settings.hub_probe_timeout_s, settings.hf_hub_offline, settings.hf_token
+        ),
     )
 
 
@@ -105,6 +108,7 @@ def write_state(settings: Settings, resolved: ResolvedModel, argv: list[str]) ->
     state = {
         **resolved.to_dict(),
         "pid": os.getpid(),
+        "hostname": socket.gethostname(),
         "started_at": time.time(),
         "argv": argv,
         "vllm_url": settings.vllm_url,

@@ -1,0 +1,128 @@
+"""The tables a human reads, as plain rows (pure): shared by the Markdown and HTML renderers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.report_schema import Report
+
+Row = tuple[str, str]
+
+COMPARISON_COLUMNS = (
+    ("throughput_req_per_sec_pct", "throughput"),
+    ("output_tokens_per_sec_pct", "output tok/s"),
+    ("latency_p50_ms_pct", "p50 latency"),
+    ("latency_p99_ms_pct", "p99 latency"),
+    ("ttft_p99_ms_pct", "p99 TTFT"),
+    ("error_rate_percent_pct", "error rate"),
+)
+
+
+def fmt(value: Any, unit: str = "", digits: int = 2) -> str:
+    """``1.23 GB`` style; ``n/a`` for None; integers and strings as they are."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        text = f"{value:.{digits}f}"
+    else:
+        text = str(value)
+    return f"{text} {unit}".rstrip()
+
+
+def pct(value: float | None) -> str:
+    """``+12%`` (whole percent from 10 % up), ``+1.5%`` below; ``n/a`` for None."""
+    if value is None:
+        return "n/a"
+    return f"{value:+.0f}%" if abs(value) >= 10 else f"{value:+.1f}%"
+
+
+def headline_rows(report: Report) -> list[Row]:
+    """The run's headline figures."""
+    m = report.metrics
+    latencies = (m.latency_avg_ms, m.latency_p50_ms, m.latency_p90_ms, m.latency_p99_ms)
+    rows = [
+        ("Requests ok / total", f"{m.requests_ok} / {m.requests_total}"),
+        ("Error rate", fmt(m.error_rate_percent, "%", 1)),
+        ("Throughput", fmt(m.throughput_req_per_sec, "req/s")),
+        ("Output tokens", fmt(m.output_tokens_per_sec, "tok/s", 1)),
+        ("Latency avg / p50 / p90 / p99", " / ".join(fmt(v, "ms", 0) for v in latencies)),
+        ("TTFT p50 / p99", f"{fmt(m.ttft_p50_ms, 'ms', 0)} / {fmt(m.ttft_p99_ms, 'ms', 0)}"),
+        ("TPOT p50 / p99", f"{fmt(m.tpot.p50_ms, 'ms', 1)} / {fmt(m.tpot.p99_ms, 'ms', 1)}"),
+        ("ITL p50 / p99", f"{fmt(m.itl.p50_ms, 'ms', 1)} / {fmt(m.itl.p99_ms, 'ms', 1)}"),
+        ("Peak concurrency", str(m.peak_concurrency)),
+        ("Measured window", fmt(m.duration_s, "s", 1)),
+        ("GPU memory peak", fmt(m.gpu_mem_peak_gb, "GB")),
+        ("vLLM RSS peak", fmt(m.cpu_rss_peak_gb, "GB")),
+    ]
+    if m.goodput_req_per_sec is not None:
+        rows.append(("Goodput", f"{fmt(m.goodput_req_per_sec, 'req/s')} ({fmt(m.goodput_percent, '%', 1)})"))
+    return rows
+
+
+def comparison_header() -> list[str]:
+    """Column titles of :func:`comparison_rows`."""
+    return ["vs", "report", *(label for _, label in COMPARISON_COLUMNS)]
+
+
+def comparison_rows(report: Report) -> list[list[str]]:
+    """One row per comparison: name, the other report, then percent changes."""
+    c = report.comparison
+    return [
+        [name, c.against.get(name, ""), *(pct(changes.get(key)) for key, _ in COMPARISON_COLUMNS)]
+        for name, changes in c.changes_pct.items()
+    ]
+
+
+def environment_rows(report: Report) -> list[Row]:
+    """Hardware and software of the run."""
+    e = report.environment
+    gpu = f"{e.gpu_count} x {e.gpu_model}" if e.gpu_model else f"none ({report.resources.gpu_unavailable_reason})"
+    return [
+        ("GPU", gpu),
+        ("Driver / CUDA", f"{fmt(e.driver_version)} / {fmt(e.cuda_version)}"),
+        ("vLLM", f"{fmt(e.vllm_version)} (fingerprint {fmt(e.vllm_fingerprint)}, commit {fmt(e.vllm_commit)})"),
+        ("Model", f"{fmt(e.served_model_name)} from {fmt(e.model_path)} (revision {fmt(e.model_revision)})"),
+        ("Synthetic model", fmt(e.synthetic) + (f": {e.synthetic_reason}" if e.synthetic_reason else "")),
+        ("CPU", f"{fmt(e.cpu_model)}, {fmt(e.cpu_cores)} cores, {fmt(e.ram_total_gb, 'GB RAM', 1)}"),
+        ("Python", fmt(e.python_version)),
+        ("Project", f"{fmt(e.project_version)} at {fmt(e.project_git_commit)}"),
+    ]
+
+
+def config_rows(report: Report) -> list[Row]:
+    """The knobs of the run."""
+    return [(key, fmt(value)) for key, value in report.config.model_dump().items() if value not in (None, {}, [])]
+
+
+def resources_rows(report: Report) -> list[Row]:
+    """Resource peaks and means over the window, per GPU where NVML exists."""
+    r = report.resources
+    gpu_why = f" - {r.gpu_unavailable_reason}" if r.gpu_unavailable_reason else ""
+    cpu_why = f" - {r.cpu_unavailable_reason}" if r.cpu_unavailable_reason else ""
+    rows = [
+        ("Samples (interval)", f"{len(r.timeline)} points ({fmt(r.sample_interval_s, 's')})"),
+        ("GPU memory peak (sum)", fmt(r.gpu_mem_peak_gb, "GB") + gpu_why),
+        ("vLLM RSS peak", fmt(r.cpu_rss_peak_gb, "GB") + cpu_why),
+        ("vLLM CPU peak / mean", f"{fmt(r.vllm_cpu_percent_peak, '%', 0)} / {fmt(r.vllm_cpu_percent_mean, '%', 0)}"),
+        ("Host memory used peak", fmt(r.host_mem_used_peak_gb, "GB")),
+    ]
+    for g in r.gpus:
+        rows.append(
+            (
+                f"GPU {g.index} {g.name or ''}".rstrip(),
+                f"mem {fmt(g.mem_used_peak_gb, 'GB')} / {fmt(g.mem_total_gb, 'GB')}, util peak "
+                f"{fmt(g.util_percent_peak, '%', 0)} mean {fmt(g.util_percent_mean, '%', 0)}, power peak "
+                f"{fmt(g.power_w_peak, 'W', 0)} mean {fmt(g.power_w_mean, 'W', 0)}",
+            )
+        )
+    return rows
+
+
+def error_rows(report: Report) -> list[Row]:
+    """Failures by cause with one example message each."""
+    return [
+        (kind, f"{count} (e.g. {(report.errors.examples.get(kind) or [''])[0][:200]})")
+        for kind, count in report.errors.by_kind.items()
+    ]

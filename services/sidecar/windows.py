@@ -1,0 +1,93 @@
+"""Sampling windows opened and closed over HTTP (``POST /windows/start``, ``POST /windows/{id}/stop``).
+
+A client that cannot pass its own window times (a notebook, a CI step) brackets its load with these calls and gets
+the window's peaks back. Only the window's bounds live here; the samples stay in the sampler's ring buffer.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+from services.report_schema import Resources
+
+WINDOW_ID_RE = re.compile(r"^[0-9a-f]{16}$")
+MAX_WINDOWS = 256  # oldest windows are forgotten beyond this
+
+
+class WindowStarted(BaseModel):
+    """Answer of ``POST /windows/start``."""
+
+    window_id: str
+    started_at: float = Field(description="Unix time, s.")
+
+
+class WindowResult(BaseModel):
+    """Answer of ``POST /windows/{id}/stop``: the window's bounds and its resource peaks."""
+
+    window_id: str
+    started_at: float = Field(description="Unix time, s.")
+    ended_at: float = Field(description="Unix time, s.")
+    duration_s: float
+    resources: Resources
+
+
+@dataclass
+class _Window:
+    started_at: float
+    result: WindowResult | None = None
+
+
+class UnknownWindow(KeyError):
+    """No window has this id (never started, malformed, or forgotten)."""
+
+
+class WindowRegistry:
+    """Open windows by id; stopping one summarises it with ``summarise(start, end)`` (idempotent)."""
+
+    def __init__(self, summarise: Callable[[float, float], Resources], clock: Callable[[], float] = time.time) -> None:
+        self._summarise = summarise
+        self._clock = clock
+        self._windows: OrderedDict[str, _Window] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def start(self) -> WindowStarted:
+        """Open a window now."""
+        window_id = secrets.token_hex(8)
+        now = self._clock()
+        with self._lock:
+            self._windows[window_id] = _Window(started_at=now)
+            while len(self._windows) > MAX_WINDOWS:
+                self._windows.popitem(last=False)
+        return WindowStarted(window_id=window_id, started_at=now)
+
+    def stop(self, window_id: str) -> WindowResult:
+        """Close ``window_id`` now and summarise it; a second stop returns the first result.
+
+        Raises:
+            UnknownWindow: malformed or unknown id.
+        """
+        if not WINDOW_ID_RE.match(window_id):
+            raise UnknownWindow(window_id)
+        with self._lock:
+            window = self._windows.get(window_id)
+            if window is None:
+                raise UnknownWindow(window_id)
+            if window.result is not None:
+                return window.result
+            start, end = window.started_at, self._clock()
+            window.result = WindowResult(
+                window_id=window_id,
+                started_at=start,
+                ended_at=end,
+                duration_s=end - start,
+                resources=self._summarise(start, end),
+            )
+            return window.result
