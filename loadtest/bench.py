@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -20,9 +21,11 @@ import psutil
 import requests
 from tqdm import tqdm
 
+from loadtest import profiling
 from loadtest.client import chat_payload, stream_chat
 from loadtest.client_load import client_view, load_calibration
 from loadtest.dataset import DatasetError, load_dataset
+from loadtest.gate import EXIT_ERROR, gate_verdict
 from loadtest.launch import locust_argv
 from loadtest.metrics import measured_window_s
 from loadtest.records import RequestRecord
@@ -114,7 +117,7 @@ def run_locust(settings: Settings, records_path: Path) -> tuple[int, float | Non
     Locust's own output goes to ``<run id>.locust.log`` beside the records file.
 
     Returns:
-        ``(exit code, CPU seconds Locust used)`` — the CPU figure is None when it could not be read.
+        ``(exit code, CPU cores Locust used while requests completed)`` — None for runs shorter than 2 s of load.
     """
     argv = locust_argv(
         settings,
@@ -130,15 +133,24 @@ def run_locust(settings: Settings, records_path: Path) -> tuple[int, float | Non
     with log_path.open("w") as log:
         proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
     start = time.monotonic()
-    cpu_s: float | None = None
+    # CPU is read between the first poll that sees a finished request and the last poll, so Locust's start-up
+    # (imports, spawning) does not count as load.
+    first: tuple[float, float] | None = None
+    last: tuple[float, float] | None = None
     with tqdm(total=total, desc="Benchmark", unit="req", file=sys.stdout, dynamic_ncols=True) as bar:
         while proc.poll() is None:
             time.sleep(1.0)
-            cpu_s = locust_cpu_s(proc.pid) or cpu_s
             done = sum(1 for line in records_path.open(encoding="utf-8") if '"phase":"measured"' in line)
+            cpu = locust_cpu_s(proc.pid)
+            if cpu is not None and done:
+                last = (time.monotonic(), cpu)
+                first = first or last
             bar.update(done - bar.n)
             bar.set_postfix_str(f"{done / max(time.monotonic() - start, 1e-9):.2f} req/s")
-    return proc.returncode, cpu_s
+    cores = None
+    if first and last and last[0] - first[0] >= 2.0:
+        cores = (last[1] - first[1]) / (last[0] - first[0])
+    return proc.returncode, cores
 
 
 def locust_cpu_s(pid: int) -> float | None:
@@ -211,8 +223,76 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
     )
 
 
+@dataclass
+class Measured:
+    """What one run collected: rows, the measured window, /metrics scrapes, client CPU and profiler traces."""
+
+    records: list[RequestRecord]
+    window_start: float
+    window_end: float
+    before: Samples | None = None
+    after: Samples | None = None
+    cpu_cores: float | None = None
+    traces: list[str] = field(default_factory=list)
+
+
+def measure(settings: Settings, model: str, records_path: Path) -> Measured:
+    """Warmup, then the measured window: Locust between two /metrics scrapes (under the profiler with PROFILE=1).
+
+    Raises:
+        profiling.ProfilingError: the profiler could not be started or stopped.
+    """
+    done = warmup(settings, model, records_path)
+    failed = sum(not r.ok for r in done)
+    print(f"[INFO] Warmup completed: {len(done)} requests" + (f" ({failed} failed)" if failed else ""))
+    if settings.profile:
+        profiling.start(settings)
+    before = scrape_metrics(settings)
+    window_start = time.time()
+    code, cpu_cores = run_locust(settings, records_path)
+    window_end = time.time()
+    after = scrape_metrics(settings)
+    traces: list[str] = []
+    if settings.profile:
+        profiling.stop(settings)
+        traces = [str(p) for p in profiling.traces_since(settings.profile_dir, window_start - 5)]
+        print(f"[INFO] Profiler wrote {len(traces)} trace file(s)")
+    if code not in (0, 1):  # Locust exits 1 when any request failed; the report counts them by cause
+        print(f"[WARN] Locust exited with code {code}; building the report from the rows collected.")
+    records, bad = read_records(records_path)
+    if bad:
+        print(f"[WARN] {bad} unreadable row(s) in {records_path} skipped")
+    return Measured(records, window_start, window_end, before, after, cpu_cores, traces)
+
+
+def from_records_file(path: Path) -> Measured:
+    """A finished run rebuilt from its rows file (no scrapes, no CPU figure)."""
+    records, _ = read_records(path)
+    start = min((r.started_at for r in records if r.phase == "measured"), default=time.time())
+    end = max((r.ended_at for r in records), default=time.time())
+    return Measured(records, start, end)
+
+
+def run_measured(settings: Settings, model: str, records_path: Path) -> Measured:
+    """:func:`measure`, with vLLM swapped to its profiling twin and back around it when PROFILE=1.
+
+    Raises:
+        profiling.ProfilingError: profiling was asked for and failed.
+    """
+    swapped = profiling.enable(settings) if settings.profile else False
+    try:
+        return measure(settings, model, records_path)
+    finally:
+        if swapped:
+            profiling.disable(settings)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run a benchmark (or rebuild a report from a records file); 0 on success, 1 on failure, 2 on bad input."""
+    """Run a benchmark (or rebuild a report from a records file).
+
+    Exit codes: 0 success, 1 failure (nothing measured, sidecar unreachable), 2 bad input or services down,
+    3 GATE regression.
+    """
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--report-from", type=Path, help="build the report from an existing records file")
     args = parser.parse_args(argv)
@@ -227,42 +307,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[WARN] {dataset.skipped} unusable entr(y/ies) in {dataset.path} skipped; {len(dataset.prompts)} used")
     if args.report_from:
         records_path = args.report_from
-        records, _ = read_records(records_path)
-        window_start = min((r.started_at for r in records if r.phase == "measured"), default=time.time())
-        window_end = max((r.ended_at for r in records), default=time.time())
-        before = after = None
-        cpu_s = None
+        run = from_records_file(records_path)
     else:
         run_dir = settings.logs_dir / "runs"
         run_dir.mkdir(parents=True, exist_ok=True)
         records_path = run_dir / f"{datetime.now().strftime('%Y%m%d_%H%M%S')}.requests.jsonl"
         records_path.touch()
-        done = warmup(settings, model, records_path)
-        failed = sum(not r.ok for r in done)
-        print(f"[INFO] Warmup completed: {len(done)} requests" + (f" ({failed} failed)" if failed else ""))
-        before = scrape_metrics(settings)
-        window_start = time.time()
-        code, cpu_s = run_locust(settings, records_path)
-        window_end = time.time()
-        after = scrape_metrics(settings)
-        if code not in (0, 1):  # Locust exits 1 when any request failed; the report counts them by cause
-            print(f"[WARN] Locust exited with code {code}; building the report from the rows collected.")
-        records, bad = read_records(records_path)
-        if bad:
-            print(f"[WARN] {bad} unreadable row(s) in {records_path} skipped")
-    if not any(r.phase == "measured" for r in records):
+        try:
+            run = run_measured(settings, model, records_path)
+        except profiling.ProfilingError as exc:
+            print(f"[ERROR] {exc}", file=sys.stderr)
+            return 2
+    measured = [r for r in run.records if r.phase == "measured"]
+    if not measured:
         print(f"[ERROR] no measured request was recorded ({records_path}); nothing to report.", file=sys.stderr)
         return 1
-    measured = [r for r in records if r.phase == "measured"]
     request = BuildReportRequest(
         config=bench_config(settings, model),
-        records=records,
-        window_start=window_start,
-        window_end=window_end,
-        server=cross_check(before, after, measured) if before is not None and after is not None else None,
+        records=run.records,
+        window_start=run.window_start,
+        window_end=run.window_end,
+        server=cross_check(run.before, run.after, measured) if run.before and run.after else None,
         client=client_view(
-            measured, measured_window_s(measured), cpu_s, load_calibration(settings.logs_dir / "calibration.json")
+            measured,
+            measured_window_s(measured),
+            run.cpu_cores,
+            load_calibration(settings.logs_dir / "calibration.json"),
         ),
+        run_id=records_path.name.removesuffix(".requests.jsonl"),
+        profile_traces=run.traces,
     )
     try:
         built = post_report(settings, request)
@@ -275,6 +348,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for line in format_summary(built.report, built.report_path):
         print(line)
+    if settings.gate:  # make benchmark GATE=v0.2.1: 3 on a regression, 2 when the baseline is unknown/incomparable
+        verdict = gate_verdict(built.report, settings.gate, settings.gate_threshold_pct)
+        print(verdict.line, file=sys.stderr if verdict.exit_code == EXIT_ERROR else sys.stdout)
+        return verdict.exit_code
     return 0
 
 

@@ -32,7 +32,7 @@ class Calibration(BaseModel):
 class ClientView(BaseModel):
     """Client resource use over the measured window."""
 
-    cpu_cores_used: float | None = Field(description="Locust process CPU seconds / wall seconds.")
+    cpu_cores_used: float | None = Field(description="Locust CPU seconds per wall second while requests completed.")
     chunks_per_sec: float
     requests_per_sec: float
     ceiling_chunks_per_sec_per_core: float | None
@@ -57,7 +57,7 @@ def save_calibration(path: Path, calibration: Calibration) -> None:
 
 
 def client_view(
-    records: Sequence[RequestRecord], duration_s: float, cpu_s: float | None, calibration: Calibration | None
+    records: Sequence[RequestRecord], duration_s: float, cpu_cores: float | None, calibration: Calibration | None
 ) -> ClientView:
     """Judge whether the client limited the run (pure).
 
@@ -66,7 +66,7 @@ def client_view(
     measured = [r for r in records if r.phase == "measured"]
     chunks = sum(r.content_chunks for r in measured)
     per_s = 1.0 / duration_s if duration_s > 0 else 0.0
-    cores = cpu_s * per_s if cpu_s is not None and duration_s > 0 else None
+    cores = cpu_cores
     chunks_per_sec = chunks * per_s
     reasons = []
     if cores is not None and cores >= CPU_LIMIT_CORES:

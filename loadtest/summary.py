@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from services.report_schema import Report
+
+COMPARE_LABELS = (
+    ("throughput_req_per_sec_pct", "throughput"),
+    ("latency_p99_ms_pct", "p99 latency"),
+    ("ttft_p99_ms_pct", "p99 TTFT"),
+    ("output_tokens_per_sec_pct", "output tok/s"),
+)
 
 
 def _ms(value: float | None) -> str:
@@ -54,16 +63,37 @@ def format_summary(report: Report, report_path: str) -> list[str]:
         )
     if report.client is not None and report.client.client_limited:
         lines.append(f"[WARN] Client-limited run: {report.client.reason}. The numbers measure the load generator.")
+    if report.profile is not None:
+        lines.append(
+            f"[PROFILE] {len(report.profile.files)} trace file(s) in reports/{report.profile.dir}/ — open with "
+            f"{report.profile.open_with}"
+        )
     lines.append(f"[INSIGHT] Key insight: {m.key_insight}")
     if report.environment.synthetic:
         lines.append(f"[WARN] Synthetic model served ({report.environment.synthetic_reason})")
-    for name, changes in report.comparison.changes_pct.items():
-        parts = []
-        for key, label in (("throughput_req_per_sec_pct", "throughput"), ("latency_p99_ms_pct", "p99 latency")):
-            value = changes.get(key)
-            if value is not None:
-                parts.append(f"{value:+.1f}% {label}")
-        if parts:
-            lines.append(f"[COMPARE] {name} ({report.comparison.against[name]}): " + ", ".join(parts))
+    lines += compare_lines(report)
     lines.append(f"[REPORT] Baseline saved to {report_path}")
+    folder = Path(report_path).parent
+    named = (("Markdown", report.markdown_file), ("HTML", report.html_file))
+    files = [f"{label}: {folder / name}" for label, name in named if name]
+    if files:
+        lines.append("[REPORT] " + " | ".join(files))
+    return lines
+
+
+def pct_text(value: float) -> str:
+    """``+12%`` from 10 % up, ``+1.5%`` below."""
+    return f"{value:+.0f}%" if abs(value) >= 10 else f"{value:+.1f}%"
+
+
+def compare_lines(report: Report) -> list[str]:
+    """``[COMPARE] vs_v0.2.1: +12% throughput, -3.0% p99 latency (benchmark_report_…)`` per comparison, then the
+    notes (first run, refused baselines and why, environment changes)."""
+    lines = []
+    for name, changes in report.comparison.changes_pct.items():
+        present = [(changes.get(key), label) for key, label in COMPARE_LABELS]
+        parts = [f"{pct_text(value)} {label}" for value, label in present if value is not None]
+        against = report.comparison.against.get(name, "?")
+        lines.append(f"[COMPARE] {name}: {', '.join(parts) or 'no comparable figure'} ({against})")
+    lines += [f"[COMPARE] {note}" for note in report.comparison.notes]
     return lines

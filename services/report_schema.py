@@ -172,7 +172,8 @@ class Comparison(BaseModel):
     against: dict[str, str] = Field(default_factory=dict, description="Comparison name -> report id.")
     changes_pct: dict[str, dict[str, float | None]] = Field(default_factory=dict)
     refused: dict[str, str] = Field(
-        default_factory=dict, description="Named baselines not compared (``vs_<name>`` -> why, e.g. the fields that differ)."
+        default_factory=dict,
+        description="Named baselines not compared (``vs_<name>`` -> why, e.g. the fields that differ).",
     )
     notes: list[str] = Field(default_factory=list)
 
@@ -203,9 +204,18 @@ class Report(BaseModel):
         default=None, description="vLLM's /metrics over the window and its agreement with the client (None: no scrape)."
     )
     client: ClientView | None = Field(default=None, description="The load generator's own resource use.")
+    profile: ProfileInfo | None = Field(default=None, description="Profiler traces, when PROFILE=1.")
     requests_file: str = Field(description="Per-request rows (JSONL) next to this report.")
     markdown_file: str | None = Field(default=None, description="Markdown summary next to this report.")
     html_file: str | None = Field(default=None, description="Self-contained HTML report (with plots) next to it.")
+
+
+class ProfileInfo(BaseModel):
+    """vLLM torch-profiler traces of the measured window (``make benchmark PROFILE=1``)."""
+
+    dir: str = Field(description="Folder relative to reports/, e.g. profile/20261129_221901.")
+    files: list[str] = Field(description="Chrome-trace files (gzip'd JSON with traceEvents).")
+    open_with: str
 
 
 class BuildReportRequest(BaseModel):
@@ -217,6 +227,8 @@ class BuildReportRequest(BaseModel):
     window_end: float = Field(description="Unix time the measured window ended, s.")
     server: ServerView | None = None
     client: ClientView | None = None
+    run_id: str | None = Field(default=None, description="Name of the run's rows file, YYYYMMDD_HHMMSS.")
+    profile_traces: list[str] = Field(default_factory=list, description="Trace files vLLM wrote in the window.")
 
 
 class BuildReportResponse(BaseModel):

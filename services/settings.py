@@ -123,6 +123,24 @@ class Settings(BaseSettings):
     )
     request_timeout_s: float = Field(default=300.0, gt=0)
     seed: int = 0
+    profile: bool = Field(default=False, description="make benchmark PROFILE=1: torch-profile the measured window.")
+
+    # --- reports (make benchmark GATE=v0.2.1 GATE_THRESHOLD_PCT=5; make baseline NAME=v0.2.1) ---------------
+    gate: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$",  # services.sidecar.baselines.BASELINE_NAME_PATTERN
+        description="Regression gate: fail the benchmark (exit 3) when it is worse than this named baseline.",
+    )
+    gate_threshold_pct: float = Field(
+        default=5.0, ge=0, description="Gate tolerance: largest throughput drop / p99 latency rise allowed, %."
+    )
+
+    @field_validator("gate", mode="before")
+    @classmethod
+    def _blank_gate_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    # --- end reports ---
 
     @field_validator("model", "served_model_name", "hf_token", mode="before")
     @classmethod
@@ -209,6 +227,11 @@ class Settings(BaseSettings):
     def engine_state_file(self) -> Path:
         """JSON written by the vLLM launcher: what model was resolved and why (read by UI and sidecar)."""
         return self.logs_dir / "engine_state.json"
+
+    @property
+    def profile_dir(self) -> Path:
+        """Where vLLM's torch profiler writes Chrome traces (absolute; the sidecar copies them into reports/)."""
+        return (self.logs_dir / "profile").resolve()
 
     @property
     def vllm_log_file(self) -> Path:

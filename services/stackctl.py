@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 from supervisor.xmlrpc import SupervisorTransport
 
-from services.netutil import port_in_use_message
+from services.netutil import port_in_use_message, wait_for_http
 from services.settings import PROJECT_ROOT, Settings, get_settings
 
 CONF = PROJECT_ROOT / "deploy" / "supervisord.conf"
@@ -209,11 +209,39 @@ def status(settings: Settings) -> int:
     healthy = True
     for svc in services(settings):
         info = states.get(svc.name, {})
+        if svc.name == "vllm" and states.get("vllm-profile", {}).get("statename") == "RUNNING":
+            info = states["vllm-profile"]
         state = info.get("statename", "UNKNOWN")
         answering = answers(svc.url)
         healthy &= state == "RUNNING" and answering
         print(f"{svc.name:8s} {state:9s} {'answers' if answering else 'no answer':10s} {svc.url}  log: {svc.log}")
     return 0 if healthy else 1
+
+
+def switch_vllm(settings: Settings, profile: bool) -> None:
+    """Swap program:vllm for program:vllm-profile (or back) and wait until vLLM answers again.
+
+    Raises:
+        RuntimeError: supervisord is not running (not local mode) or the new vLLM does not come up.
+    """
+    states = process_states(settings)
+    if states is None:
+        raise RuntimeError("the local stack is not running (supervisord does not answer); `make up` first")
+    stop, start = ("vllm", "vllm-profile") if profile else ("vllm-profile", "vllm")
+    proxy = rpc(settings)
+    if states.get(stop, {}).get("statename") == "RUNNING":
+        proxy.supervisor.stopProcess(stop)
+    if states.get(start, {}).get("statename") != "RUNNING":
+        proxy.supervisor.startProcess(start)
+    vllm = services(settings)[0]
+
+    def dead() -> str | None:
+        state = (process_states(settings) or {}).get(start, {}).get("statename", "UNKNOWN")
+        return f"{start} is {state}; see {vllm.log}" if state in FAILED_STATES else None
+
+    ok, why = wait_for_http(vllm.url, settings.startup_timeout_s, abort=dead)
+    if not ok:
+        raise RuntimeError(why)
 
 
 def main(argv: list[str] | None = None) -> int:

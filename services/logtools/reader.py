@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import BinaryIO
+
+StrPath = str | os.PathLike[str]
+"""A file path as ``str`` or ``pathlib.Path`` (pathlib itself is not imported: start-up time counts)."""
 
 BLOCK_BYTES = 1 << 20
 """Bytes read at a time (1 MiB: several passes over a block stay in the CPU cache); lines longer than this may be cut
@@ -35,36 +37,39 @@ class ReadStats:
         self.problems: list[str] = []
 
 
-def rotated_family(path: Path) -> list[Path]:
+def rotated_family(path: StrPath) -> list[str]:
     """Existing files of ``path``'s rotation family, oldest first, ``path`` itself last.
 
     ``vllm.log`` -> ``[vllm.log.3.gz, vllm.log.2, vllm.log.1, vllm.log.gz, vllm.log]`` (those that exist).
     """
-    numbered: list[tuple[int, Path]] = []
-    plain_gz: list[Path] = []
+    path = os.fspath(path)
+    folder, name = os.path.split(path)
+    numbered: list[tuple[int, str]] = []
+    plain_gz: list[str] = []
     try:
-        siblings = list(path.parent.iterdir())
+        siblings = os.listdir(folder or ".")
     except OSError:
         siblings = []
-    prefix = path.name + "."
+    prefix = name + "."
     for sibling in siblings:
-        if not sibling.name.startswith(prefix) or not sibling.is_file():
+        full = os.path.join(folder, sibling)
+        if not sibling.startswith(prefix) or not os.path.isfile(full):
             continue
-        rest = sibling.name[len(prefix) :]
+        rest = sibling[len(prefix) :]
         number = rest.removesuffix(".gz")
         if number.isdigit():
-            numbered.append((int(number), sibling))
+            numbered.append((int(number), full))
         elif rest == "gz":
-            plain_gz.append(sibling)
+            plain_gz.append(full)
     family = [p for _, p in sorted(numbered, key=lambda item: -item[0])] + plain_gz
-    if path.is_file():
+    if os.path.isfile(path):
         family.append(path)
     return family
 
 
-def _open(path: Path) -> tuple[BinaryIO, int | None, int | None]:
+def _open(path: StrPath) -> tuple[BinaryIO, int | None, int | None]:
     """Open ``path`` for reading: (stream, byte limit for plain files, file descriptor for plain files)."""
-    raw = path.open("rb", buffering=0)
+    raw = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by the caller's with-block
     try:
         is_gzip = raw.read(2) == GZIP_MAGIC
         raw.seek(0)
@@ -79,7 +84,7 @@ def _open(path: Path) -> tuple[BinaryIO, int | None, int | None]:
         raise
 
 
-def iter_spans(path: Path, stats: ReadStats, block_bytes: int = BLOCK_BYTES) -> Iterator[Span]:
+def iter_spans(path: StrPath, stats: ReadStats, block_bytes: int = BLOCK_BYTES) -> Iterator[Span]:
     """Yield ``path``'s content as spans of complete lines (see :data:`Span`), oldest first.
 
     A plain file is read up to its size at open; a last line without newline is yielded (with one added) unless the
@@ -92,7 +97,7 @@ def iter_spans(path: Path, stats: ReadStats, block_bytes: int = BLOCK_BYTES) -> 
     except OSError as exc:
         stats.problems.append(f"{path}: cannot read ({exc.strerror or exc})")
         return
-    stats.files.append(str(path))
+    stats.files.append(os.fspath(path))
     carry = b""  # the start of a line continued in the next read
     skipping = False  # inside the rest of an over-long line
     remaining = limit_bytes
@@ -143,7 +148,7 @@ def iter_spans(path: Path, stats: ReadStats, block_bytes: int = BLOCK_BYTES) -> 
                 yield carry + b"\n", 0, len(carry) + 1
 
 
-def iter_blocks(path: Path, stats: ReadStats, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
+def iter_blocks(path: StrPath, stats: ReadStats, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
     """Like :func:`iter_spans`, as ``bytes`` blocks of whole lines (a copy when a span is part of its buffer)."""
     for buf, start, end in iter_spans(path, stats, block_bytes):
         yield buf if start == 0 and end == len(buf) else buf[start:end]
@@ -157,9 +162,9 @@ def _size(fd: int) -> int:
         return 0
 
 
-def mtime_s(path: Path) -> float | None:
+def mtime_s(path: StrPath) -> float | None:
     """Modification time of ``path`` (epoch seconds), None when it cannot be read."""
     try:
-        return path.stat().st_mtime
+        return os.stat(path).st_mtime
     except OSError:
         return None

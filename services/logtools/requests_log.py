@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from services.logtools.aggregate import RequestRecord
 from services.logtools.patterns import text
-from services.logtools.reader import BLOCK_BYTES, ReadStats, iter_blocks
+from services.logtools.reader import BLOCK_BYTES, ReadStats, StrPath, iter_blocks
 from services.logtools.timeparse import iso_to_epoch_s
 
 MAX_BAD_EXAMPLES = 5
@@ -100,7 +100,7 @@ def parse_record(raw: bytes) -> RequestRecord:
 
 
 def iter_records(
-    files: Iterable[Path], counts: RequestsRead, since_s: float | None = None, block_bytes: int = BLOCK_BYTES
+    files: Iterable[StrPath], counts: RequestsRead, since_s: float | None = None, block_bytes: int = BLOCK_BYTES
 ) -> Iterator[RequestRecord]:
     """Valid records of ``files`` (oldest first) that ended at or after ``since_s`` (epoch seconds; None: all).
 
@@ -120,7 +120,7 @@ def iter_records(
                 except BadRecord as exc:
                     counts.bad_lines += 1
                     if len(counts.bad_examples) < MAX_BAD_EXAMPLES:
-                        counts.bad_examples.append(f"{path.name}:{line_number}: {exc} — {text(raw, 80)}")
+                        counts.bad_examples.append(f"{os.path.basename(path)}:{line_number}: {exc} — {text(raw, 80)}")
                     continue
                 if since_s is not None and record.end_s < since_s:
                     counts.before_window += 1

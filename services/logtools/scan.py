@@ -9,9 +9,9 @@ crashing processes print bare tracebacks, possibly behind a ``(Proc pid=N)`` pre
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 from services.logtools.patterns import (
     METRICS_RE,
@@ -23,7 +23,7 @@ from services.logtools.patterns import (
     starts_traceback,
     text,
 )
-from services.logtools.reader import BLOCK_BYTES, ReadStats, iter_spans, mtime_s
+from services.logtools.reader import BLOCK_BYTES, ReadStats, StrPath, iter_spans, mtime_s
 from services.logtools.timeparse import StampClock
 
 TRACEBACK_NEEDLE = b"Traceback (most recent"
@@ -124,12 +124,12 @@ class LogScanner:
         self._last_stamp_s: float | None = None
         self._clock = StampClock()
 
-    def scan(self, files: Iterable[Path]) -> ScanResult:
+    def scan(self, files: Iterable[StrPath]) -> ScanResult:
         """Scan ``files`` in the given (chronological) order and return the counts."""
         for path in files:
             modified_s = mtime_s(path)
             if self.since_s is not None and modified_s is not None and modified_s < self.since_s:
-                self.result.skipped_files.append(str(path))
+                self.result.skipped_files.append(os.fspath(path))
                 continue
             self._clock = StampClock(modified_s)
             self._scan_file(path)
@@ -137,7 +137,7 @@ class LogScanner:
                 self._last_stamp_s = modified_s
         return self.result
 
-    def _scan_file(self, path: Path) -> None:
+    def _scan_file(self, path: StrPath) -> None:
         carry = b""
         spans = iter_spans(path, self.result.read, self.block_bytes)
         span = next(spans, None)

@@ -21,7 +21,8 @@ PHASES = ("not_started", "starting", "downloading", "loading_weights", "compilin
 """Phase names in start-up order (``failed`` and ``stopped`` can follow any other)."""
 MAX_ATTEMPTS = 50
 
-_LAUNCH_RE = re.compile(r"^\[INFO\] Starting vLLM")
+_LAUNCH_RE = re.compile(r"^Starting vLLM: ")
+"""This project's launcher: ``[INFO] Starting vLLM: <argv>`` (the ``[INFO]`` header is parsed off)."""
 _SERVER_START_RE = re.compile(r"vLLM API server version|non-default args:")
 _VERSION_RE = re.compile(r"(?:vLLM API server version|LLM engine \(v|version)\s*v?(\d+\.\d+\.\d+[\w.+\-]*)")
 _DOWNLOAD_RE = re.compile(r"Downloading|Fetching \d+ files|\.(?:safetensors|bin|pt|gguf)\S*:\s+(\d+)%")
@@ -126,8 +127,7 @@ class _State:
     engine_init_s: float | None = None
     download_pct: int | None = None
     error_line: str | None = None
-    first_error: str | None = None
-    first_exception: str | None = None
+    error_is_exception: bool = False
 
 
 class StartupTracker:
@@ -139,19 +139,26 @@ class StartupTracker:
         self.finished: list[StartupAttempt] = []
         self.last_stamp_s: float | None = None
         self.version: str | None = None
+        self._record_header = b""
+        self._record_exception: str | None = None
+        """First exception line of the current multi-line record (lines sharing one header)."""
 
     def feed(self, raw: bytes) -> None:
         """One line (bytes, without newline)."""
         line = parse_line(raw, self.clock)
         if line.stamp_s is not None:
             self.last_stamp_s = line.stamp_s
+        if line.header != self._record_header:
+            self._record_header, self._record_exception = line.header, None
+        indented = line.body[:1] in (b" ", b"\t")
         body = text(line.body, 500).strip()
         if not body:
             return
         state = self.state
-        if _LAUNCH_RE.match(body) or (_SERVER_START_RE.search(body) and (state is None or state.server_started)):
+        server_start = _SERVER_START_RE.search(body) is not None
+        if _LAUNCH_RE.match(body) or (server_start and (state is None or state.server_started)):
             state = self._new_attempt()
-        if _SERVER_START_RE.search(body):
+        if server_start:
             if state is None:
                 state = self._new_attempt()
             state.server_started = True
@@ -159,9 +166,14 @@ class StartupTracker:
             return
         if state.started_at_s is None and line.stamp_s is not None:
             state.started_at_s = line.stamp_s
-        if (version := _VERSION_RE.search(body)) is not None:
-            self.version = version.group(1)
-        self._advance(state, line.level, body)
+        if "version" in body or "(v" in body:
+            if (version := _VERSION_RE.search(body)) is not None:
+                self.version = version.group(1)
+        is_exception = not indented and _EXCEPTION_RE.match(body) is not None
+        if is_exception and self._record_exception is None:
+            self._record_exception = body
+        is_error = line.level in ("ERROR", "CRITICAL") and not indented
+        self._advance(state, body, is_error and not body.startswith("Traceback"), is_exception)
 
     def _new_attempt(self) -> _State:
         if self.state is not None:
@@ -175,30 +187,28 @@ class StartupTracker:
             state.phase = phase
             state.phase_since_s = self.last_stamp_s
 
-    def _advance(self, state: _State, level: str | None, body: str) -> None:
+    def _advance(self, state: _State, body: str, is_error: bool, is_exception: bool) -> None:
+        if state.phase in ("ready", "stopped"):  # after ready only a dead engine or a stop changes the phase
+            if (is_error or is_exception) and _FATAL_RE.search(body):
+                cause = self._record_exception or body  # the root cause when the record showed it first
+                state.error_line, state.error_is_exception = cause, _EXCEPTION_RE.match(cause) is not None
+                self._move(state, "failed")
+            elif state.phase == "ready" and _STOP_RE.search(body):
+                self._move(state, "stopped")
+            return
         if (load := _LOAD_TIME_RE.search(body)) is not None:
             state.load_s = float(load.group(1))
         if (init := _INIT_TIME_RE.search(body)) is not None:
             state.engine_init_s = float(init.group(1))
-        fatal = _FATAL_RE.search(body) is not None
-        if state.phase in ("ready", "stopped"):  # after ready only a dead engine or a stop changes the phase
-            if fatal:
-                self._fail(state, body)
-            elif state.phase == "ready" and _STOP_RE.search(body):
-                self._move(state, "stopped")
-            return
-        is_exception = _EXCEPTION_RE.match(body) is not None
-        if fatal or is_exception or level in ("ERROR", "CRITICAL") or body.startswith("[ERROR]"):
-            if is_exception and state.first_exception is None:
-                state.first_exception = body
-            if state.first_error is None:
-                state.first_error = body
-            state.error_line = state.first_exception or state.first_error
+        if is_error or is_exception:  # before ready (or after failing): keep the first exception, else first error
+            if state.error_line is None or (is_exception and not state.error_is_exception):
+                state.error_line, state.error_is_exception = body, is_exception
             self._move(state, "failed")
             return
         order = PHASES.index(state.phase)
         if _READY_RE.search(body):
             state.ready_at_s = self.last_stamp_s
+            state.error_line, state.error_is_exception = None, False
             self._move(state, "ready")
         elif state.phase == "failed":
             return
@@ -210,10 +220,6 @@ class StartupTracker:
             percent = download.group(1) or (m.group(1) if (m := _PERCENT_RE.search(body)) else None)
             state.download_pct = int(percent) if percent is not None else state.download_pct
             self._move(state, "downloading")
-
-    def _fail(self, state: _State, body: str) -> None:
-        state.error_line = body
-        self._move(state, "failed")
 
     def _attempt(self, state: _State) -> StartupAttempt:
         outcome = {"ready": "ready", "failed": "failed", "stopped": "stopped"}.get(state.phase, "in_progress")

@@ -1,31 +1,64 @@
-"""The sidecar's FastAPI app (:8200): wiring only. Samples GPU/CPU memory and is the only writer of ``reports/``."""
+"""The sidecar's FastAPI app (:8200): wiring only. Samples GPU/CPU figures and is the only writer of ``reports/``.
+
+OpenAPI docs at ``/docs``. Endpoints: health, current readings, Prometheus ``/metrics``, sampling windows,
+reports (list, get, build) and named baselines (list, mark, forget).
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Response
 from fastapi.concurrency import run_in_threadpool
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, Field
 
 from services.report_schema import BuildReportRequest, BuildReportResponse, Report
 from services.settings import Settings, get_settings
+from services.sidecar.promexport import make_registry
 from services.sidecar.reporting import ReportService
+from services.sidecar.windows import UnknownWindow, WindowRegistry, WindowResult, WindowStarted
+
+log = logging.getLogger(__name__)
+
+
+class MarkBaseline(BaseModel):
+    """Body of ``PUT /baselines/{name}``."""
+
+    report_id: str | None = Field(default=None, description="Report to mark; default: the latest report.")
+
+
+class BaselineMarked(BaseModel):
+    """Answer of ``PUT /baselines/{name}``."""
+
+    name: str
+    report_id: str
+    timestamp: str
+    throughput_req_per_sec: float
+    latency_p99_ms: float | None
 
 
 def create_app(settings: Settings | None = None, service: ReportService | None = None) -> FastAPI:
     """Build the app; ``service`` is injectable for tests (default: real NVML + psutil sampling)."""
     settings = settings or get_settings()
     svc = service or ReportService.from_settings(settings)
+    windows = WindowRegistry(svc.window_resources)
+    registry = make_registry(svc.sampler.latest, svc.gpu_names)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            svc.write_schema()
+        except OSError as exc:  # a read-only reports/ must not stop sampling
+            log.warning("cannot write %s/schema.json: %s", svc.store.root, exc)
         svc.sampler.start()
         yield
         svc.sampler.stop()
 
-    app = FastAPI(title="LLM stack sidecar", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="LLM stack sidecar", version="0.2.0", lifespan=lifespan)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -34,12 +67,30 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
 
     @app.get("/resources")
     def resources() -> dict[str, Any]:
-        """The latest GPU/CPU memory sample."""
+        """The latest GPU/CPU sample: per-GPU memory, utilisation, power; vLLM tree RSS and CPU %."""
         return svc.current_resources()
+
+    @app.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+    def metrics() -> Response:
+        """Prometheus exposition of the latest readings (GPU memory/util/power per GPU, vLLM RSS and CPU %)."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/windows/start", response_model=WindowStarted)
+    def start_window() -> WindowStarted:
+        """Open a sampling window now; stop it with ``POST /windows/{window_id}/stop``."""
+        return windows.start()
+
+    @app.post("/windows/{window_id}/stop", response_model=WindowResult)
+    def stop_window(window_id: str) -> WindowResult:
+        """Close the window and return its resource peaks, means and time series (idempotent)."""
+        try:
+            return windows.stop(window_id)
+        except UnknownWindow as exc:
+            raise HTTPException(status_code=404, detail=f"no sampling window {window_id!r}") from exc
 
     @app.get("/reports")
     def list_reports() -> list[dict[str, Any]]:
-        """Every valid report, oldest first (id, time, model, headline metrics)."""
+        """Every valid report, oldest first (id, time, model, fingerprint, baselines, headline metrics)."""
         return svc.list_summaries()
 
     @app.get("/reports/{report_id}", response_model=Report)
@@ -48,16 +99,49 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
         try:
             return svc.store.get(report_id)
         except ValueError as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from exc
+            raise HTTPException(status_code=400, detail=str(exc).splitlines()[0]) from exc
         except FileNotFoundError as exc:
             raise HTTPException(status_code=404, detail=f"no report {report_id}") from exc
 
     @app.post("/reports", response_model=BuildReportResponse)
     async def build_report(request: BuildReportRequest) -> BuildReportResponse:
-        """Merge the collected rows with resources, logs and environment; write and return the report."""
+        """Merge the rows with resources, logs and environment; compare; write JSON, Markdown and HTML."""
         if not any(r.phase == "measured" for r in request.records):
             raise HTTPException(status_code=422, detail="no measured requests in the body: nothing to report")
         return await run_in_threadpool(svc.build_and_write, request)
+
+    @app.get("/baselines")
+    def list_baselines() -> dict[str, str]:
+        """Named baselines: name -> report id."""
+        return svc.baselines.all()
+
+    @app.put("/baselines/{name}", response_model=BaselineMarked)
+    def mark_baseline(name: str, body: MarkBaseline | None = None) -> BaselineMarked:
+        """Mark a report (default: the latest) as baseline ``name``; later reports are compared with it."""
+        try:
+            report = svc.mark_baseline(name, body.report_id if body else None)
+        except ValueError as exc:
+            raise HTTPException(status_code=400, detail=str(exc).splitlines()[0]) from exc
+        except FileNotFoundError as exc:
+            raise HTTPException(status_code=404, detail=str(exc) or "no such report") from exc
+        return BaselineMarked(
+            name=name,
+            report_id=report.report_id,
+            timestamp=report.timestamp,
+            throughput_req_per_sec=report.metrics.throughput_req_per_sec,
+            latency_p99_ms=report.metrics.latency_p99_ms,
+        )
+
+    @app.delete("/baselines/{name}", status_code=204)
+    def forget_baseline(name: str) -> Response:
+        """Forget baseline ``name`` (its report stays)."""
+        try:
+            removed = svc.baselines.remove(name)
+        except ValueError as exc:
+            raise HTTPException(status_code=400, detail=str(exc)) from exc
+        if not removed:
+            raise HTTPException(status_code=404, detail=f"no baseline {name!r}")
+        return Response(status_code=204)
 
     return app
 

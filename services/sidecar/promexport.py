@@ -46,7 +46,8 @@ class SampleCollector(Collector):
                 util.add_metric(values, gpu.util_percent)
             if gpu.power_w is not None:
                 power.add_metric(values, gpu.power_w)
-        yield from (used, total, util, power)
+        if sample.gpus:
+            yield from (used, total, util, power)
         if sample.vllm_rss_gb is not None:
             yield GaugeMetricFamily(
                 f"{PREFIX}_vllm_rss_bytes", "Resident memory of the vLLM process tree.", value=sample.vllm_rss_gb * GIB
@@ -59,7 +60,9 @@ class SampleCollector(Collector):
             )
         if sample.host_used_gb is not None:
             yield GaugeMetricFamily(
-                f"{PREFIX}_host_memory_used_bytes", "Host memory in use (total - available).", value=sample.host_used_gb * GIB
+                f"{PREFIX}_host_memory_used_bytes",
+                "Host memory in use (total - available).",
+                value=sample.host_used_gb * GIB,
             )
         yield GaugeMetricFamily(f"{PREFIX}_sample_timestamp_seconds", "Unix time of these readings.", value=sample.t)
 

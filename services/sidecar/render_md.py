@@ -29,7 +29,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def _pairs(rows: Sequence[Row]) -> list[str]:
-    return table(["", ""], [list(r) for r in rows])
+    return table(["Item", "Value"], [list(r) for r in rows])
 
 
 def render_markdown(report: Report) -> str:
@@ -48,7 +48,7 @@ def render_markdown(report: Report) -> str:
     lines += ["## Results", "", *_pairs(headline_rows(report)), ""]
     lines += ["## Comparison", ""]
     if report.comparison.changes_pct:
-        lines += table(comparison_header(), comparison_rows(report)) + [""]
+        lines += [*table(comparison_header(), comparison_rows(report)), ""]
     lines += [f"- {note}" for note in report.comparison.notes]
     lines += [f"- workload fingerprint: `{report.comparison.fingerprint}`", ""]
     if report.server is not None:

@@ -24,10 +24,7 @@ def fmt(value: Any, unit: str = "", digits: int = 2) -> str:
         return "n/a"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, float):
-        text = f"{value:.{digits}f}"
-    else:
-        text = str(value)
+    text = f"{value:.{digits}f}" if isinstance(value, float) else str(value)
     return f"{text} {unit}".rstrip()
 
 

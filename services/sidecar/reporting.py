@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,7 @@ from services.sidecar.compare import compare_with_history, workload_fingerprint
 from services.sidecar.envinfo import collect_environment, engine_state, vllm_server_facts
 from services.sidecar.gpu import GpuInfo, GpuReader, open_gpu_reader
 from services.sidecar.logfacts import read_log_facts
+from services.sidecar.profiles import collect_traces
 from services.sidecar.redact import Redactor, secret_values
 from services.sidecar.render_html import render_html
 from services.sidecar.render_md import render_markdown
@@ -33,6 +34,7 @@ class ReportService:
     gpu_reader: GpuReader | None
     gpu_reason: str | None
     store: ReportStore
+    server_facts: Callable[[str], dict[str, Any]] = vllm_server_facts
     baselines: BaselineStore = field(init=False)
 
     def __post_init__(self) -> None:
@@ -41,15 +43,23 @@ class ReportService:
         self.baselines = BaselineStore(self.store.root)
 
     @classmethod
-    def from_settings(cls, settings: Settings, gpu: tuple[GpuReader | None, str | None] | None = None) -> ReportService:
-        """Real wiring: NVML when available (or the injected reader), psutil for the vLLM process tree."""
+    def from_settings(
+        cls,
+        settings: Settings,
+        gpu: tuple[GpuReader | None, str | None] | None = None,
+        server_facts: Callable[[str], dict[str, Any]] = vllm_server_facts,
+    ) -> ReportService:
+        """Real wiring: NVML when available, psutil for the vLLM process tree, HTTP to vLLM for its version.
+
+        Tests inject ``gpu`` (e.g. ``(NvmlReader(FakeNvml()), None)`` or ``(None, "no NVML")``) and ``server_facts``.
+        """
         reader, reason = gpu if gpu is not None else open_gpu_reader()
         names = reader.info().names if reader else []
         sampler = Sampler(
             reader, lambda: engine_pid(settings.engine_state_file), settings.gpu_sample_interval_s, gpu_names=names
         )
         store = ReportStore(settings.reports_dir, redact=Redactor(secret_values(settings)))
-        return cls(settings, sampler, reader, reason, store)
+        return cls(settings, sampler, reader, reason, store, server_facts)
 
     @property
     def gpu_names(self) -> list[str]:
@@ -116,7 +126,10 @@ class ReportService:
                 raise FileNotFoundError("no report yet: run `make benchmark` first")
             report = reports[-1]
         else:
-            report = self.store.get(report_id)
+            try:
+                report = self.store.get(report_id)
+            except FileNotFoundError:
+                raise FileNotFoundError(f"no report {report_id}") from None
         self.baselines.set(name, report.report_id)
         return report
 
@@ -130,7 +143,7 @@ class ReportService:
         environment = collect_environment(
             self._gpu_info,
             engine_state(settings.engine_state_file),
-            vllm_server_facts(settings.vllm_url),
+            self.server_facts(settings.vllm_url),
             log_facts.vllm_version,
         )
         metrics = build_metrics(request.records, peaks, request.config.slo)
@@ -151,6 +164,11 @@ class ReportService:
                 comparison=comparison,
                 sample_interval_s=settings.gpu_sample_interval_s,
             )
+            if request.profile_traces and request.run_id:
+                profile = collect_traces(
+                    request.profile_traces, settings.profile_dir, settings.reports_dir, request.run_id
+                )
+                report = report.model_copy(update={"profile": profile})
             path = self.store.write(
                 report, dump_records(request.records), attachments=lambda final: render_files(final, request.records)
             )

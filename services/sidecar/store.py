@@ -22,6 +22,7 @@ from services.report_schema import Report
 
 log = logging.getLogger(__name__)
 REPORT_ID_RE = re.compile(r"^benchmark_report_\d{8}_\d{6}(?:_\d+)?$")
+FILE_MODE = 0o644  # mkstemp creates 0600; reports are meant to be read by people and CI
 
 
 def new_report_id(now: datetime | None = None) -> str:
@@ -48,6 +49,7 @@ def atomic_replace(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -62,6 +64,7 @@ def _write_new(path: Path, data: bytes) -> bool:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, FILE_MODE)
         try:
             os.link(tmp, path)  # fails if it exists: two builds in one second never clobber each other
         except FileExistsError:

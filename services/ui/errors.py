@@ -52,11 +52,10 @@ def backend_unavailable(status: BackendStatus | None, url: str) -> UiError:
             ),
             cause="backend loading",
         )
-    detail = f" ({status.detail})" if status is not None and status.detail and status.state == "Down" else ""
     return UiError(
         kind="backend_down",
         message=(
-            f"**The model server is down:** vLLM is not reachable at {url}.{detail}\n\n"
+            f"**The model server is down:** vLLM is not reachable at {url}.\n\n"
             "Start it with `make up` (or `python -m services.vllm.launch`), wait for `Status: Ready`, "
             "then send your message again."
         ),

@@ -7,6 +7,9 @@ from services.ui.errors import UiError
 from services.ui.timing import Timing, format_timing
 
 
+EMPTY_ANSWER = "(No visible text: the model produced only whitespace or invalid characters.)"
+
+
 def answer_markdown(answer: str, timing: Timing | None, notice: str | None, error: UiError | None) -> str:
     """Final content of an assistant message.
 
@@ -14,8 +17,10 @@ def answer_markdown(answer: str, timing: Timing | None, notice: str | None, erro
     Error: the partial answer (if any), a rule, then the error in the user's words.
     """
     parts: list[str] = []
-    if answer:
+    if answer.strip():
         parts.append(escape_directives(answer))
+    elif error is None:
+        parts.append(f"*{EMPTY_ANSWER}*")
     footer: list[str] = []
     if error is not None:
         footer.append(error.message)

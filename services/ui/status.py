@@ -159,7 +159,7 @@ def header_markdown(status: BackendStatus) -> str:
     """The header: ``Model: ...``, ``Backend: vLLM 0.32.0``, ``Status: Ready`` (+ context, notes), one per line."""
     backend = f"vLLM {escape_directives(status.version)}" if status.version else "vLLM (version unknown)"
     lines = [
-        f"**Model:** {escape_directives(status.model or 'none')}",
+        f"**Model:** {escape_directives(status.model or 'unknown')}",
         f"**Backend:** {backend}",
         f"**Status:** {status.state}",
     ]

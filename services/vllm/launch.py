@@ -70,8 +70,17 @@ def build_synthetic(settings: Settings, resolved: ResolvedModel) -> None:
         raise ModelResolutionError(f"Building {resolved.requested} failed (exit {proc.returncode}); see output above.")
 
 
-def vllm_argv(settings: Settings, resolved: ResolvedModel) -> list[str]:
-    """Command line of vLLM's OpenAI server for ``resolved``."""
+def profiler_args(settings: Settings) -> list[str]:
+    """``--profiler-config`` turning on vLLM's torch profiler (Chrome traces, no Python stacks, into PROFILE_DIR).
+
+    Older vLLM versions used ``VLLM_TORCH_PROFILER_DIR`` instead; see :func:`vllm_env`.
+    """
+    config = {"profiler": "torch", "torch_profiler_dir": str(settings.profile_dir), "torch_profiler_with_stack": False}
+    return ["--profiler-config", json.dumps(config)]
+
+
+def vllm_argv(settings: Settings, resolved: ResolvedModel, profile: bool = False) -> list[str]:
+    """Command line of vLLM's OpenAI server for ``resolved`` (with the profiler endpoints only when ``profile``)."""
     argv = [
         engine_python(settings),
         "-m",
@@ -89,6 +98,8 @@ def vllm_argv(settings: Settings, resolved: ResolvedModel) -> list[str]:
     ]
     if settings.vllm_max_model_len:
         argv += ["--max-model-len", str(settings.vllm_max_model_len)]
+    if profile:
+        argv += profiler_args(settings)
     return argv + shlex.split(settings.vllm_extra_args)
 
 
@@ -122,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     """Resolve, prepare and exec vLLM. Exit 2 with a clear message on a busy port or an unloadable model."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--prepare-only", action="store_true", help="resolve and build the model, then exit")
+    parser.add_argument("--profile", action="store_true", help="enable vLLM's torch profiler endpoints")
     args = parser.parse_args(argv)
     settings = get_settings()
     try:
@@ -145,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     if busy:
         print(f"[ERROR] {busy}", file=sys.stderr, flush=True)
         return 2
-    cmd = vllm_argv(settings, resolved)
+    cmd = vllm_argv(settings, resolved, profile=args.profile)
+    if args.profile:
+        settings.profile_dir.mkdir(parents=True, exist_ok=True)
     write_state(settings, resolved, cmd)
     print(f"[INFO] Starting vLLM: {shlex.join(cmd)}", flush=True)
     os.execvpe(cmd[0], cmd, vllm_env(settings))

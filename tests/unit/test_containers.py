@@ -122,11 +122,21 @@ def service_command(service: dict[str, Any]) -> tuple[list[str], str | None]:
     return argv, None
 
 
-def supervisord_programs() -> dict[str, configparser.SectionProxy]:
-    """``[program:NAME]`` sections of deploy/supervisord.conf."""
+def supervisord_programs(on_demand: bool = False) -> dict[str, configparser.SectionProxy]:
+    """``[program:NAME]`` sections of deploy/supervisord.conf: the services `make up` starts, or (``on_demand``)
+    the variants started only on request (``autostart=false``, e.g. vllm-profile)."""
     parser = configparser.RawConfigParser()
     parser.read(SUPERVISORD, encoding="utf-8")
-    return {name.split(":", 1)[1]: parser[name] for name in parser.sections() if name.startswith("program:")}
+    programs = {name.split(":", 1)[1]: parser[name] for name in parser.sections() if name.startswith("program:")}
+    return {k: v for k, v in programs.items() if v.getboolean("autostart", fallback=True) != on_demand}
+
+
+def test_profiling_variant_is_the_vllm_launcher_plus_profile_flag() -> None:
+    """The on-demand vllm-profile program runs exactly program:vllm's command with --profile, into the same log."""
+    (name, section), = supervisord_programs(on_demand=True).items()
+    vllm = supervisord_programs()["vllm"]
+    assert name == "vllm-profile" and section["command"] == vllm["command"] + " --profile"
+    assert section["stdout_logfile"] == vllm["stdout_logfile"]
 
 
 def settings_from(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:

@@ -123,3 +123,63 @@ def test_first_run_has_nothing_to_compare() -> None:
     new = report()
     comparison = compare_with_history(new.config, new.environment, new.metrics, [])
     assert not comparison.changes_pct and "first run" in comparison.notes[0]
+
+
+def test_crash_before_the_json_is_linked_leaves_no_visible_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure between the temp write and the JSON's link (a kill mid-write) leaves no report and no debris."""
+    import os
+
+    real_link = os.link
+
+    def link(src: str, dst: str) -> None:
+        if str(dst).endswith(".json"):
+            raise OSError("simulated crash")
+        real_link(src, dst)
+
+    monkeypatch.setattr(os, "link", link)
+    store = ReportStore(tmp_path)
+    with pytest.raises(OSError, match="simulated crash"):
+        store.write(report(), ['{"a": 1}'], attachments=lambda r: {".md": "# md", ".html": "<p>"})
+    assert store.list() == [] and list(tmp_path.iterdir()) == []
+
+
+def test_stray_temp_and_orphan_files_from_a_killed_writer_are_ignored(tmp_path: Path) -> None:
+    """A half-written dot temp file and rows without a JSON (a SIGKILL mid-write) are invisible to the listing."""
+    (tmp_path / ".benchmark_report_20260101_120000.json.x1y2.tmp").write_text('{"schema_version": "1.')
+    (tmp_path / "benchmark_report_20260101_120000.requests.jsonl").write_text('{"a": 1}\n')
+    store = ReportStore(tmp_path)
+    assert store.list() == []
+    path = store.write(report(), [])  # the orphan rows keep their id: the new report takes the next one
+    assert path.name == "benchmark_report_20260101_120000_2.json" and len(store.list()) == 1
+
+
+def test_attachments_are_written_beside_the_json_and_named_in_it(tmp_path: Path) -> None:
+    """Markdown and HTML renderers get the final report (final id) and their files are recorded in it."""
+    seen: list[str] = []
+
+    def render(final: Report) -> dict[str, str]:
+        seen.append(final.report_id)
+        return {".md": f"# {final.report_id}", ".html": f"<h1>{final.html_file}</h1>"}
+
+    store = ReportStore(tmp_path)
+    store.write(report(), [])
+    path = store.write(report(), [], attachments=render)
+    written = store.get(path.stem)
+    assert seen == ["benchmark_report_20260101_120000_2"]
+    assert written.markdown_file == "benchmark_report_20260101_120000_2.md"
+    assert (tmp_path / "benchmark_report_20260101_120000_2.html").read_text() == (
+        "<h1>benchmark_report_20260101_120000_2.html</h1>"
+    )
+
+
+def test_redactor_applies_to_every_file(tmp_path: Path) -> None:
+    """The store's redactor masks secrets in rows, attachments and the JSON alike."""
+    store = ReportStore(tmp_path, redact=lambda text: text.replace("s3cr3t", "***"))
+    store.write(report(), ['{"error": "s3cr3t"}'], attachments=lambda r: {".md": "s3cr3t", ".html": "s3cr3t"})
+    assert all("s3cr3t" not in f.read_text() for f in tmp_path.iterdir())
+
+
+def test_listing_tolerates_a_non_object_json(tmp_path: Path) -> None:
+    """A JSON array or number named like a report is skipped, not a crash."""
+    (tmp_path / "benchmark_report_20250101_000003.json").write_text("42")
+    assert ReportStore(tmp_path).list() == []

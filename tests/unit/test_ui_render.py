@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from services.ui import errors
-from services.ui.coalesce import TokenCoalescer
+from services.ui.coalesce import TokenCoalescer, update_interval_s
 from services.ui.render import answer_markdown
 from services.ui.timing import compute_timing
 
@@ -54,7 +54,7 @@ def test_first_token_is_forwarded_at_once_then_batched() -> None:
         sent.append(text)
 
     async def go() -> TokenCoalescer:
-        out = TokenCoalescer(emit, interval_s=0.05, clock=lambda: now[0])
+        out = TokenCoalescer(emit, interval_s=lambda chars: 0.05, clock=lambda: now[0])
         await out.push("混")
         now[0] = 0.01
         await out.push("合")
@@ -71,3 +71,18 @@ def test_first_token_is_forwarded_at_once_then_batched() -> None:
     out = asyncio.run(go())
     assert sent == ["混", "合专家", "模"]
     assert out.text == "混合专家模"
+
+
+def test_update_interval_grows_with_the_answer() -> None:
+    """Short answers update every 50 ms; long ones less often, up to once a second."""
+    assert update_interval_s(0) == 0.05
+    assert update_interval_s(2000) == 0.5
+    assert update_interval_s(100_000) == 1.0
+
+
+def test_blank_answer_is_explained() -> None:
+    """An answer with no visible text says so instead of showing an empty bubble."""
+    content = answer_markdown(" \n\n ", TIMING, None, None)
+    assert content.startswith("*(No visible text")
+    assert "Total: 824ms" in content
+    assert answer_markdown("\n", None, None, errors.cancelled()) == errors.cancelled().message

@@ -1,0 +1,208 @@
+"""Client ceiling: streamed chunks/s per client core of our load generator vs ``vllm bench serve``, at saturation.
+
+Run from the repository root (no stack needed)::
+
+    .venvs/app/bin/python benchmarks/bench_client_ceiling.py [--users 32] [--tokens 256] [--run-time-s 15]
+
+Both clients stream from the bundled mock server (:mod:`loadtest.mock_server`) with no delays
+(``--ttft-ms 0 --itl-ms 0``, ``--tokens`` tokens, one token per chunk), so the server answers as fast as it can and
+each client is pushed to its own limit at ``--users`` concurrent requests. Ours is a headless Locust run of the same
+locustfile and request function ``make benchmark`` uses (``--run-time-s``); theirs is ``vllm bench serve`` from the
+engine env (same wrapper as ``bench_peer_agreement.py``: chat endpoint, ShareGPT prompts, ``--max-concurrency``
+``--users``) sending as many requests as ours completed, so both runs last about as long.
+
+Each client's CPU is sampled with psutil on its process tree every 0.1 s and read over its measured window (first
+request sent to last answer ended), so interpreter start-up, vLLM's import and tokenizer loading are not counted.
+chunks/s per client core = content chunks streamed in the window / client CPU seconds in the window (ours: the rows'
+``content_chunks``; theirs: one per entry of vLLM's per-request ITL list, i.e. every ``choices`` event after the
+role-only first one). The mock's CPU use is printed too: on a small machine the mock and the client share the cores.
+
+Target: ours ÷ theirs ≥ 1.5. With ``--repeats N`` the pair runs N times (order alternating) and the median ratio is
+judged. Exits 0 on pass, 1 on a miss, 2 when a run could not be made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_peer_agreement import (  # noqa: E402
+    PeerBenchError,
+    run_vllm_bench,
+    sharegpt_prompts,
+    vllm_bench_argv,
+    vllm_chunks,
+    vllm_window_monotonic_s,
+)
+
+from loadtest.calibrate import (  # noqa: E402
+    CalibrationError,
+    ClientRun,
+    CpuSample,
+    CpuSampler,
+    cpu_in_window,
+    mock_server,
+    run_our_client,
+    summarize_records,
+)
+from services.settings import get_settings  # noqa: E402
+
+TARGET_RATIO = 1.5  # ours / theirs, chunks/s per client core
+VLLM_REQUESTS_FIRST = 500  # vLLM's requests if it ever ran before any run of ours without --requests
+
+
+def theirs_run(result: Mapping[str, Any], client: Sequence[CpuSample], server: Sequence[CpuSample]) -> ClientRun:
+    """A :class:`ClientRun` from vLLM's detailed result and CPU samples on the monotonic clock (pure).
+
+    Raises:
+        ValueError: no successful request (or the result lacks ``--save-detailed`` fields), or no samples.
+    """
+    window = vllm_window_monotonic_s(result)
+    if window is None:
+        raise ValueError("vllm bench serve recorded no successful request with timings")
+    start, end = window
+    return ClientRun(
+        requests_ok=int(result["completed"]),
+        requests_failed=int(result.get("failed", 0)),
+        chunks=vllm_chunks(result),
+        window_s=end - start,
+        client_cpu_s=cpu_in_window(client, start, end, monotonic=True),
+        server_cpu_s=cpu_in_window(server, start, end, monotonic=True) if server else None,
+    )
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One run of each client."""
+
+    ours: ClientRun
+    theirs: ClientRun
+
+    @property
+    def ratio(self) -> float:
+        """Ours ÷ theirs, chunks/s per client core."""
+        return self.ours.chunks_per_sec_per_core / self.theirs.chunks_per_sec_per_core
+
+
+def table(pair: Pair) -> list[str]:
+    """Rows of one pair (pure)."""
+    lines = [
+        f"{'client':<8}{'ok':>7}{'failed':>7}{'chunks':>9}{'window_s':>10}{'cpu_s':>8}{'client_cores':>13}"
+        f"{'mock_cores':>11}{'chunks/s':>10}{'chunks/s/core':>14}"
+    ]
+    for name, run in (("ours", pair.ours), ("vllm", pair.theirs)):
+        mock = "n/a" if run.server_cores is None else f"{run.server_cores:.2f}"
+        lines.append(
+            f"{name:<8}{run.requests_ok:>7}{run.requests_failed:>7}{run.chunks:>9}{run.window_s:>10.1f}"
+            f"{run.client_cpu_s:>8.1f}{run.client_cores:>13.2f}{mock:>11}{run.chunks_per_sec:>10.0f}"
+            f"{run.chunks_per_sec_per_core:>14.0f}"
+        )
+    return lines
+
+
+def run_pair(index: int, workdir: Path, args: argparse.Namespace, vllm_requests: int) -> Pair:
+    """Both clients against one mock server, order alternating with ``index``.
+
+    vLLM sends as many requests as ours completed in this pair when ours ran first, else ``vllm_requests``.
+    """
+    dataset = workdir / "prompts.sharegpt.json"
+    with mock_server(workdir / f"mock_{index}.log", tokens=args.tokens, ttft_ms=0, itl_ms=0) as mock:
+        ours: ClientRun | None = None
+        theirs: ClientRun | None = None
+        for client in ("ours", "vllm") if index % 2 == 0 else ("vllm", "ours"):
+            print(f"[CEILING] pair {index + 1}: {client} ...", flush=True)
+            if client == "ours":
+                rows, client_samples, server_samples = run_our_client(
+                    mock.url, workdir, users=args.users, run_time_s=args.run_time_s, max_tokens=args.tokens,
+                    server_pid=mock.pid, name=f"ours_{index}",
+                )  # fmt: skip
+                ours = summarize_records(rows, client_samples, server_samples)
+            else:
+                requests = args.requests or (ours.requests_ok if ours else vllm_requests)
+                dataset.write_text(json.dumps(sharegpt_prompts(requests, 40), ensure_ascii=False))
+                argv = vllm_bench_argv(
+                    mock.url, dataset, workdir, f"vllm_{index}.json", requests=requests, concurrency=args.users,
+                    output_tokens=args.tokens, warmups=0, tokenizer=args.tokenizer,
+                )  # fmt: skip
+                with CpuSampler(mock.pid) as server:
+                    result, client_samples = run_vllm_bench(argv, workdir / f"vllm_{index}.log", args.timeout_s)
+                theirs = theirs_run(result, client_samples, server.samples)
+        assert ours is not None and theirs is not None
+        return Pair(ours, theirs)
+
+
+def default_tokenizer() -> str | None:
+    """A local tokenizer for vLLM's client (the mock has none): the stack's resolved model, else the first model
+    folder with a tokenizer.json (vLLM's ShareGPT loader needs one to size prompts)."""
+    settings = get_settings()
+    try:
+        state = json.loads(settings.engine_state_file.read_text())
+        model = Path(state["model_arg"])
+        if (model / "tokenizer.json").exists() or (model / "tokenizer_config.json").exists():
+            return str(model)
+    except (OSError, ValueError, KeyError):
+        pass
+    found = sorted(settings.models_dir.glob("*/tokenizer.json"))
+    return str(found[0].parent) if found else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the pair(s) and judge; 0 pass, 1 miss, 2 a run failed."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--users", type=int, default=32, help="concurrent requests of each client")
+    parser.add_argument("--tokens", type=int, default=256, help="tokens (= chunks) per mock answer")
+    parser.add_argument("--run-time-s", type=float, default=15.0, help="length of our run")
+    parser.add_argument("--requests", type=int, default=0, help="vLLM's requests (default: as many as ours did)")
+    parser.add_argument("--repeats", type=int, default=1, help="pairs to run (order alternates)")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer folder for vLLM's client (default: local model)")
+    parser.add_argument("--timeout-s", type=float, default=600.0)
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, results)")
+    args = parser.parse_args(argv)
+    args.tokenizer = args.tokenizer or default_tokenizer()
+    if args.tokenizer is None:
+        parser.error("no local tokenizer found under models/; pass --tokenizer DIR (vLLM's client needs one)")
+
+    workdir = Path(tempfile.mkdtemp(prefix="client_ceiling_"))
+    print(
+        f"[CEILING] mock: {args.tokens} tokens, 1 per chunk, no delays; {args.users} concurrent requests; "
+        f"ours {args.run_time_s:g} s; vLLM tokenizer {args.tokenizer}; work folder {workdir}"
+    )
+    ratios: list[float] = []
+    ours_requests: list[int] = []  # ours' completed requests per pair
+    try:
+        for i in range(args.repeats):
+            pair = run_pair(i, workdir, args, ours_requests[-1] if ours_requests else VLLM_REQUESTS_FIRST)
+            ours_requests.append(pair.ours.requests_ok)
+            for line in table(pair):
+                print(f"[CEILING]   {line}")
+            print(f"[CEILING]   ours/vllm chunks/s per client core = {pair.ratio:.2f}")
+            ratios.append(pair.ratio)
+    except (CalibrationError, PeerBenchError, ValueError) as exc:
+        print(f"[ERROR] {exc}\n[ERROR] work folder kept: {workdir}", file=sys.stderr)
+        return 2
+    value = statistics.median(ratios)
+    passed = value >= TARGET_RATIO
+    n = f" (median of {len(ratios)})" if len(ratios) > 1 else ""
+    print(
+        f"[CEILING] chunks/s per client core ours/vllm = {value:.2f}{n}  target >= {TARGET_RATIO}  "
+        + ("PASS" if passed else "FAIL")
+    )
+    if not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

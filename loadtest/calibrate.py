@@ -1,0 +1,489 @@
+"""``make calibrate``: the load generator's own ceiling and the latency it adds, measured against the mock server.
+
+``python -m loadtest.calibrate`` starts the bundled mock server (:mod:`loadtest.mock_server`) on a free port and
+runs *our* client (the same Locust file and request function as ``make benchmark``) against it three times:
+
+1. **chunk ceiling** — mock with no delays (``--ttft-ms 0 --itl-ms 0``, 128 tokens, one token per chunk), 32 users
+   for 12 s: streamed content chunks per CPU-second of the Locust process tree (= chunks/s one client core can
+   sustain);
+2. **request ceiling** — same mock answering 1 token: completed requests per CPU-second;
+3. **added latency** — mock paced at 200 ms TTFT and 20 ms ITL, 4 users for 8 s: median measured TTFT and ITL minus
+   the configured ones (an upper bound of what the client adds: the mock's own scheduling is included).
+
+CPU is sampled with psutil on the Locust process tree every 0.1 s and read over the run's measured window (first
+request sent to last answer ended, interpolated), so Locust's start-up is not counted. The result goes to
+``logs/calibration.json`` (:class:`loadtest.client_load.Calibration`); every benchmark compares its own chunks/s with
+it and is flagged client-limited at ≥ 80 % of the ceiling. No target: the figures describe this machine.
+
+The helpers (mock server process, CPU sampler, one Locust run) are shared with ``benchmarks/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext, suppress
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+import psutil
+
+from loadtest.client_load import Calibration, save_calibration
+from loadtest.launch import locust_argv
+from loadtest.records import RequestRecord
+from services.settings import PROJECT_ROOT, get_settings
+
+SAMPLE_INTERVAL_S = 0.1
+MOCK_START_TIMEOUT_S = 60.0
+LOCUST_EXIT_GRACE_S = 90.0  # start-up on a busy machine plus shutdown after --run-time
+UNSATURATED_CORES = 0.5  # below this, the client was not the bottleneck and the per-core figure is an estimate
+
+
+class CalibrationError(RuntimeError):
+    """A calibration run could not be made; the message says why and where the log is."""
+
+
+# --------------------------------------------------------------------------------------------- pure parts
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """CPU seconds used so far by a process tree, at a wall-clock and a monotonic time (seconds)."""
+
+    wall_s: float
+    monotonic_s: float
+    cpu_s: float
+
+
+def cpu_at(samples: Sequence[CpuSample], t_s: float, *, monotonic: bool = False) -> float:
+    """CPU seconds at time ``t_s``, linearly interpolated between samples (clamped to the first/last sample).
+
+    Raises:
+        ValueError: no samples.
+    """
+    if not samples:
+        raise ValueError("no CPU samples")
+    times = [s.monotonic_s if monotonic else s.wall_s for s in samples]
+    if t_s <= times[0]:
+        return samples[0].cpu_s
+    if t_s >= times[-1]:
+        return samples[-1].cpu_s
+    for i in range(1, len(samples)):
+        if times[i] >= t_s:
+            span = times[i] - times[i - 1]
+            frac = (t_s - times[i - 1]) / span if span > 0 else 1.0
+            return samples[i - 1].cpu_s + frac * (samples[i].cpu_s - samples[i - 1].cpu_s)
+    return samples[-1].cpu_s  # pragma: no cover - the loop always returns
+
+
+def cpu_in_window(samples: Sequence[CpuSample], start_s: float, end_s: float, *, monotonic: bool = False) -> float:
+    """CPU seconds a process tree used between ``start_s`` and ``end_s`` (wall clock, or monotonic clock)."""
+    return max(0.0, cpu_at(samples, end_s, monotonic=monotonic) - cpu_at(samples, start_s, monotonic=monotonic))
+
+
+def per_core_rate(count: float, cpu_s: float) -> float:
+    """Events per CPU-second, i.e. events/s one fully used core sustains.
+
+    Raises:
+        ValueError: ``cpu_s`` is not positive (nothing was measured).
+    """
+    if cpu_s <= 0:
+        raise ValueError(f"no CPU time measured ({cpu_s} s); the run was too short or the process not sampled")
+    return count / cpu_s
+
+
+@dataclass(frozen=True)
+class ClientRun:
+    """One client run: what it streamed in its measured window and the CPU it (and the server) used there."""
+
+    requests_ok: int
+    requests_failed: int
+    chunks: int
+    window_s: float
+    client_cpu_s: float
+    server_cpu_s: float | None = None
+
+    @property
+    def chunks_per_sec(self) -> float:
+        """Content chunks per wall-clock second."""
+        return self.chunks / self.window_s if self.window_s > 0 else 0.0
+
+    @property
+    def requests_per_sec(self) -> float:
+        """Completed requests per wall-clock second."""
+        return self.requests_ok / self.window_s if self.window_s > 0 else 0.0
+
+    @property
+    def client_cores(self) -> float:
+        """Mean cores the client used over the window."""
+        return self.client_cpu_s / self.window_s if self.window_s > 0 else 0.0
+
+    @property
+    def server_cores(self) -> float | None:
+        """Mean cores the (mock) server used over the window, when it was sampled."""
+        if self.server_cpu_s is None or self.window_s <= 0:
+            return None
+        return self.server_cpu_s / self.window_s
+
+    @property
+    def chunks_per_sec_per_core(self) -> float:
+        """Content chunks per client CPU-second."""
+        return per_core_rate(self.chunks, self.client_cpu_s)
+
+    @property
+    def requests_per_sec_per_core(self) -> float:
+        """Completed requests per client CPU-second."""
+        return per_core_rate(self.requests_ok, self.client_cpu_s)
+
+
+def summarize_records(
+    records: Sequence[RequestRecord],
+    client_samples: Sequence[CpuSample],
+    server_samples: Sequence[CpuSample] | None = None,
+) -> ClientRun:
+    """A :class:`ClientRun` from our rows: window = first send to last end of the measured rows (pure).
+
+    Raises:
+        ValueError: no successful measured row, or no CPU samples.
+    """
+    measured = [r for r in records if r.phase == "measured"]
+    ok = [r for r in measured if r.ok]
+    if not ok:
+        raise ValueError("no successful request was recorded")
+    start = min(r.started_at for r in measured)
+    end = max(r.ended_at for r in measured)
+    return ClientRun(
+        requests_ok=len(ok),
+        requests_failed=len(measured) - len(ok),
+        chunks=sum(r.content_chunks for r in ok),
+        window_s=end - start,
+        client_cpu_s=cpu_in_window(client_samples, start, end),
+        server_cpu_s=cpu_in_window(server_samples, start, end) if server_samples else None,
+    )
+
+
+def added_latency_ms(records: Sequence[RequestRecord], ttft_ms: float, itl_ms: float) -> tuple[float, float]:
+    """``(added TTFT, added ITL)``: medians of the successful rows' TTFT and inter-chunk gaps minus the configured ones.
+
+    Raises:
+        ValueError: no successful row with a TTFT, or no inter-chunk gap (responses of a single chunk).
+    """
+    ok = [r for r in records if r.ok and r.phase == "measured"]
+    ttfts = [r.ttft_ms for r in ok if r.ttft_ms is not None]
+    gaps = [gap for r in ok for gap in r.itl_ms]
+    if not ttfts or not gaps:
+        raise ValueError("the latency run recorded no TTFT or no inter-chunk gap")
+    return statistics.median(ttfts) - ttft_ms, statistics.median(gaps) - itl_ms
+
+
+def calibration_table(rows: Mapping[str, ClientRun]) -> list[str]:
+    """Aligned text lines describing each run (pure)."""
+    header = (
+        f"{'run':<16}{'ok':>7}{'failed':>7}{'chunks':>9}{'window_s':>10}{'cpu_s':>8}{'client_cores':>13}"
+        f"{'mock_cores':>11}{'chunks/s':>10}{'chunks/s/core':>14}{'req/s/core':>11}"
+    )
+    lines = [header]
+    for name, run in rows.items():
+        mock = "n/a" if run.server_cores is None else f"{run.server_cores:.2f}"
+        lines.append(
+            f"{name:<16}{run.requests_ok:>7}{run.requests_failed:>7}{run.chunks:>9}{run.window_s:>10.1f}"
+            f"{run.client_cpu_s:>8.1f}{run.client_cores:>13.2f}{mock:>11}{run.chunks_per_sec:>10.0f}"
+            f"{run.chunks_per_sec_per_core:>14.0f}{run.requests_per_sec_per_core:>11.1f}"
+        )
+    return lines
+
+
+# --------------------------------------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) used so far by a process and its live children; None once it is gone."""
+    try:
+        proc = psutil.Process(pid)
+        times = proc.cpu_times()
+        total = times.user + times.system + times.children_user + times.children_system
+        for child in proc.children(recursive=True):
+            try:
+                child_times = child.cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            total += child_times.user + child_times.system
+        return total
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+class CpuSampler:
+    """Samples a process tree's CPU seconds every ``interval_s`` in a background thread (``with`` block)."""
+
+    def __init__(self, pid: int, interval_s: float = SAMPLE_INTERVAL_S) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self.samples: list[CpuSample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"cpu-sampler-{pid}", daemon=True)
+
+    def _loop(self) -> None:
+        while True:
+            cpu = tree_cpu_s(self.pid)
+            if cpu is None:
+                return
+            self.samples.append(CpuSample(time.time(), time.monotonic(), cpu))
+            if self._stop.wait(self.interval_s):
+                return
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate a child we started and its descendants (SIGTERM, then SIGKILL after 5 s)."""
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+    for child in children:
+        with suppress(psutil.NoSuchProcess):
+            child.kill()
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a log file (for error messages)."""
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass(frozen=True)
+class MockHandle:
+    """A running mock server: its base URL (no ``/v1``) and pid."""
+
+    url: str
+    pid: int
+
+
+@contextmanager
+def mock_server(
+    log_path: Path, *, tokens: int, ttft_ms: float, itl_ms: float, tokens_per_chunk: int = 1
+) -> Iterator[MockHandle]:
+    """Run ``python -m loadtest.mock_server`` on a free port until the block ends; stopped in all cases.
+
+    Raises:
+        CalibrationError: it did not answer ``/health`` within a minute.
+    """
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "loadtest.mock_server", "--port", str(port), "--tokens", str(tokens),
+        "--ttft-ms", f"{ttft_ms:g}", "--itl-ms", f"{itl_ms:g}", "--tokens-per-chunk", str(tokens_per_chunk),
+    ]  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + MOCK_START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                raise CalibrationError(f"the mock server exited with {proc.returncode}:\n{log_tail(log_path)}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise CalibrationError(f"the mock server did not start within {MOCK_START_TIMEOUT_S:.0f} s")
+            time.sleep(0.2)
+        yield MockHandle(url, proc.pid)
+    finally:
+        stop_process(proc)
+
+
+def our_client_env(base_url: str, users: int, max_tokens: int) -> dict[str, str]:
+    """Environment for a Locust run of our client: fixed ``max_tokens``, closed loop, no ramp-up, no warmup."""
+    return {
+        **os.environ,
+        "VLLM_BASE_URL": base_url,
+        "CONCURRENCY": str(users),
+        "MAX_TOKENS": str(max_tokens),
+        "OUTPUT_LEN": "fixed",
+        "IGNORE_EOS": "false",
+        "RATE": "",
+        "RAMP_UP_S": "0",
+        "WARMUP": "0",
+    }
+
+
+def run_our_client(
+    base_url: str,
+    workdir: Path,
+    *,
+    users: int,
+    run_time_s: float,
+    max_tokens: int,
+    server_pid: int | None = None,
+    name: str = "locust",
+) -> tuple[list[RequestRecord], list[CpuSample], list[CpuSample]]:
+    """One headless Locust run of our client (``ChatUser``) for ``run_time_s``; rows and CPU samples.
+
+    Returns:
+        ``(rows, Locust tree CPU samples, server CPU samples)`` — the last is empty without ``server_pid``.
+
+    Raises:
+        CalibrationError: Locust failed to start or hung.
+    """
+    from loadtest.bench import read_records
+
+    settings = get_settings().model_copy(update={"vllm_base_url": base_url, "concurrency": users, "ramp_up_s": 0.0})
+    records_path = workdir / f"{name}.requests.jsonl"
+    log_path = workdir / f"{name}.log"
+    records_path.write_text("")
+    argv = locust_argv(settings, headless=True, users=users, run_time_s=run_time_s, records_file=records_path)
+    env = our_client_env(base_url, users, max_tokens)
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    client = CpuSampler(proc.pid)
+    server = CpuSampler(server_pid) if server_pid else None
+    try:
+        with client, server or nullcontext():
+            proc.wait(timeout=run_time_s + LOCUST_EXIT_GRACE_S)
+    except subprocess.TimeoutExpired:
+        raise CalibrationError(f"Locust did not finish; log:\n{log_tail(log_path)}") from None
+    finally:
+        stop_process(proc)
+    if proc.returncode not in (0, 1):  # 1 = some request failed; the rows say which
+        raise CalibrationError(f"Locust exited with {proc.returncode}; log:\n{log_tail(log_path)}")
+    records, _ = read_records(records_path)
+    if not any(r.ok for r in records):
+        errors = {r.error for r in records if r.error}
+        raise CalibrationError(f"no request succeeded ({sorted(errors)[:3]}); Locust log:\n{log_tail(log_path)}")
+    return records, client.samples, server.samples if server is not None else []
+
+
+# --------------------------------------------------------------------------------------------- calibrate
+
+
+@dataclass(frozen=True)
+class CalibrateOptions:
+    """Shapes of the three runs."""
+
+    users: int = 32
+    run_time_s: float = 12.0
+    chunk_tokens: int = 128
+    latency_users: int = 4
+    latency_run_time_s: float = 8.0
+    latency_tokens: int = 20
+    ttft_ms: float = 200.0
+    itl_ms: float = 20.0
+
+
+def calibrate(options: CalibrateOptions, workdir: Path) -> tuple[Calibration, dict[str, ClientRun]]:
+    """Run the three calibration runs; return the calibration and the per-run figures.
+
+    Raises:
+        CalibrationError: a run failed (the message has the log tail).
+    """
+    runs: dict[str, ClientRun] = {}
+    for name, tokens in (("chunk_ceiling", options.chunk_tokens), ("request_ceiling", 1)):
+        print(f"[CALIBRATE] {name}: mock {tokens} token(s), no delays, {options.users} users, {options.run_time_s:g} s")
+        with mock_server(workdir / f"mock_{name}.log", tokens=tokens, ttft_ms=0, itl_ms=0) as mock:
+            rows, client, server = run_our_client(
+                mock.url, workdir, users=options.users, run_time_s=options.run_time_s, max_tokens=tokens,
+                server_pid=mock.pid, name=name,
+            )  # fmt: skip
+        runs[name] = summarize_records(rows, client, server)
+    print(
+        f"[CALIBRATE] added_latency: mock TTFT {options.ttft_ms:g} ms, ITL {options.itl_ms:g} ms, "
+        f"{options.latency_tokens} tokens, {options.latency_users} users, {options.latency_run_time_s:g} s"
+    )
+    with mock_server(
+        workdir / "mock_latency.log", tokens=options.latency_tokens, ttft_ms=options.ttft_ms, itl_ms=options.itl_ms
+    ) as mock:
+        rows, client, server = run_our_client(
+            mock.url, workdir, users=options.latency_users, run_time_s=options.latency_run_time_s,
+            max_tokens=options.latency_tokens, server_pid=mock.pid, name="added_latency",
+        )  # fmt: skip
+    runs["added_latency"] = summarize_records(rows, client, server)
+    added_ttft_ms, added_itl_ms = added_latency_ms(rows, options.ttft_ms, options.itl_ms)
+    calibration = Calibration(
+        chunks_per_sec_per_core=runs["chunk_ceiling"].chunks_per_sec_per_core,
+        requests_per_sec_per_core=runs["request_ceiling"].requests_per_sec_per_core,
+        added_ttft_ms=added_ttft_ms,
+        added_itl_ms=added_itl_ms,
+        measured_at=datetime.now().astimezone().isoformat(timespec="seconds"),
+    )
+    return calibration, runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Calibrate and write ``logs/calibration.json``; 0 on success, 1 when a run failed."""
+    defaults = CalibrateOptions()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--users", type=int, default=defaults.users, help="concurrent users of the ceiling runs")
+    parser.add_argument("--run-time-s", type=float, default=defaults.run_time_s, help="length of each ceiling run")
+    parser.add_argument("--chunk-tokens", type=int, default=defaults.chunk_tokens, help="tokens per mock answer")
+    parser.add_argument("--output", type=Path, default=None, help="default: LOGS_DIR/calibration.json")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the temporary run folder and print its path")
+    args = parser.parse_args(argv)
+    options = CalibrateOptions(users=args.users, run_time_s=args.run_time_s, chunk_tokens=args.chunk_tokens)
+    output = args.output or get_settings().logs_dir / "calibration.json"
+    workdir = Path(tempfile.mkdtemp(prefix="calibrate_"))
+    try:
+        calibration, runs = calibrate(options, workdir)
+    except (CalibrationError, ValueError) as exc:
+        print(f"[ERROR] calibration failed: {exc}\n[ERROR] run files kept in {workdir}", file=sys.stderr)
+        return 1
+    for line in calibration_table(runs):
+        print(f"[CALIBRATE] {line}")
+    ceiling = runs["chunk_ceiling"]
+    if ceiling.client_cores < UNSATURATED_CORES:
+        print(
+            f"[WARN] the client used only {ceiling.client_cores:.2f} core(s) in the ceiling run (mock "
+            f"{ceiling.server_cores or 0:.2f}): something else (mock server, other processes) was the bottleneck, "
+            "so the per-core ceiling is an estimate. Rerun on a quieter machine."
+        )
+    print(
+        f"[CALIBRATE] ceiling {calibration.chunks_per_sec_per_core:.0f} chunks/s and "
+        f"{calibration.requests_per_sec_per_core:.1f} req/s per client core; added latency "
+        f"TTFT {calibration.added_ttft_ms:+.1f} ms, ITL {calibration.added_itl_ms:+.2f} ms"
+    )
+    save_calibration(output, calibration)
+    print(f"[CALIBRATE] saved to {output}")
+    if args.keep_logs:
+        print(f"[CALIBRATE] run files in {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""Regression gate for CI (pure): ``make benchmark GATE=v0.2.1`` fails when the run is worse than the baseline.
+
+The sidecar has already compared the new report with every named baseline of the same workload fingerprint
+(``comparison.changes_pct["vs_<name>"]``); the gate only reads those percent changes. A run fails when request
+throughput drops, or p99 latency rises, by more than the threshold (default 5 %, GATE_THRESHOLD_PCT).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from services.report_schema import Report
+
+EXIT_PASS = 0
+EXIT_ERROR = 2  # unknown baseline, or one whose workload differs: the gate cannot judge
+EXIT_FAIL = 3
+
+# metric -> direction that is bad: -1 = a drop is a regression, +1 = a rise is.
+GATED_METRICS: dict[str, int] = {"throughput_req_per_sec": -1, "latency_p99_ms": +1}
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """What the gate decided; ``line`` is the terminal line, ``failures`` one entry per failed metric."""
+
+    exit_code: int
+    line: str
+    failures: list[str] = field(default_factory=list)
+
+
+def gate_failures(changes_pct: dict[str, float | None], threshold_pct: float) -> list[str]:
+    """Failed metrics, e.g. ``throughput_req_per_sec -12.3% (limit -5%)``; a missing change fails (cannot judge)."""
+    failures = []
+    for metric, bad_sign in GATED_METRICS.items():
+        change = changes_pct.get(f"{metric}_pct")
+        limit = f"(limit {bad_sign * threshold_pct:+g}%)"
+        if change is None:
+            failures.append(f"{metric} n/a: cannot compare {limit}")
+        elif change * bad_sign > threshold_pct:
+            failures.append(f"{metric} {change:+.1f}% {limit}")
+    return failures
+
+
+def gate_verdict(report: Report, baseline: str, threshold_pct: float) -> GateVerdict:
+    """Judge ``report`` against the named ``baseline``: exit 0 pass, 3 regression, 2 unknown or incomparable."""
+    key = f"vs_{baseline}"
+    comparison = report.comparison
+    if key in comparison.refused:
+        return GateVerdict(EXIT_ERROR, f"[GATE] ERROR vs {baseline}: not comparable: {comparison.refused[key]}")
+    changes = comparison.changes_pct.get(key)
+    if changes is None:
+        names = [*comparison.changes_pct, *comparison.refused]
+        known = sorted(k.removeprefix("vs_") for k in names if k != "vs_previous")
+        hint = f"known: {', '.join(known)}" if known else "none is marked"
+        return GateVerdict(
+            EXIT_ERROR,
+            f"[GATE] ERROR vs {baseline}: no baseline named {baseline!r} ({hint}); mark one with "
+            f"`make baseline NAME={baseline}`",
+        )
+    failures = gate_failures(changes, threshold_pct)
+    against = comparison.against.get(key, "?")
+    if failures:
+        return GateVerdict(EXIT_FAIL, f"[GATE] FAIL vs {baseline} ({against}): " + "; ".join(failures), failures)
+    summary = ", ".join(f"{m} {changes.get(f'{m}_pct', 0.0) or 0.0:+.1f}%" for m in GATED_METRICS)
+    return GateVerdict(EXIT_PASS, f"[GATE] PASS vs {baseline} ({against}): {summary} (threshold {threshold_pct:g}%)")

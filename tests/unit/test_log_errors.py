@@ -1,0 +1,187 @@
+"""Warnings, errors and tracebacks from vLLM logs: recorded and generated, old and new formats, garbage, rotation."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from services.logtools.groups import ErrorGroups
+from services.logtools.reader import rotated_family
+from services.logtools.scan import ErrorEvent, LogScanner
+from services.logtools.synthlog import generate_vllm_log
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
+RECORDED = FIXTURES / "vllm_0.32_cpu_recorded.log"
+FAILED = FIXTURES / "vllm_0.32_failed_start.log"
+OLD = FIXTURES / "vllm_0.4_old_format.log"
+
+
+def events_of(*paths: Path | str, block_bytes: int = 1 << 20, since_s: float | None = None) -> list[ErrorEvent]:
+    events: list[ErrorEvent] = []
+    LogScanner(on_event=events.append, since_s=since_s, block_bytes=block_bytes).scan(paths)
+    return events
+
+
+def summary_of(*paths: Path | str, block_bytes: int = 1 << 20) -> dict:
+    groups = ErrorGroups()
+    LogScanner(on_event=groups.add, block_bytes=block_bytes).scan(paths)
+    return groups.summary(limit=100)
+
+
+def test_recorded_cpu_log_warnings_are_grouped() -> None:
+    """The recorded vLLM 0.32 CPU log has only warnings; repeats of one message (other pids) share a group."""
+    summary = summary_of(RECORDED)
+    assert summary["by_level"] == {"WARNING": 28}
+    top = summary["groups"][0]
+    assert (top["count"], top["source"]) == (6, "vllm.py:725")
+    assert top["message"].startswith("Model Runner V2 requires Triton")
+    kills = [g for g in summary["groups"] if "force killing remaining process EngineCore" in g["message"]]
+    assert len(kills) == 1 and kills[0]["count"] == 2  # pid 5755 and pid 11279: one group
+
+
+def test_launcher_warning_without_stamp_gets_the_time_of_the_line_before() -> None:
+    """``[WARNING] ...`` from the launcher has no stamp; it is dated by the last stamped line before it."""
+    launcher = [e for e in events_of(RECORDED) if e.message.startswith("default model baidu/ERNIE")]
+    assert len(launcher) == 1 and launcher[0].source is None
+    assert time.strftime("%H:%M:%S", time.localtime(launcher[0].stamp_s)) == "22:05:51"
+
+
+def test_vllm_traceback_with_repeated_header_is_one_event() -> None:
+    """vLLM prints the header on every traceback line: headline, frames and exception make one event."""
+    events = events_of(FAILED)
+    head = next(e for e in events if e.message == "EngineCore failed to start.")
+    assert head.level == "ERROR" and head.source == "core.py:866" and head.process == "EngineCore"
+    assert head.exception is not None and head.exception.startswith("ValueError: To serve at least one request")
+    frames = head.traceback_text()
+    assert frames[0] == "Traceback (most recent call last):" and any("kv_cache_utils.py" in f for f in frames)
+
+
+def test_bare_prefixed_tracebacks_are_events_of_their_process() -> None:
+    """Crashing processes print bare tracebacks behind ``(Proc pid=N)``; each is one event named by its exception."""
+    bare = [e for e in events_of(FAILED) if e.source is None]
+    assert [(e.process, e.message.split(":")[0]) for e in bare] == [
+        ("EngineCore", "ValueError"),
+        ("APIServer", "RuntimeError"),
+    ]
+    assert all(e.level == "ERROR" for e in bare)
+    assert "Process EngineCore:" not in bare[0].traceback_text()
+
+
+def test_old_format_chained_traceback_keeps_the_final_exception() -> None:
+    """Old vLLM (``file.py:line]``, no prefix): a chained traceback is one event ending in the last exception."""
+    events = events_of(OLD)
+    engine = next(e for e in events if e.message == "Engine background task failed")
+    assert engine.source == "async_llm_engine.py:61"
+    assert engine.exception is not None and engine.exception.endswith("See stack trace above for the actual cause.")
+    frames = engine.traceback_text()
+    assert "The above exception was the direct cause of the following exception:" in frames
+    assert "RuntimeError: CUDA error: an illegal memory access was encountered" in frames
+
+
+def test_uvicorn_error_with_bare_traceback_is_one_event() -> None:
+    """``ERROR:    Exception in ASGI application`` and the bare traceback after it are one event."""
+    uvicorn = [e for e in events_of(OLD) if e.message == "Exception in ASGI application"]
+    assert len(uvicorn) == 1
+    assert (
+        uvicorn[0].exception
+        == "vllm.engine.async_llm_engine.AsyncEngineDeadError: Background loop has errored already."
+    )
+
+
+@pytest.mark.parametrize("block_bytes", [3600, 4096, 5000])
+def test_tracebacks_across_block_boundaries_stay_whole(block_bytes: int) -> None:
+    """Blocks (longer than any line) that cut records anywhere give the same events as one big block."""
+    for fixture in (FAILED, OLD, RECORDED):
+        small = [
+            (e.level, e.message, e.exception, len(e.traceback_raw)) for e in events_of(fixture, block_bytes=block_bytes)
+        ]
+        whole = [(e.level, e.message, e.exception, len(e.traceback_raw)) for e in events_of(fixture)]
+        assert small == whole, fixture.name
+
+
+@pytest.mark.parametrize("block_bytes", [500, 700, 1100])
+def test_records_cut_by_small_blocks_stay_whole(block_bytes: int) -> None:
+    """The short-lined fixtures read in blocks of a few lines still give whole tracebacks."""
+    for fixture in (FAILED, OLD):
+        small = [
+            (e.level, e.message, e.exception, len(e.traceback_raw)) for e in events_of(fixture, block_bytes=block_bytes)
+        ]
+        whole = [(e.level, e.message, e.exception, len(e.traceback_raw)) for e in events_of(fixture)]
+        assert small == whole, fixture.name
+
+
+def test_generated_log_counts_match_ground_truth(tmp_path: Path) -> None:
+    """On a generated log (old format, upgrade, crashes, restarts) every error and warning event is found once."""
+    facts = generate_vllm_log(tmp_path / "vllm.log", n_lines=30_000, seed=3)
+    events = events_of(tmp_path / "vllm.log", block_bytes=64 << 10)
+    assert sum(e.level == "ERROR" for e in events) == facts.error_events
+    assert sum(e.level == "WARNING" for e in events) == facts.warning_events
+    kinds: dict[str, int] = {}
+    for event in events:
+        if event.exception:
+            kind = event.exception.split(":")[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
+    assert kinds == facts.error_messages
+
+
+def test_generated_log_groups_collapse_numbers_and_ids(tmp_path: Path) -> None:
+    """Preemption warnings with different request ids and counters fall in one group."""
+    facts = generate_vllm_log(tmp_path / "vllm.log", n_lines=20_000, seed=5)
+    summary = summary_of(tmp_path / "vllm.log")
+    preempted = [g for g in summary["groups"] if "is preempted" in g["message"]]
+    assert len(preempted) == 1 and preempted[0]["count"] > 10
+    assert summary["events"] == facts.error_events + facts.warning_events
+
+
+def test_garbage_binary_and_overlong_lines_do_not_break_the_scan(tmp_path: Path) -> None:
+    """NUL bytes, invalid UTF-8, a 3 MB line and a stray 'ERROR' inside INFO text give only the real events."""
+    log = tmp_path / "vllm.log"
+    log.write_bytes(
+        b"\x00\x00\xff\xfe\x81 garbage ERROR WARNING \n"
+        + b"(APIServer pid=1) INFO 11-29 21:55:01 [x.py:1] no ERROR here, CRITICAL neither\n"
+        + b"Z" * (3 << 20)
+        + b" ERROR at the end of a huge line\n"
+        + b"(APIServer pid=1) ERROR 11-29 21:55:02 [serving.py:9] bad \xff\xfe bytes \x00 in message\n"
+        + b"Traceback (most recent call last):\n"
+        + b"\xff\xfe\n"
+    )
+    events = events_of(log)
+    assert [e.message for e in events] == ["bad \ufffd\ufffd bytes \ufffd in message", "\ufffd\ufffd"]
+    assert events[1].level == "ERROR" and events[1].traceback_text()[0] == "Traceback (most recent call last):"
+
+
+def test_rotated_and_gzipped_files_are_read_oldest_first(tmp_path: Path) -> None:
+    """Events of vllm.log.2.gz, vllm.log.1 and vllm.log come in that order."""
+    (tmp_path / "vllm.log.2.gz").write_bytes(gzip.compress(b"ERROR 11-27 10:00:00 a.py:1] oldest\n"))
+    (tmp_path / "vllm.log.1").write_bytes(b"ERROR 11-28 10:00:00 a.py:1] older\n")
+    (tmp_path / "vllm.log").write_bytes(b"(APIServer pid=1) ERROR 11-29 10:00:00 [a.py:1] newest\n")
+    events = events_of(*rotated_family(tmp_path / "vllm.log"))
+    assert [e.message for e in events] == ["oldest", "older", "newest"]
+
+
+def test_since_skips_old_files_and_old_lines(tmp_path: Path) -> None:
+    """--since drops events stamped before it and does not open files last written before it."""
+    old = tmp_path / "vllm.log.1"
+    old.write_bytes(b"ERROR 11-27 10:00:00 a.py:1] from an old file\n")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    now = time.localtime()
+    stamp_old = time.strftime("%m-%d %H:%M:%S", time.localtime(time.time() - 3600)).encode()
+    stamp_new = time.strftime("%m-%d %H:%M:%S", now).encode()
+    current = tmp_path / "vllm.log"
+    current.write_bytes(
+        b"(APIServer pid=1) ERROR "
+        + stamp_old
+        + b" [a.py:1] an hour ago\n"
+        + b"(APIServer pid=1) WARNING "
+        + stamp_new
+        + b" [a.py:2] just now\n"
+    )
+    events: list[ErrorEvent] = []
+    scanner = LogScanner(on_event=events.append, since_s=time.time() - 600)
+    result = scanner.scan([old, current])
+    assert [e.message for e in events] == ["just now"]
+    assert result.skipped_files == [str(old)]

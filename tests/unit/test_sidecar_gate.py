@@ -1,0 +1,125 @@
+"""The regression gate (``make benchmark GATE=…``) and the terminal's ``[COMPARE]`` lines."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from loadtest.gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, gate_failures, gate_verdict
+from loadtest.records import RequestRecord
+from loadtest.summary import compare_lines, format_summary
+from services.report_schema import BenchmarkConfig, BuildReportRequest, Comparison
+from services.sidecar.gpu import NvmlReader
+from services.sidecar.reporting import ReportService
+from tests.fakes import FakeNvml
+from tests.unit.test_sidecar_app import make_settings
+from tests.unit.test_sidecar_store import report
+
+
+def with_changes(name: str, throughput_pct: float | None, p99_pct: float | None):
+    changes = {"throughput_req_per_sec_pct": throughput_pct, "latency_p99_ms_pct": p99_pct}
+    comparison = Comparison(against={name: "benchmark_report_20260101_120000"}, changes_pct={name: changes})
+    return report().model_copy(update={"comparison": comparison})
+
+
+def test_equal_run_passes() -> None:
+    """No change at all passes the gate."""
+    verdict = gate_verdict(with_changes("vs_v0.2.1", 0.0, 0.0), "v0.2.1", 5.0)
+    assert verdict.exit_code == EXIT_PASS and verdict.line.startswith("[GATE] PASS vs v0.2.1")
+
+
+def test_throughput_drop_beyond_threshold_fails_naming_metric_and_size() -> None:
+    """A 12.3 % throughput drop fails a 5 % gate, and the line says by how much."""
+    verdict = gate_verdict(with_changes("vs_v0.2.1", -12.3, 1.0), "v0.2.1", 5.0)
+    assert verdict.exit_code == EXIT_FAIL
+    assert verdict.failures == ["throughput_req_per_sec -12.3% (limit -5%)"]
+    assert verdict.line.startswith("[GATE] FAIL vs v0.2.1") and "-12.3%" in verdict.line
+
+
+def test_p99_rise_beyond_threshold_fails() -> None:
+    """p99 latency rising 8 % fails a 5 % gate but passes a 10 % one."""
+    assert gate_failures({"throughput_req_per_sec_pct": 0.0, "latency_p99_ms_pct": 8.0}, 5.0) == [
+        "latency_p99_ms +8.0% (limit +5%)"
+    ]
+    assert gate_failures({"throughput_req_per_sec_pct": 0.0, "latency_p99_ms_pct": 8.0}, 10.0) == []
+
+
+def test_improvements_and_changes_within_threshold_pass() -> None:
+    """Faster and slightly noisier runs pass; exactly at the threshold passes too."""
+    assert gate_failures({"throughput_req_per_sec_pct": 30.0, "latency_p99_ms_pct": -20.0}, 5.0) == []
+    assert gate_failures({"throughput_req_per_sec_pct": -5.0, "latency_p99_ms_pct": 5.0}, 5.0) == []
+
+
+def test_missing_figure_fails_closed() -> None:
+    """A metric that cannot be compared (e.g. no successful request) fails rather than passes."""
+    assert gate_failures({"throughput_req_per_sec_pct": 1.0, "latency_p99_ms_pct": None}, 5.0) == [
+        "latency_p99_ms n/a: cannot compare (limit +5%)"
+    ]
+
+
+def test_unknown_baseline_is_an_error() -> None:
+    """A GATE naming no baseline is exit 2 with a hint how to mark one."""
+    verdict = gate_verdict(with_changes("vs_v0.1", 0.0, 0.0), "v0.2.1", 5.0)
+    assert verdict.exit_code == EXIT_ERROR and "no baseline named 'v0.2.1'" in verdict.line and "v0.1" in verdict.line
+    assert "make baseline NAME=v0.2.1" in verdict.line
+
+
+def test_incomparable_baseline_is_an_error_with_the_reason() -> None:
+    """A baseline of another workload is exit 2, quoting why."""
+    refused = report().model_copy(update={"comparison": Comparison(refused={"vs_v0.2.1": "concurrency: 8 -> 50"})})
+    verdict = gate_verdict(refused, "v0.2.1", 5.0)
+    assert verdict.exit_code == EXIT_ERROR and "concurrency: 8 -> 50" in verdict.line
+
+
+def _service_body(e2e_ms: float, gap_s: float) -> BuildReportRequest:
+    start = time.time() - 2.0
+    rows = [
+        RequestRecord(request_id=f"r{i}", started_at=start + i * gap_s, ok=True, ttft_ms=10.0, e2e_ms=e2e_ms,
+                      output_tokens=8, content_chunks=8)
+        for i in range(20)
+    ]
+    config = BenchmarkConfig(concurrency=2, requests=20, warmup_requests=0, max_tokens=8, temperature=0.0,
+                             dataset="d", seed=0, vllm_url="http://x", model="m")
+    return BuildReportRequest(config=config, records=rows, window_start=start, window_end=time.time())
+
+
+def test_gate_end_to_end_through_the_sidecar(tmp_path: Path) -> None:
+    """Baseline run, equal run passes, injected regression (slower requests) fails with exit 3."""
+    settings = make_settings(tmp_path)
+    svc = ReportService.from_settings(settings, gpu=(NvmlReader(FakeNvml()), None), server_facts=lambda url: {})
+    svc.build_and_write(_service_body(e2e_ms=100.0, gap_s=0.05))
+    svc.mark_baseline("v0.2.1")
+    equal = svc.build_and_write(_service_body(e2e_ms=100.0, gap_s=0.05)).report
+    assert gate_verdict(equal, "v0.2.1", 5.0).exit_code == EXIT_PASS
+    slower = svc.build_and_write(_service_body(e2e_ms=150.0, gap_s=0.075)).report
+    verdict = gate_verdict(slower, "v0.2.1", 5.0)
+    assert verdict.exit_code == EXIT_FAIL
+    assert any(f.startswith("throughput_req_per_sec -") for f in verdict.failures)
+    assert any(f.startswith("latency_p99_ms +50.0%") for f in verdict.failures)
+
+
+def test_compare_lines_read_vs_name_percent_metric() -> None:
+    """The terminal prints ``vs_v0.2.1: +12% throughput, …`` for each comparison, then the notes."""
+    r = with_changes("vs_v0.2.1", 12.04, -3.0)
+    r.comparison.notes.append("vs_old: refused: workload differs (concurrency: 8 -> 50)")
+    lines = compare_lines(r)
+    assert lines[0] == "[COMPARE] vs_v0.2.1: +12% throughput, -3.0% p99 latency (benchmark_report_20260101_120000)"
+    assert lines[1] == "[COMPARE] vs_old: refused: workload differs (concurrency: 8 -> 50)"
+
+
+def test_summary_names_markdown_and_html_files() -> None:
+    """The summary's last line points at the Markdown and HTML beside the JSON."""
+    r = report().model_copy(update={"markdown_file": "x.md", "html_file": "x.html"})
+    lines = format_summary(r, "/tmp/reports/x.json")
+    assert lines[-2] == "[REPORT] Baseline saved to /tmp/reports/x.json"
+    assert lines[-1] == "[REPORT] Markdown: /tmp/reports/x.md | HTML: /tmp/reports/x.html"
+
+
+@pytest.mark.parametrize(("value", "text"), [(12.04, "+12%"), (-3.04, "-3.0%"), (0.0, "+0.0%"), (-100.0, "-100%")])
+def test_percent_text(value: float, text: str) -> None:
+    """Whole percents from 10 % up, one decimal below."""
+    from loadtest.summary import pct_text
+
+    assert pct_text(value) == text
