@@ -5,10 +5,10 @@ SHELL := /bin/bash
 APP_PY := .venvs/app/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
+.PHONY: help baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
 
 help:
-	@echo "make up | down | status | benchmark | test | lint | unit | integration | clean"
+	@echo "make up | down | status | benchmark | baseline NAME=.. | test | lint | unit | integration | clean"
 
 envs: app-env engine-env
 
@@ -36,6 +36,13 @@ benchmark: app-env
 lint: app-env
 	$(APP_PY) -m ruff check .
 	$(APP_PY) -m mypy
+	$(APP_PY) -m services.sidecar.schema_export --check
+
+schema: app-env
+	@$(APP_PY) -m services.sidecar.schema_export
+
+baseline: app-env
+	@$(APP_PY) -m loadtest.baseline "$(NAME)" $(REPORT)
 
 unit: app-env
 	$(APP_PY) -m pytest tests/unit -q $(PYTEST_ARGS)

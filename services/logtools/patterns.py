@@ -16,14 +16,16 @@ import re
 
 from services.logtools.timeparse import StampClock
 
-HEADER_RE = re.compile(
-    rb"(?P<prefix>\((?P<proc>[^()\s]{1,64}) pid=\d{1,10}\) )?"
-    rb"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? "
-    rb"\[?(?P<src>[^\]\s]{0,200})\] ?"
-    rb"|(?P<ulevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+"
-    rb"|\[(?P<blevel>DEBUG|INFO|WARNING|ERROR|CRITICAL)\] )?"
+VLLM_HEADER_RE = re.compile(
+    rb"(\(([^()\s]{1,64}) pid=\d{1,10}\) )?(WARNING|ERROR|INFO|DEBUG|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? "
+    rb"\[?([^\]\s]{0,200})\] ?"
 )
-"""Always matches (possibly empty); ``body = line[match.end():]``."""
+"""vLLM's header (groups: prefix, process name, level, stamp, source); tried first, it is most lines' format."""
+OTHER_HEADER_RE = re.compile(
+    rb"(\(([^()\s]{1,64}) pid=\d{1,10}\) )?"
+    rb"(?:(WARNING|ERROR|INFO|DEBUG|CRITICAL):\s+|\[(WARNING|ERROR|INFO|DEBUG|CRITICAL)\] )?"
+)
+"""Prefix and uvicorn or launcher level, each optional: always matches (possibly empty)."""
 
 STAMP_RE = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)")
 """Finds a vLLM stamp anywhere (used to date lines that have none, from the lines before them)."""
@@ -65,10 +67,14 @@ class Line:
 
 def parse_line(raw: bytes, clock: StampClock) -> Line:
     """Parse one line (without its newline). Never raises; unknown text gives a Line with no level."""
-    match = HEADER_RE.match(raw)
-    assert match is not None  # the pattern matches the empty string
-    proc, level, stamp, src, ulevel, blevel = match.group("proc", "level", "stamp", "src", "ulevel", "blevel")
-    level_b = level or ulevel or blevel
+    match = VLLM_HEADER_RE.match(raw)
+    if match is not None:
+        prefix, proc, level_b, stamp, src = match.groups()
+    else:
+        match = OTHER_HEADER_RE.match(raw)
+        assert match is not None  # the pattern matches the empty string
+        prefix, proc, ulevel, blevel = match.groups()
+        level_b, stamp, src = ulevel or blevel, None, None
     end = match.end()
     return Line(
         proc.decode("ascii", "replace") if proc else None,
@@ -77,7 +83,7 @@ def parse_line(raw: bytes, clock: StampClock) -> Line:
         src.decode("utf-8", "replace") if src else None,
         raw[end:],
         raw[:end],
-        match["prefix"] or b"",
+        prefix or b"",
     )
 
 

@@ -241,7 +241,8 @@ class LogScanner:
 
     def _record_at(self, buf: bytes, begin: int, stop: int, final: bool) -> int:
         """Emit the record starting at ``begin`` if it is a problem; returns the offset after it, -1: unfinished."""
-        end = buf.find(b"\n", begin, stop)
+        find = buf.find
+        end = find(b"\n", begin, stop)
         head = parse_line(buf[begin:end], self._clock)
         is_traceback = starts_traceback(head.body)
         if head.level not in PROBLEM_LEVELS and not is_traceback:
@@ -249,23 +250,29 @@ class LogScanner:
         tb_lines: list[bytes] = [head.body] if is_traceback else []
         exception: bytes | None = None
         state = "tb" if is_traceback else "head"
+        header = head.header if head.level is not None else None  # vLLM repeats it on every line of a record
         position = end + 1
         while True:
             if position >= stop:
                 if not final and position - begin < MAX_EVENT_BYTES:
                     return -1  # the record may go on in the next block
                 break
-            line_end = buf.find(b"\n", position, stop)
-            if state == "head" and buf.find(b"Traceback", position, line_end) < 0:
+            line_end = find(b"\n", position, stop)
+            if state == "head" and find(b"Traceback", position, line_end) < 0:
                 break  # a record without traceback: most warnings and errors end here, unparsed
-            body = self._continuation(buf[position:line_end], head)
-            if body is None:
-                break
-            if state == "tb" and not continues_traceback(body) and not starts_traceback(body):
-                exception, state = body, "after"  # the exception line ends a traceback (a chained one may follow)
+            if header is not None and buf.startswith(header, position):
+                body = buf[position + len(header) : line_end]
+            else:
+                line = parse_line(buf[position:line_end], self._clock)
+                if line.level is not None or line.process != head.process:
+                    break  # another record, or another process's line
+                body = line.body
+            if state == "tb":
+                if not continues_traceback(body) and not starts_traceback(body):
+                    exception, state = body, "after"  # the exception line ends a traceback (a chained one may follow)
             elif state == "after" and (continues_traceback(body) or starts_traceback(body)):
                 state = "tb"
-            elif state != "tb" and not starts_traceback(body):
+            elif not starts_traceback(body):
                 break
             else:
                 state = "tb"
@@ -275,15 +282,6 @@ class LogScanner:
                 break
         self._emit(head, is_traceback, tb_lines, exception, buf, begin)
         return position
-
-    def _continuation(self, raw: bytes, head: Line) -> bytes | None:
-        """Body of ``raw`` if it can continue ``head``'s record (same header, or no header from the same process)."""
-        if head.level is not None and raw.startswith(head.header):
-            return raw[len(head.header) :]
-        line = parse_line(raw, self._clock)
-        if line.level is None and line.process == head.process:
-            return line.body
-        return None
 
     def _emit(
         self, head: Line, is_traceback: bool, tb_lines: list[bytes], exception: bytes | None, buf: bytes, begin: int

@@ -166,9 +166,8 @@ class StartupTracker:
             return
         if state.started_at_s is None and line.stamp_s is not None:
             state.started_at_s = line.stamp_s
-        if "version" in body or "(v" in body:
-            if (version := _VERSION_RE.search(body)) is not None:
-                self.version = version.group(1)
+        if ("version" in body or "(v" in body) and (version := _VERSION_RE.search(body)) is not None:
+            self.version = version.group(1)
         is_exception = not indented and _EXCEPTION_RE.match(body) is not None
         if is_exception and self._record_exception is None:
             self._record_exception = body

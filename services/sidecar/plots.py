@@ -1,22 +1,32 @@
 """The report's plots as PNG bytes (matplotlib, Agg, no pyplot global state: safe from worker threads).
 
 Each function returns None when there is nothing to draw, so the HTML says "no data" instead of an empty chart.
+matplotlib is imported on first use, so the sidecar starts without paying for it.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from loadtest.metrics import WindowStats, effective_e2e_ms, effective_ttft_ms
 from loadtest.records import RequestRecord
 from services.report_schema import ResourcePoint
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 SIZE_IN = (8.0, 3.6)
 DPI = 100
+
+
+def _new_figure(width_in: float = SIZE_IN[0], height_in: float = SIZE_IN[1]) -> Figure:
+    from matplotlib.figure import Figure  # deferred: ~0.5 s of import, paid only when a report is drawn
+
+    return Figure(figsize=(width_in, height_in))
 
 
 def _png(fig: Figure) -> bytes:
@@ -35,7 +45,7 @@ def latency_cdf_png(records: Sequence[RequestRecord]) -> bytes | None:
     }
     if not any(series.values()):
         return None
-    fig = Figure(figsize=SIZE_IN)
+    fig = _new_figure()
     ax = fig.add_subplot()
     for label, values in series.items():
         if values:
@@ -58,7 +68,7 @@ def throughput_png(windows: Sequence[WindowStats]) -> bytes | None:
     if not windows:
         return None
     mids = [(w.start_s + w.end_s) / 2 for w in windows]
-    fig = Figure(figsize=SIZE_IN)
+    fig = _new_figure()
     ax = fig.add_subplot()
     ax.plot(mids, [w.throughput_req_per_sec for w in windows], marker="o", color="tab:blue", label="req/s")
     ax.set_xlabel("seconds since the window start")
@@ -85,7 +95,7 @@ def resources_png(timeline: Sequence[ResourcePoint]) -> bytes | None:
     }
     cpu = [p.vllm_cpu_percent for p in timeline]
     has_cpu = any(v is not None for v in cpu)
-    fig = Figure(figsize=(SIZE_IN[0], SIZE_IN[1] * (1.6 if has_cpu else 1.0)))
+    fig = _new_figure(SIZE_IN[0], SIZE_IN[1] * (1.6 if has_cpu else 1.0))
     ax = fig.add_subplot(2 if has_cpu else 1, 1, 1)
     for label, values in memory.items():
         if any(v is not None for v in values):

@@ -6,7 +6,6 @@ from services.ui.chat import escape_directives
 from services.ui.errors import UiError
 from services.ui.timing import Timing, format_timing
 
-
 EMPTY_ANSWER = "(No visible text: the model produced only whitespace or invalid characters.)"
 
 

@@ -35,6 +35,16 @@ class TurnResult:
     status: BackendStatus
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What to send: max_tokens after clamping, the clamp notice, the prompt size; or why nothing is sent."""
+
+    max_tokens: int
+    notice: str | None = None
+    prompt_tokens: int | None = None
+    error: errors.UiError | None = None
+
+
 def log_line(
     request_id: str, model: str | None, state: StreamState | None, prompt_tokens: int | None, error: str | None
 ) -> RequestLogLine:
@@ -113,10 +123,10 @@ class ChatBackend:
         model = status.model
         messages = build_messages(history, user_text, params.system_prompt)
         plan = await self._plan(model, messages, user_text, params, status.max_model_len)
-        if isinstance(plan, errors.UiError):
-            self._finish(request_id, model, None, None, plan)
-            return TurnResult(request_id, "", None, None, plan, status)
-        max_tokens, notice, prompt_tokens = plan
+        max_tokens, notice, prompt_tokens = plan.max_tokens, plan.notice, plan.prompt_tokens
+        if plan.error is not None:
+            self._finish(request_id, model, None, prompt_tokens, plan.error)
+            return TurnResult(request_id, "", None, None, plan.error, status)
 
         state = StreamState()
         try:
@@ -157,22 +167,23 @@ class ChatBackend:
         user_text: str,
         params: ChatParams,
         max_model_len: int | None,
-    ) -> tuple[int, str | None, int | None] | errors.UiError:
-        """``(max_tokens, clamp notice, prompt tokens)`` from vLLM's token count, or the context error.
+    ) -> Plan:
+        """max_tokens (clamped to fit), its notice and the prompt size from vLLM's token count, or the context error.
 
         Without a count (no /tokenize) the request goes out as asked and vLLM's own 400 is mapped instead.
         """
         counted = await count_tokens(self.http, self.url, model, messages)
         max_len = (counted.max_model_len if counted else None) or max_model_len
         if counted is None or not max_len:
-            return params.max_tokens, None, None
+            return Plan(max_tokens=params.max_tokens)
         if check_context(counted.count, max_len) is not None:
             alone = await count_tokens(self.http, self.url, model, build_messages([], user_text, params.system_prompt))
             problem = check_context(counted.count, max_len, alone.count if alone else None)
             assert problem is not None
-            return errors.context_too_long(problem, model)
+            error = errors.context_too_long(problem, model)
+            return Plan(max_tokens=params.max_tokens, prompt_tokens=counted.count, error=error)
         budget = plan_max_tokens(params.max_tokens, counted.count, max_len)
-        return budget.max_tokens, errors.clamp_notice(budget), counted.count
+        return Plan(max_tokens=budget.max_tokens, notice=errors.clamp_notice(budget), prompt_tokens=counted.count)
 
     async def aclose(self) -> None:
         """Close the connection pools."""

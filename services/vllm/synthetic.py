@@ -161,6 +161,20 @@ def build_tokenizer(corpus: list[str], vocab_size: int) -> Any:
     return fast
 
 
+def corpus_texts(corpus_path: Path) -> list[str]:
+    """Training text of the tokenizer: each JSONL line's ``prompt``, or its ``messages`` contents joined."""
+    texts = []
+    for line in corpus_path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        obj = json.loads(line)
+        if isinstance(obj.get("prompt"), str):
+            texts.append(obj["prompt"])
+        else:
+            texts.append("\n".join(m["content"] for m in obj.get("messages", []) if isinstance(m.get("content"), str)))
+    return texts
+
+
 def build(variant: str, out: Path, corpus_path: Path, seed: int = 0) -> Path:
     """Build the synthetic model ``variant`` into ``out`` (idempotent: skipped when already built).
 
@@ -182,8 +196,7 @@ def build(variant: str, out: Path, corpus_path: Path, seed: int = 0) -> Path:
     from transformers import Ernie4_5Config, Ernie4_5ForCausalLM
 
     shape = VARIANTS[variant]
-    lines = corpus_path.read_text(encoding="utf-8").splitlines()
-    corpus = [json.loads(line)["prompt"] for line in lines if line.strip()]
+    corpus = corpus_texts(corpus_path)
     digest = spec_hash(variant, seed, "\n".join(corpus))
     if is_built(out, digest):
         print(f"[synthetic] {variant} already built at {out}")

@@ -229,17 +229,16 @@ def test_too_long_message_shows_limit_and_size(stack: Stack, page: Page) -> None
     """A message longer than the context is refused before generation, with the limit and its size."""
     before = len(request_log(stack.logs_dir))
     open_chat(page, stack.ui_url, "Ready")
-    send(page, "你好" * 3000)
+    send(page, "你好" * 5000)  # about 5,000 tokens
     page.get_by_text("Too long for the model").wait_for()
     body = page.locator("body").inner_text()
-    match = re.search(
-        r"Your message is ([\d,]+) tokens, but `ernie-tiny-synthetic` reads at most ([\d,]+) tokens", body
-    )
+    match = re.search(r"Your message is ([\d,]+) tokens, but ernie-tiny-synthetic reads at most ([\d,]+) tokens", body)
     assert match, body[-2000:]
     size, limit = (int(group.replace(",", "")) for group in match.groups())
     assert size > limit > 0
     (line,) = ui_lines(stack.logs_dir, before)
     assert line["status"] == "error" and line["error"].startswith("context too long")
+    assert line["prompt_tokens"] == size
 
 
 @pytest.fixture

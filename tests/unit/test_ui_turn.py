@@ -161,7 +161,8 @@ def test_prompt_over_the_context_is_not_sent(tmp_path: Path) -> None:
     assert result.error is not None and result.error.kind == "context_too_long"
     assert "5,000 tokens" in result.error.message and "4,096 tokens" in result.error.message
     assert "your message alone: 7 tokens" in result.error.message
-    assert log_lines(tmp_path)[0]["status"] == "error"
+    line = log_lines(tmp_path)[0]
+    assert line["status"] == "error" and line["prompt_tokens"] == 5000
 
 
 def test_backend_down_is_reported_and_logged(tmp_path: Path) -> None:

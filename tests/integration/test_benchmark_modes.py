@@ -1,0 +1,85 @@
+"""Benchmark engine on the real vLLM: closed and open loop, client-vs-server reconciliation, profiled runs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Stack
+
+pytestmark = pytest.mark.integration
+
+
+def report_of(stdout: str) -> dict[str, Any]:
+    line = next(x for x in stdout.splitlines() if x.startswith("[REPORT] Baseline saved to "))
+    return json.loads(Path(line.removeprefix("[REPORT] Baseline saved to ").strip()).read_text(encoding="utf-8"))
+
+
+def test_closed_loop_reconciles_with_vllm_metrics(stack: Stack) -> None:
+    """A closed-loop run's request and token counts equal vLLM's own /metrics deltas; latencies agree."""
+    run = stack.make(
+        "benchmark",
+        REQUESTS="12",
+        CONCURRENCY="3",
+        WARMUP="1",
+        MAX_TOKENS="24",
+        SLO="ttft_ms<=60000,e2e_ms<=120000",
+        timeout_s=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = report_of(run.stdout)
+    server = report["server"]
+    assert server is not None and server["disagreements"] == [], server
+    checks = {a["name"]: a for a in server["agreements"]}
+    assert checks["requests_succeeded"]["client"] == checks["requests_succeeded"]["server"] == 12
+    assert checks["generation_tokens"]["agrees"] and checks["prompt_tokens"]["agrees"]
+    m = report["metrics"]
+    assert m["goodput_percent"] == 100.0 and m["tpot"]["count"] == 12 and m["itl"]["count"] > 0
+    assert m["output_lengths"]["requested_mean"] == 24
+    assert "[SERVER] vLLM /metrics: 12 requests" in run.stdout and "agree" in run.stdout
+    assert "[INSIGHT] Key insight:" in run.stdout
+
+
+def test_open_loop_run_at_a_rate(stack: Stack) -> None:
+    """An open-loop run sends at RATE with Poisson gaps and records scheduled send times."""
+    run = stack.make("benchmark", REQUESTS="10", RATE="4", WARMUP="0", MAX_TOKENS="16", timeout_s=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = report_of(run.stdout)
+    assert report["config"]["mode"] == "open_loop" and report["config"]["rate_req_per_sec"] == 4
+    assert report["metrics"]["requests_ok"] == 10
+    assert report["metrics"]["queue_delay"]["count"] == 10
+    rows = [json.loads(x) for x in (stack.reports_dir / report["requests_file"]).read_text().splitlines()]
+    assert all(r["scheduled_at"] is not None for r in rows)
+    assert report["server"]["agreements"][0]["agrees"]
+
+
+def test_rate_zero_and_bad_slo_are_refused(stack: Stack) -> None:
+    """RATE=0 and an SLO that does not parse stop the run with the variable named."""
+    zero = stack.make("benchmark", RATE="0", timeout_s=120)
+    assert zero.returncode != 0 and "RATE=0" in zero.stdout + zero.stderr
+    slo = stack.make("benchmark", SLO="ttft<500", timeout_s=120)
+    assert slo.returncode != 0 and "SLO" in slo.stdout + slo.stderr and "ttft_ms<=500" in slo.stdout + slo.stderr
+
+
+def test_profiled_run_writes_chrome_traces(stack: Stack) -> None:
+    """PROFILE=1 swaps in vLLM with its torch profiler, and the report links trace files with trace events."""
+    run = stack.make("benchmark", PROFILE="1", REQUESTS="4", CONCURRENCY="2", WARMUP="1", MAX_TOKENS="8", timeout_s=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = report_of(run.stdout)
+    profile = report["profile"]
+    assert profile and profile["files"], report.get("profile")
+    folder = stack.reports_dir / profile["dir"]
+    events = 0
+    for name in profile["files"]:
+        raw = (folder / name).read_bytes()
+        data = json.loads(gzip.decompress(raw) if name.endswith(".gz") else raw)
+        events += len(data["traceEvents"])
+    assert events > 100
+    assert "[PROFILE]" in run.stdout
+    # afterwards vLLM runs without the profiler again (its endpoints are off)
+    state = json.loads((stack.logs_dir / "engine_state.json").read_text())
+    assert "--profiler-config" not in state["argv"]
