@@ -143,11 +143,11 @@ class ChatBackend:
                 model=model,
                 url=self.url,
                 status=status,
-                partial=bool(state.text),
+                partial=bool(state.text.strip()),
                 timeout_s=self.timeout_s,
             )
         elif state.finish_reason is None:
-            error = errors.stream_cut(partial=bool(state.text))
+            error = errors.stream_cut(partial=bool(state.text.strip()))
         timing = None
         if state.start_s is not None and state.end_s is not None and error is None:
             timing = compute_timing(
