@@ -1,10 +1,10 @@
 """One streaming pass over vLLM's log (and its rotated files) at the byte level.
 
 Only the lines that matter are decoded: each block is searched for the level words (a regex that starts with a
-literal, so ``re`` skips ahead in C) and with ``bytes.find`` for ``Traceback``; the engine's periodic stats lines come
-from one ``findall`` per block. A log record with its traceback (vLLM repeats its header on every line; uvicorn and
-crashing processes print bare tracebacks, possibly behind a ``(Proc pid=N)`` prefix) becomes one
-:class:`ErrorEvent`, also across block boundaries.
+literal, so ``re`` skips ahead in C) and for ``Traceback`` (through its rare letter ``b``, found with memchr); the
+engine's periodic stats lines come from one ``findall`` per block. A log record with its traceback (vLLM repeats
+its header on every line; uvicorn and crashing processes print bare tracebacks, possibly behind a ``(Proc pid=N)``
+prefix) becomes one :class:`ErrorEvent`, also across block boundaries.
 """
 
 from __future__ import annotations
@@ -176,10 +176,10 @@ class LogScanner:
         since_s = self.since_s
         assert since_s is not None
         last_s = self._stamp_before(buf, start, stop)
-        if last_s is None or last_s < since_s:
-            self._last_stamp_s = last_s or self._last_stamp_s
+        if last_s is not None and last_s < since_s:
+            self._last_stamp_s = last_s
             return -1
-        for match in STAMP_RE.finditer(buf, start, stop):
+        for match in STAMP_RE.finditer(buf, start, stop):  # the span ends inside the window (or has no late stamp)
             stamp_s = self._clock.stamp_s(match[1])
             if stamp_s is not None and stamp_s >= since_s:
                 self._in_window = True

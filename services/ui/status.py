@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +16,7 @@ from services.ui.chat import escape_directives
 
 State = Literal["Ready", "Loading", "Down"]
 PROBE_TIMEOUT_S = 3.0
+DEFAULT_STARTUP_WINDOW_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -54,9 +57,27 @@ def read_engine_state(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def engine_process_alive(state: Mapping[str, Any] | None, proc_root: Path = Path("/proc")) -> bool:
-    """True when the pid recorded in ``state`` is a running vLLM process on this machine."""
-    pid = state.get("pid") if state else None
+def engine_process_alive(
+    state: Mapping[str, Any] | None,
+    proc_root: Path = Path("/proc"),
+    *,
+    hostname: str | None = None,
+    now_s: float | None = None,
+    startup_window_s: float = DEFAULT_STARTUP_WINDOW_S,
+) -> bool:
+    """True when the vLLM process recorded in ``state`` (the launcher's engine_state.json) is presumably running.
+
+    On this host: its pid runs and its command line mentions vLLM. On another host (a separate container, see
+    ``state["hostname"]``) the process cannot be seen, so a launch younger than ``startup_window_s`` counts.
+    """
+    if not state:
+        return False
+    recorded_host = state.get("hostname")
+    if isinstance(recorded_host, str) and recorded_host != (hostname or socket.gethostname()):
+        started_at = state.get("started_at")
+        now = time.time() if now_s is None else now_s
+        return isinstance(started_at, int | float) and 0 <= now - started_at <= startup_window_s
+    pid = state.get("pid")
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
@@ -148,11 +169,14 @@ def _describe(exc: httpx.HTTPError) -> str:
     return type(exc).__name__
 
 
-async def current_status(client: httpx.AsyncClient, url: str, engine_state_file: Path) -> BackendStatus:
+async def current_status(
+    client: httpx.AsyncClient, url: str, engine_state_file: Path, startup_window_s: float = DEFAULT_STARTUP_WINDOW_S
+) -> BackendStatus:
     """Probe vLLM and classify, using the launcher's state file for Loading vs Down and the synthetic flag."""
     probe = await probe_vllm(client, url)
     state = read_engine_state(engine_state_file)
-    return classify(probe, url, state, engine_alive=probe.health_code is None and engine_process_alive(state))
+    alive = probe.health_code is None and engine_process_alive(state, startup_window_s=startup_window_s)
+    return classify(probe, url, state, engine_alive=alive)
 
 
 def header_markdown(status: BackendStatus) -> str:

@@ -80,6 +80,7 @@ class ChatBackend:
         self.url = settings.vllm_url
         self.timeout_s = settings.request_timeout_s
         self.engine_state_file = settings.engine_state_file
+        self.startup_window_s = settings.startup_timeout_s
         self.requests_log: Path = settings.logs_dir / "requests.jsonl"
         self.http = http or httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=CONNECT_TIMEOUT_S))
         self.openai = llm or AsyncOpenAI(
@@ -88,7 +89,7 @@ class ChatBackend:
 
     async def status(self) -> BackendStatus:
         """Fresh Ready/Loading/Down status with model, version and context length."""
-        return await current_status(self.http, self.url, self.engine_state_file)
+        return await current_status(self.http, self.url, self.engine_state_file, self.startup_window_s)
 
     def _finish(
         self,

@@ -291,17 +291,3 @@ def test_backend_down_is_explained(ui_without_vllm: tuple[str, Path], page: Page
     (line,) = ui_lines(logs_dir, 0)
     assert line["status"] == "error" and line["error"].startswith("backend down")
     assert os.path.exists(logs_dir / "requests.jsonl")
-
-
-# TEMPORARY (development only, removed before hand-off): run against private processes instead of `make up`.
-if os.environ.get("UI_DEV_STACK"):
-    from types import SimpleNamespace
-
-    @pytest.fixture(scope="session")
-    def stack() -> Any:
-        return SimpleNamespace(
-            env=dict(os.environ, VLLM_PORT="18100", LOGS_DIR="/tmp/uidev/logs"),
-            logs_dir=Path("/tmp/uidev/logs"),
-            vllm_url="http://127.0.0.1:18100",
-            ui_url="http://127.0.0.1:18000",
-        )

@@ -195,3 +195,12 @@ def test_traceback_found_among_many_b_letters(tmp_path: Path) -> None:
     log.write_bytes(chatter + crash + chatter + crash)
     events = events_of(log)
     assert [e.message for e in events] == ["RuntimeError: boom", "RuntimeError: boom"]
+
+
+def test_since_window_starts_inside_a_block_of_unstamped_lines(tmp_path: Path) -> None:
+    """A block whose last 64 KiB have no stamp (only access lines) is still searched for the window's start."""
+    log = tmp_path / "vllm.log"
+    recent = time.strftime("%m-%d %H:%M:%S", time.localtime(time.time() - 60)).encode()
+    access = b'INFO:     127.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n' * 2000
+    log.write_bytes(b"(APIServer pid=1) ERROR " + recent + b" [a.py:1] recent, then quiet\n" + access)
+    assert [e.message for e in events_of(log, since_s=time.time() - 600)] == ["recent, then quiet"]

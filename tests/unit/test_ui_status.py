@@ -186,3 +186,10 @@ def test_engine_alive_only_for_a_vllm_process(tmp_path: Path) -> None:
     assert not engine_process_alive({"pid": 43}, proc_root=tmp_path)
     assert not engine_process_alive({"pid": 44}, proc_root=tmp_path)
     assert not engine_process_alive(None, proc_root=tmp_path)
+
+
+def test_engine_on_another_host_counts_while_its_launch_is_recent(tmp_path: Path) -> None:
+    """A vLLM in another container (other hostname) is presumed loading within the startup window, then not."""
+    state = {"pid": 1, "hostname": "vllm-container", "started_at": 1000.0}
+    assert engine_process_alive(state, tmp_path, hostname="ui-container", now_s=1100.0, startup_window_s=900.0)
+    assert not engine_process_alive(state, tmp_path, hostname="ui-container", now_s=2000.0, startup_window_s=900.0)
