@@ -18,6 +18,17 @@ from loadtest.server_metrics import ServerView
 SCHEMA_VERSION = "1.1"  # 1.1: vLLM fingerprint, model revision, resource stats/timeline, server, baselines
 
 
+class StartupFacts(BaseModel):
+    """vLLM's starts as read from its log: the first (cold) start against later (warm) restarts, seconds."""
+
+    phase: str = Field(description="Phase of the latest start: ready, loading_weights, compiling, failed, ...")
+    detail: str
+    cold_start_s: float | None = Field(default=None, description="First start in the log, launch to ready.")
+    warm_starts_s: list[float] = Field(default_factory=list, description="Later restarts, launch to ready.")
+    last_load_s: float | None = Field(default=None, description="Weights loading of the latest start.")
+    last_engine_init_s: float | None = Field(default=None, description="Engine init (KV cache, warm-up, compile).")
+
+
 class Environment(BaseModel):
     """Where the numbers were measured. GPU fields are None without NVML (see ``resources.gpu_unavailable_reason``)."""
 
@@ -46,6 +57,7 @@ class Environment(BaseModel):
     python_version: str | None = None
     project_version: str | None = None
     project_git_commit: str | None = None
+    startup: StartupFacts | None = Field(default=None, description="None when vLLM's log cannot be read.")
 
 
 class BenchmarkConfig(BaseModel):

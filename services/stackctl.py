@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 from supervisor.xmlrpc import SupervisorTransport
 
+from services.logtools.startup import startup_phase
 from services.netutil import port_in_use_message, wait_for_http
 from services.settings import PROJECT_ROOT, Settings, get_settings
 
@@ -139,7 +140,13 @@ def wait_ready(settings: Settings) -> tuple[bool, str]:
                 pending.remove(svc)
         if pending and time.monotonic() - last_note > 30:
             last_note = time.monotonic()
-            print(f"[INFO] waiting for {', '.join(s.name for s in pending)} (see {settings.logs_dir}/)", flush=True)
+            phase = startup_phase(settings.vllm_log_file).detail if any(s.name == "vllm" for s in pending) else ""
+            print(
+                f"[INFO] waiting for {', '.join(s.name for s in pending)}"
+                + (f" (vLLM: {phase})" if phase else "")
+                + f" — logs in {settings.logs_dir}/",
+                flush=True,
+            )
         time.sleep(1.0)
     if pending:
         names = ", ".join(s.name for s in pending)
@@ -215,6 +222,10 @@ def status(settings: Settings) -> int:
         answering = answers(svc.url)
         healthy &= state == "RUNNING" and answering
         print(f"{svc.name:8s} {state:9s} {'answers' if answering else 'no answer':10s} {svc.url}  log: {svc.log}")
+    phase = startup_phase(settings.vllm_log_file)
+    print(
+        f"vLLM startup: {phase.phase} — {phase.detail}" + (f"\n  error: {phase.error_line}" if phase.error_line else "")
+    )
     return 0 if healthy else 1
 
 

@@ -16,6 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
+from services.logtools.startup import startup_phase
 from services.report_schema import BuildReportRequest, BuildReportResponse, Report
 from services.settings import Settings, get_settings
 from services.sidecar.promexport import make_registry
@@ -64,6 +65,12 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
     def health() -> dict[str, Any]:
         """Liveness plus whether GPU sampling works (and why not)."""
         return {"status": "ok", "gpu": svc.gpu_reader is not None, "gpu_unavailable_reason": svc.gpu_reason}
+
+    @app.get("/startup")
+    def startup() -> dict[str, Any]:
+        """vLLM's start-up phase parsed from its log (downloading, loading_weights, compiling, ready, failed ...),
+        with timings, the error line when it failed, and every start seen (cold start first)."""
+        return startup_phase(svc.settings.vllm_log_file).as_dict()
 
     @app.get("/resources")
     def resources() -> dict[str, Any]:

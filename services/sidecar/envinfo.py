@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import psutil
 
-from services.report_schema import Environment
+from services.logtools.startup import StartupPhase
+from services.report_schema import Environment, StartupFacts
 from services.settings import PROJECT_ROOT
 from services.sidecar.gpu import GpuInfo
 
@@ -151,8 +152,27 @@ def vllm_server_facts(vllm_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
     return facts
 
 
+def startup_facts(phase: StartupPhase) -> StartupFacts | None:
+    """Cold start vs warm restarts from the log's start attempts (None when the log shows no start)."""
+    if phase.phase == "not_started":
+        return None
+    times = [a.startup_s for a in phase.attempts if a.outcome in ("ready", "stopped") and a.startup_s is not None]
+    return StartupFacts(
+        phase=phase.phase,
+        detail=phase.detail,
+        cold_start_s=times[0] if times else None,
+        warm_starts_s=times[1:],
+        last_load_s=phase.load_s,
+        last_engine_init_s=phase.engine_init_s,
+    )
+
+
 def collect_environment(
-    gpu_info: GpuInfo | None, state: dict[str, Any], server: dict[str, Any], log_version: str | None
+    gpu_info: GpuInfo | None,
+    state: dict[str, Any],
+    server: dict[str, Any],
+    log_version: str | None,
+    startup: StartupPhase | None = None,
 ) -> Environment:
     """Assemble the report's ``environment`` section from the pieces gathered above."""
     version = server.get("version") or log_version
@@ -179,4 +199,5 @@ def collect_environment(
         python_version=platform.python_version(),
         project_version=project_version(),
         project_git_commit=git_commit(),
+        startup=startup_facts(startup) if startup else None,
     )

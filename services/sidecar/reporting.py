@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadtest.records import RequestRecord
+from services.logtools.startup import startup_phase
 from services.report_schema import BuildReportRequest, BuildReportResponse, Report, Resources
 from services.settings import Settings
 from services.sidecar.baselines import BaselineStore
@@ -145,6 +146,7 @@ class ReportService:
             engine_state(settings.engine_state_file),
             self.server_facts(settings.vllm_url),
             log_facts.vllm_version,
+            startup_phase(settings.vllm_log_file),
         )
         metrics = build_metrics(request.records, peaks, request.config.slo)
         with self._build_lock:

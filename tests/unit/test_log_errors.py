@@ -191,7 +191,7 @@ def test_traceback_found_among_many_b_letters(tmp_path: Path) -> None:
     """Logged prompt text full of 'b' (the letter the traceback search keys on) does not hide a traceback."""
     log = tmp_path / "vllm.log"
     chatter = b"INFO 11-29 21:55:01 [logger.py:1] Received request: prompt: 'a big bad bob bobs by' b b b\n" * 300
-    crash = b"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nRuntimeError: boom\n"
+    crash = b'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nRuntimeError: boom\n'
     log.write_bytes(chatter + crash + chatter + crash)
     events = events_of(log)
     assert [e.message for e in events] == ["RuntimeError: boom", "RuntimeError: boom"]
