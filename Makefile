@@ -5,7 +5,7 @@ SHELL := /bin/bash
 APP_PY := .venvs/app/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
+.PHONY: help logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
 
 help:
 	@echo "make up | down | status | benchmark | baseline NAME=.. | test | lint | unit | integration | clean"
@@ -52,6 +52,15 @@ integration: envs browser
 
 test: envs browser lint
 	$(APP_PY) -m pytest tests -q -rs $(PYTEST_ARGS)
+
+logs-errors: app-env
+	@$(APP_PY) -m services.logtools --errors $(if $(SINCE),--since $(SINCE)) $(if $(JSON),--json)
+
+logs-slow: app-env
+	@$(APP_PY) -m services.logtools --slow --threshold-ms $(or $(THRESHOLD_MS),1000) $(if $(SINCE),--since $(SINCE)) $(if $(JSON),--json)
+
+logs-stats: app-env
+	@$(APP_PY) -m services.logtools --stats $(if $(SINCE),--since $(SINCE)) $(if $(JSON),--json)
 
 validate-containers: app-env
 	scripts/validate_containers.sh

@@ -25,6 +25,7 @@ from loadtest.client import chat_payload, stream_chat
 from loadtest.dataset import load_dataset
 from loadtest.records import RequestRecord
 from loadtest.workload import WorkItem, WorkloadSampler, arrival_gaps_s
+from services.requestlog import RequestLogLine, append_request_log, now_iso
 from services.settings import get_settings
 
 SETTINGS = get_settings()
@@ -72,6 +73,7 @@ class RunState:
         if self.records_path is not None:
             with self.records_path.open("a", encoding="utf-8") as fh:
                 fh.write(record.model_dump_json() + "\n")
+        append_request_log(SETTINGS.logs_dir / "requests.jsonl", request_log_line(record, self.model))
 
 
 STATE = RunState()
@@ -91,6 +93,22 @@ def _on_test_start(environment: Environment, **_: Any) -> None:
     records = getattr(options, "records_file", "")
     STATE.records_path = Path(records) if records else None
     STATE.model = discover_model(environment.host or SETTINGS.vllm_url)
+
+
+def request_log_line(record: RequestRecord, model: str) -> RequestLogLine:
+    """The ``logs/requests.jsonl`` line of a load-test request (read by the log analyzer)."""
+    return RequestLogLine(
+        ts=now_iso(),
+        source="loadtest",
+        request_id=record.request_id,
+        model=model or None,
+        prompt_tokens=record.prompt_tokens,
+        completion_tokens=record.output_tokens,
+        ttft_ms=record.ttft_ms,
+        total_ms=record.e2e_ms,
+        status="ok" if record.ok else "error",
+        error=None if record.ok else f"{record.error_kind}: {record.error}",
+    )
 
 
 def discover_model(base_url: str) -> str:

@@ -251,6 +251,7 @@ def ui_without_vllm(stack: Stack, tmp_path: Path) -> Iterator[tuple[str, Path]]:
         "UI_PORT": str(ui_port),
         "VLLM_BASE_URL": f"http://127.0.0.1:{dead_port}",
         "LOGS_DIR": str(logs_dir),
+        "TMPDIR": str(tmp_path),  # Chainlit's runtime folder lands here, removed with the test's tmp_path
     }
     log = (tmp_path / "ui.log").open("w")
     proc = subprocess.Popen(
