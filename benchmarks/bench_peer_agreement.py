@@ -30,14 +30,17 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from loadtest.calibrate import CpuSample, CpuSampler, cpu_in_window, log_tail, stop_process  # noqa: E402
+from loadtest.server_metrics import Samples, latency_view, parse_exposition  # noqa: E402
 from services.settings import get_settings  # noqa: E402
 from services.vllm.launch import engine_python  # noqa: E402
 
@@ -104,10 +107,12 @@ class ClientResult:
     requests_failed: int
     output_tokens_per_sec: float
     ttft_p50_ms: float | None
+    ttft_mean_ms: float | None
     prompt_tokens_mean: float | None
     output_tokens_mean: float | None
     duration_s: float
     cpu_cores: float | None
+    server_ttft_mean_ms: float | None = None
 
 
 def ours_from_report(report: Mapping[str, Any]) -> ClientResult:
@@ -121,6 +126,7 @@ def ours_from_report(report: Mapping[str, Any]) -> ClientResult:
         requests_failed=int(m["requests_failed"]),
         output_tokens_per_sec=float(m["output_tokens_per_sec"]),
         ttft_p50_ms=m["ttft"]["p50_ms"],
+        ttft_mean_ms=m["ttft"]["mean_ms"],
         prompt_tokens_mean=m["prompt_tokens_total"] / ok if ok else None,
         output_tokens_mean=m["output_lengths"]["actual_mean"],
         duration_s=float(m["duration_s"]),
@@ -158,6 +164,7 @@ def theirs_from_result(result: Mapping[str, Any], cpu_s: float | None) -> Client
         requests_failed=int(result.get("failed", 0)),
         output_tokens_per_sec=float(result["output_throughput"]),
         ttft_p50_ms=result.get("median_ttft_ms"),
+        ttft_mean_ms=result.get("mean_ttft_ms"),
         prompt_tokens_mean=result["total_input_tokens"] / ok if ok else None,
         output_tokens_mean=result["total_output_tokens"] / ok if ok else None,
         duration_s=float(result["duration"]),
@@ -166,6 +173,23 @@ def theirs_from_result(result: Mapping[str, Any], cpu_s: float | None) -> Client
 
 
 # --------------------------------------------------------------------------------------------- runs
+
+
+def scrape(base_url: str) -> Samples | None:
+    """vLLM's ``/metrics`` parsed, or None when unreadable."""
+    try:
+        response = httpx.get(f"{base_url}/metrics", timeout=10)
+        response.raise_for_status()
+        return parse_exposition(response.text)
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def server_ttft_mean_ms(before: Samples | None, after: Samples | None) -> float | None:
+    """Mean TTFT vLLM measured between two scrapes (its own clock: from arrival in the engine), ms."""
+    if before is None or after is None:
+        return None
+    return latency_view(before, after, "vllm:time_to_first_token_seconds").mean_ms
 
 
 def vllm_bench_argv(
@@ -224,10 +248,13 @@ def run_theirs(
         base_url, dataset, workdir, f"vllm_{tag}.json", requests=args.requests, concurrency=args.concurrency,
         output_tokens=args.output_tokens, warmups=args.warmup, tokenizer=args.tokenizer,
     )  # fmt: skip
+    before = scrape(base_url)
     result, samples = run_vllm_bench(argv, workdir / f"vllm_{tag}.log", args.timeout_s)
+    server_ttft = server_ttft_mean_ms(before, scrape(base_url))
     window = vllm_window_monotonic_s(result)
     cpu_s = cpu_in_window(samples, *window, monotonic=True) if window and samples else None
-    return theirs_from_result(result, cpu_s), result
+    figures = theirs_from_result(result, cpu_s)
+    return replace(figures, server_ttft_mean_ms=server_ttft), result
 
 
 def run_ours(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -> tuple[ClientResult, Path]:
@@ -255,6 +282,7 @@ def run_ours(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -
         "PYTHONUNBUFFERED": "1",
     }
     log_path = workdir / f"ours_{tag}.log"
+    before = scrape(args.vllm_url)
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "loadtest.bench"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
@@ -265,12 +293,14 @@ def run_ours(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -
         raise PeerBenchError(f"loadtest.bench did not finish in {args.timeout_s:.0f} s ({log_path})") from None
     finally:
         stop_process(proc)
+    server_ttft = server_ttft_mean_ms(before, scrape(args.vllm_url))
     text = log_path.read_text(encoding="utf-8", errors="replace")
     match = REPORT_LINE.search(text)
     if proc.returncode != 0 or not match:
         raise PeerBenchError(f"loadtest.bench failed (exit {proc.returncode}); {log_path}:\n{log_tail(log_path)}")
     report_path = Path(match.group(1))
-    return ours_from_report(json.loads(report_path.read_text())), report_path
+    figures = ours_from_report(json.loads(report_path.read_text()))
+    return replace(figures, server_ttft_mean_ms=server_ttft), report_path
 
 
 # --------------------------------------------------------------------------------------------- output
@@ -281,16 +311,18 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def result_lines(ours: ClientResult, theirs: ClientResult) -> list[str]:
-    """A two-row table of one pair (pure)."""
+    """A two-row table of one pair (pure). ``srv TTFT`` is vLLM's own mean TTFT over the client's whole run
+    (warmup included), so ``TTFT mean - srv TTFT`` is roughly what each client's path adds."""
     lines = [
-        f"{'client':<8}{'ok':>5}{'failed':>7}{'out tok/s':>11}{'TTFT p50 ms':>13}{'prompt tok':>11}{'out tok':>9}"
-        f"{'duration_s':>11}{'client cores':>13}"
+        f"{'client':<8}{'ok':>5}{'failed':>7}{'out tok/s':>11}{'TTFT p50':>10}{'TTFT mean':>11}{'srv TTFT':>10}"
+        f"{'prompt tok':>11}{'out tok':>9}{'duration_s':>11}{'cores':>7}"
     ]
     for r in (ours, theirs):
         lines.append(
             f"{r.client:<8}{r.requests_ok:>5}{r.requests_failed:>7}{r.output_tokens_per_sec:>11.2f}"
-            f"{_fmt(r.ttft_p50_ms, '.1f'):>13}{_fmt(r.prompt_tokens_mean, '.1f'):>11}"
-            f"{_fmt(r.output_tokens_mean, '.1f'):>9}{r.duration_s:>11.1f}{_fmt(r.cpu_cores, '.2f'):>13}"
+            f"{_fmt(r.ttft_p50_ms, '.1f'):>10}{_fmt(r.ttft_mean_ms, '.1f'):>11}{_fmt(r.server_ttft_mean_ms, '.1f'):>10}"
+            f"{_fmt(r.prompt_tokens_mean, '.1f'):>11}{_fmt(r.output_tokens_mean, '.1f'):>9}{r.duration_s:>11.1f}"
+            f"{_fmt(r.cpu_cores, '.2f'):>7}"
         )
     return lines
 

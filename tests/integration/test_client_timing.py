@@ -58,10 +58,13 @@ def mock_url() -> Iterator[str]:
 def assert_known_timings(record: RequestRecord) -> None:
     assert record.ok, record.error
     assert record.ttft_ms is not None and record.e2e_ms is not None
-    assert 390 <= record.ttft_ms <= 600, record.ttft_ms
-    assert 1340 <= record.e2e_ms <= 1700, record.e2e_ms
+    # Lower bounds are exact (the server cannot be faster than its pacing); upper bounds leave room for a loaded
+    # machine but still fail a client that hands the body over late (then TTFT ≈ E2E and the gaps vanish).
+    assert 390 <= record.ttft_ms <= 1000, record.ttft_ms
+    assert record.e2e_ms - record.ttft_ms >= 19 * 50 * 0.95, (record.ttft_ms, record.e2e_ms)
+    assert record.e2e_ms >= 1340, record.e2e_ms
     assert record.output_tokens == 20 and record.content_chunks == 20
-    assert len(record.itl_ms) == 19 and 45 <= sorted(record.itl_ms)[9] <= 80
+    assert len(record.itl_ms) == 19 and 45 <= sorted(record.itl_ms)[9] <= 150
 
 
 def test_request_function_timings(mock_url: str) -> None:
@@ -111,5 +114,5 @@ def test_locust_path_timings(mock_url: str, tmp_path: Path, mode: str) -> None:
     for row in rows:
         assert_known_timings(row)
         if mode == "open":
-            assert row.scheduled_at is not None and row.queue_delay_ms < 100
+            assert row.scheduled_at is not None and row.queue_delay_ms < 500
     assert "LLM" in run.stdout + run.stderr and "ttft" in run.stdout + run.stderr
