@@ -5,7 +5,7 @@ SHELL := /bin/bash
 APP_PY := .venvs/app/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
+.PHONY: help calibrate bench-peer bench-ceiling bench-logs logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
 
 help:
 	@echo "make up | down | status | benchmark | baseline NAME=.. | test | lint | unit | integration | clean"
@@ -61,6 +61,18 @@ logs-slow: app-env
 
 logs-stats: app-env
 	@$(APP_PY) -m services.logtools --stats $(if $(SINCE),--since $(SINCE)) $(if $(JSON),--json)
+
+calibrate: app-env
+	@$(APP_PY) -m loadtest.calibrate
+
+bench-peer: app-env
+	@$(APP_PY) benchmarks/bench_peer_agreement.py
+
+bench-ceiling: app-env
+	@$(APP_PY) benchmarks/bench_client_ceiling.py
+
+bench-logs: app-env
+	@$(APP_PY) benchmarks/bench_log_analyzer.py
 
 validate-containers: app-env
 	scripts/validate_containers.sh

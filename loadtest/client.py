@@ -48,6 +48,19 @@ def _server_message(response: requests.Response) -> str:
     return text[:500]
 
 
+def release(response: requests.Response, reuse: bool) -> None:
+    """Hand the connection back for keep-alive after a complete stream (read the chunked terminator first);
+    close it after anything else, so a half-read stream never poisons the pool."""
+    if reuse:
+        try:
+            response.raw.read()  # the bytes after [DONE]: the empty terminating chunk
+            response.raw.release_conn()
+            return
+        except (requests.RequestException, OSError, ValueError):
+            pass
+    response.close()
+
+
 def stream_chat(
     session: requests.Session,
     base_url: str,
@@ -139,7 +152,7 @@ def stream_chat(
     except (requests.RequestException, OSError) as exc:
         return failed("connection", f"stream broken: {type(exc).__name__}: {exc}", http_status=200, ttft_ms=ttft_ms)
     finally:
-        response.close()
+        release(response, reuse=done)
     measured: dict[str, Any] = {
         "ttft_ms": ttft_ms,
         "itl_ms": itl_ms,

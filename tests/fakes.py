@@ -69,17 +69,22 @@ class ScriptedRaw:
     def __init__(self, chunks: list[bytes], error: Exception | None = None) -> None:
         self.chunks = chunks
         self.error = error
+        self.closed = False
+        self.released = False
 
     def stream(self, amt: Any = None, decode_content: bool = True) -> Iterator[bytes]:
         yield from self.chunks
         if self.error:
             raise self.error
 
+    def read(self, amt: Any = None) -> bytes:
+        return b""  # the chunked terminator after [DONE] carries no bytes
+
     def close(self) -> None:
-        pass
+        self.closed = True
 
     def release_conn(self) -> None:
-        pass
+        self.released = True
 
 
 class ScriptedAdapter(requests.adapters.BaseAdapter):
@@ -98,6 +103,7 @@ class ScriptedAdapter(requests.adapters.BaseAdapter):
         self.raise_on_send = raise_on_send
         self.error_mid_stream = error_mid_stream
         self.sent: list[requests.PreparedRequest] = []
+        self.raws: list[ScriptedRaw] = []
 
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:  # type: ignore[override]
         self.sent.append(request)
@@ -106,6 +112,7 @@ class ScriptedAdapter(requests.adapters.BaseAdapter):
         response = requests.Response()
         response.status_code = self.status
         response.raw = ScriptedRaw(self.chunks, self.error_mid_stream)
+        self.raws.append(response.raw)
         response.url = request.url or ""
         response.request = request
         if self.status != 200:

@@ -148,3 +148,15 @@ def test_payload_asks_for_usage_in_the_stream() -> None:
     payload = chat_payload("m", [{"role": "user", "content": "x"}], max_tokens=7, temperature=0.5)
     assert payload["stream"] is True and payload["stream_options"] == {"include_usage": True}
     assert payload["max_tokens"] == 7
+
+
+def test_complete_stream_keeps_the_connection_for_reuse() -> None:
+    """After [DONE] the connection goes back to the pool (keep-alive); a stream abandoned midway is closed."""
+    adapter = ScriptedAdapter([event(ROLE), content("a"), USAGE, DONE])
+    payload = chat_payload("m", [{"role": "user", "content": "x"}], max_tokens=3, temperature=0.0)
+    session = scripted_session(adapter)
+    assert stream_chat(session, "http://vllm", payload, timeout_s=5).ok
+    assert adapter.raws[0].released and not adapter.raws[0].closed
+    cut = ScriptedAdapter([event(ROLE), b"data: {broken\n\n", content("a"), USAGE, DONE])
+    assert not stream_chat(scripted_session(cut), "http://vllm", payload, timeout_s=5).ok
+    assert cut.raws[0].closed

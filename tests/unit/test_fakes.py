@@ -31,6 +31,16 @@ def test_fake_nvml_covers_what_the_reader_calls() -> None:
     assert called <= {name for name in dir(FakeNvml) if name.startswith("nvml")}
 
 
+def test_scripted_raw_has_the_urllib3_methods_the_client_uses() -> None:
+    """The scripted response body offers the urllib3 HTTPResponse methods the client calls."""
+    import urllib3
+
+    from tests.fakes import ScriptedRaw
+
+    for name in ("stream", "read", "close", "release_conn"):
+        assert callable(getattr(urllib3.HTTPResponse, name)) and callable(getattr(ScriptedRaw, name)), name
+
+
 def test_scripted_adapter_is_a_requests_adapter() -> None:
     """The scripted transport plugs into a real requests.Session."""
     assert issubclass(ScriptedAdapter, requests.adapters.BaseAdapter)
