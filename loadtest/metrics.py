@@ -115,8 +115,26 @@ class WindowStats(BaseModel):
     e2e_p50_ms: float | None
 
 
+def _decode_tokens_in(r: RequestRecord, start: float, lo: float, hi: float) -> float:
+    """Output tokens of ``r`` produced inside ``[lo, hi)`` seconds since ``start``: the first token at TTFT, the rest
+    spread evenly over the decode phase (TTFT → end), an approximation of steady decoding."""
+    if not r.ok or not r.output_tokens or r.ttft_ms is None or r.e2e_ms is None:
+        return 0.0
+    first = r.started_at - start + r.ttft_ms / 1000.0
+    end = r.started_at - start + r.e2e_ms / 1000.0
+    tokens = 1.0 if lo <= first < hi else 0.0
+    rest = r.output_tokens - 1
+    if rest > 0:
+        if end > first:
+            tokens += rest * max(0.0, min(hi, end) - max(lo, first)) / (end - first)
+        elif lo <= end < hi:
+            tokens += rest
+    return tokens
+
+
 def time_windows(records: Sequence[RequestRecord], count: int = 10) -> list[WindowStats]:
-    """Split the measured window into ``count`` equal slices and compute throughput/latency per slice."""
+    """Split the measured window into ``count`` equal slices: completed requests (placed by end time), output tokens
+    (placed where they were decoded, see :func:`_decode_tokens_in`) and p50 E2E per slice."""
     if not records:
         return []
     start = min(r.started_at for r in records)
@@ -136,19 +154,22 @@ def time_windows(records: Sequence[RequestRecord], count: int = 10) -> list[Wind
                 completed=len(ok),
                 failed=len(inside) - len(ok),
                 throughput_req_per_sec=len(ok) / width,
-                output_tokens_per_sec=sum(r.output_tokens or 0 for r in ok) / width,
+                output_tokens_per_sec=sum(_decode_tokens_in(r, start, lo, hi) for r in records) / width,
                 e2e_p50_ms=latency_stats([e for r in ok if (e := effective_e2e_ms(r)) is not None]).p50_ms,
             )
         )
     return out
 
 
-def throughput_variation_percent(windows: Sequence[WindowStats]) -> float | None:
-    """Coefficient of variation of per-window request throughput, percent (first and last slice excluded, as they
-    hold the ramp-up and drain); None with fewer than 3 inner slices or too few completions to judge."""
-    inner = [w.throughput_req_per_sec for w in windows[1:-1]]
-    if len(inner) < 3 or not any(inner) or sum(w.completed for w in windows[1:-1]) < 3 * len(inner):
-        return None  # fewer than ~3 completions per slice: the spread says nothing
+def throughput_variation_percent(windows: Sequence[WindowStats], steady_end_s: float | None = None) -> float | None:
+    """Coefficient of variation of per-window output-token throughput, percent, over the steady state: the first
+    slice (ramp-up) and every slice ending after ``steady_end_s`` (the last send: from there the load drains) are
+    left out. Tokens, not completions: a closed loop of long requests completes in clumps while the server's work
+    is steady. None with fewer than 3 steady slices or under 10 completions in all."""
+    limit = steady_end_s if steady_end_s is not None else windows[-1].start_s if windows else 0.0
+    inner = [w.output_tokens_per_sec for w in windows[1:] if w.end_s <= limit + 1e-9]
+    if len(inner) < 3 or not any(inner) or sum(w.completed for w in windows) < 10:
+        return None  # too little to judge
     arr = np.asarray(inner)
     return float(arr.std() / arr.mean() * 100.0)
 
@@ -267,7 +288,9 @@ def run_metrics(records: Sequence[RequestRecord], slo: dict[str, float] | None =
         slo=slo,
         output_lengths=output_lengths(ok),
         windows=windows,
-        throughput_variation_percent=throughput_variation_percent(windows),
+        throughput_variation_percent=throughput_variation_percent(
+            windows, max(r.started_at for r in measured) - min(r.started_at for r in measured)
+        ),
     )
 
 
@@ -283,9 +306,15 @@ def key_insight(m: RunMetrics) -> str:
     if cv is None:
         shape = f"Throughput {m.throughput_req_per_sec:.2f} req/s (run too short to judge stability)"
     elif cv <= 10:
-        shape = f"Throughput stable at {m.throughput_req_per_sec:.2f} req/s (±{cv:.1f}%)"
+        shape = (
+            f"Throughput stable at {m.throughput_req_per_sec:.2f} req/s "
+            f"({m.output_tokens_per_sec:.0f} output tok/s ±{cv:.1f}% between windows)"
+        )
     else:
-        shape = f"Throughput unstable around {m.throughput_req_per_sec:.2f} req/s (±{cv:.1f}% between windows)"
+        shape = (
+            f"Throughput unstable around {m.throughput_req_per_sec:.2f} req/s "
+            f"({m.output_tokens_per_sec:.0f} output tok/s ±{cv:.1f}% between windows)"
+        )
     if not problems:
         return f"{shape}, no error or timeout observed"
     return f"{shape}; " + "; ".join(problems)

@@ -91,3 +91,11 @@ def test_output_lengths_and_chunk_mismatch() -> None:
     ]
     lengths = run_metrics(rows).output_lengths
     assert lengths.requested_mean == 16 and lengths.actual_mean == 10 and lengths.chunk_count_mismatch == 1
+
+
+def test_window_tokens_are_placed_where_they_were_decoded() -> None:
+    """A long request's tokens count in the windows it was decoding in, not all in the window it ended in."""
+    rows = [rec(0.0, 10_000.0, 0.0, 101)] + [rec(0.0, 10.0, 1.0, 1)] * 9  # one 10 s stream plus short ones
+    windows = run_metrics(rows).windows
+    assert sum(w.output_tokens_per_sec * (w.end_s - w.start_s) for w in windows) == pytest.approx(101 + 9)
+    assert all(w.output_tokens_per_sec > 0 for w in windows)
