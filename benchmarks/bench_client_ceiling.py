@@ -50,13 +50,10 @@ from bench_peer_agreement import (  # noqa: E402
 from loadtest.calibrate import (  # noqa: E402
     CalibrationError,
     ClientRun,
-    CpuSample,
-    CpuSampler,
-    cpu_in_window,
-    mock_server,
     run_our_client,
     summarize_records,
 )
+from loadtest.procs import CpuSample, CpuSampler, cpu_in_window, mock_server  # noqa: E402
 from services.settings import get_settings  # noqa: E402
 
 TARGET_RATIO = 1.5  # ours / theirs, chunks/s per client core
@@ -189,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[CEILING]   {line}")
             print(f"[CEILING]   ours/vllm chunks/s per client core = {pair.ratio:.2f}")
             ratios.append(pair.ratio)
-    except (CalibrationError, PeerBenchError, ValueError) as exc:
+    except (CalibrationError, PeerBenchError, ProcessError, ValueError) as exc:
         print(f"[ERROR] {exc}\n[ERROR] work folder kept: {workdir}", file=sys.stderr)
         return 2
     value = statistics.median(ratios)

@@ -41,7 +41,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from loadtest.calibrate import CpuSample, CpuSampler, cpu_in_window, log_tail, stop_process  # noqa: E402
+from loadtest.procs import CpuSample, CpuSampler, cpu_in_window, log_tail, stop_process  # noqa: E402
 from loadtest.server_metrics import Samples, latency_view, parse_exposition  # noqa: E402
 from services.settings import get_settings  # noqa: E402
 from services.vllm.launch import engine_python  # noqa: E402

@@ -17,7 +17,6 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
-import psutil
 import requests
 from tqdm import tqdm
 
@@ -28,6 +27,7 @@ from loadtest.dataset import DatasetError, load_dataset
 from loadtest.gate import EXIT_ERROR, gate_verdict
 from loadtest.launch import locust_argv
 from loadtest.metrics import measured_window_s
+from loadtest.procs import tree_cpu_s
 from loadtest.records import RequestRecord
 from loadtest.server_metrics import Samples, cross_check, parse_exposition
 from loadtest.summary import format_summary
@@ -147,7 +147,7 @@ def run_locust(settings: Settings, records_path: Path) -> tuple[int, float | Non
         while proc.poll() is None:
             time.sleep(1.0)
             done = sum(1 for line in records_path.open(encoding="utf-8") if '"phase":"measured"' in line)
-            cpu = locust_cpu_s(proc.pid)
+            cpu = tree_cpu_s(proc.pid)
             if cpu is not None and done:
                 last = (time.monotonic(), cpu)
                 first = first or last
@@ -157,20 +157,6 @@ def run_locust(settings: Settings, records_path: Path) -> tuple[int, float | Non
     if first and last and last[0] - first[0] >= 2.0:
         cores = (last[1] - first[1]) / (last[0] - first[0])
     return proc.returncode, cores
-
-
-def locust_cpu_s(pid: int) -> float | None:
-    """CPU seconds (user + system) used so far by the Locust process and its children; None once it is gone."""
-    try:
-        proc = psutil.Process(pid)
-        times = proc.cpu_times()
-        total = times.user + times.system
-        for child in proc.children(recursive=True):
-            child_times = child.cpu_times()
-            total += child_times.user + child_times.system
-        return total
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
 
 
 def scrape_metrics(settings: Settings) -> Samples | None:

@@ -6,14 +6,12 @@ import pytest
 
 from loadtest.calibrate import (
     ClientRun,
-    CpuSample,
     added_latency_ms,
     calibration_table,
-    cpu_at,
-    cpu_in_window,
     per_core_rate,
     summarize_records,
 )
+from loadtest.procs import CpuSample, cpu_at, cpu_in_window
 from loadtest.records import RequestRecord
 
 # A process using half a core from t=100 s (wall) / t=10 s (monotonic) on, sampled every second.
