@@ -53,7 +53,7 @@ from loadtest.calibrate import (  # noqa: E402
     run_our_client,
     summarize_records,
 )
-from loadtest.procs import CpuSample, CpuSampler, cpu_in_window, mock_server  # noqa: E402
+from loadtest.procs import CpuSample, CpuSampler, ProcessError, cpu_in_window, mock_server  # noqa: E402
 from services.settings import get_settings  # noqa: E402
 
 TARGET_RATIO = 1.5  # ours / theirs, chunks/s per client core
