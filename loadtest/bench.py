@@ -64,11 +64,18 @@ def preflight(settings: Settings) -> str:
         raise BenchError(f"vLLM at {settings.vllm_url} is not ready (HTTP {health.status_code}); wait or see logs.")
     try:
         httpx.get(f"{settings.sidecar_url}/health", timeout=10).raise_for_status()
-    except httpx.HTTPError as exc:
+        baselines = httpx.get(f"{settings.sidecar_url}/baselines", timeout=10).json() if settings.gate else {}
+    except (httpx.HTTPError, ValueError) as exc:
         raise BenchError(
             f"the sidecar is not answering at {settings.sidecar_url} ({type(exc).__name__}); it writes the report. "
             "Start the stack with `make up` (log: logs/sidecar.log)."
         ) from None
+    if settings.gate and settings.gate not in baselines:
+        known = ", ".join(sorted(baselines)) or "none yet"
+        raise BenchError(
+            f"GATE={settings.gate}: no baseline of that name (known: {known}). Mark one first with "
+            f"`make baseline NAME={settings.gate}` after a benchmark of the same workload."
+        )
     return str(models[0]["id"])
 
 

@@ -119,3 +119,12 @@ def test_model_typo_is_a_clear_error(stack: Stack) -> None:
     run = stack.python("-m", "services.vllm.launch", "--prepare-only", timeout_s=120, MODEL="Qwen/Qwn2-0.5B-Instruct")
     assert run.returncode == 2
     assert "Qwen/Qwn2-0.5B-Instruct" in run.stderr and "cannot be loaded" in run.stderr
+
+
+def test_unknown_gate_baseline_fails_before_any_load(stack: Stack) -> None:
+    """GATE naming no baseline stops before the warmup, naming the known baselines and how to mark one."""
+    runs_before = set((stack.logs_dir / "runs").glob("*.requests.jsonl"))
+    run = stack.make("benchmark", GATE="no-such-baseline", timeout_s=120)
+    assert run.returncode == 2
+    assert "GATE=no-such-baseline" in run.stderr and "make baseline NAME=no-such-baseline" in run.stderr
+    assert set((stack.logs_dir / "runs").glob("*.requests.jsonl")) == runs_before
