@@ -8,7 +8,11 @@ PYTEST_ARGS ?=
 .PHONY: help calibrate bench-peer bench-ceiling bench-logs logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
 
 help:
-	@echo "make up | down | status | benchmark | baseline NAME=.. | test | lint | unit | integration | clean"
+	@echo "stack:      make up | down | status"
+	@echo "benchmark:  make benchmark [CONCURRENCY= REQUESTS= DURATION= RATE= SLO= GATE= PROFILE=1 ...] | baseline NAME=.. | calibrate"
+	@echo "logs:       make logs-errors | logs-slow [THRESHOLD_MS=] | logs-stats [SINCE=]"
+	@echo "dev:        make test | lint | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-logs | clean"
+	@echo "containers: make benchmark-compose (see README, Docker and GPUs)"
 
 envs: app-env engine-env
 
@@ -77,7 +81,8 @@ bench-logs: app-env
 validate-containers: app-env
 	scripts/validate_containers.sh
 
-BENCH_VARS := CONCURRENCY REQUESTS DURATION WARMUP MAX_TOKENS TEMPERATURE SEED RATE SLO GATE
+BENCH_VARS := CONCURRENCY REQUESTS DURATION WARMUP MAX_TOKENS TEMPERATURE SEED RATE SLO GATE GATE_THRESHOLD_PCT \
+	DATASET PROFILE INPUT_MIX IGNORE_EOS BURSTINESS RAMP_UP_S OUTPUT_LEN OUTPUT_LEN_MEAN OUTPUT_LEN_P95
 benchmark-compose:
 	docker compose exec $(foreach v,$(BENCH_VARS),$(if $($(v)),-e $(v)=$($(v)))) locust-master python -m loadtest.bench
 

@@ -41,8 +41,10 @@ def main(argv: list[str] | None = None) -> int:
             body = {"report_id": args.report_id} if args.report_id else {}
             response = httpx.put(f"{url}/baselines/{args.name}", json=body, timeout=30)
     except httpx.HTTPError as exc:
-        print(f"[ERROR] the sidecar is not answering at {url} ({type(exc).__name__}); start it with `make up`.",
-              file=sys.stderr)
+        print(
+            f"[ERROR] the sidecar is not answering at {url} ({type(exc).__name__}); start it with `make up`.",
+            file=sys.stderr,
+        )
         return 1
     if args.list and response.status_code == 200:
         for name, report_id in response.json().items():

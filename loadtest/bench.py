@@ -278,12 +278,13 @@ def run_measured(settings: Settings, model: str, records_path: Path) -> Measured
     Raises:
         profiling.ProfilingError: profiling was asked for and failed.
     """
-    swapped = profiling.enable(settings) if settings.profile else False
     try:
+        if settings.profile:
+            profiling.enable(settings)
         return measure(settings, model, records_path)
     finally:
-        if swapped:
-            profiling.disable(settings)
+        if settings.profile:
+            profiling.disable(settings)  # also after Ctrl-C or a failure half-way through the swap
 
 
 def main(argv: list[str] | None = None) -> int:

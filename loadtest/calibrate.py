@@ -170,10 +170,12 @@ def calibration_table(rows: Mapping[str, ClientRun]) -> list[str]:
     return lines
 
 
-def our_client_env(base_url: str, users: int, max_tokens: int) -> dict[str, str]:
-    """Environment for a Locust run of our client: fixed ``max_tokens``, closed loop, no ramp-up, no warmup."""
+def our_client_env(base_url: str, users: int, max_tokens: int, logs_dir: Path | None = None) -> dict[str, str]:
+    """Environment for a Locust run of our client: fixed ``max_tokens``, closed loop, no ramp-up, no warmup; its
+    request log goes to ``logs_dir`` (a scratch folder), never into the stack's logs/requests.jsonl."""
     return {
         **os.environ,
+        "LOGS_DIR": str(logs_dir or Path(tempfile.gettempdir()) / "llm-serve-calibrate-logs"),
         "VLLM_BASE_URL": base_url,
         "CONCURRENCY": str(users),
         "MAX_TOKENS": str(max_tokens),

@@ -199,6 +199,7 @@ class OpenLoopUser(User):
 
     fixed_count = 1
     wait_time = constant(0)
+    abstract = SETTINGS.rate is None  # without RATE (e.g. the web UI) only the closed-loop ChatUser exists
 
     @task
     def dispatch(self) -> None:

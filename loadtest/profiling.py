@@ -55,9 +55,13 @@ def enable(settings: Settings) -> bool:
 
 
 def disable(settings: Settings) -> None:
-    """Swap the profiling vLLM back for the normal one (profiler endpoints off again)."""
-    from services.stackctl import switch_vllm
+    """Swap the profiling vLLM back for the normal one (profiler endpoints off again) when the local stack runs
+    it — also after an interrupted run that swapped it in; a no-op elsewhere."""
+    from services.stackctl import process_states, switch_vllm
 
+    states = process_states(settings) or {}
+    if states.get("vllm-profile", {}).get("statename") not in ("RUNNING", "STARTING"):
+        return
     print("[INFO] Restarting vLLM without the profiler...", flush=True)
     switch_vllm(settings, profile=False)
 

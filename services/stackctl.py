@@ -8,6 +8,7 @@ or stops everything and shows the failing service's log. ``down`` stops supervis
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -156,9 +157,16 @@ def wait_ready(settings: Settings) -> tuple[bool, str]:
 
 def up(settings: Settings) -> int:
     """Start the stack and wait for it; 0 when everything answers."""
-    if process_states(settings) is not None:
-        print("[INFO] The stack is already running (supervisord answers); `make status` shows it.")
-        return status(settings)
+    ports = [(s.port, s.port_var) for s in services(settings)]
+    clashes = sorted({f"{a[1]}={a[0]} and {b[1]}" for a in ports for b in ports if a[0] == b[0] and a[1] < b[1]})
+    if clashes:
+        print(
+            f"[ERROR] Two services would share a port: {'; '.join(clashes)}. Give each its own port.", file=sys.stderr
+        )
+        return 2
+    states = process_states(settings)
+    if states is not None:
+        return resume(settings, states)
     busy = [m for s in services(settings) if (m := port_in_use_message(s.host, s.port, s.port_var))]
     if busy:
         print("[ERROR] " + "\n[ERROR] ".join(busy), file=sys.stderr)
@@ -185,6 +193,47 @@ def up(settings: Settings) -> int:
         f"Locust http://{settings.locust_web_host}:{settings.locust_web_port} | sidecar {settings.sidecar_url}"
     )
     return 0
+
+
+def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
+    """`make up` on a running supervisord: restart services that died, say so when MODEL differs from what runs."""
+    running = engine_state(settings).get("requested")
+    if running and running != settings.requested_model:
+        print(
+            f"[WARN] The stack already serves {running}; MODEL={settings.requested_model} takes effect after "
+            "`make down && make up`.",
+            file=sys.stderr,
+        )
+    if states.get("vllm-profile", {}).get("statename") == "RUNNING":
+        print("[INFO] vLLM runs with its profiler (an interrupted PROFILE=1 run); switching back.", flush=True)
+        switch_vllm(settings, profile=False)
+        states = process_states(settings) or {}
+    dead = [s.name for s in services(settings) if states.get(s.name, {}).get("statename") != "RUNNING"]
+    if not dead:
+        print("[INFO] The stack is already running (supervisord answers); `make status` shows it.")
+        return status(settings)
+    print(
+        f"[INFO] The stack is running but {', '.join(dead)} stopped; restarting {'it' if len(dead) == 1 else 'them'}."
+    )
+    for name in dead:
+        try:
+            rpc(settings).supervisor.startProcess(name, False)
+        except xmlrpc.client.Fault as exc:
+            print(f"[WARN] could not start {name}: {exc.faultString}", file=sys.stderr)
+    ok, why = wait_ready(settings)
+    if not ok:
+        print(f"[ERROR] {why}\n[ERROR] Run `make down && make up` to start afresh.", file=sys.stderr)
+        return 1
+    return status(settings)
+
+
+def engine_state(settings: Settings) -> dict[str, Any]:
+    """The vLLM launcher's state file, or {} when missing or unreadable."""
+    try:
+        data = json.loads(settings.engine_state_file.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def down(settings: Settings) -> int:
