@@ -212,7 +212,7 @@ def test_stop_cancels_the_request_on_the_server(stack: Stack, page: Page) -> Non
         assert time.monotonic() < deadline, "vLLM never started the request"
         time.sleep(0.1)
     # Click while the answer is short: re-rendering a long streaming message keeps a loaded CPU's renderer busy.
-    page.locator("#stop-button").click()
+    page.locator("#stop-button").click(force=True)  # a transient overlay must not delay the click past the answer
     deadline = time.monotonic() + 60
     while (metrics := vllm_metrics(stack.vllm_url))["running"] > 0:
         assert time.monotonic() < deadline, "vLLM still generates a minute after Stop"
