@@ -31,7 +31,7 @@ from loadtest.procs import tree_cpu_s
 from loadtest.records import RequestRecord
 from loadtest.server_metrics import Samples, cross_check, parse_exposition
 from loadtest.summary import format_summary
-from loadtest.workload import WorkloadSampler
+from loadtest.workload import sampler_for
 from services.report_schema import BenchmarkConfig, BuildReportRequest, BuildReportResponse
 from services.settings import PROJECT_ROOT, Settings, get_settings
 
@@ -99,15 +99,7 @@ def warmup(settings: Settings, model: str, records_path: Path) -> list[RequestRe
     """Send ``WARMUP`` requests (same request function and workload), append them as ``warmup`` rows."""
     if settings.warmup == 0:
         return []
-    sampler = WorkloadSampler(
-        load_dataset(settings.workload_file).prompts,
-        settings.seed + 1,
-        fixed_max_tokens=settings.fixed_max_tokens,
-        mean_tokens=settings.output_len_mean,
-        p95_tokens=settings.output_len_p95,
-        cap_tokens=settings.output_len_cap,
-        mix=settings.input_mix,
-    )
+    sampler = sampler_for(settings, settings.seed + 1)
     items = [sampler.next() for _ in range(settings.warmup)]
     payloads = [chat_payload(model, i.prompt.messages, i.max_tokens, settings.temperature) for i in items]
 

@@ -22,9 +22,8 @@ from locust.env import Environment
 from locust.exception import StopUser
 
 from loadtest.client import chat_payload, stream_chat
-from loadtest.dataset import load_dataset
 from loadtest.records import RequestRecord
-from loadtest.workload import WorkItem, WorkloadSampler, arrival_gaps_s
+from loadtest.workload import WorkItem, arrival_gaps_s, sampler_for
 from services.requestlog import RequestLogLine, append_request_log, now_iso
 from services.settings import get_settings
 
@@ -36,24 +35,12 @@ class RunState:
     """Per-process bookkeeping: workload, request tickets, records file."""
 
     def __init__(self) -> None:
-        self.workload = self._sampler()
+        self.workload = sampler_for(SETTINGS, SETTINGS.seed)
         self.model = ""
         self.max_requests = 0
         self.issued = 0
         self.finished = 0
         self.records_path: Path | None = None
-
-    @staticmethod
-    def _sampler() -> WorkloadSampler:
-        return WorkloadSampler(
-            load_dataset(SETTINGS.workload_file).prompts,
-            SETTINGS.seed,
-            fixed_max_tokens=SETTINGS.fixed_max_tokens,
-            mean_tokens=SETTINGS.output_len_mean,
-            p95_tokens=SETTINGS.output_len_p95,
-            cap_tokens=SETTINGS.output_len_cap,
-            mix=SETTINGS.input_mix,
-        )
 
     def take_ticket(self) -> bool:
         """True while the request budget (``--max-requests``) is not spent."""

@@ -8,7 +8,6 @@ elsewhere (compose, a remote engine) vLLM must already run with ``--profiler-con
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import httpx
@@ -24,11 +23,9 @@ class ProfilingError(RuntimeError):
 
 def engine_has_profiler(settings: Settings) -> bool:
     """True when the launcher started vLLM with ``--profiler-config`` (from ``logs/engine_state.json``)."""
-    try:
-        argv = json.loads(settings.engine_state_file.read_text()).get("argv", [])
-    except (OSError, ValueError):
-        return False
-    return "--profiler-config" in argv
+    from services.sidecar.envinfo import engine_state
+
+    return "--profiler-config" in engine_state(settings.engine_state_file).get("argv", [])
 
 
 def enable(settings: Settings) -> bool:

@@ -162,24 +162,16 @@ def cross_check(before: Samples, after: Samples, records: Sequence[RequestRecord
     client_ttft = [r.ttft_ms for r in ok if r.ttft_ms is not None]
     client_e2e = [r.e2e_ms for r in ok if r.e2e_ms is not None]
     usage_known = all(r.output_tokens is not None for r in ok)
+
+    def exact(name: str, client: float | None, server: float) -> Agreement:
+        return _check(name, client, server, 0.0, 0.0, "exact")
+
+    client_output = float(sum(r.output_tokens or 0 for r in ok)) if usage_known else None
+    client_prompt = float(sum(r.prompt_tokens or 0 for r in ok)) if usage_known else None
     checks = [
-        _check("requests_succeeded", float(len(ok)), succeeded, 0.0, 0.0, "exact"),
-        _check(
-            "generation_tokens",
-            float(sum(r.output_tokens or 0 for r in ok)) if usage_known else None,
-            _delta(before, after, "vllm:generation_tokens_total"),
-            0.0,
-            0.0,
-            "exact",
-        ),
-        _check(
-            "prompt_tokens",
-            float(sum(r.prompt_tokens or 0 for r in ok)) if usage_known else None,
-            _delta(before, after, "vllm:prompt_tokens_total"),
-            0.0,
-            0.0,
-            "exact",
-        ),
+        exact("requests_succeeded", float(len(ok)), succeeded),
+        exact("generation_tokens", client_output, _delta(before, after, "vllm:generation_tokens_total")),
+        exact("prompt_tokens", client_prompt, _delta(before, after, "vllm:prompt_tokens_total")),
         _check(
             "ttft_mean_ms",
             sum(client_ttft) / len(client_ttft) if client_ttft else None,

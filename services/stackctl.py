@@ -8,7 +8,6 @@ or stops everything and shows the failing service's log. ``down`` stops supervis
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from supervisor.xmlrpc import SupervisorTransport
 from services.logtools.startup import startup_phase
 from services.netutil import port_in_use_message, wait_for_http
 from services.settings import PROJECT_ROOT, Settings, get_settings
+from services.sidecar.envinfo import engine_state
 
 CONF = PROJECT_ROOT / "deploy" / "supervisord.conf"
 FAILED_STATES = {"FATAL", "EXITED", "BACKOFF", "STOPPED", "UNKNOWN"}
@@ -197,7 +197,7 @@ def up(settings: Settings) -> int:
 
 def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
     """`make up` on a running supervisord: restart services that died, say so when MODEL differs from what runs."""
-    running = engine_state(settings).get("requested")
+    running = engine_state(settings.engine_state_file).get("requested")
     if running and running != settings.requested_model:
         print(
             f"[WARN] The stack already serves {running}; MODEL={settings.requested_model} takes effect after "
@@ -225,15 +225,6 @@ def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
         print(f"[ERROR] {why}\n[ERROR] Run `make down && make up` to start afresh.", file=sys.stderr)
         return 1
     return status(settings)
-
-
-def engine_state(settings: Settings) -> dict[str, Any]:
-    """The vLLM launcher's state file, or {} when missing or unreadable."""
-    try:
-        data = json.loads(settings.engine_state_file.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def down(settings: Settings) -> int:

@@ -41,8 +41,8 @@ def validate_report_id(report_id: str) -> str:
     return report_id
 
 
-def atomic_replace(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically (temp file in the same folder, fsync, rename)."""
+def _temp_beside(path: Path, data: bytes) -> str:
+    """``data`` written and fsynced to a hidden temp file in ``path``'s folder (mode 0644); returns its path."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -50,6 +50,16 @@ def atomic_replace(path: Path, data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, FILE_MODE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def atomic_replace(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (temp file in the same folder, fsync, rename)."""
+    tmp = _temp_beside(path, data)
+    try:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -58,13 +68,8 @@ def atomic_replace(path: Path, data: bytes) -> None:
 
 def _write_new(path: Path, data: bytes) -> bool:
     """Write ``data`` to ``path`` atomically; False (and nothing written) when ``path`` already exists."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = _temp_beside(path, data)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, FILE_MODE)
         try:
             os.link(tmp, path)  # fails if it exists: two builds in one second never clobber each other
         except FileExistsError:
