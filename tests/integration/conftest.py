@@ -18,7 +18,12 @@ import pytest
 
 from services.settings import PROJECT_ROOT
 
-TEST_PORTS = {"VLLM_PORT": 28100, "UI_PORT": 28000, "SIDECAR_PORT": 28200, "LOCUST_WEB_PORT": 28089}
+# TEST_PORT_OFFSET shifts every port, so two checkouts can run their integration tests side by side.
+_OFFSET = int(os.environ.get("TEST_PORT_OFFSET", "0"))
+TEST_PORTS = {
+    name: port + _OFFSET
+    for name, port in {"VLLM_PORT": 28100, "UI_PORT": 28000, "SIDECAR_PORT": 28200, "LOCUST_WEB_PORT": 28089}.items()
+}
 
 
 @dataclass
