@@ -47,6 +47,7 @@ from vllm_peer import (  # noqa: E402
     vllm_window_monotonic_s,
 )
 
+from core.settings import get_settings  # noqa: E402
 from loadtest.calibrate import (  # noqa: E402
     CalibrationError,
     ClientRun,
@@ -54,7 +55,6 @@ from loadtest.calibrate import (  # noqa: E402
     summarize_records,
 )
 from loadtest.procs import CpuSample, CpuSampler, ProcessError, cpu_in_window, mock_server  # noqa: E402
-from services.settings import get_settings  # noqa: E402
 
 TARGET_RATIO = 1.5  # ours / theirs, chunks/s per client core
 VLLM_REQUESTS_FIRST = 500  # vLLM's requests if it ever ran before any run of ours without --requests

@@ -41,9 +41,9 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from core.serverview import Samples, latency_view, parse_exposition  # noqa: E402
+from core.settings import get_settings  # noqa: E402
 from loadtest.procs import cpu_in_window, log_tail, stop_process  # noqa: E402
-from loadtest.server_metrics import Samples, latency_view, parse_exposition  # noqa: E402
-from services.settings import get_settings  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vllm_peer import (  # noqa: E402

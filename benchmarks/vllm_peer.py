@@ -18,8 +18,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from core.settings import get_settings  # noqa: E402
 from loadtest.procs import CpuSample, CpuSampler, log_tail, stop_process  # noqa: E402
-from services.settings import get_settings  # noqa: E402
 from services.vllm.launch import engine_python  # noqa: E402
 
 # `vllm bench serve` without the `vllm` console script: the same parser and entry point its CLI subcommand uses.

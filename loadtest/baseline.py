@@ -13,8 +13,8 @@ import sys
 
 import httpx
 
-from services.settings import get_settings
-from services.sidecar.baselines import validate_baseline_name
+from core.parsing import validate_name
+from core.settings import get_settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
             print("[ERROR] a baseline name is required: make baseline NAME=v0.2.1 [REPORT=<id>]", file=sys.stderr)
             return 2
         try:
-            validate_baseline_name(args.name)
+            validate_name(args.name)
         except ValueError as exc:
             print(f"[ERROR] {exc}", file=sys.stderr)
             return 2

@@ -20,20 +20,20 @@ import httpx
 import requests
 from tqdm import tqdm
 
+from core.clientview import client_view, load_calibration
+from core.gate import EXIT_ERROR, gate_verdict
+from core.records import RequestRecord
+from core.report_schema import BenchmarkConfig, BuildReportRequest, BuildReportResponse
+from core.serverview import Samples, cross_check, parse_exposition
+from core.settings import PROJECT_ROOT, Settings, get_settings
+from core.stats import measured_window_s
 from loadtest import profiling
 from loadtest.client import chat_payload, stream_chat
-from loadtest.client_load import client_view, load_calibration
 from loadtest.dataset import DatasetError, load_dataset
-from loadtest.gate import EXIT_ERROR, gate_verdict
 from loadtest.launch import locust_argv
-from loadtest.metrics import measured_window_s
 from loadtest.procs import tree_cpu_s
-from loadtest.records import RequestRecord
-from loadtest.server_metrics import Samples, cross_check, parse_exposition
 from loadtest.summary import format_summary
 from loadtest.workload import sampler_for
-from services.report_schema import BenchmarkConfig, BuildReportRequest, BuildReportResponse
-from services.settings import PROJECT_ROOT, Settings, get_settings
 
 
 class BenchError(RuntimeError):

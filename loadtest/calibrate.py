@@ -12,7 +12,7 @@ runs *our* client (the same Locust file and request function as ``make benchmark
 
 CPU is sampled with psutil on the Locust process tree every 0.1 s and read over the run's measured window (first
 request sent to last answer ended, interpolated), so Locust's start-up is not counted. The result goes to
-``logs/calibration.json`` (:class:`loadtest.client_load.Calibration`); every benchmark compares its own chunks/s with
+``logs/calibration.json`` (:class:`core.clientview.Calibration`); every benchmark compares its own chunks/s with
 it and is flagged client-limited at ≥ 80 % of the ceiling. No target: the figures describe this machine.
 
 The helpers (mock server process, CPU sampler, one Locust run) are shared with ``benchmarks/``.
@@ -33,7 +33,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from loadtest.client_load import Calibration, save_calibration
+from core.clientview import Calibration, save_calibration
+from core.records import RequestRecord
+from core.settings import PROJECT_ROOT, get_settings
 from loadtest.launch import locust_argv
 from loadtest.procs import (
     CpuSample,
@@ -44,8 +46,6 @@ from loadtest.procs import (
     mock_server,
     stop_process,
 )
-from loadtest.records import RequestRecord
-from services.settings import PROJECT_ROOT, get_settings
 
 LOCUST_EXIT_GRACE_S = 90.0  # start-up on a busy machine plus shutdown after --run-time
 UNSATURATED_CORES = 0.5  # below this, the client was not the bottleneck and the per-core figure is an estimate

@@ -17,7 +17,7 @@ from typing import Any
 import requests
 from sseclient import SSEClient
 
-from loadtest.records import ErrorKind, Phase, RequestRecord
+from core.records import ErrorKind, Phase, RequestRecord
 
 CONNECT_TIMEOUT_S = 10.0
 

@@ -20,7 +20,6 @@ from typing import Any
 
 # Input-length buckets by characters of the whole conversation (CJK text: roughly 1-1.5 characters per token).
 BUCKET_LIMITS_CHARS = {"short": 60, "medium": 600}
-BUCKETS = ("short", "medium", "long")
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
 
@@ -158,25 +157,3 @@ def load_jsonl_prompts(path: Path) -> tuple[list[Prompt], int]:
     """``(prompts, skipped)`` of any supported dataset file (see :func:`load_dataset`)."""
     dataset = load_dataset(path)
     return dataset.prompts, dataset.skipped
-
-
-def parse_mix(text: str) -> dict[str, float]:
-    """Parse ``"short:0.3,medium:0.5,long:0.2"`` into normalised bucket weights.
-
-    Raises:
-        ValueError: unknown bucket, non-numeric or negative weight, or all weights zero.
-    """
-    weights: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, _, value = part.partition(":")
-        try:
-            weight = float(value)
-        except ValueError:
-            weight = -1.0
-        if name.strip() not in BUCKETS or weight < 0:
-            raise ValueError(f"INPUT_MIX part {part!r} does not parse: use e.g. short:0.3,medium:0.5,long:0.2")
-        weights[name.strip()] = weight
-    total = sum(weights.values())
-    if total <= 0:
-        raise ValueError("INPUT_MIX weights add up to zero")
-    return {k: v / total for k, v in weights.items()}

@@ -8,8 +8,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from services.netutil import port_in_use_message
-from services.settings import Settings, get_settings
+from core.net import port_in_use_message
+from core.settings import Settings, get_settings
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 

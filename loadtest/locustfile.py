@@ -21,11 +21,11 @@ from locust import User, constant, events, task
 from locust.env import Environment
 from locust.exception import StopUser
 
+from core.records import RequestRecord
+from core.requestlog import RequestLogLine, append_request_log, now_iso
+from core.settings import get_settings
 from loadtest.client import chat_payload, stream_chat
-from loadtest.records import RequestRecord
 from loadtest.workload import WorkItem, arrival_gaps_s, sampler_for
-from services.requestlog import RequestLogLine, append_request_log, now_iso
-from services.settings import get_settings
 
 SETTINGS = get_settings()
 OPEN_LOOP_MAX_IN_FLIGHT = 10_000

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from services.settings import PROJECT_ROOT
+from core.settings import PROJECT_ROOT
 
 SAMPLE_INTERVAL_S = 0.1
 MOCK_START_TIMEOUT_S = 60.0

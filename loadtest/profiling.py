@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from services.settings import Settings
+from core.settings import Settings
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 

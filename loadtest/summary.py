@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.report_schema import Report
+from core.report_schema import Report
 
 COMPARE_LABELS = (
     ("throughput_req_per_sec_pct", "throughput"),

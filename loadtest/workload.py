@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.settings import Settings
 from loadtest.dataset import Prompt, load_dataset
-from services.settings import Settings
 
 Z95 = 1.6448536269514722  # standard normal 95th percentile
 

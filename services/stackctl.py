@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 from supervisor.xmlrpc import SupervisorTransport
 
+from core.net import port_in_use_message, wait_for_http
+from core.settings import PROJECT_ROOT, Settings, get_settings
 from services.logtools.startup import startup_phase
-from services.netutil import port_in_use_message, wait_for_http
-from services.settings import PROJECT_ROOT, Settings, get_settings
 from services.sidecar.envinfo import engine_state
 
 CONF = PROJECT_ROOT / "deploy" / "supervisord.conf"

@@ -46,7 +46,7 @@ class Request:
 
 def default_paths() -> tuple[str, str]:
     """Default log files from the settings (imported lazily: pydantic-settings costs ~0.3 s of start-up)."""
-    from services.settings import get_settings
+    from core.settings import get_settings
 
     settings = get_settings()
     return str(settings.vllm_log_file), str(settings.logs_dir / "requests.jsonl")

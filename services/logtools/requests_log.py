@@ -1,4 +1,4 @@
-"""Streaming reader of ``logs/requests.jsonl`` (format: :mod:`services.requestlog`) that never fails on bad lines.
+"""Streaming reader of ``logs/requests.jsonl`` (format: :mod:`core.requestlog`) that never fails on bad lines.
 
 Validated by hand rather than with the pydantic model so that the analyzer starts fast; a line that is not a JSON
 object with the documented fields and types is counted as bad, with the first few reasons kept.

@@ -16,9 +16,9 @@ from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
+from core.report_schema import BuildReportRequest, BuildReportResponse, Report
+from core.settings import Settings, get_settings
 from services.logtools.startup import startup_phase
-from services.report_schema import BuildReportRequest, BuildReportResponse, Report
-from services.settings import Settings, get_settings
 from services.sidecar.promexport import make_registry
 from services.sidecar.reporting import ReportService
 from services.sidecar.windows import UnknownWindow, WindowRegistry, WindowResult, WindowStarted

@@ -8,31 +8,27 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 from pathlib import Path
 
-from services.report_schema import Report
+from core.parsing import validate_name
+from core.report_schema import Report
 from services.sidecar.store import ReportStore, atomic_replace, validate_report_id
 
 log = logging.getLogger(__name__)
-BASELINE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
-BASELINE_NAME_RE = re.compile(BASELINE_NAME_PATTERN)
 RESERVED_NAMES = frozenset({"previous"})
 FILE_NAME = "baselines.json"
 
 
 def validate_baseline_name(name: str) -> str:
-    """Return ``name`` when it is a usable baseline name (letters, digits, ``_.-``, up to 64, not ``previous``).
+    """Return ``name`` when it is a usable baseline name (:func:`core.parsing.validate_name`, not ``previous``).
 
     Raises:
         ValueError: anything else; the message says what is allowed.
     """
-    if not BASELINE_NAME_RE.match(name) or name in RESERVED_NAMES:
-        raise ValueError(
-            f"{name!r} is not a baseline name: use 1-64 letters, digits, '_', '.' or '-', starting with a letter or "
-            "digit (e.g. v0.2.1); 'previous' is reserved"
-        )
+    validate_name(name)
+    if name in RESERVED_NAMES:
+        raise ValueError(f"{name!r} is reserved (it names the comparison with the previous run); choose another name")
     return name
 
 

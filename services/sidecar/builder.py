@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from loadtest.metrics import key_insight, run_metrics
-from loadtest.records import RequestRecord
-from services.report_schema import (
+from core.records import RequestRecord
+from core.report_schema import (
     BuildReportRequest,
     Comparison,
     Environment,
@@ -17,6 +16,7 @@ from services.report_schema import (
     Report,
     Resources,
 )
+from core.stats import key_insight, run_metrics
 from services.sidecar.redact import strip_url_credentials
 from services.sidecar.resources import WindowPeaks
 

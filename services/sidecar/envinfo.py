@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import psutil
 
+from core.report_schema import Environment, StartupFacts
+from core.settings import PROJECT_ROOT
 from services.logtools.startup import StartupPhase
-from services.report_schema import Environment, StartupFacts
-from services.settings import PROJECT_ROOT
 from services.sidecar.gpu import GpuInfo
 
 GIB = 1024**3

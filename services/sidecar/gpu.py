@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from services.report_schema import GpuSample
+from core.report_schema import GpuSample
 
 GIB = 1024**3
 

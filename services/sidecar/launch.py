@@ -6,8 +6,8 @@ import sys
 
 import uvicorn
 
-from services.netutil import port_in_use_message
-from services.settings import get_settings
+from core.net import port_in_use_message
+from core.settings import get_settings
 
 
 def main() -> int:

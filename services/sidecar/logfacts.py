@@ -10,7 +10,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from services.report_schema import LogFacts
+from core.report_schema import LogFacts
 
 LINE_RE = re.compile(
     r"^(?:\((?P<proc>[\w\-]+) pid=(?P<pid>\d+)\)\s+)?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from loadtest.metrics import WindowStats, effective_e2e_ms, effective_ttft_ms
-from loadtest.records import RequestRecord
-from services.report_schema import ResourcePoint
+from core.records import RequestRecord
+from core.report_schema import ResourcePoint
+from core.stats import WindowStats, effective_e2e_ms, effective_ttft_ms
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -6,7 +6,7 @@ import re
 import shutil
 from pathlib import Path
 
-from services.report_schema import ProfileInfo
+from core.report_schema import ProfileInfo
 
 RUN_ID_RE = re.compile(r"^[0-9]{8}_[0-9]{6}(?:_\d+)?$")
 OPEN_WITH = "chrome://tracing or https://ui.perfetto.dev (open the .json.gz directly)"

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
-from services.settings import Settings
+from core.settings import Settings
 
 MASK = "***"
 MIN_SECRET_LEN = 6  # shorter values would mask ordinary words

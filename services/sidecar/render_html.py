@@ -8,8 +8,8 @@ import html
 import logging
 from collections.abc import Callable, Sequence
 
-from loadtest.records import RequestRecord
-from services.report_schema import Report
+from core.records import RequestRecord
+from core.report_schema import Report
 from services.sidecar.plots import latency_cdf_png, resources_png, throughput_png
 from services.sidecar.report_view import (
     Row,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.report_schema import Report
+from core.report_schema import Report
 from services.sidecar.report_view import (
     Row,
     comparison_header,

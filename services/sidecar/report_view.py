@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.report_schema import Report
+from core.report_schema import Report
 
 Row = tuple[str, str]
 

@@ -7,13 +7,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadtest.records import RequestRecord
+from core.compare import compare_with_history, workload_fingerprint
+from core.records import RequestRecord
+from core.report_schema import BuildReportRequest, BuildReportResponse, Report, Resources
+from core.settings import Settings
 from services.logtools.startup import startup_phase
-from services.report_schema import BuildReportRequest, BuildReportResponse, Report, Resources
-from services.settings import Settings
 from services.sidecar.baselines import BaselineStore
 from services.sidecar.builder import build_metrics, build_report, build_resources
-from services.sidecar.compare import compare_with_history, workload_fingerprint
 from services.sidecar.envinfo import collect_environment, engine_state, vllm_server_facts
 from services.sidecar.gpu import GpuInfo, GpuReader, open_gpu_reader
 from services.sidecar.logfacts import read_log_facts

@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from services.report_schema import GpuSample, GpuStats, ResourcePoint
+from core.report_schema import GpuSample, GpuStats, ResourcePoint
 
 MAX_TIMELINE_POINTS = 300
 

@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from services.report_schema import json_schema
-from services.settings import PROJECT_ROOT
+from core.report_schema import json_schema
+from core.settings import PROJECT_ROOT
 from services.sidecar.store import atomic_replace
 
 DEFAULT_PATH = PROJECT_ROOT / "reports" / "schema.json"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from services.report_schema import Report
+from core.report_schema import Report
 
 log = logging.getLogger(__name__)
 REPORT_ID_RE = re.compile(r"^benchmark_report_\d{8}_\d{6}(?:_\d+)?$")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from services.report_schema import Resources
+from core.report_schema import Resources
 
 WINDOW_ID_RE = re.compile(r"^[0-9a-f]{16}$")
 MAX_WINDOWS = 256  # oldest windows are forgotten beyond this

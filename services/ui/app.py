@@ -11,7 +11,7 @@ from typing import Any
 import chainlit as cl
 from chainlit.input_widget import NumberInput, Slider, TextInput
 
-from services.settings import get_settings
+from core.settings import get_settings
 from services.ui import errors
 from services.ui.chat import STARTERS, ChatMessage, ChatParams, append_turn, params_from_values
 from services.ui.coalesce import TokenCoalescer

@@ -17,8 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from services.netutil import port_in_use_message
-from services.settings import PROJECT_ROOT, Settings, get_settings
+from core.net import port_in_use_message
+from core.settings import PROJECT_ROOT, Settings, get_settings
 
 UI_DIR = Path(__file__).resolve().parent
 APP_FILE = UI_DIR / "app.py"

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 from openai import AsyncOpenAI
 
-from services.requestlog import RequestLogLine, append_request_log, now_iso
-from services.settings import Settings
+from core.requestlog import RequestLogLine, append_request_log, now_iso
+from core.settings import Settings
 from services.ui import errors
 from services.ui.backend import StreamState, count_tokens, stream_chat
 from services.ui.chat import ChatMessage, ChatParams, build_messages, check_context, plan_max_tokens, request_kwargs

@@ -17,8 +17,8 @@ import subprocess
 import sys
 import time
 
-from services.netutil import port_in_use_message
-from services.settings import PROJECT_ROOT, Settings, get_settings
+from core.net import port_in_use_message
+from core.settings import PROJECT_ROOT, Settings, get_settings
 from services.vllm.hub import hf_cached, probe_hub
 from services.vllm.model_resolve import ModelResolutionError, ResolvedModel, resolve_model
 

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from services.settings import SYNTHETIC_FALLBACK
+from core.settings import SYNTHETIC_FALLBACK
 
 SYNTHETIC_PREFIX = "synthetic:"
 SYNTHETIC_VARIANTS = ("ernie-4.5-0.3b", "tiny")

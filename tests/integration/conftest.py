@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from services.settings import PROJECT_ROOT
+from core.settings import PROJECT_ROOT
 
 # TEST_PORT_OFFSET shifts every port, so two checkouts can run their integration tests side by side.
 _OFFSET = int(os.environ.get("TEST_PORT_OFFSET", "0"))

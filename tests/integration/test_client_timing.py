@@ -18,9 +18,9 @@ import httpx
 import pytest
 import requests
 
+from core.records import RequestRecord
+from core.settings import PROJECT_ROOT
 from loadtest.client import chat_payload, stream_chat
-from loadtest.records import RequestRecord
-from services.settings import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
 PY = str(PROJECT_ROOT / ".venvs/app/bin/python")

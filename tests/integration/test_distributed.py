@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from loadtest.records import RequestRecord
-from services.settings import PROJECT_ROOT
+from core.records import RequestRecord
+from core.settings import PROJECT_ROOT
 from tests.integration.test_client_timing import PY, mock_url  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, WebSocket, sync_playwright
 
-from services.settings import PROJECT_ROOT
+from core.settings import PROJECT_ROOT
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration

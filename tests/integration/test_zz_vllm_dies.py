@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from services.settings import PROJECT_ROOT
+from core.settings import PROJECT_ROOT
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from services.settings import PROJECT_ROOT, Settings
+from core.settings import PROJECT_ROOT, Settings
 
 COMPOSE = PROJECT_ROOT / "docker-compose.yml"
 COMPOSE_CPU = PROJECT_ROOT / "docker-compose.cpu.yml"

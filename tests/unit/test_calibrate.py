@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.records import RequestRecord
 from loadtest.calibrate import (
     ClientRun,
     added_latency_ms,
@@ -12,7 +13,6 @@ from loadtest.calibrate import (
     summarize_records,
 )
 from loadtest.procs import CpuSample, cpu_at, cpu_in_window
-from loadtest.records import RequestRecord
 
 # A process using half a core from t=100 s (wall) / t=10 s (monotonic) on, sampled every second.
 SAMPLES = [CpuSample(wall_s=100.0 + i, monotonic_s=10.0 + i, cpu_s=2.0 + 0.5 * i) for i in range(11)]

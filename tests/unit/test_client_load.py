@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.client_load import Calibration, client_view
-from loadtest.records import RequestRecord
+from core.clientview import Calibration, client_view
+from core.records import RequestRecord
 
 ROWS = [RequestRecord(request_id=str(i), started_at=0.0, ok=True, e2e_ms=10.0, content_chunks=100) for i in range(10)]
 CAL = Calibration(

@@ -13,8 +13,8 @@ from unittest import mock
 
 import pytest
 
+from core.settings import PROJECT_ROOT, Settings
 from loadtest.launch import LOCUSTFILE, locust_argv
-from services.settings import PROJECT_ROOT, Settings
 from services.stackctl import supervisor_env
 from services.vllm.launch import vllm_argv
 from services.vllm.model_resolve import ResolvedModel

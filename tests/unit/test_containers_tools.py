@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from services.settings import PROJECT_ROOT, Settings
+from core.settings import PROJECT_ROOT, Settings
 from tests.unit.containers_support import (
     COMPOSE,
     COMPOSE_CPU,

@@ -40,7 +40,7 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
 @pytest.fixture
 def settings_logs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """LOGS_DIR pointed at an empty folder, read through a fresh settings object."""
-    from services.settings import get_settings
+    from core.settings import get_settings
 
     monkeypatch.setenv("LOGS_DIR", str(tmp_path))
     get_settings.cache_clear()

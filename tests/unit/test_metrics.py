@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.metrics import latency_stats, measured_window_s, percent_change, run_metrics
-from loadtest.records import RequestRecord
+from core.records import RequestRecord
+from core.stats import latency_stats, measured_window_s, percent_change, run_metrics
 
 
 def rec(

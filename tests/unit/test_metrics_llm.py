@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from loadtest.metrics import key_insight, parse_slo, peak_concurrency, run_metrics
-from loadtest.records import RequestRecord
+from core.parsing import parse_slo
+from core.records import RequestRecord
+from core.stats import key_insight, peak_concurrency, run_metrics
 
 
 def rec(start: float, e2e_ms: float, ttft_ms: float, tokens: int, **kw: Any) -> RequestRecord:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.records import RequestRecord
-from loadtest.server_metrics import cross_check, histogram_quantile, parse_exposition
+from core.records import RequestRecord
+from core.serverview import cross_check, histogram_quantile, parse_exposition
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "metrics"
 

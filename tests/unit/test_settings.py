@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from services.settings import Settings, describe_validation_error, parse_duration_s
+from core.parsing import parse_duration_s
+from core.settings import Settings, describe_validation_error
 
 
 def make(**env: str) -> Settings:

@@ -14,9 +14,9 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadtest.records import RequestRecord
-from services.report_schema import BenchmarkConfig, BuildReportRequest
-from services.settings import PROJECT_ROOT, Settings
+from core.records import RequestRecord
+from core.report_schema import BenchmarkConfig, BuildReportRequest
+from core.settings import PROJECT_ROOT, Settings
 from services.sidecar.app import create_app
 from services.sidecar.gpu import NvmlReader
 from services.sidecar.reporting import ReportService

@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from services.report_schema import Environment, Report
-from services.sidecar.compare import (
+from core.compare import (
     compare_with_history,
     differing_fields,
     fingerprint_fields,
     metric_changes,
     workload_fingerprint,
 )
+from core.report_schema import Environment, Report
 from tests.unit.test_sidecar_store import report
 
 

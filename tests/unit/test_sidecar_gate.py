@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, gate_failures, gate_verdict
-from loadtest.records import RequestRecord
+from core.gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, gate_failures, gate_verdict
+from core.records import RequestRecord
+from core.report_schema import BenchmarkConfig, BuildReportRequest, Comparison
 from loadtest.summary import compare_lines, format_summary
-from services.report_schema import BenchmarkConfig, BuildReportRequest, Comparison
 from services.sidecar.gpu import NvmlReader
 from services.sidecar.reporting import ReportService
 from tests.fakes import FakeNvml

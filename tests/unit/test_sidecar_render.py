@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.records import RequestRecord
-from services.report_schema import Comparison, Environment, ErrorSummary, ResourcePoint
-from services.settings import Settings
+from core.records import RequestRecord
+from core.report_schema import Comparison, Environment, ErrorSummary, ResourcePoint
+from core.settings import Settings
 from services.sidecar.plots import latency_cdf_png, resources_png, throughput_png
 from services.sidecar.redact import Redactor, secret_values, strip_url_credentials
 from services.sidecar.render_html import render_html

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from services.report_schema import GpuSample
+from core.report_schema import GpuSample
 from services.sidecar.gpu import NvmlReader
 from services.sidecar.procmem import ProcessTreeMeter
 from services.sidecar.resources import Sample, summarise, timeline

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import jsonschema
 
-from services.report_schema import SCHEMA_VERSION, Report
-from services.settings import PROJECT_ROOT
+from core.report_schema import SCHEMA_VERSION, Report
+from core.settings import PROJECT_ROOT
 from services.sidecar.schema_export import main, schema_text, write_schema_if_changed
 from tests.unit.test_sidecar_store import report
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.records import RequestRecord
-from services.report_schema import (
+from core.compare import compare_with_history
+from core.records import RequestRecord
+from core.report_schema import (
     BenchmarkConfig,
     Comparison,
     Environment,
@@ -18,7 +19,6 @@ from services.report_schema import (
     Resources,
 )
 from services.sidecar.builder import build_metrics
-from services.sidecar.compare import compare_with_history
 from services.sidecar.sampler import WindowPeaks
 from services.sidecar.store import ReportStore, validate_report_id
 

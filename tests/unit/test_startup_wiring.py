@@ -6,8 +6,8 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from core.settings import Settings
 from services.logtools.startup import StartupAttempt, StartupPhase
-from services.settings import Settings
 from services.sidecar.app import create_app
 from services.sidecar.envinfo import startup_facts
 from services.sidecar.reporting import ReportService

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.settings import Settings
+from core.settings import Settings
 from services.ui import launch
 
 

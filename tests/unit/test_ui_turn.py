@@ -13,7 +13,7 @@ import httpx2
 import pytest
 from openai import AsyncOpenAI
 
-from services.settings import Settings
+from core.settings import Settings
 from services.ui.chat import ChatParams
 from services.ui.turn import ChatBackend, TurnResult
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadtest.dataset import DatasetError, Prompt, load_dataset, parse_mix
+from core.parsing import parse_mix
+from core.settings import PROJECT_ROOT
+from loadtest.dataset import DatasetError, Prompt, load_dataset
 from loadtest.workload import WorkloadSampler, arrival_gaps_s, lognormal_params
-from services.settings import PROJECT_ROOT
 
 SHAREGPT = PROJECT_ROOT.parent / "shared" / "data" / "alpaca_zh_demo.sharegpt.json"
 

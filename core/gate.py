@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.report_schema import Report
+from core.report_schema import Report
 
 EXIT_PASS = 0
 EXIT_ERROR = 2  # unknown baseline, or one whose workload differs: the gate cannot judge

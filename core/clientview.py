@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from loadtest.records import RequestRecord
+from core.records import RequestRecord
 
 CPU_LIMIT_CORES = 0.9  # one Locust process uses at most one core
 CEILING_FRACTION = 0.8

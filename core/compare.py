@@ -12,8 +12,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from loadtest.metrics import percent_change
-from services.report_schema import BenchmarkConfig, Comparison, Environment, Metrics, Report
+from core.report_schema import BenchmarkConfig, Comparison, Environment, Metrics, Report
+from core.stats import percent_change
 
 COMPARED_METRICS = (
     "throughput_req_per_sec",

@@ -6,7 +6,6 @@ Environment names are the field names upper-cased (``VLLM_PORT``, ``CONCURRENCY`
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -14,28 +13,11 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from core.parsing import parse_duration_s, parse_mix, parse_slo, validate_name
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "baidu/ERNIE-4.5-0.3B-PT"
 SYNTHETIC_FALLBACK = "synthetic:ernie-4.5-0.3b"
-
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration_s(text: str) -> float:
-    """Parse ``"90"``, ``"90s"``, ``"1.5m"``, ``"2h"`` or ``"500ms"`` into seconds.
-
-    Raises:
-        ValueError: the text is not a positive number with an optional unit ms/s/m/h.
-    """
-    match = _DURATION_RE.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a duration; use e.g. 60, 60s, 5m or 1h")
-    seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
-    if seconds <= 0:
-        raise ValueError(f"{text!r} must be longer than zero")
-    return seconds
-
 
 class Settings(BaseSettings):
     """All knobs of the stack. Units are in the names; every field maps to one environment variable."""
@@ -128,61 +110,58 @@ class Settings(BaseSettings):
     # --- reports (make benchmark GATE=v0.2.1 GATE_THRESHOLD_PCT=5; make baseline NAME=v0.2.1) ---------------
     gate: str | None = Field(
         default=None,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$",  # services.sidecar.baselines.BASELINE_NAME_PATTERN
         description="Regression gate: fail the benchmark (exit 3) when it is worse than this named baseline.",
     )
     gate_threshold_pct: float = Field(
         default=5.0, ge=0, description="Gate tolerance: largest throughput drop / p99 latency rise allowed, %."
     )
 
-    @field_validator("gate", mode="before")
-    @classmethod
-    def _blank_gate_is_unset(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
-
     # --- end reports ---
 
-    @field_validator("model", "served_model_name", "hf_token", mode="before")
+    @field_validator(
+        "model",
+        "served_model_name",
+        "hf_token",
+        "requests",
+        "vllm_max_model_len",
+        "rate",
+        "dataset",
+        "output_len",
+        "gate",
+        mode="before",
+    )
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
+        """An empty or blank variable (``RATE=`` from make) means unset."""
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("requests", "vllm_max_model_len", mode="before")
+    @field_validator("gate")
     @classmethod
-    def _blank_int_is_unset(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
+    def _valid_gate(cls, value: str | None) -> str | None:
+        """GATE must be a baseline name (:func:`core.parsing.validate_name`)."""
+        return None if value is None else validate_name(value)
 
     @field_validator("duration", mode="before")
     @classmethod
     def _parse_duration(cls, value: object) -> object:
+        """DURATION text (60, 60s, 5m, 1h) -> seconds; blank means unset."""
         if value is None or (isinstance(value, str) and not value.strip()):
             return None
-        if isinstance(value, int | float):
-            return parse_duration_s(str(value))
         return parse_duration_s(str(value))
 
     @field_validator("input_mix", mode="before")
     @classmethod
     def _parse_mix(cls, value: object) -> object:
+        """INPUT_MIX text -> normalised weights (blank: the dataset's natural mix)."""
         if isinstance(value, str):
-            from loadtest.dataset import parse_mix
-
             return parse_mix(value) if value.strip() else None
         return value
 
     @field_validator("slo", mode="before")
     @classmethod
     def _parse_slo(cls, value: object) -> object:
-        if isinstance(value, str):
-            from loadtest.metrics import parse_slo
-
-            return parse_slo(value)
-        return value
-
-    @field_validator("rate", "dataset", "output_len", mode="before")
-    @classmethod
-    def _blank_optional_is_unset(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
+        """SLO text -> {metric: bound in ms}."""
+        return parse_slo(value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _default_request_count(self) -> Settings:

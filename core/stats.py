@@ -15,17 +15,13 @@ Definitions (as in vLLM's ``benchmarks/serve.py`` and its docs):
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field
 
-from loadtest.records import RequestRecord
-
-SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
-_SLO_RE = re.compile(r"^\s*(\w+)\s*<=\s*(\d+(?:\.\d+)?)\s*$")
+from core.records import RequestRecord
 
 
 class LatencyStats(BaseModel):
@@ -55,24 +51,6 @@ def latency_stats(values_ms: Sequence[float]) -> LatencyStats:
         p99_ms=float(p99),
         max_ms=float(arr.max()),
     )
-
-
-def parse_slo(text: str) -> dict[str, float]:
-    """Parse ``"ttft_ms<=500,e2e_ms<=2000"`` into ``{"ttft_ms": 500.0, "e2e_ms": 2000.0}``.
-
-    Raises:
-        ValueError: a part is not ``<metric><=<number>`` or names a metric outside :data:`SLO_METRICS`.
-    """
-    slo: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        match = _SLO_RE.match(part)
-        if not match or match.group(1) not in SLO_METRICS:
-            raise ValueError(
-                f'SLO part {part!r} does not parse: use e.g. SLO="ttft_ms<=500,e2e_ms<=2000" '
-                f"with metrics {', '.join(SLO_METRICS)}"
-            )
-        slo[match.group(1)] = float(match.group(2))
-    return slo
 
 
 def effective_ttft_ms(r: RequestRecord) -> float | None:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, Field
 
-from loadtest.records import RequestRecord
+from core.records import RequestRecord
 
 SUCCESS_REASONS = {"stop", "length", "repetition"}
 Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]

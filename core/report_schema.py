@@ -10,10 +10,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from loadtest.client_load import ClientView
-from loadtest.metrics import RunMetrics
-from loadtest.records import RequestRecord
-from loadtest.server_metrics import ServerView
+from core.clientview import ClientView
+from core.records import RequestRecord
+from core.serverview import ServerView
+from core.stats import RunMetrics
 
 SCHEMA_VERSION = "1.1"  # 1.1: vLLM fingerprint, model revision, resource stats/timeline, server, baselines
 

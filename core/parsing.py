@@ -1,0 +1,109 @@
+"""Parsers of the knobs' text forms (durations, input mix, SLOs) and the name/id patterns, shared by every layer.
+
+Each parser raises ``ValueError`` with a message naming the variable and an example of a valid value, so the
+settings object can turn it into one line per bad variable.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_SLO_RE = re.compile(r"\s*(\w+)\s*<=\s*(\S+)\s*")
+
+# Input-length buckets of the workload (by characters of the whole conversation).
+BUCKETS = ("short", "medium", "long")
+# Latencies an SLO may bound (goodput), milliseconds.
+SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
+# A baseline name: letters, digits, '_', '.', '-', starting with a letter or digit, 1-64 characters.
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}"
+NAME_RE = re.compile(NAME_PATTERN)
+
+
+def parse_duration_s(text: str) -> float:
+    """Parse ``"90"``, ``"90s"``, ``"1.5m"``, ``"2h"`` or ``"500ms"`` into seconds.
+
+    Raises:
+        ValueError: the text is not a positive number with an optional unit ms/s/m/h.
+    """
+    match = _DURATION_RE.fullmatch(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a duration; use e.g. 60, 60s, 5m or 1h")
+    seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"{text!r} must be longer than zero")
+    return seconds
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """Parse ``"short:0.3,medium:0.5,long:0.2"`` into normalised bucket weights (summing to 1).
+
+    Raises:
+        ValueError: unknown or repeated bucket, a weight that is not a finite number >= 0, or all weights zero.
+    """
+    weights: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = part.partition(":")
+        name = name.strip()
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = math.nan
+        if name not in BUCKETS or not math.isfinite(weight) or weight < 0:
+            raise ValueError(
+                f"INPUT_MIX part {part!r} does not parse: use bucket:weight with buckets {', '.join(BUCKETS)} and "
+                "finite weights >= 0, e.g. short:0.3,medium:0.5,long:0.2"
+            )
+        if name in weights:
+            raise ValueError(f"INPUT_MIX names {name!r} twice: give each bucket one weight")
+        weights[name] = weight
+    total = sum(weights.values())
+    if total <= 0:
+        raise ValueError("INPUT_MIX weights add up to zero: give at least one bucket a weight above 0")
+    return {k: v / total for k, v in weights.items()}
+
+
+def parse_slo(text: str) -> dict[str, float]:
+    """Parse ``"ttft_ms<=500,e2e_ms<=2000"`` into ``{"ttft_ms": 500.0, "e2e_ms": 2000.0}``.
+
+    Raises:
+        ValueError: a part is not ``<metric><=<finite number >= 0>``, names a metric outside :data:`SLO_METRICS`,
+            or a metric appears twice.
+    """
+    slo: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        match = _SLO_RE.fullmatch(part)
+        bound = _finite(match.group(2)) if match else None
+        if not match or match.group(1) not in SLO_METRICS or bound is None or bound < 0:
+            raise ValueError(
+                f'SLO part {part!r} does not parse: use e.g. SLO="ttft_ms<=500,e2e_ms<=2000" '
+                f"with metrics {', '.join(SLO_METRICS)} and finite bounds in ms"
+            )
+        if match.group(1) in slo:
+            raise ValueError(f"SLO names {match.group(1)} twice: give each metric one bound")
+        slo[match.group(1)] = bound
+    return slo
+
+
+def _finite(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def validate_name(name: str, what: str = "baseline name") -> str:
+    """Return ``name`` when the whole of it matches :data:`NAME_PATTERN` (a trailing newline does not pass).
+
+    Raises:
+        ValueError: anything else; the message says what is allowed.
+    """
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise ValueError(
+            f"{name!r} is not a valid {what}: use 1-64 letters, digits, '_', '.' or '-', starting with a letter or "
+            "digit (e.g. v0.2.1)"
+        )
+    return name
