@@ -47,6 +47,7 @@ from vllm_peer import (  # noqa: E402
     vllm_window_monotonic_s,
 )
 
+from core.engine import read_engine_state  # noqa: E402
 from core.settings import get_settings  # noqa: E402
 from loadtest.calibrate import (  # noqa: E402
     CalibrationError,
@@ -144,13 +145,11 @@ def default_tokenizer() -> str | None:
     """A local tokenizer for vLLM's client (the mock has none): the stack's resolved model, else the first model
     folder with a tokenizer.json (vLLM's ShareGPT loader needs one to size prompts)."""
     settings = get_settings()
-    try:
-        state = json.loads(settings.engine_state_file.read_text())
-        model = Path(state["model_arg"])
+    state = read_engine_state(settings.engine_state_file)
+    if state is not None:
+        model = Path(state.model_arg)
         if (model / "tokenizer.json").exists() or (model / "tokenizer_config.json").exists():
             return str(model)
-    except (OSError, ValueError, KeyError):
-        pass
     found = sorted(settings.models_dir.glob("*/tokenizer.json"))
     return str(found[0].parent) if found else None
 

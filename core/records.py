@@ -6,11 +6,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from core.streamtiming import EndReason
+
 ErrorKind = Literal[
     "http_status",  # the server answered with a non-2xx status
     "timeout",  # no answer (or no next chunk) within the request timeout
     "connection",  # refused, reset or dropped before the stream ended
-    "no_done",  # the stream ended without `data: [DONE]`
+    "no_done",  # the stream ended without `data: [DONE]` and without a final finish_reason (truncated)
     "empty_output",  # the stream finished but carried no content
     "invalid_stream",  # a `data:` line that is not JSON, or an error object inside the stream
 ]
@@ -45,6 +47,11 @@ class RequestRecord(BaseModel):
     output_chars: int = 0
     max_tokens: int | None = None
     finish_reason: str | None = None
+    end_reason: EndReason | None = Field(
+        default=None,
+        description="How the stream ended: done ([DONE]), finish_then_close (clean close after a finish_reason), "
+        "truncated; None when no stream was read (a refused or failed request).",
+    )
     http_status: int | None = None
     error_kind: ErrorKind | None = None
     error: str | None = None

@@ -1,34 +1,33 @@
-"""``logs/requests.jsonl``: one line per chat request (UI and load tests), read by the log analyzer.
+"""``logs/requests.jsonl``: one line per chat request (chat UI and load tests), read by the log analyzer.
 
-Line format (JSON object): ``ts`` (ISO 8601 UTC), ``source`` (``ui`` | ``loadtest``), ``request_id``, ``model``,
-``prompt_tokens``, ``completion_tokens``, ``ttft_ms``, ``total_ms``, ``status`` (``ok`` | ``error``), ``error``
+Line format (JSON object): ``ts`` (ISO 8601 UTC, when the request ended), ``source`` (``ui`` | ``loadtest``),
+``request_id``, ``model``, ``prompt_tokens``, ``completion_tokens``, ``ttft_ms``, ``total_ms`` (timed by
+:class:`core.streamtiming.StreamTimer` on every path), ``status`` (``ok`` | ``error`` | ``cancelled``) and ``error``
 (null or the cause). Appends are single ``write`` calls of one line, so concurrent writers do not interleave.
+
+:class:`RequestLogLine` is the one type of a line: writers build it, the analyzer parses it with
+:meth:`RequestLogLine.parse` (validated by hand, not by pydantic, so that the analyzer starts and reads fast).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel
+if TYPE_CHECKING:  # the analyzer imports this module and must start fast: no pydantic at import
+    from core.records import RequestRecord
+
+Status = Literal["ok", "error", "cancelled"]
+STATUSES = ("ok", "error", "cancelled")
 
 
-class RequestLogLine(BaseModel):
-    """One line of ``logs/requests.jsonl``."""
-
-    ts: str
-    source: Literal["ui", "loadtest"]
-    request_id: str
-    model: str | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    ttft_ms: float | None
-    total_ms: float | None
-    status: Literal["ok", "error"]
-    error: str | None = None
+class BadLogLine(ValueError):
+    """A line that is not a valid ``requests.jsonl`` record; the message says why."""
 
 
 def now_iso() -> str:
@@ -36,10 +35,139 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+def iso_to_epoch_s(text: str) -> float:
+    """ISO 8601 date-time to epoch seconds (naive values are local time; ``Z`` means UTC).
+
+    Raises:
+        ValueError: not an ISO 8601 date-time.
+    """
+    return datetime.fromisoformat(text).timestamp()
+
+
+@dataclass(slots=True)
+class RequestLogLine:
+    """One line of ``logs/requests.jsonl``. ``end_s`` is ``ts`` in epoch seconds (not written)."""
+
+    ts: str
+    source: str
+    request_id: str
+    model: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    ttft_ms: float | None
+    total_ms: float | None
+    status: Status
+    error: str | None = None
+    end_s: float = field(default=math.nan, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.end_s):
+            self.end_s = iso_to_epoch_s(self.ts)
+
+    @property
+    def start_s(self) -> float:
+        """When the request began, epoch seconds (``end_s`` less ``total_ms`` when known)."""
+        return self.end_s - (self.total_ms or 0.0) / 1000.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The line as written."""
+        return {
+            "ts": self.ts,
+            "source": self.source,
+            "request_id": self.request_id,
+            "model": self.model,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "ttft_ms": self.ttft_ms,
+            "total_ms": self.total_ms,
+            "status": self.status,
+            "error": self.error,
+        }
+
+    @classmethod
+    def parse(cls, raw: bytes | str) -> RequestLogLine:
+        """One line of the file as a record.
+
+        Raises:
+            BadLogLine: not JSON, not an object, a missing or mistyped field, or an unparsable ``ts``.
+        """
+        try:
+            obj = json.loads(raw)
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            raise BadLogLine(f"not JSON ({exc.__class__.__name__})") from None
+        if not isinstance(obj, dict):
+            raise BadLogLine(f"a JSON {type(obj).__name__}, expected an object")
+        ts = _string(obj, "ts", required=True)
+        assert ts is not None
+        try:
+            end_s = iso_to_epoch_s(ts)
+        except ValueError:
+            raise BadLogLine(f"ts {ts[:40]!r} is not an ISO 8601 time") from None
+        status = obj.get("status")
+        if status not in STATUSES:
+            raise BadLogLine(f"status is {status!r}, expected one of {', '.join(STATUSES)}")
+        return cls(
+            ts=ts,
+            source=_string(obj, "source", required=False) or "unknown",
+            request_id=_string(obj, "request_id", required=False) or "",
+            model=_string(obj, "model", required=False),
+            prompt_tokens=_count(obj, "prompt_tokens"),
+            completion_tokens=_count(obj, "completion_tokens"),
+            ttft_ms=_number(obj, "ttft_ms"),
+            total_ms=_number(obj, "total_ms"),
+            status=status,
+            error=_string(obj, "error", required=False),
+            end_s=end_s,
+        )
+
+    @classmethod
+    def from_record(cls, record: RequestRecord, source: str, model: str | None) -> RequestLogLine:
+        """The line of a timed request row (load tests; the UI builds its rows from the same timer fields)."""
+        return cls(
+            ts=now_iso(),
+            source=source,
+            request_id=record.request_id,
+            model=model or None,
+            prompt_tokens=record.prompt_tokens,
+            completion_tokens=record.output_tokens,
+            ttft_ms=record.ttft_ms,
+            total_ms=record.e2e_ms,
+            status="ok" if record.ok else "error",
+            error=None if record.ok else f"{record.error_kind}: {record.error}",
+        )
+
+
+def _number(obj: dict[str, Any], key: str) -> float | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise BadLogLine(f"{key} is {value!r}, expected a non-negative number or null")
+    return float(value)
+
+
+def _count(obj: dict[str, Any], key: str) -> int | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadLogLine(f"{key} is {value!r}, expected a non-negative integer or null")
+    return value
+
+
+def _string(obj: dict[str, Any], key: str, required: bool) -> str | None:
+    value = obj.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise BadLogLine(f"{key} is {value!r}, expected a string")
+    return value
+
+
 def append_request_log(path: Path, line: RequestLogLine) -> None:
     """Append ``line`` to ``path`` (created with its folder); one O_APPEND write per line."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = (json.dumps(line.model_dump(), ensure_ascii=False) + "\n").encode("utf-8")
+    data = (json.dumps(line.as_dict(), ensure_ascii=False) + "\n").encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, data)

@@ -208,6 +208,11 @@ class Settings(BaseSettings):
         return self.logs_dir / "engine_state.json"
 
     @property
+    def engine_request_file(self) -> Path:
+        """What the next engine launch changes (a model switch, the profiler), written by the engine controller."""
+        return self.run_dir / "engine_request.json"
+
+    @property
     def profile_dir(self) -> Path:
         """Where vLLM's torch profiler writes Chrome traces (absolute; the sidecar copies them into reports/)."""
         return (self.logs_dir / "profile").resolve()

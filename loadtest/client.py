@@ -18,6 +18,7 @@ import requests
 from sseclient import SSEClient
 
 from core.records import ErrorKind, Phase, RequestRecord
+from core.streamtiming import StreamTimer, interpret_chunk
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -83,12 +84,13 @@ def stream_chat(
         clock: monotonic clock in seconds (injectable for tests).
 
     Returns:
-        A :class:`RequestRecord`. TTFT is the time to the first *non-empty* content or reasoning delta (the
-        role-only first chunk does not count); E2E is the time to ``data: [DONE]`` or to the failure.
+        A :class:`RequestRecord` timed by :class:`core.streamtiming.StreamTimer` (TTFT, ITL, E2E and the
+        completion rules are defined there).
     """
     rid = request_id or uuid.uuid4().hex
     started_at = time.time()
-    t0 = clock()
+    timer = StreamTimer(clock)
+    timer.start()
     base: dict[str, Any] = {
         "request_id": rid,
         "phase": phase,
@@ -97,7 +99,8 @@ def stream_chat(
     }
 
     def failed(kind: ErrorKind, error: str, **fields: Any) -> RequestRecord:
-        return RequestRecord(**base, ok=False, e2e_ms=(clock() - t0) * 1000.0, error_kind=kind, error=error, **fields)
+        timer.end()
+        return RequestRecord(**base, ok=False, e2e_ms=timer.e2e_ms(), error_kind=kind, error=error, **fields)
 
     url = f"{base_url.rstrip('/')}/v1/chat/completions"
     try:
@@ -109,62 +112,48 @@ def stream_chat(
     if response.status_code != 200:
         return failed("http_status", _server_message(response), http_status=response.status_code)
 
-    ttft_ms: float | None = None
-    last_chunk_s: float | None = None
-    itl_ms: list[float] = []
-    chunks = chars = 0
-    prompt_tokens = output_tokens = None
-    finish_reason: str | None = None
-    done = False
     try:
         events = SSEClient(response.iter_content(chunk_size=None)).events()  # type: ignore[arg-type]
         for event in events:
             if event.data.strip() == "[DONE]":
-                done = True
+                timer.done()
                 break
             try:
                 obj = json.loads(event.data)
             except ValueError:
-                return failed("invalid_stream", f"data line is not JSON: {event.data[:200]!r}", http_status=200)
-            if isinstance(obj, dict) and "error" in obj:
-                err = obj["error"]
-                message = err.get("message") if isinstance(err, dict) else err
-                return failed("invalid_stream", f"server error in stream: {message}", http_status=200)
-            usage = obj.get("usage")
-            if usage:
-                prompt_tokens = usage.get("prompt_tokens")
-                output_tokens = usage.get("completion_tokens")
-            for choice in obj.get("choices") or []:
-                delta = choice.get("delta") or {}
-                text = (delta.get("content") or "") + (delta.get("reasoning_content") or delta.get("reasoning") or "")
-                if text:
-                    now = clock()
-                    if ttft_ms is None:
-                        ttft_ms = (now - t0) * 1000.0
-                    elif last_chunk_s is not None:
-                        itl_ms.append((now - last_chunk_s) * 1000.0)
-                    last_chunk_s = now
-                    chunks += 1
-                    chars += len(text)
-                finish_reason = choice.get("finish_reason") or finish_reason
+                return failed("invalid_stream", f"data line is not JSON: {event.data[:200]!r}", **timer_fields(timer))
+            facts = interpret_chunk(obj)
+            if facts.invalid:
+                return failed("invalid_stream", facts.invalid, **timer_fields(timer))
+            if facts.error:
+                return failed("invalid_stream", f"server error in stream: {facts.error}", **timer_fields(timer))
+            timer.feed(facts)
+        else:
+            timer.closed()
     except requests.Timeout as exc:
-        return failed("timeout", f"no chunk within {timeout_s:.0f} s: {exc}", http_status=200, ttft_ms=ttft_ms)
+        return failed("timeout", f"no chunk within {timeout_s:.0f} s: {exc}", **timer_fields(timer))
     except (requests.RequestException, OSError) as exc:
-        return failed("connection", f"stream broken: {type(exc).__name__}: {exc}", http_status=200, ttft_ms=ttft_ms)
+        return failed("connection", f"stream broken: {type(exc).__name__}: {exc}", **timer_fields(timer))
     finally:
-        release(response, reuse=done)
-    measured: dict[str, Any] = {
-        "ttft_ms": ttft_ms,
-        "itl_ms": itl_ms,
-        "prompt_tokens": prompt_tokens,
-        "output_tokens": output_tokens,
-        "content_chunks": chunks,
-        "output_chars": chars,
-        "finish_reason": finish_reason,
+        release(response, reuse=timer.saw_done)
+    measured = timer_fields(timer)
+    if not timer.complete:
+        return failed("no_done", "stream ended without data: [DONE] or a final finish_reason", **measured)
+    if timer.chunks == 0:
+        return failed("empty_output", "stream finished without any content", **measured)
+    return RequestRecord(**base, ok=True, e2e_ms=timer.e2e_ms(), **measured)
+
+
+def timer_fields(timer: StreamTimer) -> dict[str, Any]:
+    """The row fields a :class:`StreamTimer` measured (TTFT, ITL, tokens, chunks, how the stream ended)."""
+    return {
+        "ttft_ms": timer.ttft_ms,
+        "itl_ms": timer.itl_ms,
+        "prompt_tokens": timer.prompt_tokens,
+        "output_tokens": timer.completion_tokens,
+        "content_chunks": timer.chunks,
+        "output_chars": timer.chars,
+        "finish_reason": timer.finish_reason,
+        "end_reason": timer.end_reason,
         "http_status": 200,
     }
-    if not done:
-        return failed("no_done", "stream ended without data: [DONE]", **measured)
-    if chunks == 0:
-        return failed("empty_output", "stream finished without any content", **measured)
-    return RequestRecord(**base, ok=True, e2e_ms=(clock() - t0) * 1000.0, **measured)

@@ -1,9 +1,10 @@
 """``make benchmark PROFILE=1``: run the measured window under vLLM's torch profiler (Chrome traces).
 
-vLLM exposes ``/start_profile`` and ``/stop_profile`` only when started with a profiler configuration, so in local
-mode the benchmark swaps the supervised vLLM for its ``--profile`` twin for the run and swaps back afterwards;
-elsewhere (compose, a remote engine) vLLM must already run with ``--profiler-config``. Traces land in
-``logs/profile/``; the sidecar copies them into ``reports/profile/<run id>/`` and links them from the report.
+vLLM exposes ``/start_profile`` and ``/stop_profile`` only when started with a profiler configuration, so the
+benchmark asks the engine controller (:class:`core.engine.EngineControl`) to restart vLLM with its profiler for the
+run and without it afterwards; where no controller runs the stack (compose, a remote engine) vLLM must already run
+with ``--profiler-config``. Traces land in ``logs/profile/``; the sidecar copies them into
+``reports/profile/<run id>/`` and links them from the report.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from core.engine import EngineControl, EngineError, read_engine_state
 from core.settings import Settings
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -22,45 +24,44 @@ class ProfilingError(RuntimeError):
 
 
 def engine_has_profiler(settings: Settings) -> bool:
-    """True when the launcher started vLLM with ``--profiler-config`` (from ``logs/engine_state.json``)."""
-    from services.sidecar.envinfo import engine_state
+    """True when the launcher started vLLM with its profiler endpoints (``logs/engine_state.json``)."""
+    state = read_engine_state(settings.engine_state_file)
+    return state is not None and state.profiler
 
-    return "--profiler-config" in engine_state(settings.engine_state_file).get("argv", [])
 
-
-def enable(settings: Settings) -> bool:
-    """Make sure vLLM runs with its profiler; returns True when vLLM was swapped (swap back with :func:`disable`).
+def enable(settings: Settings, engine: EngineControl) -> bool:
+    """Make sure vLLM runs with its profiler; returns True when it was restarted (undo with :func:`disable`).
 
     Raises:
-        ProfilingError: not local mode and vLLM has no profiler, or the swap failed.
+        ProfilingError: no controller runs the engine and vLLM has no profiler, or the restart failed.
     """
     if engine_has_profiler(settings):
         return False
-    from services.stackctl import process_states, switch_vllm
-
-    if process_states(settings) is None:
+    status = engine.status()
+    if status is None:
         raise ProfilingError(
             "PROFILE=1 needs vLLM started with --profiler-config: in local mode `make up` first; with compose set "
             'VLLM_EXTRA_ARGS=\'--profiler-config {"profiler":"torch","torch_profiler_dir":"/app/logs/profile"}\''
         )
     print("[INFO] Restarting vLLM with its torch profiler for this run (switching back afterwards)...", flush=True)
     try:
-        switch_vllm(settings, profile=True)
-    except RuntimeError as exc:
+        engine.restart(status.request.model_copy(update={"profiler": True}))
+    except EngineError as exc:
         raise ProfilingError(f"vLLM with profiler did not start: {exc}") from None
     return True
 
 
-def disable(settings: Settings) -> None:
-    """Swap the profiling vLLM back for the normal one (profiler endpoints off again) when the local stack runs
-    it — also after an interrupted run that swapped it in; a no-op elsewhere."""
-    from services.stackctl import process_states, switch_vllm
-
-    states = process_states(settings) or {}
-    if states.get("vllm-profile", {}).get("statename") not in ("RUNNING", "STARTING"):
+def disable(settings: Settings, engine: EngineControl) -> None:
+    """Restart vLLM without the profiler when the controller started it with one (also after an interrupted run);
+    a no-op where no controller runs the engine."""
+    status = engine.status()
+    if status is None or not status.request.profiler:
         return
     print("[INFO] Restarting vLLM without the profiler...", flush=True)
-    switch_vllm(settings, profile=False)
+    try:
+        engine.restart(status.request.model_copy(update={"profiler": False}))
+    except EngineError as exc:
+        print(f"[WARN] vLLM did not come back without the profiler: {exc}", flush=True)
 
 
 def _post(settings: Settings, path: str, timeout_s: float) -> None:

@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from supervisor.xmlrpc import SupervisorTransport
 
-from core.net import port_in_use_message, wait_for_http
+from core.engine import EngineError, EngineRequest, read_engine_state, read_request, write_request
+from core.net import port_in_use_message
 from core.settings import PROJECT_ROOT, Settings, get_settings
 from services.logtools.startup import startup_phase
-from services.sidecar.envinfo import engine_state
+from services.vllm.control import FAILED_STATES, LocalEngine, Supervisor
 
 CONF = PROJECT_ROOT / "deploy" / "supervisord.conf"
-FAILED_STATES = {"FATAL", "EXITED", "BACKOFF", "STOPPED", "UNKNOWN"}
+
 
 
 @dataclass(frozen=True)
@@ -94,19 +94,14 @@ def supervisor_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def rpc(settings: Settings) -> Any:
-    """XML-RPC proxy to the running supervisord (its unix socket)."""
-    sock = settings.run_dir.resolve() / "supervisor.sock"
-    transport = SupervisorTransport(None, None, f"unix://{sock}")
-    return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport)
-
-
 def process_states(settings: Settings) -> dict[str, dict[str, Any]] | None:
     """``{name: info}`` from supervisord, or None when it is not running."""
-    try:
-        return {p["name"]: p for p in rpc(settings).supervisor.getAllProcessInfo()}
-    except (OSError, xmlrpc.client.Error):
-        return None
+    return Supervisor(settings.run_dir).states()
+
+
+def rpc(settings: Settings) -> Any:
+    """XML-RPC proxy to the running supervisord (its unix socket)."""
+    return Supervisor(settings.run_dir).proxy()
 
 
 def tail(path: Path, lines: int = 25) -> str:
@@ -173,6 +168,7 @@ def up(settings: Settings) -> int:
         return 2
     for folder in (settings.logs_dir, settings.reports_dir, settings.run_dir):
         folder.mkdir(parents=True, exist_ok=True)
+    write_request(settings.engine_request_file, EngineRequest())  # a fresh start serves MODEL, unprofiled
     env = supervisor_env(settings)
     prepared = subprocess.run(
         [sys.executable, "-m", "services.vllm.launch", "--prepare-only"], env=env, cwd=PROJECT_ROOT
@@ -197,16 +193,21 @@ def up(settings: Settings) -> int:
 
 def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
     """`make up` on a running supervisord: restart services that died, say so when MODEL differs from what runs."""
-    running = engine_state(settings.engine_state_file).get("requested")
+    engine = read_engine_state(settings.engine_state_file)
+    request = read_request(settings.engine_request_file)
+    running = request.model or (engine.requested if engine else None)
     if running and running != settings.requested_model:
         print(
             f"[WARN] The stack already serves {running}; MODEL={settings.requested_model} takes effect after "
-            "`make down && make up`.",
+            "`make down && make up` (or `./start_vllm.sh` to switch only vLLM).",
             file=sys.stderr,
         )
-    if states.get("vllm-profile", {}).get("statename") == "RUNNING":
+    if request.profiler:
         print("[INFO] vLLM runs with its profiler (an interrupted PROFILE=1 run); switching back.", flush=True)
-        switch_vllm(settings, profile=False)
+        try:
+            LocalEngine(settings).restart(request.model_copy(update={"profiler": False}))
+        except EngineError as exc:
+            print(f"[WARN] {exc}", file=sys.stderr)
         states = process_states(settings) or {}
     dead = [s.name for s in services(settings) if states.get(s.name, {}).get("statename") != "RUNNING"]
     if not dead:
@@ -256,8 +257,6 @@ def status(settings: Settings) -> int:
     healthy = True
     for svc in services(settings):
         info = states.get(svc.name, {})
-        if svc.name == "vllm" and states.get("vllm-profile", {}).get("statename") == "RUNNING":
-            info = states["vllm-profile"]
         state = info.get("statename", "UNKNOWN")
         answering = answers(svc.url)
         healthy &= state == "RUNNING" and answering
@@ -267,32 +266,6 @@ def status(settings: Settings) -> int:
         f"vLLM startup: {phase.phase} — {phase.detail}" + (f"\n  error: {phase.error_line}" if phase.error_line else "")
     )
     return 0 if healthy else 1
-
-
-def switch_vllm(settings: Settings, profile: bool) -> None:
-    """Swap program:vllm for program:vllm-profile (or back) and wait until vLLM answers again.
-
-    Raises:
-        RuntimeError: supervisord is not running (not local mode) or the new vLLM does not come up.
-    """
-    states = process_states(settings)
-    if states is None:
-        raise RuntimeError("the local stack is not running (supervisord does not answer); `make up` first")
-    stop, start = ("vllm", "vllm-profile") if profile else ("vllm-profile", "vllm")
-    proxy = rpc(settings)
-    if states.get(stop, {}).get("statename") == "RUNNING":
-        proxy.supervisor.stopProcess(stop)
-    if states.get(start, {}).get("statename") != "RUNNING":
-        proxy.supervisor.startProcess(start)
-    vllm = services(settings)[0]
-
-    def dead() -> str | None:
-        state = (process_states(settings) or {}).get(start, {}).get("statename", "UNKNOWN")
-        return f"{start} is {state}; see {vllm.log}" if state in FAILED_STATES else None
-
-    ok, why = wait_for_http(vllm.url, settings.startup_timeout_s, abort=dead)
-    if not ok:
-        raise RuntimeError(why)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.requestlog import RequestLogLine
 from services.logtools.patterns import METRIC_FIELDS, normalise
 from services.logtools.timeparse import epoch_to_iso
 
@@ -80,43 +81,6 @@ class EngineSummary:
         }
 
 
-@dataclass(slots=True)
-class RequestRecord:
-    """One valid line of ``requests.jsonl``; ``end_s`` is ``ts`` in epoch seconds (the line is written at the end)."""
-
-    end_s: float
-    ts: str
-    source: str
-    request_id: str
-    model: str | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    ttft_ms: float | None
-    total_ms: float | None
-    status: str
-    error: str | None
-
-    @property
-    def start_s(self) -> float:
-        """When the request began, epoch seconds (``end_s`` less ``total_ms`` when known)."""
-        return self.end_s - (self.total_ms or 0.0) / 1000.0
-
-    def as_dict(self) -> dict[str, Any]:
-        """The record as written (without ``end_s``)."""
-        return {
-            "ts": self.ts,
-            "source": self.source,
-            "request_id": self.request_id,
-            "model": self.model,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "ttft_ms": self.ttft_ms,
-            "total_ms": self.total_ms,
-            "status": self.status,
-            "error": self.error,
-        }
-
-
 def percentiles(values: array[float] | list[float]) -> dict[str, float] | None:
     """p50/p90/p95/p99 (``statistics.quantiles``, inclusive method), mean and max of ``values``; None if empty."""
     if not values:
@@ -142,6 +106,7 @@ class RequestStats:
     total: int = 0
     ok: int = 0
     errors: int = 0
+    cancelled: int = 0
     by_source: Counter[str] = field(default_factory=Counter)
     error_causes: Counter[str] = field(default_factory=Counter)
     total_ms: array[float] = field(default_factory=lambda: array("d"))
@@ -151,7 +116,7 @@ class RequestStats:
     first_start_s: float | None = None
     last_end_s: float | None = None
 
-    def add(self, record: RequestRecord) -> None:
+    def add(self, record: RequestLogLine) -> None:
         """Count one record; latencies of successful requests feed the percentiles."""
         self.total += 1
         self.by_source[record.source] += 1
@@ -161,6 +126,8 @@ class RequestStats:
                 self.total_ms.append(record.total_ms)
             if record.ttft_ms is not None:
                 self.ttft_ms.append(record.ttft_ms)
+        elif record.status == "cancelled":  # the reader left (Stop, tab closed): not a server failure
+            self.cancelled += 1
         else:
             self.errors += 1
             cause = normalise(record.error or "(no cause recorded)")
@@ -185,6 +152,7 @@ class RequestStats:
             "requests": self.total,
             "ok": self.ok,
             "errors": self.errors,
+            "cancelled": self.cancelled,
             "error_rate": round(self.errors / self.total, 4) if self.total else None,
             "by_source": dict(self.by_source.most_common()),
             "top_errors": [{"error": cause, "count": n} for cause, n in self.error_causes.most_common(5)],
@@ -208,10 +176,10 @@ class SlowRequests:
         self.keep = keep
         self.count = 0
         self.considered = 0
-        self._heap: list[tuple[float, int, RequestRecord]] = []
+        self._heap: list[tuple[float, int, RequestLogLine]] = []
         self._order = itertools.count()
 
-    def add(self, record: RequestRecord) -> None:
+    def add(self, record: RequestLogLine) -> None:
         """Consider one record (records without ``total_ms`` cannot be slow)."""
         self.considered += 1
         if record.total_ms is None or record.total_ms <= self.threshold_ms:

@@ -7,7 +7,6 @@ travel into a report through here.
 from __future__ import annotations
 
 import contextlib
-import json
 import platform
 import re
 import subprocess
@@ -18,12 +17,13 @@ from typing import Any
 import httpx
 import psutil
 
+from core.engine import EngineState
 from core.report_schema import Environment, StartupFacts
 from core.settings import PROJECT_ROOT
+from core.units import GIB
 from services.logtools.startup import StartupPhase
 from services.sidecar.gpu import GpuInfo
 
-GIB = 1024**3
 SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(?:/|$)")
 HF_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 COMMIT_RE = re.compile(r"""commit_id\s*=\s*['"]([0-9a-f]{7,40})['"]""")
@@ -68,16 +68,15 @@ def project_version(root: Path = PROJECT_ROOT) -> str | None:
     return str(version)
 
 
-def vllm_commit(state: dict[str, Any]) -> str | None:
+def vllm_commit(state: EngineState | None) -> str | None:
     """vLLM's git commit from the engine env's ``vllm/_version.py`` (read as text, not imported).
 
     The engine's Python is ``argv[0]`` of the launcher's state file; None when that env is not visible here (another
     container) or the build records no commit (release wheels).
     """
-    argv = state.get("argv")
-    if not isinstance(argv, list) or not argv or not isinstance(argv[0], str):
+    if state is None or state.engine_python is None:
         return None
-    venv = Path(argv[0]).parent.parent
+    venv = Path(state.engine_python).parent.parent
     for version_file in sorted(venv.glob("lib/python3*/site-packages/vllm/_version.py")):
         with contextlib.suppress(OSError):
             if match := COMMIT_RE.search(version_file.read_text(encoding="utf-8")):
@@ -94,14 +93,14 @@ def vllm_fingerprint(server: dict[str, Any], version: str | None, commit: str | 
     return f"vllm-{version}" + (f"+g{commit[:12]}" if commit and commit[:7] not in version else "")
 
 
-def model_revision(model_path: str | None, state: dict[str, Any]) -> str | None:
+def model_revision(model_path: str | None, state: EngineState | None) -> str | None:
     """The HF snapshot hash the model is served from: read from a ``…/snapshots/<hash>`` path, or looked up in the
     local HF cache for a hub id (offline); None for local folders, synthetic models or an uncached id."""
-    if state.get("synthetic"):
+    if state is not None and state.synthetic:
         return None
     if model_path and (match := SNAPSHOT_RE.search(model_path)):
         return match.group(1)
-    repo_id = model_path if model_path and HF_ID_RE.match(model_path) else state.get("requested")
+    repo_id = model_path if model_path and HF_ID_RE.match(model_path) else (state.requested if state else None)
     if not isinstance(repo_id, str) or not HF_ID_RE.match(repo_id) or Path(repo_id).exists():
         return None
     try:
@@ -112,15 +111,6 @@ def model_revision(model_path: str | None, state: dict[str, Any]) -> str | None:
         return None
     match = SNAPSHOT_RE.search(cached) if isinstance(cached, str) else None
     return match.group(1) if match else None
-
-
-def engine_state(state_file: Path) -> dict[str, Any]:
-    """The vLLM launcher's record of what it serves (empty when missing or corrupt)."""
-    try:
-        data = json.loads(state_file.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def system_fingerprint(vllm_url: str, model: str, timeout_s: float = 5.0) -> str | None:
@@ -169,7 +159,7 @@ def startup_facts(phase: StartupPhase) -> StartupFacts | None:
 
 def collect_environment(
     gpu_info: GpuInfo | None,
-    state: dict[str, Any],
+    state: EngineState | None,
     server: dict[str, Any],
     log_version: str | None,
     startup: StartupPhase | None = None,
@@ -177,7 +167,8 @@ def collect_environment(
     """Assemble the report's ``environment`` section from the pieces gathered above."""
     version = server.get("version") or log_version
     commit = vllm_commit(state)
-    model_path = server.get("model_root") or state.get("model_arg")
+    synthetic = state is not None and state.synthetic
+    model_path = server.get("model_root") or (state.model_arg if state else None)
     return Environment(
         gpu_model=gpu_info.names[0] if gpu_info and gpu_info.names else None,
         gpu_count=len(gpu_info.names) if gpu_info else 0,
@@ -186,13 +177,13 @@ def collect_environment(
         vllm_version=version,
         vllm_commit=commit,
         vllm_fingerprint=vllm_fingerprint(server, version, commit),
-        model_requested=state.get("requested"),
+        model_requested=state.requested if state else None,
         model_path=model_path,
-        served_model_name=server.get("model_id") or state.get("served_name"),
+        served_model_name=server.get("model_id") or (state.served_name if state else None),
         model_revision=model_revision(model_path, state),
-        synthetic=bool(state.get("synthetic")),
-        synthetic_reason=state.get("fallback_reason")
-        or ("synthetic model requested: random weights, text is noise" if state.get("synthetic") else None),
+        synthetic=synthetic,
+        synthetic_reason=(state.fallback_reason if state else None)
+        or ("synthetic model requested: random weights, text is noise" if synthetic else None),
         cpu_model=cpu_model(),
         cpu_cores=psutil.cpu_count(logical=True),
         ram_total_gb=round(psutil.virtual_memory().total / GIB, 2),

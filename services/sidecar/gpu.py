@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from core.report_schema import GpuSample
-
-GIB = 1024**3
+from core.units import GIB
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psutil
 
-GIB = 1024**3
+from core.units import GIB
 
 
 def host_mem_used_gb() -> float:

@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from core.units import GIB
 from services.sidecar.resources import Sample
 
-GIB = 1024**3
 PREFIX = "llmstack_sidecar"
 
 

@@ -8,13 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.compare import compare_with_history, workload_fingerprint
+from core.engine import read_engine_state
 from core.records import RequestRecord
 from core.report_schema import BuildReportRequest, BuildReportResponse, Report, Resources
 from core.settings import Settings
 from services.logtools.startup import startup_phase
 from services.sidecar.baselines import BaselineStore
 from services.sidecar.builder import build_metrics, build_report, build_resources
-from services.sidecar.envinfo import collect_environment, engine_state, vllm_server_facts
+from services.sidecar.envinfo import collect_environment, vllm_server_facts
 from services.sidecar.gpu import GpuInfo, GpuReader, open_gpu_reader
 from services.sidecar.logfacts import read_log_facts
 from services.sidecar.profiles import collect_traces
@@ -143,7 +144,7 @@ class ReportService:
         log_facts = read_log_facts(settings.vllm_log_file, request.window_start, request.window_end)
         environment = collect_environment(
             self._gpu_info,
-            engine_state(settings.engine_state_file),
+            read_engine_state(settings.engine_state_file),
             self.server_facts(settings.vllm_url),
             log_facts.vllm_version,
             startup_phase(settings.vllm_log_file),

@@ -5,7 +5,6 @@ NVML has no device-level peak, so the peak over a window is the maximum of the s
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import deque
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import psutil
 
+from core.engine import read_engine_state
 from services.sidecar.gpu import GpuReader
 from services.sidecar.procmem import ProcessTreeMeter, host_mem_used_gb
 from services.sidecar.resources import Sample, WindowPeaks, summarise
@@ -23,11 +23,8 @@ __all__ = ["Sample", "Sampler", "WindowPeaks", "engine_pid"]
 
 def engine_pid(state_file: Path) -> int | None:
     """vLLM's pid from the launcher's state file, or None when absent or unreadable."""
-    try:
-        pid = json.loads(state_file.read_text()).get("pid")
-    except (OSError, ValueError):
-        return None
-    return pid if isinstance(pid, int) else None
+    state = read_engine_state(state_file)
+    return state.pid if state else None
 
 
 class Sampler:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from openai import AsyncOpenAI
 
+from core.streamtiming import StreamTimer, interpret_chunk
 from services.ui.chat import ChatMessage, clean_text
 
 TOKENIZE_TIMEOUT_S = 10.0
@@ -27,19 +27,30 @@ class TokenCount:
 class StreamState:
     """Progress of one streamed answer, filled in while it streams (so a cancelled stream can still be logged).
 
-    Times are ``time.perf_counter()`` seconds; ``error`` holds the exception that ended the stream, if any.
+    ``timer`` is the shared stream-timing primitive (:class:`core.streamtiming.StreamTimer`), so a UI row means
+    what a benchmark row means; ``text`` is the answer shown; ``error`` holds the exception that ended the stream.
     """
 
-    start_s: float | None = None
-    first_token_s: float | None = None
-    end_s: float | None = None
+    timer: StreamTimer = field(default_factory=StreamTimer)
     text: str = ""
     request_id: str | None = None
-    finish_reason: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    chunks: int = 0
     error: BaseException | None = None
+    invalid: str | None = None
+
+    @property
+    def finish_reason(self) -> str | None:
+        """The last ``finish_reason`` seen."""
+        return self.timer.finish_reason
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """``usage.prompt_tokens`` of the stream, when it carried usage."""
+        return self.timer.prompt_tokens
+
+    @property
+    def completion_tokens(self) -> int | None:
+        """``usage.completion_tokens`` of the stream, when it carried usage."""
+        return self.timer.completion_tokens
 
 
 async def count_tokens(
@@ -65,46 +76,39 @@ async def count_tokens(
     return TokenCount(count=count, max_model_len=max_len if isinstance(max_len, int) else None)
 
 
-def _usage(chunk: Any, state: StreamState) -> None:
-    usage = getattr(chunk, "usage", None)
-    if usage is not None:
-        state.prompt_tokens = getattr(usage, "prompt_tokens", None)
-        state.completion_tokens = getattr(usage, "completion_tokens", None)
-
-
 async def stream_chat(
     client: AsyncOpenAI,
     kwargs: dict[str, Any],
     on_token: Callable[[str], Awaitable[None]],
     state: StreamState,
-    clock: Callable[[], float] = time.perf_counter,
 ) -> StreamState:
     """Stream a chat completion into ``on_token`` (display-safe text pieces) and ``state``.
 
     Errors from the client end up in ``state.error`` (the function returns normally). ``asyncio.CancelledError``
     (the user pressed Stop) propagates after the HTTP response is closed, which makes vLLM abort the request.
     """
-    state.start_s = clock()
+    timer = state.timer
+    timer.start()
     stream = None
     try:
         stream = await client.chat.completions.create(**kwargs)
         async for chunk in stream:
-            state.chunks += 1
             state.request_id = state.request_id or getattr(chunk, "id", None)
-            _usage(chunk, state)
-            for choice in chunk.choices or []:
-                piece = clean_text(choice.delta.content or "") if choice.delta else ""
-                if piece:
-                    if state.first_token_s is None:
-                        state.first_token_s = clock()
-                    state.text += piece
-                    await on_token(piece)
-                if choice.finish_reason:
-                    state.finish_reason = choice.finish_reason
+            facts = interpret_chunk(chunk.to_dict(warnings=False))
+            if facts.invalid or facts.error:
+                state.invalid = facts.invalid or f"server error in stream: {facts.error}"
+                break
+            timer.feed(facts)
+            piece = clean_text(facts.content)
+            if piece:
+                state.text += piece
+                await on_token(piece)
+        else:
+            timer.closed()  # the SDK ends the iteration at [DONE] or a clean close: complete if a finish_reason came
     except Exception as exc:  # every client failure becomes a value for the error mapping
         state.error = exc
     finally:
-        state.end_s = clock()
+        timer.end()
         if stream is not None:
             await stream.close()
     return state

@@ -106,6 +106,16 @@ def stream_cut(partial: bool) -> UiError:
     )
 
 
+def malformed_stream(problem: str, partial: bool) -> UiError:
+    """The server sent a chunk that is not an OpenAI chat-completion chunk (or an error object mid-stream)."""
+    shown = " The part above is all that arrived." if partial else ""
+    return UiError(
+        kind="server_error",
+        message=f"**The model server sent a malformed answer** ({problem}).{shown} Send the message again.",
+        cause=f"invalid stream: {problem[:200]}",
+    )
+
+
 def cancelled() -> UiError:
     """The user pressed Stop; the request was cancelled on the server too."""
     return UiError(kind="cancelled", message="**Stopped.** The request was cancelled on the server.", cause="cancelled")

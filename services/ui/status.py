@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 from collections.abc import Mapping
@@ -12,6 +11,7 @@ from typing import Any, Literal
 
 import httpx
 
+from core.engine import EngineState, read_engine_state
 from services.ui.chat import escape_directives
 
 State = Literal["Ready", "Loading", "Down"]
@@ -48,17 +48,8 @@ class BackendStatus:
         return self.state == "Ready"
 
 
-def read_engine_state(path: Path) -> dict[str, Any] | None:
-    """The launcher's ``engine_state.json`` as a dict; None when missing or unreadable."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def engine_process_alive(
-    state: Mapping[str, Any] | None,
+    state: EngineState | None,
     proc_root: Path = Path("/proc"),
     *,
     hostname: str | None = None,
@@ -70,15 +61,13 @@ def engine_process_alive(
     On this host: its pid runs and its command line mentions vLLM. On another host (a separate container, see
     ``state["hostname"]``) the process cannot be seen, so a launch younger than ``startup_window_s`` counts.
     """
-    if not state:
+    if state is None:
         return False
-    recorded_host = state.get("hostname")
-    if isinstance(recorded_host, str) and recorded_host != (hostname or socket.gethostname()):
-        started_at = state.get("started_at")
+    if state.hostname is not None and state.hostname != (hostname or socket.gethostname()):
         now = time.time() if now_s is None else now_s
-        return isinstance(started_at, int | float) and 0 <= now - started_at <= startup_window_s
-    pid = state.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
+        return state.started_at is not None and 0 <= now - state.started_at <= startup_window_s
+    pid = state.pid
+    if pid is None or pid <= 0:
         return False
     try:
         cmdline = (proc_root / str(pid) / "cmdline").read_bytes()
@@ -96,16 +85,15 @@ def _first_model(models: Mapping[str, Any] | None) -> tuple[str | None, int | No
     return (model_id if isinstance(model_id, str) else None), (max_len if isinstance(max_len, int) else None)
 
 
-def _synthetic(model: str | None, engine_state: Mapping[str, Any] | None) -> tuple[bool, str | None]:
-    if engine_state and engine_state.get("synthetic") and engine_state.get("served_name") == model:
-        reason = engine_state.get("fallback_reason") or f"MODEL={engine_state.get('requested')} was requested"
-        return True, str(reason)
+def _synthetic(model: str | None, engine_state: EngineState | None) -> tuple[bool, str | None]:
+    if engine_state and engine_state.synthetic and engine_state.served_name == model:
+        return True, engine_state.fallback_reason or f"MODEL={engine_state.requested} was requested"
     if model and "synthetic" in model.lower():
         return True, None
     return False, None
 
 
-def classify(probe: Probe, url: str, engine_state: Mapping[str, Any] | None, engine_alive: bool) -> BackendStatus:
+def classify(probe: Probe, url: str, engine_state: EngineState | None, engine_alive: bool) -> BackendStatus:
     """Ready (health OK and a model listed), Loading (starting up) or Down, with what to do in ``detail``."""
     model, max_len = _first_model(probe.models)
     synthetic, reason = _synthetic(model, engine_state)

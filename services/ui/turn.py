@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from pathlib import Path
 import httpx
 from openai import AsyncOpenAI
 
-from core.requestlog import RequestLogLine, append_request_log, now_iso
+from core.requestlog import RequestLogLine, Status, append_request_log, now_iso
 from core.settings import Settings
 from services.ui import errors
 from services.ui.backend import StreamState, count_tokens, stream_chat
@@ -46,16 +45,20 @@ class Plan:
 
 
 def log_line(
-    request_id: str, model: str | None, state: StreamState | None, prompt_tokens: int | None, error: str | None
+    request_id: str,
+    model: str | None,
+    state: StreamState | None,
+    prompt_tokens: int | None,
+    error: str | None,
+    status: Status | None = None,
 ) -> RequestLogLine:
-    """The ``requests.jsonl`` line of a turn (``source="ui"``); timings in ms from ``state`` when it streamed."""
+    """The ``requests.jsonl`` line of a turn (``source="ui"``), timed by the stream's :class:`StreamTimer` exactly
+    as the benchmark times its rows (TTFT to the first content or reasoning text, total to the end of the stream)."""
     ttft_ms = total_ms = None
     completion_tokens = None
-    if state is not None and state.start_s is not None:
-        end_s = state.end_s if state.end_s is not None else time.perf_counter()
-        total_ms = round((end_s - state.start_s) * 1000.0, 1)
-        if state.first_token_s is not None:
-            ttft_ms = round((state.first_token_s - state.start_s) * 1000.0, 1)
+    if state is not None and state.timer.t0 is not None:
+        total_ms = _round(state.timer.e2e_ms())
+        ttft_ms = _round(state.timer.ttft_ms)
         completion_tokens = state.completion_tokens
         prompt_tokens = state.prompt_tokens if state.prompt_tokens is not None else prompt_tokens
     return RequestLogLine(
@@ -67,9 +70,13 @@ def log_line(
         completion_tokens=completion_tokens,
         ttft_ms=ttft_ms,
         total_ms=total_ms,
-        status="error" if error else "ok",
+        status=status or ("error" if error else "ok"),
         error=error,
     )
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 class ChatBackend:
@@ -99,9 +106,9 @@ class ChatBackend:
         prompt_tokens: int | None,
         error: errors.UiError | None,
     ) -> None:
-        append_request_log(
-            self.requests_log, log_line(request_id, model, state, prompt_tokens, error.cause if error else None)
-        )
+        status: Status | None = "cancelled" if error is not None and error.kind == "cancelled" else None
+        line = log_line(request_id, model, state, prompt_tokens, error.cause if error else None, status)
+        append_request_log(self.requests_log, line)
 
     async def run_turn(
         self,
@@ -147,14 +154,17 @@ class ChatBackend:
                 partial=bool(state.text.strip()),
                 timeout_s=self.timeout_s,
             )
-        elif state.finish_reason is None:
+        elif state.invalid is not None:
+            error = errors.malformed_stream(state.invalid, partial=bool(state.text.strip()))
+        elif not state.timer.complete:
             error = errors.stream_cut(partial=bool(state.text.strip()))
+        timer = state.timer
         timing = None
-        if state.start_s is not None and state.end_s is not None and error is None:
+        if timer.t0 is not None and timer.end_s is not None and error is None:
             timing = compute_timing(
-                state.start_s,
-                state.first_token_s,
-                state.end_s,
+                timer.t0,
+                timer.first_s,
+                timer.end_s,
                 state.prompt_tokens if state.prompt_tokens is not None else prompt_tokens,
                 state.completion_tokens,
             )

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 
+from core.engine import EngineRequest, EngineState, read_request, write_engine_state
 from core.net import port_in_use_message
 from core.settings import PROJECT_ROOT, Settings, get_settings
 from services.vllm.hub import hf_cached, probe_hub
@@ -113,20 +114,23 @@ def vllm_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def write_state(settings: Settings, resolved: ResolvedModel, argv: list[str]) -> None:
-    """Record the resolution for the UI and sidecar (atomic write; no secrets)."""
-    settings.logs_dir.mkdir(parents=True, exist_ok=True)
-    state = {
+def write_state(settings: Settings, resolved: ResolvedModel, argv: list[str], profiler: bool) -> None:
+    """Record the resolution for the UI, the sidecar and the controller (atomic write; no secrets)."""
+    state = EngineState(
         **resolved.to_dict(),
-        "pid": os.getpid(),
-        "hostname": socket.gethostname(),
-        "started_at": time.time(),
-        "argv": argv,
-        "vllm_url": settings.vllm_url,
-    }
-    tmp = settings.engine_state_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=2))
-    tmp.replace(settings.engine_state_file)
+        pid=os.getpid(),
+        hostname=socket.gethostname(),
+        started_at=time.time(),
+        argv=argv,
+        vllm_url=settings.vllm_url,
+        profiler=profiler,
+    )
+    write_engine_state(settings.engine_state_file, state)
+
+
+def apply_request(settings: Settings, request: EngineRequest) -> Settings:
+    """The settings of this launch: a pending model switch (``run/engine_request.json``) replaces MODEL."""
+    return settings.model_copy(update={"model": request.model}) if request.model else settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prepare-only", action="store_true", help="resolve and build the model, then exit")
     parser.add_argument("--profile", action="store_true", help="enable vLLM's torch profiler endpoints")
     args = parser.parse_args(argv)
-    settings = get_settings()
+    request = read_request(get_settings().engine_request_file)
+    settings = apply_request(get_settings(), request)
+    profile = args.profile or request.profiler
     try:
         resolved = resolve(settings)
     except ModelResolutionError as exc:
@@ -157,10 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     if busy:
         print(f"[ERROR] {busy}", file=sys.stderr, flush=True)
         return 2
-    cmd = vllm_argv(settings, resolved, profile=args.profile)
-    if args.profile:
+    cmd = vllm_argv(settings, resolved, profile=profile)
+    if profile:
         settings.profile_dir.mkdir(parents=True, exist_ok=True)
-    write_state(settings, resolved, cmd)
+    write_state(settings, resolved, cmd, profile)
     print(f"[INFO] Starting vLLM: {shlex.join(cmd)}", flush=True)
     os.execvpe(cmd[0], cmd, vllm_env(settings))
     return 0  # pragma: no cover - exec does not return

@@ -38,12 +38,10 @@ from tests.unit.containers_support import (
 )
 
 
-def test_profiling_variant_is_the_vllm_launcher_plus_profile_flag() -> None:
-    """The on-demand vllm-profile program runs exactly program:vllm's command with --profile, into the same log."""
-    ((name, section),) = supervisord_programs(on_demand=True).items()
-    vllm = supervisord_programs()["vllm"]
-    assert name == "vllm-profile" and section["command"] == vllm["command"] + " --profile"
-    assert section["stdout_logfile"] == vllm["stdout_logfile"]
+def test_local_mode_has_one_program_per_service() -> None:
+    """Engine variants (profiler, model switch) are launch requests to program:vllm, not twin programs."""
+    assert supervisord_programs(on_demand=True) == {}
+    assert sorted(supervisord_programs()) == sorted(PROGRAMS)
 
 
 def test_every_local_program_runs_the_same_entrypoint_in_compose() -> None:

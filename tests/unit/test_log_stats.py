@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from core.requestlog import BadLogLine, RequestLogLine
 from services.logtools.aggregate import EngineSummary, RequestStats, SlowRequests, percentiles
 from services.logtools.patterns import parse_metrics
-from services.logtools.requests_log import BadRecord, RequestsRead, iter_records, parse_record
+from services.logtools.requests_log import RequestsRead, iter_records
 from services.logtools.scan import LogScanner
 from services.logtools.synthlog import generate_vllm_log
 
@@ -121,8 +122,8 @@ def test_requests_log_bad_lines_are_counted_not_fatal() -> None:
 )
 def test_record_validation_names_the_bad_field(line: bytes, reason: str) -> None:
     """A record with a mistyped field is rejected with that field's name in the message."""
-    with pytest.raises(BadRecord, match=reason):
-        parse_record(line)
+    with pytest.raises(BadLogLine, match=reason):
+        RequestLogLine.parse(line)
 
 
 def test_request_stats_match_statistics_module() -> None:

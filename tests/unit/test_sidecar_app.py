@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.engine import EngineState, write_engine_state
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig, BuildReportRequest
 from core.settings import PROJECT_ROOT, Settings
@@ -228,7 +229,8 @@ def test_without_nvml_the_report_has_no_gpu_figures_but_cpu_ones(client_for: Cal
     """No NVML: GPU figures are null with the reason; the vLLM process tree's RSS and CPU % are reported."""
     settings = make_settings(tmp_path)
     settings.logs_dir.mkdir(parents=True)
-    settings.engine_state_file.write_text(json.dumps({"pid": os.getpid(), "served_name": "mock-model"}))
+    state = EngineState(requested="m", source="local", model_arg="/m", served_name="mock-model", pid=os.getpid())
+    write_engine_state(settings.engine_state_file, state)
     client = client_for(None, settings)
     time.sleep(0.3)
     report = client.post("/reports", json=body()).json()["report"]

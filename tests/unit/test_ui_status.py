@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from core.engine import EngineState
 from services.ui.status import (
     BackendStatus,
     Probe,
@@ -18,13 +18,18 @@ from services.ui.status import (
     engine_process_alive,
     header_markdown,
     probe_vllm,
-    read_engine_state,
 )
 
 URL = "http://127.0.0.1:8100"
 MODELS = {"object": "list", "data": [{"id": "ernie-4.5-0.3b-pt", "max_model_len": 4096}]}
 READY_PROBE = Probe(health_code=200, connect_error=None, models=MODELS, version="0.32.0")
 DOWN_PROBE = Probe(health_code=None, connect_error="connection refused", models=None, version=None)
+
+
+def _state(**fields: Any) -> EngineState:
+    """An engine state file's content with the launcher's required fields filled in."""
+    base: dict[str, Any] = {"requested": "m", "source": "local", "model_arg": "/m", "served_name": "m"}
+    return EngineState(**{**base, **fields})
 
 
 def plain(markdown: str) -> str:
@@ -61,7 +66,7 @@ def test_ready_when_healthy_and_a_model_is_listed() -> None:
 
 def test_loading_when_unreachable_but_the_engine_process_runs() -> None:
     """No HTTP answer while the vLLM process exists means it is still loading."""
-    status = classify(DOWN_PROBE, URL, {"pid": 123}, engine_alive=True)
+    status = classify(DOWN_PROBE, URL, _state(pid=123), engine_alive=True)
     assert status.state == "Loading"
     assert "updates by itself" in status.detail
 
@@ -87,7 +92,7 @@ def test_loading_when_no_model_is_listed_yet() -> None:
 
 def test_synthetic_model_is_flagged_with_the_launcher_reason() -> None:
     """The launcher's state file marks the served model synthetic, with its fallback reason."""
-    state = {"synthetic": True, "served_name": "ernie-4.5-0.3b-pt", "fallback_reason": "the hub is unreachable"}
+    state = _state(synthetic=True, served_name="ernie-4.5-0.3b-pt", fallback_reason="the hub is unreachable")
     status = classify(READY_PROBE, URL, state, engine_alive=False)
     assert status.synthetic
     assert status.synthetic_reason == "the hub is unreachable"
@@ -95,7 +100,7 @@ def test_synthetic_model_is_flagged_with_the_launcher_reason() -> None:
 
 def test_synthetic_flag_ignores_a_state_file_for_another_model() -> None:
     """A state file about a different served name does not mark the current model synthetic."""
-    state = {"synthetic": True, "served_name": "other", "requested": "synthetic:tiny"}
+    state = _state(synthetic=True, served_name="other", requested="synthetic:tiny")
     assert not classify(READY_PROBE, URL, state, engine_alive=False).synthetic
 
 
@@ -117,7 +122,7 @@ def test_header_shows_model_backend_and_status_lines() -> None:
 
 def test_header_says_plainly_that_synthetic_answers_are_noise() -> None:
     """While a synthetic model is served the header says its answers are noise, and why it is served."""
-    state = {"synthetic": True, "served_name": "ernie-4.5-0.3b-pt", "requested": "synthetic:tiny"}
+    state = _state(synthetic=True, served_name="ernie-4.5-0.3b-pt", requested="synthetic:tiny")
     text = plain(header_markdown(classify(READY_PROBE, URL, state, engine_alive=False)))
     assert "noise by design" in text
     assert "MODEL=synthetic:tiny was requested" in text
@@ -166,30 +171,20 @@ def test_current_status_follows_a_model_switch(tmp_path: Path) -> None:
     assert (before.model, after.model, after.max_model_len) == ("ernie-4.5-0.3b-pt", "other-model", 2048)
 
 
-def test_engine_state_missing_or_broken_is_none(tmp_path: Path) -> None:
-    """A missing or unreadable state file reads as None."""
-    broken = tmp_path / "engine_state.json"
-    broken.write_text("{not json")
-    assert read_engine_state(tmp_path / "missing.json") is None
-    assert read_engine_state(broken) is None
-    broken.write_text(json.dumps({"pid": 5}))
-    assert read_engine_state(broken) == {"pid": 5}
-
-
 def test_engine_alive_only_for_a_vllm_process(tmp_path: Path) -> None:
     """The recorded pid counts only when that process's command line mentions vLLM."""
     (tmp_path / "42").mkdir()
     (tmp_path / "42" / "cmdline").write_bytes(b"python\0-m\0vllm.entrypoints.openai.api_server\0")
     (tmp_path / "43").mkdir()
     (tmp_path / "43" / "cmdline").write_bytes(b"bash\0")
-    assert engine_process_alive({"pid": 42}, proc_root=tmp_path)
-    assert not engine_process_alive({"pid": 43}, proc_root=tmp_path)
-    assert not engine_process_alive({"pid": 44}, proc_root=tmp_path)
+    assert engine_process_alive(_state(pid=42), proc_root=tmp_path)
+    assert not engine_process_alive(_state(pid=43), proc_root=tmp_path)
+    assert not engine_process_alive(_state(pid=44), proc_root=tmp_path)
     assert not engine_process_alive(None, proc_root=tmp_path)
 
 
 def test_engine_on_another_host_counts_while_its_launch_is_recent(tmp_path: Path) -> None:
     """A vLLM in another container (other hostname) is presumed loading within the startup window, then not."""
-    state = {"pid": 1, "hostname": "vllm-container", "started_at": 1000.0}
+    state = _state(pid=1, hostname="vllm-container", started_at=1000.0)
     assert engine_process_alive(state, tmp_path, hostname="ui-container", now_s=1100.0, startup_window_s=900.0)
     assert not engine_process_alive(state, tmp_path, hostname="ui-container", now_s=2000.0, startup_window_s=900.0)

@@ -205,4 +205,4 @@ def test_stop_cancels_and_closes_the_server_stream(tmp_path: Path) -> None:
 
     asyncio.run(go())
     line = log_lines(tmp_path)[0]
-    assert line["status"] == "error" and line["error"] == "cancelled" and line["ttft_ms"] is not None
+    assert line["status"] == "cancelled" and line["error"] == "cancelled" and line["ttft_ms"] is not None

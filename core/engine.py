@@ -1,0 +1,122 @@
+"""The engine's state file and control interface, shared by every layer.
+
+``logs/engine_state.json`` is written by the vLLM launcher (:mod:`services.vllm.launch`) just before it execs vLLM:
+what was asked for, what is served and why, and the process that serves it. :func:`read_engine_state` is its one
+reader. :class:`EngineControl` is how anything above the engine (``make up``, profiling runs, model switches,
+tests) starts, stops or restarts it; :mod:`services.vllm.control` implements it for local mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class EngineState(BaseModel):
+    """What the launcher started (no secrets: secret-looking argument values are redacted before writing)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    requested: str = Field(description="MODEL as asked for (or the default HF id).")
+    source: str = Field(description="Where the model came from: hf_cache, hub, local_dir, synthetic, ...")
+    model_arg: str = Field(description="What vLLM's --model received (an HF id or a folder).")
+    served_name: str = Field(description="The name clients use (--served-model-name).")
+    synthetic: bool = False
+    synthetic_variant: str | None = None
+    fallback_reason: str | None = Field(default=None, description="Why the synthetic stand-in is served, if it is.")
+    pid: int | None = Field(default=None, description="The launcher's pid, which exec turns into vLLM's.")
+    hostname: str | None = Field(default=None, description="Host (container) the engine runs on.")
+    started_at: float | None = Field(default=None, description="Unix time of the launch, s.")
+    argv: list[str] = Field(default_factory=list, description="vLLM's command line (secret values redacted).")
+    vllm_url: str | None = None
+    profiler: bool = Field(default=False, description="Started with --profiler-config (profiling endpoints on).")
+
+    @property
+    def engine_python(self) -> str | None:
+        """The interpreter running vLLM (``argv[0]``), or None."""
+        return self.argv[0] if self.argv else None
+
+
+def read_engine_state(path: Path) -> EngineState | None:
+    """The state file as :class:`EngineState`; None when missing, unreadable or not a state."""
+    try:
+        return EngineState.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError, ValueError):
+        return None
+
+
+def write_engine_state(path: Path, state: EngineState) -> None:
+    """Replace the state file atomically (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(state.model_dump(), indent=2))
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+class EngineRequest(BaseModel):
+    """What the next launch of the engine should change relative to the settings (``run/engine_request.json``)."""
+
+    model: str | None = Field(default=None, description="Serve this model instead of MODEL (a model switch).")
+    profiler: bool = Field(default=False, description="Start with vLLM's torch profiler endpoints.")
+
+
+def read_request(path: Path) -> EngineRequest:
+    """The pending request for the launcher (an empty request when there is none or it is unreadable)."""
+    try:
+        return EngineRequest.model_validate_json(path.read_bytes())
+    except (OSError, ValueError):
+        return EngineRequest()
+
+
+def write_request(path: Path, request: EngineRequest) -> None:
+    """Store ``request`` for the next launch; an empty request removes the file."""
+    if request == EngineRequest():
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(request.model_dump()))
+    tmp.replace(path)
+
+
+class EngineStatus(BaseModel):
+    """The engine's process as its controller sees it."""
+
+    running: bool
+    state: str = Field(description="The controller's word for it: RUNNING, STARTING, STOPPED, FATAL, ...")
+    request: EngineRequest = Field(default_factory=EngineRequest)
+
+
+class EngineError(RuntimeError):
+    """The engine could not be controlled (not running under this controller, or it did not come up)."""
+
+
+class EngineControl(Protocol):
+    """Start, stop and restart the engine, and say how it runs. Implementations: :mod:`services.vllm.control`."""
+
+    def status(self) -> EngineStatus | None:
+        """The engine's process state; None when this controller does not run the stack."""
+        ...
+
+    def start(self) -> None:
+        """Start the engine (no-op when it runs) and wait until it answers. Raises EngineError."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the engine. Raises EngineError."""
+        ...
+
+    def restart(self, request: EngineRequest) -> None:
+        """Restart with ``request`` (another model, the profiler on or off) and wait until it answers.
+
+        Raises:
+            EngineError: not running under this controller, or the engine did not come up (the message says why).
+        """
+        ...

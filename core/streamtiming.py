@@ -1,0 +1,234 @@
+"""The one stream-timing primitive: what a streamed chat-completion chunk says, and the timing of a whole stream.
+
+Every client path (the benchmark's request function, the chat UI) feeds :class:`StreamTimer` with the chunks it
+receives, interpreted by :func:`interpret_chunk`, so a UI row and a benchmark row mean the same thing.
+
+Definitions (the README's "The metrics" table):
+
+- **TTFT**: send → first chunk with non-empty content *or reasoning* text. A role-only first chunk does not count
+  (vLLM's ``benchmarks/serve.py`` stamps TTFT on the first chunk, whatever it carries; we wait for text).
+- **ITL**: every gap between consecutive chunks that carry text.
+- **E2E**: send → the end of the stream (``data: [DONE]``, or the clean close after the final chunk).
+- **Completion rules**: a stream is complete on ``data: [DONE]``, or when the connection closes cleanly after a
+  chunk with a non-null ``finish_reason`` (Hugging Face ``transformers serve`` ends that way); otherwise it is
+  truncated. Each row records how it ended (:data:`EndReason`).
+
+Chunk shapes (OpenAI's ``chat.completion.chunk``): ``content`` may be a string, null, or a list of content parts
+(``[{"type": "text", "text": "A"}]``, joined as OpenAI's clients do); anything else (a number, an object) makes the
+chunk invalid, named in :attr:`ChunkFacts.invalid`. ``"error": null`` is not an error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+EndReason = Literal["done", "finish_then_close", "truncated"]
+TEXT_FIELDS = ("content", "reasoning_content", "reasoning")
+
+
+@dataclass(frozen=True)
+class ChunkFacts:
+    """What one chunk says: ``text`` is content and reasoning (what TTFT and ITL time), ``content`` the answer text
+    alone (what a chat shows). ``invalid`` names a shape problem (the stream is then failed as ``invalid_stream``);
+    ``error`` holds a server error object's message."""
+
+    text: str = ""
+    content: str = ""
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    has_usage: bool = False
+    error: str | None = None
+    invalid: str | None = None
+
+
+def _shape(value: Any) -> str:
+    """A JSON value's kind for messages: ``a number (6)``, ``an object``, ``a list``..."""
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int | float):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return "null" if value is None else type(value).__name__
+
+
+def _text(value: Any, where: str) -> tuple[str, str | None]:
+    """``(text, problem)`` of a content/reasoning value: a string, null, or a list of text parts."""
+    if value is None:
+        return "", None
+    if isinstance(value, str):
+        return value, None
+    if isinstance(value, list):
+        parts = []
+        for part in value:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif isinstance(part, dict) and part.get("type") not in (None, "text"):
+                continue  # a non-text part (an image, audio) carries no tokens of text
+            else:
+                return "", f"{where} is a list holding {_shape(part)}, expected text parts"
+        return "".join(parts), None
+    return "", f"{where} is {_shape(value)}, expected a string, null or a list of text parts"
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def interpret_chunk(obj: Any) -> ChunkFacts:
+    """What a parsed ``data:`` JSON value says (never raises).
+
+    Returns:
+        :class:`ChunkFacts`; ``invalid`` is set for anything that is not a chunk object of OpenAI's shape (null, an
+        array, a string, ``choices`` that is not a list, a choice or delta that is not an object, ``usage`` that
+        is not an object, content of another type).
+    """
+    if not isinstance(obj, dict):
+        return ChunkFacts(invalid=f"a data line is {_shape(obj)}, expected a chunk object")
+    error = obj.get("error")
+    if error is not None:
+        message = error.get("message") if isinstance(error, dict) else error
+        return ChunkFacts(error=str(message or error)[:500])
+    usage = obj.get("usage")
+    prompt_tokens = completion_tokens = None
+    if usage is not None:
+        if not isinstance(usage, dict):
+            return ChunkFacts(invalid=f"usage is {_shape(usage)}, expected an object")
+        prompt_tokens, completion_tokens = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+    choices = obj.get("choices")
+    if choices is None:
+        choices = []
+    if not isinstance(choices, list):
+        return ChunkFacts(invalid=f"choices is {_shape(choices)}, expected a list")
+    texts: list[str] = []
+    content: list[str] = []
+    finish_reason = None
+    for choice in choices:
+        if not isinstance(choice, dict):
+            return ChunkFacts(invalid=f"a choice is {_shape(choice)}, expected an object")
+        delta = choice.get("delta")
+        if delta is None:
+            delta = {}
+        if not isinstance(delta, dict):
+            return ChunkFacts(invalid=f"delta is {_shape(delta)}, expected an object")
+        for name in TEXT_FIELDS:
+            text, problem = _text(delta.get(name), name)
+            if problem:
+                return ChunkFacts(invalid=problem)
+            texts.append(text)
+            if name == "content":
+                content.append(text)
+        reason = choice.get("finish_reason")
+        if reason is not None and not isinstance(reason, str):
+            return ChunkFacts(invalid=f"finish_reason is {_shape(reason)}, expected a string or null")
+        finish_reason = reason or finish_reason
+    return ChunkFacts(
+        text="".join(texts),
+        content="".join(content),
+        finish_reason=finish_reason,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        has_usage=usage is not None,
+    )
+
+
+@dataclass
+class StreamTimer:
+    """Timing and completion state of one streamed answer, fed chunk by chunk.
+
+    Times are read from ``clock`` (monotonic seconds); the public figures are milliseconds from :meth:`start`.
+    """
+
+    clock: Callable[[], float] = time.perf_counter
+    t0: float | None = None
+    first_s: float | None = None
+    last_s: float | None = None
+    end_s: float | None = None
+    itl_ms: list[float] = field(default_factory=list)
+    chunks: int = 0
+    chars: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    usage_seen: bool = False
+    finish_reason: str | None = None
+    saw_done: bool = False
+    closed_cleanly: bool = False
+
+    def start(self) -> None:
+        """The request is being sent now."""
+        self.t0 = self.clock()
+
+    def feed(self, facts: ChunkFacts) -> None:
+        """One valid chunk arrived now (text stamps TTFT/ITL; usage and finish_reason are kept)."""
+        if facts.text:
+            now = self.clock()
+            if self.first_s is None:
+                self.first_s = now
+            elif self.last_s is not None:
+                self.itl_ms.append((now - self.last_s) * 1000.0)
+            self.last_s = now
+            self.chunks += 1
+            self.chars += len(facts.text)
+        if facts.has_usage:
+            self.usage_seen = True
+            self.prompt_tokens = facts.prompt_tokens
+            self.completion_tokens = facts.completion_tokens
+        self.finish_reason = facts.finish_reason or self.finish_reason
+
+    def done(self) -> None:
+        """``data: [DONE]`` arrived: the stream is complete."""
+        self.saw_done = True
+        self.end()
+
+    def closed(self) -> None:
+        """The server closed the stream cleanly (no error) without ``[DONE]``."""
+        self.closed_cleanly = True
+        self.end()
+
+    def end(self) -> None:
+        """The stream ended now (first call wins)."""
+        if self.end_s is None:
+            self.end_s = self.clock()
+
+    @property
+    def end_reason(self) -> EndReason:
+        """``done`` ([DONE] seen), ``finish_then_close`` (clean close after a finish_reason) or ``truncated``."""
+        if self.saw_done:
+            return "done"
+        if self.closed_cleanly and self.finish_reason is not None:
+            return "finish_then_close"
+        return "truncated"
+
+    @property
+    def complete(self) -> bool:
+        """True when the stream ended by the completion rules (module docstring)."""
+        return self.end_reason != "truncated"
+
+    def _ms(self, at: float | None) -> float | None:
+        return None if at is None or self.t0 is None else (at - self.t0) * 1000.0
+
+    @property
+    def ttft_ms(self) -> float | None:
+        """Send → first text chunk, ms; None before any text."""
+        return self._ms(self.first_s)
+
+    def e2e_ms(self) -> float | None:
+        """Send → end of stream (or now, while it is still open), ms."""
+        return self._ms(self.end_s if self.end_s is not None else self.clock())
+
+    @property
+    def gen_ms(self) -> float | None:
+        """First text chunk → end of stream, ms (the UI's "Gen"); None before text or before the end."""
+        if self.first_s is None or self.end_s is None:
+            return None
+        return (self.end_s - self.first_s) * 1000.0
