@@ -40,6 +40,7 @@ benchmark: app-env
 lint: app-env
 	$(APP_PY) -m ruff check .
 	$(APP_PY) -m mypy
+	.venvs/app/bin/lint-imports --no-cache --no-logo
 	$(APP_PY) -m services.sidecar.schema_export --check
 
 schema: app-env

@@ -24,7 +24,7 @@ COMPARED_METRICS = (
     "ttft_p50_ms",
     "ttft_p99_ms",
     "gpu_mem_peak_gb",
-    "cpu_rss_peak_gb",
+    "vllm_rss_peak_gb",
     "error_rate_percent",
 )
 PREVIOUS = "vs_previous"

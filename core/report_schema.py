@@ -8,14 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from core.clientview import ClientView
-from core.records import RequestRecord
 from core.serverview import ServerView
 from core.stats import RunMetrics
 
-SCHEMA_VERSION = "1.1"  # 1.1: vLLM fingerprint, model revision, resource stats/timeline, server, baselines
+SCHEMA_VERSION = "1.2"
+# 1.1: vLLM fingerprint, model revision, resource stats/timeline, server, baselines.
+# 1.2: ``cpu_rss_peak_gb`` renamed ``vllm_rss_peak_gb`` (metrics, resources): it is the vLLM process tree's RSS.
+#      Rows record how each stream ended (``end_reason``). Reports of 1.1 are migrated on reading
+#      (:func:`migrate_report`); nothing is rewritten on disk.
+RENAMED_IN_1_2 = {"cpu_rss_peak_gb": "vllm_rss_peak_gb"}
 
 
 class StartupFacts(BaseModel):
@@ -61,24 +65,27 @@ class Environment(BaseModel):
 
 
 class BenchmarkConfig(BaseModel):
-    """Every knob that changes the numbers."""
+    """Every knob that changes the numbers; also the run plan the benchmark hands to Locust (one carrier of each
+    knob across the process boundary: ``--plan-file``)."""
 
     mode: str = "closed_loop"
-    concurrency: int
+    concurrency: int = Field(description="Closed loop: concurrent users.")
     rate_req_per_sec: float | None = Field(default=None, description="Open loop: mean arrival rate.")
     burstiness: float | None = Field(default=None, description="Open loop: gamma shape (1 = Poisson).")
     requests: int | None = None
     duration_s: float | None = None
     warmup_requests: int
     ramp_up_s: float | None = None
-    max_tokens: int
+    max_tokens: int = Field(description="Every request's max_tokens when lengths are fixed; else the sampling cap.")
     output_len_mean: float | None = Field(default=None, description="Sampled output lengths: mean, tokens.")
+    output_len_p95: float | None = Field(default=None, description="Sampled output lengths: 95th percentile, tokens.")
     ignore_eos: bool = False
     temperature: float
     dataset: str
     input_mix: dict[str, float] | None = None
     seed: int
     slo: dict[str, float] = Field(default_factory=dict)
+    request_timeout_s: float = Field(default=300.0, description="Longest wait for a connection or the next chunk.")
     vllm_url: str
     model: str
 
@@ -93,7 +100,7 @@ class Metrics(RunMetrics):
     ttft_p50_ms: float | None
     ttft_p99_ms: float | None
     gpu_mem_peak_gb: float | None = Field(description="Max of NVML samples over the run window; None without NVML.")
-    cpu_rss_peak_gb: float | None = Field(description="Peak RSS of the vLLM process tree over the run window.")
+    vllm_rss_peak_gb: float | None = Field(description="Peak RSS of the vLLM process tree over the run window.")
     key_insight: str
 
 
@@ -138,7 +145,7 @@ class Resources(BaseModel):
     gpu_mem_peak_gb: float | None = None
     gpu_samples: int = 0
     gpus: list[GpuStats] = Field(default_factory=list, description="Per-GPU peaks and means; empty without NVML.")
-    cpu_rss_peak_gb: float | None = None
+    vllm_rss_peak_gb: float | None = None
     cpu_unavailable_reason: str | None = None
     vllm_cpu_percent_peak: float | None = Field(
         default=None, description="vLLM process tree CPU use, % of one core summed over processes (may exceed 100)."
@@ -197,8 +204,29 @@ class Comparison(BaseModel):
         return data
 
 
+def migrate_report(data: Any) -> Any:
+    """Bring a stored report's JSON up to :data:`SCHEMA_VERSION` (1.1 -> 1.2: renamed fields); other input as is."""
+    if not isinstance(data, dict) or data.get("schema_version") != "1.1":
+        return data
+    data = dict(data)
+    for section in ("metrics", "resources"):
+        if isinstance(data.get(section), dict):
+            part = dict(data[section])
+            for old, new in RENAMED_IN_1_2.items():
+                if old in part and new not in part:
+                    part[new] = part.pop(old)
+            data[section] = part
+    data["schema_version"] = SCHEMA_VERSION
+    return data
+
+
 class Report(BaseModel):
     """A benchmark baseline report."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate(cls, data: Any) -> Any:
+        return migrate_report(data)
 
     schema_version: str = SCHEMA_VERSION
     report_id: str
@@ -228,26 +256,6 @@ class ProfileInfo(BaseModel):
     dir: str = Field(description="Folder relative to reports/, e.g. profile/20261129_221901.")
     files: list[str] = Field(description="Chrome-trace files (gzip'd JSON with traceEvents).")
     open_with: str
-
-
-class BuildReportRequest(BaseModel):
-    """Body of ``POST /reports``: what the load generator collected."""
-
-    config: BenchmarkConfig
-    records: list[RequestRecord]
-    window_start: float = Field(description="Unix time the measured window began, s.")
-    window_end: float = Field(description="Unix time the measured window ended, s.")
-    server: ServerView | None = None
-    client: ClientView | None = None
-    run_id: str | None = Field(default=None, description="Name of the run's rows file, YYYYMMDD_HHMMSS.")
-    profile_traces: list[str] = Field(default_factory=list, description="Trace files vLLM wrote in the window.")
-
-
-class BuildReportResponse(BaseModel):
-    """Answer of ``POST /reports``."""
-
-    report_path: str
-    report: Report
 
 
 def json_schema() -> dict[str, Any]:

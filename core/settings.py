@@ -106,6 +106,10 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(default=300.0, gt=0)
     seed: int = 0
     profile: bool = Field(default=False, description="make benchmark PROFILE=1: torch-profile the measured window.")
+    locust_plan_file: Path | None = Field(
+        default=None,
+        description="Internal: the run plan the benchmark writes for its Locust processes (unset: these settings).",
+    )
 
     # --- reports (make benchmark GATE=v0.2.1 GATE_THRESHOLD_PCT=5; make baseline NAME=v0.2.1) ---------------
     gate: str | None = Field(

@@ -205,7 +205,7 @@ def run_our_client(
     Raises:
         CalibrationError: Locust failed to start or hung.
     """
-    from loadtest.bench import read_records
+    from loadtest.run import read_records
 
     settings = get_settings().model_copy(update={"vllm_base_url": base_url, "concurrency": users, "ramp_up_s": 0.0})
     records_path = workdir / f"{name}.requests.jsonl"

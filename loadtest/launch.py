@@ -24,16 +24,19 @@ def locust_argv(
     max_requests: int | None = None,
     stop_timeout_s: float | None = None,
     user_class: str = "ChatUser",
+    ramp_up_s: float | None = None,
+    host: str | None = None,
 ) -> list[str]:
     """Command line of Locust against vLLM (``python -m locust``).
 
-    Headless closed-loop runs start ``users`` (default CONCURRENCY) users over RAMP_UP_S seconds; the open-loop
-    dispatcher (``OpenLoopUser``) is a single user.
+    Headless closed-loop runs start ``users`` (default CONCURRENCY) users over ``ramp_up_s`` (default RAMP_UP_S)
+    seconds; the open-loop dispatcher (``OpenLoopUser``) is a single user.
     """
-    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", settings.vllm_url]
+    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", host or settings.vllm_url]
     if headless:
         count = 1 if user_class == "OpenLoopUser" else users or settings.concurrency
-        spawn_rate = count / settings.ramp_up_s if settings.ramp_up_s > 0 else count
+        ramp = settings.ramp_up_s if ramp_up_s is None else ramp_up_s
+        spawn_rate = count / ramp if ramp > 0 else count
         argv += ["--headless", "-u", str(count), "-r", f"{spawn_rate:g}", "--only-summary", "--loglevel", "WARNING"]
         if run_time_s:
             argv += ["--run-time", f"{max(1, round(run_time_s))}s"]

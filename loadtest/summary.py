@@ -27,8 +27,8 @@ def memory_text(report: Report) -> str:
     m = report.metrics
     if m.gpu_mem_peak_gb is not None:
         return f"GPU mem peak {m.gpu_mem_peak_gb:.2f} GB"
-    if m.cpu_rss_peak_gb is not None:
-        return f"vLLM RSS peak {m.cpu_rss_peak_gb:.2f} GB (no GPU: {report.resources.gpu_unavailable_reason})"
+    if m.vllm_rss_peak_gb is not None:
+        return f"vLLM RSS peak {m.vllm_rss_peak_gb:.2f} GB (no GPU: {report.resources.gpu_unavailable_reason})"
     return "memory n/a"
 
 

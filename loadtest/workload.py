@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.settings import Settings
-from loadtest.dataset import Prompt, load_dataset
+from loadtest.dataset import Prompt
 
 Z95 = 1.6448536269514722  # standard normal 95th percentile
 
@@ -105,23 +104,6 @@ class WorkloadSampler:
     def __iter__(self) -> Iterator[WorkItem]:
         while True:
             yield self.next()
-
-
-def sampler_for(settings: Settings, seed: int) -> WorkloadSampler:
-    """The benchmark's workload as configured: DATASET (or the bundled corpus), output lengths, INPUT_MIX.
-
-    Raises:
-        DatasetError: the dataset cannot be loaded. ValueError: a bad length or mix setting.
-    """
-    return WorkloadSampler(
-        load_dataset(settings.workload_file).prompts,
-        seed,
-        fixed_max_tokens=settings.fixed_max_tokens,
-        mean_tokens=settings.output_len_mean,
-        p95_tokens=settings.output_len_p95,
-        cap_tokens=settings.output_len_cap,
-        mix=settings.input_mix,
-    )
 
 
 def arrival_gaps_s(rate_per_s: float, burstiness: float, seed: int) -> Iterator[float]:

@@ -22,8 +22,8 @@ import httpx
 from core.engine import EngineError, EngineRequest, read_engine_state, read_request, write_request
 from core.net import port_in_use_message
 from core.settings import PROJECT_ROOT, Settings, get_settings
-from services.logtools.startup import startup_phase
 from services.vllm.control import FAILED_STATES, LocalEngine, Supervisor
+from services.vllm.startup import startup_phase
 
 CONF = PROJECT_ROOT / "deploy" / "supervisord.conf"
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.requestlog import RequestLogLine
-from services.logtools.patterns import METRIC_FIELDS, normalise
-from services.logtools.timeparse import epoch_to_iso
+from core.timeparse import epoch_to_iso
+from services.vllm.logformat import METRIC_FIELDS, normalise
 
 MAX_ERROR_CAUSES = 200
 
@@ -52,7 +52,7 @@ class EngineSummary:
         self.last_s: float | None = None
 
     def add_rows(self, rows: list[tuple[bytes, ...]], first_s: float | None, last_s: float | None) -> None:
-        """Rows of :data:`~services.logtools.patterns.METRICS_RE` groups, oldest first, and the times of the first
+        """Rows of :data:`~services.vllm.logformat.METRICS_RE` groups, oldest first, and the times of the first
         and last row (epoch seconds or None)."""
         self.samples += len(rows)
         columns = list(zip(*rows, strict=True))

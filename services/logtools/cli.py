@@ -11,7 +11,7 @@ from __future__ import annotations
 import getopt
 import sys
 
-from services.logtools.timeparse import SINCE_HELP, parse_since
+from core.timeparse import SINCE_HELP, parse_since
 
 USAGE = f"""\
 usage: python -m services.logtools --errors|--slow|--stats [--json] [--since WHEN] [--threshold-ms MS]

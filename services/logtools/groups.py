@@ -6,9 +6,9 @@ digits are masked (request ids, token counts, pids). Memory is bounded by :data:
 
 from __future__ import annotations
 
-from services.logtools.patterns import normalise
+from core.timeparse import epoch_to_iso
 from services.logtools.scan import ErrorEvent
-from services.logtools.timeparse import epoch_to_iso
+from services.vllm.logformat import normalise
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class ErrorGroups:
         self._keys: dict[str, str] = {}
 
     def _normalised(self, message: str) -> str:
-        """:func:`~services.logtools.patterns.normalise` with a bounded cache (many events repeat a message)."""
+        """:func:`~services.vllm.logformat.normalise` with a bounded cache (many events repeat a message)."""
         key = self._keys.get(message)
         if key is None:
             if len(self._keys) >= _MAX_CACHED_KEYS:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 
-from services.logtools.reader import ReadStats, StrPath, rotated_family
-from services.logtools.timeparse import epoch_to_iso
+from core.logfiles import ReadStats, StrPath, rotated_family
+from core.timeparse import epoch_to_iso
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

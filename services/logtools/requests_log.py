@@ -9,9 +9,9 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from core.logfiles import BLOCK_BYTES, ReadStats, StrPath, iter_blocks
 from core.requestlog import BadLogLine, RequestLogLine
-from services.logtools.patterns import text
-from services.logtools.reader import BLOCK_BYTES, ReadStats, StrPath, iter_blocks
+from services.vllm.logformat import text
 
 MAX_BAD_EXAMPLES = 5
 

@@ -13,7 +13,9 @@ import os
 import re
 from collections.abc import Callable, Iterable
 
-from services.logtools.patterns import (
+from core.logfiles import BLOCK_BYTES, ReadStats, StrPath, iter_spans, mtime_s
+from core.timeparse import StampClock
+from services.vllm.logformat import (
     METRICS_RE,
     PROBLEM_LEVELS,
     STAMP_RE,
@@ -23,8 +25,6 @@ from services.logtools.patterns import (
     starts_traceback,
     text,
 )
-from services.logtools.reader import BLOCK_BYTES, ReadStats, StrPath, iter_spans, mtime_s
-from services.logtools.timeparse import StampClock
 
 TRACEBACK_NEEDLE = b"Traceback (most recent"
 _TRACEBACK_B = TRACEBACK_NEEDLE.index(b"b")
@@ -109,7 +109,7 @@ class LogScanner:
             and the times of the first and last of them (epoch seconds or None).
         since_s: window start, epoch seconds (None: everything). The log is taken to be in time order: blocks
             ending before the window are skipped; files last written before it are not opened.
-        block_bytes: read size, see :func:`services.logtools.reader.iter_spans`.
+        block_bytes: read size, see :func:`core.logfiles.iter_spans`.
     """
 
     def __init__(

@@ -14,39 +14,23 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Response
 from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, Field
 
-from core.report_schema import BuildReportRequest, BuildReportResponse, Report
+from core.api import BaselineMarked, BuildReportRequest, BuildReportResponse, MarkBaseline, WindowResult, WindowStarted
+from core.report_schema import Report
 from core.settings import Settings, get_settings
-from services.logtools.startup import startup_phase
 from services.sidecar.promexport import make_registry
 from services.sidecar.reporting import ReportService
-from services.sidecar.windows import UnknownWindow, WindowRegistry, WindowResult, WindowStarted
+from services.sidecar.windows import UnknownWindow
+from services.vllm.startup import startup_phase
 
 log = logging.getLogger(__name__)
-
-
-class MarkBaseline(BaseModel):
-    """Body of ``PUT /baselines/{name}``."""
-
-    report_id: str | None = Field(default=None, description="Report to mark; default: the latest report.")
-
-
-class BaselineMarked(BaseModel):
-    """Answer of ``PUT /baselines/{name}``."""
-
-    name: str
-    report_id: str
-    timestamp: str
-    throughput_req_per_sec: float
-    latency_p99_ms: float | None
 
 
 def create_app(settings: Settings | None = None, service: ReportService | None = None) -> FastAPI:
     """Build the app; ``service`` is injectable for tests (default: real NVML + psutil sampling)."""
     settings = settings or get_settings()
     svc = service or ReportService.from_settings(settings)
-    windows = WindowRegistry(svc.window_resources)
+    windows = svc.windows
     registry = make_registry(svc.sampler.latest, svc.gpu_names)
 
     @asynccontextmanager
@@ -113,7 +97,7 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
     @app.post("/reports", response_model=BuildReportResponse)
     async def build_report(request: BuildReportRequest) -> BuildReportResponse:
         """Merge the rows with resources, logs and environment; compare; write JSON, Markdown and HTML."""
-        if not any(r.phase == "measured" for r in request.records):
+        if not any(r.phase == "measured" for r in request.records) or request.metrics.requests_total == 0:
             raise HTTPException(status_code=422, detail="no measured requests in the body: nothing to report")
         return await run_in_threadpool(svc.build_and_write, request)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+from core.api import BuildReportRequest
 from core.records import RequestRecord
 from core.report_schema import (
-    BuildReportRequest,
     Comparison,
     Environment,
     ErrorSummary,
@@ -16,7 +16,7 @@ from core.report_schema import (
     Report,
     Resources,
 )
-from core.stats import key_insight, run_metrics
+from core.stats import RunMetrics, key_insight
 from services.sidecar.redact import strip_url_credentials
 from services.sidecar.resources import WindowPeaks
 
@@ -39,9 +39,9 @@ def error_summary(records: Sequence[RequestRecord]) -> ErrorSummary:
     return summary
 
 
-def build_metrics(records: Sequence[RequestRecord], peaks: WindowPeaks, slo: dict[str, float]) -> Metrics:
-    """Full metrics of the measured requests, the seed's flat names, memory peaks of the window, key insight."""
-    run = run_metrics(records, slo)
+def build_metrics(run: RunMetrics, resources: Resources) -> Metrics:
+    """The report's metrics: the benchmark's run metrics, the seed's flat names, the window's memory peaks and the
+    key insight."""
     return Metrics(
         **run.model_dump(),
         latency_avg_ms=run.e2e.mean_ms,
@@ -50,8 +50,8 @@ def build_metrics(records: Sequence[RequestRecord], peaks: WindowPeaks, slo: dic
         latency_p99_ms=run.e2e.p99_ms,
         ttft_p50_ms=run.ttft.p50_ms,
         ttft_p99_ms=run.ttft.p99_ms,
-        gpu_mem_peak_gb=peaks.gpu_mem_peak_gb,
-        cpu_rss_peak_gb=peaks.vllm_rss_peak_gb,
+        gpu_mem_peak_gb=resources.gpu_mem_peak_gb,
+        vllm_rss_peak_gb=resources.vllm_rss_peak_gb,
         key_insight=key_insight(run),
     )
 
@@ -68,7 +68,7 @@ def build_resources(
         gpu_mem_peak_gb=peaks.gpu_mem_peak_gb,
         gpu_samples=peaks.samples if peaks.gpu_mem_peak_gb is not None else 0,
         gpus=list(peaks.gpus),
-        cpu_rss_peak_gb=peaks.vllm_rss_peak_gb,
+        vllm_rss_peak_gb=peaks.vllm_rss_peak_gb,
         cpu_unavailable_reason=cpu_unavailable_reason if peaks.vllm_rss_peak_gb is None else None,
         vllm_cpu_percent_peak=peaks.vllm_cpu_percent_peak,
         vllm_cpu_percent_mean=peaks.vllm_cpu_percent_mean,
@@ -84,13 +84,9 @@ def build_report(
     report_id: str,
     timestamp: str,
     environment: Environment,
-    metrics: Metrics,
-    peaks: WindowPeaks,
-    gpu_unavailable_reason: str | None,
-    cpu_unavailable_reason: str | None,
+    resources: Resources,
     log_facts: LogFacts,
     comparison: Comparison,
-    sample_interval_s: float | None = None,
 ) -> Report:
     """Assemble a report (pure: every input was gathered by the caller)."""
     return Report(
@@ -100,9 +96,9 @@ def build_report(
         run_ended_at=request.window_end,
         environment=environment,
         config=request.config.model_copy(update={"vllm_url": strip_url_credentials(request.config.vllm_url)}),
-        metrics=metrics,
+        metrics=build_metrics(request.metrics, resources),
         errors=error_summary(request.records),
-        resources=build_resources(peaks, gpu_unavailable_reason, cpu_unavailable_reason, sample_interval_s),
+        resources=resources,
         logs=log_facts,
         comparison=comparison,
         server=request.server,

@@ -21,8 +21,8 @@ from core.engine import EngineState
 from core.report_schema import Environment, StartupFacts
 from core.settings import PROJECT_ROOT
 from core.units import GIB
-from services.logtools.startup import StartupPhase
 from services.sidecar.gpu import GpuInfo
+from services.vllm.startup import StartupPhase
 
 SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(?:/|$)")
 HF_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")

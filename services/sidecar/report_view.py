@@ -51,7 +51,7 @@ def headline_rows(report: Report) -> list[Row]:
         ("Peak concurrency", str(m.peak_concurrency)),
         ("Measured window", fmt(m.duration_s, "s", 1)),
         ("GPU memory peak", fmt(m.gpu_mem_peak_gb, "GB")),
-        ("vLLM RSS peak", fmt(m.cpu_rss_peak_gb, "GB")),
+        ("vLLM RSS peak", fmt(m.vllm_rss_peak_gb, "GB")),
     ]
     if m.goodput_req_per_sec is not None:
         rows.append(("Goodput", f"{fmt(m.goodput_req_per_sec, 'req/s')} ({fmt(m.goodput_percent, '%', 1)})"))
@@ -101,7 +101,7 @@ def resources_rows(report: Report) -> list[Row]:
     rows = [
         ("Samples (interval)", f"{len(r.timeline)} points ({fmt(r.sample_interval_s, 's')})"),
         ("GPU memory peak (sum)", fmt(r.gpu_mem_peak_gb, "GB") + gpu_why),
-        ("vLLM RSS peak", fmt(r.cpu_rss_peak_gb, "GB") + cpu_why),
+        ("vLLM RSS peak", fmt(r.vllm_rss_peak_gb, "GB") + cpu_why),
         ("vLLM CPU peak / mean", f"{fmt(r.vllm_cpu_percent_peak, '%', 0)} / {fmt(r.vllm_cpu_percent_mean, '%', 0)}"),
         ("Host memory used peak", fmt(r.host_mem_used_peak_gb, "GB")),
     ]

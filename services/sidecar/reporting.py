@@ -7,14 +7,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.api import BuildReportRequest, BuildReportResponse
 from core.compare import compare_with_history, workload_fingerprint
 from core.engine import read_engine_state
 from core.records import RequestRecord
-from core.report_schema import BuildReportRequest, BuildReportResponse, Report, Resources
+from core.report_schema import Comparison, Report, Resources
 from core.settings import Settings
-from services.logtools.startup import startup_phase
 from services.sidecar.baselines import BaselineStore
-from services.sidecar.builder import build_metrics, build_report, build_resources
+from services.sidecar.builder import build_report, build_resources
 from services.sidecar.envinfo import collect_environment, vllm_server_facts
 from services.sidecar.gpu import GpuInfo, GpuReader, open_gpu_reader
 from services.sidecar.logfacts import read_log_facts
@@ -25,6 +25,8 @@ from services.sidecar.render_md import render_markdown
 from services.sidecar.sampler import Sampler, engine_pid
 from services.sidecar.schema_export import write_schema_if_changed
 from services.sidecar.store import ReportStore, dump_records, new_report_id, utc_now_iso
+from services.sidecar.windows import UnknownWindow, WindowRegistry
+from services.vllm.startup import startup_phase
 
 
 @dataclass
@@ -38,11 +40,13 @@ class ReportService:
     store: ReportStore
     server_facts: Callable[[str], dict[str, Any]] = vllm_server_facts
     baselines: BaselineStore = field(init=False)
+    windows: WindowRegistry = field(init=False)
 
     def __post_init__(self) -> None:
         self._gpu_info: GpuInfo | None = self.gpu_reader.info() if self.gpu_reader else None
         self._build_lock = threading.Lock()
         self.baselines = BaselineStore(self.store.root)
+        self.windows = WindowRegistry(self.window_resources)
 
     @classmethod
     def from_settings(
@@ -135,12 +139,21 @@ class ReportService:
         self.baselines.set(name, report.report_id)
         return report
 
+    def run_resources(self, request: BuildReportRequest) -> Resources:
+        """The resources of a run: its sampling window's summary when the benchmark opened one (stopped now if it is
+        still open), else the samples between ``window_start`` and ``window_end``."""
+        if request.window_id:
+            try:
+                return self.windows.stop(request.window_id).resources
+            except UnknownWindow:
+                pass  # forgotten (a sidecar restart): fall back to the run's own bounds
+        return self.window_resources(request.window_start, request.window_end)
+
     def build_and_write(self, request: BuildReportRequest) -> BuildReportResponse:
         """Build the report for ``request`` and write it with its Markdown and HTML (serialised, so comparisons see
         every earlier report)."""
         settings = self.settings
-        self.sampler.sample_once()  # the window's end is covered even for runs shorter than one interval
-        peaks = self.sampler.peaks(request.window_start, request.window_end)
+        resources = self.run_resources(request)
         log_facts = read_log_facts(settings.vllm_log_file, request.window_start, request.window_end)
         environment = collect_environment(
             self._gpu_info,
@@ -149,24 +162,20 @@ class ReportService:
             log_facts.vllm_version,
             startup_phase(settings.vllm_log_file),
         )
-        metrics = build_metrics(request.records, peaks, request.config.slo)
         with self._build_lock:
-            comparison = compare_with_history(
-                request.config, environment, metrics, self.store.list(), self.baselines.resolve(self.store)
-            )
             report = build_report(
                 request,
                 report_id=new_report_id(),
                 timestamp=utc_now_iso(),
                 environment=environment,
-                metrics=metrics,
-                peaks=peaks,
-                gpu_unavailable_reason=self.gpu_reason,
-                cpu_unavailable_reason=self.sampler.cpu_unavailable_reason,
+                resources=resources,
                 log_facts=log_facts,
-                comparison=comparison,
-                sample_interval_s=settings.gpu_sample_interval_s,
+                comparison=Comparison(),
             )
+            comparison = compare_with_history(
+                request.config, environment, report.metrics, self.store.list(), self.baselines.resolve(self.store)
+            )
+            report = report.model_copy(update={"comparison": comparison})
             if request.profile_traces and request.run_id:
                 profile = collect_traces(
                     request.profile_traces, settings.profile_dir, settings.reports_dir, request.run_id

@@ -14,29 +14,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pydantic import BaseModel, Field
-
+from core.api import WindowResult, WindowStarted
 from core.report_schema import Resources
 
 WINDOW_ID_RE = re.compile(r"^[0-9a-f]{16}$")
 MAX_WINDOWS = 256  # oldest windows are forgotten beyond this
-
-
-class WindowStarted(BaseModel):
-    """Answer of ``POST /windows/start``."""
-
-    window_id: str
-    started_at: float = Field(description="Unix time, s.")
-
-
-class WindowResult(BaseModel):
-    """Answer of ``POST /windows/{id}/stop``: the window's bounds and its resource peaks."""
-
-    window_id: str
-    started_at: float = Field(description="Unix time, s.")
-    ended_at: float = Field(description="Unix time, s.")
-    duration_s: float
-    resources: Resources
 
 
 @dataclass
@@ -67,6 +49,12 @@ class WindowRegistry:
             while len(self._windows) > MAX_WINDOWS:
                 self._windows.popitem(last=False)
         return WindowStarted(window_id=window_id, started_at=now)
+
+    def result(self, window_id: str) -> WindowResult | None:
+        """The summary of a stopped window; None when it is unknown or still open."""
+        with self._lock:
+            window = self._windows.get(window_id)
+            return window.result if window else None
 
     def stop(self, window_id: str) -> WindowResult:
         """Close ``window_id`` now and summarise it; a second stop returns the first result.

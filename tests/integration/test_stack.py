@@ -61,7 +61,7 @@ def test_benchmark_writes_a_correct_report(stack: Stack) -> None:
     assert m["requests_ok"] == 20 and m["requests_failed"] == 0 and m["error_rate_percent"] == 0
     assert m["output_tokens_total"] > 0 and m["throughput_req_per_sec"] > 0 and m["output_tokens_per_sec"] > 0
     assert m["latency_p50_ms"] <= m["latency_p90_ms"] <= m["latency_p99_ms"]
-    assert m["gpu_mem_peak_gb"] is None and m["cpu_rss_peak_gb"] > 0
+    assert m["gpu_mem_peak_gb"] is None and m["vllm_rss_peak_gb"] > 0
     env = report["environment"]
     assert env["synthetic"] is True and env["vllm_version"] and env["served_model_name"] == "ernie-tiny-synthetic"
     assert report["config"]["concurrency"] == 4 and report["config"]["max_tokens"] == 32

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from core.logfiles import rotated_family
 from services.logtools.groups import ErrorGroups
-from services.logtools.reader import rotated_family
 from services.logtools.scan import ErrorEvent, LogScanner
 from services.logtools.synthlog import generate_vllm_log
 

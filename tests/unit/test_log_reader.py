@@ -7,7 +7,7 @@ import os
 import threading
 from pathlib import Path
 
-from services.logtools.reader import ReadStats, iter_blocks, iter_spans, rotated_family
+from core.logfiles import ReadStats, iter_blocks, iter_spans, rotated_family
 
 
 def lines_of(path: Path, block_bytes: int = 1 << 20) -> tuple[list[bytes], ReadStats]:

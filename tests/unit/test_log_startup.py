@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.logtools.startup import PHASES, startup_phase
+from services.vllm.startup import PHASES, startup_phase
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 RECORDED = FIXTURES / "vllm_0.32_cpu_recorded.log"

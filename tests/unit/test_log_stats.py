@@ -11,10 +11,10 @@ import pytest
 
 from core.requestlog import BadLogLine, RequestLogLine
 from services.logtools.aggregate import EngineSummary, RequestStats, SlowRequests, percentiles
-from services.logtools.patterns import parse_metrics
 from services.logtools.requests_log import RequestsRead, iter_records
 from services.logtools.scan import LogScanner
 from services.logtools.synthlog import generate_vllm_log
+from services.vllm.logformat import parse_metrics
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 REQUESTS = FIXTURES / "requests_mixed.jsonl"
@@ -60,7 +60,7 @@ def test_old_format_pending_is_waiting_and_gpu_cache_wins() -> None:
 
 def test_engine_summary_means_maxima_and_busy_throughput() -> None:
     """Means, maxima and last values per figure; the busy mean skips samples with nothing running."""
-    from services.logtools.patterns import METRICS_RE
+    from services.vllm.logformat import METRICS_RE
 
     rows = [METRICS_RE.findall(line)[0] for line in (NEW_GPU, NEW_CPU, NEW_GPU)]
     engine = EngineSummary()

@@ -14,10 +14,12 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.api import BuildReportRequest
 from core.engine import EngineState, write_engine_state
 from core.records import RequestRecord
-from core.report_schema import BenchmarkConfig, BuildReportRequest
+from core.report_schema import BenchmarkConfig
 from core.settings import PROJECT_ROOT, Settings
+from core.stats import run_metrics
 from services.sidecar.app import create_app
 from services.sidecar.gpu import NvmlReader
 from services.sidecar.reporting import ReportService
@@ -74,7 +76,13 @@ def body(concurrency: int = 4, e2e_ms: float = 100.0, n: int = 12, error: str | 
         vllm_url="http://vllm.invalid:8100",
         model="mock-model",
     )
-    request = BuildReportRequest(config=config, records=rows, window_start=start - 0.5, window_end=time.time() + 0.5)
+    request = BuildReportRequest(
+        config=config,
+        records=rows,
+        metrics=run_metrics(rows),
+        window_start=start - 0.5,
+        window_end=time.time() + 0.5,
+    )
     return request.model_dump(mode="json")
 
 
@@ -237,7 +245,7 @@ def test_without_nvml_the_report_has_no_gpu_figures_but_cpu_ones(client_for: Cal
     assert report["metrics"]["gpu_mem_peak_gb"] is None and report["resources"]["gpus"] == []
     assert "Driver Not Loaded" in report["resources"]["gpu_unavailable_reason"]
     assert report["environment"]["gpu_model"] is None and report["environment"]["gpu_count"] == 0
-    assert report["metrics"]["cpu_rss_peak_gb"] > 0 and report["resources"]["vllm_cpu_percent_peak"] is not None
+    assert report["metrics"]["vllm_rss_peak_gb"] > 0 and report["resources"]["vllm_cpu_percent_peak"] is not None
 
 
 def test_secrets_never_reach_reports(client_for: Callable[..., TestClient], tmp_path: Path,

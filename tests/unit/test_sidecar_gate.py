@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from core.api import BuildReportRequest
 from core.gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, gate_failures, gate_verdict
 from core.records import RequestRecord
-from core.report_schema import BenchmarkConfig, BuildReportRequest, Comparison
+from core.report_schema import BenchmarkConfig, Comparison
+from core.stats import run_metrics
 from loadtest.summary import compare_lines, format_summary
 from services.sidecar.gpu import NvmlReader
 from services.sidecar.reporting import ReportService
@@ -82,7 +84,9 @@ def _service_body(e2e_ms: float, gap_s: float) -> BuildReportRequest:
     ]
     config = BenchmarkConfig(concurrency=2, requests=20, warmup_requests=0, max_tokens=8, temperature=0.0,
                              dataset="d", seed=0, vllm_url="http://x", model="m")
-    return BuildReportRequest(config=config, records=rows, window_start=start, window_end=time.time())
+    return BuildReportRequest(
+        config=config, records=rows, metrics=run_metrics(rows), window_start=start, window_end=time.time()
+    )
 
 
 def test_gate_end_to_end_through_the_sidecar(tmp_path: Path) -> None:

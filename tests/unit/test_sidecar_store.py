@@ -18,8 +18,8 @@ from core.report_schema import (
     Report,
     Resources,
 )
+from core.stats import run_metrics
 from services.sidecar.builder import build_metrics
-from services.sidecar.sampler import WindowPeaks
 from services.sidecar.store import ReportStore, validate_report_id
 
 
@@ -33,7 +33,7 @@ def report(
         RequestRecord(request_id=f"r{i}", started_at=float(i), ok=True, e2e_ms=100.0, ttft_ms=20.0, output_tokens=10)
         for i in range(10)
     ]
-    metrics = build_metrics(rows, WindowPeaks(0, None, 1.0, 2.0), {}).model_copy(
+    metrics = build_metrics(run_metrics(rows), Resources(vllm_rss_peak_gb=1.0)).model_copy(
         update={"throughput_req_per_sec": throughput}
     )
     config = BenchmarkConfig(

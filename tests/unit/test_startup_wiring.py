@@ -7,10 +7,10 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from core.settings import Settings
-from services.logtools.startup import StartupAttempt, StartupPhase
 from services.sidecar.app import create_app
 from services.sidecar.envinfo import startup_facts
 from services.sidecar.reporting import ReportService
+from services.vllm.startup import StartupAttempt, StartupPhase
 
 
 def attempt(startup_s: float, outcome: str = "ready") -> StartupAttempt:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from services.logtools.timeparse import StampClock
+from core.timeparse import StampClock
 
 VLLM_HEADER_RE = re.compile(
     rb"(\(([^()\s]{1,64}) pid=\d{1,10}\) )?(WARNING|ERROR|INFO|DEBUG|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? "

@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from services.logtools.patterns import parse_line, text
-from services.logtools.reader import ReadStats, iter_blocks, mtime_s
-from services.logtools.timeparse import StampClock, epoch_to_iso
+from core.logfiles import ReadStats, iter_blocks, mtime_s
+from core.timeparse import StampClock, epoch_to_iso
+from services.vllm.logformat import parse_line, text
 
 PHASES = ("not_started", "starting", "downloading", "loading_weights", "compiling", "ready", "failed", "stopped")
 """Phase names in start-up order (``failed`` and ``stopped`` can follow any other)."""

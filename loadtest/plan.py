@@ -1,0 +1,83 @@
+"""The run plan: the benchmark's knobs as one :class:`core.report_schema.BenchmarkConfig`, written once by the
+benchmark and read by every Locust process (``--plan-file``), and the same object goes into the report.
+
+So a knob crosses each process boundary one way only: settings -> plan (here) -> Locust and the sidecar.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.report_schema import BenchmarkConfig
+from core.settings import PROJECT_ROOT, Settings
+from loadtest.dataset import load_dataset
+from loadtest.workload import WorkloadSampler
+
+
+def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
+    """The run's knobs from the settings, with the model the benchmark chose."""
+    workload = settings.workload_file.resolve()
+    fixed = settings.fixed_max_tokens
+    return BenchmarkConfig(
+        mode="open_loop" if settings.rate else "closed_loop",
+        concurrency=settings.concurrency,
+        rate_req_per_sec=settings.rate,
+        burstiness=settings.burstiness if settings.rate else None,
+        requests=settings.requests if settings.duration is None else None,
+        duration_s=settings.duration,
+        warmup_requests=settings.warmup,
+        ramp_up_s=settings.ramp_up_s or None,
+        max_tokens=fixed or settings.output_len_cap,
+        output_len_mean=None if fixed else settings.output_len_mean,
+        output_len_p95=None if fixed else settings.output_len_p95,
+        ignore_eos=settings.ignore_eos,
+        temperature=settings.temperature,
+        dataset=str(workload.relative_to(PROJECT_ROOT)) if workload.is_relative_to(PROJECT_ROOT) else str(workload),
+        input_mix=settings.input_mix,
+        seed=settings.seed,
+        slo=settings.slo,
+        request_timeout_s=settings.request_timeout_s,
+        vllm_url=settings.vllm_url,
+        model=model,
+    )
+
+
+def dataset_path(config: BenchmarkConfig) -> Path:
+    """The dataset file of ``config`` (relative paths are relative to the project)."""
+    path = Path(config.dataset)
+    return path if path.is_absolute() else PROJECT_ROOT / path
+
+
+def sampler_for(config: BenchmarkConfig, seed: int) -> WorkloadSampler:
+    """The workload of ``config``: its dataset, output lengths (fixed, or log-normal mean/P95 capped at max_tokens)
+    and input mix, seeded with ``seed``.
+
+    Raises:
+        DatasetError: the dataset cannot be loaded. ValueError: a bad length or mix setting.
+    """
+    fixed = config.output_len_mean is None
+    return WorkloadSampler(
+        load_dataset(dataset_path(config)).prompts,
+        seed,
+        fixed_max_tokens=config.max_tokens if fixed else None,
+        mean_tokens=config.output_len_mean or 120.0,
+        p95_tokens=config.output_len_p95 or 280.0,
+        cap_tokens=config.max_tokens,
+        mix=config.input_mix,
+    )
+
+
+def write_plan(path: Path, config: BenchmarkConfig) -> None:
+    """Write the plan for Locust (atomic)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(config.model_dump_json(indent=2), encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_plan(path: Path) -> BenchmarkConfig:
+    """The plan written by :func:`write_plan`.
+
+    Raises:
+        OSError: unreadable. pydantic.ValidationError: not a plan.
+    """
+    return BenchmarkConfig.model_validate_json(path.read_bytes())

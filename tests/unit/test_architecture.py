@@ -1,0 +1,50 @@
+"""The house plan's import contracts (pyproject's [tool.importlinter], run by `make lint`) hold, and they bite."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from core.settings import PROJECT_ROOT
+
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+
+def run_lint(root: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` with the project's contracts, over the packages found in ``root``."""
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo", "--config", str(PROJECT_ROOT / "pyproject.toml")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)},
+    )
+
+
+def test_the_project_keeps_its_import_contracts() -> None:
+    """Core imports no service, the middle layer's packages import none of each other, no folder-level cycles."""
+    result = run_lint(PROJECT_ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 kept, 0 broken" in result.stdout
+
+
+def _package(root: Path, dotted: str, body: str = "") -> None:
+    path = root.joinpath(*dotted.split("."))
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "__init__.py").write_text(body)
+
+
+def test_each_kind_of_forbidden_import_is_caught(tmp_path: Path) -> None:
+    """A tree with an upward import from core, a sidecar -> loadtest import and a cycle breaks every contract."""
+    for name in ("services.stackctl", "services.vllm", "services.ui", "services.logtools"):
+        _package(tmp_path, name)
+    _package(tmp_path, "core", "import services.vllm\n")  # the core reaching up
+    _package(tmp_path, "core.a", "import core.b\n")
+    _package(tmp_path, "core.b", "import core.a\n")  # a folder-level cycle
+    _package(tmp_path, "loadtest")
+    _package(tmp_path, "services.sidecar", "import loadtest\n")  # a sibling's internals
+    result = run_lint(tmp_path)
+    assert result.returncode != 0
+    assert "0 kept, 3 broken" in result.stdout, result.stdout
