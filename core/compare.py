@@ -43,6 +43,8 @@ def fingerprint_fields(config: BenchmarkConfig, env: Environment) -> dict[str, A
         "duration_s": config.duration_s,
         "max_tokens": config.max_tokens,
         "output_len_mean": config.output_len_mean,
+        "output_len_p95": config.output_len_p95,
+        "ramp_up_s": config.ramp_up_s,
         "ignore_eos": config.ignore_eos,
         "temperature": config.temperature,
         "dataset": config.dataset,
