@@ -222,7 +222,7 @@ def test_stop_cancels_the_request_on_the_server(stack: Stack, page: Page) -> Non
     page.get_by_text("The request was cancelled on the server").wait_for()
     screenshot(page, "ui_stopped.png")
     (line,) = ui_lines(stack.logs_dir, before)
-    assert line["status"] == "error" and line["error"] == "cancelled"
+    assert line["status"] == "cancelled" and line["error"] == "cancelled"
 
 
 def test_too_long_message_shows_limit_and_size(stack: Stack, page: Page) -> None:
