@@ -35,6 +35,8 @@ class BuildReportRequest(BaseModel):
     client: ClientView | None = None
     run_id: str | None = Field(default=None, description="Name of the run's rows file, YYYYMMDD_HHMMSS.")
     profile_traces: list[str] = Field(default_factory=list, description="Trace files vLLM wrote in the window.")
+    interrupted: bool = Field(default=False, description="The run was stopped early (Ctrl-C).")
+    gaps: list[str] = Field(default_factory=list, description="What the benchmark could not measure, and why.")
 
 
 class BuildReportResponse(BaseModel):

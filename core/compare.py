@@ -73,12 +73,25 @@ def differing_fields(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 
 
 def metric_changes(new: Metrics, old: Metrics) -> dict[str, float | None]:
-    """``{metric}_pct`` percent changes of :data:`COMPARED_METRICS`, 0.1 % resolution (None where a side is missing)."""
+    """``{metric}_pct`` percent changes of :data:`COMPARED_METRICS`, 0.01 % resolution (None where a side is
+    missing), and ``error_rate_percent_pp``: the error rate's change in percentage points (a relative change of a
+    rate that was 0 is undefined, the absolute one is not)."""
     out: dict[str, float | None] = {}
     for name in COMPARED_METRICS:
         change = percent_change(getattr(new, name), getattr(old, name))
         out[f"{name}_pct"] = None if change is None else round(change, 2)
+    out["error_rate_percent_pp"] = round(new.error_rate_percent - old.error_rate_percent, 2)
     return out
+
+
+def unusable_reason(report: Report) -> str | None:
+    """Why ``report`` cannot stand as the reference of a comparison (no successful request, interrupted run);
+    None when it can."""
+    if report.metrics.requests_ok == 0:
+        return f"{report.report_id} has no successful request (nothing to compare with)"
+    if report.interrupted:
+        return f"{report.report_id} was interrupted (Ctrl-C) before its planned end"
+    return None
 
 
 def _flag_env(name: str, env: Environment, old: Report) -> list[str]:
@@ -107,7 +120,9 @@ def compare_with_history(
     fields = fingerprint_fields(config, env)
     fingerprint = fingerprint_of(fields)
     comparison = Comparison(fingerprint=fingerprint)
-    same = [r for r in history if workload_fingerprint(r.config, r.environment) == fingerprint]
+    same = [
+        r for r in history if workload_fingerprint(r.config, r.environment) == fingerprint and not unusable_reason(r)
+    ]
     if same:
         previous = same[-1]
         comparison.against[PREVIOUS] = previous.report_id
@@ -120,6 +135,11 @@ def compare_with_history(
         if isinstance(baseline, str):
             comparison.refused[key] = baseline
             comparison.notes.append(f"{key}: not compared: {baseline}")
+            continue
+        unusable = unusable_reason(baseline)
+        if unusable:
+            comparison.refused[key] = f"cannot judge: {unusable}"
+            comparison.notes.append(f"{key}: not compared: {unusable}")
             continue
         old_fields = fingerprint_fields(baseline.config, baseline.environment)
         if fingerprint_of(old_fields) != fingerprint:

@@ -2,7 +2,9 @@
 
 The sidecar has already compared the new report with every named baseline of the same workload fingerprint
 (``comparison.changes_pct["vs_<name>"]``); the gate only reads those percent changes. A run fails when request
-throughput drops, or p99 latency rises, by more than the threshold (default 5 %, GATE_THRESHOLD_PCT).
+throughput drops, or p99 latency rises, by more than the threshold (default 5 %, GATE_THRESHOLD_PCT), or when its
+error rate rises by more than GATE_ERROR_RATE_PP percentage points (default 1). A baseline that cannot be judged
+against (no successful request, interrupted) is "cannot judge" (exit 2), never a pass or a regression.
 """
 
 from __future__ import annotations
@@ -28,9 +30,15 @@ class GateVerdict:
     failures: list[str] = field(default_factory=list)
 
 
-def gate_failures(changes_pct: dict[str, float | None], threshold_pct: float) -> list[str]:
-    """Failed metrics, e.g. ``throughput_req_per_sec -12.3% (limit -5%)``; a missing change fails (cannot judge)."""
+def gate_failures(
+    changes_pct: dict[str, float | None], threshold_pct: float, error_rate_pp: float = 1.0
+) -> list[str]:
+    """Failed metrics, e.g. ``throughput_req_per_sec -12.3% (limit -5%)`` or ``error_rate_percent +50.0 pp (limit
+    +1 pp)``; a missing change fails (cannot judge)."""
     failures = []
+    rise = changes_pct.get("error_rate_percent_pp")
+    if rise is not None and rise > error_rate_pp:
+        failures.append(f"error_rate_percent {rise:+.1f} pp (limit {error_rate_pp:+g} pp)")
     for metric, bad_sign in GATED_METRICS.items():
         change = changes_pct.get(f"{metric}_pct")
         limit = f"(limit {bad_sign * threshold_pct:+g}%)"
@@ -41,7 +49,7 @@ def gate_failures(changes_pct: dict[str, float | None], threshold_pct: float) ->
     return failures
 
 
-def gate_verdict(report: Report, baseline: str, threshold_pct: float) -> GateVerdict:
+def gate_verdict(report: Report, baseline: str, threshold_pct: float, error_rate_pp: float = 1.0) -> GateVerdict:
     """Judge ``report`` against the named ``baseline``: exit 0 pass, 3 regression, 2 unknown or incomparable."""
     key = f"vs_{baseline}"
     comparison = report.comparison
@@ -57,7 +65,7 @@ def gate_verdict(report: Report, baseline: str, threshold_pct: float) -> GateVer
             f"[GATE] ERROR vs {baseline}: no baseline named {baseline!r} ({hint}); mark one with "
             f"`make baseline NAME={baseline}`",
         )
-    failures = gate_failures(changes, threshold_pct)
+    failures = gate_failures(changes, threshold_pct, error_rate_pp)
     against = comparison.against.get(key, "?")
     if failures:
         return GateVerdict(EXIT_FAIL, f"[GATE] FAIL vs {baseline} ({against}): " + "; ".join(failures), failures)

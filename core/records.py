@@ -14,8 +14,11 @@ ErrorKind = Literal[
     "connection",  # refused, reset or dropped before the stream ended
     "no_done",  # the stream ended without `data: [DONE]` and without a final finish_reason (truncated)
     "empty_output",  # the stream finished but carried no content
-    "invalid_stream",  # a `data:` line that is not JSON, or an error object inside the stream
+    "invalid_stream",  # a `data:` line that is not JSON or not a chunk of OpenAI's shape, or an error in the stream
+    "client_error",  # the load generator itself failed on this request (a bug: the row keeps the exception)
+    "incomplete",  # still in flight when the run ended (DURATION + DRAIN_S, or Ctrl-C): cancelled, not a failure
 ]
+TokenSource = Literal["usage", "tokenize", "chunks"]
 
 Phase = Literal["warmup", "measured"]
 
@@ -42,7 +45,14 @@ class RequestRecord(BaseModel):
     e2e_ms: float | None = Field(default=None, description="Time to the end of the stream ([DONE]) or failure.")
     itl_ms: list[float] = Field(default_factory=list, description="Gaps between consecutive content chunks.")
     prompt_tokens: int | None = None
-    output_tokens: int | None = Field(default=None, description="usage.completion_tokens from the server.")
+    output_tokens: int | None = Field(
+        default=None,
+        description="Output tokens: usage.completion_tokens, else counted by the server's /tokenize, else the "
+        "client's count of content chunks (see output_tokens_source).",
+    )
+    output_tokens_source: TokenSource | None = Field(
+        default=None, description="Where output_tokens (and prompt_tokens) came from: usage, tokenize or chunks."
+    )
     content_chunks: int = 0
     output_chars: int = 0
     max_tokens: int | None = None

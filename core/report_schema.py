@@ -17,7 +17,9 @@ from core.stats import RunMetrics
 SCHEMA_VERSION = "1.2"
 # 1.1: vLLM fingerprint, model revision, resource stats/timeline, server, baselines.
 # 1.2: ``cpu_rss_peak_gb`` renamed ``vllm_rss_peak_gb`` (metrics, resources): it is the vLLM process tree's RSS.
-#      Rows record how each stream ended (``end_reason``). Reports of 1.1 are migrated on reading
+#      Rows record how each stream ended (``end_reason``) and where token counts came from
+#      (``output_tokens_source``); reports say what could not be measured (``gaps``) and whether the run was
+#      ``interrupted``; metrics count ``requests_incomplete`` apart. Reports of 1.1 are migrated on reading
 #      (:func:`migrate_report`); nothing is rewritten on disk.
 RENAMED_IN_1_2 = {"cpu_rss_peak_gb": "vllm_rss_peak_gb"}
 
@@ -86,6 +88,9 @@ class BenchmarkConfig(BaseModel):
     seed: int
     slo: dict[str, float] = Field(default_factory=dict)
     request_timeout_s: float = Field(default=300.0, description="Longest wait for a connection or the next chunk.")
+    drain_s: float = Field(
+        default=30.0, description="Duration runs: how long requests in flight at the end may finish, s."
+    )
     vllm_url: str
     model: str
 
@@ -245,6 +250,13 @@ class Report(BaseModel):
     )
     client: ClientView | None = Field(default=None, description="The load generator's own resource use.")
     profile: ProfileInfo | None = Field(default=None, description="Profiler traces, when PROFILE=1.")
+    interrupted: bool = Field(
+        default=False, description="The run was stopped early (Ctrl-C): its rows so far; never a comparison reference."
+    )
+    gaps: list[str] = Field(
+        default_factory=list,
+        description="What could not be measured and why, e.g. 'server cross-check skipped: GET /metrics answered 404'.",
+    )
     requests_file: str = Field(description="Per-request rows (JSONL) next to this report.")
     markdown_file: str | None = Field(default=None, description="Markdown summary next to this report.")
     html_file: str | None = Field(default=None, description="Self-contained HTML report (with plots) next to it.")

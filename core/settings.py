@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from core.distributions import lognormal_params
 from core.parsing import parse_duration_s, parse_mix, parse_slo, validate_name
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +24,11 @@ class Settings(BaseSettings):
     """All knobs of the stack. Units are in the names; every field maps to one environment variable."""
 
     model_config = SettingsConfigDict(
-        env_file=PROJECT_ROOT / ".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
+        env_file=PROJECT_ROOT / ".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        case_sensitive=False,
+        allow_inf_nan=False,  # RATE=nan, BURSTINESS=inf ... stop before load, naming the variable
     )
 
     # --- model ---------------------------------------------------------------------------------------
@@ -106,6 +111,25 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(default=300.0, gt=0)
     seed: int = 0
     profile: bool = Field(default=False, description="make benchmark PROFILE=1: torch-profile the measured window.")
+    bench_model: str | None = Field(
+        default=None,
+        description="Model the benchmark measures (an id of /v1/models); default: SERVED_MODEL_NAME, MODEL, or the "
+        "only model served (several served and none chosen: the run stops and lists them).",
+    )
+    drain_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="When DURATION ends, how long requests in flight may still finish before they are cancelled "
+        "(counted as incomplete), s.",
+    )
+    watchdog_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Stop a run in which no request finishes for this long, s (default REQUEST_TIMEOUT_S + 60).",
+    )
+    max_error_rate_pct: float | None = Field(
+        default=None, ge=0, le=100, description="Fail the run (exit 5) when its error rate is above this, %."
+    )
     locust_plan_file: Path | None = Field(
         default=None,
         description="Internal: the run plan the benchmark writes for its Locust processes (unset: these settings).",
@@ -118,6 +142,9 @@ class Settings(BaseSettings):
     )
     gate_threshold_pct: float = Field(
         default=5.0, ge=0, description="Gate tolerance: largest throughput drop / p99 latency rise allowed, %."
+    )
+    gate_error_rate_pp: float = Field(
+        default=1.0, ge=0, description="Gate tolerance: largest error-rate rise over the baseline, percentage points."
     )
 
     # --- end reports ---
@@ -132,6 +159,9 @@ class Settings(BaseSettings):
         "dataset",
         "output_len",
         "gate",
+        "bench_model",
+        "watchdog_s",
+        "max_error_rate_pct",
         mode="before",
     )
     @classmethod
@@ -171,6 +201,13 @@ class Settings(BaseSettings):
     def _default_request_count(self) -> Settings:
         if self.requests is None and self.duration is None:
             self.requests = 200
+        return self
+
+    @model_validator(mode="after")
+    def _output_lengths_fit(self) -> Settings:
+        """Sampled output lengths need a log-normal with OUTPUT_LEN_MEAN and OUTPUT_LEN_P95 (checked before load)."""
+        if self.fixed_max_tokens is None:
+            lognormal_params(self.output_len_mean, self.output_len_p95)
         return self
 
     # --- derived -------------------------------------------------------------------------------------
@@ -238,7 +275,12 @@ def describe_validation_error(exc: ValidationError) -> str:
     for err in exc.errors():
         name = ".".join(str(part) for part in err["loc"]).upper() or "settings"
         value = err.get("input")
-        shown = "" if isinstance(value, dict) else f"={value}"
+        if isinstance(value, dict):
+            shown = ""  # a model-level check: its message names the variables
+        elif isinstance(value, str) and not value.isprintable():
+            shown = f"={value!r}"  # a trailing newline or a control character is shown, not printed
+        else:
+            shown = f"={value}"
         lines.append(f"  {name}{shown}: {err['msg']}")
     return "Invalid configuration (environment, .env or make variables):\n" + "\n".join(lines)
 

@@ -159,7 +159,9 @@ class OutputLengths(BaseModel):
     actual_mean: float | None
     actual_p50: float | None
     actual_p95: float | None
-    usage_missing: int = Field(description="Successful requests whose stream carried no usage block.")
+    usage_missing: int = Field(
+        description="Successful requests whose stream carried no usage block (counted by /tokenize or chunks)."
+    )
     chunk_count_mismatch: int = Field(
         description="Requests whose client-counted content chunks differ from usage.completion_tokens."
     )
@@ -168,9 +170,14 @@ class OutputLengths(BaseModel):
 class RunMetrics(BaseModel):
     """Aggregate figures of the measured phase of one benchmark run."""
 
-    requests_total: int
+    requests_total: int = Field(description="Measured requests that ended (ok or failed); incomplete ones apart.")
     requests_ok: int
     requests_failed: int
+    requests_incomplete: int = Field(
+        default=0,
+        description="Still in flight when the run ended (DURATION + DRAIN_S, or Ctrl-C): cancelled and left out of "
+        "every other figure, as GuideLLM reports them.",
+    )
     errors_by_kind: dict[str, int]
     duration_s: float
     throughput_req_per_sec: float
@@ -191,6 +198,11 @@ class RunMetrics(BaseModel):
     output_lengths: OutputLengths
     windows: list[WindowStats]
     throughput_variation_percent: float | None
+    output_token_sources: dict[str, int] = Field(
+        default_factory=dict,
+        description="Successful requests by where their token counts came from: usage (the server's usage block), "
+        "tokenize (the server's /tokenize on the answer text) or chunks (the client's count of content chunks).",
+    )
 
 
 def measured_window_s(records: Sequence[RequestRecord]) -> float:
@@ -220,7 +232,7 @@ def output_lengths(ok: Sequence[RequestRecord]) -> OutputLengths:
         actual_mean=mean,
         actual_p50=p50,
         actual_p95=p95,
-        usage_missing=sum(r.output_tokens is None for r in ok),
+        usage_missing=sum(r.output_tokens_source not in (None, "usage") or r.output_tokens is None for r in ok),
         chunk_count_mismatch=sum(r.output_tokens is not None and r.output_tokens != r.content_chunks for r in ok),
     )
 
@@ -231,9 +243,10 @@ def run_metrics(records: Sequence[RequestRecord], slo: dict[str, float] | None =
     Raises:
         ValueError: no measured records at all (nothing to report).
     """
-    measured = [r for r in records if r.phase == "measured"]
+    every = [r for r in records if r.phase == "measured"]
+    measured = [r for r in every if r.error_kind != "incomplete"]
     if not measured:
-        raise ValueError("no measured requests: the run produced nothing to report")
+        raise ValueError("no measured request ended: the run produced nothing to report")
     ok = [r for r in measured if r.ok]
     duration_s = measured_window_s(measured)
     per_s = 1.0 / duration_s if duration_s > 0 else 0.0
@@ -247,6 +260,7 @@ def run_metrics(records: Sequence[RequestRecord], slo: dict[str, float] | None =
         requests_total=len(measured),
         requests_ok=len(ok),
         requests_failed=len(measured) - len(ok),
+        requests_incomplete=len(every) - len(measured),
         errors_by_kind=dict(sorted(kinds.items())),
         duration_s=duration_s,
         throughput_req_per_sec=len(ok) * per_s,
@@ -269,6 +283,7 @@ def run_metrics(records: Sequence[RequestRecord], slo: dict[str, float] | None =
         throughput_variation_percent=throughput_variation_percent(
             windows, max(r.started_at for r in measured) - min(r.started_at for r in measured)
         ),
+        output_token_sources=dict(sorted(Counter(r.output_tokens_source or "unknown" for r in ok).items())),
     )
 
 
@@ -278,6 +293,8 @@ def key_insight(m: RunMetrics) -> str:
     if m.errors_by_kind:
         worst = max(m.errors_by_kind.items(), key=lambda kv: kv[1])
         problems.append(f"{m.requests_failed} failed ({m.error_rate_percent:.1f}%, mostly {worst[0]})")
+    if m.requests_incomplete:
+        problems.append(f"{m.requests_incomplete} still in flight at the end (incomplete, left out)")
     if m.queue_delay.p99_ms is not None and m.queue_delay.p99_ms > 100:
         problems.append(f"client fell behind schedule (queue delay p99 {m.queue_delay.p99_ms:.0f} ms)")
     cv = m.throughput_variation_percent

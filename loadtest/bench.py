@@ -11,62 +11,26 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
-
-import httpx
 
 from core.api import BuildReportRequest
 from core.clientview import client_view, load_calibration
 from core.engine import EngineControl
-from core.gate import EXIT_ERROR, gate_verdict
-from core.report_schema import BenchmarkConfig
+from core.gate import gate_verdict
+from core.report_schema import BenchmarkConfig, Report
 from core.serverview import cross_check
 from core.settings import Settings, get_settings
 from core.stats import measured_window_s, run_metrics
 from loadtest import profiling
 from loadtest.dataset import DatasetError, load_dataset
 from loadtest.errors import BenchError
-from loadtest.plan import bench_config
+from loadtest.plan import bench_config, read_plan
+from loadtest.preflight import preflight
 from loadtest.run import Measured, from_records_file, run_measured
 from loadtest.sidecar_api import SidecarClient
 from loadtest.summary import format_summary
 from services.vllm.control import LocalEngine
-
-
-def preflight(settings: Settings, sidecar: SidecarClient) -> str:
-    """Check vLLM and the sidecar answer; return the served model id.
-
-    Raises:
-        BenchError: either service is down or vLLM is still loading.
-    """
-    error: Exception | None = None
-    for attempt in range(3):  # a busy server can drop a connection; retry before calling it down
-        try:
-            health = httpx.get(f"{settings.vllm_url}/health", timeout=10)
-            models = httpx.get(f"{settings.vllm_url}/v1/models", timeout=10).json()["data"]
-            break
-        except (httpx.HTTPError, ValueError, KeyError) as exc:
-            error = exc
-            time.sleep(1.0 + attempt)
-    else:
-        raise BenchError(
-            f"vLLM is not answering at {settings.vllm_url} ({type(error).__name__}). Start the stack with `make up` "
-            f"and check {settings.vllm_log_file}."
-        ) from None
-    if health.status_code != 200 or not models:
-        raise BenchError(f"vLLM at {settings.vllm_url} is not ready (HTTP {health.status_code}); wait or see logs.")
-    sidecar.check()
-    if settings.gate:
-        baselines = sidecar.baselines()
-        if settings.gate not in baselines:
-            known = ", ".join(sorted(baselines)) or "none yet"
-            raise BenchError(
-                f"GATE={settings.gate}: no baseline of that name (known: {known}). Mark one first with "
-                f"`make baseline NAME={settings.gate}` after a benchmark of the same workload."
-            )
-    return str(models[0]["id"])
 
 
 def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, settings: Settings) -> BuildReportRequest:
@@ -92,45 +56,95 @@ def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, sett
         ),
         run_id=records_path.name.removesuffix(".requests.jsonl"),
         profile_traces=run.traces,
+        interrupted=run.interrupted,
+        gaps=run.gaps,
     )
 
 
-def main(argv: list[str] | None = None, engine: EngineControl | None = None) -> int:
-    """Run a benchmark (or rebuild a report from a records file).
+# Exit codes (README "Exit codes"): CI scripts rely on them.
+EXIT_OK = 0
+EXIT_FAILED = 1  # the report could not be written (sidecar unreachable or refusing); rows are kept
+EXIT_USAGE = 2  # bad input, services down, unknown or incomparable GATE baseline (nothing was measured)
+EXIT_GATE = 3  # GATE: a regression against the named baseline
+EXIT_NO_SUCCESS = 4  # no measured request succeeded (the report is written, never a comparison reference)
+EXIT_ERROR_RATE = 5  # error rate above MAX_ERROR_RATE_PCT
+EXIT_INTERRUPTED = 130  # Ctrl-C (the report of the rows so far is written when there are any)
 
-    Exit codes: 0 success, 1 failure (nothing measured, sidecar unreachable), 2 bad input or services down,
-    3 GATE regression.
+
+def run_once(
+    settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, engine: EngineControl
+) -> tuple[Measured, Path]:
+    """Measure a new run into ``logs/runs/<YYYYMMDD_HHMMSS>.requests.jsonl``.
+
+    Raises:
+        profiling.ProfilingError: PROFILE=1 and the profiler failed.
     """
+    run_dir = settings.logs_dir / "runs"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    records_path = run_dir / f"{datetime.now().strftime('%Y%m%d_%H%M%S')}.requests.jsonl"
+    records_path.touch()
+    return run_measured(settings, plan, records_path, sidecar, engine), records_path
+
+
+def verdicts(settings: Settings, report: Report) -> list[tuple[int, str]]:
+    """``(exit code, line)`` of every check the run failed, most serious first (empty: exit 0)."""
+    m = report.metrics
+    out: list[tuple[int, str]] = []
+    if m.requests_ok == 0:
+        out.append(
+            (EXIT_NO_SUCCESS, f"[ERROR] No measured request succeeded ({m.requests_failed} failed): see errors.")
+        )
+    if settings.gate:  # 3 on a regression, 2 when the baseline is unknown/incomparable
+        verdict = gate_verdict(report, settings.gate, settings.gate_threshold_pct, settings.gate_error_rate_pp)
+        if verdict.exit_code:
+            out.append((verdict.exit_code, verdict.line))
+        else:
+            print(verdict.line)
+    limit = settings.max_error_rate_pct
+    if limit is not None and m.error_rate_percent > limit:
+        out.append(
+            (EXIT_ERROR_RATE, f"[ERROR] Error rate {m.error_rate_percent:.1f}% is above MAX_ERROR_RATE_PCT={limit:g}%")
+        )
+    return out
+
+
+def main(argv: list[str] | None = None, engine: EngineControl | None = None) -> int:
+    """Run a benchmark (or rebuild a report from a records file); returns the exit code (module constants)."""
+    try:
+        return _main(argv, engine)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside the measured window
+        print("\n[INFO] Interrupted: no report written.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--report-from", type=Path, help="build the report from an existing records file")
     args = parser.parse_args(argv)
     settings = get_settings()
     sidecar = SidecarClient(settings.sidecar_url)
     try:
-        model = preflight(settings, sidecar)
+        model = preflight(settings, sidecar).model
         dataset = load_dataset(settings.workload_file)
     except (BenchError, DatasetError) as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if dataset.skipped:
         print(f"[WARN] {dataset.skipped} unusable entr(y/ies) in {dataset.path} skipped; {len(dataset.prompts)} used")
     plan = bench_config(settings, model)
     if args.report_from:
         records_path = args.report_from
+        plan = plan_beside(records_path) or plan
         run = from_records_file(records_path)
     else:
-        run_dir = settings.logs_dir / "runs"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        records_path = run_dir / f"{datetime.now().strftime('%Y%m%d_%H%M%S')}.requests.jsonl"
-        records_path.touch()
         try:
-            run = run_measured(settings, plan, records_path, sidecar, engine or LocalEngine(settings))
+            run, records_path = run_once(settings, plan, sidecar, engine or LocalEngine(settings))
         except profiling.ProfilingError as exc:
             print(f"[ERROR] {exc}", file=sys.stderr)
-            return 2
-    if not any(r.phase == "measured" for r in run.records):
-        print(f"[ERROR] no measured request was recorded ({records_path}); nothing to report.", file=sys.stderr)
-        return 1
+            return EXIT_USAGE
+    if not any(r.phase == "measured" and r.error_kind != "incomplete" for r in run.records):
+        print(f"[ERROR] no measured request ended ({records_path}); nothing to report.", file=sys.stderr)
+        return EXIT_INTERRUPTED if run.interrupted else EXIT_NO_SUCCESS
     try:
         built = sidecar.post_report(build_request(plan, run, records_path, settings))
     except BenchError as exc:
@@ -139,14 +153,24 @@ def main(argv: list[str] | None = None, engine: EngineControl | None = None) -> 
             f"`python -m loadtest.bench --report-from {records_path}`.",
             file=sys.stderr,
         )
-        return 1
+        return EXIT_FAILED
     for line in format_summary(built.report, built.report_path):
         print(line)
-    if settings.gate:  # make benchmark GATE=v0.2.1: 3 on a regression, 2 when the baseline is unknown/incomparable
-        verdict = gate_verdict(built.report, settings.gate, settings.gate_threshold_pct)
-        print(verdict.line, file=sys.stderr if verdict.exit_code == EXIT_ERROR else sys.stdout)
-        return verdict.exit_code
-    return 0
+    if run.interrupted and not run.gaps:
+        print(f"[INFO] Interrupted: report of the {built.report.metrics.requests_total} requests so far written.")
+        return EXIT_INTERRUPTED
+    failed = verdicts(settings, built.report)
+    for _, line in failed:
+        print(line, file=sys.stderr)
+    return failed[0][0] if failed else EXIT_OK
+
+
+def plan_beside(records_path: Path) -> BenchmarkConfig | None:
+    """The run plan written next to a rows file (``<run id>.plan.json``); None when absent or unreadable."""
+    try:
+        return read_plan(records_path.with_name(records_path.name.replace(".requests.jsonl", ".plan.json")))
+    except (OSError, ValueError):
+        return None
 
 
 if __name__ == "__main__":

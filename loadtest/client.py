@@ -42,11 +42,13 @@ def _server_message(response: requests.Response) -> str:
     """The error text of a non-2xx answer (OpenAI error JSON or the raw body), at most 500 characters."""
     try:
         body = response.json()
-        message = body.get("error", {}).get("message") if isinstance(body.get("error"), dict) else body.get("message")
-        text = str(message or body)
     except ValueError:
-        text = response.text
-    return text[:500]
+        return response.text[:500]
+    message = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        message = error.get("message") if isinstance(error, dict) else error or body.get("message")
+    return str(message or body)[:500]
 
 
 def release(response: requests.Response, reuse: bool) -> None:
@@ -72,11 +74,11 @@ def stream_chat(
     request_id: str | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> RequestRecord:
-    """Send one streamed chat completion and time it; never raises for network or protocol failures.
+    """Send one streamed chat completion and time it; never raises (any failure is a row with its cause).
 
     Args:
         session: a ``requests.Session`` (gevent-patched inside Locust).
-        base_url: vLLM's base URL without ``/v1``.
+        base_url: the server's base URL without ``/v1``.
         payload: from :func:`chat_payload`.
         timeout_s: longest wait for the connection or for the next chunk.
         phase: ``warmup`` rows are excluded from statistics.
@@ -85,10 +87,81 @@ def stream_chat(
 
     Returns:
         A :class:`RequestRecord` timed by :class:`core.streamtiming.StreamTimer` (TTFT, ITL, E2E and the
-        completion rules are defined there).
+        completion rules are defined there). Token counts come from the stream's ``usage``; without it from the
+        server's ``/tokenize`` where it has one, else from the client's chunk count (``output_tokens_source``).
     """
     rid = request_id or uuid.uuid4().hex
     started_at = time.time()
+    pieces: list[str] = []
+    try:
+        record = _stream(session, base_url, payload, timeout_s, phase, rid, started_at, clock, pieces)
+    except Exception as exc:  # a bug of ours must cost one row, never the run
+        return RequestRecord(
+            request_id=rid,
+            phase=phase,
+            started_at=started_at,
+            max_tokens=payload.get("max_tokens"),
+            ok=False,
+            error_kind="client_error",
+            error=f"{type(exc).__name__}: {exc}"[:500],
+        )
+    if record.ok and record.output_tokens is None:
+        return with_counted_tokens(session, base_url, payload, record, "".join(pieces))
+    return record.model_copy(update={"output_tokens_source": "usage"}) if record.output_tokens is not None else record
+
+
+_NO_TOKENIZE: set[str] = set()  # servers whose /tokenize answered 404/405: not asked again
+
+
+def server_token_count(session: requests.Session, base_url: str, body: dict[str, Any]) -> int | None:
+    """Tokens of ``body`` (``{"model", "prompt"}`` or ``{"model", "messages"}``) by the server's ``/tokenize``
+    (vLLM has one); None when the server has none or does not answer."""
+    if base_url in _NO_TOKENIZE:
+        return None
+    try:
+        response = session.post(f"{base_url.rstrip('/')}/tokenize", json=body, timeout=10)
+    except requests.RequestException:
+        return None
+    if response.status_code in (404, 405):
+        _NO_TOKENIZE.add(base_url)
+        return None
+    try:
+        count = response.json().get("count") if response.status_code == 200 else None
+    except (ValueError, AttributeError):
+        return None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
+
+
+def with_counted_tokens(
+    session: requests.Session, base_url: str, payload: dict[str, Any], record: RequestRecord, text: str
+) -> RequestRecord:
+    """A successful row whose stream carried no usage, with token counts from ``/tokenize`` or the chunk count.
+
+    The server's tokenizer counts the answer text exactly (reasoning included, no special tokens); without it the
+    client's count of content chunks stands in (exact for servers that send one token per chunk, vLLM's default).
+    """
+    model = payload.get("model")
+    output = server_token_count(session, base_url, {"model": model, "prompt": text, "add_special_tokens": False})
+    if output is None:
+        return record.model_copy(update={"output_tokens": record.content_chunks, "output_tokens_source": "chunks"})
+    prompt = server_token_count(session, base_url, {"model": model, "messages": payload.get("messages")})
+    return record.model_copy(
+        update={"output_tokens": output, "prompt_tokens": prompt, "output_tokens_source": "tokenize"}
+    )
+
+
+def _stream(
+    session: requests.Session,
+    base_url: str,
+    payload: dict[str, Any],
+    timeout_s: float,
+    phase: Phase,
+    rid: str,
+    started_at: float,
+    clock: Callable[[], float],
+    pieces: list[str],
+) -> RequestRecord:
+    """:func:`stream_chat` without its safety net; the text of every chunk is appended to ``pieces``."""
     timer = StreamTimer(clock)
     timer.start()
     base: dict[str, Any] = {
@@ -128,6 +201,8 @@ def stream_chat(
             if facts.error:
                 return failed("invalid_stream", f"server error in stream: {facts.error}", **timer_fields(timer))
             timer.feed(facts)
+            if facts.text:
+                pieces.append(facts.text)
         else:
             timer.closed()
     except requests.Timeout as exc:

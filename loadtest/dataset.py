@@ -5,7 +5,10 @@ Formats (chosen by content, not by extension):
 - **Prompt JSONL** (the bundled ``loadtest/data/prompts_zh.jsonl``): one object per line with ``prompt`` (str) or
   ``messages`` (OpenAI chat list ending with a user turn), plus optional ``id`` and ``task``.
 - **ShareGPT JSON**: a list of ``{"id", "conversations": [{"from": "human"|"gpt"|"system", "value"}]}``; each
-  conversation becomes the messages up to its last human turn.
+  conversation becomes the messages up to its last human turn. The same objects one per line (ShareGPT JSONL) and
+  turns written ``{"role", "content"}`` are read too.
+
+A UTF-8 byte-order mark at the start of the file is skipped (JSON and JSONL).
 
 Invalid lines/entries are **skipped and counted** (a bring-your-own file with a few bad rows should still run; the
 count is printed and recorded). A file with no usable entry is an error.
@@ -80,6 +83,8 @@ def _valid_messages(messages: Any) -> list[dict[str, str]] | None:
 def _from_jsonl_line(obj: Any, number: int) -> Prompt | None:
     if not isinstance(obj, dict):
         return None
+    if "conversations" in obj:  # ShareGPT as JSONL: one conversation per line
+        return _from_sharegpt(obj, number - 1)
     if isinstance(obj.get("prompt"), str) and obj["prompt"].strip():
         messages: list[dict[str, str]] | None = [{"role": "user", "content": obj["prompt"]}]
     else:
@@ -94,12 +99,14 @@ def _from_sharegpt(entry: Any, index: int) -> Prompt | None:
         return None
     messages = []
     for turn in entry["conversations"]:
-        if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+        if not isinstance(turn, dict):
             return None
-        role = SHAREGPT_ROLES.get(str(turn.get("from")))
-        if role is None:
+        # ShareGPT's {"from", "value"}, or OpenAI-style {"role", "content"} as many exports write it
+        value = turn.get("value", turn.get("content"))
+        role = SHAREGPT_ROLES.get(str(turn.get("from", turn.get("role"))))
+        if role is None or not isinstance(value, str):
             return None
-        messages.append({"role": role, "content": turn["value"]})
+        messages.append({"role": role, "content": value})
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
     valid = _valid_messages(messages[: last_user + 1]) if last_user >= 0 else None
     if valid is None:
@@ -116,7 +123,7 @@ def load_dataset(path: Path) -> Dataset:
     if not path.is_file():
         raise DatasetError(f"dataset {path} not found: check the path (DATASET=...)")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a UTF-8 byte-order mark is not part of the first record
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(f"dataset {path} cannot be read as UTF-8 text: {exc}") from None
     prompts: list[Prompt] = []

@@ -6,6 +6,7 @@ The locustfile only declares the user classes and hooks and calls these (tested 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -13,11 +14,12 @@ import gevent
 import requests
 from gevent.pool import Pool
 
+from core.distributions import arrival_gaps_s
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from loadtest.client import chat_payload, stream_chat
 from loadtest.runstate import RunState
-from loadtest.workload import WorkItem, arrival_gaps_s
+from loadtest.workload import WorkItem
 
 OPEN_LOOP_MAX_IN_FLIGHT = 10_000
 
@@ -31,12 +33,38 @@ def payload_for(plan: BenchmarkConfig, item: WorkItem) -> dict[str, Any]:
 def send(
     state: RunState, session: requests.Session, host: str, item: WorkItem, scheduled_at: float | None = None
 ) -> RequestRecord:
-    """Send one request with the shared request function, label it with its workload item, save the row."""
+    """Send one request with the shared request function, label it with its workload item, save the row.
+
+    A request cancelled by the end of the run (Locust kills the greenlet: ``GreenletExit``, or Ctrl-C) is saved as
+    an ``incomplete`` row before the cancellation goes on, so no request is ever lost.
+    """
     plan = state.plan
-    record = stream_chat(session, host, payload_for(plan, item), timeout_s=plan.request_timeout_s)
-    record = record.model_copy(
-        update={"scheduled_at": scheduled_at, "task": item.prompt.task, "input_bucket": item.prompt.bucket}
-    )
+    request_id = uuid.uuid4().hex
+    started_at = time.time()
+    labels: dict[str, Any] = {
+        "scheduled_at": scheduled_at,
+        "task": item.prompt.task,
+        "input_bucket": item.prompt.bucket,
+    }
+    try:
+        record = stream_chat(
+            session, host, payload_for(plan, item), timeout_s=plan.request_timeout_s, request_id=request_id
+        )
+    except BaseException as exc:  # GreenletExit / KeyboardInterrupt: the run is ending
+        state.save(
+            RequestRecord(
+                request_id=request_id,
+                started_at=started_at,
+                ok=False,
+                e2e_ms=(time.time() - started_at) * 1000.0,
+                max_tokens=item.max_tokens,
+                error_kind="incomplete",
+                error=f"cancelled by the end of the run ({type(exc).__name__})",
+                **labels,
+            )
+        )
+        raise
+    record = record.model_copy(update=labels)
     state.save(record)
     return record
 
@@ -45,20 +73,34 @@ def dispatch_open_loop(
     state: RunState,
     one: Callable[[WorkItem, float], None],
     clock: Callable[[], float] = time.time,
-) -> None:
+) -> int:
     """Send requests at the plan's scheduled arrival times (RATE, BURSTINESS, SEED), each in its own greenlet, so a
-    slow server cannot slow the arrivals; returns when the budget is spent and every request has finished.
+    slow server cannot slow the arrivals.
 
-    ``one(item, scheduled_at)`` sends one request; arrivals are scheduled from the first one on, never waiting.
+    Dispatch stops when the request budget is spent or, with a duration, at ``start + duration_s`` (no arrival is
+    scheduled after it); requests still in flight then may finish for ``drain_s`` and are cancelled after that
+    (saved as ``incomplete`` rows by :func:`send`). ``one(item, scheduled_at)`` sends one request.
+
+    Returns:
+        How many requests were cancelled after the drain.
     """
     plan = state.plan
     if plan.rate_req_per_sec is None:
         raise ValueError("an open-loop run needs RATE (requests per second)")
     pool = Pool(OPEN_LOOP_MAX_IN_FLIGHT)
     gaps = arrival_gaps_s(plan.rate_req_per_sec, plan.burstiness or 1.0, plan.seed)
-    next_at = clock()
-    while state.take_ticket():
-        next_at += next(gaps)
-        gevent.sleep(max(0.0, next_at - clock()))
-        pool.spawn(one, state.workload.next(), next_at)
-    pool.join()
+    start = next_at = clock()
+    deadline = start + plan.duration_s if plan.duration_s else None
+    try:
+        while True:
+            next_at += next(gaps)
+            if deadline is not None and next_at > deadline:
+                break
+            if not state.take_ticket():
+                break
+            gevent.sleep(max(0.0, next_at - clock()))
+            pool.spawn(one, state.workload.next(), next_at)
+        pool.join(timeout=plan.drain_s if deadline is not None else None)
+        return len(pool)
+    finally:
+        pool.kill(block=True)  # also when the dispatcher itself is stopped (Ctrl-C): each request saves its row

@@ -37,6 +37,7 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
         seed=settings.seed,
         slo=settings.slo,
         request_timeout_s=settings.request_timeout_s,
+        drain_s=settings.drain_s,
         vllm_url=settings.vllm_url,
         model=model,
     )

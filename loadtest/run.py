@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +30,8 @@ from loadtest.plan import sampler_for, write_plan
 from loadtest.procs import tree_cpu_s
 from loadtest.sidecar_api import SidecarClient
 
+tqdm.monitor_interval = 0  # no monitor thread: Ctrl-C must not print its traceback
+
 
 @dataclass
 class Measured:
@@ -41,6 +45,18 @@ class Measured:
     cpu_cores: float | None = None
     window_id: str | None = None
     traces: list[str] = field(default_factory=list)
+    interrupted: bool = False
+    gaps: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LocustOutcome:
+    """How the Locust process ended: exit code, CPU cores it used while requests completed (None for runs shorter
+    than 2 s of load), and why the run was stopped early (None when it ended as planned)."""
+
+    code: int | None
+    cpu_cores: float | None
+    stopped: str | None = None
 
 
 def read_records(path: Path) -> tuple[list[RequestRecord], int]:
@@ -60,81 +76,143 @@ def read_records(path: Path) -> tuple[list[RequestRecord], int]:
 
 
 def warmup(plan: BenchmarkConfig, records_path: Path) -> list[RequestRecord]:
-    """Send the plan's warmup requests (same request function and workload), append them as ``warmup`` rows."""
+    """Send the plan's warmup requests (same request function and workload), append them as ``warmup`` rows.
+
+    Daemon threads, at most CONCURRENCY at once: Ctrl-C during the warmup ends the process without waiting for
+    them (their connections close, so the server drops the requests).
+    """
     if plan.warmup_requests == 0:
         return []
     sampler = sampler_for(plan, plan.seed + 1)
-    payloads = [payload_for(plan, sampler.next()) for _ in range(plan.warmup_requests)]
+    payloads = queue.SimpleQueue[dict[str, object]]()
+    for _ in range(plan.warmup_requests):
+        payloads.put(payload_for(plan, sampler.next()))
+    done: list[RequestRecord] = []
 
-    def one(payload: dict[str, object]) -> RequestRecord:
+    def worker() -> None:
         with requests.Session() as session:
-            return stream_chat(session, plan.vllm_url, payload, timeout_s=plan.request_timeout_s, phase="warmup")
+            while True:
+                try:
+                    payload = payloads.get_nowait()
+                except queue.Empty:
+                    return
+                done.append(
+                    stream_chat(session, plan.vllm_url, payload, timeout_s=plan.request_timeout_s, phase="warmup")
+                )
 
-    with ThreadPoolExecutor(max_workers=min(plan.warmup_requests, plan.concurrency)) as pool:
-        done = list(pool.map(one, payloads))
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(plan.warmup_requests, plan.concurrency))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.2)  # short joins: Ctrl-C reaches the main thread
     with records_path.open("a", encoding="utf-8") as fh:
         fh.writelines(r.model_dump_json() + "\n" for r in done)
     return done
 
 
-def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) -> tuple[int, float | None]:
+def count_measured(records_path: Path) -> int:
+    """Measured rows in the rows file so far (a cheap substring count, no parsing)."""
+    with records_path.open(encoding="utf-8") as fh:
+        return sum(1 for line in fh if '"phase":"measured"' in line)
+
+
+def stop_locust(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """Ask Locust to stop (SIGINT: it cancels the requests in flight, whose rows say ``incomplete``), then kill it
+    after ``grace_s``."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) -> LocustOutcome:
     """Run Locust headless on ``plan`` until its requests are done or its duration passed, with a progress bar.
 
     The plan is written beside the rows (``<run id>.plan.json``) and named to Locust by ``LOCUST_PLAN_FILE``;
-    Locust's own output goes to ``<run id>.locust.log``.
-
-    Returns:
-        ``(exit code, CPU cores Locust used while requests completed)`` — None for runs shorter than 2 s of load.
+    Locust's own output goes to ``<run id>.locust.log``. A watchdog stops a run in which no request finishes for
+    WATCHDOG_S (default REQUEST_TIMEOUT_S + 60 s); Ctrl-C stops it too. Either way the rows so far are kept.
     """
     stem = records_path.name.removesuffix(".requests.jsonl")
     plan_path = records_path.with_name(f"{stem}.plan.json")
     write_plan(plan_path, plan)
+    open_loop = plan.rate_req_per_sec is not None
     argv = locust_argv(
         settings,
         headless=True,
         users=plan.concurrency,
         ramp_up_s=plan.ramp_up_s or 0.0,
         host=plan.vllm_url,
-        run_time_s=plan.duration_s,
+        # the open-loop dispatcher stops at DURATION and drains by itself; closed-loop users stop at --run-time
+        run_time_s=None if open_loop else plan.duration_s,
         records_file=records_path,
         max_requests=plan.requests if plan.duration_s is None else None,
-        stop_timeout_s=plan.request_timeout_s if plan.duration_s else None,
-        user_class="OpenLoopUser" if plan.rate_req_per_sec else "ChatUser",
+        stop_timeout_s=plan.drain_s if plan.duration_s and not open_loop else None,
+        user_class="OpenLoopUser" if open_loop else "ChatUser",
     )
     log_path = records_path.with_name(f"{stem}.locust.log")
     env = {**os.environ, "LOCUST_PLAN_FILE": str(plan_path)}
     with log_path.open("w") as log:
         proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
-    start = time.monotonic()
+    watchdog_s = settings.watchdog_s or plan.request_timeout_s + 60.0
+    start = last_progress = time.monotonic()
     # CPU is read between the first poll that sees a finished request and the last poll, so Locust's start-up
     # (imports, spawning) does not count as load.
     first: tuple[float, float] | None = None
     last: tuple[float, float] | None = None
+    stopped: str | None = None
     total = plan.requests if plan.duration_s is None else None
     with tqdm(total=total, desc="Benchmark", unit="req", file=sys.stdout, dynamic_ncols=True) as bar:
-        while proc.poll() is None:
-            time.sleep(1.0)
-            done = sum(1 for line in records_path.open(encoding="utf-8") if '"phase":"measured"' in line)
-            cpu = tree_cpu_s(proc.pid)
-            if cpu is not None and done:
-                last = (time.monotonic(), cpu)
-                first = first or last
-            bar.update(done - bar.n)
-            bar.set_postfix_str(f"{done / max(time.monotonic() - start, 1e-9):.2f} req/s")
+        try:
+            while proc.poll() is None:
+                time.sleep(1.0)
+                done = count_measured(records_path)
+                now = time.monotonic()
+                cpu = tree_cpu_s(proc.pid)
+                if cpu is not None and done:
+                    last = (now, cpu)
+                    first = first or last
+                if done > bar.n:
+                    last_progress = now
+                elif now - last_progress > watchdog_s:
+                    stopped = f"watchdog: no request finished for {watchdog_s:.0f} s (WATCHDOG_S)"
+                    print(f"\n[ERROR] {stopped}; stopping the run, the rows so far are kept.", flush=True)
+                    stop_locust(proc, plan.drain_s + 10.0)
+                    break
+                bar.update(done - bar.n)
+                bar.set_postfix_str(f"{done / max(now - start, 1e-9):.2f} req/s")
+        except KeyboardInterrupt:
+            stopped = "interrupted (Ctrl-C)"
+            print(
+                "\n[INFO] Stopping: requests in flight are cancelled and a report of the rows so far is written "
+                "(Ctrl-C again to quit without one).",
+                flush=True,
+            )
+            stop_locust(proc, plan.drain_s + 10.0)
     cores = None
     if first and last and last[0] - first[0] >= 2.0:
         cores = (last[1] - first[1]) / (last[0] - first[0])
-    return proc.returncode, cores
+    return LocustOutcome(proc.returncode, cores, stopped)
 
 
-def scrape_metrics(vllm_url: str) -> Samples | None:
-    """vLLM's ``/metrics`` parsed, or None when it cannot be read (the report then has no server view)."""
+def scrape_metrics(vllm_url: str) -> tuple[Samples | None, str | None]:
+    """vLLM's ``/metrics`` parsed, or ``(None, why)`` when it cannot be read (the report then has no server view)."""
     try:
         response = httpx.get(f"{vllm_url}/metrics", timeout=10)
-        response.raise_for_status()
-        return parse_exposition(response.text)
-    except (httpx.HTTPError, ValueError):
-        return None
+    except httpx.HTTPError as exc:
+        return None, f"GET /metrics failed ({type(exc).__name__})"
+    if response.status_code != 200:
+        return None, f"GET /metrics answered HTTP {response.status_code}"
+    try:
+        samples = parse_exposition(response.text)
+    except ValueError:
+        return None, "GET /metrics is not a Prometheus exposition"
+    if "vllm:request_success_total" not in samples and "vllm:generation_tokens_total" not in samples:
+        return None, "GET /metrics has no vLLM request counters (not a vLLM server?)"
+    return samples, None
 
 
 def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidecar: SidecarClient) -> Measured:
@@ -149,26 +227,42 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     print(f"[INFO] Warmup completed: {len(done)} requests" + (f" ({failed} failed)" if failed else ""))
     if settings.profile:
         profiling.start(settings)
-    before = scrape_metrics(plan.vllm_url)
+    before, why_before = scrape_metrics(plan.vllm_url)
     window = sidecar.start_window()
     window_start = time.time()
-    code, cpu_cores = run_locust(settings, plan, records_path)
+    outcome = run_locust(settings, plan, records_path)
     window_end = time.time()
     if window is not None:
         sidecar.stop_window(window.window_id)
-    after = scrape_metrics(plan.vllm_url)
+    after, why_after = scrape_metrics(plan.vllm_url)
+    gaps = []
+    if before is None or after is None:
+        gaps.append(f"server cross-check skipped: {why_before or why_after}")
+    if window is None:
+        gaps.append("sidecar sampling window not opened: resources are the samples between the run's first and last")
+    if outcome.stopped and not outcome.stopped.startswith("interrupted"):
+        gaps.append(f"run stopped early by the {outcome.stopped}")
     traces: list[str] = []
     if settings.profile:
         profiling.stop(settings)
         traces = [str(p) for p in profiling.traces_since(settings.profile_dir, window_start - 5)]
         print(f"[INFO] Profiler wrote {len(traces)} trace file(s)")
-    if code not in (0, 1):  # Locust exits 1 when any request failed; the report counts them by cause
-        print(f"[WARN] Locust exited with code {code}; building the report from the rows collected.")
+    if outcome.code not in (0, 1) and not outcome.stopped:  # 1: some request failed; the report counts them
+        print(f"[WARN] Locust exited with code {outcome.code}; building the report from the rows collected.")
     records, bad = read_records(records_path)
     if bad:
         print(f"[WARN] {bad} unreadable row(s) in {records_path} skipped")
     return Measured(
-        records, window_start, window_end, before, after, cpu_cores, window.window_id if window else None, traces
+        records,
+        window_start,
+        window_end,
+        before,
+        after,
+        outcome.cpu_cores,
+        window.window_id if window else None,
+        traces,
+        interrupted=outcome.stopped is not None,
+        gaps=gaps,
     )
 
 

@@ -37,7 +37,8 @@ def format_summary(report: Report, report_path: str) -> list[str]:
     m = report.metrics
     lines = [
         f"[RESULT] Requests: {m.requests_ok}/{m.requests_total} ok | errors {m.error_rate_percent:.1f}%"
-        + (f" {report.errors.by_kind}" if report.errors.by_kind else ""),
+        + (f" {report.errors.by_kind}" if report.errors.by_kind else "")
+        + (f" | {m.requests_incomplete} incomplete (in flight at the end, left out)" if m.requests_incomplete else ""),
         f"[RESULT] Avg latency {_ms(m.latency_avg_ms)} | P50 {_ms(m.latency_p50_ms)} | P90 {_ms(m.latency_p90_ms)}"
         f" | P99 {_ms(m.latency_p99_ms)} | TTFT P50 {_ms(m.ttft_p50_ms)} P99 {_ms(m.ttft_p99_ms)}",
         f"[RESULT] Throughput: {m.throughput_req_per_sec:.2f} req/s | {m.output_tokens_per_sec:.1f} output tok/s"
@@ -52,7 +53,11 @@ def format_summary(report: Report, report_path: str) -> list[str]:
         slo = ",".join(f"{k}<={v:g}" for k, v in m.slo.items())
         lines.append(f"[RESULT] Goodput: {m.goodput_req_per_sec:.2f} req/s ({m.goodput_percent:.1f}% within {slo})")
     if m.output_lengths.usage_missing:
-        lines.append(f"[WARN] {m.output_lengths.usage_missing} request(s) carried no usage block: tokens unknown")
+        sources = ", ".join(f"{n} by {source}" for source, n in m.output_token_sources.items() if source != "usage")
+        lines.append(
+            f"[WARN] {m.output_lengths.usage_missing} request(s) carried no usage block: tokens counted {sources}"
+        )
+    lines += [f"[WARN] {gap}" for gap in report.gaps]
     if report.server is not None:
         checks = {a.name: a for a in report.server.agreements}
         verdict = "agree" if not report.server.disagreements else "DISAGREE: " + "; ".join(report.server.disagreements)

@@ -1,22 +1,14 @@
-"""Deterministic request streams: which prompt, how many output tokens, and (open loop) when to send.
-
-Output lengths default to a log-normal with mean 120 and P95 280 tokens (the seed's figures): for
-``X = exp(N(mu, sigma))``, ``mean = exp(mu + sigma^2/2)`` and ``P95 = exp(mu + 1.645 sigma)``, solved for the
-smaller sigma. Arrivals follow vLLM's ``benchmarks/serve.py``: gamma-distributed gaps with shape ``burstiness``
-and mean ``1/rate`` (burstiness 1 = Poisson process; < 1 burstier, > 1 more regular).
-"""
+"""Deterministic request streams: which prompt and how many output tokens (distributions: :mod:`core.distributions`)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
+from core.distributions import lognormal_params
 from loadtest.dataset import Prompt
-
-Z95 = 1.6448536269514722  # standard normal 95th percentile
 
 
 @dataclass(frozen=True)
@@ -25,23 +17,6 @@ class WorkItem:
 
     prompt: Prompt
     max_tokens: int
-
-
-def lognormal_params(mean: float, p95: float) -> tuple[float, float]:
-    """``(mu, sigma)`` of the log-normal with the given mean and 95th percentile.
-
-    Raises:
-        ValueError: ``p95 <= mean`` or either is not positive (no log-normal fits).
-    """
-    if mean <= 0 or p95 <= mean:
-        raise ValueError(f"output length needs 0 < mean < p95 (got mean={mean}, p95={p95})")
-    # ln(p95) - ln(mean) = Z95*sigma - sigma^2/2  ->  sigma^2 - 2*Z95*sigma + 2*(ln p95 - ln mean) = 0
-    gap = math.log(p95) - math.log(mean)
-    disc = Z95**2 - 2 * gap
-    if disc < 0:
-        raise ValueError(f"no log-normal has mean {mean} and p95 {p95}: p95 is too far above the mean")
-    sigma = Z95 - math.sqrt(disc)
-    return math.log(mean) - sigma**2 / 2, sigma
 
 
 class WorkloadSampler:
@@ -104,19 +79,3 @@ class WorkloadSampler:
     def __iter__(self) -> Iterator[WorkItem]:
         while True:
             yield self.next()
-
-
-def arrival_gaps_s(rate_per_s: float, burstiness: float, seed: int) -> Iterator[float]:
-    """Endless gaps between arrivals, seconds: gamma(shape=burstiness, scale=1/(rate*burstiness)).
-
-    Raises:
-        ValueError: ``rate_per_s <= 0`` or ``burstiness <= 0``.
-    """
-    if rate_per_s <= 0:
-        raise ValueError(f"RATE must be > 0 requests/s (got {rate_per_s}); unset RATE for a closed-loop run")
-    if burstiness <= 0:
-        raise ValueError(f"BURSTINESS must be > 0 (got {burstiness}); 1 is a Poisson process")
-    rng = np.random.default_rng(seed)
-    scale = 1.0 / (rate_per_s * burstiness)
-    while True:
-        yield float(rng.gamma(burstiness, scale))

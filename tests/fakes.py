@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,8 +97,10 @@ class ScriptedAdapter(requests.adapters.BaseAdapter):
         status: int = 200,
         raise_on_send: Exception | None = None,
         error_mid_stream: Exception | None = None,
+        json_routes: dict[str, tuple[int, Any]] | None = None,
     ) -> None:
         super().__init__()
+        self.json_routes = json_routes or {}
         self.chunks = chunks
         self.status = status
         self.raise_on_send = raise_on_send
@@ -110,6 +113,12 @@ class ScriptedAdapter(requests.adapters.BaseAdapter):
         if self.raise_on_send:
             raise self.raise_on_send
         response = requests.Response()
+        path = requests.utils.urlparse(request.url or "").path
+        if path in self.json_routes:  # e.g. /tokenize: a plain JSON answer
+            response.status_code, body = self.json_routes[path]
+            response._content = json.dumps(body).encode()
+            response.url, response.request = request.url or "", request
+            return response
         response.status_code = self.status
         response.raw = ScriptedRaw(self.chunks, self.error_mid_stream)
         self.raws.append(response.raw)

@@ -28,7 +28,7 @@ def error_summary(records: Sequence[RequestRecord]) -> ErrorSummary:
     summary = ErrorSummary()
     examples: dict[str, list[str]] = defaultdict(list)
     for record in records:
-        if record.ok or record.phase != "measured":
+        if record.ok or record.phase != "measured" or record.error_kind == "incomplete":
             continue
         kind = record.error_kind or "unknown"
         summary.by_kind[kind] = summary.by_kind.get(kind, 0) + 1
@@ -78,6 +78,13 @@ def build_resources(
     )
 
 
+def environment_gaps(environment: Environment) -> list[str]:
+    """What the environment could not tell (e.g. a server without ``/version``)."""
+    if environment.vllm_version is None:
+        return ["server version unknown: GET /version did not answer and logs/vllm.log has no version line"]
+    return []
+
+
 def build_report(
     request: BuildReportRequest,
     *,
@@ -103,5 +110,7 @@ def build_report(
         comparison=comparison,
         server=request.server,
         client=request.client,
+        interrupted=request.interrupted,
+        gaps=[*request.gaps, *environment_gaps(environment)],
         requests_file="",
     )

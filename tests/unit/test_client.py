@@ -99,10 +99,28 @@ def test_stream_without_content_is_empty_output() -> None:
     assert not record.ok and record.error_kind == "empty_output"
 
 
-def test_missing_usage_leaves_tokens_unknown() -> None:
-    """Without a usage block the token count is None (never guessed from text)."""
-    record = run([event(ROLE), content("a"), DONE])
-    assert record.ok and record.output_tokens is None and record.content_chunks == 1
+def test_missing_usage_falls_back_to_the_chunk_count_and_says_so() -> None:
+    """Without usage and without /tokenize the output tokens are the client's chunk count, marked ``chunks``."""
+    record = run([event(ROLE), content("a"), content("b", "stop"), DONE], json_routes={"/tokenize": (404, {})})
+    assert record.ok and record.output_tokens == 2 and record.output_tokens_source == "chunks"
+
+
+def test_missing_usage_is_counted_by_the_servers_tokenizer() -> None:
+    """Without usage, a server with /tokenize counts the answer text and the prompt; the row says ``tokenize``."""
+    adapter = ScriptedAdapter([event(ROLE), content("ab"), content("c", "stop"), DONE],
+                              json_routes={"/tokenize": (200, {"count": 2, "max_model_len": 4096})})
+    payload = chat_payload("m", [{"role": "user", "content": "你好"}], max_tokens=3, temperature=0.0)
+    record = stream_chat(scripted_session(adapter), "http://vllm-tok", payload, timeout_s=5)
+    assert (record.output_tokens, record.prompt_tokens, record.output_tokens_source) == (2, 2, "tokenize")
+    bodies = [json.loads(r.body or b"{}") for r in adapter.sent[1:]]
+    assert bodies[0] == {"model": "m", "prompt": "abc", "add_special_tokens": False}
+    assert bodies[1]["messages"] == [{"role": "user", "content": "你好"}]
+
+
+def test_usage_is_the_first_source() -> None:
+    """With usage in the stream, the counts are the server's and the row says ``usage``."""
+    record = run([event(ROLE), content("a"), USAGE, DONE])
+    assert record.output_tokens == 3 and record.output_tokens_source == "usage"
 
 
 def test_invalid_json_data_line_is_invalid_stream() -> None:

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.distributions import arrival_gaps_s, lognormal_params
 from core.parsing import parse_mix
 from core.settings import PROJECT_ROOT
 from loadtest.dataset import DatasetError, Prompt, load_dataset
-from loadtest.workload import WorkloadSampler, arrival_gaps_s, lognormal_params
+from loadtest.workload import WorkloadSampler
 
 SHAREGPT = PROJECT_ROOT.parent / "shared" / "data" / "alpaca_zh_demo.sharegpt.json"
 
@@ -35,7 +36,7 @@ def test_default_output_lengths_have_seed_mean_and_p95() -> None:
 
 def test_lognormal_params_reject_impossible_shapes() -> None:
     """A P95 at or below the mean has no log-normal."""
-    with pytest.raises(ValueError, match="mean < p95"):
+    with pytest.raises(ValueError, match="OUTPUT_LEN_MEAN < OUTPUT_LEN_P95"):
         lognormal_params(120, 100)
 
 
@@ -87,7 +88,7 @@ def test_poisson_arrivals_have_the_requested_rate() -> None:
 
 def test_zero_rate_is_refused() -> None:
     """RATE=0 is an error that says what to do."""
-    with pytest.raises(ValueError, match="unset RATE"):
+    with pytest.raises(ValueError, match="unset it for a closed loop"):
         next(arrival_gaps_s(0.0, 1.0, 0))
 
 
