@@ -59,7 +59,7 @@ class Environment(BaseModel):
     synthetic_reason: str | None = Field(default=None, description="Why the synthetic stand-in is served, if it is.")
     cpu_model: str | None = None
     cpu_cores: int | None = None
-    ram_total_gb: float | None = None
+    ram_total_gb: float | None = Field(default=None, description="Host memory, GiB (2**30 bytes).")
     python_version: str | None = None
     project_version: str | None = None
     project_git_commit: str | None = None
@@ -104,8 +104,10 @@ class Metrics(RunMetrics):
     latency_p99_ms: float | None
     ttft_p50_ms: float | None
     ttft_p99_ms: float | None
-    gpu_mem_peak_gb: float | None = Field(description="Max of NVML samples over the run window; None without NVML.")
-    vllm_rss_peak_gb: float | None = Field(description="Peak RSS of the vLLM process tree over the run window.")
+    gpu_mem_peak_gb: float | None = Field(
+        description="Max of NVML samples over the run window, GiB (used as nvidia-smi shows it); None without NVML."
+    )
+    vllm_rss_peak_gb: float | None = Field(description="Peak RSS of the vLLM process tree over the run window, GiB.")
     key_insight: str
 
 
@@ -114,8 +116,11 @@ class GpuSample(BaseModel):
 
     t: float = Field(description="Unix time, s.")
     index: int
-    mem_used_gb: float
-    mem_total_gb: float
+    mem_used_gb: float = Field(description="Memory used, GiB, as nvidia-smi shows it (NVML v2: without reserved).")
+    mem_total_gb: float = Field(description="Memory of the device, GiB.")
+    mem_reserved_gb: float | None = Field(
+        default=None, description="Driver-reserved memory, GiB (NVML v2 only; v1 counts it as used)."
+    )
     util_percent: float | None = None
     power_w: float | None = None
 
@@ -147,16 +152,21 @@ class Resources(BaseModel):
     """Resource use over the run window."""
 
     gpu_unavailable_reason: str | None = None
-    gpu_mem_peak_gb: float | None = None
+    gpu_memory_api: str | None = Field(
+        default=None,
+        description="How GPU memory was read: nvml_v2 (used excludes driver-reserved memory, as nvidia-smi) or "
+        "nvml_v1 (older drivers: used includes it).",
+    )
+    gpu_mem_peak_gb: float | None = Field(default=None, description="Peak of the summed GPU memory used, GiB.")
     gpu_samples: int = 0
     gpus: list[GpuStats] = Field(default_factory=list, description="Per-GPU peaks and means; empty without NVML.")
-    vllm_rss_peak_gb: float | None = None
+    vllm_rss_peak_gb: float | None = Field(default=None, description="Peak RSS of the vLLM process tree, GiB.")
     cpu_unavailable_reason: str | None = None
     vllm_cpu_percent_peak: float | None = Field(
         default=None, description="vLLM process tree CPU use, % of one core summed over processes (may exceed 100)."
     )
     vllm_cpu_percent_mean: float | None = None
-    host_mem_used_peak_gb: float | None = None
+    host_mem_used_peak_gb: float | None = Field(default=None, description="Peak host memory in use, GiB.")
     sample_interval_s: float | None = None
     timeline: list[ResourcePoint] = Field(
         default_factory=list, description="Samples of the window, thinned to at most a few hundred points."

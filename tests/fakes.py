@@ -15,6 +15,7 @@ class _Mem:
     total: int
     used: int
     free: int
+    reserved: int = 0
 
 
 @dataclass
@@ -33,6 +34,9 @@ class FakeNvml:
     fail_init: Exception | None = None
     driver: str = "570.86.15"
     cuda: int = 12080
+    reserved_bytes: int = 615 * 1024**2  # an idle H200's driver reservation
+    has_v2: bool = True  # drivers before R510 lack nvmlDeviceGetMemoryInfo_v2
+    nvmlMemory_v2: int = 0x02000028
 
     def nvmlInit(self) -> None:
         if self.fail_init:
@@ -53,9 +57,16 @@ class FakeNvml:
     def nvmlSystemGetCudaDriverVersion(self) -> int:
         return self.cuda
 
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> _Mem:
+    def nvmlDeviceGetMemoryInfo(self, handle: int, version: int | None = None) -> _Mem:
+        """v1 counts the driver's reservation as used; v2 (``version`` given) reports it apart, as real NVML does."""
         used = self.used_bytes[handle % len(self.used_bytes)]
-        return _Mem(total=self.total_bytes, used=used, free=self.total_bytes - used)
+        if version is None:
+            used_v1 = used + self.reserved_bytes
+            return _Mem(total=self.total_bytes, used=used_v1, free=self.total_bytes - used_v1)
+        if not self.has_v2:
+            raise RuntimeError("NVML Function Not Found")
+        free = self.total_bytes - used - self.reserved_bytes
+        return _Mem(total=self.total_bytes, used=used, free=free, reserved=self.reserved_bytes)
 
     def nvmlDeviceGetUtilizationRates(self, handle: int) -> _Util:
         return _Util(gpu=42, memory=10)

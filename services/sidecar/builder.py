@@ -61,10 +61,12 @@ def build_resources(
     gpu_unavailable_reason: str | None,
     cpu_unavailable_reason: str | None,
     sample_interval_s: float | None = None,
+    gpu_memory_api: str | None = None,
 ) -> Resources:
     """The report's ``resources`` section from the window's peaks, per-GPU statistics and time series."""
     return Resources(
         gpu_unavailable_reason=gpu_unavailable_reason,
+        gpu_memory_api=gpu_memory_api if peaks.gpu_mem_peak_gb is not None else None,
         gpu_mem_peak_gb=peaks.gpu_mem_peak_gb,
         gpu_samples=peaks.samples if peaks.gpu_mem_peak_gb is not None else 0,
         gpus=list(peaks.gpus),

@@ -1,4 +1,10 @@
-"""GPU readings through NVML (nvidia-ml-py, import name ``pynvml``). Missing hardware is None plus a reason."""
+"""GPU readings through NVML (nvidia-ml-py, import name ``pynvml``). Missing hardware is None plus a reason.
+
+Memory is read the way ``nvidia-smi`` shows it: NVML's v2 memory struct (the ``_v2`` memory call of drivers
+from R510 on) reports ``used`` without the driver-reserved memory, which the v1 call counts as used (measured on an
+idle H200: v1 used 615 MiB, v2 used 0 + reserved 615 MiB, nvidia-smi 0 MiB). The v1 call is the fallback on older
+drivers, and :attr:`NvmlReader.memory_api` says which one is in use. Figures are GiB (2**30 bytes).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +28,8 @@ class GpuInfo:
 
 class GpuReader(Protocol):
     """What the sampler needs from a GPU backend (NVML here, a fake in tests)."""
+
+    memory_api: str  # how memory is read, e.g. nvml_v2
 
     def info(self) -> GpuInfo:
         """Static facts about the GPUs."""
@@ -60,6 +68,20 @@ class NvmlReader:
         if count == 0:
             raise RuntimeError("NVML found no GPU")
         self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        self.memory_api = "nvml_v1"
+        version = getattr(nvml, "nvmlMemory_v2", None)
+        if version is not None:
+            with contextlib.suppress(Exception):  # NVMLError_FunctionNotFound / NotSupported on older drivers
+                nvml.nvmlDeviceGetMemoryInfo(self._handles[0], version=version)
+                self.memory_api = "nvml_v2"
+
+    def _memory(self, handle: Any) -> tuple[float, float, float | None]:
+        """``(used, total, reserved or None)`` bytes, by :attr:`memory_api`."""
+        if self.memory_api == "nvml_v2":
+            mem = self._nvml.nvmlDeviceGetMemoryInfo(handle, version=self._nvml.nvmlMemory_v2)
+            return mem.used, mem.total, mem.reserved
+        mem = self._nvml.nvmlDeviceGetMemoryInfo(handle)
+        return mem.used, mem.total, None
 
     def info(self) -> GpuInfo:
         """Model names, driver version and CUDA driver version (``12.4`` from NVML's integer 12040)."""
@@ -75,12 +97,12 @@ class NvmlReader:
         return GpuInfo(names=names, driver_version=driver, cuda_version=cuda)
 
     def read(self) -> list[GpuSample]:
-        """Memory used/total (GiB), utilisation (%) and power (W) of each GPU."""
+        """Memory used/total/reserved (GiB), utilisation (%) and power (W) of each GPU."""
         nvml = self._nvml
         now = time.time()
         samples = []
         for index, handle in enumerate(self._handles):
-            mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+            used, total, reserved = self._memory(handle)
             util = power = None
             with contextlib.suppress(Exception):  # not supported on some devices (MIG slices)
                 util = float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
@@ -90,8 +112,9 @@ class NvmlReader:
                 GpuSample(
                     t=now,
                     index=index,
-                    mem_used_gb=mem.used / GIB,
-                    mem_total_gb=mem.total / GIB,
+                    mem_used_gb=used / GIB,
+                    mem_total_gb=total / GIB,
+                    mem_reserved_gb=None if reserved is None else reserved / GIB,
                     util_percent=util,
                     power_w=power,
                 )

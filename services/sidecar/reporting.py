@@ -99,6 +99,7 @@ class ReportService:
             self.gpu_reason,
             self.sampler.cpu_unavailable_reason,
             self.settings.gpu_sample_interval_s,
+            self.gpu_reader.memory_api if self.gpu_reader else None,
         )
 
     def list_summaries(self) -> list[dict[str, Any]]:

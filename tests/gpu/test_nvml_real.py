@@ -76,3 +76,31 @@ def test_background_sampler_catches_a_transient_peak(reader: NvmlReader) -> None
     assert peaks.samples >= 10
     assert peaks.gpu_mem_peak_gb is not None and peaks.gpu_mem_peak_gb - idle.gpu_mem_used_gb >= ALLOC_GIB * 0.99
     assert (sampler.latest().gpu_mem_used_gb or 0) < peaks.gpu_mem_peak_gb - ALLOC_GIB * 0.9  # type: ignore[union-attr]
+
+
+def _smi_used_mib() -> list[float]:
+    """``nvidia-smi``'s memory.used of each GPU, MiB."""
+    import subprocess
+
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    return [float(line) for line in out.split()]
+
+
+@pytest.mark.parametrize("alloc_gib", [0, ALLOC_GIB])
+def test_sampled_memory_agrees_with_nvidia_smi(reader: NvmlReader, alloc_gib: int) -> None:
+    """Idle and under an allocation, the sampled GPU memory is within 1 % (floor 16 MiB) of what nvidia-smi shows."""
+    import torch
+
+    block = torch.ones(alloc_gib * 1024**3 or 1, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    ours_mib = reader.read()[0].mem_used_gb * 1024
+    smi_mib = _smi_used_mib()[0]
+    del block
+    torch.cuda.empty_cache()
+    assert abs(ours_mib - smi_mib) <= max(0.01 * smi_mib, 16.0), (reader.memory_api, ours_mib, smi_mib)

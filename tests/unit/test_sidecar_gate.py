@@ -127,3 +127,28 @@ def test_percent_text(value: float, text: str) -> None:
     from loadtest.summary import pct_text
 
     assert pct_text(value) == text
+
+
+def test_gate_fails_when_the_error_rate_rose() -> None:
+    """Same throughput and latency but 50 points more errors is a regression (error rate judged in points)."""
+    changes = {"throughput_req_per_sec_pct": 0.0, "latency_p99_ms_pct": 0.0, "error_rate_percent_pp": 50.0}
+    comparison = Comparison(against={"vs_v1": "benchmark_report_20260101_120000"}, changes_pct={"vs_v1": changes})
+    verdict = gate_verdict(report().model_copy(update={"comparison": comparison}), "v1", 5.0, 1.0)
+    assert verdict.exit_code == EXIT_FAIL and "error_rate_percent +50.0 pp (limit +1 pp)" in verdict.line
+    small = Comparison(against=comparison.against, changes_pct={"vs_v1": {**changes, "error_rate_percent_pp": 0.5}})
+    assert gate_verdict(report().model_copy(update={"comparison": small}), "v1", 5.0, 1.0).exit_code == EXIT_PASS
+
+
+def test_a_baseline_without_success_cannot_judge_and_is_never_previous() -> None:
+    """A 100 %-failed report is refused as a baseline (exit 2) and skipped as the previous run."""
+    from core.compare import compare_with_history
+
+    failed = report("benchmark_report_20260101_110000")
+    failed = failed.model_copy(update={"metrics": failed.metrics.model_copy(update={"requests_ok": 0})})
+    good_old = report("benchmark_report_20260101_100000")
+    new = report("benchmark_report_20260101_120000")
+    comparison = compare_with_history(new.config, new.environment, new.metrics, [good_old, failed], {"v1": failed})
+    assert comparison.against["vs_previous"] == good_old.report_id
+    assert "cannot judge" in comparison.refused["vs_v1"]
+    verdict = gate_verdict(new.model_copy(update={"comparison": comparison}), "v1", 5.0)
+    assert verdict.exit_code == EXIT_ERROR and "cannot judge" in verdict.line

@@ -63,3 +63,19 @@ def test_process_tree_rss_of_this_process() -> None:
 
     sampler = Sampler(None, pid_source=os.getpid)
     assert (sampler.sample_once().vllm_rss_gb or 0) > 0.01
+
+
+def test_memory_is_read_as_nvidia_smi_shows_it() -> None:
+    """With NVML's v2 struct, used excludes the driver's reservation (an idle H200 reads 0, not 615 MiB)."""
+    reader = NvmlReader(FakeNvml(used_bytes=[0]))
+    (sample,) = reader.read()
+    assert reader.memory_api == "nvml_v2"
+    assert sample.mem_used_gb == 0.0 and sample.mem_reserved_gb == pytest.approx(615 / 1024)
+
+
+def test_older_drivers_fall_back_to_v1_and_say_so() -> None:
+    """Without nvmlDeviceGetMemoryInfo_v2 the v1 figure (reservation included) is used, marked nvml_v1."""
+    reader = NvmlReader(FakeNvml(used_bytes=[0], has_v2=False))
+    (sample,) = reader.read()
+    assert reader.memory_api == "nvml_v1"
+    assert sample.mem_used_gb == pytest.approx(615 / 1024) and sample.mem_reserved_gb is None
