@@ -32,7 +32,7 @@ def test_model_choice_order_and_errors() -> None:
     assert choose_model(["only"], settings()) == "only"
     with pytest.raises(BenchError, match="serves 3 models \\(base, lora-a, lora-b\\); choose one with BENCH_MODEL"):
         choose_model(served, settings())
-    with pytest.raises(BenchError, match="BENCH_MODEL=nope is not served .*served: base, lora-a, lora-b"):
+    with pytest.raises(BenchError, match=r"BENCH_MODEL=nope is not served .*served: base, lora-a, lora-b"):
         choose_model(served, settings(bench_model="nope"))
 
 
