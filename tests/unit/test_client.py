@@ -112,7 +112,7 @@ def test_missing_usage_is_counted_by_the_servers_tokenizer() -> None:
     payload = chat_payload("m", [{"role": "user", "content": "你好"}], max_tokens=3, temperature=0.0)
     record = stream_chat(scripted_session(adapter), "http://vllm-tok", payload, timeout_s=5)
     assert (record.output_tokens, record.prompt_tokens, record.output_tokens_source) == (2, 2, "tokenize")
-    bodies = [json.loads(r.body or b"{}") for r in adapter.sent[1:]]
+    bodies = [json.loads(r.body or b"{}") for r in adapter.sent[1:]]  # type: ignore[arg-type]
     assert bodies[0] == {"model": "m", "prompt": "abc", "add_special_tokens": False}
     assert bodies[1]["messages"] == [{"role": "user", "content": "你好"}]
 

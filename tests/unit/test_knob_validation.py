@@ -37,7 +37,7 @@ from loadtest.dataset import load_dataset
 def test_bad_knob_stops_with_its_name(env: dict[str, str], named: str) -> None:
     """A non-finite, out-of-range or contradictory value is refused, and the message names the variable."""
     with pytest.raises(ValidationError) as caught:
-        Settings(_env_file=None, **env)  # type: ignore[arg-type]
+        Settings(_env_file=None, **env)  # type: ignore[call-arg, arg-type]
     assert named in describe_validation_error(caught.value)
 
 

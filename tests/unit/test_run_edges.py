@@ -20,7 +20,7 @@ from tests.unit.test_sidecar_store import report
 
 
 def settings(**kw: object) -> Settings:
-    return Settings(_env_file=None, **kw)  # type: ignore[arg-type]
+    return Settings(_env_file=None, **kw)  # type: ignore[call-arg, arg-type]
 
 
 def test_model_choice_order_and_errors() -> None:

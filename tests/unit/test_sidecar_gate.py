@@ -131,7 +131,11 @@ def test_percent_text(value: float, text: str) -> None:
 
 def test_gate_fails_when_the_error_rate_rose() -> None:
     """Same throughput and latency but 50 points more errors is a regression (error rate judged in points)."""
-    changes = {"throughput_req_per_sec_pct": 0.0, "latency_p99_ms_pct": 0.0, "error_rate_percent_pp": 50.0}
+    changes: dict[str, float | None] = {
+        "throughput_req_per_sec_pct": 0.0,
+        "latency_p99_ms_pct": 0.0,
+        "error_rate_percent_pp": 50.0,
+    }
     comparison = Comparison(against={"vs_v1": "benchmark_report_20260101_120000"}, changes_pct={"vs_v1": changes})
     verdict = gate_verdict(report().model_copy(update={"comparison": comparison}), "v1", 5.0, 1.0)
     assert verdict.exit_code == EXIT_FAIL and "error_rate_percent +50.0 pp (limit +1 pp)" in verdict.line
