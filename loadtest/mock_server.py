@@ -4,6 +4,10 @@
 ``/v1/chat/completions`` with a role-only chunk, then ``tokens`` content chunks (the first after ``ttft_ms``,
 the rest ``itl_ms`` apart; ``tokens_per_chunk`` > 1 packs several tokens into one event), a usage chunk and
 ``[DONE]``. ``/v1/models``, ``/health`` and ``/version`` exist so it stands in for vLLM.
+
+Quirks of other servers, for the robustness tests: ``--no-usage`` (no usage block), ``--no-done`` (the stream ends
+after the chunk with ``finish_reason`` and usage, as ``transformers serve`` does), ``--bad-chunk JSON`` (that data
+line is sent after the first content chunk of every answer), ``--models a,b`` (several served models).
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ class MockConfig:
     itl_ms: float = 50.0
     tokens_per_chunk: int = 1
     prompt_tokens: int = 7
+    usage: bool = True
+    done: bool = True
+    bad_chunk: str | None = None
+    models: tuple[str, ...] = (MODEL_ID,)
 
 
 def _chunk(body: dict[str, Any]) -> bytes:
@@ -54,9 +62,13 @@ async def _stream(cfg: MockConfig, max_tokens: int) -> AsyncIterator[bytes]:
         finish = "length" if sent >= n else None
         delta = {"content": TOKEN_TEXT * k}
         yield _chunk({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-    usage = {"prompt_tokens": cfg.prompt_tokens, "completion_tokens": n, "total_tokens": cfg.prompt_tokens + n}
-    yield _chunk({**base, "choices": [], "usage": usage})
-    yield b"data: [DONE]\n\n"
+        if cfg.bad_chunk is not None and sent == k:
+            yield f"data: {cfg.bad_chunk}\n\n".encode()
+    if cfg.usage:
+        usage = {"prompt_tokens": cfg.prompt_tokens, "completion_tokens": n, "total_tokens": cfg.prompt_tokens + n}
+        yield _chunk({**base, "choices": [], "usage": usage})
+    if cfg.done:
+        yield b"data: [DONE]\n\n"
 
 
 def create_app(cfg: MockConfig) -> FastAPI:
@@ -75,7 +87,7 @@ def create_app(cfg: MockConfig) -> FastAPI:
     def models() -> dict[str, Any]:
         return {
             "object": "list",
-            "data": [{"id": MODEL_ID, "object": "model", "root": MODEL_ID, "max_model_len": 4096}],
+            "data": [{"id": m, "object": "model", "root": m, "max_model_len": 4096} for m in cfg.models],
         }
 
     @app.post("/v1/chat/completions")
@@ -96,8 +108,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-ms", type=float, default=400.0)
     parser.add_argument("--itl-ms", type=float, default=50.0)
     parser.add_argument("--tokens-per-chunk", type=int, default=1)
+    parser.add_argument("--no-usage", action="store_true", help="send no usage block")
+    parser.add_argument("--no-done", action="store_true", help="end after the finish chunk, without [DONE]")
+    parser.add_argument("--bad-chunk", default=None, help="a raw data line sent after the first content chunk")
+    parser.add_argument("--models", default=MODEL_ID, help="comma-separated model ids of /v1/models")
     args = parser.parse_args(argv)
-    cfg = MockConfig(args.tokens, args.ttft_ms, args.itl_ms, args.tokens_per_chunk)
+    cfg = MockConfig(
+        args.tokens,
+        args.ttft_ms,
+        args.itl_ms,
+        args.tokens_per_chunk,
+        usage=not args.no_usage,
+        done=not args.no_done,
+        bad_chunk=args.bad_chunk,
+        models=tuple(m for m in args.models.split(",") if m),
+    )
     uvicorn.run(create_app(cfg), host=args.host, port=args.port, log_level="warning")
     return 0
 
