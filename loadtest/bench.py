@@ -156,7 +156,7 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
         return EXIT_FAILED
     for line in format_summary(built.report, built.report_path):
         print(line)
-    if run.interrupted and not run.gaps:
+    if run.interrupted:
         print(f"[INFO] Interrupted: report of the {built.report.metrics.requests_total} requests so far written.")
         return EXIT_INTERRUPTED
     failed = verdicts(settings, built.report)

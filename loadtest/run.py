@@ -31,6 +31,7 @@ from loadtest.procs import tree_cpu_s
 from loadtest.sidecar_api import SidecarClient
 
 tqdm.monitor_interval = 0  # no monitor thread: Ctrl-C must not print its traceback
+INTERRUPTED = "interrupted (Ctrl-C)"
 
 
 @dataclass
@@ -45,7 +46,7 @@ class Measured:
     cpu_cores: float | None = None
     window_id: str | None = None
     traces: list[str] = field(default_factory=list)
-    interrupted: bool = False
+    interrupted: bool = False  # Ctrl-C; a watchdog stop is a gap, not an interruption
     gaps: list[str] = field(default_factory=list)
 
 
@@ -185,7 +186,7 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
                 bar.update(done - bar.n)
                 bar.set_postfix_str(f"{done / max(now - start, 1e-9):.2f} req/s")
         except KeyboardInterrupt:
-            stopped = "interrupted (Ctrl-C)"
+            stopped = INTERRUPTED
             print(
                 "\n[INFO] Stopping: requests in flight are cancelled and a report of the rows so far is written "
                 "(Ctrl-C again to quit without one).",
@@ -240,7 +241,7 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
         gaps.append(f"server cross-check skipped: {why_before or why_after}")
     if window is None:
         gaps.append("sidecar sampling window not opened: resources are the samples between the run's first and last")
-    if outcome.stopped and not outcome.stopped.startswith("interrupted"):
+    if outcome.stopped and outcome.stopped != INTERRUPTED:
         gaps.append(f"run stopped early by the {outcome.stopped}")
     traces: list[str] = []
     if settings.profile:
@@ -261,7 +262,7 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
         outcome.cpu_cores,
         window.window_id if window else None,
         traces,
-        interrupted=outcome.stopped is not None,
+        interrupted=outcome.stopped == INTERRUPTED,
         gaps=gaps,
     )
 

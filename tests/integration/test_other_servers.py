@@ -189,12 +189,13 @@ def test_ctrl_c_writes_an_interrupted_report(stack: Stack, mock: Callable[..., s
     """SIGINT to the process group mid-run (as a terminal sends it): one line, no traceback, report interrupted."""
     url = mock("--tokens", "30", "--ttft-ms", "20", "--itl-ms", "50")
     env = {**stack.env, "VLLM_BASE_URL": url, "WARMUP": "0", "CONCURRENCY": "2", "REQUESTS": "200"}
+    runs = stack.logs_dir / "runs"
+    earlier = set(runs.glob("*.requests.jsonl")) if runs.exists() else set()
     proc = subprocess.Popen([APP_PY, "-m", "loadtest.bench"], cwd=PROJECT_ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    runs = stack.logs_dir / "runs"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        files = sorted(runs.glob("*.requests.jsonl")) if runs.exists() else []
+    while time.monotonic() < deadline:  # this run's rows file, once it holds a few measured rows
+        files = sorted(set(runs.glob("*.requests.jsonl")) - earlier) if runs.exists() else []
         if files and files[-1].read_text().count('"phase":"measured"') >= 4:
             break
         time.sleep(0.5)
