@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from services.logtools.synthlog import GeneratedLog, generate_vllm_log  # noqa: E402
+from tests.synthlog import GeneratedLog, generate_vllm_log  # noqa: E402
 
 STATS_TARGET_S = 1.0
 ERRORS_VS_GREP_TARGET = 10.0

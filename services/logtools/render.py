@@ -37,6 +37,8 @@ def _files(source: dict[str, Any]) -> str:
         notes.append(f"{source['overlong_lines']} over-long lines cut")
     if source.get("partial_lines_skipped"):
         notes.append("last line still being written, skipped")
+    if source.get("shrunk_files"):
+        notes.append(f"{len(source['shrunk_files'])} files shrank while being read (truncated): partly read")
     if source.get("skipped_older_than_since"):
         notes.append(f"{len(source['skipped_older_than_since'])} files older than --since skipped")
     return files[-1] + extra + (f" [{'; '.join(notes)}]" if notes else "")

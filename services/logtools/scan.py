@@ -4,7 +4,8 @@ Only the lines that matter are decoded: each block is searched for the level wor
 literal, so ``re`` skips ahead in C) and for ``Traceback`` (through its rare letter ``b``, found with memchr); the
 engine's periodic stats lines come from one ``findall`` per block. A log record with its traceback (vLLM repeats
 its header on every line; uvicorn and crashing processes print bare tracebacks, possibly behind a ``(Proc pid=N)``
-prefix) becomes one :class:`ErrorEvent`, also across block boundaries.
+prefix) becomes one :class:`ErrorEvent`, also across block boundaries. Container stamps and colour codes are
+removed from a block first when it has them (:func:`services.vllm.logformat.clean_span`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from collections.abc import Callable, Iterable
 from core.logfiles import BLOCK_BYTES, ReadStats, StrPath, iter_spans, mtime_s
 from core.timeparse import StampClock
 from services.vllm.logformat import (
+    METRICS_NEEDLE,
     METRICS_RE,
     PROBLEM_LEVELS,
     STAMP_RE,
     Line,
+    clean_span,
     continues_traceback,
     parse_line,
     starts_traceback,
@@ -33,7 +36,6 @@ _MAX_B_MISSES = 64
 """``b`` s that are not a traceback after which a block is searched for the whole needle instead."""
 LEVEL_RE = re.compile(rb"R(?:ROR|NING|ITICAL)")
 """ERROR, WARNING and CRITICAL from their first ``R``; the line's header decides whether it is the level."""
-METRICS_NEEDLE = b"Avg prompt throughput: "
 MAX_EVENT_BYTES = 1 << 20
 """A record with its traceback is cut after this many bytes (so that carrying it to the next block stays cheap)."""
 MAX_TRACEBACK_LINES = 60
@@ -148,7 +150,7 @@ class LogScanner:
         span = next(spans, None)
         while span is not None:
             following = next(spans, None)
-            buf, start, stop = span
+            buf, start, stop = clean_span(*span)  # container stamps and colour codes off (no copy without them)
             if carry:  # an unfinished record from the previous block: rare, so the copy is fine
                 buf = carry + buf[start:stop]
                 start, stop = 0, len(buf)

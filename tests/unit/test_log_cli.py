@@ -22,7 +22,8 @@ OLD = FIXTURES / "vllm_0.4_old_format.log"
 REQUESTS = FIXTURES / "requests_mixed.jsonl"
 
 GROUP_KEYS = {"level", "count", "source", "process", "message", "exception", "first_seen", "last_seen", "traceback"}
-SOURCE_KEYS = {"files", "bytes_read", "overlong_lines", "partial_lines_skipped", "problems", "skipped_older_than_since"}
+SOURCE_KEYS = {"files", "bytes_read", "overlong_lines", "partial_lines_skipped", "shrunk_files", "problems"}
+SOURCE_KEYS |= {"skipped_older_than_since"}
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
