@@ -1,4 +1,4 @@
-"""Log analyzer for ``logs/vllm.log`` and ``logs/requests.jsonl``: errors, slow requests, stats, start-up phase.
+"""Log analyzer for ``logs/vllm.log`` and ``logs/requests.jsonl``: errors, slow requests, stats.
 
 Run as ``python -m services.logtools --errors|--slow|--stats [--json] [--since 1h]`` (see :mod:`.cli`). The
 ``--errors`` path imports only the standard library (no pydantic, argparse, pathlib or dataclasses) and scans bytes,

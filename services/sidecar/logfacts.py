@@ -13,7 +13,7 @@ from pathlib import Path
 from core.logfiles import ReadStats, iter_spans, mtime_s
 from core.report_schema import LogFacts
 from core.timeparse import StampClock
-from services.vllm.logformat import PROBLEM_LEVELS, clean_span, parse_line, text
+from services.vllm.logformat import PROBLEM_LEVELS, clean, clean_span, parse_line, text
 
 MAX_EXAMPLES = 50
 MAX_LINE_CHARS = 500
@@ -53,6 +53,6 @@ def read_log_facts(
                 continue
             bucket = facts.warnings_in_window if line.level == "WARNING" else facts.errors_in_window
             if len(bucket) < MAX_EXAMPLES:
-                bucket.append(text(raw, MAX_LINE_CHARS).strip())
+                bucket.append(text(clean(raw), MAX_LINE_CHARS).strip())
     facts.found = bool(stats.files)
     return facts

@@ -308,7 +308,7 @@ def startup_phase(lines_or_path: Path | str | Iterable[str] | Iterable[bytes]) -
             lines.pop()
             for raw in lines:
                 if not _skipped(raw):
-                    tracker.feed(raw)
+                    tracker.feed(raw)  # (container stamps are removed there)
         return tracker.result()
     tracker = StartupTracker()
     for item in lines_or_path:

@@ -248,3 +248,21 @@ def test_requests_since_filters_by_end_time(tmp_path: Path) -> None:
     counts = RequestsRead()
     kept = [r.request_id for r in iter_records([path], counts, since_s=now - 3600)]
     assert kept == ["3000", "60"] and counts.before_window == 1 and counts.bad_lines == 0
+
+
+def test_request_log_truncated_while_read_is_reported(tmp_path: Path) -> None:
+    """A requests.jsonl truncated mid-read (copytruncate): records read so far count, the shrink is in the facts."""
+    import os
+
+    path = tmp_path / "requests.jsonl"
+    row = {"ts": "2026-11-29T22:00:00Z", "source": "ui", "request_id": "r", "status": "ok", "total_ms": 5.0}
+    path.write_text((json.dumps(row) + "\n") * 2000)
+    counts = RequestsRead()
+    records = iter_records([path], counts, block_bytes=8192)
+    stats = RequestStats()
+    stats.add(next(records))
+    os.truncate(path, 0)
+    for record in records:
+        stats.add(record)
+    assert 0 < counts.records < 2000 and counts.bad_lines == 0 and stats.total == counts.records
+    assert counts.read.shrunk_files == [str(path)] and "shrank while being read" in counts.read.problems[0]
