@@ -9,12 +9,14 @@ interpolation is within ``alpha`` of the exact interpolated percentile.
 
 Bound: every percentile is within :data:`RELATIVE_ACCURACY` (0.5 %) of the exact one while the values span less than
 about 17 decades (:data:`MAX_BINS` bins; beyond that the lowest bins are merged, which only coarsens the lowest
-percentiles). Mean and maximum are exact. Memory: at most :data:`MAX_BINS` bins (~100 KB), whatever the count.
+percentiles). Mean and maximum are exact. Memory: at most :data:`MAX_BINS` bins (~100 KB) and a batch of
+:data:`BATCH` values (32 KB), whatever the count.
 """
 
 from __future__ import annotations
 
 import math
+from array import array
 from typing import Any
 
 from ddsketch import LogCollapsingLowestDenseDDSketch
@@ -24,6 +26,8 @@ RELATIVE_ACCURACY = 0.005
 MAX_BINS = 4096
 """Bins kept: 4096 bins of ratio (1 + a) / (1 - a) cover 10^17.8 at a = 0.5 %."""
 PERCENTILES = (50, 90, 95, 99)
+BATCH = 4096
+"""Values buffered before they go into the sketch (count, sum, min and max of a batch are then taken in C)."""
 
 
 class StreamingQuantiles:
@@ -31,38 +35,55 @@ class StreamingQuantiles:
 
     def __init__(self, relative_accuracy: float = RELATIVE_ACCURACY, max_bins: int = MAX_BINS) -> None:
         self._sketch = LogCollapsingLowestDenseDDSketch(relative_accuracy, bin_limit=max_bins)
-        self.count = 0
-        self.total = 0.0
-        self.minimum = math.inf
-        self.maximum = -math.inf
+        self._pending: array[float] = array("d")
+        self._count = 0
+        self._total = 0.0
+        self._minimum = math.inf
+        self._maximum = -math.inf
 
     def add(self, value: float) -> None:
         """One value (finite, >= 0; the request log's reader has checked)."""
-        self._sketch.add(value)
-        self.count += 1
-        self.total += value
-        if value > self.maximum:
-            self.maximum = value
-        if value < self.minimum:
-            self.minimum = value
+        pending = self._pending
+        pending.append(value)
+        if len(pending) >= BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        add = self._sketch.add
+        for value in pending:
+            add(value)
+        self._count += len(pending)
+        self._total += math.fsum(pending)
+        self._minimum = min(self._minimum, min(pending))
+        self._maximum = max(self._maximum, max(pending))
+        del pending[:]
+
+    @property
+    def count(self) -> int:
+        """Values added."""
+        return self._count + len(self._pending)
 
     def _at_rank(self, rank: int) -> float:
-        """The value at 0-based ``rank`` of the sorted values, within the relative accuracy."""
+        """The value at 0-based ``rank`` of the sorted values, within the relative accuracy (after a flush)."""
         if rank <= 0:
-            return self.minimum
-        if rank >= self.count - 1:
-            return self.maximum
+            return self._minimum
+        if rank >= self._count - 1:
+            return self._maximum
         # rank + 0.5 lies strictly inside the rank's slot of cumulative counts: float error cannot move it
-        estimate = self._sketch.get_quantile_value((rank + 0.5) / (self.count - 1))
+        estimate = self._sketch.get_quantile_value((rank + 0.5) / (self._count - 1))
         if estimate is None:  # only for an empty sketch, which has no ranks
-            return self.minimum
-        return min(max(float(estimate), self.minimum), self.maximum)
+            return self._minimum
+        return min(max(float(estimate), self._minimum), self._maximum)
 
     def quantile(self, q: float) -> float | None:
         """The ``q``-quantile (0..1), linearly interpolated between the nearest ranks; None when empty."""
-        if self.count == 0:
+        self._flush()
+        if self._count == 0:
             return None
-        position = q * (self.count - 1)
+        position = q * (self._count - 1)
         low = math.floor(position)
         fraction = position - low
         value = self._at_rank(low)
@@ -72,9 +93,10 @@ class StreamingQuantiles:
 
     def summary(self) -> dict[str, Any] | None:
         """``p50``/``p90``/``p95``/``p99`` (within the relative accuracy), exact ``mean`` and ``max``; None if empty."""
-        if self.count == 0:
+        self._flush()
+        if self._count == 0:
             return None
         out: dict[str, Any] = {f"p{p}": round(self.quantile(p / 100) or 0.0, 3) for p in PERCENTILES}
-        out["mean"] = round(self.total / self.count, 3)
-        out["max"] = self.maximum
+        out["mean"] = round(self._total / self._count, 3)
+        out["max"] = self._maximum
         return out

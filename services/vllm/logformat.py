@@ -1,4 +1,4 @@
-"""vLLM's log grammar, the one place it is written down: how a line is built and which messages carry which facts.
+"""vLLM's log grammar, the one place it is written down (with :mod:`services.vllm.logmessages`): how a line is built.
 
 A line, outside in (every part optional):
 
@@ -16,10 +16,14 @@ A line, outside in (every part optional):
 ANSI colour codes may wrap any part: vLLM colours the prefix cyan and, on a terminal or with
 ``VLLM_LOGGING_COLOR=1``, the level by severity and the stamp and source grey (``ColoredFormatter``). Container
 stamps and colour codes are removed before a line is parsed (:func:`clean`; :func:`clean_span` for whole blocks).
+Sources: ``vllm/logger.py`` (format ``%(levelname)s %(asctime)s [%(fileinfo)s:%(lineno)d] %(message)s``, date
+``%m-%d %H:%M:%S``), ``vllm/logging_utils/formatter.py``, the process names of ``v1/executor/multiproc_executor.py``
+and ``v1/engine/core.py``, and logs posted in vLLM's bug reports.
 
-Everything else (tracebacks, tqdm bars, Python warnings, garbage) is a line with no header. The second half of the
-module says which messages carry the facts read from the log (version, load times, KV cache, ready, fatal errors,
-the periodic stats line); :mod:`services.vllm.startup` turns them into start-up phases.
+Everything else (tracebacks, tqdm bars, Python warnings, garbage) is a line with no header. The engine's periodic
+stats line is described here too; which messages carry the start-up facts (version, load times, KV cache, ready,
+fatal errors) is in :mod:`services.vllm.logmessages` (kept apart so that the log analyzer, which needs only this
+module, starts fast), and :mod:`services.vllm.startup` turns them into start-up phases.
 """
 
 from __future__ import annotations
@@ -157,12 +161,6 @@ def parse_line(raw: bytes, clock: StampClock) -> Line:
     )
 
 
-def is_api_server(proc: str | None) -> bool:
-    """True for the API server's lines (``APIServer``, ``ApiServer_0``) and unprefixed ones (single-process vLLM,
-    uvicorn, the launcher); False for engine cores and workers."""
-    return proc is None or proc[:9].lower() == "apiserver"
-
-
 def text(raw: bytes, limit_chars: int = MAX_TEXT_CHARS) -> str:
     """Bytes of a log line as printable text: undecodable bytes replaced, control characters dropped, cut to size."""
     decoded = raw.decode("utf-8", "replace").rstrip("\r")
@@ -199,59 +197,6 @@ def starts_traceback(body: bytes) -> bool:
 def continues_traceback(body: bytes) -> bool:
     """True for a traceback's inner lines: indented frames and code, blank lines, chaining sentences."""
     return not body.strip() or body[:1] in (b" ", b"\t", b"|", b"+") or body.startswith(TB_JOINERS)
-
-
-# --- facts in the messages (decoded text after the header) ----------------------------------------------------------
-
-LAUNCH_RE = re.compile(r"^Starting vLLM: ")
-"""This project's launcher: ``[INFO] Starting vLLM: <argv>`` (the ``[INFO]`` header is parsed off)."""
-SERVER_START_RE = re.compile(r"vLLM API server version|non-default args:")
-"""The API server's first lines: a new start of vLLM."""
-VERSION_RE = re.compile(r"(?:vLLM API server version|LLM engine \(v|\bversion)\s*v?(\d+\.\d+\.\d+[\w.+\-]*)")
-"""``vLLM API server version 0.32.0``, the banner's ``version 0.32.0``, ``Initializing a V1 LLM engine (v0.32.0)``."""
-DOWNLOAD_RE = re.compile(r"Downloading|Fetching \d+ files|\.(?:safetensors|bin|pt|gguf)\S*:\s+(\d+)%")
-PERCENT_RE = re.compile(r"(\d{1,3})%")
-LOADING_RE = re.compile(
-    r"Starting to load model|Loading model weights|Loading safetensors checkpoint|Loading weights|Model loading took"
-)
-WEIGHTS_TIME_RE = re.compile(r"Loading weights took\s+([\d.]+)\s*s")
-"""``Loading weights took 0.92 seconds`` (the loader, per worker)."""
-MODEL_LOAD_TIME_RE = re.compile(r"Model loading took (?:[\d.]+ \w+(?: memory)? and )?([\d.]+)\s*s")
-"""``Model loading took 15.25 GiB and 6.123 seconds`` (the model runner, per worker: weights and model set-up)."""
-COMPILE_RE = re.compile(
-    r"Warming up|warmup|torch\.compile|Compiling|compiled function|Capturing|[Gg]raph capturing|profiling"
-    r"|KV cache size|# GPU blocks|Maximum concurrency|init engine"
-)
-INIT_TIME_RE = re.compile(r"init engine .*took ([\d.]+) s")
-"""``init engine (profile, create kv cache, warmup model) took 39.09 s[econds]`` (per engine core)."""
-KV_CACHE_RE = re.compile(r"KV cache size:|# (?:GPU|CPU|gpu|cpu) blocks:|num_gpu_blocks is:")
-"""The KV cache's size: ``GPU KV cache size: 1,234 tokens``, old ``# GPU blocks: 2345, # CPU blocks: 512``."""
-CONCURRENCY_RE = re.compile(r"Maximum concurrency for")
-"""``Maximum concurrency for 4,096 tokens per request: 5.2x`` (its own line in some versions)."""
-READY_RE = re.compile(
-    r"Starting vLLM (?:API )?server (?:\d+ )?on|Uvicorn running on|Application startup complete|Available routes are"
-)
-"""The API server answers requests (only the API server's lines count: :func:`is_api_server`)."""
-FATAL_RE = re.compile(
-    r"EngineDeadError|Engine core initialization failed|EngineCore failed to start|died unexpectedly"
-    r"|encountered a fatal error|Engine loop has died|WorkerProc failed|Got fatal signal"
-)
-"""Errors that end a running server (after ready, other errors are about one request)."""
-FOLLOW_UP_RE = re.compile(
-    r"WorkerProc initialization failed|WorkerProc failed to start|Engine core initialization failed"
-    r"|EngineCore failed to start|See root cause above|See stack trace (?:above )?for root cause|Got fatal signal"
-    r"|EngineDeadError|Engine loop has died|died unexpectedly"
-)
-"""Errors that report another process's failure: never the root cause while a worker's own error is known."""
-STOP_RE = re.compile(r"Shutting down|Finished server process|shutdown triggered|KeyboardInterrupt")
-EXCEPTION_RE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
-"""An exception line: ``ValueError: …``, ``torch.OutOfMemoryError: CUDA out of memory …``."""
-
-
-def seconds(pattern: re.Pattern[str], message: str) -> float | None:
-    """The seconds that ``pattern`` (one group) finds in ``message``, None without a match."""
-    match = pattern.search(message)
-    return float(match.group(1)) if match is not None else None
 
 
 # --- engine's periodic stats line -----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 from core.logfiles import ReadStats, iter_spans, mtime_s
 from core.timeparse import StampClock, epoch_to_iso
 from services.vllm import logformat as fmt
+from services.vllm import logmessages as msg
 
 PHASES = ("not_started", "starting", "downloading", "loading_weights", "compiling", "ready", "failed", "stopped")
 """Phase names in start-up order (``failed`` and ``stopped`` can follow any other)."""
@@ -151,8 +152,8 @@ class StartupTracker:
         if not body:
             return
         state = self.state
-        server_start = fmt.SERVER_START_RE.search(body) is not None
-        if fmt.LAUNCH_RE.match(body) or (server_start and (state is None or state.server_started)):
+        server_start = msg.SERVER_START_RE.search(body) is not None
+        if msg.LAUNCH_RE.match(body) or (server_start and (state is None or state.server_started)):
             state = self._new_attempt()
         if server_start:
             if state is None:
@@ -162,9 +163,9 @@ class StartupTracker:
             return
         if state.started_at_s is None and line.stamp_s is not None:
             state.started_at_s = line.stamp_s
-        if ("version" in body or "(v" in body) and (version := fmt.VERSION_RE.search(body)) is not None:
+        if ("version" in body or "(v" in body) and (version := msg.VERSION_RE.search(body)) is not None:
             self.version = version.group(1)
-        is_exception = not indented and fmt.EXCEPTION_RE.match(body) is not None
+        is_exception = not indented and msg.EXCEPTION_RE.match(body) is not None
         if is_exception and self._record_exception is None:
             self._record_exception = body
         is_error = line.level in ("ERROR", "CRITICAL") and not indented and not body.startswith("Traceback")
@@ -185,26 +186,26 @@ class StartupTracker:
     def _facts(self, state: _State, body: str) -> None:
         """Timings and the KV cache line of this start (every process's: workers load, engine cores init)."""
         if "took" in body:
-            state.weights_s = _max(state.weights_s, fmt.seconds(fmt.WEIGHTS_TIME_RE, body))
-            state.model_load_s = _max(state.model_load_s, fmt.seconds(fmt.MODEL_LOAD_TIME_RE, body))
-            state.engine_init_s = _max(state.engine_init_s, fmt.seconds(fmt.INIT_TIME_RE, body))
-        if fmt.KV_CACHE_RE.search(body) or (state.kv_cache_line is None and fmt.CONCURRENCY_RE.search(body)):
+            state.weights_s = _max(state.weights_s, msg.seconds(msg.WEIGHTS_TIME_RE, body))
+            state.model_load_s = _max(state.model_load_s, msg.seconds(msg.MODEL_LOAD_TIME_RE, body))
+            state.engine_init_s = _max(state.engine_init_s, msg.seconds(msg.INIT_TIME_RE, body))
+        if msg.KV_CACHE_RE.search(body) or (state.kv_cache_line is None and msg.CONCURRENCY_RE.search(body)):
             state.kv_cache_line = body
 
     def _error(self, state: _State, body: str, proc: str | None, is_exception: bool) -> None:
         """Keep the root cause: an exception before a plain error, a process's own failure before a report of it."""
-        rank = (fmt.FOLLOW_UP_RE.search(body) is None, is_exception)
+        rank = (msg.FOLLOW_UP_RE.search(body) is None, is_exception)
         if state.error_line is None or rank > state.error_rank:
             state.error_line, state.error_process, state.error_rank = body, proc, rank
 
     def _advance(self, state: _State, body: str, proc: str | None, is_error: bool, is_exception: bool) -> None:
         if state.phase in ("ready", "stopped"):  # after ready only a dead engine or a stop changes the phase
-            if (is_error or is_exception) and fmt.FATAL_RE.search(body):
+            if (is_error or is_exception) and msg.FATAL_RE.search(body):
                 cause = self._record_exception or body  # the root cause when the record showed it first
                 state.error_line, state.error_rank = None, (False, False)
-                self._error(state, cause, proc, fmt.EXCEPTION_RE.match(cause) is not None)
+                self._error(state, cause, proc, msg.EXCEPTION_RE.match(cause) is not None)
                 self._move(state, "failed")
-            elif state.phase == "ready" and fmt.STOP_RE.search(body):
+            elif state.phase == "ready" and msg.STOP_RE.search(body):
                 self._move(state, "stopped")
             return
         self._facts(state, body)
@@ -213,18 +214,18 @@ class StartupTracker:
             self._move(state, "failed")
             return
         order = PHASES.index(state.phase)
-        if fmt.READY_RE.search(body) and fmt.is_api_server(proc):  # a TP run is ready when its API server is
+        if msg.READY_RE.search(body) and msg.is_api_server(proc):  # a TP run is ready when its API server is
             state.ready_at_s = self.last_stamp_s
             state.error_line, state.error_process, state.error_rank = None, None, (False, False)
             self._move(state, "ready")
         elif state.phase == "failed":
             return
-        elif fmt.COMPILE_RE.search(body) and order <= PHASES.index("compiling"):
+        elif msg.COMPILE_RE.search(body) and order <= PHASES.index("compiling"):
             self._move(state, "compiling")
-        elif fmt.LOADING_RE.search(body) and order <= PHASES.index("loading_weights"):
+        elif msg.LOADING_RE.search(body) and order <= PHASES.index("loading_weights"):
             self._move(state, "loading_weights")
-        elif (download := fmt.DOWNLOAD_RE.search(body)) is not None and order <= PHASES.index("downloading"):
-            percent = download.group(1) or (m.group(1) if (m := fmt.PERCENT_RE.search(body)) else None)
+        elif (download := msg.DOWNLOAD_RE.search(body)) is not None and order <= PHASES.index("downloading"):
+            percent = download.group(1) or (m.group(1) if (m := msg.PERCENT_RE.search(body)) else None)
             state.download_pct = int(percent) if percent is not None else state.download_pct
             self._move(state, "downloading")
 

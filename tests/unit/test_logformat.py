@@ -5,16 +5,14 @@ from __future__ import annotations
 import pytest
 
 from core.timeparse import StampClock
-from services.vllm.logformat import (
+from services.vllm.logformat import clean, clean_span, parse_line
+from services.vllm.logmessages import (
     CONCURRENCY_RE,
     KV_CACHE_RE,
     MODEL_LOAD_TIME_RE,
     VERSION_RE,
     WEIGHTS_TIME_RE,
-    clean,
-    clean_span,
     is_api_server,
-    parse_line,
     seconds,
 )
 
