@@ -35,6 +35,7 @@ class StreamingQuantiles:
 
     def __init__(self, relative_accuracy: float = RELATIVE_ACCURACY, max_bins: int = MAX_BINS) -> None:
         self._sketch = LogCollapsingLowestDenseDDSketch(relative_accuracy, bin_limit=max_bins)
+        self._relative_accuracy = relative_accuracy
         self._pending: array[float] = array("d")
         self._count = 0
         self._total = 0.0
@@ -92,11 +93,13 @@ class StreamingQuantiles:
         return value
 
     def summary(self) -> dict[str, Any] | None:
-        """``p50``/``p90``/``p95``/``p99`` (within the relative accuracy), exact ``mean`` and ``max``; None if empty."""
+        """``p50``/``p90``/``p95``/``p99`` (within the relative accuracy, given as ``percentile_error_pct``), exact
+        ``mean`` and ``max``; None if empty."""
         self._flush()
         if self._count == 0:
             return None
         out: dict[str, Any] = {f"p{p}": round(self.quantile(p / 100) or 0.0, 3) for p in PERCENTILES}
         out["mean"] = round(self._total / self._count, 3)
         out["max"] = self._maximum
+        out["percentile_error_pct"] = round(self._relative_accuracy * 100, 3)
         return out

@@ -97,7 +97,7 @@ def _pcts(name: str, values: dict[str, float] | None) -> str:
     if not values:
         return f"    {name:<9} -"
     parts = "  ".join(f"{key} {_n(values[key])}" for key in ("p50", "p90", "p95", "p99", "max"))
-    return f"    {name:<9} {parts}"
+    return f"    {name:<9} {parts}  (percentiles ±{_n(values.get('percentile_error_pct'))}%)"
 
 
 def _figure(summary: dict[str, Any], key: str, label: str) -> str | None:
