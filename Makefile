@@ -78,6 +78,7 @@ bench-ceiling: app-env
 
 bench-logs: app-env
 	@$(APP_PY) benchmarks/bench_log_analyzer.py
+	@$(APP_PY) benchmarks/bench_request_stats.py
 
 validate-containers: app-env
 	scripts/validate_containers.sh

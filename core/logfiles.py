@@ -2,7 +2,8 @@
 
 Handles rotated siblings (``vllm.log.2.gz``, ``vllm.log.1``, ``vllm.log``: oldest first), gzip (by magic bytes, not
 by name; a truncated stream keeps what was readable), over-long lines (cut at one block), files being appended to
-(read up to the size seen at open; a half-written last line is skipped) and files truncated while being read.
+(read up to the size seen at open; a half-written last line is skipped) and files that shrink while being read
+(truncated by ``copytruncate`` rotation: what was read is kept, the shrink is noted in :class:`ReadStats`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class ReadStats:
         self.bytes_read = 0
         self.overlong_lines = 0
         self.partial_lines_skipped = 0
+        self.shrunk_files: list[str] = []
+        """Plain files that became shorter than their size at open while being read (truncated, copytruncate)."""
         self.problems: list[str] = []
 
 
@@ -84,13 +87,21 @@ def _open(path: StrPath) -> tuple[BinaryIO, int | None, int | None]:
         raise
 
 
-def iter_spans(path: StrPath, stats: ReadStats, block_bytes: int = BLOCK_BYTES) -> Iterator[Span]:
+def iter_spans(
+    path: StrPath, stats: ReadStats, block_bytes: int = BLOCK_BYTES, last_bytes: int | None = None
+) -> Iterator[Span]:
     """Yield ``path``'s content as spans of complete lines (see :data:`Span`), oldest first.
 
     A plain file is read up to its size at open; a last line without newline is yielded (with one added) unless the
-    file grew meanwhile: then it is being written and is counted in ``stats.partial_lines_skipped``. A line longer than
-    ``block_bytes`` is cut to its first ``block_bytes`` (``stats.overlong_lines``). Read errors and corrupt gzip end
-    the file and are noted in ``stats.problems``; nothing is raised for bad content. Memory: about two blocks.
+    file grew meanwhile: then it is being written and is counted in ``stats.partial_lines_skipped``. A file that
+    shrinks below that size while being read (truncated in place) ends there: it is listed in ``stats.shrunk_files``
+    and noted in ``stats.problems``. A line longer than ``block_bytes`` is cut to its first ``block_bytes``
+    (``stats.overlong_lines``). Read errors and corrupt gzip end the file and are noted in ``stats.problems``;
+    nothing is raised for bad content. Memory: about two blocks.
+
+    Args:
+        last_bytes: read only about the last this many bytes of a plain file, from the first whole line in them
+            (gzip files are read whole).
     """
     try:
         stream, limit_bytes, fd = _open(path)
@@ -101,6 +112,11 @@ def iter_spans(path: StrPath, stats: ReadStats, block_bytes: int = BLOCK_BYTES) 
     carry = b""  # the start of a line continued in the next read
     skipping = False  # inside the rest of an over-long line
     remaining = limit_bytes
+    got = 0
+    shrunk = False
+    if last_bytes is not None and limit_bytes is not None and limit_bytes > last_bytes:
+        stream.seek(limit_bytes - last_bytes - 1)  # from the byte before: a newline there means a whole first line
+        remaining, skipping = last_bytes + 1, True
     with stream:
         while remaining is None or remaining > 0:
             try:
@@ -109,7 +125,15 @@ def iter_spans(path: StrPath, stats: ReadStats, block_bytes: int = BLOCK_BYTES) 
                 stats.problems.append(f"{path}: stopped reading after {stats.bytes_read} bytes ({exc})")
                 break
             if not data:
+                if remaining is not None and fd is not None:  # the file ended before its size at open
+                    shrunk = True
+                    stats.shrunk_files.append(os.fspath(path))
+                    stats.problems.append(
+                        f"{path}: shrank while being read (was {limit_bytes} bytes, now {_size(fd)}; truncated or "
+                        f"rotated in place): {got} bytes read, the rest is lost"
+                    )
                 break
+            got += len(data)
             stats.bytes_read += len(data)
             if remaining is not None:
                 remaining -= len(data)
@@ -142,7 +166,7 @@ def iter_spans(path: StrPath, stats: ReadStats, block_bytes: int = BLOCK_BYTES) 
                 yield carry[:block_bytes] + b"\n", 0, block_bytes + 1
                 carry, skipping = b"", True
         if carry:
-            if fd is not None and limit_bytes is not None and _size(fd) > limit_bytes:
+            if shrunk or (fd is not None and limit_bytes is not None and _size(fd) > limit_bytes):
                 stats.partial_lines_skipped += 1
             else:
                 yield carry + b"\n", 0, len(carry) + 1

@@ -19,20 +19,33 @@ SCHEMA_VERSION = "1.2"
 # 1.2: ``cpu_rss_peak_gb`` renamed ``vllm_rss_peak_gb`` (metrics, resources): it is the vLLM process tree's RSS.
 #      Rows record how each stream ended (``end_reason``) and where token counts came from
 #      (``output_tokens_source``); reports say what could not be measured (``gaps``) and whether the run was
-#      ``interrupted``; metrics count ``requests_incomplete`` apart. Reports of 1.1 are migrated on reading
+#      ``interrupted``; metrics count ``requests_incomplete`` apart. Start-up facts have one place,
+#      ``environment.startup``: ``model_load_s``, ``engine_init_s`` (were ``last_load_s``, ``last_engine_init_s``
+#      there and ``model_load_s``, ``engine_init_s`` in ``logs``), ``kv_cache_line`` (was in ``logs``);
+#      ``logs.vllm_version`` is gone (``environment.vllm_version``). Reports of 1.1 are migrated on reading
 #      (:func:`migrate_report`); nothing is rewritten on disk.
 RENAMED_IN_1_2 = {"cpu_rss_peak_gb": "vllm_rss_peak_gb"}
+STARTUP_RENAMED_IN_1_2 = {"last_load_s": "model_load_s", "last_engine_init_s": "engine_init_s"}
+LOGS_TO_STARTUP_IN_1_2 = ("model_load_s", "engine_init_s", "kv_cache_line")
 
 
 class StartupFacts(BaseModel):
-    """vLLM's starts as read from its log: the first (cold) start against later (warm) restarts, seconds."""
+    """vLLM's starts as read from its log (the one place of these facts): the first (cold) start against later (warm)
+    restarts, and the latest start's model load, engine init and KV cache, seconds."""
 
     phase: str = Field(description="Phase of the latest start: ready, loading_weights, compiling, failed, ...")
     detail: str
     cold_start_s: float | None = Field(default=None, description="First start in the log, launch to ready.")
     warm_starts_s: list[float] = Field(default_factory=list, description="Later restarts, launch to ready.")
-    last_load_s: float | None = Field(default=None, description="Weights loading of the latest start.")
-    last_engine_init_s: float | None = Field(default=None, description="Engine init (KV cache, warm-up, compile).")
+    model_load_s: float | None = Field(
+        default=None,
+        description="Model load of the latest start as vLLM logged it ('Model loading took', else 'Loading weights "
+        "took'); the slowest worker's with tensor/pipeline parallelism.",
+    )
+    engine_init_s: float | None = Field(
+        default=None, description="Engine init of the latest start (profiling, KV cache, warm-up, compile)."
+    )
+    kv_cache_line: str | None = Field(default=None, description="vLLM's line giving the KV cache size.")
 
 
 class Environment(BaseModel):
@@ -174,16 +187,16 @@ class Resources(BaseModel):
 
 
 class LogFacts(BaseModel):
-    """Facts read from ``logs/vllm.log``."""
+    """vLLM's log over the run window (start-up facts are in ``environment.startup``)."""
 
     log_file: str
     found: bool
-    vllm_version: str | None = None
-    kv_cache_line: str | None = None
-    model_load_s: float | None = None
-    engine_init_s: float | None = None
-    warnings_in_window: list[str] = Field(default_factory=list)
-    errors_in_window: list[str] = Field(default_factory=list)
+    warnings_in_window: list[str] = Field(
+        default_factory=list, description="WARNING records stamped inside the window (first line each, at most 50)."
+    )
+    errors_in_window: list[str] = Field(
+        default_factory=list, description="ERROR and CRITICAL records stamped inside the window (at most 50)."
+    )
 
 
 class ErrorSummary(BaseModel):
@@ -220,19 +233,48 @@ class Comparison(BaseModel):
 
 
 def migrate_report(data: Any) -> Any:
-    """Bring a stored report's JSON up to :data:`SCHEMA_VERSION` (1.1 -> 1.2: renamed fields); other input as is."""
+    """Bring a stored report's JSON up to :data:`SCHEMA_VERSION` (1.1 -> 1.2: renamed and moved fields, see the
+    notes at :data:`SCHEMA_VERSION`); other input as is."""
     if not isinstance(data, dict) or data.get("schema_version") != "1.1":
         return data
     data = dict(data)
     for section in ("metrics", "resources"):
         if isinstance(data.get(section), dict):
-            part = dict(data[section])
-            for old, new in RENAMED_IN_1_2.items():
-                if old in part and new not in part:
-                    part[new] = part.pop(old)
-            data[section] = part
+            data[section] = _renamed(data[section], RENAMED_IN_1_2)
+    if isinstance(data.get("environment"), dict) and isinstance(data.get("logs"), dict):
+        data["environment"], data["logs"] = _startup_facts_moved(data["environment"], data["logs"])
     data["schema_version"] = SCHEMA_VERSION
     return data
+
+
+def _renamed(part: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    part = dict(part)
+    for old, new in names.items():
+        if old in part and new not in part:
+            part[new] = part.pop(old)
+    return part
+
+
+def _startup_facts_moved(
+    environment: dict[str, Any], logs: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """1.1 -> 1.2: ``logs``' start-up facts into ``environment.startup`` (its own figures first)."""
+    environment, logs = dict(environment), dict(logs)
+    moved = {name: logs.pop(name, None) for name in LOGS_TO_STARTUP_IN_1_2}
+    log_version = logs.pop("vllm_version", None)
+    if environment.get("vllm_version") is None and log_version is not None:
+        environment["vllm_version"] = log_version
+    startup = environment.get("startup")
+    if isinstance(startup, dict):
+        startup = _renamed(startup, STARTUP_RENAMED_IN_1_2)
+    elif any(value is not None for value in moved.values()):
+        startup = {"phase": "unknown", "detail": "not recorded (a 1.1 report: figures from its log facts)"}
+    if isinstance(startup, dict):
+        for name, value in moved.items():
+            if startup.get(name) is None and value is not None:
+                startup[name] = value
+        environment["startup"] = startup
+    return environment, logs
 
 
 class Report(BaseModel):

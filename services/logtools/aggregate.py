@@ -1,23 +1,26 @@
 """Pure aggregation of parsed log data: engine stats, request stats, slowest requests (error groups: ``groups``).
 
-Each aggregator takes items one at a time and keeps bounded state (sums and maxima, the top N, error causes up to a cap;
-request latencies as 8-byte floats for exact percentiles), then ``summary()`` gives a JSON-ready dict.
+Each aggregator takes items one at a time and keeps bounded state whatever the input's length (sums and maxima, the
+top N, error causes and sources up to a cap, latency percentiles in a sketch of known error:
+:mod:`services.logtools.quantiles`), then ``summary()`` gives a JSON-ready dict.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from core.requestlog import RequestLogLine
 from core.timeparse import epoch_to_iso
+from services.logtools.quantiles import StreamingQuantiles
 from services.vllm.logformat import METRIC_FIELDS, normalise
 
 MAX_ERROR_CAUSES = 200
+MAX_SOURCES = 50
+"""Distinct ``source`` values counted; later new ones are counted as ``(other)``."""
 
 
 @dataclass
@@ -81,27 +84,11 @@ class EngineSummary:
         }
 
 
-def percentiles(values: array[float] | list[float]) -> dict[str, float] | None:
-    """p50/p90/p95/p99 (``statistics.quantiles``, inclusive method), mean and max of ``values``; None if empty."""
-    if not values:
-        return None
-    import statistics
-
-    # statistics.quantiles needs two points (until Python 3.13); one value is every percentile
-    cuts = [values[0]] * 99 if len(values) == 1 else statistics.quantiles(values, n=100, method="inclusive")
-    return {
-        "p50": round(cuts[49], 3),
-        "p90": round(cuts[89], 3),
-        "p95": round(cuts[94], 3),
-        "p99": round(cuts[98], 3),
-        "mean": round(statistics.fmean(values), 3),
-        "max": max(values),
-    }
-
-
 @dataclass
 class RequestStats:
-    """Requests, error rate, latency percentiles (ms) and token throughput (tokens/s) over the records seen."""
+    """Requests, error rate, latency percentiles (ms) and token throughput (tokens/s) over the records seen, in
+    memory that does not grow with the number of records (percentiles within
+    :data:`~services.logtools.quantiles.RELATIVE_ACCURACY` of the exact ones)."""
 
     total: int = 0
     ok: int = 0
@@ -109,8 +96,8 @@ class RequestStats:
     cancelled: int = 0
     by_source: Counter[str] = field(default_factory=Counter)
     error_causes: Counter[str] = field(default_factory=Counter)
-    total_ms: array[float] = field(default_factory=lambda: array("d"))
-    ttft_ms: array[float] = field(default_factory=lambda: array("d"))
+    total_ms: StreamingQuantiles = field(default_factory=StreamingQuantiles)
+    ttft_ms: StreamingQuantiles = field(default_factory=StreamingQuantiles)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     first_start_s: float | None = None
@@ -119,13 +106,14 @@ class RequestStats:
     def add(self, record: RequestLogLine) -> None:
         """Count one record; latencies of successful requests feed the percentiles."""
         self.total += 1
-        self.by_source[record.source] += 1
+        source = record.source
+        self.by_source[source if source in self.by_source or len(self.by_source) < MAX_SOURCES else "(other)"] += 1
         if record.status == "ok":
             self.ok += 1
             if record.total_ms is not None:
-                self.total_ms.append(record.total_ms)
+                self.total_ms.add(record.total_ms)
             if record.ttft_ms is not None:
-                self.ttft_ms.append(record.ttft_ms)
+                self.ttft_ms.add(record.ttft_ms)
         elif record.status == "cancelled":  # the reader left (Stop, tab closed): not a server failure
             self.cancelled += 1
         else:
@@ -156,8 +144,8 @@ class RequestStats:
             "error_rate": round(self.errors / self.total, 4) if self.total else None,
             "by_source": dict(self.by_source.most_common()),
             "top_errors": [{"error": cause, "count": n} for cause, n in self.error_causes.most_common(5)],
-            "total_ms": percentiles(self.total_ms),
-            "ttft_ms": percentiles(self.ttft_ms),
+            "total_ms": self.total_ms.summary(),
+            "ttft_ms": self.ttft_ms.summary(),
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "window_start": epoch_to_iso(start_s),

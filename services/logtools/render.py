@@ -37,6 +37,8 @@ def _files(source: dict[str, Any]) -> str:
         notes.append(f"{source['overlong_lines']} over-long lines cut")
     if source.get("partial_lines_skipped"):
         notes.append("last line still being written, skipped")
+    if source.get("shrunk_files"):
+        notes.append(f"{len(source['shrunk_files'])} files shrank while being read (truncated): partly read")
     if source.get("skipped_older_than_since"):
         notes.append(f"{len(source['skipped_older_than_since'])} files older than --since skipped")
     return files[-1] + extra + (f" [{'; '.join(notes)}]" if notes else "")
@@ -95,7 +97,7 @@ def _pcts(name: str, values: dict[str, float] | None) -> str:
     if not values:
         return f"    {name:<9} -"
     parts = "  ".join(f"{key} {_n(values[key])}" for key in ("p50", "p90", "p95", "p99", "max"))
-    return f"    {name:<9} {parts}"
+    return f"    {name:<9} {parts}  (percentiles ±{_n(values.get('percentile_error_pct'))}%)"
 
 
 def _figure(summary: dict[str, Any], key: str, label: str) -> str | None:

@@ -76,6 +76,7 @@ def read_facts(read: ReadStats, skipped: list[str] | None = None) -> dict[str, A
         "bytes_read": read.bytes_read,
         "overlong_lines": read.overlong_lines,
         "partial_lines_skipped": read.partial_lines_skipped,
+        "shrunk_files": read.shrunk_files,
         "problems": read.problems,
         "skipped_older_than_since": skipped or [],
     }

@@ -4,7 +4,9 @@ Only the lines that matter are decoded: each block is searched for the level wor
 literal, so ``re`` skips ahead in C) and for ``Traceback`` (through its rare letter ``b``, found with memchr); the
 engine's periodic stats lines come from one ``findall`` per block. A log record with its traceback (vLLM repeats
 its header on every line; uvicorn and crashing processes print bare tracebacks, possibly behind a ``(Proc pid=N)``
-prefix) becomes one :class:`ErrorEvent`, also across block boundaries.
+prefix) becomes one :class:`ErrorEvent`, also across block boundaries. Colour codes and container stamps are removed
+from the few lines that are parsed; when the engine's stats and HTTP lines are counted, colour codes are removed from
+the whole block first (:func:`services.vllm.logformat.clean_span`), as uvicorn colours its access lines.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from collections.abc import Callable, Iterable
 from core.logfiles import BLOCK_BYTES, ReadStats, StrPath, iter_spans, mtime_s
 from core.timeparse import StampClock
 from services.vllm.logformat import (
+    METRICS_NEEDLE,
     METRICS_RE,
     PROBLEM_LEVELS,
     STAMP_RE,
     Line,
+    clean_span,
     continues_traceback,
     parse_line,
     starts_traceback,
@@ -33,7 +37,6 @@ _MAX_B_MISSES = 64
 """``b`` s that are not a traceback after which a block is searched for the whole needle instead."""
 LEVEL_RE = re.compile(rb"R(?:ROR|NING|ITICAL)")
 """ERROR, WARNING and CRITICAL from their first ``R``; the line's header decides whether it is the level."""
-METRICS_NEEDLE = b"Avg prompt throughput: "
 MAX_EVENT_BYTES = 1 << 20
 """A record with its traceback is cut after this many bytes (so that carrying it to the next block stays cheap)."""
 MAX_TRACEBACK_LINES = 60
@@ -148,7 +151,7 @@ class LogScanner:
         span = next(spans, None)
         while span is not None:
             following = next(spans, None)
-            buf, start, stop = span
+            buf, start, stop = clean_span(*span, colours=self.on_metrics is not None)  # see the module's docstring
             if carry:  # an unfinished record from the previous block: rare, so the copy is fine
                 buf = carry + buf[start:stop]
                 start, stop = 0, len(buf)
@@ -292,7 +295,8 @@ class LogScanner:
                 body = buf[position + len(header) : line_end]
             else:
                 line = parse_line(buf[position:line_end], self._clock)
-                if line.level is not None or line.process != head.process:
+                same_record = header is not None and line.header == header  # its header behind a container stamp
+                if not same_record and (line.level is not None or line.process != head.process):
                     break  # another record, or another process's line
                 body = line.body
             if state == "tb":

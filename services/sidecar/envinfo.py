@@ -143,7 +143,8 @@ def vllm_server_facts(vllm_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
 
 
 def startup_facts(phase: StartupPhase) -> StartupFacts | None:
-    """Cold start vs warm restarts from the log's start attempts (None when the log shows no start)."""
+    """Cold start vs warm restarts from the log's start attempts and the latest start's model load, engine init and
+    KV cache line (None when the log shows no start)."""
     if phase.phase == "not_started":
         return None
     times = [a.startup_s for a in phase.attempts if a.outcome in ("ready", "stopped") and a.startup_s is not None]
@@ -152,8 +153,9 @@ def startup_facts(phase: StartupPhase) -> StartupFacts | None:
         detail=phase.detail,
         cold_start_s=times[0] if times else None,
         warm_starts_s=times[1:],
-        last_load_s=phase.load_s,
-        last_engine_init_s=phase.engine_init_s,
+        model_load_s=phase.load_s,
+        engine_init_s=phase.engine_init_s,
+        kv_cache_line=phase.kv_cache_line,
     )
 
 
@@ -161,11 +163,11 @@ def collect_environment(
     gpu_info: GpuInfo | None,
     state: EngineState | None,
     server: dict[str, Any],
-    log_version: str | None,
     startup: StartupPhase | None = None,
 ) -> Environment:
-    """Assemble the report's ``environment`` section from the pieces gathered above."""
-    version = server.get("version") or log_version
+    """Assemble the report's ``environment`` section from the pieces gathered above (the vLLM version from the
+    server's ``/version``, else from the log)."""
+    version = server.get("version") or (startup.vllm_version if startup else None)
     commit = vllm_commit(state)
     synthetic = state is not None and state.synthetic
     model_path = server.get("model_root") or (state.model_arg if state else None)

@@ -1,71 +1,58 @@
-"""Facts from vLLM's log: version, model load time, engine init time, KV cache line, errors in a time window.
+"""The report's ``logs`` section: vLLM's WARNING/ERROR records inside a run's window.
 
-Handles vLLM's per-process prefixes (``(APIServer pid=…)``, ``(EngineCore pid=…)``) and the ``LEVEL MM-DD
-HH:MM:SS [file.py:line] message`` format. Reads only the last ``max_bytes`` so a huge log stays cheap.
+Lines are read with vLLM's one log grammar (:mod:`services.vllm.logformat`: any process prefix, colour codes,
+container stamps); start-up facts (version, model load, engine init, KV cache) come from
+:func:`services.vllm.startup.startup_phase` into ``environment.startup``. Only the last ``max_bytes`` of the log are
+read, so a huge log stays cheap.
 """
 
 from __future__ import annotations
 
-import re
-from datetime import datetime
 from pathlib import Path
 
+from core.logfiles import ReadStats, iter_spans, mtime_s
 from core.report_schema import LogFacts
+from core.timeparse import StampClock
+from services.vllm.logformat import PROBLEM_LEVELS, clean, clean_span, parse_line, text
 
-LINE_RE = re.compile(
-    r"^(?:\((?P<proc>[\w\-]+) pid=(?P<pid>\d+)\)\s+)?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
-    r"(?P<month>\d\d)-(?P<day>\d\d) (?P<time>\d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:\[[^\]]*\]\s+)?(?P<msg>.*)$"
-)
-VERSION_RE = re.compile(r"(?:vLLM API server version|LLM engine \(v)\s*v?(\d+\.\d+\.\d+[\w.+\-]*)")
-LOAD_RE = re.compile(r"(?:Model loading took|Loading weights took)\s+([\d.]+)\s*(?:GiB and ([\d.]+) )?s")
-INIT_RE = re.compile(r"init engine .* took ([\d.]+) s")
-KV_RE = re.compile(r"KV cache size|Maximum concurrency")
 MAX_EXAMPLES = 50
-
-
-def _line_time(match: re.Match[str], year: int) -> float | None:
-    try:
-        stamp = datetime.strptime(f"{year}-{match['month']}-{match['day']} {match['time']}", "%Y-%m-%d %H:%M:%S")
-    except ValueError:
-        return None
-    return stamp.timestamp()
+MAX_LINE_CHARS = 500
+_NEEDLES = (b"WARNING", b"ERROR", b"CRITICAL")
 
 
 def read_log_facts(
     path: Path, window_start: float | None = None, window_end: float | None = None, max_bytes: int = 16 << 20
 ) -> LogFacts:
-    """Parse ``path``; WARNING/ERROR lines are kept when their local timestamp lies inside the window.
+    """WARNING/ERROR/CRITICAL records of ``path`` whose stamp lies in the window (epoch seconds, 1 s of slack).
 
+    A record logged over several lines (a traceback: vLLM repeats the prefix and header on each) counts once, by its
+    first line; at most :data:`MAX_EXAMPLES` of each kind are kept, cut to :data:`MAX_LINE_CHARS` characters.
     Never raises for a missing, rotated or garbled log: ``found`` is False or the unparsable lines are skipped.
     """
+    stats = ReadStats()
+    spans = iter_spans(path, stats, last_bytes=max_bytes)
     facts = LogFacts(log_file=str(path), found=False)
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            raw = fh.read()
-    except OSError:
+    if window_start is None:
+        facts.found = path.is_file()
         return facts
-    facts.found = True
-    year = datetime.now().year
-    for line in raw.decode("utf-8", errors="replace").splitlines():
-        match = LINE_RE.match(line.strip())
-        if not match:
-            continue
-        msg = match["msg"]
-        if (version := VERSION_RE.search(msg)) and facts.vllm_version is None:
-            facts.vllm_version = version.group(1)
-        if (load := LOAD_RE.search(msg)) is not None:
-            facts.model_load_s = float(load.group(2) or load.group(1))
-        if (init := INIT_RE.search(msg)) is not None:
-            facts.engine_init_s = float(init.group(1))
-        if KV_RE.search(msg):
-            facts.kv_cache_line = msg
-        if match["level"] in ("WARNING", "ERROR", "CRITICAL") and window_start is not None:
-            t = _line_time(match, year)
-            inside = t is not None and window_start - 1 <= t <= (window_end or t) + 1
-            bucket = facts.warnings_in_window if match["level"] == "WARNING" else facts.errors_in_window
-            if inside and len(bucket) < MAX_EXAMPLES:
-                bucket.append(line.strip()[:500])
+    clock = StampClock(mtime_s(path))
+    last_header = b""
+    for span in spans:
+        buf, start, stop = clean_span(*span)
+        lines = buf[start:stop].split(b"\n")
+        lines.pop()
+        for raw in lines:
+            if not any(needle in raw for needle in _NEEDLES):
+                last_header = b""  # another record came between
+                continue
+            line = parse_line(raw, clock)
+            if line.level not in PROBLEM_LEVELS or line.stamp_s is None or line.header == last_header:
+                continue
+            last_header = line.header  # the next lines of this record share it
+            if not window_start - 1 <= line.stamp_s <= (window_end or line.stamp_s) + 1:
+                continue
+            bucket = facts.warnings_in_window if line.level == "WARNING" else facts.errors_in_window
+            if len(bucket) < MAX_EXAMPLES:
+                bucket.append(text(clean(raw), MAX_LINE_CHARS).strip())
+    facts.found = bool(stats.files)
     return facts

@@ -74,9 +74,6 @@ def _logs(report: Report) -> str:
     if not logs.found:
         return f"<p>{_e(logs.log_file)} not found.</p>"
     rows = [
-        ("Model load", f"{logs.model_load_s} s"),
-        ("Engine init", f"{logs.engine_init_s} s"),
-        ("KV cache", logs.kv_cache_line or "n/a"),
         ("Warnings in window", str(len(logs.warnings_in_window))),
         ("Errors in window", str(len(logs.errors_in_window))),
     ]

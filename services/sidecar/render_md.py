@@ -62,12 +62,7 @@ def render_markdown(report: Report) -> str:
     logs = report.logs
     lines += ["## vLLM log", ""]
     if logs.found:
-        lines += [
-            f"- model load: {logs.model_load_s if logs.model_load_s is not None else 'n/a'} s, engine init: "
-            f"{logs.engine_init_s if logs.engine_init_s is not None else 'n/a'} s",
-            f"- KV cache: {logs.kv_cache_line or 'n/a'}",
-            f"- warnings / errors in the window: {len(logs.warnings_in_window)} / {len(logs.errors_in_window)}",
-        ]
+        lines += [f"- warnings / errors in the window: {len(logs.warnings_in_window)} / {len(logs.errors_in_window)}"]
         lines += [f"  - `{line}`" for line in logs.errors_in_window[:10]]
     else:
         lines.append(f"- {logs.log_file} not found")

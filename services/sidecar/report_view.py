@@ -85,6 +85,21 @@ def environment_rows(report: Report) -> list[Row]:
         ("CPU", f"{fmt(e.cpu_model)}, {fmt(e.cpu_cores)} cores, {fmt(e.ram_total_gb, 'GB RAM', 1)}"),
         ("Python", fmt(e.python_version)),
         ("Project", f"{fmt(e.project_version)} at {fmt(e.project_git_commit)}"),
+        *startup_rows(report),
+    ]
+
+
+def startup_rows(report: Report) -> list[Row]:
+    """vLLM's starts from its log (none when the log showed none)."""
+    s = report.environment.startup
+    if s is None:
+        return []
+    warm = ", ".join(fmt(value, "s", 1) for value in s.warm_starts_s) or "none"
+    return [
+        ("vLLM start-up", f"{s.phase}: {s.detail}"),
+        ("Cold start / warm restarts", f"{fmt(s.cold_start_s, 's', 1)} / {warm}"),
+        ("Model load / engine init", f"{fmt(s.model_load_s, 's')} / {fmt(s.engine_init_s, 's')}"),
+        ("KV cache", fmt(s.kv_cache_line)),
     ]
 
 

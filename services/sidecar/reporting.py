@@ -160,7 +160,6 @@ class ReportService:
             self._gpu_info,
             read_engine_state(settings.engine_state_file),
             self.server_facts(settings.vllm_url),
-            log_facts.vllm_version,
             startup_phase(settings.vllm_log_file),
         )
         with self._build_lock:

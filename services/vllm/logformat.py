@@ -1,13 +1,29 @@
-"""vLLM log line formats, parsed from bytes.
+"""vLLM's log grammar, the one place it is written down (with :mod:`services.vllm.logmessages`): how a line is built.
 
-Recognised headers (each optional, after an optional process prefix ``(EngineCore_DP0 pid=123) ``):
+A line, outside in (every part optional):
 
-- vLLM >= 0.6: ``INFO 11-29 21:55:01 [utils.py:253] message``
-- older vLLM: ``INFO 05-01 12:00:00 llm_engine.py:123] message`` (no ``[`` before the file name)
-- uvicorn: ``ERROR:    Exception in ASGI application``
-- this project's launcher: ``[ERROR] message``
+- a container stamp: ``2026-11-29T21:55:01.123456789Z `` (``docker logs -t``, ``kubectl logs --timestamps``) or
+  ``2026-11-29T21:55:01.123456789+00:00 stdout F `` (Kubernetes/CRI log files; ``P`` marks a line split in parts);
+- a process prefix, written by vLLM's ``_add_prefix`` (``vllm/utils/system_utils.py``): ``(APIServer pid=123) ``,
+  ``(EngineCore_DP0 pid=…) ``, ``(Worker_TP1 pid=…) ``, ``(Worker_PP0_TP1 pid=…) ``, ``(VllmWorker rank=2 pid=…) ``,
+  ``(VllmWorkerProcess pid=…) ``, Ray's ``(RayWorkerWrapper pid=…, ip=10.0.0.2) `` and ``(pid=…) ``;
+- a header: vLLM >= 0.6 ``INFO 11-29 21:55:01 [utils.py:253] `` (with ``VLLM_LOGGING_LEVEL=DEBUG`` the source is a
+  path, ``[v1/engine/core.py:936]``), older vLLM ``INFO 05-01 12:00:00 llm_engine.py:123] ``, uvicorn
+  ``ERROR:    ``, this project's launcher ``[ERROR] ``;
+- the message. Lines of one multi-line message repeat the prefix and header (vLLM's ``NewLineFormatter``, which also
+  ends them with ``\\r``).
 
-Everything else (tracebacks, tqdm bars, warnings from Python, garbage) is a line with no header.
+ANSI colour codes may wrap any part: vLLM colours the prefix cyan and, on a terminal or with
+``VLLM_LOGGING_COLOR=1``, the level by severity and the stamp and source grey (``ColoredFormatter``). Container
+stamps and colour codes are removed before a line is parsed (:func:`clean`; :func:`clean_span` for whole blocks).
+Sources: ``vllm/logger.py`` (format ``%(levelname)s %(asctime)s [%(fileinfo)s:%(lineno)d] %(message)s``, date
+``%m-%d %H:%M:%S``), ``vllm/logging_utils/formatter.py``, the process names of ``v1/executor/multiproc_executor.py``
+and ``v1/engine/core.py``, and logs posted in vLLM's bug reports.
+
+Everything else (tracebacks, tqdm bars, Python warnings, garbage) is a line with no header. The engine's periodic
+stats line is described here too; which messages carry the start-up facts (version, load times, KV cache, ready,
+fatal errors) is in :mod:`services.vllm.logmessages` (kept apart so that the log analyzer, which needs only this
+module, starts fast), and :mod:`services.vllm.startup` turns them into start-up phases.
 """
 
 from __future__ import annotations
@@ -16,24 +32,79 @@ import re
 
 from core.timeparse import StampClock
 
+# --- the line ---------------------------------------------------------------------------------------------------
+
+ANSI_RE = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)")
+"""ANSI escape sequences: CSI (colours, ``\\x1b[0;36m``) and OSC (``\\x1b]…\\x07``)."""
+_CONTAINER_STAMP = rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
+CONTAINER_RE = re.compile(_CONTAINER_STAMP + rb" (?:(?:stdout|stderr) [FP] )?")
+"""A container runtime's stamp in front of the line (Docker ``-t``; CRI with stream and full/partial tag)."""
+_CONTAINER_LINES_RE = re.compile(rb"^" + CONTAINER_RE.pattern, re.MULTILINE)
+_CRI_LINES_RE = re.compile(rb"^" + _CONTAINER_STAMP + rb" (?:stdout|stderr) ([FP]) ([^\n]*)\n", re.MULTILINE)
+
+PREFIX = rb"(\((?:([^()\s]{1,64}(?: rank=\d{1,6})?) )?pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?\) )?"
+"""vLLM's process prefix (groups: the whole prefix, the process name with its rank if any)."""
+LEVELS = (b"DEBUG", b"INFO", b"WARNING", b"ERROR", b"CRITICAL")
 VLLM_HEADER_RE = re.compile(
-    rb"(\(([^()\s]{1,64}) pid=\d{1,10}\) )?(WARNING|ERROR|INFO|DEBUG|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? "
-    rb"\[?([^\]\s]{0,200})\] ?"
+    PREFIX + rb"(WARNING|ERROR|INFO|DEBUG|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[?([^\]\s]{0,200})\] ?"
 )
-"""vLLM's header (groups: prefix, process name, level, stamp, source); tried first, it is most lines' format."""
+"""Prefix and vLLM's header (groups: prefix, process, level, stamp, source); tried first, most lines have it."""
 OTHER_HEADER_RE = re.compile(
-    rb"(\(([^()\s]{1,64}) pid=\d{1,10}\) )?"
-    rb"(?:(WARNING|ERROR|INFO|DEBUG|CRITICAL):\s+|\[(WARNING|ERROR|INFO|DEBUG|CRITICAL)\] )?"
+    PREFIX + rb"(?:(WARNING|ERROR|INFO|DEBUG|CRITICAL):\s+|\[(WARNING|ERROR|INFO|DEBUG|CRITICAL)\] )?"
 )
 """Prefix and uvicorn or launcher level, each optional: always matches (possibly empty)."""
-
-STAMP_RE = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)")
-"""Finds a vLLM stamp anywhere (used to date lines that have none, from the lines before them)."""
+_SGR = rb"(?:\x1b\[[0-9;]*m)*"
+STAMP_RE = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)" + _SGR + rb" " + _SGR + rb"(\d\d-\d\d \d\d:\d\d:\d\d)")
+"""Finds a vLLM stamp anywhere, also between colour codes (used to date lines that have none, from the lines before
+them, and to find where a ``--since`` window starts without parsing every line)."""
 
 PROBLEM_LEVELS = frozenset({"WARNING", "ERROR", "CRITICAL"})
-_LEVELS = {name.encode(): name for name in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")}
+_LEVELS = {name: name.decode() for name in LEVELS}
 MAX_TEXT_CHARS = 2000
 """Longest message or traceback line kept, in characters (longer ones are cut and end with an ellipsis)."""
+
+
+def _strip_container(data: bytes) -> bytes:
+    """``data`` (whole lines) without container stamps; CRI partial lines (``P``) joined to their continuation."""
+    if b" stdout P " not in data and b" stderr P " not in data:
+        return _CONTAINER_LINES_RE.sub(b"", data)
+    end = len(data)
+
+    def entry(match: re.Match[bytes]) -> bytes:
+        whole = match[1] == b"F" or match.end() == end  # a part at the very end stays a line of its own
+        return match[2] + b"\n" if whole else match[2]
+
+    return _CRI_LINES_RE.sub(entry, data)
+
+
+def clean_span(buf: bytes, start: int, stop: int, colours: bool = True) -> tuple[bytes, int, int]:
+    """``buf[start:stop]`` (whole lines) without ANSI codes, and with the parts of Kubernetes' split lines (``P``)
+    joined, as ``(buffer, start, stop)``; other container stamps stay (:func:`parse_line` removes them per line,
+    which is cheaper than rewriting every line of a block).
+
+    The span comes back unchanged, without a copy, when there is nothing to do (``memchr`` for ESC, a substring
+    search for the partial tag). ``colours=False`` leaves colour codes too, for readers that only parse a few lines
+    (removing them costs ~0.4 µs per code).
+    """
+    coloured = colours and buf.find(b"\x1b", start, stop) >= 0
+    partial = buf[start : start + 1].isdigit() and (
+        buf.find(b" stdout P ", start, stop) >= 0 or buf.find(b" stderr P ", start, stop) >= 0
+    )
+    if not coloured and not partial:
+        return buf, start, stop
+    data = buf[start:stop]
+    if partial:
+        data = _strip_container(data)
+    if coloured:
+        data = ANSI_RE.sub(b"", data)
+    return data, 0, len(data)
+
+
+def clean(raw: bytes) -> bytes:
+    """One line without its container stamp and ANSI codes."""
+    if raw[:1].isdigit() and (match := CONTAINER_RE.match(raw)) is not None:
+        raw = raw[match.end() :]
+    return ANSI_RE.sub(b"", raw) if b"\x1b" in raw else raw
 
 
 class Line:
@@ -52,7 +123,7 @@ class Line:
         process: bytes,
     ) -> None:
         self.proc = proc
-        """Process name of the prefix (``EngineCore_DP0``), None without prefix."""
+        """Process of the prefix with its rank, if any (``EngineCore_DP0``, ``VllmWorker rank=2``); None without."""
         self.level = level
         self.stamp_s = stamp_s
         """Epoch seconds of vLLM's stamp, None when the line has none."""
@@ -60,13 +131,16 @@ class Line:
         """``file.py:line`` of vLLM's header."""
         self.body = body
         self.header = header
-        """Prefix and header bytes exactly as written (lines of one multi-line log call share them)."""
+        """Prefix and header bytes as written (lines of one multi-line log call share them)."""
         self.process = process
         """The raw process prefix (``b"(EngineCore pid=2630) "`` or ``b""``)."""
 
 
 def parse_line(raw: bytes, clock: StampClock) -> Line:
-    """Parse one line (without its newline). Never raises; unknown text gives a Line with no level."""
+    """Parse one line (without its newline; container stamps and colours are removed first). Never raises; unknown
+    text gives a Line with no level."""
+    if raw[:1].isdigit() or b"\x1b" in raw:
+        raw = clean(raw)
     match = VLLM_HEADER_RE.match(raw)
     if match is not None:
         prefix, proc, level_b, stamp, src = match.groups()
@@ -132,9 +206,11 @@ METRICS_RE = re.compile(
     rb"(?:, Running: (\d+) reqs)?(?:, Swapped: (\d+) reqs)?(?:, (?:Pending|Waiting): (\d+) reqs)?"
     rb"(?:, (\w+) KV cache usage: (\d+(?:\.\d+)?)%)?(?:[^\n]*?Prefix cache hit rate: (\d+(?:\.\d+)?)%)?"
 )
-"""The engine's periodic stats line, old (``Running/Swapped/Pending``, GPU then CPU-swap KV cache) and new
-(``Engine 000: ... Running/Waiting``, one KV cache figure named after the device, prefix cache hit rate). Starts
-with a literal so that ``findall`` over a whole block is fast; fields a version lacks come back empty."""
+"""The engine's periodic stats line (``vllm/v1/metrics/loggers.py``), old (``Running/Swapped/Pending``, GPU then
+CPU-swap KV cache) and new (``Engine 000: ... Running/Waiting``, one KV cache figure named after the device, prefix
+cache hit rate). Starts with a literal so that ``findall`` over a whole block is fast; fields a version lacks come
+back empty."""
+METRICS_NEEDLE = b"Avg prompt throughput: "
 METRIC_FIELDS = (
     "prompt_tokens_per_s",
     "generation_tokens_per_s",

@@ -1,48 +1,25 @@
 """vLLM's start-up phase from its log: downloading, loading weights, compiling/warming up, ready, failed, stopped.
 
 :func:`startup_phase` reads a log file (or lines) and returns the phase of the last start with its timings
-(weights load, engine init, start to ready) and the error line when it failed, plus every start seen (so that the
+(model load, engine init, start to ready) and the error line when it failed, plus every start seen (so that the
 first, cold start can be told from warm restarts). Pure apart from reading the file; never raises on bad content.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from core.logfiles import ReadStats, iter_blocks, mtime_s
+from core.logfiles import ReadStats, iter_spans, mtime_s
 from core.timeparse import StampClock, epoch_to_iso
-from services.vllm.logformat import parse_line, text
+from services.vllm import logformat as fmt
+from services.vllm import logmessages as msg
 
 PHASES = ("not_started", "starting", "downloading", "loading_weights", "compiling", "ready", "failed", "stopped")
 """Phase names in start-up order (``failed`` and ``stopped`` can follow any other)."""
 MAX_ATTEMPTS = 50
-
-_LAUNCH_RE = re.compile(r"^Starting vLLM: ")
-"""This project's launcher: ``[INFO] Starting vLLM: <argv>`` (the ``[INFO]`` header is parsed off)."""
-_SERVER_START_RE = re.compile(r"vLLM API server version|non-default args:")
-_VERSION_RE = re.compile(r"(?:vLLM API server version|LLM engine \(v|version)\s*v?(\d+\.\d+\.\d+[\w.+\-]*)")
-_DOWNLOAD_RE = re.compile(r"Downloading|Fetching \d+ files|\.(?:safetensors|bin|pt|gguf)\S*:\s+(\d+)%")
-_PERCENT_RE = re.compile(r"(\d{1,3})%")
-_LOADING_RE = re.compile(
-    r"Starting to load model|Loading model weights|Loading safetensors checkpoint|Loading weights|Model loading took"
-)
-_LOAD_TIME_RE = re.compile(r"(?:Loading weights took|Model loading took [\d.]+ \w+ and)\s+([\d.]+)\s*s")
-_COMPILE_RE = re.compile(
-    r"Warming up|warmup|torch\.compile|Compiling|compiled function|Capturing|[Gg]raph capturing|profiling"
-    r"|KV cache size|# GPU blocks|Maximum concurrency|init engine"
-)
-_INIT_TIME_RE = re.compile(r"init engine .*took ([\d.]+) s")
-_READY_RE = re.compile(r"Starting vLLM server on|Uvicorn running on|Application startup complete|Available routes are")
-_FATAL_RE = re.compile(
-    r"EngineDeadError|Engine core initialization failed|EngineCore failed to start|died unexpectedly"
-    r"|encountered a fatal error|Engine loop has died"
-)
-_STOP_RE = re.compile(r"Shutting down|Finished server process|shutdown triggered|KeyboardInterrupt")
-_EXCEPTION_RE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
 
 
 @dataclass(frozen=True)
@@ -82,15 +59,21 @@ class StartupPhase:
     phase: str
     """One of :data:`PHASES`."""
     detail: str
-    """One line for people, e.g. ``loading weights`` or ``ready after 51.0 s (weights 0.02 s, engine init 29.05 s)``."""
+    """One line for people, e.g. ``loading weights`` or ``ready after 51 s (model load 0.02 s, engine init 29 s)``."""
     load_s: float | None = None
-    """Seconds vLLM reported for loading the weights."""
+    """Seconds vLLM reported for loading the model: ``Model loading took`` (weights and model set-up) when logged,
+    else ``Loading weights took``; with several workers (tensor/pipeline parallel) the slowest one's."""
     engine_init_s: float | None = None
-    """Seconds vLLM reported for engine init (profiling, KV cache, warm-up/compilation)."""
+    """Seconds vLLM reported for engine init (profiling, KV cache, warm-up/compilation); the slowest engine core's."""
+    kv_cache_line: str | None = None
+    """The line giving the KV cache's size (``GPU KV cache size: 1,234 tokens, Maximum concurrency …``)."""
     startup_s: float | None = None
     """Seconds from the start's first stamped line to ready."""
     error_line: str | None = None
-    """When failed: the first exception line (``ValueError: ...``), else the first ERROR line."""
+    """When failed: the root cause, i.e. the first exception line (``ValueError: ...``) of any process, else its first
+    ERROR line; errors that only report another process's failure (``Engine core initialization failed``) come last."""
+    error_process: str | None = None
+    """The process that logged :attr:`error_line` (``VllmWorker rank=1``, ``Worker_TP1``), None without prefix."""
     started_at_s: float | None = None
     phase_since_s: float | None = None
     ready_at_s: float | None = None
@@ -106,8 +89,10 @@ class StartupPhase:
             "detail": self.detail,
             "load_s": self.load_s,
             "engine_init_s": self.engine_init_s,
+            "kv_cache_line": self.kv_cache_line,
             "startup_s": self.startup_s,
             "error_line": self.error_line,
+            "error_process": self.error_process,
             "started_at": epoch_to_iso(self.started_at_s),
             "phase_since": epoch_to_iso(self.phase_since_s),
             "ready_at": epoch_to_iso(self.ready_at_s),
@@ -123,11 +108,23 @@ class _State:
     started_at_s: float | None = None
     phase_since_s: float | None = None
     ready_at_s: float | None = None
-    load_s: float | None = None
+    weights_s: float | None = None
+    model_load_s: float | None = None
     engine_init_s: float | None = None
+    kv_cache_line: str | None = None
     download_pct: int | None = None
     error_line: str | None = None
-    error_is_exception: bool = False
+    error_process: str | None = None
+    error_rank: tuple[bool, bool] = (False, False)
+    """(not a follow-up of another process's failure, an exception line): a higher rank replaces the error line."""
+
+    @property
+    def load_s(self) -> float | None:
+        return self.model_load_s if self.model_load_s is not None else self.weights_s
+
+
+def _max(current: float | None, value: float | None) -> float | None:
+    return value if current is None else current if value is None else max(current, value)
 
 
 class StartupTracker:
@@ -144,19 +141,19 @@ class StartupTracker:
         """First exception line of the current multi-line record (lines sharing one header)."""
 
     def feed(self, raw: bytes) -> None:
-        """One line (bytes, without newline)."""
-        line = parse_line(raw, self.clock)
+        """One line (bytes, without newline; container stamps and colour codes are removed)."""
+        line = fmt.parse_line(raw, self.clock)
         if line.stamp_s is not None:
             self.last_stamp_s = line.stamp_s
         if line.header != self._record_header:
             self._record_header, self._record_exception = line.header, None
         indented = line.body[:1] in (b" ", b"\t")
-        body = text(line.body, 500).strip()
+        body = fmt.text(line.body, 500).strip()
         if not body:
             return
         state = self.state
-        server_start = _SERVER_START_RE.search(body) is not None
-        if _LAUNCH_RE.match(body) or (server_start and (state is None or state.server_started)):
+        server_start = msg.SERVER_START_RE.search(body) is not None
+        if msg.LAUNCH_RE.match(body) or (server_start and (state is None or state.server_started)):
             state = self._new_attempt()
         if server_start:
             if state is None:
@@ -166,13 +163,13 @@ class StartupTracker:
             return
         if state.started_at_s is None and line.stamp_s is not None:
             state.started_at_s = line.stamp_s
-        if ("version" in body or "(v" in body) and (version := _VERSION_RE.search(body)) is not None:
+        if ("version" in body or "(v" in body) and (version := msg.VERSION_RE.search(body)) is not None:
             self.version = version.group(1)
-        is_exception = not indented and _EXCEPTION_RE.match(body) is not None
+        is_exception = not indented and msg.EXCEPTION_RE.match(body) is not None
         if is_exception and self._record_exception is None:
             self._record_exception = body
-        is_error = line.level in ("ERROR", "CRITICAL") and not indented
-        self._advance(state, body, is_error and not body.startswith("Traceback"), is_exception)
+        is_error = line.level in ("ERROR", "CRITICAL") and not indented and not body.startswith("Traceback")
+        self._advance(state, body, line.proc, is_error, is_exception)
 
     def _new_attempt(self) -> _State:
         if self.state is not None:
@@ -186,37 +183,49 @@ class StartupTracker:
             state.phase = phase
             state.phase_since_s = self.last_stamp_s
 
-    def _advance(self, state: _State, body: str, is_error: bool, is_exception: bool) -> None:
+    def _facts(self, state: _State, body: str) -> None:
+        """Timings and the KV cache line of this start (every process's: workers load, engine cores init)."""
+        if "took" in body:
+            state.weights_s = _max(state.weights_s, msg.seconds(msg.WEIGHTS_TIME_RE, body))
+            state.model_load_s = _max(state.model_load_s, msg.seconds(msg.MODEL_LOAD_TIME_RE, body))
+            state.engine_init_s = _max(state.engine_init_s, msg.seconds(msg.INIT_TIME_RE, body))
+        if msg.KV_CACHE_RE.search(body) or (state.kv_cache_line is None and msg.CONCURRENCY_RE.search(body)):
+            state.kv_cache_line = body
+
+    def _error(self, state: _State, body: str, proc: str | None, is_exception: bool) -> None:
+        """Keep the root cause: an exception before a plain error, a process's own failure before a report of it."""
+        rank = (msg.FOLLOW_UP_RE.search(body) is None, is_exception)
+        if state.error_line is None or rank > state.error_rank:
+            state.error_line, state.error_process, state.error_rank = body, proc, rank
+
+    def _advance(self, state: _State, body: str, proc: str | None, is_error: bool, is_exception: bool) -> None:
         if state.phase in ("ready", "stopped"):  # after ready only a dead engine or a stop changes the phase
-            if (is_error or is_exception) and _FATAL_RE.search(body):
+            if (is_error or is_exception) and msg.FATAL_RE.search(body):
                 cause = self._record_exception or body  # the root cause when the record showed it first
-                state.error_line, state.error_is_exception = cause, _EXCEPTION_RE.match(cause) is not None
+                state.error_line, state.error_rank = None, (False, False)
+                self._error(state, cause, proc, msg.EXCEPTION_RE.match(cause) is not None)
                 self._move(state, "failed")
-            elif state.phase == "ready" and _STOP_RE.search(body):
+            elif state.phase == "ready" and msg.STOP_RE.search(body):
                 self._move(state, "stopped")
             return
-        if (load := _LOAD_TIME_RE.search(body)) is not None:
-            state.load_s = float(load.group(1))
-        if (init := _INIT_TIME_RE.search(body)) is not None:
-            state.engine_init_s = float(init.group(1))
-        if is_error or is_exception:  # before ready (or after failing): keep the first exception, else first error
-            if state.error_line is None or (is_exception and not state.error_is_exception):
-                state.error_line, state.error_is_exception = body, is_exception
+        self._facts(state, body)
+        if is_error or is_exception:  # before ready (or after failing): any process's error fails the start
+            self._error(state, body, proc, is_exception)
             self._move(state, "failed")
             return
         order = PHASES.index(state.phase)
-        if _READY_RE.search(body):
+        if msg.READY_RE.search(body) and msg.is_api_server(proc):  # a TP run is ready when its API server is
             state.ready_at_s = self.last_stamp_s
-            state.error_line, state.error_is_exception = None, False
+            state.error_line, state.error_process, state.error_rank = None, None, (False, False)
             self._move(state, "ready")
         elif state.phase == "failed":
             return
-        elif _COMPILE_RE.search(body) and order <= PHASES.index("compiling"):
+        elif msg.COMPILE_RE.search(body) and order <= PHASES.index("compiling"):
             self._move(state, "compiling")
-        elif _LOADING_RE.search(body) and order <= PHASES.index("loading_weights"):
+        elif msg.LOADING_RE.search(body) and order <= PHASES.index("loading_weights"):
             self._move(state, "loading_weights")
-        elif (download := _DOWNLOAD_RE.search(body)) is not None and order <= PHASES.index("downloading"):
-            percent = download.group(1) or (m.group(1) if (m := _PERCENT_RE.search(body)) else None)
+        elif (download := msg.DOWNLOAD_RE.search(body)) is not None and order <= PHASES.index("downloading"):
+            percent = download.group(1) or (m.group(1) if (m := msg.PERCENT_RE.search(body)) else None)
             state.download_pct = int(percent) if percent is not None else state.download_pct
             self._move(state, "downloading")
 
@@ -230,13 +239,16 @@ class StartupTracker:
         if state is None:
             return StartupPhase("not_started", "no vLLM start-up in the log yet", vllm_version=self.version)
         attempts = (*self.finished, self._attempt(state))[-MAX_ATTEMPTS:]
+        failed = state.phase == "failed"
         phase = StartupPhase(
             phase=state.phase,
             detail="",
             load_s=state.load_s,
             engine_init_s=state.engine_init_s,
+            kv_cache_line=state.kv_cache_line,
             startup_s=attempts[-1].startup_s,
-            error_line=state.error_line if state.phase == "failed" else None,
+            error_line=state.error_line if failed else None,
+            error_process=state.error_process if failed else None,
             started_at_s=state.started_at_s,
             phase_since_s=state.phase_since_s or state.started_at_s,
             ready_at_s=state.ready_at_s,
@@ -249,24 +261,29 @@ class StartupTracker:
 def _detail(phase: StartupPhase, download_pct: int | None) -> str:
     timings = []
     if phase.load_s is not None:
-        timings.append(f"weights {phase.load_s:g} s")
+        timings.append(f"model load {round(phase.load_s, 2):g} s")
     if phase.engine_init_s is not None:
-        timings.append(f"engine init {phase.engine_init_s:g} s")
+        timings.append(f"engine init {round(phase.engine_init_s, 2):g} s")
     took = f" ({', '.join(timings)})" if timings else ""
     if phase.phase == "downloading":
         return "downloading weights" + (f" ({download_pct}%)" if download_pct is not None else "")
     if phase.phase == "loading_weights":
-        return f"loading weights (took {phase.load_s:g} s)" if phase.load_s is not None else "loading weights"
+        return f"loading weights (took {round(phase.load_s, 2):g} s)" if phase.load_s is not None else "loading weights"
     if phase.phase == "compiling":
         return "compiling / warming up" + took
     if phase.phase == "ready":
         after = f" after {phase.startup_s:g} s" if phase.startup_s is not None else ""
         return f"ready{after}{took}"
     if phase.phase == "failed":
-        return f"failed: {phase.error_line}"
+        return f"failed: {phase.error_line}" + (f" (in {phase.error_process})" if phase.error_process else "")
     if phase.phase == "stopped":
         return "stopped after being ready"
     return "process started"
+
+
+def _skipped(raw: bytes) -> bool:
+    """Lines that never move a phase and are most of a serving log: uvicorn access lines and periodic stats."""
+    return (raw.startswith(b"INFO:     ") and raw[10:11].isdigit()) or fmt.METRICS_NEEDLE in raw
 
 
 def startup_phase(lines_or_path: Path | str | Iterable[str] | Iterable[bytes]) -> StartupPhase:
@@ -275,24 +292,24 @@ def startup_phase(lines_or_path: Path | str | Iterable[str] | Iterable[bytes]) -
     Args:
         lines_or_path: the log file (a ``Path`` or a ``str`` path; a missing file gives ``not_started``, a gzip file
             is read too) or its lines (``str`` or ``bytes``, with or without newlines). Year-less stamps are dated
-            against the file's modification time, or now for lines.
+            against the file's modification time, or now for lines. Lines may carry container stamps, any vLLM
+            process prefix and colour codes (:mod:`services.vllm.logformat`).
 
     Returns:
         The phase of the latest start with ``load_s``, ``engine_init_s``, ``startup_s`` (seconds), ``error_line``
-        when failed, ``started_at_s``/``phase_since_s``/``ready_at_s`` (epoch seconds) and all starts seen.
+        and ``error_process`` when failed, ``started_at_s``/``phase_since_s``/``ready_at_s`` (epoch seconds) and
+        all starts seen.
     """
     if isinstance(lines_or_path, str | Path):
         path = Path(lines_or_path)
         tracker = StartupTracker(StampClock(mtime_s(path)))
-        for block in iter_blocks(path, ReadStats()):
-            lines = block.split(b"\n")
+        for span in iter_spans(path, ReadStats()):
+            buf, start, stop = fmt.clean_span(*span)
+            lines = buf[start:stop].split(b"\n")
             lines.pop()
             for raw in lines:
-                if raw.startswith(b"INFO:     ") and raw[10:11].isdigit():
-                    continue  # uvicorn access line
-                if b"throughput:" in raw:
-                    continue  # periodic stats line
-                tracker.feed(raw)
+                if not _skipped(raw):
+                    tracker.feed(raw)  # (container stamps are removed there)
         return tracker.result()
     tracker = StartupTracker()
     for item in lines_or_path:

@@ -42,6 +42,7 @@ def test_make_status_lists_services(stack: Stack) -> None:
     for name in ("vllm", "sidecar", "ui", "locust"):
         assert f"{name}" in status.stdout
     assert status.stdout.count("RUNNING") == 4
+    assert "vLLM startup: ready — ready after" in status.stdout  # the real vLLM log, read through the grammar
 
 
 def test_benchmark_writes_a_correct_report(stack: Stack) -> None:
@@ -64,6 +65,11 @@ def test_benchmark_writes_a_correct_report(stack: Stack) -> None:
     assert m["gpu_mem_peak_gb"] is None and m["vllm_rss_peak_gb"] > 0
     env = report["environment"]
     assert env["synthetic"] is True and env["vllm_version"] and env["served_model_name"] == "ernie-tiny-synthetic"
+    startup = env["startup"]  # one place for the start-up facts of the real vLLM log
+    assert startup["phase"] == "ready" and startup["cold_start_s"] > 0
+    assert startup["model_load_s"] is not None and startup["engine_init_s"] > 0
+    assert "KV cache size" in startup["kv_cache_line"]
+    assert set(report["logs"]) == {"log_file", "found", "warnings_in_window", "errors_in_window"}
     assert report["config"]["concurrency"] == 4 and report["config"]["max_tokens"] == 32
     rows = [json.loads(x) for x in (stack.reports_dir / report["requests_file"]).read_text().splitlines()]
     measured = [r for r in rows if r["phase"] == "measured"]

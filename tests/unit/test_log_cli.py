@@ -22,7 +22,8 @@ OLD = FIXTURES / "vllm_0.4_old_format.log"
 REQUESTS = FIXTURES / "requests_mixed.jsonl"
 
 GROUP_KEYS = {"level", "count", "source", "process", "message", "exception", "first_seen", "last_seen", "traceback"}
-SOURCE_KEYS = {"files", "bytes_read", "overlong_lines", "partial_lines_skipped", "problems", "skipped_older_than_since"}
+SOURCE_KEYS = {"files", "bytes_read", "overlong_lines", "partial_lines_skipped", "shrunk_files", "problems"}
+SOURCE_KEYS |= {"skipped_older_than_since"}
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -78,7 +79,8 @@ def test_stats_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
     assert set(report) == {"since", "requests", "requests_missing", "engine", "log", "log_missing"}
     requests = report["requests"]
     assert requests["requests"] == 6 and requests["error_rate"] == pytest.approx(0.3333, abs=1e-4)
-    assert set(requests["total_ms"]) == {"p50", "p90", "p95", "p99", "mean", "max"}
+    assert set(requests["total_ms"]) == {"p50", "p90", "p95", "p99", "mean", "max", "percentile_error_pct"}
+    assert requests["total_ms"]["percentile_error_pct"] == 0.5
     assert requests["completion_tokens_per_s"] > 0
     engine = report["engine"]
     assert engine["samples"] == 2 and engine["generation_tokens_per_s"]["max"] == 25.3

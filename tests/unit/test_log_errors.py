@@ -12,12 +12,16 @@ import pytest
 from core.logfiles import rotated_family
 from services.logtools.groups import ErrorGroups
 from services.logtools.scan import ErrorEvent, LogScanner
-from services.logtools.synthlog import generate_vllm_log
+from tests.synthlog import generate_vllm_log
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 RECORDED = FIXTURES / "vllm_0.32_cpu_recorded.log"
 FAILED = FIXTURES / "vllm_0.32_failed_start.log"
 OLD = FIXTURES / "vllm_0.4_old_format.log"
+ANSI = FIXTURES / "vllm_0.11_ansi_colour.log"
+TP2_OOM = FIXTURES / "vllm_0.9_tp2_oom_rank1.log"
+DOCKER_TP2 = FIXTURES / "vllm_0.11_docker_tp2_ready.log"
+CRI_DEAD = FIXTURES / "vllm_0.11_k8s_cri_engine_dead.log"
 
 
 def events_of(*paths: Path | str, block_bytes: int = 1 << 20, since_s: float | None = None) -> list[ErrorEvent]:
@@ -204,3 +208,46 @@ def test_since_window_starts_inside_a_block_of_unstamped_lines(tmp_path: Path) -
     access = b'INFO:     127.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n' * 2000
     log.write_bytes(b"(APIServer pid=1) ERROR " + recent + b" [a.py:1] recent, then quiet\n" + access)
     assert [e.message for e in events_of(log, since_s=time.time() - 600)] == ["recent, then quiet"]
+
+
+@pytest.mark.parametrize("block_bytes", [1 << 20, 300])
+def test_ansi_coloured_errors_are_found_and_grouped(block_bytes: int) -> None:
+    """Two coloured ERROR records (with tracebacks) of one kind are 2 events in 1 group; the warning is counted."""
+    summary = summary_of(ANSI, block_bytes=block_bytes)
+    assert summary["by_level"] == {"ERROR": 2, "WARNING": 1} and summary["groups_total"] == 2
+    top = summary["groups"][0]
+    assert (top["level"], top["count"], top["source"], top["process"]) == ("ERROR", 2, "serving_chat.py:1145", "APIServer")
+    assert top["message"] == "Error in chat completion stream generator."
+    assert top["exception"].startswith("ValueError: This model's maximum context length is 32768 tokens.")
+    assert "\x1b" not in top["first_seen"] + "".join(top["traceback"])
+
+
+def test_tp2_worker_oom_is_an_event_of_that_worker() -> None:
+    """TP=2 start, OOM on rank 1: the worker's record, the engine core's record and the two bare tracebacks."""
+    summary = summary_of(TP2_OOM)
+    assert summary["by_level"] == {"ERROR": 4, "WARNING": 1} and summary["groups_total"] == 5
+    worker = next(g for g in summary["groups"] if g["process"] == "VllmWorker rank=1")
+    assert worker["message"] == "WorkerProc failed to start." and worker["source"] == "multiproc_executor.py:546"
+    assert worker["exception"].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB")
+    bare = [g for g in summary["groups"] if g["source"] is None]
+    assert {g["process"] for g in bare} == {"EngineCore_0", "APIServer"}
+
+
+def test_docker_stamped_worker_warnings_share_a_group() -> None:
+    """``docker logs -t`` lines of both TP workers: the same warning twice is one group of 2, dated by vLLM's stamp."""
+    summary = summary_of(DOCKER_TP2)
+    assert summary["by_level"] == {"WARNING": 2} and summary["groups_total"] == 1
+    group = summary["groups"][0]
+    assert group["count"] == 2 and group["message"].startswith("Custom allreduce is disabled")
+    assert "T10:20:31" in group["first_seen"]
+
+
+def test_kubernetes_cri_log_errors_with_tracebacks() -> None:
+    """CRI-tagged lines: the engine core's fatal OOM and the API server's EngineDeadError are two events."""
+    events = events_of(CRI_DEAD)
+    assert [(e.level, e.process, e.message) for e in events] == [
+        ("ERROR", "EngineCore_DP0", "EngineCore encountered a fatal error."),
+        ("ERROR", "APIServer", "AsyncLLM output_handler failed."),
+    ]
+    assert events[0].exception is not None and events[0].exception.startswith("torch.OutOfMemoryError")
+    assert events[1].exception is not None and "EngineDeadError" in events[1].exception

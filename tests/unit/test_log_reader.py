@@ -133,3 +133,38 @@ def test_unreadable_file_is_a_problem_not_an_exception(tmp_path: Path) -> None:
     assert list(iter_spans(tmp_path / "missing.log", stats)) == []
     assert stats.problems and "missing.log" in stats.problems[0]
     assert not os.path.exists(tmp_path / "missing.log")
+
+
+def test_file_truncated_while_being_read_is_reported(tmp_path: Path) -> None:
+    """copytruncate rotation mid-read: the lines read so far are kept, the file is listed as shrunk with a problem."""
+    log = tmp_path / "requests.jsonl"
+    log.write_bytes(b"".join(b"line %05d\n" % i for i in range(2000)))  # 22,000 bytes
+    stats = ReadStats()
+    spans = iter_spans(log, stats, block_bytes=4096)
+    first = next(spans)
+    os.truncate(log, 0)  # logrotate's copytruncate between two reads
+    rest = list(spans)
+    lines = b"".join(buf[start:end] for buf, start, end in [first, *rest]).split(b"\n")[:-1]
+    assert lines[0] == b"line 00000" and len(lines) < 2000 and all(len(line) == 10 for line in lines)
+    assert stats.shrunk_files == [str(log)]
+    assert len(stats.problems) == 1 and "shrank while being read" in stats.problems[0]
+
+
+def test_unchanged_file_is_not_reported_as_shrunk(tmp_path: Path) -> None:
+    """Reading a still file to its end notes nothing."""
+    log = tmp_path / "vllm.log"
+    log.write_bytes(b"x\n" * 10_000)
+    lines, stats = lines_of(log, block_bytes=4096)
+    assert len(lines) == 10_000 and stats.shrunk_files == [] and stats.problems == []
+
+
+def test_last_bytes_reads_the_tail_from_a_whole_line(tmp_path: Path) -> None:
+    """``last_bytes`` starts at the first whole line of the tail (also when the cut falls on a line start)."""
+    log = tmp_path / "vllm.log"
+    log.write_bytes(b"".join(b"line %05d\n" % i for i in range(1000)))  # 11 bytes a line
+    for last_bytes, first in ((55, b"line 00995"), (60, b"line 00995"), (11, b"line 00999")):
+        stats = ReadStats()
+        lines = b"".join(buf[s:e] for buf, s, e in iter_spans(log, stats, last_bytes=last_bytes)).split(b"\n")[:-1]
+        assert lines[0] == first and lines[-1] == b"line 00999", last_bytes
+        assert stats.bytes_read <= last_bytes + 1
+    assert len(lines_of(log)[0]) == 1000

@@ -13,6 +13,10 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 RECORDED = FIXTURES / "vllm_0.32_cpu_recorded.log"
 FAILED = FIXTURES / "vllm_0.32_failed_start.log"
 OLD = FIXTURES / "vllm_0.4_old_format.log"
+ANSI = FIXTURES / "vllm_0.11_ansi_colour.log"
+TP2_OOM = FIXTURES / "vllm_0.9_tp2_oom_rank1.log"
+DOCKER_TP2 = FIXTURES / "vllm_0.11_docker_tp2_ready.log"
+CRI_DEAD = FIXTURES / "vllm_0.11_k8s_cri_engine_dead.log"
 
 LAUNCH = "[INFO] Starting vLLM: /venv/bin/python -m vllm.entrypoints.openai.api_server --port 8100"
 ARGS = "(APIServer pid=1) INFO 11-29 21:55:01 [utils.py:253] non-default args: {'port': 8100}"
@@ -33,9 +37,9 @@ READY = "(APIServer pid=1) INFO 11-29 21:56:01 [entry.py:140] Starting vLLM serv
          "downloading weights (45%)"),
         ([LAUNCH, ARGS, INIT, LOAD], "loading_weights", "loading weights"),
         ([LAUNCH, ARGS, INIT, LOAD, LOADED], "loading_weights", "loading weights (took 0.01 s)"),
-        ([LAUNCH, ARGS, INIT, LOAD, LOADED, WARMUP], "compiling", "compiling / warming up (weights 0.01 s)"),
+        ([LAUNCH, ARGS, INIT, LOAD, LOADED, WARMUP], "compiling", "compiling / warming up (model load 0.01 s)"),
         ([LAUNCH, ARGS, INIT, LOAD, LOADED, WARMUP, INIT_TOOK, READY], "ready",
-         "ready after 60 s (weights 0.01 s, engine init 39.09 s)"),
+         "ready after 60 s (model load 0.01 s, engine init 39.09 s)"),
     ],
 )  # fmt: skip
 def test_each_phase_from_lines(lines: list[str], phase: str, detail: str) -> None:
@@ -121,3 +125,68 @@ def test_bytes_lines_with_newlines() -> None:
     """Lines may be bytes with their newlines (as read from a file)."""
     result = startup_phase([f"{line}\n".encode() for line in (LAUNCH, ARGS, LOAD, LOADED)])
     assert result.detail == "loading weights (took 0.01 s)"
+
+
+def test_tp2_start_failing_with_oom_on_rank_1_is_failed_with_the_workers_error() -> None:
+    """TP=2, rank 1 runs out of GPU memory while loading: failed, with rank 1's OOM line, not the follow-ups."""
+    result = startup_phase(TP2_OOM)
+    assert result.phase == "failed" and result.error_process == "VllmWorker rank=1"
+    assert result.error_line is not None and result.error_line.startswith("torch.OutOfMemoryError: CUDA out of memory")
+    assert result.detail.endswith("(in VllmWorker rank=1)") and result.vllm_version == "0.9.2"
+    assert result.load_s == 5.684321  # rank 0 finished loading before the engine gave up
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["(EngineCore_DP0 pid=7)", "(VllmWorker rank=2 pid=8080)", "(Worker_TP1 pid=211)", "(VllmWorkerProcess pid=9)"],
+)
+def test_an_error_from_any_process_during_start_up_fails_it(prefix: str) -> None:
+    """The same ERROR line from an engine core or any worker gives ``failed`` with that line."""
+    error = f"{prefix} ERROR 11-29 21:55:30 [gpu_worker.py:1] torch.OutOfMemoryError: CUDA out of memory on GPU 2"
+    result = startup_phase([LAUNCH, ARGS, INIT, LOAD, error])
+    assert result.phase == "failed" and result.error_line == "torch.OutOfMemoryError: CUDA out of memory on GPU 2"
+    assert result.error_process == prefix[1:].rsplit(" pid=", 1)[0]
+
+
+def test_the_root_cause_wins_over_errors_reporting_it() -> None:
+    """The engine core's 'WorkerProc initialization failed' comes first, the worker's OOM later: the OOM is shown."""
+    core = "(EngineCore_DP0 pid=7) ERROR 11-29 21:55:30 [core.py:1] "
+    worker = "(Worker_TP1 pid=9) ERROR 11-29 21:55:30 [multiproc_executor.py:1] "
+    lines = [LAUNCH, ARGS, f"{core}EngineCore failed to start."]
+    lines += [f"{core}Exception: WorkerProc initialization failed due to an exception in a background process."]
+    lines += [f"{worker}WorkerProc failed to start.", f"{worker}torch.OutOfMemoryError: CUDA out of memory"]
+    lines += ["(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above."]
+    result = startup_phase(lines)
+    assert (result.error_line, result.error_process) == ("torch.OutOfMemoryError: CUDA out of memory", "Worker_TP1")
+
+
+def test_tp_run_is_ready_only_when_its_api_server_is() -> None:
+    """Docker -t log of a TP=2 start: workers loaded and the engine initialised is compiling, not ready; the API
+    server's line makes it ready. The slowest worker's model load is the figure."""
+    lines = DOCKER_TP2.read_text().splitlines()
+    api_ready = next(i for i, line in enumerate(lines) if "Starting vLLM API server" in line)
+    before = startup_phase(lines[:api_ready])
+    assert before.phase == "compiling" and before.engine_init_s == 38.2
+    worker_says_ready = [*lines[:api_ready], lines[api_ready].replace("(APIServer pid=1)", "(Worker_TP0 pid=210)")]
+    assert startup_phase(worker_says_ready).phase == "compiling"
+    result = startup_phase(DOCKER_TP2)
+    assert result.phase == "ready" and result.startup_s == 47.0
+    assert (result.load_s, result.engine_init_s) == (5.020349, 38.2)
+    assert result.kv_cache_line == "GPU KV cache size: 412,336 tokens"
+    assert result.detail == "ready after 47 s (model load 5.02 s, engine init 38.2 s)"
+
+
+def test_ansi_coloured_log_reaches_ready() -> None:
+    """Colour codes around the prefix, level, stamp and source do not hide the phases or the timings."""
+    result = startup_phase(ANSI)
+    assert result.phase == "ready" and result.vllm_version == "0.11.0"
+    assert (result.startup_s, result.load_s, result.engine_init_s) == (39.0, 0.866843, 24.52)
+    assert result.kv_cache_line == "GPU KV cache size: 1,065,680 tokens"
+
+
+def test_kubernetes_log_engine_death_after_ready_shows_the_engine_cores_oom() -> None:
+    """CRI log (stdout/stderr F/P tags): ready, then the engine core dies of OOM while serving; that is the cause."""
+    result = startup_phase(CRI_DEAD)
+    assert result.phase == "failed" and result.ready_at_s is not None and result.error_process == "EngineCore_DP0"
+    assert result.error_line is not None and result.error_line.startswith("torch.OutOfMemoryError: CUDA out of memory")
+    assert (result.load_s, result.engine_init_s) == (4.412035, 21.07)

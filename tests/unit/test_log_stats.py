@@ -10,14 +10,18 @@ from pathlib import Path
 import pytest
 
 from core.requestlog import BadLogLine, RequestLogLine
-from services.logtools.aggregate import EngineSummary, RequestStats, SlowRequests, percentiles
+from services.logtools.aggregate import EngineSummary, RequestStats, SlowRequests
+from services.logtools.quantiles import RELATIVE_ACCURACY, StreamingQuantiles
 from services.logtools.requests_log import RequestsRead, iter_records
 from services.logtools.scan import LogScanner
-from services.logtools.synthlog import generate_vllm_log
 from services.vllm.logformat import parse_metrics
+from tests.synthlog import generate_vllm_log
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 REQUESTS = FIXTURES / "requests_mixed.jsonl"
+ANSI = FIXTURES / "vllm_0.11_ansi_colour.log"
+DOCKER_TP2 = FIXTURES / "vllm_0.11_docker_tp2_ready.log"
+CRI_DEAD = FIXTURES / "vllm_0.11_k8s_cri_engine_dead.log"
 
 NEW_GPU = (
     b"Engine 000: Avg prompt throughput: 12.3 tokens/s, Avg generation throughput: 230.1 tokens/s, Running: 16 reqs, "
@@ -88,6 +92,26 @@ def test_generated_log_engine_lines_and_http_counts_match(tmp_path: Path) -> Non
     assert summary["first"] is not None and summary["running_reqs"]["max"] <= 16
 
 
+@pytest.mark.parametrize(
+    ("log", "samples", "first", "last", "http"),
+    [
+        (ANSI, 3, "T21:55:50", "T21:56:10", (2, 1, 0)),
+        (DOCKER_TP2, 2, "T10:20:58", "T10:21:08", (2, 0, 0)),
+        (CRI_DEAD, 1, "T11:00:42", "T11:00:42", (1, 0, 1)),
+    ],
+)
+def test_engine_lines_of_coloured_and_container_logs_are_dated(
+    log: Path, samples: int, first: str, last: str, http: tuple[int, int, int]
+) -> None:
+    """Coloured, Docker-stamped and CRI-tagged stats lines are all summarised and dated; HTTP lines are counted."""
+    engine = EngineSummary()
+    result = LogScanner(on_metrics=engine.add_rows).scan([log])
+    summary = engine.summary()
+    assert summary["samples"] == samples and summary["kv_cache_device"] == "GPU"
+    assert first in summary["first"] and last in summary["last"]
+    assert (result.http.inference_requests, result.http.status_4xx, result.http.status_5xx) == http
+
+
 def test_engine_lines_before_since_are_left_out(tmp_path: Path) -> None:
     """With --since, periodic lines stamped before the window are not summarised."""
     log = tmp_path / "vllm.log"
@@ -127,7 +151,7 @@ def test_record_validation_names_the_bad_field(line: bytes, reason: str) -> None
 
 
 def test_request_stats_match_statistics_module() -> None:
-    """Counts, error rate, percentiles (statistics.quantiles) and tokens/s over the requests' window."""
+    """Counts, error rate, percentiles (statistics.quantiles, within the sketch's bound) and tokens/s."""
     stats = RequestStats()
     for record in iter_records([REQUESTS], RequestsRead()):
         stats.add(record)
@@ -137,7 +161,8 @@ def test_request_stats_match_statistics_module() -> None:
     assert summary["by_source"] == {"loadtest": 4, "ui": 2}
     ok_totals = [900.0, 1500.0, 2500.0, 700.0]
     cuts = statistics.quantiles(ok_totals, n=100, method="inclusive")
-    assert summary["total_ms"]["p50"] == round(cuts[49], 3) and summary["total_ms"]["max"] == 2500.0
+    assert summary["total_ms"]["p50"] == pytest.approx(cuts[49], rel=RELATIVE_ACCURACY)
+    assert summary["total_ms"]["max"] == 2500.0 and summary["total_ms"]["mean"] == 1400.0
     assert summary["completion_tokens"] == 100 + 128 + 128 + 64
     # window: from the first start (the 30 s timeout that ended 22:03:19 began 22:02:49) to the last end (22:03:21)
     assert summary["window_s"] == pytest.approx(32.0)
@@ -147,8 +172,59 @@ def test_request_stats_match_statistics_module() -> None:
 
 def test_percentiles_of_one_and_none() -> None:
     """One value is every percentile; no values give None."""
-    assert percentiles([42.0]) == {"p50": 42.0, "p90": 42.0, "p95": 42.0, "p99": 42.0, "mean": 42.0, "max": 42.0}
-    assert percentiles([]) is None
+    one = StreamingQuantiles()
+    one.add(42.0)
+    assert one.summary() == {
+        "p50": 42.0, "p90": 42.0, "p95": 42.0, "p99": 42.0, "mean": 42.0, "max": 42.0, "percentile_error_pct": 0.5
+    }  # fmt: skip
+    assert StreamingQuantiles().summary() is None
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["lognormal", "uniform", "with_zeros_and_ties", "two_clusters"],
+)
+def test_sketch_percentiles_are_within_the_stated_bound_of_exact_ones(shape: str) -> None:
+    """p50/p90/p95/p99 of 200,000 latencies lie within 0.5 % of statistics.quantiles' exact (inclusive) values."""
+    import random
+
+    rng = random.Random(7)
+    n = 200_000
+    values = {
+        "lognormal": [rng.lognormvariate(6.5, 1.2) for _ in range(n)],
+        "uniform": [rng.uniform(1.0, 60_000.0) for _ in range(n)],
+        "with_zeros_and_ties": [float(rng.choice((0, 0, 5, 5, 5, 120, 4000))) for _ in range(n)],
+        "two_clusters": [rng.gauss(40.0, 2.0) if rng.random() < 0.9 else rng.gauss(30_000.0, 500.0) for _ in range(n)],
+    }[shape]
+    sketch = StreamingQuantiles()
+    for value in values:
+        sketch.add(value)
+    summary = sketch.summary()
+    assert summary is not None
+    exact = statistics.quantiles(values, n=100, method="inclusive")
+    for p in (50, 90, 95, 99):
+        assert summary[f"p{p}"] == pytest.approx(exact[p - 1], rel=RELATIVE_ACCURACY, abs=1e-3), p
+    assert summary["max"] == max(values) and summary["mean"] == pytest.approx(statistics.fmean(values), abs=1e-3)
+
+
+def test_sketch_memory_does_not_grow_with_the_count() -> None:
+    """After 10,000 values, 90,000 more of the same spread add almost no memory (bounded state, not a list)."""
+    import random
+    import tracemalloc
+
+    rng = random.Random(3)
+    tracemalloc.start()
+    try:
+        sketch = StreamingQuantiles()
+        for _ in range(10_000):
+            sketch.add(rng.lognormvariate(6.0, 1.0))
+        after_10k = tracemalloc.get_traced_memory()[0]
+        for _ in range(90_000):
+            sketch.add(rng.lognormvariate(6.0, 1.0))
+        grown_bytes = tracemalloc.get_traced_memory()[0] - after_10k
+    finally:
+        tracemalloc.stop()
+    assert grown_bytes < 64 * 1024  # a list of the values would have grown by 90,000 x 8 bytes = 720 KB
 
 
 def test_slow_requests_keeps_the_slowest_and_counts_all() -> None:
@@ -174,3 +250,21 @@ def test_requests_since_filters_by_end_time(tmp_path: Path) -> None:
     counts = RequestsRead()
     kept = [r.request_id for r in iter_records([path], counts, since_s=now - 3600)]
     assert kept == ["3000", "60"] and counts.before_window == 1 and counts.bad_lines == 0
+
+
+def test_request_log_truncated_while_read_is_reported(tmp_path: Path) -> None:
+    """A requests.jsonl truncated mid-read (copytruncate): records read so far count, the shrink is in the facts."""
+    import os
+
+    path = tmp_path / "requests.jsonl"
+    row = {"ts": "2026-11-29T22:00:00Z", "source": "ui", "request_id": "r", "status": "ok", "total_ms": 5.0}
+    path.write_text((json.dumps(row) + "\n") * 2000)
+    counts = RequestsRead()
+    records = iter_records([path], counts, block_bytes=8192)
+    stats = RequestStats()
+    stats.add(next(records))
+    os.truncate(path, 0)
+    for record in records:
+        stats.add(record)
+    assert 0 < counts.records < 2000 and counts.bad_lines == 0 and stats.total == counts.records
+    assert counts.read.shrunk_files == [str(path)] and "shrank while being read" in counts.read.problems[0]

@@ -268,7 +268,8 @@ def test_secrets_never_reach_reports(client_for: Callable[..., TestClient], tmp_
 
 
 def test_missing_or_rotated_log_does_not_break_reports(client_for: Callable[..., TestClient], tmp_path: Path) -> None:
-    """No vllm.log: logs.found is false; a log replaced between builds (rotation) is read afresh."""
+    """No vllm.log: logs.found is false; a log replaced between builds (rotation) is read afresh (the version comes
+    from the log when vLLM does not answer)."""
     client = client_for(FakeNvml())
     first = client.post("/reports", json=body()).json()["report"]
     assert first["logs"]["found"] is False
@@ -276,7 +277,7 @@ def test_missing_or_rotated_log_does_not_break_reports(client_for: Callable[...,
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_bytes(b"\x00garbage\n" * 1000 + b"INFO 01-01 00:00:00 [x.py:1] vLLM API server version 0.32.0\n")
     second = client.post("/reports", json=body()).json()["report"]
-    assert second["logs"]["found"] is True and second["logs"]["vllm_version"] == "0.32.0"
+    assert second["logs"]["found"] is True and second["environment"]["vllm_version"] == "0.32.0"
 
 
 def test_corrupt_reports_do_not_break_the_listing(client_for: Callable[..., TestClient], tmp_path: Path) -> None:

@@ -26,11 +26,13 @@ def test_cold_start_is_the_first_and_restarts_are_warm() -> None:
         detail="ready",
         load_s=0.5,
         engine_init_s=9.0,
+        kv_cache_line="GPU KV cache size: 412,336 tokens",
         attempts=(attempt(90.0, "stopped"), attempt(20.0, "failed"), attempt(30.0)),
     )
     facts = startup_facts(phase)
     assert facts is not None and facts.cold_start_s == 90.0 and facts.warm_starts_s == [30.0]
-    assert facts.last_engine_init_s == 9.0
+    assert (facts.model_load_s, facts.engine_init_s) == (0.5, 9.0)
+    assert facts.kv_cache_line == "GPU KV cache size: 412,336 tokens"
 
 
 def test_no_start_in_log_gives_none() -> None:
