@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.distributions import lognormal_params
@@ -28,17 +28,21 @@ class Settings(BaseSettings):
         env_file_encoding="utf-8",
         extra="ignore",
         case_sensitive=False,
-        populate_by_name=True,  # fields with an alias (MODEL / VLLM_MODEL_PATH) also take their own name
         allow_inf_nan=False,  # RATE=nan, BURSTINESS=inf ... stop before load, naming the variable
     )
 
     # --- model ---------------------------------------------------------------------------------------
     model: str | None = Field(
         default=None,
-        validation_alias=AliasChoices("model", "vllm_model_path"),  # VLLM_MODEL_PATH: the seed image's name
         description="Model vLLM serves: HF id, local directory or synthetic:NAME. Unset: ERNIE-4.5-0.3B-PT, else the "
         "synthetic stand-in.",
-        json_schema_extra={"cli_flags": ["--vllm-model-path", "--serve-model"]},
+        json_schema_extra={"cli_flags": ["--serve-model"]},
+    )
+    vllm_model_path: str | None = Field(
+        default=None,
+        description="The seed image's name for MODEL (a local model folder); setting both to different values is an "
+        "error.",
+        json_schema_extra={"cli_flags": ["--vllm-model-path"]},
     )
     served_model_name: str | None = Field(default=None, description="Name clients use; default: a readable alias.")
     hf_token: str | None = Field(default=None, repr=False, description="Hugging Face token (never written out).")
@@ -184,6 +188,7 @@ class Settings(BaseSettings):
 
     @field_validator(
         "model",
+        "vllm_model_path",
         "served_model_name",
         "hf_token",
         "requests",
@@ -230,6 +235,17 @@ class Settings(BaseSettings):
     def _parse_slo(cls, value: object) -> object:
         """SLO text -> {metric: bound in ms}."""
         return parse_slo(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _one_model(self) -> Settings:
+        """VLLM_MODEL_PATH is MODEL under the seed image's name; both set to different models is ambiguous."""
+        if self.vllm_model_path:
+            if self.model and self.model != self.vllm_model_path:
+                raise ValueError(
+                    f"MODEL={self.model} and VLLM_MODEL_PATH={self.vllm_model_path} name different models: set one"
+                )
+            self.model = self.vllm_model_path
+        return self
 
     @model_validator(mode="after")
     def _default_request_count(self) -> Settings:

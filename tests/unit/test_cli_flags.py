@@ -91,6 +91,8 @@ def test_vllm_bench_serve_aliases_and_the_seed_model_path(monkeypatch: pytest.Mo
         4, 3.0, 9, "http://h:1", "lora-a", 5, True)
     assert str(s.dataset) == "/data/x.jsonl"
     assert settings_by_env(monkeypatch, VLLM_MODEL_PATH="/models/qwen").model == "/models/qwen"
+    with pytest.raises(ValueError, match="name different models"):
+        settings_by_env(monkeypatch, VLLM_MODEL_PATH="/models/qwen", MODEL="other")
 
 
 def test_parser_has_no_duplicate_flag() -> None:
