@@ -312,6 +312,9 @@ class Report(BaseModel):
     requests_file: str = Field(description="Per-request rows (JSONL) next to this report.")
     markdown_file: str | None = Field(default=None, description="Markdown summary next to this report.")
     html_file: str | None = Field(default=None, description="Self-contained HTML report (with plots) next to it.")
+    csv_file: str | None = Field(
+        default=None, description="One CSV row per request next to it (and ``<id>.summary.csv``: one summary row)."
+    )
 
 
 class ProfileInfo(BaseModel):

@@ -34,7 +34,15 @@ class Settings(BaseSettings):
     # --- model ---------------------------------------------------------------------------------------
     model: str | None = Field(
         default=None,
-        description="HF id, local directory or synthetic:NAME. Unset: ERNIE-4.5-0.3B-PT, else the synthetic stand-in.",
+        description="Model vLLM serves: HF id, local directory or synthetic:NAME. Unset: ERNIE-4.5-0.3B-PT, else the "
+        "synthetic stand-in.",
+        json_schema_extra={"cli_flags": ["--serve-model"]},
+    )
+    vllm_model_path: str | None = Field(
+        default=None,
+        description="The seed image's name for MODEL (a local model folder); setting both to different values is an "
+        "error.",
+        json_schema_extra={"cli_flags": ["--vllm-model-path"]},
     )
     served_model_name: str | None = Field(default=None, description="Name clients use; default: a readable alias.")
     hf_token: str | None = Field(default=None, repr=False, description="Hugging Face token (never written out).")
@@ -44,7 +52,11 @@ class Settings(BaseSettings):
     # --- vLLM ----------------------------------------------------------------------------------------
     vllm_host: str = "127.0.0.1"
     vllm_port: int = Field(default=8100, ge=1, le=65535)
-    vllm_base_url: str | None = Field(default=None, description="Where clients reach vLLM; default from host/port.")
+    vllm_base_url: str | None = Field(
+        default=None,
+        description="Where clients (UI, benchmark) reach the OpenAI-compatible server; default from host/port.",
+        json_schema_extra={"cli": ["--base-url"]},
+    )
     vllm_dtype: str = "bfloat16"
     vllm_max_model_len: int | None = Field(default=None, gt=0)
     vllm_cpu_kvcache_space_gb: int = Field(default=4, gt=0, description="KV cache size for the CPU build, GiB.")
@@ -84,8 +96,18 @@ class Settings(BaseSettings):
     prompts_file: Path = PROJECT_ROOT / "loadtest" / "data" / "prompts_zh.jsonl"
 
     # --- benchmark (make benchmark CONCURRENCY=.. REQUESTS=.. DURATION=.. WARMUP=.. MAX_TOKENS=..) -------
-    concurrency: int = Field(default=50, ge=1, description="Concurrent users (closed loop).")
-    requests: int | None = Field(default=None, ge=1, description="Measured requests; default 200 unless DURATION.")
+    concurrency: int = Field(
+        default=50,
+        ge=1,
+        description="Concurrent users (closed loop).",
+        json_schema_extra={"cli": ["--max-concurrency"]},
+    )
+    requests: int | None = Field(
+        default=None,
+        ge=1,
+        description="Measured requests; default 200 unless DURATION.",
+        json_schema_extra={"cli": ["--num-prompts"]},
+    )
     duration: Annotated[float | None, NoDecode] = Field(default=None, description="Measured window, e.g. 60s, 5m.")
     warmup: int = Field(default=10, ge=0, description="Warmup requests, excluded from statistics.")
     max_tokens: int = Field(default=128, ge=1, description="Fixed output length (benchmark) / UI default.")
@@ -98,10 +120,19 @@ class Settings(BaseSettings):
     output_len_cap: int = Field(default=1024, ge=1, description="Largest sampled output length, tokens.")
     ignore_eos: bool = Field(default=False, description="Ask for exactly max_tokens (ignore_eos + min_tokens).")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    rate: float | None = Field(default=None, gt=0, description="Open loop: mean arrivals per second (unset: closed).")
+    rate: float | None = Field(
+        default=None,
+        gt=0,
+        description="Open loop: mean arrivals per second (unset: closed loop).",
+        json_schema_extra={"cli": ["--request-rate"]},
+    )
     burstiness: float = Field(default=1.0, gt=0, description="Open loop: gamma shape of arrival gaps (1 = Poisson).")
     ramp_up_s: float = Field(default=0.0, ge=0, description="Closed loop: seconds to start all users.")
-    dataset: Path | None = Field(default=None, description="Prompt JSONL or ShareGPT JSON; default: bundled corpus.")
+    dataset: Path | None = Field(
+        default=None,
+        description="Prompt JSONL or ShareGPT JSON/JSONL; default: the bundled corpus.",
+        json_schema_extra={"cli": ["--dataset-path"]},
+    )
     input_mix: Annotated[dict[str, float] | None, NoDecode] = Field(
         default=None, description="Input-length bucket weights, e.g. short:0.3,medium:0.5,long:0.2."
     )
@@ -113,6 +144,7 @@ class Settings(BaseSettings):
     profile: bool = Field(default=False, description="make benchmark PROFILE=1: torch-profile the measured window.")
     bench_model: str | None = Field(
         default=None,
+        json_schema_extra={"cli": ["--model"]},
         description="Model the benchmark measures (an id of /v1/models); default: SERVED_MODEL_NAME, MODEL, or the "
         "only model served (several served and none chosen: the run stops and lists them).",
     )
@@ -132,6 +164,7 @@ class Settings(BaseSettings):
     )
     locust_plan_file: Path | None = Field(
         default=None,
+        json_schema_extra={"cli": False},
         description="Internal: the run plan the benchmark writes for its Locust processes (unset: these settings).",
     )
 
@@ -139,6 +172,10 @@ class Settings(BaseSettings):
     gate: str | None = Field(
         default=None,
         description="Regression gate: fail the benchmark (exit 3) when it is worse than this named baseline.",
+    )
+    baseline: str | None = Field(
+        default=None,
+        description="Mark this run's report as the named baseline (as `make baseline NAME=` does afterwards).",
     )
     gate_threshold_pct: float = Field(
         default=5.0, ge=0, description="Gate tolerance: largest throughput drop / p99 latency rise allowed, %."
@@ -151,6 +188,7 @@ class Settings(BaseSettings):
 
     @field_validator(
         "model",
+        "vllm_model_path",
         "served_model_name",
         "hf_token",
         "requests",
@@ -159,6 +197,7 @@ class Settings(BaseSettings):
         "dataset",
         "output_len",
         "gate",
+        "baseline",
         "bench_model",
         "watchdog_s",
         "max_error_rate_pct",
@@ -169,10 +208,10 @@ class Settings(BaseSettings):
         """An empty or blank variable (``RATE=`` from make) means unset."""
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("gate")
+    @field_validator("gate", "baseline")
     @classmethod
     def _valid_gate(cls, value: str | None) -> str | None:
-        """GATE must be a baseline name (:func:`core.parsing.validate_name`)."""
+        """GATE and BASELINE must be baseline names (:func:`core.parsing.validate_name`)."""
         return None if value is None else validate_name(value)
 
     @field_validator("duration", mode="before")
@@ -196,6 +235,17 @@ class Settings(BaseSettings):
     def _parse_slo(cls, value: object) -> object:
         """SLO text -> {metric: bound in ms}."""
         return parse_slo(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _one_model(self) -> Settings:
+        """VLLM_MODEL_PATH is MODEL under the seed image's name; both set to different models is ambiguous."""
+        if self.vllm_model_path:
+            if self.model and self.model != self.vllm_model_path:
+                raise ValueError(
+                    f"MODEL={self.model} and VLLM_MODEL_PATH={self.vllm_model_path} name different models: set one"
+                )
+            self.model = self.vllm_model_path
+        return self
 
     @model_validator(mode="after")
     def _default_request_count(self) -> Settings:
@@ -269,11 +319,13 @@ def _client_host(bind_host: str) -> str:
     return "127.0.0.1" if bind_host in ("0.0.0.0", "::", "") else bind_host
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """Turn pydantic's error into one line per bad variable: ``CONCURRENCY=0: must be >= 1``."""
+def describe_validation_error(exc: ValidationError, from_cli: set[str] | frozenset[str] = frozenset()) -> str:
+    """Turn pydantic's error into one line per bad variable: ``CONCURRENCY=0: must be >= 1``, or for a value given
+    on the command line (its field in ``from_cli``) ``--concurrency=0: must be >= 1``."""
     lines = []
     for err in exc.errors():
-        name = ".".join(str(part) for part in err["loc"]).upper() or "settings"
+        field = ".".join(str(part) for part in err["loc"])
+        name = f"--{field.replace('_', '-')}" if field in from_cli else field.upper() or "settings"
         value = err.get("input")
         if isinstance(value, dict):
             shown = ""  # a model-level check: its message names the variables
@@ -282,7 +334,8 @@ def describe_validation_error(exc: ValidationError) -> str:
         else:
             shown = f"={value}"
         lines.append(f"  {name}{shown}: {err['msg']}")
-    return "Invalid configuration (environment, .env or make variables):\n" + "\n".join(lines)
+    where = "command line, environment, .env or make variables" if from_cli else "environment, .env or make variables"
+    return f"Invalid configuration ({where}):\n" + "\n".join(lines)
 
 
 @lru_cache(maxsize=1)

@@ -1,10 +1,11 @@
-"""``make benchmark``: warmup, a headless Locust run, then the sidecar writes the baseline report.
+"""``make benchmark`` / ``./run_benchmark.sh``: warmup, a headless Locust run, then the sidecar writes the report.
 
-``python -m loadtest.bench`` reads CONCURRENCY, REQUESTS or DURATION, WARMUP, MAX_TOKENS, TEMPERATURE ... from the
-settings object. The benchmark computes the run's metrics (:mod:`core.stats`) and hands the finished run to the
-sidecar (:mod:`core.api`), which adds resources, log facts and the environment and writes the report. Rows are
-appended to ``logs/runs/<run id>.requests.jsonl`` as they come, so a crash of any part loses nothing:
-``python -m loadtest.bench --report-from FILE`` builds the report from such a file later.
+``python -m loadtest.bench --concurrency 32 --duration 60`` — every knob is a flag (``--help`` lists them with their
+defaults and environment names) and an environment/``.env``/make variable; flags win. The benchmark computes the
+run's metrics (:mod:`core.stats`) and hands the finished run to the sidecar (:mod:`core.api`), which adds
+resources, log facts and the environment and writes the report. Rows are appended to
+``logs/runs/<run id>.requests.jsonl`` as they come, so a crash of any part loses nothing: ``--report-from FILE``
+builds the report from such a file later.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from datetime import datetime
 from pathlib import Path
 
 from core.api import BuildReportRequest
+from core.cli import build_parser, parse
 from core.clientview import client_view, load_calibration
 from core.engine import EngineControl
 from core.gate import gate_verdict
 from core.report_schema import BenchmarkConfig, Report
 from core.serverview import cross_check
-from core.settings import Settings, get_settings
+from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
 from loadtest import profiling
 from loadtest.dataset import DatasetError, load_dataset
@@ -29,7 +31,7 @@ from loadtest.plan import bench_config, read_plan
 from loadtest.preflight import preflight
 from loadtest.run import Measured, from_records_file, run_measured
 from loadtest.sidecar_api import SidecarClient
-from loadtest.summary import format_summary
+from loadtest.summary import format_summary, start_line
 from services.vllm.control import LocalEngine
 
 
@@ -117,14 +119,21 @@ def main(argv: list[str] | None = None, engine: EngineControl | None = None) -> 
         return EXIT_INTERRUPTED
 
 
+def parser() -> argparse.ArgumentParser:
+    """The benchmark's command line: every settings knob (:mod:`core.cli`) plus ``--report-from``."""
+    cli = build_parser("python -m loadtest.bench", __doc__ or "")
+    cli.add_argument(
+        "--report-from", type=Path, metavar="ROWS_FILE", help="build the report from an existing rows file instead"
+    )
+    return cli
+
+
 def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--report-from", type=Path, help="build the report from an existing records file")
-    args = parser.parse_args(argv)
-    settings = get_settings()
+    args, settings = parse(parser(), argv)
     sidecar = SidecarClient(settings.sidecar_url)
     try:
-        model = preflight(settings, sidecar).model
+        target = preflight(settings, sidecar)
+        model = target.model
         dataset = load_dataset(settings.workload_file)
     except (BenchError, DatasetError) as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
@@ -132,6 +141,7 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     if dataset.skipped:
         print(f"[WARN] {dataset.skipped} unusable entr(y/ies) in {dataset.path} skipped; {len(dataset.prompts)} used")
     plan = bench_config(settings, model)
+    print(start_line(plan, target.backend), flush=True)
     if args.report_from:
         records_path = args.report_from
         plan = plan_beside(records_path) or plan
@@ -154,7 +164,12 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
-    for line in format_summary(built.report, built.report_path):
+    lines = format_summary(built.report, built.report_path)
+    for line in lines[:-2]:
+        print(line)
+    if settings.baseline:
+        print(mark_baseline(sidecar, settings.baseline, built.report.report_id))
+    for line in lines[-2:]:  # the seed's closing lines stay last
         print(line)
     if run.interrupted:
         print(f"[INFO] Interrupted: report of the {built.report.metrics.requests_total} requests so far written.")
@@ -163,6 +178,16 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     for _, line in failed:
         print(line, file=sys.stderr)
     return failed[0][0] if failed else EXIT_OK
+
+
+def mark_baseline(sidecar: SidecarClient, name: str, report_id: str) -> str:
+    """``--baseline NAME``: mark the new report as baseline ``name``; the line to print (an error does not fail the
+    run: the report is written, ``make baseline NAME=`` can mark it later)."""
+    try:
+        sidecar.mark_baseline(name, report_id)
+    except BenchError as exc:
+        return f"[WARN] baseline {name} not marked: {exc}"
+    return f"[BASELINE] {name} -> {report_id}"
 
 
 def plan_beside(records_path: Path) -> BenchmarkConfig | None:

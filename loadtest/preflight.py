@@ -18,6 +18,7 @@ class Target:
 
     model: str
     served: list[str]
+    backend: str = "vLLM"
 
 
 def choose_model(served: list[str], settings: Settings) -> str:
@@ -92,4 +93,14 @@ def preflight(settings: Settings, sidecar: SidecarClient) -> Target:
                 f"GATE={settings.gate}: no baseline of that name (known: {known}). Mark one first with "
                 f"`make baseline NAME={settings.gate}` after a benchmark of the same workload."
             )
-    return Target(model, served)
+    return Target(model, served, backend_name(settings.vllm_url))
+
+
+def backend_name(url: str) -> str:
+    """``vLLM`` when the server answers vLLM's ``/version``, else ``OpenAI-compatible``."""
+    try:
+        response = httpx.get(f"{url}/version", timeout=5)
+        version = response.json().get("version") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        version = None
+    return "vLLM" if isinstance(version, str) else "OpenAI-compatible"

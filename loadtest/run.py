@@ -29,6 +29,7 @@ from loadtest.launch import locust_argv
 from loadtest.plan import sampler_for, write_plan
 from loadtest.procs import tree_cpu_s
 from loadtest.sidecar_api import SidecarClient
+from loadtest.summary import load_line
 
 tqdm.monitor_interval = 0  # no monitor thread: Ctrl-C must not print its traceback
 INTERRUPTED = "interrupted (Ctrl-C)"
@@ -226,6 +227,7 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     done = warmup(plan, records_path)
     failed = sum(not r.ok for r in done)
     print(f"[INFO] Warmup completed: {len(done)} requests" + (f" ({failed} failed)" if failed else ""))
+    print(load_line(plan), flush=True)
     if settings.profile:
         profiling.start(settings)
     before, why_before = scrape_metrics(plan.vllm_url)

@@ -57,6 +57,19 @@ class SidecarClient:
         except (httpx.HTTPError, ValueError):
             return None
 
+    def mark_baseline(self, name: str, report_id: str) -> None:
+        """Mark report ``report_id`` as baseline ``name`` (``PUT /baselines/{name}``).
+
+        Raises:
+            BenchError: refused (the sidecar's reason) or unreachable.
+        """
+        try:
+            response = httpx.put(f"{self.url}/baselines/{name}", json={"report_id": report_id}, timeout=self.timeout_s)
+        except httpx.HTTPError as exc:
+            raise self._down(exc) from None
+        if response.status_code != 200:
+            raise BenchError(f"the sidecar refused (HTTP {response.status_code}): {response.text[:300]}")
+
     def post_report(self, request: BuildReportRequest) -> BuildReportResponse:
         """Ask the sidecar to write the report.
 

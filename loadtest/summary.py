@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.report_schema import Report
+from core.report_schema import BenchmarkConfig, Report
 
 COMPARE_LABELS = (
     ("throughput_req_per_sec_pct", "throughput"),
@@ -15,7 +15,7 @@ COMPARE_LABELS = (
 
 
 def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.0f}ms"
+    return "n/a" if value is None else f"{value:.0f} ms"
 
 
 def _num(value: float | None) -> str:
@@ -23,32 +23,48 @@ def _num(value: float | None) -> str:
 
 
 def memory_text(report: Report) -> str:
-    """``GPU mem peak 1.23 GB`` where NVML exists, else the vLLM process tree's peak RSS."""
+    """The seed's ``GPU memory usage: 2.68 GB``; without a GPU the CPU fallback says what was measured instead."""
     m = report.metrics
     if m.gpu_mem_peak_gb is not None:
-        return f"GPU mem peak {m.gpu_mem_peak_gb:.2f} GB"
+        return f"GPU memory usage: {m.gpu_mem_peak_gb:.2f} GB"
+    why = report.resources.gpu_unavailable_reason or "no GPU"
     if m.vllm_rss_peak_gb is not None:
-        return f"vLLM RSS peak {m.vllm_rss_peak_gb:.2f} GB (no GPU: {report.resources.gpu_unavailable_reason})"
-    return "memory n/a"
+        return f"GPU memory usage: n/a (no GPU: {why}; vLLM RSS peak {m.vllm_rss_peak_gb:.2f} GB)"
+    return f"GPU memory usage: n/a (no GPU: {why})"
+
+
+def load_line(plan: BenchmarkConfig) -> str:
+    """The seed's ``[INFO] Running load test: 50 concurrent users, 200 total requests`` (or the duration / rate)."""
+    if plan.rate_req_per_sec is not None:
+        shape = f"open loop at {plan.rate_req_per_sec:g} req/s"
+    else:
+        shape = f"{plan.concurrency} concurrent users"
+    amount = f"{plan.requests} total requests" if plan.duration_s is None else f"for {plan.duration_s:g} s"
+    return f"[INFO] Running load test: {shape}, {amount}"
+
+
+def start_line(plan: BenchmarkConfig, backend: str) -> str:
+    """The seed's ``[INFO] Starting benchmark for <model> (vLLM backend)``."""
+    return f"[INFO] Starting benchmark for {plan.model} ({backend} backend)"
 
 
 def format_summary(report: Report, report_path: str) -> list[str]:
-    """Lines for the terminal, in the seed's format."""
+    """The lines after the run, in the seed's order: its two ``[RESULT]`` lines first (scripts grep them), then ours,
+    the ``[REPORT]`` lines, ``Benchmark completed. Report generated. Report path: …`` and ``Key insight: …``."""
     m = report.metrics
     lines = [
+        f"[RESULT] Avg latency: {_ms(m.latency_avg_ms)} | P90: {_ms(m.latency_p90_ms)} | P99: {_ms(m.latency_p99_ms)}",
+        f"[RESULT] Throughput: {m.throughput_req_per_sec:.2f} req/s | {memory_text(report)}",
         f"[RESULT] Requests: {m.requests_ok}/{m.requests_total} ok | errors {m.error_rate_percent:.1f}%"
         + (f" {report.errors.by_kind}" if report.errors.by_kind else "")
         + (f" | {m.requests_incomplete} incomplete (in flight at the end, left out)" if m.requests_incomplete else ""),
-        f"[RESULT] Avg latency {_ms(m.latency_avg_ms)} | P50 {_ms(m.latency_p50_ms)} | P90 {_ms(m.latency_p90_ms)}"
-        f" | P99 {_ms(m.latency_p99_ms)} | TTFT P50 {_ms(m.ttft_p50_ms)} P99 {_ms(m.ttft_p99_ms)}",
-        f"[RESULT] Throughput: {m.throughput_req_per_sec:.2f} req/s | {m.output_tokens_per_sec:.1f} output tok/s"
-        f" | {memory_text(report)}",
+        f"[RESULT] Latency P50: {_ms(m.latency_p50_ms)} | TTFT P50: {_ms(m.ttft_p50_ms)} P99: {_ms(m.ttft_p99_ms)}"
+        f" | TPOT P50: {_ms(m.tpot.p50_ms)} P99: {_ms(m.tpot.p99_ms)} | ITL P50: {_ms(m.itl.p50_ms)}"
+        f" P99: {_ms(m.itl.p99_ms)}",
+        f"[RESULT] Tokens: {m.output_tokens_per_sec:.1f} output tok/s | {m.total_tokens_per_sec:.1f} total tok/s | "
+        f"output tokens mean {_num(m.output_lengths.actual_mean)} (asked {_num(m.output_lengths.requested_mean)})"
+        f" | peak concurrency {m.peak_concurrency}",
     ]
-    lines.append(
-        f"[RESULT] TPOT P50 {_ms(m.tpot.p50_ms)} P99 {_ms(m.tpot.p99_ms)} | ITL P50 {_ms(m.itl.p50_ms)} "
-        f"P99 {_ms(m.itl.p99_ms)} | output tokens mean {_num(m.output_lengths.actual_mean)} "
-        f"(asked {_num(m.output_lengths.requested_mean)}) | peak concurrency {m.peak_concurrency}"
-    )
     if m.goodput_req_per_sec is not None:
         slo = ",".join(f"{k}<={v:g}" for k, v in m.slo.items())
         lines.append(f"[RESULT] Goodput: {m.goodput_req_per_sec:.2f} req/s ({m.goodput_percent:.1f}% within {slo})")
@@ -73,16 +89,17 @@ def format_summary(report: Report, report_path: str) -> list[str]:
             f"[PROFILE] {len(report.profile.files)} trace file(s) in reports/{report.profile.dir}/ — open with "
             f"{report.profile.open_with}"
         )
-    lines.append(f"[INSIGHT] Key insight: {m.key_insight}")
     if report.environment.synthetic:
         lines.append(f"[WARN] Synthetic model served ({report.environment.synthetic_reason})")
     lines += compare_lines(report)
     lines.append(f"[REPORT] Baseline saved to {report_path}")
     folder = Path(report_path).parent
-    named = (("Markdown", report.markdown_file), ("HTML", report.html_file))
+    named = (("Markdown", report.markdown_file), ("HTML", report.html_file), ("CSV", report.csv_file))
     files = [f"{label}: {folder / name}" for label, name in named if name]
     if files:
         lines.append("[REPORT] " + " | ".join(files))
+    lines.append(f"Benchmark completed. Report generated. Report path: {report_path}")
+    lines.append(f"Key insight: {m.key_insight}")
     return lines
 
 

@@ -20,6 +20,7 @@ from services.sidecar.gpu import GpuInfo, GpuReader, open_gpu_reader
 from services.sidecar.logfacts import read_log_facts
 from services.sidecar.profiles import collect_traces
 from services.sidecar.redact import Redactor, secret_values
+from services.sidecar.render_csv import rows_csv, summary_csv
 from services.sidecar.render_html import render_html
 from services.sidecar.render_md import render_markdown
 from services.sidecar.sampler import Sampler, engine_pid
@@ -189,5 +190,10 @@ class ReportService:
 
 
 def render_files(report: Report, records: Sequence[RequestRecord]) -> dict[str, str]:
-    """The Markdown summary and the self-contained HTML report of ``report``."""
-    return {".md": render_markdown(report), ".html": render_html(report, records)}
+    """The Markdown summary, the self-contained HTML report and the CSV exports of ``report``."""
+    return {
+        ".md": render_markdown(report),
+        ".html": render_html(report, records),
+        ".csv": rows_csv(records),
+        ".summary.csv": summary_csv(report),
+    }

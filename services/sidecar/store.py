@@ -81,7 +81,12 @@ def _write_new(path: Path, data: bytes) -> bool:
 
 Attachments = Callable[[Report], dict[str, str]]
 """Renders the files written next to a report, ``{".md": text, ".html": text}``, from its final version."""
-ATTACHMENT_FIELDS = {".md": "markdown_file", ".html": "html_file"}
+ATTACHMENT_FIELDS: dict[str, str | None] = {
+    ".md": "markdown_file",
+    ".html": "html_file",
+    ".csv": "csv_file",
+    ".summary.csv": None,  # named after the rows CSV; no field of its own
+}
 
 
 class ReportStore:
@@ -130,14 +135,14 @@ class ReportStore:
         """Attachments then the JSON under ``report_id``; None when one of the names is taken."""
         names = {suffix: f"{report_id}{suffix}" for suffix in ATTACHMENT_FIELDS} if attachments else {}
         update: dict[str, str | None] = {"report_id": report_id, "requests_file": f"{report_id}.requests.jsonl"}
-        update.update({field: names.get(suffix) for suffix, field in ATTACHMENT_FIELDS.items()})
+        update.update({field: names.get(suffix) for suffix, field in ATTACHMENT_FIELDS.items() if field})
         final = report.model_copy(update=update)
         extra = attachments(final) if attachments else {}
         for suffix, text in extra.items():
             if not _write_new(self.root / names[suffix], self._bytes(text)):
                 return None
             written.append(self.root / names[suffix])
-        missing = {field: None for suffix, field in ATTACHMENT_FIELDS.items() if suffix not in extra}
+        missing = {field: None for suffix, field in ATTACHMENT_FIELDS.items() if field and suffix not in extra}
         final = final.model_copy(update=missing)
         path = self.root / f"{report_id}.json"
         if not _write_new(path, self._bytes(final.model_dump_json(indent=2))):

@@ -7,6 +7,8 @@ supervisord restarts later keeps the request; ``make up`` on a stopped stack sta
 
 from __future__ import annotations
 
+import os
+import subprocess
 import xmlrpc.client
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from supervisor.xmlrpc import SupervisorTransport
 
 from core.engine import EngineError, EngineRequest, EngineStatus, read_request, write_request
 from core.net import wait_for_http
-from core.settings import Settings
+from core.settings import PROJECT_ROOT, Settings
 
 PROGRAM = "vllm"
 FAILED_STATES = frozenset({"FATAL", "EXITED", "BACKOFF", "STOPPED", "UNKNOWN"})
@@ -90,3 +92,60 @@ class LocalEngine:
         write_request(self.settings.engine_request_file, request)
         self.stop()
         self.start()
+
+
+class ComposeEngine:
+    """:class:`core.engine.EngineControl` for the ``vllm`` service of the compose stack (``docker compose``).
+
+    A restart recreates only that service with the request's model (``MODEL``); the other containers keep running.
+    """
+
+    def __init__(self, settings: Settings, compose: tuple[str, ...] = ("docker", "compose")) -> None:
+        self.settings = settings
+        self.compose = compose
+
+    def _run(self, *args: str, env: dict[str, str] | None = None, timeout_s: float = 60) -> str | None:
+        """``docker compose ARGS`` in the project; its stdout, or None when compose or its engine is not there."""
+        try:
+            done = subprocess.run(
+                [*self.compose, *args],
+                cwd=PROJECT_ROOT,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env={**os.environ, **(env or {})},
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    def status(self) -> EngineStatus | None:
+        """RUNNING when the compose project has a running ``vllm`` container; None when there is no compose stack."""
+        out = self._run("ps", "--status", "running", "--quiet", PROGRAM, timeout_s=20)
+        if not out or not out.strip():
+            return None
+        return EngineStatus(running=True, state="RUNNING")
+
+    def start(self) -> None:
+        """``docker compose up -d vllm``, then wait until it answers."""
+        if self._run("up", "-d", "--no-deps", PROGRAM, timeout_s=600) is None:
+            raise EngineError("docker compose up vllm failed; see `docker compose logs vllm`")
+        self._wait()
+
+    def stop(self) -> None:
+        """``docker compose stop vllm``."""
+        if self._run("stop", PROGRAM, timeout_s=120) is None:
+            raise EngineError("docker compose stop vllm failed")
+
+    def restart(self, request: EngineRequest) -> None:
+        """Recreate only ``vllm`` with the request's model and wait until it answers (the profiler is configured
+        in compose through VLLM_EXTRA_ARGS, not by a restart)."""
+        env = {"MODEL": request.model} if request.model else {}
+        if self._run("up", "-d", "--no-deps", "--force-recreate", PROGRAM, env=env, timeout_s=600) is None:
+            raise EngineError("docker compose up --force-recreate vllm failed; see `docker compose logs vllm`")
+        self._wait()
+
+    def _wait(self) -> None:
+        ok, why = wait_for_http(f"{self.settings.vllm_url}/v1/models", self.settings.startup_timeout_s)
+        if not ok:
+            raise EngineError(why)

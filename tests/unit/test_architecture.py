@@ -38,7 +38,7 @@ def _package(root: Path, dotted: str, body: str = "") -> None:
 
 def test_each_kind_of_forbidden_import_is_caught(tmp_path: Path) -> None:
     """A tree with an upward import from core, a sidecar -> loadtest import and a cycle breaks every contract."""
-    for name in ("services.stackctl", "services.vllm", "services.ui", "services.logtools"):
+    for name in ("services.stackctl", "services.vllmctl", "services.vllm", "services.ui", "services.logtools"):
         _package(tmp_path, name)
     _package(tmp_path, "core", "import services.vllm\n")  # the core reaching up
     _package(tmp_path, "core.a", "import core.b\n")

@@ -113,12 +113,17 @@ def test_compare_lines_read_vs_name_percent_metric() -> None:
     assert lines[1] == "[COMPARE] vs_old: refused: workload differs (concurrency: 8 -> 50)"
 
 
-def test_summary_names_markdown_and_html_files() -> None:
-    """The summary's last line points at the Markdown and HTML beside the JSON."""
-    r = report().model_copy(update={"markdown_file": "x.md", "html_file": "x.html"})
+def test_summary_ends_with_the_seeds_lines_and_names_every_file() -> None:
+    """The seed's result lines come first; the report lines name the JSON, Markdown, HTML and CSV beside it; the
+    seed's closing lines end it."""
+    r = report().model_copy(update={"markdown_file": "x.md", "html_file": "x.html", "csv_file": "x.csv"})
     lines = format_summary(r, "/tmp/reports/x.json")
-    assert lines[-2] == "[REPORT] Baseline saved to /tmp/reports/x.json"
-    assert lines[-1] == "[REPORT] Markdown: /tmp/reports/x.md | HTML: /tmp/reports/x.html"
+    assert lines[0].startswith("[RESULT] Avg latency: ") and " | P90: " in lines[0] and " | P99: " in lines[0]
+    assert lines[1].startswith("[RESULT] Throughput: ") and " req/s | GPU memory usage: " in lines[1]
+    assert lines[-4] == "[REPORT] Baseline saved to /tmp/reports/x.json"
+    assert lines[-3] == "[REPORT] Markdown: /tmp/reports/x.md | HTML: /tmp/reports/x.html | CSV: /tmp/reports/x.csv"
+    assert lines[-2] == "Benchmark completed. Report generated. Report path: /tmp/reports/x.json"
+    assert lines[-1].startswith("Key insight: ")
 
 
 @pytest.mark.parametrize(("value", "text"), [(12.04, "+12%"), (-3.04, "-3.0%"), (0.0, "+0.0%"), (-100.0, "-100%")])

@@ -106,3 +106,19 @@ def test_secret_values_come_from_settings_and_secret_named_env_vars() -> None:
 def test_url_credentials_are_stripped(url: str, clean: str) -> None:
     """Credentials in a URL never reach the report's config."""
     assert strip_url_credentials(url) == clean
+
+
+def test_csv_exports_one_row_per_request_and_a_summary_row() -> None:
+    """The rows CSV has a header and one line per request (ITL summarised); the summary CSV one line of headlines."""
+    import csv
+    import io
+
+    from services.sidecar.render_csv import ROW_COLUMNS, rows_csv, summary_csv
+    from tests.unit.test_sidecar_store import report
+
+    records = rows()
+    table = list(csv.DictReader(io.StringIO(rows_csv(records))))
+    assert len(table) == len(records) and list(table[0]) == list(ROW_COLUMNS)
+    assert table[0]["request_id"] == records[0].request_id and table[0]["itl_count"] == str(len(records[0].itl_ms))
+    (summary,) = csv.DictReader(io.StringIO(summary_csv(report())))
+    assert summary["report_id"] == report().report_id and float(summary["throughput_req_per_sec"]) == 2.0

@@ -1,0 +1,78 @@
+"""`VLLM_MODEL_PATH=<dir> ./start_vllm.sh` switches the served model in local mode: only vLLM restarts, the chat UI
+keeps its process and its header follows (real browser). Runs late: it restarts vLLM twice (there and back)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, sync_playwright
+
+from core.settings import PROJECT_ROOT
+from services.vllm.control import Supervisor
+from tests.integration.conftest import Stack
+from tests.integration.test_ui_browser import CHROMIUM, CHROMIUM_ARGS, require_browser
+
+pytestmark = pytest.mark.integration
+TINY_DIR = PROJECT_ROOT / "models" / "tiny"
+
+
+def start_vllm(stack: Stack, **env: str) -> subprocess.CompletedProcess[str]:
+    """``./start_vllm.sh`` with ``env`` (the stack's MODEL left out, as for a user who exports VLLM_MODEL_PATH)."""
+    base = {k: v for k, v in stack.env.items() if k != "MODEL"}
+    return subprocess.run([str(PROJECT_ROOT / "start_vllm.sh")], cwd=PROJECT_ROOT, env={**base, **env},
+                          capture_output=True, text=True, timeout=900)
+
+
+def served(stack: Stack) -> list[str]:
+    return [m["id"] for m in httpx.get(f"{stack.vllm_url}/v1/models", timeout=10).json()["data"]]
+
+
+def pids(stack: Stack) -> dict[str, int]:
+    states = Supervisor(stack.run_dir).states() or {}
+    return {name: int(info["pid"]) for name, info in states.items()}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    require_browser()
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def test_a_model_that_cannot_be_served_changes_nothing(stack: Stack) -> None:
+    """A folder that is not a model is refused (exit 2) before vLLM is touched."""
+    before = pids(stack)
+    run = start_vllm(stack, VLLM_MODEL_PATH=str(PROJECT_ROOT / "docs"))
+    assert run.returncode == 2 and "docs" in run.stderr, run.stdout + run.stderr
+    assert pids(stack)["vllm"] == before["vllm"]
+
+
+def test_start_vllm_switches_the_model_and_the_ui_follows(stack: Stack, browser: Browser) -> None:
+    """Only vLLM's pid changes; /v1/models and the UI header show the new model; switching back works the same."""
+    before = pids(stack)
+    page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+    page.set_default_timeout(120_000)
+    page.goto(stack.ui_url)
+    page.get_by_text("Model: ernie-tiny-synthetic").wait_for()
+    try:
+        run = start_vllm(stack, VLLM_MODEL_PATH=str(TINY_DIR))
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        assert "serving tiny" in run.stdout
+        after = pids(stack)
+        assert after["vllm"] != before["vllm"]
+        assert {k: v for k, v in after.items() if k != "vllm"} == {k: v for k, v in before.items() if k != "vllm"}
+        assert served(stack) == ["tiny"]
+        page.get_by_text(re.compile(r"Model:\s*tiny(\s|$)")).wait_for()  # the header re-probes every few seconds
+    finally:
+        back = start_vllm(stack, MODEL="synthetic:tiny")
+        page.context.close()
+    assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
+    assert served(stack) == ["ernie-tiny-synthetic"] and pids(stack)["ui"] == before["ui"]
