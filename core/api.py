@@ -9,7 +9,10 @@ compares with earlier reports and baselines, and is the only writer of ``reports
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+import math
+from typing import Any
+
+from pydantic import BaseModel, Field, model_validator
 
 from core.clientview import ClientView
 from core.records import RequestRecord
@@ -17,9 +20,53 @@ from core.report_schema import BenchmarkConfig, Report, Resources
 from core.serverview import ServerView
 from core.stats import RunMetrics
 
+MAX_STRING_CHARS = 10_000
+"""Longest text accepted anywhere in a request body (an error message, a path); longer is a 422, not a big file."""
+EARLIEST_WINDOW_S = 946_684_800.0
+"""2000-01-01 UTC: a window starting earlier is a clock or a body that is wrong."""
+MAX_PROBLEMS_SHOWN = 5
+
+
+def _is_duration(key: str) -> bool:
+    """Numbers named ``*_ms`` or ``*_s`` are durations (the project's units-in-names rule): never negative."""
+    return key.endswith(("_ms", "_s"))
+
+
+def body_problems(value: Any, path: str = "", duration: bool = False) -> list[str]:
+    """Every place in a parsed body (dicts, lists, pydantic models) holding a non-finite number (``NaN``,
+    ``Infinity``), a negative duration (a number under a ``*_ms``/``*_s`` key, or in a list under one) or a text
+    longer than :data:`MAX_STRING_CHARS`, as ``"records[3].ttft_ms is nan"`` lines."""
+    if isinstance(value, BaseModel):
+        value = dict(value)
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, float | int):
+        if isinstance(value, float) and not math.isfinite(value):
+            return [f"{path or 'body'} is {value}: numbers must be finite"]
+        if duration and value < 0:
+            return [f"{path} is {value}: durations cannot be negative"]
+        return []
+    if isinstance(value, str):
+        if len(value) > MAX_STRING_CHARS:
+            return [f"{path or 'body'} is {len(value)} characters long: at most {MAX_STRING_CHARS}"]
+        return []
+    problems: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problems += body_problems(item, f"{path}.{key}" if path else str(key), _is_duration(str(key)))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            problems += body_problems(item, f"{path}[{i}]", duration)
+    return problems
+
 
 class BuildReportRequest(BaseModel):
-    """Body of ``POST /reports``: a finished run."""
+    """Body of ``POST /reports``: a finished run.
+
+    Validated before anything is written (a 422 names the fields): every number finite, durations (``*_ms``,
+    ``*_s``) not negative, texts at most :data:`MAX_STRING_CHARS`, and the window ordered (``window_start <=
+    window_end``, after 2000). That the window is not in the future is checked by the sidecar against its clock.
+    """
 
     config: BenchmarkConfig
     records: list[RequestRecord]
@@ -37,6 +84,27 @@ class BuildReportRequest(BaseModel):
     profile_traces: list[str] = Field(default_factory=list, description="Trace files vLLM wrote in the window.")
     interrupted: bool = Field(default=False, description="The run was stopped early (Ctrl-C).")
     gaps: list[str] = Field(default_factory=list, description="What the benchmark could not measure, and why.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _finite_and_bounded(cls, data: Any) -> Any:
+        """Refuse NaN/Infinity anywhere, negative durations and oversized texts, naming where (first few)."""
+        problems = body_problems(data)
+        if problems:
+            more = f" (and {len(problems) - MAX_PROBLEMS_SHOWN} more)" if len(problems) > MAX_PROBLEMS_SHOWN else ""
+            raise ValueError("; ".join(problems[:MAX_PROBLEMS_SHOWN]) + more)
+        return data
+
+    @model_validator(mode="after")
+    def _ordered_window(self) -> BuildReportRequest:
+        """The measured window runs forward and starts after 2000-01-01 (Unix seconds, not milliseconds or zero)."""
+        if self.window_start < EARLIEST_WINDOW_S:
+            raise ValueError(f"window_start={self.window_start} is before 2000-01-01: give Unix time in seconds")
+        if self.window_end < self.window_start:
+            raise ValueError(
+                f"window_end={self.window_end} is before window_start={self.window_start}: the window must run forward"
+            )
+        return self
 
 
 class BuildReportResponse(BaseModel):

@@ -17,6 +17,24 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
+class LogPosition(BaseModel):
+    """Where a launch began in vLLM's log: the file by device and inode (a rotation renames it, keeping both) and the
+    byte offset there, so the start-up can be read without scanning the whole log."""
+
+    dev: int
+    ino: int
+    offset: int = Field(ge=0, description="Size of the file when the launch began, bytes.")
+
+
+def log_position(path: Path) -> LogPosition | None:
+    """The end of ``path`` now (where the next line will start); None when it does not exist."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return LogPosition(dev=st.st_dev, ino=st.st_ino, offset=st.st_size)
+
+
 class EngineState(BaseModel):
     """What the launcher started (no secrets: secret-looking argument values are redacted before writing)."""
 
@@ -35,6 +53,9 @@ class EngineState(BaseModel):
     argv: list[str] = Field(default_factory=list, description="vLLM's command line (secret values redacted).")
     vllm_url: str | None = None
     profiler: bool = Field(default=False, description="Started with --profiler-config (profiling endpoints on).")
+    log_start: LogPosition | None = Field(
+        default=None, description="Where this launch's lines begin in vllm.log (read by the start-up phase reader)."
+    )
 
     @property
     def engine_python(self) -> str | None:

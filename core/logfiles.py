@@ -9,7 +9,7 @@ by name; a truncated stream keeps what was readable), over-long lines (cut at on
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -88,8 +88,12 @@ def _open(path: StrPath) -> tuple[BinaryIO, int | None, int | None]:
 
 
 def iter_spans(
-    path: StrPath, stats: ReadStats, block_bytes: int = BLOCK_BYTES, last_bytes: int | None = None
-) -> Iterator[Span]:
+    path: StrPath,
+    stats: ReadStats,
+    block_bytes: int = BLOCK_BYTES,
+    last_bytes: int | None = None,
+    start_at: int | None = None,
+) -> Generator[Span, None, None]:
     """Yield ``path``'s content as spans of complete lines (see :data:`Span`), oldest first.
 
     A plain file is read up to its size at open; a last line without newline is yielded (with one added) unless the
@@ -102,6 +106,8 @@ def iter_spans(
     Args:
         last_bytes: read only about the last this many bytes of a plain file, from the first whole line in them
             (gzip files are read whole).
+        start_at: read a plain file from this byte on, from the first whole line that starts there or later (a
+            caller that has what it needs stops iterating; gzip files are read whole). Ignored with ``last_bytes``.
     """
     try:
         stream, limit_bytes, fd = _open(path)
@@ -117,6 +123,10 @@ def iter_spans(
     if last_bytes is not None and limit_bytes is not None and limit_bytes > last_bytes:
         stream.seek(limit_bytes - last_bytes - 1)  # from the byte before: a newline there means a whole first line
         remaining, skipping = last_bytes + 1, True
+    elif start_at and limit_bytes is not None:
+        begin = min(start_at, limit_bytes)
+        stream.seek(begin - 1)  # from the byte before, as above
+        remaining, skipping = limit_bytes - begin + 1, True
     with stream:
         while remaining is None or remaining > 0:
             try:

@@ -31,8 +31,10 @@ def wait_for_http(
     interval_s: float = 1.0,
     ok: Callable[[httpx.Response], bool] = lambda r: r.status_code == 200,
     abort: Callable[[], str | None] = lambda: None,
+    headers: dict[str, str] | None = None,
 ) -> tuple[bool, str]:
-    """Poll ``url`` until ``ok(response)``, ``abort()`` returns a reason, or ``timeout_s`` passes.
+    """Poll ``url`` (with ``headers``, e.g. the API key) until ``ok(response)``, ``abort()`` returns a reason, or
+    ``timeout_s`` passes.
 
     Returns:
         ``(True, "")`` when ready, else ``(False, reason)``.
@@ -44,7 +46,7 @@ def wait_for_http(
         if reason:
             return False, reason
         try:
-            response = httpx.get(url, timeout=min(5.0, interval_s * 5))
+            response = httpx.get(url, timeout=min(5.0, interval_s * 5), headers=headers)
             if ok(response):
                 return True, ""
             last = f"HTTP {response.status_code}"

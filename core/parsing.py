@@ -107,3 +107,18 @@ def validate_name(name: str, what: str = "baseline name") -> str:
             "digit (e.g. v0.2.1)"
         )
     return name
+
+
+def option_values(args: list[str], flag: str) -> list[str]:
+    """Every value given to ``flag`` in ``args``: ``--flag a b`` (the words up to the next option, as argparse's
+    ``nargs="+"`` takes them) and ``--flag=a``, in order."""
+    values: list[str] = []
+    taking = False
+    for arg in args:
+        if arg.startswith("-") and len(arg) > 1:
+            taking = arg == flag
+            if arg.startswith(flag + "="):
+                values.append(arg[len(flag) + 1 :])
+        elif taking:
+            values.append(arg)
+    return values

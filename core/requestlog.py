@@ -3,7 +3,9 @@
 Line format (JSON object): ``ts`` (ISO 8601 UTC, when the request ended), ``source`` (``ui`` | ``loadtest``),
 ``request_id``, ``model``, ``prompt_tokens``, ``completion_tokens``, ``ttft_ms``, ``total_ms`` (timed by
 :class:`core.streamtiming.StreamTimer` on every path), ``status`` (``ok`` | ``error`` | ``cancelled``) and ``error``
-(null or the cause). Appends are single ``write`` calls of one line, so concurrent writers do not interleave.
+(null or the cause). Appends are single ``write`` calls of one line, so concurrent writers do not interleave; the
+file is rotated at REQUESTS_LOG_MAX_MB into ``requests.jsonl.1`` … (REQUESTS_LOG_BACKUPS kept, safe with several
+writers: :mod:`core.logrotate`), which the analyzer reads with it.
 
 :class:`RequestLogLine` is the one type of a line: writers build it, the analyzer parses it with
 :meth:`RequestLogLine.parse` (validated by hand, not by pydantic, so that the analyzer starts and reads fast).
@@ -13,14 +15,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from core.logrotate import MIB, append_rotating
+
 if TYPE_CHECKING:  # the analyzer imports this module and must start fast: no pydantic at import
     from core.records import RequestRecord
+    from core.settings import Settings
 
 Status = Literal["ok", "error", "cancelled"]
 STATUSES = ("ok", "error", "cancelled")
@@ -164,12 +168,30 @@ def _string(obj: dict[str, Any], key: str, required: bool) -> str | None:
     return value
 
 
-def append_request_log(path: Path, line: RequestLogLine) -> None:
-    """Append ``line`` to ``path`` (created with its folder); one O_APPEND write per line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def append_request_log(path: Path, line: RequestLogLine, max_bytes: int | None = None, backups: int = 5) -> None:
+    """Append ``line`` to ``path`` (created with its folder); one O_APPEND write per line, the file rotated first
+    when it would pass ``max_bytes`` (None: never; :func:`core.logrotate.append_rotating`)."""
     data = (json.dumps(line.as_dict(), ensure_ascii=False) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
+    append_rotating(path, data, max_bytes, backups)
+
+
+@dataclass(frozen=True)
+class RequestLog:
+    """``logs/requests.jsonl`` with its rotation (REQUESTS_LOG_MAX_MB, REQUESTS_LOG_BACKUPS); what writers hold."""
+
+    path: Path
+    max_bytes: int | None = None
+    backups: int = 5
+
+    @classmethod
+    def of(cls, settings: Settings) -> RequestLog:
+        """The request log of ``settings``."""
+        return cls(settings.requests_log_file, int(settings.requests_log_max_mb * MIB), settings.requests_log_backups)
+
+    def append(self, line: RequestLogLine) -> None:
+        """Append ``line`` (rotating when due).
+
+        Raises:
+            OSError: the log cannot be written.
+        """
+        append_request_log(self.path, line, self.max_bytes, self.backups)

@@ -6,6 +6,10 @@ Environment names are the field names upper-cased (``VLLM_PORT``, ``CONCURRENCY`
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import shlex
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -14,9 +18,10 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.distributions import lognormal_params
-from core.parsing import parse_duration_s, parse_mix, parse_slo, validate_name
+from core.parsing import option_values, parse_duration_s, parse_mix, parse_slo, validate_name
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+_HOST_RE = re.compile(r"(?:\*\.)?[A-Za-z0-9_.\-]{1,253}|\[?[0-9A-Fa-f:.]{2,45}\]?")
 DEFAULT_MODEL = "baidu/ERNIE-4.5-0.3B-PT"
 SYNTHETIC_FALLBACK = "synthetic:ernie-4.5-0.3b"
 
@@ -87,6 +92,59 @@ class Settings(BaseSettings):
         default=None, repr=False, description="JWT secret for UI logins (CHAINLIT_AUTH_SECRET); default: per launch."
     )
     ui_status_interval_s: float = Field(default=5.0, gt=0, description="How often the UI re-probes vLLM's status.")
+
+    # --- security (README "Security") ----------------------------------------------------------------
+    vllm_api_key: str | None = Field(
+        default=None,
+        repr=False,
+        description="Key vLLM requires on /v1 (its --api-key, handed over in the environment); the UI, the benchmark, "
+        "the sidecar and the health checks send it.",
+    )
+    sidecar_token: str | None = Field(
+        default=None,
+        repr=False,
+        description="Token of the sidecar's writing endpoints (Authorization: Bearer); unset: read from "
+        "SIDECAR_TOKEN_FILE.",
+    )
+    sidecar_token_file: Path | None = Field(
+        default=None,
+        description="File holding the sidecar token (a compose secret: /run/secrets/sidecar_token); default "
+        "run/sidecar_token, made by `make up` when missing.",
+    )
+    sidecar_trusted_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="More host names the sidecar answers to (Host and Origin checks), comma-separated; 127.0.0.1, "
+        "localhost, ::1, SIDECAR_HOST and the host of SIDECAR_BASE_URL always are.",
+    )
+    sidecar_max_body_mb: float = Field(
+        default=64.0,
+        gt=0,
+        description="Largest request body the sidecar accepts, MiB (a run's rows take about 3 KiB each at 128 output "
+        "tokens).",
+    )
+    reports_keep: int = Field(
+        default=1000,
+        ge=0,
+        description="Reports kept in reports/ (the oldest removed first; named baselines never); 0: all.",
+    )
+    reports_max_age_days: float | None = Field(
+        default=None, gt=0, description="Remove reports older than this, days (named baselines never); unset: no limit."
+    )
+    vllm_log_max_mb: float = Field(default=100.0, gt=0, description="vllm.log is rotated at this size, MiB.")
+    vllm_log_backups: int = Field(default=5, ge=1, description="Rotated vllm.log files kept (vllm.log.1 ...).")
+    vllm_log_to_file: bool = Field(
+        default=False,
+        description="The launcher itself writes logs/vllm.log (rotated) besides its output: for containers, where no "
+        "supervisord writes it.",
+    )
+    requests_log_max_mb: float = Field(default=100.0, gt=0, description="requests.jsonl is rotated at this size, MiB.")
+    requests_log_backups: int = Field(default=5, ge=1, description="Rotated requests.jsonl files kept.")
+    locust_web_username: str = Field(
+        default="admin", description="Login name of Locust's web UI when LOCUST_WEB_PASSWORD is set."
+    )
+    locust_web_password: str | None = Field(
+        default=None, repr=False, description="Set to require a login (Locust's --web-login) for Locust's web UI."
+    )
 
     # --- folders -------------------------------------------------------------------------------------
     logs_dir: Path = PROJECT_ROOT / "logs"
@@ -201,6 +259,12 @@ class Settings(BaseSettings):
         "bench_model",
         "watchdog_s",
         "max_error_rate_pct",
+        "vllm_api_key",
+        "sidecar_token",
+        "sidecar_token_file",
+        "reports_max_age_days",
+        "locust_web_password",
+        "ui_password",
         mode="before",
     )
     @classmethod
@@ -213,6 +277,18 @@ class Settings(BaseSettings):
     def _valid_gate(cls, value: str | None) -> str | None:
         """GATE and BASELINE must be baseline names (:func:`core.parsing.validate_name`)."""
         return None if value is None else validate_name(value)
+
+    @field_validator("sidecar_trusted_hosts", mode="before")
+    @classmethod
+    def _parse_hosts(cls, value: object) -> object:
+        """SIDECAR_TRUSTED_HOSTS text (``sidecar,bench.lan``) -> names; each a host name or address, no port."""
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list):
+            for host in value:
+                if not isinstance(host, str) or not _HOST_RE.fullmatch(host):
+                    raise ValueError(f"{host!r} is not a host name (letters, digits, '.', '-', '*.' or an IP; no port)")
+        return value
 
     @field_validator("duration", mode="before")
     @classmethod
@@ -312,6 +388,95 @@ class Settings(BaseSettings):
     def vllm_log_file(self) -> Path:
         """vLLM's own log."""
         return self.logs_dir / "vllm.log"
+
+    @property
+    def requests_log_file(self) -> Path:
+        """One line per chat request (UI and load tests), read by the log analyzer."""
+        return self.logs_dir / "requests.jsonl"
+
+    # --- security (derived) ---------------------------------------------------------------------------
+    @property
+    def vllm_api_keys(self) -> list[str]:
+        """Every key vLLM accepts: VLLM_API_KEY first, then the values of ``--api-key`` in VLLM_EXTRA_ARGS."""
+        keys = [self.vllm_api_key] if self.vllm_api_key else []
+        with contextlib.suppress(ValueError):  # unbalanced quotes: the launcher refuses them
+            keys += option_values(shlex.split(self.vllm_extra_args), "--api-key")
+        return list(dict.fromkeys(key for key in keys if key))
+
+    @property
+    def vllm_client_key(self) -> str | None:
+        """The key clients send to vLLM (the first of :attr:`vllm_api_keys`), None when vLLM needs none."""
+        keys = self.vllm_api_keys
+        return keys[0] if keys else None
+
+    @property
+    def vllm_headers(self) -> dict[str, str]:
+        """HTTP headers of every request to vLLM: ``Authorization: Bearer <key>`` when a key is set, else none."""
+        key = self.vllm_client_key
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    @property
+    def sidecar_token_path(self) -> Path:
+        """Where the sidecar token is kept: SIDECAR_TOKEN_FILE, else ``<RUN_DIR>/sidecar_token``."""
+        return self.sidecar_token_file or self.run_dir / "sidecar_token"
+
+    def sidecar_auth_token(self) -> str | None:
+        """The sidecar's write token: SIDECAR_TOKEN, else the first line of :attr:`sidecar_token_path`; None when
+        neither is there (then the sidecar refuses every write)."""
+        if self.sidecar_token:
+            return self.sidecar_token
+        try:
+            token = self.sidecar_token_path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return token or None
+
+    @property
+    def sidecar_hosts(self) -> list[str]:
+        """Host names the sidecar answers to: loopback names, SIDECAR_HOST, SIDECAR_BASE_URL's host and
+        SIDECAR_TRUSTED_HOSTS."""
+        from urllib.parse import urlsplit
+
+        hosts = ["127.0.0.1", "localhost", "::1"]
+        if self.sidecar_host not in ("0.0.0.0", "::", ""):
+            hosts.append(self.sidecar_host)
+        if self.sidecar_base_url:
+            try:
+                named = urlsplit(self.sidecar_base_url).hostname
+            except ValueError:
+                named = None
+            if named:
+                hosts.append(named)
+        return list(dict.fromkeys(hosts + self.sidecar_trusted_hosts))
+
+
+SERVICE_SECRETS: dict[str, frozenset[str]] = {
+    "vllm": frozenset({"HF_TOKEN", "VLLM_API_KEY"}),
+    "ui": frozenset({"VLLM_API_KEY", "UI_PASSWORD", "UI_AUTH_SECRET"}),
+    "sidecar": frozenset({"VLLM_API_KEY", "SIDECAR_TOKEN"}),
+    "locust": frozenset({"VLLM_API_KEY", "SIDECAR_TOKEN", "LOCUST_WEB_PASSWORD"}),
+}
+"""The secrets each service needs (every other secret variable is removed from its environment; compose files give
+each container only these)."""
+
+
+def secret_env_names() -> frozenset[str]:
+    """Environment names of every secret setting (the ``repr=False`` fields)."""
+    return frozenset(name.upper() for name, info in Settings.model_fields.items() if info.repr is False)
+
+
+def service_env(service: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a service's process gets: ``base`` (default: this process's) without the secrets the service
+    does not need (:data:`SERVICE_SECRETS`), so vLLM never holds the UI password nor Locust the HF token.
+
+    Raises:
+        KeyError: an unknown service name.
+    """
+    keep = SERVICE_SECRETS[service]
+    env = dict(os.environ if base is None else base)
+    for name in secret_env_names() - keep:
+        env.pop(name, None)
+    return env
 
 
 def _client_host(bind_host: str) -> str:

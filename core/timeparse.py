@@ -9,7 +9,7 @@ import re
 import time
 
 SINCE_HELP = "a duration back from now (90s, 15m, 1h, 2d) or a local date-time (2026-11-29 21:00, 2026-11-29T21:00:00)"
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _SLACK_S = 2 * 86400.0
 """A stamp may lie this far after the reference time (clock skew, mtime of a rotated file) before it is taken as
@@ -29,7 +29,7 @@ def parse_since(text: str, now_s: float | None = None) -> float:
         ValueError: the text is neither; the message names the accepted formats.
     """
     now = time.time() if now_s is None else now_s
-    match = _DURATION_RE.match(text)
+    match = _DURATION_RE.fullmatch(text)
     if match:
         seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
         if seconds <= 0:

@@ -24,7 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("report_id", nargs="?", help="report to mark (default: the latest)")
     parser.add_argument("--list", action="store_true", help="list the named baselines and exit")
     args = parser.parse_args(argv)
-    url = get_settings().sidecar_url
+    settings = get_settings()
+    url = settings.sidecar_url
+    token = settings.sidecar_auth_token()
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     if not args.list:
         if not args.name:
             print("[ERROR] a baseline name is required: make baseline NAME=v0.2.1 [REPORT=<id>]", file=sys.stderr)
@@ -39,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
             response = httpx.get(f"{url}/baselines", timeout=30)
         else:
             body = {"report_id": args.report_id} if args.report_id else {}
-            response = httpx.put(f"{url}/baselines/{args.name}", json=body, timeout=30)
+            response = httpx.put(f"{url}/baselines/{args.name}", json=body, timeout=30, headers=headers)
     except httpx.HTTPError as exc:
         print(
             f"[ERROR] the sidecar is not answering at {url} ({type(exc).__name__}); start it with `make up`.",
@@ -50,6 +53,13 @@ def main(argv: list[str] | None = None) -> int:
         for name, report_id in response.json().items():
             print(f"[BASELINE] {name} -> {report_id}")
         return 0
+    if response.status_code in (401, 403, 503):
+        print(
+            f"[ERROR] the sidecar refused the token (HTTP {response.status_code}): marking a baseline needs "
+            "SIDECAR_TOKEN or its file (SIDECAR_TOKEN_FILE, default run/sidecar_token, made by `make up`).",
+            file=sys.stderr,
+        )
+        return 1
     if response.status_code in (400, 404, 422):
         print(f"[ERROR] {_detail(response)}", file=sys.stderr)
         return 2

@@ -130,7 +130,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     args, settings = parse(parser(), argv)
-    sidecar = SidecarClient(settings.sidecar_url)
+    sidecar = SidecarClient.of(settings)
     try:
         target = preflight(settings, sidecar)
         model = target.model

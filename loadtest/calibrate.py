@@ -257,9 +257,12 @@ def calibrate(options: CalibrateOptions, workdir: Path) -> tuple[Calibration, di
         CalibrationError: a run failed (the message has the log tail).
     """
     runs: dict[str, ClientRun] = {}
+    keyed = get_settings().vllm_client_key is not None  # the mock then refuses requests without it, as vLLM does
     for name, tokens in (("chunk_ceiling", options.chunk_tokens), ("request_ceiling", 1)):
         print(f"[CALIBRATE] {name}: mock {tokens} token(s), no delays, {options.users} users, {options.run_time_s:g} s")
-        with mock_server(workdir / f"mock_{name}.log", tokens=tokens, ttft_ms=0, itl_ms=0) as mock:
+        with mock_server(
+            workdir / f"mock_{name}.log", tokens=tokens, ttft_ms=0, itl_ms=0, require_api_key=keyed
+        ) as mock:
             rows, client, server = run_our_client(
                 mock.url, workdir, users=options.users, run_time_s=options.run_time_s, max_tokens=tokens,
                 server_pid=mock.pid, name=name,
@@ -270,7 +273,8 @@ def calibrate(options: CalibrateOptions, workdir: Path) -> tuple[Calibration, di
         f"{options.latency_tokens} tokens, {options.latency_users} users, {options.latency_run_time_s:g} s"
     )
     with mock_server(
-        workdir / "mock_latency.log", tokens=options.latency_tokens, ttft_ms=options.ttft_ms, itl_ms=options.itl_ms
+        workdir / "mock_latency.log", tokens=options.latency_tokens, ttft_ms=options.ttft_ms, itl_ms=options.itl_ms,
+        require_api_key=keyed,
     ) as mock:
         rows, client, server = run_our_client(
             mock.url, workdir, users=options.latency_users, run_time_s=options.latency_run_time_s,

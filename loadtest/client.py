@@ -23,6 +23,14 @@ from core.streamtiming import StreamTimer, interpret_chunk
 CONNECT_TIMEOUT_S = 10.0
 
 
+def new_session(headers: dict[str, str] | None = None) -> requests.Session:
+    """A ``requests.Session`` for vLLM whose every request carries ``headers`` (``Settings.vllm_headers``: the
+    ``Authorization: Bearer <VLLM_API_KEY>`` header when vLLM has a key)."""
+    session = requests.Session()
+    session.headers.update(headers or {})
+    return session
+
+
 def chat_payload(
     model: str, messages: list[dict[str, str]], max_tokens: int, temperature: float, **extra: Any
 ) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The one entrypoint of Locust: ``python -m loadtest.launch`` runs its web UI (:8089); the benchmark CLI reuses
-:func:`locust_argv` for headless runs, so both paths start Locust the same way."""
+:func:`locust_argv` for headless runs, so both paths start Locust the same way. With LOCUST_WEB_PASSWORD the web UI
+asks for a login (``--web-login``, checked by :mod:`loadtest.weblogin`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 from pathlib import Path
 
 from core.net import port_in_use_message
-from core.settings import Settings, get_settings
+from core.settings import Settings, get_settings, service_env
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 
@@ -46,6 +47,8 @@ def locust_argv(
         extra = shlex.split(settings.locust_extra_args)
         if "--worker" not in extra:
             argv += ["--web-host", settings.locust_web_host, "--web-port", str(settings.locust_web_port)]
+            if settings.locust_web_password:  # the password itself stays in the environment (loadtest.weblogin)
+                argv.append("--web-login")
         argv += extra
     if records_file is not None:
         argv += ["--records-file", str(records_file)]
@@ -67,7 +70,7 @@ def main() -> int:
         print(f"[ERROR] {busy}", file=sys.stderr, flush=True)
         return 2
     argv = locust_argv(settings, headless=False)
-    os.execv(argv[0], argv)
+    os.execve(argv[0], argv, service_env("locust"))
     return 0  # pragma: no cover
 
 

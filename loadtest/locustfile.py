@@ -18,12 +18,15 @@ from locust import User, constant, events, task
 from locust.env import Environment
 from locust.exception import StopUser
 
+from core.requestlog import RequestLog
 from core.settings import get_settings
+from loadtest.client import new_session
 from loadtest.driver import dispatch_open_loop, send
 from loadtest.locust_events import locust_events
 from loadtest.models import discover_model
 from loadtest.plan import bench_config, read_plan
 from loadtest.runstate import RunState
+from loadtest.weblogin import install_login
 from loadtest.workload import WorkItem
 
 SETTINGS = get_settings()
@@ -37,13 +40,24 @@ def _add_arguments(parser: Any) -> None:
     parser.add_argument("--max-requests", type=int, default=0, env_var="LOCUST_MAX_REQUESTS", help="0 = unlimited")
 
 
+@events.init.add_listener
+def _on_init(environment: Environment, **_: Any) -> None:
+    if environment.web_ui is not None and SETTINGS.locust_web_password:  # launched with --web-login
+        install_login(
+            environment.web_ui,
+            SETTINGS.locust_web_username,
+            SETTINGS.locust_web_password,
+            getattr(environment.parsed_options, "web_base_path", "") or "",
+        )
+
+
 @events.test_start.add_listener
 def _on_test_start(environment: Environment, **_: Any) -> None:
     global STATE
     options = environment.parsed_options
     host = environment.host or SETTINGS.vllm_url
-    plan = PLAN or bench_config(SETTINGS, discover_model(host, SETTINGS.served_model_name))
-    STATE = STATE if STATE is not None and STATE.plan == plan else RunState(plan, SETTINGS.logs_dir / "requests.jsonl")
+    plan = PLAN or bench_config(SETTINGS, discover_model(host, SETTINGS.served_model_name, SETTINGS.vllm_headers))
+    STATE = STATE if STATE is not None and STATE.plan == plan else RunState(plan, RequestLog.of(SETTINGS))
     records = getattr(options, "records_file", "")
     STATE.begin(int(getattr(options, "max_requests", 0) or 0), Path(records) if records else None)
 
@@ -68,7 +82,7 @@ class ChatUser(User):
     wait_time = constant(0)
 
     def on_start(self) -> None:
-        self.session = requests.Session()
+        self.session = new_session(SETTINGS.vllm_headers)
 
     def on_stop(self) -> None:
         self.session.close()
@@ -97,5 +111,5 @@ class OpenLoopUser(User):
         raise StopUser()
 
     def _one(self, item: WorkItem, scheduled_at: float) -> None:
-        with requests.Session() as session:
+        with new_session(SETTINGS.vllm_headers) as session:
             _record(self, item, session, scheduled_at)

@@ -8,6 +8,8 @@ the rest ``itl_ms`` apart; ``tokens_per_chunk`` > 1 packs several tokens into on
 Quirks of other servers, for the robustness tests: ``--no-usage`` (no usage block), ``--no-done`` (the stream ends
 after the chunk with ``finish_reason`` and usage, as ``transformers serve`` does), ``--bad-chunk JSON`` (that data
 line is sent after the first content chunk of every answer), ``--models a,b`` (several served models).
+``--require-api-key`` answers 401 on ``/v1/*`` without ``Authorization: Bearer <VLLM_API_KEY>``, as vLLM started
+with ``--api-key`` does (the key is read from the settings, never from the command line).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 MODEL_ID = "mock-model"
 TOKEN_TEXT = "字"  # a 3-byte UTF-8 character, so split-character handling is exercised
@@ -41,6 +43,7 @@ class MockConfig:
     done: bool = True
     bad_chunk: str | None = None
     models: tuple[str, ...] = (MODEL_ID,)
+    api_key: str | None = None
 
 
 def _chunk(body: dict[str, Any]) -> bytes:
@@ -74,6 +77,14 @@ async def _stream(cfg: MockConfig, max_tokens: int) -> AsyncIterator[bytes]:
 def create_app(cfg: MockConfig) -> FastAPI:
     """The mock server's app."""
     app = FastAPI(title="mock OpenAI streaming server")
+
+    @app.middleware("http")
+    async def require_key(request: Request, call_next: Any) -> Any:
+        """vLLM's rule: with a key, every ``/v1`` path needs ``Authorization: Bearer <key>``."""
+        authorized = request.headers.get("authorization") == f"Bearer {cfg.api_key}"
+        if cfg.api_key and request.url.path.startswith("/v1") and not authorized:
+            return JSONResponse({"error": "Unauthorized"}, status_code=401)
+        return await call_next(request)
 
     @app.get("/health")
     def health() -> dict[str, str]:
@@ -112,7 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-done", action="store_true", help="end after the finish chunk, without [DONE]")
     parser.add_argument("--bad-chunk", default=None, help="a raw data line sent after the first content chunk")
     parser.add_argument("--models", default=MODEL_ID, help="comma-separated model ids of /v1/models")
+    parser.add_argument("--require-api-key", action="store_true", help="require VLLM_API_KEY on /v1 (as vLLM does)")
     args = parser.parse_args(argv)
+    api_key = None
+    if args.require_api_key:
+        from core.settings import get_settings
+
+        api_key = get_settings().vllm_client_key
+        if not api_key:
+            parser.error("--require-api-key needs VLLM_API_KEY")
     cfg = MockConfig(
         args.tokens,
         args.ttft_ms,
@@ -122,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         done=not args.no_done,
         bad_chunk=args.bad_chunk,
         models=tuple(m for m in args.models.split(",") if m),
+        api_key=api_key,
     )
     uvicorn.run(create_app(cfg), host=args.host, port=args.port, log_level="warning")
     return 0

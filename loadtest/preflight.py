@@ -56,8 +56,13 @@ def _served(settings: Settings) -> list[str]:
     error: Exception | None = None
     for attempt in range(3):
         try:
-            health = httpx.get(f"{settings.vllm_url}/health", timeout=10)
-            models = httpx.get(f"{settings.vllm_url}/v1/models", timeout=10)
+            health = httpx.get(f"{settings.vllm_url}/health", timeout=10, headers=settings.vllm_headers)
+            models = httpx.get(f"{settings.vllm_url}/v1/models", timeout=10, headers=settings.vllm_headers)
+            if models.status_code in (401, 403):
+                raise BenchError(
+                    f"the server at {settings.vllm_url} refuses the API key (/v1/models: HTTP {models.status_code}): "
+                    "set VLLM_API_KEY to the key vLLM was started with."
+                )
             models.raise_for_status()
             data = models.json().get("data")
             break
@@ -85,6 +90,7 @@ def preflight(settings: Settings, sidecar: SidecarClient) -> Target:
     served = _served(settings)
     model = choose_model(served, settings)
     sidecar.check()
+    sidecar.check_token()
     if settings.gate:
         baselines = sidecar.baselines()
         if settings.gate not in baselines:
@@ -93,13 +99,13 @@ def preflight(settings: Settings, sidecar: SidecarClient) -> Target:
                 f"GATE={settings.gate}: no baseline of that name (known: {known}). Mark one first with "
                 f"`make baseline NAME={settings.gate}` after a benchmark of the same workload."
             )
-    return Target(model, served, backend_name(settings.vllm_url))
+    return Target(model, served, backend_name(settings.vllm_url, settings.vllm_headers))
 
 
-def backend_name(url: str) -> str:
+def backend_name(url: str, headers: dict[str, str] | None = None) -> str:
     """``vLLM`` when the server answers vLLM's ``/version``, else ``OpenAI-compatible``."""
     try:
-        response = httpx.get(f"{url}/version", timeout=5)
+        response = httpx.get(f"{url}/version", timeout=5, headers=headers)
         version = response.json().get("version") if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError):
         version = None

@@ -151,9 +151,11 @@ class MockHandle:
 
 @contextmanager
 def mock_server(
-    log_path: Path, *, tokens: int, ttft_ms: float, itl_ms: float, tokens_per_chunk: int = 1
+    log_path: Path, *, tokens: int, ttft_ms: float, itl_ms: float, tokens_per_chunk: int = 1,
+    require_api_key: bool = False,
 ) -> Iterator[MockHandle]:
-    """Run ``python -m loadtest.mock_server`` on a free port until the block ends; stopped in all cases.
+    """Run ``python -m loadtest.mock_server`` on a free port until the block ends; stopped in all cases. With
+    ``require_api_key`` it refuses ``/v1`` requests without VLLM_API_KEY, as vLLM does.
 
     Raises:
         ProcessError: it did not answer ``/health`` within a minute.
@@ -163,6 +165,8 @@ def mock_server(
         sys.executable, "-m", "loadtest.mock_server", "--port", str(port), "--tokens", str(tokens),
         "--ttft-ms", f"{ttft_ms:g}", "--itl-ms", f"{itl_ms:g}", "--tokens-per-chunk", str(tokens_per_chunk),
     ]  # fmt: skip
+    if require_api_key:
+        argv.append("--require-api-key")
     url = f"http://127.0.0.1:{port}"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)

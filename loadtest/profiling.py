@@ -66,7 +66,7 @@ def disable(settings: Settings, engine: EngineControl) -> None:
 
 def _post(settings: Settings, path: str, timeout_s: float) -> None:
     try:
-        response = httpx.post(f"{settings.vllm_url}{path}", timeout=timeout_s)
+        response = httpx.post(f"{settings.vllm_url}{path}", timeout=timeout_s, headers=settings.vllm_headers)
     except httpx.HTTPError as exc:
         raise ProfilingError(f"POST {path} failed: {type(exc).__name__}: {exc}") from None
     if response.status_code != 200:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import queue
 import signal
 import subprocess
@@ -14,16 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import requests
 from tqdm import tqdm
 
 from core.engine import EngineControl
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.serverview import Samples, parse_exposition
-from core.settings import PROJECT_ROOT, Settings
+from core.settings import PROJECT_ROOT, Settings, service_env
 from loadtest import profiling
-from loadtest.client import stream_chat
+from loadtest.client import new_session, stream_chat
 from loadtest.driver import payload_for
 from loadtest.launch import locust_argv
 from loadtest.plan import sampler_for, write_plan
@@ -77,8 +75,11 @@ def read_records(path: Path) -> tuple[list[RequestRecord], int]:
     return records, bad
 
 
-def warmup(plan: BenchmarkConfig, records_path: Path) -> list[RequestRecord]:
-    """Send the plan's warmup requests (same request function and workload), append them as ``warmup`` rows.
+def warmup(
+    plan: BenchmarkConfig, records_path: Path, headers: dict[str, str] | None = None
+) -> list[RequestRecord]:
+    """Send the plan's warmup requests (same request function and workload, ``headers`` carrying the API key),
+    append them as ``warmup`` rows.
 
     Daemon threads, at most CONCURRENCY at once: Ctrl-C during the warmup ends the process without waiting for
     them (their connections close, so the server drops the requests).
@@ -92,7 +93,7 @@ def warmup(plan: BenchmarkConfig, records_path: Path) -> list[RequestRecord]:
     done: list[RequestRecord] = []
 
     def worker() -> None:
-        with requests.Session() as session:
+        with new_session(headers) as session:
             while True:
                 try:
                     payload = payloads.get_nowait()
@@ -156,7 +157,7 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
         user_class="OpenLoopUser" if open_loop else "ChatUser",
     )
     log_path = records_path.with_name(f"{stem}.locust.log")
-    env = {**os.environ, "LOCUST_PLAN_FILE": str(plan_path)}
+    env = {**service_env("locust"), "LOCUST_PLAN_FILE": str(plan_path)}
     with log_path.open("w") as log:
         proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     watchdog_s = settings.watchdog_s or plan.request_timeout_s + 60.0
@@ -200,10 +201,11 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     return LocustOutcome(proc.returncode, cores, stopped)
 
 
-def scrape_metrics(vllm_url: str) -> tuple[Samples | None, str | None]:
-    """vLLM's ``/metrics`` parsed, or ``(None, why)`` when it cannot be read (the report then has no server view)."""
+def scrape_metrics(vllm_url: str, headers: dict[str, str] | None = None) -> tuple[Samples | None, str | None]:
+    """vLLM's ``/metrics`` parsed, or ``(None, why)`` when it cannot be read (the report then has no server view);
+    ``headers`` carry the API key."""
     try:
-        response = httpx.get(f"{vllm_url}/metrics", timeout=10)
+        response = httpx.get(f"{vllm_url}/metrics", timeout=10, headers=headers)
     except httpx.HTTPError as exc:
         return None, f"GET /metrics failed ({type(exc).__name__})"
     if response.status_code != 200:
@@ -224,20 +226,20 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     Raises:
         profiling.ProfilingError: the profiler could not be started or stopped.
     """
-    done = warmup(plan, records_path)
+    done = warmup(plan, records_path, settings.vllm_headers)
     failed = sum(not r.ok for r in done)
     print(f"[INFO] Warmup completed: {len(done)} requests" + (f" ({failed} failed)" if failed else ""))
     print(load_line(plan), flush=True)
     if settings.profile:
         profiling.start(settings)
-    before, why_before = scrape_metrics(plan.vllm_url)
+    before, why_before = scrape_metrics(plan.vllm_url, settings.vllm_headers)
     window = sidecar.start_window()
     window_start = time.time()
     outcome = run_locust(settings, plan, records_path)
     window_end = time.time()
     if window is not None:
         sidecar.stop_window(window.window_id)
-    after, why_after = scrape_metrics(plan.vllm_url)
+    after, why_after = scrape_metrics(plan.vllm_url, settings.vllm_headers)
     gaps = []
     if before is None or after is None:
         gaps.append(f"server cross-check skipped: {why_before or why_after}")

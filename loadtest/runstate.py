@@ -9,7 +9,7 @@ from pathlib import Path
 
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
-from core.requestlog import RequestLogLine, append_request_log
+from core.requestlog import RequestLog, RequestLogLine
 from loadtest.plan import sampler_for
 
 
@@ -18,10 +18,11 @@ class RunState:
 
     Args:
         plan: the run plan (model, workload, timeouts).
-        requests_log: ``logs/requests.jsonl``; every row is also appended there for the log analyzer.
+        requests_log: ``logs/requests.jsonl`` (with its rotation); every row is also appended there for the log
+            analyzer.
     """
 
-    def __init__(self, plan: BenchmarkConfig, requests_log: Path) -> None:
+    def __init__(self, plan: BenchmarkConfig, requests_log: RequestLog) -> None:
         self.plan = plan
         self.requests_log = requests_log
         self.workload = sampler_for(plan, plan.seed)
@@ -55,4 +56,4 @@ class RunState:
         if self.records_path is not None:
             with self.records_path.open("a", encoding="utf-8") as fh:
                 fh.write(record.model_dump_json() + "\n")
-        append_request_log(self.requests_log, RequestLogLine.from_record(record, "loadtest", self.plan.model))
+        self.requests_log.append(RequestLogLine.from_record(record, "loadtest", self.plan.model))

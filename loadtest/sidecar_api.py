@@ -1,20 +1,57 @@
 """The benchmark's client of the sidecar's HTTP API (:mod:`core.api` types): health, baselines, sampling windows
-and report submission. The load generator never imports the sidecar."""
+and report submission. The load generator never imports the sidecar. Writes carry the sidecar token
+(``Authorization: Bearer``, from :meth:`core.settings.Settings.sidecar_auth_token`)."""
 
 from __future__ import annotations
 
 import httpx
 
 from core.api import BuildReportRequest, BuildReportResponse, WindowResult, WindowStarted
+from core.settings import Settings
 from loadtest.errors import BenchError
+
+MIB = 1024 * 1024
 
 
 class SidecarClient:
-    """Calls ``url``'s API; every failure is a :class:`BenchError` saying what to do."""
+    """Calls ``url``'s API; every failure is a :class:`BenchError` saying what to do.
 
-    def __init__(self, url: str, timeout_s: float = 10.0) -> None:
+    Args:
+        token: the sidecar token sent with every write (None: writes are refused by the sidecar).
+        max_body_bytes: a report body above this is not sent (the sidecar would answer 413); None: no check.
+    """
+
+    def __init__(
+        self, url: str, timeout_s: float = 10.0, token: str | None = None, max_body_bytes: int | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.max_body_bytes = max_body_bytes
+        self.write_headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    @classmethod
+    def of(cls, settings: Settings) -> SidecarClient:
+        """The client of ``settings``' sidecar: its URL, token and body limit."""
+        return cls(
+            settings.sidecar_url,
+            token=settings.sidecar_auth_token(),
+            max_body_bytes=int(settings.sidecar_max_body_mb * MIB),
+        )
+
+    def _refused(self, response: httpx.Response, what: str) -> BenchError:
+        """The error for a non-200 answer, saying what to do about a missing or wrong token and a size limit."""
+        if response.status_code in (401, 403, 503):
+            return BenchError(
+                f"the sidecar refused {what} (HTTP {response.status_code}: {response.text[:200]}): the benchmark "
+                "needs the sidecar's token — SIDECAR_TOKEN, or the file SIDECAR_TOKEN_FILE (run/sidecar_token, made "
+                "by `make up`)."
+            )
+        if response.status_code == 413:
+            return BenchError(
+                f"the sidecar refused {what} as too large (HTTP 413): raise SIDECAR_MAX_BODY_MB for the sidecar and "
+                "the benchmark."
+            )
+        return BenchError(f"the sidecar refused {what} (HTTP {response.status_code}): {response.text[:500]}")
 
     def _down(self, exc: Exception) -> BenchError:
         return BenchError(
@@ -29,6 +66,16 @@ class SidecarClient:
         except httpx.HTTPError as exc:
             raise self._down(exc) from None
 
+    def check_token(self) -> None:
+        """Raises BenchError unless the sidecar accepts this client's token (``GET /auth``), so a run never measures
+        load whose report could not be written."""
+        try:
+            response = httpx.get(f"{self.url}/auth", timeout=self.timeout_s, headers=self.write_headers)
+        except httpx.HTTPError as exc:
+            raise self._down(exc) from None
+        if response.status_code != 204:
+            raise self._refused(response, "the benchmark's token")
+
     def baselines(self) -> dict[str, str]:
         """Named baselines: name -> report id."""
         try:
@@ -42,7 +89,7 @@ class SidecarClient:
     def start_window(self) -> WindowStarted | None:
         """Open a sampling window; None when the sidecar cannot (the report then uses the run's own bounds)."""
         try:
-            response = httpx.post(f"{self.url}/windows/start", timeout=self.timeout_s)
+            response = httpx.post(f"{self.url}/windows/start", timeout=self.timeout_s, headers=self.write_headers)
             response.raise_for_status()
             return WindowStarted.model_validate_json(response.content)
         except (httpx.HTTPError, ValueError):
@@ -51,7 +98,9 @@ class SidecarClient:
     def stop_window(self, window_id: str) -> WindowResult | None:
         """Close the sampling window (its summary, or None when the sidecar cannot tell)."""
         try:
-            response = httpx.post(f"{self.url}/windows/{window_id}/stop", timeout=self.timeout_s)
+            response = httpx.post(
+                f"{self.url}/windows/{window_id}/stop", timeout=self.timeout_s, headers=self.write_headers
+            )
             response.raise_for_status()
             return WindowResult.model_validate_json(response.content)
         except (httpx.HTTPError, ValueError):
@@ -64,27 +113,39 @@ class SidecarClient:
             BenchError: refused (the sidecar's reason) or unreachable.
         """
         try:
-            response = httpx.put(f"{self.url}/baselines/{name}", json={"report_id": report_id}, timeout=self.timeout_s)
+            response = httpx.put(
+                f"{self.url}/baselines/{name}",
+                json={"report_id": report_id},
+                timeout=self.timeout_s,
+                headers=self.write_headers,
+            )
         except httpx.HTTPError as exc:
             raise self._down(exc) from None
         if response.status_code != 200:
-            raise BenchError(f"the sidecar refused (HTTP {response.status_code}): {response.text[:300]}")
+            raise self._refused(response, f"baseline {name}")
 
     def post_report(self, request: BuildReportRequest) -> BuildReportResponse:
         """Ask the sidecar to write the report.
 
         Raises:
-            BenchError: the sidecar refused the run or is unreachable (the message carries its answer).
+            BenchError: the body is over the size limit, or the sidecar refused the run or is unreachable (the
+                message carries its answer and what to do).
         """
+        content = request.model_dump_json().encode("utf-8")
+        if self.max_body_bytes is not None and len(content) > self.max_body_bytes:
+            raise BenchError(
+                f"the run's report body is {len(content) / MIB:.1f} MiB, above SIDECAR_MAX_BODY_MB="
+                f"{self.max_body_bytes / MIB:g}: raise it for the sidecar (restart it) and the benchmark"
+            )
         try:
             response = httpx.post(
                 f"{self.url}/reports",
-                content=request.model_dump_json(),
+                content=content,
                 timeout=120,
-                headers={"content-type": "application/json"},
+                headers={"content-type": "application/json", **self.write_headers},
             )
         except httpx.HTTPError as exc:
             raise BenchError(f"the sidecar is unreachable at {self.url}: {exc}") from None
         if response.status_code != 200:
-            raise BenchError(f"the sidecar refused the report (HTTP {response.status_code}): {response.text[:500]}")
+            raise self._refused(response, "the report")
         return BuildReportResponse.model_validate_json(response.content)

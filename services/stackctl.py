@@ -20,10 +20,13 @@ from typing import Any
 import httpx
 
 from core.engine import EngineError, EngineRequest, read_engine_state, read_request, write_request
+from core.logrotate import MIB
 from core.net import port_in_use_message
+from core.redact import Redactor, secret_values
 from core.settings import PROJECT_ROOT, Settings, get_settings
+from core.tokenfile import ensure_sidecar_token
 from services.vllm.control import FAILED_STATES, LocalEngine, Supervisor
-from services.vllm.startup import startup_phase
+from services.vllm.startup import StartupPhase, read_startup
 
 CONF = PROJECT_ROOT / "deploy" / "supervisord.conf"
 
@@ -31,7 +34,7 @@ CONF = PROJECT_ROOT / "deploy" / "supervisord.conf"
 
 @dataclass(frozen=True)
 class Service:
-    """A supervised service: its program name, readiness URL, port variable and log file."""
+    """A supervised service: its program name, readiness URL (and the headers it needs), port variable and log."""
 
     name: str
     url: str
@@ -39,6 +42,7 @@ class Service:
     port: int
     port_var: str
     log: Path
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 def services(settings: Settings) -> list[Service]:
@@ -52,6 +56,7 @@ def services(settings: Settings) -> list[Service]:
             settings.vllm_port,
             "VLLM_PORT",
             logs / "vllm.log",
+            tuple(settings.vllm_headers.items()),  # /v1/models needs the API key when vLLM has one
         ),
         Service(
             "sidecar",
@@ -81,7 +86,8 @@ def services(settings: Settings) -> list[Service]:
 
 
 def supervisor_env(settings: Settings) -> dict[str, str]:
-    """Environment for supervisord and, through it, every service (absolute paths)."""
+    """Environment for supervisord and, through it, every service (absolute paths, vllm.log's rotation; each
+    launcher then drops the secrets its service does not need)."""
     env = dict(os.environ)
     env.update(
         PROJECT_ROOT=str(PROJECT_ROOT),
@@ -90,8 +96,15 @@ def supervisor_env(settings: Settings) -> dict[str, str]:
         STACK_RUN_DIR=str(settings.run_dir.resolve()),
         APP_PYTHON=sys.executable,
         PYTHONUNBUFFERED="1",
+        STACK_VLLM_LOG_MAX_BYTES=str(int(settings.vllm_log_max_mb * MIB)),
+        STACK_VLLM_LOG_BACKUPS=str(settings.vllm_log_backups),
     )
     return env
+
+
+def startup(settings: Settings) -> StartupPhase:
+    """vLLM's start-up phase (a bounded read of its log; :func:`services.vllm.startup.read_startup`)."""
+    return read_startup(settings.vllm_log_file, read_engine_state(settings.engine_state_file))
 
 
 def process_states(settings: Settings) -> dict[str, dict[str, Any]] | None:
@@ -112,10 +125,10 @@ def tail(path: Path, lines: int = 25) -> str:
         return ""
 
 
-def answers(url: str) -> bool:
-    """True when ``url`` answers HTTP 200."""
+def answers(url: str, headers: tuple[tuple[str, str], ...] = ()) -> bool:
+    """True when ``url`` answers HTTP 200 (after redirects: Locust's web UI sends a login to ``/login``)."""
     try:
-        return httpx.get(url, timeout=5).status_code == 200
+        return httpx.get(url, timeout=5, headers=dict(headers), follow_redirects=True).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -131,12 +144,12 @@ def wait_ready(settings: Settings) -> tuple[bool, str]:
             state = states.get(svc.name, {}).get("statename", "UNKNOWN")
             if state in FAILED_STATES:
                 return False, f"{svc.name} is {state}. Last lines of {svc.log}:\n{tail(svc.log)}"
-            if answers(svc.url):
+            if answers(svc.url, svc.headers):
                 print(f"[INFO] {svc.name} ready ({svc.url})", flush=True)
                 pending.remove(svc)
         if pending and time.monotonic() - last_note > 30:
             last_note = time.monotonic()
-            phase = startup_phase(settings.vllm_log_file).detail if any(s.name == "vllm" for s in pending) else ""
+            phase = startup(settings).detail if any(s.name == "vllm" for s in pending) else ""
             print(
                 f"[INFO] waiting for {', '.join(s.name for s in pending)}"
                 + (f" (vLLM: {phase})" if phase else "")
@@ -168,6 +181,11 @@ def up(settings: Settings) -> int:
         return 2
     for folder in (settings.logs_dir, settings.reports_dir, settings.run_dir):
         folder.mkdir(parents=True, exist_ok=True)
+    try:
+        ensure_sidecar_token(settings)  # the sidecar's write token (run/sidecar_token, 0600), made once
+    except OSError as exc:
+        print(f"[ERROR] cannot make the sidecar token {settings.sidecar_token_path}: {exc}", file=sys.stderr)
+        return 2
     write_request(settings.engine_request_file, EngineRequest())  # a fresh start serves MODEL, unprofiled
     env = supervisor_env(settings)
     prepared = subprocess.run(
@@ -258,12 +276,16 @@ def status(settings: Settings) -> int:
     for svc in services(settings):
         info = states.get(svc.name, {})
         state = info.get("statename", "UNKNOWN")
-        answering = answers(svc.url)
+        answering = answers(svc.url, svc.headers)
         healthy &= state == "RUNNING" and answering
         print(f"{svc.name:8s} {state:9s} {'answers' if answering else 'no answer':10s} {svc.url}  log: {svc.log}")
-    phase = startup_phase(settings.vllm_log_file)
+    phase = startup(settings)
+    redact = Redactor(secret_values(settings))
     print(
-        f"vLLM startup: {phase.phase} — {phase.detail}" + (f"\n  error: {phase.error_line}" if phase.error_line else "")
+        redact(
+            f"vLLM startup: {phase.phase} — {phase.detail}"
+            + (f"\n  error: {phase.error_line}" if phase.error_line else "")
+        )
     )
     return 0 if healthy else 1
 

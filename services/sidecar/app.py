@@ -1,7 +1,8 @@
 """The sidecar's FastAPI app (:8200): wiring only. Samples GPU/CPU figures and is the only writer of ``reports/``.
 
 OpenAPI docs at ``/docs``. Endpoints: health, current readings, Prometheus ``/metrics``, sampling windows,
-reports (list, get, build) and named baselines (list, mark, forget).
+reports (list, get, build) and named baselines (list, mark, forget). Every request passes the Host/Origin/body-size
+guard; every state-changing endpoint needs the sidecar token (:mod:`services.sidecar.guard`).
 """
 
 from __future__ import annotations
@@ -11,17 +12,18 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Response
+from fastapi import Depends, FastAPI, HTTPException, Response
 from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.api import BaselineMarked, BuildReportRequest, BuildReportResponse, MarkBaseline, WindowResult, WindowStarted
+from core.redact import redact_json
 from core.report_schema import Report
 from core.settings import Settings, get_settings
+from services.sidecar.guard import MIB, RequestGuard, token_dependency
 from services.sidecar.promexport import make_registry
-from services.sidecar.reporting import ReportService
+from services.sidecar.reporting import InvalidRun, ReportService
 from services.sidecar.windows import UnknownWindow
-from services.vllm.startup import startup_phase
 
 log = logging.getLogger(__name__)
 
@@ -44,17 +46,26 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
         svc.sampler.stop()
 
     app = FastAPI(title="LLM stack sidecar", version="0.2.0", lifespan=lifespan)
+    app.add_middleware(
+        RequestGuard, hosts=settings.sidecar_hosts, max_body_bytes=int(settings.sidecar_max_body_mb * MIB)
+    )
+    writes = [Depends(token_dependency(settings.sidecar_auth_token()))]
 
     @app.get("/health")
     def health() -> dict[str, Any]:
         """Liveness plus whether GPU sampling works (and why not)."""
         return {"status": "ok", "gpu": svc.gpu_reader is not None, "gpu_unavailable_reason": svc.gpu_reason}
 
+    @app.get("/auth", status_code=204, dependencies=writes)
+    def auth() -> Response:
+        """204 when the request carries the sidecar token (clients check it before a run); 401/403 otherwise."""
+        return Response(status_code=204)
+
     @app.get("/startup")
     def startup() -> dict[str, Any]:
         """vLLM's start-up phase parsed from its log (downloading, loading_weights, compiling, ready, failed ...),
         with timings, the error line when it failed, and every start seen (cold start first)."""
-        return startup_phase(svc.settings.vllm_log_file).as_dict()
+        return redact_json(svc.startup().as_dict(), svc.redact)
 
     @app.get("/resources")
     def resources() -> dict[str, Any]:
@@ -66,12 +77,12 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
         """Prometheus exposition of the latest readings (GPU memory/util/power per GPU, vLLM RSS and CPU %)."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/windows/start", response_model=WindowStarted)
+    @app.post("/windows/start", response_model=WindowStarted, dependencies=writes)
     def start_window() -> WindowStarted:
         """Open a sampling window now; stop it with ``POST /windows/{window_id}/stop``."""
         return windows.start()
 
-    @app.post("/windows/{window_id}/stop", response_model=WindowResult)
+    @app.post("/windows/{window_id}/stop", response_model=WindowResult, dependencies=writes)
     def stop_window(window_id: str) -> WindowResult:
         """Close the window and return its resource peaks, means and time series (idempotent)."""
         try:
@@ -94,19 +105,26 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
         except FileNotFoundError as exc:
             raise HTTPException(status_code=404, detail=f"no report {report_id}") from exc
 
-    @app.post("/reports", response_model=BuildReportResponse)
+    @app.post("/reports", response_model=BuildReportResponse, dependencies=writes)
     async def build_report(request: BuildReportRequest) -> BuildReportResponse:
-        """Merge the rows with resources, logs and environment; compare; write JSON, Markdown and HTML."""
+        """Merge the rows with resources, logs and environment; compare; write JSON, Markdown and HTML.
+
+        422 (nothing written) for a body that does not validate: non-finite numbers, negative durations, a window
+        that runs backwards or ends in the future, no measured request; 400 for profiler traces outside vLLM's
+        profile folder."""
         if not any(r.phase == "measured" for r in request.records) or request.metrics.requests_total == 0:
             raise HTTPException(status_code=422, detail="no measured requests in the body: nothing to report")
-        return await run_in_threadpool(svc.build_and_write, request)
+        try:
+            return await run_in_threadpool(svc.build_and_write, request)
+        except InvalidRun as exc:
+            raise HTTPException(status_code=exc.status_code, detail=str(exc)) from exc
 
     @app.get("/baselines")
     def list_baselines() -> dict[str, str]:
         """Named baselines: name -> report id."""
         return svc.baselines.all()
 
-    @app.put("/baselines/{name}", response_model=BaselineMarked)
+    @app.put("/baselines/{name}", response_model=BaselineMarked, dependencies=writes)
     def mark_baseline(name: str, body: MarkBaseline | None = None) -> BaselineMarked:
         """Mark a report (default: the latest) as baseline ``name``; later reports are compared with it."""
         try:
@@ -123,7 +141,7 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
             latency_p99_ms=report.metrics.latency_p99_ms,
         )
 
-    @app.delete("/baselines/{name}", status_code=204)
+    @app.delete("/baselines/{name}", status_code=204, dependencies=writes)
     def forget_baseline(name: str) -> Response:
         """Forget baseline ``name`` (its report stays)."""
         try:

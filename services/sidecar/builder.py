@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from core.api import BuildReportRequest
 from core.records import RequestRecord
+from core.redact import strip_url_credentials
 from core.report_schema import (
     Comparison,
     Environment,
@@ -17,7 +18,6 @@ from core.report_schema import (
     Resources,
 )
 from core.stats import RunMetrics, key_insight
-from services.sidecar.redact import strip_url_credentials
 from services.sidecar.resources import WindowPeaks
 
 MAX_ERROR_EXAMPLES = 5

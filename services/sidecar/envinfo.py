@@ -25,7 +25,7 @@ from services.sidecar.gpu import GpuInfo
 from services.vllm.startup import StartupPhase
 
 SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(?:/|$)")
-HF_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+HF_ID_RE = re.compile(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+")  # matched whole (fullmatch)
 COMMIT_RE = re.compile(r"""commit_id\s*=\s*['"]([0-9a-f]{7,40})['"]""")
 
 
@@ -100,8 +100,8 @@ def model_revision(model_path: str | None, state: EngineState | None) -> str | N
         return None
     if model_path and (match := SNAPSHOT_RE.search(model_path)):
         return match.group(1)
-    repo_id = model_path if model_path and HF_ID_RE.match(model_path) else (state.requested if state else None)
-    if not isinstance(repo_id, str) or not HF_ID_RE.match(repo_id) or Path(repo_id).exists():
+    repo_id = model_path if model_path and HF_ID_RE.fullmatch(model_path) else (state.requested if state else None)
+    if not isinstance(repo_id, str) or not HF_ID_RE.fullmatch(repo_id) or Path(repo_id).exists():
         return None
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -113,24 +113,29 @@ def model_revision(model_path: str | None, state: EngineState | None) -> str | N
     return match.group(1) if match else None
 
 
-def system_fingerprint(vllm_url: str, model: str, timeout_s: float = 5.0) -> str | None:
+def system_fingerprint(
+    vllm_url: str, model: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None
+) -> str | None:
     """The ``system_fingerprint`` vLLM puts in completions (version, parallelism, config hash), from a one-token
     request made after the measured window; None when the server sends none or does not answer in time."""
     try:
         body = {"model": model, "prompt": "fingerprint", "max_tokens": 1, "temperature": 0.0}
-        value = httpx.post(f"{vllm_url}/v1/completions", json=body, timeout=timeout_s).json().get("system_fingerprint")
+        response = httpx.post(f"{vllm_url}/v1/completions", json=body, timeout=timeout_s, headers=headers)
+        value = response.json().get("system_fingerprint")
     except (httpx.HTTPError, ValueError, AttributeError):
         return None
     return value if isinstance(value, str) and value else None
 
 
-def vllm_server_facts(vllm_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
+def vllm_server_facts(
+    vllm_url: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
     """``version`` from ``/version``, the first model of ``/v1/models`` (``id``, ``root``) and the server's
-    ``system_fingerprint``; {} when unreachable."""
+    ``system_fingerprint``; {} when unreachable. ``headers`` carry VLLM_API_KEY (``Settings.vllm_headers``)."""
     facts: dict[str, Any] = {}
     try:
-        facts["version"] = httpx.get(f"{vllm_url}/version", timeout=timeout_s).json().get("version")
-        models = httpx.get(f"{vllm_url}/v1/models", timeout=timeout_s).json().get("data") or []
+        facts["version"] = httpx.get(f"{vllm_url}/version", timeout=timeout_s, headers=headers).json().get("version")
+        models = httpx.get(f"{vllm_url}/v1/models", timeout=timeout_s, headers=headers).json().get("data") or []
     except (httpx.HTTPError, ValueError, AttributeError):
         return facts
     if models and isinstance(models[0], dict):
@@ -138,7 +143,7 @@ def vllm_server_facts(vllm_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
         facts["model_root"] = models[0].get("root")
         facts["max_model_len"] = models[0].get("max_model_len")
         if facts["model_id"]:
-            facts["system_fingerprint"] = system_fingerprint(vllm_url, str(facts["model_id"]), timeout_s)
+            facts["system_fingerprint"] = system_fingerprint(vllm_url, str(facts["model_id"]), timeout_s, headers)
     return facts
 
 

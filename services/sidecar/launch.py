@@ -1,4 +1,8 @@
-"""The one entrypoint of the sidecar: ``python -m services.sidecar.launch`` (uvicorn on SIDECAR_HOST:SIDECAR_PORT)."""
+"""The one entrypoint of the sidecar: ``python -m services.sidecar.launch`` (uvicorn on SIDECAR_HOST:SIDECAR_PORT).
+
+Without SIDECAR_TOKEN it makes the token file when it is missing (as ``make up`` does), so its writes are never open;
+where that file cannot be made (a read-only secret folder) every write is refused and the log says why.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import uvicorn
 
 from core.net import port_in_use_message
 from core.settings import get_settings
+from core.tokenfile import ensure_sidecar_token
 
 
 def main() -> int:
@@ -17,12 +22,18 @@ def main() -> int:
     if busy:
         print(f"[ERROR] {busy}", file=sys.stderr, flush=True)
         return 2
+    try:
+        ensure_sidecar_token(settings)
+    except OSError as exc:
+        print(f"[WARN] no sidecar token ({settings.sidecar_token_path}: {exc}): every write is refused", flush=True)
     uvicorn.run(
         "services.sidecar.app:app_factory",
         factory=True,
         host=settings.sidecar_host,
         port=settings.sidecar_port,
         log_level="info",
+        proxy_headers=False,  # the client address is the socket's: no X-Forwarded-For from anyone
+        server_header=False,
     )
     return 0
 

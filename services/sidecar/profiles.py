@@ -8,28 +8,54 @@ from pathlib import Path
 
 from core.report_schema import ProfileInfo
 
-RUN_ID_RE = re.compile(r"^[0-9]{8}_[0-9]{6}(?:_\d+)?$")
+RUN_ID_RE = re.compile(r"[0-9]{8}_[0-9]{6}(?:_[0-9]{1,4})?")
+"""A run id, matched whole (``fullmatch``)."""
 OPEN_WITH = "chrome://tracing or https://ui.perfetto.dev (open the .json.gz directly)"
+
+
+def trace_paths(traces: list[str], source_dir: Path, run_id: str | None) -> list[Path]:
+    """The resolved paths of ``traces``, checked: a valid run id, and every trace a file inside ``source_dir`` (only
+    vLLM's profile folder is read). Reads nothing but the folder.
+
+    Raises:
+        ValueError: a bad run id, or a trace that is not a file of ``source_dir`` (the sidecar answers 400).
+    """
+    if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id):
+        raise ValueError(f"{run_id!r} is not a run id (YYYYMMDD_HHMMSS)")
+    root = source_dir.resolve()
+    paths = []
+    for trace in traces:
+        try:
+            path = Path(trace).resolve()
+        except (OSError, ValueError, RuntimeError) as exc:  # a NUL byte, a symlink loop
+            raise ValueError(f"trace {trace!r} is not a usable path ({exc})") from None
+        if not path.is_relative_to(root):
+            raise ValueError(f"trace {trace!r} is outside the profile folder {root}")
+        if not path.is_file():
+            raise ValueError(f"trace {trace!r} is not a file in the profile folder {root}")
+        paths.append(path)
+    return paths
 
 
 def collect_traces(traces: list[str], source_dir: Path, reports_dir: Path, run_id: str) -> ProfileInfo | None:
     """Copy ``traces`` (files under ``source_dir``) to ``reports_dir/profile/run_id/``; None when there are none.
 
+    Every path is checked (:func:`trace_paths`) before anything is copied.
+
     Raises:
-        ValueError: an invalid run id, or a trace path outside ``source_dir`` (only vLLM's profile folder is read).
+        ValueError: an invalid run id, a trace outside ``source_dir``, or the copy failed: the sidecar answers 400,
+            never 500.
     """
     if not traces:
         return None
-    if not RUN_ID_RE.match(run_id):
-        raise ValueError(f"{run_id!r} is not a run id (YYYYMMDD_HHMMSS)")
-    root = source_dir.resolve()
+    paths = trace_paths(traces, source_dir, run_id)
     target = reports_dir / "profile" / run_id
-    target.mkdir(parents=True, exist_ok=True)
     copied = []
-    for trace in traces:
-        path = Path(trace).resolve()
-        if not path.is_relative_to(root):
-            raise ValueError(f"trace {trace} is outside the profile folder {root}")
-        shutil.copy2(path, target / path.name)
-        copied.append(path.name)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for path in paths:
+            shutil.copy2(path, target / path.name)
+            copied.append(path.name)
+    except OSError as exc:
+        raise ValueError(f"cannot copy the traces into {target}: {exc}") from None
     return ProfileInfo(dir=str(target.relative_to(reports_dir)), files=sorted(copied), open_with=OPEN_WITH)

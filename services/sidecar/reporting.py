@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from core.api import BuildReportRequest, BuildReportResponse
 from core.compare import compare_with_history, workload_fingerprint
 from core.engine import read_engine_state
 from core.records import RequestRecord
+from core.redact import Redactor, secret_values
 from core.report_schema import Comparison, Report, Resources
 from core.settings import Settings
 from services.sidecar.baselines import BaselineStore
@@ -18,16 +21,48 @@ from services.sidecar.builder import build_report, build_resources
 from services.sidecar.envinfo import collect_environment, vllm_server_facts
 from services.sidecar.gpu import GpuInfo, GpuReader, open_gpu_reader
 from services.sidecar.logfacts import read_log_facts
-from services.sidecar.profiles import collect_traces
-from services.sidecar.redact import Redactor, secret_values
+from services.sidecar.profiles import collect_traces, trace_paths
 from services.sidecar.render_csv import rows_csv, summary_csv
 from services.sidecar.render_html import render_html
 from services.sidecar.render_md import render_markdown
+from services.sidecar.retention import Retention, prune
 from services.sidecar.sampler import Sampler, engine_pid
 from services.sidecar.schema_export import write_schema_if_changed
 from services.sidecar.store import ReportStore, dump_records, new_report_id, utc_now_iso
 from services.sidecar.windows import UnknownWindow, WindowRegistry
-from services.vllm.startup import startup_phase
+from services.vllm.startup import StartupPhase, read_startup
+
+MAX_FUTURE_S = 300.0
+"""How far a run's window may end after the sidecar's clock (clock skew between hosts), s; more is refused, so a
+made-up report can never become the permanent "previous run"."""
+
+
+class InvalidRun(ValueError):
+    """A body that validates but cannot be a run (a window in the future, traces outside the profile folder): a
+    4xx answer, nothing written."""
+
+    def __init__(self, message: str, status_code: int = 422) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+def check_run(request: BuildReportRequest, now_s: float, profile_dir: Path) -> None:
+    """Refuse a run whose window ends more than :data:`MAX_FUTURE_S` after ``now_s`` (422) or whose profiler traces
+    are not files of ``profile_dir`` or carry a bad run id (400).
+
+    Raises:
+        InvalidRun: with the status to answer.
+    """
+    if request.window_end > now_s + MAX_FUTURE_S:
+        raise InvalidRun(
+            f"window_end={request.window_end} is {request.window_end - now_s:.0f} s after the sidecar's clock: a run "
+            "cannot end in the future"
+        )
+    if request.profile_traces:
+        try:
+            trace_paths(request.profile_traces, profile_dir, request.run_id)
+        except ValueError as exc:
+            raise InvalidRun(str(exc), status_code=400) from None
 
 
 @dataclass
@@ -40,6 +75,7 @@ class ReportService:
     gpu_reason: str | None
     store: ReportStore
     server_facts: Callable[[str], dict[str, Any]] = vllm_server_facts
+    clock: Callable[[], float] = time.time
     baselines: BaselineStore = field(init=False)
     windows: WindowRegistry = field(init=False)
 
@@ -48,15 +84,18 @@ class ReportService:
         self._build_lock = threading.Lock()
         self.baselines = BaselineStore(self.store.root)
         self.windows = WindowRegistry(self.window_resources)
+        self.redact = Redactor(secret_values(self.settings))
+        self.retention = Retention(self.settings.reports_keep, self.settings.reports_max_age_days)
 
     @classmethod
     def from_settings(
         cls,
         settings: Settings,
         gpu: tuple[GpuReader | None, str | None] | None = None,
-        server_facts: Callable[[str], dict[str, Any]] = vllm_server_facts,
+        server_facts: Callable[[str], dict[str, Any]] | None = None,
     ) -> ReportService:
-        """Real wiring: NVML when available, psutil for the vLLM process tree, HTTP to vLLM for its version.
+        """Real wiring: NVML when available, psutil for the vLLM process tree, HTTP to vLLM (with VLLM_API_KEY) for
+        its version.
 
         Tests inject ``gpu`` (e.g. ``(NvmlReader(FakeNvml()), None)`` or ``(None, "no NVML")``) and ``server_facts``.
         """
@@ -66,7 +105,13 @@ class ReportService:
             reader, lambda: engine_pid(settings.engine_state_file), settings.gpu_sample_interval_s, gpu_names=names
         )
         store = ReportStore(settings.reports_dir, redact=Redactor(secret_values(settings)))
-        return cls(settings, sampler, reader, reason, store, server_facts)
+        headers = settings.vllm_headers
+        facts = server_facts or (lambda url: vllm_server_facts(url, headers=headers))
+        return cls(settings, sampler, reader, reason, store, facts)
+
+    def startup(self) -> StartupPhase:
+        """vLLM's start-up phase from a bounded read of its log (:func:`services.vllm.startup.read_startup`)."""
+        return read_startup(self.settings.vllm_log_file, read_engine_state(self.settings.engine_state_file))
 
     @property
     def gpu_names(self) -> list[str]:
@@ -153,15 +198,20 @@ class ReportService:
 
     def build_and_write(self, request: BuildReportRequest) -> BuildReportResponse:
         """Build the report for ``request`` and write it with its Markdown and HTML (serialised, so comparisons see
-        every earlier report)."""
+        every earlier report), then apply the retention (REPORTS_KEEP, REPORTS_MAX_AGE_DAYS; baselines stay).
+
+        Raises:
+            InvalidRun: the run cannot be reported (checked before anything is written).
+        """
         settings = self.settings
+        check_run(request, self.clock(), settings.profile_dir)
         resources = self.run_resources(request)
         log_facts = read_log_facts(settings.vllm_log_file, request.window_start, request.window_end)
         environment = collect_environment(
             self._gpu_info,
             read_engine_state(settings.engine_state_file),
             self.server_facts(settings.vllm_url),
-            startup_phase(settings.vllm_log_file),
+            self.startup(),
         )
         with self._build_lock:
             report = build_report(
@@ -178,13 +228,17 @@ class ReportService:
             )
             report = report.model_copy(update={"comparison": comparison})
             if request.profile_traces and request.run_id:
-                profile = collect_traces(
-                    request.profile_traces, settings.profile_dir, settings.reports_dir, request.run_id
-                )
+                try:
+                    profile = collect_traces(
+                        request.profile_traces, settings.profile_dir, settings.reports_dir, request.run_id
+                    )
+                except ValueError as exc:
+                    raise InvalidRun(str(exc), status_code=400) from None
                 report = report.model_copy(update={"profile": profile})
             path = self.store.write(
                 report, dump_records(request.records), attachments=lambda final: render_files(final, request.records)
             )
+            prune(self.store, set(self.baselines.all().values()) | {path.stem}, self.retention, self.clock())
         written = self.store.get(path.stem)
         return BuildReportResponse(report_path=str(path), report=written)
 

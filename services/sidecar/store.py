@@ -7,10 +7,12 @@ listing never shows.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -18,10 +20,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from core.redact import redact_json
 from core.report_schema import Report
 
 log = logging.getLogger(__name__)
-REPORT_ID_RE = re.compile(r"^benchmark_report_\d{8}_\d{6}(?:_\d+)?$")
+REPORT_ID_RE = re.compile(r"benchmark_report_[0-9]{8}_[0-9]{6}(?:_[0-9]{1,4})?")
+"""A report id, matched whole (``fullmatch``: ``$`` would let a trailing newline through)."""
 FILE_MODE = 0o644  # mkstemp creates 0600; reports are meant to be read by people and CI
 
 
@@ -36,7 +40,7 @@ def validate_report_id(report_id: str) -> str:
     Raises:
         ValueError: anything else.
     """
-    if not REPORT_ID_RE.match(report_id):
+    if not isinstance(report_id, str) or not REPORT_ID_RE.fullmatch(report_id):
         raise ValueError(f"{report_id!r} is not a report id (benchmark_report_YYYYMMDD_HHMMSS)")
     return report_id
 
@@ -90,7 +94,8 @@ ATTACHMENT_FIELDS: dict[str, str | None] = {
 
 
 class ReportStore:
-    """Reads and writes reports under ``root``; ``redact`` is applied to the text of every file written."""
+    """Reads and writes reports under ``root``; ``redact`` is applied to every file written: to each string value of
+    the JSON and of the rows (so masking never breaks a document) and to the whole text of the attachments."""
 
     def __init__(self, root: Path, redact: Callable[[str], str] | None = None) -> None:
         self.root = root
@@ -98,6 +103,18 @@ class ReportStore:
 
     def _bytes(self, text: str) -> bytes:
         return self._redact(text).encode("utf-8")
+
+    def _json_line(self, line: str) -> str:
+        """One JSON document with its strings redacted (a line that is not JSON is redacted as text)."""
+        try:
+            data = json.loads(line)
+        except ValueError:
+            return self._redact(line)
+        return json.dumps(redact_json(data, self._redact), ensure_ascii=False)
+
+    def _report_bytes(self, report: Report) -> bytes:
+        data = redact_json(report.model_dump(mode="json"), self._redact)
+        return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
     def write(self, report: Report, records_jsonl: Iterable[str], attachments: Attachments | None = None) -> Path:
         """Write ``report``, its per-request rows and its attachments under a fresh id; returns the JSON's path.
@@ -109,7 +126,7 @@ class ReportStore:
             OSError: the folder is not writable; nothing of this report stays behind.
         """
         self.root.mkdir(parents=True, exist_ok=True)
-        rows = self._bytes("".join(line + "\n" for line in records_jsonl))
+        rows = "".join(self._json_line(line) + "\n" for line in records_jsonl).encode("utf-8")
         base = report.report_id
         for n in range(1, 1000):
             report_id = base if n == 1 else f"{base}_{n}"
@@ -145,7 +162,7 @@ class ReportStore:
         missing = {field: None for suffix, field in ATTACHMENT_FIELDS.items() if field and suffix not in extra}
         final = final.model_copy(update=missing)
         path = self.root / f"{report_id}.json"
-        if not _write_new(path, self._bytes(final.model_dump_json(indent=2))):
+        if not _write_new(path, self._report_bytes(final)):
             return None
         return path
 
@@ -159,6 +176,34 @@ class ReportStore:
                 log.warning("skipping %s: not a valid report (%s)", path.name, str(exc).splitlines()[0])
         reports.sort(key=lambda r: (r.run_ended_at, r.report_id))
         return reports
+
+    def files_of(self, report_id: str) -> builtins.list[Path]:
+        """Every file of report ``report_id``: its JSON first, then its rows and attachments (those that exist).
+
+        Raises:
+            ValueError: invalid id.
+        """
+        validate_report_id(report_id)
+        names = [f"{report_id}.json", f"{report_id}.requests.jsonl", *(report_id + s for s in ATTACHMENT_FIELDS)]
+        return [self.root / name for name in names if (self.root / name).is_file()]
+
+    def delete(self, report: Report) -> builtins.list[Path]:
+        """Remove ``report``: its JSON first (the listing stops showing it at once), then its rows, attachments and
+        profiler traces (``reports/profile/<run>/``); returns what was removed.
+
+        Raises:
+            ValueError: invalid id.
+        """
+        removed = []
+        for path in self.files_of(report.report_id):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+        if report.profile is not None:
+            folder = (self.root / report.profile.dir).resolve()
+            if folder.is_relative_to((self.root / "profile").resolve()) and folder.is_dir():
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+        return removed
 
     def get(self, report_id: str) -> Report:
         """One report by id.

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from core.api import WindowResult, WindowStarted
 from core.report_schema import Resources
 
-WINDOW_ID_RE = re.compile(r"^[0-9a-f]{16}$")
+WINDOW_ID_RE = re.compile(r"[0-9a-f]{16}")
+"""A window id, matched whole (``fullmatch``)."""
 MAX_WINDOWS = 256  # oldest windows are forgotten beyond this
 
 
@@ -62,7 +63,7 @@ class WindowRegistry:
         Raises:
             UnknownWindow: malformed or unknown id.
         """
-        if not WINDOW_ID_RE.match(window_id):
+        if not WINDOW_ID_RE.fullmatch(window_id):
             raise UnknownWindow(window_id)
         with self._lock:
             window = self._windows.get(window_id)

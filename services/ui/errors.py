@@ -191,6 +191,15 @@ def map_exception(
                 ),
                 cause=f"model not found: {text[:200]}",
             )
+        if exc.status_code in (401, 403):
+            return UiError(
+                kind="rejected",
+                message=(
+                    f"**The model server refused the API key** (HTTP {exc.status_code}): set VLLM_API_KEY to the key "
+                    "vLLM was started with and restart the UI."
+                ),
+                cause=f"HTTP {exc.status_code}: API key refused",
+            )
         if exc.status_code >= 500:
             return UiError(
                 kind="server_error",

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from core.net import port_in_use_message
-from core.settings import PROJECT_ROOT, Settings, get_settings
+from core.settings import PROJECT_ROOT, Settings, get_settings, service_env
 
 UI_DIR = Path(__file__).resolve().parent
 APP_FILE = UI_DIR / "app.py"
@@ -65,7 +65,7 @@ def chainlit_env(settings: Settings, app_root: Path, base: dict[str, str] | None
 
     Without UI_AUTH_SECRET a random secret is made per launch (logins then last until the UI restarts).
     """
-    env = dict(os.environ if base is None else base)
+    env = service_env("ui", base)  # no HF token, sidecar token or Locust password in the UI's process
     env["CHAINLIT_APP_ROOT"] = str(app_root)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     env.pop("CHAINLIT_AUTH_SECRET", None)

@@ -27,6 +27,7 @@ class Probe:
     connect_error: str | None  # why /health was not reachable
     models: Mapping[str, Any] | None  # JSON of /v1/models
     version: str | None  # from /version
+    models_code: int | None = None  # HTTP status of /v1/models (401/403: the API key is missing or wrong)
 
 
 @dataclass(frozen=True)
@@ -123,21 +124,30 @@ def classify(probe: Probe, url: str, engine_state: EngineState | None, engine_al
         return status(
             "Down", f"vLLM answers /health with HTTP {probe.health_code}: the engine is not healthy; see logs/vllm.log."
         )
+    if probe.models_code in (401, 403):
+        return status(
+            "Down",
+            f"vLLM refuses the API key (HTTP {probe.models_code} on /v1/models): set VLLM_API_KEY to the key vLLM was "
+            "started with.",
+        )
     if model is None:
         return status("Loading", "vLLM is up but lists no model yet; this status updates by itself.")
     return status("Ready")
 
 
 async def probe_vllm(client: httpx.AsyncClient, url: str, timeout_s: float = PROBE_TIMEOUT_S) -> Probe:
-    """Ask vLLM at ``url`` (no ``/v1``) for /health, /v1/models and /version; never raises on network errors."""
+    """Ask vLLM at ``url`` (no ``/v1``) for /health, /v1/models and /version; never raises on network errors.
+    ``client`` carries VLLM_API_KEY in its headers (``/v1/models`` needs it when vLLM has a key)."""
     try:
         health = await client.get(f"{url}/health", timeout=timeout_s)
     except httpx.HTTPError as exc:
         return Probe(health_code=None, connect_error=_describe(exc), models=None, version=None)
     models: Mapping[str, Any] | None = None
     version: str | None = None
+    models_code: int | None = None
     try:
         response = await client.get(f"{url}/v1/models", timeout=timeout_s)
+        models_code = response.status_code
         if response.status_code == 200:
             models = response.json()
         response = await client.get(f"{url}/version", timeout=timeout_s)
@@ -146,7 +156,9 @@ async def probe_vllm(client: httpx.AsyncClient, url: str, timeout_s: float = PRO
             version = str(raw) if raw else None
     except (httpx.HTTPError, ValueError, AttributeError):
         pass
-    return Probe(health_code=health.status_code, connect_error=None, models=models, version=version)
+    return Probe(
+        health_code=health.status_code, connect_error=None, models=models, version=version, models_code=models_code
+    )
 
 
 def _describe(exc: httpx.HTTPError) -> str:

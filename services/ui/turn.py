@@ -6,12 +6,11 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 from openai import AsyncOpenAI
 
-from core.requestlog import RequestLogLine, Status, append_request_log, now_iso
+from core.requestlog import RequestLog, RequestLogLine, Status, now_iso
 from core.settings import Settings
 from services.ui import errors
 from services.ui.backend import StreamState, count_tokens, stream_chat
@@ -83,15 +82,22 @@ class ChatBackend:
     """Process-wide clients for vLLM (one connection pool shared by all chat sessions)."""
 
     def __init__(self, settings: Settings, http: httpx.AsyncClient | None = None, llm: AsyncOpenAI | None = None):
-        """Clients from ``settings`` (vLLM URL, REQUEST_TIMEOUT_S, logs dir); tests pass their own ``http``/``llm``."""
+        """Clients from ``settings`` (vLLM URL, VLLM_API_KEY, REQUEST_TIMEOUT_S, logs dir); tests pass their own
+        ``http``/``llm``. Both clients send the key: the OpenAI client as its ``api_key``, the probes and ``/tokenize``
+        as ``Authorization: Bearer``."""
         self.url = settings.vllm_url
         self.timeout_s = settings.request_timeout_s
         self.engine_state_file = settings.engine_state_file
         self.startup_window_s = settings.startup_timeout_s
-        self.requests_log: Path = settings.logs_dir / "requests.jsonl"
-        self.http = http or httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=CONNECT_TIMEOUT_S))
+        self.requests_log = RequestLog.of(settings)
+        self.http = http or httpx.AsyncClient(
+            timeout=httpx.Timeout(self.timeout_s, connect=CONNECT_TIMEOUT_S), headers=settings.vllm_headers
+        )
         self.openai = llm or AsyncOpenAI(
-            base_url=f"{self.url}/v1", api_key="EMPTY", max_retries=0, timeout=self.timeout_s
+            base_url=f"{self.url}/v1",
+            api_key=settings.vllm_client_key or "EMPTY",  # the SDK needs a value; vLLM without a key ignores it
+            max_retries=0,
+            timeout=self.timeout_s,
         )
 
     async def status(self) -> BackendStatus:
@@ -108,7 +114,7 @@ class ChatBackend:
     ) -> None:
         status: Status | None = "cancelled" if error is not None and error.kind == "cancelled" else None
         line = log_line(request_id, model, state, prompt_tokens, error.cause if error else None, status)
-        append_request_log(self.requests_log, line)
+        self.requests_log.append(line)
 
     async def run_turn(
         self,

@@ -71,7 +71,7 @@ class LocalEngine:
             state = (self.supervisor.states() or {}).get(PROGRAM, {}).get("statename", "UNKNOWN")
             return f"vLLM is {state}; see {self.settings.vllm_log_file}" if state in FAILED_STATES else None
 
-        ok, why = wait_for_http(url, self.settings.startup_timeout_s, abort=dead)
+        ok, why = wait_for_http(url, self.settings.startup_timeout_s, abort=dead, headers=self.settings.vllm_headers)
         if not ok:
             raise EngineError(why)
 
@@ -146,6 +146,8 @@ class ComposeEngine:
         self._wait()
 
     def _wait(self) -> None:
-        ok, why = wait_for_http(f"{self.settings.vllm_url}/v1/models", self.settings.startup_timeout_s)
+        ok, why = wait_for_http(
+            f"{self.settings.vllm_url}/v1/models", self.settings.startup_timeout_s, headers=self.settings.vllm_headers
+        )
         if not ok:
             raise EngineError(why)

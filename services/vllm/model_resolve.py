@@ -17,7 +17,7 @@ from core.settings import SYNTHETIC_FALLBACK
 
 SYNTHETIC_PREFIX = "synthetic:"
 SYNTHETIC_VARIANTS = ("ernie-4.5-0.3b", "tiny")
-_HF_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+_HF_ID_RE = re.compile(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+")  # matched whole (fullmatch)
 
 Source = Literal["synthetic", "local", "hf-cache", "hub"]
 
@@ -105,7 +105,7 @@ def resolve_model(
         return ResolvedModel(
             requested, "local", str(local.resolve()), served_name or default_served_name(requested), False
         )
-    if not _HF_ID_RE.match(requested):
+    if not _HF_ID_RE.fullmatch(requested):
         raise ModelResolutionError(
             f"Model {requested!r} is neither a directory nor a Hugging Face id (owner/name) nor synthetic:NAME. "
             "Check MODEL for a typo."

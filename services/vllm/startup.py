@@ -3,16 +3,24 @@
 :func:`startup_phase` reads a log file (or lines) and returns the phase of the last start with its timings
 (model load, engine init, start to ready) and the error line when it failed, plus every start seen (so that the
 first, cold start can be told from warm restarts). Pure apart from reading the file; never raises on bad content.
+
+:func:`read_startup` is what ``GET /startup``, ``make status``, ``make up`` and the reports use: a bounded read that
+stays fast on any log size. A log family (``vllm.log`` and its rotated files) up to :data:`FULL_READ_BYTES` is read
+whole; a bigger one only in three places: the head of its oldest file (the cold start), the latest launch from the
+position the launcher recorded in ``engine_state.json`` (``log_start``), and the tail of ``vllm.log`` (what happened
+since: a fatal error, a stop, a start the launcher did not record). Starts between those are then not listed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from core.logfiles import ReadStats, iter_spans, mtime_s
+from core.engine import EngineState
+from core.logfiles import ReadStats, iter_spans, mtime_s, rotated_family
 from core.timeparse import StampClock, epoch_to_iso
 from services.vllm import logformat as fmt
 from services.vllm import logmessages as msg
@@ -20,6 +28,13 @@ from services.vllm import logmessages as msg
 PHASES = ("not_started", "starting", "downloading", "loading_weights", "compiling", "ready", "failed", "stopped")
 """Phase names in start-up order (``failed`` and ``stopped`` can follow any other)."""
 MAX_ATTEMPTS = 50
+FULL_READ_BYTES = 8 << 20
+"""A log family up to this size (bytes) is read whole; a bigger one in bounded regions (:func:`read_startup`)."""
+REGION_BYTES = 1 << 20
+"""Most bytes read from the head of the oldest file and from the latest launch: a start-up's lines until ready are
+tens of KiB; a region also ends as soon as its start is ready or failed."""
+TAIL_BYTES = 1 << 20
+"""Bytes read from the end of ``vllm.log``."""
 
 
 @dataclass(frozen=True)
@@ -315,4 +330,88 @@ def startup_phase(lines_or_path: Path | str | Iterable[str] | Iterable[bytes]) -
     for item in lines_or_path:
         raw = item.encode("utf-8", "surrogateescape") if isinstance(item, str) else item
         tracker.feed(raw.rstrip(b"\r\n"))
+    return tracker.result()
+
+
+def _feed_span(tracker: StartupTracker, span: tuple[bytes, int, int]) -> None:
+    buf, start, stop = fmt.clean_span(*span)
+    lines = buf[start:stop].split(b"\n")
+    lines.pop()
+    for raw in lines:
+        if not _skipped(raw):
+            tracker.feed(raw)
+
+
+def _settled(tracker: StartupTracker) -> bool:
+    """True when the attempt being read is over (ready or failed): the rest of a region is serving lines."""
+    return tracker.state is not None and tracker.state.phase in ("ready", "failed", "stopped")
+
+
+def _identity(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size
+
+
+def _regions(
+    family: list[str], log_start: tuple[int, int, int] | None
+) -> Iterator[tuple[str, int, int | None, bool]]:
+    """``(file, from byte, at most bytes or None for the tail, stop when settled)`` of a big log, in log order and
+    without overlaps: the oldest file's head, the latest launch, the current file's tail."""
+    ids = {path: _identity(path) for path in family}
+    current = family[-1]
+    launch_file = next(
+        (p for p, i in ids.items() if log_start and i and (i[0], i[1]) == log_start[:2] and log_start[2] <= i[2]),
+        None,
+    )
+    consumed: dict[str, int] = {}
+    oldest = family[0]
+    if not (launch_file == oldest and log_start and log_start[2] < REGION_BYTES):
+        yield oldest, 0, REGION_BYTES, True
+        consumed[oldest] = REGION_BYTES
+    if launch_file and log_start:
+        begin = max(log_start[2], consumed.get(launch_file, 0))
+        yield launch_file, begin, REGION_BYTES, True
+        consumed[launch_file] = begin + REGION_BYTES
+    size = (ids.get(current) or (0, 0, 0))[2]
+    yield current, max(size - TAIL_BYTES, consumed.get(current, 0)), None, False
+
+
+def read_startup(path: Path, engine_state: EngineState | None = None, stats: ReadStats | None = None) -> StartupPhase:
+    """:func:`startup_phase` of vLLM's log ``path`` with its rotated files, reading a bounded amount.
+
+    A family up to :data:`FULL_READ_BYTES` is read whole, oldest file first. A bigger one is read in at most three
+    regions of about a MiB each (see the module's docstring): the head of the oldest file, the latest launch from
+    ``engine_state.log_start`` (when that file still exists; found by device and inode, so rotation does not lose it)
+    and the tail of ``path``. Every region of a start stops early once that start is ready or failed.
+
+    Args:
+        stats: filled with the files and bytes read (tests check the bound with it).
+    """
+    stats = stats if stats is not None else ReadStats()
+    family = rotated_family(path)
+    tracker = StartupTracker(StampClock(mtime_s(path)))
+    if not family:
+        return tracker.result()
+    total = sum((_identity(p) or (0, 0, 0))[2] for p in family)
+    if total <= FULL_READ_BYTES:
+        for member in family:
+            for span in iter_spans(member, stats):
+                _feed_span(tracker, span)
+        return tracker.result()
+    position = engine_state.log_start if engine_state else None
+    log_start = (position.dev, position.ino, position.offset) if position else None
+    for member, begin, most, until_settled in _regions(family, log_start):
+        spans = iter_spans(member, stats, start_at=begin or None)
+        before, read = tracker.state, 0
+        for span in spans:
+            _feed_span(tracker, span)
+            read += span[2] - span[1]
+            if most is not None and read >= most:
+                break
+            if until_settled and tracker.state is not before and _settled(tracker):
+                break
+        spans.close()
     return tracker.result()

@@ -49,7 +49,7 @@ def settings(tmp_path: Path) -> Settings:
 
 def test_restart_writes_the_request_then_stops_and_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A profiler restart is stored for the launcher before vLLM is stopped and started, then awaited."""
-    monkeypatch.setattr(control, "wait_for_http", lambda url, timeout_s, abort: (True, ""))
+    monkeypatch.setattr(control, "wait_for_http", lambda url, timeout_s, abort, headers: (True, ""))
     s = settings(tmp_path)
     supervisor = FakeSupervisor()
     engine = LocalEngine(s, supervisor)  # type: ignore[arg-type]
@@ -62,7 +62,7 @@ def test_restart_writes_the_request_then_stops_and_starts(tmp_path: Path, monkey
 
 def test_restart_that_does_not_come_up_raises_with_the_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A vLLM that dies while starting is an EngineError naming the state and log, not a hang."""
-    monkeypatch.setattr(control, "wait_for_http", lambda url, timeout_s, abort: (False, "vLLM is FATAL; see x.log"))
+    monkeypatch.setattr(control, "wait_for_http", lambda url, timeout_s, abort, headers: (False, "vLLM is FATAL; see x.log"))
     with pytest.raises(EngineError, match="FATAL"):
         LocalEngine(settings(tmp_path), FakeSupervisor()).restart(EngineRequest())  # type: ignore[arg-type]
 

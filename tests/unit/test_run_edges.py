@@ -8,6 +8,7 @@ import pytest
 
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
+from core.requestlog import RequestLog
 from core.settings import Settings
 from core.stats import run_metrics
 from loadtest.bench import EXIT_ERROR_RATE, EXIT_NO_SUCCESS, verdicts
@@ -75,7 +76,7 @@ def test_open_loop_stops_scheduling_at_the_duration_and_cancels_after_the_drain(
     """No arrival is scheduled after start + DURATION; requests still running after DRAIN_S are cancelled."""
     import gevent
 
-    state = RunState(plan(tmp_path, duration_s=0.5), tmp_path / "requests.jsonl")
+    state = RunState(plan(tmp_path, duration_s=0.5), RequestLog(tmp_path / "requests.jsonl"))
     state.begin(0, None)
     scheduled: list[float] = []
 
@@ -92,7 +93,7 @@ def test_open_loop_stops_scheduling_at_the_duration_and_cancels_after_the_drain(
 
 def test_open_loop_with_a_request_budget_sends_exactly_that_many(tmp_path: Path) -> None:
     """REQUESTS=N in open loop dispatches exactly N arrivals and waits for all of them."""
-    state = RunState(plan(tmp_path, requests=7), tmp_path / "requests.jsonl")
+    state = RunState(plan(tmp_path, requests=7), RequestLog(tmp_path / "requests.jsonl"))
     state.begin(7, None)
     sent: list[float] = []
     assert dispatch_open_loop(state, lambda item, at: sent.append(at)) == 0

@@ -26,15 +26,21 @@ from services.sidecar.reporting import ReportService
 from tests.fakes import FakeNvml
 
 GIB = 1024**3
+TOKEN = "test-sidecar-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+BASE_URL = "http://127.0.0.1:8200"  # a trusted host (TestClient's default, testserver, is not)
 
 
-def make_settings(tmp_path: Path) -> Settings:
+def make_settings(tmp_path: Path, **fields: Any) -> Settings:
     return Settings(
         _env_file=None,  # type: ignore[call-arg]
         reports_dir=tmp_path / "reports",
         logs_dir=tmp_path / "logs",
+        run_dir=tmp_path / "run",
         vllm_base_url="http://vllm.invalid:8100",
         gpu_sample_interval_s=0.2,
+        sidecar_token=TOKEN,
+        **fields,
     )
 
 
@@ -88,12 +94,13 @@ def body(concurrency: int = 4, e2e_ms: float = 100.0, n: int = 12, error: str | 
 
 @pytest.fixture
 def client_for(tmp_path: Path) -> Iterator[Callable[..., TestClient]]:
-    """Factory of started apps (lifespan run) over ``tmp_path``; closed at the end."""
+    """Factory of started apps (lifespan run) over ``tmp_path``, their clients sending the token; closed at the
+    end."""
     clients: list[TestClient] = []
 
     def make(nvml: FakeNvml | None = None, settings: Settings | None = None) -> TestClient:
         settings = settings or make_settings(tmp_path)
-        client = TestClient(create_app(settings, make_service(settings, nvml)))
+        client = TestClient(create_app(settings, make_service(settings, nvml)), base_url=BASE_URL, headers=AUTH)
         client.__enter__()
         clients.append(client)
         return client

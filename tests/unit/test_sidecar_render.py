@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from core.records import RequestRecord
+from core.redact import Redactor, secret_values, strip_url_credentials
 from core.report_schema import Comparison, Environment, ErrorSummary, ResourcePoint
 from core.settings import Settings
 from services.sidecar.plots import latency_cdf_png, resources_png, throughput_png
-from services.sidecar.redact import Redactor, secret_values, strip_url_credentials
 from services.sidecar.render_html import render_html
 from services.sidecar.render_md import render_markdown, table
 from tests.unit.test_sidecar_store import report

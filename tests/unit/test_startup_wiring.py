@@ -52,6 +52,6 @@ def test_startup_endpoint_reads_the_vllm_log(tmp_path: Path) -> None:
     )
     settings = Settings(_env_file=None, logs_dir=logs, reports_dir=tmp_path / "reports")  # type: ignore[call-arg]
     service = ReportService.from_settings(settings, gpu=(None, "no GPU in this test"))
-    with TestClient(create_app(settings, service)) as client:
+    with TestClient(create_app(settings, service), base_url="http://127.0.0.1:8200") as client:
         body = client.get("/startup").json()
     assert body["phase"] == "failed" and "Unsupported CPU attention" in (body["error_line"] or "")

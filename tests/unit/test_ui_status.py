@@ -142,7 +142,7 @@ def test_probe_reads_health_models_and_version() -> None:
             return await probe_vllm(client, URL)
 
     probe = asyncio.run(run())
-    assert probe == Probe(health_code=200, connect_error=None, models=MODELS, version="0.32.0")
+    assert probe == Probe(health_code=200, connect_error=None, models=MODELS, version="0.32.0", models_code=200)
 
 
 def test_probe_turns_a_refused_connection_into_a_value() -> None:

@@ -1,0 +1,113 @@
+"""Size-based rotation of the stack's own logs: ``name`` -> ``name.1`` -> … -> ``name.N`` (the oldest dropped), the
+names the log analyzer already reads (:func:`core.logfiles.rotated_family`).
+
+Two writers use it: :func:`append_rotating` for ``logs/requests.jsonl``, which several processes append to at once
+(the UI, every Locust process), and :class:`RotatingWriter` for ``logs/vllm.log`` when the vLLM launcher writes it
+itself (containers; under supervisord, supervisord rotates it with the same names).
+
+Concurrent appenders stay safe: each line is one ``O_APPEND`` write, and a rotation happens under an exclusive
+``flock`` on a hidden lock file beside the log, after checking again that the file is still over the size (another
+process may have rotated it meanwhile). A line written by a process that opened the file just before a rotation
+lands in ``name.1``: it is never lost, and every reader reads the whole family.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+MIB = 1024 * 1024
+
+
+def lock_path(path: Path) -> Path:
+    """The hidden lock file of ``path`` (``logs/.requests.jsonl.lock``): not part of the rotated family."""
+    return path.with_name(f".{path.name}.lock")
+
+
+@contextmanager
+def rotation_lock(path: Path) -> Iterator[None]:
+    """Hold the exclusive rotation lock of ``path`` (blocking; released on exit, also when the process dies)."""
+    fd = os.open(lock_path(path), os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def rotate(path: Path, backups: int) -> None:
+    """Shift ``path.{n}`` to ``path.{n+1}`` (dropping ``path.{backups}``) and ``path`` to ``path.1``. Renames keep
+    each file's inode, so a reader that remembered where something was (device, inode, offset) finds it again."""
+    for n in range(backups - 1, 0, -1):
+        older = path.with_name(f"{path.name}.{n}")
+        if older.exists():
+            os.replace(older, path.with_name(f"{path.name}.{n + 1}"))
+    if path.exists():
+        os.replace(path, path.with_name(f"{path.name}.1"))
+
+
+def append_rotating(path: Path, data: bytes, max_bytes: int | None, backups: int) -> None:
+    """Append ``data`` (whole lines) to ``path`` in one ``O_APPEND`` write, rotating first when the file would grow
+    past ``max_bytes`` (None: never). Safe with other processes doing the same (see the module's docstring).
+
+    Raises:
+        OSError: the folder or file cannot be written.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    fd = os.open(path, flags, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if max_bytes is not None and size > 0 and size + len(data) > max_bytes:
+            os.close(fd)
+            fd = -1
+            with rotation_lock(path):
+                try:
+                    still = os.stat(path).st_size + len(data) > max_bytes
+                except FileNotFoundError:
+                    still = False
+                if still:  # nobody rotated it while we waited for the lock
+                    rotate(path, backups)
+            fd = os.open(path, flags, 0o644)
+        os.write(fd, data)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+class RotatingWriter:
+    """One process's appender of a log file, rotated at ``max_bytes`` keeping ``backups`` old files.
+
+    Rotation happens only between writes (each ``write`` gets whole lines from its caller), under the same lock as
+    :func:`append_rotating`.
+    """
+
+    def __init__(self, path: Path, max_bytes: int, backups: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.backups = backups
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, data: bytes) -> None:
+        """Append ``data``, rotating first when the file would pass ``max_bytes``.
+
+        Raises:
+            OSError: the file cannot be written.
+        """
+        size = os.fstat(self._fd).st_size
+        if size > 0 and size + len(data) > self.max_bytes:
+            with rotation_lock(self.path):
+                rotate(self.path, self.backups)
+            os.close(self._fd)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(self._fd, data)
+
+    def close(self) -> None:
+        """Close the file."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

@@ -1,0 +1,170 @@
+"""Keep secrets out of everything the stack writes or answers: tokens, keys and passwords become ``***``.
+
+Reports, logs and state files are built from explicit fields, so no secret is copied into them on purpose; this is
+the second line, used by every writer: the configured secrets (every ``repr=False`` field of the settings —
+``HF_TOKEN``, ``VLLM_API_KEY``, ``UI_PASSWORD``, ``SIDECAR_TOKEN`` … — of any length), the values of secret-looking
+flags in ``VLLM_EXTRA_ARGS``/``LOCUST_EXTRA_ARGS`` (``--api-key s3cr3t``), secret-named environment variables, and
+anything shaped like a Hugging Face token are masked, in their raw, JSON-escaped and HTML-escaped forms.
+
+Secrets shorter than :data:`SHORT_SECRET_LEN` are masked only where they stand alone (not inside a longer word or
+number), so that a four-character password does not turn every word that contains it into ``***``. JSON is redacted
+value by value (:func:`redact_json`), so masking never breaks a document.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from core.settings import Settings
+
+MASK = "***"
+SHORT_SECRET_LEN = 6
+"""Secrets shorter than this are masked only as whole words (``(?<!\\w)secret(?!\\w)``)."""
+ENV_SECRET_MIN_LEN = 6
+"""Secret-named environment variables outside the settings count from this length (``X_TOKEN=1`` is not one)."""
+SECRET_ENV_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY)", re.IGNORECASE)
+HF_TOKEN_RE = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
+SECRET_FLAG_RE = re.compile(
+    r"--?(?:[\w.]+[-_])?(?:api[-_]?key|key|token|secret|password|passwd)", re.IGNORECASE
+)
+"""A command-line flag whose value is a secret: ``--api-key``, ``--hf-token``, ``--password`` (not ``--tokenizer``,
+``--ssl-keyfile`` or ``--max-num-batched-tokens``)."""
+
+
+def _split_flag(arg: str) -> tuple[str, str | None]:
+    """``--flag=value`` -> (``--flag``, ``value``); ``--flag`` -> (``--flag``, None)."""
+    name, eq, value = arg.partition("=")
+    return (name, value) if eq else (arg, None)
+
+
+def is_secret_flag(arg: str) -> bool:
+    """True for ``--api-key``, ``--hf-token=…`` and the like (:data:`SECRET_FLAG_RE`)."""
+    return arg.startswith("-") and SECRET_FLAG_RE.fullmatch(_split_flag(arg)[0]) is not None
+
+
+def secret_flag_values(argv: Iterable[str]) -> list[str]:
+    """The values of secret-looking flags in ``argv``: ``--api-key a b`` (every value up to the next flag, as vLLM's
+    list options take them) and ``--hf-token=x``."""
+    values: list[str] = []
+    taking = False
+    for arg in argv:
+        if arg.startswith("-") and len(arg) > 1:
+            taking = False
+            if is_secret_flag(arg):
+                _, value = _split_flag(arg)
+                if value is None:
+                    taking = True
+                elif value:
+                    values.append(value)
+        elif taking and arg:
+            values.append(arg)
+    return values
+
+
+def redact_argv(argv: Iterable[str]) -> list[str]:
+    """``argv`` with the values of secret-looking flags replaced by ``***`` (for logs and state files)."""
+    out: list[str] = []
+    taking = False
+    for arg in argv:
+        if arg.startswith("-") and len(arg) > 1:
+            taking = False
+            if is_secret_flag(arg):
+                name, value = _split_flag(arg)
+                if value is None:
+                    taking = True
+                else:
+                    arg = f"{name}={MASK}"
+        elif taking:
+            arg = MASK
+        out.append(arg)
+    return out
+
+
+def configured_secrets(settings: Settings) -> list[str]:
+    """Every configured secret, of any length: the settings' ``repr=False`` fields (what a field holds, also when it
+    names a file: the token read from it) and the values of secret-looking flags in the extra-argument knobs."""
+    import shlex
+
+    values: list[str] = []
+    for name, info in type(settings).model_fields.items():
+        if info.repr is False:
+            value = getattr(settings, name)
+            if isinstance(value, str):
+                values.append(value)
+    token = settings.sidecar_auth_token()
+    if token:
+        values.append(token)
+    for extra in (settings.vllm_extra_args, settings.locust_extra_args):
+        try:
+            values += secret_flag_values(shlex.split(extra))
+        except ValueError:  # unbalanced quotes: the launcher refuses it anyway
+            continue
+    return [v for v in values if v and v.strip()]
+
+
+def secret_values(settings: Settings, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Values to mask: :func:`configured_secrets` plus every environment variable named like a secret (those from
+    :data:`ENV_SECRET_MIN_LEN` characters). Longest first."""
+    env = os.environ if environ is None else environ
+    values = configured_secrets(settings)
+    values += [v for name, v in env.items() if SECRET_ENV_RE.search(name) and len(v.strip()) >= ENV_SECRET_MIN_LEN]
+    return sorted({v for v in values if v}, key=len, reverse=True)
+
+
+class Redactor:
+    """Replaces known secret values, and anything shaped like a Hugging Face token, with ``***``.
+
+    Call it on text (``redactor(text)``), or on bytes with :meth:`bytes` (the log pipe).
+    """
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        forms: set[str] = set()
+        for secret in secrets:
+            if secret:
+                forms.update({secret, json.dumps(secret)[1:-1], html.escape(secret)})
+        ordered = sorted(forms, key=len, reverse=True)
+        parts = [
+            re.escape(f) if len(f) >= SHORT_SECRET_LEN else rf"(?<!\w){re.escape(f)}(?!\w)" for f in ordered
+        ]
+        parts.append(HF_TOKEN_RE.pattern)
+        self._re = re.compile("|".join(parts))
+        self._bytes_re = re.compile("|".join(parts).encode("utf-8"))
+        self.longest = max((len(f.encode("utf-8")) for f in ordered), default=0)
+        """Bytes of the longest form (a stream redactor keeps this much back between reads)."""
+
+    def __call__(self, text: str) -> str:
+        """``text`` with every secret masked."""
+        return self._re.sub(MASK, text)
+
+    def bytes(self, data: bytes) -> bytes:
+        """``data`` (UTF-8) with every secret masked."""
+        return self._bytes_re.sub(MASK.encode(), data)
+
+
+def redact_json(obj: Any, redact: Callable[[str], str]) -> Any:
+    """A copy of ``obj`` (parsed JSON) with ``redact`` applied to every string value; keys (schema names), numbers
+    and the structure stay, so the result is as valid JSON as the input."""
+    if isinstance(obj, str):
+        return redact(obj)
+    if isinstance(obj, dict):
+        return {k: redact_json(v, redact) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [redact_json(v, redact) for v in obj]
+    return obj
+
+
+def strip_url_credentials(url: str) -> str:
+    """``http://user:pass@host:8100`` -> ``http://***@host:8100``; other URLs unchanged."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{MASK}@{parts.netloc.rsplit('@', 1)[1]}"))
