@@ -12,8 +12,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Response
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.api import BaselineMarked, BuildReportRequest, BuildReportResponse, MarkBaseline, WindowResult, WindowStarted
@@ -50,6 +52,14 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
         RequestGuard, hosts=settings.sidecar_hosts, max_body_bytes=int(settings.sidecar_max_body_mb * MIB)
     )
     writes = [Depends(token_dependency(settings.sidecar_auth_token()))]
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(_: Request, exc: RequestValidationError) -> JSONResponse:
+        """422 naming each problem (where and what), without echoing the input: a NaN cannot be written as JSON,
+        and a body is never sent back."""
+        problems = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type")}
+                    for e in exc.errors()[:20]]
+        return JSONResponse(status_code=422, content={"detail": problems})
 
     @app.get("/health")
     def health() -> dict[str, Any]:

@@ -355,11 +355,10 @@ def _identity(path: str) -> tuple[int, int, int] | None:
     return st.st_dev, st.st_ino, st.st_size
 
 
-def _regions(
-    family: list[str], log_start: tuple[int, int, int] | None
-) -> Iterator[tuple[str, int, int | None, bool]]:
-    """``(file, from byte, at most bytes or None for the tail, stop when settled)`` of a big log, in log order and
-    without overlaps: the oldest file's head, the latest launch, the current file's tail."""
+def _regions(family: list[str], log_start: tuple[int, int, int] | None) -> Iterator[tuple[str, int, int | None, int]]:
+    """``(file, from byte, at most bytes or None, settled after bytes)`` of a big log, in log order and without
+    overlaps: the oldest file's head, the latest launch, the current file's tail. A region with a settle mark ends
+    once it has read that many bytes and the start being read is ready or failed (-1: never)."""
     ids = {path: _identity(path) for path in family}
     current = family[-1]
     launch_file = next(
@@ -368,15 +367,18 @@ def _regions(
     )
     consumed: dict[str, int] = {}
     oldest = family[0]
-    if not (launch_file == oldest and log_start and log_start[2] < REGION_BYTES):
-        yield oldest, 0, REGION_BYTES, True
+    if launch_file == oldest and log_start and log_start[2] < REGION_BYTES:  # the launch is in the head: one region
+        yield oldest, 0, log_start[2] + REGION_BYTES, log_start[2]
+        consumed[oldest] = log_start[2] + REGION_BYTES
+    else:
+        yield oldest, 0, REGION_BYTES, 0
         consumed[oldest] = REGION_BYTES
-    if launch_file and log_start:
-        begin = max(log_start[2], consumed.get(launch_file, 0))
-        yield launch_file, begin, REGION_BYTES, True
-        consumed[launch_file] = begin + REGION_BYTES
+        if launch_file and log_start:
+            begin = max(log_start[2], consumed.get(launch_file, 0))
+            yield launch_file, begin, REGION_BYTES, 0
+            consumed[launch_file] = begin + REGION_BYTES
     size = (ids.get(current) or (0, 0, 0))[2]
-    yield current, max(size - TAIL_BYTES, consumed.get(current, 0)), None, False
+    yield current, max(size - TAIL_BYTES, consumed.get(current, 0)), None, -1
 
 
 def read_startup(path: Path, engine_state: EngineState | None = None, stats: ReadStats | None = None) -> StartupPhase:
@@ -403,7 +405,7 @@ def read_startup(path: Path, engine_state: EngineState | None = None, stats: Rea
         return tracker.result()
     position = engine_state.log_start if engine_state else None
     log_start = (position.dev, position.ino, position.offset) if position else None
-    for member, begin, most, until_settled in _regions(family, log_start):
+    for member, begin, most, settle_after in _regions(family, log_start):
         spans = iter_spans(member, stats, start_at=begin or None)
         before, read = tracker.state, 0
         for span in spans:
@@ -411,7 +413,7 @@ def read_startup(path: Path, engine_state: EngineState | None = None, stats: Rea
             read += span[2] - span[1]
             if most is not None and read >= most:
                 break
-            if until_settled and tracker.state is not before and _settled(tracker):
+            if 0 <= settle_after <= read and tracker.state is not before and _settled(tracker):
                 break
         spans.close()
     return tracker.result()

@@ -2,11 +2,16 @@
 
 Ports and folders differ from a developer's running stack (28xxx ports, a temporary logs/reports/run folder), so
 tests never touch it. ``stack.env`` is the environment every command of a test must use.
+
+The stack runs with every secret set (:data:`SECRETS`): vLLM started with an API key (VLLM_API_KEY, and a second
+one through ``VLLM_EXTRA_ARGS='--api-key …'``), an HF token, a four-character UI password and a Locust web
+password, so every test proves its path works with them, and ``test_zz_secrets`` that none of them is written.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import time
 from collections.abc import Iterator
@@ -24,6 +29,18 @@ TEST_PORTS = {
     name: port + _OFFSET
     for name, port in {"VLLM_PORT": 28100, "UI_PORT": 28000, "SIDECAR_PORT": 28200, "LOCUST_WEB_PORT": 28089}.items()
 }
+
+
+SECRETS = {
+    "HF_TOKEN": f"hf_{secrets.token_hex(16)}",
+    "VLLM_API_KEY": f"vk-{secrets.token_hex(12)}",
+    "EXTRA_API_KEY": f"s3cr3t{secrets.token_hex(6)}",  # given to vLLM as VLLM_EXTRA_ARGS='--api-key …'
+    # 4 characters (short secrets are masked too); a '#' so that it cannot be part of a hex id in a log by chance
+    "UI_PASSWORD": f"{secrets.choice('GHJKMNPQRSTVWXYZ')}{secrets.choice('GHJKMNPQRSTVWXYZ')}#{secrets.randbelow(10)}",
+    "LOCUST_WEB_PASSWORD": f"lp-{secrets.token_hex(8)}",
+}
+"""Secret values of the test stack (fresh per session, so finding one anywhere is a leak, never a coincidence)."""
+UI_USERNAME = "tester"
 
 
 @dataclass
@@ -50,6 +67,16 @@ class Stack:
     @property
     def locust_url(self) -> str:
         return f"http://127.0.0.1:{TEST_PORTS['LOCUST_WEB_PORT']}"
+
+    @property
+    def vllm_headers(self) -> dict[str, str]:
+        """What every client of vLLM sends: its API key."""
+        return {"Authorization": f"Bearer {SECRETS['VLLM_API_KEY']}"}
+
+    @property
+    def sidecar_headers(self) -> dict[str, str]:
+        """The sidecar's write token, as ``make up`` made it (``run/sidecar_token``)."""
+        return {"Authorization": f"Bearer {(self.run_dir / 'sidecar_token').read_text().strip()}"}
 
     def make(self, *args: str, timeout_s: float = 900, **extra_env: str) -> subprocess.CompletedProcess[str]:
         """Run ``make ARGS`` in the project with this stack's environment (plus ``extra_env``)."""
@@ -95,7 +122,15 @@ def stack_env(tmp: Path) -> dict[str, str]:
         VLLM_CPU_KVCACHE_SPACE_GB="1",
         STARTUP_TIMEOUT_S="600",
         PYTHONUNBUFFERED="1",
+        HF_TOKEN=SECRETS["HF_TOKEN"],
+        VLLM_API_KEY=SECRETS["VLLM_API_KEY"],
+        VLLM_EXTRA_ARGS=f"--api-key {SECRETS['EXTRA_API_KEY']}",
+        UI_USERNAME=UI_USERNAME,
+        UI_PASSWORD=SECRETS["UI_PASSWORD"],
+        LOCUST_WEB_PASSWORD=SECRETS["LOCUST_WEB_PASSWORD"],
     )
+    for name in ("SIDECAR_TOKEN", "SIDECAR_TOKEN_FILE", "UI_AUTH_SECRET"):  # the stack makes its own
+        env.pop(name, None)
     return env
 
 

@@ -18,10 +18,10 @@ pytestmark = pytest.mark.integration
 
 def test_every_service_answers(stack: Stack) -> None:
     """vLLM's /v1/models, the UI, Locust's web UI and the sidecar's /health all answer."""
-    models = httpx.get(f"{stack.vllm_url}/v1/models", timeout=10).json()
+    models = httpx.get(f"{stack.vllm_url}/v1/models", timeout=10, headers=stack.vllm_headers).json()
     assert models["data"][0]["id"] == "ernie-tiny-synthetic"
     assert httpx.get(stack.ui_url, timeout=10).status_code == 200
-    assert httpx.get(stack.locust_url, timeout=10).status_code == 200
+    assert httpx.get(stack.locust_url, timeout=10, follow_redirects=True).status_code == 200  # its login page
     health = httpx.get(f"{stack.sidecar_url}/health", timeout=10).json()
     assert health["status"] == "ok"
     assert (stack.logs_dir / "vllm.log").stat().st_size > 0

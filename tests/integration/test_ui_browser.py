@@ -21,7 +21,7 @@ import pytest
 from playwright.sync_api import Browser, Page, WebSocket, sync_playwright
 
 from core.settings import PROJECT_ROOT
-from tests.integration.conftest import Stack
+from tests.integration.conftest import SECRETS, UI_USERNAME, Stack
 
 pytestmark = pytest.mark.integration
 
@@ -116,9 +116,17 @@ def ui_lines(logs_dir: Path, since: int) -> list[dict[str, Any]]:
     return [line for line in request_log(logs_dir)[since:] if line["source"] == "ui"]
 
 
-def open_chat(page: Page, url: str, status: str) -> None:
-    """Open the UI and wait until the header shows ``Status: <status>``."""
+def log_in(page: Page, url: str) -> None:
+    """Open the UI and sign in on Chainlit's login page (the test stack sets UI_PASSWORD)."""
     page.goto(url)
+    page.locator("#email").fill(UI_USERNAME)
+    page.locator("#password").fill(SECRETS["UI_PASSWORD"])
+    page.get_by_role("button", name="Sign In").click()
+
+
+def open_chat(page: Page, url: str, status: str) -> None:
+    """Open the UI, sign in and wait until the header shows ``Status: <status>``."""
+    log_in(page, url)
     page.get_by_text(f"Status: {status}").wait_for()
 
 

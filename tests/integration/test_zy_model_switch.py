@@ -14,7 +14,7 @@ from playwright.sync_api import Browser, sync_playwright
 from core.settings import PROJECT_ROOT
 from services.vllm.control import Supervisor
 from tests.integration.conftest import Stack
-from tests.integration.test_ui_browser import CHROMIUM, CHROMIUM_ARGS, require_browser
+from tests.integration.test_ui_browser import CHROMIUM, CHROMIUM_ARGS, log_in, require_browser
 
 pytestmark = pytest.mark.integration
 TINY_DIR = PROJECT_ROOT / "models" / "tiny"
@@ -28,7 +28,8 @@ def start_vllm(stack: Stack, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def served(stack: Stack) -> list[str]:
-    return [m["id"] for m in httpx.get(f"{stack.vllm_url}/v1/models", timeout=10).json()["data"]]
+    models = httpx.get(f"{stack.vllm_url}/v1/models", timeout=10, headers=stack.vllm_headers).json()
+    return [m["id"] for m in models["data"]]
 
 
 def pids(stack: Stack) -> dict[str, int]:
@@ -60,7 +61,7 @@ def test_start_vllm_switches_the_model_and_the_ui_follows(stack: Stack, browser:
     before = pids(stack)
     page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
     page.set_default_timeout(120_000)
-    page.goto(stack.ui_url)
+    log_in(page, stack.ui_url)
     page.get_by_text("Model: ernie-tiny-synthetic").wait_for()
     try:
         run = start_vllm(stack, VLLM_MODEL_PATH=str(TINY_DIR))
