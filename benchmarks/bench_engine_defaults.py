@@ -2,7 +2,8 @@
 
 Run from the repository root (no stack needed; it starts its own on free ports)::
 
-    .venvs/app/bin/python benchmarks/bench_engine_defaults.py [--repeats 3] [--variants vllm-defaults,all-cores]
+    make bench-engine [REPEATS=3] [VARIANTS=vllm-defaults,stack-defaults,all-cores]
+    .venvs/app/bin/python benchmarks/bench_engine_defaults.py --repeats 2 --variants stack-defaults,one-process
 
 For every round, each variant (order rotating between rounds) gets a fresh vLLM started by the project's launcher
 (``python -m services.vllm.launch``, so KV_CACHE_GB and the context length are the stack's) with the variant's
@@ -14,8 +15,13 @@ TPOT medians from the report, the start-up wall time (launch to ``/v1/models`` a
 (weights, engine init = profiling + warm-up/compile + KV), and the 1-minute load average before and after.
 
 Variants (``VARIANTS``): ``vllm-defaults`` (vLLM's binding: one core reserved; its AOT compile cache on),
-``all-cores`` (``VLLM_CPU_NUM_OF_RESERVED_CPU=0``: the stack's default), ``all-cores-iomp`` (plus Intel OpenMP
-preloaded, as vLLM's CPU docs advise), ``eager`` (all cores, ``--enforce-eager``: no compile, no warm-up).
+``stack-defaults`` (what ``make up`` runs: vLLM's binding, torch.compile's cache instead of the AOT one),
+``all-cores`` (``VLLM_CPU_NUM_OF_RESERVED_CPU=0``), ``all-cores-passive`` (plus ``OMP_WAIT_POLICY=PASSIVE``: idle
+OpenMP threads sleep instead of spinning on the cores the API server and the client need), ``all-cores-iomp`` (plus
+Intel OpenMP preloaded, as vLLM's CPU docs advise), ``eager`` (all cores, ``--enforce-eager``: no compile, no
+warm-up), ``one-process`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the model runs inside the engine-core process,
+one process spawn less, no thread pinning). Every variant but ``vllm-defaults`` has the stack's compile-cache
+setting (AOT off on the CPU build).
 
 Printed at the end: medians per variant and their ratio to ``vllm-defaults``. Target (issue 14): the stack's default
 ≥ 1.5 × vLLM's output tok/s. Exits 0 when met, 1 when missed, 2 when a run failed.
@@ -52,14 +58,17 @@ from services.vllm.logformat import parse_line  # noqa: E402
 from services.vllm.startup import startup_phase  # noqa: E402
 
 TARGET_RATIO = 1.5
-SHIPPED = "all-cores"
+SHIPPED = "stack-defaults"
 BASELINE = "vllm-defaults"
 IOMP = REPO / ".venvs" / "engine" / "lib" / "libiomp5.so"
 VARIANTS: dict[str, dict[str, str]] = {
     BASELINE: {"VLLM_CPU_NUM_OF_RESERVED_CPU": "", "VLLM_USE_AOT_COMPILE": "1"},
-    SHIPPED: {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
+    "stack-defaults": {"VLLM_CPU_NUM_OF_RESERVED_CPU": ""},
+    "all-cores": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
+    "all-cores-passive": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "OMP_WAIT_POLICY": "PASSIVE"},
     "all-cores-iomp": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "LD_PRELOAD": str(IOMP)},
     "eager": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_EXTRA_ARGS": "--enforce-eager"},
+    "one-process": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
 }
 
 
@@ -109,6 +118,22 @@ def start_breakdown(lines: Sequence[bytes], launched_s: float) -> dict[str, floa
     return out
 
 
+DEFAULT_VARIANTS = f"{BASELINE},{SHIPPED},all-cores"
+
+
+def compile_cache(lines: Sequence[bytes]) -> str:
+    """What vLLM's compile cache did in one start (pure): its AOT artifact loaded, failed to load (then it compiles
+    again), was first written, or AOT was off (torch.compile's own caches, which log nothing) or nothing compiled."""
+    text = b"\n".join(lines)
+    if b"Directly load AOT compilation" in text:
+        return "aot-hit"
+    if b"due to a load failure" in text:
+        return "aot-load-failed"
+    if b"saved AOT compiled function" in text:
+        return "aot-written"
+    return "no-aot" if b"Warming up model" in text else "no-compile"
+
+
 class BenchError(RuntimeError):
     """A run could not be made (a server did not start, a benchmark failed)."""
 
@@ -131,6 +156,7 @@ class RunResult:
     load_after: float
     report: str
     phases: dict[str, float]
+    compile_cache: str
 
 
 def figures_from_report(report: Mapping[str, Any]) -> tuple[float, float | None, float | None, int]:
@@ -284,7 +310,8 @@ def one_run(stack: PrivateStack, variant: str, index: int, dataset: Path, args: 
         phase = startup_phase(log)
         with log.open("rb") as f:
             f.seek(stack.log_offset)
-            phases = start_breakdown(f.read().splitlines(), stack.launched_s)
+            start_lines = f.read().splitlines()
+        phases = start_breakdown(start_lines, stack.launched_s)
         report = run_benchmark(stack, dataset, f"{variant}_{index}", args)
     finally:
         stop_process(proc)
@@ -305,6 +332,7 @@ def one_run(stack: PrivateStack, variant: str, index: int, dataset: Path, args: 
         load_after=round(os.getloadavg()[0], 2),
         report=str(report["_path"]),
         phases=phases,
+        compile_cache=compile_cache(start_lines),
     )
 
 
@@ -319,7 +347,7 @@ def run_line(r: RunResult) -> str:
         f" | TTFT p50 {_fmt(r.ttft_p50_ms, '.0f')} ms"
         f" | TPOT p50 {_fmt(r.tpot_p50_ms)} ms | start {r.startup_wall_s:.0f} s (engine init {_fmt(r.engine_init_s)} s)"
         f" | {r.requests_ok} ok | load {r.load_before:.1f} -> {r.load_after:.1f}"
-        + "\n    start phases (s): "
+        + f"\n    compile cache: {r.compile_cache}; start phases (s): "
         + ", ".join(f"{k} {v:g}" for k, v in r.phases.items())
     )
 
@@ -351,7 +379,9 @@ def summary_lines(results: Sequence[RunResult], variants: Sequence[str]) -> tupl
 def main(argv: list[str] | None = None) -> int:
     """Run the rounds and judge; 0 met, 1 missed, 2 a run failed."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument(
+        "--variants", default=DEFAULT_VARIANTS, help=f"comma-separated, of {', '.join(VARIANTS)} (default: %(default)s)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--requests", type=int, default=48)

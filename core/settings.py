@@ -53,10 +53,10 @@ class Settings(BaseSettings):
         default=None, gt=0, description="Context length; unset: 4096 capped at the model's (must fit KV_CACHE_GB)."
     )
     vllm_cpu_num_of_reserved_cpu: int | None = Field(
-        default=0,
+        default=None,
         ge=0,
         description="CPU build: cores kept free of the engine's compute threads (VLLM_CPU_NUM_OF_RESERVED_CPU); "
-        "0 = all cores compute (measured fastest here, benchmarks/README.md); blank = vLLM's default (1).",
+        "unset: vLLM's own (1 on x86), measured fastest on a shared 2-core host (benchmarks/README.md); 0 = all cores.",
     )
     vllm_cpu_omp_threads_bind: str | None = Field(
         default=None,

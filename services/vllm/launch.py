@@ -155,8 +155,9 @@ LEGACY_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
 def vllm_env(settings: Settings, build: str = "gpu") -> dict[str, str]:
     """Environment for vLLM: ours, the CPU build's core binding and compile cache, and the HF token.
 
-    ``VLLM_CPU_NUM_OF_RESERVED_CPU`` (default 0: the engine computes on every core) and ``VLLM_CPU_OMP_THREADS_BIND``
-    are read only by the CPU build. ``VLLM_CPU_KVCACHE_SPACE`` is removed: the pool is on the command line.
+    ``VLLM_CPU_NUM_OF_RESERVED_CPU`` (unset: vLLM's own, one core kept for the API server and the rest) and
+    ``VLLM_CPU_OMP_THREADS_BIND`` are read only by the CPU build. ``VLLM_CPU_KVCACHE_SPACE`` is removed: the pool
+    is on the command line.
     On the CPU build (``build="cpu"``) ``VLLM_USE_AOT_COMPILE=0`` unless set: vLLM 0.32's CPU build saves an AOT
     artifact it cannot load back (``'function' object has no attribute 'finalize_loading'``), so every restart
     recompiled; torch.compile's own caches (Inductor's FX graph cache) hit instead (benchmarks/README.md).
@@ -196,7 +197,8 @@ def apply_request(settings: Settings, request: EngineRequest) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Resolve, prepare and exec vLLM. Exit 2 with a clear message on a busy port or an unloadable model."""
+    """Resolve, prepare, size the KV cache and exec vLLM. Exit 2 with a clear message on a busy port, an unloadable
+    model or a context length the KV pool cannot hold."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--prepare-only", action="store_true", help="resolve and build the model, then exit")
     parser.add_argument("--profile", action="store_true", help="enable vLLM's torch profiler endpoints")
@@ -218,6 +220,12 @@ def main(argv: list[str] | None = None) -> int:
         except ModelResolutionError as exc:
             print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
             return 2
+    try:
+        kv = kv_plan(settings, resolved)  # also in --prepare-only, so `make up` refuses before starting anything
+    except KvSizingError as exc:
+        print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
+        return 2
+    print(f"[INFO] {kv.describe(settings.concurrency)}", flush=True)
     if args.prepare_only:
         print(f"[INFO] Model ready: {resolved.requested} -> {resolved.model_arg} (served as {resolved.served_name})")
         return 0
@@ -225,12 +233,6 @@ def main(argv: list[str] | None = None) -> int:
     if busy:
         print(f"[ERROR] {busy}", file=sys.stderr, flush=True)
         return 2
-    try:
-        kv = kv_plan(settings, resolved)
-    except KvSizingError as exc:
-        print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
-        return 2
-    print(f"[INFO] {kv.describe(settings.concurrency)}", flush=True)
     cmd = vllm_argv(settings, resolved, profile=profile, kv=kv)
     if profile:
         settings.profile_dir.mkdir(parents=True, exist_ok=True)

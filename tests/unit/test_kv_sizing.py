@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -142,11 +145,18 @@ def test_model_not_on_disk_gets_auto_length() -> None:
     assert argv[argv.index("--max-model-len") + 1] == "auto"
 
 
-def test_launcher_refuses_a_context_the_pool_cannot_hold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The launcher's plan (checked before vLLM starts; main() then exits 2) refuses what the pool cannot hold."""
-    resolved = _ernie_folder(tmp_path)
-    with pytest.raises(KvSizingError):
-        launch.kv_plan(_settings(vllm_max_model_len=131072), resolved)
+def test_launcher_refuses_a_context_the_pool_cannot_hold(tmp_path: Path) -> None:
+    """`make up`'s first step (the launcher with --prepare-only) exits 2 naming KV_CACHE_GB and VLLM_MAX_MODEL_LEN,
+    before anything is started; with the defaults it prints what the pool holds."""
+    _ernie_folder(tmp_path)
+    env = {**os.environ, "MODEL": str(tmp_path), "KV_CACHE_GB": "1", "LOGS_DIR": str(tmp_path / "logs")}
+    cmd = [sys.executable, "-m", "services.vllm.launch", "--prepare-only"]
+    refused = subprocess.run(cmd, env={**env, "VLLM_MAX_MODEL_LEN": "131072"}, capture_output=True, text=True)
+    assert refused.returncode == 2
+    assert "[ERROR] KV_CACHE_GB=1 holds 58,240 tokens" in refused.stderr and "VLLM_MAX_MODEL_LEN" in refused.stderr
+    ok = subprocess.run(cmd, env={**env, "VLLM_MAX_MODEL_LEN": ""}, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "[INFO] KV cache 1 GiB = 58,240 tokens (18,432 B/token); max model len 4,096" in ok.stdout
 
 
 def test_legacy_cpu_variable_sets_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,13 +167,15 @@ def test_legacy_cpu_variable_sets_the_pool(monkeypatch: pytest.MonkeyPatch) -> N
     assert Settings(_env_file=None).kv_cache_gb == 1.5  # type: ignore[call-arg]
 
 
-def test_cpu_env_uses_all_cores_and_the_torch_compile_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    """CPU build: no core reserved, AOT compile off (its artifact cannot be loaded back), vLLM's KV variable removed."""
+def test_cpu_env_uses_the_torch_compile_cache_and_vllm_binding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPU build: AOT compile off (its artifact cannot be loaded back), vLLM's own core binding (measured fastest on
+    a shared 2-core host), vLLM's KV variable removed; VLLM_CPU_NUM_OF_RESERVED_CPU=0 gives the engine every core."""
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
     monkeypatch.delenv("VLLM_USE_AOT_COMPILE", raising=False)
     env = launch.vllm_env(_settings(), "cpu")
-    assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" and env["VLLM_USE_AOT_COMPILE"] == "0"
+    assert env["VLLM_USE_AOT_COMPILE"] == "0" and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in env
     assert "VLLM_CPU_KVCACHE_SPACE" not in env and "VLLM_CPU_OMP_THREADS_BIND" not in env
+    assert launch.vllm_env(_settings(vllm_cpu_num_of_reserved_cpu=0), "cpu")["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
 
 
 def test_gpu_env_keeps_vllm_compile_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
