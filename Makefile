@@ -5,13 +5,13 @@ SHELL := /bin/bash
 APP_PY := .venvs/app/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help calibrate bench-peer bench-ceiling bench-logs logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
+.PHONY: help calibrate bench-peer bench-ceiling bench-logs bench-engine logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
 
 help:
 	@echo "stack:      make up | down | status"
 	@echo "benchmark:  make benchmark [CONCURRENCY= REQUESTS= DURATION= RATE= SLO= GATE= PROFILE=1 ...] | baseline NAME=.. | calibrate"
 	@echo "logs:       make logs-errors | logs-slow [THRESHOLD_MS=] | logs-stats [SINCE=]"
-	@echo "dev:        make test | lint | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-logs | clean"
+	@echo "dev:        make test | lint | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-logs | bench-engine | clean"
 	@echo "containers: make benchmark-compose (see README, Docker and GPUs)"
 
 envs: app-env engine-env
@@ -79,6 +79,9 @@ bench-ceiling: app-env
 bench-logs: app-env
 	@$(APP_PY) benchmarks/bench_log_analyzer.py
 	@$(APP_PY) benchmarks/bench_request_stats.py
+
+bench-engine: envs
+	@$(APP_PY) benchmarks/bench_engine_defaults.py $(if $(REPEATS),--repeats $(REPEATS)) $(if $(VARIANTS),--variants $(VARIANTS))
 
 validate-containers: app-env
 	scripts/validate_containers.sh

@@ -92,7 +92,8 @@ def stack_env(tmp: Path) -> dict[str, str]:
         LOGS_DIR=str(tmp / "logs"),
         REPORTS_DIR=str(tmp / "reports"),
         RUN_DIR=str(tmp / "run"),
-        VLLM_CPU_KVCACHE_SPACE_GB="1",
+        KV_CACHE_GB="1",
+        ENGINE_METRICS_INTERVAL_S="0.25",
         STARTUP_TIMEOUT_S="600",
         PYTHONUNBUFFERED="1",
     )
