@@ -5,14 +5,14 @@ SHELL := /bin/bash
 APP_PY := .venvs/app/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help calibrate bench-peer bench-ceiling bench-logs logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
+.PHONY: help compose-up compose-down compose-test calibrate bench-peer bench-ceiling bench-logs logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
 
 help:
 	@echo "stack:      make up | down | status"
 	@echo "benchmark:  make benchmark [CONCURRENCY= REQUESTS= DURATION= RATE= SLO= GATE= PROFILE=1 ...] | baseline NAME=.. | calibrate"
 	@echo "logs:       make logs-errors | logs-slow [THRESHOLD_MS=] | logs-stats [SINCE=]"
 	@echo "dev:        make test | lint | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-logs | clean"
-	@echo "containers: make benchmark-compose (see README, Docker and GPUs)"
+	@echo "containers: make compose-up | compose-down | compose-test | benchmark-compose (see README, Docker and GPUs)"
 
 envs: app-env engine-env
 
@@ -84,7 +84,17 @@ validate-containers: app-env
 BENCH_VARS := CONCURRENCY REQUESTS DURATION WARMUP MAX_TOKENS TEMPERATURE SEED RATE SLO GATE GATE_THRESHOLD_PCT \
 	DATASET PROFILE INPUT_MIX IGNORE_EOS BURSTINESS RAMP_UP_S OUTPUT_LEN OUTPUT_LEN_MEAN OUTPUT_LEN_P95
 benchmark-compose:
-	docker compose exec $(foreach v,$(BENCH_VARS),$(if $($(v)),-e $(v)=$($(v)))) locust-master python -m loadtest.bench
+	scripts/compose.sh exec -T $(foreach v,$(BENCH_VARS),$(if $($(v)),-e $(v)=$($(v)))) locust-master python -m loadtest.bench
+
+# The compose stack (Docker Engine, else Podman; CPU overlay without a GPU): scripts/compose_stack.sh, docs/docker.md.
+compose-up: app-env
+	@scripts/compose_stack.sh up
+
+compose-down:
+	@scripts/compose_stack.sh down
+
+compose-test: app-env browser
+	@scripts/compose_stack.sh test
 
 clean: down
 	rm -rf run .mypy_cache .ruff_cache .pytest_cache

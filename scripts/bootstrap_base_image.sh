@@ -5,7 +5,8 @@
 # Idempotent: does nothing when IMAGE exists. Needs root and debootstrap (scripts/container_engine.sh install);
 # talks to the engine through `docker` or `podman` (ENGINE_CLI, default: podman when installed, else docker).
 # The Dockerfiles take it as PYTHON_BASE; what they need from the official image is there: `python`/`python3` 3.11,
-# `python -m venv` with pip, ca-certificates, apt, groupadd/useradd, LANG=C.UTF-8.
+# `python -m venv` with pip, Python's C headers (torch.compile builds C++ kernels against Python.h), ca-certificates,
+# apt, groupadd/useradd, LANG=C.UTF-8.
 set -euo pipefail
 image=${1:?usage: bootstrap_base_image.sh IMAGE}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -30,7 +31,7 @@ rootfs=$(mktemp -d /var/tmp/base-rootfs.XXXXXX)
 trap 'rm -rf "$rootfs"' EXIT
 started=$SECONDS
 echo "[base] debootstrap $suite (minbase + python3) from $mirror"
-debootstrap --variant=minbase --include=python3,python3-venv,python-is-python3,ca-certificates \
+debootstrap --variant=minbase --include=python3,python3-venv,python3-dev,python-is-python3,ca-certificates \
     "$suite" "$rootfs" "$mirror" >"$rootfs.log" 2>&1 || { tail -n 30 "$rootfs.log" >&2; rm -f "$rootfs.log"; exit 1; }
 rm -f "$rootfs.log"
 # The same package sources as the official image (updates and security too), then no package lists or caches.

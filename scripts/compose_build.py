@@ -21,7 +21,8 @@ from typing import Any
 
 
 def build_commands(config: dict[str, Any], engine: str = "podman") -> list[list[str]]:
-    """One ``ENGINE build`` argv per image that a service of ``config`` builds (services sharing an image: once)."""
+    """One ``ENGINE build`` argv per image that a service of ``config`` builds (services sharing an image: once);
+    ``engine`` is a command line, e.g. ``scripts/container_engine.sh podman`` (the project's Podman settings)."""
     commands: dict[str, list[str]] = {}
     for name, service in sorted(config.get("services", {}).items()):
         build = service.get("build")
@@ -30,7 +31,7 @@ def build_commands(config: dict[str, Any], engine: str = "podman") -> list[list[
         image = service.get("image") or f"{config.get('name', 'compose')}-{name}"
         context = Path(build.get("context", "."))
         # --format docker: the OCI format drops SHELL (the Dockerfiles' bash with pipefail), as Docker would not.
-        argv = [engine, "build", "--format", "docker", "--layers", "--tag", image]
+        argv = [*shlex.split(engine), "build", "--format", "docker", "--layers", "--tag", image]
         argv += ["--file", str(context / build.get("dockerfile", "Dockerfile"))]
         if build.get("target"):
             argv += ["--target", build["target"]]
@@ -52,7 +53,7 @@ def main() -> int:
     """Read the configuration from stdin and run (or with --dry-run, print) the builds, timing each one."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
-    parser.add_argument("--engine", default="podman", help="the builder's CLI (default: podman)")
+    parser.add_argument("--engine", default="podman", help="the builder's command line (default: podman)")
     args = parser.parse_args()
     commands = build_commands(json.load(sys.stdin), args.engine)
     for argv in commands:

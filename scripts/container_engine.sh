@@ -6,6 +6,9 @@
 #   scripts/container_engine.sh start     start the engine if none answers; prints the DOCKER_HOST to use
 #   scripts/container_engine.sh host      prints the DOCKER_HOST of an engine that answers now (exit 1: none)
 #   scripts/container_engine.sh stop      stop the Podman API service that `start` started (Docker is left alone)
+# Podman runs healthchecks from systemd timers; where systemd does not run (containers, many CI machines) nothing
+# would ever run them, and `depends_on: {condition: service_healthy}` would wait for ever. So beside the API service
+# `start` runs a ticker (`health-ticker`) that runs the containers' healthchecks every HEALTH_TICK_S (10) seconds.
 #   scripts/container_engine.sh podman ARGS...   run podman with the project's settings
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,6 +16,7 @@ run_dir=$root/run
 sock=$run_dir/podman.sock
 pid_file=$run_dir/podman-service.pid
 service_log=$run_dir/podman-service.log
+ticker_pid_file=$run_dir/podman-health.pid
 export CONTAINERS_CONF=$root/deploy/containers.conf
 # runc: crun cannot handle hybrid cgroups; netavark + aardvark-dns: service names resolve on compose networks;
 # iptables: netavark's network set-up; catatonit: `init: true`; debootstrap: scripts/bootstrap_base_image.sh;
@@ -66,16 +70,41 @@ install() {
     fi
 }
 
-service_pid() {
-    # The pid of the Podman API service started by this script, if it still runs.
+running() {
+    # running PID_FILE PATTERN: prints the pid in PID_FILE when that process still runs a command matching PATTERN.
     local pid
-    pid=$(cat "$pid_file" 2>/dev/null) || return 1
-    [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "podman system service" && echo "$pid"
+    pid=$(cat "$1" 2>/dev/null) || return 1
+    [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$2" && echo "$pid"
+}
+
+service_pid() { running "$pid_file" "podman system service"; }
+
+ticker_pid() { running "$ticker_pid_file" "container_engine.sh health-ticker"; }
+
+health_ticker() {
+    # Runs the healthcheck of every running container that has one, every HEALTH_TICK_S seconds, while the API
+    # service runs (what systemd's timers do for Podman elsewhere).
+    local tick=${HEALTH_TICK_S:-10} id
+    while service_pid >/dev/null; do
+        for id in $(podman ps -q --filter health=starting) $(podman ps -q --filter health=healthy) \
+            $(podman ps -q --filter health=unhealthy); do
+            podman healthcheck run "$id" >/dev/null 2>&1 || true
+        done
+        sleep "$tick"
+    done
+}
+
+start_ticker() {
+    setsid "$0" health-ticker >>"$service_log" 2>&1 </dev/null &
+    echo $! >"$ticker_pid_file"
 }
 
 start() {
     local host
     if host=$(current_host); then
+        if [ "$host" = "unix://$sock" ] && ! ticker_pid >/dev/null; then
+            start_ticker
+        fi
         echo "$host"
         return 0
     fi
@@ -91,6 +120,7 @@ start() {
     # setsid: the service outlives this shell (make runs each target in its own); `stop` ends it by its pid.
     setsid podman system service --time=0 "unix://$sock" >"$service_log" 2>&1 </dev/null &
     echo $! >"$pid_file"
+    start_ticker
     local waited=0
     until answers "unix://$sock"; do
         if ! service_pid >/dev/null || [ $waited -ge 30 ]; then
@@ -104,18 +134,28 @@ start() {
     echo "unix://$sock"
 }
 
+end() {
+    # end PID: TERM to its process group (setsid made PID its leader: the ticker's sleep and probes go too), up to
+    # 10 s of grace, then KILL.
+    local pid=$1
+    kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || return 0
+    for _ in $(seq 20); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.5
+    done
+    kill -9 -- "-$pid" 2>/dev/null || kill -9 "$pid" 2>/dev/null || true
+}
+
 stop() {
     local pid
+    if pid=$(ticker_pid); then
+        end "$pid"
+    fi
     if pid=$(service_pid); then
-        kill "$pid"
-        for _ in $(seq 20); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.5
-        done
-        kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+        end "$pid"
         log "stopped Podman's API service (pid $pid)"
     fi
-    rm -f "$pid_file" "$sock"
+    rm -f "$pid_file" "$ticker_pid_file" "$sock"
 }
 
 case "${1:-}" in
@@ -123,6 +163,7 @@ case "${1:-}" in
     start) start ;;
     host) current_host ;;
     stop) stop ;;
+    health-ticker) health_ticker ;;
     podman) shift; exec podman "$@" ;;
     *) echo "usage: $0 install|start|host|stop|podman ARGS..." >&2; exit 2 ;;
 esac
