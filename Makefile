@@ -54,8 +54,10 @@ unit: app-env
 integration: envs browser
 	$(APP_PY) -m pytest tests/integration -q -m integration $(PYTEST_ARGS)
 
+# Everything CI runs (.ci/run): lint, unit and integration tests, then the compose stack for real (make compose-test).
 test: envs browser lint
-	$(APP_PY) -m pytest tests -q -rs $(PYTEST_ARGS)
+	$(APP_PY) -m pytest tests -q -rs --ignore=tests/compose $(PYTEST_ARGS)
+	@scripts/compose_stack.sh test
 
 logs-errors: app-env
 	@$(APP_PY) -m services.logtools --errors $(if $(SINCE),--since $(SINCE)) $(if $(JSON),--json)

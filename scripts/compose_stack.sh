@@ -149,6 +149,13 @@ project_containers() {
     "${cli[@]}" ps -a -q --filter "label=com.docker.compose.project=$project"
 }
 
+leftover_processes() {
+    # Processes still serving the project's containers (Podman's conmon names each container on its command line).
+    local project
+    project=$("${compose[@]}" config --format json | "$py" -c 'import json, sys; print(json.load(sys.stdin)["name"])')
+    pgrep -a -f -- "-n $project-" || true
+}
+
 down() {
     if ! DOCKER_HOST=$("${engine[@]}" host); then
         log "no container engine runs: nothing to stop"
@@ -156,15 +163,20 @@ down() {
         return 0
     fi
     engine_up
-    local left
+    local left waited=0
     "${compose[@]}" down --remove-orphans --timeout 30 || true
     left=$(project_containers)
+    # conmon of a finished exec lingers for exit_command_delay (deploy/containers.conf) after its container is gone.
+    while [ -z "$left" ] && [ -n "$(leftover_processes)" ] && [ $waited -lt 30 ]; do
+        sleep 1
+        waited=$((waited + 1))
+    done
+    [ -n "$left" ] || left=$(leftover_processes)
+    "${engine[@]}" stop
     if [ -n "$left" ]; then
-        log "[ERROR] containers left after down: $left"
-        "${engine[@]}" stop
+        log "[ERROR] left after down: $left"
         return 1
     fi
-    "${engine[@]}" stop
 }
 
 smoke_test() {

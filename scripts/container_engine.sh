@@ -20,8 +20,8 @@ ticker_pid_file=$run_dir/podman-health.pid
 export CONTAINERS_CONF=$root/deploy/containers.conf
 # runc: crun cannot handle hybrid cgroups; netavark + aardvark-dns: service names resolve on compose networks;
 # iptables: netavark's network set-up; catatonit: `init: true`; debootstrap: scripts/bootstrap_base_image.sh;
-# curl: the API checks below.
-PACKAGES=(podman runc netavark aardvark-dns iptables catatonit debootstrap curl)
+# curl: the API checks below; procps: pgrep (scripts/compose_stack.sh looks for leftovers).
+PACKAGES=(podman runc netavark aardvark-dns iptables catatonit debootstrap curl procps)
 
 log() { echo "[engine] $*" >&2; }
 
@@ -49,7 +49,7 @@ current_host() {
 
 install() {
     if command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null \
-        && [ -x /usr/lib/podman/netavark ] && command -v iptables >/dev/null && command -v curl >/dev/null; then
+        && [ -x /usr/lib/podman/netavark ] && command -v iptables >/dev/null && command -v curl >/dev/null && command -v pgrep >/dev/null; then
         return 0
     fi
     if ! command -v apt-get >/dev/null; then
@@ -84,13 +84,18 @@ ticker_pid() { running "$ticker_pid_file" "container_engine.sh health-ticker"; }
 health_ticker() {
     # Runs the healthcheck of every running container that has one, every HEALTH_TICK_S seconds, while the API
     # service runs (what systemd's timers do for Podman elsewhere).
-    local tick=${HEALTH_TICK_S:-10} id
+    # On TERM (stop) bash first lets a running `podman healthcheck run` finish (no container lock left held), then
+    # ends the pending sleep too.
+    local tick=${HEALTH_TICK_S:-10} id sleeper=
+    trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
     while service_pid >/dev/null; do
         for id in $(podman ps -q --filter health=starting) $(podman ps -q --filter health=healthy) \
             $(podman ps -q --filter health=unhealthy); do
             podman healthcheck run "$id" >/dev/null 2>&1 || true
         done
-        sleep "$tick"
+        sleep "$tick" &
+        sleeper=$!
+        wait "$sleeper" || true
     done
 }
 
@@ -119,11 +124,11 @@ start() {
     log "starting Podman's Docker-compatible API on unix://$sock (settings: deploy/containers.conf)"
     # setsid: the service outlives this shell (make runs each target in its own); `stop` ends it by its pid.
     setsid podman system service --time=0 "unix://$sock" >"$service_log" 2>&1 </dev/null &
-    echo $! >"$pid_file"
-    start_ticker
-    local waited=0
+    local pid=$! waited=0
+    echo "$pid" >"$pid_file"
+    # kill -0, not service_pid: until the forked shell has exec'd podman, its command line is still this script's.
     until answers "unix://$sock"; do
-        if ! service_pid >/dev/null || [ $waited -ge 30 ]; then
+        if ! kill -0 "$pid" 2>/dev/null || [ $waited -ge 60 ]; then
             log "[ERROR] Podman's API service did not start; its log ($service_log):"
             tail -n 20 "$service_log" >&2
             exit 1
@@ -131,15 +136,15 @@ start() {
         sleep 1
         waited=$((waited + 1))
     done
+    start_ticker
     echo "unix://$sock"
 }
 
 end() {
-    # end PID: TERM to its process group (setsid made PID its leader: the ticker's sleep and probes go too), up to
-    # 10 s of grace, then KILL.
+    # end PID: TERM, up to 15 s of grace, then KILL to its process group (setsid made PID the leader).
     local pid=$1
-    kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || return 0
-    for _ in $(seq 20); do
+    kill "$pid" 2>/dev/null || return 0
+    for _ in $(seq 30); do
         kill -0 "$pid" 2>/dev/null || return 0
         sleep 0.5
     done
