@@ -48,8 +48,11 @@ current_host() {
 }
 
 install() {
-    if command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null \
-        && [ -x /usr/lib/podman/netavark ] && command -v iptables >/dev/null && command -v curl >/dev/null && command -v pgrep >/dev/null; then
+    local tool missing=()
+    for tool in podman runc /usr/lib/podman/netavark /usr/lib/podman/aardvark-dns catatonit iptables debootstrap curl pgrep; do
+        command -v "$tool" >/dev/null || missing+=("$tool")
+    done
+    if [ ${#missing[@]} -eq 0 ]; then
         return 0
     fi
     if ! command -v apt-get >/dev/null; then
@@ -61,7 +64,7 @@ install() {
         command -v sudo >/dev/null || { log "[ERROR] need root or sudo to install ${PACKAGES[*]}"; exit 2; }
         sudo=(sudo)
     fi
-    log "installing ${PACKAGES[*]} (apt-get, first time only)"
+    log "${missing[*]} missing: installing ${PACKAGES[*]} (apt-get, first time only)"
     export DEBIAN_FRONTEND=noninteractive
     if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null \
         || ! "${sudo[@]}" apt-get install -y --no-install-recommends "${PACKAGES[@]}" >&2; then
