@@ -99,4 +99,5 @@ compose-test: app-env browser
 	@scripts/compose_stack.sh test
 
 clean: down
+	@scripts/container_engine.sh stop
 	rm -rf run .mypy_cache .ruff_cache .pytest_cache

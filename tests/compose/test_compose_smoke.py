@@ -72,7 +72,8 @@ def test_chat_answer_through_the_ui_container(stack: ComposeStack, page: Page) -
     by service name, and its request log line reached ./logs through the bind mount."""
     before = len(request_log_lines())
     open_chat(page, stack.url("UI_PORT"), "Ready")
-    assert f"Model: {SERVED_MODEL}" in page.locator("body").inner_text()
+    header = page.locator("body").inner_text()
+    assert f"Model: {SERVED_MODEL}" in header and f"Endpoint: http://vllm:{stack.ports['VLLM_PORT']}" in header
     send(page, "你好，请用一句话介绍你自己")
     ((total_ms, prompt_ms, gen_ms),) = wait_for_timing_lines(page, 1, timeout_s=180)
     assert total_ms >= prompt_ms > 0 and gen_ms >= 0
