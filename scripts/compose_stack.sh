@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The compose stack from image build to teardown, on Docker Engine or Podman (docs/docker.md):
-#   scripts/compose_stack.sh build   engine, base image, extra build contexts, images (layers cached between runs)
+#   scripts/compose_stack.sh build   engine, base image, extra build contexts, images (layers cached between runs;
+#                                    bounded by COMPOSE_BUILD_TIMEOUT_S, 2400)
 #   scripts/compose_stack.sh up      build, `up -d`, wait until every service is healthy (COMPOSE_UP_TIMEOUT_S, 1200)
 #   scripts/compose_stack.sh down    `down` (volumes kept), then stop the Podman API service this checkout started
 #   scripts/compose_stack.sh test    smoke test: up on test ports with MODEL=synthetic:tiny, the checks of
@@ -13,6 +14,7 @@ cd "$root"
 py=${APP_PYTHON:-$root/.venvs/app/bin/python}
 compose=("$root/scripts/compose.sh")
 engine=("$root/scripts/container_engine.sh")
+build_timeout_s=${COMPOSE_BUILD_TIMEOUT_S:-2400}
 up_timeout_s=${COMPOSE_UP_TIMEOUT_S:-1200}
 test_timeout_s=${COMPOSE_TEST_TIMEOUT_S:-900}
 
@@ -62,7 +64,7 @@ choose_base() {
             return 0
         fi
         log "$official cannot be pulled here: building the local stand-in $local_image (Debian bookworm)"
-        ENGINE_CLI="${cli[*]}" scripts/bootstrap_base_image.sh "$local_image"
+        ENGINE_CLI="${cli[*]}" timeout "$build_timeout_s" scripts/bootstrap_base_image.sh "$local_image"
     fi
     export PYTHON_BASE=$local_image
     log "base image: $PYTHON_BASE"
@@ -111,15 +113,17 @@ prepare_contexts() {
 }
 
 build() {
+    mkdir -p run
     engine_up
     choose_base
     prepare_contexts
     local started=$SECONDS
     if [ "$kind" = podman ]; then
         # Compose builds through BuildKit, which Podman's API lacks; Podman's builder takes the same inputs.
-        "${compose[@]}" config --format json | "$py" scripts/compose_build.py --engine "${cli[*]}"
+        "${compose[@]}" config --format json >run/compose-config.json
+        timeout "$build_timeout_s" "$py" scripts/compose_build.py --engine "${cli[*]}" <run/compose-config.json
     else
-        "${compose[@]}" build
+        timeout "$build_timeout_s" "${compose[@]}" build
     fi
     log "images built in $((SECONDS - started)) s"
 }
