@@ -87,6 +87,7 @@ BENCH_VARS := CONCURRENCY REQUESTS DURATION WARMUP MAX_TOKENS TEMPERATURE SEED R
 	DATASET PROFILE INPUT_MIX IGNORE_EOS BURSTINESS RAMP_UP_S OUTPUT_LEN OUTPUT_LEN_MEAN OUTPUT_LEN_P95
 benchmark-compose:
 	scripts/compose.sh exec -T $(foreach v,$(BENCH_VARS),$(if $($(v)),-e $(v)=$($(v)))) locust-master python -m loadtest.bench
+	@echo "[INFO] /app/reports in the containers is ./reports here"
 
 # The compose stack (Docker Engine, else Podman; CPU overlay without a GPU): scripts/compose_stack.sh, docs/docker.md.
 compose-up: app-env
