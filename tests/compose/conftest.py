@@ -31,10 +31,12 @@ class ComposeStack:
 
     @property
     def logs_dir(self) -> Path:
+        """./logs, bind-mounted as /app/logs into every container."""
         return PROJECT_ROOT / "logs"
 
     @property
     def reports_dir(self) -> Path:
+        """./reports, bind-mounted as /app/reports into the UI, sidecar and Locust containers."""
         return PROJECT_ROOT / "reports"
 
     def compose(self, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:

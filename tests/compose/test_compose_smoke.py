@@ -32,9 +32,9 @@ SERVED_MODEL = "ernie-tiny-synthetic"  # MODEL=synthetic:tiny, as scripts/compos
 SERVICES = ("vllm", "ui", "sidecar", "locust-master", "locust-worker")
 
 
-def request_log_lines() -> list[dict[str, Any]]:
-    """Lines of ./logs/requests.jsonl, which the containers append to through the bind mount."""
-    path = PROJECT_ROOT / "logs" / "requests.jsonl"
+def request_log_lines(logs_dir: Path) -> list[dict[str, Any]]:
+    """Lines of requests.jsonl in ``logs_dir`` (./logs, which the containers append to through the bind mount)."""
+    path = logs_dir / "requests.jsonl"
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -70,7 +70,7 @@ def test_every_container_runs_and_the_checked_ones_are_healthy(stack: ComposeSta
 def test_chat_answer_through_the_ui_container(stack: ComposeStack, page: Page) -> None:
     """A question typed into the UI container's page streams back an answer with its timing line; the UI found vLLM
     by service name, and its request log line reached ./logs through the bind mount."""
-    before = len(request_log_lines())
+    before = len(request_log_lines(stack.logs_dir))
     open_chat(page, stack.url("UI_PORT"), "Ready")
     header = page.locator("body").inner_text()
     assert f"Model: {SERVED_MODEL}" in header and f"Endpoint: http://vllm:{stack.ports['VLLM_PORT']}" in header
@@ -78,7 +78,7 @@ def test_chat_answer_through_the_ui_container(stack: ComposeStack, page: Page) -
     ((total_ms, prompt_ms, gen_ms),) = wait_for_timing_lines(page, 1, timeout_s=180)
     assert total_ms >= prompt_ms > 0 and gen_ms >= 0
     screenshot(page, "compose_chat.png")
-    ui_lines = [line for line in request_log_lines()[before:] if line["source"] == "ui"]
+    ui_lines = [line for line in request_log_lines(stack.logs_dir)[before:] if line["source"] == "ui"]
     assert ui_lines and ui_lines[-1]["status"] == "ok" and ui_lines[-1]["model"] == SERVED_MODEL, ui_lines
     assert ui_lines[-1]["completion_tokens"] > 0
 
