@@ -5,7 +5,7 @@
 #   2. check-jsonschema validates the raw files and both resolved configurations against the Compose Specification
 #      schema (check-jsonschema's vendored copy, `vendor.compose-spec`).
 #   3. hadolint lints Dockerfile.vllm and Dockerfile.ui.
-#   4. shellcheck lints scripts/*.sh, .ci/run and the bash one-liners inside the compose files.
+#   4. shellcheck lints scripts/*.sh, the seed scripts (./*.sh), .ci/run and the bash one-liners inside the compose files.
 # Tools come from the app env (requirements/dev.txt); APP_PYTHON points at another interpreter that has them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -127,7 +127,7 @@ done
 
 check "hadolint Dockerfile.vllm Dockerfile.ui" "$hadolint" Dockerfile.vllm Dockerfile.ui
 
-mapfile -t scripts < <(printf '%s\n' scripts/*.sh .ci/run)
+mapfile -t scripts < <(printf '%s\n' scripts/*.sh ./*.sh .ci/run)
 check "shellcheck ${scripts[*]}" "$shellcheck" "${scripts[@]}"
 mapfile -t snippets < <(compose_snippets)
 check "shellcheck of the compose bash -c commands and healthchecks (${#snippets[@]})" "$shellcheck" "${snippets[@]}"
