@@ -18,12 +18,10 @@ import pytest
 
 from core.settings import PROJECT_ROOT
 
-# TEST_PORT_OFFSET shifts every port, so two checkouts can run their integration tests side by side.
-_OFFSET = int(os.environ.get("TEST_PORT_OFFSET", "0"))
-TEST_PORTS = {
-    name: port + _OFFSET
-    for name, port in {"VLLM_PORT": 28100, "UI_PORT": 28000, "SIDECAR_PORT": 28200, "LOCUST_WEB_PORT": 28089}.items()
-}
+# The four ports sit next to each other (28000-28003); TEST_PORT_OFFSET shifts them, so checkouts whose offsets differ
+# by 4 or more run their integration tests side by side without a clash.
+_BASE = 28000 + int(os.environ.get("TEST_PORT_OFFSET", "0"))
+TEST_PORTS = {"UI_PORT": _BASE, "VLLM_PORT": _BASE + 1, "SIDECAR_PORT": _BASE + 2, "LOCUST_WEB_PORT": _BASE + 3}
 
 
 @dataclass
