@@ -36,7 +36,7 @@ def test_one_api_key_goes_through_the_environment_only(tmp_path: Path) -> None:
         s = settings(tmp_path, **fields)
         argv = launch.vllm_argv(s, RESOLVED)
         assert "s3cr3tXYZ" not in " ".join(argv) and "--api-key" not in argv
-        assert launch.vllm_env(s, {"PATH": "/bin"})["VLLM_API_KEY"] == "s3cr3tXYZ"
+        assert launch.vllm_env(s, base={"PATH": "/bin"})["VLLM_API_KEY"] == "s3cr3tXYZ"
     assert argv[-2:] == ["--max-num-seqs", "4"]
 
 
@@ -45,13 +45,13 @@ def test_several_keys_go_on_the_command_line_as_one_list(tmp_path: Path) -> None
     s = settings(tmp_path, vllm_api_key="k1", vllm_extra_args="--api-key=k2")
     argv = launch.vllm_argv(s, RESOLVED)
     assert argv[-3:] == ["--api-key", "k1", "k2"]
-    assert "VLLM_API_KEY" not in launch.vllm_env(s, {"VLLM_API_KEY": "k1"})
+    assert "VLLM_API_KEY" not in launch.vllm_env(s, base={"VLLM_API_KEY": "k1"})
 
 
 def test_vllm_env_drops_the_other_services_secrets(tmp_path: Path) -> None:
     """vLLM gets the HF token, never the UI password, the sidecar token or the Locust password."""
     s = settings(tmp_path, hf_token="hf_abc")
-    env = launch.vllm_env(s, {"UI_PASSWORD": "pw", "SIDECAR_TOKEN": "t", "LOCUST_WEB_PASSWORD": "l", "PATH": "/b"})
+    env = launch.vllm_env(s, base={"UI_PASSWORD": "pw", "SIDECAR_TOKEN": "t", "LOCUST_WEB_PASSWORD": "l", "PATH": "/b"})
     assert env["HF_TOKEN"] == "hf_abc" and {"UI_PASSWORD", "SIDECAR_TOKEN", "LOCUST_WEB_PASSWORD"}.isdisjoint(env)
 
 
