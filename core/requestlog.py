@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -175,23 +176,38 @@ def append_request_log(path: Path, line: RequestLogLine, max_bytes: int | None =
     append_rotating(path, data, max_bytes, backups)
 
 
+def _same(text: str) -> str:
+    return text
+
+
 @dataclass(frozen=True)
 class RequestLog:
-    """``logs/requests.jsonl`` with its rotation (REQUESTS_LOG_MAX_MB, REQUESTS_LOG_BACKUPS); what writers hold."""
+    """``logs/requests.jsonl`` with its rotation (REQUESTS_LOG_MAX_MB, REQUESTS_LOG_BACKUPS) and the masking of
+    secrets in the ``error`` texts (a server may echo what it was sent); what writers hold."""
 
     path: Path
     max_bytes: int | None = None
     backups: int = 5
+    redact: Callable[[str], str] = _same
 
     @classmethod
     def of(cls, settings: Settings) -> RequestLog:
-        """The request log of ``settings``."""
-        return cls(settings.requests_log_file, int(settings.requests_log_max_mb * MIB), settings.requests_log_backups)
+        """The request log of ``settings``, masking its secrets (:mod:`core.redact`)."""
+        from core.redact import Redactor, secret_values
+
+        return cls(
+            settings.requests_log_file,
+            int(settings.requests_log_max_mb * MIB),
+            settings.requests_log_backups,
+            Redactor(secret_values(settings)),
+        )
 
     def append(self, line: RequestLogLine) -> None:
-        """Append ``line`` (rotating when due).
+        """Append ``line`` (its error text masked; rotating when due).
 
         Raises:
             OSError: the log cannot be written.
         """
+        if line.error:
+            line = replace(line, error=self.redact(line.error))
         append_request_log(self.path, line, self.max_bytes, self.backups)

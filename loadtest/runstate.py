@@ -53,6 +53,8 @@ class RunState:
         """Append one row to the rows file (if any) and to the request log; one write per row, so rows never
         interleave under gevent."""
         self.finished += 1
+        if record.error:  # a server may echo what it was sent: the request log's masking applies to rows too
+            record = record.model_copy(update={"error": self.requests_log.redact(record.error)})
         if self.records_path is not None:
             with self.records_path.open("a", encoding="utf-8") as fh:
                 fh.write(record.model_dump_json() + "\n")

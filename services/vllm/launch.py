@@ -32,7 +32,7 @@ from types import FrameType
 from core.engine import EngineRequest, EngineState, LogPosition, log_position, read_request, write_engine_state
 from core.logrotate import MIB, RotatingWriter
 from core.net import port_in_use_message
-from core.redact import Redactor, redact_argv, secret_values
+from core.redact import Redactor, redact_argv, secret_values, strip_url_credentials
 from core.settings import PROJECT_ROOT, Settings, get_settings, service_env
 from services.vllm.hub import hf_cached, hf_config_dir, probe_hub
 from services.vllm.kvsizing import KvPlan, KvSizingError, geometry_from_config, plan_kv, read_config
@@ -246,7 +246,7 @@ def write_state(
         hostname=socket.gethostname(),
         started_at=time.time(),
         argv=redact_argv(argv),
-        vllm_url=settings.vllm_url,
+        vllm_url=strip_url_credentials(settings.vllm_url),
         profiler=profiler,
         log_start=log_start,
     )

@@ -32,9 +32,10 @@ FULL_READ_BYTES = 8 << 20
 """A log family up to this size (bytes) is read whole; a bigger one in bounded regions (:func:`read_startup`)."""
 REGION_BYTES = 1 << 20
 """Most bytes read from the head of the oldest file and from the latest launch: a start-up's lines until ready are
-tens of KiB; a region also ends as soon as its start is ready or failed."""
-TAIL_BYTES = 1 << 20
-"""Bytes read from the end of ``vllm.log``."""
+tens of KiB; a region also ends as soon as its start is ready or failed (read in :data:`REGION_BLOCK_BYTES`)."""
+REGION_BLOCK_BYTES = 64 << 10
+TAIL_BYTES = 256 << 10
+"""Bytes read from the end of ``vllm.log``: a dead engine's last lines, a stop, a start nobody recorded."""
 
 
 @dataclass(frozen=True)
@@ -296,9 +297,14 @@ def _detail(phase: StartupPhase, download_pct: int | None) -> str:
     return "process started"
 
 
+_ACCESS = b"INFO:     "
+
+
 def _skipped(raw: bytes) -> bool:
-    """Lines that never move a phase and are most of a serving log: uvicorn access lines and periodic stats."""
-    return (raw.startswith(b"INFO:     ") and raw[10:11].isdigit()) or fmt.METRICS_NEEDLE in raw
+    """Lines that never move a phase and are most of a serving log: uvicorn access lines (``INFO:     1.2.3.4:5 -
+    "POST …``, also behind vLLM's process prefix or a container stamp) and periodic stats."""
+    at = raw.find(_ACCESS, 0, 120)
+    return (at >= 0 and raw[at + 10 : at + 11].isdigit()) or fmt.METRICS_NEEDLE in raw
 
 
 def startup_phase(lines_or_path: Path | str | Iterable[str] | Iterable[bytes]) -> StartupPhase:
@@ -406,7 +412,7 @@ def read_startup(path: Path, engine_state: EngineState | None = None, stats: Rea
     position = engine_state.log_start if engine_state else None
     log_start = (position.dev, position.ino, position.offset) if position else None
     for member, begin, most, settle_after in _regions(family, log_start):
-        spans = iter_spans(member, stats, start_at=begin or None)
+        spans = iter_spans(member, stats, REGION_BLOCK_BYTES, start_at=begin or None)
         before, read = tracker.state, 0
         for span in spans:
             _feed_span(tracker, span)

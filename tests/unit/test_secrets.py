@@ -127,3 +127,20 @@ def test_trusted_host_with_a_port_is_refused() -> None:
     """A port or a path in SIDECAR_TRUSTED_HOSTS is a configuration error naming the value."""
     with pytest.raises(ValueError, match="is not a host name"):
         Settings(_env_file=None, sidecar_trusted_hosts="sidecar:8200")  # type: ignore[call-arg, arg-type]
+
+
+def test_request_log_and_rows_mask_echoed_secrets(tmp_path: Path) -> None:
+    """A server error echoing the API key is masked in requests.jsonl and in the benchmark's rows file."""
+    from core.records import RequestRecord
+    from core.requestlog import RequestLog
+    from loadtest.runstate import RunState
+    from tests.unit.test_run_edges import plan
+
+    s = settings(vllm_api_key="k-echoed-123", logs_dir=tmp_path)
+    state = RunState(plan(tmp_path, requests=1), RequestLog.of(s))
+    state.begin(1, tmp_path / "rows.jsonl")
+    state.save(RequestRecord(request_id="r", started_at=1.8e9, ok=False, error_kind="http_status",
+                             error="bad key k-echoed-123"))  # fmt: skip
+    for path in (tmp_path / "requests.jsonl", tmp_path / "rows.jsonl"):
+        text = path.read_text()
+        assert "k-echoed-123" not in text and "bad key ***" in text, path
