@@ -81,6 +81,7 @@ bench-ceiling: app-env
 bench-logs: app-env
 	@$(APP_PY) benchmarks/bench_log_analyzer.py
 	@$(APP_PY) benchmarks/bench_request_stats.py
+	@$(APP_PY) benchmarks/bench_startup_big_log.py
 
 bench-engine: envs
 	@$(APP_PY) benchmarks/bench_engine_defaults.py $(if $(REPEATS),--repeats $(REPEATS)) $(if $(VARIANTS),--variants $(VARIANTS))

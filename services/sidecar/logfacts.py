@@ -39,6 +39,9 @@ def read_log_facts(
     last_header = b""
     for span in spans:
         buf, start, stop = clean_span(*span)
+        if not any(buf.find(needle, start, stop) >= 0 for needle in _NEEDLES):
+            last_header = b""  # a block of INFO lines (most of a serving log): nothing to look at, line by line
+            continue
         lines = buf[start:stop].split(b"\n")
         lines.pop()
         for raw in lines:
