@@ -1,4 +1,4 @@
-"""Local-mode control of the stack under supervisord: ``python -m services.stackctl up|down|status``.
+"""Local-mode control of the stack under supervisord: ``python -m services.stackctl up|down|status|token``.
 
 ``up`` checks the ports, prepares the model (building the synthetic one with a progress bar), starts supervisord
 (deploy/supervisord.conf, which runs each service's launch entrypoint) and returns once every service answers,
@@ -303,13 +303,25 @@ def startup_times_line(facts: StartupFacts | None) -> str | None:
     return f"  starts: cold {facts.cold_start_s:.0f} s" + (f", warm {warm}" if warm else ", no warm restart yet")
 
 
+def token(settings: Settings) -> int:
+    """Make the sidecar token file when missing (as ``make up`` does) and print its path, never the token: what a
+    compose secret (``secrets: sidecar_token: file: ./run/sidecar_token``) needs before ``docker compose up``."""
+    try:
+        ensure_sidecar_token(settings)
+    except OSError as exc:
+        print(f"[ERROR] cannot make the sidecar token {settings.sidecar_token_path}: {exc}", file=sys.stderr)
+        return 2
+    print(settings.sidecar_token_path if not settings.sidecar_token else "SIDECAR_TOKEN is set (no file used)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("command", choices=["up", "down", "status", "token"])
     args = parser.parse_args(argv)
     settings = get_settings()
-    return {"up": up, "down": down, "status": status}[args.command](settings)
+    return {"up": up, "down": down, "status": status, "token": token}[args.command](settings)
 
 
 if __name__ == "__main__":

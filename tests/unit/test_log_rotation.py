@@ -155,3 +155,19 @@ def test_small_family_is_read_whole_with_its_rotated_files(tmp_path: Path) -> No
     (tmp_path / "vllm.log").write_text(STARTUP.replace("1.50", "2.00"))
     phase = read_startup(tmp_path / "vllm.log")
     assert len(phase.attempts) == 2 and phase.load_s == 2.0
+
+
+def test_rotating_tee_for_containers(tmp_path: Path) -> None:
+    """``python -m core.logrotate FILE`` (the containers' replacement for ``tee -a``) passes its input through and
+    keeps FILE rotated."""
+    import subprocess
+    import sys
+
+    data = "".join(f"line {i:04d} {'x' * 60}\n" for i in range(200)).encode()
+    run = subprocess.run([sys.executable, "-m", "core.logrotate", str(tmp_path / "ui.log"), "--max-mb", "0.002",
+                          "--backups", "2"], input=data, capture_output=True, timeout=60)  # fmt: skip
+    assert run.returncode == 0 and run.stdout == data
+    family = rotated_family(tmp_path / "ui.log")
+    assert [Path(f).name for f in family] == ["ui.log.2", "ui.log.1", "ui.log"]
+    assert all(os.path.getsize(f) <= 0.002 * (1 << 20) for f in family)
+    assert b"".join(Path(f).read_bytes() for f in family) == data[-sum(os.path.getsize(f) for f in family):]

@@ -144,3 +144,17 @@ def test_request_log_and_rows_mask_echoed_secrets(tmp_path: Path) -> None:
     for path in (tmp_path / "requests.jsonl", tmp_path / "rows.jsonl"):
         text = path.read_text()
         assert "k-echoed-123" not in text and "bad key ***" in text, path
+
+
+def test_stackctl_token_makes_the_file_and_prints_its_path_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m services.stackctl token`` (before a compose secret is mounted) prints the path, never the token."""
+    from services import stackctl
+
+    s = settings(run_dir=tmp_path / "run")
+    assert stackctl.token(s) == 0
+    out = capsys.readouterr().out
+    assert out.strip() == str(tmp_path / "run" / "sidecar_token")
+    token = s.sidecar_auth_token()
+    assert token and token not in out
