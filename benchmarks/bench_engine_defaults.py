@@ -229,7 +229,7 @@ class PrivateStack:
             if proc.poll() is not None:
                 raise BenchError(f"{log.name} exited {proc.returncode}:\n{log_tail(log)}")
             try:
-                if httpx.get(url, timeout=2).status_code == 200:
+                if httpx.get(url, timeout=2, headers=get_settings().vllm_headers).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass

@@ -110,6 +110,9 @@ def run_vllm_bench(argv: Sequence[str], log_path: Path, timeout_s: float) -> tup
     """
     result_path = Path(argv[argv.index("--result-dir") + 1]) / argv[argv.index("--result-filename") + 1]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
+    key = get_settings().vllm_client_key
+    if key:  # vllm bench serve sends OPENAI_API_KEY as its bearer token
+        env["OPENAI_API_KEY"] = key
     with log_path.open("wb") as log:
         proc = subprocess.Popen(list(argv), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
