@@ -107,6 +107,9 @@ class SeriesComparison(BaseModel):
     against: str = Field(description="Series or report id of the reference.")
     points: list[PointComparison] = Field(default_factory=list)
     refused: str | None = Field(default=None, description="Why nothing could be compared (no common workload).")
+    notes: list[str] = Field(
+        default_factory=list, description="What differs outside the workload (vLLM flags, version): part of the change."
+    )
 
 
 class SeriesReport(BaseModel):

@@ -30,8 +30,9 @@ def series_lines(series: SeriesReport, path: str) -> list[str]:
         cells = [interval_text(point.metrics.get(m), 2 if m == "throughput_req_per_sec" else 0) for m in TABLE_METRICS]
         slo = "" if point.meets_slo is None else ("  meets SLO" if point.meets_slo else "  misses SLO")
         lines.append(f"{tag} {point.label} ({len(point.report_ids)} run(s)): " + " | ".join(cells) + slo)
-    lines.append(f"[KNEE] {series.knee.line}")
-    lines += [f"[KNEE] note: {note}" for note in series.knee.notes]
+    if series.sweep or series.slo:
+        lines.append(f"[KNEE] {series.knee.line}")
+        lines += [f"[KNEE] note: {note}" for note in series.knee.notes]
     for name, comparison in series.comparison.items():
         if comparison.refused:
             lines.append(f"[COMPARE] {name}: not compared: {comparison.refused}")
@@ -39,6 +40,7 @@ def series_lines(series: SeriesReport, path: str) -> list[str]:
         for paired in comparison.points:
             parts = [f"{SERIES_METRICS[m][0]} {change_text(paired.changes[m])}" for m in COMPARE_METRICS]
             lines.append(f"[COMPARE] {name} {paired.label}: " + "; ".join(parts) + f" ({comparison.against})")
+        lines += [f"[COMPARE] {name}: {note}" for note in comparison.notes]
     lines += [f"[NOTE] {note}" for note in series.notes]
     folder = Path(path).parent
     lines.append(f"[REPORT] Series saved to {path}")

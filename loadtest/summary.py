@@ -37,8 +37,14 @@ def load_line(plan: BenchmarkConfig) -> str:
     """The seed's ``[INFO] Running load test: 50 concurrent users, 200 total requests`` (or the duration / rate)."""
     if plan.rate_req_per_sec is not None:
         shape = f"open loop at {plan.rate_req_per_sec:g} req/s"
+        if plan.rate_end_req_per_sec is not None:
+            shape += f" ramping to {plan.rate_end_req_per_sec:g} req/s"
+        if plan.max_in_flight is not None:
+            shape += f", at most {plan.max_in_flight} in flight"
     else:
         shape = f"{plan.concurrency} concurrent users"
+        if plan.session_turns > 1:
+            shape += f" in {plan.session_turns}-turn conversations"
     amount = f"{plan.requests} total requests" if plan.duration_s is None else f"for {plan.duration_s:g} s"
     return f"[INFO] Running load test: {shape}, {amount}"
 

@@ -110,9 +110,11 @@ def _mean_throughput(point: PointPlan, reports: dict[str, Report]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def run_line(point: PointPlan, index: int, points: int, run: int, repeat: int, result: RunResult) -> str:
+def run_line(
+    point: PointPlan, index: int, points: int, run: int, repeat: int, result: RunResult, tag: str = "[SWEEP]"
+) -> str:
     """``[SWEEP] point 2/4 rate 1.5 req/s, run 1/3: 1.48 req/s, …, TTFT p99 300 ms, E2E p99 2100 ms (<report id>)``."""
-    where = f"[SWEEP] point {index}/{points} {point.label}, run {run}/{repeat}"
+    where = f"{tag} point {index}/{points} {point.label}, run {run}/{repeat}"
     if result.report is None:
         return f"{where}: no report ({result.error or 'nothing measured'})"
     m = result.report.metrics
@@ -150,7 +152,8 @@ def run_series(
                     point.report_ids.append(result.report.report_id)
                 else:
                     runs.notes.append(f"{point.label} run {run}: {result.error or 'no report'}")
-                out(run_line(point, len(done) + 1, total_points, run, settings.repeat, result))
+                tag = "[SWEEP]" if settings.sweep else "[REPEAT]"
+                out(run_line(point, len(done) + 1, total_points, run, settings.repeat, result, tag))
                 if result.interrupted:
                     runs.interrupted = True
                     break

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from core.abcompare import ABComparison, Side, compare_sides
+from core.abcompare import IGNORED_VLLM_FLAGS, ABComparison, Side, compare_sides, vllm_flags
 from core.api import BuildSeriesRequest, BuildSeriesResponse, CompareRequest, CompareResponse
-from core.report_schema import Report
+from core.report_schema import Environment, Report
 from core.series import (
     COMPARE_ID_RE,
     SERIES_ID_RE,
@@ -38,6 +38,19 @@ from services.sidecar.store import ReportStore, utc_now_iso, validate_report_id
 
 class UnknownResult(LookupError):
     """A reference names no report, series or baseline; the message lists what exists."""
+
+
+def engine_notes(old: Environment, new: Environment) -> list[str]:
+    """``vLLM flag --max-num-seqs differs (None -> 4)`` for each vLLM flag or version that changed."""
+    fa, fb = vllm_flags(old.vllm_args), vllm_flags(new.vllm_args)
+    notes = [
+        f"vLLM flag {flag} differs ({fa.get(flag)} -> {fb.get(flag)}); the comparison includes that change"
+        for flag in sorted((set(fa) | set(fb)) - IGNORED_VLLM_FLAGS)
+        if fa.get(flag) != fb.get(flag)
+    ]
+    if old.vllm_version != new.vllm_version:
+        notes.append(f"vLLM version differs ({old.vllm_version} -> {new.vllm_version})")
+    return notes
 
 
 def new_id(prefix: str, now: datetime | None = None) -> str:
@@ -88,21 +101,37 @@ class SeriesService:
                 raise UnknownResult(f"no series {result_id}") from None
         return [report_as_point(self._report(validate_report_id(result_id)))]
 
-    def _comparisons(self, points: list[SeriesPoint], threshold_pct: float) -> dict[str, SeriesComparison]:
-        """Against the latest earlier series sharing a point, and against every named baseline."""
+    def environment_of(self, result_id: str) -> Environment:
+        """The environment a report or series was measured in.
+
+        Raises:
+            UnknownResult, ValueError, OSError: as :meth:`points_of`.
+        """
+        if is_series_id(result_id):
+            return self.series.get(result_id).environment
+        return self._report(validate_report_id(result_id)).environment
+
+    def _comparisons(
+        self, points: list[SeriesPoint], environment: Environment, threshold_pct: float
+    ) -> dict[str, SeriesComparison]:
+        """Against the latest earlier series sharing a point, and against every named baseline; each notes the vLLM
+        flags and version that differ (not part of the workload fingerprint, but part of the change)."""
         out: dict[str, SeriesComparison] = {}
         fingerprints = {p.fingerprint for p in points}
         for earlier in reversed(self.series.list()):
             if fingerprints & {p.fingerprint for p in earlier.points}:
-                out["vs_previous"] = compare_points(points, earlier.points, earlier.series_id, threshold_pct)
+                comparison = compare_points(points, earlier.points, earlier.series_id, threshold_pct)
+                comparison.notes = engine_notes(earlier.environment, environment)
+                out["vs_previous"] = comparison
                 break
         for name, result_id in self.baselines.all().items():
             try:
                 reference = self.points_of(result_id)
+                comparison = compare_points(points, reference, result_id, threshold_pct)
+                comparison.notes = engine_notes(self.environment_of(result_id), environment)
             except (UnknownResult, ValueError, OSError) as exc:
-                out[f"vs_{name}"] = SeriesComparison(against=result_id, refused=f"cannot be read: {exc}")
-                continue
-            out[f"vs_{name}"] = compare_points(points, reference, result_id, threshold_pct)
+                comparison = SeriesComparison(against=result_id, refused=f"cannot be read: {exc}")
+            out[f"vs_{name}"] = comparison
         return out
 
     def build(self, request: BuildSeriesRequest) -> BuildSeriesResponse:
@@ -133,7 +162,7 @@ class SeriesService:
                 slo_attainment_pct=request.slo_attainment_pct,
                 points=points,
                 knee=find_knee(points, slo, request.slo_attainment_pct),
-                comparison=self._comparisons(points, request.threshold_pct),
+                comparison=self._comparisons(points, first.environment, request.threshold_pct),
                 interrupted=request.interrupted,
                 notes=request.notes,
             )

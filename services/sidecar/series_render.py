@@ -110,6 +110,7 @@ def series_html(series: SeriesReport, sidecar_url: str | None = None) -> str:
                 sections.append(f"<p>Not compared: {_e(comparison.refused)}</p>")
             else:
                 sections.append(_grid(*change_table(comparison.points)))
+            sections += [f'<p class="muted">{_e(n)}</p>' for n in comparison.notes]
     sections += [f"<p>{_e(n)}</p>" for n in series.notes]
     sections += ["<h2>Environment</h2>", _pairs(environment_rows(series))]
     sections += ["<h2>Configuration (the plan every point started from)</h2>", _pairs(config_rows(series.config))]

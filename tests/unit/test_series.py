@@ -55,8 +55,8 @@ def test_no_knee_without_an_slo_or_when_nothing_meets_it() -> None:
 def test_measure_point_averages_runs_and_judges_the_slo_on_the_mean_share() -> None:
     """Three runs: throughput mean and a t interval; meets the SLO when the mean share within it is >= attainment."""
     runs = []
-    for i, (tput, within) in enumerate(((1.0, 100.0), (1.2, 96.0), (1.1, 92.0))):
-        r = report(f"benchmark_report_20260101_12000{i}", throughput=tput)
+    for i, (value, within) in enumerate(((1.0, 100.0), (1.2, 96.0), (1.1, 92.0))):
+        r = report(f"benchmark_report_20260101_12000{i}", throughput=value)
         runs.append(r.model_copy(update={"metrics": r.metrics.model_copy(update={"goodput_percent": within})}))
     measured = measure_point(PointPlan(label="c8", kind="concurrency", concurrency=8), runs, SLO, 95.0)
     tput = measured.metrics["throughput_req_per_sec"]

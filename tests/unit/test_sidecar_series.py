@@ -15,6 +15,7 @@ from core.settings import PROJECT_ROOT
 from core.stats import run_metrics
 from tests.unit.test_sidecar_app import body, client_for, make_settings  # noqa: F401 (client_for is a fixture)
 
+
 def post_run(client: TestClient, concurrency: int, e2e_ms: float, slo: dict[str, float] | None = None) -> str:
     """Build one report through POST /reports; its id."""
     request = body(concurrency=concurrency, e2e_ms=e2e_ms)
