@@ -310,6 +310,11 @@ class Settings(BaseSettings):
             raise ValueError(f"RATE_END={self.rate_end:g} ramps from RATE: set RATE (the start rate) too")
         if self.session_turns > 1 and self.rate is not None:
             raise ValueError("SESSION_TURNS > 1 needs the closed loop (each turn waits for the answer): unset RATE")
+        if self.session_turns > 1 and self.sweep and parse_sweep(self.sweep)[0] != "concurrency":
+            raise ValueError(
+                f"SESSION_TURNS > 1 needs the closed loop, and SWEEP={self.sweep} has open-loop points: sweep "
+                "concurrency:1,2,4,... instead"
+            )
         return self
 
     @model_validator(mode="after")

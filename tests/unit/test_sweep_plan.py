@@ -99,6 +99,9 @@ def test_load_shape_settings_and_their_errors() -> None:
         knobs(rate_end=8)
     with pytest.raises(ValidationError, match="SESSION_TURNS"):
         knobs(rate=1, session_turns=3)
+    with pytest.raises(ValidationError, match="SESSION_TURNS"):
+        knobs(sweep="auto", session_turns=3)
+    assert knobs(sweep="concurrency:1,2", session_turns=3).session_turns == 3
     random = bench_config(knobs(dataset="random", random_input_len=64, random_output_len=7), "m")
     assert (random.dataset, random.input_len_tokens, random.max_tokens, random.output_len_mean) == ("random", 64, 7,
                                                                                                     None)
