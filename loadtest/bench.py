@@ -256,7 +256,8 @@ def series_main(settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClien
     try:
         built = post_series(sidecar, request)
     except BenchError as exc:
-        print(f"[ERROR] {exc}\n[ERROR] The runs' reports are written: {runs.points}", file=sys.stderr)
+        written = ", ".join(i for p in runs.points for i in p.report_ids)
+        print(f"[ERROR] {exc}\n[ERROR] The runs' own reports are written: {written}", file=sys.stderr)
         return EXIT_FAILED
     for line in series_lines(built.series, built.series_path):
         print(line)
