@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from core.abcompare import ABComparison, Side
 from core.intervals import Interval, change_text
+from core.report_schema import BenchmarkConfig
 from core.series import SERIES_METRICS, PointComparison, SeriesReport, slo_text
 from services.sidecar.render_html import STYLE, _e, _figure, _grid, _pairs
 from services.sidecar.render_md import table
@@ -132,10 +133,9 @@ def environment_rows(series: SeriesReport | Side) -> list[tuple[str, str]]:
     ]
 
 
-def config_rows(config: object) -> list[tuple[str, str]]:
+def config_rows(config: BenchmarkConfig) -> list[tuple[str, str]]:
     """Every knob of a plan that is set."""
-    dump = config.model_dump() if hasattr(config, "model_dump") else {}
-    return [(k, str(v)) for k, v in dump.items() if v not in (None, {}, [])]
+    return [(k, str(v)) for k, v in config.model_dump().items() if v not in (None, {}, [])]
 
 
 def series_markdown(series: SeriesReport) -> str:
