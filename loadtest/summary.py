@@ -74,6 +74,11 @@ def format_summary(report: Report, report_path: str) -> list[str]:
     if m.goodput_req_per_sec is not None:
         slo = ",".join(f"{k}<={v:g}" for k, v in m.slo.items())
         lines.append(f"[RESULT] Goodput: {m.goodput_req_per_sec:.2f} req/s ({m.goodput_percent:.1f}% within {slo})")
+    if m.turns:
+        per_turn = " | ".join(
+            f"turn {t.turn}: {_num(t.prompt_tokens_mean)} prompt tokens, TTFT P50 {_ms(t.ttft.p50_ms)}" for t in m.turns
+        )
+        lines.append(f"[RESULT] Sessions: {per_turn}")
     if m.output_lengths.usage_missing:
         sources = ", ".join(f"{n} by {source}" for source, n in m.output_token_sources.items() if source != "usage")
         lines.append(

@@ -142,3 +142,7 @@ def test_multi_turn_sessions_carry_the_answers(stack: Stack) -> None:
         for before, after in itertools.pairwise(turns):
             assert after["prompt_tokens"] >= before["prompt_tokens"] + before["output_tokens"], turns
     assert prefix_cache_hits(stack) - hits_before >= 128  # at least one cached block (vLLM's block: 128 tokens)
+    turns = report["metrics"]["turns"]
+    assert [t["turn"] for t in turns] == [1, 2, 3]
+    assert turns[0]["prompt_tokens_mean"] < turns[1]["prompt_tokens_mean"] < turns[2]["prompt_tokens_mean"]
+    assert "[RESULT] Sessions: turn 1:" in run.stdout

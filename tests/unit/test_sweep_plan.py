@@ -12,8 +12,10 @@ from pydantic import ValidationError
 
 from core.cli import build_parser, settings_from
 from core.distributions import ramp_arrival_gaps_s
+from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.settings import Settings
+from core.stats import run_metrics
 from loadtest.dataset import Prompt
 from loadtest.plan import bench_config
 from loadtest.sessions import Conversation
@@ -135,3 +137,18 @@ def test_conversation_carries_answers_and_restarts_after_the_last_or_a_failed_tu
     assert three.turn == 1 and three.session_id != one.session_id
     conversation.answered(three, False, "")
     assert conversation.next_item().turn == 1
+
+
+def test_run_metrics_group_session_turns() -> None:
+    """Rows of multi-turn sessions give per-turn prompt sizes and TTFT; rows without turns give none."""
+    rows = [
+        RequestRecord(request_id=f"{s}{t}", started_at=float(t), ok=True, e2e_ms=50.0, ttft_ms=10.0 * t,
+                      prompt_tokens=100 * t, output_tokens=5, session_id=s, turn=t)
+        for s in "ab"
+        for t in (1, 2)
+    ]
+    turns = run_metrics(rows).turns
+    assert [(t.turn, t.requests, t.prompt_tokens_mean, t.ttft.p50_ms) for t in turns] == [(1, 2, 100.0, 10.0),
+                                                                                          (2, 2, 200.0, 20.0)]
+    plain = [r.model_copy(update={"turn": None, "session_id": None}) for r in rows]
+    assert run_metrics(plain).turns == []
