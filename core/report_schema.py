@@ -113,8 +113,8 @@ class BenchmarkConfig(BaseModel):
     model: str
     max_in_flight: int | None = Field(
         default=None,
-        description="Open loop with a concurrency cap (RATE and CONCURRENCY both given): at most this many requests "
-        "in flight; later arrivals wait for a slot and the wait counts in their latencies (queue delay).",
+        description="Open loop with a cap (MAX_IN_FLIGHT): at most this many requests in flight; later arrivals wait "
+        "for a slot and the wait counts in their latencies (queue delay).",
     )
     rate_end_req_per_sec: float | None = Field(
         default=None, description="Open-loop ramp: the rate at the end of the run (linear from rate_req_per_sec)."

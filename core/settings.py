@@ -171,6 +171,12 @@ class Settings(BaseSettings):
     )
 
     # --- load shapes, sweeps and repeats (make sweep SWEEP=auto; make benchmark REPEAT=3) -----------------
+    max_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="Open loop: at most this many requests in flight (vllm bench serve's --max-concurrency with "
+        "--request-rate); an arrival waits for a free slot and the wait counts in its latencies.",
+    )
     rate_end: float | None = Field(
         default=None,
         gt=0,
@@ -248,6 +254,7 @@ class Settings(BaseSettings):
         "max_error_rate_pct",
         "rate_end",
         "sweep",
+        "max_in_flight",
         mode="before",
     )
     @classmethod
@@ -308,6 +315,12 @@ class Settings(BaseSettings):
         """RATE_END ramps from RATE; multi-turn sessions run in the closed loop (a user waits for each answer)."""
         if self.rate_end is not None and self.rate is None:
             raise ValueError(f"RATE_END={self.rate_end:g} ramps from RATE: set RATE (the start rate) too")
+        open_sweep = self.sweep is not None and parse_sweep(self.sweep)[0] != "concurrency"
+        if self.max_in_flight is not None and self.rate is None and not open_sweep:
+            raise ValueError(
+                f"MAX_IN_FLIGHT={self.max_in_flight} caps the open loop: set RATE (or an open-loop SWEEP); the closed "
+                "loop's users are CONCURRENCY"
+            )
         if self.session_turns > 1 and self.rate is not None:
             raise ValueError("SESSION_TURNS > 1 needs the closed loop (each turn waits for the answer): unset RATE")
         if self.session_turns > 1 and self.sweep and parse_sweep(self.sweep)[0] != "concurrency":
@@ -340,12 +353,6 @@ class Settings(BaseSettings):
     def random_dataset(self) -> bool:
         """DATASET=random: synthetic prompts of exactly RANDOM_INPUT_LEN tokens (``vllm bench serve``'s random)."""
         return self.dataset is not None and str(self.dataset) == RANDOM_DATASET
-
-    @property
-    def rate_max_in_flight(self) -> int | None:
-        """Open loop with CONCURRENCY given too (``--request-rate 4 --max-concurrency 8``): at most that many requests
-        in flight; None otherwise (no cap)."""
-        return self.concurrency if self.rate is not None and "concurrency" in self.model_fields_set else None
 
     @property
     def sweep_spec(self) -> tuple[str, list[float]] | None:

@@ -83,8 +83,8 @@ def dispatch_open_loop(
     """Send requests at the plan's scheduled arrival times (RATE, BURSTINESS, SEED), each in its own greenlet, so a
     slow server cannot slow the arrivals.
 
-    With ``max_in_flight`` (RATE with CONCURRENCY) an arrival waits for a free slot; its latencies still count from
-    its scheduled time. With ``rate_end_req_per_sec`` the rate ramps linearly
+    With ``max_in_flight`` (MAX_IN_FLIGHT) an arrival waits for a free slot, at most until the end of the run; its
+    latencies still count from its scheduled time. With ``rate_end_req_per_sec`` the rate ramps linearly
     (:func:`loadtest.loadshape.plan_arrival_gaps`).
     Dispatch stops when the request budget is spent or, with a duration, at ``start + duration_s`` (no arrival is
     scheduled after it); requests still in flight then may finish for ``drain_s`` and are cancelled after that
@@ -108,6 +108,8 @@ def dispatch_open_loop(
             if not state.take_ticket():
                 break
             gevent.sleep(max(0.0, next_at - clock()))
+            if deadline is not None and not pool.wait_available(timeout=max(0.0, deadline - clock())):
+                break  # capped (MAX_IN_FLIGHT) and no slot freed before the end: later arrivals are not sent
             pool.spawn(one, state.workload.next(), next_at)
         pool.join(timeout=plan.drain_s if deadline is not None else None)
         return len(pool)

@@ -44,7 +44,7 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
         drain_s=settings.drain_s,
         vllm_url=settings.vllm_url,
         model=model,
-        max_in_flight=settings.rate_max_in_flight,
+        max_in_flight=settings.max_in_flight if settings.rate is not None else None,
         rate_end_req_per_sec=settings.rate_end,
         input_len_tokens=settings.random_input_len if settings.random_dataset else None,
         session_turns=settings.session_turns,

@@ -62,14 +62,17 @@ def closed_point(base: BenchmarkConfig, users: int, kind: PointKind, label: str)
     return PointPlan(label=label, kind=kind, concurrency=users), plan
 
 
-def rate_point(base: BenchmarkConfig, rate: float, burstiness: float) -> tuple[PointPlan, BenchmarkConfig]:
-    """An open-loop point at ``rate`` req/s (the cap of RATE+CONCURRENCY carries over when the base has one)."""
+def rate_point(
+    base: BenchmarkConfig, rate: float, burstiness: float, max_in_flight: int | None = None
+) -> tuple[PointPlan, BenchmarkConfig]:
+    """An open-loop point at ``rate`` req/s (capped at ``max_in_flight`` requests in flight when given)."""
     plan = base.model_copy(
         update={
             "mode": "open_loop",
             "rate_req_per_sec": rate,
             "burstiness": base.burstiness or burstiness,
             "rate_end_req_per_sec": None,
+            "max_in_flight": max_in_flight,
         }
     )
     return PointPlan(label=f"rate {rate:g} req/s", kind="rate", rate_req_per_sec=rate), plan
@@ -98,7 +101,7 @@ def planned_points(settings: Settings, base: BenchmarkConfig) -> list[tuple[Poin
     if kind == "concurrency":
         return [closed_point(base, int(n), "concurrency", f"concurrency {int(n)}") for n in loads]
     if kind == "rate":
-        return [rate_point(base, rate, settings.burstiness) for rate in loads]
+        return [rate_point(base, rate, settings.burstiness, settings.max_in_flight) for rate in loads]
     return [
         closed_point(base, 1, "synchronous", "synchronous"),
         closed_point(base, base.concurrency, "throughput", f"maximum throughput (concurrency {base.concurrency})"),
@@ -166,7 +169,7 @@ def run_series(
                                    settings.sweep_rates)
                 listed = ", ".join(f"{r:g}" for r in rates)
                 out(f"[SWEEP] rates between the synchronous and the maximum throughput: {listed} req/s")
-                todo += [rate_point(base, rate, settings.burstiness) for rate in rates]
+                todo += [rate_point(base, rate, settings.burstiness, settings.max_in_flight) for rate in rates]
                 bar.total = (len(done) + len(todo)) * settings.repeat
     except KeyboardInterrupt:
         runs.interrupted = True

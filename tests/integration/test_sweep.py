@@ -81,9 +81,9 @@ def test_repeat_three_runs_gives_confidence_intervals(stack: Stack) -> None:
 
 
 def test_rate_with_a_concurrency_cap(stack: Stack) -> None:
-    """RATE=50 with CONCURRENCY=2 (vllm bench serve's --request-rate with --max-concurrency): never more than 2
+    """RATE=50 with MAX_IN_FLIGHT=2 (vllm bench serve's --request-rate with --max-concurrency): never more than 2
     requests in flight, arrivals wait for a slot and that wait counts (queue delay); vLLM saw every request."""
-    run = stack.make("benchmark", RATE="50", CONCURRENCY="2", REQUESTS="16", WARMUP="0", MAX_TOKENS="24",
+    run = stack.make("benchmark", RATE="50", MAX_IN_FLIGHT="2", REQUESTS="16", WARMUP="0", MAX_TOKENS="24",
                      timeout_s=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = report_of(run.stdout)

@@ -93,10 +93,15 @@ def test_ramp_gaps_follow_the_linear_rate() -> None:
 
 
 def test_load_shape_settings_and_their_errors() -> None:
-    """RATE with CONCURRENCY caps in-flight requests (RATE alone does not); RATE_END needs RATE; sessions need the
-    closed loop; DATASET=random asks RANDOM_OUTPUT_LEN tokens; --sweep alone is auto."""
-    assert bench_config(knobs(rate=4, concurrency=2), "m").max_in_flight == 2
-    assert bench_config(knobs(rate=4), "m").max_in_flight is None
+    """MAX_IN_FLIGHT caps the open loop (CONCURRENCY with RATE does not: it is the closed loop's users) and needs
+    RATE or an open-loop sweep; RATE_END needs RATE; sessions need the closed loop; DATASET=random asks
+    RANDOM_OUTPUT_LEN tokens; --sweep alone is auto."""
+    assert bench_config(knobs(rate=4, max_in_flight=2), "m").max_in_flight == 2
+    assert bench_config(knobs(rate=4, concurrency=2), "m").max_in_flight is None
+    with pytest.raises(ValidationError, match="MAX_IN_FLIGHT"):
+        knobs(max_in_flight=2)
+    capped = knobs(sweep="rate:1,2", max_in_flight=3)
+    assert [plan.max_in_flight for _, plan in planned_points(capped, bench_config(capped, "m"))] == [3, 3]
     with pytest.raises(ValidationError, match="RATE_END"):
         knobs(rate_end=8)
     with pytest.raises(ValidationError, match="SESSION_TURNS"):
