@@ -15,7 +15,7 @@ import sys
 from core.api import CompareRequest
 from core.settings import get_settings
 from loadtest.errors import BenchError
-from loadtest.series_api import post_compare
+from loadtest.series_api import SidecarRefused, post_compare
 from loadtest.series_summary import compare_lines
 from loadtest.sidecar_api import SidecarClient
 
@@ -37,9 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         client.check()
         done = post_compare(client, CompareRequest(a=args.a, b=args.b, threshold_pct=threshold))
+    except SidecarRefused as exc:
+        print(f"[ERROR] {exc}", file=sys.stderr)
+        return 2 if exc.status in (400, 404, 422) else 1
     except BenchError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
-        return 2 if "HTTP 404" in str(exc) or "HTTP 422" in str(exc) else 1
+        return 1
     for line in compare_lines(done.comparison, done.compare_path):
         print(line)
     return 0

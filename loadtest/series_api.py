@@ -11,11 +11,19 @@ from loadtest.errors import BenchError
 from loadtest.sidecar_api import SidecarClient
 
 
+class SidecarRefused(BenchError):
+    """The sidecar answered, but not 200: ``status`` is its HTTP status (404: an unknown report, series or name)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def _post(client: SidecarClient, path: str, body: BaseModel, timeout_s: float = 180) -> bytes:
     """POST ``body`` to the sidecar; the answer's bytes.
 
     Raises:
-        BenchError: unreachable, or any answer but 200 (with the sidecar's message).
+        SidecarRefused: any answer but 200 (with the sidecar's message). BenchError: unreachable.
     """
     try:
         response = httpx.post(
@@ -31,7 +39,8 @@ def _post(client: SidecarClient, path: str, body: BaseModel, timeout_s: float = 
             detail = response.json().get("detail", response.text)
         except (ValueError, AttributeError):
             detail = response.text
-        raise BenchError(f"the sidecar refused {path} (HTTP {response.status_code}): {str(detail)[:500]}")
+        message = f"the sidecar refused {path} (HTTP {response.status_code}): {str(detail)[:500]}"
+        raise SidecarRefused(message, response.status_code)
     return response.content
 
 
