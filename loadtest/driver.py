@@ -14,10 +14,10 @@ import gevent
 import requests
 from gevent.pool import Pool
 
-from core.distributions import arrival_gaps_s
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from loadtest.client import chat_payload, stream_chat
+from loadtest.loadshape import plan_arrival_gaps
 from loadtest.runstate import RunState
 from loadtest.workload import WorkItem
 
@@ -45,10 +45,14 @@ def send(
         "scheduled_at": scheduled_at,
         "task": item.prompt.task,
         "input_bucket": item.prompt.bucket,
+        "session_id": item.session_id,
+        "turn": item.turn,
     }
+    answer: list[str] | None = [] if item.conversation is not None else None
     try:
         record = stream_chat(
-            session, host, payload_for(plan, item), timeout_s=plan.request_timeout_s, request_id=request_id
+            session, host, payload_for(plan, item), timeout_s=plan.request_timeout_s, request_id=request_id,
+            answer=answer,
         )
     except BaseException as exc:  # GreenletExit / KeyboardInterrupt: the run is ending
         state.save(
@@ -66,6 +70,8 @@ def send(
         raise
     record = record.model_copy(update=labels)
     state.save(record)
+    if item.conversation is not None:  # the next turn carries this answer
+        item.conversation.answered(item, record.ok, "".join(answer or []))
     return record
 
 
@@ -77,6 +83,9 @@ def dispatch_open_loop(
     """Send requests at the plan's scheduled arrival times (RATE, BURSTINESS, SEED), each in its own greenlet, so a
     slow server cannot slow the arrivals.
 
+    With ``max_in_flight`` (MAX_IN_FLIGHT) an arrival waits for a free slot, at most until the end of the run; its
+    latencies still count from its scheduled time. With ``rate_end_req_per_sec`` the rate ramps linearly
+    (:func:`loadtest.loadshape.plan_arrival_gaps`).
     Dispatch stops when the request budget is spent or, with a duration, at ``start + duration_s`` (no arrival is
     scheduled after it); requests still in flight then may finish for ``drain_s`` and are cancelled after that
     (saved as ``incomplete`` rows by :func:`send`). ``one(item, scheduled_at)`` sends one request.
@@ -87,8 +96,8 @@ def dispatch_open_loop(
     plan = state.plan
     if plan.rate_req_per_sec is None:
         raise ValueError("an open-loop run needs RATE (requests per second)")
-    pool = Pool(OPEN_LOOP_MAX_IN_FLIGHT)
-    gaps = arrival_gaps_s(plan.rate_req_per_sec, plan.burstiness or 1.0, plan.seed)
+    pool = Pool(plan.max_in_flight or OPEN_LOOP_MAX_IN_FLIGHT)  # a full pool holds the next arrival until a slot frees
+    gaps = plan_arrival_gaps(plan)
     start = next_at = clock()
     deadline = start + plan.duration_s if plan.duration_s else None
     try:
@@ -99,6 +108,8 @@ def dispatch_open_loop(
             if not state.take_ticket():
                 break
             gevent.sleep(max(0.0, next_at - clock()))
+            if deadline is not None and not pool.wait_available(timeout=max(0.0, deadline - clock())):
+                break  # capped (MAX_IN_FLIGHT) and no slot freed before the end: later arrivals are not sent
             pool.spawn(one, state.workload.next(), next_at)
         pool.join(timeout=plan.drain_s if deadline is not None else None)
         return len(pool)

@@ -93,7 +93,7 @@ class ChatUser(User):
             if _state().all_done and self.environment.runner is not None:
                 gevent.spawn(self.environment.runner.quit)
             raise StopUser()
-        _record(self, _state().workload.next(), self.session)
+        _record(self, _state().next_item(self), self.session)
 
 
 class OpenLoopUser(User):

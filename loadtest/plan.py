@@ -9,15 +9,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.report_schema import BenchmarkConfig
-from core.settings import PROJECT_ROOT, Settings
+from core.settings import PROJECT_ROOT, RANDOM_DATASET, Settings
 from loadtest.dataset import load_dataset
 from loadtest.workload import WorkloadSampler
 
 
 def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
     """The run's knobs from the settings, with the model the benchmark chose."""
-    workload = settings.workload_file.resolve()
     fixed = settings.fixed_max_tokens
+    if settings.random_dataset:
+        dataset = RANDOM_DATASET
+    else:
+        workload = settings.workload_file.resolve()
+        dataset = str(workload.relative_to(PROJECT_ROOT)) if workload.is_relative_to(PROJECT_ROOT) else str(workload)
     return BenchmarkConfig(
         mode="open_loop" if settings.rate else "closed_loop",
         concurrency=settings.concurrency,
@@ -32,20 +36,25 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
         output_len_p95=None if fixed else settings.output_len_p95,
         ignore_eos=settings.ignore_eos,
         temperature=settings.temperature,
-        dataset=str(workload.relative_to(PROJECT_ROOT)) if workload.is_relative_to(PROJECT_ROOT) else str(workload),
-        input_mix=settings.input_mix,
+        dataset=dataset,
+        input_mix=None if settings.random_dataset else settings.input_mix,
         seed=settings.seed,
         slo=settings.slo,
         request_timeout_s=settings.request_timeout_s,
         drain_s=settings.drain_s,
         vllm_url=settings.vllm_url,
         model=model,
+        max_in_flight=settings.max_in_flight if settings.rate is not None else None,
+        rate_end_req_per_sec=settings.rate_end,
+        input_len_tokens=settings.random_input_len if settings.random_dataset else None,
+        session_turns=settings.session_turns,
     )
 
 
 def dataset_path(config: BenchmarkConfig) -> Path:
-    """The dataset file of ``config`` (relative paths are relative to the project)."""
-    path = Path(config.dataset)
+    """The dataset file of ``config`` (relative paths are relative to the project): the generated prompts of
+    DATASET=random (``dataset_file``), else ``dataset``."""
+    path = Path(config.dataset_file or config.dataset)
     return path if path.is_absolute() else PROJECT_ROOT / path
 
 
@@ -65,6 +74,7 @@ def sampler_for(config: BenchmarkConfig, seed: int) -> WorkloadSampler:
         p95_tokens=config.output_len_p95 or 280.0,
         cap_tokens=config.max_tokens,
         mix=config.input_mix,
+        sequential=config.dataset == RANDOM_DATASET,  # each generated prompt once (no prefix-cache hits) per cycle
     )
 
 

@@ -11,6 +11,8 @@ from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.requestlog import RequestLog, RequestLogLine
 from loadtest.plan import sampler_for
+from loadtest.sessions import Conversation
+from loadtest.workload import WorkItem
 
 
 class RunState:
@@ -30,6 +32,7 @@ class RunState:
         self.issued = 0
         self.finished = 0
         self.records_path: Path | None = None
+        self.conversations: dict[int, Conversation] = {}
 
     def begin(self, max_requests: int, records_path: Path | None) -> None:
         """Reset for a new test: ``max_requests`` (0 = unlimited) and the rows file (None = keep none)."""
@@ -43,6 +46,16 @@ class RunState:
             return False
         self.issued += 1
         return True
+
+    def next_item(self, user: object) -> WorkItem:
+        """The next request of ``user`` (a closed-loop user): the next workload item, or with SESSION_TURNS > 1 the
+        next turn of the user's conversation (:mod:`loadtest.sessions`)."""
+        if self.plan.session_turns <= 1:
+            return self.workload.next()
+        conversation = self.conversations.get(id(user))
+        if conversation is None:
+            conversation = self.conversations[id(user)] = Conversation(self.plan.session_turns, self.workload)
+        return conversation.next_item()
 
     @property
     def all_done(self) -> bool:

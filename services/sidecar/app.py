@@ -1,8 +1,9 @@
 """The sidecar's FastAPI app (:8200): wiring only. Samples GPU/CPU figures and is the only writer of ``reports/``.
 
 OpenAPI docs at ``/docs``. Endpoints: health, current readings, Prometheus ``/metrics``, sampling windows,
-reports (list, get, build) and named baselines (list, mark, forget). Every request passes the Host/Origin/body-size
-guard; every state-changing endpoint needs the sidecar token (:mod:`services.sidecar.guard`).
+reports (list, get, build), named baselines (list, mark, forget), series and A/B comparisons
+(:mod:`services.sidecar.series_routes`). Every request passes the Host/Origin/body-size guard; every state-changing
+endpoint needs the sidecar token (:mod:`services.sidecar.guard`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from core.settings import Settings, get_settings
 from services.sidecar.guard import MIB, RequestGuard, token_dependency
 from services.sidecar.promexport import make_registry
 from services.sidecar.reporting import InvalidRun, ReportService
+from services.sidecar.series import SeriesService
+from services.sidecar.series_routes import series_router
 from services.sidecar.windows import UnknownWindow
 
 log = logging.getLogger(__name__)
@@ -60,6 +63,8 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
         problems = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type")}
                     for e in exc.errors()[:20]]
         return JSONResponse(status_code=422, content={"detail": problems})
+
+    app.include_router(series_router(SeriesService.from_settings(svc.settings, svc.store, svc.baselines), writes))
 
     @app.get("/health")
     def health() -> dict[str, Any]:

@@ -57,12 +57,15 @@ def written(tmp_path: Path) -> list[str]:
         ("post", "/windows/start", None),
         ("post", "/windows/0123456789abcdef/stop", None),
         ("get", "/auth", None),
+        ("post", "/series", {}),
+        ("put", "/series/benchmark_series_20260101_120000/baseline/x", None),
+        ("post", "/compare", {"a": "x", "b": "y"}),
     ],
 )
 def test_writes_need_the_token(app_for: Factory, tmp_path: Path, method: str, path: str, payload: Any) -> None:
     """Every state-changing endpoint is 401 without the token and 403 with a wrong one, and writes nothing."""
     client = app_for()
-    kwargs = {"json": body()} if payload == "body" else {}
+    kwargs = {"json": body()} if payload == "body" else {"json": payload} if payload is not None else {}
     assert getattr(client, method)(path, **kwargs).status_code == 401
     wrong = {"Authorization": "Bearer not-the-token"}
     assert getattr(client, method)(path, headers=wrong, **kwargs).status_code == 403
