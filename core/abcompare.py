@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from core.intervals import Change, judge
+from core.redact import is_secret_flag
 from core.report_schema import SCHEMA_VERSION, BenchmarkConfig, Environment
 from core.series import SERIES_METRICS, Knee, PointComparison, SeriesPoint
 
@@ -66,7 +67,9 @@ class ABComparison(BaseModel):
 
 def vllm_flags(args: list[str]) -> dict[str, str]:
     """``--flag value`` / ``--flag=value`` / bare ``--flag`` (``"true"``) of a vLLM command line; what precedes the
-    first flag (``-m vllm.entrypoints…``) is skipped. ``--no-x`` stays as written."""
+    first flag (``-m vllm.entrypoints…``) is skipped. ``--no-x`` stays as written. Secret flags (``--api-key``,
+    :func:`core.redact.is_secret_flag`) are left out: they change who may call vLLM, not how it serves, and their
+    values are masked anyway."""
     flags: dict[str, str] = {}
     i = 0
     while i < len(args):
@@ -83,7 +86,7 @@ def vllm_flags(args: list[str]) -> dict[str, str]:
         else:
             flags[name] = "true"
         i += 1
-    return flags
+    return {name: value for name, value in flags.items() if not is_secret_flag(name)}
 
 
 def _text(value: object) -> str | None:
