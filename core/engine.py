@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import tempfile
 from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from core.redact import split_secret_flags
 
 
 class LogPosition(BaseModel):
@@ -100,7 +103,16 @@ def read_request(path: Path) -> EngineRequest:
 
 
 def write_request(path: Path, request: EngineRequest) -> None:
-    """Store ``request`` for the next launch; an empty request removes the file."""
+    """Store ``request`` for the next launch; an empty request removes the file. Secret flags in its
+    ``vllm_extra_args`` (``--api-key …``) are never written: the launcher keeps those of its own settings.
+
+    Raises:
+        ValueError: ``vllm_extra_args`` does not parse (unbalanced quotes).
+    """
+    if request.vllm_extra_args:
+        kept, secret = split_secret_flags(shlex.split(request.vllm_extra_args))
+        if secret:
+            request = request.model_copy(update={"vllm_extra_args": shlex.join(kept)})
     if request == EngineRequest():
         path.unlink(missing_ok=True)
         return

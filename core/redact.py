@@ -67,6 +67,25 @@ def secret_flag_values(argv: Iterable[str]) -> list[str]:
     return values
 
 
+def split_secret_flags(argv: Iterable[str]) -> tuple[list[str], list[str]]:
+    """``argv`` as (everything but the secret-looking flags, those flags with their values), each in order."""
+    kept: list[str] = []
+    secret: list[str] = []
+    taking = False
+    for arg in argv:
+        if arg.startswith("-") and len(arg) > 1:
+            taking = False
+            if is_secret_flag(arg):
+                secret.append(arg)
+                taking = _split_flag(arg)[1] is None
+                continue
+        elif taking:
+            secret.append(arg)
+            continue
+        kept.append(arg)
+    return kept, secret
+
+
 def redact_argv(argv: Iterable[str]) -> list[str]:
     """``argv`` with the values of secret-looking flags replaced by ``***`` (for logs and state files)."""
     out: list[str] = []

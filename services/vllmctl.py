@@ -11,10 +11,12 @@ Exit status: 0 when vLLM answers with the model, 1 when it did not come up, 2 fo
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from core.cli import build_parser, parse
 from core.engine import EngineError, EngineRequest
+from core.redact import split_secret_flags
 from core.settings import Settings
 from services import stackctl
 from services.vllm.control import ComposeEngine, LocalEngine
@@ -36,6 +38,15 @@ def switch(settings: Settings) -> int:
         return 2
     # VLLM_EXTRA_ARGS given to this command (even empty) replaces the stack's: `VLLM_EXTRA_ARGS='--max-num-seqs 4'`
     extra = settings.vllm_extra_args if "vllm_extra_args" in settings.model_fields_set else None
+    if extra:
+        try:
+            secret = split_secret_flags(shlex.split(extra))[1]
+        except ValueError as exc:
+            print(f"[ERROR] VLLM_EXTRA_ARGS does not parse ({exc}): quote it as a shell would.", file=sys.stderr)
+            return 2
+        if secret:  # never written to run/engine_request.json
+            print("[INFO] --api-key and other secret flags of VLLM_EXTRA_ARGS stay those vLLM was started with by "
+                  "`make up` (VLLM_API_KEY, .env); the other flags apply.")
     request = EngineRequest(model=settings.model or None, vllm_extra_args=extra)
     for engine in (LocalEngine(settings), ComposeEngine(settings)):
         if engine.status() is None:

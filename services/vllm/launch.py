@@ -32,7 +32,7 @@ from types import FrameType
 from core.engine import EngineRequest, EngineState, LogPosition, log_position, read_request, write_engine_state
 from core.logrotate import MIB, RotatingWriter
 from core.net import port_in_use_message
-from core.redact import Redactor, redact_argv, secret_values, strip_url_credentials
+from core.redact import Redactor, redact_argv, secret_values, split_secret_flags, strip_url_credentials
 from core.settings import PROJECT_ROOT, Settings, get_settings, service_env
 from services.vllm.hub import hf_cached, hf_config_dir, probe_hub
 from services.vllm.kvsizing import KvPlan, KvSizingError, geometry_from_config, plan_kv, read_config
@@ -139,7 +139,7 @@ def vllm_argv(
     ``--gpu-memory-utilization``; the CPU build reads it as ``VLLM_CPU_KVCACHE_SPACE`` would set it), with the
     context length of ``kv`` (default: :func:`kv_plan`). ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
     one key goes through the environment (:func:`vllm_env`); only several keys come back here, as one
-    ``--api-key a b`` list.
+    ``--api-key a b`` list before the extra arguments (which stay last).
 
     Raises:
         KvSizingError: (when ``kv`` is not given) the pool cannot hold one request of the context length.
@@ -167,9 +167,10 @@ def vllm_argv(
     ]
     if profile:
         argv += profiler_args(settings)
-    argv += without_api_keys(shlex.split(settings.vllm_extra_args))
     keys = settings.vllm_api_keys
-    return [*argv, "--api-key", *keys] if len(keys) > 1 else argv
+    if len(keys) > 1:
+        argv += ["--api-key", *keys]
+    return argv + without_api_keys(shlex.split(settings.vllm_extra_args))  # extra arguments come last and win
 
 
 def engine_build(settings: Settings) -> str:
@@ -301,12 +302,17 @@ def run_vllm(cmd: list[str], env: dict[str, str], out: Masked, on_start: Callabl
 
 def apply_request(settings: Settings, request: EngineRequest) -> Settings:
     """The settings of this launch: a pending model switch (``run/engine_request.json``) replaces MODEL, and its
-    ``vllm_extra_args`` (when set) replace VLLM_EXTRA_ARGS."""
+    ``vllm_extra_args`` (when set) replace VLLM_EXTRA_ARGS — all but its secret flags (``--api-key``), which are never
+    in the request file and stay those of the launcher's own settings."""
     update: dict[str, str] = {}
     if request.model:
         update["model"] = request.model
     if request.vllm_extra_args is not None:
-        update["vllm_extra_args"] = request.vllm_extra_args
+        try:
+            own_secrets = split_secret_flags(shlex.split(settings.vllm_extra_args))[1]
+        except ValueError:
+            own_secrets = []
+        update["vllm_extra_args"] = " ".join(filter(None, [request.vllm_extra_args, shlex.join(own_secrets)]))
     return settings.model_copy(update=update) if update else settings
 
 

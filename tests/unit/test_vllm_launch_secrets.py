@@ -42,9 +42,9 @@ def test_one_api_key_goes_through_the_environment_only(tmp_path: Path) -> None:
 
 def test_several_keys_go_on_the_command_line_as_one_list(tmp_path: Path) -> None:
     """VLLM_API_KEY and a different --api-key: vLLM accepts both (its --api-key list); the variable is not passed."""
-    s = settings(tmp_path, vllm_api_key="k1", vllm_extra_args="--api-key=k2")
+    s = settings(tmp_path, vllm_api_key="k1", vllm_extra_args="--api-key=k2 --max-num-seqs 2")
     argv = launch.vllm_argv(s, RESOLVED)
-    assert argv[-3:] == ["--api-key", "k1", "k2"]
+    assert argv[-5:] == ["--api-key", "k1", "k2", "--max-num-seqs", "2"]  # the extra arguments stay last
     assert "VLLM_API_KEY" not in launch.vllm_env(s, base={"VLLM_API_KEY": "k1"})
 
 
@@ -132,3 +132,19 @@ def test_run_vllm_passes_sigterm_on(tmp_path: Path) -> None:
 def test_exit_code_of_a_killed_child(returncode: int, shown: int) -> None:
     """A child killed by signal N exits the launcher with 128 + N, as a shell shows it."""
     assert launch.exit_code(returncode) == shown
+
+
+def test_engine_request_never_stores_secret_flags(tmp_path: Path) -> None:
+    """A restart with other VLLM_EXTRA_ARGS (start_vllm.sh) writes run/engine_request.json without the --api-key;
+    the launcher adds back the keys of its own settings, so vLLM keeps them."""
+    from core.engine import EngineRequest, read_request, write_request
+
+    path = tmp_path / "run" / "engine_request.json"
+    write_request(path, EngineRequest(vllm_extra_args="--max-num-seqs 2 --api-key s3cr3tXYZ other"))
+    assert "s3cr3tXYZ" not in path.read_text()
+    request = read_request(path)
+    assert request.vllm_extra_args == "--max-num-seqs 2"
+    own = settings(tmp_path, vllm_extra_args="--api-key s3cr3tXYZ --max-num-seqs 8")
+    applied = launch.apply_request(own, request)
+    assert applied.vllm_extra_args == "--max-num-seqs 2 --api-key s3cr3tXYZ"
+    assert applied.vllm_api_keys == ["s3cr3tXYZ"]
