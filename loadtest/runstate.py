@@ -9,7 +9,7 @@ from pathlib import Path
 
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
-from core.requestlog import RequestLogLine, append_request_log
+from core.requestlog import RequestLogLine, append_request_log, now_iso
 from loadtest.plan import sampler_for
 
 
@@ -56,3 +56,20 @@ class RunState:
             with self.records_path.open("a", encoding="utf-8") as fh:
                 fh.write(record.model_dump_json() + "\n")
         append_request_log(self.requests_log, RequestLogLine.from_record(record, "loadtest", self.plan.model))
+
+    def log_cut(self, request_id: str, elapsed_ms: float) -> None:
+        """Log a request the test's stop cut off after ``elapsed_ms`` as ``cancelled`` in the request log (it is
+        not a row: rows hold finished requests)."""
+        line = RequestLogLine(
+            ts=now_iso(),
+            source="loadtest",
+            request_id=request_id,
+            model=self.plan.model or None,
+            prompt_tokens=None,
+            completion_tokens=None,
+            ttft_ms=None,
+            total_ms=round(elapsed_ms, 1),
+            status="cancelled",
+            error="cut by the test stop",
+        )
+        append_request_log(self.requests_log, line)
