@@ -10,9 +10,12 @@ Its own ``stop`` handler posts "Task manually stopped." before cancelling, next 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, Protocol
 
 from services.ui.errors import STOPPED
+
+log = logging.getLogger(__name__)
 
 
 class HasCurrentTask(Protocol):
@@ -28,9 +31,9 @@ def cancel_answer(session: HasCurrentTask, reason: str) -> bool:
         True when a running task was cancelled; False when none was running.
     """
     task = session.current_task
-    if task is None or task.done():
-        return False
-    return task.cancel(reason)
+    cancelled = task is not None and not task.done() and task.cancel(reason)
+    log.info("%s: %s", reason, "answer cancelled" if cancelled else "no answer running")
+    return cancelled
 
 
 async def quiet_stop(sid: str) -> None:

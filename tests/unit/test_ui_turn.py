@@ -254,3 +254,29 @@ def test_disconnect_cancels_and_logs_why(tmp_path: Path) -> None:
     asyncio.run(go())
     (line,) = log_lines(tmp_path)
     assert line["status"] == "cancelled" and line["error"] == errors.cancelled(errors.DISCONNECTED).cause
+
+
+def test_fast_stream_lets_other_tasks_run_between_chunks(tmp_path: Path) -> None:
+    """Chunks that are all ready at once (a fast model) still let the event loop run between them, so the tokens
+    reach the browser as they come and a Stop or a disconnect is handled mid-answer, not after the end."""
+    many = [chunk(""), *(chunk("字") for _ in range(50)), chunk("", finish="length"), b"data: [DONE]\n\n"]
+    backend = backend_for(FakeVllm(many), tmp_path)
+    ticks = 0
+    seen: list[int] = []
+
+    async def on_token(piece: str) -> None:
+        seen.append(ticks)
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    async def go() -> None:
+        other = asyncio.create_task(ticker())
+        await backend.run_turn([], "q", PARAMS, on_token)
+        other.cancel()
+
+    asyncio.run(go())
+    assert len(seen) == 50 and all(b > a for a, b in zip(seen, seen[1:], strict=False)), seen
