@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -279,4 +280,4 @@ def test_fast_stream_lets_other_tasks_run_between_chunks(tmp_path: Path) -> None
         other.cancel()
 
     asyncio.run(go())
-    assert len(seen) == 50 and all(b > a for a, b in zip(seen, seen[1:], strict=False)), seen
+    assert len(seen) == 50 and all(b > a for a, b in itertools.pairwise(seen)), seen
