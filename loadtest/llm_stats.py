@@ -57,6 +57,7 @@ class LlmStats:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
+        self.started_s = clock()
         self.stats = RequestStats(use_response_times_cache=False)
         self.tokens_by_second: defaultdict[int, int] = defaultdict(int)
         self.output_tokens = 0
@@ -64,6 +65,7 @@ class LlmStats:
 
     def clear(self) -> None:
         """Forget everything (a new test, or the web UI's Reset Stats)."""
+        self.started_s = self.clock()
         self.stats.clear_all()
         self.tokens_by_second.clear()
         self.output_tokens = 0
@@ -143,11 +145,14 @@ class LlmStats:
             )
         return rows
 
-    def current_tokens_per_s(self) -> float:
-        """Output tokens per second over the last :data:`CURRENT_WINDOW_S` complete seconds (tokens count when
-        their request ends)."""
+    def current_tokens_per_s(self) -> float | None:
+        """Output tokens per second over the last :data:`CURRENT_WINDOW_S` complete seconds since the test started
+        (tokens count when their request ends); None in the test's first seconds."""
         end = int(self.clock()) - REPORT_LAG_S
-        return sum(self.tokens_by_second.get(s, 0) for s in range(end - CURRENT_WINDOW_S, end)) / CURRENT_WINDOW_S
+        start = max(end - CURRENT_WINDOW_S, int(self.started_s) + 1)
+        if end <= start:
+            return None
+        return sum(self.tokens_by_second.get(s, 0) for s in range(start, end)) / (end - start)
 
     def throughput_rows(self, elapsed_s: float | None) -> list[dict[str, Any]]:
         """``name``/``value`` rows: output tokens, output tok/s over ``elapsed_s`` (the test so far) and over the

@@ -119,8 +119,8 @@ def test_two_workers_merge_to_what_one_process_shows(llm_stats: ModuleType) -> N
 
 def test_tokens_per_second_overall_and_over_the_last_ten_seconds(llm_stats: ModuleType) -> None:
     """Output tok/s is the tokens over the test's elapsed time, and over the last 10 complete seconds."""
-    now = [1000.0]
-    stats = llm_stats.LlmStats(clock=lambda: now[0])
+    now = [999.5]
+    stats = llm_stats.LlmStats(clock=lambda: now[0])  # the test starts at 999.5
     for second in range(20):  # 30 tokens end every second for 20 s
         now[0] = 1000.0 + second
         stats.add(row(tokens=30))
@@ -129,6 +129,13 @@ def test_tokens_per_second_overall_and_over_the_last_ten_seconds(llm_stats: Modu
     assert values["Output tokens (all requests)"] == 600
     assert values["Output tok/s since the test started"] == 30.0
     assert values["Output tok/s, last 10 s"] == 30.0
+    now[0] = 1004.2  # 4 s in: the window holds only the test's complete seconds (1000-1001), not empty ones before
+    early = llm_stats.LlmStats(clock=lambda: now[0])
+    early.started_s = 999.5
+    early.tokens_by_second.update({1000: 30, 1001: 30})
+    assert early.current_tokens_per_s() == 30.0
+    now[0] = 1001.0
+    assert early.current_tokens_per_s() is None  # nothing complete yet
 
 
 def test_text_table_names_units(llm_stats: ModuleType) -> None:
