@@ -12,7 +12,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -156,19 +157,22 @@ def set_max_tokens(page: Page, value: int) -> None:
     page.locator("#confirm").wait_for(state="detached")
 
 
-STOP_AT_FIRST_TOKEN_JS = """() => {
+AT_FIRST_TOKEN_JS = """() => {
     const answers = () => document.querySelectorAll('[data-step-type="assistant_message"]');
     const before = answers().length;
     const observer = new MutationObserver(() => {
-        const all = answers(), button = document.getElementById("stop-button");
-        if (all.length > before && all[all.length - 1].innerText.trim() && button) {
+        const all = answers();
+        if (all.length > before && all[all.length - 1].innerText.trim()) {
             observer.disconnect();
-            button.click();
-            window.__stopClicked = true;
+            ACTION;
+            window.__acted = true;
         }
     });
     observer.observe(document.body, {childList: true, subtree: true, characterData: true});
 }"""
+# Stop is pressed if it is still there (a page lagging behind a finished answer no longer shows it).
+STOP_AT_FIRST_TOKEN_JS = AT_FIRST_TOKEN_JS.replace("ACTION", 'document.getElementById("stop-button")?.click()')
+CLOSE_AT_FIRST_TOKEN_JS = AT_FIRST_TOKEN_JS.replace("ACTION", "window.close()")
 
 
 def stop_at_first_token(page: Page) -> None:
@@ -299,55 +303,94 @@ def assert_timing_line_wraps_between_fields(page: Page) -> None:
         page.set_viewport_size({"width": 1400, "height": 900})
 
 
+CANCEL_TRIES = 5
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """How one answer was cancelled mid-way: its request-log line, how long vLLM took to drop it, which try it was."""
+
+    line: dict[str, Any]
+    idle_after_s: float
+    tries: int
+
+
+def cancel_mid_answer(stack: Stack, attempt: Callable[[], None]) -> Cancelled:
+    """Run ``attempt`` (send a long question and cancel the answer at its first token) until the cancel reaches the
+    UI while the answer runs, and judge that request alone: vLLM must drop it (it never finishes there), soon.
+
+    Each try starts on an idle vLLM, so its server-wide finished counters can only move for this request. A try
+    whose answer ran to its end before the cancel reached the UI server (its log line says ``ok``: the tiny model
+    streams a whole answer in ~3 s, a loaded machine's browser can lag that much) proves nothing either way and is
+    repeated, up to :data:`CANCEL_TRIES` times.
+    """
+    for tries in range(1, CANCEL_TRIES + 1):
+        before = len(request_log(stack.logs_dir))
+        stack.wait_until_idle()
+        finished_before = vllm_metrics(stack.vllm_url)
+        attempt()
+        idle_after_s, metrics = seconds_until_idle(stack)
+        deadline = time.monotonic() + 30
+        while not (lines := ui_lines(stack.logs_dir, before)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (line,) = lines
+        if line["status"] == "ok":
+            continue
+        assert line["status"] == "cancelled", line
+        assert_never_finished(finished_before, metrics)
+        return Cancelled(line, idle_after_s, tries)
+    pytest.fail(
+        f"in {CANCEL_TRIES} tries every answer ran to its end before the cancel reached the UI: the machine is too "
+        "loaded to act within a ~3 s answer, or the cancel does not reach the running answer (see ui.log)"
+    )
+
+
 def test_stop_cancels_the_request_on_the_server(stack: Stack, page: Page) -> None:
     """Stop aborts a long answer in vLLM (it never finishes there), the answer says Stopped once (no Chainlit
     "Task manually stopped."), and the request's own log line says cancelled."""
-    before = len(request_log(stack.logs_dir))
     open_chat(page, stack.ui_url, "Ready")
     set_max_tokens(page, 3500)  # 3+ s of tokens for the tiny model on an idle CPU, more on a loaded one
-    stack.wait_until_idle()  # the finished counters are server-wide: nothing else may be running
-    finished_before = vllm_metrics(stack.vllm_url)
-    stop_at_first_token(page)
-    send(page, "写一篇很长的文章")
-    page.wait_for_function("window.__stopClicked === true")
-    idle_after_s, metrics = seconds_until_idle(stack)
-    assert_never_finished(finished_before, metrics)
+
+    def ask_and_stop() -> None:
+        stop_at_first_token(page)
+        send(page, "写一篇很长的文章")
+        page.wait_for_function("window.__acted === true")
+        expect(page.locator("#chat-submit")).to_be_attached(timeout=PAGE_TIMEOUT_MS)  # the turn is over
+        page.evaluate("() => { window.__acted = false; }")
+
+    cancelled = cancel_mid_answer(stack, ask_and_stop)
+    assert cancelled.line["error"] == errors.cancelled(errors.STOPPED).cause
     page.get_by_text("The request was cancelled on the server").wait_for()
     page.wait_for_timeout(1000)  # Chainlit's own message, if any, would arrive with the cancellation
     body = page.locator("body").inner_text()
     assert body.count("Stopped") == 1 and "Task manually stopped" not in body, body[-1500:]
     screenshot(page, "ui_stopped.png")
-    (line,) = ui_lines(stack.logs_dir, before)
-    assert line["status"] == "cancelled" and line["error"] == errors.cancelled(errors.STOPPED).cause
-    print(f"[stop] vLLM idle {idle_after_s:.2f} s after Stop")
+    print(f"[stop] vLLM idle {cancelled.idle_after_s:.2f} s after Stop (try {cancelled.tries})")
 
 
-def test_closing_the_page_cancels_the_answer(stack: Stack, browser: Browser) -> None:
+def test_closing_the_page_cancels_the_answer(stack: Stack, page: Page) -> None:
     """Closing the tab mid-answer ends the request in vLLM within seconds (running count from /metrics drops, the
-    request never finishes there), and the request's log line says cancelled because the session disconnected."""
-    before = len(request_log(stack.logs_dir))
-    context = browser.new_context(viewport={"width": 1400, "height": 900}, locale="en-US")
-    context.set_default_timeout(PAGE_TIMEOUT_MS)
-    tab = context.new_page()
-    frames = SocketFrames(tab)
-    try:
+    request never finishes there), and the request's log line says cancelled because the session disconnected.
+
+    The chat runs in a tab the first page opened, so the tab can close itself the moment the answer shows its first
+    text (a script may close a window it opened), without waiting for this test process to notice.
+    """
+    page.goto(stack.ui_url)
+
+    def ask_and_close() -> None:
+        with page.context.expect_page() as opened:
+            page.evaluate("url => { window.open(url); }", stack.ui_url)
+        tab = opened.value
         open_chat(tab, stack.ui_url, "Ready")
         set_max_tokens(tab, 3500)
-        stack.wait_until_idle()
-        finished_before = vllm_metrics(stack.vllm_url)
+        tab.evaluate(CLOSE_AT_FIRST_TOKEN_JS)
         send(tab, "写一篇很长的文章")
-        frames.wait_for(tab, "stream_token")  # vLLM is generating
-    finally:
-        context.close()  # the tab goes away mid-answer, as when the user closes it
-    idle_after_s, metrics = seconds_until_idle(stack, timeout_s=10)
-    assert idle_after_s < 5, f"vLLM kept generating {idle_after_s:.1f} s after the page closed"
-    assert_never_finished(finished_before, metrics)
-    deadline = time.monotonic() + 10
-    while not (lines := ui_lines(stack.logs_dir, before)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    (line,) = lines
-    assert line["status"] == "cancelled" and line["error"] == errors.cancelled(errors.DISCONNECTED).cause
-    print(f"[close] vLLM idle {idle_after_s:.2f} s after the page closed")
+        tab.wait_for_event("close", timeout=PAGE_TIMEOUT_MS)
+
+    cancelled = cancel_mid_answer(stack, ask_and_close)
+    assert cancelled.idle_after_s < 5, f"vLLM kept generating {cancelled.idle_after_s:.1f} s after the page closed"
+    assert cancelled.line["error"] == errors.cancelled(errors.DISCONNECTED).cause
+    print(f"[close] vLLM idle {cancelled.idle_after_s:.2f} s after the page closed (try {cancelled.tries})")
 
 
 def test_huge_max_tokens_is_lowered_to_the_ui_limit_before_sending(stack: Stack, page: Page) -> None:
