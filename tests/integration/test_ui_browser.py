@@ -348,10 +348,10 @@ def cancel_mid_answer(stack: Stack, attempt: Callable[[], None]) -> Cancelled:
 def test_stop_cancels_the_request_on_the_server(stack: Stack, page: Page) -> None:
     """Stop aborts a long answer in vLLM (it never finishes there), the answer says Stopped once (no Chainlit
     "Task manually stopped."), and the request's own log line says cancelled."""
-    open_chat(page, stack.ui_url, "Ready")
-    set_max_tokens(page, 3500)  # 3+ s of tokens for the tiny model on an idle CPU, more on a loaded one
 
     def ask_and_stop() -> None:
+        open_chat(page, stack.ui_url, "Ready")  # a new chat each try: a finished answer would fill the context
+        set_max_tokens(page, 3500)  # 3+ s of tokens for the tiny model on an idle CPU, more on a loaded one
         stop_at_first_token(page)
         send(page, "写一篇很长的文章")
         page.wait_for_function("window.__acted === true")
@@ -373,7 +373,8 @@ def test_closing_the_page_cancels_the_answer(stack: Stack, page: Page) -> None:
     request never finishes there), and the request's log line says cancelled because the session disconnected.
 
     The chat runs in a tab the first page opened, so the tab can close itself the moment the answer shows its first
-    text (a script may close a window it opened), without waiting for this test process to notice.
+    text (a script may close a window it opened), without waiting for this test process to notice. The tab is
+    brought to the front: Chromium throttles a background tab, which would show the answer only after it ended.
     """
     page.goto(stack.ui_url)
 
@@ -381,7 +382,8 @@ def test_closing_the_page_cancels_the_answer(stack: Stack, page: Page) -> None:
         with page.context.expect_page() as opened:
             page.evaluate("url => { window.open(url); }", stack.ui_url)
         tab = opened.value
-        open_chat(tab, stack.ui_url, "Ready")
+        tab.bring_to_front()
+        tab.get_by_text("Status: Ready").wait_for()
         set_max_tokens(tab, 3500)
         tab.evaluate(CLOSE_AT_FIRST_TOKEN_JS)
         send(tab, "写一篇很长的文章")
