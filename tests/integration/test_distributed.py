@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 from pathlib import Path
@@ -18,12 +19,21 @@ import pytest
 
 from core.records import RequestRecord
 from core.settings import PROJECT_ROOT
-from tests.integration.test_client_timing import PY, mock_url  # noqa: F401 - fixture
+from tests.integration.test_client_timing import PY, free_port, mock_url  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
 
 
 def run_locust(url: str, rows: Path, processes: int | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run Locust for 6 s against ``url`` and return the master's request statistics and LLM statistics.
+
+    ``--autostart --autoquit`` rather than ``--headless``: at the end of ``-t`` a headless master quits at once and
+    waits only 0.5 s for the workers' last reports (on a loaded machine they come later and are lost); this path
+    stops the workers first and quits 5 s later, when their last reports are in. The master port is a free one, not
+    Locust's default 5557: workers of another run on this machine (another checkout's tests) would join it. The
+    whole process group is killed on a timeout, so no orphaned worker joins a later run.
+    """
+    master_port = str(free_port())
     argv = [
         PY,
         "-m",
@@ -32,7 +42,13 @@ def run_locust(url: str, rows: Path, processes: int | None) -> tuple[list[dict[s
         "loadtest/locustfile.py",
         "--host",
         url,
-        "--headless",
+        "--autostart",
+        "--autoquit",
+        "5",
+        "--web-host",
+        "127.0.0.1",
+        "--web-port",
+        str(free_port()),
         "-u",
         "4",
         "-r",
@@ -48,15 +64,22 @@ def run_locust(url: str, rows: Path, processes: int | None) -> tuple[list[dict[s
         "ChatUser",
     ]
     if processes:
-        argv[-1:-1] = ["--processes", str(processes)]
-    out = subprocess.run(
+        argv[-1:-1] = ["--processes", str(processes), "--master-bind-port", master_port, "--master-port", master_port]
+    proc = subprocess.Popen(
         argv,
         cwd=PROJECT_ROOT,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         text=True,
-        timeout=120,
         env={**os.environ, "MAX_TOKENS": "5", "LOGS_DIR": str(rows.parent)},
-    ).stdout
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     decoder, arrays, at = json.JSONDecoder(), [], 0
     while at < len(out):
         if out[at] in "[{":
