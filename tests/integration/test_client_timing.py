@@ -115,4 +115,5 @@ def test_locust_path_timings(mock_url: str, tmp_path: Path, mode: str) -> None:
         assert_known_timings(row)
         if mode == "open":
             assert row.scheduled_at is not None and row.queue_delay_ms < 500
-    assert "LLM" in run.stdout + run.stderr and "ttft" in run.stdout + run.stderr
+    output = run.stdout + run.stderr
+    assert "LLM" in output and "e2e" in output and "TTFT (time to first token)" in output  # the end-of-run tables
