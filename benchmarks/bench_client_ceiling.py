@@ -116,7 +116,10 @@ def run_pair(index: int, workdir: Path, args: argparse.Namespace, vllm_requests:
     vLLM sends as many requests as ours completed in this pair when ours ran first, else ``vllm_requests``.
     """
     dataset = workdir / "prompts.sharegpt.json"
-    with mock_server(workdir / f"mock_{index}.log", tokens=args.tokens, ttft_ms=0, itl_ms=0) as mock:
+    with mock_server(
+        workdir / f"mock_{index}.log", tokens=args.tokens, ttft_ms=0, itl_ms=0, tokens_per_chunk=args.tokens_per_chunk,
+        events_per_write=args.events_per_write, processes=args.mock_processes,
+    ) as mock:  # fmt: skip
         ours: ClientRun | None = None
         theirs: ClientRun | None = None
         for client in ("ours", "vllm") if index % 2 == 0 else ("vllm", "ours"):
@@ -158,7 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run the pair(s) and judge; 0 pass, 1 miss, 2 a run failed."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--users", type=int, default=32, help="concurrent requests of each client")
-    parser.add_argument("--tokens", type=int, default=256, help="tokens (= chunks) per mock answer")
+    parser.add_argument("--tokens", type=int, default=256, help="tokens per mock answer")
+    parser.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per event (vLLM-like chunking)")
+    parser.add_argument(
+        "--events-per-write", type=int, default=0,
+        help="mock events per write (0: each answer in one write, what a saturated client finds; 1: one per write)",
+    )  # fmt: skip
+    parser.add_argument("--mock-processes", type=int, default=1, help="mock server processes")
     parser.add_argument("--run-time-s", type=float, default=15.0, help="length of our run")
     parser.add_argument("--requests", type=int, default=0, help="vLLM's requests (default: as many as ours did)")
     parser.add_argument("--repeats", type=int, default=1, help="pairs to run (order alternates)")

@@ -23,7 +23,8 @@ SCHEMA_VERSION = "1.2"
 #      ``environment.startup``: ``model_load_s``, ``engine_init_s`` (were ``last_load_s``, ``last_engine_init_s``
 #      there and ``model_load_s``, ``engine_init_s`` in ``logs``), ``kv_cache_line`` (was in ``logs``);
 #      ``logs.vllm_version`` is gone (``environment.vllm_version``). Reports of 1.1 are migrated on reading
-#      (:func:`migrate_report`); nothing is rewritten on disk.
+#      (:func:`migrate_report`); nothing is rewritten on disk. The config records ``workers`` (Locust processes);
+#      ``client`` records each load process's CPU and event-loop lag and how far that lag could have moved TTFT/ITL.
 RENAMED_IN_1_2 = {"cpu_rss_peak_gb": "vllm_rss_peak_gb"}
 STARTUP_RENAMED_IN_1_2 = {"last_load_s": "model_load_s", "last_engine_init_s": "engine_init_s"}
 LOGS_TO_STARTUP_IN_1_2 = ("model_load_s", "engine_init_s", "kv_cache_line")
@@ -106,6 +107,9 @@ class BenchmarkConfig(BaseModel):
     )
     vllm_url: str
     model: str
+    workers: int = Field(
+        default=1, ge=1, description="Load-generating Locust processes (1: one process; N: a master and N workers)."
+    )
 
 
 class Metrics(RunMetrics):

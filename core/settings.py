@@ -128,6 +128,12 @@ class Settings(BaseSettings):
     )
     burstiness: float = Field(default=1.0, gt=0, description="Open loop: gamma shape of arrival gaps (1 = Poisson).")
     ramp_up_s: float = Field(default=0.0, ge=0, description="Closed loop: seconds to start all users.")
+    workers: int | None = Field(
+        default=None,
+        ge=1,
+        description="Load-generating Locust processes (N > 1: a master and N workers); unset: from the machine's "
+        "cores and the load asked for.",
+    )
     dataset: Path | None = Field(
         default=None,
         description="Prompt JSONL or ShareGPT JSON/JSONL; default: the bundled corpus.",
@@ -201,6 +207,7 @@ class Settings(BaseSettings):
         "bench_model",
         "watchdog_s",
         "max_error_rate_pct",
+        "workers",
         mode="before",
     )
     @classmethod

@@ -5,20 +5,21 @@ The locustfile only declares the user classes and hooks and calls these (tested 
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gevent
-import requests
 from gevent.pool import Pool
 
 from core.distributions import arrival_gaps_s
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from loadtest.client import chat_payload, stream_chat
-from loadtest.runstate import RunState
+from loadtest.runstate import RunState, Slot
+from loadtest.transport import Transport
 from loadtest.workload import WorkItem
 
 OPEN_LOOP_MAX_IN_FLIGHT = 10_000
@@ -31,7 +32,7 @@ def payload_for(plan: BenchmarkConfig, item: WorkItem) -> dict[str, Any]:
 
 
 def send(
-    state: RunState, session: requests.Session, host: str, item: WorkItem, scheduled_at: float | None = None
+    state: RunState, session: Transport, host: str, item: WorkItem, scheduled_at: float | None = None
 ) -> RequestRecord:
     """Send one request with the shared request function, label it with its workload item, save the row.
 
@@ -46,11 +47,13 @@ def send(
         "task": item.prompt.task,
         "input_bucket": item.prompt.bucket,
     }
+    state.in_flight += 1
     try:
         record = stream_chat(
             session, host, payload_for(plan, item), timeout_s=plan.request_timeout_s, request_id=request_id
         )
     except BaseException as exc:  # GreenletExit / KeyboardInterrupt: the run is ending
+        state.in_flight -= 1
         state.save(
             RequestRecord(
                 request_id=request_id,
@@ -64,9 +67,25 @@ def send(
             )
         )
         raise
+    state.in_flight -= 1
     record = record.model_copy(update=labels)
     state.save(record)
     return record
+
+
+def arrivals(plan: BenchmarkConfig, slot: Slot) -> Iterator[tuple[int, float]]:
+    """This process's arrivals of the run's one schedule: ``(request number, seconds after the start)`` each.
+
+    The schedule (RATE, BURSTINESS, SEED) is generated whole in every process; process ``slot`` of ``slots`` takes
+    arrivals ``slot, slot + slots, …``, so the processes together send the one schedule.
+
+    Raises:
+        ValueError: the plan has no RATE.
+    """
+    if plan.rate_req_per_sec is None:
+        raise ValueError("an open-loop run needs RATE (requests per second)")
+    offsets = itertools.accumulate(arrival_gaps_s(plan.rate_req_per_sec, plan.burstiness or 1.0, plan.seed))
+    return itertools.islice(enumerate(offsets), slot.slot, None, slot.slots)
 
 
 def dispatch_open_loop(
@@ -74,32 +93,32 @@ def dispatch_open_loop(
     one: Callable[[WorkItem, float], None],
     clock: Callable[[], float] = time.time,
 ) -> int:
-    """Send requests at the plan's scheduled arrival times (RATE, BURSTINESS, SEED), each in its own greenlet, so a
-    slow server cannot slow the arrivals.
+    """Send this process's share of the scheduled arrivals (RATE, BURSTINESS, SEED; see :func:`arrivals`), each in
+    its own greenlet, so a slow server cannot slow the arrivals.
 
-    Dispatch stops when the request budget is spent or, with a duration, at ``start + duration_s`` (no arrival is
-    scheduled after it); requests still in flight then may finish for ``drain_s`` and are cancelled after that
-    (saved as ``incomplete`` rows by :func:`send`). ``one(item, scheduled_at)`` sends one request.
+    The schedule starts at the slot's ``start_at`` (shared by every process) or now. Dispatch stops when the request
+    budget is spent or, with a duration, at ``start + duration_s`` (no arrival is scheduled after it); requests still
+    in flight then may finish for ``drain_s`` and are cancelled after that (saved as ``incomplete`` rows by
+    :func:`send`). ``one(item, scheduled_at)`` sends one request.
 
     Returns:
         How many requests were cancelled after the drain.
     """
     plan = state.plan
-    if plan.rate_req_per_sec is None:
-        raise ValueError("an open-loop run needs RATE (requests per second)")
     pool = Pool(OPEN_LOOP_MAX_IN_FLIGHT)
-    gaps = arrival_gaps_s(plan.rate_req_per_sec, plan.burstiness or 1.0, plan.seed)
-    start = next_at = clock()
+    schedule = arrivals(plan, state.slot)
+    start = state.slot.start_at if state.slot.start_at is not None else clock()
     deadline = start + plan.duration_s if plan.duration_s else None
+    budget = state.max_requests or None
     try:
-        while True:
-            next_at += next(gaps)
-            if deadline is not None and next_at > deadline:
+        for k, offset in schedule:
+            at = start + offset
+            if (deadline is not None and at > deadline) or (budget is not None and k >= budget):
                 break
-            if not state.take_ticket():
-                break
-            gevent.sleep(max(0.0, next_at - clock()))
-            pool.spawn(one, state.workload.next(), next_at)
+            state.issued += 1
+            item = state.item(k)
+            gevent.sleep(max(0.0, at - clock()))
+            pool.spawn(one, item, at)
         pool.join(timeout=plan.drain_s if deadline is not None else None)
         return len(pool)
     finally:

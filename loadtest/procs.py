@@ -151,9 +151,17 @@ class MockHandle:
 
 @contextmanager
 def mock_server(
-    log_path: Path, *, tokens: int, ttft_ms: float, itl_ms: float, tokens_per_chunk: int = 1
+    log_path: Path,
+    *,
+    tokens: int,
+    ttft_ms: float,
+    itl_ms: float,
+    tokens_per_chunk: int = 1,
+    events_per_write: int = 0,
+    processes: int = 1,
 ) -> Iterator[MockHandle]:
-    """Run ``python -m loadtest.mock_server`` on a free port until the block ends; stopped in all cases.
+    """Run ``python -m loadtest.mock_server`` on a free port until the block ends (``processes`` server processes;
+    the handle's pid is their parent, so a tree sampler sees them all); stopped in all cases.
 
     Raises:
         ProcessError: it did not answer ``/health`` within a minute.
@@ -162,6 +170,7 @@ def mock_server(
     argv = [
         sys.executable, "-m", "loadtest.mock_server", "--port", str(port), "--tokens", str(tokens),
         "--ttft-ms", f"{ttft_ms:g}", "--itl-ms", f"{itl_ms:g}", "--tokens-per-chunk", str(tokens_per_chunk),
+        "--events-per-write", str(events_per_write), "--processes", str(processes),
     ]  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     with log_path.open("wb") as log:
