@@ -27,6 +27,7 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -56,6 +57,7 @@ from loadtest.calibrate import (  # noqa: E402
     summarize_records,
 )
 from loadtest.procs import CpuSample, CpuSampler, ProcessError, cpu_in_window, mock_server  # noqa: E402
+from services.vllm.launch import engine_python  # noqa: E402
 
 TARGET_RATIO = 1.5  # ours / theirs, chunks/s per client core
 VLLM_REQUESTS_FIRST = 500  # vLLM's requests if it ever ran before any run of ours without --requests
@@ -146,7 +148,8 @@ def run_pair(index: int, workdir: Path, args: argparse.Namespace, vllm_requests:
 
 def default_tokenizer() -> str | None:
     """A local tokenizer for vLLM's client (the mock has none): the stack's resolved model, else the first model
-    folder with a tokenizer.json (vLLM's ShareGPT loader needs one to size prompts)."""
+    folder with a tokenizer.json, else the synthetic tiny model built for it (vLLM's ShareGPT loader needs one to
+    size prompts; building takes a few seconds with the engine env)."""
     settings = get_settings()
     state = read_engine_state(settings.engine_state_file)
     if state is not None:
@@ -154,7 +157,13 @@ def default_tokenizer() -> str | None:
         if (model / "tokenizer.json").exists() or (model / "tokenizer_config.json").exists():
             return str(model)
     found = sorted(settings.models_dir.glob("*/tokenizer.json"))
-    return str(found[0].parent) if found else None
+    if found:
+        return str(found[0].parent)
+    out = settings.models_dir / "tiny"
+    argv = [engine_python(settings), "-m", "services.vllm.synthetic", "--variant", "tiny", "--out", str(out),
+            "--corpus", str(settings.prompts_file)]  # fmt: skip
+    built = subprocess.run(argv, cwd=REPO, check=False)
+    return str(out) if built.returncode == 0 and (out / "tokenizer.json").exists() else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.tokenizer = args.tokenizer or default_tokenizer()
     if args.tokenizer is None:
-        parser.error("no local tokenizer found under models/; pass --tokenizer DIR (vLLM's client needs one)")
+        parser.error("no local tokenizer under models/ and none could be built; pass --tokenizer DIR")
 
     workdir = Path(tempfile.mkdtemp(prefix="client_ceiling_"))
     print(

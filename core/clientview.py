@@ -30,14 +30,30 @@ CEILING_FRACTION = 0.8
 LAG_LIMIT_PCT = 10.0  # the client's lateness may move TTFT/ITL (p50 or p99) by at most this share
 
 
+class CalibrationRun(BaseModel):
+    """One ceiling run of ``make calibrate``."""
+
+    name: str
+    workers: int
+    chunks_per_sec: float
+    requests_per_sec: float
+    client_cores: float = Field(description="Mean cores of the Locust process tree over the run's window.")
+    mock_cores: float | None = Field(description="Mean cores of the mock server over the window.")
+    chunks_per_sec_per_core: float
+    requests_per_sec_per_core: float
+
+
 class Calibration(BaseModel):
-    """Ceiling and added latency of this load generator on this machine (``make calibrate``)."""
+    """Ceiling and added latency of this load generator on this machine (``make calibrate``); the per-core figures
+    are the 1-worker runs'."""
 
     chunks_per_sec_per_core: float
     requests_per_sec_per_core: float
     added_ttft_ms: float = Field(description="Median measured TTFT minus the mock server's configured TTFT.")
     added_itl_ms: float = Field(description="Median measured ITL minus the configured ITL.")
     measured_at: str
+    tokens_per_chunk: int = Field(default=1, description="Tokens per event of the mock's answers.")
+    runs: list[CalibrationRun] = Field(default_factory=list, description="Every ceiling run, 1 and N workers.")
 
 
 class ProcessLoad(BaseModel):

@@ -6,14 +6,15 @@ share (:mod:`loadtest.runstate`) and tells the master when its last request has 
 every worker has. A single Locust process (no master) is slot 0 of 1 and ends the run itself.
 
 Locust's runners are used through their public messaging (``register_message``/``send_message``); the pure part
-(:func:`slots_for`) is unit-tested, the rest by the integration tests with real worker processes.
+(:func:`loadtest.runstate.slots_for`) is unit-tested, this module by the integration tests with real worker
+processes (importing Locust monkey-patches the process: only the locustfile imports this module).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Literal
 
 import gevent
@@ -21,19 +22,12 @@ from gevent.event import Event
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
-from loadtest.runstate import Slot
+from loadtest.runstate import Slot, slots_for
 
 SLOT_MESSAGE = "llm_slot"
 DONE_MESSAGE = "llm_done"
-START_DELAY_S = 1.0  # the open-loop schedule starts this long after the master sent the slots
 
 log = logging.getLogger(__name__)
-
-
-def slots_for(worker_ids: Sequence[str], now: float, delay_s: float = START_DELAY_S) -> dict[str, Slot]:
-    """Slot of each worker (in the order of their ids), all with the same schedule start ``now + delay_s`` (pure)."""
-    ordered = sorted(worker_ids)
-    return {wid: Slot(i, len(ordered), now + delay_s) for i, wid in enumerate(ordered)}
 
 
 class Coordinator:
@@ -94,16 +88,18 @@ class Coordinator:
     def finish(self) -> None:
         """This process sent its share and every request has ended: a local run ends; a worker tells the master."""
         runner = self.environment.runner
+        if self._done_sent or runner is None:
+            return
+        self._done_sent = True  # once: two quits at once would both stop the test (Locust fires test_stop twice)
         if isinstance(runner, WorkerRunner):
-            if not self._done_sent:
-                self._done_sent = True
-                runner.send_message(DONE_MESSAGE, {"client_id": runner.client_id})
-        elif runner is not None:
+            runner.send_message(DONE_MESSAGE, {"client_id": runner.client_id})
+        else:
             gevent.spawn(runner.quit)
 
     def _done_message(self, environment: Environment, msg: Any, **_: Any) -> None:
         self._done_workers.add(str(msg.node_id))
         log.info("worker %s done (%d of %d)", msg.node_id, len(self._done_workers), self._expected)
         runner = self.environment.runner
-        if runner is not None and len(self._done_workers) >= self._expected:
+        if runner is not None and len(self._done_workers) >= self._expected and not self._done_sent:
+            self._done_sent = True
             gevent.spawn(runner.quit)

@@ -76,8 +76,8 @@ def _on_test_stop(environment: Environment, **_: Any) -> None:
     coord = _coord()
     coord.test_stop()
     role = coord.role
-    if STATE is None or role == "master":
-        return
+    if STATE is None or role == "master" or STATE.closed:
+        return  # (Locust may fire test_stop twice: the report is written once)
     MONITOR.stop_sampling()
     path = getattr(environment.parsed_options, "client_file", "")
     if path:

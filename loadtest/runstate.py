@@ -11,6 +11,7 @@ Used by the locustfile (which only wires Locust to it); plain code, unit-tested 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,15 @@ class Slot:
     slot: int = 0
     slots: int = 1
     start_at: float | None = None
+
+
+START_DELAY_S = 1.0  # the open-loop schedule starts this long after the master hands out the slots
+
+
+def slots_for(worker_ids: Sequence[str], now: float, delay_s: float = START_DELAY_S) -> dict[str, Slot]:
+    """Slot of each worker (in the order of their ids), all with the same schedule start ``now + delay_s`` (pure)."""
+    ordered = sorted(worker_ids)
+    return {wid: Slot(i, len(ordered), now + delay_s) for i, wid in enumerate(ordered)}
 
 
 def share(total: int, slot: Slot) -> int:
@@ -56,6 +66,7 @@ class RunState:
         self._workload = sampler_for(plan, plan.seed)
         self._drawn = 0  # items of the seeded workload drawn so far
         self._fd: int | None = None
+        self.closed = False
 
     def begin(self, max_requests: int, records_path: Path | None, slot: Slot | None = None) -> None:
         """Reset for a new test: ``max_requests`` for the whole run (0 = unlimited), the rows file (None = keep
@@ -66,6 +77,7 @@ class RunState:
         self._workload = sampler_for(self.plan, self.plan.seed)
         self._drawn = 0
         self.close()
+        self.closed = False
         self.records_path = records_path
 
     @property
@@ -116,7 +128,8 @@ class RunState:
         append_request_log(self.requests_log, RequestLogLine.from_record(record, "loadtest", self.plan.model))
 
     def close(self) -> None:
-        """Close the rows file (reopened by the next row)."""
+        """The test ended: close the rows file (a late row reopens it)."""
+        self.closed = True
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -113,7 +113,7 @@ def client_lines(client: ClientView) -> list[str]:
         cores = "/".join(f"{p.cpu_cores:.2f}" for p in client.processes)
         worst = max(client.lag_impact, key=lambda i: i.share_pct, default=None)
         moved = (
-            f"; could move {worst.figure.removesuffix('_ms').replace('_', ' ')} by {worst.share_pct:.1f}% "
+            f"; could move {worst.figure.removesuffix('_ms').replace('_', ' ')} by {share_text(worst.share_pct)} "
             f"(limit {client.lag_limit_pct:g}%)"
             if worst
             else ""
@@ -127,6 +127,11 @@ def client_lines(client: ClientView) -> list[str]:
     if client.client_limited:
         lines.append(f"[WARN] Client-limited run: {client.reason}. The numbers measure the load generator.")
     return lines
+
+
+def share_text(value: float) -> str:
+    """``481%`` from 10 % up, ``2.3%`` below."""
+    return f"{value:.0f}%" if value >= 10 else f"{value:.1f}%"
 
 
 def pct_text(value: float) -> str:
