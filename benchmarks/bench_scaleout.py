@@ -10,6 +10,13 @@ each, so the mock stays cheap: its CPU is sampled and printed). chunks/s = conte
 window (first send → last end). Every run must give exactly ``--requests`` rows. Pairs alternate their order
 (1 then 2 workers, then 2 then 1, ...); the median ratio of the pairs is judged.
 
+CPU (user + system, psutil, every 0.1 s, over the same window): the client is this process's tree (the benchmark's
+poll loop, the Locust master and workers) minus the mock's. Besides the wall-clock ratio the script prints how much
+more CPU the 2-worker run got and the chunks per client CPU-second of both: on a machine where other sessions keep
+the cores busy, Linux's autogroup scheduling gives a terminal session one share however many processes it runs, so the
+wall-clock ratio then shows the share, while the per-CPU-second ratio shows whether the workers scale (2 × that ratio
+is what two free cores would give).
+
 Target: 2 workers ≥ 1.7 × one worker's chunks/s. Exits 0 on pass, 1 on a miss, 2 when a run could not be made.
 """
 
@@ -37,20 +44,25 @@ TARGET_RATIO = 1.7
 
 @dataclass(frozen=True)
 class Run:
-    """One run: rows, chunks/s, and the cores of the client tree, of each load process and of the mock."""
+    """One run: rows, chunks/s, and the cores of the client, of each load process and of the mock."""
 
     workers: int
     rows: int
     chunks_per_sec: float
-    client_cores: float | None
+    client_cores: float
     process_cores: list[float]
     mock_cores: float
 
+    @property
+    def chunks_per_cpu_s(self) -> float:
+        """Chunks per client CPU-second."""
+        return self.chunks_per_sec / self.client_cores if self.client_cores > 0 else 0.0
+
     def line(self) -> str:
         per = "/".join(f"{c:.2f}" for c in self.process_cores)
-        client = "n/a" if self.client_cores is None else f"{self.client_cores:.2f}"
-        return (f"{self.workers} worker(s): {self.rows} rows, {self.chunks_per_sec:9.0f} chunks/s; client tree "
-                f"{client} cores (load processes {per}); mock {self.mock_cores:.2f} cores")  # fmt: skip
+        return (f"{self.workers} worker(s): {self.rows} rows, {self.chunks_per_sec:7.0f} chunks/s; client "
+                f"{self.client_cores:.2f} cores (load processes {per}), {self.chunks_per_cpu_s:7.0f} chunks/CPU-s; "
+                f"mock {self.mock_cores:.2f} cores")  # fmt: skip
 
 
 def one_run(workers: int, folder: Path, url: str, mock_pid: int, args: argparse.Namespace) -> Run:
@@ -67,7 +79,7 @@ def one_run(workers: int, folder: Path, url: str, mock_pid: int, args: argparse.
     settings = Settings(_env_file=None, vllm_base_url=url, logs_dir=folder / "logs")  # type: ignore[call-arg]
     rows_path = folder / "run.requests.jsonl"
     rows_path.touch()
-    with CpuSampler(mock_pid) as mock:
+    with CpuSampler(mock_pid) as mock, CpuSampler(os.getpid()) as tree:
         outcome = run_locust(settings, plan, rows_path)
     records, bad = read_records(rows_path)
     measured = [r for r in records if r.phase == "measured"]
@@ -76,13 +88,15 @@ def one_run(workers: int, folder: Path, url: str, mock_pid: int, args: argparse.
                            f"({folder})")  # fmt: skip
     window = measured_window_s(measured)
     start = min(r.started_at for r in measured)
+    mock_cpu_s = cpu_in_window(mock.samples, start, start + window)
+    client_cpu_s = cpu_in_window(tree.samples, start, start + window) - mock_cpu_s
     return Run(
         workers=workers,
         rows=len(measured),
         chunks_per_sec=sum(r.content_chunks for r in measured) / window,
-        client_cores=outcome.cpu_cores,
+        client_cores=client_cpu_s / window,
         process_cores=[p.cpu_cores for p in outcome.processes],
-        mock_cores=cpu_in_window(mock.samples, start, start + window) / window,
+        mock_cores=mock_cpu_s / window,
     )
 
 
@@ -98,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="scaleout_"))
     print(f"[SCALE] load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; mock {args.tokens} tokens, "
           f"no delays, {args.mock_processes} process(es); {args.users} users, {args.requests} requests; {workdir}")
-    ratios = []
+    ratios, cpu_ratios, per_cpu = [], [], []
     try:
         with mock_server(workdir / "mock.log", tokens=args.tokens, ttft_ms=0, itl_ms=0,
                          processes=args.mock_processes) as mock:  # fmt: skip
@@ -108,12 +122,18 @@ def main(argv: list[str] | None = None) -> int:
                     runs[workers] = one_run(workers, workdir / f"pair{i}_w{workers}", mock.url, mock.pid, args)
                     print(f"[SCALE] pair {i + 1}: {runs[workers].line()}", flush=True)
                 ratios.append(runs[2].chunks_per_sec / runs[1].chunks_per_sec)
-                print(f"[SCALE] pair {i + 1}: 2 workers / 1 worker chunks/s = {ratios[-1]:.2f}", flush=True)
+                cpu_ratios.append(runs[2].client_cores / runs[1].client_cores)
+                per_cpu.append(runs[2].chunks_per_cpu_s / runs[1].chunks_per_cpu_s)
+                print(f"[SCALE] pair {i + 1}: 2 workers / 1 worker: chunks/s {ratios[-1]:.2f}, client CPU "
+                      f"{cpu_ratios[-1]:.2f}, chunks per CPU-second {per_cpu[-1]:.2f}", flush=True)  # fmt: skip
     except (ProcessError, ValueError) as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return 2
     value = statistics.median(ratios)
     passed = value >= TARGET_RATIO
+    print(f"[SCALE] medians: the 2-worker runs got {statistics.median(cpu_ratios):.2f}x the client CPU and kept "
+          f"{statistics.median(per_cpu):.2f}x the chunks per CPU-second of the 1-worker runs (two free cores: "
+          f"{2 * statistics.median(per_cpu):.2f}x)")  # fmt: skip
     print(f"[SCALE] chunks/s 2 workers / 1 worker = {value:.2f} (median of {len(ratios)}: "
           f"{', '.join(f'{r:.2f}' for r in ratios)})  target >= {TARGET_RATIO}  " + ("PASS" if passed else "FAIL"))
     return 0 if passed else 1

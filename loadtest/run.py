@@ -132,10 +132,27 @@ def warmup(plan: BenchmarkConfig, records_path: Path) -> list[RequestRecord]:
     return done
 
 
-def count_measured(records_path: Path) -> int:
-    """Measured rows in the rows file so far (a cheap substring count, no parsing)."""
-    with records_path.open(encoding="utf-8") as fh:
-        return sum(1 for line in fh if '"phase":"measured"' in line)
+class RowCounter:
+    """Measured rows in a growing rows file, counted from where the last count stopped (a cheap substring count of
+    the new complete lines only, so polling a long run costs nothing more than its new rows)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.count = 0
+
+    def __call__(self) -> int:
+        """Measured rows so far."""
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return self.count
+        end = data.rfind(b"\n") + 1  # a line still being written is counted next time
+        self.count += data.count(b'"phase":"measured"', 0, end)
+        self.offset += end
+        return self.count
 
 
 def stop_locust(proc: subprocess.Popen[bytes], grace_s: float) -> None:
@@ -188,12 +205,13 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     first: tuple[float, float] | None = None
     last: tuple[float, float] | None = None
     stopped: str | None = None
+    count_measured = RowCounter(records_path)
     total = plan.requests if plan.duration_s is None else None
     with tqdm(total=total, desc="Benchmark", unit="req", file=sys.stdout, dynamic_ncols=True) as bar:
         try:
             while proc.poll() is None:
                 time.sleep(1.0)
-                done = count_measured(records_path)
+                done = count_measured()
                 now = time.monotonic()
                 cpu = tree_cpu_s(proc.pid)
                 if cpu is not None and done:
