@@ -5,14 +5,14 @@ SHELL := /bin/bash
 APP_PY := .venvs/app/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help calibrate bench-peer bench-ceiling bench-workers bench-lag bench-logs logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
+.PHONY: help compose-up compose-down compose-test calibrate bench-peer bench-ceiling bench-workers bench-lag bench-logs bench-engine logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
 
 help:
 	@echo "stack:      make up | down | status"
 	@echo "benchmark:  make benchmark [CONCURRENCY= REQUESTS= DURATION= RATE= WORKERS= SLO= GATE= PROFILE=1 ...] | baseline NAME=.. | calibrate"
 	@echo "logs:       make logs-errors | logs-slow [THRESHOLD_MS=] | logs-stats [SINCE=]"
-	@echo "dev:        make test | lint | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-workers | bench-lag | bench-logs | clean"
-	@echo "containers: make benchmark-compose (see README, Docker and GPUs)"
+	@echo "dev:        make test | lint | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-workers | bench-lag | bench-logs | bench-engine | clean"
+	@echo "containers: make compose-up | compose-down | compose-test | benchmark-compose (see README, Docker and GPUs)"
 
 envs: app-env engine-env
 
@@ -55,8 +55,10 @@ unit: app-env
 integration: envs browser
 	$(APP_PY) -m pytest tests/integration -q -m integration $(PYTEST_ARGS)
 
+# Everything CI runs (.ci/run): lint, unit and integration tests, then the compose stack for real (make compose-test).
 test: envs browser lint
-	$(APP_PY) -m pytest tests -q -rs $(PYTEST_ARGS)
+	$(APP_PY) -m pytest tests -q -rs --ignore=tests/compose $(PYTEST_ARGS)
+	@scripts/compose_stack.sh test
 
 logs-errors: app-env
 	@$(APP_PY) -m services.logtools --errors $(if $(SINCE),--since $(SINCE)) $(if $(JSON),--json)
@@ -86,13 +88,29 @@ bench-logs: app-env
 	@$(APP_PY) benchmarks/bench_log_analyzer.py
 	@$(APP_PY) benchmarks/bench_request_stats.py
 
+bench-engine: envs
+	@$(APP_PY) benchmarks/bench_engine_defaults.py $(if $(REPEATS),--repeats $(REPEATS)) $(if $(VARIANTS),--variants $(VARIANTS))
+
 validate-containers: app-env
 	scripts/validate_containers.sh
 
+# make benchmark-compose CONCURRENCY=8 REQUESTS=50, or any flag: make benchmark-compose ARGS="--concurrency 8 --rate 2"
 BENCH_VARS := CONCURRENCY REQUESTS DURATION WARMUP MAX_TOKENS TEMPERATURE SEED RATE SLO GATE GATE_THRESHOLD_PCT \
 	DATASET PROFILE INPUT_MIX IGNORE_EOS BURSTINESS RAMP_UP_S OUTPUT_LEN OUTPUT_LEN_MEAN OUTPUT_LEN_P95 WORKERS
 benchmark-compose:
-	docker compose exec $(foreach v,$(BENCH_VARS),$(if $($(v)),-e $(v)=$($(v)))) locust-master python -m loadtest.bench
+	scripts/compose.sh exec -T $(foreach v,$(BENCH_VARS),$(if $($(v)),-e $(v)=$($(v)))) locust-master python -m loadtest.bench $(ARGS)
+	@echo "[INFO] /app/reports in the containers is ./reports here"
+
+# The compose stack (Docker Engine, else Podman; CPU overlay without a GPU): scripts/compose_stack.sh, docs/docker.md.
+compose-up: app-env
+	@scripts/compose_stack.sh up
+
+compose-down:
+	@scripts/compose_stack.sh down
+
+compose-test: app-env browser
+	@scripts/compose_stack.sh test
 
 clean: down
+	@scripts/container_engine.sh stop
 	rm -rf run .mypy_cache .ruff_cache .pytest_cache

@@ -89,7 +89,7 @@ def build_parser(prog: str, description: str) -> KnobParser:
         "settings", "every knob; flags win over the environment, .env and make variables (named after each help)"
     )
     for name, info in flag_fields():
-        env = "/".join(env_names(name, info))
+        env = ", ".join(env_names(name, info))
         text = (info.description or name.replace("_", " ")).replace("%", "%%")
         help_text = f"{text} [default: {_default_text(info.get_default(call_default_factory=True))}; env {env}]"
         if _is_bool(info):

@@ -23,8 +23,11 @@ SCHEMA_VERSION = "1.2"
 #      ``environment.startup``: ``model_load_s``, ``engine_init_s`` (were ``last_load_s``, ``last_engine_init_s``
 #      there and ``model_load_s``, ``engine_init_s`` in ``logs``), ``kv_cache_line`` (was in ``logs``);
 #      ``logs.vllm_version`` is gone (``environment.vllm_version``). Reports of 1.1 are migrated on reading
-#      (:func:`migrate_report`); nothing is rewritten on disk. The config records ``workers`` (Locust processes);
-#      ``client`` records each load process's CPU and event-loop lag and how far that lag could have moved TTFT/ITL.
+#      (:func:`migrate_report`); nothing is rewritten on disk.
+#      KV cache: ``resources.kv_cache`` (pool, peak usage, queue peaks), ``server.preemptions``,
+#      ``metrics.kv_cache_gb`` / ``kv_cache_usage_peak_percent`` / ``kv_bound``, and the timeline's KV usage and
+#      running/waiting requests. Load generator: ``config.workers`` (Locust processes); ``client`` records each
+#      load process's CPU and event-loop lag and how far that lag could have moved TTFT/ITL.
 RENAMED_IN_1_2 = {"cpu_rss_peak_gb": "vllm_rss_peak_gb"}
 STARTUP_RENAMED_IN_1_2 = {"last_load_s": "model_load_s", "last_engine_init_s": "engine_init_s"}
 LOGS_TO_STARTUP_IN_1_2 = ("model_load_s", "engine_init_s", "kv_cache_line")
@@ -125,6 +128,15 @@ class Metrics(RunMetrics):
         description="Max of NVML samples over the run window, GiB (used as nvidia-smi shows it); None without NVML."
     )
     vllm_rss_peak_gb: float | None = Field(description="Peak RSS of the vLLM process tree over the run window, GiB.")
+    kv_cache_gb: float | None = Field(default=None, description="vLLM's KV cache pool, GiB (resources.kv_cache).")
+    kv_cache_usage_peak_percent: float | None = Field(
+        default=None, description="Peak of vLLM's KV cache usage over the run window, % of the pool."
+    )
+    kv_bound: str | None = Field(
+        default=None,
+        description="Why the run was bound by the KV cache (preemptions, or a full pool with requests waiting); "
+        "None when it was not (or nothing was measured).",
+    )
     key_insight: str
 
 
@@ -163,6 +175,26 @@ class ResourcePoint(BaseModel):
     vllm_rss_gb: float | None = None
     vllm_cpu_percent: float | None = Field(default=None, description="Summed over the vLLM process tree, % of a core.")
     host_mem_used_gb: float | None = None
+    kv_cache_usage_percent: float | None = Field(default=None, description="vLLM's KV cache usage, % of the pool.")
+    requests_running: float | None = Field(default=None, description="Requests in vLLM's running batch.")
+    requests_waiting: float | None = Field(default=None, description="Requests queued in vLLM.")
+
+
+class KvCacheStats(BaseModel):
+    """vLLM's KV cache pool and how full it got over the run window, from its ``/metrics`` (sampled by the sidecar
+    every ``ENGINE_METRICS_INTERVAL_S``): the pool from ``vllm:cache_config_info``, usage from
+    ``vllm:kv_cache_usage_perc``, queue from ``vllm:num_requests_running`` / ``vllm:num_requests_waiting``."""
+
+    pool_gb: float | None = Field(default=None, description="Pool size, GiB (vLLM's kv_cache_memory_bytes).")
+    pool_blocks: int | None = Field(default=None, description="Blocks in the pool (num_gpu_blocks, also on CPU).")
+    block_size_tokens: int | None = None
+    pool_tokens: int | None = Field(default=None, description="Tokens the pool holds: blocks × block size.")
+    usage_peak_percent: float | None = None
+    usage_mean_percent: float | None = None
+    requests_running_peak: int | None = None
+    requests_waiting_peak: int | None = None
+    samples: int = 0
+    unavailable_reason: str | None = Field(default=None, description="Why nothing was sampled (vLLM unreachable).")
 
 
 class Resources(BaseModel):
@@ -184,6 +216,7 @@ class Resources(BaseModel):
     )
     vllm_cpu_percent_mean: float | None = None
     host_mem_used_peak_gb: float | None = Field(default=None, description="Peak host memory in use, GiB.")
+    kv_cache: KvCacheStats | None = Field(default=None, description="vLLM's KV cache over the window (its /metrics).")
     sample_interval_s: float | None = None
     timeline: list[ResourcePoint] = Field(
         default_factory=list, description="Samples of the window, thinned to at most a few hundred points."

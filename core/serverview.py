@@ -127,6 +127,9 @@ class ServerView(BaseModel):
     requests_errored: int
     prompt_tokens: int
     generation_tokens: int
+    preemptions: int | None = Field(
+        default=None, description="Requests vLLM preempted (KV cache full) during the window (None: not scraped)."
+    )
     ttft: LatencyView
     e2e: LatencyView
     agreements: list[Agreement]
@@ -200,6 +203,9 @@ def cross_check(before: Samples, after: Samples, records: Sequence[RequestRecord
         requests_errored=round(_delta(before, after, "vllm:request_success_total", finished_reason="error")),
         prompt_tokens=round(_delta(before, after, "vllm:prompt_tokens_total")),
         generation_tokens=round(_delta(before, after, "vllm:generation_tokens_total")),
+        preemptions=max(0, round(_delta(before, after, "vllm:num_preemptions_total")))
+        if "vllm:num_preemptions_total" in after
+        else None,
         ttft=ttft,
         e2e=e2e,
         agreements=checks,

@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.distributions import lognormal_params
@@ -19,6 +19,7 @@ from core.parsing import parse_duration_s, parse_mix, parse_slo, validate_name
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "baidu/ERNIE-4.5-0.3B-PT"
 SYNTHETIC_FALLBACK = "synthetic:ernie-4.5-0.3b"
+
 
 class Settings(BaseSettings):
     """All knobs of the stack. Units are in the names; every field maps to one environment variable."""
@@ -58,8 +59,26 @@ class Settings(BaseSettings):
         json_schema_extra={"cli": ["--base-url"]},
     )
     vllm_dtype: str = "bfloat16"
-    vllm_max_model_len: int | None = Field(default=None, gt=0)
-    vllm_cpu_kvcache_space_gb: int = Field(default=4, gt=0, description="KV cache size for the CPU build, GiB.")
+    kv_cache_gb: float = Field(
+        default=1.0,
+        gt=0,
+        validation_alias=AliasChoices("kv_cache_gb", "vllm_cpu_kvcache_space_gb", "vllm_cpu_kvcache_space"),
+        description="vLLM's KV cache pool, GiB, on both builds (--kv-cache-memory-bytes). Older names: "
+        "VLLM_CPU_KVCACHE_SPACE_GB, VLLM_CPU_KVCACHE_SPACE.",
+    )
+    vllm_max_model_len: int | None = Field(
+        default=None, gt=0, description="Context length; unset: 4096 capped at the model's (must fit KV_CACHE_GB)."
+    )
+    vllm_cpu_num_of_reserved_cpu: int | None = Field(
+        default=None,
+        ge=0,
+        description="CPU build: cores kept free of the engine's compute threads (VLLM_CPU_NUM_OF_RESERVED_CPU); "
+        "unset: vLLM's own (1 on x86), measured fastest on a shared 2-core host (benchmarks/README.md); 0 = all cores.",
+    )
+    vllm_cpu_omp_threads_bind: str | None = Field(
+        default=None,
+        description="CPU build: VLLM_CPU_OMP_THREADS_BIND (auto, nobind, or core ids like 0-3); unset: auto.",
+    )
     vllm_extra_args: str = Field(default="", description="Extra `vllm serve` arguments, shell-quoted.")
     engine_python: str | None = Field(default=None, description="Python of the engine env; default auto-detected.")
     startup_timeout_s: float = Field(default=900.0, gt=0)
@@ -76,6 +95,9 @@ class Settings(BaseSettings):
         default="", description="Extra Locust arguments for the web-UI service, e.g. --master or --worker."
     )
     gpu_sample_interval_s: float = Field(default=0.5, gt=0)
+    engine_metrics_interval_s: float = Field(
+        default=1.0, gt=0, description="How often the sidecar scrapes vLLM's /metrics for KV usage and queue gauges."
+    )
 
     # --- UI ------------------------------------------------------------------------------------------
     ui_system_prompt: str = Field(default="", description="Default system prompt of the chat UI (editable per chat).")
@@ -199,6 +221,8 @@ class Settings(BaseSettings):
         "hf_token",
         "requests",
         "vllm_max_model_len",
+        "vllm_cpu_num_of_reserved_cpu",
+        "vllm_cpu_omp_threads_bind",
         "rate",
         "dataset",
         "output_len",

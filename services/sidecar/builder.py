@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from core.api import BuildReportRequest
+from core.kvbound import kv_bound_reason
 from core.records import RequestRecord
 from core.report_schema import (
     Comparison,
@@ -39,9 +40,10 @@ def error_summary(records: Sequence[RequestRecord]) -> ErrorSummary:
     return summary
 
 
-def build_metrics(run: RunMetrics, resources: Resources) -> Metrics:
-    """The report's metrics: the benchmark's run metrics, the seed's flat names, the window's memory peaks and the
-    key insight."""
+def build_metrics(run: RunMetrics, resources: Resources, preemptions: int | None = None) -> Metrics:
+    """The report's metrics: the benchmark's run metrics, the seed's flat names, the window's memory peaks, vLLM's KV
+    pool and peak usage with the KV-bound verdict (:func:`core.kvbound.kv_bound_reason`), and the key insight."""
+    kv = resources.kv_cache
     return Metrics(
         **run.model_dump(),
         latency_avg_ms=run.e2e.mean_ms,
@@ -52,6 +54,9 @@ def build_metrics(run: RunMetrics, resources: Resources) -> Metrics:
         ttft_p99_ms=run.ttft.p99_ms,
         gpu_mem_peak_gb=resources.gpu_mem_peak_gb,
         vllm_rss_peak_gb=resources.vllm_rss_peak_gb,
+        kv_cache_gb=kv.pool_gb if kv else None,
+        kv_cache_usage_peak_percent=kv.usage_peak_percent if kv else None,
+        kv_bound=kv_bound_reason(kv, preemptions),
         key_insight=key_insight(run),
     )
 
@@ -75,6 +80,7 @@ def build_resources(
         vllm_cpu_percent_peak=peaks.vllm_cpu_percent_peak,
         vllm_cpu_percent_mean=peaks.vllm_cpu_percent_mean,
         host_mem_used_peak_gb=peaks.host_used_peak_gb,
+        kv_cache=peaks.kv_cache,
         sample_interval_s=sample_interval_s,
         timeline=list(peaks.timeline),
     )
@@ -105,7 +111,7 @@ def build_report(
         run_ended_at=request.window_end,
         environment=environment,
         config=request.config.model_copy(update={"vllm_url": strip_url_credentials(request.config.vllm_url)}),
-        metrics=build_metrics(request.metrics, resources),
+        metrics=build_metrics(request.metrics, resources, request.server.preemptions if request.server else None),
         errors=error_summary(request.records),
         resources=resources,
         logs=log_facts,

@@ -84,7 +84,8 @@ def throughput_png(windows: Sequence[WindowStats]) -> bytes | None:
 
 
 def resources_png(timeline: Sequence[ResourcePoint]) -> bytes | None:
-    """GPU memory (summed), vLLM RSS and host memory in use (GB) over the window; vLLM CPU % below."""
+    """GPU memory (summed), vLLM RSS and host memory in use (GB) over the window; vLLM CPU % and its KV cache usage
+    (% of the pool) below."""
     if not timeline:
         return None
     ts = [p.t_s for p in timeline]
@@ -107,8 +108,12 @@ def resources_png(timeline: Sequence[ResourcePoint]) -> bytes | None:
     ax.legend(loc="lower right")
     if has_cpu:
         cpu_ax = fig.add_subplot(2, 1, 2, sharex=ax)
-        cpu_ax.plot(ts, [np.nan if v is None else v for v in cpu], color="tab:red")
-        cpu_ax.set_ylabel("vLLM CPU %")
+        cpu_ax.plot(ts, [np.nan if v is None else v for v in cpu], color="tab:red", label="vLLM CPU %")
+        kv = [p.kv_cache_usage_percent for p in timeline]
+        if any(v is not None for v in kv):
+            cpu_ax.plot(ts, [np.nan if v is None else v for v in kv], color="tab:purple", label="KV cache used %")
+            cpu_ax.legend(loc="lower right")
+        cpu_ax.set_ylabel("%")
         cpu_ax.set_ylim(bottom=0)
         cpu_ax.grid(alpha=0.3)
     (fig.axes[-1]).set_xlabel("seconds since the window start")

@@ -52,7 +52,10 @@ def headline_rows(report: Report) -> list[Row]:
         ("Measured window", fmt(m.duration_s, "s", 1)),
         ("GPU memory peak", fmt(m.gpu_mem_peak_gb, "GB")),
         ("vLLM RSS peak", fmt(m.vllm_rss_peak_gb, "GB")),
+        ("KV cache pool / peak used", kv_text(report)),
     ]
+    if m.kv_bound:
+        rows.append(("KV-bound", m.kv_bound))
     if m.goodput_req_per_sec is not None:
         rows.append(("Goodput", f"{fmt(m.goodput_req_per_sec, 'req/s')} ({fmt(m.goodput_percent, '%', 1)})"))
     return rows
@@ -70,6 +73,29 @@ def comparison_rows(report: Report) -> list[list[str]]:
         [name, c.against.get(name, ""), *(pct(changes.get(key)) for key, _ in COMPARISON_COLUMNS)]
         for name, changes in c.changes_pct.items()
     ]
+
+
+def kv_text(report: Report) -> str:
+    """``1.00 GB (58,240 tokens), peak 37% used, ≤ 8 running / 0 waiting`` or why it is unknown."""
+    kv = report.resources.kv_cache
+    if kv is None:
+        return "n/a"
+    if not kv.samples:
+        return f"n/a ({kv.unavailable_reason})" if kv.unavailable_reason else "n/a"
+    tokens = f" ({kv.pool_tokens:,} tokens)" if kv.pool_tokens else ""
+    return (
+        f"{fmt(kv.pool_gb, 'GB')}{tokens}, peak {fmt(kv.usage_peak_percent, '%', 0)} used, "
+        f"≤ {fmt(kv.requests_running_peak)} running / {fmt(kv.requests_waiting_peak)} waiting"
+    )
+
+
+def startup_text(report: Report) -> str:
+    """``cold 152 s, warm 21 s / 19 s; latest: ready after ...`` from the environment's start-up facts."""
+    st = report.environment.startup
+    if st is None:
+        return "n/a"
+    warm = " / ".join(f"{w:.0f} s" for w in st.warm_starts_s[-5:]) or "none yet"
+    return f"cold {fmt(st.cold_start_s, 's', 0)}, warm {warm}; latest: {st.detail}"
 
 
 def environment_rows(report: Report) -> list[Row]:

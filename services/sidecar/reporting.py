@@ -15,6 +15,7 @@ from core.report_schema import Comparison, Report, Resources
 from core.settings import Settings
 from services.sidecar.baselines import BaselineStore
 from services.sidecar.builder import build_report, build_resources
+from services.sidecar.enginemetrics import EngineMetricsReader
 from services.sidecar.envinfo import collect_environment, vllm_server_facts
 from services.sidecar.gpu import GpuInfo, GpuReader, open_gpu_reader
 from services.sidecar.logfacts import read_log_facts
@@ -47,7 +48,7 @@ class ReportService:
         self._gpu_info: GpuInfo | None = self.gpu_reader.info() if self.gpu_reader else None
         self._build_lock = threading.Lock()
         self.baselines = BaselineStore(self.store.root)
-        self.windows = WindowRegistry(self.window_resources)
+        self.windows = WindowRegistry(self.window_resources, on_start=lambda: self.sampler.sample_once(True))
 
     @classmethod
     def from_settings(
@@ -63,7 +64,11 @@ class ReportService:
         reader, reason = gpu if gpu is not None else open_gpu_reader()
         names = reader.info().names if reader else []
         sampler = Sampler(
-            reader, lambda: engine_pid(settings.engine_state_file), settings.gpu_sample_interval_s, gpu_names=names
+            reader,
+            lambda: engine_pid(settings.engine_state_file),
+            settings.gpu_sample_interval_s,
+            gpu_names=names,
+            engine=EngineMetricsReader(settings.vllm_url, settings.engine_metrics_interval_s),
         )
         store = ReportStore(settings.reports_dir, redact=Redactor(secret_values(settings)))
         return cls(settings, sampler, reader, reason, store, server_facts)
@@ -80,6 +85,8 @@ class ReportService:
     def current_resources(self) -> dict[str, Any]:
         """Latest sample as JSON (taken now if the sampler has none yet)."""
         sample = self.sampler.latest() or self.sampler.sample_once()
+        reader = self.sampler.engine
+        engine = reader.last if reader else None
         return {
             "t": sample.t,
             "gpus": [g.model_dump() for g in sample.gpus],
@@ -90,11 +97,16 @@ class ReportService:
             "vllm_cpu_percent": sample.vllm_cpu_percent,
             "cpu_unavailable_reason": self.sampler.cpu_unavailable_reason,
             "host_mem_used_gb": sample.host_used_gb,
+            "kv_cache_usage_percent": engine.kv_usage_percent if engine else None,
+            "requests_running": engine.running if engine else None,
+            "requests_waiting": engine.waiting if engine else None,
+            "engine_metrics_unavailable_reason": reader.unavailable_reason if reader else None,
         }
 
     def window_resources(self, start: float, end: float) -> Resources:
-        """The ``resources`` section for ``[start, end]`` (a sample is taken now, so short windows have one)."""
-        self.sampler.sample_once()
+        """The ``resources`` section for ``[start, end]`` (a sample with vLLM's gauges is taken now, so short windows
+        have one)."""
+        self.sampler.sample_once(force_engine=True)
         return build_resources(
             self.sampler.peaks(start, end),
             self.gpu_reason,

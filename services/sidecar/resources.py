@@ -9,7 +9,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from core.report_schema import GpuSample, GpuStats, ResourcePoint
+from core.report_schema import GpuSample, GpuStats, KvCacheStats, ResourcePoint
+from core.units import GIB
+from services.sidecar.enginemetrics import EngineGauges
 
 MAX_TIMELINE_POINTS = 300
 
@@ -26,6 +28,8 @@ class Sample:
     vllm_rss_gb: float | None = None
     host_used_gb: float | None = None
     vllm_cpu_percent: float | None = None
+    engine: EngineGauges | None = None
+    """vLLM's KV and queue gauges when they were scraped at this tick (every ENGINE_METRICS_INTERVAL_S)."""
 
     @property
     def gpu_mem_used_gb(self) -> float | None:
@@ -45,6 +49,7 @@ class WindowPeaks:
     vllm_cpu_percent_mean: float | None = None
     gpus: tuple[GpuStats, ...] = ()
     timeline: tuple[ResourcePoint, ...] = ()
+    kv_cache: KvCacheStats | None = None
 
 
 def _present(values: Sequence[float | None]) -> list[float]:
@@ -102,6 +107,30 @@ def _pool(bucket: Sequence[Sample], start: float) -> ResourcePoint:
         vllm_rss_gb=top(lambda s: s.vllm_rss_gb, 4),
         vllm_cpu_percent=top(lambda s: s.vllm_cpu_percent, 1),
         host_mem_used_gb=top(lambda s: s.host_used_gb, 4),
+        kv_cache_usage_percent=top(lambda s: s.engine.kv_usage_percent if s.engine else None, 2),
+        requests_running=top(lambda s: s.engine.running if s.engine else None, 0),
+        requests_waiting=top(lambda s: s.engine.waiting if s.engine else None, 0),
+    )
+
+
+def kv_cache_stats(samples: Sequence[Sample], unavailable_reason: str | None = None) -> KvCacheStats | None:
+    """vLLM's KV pool (from the latest scrape that showed it) and the peaks and mean of its usage over ``samples``;
+    None when no sample carried vLLM's gauges and no reason is known."""
+    scraped = [s.engine for s in samples if s.engine is not None]
+    if not scraped:
+        return KvCacheStats(unavailable_reason=unavailable_reason) if unavailable_reason else None
+    pool = next((g for g in reversed(scraped) if g.pool_blocks is not None), scraped[-1])
+    running, waiting = peak([g.running for g in scraped]), peak([g.waiting for g in scraped])
+    return KvCacheStats(
+        pool_gb=_round(pool.pool_bytes / GIB if pool.pool_bytes else None, 4),
+        pool_blocks=pool.pool_blocks,
+        block_size_tokens=pool.block_size_tokens,
+        pool_tokens=pool.pool_tokens,
+        usage_peak_percent=_round(peak([g.kv_usage_percent for g in scraped]), 2),
+        usage_mean_percent=_round(mean([g.kv_usage_percent for g in scraped]), 2),
+        requests_running_peak=None if running is None else round(running),
+        requests_waiting_peak=None if waiting is None else round(waiting),
+        samples=len(scraped),
     )
 
 
@@ -113,8 +142,11 @@ def timeline(samples: Sequence[Sample], start: float, max_points: int = MAX_TIME
     return [_pool(samples[i : i + size], start) for i in range(0, len(samples), size)]
 
 
-def summarise(samples: Sequence[Sample], start: float, gpu_names: Sequence[str] = ()) -> WindowPeaks:
-    """Peaks, means, per-GPU statistics and the thinned time series of ``samples`` (taken from ``start`` on)."""
+def summarise(
+    samples: Sequence[Sample], start: float, gpu_names: Sequence[str] = (), engine_reason: str | None = None
+) -> WindowPeaks:
+    """Peaks, means, per-GPU statistics, vLLM's KV cache and the thinned time series of ``samples`` (taken from
+    ``start`` on); ``engine_reason`` says why vLLM's gauges are missing, if they are."""
     ordered = sorted(samples, key=lambda s: s.t)
     return WindowPeaks(
         samples=len(ordered),
@@ -125,4 +157,5 @@ def summarise(samples: Sequence[Sample], start: float, gpu_names: Sequence[str] 
         vllm_cpu_percent_mean=_round(mean([s.vllm_cpu_percent for s in ordered]), 1),
         gpus=tuple(gpu_stats(ordered, gpu_names)),
         timeline=tuple(timeline(ordered, start)),
+        kv_cache=kv_cache_stats(ordered, engine_reason),
     )

@@ -1,4 +1,5 @@
-"""Background sampling of GPU readings (NVML) and the vLLM process tree (RSS, CPU %), kept in a ring buffer.
+"""Background sampling of GPU readings (NVML), the vLLM process tree (RSS, CPU %) and vLLM's KV/queue gauges (its
+``/metrics``, at most every ``ENGINE_METRICS_INTERVAL_S``), kept in a ring buffer.
 
 NVML has no device-level peak, so the peak over a window is the maximum of the samples taken inside it.
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 import psutil
 
 from core.engine import read_engine_state
+from services.sidecar.enginemetrics import EngineMetricsReader
 from services.sidecar.gpu import GpuReader
 from services.sidecar.procmem import ProcessTreeMeter, host_mem_used_gb
 from services.sidecar.resources import Sample, WindowPeaks, summarise
@@ -37,8 +39,10 @@ class Sampler:
         interval_s: float = 0.5,
         capacity: int = 100_000,
         gpu_names: Sequence[str] = (),
+        engine: EngineMetricsReader | None = None,
     ) -> None:
         self._gpu = gpu
+        self.engine = engine
         self._gpu_names = list(gpu_names)
         self._meter = ProcessTreeMeter()
         self._pid_source = pid_source
@@ -49,8 +53,10 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self.cpu_unavailable_reason: str | None = None
 
-    def sample_once(self) -> Sample:
-        """Take one sample now and store it."""
+    def sample_once(self, force_engine: bool = False) -> Sample:
+        """Take one sample now and store it (scraping vLLM's gauges when due, or when ``force_engine``)."""
+        now = time.time()
+        gauges = self.engine.read(now, force=force_engine) if self.engine else None
         gpus = self._gpu.read() if self._gpu else []
         rss = cpu = None
         pid = self._pid_source()
@@ -63,7 +69,7 @@ class Sampler:
             except (psutil.NoSuchProcess, psutil.AccessDenied) as exc:
                 self.cpu_unavailable_reason = f"cannot read vLLM process {pid}: {type(exc).__name__}"
         sample = Sample(
-            t=time.time(), gpus=gpus, vllm_rss_gb=rss, host_used_gb=host_mem_used_gb(), vllm_cpu_percent=cpu
+            t=now, gpus=gpus, vllm_rss_gb=rss, host_used_gb=host_mem_used_gb(), vllm_cpu_percent=cpu, engine=gauges
         )
         with self._lock:
             self._buffer.append(sample)
@@ -101,4 +107,5 @@ class Sampler:
 
     def peaks(self, start: float, end: float) -> WindowPeaks:
         """Peaks, means, per-GPU statistics and the thinned time series over ``[start, end]``."""
-        return summarise(self.window(start, end), start, self._gpu_names)
+        reason = self.engine.unavailable_reason if self.engine else None
+        return summarise(self.window(start, end), start, self._gpu_names, reason)

@@ -34,15 +34,23 @@ class UnknownWindow(KeyError):
 class WindowRegistry:
     """Open windows by id; stopping one summarises it with ``summarise(start, end)`` (idempotent)."""
 
-    def __init__(self, summarise: Callable[[float, float], Resources], clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        summarise: Callable[[float, float], Resources],
+        clock: Callable[[], float] = time.time,
+        on_start: Callable[[], object] | None = None,
+    ) -> None:
         self._summarise = summarise
+        self._on_start = on_start
         self._clock = clock
         self._windows: OrderedDict[str, _Window] = OrderedDict()
         self._lock = threading.Lock()
 
     def start(self) -> WindowStarted:
-        """Open a window now."""
+        """Open a window now (``on_start`` runs first: the sidecar takes a sample, so the window starts with one)."""
         window_id = secrets.token_hex(8)
+        if self._on_start is not None:
+            self._on_start()
         now = self._clock()
         with self._lock:
             self._windows[window_id] = _Window(started_at=now)

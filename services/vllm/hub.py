@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from services.vllm.model_resolve import HubProbe
 
 
@@ -11,6 +13,14 @@ def hf_cached(repo_id: str) -> bool:
 
     found = try_to_load_from_cache(repo_id, "config.json")
     return isinstance(found, str)
+
+
+def hf_config_dir(repo_id: str) -> Path | None:
+    """The HF-cache snapshot folder holding ``repo_id``'s ``config.json``; None when not cached (no network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json")
+    return Path(found).parent if isinstance(found, str) else None
 
 
 def probe_hub(repo_id: str, timeout_s: float, offline: bool, token: str | None = None) -> HubProbe:

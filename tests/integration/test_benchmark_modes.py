@@ -40,7 +40,7 @@ def test_closed_loop_reconciles_with_vllm_metrics(stack: Stack) -> None:
     assert m["goodput_percent"] == 100.0 and m["tpot"]["count"] == 12 and m["itl"]["count"] > 0
     assert m["output_lengths"]["requested_mean"] == 24
     assert "[SERVER] vLLM /metrics: 12 requests" in run.stdout and "agree" in run.stdout
-    assert "[INSIGHT] Key insight:" in run.stdout
+    assert "\nKey insight:" in run.stdout
 
 
 def test_open_loop_run_at_a_rate(stack: Stack) -> None:

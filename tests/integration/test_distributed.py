@@ -72,8 +72,8 @@ def test_aggregated_stats_equal_the_rows(mock_url: str, tmp_path: Path, processe
     """The (master's) aggregated e2e/ttft counts and means equal the ended rows'; one process or two workers alike."""
     rows_path = tmp_path / "rows.jsonl"
     stats = run_locust(mock_url, rows_path, processes)
-    rows = [RequestRecord.model_validate_json(x) for x in rows_path.read_text().splitlines()]
-    rows = [r for r in rows if r.error_kind != "incomplete"]  # cancelled by the end of the run: no statistics
+    every = [RequestRecord.model_validate_json(x) for x in rows_path.read_text().splitlines()]
+    rows = [r for r in every if r.error_kind != "incomplete"]  # cut by the run's end: rows, but no Locust entry
     e2e, ttft = entry(stats, "e2e"), entry(stats, "ttft")
     assert e2e["num_requests"] == len(rows) > 10 and e2e["num_failures"] == 0
     assert e2e["total_response_time"] == pytest.approx(sum(r.e2e_ms or 0 for r in rows), rel=1e-9)

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser
 
 from core.settings import PROJECT_ROOT
 from services.vllm.control import Supervisor
 from tests.integration.conftest import Stack
-from tests.integration.test_ui_browser import CHROMIUM, CHROMIUM_ARGS, require_browser
+from tests.integration.test_ui_browser import browser  # noqa: F401  (the module-scoped Chromium fixture)
 
 pytestmark = pytest.mark.integration
 TINY_DIR = PROJECT_ROOT / "models" / "tiny"
@@ -36,17 +35,6 @@ def pids(stack: Stack) -> dict[str, int]:
     return {name: int(info["pid"]) for name, info in states.items()}
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    require_browser()
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
 def test_a_model_that_cannot_be_served_changes_nothing(stack: Stack) -> None:
     """A folder that is not a model is refused (exit 2) before vLLM is touched."""
     before = pids(stack)
@@ -55,7 +43,7 @@ def test_a_model_that_cannot_be_served_changes_nothing(stack: Stack) -> None:
     assert pids(stack)["vllm"] == before["vllm"]
 
 
-def test_start_vllm_switches_the_model_and_the_ui_follows(stack: Stack, browser: Browser) -> None:
+def test_start_vllm_switches_the_model_and_the_ui_follows(stack: Stack, browser: Browser) -> None:  # noqa: F811
     """Only vLLM's pid changes; /v1/models and the UI header show the new model; switching back works the same."""
     before = pids(stack)
     page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()

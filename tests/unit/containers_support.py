@@ -138,15 +138,33 @@ def dockerfile_instructions(path: Path) -> Iterator[tuple[str, str]]:
             yield keyword.upper(), rest.strip()
 
 
-def dockerfile_stages(path: Path) -> list[list[tuple[str, str]]]:
-    """Instructions grouped per build stage (each starts with FROM)."""
+def dockerfile_base_args(path: Path) -> dict[str, str]:
+    """The ``ARG NAME=default`` lines before the first FROM (the base images' build arguments), as a mapping."""
+    found: dict[str, str] = {}
+    for keyword, args in dockerfile_instructions(path):
+        if keyword == "FROM":
+            break
+        if keyword == "ARG" and "=" in args:
+            name, _, default = args.partition("=")
+            found[name] = default
+    return found
+
+
+def dockerfile_stages(path: Path, context_stand_ins: bool = False) -> list[list[tuple[str, str]]]:
+    """Instructions grouped per image build stage (each starts with FROM, its ``${ARG}`` replaced by the default).
+    ``FROM scratch AS NAME`` stages are empty stand-ins for extra build contexts, not images: left out unless
+    ``context_stand_ins``."""
+    defaults = dockerfile_base_args(path)
     stages: list[list[tuple[str, str]]] = []
-    for instruction in dockerfile_instructions(path):
-        if instruction[0] == "FROM":
+    for keyword, args in dockerfile_instructions(path):
+        if keyword == "FROM":
+            args = re.sub(r"\$\{(\w+)\}", lambda m: defaults[m[1]], args)
             stages.append([])
         if stages:
-            stages[-1].append(instruction)
-    return stages
+            stages[-1].append((keyword, args))
+    if context_stand_ins:
+        return stages
+    return [stage for stage in stages if stage[0][1].split()[0] != "scratch"]
 
 
 def tool(name: str) -> str:

@@ -25,7 +25,7 @@ def test_help_lists_every_knob_with_default_and_environment_name() -> None:
     text = " ".join(out.stdout.split())  # argparse wraps help lines
     for name, info in flag_fields():
         assert flags_of(name, info)[0] in text, name
-        assert "env " + "/".join(env_names(name, info)) in text, name
+        assert "env " + ", ".join(env_names(name, info)) in text, name
     assert "--report-from" in text and "[default: 50; env CONCURRENCY]" in text
 
 

@@ -9,6 +9,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -234,17 +235,39 @@ def test_services_wait_for_a_healthy_vllm_without_following_its_restarts() -> No
         assert vllm["condition"] == "service_healthy" and not vllm.get("restart", False), name
 
 
+def healthcheck_probe(service: dict[str, Any]) -> tuple[str, str]:
+    """``(interpreter, python code)`` of a service's ``CMD-SHELL python -c "..."`` healthcheck, ``${VAR}`` kept."""
+    kind, command = service["healthcheck"]["test"]
+    assert kind == "CMD-SHELL"
+    interpreter, flag, code = shlex.split(command)
+    assert flag == "-c"
+    return interpreter, code
+
+
 def test_vllm_healthcheck_probes_health_with_a_long_start_period() -> None:
     """vLLM's healthcheck asks /health on VLLM_PORT and allows 10+ minutes for download, load and compile."""
     services = load_compose()["services"]
-    check = services["vllm"]["healthcheck"]
-    assert check["test"][:3] == ["CMD", "python3", "-c"] and "/health" in check["test"][3]
-    assert "VLLM_PORT" in check["test"][3]
-    match = re.fullmatch(r"(\d+)m", check["start_period"])
+    interpreter, code = healthcheck_probe(services["vllm"])
+    assert interpreter == "python3" and "/health" in code and "${VLLM_PORT}" in code
+    match = re.fullmatch(r"(\d+)m", services["vllm"]["healthcheck"]["start_period"])
     assert match and int(match[1]) >= 10
     for name, service in services.items():
         if "healthcheck" in service:
-            compile(service["healthcheck"]["test"][3], f"{name} healthcheck", "exec")
+            _, code = healthcheck_probe(service)
+            port = re.search(r"\$\{(\w+_PORT)\}", code)
+            assert port and port[1] in service_env(name), name  # the shell expands the service's own port
+            compile(code.replace(port[0], "8000"), f"{name} healthcheck", "exec")
+
+
+def test_healthchecks_survive_podmans_argument_splitting() -> None:
+    """No healthcheck is a CMD list with a space inside an argument: Podman's Docker API splits those at spaces
+    (containers/podman#26519), and the check then never passes; CMD-SHELL strings reach /bin/sh whole."""
+    for name, service in load_compose()["services"].items():
+        test = service.get("healthcheck", {}).get("test")
+        if not test:
+            continue
+        kind, *argv = test
+        assert kind == "CMD-SHELL" or not any(re.search(r"\s", arg) for arg in argv), (name, test)
 
 
 def test_gpu_is_reserved_for_vllm_and_the_sidecar() -> None:

@@ -83,3 +83,15 @@ def test_launcher_applies_a_model_switch_and_the_profiler(tmp_path: Path) -> Non
     assert "--profiler-config" in vllm_argv(s, resolved, profile=True)
     assert "--profiler-config" not in vllm_argv(s, resolved, profile=False)
     assert apply_request(settings(tmp_path), EngineRequest()).model is None
+
+
+def test_stack_only_vllm_variables_do_not_reach_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """VLLM_PORT is vLLM's own name for its internal communication port: ours (the API port) must not reach it."""
+    from services.vllm.launch import vllm_env
+
+    monkeypatch.setenv("VLLM_PORT", "8100")
+    monkeypatch.setenv("VLLM_EXTRA_ARGS", "--max-num-seqs 4")
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "all")
+    env = vllm_env(settings(tmp_path), "cpu")
+    assert "VLLM_PORT" not in env and "VLLM_EXTRA_ARGS" not in env
+    assert env.get("VLLM_USE_AOT_COMPILE") == "0"

@@ -1,0 +1,436 @@
+"""Engine defaults side by side: vLLM CPU build's own core binding against the stack's, with start-up times.
+
+Run from the repository root (no stack needed; it starts its own on free ports)::
+
+    make bench-engine [REPEATS=3] [VARIANTS=vllm-defaults,stack-defaults,all-cores]
+    .venvs/app/bin/python benchmarks/bench_engine_defaults.py --repeats 2 --variants stack-defaults,one-process
+
+For every round, each variant (order rotating between rounds) gets a fresh vLLM started by the project's launcher
+(``python -m services.vllm.launch``, so KV_CACHE_GB and the context length are the stack's) with the variant's
+environment, then one ``python -m loadtest.bench`` run (the code of ``make benchmark``) at the seed's load scaled to
+a 2-core machine: ``--concurrency`` 8 closed-loop users, ``--requests`` 48 measured (+8 warmup), distinct
+``--prompt-chars``-character prompts (≈ 79 tokens), exactly ``--output-tokens`` 64 output tokens (ignore_eos), the
+load generator on the same cores. A private sidecar writes the reports. Per run it prints output tok/s, TTFT and
+TPOT medians from the report, the start-up wall time (launch to ``/v1/models`` answering) with vLLM's own phases
+(weights, engine init = profiling + warm-up/compile + KV), and the 1-minute load average before and after.
+
+Variants (``VARIANTS``): ``vllm-defaults`` (vLLM's binding: one core reserved; its AOT compile cache on),
+``stack-defaults`` (what ``make up`` runs: vLLM's binding, torch.compile's cache instead of the AOT one),
+``all-cores`` (``VLLM_CPU_NUM_OF_RESERVED_CPU=0``), ``all-cores-passive`` (plus ``OMP_WAIT_POLICY=PASSIVE``: idle
+OpenMP threads sleep instead of spinning on the cores the API server and the client need), ``all-cores-iomp`` (plus
+Intel OpenMP preloaded, as vLLM's CPU docs advise), ``eager`` (all cores, ``--enforce-eager``: no compile, no
+warm-up), ``one-process`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the model runs inside the engine-core process,
+one process spawn less, no thread pinning). Every variant but ``vllm-defaults`` has the stack's compile-cache
+setting (AOT off on the CPU build).
+
+Printed at the end: medians per variant and their ratio to ``vllm-defaults``. Target (issue 14): the stack's default
+≥ 1.5 × vLLM's output tok/s. Exits 0 when met, 1 when missed, 2 when a run failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from vllm_peer import sharegpt_prompts  # noqa: E402
+
+from core.settings import get_settings  # noqa: E402
+from core.timeparse import StampClock  # noqa: E402
+from loadtest.procs import free_port, log_tail, stop_process  # noqa: E402
+from services.vllm.logformat import parse_line  # noqa: E402
+from services.vllm.startup import startup_phase  # noqa: E402
+
+TARGET_RATIO = 1.5
+SHIPPED = "stack-defaults"
+BASELINE = "vllm-defaults"
+IOMP = REPO / ".venvs" / "engine" / "lib" / "libiomp5.so"
+VARIANTS: dict[str, dict[str, str]] = {
+    BASELINE: {"VLLM_CPU_NUM_OF_RESERVED_CPU": "", "VLLM_USE_AOT_COMPILE": "1"},
+    "stack-defaults": {"VLLM_CPU_NUM_OF_RESERVED_CPU": ""},
+    "all-cores": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
+    "all-cores-passive": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "OMP_WAIT_POLICY": "PASSIVE"},
+    "all-cores-iomp": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "LD_PRELOAD": str(IOMP)},
+    "eager": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_EXTRA_ARGS": "--enforce-eager"},
+    "one-process": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+}
+
+
+START_MARKS = (
+    ("api_server", b"(APIServer pid="),
+    ("engine_core", b"Initializing a V1 LLM engine"),
+    ("worker", b"Starting to load model"),
+    ("weights", b"Loading weights took"),
+    ("warmup_start", b"Warming up model"),
+    ("warmup_end", b"Warming up done"),
+    ("engine_ready", b"init engine (profile, create kv cache, warmup model) took"),
+    ("api_ready", b"Starting vLLM server on"),
+)
+"""Lines that bound the phases of one vLLM start (their stamps, read with the project's log grammar)."""
+PHASES = (
+    ("imports_api_server", None, "api_server"),
+    ("spawn_engine_core", "api_server", "engine_core"),
+    ("spawn_worker", "engine_core", "worker"),
+    ("load_weights", "worker", "weights"),
+    ("to_warmup", "weights", "warmup_start"),
+    ("warmup_compile", "warmup_start", "warmup_end"),
+    ("kv_cache_and_rest", "warmup_end", "engine_ready"),
+    ("api_ready", "engine_ready", "api_ready"),
+)
+"""(phase, from mark, to mark): ``None`` is the launch; a start without warm-up (eager) has no warm-up phase."""
+
+
+def start_breakdown(lines: Sequence[bytes], launched_s: float) -> dict[str, float]:
+    """Seconds per phase of the last start in ``lines`` (vLLM's log), launch at ``launched_s`` (epoch). vLLM stamps
+    have 1 s resolution, so each phase is ± 1 s (pure apart from the clock)."""
+    clock = StampClock(launched_s + 3600)
+    marks: dict[str, float] = {}
+    for raw in lines:
+        for name, needle in START_MARKS:
+            if needle in raw and name not in marks:
+                stamp = parse_line(raw, clock).stamp_s
+                if stamp is not None and stamp >= launched_s - 1:
+                    marks[name] = stamp
+    if "warmup_start" not in marks and "weights" in marks:
+        marks["warmup_start"] = marks["warmup_end"] = marks["weights"]
+    marks["launch"] = launched_s
+    out = {}
+    for phase, begin, end in PHASES:
+        a, b = marks.get(begin or "launch"), marks.get(end)
+        if a is not None and b is not None:
+            out[phase] = round(max(0.0, b - a), 1)
+    return out
+
+
+DEFAULT_VARIANTS = f"{BASELINE},{SHIPPED},all-cores"
+
+
+def compile_cache(lines: Sequence[bytes]) -> str:
+    """What vLLM's compile cache did in one start (pure): its AOT artifact loaded, failed to load (then it compiles
+    again), was first written, or AOT was off (torch.compile's own caches, which log nothing) or nothing compiled."""
+    text = b"\n".join(lines)
+    if b"Directly load AOT compilation" in text:
+        return "aot-hit"
+    if b"due to a load failure" in text:
+        return "aot-load-failed"
+    if b"saved AOT compiled function" in text:
+        return "aot-written"
+    return "no-aot" if b"Warming up model" in text else "no-compile"
+
+
+class BenchError(RuntimeError):
+    """A run could not be made (a server did not start, a benchmark failed)."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One variant in one round."""
+
+    variant: str
+    round: int
+    startup_wall_s: float
+    startup_log_s: float | None
+    weights_s: float | None
+    engine_init_s: float | None
+    output_tokens_per_sec: float
+    ttft_p50_ms: float | None
+    tpot_p50_ms: float | None
+    requests_ok: int
+    load_before: float
+    load_after: float
+    report: str
+    phases: dict[str, float]
+    compile_cache: str
+
+
+def figures_from_report(report: Mapping[str, Any]) -> tuple[float, float | None, float | None, int]:
+    """Output tok/s, median TTFT and TPOT (ms), ok requests of a report JSON (pure)."""
+    m = report["metrics"]
+    return float(m["output_tokens_per_sec"]), m["ttft"]["p50_ms"], m["tpot"]["p50_ms"], int(m["requests_ok"])
+
+
+def medians(results: Sequence[RunResult], variant: str) -> dict[str, float | None]:
+    """Median of each figure over the runs of ``variant`` (pure)."""
+    runs = [r for r in results if r.variant == variant]
+
+    def med(values: Sequence[float | None]) -> float | None:
+        present = [v for v in values if v is not None]
+        return statistics.median(present) if present else None
+
+    return {
+        "output_tokens_per_sec": med([r.output_tokens_per_sec for r in runs]),
+        "ttft_p50_ms": med([r.ttft_p50_ms for r in runs]),
+        "tpot_p50_ms": med([r.tpot_p50_ms for r in runs]),
+        "startup_wall_s": med([r.startup_wall_s for r in runs]),
+        "engine_init_s": med([r.engine_init_s for r in runs]),
+    }
+
+
+def round_order(variants: Sequence[str], index: int) -> list[str]:
+    """The variants rotated by ``index``, so each runs first once every len(variants) rounds (pure)."""
+    k = index % len(variants)
+    return [*variants[k:], *variants[:k]]
+
+
+class PrivateStack:
+    """A sidecar and, per run, a vLLM on free ports with private logs and reports."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.vllm_port = free_port()
+        self.sidecar_port = free_port()
+        self.env = {
+            **os.environ,
+            "MODEL": get_settings().model or "synthetic:ernie-4.5-0.3b",
+            "VLLM_PORT": str(self.vllm_port),
+            "SIDECAR_PORT": str(self.sidecar_port),
+            "LOGS_DIR": str(workdir / "logs"),
+            "REPORTS_DIR": str(workdir / "reports"),
+            "RUN_DIR": str(workdir / "run"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.sidecar: subprocess.Popen[bytes] | None = None
+        self.launched_s = 0.0
+        self.log_offset = 0
+
+    @property
+    def vllm_url(self) -> str:
+        return f"http://127.0.0.1:{self.vllm_port}"
+
+    @property
+    def sidecar_url(self) -> str:
+        return f"http://127.0.0.1:{self.sidecar_port}"
+
+    def _spawn(self, args: list[str], log: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+        with log.open("ab") as out:
+            return subprocess.Popen(
+                [sys.executable, *args], cwd=REPO, env=dict(env), stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def _wait(self, url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise BenchError(f"{log.name} exited {proc.returncode}:\n{log_tail(log)}")
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        raise BenchError(f"{url} not ready after {timeout_s:.0f} s:\n{log_tail(log)}")
+
+    def start_sidecar(self) -> None:
+        """Start the sidecar and wait for ``/health``."""
+        (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
+        log = self.workdir / "logs" / "sidecar.log"
+        self.sidecar = self._spawn(["-m", "services.sidecar.launch"], log, self.env)
+        self._wait(f"{self.sidecar_url}/health", self.sidecar, log, 120)
+
+    def start_vllm(self, variant_env: Mapping[str, str], timeout_s: float) -> tuple[subprocess.Popen[bytes], float]:
+        """Start vLLM through the launcher with ``variant_env``; (process, seconds from launch to answering)."""
+        log = self.workdir / "logs" / "vllm.log"
+        self.launched_s = time.time()
+        self.log_offset = log.stat().st_size if log.exists() else 0
+        started = time.monotonic()
+        proc = self._spawn(["-m", "services.vllm.launch"], log, {**self.env, **variant_env})
+        self._wait(f"{self.vllm_url}/v1/models", proc, log, timeout_s)
+        return proc, time.monotonic() - started
+
+    def stop(self) -> None:
+        """Stop the sidecar."""
+        if self.sidecar is not None:
+            stop_process(self.sidecar)
+
+
+def run_benchmark(stack: PrivateStack, dataset: Path, tag: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One ``python -m loadtest.bench``; its report JSON.
+
+    Raises:
+        BenchError: the run failed or wrote no report.
+    """
+    env = {
+        **stack.env,
+        "VLLM_BASE_URL": stack.vllm_url,
+        "SIDECAR_BASE_URL": stack.sidecar_url,
+        "CONCURRENCY": str(args.concurrency),
+        "REQUESTS": str(args.requests),
+        "DURATION": "",
+        "WARMUP": str(args.warmup),
+        "MAX_TOKENS": str(args.output_tokens),
+        "OUTPUT_LEN": "fixed",
+        "IGNORE_EOS": "1",
+        "TEMPERATURE": "0",
+        "DATASET": str(dataset),
+        "RATE": "",
+        "INPUT_MIX": "",
+    }
+    log = stack.workdir / f"bench_{tag}.log"
+    before = set((stack.workdir / "reports").glob("benchmark_report_*.json"))
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadtest.bench"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        proc.wait(timeout=args.timeout_s)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"loadtest.bench did not finish in {args.timeout_s:.0f} s ({log})") from None
+    finally:
+        stop_process(proc)
+    new = sorted(set((stack.workdir / "reports").glob("benchmark_report_*.json")) - before)
+    if proc.returncode != 0 or not new:
+        raise BenchError(f"loadtest.bench failed (exit {proc.returncode}); {log}:\n{log_tail(log)}")
+    report: dict[str, Any] = json.loads(new[-1].read_text())
+    report["_path"] = str(new[-1])
+    return report
+
+
+def one_run(stack: PrivateStack, variant: str, index: int, dataset: Path, args: argparse.Namespace) -> RunResult:
+    """Start vLLM as ``variant``, benchmark it, stop it."""
+    load_before = os.getloadavg()[0]
+    proc, startup_wall_s = stack.start_vllm(VARIANTS[variant], args.startup_timeout_s)
+    try:
+        log = stack.workdir / "logs" / "vllm.log"
+        phase = startup_phase(log)
+        with log.open("rb") as f:
+            f.seek(stack.log_offset)
+            start_lines = f.read().splitlines()
+        phases = start_breakdown(start_lines, stack.launched_s)
+        report = run_benchmark(stack, dataset, f"{variant}_{index}", args)
+    finally:
+        stop_process(proc)
+        time.sleep(2)  # the port and shared memory of the stopped engine are released
+    tok_s, ttft, tpot, ok = figures_from_report(report)
+    return RunResult(
+        variant=variant,
+        round=index,
+        startup_wall_s=round(startup_wall_s, 1),
+        startup_log_s=phase.startup_s,
+        weights_s=phase.load_s,
+        engine_init_s=phase.engine_init_s,
+        output_tokens_per_sec=round(tok_s, 2),
+        ttft_p50_ms=None if ttft is None else round(ttft, 1),
+        tpot_p50_ms=None if tpot is None else round(tpot, 1),
+        requests_ok=ok,
+        load_before=round(load_before, 2),
+        load_after=round(os.getloadavg()[0], 2),
+        report=str(report["_path"]),
+        phases=phases,
+        compile_cache=compile_cache(start_lines),
+    )
+
+
+def _fmt(value: float | None, spec: str = ".1f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def run_line(r: RunResult) -> str:
+    """One printed line per run."""
+    return (
+        f"{r.variant:15s} round {r.round + 1}: {r.output_tokens_per_sec:6.1f} tok/s"
+        f" | TTFT p50 {_fmt(r.ttft_p50_ms, '.0f')} ms"
+        f" | TPOT p50 {_fmt(r.tpot_p50_ms)} ms | start {r.startup_wall_s:.0f} s (engine init {_fmt(r.engine_init_s)} s)"
+        f" | {r.requests_ok} ok | load {r.load_before:.1f} -> {r.load_after:.1f}"
+        + f"\n    compile cache: {r.compile_cache}; start phases (s): "
+        + ", ".join(f"{k} {v:g}" for k, v in r.phases.items())
+    )
+
+
+def summary_lines(results: Sequence[RunResult], variants: Sequence[str]) -> tuple[list[str], bool | None]:
+    """Median table and the verdict on :data:`TARGET_RATIO` (None when either side is missing)."""
+    base = medians(results, BASELINE)["output_tokens_per_sec"] if BASELINE in variants else None
+    lines = ["| variant | output tok/s | ÷ vLLM defaults | TTFT p50 ms | TPOT p50 ms | start s | engine init s |"]
+    lines.append("|---|---|---|---|---|---|---|")
+    for variant in variants:
+        m = medians(results, variant)
+        tok = m["output_tokens_per_sec"]
+        ratio = tok / base if tok is not None and base else None
+        lines.append(
+            f"| {variant} | {_fmt(tok)} | {_fmt(ratio, '.2f')} | {_fmt(m['ttft_p50_ms'], '.0f')} | "
+            f"{_fmt(m['tpot_p50_ms'])} | {_fmt(m['startup_wall_s'], '.0f')} | {_fmt(m['engine_init_s'])} |"
+        )
+    shipped = medians(results, SHIPPED)["output_tokens_per_sec"] if SHIPPED in variants else None
+    if shipped is None or not base:
+        return lines, None
+    ratio = shipped / base
+    lines.append(
+        f"[ENGINE] {SHIPPED} ÷ {BASELINE}: {ratio:.2f} (target ≥ {TARGET_RATIO}: "
+        f"{'met' if ratio >= TARGET_RATIO else 'MISSED'})"
+    )
+    return lines, ratio >= TARGET_RATIO
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the rounds and judge; 0 met, 1 missed, 2 a run failed."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--variants", default=DEFAULT_VARIANTS, help=f"comma-separated, of {', '.join(VARIANTS)} (default: %(default)s)"
+    )
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=48)
+    parser.add_argument("--warmup", type=int, default=8)
+    parser.add_argument("--output-tokens", type=int, default=64)
+    parser.add_argument("--prompt-chars", type=int, default=120)
+    parser.add_argument("--startup-timeout-s", type=float, default=900.0)
+    parser.add_argument("--timeout-s", type=float, default=900.0, help="per benchmark run")
+    parser.add_argument("--out", type=Path, default=None, help="write every run as JSON here")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, reports)")
+    args = parser.parse_args(argv)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants or args.repeats < 1:
+        parser.error(
+            f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}" if unknown else "nothing to run"
+        )
+
+    workdir = Path(tempfile.mkdtemp(prefix="engine_defaults_"))
+    dataset = workdir / "prompts.sharegpt.json"
+    dataset.write_text(json.dumps(sharegpt_prompts(args.requests + args.warmup, args.prompt_chars), ensure_ascii=False))
+    print(
+        f"[ENGINE] {len(variants)} variant(s) × {args.repeats} round(s): concurrency {args.concurrency}, "
+        f"{args.requests} requests (+{args.warmup} warmup), {args.output_tokens} output tokens, "
+        f"{args.prompt_chars}-character prompts; {os.cpu_count()} cores; work folder {workdir}",
+        flush=True,
+    )
+    stack = PrivateStack(workdir)
+    results: list[RunResult] = []
+    try:
+        stack.start_sidecar()
+        for index in range(args.repeats):
+            for variant in round_order(variants, index):
+                result = one_run(stack, variant, index, dataset, args)
+                results.append(result)
+                print(f"[ENGINE] {run_line(result)}", flush=True)
+    except BenchError as exc:
+        print(f"[ERROR] {exc}\n[ERROR] work folder kept: {workdir}", file=sys.stderr)
+        return 2
+    finally:
+        stack.stop()
+        if args.out is not None:
+            args.out.write_text(json.dumps([asdict(r) for r in results], indent=1))
+    lines, met = summary_lines(results, variants)
+    print("\n".join(lines))
+    if not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0 if met in (True, None) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

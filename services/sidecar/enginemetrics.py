@@ -1,0 +1,131 @@
+"""vLLM's scheduler and KV-cache gauges, scraped from its ``/metrics`` by the sidecar's sampler.
+
+Only the few families the report needs are parsed (the exposition is filtered line by line first: ≈ 0.5 ms of
+the sidecar's CPU per scrape of a 60 kB exposition): KV usage (``vllm:kv_cache_usage_perc``, a 0..1 fraction),
+running and waiting requests, cumulative preemptions, and the pool's geometry (``vllm:cache_config_info``, whose
+labels carry ``num_gpu_blocks``, ``block_size``, ``kv_cache_size_tokens`` and ``kv_cache_memory_bytes``).
+Sources: vLLM 0.32 ``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger``) and ``vllm/config/cache.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+from core.serverview import parse_exposition
+
+KV_USAGE = "vllm:kv_cache_usage_perc"
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+PREEMPTIONS = "vllm:num_preemptions_total"
+CACHE_INFO = "vllm:cache_config_info"
+WANTED = (KV_USAGE, RUNNING, WAITING, PREEMPTIONS, CACHE_INFO)
+
+
+@dataclass(frozen=True)
+class EngineGauges:
+    """One scrape: KV usage in percent (0..100), request counts, the preemption counter (cumulative since vLLM
+    started) and the pool's geometry (None where vLLM did not expose it)."""
+
+    kv_usage_percent: float | None
+    running: float | None
+    waiting: float | None
+    preemptions_total: float | None
+    pool_blocks: int | None = None
+    block_size_tokens: int | None = None
+    pool_bytes: int | None = None
+    pool_tokens: int | None = None
+
+
+def _int_label(labels: dict[str, str], name: str) -> int | None:
+    try:
+        value = int(float(labels[name]))
+    except (KeyError, ValueError):
+        return None
+    return value if value > 0 else None
+
+
+def parse_gauges(text: str) -> EngineGauges:
+    """The gauges of a ``/metrics`` exposition (summed over engines; KV usage is the mean over engines).
+
+    Raises:
+        ValueError: the kept lines are not a Prometheus exposition.
+    """
+    kept = "\n".join(line for line in text.splitlines() if line.startswith(WANTED)) + "\n"
+    samples = parse_exposition(kept)
+
+    def total(name: str) -> float | None:
+        values = samples.get(name)
+        return sum(values.values()) if values else None
+
+    usage = samples.get(KV_USAGE)
+    blocks = block_size = pool_bytes = tokens = None
+    for labels_tuple in samples.get(CACHE_INFO, {}):
+        labels = dict(labels_tuple)
+        blocks = _int_label(labels, "num_gpu_blocks")
+        block_size = _int_label(labels, "block_size")
+        pool_bytes = _int_label(labels, "kv_cache_memory_bytes")
+        tokens = _int_label(labels, "kv_cache_size_tokens") or (blocks * block_size if blocks and block_size else None)
+        break
+    return EngineGauges(
+        kv_usage_percent=100.0 * sum(usage.values()) / len(usage) if usage else None,
+        running=total(RUNNING),
+        waiting=total(WAITING),
+        preemptions_total=total(PREEMPTIONS),
+        pool_blocks=blocks,
+        block_size_tokens=block_size,
+        pool_bytes=pool_bytes,
+        pool_tokens=tokens,
+    )
+
+
+class EngineMetricsReader:
+    """Scrapes ``<vllm_url>/metrics`` at most every ``interval_s`` (the sampler ticks faster); never raises.
+
+    ``read()`` returns the latest gauges or None, and ``unavailable_reason`` says why not (vLLM down, restarting,
+    not a vLLM). ``get`` is injectable for tests.
+    """
+
+    def __init__(
+        self,
+        vllm_url: str,
+        interval_s: float = 1.0,
+        timeout_s: float = 2.0,
+        get: Callable[[str], str] | None = None,
+    ) -> None:
+        self.url = f"{vllm_url.rstrip('/')}/metrics"
+        self.interval_s = interval_s
+        self._timeout_s = timeout_s
+        self._get = get or self._http_get
+        self._last_t: float | None = None
+        self._last: EngineGauges | None = None
+        self.unavailable_reason: str | None = "not scraped yet"
+
+    def _http_get(self, url: str) -> str:
+        response = httpx.get(url, timeout=self._timeout_s)
+        response.raise_for_status()
+        return response.text
+
+    def read(self, now: float, force: bool = False) -> EngineGauges | None:
+        """Gauges scraped now when ``interval_s`` has passed since the last scrape (or ``force``); else None."""
+        if not force and self._last_t is not None and now - self._last_t < self.interval_s:
+            return None
+        self._last_t = now
+        try:
+            gauges = parse_gauges(self._get(self.url))
+        except (httpx.HTTPError, ValueError) as exc:
+            self.unavailable_reason = f"cannot read {self.url}: {type(exc).__name__}: {exc}"[:300]
+            return None
+        if gauges.kv_usage_percent is None:
+            self.unavailable_reason = f"{self.url} has no {KV_USAGE} (not a vLLM server?)"
+            return None
+        self.unavailable_reason = None
+        self._last = gauges
+        return gauges
+
+    @property
+    def last(self) -> EngineGauges | None:
+        """The latest successful scrape."""
+        return self._last

@@ -1,0 +1,151 @@
+"""KV cache sizing: how many tokens ``KV_CACHE_GB`` holds for a model, the default context length, and the check that
+one request of the longest allowed length fits (before vLLM is started, in the variables the user sets).
+
+Bytes per token of a decoder with grouped-query attention (source: the K and V tensors vLLM allocates per layer,
+``vllm/v1/kv_cache_interface.py`` ``AttentionSpec.page_size_bytes``)::
+
+    layers × 2 (K and V) × kv_heads × head_dim × dtype bytes
+
+ERNIE-4.5-0.3B: 18 × 2 × 2 × 128 × 2 B = 18,432 B (18 KiB) per token, so 1 GiB holds 58,254 tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.units import GIB
+
+DEFAULT_MAX_MODEL_LEN = 4096
+"""Context length when ``VLLM_MAX_MODEL_LEN`` is unset (capped at the model's own maximum): the longest bundled
+prompt (2,722 tokens with the chat template) plus the largest sampled output (``OUTPUT_LEN_CAP`` = 1,024), rounded up
+to a power of two."""
+TOKEN_GRANULE = 128
+"""Pool sizes are rounded down to whole blocks of this many tokens (vLLM's CPU block size; a multiple of the GPU's
+16), so the figures here never promise more than either build allocates."""
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+
+class KvSizingError(ValueError):
+    """The KV cache cannot hold one request of the configured length; the message names both variables."""
+
+
+@dataclass(frozen=True)
+class KvGeometry:
+    """What one token costs in the KV cache of a model, and the model's own context limit."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype_bytes: int
+    max_position: int | None
+
+    @property
+    def bytes_per_token(self) -> int:
+        """``layers × 2 × kv_heads × head_dim × dtype_bytes`` (K and V of every layer)."""
+        return self.layers * 2 * self.kv_heads * self.head_dim * self.dtype_bytes
+
+
+def geometry_from_config(config: Mapping[str, Any], dtype: str = "bfloat16") -> KvGeometry | None:
+    """The KV geometry of a Hugging Face ``config.json`` (dense or GQA attention), or None when it cannot be told.
+
+    ``num_key_value_heads`` defaults to ``num_attention_heads`` (multi-head attention) and ``head_dim`` to
+    ``hidden_size / num_attention_heads``; a ``text_config`` (multimodal wrappers) is used when present. Latent
+    attention (``kv_lora_rank``, DeepSeek), sliding windows and hybrid models are not modelled: None.
+    """
+    text = config.get("text_config")
+    cfg: Mapping[str, Any] = text if isinstance(text, Mapping) else config
+    if cfg.get("kv_lora_rank") or cfg.get("sliding_window") or cfg.get("layer_types"):
+        return None
+    try:
+        layers = int(cfg["num_hidden_layers"])
+        heads = int(cfg["num_attention_heads"])
+        kv_heads = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    if min(layers, heads, kv_heads, head_dim) <= 0:
+        return None
+    max_position = cfg.get("max_position_embeddings")
+    return KvGeometry(
+        layers=layers,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        dtype_bytes=DTYPE_BYTES.get(dtype, 2),
+        max_position=int(max_position) if isinstance(max_position, int) and max_position > 0 else None,
+    )
+
+
+def read_config(model_dir: Path) -> dict[str, Any] | None:
+    """``config.json`` of a local model folder, or None when absent or unreadable."""
+    try:
+        data = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@dataclass(frozen=True)
+class KvPlan:
+    """The KV cache and context length vLLM is started with.
+
+    ``max_model_len`` None means "let vLLM fit it to the pool" (``--max-model-len auto``): used only when the model's
+    geometry is unknown before launch (a model vLLM will download). ``tokens`` is None in that case too.
+    """
+
+    kv_cache_bytes: int
+    max_model_len: int | None
+    bytes_per_token: int | None
+    tokens: int | None
+
+    @property
+    def full_length_requests(self) -> float | None:
+        """How many requests of ``max_model_len`` tokens the pool holds at once (vLLM's "maximum concurrency")."""
+        if self.tokens is None or not self.max_model_len:
+            return None
+        return self.tokens / self.max_model_len
+
+    def describe(self, concurrency: int) -> str:
+        """One line for the launch log: pool size in GiB and tokens, what fits at full length and per user."""
+        gib = self.kv_cache_bytes / GIB
+        if self.tokens is None or self.bytes_per_token is None:
+            return f"KV cache {gib:g} GiB; context length fitted by vLLM (model geometry unknown before launch)"
+        return (
+            f"KV cache {gib:g} GiB = {self.tokens:,} tokens ({self.bytes_per_token:,} B/token); "
+            f"max model len {self.max_model_len:,} ({self.full_length_requests:.1f} full-length requests at once, "
+            f"or {concurrency} users × {self.tokens // concurrency:,} tokens)"
+        )
+
+
+def pool_tokens(kv_cache_bytes: int, bytes_per_token: int) -> int:
+    """Tokens a pool of ``kv_cache_bytes`` holds, rounded down to whole :data:`TOKEN_GRANULE` blocks."""
+    return kv_cache_bytes // (bytes_per_token * TOKEN_GRANULE) * TOKEN_GRANULE
+
+
+def plan_kv(kv_cache_gb: float, max_model_len: int | None, geometry: KvGeometry | None) -> KvPlan:
+    """Size the KV cache (``kv_cache_gb`` GiB) and the context length (``max_model_len``, else the default capped at
+    the model's maximum).
+
+    Raises:
+        KvSizingError: the pool cannot hold one request of the context length (vLLM would refuse to start after
+            loading the model); the message gives both variables and values that fit.
+    """
+    kv_bytes = int(kv_cache_gb * GIB)
+    if geometry is None:
+        return KvPlan(kv_bytes, max_model_len, None, None)
+    length = max_model_len or DEFAULT_MAX_MODEL_LEN
+    if max_model_len is None and geometry.max_position is not None:
+        length = min(length, geometry.max_position)
+    tokens = pool_tokens(kv_bytes, geometry.bytes_per_token)
+    if tokens < length:
+        need_gb = -(-length // TOKEN_GRANULE) * TOKEN_GRANULE * geometry.bytes_per_token / GIB
+        origin = f"VLLM_MAX_MODEL_LEN={length}" if max_model_len else f"the default context length {length}"
+        raise KvSizingError(
+            f"KV_CACHE_GB={kv_cache_gb:g} holds {tokens:,} tokens of this model ({geometry.bytes_per_token:,} B per "
+            f"token), fewer than one request of {origin} needs. Raise KV_CACHE_GB to at least {need_gb:.2f} or set "
+            f"VLLM_MAX_MODEL_LEN to at most {tokens}."
+        )
+    return KvPlan(kv_bytes, length, geometry.bytes_per_token, tokens)
