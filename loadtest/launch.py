@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from core.net import port_in_use_message
+from core.net import free_port, port_in_use_message
 from core.settings import Settings, get_settings
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
@@ -46,7 +46,11 @@ def locust_argv(
         if stop_timeout_s:
             argv += ["--stop-timeout", f"{max(1, round(stop_timeout_s))}"]
         if workers > 1:
-            argv += ["--processes", str(workers)]
+            # The master listens on 127.0.0.1 and a free port, never Locust's default 5557: two distributed runs on
+            # one host would otherwise share a master, and a stranger's workers would write into this run's rows.
+            port = str(free_port())
+            argv += ["--processes", str(workers), "--master-bind-host", "127.0.0.1", "--master-bind-port", port,
+                     "--master-port", port]  # fmt: skip
     else:
         extra = shlex.split(settings.locust_extra_args)
         if "--worker" not in extra:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from core.net import free_port
 from core.records import RequestRecord
 from core.settings import PROJECT_ROOT
 from loadtest.run import read_records
@@ -48,8 +49,10 @@ def run_locust(url: str, rows: Path, processes: int | None) -> list[dict[str, An
         "--skip-log",
         "ChatUser",
     ]
-    if processes:
-        argv[-1:-1] = ["--processes", str(processes)]
+    if processes:  # a private master port: other checkouts' distributed runs on this host must not join
+        port = str(free_port())
+        argv[-1:-1] = ["--processes", str(processes), "--master-bind-host", "127.0.0.1", "--master-bind-port", port,
+                       "--master-port", port]
     out = subprocess.run(
         argv, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "MAX_TOKENS": "5"}
     ).stdout

@@ -121,3 +121,15 @@ def test_open_loop_slots_split_one_schedule(tmp_path: Path) -> None:
     parts = [list(itertools.islice(arrivals(open_plan, Slot(i, 2)), 15)) for i in range(2)]
     assert sorted(parts[0] + parts[1]) == whole
     assert [k for k, _ in parts[1]] == list(range(1, 30, 2))
+
+
+def test_a_distributed_run_has_a_private_master_port() -> None:
+    """WORKERS > 1 binds the master to 127.0.0.1 on a free port (two runs on one host never share a master)."""
+    from core.settings import Settings
+    from loadtest.launch import locust_argv
+
+    argv = locust_argv(Settings(_env_file=None), headless=True, workers=2)  # type: ignore[call-arg]
+    port = argv[argv.index("--master-bind-port") + 1]
+    assert argv[argv.index("--processes") + 1] == "2" and argv[argv.index("--master-port") + 1] == port != "5557"
+    assert argv[argv.index("--master-bind-host") + 1] == "127.0.0.1"
+    assert "--processes" not in locust_argv(Settings(_env_file=None), headless=True)  # type: ignore[call-arg]
