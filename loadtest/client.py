@@ -220,7 +220,7 @@ def read_events(response: Response, timer: StreamTimer, pieces: list[str]) -> st
     feed, append = timer.feed, pieces.append
     for block in response.blocks():
         for data in parser.feed(block):
-            if data == DONE or data.strip() == DONE:
+            if data[:1] != b"{" and data.strip() == DONE:  # chunks are objects: only look closer at the rest
                 timer.done()
                 return None
             try:
