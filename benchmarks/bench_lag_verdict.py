@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 import psutil  # noqa: E402
 
-from core.clientview import CPU_LIMIT_CORES, ClientView, client_view  # noqa: E402
+from core.clientview import CPU_LIMIT_CORES, ClientView, client_view, share_text  # noqa: E402
 from core.report_schema import BenchmarkConfig  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from core.stats import measured_window_s  # noqa: E402
@@ -96,7 +96,7 @@ def describe(name: str, view: ClientView) -> list[str]:
     ]
     for impact in view.lag_impact:
         lines.append(f"    {impact.figure:<12} {impact.value_ms:9.2f} ms   lag {impact.lag_ms:7.2f} ms = "
-                     f"{impact.share_pct:7.1f} %")  # fmt: skip
+                     f"{share_text(impact.share_pct):>7}")  # fmt: skip
     lines.append(f"    verdict: {'CLIENT-LIMITED' if view.client_limited else 'not client-limited'}"
                  f" ({view.reason or 'lag within the limit'}); CPU-only rule would say: "
                  f"{'limited' if cpu_only else 'not limited'}")  # fmt: skip

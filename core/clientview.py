@@ -128,6 +128,13 @@ def _p50_p99(values: Sequence[float]) -> tuple[float, float] | None:
     return float(p50), float(p99)
 
 
+def share_text(pct: float) -> str:
+    """``481%`` from 10 % up, ``2.3%`` below, ``>1000%`` above that (a figure near 0 ms makes any lag huge)."""
+    if pct > 1000:
+        return ">1000%"
+    return f"{pct:.0f}%" if pct >= 10 else f"{pct:.1f}%"
+
+
 def lag_impact(records: Sequence[RequestRecord], lag_p50_ms: float, lag_p99_ms: float) -> list[LagImpact]:
     """The share of the measured TTFT and ITL (p50, p99 of the successful rows) that the lag could account for
     (pure). A figure of 0 ms counts as 0.001 ms (a stream whose chunks arrive in one read has ITLs of ~0)."""
@@ -190,7 +197,7 @@ def client_view(
         reasons.append(
             f"the client's event loop ran late (lag p50 {lag50:.2f} ms, p99 {lag99:.2f} ms): that could have moved "
             f"{worst_impact.figure.removesuffix('_ms').replace('_', ' ')} ({worst_impact.value_ms:.2f} ms) by "
-            f"{worst_impact.share_pct:.0f}% (limit {LAG_LIMIT_PCT:g}%)"
+            f"{worst_impact.lag_ms:.2f} ms = {share_text(worst_impact.share_pct)} (limit {LAG_LIMIT_PCT:g}%)"
         )
     return ClientView(
         cpu_cores_used=cpu_cores,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.clientview import ClientView
+from core.clientview import ClientView, share_text
 from core.report_schema import BenchmarkConfig, Report
 
 COMPARE_LABELS = (
@@ -147,11 +147,6 @@ def client_lines(client: ClientView) -> list[str]:
     if client.client_limited:
         lines.append(f"[WARN] Client-limited run: {client.reason}. The numbers measure the load generator.")
     return lines
-
-
-def share_text(value: float) -> str:
-    """``481%`` from 10 % up, ``2.3%`` below."""
-    return f"{value:.0f}%" if value >= 10 else f"{value:.1f}%"
 
 
 def pct_text(value: float) -> str:

@@ -48,7 +48,7 @@ def test_a_late_client_is_flagged_whatever_its_cpu() -> None:
     view = client_view(TIMED, duration_s=10.0, cpu_cores=0.4, calibration=CAL, processes=[load(60.0, 250.0, 3.8)])
     assert view.client_limited and view.lag_p50_ms == 60.0 and view.lag_p99_ms == 250.0
     assert "event loop ran late (lag p50 60.00 ms, p99 250.00 ms)" in (view.reason or "")
-    assert "itl p99 (52.00 ms) by 481%" in (view.reason or "")  # 250 / 51.98
+    assert "itl p99 (52.00 ms) by 250.00 ms = 481%" in (view.reason or "")  # 250 / 51.98
     shares = {i.figure: round(i.share_pct) for i in view.lag_impact}
     assert shares == {"ttft_p50_ms": 15, "ttft_p99_ms": 61, "itl_p50_ms": 118, "itl_p99_ms": 481}
 
@@ -85,3 +85,10 @@ def test_summary_states_the_client_load_and_why_a_run_is_client_limited() -> Non
                         "could move itl p99 by 481% (limit 10%)")
     assert lines[1].startswith("[WARN] Client-limited run: the client's event loop ran late")
     assert client_lines(client_view(TIMED, 10.0, 0.05, None)) == []  # no process reports (a rebuilt run), not limited
+
+
+def test_a_figure_near_zero_is_moved_by_more_than_a_thousand_percent() -> None:
+    """Chunks that arrive in one read have ITLs of ~0 ms: any lag moves them by '>1000%', said with the lag in ms."""
+    batched = [r.model_copy(update={"itl_ms": [0.0, 0.0, 0.0]}) for r in TIMED]
+    view = client_view(batched, 10.0, 0.2, None, processes=[load(3.0, 20.0)])
+    assert view.client_limited and "itl p99 (0.00 ms) by 20.00 ms = >1000%" in (view.reason or "")
