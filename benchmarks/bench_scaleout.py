@@ -2,7 +2,7 @@
 
 Run from the repository root (no stack needed)::
 
-    .venvs/app/bin/python benchmarks/bench_scaleout.py [--requests 3000] [--users 32] [--tokens 128] [--repeats 3]
+    .venvs/app/bin/python benchmarks/bench_scaleout.py [--requests 12000] [--users 32] [--tokens 256] [--repeats 3]
 
 Each run is the benchmark's own Locust path (:func:`loadtest.run.run_locust`: plan file, ``--processes N``, exact
 request shares) in request-count mode against the bundled mock server with no delays (pre-built answers, one write
@@ -103,9 +103,9 @@ def one_run(workers: int, folder: Path, url: str, mock_pid: int, args: argparse.
 def main(argv: list[str] | None = None) -> int:
     """Run the pairs and judge; 0 pass, 1 miss, 2 a run failed."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=3000, help="requests of every run (exact)")
+    parser.add_argument("--requests", type=int, default=12000, help="requests of every run (exact)")
     parser.add_argument("--users", type=int, default=32)
-    parser.add_argument("--tokens", type=int, default=128, help="tokens per mock answer (one per event)")
+    parser.add_argument("--tokens", type=int, default=256, help="tokens per mock answer (one per event)")
     parser.add_argument("--repeats", type=int, default=3, help="pairs (order alternates)")
     parser.add_argument("--mock-processes", type=int, default=1)
     args = parser.parse_args(argv)
