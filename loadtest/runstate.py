@@ -17,7 +17,7 @@ from pathlib import Path
 
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
-from core.requestlog import RequestLogLine, append_request_log
+from core.requestlog import RequestLogLine, open_request_log, request_log_bytes
 from loadtest.plan import sampler_for
 from loadtest.workload import WorkItem
 
@@ -66,6 +66,7 @@ class RunState:
         self._workload = sampler_for(plan, plan.seed)
         self._drawn = 0  # items of the seeded workload drawn so far
         self._fd: int | None = None
+        self._log_fd: int | None = None
         self.closed = False
 
     def begin(self, max_requests: int, records_path: Path | None, slot: Slot | None = None) -> None:
@@ -117,19 +118,23 @@ class RunState:
     def save(self, record: RequestRecord) -> None:
         """Append one row to the rows file (if any) and to the request log.
 
-        One ``write`` per row on an ``O_APPEND`` descriptor: rows of concurrent greenlets and of other Locust
-        processes appending to the same file never interleave (Linux appends each write whole to a local file).
+        One ``write`` per row on an ``O_APPEND`` descriptor kept open for the test: rows of concurrent greenlets and
+        of other Locust processes appending to the same file never interleave (Linux appends each write whole to a
+        local file).
         """
         self.finished += 1
         if self.records_path is not None:
             if self._fd is None:
                 self._fd = os.open(self.records_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             os.write(self._fd, (record.model_dump_json() + "\n").encode())
-        append_request_log(self.requests_log, RequestLogLine.from_record(record, "loadtest", self.plan.model))
+        if self._log_fd is None:
+            self._log_fd = open_request_log(self.requests_log)
+        os.write(self._log_fd, request_log_bytes(RequestLogLine.from_record(record, "loadtest", self.plan.model)))
 
     def close(self) -> None:
         """The test ended: close the rows file (a late row reopens it)."""
         self.closed = True
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        for fd in (self._fd, self._log_fd):
+            if fd is not None:
+                os.close(fd)
+        self._fd = self._log_fd = None
