@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from core.abcompare import ABComparison
 from core.clientview import ClientView
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig, Report, Resources
+from core.series import PointPlan, SeriesReport
 from core.serverview import ServerView
 from core.stats import RunMetrics
 
@@ -77,3 +79,38 @@ class BaselineMarked(BaseModel):
     timestamp: str
     throughput_req_per_sec: float
     latency_p99_ms: float | None
+
+
+class BuildSeriesRequest(BaseModel):
+    """Body of ``POST /series``: the load points of a sweep or repeat, each with the reports of its runs."""
+
+    config: BenchmarkConfig = Field(description="The plan every point started from.")
+    points: list[PointPlan]
+    sweep: str | None = None
+    repeat: int = 1
+    slo_attainment_pct: float = 95.0
+    threshold_pct: float = Field(default=5.0, description="GATE_THRESHOLD_PCT: a regression clears it.")
+    interrupted: bool = False
+    notes: list[str] = Field(default_factory=list)
+
+
+class BuildSeriesResponse(BaseModel):
+    """Answer of ``POST /series``."""
+
+    series_path: str
+    series: SeriesReport
+
+
+class CompareRequest(BaseModel):
+    """Body of ``POST /compare``: two results by report id, series id or baseline name (B is judged against A)."""
+
+    a: str
+    b: str
+    threshold_pct: float = 5.0
+
+
+class CompareResponse(BaseModel):
+    """Answer of ``POST /compare``."""
+
+    compare_path: str
+    comparison: ABComparison

@@ -4,7 +4,8 @@
 ``.env`` (they are passed to :class:`~core.settings.Settings` as init values). A field lists extra flag names in
 ``json_schema_extra={"cli": [...]}`` — the aliases of ``vllm bench serve`` (``--max-concurrency``,
 ``--request-rate``, ``--num-prompts``, ``--base-url``, ``--model``, ``--dataset-path``), or replaces its flags with
-``{"cli_flags": [...]}`` — and is left out with
+``{"cli_flags": [...]}``, names the value of the bare flag with ``{"cli_const": VALUE}`` (``--sweep`` alone is
+``--sweep auto``) — and is left out with
 ``{"cli": False}`` (secrets and internal fields: environment only, so they never show in ``ps``).
 """
 
@@ -95,6 +96,9 @@ def build_parser(prog: str, description: str) -> KnobParser:
         if _is_bool(info):
             group.add_argument(*flags_of(name, info), dest=name, action=argparse.BooleanOptionalAction,
                                default=None, help=help_text)
+        elif _extra(info).get("cli_const"):  # ``--sweep`` alone means ``--sweep auto``
+            group.add_argument(*flags_of(name, info), dest=name, default=None, metavar=name.upper(), help=help_text,
+                               nargs="?", const=str(_extra(info)["cli_const"]))
         else:
             group.add_argument(*flags_of(name, info), dest=name, default=None, metavar=name.upper(), help=help_text)
     return parser

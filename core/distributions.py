@@ -53,3 +53,39 @@ def arrival_gaps_s(rate_per_s: float, burstiness: float, seed: int) -> Iterator[
     scale = 1.0 / (rate_per_s * burstiness)
     while True:
         yield float(rng.gamma(burstiness, scale))
+
+
+def ramp_arrival_gaps_s(
+    start_rps: float,
+    end_rps: float,
+    burstiness: float,
+    seed: int,
+    *,
+    duration_s: float | None = None,
+    requests: int | None = None,
+) -> Iterator[float]:
+    """Gaps of a linear rate ramp, seconds: each gap is gamma-distributed (shape ``burstiness``) with the mean
+    ``1/rate`` of the rate at that point of the run, the rate going from ``start_rps`` to ``end_rps`` over
+    ``duration_s`` seconds (by the scheduled time) or, without a duration, over ``requests`` arrivals (by index, as
+    ``vllm bench serve --ramp-up-strategy linear`` does); after the end it stays at ``end_rps``.
+
+    Raises:
+        ValueError: a rate or ``burstiness`` not finite and > 0, or neither ``duration_s`` nor ``requests`` given.
+    """
+    for name, value in (("RATE", start_rps), ("RATE_END", end_rps)):
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name} must be a finite number > 0 requests/s (got {value})")
+    if not math.isfinite(burstiness) or burstiness <= 0:
+        raise ValueError(f"BURSTINESS must be a finite number > 0 (got {burstiness}); 1 is a Poisson process")
+    if not duration_s and not requests:
+        raise ValueError("a rate ramp needs DURATION or REQUESTS to know how long it lasts")
+    rng = np.random.default_rng(seed)
+    elapsed_s = 0.0
+    index = 0
+    while True:
+        progress = elapsed_s / duration_s if duration_s else index / max((requests or 1) - 1, 1)
+        rate = start_rps + (end_rps - start_rps) * min(1.0, progress)
+        gap = float(rng.gamma(burstiness, 1.0 / (rate * burstiness)))
+        elapsed_s += gap
+        index += 1
+        yield gap

@@ -65,6 +65,9 @@ class EngineRequest(BaseModel):
 
     model: str | None = Field(default=None, description="Serve this model instead of MODEL (a model switch).")
     profiler: bool = Field(default=False, description="Start with vLLM's torch profiler endpoints.")
+    vllm_extra_args: str | None = Field(
+        default=None, description="Replace VLLM_EXTRA_ARGS (e.g. '--max-num-seqs 4' for an A/B of one vLLM flag)."
+    )
 
 
 def read_request(path: Path) -> EngineRequest:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.intervals import change_text
 from core.report_schema import Report
+from core.series import SeriesReport
 
 EXIT_PASS = 0
 EXIT_ERROR = 2  # unknown baseline, or one whose workload differs: the gate cannot judge
@@ -71,3 +73,56 @@ def gate_verdict(report: Report, baseline: str, threshold_pct: float, error_rate
         return GateVerdict(EXIT_FAIL, f"[GATE] FAIL vs {baseline} ({against}): " + "; ".join(failures), failures)
     summary = ", ".join(f"{m} {changes.get(f'{m}_pct', 0.0) or 0.0:+.1f}%" for m in GATED_METRICS)
     return GateVerdict(EXIT_PASS, f"[GATE] PASS vs {baseline} ({against}): {summary} (threshold {threshold_pct:g}%)")
+
+
+# series metric -> direction that is bad, as GATED_METRICS (E2E p99 is the report's latency_p99_ms)
+SERIES_GATED: dict[str, int] = {"throughput_req_per_sec": -1, "e2e_p99_ms": +1}
+
+
+def series_gate_verdict(
+    series: SeriesReport, baseline: str, threshold_pct: float, error_rate_pp: float = 1.0
+) -> GateVerdict:
+    """Judge a series (``REPEAT`` runs, or a sweep) against the named baseline, point by point (same workload).
+
+    With intervals (repeats on either side) a metric fails only when its whole 95 % interval lies beyond the threshold
+    (verdict ``regression``); a change inside the noise passes as "no significant change". Without any interval
+    (single runs on both sides) the plain percent change is held to the threshold, as :func:`gate_failures` does.
+    The error rate fails when its mean rises by more than ``error_rate_pp`` percentage points.
+    """
+    key = f"vs_{baseline}"
+    comparison = series.comparison.get(key)
+    if comparison is None:
+        return GateVerdict(
+            EXIT_ERROR,
+            f"[GATE] ERROR vs {baseline}: no baseline named {baseline!r}; mark one with "
+            f"`make baseline NAME={baseline}`",
+        )
+    if comparison.refused:
+        return GateVerdict(EXIT_ERROR, f"[GATE] ERROR vs {baseline}: not comparable: {comparison.refused}")
+    failures: list[str] = []
+    passes: list[str] = []
+    for point in comparison.points:
+        for metric, bad_sign in SERIES_GATED.items():
+            change = point.changes.get(metric)
+            if change is None or change.change_pct is None:
+                failures.append(f"{point.label}: {metric} n/a: cannot compare")
+                continue
+            text = change_text(change)
+            if change.low_pct is None:
+                failed = change.change_pct * bad_sign > threshold_pct
+            else:
+                failed = change.verdict == "regression"
+            (failures if failed else passes).append(f"{point.label}: {metric} {text}")
+        errors = point.changes.get("error_rate_percent")
+        if errors and errors.a_mean is not None and errors.b_mean is not None:
+            rise = errors.b_mean - errors.a_mean
+            if rise > error_rate_pp:
+                failures.append(f"{point.label}: error_rate_percent {rise:+.1f} pp (limit {error_rate_pp:+g} pp)")
+    if failures:
+        return GateVerdict(
+            EXIT_FAIL, f"[GATE] FAIL vs {baseline} ({comparison.against}): " + "; ".join(failures), failures
+        )
+    return GateVerdict(
+        EXIT_PASS,
+        f"[GATE] PASS vs {baseline} ({comparison.against}): {'; '.join(passes)} (threshold {threshold_pct:g}%)",
+    )

@@ -107,3 +107,35 @@ def validate_name(name: str, what: str = "baseline name") -> str:
             "digit (e.g. v0.2.1)"
         )
     return name
+
+
+SWEEP_KINDS = ("auto", "concurrency", "rate")
+
+
+def parse_sweep(text: str) -> tuple[str, list[float]]:
+    """Parse a SWEEP: ``auto``, ``concurrency:1,2,4,8`` or ``rate:0.5,1,2`` into ``(kind, loads)`` (loads ascending,
+    each once; empty for ``auto``).
+
+    Raises:
+        ValueError: an unknown kind, a load that is not a finite number > 0 (a whole number for concurrency), or no
+            load at all; the message gives valid examples.
+    """
+    example = "use SWEEP=auto, SWEEP=concurrency:1,2,4,8 or SWEEP=rate:0.5,1,2,4"
+    kind, _, rest = text.strip().partition(":")
+    kind = kind.strip().lower()
+    if kind not in SWEEP_KINDS:
+        raise ValueError(f"SWEEP={text!r} does not parse: {example}")
+    if kind == "auto":
+        if rest.strip():
+            raise ValueError(f"SWEEP=auto takes no loads (got {rest!r}); SWEEP_RATES sets how many rates it adds")
+        return kind, []
+    loads: set[float] = set()
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        value = _finite(part)
+        if value is None or value <= 0 or (kind == "concurrency" and not value.is_integer()):
+            what = "whole numbers >= 1" if kind == "concurrency" else "finite numbers > 0 (requests/s)"
+            raise ValueError(f"SWEEP {kind} load {part!r} does not parse: loads are {what}; {example}")
+        loads.add(value)
+    if not loads:
+        raise ValueError(f"SWEEP={text!r} lists no load: {example}")
+    return kind, sorted(loads)

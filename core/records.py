@@ -40,6 +40,8 @@ class RequestRecord(BaseModel):
     )
     task: str | None = None
     input_bucket: str | None = None
+    session_id: str | None = Field(default=None, description="SESSION_TURNS > 1: the conversation of this turn.")
+    turn: int | None = Field(default=None, description="SESSION_TURNS > 1: 1 for a conversation's first turn, ...")
     ok: bool
     ttft_ms: float | None = Field(default=None, description="Time to the first non-empty content token.")
     e2e_ms: float | None = Field(default=None, description="Time to the end of the stream ([DONE]) or failure.")

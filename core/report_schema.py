@@ -81,6 +81,11 @@ class Environment(BaseModel):
     project_version: str | None = None
     project_git_commit: str | None = None
     startup: StartupFacts | None = Field(default=None, description="None when vLLM's log cannot be read.")
+    vllm_args: list[str] = Field(
+        default_factory=list,
+        description="vLLM's command line after the interpreter (secret values redacted), from logs/engine_state.json; "
+        "empty when the engine state cannot be read (another server).",
+    )
 
 
 class BenchmarkConfig(BaseModel):
@@ -112,6 +117,23 @@ class BenchmarkConfig(BaseModel):
     model: str
     workers: int = Field(
         default=1, ge=1, description="Load-generating Locust processes (1: one process; N: a master and N workers)."
+    )
+    max_in_flight: int | None = Field(
+        default=None,
+        description="Open loop with a cap (MAX_IN_FLIGHT): at most this many requests in flight; later arrivals wait "
+        "for a slot and the wait counts in their latencies (queue delay).",
+    )
+    rate_end_req_per_sec: float | None = Field(
+        default=None, description="Open-loop ramp: the rate at the end of the run (linear from rate_req_per_sec)."
+    )
+    input_len_tokens: int | None = Field(
+        default=None, description="DATASET=random: prompt tokens of every request, chat template included."
+    )
+    session_turns: int = Field(default=1, description="Turns per conversation (1: independent requests).")
+    dataset_file: str | None = Field(
+        default=None,
+        description="DATASET=random: the file of the prompts generated for this server's tokenizer (not part of the "
+        "workload fingerprint: the same settings make the same prompts).",
     )
 
 

@@ -14,11 +14,12 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator, mode
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.distributions import lognormal_params
-from core.parsing import parse_duration_s, parse_mix, parse_slo, validate_name
+from core.parsing import parse_duration_s, parse_mix, parse_slo, parse_sweep, validate_name
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "baidu/ERNIE-4.5-0.3B-PT"
 SYNTHETIC_FALLBACK = "synthetic:ernie-4.5-0.3b"
+RANDOM_DATASET = "random"  # DATASET=random: token-exact synthetic prompts
 
 
 class Settings(BaseSettings):
@@ -158,8 +159,9 @@ class Settings(BaseSettings):
     )
     dataset: Path | None = Field(
         default=None,
-        description="Prompt JSONL or ShareGPT JSON/JSONL; default: the bundled corpus.",
-        json_schema_extra={"cli": ["--dataset-path"]},
+        description="Prompt JSONL or ShareGPT JSON/JSONL, or random (token-exact synthetic prompts, see "
+        "RANDOM_INPUT_LEN); default: the bundled corpus.",
+        json_schema_extra={"cli": ["--dataset-path", "--dataset-name"]},
     )
     input_mix: Annotated[dict[str, float] | None, NoDecode] = Field(
         default=None, description="Input-length bucket weights, e.g. short:0.3,medium:0.5,long:0.2."
@@ -194,6 +196,55 @@ class Settings(BaseSettings):
         default=None,
         json_schema_extra={"cli": False},
         description="Internal: the run plan the benchmark writes for its Locust processes (unset: these settings).",
+    )
+
+    # --- load shapes, sweeps and repeats (make sweep SWEEP=auto; make benchmark REPEAT=3) -----------------
+    max_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="Open loop: at most this many requests in flight (vllm bench serve's --max-concurrency with "
+        "--request-rate); an arrival waits for a free slot and the wait counts in its latencies.",
+    )
+    rate_end: float | None = Field(
+        default=None,
+        gt=0,
+        description="Open loop: ramp the arrival rate linearly from RATE to this over the run (DURATION, else "
+        "REQUESTS), req/s.",
+        json_schema_extra={"cli": ["--ramp-up-end-rps"]},
+    )
+    random_input_len: int = Field(
+        default=1024,
+        ge=1,
+        description="DATASET=random: prompt tokens of every request as the server counts them (chat template "
+        "included; sized with its /tokenize).",
+    )
+    random_output_len: int = Field(
+        default=128, ge=1, description="DATASET=random: output tokens every request asks for (max_tokens)."
+    )
+    session_turns: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="Closed loop: turns per conversation; each later turn carries the model's earlier answers.",
+    )
+    sweep: str | None = Field(
+        default=None,
+        description="Load sweep: auto (synchronous, maximum throughput, SWEEP_RATES open-loop rates between), "
+        "concurrency:1,2,4,8 or rate:0.5,1,2 (--sweep alone: auto).",
+        json_schema_extra={"cli_const": "auto"},
+    )
+    sweep_rates: int = Field(
+        default=2, ge=1, le=20, description="SWEEP=auto: open-loop rates spread between its two measured points."
+    )
+    repeat: int = Field(
+        default=1, ge=1, le=100, description="Runs of each load point; 2 or more give 95% confidence intervals."
+    )
+    cooldown_s: float = Field(default=5.0, ge=0, description="Pause between the runs of a sweep or repeat, s.")
+    slo_attainment_pct: float = Field(
+        default=95.0,
+        gt=0,
+        le=100,
+        description="A sweep point meets the SLO when at least this share of its requests meets every bound, %.",
     )
 
     # --- reports (make benchmark GATE=v0.2.1 GATE_THRESHOLD_PCT=5; make baseline NAME=v0.2.1) ---------------
@@ -231,6 +282,9 @@ class Settings(BaseSettings):
         "bench_model",
         "watchdog_s",
         "max_error_rate_pct",
+        "rate_end",
+        "sweep",
+        "max_in_flight",
         "workers",
         mode="before",
     )
@@ -278,6 +332,35 @@ class Settings(BaseSettings):
             self.model = self.vllm_model_path
         return self
 
+    @field_validator("sweep")
+    @classmethod
+    def _valid_sweep(cls, value: str | None) -> str | None:
+        """SWEEP must parse (:func:`core.parsing.parse_sweep`); kept as written, without blanks."""
+        if value is None:
+            return None
+        parse_sweep(value)
+        return value.strip().replace(" ", "")
+
+    @model_validator(mode="after")
+    def _load_shape_fits(self) -> Settings:
+        """RATE_END ramps from RATE; multi-turn sessions run in the closed loop (a user waits for each answer)."""
+        if self.rate_end is not None and self.rate is None:
+            raise ValueError(f"RATE_END={self.rate_end:g} ramps from RATE: set RATE (the start rate) too")
+        open_sweep = self.sweep is not None and parse_sweep(self.sweep)[0] != "concurrency"
+        if self.max_in_flight is not None and self.rate is None and not open_sweep:
+            raise ValueError(
+                f"MAX_IN_FLIGHT={self.max_in_flight} caps the open loop: set RATE (or an open-loop SWEEP); the closed "
+                "loop's users are CONCURRENCY"
+            )
+        if self.session_turns > 1 and self.rate is not None:
+            raise ValueError("SESSION_TURNS > 1 needs the closed loop (each turn waits for the answer): unset RATE")
+        if self.session_turns > 1 and self.sweep and parse_sweep(self.sweep)[0] != "concurrency":
+            raise ValueError(
+                f"SESSION_TURNS > 1 needs the closed loop, and SWEEP={self.sweep} has open-loop points: sweep "
+                "concurrency:1,2,4,... instead"
+            )
+        return self
+
     @model_validator(mode="after")
     def _default_request_count(self) -> Settings:
         if self.requests is None and self.duration is None:
@@ -298,8 +381,21 @@ class Settings(BaseSettings):
         return self.dataset or self.prompts_file
 
     @property
+    def random_dataset(self) -> bool:
+        """DATASET=random: synthetic prompts of exactly RANDOM_INPUT_LEN tokens (``vllm bench serve``'s random)."""
+        return self.dataset is not None and str(self.dataset) == RANDOM_DATASET
+
+    @property
+    def sweep_spec(self) -> tuple[str, list[float]] | None:
+        """SWEEP parsed: ``(kind, loads)``, or None without a sweep."""
+        return parse_sweep(self.sweep) if self.sweep else None
+
+    @property
     def fixed_max_tokens(self) -> int | None:
-        """MAX_TOKENS when every request asks for it (OUTPUT_LEN=fixed, or MAX_TOKENS set alone); else None."""
+        """MAX_TOKENS when every request asks for it (OUTPUT_LEN=fixed, or MAX_TOKENS set alone), RANDOM_OUTPUT_LEN
+        with DATASET=random; else None."""
+        if self.random_dataset:
+            return self.random_output_len
         if self.output_len == "fixed" or (self.output_len is None and "max_tokens" in self.model_fields_set):
             return self.max_tokens
         return None

@@ -167,6 +167,33 @@ class OutputLengths(BaseModel):
     )
 
 
+class TurnStats(BaseModel):
+    """Successful requests of one turn of multi-turn sessions (SESSION_TURNS): later turns carry the history, so
+    their prompts grow while a prefix cache keeps their TTFT down."""
+
+    turn: int
+    requests: int
+    prompt_tokens_mean: float | None
+    ttft: LatencyStats
+
+
+def turn_stats(ok: Sequence[RequestRecord]) -> list[TurnStats]:
+    """Per turn (rows with a ``turn``), in turn order; empty without sessions."""
+    turns: dict[int, list[RequestRecord]] = {}
+    for r in ok:
+        if r.turn is not None:
+            turns.setdefault(r.turn, []).append(r)
+    return [
+        TurnStats(
+            turn=turn,
+            requests=len(rows),
+            prompt_tokens_mean=_quantiles([float(r.prompt_tokens) for r in rows if r.prompt_tokens is not None])[0],
+            ttft=latency_stats([v for r in rows if (v := effective_ttft_ms(r)) is not None]),
+        )
+        for turn, rows in sorted(turns.items())
+    ]
+
+
 class RunMetrics(BaseModel):
     """Aggregate figures of the measured phase of one benchmark run."""
 
@@ -202,6 +229,9 @@ class RunMetrics(BaseModel):
         default_factory=dict,
         description="Successful requests by where their token counts came from: usage (the server's usage block), "
         "tokenize (the server's /tokenize on the answer text) or chunks (the client's count of content chunks).",
+    )
+    turns: list[TurnStats] = Field(
+        default_factory=list, description="Multi-turn sessions: prompt size and TTFT per turn (empty without)."
     )
 
 
@@ -284,6 +314,7 @@ def run_metrics(records: Sequence[RequestRecord], slo: dict[str, float] | None =
             windows, max(r.started_at for r in measured) - min(r.started_at for r in measured)
         ),
         output_token_sources=dict(sorted(Counter(r.output_tokens_source or "unknown" for r in ok).items())),
+        turns=turn_stats(ok),
     )
 
 

@@ -1,8 +1,10 @@
 """``make baseline NAME=v0.2.1 [REPORT=benchmark_report_…]``: mark a report as a named baseline.
 
 ``python -m loadtest.baseline NAME [REPORT_ID]`` asks the sidecar (the only writer of ``reports/``) to record it in
-``reports/baselines.json``; without REPORT_ID the latest report is marked. ``--list`` shows the marks. Later runs of
-the same workload print ``vs_<NAME>: +12% throughput`` and ``make benchmark GATE=<NAME>`` gates on it.
+``reports/baselines.json``; without REPORT_ID the latest report is marked; a series id (``benchmark_series_…``, a
+REPEAT or SWEEP) marks the series, and the gate then judges later series with its confidence intervals. ``--list``
+shows the marks. Later runs of the same workload print ``vs_<NAME>: +12% throughput`` and
+``make benchmark GATE=<NAME>`` gates on it.
 Exit codes: 0 done, 1 sidecar unreachable or failing, 2 bad name, unknown report or no report yet.
 """
 
@@ -14,6 +16,7 @@ import sys
 import httpx
 
 from core.parsing import validate_name
+from core.series import is_series_id
 from core.settings import get_settings
 
 
@@ -37,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.list:
             response = httpx.get(f"{url}/baselines", timeout=30)
+        elif args.report_id and is_series_id(args.report_id):  # a series: the gate then uses its intervals
+            response = httpx.put(f"{url}/series/{args.report_id}/baseline/{args.name}", timeout=30)
+            if response.status_code == 200:
+                print(f"[BASELINE] {args.name} -> {args.report_id} (a series: judged with confidence intervals)")
+                return 0
         else:
             body = {"report_id": args.report_id} if args.report_id else {}
             response = httpx.put(f"{url}/baselines/{args.name}", json=body, timeout=30)

@@ -5,7 +5,8 @@ defaults and environment names) and an environment/``.env``/make variable; flags
 run's metrics (:mod:`core.stats`) and hands the finished run to the sidecar (:mod:`core.api`), which adds
 resources, log facts and the environment and writes the report. Rows are appended to
 ``logs/runs/<run id>.requests.jsonl`` as they come, so a crash of any part loses nothing: ``--report-from FILE``
-builds the report from such a file later.
+builds the report from such a file later. ``--sweep`` / ``--repeat N`` run several load points or runs and have the
+sidecar write a series report with confidence intervals and the SLO knee (:mod:`loadtest.sweep`).
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from core.api import BuildReportRequest
+from core.api import BuildReportRequest, BuildSeriesRequest
 from core.cli import build_parser, parse
 from core.clientview import client_view, load_calibration
 from core.engine import EngineControl
-from core.gate import gate_verdict
+from core.gate import gate_verdict, series_gate_verdict
+from core.intervals import Interval
 from core.report_schema import BenchmarkConfig, Report
+from core.series import SeriesReport, is_series_id
 from core.serverview import cross_check
 from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
@@ -29,9 +32,13 @@ from loadtest.dataset import DatasetError, load_dataset
 from loadtest.errors import BenchError
 from loadtest.plan import bench_config, read_plan
 from loadtest.preflight import preflight
+from loadtest.randomdata import random_prompts_file
 from loadtest.run import Measured, from_records_file, run_measured
+from loadtest.series_api import mark_series_baseline, post_series
+from loadtest.series_summary import series_lines
 from loadtest.sidecar_api import SidecarClient
 from loadtest.summary import format_summary, start_line
+from loadtest.sweep import RunPoint, RunResult, run_series
 from services.vllm.control import LocalEngine
 
 
@@ -136,14 +143,22 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     try:
         target = preflight(settings, sidecar)
         model = target.model
-        dataset = load_dataset(settings.workload_file)
+        dataset = None if settings.random_dataset else load_dataset(settings.workload_file)
     except (BenchError, DatasetError) as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if dataset.skipped:
+    if dataset is not None and dataset.skipped:
         print(f"[WARN] {dataset.skipped} unusable entr(y/ies) in {dataset.path} skipped; {len(dataset.prompts)} used")
     plan = bench_config(settings, model)
     print(start_line(plan, target.backend), flush=True)
+    if settings.random_dataset and not args.report_from:
+        try:
+            plan = with_random_prompts(settings, plan)
+        except BenchError as exc:
+            print(f"[ERROR] {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    if not args.report_from and wants_series(settings, sidecar):
+        return series_main(settings, plan, sidecar, engine or LocalEngine(settings))
     if args.report_from:
         records_path = args.report_from
         plan = plan_beside(records_path) or plan
@@ -180,6 +195,108 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     for _, line in failed:
         print(line, file=sys.stderr)
     return failed[0][0] if failed else EXIT_OK
+
+
+def with_random_prompts(settings: Settings, plan: BenchmarkConfig) -> BenchmarkConfig:
+    """DATASET=random: the plan with its token-exact prompts generated (once) for the server's tokenizer.
+
+    Raises:
+        BenchError: the server cannot tokenize, or a prompt cannot be sized.
+    """
+    path = random_prompts_file(plan, settings.logs_dir, settings.prompts_file)
+    print(f"[INFO] DATASET=random: {plan.input_len_tokens}-token prompts (chat template included) in {path}")
+    return plan.model_copy(update={"dataset_file": str(path)})
+
+
+def wants_series(settings: Settings, sidecar: SidecarClient) -> bool:
+    """A sweep, repeated runs, or a GATE baseline that is a series (judged with intervals): a series run."""
+    if settings.sweep or settings.repeat > 1:
+        return True
+    if not settings.gate:
+        return False
+    try:
+        return is_series_id(sidecar.baselines().get(settings.gate, ""))
+    except BenchError:
+        return False
+
+
+def point_runner(settings: Settings, sidecar: SidecarClient, engine: EngineControl) -> RunPoint:
+    """One run of a series: measure ``plan`` and have the sidecar write its report (failures become values)."""
+
+    def run_point(plan: BenchmarkConfig) -> RunResult:
+        try:
+            run, records_path = run_once(settings, plan, sidecar, engine)
+        except profiling.ProfilingError as exc:
+            return RunResult(None, error=str(exc))
+        if not any(r.phase == "measured" and r.error_kind != "incomplete" for r in run.records):
+            return RunResult(None, run.interrupted, f"no measured request ended ({records_path})")
+        try:
+            built = sidecar.post_report(build_request(plan, run, records_path, settings))
+        except BenchError as exc:
+            return RunResult(None, run.interrupted, f"{exc}; rows kept in {records_path} (--report-from)")
+        return RunResult(built.report, run.interrupted)
+
+    return run_point
+
+
+def series_main(settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, engine: EngineControl) -> int:
+    """SWEEP / REPEAT: run the points, then the sidecar writes the series report; exit codes as a single run's."""
+    runs = run_series(settings, plan, point_runner(settings, sidecar, engine))
+    if not runs.points:
+        print("[ERROR] no run of the series was reported: nothing to build a series from.", file=sys.stderr)
+        return EXIT_INTERRUPTED if runs.interrupted else EXIT_NO_SUCCESS
+    request = BuildSeriesRequest(
+        config=plan,
+        points=runs.points,
+        sweep=settings.sweep,
+        repeat=settings.repeat,
+        slo_attainment_pct=settings.slo_attainment_pct,
+        threshold_pct=settings.gate_threshold_pct,
+        interrupted=runs.interrupted,
+        notes=runs.notes,
+    )
+    try:
+        built = post_series(sidecar, request)
+    except BenchError as exc:
+        written = ", ".join(i for p in runs.points for i in p.report_ids)
+        print(f"[ERROR] {exc}\n[ERROR] The runs' own reports are written: {written}", file=sys.stderr)
+        return EXIT_FAILED
+    for line in series_lines(built.series, built.series_path):
+        print(line)
+    if settings.baseline:
+        try:
+            mark_series_baseline(sidecar, settings.baseline, built.series.series_id)
+            print(f"[BASELINE] {settings.baseline} -> {built.series.series_id}")
+        except BenchError as exc:
+            print(f"[WARN] baseline {settings.baseline} not marked: {exc}")
+    if runs.interrupted:
+        print(f"[INFO] Interrupted: series of the {len(runs.points)} point(s) measured so far written.")
+        return EXIT_INTERRUPTED
+    failed = series_verdicts(settings, built.series)
+    for _, line in failed:
+        print(line, file=sys.stderr)
+    return failed[0][0] if failed else EXIT_OK
+
+
+def series_verdicts(settings: Settings, series: SeriesReport) -> list[tuple[int, str]]:
+    """As :func:`verdicts` for a series: no success at any point, the GATE (with intervals), the error-rate limit."""
+    out: list[tuple[int, str]] = []
+    ok = [p for p in series.points if (p.metrics.get("throughput_req_per_sec") or Interval(n=0, mean=0)).mean > 0]
+    if not ok:
+        out.append((EXIT_NO_SUCCESS, "[ERROR] No measured request succeeded at any point of the series."))
+    if settings.gate:
+        verdict = series_gate_verdict(series, settings.gate, settings.gate_threshold_pct, settings.gate_error_rate_pp)
+        if verdict.exit_code:
+            out.append((verdict.exit_code, verdict.line))
+        else:
+            print(verdict.line)
+    limit = settings.max_error_rate_pct
+    for point in series.points:
+        errors = point.metrics.get("error_rate_percent")
+        if limit is not None and errors is not None and errors.mean > limit:
+            out.append((EXIT_ERROR_RATE, f"[ERROR] {point.label}: error rate {errors.mean:.1f}% is above "
+                                         f"MAX_ERROR_RATE_PCT={limit:g}%"))
+    return out
 
 
 def mark_baseline(sidecar: SidecarClient, name: str, report_id: str) -> str:

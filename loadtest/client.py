@@ -67,6 +67,7 @@ def stream_chat(
     phase: Phase = "measured",
     request_id: str | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    answer: list[str] | None = None,
 ) -> RequestRecord:
     """Send one streamed chat completion and time it; never raises (any failure is a row with its cause).
 
@@ -78,6 +79,7 @@ def stream_chat(
         phase: ``warmup`` rows are excluded from statistics.
         request_id: client-side id; a UUID when None.
         clock: monotonic clock in seconds (injectable for tests).
+        answer: when given, the answer's text pieces are appended to it (multi-turn sessions send them back).
 
     Returns:
         A :class:`RequestRecord` timed by :class:`core.streamtiming.StreamTimer` (TTFT, ITL, E2E and the
@@ -86,7 +88,7 @@ def stream_chat(
     """
     rid = request_id or uuid.uuid4().hex
     started_at = time.time()
-    pieces: list[str] = []
+    pieces: list[str] = answer if answer is not None else []
     try:
         record = _stream(session, base_url, payload, timeout_s, phase, rid, started_at, clock, pieces)
     except Exception as exc:  # a bug of ours must cost one row, never the run

@@ -14,11 +14,11 @@ from typing import Any
 import gevent
 from gevent.pool import Pool
 
-from core.distributions import arrival_gaps_s
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from loadtest.client import chat_payload, stream_chat
-from loadtest.runstate import RunState, Slot
+from loadtest.loadshape import plan_arrival_gaps
+from loadtest.runstate import RunState, Slot, share
 from loadtest.transport import Transport
 from loadtest.workload import WorkItem
 
@@ -46,11 +46,15 @@ def send(
         "scheduled_at": scheduled_at,
         "task": item.prompt.task,
         "input_bucket": item.prompt.bucket,
+        "session_id": item.session_id,
+        "turn": item.turn,
     }
+    answer: list[str] | None = [] if item.conversation is not None else None
     state.in_flight += 1
     try:
         record = stream_chat(
-            session, host, payload_for(plan, item), timeout_s=plan.request_timeout_s, request_id=request_id
+            session, host, payload_for(plan, item), timeout_s=plan.request_timeout_s, request_id=request_id,
+            answer=answer,
         )
     except BaseException as exc:  # GreenletExit / KeyboardInterrupt: the run is ending
         state.in_flight -= 1
@@ -70,21 +74,22 @@ def send(
     state.in_flight -= 1
     record = record.model_copy(update=labels)
     state.save(record)
+    if item.conversation is not None:  # the next turn carries this answer
+        item.conversation.answered(item, record.ok, "".join(answer or []))
     return record
 
 
 def arrivals(plan: BenchmarkConfig, slot: Slot) -> Iterator[tuple[int, float]]:
     """This process's arrivals of the run's one schedule: ``(request number, seconds after the start)`` each.
 
-    The schedule (RATE, BURSTINESS, SEED) is generated whole in every process; process ``slot`` of ``slots`` takes
+    The schedule (RATE, BURSTINESS, SEED, a RATE_END ramp: :func:`loadtest.loadshape.plan_arrival_gaps`) is generated
+    whole in every process; process ``slot`` of ``slots`` takes
     arrivals ``slot, slot + slots, …``, so the processes together send the one schedule.
 
     Raises:
         ValueError: the plan has no RATE.
     """
-    if plan.rate_req_per_sec is None:
-        raise ValueError("an open-loop run needs RATE (requests per second)")
-    offsets = itertools.accumulate(arrival_gaps_s(plan.rate_req_per_sec, plan.burstiness or 1.0, plan.seed))
+    offsets = itertools.accumulate(plan_arrival_gaps(plan))
     return itertools.islice(enumerate(offsets), slot.slot, None, slot.slots)
 
 
@@ -96,17 +101,21 @@ def dispatch_open_loop(
     """Send this process's share of the scheduled arrivals (RATE, BURSTINESS, SEED; see :func:`arrivals`), each in
     its own greenlet, so a slow server cannot slow the arrivals.
 
-    The schedule starts at the slot's ``start_at`` (shared by every process) or now. Dispatch stops when the request
-    budget is spent or, with a duration, at ``start + duration_s`` (no arrival is scheduled after it); requests still
-    in flight then may finish for ``drain_s`` and are cancelled after that (saved as ``incomplete`` rows by
-    :func:`send`). ``one(item, scheduled_at)`` sends one request.
+    The schedule starts at the slot's ``start_at`` (shared by every process) or now. With ``max_in_flight``
+    (MAX_IN_FLIGHT, split between the processes like the requests) an arrival waits for a free slot, at most until the
+    end of the run; its latencies still count from its scheduled time. With ``rate_end_req_per_sec`` the rate ramps
+    linearly (:func:`loadtest.loadshape.plan_arrival_gaps`). Dispatch stops when the request budget is spent or, with
+    a duration, at ``start + duration_s`` (no arrival is scheduled after it); requests still in flight then may finish
+    for ``drain_s`` and are cancelled after that (saved as ``incomplete`` rows by :func:`send`).
+    ``one(item, scheduled_at)`` sends one request.
 
     Returns:
         How many requests were cancelled after the drain.
     """
     plan = state.plan
-    pool = Pool(OPEN_LOOP_MAX_IN_FLIGHT)
     schedule = arrivals(plan, state.slot)
+    cap = max(1, share(plan.max_in_flight, state.slot)) if plan.max_in_flight else OPEN_LOOP_MAX_IN_FLIGHT
+    pool = Pool(cap)  # a full pool holds the next arrival until a slot frees
     start = state.slot.start_at if state.slot.start_at is not None else clock()
     deadline = start + plan.duration_s if plan.duration_s else None
     budget = state.max_requests or None
@@ -115,9 +124,11 @@ def dispatch_open_loop(
             at = start + offset
             if (deadline is not None and at > deadline) or (budget is not None and k >= budget):
                 break
-            state.issued += 1
             item = state.item(k)
             gevent.sleep(max(0.0, at - clock()))
+            if deadline is not None and not pool.wait_available(timeout=max(0.0, deadline - clock())):
+                break  # capped (MAX_IN_FLIGHT) and no slot freed before the end: later arrivals are not sent
+            state.issued += 1
             pool.spawn(one, item, at)
         pool.join(timeout=plan.drain_s if deadline is not None else None)
         return len(pool)

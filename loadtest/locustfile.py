@@ -126,7 +126,7 @@ class ChatUser(User):
             if state.all_done:
                 _coord().finish()
             raise StopUser()
-        _record(self, state.item(k), self.session)
+        _record(self, state.next_item(self, k), self.session)
 
 
 class OpenLoopUser(User):

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from core.report_schema import BenchmarkConfig
-from core.settings import PROJECT_ROOT, Settings
+from core.settings import PROJECT_ROOT, RANDOM_DATASET, Settings
 from loadtest.dataset import load_dataset
 from loadtest.workload import WorkloadSampler
 
@@ -50,10 +50,14 @@ def auto_workers(
 
 def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
     """The run's knobs from the settings, with the model the benchmark chose; WORKERS unset is
-    :func:`auto_workers`, set is capped at the users (closed loop) and the requests (a process with nothing to send
-    would only wait)."""
-    workload = settings.workload_file.resolve()
+    :func:`auto_workers`, set is capped at the users (closed loop), the requests and MAX_IN_FLIGHT (a process with
+    nothing to send would only wait)."""
     fixed = settings.fixed_max_tokens
+    if settings.random_dataset:
+        dataset = RANDOM_DATASET
+    else:
+        workload = settings.workload_file.resolve()
+        dataset = str(workload.relative_to(PROJECT_ROOT)) if workload.is_relative_to(PROJECT_ROOT) else str(workload)
     requests = settings.requests if settings.duration is None else None
     tokens = float(fixed or settings.output_len_mean)
     workers = settings.workers or auto_workers(settings.concurrency, settings.rate, tokens, requests, usable_cores())
@@ -61,6 +65,8 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
         workers = min(workers, settings.concurrency)
     if requests is not None:
         workers = min(workers, requests)
+    if settings.max_in_flight is not None and settings.rate is not None:
+        workers = min(workers, settings.max_in_flight)  # each process holds at least one request in flight
     return BenchmarkConfig(
         mode="open_loop" if settings.rate else "closed_loop",
         concurrency=settings.concurrency,
@@ -75,8 +81,8 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
         output_len_p95=None if fixed else settings.output_len_p95,
         ignore_eos=settings.ignore_eos,
         temperature=settings.temperature,
-        dataset=str(workload.relative_to(PROJECT_ROOT)) if workload.is_relative_to(PROJECT_ROOT) else str(workload),
-        input_mix=settings.input_mix,
+        dataset=dataset,
+        input_mix=None if settings.random_dataset else settings.input_mix,
         seed=settings.seed,
         slo=settings.slo,
         request_timeout_s=settings.request_timeout_s,
@@ -84,12 +90,17 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
         vllm_url=settings.vllm_url,
         model=model,
         workers=workers,
+        max_in_flight=settings.max_in_flight if settings.rate is not None else None,
+        rate_end_req_per_sec=settings.rate_end,
+        input_len_tokens=settings.random_input_len if settings.random_dataset else None,
+        session_turns=settings.session_turns,
     )
 
 
 def dataset_path(config: BenchmarkConfig) -> Path:
-    """The dataset file of ``config`` (relative paths are relative to the project)."""
-    path = Path(config.dataset)
+    """The dataset file of ``config`` (relative paths are relative to the project): the generated prompts of
+    DATASET=random (``dataset_file``), else ``dataset``."""
+    path = Path(config.dataset_file or config.dataset)
     return path if path.is_absolute() else PROJECT_ROOT / path
 
 
@@ -109,6 +120,7 @@ def sampler_for(config: BenchmarkConfig, seed: int) -> WorkloadSampler:
         p95_tokens=config.output_len_p95 or 280.0,
         cap_tokens=config.max_tokens,
         mix=config.input_mix,
+        sequential=config.dataset == RANDOM_DATASET,  # each generated prompt once (no prefix-cache hits) per cycle
     )
 
 

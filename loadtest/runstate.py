@@ -19,6 +19,7 @@ from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.requestlog import RequestLogLine, open_request_log, request_log_bytes
 from loadtest.plan import sampler_for
+from loadtest.sessions import Conversation
 from loadtest.workload import WorkItem
 
 
@@ -68,6 +69,7 @@ class RunState:
         self._fd: int | None = None
         self._log_fd: int | None = None
         self.closed = False
+        self.conversations: dict[int, Conversation] = {}
 
     def begin(self, max_requests: int, records_path: Path | None, slot: Slot | None = None) -> None:
         """Reset for a new test: ``max_requests`` for the whole run (0 = unlimited), the rows file (None = keep
@@ -77,6 +79,7 @@ class RunState:
         self.issued = self.finished = self.in_flight = 0
         self._workload = sampler_for(self.plan, self.plan.seed)
         self._drawn = 0
+        self.conversations = {}
         self.close()
         self.closed = False
         self.records_path = records_path
@@ -108,6 +111,17 @@ class RunState:
             self._drawn += 1
         self._drawn += 1
         return self._workload.next()
+
+    def next_item(self, user: object, k: int) -> WorkItem:
+        """Request number ``k``, sent by ``user`` (a closed-loop user): workload item ``k``, or with SESSION_TURNS > 1
+        the next turn of the user's conversation built on it (:mod:`loadtest.sessions`)."""
+        draw = self.item(k)
+        if self.plan.session_turns <= 1:
+            return draw
+        conversation = self.conversations.get(id(user))
+        if conversation is None:
+            conversation = self.conversations[id(user)] = Conversation(self.plan.session_turns, self._workload)
+        return conversation.next_item(draw)
 
     @property
     def all_done(self) -> bool:

@@ -44,8 +44,14 @@ def load_line(plan: BenchmarkConfig) -> str:
     """The seed's ``[INFO] Running load test: 50 concurrent users, 200 total requests`` (or the duration / rate)."""
     if plan.rate_req_per_sec is not None:
         shape = f"open loop at {plan.rate_req_per_sec:g} req/s"
+        if plan.rate_end_req_per_sec is not None:
+            shape += f" ramping to {plan.rate_end_req_per_sec:g} req/s"
+        if plan.max_in_flight is not None:
+            shape += f", at most {plan.max_in_flight} in flight"
     else:
         shape = f"{plan.concurrency} concurrent users"
+        if plan.session_turns > 1:
+            shape += f" in {plan.session_turns}-turn conversations"
     amount = f"{plan.requests} total requests" if plan.duration_s is None else f"for {plan.duration_s:g} s"
     workers = f" ({plan.workers} Locust worker processes)" if plan.workers > 1 else ""
     return f"[INFO] Running load test: {shape}, {amount}{workers}"
@@ -90,6 +96,11 @@ def format_summary(report: Report, report_path: str) -> list[str]:
     if m.goodput_req_per_sec is not None:
         slo = ",".join(f"{k}<={v:g}" for k, v in m.slo.items())
         lines.append(f"[RESULT] Goodput: {m.goodput_req_per_sec:.2f} req/s ({m.goodput_percent:.1f}% within {slo})")
+    if m.turns:
+        per_turn = " | ".join(
+            f"turn {t.turn}: {_num(t.prompt_tokens_mean)} prompt tokens, TTFT P50 {_ms(t.ttft.p50_ms)}" for t in m.turns
+        )
+        lines.append(f"[RESULT] Sessions: {per_turn}")
     if m.output_lengths.usage_missing:
         sources = ", ".join(f"{n} by {source}" for source, n in m.output_token_sources.items() if source != "usage")
         lines.append(

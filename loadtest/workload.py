@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -11,12 +12,23 @@ from core.distributions import lognormal_params
 from loadtest.dataset import Prompt
 
 
+class AnswerSink(Protocol):
+    """Takes a turn's answer back (a multi-turn conversation, :class:`loadtest.sessions.Conversation`)."""
+
+    def answered(self, item: WorkItem, ok: bool, answer: str) -> None:
+        """``answer`` is the text of ``item``'s reply (empty when ``ok`` is False)."""
+
+
 @dataclass(frozen=True)
 class WorkItem:
-    """One request to send: the prompt and its ``max_tokens``."""
+    """One request to send: the prompt and its ``max_tokens``; in a multi-turn session also its conversation (which
+    takes the answer back, :mod:`loadtest.sessions`), the session id and the turn number."""
 
     prompt: Prompt
     max_tokens: int
+    conversation: AnswerSink | None = None
+    session_id: str | None = None
+    turn: int | None = None
 
 
 class WorkloadSampler:
@@ -28,6 +40,7 @@ class WorkloadSampler:
         fixed_max_tokens: every request asks for this many tokens; else lengths are sampled.
         mean_tokens, p95_tokens: the log-normal's shape; ``cap_tokens`` bounds each draw.
         mix: bucket weights (``{"short": .3, ...}``); None draws prompts uniformly.
+        sequential: take the prompts in one seeded order, each once per cycle (``mix`` is then ignored).
     """
 
     def __init__(
@@ -40,10 +53,15 @@ class WorkloadSampler:
         p95_tokens: float = 280.0,
         cap_tokens: int = 1024,
         mix: dict[str, float] | None = None,
+        sequential: bool = False,
     ) -> None:
         if not prompts:
             raise ValueError("no prompts to sample from")
         self._rng = np.random.default_rng(seed)
+        # sequential: every prompt once, in a seeded order, before any repeats (DATASET=random)
+        self._order = [int(i) for i in self._rng.permutation(len(prompts))] if sequential else None
+        self._position = 0
+        self._prompts = prompts
         self._fixed = fixed_max_tokens
         self._cap = cap_tokens
         self._mu, self._sigma = (0.0, 0.0) if fixed_max_tokens else lognormal_params(mean_tokens, p95_tokens)
@@ -71,6 +89,10 @@ class WorkloadSampler:
 
     def next(self) -> WorkItem:
         """Next request."""
+        if self._order is not None:
+            prompt = self._prompts[self._order[self._position % len(self._order)]]
+            self._position += 1
+            return WorkItem(prompt, self.max_tokens())
         bucket = self._buckets[int(self._rng.choice(len(self._buckets), p=self._weights))]
         group = self._groups[bucket]
         prompt = group[int(self._rng.integers(len(group)))]

@@ -3,6 +3,8 @@
 In local mode the other services keep running (the chat UI's header follows the new model by itself); with the
 compose stack only the ``vllm`` service is recreated; with no stack running, ``make up`` starts everything with that
 model. The model is resolved before anything is stopped, so a typo never takes the running vLLM down.
+``VLLM_EXTRA_ARGS='--max-num-seqs 4' ./start_vllm.sh`` restarts it with other vLLM flags (given, even empty, they
+replace the stack's; not given, vLLM starts with the stack's own), e.g. for ``make compare`` of one flag.
 Exit status: 0 when vLLM answers with the model, 1 when it did not come up, 2 for a model that cannot be served.
 """
 
@@ -32,7 +34,9 @@ def switch(settings: Settings) -> int:
     except ModelResolutionError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return 2
-    request = EngineRequest(model=settings.model) if settings.model else EngineRequest()
+    # VLLM_EXTRA_ARGS given to this command (even empty) replaces the stack's: `VLLM_EXTRA_ARGS='--max-num-seqs 4'`
+    extra = settings.vllm_extra_args if "vllm_extra_args" in settings.model_fields_set else None
+    request = EngineRequest(model=settings.model or None, vllm_extra_args=extra)
     for engine in (LocalEngine(settings), ComposeEngine(settings)):
         if engine.status() is None:
             continue

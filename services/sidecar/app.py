@@ -1,7 +1,8 @@
 """The sidecar's FastAPI app (:8200): wiring only. Samples GPU/CPU figures and is the only writer of ``reports/``.
 
 OpenAPI docs at ``/docs``. Endpoints: health, current readings, Prometheus ``/metrics``, sampling windows,
-reports (list, get, build) and named baselines (list, mark, forget).
+reports (list, get, build) and named baselines (list, mark, forget); series and A/B comparisons
+(:mod:`services.sidecar.series_routes`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from core.report_schema import Report
 from core.settings import Settings, get_settings
 from services.sidecar.promexport import make_registry
 from services.sidecar.reporting import ReportService
+from services.sidecar.series import SeriesService
+from services.sidecar.series_routes import series_router
 from services.sidecar.windows import UnknownWindow
 from services.vllm.startup import startup_phase
 
@@ -44,6 +47,7 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
         svc.sampler.stop()
 
     app = FastAPI(title="LLM stack sidecar", version="0.2.0", lifespan=lifespan)
+    app.include_router(series_router(SeriesService.from_settings(svc.settings, svc.store, svc.baselines)))
 
     @app.get("/health")
     def health() -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Named baselines: ``reports/baselines.json`` maps a name (``v0.2.1``) to a report id; the sidecar writes it.
+"""Named baselines: ``reports/baselines.json`` maps a name (``v0.2.1``) to a report id or a series id (repeated
+runs, whose intervals the gate then uses); the sidecar writes it.
 
 ``make baseline NAME=v0.2.1`` marks a report; every later report of the same workload is compared with it
 (``comparison.vs_v0.2.1``) and ``make benchmark GATE=v0.2.1`` gates on that comparison.
@@ -13,11 +14,21 @@ from pathlib import Path
 
 from core.parsing import validate_name
 from core.report_schema import Report
+from core.series import is_series_id
 from services.sidecar.store import ReportStore, atomic_replace, validate_report_id
 
 log = logging.getLogger(__name__)
 RESERVED_NAMES = frozenset({"previous"})
 FILE_NAME = "baselines.json"
+
+
+def validate_baseline_target(result_id: str) -> str:
+    """A baseline points at a report or at a series (``REPEAT``/``SWEEP``, judged with intervals).
+
+    Raises:
+        ValueError: neither a report id nor a series id.
+    """
+    return result_id if is_series_id(result_id) else validate_report_id(result_id)
 
 
 def validate_baseline_name(name: str) -> str:
@@ -54,7 +65,7 @@ class BaselineStore:
         out = {}
         for name, report_id in data.items():
             try:
-                out[validate_baseline_name(str(name))] = validate_report_id(str(report_id))
+                out[validate_baseline_name(str(name))] = validate_baseline_target(str(report_id))
             except ValueError as exc:
                 log.warning("ignoring baseline entry in %s: %s", self.path, exc)
         return dict(sorted(out.items()))
@@ -70,7 +81,7 @@ class BaselineStore:
             ValueError: invalid name or id.
         """
         validate_baseline_name(name)
-        validate_report_id(report_id)
+        validate_baseline_target(report_id)
         with self._lock:
             baselines = self.all()
             baselines[name] = report_id
@@ -94,6 +105,12 @@ class BaselineStore:
         """Each baseline's report, or why it cannot be used (deleted or corrupt report)."""
         out: dict[str, Report | str] = {}
         for name, report_id in self.all().items():
+            if is_series_id(report_id):
+                out[name] = (
+                    f"it is the series {report_id}: a series baseline judges series runs (REPEAT>=2 or SWEEP, "
+                    "with intervals); `python -m loadtest.bench --gate NAME` switches to one by itself"
+                )
+                continue
             try:
                 out[name] = reports.get(report_id)
             except FileNotFoundError:

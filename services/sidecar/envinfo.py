@@ -193,4 +193,5 @@ def collect_environment(
         project_version=project_version(),
         project_git_commit=git_commit(),
         startup=startup_facts(startup) if startup else None,
+        vllm_args=state.argv[1:] if state else [],
     )

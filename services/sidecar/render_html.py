@@ -114,6 +114,10 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
         + (f", {_e(report.markdown_file)}" if report.markdown_file else "")
         + "</p>"
     )
+    sections.append(
+        f'<p class="muted">Compare with another run: <code>make compare A={_e(report.report_id)} B=…</code>, or the '
+        "sidecar's <code>/compare</code> page (both curves and every difference side by side).</p>"
+    )
     body = "\n".join(sections)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

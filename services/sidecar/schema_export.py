@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from core.report_schema import json_schema
+from core.schemas import json_schema
 from core.settings import PROJECT_ROOT
 from services.sidecar.store import atomic_replace
 

@@ -141,6 +141,8 @@ class ComposeEngine:
         """Recreate only ``vllm`` with the request's model and wait until it answers (the profiler is configured
         in compose through VLLM_EXTRA_ARGS, not by a restart)."""
         env = {"MODEL": request.model} if request.model else {}
+        if request.vllm_extra_args is not None:
+            env["VLLM_EXTRA_ARGS"] = request.vllm_extra_args
         if self._run("up", "-d", "--no-deps", "--force-recreate", PROGRAM, env=env, timeout_s=600) is None:
             raise EngineError("docker compose up --force-recreate vllm failed; see `docker compose logs vllm`")
         self._wait()

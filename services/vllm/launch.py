@@ -202,8 +202,14 @@ def write_state(settings: Settings, resolved: ResolvedModel, argv: list[str], pr
 
 
 def apply_request(settings: Settings, request: EngineRequest) -> Settings:
-    """The settings of this launch: a pending model switch (``run/engine_request.json``) replaces MODEL."""
-    return settings.model_copy(update={"model": request.model}) if request.model else settings
+    """The settings of this launch: a pending model switch (``run/engine_request.json``) replaces MODEL, and its
+    ``vllm_extra_args`` (when set) replace VLLM_EXTRA_ARGS."""
+    update: dict[str, str] = {}
+    if request.model:
+        update["model"] = request.model
+    if request.vllm_extra_args is not None:
+        update["vllm_extra_args"] = request.vllm_extra_args
+    return settings.model_copy(update=update) if update else settings
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ import httpx
 import jsonschema
 import pytest
 
-from core.report_schema import json_schema
+from core.schemas import json_schema
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration

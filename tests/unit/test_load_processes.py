@@ -133,3 +133,21 @@ def test_a_distributed_run_has_a_private_master_port() -> None:
     assert argv[argv.index("--processes") + 1] == "2" and argv[argv.index("--master-port") + 1] == port != "5557"
     assert argv[argv.index("--master-bind-host") + 1] == "127.0.0.1"
     assert "--processes" not in locust_argv(Settings(_env_file=None), headless=True)  # type: ignore[call-arg]
+
+
+def test_a_conversation_turn_is_built_on_the_numbered_request(tmp_path: Path) -> None:
+    """With SESSION_TURNS=2 request k of a user is a turn of its conversation, built on workload item k."""
+    state = RunState(plan(tmp_path, session_turns=2), tmp_path / "log.jsonl")
+    state.begin(4, None)
+    alone = RunState(plan(tmp_path), tmp_path / "log.jsonl")
+    alone.begin(4, None)
+    items = [alone.item(k) for k in range(2)]
+    user = object()
+    first = state.next_item(user, 0)
+    assert first.turn == 1 and first.prompt.messages == items[0].prompt.messages
+    assert first.conversation is not None
+    first.conversation.answered(first, True, "答")
+    second = state.next_item(user, 1)
+    assert second.turn == 2 and second.session_id == first.session_id
+    assert second.prompt.messages[-2] == {"role": "assistant", "content": "答"}
+    assert second.prompt.messages[-1]["content"] == items[1].prompt.messages[-1]["content"]

@@ -1,0 +1,136 @@
+"""Confidence intervals over repeated runs, and whether a change is more than noise (pure; scipy's t distribution).
+
+Each run is one sample of a metric (its throughput, its p99 latency ...); the runs of one load point are assumed
+independent and roughly normal, so:
+
+- **one series**: mean ± t(0.975, n−1) · s / √n (Student's t, two-sided 95 %; ``scipy.stats.t``);
+- **two series** A (reference) and B: the difference of means B − A with Welch's interval (separate variances,
+  Welch–Satterthwaite degrees of freedom) when both have ≥ 2 runs; when one side is a single run, the other side's
+  spread stands for both (pooled variance, n_A + n_B − 2 degrees of freedom); two single runs have no interval.
+  These are the intervals of ``scipy.stats.ttest_ind(b, a, equal_var=False / True).confidence_interval()``
+  (checked against it in the tests). Percent figures divide by mean(A), taken as exact (first-order).
+
+A change whose interval holds 0 is **no significant change**; a *regression* is a change in the bad direction whose
+whole interval lies beyond the threshold (e.g. the throughput interval is entirely below −5 %).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, Field
+from scipy import stats
+
+CONFIDENCE = 0.95
+METHOD = "Student's t over runs (95%); two series: Welch's t interval of the difference of means"
+
+Verdict = Literal["no significant change", "better", "worse", "regression", "no interval (single runs)"]
+
+
+class Interval(BaseModel):
+    """One metric over the runs of a load point: mean and its 95 % confidence interval (None below 2 runs)."""
+
+    n: int = Field(description="Runs with a value.")
+    mean: float
+    stdev: float | None = Field(default=None, description="Sample standard deviation (n − 1), None below 2 runs.")
+    low: float | None = Field(default=None, description="Lower bound of the 95 % interval of the mean.")
+    high: float | None = Field(default=None, description="Upper bound of the 95 % interval of the mean.")
+    values: list[float] = Field(default_factory=list, description="The value of each run, in run order.")
+
+    @property
+    def half_width(self) -> float | None:
+        """Half the interval's width (the ``±`` figure), None below 2 runs."""
+        return None if self.high is None else self.high - self.mean
+
+
+def interval(values: Sequence[float | None], confidence: float = CONFIDENCE) -> Interval | None:
+    """Mean and t interval of the values that are not None; None when no value is left."""
+    xs = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not xs:
+        return None
+    n = len(xs)
+    mean = math.fsum(xs) / n
+    if n < 2:
+        return Interval(n=n, mean=mean, values=xs)
+    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    return Interval(n=n, mean=mean, stdev=sd, low=mean - half, high=mean + half, values=xs)
+
+
+class Change(BaseModel):
+    """B against A for one metric: percent change of the means and its 95 % interval, and the verdict."""
+
+    a_mean: float | None
+    b_mean: float | None
+    change_pct: float | None = Field(description="(mean B − mean A) / mean A × 100; None when A is 0 or missing.")
+    low_pct: float | None = Field(default=None, description="Lower bound of the change's 95 % interval, %.")
+    high_pct: float | None = Field(default=None, description="Upper bound of the change's 95 % interval, %.")
+    verdict: Verdict
+
+
+def difference_interval(
+    a: Interval, b: Interval, confidence: float = CONFIDENCE
+) -> tuple[float, float] | None:
+    """95 % interval of mean(B) − mean(A) (Welch; pooled when one side is a single run); None for two single runs.
+
+    Zero spread on both sides gives the exact difference as a zero-width interval."""
+    diff = b.mean - a.mean
+    if a.n < 2 and b.n < 2:
+        return None
+    va = (a.stdev or 0.0) ** 2
+    vb = (b.stdev or 0.0) ** 2
+    if a.n >= 2 and b.n >= 2:
+        se2 = va / a.n + vb / b.n
+        if se2 == 0:
+            return diff, diff
+        df = se2**2 / ((va / a.n) ** 2 / (a.n - 1) + (vb / b.n) ** 2 / (b.n - 1))
+    else:
+        df = a.n + b.n - 2
+        pooled = ((a.n - 1) * va + (b.n - 1) * vb) / df
+        se2 = pooled * (1 / a.n + 1 / b.n)
+        if se2 == 0:
+            return diff, diff
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(se2)
+    return diff - half, diff + half
+
+
+def judge(a: Interval | None, b: Interval | None, better: int, threshold_pct: float) -> Change:
+    """Compare B with A for a metric where ``better`` = +1 means higher is better (throughput) and −1 lower is
+    better (latency). ``threshold_pct``: a worse change whose whole interval lies beyond it is a regression."""
+    if a is None or b is None:
+        return Change(
+            a_mean=a.mean if a else None, b_mean=b.mean if b else None, change_pct=None,
+            verdict="no interval (single runs)",
+        )
+    change = None if a.mean == 0 else (b.mean - a.mean) / abs(a.mean) * 100.0
+    bounds = difference_interval(a, b)
+    if bounds is None or a.mean == 0:
+        return Change(a_mean=a.mean, b_mean=b.mean, change_pct=change, verdict="no interval (single runs)")
+    low, high = (bound / abs(a.mean) * 100.0 for bound in bounds)
+    verdict: Verdict
+    if low <= 0 <= high:
+        verdict = "no significant change"
+    elif (high < 0) == (better > 0):  # significantly in the bad direction
+        beyond = high < -threshold_pct if better > 0 else low > threshold_pct
+        verdict = "regression" if beyond else "worse"
+    else:
+        verdict = "better"
+    return Change(a_mean=a.mean, b_mean=b.mean, change_pct=change, low_pct=low, high_pct=high, verdict=verdict)
+
+
+def change_text(change: Change) -> str:
+    """``+12% [+8%, +16%] better``, ``no significant change (+3.1% [-4.0%, +10%])``, ``+12% (single runs)``."""
+
+    def pct(value: float | None) -> str:
+        if value is None:
+            return "n/a"
+        return f"{value:+.0f}%" if abs(value) >= 10 else f"{value:+.1f}%"
+
+    if change.low_pct is None:
+        return f"{pct(change.change_pct)} (single runs: no interval)"
+    span = f"{pct(change.change_pct)} [{pct(change.low_pct)}, {pct(change.high_pct)}]"
+    if change.verdict == "no significant change":
+        return f"no significant change ({span})"
+    return f"{span} {change.verdict}"

@@ -1,0 +1,253 @@
+"""Series of runs (pure): load sweeps and repeated runs, with per-point confidence intervals and the SLO knee.
+
+A **series** is a list of load points, each measured by one or more runs (``REPEAT``); every run is a normal report.
+The series report holds, per point, each headline metric's mean and 95 % interval over its runs
+(:mod:`core.intervals`), whether the point meets the SLO, and the **knee**: the highest load that still meets it.
+A point meets the SLO when the mean share of its requests meeting every bound (``goodput_percent``) is at least
+``SLO_ATTAINMENT_PCT`` (default 95 %). Points are ordered by load as planned (synchronous first, maximum
+throughput last), so "highest" follows that order.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from core.compare import workload_fingerprint
+from core.intervals import CONFIDENCE, METHOD, Change, Interval, interval, judge
+from core.report_schema import SCHEMA_VERSION, BenchmarkConfig, Environment, Report
+
+PointKind = Literal["synchronous", "throughput", "concurrency", "rate"]
+SERIES_ID_RE = re.compile(r"^benchmark_series_\d{8}_\d{6}(?:_\d+)?$")
+COMPARE_ID_RE = re.compile(r"^benchmark_compare_\d{8}_\d{6}(?:_\d+)?$")
+
+
+def is_series_id(text: str) -> bool:
+    """True for a series id (``benchmark_series_YYYYMMDD_HHMMSS``, ``_2`` ... when two share a second)."""
+    return bool(SERIES_ID_RE.match(text))
+
+# metric -> (label, unit, +1 when higher is better / -1 when lower is better)
+SERIES_METRICS: dict[str, tuple[str, str, int]] = {
+    "throughput_req_per_sec": ("throughput", "req/s", +1),
+    "output_tokens_per_sec": ("output tok/s", "tok/s", +1),
+    "goodput_req_per_sec": ("goodput", "req/s", +1),
+    "goodput_percent": ("within SLO", "%", +1),
+    "ttft_p50_ms": ("TTFT p50", "ms", -1),
+    "ttft_p99_ms": ("TTFT p99", "ms", -1),
+    "itl_p50_ms": ("ITL p50", "ms", -1),
+    "itl_p99_ms": ("ITL p99", "ms", -1),
+    "e2e_p50_ms": ("E2E p50", "ms", -1),
+    "e2e_p99_ms": ("E2E p99", "ms", -1),
+    "tpot_p50_ms": ("TPOT p50", "ms", -1),
+    "error_rate_percent": ("error rate", "%", -1),
+}
+
+
+def report_values(report: Report) -> dict[str, float | None]:
+    """The :data:`SERIES_METRICS` of one report."""
+    m = report.metrics
+    return {
+        "throughput_req_per_sec": m.throughput_req_per_sec,
+        "output_tokens_per_sec": m.output_tokens_per_sec,
+        "goodput_req_per_sec": m.goodput_req_per_sec,
+        "goodput_percent": m.goodput_percent,
+        "ttft_p50_ms": m.ttft.p50_ms,
+        "ttft_p99_ms": m.ttft.p99_ms,
+        "itl_p50_ms": m.itl.p50_ms,
+        "itl_p99_ms": m.itl.p99_ms,
+        "e2e_p50_ms": m.e2e.p50_ms,
+        "e2e_p99_ms": m.e2e.p99_ms,
+        "tpot_p50_ms": m.tpot.p50_ms,
+        "error_rate_percent": m.error_rate_percent,
+    }
+
+
+class PointPlan(BaseModel):
+    """One load point as the benchmark ran it: what it is and the reports of its runs."""
+
+    label: str = Field(description="e.g. 'synchronous', 'rate 1.5 req/s', 'concurrency 8', 'maximum throughput'.")
+    kind: PointKind
+    concurrency: int | None = Field(default=None, description="Closed loop: users.")
+    rate_req_per_sec: float | None = Field(default=None, description="Open loop: offered arrivals per second.")
+    report_ids: list[str] = Field(default_factory=list, description="One report per run, in run order.")
+
+
+class SeriesPoint(PointPlan):
+    """A measured load point: the metrics' means and intervals over its runs and its SLO verdict."""
+
+    fingerprint: str | None = Field(default=None, description="Workload fingerprint of the point's runs.")
+    metrics: dict[str, Interval] = Field(default_factory=dict, description="Metric -> mean and interval over runs.")
+    meets_slo: bool | None = Field(default=None, description="None without an SLO.")
+    interrupted: bool = False
+
+
+class Knee(BaseModel):
+    """The highest load that still meets the SLO (None when no point does, or without an SLO)."""
+
+    index: int | None = Field(default=None, description="Index into ``points``.")
+    label: str | None = None
+    line: str = Field(description="The one summary line, e.g. 'Knee (SLO ...): rate 2 req/s: 1.9 req/s, ...'.")
+    notes: list[str] = Field(default_factory=list)
+
+
+class PointComparison(BaseModel):
+    """One point of this series against the reference's point of the same workload fingerprint."""
+
+    label: str
+    against_label: str
+    against_ids: list[str]
+    changes: dict[str, Change]
+
+
+class SeriesComparison(BaseModel):
+    """This series against another (the previous series of the same points, or a named baseline)."""
+
+    against: str = Field(description="Series or report id of the reference.")
+    points: list[PointComparison] = Field(default_factory=list)
+    refused: str | None = Field(default=None, description="Why nothing could be compared (no common workload).")
+    notes: list[str] = Field(
+        default_factory=list, description="What differs outside the workload (vLLM flags, version): part of the change."
+    )
+
+
+class SeriesReport(BaseModel):
+    """A sweep or a repeated run: ``reports/benchmark_series_YYYYMMDD_HHMMSS.json``."""
+
+    schema_version: str = SCHEMA_VERSION
+    kind: Literal["series"] = "series"
+    series_id: str
+    timestamp: str = Field(description="ISO 8601, UTC, when the series report was built.")
+    sweep: str | None = Field(default=None, description="SWEEP as given; None for a repeat of one point.")
+    repeat: int = Field(description="Runs per point.")
+    config: BenchmarkConfig = Field(description="The plan every point started from (its load fields per point).")
+    environment: Environment
+    slo: dict[str, float] = Field(default_factory=dict)
+    slo_attainment_pct: float
+    confidence_level: float = CONFIDENCE
+    interval_method: str = METHOD
+    points: list[SeriesPoint]
+    knee: Knee
+    comparison: dict[str, SeriesComparison] = Field(
+        default_factory=dict, description="'vs_previous' / 'vs_<baseline>' -> per-point changes with intervals."
+    )
+    interrupted: bool = Field(default=False, description="Stopped early (Ctrl-C): the points measured so far.")
+    notes: list[str] = Field(default_factory=list)
+    markdown_file: str | None = None
+    html_file: str | None = None
+
+
+def measure_point(plan: PointPlan, reports: list[Report], slo: dict[str, float], attainment_pct: float) -> SeriesPoint:
+    """Means and intervals of ``reports`` (the runs of ``plan``) and whether the point meets the SLO."""
+    values = [report_values(r) for r in reports]
+    metrics = {name: iv for name in SERIES_METRICS if (iv := interval([v[name] for v in values])) is not None}
+    meets = None
+    if slo:
+        within = metrics.get("goodput_percent")
+        meets = within is not None and within.mean >= attainment_pct
+    return SeriesPoint(
+        **plan.model_dump(),
+        fingerprint=workload_fingerprint(reports[0].config, reports[0].environment) if reports else None,
+        metrics=metrics,
+        meets_slo=meets,
+        interrupted=any(r.interrupted for r in reports),
+    )
+
+
+def slo_text(slo: dict[str, float], attainment_pct: float) -> str:
+    """``ttft_ms<=500,e2e_ms<=2000 in >=95% of requests``."""
+    return ",".join(f"{k}<={v:g}" for k, v in slo.items()) + f" in >={attainment_pct:g}% of requests"
+
+
+def point_figures(point: SeriesPoint) -> str:
+    """``1.93 req/s, 240 output tok/s, TTFT p99 480 ms, E2E p99 3100 ms, 97% within SLO`` (means; ± with runs)."""
+    parts = []
+    for name, fmt in (
+        ("throughput_req_per_sec", "{:.2f} req/s"),
+        ("output_tokens_per_sec", "{:.0f} output tok/s"),
+        ("ttft_p99_ms", "TTFT p99 {:.0f} ms"),
+        ("itl_p99_ms", "ITL p99 {:.0f} ms"),
+        ("e2e_p99_ms", "E2E p99 {:.0f} ms"),
+        ("goodput_percent", "{:.0f}% within SLO"),
+    ):
+        iv = point.metrics.get(name)
+        if iv is not None:
+            text = fmt.format(iv.mean)
+            if iv.half_width is not None:
+                text += f" (±{iv.half_width:.3g})"
+            parts.append(text)
+    return ", ".join(parts)
+
+
+def find_knee(points: list[SeriesPoint], slo: dict[str, float], attainment_pct: float) -> Knee:
+    """The last point (in load order) that meets the SLO; notes when a lower load failed it (noise or a cliff)."""
+    if not slo:
+        return Knee(line="Knee: no SLO given (set SLO=ttft_ms<=500,... to mark the highest load that meets it)")
+    meeting = [i for i, p in enumerate(points) if p.meets_slo]
+    what = slo_text(slo, attainment_pct)
+    if not meeting:
+        return Knee(line=f"Knee (SLO {what}): no load point meets the SLO")
+    index = meeting[-1]
+    knee = points[index]
+    notes = [
+        f"{p.label} (below the knee) does not meet the SLO"
+        for p in points[:index]
+        if p.meets_slo is False
+    ]
+    above = "the highest point measured" if index == len(points) - 1 else f"next: {points[index + 1].label} fails it"
+    return Knee(
+        index=index,
+        label=knee.label,
+        line=f"Knee (SLO {what}): {knee.label}: {point_figures(knee)} ({above})",
+        notes=notes,
+    )
+
+
+def compare_points(
+    points: list[SeriesPoint], reference: list[SeriesPoint], against: str, threshold_pct: float
+) -> SeriesComparison:
+    """Each point of ``points`` against the reference point with the same workload fingerprint (with intervals)."""
+    by_fingerprint = {p.fingerprint: p for p in reference if p.fingerprint}
+    out = SeriesComparison(against=against)
+    for point in points:
+        ref = by_fingerprint.get(point.fingerprint) if point.fingerprint else None
+        if ref is None:
+            continue
+        changes = {
+            name: judge(ref.metrics.get(name), point.metrics.get(name), better, threshold_pct)
+            for name, (_, _, better) in SERIES_METRICS.items()
+        }
+        out.points.append(
+            PointComparison(label=point.label, against_label=ref.label, against_ids=ref.report_ids, changes=changes)
+        )
+    if not out.points:
+        out.refused = f"no load point of {against} has the same workload fingerprint (model, load, lengths, hardware)"
+    return out
+
+
+def report_as_point(report: Report) -> SeriesPoint:
+    """A single report as a one-run point (a baseline that is a report, or one side of an A/B comparison)."""
+    config = report.config
+    closed = config.rate_req_per_sec is None
+    plan = PointPlan(
+        label=f"concurrency {config.concurrency}" if closed else f"rate {config.rate_req_per_sec:g} req/s",
+        kind="concurrency" if closed else "rate",
+        concurrency=config.concurrency if closed else None,
+        rate_req_per_sec=config.rate_req_per_sec,
+        report_ids=[report.report_id],
+    )
+    return measure_point(plan, [report], config.slo, 100.0)
+
+
+def summary_rows(series: SeriesReport) -> list[dict[str, Any]]:
+    """One row per point: label, runs, and ``mean`` / ``±half width`` of the main metrics (for tables)."""
+    rows = []
+    for point in series.points:
+        row: dict[str, Any] = {"point": point.label, "runs": len(point.report_ids), "meets_slo": point.meets_slo}
+        for name in SERIES_METRICS:
+            iv = point.metrics.get(name)
+            row[name] = None if iv is None else iv.mean
+            row[f"{name}_pm"] = None if iv is None else iv.half_width
+        rows.append(row)
+    return rows

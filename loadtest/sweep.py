@@ -1,0 +1,181 @@
+"""Sweeps and repeats: several load points, each measured REPEAT times, every run a normal report, then one series
+report built by the sidecar (``make sweep``, ``make benchmark REPEAT=3``).
+
+- ``SWEEP=auto`` (as GuideLLM's default sweep): a synchronous point (one user), a maximum-throughput point (the
+  closed loop at CONCURRENCY), then SWEEP_RATES open-loop rates spread evenly between the two throughputs measured
+  (``sync + (max − sync) · i / (N + 1)``); reported in load order: synchronous, the rates, maximum.
+- ``SWEEP=concurrency:1,2,4`` / ``SWEEP=rate:0.5,1,2``: those closed-loop user counts or open-loop rates.
+- ``REPEAT=N``: every point N times, COOLDOWN_S apart; the series report gives means and 95 % intervals.
+
+Each point uses the run's other knobs (REQUESTS or DURATION per run, lengths, dataset, SLO); the warmup runs once,
+before the first run. Ctrl-C stops after the run in progress (its report is written) and the series of the runs so
+far is still built.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tqdm import tqdm
+
+from core.report_schema import BenchmarkConfig, Report
+from core.series import PointKind, PointPlan, report_values
+from core.settings import Settings
+
+
+@dataclass
+class RunResult:
+    """One run of a point: its report (None when none could be written) and whether Ctrl-C ended it."""
+
+    report: Report | None
+    interrupted: bool = False
+    error: str | None = None
+
+
+RunPoint = Callable[[BenchmarkConfig], RunResult]
+
+
+@dataclass
+class SeriesRuns:
+    """What a series measured: each point with its runs' report ids, and why it stopped early (if it did)."""
+
+    points: list[PointPlan]
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def closed_point(base: BenchmarkConfig, users: int, kind: PointKind, label: str) -> tuple[PointPlan, BenchmarkConfig]:
+    """A closed-loop point with ``users`` concurrent users."""
+    plan = base.model_copy(
+        update={
+            "mode": "closed_loop",
+            "concurrency": users,
+            "rate_req_per_sec": None,
+            "burstiness": None,
+            "max_in_flight": None,
+            "rate_end_req_per_sec": None,
+        }
+    )
+    return PointPlan(label=label, kind=kind, concurrency=users), plan
+
+
+def rate_point(
+    base: BenchmarkConfig, rate: float, burstiness: float, max_in_flight: int | None = None
+) -> tuple[PointPlan, BenchmarkConfig]:
+    """An open-loop point at ``rate`` req/s (capped at ``max_in_flight`` requests in flight when given)."""
+    plan = base.model_copy(
+        update={
+            "mode": "open_loop",
+            "rate_req_per_sec": rate,
+            "burstiness": base.burstiness or burstiness,
+            "rate_end_req_per_sec": None,
+            "max_in_flight": max_in_flight,
+        }
+    )
+    return PointPlan(label=f"rate {rate:g} req/s", kind="rate", rate_req_per_sec=rate), plan
+
+
+def auto_rates(sync_req_per_sec: float, max_req_per_sec: float, count: int) -> list[float]:
+    """``count`` rates evenly inside (sync, max), ascending, 3 significant digits, each once; the two ends swap when
+    the maximum point was slower."""
+    low, high = sorted((sync_req_per_sec, max_req_per_sec))
+    rates = {float(f"{low + (high - low) * i / (count + 1):.3g}") for i in range(1, count + 1)}
+    return sorted(r for r in rates if r > 0)
+
+
+def planned_points(settings: Settings, base: BenchmarkConfig) -> list[tuple[PointPlan, BenchmarkConfig]]:
+    """The points of an explicit SWEEP, or of a plain REPEAT (the one point of the settings)."""
+    spec = settings.sweep_spec
+    if spec is None:
+        if base.rate_req_per_sec is not None:
+            label = f"rate {base.rate_req_per_sec:g} req/s"
+            if base.rate_end_req_per_sec is not None:
+                label += f" -> {base.rate_end_req_per_sec:g} req/s"
+            return [(PointPlan(label=label, kind="rate", rate_req_per_sec=base.rate_req_per_sec), base)]
+        return [(PointPlan(label=f"concurrency {base.concurrency}", kind="concurrency", concurrency=base.concurrency),
+                 base)]
+    kind, loads = spec
+    if kind == "concurrency":
+        return [closed_point(base, int(n), "concurrency", f"concurrency {int(n)}") for n in loads]
+    if kind == "rate":
+        return [rate_point(base, rate, settings.burstiness, settings.max_in_flight) for rate in loads]
+    return [
+        closed_point(base, 1, "synchronous", "synchronous"),
+        closed_point(base, base.concurrency, "throughput", f"maximum throughput (concurrency {base.concurrency})"),
+    ]
+
+
+def _mean_throughput(point: PointPlan, reports: dict[str, Report]) -> float:
+    values = [report_values(reports[i])["throughput_req_per_sec"] or 0.0 for i in point.report_ids if i in reports]
+    return sum(values) / len(values) if values else 0.0
+
+
+def run_line(
+    point: PointPlan, index: int, points: int, run: int, repeat: int, result: RunResult, tag: str = "[SWEEP]"
+) -> str:
+    """``[SWEEP] point 2/4 rate 1.5 req/s, run 1/3: 1.48 req/s, …, TTFT p99 300 ms, E2E p99 2100 ms (<report id>)``."""
+    where = f"{tag} point {index}/{points} {point.label}, run {run}/{repeat}"
+    if result.report is None:
+        return f"{where}: no report ({result.error or 'nothing measured'})"
+    m = result.report.metrics
+    ttft = "n/a" if m.ttft.p99_ms is None else f"{m.ttft.p99_ms:.0f} ms"
+    e2e = "n/a" if m.e2e.p99_ms is None else f"{m.e2e.p99_ms:.0f} ms"
+    return (
+        f"{where}: {m.throughput_req_per_sec:.2f} req/s, {m.output_tokens_per_sec:.0f} output tok/s, TTFT p99 {ttft}, "
+        f"E2E p99 {e2e}, {m.requests_ok}/{m.requests_total} ok ({result.report.report_id})"
+    )
+
+
+def run_series(
+    settings: Settings, base: BenchmarkConfig, run_point: RunPoint, out: Callable[[str], None] = print
+) -> SeriesRuns:
+    """Measure every point REPEAT times (see the module docstring) with ``run_point``; progress bar over the runs."""
+    todo = planned_points(settings, base)
+    auto = settings.sweep_spec is not None and settings.sweep_spec[0] == "auto"
+    total_points = len(todo) + (settings.sweep_rates if auto else 0)
+    reports: dict[str, Report] = {}
+    done: list[PointPlan] = []
+    runs = SeriesRuns(points=done)
+    first = True
+    bar = tqdm(total=total_points * settings.repeat, desc="Series", unit="run", file=sys.stdout, position=0)
+    try:
+        while todo:
+            point, plan = todo.pop(0)
+            for run in range(1, settings.repeat + 1):
+                if not first and settings.cooldown_s:
+                    time.sleep(settings.cooldown_s)
+                result = run_point(plan if first else plan.model_copy(update={"warmup_requests": 0}))
+                first = False
+                bar.update(1)
+                if result.report is not None:
+                    reports[result.report.report_id] = result.report
+                    point.report_ids.append(result.report.report_id)
+                else:
+                    runs.notes.append(f"{point.label} run {run}: {result.error or 'no report'}")
+                tag = "[SWEEP]" if settings.sweep else "[REPEAT]"
+                out(run_line(point, len(done) + 1, total_points, run, settings.repeat, result, tag))
+                if result.interrupted:
+                    runs.interrupted = True
+                    break
+            if point.report_ids:
+                done.append(point)
+            if runs.interrupted:
+                break
+            if auto and point.kind == "throughput" and len(done) == 2:
+                rates = auto_rates(_mean_throughput(done[0], reports), _mean_throughput(done[1], reports),
+                                   settings.sweep_rates)
+                listed = ", ".join(f"{r:g}" for r in rates)
+                out(f"[SWEEP] rates between the synchronous and the maximum throughput: {listed} req/s")
+                todo += [rate_point(base, rate, settings.burstiness, settings.max_in_flight) for rate in rates]
+                bar.total = (len(done) + len(todo)) * settings.repeat
+    except KeyboardInterrupt:
+        runs.interrupted = True
+        runs.notes.append("interrupted (Ctrl-C) between runs")
+    finally:
+        bar.close()
+    if auto:  # load order: synchronous, the rates, maximum throughput
+        done.sort(key=lambda p: {"synchronous": 0, "rate": 1, "throughput": 2}.get(p.kind, 1))
+    return runs
