@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from core.records import RequestRecord
 from core.stats import LatencyStats
@@ -67,9 +67,10 @@ class ProcessLoad(BaseModel):
     wall_s: float = Field(description="Wall seconds from the test's start to its end.")
     lag: LatencyStats = Field(description="How late its event loop woke while requests were in flight, ms.")
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def cpu_cores(self) -> float:
-        """Mean cores it used."""
+        """Mean cores it used (cpu_s / wall_s)."""
         return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
 
