@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -109,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-time-s", type=float, default=20.0)
     parser.add_argument("--users", type=int, default=32, help="users of the starved run")
     parser.add_argument("--busy", type=int, default=3, help="busy loops sharing the starved client's core")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, rows of every run)")
     args = parser.parse_args(argv)
     if len(os.sched_getaffinity(0)) < 2:
         parser.error("needs two cores (the client on one, the mock on the other)")
@@ -120,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         unstarved = one_run("unstarved", workdir, users=8, run_time_s=args.run_time_s, client_core=None, busy=0,
                             mock_args={"tokens": 20, "ttft_ms": 400, "itl_ms": 50})  # fmt: skip
     except (ProcessError, OSError) as exc:
-        print(f"[ERROR] {exc}", file=sys.stderr)
+        print(f"[ERROR] {exc}\n[ERROR] work folder kept: {workdir}", file=sys.stderr)
         return 2
+    if not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
     for name, view in (("starved", starved), ("unstarved", unstarved)):
         for line in describe(name, view):
             print(f"[LAG] {line}")

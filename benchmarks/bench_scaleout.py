@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=256, help="tokens per mock answer (one per event)")
     parser.add_argument("--repeats", type=int, default=3, help="pairs (order alternates)")
     parser.add_argument("--mock-processes", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, rows of every run)")
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="scaleout_"))
     print(f"[SCALE] load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; mock {args.tokens} tokens, "
@@ -127,8 +129,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[SCALE] pair {i + 1}: 2 workers / 1 worker: chunks/s {ratios[-1]:.2f}, client CPU "
                       f"{cpu_ratios[-1]:.2f}, chunks per CPU-second {per_cpu[-1]:.2f}", flush=True)  # fmt: skip
     except (ProcessError, ValueError) as exc:
-        print(f"[ERROR] {exc}", file=sys.stderr)
+        print(f"[ERROR] {exc}\n[ERROR] work folder kept: {workdir}", file=sys.stderr)
         return 2
+    if not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
     value = statistics.median(ratios)
     passed = value >= TARGET_RATIO
     print(f"[SCALE] medians: the 2-worker runs got {statistics.median(cpu_ratios):.2f}x the client CPU and kept "
