@@ -132,7 +132,7 @@ class RequestLogLine:
             completion_tokens=record.output_tokens,
             ttft_ms=record.ttft_ms,
             total_ms=record.e2e_ms,
-            status="ok" if record.ok else "error",
+            status="ok" if record.ok else "cancelled" if record.error_kind == "incomplete" else "error",
             error=None if record.ok else f"{record.error_kind}: {record.error}",
         )
 

@@ -22,6 +22,7 @@ SYNTHETIC_FALLBACK = "synthetic:ernie-4.5-0.3b"
 RANDOM_DATASET = "random"  # DATASET=random: token-exact synthetic prompts
 
 
+
 class Settings(BaseSettings):
     """All knobs of the stack. Units are in the names; every field maps to one environment variable."""
 
@@ -110,6 +111,12 @@ class Settings(BaseSettings):
         default=None, repr=False, description="JWT secret for UI logins (CHAINLIT_AUTH_SECRET); default: per launch."
     )
     ui_status_interval_s: float = Field(default=5.0, gt=0, description="How often the UI re-probes vLLM's status.")
+    ui_max_tokens: int = Field(
+        default=4096,
+        ge=1,
+        description="Largest answer the chat UI asks for, tokens: a larger max_tokens in the chat settings is lowered "
+        "to it before sending (the context left after the prompt is the hard limit).",
+    )
 
     # --- folders -------------------------------------------------------------------------------------
     logs_dir: Path = PROJECT_ROOT / "logs"

@@ -32,16 +32,24 @@ def payload_for(plan: BenchmarkConfig, item: WorkItem) -> dict[str, Any]:
 
 
 def send(
-    state: RunState, session: Transport, host: str, item: WorkItem, scheduled_at: float | None = None
+    state: RunState,
+    session: Transport,
+    host: str,
+    item: WorkItem,
+    scheduled_at: float | None = None,
+    on_cut: Callable[[float], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> RequestRecord:
     """Send one request with the shared request function, label it with its workload item, save the row.
 
     A request cancelled by the end of the run (Locust kills the greenlet: ``GreenletExit``, or Ctrl-C) is saved as
-    an ``incomplete`` row before the cancellation goes on, so no request is ever lost.
+    an ``incomplete`` row (logged ``cancelled`` in ``requests.jsonl``) before the cancellation goes on, so no request
+    is ever lost; ``on_cut(elapsed_ms)`` then tells Locust's web UI it was cut (the locustfile reports it).
     """
     plan = state.plan
     request_id = uuid.uuid4().hex
     started_at = time.time()
+    started = clock()
     labels: dict[str, Any] = {
         "scheduled_at": scheduled_at,
         "task": item.prompt.task,
@@ -70,6 +78,8 @@ def send(
                 **labels,
             )
         )
+        if on_cut is not None:
+            on_cut((clock() - started) * 1000.0)
         raise
     state.in_flight -= 1
     record = record.model_copy(update=labels)
@@ -111,6 +121,8 @@ def dispatch_open_loop(
 
     Returns:
         How many requests were cancelled after the drain.
+    When the dispatcher itself is killed (the test stops), the requests in flight are killed too, so each is
+    reported as cut rather than finishing unseen after the stop.
     """
     plan = state.plan
     schedule = arrivals(plan, state.slot)

@@ -1,5 +1,7 @@
 """Locust entry (wiring only): the user classes and hooks; the logic is in :mod:`loadtest.driver`,
-:mod:`loadtest.runstate`, :mod:`loadtest.distributed`, :mod:`loadtest.lagmonitor` and :mod:`loadtest.locust_events`.
+:mod:`loadtest.runstate`, :mod:`loadtest.distributed`, :mod:`loadtest.lagmonitor`, :mod:`loadtest.locust_events`
+(one Locust request per chat request), :mod:`loadtest.llm_stats` (TTFT, TPOT, ITL, tok/s, merged across workers) and
+:mod:`loadtest.llm_webui` (its tabs).
 
 ``ChatUser`` is the closed loop (each user sends its next request when the previous answer ended); ``OpenLoopUser``
 is one dispatcher per load process sending at scheduled arrival times. With worker processes (``--processes N``, or
@@ -7,24 +9,29 @@ is one dispatcher per load process sending at scheduled arrival times. With work
 done; every process appends its rows to the same file. The run plan comes from the benchmark's plan file
 (``LOCUST_PLAN_FILE``) or, for the interactive web UI, from the settings and the served model.
 ``--records-file`` appends every row as JSON; ``--max-requests`` ends the run after that many requests (in all);
-``--client-file`` receives each load process's CPU use and event-loop lag at the end.
+``--client-file`` receives each load process's CPU use and event-loop lag at the end; ``--llm-stats-file`` writes
+the LLM statistics as JSON when Locust quits (the master's, in distributed mode).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from locust import User, constant, events, task
 from locust.env import Environment
 from locust.exception import StopUser
+from locust.runners import WorkerRunner
 
 from core.settings import get_settings
+from loadtest import llm_webui
 from loadtest.client import new_session
 from loadtest.distributed import Coordinator
 from loadtest.driver import OPEN_LOOP_MAX_IN_FLIGHT, dispatch_open_loop, send
 from loadtest.lagmonitor import LagMonitor, append_process_load
-from loadtest.locust_events import locust_events
+from loadtest.llm_stats import REPORT_KEY, LlmStats
+from loadtest.locust_events import cut_event, locust_events
 from loadtest.models import discover_model
 from loadtest.plan import bench_config, read_plan
 from loadtest.runstate import RunState, Slot
@@ -36,6 +43,8 @@ PLAN = read_plan(SETTINGS.locust_plan_file) if SETTINGS.locust_plan_file else No
 STATE: RunState | None = None
 COORD: Coordinator | None = None
 MONITOR = LagMonitor(busy=lambda: STATE is not None and STATE.in_flight > 0)
+LLM = LlmStats()
+ENVIRONMENT: Environment | None = None
 
 
 @events.init_command_line_parser.add_listener
@@ -44,12 +53,45 @@ def _add_arguments(parser: Any) -> None:
     parser.add_argument("--max-requests", type=int, default=0, env_var="LOCUST_MAX_REQUESTS", help="0 = unlimited")
     parser.add_argument("--client-file", default="", env_var="LOCUST_CLIENT_FILE", help="append each load "
                         "process's CPU use and event-loop lag here at the end (JSONL)")  # fmt: skip
+    parser.add_argument(
+        "--llm-stats-file", default="", env_var="LOCUST_LLM_STATS_FILE", help="write LLM statistics here (JSON)"
+    )
 
 
 @events.init.add_listener
 def _on_init(environment: Environment, **_: Any) -> None:
-    global COORD
+    global COORD, ENVIRONMENT
+    ENVIRONMENT = environment
     COORD = Coordinator(environment, lambda slot: _begin(environment, slot))
+    llm_webui.install(environment, LLM)
+
+
+@events.report_to_master.add_listener
+def _report_llm_stats(client_id: str, data: dict[str, Any], **_: Any) -> None:
+    data[REPORT_KEY] = LLM.report()
+
+
+@events.worker_report.add_listener
+def _merge_llm_stats(client_id: str, data: dict[str, Any], **_: Any) -> None:
+    LLM.merge(data.get(REPORT_KEY, {}))
+
+
+@events.reset_stats.add_listener
+def _reset_llm_stats(**_: Any) -> None:
+    LLM.clear()
+
+
+@events.quit.add_listener
+def _write_llm_stats(**_: Any) -> None:
+    env = ENVIRONMENT
+    if env is None or isinstance(env.runner, WorkerRunner):
+        return
+    elapsed = llm_webui.elapsed_s(env)
+    if env.parsed_options is not None and env.parsed_options.headless:
+        print(LLM.text_table(elapsed), flush=True)
+    path = getattr(env.parsed_options, "llm_stats_file", "")
+    if path:
+        Path(path).write_text(json.dumps(LLM.snapshot(elapsed), indent=2), encoding="utf-8")
 
 
 def _begin(environment: Environment, slot: Slot) -> None:
@@ -68,6 +110,7 @@ def _begin(environment: Environment, slot: Slot) -> None:
 
 @events.test_start.add_listener
 def _on_test_start(environment: Environment, **_: Any) -> None:
+    LLM.clear()  # Locust clears its request statistics when a test starts
     _coord().test_start()
 
 
@@ -98,11 +141,19 @@ def _state() -> RunState:
 
 
 def _record(user: User, item: WorkItem, session: Transport, scheduled_at: float | None = None) -> None:
-    """Send, report to Locust, and end this process's part once its requests are done."""
+    """Send, report to Locust (a request cut by the test's stop as a failure saying so), and end this process's part
+    once its requests are done."""
     state = _state()
-    record = send(state, session, user.host or SETTINGS.vllm_url, item, scheduled_at)
+    fire = user.environment.events.request.fire
+
+    def cut(elapsed_ms: float) -> None:
+        LLM.add_cut()
+        fire(**cut_event(elapsed_ms))
+
+    record = send(state, session, user.host or SETTINGS.vllm_url, item, scheduled_at, on_cut=cut)
     for event in locust_events(record):
-        user.environment.events.request.fire(**event)
+        fire(**event)
+    LLM.add(record)
     if state.all_done:
         _coord().finish()
 

@@ -10,12 +10,14 @@ from typing import Any
 
 import chainlit as cl
 from chainlit.input_widget import NumberInput, Slider, TextInput
+from chainlit.server import sio
 
 from core.settings import get_settings
 from services.ui import errors
 from services.ui.chat import STARTERS, ChatMessage, ChatParams, append_turn, params_from_values
 from services.ui.coalesce import TokenCoalescer
-from services.ui.render import answer_markdown
+from services.ui.render import answer_markdown, notice_markdown
+from services.ui.session import cancel_answer, quiet_stop
 from services.ui.status import BackendStatus, header_markdown, status_changed
 from services.ui.turn import ChatBackend
 
@@ -25,8 +27,13 @@ for noisy in ("httpx", "httpx2"):  # one INFO line per status probe otherwise
 settings = get_settings()
 backend = ChatBackend(settings)
 DEFAULT_PARAMS = ChatParams(
-    temperature=settings.temperature, top_p=1.0, max_tokens=settings.max_tokens, system_prompt=settings.ui_system_prompt
+    temperature=settings.temperature,
+    top_p=1.0,
+    max_tokens=min(settings.max_tokens, settings.ui_max_tokens),
+    system_prompt=settings.ui_system_prompt,
 )
+SIDEBAR_TITLE = "vLLM status"
+sio.on("stop")(quiet_stop)  # Stop leaves one message (the answer's own), not Chainlit's "Task manually stopped." too
 
 
 async def show_status(status: BackendStatus) -> None:
@@ -34,8 +41,10 @@ async def show_status(status: BackendStatus) -> None:
     if not status_changed(cl.user_session.get("status"), status):
         return
     cl.user_session.set("status", status)
-    await cl.ElementSidebar.set_title("vLLM status")
-    await cl.ElementSidebar.set_elements([cl.Text(name="status", content=header_markdown(status))], key=None)
+    header = header_markdown(status)
+    # A new key per content: with one fixed key Chainlit's frontend keeps the first elements it was sent.
+    await cl.ElementSidebar.set_elements([cl.Text(name="status", content=header)], key=f"status-{hash(header)}")
+    await cl.ElementSidebar.set_title(SIDEBAR_TITLE)
 
 
 async def follow_status() -> None:
@@ -67,7 +76,10 @@ async def start() -> None:
                 id="max_tokens",
                 label="max_tokens",
                 initial=DEFAULT_PARAMS.max_tokens,
-                description=f"Clamped to what fits in the context ({status.max_model_len or '?'} tokens).",
+                description=(
+                    f"Largest answer, tokens: at most {settings.ui_max_tokens:,} (UI_MAX_TOKENS) and what fits in "
+                    f"the context ({status.max_model_len or '?'} tokens); a larger value is lowered when you send."
+                ),
             ),
         ]
     ).send()
@@ -88,10 +100,17 @@ async def answer(message: cl.Message) -> None:
     params: ChatParams = cl.user_session.get("params") or DEFAULT_PARAMS
     reply = cl.Message(content="")
     stream = TokenCoalescer(reply.stream_token)
+    notice: str | None = None
+
+    async def show_notice(text: str) -> None:
+        nonlocal notice
+        notice = text
+        await reply.stream_token(notice_markdown(text) + "\n\n")  # at once, before the answer's first token
+
     try:
-        result = await backend.run_turn(history, message.content, params, stream.push)
-    except asyncio.CancelledError:
-        reply.content = answer_markdown(stream.text, None, None, errors.cancelled())
+        result = await backend.run_turn(history, message.content, params, stream.push, on_notice=show_notice)
+    except asyncio.CancelledError as exc:
+        reply.content = answer_markdown(stream.text, None, notice, errors.cancelled(exc.args[0] if exc.args else None))
         await reply.send()
         raise
     await show_status(result.status)
@@ -102,7 +121,9 @@ async def answer(message: cl.Message) -> None:
 
 @cl.on_chat_end
 async def end() -> None:
-    """Stop the header refresher of this chat."""
+    """The reader left (tab closed, network gone, New Chat): cancel the answer in flight, so vLLM aborts it, and
+    the header refresher."""
+    cancel_answer(cl.context.session, errors.DISCONNECTED)
     task = cl.user_session.get("status_task")
     if task is not None:
         task.cancel()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,7 +86,8 @@ async def stream_chat(
     """Stream a chat completion into ``on_token`` (display-safe text pieces) and ``state``.
 
     Errors from the client end up in ``state.error`` (the function returns normally). ``asyncio.CancelledError``
-    (the user pressed Stop) propagates after the HTTP response is closed, which makes vLLM abort the request.
+    (the user pressed Stop, or the session disconnected) propagates after the HTTP response is closed, which makes
+    vLLM abort the request. The loop yields to the event loop after every chunk, so a fast model cannot hold it.
     """
     timer = state.timer
     timer.start()
@@ -103,6 +105,10 @@ async def stream_chat(
             if piece:
                 state.text += piece
                 await on_token(piece)
+            # Let the event loop run: when chunks arrive faster than they are handled, reading the next one never
+            # suspends, so without this the socket writes (the tokens shown) and Stop / disconnect handlers would
+            # wait for the end of the answer.
+            await asyncio.sleep(0)
         else:
             timer.closed()  # the SDK ends the iteration at [DONE] or a clean close: complete if a finish_reason came
     except Exception as exc:  # every client failure becomes a value for the error mapping

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypedDict
 
 REPLACEMENT_CHAR = "\ufffd"
@@ -57,17 +57,37 @@ class ContextTooLong:
 
 @dataclass(frozen=True)
 class TokenBudget:
-    """``max_tokens`` to send; ``requested`` differs when it was clamped to what fits in the context."""
+    """``max_tokens`` to send and why. Sizes in tokens.
+
+    ``requested`` is what the chat settings asked for; ``ui_limit`` the largest answer the UI asks for
+    (UI_MAX_TOKENS); ``prompt_tokens``/``max_model_len`` are the prompt's size and the context, when known (the room
+    left after the prompt is the hard limit).
+    """
 
     max_tokens: int
     requested: int
-    prompt_tokens: int
-    max_model_len: int
+    ui_limit: int
+    prompt_tokens: int | None = None
+    max_model_len: int | None = None
 
     @property
     def clamped(self) -> bool:
-        """True when ``max_tokens`` was lowered to fit."""
+        """True when ``max_tokens`` was lowered."""
         return self.max_tokens < self.requested
+
+    @property
+    def limited_by(self) -> Literal["ui", "context"] | None:
+        """What lowered ``max_tokens``: the context left after the prompt, the UI's limit, or nothing."""
+        if not self.clamped:
+            return None
+        return "context" if self.room is not None and self.room <= self.ui_limit else "ui"
+
+    @property
+    def room(self) -> int | None:
+        """Answer tokens that fit after the prompt (at least 1); None when the sizes are unknown."""
+        if self.prompt_tokens is None or self.max_model_len is None:
+            return None
+        return max(1, self.max_model_len - self.prompt_tokens)
 
 
 def _clip(value: float, low: float, high: float) -> float:
@@ -119,15 +139,19 @@ def check_context(prompt_tokens: int, max_model_len: int, message_tokens: int | 
     return ContextTooLong(prompt_tokens=prompt_tokens, max_model_len=max_model_len, message_tokens=message_tokens)
 
 
-def plan_max_tokens(requested: int, prompt_tokens: int, max_model_len: int) -> TokenBudget:
-    """Clamp ``requested`` answer tokens to what fits after ``prompt_tokens`` in ``max_model_len`` (at least 1).
+def plan_max_tokens(
+    requested: int, ui_limit: int, prompt_tokens: int | None = None, max_model_len: int | None = None
+) -> TokenBudget:
+    """Clamp ``requested`` answer tokens to ``ui_limit`` and to what fits after ``prompt_tokens`` in
+    ``max_model_len`` (when both are known), at least 1.
 
     Callers check :func:`check_context` first; a prompt that fills the context still yields 1 here.
     """
-    room = max(1, max_model_len - prompt_tokens)
-    return TokenBudget(
-        max_tokens=min(requested, room), requested=requested, prompt_tokens=prompt_tokens, max_model_len=max_model_len
+    budget = TokenBudget(
+        max_tokens=1, requested=requested, ui_limit=ui_limit, prompt_tokens=prompt_tokens, max_model_len=max_model_len
     )
+    limits = [requested, ui_limit] + ([budget.room] if budget.room is not None else [])
+    return replace(budget, max_tokens=max(1, min(limits)))
 
 
 def request_kwargs(model: str, messages: Sequence[ChatMessage], params: ChatParams, max_tokens: int) -> dict[str, Any]:

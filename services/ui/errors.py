@@ -84,12 +84,19 @@ def context_too_long(problem: ContextTooLong, model: str) -> UiError:
 
 
 def clamp_notice(budget: TokenBudget) -> str | None:
-    """A sentence when ``max_tokens`` was lowered to fit the context, else None."""
-    if not budget.clamped:
+    """A sentence when ``max_tokens`` was lowered (to the UI's limit or to fit the context), else None."""
+    if budget.limited_by is None:
         return None
+    lowered = f"max_tokens lowered from {budget.requested:,} to {budget.max_tokens:,}"
+    if budget.limited_by == "ui":
+        return (
+            f"{lowered}: the chat UI asks for at most {budget.ui_limit:,} answer tokens (UI_MAX_TOKENS), so one "
+            "answer cannot hold the model server for hours."
+        )
+    assert budget.max_model_len is not None and budget.prompt_tokens is not None  # known when the context limits
     return (
-        f"max_tokens lowered from {budget.requested:,} to {budget.max_tokens:,} so the answer fits: "
-        f"the context is {budget.max_model_len:,} tokens and the prompt uses {budget.prompt_tokens:,}."
+        f"{lowered} so the answer fits: the context is {budget.max_model_len:,} tokens and the prompt uses "
+        f"{budget.prompt_tokens:,}."
     )
 
 
@@ -116,8 +123,20 @@ def malformed_stream(problem: str, partial: bool) -> UiError:
     )
 
 
-def cancelled() -> UiError:
-    """The user pressed Stop; the request was cancelled on the server too."""
+CancelReason = Literal["stopped", "disconnected"]
+STOPPED: CancelReason = "stopped"
+DISCONNECTED: CancelReason = "disconnected"
+
+
+def cancelled(reason: str | None = STOPPED) -> UiError:
+    """The request was cancelled on the server too: the user pressed Stop, or the chat session ended (tab closed,
+    network gone, session timeout; ``reason`` ``disconnected``) and nobody is left to read the answer."""
+    if reason == DISCONNECTED:
+        return UiError(
+            kind="cancelled",
+            message="**Stopped:** the browser disconnected, so the request was cancelled on the server.",
+            cause="cancelled: the chat session disconnected",
+        )
     return UiError(kind="cancelled", message="**Stopped.** The request was cancelled on the server.", cause="cancelled")
 
 

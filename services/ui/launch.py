@@ -5,12 +5,19 @@ services/ui/app.py``. The committed ``services/ui/.chainlit/config.toml`` and ``
 into a runtime folder per port (CHAINLIT_APP_ROOT), where Chainlit also writes what it generates (``.files``,
 ``.chainlit/translations``): nothing lands in the repository, and two UIs never delete each other's ``.files``
 (Chainlit removes that folder when it stops).
+
+The page must load offline: Chainlit's ``index.html`` links Google Fonts (Inter) and KaTeX's CSS on a CDN, which
+no config option removes. :func:`prepare_frontend` puts a copy of Chainlit's built frontend in the runtime folder
+(``frontend/``: the assets linked, ``index.html`` without links to other hosts), which the committed config names
+as ``custom_build``; the page then falls back to the system's sans-serif font.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -23,6 +30,8 @@ from core.settings import PROJECT_ROOT, Settings, get_settings
 UI_DIR = Path(__file__).resolve().parent
 APP_FILE = UI_DIR / "app.py"
 COMMITTED_FILES = (Path(".chainlit") / "config.toml", Path("chainlit.md"))
+FRONTEND_DIR = "frontend"  # custom_build in the committed config.toml
+_FOREIGN_LINK_RE = re.compile(r"<link\b[^>]*\bhref=[\"']https?://[^>]*>\s*", re.IGNORECASE | re.DOTALL)
 
 
 def runtime_root(settings: Settings, temp_dir: Path | None = None) -> Path:
@@ -42,6 +51,47 @@ def prepare_app_root(root: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(UI_DIR / relative, target)
     return root
+
+
+def chainlit_frontend_dist() -> Path:
+    """Chainlit's built frontend (``chainlit/frontend/dist``), found without importing Chainlit.
+
+    Raises:
+        FileNotFoundError: Chainlit is not installed, or has no built frontend.
+    """
+    spec = importlib.util.find_spec("chainlit")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        dist = Path(location) / "frontend" / "dist"
+        if (dist / "index.html").is_file():
+            return dist
+    raise FileNotFoundError("Chainlit's built frontend (chainlit/frontend/dist/index.html) is not installed")
+
+
+def offline_index_html(html: str) -> str:
+    """``html`` without ``<link>`` tags to other hosts (fonts, CDN stylesheets, preconnects); scripts stay local."""
+    return _FOREIGN_LINK_RE.sub("", html)
+
+
+def prepare_frontend(root: Path, dist: Path) -> Path:
+    """Make ``root/frontend``: every entry of Chainlit's ``dist`` linked, ``index.html`` rewritten by
+    :func:`offline_index_html`. Stale copies are replaced. Returns the folder.
+
+    Raises:
+        OSError: the folder cannot be written or ``dist`` cannot be read.
+    """
+    target = root / FRONTEND_DIR
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for entry in dist.iterdir():
+        if entry.name != "index.html":
+            (target / entry.name).symlink_to(entry.resolve())
+    html = (dist / "index.html").read_text(encoding="utf-8")
+    (target / "index.html").write_text(offline_index_html(html), encoding="utf-8")
+    return target
 
 
 def chainlit_argv(settings: Settings) -> list[str]:
@@ -92,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         app_root = prepare_app_root(runtime_root(settings))
+        prepare_frontend(app_root, chainlit_frontend_dist())
     except OSError as exc:
         print(f"[ERROR] Cannot prepare Chainlit's folder: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -1,21 +1,27 @@
-"""Markdown of a finished answer: the text, then the timing line (or the error) under it (pure)."""
+"""Markdown of an answer: the clamp notice, the text, then the timing line and its legend (or the error) (pure)."""
 
 from __future__ import annotations
 
 from services.ui.chat import escape_directives
 from services.ui.errors import UiError
-from services.ui.timing import Timing, format_timing
+from services.ui.timing import TIMING_LEGEND, Timing, format_timing
 
 EMPTY_ANSWER = "(No visible text: the model produced only whitespace or invalid characters.)"
+
+
+def notice_markdown(notice: str) -> str:
+    """The clamp notice as a quote at the top of the answer (streamed before the first token, kept at the end)."""
+    return f"> **Note:** {notice}"
 
 
 def answer_markdown(answer: str, timing: Timing | None, notice: str | None, error: UiError | None) -> str:
     """Final content of an assistant message.
 
-    Ok: ``answer``, a rule, then ``Total: .. | Prompt: .. | Gen: ..`` (and the max_tokens notice when clamped).
-    Error: the partial answer (if any), a rule, then the error in the user's words.
+    The max_tokens notice (when clamped) comes first, where it was shown while streaming. Ok: ``answer``, a rule,
+    then ``Total: .. | Prompt: .. | Gen: ..`` with its legend line. Error: the partial answer (if any), a rule, then
+    the error in the user's words.
     """
-    parts: list[str] = []
+    parts: list[str] = [notice_markdown(notice)] if notice else []
     if answer.strip():
         parts.append(escape_directives(answer))
     elif error is None:
@@ -24,10 +30,8 @@ def answer_markdown(answer: str, timing: Timing | None, notice: str | None, erro
     if error is not None:
         footer.append(error.message)
     elif timing is not None:
-        footer.append(f"`{format_timing(timing)}`")
-    if notice:
-        footer.append(f"Note: {notice}")
-    if parts and footer:
+        footer.append(f"`{format_timing(timing)}`  \n*{TIMING_LEGEND}*")
+    if len(parts) > (1 if notice else 0) and footer:
         parts.append("---")
     parts.extend(footer)
     return "\n\n".join(parts)

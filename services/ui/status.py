@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections.abc import Mapping
@@ -181,12 +182,31 @@ def header_markdown(status: BackendStatus) -> str:
     if status.detail:
         lines.append(f"\n{escape_directives(status.detail)}")
     if status.synthetic:
-        why = f" It is served because {escape_directives(status.synthetic_reason)}." if status.synthetic_reason else ""
         lines.append(
             "\n**Synthetic model:** random weights, so its answers are noise by design; "
-            f"use it to test the stack, not the text.{why}"
+            "use it to test the stack, not the text."
         )
+        if status.synthetic_reason:
+            why, cause = plain_reason(status.synthetic_reason)
+            lines.append(f"It is served because {escape_directives(why)}.")
+            if cause:
+                lines.append(f"*Cause:* `{cause.replace('`', chr(39))}`")
     return "  \n".join(lines)
+
+
+_DETAIL_RE = re.compile(r"\s*\(([^()]*(?:\([^()]*\)[^()]*)*)\)")
+
+
+def plain_reason(reason: str) -> tuple[str, str | None]:
+    """The launcher's fallback reason in plain words, and the technical cause apart (for a second line).
+
+    The parenthesised details (an exception such as ``ConnectError: [Errno -2] Name or service not known``) are
+    the cause; the plain words are the rest up to the first ``;``. ``("the hub is unreachable", None)`` for a
+    reason without details.
+    """
+    details = [match.group(1).strip() for match in _DETAIL_RE.finditer(reason)]
+    plain = _DETAIL_RE.sub("", reason).split(";", 1)[0].strip().rstrip(".")
+    return plain or reason, "; ".join(d for d in details if d) or None
 
 
 def status_changed(old: BackendStatus | None, new: BackendStatus) -> bool:

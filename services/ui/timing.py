@@ -10,7 +10,7 @@ class Timing:
     """Timing of one streamed answer. Milliseconds; ``None`` where it cannot be known."""
 
     total_ms: float
-    ttft_ms: float | None  # "Prompt": request sent -> first content token
+    ttft_ms: float | None  # "Prompt" (the seed's label): request sent -> first content token (TTFT)
     gen_ms: float | None  # "Gen": first content token -> end of stream
     prompt_tokens: int | None
     completion_tokens: int | None
@@ -52,16 +52,32 @@ def compute_timing(
     )
 
 
+NBSP = "\u00a0"  # joins the words of one field, so a narrow chat column wraps only between fields
+FIELD_SEPARATOR = " | "
+TIMING_LEGEND = (
+    "Prompt = time to first token (queueing + reading the prompt) · Gen = first token to the end · "
+    "tok/s = tokens after the first, per second of Gen"
+)
+
+
 def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}ms"
 
 
+def _field(text: str) -> str:
+    return text.replace(" ", NBSP)
+
+
 def format_timing(timing: Timing) -> str:
-    """``Total: 824ms | Prompt: 123ms | Gen: 701ms | 52.3 tok/s | Tokens: 19 in, 37 out``."""
+    """``Total: 824ms | Prompt: 123ms | Gen: 701ms | 52.3 tok/s | Tokens: 19 in, 37 out``.
+
+    ``Prompt`` is the seed's label for the time to first token (explained by :data:`TIMING_LEGEND`). The spaces
+    inside a field are non-breaking (U+00A0), so the line never wraps mid-field (``512`` / ``out``).
+    """
     parts = [f"Total: {_ms(timing.total_ms)}", f"Prompt: {_ms(timing.ttft_ms)}", f"Gen: {_ms(timing.gen_ms)}"]
     if timing.tokens_per_s is not None:
         parts.append(f"{timing.tokens_per_s:.1f} tok/s")
     prompt = "?" if timing.prompt_tokens is None else str(timing.prompt_tokens)
     completion = "?" if timing.completion_tokens is None else str(timing.completion_tokens)
     parts.append(f"Tokens: {prompt} in, {completion} out")
-    return " | ".join(parts)
+    return FIELD_SEPARATOR.join(_field(part) for part in parts)

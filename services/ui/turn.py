@@ -89,6 +89,7 @@ class ChatBackend:
         self.engine_state_file = settings.engine_state_file
         self.startup_window_s = settings.startup_timeout_s
         self.requests_log: Path = settings.logs_dir / "requests.jsonl"
+        self.ui_max_tokens = settings.ui_max_tokens
         self.http = http or httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=CONNECT_TIMEOUT_S))
         self.openai = llm or AsyncOpenAI(
             base_url=f"{self.url}/v1", api_key="EMPTY", max_retries=0, timeout=self.timeout_s
@@ -116,11 +117,17 @@ class ChatBackend:
         user_text: str,
         params: ChatParams,
         on_token: Callable[[str], Awaitable[None]],
+        on_notice: Callable[[str], Awaitable[None]] | None = None,
     ) -> TurnResult:
         """Answer ``user_text`` after ``history``, streaming pieces to ``on_token``; logs one line in any case.
 
+        ``on_notice`` receives the clamp notice (max_tokens lowered) before the request is sent, so the reader sees
+        it at once rather than under a finished answer.
+
         Raises:
-            asyncio.CancelledError: the user pressed Stop (logged as ``cancelled``; the server request is aborted).
+            asyncio.CancelledError: the user pressed Stop or the chat session disconnected (the cancel message,
+                :data:`errors.STOPPED` or :data:`errors.DISCONNECTED`, says which); logged as ``cancelled``, and the
+                server request is aborted.
         """
         request_id = f"ui-{uuid.uuid4().hex[:16]}"
         status = await self.status()
@@ -138,9 +145,12 @@ class ChatBackend:
 
         state = StreamState()
         try:
+            if notice is not None and on_notice is not None:
+                await on_notice(notice)
             await stream_chat(self.openai, request_kwargs(model, messages, params, max_tokens), on_token, state)
-        except asyncio.CancelledError:
-            self._finish(state.request_id or request_id, model, state, prompt_tokens, errors.cancelled())
+        except asyncio.CancelledError as exc:
+            reason = exc.args[0] if exc.args else None
+            self._finish(state.request_id or request_id, model, state, prompt_tokens, errors.cancelled(reason))
             raise
         request_id = state.request_id or request_id
         error: errors.UiError | None = None
@@ -179,21 +189,24 @@ class ChatBackend:
         params: ChatParams,
         max_model_len: int | None,
     ) -> Plan:
-        """max_tokens (clamped to fit), its notice and the prompt size from vLLM's token count, or the context error.
+        """max_tokens (clamped to UI_MAX_TOKENS and to what fits), its notice and the prompt size from vLLM's token
+        count, or the context error.
 
-        Without a count (no /tokenize) the request goes out as asked and vLLM's own 400 is mapped instead.
+        Without a count (no /tokenize) only UI_MAX_TOKENS applies, and vLLM's own 400 is mapped if the rest does not
+        fit.
         """
         counted = await count_tokens(self.http, self.url, model, messages)
         max_len = (counted.max_model_len if counted else None) or max_model_len
         if counted is None or not max_len:
-            return Plan(max_tokens=params.max_tokens)
+            budget = plan_max_tokens(params.max_tokens, self.ui_max_tokens)
+            return Plan(max_tokens=budget.max_tokens, notice=errors.clamp_notice(budget))
         if check_context(counted.count, max_len) is not None:
             alone = await count_tokens(self.http, self.url, model, build_messages([], user_text, params.system_prompt))
             problem = check_context(counted.count, max_len, alone.count if alone else None)
             assert problem is not None
             error = errors.context_too_long(problem, model)
             return Plan(max_tokens=params.max_tokens, prompt_tokens=counted.count, error=error)
-        budget = plan_max_tokens(params.max_tokens, counted.count, max_len)
+        budget = plan_max_tokens(params.max_tokens, self.ui_max_tokens, counted.count, max_len)
         return Plan(max_tokens=budget.max_tokens, notice=errors.clamp_notice(budget), prompt_tokens=counted.count)
 
     async def aclose(self) -> None:

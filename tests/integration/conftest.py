@@ -7,12 +7,14 @@ tests never touch it. ``stack.env`` is the environment every command of a test m
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -71,6 +73,26 @@ class Stack:
             timeout=timeout_s,
         )
 
+    def vllm_gauges(self) -> dict[str, float]:
+        """vLLM's ``/metrics`` gauges of requests ``running`` and ``waiting`` now (summed over engines)."""
+        text = httpx.get(f"{self.vllm_url}/metrics", timeout=10).text
+        gauges = {"running": 0.0, "waiting": 0.0}
+        for name, value in re.findall(r"^vllm:num_requests_(running|waiting)\{[^}]*\} (\S+)$", text, re.MULTILINE):
+            gauges[name] += float(value)
+        return gauges
+
+    def wait_until_idle(self, timeout_s: float = 120) -> None:
+        """Wait until vLLM runs and queues nothing (three reads in a row), so a test that reads server-wide counters
+        sees only its own requests, not an earlier test's answer still finishing."""
+        deadline = time.monotonic() + timeout_s
+        quiet = 0
+        while quiet < 3:
+            gauges = self.vllm_gauges()
+            quiet = quiet + 1 if gauges["running"] == gauges["waiting"] == 0 else 0
+            if time.monotonic() > deadline:
+                pytest.fail(f"vLLM still busy after {timeout_s:.0f} s: {gauges}")
+            time.sleep(0.2)
+
     def service_pids(self) -> set[int]:
         """PIDs of supervisord and every process below it."""
         pid_file = self.run_dir / "supervisord.pid"
@@ -92,6 +114,7 @@ def stack_env(tmp: Path) -> dict[str, str]:
         RUN_DIR=str(tmp / "run"),
         KV_CACHE_GB="1",
         ENGINE_METRICS_INTERVAL_S="0.25",
+        UI_MAX_TOKENS="3500",  # below the tiny model's 4,096-token context, so the UI's own limit can be seen to bite
         STARTUP_TIMEOUT_S="600",
         PYTHONUNBUFFERED="1",
     )

@@ -20,6 +20,7 @@ def report_of(stdout: str) -> dict[str, Any]:
 
 def test_closed_loop_reconciles_with_vllm_metrics(stack: Stack) -> None:
     """A closed-loop run's request and token counts equal vLLM's own /metrics deltas; latencies agree."""
+    stack.wait_until_idle()  # the /metrics deltas are server-wide: only this run's requests may be in them
     run = stack.make(
         "benchmark",
         REQUESTS="12",
@@ -45,6 +46,7 @@ def test_closed_loop_reconciles_with_vllm_metrics(stack: Stack) -> None:
 
 def test_open_loop_run_at_a_rate(stack: Stack) -> None:
     """An open-loop run sends at RATE with Poisson gaps and records scheduled send times."""
+    stack.wait_until_idle()  # its server agreement compares server-wide /metrics deltas
     run = stack.make("benchmark", REQUESTS="10", RATE="4", WARMUP="0", MAX_TOKENS="16", timeout_s=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = report_of(run.stdout)

@@ -127,3 +127,5 @@ def test_locust_path_timings(mock_url: str, tmp_path: Path, mode: str, workers: 
     assert {p.role for p in loads} == {"local" if workers == 1 else "worker"}
     assert sum(p.requests for p in loads) == 6 and all(p.lag.count > 0 and p.cpu_s > 0 for p in loads)
     assert outcome.processes == loads
+    output = (tmp_path / "run.locust.log").read_text()
+    assert "LLM" in output and "e2e" in output and "TTFT (time to first token)" in output  # the end-of-run tables

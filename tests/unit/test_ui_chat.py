@@ -83,22 +83,40 @@ def test_context_problem_tells_message_from_history() -> None:
 
 def test_max_tokens_is_clamped_to_the_room_left() -> None:
     """max_tokens larger than context minus prompt is lowered to exactly what fits."""
-    budget = plan_max_tokens(5000, prompt_tokens=19, max_model_len=4096)
+    budget = plan_max_tokens(5000, ui_limit=8192, prompt_tokens=19, max_model_len=4096)
     assert budget.max_tokens == 4077
-    assert budget.clamped
+    assert budget.clamped and budget.limited_by == "context"
     assert budget.requested == 5000
+
+
+def test_max_tokens_is_clamped_to_the_ui_limit_first() -> None:
+    """The whole context as max_tokens (131,072) is lowered to UI_MAX_TOKENS, which is smaller than the room."""
+    budget = plan_max_tokens(131_072, ui_limit=4096, prompt_tokens=20, max_model_len=131_072)
+    assert budget.max_tokens == 4096 and budget.limited_by == "ui"
+
+
+def test_ui_limit_applies_without_a_token_count() -> None:
+    """Without /tokenize (sizes unknown) the UI limit still bounds the answer."""
+    budget = plan_max_tokens(131_072, ui_limit=4096)
+    assert budget.max_tokens == 4096 and budget.limited_by == "ui" and budget.room is None
+
+
+def test_the_context_wins_when_it_is_the_smaller_limit() -> None:
+    """When less than UI_MAX_TOKENS fits, the room left is the limit and is named as such."""
+    budget = plan_max_tokens(131_072, ui_limit=4096, prompt_tokens=2000, max_model_len=4096)
+    assert budget.max_tokens == 2096 and budget.limited_by == "context"
 
 
 def test_max_tokens_that_fits_is_kept() -> None:
     """A max_tokens that fits is sent unchanged."""
-    budget = plan_max_tokens(128, prompt_tokens=19, max_model_len=4096)
+    budget = plan_max_tokens(128, ui_limit=4096, prompt_tokens=19, max_model_len=4096)
     assert budget.max_tokens == 128
-    assert not budget.clamped
+    assert not budget.clamped and budget.limited_by is None
 
 
 def test_max_tokens_never_below_one() -> None:
     """Even a full context yields max_tokens 1 (the context check reports the real problem)."""
-    assert plan_max_tokens(10, prompt_tokens=4096, max_model_len=4096).max_tokens == 1
+    assert plan_max_tokens(10, ui_limit=4096, prompt_tokens=4096, max_model_len=4096).max_tokens == 1
 
 
 def test_settings_values_are_clipped_and_defaulted() -> None:

@@ -135,10 +135,25 @@ def test_message_alone_too_long_suggests_shortening() -> None:
 
 def test_clamp_notice_only_when_clamped() -> None:
     """A clamped max_tokens is announced with the numbers; an unclamped one is not."""
-    assert errors.clamp_notice(plan_max_tokens(100, 19, 4096)) is None
-    notice = errors.clamp_notice(plan_max_tokens(5000, 19, 4096))
+    assert errors.clamp_notice(plan_max_tokens(100, 8192, 19, 4096)) is None
+    notice = errors.clamp_notice(plan_max_tokens(5000, 8192, 19, 4096))
     assert notice is not None
     assert "5,000" in notice and "4,077" in notice and "4,096" in notice and "19" in notice
+
+
+def test_clamp_to_the_ui_limit_names_the_setting() -> None:
+    """A max_tokens lowered to UI_MAX_TOKENS says so, with both numbers and the setting's name."""
+    notice = errors.clamp_notice(plan_max_tokens(131_072, 4096, 20, 131_072))
+    assert notice is not None
+    assert "131,072" in notice and "4,096" in notice and "UI_MAX_TOKENS" in notice
+
+
+def test_cancel_reason_tells_stop_from_disconnect() -> None:
+    """Stop and a disconnected session are both ``cancelled``, with causes that tell them apart."""
+    stopped, gone = errors.cancelled(errors.STOPPED), errors.cancelled(errors.DISCONNECTED)
+    assert stopped.kind == gone.kind == "cancelled"
+    assert stopped.cause == "cancelled" and "disconnected" in gone.cause
+    assert errors.cancelled(None) == stopped
 
 
 def test_stream_cut_without_text_does_not_mention_a_partial_answer() -> None:

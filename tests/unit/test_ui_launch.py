@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,26 @@ def test_busy_port_exits_2_with_the_variable_to_change(
     monkeypatch.setattr(launch.os, "execvpe", lambda *a: pytest.fail("must not start Chainlit"))
     assert launch.main([]) == 2
     assert "[ERROR] Port 8123 busy; set UI_PORT" in capsys.readouterr().err
+
+
+def test_installed_chainlit_page_loses_every_link_to_another_host() -> None:
+    """Chainlit's own index.html (as installed) links Google Fonts and KaTeX's CDN; the offline copy links nothing
+    outside the UI, and keeps its local script and stylesheet."""
+    html = (launch.chainlit_frontend_dist() / "index.html").read_text(encoding="utf-8")
+    assert "fonts.googleapis.com" in html and "cdn.jsdelivr.net" in html  # what the fix is for
+    offline = launch.offline_index_html(html)
+    assert not re.search(r"""(?:href|src)=["']https?://""", offline), offline
+    assert re.search(r'<script type="module" crossorigin src="/assets/index-[^"]+\.js">', offline)
+    assert re.search(r'<link rel="stylesheet" crossorigin href="/assets/index-[^"]+\.css">', offline)
+
+
+def test_frontend_copy_links_the_assets_and_is_named_by_the_config(tmp_path: Path) -> None:
+    """``frontend/`` holds the offline index.html and links Chainlit's assets; config.toml points Chainlit at it."""
+    root = launch.prepare_app_root(tmp_path / "root")
+    dist = launch.chainlit_frontend_dist()
+    target = launch.prepare_frontend(root, dist)
+    assert (target / "assets").resolve() == (dist / "assets").resolve()
+    assert "googleapis" not in (target / "index.html").read_text(encoding="utf-8")
+    assert launch.prepare_frontend(root, dist) == target  # a stale copy is replaced
+    config = (root / ".chainlit" / "config.toml").read_text(encoding="utf-8")
+    assert f'custom_build = "{launch.FRONTEND_DIR}"' in config

@@ -6,24 +6,33 @@ import asyncio
 
 from services.ui import errors
 from services.ui.coalesce import TokenCoalescer, update_interval_s
-from services.ui.render import answer_markdown
-from services.ui.timing import compute_timing
+from services.ui.render import answer_markdown, notice_markdown
+from services.ui.timing import NBSP, TIMING_LEGEND, compute_timing
 
 TIMING = compute_timing(0.0, 0.123, 0.824, prompt_tokens=19, completion_tokens=36)
 
 
-def test_timing_line_sits_under_the_answer() -> None:
-    """An answer is followed by a rule and the ``Total | Prompt | Gen`` line."""
+def test_timing_line_sits_under_the_answer_with_its_legend() -> None:
+    """An answer is followed by a rule, the ``Total | Prompt | Gen`` line and the legend that explains it."""
     content = answer_markdown("混合专家", TIMING, None, None)
-    answer, rule, line = content.split("\n\n")
+    answer, rule, footer = content.split("\n\n")
     assert (answer, rule) == ("混合专家", "---")
-    assert line.startswith("`Total: 824ms | Prompt: 123ms | Gen: 701ms")
+    line, legend = footer.split("  \n")
+    assert line.replace(NBSP, " ").startswith("`Total: 824ms | Prompt: 123ms | Gen: 701ms")
+    assert legend == f"*{TIMING_LEGEND}*" and "Prompt = time to first token" in legend
 
 
-def test_clamp_notice_follows_the_timing_line() -> None:
-    """A max_tokens clamp notice is shown after the timing line."""
-    content = answer_markdown("a", TIMING, "max_tokens lowered from 5,000 to 4,077", None)
-    assert content.endswith("Note: max_tokens lowered from 5,000 to 4,077")
+def test_clamp_notice_comes_first_where_it_was_streamed() -> None:
+    """A max_tokens clamp notice opens the answer (it was streamed before the first token) and stays there."""
+    notice = "max_tokens lowered from 5,000 to 4,077"
+    content = answer_markdown("a", TIMING, notice, None)
+    assert content.startswith(notice_markdown(notice) + "\n\na\n\n---\n\n`Total:")
+
+
+def test_notice_without_answer_text_is_not_followed_by_a_rule() -> None:
+    """A stopped answer that got only its notice shows the notice, then the error, with no rule between."""
+    content = answer_markdown("", None, "lowered", errors.cancelled())
+    assert content == f"{notice_markdown('lowered')}\n\n{errors.cancelled().message}"
 
 
 def test_error_without_answer_is_shown_alone() -> None:
@@ -84,5 +93,5 @@ def test_blank_answer_is_explained() -> None:
     """An answer with no visible text says so instead of showing an empty bubble."""
     content = answer_markdown(" \n\n ", TIMING, None, None)
     assert content.startswith("*(No visible text")
-    assert "Total: 824ms" in content
+    assert f"Total:{NBSP}824ms" in content
     assert answer_markdown("\n", None, None, errors.cancelled()) == errors.cancelled().message

@@ -17,6 +17,7 @@ from services.ui.status import (
     current_status,
     engine_process_alive,
     header_markdown,
+    plain_reason,
     probe_vllm,
 )
 
@@ -126,6 +127,30 @@ def test_header_says_plainly_that_synthetic_answers_are_noise() -> None:
     text = plain(header_markdown(classify(READY_PROBE, URL, state, engine_alive=False)))
     assert "noise by design" in text
     assert "MODEL=synthetic:tiny was requested" in text
+
+
+FALLBACK_REASON = (
+    "default model baidu/ERNIE-4.5-0.3B-PT is not in the HF cache and could not be downloaded (ConnectError: "
+    "[Errno -2] Name or service not known (huggingface.co)); serving synthetic:ernie-4.5-0.3b instead: same "
+    "architecture, random weights, its text is noise"
+)
+
+
+def test_fallback_reason_in_plain_words_with_the_cause_apart() -> None:
+    """The launcher's reason loses its exception text, which becomes the cause; a plain reason stays whole."""
+    plain_words, cause = plain_reason(FALLBACK_REASON)
+    assert plain_words == "default model baidu/ERNIE-4.5-0.3B-PT is not in the HF cache and could not be downloaded"
+    assert cause == "ConnectError: [Errno -2] Name or service not known (huggingface.co)"
+    assert plain_reason("the hub is unreachable") == ("the hub is unreachable", None)
+
+
+def test_synthetic_notice_ends_in_plain_words_and_puts_the_error_on_its_own_line() -> None:
+    """The header's synthetic notice does not end in a raw exception: the cause is a separate ``Cause:`` line."""
+    state = _state(synthetic=True, served_name="ernie-4.5-0.3b-pt", fallback_reason=FALLBACK_REASON)
+    lines = plain(header_markdown(classify(READY_PROBE, URL, state, engine_alive=False))).splitlines()
+    because = next(line for line in lines if line.startswith("It is served because"))
+    assert because.rstrip(" ").endswith("could not be downloaded.") and "Errno" not in because
+    assert lines[-1].startswith("*Cause:* `ConnectError: [Errno -2]")
 
 
 def test_header_when_down_has_status_and_advice() -> None:

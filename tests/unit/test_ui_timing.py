@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.ui.timing import Timing, compute_timing, format_timing
+from services.ui.timing import NBSP, Timing, compute_timing, format_timing
 
 
 def test_total_splits_into_prompt_and_generation() -> None:
@@ -52,7 +52,7 @@ def test_out_of_order_timestamps_raise(start: float, first: float | None, end: f
 
 def test_format_matches_the_seed_layout() -> None:
     """The line reads ``Total: 824ms | Prompt: 123ms | Gen: 701ms`` followed by speed and token counts."""
-    line = format_timing(compute_timing(0.0, 0.123, 0.824, prompt_tokens=19, completion_tokens=36))
+    line = format_timing(compute_timing(0.0, 0.123, 0.824, prompt_tokens=19, completion_tokens=36)).replace(NBSP, " ")
     assert line.startswith("Total: 824ms | Prompt: 123ms | Gen: 701ms | ")
     assert "49.9 tok/s" in line
     assert line.endswith("Tokens: 19 in, 36 out")
@@ -63,4 +63,12 @@ def test_format_shows_unknowns_plainly() -> None:
     timing = Timing(
         total_ms=5.0, ttft_ms=None, gen_ms=None, prompt_tokens=None, completion_tokens=None, tokens_per_s=None
     )
-    assert format_timing(timing) == "Total: 5ms | Prompt: n/a | Gen: n/a | Tokens: ? in, ? out"
+    assert format_timing(timing).replace(NBSP, " ") == "Total: 5ms | Prompt: n/a | Gen: n/a | Tokens: ? in, ? out"
+
+
+def test_line_breaks_only_between_fields() -> None:
+    """Breakable spaces sit only around the ``|`` separators; within a field (``512 out``) they do not break."""
+    line = format_timing(compute_timing(0.0, 0.2, 30.0, prompt_tokens=216, completion_tokens=512))
+    fields = line.split(" | ")
+    assert len(fields) == 5 and all(" " not in field for field in fields)
+    assert fields[-1] == f"Tokens:{NBSP}216{NBSP}in,{NBSP}512{NBSP}out"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from core.settings import Settings
+from services.ui import errors
 from services.ui.chat import ChatParams
 from services.ui.turn import ChatBackend, TurnResult
 
@@ -96,8 +98,10 @@ class FakeVllm:
         return AsyncOpenAI(base_url=f"{URL}/v1", api_key="EMPTY", max_retries=0, http_client=client)
 
 
-def backend_for(fake: FakeVllm, tmp_path: Path) -> ChatBackend:
-    settings = Settings(_env_file=None, vllm_base_url=URL, logs_dir=tmp_path, request_timeout_s=30)  # type: ignore[call-arg]
+def backend_for(fake: FakeVllm, tmp_path: Path, ui_max_tokens: int = 4096) -> ChatBackend:
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None, vllm_base_url=URL, logs_dir=tmp_path, request_timeout_s=30, ui_max_tokens=ui_max_tokens
+    )
     return ChatBackend(settings, http=fake.http(), llm=fake.llm())
 
 
@@ -153,6 +157,27 @@ def test_too_large_max_tokens_is_clamped_and_announced(tmp_path: Path) -> None:
     assert result.notice is not None and "128" in result.notice and "96" in result.notice
 
 
+def test_whole_context_as_max_tokens_is_lowered_to_the_ui_limit_before_sending(tmp_path: Path) -> None:
+    """max_tokens = the whole context (131,072) goes out as UI_MAX_TOKENS, and the notice arrives before the request
+    is sent (so the reader sees it at once, not under an answer that ends hours later)."""
+    fake = FakeVllm(GOOD_STREAM, prompt_tokens=20, max_model_len=131_072)
+    backend = backend_for(fake, tmp_path, ui_max_tokens=4096)
+    notices: list[tuple[str, int]] = []
+
+    async def on_token(piece: str) -> None:
+        pass
+
+    async def on_notice(text: str) -> None:
+        notices.append((text, len(fake.chat_requests)))
+
+    params = ChatParams(temperature=0.0, top_p=1.0, max_tokens=131_072)
+    result = asyncio.run(backend.run_turn([], "hi", params, on_token, on_notice=on_notice))
+    assert fake.chat_requests[0]["max_tokens"] == 4096
+    ((notice, sent_before),) = notices
+    assert sent_before == 0 and "131,072" in notice and "4,096" in notice and "UI_MAX_TOKENS" in notice
+    assert result.notice == notice
+
+
 def test_prompt_over_the_context_is_not_sent(tmp_path: Path) -> None:
     """A prompt that fills the context is refused before sending, with the limit and the size, and logged."""
     fake = FakeVllm(GOOD_STREAM, prompt_tokens=5000, max_model_len=4096)
@@ -206,3 +231,53 @@ def test_stop_cancels_and_closes_the_server_stream(tmp_path: Path) -> None:
     asyncio.run(go())
     line = log_lines(tmp_path)[0]
     assert line["status"] == "cancelled" and line["error"] == "cancelled" and line["ttft_ms"] is not None
+
+
+def test_disconnect_cancels_and_logs_why(tmp_path: Path) -> None:
+    """A turn cancelled because the session disconnected closes the server stream and logs ``cancelled`` with
+    that cause (the cancel message carries the reason)."""
+    fake = FakeVllm(GOOD_STREAM)
+    fake.hang_after_first = True
+    backend = backend_for(fake, tmp_path)
+    first_token = asyncio.Event()
+
+    async def on_token(piece: str) -> None:
+        first_token.set()
+
+    async def go() -> None:
+        task = asyncio.create_task(backend.run_turn([], "q", PARAMS, on_token))
+        await asyncio.wait_for(first_token.wait(), 5)
+        task.cancel(errors.DISCONNECTED)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.wait_for(fake.stream_closed.wait(), 5)
+
+    asyncio.run(go())
+    (line,) = log_lines(tmp_path)
+    assert line["status"] == "cancelled" and line["error"] == errors.cancelled(errors.DISCONNECTED).cause
+
+
+def test_fast_stream_lets_other_tasks_run_between_chunks(tmp_path: Path) -> None:
+    """Chunks that are all ready at once (a fast model) still let the event loop run between them, so the tokens
+    reach the browser as they come and a Stop or a disconnect is handled mid-answer, not after the end."""
+    many = [chunk(""), *(chunk("字") for _ in range(50)), chunk("", finish="length"), b"data: [DONE]\n\n"]
+    backend = backend_for(FakeVllm(many), tmp_path)
+    ticks = 0
+    seen: list[int] = []
+
+    async def on_token(piece: str) -> None:
+        seen.append(ticks)
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    async def go() -> None:
+        other = asyncio.create_task(ticker())
+        await backend.run_turn([], "q", PARAMS, on_token)
+        other.cancel()
+
+    asyncio.run(go())
+    assert len(seen) == 50 and all(b > a for a, b in itertools.pairwise(seen)), seen
