@@ -164,12 +164,21 @@ def _string(obj: dict[str, Any], key: str, required: bool) -> str | None:
     return value
 
 
+def request_log_bytes(line: RequestLogLine) -> bytes:
+    """``line`` as written to ``requests.jsonl`` (one JSON object and a newline, UTF-8)."""
+    return (json.dumps(line.as_dict(), ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def open_request_log(path: Path) -> int:
+    """An ``O_APPEND`` descriptor on ``path`` (created with its folder), for writers that append many lines."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+
 def append_request_log(path: Path, line: RequestLogLine) -> None:
     """Append ``line`` to ``path`` (created with its folder); one O_APPEND write per line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = (json.dumps(line.as_dict(), ensure_ascii=False) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = open_request_log(path)
     try:
-        os.write(fd, data)
+        os.write(fd, request_log_bytes(line))
     finally:
         os.close(fd)
