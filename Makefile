@@ -1,18 +1,18 @@
 # Zero-config LLM serving + benchmarking stack. `make up` and `make test` do all the set-up.
-# Benchmark knobs: make benchmark CONCURRENCY=8 REQUESTS=50 (or DURATION=60s) WARMUP=10 MAX_TOKENS=128
+# Benchmark knobs: make benchmark CONCURRENCY=8 REQUESTS=50 (or DURATION=60s) WARMUP=10 MAX_TOKENS=128 WORKERS=2
 # (make passes command-line variables to the recipes' environment, where the settings object reads them).
 SHELL := /bin/bash
 APP_PY := .venvs/app/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help sweep compare compose-up compose-down compose-test calibrate bench-peer bench-ceiling bench-logs bench-engine logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
+.PHONY: help sweep compare compose-up compose-down compose-test calibrate bench-peer bench-ceiling bench-workers bench-lag bench-logs bench-engine logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
 
 help:
 	@echo "stack:      make up | down | status"
-	@echo "benchmark:  make benchmark [CONCURRENCY= REQUESTS= DURATION= RATE= SLO= GATE= REPEAT= PROFILE=1 ...] | baseline NAME=.. | calibrate"
+	@echo "benchmark:  make benchmark [CONCURRENCY= REQUESTS= DURATION= RATE= WORKERS= SLO= GATE= REPEAT= PROFILE=1 ...] | baseline NAME=.. | calibrate"
 	@echo "            make sweep [SWEEP=auto|concurrency:1,2,4|rate:0.5,1,2 SLO= REPEAT=] | compare A=<id|baseline> B=<id|baseline>"
 	@echo "logs:       make logs-errors | logs-slow [THRESHOLD_MS=] | logs-stats [SINCE=]"
-	@echo "dev:        make test | lint | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-logs | bench-engine | clean"
+	@echo "dev:        make test | lint | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-workers | bench-lag | bench-logs | bench-engine | clean"
 	@echo "containers: make compose-up | compose-down | compose-test | benchmark-compose (see README, Docker and GPUs)"
 
 envs: app-env engine-env
@@ -83,8 +83,14 @@ calibrate: app-env
 bench-peer: app-env
 	@$(APP_PY) benchmarks/bench_peer_agreement.py
 
-bench-ceiling: app-env
-	@$(APP_PY) benchmarks/bench_client_ceiling.py
+bench-ceiling: envs
+	@$(APP_PY) benchmarks/bench_client_ceiling.py --repeats 3
+
+bench-workers: app-env
+	@$(APP_PY) benchmarks/bench_scaleout.py
+
+bench-lag: app-env
+	@$(APP_PY) benchmarks/bench_lag_verdict.py
 
 bench-logs: app-env
 	@$(APP_PY) benchmarks/bench_log_analyzer.py
@@ -101,7 +107,7 @@ validate-containers: app-env
 BENCH_VARS := CONCURRENCY REQUESTS DURATION WARMUP MAX_TOKENS TEMPERATURE SEED RATE SLO GATE GATE_THRESHOLD_PCT \
 	DATASET PROFILE INPUT_MIX IGNORE_EOS BURSTINESS RAMP_UP_S OUTPUT_LEN OUTPUT_LEN_MEAN OUTPUT_LEN_P95 \
 	SWEEP SWEEP_RATES REPEAT COOLDOWN_S SLO_ATTAINMENT_PCT MAX_IN_FLIGHT RATE_END RANDOM_INPUT_LEN RANDOM_OUTPUT_LEN \
-	SESSION_TURNS
+	SESSION_TURNS WORKERS
 benchmark-compose:
 	scripts/compose.sh exec -T $(foreach v,$(BENCH_VARS),$(if $($(v)),-e $(v)=$($(v)))) locust-master python -m loadtest.bench $(ARGS)
 	@echo "[INFO] /app/reports in the containers is ./reports here"

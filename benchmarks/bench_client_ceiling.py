@@ -27,6 +27,7 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -56,6 +57,7 @@ from loadtest.calibrate import (  # noqa: E402
     summarize_records,
 )
 from loadtest.procs import CpuSample, CpuSampler, ProcessError, cpu_in_window, mock_server  # noqa: E402
+from services.vllm.launch import engine_python  # noqa: E402
 
 TARGET_RATIO = 1.5  # ours / theirs, chunks/s per client core
 VLLM_REQUESTS_FIRST = 500  # vLLM's requests if it ever ran before any run of ours without --requests
@@ -116,7 +118,10 @@ def run_pair(index: int, workdir: Path, args: argparse.Namespace, vllm_requests:
     vLLM sends as many requests as ours completed in this pair when ours ran first, else ``vllm_requests``.
     """
     dataset = workdir / "prompts.sharegpt.json"
-    with mock_server(workdir / f"mock_{index}.log", tokens=args.tokens, ttft_ms=0, itl_ms=0) as mock:
+    with mock_server(
+        workdir / f"mock_{index}.log", tokens=args.tokens, ttft_ms=0, itl_ms=0, tokens_per_chunk=args.tokens_per_chunk,
+        events_per_write=args.events_per_write, processes=args.mock_processes,
+    ) as mock:  # fmt: skip
         ours: ClientRun | None = None
         theirs: ClientRun | None = None
         for client in ("ours", "vllm") if index % 2 == 0 else ("vllm", "ours"):
@@ -143,7 +148,8 @@ def run_pair(index: int, workdir: Path, args: argparse.Namespace, vllm_requests:
 
 def default_tokenizer() -> str | None:
     """A local tokenizer for vLLM's client (the mock has none): the stack's resolved model, else the first model
-    folder with a tokenizer.json (vLLM's ShareGPT loader needs one to size prompts)."""
+    folder with a tokenizer.json, else the synthetic tiny model built for it (vLLM's ShareGPT loader needs one to
+    size prompts; building takes a few seconds with the engine env)."""
     settings = get_settings()
     state = read_engine_state(settings.engine_state_file)
     if state is not None:
@@ -151,14 +157,26 @@ def default_tokenizer() -> str | None:
         if (model / "tokenizer.json").exists() or (model / "tokenizer_config.json").exists():
             return str(model)
     found = sorted(settings.models_dir.glob("*/tokenizer.json"))
-    return str(found[0].parent) if found else None
+    if found:
+        return str(found[0].parent)
+    out = settings.models_dir / "tiny"
+    argv = [engine_python(settings), "-m", "services.vllm.synthetic", "--variant", "tiny", "--out", str(out),
+            "--corpus", str(settings.prompts_file)]  # fmt: skip
+    built = subprocess.run(argv, cwd=REPO, check=False)
+    return str(out) if built.returncode == 0 and (out / "tokenizer.json").exists() else None
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the pair(s) and judge; 0 pass, 1 miss, 2 a run failed."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--users", type=int, default=32, help="concurrent requests of each client")
-    parser.add_argument("--tokens", type=int, default=256, help="tokens (= chunks) per mock answer")
+    parser.add_argument("--tokens", type=int, default=256, help="tokens per mock answer")
+    parser.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per event (vLLM-like chunking)")
+    parser.add_argument(
+        "--events-per-write", type=int, default=0,
+        help="mock events per write (0: each answer in one write, what a saturated client finds; 1: one per write)",
+    )  # fmt: skip
+    parser.add_argument("--mock-processes", type=int, default=1, help="mock server processes")
     parser.add_argument("--run-time-s", type=float, default=15.0, help="length of our run")
     parser.add_argument("--requests", type=int, default=0, help="vLLM's requests (default: as many as ours did)")
     parser.add_argument("--repeats", type=int, default=1, help="pairs to run (order alternates)")
@@ -168,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.tokenizer = args.tokenizer or default_tokenizer()
     if args.tokenizer is None:
-        parser.error("no local tokenizer found under models/; pass --tokenizer DIR (vLLM's client needs one)")
+        parser.error("no local tokenizer under models/ and none could be built; pass --tokenizer DIR")
 
     workdir = Path(tempfile.mkdtemp(prefix="client_ceiling_"))
     print(

@@ -80,13 +80,16 @@ def append_rotating(path: Path, data: bytes, max_bytes: int | None, backups: int
 
 
 class RotatingWriter:
-    """One process's appender of a log file, rotated at ``max_bytes`` keeping ``backups`` old files.
+    """One process's appender of a log file kept open between writes, rotated at ``max_bytes`` (None: never) keeping
+    ``backups`` old files.
 
-    Rotation happens only between writes (each ``write`` gets whole lines from its caller), under the same lock as
-    :func:`append_rotating`.
+    Rotation happens only between writes (each ``write`` gets whole lines from its caller), under the same lock and
+    with the same second look as :func:`append_rotating`, so several writers of one file (Locust processes each
+    holding a descriptor, the UI appending) rotate it once: a writer whose file another one has just rotated finds
+    its own descriptor on the full ``name.1`` and the fresh ``name`` small, and only reopens ``name``.
     """
 
-    def __init__(self, path: Path, max_bytes: int, backups: int) -> None:
+    def __init__(self, path: Path, max_bytes: int | None, backups: int) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
@@ -100,11 +103,16 @@ class RotatingWriter:
             OSError: the file cannot be written.
         """
         size = os.fstat(self._fd).st_size
-        if size > 0 and size + len(data) > self.max_bytes:
+        if self.max_bytes is not None and size > 0 and size + len(data) > self.max_bytes:
             with rotation_lock(self.path):
-                rotate(self.path, self.backups)
-            os.close(self._fd)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    current = os.stat(self.path).st_size
+                except FileNotFoundError:
+                    current = 0
+                if current > 0 and current + len(data) > self.max_bytes:  # nobody else rotated it meanwhile
+                    rotate(self.path, self.backups)
+                os.close(self._fd)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.write(self._fd, data)
 
     def close(self) -> None:

@@ -9,6 +9,13 @@ from collections.abc import Callable
 import httpx
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that was free a moment ago (the OS's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
 def port_in_use_message(host: str, port: int, variable: str) -> str | None:
     """None when ``host:port`` can be bound; else a message saying who to stop or which variable to change."""
     bind_host = "" if host in ("0.0.0.0", "::") else host

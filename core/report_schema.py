@@ -26,7 +26,8 @@ SCHEMA_VERSION = "1.2"
 #      (:func:`migrate_report`); nothing is rewritten on disk.
 #      KV cache: ``resources.kv_cache`` (pool, peak usage, queue peaks), ``server.preemptions``,
 #      ``metrics.kv_cache_gb`` / ``kv_cache_usage_peak_percent`` / ``kv_bound``, and the timeline's KV usage and
-#      running/waiting requests.
+#      running/waiting requests. Load generator: ``config.workers`` (Locust processes); ``client`` records each
+#      load process's CPU and event-loop lag and how far that lag could have moved TTFT/ITL.
 RENAMED_IN_1_2 = {"cpu_rss_peak_gb": "vllm_rss_peak_gb"}
 STARTUP_RENAMED_IN_1_2 = {"last_load_s": "model_load_s", "last_engine_init_s": "engine_init_s"}
 LOGS_TO_STARTUP_IN_1_2 = ("model_load_s", "engine_init_s", "kv_cache_line")
@@ -114,6 +115,9 @@ class BenchmarkConfig(BaseModel):
     )
     vllm_url: str
     model: str
+    workers: int = Field(
+        default=1, ge=1, description="Load-generating Locust processes (1: one process; N: a master and N workers)."
+    )
     max_in_flight: int | None = Field(
         default=None,
         description="Open loop with a cap (MAX_IN_FLIGHT): at most this many requests in flight; later arrivals wait "

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from core.logrotate import MIB, append_rotating
+from core.logrotate import MIB, RotatingWriter, append_rotating
 
 if TYPE_CHECKING:  # the analyzer imports this module and must start fast: no pydantic at import
     from core.records import RequestRecord
@@ -169,11 +169,15 @@ def _string(obj: dict[str, Any], key: str, required: bool) -> str | None:
     return value
 
 
+def request_log_bytes(line: RequestLogLine) -> bytes:
+    """``line`` as written to ``requests.jsonl`` (one JSON object and a newline, UTF-8)."""
+    return (json.dumps(line.as_dict(), ensure_ascii=False) + "\n").encode("utf-8")
+
+
 def append_request_log(path: Path, line: RequestLogLine, max_bytes: int | None = None, backups: int = 5) -> None:
     """Append ``line`` to ``path`` (created with its folder); one O_APPEND write per line, the file rotated first
     when it would pass ``max_bytes`` (None: never; :func:`core.logrotate.append_rotating`)."""
-    data = (json.dumps(line.as_dict(), ensure_ascii=False) + "\n").encode("utf-8")
-    append_rotating(path, data, max_bytes, backups)
+    append_rotating(path, request_log_bytes(line), max_bytes, backups)
 
 
 def _same(text: str) -> str:
@@ -202,12 +206,25 @@ class RequestLog:
             Redactor(secret_values(settings)),
         )
 
+    def encode(self, line: RequestLogLine) -> bytes:
+        """``line`` as written (its error text masked)."""
+        if line.error:
+            line = replace(line, error=self.redact(line.error))
+        return request_log_bytes(line)
+
     def append(self, line: RequestLogLine) -> None:
-        """Append ``line`` (its error text masked; rotating when due).
+        """Append ``line`` (its error text masked; rotating when due); opens and closes the file.
 
         Raises:
             OSError: the log cannot be written.
         """
-        if line.error:
-            line = replace(line, error=self.redact(line.error))
-        append_request_log(self.path, line, self.max_bytes, self.backups)
+        append_rotating(self.path, self.encode(line), self.max_bytes, self.backups)
+
+    def writer(self) -> RotatingWriter:
+        """A descriptor kept open for many lines (a Locust process's rows), rotating like :meth:`append`; write
+        :meth:`encode` d lines to it and close it at the end.
+
+        Raises:
+            OSError: the log cannot be opened.
+        """
+        return RotatingWriter(self.path, self.max_bytes, self.backups)

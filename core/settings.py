@@ -216,6 +216,12 @@ class Settings(BaseSettings):
     )
     burstiness: float = Field(default=1.0, gt=0, description="Open loop: gamma shape of arrival gaps (1 = Poisson).")
     ramp_up_s: float = Field(default=0.0, ge=0, description="Closed loop: seconds to start all users.")
+    workers: int | None = Field(
+        default=None,
+        ge=1,
+        description="Load-generating Locust processes (N > 1: a master and N workers); unset: from the machine's "
+        "cores and the load asked for.",
+    )
     dataset: Path | None = Field(
         default=None,
         description="Prompt JSONL or ShareGPT JSON/JSONL, or random (token-exact synthetic prompts, see "
@@ -350,6 +356,7 @@ class Settings(BaseSettings):
         "rate_end",
         "sweep",
         "max_in_flight",
+        "workers",
         mode="before",
     )
     @classmethod

@@ -29,11 +29,11 @@ EndReason = Literal["done", "finish_then_close", "truncated"]
 TEXT_FIELDS = ("content", "reasoning_content", "reasoning")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass costs ~0.6 µs more per chunk to build; treat as read-only
 class ChunkFacts:
     """What one chunk says: ``text`` is content and reasoning (what TTFT and ITL time), ``content`` the answer text
     alone (what a chat shows). ``invalid`` names a shape problem (the stream is then failed as ``invalid_stream``);
-    ``error`` holds a server error object's message."""
+    ``error`` holds a server error object's message. Fields in this order (the fast decoder builds it by position)."""
 
     text: str = ""
     content: str = ""

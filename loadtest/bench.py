@@ -62,6 +62,8 @@ def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, sett
             measured_window_s(measured),
             run.cpu_cores,
             load_calibration(settings.logs_dir / "calibration.json"),
+            run.processes,
+            plan.workers,
         ),
         run_id=records_path.name.removesuffix(".requests.jsonl"),
         profile_traces=run.traces,

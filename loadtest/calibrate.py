@@ -1,19 +1,21 @@
-"""``make calibrate``: the load generator's own ceiling and the latency it adds, measured against the mock server.
+"""``make calibrate``: the load generator's own ceiling, with one and with N worker processes, and the latency it adds.
 
-``python -m loadtest.calibrate`` starts the bundled mock server (:mod:`loadtest.mock_server`) on a free port and
-runs *our* client (the same Locust file and request function as ``make benchmark``) against it three times:
+``python -m loadtest.calibrate`` starts the bundled mock server (:mod:`loadtest.mock_server`: pre-built answers, one
+write each, several processes on one port, so it is not the limit; its CPU is printed) on a free port and runs *our*
+client (the same Locust file and request function as ``make benchmark``) against it:
 
-1. **chunk ceiling** — mock with no delays (``--ttft-ms 0 --itl-ms 0``, 128 tokens, one token per chunk), 32 users
-   for 12 s: streamed content chunks per CPU-second of the Locust process tree (= chunks/s one client core can
-   sustain);
-2. **request ceiling** — same mock answering 1 token: completed requests per CPU-second;
+1. **chunk ceiling** — mock with no delays (128 tokens; ``--tokens-per-chunk K`` packs K tokens per event, as vLLM
+   does at high rates), 32 users for 12 s: streamed content chunks per CPU-second of the Locust process tree (= chunks/s
+   one client core sustains), with 1 worker and with ``--workers N`` (default: the usable cores);
+2. **request ceiling** — same mock answering 1 token: completed requests per CPU-second, 1 and N workers;
 3. **added latency** — mock paced at 200 ms TTFT and 20 ms ITL, 4 users for 8 s: median measured TTFT and ITL minus
    the configured ones (an upper bound of what the client adds: the mock's own scheduling is included).
 
-CPU is sampled with psutil on the Locust process tree every 0.1 s and read over the run's measured window (first
-request sent to last answer ended, interpolated), so Locust's start-up is not counted. The result goes to
-``logs/calibration.json`` (:class:`core.clientview.Calibration`); every benchmark compares its own chunks/s with
-it and is flagged client-limited at ≥ 80 % of the ceiling. No target: the figures describe this machine.
+CPU is sampled with psutil on the Locust process tree (master and workers) every 0.1 s and read over the run's
+measured window (first request sent to last answer ended, interpolated), so Locust's start-up is not counted. The
+result goes to ``logs/calibration.json`` (:class:`core.clientview.Calibration`: the 1-worker per-core figures, and
+every run); every benchmark compares its own chunks/s with the per-core ceiling times its worker processes and is
+flagged client-limited at ≥ 80 % of it. No target: the figures describe this machine.
 
 The helpers (mock server process, CPU sampler, one Locust run) are shared with ``benchmarks/``.
 """
@@ -33,10 +35,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from core.clientview import Calibration, save_calibration
+from core.clientview import Calibration, CalibrationRun, save_calibration
 from core.records import RequestRecord
 from core.settings import PROJECT_ROOT, get_settings
 from loadtest.launch import locust_argv
+from loadtest.plan import usable_cores
 from loadtest.procs import (
     CpuSample,
     CpuSampler,
@@ -156,18 +159,32 @@ def added_latency_ms(records: Sequence[RequestRecord], ttft_ms: float, itl_ms: f
 def calibration_table(rows: Mapping[str, ClientRun]) -> list[str]:
     """Aligned text lines describing each run (pure)."""
     header = (
-        f"{'run':<16}{'ok':>7}{'failed':>7}{'chunks':>9}{'window_s':>10}{'cpu_s':>8}{'client_cores':>13}"
-        f"{'mock_cores':>11}{'chunks/s':>10}{'chunks/s/core':>14}{'req/s/core':>11}"
+        f"{'run':<20}{'ok':>7}{'failed':>7}{'chunks':>9}{'window_s':>10}{'cpu_s':>8}{'client_cores':>13}"
+        f"{'mock_cores':>11}{'chunks/s':>10}{'req/s':>8}{'chunks/s/core':>14}{'req/s/core':>11}"
     )
     lines = [header]
     for name, run in rows.items():
         mock = "n/a" if run.server_cores is None else f"{run.server_cores:.2f}"
         lines.append(
-            f"{name:<16}{run.requests_ok:>7}{run.requests_failed:>7}{run.chunks:>9}{run.window_s:>10.1f}"
+            f"{name:<20}{run.requests_ok:>7}{run.requests_failed:>7}{run.chunks:>9}{run.window_s:>10.1f}"
             f"{run.client_cpu_s:>8.1f}{run.client_cores:>13.2f}{mock:>11}{run.chunks_per_sec:>10.0f}"
-            f"{run.chunks_per_sec_per_core:>14.0f}{run.requests_per_sec_per_core:>11.1f}"
+            f"{run.requests_per_sec:>8.0f}{run.chunks_per_sec_per_core:>14.0f}{run.requests_per_sec_per_core:>11.1f}"
         )
     return lines
+
+
+def calibration_run(name: str, workers: int, run: ClientRun) -> CalibrationRun:
+    """One run as stored in ``logs/calibration.json`` (pure)."""
+    return CalibrationRun(
+        name=name,
+        workers=workers,
+        chunks_per_sec=run.chunks_per_sec,
+        requests_per_sec=run.requests_per_sec,
+        client_cores=run.client_cores,
+        mock_cores=run.server_cores,
+        chunks_per_sec_per_core=run.chunks_per_sec_per_core,
+        requests_per_sec_per_core=run.requests_per_sec_per_core,
+    )
 
 
 def our_client_env(base_url: str, users: int, max_tokens: int, logs_dir: Path | None = None) -> dict[str, str]:
@@ -196,8 +213,10 @@ def run_our_client(
     max_tokens: int,
     server_pid: int | None = None,
     name: str = "locust",
+    workers: int = 1,
 ) -> tuple[list[RequestRecord], list[CpuSample], list[CpuSample]]:
-    """One headless Locust run of our client (``ChatUser``) for ``run_time_s``; rows and CPU samples.
+    """One headless Locust run of our client (``ChatUser``, ``workers`` processes) for ``run_time_s``; rows and CPU
+    samples (of the whole Locust process tree).
 
     Returns:
         ``(rows, Locust tree CPU samples, server CPU samples)`` — the last is empty without ``server_pid``.
@@ -211,7 +230,9 @@ def run_our_client(
     records_path = workdir / f"{name}.requests.jsonl"
     log_path = workdir / f"{name}.log"
     records_path.write_text("")
-    argv = locust_argv(settings, headless=True, users=users, run_time_s=run_time_s, records_file=records_path)
+    argv = locust_argv(
+        settings, headless=True, users=users, run_time_s=run_time_s, records_file=records_path, workers=workers
+    )
     env = our_client_env(base_url, users, max_tokens)
     with log_path.open("wb") as log:
         proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -238,11 +259,14 @@ def run_our_client(
 
 @dataclass(frozen=True)
 class CalibrateOptions:
-    """Shapes of the three runs."""
+    """Shapes of the runs."""
 
     users: int = 32
     run_time_s: float = 12.0
     chunk_tokens: int = 128
+    tokens_per_chunk: int = 1
+    workers: int = 2
+    mock_processes: int = 2
     latency_users: int = 4
     latency_run_time_s: float = 8.0
     latency_tokens: int = 20
@@ -251,26 +275,38 @@ class CalibrateOptions:
 
 
 def calibrate(options: CalibrateOptions, workdir: Path) -> tuple[Calibration, dict[str, ClientRun]]:
-    """Run the three calibration runs; return the calibration and the per-run figures.
+    """Run the ceiling runs (1 and N workers) and the latency run; return the calibration and the per-run figures.
 
     Raises:
         CalibrationError: a run failed (the message has the log tail).
     """
     runs: dict[str, ClientRun] = {}
     keyed = get_settings().vllm_client_key is not None  # the mock then refuses requests without it, as vLLM does
-    for name, tokens in (("chunk_ceiling", options.chunk_tokens), ("request_ceiling", 1)):
-        print(f"[CALIBRATE] {name}: mock {tokens} token(s), no delays, {options.users} users, {options.run_time_s:g} s")
-        with mock_server(
-            workdir / f"mock_{name}.log", tokens=tokens, ttft_ms=0, itl_ms=0, require_api_key=keyed
-        ) as mock:
-            rows, client, server = run_our_client(
-                mock.url, workdir, users=options.users, run_time_s=options.run_time_s, max_tokens=tokens,
-                server_pid=mock.pid, name=name,
-            )  # fmt: skip
-        runs[name] = summarize_records(rows, client, server)
+    stored: list[CalibrationRun] = []
+    counts = sorted({1, options.workers})
+    for kind, tokens in (("chunk_ceiling", options.chunk_tokens), ("request_ceiling", 1)):
+        for workers in counts:
+            name = f"{kind}_w{workers}"
+            print(
+                f"[CALIBRATE] {name}: mock {tokens} token(s) ({options.tokens_per_chunk} per event), no delays, "
+                f"{options.mock_processes} mock process(es); {options.users} users on {workers} worker(s), "
+                f"{options.run_time_s:g} s",
+                flush=True,
+            )
+            with mock_server(
+                workdir / f"mock_{name}.log", tokens=tokens, ttft_ms=0, itl_ms=0,
+                tokens_per_chunk=options.tokens_per_chunk, processes=options.mock_processes, require_api_key=keyed,
+            ) as mock:  # fmt: skip
+                rows, client, server = run_our_client(
+                    mock.url, workdir, users=options.users, run_time_s=options.run_time_s, max_tokens=tokens,
+                    server_pid=mock.pid, name=name, workers=workers,
+                )  # fmt: skip
+            runs[name] = summarize_records(rows, client, server)
+            stored.append(calibration_run(name, workers, runs[name]))
     print(
         f"[CALIBRATE] added_latency: mock TTFT {options.ttft_ms:g} ms, ITL {options.itl_ms:g} ms, "
-        f"{options.latency_tokens} tokens, {options.latency_users} users, {options.latency_run_time_s:g} s"
+        f"{options.latency_tokens} tokens, {options.latency_users} users, {options.latency_run_time_s:g} s",
+        flush=True,
     )
     with mock_server(
         workdir / "mock_latency.log", tokens=options.latency_tokens, ttft_ms=options.ttft_ms, itl_ms=options.itl_ms,
@@ -283,28 +319,56 @@ def calibrate(options: CalibrateOptions, workdir: Path) -> tuple[Calibration, di
     runs["added_latency"] = summarize_records(rows, client, server)
     added_ttft_ms, added_itl_ms = added_latency_ms(rows, options.ttft_ms, options.itl_ms)
     calibration = Calibration(
-        chunks_per_sec_per_core=runs["chunk_ceiling"].chunks_per_sec_per_core,
-        requests_per_sec_per_core=runs["request_ceiling"].requests_per_sec_per_core,
+        chunks_per_sec_per_core=runs["chunk_ceiling_w1"].chunks_per_sec_per_core,
+        requests_per_sec_per_core=runs["request_ceiling_w1"].requests_per_sec_per_core,
         added_ttft_ms=added_ttft_ms,
         added_itl_ms=added_itl_ms,
         measured_at=datetime.now().astimezone().isoformat(timespec="seconds"),
+        tokens_per_chunk=options.tokens_per_chunk,
+        runs=stored,
     )
     return calibration, runs
+
+
+def scaling_lines(runs: Mapping[str, ClientRun], workers: int) -> list[str]:
+    """``N workers: X× the chunks/s of 1`` for each ceiling (pure); nothing when N is 1."""
+    if workers <= 1:
+        return []
+    lines = []
+    for kind, rate in (("chunk_ceiling", "chunks_per_sec"), ("request_ceiling", "requests_per_sec")):
+        one, many = runs.get(f"{kind}_w1"), runs.get(f"{kind}_w{workers}")
+        if one and many and getattr(one, rate) > 0:
+            ratio = getattr(many, rate) / getattr(one, rate)
+            lines.append(
+                f"{kind}: {workers} workers stream {ratio:.2f}x the {rate.replace('_per_sec', '')}/s of 1 "
+                f"(client cores {one.client_cores:.2f} -> {many.client_cores:.2f}, mock cores "
+                f"{one.server_cores or 0:.2f} -> {many.server_cores or 0:.2f})"
+            )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     """Calibrate and write ``logs/calibration.json``; 0 on success, 1 when a run failed."""
     defaults = CalibrateOptions()
+    cores = usable_cores()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--users", type=int, default=defaults.users, help="concurrent users of the ceiling runs")
     parser.add_argument("--run-time-s", type=float, default=defaults.run_time_s, help="length of each ceiling run")
     parser.add_argument("--chunk-tokens", type=int, default=defaults.chunk_tokens, help="tokens per mock answer")
+    parser.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per event (vLLM-like chunking)")
+    parser.add_argument("--workers", type=int, default=cores, help="worker processes of the scale-out runs")
+    parser.add_argument("--mock-processes", type=int, default=cores, help="mock server processes")
     parser.add_argument("--output", type=Path, default=None, help="default: LOGS_DIR/calibration.json")
     parser.add_argument("--keep-logs", action="store_true", help="keep the temporary run folder and print its path")
     args = parser.parse_args(argv)
-    options = CalibrateOptions(users=args.users, run_time_s=args.run_time_s, chunk_tokens=args.chunk_tokens)
+    options = CalibrateOptions(
+        users=args.users, run_time_s=args.run_time_s, chunk_tokens=args.chunk_tokens,
+        tokens_per_chunk=args.tokens_per_chunk, workers=max(1, args.workers),
+        mock_processes=max(1, args.mock_processes),
+    )  # fmt: skip
     output = args.output or get_settings().logs_dir / "calibration.json"
     workdir = Path(tempfile.mkdtemp(prefix="calibrate_"))
+    print(f"[CALIBRATE] {cores} usable core(s), load average {os.getloadavg()[0]:.1f}; work folder {workdir}")
     try:
         calibration, runs = calibrate(options, workdir)
     except (CalibrationError, ProcessError, ValueError) as exc:
@@ -312,12 +376,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for line in calibration_table(runs):
         print(f"[CALIBRATE] {line}")
-    ceiling = runs["chunk_ceiling"]
+    for line in scaling_lines(runs, options.workers):
+        print(f"[CALIBRATE] {line}")
+    ceiling = runs["chunk_ceiling_w1"]
     if ceiling.client_cores < UNSATURATED_CORES:
         print(
-            f"[WARN] the client used only {ceiling.client_cores:.2f} core(s) in the ceiling run (mock "
-            f"{ceiling.server_cores or 0:.2f}): something else (mock server, other processes) was the bottleneck, "
-            "so the per-core ceiling is an estimate. Rerun on a quieter machine."
+            f"[WARN] the client used only {ceiling.client_cores:.2f} core(s) in the 1-worker ceiling run (mock "
+            f"{ceiling.server_cores or 0:.2f}): something else (other processes, the mock) took the CPU, so the "
+            "per-core ceiling is taken below saturation. Rerun on a quieter machine."
         )
     print(
         f"[CALIBRATE] ceiling {calibration.chunks_per_sec_per_core:.0f} chunks/s and "

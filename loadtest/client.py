@@ -1,34 +1,33 @@
 """The one request function: a streamed OpenAI chat completion, timed per chunk, returned as a RequestRecord.
 
-Used by the Locust user, the warmup phase and the tests, so every path measures the same way. Uses ``requests``
-with ``stream=True`` and ``iter_content(chunk_size=None)`` (urllib3 hands over each HTTP chunk as it arrives;
-checked against a mock server with known timings in the tests) and sseclient-py to split the byte stream into
-SSE events, so a multi-byte character split across network reads is decoded only once its event is complete.
+Used by the Locust users, the warmup phase, calibration and the tests, so every path measures the same way. The HTTP
+side is :mod:`loadtest.transport` (keep-alive connections; the body handed over as each network read arrives, never
+waiting to fill a block); the bytes are split into SSE events and decoded by :mod:`loadtest.sse` (a multi-byte
+character split across reads is decoded only once its event is complete). Checked against a mock server with known
+timings in the tests.
 """
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import requests
-from sseclient import SSEClient
+import orjson
 
 from core.records import ErrorKind, Phase, RequestRecord
-from core.streamtiming import StreamTimer, interpret_chunk
+from core.streamtiming import StreamTimer
+from loadtest.sse import DONE, SSEParser, decode_chunk
+from loadtest.transport import HttpSession, Response, Transport, TransportError, TransportTimeout
 
-CONNECT_TIMEOUT_S = 10.0
+TOKENIZE_TIMEOUT_S = 10.0
 
 
-def new_session(headers: dict[str, str] | None = None) -> requests.Session:
-    """A ``requests.Session`` for vLLM whose every request carries ``headers`` (``Settings.vllm_headers``: the
-    ``Authorization: Bearer <VLLM_API_KEY>`` header when vLLM has a key)."""
-    session = requests.Session()
-    session.headers.update(headers or {})
-    return session
+def new_session(max_connections: int = 1, headers: Mapping[str, str] | None = None) -> HttpSession:
+    """The HTTP session every path sends with: one connection per closed-loop user, as many as requests in flight
+    for the open-loop dispatcher (``max_connections``); ``headers`` go with every request."""
+    return HttpSession(max_connections=max_connections, headers=headers)
 
 
 def chat_payload(
@@ -46,34 +45,21 @@ def chat_payload(
     }
 
 
-def _server_message(response: requests.Response) -> str:
+def _server_message(body: bytes) -> str:
     """The error text of a non-2xx answer (OpenAI error JSON or the raw body), at most 500 characters."""
     try:
-        body = response.json()
+        parsed = orjson.loads(body)
     except ValueError:
-        return response.text[:500]
+        return body.decode("utf-8", "replace")[:500]
     message = None
-    if isinstance(body, dict):
-        error = body.get("error")
-        message = error.get("message") if isinstance(error, dict) else error or body.get("message")
-    return str(message or body)[:500]
-
-
-def release(response: requests.Response, reuse: bool) -> None:
-    """Hand the connection back for keep-alive after a complete stream (read the chunked terminator first);
-    close it after anything else, so a half-read stream never poisons the pool."""
-    if reuse:
-        try:
-            response.raw.read()  # the bytes after [DONE]: the empty terminating chunk
-            response.raw.release_conn()
-            return
-        except (requests.RequestException, OSError, ValueError):
-            pass
-    response.close()
+    if isinstance(parsed, dict):
+        error = parsed.get("error")
+        message = error.get("message") if isinstance(error, dict) else error or parsed.get("message")
+    return str(message or parsed)[:500]
 
 
 def stream_chat(
-    session: requests.Session,
+    session: Transport,
     base_url: str,
     payload: dict[str, Any],
     *,
@@ -86,7 +72,7 @@ def stream_chat(
     """Send one streamed chat completion and time it; never raises (any failure is a row with its cause).
 
     Args:
-        session: a ``requests.Session`` (gevent-patched inside Locust).
+        session: from :func:`new_session` (any :class:`loadtest.transport.Transport`).
         base_url: the server's base URL without ``/v1``.
         payload: from :func:`chat_payload`.
         timeout_s: longest wait for the connection or for the next chunk.
@@ -117,33 +103,42 @@ def stream_chat(
         )
     if record.ok and record.output_tokens is None:
         return with_counted_tokens(session, base_url, payload, record, "".join(pieces))
-    return record.model_copy(update={"output_tokens_source": "usage"}) if record.output_tokens is not None else record
+    return record
 
 
 _NO_TOKENIZE: set[str] = set()  # servers whose /tokenize answered 404/405: not asked again
 
 
-def server_token_count(session: requests.Session, base_url: str, body: dict[str, Any]) -> int | None:
+def server_token_count(session: Transport, base_url: str, body: dict[str, Any]) -> int | None:
     """Tokens of ``body`` (``{"model", "prompt"}`` or ``{"model", "messages"}``) by the server's ``/tokenize``
     (vLLM has one); None when the server has none or does not answer."""
     if base_url in _NO_TOKENIZE:
         return None
     try:
-        response = session.post(f"{base_url.rstrip('/')}/tokenize", json=body, timeout=10)
-    except requests.RequestException:
+        response = session.post(f"{base_url.rstrip('/')}/tokenize", orjson.dumps(body), timeout_s=TOKENIZE_TIMEOUT_S)
+    except TransportError:
         return None
-    if response.status_code in (404, 405):
+    ended = False
+    try:
+        raw = response.read_body()
+        ended = True
+    except TransportError:
+        return None
+    finally:
+        response.close(reuse=ended)
+    if response.status in (404, 405):
         _NO_TOKENIZE.add(base_url)
         return None
     try:
-        count = response.json().get("count") if response.status_code == 200 else None
-    except (ValueError, AttributeError):
+        answer = orjson.loads(raw) if response.status == 200 else None
+    except ValueError:
         return None
+    count = answer.get("count") if isinstance(answer, dict) else None
     return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
 
 
 def with_counted_tokens(
-    session: requests.Session, base_url: str, payload: dict[str, Any], record: RequestRecord, text: str
+    session: Transport, base_url: str, payload: dict[str, Any], record: RequestRecord, text: str
 ) -> RequestRecord:
     """A successful row whose stream carried no usage, with token counts from ``/tokenize`` or the chunk count.
 
@@ -161,7 +156,7 @@ def with_counted_tokens(
 
 
 def _stream(
-    session: requests.Session,
+    session: Transport,
     base_url: str,
     payload: dict[str, Any],
     timeout_s: float,
@@ -187,41 +182,24 @@ def _stream(
 
     url = f"{base_url.rstrip('/')}/v1/chat/completions"
     try:
-        response = session.post(url, json=payload, stream=True, timeout=(min(CONNECT_TIMEOUT_S, timeout_s), timeout_s))
-    except requests.Timeout as exc:
+        response = session.post(url, orjson.dumps(payload), timeout_s=timeout_s)
+    except TransportTimeout as exc:
         return failed("timeout", f"no response within {timeout_s:.0f} s: {exc}")
-    except requests.RequestException as exc:
-        return failed("connection", f"{type(exc).__name__}: {exc}")
-    if response.status_code != 200:
-        return failed("http_status", _server_message(response), http_status=response.status_code)
-
+    except TransportError as exc:
+        return failed("connection", str(exc))
     try:
-        events = SSEClient(response.iter_content(chunk_size=None)).events()  # type: ignore[arg-type]
-        for event in events:
-            if event.data.strip() == "[DONE]":
-                timer.done()
-                break
-            try:
-                obj = json.loads(event.data)
-            except ValueError:
-                return failed("invalid_stream", f"data line is not JSON: {event.data[:200]!r}", **timer_fields(timer))
-            facts = interpret_chunk(obj)
-            if facts.invalid:
-                return failed("invalid_stream", facts.invalid, **timer_fields(timer))
-            if facts.error:
-                return failed("invalid_stream", f"server error in stream: {facts.error}", **timer_fields(timer))
-            timer.feed(facts)
-            if facts.text:
-                pieces.append(facts.text)
-        else:
-            timer.closed()
-    except requests.Timeout as exc:
+        if response.status != 200:
+            return failed("http_status", _server_message(response.read_body()), http_status=response.status)
+        problem = read_events(response, timer, pieces)
+    except TransportTimeout as exc:
         return failed("timeout", f"no chunk within {timeout_s:.0f} s: {exc}", **timer_fields(timer))
-    except (requests.RequestException, OSError) as exc:
-        return failed("connection", f"stream broken: {type(exc).__name__}: {exc}", **timer_fields(timer))
+    except TransportError as exc:
+        return failed("connection", f"stream broken: {exc}", **timer_fields(timer))
     finally:
-        release(response, reuse=timer.saw_done)
+        response.close(reuse=timer.saw_done)
     measured = timer_fields(timer)
+    if problem:
+        return failed("invalid_stream", problem, **measured)
     if not timer.complete:
         return failed("no_done", "stream ended without data: [DONE] or a final finish_reason", **measured)
     if timer.chunks == 0:
@@ -229,9 +207,43 @@ def _stream(
     return RequestRecord(**base, ok=True, e2e_ms=timer.e2e_ms(), **measured)
 
 
+def read_events(response: Response, timer: StreamTimer, pieces: list[str]) -> str | None:
+    """Feed ``timer`` with the stream's chunks until ``data: [DONE]`` (:meth:`StreamTimer.done`) or the end of the
+    body (:meth:`StreamTimer.closed`); the text of every chunk is appended to ``pieces``.
+
+    Returns:
+        None, or why the stream is invalid (a data line that is not JSON, a chunk of the wrong shape, a server error
+        object); reading stops there.
+
+    Raises:
+        TransportTimeout, TransportError: from the transport.
+    """
+    parser = SSEParser()
+    feed, append = timer.feed, pieces.append
+    for block in response.blocks():
+        for data in parser.feed(block):
+            if data[:1] != b"{" and data.strip() == DONE:  # chunks are objects: only look closer at the rest
+                timer.done()
+                return None
+            try:
+                facts = decode_chunk(data)
+            except ValueError:
+                return f"data line is not JSON: {data[:200].decode('utf-8', 'replace')!r}"
+            if facts.invalid:
+                return facts.invalid
+            if facts.error:
+                return f"server error in stream: {facts.error}"
+            feed(facts)
+            if facts.text:
+                append(facts.text)
+    timer.closed()
+    return None
+
+
 def timer_fields(timer: StreamTimer) -> dict[str, Any]:
-    """The row fields a :class:`StreamTimer` measured (TTFT, ITL, tokens, chunks, how the stream ended)."""
-    return {
+    """The row fields a :class:`StreamTimer` measured (TTFT, ITL, tokens, chunks, how the stream ended, and
+    ``output_tokens_source`` ``usage`` when the stream's usage counted the tokens)."""
+    fields: dict[str, Any] = {
         "ttft_ms": timer.ttft_ms,
         "itl_ms": timer.itl_ms,
         "prompt_tokens": timer.prompt_tokens,
@@ -242,3 +254,6 @@ def timer_fields(timer: StreamTimer) -> dict[str, Any]:
         "end_reason": timer.end_reason,
         "http_status": 200,
     }
+    if timer.completion_tokens is not None:
+        fields["output_tokens_source"] = "usage"
+    return fields

@@ -5,20 +5,21 @@ The locustfile only declares the user classes and hooks and calls these (tested 
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gevent
-import requests
 from gevent.pool import Pool
 
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from loadtest.client import chat_payload, stream_chat
 from loadtest.loadshape import plan_arrival_gaps
-from loadtest.runstate import RunState
+from loadtest.runstate import RunState, Slot, share
+from loadtest.transport import Transport
 from loadtest.workload import WorkItem
 
 OPEN_LOOP_MAX_IN_FLIGHT = 10_000
@@ -32,7 +33,7 @@ def payload_for(plan: BenchmarkConfig, item: WorkItem) -> dict[str, Any]:
 
 def send(
     state: RunState,
-    session: requests.Session,
+    session: Transport,
     host: str,
     item: WorkItem,
     scheduled_at: float | None = None,
@@ -57,12 +58,14 @@ def send(
         "turn": item.turn,
     }
     answer: list[str] | None = [] if item.conversation is not None else None
+    state.in_flight += 1
     try:
         record = stream_chat(
             session, host, payload_for(plan, item), timeout_s=plan.request_timeout_s, request_id=request_id,
             answer=answer,
         )
     except BaseException as exc:  # GreenletExit / KeyboardInterrupt: the run is ending
+        state.in_flight -= 1
         state.save(
             RequestRecord(
                 request_id=request_id,
@@ -78,6 +81,7 @@ def send(
         if on_cut is not None:
             on_cut((clock() - started) * 1000.0)
         raise
+    state.in_flight -= 1
     record = record.model_copy(update=labels)
     state.save(record)
     if item.conversation is not None:  # the next turn carries this answer
@@ -85,20 +89,35 @@ def send(
     return record
 
 
+def arrivals(plan: BenchmarkConfig, slot: Slot) -> Iterator[tuple[int, float]]:
+    """This process's arrivals of the run's one schedule: ``(request number, seconds after the start)`` each.
+
+    The schedule (RATE, BURSTINESS, SEED, a RATE_END ramp: :func:`loadtest.loadshape.plan_arrival_gaps`) is generated
+    whole in every process; process ``slot`` of ``slots`` takes
+    arrivals ``slot, slot + slots, …``, so the processes together send the one schedule.
+
+    Raises:
+        ValueError: the plan has no RATE.
+    """
+    offsets = itertools.accumulate(plan_arrival_gaps(plan))
+    return itertools.islice(enumerate(offsets), slot.slot, None, slot.slots)
+
+
 def dispatch_open_loop(
     state: RunState,
     one: Callable[[WorkItem, float], None],
     clock: Callable[[], float] = time.time,
 ) -> int:
-    """Send requests at the plan's scheduled arrival times (RATE, BURSTINESS, SEED), each in its own greenlet, so a
-    slow server cannot slow the arrivals.
+    """Send this process's share of the scheduled arrivals (RATE, BURSTINESS, SEED; see :func:`arrivals`), each in
+    its own greenlet, so a slow server cannot slow the arrivals.
 
-    With ``max_in_flight`` (MAX_IN_FLIGHT) an arrival waits for a free slot, at most until the end of the run; its
-    latencies still count from its scheduled time. With ``rate_end_req_per_sec`` the rate ramps linearly
-    (:func:`loadtest.loadshape.plan_arrival_gaps`).
-    Dispatch stops when the request budget is spent or, with a duration, at ``start + duration_s`` (no arrival is
-    scheduled after it); requests still in flight then may finish for ``drain_s`` and are cancelled after that
-    (saved as ``incomplete`` rows by :func:`send`). ``one(item, scheduled_at)`` sends one request.
+    The schedule starts at the slot's ``start_at`` (shared by every process) or now. With ``max_in_flight``
+    (MAX_IN_FLIGHT, split between the processes like the requests) an arrival waits for a free slot, at most until the
+    end of the run; its latencies still count from its scheduled time. With ``rate_end_req_per_sec`` the rate ramps
+    linearly (:func:`loadtest.loadshape.plan_arrival_gaps`). Dispatch stops when the request budget is spent or, with
+    a duration, at ``start + duration_s`` (no arrival is scheduled after it); requests still in flight then may finish
+    for ``drain_s`` and are cancelled after that (saved as ``incomplete`` rows by :func:`send`).
+    ``one(item, scheduled_at)`` sends one request.
 
     Returns:
         How many requests were cancelled after the drain.
@@ -106,23 +125,23 @@ def dispatch_open_loop(
     reported as cut rather than finishing unseen after the stop.
     """
     plan = state.plan
-    if plan.rate_req_per_sec is None:
-        raise ValueError("an open-loop run needs RATE (requests per second)")
-    pool = Pool(plan.max_in_flight or OPEN_LOOP_MAX_IN_FLIGHT)  # a full pool holds the next arrival until a slot frees
-    gaps = plan_arrival_gaps(plan)
-    start = next_at = clock()
+    schedule = arrivals(plan, state.slot)
+    cap = max(1, share(plan.max_in_flight, state.slot)) if plan.max_in_flight else OPEN_LOOP_MAX_IN_FLIGHT
+    pool = Pool(cap)  # a full pool holds the next arrival until a slot frees
+    start = state.slot.start_at if state.slot.start_at is not None else clock()
     deadline = start + plan.duration_s if plan.duration_s else None
+    budget = state.max_requests or None
     try:
-        while True:
-            next_at += next(gaps)
-            if deadline is not None and next_at > deadline:
+        for k, offset in schedule:
+            at = start + offset
+            if (deadline is not None and at > deadline) or (budget is not None and k >= budget):
                 break
-            if not state.take_ticket():
-                break
-            gevent.sleep(max(0.0, next_at - clock()))
+            item = state.item(k)
+            gevent.sleep(max(0.0, at - clock()))
             if deadline is not None and not pool.wait_available(timeout=max(0.0, deadline - clock())):
                 break  # capped (MAX_IN_FLIGHT) and no slot freed before the end: later arrivals are not sent
-            pool.spawn(one, state.workload.next(), next_at)
+            state.issued += 1
+            pool.spawn(one, item, at)
         pool.join(timeout=plan.drain_s if deadline is not None else None)
         return len(pool)
     finally:

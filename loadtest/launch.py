@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from core.net import port_in_use_message
+from core.net import free_port, port_in_use_message
 from core.settings import Settings, get_settings, service_env
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
@@ -27,15 +27,18 @@ def locust_argv(
     user_class: str = "ChatUser",
     ramp_up_s: float | None = None,
     host: str | None = None,
+    workers: int = 1,
+    client_file: Path | None = None,
 ) -> list[str]:
     """Command line of Locust against vLLM (``python -m locust``).
 
     Headless closed-loop runs start ``users`` (default CONCURRENCY) users over ``ramp_up_s`` (default RAMP_UP_S)
-    seconds; the open-loop dispatcher (``OpenLoopUser``) is a single user.
+    seconds; the open-loop dispatcher (``OpenLoopUser``) is one user per load process. ``workers`` > 1 runs a master
+    and that many worker processes (``--processes``); ``client_file`` receives each load process's CPU and lag.
     """
     argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", host or settings.vllm_url]
     if headless:
-        count = 1 if user_class == "OpenLoopUser" else users or settings.concurrency
+        count = workers if user_class == "OpenLoopUser" else users or settings.concurrency
         ramp = settings.ramp_up_s if ramp_up_s is None else ramp_up_s
         spawn_rate = count / ramp if ramp > 0 else count
         argv += ["--headless", "-u", str(count), "-r", f"{spawn_rate:g}", "--only-summary", "--loglevel", "WARNING"]
@@ -43,6 +46,12 @@ def locust_argv(
             argv += ["--run-time", f"{max(1, round(run_time_s))}s"]
         if stop_timeout_s:
             argv += ["--stop-timeout", f"{max(1, round(stop_timeout_s))}"]
+        if workers > 1:
+            # The master listens on 127.0.0.1 and a free port, never Locust's default 5557: two distributed runs on
+            # one host would otherwise share a master, and a stranger's workers would write into this run's rows.
+            port = str(free_port())
+            argv += ["--processes", str(workers), "--master-bind-host", "127.0.0.1", "--master-bind-port", port,
+                     "--master-port", port]  # fmt: skip
     else:
         extra = shlex.split(settings.locust_extra_args)
         if "--worker" not in extra:
@@ -54,6 +63,8 @@ def locust_argv(
         argv += ["--records-file", str(records_file)]
     if max_requests:
         argv += ["--max-requests", str(max_requests)]
+    if client_file is not None:
+        argv += ["--client-file", str(client_file)]
     return [*argv, user_class] if headless else argv
 
 

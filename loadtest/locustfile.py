@@ -1,12 +1,16 @@
 """Locust entry (wiring only): the user classes and hooks; the logic is in :mod:`loadtest.driver`,
-:mod:`loadtest.runstate`, :mod:`loadtest.locust_events` (one Locust request per chat request),
-:mod:`loadtest.llm_stats` (TTFT, TPOT, ITL, tok/s, merged across workers) and :mod:`loadtest.llm_webui` (its tabs).
+:mod:`loadtest.runstate`, :mod:`loadtest.distributed`, :mod:`loadtest.lagmonitor`, :mod:`loadtest.locust_events`
+(one Locust request per chat request), :mod:`loadtest.llm_stats` (TTFT, TPOT, ITL, tok/s, merged across workers) and
+:mod:`loadtest.llm_webui` (its tabs).
 
 ``ChatUser`` is the closed loop (each user sends its next request when the previous answer ended); ``OpenLoopUser``
-is one dispatcher sending at scheduled arrival times. The run plan comes from the benchmark's plan file
+is one dispatcher per load process sending at scheduled arrival times. With worker processes (``--processes N``, or
+``--master``/``--worker``) the master hands each worker its share at the test's start and ends the run when all are
+done; every process appends its rows to the same file. The run plan comes from the benchmark's plan file
 (``LOCUST_PLAN_FILE``) or, for the interactive web UI, from the settings and the served model.
-``--records-file`` appends every row as JSON; ``--max-requests`` ends the run after that many requests;
-``--llm-stats-file`` writes the LLM statistics as JSON when Locust quits (the master's, in distributed mode).
+``--records-file`` appends every row as JSON; ``--max-requests`` ends the run after that many requests (in all);
+``--client-file`` receives each load process's CPU use and event-loop lag at the end; ``--llm-stats-file`` writes
+the LLM statistics as JSON when Locust quits (the master's, in distributed mode).
 """
 
 from __future__ import annotations
@@ -15,8 +19,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import gevent
-import requests
 from locust import User, constant, events, task
 from locust.env import Environment
 from locust.exception import StopUser
@@ -26,18 +28,23 @@ from core.requestlog import RequestLog
 from core.settings import get_settings
 from loadtest import llm_webui
 from loadtest.client import new_session
-from loadtest.driver import dispatch_open_loop, send
+from loadtest.distributed import Coordinator
+from loadtest.driver import OPEN_LOOP_MAX_IN_FLIGHT, dispatch_open_loop, send
+from loadtest.lagmonitor import LagMonitor, append_process_load
 from loadtest.llm_stats import REPORT_KEY, LlmStats
 from loadtest.locust_events import cut_event, locust_events
 from loadtest.models import discover_model
 from loadtest.plan import bench_config, read_plan
-from loadtest.runstate import RunState
+from loadtest.runstate import RunState, Slot
+from loadtest.transport import Transport
 from loadtest.weblogin import install_login
 from loadtest.workload import WorkItem
 
 SETTINGS = get_settings()
 PLAN = read_plan(SETTINGS.locust_plan_file) if SETTINGS.locust_plan_file else None
 STATE: RunState | None = None
+COORD: Coordinator | None = None
+MONITOR = LagMonitor(busy=lambda: STATE is not None and STATE.in_flight > 0)
 LLM = LlmStats()
 ENVIRONMENT: Environment | None = None
 
@@ -46,6 +53,8 @@ ENVIRONMENT: Environment | None = None
 def _add_arguments(parser: Any) -> None:
     parser.add_argument("--records-file", default="", env_var="LOCUST_RECORDS_FILE", help="append rows here (JSONL)")
     parser.add_argument("--max-requests", type=int, default=0, env_var="LOCUST_MAX_REQUESTS", help="0 = unlimited")
+    parser.add_argument("--client-file", default="", env_var="LOCUST_CLIENT_FILE", help="append each load "
+                        "process's CPU use and event-loop lag here at the end (JSONL)")  # fmt: skip
     parser.add_argument(
         "--llm-stats-file", default="", env_var="LOCUST_LLM_STATS_FILE", help="write LLM statistics here (JSON)"
     )
@@ -53,8 +62,9 @@ def _add_arguments(parser: Any) -> None:
 
 @events.init.add_listener
 def _on_init(environment: Environment, **_: Any) -> None:
-    global ENVIRONMENT
+    global COORD, ENVIRONMENT
     ENVIRONMENT = environment
+    COORD = Coordinator(environment, lambda slot: _begin(environment, slot))
     llm_webui.install(environment, LLM)
     if environment.web_ui is not None and SETTINGS.locust_web_password:  # launched with --web-login
         install_login(
@@ -93,38 +103,68 @@ def _write_llm_stats(**_: Any) -> None:
         Path(path).write_text(json.dumps(LLM.snapshot(elapsed), indent=2), encoding="utf-8")
 
 
-@events.test_start.add_listener
-def _on_test_start(environment: Environment, **_: Any) -> None:
+def _begin(environment: Environment, slot: Slot) -> None:
+    """This process's slot is known: set up its share of the run and start the lag monitor."""
     global STATE
     options = environment.parsed_options
-    host = environment.host or SETTINGS.vllm_url
+    host = environment.host or getattr(options, "host", None) or SETTINGS.vllm_url
     plan = PLAN or bench_config(SETTINGS, discover_model(host, SETTINGS.served_model_name, SETTINGS.vllm_headers))
     STATE = STATE if STATE is not None and STATE.plan == plan else RunState(plan, RequestLog.of(SETTINGS))
     records = getattr(options, "records_file", "")
-    STATE.begin(int(getattr(options, "max_requests", 0) or 0), Path(records) if records else None)
+    STATE.begin(int(getattr(options, "max_requests", 0) or 0), Path(records) if records else None, slot)
+    MONITOR.start()
+    if STATE.budget == 0:  # more processes than requests: this one has none
+        _coord().finish()
+
+
+@events.test_start.add_listener
+def _on_test_start(environment: Environment, **_: Any) -> None:
     LLM.clear()  # Locust clears its request statistics when a test starts
+    _coord().test_start()
+
+
+@events.test_stop.add_listener
+def _on_test_stop(environment: Environment, **_: Any) -> None:
+    coord = _coord()
+    coord.test_stop()
+    role = coord.role
+    if STATE is None or role == "master" or STATE.closed:
+        return  # (Locust may fire test_stop twice: the report is written once)
+    MONITOR.stop_sampling()
+    path = getattr(environment.parsed_options, "client_file", "")
+    if path:
+        append_process_load(Path(path), MONITOR.summary(role, STATE.slot.slot, STATE.finished))
+    STATE.close()
+
+
+def _coord() -> Coordinator:
+    assert COORD is not None, "init has not run"
+    return COORD
 
 
 def _state() -> RunState:
+    """This process's run state (a worker waits here until the master has given it its slot)."""
+    _coord().ready.wait()
     assert STATE is not None, "test_start has not run"
     return STATE
 
 
-def _record(user: User, item: WorkItem, session: requests.Session, scheduled_at: float | None = None) -> None:
-    """Send, report to Locust (a request cut by the test's stop as a failure saying so), and end the run once the
-    request budget is spent."""
+def _record(user: User, item: WorkItem, session: Transport, scheduled_at: float | None = None) -> None:
+    """Send, report to Locust (a request cut by the test's stop as a failure saying so), and end this process's part
+    once its requests are done."""
+    state = _state()
     fire = user.environment.events.request.fire
 
     def cut(elapsed_ms: float) -> None:
         LLM.add_cut()
         fire(**cut_event(elapsed_ms))
 
-    record = send(_state(), session, user.host or SETTINGS.vllm_url, item, scheduled_at, on_cut=cut)
+    record = send(state, session, user.host or SETTINGS.vllm_url, item, scheduled_at, on_cut=cut)
     for event in locust_events(record):
         fire(**event)
     LLM.add(record)
-    if _state().all_done and user.environment.runner is not None:
-        gevent.spawn(user.environment.runner.quit)
+    if state.all_done:
+        _coord().finish()
 
 
 class ChatUser(User):
@@ -133,34 +173,43 @@ class ChatUser(User):
     wait_time = constant(0)
 
     def on_start(self) -> None:
-        self.session = new_session(SETTINGS.vllm_headers)
+        self.session = new_session(headers=SETTINGS.vllm_headers)
 
     def on_stop(self) -> None:
         self.session.close()
 
     @task
     def chat(self) -> None:
-        if not _state().take_ticket():
-            if _state().all_done and self.environment.runner is not None:
-                gevent.spawn(self.environment.runner.quit)
+        state = _state()
+        k = state.take_ticket()
+        if k is None:
+            if state.all_done:
+                _coord().finish()
             raise StopUser()
-        _record(self, _state().next_item(self), self.session)
+        _record(self, state.next_item(self, k), self.session)
 
 
 class OpenLoopUser(User):
-    """Open loop: one dispatcher sends requests at scheduled arrival times (RATE, BURSTINESS), never waiting."""
+    """Open loop: one dispatcher per load process sends its arrivals at their scheduled times (RATE, BURSTINESS),
+    never waiting for answers. Start as many as there are load processes (Locust gives each worker one)."""
 
-    fixed_count = 1
     wait_time = constant(0)
     abstract = (PLAN.rate_req_per_sec if PLAN else SETTINGS.rate) is None  # without RATE only ChatUser exists
+    _dispatching = False  # one dispatcher per process: a second one here would send the arrivals twice
 
     @task
     def dispatch(self) -> None:
-        dispatch_open_loop(_state(), self._one)
-        if self.environment.runner is not None:
-            gevent.spawn(self.environment.runner.quit)
+        if OpenLoopUser._dispatching:
+            raise StopUser()
+        OpenLoopUser._dispatching = True
+        self.session = new_session(OPEN_LOOP_MAX_IN_FLIGHT, headers=SETTINGS.vllm_headers)
+        try:
+            dispatch_open_loop(_state(), self._one)
+        finally:
+            OpenLoopUser._dispatching = False
+            self.session.close()
+        _coord().finish()
         raise StopUser()
 
     def _one(self, item: WorkItem, scheduled_at: float) -> None:
-        with new_session(SETTINGS.vllm_headers) as session:
-            _record(self, item, session, scheduled_at)
+        _record(self, item, self.session, scheduled_at)

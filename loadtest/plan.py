@@ -6,6 +6,8 @@ So a knob crosses each process boundary one way only: settings -> plan (here) ->
 
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
 
 from core.report_schema import BenchmarkConfig
@@ -13,21 +15,64 @@ from core.settings import PROJECT_ROOT, RANDOM_DATASET, Settings
 from loadtest.dataset import load_dataset
 from loadtest.workload import WorkloadSampler
 
+USERS_PER_WORKER = 64  # closed loop: users one Locust process serves before another is started
+CHUNKS_PER_WORKER_S = 20_000.0  # open loop: expected chunks/s per process (about a third of one core's ceiling)
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity: ``taskset``, container limits), else all."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def auto_workers(
+    concurrency: int, rate: float | None, tokens_per_request: float, requests: int | None, cores: int | None
+) -> int:
+    """How many Locust processes to run when WORKERS is unset (pure).
+
+    One process per ``USERS_PER_WORKER`` users (closed loop) or per ``CHUNKS_PER_WORKER_S`` expected chunks/s
+    (open loop: RATE × tokens per request), at most half the machine's cores (the rest is the server's and the
+    system's), never more processes than users or requests.
+    """
+    if rate is not None:
+        wanted = math.ceil(rate * tokens_per_request / CHUNKS_PER_WORKER_S)
+    else:
+        wanted = math.ceil(concurrency / USERS_PER_WORKER)
+    limit = max(1, (cores or 1) // 2)
+    if rate is None:
+        limit = min(limit, concurrency)
+    if requests is not None:
+        limit = min(limit, requests)
+    return max(1, min(wanted, limit))
+
 
 def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
-    """The run's knobs from the settings, with the model the benchmark chose."""
+    """The run's knobs from the settings, with the model the benchmark chose; WORKERS unset is
+    :func:`auto_workers`, set is capped at the users (closed loop), the requests and MAX_IN_FLIGHT (a process with
+    nothing to send would only wait)."""
     fixed = settings.fixed_max_tokens
     if settings.random_dataset:
         dataset = RANDOM_DATASET
     else:
         workload = settings.workload_file.resolve()
         dataset = str(workload.relative_to(PROJECT_ROOT)) if workload.is_relative_to(PROJECT_ROOT) else str(workload)
+    requests = settings.requests if settings.duration is None else None
+    tokens = float(fixed or settings.output_len_mean)
+    workers = settings.workers or auto_workers(settings.concurrency, settings.rate, tokens, requests, usable_cores())
+    if settings.rate is None:
+        workers = min(workers, settings.concurrency)
+    if requests is not None:
+        workers = min(workers, requests)
+    if settings.max_in_flight is not None and settings.rate is not None:
+        workers = min(workers, settings.max_in_flight)  # each process holds at least one request in flight
     return BenchmarkConfig(
         mode="open_loop" if settings.rate else "closed_loop",
         concurrency=settings.concurrency,
         rate_req_per_sec=settings.rate,
         burstiness=settings.burstiness if settings.rate else None,
-        requests=settings.requests if settings.duration is None else None,
+        requests=requests,
         duration_s=settings.duration,
         warmup_requests=settings.warmup,
         ramp_up_s=settings.ramp_up_s or None,
@@ -44,6 +89,7 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
         drain_s=settings.drain_s,
         vllm_url=settings.vllm_url,
         model=model,
+        workers=workers,
         max_in_flight=settings.max_in_flight if settings.rate is not None else None,
         rate_end_req_per_sec=settings.rate_end,
         input_len_tokens=settings.random_input_len if settings.random_dataset else None,

@@ -5,7 +5,6 @@ Shared by ``make calibrate``, ``make benchmark`` (Locust's CPU use) and the scri
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from core.net import free_port
 from core.settings import PROJECT_ROOT
 
 SAMPLE_INTERVAL_S = 0.1
@@ -61,13 +61,6 @@ def cpu_at(samples: Sequence[CpuSample], t_s: float, *, monotonic: bool = False)
 def cpu_in_window(samples: Sequence[CpuSample], start_s: float, end_s: float, *, monotonic: bool = False) -> float:
     """CPU seconds a process tree used between ``start_s`` and ``end_s`` (wall clock, or monotonic clock)."""
     return max(0.0, cpu_at(samples, end_s, monotonic=monotonic) - cpu_at(samples, start_s, monotonic=monotonic))
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def tree_cpu_s(pid: int) -> float | None:
@@ -151,10 +144,18 @@ class MockHandle:
 
 @contextmanager
 def mock_server(
-    log_path: Path, *, tokens: int, ttft_ms: float, itl_ms: float, tokens_per_chunk: int = 1,
+    log_path: Path,
+    *,
+    tokens: int,
+    ttft_ms: float,
+    itl_ms: float,
+    tokens_per_chunk: int = 1,
+    events_per_write: int = 0,
+    processes: int = 1,
     require_api_key: bool = False,
 ) -> Iterator[MockHandle]:
-    """Run ``python -m loadtest.mock_server`` on a free port until the block ends; stopped in all cases. With
+    """Run ``python -m loadtest.mock_server`` on a free port until the block ends (``processes`` server processes;
+    the handle's pid is their parent, so a tree sampler sees them all); stopped in all cases. With
     ``require_api_key`` it refuses ``/v1`` requests without VLLM_API_KEY, as vLLM does.
 
     Raises:
@@ -164,6 +165,7 @@ def mock_server(
     argv = [
         sys.executable, "-m", "loadtest.mock_server", "--port", str(port), "--tokens", str(tokens),
         "--ttft-ms", f"{ttft_ms:g}", "--itl-ms", f"{itl_ms:g}", "--tokens-per-chunk", str(tokens_per_chunk),
+        "--events-per-write", str(events_per_write), "--processes", str(processes),
     ]  # fmt: skip
     if require_api_key:
         argv.append("--require-api-key")

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 from tqdm import tqdm
 
+from core.clientview import ProcessLoad
 from core.engine import EngineControl
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
@@ -47,16 +48,32 @@ class Measured:
     traces: list[str] = field(default_factory=list)
     interrupted: bool = False  # Ctrl-C; a watchdog stop is a gap, not an interruption
     gaps: list[str] = field(default_factory=list)
+    processes: list[ProcessLoad] = field(default_factory=list)
 
 
 @dataclass
 class LocustOutcome:
-    """How the Locust process ended: exit code, CPU cores it used while requests completed (None for runs shorter
-    than 2 s of load), and why the run was stopped early (None when it ended as planned)."""
+    """How the Locust processes ended: exit code, CPU cores they used while requests completed (None for runs shorter
+    than 2 s of load), why the run was stopped early (None when it ended as planned), and each load process's own
+    CPU and event-loop lag."""
 
     code: int | None
     cpu_cores: float | None
     stopped: str | None = None
+    processes: list[ProcessLoad] = field(default_factory=list)
+
+
+def read_process_loads(path: Path) -> list[ProcessLoad]:
+    """The load processes' reports (``--client-file``); unreadable lines are skipped."""
+    out: list[ProcessLoad] = []
+    if not path.exists():
+        return out
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(ProcessLoad.model_validate_json(line))
+        except ValueError:
+            continue
+    return sorted(out, key=lambda p: p.slot)
 
 
 def read_records(path: Path) -> tuple[list[RequestRecord], int]:
@@ -93,7 +110,8 @@ def warmup(
     done: list[RequestRecord] = []
 
     def worker() -> None:
-        with new_session(headers) as session:
+        session = new_session(headers=headers)
+        try:
             while True:
                 try:
                     payload = payloads.get_nowait()
@@ -102,6 +120,8 @@ def warmup(
                 done.append(
                     stream_chat(session, plan.vllm_url, payload, timeout_s=plan.request_timeout_s, phase="warmup")
                 )
+        finally:
+            session.close()
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(plan.warmup_requests, plan.concurrency))]
     for thread in threads:
@@ -114,10 +134,27 @@ def warmup(
     return done
 
 
-def count_measured(records_path: Path) -> int:
-    """Measured rows in the rows file so far (a cheap substring count, no parsing)."""
-    with records_path.open(encoding="utf-8") as fh:
-        return sum(1 for line in fh if '"phase":"measured"' in line)
+class RowCounter:
+    """Measured rows in a growing rows file, counted from where the last count stopped (a cheap substring count of
+    the new complete lines only, so polling a long run costs nothing more than its new rows)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.count = 0
+
+    def __call__(self) -> int:
+        """Measured rows so far."""
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return self.count
+        end = data.rfind(b"\n") + 1  # a line still being written is counted next time
+        self.count += data.count(b'"phase":"measured"', 0, end)
+        self.offset += end
+        return self.count
 
 
 def stop_locust(proc: subprocess.Popen[bytes], grace_s: float) -> None:
@@ -141,6 +178,7 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     """
     stem = records_path.name.removesuffix(".requests.jsonl")
     plan_path = records_path.with_name(f"{stem}.plan.json")
+    client_path = records_path.with_name(f"{stem}.client.jsonl")
     write_plan(plan_path, plan)
     open_loop = plan.rate_req_per_sec is not None
     argv = locust_argv(
@@ -155,6 +193,8 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
         max_requests=plan.requests if plan.duration_s is None else None,
         stop_timeout_s=plan.drain_s if plan.duration_s and not open_loop else None,
         user_class="OpenLoopUser" if open_loop else "ChatUser",
+        workers=plan.workers,
+        client_file=client_path,
     )
     log_path = records_path.with_name(f"{stem}.locust.log")
     env = {**service_env("locust"), "LOCUST_PLAN_FILE": str(plan_path)}
@@ -167,12 +207,13 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     first: tuple[float, float] | None = None
     last: tuple[float, float] | None = None
     stopped: str | None = None
+    count_measured = RowCounter(records_path)
     total = plan.requests if plan.duration_s is None else None
     with tqdm(total=total, desc="Benchmark", unit="req", file=sys.stdout, dynamic_ncols=True) as bar:
         try:
             while proc.poll() is None:
                 time.sleep(1.0)
-                done = count_measured(records_path)
+                done = count_measured()
                 now = time.monotonic()
                 cpu = tree_cpu_s(proc.pid)
                 if cpu is not None and done:
@@ -198,7 +239,7 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     cores = None
     if first and last and last[0] - first[0] >= 2.0:
         cores = (last[1] - first[1]) / (last[0] - first[0])
-    return LocustOutcome(proc.returncode, cores, stopped)
+    return LocustOutcome(proc.returncode, cores, stopped, read_process_loads(client_path))
 
 
 def scrape_metrics(vllm_url: str, headers: dict[str, str] | None = None) -> tuple[Samples | None, str | None]:
@@ -268,15 +309,18 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
         traces,
         interrupted=outcome.stopped == INTERRUPTED,
         gaps=gaps,
+        processes=outcome.processes,
     )
 
 
 def from_records_file(path: Path) -> Measured:
-    """A finished run rebuilt from its rows file (no scrapes, no CPU figure)."""
+    """A finished run rebuilt from its rows file (no scrapes, no CPU figure; the load processes' reports when the
+    ``<run id>.client.jsonl`` beside it survived)."""
     records, _ = read_records(path)
     start = min((r.started_at for r in records if r.phase == "measured"), default=time.time())
     end = max((r.ended_at for r in records), default=time.time())
-    return Measured(records, start, end)
+    client = path.with_name(path.name.removesuffix(".requests.jsonl") + ".client.jsonl")
+    return Measured(records, start, end, processes=read_process_loads(client))
 
 
 def run_measured(

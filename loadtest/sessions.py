@@ -28,9 +28,10 @@ class Conversation:
         self.history: list[dict[str, str]] = []
         self.turn = 0
 
-    def next_item(self) -> WorkItem:
-        """The next turn to send (a new conversation's first turn after the last one)."""
-        draw = self.sampler.next()
+    def next_item(self, draw: WorkItem | None = None) -> WorkItem:
+        """The next turn to send (a new conversation's first turn after the last one), built on ``draw`` (the
+        request's workload item; default: the sampler's next)."""
+        draw = draw or self.sampler.next()
         if self.turn == 0:
             messages = list(draw.prompt.messages)
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.clientview import ClientView, share_text
 from core.report_schema import BenchmarkConfig, Report
 
 COMPARE_LABELS = (
@@ -52,7 +53,8 @@ def load_line(plan: BenchmarkConfig) -> str:
         if plan.session_turns > 1:
             shape += f" in {plan.session_turns}-turn conversations"
     amount = f"{plan.requests} total requests" if plan.duration_s is None else f"for {plan.duration_s:g} s"
-    return f"[INFO] Running load test: {shape}, {amount}"
+    workers = f" ({plan.workers} Locust worker processes)" if plan.workers > 1 else ""
+    return f"[INFO] Running load test: {shape}, {amount}{workers}"
 
 
 def start_line(plan: BenchmarkConfig, backend: str) -> str:
@@ -113,8 +115,8 @@ def format_summary(report: Report, report_path: str) -> list[str]:
             f"{report.server.generation_tokens} generated tokens, TTFT mean {_ms(report.server.ttft.mean_ms)} "
             f"(client {_ms(checks['ttft_mean_ms'].client)}) — client and server {verdict}"
         )
-    if report.client is not None and report.client.client_limited:
-        lines.append(f"[WARN] Client-limited run: {report.client.reason}. The numbers measure the load generator.")
+    if report.client is not None:
+        lines += client_lines(report.client)
     if report.profile is not None:
         lines.append(
             f"[PROFILE] {len(report.profile.files)} trace file(s) in reports/{report.profile.dir}/ — open with "
@@ -131,6 +133,30 @@ def format_summary(report: Report, report_path: str) -> list[str]:
         lines.append("[REPORT] " + " | ".join(files))
     lines.append(f"Benchmark completed. Report generated. Report path: {report_path}")
     lines.append(f"Key insight: {m.key_insight}")
+    return lines
+
+
+def client_lines(client: ClientView) -> list[str]:
+    """``[CLIENT]`` (the load processes' CPU and event-loop lag, and how much that lag could have moved TTFT/ITL)
+    and, for a client-limited run, the ``[WARN]`` saying why."""
+    lines = []
+    if client.processes:
+        cores = "/".join(f"{p.cpu_cores:.2f}" for p in client.processes)
+        worst = max(client.lag_impact, key=lambda i: i.share_pct, default=None)
+        moved = (
+            f"; could move {worst.figure.removesuffix('_ms').replace('_', ' ')} by {share_text(worst.share_pct)} "
+            f"(limit {client.lag_limit_pct:g}%)"
+            if worst
+            else ""
+        )
+        lag = (
+            f"event-loop lag p50 {client.lag_p50_ms:.2f} ms, p99 {client.lag_p99_ms:.2f} ms"
+            if client.lag_p50_ms is not None and client.lag_p99_ms is not None
+            else "no lag samples"
+        )
+        lines.append(f"[CLIENT] {len(client.processes)} load process(es), CPU {cores} cores; {lag}{moved}")
+    if client.client_limited:
+        lines.append(f"[WARN] Client-limited run: {client.reason}. The numbers measure the load generator.")
     return lines
 
 

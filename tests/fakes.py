@@ -6,8 +6,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
-
-import requests
+from urllib.parse import urlsplit
 
 
 @dataclass
@@ -75,77 +74,60 @@ class FakeNvml:
         return 350_000  # milliwatts
 
 
-class ScriptedRaw:
-    """A ``response.raw`` that yields scripted byte chunks, like urllib3's ``stream()`` does from the network."""
+class ScriptedResponse:
+    """A :class:`loadtest.transport.Response` whose body arrives in scripted blocks (one per network read), then
+    ends or raises ``error``."""
 
-    def __init__(self, chunks: list[bytes], error: Exception | None = None) -> None:
-        self.chunks = chunks
+    def __init__(self, status: int, blocks: list[bytes], error: Exception | None = None) -> None:
+        self.status = status
+        self._blocks = blocks
         self.error = error
-        self.closed = False
-        self.released = False
+        self.closed_with: bool | None = None  # the reuse flag of close(); None while open
 
-    def stream(self, amt: Any = None, decode_content: bool = True) -> Iterator[bytes]:
-        yield from self.chunks
+    def blocks(self) -> Iterator[bytes]:
+        yield from self._blocks
         if self.error:
             raise self.error
 
-    def read(self, amt: Any = None) -> bytes:
-        return b""  # the chunked terminator after [DONE] carries no bytes
+    def read_body(self, limit: int = 65536) -> bytes:
+        return b"".join(self.blocks())[:limit]
 
-    def close(self) -> None:
-        self.closed = True
-
-    def release_conn(self) -> None:
-        self.released = True
+    def close(self, reuse: bool) -> None:
+        self.closed_with = reuse
 
 
-class ScriptedAdapter(requests.adapters.BaseAdapter):
-    """An in-process transport: answers every request with a scripted status and body chunks (or raises)."""
+class ScriptedTransport:
+    """An in-process :class:`loadtest.transport.Transport`: answers every POST with a scripted status and body
+    blocks, raises ``raise_on_send``, or answers a JSON route (e.g. ``/tokenize``) with ``(status, body)``."""
 
     def __init__(
         self,
-        chunks: list[bytes],
+        blocks: list[bytes],
         status: int = 200,
         raise_on_send: Exception | None = None,
         error_mid_stream: Exception | None = None,
         json_routes: dict[str, tuple[int, Any]] | None = None,
     ) -> None:
-        super().__init__()
-        self.json_routes = json_routes or {}
-        self.chunks = chunks
+        self.blocks = blocks
         self.status = status
         self.raise_on_send = raise_on_send
         self.error_mid_stream = error_mid_stream
-        self.sent: list[requests.PreparedRequest] = []
-        self.raws: list[ScriptedRaw] = []
+        self.json_routes = json_routes or {}
+        self.sent: list[tuple[str, bytes]] = []
+        self.responses: list[ScriptedResponse] = []
 
-    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:  # type: ignore[override]
-        self.sent.append(request)
+    def post(self, url: str, body: bytes, *, timeout_s: float) -> ScriptedResponse:
+        self.sent.append((url, body))
         if self.raise_on_send:
             raise self.raise_on_send
-        response = requests.Response()
-        path = requests.utils.urlparse(request.url or "").path
-        if path in self.json_routes:  # e.g. /tokenize: a plain JSON answer
-            response.status_code, body = self.json_routes[path]
-            response._content = json.dumps(body).encode()
-            response.url, response.request = request.url or "", request
-            return response
-        response.status_code = self.status
-        response.raw = ScriptedRaw(self.chunks, self.error_mid_stream)
-        self.raws.append(response.raw)
-        response.url = request.url or ""
-        response.request = request
-        if self.status != 200:
-            response._content = b"".join(self.chunks)
+        path = urlsplit(url).path
+        if path in self.json_routes:
+            status, answer = self.json_routes[path]
+            response = ScriptedResponse(status, [json.dumps(answer).encode()])
+        else:
+            response = ScriptedResponse(self.status, self.blocks, self.error_mid_stream)
+        self.responses.append(response)
         return response
 
     def close(self) -> None:
         pass
-
-
-def scripted_session(adapter: ScriptedAdapter) -> requests.Session:
-    """A session whose every http(s) request goes to ``adapter``."""
-    session = requests.Session()
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session

@@ -1,13 +1,13 @@
 """Every client path measured against a mock server with known timings (TTFT 400 ms, then 19 chunks 50 ms apart).
 
-Expected: TTFT ≈ 400 ms and E2E ≈ 400 + 19 × 50 = 1350 ms. A client that hands over the body only at the end
-(a known pitfall) would show TTFT ≈ E2E.
+Expected: TTFT ≈ 400 ms and E2E ≈ 400 + 19 × 50 = 1350 ms. A client that hands over the body only at the end (or
+waits to fill a read buffer: the known ``iter_content``/``read(n)`` pitfall) would show TTFT ≈ E2E. The paths: the
+request function itself, the benchmark's warmup (threads), and the benchmark's Locust run (closed and open loop) with
+one process and with two worker processes.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import socket
 import subprocess
 import time
@@ -16,11 +16,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-import requests
 
 from core.records import RequestRecord
-from core.settings import PROJECT_ROOT
-from loadtest.client import chat_payload, stream_chat
+from core.report_schema import BenchmarkConfig
+from core.settings import PROJECT_ROOT, Settings
+from loadtest.client import chat_payload, new_session, stream_chat
+from loadtest.run import read_process_loads, read_records, run_locust, warmup
 
 pytestmark = pytest.mark.integration
 PY = str(PROJECT_ROOT / ".venvs/app/bin/python")
@@ -32,23 +33,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def start_mock(*args: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``python -m loadtest.mock_server ARGS`` on a free port, once it answers /health."""
+    port = free_port()
+    proc = subprocess.Popen([PY, "-m", "loadtest.mock_server", "--port", str(port), *args], cwd=PROJECT_ROOT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    return proc, url
+
+
 @pytest.fixture(scope="module")
 def mock_url() -> Iterator[str]:
-    """A mock OpenAI streaming server in its own process."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [PY, "-m", "loadtest.mock_server", "--port", str(port), "--tokens", "20", "--ttft-ms", "400", "--itl-ms", "50"],
-        cwd=PROJECT_ROOT,
-    )
-    url = f"http://127.0.0.1:{port}"
+    """A mock OpenAI streaming server in its own process (TTFT 400 ms, 20 tokens 50 ms apart)."""
+    proc, url = start_mock("--tokens", "20", "--ttft-ms", "400", "--itl-ms", "50")
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
         yield url
     finally:
         proc.terminate()
@@ -67,53 +71,61 @@ def assert_known_timings(record: RequestRecord) -> None:
     assert len(record.itl_ms) == 19 and 45 <= sorted(record.itl_ms)[9] <= 150
 
 
+def plan_for(url: str, tmp_path: Path, **kw: object) -> BenchmarkConfig:
+    base: dict[str, object] = dict(concurrency=3, requests=6, warmup_requests=0, max_tokens=20, temperature=0.0,
+                                   dataset="loadtest/data/prompts_zh.jsonl", seed=0, vllm_url=url, model="mock-model",
+                                   request_timeout_s=30.0, drain_s=5.0)  # fmt: skip
+    return BenchmarkConfig(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def settings_for(url: str, tmp_path: Path) -> Settings:
+    return Settings(_env_file=None, vllm_base_url=url, logs_dir=tmp_path / "logs")  # type: ignore[call-arg]
+
+
 def test_request_function_timings(mock_url: str) -> None:
-    """The shared request function (warmup path) measures TTFT and E2E as the server paced them."""
+    """The shared request function measures TTFT and E2E as the server paced them, and reuses its connection."""
     payload = chat_payload("mock-model", [{"role": "user", "content": "你好"}], max_tokens=20, temperature=0)
-    with requests.Session() as session:
-        assert_known_timings(stream_chat(session, mock_url, payload, timeout_s=10))
+    session = new_session()
+    try:
+        for _ in range(2):
+            assert_known_timings(stream_chat(session, mock_url, payload, timeout_s=10))
+    finally:
+        session.close()
 
 
+def test_warmup_path_timings(mock_url: str, tmp_path: Path) -> None:
+    """The benchmark's warmup (threads, one session each) records the known timings as warmup rows."""
+    rows_path = tmp_path / "rows.jsonl"
+    done = warmup(plan_for(mock_url, tmp_path, warmup_requests=4, concurrency=2), rows_path)
+    rows, bad = read_records(rows_path)
+    assert len(done) == len(rows) == 4 and bad == 0
+    for row in rows:
+        assert row.phase == "warmup"
+        assert_known_timings(row)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("mode", ["closed", "open"])
-def test_locust_path_timings(mock_url: str, tmp_path: Path, mode: str) -> None:
-    """Closed-loop and open-loop Locust runs record the same known timings for every request."""
-    records = tmp_path / "rows.jsonl"
-    env_extra = {"RATE": "4"} if mode == "open" else {}
-    user = "OpenLoopUser" if mode == "open" else "ChatUser"
-    run = subprocess.run(
-        [
-            PY,
-            "-m",
-            "locust",
-            "-f",
-            "loadtest/locustfile.py",
-            "--host",
-            mock_url,
-            "--headless",
-            "-u",
-            "1" if mode == "open" else "3",
-            "-r",
-            "10",
-            "--only-summary",
-            "--records-file",
-            str(records),
-            "--max-requests",
-            "6",
-            "-t",
-            "60s",
-            user,
-        ],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "MAX_TOKENS": "20", **env_extra},
-    )
-    rows = [RequestRecord.model_validate(json.loads(line)) for line in records.read_text().splitlines()]
-    assert len(rows) == 6, run.stdout[-2000:] + run.stderr[-2000:]
+def test_locust_path_timings(mock_url: str, tmp_path: Path, mode: str, workers: int) -> None:
+    """The benchmark's Locust run, closed and open loop, in one process or two workers: exactly REQUESTS rows, each
+    with the known timings, and one load report per process."""
+    extra = {"rate_req_per_sec": 4.0, "mode": "open_loop", "burstiness": 1.0} if mode == "open" else {}
+    plan = plan_for(mock_url, tmp_path, workers=workers, **extra)
+    rows_path = tmp_path / "run.requests.jsonl"
+    rows_path.touch()
+    outcome = run_locust(settings_for(mock_url, tmp_path), plan, rows_path)
+    rows, bad = read_records(rows_path)
+    log = (tmp_path / "run.locust.log").read_text()[-3000:]
+    assert outcome.code == 0 and outcome.stopped is None, log
+    assert len(rows) == 6 and bad == 0, log
     for row in rows:
         assert_known_timings(row)
         if mode == "open":
             assert row.scheduled_at is not None and row.queue_delay_ms < 500
-    output = run.stdout + run.stderr
+    loads = read_process_loads(tmp_path / "run.client.jsonl")
+    assert [p.slot for p in loads] == list(range(workers))
+    assert {p.role for p in loads} == {"local" if workers == 1 else "worker"}
+    assert sum(p.requests for p in loads) == 6 and all(p.lag.count > 0 and p.cpu_s > 0 for p in loads)
+    assert outcome.processes == loads
+    output = (tmp_path / "run.locust.log").read_text()
     assert "LLM" in output and "e2e" in output and "TTFT (time to first token)" in output  # the end-of-run tables

@@ -1,8 +1,10 @@
-"""Locust's distributed mode (master + worker processes) aggregates the same LLM statistics as one process.
+"""Locust's distributed mode (master + worker processes): the same statistics and the same requests as one process.
 
 Both runs go against the mock server; in each, the master's ``LLM e2e`` request entry and its LLM statistics (TTFT,
 output tokens, written with ``--llm-stats-file``) must equal what the per-request rows (written by the workers) say,
-and Locust's request count must be the number of chat requests (the LLM figures are not counted as requests).
+and Locust's request count must be the number of chat requests (the LLM figures are not counted as requests). And a
+benchmark run with WORKERS=2 sends exactly REQUESTS requests — the same prompts and lengths as one process, and in
+open loop the same arrival schedule.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import signal
 import statistics
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,16 @@ import pytest
 
 from core.records import RequestRecord
 from core.settings import PROJECT_ROOT
-from tests.integration.test_client_timing import PY, free_port, mock_url  # noqa: F401 - fixture
+from loadtest.run import read_records
+from loadtest.run import run_locust as bench_locust
+from tests.integration.test_client_timing import (  # noqa: F401 - fixture
+    PY,
+    free_port,
+    mock_url,
+    plan_for,
+    settings_for,
+    start_mock,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -120,3 +132,43 @@ def test_aggregated_stats_equal_the_rows(mock_url: str, tmp_path: Path, processe
     assert llm["entries"]["itl"]["count"] == sum(len(r.itl_ms) for r in rows)
     median_ms = statistics.median(r.e2e_ms or 0 for r in rows)
     assert 400 + 4 * 50 <= median_ms <= 1000  # the mock's pacing: TTFT 400 ms, then 4 chunks 50 ms apart
+
+
+@pytest.fixture(scope="module")
+def fast_mock() -> Iterator[str]:
+    """A quick mock (10 tokens, TTFT 5 ms, ITL 2 ms) in two processes."""
+    proc, url = start_mock("--tokens", "10", "--ttft-ms", "5", "--itl-ms", "2", "--processes", "2")
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("mode", ["closed", "open"])
+def test_workers_send_exactly_the_planned_requests(fast_mock: str, tmp_path: Path, mode: str) -> None:
+    """REQUESTS=25 gives exactly 25 measured rows with one process and with WORKERS=2, carrying the same prompts and
+    sampled lengths; in open loop the two workers together send the one seeded arrival schedule."""
+    extra = {"mode": "open_loop", "rate_req_per_sec": 40.0, "burstiness": 1.0} if mode == "open" else {}
+    runs: dict[int, list[RequestRecord]] = {}
+    for workers in (1, 2):
+        folder = tmp_path / f"w{workers}"
+        folder.mkdir()
+        rows_path = folder / "run.requests.jsonl"
+        rows_path.touch()
+        plan = plan_for(fast_mock, folder, requests=25, concurrency=4, workers=workers, output_len_mean=6.0,
+                        output_len_p95=9.0, max_tokens=10, **extra)
+        outcome = bench_locust(settings_for(fast_mock, folder), plan, rows_path)
+        rows, bad = read_records(rows_path)
+        assert outcome.code == 0 and bad == 0, (folder / "run.locust.log").read_text()[-3000:]
+        assert len(rows) == 25 and all(r.phase == "measured" and r.ok for r in rows), [r.error for r in rows]
+        assert len(outcome.processes) == workers and sum(p.requests for p in outcome.processes) == 25
+        runs[workers] = rows
+    def items(rows: list[RequestRecord]) -> list[tuple[str | None, str | None, int | None]]:
+        return sorted((r.task, r.input_bucket, r.max_tokens) for r in rows)
+    assert items(runs[1]) == items(runs[2])
+    assert len({r.max_tokens for r in runs[1]}) > 1  # lengths were sampled, so the comparison means something
+    if mode == "open":
+        gaps = {w: [b - a for a, b in zip(sorted(r.scheduled_at or 0 for r in rows), sorted(r.scheduled_at or 0 for r in rows)[1:], strict=False)]
+                for w, rows in runs.items()}
+        assert gaps[1] == pytest.approx(gaps[2], abs=1e-6)

@@ -8,8 +8,10 @@ from core.records import RequestRecord
 from loadtest.calibrate import (
     ClientRun,
     added_latency_ms,
+    calibration_run,
     calibration_table,
     per_core_rate,
+    scaling_lines,
     summarize_records,
 )
 from loadtest.procs import CpuSample, cpu_at, cpu_in_window
@@ -109,3 +111,22 @@ def test_calibration_table_has_a_row_per_run() -> None:
     run = ClientRun(requests_ok=10, requests_failed=0, chunks=100, window_s=1.0, client_cpu_s=0.5)
     lines = calibration_table({"chunk_ceiling": run, "request_ceiling": run})
     assert len(lines) == 3 and lines[1].startswith("chunk_ceiling") and "n/a" in lines[2]
+
+
+def test_scaling_lines_compare_n_workers_with_one() -> None:
+    """The scale-out line gives N workers' chunks/s and req/s as a multiple of one worker's, with the cores used."""
+    one = ClientRun(requests_ok=100, requests_failed=0, chunks=10_000, window_s=10.0, client_cpu_s=9.0, server_cpu_s=0.5)
+    two = ClientRun(requests_ok=180, requests_failed=0, chunks=18_000, window_s=10.0, client_cpu_s=18.0, server_cpu_s=1.0)
+    lines = scaling_lines({"chunk_ceiling_w1": one, "chunk_ceiling_w2": two, "request_ceiling_w1": one,
+                           "request_ceiling_w2": two}, workers=2)
+    assert lines[0].startswith("chunk_ceiling: 2 workers stream 1.80x the chunks/s of 1 (client cores 0.90 -> 1.80")
+    assert lines[1].startswith("request_ceiling: 2 workers stream 1.80x the requests/s of 1")
+    assert scaling_lines({}, workers=1) == []
+
+
+def test_calibration_run_keeps_the_per_core_figures() -> None:
+    """A stored run carries its workers, rates, cores and per-core rates."""
+    run = ClientRun(requests_ok=100, requests_failed=0, chunks=20_000, window_s=10.0, client_cpu_s=5.0, server_cpu_s=1.0)
+    stored = calibration_run("chunk_ceiling_w2", 2, run)
+    assert (stored.workers, stored.chunks_per_sec, stored.client_cores, stored.mock_cores) == (2, 2000.0, 0.5, 0.1)
+    assert stored.chunks_per_sec_per_core == 4000.0 and stored.requests_per_sec_per_core == 20.0

@@ -5,10 +5,9 @@ from __future__ import annotations
 import itertools
 import json
 
-import requests
-
 from loadtest.client import chat_payload, stream_chat
-from tests.fakes import ScriptedAdapter, scripted_session
+from loadtest.transport import TransportError, TransportTimeout
+from tests.fakes import ScriptedTransport
 
 ROLE = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
 
@@ -26,11 +25,11 @@ DONE = b"data: [DONE]\n\n"
 
 
 def run(chunks: list[bytes], status: int = 200, clock_steps: list[float] | None = None, **kw: object):
-    adapter = ScriptedAdapter(chunks, status=status, **kw)  # type: ignore[arg-type]
+    transport = ScriptedTransport(chunks, status=status, **kw)  # type: ignore[arg-type]
     ticks = iter(clock_steps) if clock_steps else itertools.count(0.0, 0.01)
     payload = chat_payload("m", [{"role": "user", "content": "你好"}], max_tokens=3, temperature=0.0)
     return stream_chat(
-        scripted_session(adapter),
+        transport,
         "http://vllm",
         payload,
         timeout_s=5,
@@ -107,12 +106,13 @@ def test_missing_usage_falls_back_to_the_chunk_count_and_says_so() -> None:
 
 def test_missing_usage_is_counted_by_the_servers_tokenizer() -> None:
     """Without usage, a server with /tokenize counts the answer text and the prompt; the row says ``tokenize``."""
-    adapter = ScriptedAdapter([event(ROLE), content("ab"), content("c", "stop"), DONE],
-                              json_routes={"/tokenize": (200, {"count": 2, "max_model_len": 4096})})
+    transport = ScriptedTransport([event(ROLE), content("ab"), content("c", "stop"), DONE],
+                                  json_routes={"/tokenize": (200, {"count": 2, "max_model_len": 4096})})
     payload = chat_payload("m", [{"role": "user", "content": "你好"}], max_tokens=3, temperature=0.0)
-    record = stream_chat(scripted_session(adapter), "http://vllm-tok", payload, timeout_s=5)
+    record = stream_chat(transport, "http://vllm-tok", payload, timeout_s=5)
     assert (record.output_tokens, record.prompt_tokens, record.output_tokens_source) == (2, 2, "tokenize")
-    bodies = [json.loads(r.body or b"{}") for r in adapter.sent[1:]]  # type: ignore[arg-type]
+    assert [url for url, _ in transport.sent] == ["http://vllm-tok/v1/chat/completions", *["http://vllm-tok/tokenize"] * 2]
+    bodies = [json.loads(body) for _, body in transport.sent[1:]]
     assert bodies[0] == {"model": "m", "prompt": "abc", "add_special_tokens": False}
     assert bodies[1]["messages"] == [{"role": "user", "content": "你好"}]
 
@@ -145,19 +145,19 @@ def test_http_error_keeps_status_and_server_message() -> None:
 
 def test_connection_refused_is_a_connection_error() -> None:
     """A refused connection is a row with cause connection, not an exception."""
-    record = run([], raise_on_send=requests.ConnectionError("refused"))
+    record = run([], raise_on_send=TransportError("ConnectionRefusedError: refused"))
     assert not record.ok and record.error_kind == "connection"
 
 
 def test_timeout_is_a_timeout_error() -> None:
     """No answer within the timeout is a row with cause timeout."""
-    record = run([], raise_on_send=requests.ReadTimeout("slow"))
+    record = run([], raise_on_send=TransportTimeout("slow"))
     assert record.error_kind == "timeout"
 
 
 def test_stream_broken_midway_is_a_connection_error() -> None:
     """A connection dropped mid-stream keeps TTFT and records the cause."""
-    record = run([event(ROLE), content("a")], error_mid_stream=requests.exceptions.ChunkedEncodingError("reset"))
+    record = run([event(ROLE), content("a")], error_mid_stream=TransportError("connection closed before the end"))
     assert record.error_kind == "connection" and record.ttft_ms is not None
 
 
@@ -170,11 +170,25 @@ def test_payload_asks_for_usage_in_the_stream() -> None:
 
 def test_complete_stream_keeps_the_connection_for_reuse() -> None:
     """After [DONE] the connection goes back to the pool (keep-alive); a stream abandoned midway is closed."""
-    adapter = ScriptedAdapter([event(ROLE), content("a"), USAGE, DONE])
+    transport = ScriptedTransport([event(ROLE), content("a"), USAGE, DONE])
     payload = chat_payload("m", [{"role": "user", "content": "x"}], max_tokens=3, temperature=0.0)
-    session = scripted_session(adapter)
-    assert stream_chat(session, "http://vllm", payload, timeout_s=5).ok
-    assert adapter.raws[0].released and not adapter.raws[0].closed
-    cut = ScriptedAdapter([event(ROLE), b"data: {broken\n\n", content("a"), USAGE, DONE])
-    assert not stream_chat(scripted_session(cut), "http://vllm", payload, timeout_s=5).ok
-    assert cut.raws[0].closed
+    assert stream_chat(transport, "http://vllm", payload, timeout_s=5).ok
+    assert transport.responses[0].closed_with is True
+    cut = ScriptedTransport([event(ROLE), b"data: {broken\n\n", content("a"), USAGE, DONE])
+    assert not stream_chat(cut, "http://vllm", payload, timeout_s=5).ok
+    assert cut.responses[0].closed_with is False
+
+
+def test_crlf_line_ends_and_split_crlf_are_one_event_boundary() -> None:
+    """Events ended by CRLF CRLF (some proxies) parse alike, also when a CR and its LF arrive in different reads."""
+    crlf = [x.replace(b"\n", b"\r\n") for x in (event(ROLE), content("a"), content("b"), USAGE, DONE)]
+    joined = b"".join(crlf)
+    cut = joined.index(b"\r\n\r\n", len(crlf[0])) + 1  # between a CR and its LF
+    record = run([joined[:cut], joined[cut:]])
+    assert record.ok and record.content_chunks == 2 and record.output_tokens == 3
+
+
+def test_http_error_body_that_is_not_json_is_kept_as_text() -> None:
+    """A non-JSON error page (a proxy's HTML) becomes the row's message, cut to 500 characters."""
+    record = run([b"<html>Bad gateway</html>"], status=502)
+    assert record.error_kind == "http_status" and record.http_status == 502 and "Bad gateway" in (record.error or "")

@@ -10,15 +10,15 @@ import subprocess
 import sys
 from typing import Any
 
+import httpx
 import httpx2
 import pytest
-from fastapi.testclient import TestClient
 
 from core.api import BuildReportRequest
 from core.settings import Settings
 from loadtest.errors import BenchError
 from loadtest.launch import locust_argv
-from loadtest.mock_server import MockConfig, create_app
+from loadtest.mock_server import MockConfig, serve
 from loadtest.sidecar_api import SidecarClient
 from loadtest.weblogin import credentials_match
 from services.ui.errors import map_exception
@@ -81,11 +81,31 @@ def test_web_login_flag_only_with_a_password() -> None:
 
 
 def test_mock_server_refuses_v1_without_the_key() -> None:
-    """With a key the mock answers /v1 only to ``Authorization: Bearer <key>``, as vLLM does; /health stays open."""
-    client = TestClient(create_app(MockConfig(api_key="k-123")))
-    assert client.get("/v1/models").status_code == 401
-    assert client.get("/v1/models", headers={"Authorization": "Bearer k-123"}).status_code == 200
-    assert client.get("/health").status_code == 200
+    """With a key the mock answers /v1 only to ``Authorization: Bearer <key>``, as vLLM does; /health stays open
+    (the real server on a loopback port, in this test's event loop)."""
+    from core.net import free_port
+
+    port = free_port()
+
+    async def check() -> list[int]:
+        server = asyncio.create_task(serve(MockConfig(api_key="k-123"), "127.0.0.1", port, reuse_port=False))
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
+                for _ in range(100):
+                    try:
+                        await client.get("/health")
+                        break
+                    except httpx.ConnectError:
+                        await asyncio.sleep(0.05)
+                codes = [(await client.get("/v1/models")).status_code]
+                codes.append((await client.get("/v1/models", headers={"Authorization": "Bearer k-12"})).status_code)
+                codes.append((await client.get("/v1/models", headers={"Authorization": "Bearer k-123"})).status_code)
+                codes.append((await client.get("/health")).status_code)
+                return codes
+        finally:
+            server.cancel()
+
+    assert asyncio.run(check()) == [401, 401, 200, 200]
 
 
 def test_sidecar_client_refuses_a_body_over_the_limit_before_sending() -> None:

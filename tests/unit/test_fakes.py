@@ -6,9 +6,8 @@ import inspect
 import re
 
 import pynvml
-import requests
 
-from tests.fakes import FakeNvml, ScriptedAdapter
+from tests.fakes import FakeNvml
 
 
 def test_fake_nvml_names_exist_in_real_pynvml() -> None:
@@ -31,16 +30,19 @@ def test_fake_nvml_covers_what_the_reader_calls() -> None:
     assert called <= {name for name in dir(FakeNvml) if name.startswith("nvml")}
 
 
-def test_scripted_raw_has_the_urllib3_methods_the_client_uses() -> None:
-    """The scripted response body offers the urllib3 HTTPResponse methods the client calls."""
-    import urllib3
-
-    from tests.fakes import ScriptedRaw
-
-    for name in ("stream", "read", "close", "release_conn"):
-        assert callable(getattr(urllib3.HTTPResponse, name)) and callable(getattr(ScriptedRaw, name)), name
+def _signature(cls: type, name: str) -> list[str]:
+    return [p for p in inspect.signature(getattr(cls, name)).parameters if p != "self"]
 
 
-def test_scripted_adapter_is_a_requests_adapter() -> None:
-    """The scripted transport plugs into a real requests.Session."""
-    assert issubclass(ScriptedAdapter, requests.adapters.BaseAdapter)
+def test_scripted_transport_has_the_real_transports_interface() -> None:
+    """The scripted transport and response offer the methods (and parameters) of the Transport and Response
+    protocols, as the real HttpSession and HttpResponse do."""
+    from loadtest.transport import HttpResponse, HttpSession, Response, Transport
+    from tests.fakes import ScriptedResponse, ScriptedTransport
+
+    for protocol, real, fake in ((Transport, HttpSession, ScriptedTransport), (Response, HttpResponse, ScriptedResponse)):
+        methods = [n for n, m in inspect.getmembers(protocol, inspect.isfunction) if not n.startswith("_")]
+        assert methods, protocol
+        for name in methods:
+            assert _signature(real, name) == _signature(protocol, name) == _signature(fake, name), (protocol, name)
+    assert "status" in Response.__annotations__

@@ -168,7 +168,7 @@ def test_request_cut_by_the_stop_is_logged_cancelled_and_reported(
 
     monkeypatch.setattr(driver, "stream_chat", streaming_forever)
     cuts: list[float] = []
-    item = run_state.workload.next()
+    item = run_state.item(0)
     user = gevent.spawn(driver.send, run_state, None, "http://vllm", item, None, cuts.append)
     gevent.sleep(0.05)
     user.kill(block=True)

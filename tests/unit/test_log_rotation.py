@@ -83,6 +83,36 @@ def test_vllm_log_writer_rotates_at_its_size(tmp_path: Path) -> None:
     assert path.read_text().splitlines()[-1].startswith("line 049")
 
 
+def held_writer(path: str, worker: int, count: int) -> None:
+    """A Locust process's writer: one descriptor held for the whole run (:meth:`RequestLog.writer`)."""
+    log = RequestLog(Path(path), max_bytes=8_000, backups=50)
+    out = log.writer()
+    try:
+        for i in range(count):
+            out.write(log.encode(line(worker * 100_000 + i)))
+    finally:
+        out.close()
+
+
+def test_held_descriptors_rotate_once_and_lose_nothing(tmp_path: Path) -> None:
+    """Four processes each holding a descriptor, plus the UI-style appends of :meth:`RequestLog.append`, through a
+    small limit: a writer whose file another one rotated reopens the new file instead of rotating it again, so no
+    file of the family is a near-empty leftover and every line is in exactly one file."""
+    path = tmp_path / "requests.jsonl"
+    procs = [multiprocessing.Process(target=held_writer, args=(str(path), w, 400)) for w in range(3)]
+    procs.append(multiprocessing.Process(target=writer, args=(str(path), 3, 400)))
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert all(p.exitcode == 0 for p in procs)
+    family = rotated_family(path)
+    ids = [json.loads(x)["request_id"] for f in family for x in Path(f).read_text().splitlines()]
+    assert sorted(ids) == sorted(f"w{w * 100_000 + i}" for w in range(4) for i in range(400))
+    sizes = [os.path.getsize(f) for f in family[:-1]]  # the newest file may still be filling
+    assert max(sizes) < 8_000 + 4 * 300 and min(sizes) > 8_000 // 2, sizes  # rotated when full, never twice
+
+
 def big_log(path: Path, serving_mb: int, before: str = "") -> None:
     """``before``, a start-up, then ``serving_mb`` MiB of access lines (written in blocks)."""
     with path.open("w") as fh:

@@ -98,3 +98,16 @@ def test_open_loop_with_a_request_budget_sends_exactly_that_many(tmp_path: Path)
     sent: list[float] = []
     assert dispatch_open_loop(state, lambda item, at: sent.append(at)) == 0
     assert len(sent) == 7
+
+
+def test_row_counter_counts_new_complete_measured_rows_only(tmp_path: Path) -> None:
+    """The progress counter reads only what was appended since its last count, and a half-written line later."""
+    from loadtest.run import RowCounter
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"phase":"warmup"}\n{"phase":"measured"}\n{"phase":"meas')
+    count = RowCounter(path)
+    assert count() == 1
+    with path.open("a") as fh:
+        fh.write('ured"}\n{"phase":"measured"}\n')
+    assert count() == 3 and count() == 3 and count.offset == path.stat().st_size

@@ -14,7 +14,7 @@ import pytest
 
 from core.streamtiming import StreamTimer, interpret_chunk
 from loadtest.client import chat_payload, stream_chat
-from tests.fakes import ScriptedAdapter, scripted_session
+from tests.fakes import ScriptedTransport
 
 ROLE = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
 USAGE = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}
@@ -34,10 +34,10 @@ def fin(reason: str = "stop") -> dict[str, Any]:
 
 
 def run(events: list[bytes]):
-    adapter = ScriptedAdapter(events, json_routes={"/tokenize": (404, {})})
+    transport = ScriptedTransport(events, json_routes={"/tokenize": (404, {})})
     ticks = itertools.count(0.0, 0.01)
     payload = chat_payload("m", [{"role": "user", "content": "x"}], max_tokens=8, temperature=0.0)
-    return stream_chat(scripted_session(adapter), "http://shapes", payload, timeout_s=5, clock=lambda: next(ticks))
+    return stream_chat(transport, "http://shapes", payload, timeout_s=5, clock=lambda: next(ticks))
 
 
 # (name, stream, expected: "ok" with the joined text length, or the error kind and a fragment of its message)
@@ -99,7 +99,7 @@ def test_a_bug_in_the_client_is_a_row_not_an_exception(monkeypatch: pytest.Monke
     def broken(*_: Any, **__: Any) -> Any:
         raise TypeError("can only concatenate str (not 'int') to str")
 
-    monkeypatch.setattr(client, "interpret_chunk", broken)
+    monkeypatch.setattr(client, "decode_chunk", broken)
     record = run([ev(delta(content="a")), DONE])
     assert not record.ok and record.error_kind == "client_error" and "TypeError" in (record.error or "")
 

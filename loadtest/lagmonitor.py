@@ -1,0 +1,98 @@
+"""How late this Locust process runs: the scheduling lag of its event loop, and its CPU use, while requests are out.
+
+A greenlet asks to wake every ``interval_s`` and records how late it woke (like wrk2's and Node's event-loop lag).
+A chunk that arrives while the loop is busy waits just as long before its greenlet runs and stamps it, so this lag is
+what the client itself may have added to each TTFT and ITL. A stall longer than the interval is recorded the way
+HdrHistogram's ``recordValueWithExpectedInterval`` does (the stall, then the stall minus one interval, minus two, …),
+so the samples are the wait of an event arriving at a random time, not one sample per stall. Only wake-ups while
+requests are in flight count: an idle loop says nothing about the measurements.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from array import array
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import gevent
+
+from core.clientview import ProcessLoad
+from core.stats import latency_stats
+
+INTERVAL_S = 0.005
+
+
+class LagMonitor:
+    """The lag sampler of one process (``start`` at the test's start, ``stop`` at its end).
+
+    Args:
+        busy: True while requests are in flight (only those wake-ups are recorded).
+        interval_s: how often the greenlet asks to wake.
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self, busy: Callable[[], bool], interval_s: float = INTERVAL_S, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.busy = busy
+        self.interval_s = interval_s
+        self.clock = clock
+        self.samples_ms = array("d")
+        self._greenlet: gevent.Greenlet[[], None] | None = None
+        self._cpu0 = self._wall0 = 0.0
+
+    def start(self) -> None:
+        """Start sampling (again: earlier samples are dropped)."""
+        self.stop_sampling()
+        self.samples_ms = array("d")
+        self._cpu0, self._wall0 = time.process_time(), self.clock()
+        self._greenlet = gevent.spawn(self._run)
+
+    def _run(self) -> None:
+        clock, interval, record = self.clock, self.interval_s, self.record
+        due = clock() + interval
+        while True:
+            gevent.sleep(max(0.0, due - clock()))
+            now = clock()
+            if self.busy():
+                record(now - due)
+            due = now + interval
+
+    def record(self, late_s: float) -> None:
+        """One wake-up ``late_s`` late (with the back-filled samples of a stall longer than the interval)."""
+        late_ms, step_ms = late_s * 1000.0, self.interval_s * 1000.0
+        self.samples_ms.append(max(0.0, late_ms))
+        late_ms -= step_ms
+        while late_ms > 0:
+            self.samples_ms.append(late_ms)
+            late_ms -= step_ms
+
+    def stop_sampling(self) -> None:
+        """Stop the greenlet (samples are kept)."""
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
+            self._greenlet = None
+
+    def summary(self, role: Literal["local", "worker"], slot: int, requests: int) -> ProcessLoad:
+        """This process's load since :meth:`start`: CPU seconds (user + system), wall seconds and the lag."""
+        return ProcessLoad(
+            pid=os.getpid(),
+            role=role,
+            slot=slot,
+            requests=requests,
+            cpu_s=time.process_time() - self._cpu0,
+            wall_s=self.clock() - self._wall0,
+            lag=latency_stats(self.samples_ms),
+        )
+
+
+def append_process_load(path: Path, load: ProcessLoad) -> None:
+    """Append one process's load as a JSON line (one ``O_APPEND`` write: the processes share the file)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (load.model_dump_json() + "\n").encode())
+    finally:
+        os.close(fd)
