@@ -49,6 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from fixed_load import fixed_load_env  # noqa: E402
 from vllm_peer import sharegpt_prompts  # noqa: E402
 
 from core.settings import get_settings  # noqa: E402
@@ -267,19 +268,10 @@ def run_benchmark(stack: PrivateStack, dataset: Path, tag: str, args: argparse.N
     """
     env = {
         **stack.env,
-        "VLLM_BASE_URL": stack.vllm_url,
-        "SIDECAR_BASE_URL": stack.sidecar_url,
-        "CONCURRENCY": str(args.concurrency),
-        "REQUESTS": str(args.requests),
-        "DURATION": "",
-        "WARMUP": str(args.warmup),
-        "MAX_TOKENS": str(args.output_tokens),
-        "OUTPUT_LEN": "fixed",
-        "IGNORE_EOS": "1",
-        "TEMPERATURE": "0",
-        "DATASET": str(dataset),
-        "RATE": "",
-        "INPUT_MIX": "",
+        **fixed_load_env(
+            vllm_url=stack.vllm_url, sidecar_url=stack.sidecar_url, dataset=dataset, concurrency=args.concurrency,
+            requests=args.requests, warmup=args.warmup, output_tokens=args.output_tokens,
+        ),
     }
     log = stack.workdir / f"bench_{tag}.log"
     before = set((stack.workdir / "reports").glob("benchmark_report_*.json"))

@@ -46,6 +46,7 @@ from core.settings import get_settings  # noqa: E402
 from loadtest.procs import cpu_in_window, log_tail, stop_process  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fixed_load import fixed_load_env  # noqa: E402
 from vllm_peer import (  # noqa: E402
     PeerBenchError,
     run_vllm_bench,
@@ -174,21 +175,10 @@ def run_ours(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -
     """
     env = {
         **os.environ,
-        "VLLM_BASE_URL": args.vllm_url,
-        "SIDECAR_BASE_URL": args.sidecar_url,
-        "CONCURRENCY": str(args.concurrency),
-        "REQUESTS": str(args.requests),
-        "DURATION": "",
-        "WARMUP": str(args.warmup),
-        "MAX_TOKENS": str(args.output_tokens),
-        "OUTPUT_LEN": "fixed",
-        "IGNORE_EOS": "1",
-        "TEMPERATURE": "0",
-        "DATASET": str(dataset),
-        "RATE": "",
-        "RAMP_UP_S": "0",
-        "INPUT_MIX": "",
-        "PYTHONUNBUFFERED": "1",
+        **fixed_load_env(
+            vllm_url=args.vllm_url, sidecar_url=args.sidecar_url, dataset=dataset, concurrency=args.concurrency,
+            requests=args.requests, warmup=args.warmup, output_tokens=args.output_tokens,
+        ),
     }
     log_path = workdir / f"ours_{tag}.log"
     before = scrape(args.vllm_url)

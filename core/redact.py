@@ -17,7 +17,7 @@ import html
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -48,22 +48,28 @@ def is_secret_flag(arg: str) -> bool:
     return arg.startswith("-") and SECRET_FLAG_RE.fullmatch(_split_flag(arg)[0]) is not None
 
 
+def _roles(argv: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """Each argument of ``argv`` with its role: ``flag`` (a secret-looking flag, ``--api-key`` or ``--api-key=v``),
+    ``value`` (a value of such a flag: every argument up to the next flag, as vLLM's list options take them) or
+    ``plain``."""
+    taking = False
+    for arg in argv:
+        if arg.startswith("-") and len(arg) > 1:
+            secret = is_secret_flag(arg)
+            taking = secret and _split_flag(arg)[1] is None
+            yield arg, "flag" if secret else "plain"
+        else:
+            yield arg, "value" if taking else "plain"
+
+
 def secret_flag_values(argv: Iterable[str]) -> list[str]:
     """The values of secret-looking flags in ``argv``: ``--api-key a b`` (every value up to the next flag, as vLLM's
     list options take them) and ``--hf-token=x``."""
     values: list[str] = []
-    taking = False
-    for arg in argv:
-        if arg.startswith("-") and len(arg) > 1:
-            taking = False
-            if is_secret_flag(arg):
-                _, value = _split_flag(arg)
-                if value is None:
-                    taking = True
-                elif value:
-                    values.append(value)
-        elif taking and arg:
-            values.append(arg)
+    for arg, role in _roles(argv):
+        value = _split_flag(arg)[1] if role == "flag" else arg if role == "value" else None
+        if value:
+            values.append(value)
     return values
 
 
@@ -71,36 +77,19 @@ def split_secret_flags(argv: Iterable[str]) -> tuple[list[str], list[str]]:
     """``argv`` as (everything but the secret-looking flags, those flags with their values), each in order."""
     kept: list[str] = []
     secret: list[str] = []
-    taking = False
-    for arg in argv:
-        if arg.startswith("-") and len(arg) > 1:
-            taking = False
-            if is_secret_flag(arg):
-                secret.append(arg)
-                taking = _split_flag(arg)[1] is None
-                continue
-        elif taking:
-            secret.append(arg)
-            continue
-        kept.append(arg)
+    for arg, role in _roles(argv):
+        (kept if role == "plain" else secret).append(arg)
     return kept, secret
 
 
 def redact_argv(argv: Iterable[str]) -> list[str]:
     """``argv`` with the values of secret-looking flags replaced by ``***`` (for logs and state files)."""
     out: list[str] = []
-    taking = False
-    for arg in argv:
-        if arg.startswith("-") and len(arg) > 1:
-            taking = False
-            if is_secret_flag(arg):
-                name, value = _split_flag(arg)
-                if value is None:
-                    taking = True
-                else:
-                    arg = f"{name}={MASK}"
-        elif taking:
+    for arg, role in _roles(argv):
+        if role == "value":
             arg = MASK
+        elif role == "flag" and _split_flag(arg)[1] is not None:
+            arg = f"{_split_flag(arg)[0]}={MASK}"
         out.append(arg)
     return out
 
