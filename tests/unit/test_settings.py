@@ -5,6 +5,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from core.knobs.benchmark import BenchmarkKnobs
+from core.knobs.folders import FolderKnobs
+from core.knobs.security import SecurityKnobs
+from core.knobs.serving import ServingKnobs
+from core.knobs.sweep import SweepKnobs
 from core.parsing import parse_duration_s
 from core.settings import Settings, describe_validation_error
 
@@ -67,3 +72,12 @@ def test_urls_dial_loopback_for_wildcard_bind() -> None:
     """A 0.0.0.0 bind address is dialled as 127.0.0.1; explicit base URLs win."""
     assert make(vllm_host="0.0.0.0").vllm_url == "http://127.0.0.1:8100"
     assert make(vllm_base_url="http://vllm:8100/").vllm_url == "http://vllm:8100"
+
+
+def test_fields_keep_the_group_order() -> None:
+    """Settings has exactly the groups' fields, group after group (serving, security, folders, benchmark, sweep):
+    the flags, ``--help`` and the schema list knobs in this order, whatever order pydantic merges the bases in."""
+    groups = (ServingKnobs, SecurityKnobs, FolderKnobs, BenchmarkKnobs, SweepKnobs)
+    assert list(Settings.model_fields) == [name for group in groups for name in group.model_fields]
+    assert list(Settings.model_fields)[:2] == ["model", "vllm_model_path"]
+    assert list(Settings.model_fields)[-1] == "gate_error_rate_pp"

@@ -1,0 +1,129 @@
+"""Settings fields of a benchmark run: load, workload, output lengths, limits (a group of
+:class:`core.settings.Settings`).
+
+A plain pydantic model: the environment and ``.env`` are read by the settings object, which inherits these fields;
+the checks across groups (load shape, request count, output lengths) are on the settings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import NoDecode
+
+from core.parsing import parse_duration_s, parse_mix, parse_slo
+
+RANDOM_DATASET = "random"  # DATASET=random: token-exact synthetic prompts
+
+
+class BenchmarkKnobs(BaseModel):
+    """One benchmark run's load (closed or open loop), its workload and output lengths, and when it stops or fails."""
+
+    # --- benchmark (make benchmark CONCURRENCY=.. REQUESTS=.. DURATION=.. WARMUP=.. MAX_TOKENS=..) -------
+    concurrency: int = Field(
+        default=50,
+        ge=1,
+        description="Concurrent users (closed loop).",
+        json_schema_extra={"cli": ["--max-concurrency"]},
+    )
+    requests: int | None = Field(
+        default=None,
+        ge=1,
+        description="Measured requests; default 200 unless DURATION.",
+        json_schema_extra={"cli": ["--num-prompts"]},
+    )
+    duration: Annotated[float | None, NoDecode] = Field(default=None, description="Measured window, e.g. 60s, 5m.")
+    warmup: int = Field(default=10, ge=0, description="Warmup requests, excluded from statistics.")
+    max_tokens: int = Field(default=128, ge=1, description="Fixed output length (benchmark) / UI default.")
+    output_len: Literal["lognormal", "fixed"] | None = Field(
+        default=None,
+        description="Benchmark output lengths: sampled (default) or MAX_TOKENS each; MAX_TOKENS=N alone means fixed.",
+    )
+    output_len_mean: float = Field(default=120.0, gt=0, description="Sampled output length: mean, tokens.")
+    output_len_p95: float = Field(default=280.0, gt=0, description="Sampled output length: 95th percentile, tokens.")
+    output_len_cap: int = Field(default=1024, ge=1, description="Largest sampled output length, tokens.")
+    ignore_eos: bool = Field(default=False, description="Ask for exactly max_tokens (ignore_eos + min_tokens).")
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    rate: float | None = Field(
+        default=None,
+        gt=0,
+        description="Open loop: mean arrivals per second (unset: closed loop).",
+        json_schema_extra={"cli": ["--request-rate"]},
+    )
+    burstiness: float = Field(default=1.0, gt=0, description="Open loop: gamma shape of arrival gaps (1 = Poisson).")
+    ramp_up_s: float = Field(default=0.0, ge=0, description="Closed loop: seconds to start all users.")
+    workers: int | None = Field(
+        default=None,
+        ge=1,
+        description="Load-generating Locust processes (N > 1: a master and N workers); unset: from the machine's "
+        "cores and the load asked for.",
+    )
+    dataset: Path | None = Field(
+        default=None,
+        description="Prompt JSONL or ShareGPT JSON/JSONL, or random (token-exact synthetic prompts, see "
+        "RANDOM_INPUT_LEN); default: the bundled corpus.",
+        json_schema_extra={"cli": ["--dataset-path", "--dataset-name"]},
+    )
+    input_mix: Annotated[dict[str, float] | None, NoDecode] = Field(
+        default=None, description="Input-length bucket weights, e.g. short:0.3,medium:0.5,long:0.2."
+    )
+    slo: Annotated[dict[str, float], NoDecode] = Field(
+        default_factory=dict, description="Goodput SLOs, e.g. ttft_ms<=500,e2e_ms<=2000."
+    )
+    request_timeout_s: float = Field(default=300.0, gt=0)
+    seed: int = 0
+    profile: bool = Field(default=False, description="make benchmark PROFILE=1: torch-profile the measured window.")
+    bench_model: str | None = Field(
+        default=None,
+        json_schema_extra={"cli": ["--model"]},
+        description="Model the benchmark measures (an id of /v1/models); default: SERVED_MODEL_NAME, MODEL, or the "
+        "only model served (several served and none chosen: the run stops and lists them).",
+    )
+    drain_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="When DURATION ends, how long requests in flight may still finish before they are cancelled "
+        "(counted as incomplete), s.",
+    )
+    watchdog_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Stop a run in which no request finishes for this long, s (default REQUEST_TIMEOUT_S + 60).",
+    )
+    max_error_rate_pct: float | None = Field(
+        default=None, ge=0, le=100, description="Fail the run (exit 5) when its error rate is above this, %."
+    )
+    locust_plan_file: Path | None = Field(
+        default=None,
+        json_schema_extra={"cli": False},
+        description="Internal: the run plan the benchmark writes for its Locust processes (unset: these settings).",
+    )
+
+    @field_validator("duration", mode="before")
+    @classmethod
+    def _parse_duration(cls, value: object) -> object:
+        """DURATION text (60, 60s, 5m, 1h) -> seconds; blank means unset."""
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        return parse_duration_s(str(value))
+
+    @field_validator("input_mix", mode="before")
+    @classmethod
+    def _parse_mix(cls, value: object) -> object:
+        """INPUT_MIX text -> normalised weights (blank: the dataset's natural mix)."""
+        if isinstance(value, str):
+            return parse_mix(value) if value.strip() else None
+        return value
+
+    @field_validator("slo", mode="before")
+    @classmethod
+    def _parse_slo(cls, value: object) -> object:
+        """SLO text -> {metric: bound in ms}."""
+        return parse_slo(value) if isinstance(value, str) else value
+
+    @property
+    def random_dataset(self) -> bool:
+        """DATASET=random: synthetic prompts of exactly RANDOM_INPUT_LEN tokens (``vllm bench serve``'s random)."""
+        return self.dataset is not None and str(self.dataset) == RANDOM_DATASET

@@ -1,0 +1,48 @@
+"""Settings fields of the stack's folders, and the files in them (a group of :class:`core.settings.Settings`).
+
+A plain pydantic model: the environment and ``.env`` are read by the settings object, which inherits these fields.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+class FolderKnobs(BaseModel):
+    """Where logs, reports, models, run files and the bundled prompts are; the files derived from them."""
+
+    # --- folders -------------------------------------------------------------------------------------
+    logs_dir: Path = PROJECT_ROOT / "logs"
+    reports_dir: Path = PROJECT_ROOT / "reports"
+    models_dir: Path = PROJECT_ROOT / "models"
+    run_dir: Path = Field(default=PROJECT_ROOT / "run", description="supervisord socket and pid (local mode).")
+    prompts_file: Path = PROJECT_ROOT / "loadtest" / "data" / "prompts_zh.jsonl"
+
+    @property
+    def engine_state_file(self) -> Path:
+        """JSON written by the vLLM launcher: what model was resolved and why (read by UI and sidecar)."""
+        return self.logs_dir / "engine_state.json"
+
+    @property
+    def engine_request_file(self) -> Path:
+        """What the next engine launch changes (a model switch, the profiler), written by the engine controller."""
+        return self.run_dir / "engine_request.json"
+
+    @property
+    def profile_dir(self) -> Path:
+        """Where vLLM's torch profiler writes Chrome traces (absolute; the sidecar copies them into reports/)."""
+        return (self.logs_dir / "profile").resolve()
+
+    @property
+    def vllm_log_file(self) -> Path:
+        """vLLM's own log."""
+        return self.logs_dir / "vllm.log"
+
+    @property
+    def requests_log_file(self) -> Path:
+        """One line per chat request (UI and load tests), read by the log analyzer."""
+        return self.logs_dir / "requests.jsonl"

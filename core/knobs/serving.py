@@ -1,0 +1,125 @@
+"""Settings fields of the model, vLLM, the service addresses and the chat UI (a group of
+:class:`core.settings.Settings`).
+
+A plain pydantic model: the environment and ``.env`` are read by the settings object, which inherits these fields.
+"""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, BaseModel, Field
+
+DEFAULT_MODEL = "baidu/ERNIE-4.5-0.3B-PT"
+SYNTHETIC_FALLBACK = "synthetic:ernie-4.5-0.3b"
+
+
+def _client_host(bind_host: str) -> str:
+    """A bind address as a client would dial it (0.0.0.0 -> 127.0.0.1)."""
+    return "127.0.0.1" if bind_host in ("0.0.0.0", "::", "") else bind_host
+
+
+class ServingKnobs(BaseModel):
+    """The model to serve, vLLM's launch knobs, where the UI, the sidecar and Locust listen, and the chat UI."""
+
+    # --- model ---------------------------------------------------------------------------------------
+    model: str | None = Field(
+        default=None,
+        description="Model vLLM serves: HF id, local directory or synthetic:NAME. Unset: ERNIE-4.5-0.3B-PT, else the "
+        "synthetic stand-in.",
+        json_schema_extra={"cli_flags": ["--serve-model"]},
+    )
+    vllm_model_path: str | None = Field(
+        default=None,
+        description="The seed image's name for MODEL (a local model folder); setting both to different values is an "
+        "error.",
+        json_schema_extra={"cli_flags": ["--vllm-model-path"]},
+    )
+    served_model_name: str | None = Field(default=None, description="Name clients use; default: a readable alias.")
+    hf_token: str | None = Field(default=None, repr=False, description="Hugging Face token (never written out).")
+    hf_hub_offline: bool = Field(default=False, description="Skip the hub reachability probe.")
+    hub_probe_timeout_s: float = Field(default=5.0, gt=0)
+
+    # --- vLLM ----------------------------------------------------------------------------------------
+    vllm_host: str = "127.0.0.1"
+    vllm_port: int = Field(default=8100, ge=1, le=65535)
+    vllm_base_url: str | None = Field(
+        default=None,
+        description="Where clients (UI, benchmark) reach the OpenAI-compatible server; default from host/port.",
+        json_schema_extra={"cli": ["--base-url"]},
+    )
+    vllm_dtype: str = "bfloat16"
+    kv_cache_gb: float = Field(
+        default=1.0,
+        gt=0,
+        validation_alias=AliasChoices("kv_cache_gb", "vllm_cpu_kvcache_space_gb", "vllm_cpu_kvcache_space"),
+        description="vLLM's KV cache pool, GiB, on both builds (--kv-cache-memory-bytes). Older names: "
+        "VLLM_CPU_KVCACHE_SPACE_GB, VLLM_CPU_KVCACHE_SPACE.",
+    )
+    vllm_max_model_len: int | None = Field(
+        default=None, gt=0, description="Context length; unset: 4096 capped at the model's (must fit KV_CACHE_GB)."
+    )
+    vllm_cpu_num_of_reserved_cpu: int | None = Field(
+        default=None,
+        ge=0,
+        description="CPU build: cores kept free of the engine's compute threads (VLLM_CPU_NUM_OF_RESERVED_CPU); "
+        "unset: vLLM's own (1 on x86), measured fastest on a shared 2-core host (benchmarks/README.md); 0 = all cores.",
+    )
+    vllm_cpu_omp_threads_bind: str | None = Field(
+        default=None,
+        description="CPU build: VLLM_CPU_OMP_THREADS_BIND (auto, nobind, or core ids like 0-3); unset: auto.",
+    )
+    vllm_extra_args: str = Field(default="", description="Extra `vllm serve` arguments, shell-quoted.")
+    engine_python: str | None = Field(default=None, description="Python of the engine env; default auto-detected.")
+    startup_timeout_s: float = Field(default=900.0, gt=0)
+
+    # --- UI, sidecar, Locust -------------------------------------------------------------------------
+    ui_host: str = "127.0.0.1"
+    ui_port: int = Field(default=8000, ge=1, le=65535)
+    sidecar_host: str = "127.0.0.1"
+    sidecar_port: int = Field(default=8200, ge=1, le=65535)
+    sidecar_base_url: str | None = None
+    locust_web_host: str = "127.0.0.1"
+    locust_web_port: int = Field(default=8089, ge=1, le=65535)
+    locust_extra_args: str = Field(
+        default="", description="Extra Locust arguments for the web-UI service, e.g. --master or --worker."
+    )
+    gpu_sample_interval_s: float = Field(default=0.5, gt=0)
+    engine_metrics_interval_s: float = Field(
+        default=1.0, gt=0, description="How often the sidecar scrapes vLLM's /metrics for KV usage and queue gauges."
+    )
+
+    # --- UI ------------------------------------------------------------------------------------------
+    ui_system_prompt: str = Field(default="", description="Default system prompt of the chat UI (editable per chat).")
+    ui_password: str | None = Field(
+        default=None, repr=False, description="Set to require a login (Chainlit password auth) for the chat UI."
+    )
+    ui_username: str = Field(default="admin", description="Login name when UI_PASSWORD is set.")
+    ui_auth_secret: str | None = Field(
+        default=None, repr=False, description="JWT secret for UI logins (CHAINLIT_AUTH_SECRET); default: per launch."
+    )
+    ui_status_interval_s: float = Field(default=5.0, gt=0, description="How often the UI re-probes vLLM's status.")
+    ui_max_tokens: int = Field(
+        default=4096,
+        ge=1,
+        description="Largest answer the chat UI asks for, tokens: a larger max_tokens in the chat settings is lowered "
+        "to it before sending (the context left after the prompt is the hard limit).",
+    )
+
+    @property
+    def model_was_set(self) -> bool:
+        """True when the user chose a model (then no silent fallback to the synthetic one)."""
+        return self.model is not None
+
+    @property
+    def requested_model(self) -> str:
+        """The model to serve before resolution: the user's choice or the default."""
+        return self.model or DEFAULT_MODEL
+
+    @property
+    def vllm_url(self) -> str:
+        """Base URL of vLLM's OpenAI server, without ``/v1``."""
+        return (self.vllm_base_url or f"http://{_client_host(self.vllm_host)}:{self.vllm_port}").rstrip("/")
+
+    @property
+    def sidecar_url(self) -> str:
+        """Base URL of the sidecar."""
+        return (self.sidecar_base_url or f"http://{_client_host(self.sidecar_host)}:{self.sidecar_port}").rstrip("/")

@@ -1,0 +1,103 @@
+"""Settings fields of load shapes, sweeps, repeats and the regression gate (a group of
+:class:`core.settings.Settings`).
+
+A plain pydantic model: the environment and ``.env`` are read by the settings object, which inherits these fields;
+the check that the load shape fits the loop (``RATE_END`` needs ``RATE`` ...) is on the settings.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, field_validator
+
+from core.parsing import parse_sweep, validate_name
+
+
+class SweepKnobs(BaseModel):
+    """Open-loop caps and ramps, synthetic lengths, multi-turn sessions, sweeps and repeats, the baseline gate."""
+
+    # --- load shapes, sweeps and repeats (make sweep SWEEP=auto; make benchmark REPEAT=3) -----------------
+    max_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="Open loop: at most this many requests in flight (vllm bench serve's --max-concurrency with "
+        "--request-rate); an arrival waits for a free slot and the wait counts in its latencies.",
+    )
+    rate_end: float | None = Field(
+        default=None,
+        gt=0,
+        description="Open loop: ramp the arrival rate linearly from RATE to this over the run (DURATION, else "
+        "REQUESTS), req/s.",
+        json_schema_extra={"cli": ["--ramp-up-end-rps"]},
+    )
+    random_input_len: int = Field(
+        default=1024,
+        ge=1,
+        description="DATASET=random: prompt tokens of every request as the server counts them (chat template "
+        "included; sized with its /tokenize).",
+    )
+    random_output_len: int = Field(
+        default=128, ge=1, description="DATASET=random: output tokens every request asks for (max_tokens)."
+    )
+    session_turns: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="Closed loop: turns per conversation; each later turn carries the model's earlier answers.",
+    )
+    sweep: str | None = Field(
+        default=None,
+        description="Load sweep: auto (synchronous, maximum throughput, SWEEP_RATES open-loop rates between), "
+        "concurrency:1,2,4,8 or rate:0.5,1,2 (--sweep alone: auto).",
+        json_schema_extra={"cli_const": "auto"},
+    )
+    sweep_rates: int = Field(
+        default=2, ge=1, le=20, description="SWEEP=auto: open-loop rates spread between its two measured points."
+    )
+    repeat: int = Field(
+        default=1, ge=1, le=100, description="Runs of each load point; 2 or more give 95% confidence intervals."
+    )
+    cooldown_s: float = Field(default=5.0, ge=0, description="Pause between the runs of a sweep or repeat, s.")
+    slo_attainment_pct: float = Field(
+        default=95.0,
+        gt=0,
+        le=100,
+        description="A sweep point meets the SLO when at least this share of its requests meets every bound, %.",
+    )
+
+    # --- reports (make benchmark GATE=v0.2.1 GATE_THRESHOLD_PCT=5; make baseline NAME=v0.2.1) ---------------
+    gate: str | None = Field(
+        default=None,
+        description="Regression gate: fail the benchmark (exit 3) when it is worse than this named baseline.",
+    )
+    baseline: str | None = Field(
+        default=None,
+        description="Mark this run's report as the named baseline (as `make baseline NAME=` does afterwards).",
+    )
+    gate_threshold_pct: float = Field(
+        default=5.0, ge=0, description="Gate tolerance: largest throughput drop / p99 latency rise allowed, %."
+    )
+    gate_error_rate_pp: float = Field(
+        default=1.0, ge=0, description="Gate tolerance: largest error-rate rise over the baseline, percentage points."
+    )
+
+    # --- end reports ---
+
+    @field_validator("gate", "baseline")
+    @classmethod
+    def _valid_gate(cls, value: str | None) -> str | None:
+        """GATE and BASELINE must be baseline names (:func:`core.parsing.validate_name`)."""
+        return None if value is None else validate_name(value)
+
+    @field_validator("sweep")
+    @classmethod
+    def _valid_sweep(cls, value: str | None) -> str | None:
+        """SWEEP must parse (:func:`core.parsing.parse_sweep`); kept as written, without blanks."""
+        if value is None:
+            return None
+        parse_sweep(value)
+        return value.strip().replace(" ", "")
+
+    @property
+    def sweep_spec(self) -> tuple[str, list[float]] | None:
+        """SWEEP parsed: ``(kind, loads)``, or None without a sweep."""
+        return parse_sweep(self.sweep) if self.sweep else None
