@@ -22,6 +22,10 @@ HARDENING_KEYS = ("cap_drop", "security_opt", "read_only", "tmpfs", "logging", "
 UNPINNED_MARKER = "# unpinned: run make pin-images on a host that reaches the registry"
 """The comment line that may stand directly above a base-image ARG which has no digest yet."""
 
+UNCAPPED_CPUS = frozenset({"vllm"})
+"""Services whose CPU cap may be absent (``cpus: 0`` resolves to no key): the engine is what a benchmark measures,
+and Docker refuses a cap above the host's cores (docs/docker.md, "Resource limits"). Memory and pids stay capped."""
+
 REPORTS_WRITERS = frozenset({"sidecar"})
 """Services that write ./reports (the sidecar is its only writer); anywhere else it may only be mounted read-only."""
 
@@ -39,7 +43,7 @@ def _positive(value: Any) -> bool:
 def service_problems(name: str, spec: dict[str, Any]) -> list[str]:
     """What ``spec`` (one service of a resolved compose configuration) lacks of the hardening, as ``key: why``."""
     found: list[str] = []
-    missing = [key for key in HARDENING_KEYS if key not in spec]
+    missing = [key for key in HARDENING_KEYS if key not in spec and not (key == "cpus" and name in UNCAPPED_CPUS)]
     found += [f"{key}: missing" for key in missing]
     if "cap_drop" not in missing and "ALL" not in (spec["cap_drop"] or []):
         found.append("cap_drop: must contain ALL")
@@ -59,7 +63,7 @@ def service_problems(name: str, spec: dict[str, Any]) -> list[str]:
         if logging.get("driver") not in ("json-file", "local") or not {"max-size", "max-file"} <= set(options):
             found.append("logging: must be json-file (or local) with max-size and max-file")
     for key in ("mem_limit", "cpus", "pids_limit"):
-        if key not in missing and not _positive(spec[key]):
+        if key in spec and not _positive(spec[key]):
             found.append(f"{key}: must be a positive limit, not {spec[key]!r}")
     if spec.get("privileged"):
         found.append("privileged: must not be set")

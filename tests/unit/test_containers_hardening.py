@@ -109,6 +109,11 @@ def test_removing_any_hardening_key_from_any_service_fails_the_check(resolved: d
     for name in resolved["cpu"]["services"]:
         for key in module.HARDENING_KEYS:
             config = copy.deepcopy(resolved["cpu"])
+            if key == "cpus" and name in module.UNCAPPED_CPUS:  # no CPU cap on the engine by default
+                assert key not in config["services"][name] and module.compose_problems(config) == [], name
+                config["services"][name][key] = 0
+                assert f"{name}: cpus: must be a positive limit" in " ".join(module.compose_problems(config))
+                continue
             del config["services"][name][key]
             assert f"{name}: {key}: missing" in module.compose_problems(config), (name, key)
 
@@ -155,6 +160,8 @@ def test_removing_a_key_from_a_copy_of_the_compose_file_fails_validation(tmp_pat
     services = list(raw_compose()["services"])
     for at, key in enumerate(keys):
         name = services[at % len(services)]
+        if key == "cpus" and name in check_hardening().UNCAPPED_CPUS:
+            name = next(s for s in services if s not in check_hardening().UNCAPPED_CPUS)
         doc = raw_compose()
         del doc["services"][name][key]
         copy_file = tmp_path / "docker-compose.yml"
