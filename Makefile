@@ -5,7 +5,7 @@ SHELL := /bin/bash
 APP_PY := .venvs/app/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help sweep compare compose-up compose-down compose-test calibrate bench-peer bench-ceiling bench-workers bench-lag bench-logs bench-engine logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
+.PHONY: help sweep compare compose-up compose-down compose-test pin-images calibrate bench-peer bench-ceiling bench-workers bench-lag bench-logs bench-engine logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
 
 help:
 	@echo "stack:      make up | down | status"
@@ -13,7 +13,7 @@ help:
 	@echo "            make sweep [SWEEP=auto|concurrency:1,2,4|rate:0.5,1,2 SLO= REPEAT=] | compare A=<id|baseline> B=<id|baseline>"
 	@echo "logs:       make logs-errors | logs-slow [THRESHOLD_MS=] | logs-stats [SINCE=]"
 	@echo "dev:        make test | lint | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-workers | bench-lag | bench-logs | bench-engine | clean"
-	@echo "containers: make compose-up | compose-down | compose-test | benchmark-compose (see README, Docker and GPUs)"
+	@echo "containers: make compose-up | compose-down | compose-test | benchmark-compose | pin-images (see README, Docker and GPUs)"
 
 envs: app-env engine-env
 
@@ -121,6 +121,11 @@ compose-down:
 
 compose-test: app-env browser
 	@scripts/compose_stack.sh test
+
+# Base images pinned by digest (docs/docker.md, "Base images"): needs the registry and docker buildx, skopeo, crane or
+# regctl. make pin-images ARGS=--check only reports.
+pin-images:
+	scripts/pin_base_images.sh $(ARGS)
 
 clean: down
 	@scripts/container_engine.sh stop

@@ -38,6 +38,16 @@ def log_position(path: Path) -> LogPosition | None:
     return LogPosition(dev=st.st_dev, ino=st.st_ino, offset=st.st_size)
 
 
+def pid_namespace() -> str | None:
+    """This process's pid namespace as the kernel names it (``pid:[4026531836]``); None where ``/proc`` does not say
+    (not Linux). Two processes with the same value see the same pids; in different containers the values differ, and
+    a pid from one means nothing (or another process) in the other."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
 class EngineState(BaseModel):
     """What the launcher started (no secrets: secret-looking argument values are redacted before writing)."""
 
@@ -50,7 +60,12 @@ class EngineState(BaseModel):
     synthetic: bool = False
     synthetic_variant: str | None = None
     fallback_reason: str | None = Field(default=None, description="Why the synthetic stand-in is served, if it is.")
-    pid: int | None = Field(default=None, description="The launcher's pid, which exec turns into vLLM's.")
+    pid: int | None = Field(default=None, description="vLLM's pid (the launcher's child).")
+    pid_namespace: str | None = Field(
+        default=None,
+        description="The pid namespace of ``pid`` (:func:`pid_namespace`): a reader in another one (another "
+        "container) must not look that pid up.",
+    )
     hostname: str | None = Field(default=None, description="Host (container) the engine runs on.")
     started_at: float | None = Field(default=None, description="Unix time of the launch, s.")
     argv: list[str] = Field(default_factory=list, description="vLLM's command line (secret values redacted).")

@@ -75,6 +75,7 @@ class Settings(SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKnobs, ServingKn
         "reports_max_age_days",
         "locust_web_password",
         "ui_password",
+        "ui_auth_secret",
         "rate_end",
         "sweep",
         "max_in_flight",

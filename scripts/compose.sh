@@ -55,4 +55,18 @@ for pair in "APP_UID:$(id -u)" "APP_GID:$(id -g)"; do
         export "$name=${pair#*:}"
     fi
 done
+# CPU limits (docs/docker.md, "Resource limits"): Docker refuses a container more CPUs than the host has ("Range of
+# CPUs is from 0.01 to N"), so a *_CPUS default of docker-compose.yml above this host's count is lowered to it; with
+# the CPU overlay the engine gets every core (its compute threads use them all, as in local mode). Set ones are kept.
+cores=$(nproc)
+files=${COMPOSE_FILE:-$( [ -f .env ] && sed -n 's/^[[:space:]]*\(export[[:space:]]\+\)\{0,1\}COMPOSE_FILE=//p' .env | tail -n 1 || true)}
+while IFS=: read -r name default; do
+    if [ -z "${!name:-}" ] && ! in_dotenv "$name"; then
+        want=$default
+        if [ "$name" = ENGINE_CPUS ] && [[ $files == *docker-compose.cpu.yml* ]]; then
+            want=$cores
+        fi
+        export "$name=$(awk -v a="$want" -v b="$cores" 'BEGIN { print (a + 0 > b + 0) ? b : a }')"
+    fi
+done < <(grep -oE '[A-Z_]+_CPUS:-[0-9.]+' docker-compose.yml | sed 's/:-/:/' | sort -u)
 exec "${compose[@]}" "$@"

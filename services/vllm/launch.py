@@ -29,7 +29,15 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from core.engine import EngineRequest, EngineState, LogPosition, log_position, read_request, write_engine_state
+from core.engine import (
+    EngineRequest,
+    EngineState,
+    LogPosition,
+    log_position,
+    pid_namespace,
+    read_request,
+    write_engine_state,
+)
 from core.logrotate import MIB, RotatingWriter
 from core.net import port_in_use_message
 from core.redact import Redactor, redact_argv, secret_values, split_secret_flags, strip_url_credentials
@@ -239,11 +247,13 @@ def write_state(
     pid: int | None = None,
     log_start: LogPosition | None = None,
 ) -> None:
-    """Record the launch for the UI, the sidecar and the controller (atomic write): vLLM's ``pid``, its command line
-    with secret values masked, and ``log_start``, where its lines begin in ``vllm.log``."""
+    """Record the launch for the UI, the sidecar and the controller (atomic write): vLLM's ``pid`` and the pid
+    namespace it belongs to (a sidecar in another container must not look it up), its command line with secret values
+    masked, and ``log_start``, where its lines begin in ``vllm.log``."""
     state = EngineState(
         **resolved.to_dict(),
         pid=pid or os.getpid(),
+        pid_namespace=pid_namespace(),
         hostname=socket.gethostname(),
         started_at=time.time(),
         argv=redact_argv(argv),

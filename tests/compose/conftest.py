@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -20,10 +20,12 @@ COMPOSE = PROJECT_ROOT / "scripts" / "compose.sh"
 
 @dataclass(frozen=True)
 class ComposeStack:
-    """The running compose stack: URLs of the published ports and the project's folders on the host."""
+    """The running compose stack: URLs of the published ports, the values of the containers' env_file (test
+    secrets: APP_ENV_FILE) and the project's folders on the host."""
 
     project: str
     ports: dict[str, int]
+    env_file: dict[str, str] = field(default_factory=dict)
 
     def url(self, port_variable: str) -> str:
         """``http://127.0.0.1:<published port>`` of the service behind ``port_variable`` (e.g. ``UI_PORT``)."""
@@ -36,7 +38,7 @@ class ComposeStack:
 
     @property
     def reports_dir(self) -> Path:
-        """./reports, bind-mounted as /app/reports into the UI, sidecar and Locust containers."""
+        """./reports, bind-mounted as /app/reports into the sidecar, its only writer."""
         return PROJECT_ROOT / "reports"
 
     def compose(self, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
@@ -53,7 +55,10 @@ def stack() -> ComposeStack:
     variables = ("VLLM_PORT", "UI_PORT", "SIDECAR_PORT", "LOCUST_WEB_PORT")
     if not project or not all(os.environ.get(name) for name in variables):
         pytest.fail("no compose stack: these checks run inside `make compose-test` (scripts/compose_stack.sh test)")
-    found = ComposeStack(project, {name: int(os.environ[name]) for name in variables})
+    env_file = Path(os.environ["APP_ENV_FILE"]) if os.environ.get("APP_ENV_FILE") else None
+    lines = env_file.read_text(encoding="utf-8").splitlines() if env_file else []  # NAME=value, as the script wrote
+    values = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+    found = ComposeStack(project, {name: int(os.environ[name]) for name in variables}, values)
     try:
         httpx.get(f"{found.url('SIDECAR_PORT')}/health", timeout=10).raise_for_status()
     except httpx.HTTPError as exc:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from core.settings import PROJECT_ROOT, Settings
+from core.settings import PROJECT_ROOT, Settings, secret_env_names
 
 COMPOSE = PROJECT_ROOT / "docker-compose.yml"
 COMPOSE_CPU = PROJECT_ROOT / "docker-compose.cpu.yml"
@@ -31,9 +31,13 @@ BIN = Path(sys.executable).parent
 # supervisord program -> compose services running it (the worker is the master's launcher in worker mode).
 PROGRAMS = {"vllm": ["vllm"], "ui": ["ui"], "sidecar": ["sidecar"], "locust": ["locust-master", "locust-worker"]}
 INTERPRETERS = {"%(ENV_APP_PYTHON)s", "python", "python3"}
-# `exec <command> > >(tee -a "${LOGS_DIR}/<name>.log") 2>&1`: the command replaces bash (signals reach it) and its
-# output goes to the same logs/<name>.log as supervisord's stdout_logfile (with redirect_stderr), and to docker logs.
-TEE_WRAPPER = re.compile(r'^exec (?P<cmd>[^<>|;&]+?) > >\(tee -a "\$\{LOGS_DIR\}/(?P<log>[\w.-]+)"\) 2>&1$')
+# `exec <command> > >(exec python -m core.logrotate "${LOGS_DIR}/<name>.log" --max-mb N --backups K) 2>&1`: the command
+# replaces bash (signals reach it) and its output goes to the same logs/<name>.log as supervisord's stdout_logfile
+# (with redirect_stderr), rotated as supervisord rotates it, and to docker logs.
+LOG_WRAPPER = re.compile(
+    r'^exec (?P<cmd>[^<>|;&]+?) > >\(exec python -m core\.logrotate "\$\{LOGS_DIR\}/(?P<log>[\w.-]+)"'
+    r" --max-mb (?P<max_mb>\d+) --backups (?P<backups>\d+)\) 2>&1$"
+)
 # Container variables that are not Settings fields, and why.
 NON_SETTINGS_ENV = {
     "PYTHONUNBUFFERED": "set for every program by local mode too (services/stackctl.py)",
@@ -41,7 +45,9 @@ NON_SETTINGS_ENV = {
     "HF_HOME": "the engine's Hugging Face cache: the hf-cache volume",
     "VLLM_CACHE_ROOT": "vLLM's cache (torch.compile artefacts): the vllm-cache volume",
 }
-SECRET_NAMES = ("HF_TOKEN", "UI_PASSWORD", "UI_AUTH_SECRET")
+SECRET_NAMES = tuple(sorted(secret_env_names()))
+# compose service -> its entry in core.settings.SERVICE_SECRETS (the secrets it keeps).
+SECRETS_OF = {"vllm": "vllm", "ui": "ui", "sidecar": "sidecar", "locust-master": "locust", "locust-worker": "locust"}
 _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:-|:\?)(?P<arg>[^${}]*))?\}")
 
 
@@ -101,12 +107,16 @@ def service_env(name: str, env: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def service_command(service: dict[str, Any]) -> tuple[list[str], str | None]:
-    """``(argv, log file name)`` a compose service runs: entrypoint + command, unwrapped from the tee wrapper."""
+    """``(argv, log file name)`` a compose service runs: entrypoint + command, unwrapped from the log wrapper
+    (:data:`LOG_WRAPPER`); the vLLM launcher writes its log itself when its environment sets VLLM_LOG_TO_FILE."""
     argv = [*(service.get("entrypoint") or []), *(service.get("command") or [])]
     if argv[:2] == ["/bin/bash", "-c"] and len(argv) == 3:
-        match = TEE_WRAPPER.match(argv[2])
-        assert match, f'bash -c script is not `exec CMD > >(tee -a "${{LOGS_DIR}}/NAME.log") 2>&1`: {argv[2]!r}'
+        match = LOG_WRAPPER.match(argv[2])
+        assert match, f"bash -c script is not `exec CMD > >(exec python -m core.logrotate ...) 2>&1`: {argv[2]!r}"
         return shlex.split(match["cmd"]), match["log"]
+    if str((service.get("environment") or {}).get("VLLM_LOG_TO_FILE", "")).lower() in ("1", "true"):
+        assert argv[1:] == ["-m", "services.vllm.launch"], argv
+        return argv, Settings(_env_file=None).vllm_log_file.name  # type: ignore[call-arg]
     return argv, None
 
 

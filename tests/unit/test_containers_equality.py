@@ -26,6 +26,7 @@ from tests.unit.containers_support import (
     CONTAINER_ROOT,
     DOCKERFILES,
     INTERPRETERS,
+    LOG_WRAPPER,
     NON_SETTINGS_ENV,
     PROGRAMS,
     dockerfile_stages,
@@ -58,7 +59,9 @@ def test_every_local_program_runs_the_same_entrypoint_in_compose() -> None:
 
 
 def test_compose_services_log_to_the_same_files_as_supervisord() -> None:
-    """vllm, ui, sidecar and locust-master append stdout+stderr to the logs/<name>.log that supervisord writes."""
+    """vllm, ui, sidecar and locust-master append stdout+stderr to the logs/<name>.log that supervisord writes, rotated
+    at the same size keeping as many files (vLLM's launcher from the same settings; the others through
+    `python -m core.logrotate`); no service uses `tee -a`, which never rotates."""
     services = load_compose()["services"]
     for program, section in supervisord_programs().items():
         name = PROGRAMS[program][0]
@@ -67,6 +70,24 @@ def test_compose_services_log_to_the_same_files_as_supervisord() -> None:
         assert section.getboolean("redirect_stderr")
         mounts = services[name]["volumes"]
         assert f"./logs:{service_env(name)['LOGS_DIR']}" in mounts
+        script = (services[name].get("command") or [""])[-1]
+        assert "tee" not in script, (name, script)
+        if name == "vllm":
+            assert section["stdout_logfile_maxbytes"] == "%(ENV_STACK_VLLM_LOG_MAX_BYTES)s"  # VLLM_LOG_MAX_MB
+            continue
+        match = LOG_WRAPPER.match(script)
+        assert match, (name, script)
+        assert f"{match['max_mb']}MB" == section["stdout_logfile_maxbytes"], (name, match["max_mb"])
+        assert match["backups"] == section["stdout_logfile_backups"], (name, match["backups"])
+
+
+def test_vllm_writes_and_rotates_its_own_log_in_compose(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vllm service runs the launcher itself (no shell, no tee) with VLLM_LOG_TO_FILE, so it writes logs/vllm.log
+    rotated at VLLM_LOG_MAX_MB keeping VLLM_LOG_BACKUPS, as supervisord does in local mode."""
+    service = load_compose()["services"]["vllm"]
+    assert service["entrypoint"] == ["python3", "-m", "services.vllm.launch"] and "command" not in service
+    settings = settings_from(service_env("vllm"), monkeypatch)
+    assert settings.vllm_log_to_file and settings.vllm_log_file == CONTAINER_ROOT / "logs" / "vllm.log"
 
 
 def test_images_default_to_the_same_entrypoints() -> None:
@@ -102,7 +123,7 @@ def test_container_paths_mirror_the_repository_layout() -> None:
     for name in load_compose()["services"]:
         for key, value in service_env(name).items():
             field = key.lower()
-            if field.endswith(("_dir", "_file")) and field in Settings.model_fields:
+            if field.endswith(("_dir", "_file")) and isinstance(getattr(defaults, field, None), Path):
                 expected = CONTAINER_ROOT / Path(getattr(defaults, field)).relative_to(PROJECT_ROOT)
                 assert value == str(expected), (name, key)
 
@@ -287,11 +308,12 @@ def test_gpu_is_reserved_for_vllm_and_the_sidecar() -> None:
         assert {env["HF_HOME"], env["VLLM_CACHE_ROOT"]} == caches  # the image alone uses the same paths
 
 
-def test_sidecar_sees_vllm_by_the_pid_the_launcher_records() -> None:
-    """vllm and sidecar share the host's pid namespace, so engine_state.json's pid is vLLM for the sidecar too."""
-    services = load_compose()["services"]
-    assert services["vllm"]["pid"] == services["sidecar"]["pid"] == "host"
-    assert "pid" not in services["ui"]  # the public-facing UI stays isolated
+def test_no_service_shares_the_host_pid_namespace() -> None:
+    """No `pid: host` (the sidecar sees vLLM's pid namespace recorded in engine_state.json instead, and reports its
+    process memory as unavailable), and the compose file says why there is none."""
+    for name, service in load_compose()["services"].items():
+        assert "pid" not in service, name
+    assert "No `pid: host` anywhere" in COMPOSE.read_text()
 
 
 def test_cpu_overlay_drops_gpu_reservations_and_builds_the_cpu_engine() -> None:

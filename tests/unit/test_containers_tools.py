@@ -113,7 +113,7 @@ def test_engine_images_follow_the_engine_requirements() -> None:
     """The GPU stage's vllm/vllm-openai tag is engine-gpu.txt's vLLM; the CPU stage installs engine-cpu.txt."""
     gpu_pin = re.search(r"^vllm==(\S+)$", (PROJECT_ROOT / "requirements" / "engine-gpu.txt").read_text(), re.M)
     assert gpu_pin
-    froms = [stage[0][1].split()[0] for stage in dockerfile_stages(PROJECT_ROOT / "Dockerfile.vllm")]
+    froms = [stage[0][1].split()[0].split("@")[0] for stage in dockerfile_stages(PROJECT_ROOT / "Dockerfile.vllm")]
     assert f"vllm/vllm-openai:v{gpu_pin[1]}" in froms
     text = (PROJECT_ROOT / "Dockerfile.vllm").read_text()
     assert "requirements/engine-cpu.txt" in text

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.api import BuildReportRequest
-from core.engine import EngineState, write_engine_state
+from core.engine import EngineState, pid_namespace, write_engine_state
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.settings import PROJECT_ROOT, Settings
@@ -244,7 +244,10 @@ def test_without_nvml_the_report_has_no_gpu_figures_but_cpu_ones(client_for: Cal
     """No NVML: GPU figures are null with the reason; the vLLM process tree's RSS and CPU % are reported."""
     settings = make_settings(tmp_path)
     settings.logs_dir.mkdir(parents=True)
-    state = EngineState(requested="m", source="local", model_arg="/m", served_name="mock-model", pid=os.getpid())
+    state = EngineState(
+        requested="m", source="local", model_arg="/m", served_name="mock-model", pid=os.getpid(),
+        pid_namespace=pid_namespace(),  # as the launcher records it: the sidecar samples only its own namespace
+    )
     write_engine_state(settings.engine_state_file, state)
     client = client_for(None, settings)
     time.sleep(0.3)
