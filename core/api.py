@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, model_validator
 from core.abcompare import ABComparison
 from core.clientview import ClientView
 from core.records import RequestRecord
-from core.report_schema import BenchmarkConfig, Report, Resources
+from core.report_schema import BenchmarkConfig, ErrorSummary, Report, Resources
 from core.series import PointPlan, SeriesReport
 from core.serverview import ServerView
 from core.stats import RunMetrics
@@ -84,8 +84,22 @@ class BuildReportRequest(BaseModel):
     client: ClientView | None = None
     run_id: str | None = Field(default=None, description="Name of the run's rows file, YYYYMMDD_HHMMSS.")
     profile_traces: list[str] = Field(default_factory=list, description="Trace files vLLM wrote in the window.")
-    interrupted: bool = Field(default=False, description="The run was stopped early (Ctrl-C).")
+    interrupted: bool = Field(default=False, description="The run was stopped early (Ctrl-C, SIGTERM, SIGHUP).")
     gaps: list[str] = Field(default_factory=list, description="What the benchmark could not measure, and why.")
+    server_down: str | None = Field(
+        default=None,
+        description="vLLM stopped answering mid-run and the run was ended early: when and how (None: it answered).",
+    )
+    errors: ErrorSummary | None = Field(
+        default=None,
+        description="Failed measured requests by cause, counted by the benchmark over every row (None: the sidecar "
+        "counts them from ``records``).",
+    )
+    rows_omitted: str | None = Field(
+        default=None,
+        description="Why ``records`` is empty although the run has rows (the body would pass SIDECAR_MAX_BODY_MB) "
+        "and where they are kept; None: ``records`` holds every row.",
+    )
 
     @model_validator(mode="before")
     @classmethod

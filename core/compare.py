@@ -95,6 +95,8 @@ def unusable_reason(report: Report) -> str | None:
         return f"{report.report_id} has no successful request (nothing to compare with)"
     if report.interrupted:
         return f"{report.report_id} was interrupted (Ctrl-C) before its planned end"
+    if report.server_down:
+        return f"{report.report_id} was ended early: vLLM stopped answering"
     return None
 
 

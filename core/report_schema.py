@@ -28,6 +28,9 @@ SCHEMA_VERSION = "1.2"
 #      ``metrics.kv_cache_gb`` / ``kv_cache_usage_peak_percent`` / ``kv_bound``, and the timeline's KV usage and
 #      running/waiting requests. Load generator: ``config.workers`` (Locust processes); ``client`` records each
 #      load process's CPU and event-loop lag and how far that lag could have moved TTFT/ITL.
+#      Robustness (same version, optional fields, so earlier 1.2 reports read unchanged): ``server_down`` (vLLM
+#      stopped answering mid-run and the run was ended early) and ``rows_omitted`` (the rows stayed in the local
+#      rows file because the body would pass SIDECAR_MAX_BODY_MB).
 RENAMED_IN_1_2 = {"cpu_rss_peak_gb": "vllm_rss_peak_gb"}
 STARTUP_RENAMED_IN_1_2 = {"last_load_s": "model_load_s", "last_engine_init_s": "engine_init_s"}
 LOGS_TO_STARTUP_IN_1_2 = ("model_load_s", "engine_init_s", "kv_cache_line")
@@ -363,6 +366,16 @@ class Report(BaseModel):
     profile: ProfileInfo | None = Field(default=None, description="Profiler traces, when PROFILE=1.")
     interrupted: bool = Field(
         default=False, description="The run was stopped early (Ctrl-C): its rows so far; never a comparison reference."
+    )
+    server_down: str | None = Field(
+        default=None,
+        description="vLLM stopped answering mid-run (connection-level failures for SERVER_DOWN_S with no success) "
+        "and the run was ended early: when and how. Its rows so far are counted; never a comparison reference.",
+    )
+    rows_omitted: str | None = Field(
+        default=None,
+        description="Why the per-request rows are not beside this report (the body would pass SIDECAR_MAX_BODY_MB) "
+        "and where they are kept; None: they are.",
     )
     gaps: list[str] = Field(
         default_factory=list,

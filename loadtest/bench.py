@@ -12,7 +12,10 @@ sidecar write a series report with confidence intervals and the SLO knee (:mod:`
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from core.api import BuildReportRequest, BuildSeriesRequest
 from core.cli import build_parser, parse
 from core.clientview import client_view, load_calibration
 from core.engine import EngineControl
+from core.failures import error_summary
 from core.gate import gate_verdict, series_gate_verdict
 from core.intervals import Interval
 from core.report_schema import BenchmarkConfig, Report
@@ -34,6 +38,7 @@ from loadtest.plan import bench_config, read_plan
 from loadtest.preflight import preflight
 from loadtest.randomdata import random_prompts_file
 from loadtest.run import Measured, from_records_file, run_measured
+from loadtest.runlock import RunLock, StackBusy
 from loadtest.series_api import mark_series_baseline, post_series
 from loadtest.series_summary import series_lines
 from loadtest.sidecar_api import SidecarClient
@@ -69,6 +74,8 @@ def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, sett
         profile_traces=run.traces,
         interrupted=run.interrupted,
         gaps=run.gaps,
+        server_down=run.server_down.line() if run.server_down else None,
+        errors=error_summary(run.records),
     )
 
 
@@ -79,7 +86,32 @@ EXIT_USAGE = 2  # bad input, services down, unknown or incomparable GATE baselin
 EXIT_GATE = 3  # GATE: a regression against the named baseline
 EXIT_NO_SUCCESS = 4  # no measured request succeeded (the report is written, never a comparison reference)
 EXIT_ERROR_RATE = 5  # error rate above MAX_ERROR_RATE_PCT
-EXIT_INTERRUPTED = 130  # Ctrl-C (the report of the rows so far is written when there are any)
+EXIT_SERVER_DOWN = 6  # vLLM stopped answering mid-run: ended early, the report of the rows so far is written
+EXIT_INTERRUPTED = 130  # Ctrl-C, SIGTERM, SIGHUP (the report of the rows so far is written when there are any)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (CI cancellation, ``timeout``, ``docker stop``, systemd, a closed terminal) act as Ctrl-C
+    while the block runs: the load stops, the report of the rows so far is written, exit 130. Only in the main
+    thread (elsewhere signals cannot be handled); the previous handlers come back afterwards."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def server_down_line(what: str) -> str:
+    """The line of a run ended early because vLLM stopped answering (``what``: :meth:`ServerDown.line`)."""
+    return f"[ERROR] {what}; the run was ended early, report written with the failures counted"
 
 
 def run_once(
@@ -120,12 +152,15 @@ def verdicts(settings: Settings, report: Report) -> list[tuple[int, str]]:
 
 
 def main(argv: list[str] | None = None, engine: EngineControl | None = None) -> int:
-    """Run a benchmark (or rebuild a report from a records file); returns the exit code (module constants)."""
-    try:
-        return _main(argv, engine)
-    except KeyboardInterrupt:  # a second Ctrl-C, or one outside the measured window
-        print("\n[INFO] Interrupted: no report written.", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    """Run a benchmark (or rebuild a report from a records file); returns the exit code (module constants).
+
+    SIGTERM and SIGHUP are handled as Ctrl-C (:func:`stop_signals_interrupt`)."""
+    with stop_signals_interrupt():
+        try:
+            return _main(argv, engine)
+        except KeyboardInterrupt:  # a second Ctrl-C, or one outside the measured window
+            print("\n[INFO] Interrupted: no report written.", file=sys.stderr)
+            return EXIT_INTERRUPTED
 
 
 def parser() -> argparse.ArgumentParser:
@@ -157,6 +192,23 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
         except BenchError as exc:
             print(f"[ERROR] {exc}", file=sys.stderr)
             return EXIT_USAGE
+    with ExitStack() as held:
+        if not args.report_from:  # one benchmark at a time per stack, held for the whole run or sweep
+            try:
+                held.enter_context(RunLock(settings.run_dir))
+            except (StackBusy, OSError) as exc:
+                print(f"[ERROR] {exc}", file=sys.stderr)
+                return EXIT_USAGE
+        return _measure_and_report(args, settings, plan, sidecar, engine)
+
+
+def _measure_and_report(
+    args: argparse.Namespace,
+    settings: Settings,
+    plan: BenchmarkConfig,
+    sidecar: SidecarClient,
+    engine: EngineControl | None,
+) -> int:
     if not args.report_from and wants_series(settings, sidecar):
         return series_main(settings, plan, sidecar, engine or LocalEngine(settings))
     if args.report_from:
@@ -173,7 +225,7 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
         print(f"[ERROR] no measured request ended ({records_path}); nothing to report.", file=sys.stderr)
         return EXIT_INTERRUPTED if run.interrupted else EXIT_NO_SUCCESS
     try:
-        built = sidecar.post_report(build_request(plan, run, records_path, settings))
+        built = sidecar.post_report(build_request(plan, run, records_path, settings), records_path)
     except BenchError as exc:
         print(
             f"[ERROR] {exc}\n[ERROR] Rows are kept in {records_path}; rebuild the report later with "
@@ -188,9 +240,14 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
         print(mark_baseline(sidecar, settings.baseline, built.report.report_id))
     for line in lines[-2:]:  # the seed's closing lines stay last
         print(line)
+    if built.report.rows_omitted:
+        print(f"[WARN] {built.report.rows_omitted}")
     if run.interrupted:
         print(f"[INFO] Interrupted: report of the {built.report.metrics.requests_total} requests so far written.")
         return EXIT_INTERRUPTED
+    if run.server_down:
+        print(server_down_line(run.server_down.line()), file=sys.stderr)
+        return EXIT_SERVER_DOWN
     failed = verdicts(settings, built.report)
     for _, line in failed:
         print(line, file=sys.stderr)
@@ -229,12 +286,14 @@ def point_runner(settings: Settings, sidecar: SidecarClient, engine: EngineContr
         except profiling.ProfilingError as exc:
             return RunResult(None, error=str(exc))
         if not any(r.phase == "measured" and r.error_kind != "incomplete" for r in run.records):
-            return RunResult(None, run.interrupted, f"no measured request ended ({records_path})")
+            down = run.server_down.line() if run.server_down else None
+            return RunResult(None, run.interrupted, f"no measured request ended ({records_path})", down)
+        down = run.server_down.line() if run.server_down else None
         try:
-            built = sidecar.post_report(build_request(plan, run, records_path, settings))
+            built = sidecar.post_report(build_request(plan, run, records_path, settings), records_path)
         except BenchError as exc:
-            return RunResult(None, run.interrupted, f"{exc}; rows kept in {records_path} (--report-from)")
-        return RunResult(built.report, run.interrupted)
+            return RunResult(None, run.interrupted, f"{exc}; rows kept in {records_path} (--report-from)", down)
+        return RunResult(built.report, run.interrupted, server_down=down)
 
     return run_point
 
@@ -244,6 +303,9 @@ def series_main(settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClien
     runs = run_series(settings, plan, point_runner(settings, sidecar, engine))
     if not runs.points:
         print("[ERROR] no run of the series was reported: nothing to build a series from.", file=sys.stderr)
+        if runs.server_down:
+            print(f"[ERROR] {runs.server_down}; the series was ended early", file=sys.stderr)
+            return EXIT_SERVER_DOWN
         return EXIT_INTERRUPTED if runs.interrupted else EXIT_NO_SUCCESS
     request = BuildSeriesRequest(
         config=plan,
@@ -272,6 +334,10 @@ def series_main(settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClien
     if runs.interrupted:
         print(f"[INFO] Interrupted: series of the {len(runs.points)} point(s) measured so far written.")
         return EXIT_INTERRUPTED
+    if runs.server_down:
+        print(f"[ERROR] {runs.server_down}; the series was ended early, the series of the points so far is written "
+              "with the failures counted", file=sys.stderr)  # fmt: skip
+        return EXIT_SERVER_DOWN
     failed = series_verdicts(settings, built.series)
     for _, line in failed:
         print(line, file=sys.stderr)

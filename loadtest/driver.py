@@ -23,6 +23,14 @@ from loadtest.transport import Transport
 from loadtest.workload import WorkItem
 
 OPEN_LOOP_MAX_IN_FLIGHT = 10_000
+CONNECTION_BACKOFF_S = 0.5  # a closed-loop user's pause after a connection-level failure (no tight retry loop)
+
+
+def backoff_s(record: RequestRecord) -> float:
+    """How long a closed-loop user waits before its next request after ``record``, s: :data:`CONNECTION_BACKOFF_S`
+    after a connection-level failure (refused, reset, DNS: a dead server would otherwise be retried as fast as the
+    machine allows, flooding the rows), else 0 (the closed loop sends at once)."""
+    return CONNECTION_BACKOFF_S if record.error_kind == "connection" else 0.0
 
 
 def payload_for(plan: BenchmarkConfig, item: WorkItem) -> dict[str, Any]:

@@ -19,22 +19,25 @@ import json
 from pathlib import Path
 from typing import Any
 
+import gevent
 from locust import User, constant, events, task
 from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import WorkerRunner
 
+from core.records import RequestRecord
 from core.requestlog import RequestLog
 from core.settings import get_settings
 from loadtest import llm_webui
 from loadtest.client import new_session
 from loadtest.distributed import Coordinator
-from loadtest.driver import OPEN_LOOP_MAX_IN_FLIGHT, dispatch_open_loop, send
+from loadtest.driver import OPEN_LOOP_MAX_IN_FLIGHT, backoff_s, dispatch_open_loop, send
 from loadtest.lagmonitor import LagMonitor, append_process_load
 from loadtest.llm_stats import REPORT_KEY, LlmStats
 from loadtest.locust_events import cut_event, locust_events
 from loadtest.models import discover_model
 from loadtest.plan import bench_config, read_plan
+from loadtest.procs import die_with_parent
 from loadtest.runstate import RunState, Slot
 from loadtest.transport import Transport
 from loadtest.weblogin import install_login
@@ -65,6 +68,8 @@ def _on_init(environment: Environment, **_: Any) -> None:
     global COORD, ENVIRONMENT
     ENVIRONMENT = environment
     COORD = Coordinator(environment, lambda slot: _begin(environment, slot))
+    if isinstance(environment.runner, WorkerRunner) and getattr(environment.parsed_options, "headless", False):
+        die_with_parent()  # a benchmark's worker (--processes) ends with its master, even a SIGKILLed one
     llm_webui.install(environment, LLM)
     if environment.web_ui is not None and SETTINGS.locust_web_password:  # launched with --web-login
         install_login(
@@ -149,7 +154,7 @@ def _state() -> RunState:
     return STATE
 
 
-def _record(user: User, item: WorkItem, session: Transport, scheduled_at: float | None = None) -> None:
+def _record(user: User, item: WorkItem, session: Transport, scheduled_at: float | None = None) -> RequestRecord:
     """Send, report to Locust (a request cut by the test's stop as a failure saying so), and end this process's part
     once its requests are done."""
     state = _state()
@@ -165,6 +170,7 @@ def _record(user: User, item: WorkItem, session: Transport, scheduled_at: float 
     LLM.add(record)
     if state.all_done:
         _coord().finish()
+    return record
 
 
 class ChatUser(User):
@@ -186,7 +192,10 @@ class ChatUser(User):
             if state.all_done:
                 _coord().finish()
             raise StopUser()
-        _record(self, state.next_item(self, k), self.session)
+        record = _record(self, state.next_item(self, k), self.session)
+        pause = backoff_s(record)
+        if pause:
+            gevent.sleep(pause)
 
 
 class OpenLoopUser(User):

@@ -5,11 +5,14 @@ Shared by ``make calibrate``, ``make benchmark`` (Locust's CPU use) and the scri
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +127,41 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
     for child in children:
         with suppress(psutil.NoSuchProcess):
             child.kill()
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> bool:
+    """Ask Linux to send this process ``sig`` when its parent dies (``prctl(PR_SET_PDEATHSIG)``), so a load process
+    cannot outlive the benchmark (or its Locust master) even when that is killed with SIGKILL; False where the call is
+    not available (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def lifetime_bound(parent_pid: int) -> Callable[[], None]:
+    """The ``preexec_fn`` of a child of process ``parent_pid`` (this one): the child gets SIGTERM when its parent dies
+    (:func:`die_with_parent`); if the parent died before that was set, the child exits at once."""
+
+    def bind() -> None:
+        die_with_parent()
+        if os.getppid() != parent_pid:  # pragma: no cover - a race with the parent's death
+            os._exit(1)
+
+    return bind
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL every process of process group ``pgid`` (a child started with ``start_new_session``); nothing when
+    none is left."""
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def log_tail(path: Path, lines: int = 15) -> str:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
 import subprocess
@@ -22,16 +23,18 @@ from core.report_schema import BenchmarkConfig
 from core.serverview import Samples, parse_exposition
 from core.settings import PROJECT_ROOT, Settings, service_env
 from loadtest import profiling
+from loadtest.breaker import RowWatch, ServerDown, ServerDownBreaker
 from loadtest.client import new_session, stream_chat
 from loadtest.driver import payload_for
 from loadtest.launch import locust_argv
 from loadtest.plan import sampler_for, write_plan
-from loadtest.procs import tree_cpu_s
+from loadtest.procs import kill_group, lifetime_bound, tree_cpu_s
 from loadtest.sidecar_api import SidecarClient
 from loadtest.summary import load_line
 
 tqdm.monitor_interval = 0  # no monitor thread: Ctrl-C must not print its traceback
-INTERRUPTED = "interrupted (Ctrl-C)"
+INTERRUPTED = "interrupted (Ctrl-C, SIGTERM or SIGHUP)"
+SERVER_DOWN = "server down"
 
 
 @dataclass
@@ -46,7 +49,8 @@ class Measured:
     cpu_cores: float | None = None
     window_id: str | None = None
     traces: list[str] = field(default_factory=list)
-    interrupted: bool = False  # Ctrl-C; a watchdog stop is a gap, not an interruption
+    interrupted: bool = False  # Ctrl-C, SIGTERM, SIGHUP; a watchdog stop is a gap, not an interruption
+    server_down: ServerDown | None = None  # vLLM stopped answering: the run was ended early
     gaps: list[str] = field(default_factory=list)
     processes: list[ProcessLoad] = field(default_factory=list)
 
@@ -61,6 +65,7 @@ class LocustOutcome:
     cpu_cores: float | None
     stopped: str | None = None
     processes: list[ProcessLoad] = field(default_factory=list)
+    server_down: ServerDown | None = None
 
 
 def read_process_loads(path: Path) -> list[ProcessLoad]:
@@ -134,39 +139,20 @@ def warmup(
     return done
 
 
-class RowCounter:
-    """Measured rows in a growing rows file, counted from where the last count stopped (a cheap substring count of
-    the new complete lines only, so polling a long run costs nothing more than its new rows)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.count = 0
-
-    def __call__(self) -> int:
-        """Measured rows so far."""
-        try:
-            with self.path.open("rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except OSError:
-            return self.count
-        end = data.rfind(b"\n") + 1  # a line still being written is counted next time
-        self.count += data.count(b'"phase":"measured"', 0, end)
-        self.offset += end
-        return self.count
+RowCounter = RowWatch  # the name earlier code and tests use
 
 
 def stop_locust(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """Ask Locust to stop (SIGINT: it cancels the requests in flight, whose rows say ``incomplete``), then kill it
-    after ``grace_s``."""
+    """Ask Locust to stop (SIGINT: it cancels the requests in flight, whose rows say ``incomplete``; a master stops
+    its workers), then kill its whole process group after ``grace_s`` s; any load process left is killed too."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
     try:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        kill_group(proc.pid)
         proc.wait()
+    kill_group(proc.pid)  # workers that outlived their master
 
 
 def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) -> LocustOutcome:
@@ -199,7 +185,12 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     log_path = records_path.with_name(f"{stem}.locust.log")
     env = {**service_env("locust"), "LOCUST_PLAN_FILE": str(plan_path)}
     with log_path.open("w") as log:
-        proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+        # its own process group (killed whole at the end) and bound to this process's life (Linux: PDEATHSIG), so
+        # no load process outlives the benchmark, even one killed with SIGKILL
+        proc = subprocess.Popen(
+            argv, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            preexec_fn=lifetime_bound(os.getpid()),
+        )
     watchdog_s = settings.watchdog_s or plan.request_timeout_s + 60.0
     start = last_progress = time.monotonic()
     # CPU is read between the first poll that sees a finished request and the last poll, so Locust's start-up
@@ -207,7 +198,7 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     first: tuple[float, float] | None = None
     last: tuple[float, float] | None = None
     stopped: str | None = None
-    count_measured = RowCounter(records_path)
+    count_measured = RowWatch(records_path, ServerDownBreaker(settings.server_down_s))
     total = plan.requests if plan.duration_s is None else None
     with tqdm(total=total, desc="Benchmark", unit="req", file=sys.stdout, dynamic_ncols=True) as bar:
         try:
@@ -219,6 +210,11 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
                 if cpu is not None and done:
                     last = (now, cpu)
                     first = first or last
+                if count_measured.down is not None:
+                    stopped = SERVER_DOWN
+                    print(f"\n[ERROR] {count_measured.down.line()}; ending the run early.", flush=True)
+                    stop_locust(proc, 10.0)
+                    break
                 if done > bar.n:
                     last_progress = now
                 elif now - last_progress > watchdog_s:
@@ -236,10 +232,15 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
                 flush=True,
             )
             stop_locust(proc, plan.drain_s + 10.0)
+        finally:
+            if proc.poll() is None:  # an exception on the way out (a second Ctrl-C): no load process is left behind
+                kill_group(proc.pid)
+                proc.wait()
+            kill_group(proc.pid)
     cores = None
     if first and last and last[0] - first[0] >= 2.0:
         cores = (last[1] - first[1]) / (last[0] - first[0])
-    return LocustOutcome(proc.returncode, cores, stopped, read_process_loads(client_path))
+    return LocustOutcome(proc.returncode, cores, stopped, read_process_loads(client_path), count_measured.down)
 
 
 def scrape_metrics(vllm_url: str, headers: dict[str, str] | None = None) -> tuple[Samples | None, str | None]:
@@ -286,7 +287,7 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
         gaps.append(f"server cross-check skipped: {why_before or why_after}")
     if window is None:
         gaps.append("sidecar sampling window not opened: resources are the samples between the run's first and last")
-    if outcome.stopped and outcome.stopped != INTERRUPTED:
+    if outcome.stopped and outcome.stopped not in (INTERRUPTED, SERVER_DOWN):
         gaps.append(f"run stopped early by the {outcome.stopped}")
     traces: list[str] = []
     if settings.profile:
@@ -310,6 +311,7 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
         interrupted=outcome.stopped == INTERRUPTED,
         gaps=gaps,
         processes=outcome.processes,
+        server_down=outcome.server_down,
     )
 
 

@@ -4,6 +4,7 @@ and report submission. The load generator never imports the sidecar. Writes carr
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TypeVar
 
 import httpx
@@ -125,14 +126,28 @@ class SidecarClient:
         if response.status_code != 200:
             raise self._refused(response, f"baseline {name}")
 
-    def post_report(self, request: BuildReportRequest) -> BuildReportResponse:
+    def post_report(self, request: BuildReportRequest, rows_file: Path | None = None) -> BuildReportResponse:
         """Ask the sidecar to write the report.
 
+        A body over the sidecar's limit (SIDECAR_MAX_BODY_MB; a long run at a high rate has 100k+ rows) is sent
+        without its per-request rows: the metrics, the error counts (``request.errors``) and the server and client
+        views are computed from every row here, the rows stay in ``rows_file`` and the report says so
+        (``rows_omitted``).
+
         Raises:
-            BenchError: the body is over the size limit, or the sidecar refused the run or is unreachable (the
-                message carries its answer and what to do).
+            BenchError: the body is over the size limit even without its rows, or the sidecar refused the run or is
+                unreachable (the message carries its answer and what to do).
         """
         content = request.model_dump_json().encode("utf-8")
+        if self.max_body_bytes is not None and len(content) > self.max_body_bytes and request.records:
+            kept = rows_file or "the run's rows file"
+            why = (
+                f"per-request rows left out of the report: with them its body is {len(content) / MIB:.1f} MiB, above "
+                f"SIDECAR_MAX_BODY_MB={self.max_body_bytes / MIB:g}; all {len(request.records)} rows are kept in "
+                f"{kept} (the metrics and error counts are computed from all of them)"
+            )
+            request = request.model_copy(update={"records": [], "rows_omitted": why, "gaps": [*request.gaps, why]})
+            content = request.model_dump_json().encode("utf-8")
         if self.max_body_bytes is not None and len(content) > self.max_body_bytes:
             raise BenchError(
                 f"the run's report body is {len(content) / MIB:.1f} MiB, above SIDECAR_MAX_BODY_MB="

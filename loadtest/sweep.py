@@ -28,11 +28,13 @@ from core.settings import Settings
 
 @dataclass
 class RunResult:
-    """One run of a point: its report (None when none could be written) and whether Ctrl-C ended it."""
+    """One run of a point: its report (None when none could be written), whether Ctrl-C ended it, why it failed,
+    and whether vLLM stopped answering."""
 
     report: Report | None
     interrupted: bool = False
     error: str | None = None
+    server_down: str | None = None  # vLLM stopped answering: the run was ended early (when and how)
 
 
 RunPoint = Callable[[BenchmarkConfig], RunResult]
@@ -45,6 +47,7 @@ class SeriesRuns:
     points: list[PointPlan]
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
+    server_down: str | None = None
 
 
 def closed_point(base: BenchmarkConfig, users: int, kind: PointKind, label: str) -> tuple[PointPlan, BenchmarkConfig]:
@@ -123,9 +126,22 @@ def run_line(
     m = result.report.metrics
     ttft = "n/a" if m.ttft.p99_ms is None else f"{m.ttft.p99_ms:.0f} ms"
     e2e = "n/a" if m.e2e.p99_ms is None else f"{m.e2e.p99_ms:.0f} ms"
+    warning = disagreement(result.report)
     return (
         f"{where}: {m.throughput_req_per_sec:.2f} req/s, {m.output_tokens_per_sec:.0f} output tok/s, TTFT p99 {ttft}, "
         f"E2E p99 {e2e}, {m.requests_ok}/{m.requests_total} ok ({result.report.report_id})"
+        + (f"; WARNING {warning}" if warning else "")
+    )
+
+
+def disagreement(report: Report) -> str | None:
+    """``client and server disagree (…): …`` when the report's server cross-check failed (another client may have
+    sent load to the server during the run, so the point is not trustworthy); None when they agree or it was
+    skipped."""
+    if report.server is None or not report.server.disagreements:
+        return None
+    return (
+        "client and server disagree (did other load reach the server?): " + "; ".join(report.server.disagreements)
     )
 
 
@@ -153,16 +169,22 @@ def run_series(
                 if result.report is not None:
                     reports[result.report.report_id] = result.report
                     point.report_ids.append(result.report.report_id)
+                    warning = disagreement(result.report)
+                    if warning:
+                        runs.notes.append(f"{point.label} run {run} ({result.report.report_id}): {warning}")
                 else:
                     runs.notes.append(f"{point.label} run {run}: {result.error or 'no report'}")
                 tag = "[SWEEP]" if settings.sweep else "[REPEAT]"
                 out(run_line(point, len(done) + 1, total_points, run, settings.repeat, result, tag))
-                if result.interrupted:
-                    runs.interrupted = True
+                if result.server_down:
+                    runs.server_down = result.server_down
+                    runs.notes.append(f"{point.label} run {run}: {result.server_down}; the series was ended early")
+                if result.interrupted or result.server_down:
+                    runs.interrupted = runs.interrupted or result.interrupted
                     break
             if point.report_ids:
                 done.append(point)
-            if runs.interrupted:
+            if runs.interrupted or runs.server_down:
                 break
             if auto and point.kind == "throughput" and len(done) == 2:
                 rates = auto_rates(_mean_throughput(done[0], reports), _mean_throughput(done[1], reports),

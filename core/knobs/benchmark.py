@@ -92,6 +92,12 @@ class BenchmarkKnobs(BaseModel):
         gt=0,
         description="Stop a run in which no request finishes for this long, s (default REQUEST_TIMEOUT_S + 60).",
     )
+    server_down_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="End the run early when every request fails at the connection level (refused, reset, DNS; not "
+        "an HTTP error answer) for this long with no success in between: vLLM stopped answering, s (exit 6).",
+    )
     max_error_rate_pct: float | None = Field(
         default=None, ge=0, le=100, description="Fail the run (exit 5) when its error rate is above this, %."
     )

@@ -127,7 +127,8 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
         422 (nothing written) for a body that does not validate: non-finite numbers, negative durations, a window
         that runs backwards or ends in the future, no measured request; 400 for profiler traces outside vLLM's
         profile folder."""
-        if not any(r.phase == "measured" for r in request.records) or request.metrics.requests_total == 0:
+        rows = request.rows_omitted is not None or any(r.phase == "measured" for r in request.records)
+        if not rows or request.metrics.requests_total == 0:
             raise HTTPException(status_code=422, detail="no measured requests in the body: nothing to report")
         try:
             return await run_in_threadpool(svc.build_and_write, request)

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
-
 from core.api import BuildReportRequest
+from core.failures import MAX_ERROR_EXAMPLES, error_summary
 from core.kvbound import kv_bound_reason
-from core.records import RequestRecord
 from core.redact import strip_url_credentials
 from core.report_schema import (
     Comparison,
     Environment,
-    ErrorSummary,
     LogFacts,
     Metrics,
     Report,
@@ -21,24 +17,7 @@ from core.report_schema import (
 from core.stats import RunMetrics, key_insight
 from services.sidecar.resources import WindowPeaks
 
-MAX_ERROR_EXAMPLES = 5
-
-
-def error_summary(records: Sequence[RequestRecord]) -> ErrorSummary:
-    """Failed measured requests counted by cause, with up to five distinct messages per cause."""
-    summary = ErrorSummary()
-    examples: dict[str, list[str]] = defaultdict(list)
-    for record in records:
-        if record.ok or record.phase != "measured" or record.error_kind == "incomplete":
-            continue
-        kind = record.error_kind or "unknown"
-        summary.by_kind[kind] = summary.by_kind.get(kind, 0) + 1
-        message = (record.error or "")[:300]
-        if message not in examples[kind] and len(examples[kind]) < MAX_ERROR_EXAMPLES:
-            examples[kind].append(message)
-    summary.examples = dict(examples)
-    return summary
-
+__all__ = ["MAX_ERROR_EXAMPLES", "build_metrics", "build_report", "build_resources", "error_summary"]
 
 def build_metrics(run: RunMetrics, resources: Resources, preemptions: int | None = None) -> Metrics:
     """The report's metrics: the benchmark's run metrics, the seed's flat names, the window's memory peaks, vLLM's KV
@@ -112,13 +91,15 @@ def build_report(
         environment=environment,
         config=request.config.model_copy(update={"vllm_url": strip_url_credentials(request.config.vllm_url)}),
         metrics=build_metrics(request.metrics, resources, request.server.preemptions if request.server else None),
-        errors=error_summary(request.records),
+        errors=request.errors if request.errors is not None else error_summary(request.records),
         resources=resources,
         logs=log_facts,
         comparison=comparison,
         server=request.server,
         client=request.client,
         interrupted=request.interrupted,
+        server_down=request.server_down,
+        rows_omitted=request.rows_omitted,
         gaps=[*request.gaps, *environment_gaps(environment)],
         requests_file="",
     )

@@ -1,0 +1,58 @@
+"""One benchmark at a time per stack: an exclusive lock on ``RUN_DIR/benchmark.lock`` held for a whole run or sweep.
+
+Two benchmarks against one stack measure each other's load (the server's counters see both, the sweep's points are
+corrupted). ``fcntl.flock`` is released by the kernel however the holder ends (also SIGKILL), so a stale lock never
+blocks; the file names the holder (pid, start time, command line) for the refusal message.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import time
+from pathlib import Path
+
+LOCK_NAME = "benchmark.lock"
+
+
+class StackBusy(Exception):
+    """Another benchmark holds the stack's lock; the message names it and what to do."""
+
+
+class RunLock:
+    """The stack's benchmark lock (``with RunLock(run_dir):``).
+
+    Raises:
+        StackBusy: on entering, when another process holds it.
+        OSError: the lock file cannot be made (RUN_DIR not writable).
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / LOCK_NAME
+        self._fd: int | None = None
+
+    def __enter__(self) -> RunLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode("utf-8", errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StackBusy(
+                f"another benchmark is running against this stack ({holder}); wait for it to end, or stop it "
+                f"(Ctrl-C in its terminal, or kill -TERM <its pid>: it writes the report of its requests so far), then "
+                f"run again. Lock: {self.path}"
+            ) from None
+        os.ftruncate(fd, 0)
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+        os.pwrite(fd, f"pid {os.getpid()}, since {started}: {' '.join(sys.argv)[:300]}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.close(self._fd)  # closing releases the lock
+            self._fd = None
