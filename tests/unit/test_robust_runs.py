@@ -81,7 +81,12 @@ def test_row_watch_counts_rows_and_feeds_the_breaker(tmp_path: Path) -> None:
     assert watch() == 6 and watch.down is None  # warmup rows do not count
     with path.open("a", encoding="utf-8") as fh:
         fh.write(row(7, 106.0))
-    assert watch() == 7 and watch.down is not None and watch.down.since == pytest.approx(103.001) and watch.down.for_s == pytest.approx(3.0)
+    assert (
+        watch() == 7
+        and watch.down is not None
+        and watch.down.since == pytest.approx(103.001)
+        and watch.down.for_s == pytest.approx(3.0)
+    )
 
 
 def test_closed_loop_users_back_off_after_connection_failures_only() -> None:
