@@ -45,7 +45,8 @@ class ServerDown:
 
 
 class ServerDownBreaker:
-    """Trips when connection-level failures span ``limit_s`` seconds (their end times) with no answer in between.
+    """Trips when connection-level failures span ``limit_s`` seconds (their end times) with no answer in between;
+    the verdict names the first failure's time and the latest failure's cause.
 
     Args:
         limit_s: SERVER_DOWN_S, seconds (> 0).
@@ -63,7 +64,8 @@ class ServerDownBreaker:
     def failed(self, ended_at: float, message: str) -> ServerDown | None:
         """A request failed at the connection level at Unix time ``ended_at`` (s); the verdict once tripped."""
         if self.first is None or ended_at < self.first:
-            self.first, self.cause = ended_at, connection_cause(message)
+            self.first = ended_at
+        self.cause = connection_cause(message)  # the latest: a cut stream first, then what the dead server does
         span = ended_at - self.first
         return ServerDown(self.first, self.cause, span) if span >= self.limit_s else None
 

@@ -54,13 +54,16 @@ def test_report_survives_vllm_death(stack: Stack) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, out[-3000:]
+    # the server-down breaker ends the run SERVER_DOWN_S after vLLM stopped answering (exit 6), instead of
+    # retrying the dead server until the planned requests are spent
+    assert proc.returncode == 2 and "Error 6" in out, out[-3000:]  # make's own 2, the benchmark's 6
+    assert "[ERROR] vLLM stopped answering at " in out and "the run was ended early" in out
     line = next(x for x in out.splitlines() if x.startswith("[REPORT] Baseline saved to "))
     report = json.loads(Path(line.split(" to ", 1)[1].strip()).read_text(encoding="utf-8"))
     m = report["metrics"]
-    assert m["requests_total"] == 400
+    assert report["server_down"] and m["requests_total"] < 400
     assert m["requests_ok"] >= 8 and m["requests_failed"] > 0
-    assert m["requests_ok"] + m["requests_failed"] == 400
+    assert m["requests_ok"] + m["requests_failed"] == m["requests_total"]
     assert set(report["errors"]["by_kind"]) <= {"connection", "no_done", "timeout"}
     assert sum(report["errors"]["by_kind"].values()) == m["requests_failed"]
     assert "connection" in report["errors"]["by_kind"]
