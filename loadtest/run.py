@@ -87,13 +87,14 @@ def read_records(path: Path) -> tuple[list[RequestRecord], int]:
     bad = 0
     if not path.exists():
         return records, bad
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        try:
-            records.append(RequestRecord.model_validate_json(line))
-        except ValueError:
-            bad += 1
+    with path.open(encoding="utf-8") as fh:  # line by line: a long run's file can be hundreds of MB
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                records.append(RequestRecord.model_validate_json(line))
+            except ValueError:
+                bad += 1
     return records, bad
 
 

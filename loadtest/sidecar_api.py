@@ -138,16 +138,16 @@ class SidecarClient:
             BenchError: the body is over the size limit even without its rows, or the sidecar refused the run or is
                 unreachable (the message carries its answer and what to do).
         """
-        content = request.model_dump_json().encode("utf-8")
-        if self.max_body_bytes is not None and len(content) > self.max_body_bytes and request.records:
+        size = body_size_past(request, self.max_body_bytes)
+        if self.max_body_bytes is not None and size > self.max_body_bytes and request.records:
             kept = rows_file or "the run's rows file"
             why = (
-                f"per-request rows left out of the report: with them its body is {len(content) / MIB:.1f} MiB, above "
+                f"per-request rows left out of the report: with them its body is over {size / MIB:.1f} MiB, above "
                 f"SIDECAR_MAX_BODY_MB={self.max_body_bytes / MIB:g}; all {len(request.records)} rows are kept in "
                 f"{kept} (the metrics and error counts are computed from all of them)"
             )
             request = request.model_copy(update={"records": [], "rows_omitted": why, "gaps": [*request.gaps, why]})
-            content = request.model_dump_json().encode("utf-8")
+        content = request.model_dump_json().encode("utf-8")
         if self.max_body_bytes is not None and len(content) > self.max_body_bytes:
             raise BenchError(
                 f"the run's report body is {len(content) / MIB:.1f} MiB, above SIDECAR_MAX_BODY_MB="
@@ -165,3 +165,14 @@ class SidecarClient:
         if response.status_code != 200:
             raise self._refused(response, "the report")
         return BuildReportResponse.model_validate_json(response.content)
+
+
+def body_size_past(request: BuildReportRequest, limit_bytes: int | None) -> int:
+    """The JSON body size of ``request`` in bytes, counted row by row and stopped once past ``limit_bytes`` (so a
+    run of 100k+ rows is never serialised whole just to learn it is too big); None: the whole size."""
+    size = len(request.model_copy(update={"records": []}).model_dump_json().encode("utf-8"))
+    for record in request.records:
+        size += len(record.model_dump_json().encode("utf-8")) + 1  # the comma
+        if limit_bytes is not None and size > limit_bytes:
+            break
+    return size

@@ -206,3 +206,25 @@ def test_a_dead_server_ends_the_series(tmp_path: Path) -> None:
     runs = run_series(settings, bench_config(settings, "m"), lambda plan: next(results), out=lambda line: None)
     assert runs.server_down == "vLLM stopped answering" and len(runs.points) == 1
     assert any("ended early" in n for n in runs.notes)
+
+
+def test_a_gpu_sized_run_is_reported_without_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """200 req/s for 10 minutes (120,000 rows of 128 tokens, ≈ 170 MiB of JSON) fits the default 64 MiB limit once the
+    rows stay local; the size check stops counting once past the limit."""
+    sent: list[bytes] = []
+
+    def post(url: str, content: bytes, **_: Any) -> httpx.Response:
+        sent.append(content)
+        return httpx.Response(500, json={"detail": "stop here"})
+
+    monkeypatch.setattr(httpx, "post", post)
+    request = BuildReportRequest.model_validate(body(n=3))
+    row = RequestRecord(request_id="0" * 32, started_at=time.time() - 5, ok=True, ttft_ms=80.0, e2e_ms=1600.0,
+                        itl_ms=[12.345] * 127, output_tokens=128, max_tokens=128)  # fmt: skip
+    rows = [row.model_copy(update={"request_id": f"{i:032x}"}) for i in range(120_000)]
+    request = request.model_copy(update={"records": rows, "errors": error_summary(rows)})
+    client = SidecarClient("http://127.0.0.1:9", token="t", max_body_bytes=64 * 1024 * 1024)
+    with pytest.raises(BenchError):
+        client.post_report(request)
+    slim = json.loads(sent[-1])
+    assert slim["records"] == [] and "120000 rows" in slim["rows_omitted"] and len(sent[-1]) < 1024 * 1024
