@@ -240,8 +240,6 @@ def _measure_and_report(
         print(mark_baseline(sidecar, settings.baseline, built.report.report_id))
     for line in lines[-2:]:  # the seed's closing lines stay last
         print(line)
-    if built.report.rows_omitted:
-        print(f"[WARN] {built.report.rows_omitted}")
     if run.interrupted:
         print(f"[INFO] Interrupted: report of the {built.report.metrics.requests_total} requests so far written.")
         return EXIT_INTERRUPTED

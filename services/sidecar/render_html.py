@@ -19,6 +19,7 @@ from services.sidecar.report_view import (
     environment_rows,
     error_rows,
     headline_rows,
+    outcome_notes,
     resources_rows,
 )
 
@@ -92,6 +93,7 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
     ]
     if e.synthetic:
         sections.append(f'<blockquote class="warn">Synthetic model: {_e(e.synthetic_reason)}</blockquote>')
+    sections += [f'<blockquote class="warn">{_e(note)}</blockquote>' for note in outcome_notes(report)]
     sections += ["<h2>Results</h2>", _pairs(headline_rows(report)), "<h2>Comparison</h2>", _comparison(report)]
     sections += [
         "<h2>Latency</h2>",

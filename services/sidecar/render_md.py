@@ -13,6 +13,7 @@ from services.sidecar.report_view import (
     environment_rows,
     error_rows,
     headline_rows,
+    outcome_notes,
     resources_rows,
 )
 
@@ -45,6 +46,8 @@ def render_markdown(report: Report) -> str:
     ]
     if e.synthetic:
         lines += [f"> **Synthetic model**: {e.synthetic_reason}", ""]
+    for note in outcome_notes(report):
+        lines += [f"> **{note}**", ""]
     lines += ["## Results", "", *_pairs(headline_rows(report)), ""]
     lines += ["## Comparison", ""]
     if report.comparison.changes_pct:

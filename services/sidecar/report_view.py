@@ -164,3 +164,16 @@ def error_rows(report: Report) -> list[Row]:
         (kind, f"{count} (e.g. {(report.errors.examples.get(kind) or [''])[0][:200]})")
         for kind, count in report.errors.by_kind.items()
     ]
+
+
+def outcome_notes(report: Report) -> list[str]:
+    """How the run ended when not as planned, and what the report leaves out: Ctrl-C/SIGTERM, vLLM stopped answering,
+    per-request rows kept locally (shown at the top of the Markdown and HTML reports)."""
+    notes = []
+    if report.interrupted:
+        notes.append("Interrupted (Ctrl-C, SIGTERM or SIGHUP): the report of the requests so far.")
+    if report.server_down:
+        notes.append(f"{report.server_down}; the run was ended early, the failures are counted.")
+    if report.rows_omitted:
+        notes.append(report.rows_omitted[:1].upper() + report.rows_omitted[1:] + ".")
+    return notes

@@ -145,6 +145,8 @@ def test_the_sidecar_writes_a_report_from_a_body_without_rows(client_for: Any) -
     written = answer.json()["report"]
     assert written["rows_omitted"] == "rows kept in x.requests.jsonl"
     assert written["errors"]["by_kind"] == {"connection": 5} and written["metrics"]["requests_total"] == 3
+    markdown = Path(answer.json()["report_path"]).with_suffix(".md").read_text(encoding="utf-8")
+    assert "> **Rows kept in x.requests.jsonl.**" in markdown
 
 
 def test_build_request_carries_the_server_down_verdict_and_all_error_counts(tmp_path: Path) -> None:
