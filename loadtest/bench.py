@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
@@ -96,8 +97,6 @@ def stop_signals_interrupt() -> Iterator[None]:
     """SIGTERM and SIGHUP (CI cancellation, ``timeout``, ``docker stop``, systemd, a closed terminal) act as Ctrl-C
     while the block runs: the load stops, the report of the rows so far is written, exit 130. Only in the main
     thread (elsewhere signals cannot be handled); the previous handlers come back afterwards."""
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -195,7 +194,7 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     with ExitStack() as held:
         if not args.report_from:  # one benchmark at a time per stack, held for the whole run or sweep
             try:
-                held.enter_context(RunLock(settings.run_dir))
+                held.enter_context(RunLock(settings.run_dir, settings.logs_dir / "runs"))
             except (StackBusy, OSError) as exc:
                 print(f"[ERROR] {exc}", file=sys.stderr)
                 return EXIT_USAGE

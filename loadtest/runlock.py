@@ -28,13 +28,30 @@ class RunLock:
         OSError: the lock file cannot be made (RUN_DIR not writable).
     """
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, fallback_dir: Path | None = None) -> None:
         self.path = run_dir / LOCK_NAME
+        self.fallback = fallback_dir / LOCK_NAME if fallback_dir is not None else None
         self._fd: int | None = None
 
+    def _open(self) -> int:
+        """The lock file's descriptor: in RUN_DIR, else (a read-only RUN_DIR, as the compose Locust container mounts
+        it) in the fallback folder (LOGS_DIR/runs, writable wherever a benchmark runs).
+
+        Raises:
+            OSError: neither can be made.
+        """
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            if self.fallback is None:
+                raise
+            self.path = self.fallback
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+
     def __enter__(self) -> RunLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._open()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -230,3 +230,14 @@ def test_a_gpu_sized_run_is_reported_without_its_rows(monkeypatch: pytest.Monkey
         client.post_report(request)
     slim = json.loads(sent[-1])
     assert slim["records"] == [] and "120000 rows" in slim["rows_omitted"] and len(sent[-1]) < 1024 * 1024
+
+
+def test_the_lock_falls_back_to_the_logs_when_run_dir_cannot_hold_it(tmp_path: Path) -> None:
+    """A RUN_DIR where no file can be made (read-only in the compose Locust container; here: a file in its place)
+    puts the lock in the fallback folder, still exclusive."""
+    run_dir = tmp_path / "run"
+    run_dir.write_text("not a folder")
+    with RunLock(run_dir, tmp_path / "logs/runs") as held:
+        assert held.path == tmp_path / "logs/runs/benchmark.lock"
+        with pytest.raises(StackBusy), RunLock(run_dir, tmp_path / "logs/runs"):
+            pass
