@@ -16,12 +16,14 @@ import sys
 import httpx
 
 from core.parsing import validate_name
+from core.pipes import guard_stdout
 from core.series import is_series_id
 from core.settings import get_settings
 
 
 def main(argv: list[str] | None = None) -> int:
     """Mark (or list) baselines through the sidecar."""
+    guard_stdout()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", nargs="?", help="baseline name, e.g. v0.2.1")
     parser.add_argument("report_id", nargs="?", help="report to mark (default: the latest)")

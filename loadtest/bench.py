@@ -22,6 +22,7 @@ from core.clientview import client_view, load_calibration
 from core.engine import EngineControl
 from core.gate import gate_verdict, series_gate_verdict
 from core.intervals import Interval
+from core.pipes import guard_stdout
 from core.report_schema import BenchmarkConfig, Report
 from core.series import SeriesReport, is_series_id
 from core.serverview import cross_check
@@ -121,6 +122,7 @@ def verdicts(settings: Settings, report: Report) -> list[tuple[int, str]]:
 
 def main(argv: list[str] | None = None, engine: EngineControl | None = None) -> int:
     """Run a benchmark (or rebuild a report from a records file); returns the exit code (module constants)."""
+    guard_stdout()
     try:
         return _main(argv, engine)
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside the measured window
