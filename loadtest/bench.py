@@ -29,6 +29,7 @@ from core.serverview import cross_check
 from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
 from loadtest import profiling
+from loadtest.baseline import moved_text
 from loadtest.dataset import DatasetError, load_dataset
 from loadtest.errors import BenchError
 from loadtest.plan import bench_config, read_plan
@@ -267,8 +268,11 @@ def series_main(settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClien
         print(line)
     if settings.baseline:
         try:
-            mark_series_baseline(sidecar, settings.baseline, built.series.series_id)
+            previous = mark_series_baseline(sidecar, settings.baseline, built.series.series_id)
             print(f"[BASELINE] {settings.baseline} -> {built.series.series_id}")
+            moved = moved_text(settings.baseline, previous, built.series.series_id)
+            if moved:
+                print(moved)
         except BenchError as exc:
             print(f"[WARN] baseline {settings.baseline} not marked: {exc}")
     if runs.interrupted:
@@ -305,10 +309,11 @@ def mark_baseline(sidecar: SidecarClient, name: str, report_id: str) -> str:
     """``--baseline NAME``: mark the new report as baseline ``name``; the line to print (an error does not fail the
     run: the report is written, ``make baseline NAME=`` can mark it later)."""
     try:
-        sidecar.mark_baseline(name, report_id)
+        marked = sidecar.mark_baseline(name, report_id)
     except BenchError as exc:
         return f"[WARN] baseline {name} not marked: {exc}"
-    return f"[BASELINE] {name} -> {report_id}"
+    moved = moved_text(name, marked.previous_id, report_id)
+    return f"[BASELINE] {name} -> {report_id}" + (f"\n{moved}" if moved else "")
 
 
 def plan_beside(records_path: Path) -> BenchmarkConfig | None:

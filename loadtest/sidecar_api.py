@@ -9,7 +9,7 @@ from typing import TypeVar
 import httpx
 from pydantic import BaseModel
 
-from core.api import BuildReportRequest, BuildReportResponse, WindowResult, WindowStarted
+from core.api import BaselineMarked, BuildReportRequest, BuildReportResponse, WindowResult, WindowStarted
 from core.settings import Settings
 from loadtest.errors import BenchError
 
@@ -107,8 +107,9 @@ class SidecarClient:
         """Close the sampling window (its summary, or None when the sidecar cannot tell)."""
         return self._post_model(f"/windows/{window_id}/stop", WindowResult)
 
-    def mark_baseline(self, name: str, report_id: str) -> None:
-        """Mark report ``report_id`` as baseline ``name`` (``PUT /baselines/{name}``).
+    def mark_baseline(self, name: str, report_id: str) -> BaselineMarked:
+        """Mark report ``report_id`` as baseline ``name`` (``PUT /baselines/{name}``); the sidecar's answer says
+        what the name pointed at before (``previous_id``).
 
         Raises:
             BenchError: refused (the sidecar's reason) or unreachable.
@@ -124,6 +125,11 @@ class SidecarClient:
             raise self._down(exc) from None
         if response.status_code != 200:
             raise self._refused(response, f"baseline {name}")
+        try:
+            return BaselineMarked.model_validate_json(response.content)
+        except ValueError:  # an older sidecar's answer: marked, but what it replaced is unknown
+            return BaselineMarked(name=name, report_id=report_id, timestamp="", throughput_req_per_sec=0.0,
+                                  latency_p99_ms=None)
 
     def post_report(self, request: BuildReportRequest) -> BuildReportResponse:
         """Ask the sidecar to write the report.
