@@ -142,6 +142,8 @@ def parser() -> argparse.ArgumentParser:
 
 def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     args, settings = parse(parser(), argv)
+    for note in settings.ignored_knobs:
+        print(f"[WARN] {note}", flush=True)
     sidecar = SidecarClient.of(settings)
     try:
         target = preflight(settings, sidecar)
