@@ -6,6 +6,7 @@ from pathlib import Path
 
 from core.clientview import ClientView, share_text
 from core.report_schema import BenchmarkConfig, Report
+from core.serverview import verdict_text
 
 COMPARE_LABELS = (
     ("throughput_req_per_sec_pct", "throughput"),
@@ -109,7 +110,7 @@ def format_summary(report: Report, report_path: str) -> list[str]:
     lines += [f"[WARN] {gap}" for gap in report.gaps]
     if report.server is not None:
         checks = {a.name: a for a in report.server.agreements}
-        verdict = "agree" if not report.server.disagreements else "DISAGREE: " + "; ".join(report.server.disagreements)
+        verdict = verdict_text(report.server)
         lines.append(
             f"[SERVER] vLLM /metrics: {report.server.requests_succeeded} requests, "
             f"{report.server.generation_tokens} generated tokens, TTFT mean {_ms(report.server.ttft.mean_ms)} "
