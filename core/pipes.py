@@ -7,6 +7,8 @@ own exit code), instead of dying on ``BrokenPipeError`` half-way through.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 from typing import Any, TextIO
@@ -23,12 +25,10 @@ class PipeSafeStdout:
     def _drop(self) -> None:
         """The reader closed the pipe: send what is left (buffered bytes included) to /dev/null."""
         self.reader_gone = True
-        try:
+        with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):  # a StringIO has no descriptor
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, self._stream.fileno())
             os.close(devnull)
-        except (OSError, ValueError):  # no file descriptor (a test's StringIO): nothing to redirect
-            pass
 
     def write(self, text: str) -> int:
         """Write ``text``; after the reader left, pretend to (returns its length, never raises BrokenPipeError)."""
@@ -45,10 +45,8 @@ class PipeSafeStdout:
             self._stream.flush()
         except BrokenPipeError:
             self._drop()
-            try:
+            with contextlib.suppress(BrokenPipeError, OSError, ValueError):
                 self._stream.flush()  # the buffer now drains into /dev/null
-            except (BrokenPipeError, OSError, ValueError):
-                pass
 
     def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, buffer ...
         return getattr(self._stream, name)
@@ -59,5 +57,5 @@ def guard_stdout() -> PipeSafeStdout:
     if isinstance(sys.stdout, PipeSafeStdout):
         return sys.stdout
     wrapped = PipeSafeStdout(sys.stdout)
-    sys.stdout = wrapped  # type: ignore[assignment]
+    sys.stdout = wrapped
     return wrapped

@@ -31,9 +31,9 @@ from core.stats import measured_window_s, run_metrics
 from loadtest import profiling
 from loadtest.baseline import moved_text
 from loadtest.dataset import DatasetError, load_dataset
-from loadtest.errors import BenchError
+from loadtest.errors import BenchError, WarmupFailed
 from loadtest.plan import bench_config, read_plan
-from loadtest.preflight import preflight
+from loadtest.preflight import plan_problem, preflight
 from loadtest.randomdata import random_prompts_file
 from loadtest.run import Measured, from_records_file, run_measured
 from loadtest.series_api import mark_series_baseline, post_series
@@ -79,7 +79,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # the report could not be written (sidecar unreachable or refusing); rows are kept
 EXIT_USAGE = 2  # bad input, services down, unknown or incomparable GATE baseline (nothing was measured)
 EXIT_GATE = 3  # GATE: a regression against the named baseline
-EXIT_NO_SUCCESS = 4  # no measured request succeeded (the report is written, never a comparison reference)
+EXIT_NO_SUCCESS = 4  # no measured request succeeded (report written, never a reference), or every warmup request failed
 EXIT_ERROR_RATE = 5  # error rate above MAX_ERROR_RATE_PCT
 EXIT_INTERRUPTED = 130  # Ctrl-C (the report of the rows so far is written when there are any)
 
@@ -155,6 +155,14 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     if dataset is not None and dataset.skipped:
         print(f"[WARN] {dataset.skipped} unusable entr(y/ies) in {dataset.path} skipped; {len(dataset.prompts)} used")
     plan = bench_config(settings, model)
+    if not args.report_from:
+        try:
+            refused = plan_problem(settings, sidecar, plan, target, dataset)
+        except BenchError as exc:
+            refused = f"[ERROR] {exc}"
+        if refused:
+            print(f"{refused}\n[ERROR] Nothing was sent.", file=sys.stderr)
+            return EXIT_USAGE
     print(start_line(plan, target.backend), flush=True)
     if settings.random_dataset and not args.report_from:
         try:
@@ -174,6 +182,9 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
         except profiling.ProfilingError as exc:
             print(f"[ERROR] {exc}", file=sys.stderr)
             return EXIT_USAGE
+        except WarmupFailed as exc:
+            print(f"[ERROR] {exc}", file=sys.stderr)
+            return EXIT_NO_SUCCESS
     if not any(r.phase == "measured" and r.error_kind != "incomplete" for r in run.records):
         print(f"[ERROR] no measured request ended ({records_path}); nothing to report.", file=sys.stderr)
         return EXIT_INTERRUPTED if run.interrupted else EXIT_NO_SUCCESS
@@ -231,7 +242,7 @@ def point_runner(settings: Settings, sidecar: SidecarClient, engine: EngineContr
     def run_point(plan: BenchmarkConfig) -> RunResult:
         try:
             run, records_path = run_once(settings, plan, sidecar, engine)
-        except profiling.ProfilingError as exc:
+        except (profiling.ProfilingError, WarmupFailed) as exc:
             return RunResult(None, error=str(exc))
         if not any(r.phase == "measured" and r.error_kind != "incomplete" for r in run.records):
             return RunResult(None, run.interrupted, f"no measured request ended ({records_path})")

@@ -10,6 +10,7 @@ import httpx
 from pydantic import BaseModel
 
 from core.api import BaselineMarked, BuildReportRequest, BuildReportResponse, WindowResult, WindowStarted
+from core.report_schema import Report
 from core.settings import Settings
 from loadtest.errors import BenchError
 
@@ -89,6 +90,26 @@ class SidecarClient:
         except (httpx.HTTPError, ValueError) as exc:
             raise self._down(exc) from None
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def report(self, report_id: str) -> Report | None:
+        """Report ``report_id`` (``GET /reports/{id}``, migrated to this schema); None when the sidecar has none.
+
+        Raises:
+            BenchError: the sidecar is unreachable, or answers something that is not a report.
+        """
+        try:
+            response = httpx.get(f"{self.url}/reports/{report_id}", timeout=self.timeout_s)
+        except httpx.HTTPError as exc:
+            raise self._down(exc) from None
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise self._refused(response, f"reading {report_id}")
+        try:
+            return Report.model_validate_json(response.content)
+        except ValueError as exc:
+            first = str(exc).splitlines()[0]
+            raise BenchError(f"the sidecar's {report_id} does not read as a report: {first}") from None
 
     def _post_model(self, path: str, model: type[_M]) -> _M | None:
         """``POST path`` answered as ``model``; None when the sidecar cannot (a window is best effort)."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 
 from core.abcompare import IGNORED_VLLM_FLAGS, ABComparison, Side, compare_sides, vllm_flags
 from core.api import BuildSeriesRequest, BuildSeriesResponse, CompareRequest, CompareResponse

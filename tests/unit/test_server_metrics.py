@@ -57,7 +57,8 @@ def test_request_cut_mid_stream_is_explained_not_a_disagreement() -> None:
     assert any(line.startswith("generation_tokens: server") and "1 request(s) cut mid-stream" in line
                for line in view.explained), view.explained
     tokens = next(a for a in view.agreements if a.name == "generation_tokens")
-    assert tokens.agrees and tokens.server - tokens.client == full and "cut request" in tokens.tolerance
+    assert tokens.agrees and tokens.server is not None and tokens.client is not None
+    assert tokens.server - tokens.client == full and "cut request" in tokens.tolerance
     assert verdict_text(view).startswith("agree (1 request(s) cut mid-stream")
 
 
