@@ -19,6 +19,7 @@ from pathlib import Path
 from core.api import BuildReportRequest, BuildSeriesRequest
 from core.cli import build_parser, parse
 from core.clientview import client_view, load_calibration
+from core.compare import unusable_reason
 from core.engine import EngineControl
 from core.gate import gate_verdict, series_gate_verdict
 from core.intervals import Interval
@@ -201,7 +202,7 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     for line in lines[:-2]:
         print(line)
     if settings.baseline:
-        print(mark_baseline(sidecar, settings.baseline, built.report.report_id))
+        print(mark_baseline(sidecar, settings.baseline, built.report))
     for line in lines[-2:]:  # the seed's closing lines stay last
         print(line)
     if run.interrupted:
@@ -318,9 +319,14 @@ def series_verdicts(settings: Settings, series: SeriesReport) -> list[tuple[int,
     return out
 
 
-def mark_baseline(sidecar: SidecarClient, name: str, report_id: str) -> str:
+def mark_baseline(sidecar: SidecarClient, name: str, report: Report) -> str:
     """``--baseline NAME``: mark the new report as baseline ``name``; the line to print (an error does not fail the
-    run: the report is written, ``make baseline NAME=`` can mark it later)."""
+    run: the report is written, ``make baseline NAME=`` can mark it later). A report that could never judge another
+    (no successful request, interrupted: :func:`core.compare.unusable_reason`) is not marked, and the line says so."""
+    report_id = report.report_id
+    unusable = unusable_reason(report)
+    if unusable:
+        return f"[WARN] baseline {name} not marked: {unusable}; it could not judge any later run"
     try:
         marked = sidecar.mark_baseline(name, report_id)
     except BenchError as exc:

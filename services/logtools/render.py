@@ -85,7 +85,9 @@ def render_slow(report: dict[str, Any]) -> list[str]:
     shown = len(report["slowest"])
     if report["slow"] > shown:
         out[0] += f"; the slowest {_n(shown)} shown"
-    out.append(f"  {'TOTAL_MS':>10} {'TTFT_MS':>9} {'IN/OUT TOK':>11}  {'STATUS':<6} {'SOURCE':<8} {'ENDED':<19}  REQUEST")
+    out.append(
+        f"  {'TOTAL_MS':>10} {'TTFT_MS':>9} {'IN/OUT TOK':>11}  {'STATUS':<6} {'SOURCE':<8} {'ENDED':<19}  REQUEST"
+    )
     for rec in report["slowest"]:
         tokens = f"{_n(rec['prompt_tokens'])}/{_n(rec['completion_tokens'])}"
         error = f"  error: {_cut(rec['error'], 60)}" if rec["error"] else ""

@@ -105,7 +105,8 @@ def test_every_warmup_request_failing_stops_with_the_servers_reason(
     services: tuple[dict[str, str], Callable[..., str]],
 ) -> None:
     """A server that does not list its context refuses every warmup request: the run stops before the measured
-    window with the server's message, counted (exit 4); without warmup the summary says the causes in words."""
+    window with the server's message, counted (exit 4); without warmup the summary says the causes in words, and
+    the failed run is not marked as a baseline (it could judge nothing)."""
     env, mock = services
     url = mock("--unlisted-context")
     run = run_bench(env, url, MAX_TOKENS="99999")
@@ -113,11 +114,12 @@ def test_every_warmup_request_failing_stops_with_the_servers_reason(
     assert "every warmup request failed (2 of 2): http_status 2 (max_tokens=99999 cannot be greater than " \
            "max_model_len=4096)" in run.stderr, run.stderr
     assert "Running load test" not in run.stdout
-    measured = run_bench(env, url, MAX_TOKENS="99999", WARMUP="0", REQUESTS="2")
+    measured = run_bench(env, url, "--baseline", "v2", MAX_TOKENS="99999", WARMUP="0", REQUESTS="2")
     assert measured.returncode == 4, measured.stdout + measured.stderr
     assert "errors 100.0%: http_status 2 (max_tokens=99999 cannot be greater than max_model_len=4096)" \
         in measured.stdout, measured.stdout
     assert "{'http_status'" not in measured.stdout
+    assert "[WARN] baseline v2 not marked:" in measured.stdout and "has no successful request" in measured.stdout
 
 
 def test_gate_against_another_workload_is_refused_before_any_load(
