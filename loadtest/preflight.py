@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from core.compare import fingerprint_fields, refusal_reason
+from core.compare import differing_fields, fingerprint_fields, fingerprint_of, refusal_reason
 from core.gate import refused_line
 from core.report_schema import BenchmarkConfig
 from core.series import is_series_id
@@ -182,15 +182,44 @@ def gate_problem(settings: Settings, sidecar: SidecarClient, plan: BenchmarkConf
     if not settings.gate:
         return None
     target = sidecar.baselines().get(settings.gate)
-    if target is None or is_series_id(target):
+    if target is None:
         return None
+    model = served[0] if served else plan.model
+    if is_series_id(target):
+        reason = None if settings.sweep else series_refusal(sidecar, target, plan, model)
+        return refused_line(settings.gate, reason) if reason else None
     baseline = sidecar.report(target)
     if baseline is None:
         return refused_line(settings.gate, f"its report {target} no longer exists")
-    model = served[0] if served else plan.model
     env = baseline.environment.model_copy(update={"served_model_name": model})
     reason = refusal_reason(baseline, fingerprint_fields(plan, env))
     return refused_line(settings.gate, reason) if reason else None
+
+
+def series_refusal(sidecar: SidecarClient, series_id: str, plan: BenchmarkConfig, model: str) -> str | None:
+    """A single load point (REPEAT runs, or one run) against a series baseline: the series gate judges the point of
+    the same workload fingerprint, so refuse when no point has it, naming how the plan differs from the series' first
+    point (None: a point matches, or the series cannot be read here — the gate then says so after the run).
+
+    Raises:
+        BenchError: the sidecar is unreachable.
+    """
+    series = sidecar.series(series_id)
+    if series is None:
+        return f"its series {series_id} no longer exists"
+    first = next((p.report_ids[0] for p in series.points if p.report_ids), None)
+    reference = sidecar.report(first) if first else None
+    if reference is None:
+        return None
+    env = reference.environment.model_copy(update={"served_model_name": model})
+    fields = fingerprint_fields(plan, env)
+    if any(p.fingerprint == fingerprint_of(fields) for p in series.points):
+        return None
+    old = fingerprint_fields(reference.config, reference.environment)
+    return (
+        f"no load point of {series_id} has this workload; it differs from its first point ({first}: "
+        f"{'; '.join(differing_fields(old, fields))})"
+    )
 
 
 def plan_problem(

@@ -142,3 +142,20 @@ def test_gate_against_another_workload_is_refused_before_any_load(
     assert again.returncode == 0, again.stdout + again.stderr
     assert "[GATE] PASS vs v1" in again.stdout
     assert "[BASELINE] v1 moved: was benchmark_report_" in again.stdout, again.stdout
+
+
+def test_gate_against_a_series_of_another_workload_is_refused_before_any_load(
+    services: tuple[dict[str, str], Callable[..., str]],
+) -> None:
+    """GATE=s1 where s1 is a REPEAT series of another workload: refused before any load (exit 2), naming the
+    series and the fields that differ."""
+    env, mock = services
+    url = mock()
+    first = run_bench(env, url, "--baseline", "s1", REPEAT="2", WARMUP="0")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "[BASELINE] s1 -> benchmark_series_" in first.stdout
+    before = rows_written(env)
+    refused = run_bench(env, url, REPEAT="2", CONCURRENCY="3", GATE="s1")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "[GATE] ERROR vs s1: not comparable: no load point of benchmark_series_" in refused.stderr
+    assert "concurrency: 2 -> 3" in refused.stderr and rows_written(env) == before
