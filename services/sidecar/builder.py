@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
-
 from core.api import BuildReportRequest
+from core.errorsummary import error_summary
 from core.kvbound import kv_bound_reason
-from core.records import RequestRecord
 from core.redact import strip_url_credentials
 from core.report_schema import (
     Comparison,
     Environment,
-    ErrorSummary,
     LogFacts,
     Metrics,
     Report,
@@ -20,24 +16,6 @@ from core.report_schema import (
 )
 from core.stats import RunMetrics, key_insight
 from services.sidecar.resources import WindowPeaks
-
-MAX_ERROR_EXAMPLES = 5
-
-
-def error_summary(records: Sequence[RequestRecord]) -> ErrorSummary:
-    """Failed measured requests counted by cause, with up to five distinct messages per cause."""
-    summary = ErrorSummary()
-    examples: dict[str, list[str]] = defaultdict(list)
-    for record in records:
-        if record.ok or record.phase != "measured" or record.error_kind == "incomplete":
-            continue
-        kind = record.error_kind or "unknown"
-        summary.by_kind[kind] = summary.by_kind.get(kind, 0) + 1
-        message = (record.error or "")[:300]
-        if message not in examples[kind] and len(examples[kind]) < MAX_ERROR_EXAMPLES:
-            examples[kind].append(message)
-    summary.examples = dict(examples)
-    return summary
 
 
 def build_metrics(run: RunMetrics, resources: Resources, preemptions: int | None = None) -> Metrics:
