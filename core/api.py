@@ -161,6 +161,9 @@ class BaselineMarked(BaseModel):
     timestamp: str
     throughput_req_per_sec: float
     latency_p99_ms: float | None
+    previous_id: str | None = Field(
+        default=None, description="The report or series the name pointed at before (None: a new name)."
+    )
 
 
 class BuildSeriesRequest(BaseModel):

@@ -100,6 +100,19 @@ def unusable_reason(report: Report) -> str | None:
     return None
 
 
+def refusal_reason(baseline: Report, fields: Mapping[str, Any]) -> str | None:
+    """Why ``baseline`` cannot be the reference of a run whose :func:`fingerprint_fields` are ``fields`` — it cannot
+    judge (no success, interrupted) or its workload differs (naming each field); None when it can. The one test of
+    comparability: the sidecar's comparison after a run and the benchmark's preflight before one both use it."""
+    unusable = unusable_reason(baseline)
+    if unusable:
+        return f"cannot judge: {unusable}"
+    old_fields = fingerprint_fields(baseline.config, baseline.environment)
+    if fingerprint_of(old_fields) != fingerprint_of(fields):
+        return f"workload differs from {baseline.report_id} ({'; '.join(differing_fields(old_fields, fields))})"
+    return None
+
+
 def _flag_env(name: str, env: Environment, old: Report) -> list[str]:
     """Notes for environment fields outside the fingerprint that changed since ``old``."""
     notes = []
@@ -142,14 +155,8 @@ def compare_with_history(
             comparison.refused[key] = baseline
             comparison.notes.append(f"{key}: not compared: {baseline}")
             continue
-        unusable = unusable_reason(baseline)
-        if unusable:
-            comparison.refused[key] = f"cannot judge: {unusable}"
-            comparison.notes.append(f"{key}: not compared: {unusable}")
-            continue
-        old_fields = fingerprint_fields(baseline.config, baseline.environment)
-        if fingerprint_of(old_fields) != fingerprint:
-            reason = f"workload differs from {baseline.report_id} ({'; '.join(differing_fields(old_fields, fields))})"
+        reason = refusal_reason(baseline, fields)
+        if reason:
             comparison.refused[key] = reason
             comparison.notes.append(f"{key}: refused: {reason}")
             continue

@@ -51,12 +51,18 @@ def gate_failures(
     return failures
 
 
+def refused_line(baseline: str, reason: str) -> str:
+    """``[GATE] ERROR vs v1: not comparable: workload differs …``: the gate's line for a baseline it cannot judge
+    against, printed after a run (from the report's comparison) or before one (the benchmark's preflight)."""
+    return f"[GATE] ERROR vs {baseline}: not comparable: {reason}"
+
+
 def gate_verdict(report: Report, baseline: str, threshold_pct: float, error_rate_pp: float = 1.0) -> GateVerdict:
     """Judge ``report`` against the named ``baseline``: exit 0 pass, 3 regression, 2 unknown or incomparable."""
     key = f"vs_{baseline}"
     comparison = report.comparison
     if key in comparison.refused:
-        return GateVerdict(EXIT_ERROR, f"[GATE] ERROR vs {baseline}: not comparable: {comparison.refused[key]}")
+        return GateVerdict(EXIT_ERROR, refused_line(baseline, comparison.refused[key]))
     changes = comparison.changes_pct.get(key)
     if changes is None:
         names = [*comparison.changes_pct, *comparison.refused]

@@ -133,6 +133,22 @@ class Settings(SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKnobs, ServingKn
 
     # --- derived -------------------------------------------------------------------------------------
     @property
+    def ignored_knobs(self) -> list[str]:
+        """Knobs that are set but have no effect beside another one, as ``[WARN]`` texts (empty: none).
+
+        A warning, not an error: ``REQUESTS=200`` in ``.env`` with ``--duration 60s`` on the command line is a common
+        way to switch one run to a time bound, and must not block it (conflicts that would measure something else
+        than asked, such as MAX_IN_FLIGHT without RATE, are errors in the validators above).
+        """
+        notes = []
+        if self.duration is not None and "requests" in self.model_fields_set and self.requests is not None:
+            notes.append(
+                f"REQUESTS={self.requests} (--requests) is ignored: DURATION={self.duration:g} s (--duration) bounds "
+                "the run; unset one of them to silence this"
+            )
+        return notes
+
+    @property
     def workload_file(self) -> Path:
         """The benchmark's dataset: DATASET or the bundled Chinese corpus."""
         return self.dataset or self.prompts_file

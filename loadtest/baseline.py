@@ -16,12 +16,22 @@ import sys
 import httpx
 
 from core.parsing import validate_name
+from core.pipes import guard_stdout
 from core.series import is_series_id
 from core.settings import get_settings
 
 
+def moved_text(name: str, previous: str | None, new: str) -> str | None:
+    """``[BASELINE] v1 moved: was <old id>, now <new id>`` when marking replaced another mark; None for a new name
+    or the same id again."""
+    if previous is None or previous == new:
+        return None
+    return f"[BASELINE] {name} moved: was {previous}, now {new}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Mark (or list) baselines through the sidecar."""
+    guard_stdout()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", nargs="?", help="baseline name, e.g. v0.2.1")
     parser.add_argument("report_id", nargs="?", help="report to mark (default: the latest)")
@@ -47,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             response = httpx.put(f"{url}/series/{args.report_id}/baseline/{args.name}", timeout=30, headers=headers)
             if response.status_code == 200:
                 print(f"[BASELINE] {args.name} -> {args.report_id} (a series: judged with confidence intervals)")
+                _print_moved(args.name, response, args.report_id)
                 return 0
         else:
             body = {"report_id": args.report_id} if args.report_id else {}
@@ -80,7 +91,19 @@ def main(argv: list[str] | None = None) -> int:
         f"[BASELINE] {marked['name']} -> {marked['report_id']} ({marked['timestamp']}: "
         f"{marked['throughput_req_per_sec']:.2f} req/s, p99 {'n/a' if p99 is None else f'{p99:.0f}ms'})"
     )
+    _print_moved(args.name, response, marked["report_id"])
     return 0
+
+
+def _print_moved(name: str, response: httpx.Response, new: str) -> None:
+    """Print :func:`moved_text` from the sidecar's ``previous_id``, when the mark moved."""
+    try:
+        previous = response.json().get("previous_id")
+    except (ValueError, AttributeError):
+        return
+    line = moved_text(name, previous if isinstance(previous, str) else None, new)
+    if line:
+        print(line)
 
 
 def _detail(response: httpx.Response) -> str:

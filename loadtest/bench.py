@@ -23,20 +23,23 @@ from pathlib import Path
 from core.api import BuildReportRequest, BuildSeriesRequest
 from core.cli import build_parser, parse
 from core.clientview import client_view, load_calibration
+from core.compare import unusable_reason
 from core.engine import EngineControl
-from core.failures import error_summary
+from core.errorsummary import error_summary
 from core.gate import gate_verdict, series_gate_verdict
 from core.intervals import Interval
+from core.pipes import guard_stdout
 from core.report_schema import BenchmarkConfig, Report
 from core.series import SeriesReport, is_series_id
 from core.serverview import cross_check
 from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
 from loadtest import profiling
+from loadtest.baseline import moved_text
 from loadtest.dataset import DatasetError, load_dataset
-from loadtest.errors import BenchError
+from loadtest.errors import BenchError, WarmupFailed
 from loadtest.plan import bench_config, read_plan
-from loadtest.preflight import preflight
+from loadtest.preflight import plan_problem, preflight
 from loadtest.randomdata import random_prompts_file
 from loadtest.run import Measured, from_records_file, run_measured
 from loadtest.runlock import RunLock, StackBusy
@@ -85,7 +88,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # the report could not be written (sidecar unreachable or refusing); rows are kept
 EXIT_USAGE = 2  # bad input, services down, unknown or incomparable GATE baseline (nothing was measured)
 EXIT_GATE = 3  # GATE: a regression against the named baseline
-EXIT_NO_SUCCESS = 4  # no measured request succeeded (the report is written, never a comparison reference)
+EXIT_NO_SUCCESS = 4  # no measured request succeeded (report written, never a reference), or every warmup request failed
 EXIT_ERROR_RATE = 5  # error rate above MAX_ERROR_RATE_PCT
 EXIT_SERVER_DOWN = 6  # vLLM stopped answering mid-run: ended early, the report of the rows so far is written
 EXIT_INTERRUPTED = 130  # Ctrl-C, SIGTERM, SIGHUP (the report of the rows so far is written when there are any)
@@ -154,6 +157,7 @@ def main(argv: list[str] | None = None, engine: EngineControl | None = None) -> 
     """Run a benchmark (or rebuild a report from a records file); returns the exit code (module constants).
 
     SIGTERM and SIGHUP are handled as Ctrl-C (:func:`stop_signals_interrupt`)."""
+    guard_stdout()
     with stop_signals_interrupt():
         try:
             return _main(argv, engine)
@@ -173,6 +177,8 @@ def parser() -> argparse.ArgumentParser:
 
 def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     args, settings = parse(parser(), argv)
+    for note in settings.ignored_knobs:
+        print(f"[WARN] {note}", flush=True)
     sidecar = SidecarClient.of(settings)
     try:
         target = preflight(settings, sidecar)
@@ -184,6 +190,14 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     if dataset is not None and dataset.skipped:
         print(f"[WARN] {dataset.skipped} unusable entr(y/ies) in {dataset.path} skipped; {len(dataset.prompts)} used")
     plan = bench_config(settings, model)
+    if not args.report_from:
+        try:
+            refused = plan_problem(settings, sidecar, plan, target, dataset)
+        except BenchError as exc:
+            refused = f"[ERROR] {exc}"
+        if refused:
+            print(f"{refused}\n[ERROR] Nothing was sent.", file=sys.stderr)
+            return EXIT_USAGE
     print(start_line(plan, target.backend), flush=True)
     if settings.random_dataset and not args.report_from:
         try:
@@ -220,6 +234,9 @@ def _measure_and_report(
         except profiling.ProfilingError as exc:
             print(f"[ERROR] {exc}", file=sys.stderr)
             return EXIT_USAGE
+        except WarmupFailed as exc:
+            print(f"[ERROR] {exc}", file=sys.stderr)
+            return EXIT_NO_SUCCESS
     if not any(r.phase == "measured" and r.error_kind != "incomplete" for r in run.records):
         print(f"[ERROR] no measured request ended ({records_path}); nothing to report.", file=sys.stderr)
         return EXIT_INTERRUPTED if run.interrupted else EXIT_NO_SUCCESS
@@ -236,7 +253,7 @@ def _measure_and_report(
     for line in lines[:-2]:
         print(line)
     if settings.baseline:
-        print(mark_baseline(sidecar, settings.baseline, built.report.report_id))
+        print(mark_baseline(sidecar, settings.baseline, built.report))
     for line in lines[-2:]:  # the seed's closing lines stay last
         print(line)
     if run.interrupted:
@@ -280,7 +297,7 @@ def point_runner(settings: Settings, sidecar: SidecarClient, engine: EngineContr
     def run_point(plan: BenchmarkConfig) -> RunResult:
         try:
             run, records_path = run_once(settings, plan, sidecar, engine)
-        except profiling.ProfilingError as exc:
+        except (profiling.ProfilingError, WarmupFailed) as exc:
             return RunResult(None, error=str(exc))
         if not any(r.phase == "measured" and r.error_kind != "incomplete" for r in run.records):
             down = run.server_down.line() if run.server_down else None
@@ -324,8 +341,11 @@ def series_main(settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClien
         print(line)
     if settings.baseline:
         try:
-            mark_series_baseline(sidecar, settings.baseline, built.series.series_id)
+            previous = mark_series_baseline(sidecar, settings.baseline, built.series.series_id)
             print(f"[BASELINE] {settings.baseline} -> {built.series.series_id}")
+            moved = moved_text(settings.baseline, previous, built.series.series_id)
+            if moved:
+                print(moved)
         except BenchError as exc:
             print(f"[WARN] baseline {settings.baseline} not marked: {exc}")
     if runs.interrupted:
@@ -362,14 +382,20 @@ def series_verdicts(settings: Settings, series: SeriesReport) -> list[tuple[int,
     return out
 
 
-def mark_baseline(sidecar: SidecarClient, name: str, report_id: str) -> str:
+def mark_baseline(sidecar: SidecarClient, name: str, report: Report) -> str:
     """``--baseline NAME``: mark the new report as baseline ``name``; the line to print (an error does not fail the
-    run: the report is written, ``make baseline NAME=`` can mark it later)."""
+    run: the report is written, ``make baseline NAME=`` can mark it later). A report that could never judge another
+    (no successful request, interrupted: :func:`core.compare.unusable_reason`) is not marked, and the line says so."""
+    report_id = report.report_id
+    unusable = unusable_reason(report)
+    if unusable:
+        return f"[WARN] baseline {name} not marked: {unusable}; it could not judge any later run"
     try:
-        sidecar.mark_baseline(name, report_id)
+        marked = sidecar.mark_baseline(name, report_id)
     except BenchError as exc:
         return f"[WARN] baseline {name} not marked: {exc}"
-    return f"[BASELINE] {name} -> {report_id}"
+    moved = moved_text(name, marked.previous_id, report_id)
+    return f"[BASELINE] {name} -> {report_id}" + (f"\n{moved}" if moved else "")
 
 
 def plan_beside(records_path: Path) -> BenchmarkConfig | None:

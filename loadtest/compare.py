@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from core.api import CompareRequest
+from core.pipes import guard_stdout
 from core.settings import get_settings
 from loadtest.errors import BenchError
 from loadtest.series_api import SidecarRefused, post_compare
@@ -22,6 +23,7 @@ from loadtest.sidecar_api import SidecarClient
 
 def main(argv: list[str] | None = None) -> int:
     """Compare two results through the sidecar; print the comparison."""
+    guard_stdout()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("a", help="reference: report id, series id or baseline name")
     parser.add_argument("b", help="compared with A: report id, series id or baseline name")

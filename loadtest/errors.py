@@ -5,3 +5,8 @@ from __future__ import annotations
 
 class BenchError(RuntimeError):
     """A benchmark cannot start or finish; the message says what to do."""
+
+
+class WarmupFailed(BenchError):
+    """Every warmup request failed: the measured run is not started (it would fail the same way); the message
+    carries the server's own reasons, counted."""

@@ -54,6 +54,8 @@ class MockConfig:
     bad_chunk: str | None = None
     models: tuple[str, ...] = (MODEL_ID,)
     api_key: str | None = None
+    max_model_len: int = 4096  # as vLLM: a request asking for more output than fits is refused with HTTP 400
+    list_max_model_len: bool = True  # False: /v1/models does not say the context (as many non-vLLM servers)
 
 
 def _frame(data: bytes) -> bytes:
@@ -119,7 +121,8 @@ class MockServer:
         self.cfg = cfg
         self.created = int(time.time())
         self._answers: dict[int, Answer] = {}
-        models = [{"id": m, "object": "model", "root": m, "max_model_len": 4096} for m in cfg.models]
+        context = {"max_model_len": cfg.max_model_len} if cfg.list_max_model_len else {}
+        models = [{"id": m, "object": "model", "root": m, **context} for m in cfg.models]
         self.routes: dict[tuple[bytes, bytes], bytes] = {
             (b"GET", b"/health"): json.dumps({"status": "ok"}).encode(),
             (b"GET", b"/version"): json.dumps({"version": "mock"}).encode(),
@@ -136,6 +139,19 @@ class MockServer:
         if found is None:
             found = self._answers[n] = build_answer(self.cfg, n, self.created)
         return found
+
+    def too_long(self, body: bytes) -> bytes | None:
+        """vLLM's 400 answer for a request whose ``max_tokens`` exceeds the context; None when it fits."""
+        try:
+            request = json.loads(body)
+            asked = int(request.get("max_tokens") or request.get("max_completion_tokens") or 0)
+        except (ValueError, TypeError, AttributeError):
+            return None
+        if asked + self.cfg.prompt_tokens <= self.cfg.max_model_len:
+            return None
+        message = f"max_tokens={asked} cannot be greater than max_model_len={self.cfg.max_model_len}"
+        error = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+        return json.dumps(error).encode()
 
     def tokens_asked(self, body: bytes) -> int:
         """Answer length for a request body: min(tokens, max_tokens or max_completion_tokens)."""
@@ -212,6 +228,10 @@ class _Connection(asyncio.Protocol):
         if fixed is not None:
             self._send(_response("200 OK", fixed, close=close), close)
         elif (method, target) == (b"POST", b"/v1/chat/completions"):
+            refused = server.too_long(body)
+            if refused is not None:
+                self._send(_response("400 Bad Request", refused, close=close), close)
+                return
             answer = server.answer(server.tokens_asked(body))
             head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
             head += b"connection: close\r\n\r\n" if close else b"\r\n"
@@ -295,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-done", action="store_true", help="end after the finish chunk, without [DONE]")
     parser.add_argument("--bad-chunk", default=None, help="a raw data line sent after the first content chunk")
     parser.add_argument("--models", default=MODEL_ID, help="comma-separated model ids of /v1/models")
+    parser.add_argument("--max-model-len", type=int, default=4096, help="context: longer requests get HTTP 400")
+    parser.add_argument("--unlisted-context", action="store_true", help="/v1/models does not list max_model_len")
     parser.add_argument("--require-api-key", action="store_true", help="require VLLM_API_KEY on /v1 (as vLLM does)")
     args = parser.parse_args(argv)
     if args.tokens < 1 or args.tokens_per_chunk < 1 or args.processes < 1 or args.events_per_write < 0:
@@ -317,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         bad_chunk=args.bad_chunk,
         models=tuple(m for m in args.models.split(",") if m),
         api_key=api_key,
+        max_model_len=args.max_model_len,
+        list_max_model_len=not args.unlisted_context,
     )
     print(f"[MOCK] http://{args.host}:{args.port} ({args.processes} process(es))", file=sys.stderr, flush=True)
     return run(cfg, args.host, args.port, args.processes)

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from core.clientview import ProcessLoad
 from core.engine import EngineControl
+from core.errorsummary import causes_text, error_summary
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.serverview import Samples, parse_exposition
@@ -26,6 +27,7 @@ from loadtest import profiling
 from loadtest.breaker import RowWatch, ServerDown, ServerDownBreaker
 from loadtest.client import new_session, stream_chat
 from loadtest.driver import payload_for
+from loadtest.errors import WarmupFailed
 from loadtest.launch import locust_argv
 from loadtest.plan import sampler_for, write_plan
 from loadtest.procs import kill_group, lifetime_bound, tree_cpu_s
@@ -138,6 +140,15 @@ def warmup(
     with records_path.open("a", encoding="utf-8") as fh:
         fh.writelines(r.model_dump_json() + "\n" for r in done)
     return done
+
+
+def warmup_failure(done: list[RequestRecord]) -> str:
+    """Why every warmup request failed, in the server's words: ``every warmup request failed (10 of 10): http_status
+    10 (max_tokens=99999 cannot be greater than max_model_len=4096)``."""
+    return (
+        f"every warmup request failed ({len(done)} of {len(done)}): {causes_text(error_summary(done, 'warmup'))}. "
+        "The measured run was not started: it would fail the same way."
+    )
 
 
 RowCounter = RowWatch  # the name earlier code and tests use
@@ -268,9 +279,12 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
 
     Raises:
         profiling.ProfilingError: the profiler could not be started or stopped.
+        WarmupFailed: every warmup request failed (nothing measured; the warmup rows are in ``records_path``).
     """
     done = warmup(plan, records_path, settings.vllm_headers)
     failed = sum(not r.ok for r in done)
+    if done and failed == len(done):
+        raise WarmupFailed(warmup_failure(done))
     print(f"[INFO] Warmup completed: {len(done)} requests" + (f" ({failed} failed)" if failed else ""))
     print(load_line(plan), flush=True)
     if settings.profile:

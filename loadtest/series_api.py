@@ -62,8 +62,9 @@ def post_compare(client: SidecarClient, request: CompareRequest) -> CompareRespo
     return CompareResponse.model_validate_json(_post(client, "/compare", request))
 
 
-def mark_series_baseline(client: SidecarClient, name: str, series_id: str) -> None:
-    """Mark series ``series_id`` as baseline ``name`` (``PUT /series/{id}/baseline/{name}``).
+def mark_series_baseline(client: SidecarClient, name: str, series_id: str) -> str | None:
+    """Mark series ``series_id`` as baseline ``name`` (``PUT /series/{id}/baseline/{name}``); returns the id the name
+    pointed at before (None: a new name).
 
     Raises:
         BenchError: refused (the sidecar's reason) or unreachable.
@@ -76,3 +77,8 @@ def mark_series_baseline(client: SidecarClient, name: str, series_id: str) -> No
         raise BenchError(f"the sidecar is unreachable at {client.url}: {exc}") from None
     if response.status_code != 200:
         raise BenchError(f"the sidecar refused (HTTP {response.status_code}): {response.text[:300]}")
+    try:
+        previous = response.json().get("previous_id")
+    except (ValueError, AttributeError):
+        return None
+    return previous if isinstance(previous, str) else None

@@ -10,7 +10,9 @@ from typing import TypeVar
 import httpx
 from pydantic import BaseModel
 
-from core.api import BuildReportRequest, BuildReportResponse, WindowResult, WindowStarted
+from core.api import BaselineMarked, BuildReportRequest, BuildReportResponse, WindowResult, WindowStarted
+from core.report_schema import Report
+from core.series import SeriesReport
 from core.settings import Settings
 from loadtest.errors import BenchError
 
@@ -91,6 +93,42 @@ class SidecarClient:
             raise self._down(exc) from None
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
+    def _get_model(self, path: str, model: type[_M]) -> _M | None:
+        """``GET path`` read as ``model``; None on 404.
+
+        Raises:
+            BenchError: the sidecar is unreachable, refuses, or answers something that does not read as ``model``.
+        """
+        try:
+            response = httpx.get(f"{self.url}{path}", timeout=self.timeout_s)
+        except httpx.HTTPError as exc:
+            raise self._down(exc) from None
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise self._refused(response, f"reading {path}")
+        try:
+            return model.model_validate_json(response.content)
+        except ValueError as exc:
+            first = str(exc).splitlines()[0]
+            raise BenchError(f"the sidecar's {path} does not read as a {model.__name__}: {first}") from None
+
+    def report(self, report_id: str) -> Report | None:
+        """Report ``report_id`` (``GET /reports/{id}``, migrated to this schema); None when the sidecar has none.
+
+        Raises:
+            BenchError: the sidecar is unreachable, or answers something that is not a report.
+        """
+        return self._get_model(f"/reports/{report_id}", Report)
+
+    def series(self, series_id: str) -> SeriesReport | None:
+        """Series ``series_id`` (``GET /series/{id}``); None when the sidecar has none.
+
+        Raises:
+            BenchError: the sidecar is unreachable, or answers something that is not a series report.
+        """
+        return self._get_model(f"/series/{series_id}", SeriesReport)
+
     def _post_model(self, path: str, model: type[_M]) -> _M | None:
         """``POST path`` answered as ``model``; None when the sidecar cannot (a window is best effort)."""
         try:
@@ -108,8 +146,9 @@ class SidecarClient:
         """Close the sampling window (its summary, or None when the sidecar cannot tell)."""
         return self._post_model(f"/windows/{window_id}/stop", WindowResult)
 
-    def mark_baseline(self, name: str, report_id: str) -> None:
-        """Mark report ``report_id`` as baseline ``name`` (``PUT /baselines/{name}``).
+    def mark_baseline(self, name: str, report_id: str) -> BaselineMarked:
+        """Mark report ``report_id`` as baseline ``name`` (``PUT /baselines/{name}``); the sidecar's answer says
+        what the name pointed at before (``previous_id``).
 
         Raises:
             BenchError: refused (the sidecar's reason) or unreachable.
@@ -125,6 +164,11 @@ class SidecarClient:
             raise self._down(exc) from None
         if response.status_code != 200:
             raise self._refused(response, f"baseline {name}")
+        try:
+            return BaselineMarked.model_validate_json(response.content)
+        except ValueError:  # an older sidecar's answer: marked, but what it replaced is unknown
+            return BaselineMarked(name=name, report_id=report_id, timestamp="", throughput_req_per_sec=0.0,
+                                  latency_p99_ms=None)
 
     def post_report(self, request: BuildReportRequest, rows_file: Path | None = None) -> BuildReportResponse:
         """Ask the sidecar to write the report.

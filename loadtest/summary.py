@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.clientview import ClientView, share_text
+from core.errorsummary import causes_text
 from core.report_schema import BenchmarkConfig, Report
+from core.serverview import verdict_text
 
 COMPARE_LABELS = (
     ("throughput_req_per_sec_pct", "throughput"),
@@ -70,7 +72,7 @@ def format_summary(report: Report, report_path: str) -> list[str]:
         f"[RESULT] Avg latency: {_ms(m.latency_avg_ms)} | P90: {_ms(m.latency_p90_ms)} | P99: {_ms(m.latency_p99_ms)}",
         f"[RESULT] Throughput: {m.throughput_req_per_sec:.2f} req/s | {memory_text(report)}",
         f"[RESULT] Requests: {m.requests_ok}/{m.requests_total} ok | errors {m.error_rate_percent:.1f}%"
-        + (f" {report.errors.by_kind}" if report.errors.by_kind else "")
+        + (f": {causes_text(report.errors)}" if report.errors.by_kind else "")
         + (f" | {m.requests_incomplete} incomplete (in flight at the end, left out)" if m.requests_incomplete else ""),
         f"[RESULT] Latency P50: {_ms(m.latency_p50_ms)} | TTFT P50: {_ms(m.ttft_p50_ms)} P99: {_ms(m.ttft_p99_ms)}"
         f" | TPOT P50: {_ms(m.tpot.p50_ms)} P99: {_ms(m.tpot.p99_ms)} | ITL P50: {_ms(m.itl.p50_ms)}"
@@ -109,7 +111,7 @@ def format_summary(report: Report, report_path: str) -> list[str]:
     lines += [f"[WARN] {gap}" for gap in report.gaps]
     if report.server is not None:
         checks = {a.name: a for a in report.server.agreements}
-        verdict = "agree" if not report.server.disagreements else "DISAGREE: " + "; ".join(report.server.disagreements)
+        verdict = verdict_text(report.server)
         lines.append(
             f"[SERVER] vLLM /metrics: {report.server.requests_succeeded} requests, "
             f"{report.server.generation_tokens} generated tokens, TTFT mean {_ms(report.server.ttft.mean_ms)} "

@@ -22,6 +22,7 @@ import httpx
 from core.engine import EngineError, EngineRequest, read_engine_state, read_request, write_request
 from core.logrotate import MIB
 from core.net import port_in_use_message
+from core.pipes import guard_stdout
 from core.redact import Redactor, secret_values
 from core.report_schema import StartupFacts
 from core.settings import PROJECT_ROOT, Settings, get_settings
@@ -317,6 +318,7 @@ def token(settings: Settings) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry."""
+    guard_stdout()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("command", choices=["up", "down", "status", "token"])
     args = parser.parse_args(argv)

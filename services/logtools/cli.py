@@ -11,6 +11,7 @@ from __future__ import annotations
 import getopt
 import sys
 
+from core.pipes import guard_stdout
 from core.timeparse import SINCE_HELP, parse_since
 
 USAGE = f"""\
@@ -108,6 +109,7 @@ def parse_args(argv: list[str]) -> Options:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 done, 2 bad input)."""
+    guard_stdout()
     try:
         options = parse_args(sys.argv[1:] if argv is None else argv)
     except UsageError as exc:

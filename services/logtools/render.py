@@ -82,7 +82,12 @@ def render_slow(report: dict[str, Any]) -> list[str]:
     ]
     if not report["slowest"]:
         return out
-    out.append(f"  {'TOTAL_MS':>10} {'TTFT_MS':>9} {'TOKENS':>11}  {'STATUS':<6} {'SOURCE':<8} {'ENDED':<19}  REQUEST")
+    shown = len(report["slowest"])
+    if report["slow"] > shown:
+        out[0] += f"; the slowest {_n(shown)} shown"
+    out.append(
+        f"  {'TOTAL_MS':>10} {'TTFT_MS':>9} {'IN/OUT TOK':>11}  {'STATUS':<6} {'SOURCE':<8} {'ENDED':<19}  REQUEST"
+    )
     for rec in report["slowest"]:
         tokens = f"{_n(rec['prompt_tokens'])}/{_n(rec['completion_tokens'])}"
         error = f"  error: {_cut(rec['error'], 60)}" if rec["error"] else ""
@@ -90,6 +95,9 @@ def render_slow(report: dict[str, Any]) -> list[str]:
             f"  {_n(rec['total_ms']):>10} {_n(rec['ttft_ms']):>9} {tokens:>11}  {rec['status']:<6} "
             f"{_cut(rec['source'], 8):<8} {_time(rec['ts']):<19}  {rec['request_id']} {rec['model'] or ''}{error}"
         )
+    if report["slow"] > shown:
+        out.append(f"  ... {_n(report['slow'] - shown)} more slow requests (--limit N shows more)")
+    out.append("  IN/OUT TOK: prompt tokens / completion tokens")
     return out
 
 

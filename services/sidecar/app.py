@@ -144,7 +144,7 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
     def mark_baseline(name: str, body: MarkBaseline | None = None) -> BaselineMarked:
         """Mark a report (default: the latest) as baseline ``name``; later reports are compared with it."""
         try:
-            report = svc.mark_baseline(name, body.report_id if body else None)
+            report, previous = svc.mark_baseline(name, body.report_id if body else None)
         except ValueError as exc:
             raise HTTPException(status_code=400, detail=str(exc).splitlines()[0]) from exc
         except FileNotFoundError as exc:
@@ -155,6 +155,7 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
             timestamp=report.timestamp,
             throughput_req_per_sec=report.metrics.throughput_req_per_sec,
             latency_p99_ms=report.metrics.latency_p99_ms,
+            previous_id=previous,
         )
 
     @app.delete("/baselines/{name}", status_code=204, dependencies=writes)

@@ -74,8 +74,9 @@ class BaselineStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_replace(self.path, (json.dumps(dict(sorted(baselines.items())), indent=2) + "\n").encode())
 
-    def set(self, name: str, report_id: str) -> None:
-        """Point ``name`` at ``report_id`` (replacing an earlier mark).
+    def set(self, name: str, report_id: str) -> str | None:
+        """Point ``name`` at ``report_id`` (replacing an earlier mark); returns the id it pointed at before (None:
+        a new name), so a moved baseline is said, never silent.
 
         Raises:
             ValueError: invalid name or id.
@@ -84,8 +85,10 @@ class BaselineStore:
         validate_baseline_target(report_id)
         with self._lock:
             baselines = self.all()
+            previous = baselines.get(name)
             baselines[name] = report_id
             self._save(baselines)
+        return previous
 
     def remove(self, name: str) -> bool:
         """Forget ``name``; False when it was not set.

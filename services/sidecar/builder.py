@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.api import BuildReportRequest
-from core.failures import MAX_ERROR_EXAMPLES, error_summary
+from core.errorsummary import MAX_ERROR_EXAMPLES, error_summary
 from core.kvbound import kv_bound_reason
 from core.redact import strip_url_credentials
 from core.report_schema import (

@@ -118,7 +118,7 @@ class EngineMetricsReader:
         try:
             gauges = parse_gauges(self._get(self.url))
         except (httpx.HTTPError, ValueError) as exc:
-            self.unavailable_reason = f"cannot read {self.url}: {type(exc).__name__}: {exc}"[:300]
+            self.unavailable_reason = f"cannot read {self.url}: {_why(exc)}"[:300]
             return None
         if gauges.kv_usage_percent is None:
             self.unavailable_reason = f"{self.url} has no {KV_USAGE} (not a vLLM server?)"
@@ -131,3 +131,12 @@ class EngineMetricsReader:
     def last(self) -> EngineGauges | None:
         """The latest successful scrape."""
         return self._last
+
+
+def _why(exc: Exception) -> str:
+    """One line: ``HTTP 404`` for an answer that is not 200 (httpx's own text spans two lines, with a link), else the
+    exception's name and first line."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"HTTP {exc.response.status_code}"
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 from core.records import RequestRecord
 from core.report_schema import Report
+from core.serverview import verdict_text
 from services.sidecar.plots import latency_cdf_png, resources_png, throughput_png
 from services.sidecar.report_view import (
     Row,
@@ -107,7 +108,7 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
     if report.errors.by_kind:
         sections += ["<h2>Errors</h2>", _pairs(error_rows(report))]
     if report.server is not None:
-        verdict = "agree" if not report.server.disagreements else "; ".join(report.server.disagreements)
+        verdict = verdict_text(report.server)
         sections += ["<h2>vLLM /metrics cross-check</h2>", f"<p>Client and server: {_e(verdict)}</p>"]
     sections += ["<h2>Environment</h2>", _pairs(environment_rows(report))]
     sections += ["<h2>Configuration</h2>", _pairs(config_rows(report)), "<h2>vLLM log</h2>", _logs(report)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core.report_schema import Report
+from core.serverview import verdict_text
 from services.sidecar.report_view import (
     Row,
     comparison_header,
@@ -55,7 +56,7 @@ def render_markdown(report: Report) -> str:
     lines += [f"- {note}" for note in report.comparison.notes]
     lines += [f"- workload fingerprint: `{report.comparison.fingerprint}`", ""]
     if report.server is not None:
-        verdict = "agree" if not report.server.disagreements else "; ".join(report.server.disagreements)
+        verdict = verdict_text(report.server)
         lines += ["## vLLM /metrics cross-check", "", f"Client and server: {verdict}", ""]
     lines += ["## Environment", "", *_pairs(environment_rows(report)), ""]
     lines += ["## Configuration", "", *_pairs(config_rows(report)), ""]

@@ -14,7 +14,6 @@ COMPARISON_COLUMNS = (
     ("latency_p50_ms_pct", "p50 latency"),
     ("latency_p99_ms_pct", "p99 latency"),
     ("ttft_p99_ms_pct", "p99 TTFT"),
-    ("error_rate_percent_pct", "error rate"),
 )
 
 
@@ -63,14 +62,28 @@ def headline_rows(report: Report) -> list[Row]:
 
 def comparison_header() -> list[str]:
     """Column titles of :func:`comparison_rows`."""
-    return ["vs", "report", *(label for _, label in COMPARISON_COLUMNS)]
+    return ["vs", "report", *(label for _, label in COMPARISON_COLUMNS), "error rate %"]
+
+
+def error_rate_change(new_pct: float, change_pp: float | None) -> str:
+    """``0.0 → 0.0 (=)``, ``0.0 → 2.5 (+2.5 pp)``: the error rate's two values and its change in percentage points
+    (a percent change of a rate that was 0 is undefined; this is not); ``n/a`` when unknown."""
+    if change_pp is None:
+        return "n/a"
+    old = new_pct - change_pp
+    return f"{old:.1f} → {new_pct:.1f} " + ("(=)" if round(change_pp, 1) == 0 else f"({change_pp:+.1f} pp)")
 
 
 def comparison_rows(report: Report) -> list[list[str]]:
-    """One row per comparison: name, the other report, then percent changes."""
+    """One row per comparison: name, the other report, percent changes, then the error rate's two values."""
     c = report.comparison
     return [
-        [name, c.against.get(name, ""), *(pct(changes.get(key)) for key, _ in COMPARISON_COLUMNS)]
+        [
+            name,
+            c.against.get(name, ""),
+            *(pct(changes.get(key)) for key, _ in COMPARISON_COLUMNS),
+            error_rate_change(report.metrics.error_rate_percent, changes.get("error_rate_percent_pp")),
+        ]
         for name, changes in c.changes_pct.items()
     ]
 

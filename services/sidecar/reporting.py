@@ -181,8 +181,9 @@ class ReportService:
             for r in self.store.list()
         ]
 
-    def mark_baseline(self, name: str, report_id: str | None = None) -> Report:
-        """Point baseline ``name`` at ``report_id`` (default: the latest report); returns that report.
+    def mark_baseline(self, name: str, report_id: str | None = None) -> tuple[Report, str | None]:
+        """Point baseline ``name`` at ``report_id`` (default: the latest report); returns that report and the id the
+        name pointed at before (None: a new name).
 
         Raises:
             ValueError: invalid name or id. FileNotFoundError: no such report, or no report at all.
@@ -197,8 +198,7 @@ class ReportService:
                 report = self.store.get(report_id)
             except FileNotFoundError:
                 raise FileNotFoundError(f"no report {report_id}") from None
-        self.baselines.set(name, report.report_id)
-        return report
+        return report, self.baselines.set(name, report.report_id)
 
     def run_resources(self, request: BuildReportRequest) -> Resources:
         """The resources of a run: its sampling window's summary when the benchmark opened one (stopped now if it is

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 
 from core.abcompare import IGNORED_VLLM_FLAGS, ABComparison, Side, compare_sides, vllm_flags
 from core.api import BuildSeriesRequest, BuildSeriesResponse, CompareRequest, CompareResponse
@@ -207,8 +206,8 @@ class SeriesService:
             path = self.comparisons.write(comparison, compare_files)
         return CompareResponse(compare_path=str(path), comparison=self.comparisons.get(path.stem))
 
-    def mark_baseline(self, name: str, series_id: str) -> Path:
-        """Point baseline ``name`` at series ``series_id``; returns the series file.
+    def mark_baseline(self, name: str, series_id: str) -> str | None:
+        """Point baseline ``name`` at series ``series_id``; returns the id the name pointed at before (None: new).
 
         Raises:
             ValueError: a bad name or id. UnknownResult: no such series.
@@ -216,5 +215,4 @@ class SeriesService:
         path = self.series.root / f"{self.series.validate_id(series_id)}.json"
         if not path.exists():
             raise UnknownResult(f"no series {series_id}")
-        self.baselines.set(name, series_id)
-        return path
+        return self.baselines.set(name, series_id)

@@ -57,15 +57,16 @@ def series_router(svc: SeriesService, writes: Sequence[params.Depends] = ()) -> 
             raise HTTPException(status_code=404, detail=f"no series {series_id}") from exc
 
     @router.put("/series/{series_id}/baseline/{name}", dependencies=guarded)
-    def mark_series_baseline(series_id: str, name: str) -> dict[str, str]:
-        """Mark a series as baseline ``name``: the gate then judges later series with their intervals."""
+    def mark_series_baseline(series_id: str, name: str) -> dict[str, str | None]:
+        """Mark a series as baseline ``name``: the gate then judges later series with their intervals
+        (``previous_id``: what the name pointed at before, None for a new name)."""
         try:
-            svc.mark_baseline(name, series_id)
+            previous = svc.mark_baseline(name, series_id)
         except ValueError as exc:
             raise HTTPException(status_code=400, detail=str(exc).splitlines()[0]) from exc
         except UnknownResult as exc:
             raise HTTPException(status_code=404, detail=str(exc)) from exc
-        return {"name": name, "series_id": series_id}
+        return {"name": name, "series_id": series_id, "previous_id": previous}
 
     @router.post("/compare", response_model=CompareResponse, dependencies=guarded)
     async def compare(request: CompareRequest) -> CompareResponse:

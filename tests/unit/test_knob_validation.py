@@ -76,3 +76,19 @@ def test_sharegpt_jsonl_and_role_content_turns(tmp_path: Path) -> None:
     assert [p.messages[-1]["content"] for p in dataset.prompts] == ["二", "三"]
     assert dataset.prompts[0].messages[1] == {"role": "assistant", "content": "答"}
     assert dataset.skipped == 1
+
+
+def test_requests_beside_duration_is_a_warning_not_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--duration 30 --requests 10`` (or REQUESTS from the environment with a CLI duration) runs, time-bounded,
+    with a warning naming both knobs; DURATION alone or REQUESTS alone warns of nothing."""
+    from core.cli import parse
+    from loadtest.bench import parser
+
+    both = Settings(_env_file=None, duration="30", requests=10)  # type: ignore[call-arg, arg-type]
+    assert len(both.ignored_knobs) == 1 and "REQUESTS=10" in both.ignored_knobs[0]
+    assert "DURATION=30 s" in both.ignored_knobs[0]
+    assert Settings(_env_file=None, duration="30").ignored_knobs == []  # type: ignore[call-arg, arg-type]
+    assert Settings(_env_file=None, requests=10).ignored_knobs == []  # type: ignore[call-arg]
+    monkeypatch.setenv("REQUESTS", "200")
+    _, settings = parse(parser(), ["--duration", "30"])
+    assert settings.duration == 30 and "REQUESTS=200" in settings.ignored_knobs[0]

@@ -60,6 +60,19 @@ def test_reader_scrapes_at_its_own_interval_and_says_why_not() -> None:
     assert calls[0] == "http://127.0.0.1:1/metrics" and reader.last is not None
 
 
+def test_a_server_without_metrics_is_one_short_line() -> None:
+    """A server answering 404 on /metrics (the mock, other servers): ``cannot read …/metrics: HTTP 404``, one line,
+    not httpx's two-line text with a link."""
+
+    def get(url: str) -> str:
+        request = httpx.Request("GET", url)
+        httpx.Response(404, request=request).raise_for_status()
+        return ""
+
+    reader = EngineMetricsReader("http://x", get=get)
+    assert reader.read(0.0) is None and reader.unavailable_reason == "cannot read http://x/metrics: HTTP 404"
+
+
 def test_a_server_without_vllm_gauges_is_named() -> None:
     """Another Prometheus endpoint (no vllm:kv_cache_usage_perc) gives None and a reason, not zeros."""
     reader = EngineMetricsReader("http://x", get=lambda url: "process_cpu_seconds_total 1.0\n")

@@ -106,6 +106,19 @@ def test_text_output_is_readable(capsys: pytest.CaptureFixture[str]) -> None:
     assert "      | Traceback (most recent call last):" in out
 
 
+def test_slow_text_says_when_limit_cut_the_list_and_labels_tokens(capsys: pytest.CaptureFixture[str]) -> None:
+    """--slow --limit 2 of 3 slow requests: the headline says how many are shown, a closing line how many more and
+    which flag shows them; the token column says it is prompt/completion tokens."""
+    code, out, _ = run(capsys, "--slow", "--threshold-ms", "1000", "--limit", "2", "--requests", str(REQUESTS))
+    assert code == 0
+    lines = out.splitlines()
+    assert "3 of 6" in lines[0] and lines[0].endswith("; the slowest 2 shown"), lines[0]
+    assert "IN/OUT TOK" in lines[1] and "prompt tokens / completion tokens" in out
+    assert "  ... 1 more slow requests (--limit N shows more)" in lines
+    code, out, _ = run(capsys, "--slow", "--threshold-ms", "1000", "--requests", str(REQUESTS))
+    assert "shown" not in out.splitlines()[0] and "more slow requests" not in out
+
+
 def test_rotated_and_gzip_files_via_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--log vllm.log also reads vllm.log.1 and vllm.log.2.gz; --no-rotated reads only vllm.log."""
     (tmp_path / "vllm.log.2.gz").write_bytes(gzip.compress(b"ERROR 11-27 10:00:00 a.py:1] rotated and zipped\n"))

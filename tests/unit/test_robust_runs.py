@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from core.api import BuildReportRequest
-from core.failures import error_summary
+from core.errorsummary import error_summary
 from core.records import RequestRecord
 from core.serverview import ServerView
 from loadtest.bench import build_request, stop_signals_interrupt

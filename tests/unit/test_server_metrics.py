@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from core.records import RequestRecord
-from core.serverview import cross_check, histogram_quantile, parse_exposition
+from core.serverview import cross_check, histogram_quantile, parse_exposition, verdict_text
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "metrics"
 
@@ -34,6 +34,43 @@ def test_missing_request_is_flagged() -> None:
     """Dropping one client row makes request and token counts disagree, with a readable line."""
     before, after, rows = load()
     view = cross_check(before, after, rows[:-1])
+    assert any(line.startswith("requests_succeeded") for line in view.disagreements)
+
+
+def cut_last(rows: list[RequestRecord], received: int, max_tokens: int | None) -> list[RequestRecord]:
+    """The rows with the last request cut mid-stream by Ctrl-C after ``received`` tokens (as the driver writes it)."""
+    last = rows[-1].model_copy(
+        update={"ok": False, "error_kind": "incomplete", "error": "interrupted", "output_tokens": received,
+                "prompt_tokens": None, "max_tokens": max_tokens}
+    )
+    return [*rows[:-1], last]
+
+
+def test_request_cut_mid_stream_is_explained_not_a_disagreement() -> None:
+    """A Ctrl-C'd run: the server counted the cut request's tokens (and even its success); the client did not. The
+    difference lies within what one cut request can add, so client and server agree and the difference is named."""
+    before, after, rows = load()
+    full = rows[-1].output_tokens or 0
+    view = cross_check(before, after, cut_last(rows, received=2, max_tokens=full + 10))
+    assert view.disagreements == [], view.disagreements
+    assert view.requests_cut == 1
+    assert any(line.startswith("generation_tokens: server") and "1 request(s) cut mid-stream" in line
+               for line in view.explained), view.explained
+    tokens = next(a for a in view.agreements if a.name == "generation_tokens")
+    assert tokens.agrees and tokens.server is not None and tokens.client is not None
+    assert tokens.server - tokens.client == full and "cut request" in tokens.tolerance
+    assert verdict_text(view).startswith("agree (1 request(s) cut mid-stream")
+
+
+def test_cut_requests_do_not_hide_a_real_difference() -> None:
+    """More extra tokens than the cut requests could have generated (their max_tokens) is still a disagreement, and
+    a client count above the server's is one with or without cut requests."""
+    before, after, rows = load()
+    full = rows[-1].output_tokens or 0
+    view = cross_check(before, after, cut_last(rows, received=2, max_tokens=full // 2))
+    assert any(line.startswith("generation_tokens") for line in view.disagreements)
+    extra = [rows[i].model_copy(update={"request_id": f"extra{i}"}) for i in (0, 1)]
+    view = cross_check(before, after, [*extra, *cut_last(rows, received=2, max_tokens=None)])
     assert any(line.startswith("requests_succeeded") for line in view.disagreements)
 
 

@@ -201,6 +201,23 @@ def test_named_baseline_is_marked_listed_compared_and_forgotten(client_for: Call
     assert client.delete("/baselines/v0.2.1").status_code == 404 and client.get("/baselines").json() == {}
 
 
+def test_marking_a_used_name_again_says_what_it_pointed_at(client_for: Callable[..., TestClient]) -> None:
+    """PUT /baselines/v1 on an existing name answers ``previous_id`` (the old report) and the CLI line says
+    ``was <old>, now <new>``; a new name answers None and prints no such line."""
+    from loadtest.baseline import moved_text
+
+    client = client_for(FakeNvml())
+    first = client.post("/reports", json=body()).json()["report"]["report_id"]
+    marked = client.put("/baselines/v1", json={"report_id": first}, headers=AUTH).json()
+    assert marked["previous_id"] is None and moved_text("v1", marked["previous_id"], first) is None
+    time.sleep(1.05)  # report ids have a one-second resolution
+    second = client.post("/reports", json=body()).json()["report"]["report_id"]
+    marked = client.put("/baselines/v1", json={"report_id": second}, headers=AUTH).json()
+    assert marked["previous_id"] == first
+    assert moved_text("v1", marked["previous_id"], second) == f"[BASELINE] v1 moved: was {first}, now {second}"
+    assert client.get("/baselines").json() == {"v1": second}
+
+
 def test_baseline_of_another_workload_is_refused_naming_the_fields(client_for: Callable[..., TestClient]) -> None:
     """A baseline whose fingerprint differs is not compared; the note says which fields differ."""
     client = client_for(FakeNvml())

@@ -41,6 +41,27 @@ def test_markdown_has_results_comparison_and_environment() -> None:
     assert "- vs_old: refused: workload differs" in text and "[x.html](x.html)" in text
 
 
+def test_error_rate_column_shows_both_rates_and_the_change_in_points() -> None:
+    """An error rate 0 -> 0 reads ``0.0 → 0.0 (=)`` (a percent change of 0 is undefined, not "n/a"); a rise reads
+    in percentage points; a comparison without the figure is ``n/a``."""
+    r = report()
+    rate = r.metrics.error_rate_percent
+    r = r.model_copy(
+        update={
+            "comparison": Comparison(
+                against={"vs_a": "benchmark_report_20250101_000000", "vs_b": "benchmark_report_20250101_000001",
+                         "vs_c": "benchmark_report_20250101_000002"},
+                changes_pct={"vs_a": {"error_rate_percent_pp": 0.0}, "vs_b": {"error_rate_percent_pp": 2.5},
+                             "vs_c": {}},
+            )
+        }
+    )
+    rows = [line for line in render_markdown(r).splitlines() if line.startswith("| vs_")]
+    assert rows[0].endswith(f"| {rate:.1f} → {rate:.1f} (=) |"), rows[0]
+    assert rows[1].endswith(f"| {rate - 2.5:.1f} → {rate:.1f} (+2.5 pp) |"), rows[1]
+    assert rows[2].endswith("| n/a |")
+
+
 def test_markdown_table_escapes_pipes() -> None:
     """A pipe inside a cell cannot break the table."""
     assert table(["a"], [["x|y"]])[-1] == "| x\\|y |"
