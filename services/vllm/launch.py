@@ -35,6 +35,7 @@ from core.engine import (
     LogPosition,
     log_position,
     pid_namespace,
+    read_engine_state,
     read_request,
     write_engine_state,
 )
@@ -46,6 +47,7 @@ from services.vllm.hub import hf_cached, hf_config_dir, probe_hub
 from services.vllm.kvsizing import KvPlan, KvSizingError, geometry_from_config, plan_kv, read_config
 from services.vllm.logpipe import Masked, file_sink, pump, stream_sink
 from services.vllm.model_resolve import ModelResolutionError, ResolvedModel, resolve_model
+from services.vllm.reaper import MARKER, marker_value
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 DRAIN_S = 5.0
@@ -219,6 +221,7 @@ def vllm_env(settings: Settings, build: str = "gpu", base: dict[str, str] | None
     On the CPU build (``build="cpu"``) ``VLLM_USE_AOT_COMPILE=0`` unless set: vLLM 0.32's CPU build saves an AOT
     artifact it cannot load back (``'function' object has no attribute 'finalize_loading'``), so every restart
     recompiled; torch.compile's own caches (Inductor's FX graph cache) hit instead (benchmarks/README.md).
+    ``STACK_ENGINE_RUN_DIR`` marks vLLM and every process it starts as this stack's (:mod:`services.vllm.reaper`).
     """
     env = {k: v for k, v in service_env("vllm", base).items() if k not in STACK_ONLY_VLLM_VARS}
     if build == "cpu":
@@ -230,6 +233,7 @@ def vllm_env(settings: Settings, build: str = "gpu", base: dict[str, str] | None
     if settings.vllm_cpu_omp_threads_bind:
         env["VLLM_CPU_OMP_THREADS_BIND"] = settings.vllm_cpu_omp_threads_bind
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    env[MARKER] = marker_value(settings.run_dir)  # every process vLLM starts inherits it: `make down` finds them
     if settings.hf_token:
         env["HF_TOKEN"] = settings.hf_token
     keys = settings.vllm_api_keys
@@ -262,6 +266,16 @@ def write_state(
         log_start=log_start,
     )
     write_engine_state(settings.engine_state_file, state)
+
+
+def record_exit(settings: Settings, pid: int | None, code: int) -> None:
+    """Add vLLM's exit status (:func:`exit_code`) and time to the state file, so that every reader (``make status``,
+    ``GET /startup``, in any container sharing the logs) tells a dead engine from one still starting; only when the
+    state is still this launch's (``pid``)."""
+    state = read_engine_state(settings.engine_state_file)
+    if state is not None and pid is not None and state.pid == pid:
+        exited = state.model_copy(update={"exit_code": code, "exited_at": time.time()})
+        write_engine_state(settings.engine_state_file, exited)
 
 
 def output(settings: Settings) -> tuple[Masked, RotatingWriter | None]:
@@ -381,13 +395,16 @@ def main(argv: list[str] | None = None) -> int:
         settings.profile_dir.mkdir(parents=True, exist_ok=True)
     start = log_position(settings.vllm_log_file)  # where this launch's lines begin (read by the start-up phase)
     out.line(f"[INFO] Starting vLLM: {shlex.join(redact_argv(cmd))}")
+    started: list[int] = []
+
+    def on_start(pid: int) -> None:
+        started.append(pid)
+        write_state(settings, resolved, cmd, profile, pid=pid, log_start=start)
+
     try:
-        return run_vllm(
-            cmd,
-            vllm_env(settings, engine_build(settings)),
-            out,
-            lambda pid: write_state(settings, resolved, cmd, profile, pid=pid, log_start=start),
-        )
+        code = run_vllm(cmd, vllm_env(settings, engine_build(settings)), out, on_start)
+        record_exit(settings, started[0] if started else None, code)
+        return code
     finally:
         if writer is not None:
             writer.close()
