@@ -59,7 +59,7 @@ def test_fatal_start_up_shapes_fail_the_start(fatal: str) -> None:
     """vLLM's ways of dying before its engine runs (bare exception lines of a traceback without vLLM's header,
     argparse, a crashed interpreter, an ERROR record) each fail the start with that line."""
     lines = [LAUNCH, ARGS, "Traceback (most recent call last):", '  File "x.py", line 1, in <module>', fatal]
-    phase = startup_phase(lines[:-3] + [fatal] if fatal.startswith("(") else lines)
+    phase = startup_phase([*lines[:-3], fatal] if fatal.startswith("(") else lines)
     assert phase.phase == "failed" and phase.error_line is not None
     assert phase.error_line in fatal
 
@@ -89,17 +89,17 @@ def test_ready_launch_whose_process_is_gone_died_after_being_ready() -> None:
 
 def test_process_from_state_file_then_supervisor_then_pid(tmp_path: Path) -> None:
     """The launcher's recorded exit wins; then supervisord's state; then whether the recorded pid runs."""
-    base = {"requested": "m", "source": "synthetic", "model_arg": "m", "served_name": "m"}
-    exited = EngineState(**base, pid=1, exit_code=2)
+    base = EngineState(requested="m", source="synthetic", model_arg="m", served_name="m")
+    exited = base.model_copy(update={"pid": 1, "exit_code": 2})
     assert engine_process(exited, {"statename": "RUNNING"}) == EngineProcess(False, 2)
     assert engine_process(None, {"statename": "FATAL", "exitstatus": 2}) == EngineProcess(False, 2)
     assert engine_process(None, {"statename": "RUNNING"}).running is True
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     started = time.time()
     child.wait()  # reaped: its pid is gone
-    gone = EngineState(**base, pid=child.pid, pid_namespace=pid_namespace(), hostname=None, started_at=started)
+    gone = base.model_copy(update={"pid": child.pid, "pid_namespace": pid_namespace(), "started_at": started})
     assert engine_process(gone).running is False
-    me = EngineState(**base, pid=os.getpid(), pid_namespace=pid_namespace(), started_at=time.time())
+    me = base.model_copy(update={"pid": os.getpid(), "pid_namespace": pid_namespace(), "started_at": time.time()})
     assert engine_process(me).running is True
     elsewhere = me.model_copy(update={"pid_namespace": "pid:[1]"})
     assert engine_process(elsewhere).running is None
