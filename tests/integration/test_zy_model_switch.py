@@ -44,6 +44,19 @@ def test_a_model_that_cannot_be_served_changes_nothing(stack: Stack) -> None:
     assert pids(stack)["vllm"] == before["vllm"]
 
 
+def test_a_typo_in_vllm_flags_is_reported_with_argparse_error_line(stack: Stack) -> None:
+    """``VLLM_EXTRA_ARGS='--max-num-seqz 4' ./start_vllm.sh``: exit 1 naming argparse's error line; ``make status``
+    and ``GET /startup`` say failed with that line (not compiling). The next test starts vLLM again."""
+    run = start_vllm(stack, VLLM_EXTRA_ARGS="--max-num-seqz 4")
+    typo = "error: unrecognized arguments: --max-num-seqz"
+    assert run.returncode == 1 and typo in run.stderr, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "vLLM failed:" in run.stderr and "Last lines of" in run.stderr
+    status = stack.make("status")
+    assert "vLLM startup: failed" in status.stdout and typo in status.stdout, status.stdout
+    startup = httpx.get(f"{stack.sidecar_url}/startup", timeout=30).json()
+    assert startup["phase"] == "failed" and typo in (startup["error_line"] or ""), startup
+
+
 def test_start_vllm_switches_the_model_and_the_ui_follows(stack: Stack, browser: Browser) -> None:  # noqa: F811
     """Only vLLM's pid changes; /v1/models and the UI header show the new model; switching back works the same."""
     before = pids(stack)
