@@ -15,6 +15,7 @@ both print when vLLM did not come up: the failed phase's error line and the laun
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -51,9 +52,12 @@ def engine_process(state: EngineState | None, supervisor_info: Mapping[str, Any]
     """vLLM's process from the state file and supervisord's ``getProcessInfo`` of ``program:vllm`` (either may be
     None). The launcher's recorded exit status wins; then supervisord's state (its ``exitstatus`` is the launcher's,
     which passes vLLM's on); then whether the recorded pid still runs (same pid namespace only)."""
-    if state is not None and state.exit_code is not None:
-        return EngineProcess(False, state.exit_code)
     statename = (supervisor_info or {}).get("statename")
+    relaunched = statename in ("RUNNING", "STARTING") and (
+        state is None or (supervisor_info or {}).get("start", 0) > (state.started_at or 0)
+    )  # a new launcher runs that has not recorded its launch yet
+    if state is not None and state.exit_code is not None and not relaunched:
+        return EngineProcess(False, state.exit_code)
     if statename in DEAD_STATES:
         code = (supervisor_info or {}).get("exitstatus")
         return EngineProcess(False, code if isinstance(code, int) else None, statename == "STOPPED")
@@ -106,11 +110,20 @@ def _launch_spans(path: Path, since: LogPosition) -> list[tuple[str, int]]:
     return [(str(path), max(0, size - TAIL_BYTES))]
 
 
+def _position_of(path: Path, offset: int) -> LogPosition | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return LogPosition(dev=st.st_dev, ino=st.st_ino, offset=offset)
+
+
 def launch_lines(path: Path, since: LogPosition | None, limit_bytes: int = FULL_READ_BYTES) -> list[bytes]:
     """The log's lines written after ``since`` (None: the whole family), cleaned (no colours, container stamps
-    stay), at most about ``limit_bytes``; the newest are kept when there are more."""
+    stay), at most about ``limit_bytes``; the newest are kept when there are more (every byte is still read: callers
+    pass ``since``, or a family that :func:`~services.vllm.startup.read_startup` would read whole anyway)."""
     places = _launch_spans(path, since) if since is not None else [(m, 0) for m in rotated_family(path)]
-    lines: list[bytes] = []
+    lines: deque[bytes] = deque()
     kept = 0
     for member, begin in places:
         for span in iter_spans(member, ReadStats(), start_at=begin or None):
@@ -120,8 +133,8 @@ def launch_lines(path: Path, since: LogPosition | None, limit_bytes: int = FULL_
             lines.extend(chunk)
             kept += stop - start
             while kept > limit_bytes and lines:
-                kept -= len(lines.pop(0)) + 1
-    return lines
+                kept -= len(lines.popleft()) + 1
+    return list(lines)
 
 
 def launch_phase(
@@ -149,6 +162,9 @@ def failure_report(path: Path, phase: StartupPhase, since: LogPosition | None, t
     why = f"vLLM {phase.detail}" if phase.phase != "not_started" else "vLLM exited before it wrote a start-up line"
     if phase.error_line and phase.error_line not in why:
         why += f"\n  error: {phase.error_line}"
+    if since is None:  # no launch position: the current file's tail
+        size = os.stat(path).st_size if path.exists() else 0
+        since = _position_of(path, max(0, size - TAIL_BYTES))
     tail = [fmt.text(raw, 300) for raw in launch_lines(path, since, 1 << 20)[-tail_lines:]]
     shown = "\n".join(f"  | {line}" for line in tail) if tail else "  (no lines)"
     return f"{why}\nLast lines of {path}:\n{shown}"

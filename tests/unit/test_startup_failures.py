@@ -91,7 +91,9 @@ def test_process_from_state_file_then_supervisor_then_pid(tmp_path: Path) -> Non
     """The launcher's recorded exit wins; then supervisord's state; then whether the recorded pid runs."""
     base = EngineState(requested="m", source="synthetic", model_arg="m", served_name="m")
     exited = base.model_copy(update={"pid": 1, "exit_code": 2})
-    assert engine_process(exited, {"statename": "RUNNING"}) == EngineProcess(False, 2)
+    assert engine_process(exited, {"statename": "RUNNING"}) == EngineProcess(False, 2)  # the launcher drains
+    relaunched = {"statename": "STARTING", "start": 200}  # a new launcher that has not recorded its launch yet
+    assert engine_process(exited.model_copy(update={"started_at": 100.0}), relaunched).running is True
     assert engine_process(None, {"statename": "FATAL", "exitstatus": 2}) == EngineProcess(False, 2)
     assert engine_process(None, {"statename": "RUNNING"}).running is True
     child = subprocess.Popen([sys.executable, "-c", "pass"])
