@@ -42,10 +42,10 @@ class EngineProcess:
     """supervisord's STOPPED: someone stopped it (``make down``, a restart), it did not fail."""
 
     def describe(self) -> str:
-        """``exited with code 2`` / ``was stopped`` / ``is gone`` (exit status unknown)."""
+        """``exited with code 2``, ``was stopped``, or ``ended`` (exit status not known yet)."""
         if self.stopped_on_purpose:
             return "was stopped"
-        return f"exited with code {self.exit_code}" if self.exit_code is not None else "is gone (exit status unknown)"
+        return f"exited with code {self.exit_code}" if self.exit_code is not None else "ended"
 
 
 def engine_process(state: EngineState | None, supervisor_info: Mapping[str, Any] | None = None) -> EngineProcess:
@@ -61,9 +61,11 @@ def engine_process(state: EngineState | None, supervisor_info: Mapping[str, Any]
     if statename in DEAD_STATES:
         code = (supervisor_info or {}).get("exitstatus")
         return EngineProcess(False, code if isinstance(code, int) else None, statename == "STOPPED")
+    running = pid_running(state) if state is not None and not relaunched else None
+    if running is False:  # vLLM is gone while its launcher still copies the last output (up to 5 s)
+        return EngineProcess(False)
     if statename in ("RUNNING", "STARTING"):
         return EngineProcess(True)
-    running = pid_running(state) if state is not None else None
     return EngineProcess(running)
 
 
@@ -80,7 +82,7 @@ def judge(phase: StartupPhase, process: EngineProcess) -> StartupPhase:
         how = (
             "stopped after being ready"
             if process.stopped_on_purpose
-            else f"died after being ready ({process.describe()})"
+            else "died after being ready" + (f" ({process.describe()})" if process.exit_code is not None else "")
         )
         return replace(phase, phase="stopped", detail=how, attempts=attempts)
     if attempts:

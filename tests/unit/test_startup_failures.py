@@ -85,6 +85,8 @@ def test_ready_launch_whose_process_is_gone_died_after_being_ready() -> None:
     assert phase.attempts[-1].outcome == "stopped"
     stopped = judge(startup_phase([LAUNCH, ARGS, READY]), EngineProcess(False, 0, stopped_on_purpose=True))
     assert stopped.detail == "stopped after being ready"
+    unknown = judge(startup_phase([LAUNCH, ARGS, READY]), EngineProcess(False))
+    assert unknown.detail == "died after being ready"
 
 
 def test_process_from_state_file_then_supervisor_then_pid(tmp_path: Path) -> None:
@@ -103,6 +105,7 @@ def test_process_from_state_file_then_supervisor_then_pid(tmp_path: Path) -> Non
     assert engine_process(gone).running is False
     me = base.model_copy(update={"pid": os.getpid(), "pid_namespace": pid_namespace(), "started_at": time.time()})
     assert engine_process(me).running is True
+    assert engine_process(gone, {"statename": "RUNNING", "start": 0}).running is False  # the launcher still drains
     elsewhere = me.model_copy(update={"pid_namespace": "pid:[1]"})
     assert engine_process(elsewhere).running is None
 
