@@ -13,6 +13,7 @@ import os
 import shlex
 import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Protocol
 
@@ -123,6 +124,15 @@ def write_engine_state(path: Path, state: EngineState) -> None:
         fh.write(json.dumps(state.model_dump(), indent=2))
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
+
+
+def record_exit(path: Path, pid: int | None, code: int) -> None:
+    """Add vLLM's exit status (as a shell shows it) and time to the state file at ``path``, so that every reader
+    (``make status``, ``GET /startup``, in any container sharing the logs) tells a dead engine from one still starting;
+    only when the state is still the launch of ``pid``."""
+    state = read_engine_state(path)
+    if state is not None and pid is not None and state.pid == pid:
+        write_engine_state(path, state.model_copy(update={"exit_code": code, "exited_at": time.time()}))
 
 
 class EngineRequest(BaseModel):

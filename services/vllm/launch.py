@@ -35,8 +35,8 @@ from core.engine import (
     LogPosition,
     log_position,
     pid_namespace,
-    read_engine_state,
     read_request,
+    record_exit,
     write_engine_state,
 )
 from core.logrotate import MIB, RotatingWriter
@@ -268,16 +268,6 @@ def write_state(
     write_engine_state(settings.engine_state_file, state)
 
 
-def record_exit(settings: Settings, pid: int | None, code: int) -> None:
-    """Add vLLM's exit status (:func:`exit_code`) and time to the state file, so that every reader (``make status``,
-    ``GET /startup``, in any container sharing the logs) tells a dead engine from one still starting; only when the
-    state is still this launch's (``pid``)."""
-    state = read_engine_state(settings.engine_state_file)
-    if state is not None and pid is not None and state.pid == pid:
-        exited = state.model_copy(update={"exit_code": code, "exited_at": time.time()})
-        write_engine_state(settings.engine_state_file, exited)
-
-
 def output(settings: Settings) -> tuple[Masked, RotatingWriter | None]:
     """Where the launcher and vLLM write: stdout, and ``logs/vllm.log`` (rotated) with VLLM_LOG_TO_FILE; every
     configured secret masked."""
@@ -403,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         code = run_vllm(cmd, vllm_env(settings, engine_build(settings)), out, on_start)
-        record_exit(settings, started[0] if started else None, code)
+        record_exit(settings.engine_state_file, started[0] if started else None, code)
         return code
     finally:
         if writer is not None:

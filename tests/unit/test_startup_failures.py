@@ -192,3 +192,16 @@ def test_make_up_reports_the_same_cause_and_judges_only_its_launch(
     assert not ok and why.startswith(f"vllm is FATAL: vLLM failed: {TYPO}")
     write_engine_state(s.engine_state_file, EngineState(requested="m", source="x", model_arg="m", served_name="m"))
     assert stackctl.startup(s).phase == "failed"  # the latest start in the log, judged with supervisord's FATAL
+
+
+def test_launcher_records_the_exit_of_its_own_launch_only(tmp_path: Path) -> None:
+    """The exit status goes into the state file of the launch that ended, never over a newer launch's state."""
+    from core.engine import read_engine_state, record_exit
+
+    path = tmp_path / "engine_state.json"
+    write_engine_state(path, EngineState(requested="m", source="x", model_arg="m", served_name="m", pid=41))
+    record_exit(path, 40, 1)  # an older launch: its state was replaced
+    assert (state := read_engine_state(path)) is not None and state.exit_code is None
+    record_exit(path, 41, 137)
+    assert (state := read_engine_state(path)) is not None and (state.exit_code, state.pid) == (137, 41)
+    assert engine_process(state) == EngineProcess(False, 137)
