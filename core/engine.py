@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Protocol
 
@@ -74,11 +76,36 @@ class EngineState(BaseModel):
     log_start: LogPosition | None = Field(
         default=None, description="Where this launch's lines begin in vllm.log (read by the start-up phase reader)."
     )
+    exit_code: int | None = Field(
+        default=None, description="vLLM's exit status as a shell shows it (128 + N: killed by signal N), written "
+        "by the launcher once vLLM exited; None while it runs or when the launcher itself was killed.",
+    )
+    exited_at: float | None = Field(default=None, description="Unix time vLLM exited, s (with ``exit_code``).")
 
     @property
     def engine_python(self) -> str | None:
         """The interpreter running vLLM (``argv[0]``), or None."""
         return self.argv[0] if self.argv else None
+
+
+def pid_running(state: EngineState, started_slack_s: float = 5.0) -> bool | None:
+    """Whether ``state.pid`` still runs: None when this process cannot tell (no pid, another pid namespace or host:
+    the pid means nothing here); False when it is gone, a zombie, or a newer process took its pid (it started more
+    than ``started_slack_s`` seconds after ``state.started_at``; read from ``/proc/<pid>/stat``)."""
+    if state.pid is None or state.pid_namespace is None or state.pid_namespace != pid_namespace():
+        return None
+    if state.hostname is not None and state.hostname != socket.gethostname():
+        return None  # the host's own pid namespace has the same name on every host
+    try:
+        fields = Path(f"/proc/{state.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot_s = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                      if line.startswith("btime "))  # fmt: skip
+    except (OSError, IndexError, StopIteration, ValueError):
+        return False if not Path(f"/proc/{state.pid}").exists() else None
+    if fields[0] in ("Z", "X"):
+        return False
+    proc_started_s = boot_s + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    return not (state.started_at is not None and proc_started_s > state.started_at + started_slack_s)
 
 
 def read_engine_state(path: Path) -> EngineState | None:
@@ -97,6 +124,15 @@ def write_engine_state(path: Path, state: EngineState) -> None:
         fh.write(json.dumps(state.model_dump(), indent=2))
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
+
+
+def record_exit(path: Path, pid: int | None, code: int) -> None:
+    """Add vLLM's exit status (as a shell shows it) and time to the state file at ``path``, so that every reader
+    (``make status``, ``GET /startup``, in any container sharing the logs) tells a dead engine from one still starting;
+    only when the state is still the launch of ``pid``."""
+    state = read_engine_state(path)
+    if state is not None and pid is not None and state.pid == pid:
+        write_engine_state(path, state.model_copy(update={"exit_code": code, "exited_at": time.time()}))
 
 
 class EngineRequest(BaseModel):

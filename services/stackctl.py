@@ -2,7 +2,8 @@
 
 ``up`` checks the ports, prepares the model (building the synthetic one with a progress bar), starts supervisord
 (deploy/supervisord.conf, which runs each service's launch entrypoint) and returns once every service answers,
-or stops everything and shows the failing service's log. ``down`` stops supervisord and every child process.
+or stops everything and shows the failing service's log (for vLLM its error line). ``down`` stops supervisord, every
+child process and whatever a crashed vLLM left behind (:mod:`services.vllm.reaper`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ from typing import Any
 
 import httpx
 
-from core.engine import EngineError, EngineRequest, read_engine_state, read_request, write_request
+from core.engine import (
+    EngineError,
+    EngineRequest,
+    LogPosition,
+    log_position,
+    read_engine_state,
+    read_request,
+    write_request,
+)
 from core.logrotate import MIB
 from core.net import port_in_use_message
 from core.pipes import guard_stdout
@@ -28,8 +37,9 @@ from core.report_schema import StartupFacts
 from core.settings import PROJECT_ROOT, Settings, get_settings
 from core.tokenfile import ensure_sidecar_token
 from services.sidecar.envinfo import startup_facts
-from services.vllm.control import FAILED_STATES, LocalEngine, Supervisor
-from services.vllm.startup import StartupPhase, read_startup
+from services.vllm.control import FAILED_STATES, LocalEngine, Supervisor, engine_phase, why_not_up
+from services.vllm.reaper import end_engine_processes
+from services.vllm.startup import StartupPhase
 
 CONF = PROJECT_ROOT / "deploy" / "supervisord.conf"
 
@@ -105,9 +115,10 @@ def supervisor_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def startup(settings: Settings) -> StartupPhase:
-    """vLLM's start-up phase (a bounded read of its log; :func:`services.vllm.startup.read_startup`)."""
-    return read_startup(settings.vllm_log_file, read_engine_state(settings.engine_state_file))
+def startup(settings: Settings, since: LogPosition | None = None) -> StartupPhase:
+    """vLLM's start-up phase judged with its process (:func:`services.vllm.control.engine_phase`); with ``since``
+    only the launch whose lines begin there."""
+    return engine_phase(settings, since)
 
 
 def process_states(settings: Settings) -> dict[str, dict[str, Any]] | None:
@@ -136,8 +147,10 @@ def answers(url: str, headers: tuple[tuple[str, str], ...] = ()) -> bool:
         return False
 
 
-def wait_ready(settings: Settings) -> tuple[bool, str]:
-    """Wait until every service answers; fail fast when supervisord reports a dead one."""
+def wait_ready(settings: Settings, since: LogPosition | None = None) -> tuple[bool, str]:
+    """Wait until every service answers; fail fast when supervisord reports a dead one (for vLLM with
+    :func:`~services.vllm.control.why_not_up`: its error line and last lines). ``since``: where the launch being
+    waited for begins in vLLM's log (its phase is the only one shown)."""
     deadline = time.monotonic() + settings.startup_timeout_s
     pending = services(settings)
     last_note = 0.0
@@ -145,6 +158,8 @@ def wait_ready(settings: Settings) -> tuple[bool, str]:
         states = process_states(settings) or {}
         for svc in list(pending):
             state = states.get(svc.name, {}).get("statename", "UNKNOWN")
+            if state in FAILED_STATES and svc.name == "vllm":
+                return False, f"{svc.name} is {state}: {why_not_up(settings, since)}"
             if state in FAILED_STATES:
                 return False, f"{svc.name} is {state}. Last lines of {svc.log}:\n{tail(svc.log)}"
             if answers(svc.url, svc.headers):
@@ -152,7 +167,7 @@ def wait_ready(settings: Settings) -> tuple[bool, str]:
                 pending.remove(svc)
         if pending and time.monotonic() - last_note > 30:
             last_note = time.monotonic()
-            phase = startup(settings).detail if any(s.name == "vllm" for s in pending) else ""
+            phase = startup(settings, since).detail if any(s.name == "vllm" for s in pending) else ""
             print(
                 f"[INFO] waiting for {', '.join(s.name for s in pending)}"
                 + (f" (vLLM: {phase})" if phase else "")
@@ -191,6 +206,7 @@ def up(settings: Settings) -> int:
         return 2
     write_request(settings.engine_request_file, EngineRequest())  # a fresh start serves MODEL, unprofiled
     env = supervisor_env(settings)
+    since = log_position(settings.vllm_log_file)  # only this launch's phase counts (not the last run's)
     prepared = subprocess.run(
         [sys.executable, "-m", "services.vllm.launch", "--prepare-only"], env=env, cwd=PROJECT_ROOT
     )
@@ -199,7 +215,7 @@ def up(settings: Settings) -> int:
     subprocess.run(
         [sys.executable, "-m", "supervisor.supervisord", "-c", str(CONF)], env=env, cwd=PROJECT_ROOT, check=True
     )
-    ok, why = wait_ready(settings)
+    ok, why = wait_ready(settings, since or LogPosition(dev=0, ino=0, offset=0))
     if not ok:
         print(f"[ERROR] {why}", file=sys.stderr)
         print("[ERROR] Stopping the stack; fix the cause and run `make up` again.", file=sys.stderr)
@@ -237,24 +253,39 @@ def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
     print(
         f"[INFO] The stack is running but {', '.join(dead)} stopped; restarting {'it' if len(dead) == 1 else 'them'}."
     )
+    since = log_position(settings.vllm_log_file) if "vllm" in dead else None
     for name in dead:
         try:
             rpc(settings).supervisor.startProcess(name, False)
         except xmlrpc.client.Fault as exc:
             print(f"[WARN] could not start {name}: {exc.faultString}", file=sys.stderr)
-    ok, why = wait_ready(settings)
+    ok, why = wait_ready(settings, since)
     if not ok:
         print(f"[ERROR] {why}\n[ERROR] Run `make down && make up` to start afresh.", file=sys.stderr)
         return 1
     return status(settings)
 
 
+def end_leftovers(settings: Settings) -> int:
+    """End what is left of this stack's engine (:func:`services.vllm.reaper.end_engine_processes`: processes a crashed
+    vLLM left under PID 1, such as multiprocessing's ``resource_tracker``); 0 when nothing is left."""
+    ended = end_engine_processes(settings.run_dir)
+    if ended.found:
+        killed = f"; {len(ended.killed)} needed SIGKILL" if ended.killed else ""
+        print(f"[INFO] Ended {len(ended.found)} leftover engine processes ({' '.join(map(str, ended.found))}){killed}.")
+    if ended.left:
+        print(f"[ERROR] engine processes still running: {' '.join(map(str, ended.left))}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def down(settings: Settings) -> int:
-    """Stop supervisord and all services (process groups are killed); 0 when nothing is left."""
+    """Stop supervisord and all services (process groups are killed), then every process left of this stack's
+    engine (:func:`end_leftovers`); 0 when nothing is left."""
     pid_file = settings.run_dir / "supervisord.pid"
     if process_states(settings) is None:
         print("[INFO] The stack is not running.")
-        return 0
+        return end_leftovers(settings)
     try:
         rpc(settings).supervisor.shutdown()
     except (OSError, xmlrpc.client.Error) as exc:
@@ -265,8 +296,9 @@ def down(settings: Settings) -> int:
     if pid_file.exists():
         print(f"[ERROR] supervisord did not stop within 60 s (pid file {pid_file})", file=sys.stderr)
         return 1
+    left = end_leftovers(settings)
     print("[INFO] Stack stopped.")
-    return 0
+    return left
 
 
 def status(settings: Settings) -> int:

@@ -24,7 +24,9 @@ _MAX_CACHED_KEYS = 4096
 class ErrorGroup:
     """Events of one kind: count, first and last time (epoch seconds) and the first event as the example."""
 
-    __slots__ = ("count", "exception", "first_s", "last_s", "level", "message", "process", "source", "traceback")
+    __slots__ = (
+        "count", "exception", "first_s", "last_before", "last_s", "level", "message", "process", "source", "traceback"
+    )  # fmt: skip
 
     def __init__(self, event: ErrorEvent, other: bool = False) -> None:
         self.level = event.level
@@ -36,15 +38,18 @@ class ErrorGroup:
         self.count = 0
         self.first_s: float | None = None
         self.last_s: float | None = None
+        self.last_before = False
+        """:attr:`last_s` is the time of the stamped line before an event without a stamp of its own."""
 
-    def add(self, stamp_s: float | None) -> None:
-        """Count one more event at ``stamp_s`` (epoch seconds, None: unknown)."""
+    def add(self, stamp_s: float | None, stamp_before: bool = False) -> None:
+        """Count one more event at ``stamp_s`` (epoch seconds, None: unknown; ``stamp_before``: the time of the
+        nearest stamped line before an event that has none)."""
         self.count += 1
         if stamp_s is not None:
             if self.first_s is None or stamp_s < self.first_s:
                 self.first_s = stamp_s
-            if self.last_s is None or stamp_s > self.last_s:
-                self.last_s = stamp_s
+            if self.last_s is None or stamp_s > self.last_s or (stamp_s == self.last_s and not stamp_before):
+                self.last_s, self.last_before = stamp_s, stamp_before
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form; times as local ISO 8601."""
@@ -57,6 +62,7 @@ class ErrorGroup:
             "exception": self.exception,
             "first_seen": epoch_to_iso(self.first_s),
             "last_seen": epoch_to_iso(self.last_s),
+            "last_seen_from_line_before": self.last_before,
             "traceback": self.traceback,
         }
 
@@ -91,7 +97,7 @@ class ErrorGroups:
                 group = self.groups.get(key)
             if group is None:
                 group = self.groups[key] = ErrorGroup(event, other)
-        group.add(event.stamp_s)
+        group.add(event.stamp_s, event.stamp_before)
 
     def summary(self, limit: int) -> dict[str, Any]:
         """Event counts by level and the groups, most severe first, then most frequent; at most ``limit`` of them."""

@@ -57,10 +57,13 @@ def render_errors(report: dict[str, Any], tracebacks: bool = False) -> list[str]
     ]
     if not report["groups"]:
         return [*out, "  no WARNING/ERROR lines or tracebacks"]
-    out.append(f"  {'COUNT':>7}  {'LEVEL':<8} {'LAST SEEN':<19}  {'SOURCE':<24} MESSAGE")
+    out.append(f"  {'COUNT':>7}  {'LEVEL':<8} {'LAST SEEN':<20} {'SOURCE':<24} MESSAGE")
+    marked = False
     for group in report["groups"]:
+        before = bool(group.get("last_seen_from_line_before")) and group["last_seen"] is not None
+        marked |= before
         out.append(
-            f"  {_n(group['count']):>7}  {group['level']:<8} {_time(group['last_seen']):<19}  "
+            f"  {_n(group['count']):>7}  {group['level']:<8} {_time(group['last_seen']) + ('*' if before else ''):<20} "
             f"{_cut(group['source'] or group['process'] or '-', 24):<24} {_cut(group['message'])}"
         )
         if group["exception"] and group["exception"] != group["message"]:
@@ -69,6 +72,8 @@ def render_errors(report: dict[str, Any], tracebacks: bool = False) -> list[str]
             out += [f"      | {line}" for line in group["traceback"]]
     if report["groups_total"] > len(report["groups"]):
         out.append(f"  ... {report['groups_total'] - len(report['groups'])} more groups (--limit N shows more)")
+    if marked:
+        out.append("  * the line has no time stamp: the time of the nearest stamped line before it")
     return out
 
 

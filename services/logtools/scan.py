@@ -35,8 +35,9 @@ _TRACEBACK_B = TRACEBACK_NEEDLE.index(b"b")
 """Offset of the needle's ``b``: a letter that access and stats lines lack, so ``memchr`` for it skips them."""
 _MAX_B_MISSES = 64
 """``b`` s that are not a traceback after which a block is searched for the whole needle instead."""
-LEVEL_RE = re.compile(rb"R(?:ROR|NING|ITICAL)")
-"""ERROR, WARNING and CRITICAL from their first ``R``; the line's header decides whether it is the level."""
+LEVEL_RE = re.compile(rb"R(?:ROR|NING|ITICAL)|: error: |Fatal Python error: ")
+"""ERROR, WARNING and CRITICAL from their first ``R``, and the grammar's error lines without a header
+(:data:`~services.vllm.logformat.BARE_ERROR_RE`: argparse's ``<prog>: error: …``); the line's parse decides."""
 MAX_EVENT_BYTES = 1 << 20
 """A record with its traceback is cut after this many bytes (so that carrying it to the next block stays cheap)."""
 MAX_TRACEBACK_LINES = 60
@@ -49,7 +50,7 @@ MetricsCallback = Callable[[list[tuple[bytes, ...]], float | None, float | None]
 class ErrorEvent:
     """A WARNING/ERROR/CRITICAL record or a bare traceback; ``stamp_s`` in epoch seconds."""
 
-    __slots__ = ("exception", "level", "message", "process", "source", "stamp_s", "traceback_raw")
+    __slots__ = ("exception", "level", "message", "process", "source", "stamp_before", "stamp_s", "traceback_raw")
 
     def __init__(
         self,
@@ -60,9 +61,13 @@ class ErrorEvent:
         message: str,
         exception: str | None = None,
         traceback_raw: list[bytes] | None = None,
+        stamp_before: bool = False,
     ) -> None:
         self.level = level
         self.stamp_s = stamp_s
+        """The record's own time stamp; for a line without one, the time of the nearest stamped line before it
+        (:attr:`stamp_before` True); None when no line before it has a stamp (never the time of the analysis)."""
+        self.stamp_before = stamp_before
         self.process = process
         self.source = source
         """``file.py:line`` from vLLM's header, None for bare tracebacks and other formats."""
@@ -95,6 +100,12 @@ class ScanResult:
         self.lines = 0
         self.http = HttpCounts()
         self.skipped_files: list[str] = []
+
+
+def _level_at(level: re.Match[bytes]) -> int:
+    """Where the word a :data:`LEVEL_RE` match belongs to begins (always inside the matched line)."""
+    word = level[0]
+    return level.start() - (2 if word == b"RNING" else 1 if word[:1] == b"R" else 0)
 
 
 def _line_begin(buf: bytes, low: int, position: int) -> int:
@@ -141,8 +152,6 @@ class LogScanner:
                 continue
             self._clock = StampClock(modified_s)
             self._scan_file(path)
-            if self._last_stamp_s is None:
-                self._last_stamp_s = modified_s
         return self.result
 
     def _scan_file(self, path: StrPath) -> None:
@@ -236,7 +245,7 @@ class LogScanner:
         level = search(buf, start, stop)
         traceback_at = next_traceback(buf, start, stop)
         while level is not None or traceback_at >= 0:
-            level_at = level.start() - (2 if level[0] == b"RNING" else 1) if level is not None else -1
+            level_at = _level_at(level) if level is not None else -1
             hit = traceback_at if level_at < 0 or 0 <= traceback_at < level_at else level_at
             begin = _line_begin(buf, start, hit)
             end = self._record_at(buf, begin, stop, final)
@@ -320,9 +329,10 @@ class LogScanner:
     ) -> None:
         assert self.on_event is not None
         stamp_s = head.stamp_s
-        if stamp_s is None:
-            stamp_s = self._stamp_before(buf, 0, begin) or self._last_stamp_s or self._clock.reference_s
-        if self.since_s is not None and stamp_s < self.since_s:
+        stamp_before = stamp_s is None
+        if stamp_before:  # the nearest stamped line before it, marked as such; none: no time (not the file's mtime)
+            stamp_s = self._stamp_before(buf, 0, begin) or self._last_stamp_s
+        if self.since_s is not None and stamp_s is not None and stamp_s < self.since_s:
             return
         if len(tb_lines) > MAX_TRACEBACK_LINES:
             half = MAX_TRACEBACK_LINES // 2
@@ -332,4 +342,6 @@ class LogScanner:
         if is_traceback:
             message = exception_text or message
         level = head.level if head.level is not None and head.level in PROBLEM_LEVELS else "ERROR"
-        self.on_event(ErrorEvent(level, stamp_s, head.proc, head.src, message, exception_text, tb_lines))
+        self.on_event(
+            ErrorEvent(level, stamp_s, head.proc, head.src, message, exception_text, tb_lines, stamp_before)
+        )

@@ -31,7 +31,8 @@ from services.sidecar.sampler import Sampler, engine_pid
 from services.sidecar.schema_export import write_schema_if_changed
 from services.sidecar.store import ReportStore, dump_records, new_report_id, utc_now_iso
 from services.sidecar.windows import UnknownWindow, WindowRegistry
-from services.vllm.startup import StartupPhase, read_startup
+from services.vllm.control import engine_phase
+from services.vllm.startup import StartupPhase
 
 MAX_FUTURE_S = 300.0
 """How far a run's window may end after the sidecar's clock (clock skew between hosts), s; more is refused, so a
@@ -117,8 +118,9 @@ class ReportService:
         return cls(settings, sampler, reader, reason, store, facts)
 
     def startup(self) -> StartupPhase:
-        """vLLM's start-up phase from a bounded read of its log (:func:`services.vllm.startup.read_startup`)."""
-        return read_startup(self.settings.vllm_log_file, read_engine_state(self.settings.engine_state_file))
+        """vLLM's start-up phase from a bounded read of its log, judged with its process (the state file, and
+        supervisord in local mode): :func:`services.vllm.control.engine_phase`."""
+        return engine_phase(self.settings)
 
     @property
     def gpu_names(self) -> list[str]:

@@ -9,15 +9,27 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import xmlrpc.client
 from pathlib import Path
 from typing import Any
 
 from supervisor.xmlrpc import SupervisorTransport
 
-from core.engine import EngineError, EngineRequest, EngineStatus, read_request, write_request
+from core.engine import (
+    EngineError,
+    EngineRequest,
+    EngineStatus,
+    LogPosition,
+    log_position,
+    read_engine_state,
+    read_request,
+    write_request,
+)
 from core.net import wait_for_http
 from core.settings import PROJECT_ROOT, Settings
+from services.vllm.enginephase import engine_process, failure_report, launch_phase
+from services.vllm.startup import StartupPhase
 
 PROGRAM = "vllm"
 FAILED_STATES = frozenset({"FATAL", "EXITED", "BACKOFF", "STOPPED", "UNKNOWN"})
@@ -42,6 +54,30 @@ class Supervisor:
             return None
 
 
+def engine_phase(
+    settings: Settings, since: LogPosition | None = None, supervisor: Supervisor | None = None
+) -> StartupPhase:
+    """vLLM's start-up phase judged with its process (:func:`services.vllm.enginephase.launch_phase`): the state
+    file and, when the local stack runs, supervisord's view of ``program:vllm``. ``since``: only the launch whose
+    lines begin there (what ``make up`` and a restart started), else the log's latest one."""
+    states = (supervisor or Supervisor(settings.run_dir)).states() or {}
+    state = read_engine_state(settings.engine_state_file)
+    process = engine_process(state, states.get(PROGRAM))
+    return launch_phase(settings.vllm_log_file, state, since, process)
+
+
+def why_not_up(settings: Settings, since: LogPosition | None, supervisor: Supervisor | None = None) -> str:
+    """The one failure report of a launch that did not come up (``make up``, ``./start_vllm.sh``): its error line
+    and its last log lines (:func:`services.vllm.enginephase.failure_report`)."""
+    phase = engine_phase(settings, since, supervisor)
+    for _ in range(4):  # supervisord may write vLLM's last lines a moment after it saw the process exit
+        if phase.error_line is not None:
+            break
+        time.sleep(0.5)
+        phase = engine_phase(settings, since, supervisor)
+    return failure_report(settings.vllm_log_file, phase, since)
+
+
 class LocalEngine:
     """:class:`core.engine.EngineControl` for ``program:vllm`` under the stack's supervisord."""
 
@@ -64,22 +100,26 @@ class LocalEngine:
             raise EngineError("the local stack is not running (supervisord does not answer); `make up` first")
         return status
 
-    def _wait(self) -> None:
+    def _wait(self, since: LogPosition | None) -> None:
+        """Wait until vLLM answers; raise EngineError with :func:`why_not_up` of the launch at ``since`` when its
+        process died (or the time ran out)."""
         url = f"{self.settings.vllm_url}/v1/models"
 
         def dead() -> str | None:
             state = (self.supervisor.states() or {}).get(PROGRAM, {}).get("statename", "UNKNOWN")
-            return f"vLLM is {state}; see {self.settings.vllm_log_file}" if state in FAILED_STATES else None
+            return f"vLLM is {state}" if state in FAILED_STATES else None
 
         ok, why = wait_for_http(url, self.settings.startup_timeout_s, abort=dead, headers=self.settings.vllm_headers)
         if not ok:
-            raise EngineError(why)
+            raise EngineError(f"{why}\n{why_not_up(self.settings, since, self.supervisor)}")
 
     def start(self) -> None:
         """Start vLLM when it is not running and wait until it answers."""
+        since = None
         if not self._require().running:
+            since = log_position(self.settings.vllm_log_file)  # this launch's lines begin here
             self.supervisor.proxy().supervisor.startProcess(PROGRAM, False)
-        self._wait()
+        self._wait(since)
 
     def stop(self) -> None:
         """Stop vLLM (its process group)."""

@@ -36,6 +36,7 @@ from core.engine import (
     log_position,
     pid_namespace,
     read_request,
+    record_exit,
     write_engine_state,
 )
 from core.logrotate import MIB, RotatingWriter
@@ -46,6 +47,7 @@ from services.vllm.hub import hf_cached, hf_config_dir, probe_hub
 from services.vllm.kvsizing import KvPlan, KvSizingError, geometry_from_config, plan_kv, read_config
 from services.vllm.logpipe import Masked, file_sink, pump, stream_sink
 from services.vllm.model_resolve import ModelResolutionError, ResolvedModel, resolve_model
+from services.vllm.reaper import MARKER, marker_value
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 DRAIN_S = 5.0
@@ -219,6 +221,7 @@ def vllm_env(settings: Settings, build: str = "gpu", base: dict[str, str] | None
     On the CPU build (``build="cpu"``) ``VLLM_USE_AOT_COMPILE=0`` unless set: vLLM 0.32's CPU build saves an AOT
     artifact it cannot load back (``'function' object has no attribute 'finalize_loading'``), so every restart
     recompiled; torch.compile's own caches (Inductor's FX graph cache) hit instead (benchmarks/README.md).
+    ``STACK_ENGINE_RUN_DIR`` marks vLLM and every process it starts as this stack's (:mod:`services.vllm.reaper`).
     """
     env = {k: v for k, v in service_env("vllm", base).items() if k not in STACK_ONLY_VLLM_VARS}
     if build == "cpu":
@@ -230,6 +233,7 @@ def vllm_env(settings: Settings, build: str = "gpu", base: dict[str, str] | None
     if settings.vllm_cpu_omp_threads_bind:
         env["VLLM_CPU_OMP_THREADS_BIND"] = settings.vllm_cpu_omp_threads_bind
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    env[MARKER] = marker_value(settings.run_dir)  # every process vLLM starts inherits it: `make down` finds them
     if settings.hf_token:
         env["HF_TOKEN"] = settings.hf_token
     keys = settings.vllm_api_keys
@@ -381,13 +385,16 @@ def main(argv: list[str] | None = None) -> int:
         settings.profile_dir.mkdir(parents=True, exist_ok=True)
     start = log_position(settings.vllm_log_file)  # where this launch's lines begin (read by the start-up phase)
     out.line(f"[INFO] Starting vLLM: {shlex.join(redact_argv(cmd))}")
+    started: list[int] = []
+
+    def on_start(pid: int) -> None:
+        started.append(pid)
+        write_state(settings, resolved, cmd, profile, pid=pid, log_start=start)
+
     try:
-        return run_vllm(
-            cmd,
-            vllm_env(settings, engine_build(settings)),
-            out,
-            lambda pid: write_state(settings, resolved, cmd, profile, pid=pid, log_start=start),
-        )
+        code = run_vllm(cmd, vllm_env(settings, engine_build(settings)), out, on_start)
+        record_exit(settings.engine_state_file, started[0] if started else None, code)
+        return code
     finally:
         if writer is not None:
             writer.close()

@@ -10,6 +10,9 @@ A line, outside in (every part optional):
 - a header: vLLM >= 0.6 ``INFO 11-29 21:55:01 [utils.py:253] `` (with ``VLLM_LOGGING_LEVEL=DEBUG`` the source is a
   path, ``[v1/engine/core.py:936]``), older vLLM ``INFO 05-01 12:00:00 llm_engine.py:123] ``, uvicorn
   ``ERROR:    ``, this project's launcher ``[ERROR] ``;
+  lines with no header that still say a start failed get a level: argparse's ``api_server.py: error: unrecognized
+  arguments: --max-num-seqz`` (after its ``usage: …`` block; ``vllm serve: error: …``) and CPython's ``Fatal Python
+  error: Segmentation fault`` are ERROR lines (:data:`BARE_ERROR_RE`; the source is argparse's program name);
 - the message. Lines of one multi-line message repeat the prefix and header (vLLM's ``NewLineFormatter``, which also
   ends them with ``\\r``).
 
@@ -57,6 +60,13 @@ _SGR = rb"(?:\x1b\[[0-9;]*m)*"
 STAMP_RE = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)" + _SGR + rb" " + _SGR + rb"(\d\d-\d\d \d\d:\d\d:\d\d)")
 """Finds a vLLM stamp anywhere, also between colour codes (used to date lines that have none, from the lines before
 them, and to find where a ``--since`` window starts without parsing every line)."""
+
+BARE_ERROR_RE = re.compile(rb"(?:([\w.\-]{1,64}(?: [\w\-]{1,32})?): error: |Fatal Python error: )")
+"""Error lines without a header (groups: argparse's program name): ``<prog>: error: <message>``, argparse's last
+line before it exits with status 2 (``ArgumentParser.error``; vLLM's ``FlexibleArgumentParser`` keeps it), and
+``Fatal Python error: …`` (CPython's ``faulthandler``, a crashed interpreter)."""
+BARE_ERROR_NEEDLES = (b": error: ", b"Fatal Python error: ")
+"""Substrings every :data:`BARE_ERROR_RE` line has (cheap tests before the pattern)."""
 
 PROBLEM_LEVELS = frozenset({"WARNING", "ERROR", "CRITICAL"})
 _LEVELS = {name: name.decode() for name in LEVELS}
@@ -149,6 +159,10 @@ def parse_line(raw: bytes, clock: StampClock) -> Line:
         assert match is not None  # the pattern matches the empty string
         prefix, proc, ulevel, blevel = match.groups()
         level_b, stamp, src = ulevel or blevel, None, None
+        if level_b is None and not prefix and (BARE_ERROR_NEEDLES[0] in raw or BARE_ERROR_NEEDLES[1] in raw):
+            bare = BARE_ERROR_RE.match(raw)
+            if bare is not None:  # the whole line is the message; argparse's program name is the source
+                return Line(None, "ERROR", None, bare[1].decode("utf-8", "replace") if bare[1] else None, raw, b"", b"")
     end = match.end()
     return Line(
         proc.decode("ascii", "replace") if proc else None,

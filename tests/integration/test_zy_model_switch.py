@@ -1,5 +1,6 @@
 """`VLLM_MODEL_PATH=<dir> ./start_vllm.sh` switches the served model in local mode: only vLLM restarts, the chat UI
-keeps its process and its header follows (real browser). Runs late: it restarts vLLM twice (there and back)."""
+keeps its process and its header follows (real browser); a typo in VLLM_EXTRA_ARGS is reported with argparse's line.
+Runs late: it restarts vLLM four times (there and back; the typo and back)."""
 
 from __future__ import annotations
 
@@ -65,3 +66,20 @@ def test_start_vllm_switches_the_model_and_the_ui_follows(stack: Stack, browser:
         page.context.close()
     assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
     assert served(stack) == ["ernie-tiny-synthetic"] and pids(stack)["ui"] == before["ui"]
+
+
+def test_a_typo_in_vllm_flags_is_reported_with_argparse_error_line(stack: Stack) -> None:
+    """``VLLM_EXTRA_ARGS='--max-num-seqz 4' ./start_vllm.sh``: exit 1 naming argparse's error line; ``make status``
+    and ``GET /startup`` say failed with that line (not compiling); ``./start_vllm.sh`` without it comes back."""
+    try:
+        run = start_vllm(stack, VLLM_EXTRA_ARGS="--max-num-seqz 4")
+        typo = "error: unrecognized arguments: --max-num-seqz"
+        assert run.returncode == 1 and typo in run.stderr, run.stdout[-3000:] + run.stderr[-3000:]
+        assert "vLLM failed:" in run.stderr and "Last lines of" in run.stderr
+        status = stack.make("status")
+        assert "vLLM startup: failed" in status.stdout and typo in status.stdout, status.stdout
+        startup = httpx.get(f"{stack.sidecar_url}/startup", timeout=30).json()
+        assert startup["phase"] == "failed" and typo in (startup["error_line"] or ""), startup
+    finally:
+        back = start_vllm(stack, MODEL="synthetic:tiny")  # the later tests need vLLM
+    assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]

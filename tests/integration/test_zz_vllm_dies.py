@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -47,9 +48,8 @@ def test_report_survives_vllm_death(stack: Stack) -> None:
             pytest.fail(f"benchmark ended before vLLM was killed:\n{proc.communicate()[0][-3000:]}")
         assert measured_rows(stack, old) >= 8, "benchmark produced no rows"
         pid = json.loads((stack.logs_dir / "engine_state.json").read_text())["pid"]
-        victims = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-        for victim in victims:
-            os.kill(victim.pid, signal.SIGKILL)
+        left = psutil.Process(pid).children(recursive=True)  # engine core, resource_tracker: orphaned by the kill
+        os.kill(pid, signal.SIGKILL)  # a hard crash of the API server
         out, _ = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
@@ -67,3 +67,11 @@ def test_report_survives_vllm_death(stack: Stack) -> None:
     assert set(report["errors"]["by_kind"]) <= {"connection", "no_done", "timeout"}
     assert sum(report["errors"]["by_kind"].values()) == m["requests_failed"]
     assert "connection" in report["errors"]["by_kind"]
+    status = stack.make("status")
+    assert "vLLM startup: stopped — died after being ready" in status.stdout, status.stdout
+    startup = httpx.get(f"{stack.sidecar_url}/startup", timeout=30).json()
+    assert startup["phase"] == "stopped" and startup["detail"].startswith("died after being ready"), startup
+    down = stack.make("down")  # the fixture's own `make down` then finds nothing to do
+    assert down.returncode == 0, down.stdout + down.stderr
+    alive = [p.pid for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"make down left the crashed vLLM's processes: {alive}\n{down.stdout}"

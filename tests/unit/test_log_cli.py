@@ -22,6 +22,7 @@ OLD = FIXTURES / "vllm_0.4_old_format.log"
 REQUESTS = FIXTURES / "requests_mixed.jsonl"
 
 GROUP_KEYS = {"level", "count", "source", "process", "message", "exception", "first_seen", "last_seen", "traceback"}
+GROUP_KEYS |= {"last_seen_from_line_before"}
 SOURCE_KEYS = {"files", "bytes_read", "overlong_lines", "partial_lines_skipped", "shrunk_files", "problems"}
 SOURCE_KEYS |= {"skipped_older_than_since"}
 

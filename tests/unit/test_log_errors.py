@@ -251,3 +251,41 @@ def test_kubernetes_cri_log_errors_with_tracebacks() -> None:
     ]
     assert events[0].exception is not None and events[0].exception.startswith("torch.OutOfMemoryError")
     assert events[1].exception is not None and "EngineDeadError" in events[1].exception
+
+
+ARGPARSE = FIXTURES / "vllm_0.32_argparse_typo.log"
+
+
+def test_argparse_error_line_is_an_error_event() -> None:
+    """argparse's ``api_server.py: error: unrecognized arguments`` (no header) is counted, its program the source;
+    with no stamped line before it, it has no time (not the file's or the analysis's)."""
+    events = events_of(ARGPARSE)
+    assert [(e.level, e.source, e.message) for e in events] == [
+        ("ERROR", "api_server.py", "api_server.py: error: unrecognized arguments: --max-num-seqz")
+    ]
+    assert events[0].stamp_s is None
+    assert summary_of(ARGPARSE)["groups"][0]["last_seen"] is None
+
+
+def test_unstamped_line_is_dated_by_the_line_before_and_marked(tmp_path: Path) -> None:
+    """A launcher line without a stamp gets the nearest stamped line's time, marked as such; none before: no time."""
+    from services.logtools.render import render_errors
+
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "[WARNING] Serving the synthetic stand-in\n"
+        "INFO 11-29 21:55:01 [utils.py:253] non-default args: {}\n"
+        "[WARNING] Serving the synthetic stand-in\n"
+    )
+    events = events_of(log)
+    assert [e.stamp_before for e in events] == [True, True]
+    assert events[0].stamp_s is None and events[1].stamp_s is not None
+    assert time.strftime("%H:%M:%S", time.localtime(events[1].stamp_s)) == "21:55:01"
+    os.utime(log, (time.time(), time.time()))
+    summary = summary_of(log)
+    group = summary["groups"][0]
+    assert group["count"] == 2 and group["last_seen_from_line_before"] is True
+    assert group["last_seen"].startswith("2026-11-29T21:55:01") or group["last_seen"][5:19] == "11-29T21:55:01"
+    report = {"log": {"files": [str(log)]}, "events": 2, "groups_total": 1, "by_level": {"WARNING": 2}, **summary}
+    text = "\n".join(render_errors(report))
+    assert "21:55:01*" in text and "nearest stamped line before it" in text

@@ -1,0 +1,97 @@
+"""Find and end every process of one stack's engine, including those a crashed vLLM left behind.
+
+A hard crash of vLLM leaves children that nobody waits for, re-parented to PID 1: multiprocessing's
+``resource_tracker`` (which ignores SIGTERM and SIGINT), workers, engine cores. supervisord only signals the process
+group it started, and these may have left it. Each is found by the marker the launcher puts in vLLM's environment
+(:data:`MARKER` = this stack's run directory, inherited by every process vLLM starts), read from
+``/proc/<pid>/environ``: other checkouts' stacks on the same machine have another run directory and are never
+touched, and neither is anything else using the shared engine interpreter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MARKER = "STACK_ENGINE_RUN_DIR"
+"""Environment variable the launcher sets for vLLM: the resolved run directory of the stack that started it."""
+GRACE_S = 10.0
+"""Seconds between SIGTERM and SIGKILL."""
+
+
+def marker_value(run_dir: Path) -> str:
+    """The :data:`MARKER` value of the stack whose run directory is ``run_dir``."""
+    return str(run_dir.resolve())
+
+
+@dataclass
+class Ended:
+    """What :func:`end_engine_processes` did: pids found, those that needed SIGKILL, those still there after it."""
+
+    found: list[int] = field(default_factory=list)
+    killed: list[int] = field(default_factory=list)
+    left: list[int] = field(default_factory=list)
+
+
+def _gone(pid: int) -> bool:
+    """True when ``pid`` no longer runs (no such process, or a zombie waiting for its parent)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[:1] in (["Z"], ["X"])
+
+
+def engine_processes(run_dir: Path, proc: Path = Path("/proc")) -> list[int]:
+    """Pids of live processes whose environment carries this stack's :data:`MARKER` (never this process's own).
+    Processes whose environment cannot be read (other users') are skipped; without ``/proc`` the list is empty."""
+    wanted = f"{MARKER}={marker_value(run_dir)}".encode()
+    own = os.getpid()
+    found = []
+    try:
+        entries = list(os.scandir(proc))
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.name.isdigit() or int(entry.name) == own:
+            continue
+        try:
+            environ = Path(entry.path, "environ").read_bytes()
+        except OSError:
+            continue
+        if wanted in environ.split(b"\0") and not _gone(int(entry.name)):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def _signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    left = [pid for pid in pids if not _gone(pid)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [pid for pid in left if not _gone(pid)]
+    return left
+
+
+def end_engine_processes(run_dir: Path, grace_s: float = GRACE_S) -> Ended:
+    """SIGTERM every engine process of the stack at ``run_dir`` (:func:`engine_processes`), SIGKILL those still
+    there after ``grace_s`` seconds; never raises. ``left`` lists any that survived SIGKILL for 5 s (another user's
+    process cannot be signalled)."""
+    ended = Ended(found=engine_processes(run_dir))
+    if not ended.found:
+        return ended
+    _signal_all(ended.found, signal.SIGTERM)
+    ended.killed = _wait_gone(ended.found, grace_s)
+    _signal_all(ended.killed, signal.SIGKILL)
+    ended.left = _wait_gone(ended.killed, 5.0)
+    return ended
