@@ -132,12 +132,17 @@ def test_malformed_chunk_on_every_request_ends_by_itself_with_every_row(stack: S
     """A server that sends ``content: 6`` in every answer: all rows recorded as invalid_stream, exit 4, no hang."""
     url = mock("--tokens", "5", "--ttft-ms", "20", "--itl-ms", "5",
                "--bad-chunk", '{"choices":[{"index":0,"delta":{"content":6}}]}')
-    run = bench(stack, url, WARMUP="2")
+    run = bench(stack, url, WARMUP="0")
     assert run.returncode == 4, run.stdout[-3000:] + run.stderr[-3000:]
     report = report_of(run.stdout)
     assert report["metrics"]["requests_total"] == 6 and report["errors"]["by_kind"] == {"invalid_stream": 6}
     assert "content is a number (6)" in report["errors"]["examples"]["invalid_stream"][0]
     assert "Traceback" not in run.stdout + run.stderr
+    # with a warmup that fails the same way, the measured run is not started: exit 4, the cause in words, no report
+    warm = bench(stack, url, WARMUP="2")
+    out = warm.stdout + warm.stderr
+    assert warm.returncode == 4 and "every warmup request failed (2 of 2)" in out and "content is a number (6)" in out
+    assert "[REPORT] Baseline saved to" not in out and "Traceback" not in out
 
 
 def test_server_without_usage_gives_token_throughput_marked_with_its_source(stack: Stack,

@@ -135,9 +135,14 @@ def ui_lines(logs_dir: Path, since: int) -> list[dict[str, Any]]:
 
 
 def log_in(page: Page, url: str) -> None:
-    """Open the UI and sign in on Chainlit's login page (the test stack sets UI_PASSWORD)."""
+    """Open the UI and sign in on Chainlit's login page (the test stack sets UI_PASSWORD); a page whose context is
+    already signed in (a repeated try in the same tab) opens the chat directly, with no login form to fill."""
     page.goto(url)
-    page.locator("#email").fill(UI_USERNAME)
+    form, chat = page.locator("#email"), page.locator("#chat-input")
+    expect(form.or_(chat)).to_be_visible(timeout=PAGE_TIMEOUT_MS)
+    if not form.is_visible():
+        return
+    form.fill(UI_USERNAME)
     page.locator("#password").fill(SECRETS["UI_PASSWORD"])
     page.get_by_role("button", name="Sign In").click()
 
