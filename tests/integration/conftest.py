@@ -130,6 +130,23 @@ class Stack:
         return {root.pid, *(p.pid for p in root.children(recursive=True))}
 
 
+def wait_http(url: str, timeout_s: float) -> None:
+    """Wait until ``url`` answers 200 (polling every 0.3 s).
+
+    Raises:
+        AssertionError: it did not within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"{url} did not answer within {timeout_s:.0f} s")
+
+
 def stack_env(tmp: Path) -> dict[str, str]:
     """Environment of the test stack."""
     env = {k: v for k, v in os.environ.items() if k not in {"MODEL", "VLLM_BASE_URL", "SIDECAR_BASE_URL"}}

@@ -8,7 +8,6 @@ one process and with two worker processes.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from core.net import free_port
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.settings import PROJECT_ROOT, Settings
@@ -26,11 +26,6 @@ from loadtest.run import read_process_loads, read_records, run_locust, warmup
 pytestmark = pytest.mark.integration
 PY = str(PROJECT_ROOT / ".venvs/app/bin/python")
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_mock(*args: str) -> tuple[subprocess.Popen[bytes], str]:

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
+from core.net import free_port
 from core.records import RequestRecord
 from core.settings import PROJECT_ROOT
 from loadtest.run import read_records
 from loadtest.run import run_locust as bench_locust
 from tests.integration.test_client_timing import (  # noqa: F401 - fixture
     PY,
-    free_port,
     mock_url,
     plan_for,
     settings_for,

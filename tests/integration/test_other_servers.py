@@ -9,40 +9,23 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from core.net import free_port
 from core.settings import PROJECT_ROOT
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, wait_http
 
 pytestmark = pytest.mark.integration
 APP_PY = str(PROJECT_ROOT / ".venvs/app/bin/python")
 ENGINE_BIN = PROJECT_ROOT / ".venvs/engine/bin"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_http(url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"{url} did not answer within {timeout_s:.0f} s")
 
 
 @pytest.fixture

@@ -12,27 +12,16 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from core.net import free_port
 from core.settings import PROJECT_ROOT
+from tests.integration.conftest import wait_http
 
 pytestmark = pytest.mark.integration
 APP_PY = str(PROJECT_ROOT / ".venvs/app/bin/python")
 TOKEN = "preflight-test-token"
 
-
-def wait_http(url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise AssertionError(f"{url} did not answer within {timeout_s:.0f} s")
 
 
 Bench = Callable[..., subprocess.CompletedProcess[str]]

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 import pytest
 
 from core.net import free_port
 from core.settings import PROJECT_ROOT
+from tests.integration.conftest import wait_http
 
 pytestmark = pytest.mark.integration
 APP_PY = str(PROJECT_ROOT / ".venvs/app/bin/python")
@@ -56,17 +56,6 @@ class Bench:
                 pytest.fail(f"no {n} rows within {timeout_s:.0f} s")
             time.sleep(0.5)
 
-
-def wait_http(url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise AssertionError(f"{url} did not answer within {timeout_s:.0f} s")
 
 
 def start_mock(port: int, log: Path) -> subprocess.Popen[bytes]:
