@@ -179,8 +179,11 @@ def test_ctrl_c_writes_an_interrupted_report(stack: Stack, mock: Callable[..., s
     env = {**stack.env, "VLLM_BASE_URL": url, "WARMUP": "0", "CONCURRENCY": "2", "REQUESTS": "200"}
     runs = stack.logs_dir / "runs"
     earlier = set(runs.glob("*.requests.jsonl")) if runs.exists() else set()
+    # as from a terminal: SIGINT at its default even when this test runs as a background job (a shell starts those
+    # with SIGINT ignored, and an ignored signal stays ignored across exec)
     proc = subprocess.Popen([APP_PY, "-m", "loadtest.bench"], cwd=PROJECT_ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # this run's rows file, once it holds a few measured rows
         files = sorted(set(runs.glob("*.requests.jsonl")) - earlier) if runs.exists() else []
