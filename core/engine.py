@@ -68,6 +68,11 @@ class EngineState(BaseModel):
         description="The pid namespace of ``pid`` (:func:`pid_namespace`): a reader in another one (another "
         "container) must not look that pid up.",
     )
+    pgid: int | None = Field(
+        default=None,
+        description="vLLM's process group (the launcher's): every process vLLM starts keeps it, also after a crash "
+        "re-parents it to PID 1 and renames it (setproctitle), so `make down` finds them by it.",
+    )
     hostname: str | None = Field(default=None, description="Host (container) the engine runs on.")
     started_at: float | None = Field(default=None, description="Unix time of the launch, s.")
     argv: list[str] = Field(default_factory=list, description="vLLM's command line (secret values redacted).")

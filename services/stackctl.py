@@ -25,6 +25,7 @@ from core.engine import (
     EngineRequest,
     LogPosition,
     log_position,
+    pid_namespace,
     read_engine_state,
     read_request,
     write_request,
@@ -269,7 +270,9 @@ def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
 def end_leftovers(settings: Settings) -> int:
     """End what is left of this stack's engine (:func:`services.vllm.reaper.end_engine_processes`: processes a crashed
     vLLM left under PID 1, such as multiprocessing's ``resource_tracker``); 0 when nothing is left."""
-    ended = end_engine_processes(settings.run_dir)
+    state = read_engine_state(settings.engine_state_file)
+    same_host = state is not None and state.pid_namespace == pid_namespace()
+    ended = end_engine_processes(settings.run_dir, pgid=state.pgid if state and same_host else None)
     if ended.found:
         killed = f"; {len(ended.killed)} needed SIGKILL" if ended.killed else ""
         print(f"[INFO] Ended {len(ended.found)} leftover engine processes ({' '.join(map(str, ended.found))}){killed}.")

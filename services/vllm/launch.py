@@ -258,6 +258,7 @@ def write_state(
         **resolved.to_dict(),
         pid=pid or os.getpid(),
         pid_namespace=pid_namespace(),
+        pgid=os.getpgrp(),  # vLLM is started in the launcher's process group
         hostname=socket.gethostname(),
         started_at=time.time(),
         argv=redact_argv(argv),

@@ -46,11 +46,35 @@ def _gone(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[:1] in (["Z"], ["X"])
 
 
-def engine_processes(run_dir: Path, proc: Path = Path("/proc")) -> list[int]:
-    """Pids of live processes whose environment carries this stack's :data:`MARKER` (never this process's own).
-    Processes whose environment cannot be read (other users') are skipped; without ``/proc`` the list is empty."""
+def _pgrp(stat_path: str) -> int | None:
+    """The process group in ``/proc/<pid>/stat`` (the third field after the command name), None if unreadable."""
+    try:
+        fields = Path(stat_path).read_text().rsplit(")", 1)[-1].split()
+        return int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _looks_like_engine(proc_dir: str) -> bool:
+    """A Python process or one vLLM renamed (``VLLM::EngineCore``, ``VLLM::Worker``): a second guard on a process
+    group match, so a reused group number never reaches an unrelated program."""
+    try:
+        cmdline = Path(proc_dir, "cmdline").read_bytes().lower()
+    except OSError:
+        return False
+    return b"python" in cmdline or b"vllm" in cmdline
+
+
+def engine_processes(run_dir: Path, pgid: int | None = None, proc: Path = Path("/proc")) -> list[int]:
+    """Pids of live processes whose environment carries this stack's :data:`MARKER`, or (with ``pgid``, the engine's
+    process group from ``engine_state.json``) that are in that group — vLLM's engine core and workers rename
+    themselves (setproctitle), which can overwrite the environment ``/proc`` shows, but keep their group. Never this
+    process's own pid or group. Processes whose environment cannot be read (other users') are skipped; without
+    ``/proc`` the list is empty."""
     wanted = f"{MARKER}={marker_value(run_dir)}".encode()
     own = os.getpid()
+    if pgid is not None and pgid in (os.getpgrp(), 0, 1):
+        pgid = None
     found = []
     try:
         entries = list(os.scandir(proc))
@@ -63,7 +87,10 @@ def engine_processes(run_dir: Path, proc: Path = Path("/proc")) -> list[int]:
             environ = Path(entry.path, "environ").read_bytes()
         except OSError:
             continue
-        if wanted in environ.split(b"\0") and not _gone(int(entry.name)):
+        ours = wanted in environ.split(b"\0") or (
+            pgid is not None and _pgrp(f"{entry.path}/stat") == pgid and _looks_like_engine(entry.path)
+        )
+        if ours and not _gone(int(entry.name)):
             found.append(int(entry.name))
     return sorted(found)
 
@@ -83,11 +110,11 @@ def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
     return left
 
 
-def end_engine_processes(run_dir: Path, grace_s: float = GRACE_S) -> Ended:
+def end_engine_processes(run_dir: Path, grace_s: float = GRACE_S, pgid: int | None = None) -> Ended:
     """SIGTERM every engine process of the stack at ``run_dir`` (:func:`engine_processes`), SIGKILL those still
     there after ``grace_s`` seconds; never raises. ``left`` lists any that survived SIGKILL for 5 s (another user's
     process cannot be signalled)."""
-    ended = Ended(found=engine_processes(run_dir))
+    ended = Ended(found=engine_processes(run_dir, pgid))
     if not ended.found:
         return ended
     _signal_all(ended.found, signal.SIGTERM)

@@ -89,3 +89,45 @@ def test_launcher_marks_vllm_with_the_stacks_run_dir(tmp_path: Path) -> None:
     """vLLM's environment carries the marker (inherited by every process it starts)."""
     settings = Settings(_env_file=None, run_dir=tmp_path / "run", logs_dir=tmp_path / "logs")  # type: ignore[call-arg]
     assert vllm_env(settings, "cpu", base={})[MARKER] == str((tmp_path / "run").resolve())
+
+
+def spawn_renamed_orphan_in_own_group() -> tuple[int, int]:
+    """A re-parented, SIGTERM-ignoring process in a process group of its own whose environment has no marker (as a
+    vLLM engine core whose setproctitle overwrote what ``/proc/<pid>/environ`` shows); (its pid, its group)."""
+    env = {k: v for k, v in os.environ.items() if k != MARKER}
+    done = subprocess.run(
+        [sys.executable, "-c", ORPHAN], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        timeout=60, start_new_session=True,
+    )  # fmt: skip
+    pid = int(done.stdout.strip())
+    return pid, os.getpgid(pid)
+
+
+def test_engine_group_finds_renamed_orphans_and_never_this_group(tmp_path: Path) -> None:
+    """With the engine's process group (``engine_state.json`` ``pgid``) a leftover without the marker is found and
+    ended; the caller's own group is never taken for the engine's, and without a group only the marker counts."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    pid, pgid = spawn_renamed_orphan_in_own_group()
+    try:
+        assert pgid != os.getpgrp() and engine_processes(run_dir) == []
+        assert engine_processes(run_dir, pgid=os.getpgrp()) == []  # never our own group (pytest, make)
+        assert engine_processes(run_dir, pgid=pgid) == [pid]
+        ended = end_engine_processes(run_dir, grace_s=0.5, pgid=pgid)
+        assert ended.found == [pid] and ended.killed == [pid] and not alive(pid)
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_launcher_records_its_process_group(tmp_path: Path) -> None:
+    """The state the launcher writes carries the group vLLM is started in (the launcher's own)."""
+    from core.engine import read_engine_state
+    from services.vllm import launch
+    from services.vllm.model_resolve import ResolvedModel
+
+    settings = Settings(_env_file=None, logs_dir=tmp_path / "logs", run_dir=tmp_path / "run")  # type: ignore[call-arg]
+    resolved = ResolvedModel(requested="m", source="local", model_arg="/m", served_name="m", synthetic=False)
+    launch.write_state(settings, resolved, ["vllm"], profiler=False, pid=os.getpid())
+    state = read_engine_state(settings.engine_state_file)
+    assert state is not None and state.pgid == os.getpgrp()
