@@ -120,6 +120,8 @@ def load_dataset(path: Path) -> Dataset:
     Raises:
         DatasetError: missing file, unreadable text, or no usable entry (with the skip count).
     """
+    if path.is_dir():
+        raise DatasetError(f"dataset {path} is a folder: DATASET names one file (prompt JSONL or ShareGPT JSON)")
     if not path.is_file():
         raise DatasetError(f"dataset {path} not found: check the path (DATASET=...)")
     try:

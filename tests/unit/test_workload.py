@@ -126,9 +126,11 @@ def test_jsonl_bad_lines_are_skipped_and_counted(tmp_path: Path) -> None:
 
 
 def test_missing_and_empty_datasets_are_clear_errors(tmp_path: Path) -> None:
-    """A missing file and a file with nothing usable both name the file."""
+    """A missing file, a folder and a file with nothing usable each name the path and what is wrong with it."""
     with pytest.raises(DatasetError, match="not found"):
         load_dataset(tmp_path / "nope.jsonl")
+    with pytest.raises(DatasetError, match="is a folder: DATASET names one file"):
+        load_dataset(tmp_path)
     (tmp_path / "empty.jsonl").write_text("{}\n")
     with pytest.raises(DatasetError, match="no usable entry"):
         load_dataset(tmp_path / "empty.jsonl")
