@@ -50,7 +50,7 @@ lint: app-env
 	$(APP_PY) -m mypy
 	.venvs/app/bin/lint-imports --no-cache --no-logo
 	$(APP_PY) -m services.sidecar.schema_export --check
-	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venvs/app/bin/mkdocs build --strict --quiet --site-dir "$$(mktemp -d)"
+	@site=$$(mktemp -d); NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venvs/app/bin/mkdocs build --strict --quiet --site-dir "$$site"; rc=$$?; rm -rf "$$site"; exit $$rc
 
 # The documentation site (docs/, MkDocs Material) into site/; the settings reference is generated from the settings.
 docs: app-env

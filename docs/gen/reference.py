@@ -21,6 +21,8 @@ sys.path.insert(0, str(ROOT))
 from core.cli import env_names, flag_fields, flags_of  # noqa: E402
 from core.settings import Settings  # noqa: E402
 
+_HEADER = ["| environment | flags | default | meaning |", "|---|---|---|---|"]
+
 
 def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
@@ -54,7 +56,7 @@ def reference_markdown() -> str:
         if not own or not group.__module__.startswith("core."):
             continue
         doc = (group.__doc__ or "").strip().splitlines()[0] if group.__doc__ else ""
-        lines += [f"## {group.__name__}", "", doc, "", "| environment | flags | default | meaning |", "|---|---|---|---|"]
+        lines += [f"## {group.__name__}", "", doc, "", *_HEADER]
         for name in own:
             seen.add(name)
             info = Settings.model_fields[name]
@@ -64,7 +66,7 @@ def reference_markdown() -> str:
         lines.append("")
     rest = [name for name in Settings.model_fields if name not in seen]
     if rest:
-        lines += ["## Across groups", "", "| environment | flags | default | meaning |", "|---|---|---|---|"]
+        lines += ["## Across groups", "", *_HEADER]
         for name in rest:
             info = Settings.model_fields[name]
             flags = ", ".join(f"`{f}`" for f in flags_of(name, info)) if name in with_flags else "environment only"
