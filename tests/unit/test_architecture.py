@@ -1,4 +1,5 @@
-"""The house plan's import contracts (pyproject's [tool.importlinter], run by `make lint`) hold, and they bite."""
+"""The house plan's import contracts (pyproject's [tool.importlinter]) bite: ``make lint`` checks that the project
+keeps them; these tests prove each kind of broken contract is caught."""
 
 from __future__ import annotations
 
@@ -23,11 +24,6 @@ def run_lint(root: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_project_keeps_its_import_contracts() -> None:
-    """Core imports no service, the middle layer's packages import none of each other, no folder-level cycles."""
-    result = run_lint(PROJECT_ROOT)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 kept, 0 broken" in result.stdout
 
 
 def _package(root: Path, dotted: str, body: str = "") -> None:
