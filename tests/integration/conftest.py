@@ -5,7 +5,7 @@ tests never touch it. ``stack.env`` is the environment every command of a test m
 
 The stack runs with every secret set (:data:`SECRETS`): vLLM started with an API key (VLLM_API_KEY, and a second
 one through ``VLLM_EXTRA_ARGS='--api-key …'``), an HF token, a four-character UI password and a Locust web
-password, so every test proves its path works with them, and ``test_zz_secrets`` that none of them is written.
+password, so every test proves its path works with them, and ``test_secrets`` that none of them is written.
 """
 
 from __future__ import annotations
@@ -41,6 +41,18 @@ SECRETS = {
 }
 """Secret values of the test stack (fresh per session, so finding one anywhere is a leak, never a coincidence)."""
 UI_USERNAME = "tester"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that change the shared stack (restart vLLM with other flags, switch the model, kill it) or that search
+    what every other test wrote run after the rest, in the order of their ``stack_order(N)`` marker; the others keep
+    pytest's order (the sort is stable). File names play no part."""
+
+    def order(item: pytest.Item) -> int:
+        marker = item.get_closest_marker("stack_order")
+        return int(marker.args[0]) if marker else 0
+
+    items.sort(key=order)
 
 
 @dataclass

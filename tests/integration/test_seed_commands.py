@@ -1,6 +1,6 @@
 """The seed image's commands, as its readers type them: `./run_benchmark.sh ...` and `./log_analyze.sh ...`.
 
-(`./start_vllm.sh` is tested in test_zy_model_switch.py: it restarts vLLM, so it runs late.)
+(`./start_vllm.sh` is tested in test_model_switch.py: it restarts vLLM, so it runs late.)
 """
 
 from __future__ import annotations

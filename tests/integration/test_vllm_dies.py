@@ -1,6 +1,6 @@
 """vLLM dying in the middle of a benchmark: the report is still written, failures counted by cause.
 
-Runs last (file name) because it kills the session stack's vLLM.
+Runs last (``stack_order(4)``) because it kills the session stack's vLLM.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from core.settings import PROJECT_ROOT
 from tests.integration.conftest import Stack
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.stack_order(4)]
 
 
 def run_files(stack: Stack) -> set[Path]:

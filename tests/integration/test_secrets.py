@@ -2,7 +2,7 @@
 unauthenticated writes and foreign hosts, Locust's web UI asks for a login, a benchmark with the server cross-check
 works, and none of the secret values is written to logs/, reports/ or run/, or answered by the sidecar.
 
-Runs after the UI and benchmark tests (file name), so the folders it searches hold what they wrote too.
+Runs after the UI and benchmark tests (``stack_order(3)``), so the folders it searches hold what they wrote too.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from tests.integration.conftest import SECRETS, Stack
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.stack_order(3)]
 SHORT = 6  # the redactor's rule: shorter secrets are masked (and searched) as whole words only
 
 

@@ -1,6 +1,6 @@
 """make compare of two sweeps that differ in one vLLM flag, on the real CPU vLLM.
 
-Named to run late: it restarts vLLM with ``--max-num-seqs 2`` (``VLLM_EXTRA_ARGS`` through ``./start_vllm.sh``) and
+Runs late (``stack_order(1)``): it restarts vLLM with ``--max-num-seqs 2`` (``VLLM_EXTRA_ARGS`` through ``./start_vllm.sh``) and
 leaves it so; the next restart without the variable (the model-switch test) serves the stack's own arguments.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from tests.integration.conftest import Stack
 from tests.integration.test_sweep import series_of
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.stack_order(1)]
 
 
 def test_compare_lists_the_differing_vllm_flag_first_and_shows_both_curves(stack: Stack) -> None:

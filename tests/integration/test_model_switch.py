@@ -1,6 +1,6 @@
 """`VLLM_MODEL_PATH=<dir> ./start_vllm.sh` switches the served model in local mode: only vLLM restarts, the chat UI
 keeps its process and its header follows (real browser); a typo in VLLM_EXTRA_ARGS is reported with argparse's line.
-Runs late: it restarts vLLM four times (there and back; the typo and back)."""
+Runs late (``stack_order(2)``): it restarts vLLM four times (there and back; the typo and back)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from services.vllm.control import Supervisor
 from tests.integration.conftest import Stack
 from tests.integration.test_ui_browser import browser, log_in  # noqa: F401  (the module-scoped Chromium fixture)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.stack_order(2)]
 TINY_DIR = PROJECT_ROOT / "models" / "tiny"
 
 
