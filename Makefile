@@ -50,6 +50,7 @@ lint: app-env
 	$(APP_PY) -m mypy
 	.venvs/app/bin/lint-imports --no-cache --no-logo
 	@scripts/validate_containers.sh >/dev/null || scripts/validate_containers.sh
+	$(APP_PY) scripts/check_kubernetes.py
 	$(APP_PY) -m services.sidecar.schema_export --check
 	@site=$$(mktemp -d); NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venvs/app/bin/mkdocs build --strict --quiet --site-dir "$$site"; rc=$$?; rm -rf "$$site"; exit $$rc
 
