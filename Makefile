@@ -5,14 +5,14 @@ SHELL := /bin/bash
 APP_PY := .venvs/app/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help docs sweep compare compose-up compose-down compose-test pin-images calibrate bench-peer bench-ceiling bench-workers bench-lag bench-logs bench-engine logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
+.PHONY: help docs bench-router sweep compare compose-up compose-down compose-test pin-images calibrate bench-peer bench-ceiling bench-workers bench-lag bench-logs bench-engine logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
 
 help:
 	@echo "stack:      make up | down | status"
 	@echo "benchmark:  make benchmark [CONCURRENCY= REQUESTS= DURATION= RATE= WORKERS= SLO= GATE= REPEAT= PROFILE=1 ...] | baseline NAME=.. | calibrate"
 	@echo "            make sweep [SWEEP=auto|concurrency:1,2,4|rate:0.5,1,2 SLO= REPEAT=] | compare A=<id|baseline> B=<id|baseline>"
 	@echo "logs:       make logs-errors | logs-slow [THRESHOLD_MS=] | logs-stats [SINCE=]"
-	@echo "dev:        make test | lint | docs | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-workers | bench-lag | bench-logs | bench-engine | clean"
+	@echo "dev:        make test | lint | docs | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-workers | bench-lag | bench-logs | bench-engine | bench-router | clean"
 	@echo "containers: make compose-up | compose-down | compose-test | benchmark-compose | pin-images (see README, Docker and GPUs)"
 
 envs: app-env engine-env
@@ -99,6 +99,10 @@ bench-workers: app-env
 
 bench-lag: app-env
 	@$(APP_PY) benchmarks/bench_lag_verdict.py
+
+# What vLLM's router adds: TTFT and ITL through vllm-router ÷ direct, same server, alternating rounds.
+bench-router: app-env
+	@$(APP_PY) benchmarks/bench_router.py $(ARGS)
 
 bench-logs: app-env
 	@$(APP_PY) benchmarks/bench_log_analyzer.py

@@ -1,0 +1,198 @@
+"""What vLLM's router adds: TTFT and ITL through ``vllm-router`` ÷ straight to the same server, side by side.
+
+``make bench-router`` starts one server — the bundled mock (``loadtest.mock_server``: known TTFT and ITL, cheap, so
+the figures are the router's) or, with ``--target URL``, a running vLLM — and ``vllm-router --worker-urls <it>
+--policy round_robin`` in front of it, then sends the same closed-loop load (``--concurrency`` users, ``--requests``
+streamed chat requests of ``--tokens`` tokens) straight and through the router in alternating rounds
+(direct, router, direct, router, …; ``--rounds`` pairs), with the project's one request function
+(``loadtest.client.stream_chat``). Per round it prints mean and p50 TTFT and ITL for both paths and the router's
+added latency (router − direct, ms) and ratio (router ÷ direct); the summary is the median over the rounds.
+
+Figures: benchmarks/README.md ("Router overhead"). A round's requests all succeed or the round is reported as failed
+with the first cause; nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+from gevent import monkey
+
+monkey.patch_all()
+
+import gevent.pool  # noqa: E402
+import httpx  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from core.net import free_port  # noqa: E402
+from core.records import RequestRecord  # noqa: E402
+from loadtest.client import chat_payload, new_session, stream_chat  # noqa: E402
+
+APP_BIN = Path(sys.executable).parent
+
+
+@dataclass(frozen=True)
+class PathFigures:
+    """One path's figures for one round: means and medians in ms over its successful requests."""
+
+    ttft_mean_ms: float
+    ttft_p50_ms: float
+    itl_mean_ms: float
+    itl_p50_ms: float
+    ok: int
+    failed: int
+    first_error: str | None
+
+
+def figures(rows: list[RequestRecord]) -> PathFigures:
+    """Mean/median TTFT and ITL (every gap of every successful request) of ``rows``."""
+    good = [r for r in rows if r.ok and r.ttft_ms is not None]
+    ttft = [r.ttft_ms for r in good if r.ttft_ms is not None]
+    gaps = [gap for r in good for gap in r.itl_ms]
+    bad = [r for r in rows if not r.ok]
+    return PathFigures(
+        ttft_mean_ms=statistics.fmean(ttft) if ttft else float("nan"),
+        ttft_p50_ms=statistics.median(ttft) if ttft else float("nan"),
+        itl_mean_ms=statistics.fmean(gaps) if gaps else float("nan"),
+        itl_p50_ms=statistics.median(gaps) if gaps else float("nan"),
+        ok=len(good),
+        failed=len(bad),
+        first_error=(bad[0].error or bad[0].error_kind) if bad else None,
+    )
+
+
+def wait_ready(url: str, timeout_s: float) -> None:
+    """Wait until ``GET url`` answers 200; raises TimeoutError naming the URL."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer 200 within {timeout_s:.0f} s")
+
+
+@contextmanager
+def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``argv`` (output to ``log``) for the block's duration; stopped (then killed) at its end."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def load(base_url: str, model: str, args: argparse.Namespace, headers: dict[str, str]) -> list[RequestRecord]:
+    """``args.requests`` streamed requests from ``args.concurrency`` closed-loop users, one connection each."""
+    rows: list[RequestRecord] = []
+    left = iter(range(args.requests))
+
+    def user() -> None:
+        session = new_session(headers=headers)
+        for _ in left:
+            payload = chat_payload(model, [{"role": "user", "content": "你好，请介绍一下你自己。"}], args.tokens, 0.0,
+                                   ignore_eos=True)
+            rows.append(stream_chat(session, base_url, payload, timeout_s=120))
+
+    pool = gevent.pool.Pool(args.concurrency)
+    for _ in range(args.concurrency):
+        pool.spawn(user)
+    pool.join()
+    return rows
+
+
+def served_model(base_url: str, headers: dict[str, str]) -> str:
+    """The first model ``/v1/models`` lists."""
+    answer = httpx.get(f"{base_url}/v1/models", headers=headers, timeout=10)
+    answer.raise_for_status()
+    return str(answer.json()["data"][0]["id"])
+
+
+def row(label: str, direct: PathFigures, routed: PathFigures) -> str:
+    """One table row: both paths' TTFT/ITL means and the router's added ms and ratio."""
+    return (f"| {label} | {direct.ttft_mean_ms:.1f} | {routed.ttft_mean_ms:.1f} | "
+            f"{routed.ttft_mean_ms - direct.ttft_mean_ms:+.2f} ({routed.ttft_mean_ms / direct.ttft_mean_ms:.3f}) | "
+            f"{direct.itl_mean_ms:.2f} | {routed.itl_mean_ms:.2f} | "
+            f"{routed.itl_mean_ms - direct.itl_mean_ms:+.3f} ({routed.itl_mean_ms / direct.itl_mean_ms:.3f}) |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line (``make bench-router``); exit 0 when every request of every round succeeded, 1 otherwise."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", help="an OpenAI-compatible server to put behind the router (default: the mock)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--ttft-ms", type=float, default=50.0, help="the mock's TTFT")
+    parser.add_argument("--itl-ms", type=float, default=10.0, help="the mock's inter-token latency")
+    parser.add_argument("--policy", default="round_robin")
+    parser.add_argument("--workdir", type=Path, default=ROOT / "logs" / "bench_router")
+    args = parser.parse_args(argv)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    headers = {"Authorization": f"Bearer {os.environ['VLLM_API_KEY']}"} if os.environ.get("VLLM_API_KEY") else {}
+
+    mock_port = free_port()
+    mock_argv = [sys.executable, "-m", "loadtest.mock_server", "--port", str(mock_port), "--tokens", str(args.tokens),
+                 "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms)]
+    with nullcontext() if args.target else process(mock_argv, args.workdir / "mock.log"):
+        direct_url = args.target.rstrip("/") if args.target else f"http://127.0.0.1:{mock_port}"
+        wait_ready(f"{direct_url}/v1/models", 60)
+        router_port = free_port()
+        router_argv = [str(APP_BIN / "vllm-router"), "--host", "127.0.0.1", "--port", str(router_port),
+                       "--worker-urls", direct_url, "--policy", args.policy,
+                       "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
+        with process(router_argv, args.workdir / "router.log"):
+            router_url = f"http://127.0.0.1:{router_port}"
+            wait_ready(f"{router_url}/readiness", 60)
+            model = served_model(direct_url, headers)
+            server = model if args.target else f"the mock, TTFT {args.ttft_ms:.0f} ms, ITL {args.itl_ms:.0f} ms"
+            print(f"[INFO] {args.rounds} rounds x (direct, router): {args.concurrency} users, {args.requests} "
+                  f"requests of {args.tokens} tokens; server {direct_url} ({server}), "
+                  f"vllm-router --policy {args.policy}")
+            load(direct_url, model, args, headers)  # warm both paths' connections and the server
+            load(router_url, model, args, headers)
+            print("| round | TTFT direct ms | TTFT router ms | router adds ms (ratio) | ITL direct ms | ITL router ms "
+                  "| router adds ms (ratio) |")
+            print("|---|---|---|---|---|---|---|")
+            pairs = []
+            failed = False
+            for index in range(args.rounds):
+                direct = figures(load(direct_url, model, args, headers))
+                routed = figures(load(router_url, model, args, headers))
+                for name, fig in (("direct", direct), ("router", routed)):
+                    if fig.failed:
+                        failed = True
+                        print(f"[WARN] round {index}: {fig.failed} {name} request(s) failed: {fig.first_error}")
+                pairs.append((direct, routed))
+                print(row(str(index), direct, routed), flush=True)
+    ttft_added = statistics.median(r.ttft_mean_ms - d.ttft_mean_ms for d, r in pairs)
+    itl_added = statistics.median(r.itl_mean_ms - d.itl_mean_ms for d, r in pairs)
+    ttft_ratio = statistics.median(r.ttft_mean_ms / d.ttft_mean_ms for d, r in pairs)
+    itl_ratio = statistics.median(r.itl_mean_ms / d.itl_mean_ms for d, r in pairs)
+    print(f"[RESULT] router adds, median of {args.rounds} rounds: TTFT {ttft_added:+.2f} ms ({ttft_ratio:.3f} x), "
+          f"ITL {itl_added:+.3f} ms ({itl_ratio:.3f} x)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
