@@ -74,6 +74,11 @@ class ServingKnobs(BaseModel):
         description="GPUs of the engine and the sidecar's readings, CUDA_VISIBLE_DEVICES semantics (indices in PCI "
         "order, or UUIDs); unset: all. Also read from CUDA_VISIBLE_DEVICES.",
     )
+    vllm_gpu_base: str = Field(
+        default="vllm/vllm-openai:v0.32.0-cu129",
+        description="The vLLM image of the GPU build (Dockerfile.vllm): the -cu129 tag runs on drivers 525.60+ (CUDA "
+        "12 minor-version compatibility); the plain tag is vLLM's CUDA 13 build, driver 580.65+ (docs/docker.md).",
+    )
     gpu_headroom_gb: float = Field(
         default=1.0,
         ge=0,
