@@ -13,7 +13,7 @@ from core.gpus import DeviceMemory
 from core.settings import PROJECT_ROOT, Settings
 from core.units import GIB
 from services.vllm import launch
-from services.vllm.engineplan import ModelFacts, gpu_plan, kv_plan
+from services.vllm.engineplan import ModelFacts, engine_versions, gpu_plan, kv_plan
 from services.vllm.gpuhost import from_nvml
 from services.vllm.gpuplan import ParallelSizes, memory_plan, parallel_sizes, weights_from_config
 from services.vllm.kvsizing import geometry_from_config, per_gpu
@@ -146,3 +146,17 @@ def test_gpu_devices_reach_the_engine_in_pci_order() -> None:
     env = launch.vllm_env(_settings(gpu_devices="1"), "gpu", base={})
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert "CUDA_DEVICE_ORDER" not in launch.vllm_env(_settings(), "gpu", base={})
+
+
+def test_engine_versions_are_read_from_the_engine_interpreter() -> None:
+    """The launcher records the engine's own Python, torch and CUDA runtime (None on the CPU build here), not its
+    own: read from the engine interpreter without importing torch."""
+    if not ENGINE_PY.exists():
+        pytest.skip("no engine venv (.venvs/engine)")
+    versions = engine_versions(str(ENGINE_PY))
+    probe = subprocess.run([str(ENGINE_PY), "-c", "import torch, sys; print(torch.__version__, torch.version.cuda)"],
+                           capture_output=True, text=True, timeout=300)
+    torch_version, cuda = probe.stdout.split()
+    assert versions["torch_version"] == torch_version and versions["cuda_runtime"] == (None if cuda == "None" else cuda)
+    assert versions["python_version"] and versions["python_version"].startswith("3.")
+    assert engine_versions("/nonexistent/python") == {}
