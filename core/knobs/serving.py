@@ -79,6 +79,11 @@ class ServingKnobs(BaseModel):
         description="The vLLM image of the GPU build (Dockerfile.vllm): the -cu129 tag runs on drivers 525.60+ (CUDA "
         "12 minor-version compatibility); the plain tag is vLLM's CUDA 13 build, driver 580.65+ (docs/docker.md).",
     )
+    engine_preflight: bool = Field(
+        default=False,
+        description="Run make doctor's engine checks before vLLM starts, refusing on a too-old driver or too little "
+        "GPU memory (set in the compose engine).",
+    )
     gpu_headroom_gb: float = Field(
         default=1.0,
         ge=0,

@@ -29,10 +29,9 @@ from core.net import port_in_use_message
 from core.pipes import guard_stdout
 from core.settings import Settings, get_settings
 from core.units import GIB
-from services.vllm.engineplan import engine_python, engine_versions, gpu_plan, kv_plan, model_facts
+from services.vllm.engineplan import engine_python, engine_versions, gpu_plan, kv_plan, model_facts, resolve
 from services.vllm.gpuhost import HostGpus, host_gpus
 from services.vllm.kvsizing import KvSizingError
-from services.vllm.launch import resolve
 from services.vllm.model_resolve import ModelResolutionError
 
 MIN_DRIVER = {"cu129": "525.60.13", "cu130": "580.65.06"}
@@ -196,10 +195,30 @@ def diagnose(settings: Settings, gpus: HostGpus, in_container: bool, hf_cache: P
         out += check_memory(settings, gpus)
     else:
         out.append(Finding("GPU", True, f"none seen ({gpus.reason}): the CPU build runs (docker-compose.cpu.yml)"))
-    out += check_folders([settings.logs_dir, settings.reports_dir, settings.models_dir], uid, gid)
+    folders = [settings.logs_dir, settings.models_dir]  # what the engine writes (reports/: the sidecar's)
+    out += check_folders(folders if in_container else [settings.logs_dir, settings.reports_dir, *folders[1:]], uid, gid)
     out += check_hf(hf_cache, settings.hf_token, uid, gid)
     out += check_ports(settings, in_container)
     return out
+
+
+BLOCKING = ("driver", "GPU", "plan")
+"""Findings that stop the engine's start (``ENGINE_PREFLIGHT``): vLLM would fail on them; the rest are warnings."""
+
+
+def preflight(settings: Settings, say: Callable[[str], None]) -> bool:
+    """The engine-side checks before vLLM starts (compose's engine, ``ENGINE_PREFLIGHT=1``): every finding said,
+    failures of :data:`BLOCKING` checks as errors (False: do not start), others as warnings."""
+    from huggingface_hub import constants
+
+    ok = True
+    for finding in diagnose(settings, host_gpus(), True, Path(constants.HF_HUB_CACHE)):
+        if finding.ok:
+            continue
+        blocking = finding.check.startswith(BLOCKING)
+        ok = ok and not blocking
+        say(f"[{'ERROR' if blocking else 'WARNING'}] preflight: {finding.check}: {finding.text}")
+    return ok
 
 
 def main(argv: list[str] | None = None) -> int:

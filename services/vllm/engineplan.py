@@ -18,9 +18,9 @@ from core.settings import PROJECT_ROOT, Settings
 from services.vllm.gpuhost import HostGpus
 from services.vllm.gpuplan import MemoryPlan, ParallelSizes, memory_plan, parallel_sizes, weights_from_config
 from services.vllm.gpuplan import weights_on_disk as disk_weights
-from services.vllm.hub import fetch_config, hf_config_dir
+from services.vllm.hub import fetch_config, hf_cached, hf_config_dir, probe_hub
 from services.vllm.kvsizing import DTYPE_BYTES, KvPlan, geometry_from_config, per_gpu, plan_kv, read_config
-from services.vllm.model_resolve import ResolvedModel
+from services.vllm.model_resolve import ResolvedModel, resolve_model
 
 
 def engine_python(settings: Settings) -> str:
@@ -42,6 +42,20 @@ def engine_build(settings: Settings) -> str:
             return "gpu"
     done = subprocess.run([engine_python(settings), "-c", probe], capture_output=True, check=False)
     return "cpu" if done.returncode == 0 else "gpu"
+
+
+def resolve(settings: Settings) -> ResolvedModel:
+    """Resolve the configured model (see :func:`services.vllm.model_resolve.resolve_model`)."""
+    return resolve_model(
+        settings.requested_model,
+        was_set=settings.model_was_set,
+        served_name=settings.served_model_name,
+        models_dir=settings.models_dir,
+        cached=hf_cached,
+        probe_hub=lambda repo: probe_hub(
+            repo, settings.hub_probe_timeout_s, settings.hf_hub_offline, settings.hf_token
+        ),
+    )
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ file; only several keys at once go on the command line (``--api-key a b``), mask
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -37,36 +38,29 @@ from core.engine import (
     record_exit,
     write_engine_state,
 )
-from core.logrotate import MIB, RotatingWriter
 from core.net import port_in_use_message
-from core.redact import Redactor, redact_argv, secret_values, split_secret_flags, strip_url_credentials
+from core.redact import redact_argv, split_secret_flags, strip_url_credentials
 from core.settings import PROJECT_ROOT, Settings, get_settings, service_env
-from services.vllm.engineplan import engine_build, engine_facts, engine_python, gpu_plan, kv_plan, model_facts
+from services.vllm.doctor import preflight
+from services.vllm.engineplan import (
+    engine_build,
+    engine_facts,
+    engine_python,
+    gpu_plan,
+    kv_plan,
+    model_facts,
+    resolve,
+)
 from services.vllm.gpuhost import host_gpus
 from services.vllm.gpuplan import has_flag
-from services.vllm.hub import hf_cached, probe_hub
 from services.vllm.kvsizing import KvPlan, KvSizingError
-from services.vllm.logpipe import Masked, file_sink, pump, stream_sink
-from services.vllm.model_resolve import ModelResolutionError, ResolvedModel, resolve_model
+from services.vllm.logpipe import Masked, output, pump
+from services.vllm.model_resolve import ModelResolutionError, ResolvedModel
 from services.vllm.reaper import MARKER, marker_value
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 DRAIN_S = 5.0
 """After vLLM exits, how long its last output (and that of processes it left) may still be copied, s."""
-
-
-def resolve(settings: Settings) -> ResolvedModel:
-    """Resolve the configured model (see :func:`services.vllm.model_resolve.resolve_model`)."""
-    return resolve_model(
-        settings.requested_model,
-        was_set=settings.model_was_set,
-        served_name=settings.served_model_name,
-        models_dir=settings.models_dir,
-        cached=hf_cached,
-        probe_hub=lambda repo: probe_hub(
-            repo, settings.hub_probe_timeout_s, settings.hf_hub_offline, settings.hf_token
-        ),
-    )
 
 
 def build_synthetic(settings: Settings, resolved: ResolvedModel) -> None:
@@ -179,7 +173,7 @@ LEGACY_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
 STACK_ONLY_VLLM_VARS = frozenset(
     {name.upper() for name in Settings.model_fields if name.startswith("vllm_") and not name.startswith("vllm_cpu_")}
     - {"VLLM_API_KEY"}  # vLLM's own: it reads its API key from there
-)
+) | {"VLLM_TENSOR_PARALLEL_SIZE", "VLLM_SHM_SIZE"}  # older compose-only names a .env may still carry
 
 
 def vllm_env(settings: Settings, build: str = "gpu", base: dict[str, str] | None = None) -> dict[str, str]:
@@ -246,18 +240,6 @@ def write_state(
     )
     state = EngineState.model_validate({**state.model_dump(), **(facts or {})})
     write_engine_state(settings.engine_state_file, state)
-
-
-def output(settings: Settings) -> tuple[Masked, RotatingWriter | None]:
-    """Where the launcher and vLLM write: stdout, and ``logs/vllm.log`` (rotated) with VLLM_LOG_TO_FILE; every
-    configured secret masked."""
-    redactor = Redactor(secret_values(settings))
-    writer = None
-    sinks = [stream_sink(sys.stdout.buffer)]
-    if settings.vllm_log_to_file:
-        writer = RotatingWriter(settings.vllm_log_file, int(settings.vllm_log_max_mb * MIB), settings.vllm_log_backups)
-        sinks.append(file_sink(writer))
-    return Masked(sinks, redactor), writer
 
 
 def exit_code(returncode: int) -> int:
@@ -351,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = gpu_plan(settings, facts, kv, host_gpus()) if build == "gpu" else None
     for line in plan.log_lines() if plan else []:
         say(line, error=line.startswith("[WARNING]"))
+    if settings.engine_preflight and not args.prepare_only and not preflight(settings, say):
+        return 2
     if args.prepare_only:
         say(f"[INFO] Model ready: {resolved.requested} -> {resolved.model_arg} (served as {resolved.served_name})")
         return 0
@@ -372,12 +356,16 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_start(pid: int) -> None:
         started.append(pid)
-        write_state(settings, resolved, cmd, profile, pid=pid, log_start=start, facts=state_facts)
+        try:
+            write_state(settings, resolved, cmd, profile, pid=pid, log_start=start, facts=state_facts)
+        except OSError as exc:  # logs/ not writable: vLLM still serves, status readers say "unknown"
+            out.line(f"[WARNING] {settings.engine_state_file} cannot be written ({exc.strerror}) (make doctor)")
 
     state_facts = engine_facts(engine_python(settings), plan)
     try:
         code = run_vllm(cmd, vllm_env(settings, build), out, on_start)
-        record_exit(settings.engine_state_file, started[0] if started else None, code)
+        with contextlib.suppress(OSError):
+            record_exit(settings.engine_state_file, started[0] if started else None, code)
         return code
     finally:
         if writer is not None:

@@ -134,3 +134,32 @@ def test_make_doctor_prints_one_line_per_failure(tmp_path: Path) -> None:
 def test_from_nvidia_smi_reports_the_tools_failure() -> None:
     failed = subprocess.CompletedProcess([], 9, "", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver")
     assert "couldn't communicate" in (from_nvidia_smi(run=lambda _cmd: failed).reason or "")
+
+
+def test_engine_preflight_blocks_on_gpu_failures_and_warns_on_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENGINE_PREFLIGHT (the compose engine): a full GPU stops the start with its fix; an unwritable logs/ only warns
+    (the launcher then logs to stdout)."""
+    gpus = _gpus(tmp_path, monkeypatch, [a10(0, 22_500)])
+    monkeypatch.setattr(doctor, "host_gpus", lambda: gpus)
+    lines: list[str] = []
+    assert doctor.preflight(_settings(tmp_path, container_uid=os.getuid() + 4242), lines.append) is False
+    assert any(line.startswith("[ERROR] preflight: GPU 0 (NVIDIA A10):") for line in lines), lines
+    roomy = _gpus(tmp_path, monkeypatch, [a10(0, 0)])
+    monkeypatch.setattr(doctor, "host_gpus", lambda: roomy)
+    (tmp_path / "logs").mkdir(mode=0o555, exist_ok=True)
+    lines.clear()
+    assert doctor.preflight(_settings(tmp_path, container_uid=os.stat(tmp_path).st_uid + 4242), lines.append) is True
+    assert any(line.startswith("[WARNING] preflight: logs/:") for line in lines), lines
+
+
+def test_launcher_logs_to_stdout_when_logs_cannot_be_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from services.vllm.logpipe import output
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    settings = Settings(_env_file=None, logs_dir=blocker / "logs", vllm_log_to_file=True)  # type: ignore[call-arg]
+    out, writer = output(settings)
+    assert writer is None and "logging to stdout only" in capsys.readouterr().err
+    out.line("still printed")
