@@ -163,8 +163,9 @@ class MemoryPlan:
         util = self.utilization
         p = self.parallel
         split = f" / (TP {p.tensor} × PP {p.pipeline})" if p.tensor * p.pipeline > 1 else ""
+        weights = f"{self.weights_bytes / GIB:.2f} GiB{split}" if self.weights_bytes else "unknown (0)"
         head = (
-            f"GPU memory per GPU: weights {self.weights_bytes / GIB:.2f} GiB{split} + KV {self.kv_cache_bytes / GIB:g}"
+            f"GPU memory per GPU: weights {weights} + KV {self.kv_cache_bytes / GIB:g}"
             f" GiB + headroom {self.headroom_bytes / GIB:g} GiB = {self.need_bytes / GIB:.2f} GiB"
         )
         if util is None:
