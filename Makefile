@@ -5,10 +5,10 @@ SHELL := /bin/bash
 APP_PY := .venvs/app/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help docs bench-router sweep compare compose-up compose-down compose-test pin-images calibrate bench-peer bench-ceiling bench-workers bench-lag bench-logs bench-engine logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers test lint unit integration envs app-env engine-env browser clean
+.PHONY: help docs bench-router sweep compare compose-up compose-down compose-test pin-images calibrate bench-peer bench-ceiling bench-workers bench-lag bench-logs bench-engine logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers doctor test lint unit integration envs app-env engine-env browser clean
 
 help:
-	@echo "stack:      make up | down | status"
+	@echo "stack:      make up | down | status | doctor"
 	@echo "benchmark:  make benchmark [CONCURRENCY= REQUESTS= DURATION= RATE= WORKERS= SLO= GATE= REPEAT= PROFILE=1 ...] | baseline NAME=.. | calibrate"
 	@echo "            make sweep [SWEEP=auto|concurrency:1,2,4|rate:0.5,1,2 SLO= REPEAT=] | compare A=<id|baseline> B=<id|baseline>"
 	@echo "logs:       make logs-errors | logs-slow [THRESHOLD_MS=] | logs-stats [SINCE=]"
@@ -111,6 +111,10 @@ bench-logs: app-env
 
 bench-engine: envs
 	@$(APP_PY) benchmarks/bench_engine_defaults.py $(if $(REPEATS),--repeats $(REPEATS)) $(if $(VARIANTS),--variants $(VARIANTS))
+
+# Why the GPU stack would not start (driver vs image CUDA, Container Toolkit, free GPU memory, writable checkout, HF, ports)
+doctor: app-env
+	@$(APP_PY) -m services.vllm.doctor
 
 validate-containers: app-env
 	scripts/validate_containers.sh

@@ -86,6 +86,14 @@ class EngineState(BaseModel):
         "by the launcher once vLLM exited; None while it runs or when the launcher itself was killed.",
     )
     exited_at: float | None = Field(default=None, description="Unix time vLLM exited, s (with ``exit_code``).")
+    engine_python_version: str | None = Field(default=None, description="Python of the interpreter running vLLM.")
+    engine_torch_version: str | None = Field(default=None, description="torch of the engine (e.g. 2.9.0+cu129).")
+    engine_cuda_runtime: str | None = Field(
+        default=None, description="CUDA runtime the engine's torch was built with (None: a CPU build)."
+    )
+    gpu_devices: list[int] | None = Field(
+        default=None, description="NVML indices (PCI order) of the GPUs the engine uses; None: unknown or no GPU."
+    )
 
     @property
     def engine_python(self) -> str | None:

@@ -80,7 +80,16 @@ class Environment(BaseModel):
     cpu_model: str | None = None
     cpu_cores: int | None = None
     ram_total_gb: float | None = Field(default=None, description="Host memory, GiB (2**30 bytes).")
-    python_version: str | None = None
+    python_version: str | None = Field(default=None, description="The sidecar's Python (vLLM's: engine_python_*).")
+    gpu_indices: list[int] = Field(
+        default_factory=list, description="NVML indices (PCI order) of the GPUs the engine uses (GPU_DEVICES)."
+    )
+    engine_cuda_runtime: str | None = Field(
+        default=None,
+        description="CUDA runtime of the engine's torch, from the launcher (cuda_version: the driver's maximum).",
+    )
+    engine_torch_version: str | None = Field(default=None, description="The engine's torch, recorded by the launcher.")
+    engine_python_version: str | None = Field(default=None, description="The engine's Python (launcher's record).")
     project_version: str | None = None
     project_git_commit: str | None = None
     startup: StartupFacts | None = Field(default=None, description="None when vLLM's log cannot be read.")
@@ -177,6 +186,11 @@ class GpuSample(BaseModel):
     )
     util_percent: float | None = None
     power_w: float | None = None
+    other_mem_gb: float | None = Field(
+        default=None,
+        description="Memory held on this GPU by processes that are not the engine's, GiB (NVML's process list); "
+        "None when NVML cannot tell (no process list, or the engine in another pid namespace).",
+    )
 
 
 class GpuStats(BaseModel):
@@ -190,6 +204,10 @@ class GpuStats(BaseModel):
     util_percent_mean: float | None = None
     power_w_peak: float | None = None
     power_w_mean: float | None = None
+    uuid: str | None = Field(default=None, description="NVML's UUID of the device (GPU-…).")
+    other_mem_peak_gb: float | None = Field(
+        default=None, description="Peak memory of processes not the engine's on this GPU, GiB (see GpuSample)."
+    )
 
 
 class ResourcePoint(BaseModel):

@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-HARDENING_KEYS = ("cap_drop", "security_opt", "read_only", "tmpfs", "logging", "mem_limit", "cpus", "pids_limit")
+HARDENING_KEYS = (
+    "user", "cap_drop", "security_opt", "read_only", "tmpfs", "logging", "mem_limit", "cpus", "pids_limit"
+)  # fmt: skip
 """The keys every service must have (removing one fails the check, naming it)."""
 
 UNPINNED_MARKER = "# unpinned: run make pin-images on a host that reaches the registry"
@@ -25,6 +27,12 @@ UNPINNED_MARKER = "# unpinned: run make pin-images on a host that reaches the re
 UNCAPPED_CPUS = frozenset({"vllm"})
 """Services whose CPU cap may be absent (``cpus: 0`` resolves to no key): the engine is what a benchmark measures,
 and Docker refuses a cap above the host's cores (docs/docker.md, "Resource limits"). Memory and pids stay capped."""
+
+ENGINE_ENV = {"ENGINE_PREFLIGHT": "1"}
+"""The engine's environment must run make doctor's checks before vLLM starts (services/vllm/doctor.py)."""
+COMPOSE_ONLY_VLLM_NAMES = frozenset({"VLLM_TENSOR_PARALLEL_SIZE", "VLLM_SHM_SIZE"})
+"""Old compose-only names in VLLM_*'s namespace: vLLM warns about each it does not know (ENGINE_* replace them)."""
+_USER = re.compile(r"^\d+(:\d+)?$")
 
 REPORTS_WRITERS = frozenset({"sidecar"})
 """Services that write ./reports (the sidecar is its only writer); anywhere else it may only be mounted read-only."""
@@ -65,6 +73,15 @@ def service_problems(name: str, spec: dict[str, Any]) -> list[str]:
     for key in ("mem_limit", "cpus", "pids_limit"):
         if key in spec and not _positive(spec[key]):
             found.append(f"{key}: must be a positive limit, not {spec[key]!r}")
+    if "user" not in missing and not _USER.match(str(spec["user"])):
+        found.append(f"user: must be numeric uid:gid (APP_UID:APP_GID), not {spec['user']!r}")
+    env = spec.get("environment") or {}
+    for variable in sorted(COMPOSE_ONLY_VLLM_NAMES & set(env)):
+        found.append(f"environment: {variable} reaches vLLM as an unknown VLLM_* variable (use ENGINE_*)")
+    if name == "vllm":
+        for variable, value in ENGINE_ENV.items():
+            if str(env.get(variable)) != value:
+                found.append(f"environment: {variable} must be {value} (the engine's preflight)")
     if spec.get("privileged"):
         found.append("privileged: must not be set")
     if spec.get("pid") == "host":

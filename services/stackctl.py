@@ -39,6 +39,7 @@ from core.settings import PROJECT_ROOT, Settings, get_settings
 from core.tokenfile import ensure_sidecar_token
 from services.sidecar.envinfo import startup_facts
 from services.vllm.control import FAILED_STATES, LocalEngine, Supervisor, engine_phase, why_not_up
+from services.vllm.engineplan import engine_build
 from services.vllm.reaper import end_engine_processes
 from services.vllm.startup import StartupPhase
 
@@ -213,6 +214,12 @@ def up(settings: Settings) -> int:
     )
     if prepared.returncode != 0:
         return 2
+    if engine_build(settings) == "gpu":  # the GPU preflight (make doctor's engine checks) before anything starts
+        doctor = [sys.executable, "-m", "services.vllm.doctor", "--in-container"]
+        checked = subprocess.run(doctor, env=env, cwd=PROJECT_ROOT, check=False)
+        if checked.returncode != 0:
+            print("[ERROR] The GPU preflight failed (lines above); fix them and run `make up` again.", file=sys.stderr)
+            return 2
     subprocess.run(
         [sys.executable, "-m", "supervisor.supervisord", "-c", str(CONF)], env=env, cwd=PROJECT_ROOT, check=True
     )

@@ -24,6 +24,12 @@ class _Util:
 
 
 @dataclass
+class _Proc:
+    pid: int
+    usedGpuMemory: int  # pynvml's field name
+
+
+@dataclass
 class FakeNvml:
     """Stands in for the ``pynvml`` module: same function names and return shapes, scripted readings."""
 
@@ -36,6 +42,13 @@ class FakeNvml:
     reserved_bytes: int = 615 * 1024**2  # an idle H200's driver reservation
     has_v2: bool = True  # drivers before R510 lack nvmlDeviceGetMemoryInfo_v2
     nvmlMemory_v2: int = 0x02000028
+    processes: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # GPU index -> (pid, bytes)
+
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
+        return f"GPU-{handle:08x}-fake-{self.names[handle].replace(' ', '-').lower()}"
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[_Proc]:
+        return [_Proc(pid, used) for pid, used in self.processes.get(handle, [])]
 
     def nvmlInit(self) -> None:
         if self.fail_init:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -21,6 +21,15 @@ class FolderKnobs(BaseModel):
     models_dir: Path = PROJECT_ROOT / "models"
     run_dir: Path = Field(default=PROJECT_ROOT / "run", description="supervisord socket and pid (local mode).")
     prompts_file: Path = PROJECT_ROOT / "loadtest" / "data" / "prompts_zh.jsonl"
+    container_uid: int | None = Field(
+        default=None,
+        ge=0,
+        validation_alias=AliasChoices("container_uid", "app_uid"),
+        description="uid the containers run as (APP_UID, compose `user:`); unset: yours, as scripts/compose.sh sets.",
+    )
+    container_gid: int | None = Field(
+        default=None, ge=0, validation_alias=AliasChoices("container_gid", "app_gid"), description="gid (APP_GID)."
+    )
 
     @property
     def engine_state_file(self) -> Path:

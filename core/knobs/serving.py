@@ -68,6 +68,28 @@ class ServingKnobs(BaseModel):
         description="CPU build: VLLM_CPU_OMP_THREADS_BIND (auto, nobind, or core ids like 0-3); unset: auto.",
     )
     vllm_extra_args: str = Field(default="", description="Extra `vllm serve` arguments, shell-quoted.")
+    gpu_devices: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("gpu_devices", "cuda_visible_devices"),
+        description="GPUs of the engine and the sidecar's readings, CUDA_VISIBLE_DEVICES semantics (indices in PCI "
+        "order, or UUIDs); unset: all. Also read from CUDA_VISIBLE_DEVICES.",
+    )
+    vllm_gpu_base: str = Field(
+        default="vllm/vllm-openai:v0.32.0-cu129",
+        description="The vLLM image of the GPU build (Dockerfile.vllm): the -cu129 tag runs on drivers 525.60+ (CUDA "
+        "12 minor-version compatibility); the plain tag is vLLM's CUDA 13 build, driver 580.65+ (docs/docker.md).",
+    )
+    engine_preflight: bool = Field(
+        default=False,
+        description="Run make doctor's engine checks before vLLM starts, refusing on a too-old driver or too little "
+        "GPU memory (set in the compose engine).",
+    )
+    gpu_headroom_gb: float = Field(
+        default=1.0,
+        ge=0,
+        description="GPU build: GiB per GPU beyond weights and KV pool (activations, CUDA graphs, sampler) that "
+        "--gpu-memory-utilization asks for.",
+    )
     engine_python: str | None = Field(default=None, description="Python of the engine env; default auto-detected.")
     startup_timeout_s: float = Field(default=900.0, gt=0)
 

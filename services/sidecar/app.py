@@ -38,7 +38,7 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
     settings = settings or get_settings()
     svc = service or ReportService.from_settings(settings)
     windows = svc.windows
-    registry = make_registry(svc.sampler.latest, svc.gpu_names)
+    registry = make_registry(svc.sampler.latest, svc.gpu_names_by_index)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -179,6 +179,10 @@ def collect_environment(
     return Environment(
         gpu_model=gpu_info.names[0] if gpu_info and gpu_info.names else None,
         gpu_count=len(gpu_info.names) if gpu_info else 0,
+        gpu_indices=list(gpu_info.indices) if gpu_info else [],
+        engine_cuda_runtime=state.engine_cuda_runtime if state else None,
+        engine_torch_version=state.engine_torch_version if state else None,
+        engine_python_version=state.engine_python_version if state else None,
         driver_version=gpu_info.driver_version if gpu_info else None,
         cuda_version=gpu_info.cuda_version if gpu_info else None,
         vllm_version=version,

@@ -4,26 +4,38 @@ Memory is read the way ``nvidia-smi`` shows it: NVML's v2 memory struct (the ``_
 from R510 on) reports ``used`` without the driver-reserved memory, which the v1 call counts as used (measured on an
 idle H200: v1 used 615 MiB, v2 used 0 + reserved 615 MiB, nvidia-smi 0 MiB). The v1 call is the fallback on older
 drivers, and :attr:`NvmlReader.memory_api` says which one is in use. Figures are GiB (2**30 bytes).
+
+Only the GPUs the engine uses are read: ``GPU_DEVICES`` (CUDA_VISIBLE_DEVICES semantics, :mod:`core.gpus`) picks
+them among NVML's devices; samples keep NVML's index. Memory of processes that are not the engine's is counted per
+GPU from NVML's process list when the engine's pids are known in this pid namespace.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from core.gpus import DeviceMemory, selected_indices
 from core.report_schema import GpuSample
 from core.units import GIB
 
 
 @dataclass(frozen=True)
 class GpuInfo:
-    """Static facts: model names, driver and CUDA driver versions."""
+    """Static facts of the GPUs read: model names, NVML indices and UUIDs (same order), driver and CUDA driver
+    versions (``cuda_version`` is the driver's maximum, not the engine's runtime)."""
 
     names: list[str]
     driver_version: str | None
     cuda_version: str | None
+    indices: list[int] = field(default_factory=list)
+    uuids: list[str | None] = field(default_factory=list)
+
+    def name_by_index(self) -> dict[int, str]:
+        """Model name of each GPU read, by NVML index."""
+        return dict(zip(self.indices or range(len(self.names)), self.names, strict=False))
 
 
 class GpuReader(Protocol):
@@ -35,8 +47,8 @@ class GpuReader(Protocol):
         """Static facts about the GPUs."""
         ...
 
-    def read(self) -> list[GpuSample]:
-        """One sample per GPU, now."""
+    def read(self, engine_pids: frozenset[int] | None = None) -> list[GpuSample]:
+        """One sample per GPU, now (``engine_pids``: the engine's processes, to tell other tenants' memory)."""
         ...
 
 
@@ -52,7 +64,7 @@ class NvmlReader:
             message is the reason shown in reports.
     """
 
-    def __init__(self, nvml: Any | None = None) -> None:
+    def __init__(self, nvml: Any | None = None, devices: str | None = None) -> None:
         if nvml is None:
             try:
                 import pynvml
@@ -67,7 +79,18 @@ class NvmlReader:
             raise RuntimeError(f"NVML unavailable: {exc}") from exc
         if count == 0:
             raise RuntimeError("NVML found no GPU")
-        self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        every = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        self._uuids: dict[int, str | None] = {}
+        for index, handle in enumerate(every):
+            try:
+                self._uuids[index] = _text(nvml.nvmlDeviceGetUUID(handle))
+            except Exception:  # old drivers, MIG slices
+                self._uuids[index] = None
+        known = [DeviceMemory(i, self._uuids[i], None, 0) for i in range(count)]
+        self._indices = selected_indices(devices, known)
+        if not self._indices:
+            raise RuntimeError(f"GPU_DEVICES={devices!r} names none of NVML's {count} GPU(s): use indices or UUIDs")
+        self._handles = [every[i] for i in self._indices]
         self.memory_api = "nvml_v1"
         version = getattr(nvml, "nvmlMemory_v2", None)
         if version is not None:
@@ -87,6 +110,7 @@ class NvmlReader:
         """Model names, driver version and CUDA driver version (``12.4`` from NVML's integer 12040)."""
         nvml = self._nvml
         names = [_text(nvml.nvmlDeviceGetName(h)) for h in self._handles]
+        uuids = [self._uuids[i] for i in self._indices]
         driver = cuda = None
         try:
             driver = _text(nvml.nvmlSystemGetDriverVersion())
@@ -94,14 +118,29 @@ class NvmlReader:
             cuda = f"{raw // 1000}.{(raw % 1000) // 10}"
         except Exception:  # older drivers lack one of these calls
             pass
-        return GpuInfo(names=names, driver_version=driver, cuda_version=cuda)
+        return GpuInfo(names, driver, cuda, indices=list(self._indices), uuids=uuids)
 
-    def read(self) -> list[GpuSample]:
-        """Memory used/total/reserved (GiB), utilisation (%) and power (W) of each GPU."""
+    def _other_bytes(self, handle: Any, engine_pids: frozenset[int] | None) -> int | None:
+        """Bytes of NVML's processes on ``handle`` outside ``engine_pids``; None when NVML cannot tell (no list, no
+        engine pids, or none of its pids is the engine's: another pid namespace)."""
+        if not engine_pids:
+            return None
+        try:
+            procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        except Exception:  # not supported, or no permission
+            return None
+        pids = {int(p.pid) for p in procs}
+        if not pids & engine_pids:
+            return None
+        return sum(int(p.usedGpuMemory or 0) for p in procs if int(p.pid) not in engine_pids)
+
+    def read(self, engine_pids: frozenset[int] | None = None) -> list[GpuSample]:
+        """Memory used/total/reserved (GiB), utilisation (%), power (W) and other processes' memory (GiB, see
+        :meth:`_other_bytes`) of each GPU read, indexed as NVML numbers them."""
         nvml = self._nvml
         now = time.time()
         samples = []
-        for index, handle in enumerate(self._handles):
+        for index, handle in zip(self._indices, self._handles, strict=True):
             used, total, reserved = self._memory(handle)
             util = power = None
             with contextlib.suppress(Exception):  # not supported on some devices (MIG slices)
@@ -117,14 +156,16 @@ class NvmlReader:
                     mem_reserved_gb=None if reserved is None else reserved / GIB,
                     util_percent=util,
                     power_w=power,
+                    other_mem_gb=None if (other := self._other_bytes(handle, engine_pids)) is None else other / GIB,
                 )
             )
         return samples
 
 
-def open_gpu_reader() -> tuple[GpuReader | None, str | None]:
-    """An NVML reader, or ``(None, reason)`` where NVML cannot run (never raises)."""
+def open_gpu_reader(devices: str | None = None) -> tuple[GpuReader | None, str | None]:
+    """An NVML reader of the GPUs ``devices`` (GPU_DEVICES) picks, or ``(None, reason)`` where NVML cannot run
+    (never raises)."""
     try:
-        return NvmlReader(), None
+        return NvmlReader(devices=devices), None
     except RuntimeError as exc:
         return None, str(exc)

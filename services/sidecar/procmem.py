@@ -50,3 +50,15 @@ class ProcessTreeMeter:
                 continue
         self._procs = {p: proc for p, proc in self._procs.items() if p in seen}
         return rss / GIB, cpu
+
+
+def engine_pids(pid: int | None) -> frozenset[int] | None:
+    """``pid`` and every process below it (vLLM's engine core and workers hold the GPU memory); None when ``pid`` is
+    unknown or gone."""
+    if pid is None:
+        return None
+    try:
+        root = psutil.Process(pid)
+        return frozenset([pid, *(child.pid for child in root.children(recursive=True))])
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None

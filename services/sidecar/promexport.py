@@ -6,14 +6,14 @@ interval. Each app gets its own registry (no global state shared between test ap
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from core.units import GIB
-from services.sidecar.resources import Sample
+from services.sidecar.resources import GpuNames, Sample, name_of
 
 PREFIX = "llmstack_sidecar"
 
@@ -21,12 +21,12 @@ PREFIX = "llmstack_sidecar"
 class SampleCollector(Collector):
     """Turns the latest :class:`Sample` into GPU and vLLM-process gauges (absent figures are left out)."""
 
-    def __init__(self, latest: Callable[[], Sample | None], gpu_names: Sequence[str] = ()) -> None:
+    def __init__(self, latest: Callable[[], Sample | None], gpu_names: GpuNames = ()) -> None:
         self._latest = latest
-        self._names = list(gpu_names)
+        self._names = gpu_names
 
     def _name(self, index: int) -> str:
-        return self._names[index] if index < len(self._names) else ""
+        return name_of(self._names, index) or ""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """One family per figure; GPU families carry ``gpu`` (index) and ``name`` labels."""
@@ -67,7 +67,7 @@ class SampleCollector(Collector):
         yield GaugeMetricFamily(f"{PREFIX}_sample_timestamp_seconds", "Unix time of these readings.", value=sample.t)
 
 
-def make_registry(latest: Callable[[], Sample | None], gpu_names: Sequence[str] = ()) -> CollectorRegistry:
+def make_registry(latest: Callable[[], Sample | None], gpu_names: GpuNames = ()) -> CollectorRegistry:
     """A registry holding only the sidecar's collector."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SampleCollector(latest, gpu_names))

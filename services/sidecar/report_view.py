@@ -115,14 +115,17 @@ def environment_rows(report: Report) -> list[Row]:
     """Hardware and software of the run."""
     e = report.environment
     gpu = f"{e.gpu_count} x {e.gpu_model}" if e.gpu_model else f"none ({report.resources.gpu_unavailable_reason})"
+    if e.gpu_indices:
+        gpu += f" (NVML {', '.join(map(str, e.gpu_indices))})"
+    engine = f"engine: CUDA runtime {fmt(e.engine_cuda_runtime)}, torch {fmt(e.engine_torch_version)}"
     return [
         ("GPU", gpu),
-        ("Driver / CUDA", f"{fmt(e.driver_version)} / {fmt(e.cuda_version)}"),
+        ("Driver / CUDA", f"{fmt(e.driver_version)} / {fmt(e.cuda_version)} (driver's maximum); {engine}"),
         ("vLLM", f"{fmt(e.vllm_version)} (fingerprint {fmt(e.vllm_fingerprint)}, commit {fmt(e.vllm_commit)})"),
         ("Model", f"{fmt(e.served_model_name)} from {fmt(e.model_path)} (revision {fmt(e.model_revision)})"),
         ("Synthetic model", fmt(e.synthetic) + (f": {e.synthetic_reason}" if e.synthetic_reason else "")),
         ("CPU", f"{fmt(e.cpu_model)}, {fmt(e.cpu_cores)} cores, {fmt(e.ram_total_gb, 'GB RAM', 1)}"),
-        ("Python", fmt(e.python_version)),
+        ("Python", f"{fmt(e.python_version)} (sidecar), {fmt(e.engine_python_version)} (engine)"),
         ("Project", f"{fmt(e.project_version)} at {fmt(e.project_git_commit)}"),
         *startup_rows(report),
     ]

@@ -101,13 +101,14 @@ class ReportService:
 
         Tests inject ``gpu`` (e.g. ``(NvmlReader(FakeNvml()), None)`` or ``(None, "no NVML")``) and ``server_facts``.
         """
-        reader, reason = gpu if gpu is not None else open_gpu_reader()
-        names = reader.info().names if reader else []
+        reader, reason = gpu if gpu is not None else open_gpu_reader(settings.gpu_devices)
+        info = reader.info() if reader else None
         sampler = Sampler(
             reader,
             lambda: engine_pid(settings.engine_state_file),
             settings.gpu_sample_interval_s,
-            gpu_names=names,
+            gpu_names=info.name_by_index() if info else {},
+            gpu_uuids=dict(zip(info.indices, info.uuids, strict=False)) if info else {},
             engine=EngineMetricsReader(
                 settings.vllm_url, settings.engine_metrics_interval_s, headers=settings.vllm_headers
             ),
@@ -124,8 +125,13 @@ class ReportService:
 
     @property
     def gpu_names(self) -> list[str]:
-        """Model name of each GPU, by index (empty without NVML)."""
+        """Model name of each GPU read (the engine's: GPU_DEVICES), in NVML order (empty without NVML)."""
         return list(self._gpu_info.names) if self._gpu_info else []
+
+    @property
+    def gpu_names_by_index(self) -> dict[int, str]:
+        """Model name of each GPU read, by NVML index."""
+        return self._gpu_info.name_by_index() if self._gpu_info else {}
 
     def write_schema(self) -> bool:
         """Keep ``<reports>/schema.json`` in step with the running code; True when it was (re)written."""

@@ -6,7 +6,7 @@ NVML has no device-level peak, so every peak here is the maximum of the samples 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from core.report_schema import GpuSample, GpuStats, KvCacheStats, ResourcePoint
@@ -72,8 +72,22 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def gpu_stats(samples: Sequence[Sample], names: Sequence[str] = ()) -> list[GpuStats]:
-    """Per-GPU memory peak, utilisation and power peaks/means over ``samples``, ordered by GPU index."""
+GpuNames = Sequence[str] | Mapping[int, str]
+"""Model names by NVML index: a mapping (the GPUs GPU_DEVICES picks), or a list indexed by position."""
+
+
+def name_of(names: GpuNames, index: int) -> str | None:
+    """The model name of GPU ``index`` in ``names``, or None."""
+    if isinstance(names, Mapping):
+        return names.get(index)
+    return names[index] if index < len(names) else None
+
+
+def gpu_stats(
+    samples: Sequence[Sample], names: GpuNames = (), uuids: Mapping[int, str | None] | None = None
+) -> list[GpuStats]:
+    """Per-GPU memory peak, utilisation and power peaks/means, and the peak memory of other processes, over
+    ``samples``, ordered by GPU index."""
     by_index: dict[int, list[GpuSample]] = {}
     for sample in samples:
         for gpu in sample.gpus:
@@ -83,13 +97,15 @@ def gpu_stats(samples: Sequence[Sample], names: Sequence[str] = ()) -> list[GpuS
         out.append(
             GpuStats(
                 index=index,
-                name=names[index] if index < len(names) else None,
+                name=name_of(names, index),
+                uuid=(uuids or {}).get(index),
                 mem_total_gb=_round(readings[-1].mem_total_gb, 3),
                 mem_used_peak_gb=_round(peak([r.mem_used_gb for r in readings]), 4),
                 util_percent_peak=_round(peak([r.util_percent for r in readings]), 1),
                 util_percent_mean=_round(mean([r.util_percent for r in readings]), 1),
                 power_w_peak=_round(peak([r.power_w for r in readings]), 1),
                 power_w_mean=_round(mean([r.power_w for r in readings]), 1),
+                other_mem_peak_gb=_round(peak([r.other_mem_gb for r in readings]), 4),
             )
         )
     return out
@@ -143,7 +159,11 @@ def timeline(samples: Sequence[Sample], start: float, max_points: int = MAX_TIME
 
 
 def summarise(
-    samples: Sequence[Sample], start: float, gpu_names: Sequence[str] = (), engine_reason: str | None = None
+    samples: Sequence[Sample],
+    start: float,
+    gpu_names: GpuNames = (),
+    engine_reason: str | None = None,
+    gpu_uuids: Mapping[int, str | None] | None = None,
 ) -> WindowPeaks:
     """Peaks, means, per-GPU statistics, vLLM's KV cache and the thinned time series of ``samples`` (taken from
     ``start`` on); ``engine_reason`` says why vLLM's gauges are missing, if they are."""
@@ -155,7 +175,7 @@ def summarise(
         host_used_peak_gb=peak([s.host_used_gb for s in ordered]),
         vllm_cpu_percent_peak=_round(peak([s.vllm_cpu_percent for s in ordered]), 1),
         vllm_cpu_percent_mean=_round(mean([s.vllm_cpu_percent for s in ordered]), 1),
-        gpus=tuple(gpu_stats(ordered, gpu_names)),
+        gpus=tuple(gpu_stats(ordered, gpu_names, gpu_uuids)),
         timeline=tuple(timeline(ordered, start)),
         kv_cache=kv_cache_stats(ordered, engine_reason),
     )

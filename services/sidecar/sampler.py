@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +18,8 @@ import psutil
 from core.engine import pid_namespace, read_engine_state
 from services.sidecar.enginemetrics import EngineMetricsReader
 from services.sidecar.gpu import GpuReader
-from services.sidecar.procmem import ProcessTreeMeter, host_mem_used_gb
-from services.sidecar.resources import Sample, WindowPeaks, summarise
+from services.sidecar.procmem import ProcessTreeMeter, engine_pids, host_mem_used_gb
+from services.sidecar.resources import GpuNames, Sample, WindowPeaks, summarise
 
 __all__ = ["EnginePid", "Sample", "Sampler", "WindowPeaks", "engine_pid"]
 
@@ -67,12 +67,14 @@ class Sampler:
         pid_source: Callable[[], int | EnginePid | None],
         interval_s: float = 0.5,
         capacity: int = 100_000,
-        gpu_names: Sequence[str] = (),
+        gpu_names: GpuNames = (),
         engine: EngineMetricsReader | None = None,
+        gpu_uuids: Mapping[int, str | None] | None = None,
     ) -> None:
         self._gpu = gpu
         self.engine = engine
-        self._gpu_names = list(gpu_names)
+        self._gpu_names = gpu_names
+        self._gpu_uuids = dict(gpu_uuids or {})
         self._meter = ProcessTreeMeter()
         self._pid_source = pid_source
         self.interval_s = interval_s
@@ -86,10 +88,10 @@ class Sampler:
         """Take one sample now and store it (scraping vLLM's gauges when due, or when ``force_engine``)."""
         now = time.time()
         gauges = self.engine.read(now, force=force_engine) if self.engine else None
-        gpus = self._gpu.read() if self._gpu else []
         rss = cpu = None
         found = self._pid_source()
         pid, reason = (found.pid, found.reason) if isinstance(found, EnginePid) else (found, NO_STATE)
+        gpus = self._gpu.read(engine_pids(pid)) if self._gpu else []
         if pid is None:
             self.cpu_unavailable_reason = reason or NO_STATE
         else:
@@ -138,4 +140,4 @@ class Sampler:
     def peaks(self, start: float, end: float) -> WindowPeaks:
         """Peaks, means, per-GPU statistics and the thinned time series over ``[start, end]``."""
         reason = self.engine.unavailable_reason if self.engine else None
-        return summarise(self.window(start, end), start, self._gpu_names, reason)
+        return summarise(self.window(start, end), start, self._gpu_names, reason, self._gpu_uuids)

@@ -23,6 +23,24 @@ def hf_config_dir(repo_id: str) -> Path | None:
     return Path(found).parent if isinstance(found, str) else None
 
 
+def fetch_config(
+    repo_id: str, timeout_s: float, token: str | None = None, endpoint: str | None = None
+) -> tuple[Path | None, str | None]:
+    """Download ``repo_id``'s ``config.json`` into the HF cache (where vLLM finds it later) and return its folder, so
+    the first start plans the KV cache and context from the same geometry as every later one; never raises.
+
+    Returns:
+        ``(folder, None)``, or ``(None, reason)`` when the hub cannot be reached or has no such file.
+    """
+    from huggingface_hub import hf_hub_download
+
+    try:
+        found = hf_hub_download(repo_id, "config.json", token=token, endpoint=endpoint, etag_timeout=timeout_s)
+    except Exception as exc:  # hub errors, network errors and offline mode all mean "not known before launch"
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+    return Path(found).parent, None
+
+
 def probe_hub(repo_id: str, timeout_s: float, offline: bool, token: str | None = None) -> HubProbe:
     """Ask the hub whether ``repo_id`` exists, within ``timeout_s``; never raises.
 

@@ -7,13 +7,19 @@ Bytes per token of a decoder with grouped-query attention (source: the K and V t
     layers × 2 (K and V) × kv_heads × head_dim × dtype bytes
 
 ERNIE-4.5-0.3B: 18 × 2 × 2 × 128 × 2 B = 18,432 B (18 KiB) per token, so 1 GiB holds 58,254 tokens.
+
+With tensor parallelism each GPU holds ``max(1, kv_heads // tp)`` KV heads (vLLM's ``ModelConfig.get_num_kv_heads``:
+heads are split across ranks and replicated when there are more ranks than heads) and, with pipeline parallelism,
+the layers of its stage (``vllm/distributed/utils.py`` ``get_pp_indices``: the largest stage has
+``ceil(layers / pp)``). ``--kv-cache-memory-bytes`` is per worker, so the plan is per GPU (:func:`per_gpu`):
+ERNIE at TP 2 or 8 costs 9,216 B per token per GPU, 116,480 tokens per GiB.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +53,15 @@ class KvGeometry:
     def bytes_per_token(self) -> int:
         """``layers × 2 × kv_heads × head_dim × dtype_bytes`` (K and V of every layer)."""
         return self.layers * 2 * self.kv_heads * self.head_dim * self.dtype_bytes
+
+
+def per_gpu(geometry: KvGeometry, tensor_parallel: int = 1, pipeline_parallel: int = 1) -> KvGeometry:
+    """The geometry one GPU holds at ``tensor_parallel`` × ``pipeline_parallel`` ranks (see the module docstring)."""
+    return replace(
+        geometry,
+        kv_heads=max(1, geometry.kv_heads // max(1, tensor_parallel)),
+        layers=-(-geometry.layers // max(1, pipeline_parallel)),
+    )
 
 
 def geometry_from_config(config: Mapping[str, Any], dtype: str = "bfloat16") -> KvGeometry | None:

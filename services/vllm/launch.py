@@ -15,7 +15,7 @@ file; only several keys at once go on the command line (``--api-key a b``), mask
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
+import contextlib
 import json
 import os
 import shlex
@@ -26,7 +26,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from types import FrameType
 
 from core.engine import (
@@ -39,41 +38,29 @@ from core.engine import (
     record_exit,
     write_engine_state,
 )
-from core.logrotate import MIB, RotatingWriter
 from core.net import port_in_use_message
-from core.redact import Redactor, redact_argv, secret_values, split_secret_flags, strip_url_credentials
+from core.redact import redact_argv, split_secret_flags, strip_url_credentials
 from core.settings import PROJECT_ROOT, Settings, get_settings, service_env
-from services.vllm.hub import hf_cached, hf_config_dir, probe_hub
-from services.vllm.kvsizing import KvPlan, KvSizingError, geometry_from_config, plan_kv, read_config
-from services.vllm.logpipe import Masked, file_sink, pump, stream_sink
-from services.vllm.model_resolve import ModelResolutionError, ResolvedModel, resolve_model
+from services.vllm.doctor import preflight
+from services.vllm.engineplan import (
+    engine_build,
+    engine_facts,
+    engine_python,
+    gpu_plan,
+    kv_plan,
+    model_facts,
+    resolve,
+)
+from services.vllm.gpuhost import host_gpus
+from services.vllm.gpuplan import has_flag
+from services.vllm.kvsizing import KvPlan, KvSizingError
+from services.vllm.logpipe import Masked, output, pump
+from services.vllm.model_resolve import ModelResolutionError, ResolvedModel
 from services.vllm.reaper import MARKER, marker_value
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 DRAIN_S = 5.0
 """After vLLM exits, how long its last output (and that of processes it left) may still be copied, s."""
-
-
-def engine_python(settings: Settings) -> str:
-    """The interpreter that has vLLM: ``ENGINE_PYTHON``, else the project's engine venv, else this one (containers)."""
-    if settings.engine_python:
-        return settings.engine_python
-    venv = PROJECT_ROOT / ".venvs" / "engine" / "bin" / "python"
-    return str(venv) if venv.exists() else sys.executable
-
-
-def resolve(settings: Settings) -> ResolvedModel:
-    """Resolve the configured model (see :func:`services.vllm.model_resolve.resolve_model`)."""
-    return resolve_model(
-        settings.requested_model,
-        was_set=settings.model_was_set,
-        served_name=settings.served_model_name,
-        models_dir=settings.models_dir,
-        cached=hf_cached,
-        probe_hub=lambda repo: probe_hub(
-            repo, settings.hub_probe_timeout_s, settings.hf_hub_offline, settings.hf_token
-        ),
-    )
 
 
 def build_synthetic(settings: Settings, resolved: ResolvedModel) -> None:
@@ -110,21 +97,6 @@ def profiler_args(settings: Settings) -> list[str]:
     return ["--profiler-config", json.dumps(config)]
 
 
-def kv_plan(settings: Settings, resolved: ResolvedModel) -> KvPlan:
-    """The KV pool (``KV_CACHE_GB``) and context length for ``resolved``, from its ``config.json`` when it is on disk
-    (a local folder, the synthetic model, the HF cache); a model vLLM has yet to download gets ``auto``.
-
-    Raises:
-        KvSizingError: the pool cannot hold one request of the context length.
-    """
-    folder = (
-        Path(resolved.model_arg) if resolved.source in ("local", "synthetic") else hf_config_dir(resolved.model_arg)
-    )
-    config = read_config(folder) if folder is not None else None
-    geometry = geometry_from_config(config, settings.vllm_dtype) if config else None
-    return plan_kv(settings.kv_cache_gb, settings.vllm_max_model_len, geometry)
-
-
 def without_api_keys(args: list[str]) -> list[str]:
     """``args`` without ``--api-key`` options and their values (``--api-key a b`` and ``--api-key=a``)."""
     out: list[str] = []
@@ -141,13 +113,19 @@ def without_api_keys(args: list[str]) -> list[str]:
 
 
 def vllm_argv(
-    settings: Settings, resolved: ResolvedModel, profile: bool = False, kv: KvPlan | None = None
+    settings: Settings,
+    resolved: ResolvedModel,
+    profile: bool = False,
+    kv: KvPlan | None = None,
+    gpu_utilization: float | None = None,
 ) -> list[str]:
     """Command line of vLLM's OpenAI server for ``resolved`` (with the profiler endpoints only when ``profile``).
 
-    The KV pool is ``--kv-cache-memory-bytes`` on both builds (the GPU build then ignores
-    ``--gpu-memory-utilization``; the CPU build reads it as ``VLLM_CPU_KVCACHE_SPACE`` would set it), with the
-    context length of ``kv`` (default: :func:`kv_plan`). ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
+    The KV pool is ``--kv-cache-memory-bytes`` on both builds (the CPU build reads it as ``VLLM_CPU_KVCACHE_SPACE``
+    would set it), with the context length of ``kv`` (default: :func:`services.vllm.engineplan.kv_plan`). On GPU hosts
+    ``gpu_utilization`` (:class:`services.vllm.gpuplan.MemoryPlan`) is ``--gpu-memory-utilization``: vLLM still
+    checks free memory against it at start, so its 0.92 default would refuse a shared card (one given in
+    VLLM_EXTRA_ARGS wins). ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
     one key goes through the environment (:func:`vllm_env`); only several keys come back here, as one
     ``--api-key a b`` list before the extra arguments (which stay last).
 
@@ -155,7 +133,7 @@ def vllm_argv(
         KvSizingError: (when ``kv`` is not given) the pool cannot hold one request of the context length.
         ValueError: VLLM_EXTRA_ARGS does not parse (unbalanced quotes).
     """
-    kv = kv or kv_plan(settings, resolved)
+    kv = kv or kv_plan(settings, resolved, model_facts(settings, resolved, fetch=False))
     argv = [
         engine_python(settings),
         "-m",
@@ -175,25 +153,14 @@ def vllm_argv(
         "--max-model-len",
         str(kv.max_model_len) if kv.max_model_len else "auto",
     ]
+    if gpu_utilization is not None and not has_flag(settings.vllm_extra_args, "--gpu-memory-utilization"):
+        argv += ["--gpu-memory-utilization", f"{gpu_utilization:.3f}"]
     if profile:
         argv += profiler_args(settings)
     keys = settings.vllm_api_keys
     if len(keys) > 1:
         argv += ["--api-key", *keys]
     return argv + without_api_keys(shlex.split(settings.vllm_extra_args))  # extra arguments come last and win
-
-
-def engine_build(settings: Settings) -> str:
-    """``"cpu"`` when the engine interpreter has vLLM's CPU build (the ``vllm-cpu`` distribution), else ``"gpu"``."""
-    probe = "import importlib.metadata as m; m.distribution('vllm-cpu')"
-    if engine_python(settings) == sys.executable:
-        try:
-            importlib.metadata.distribution("vllm-cpu")
-            return "cpu"
-        except importlib.metadata.PackageNotFoundError:
-            return "gpu"
-    done = subprocess.run([engine_python(settings), "-c", probe], capture_output=True, check=False)
-    return "cpu" if done.returncode == 0 else "gpu"
 
 
 LEGACY_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
@@ -206,7 +173,7 @@ LEGACY_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
 STACK_ONLY_VLLM_VARS = frozenset(
     {name.upper() for name in Settings.model_fields if name.startswith("vllm_") and not name.startswith("vllm_cpu_")}
     - {"VLLM_API_KEY"}  # vLLM's own: it reads its API key from there
-)
+) | {"VLLM_TENSOR_PARALLEL_SIZE", "VLLM_SHM_SIZE"}  # older compose-only names a .env may still carry
 
 
 def vllm_env(settings: Settings, build: str = "gpu", base: dict[str, str] | None = None) -> dict[str, str]:
@@ -233,6 +200,9 @@ def vllm_env(settings: Settings, build: str = "gpu", base: dict[str, str] | None
     if settings.vllm_cpu_omp_threads_bind:
         env["VLLM_CPU_OMP_THREADS_BIND"] = settings.vllm_cpu_omp_threads_bind
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    if settings.gpu_devices is not None:  # one setting for the engine and the sidecar: NVML's (PCI) numbering
+        env["CUDA_VISIBLE_DEVICES"] = settings.gpu_devices
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env[MARKER] = marker_value(settings.run_dir)  # every process vLLM starts inherits it: `make down` finds them
     if settings.hf_token:
         env["HF_TOKEN"] = settings.hf_token
@@ -250,10 +220,12 @@ def write_state(
     profiler: bool,
     pid: int | None = None,
     log_start: LogPosition | None = None,
+    facts: dict[str, object] | None = None,
 ) -> None:
     """Record the launch for the UI, the sidecar and the controller (atomic write): vLLM's ``pid`` and the pid
     namespace it belongs to (a sidecar in another container must not look it up), its command line with secret values
-    masked, and ``log_start``, where its lines begin in ``vllm.log``."""
+    masked, ``log_start``, where its lines begin in ``vllm.log``, and ``facts`` (the engine interpreter's versions,
+    the GPUs it uses: ``engine_*`` and ``gpu_devices`` fields of :class:`core.engine.EngineState`)."""
     state = EngineState(
         **resolved.to_dict(),
         pid=pid or os.getpid(),
@@ -266,21 +238,8 @@ def write_state(
         profiler=profiler,
         log_start=log_start,
     )
+    state = EngineState.model_validate({**state.model_dump(), **(facts or {})})
     write_engine_state(settings.engine_state_file, state)
-
-
-def output(settings: Settings) -> tuple[Masked, RotatingWriter | None]:
-    """Where the launcher and vLLM write: stdout, and ``logs/vllm.log`` (rotated) with VLLM_LOG_TO_FILE; every
-    configured secret masked."""
-    redactor = Redactor(secret_values(settings))
-    writer = None
-    sinks = [stream_sink(sys.stdout.buffer)]
-    if settings.vllm_log_to_file:
-        writer = RotatingWriter(
-            settings.vllm_log_file, int(settings.vllm_log_max_mb * MIB), settings.vllm_log_backups
-        )
-        sinks.append(file_sink(writer))
-    return Masked(sinks, redactor), writer
 
 
 def exit_code(returncode: int) -> int:
@@ -311,8 +270,6 @@ def run_vllm(cmd: list[str], env: dict[str, str], out: Masked, on_start: Callabl
     returncode = proc.wait()
     copier.join(DRAIN_S)  # processes vLLM left behind may hold the pipe open: do not wait for them
     return exit_code(returncode)
-
-
 
 
 def apply_request(settings: Settings, request: EngineRequest) -> Settings:
@@ -363,12 +320,21 @@ def main(argv: list[str] | None = None) -> int:
         except ModelResolutionError as exc:
             say(f"[ERROR] {exc}", error=True)
             return 2
+    facts = model_facts(settings, resolved)
+    if facts.reason:
+        say(f"[WARNING] config.json of {resolved.model_arg} not known before launch ({facts.reason})", error=True)
     try:
-        kv = kv_plan(settings, resolved)  # also in --prepare-only, so `make up` refuses before starting anything
+        kv = kv_plan(settings, resolved, facts)  # also in --prepare-only, so `make up` refuses before starting
     except KvSizingError as exc:
         say(f"[ERROR] {exc}", error=True)
         return 2
     say(f"[INFO] {kv.describe(settings.concurrency)}")
+    build = engine_build(settings)
+    plan = gpu_plan(settings, facts, kv, host_gpus()) if build == "gpu" else None
+    for line in plan.log_lines() if plan else []:
+        say(line, error=line.startswith("[WARNING]"))
+    if settings.engine_preflight and not args.prepare_only and not preflight(settings, say):
+        return 2
     if args.prepare_only:
         say(f"[INFO] Model ready: {resolved.requested} -> {resolved.model_arg} (served as {resolved.served_name})")
         return 0
@@ -378,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"[ERROR] {busy}", error=True)
         return 2
     try:
-        cmd = vllm_argv(settings, resolved, profile=profile, kv=kv)
+        cmd = vllm_argv(settings, resolved, profile=profile, kv=kv, gpu_utilization=plan.utilization if plan else None)
     except ValueError as exc:
         say(f"[ERROR] VLLM_EXTRA_ARGS does not parse ({exc}): quote it as a shell would.", error=True)
         return 2
@@ -390,11 +356,16 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_start(pid: int) -> None:
         started.append(pid)
-        write_state(settings, resolved, cmd, profile, pid=pid, log_start=start)
+        try:
+            write_state(settings, resolved, cmd, profile, pid=pid, log_start=start, facts=state_facts)
+        except OSError as exc:  # logs/ not writable: vLLM still serves, status readers say "unknown"
+            out.line(f"[WARNING] {settings.engine_state_file} cannot be written ({exc.strerror}) (make doctor)")
 
+    state_facts = engine_facts(engine_python(settings), plan)
     try:
-        code = run_vllm(cmd, vllm_env(settings, engine_build(settings)), out, on_start)
-        record_exit(settings.engine_state_file, started[0] if started else None, code)
+        code = run_vllm(cmd, vllm_env(settings, build), out, on_start)
+        with contextlib.suppress(OSError):
+            record_exit(settings.engine_state_file, started[0] if started else None, code)
         return code
     finally:
         if writer is not None:

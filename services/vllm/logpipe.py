@@ -13,8 +13,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
-from core.logrotate import RotatingWriter
-from core.redact import Redactor
+from core.logrotate import MIB, RotatingWriter
+from core.redact import Redactor, secret_values
+from core.settings import Settings
 
 READ_BYTES = 64 * 1024
 MAX_PENDING_BYTES = 1 << 20
@@ -102,3 +103,21 @@ def pump(fd: int, out: Masked) -> int:
     if pending:
         out.write(pending)
     return copied
+
+
+def output(settings: Settings) -> tuple[Masked, RotatingWriter | None]:
+    """Where the launcher and vLLM write: stdout, and ``logs/vllm.log`` (rotated) with VLLM_LOG_TO_FILE (stdout only,
+    with a warning, when ``logs/`` cannot be written: a checkout owned by another uid); every configured secret
+    masked."""
+    redactor = Redactor(secret_values(settings))
+    writer = None
+    sinks = [stream_sink(sys.stdout.buffer)]
+    if settings.vllm_log_to_file:
+        try:
+            size = int(settings.vllm_log_max_mb * MIB)
+            writer = RotatingWriter(settings.vllm_log_file, size, settings.vllm_log_backups)
+            sinks.append(file_sink(writer))
+        except OSError as exc:
+            print(f"[WARNING] {settings.vllm_log_file} cannot be written ({exc.strerror}): logging to stdout only; "
+                  f"make it writable by uid {os.getuid()} (make doctor)", file=sys.stderr, flush=True)
+    return Masked(sinks, redactor), writer

@@ -23,7 +23,7 @@ from tests.unit.containers_support import (
 )
 
 EXTRAS = PROJECT_ROOT / "deploy" / "build-extras"
-OFFICIAL = {"PYTHON_BASE": "python:3.11.14-slim-bookworm", "VLLM_GPU_BASE": "vllm/vllm-openai:v0.32.0"}
+OFFICIAL = {"PYTHON_BASE": "python:3.11.14-slim-bookworm", "VLLM_GPU_BASE": "vllm/vllm-openai:v0.32.0-cu129"}
 
 
 def compose_build() -> ModuleType:

@@ -179,7 +179,7 @@ def test_vllm_command_line_in_compose_matches_local_mode(monkeypatch: pytest.Mon
     expected = list(local)
     expected[expected.index("--host") + 1] = "0.0.0.0"
     assert container == [*expected, "--tensor-parallel-size", "1"]
-    tp2 = vllm_argv(settings_from(service_env("vllm", {"VLLM_TENSOR_PARALLEL_SIZE": "2"}), monkeypatch), resolved)
+    tp2 = vllm_argv(settings_from(service_env("vllm", {"ENGINE_TENSOR_PARALLEL_SIZE": "2"}), monkeypatch), resolved)
     assert tp2[-2:] == ["--tensor-parallel-size", "2"]
     extra = vllm_argv(
         settings_from(service_env("vllm", {"VLLM_EXTRA_ARGS": "--max-num-seqs 8"}), monkeypatch), resolved

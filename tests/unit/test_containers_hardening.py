@@ -272,8 +272,8 @@ def test_pin_script_writes_the_registry_digest_and_drops_the_marker(tmp_path: Pa
     text = files[0].read_text()
     module = check_hardening()
     assert module.UNPINNED_MARKER not in text and module.base_image_problems(text) == []
-    want = hashlib.sha256(b"manifest of vllm/vllm-openai:v0.32.0").hexdigest()
-    assert f"ARG VLLM_GPU_BASE=vllm/vllm-openai:v0.32.0@sha256:{want}\n" in text
+    want = hashlib.sha256(b"manifest of vllm/vllm-openai:v0.32.0-cu129").hexdigest()
+    assert f"ARG VLLM_GPU_BASE=vllm/vllm-openai:v0.32.0-cu129@sha256:{want}\n" in text
     assert run(["bash", str(PIN), "--check", *map(str, files)], **env).returncode == 0
 
 
@@ -292,3 +292,19 @@ def test_secret_overlay_hands_the_token_file_to_the_sidecar_and_the_benchmark(mo
             assert settings.sidecar_token_path == Path("/run/secrets/sidecar_token"), name
         else:
             assert not targets, name
+
+
+def test_run_time_uid_preflight_and_vllm_names_are_checked(resolved: dict[str, dict[str, Any]]) -> None:
+    """validate-containers checks the keys of the GPU path: a numeric run-time user, the engine's preflight, and no
+    compose-only VLLM_* name in a service's environment."""
+    module = check_hardening()
+    for kind, config in resolved.items():
+        assert all(":" in str(spec["user"]) for spec in config["services"].values()), kind
+        assert config["services"]["vllm"]["environment"]["ENGINE_PREFLIGHT"] == "1", kind
+        bad = copy.deepcopy(config)
+        bad["services"]["vllm"]["user"] = "app"
+        bad["services"]["vllm"]["environment"]["ENGINE_PREFLIGHT"] = "0"
+        bad["services"]["vllm"]["environment"]["VLLM_TENSOR_PARALLEL_SIZE"] = "2"
+        problems = " ".join(module.compose_problems(bad))
+        assert "vllm: user: must be numeric" in problems and "ENGINE_PREFLIGHT must be 1" in problems
+        assert "VLLM_TENSOR_PARALLEL_SIZE reaches vLLM" in problems

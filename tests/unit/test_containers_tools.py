@@ -69,7 +69,9 @@ def test_engine_images_follow_the_engine_requirements() -> None:
     gpu_pin = re.search(r"^vllm==(\S+)$", (PROJECT_ROOT / "requirements" / "engine-gpu.txt").read_text(), re.M)
     assert gpu_pin
     froms = [stage[0][1].split()[0].split("@")[0] for stage in dockerfile_stages(PROJECT_ROOT / "Dockerfile.vllm")]
-    assert f"vllm/vllm-openai:v{gpu_pin[1]}" in froms
+    assert f"vllm/vllm-openai:v{gpu_pin[1]}-cu129" in froms  # the CUDA 12.9 build: drivers 525.60+ (docs/docker.md)
+    default_base = Settings(_env_file=None).vllm_gpu_base  # type: ignore[call-arg]
+    assert f"ARG VLLM_GPU_BASE={default_base}" in (PROJECT_ROOT / "Dockerfile.vllm").read_text()  # what doctor checks
     text = (PROJECT_ROOT / "Dockerfile.vllm").read_text()
     assert "requirements/engine-cpu.txt" in text
     torch_pin = re.search(r"torch==[\w.+]+", (PROJECT_ROOT / "scripts" / "setup_env.sh").read_text())
@@ -98,7 +100,7 @@ def test_env_example_documents_the_switches_and_is_valid_for_local_mode() -> Non
     text = ENV_EXAMPLE.read_text()
     documented = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", text, re.M))
     required = {"MODEL", "SERVED_MODEL_NAME", "HF_TOKEN", "VLLM_PORT", "UI_PORT", "SIDECAR_PORT", "LOCUST_WEB_PORT"}
-    assert required | {"VLLM_EXTRA_ARGS", "VLLM_TENSOR_PARALLEL_SIZE", "KV_CACHE_GB"} <= documented
+    assert required | {"VLLM_EXTRA_ARGS", "ENGINE_TENSOR_PARALLEL_SIZE", "GPU_DEVICES", "KV_CACHE_GB"} <= documented
     used_by_compose = set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", COMPOSE.read_text() + COMPOSE_CPU.read_text()))
     for service in load_compose()["services"].values():  # build arguments without a value come from the environment
         args = service.get("build", {}).get("args", {})

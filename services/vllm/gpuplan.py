@@ -1,0 +1,207 @@
+"""The GPU side of the engine plan: parallel sizes from the engine arguments, the weights each GPU holds, and the
+``--gpu-memory-utilization`` that lets vLLM start beside other tenants of a card.
+
+Why the utilization matters although the pool is ``--kv-cache-memory-bytes``: vLLM 0.32's GPU worker takes a memory
+snapshot after its CUDA context is up (``vllm/v1/worker/gpu_worker.py`` ``init_device``) and
+``vllm/v1/worker/utils.py`` ``request_memory`` raises unless ``free_memory ≥ ceil(total_memory ×
+gpu_memory_utilization)``, whatever the KV setting; with a set pool the utilization is used for nothing else
+(``determine_available_memory`` returns the set bytes). At vLLM's default 0.92 a card with 8 % in use elsewhere
+cannot start. So the launcher asks for what the plan needs on one GPU, after the CUDA context::
+
+    need = weights / (tp × pp) + KV pool (per worker) + GPU_HEADROOM_GB (activations, CUDA graphs, sampler)
+    utilization = ceil_to_0.001(need / total)      (the largest over the GPUs used; capped at 1)
+
+Totals come from NVML (``pynvml``) or ``nvidia-smi`` for the GPUs ``GPU_DEVICES`` (CUDA_VISIBLE_DEVICES semantics)
+selects, in vLLM's rank order.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.gpus import DeviceMemory
+from core.units import GIB
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+UTILIZATION_STEPS = 1000
+"""The utilization is rounded up to 1/1000 of the card."""
+
+
+@dataclass(frozen=True)
+class ParallelSizes:
+    """Tensor, pipeline and data parallel sizes vLLM will run with (1 when not given)."""
+
+    tensor: int = 1
+    pipeline: int = 1
+    data: int = 1
+
+    @property
+    def gpus(self) -> int:
+        """GPUs vLLM uses: ``tensor × pipeline × data``."""
+        return self.tensor * self.pipeline * self.data
+
+
+_FLAGS = {
+    "--tensor-parallel-size": "tensor",
+    "-tp": "tensor",
+    "--pipeline-parallel-size": "pipeline",
+    "-pp": "pipeline",
+    "--data-parallel-size": "data",
+    "-dp": "data",
+}
+
+
+def parallel_sizes(extra_args: str) -> ParallelSizes:
+    """Parallel sizes named in ``extra_args`` (VLLM_EXTRA_ARGS, shell-quoted; compose's ENGINE_TENSOR_PARALLEL_SIZE
+    arrives there as ``--tensor-parallel-size N``); the last of a repeated flag wins, as in argparse.
+
+    Raises:
+        ValueError: the arguments do not parse, or a size is not a positive integer.
+    """
+    words = shlex.split(extra_args)
+    sizes: dict[str, int] = {}
+    for i, word in enumerate(words):
+        flag, eq, inline = word.partition("=")
+        if flag not in _FLAGS:
+            continue
+        value = inline if eq else (words[i + 1] if i + 1 < len(words) else "")
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{flag} needs a positive integer, got {value!r}")
+        sizes[_FLAGS[flag]] = int(value)
+    return ParallelSizes(**sizes)
+
+
+def has_flag(extra_args: str, flag: str) -> bool:
+    """Whether ``extra_args`` sets ``flag`` (``--flag v`` or ``--flag=v``); False when they do not parse."""
+    try:
+        return any(word == flag or word.startswith(flag + "=") for word in shlex.split(extra_args))
+    except ValueError:
+        return False
+
+
+def weights_on_disk(folder: Path | None) -> int | None:
+    """Bytes of the weight files in ``folder`` (safetensors, else PyTorch bins), or None when there are none."""
+    if folder is None or not folder.is_dir():
+        return None
+    sizes = {p.suffix: 0 for p in folder.iterdir()}
+    for path in folder.iterdir():
+        if path.suffix in WEIGHT_SUFFIXES and path.is_file():
+            sizes[path.suffix] += path.stat().st_size
+    found = [sizes[s] for s in WEIGHT_SUFFIXES if sizes.get(s)]
+    return found[0] if found else None
+
+
+def weights_from_config(config: Mapping[str, Any], dtype_bytes: int) -> int | None:
+    """Weight bytes of a dense decoder estimated from its ``config.json`` (embeddings, attention with grouped KV
+    heads, a gated MLP and two norms per layer, the final norm; the LM head unless ``tie_word_embeddings``); None
+    when a field is missing. Exact for ERNIE-4.5-0.3B (360,748,032 parameters); mixture-of-experts models are
+    underestimated, so weights on disk are preferred (:func:`weights_on_disk`)."""
+    text = config.get("text_config")
+    cfg: Mapping[str, Any] = text if isinstance(text, Mapping) else config
+    try:
+        hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+        heads = int(cfg["num_attention_heads"])
+        kv_heads = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = int(cfg.get("head_dim") or hidden // heads)
+        inter, vocab = int(cfg["intermediate_size"]), int(cfg["vocab_size"])
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    per_layer = attention + 3 * hidden * inter + 2 * hidden
+    embeddings = vocab * hidden * (1 if cfg.get("tie_word_embeddings", config.get("tie_word_embeddings")) else 2)
+    return (embeddings + layers * per_layer + hidden) * dtype_bytes
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What vLLM needs on each GPU it uses (bytes) and the utilization that asks for exactly that."""
+
+    weights_bytes: int
+    kv_cache_bytes: int
+    headroom_bytes: int
+    parallel: ParallelSizes
+    devices: tuple[DeviceMemory, ...]
+
+    @property
+    def weights_per_gpu_bytes(self) -> int:
+        """Weights split over the tensor and pipeline ranks (rounded up)."""
+        return -(-self.weights_bytes // (self.parallel.tensor * self.parallel.pipeline))
+
+    @property
+    def need_bytes(self) -> int:
+        """Per GPU: weights share + KV pool + headroom (after vLLM's CUDA context, as ``request_memory`` counts)."""
+        return self.weights_per_gpu_bytes + self.kv_cache_bytes + self.headroom_bytes
+
+    @property
+    def utilization(self) -> float | None:
+        """``need / total`` rounded up to 0.001, the largest over :attr:`devices`, at most 1; None without totals."""
+        if not self.devices:
+            return None
+        worst = max(self.need_bytes / d.total_bytes for d in self.devices)
+        return min(1.0, math.ceil(round(worst * UTILIZATION_STEPS, 6)) / UTILIZATION_STEPS)
+
+    def short_of(self) -> list[tuple[DeviceMemory, int]]:
+        """GPUs whose free memory is below what vLLM will request there (``utilization × total``), with the bytes
+        requested; vLLM's ``request_memory`` would refuse them (its CUDA context comes on top)."""
+        util = self.utilization
+        if util is None:
+            return []
+        out = []
+        for device in self.devices:
+            requested = math.ceil(device.total_bytes * util)
+            if device.free_bytes is not None and device.free_bytes < requested:
+                out.append((device, requested))
+        return out
+
+    def describe(self) -> str:
+        """The arithmetic for the start-up log, GiB."""
+        util = self.utilization
+        p = self.parallel
+        split = f" / (TP {p.tensor} × PP {p.pipeline})" if p.tensor * p.pipeline > 1 else ""
+        weights = f"{self.weights_bytes / GIB:.2f} GiB{split}" if self.weights_bytes else "unknown (0)"
+        head = (
+            f"GPU memory per GPU: weights {weights} + KV {self.kv_cache_bytes / GIB:g}"
+            f" GiB + headroom {self.headroom_bytes / GIB:g} GiB = {self.need_bytes / GIB:.2f} GiB"
+        )
+        if util is None:
+            return head + "; card size unknown: --gpu-memory-utilization left to vLLM"
+        cards = ", ".join(
+            f"GPU {d.label} {d.total_bytes / GIB:.2f} GiB total"
+            + (f" / {d.free_bytes / GIB:.2f} free" if d.free_bytes is not None else "")
+            for d in self.devices
+        )
+        return f"{head}; --gpu-memory-utilization {util:.3f} of {cards}"
+
+    def log_lines(self) -> list[str]:
+        """The start-up lines: the arithmetic, and a warning for each GPU with too little free memory."""
+        lines = [f"[INFO] {self.describe()}"]
+        for device, requested in self.short_of():
+            lines.append(
+                f"[WARNING] GPU {device.label}: {(device.free_bytes or 0) / GIB:.2f} GiB free < "
+                f"{requested / GIB:.2f} GiB vLLM will request (it refuses to start): free memory there, lower "
+                "KV_CACHE_GB or GPU_HEADROOM_GB, or pick another GPU with GPU_DEVICES (make doctor)"
+            )
+        return lines
+
+
+def memory_plan(
+    weights_bytes: int,
+    kv_cache_bytes: int,
+    headroom_gb: float,
+    parallel: ParallelSizes,
+    devices: Sequence[DeviceMemory],
+) -> MemoryPlan:
+    """The per-GPU plan for the first ``parallel.gpus`` of ``devices`` (vLLM's ranks take the visible GPUs in
+    order)."""
+    return MemoryPlan(
+        weights_bytes=weights_bytes,
+        kv_cache_bytes=kv_cache_bytes,
+        headroom_bytes=int(headroom_gb * GIB),
+        parallel=parallel,
+        devices=tuple(devices[: parallel.gpus]),
+    )
