@@ -16,6 +16,9 @@ plain asyncio protocol (HTTP/1.1 keep-alive, ``Content-Length`` request bodies).
 Quirks of other servers, for the robustness tests: ``--no-usage`` (no usage block), ``--no-done`` (the stream ends
 after the chunk with ``finish_reason`` and usage, as ``transformers serve`` does), ``--bad-chunk JSON`` (that data
 line is sent after the first content chunk of every answer), ``--models a,b`` (several served models).
+vLLM's own shapes: ``--role-with-first`` sends the role chunk in the first token's write (vLLM makes it when the
+first token is out), ``--held-back 0,5`` sends those tokens (0-based) as ``"content": ""`` (vLLM's chunk for a token
+whose text its detokenizer holds back: a byte-level BPE piece of a multi-byte character).
 ``--require-api-key`` answers 401 on ``/v1/*`` without ``Authorization: Bearer <VLLM_API_KEY>``, as vLLM started
 with ``--api-key`` does (the key is read from the settings, never from the command line).
 
@@ -65,6 +68,8 @@ class MockConfig:
     list_max_model_len: bool = True  # False: /v1/models does not say the context (as many non-vLLM servers)
     metrics: bool = False  # serve vLLM's /metrics histograms of the mock's own clock
     send_delay_ms: float = 0.0  # every event leaves this long after the time /metrics records for it
+    role_with_first: bool = False  # vLLM: the role chunk leaves with the first token
+    held_back: frozenset[int] = frozenset()  # tokens sent as "content": "" (text held back by vLLM's detokenizer)
 
 
 def _frame(data: bytes) -> bytes:
@@ -98,13 +103,16 @@ def build_answer(cfg: MockConfig, n: int, created: int) -> Answer:
     sent = 0
     while sent < n:
         k = min(cfg.tokens_per_chunk, n - sent)
+        text = "" if len(content) in cfg.held_back else TOKEN_TEXT * k
         sent += k
-        choice = {"index": 0, "delta": {"content": TOKEN_TEXT * k}, "logprobs": None,
+        choice = {"index": 0, "delta": {"content": text}, "logprobs": None,
                   "finish_reason": "length" if sent >= n else None}  # fmt: skip
         event = _frame(_event({**base, "choices": [choice]}))
         if cfg.bad_chunk is not None and sent == k:
             event += _frame(f"data: {cfg.bad_chunk}\n\n".encode())
         content.append(event)
+    if cfg.role_with_first and content:
+        head, content[0] = b"", head + content[0]
     tail = b""
     if cfg.usage:
         usage = {"prompt_tokens": cfg.prompt_tokens, "completion_tokens": n, "total_tokens": cfg.prompt_tokens + n}
@@ -358,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-model-len", type=int, default=4096, help="context: longer requests get HTTP 400")
     parser.add_argument("--unlisted-context", action="store_true", help="/v1/models does not list max_model_len")
     parser.add_argument("--require-api-key", action="store_true", help="require VLLM_API_KEY on /v1 (as vLLM does)")
+    parser.add_argument("--role-with-first", action="store_true", help="the role chunk leaves with the first token")
+    parser.add_argument("--held-back", default="", help="0-based tokens sent with empty content, e.g. 0,5")
     parser.add_argument("--metrics", action="store_true", help="serve vLLM's /metrics of the mock's own clock")
     parser.add_argument("--send-delay-ms", type=float, default=0.0, help="--metrics: events leave this late")
     args = parser.parse_args(argv)
@@ -385,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
         list_max_model_len=not args.unlisted_context,
         metrics=args.metrics,
         send_delay_ms=args.send_delay_ms,
+        role_with_first=args.role_with_first,
+        held_back=frozenset(int(x) for x in args.held_back.split(",") if x.strip()),
     )
     print(f"[MOCK] http://{args.host}:{args.port} ({args.processes} process(es))", file=sys.stderr, flush=True)
     return run(cfg, args.host, args.port, args.processes)

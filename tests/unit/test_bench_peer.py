@@ -9,7 +9,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from bench_peer_agreement import ClientRun, table_lines, theirs_from_result, verdict_lines, with_table
+from bench_peer_agreement import (
+    ClientRun,
+    table_lines,
+    theirs_from_result,
+    verdict_lines,
+    vllm_token_itl_ms,
+    with_table,
+)
 
 from core.records import RequestRecord
 from core.serverview import client_overhead, parse_exposition
@@ -68,4 +75,13 @@ def test_vllm_result_without_frames_has_no_server_figures() -> None:
     result = {"completed": 48, "failed": 0, "output_throughput": 80.0, "duration": 38.4, "mean_ttft_ms": 1000.0,
               "mean_itl_ms": 80.0, "mean_e2el_ms": 6000.0}  # fmt: skip
     r = theirs_from_result(result, None, None, None)
-    assert r.client_ms == {"ttft": 1000.0, "itl": 80.0, "e2e": 6000.0} and r.added_ms("ttft") is None
+    assert r.client_ms == {"ttft": 1000.0, "itl": 80.0, "itl_own": 80.0, "e2e": 6000.0} and r.added_ms("ttft") is None
+
+
+def test_vllm_itl_counts_one_gap_per_token() -> None:
+    """vLLM's client's ITL list starts with the role chunk → first token gap (≈ 0): dropped, so 3 tokens' gaps of
+    80 ms give 80 ms, where its own mean_itl_ms gives 60 ms."""
+    result = {"completed": 1, "failed": 0, "output_throughput": 1.0, "duration": 1.0, "mean_itl_ms": 60.0,
+              "itls": [[0.0, 0.08, 0.08, 0.08]], "errors": [""]}  # fmt: skip
+    assert vllm_token_itl_ms(result) == pytest.approx(80.0)
+    assert theirs_from_result(result, None, None, None).client_ms["itl_own"] == 60.0
