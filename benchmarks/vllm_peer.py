@@ -23,10 +23,25 @@ from loadtest.procs import CpuSample, CpuSampler, log_tail, stop_process  # noqa
 from services.vllm.launch import engine_python  # noqa: E402
 
 # `vllm bench serve` without the `vllm` console script: the same parser and entry point its CLI subcommand uses.
+# With PEER_METRICS_DIR set, the server's /metrics is saved as metrics_0.txt and metrics_1.txt right where vLLM's
+# benchmark reads it itself (its spec-decode scrapes): after the test prompt and the warmups, and after the last
+# measured request, so the server's histograms cover exactly the measured requests.
 VLLM_BENCH_SERVE = """
-import sys
+import os, sys
+import vllm.benchmarks.serve as serve
 from vllm.benchmarks.serve import add_cli_args, main
 from vllm.utils.argparse_utils import FlexibleArgumentParser
+out = os.environ.get("PEER_METRICS_DIR")
+if out:
+    original, calls = serve.fetch_spec_decode_metrics, []
+    async def framed(base_url, session):
+        async with session.get(base_url + "/metrics") as response:
+            text = await response.text()
+        with open(os.path.join(out, f"metrics_{len(calls)}.txt"), "w") as f:
+            f.write(text)
+        calls.append(1)
+        return await original(base_url, session)
+    serve.fetch_spec_decode_metrics = framed
 parser = FlexibleArgumentParser(prog="vllm bench serve")
 add_cli_args(parser)
 main(parser.parse_args(sys.argv[1:]))
@@ -54,6 +69,14 @@ def sharegpt_prompts(count: int, prompt_chars: int) -> list[dict[str, Any]]:
                 {"from": "gpt", "value": "好的。"},
             ],
         }
+        for i in range(count)
+    ]
+
+
+def identical_sharegpt_prompts(count: int, text: str) -> list[dict[str, Any]]:
+    """``count`` ShareGPT entries whose human turn is ``text`` each (pure): one prompt, sent ``count`` times."""
+    return [
+        {"id": f"peer-{i:05d}", "conversations": [{"from": "human", "value": text}, {"from": "gpt", "value": "好的。"}]}
         for i in range(count)
     ]
 
@@ -102,14 +125,19 @@ def vllm_bench_argv(
     return [*argv, "--tokenizer", tokenizer] if tokenizer else argv
 
 
-def run_vllm_bench(argv: Sequence[str], log_path: Path, timeout_s: float) -> tuple[dict[str, Any], list[CpuSample]]:
-    """Run the wrapper, sampling its process tree's CPU; return its result JSON and the samples.
+def run_vllm_bench(
+    argv: Sequence[str], log_path: Path, timeout_s: float, metrics_dir: Path | None = None
+) -> tuple[dict[str, Any], list[CpuSample]]:
+    """Run the wrapper, sampling its process tree's CPU; return its result JSON and the samples. With
+    ``metrics_dir``, the server's ``/metrics`` framing the measured requests is saved there (see the wrapper).
 
     Raises:
         PeerBenchError: it failed, hung, or wrote no result.
     """
     result_path = Path(argv[argv.index("--result-dir") + 1]) / argv[argv.index("--result-filename") + 1]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
+    if metrics_dir is not None:
+        env["PEER_METRICS_DIR"] = str(metrics_dir)
     key = get_settings().vllm_client_key
     if key:  # vllm bench serve sends OPENAI_API_KEY as its bearer token
         env["OPENAI_API_KEY"] = key

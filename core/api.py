@@ -30,8 +30,9 @@ MAX_PROBLEMS_SHOWN = 5
 
 
 def _is_duration(key: str) -> bool:
-    """Numbers named ``*_ms`` or ``*_s`` are durations (the project's units-in-names rule): never negative."""
-    return key.endswith(("_ms", "_s"))
+    """Numbers named ``*_ms`` or ``*_s`` are durations (the project's units-in-names rule): never negative; a
+    difference of two (``added_*``, ``delta_*``: what a client added to the server's latency) may be."""
+    return key.endswith(("_ms", "_s")) and not key.startswith(("added_", "delta_"))
 
 
 def body_problems(value: Any, path: str = "", duration: bool = False) -> list[str]:

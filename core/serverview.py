@@ -4,6 +4,8 @@ Counters are differenced between the two scrapes; latency quantiles come from th
 interpolated linearly inside a bucket as Prometheus' ``histogram_quantile`` does; means are exact (``_sum`` /
 ``_count`` deltas). Client and server should agree: request and token counts exactly (unless other traffic hit the
 server during the run), mean TTFT and E2E within a tolerance (the client also pays HTTP, SSE and network time).
+What the client added to the server's own clock (mean TTFT, ITL and E2E, client minus server) is
+:func:`client_overhead`, a function of one server's two scrapes (so it can be given per replica).
 """
 
 from __future__ import annotations
@@ -122,6 +124,105 @@ class Agreement(BaseModel):
     agrees: bool | None = Field(description="None when either side is missing.")
 
 
+ADDED_FIGURES = (  # (name, vLLM histogram, the least added ms ever flagged: below it a share means nothing)
+    ("ttft", "vllm:time_to_first_token_seconds", 5.0),
+    ("itl", "vllm:inter_token_latency_seconds", 0.5),
+    ("e2e", "vllm:e2e_request_latency_seconds", 5.0),
+)
+CLIENT_OVERHEAD_MAX_PCT = 10.0  # default of the CLIENT_OVERHEAD_MAX_PCT setting
+
+
+class AddedLatency(BaseModel):
+    """One latency as the client measured it and as the server's own histogram did, over the same window."""
+
+    name: str = Field(description="ttft, itl or e2e.")
+    client_mean_ms: float | None
+    server_mean_ms: float | None = Field(description="_sum / _count delta of the server's histogram; None: empty.")
+    added_ms: float | None = Field(description="client_mean_ms - server_mean_ms: what the client's side added.")
+    added_percent: float | None = Field(description="added_ms as a share of server_mean_ms, %.")
+
+
+class ClientOverhead(BaseModel):
+    """What the client added to one server's own TTFT, ITL and E2E over the measured window."""
+
+    server_url: str | None = Field(default=None, description="The server scraped (one entry per replica).")
+    figures: list[AddedLatency] = Field(default_factory=list, description="ttft, itl, e2e (those measured).")
+    max_added_pct: float = Field(description="The share above which a figure is flagged (CLIENT_OVERHEAD_MAX_PCT).")
+    flagged: list[str] = Field(default_factory=list, description="Names of the figures the client added too much to.")
+    missing: str | None = Field(default=None, description="Why the comparison could not be made, when it could not.")
+
+
+def client_overhead(
+    before: Samples,
+    after: Samples,
+    records: Sequence[RequestRecord],
+    *,
+    server_url: str | None = None,
+    max_added_pct: float = CLIENT_OVERHEAD_MAX_PCT,
+) -> ClientOverhead:
+    """Client mean minus server mean of TTFT, ITL and E2E over one server's window (``after - before``).
+
+    The client's means are over its successful measured rows (ITL: every gap of every row pooled, as the server's
+    histogram pools every token's gap); the server's are exact (``_sum``/``_count`` deltas of
+    ``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds``, ``vllm:e2e_request_latency_seconds``;
+    vLLM v1 stamps them in its API server's output processor, so the difference is HTTP, SSE, parsing, the network
+    and the client's own scheduling). A figure is flagged when the client added more than ``max_added_pct`` % of
+    the server's figure and more than a floor (5 ms TTFT/E2E, 0.5 ms ITL). ``missing`` says why nothing could be
+    compared: no such histogram (not vLLM, or another version) or none of it in the window.
+    """
+    ok = [r for r in records if r.phase == "measured" and r.ok]
+    client = {
+        "ttft": [r.ttft_ms for r in ok if r.ttft_ms is not None],
+        "itl": [gap for r in ok for gap in r.itl_ms],
+        "e2e": [r.e2e_ms for r in ok if r.e2e_ms is not None],
+    }
+    absent = [metric for _, metric, _ in ADDED_FIGURES if f"{metric}_count" not in after]
+    if len(absent) == len(ADDED_FIGURES):
+        why = "the server's /metrics has none of " + ", ".join(absent) + " (not vLLM, or a version without them)"
+        return ClientOverhead(server_url=server_url, max_added_pct=max_added_pct, missing=why)
+    figures, flagged = [], []
+    for name, metric, floor_ms in ADDED_FIGURES:
+        if metric in absent:
+            continue
+        values = client[name]
+        client_ms = sum(values) / len(values) if values else None
+        server_ms = latency_view(before, after, metric).mean_ms
+        added = None if client_ms is None or server_ms is None else client_ms - server_ms
+        share = _pct(client_ms, server_ms)
+        figures.append(
+            AddedLatency(
+                name=name, client_mean_ms=client_ms, server_mean_ms=server_ms, added_ms=added, added_percent=share
+            )
+        )
+        if added is not None and share is not None and share > max_added_pct and added > floor_ms:
+            flagged.append(name)
+    missing = None
+    if all(f.added_ms is None for f in figures):
+        missing = "no request of the window in the server's latency histograms" if ok else "no successful request"
+    return ClientOverhead(
+        server_url=server_url, figures=figures, max_added_pct=max_added_pct, flagged=flagged, missing=missing
+    )
+
+
+def overhead_text(overhead: ClientOverhead) -> str:
+    """``TTFT +21.3 ms (+1.2%), ITL +0.4 ms (+0.5%), E2E +45.0 ms (+0.9%) over the server's own``, with the flag or
+    why it is missing — the one wording for the terminal, Markdown and HTML."""
+    where = f" ({overhead.server_url})" if overhead.server_url else ""
+    if overhead.missing:
+        return f"client overhead not measured{where}: {overhead.missing}"
+    parts = [
+        f"{f.name.upper()} {f.added_ms:+.1f} ms ({f.added_percent:+.1f}%)"
+        if f.added_ms is not None and f.added_percent is not None
+        else f"{f.name.upper()} n/a"
+        for f in overhead.figures
+    ]
+    text = ", ".join(parts) + f" over the server's own{where}"
+    if overhead.flagged:
+        names = ", ".join(n.upper() for n in overhead.flagged)
+        text += f" — CLIENT OVERHEAD: adds more than {overhead.max_added_pct:g}% to {names} (CLIENT_OVERHEAD_MAX_PCT)"
+    return text
+
+
 class ServerView(BaseModel):
     """vLLM's view of the measured window and its agreement with the client's."""
 
@@ -145,6 +246,10 @@ class ServerView(BaseModel):
     explained: list[str] = Field(
         default_factory=list,
         description="Differences between client and server that the cut requests account for (not disagreements).",
+    )
+    client_overhead: list[ClientOverhead] = Field(
+        default_factory=list,
+        description="What the client added to each server's own mean TTFT, ITL and E2E (one entry per server).",
     )
 
 
@@ -184,7 +289,14 @@ def _cut_bounds(cut: Sequence[RequestRecord]) -> dict[str, float]:
     }
 
 
-def cross_check(before: Samples, after: Samples, records: Sequence[RequestRecord]) -> ServerView:
+def cross_check(
+    before: Samples,
+    after: Samples,
+    records: Sequence[RequestRecord],
+    *,
+    server_url: str | None = None,
+    max_added_pct: float = CLIENT_OVERHEAD_MAX_PCT,
+) -> ServerView:
     """Compare the server's window (``after - before``) with the client's measured rows.
 
     Tolerances: request and token counts exact; mean TTFT within max(30 %, 75 ms) and mean E2E within
@@ -192,7 +304,8 @@ def cross_check(before: Samples, after: Samples, records: Sequence[RequestRecord
     network, the server's histograms do not (measured here: +36 ms TTFT with the tiny model on a loaded 2-core host).
     Requests the client cut mid-stream (:data:`CUT_KINDS`: Ctrl-C, drain, timeouts) were partly or wholly served:
     with any, the counts must lie between the client's and the client's plus what those requests could add, and the
-    difference is listed as ``explained``, not as a disagreement.
+    difference is listed as ``explained``, not as a disagreement. ``client_overhead`` holds
+    :func:`client_overhead` of the window (``server_url``, ``max_added_pct`` passed on).
     """
     ok = [r for r in records if r.phase == "measured" and r.ok]
     cut = [r for r in records if r.phase == "measured" and not r.ok and r.error_kind in CUT_KINDS]
@@ -258,6 +371,7 @@ def cross_check(before: Samples, after: Samples, records: Sequence[RequestRecord
         disagreements=disagreements,
         requests_cut=len(cut),
         explained=explained,
+        client_overhead=[client_overhead(before, after, records, server_url=server_url, max_added_pct=max_added_pct)],
     )
 
 

@@ -5,9 +5,15 @@ receives, interpreted by :func:`interpret_chunk`, so a UI row and a benchmark ro
 
 Definitions (the README's "The metrics" table):
 
-- **TTFT**: send → first chunk with non-empty content *or reasoning* text. A role-only first chunk does not count
-  (vLLM's ``benchmarks/serve.py`` stamps TTFT on the first chunk, whatever it carries; we wait for text).
-- **ITL**: every gap between consecutive chunks that carry text.
+- **TTFT**: send → the first chunk that carries a generated token: non-empty content *or reasoning* text, or an
+  empty text field (``"content": ""``) in a delta without ``role`` and without ``finish_reason``. vLLM sends such an
+  empty chunk for every token whose text its detokenizer holds back (a byte-level BPE token ending inside a
+  multi-byte character; the next chunk carries the whole character), and its own clock (``/metrics``) stamps that
+  token; waiting for text instead put TTFT one token late whenever the first token was one of them. The role-only
+  first chunk (``{"role": "assistant", "content": ""}``) is no token (vLLM's ``benchmarks/serve.py`` stamps TTFT on
+  it, the same moment on vLLM, where it leaves in the first token's write).
+- **ITL**: every gap between consecutive token chunks (as vLLM's ``vllm:inter_token_latency_seconds``: one gap per
+  token, none merged because a token had no text yet).
 - **E2E**: send → the end of the stream (``data: [DONE]``, or the clean close after the final chunk).
 - **Completion rules**: a stream is complete on ``data: [DONE]``, or when the connection closes cleanly after a
   chunk with a non-null ``finish_reason`` (Hugging Face ``transformers serve`` ends that way); otherwise it is
@@ -33,7 +39,8 @@ TEXT_FIELDS = ("content", "reasoning_content", "reasoning")
 class ChunkFacts:
     """What one chunk says: ``text`` is content and reasoning (what TTFT and ITL time), ``content`` the answer text
     alone (what a chat shows). ``invalid`` names a shape problem (the stream is then failed as ``invalid_stream``);
-    ``error`` holds a server error object's message. Fields in this order (the fast decoder builds it by position)."""
+    ``error`` holds a server error object's message. ``token``: the chunk carries a generated token even without
+    text (module docstring). Fields in this order (the fast decoder builds it by position)."""
 
     text: str = ""
     content: str = ""
@@ -43,6 +50,7 @@ class ChunkFacts:
     has_usage: bool = False
     error: str | None = None
     invalid: str | None = None
+    token: bool = False
 
 
 def _shape(value: Any) -> str:
@@ -113,6 +121,7 @@ def interpret_chunk(obj: Any) -> ChunkFacts:
     texts: list[str] = []
     content: list[str] = []
     finish_reason = None
+    token = False
     for choice in choices:
         if not isinstance(choice, dict):
             return ChunkFacts(invalid=f"a choice is {_shape(choice)}, expected an object")
@@ -132,6 +141,8 @@ def interpret_chunk(obj: Any) -> ChunkFacts:
         if reason is not None and not isinstance(reason, str):
             return ChunkFacts(invalid=f"finish_reason is {_shape(reason)}, expected a string or null")
         finish_reason = reason or finish_reason
+        if not reason and delta.get("role") is None and any(delta.get(n) is not None for n in TEXT_FIELDS):
+            token = True  # a token whose text is held back (empty now): vLLM's clock counts it
     return ChunkFacts(
         text="".join(texts),
         content="".join(content),
@@ -139,6 +150,7 @@ def interpret_chunk(obj: Any) -> ChunkFacts:
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         has_usage=usage is not None,
+        token=token or any(texts),
     )
 
 
@@ -155,7 +167,7 @@ class StreamTimer:
     last_s: float | None = None
     end_s: float | None = None
     itl_ms: list[float] = field(default_factory=list)
-    chunks: int = 0
+    chunks: int = 0  # token chunks (module docstring), text or not
     chars: int = 0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -169,8 +181,8 @@ class StreamTimer:
         self.t0 = self.clock()
 
     def feed(self, facts: ChunkFacts) -> None:
-        """One valid chunk arrived now (text stamps TTFT/ITL; usage and finish_reason are kept)."""
-        if facts.text:
+        """One valid chunk arrived now (a token chunk stamps TTFT/ITL; usage and finish_reason are kept)."""
+        if facts.token:
             now = self.clock()
             if self.first_s is None:
                 self.first_s = now

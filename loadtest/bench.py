@@ -65,7 +65,11 @@ def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, sett
         window_start=run.window_start,
         window_end=run.window_end,
         window_id=run.window_id,
-        server=cross_check(run.before, run.after, measured) if run.before and run.after else None,
+        server=cross_check(
+            run.before, run.after, measured, server_url=plan.vllm_url, max_added_pct=settings.client_overhead_max_pct
+        )
+        if run.before and run.after
+        else None,
         client=client_view(
             measured,
             measured_window_s(measured),
@@ -377,8 +381,12 @@ def series_verdicts(settings: Settings, series: SeriesReport) -> list[tuple[int,
     for point in series.points:
         errors = point.metrics.get("error_rate_percent")
         if limit is not None and errors is not None and errors.mean > limit:
-            out.append((EXIT_ERROR_RATE, f"[ERROR] {point.label}: error rate {errors.mean:.1f}% is above "
-                                         f"MAX_ERROR_RATE_PCT={limit:g}%"))
+            out.append(
+                (
+                    EXIT_ERROR_RATE,
+                    f"[ERROR] {point.label}: error rate {errors.mean:.1f}% is above MAX_ERROR_RATE_PCT={limit:g}%",
+                )
+            )
     return out
 
 

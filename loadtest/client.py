@@ -168,7 +168,7 @@ def _stream(
 ) -> RequestRecord:
     """:func:`stream_chat` without its safety net; the text of every chunk is appended to ``pieces``."""
     timer = StreamTimer(clock)
-    timer.start()
+    timer.start()  # again by the transport right before the request's bytes leave (on_send): connecting is not TTFT
     base: dict[str, Any] = {
         "request_id": rid,
         "phase": phase,
@@ -182,7 +182,7 @@ def _stream(
 
     url = f"{base_url.rstrip('/')}/v1/chat/completions"
     try:
-        response = session.post(url, orjson.dumps(payload), timeout_s=timeout_s)
+        response = session.post(url, orjson.dumps(payload), timeout_s=timeout_s, on_send=timer.start)
     except TransportTimeout as exc:
         return failed("timeout", f"no response within {timeout_s:.0f} s: {exc}")
     except TransportError as exc:
@@ -202,7 +202,7 @@ def _stream(
         return failed("invalid_stream", problem, **measured)
     if not timer.complete:
         return failed("no_done", "stream ended without data: [DONE] or a final finish_reason", **measured)
-    if timer.chunks == 0:
+    if timer.chars == 0:
         return failed("empty_output", "stream finished without any content", **measured)
     return RequestRecord(**base, ok=True, e2e_ms=timer.e2e_ms(), **measured)
 

@@ -16,8 +16,16 @@ plain asyncio protocol (HTTP/1.1 keep-alive, ``Content-Length`` request bodies).
 Quirks of other servers, for the robustness tests: ``--no-usage`` (no usage block), ``--no-done`` (the stream ends
 after the chunk with ``finish_reason`` and usage, as ``transformers serve`` does), ``--bad-chunk JSON`` (that data
 line is sent after the first content chunk of every answer), ``--models a,b`` (several served models).
+vLLM's own shapes: ``--role-with-first`` sends the role chunk in the first token's write (vLLM makes it when the
+first token is out), ``--held-back 0,5`` sends those tokens (0-based) as ``"content": ""`` (vLLM's chunk for a token
+whose text its detokenizer holds back: a byte-level BPE piece of a multi-byte character).
 ``--require-api-key`` answers 401 on ``/v1/*`` without ``Authorization: Bearer <VLLM_API_KEY>``, as vLLM started
 with ``--api-key`` does (the key is read from the settings, never from the command line).
+
+The server's own clock (:mod:`loadtest.mock_metrics`): ``--metrics`` serves vLLM's ``/metrics`` latency histograms
+and counters as the mock's schedule stamps them; ``--send-delay-ms D`` sends every event D ms after its stamp (a
+server whose stream lags its own clock). Paced answers then follow a schedule (first event ``ttft_ms`` after the
+request, each next ``itl_ms`` after the previous one's stamp).
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ import sys
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from loadtest.mock_metrics import MockMetrics
 
 MODEL_ID = "mock-model"
 TOKEN_TEXT = "字"  # a 3-byte UTF-8 character, so split-character handling is exercised
@@ -56,6 +66,10 @@ class MockConfig:
     api_key: str | None = None
     max_model_len: int = 4096  # as vLLM: a request asking for more output than fits is refused with HTTP 400
     list_max_model_len: bool = True  # False: /v1/models does not say the context (as many non-vLLM servers)
+    metrics: bool = False  # serve vLLM's /metrics histograms of the mock's own clock
+    send_delay_ms: float = 0.0  # every event leaves this long after the time /metrics records for it
+    role_with_first: bool = False  # vLLM: the role chunk leaves with the first token
+    held_back: frozenset[int] = frozenset()  # tokens sent as "content": "" (text held back by vLLM's detokenizer)
 
 
 def _frame(data: bytes) -> bytes:
@@ -89,13 +103,16 @@ def build_answer(cfg: MockConfig, n: int, created: int) -> Answer:
     sent = 0
     while sent < n:
         k = min(cfg.tokens_per_chunk, n - sent)
+        text = "" if len(content) in cfg.held_back else TOKEN_TEXT * k
         sent += k
-        choice = {"index": 0, "delta": {"content": TOKEN_TEXT * k}, "logprobs": None,
+        choice = {"index": 0, "delta": {"content": text}, "logprobs": None,
                   "finish_reason": "length" if sent >= n else None}  # fmt: skip
         event = _frame(_event({**base, "choices": [choice]}))
         if cfg.bad_chunk is not None and sent == k:
             event += _frame(f"data: {cfg.bad_chunk}\n\n".encode())
         content.append(event)
+    if cfg.role_with_first and content:
+        head, content[0] = b"", head + content[0]
     tail = b""
     if cfg.usage:
         usage = {"prompt_tokens": cfg.prompt_tokens, "completion_tokens": n, "total_tokens": cfg.prompt_tokens + n}
@@ -121,6 +138,7 @@ class MockServer:
         self.cfg = cfg
         self.created = int(time.time())
         self._answers: dict[int, Answer] = {}
+        self.metrics = MockMetrics() if cfg.metrics else None
         context = {"max_model_len": cfg.max_model_len} if cfg.list_max_model_len else {}
         models = [{"id": m, "object": "model", "root": m, **context} for m in cfg.models]
         self.routes: dict[tuple[bytes, bytes], bytes] = {
@@ -225,7 +243,9 @@ class _Connection(asyncio.Protocol):
     def _handle(self, method: bytes, target: bytes, body: bytes, close: bool) -> None:
         server = self.server
         fixed = server.routes.get((method, target))
-        if fixed is not None:
+        if server.metrics is not None and (method, target) == (b"GET", b"/metrics"):
+            self._send(_response("200 OK", server.metrics.exposition(), "text/plain; version=0.0.4", close), close)
+        elif fixed is not None:
             self._send(_response("200 OK", fixed, close=close), close)
         elif (method, target) == (b"POST", b"/v1/chat/completions"):
             refused = server.too_long(body)
@@ -236,7 +256,10 @@ class _Connection(asyncio.Protocol):
             head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
             head += b"connection: close\r\n\r\n" if close else b"\r\n"
             cfg = server.cfg
-            if cfg.ttft_ms <= 0 and cfg.itl_ms <= 0 and cfg.events_per_write <= 0:
+            if server.metrics is not None:
+                coroutine = self._scheduled(head, answer, close, server.metrics, server.tokens_asked(body))
+                self.task = asyncio.get_running_loop().create_task(coroutine)
+            elif cfg.ttft_ms <= 0 and cfg.itl_ms <= 0 and cfg.events_per_write <= 0:
                 self._send(head + answer.whole, close)  # the firehose: one write
             else:
                 self.task = asyncio.get_running_loop().create_task(self._paced(head, answer, close))
@@ -257,6 +280,31 @@ class _Connection(asyncio.Protocol):
                     await asyncio.sleep(cfg.itl_ms / 1000.0)
                 self._send(b"".join(answer.content[i : i + step]))
             self._send(answer.tail, close)
+        finally:
+            self.task = None
+        self._next()
+
+
+    async def _scheduled(self, head: bytes, answer: Answer, close: bool, metrics: MockMetrics, tokens: int) -> None:
+        """Write the answer on the server's clock: content event k is stamped at ``arrival + ttft + k * itl`` (or
+        when the loop gets there, if later) and leaves ``send_delay_ms`` after its stamp; the stamps go to
+        ``/metrics`` when the answer ends."""
+        cfg = self.server.cfg
+        loop = asyncio.get_running_loop()
+        delay_s = cfg.send_delay_ms / 1000.0
+        arrival = loop.time()
+        stamps: list[float] = []
+        try:
+            self._send(head + answer.head)
+            due = arrival + cfg.ttft_ms / 1000.0
+            for event in answer.content:
+                await asyncio.sleep(max(0.0, due + delay_s - loop.time()))
+                stamp = loop.time() - delay_s  # never earlier than due: the loop may be late, the stamp with it
+                stamps.append(stamp)
+                self._send(event)
+                due = stamp + cfg.itl_ms / 1000.0
+            self._send(answer.tail, close)
+            metrics.record(arrival, stamps, tokens, cfg.prompt_tokens)
         finally:
             self.task = None
         self._next()
@@ -318,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-model-len", type=int, default=4096, help="context: longer requests get HTTP 400")
     parser.add_argument("--unlisted-context", action="store_true", help="/v1/models does not list max_model_len")
     parser.add_argument("--require-api-key", action="store_true", help="require VLLM_API_KEY on /v1 (as vLLM does)")
+    parser.add_argument("--role-with-first", action="store_true", help="the role chunk leaves with the first token")
+    parser.add_argument("--held-back", default="", help="0-based tokens sent with empty content, e.g. 0,5")
+    parser.add_argument("--metrics", action="store_true", help="serve vLLM's /metrics of the mock's own clock")
+    parser.add_argument("--send-delay-ms", type=float, default=0.0, help="--metrics: events leave this late")
     args = parser.parse_args(argv)
     if args.tokens < 1 or args.tokens_per_chunk < 1 or args.processes < 1 or args.events_per_write < 0:
         parser.error("--tokens, --tokens-per-chunk and --processes must be >= 1, --events-per-write >= 0")
@@ -341,6 +393,10 @@ def main(argv: list[str] | None = None) -> int:
         api_key=api_key,
         max_model_len=args.max_model_len,
         list_max_model_len=not args.unlisted_context,
+        metrics=args.metrics,
+        send_delay_ms=args.send_delay_ms,
+        role_with_first=args.role_with_first,
+        held_back=frozenset(int(x) for x in args.held_back.split(",") if x.strip()),
     )
     print(f"[MOCK] http://{args.host}:{args.port} ({args.processes} process(es))", file=sys.stderr, flush=True)
     return run(cfg, args.host, args.port, args.processes)

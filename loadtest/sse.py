@@ -83,6 +83,7 @@ _Count = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class _Delta(msgspec.Struct):
+    role: str | None = None
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
@@ -120,6 +121,7 @@ def decode_chunk(data: bytes) -> ChunkFacts:
     except msgspec.DecodeError as exc:
         raise ValueError(str(exc)) from None
     finish_reason = None
+    token = False
     choices = chunk.choices
     if choices is not None and len(choices) == 1:  # the usual shape, without joins
         choice = choices[0]
@@ -134,6 +136,7 @@ def decode_chunk(data: bytes) -> ChunkFacts:
                 text += delta.reasoning_content
             if delta.reasoning:
                 text += delta.reasoning
+            token = bool(text) or (_held_back(delta) and finish_reason is None)
     else:
         texts: list[str] = []
         contents: list[str] = []
@@ -143,8 +146,18 @@ def decode_chunk(data: bytes) -> ChunkFacts:
             if delta is not None:
                 contents.append(delta.content or "")
                 texts += (delta.content or "", delta.reasoning_content or "", delta.reasoning or "")
+                token = token or (_held_back(delta) and not choice.finish_reason)
         text, content = "".join(texts), "".join(contents)
+        token = token or bool(text)
     usage = chunk.usage
     if usage is None:
-        return ChunkFacts(text, content, finish_reason)
-    return ChunkFacts(text, content, finish_reason, usage.prompt_tokens, usage.completion_tokens, True)
+        return ChunkFacts(text, content, finish_reason, token=token)
+    return ChunkFacts(text, content, finish_reason, usage.prompt_tokens, usage.completion_tokens, True, token=token)
+
+
+def _held_back(delta: _Delta) -> bool:
+    """A delta of a token without text yet: a text field present (even empty) and no role (the role chunk is no
+    token)."""
+    return delta.role is None and (
+        delta.content is not None or delta.reasoning_content is not None or delta.reasoning is not None
+    )

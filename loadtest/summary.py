@@ -7,7 +7,7 @@ from pathlib import Path
 from core.clientview import ClientView, share_text
 from core.errorsummary import causes_text
 from core.report_schema import BenchmarkConfig, Report
-from core.serverview import verdict_text
+from core.serverview import overhead_text, verdict_text
 
 COMPARE_LABELS = (
     ("throughput_req_per_sec_pct", "throughput"),
@@ -117,6 +117,7 @@ def format_summary(report: Report, report_path: str) -> list[str]:
             f"{report.server.generation_tokens} generated tokens, TTFT mean {_ms(report.server.ttft.mean_ms)} "
             f"(client {_ms(checks['ttft_mean_ms'].client)}) — client and server {verdict}"
         )
+        lines += [f"[SERVER] {overhead_text(o)}" for o in report.server.client_overhead]
     if report.client is not None:
         lines += client_lines(report.client)
     if report.profile is not None:

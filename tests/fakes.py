@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -129,10 +129,14 @@ class ScriptedTransport:
         self.sent: list[tuple[str, bytes]] = []
         self.responses: list[ScriptedResponse] = []
 
-    def post(self, url: str, body: bytes, *, timeout_s: float) -> ScriptedResponse:
+    def post(
+        self, url: str, body: bytes, *, timeout_s: float, on_send: Callable[[], None] | None = None
+    ) -> ScriptedResponse:
         self.sent.append((url, body))
         if self.raise_on_send:
             raise self.raise_on_send
+        if on_send is not None:
+            on_send()
         path = urlsplit(url).path
         if path in self.json_routes:
             status, answer = self.json_routes[path]

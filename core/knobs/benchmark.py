@@ -101,6 +101,12 @@ class BenchmarkKnobs(BaseModel):
     max_error_rate_pct: float | None = Field(
         default=None, ge=0, le=100, description="Fail the run (exit 5) when its error rate is above this, %."
     )
+    client_overhead_max_pct: float = Field(
+        default=10.0,
+        ge=0,
+        description="Flag a run whose client adds more than this share to the server's own mean TTFT, ITL or E2E "
+        "(vLLM's /metrics histograms over the window), %.",
+    )
     locust_plan_file: Path | None = Field(
         default=None,
         json_schema_extra={"cli": False},

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from core.records import RequestRecord
 from core.report_schema import Report
-from core.serverview import verdict_text
+from core.serverview import overhead_text, verdict_text
 from services.sidecar.plots import latency_cdf_png, resources_png, throughput_png
 from services.sidecar.report_view import (
     Row,
@@ -21,6 +21,8 @@ from services.sidecar.report_view import (
     error_rows,
     headline_rows,
     outcome_notes,
+    overhead_header,
+    overhead_rows,
     resources_rows,
 )
 
@@ -110,6 +112,9 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
     if report.server is not None:
         verdict = verdict_text(report.server)
         sections += ["<h2>vLLM /metrics cross-check</h2>", f"<p>Client and server: {_e(verdict)}</p>"]
+        sections += [f"<p>Client overhead: {_e(overhead_text(o))}</p>" for o in report.server.client_overhead]
+        if report.server.client_overhead:
+            sections.append(_grid(overhead_header(), overhead_rows(report.server)))
     sections += ["<h2>Environment</h2>", _pairs(environment_rows(report))]
     sections += ["<h2>Configuration</h2>", _pairs(config_rows(report)), "<h2>vLLM log</h2>", _logs(report)]
     sections.append(

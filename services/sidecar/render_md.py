@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core.report_schema import Report
-from core.serverview import verdict_text
+from core.serverview import overhead_text, verdict_text
 from services.sidecar.report_view import (
     Row,
     comparison_header,
@@ -15,6 +15,8 @@ from services.sidecar.report_view import (
     error_rows,
     headline_rows,
     outcome_notes,
+    overhead_header,
+    overhead_rows,
     resources_rows,
 )
 
@@ -58,6 +60,9 @@ def render_markdown(report: Report) -> str:
     if report.server is not None:
         verdict = verdict_text(report.server)
         lines += ["## vLLM /metrics cross-check", "", f"Client and server: {verdict}", ""]
+        lines += [f"Client overhead: {overhead_text(o)}" for o in report.server.client_overhead]
+        if report.server.client_overhead:
+            lines += ["", *table(overhead_header(), overhead_rows(report.server)), ""]
     lines += ["## Environment", "", *_pairs(environment_rows(report)), ""]
     lines += ["## Configuration", "", *_pairs(config_rows(report)), ""]
     lines += ["## Resources", "", *_pairs(resources_rows(report)), ""]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.report_schema import Report
+from core.serverview import ServerView
 
 Row = tuple[str, str]
 
@@ -193,3 +194,23 @@ def outcome_notes(report: Report) -> list[str]:
     if report.rows_omitted:
         notes.append(report.rows_omitted[:1].upper() + report.rows_omitted[1:] + ".")
     return notes
+
+
+def overhead_header() -> list[str]:
+    """Columns of the client-overhead table."""
+    return ["server", "figure", "client mean", "server mean", "client added"]
+
+
+def overhead_rows(server: ServerView) -> list[list[str]]:
+    """Client mean, the server's own mean and what the client added, per server and figure (TTFT, ITL, E2E)."""
+    return [
+        [
+            o.server_url or "vLLM",
+            f.name.upper() + (" (flagged)" if f.name in o.flagged else ""),
+            fmt(f.client_mean_ms, "ms", 1),
+            fmt(f.server_mean_ms, "ms", 1),
+            "n/a" if f.added_ms is None else f"{f.added_ms:+.1f} ms ({pct(f.added_percent)})",
+        ]
+        for o in server.client_overhead
+        for f in o.figures
+    ]

@@ -3,7 +3,9 @@
 Expected: TTFT ≈ 400 ms and E2E ≈ 400 + 19 × 50 = 1350 ms. A client that hands over the body only at the end (or
 waits to fill a read buffer: the known ``iter_content``/``read(n)`` pitfall) would show TTFT ≈ E2E. The paths: the
 request function itself, the benchmark's warmup (threads), and the benchmark's Locust run (closed and open loop) with
-one process and with two worker processes.
+one process and with two worker processes. And against vLLM's own shapes (``vllm_shaped_url``): the role chunk in the
+first token's write and tokens whose text vLLM's detokenizer holds back sent as ``"content": ""`` — the first token
+among them — which a client that waits for text times one token late (TTFT +50 ms here, one gap merged away).
 """
 
 from __future__ import annotations
@@ -54,6 +56,18 @@ def mock_url() -> Iterator[str]:
         proc.wait(timeout=10)
 
 
+@pytest.fixture(scope="module")
+def vllm_shaped_url() -> Iterator[str]:
+    """The same timings in vLLM's shapes: role chunk with the first token, tokens 0 and 7 without text yet."""
+    proc, url = start_mock("--tokens", "20", "--ttft-ms", "400", "--itl-ms", "50", "--role-with-first",
+                           "--held-back", "0,7")  # fmt: skip
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 def assert_known_timings(record: RequestRecord) -> None:
     assert record.ok, record.error
     assert record.ttft_ms is not None and record.e2e_ms is not None
@@ -86,6 +100,30 @@ def test_request_function_timings(mock_url: str) -> None:
             assert_known_timings(stream_chat(session, mock_url, payload, timeout_s=10))
     finally:
         session.close()
+
+
+def test_request_function_times_vllms_shapes(vllm_shaped_url: str) -> None:
+    """Tokens without text yet are timed where the server sent them: TTFT at the first token, 19 gaps, 20 tokens."""
+    payload = chat_payload("mock-model", [{"role": "user", "content": "你好"}], max_tokens=20, temperature=0)
+    session = new_session()
+    try:
+        for _ in range(2):
+            assert_known_timings(stream_chat(session, vllm_shaped_url, payload, timeout_s=10))
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_locust_path_times_vllms_shapes(vllm_shaped_url: str, tmp_path: Path, workers: int) -> None:
+    """The Locust run (one process, two workers) times vLLM's shapes the same way."""
+    plan = plan_for(vllm_shaped_url, tmp_path, workers=workers)
+    rows_path = tmp_path / "run.requests.jsonl"
+    rows_path.touch()
+    outcome = run_locust(settings_for(vllm_shaped_url, tmp_path), plan, rows_path)
+    rows, bad = read_records(rows_path)
+    assert outcome.code == 0 and len(rows) == 6 and bad == 0, (tmp_path / "run.locust.log").read_text()[-3000:]
+    for row in rows:
+        assert_known_timings(row)
 
 
 def test_warmup_path_timings(mock_url: str, tmp_path: Path) -> None:

@@ -48,13 +48,46 @@ def test_complete_stream_counts_usage_tokens_and_chunks() -> None:
 
 def test_ttft_ignores_role_only_first_chunk() -> None:
     """TTFT is measured at the first non-empty content delta, not at the role-only chunk."""
-    # clock: t0=0, content chunks at 0.5, 0.6, 0.8, end at 1.0 (the role chunk takes no reading)
+    # clock: attempt and send at 0, content chunks at 0.5, 0.6, 0.8, end at 1.0 (the role chunk takes no reading)
     record = run(
-        [event(ROLE), content("a"), content("b"), content("c"), USAGE, DONE], clock_steps=[0, 0.5, 0.6, 0.8, 1.0]
+        [event(ROLE), content("a"), content("b"), content("c"), USAGE, DONE], clock_steps=[0, 0, 0.5, 0.6, 0.8, 1.0]
     )
     assert record.ttft_ms == 500.0
     assert [round(x) for x in record.itl_ms] == [100, 200]
     assert record.e2e_ms == 1000.0
+
+
+def test_token_without_text_yet_is_timed_as_vllm_stamps_it() -> None:
+    """vLLM's shapes: the role chunk leaves in the first token's write, and a token whose text its detokenizer holds
+    back (a byte-level BPE piece of a 3-byte character) is sent as ``"content": ""``; the next chunk carries the
+    character. TTFT is that first token (as vLLM's own clock stamps it), every token has its gap, none merged."""
+    held = content("")  # the first token: half a character, no text yet
+    # clock: attempt and send at 0; reads: [role + held token] at 0.5, "字" 0.6, "" 0.7, "好" 0.8 (finish), end 1.0
+    record = run(
+        [event(ROLE) + held, content("字"), content(""), content("好", "length") + USAGE + DONE],
+        clock_steps=[0, 0, 0.5, 0.6, 0.7, 0.8, 1.0],
+    )
+    assert record.ok, record.error
+    assert record.ttft_ms == 500.0
+    assert [round(x) for x in record.itl_ms] == [100, 100, 100]
+    assert record.content_chunks == 4 and record.output_chars == 2 and record.output_tokens == 3
+    assert record.e2e_ms == 1000.0
+
+
+def test_connecting_is_not_counted_in_ttft() -> None:
+    """The clock starts when the request's bytes leave (the transport's on_send), not before the connection: a
+    first request that spent 300 ms connecting (pool, name resolution, TCP) still has the server's TTFT."""
+    # clock: attempt at 0, connected and sent at 0.3, first token at 0.5, then 0.6, 0.8, end at 1.0
+    record = run([event(ROLE), content("a"), content("b"), content("c"), USAGE, DONE],
+                 clock_steps=[0, 0.3, 0.5, 0.6, 0.8, 1.0])  # fmt: skip
+    assert record.ttft_ms is not None and round(record.ttft_ms) == 200
+    assert record.e2e_ms is not None and round(record.e2e_ms) == 700
+
+
+def test_stream_of_tokens_without_any_text_is_empty_output() -> None:
+    """Token chunks that never carry text (every one held back) are still an empty answer."""
+    record = run([event(ROLE), content(""), content("", "length"), USAGE, DONE])
+    assert not record.ok and record.error_kind == "empty_output"
 
 
 def test_multibyte_character_split_across_reads_reassembles() -> None:

@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from core.records import RequestRecord
-from core.serverview import cross_check, histogram_quantile, parse_exposition, verdict_text
+from core.serverview import (
+    client_overhead,
+    cross_check,
+    histogram_quantile,
+    overhead_text,
+    parse_exposition,
+    verdict_text,
+)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "metrics"
 
@@ -87,3 +94,61 @@ def test_garbage_exposition_is_rejected() -> None:
     """Text that is not a Prometheus exposition raises ValueError."""
     with pytest.raises(ValueError):
         parse_exposition("this is { not metrics")
+
+
+def test_client_overhead_is_client_mean_minus_server_mean() -> None:
+    """The recorded run: TTFT, ITL and E2E added by the client are its means minus the server's _sum/_count deltas,
+    ITL pooled over every gap of every row as the server's histogram pools every token."""
+    before, after, rows = load()
+    (overhead,) = cross_check(before, after, rows, server_url="http://vllm:8100").client_overhead
+    figures = {f.name: f for f in overhead.figures}
+    assert list(figures) == ["ttft", "itl", "e2e"] and overhead.server_url == "http://vllm:8100"
+    server_ttft_ms = (32.71913480758667 - 30.92149305343628) / 6 * 1000
+    client_ttft_ms = sum(r.ttft_ms or 0 for r in rows) / len(rows)
+    assert figures["ttft"].server_mean_ms == pytest.approx(server_ttft_ms)
+    assert figures["ttft"].added_ms == pytest.approx(client_ttft_ms - server_ttft_ms)
+    gaps = [g for r in rows for g in r.itl_ms]
+    server_itl_ms = (1186.823798199 - 1178.1510260500004) / 90 * 1000
+    added_itl_ms = sum(gaps) / len(gaps) - server_itl_ms
+    assert figures["itl"].added_ms == pytest.approx(added_itl_ms)
+    assert figures["itl"].added_percent == pytest.approx(added_itl_ms / server_itl_ms * 100)
+    assert overhead.missing is None and "over the server's own (http://vllm:8100)" in overhead_text(overhead)
+
+
+def test_client_overhead_flags_a_share_above_the_limit() -> None:
+    """Rows whose TTFT is 200 ms later than recorded are flagged at a 10 % limit; the limit is stated in the text."""
+    before, after, rows = load()
+    late = [r.model_copy(update={"ttft_ms": (r.ttft_ms or 0) + 200}) for r in rows]
+    assert client_overhead(before, after, rows, max_added_pct=10).flagged == []
+    overhead = client_overhead(before, after, late, max_added_pct=10)
+    assert overhead.flagged == ["ttft"]
+    assert "CLIENT OVERHEAD: adds more than 10% to TTFT" in overhead_text(overhead)
+    assert client_overhead(before, after, late, max_added_pct=1000).flagged == []
+
+
+def test_client_overhead_says_why_without_vllm_histograms() -> None:
+    """A server whose /metrics has no vLLM latency histograms: nothing compared, and the text says why."""
+    _, _, rows = load()
+    other = parse_exposition("# TYPE up gauge\nup 1\n")
+    overhead = client_overhead(other, other, rows)
+    assert overhead.figures == [] and overhead.missing is not None
+    assert "vllm:time_to_first_token_seconds" in overhead_text(overhead) and "not measured" in overhead_text(overhead)
+
+
+def test_every_report_form_states_the_client_overhead() -> None:
+    """The terminal line, the Markdown and the HTML all carry what the client added over the server's own clock."""
+    from loadtest.summary import format_summary
+    from services.sidecar.render_html import render_html
+    from services.sidecar.render_md import render_markdown
+    from tests.unit.test_sidecar_store import report
+
+    before, after, rows = load()
+    server = cross_check(before, after, rows, server_url="http://vllm:8100")
+    r = report().model_copy(update={"server": server})
+    text = overhead_text(server.client_overhead[0])
+    assert text.startswith("TTFT +") and ", ITL " in text and ", E2E " in text
+    assert f"[SERVER] {text}" in format_summary(r, "/tmp/r.json")
+    md = render_markdown(r)
+    assert f"Client overhead: {text}" in md and "| http://vllm:8100 | ITL |" in md
+    page = render_html(r, rows)
+    assert "Client overhead: TTFT +" in page and "<td>E2E</td>" in page

@@ -291,3 +291,14 @@ def test_state_file_positions_survive_in_the_state(tmp_path: Path) -> None:
     state = EngineState(requested="m", source="s", model_arg="m", served_name="m",
                         log_start=LogPosition(dev=1, ino=2, offset=3))
     assert EngineState.model_validate_json(state.model_dump_json()).log_start == LogPosition(dev=1, ino=2, offset=3)
+
+
+def test_negative_client_overhead_is_a_difference_not_a_duration() -> None:
+    """What a client added to the server's mean (``added_ms``) may be negative (its ITL a hair under the server's);
+    a negative duration next to it is still refused."""
+    from core.api import body_problems
+
+    overhead = {"figures": [{"name": "itl", "added_ms": -0.26, "client_mean_ms": 96.3, "server_mean_ms": 96.56}]}
+    assert body_problems({"server": {"client_overhead": [overhead]}}) == []
+    overhead["figures"][0]["client_mean_ms"] = -1.0
+    assert body_problems({"server": {"client_overhead": [overhead]}}) != []
