@@ -288,3 +288,56 @@ class OkLatencies:
     def __call__(self, total_ms: float, ttft_ms: float) -> None:
         self.total_ms.append(total_ms)
         self.ttft_ms.append(ttft_ms)
+
+
+def generate_current_log(path: Path, n_lines: int = 500_000, errors: int = 137, seed: int = 0) -> GeneratedLog:
+    """A log in the shape vLLM writes today: every line behind ``(APIServer pid=N)`` (access lines, the stats line,
+    warnings), with ``errors`` error records planted at random places (a third with a ``logger.exception``
+    traceback, the header repeated on each line) and one warning per ~5,000 lines; same seed, same bytes.
+
+    The truth (``error_events``, ``warning_events``, ``lines``) is in the returned :class:`GeneratedLog`.
+    """
+    rng = random.Random(seed)
+    start_s = datetime(2026, 11, 20).timestamp()
+    facts = GeneratedLog(path=path, first_stamp_s=start_s)
+    planted = set(rng.sample(range(100, n_lines - 100), errors))
+    prefix = "(APIServer pid=1111) "
+    now_s = start_s
+    with path.open("w", encoding="utf-8", newline="\n") as out:
+        lines: list[str] = []
+        for number in range(n_lines):
+            if number % 50 == 0:
+                now_s += 1
+            stamp = datetime.fromtimestamp(now_s).strftime("%m-%d %H:%M:%S")
+            if number in planted:
+                facts.error_events += 1
+                if facts.error_events % 3 == 0:
+                    head = f"{prefix}ERROR {stamp} [serving_chat.py:1201] "
+                    parts = ["Error in chat completion stream generator.", "Traceback (most recent call last):",
+                             '  File "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/serving.py", line 9',
+                             "    raise ValueError(msg)", f"ValueError: planted error {number}"]  # fmt: skip
+                    lines += [head + part for part in parts]
+                    facts.traceback_events += 1
+                else:
+                    lines.append(f"{prefix}ERROR {stamp} [engine.py:88] planted error {number}: request failed")
+            elif number % 5000 == 2500:
+                facts.warning_events += 1
+                lines.append(f"{prefix}WARNING {stamp} [scheduler.py:1570] Sequence group 0 is preempted by "
+                             "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space.")  # fmt: skip
+            elif number % 500 == 0:
+                facts.metrics_lines += 1
+                lines.append(f"{prefix}INFO {stamp} [loggers.py:257] Engine 000: Avg prompt throughput: 812.4 "
+                             "tokens/s, Avg generation throughput: 410.2 tokens/s, Running: 12 reqs, Waiting: 0 "
+                             "reqs, GPU KV cache usage: 7.1%, Prefix cache hit rate: 41.0%")  # fmt: skip
+            else:
+                facts.inference_requests += 1
+                port = rng.randrange(30000, 65000)
+                lines.append(f'{prefix}INFO:     127.0.0.1:{port} - "POST /v1/chat/completions HTTP/1.1" 200 OK')
+            if len(lines) > 10_000:
+                facts.lines += _flush(out, lines)
+        if lines:
+            facts.lines += _flush(out, lines)
+    facts.size_bytes = path.stat().st_size
+    facts.last_stamp_s = now_s
+    os.utime(path, (now_s, now_s))
+    return facts

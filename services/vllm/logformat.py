@@ -87,6 +87,22 @@ def _strip_container(data: bytes) -> bytes:
     return _CRI_LINES_RE.sub(entry, data)
 
 
+def _has_partial(buf: bytes, start: int, stop: int) -> bool:
+    """True when ``buf[start:stop]`` (starting with a container stamp) holds a CRI partial line (`` stdout P ``).
+
+    Only CRI files have the stream tag; a ``docker logs -t`` block (none after its first stamp) is not searched, and
+    a CRI block is searched once for `` P `` (each hit checked for its stream name) rather than once per stream."""
+    first = CONTAINER_RE.match(buf, start, min(stop, start + 80))
+    if first is None or buf[first.end() - 2 : first.end() - 1] not in (b"F", b"P"):
+        return False
+    at = buf.find(b" P ", start, stop)
+    while at >= 0:
+        if buf[at - 6 : at] in (b"stdout", b"stderr"):
+            return True
+        at = buf.find(b" P ", at + 3, stop)
+    return False
+
+
 def clean_span(buf: bytes, start: int, stop: int, colours: bool = True) -> tuple[bytes, int, int]:
     """``buf[start:stop]`` (whole lines) without ANSI codes, and with the parts of Kubernetes' split lines (``P``)
     joined, as ``(buffer, start, stop)``; other container stamps stay (:func:`parse_line` removes them per line,
@@ -97,9 +113,7 @@ def clean_span(buf: bytes, start: int, stop: int, colours: bool = True) -> tuple
     (removing them costs ~0.4 µs per code).
     """
     coloured = colours and buf.find(b"\x1b", start, stop) >= 0
-    partial = buf[start : start + 1].isdigit() and (
-        buf.find(b" stdout P ", start, stop) >= 0 or buf.find(b" stderr P ", start, stop) >= 0
-    )
+    partial = buf[start : start + 1].isdigit() and _has_partial(buf, start, stop)
     if not coloured and not partial:
         return buf, start, stop
     data = buf[start:stop]
