@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -30,65 +28,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.synthlog import GeneratedLog, generate_current_log, generate_vllm_log, write_requests_log  # noqa: E402
+from tests.synthlog import (  # noqa: E402
+    GeneratedLog,
+    generate_current_log,
+    generate_vllm_log,
+    write_current_shapes,
+    write_requests_log,
+    write_shapes,
+)
 
 STATS_TARGET_S = 1.0
 ERRORS_VS_GREP_TARGET = 10.0
 REQUEST_RECORDS = 10_000
-
-
-def write_shapes(log: Path) -> dict[str, Path]:
-    """The log as two deployments write it: vLLM's colours on (cyan prefix, coloured level, grey stamp and source)
-    and Docker's ``logs -t`` stamp in front of every line."""
-    import re
-
-    header = re.compile(
-        rb"^(\([^()]*pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d) (\[[^\]]*\])"
-    )
-    colours = {b"INFO": b"\x1b[32m", b"WARNING": b"\x1b[33m", b"ERROR": b"\x1b[31m", b"DEBUG": b"\x1b[37m"}
-
-    def coloured(match: re.Match[bytes]) -> bytes:
-        prefix = b"\x1b[0;36m" + match[1][:-1] + b"\x1b[0;0m " if match[1] else b""
-        level = colours.get(match[2], b"\x1b[35m") + match[2] + b"\x1b[0m"
-        return prefix + level + b" \x1b[90m" + match[3] + b"\x1b[0m \x1b[90m" + match[4] + b"\x1b[0m"
-
-    paths = {"colours": log.with_name("vllm_colour.log"), "docker -t": log.with_name("vllm_docker.log")}
-    with log.open("rb") as src, paths["colours"].open("wb") as colour, paths["docker -t"].open("wb") as docker:
-        for number, line in enumerate(src):
-            colour.write(header.sub(coloured, line))
-            docker.write(b"2026-11-20T00:00:00.%09dZ " % number + line)
-    return paths
-
-
-_PREFIX = re.compile(rb"^\([^()]*pid=\d+\) ")
-
-
-def write_current_shapes(log: Path) -> dict[str, list[Path]]:
-    """Every shape the analyzer reads, made from one log in today's shape (``(APIServer pid=N)`` on every line): the
-    files of each (a rotated log is two files, ``vllm.log.1`` then ``vllm.log``; the analyzer is given the last)."""
-    folder = log.parent
-    shapes = {
-        "prefixes": [log],
-        "plain": [folder / "plain.log"],
-        "colours": [folder / "colour.log"],
-        "docker -t": [folder / "docker.log"],
-        "CRI": [folder / "cri.log"],
-        "CRLF": [folder / "crlf.log"],
-        "rotated": [folder / "rotated" / "vllm.log.1", folder / "rotated" / "vllm.log"],
-    }
-    shapes["rotated"][0].parent.mkdir()
-    data = log.read_bytes()
-    lines = data.splitlines(keepends=True)
-    shapes["plain"][0].write_bytes(b"".join(_PREFIX.sub(b"", line) for line in lines))
-    shapes["docker -t"][0].write_bytes(b"".join(b"2026-11-20T00:00:00.%09dZ " % n + x for n, x in enumerate(lines)))
-    cri = b"".join(b"2026-11-20T00:00:00.%09d+00:00 stdout F " % n + x for n, x in enumerate(lines))
-    shapes["CRI"][0].write_bytes(cri)
-    shapes["CRLF"][0].write_bytes(data.replace(b"\n", b"\r\n"))
-    half = len(lines) // 2
-    shapes["rotated"][0].write_bytes(b"".join(lines[:half]))
-    shapes["rotated"][1].write_bytes(b"".join(lines[half:]))
-    shutil.copyfile(write_shapes(log)["colours"], shapes["colours"][0])
-    return shapes
 
 
 def alternating_medians(first: Sequence[str], second: Sequence[str], runs: int) -> tuple[float, float]:

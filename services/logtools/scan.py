@@ -13,7 +13,6 @@ the whole block first (:func:`services.vllm.logformat.clean_span`), as uvicorn c
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterable
 
 from core.logfiles import BLOCK_BYTES, ReadStats, StrPath, iter_spans, mtime_s

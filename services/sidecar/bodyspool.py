@@ -12,6 +12,7 @@ with ``Retry-After``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import gc
@@ -150,7 +151,5 @@ def give_back_memory() -> None:
     """After a large body: collect cycles and return freed heap pages to the system (glibc ``malloc_trim``), so
     the RSS of the sidecar falls back instead of staying at its peak."""
     gc.collect()
-    try:
+    with contextlib.suppress(OSError):  # not glibc
         _malloc_trim()
-    except OSError:  # not glibc
-        pass
