@@ -42,19 +42,25 @@ ERRORS_VS_GREP_TARGET = 10.0
 REQUEST_RECORDS = 10_000
 
 
-def alternating_medians(first: Sequence[str], second: Sequence[str], runs: int) -> tuple[float, float]:
-    """Median wall-clock seconds of ``first`` and ``second``, run alternately ``runs`` times each after one warm-up
-    of both (so that a burst of load on a shared machine hits both alike)."""
+def alternating_medians(first: Sequence[str], second: Sequence[str], runs: int) -> tuple[float, float, float, float]:
+    """Median wall-clock and CPU (user + system) seconds of ``first`` and ``second``, run alternately ``runs`` times
+    each after one warm-up of both (so that a burst of load on a shared machine hits both alike):
+    ``(first wall, second wall, first cpu, second cpu)``."""
     env = child_env()
     for argv in (first, second):
         subprocess.run(argv, cwd=REPO, env=env, capture_output=True, check=False)
-    times: tuple[list[float], list[float]] = ([], [])
+    wall: tuple[list[float], list[float]] = ([], [])
+    cpu: tuple[list[float], list[float]] = ([], [])
     for _ in range(runs):
-        for argv, into in ((first, times[0]), (second, times[1])):
+        for index, argv in enumerate((first, second)):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
             subprocess.run(argv, cwd=REPO, env=env, capture_output=True, check=False)
-            into.append(time.perf_counter() - started)
-    return statistics.median(times[0]), statistics.median(times[1])
+            wall[index].append(time.perf_counter() - started)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[index].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    medians = [statistics.median(values) for values in (*wall, *cpu)]
+    return medians[0], medians[1], medians[2], medians[3]
 
 
 def shape_table(lines: int, errors: int, runs: int) -> tuple[list[str], list[str]]:
@@ -67,18 +73,19 @@ def shape_table(lines: int, errors: int, runs: int) -> tuple[list[str], list[str
             f"Today's shape: {facts.lines:,} lines, {facts.size_bytes / 1e6:.1f} MB, {facts.error_events} planted "
             f"errors ({facts.traceback_events} with tracebacks), {facts.warning_events} warnings; median of {runs} "
             "alternating runs",
-            f"{'shape':<10} {'grep -c ERROR s':>15} {'--errors s':>10} {'x grep':>6}  counts",
+            f"{'shape':<10} {'grep -c ERROR s':>15} {'--errors s':>10} {'x grep':>6} {'cpu x grep':>10}  counts",
         ]
         missed = []
         for name, files in write_current_shapes(log).items():
-            grep_s, errors_s = alternating_medians(
+            grep_s, errors_s, grep_cpu_s, errors_cpu_s = alternating_medians(
                 ["grep", "-c", "ERROR", *map(str, files)],
                 [sys.executable, "-m", "services.logtools", "--errors", "--log", str(files[-1])],
                 runs,
             )
             wrong = check_counts(files[-1], facts)
             ratio = errors_s / grep_s
-            out.append(f"{name:<10} {grep_s:15.3f} {errors_s:10.3f} {ratio:6.1f}  {wrong or 'exact'}")
+            cpu_ratio = errors_cpu_s / max(grep_cpu_s, 1e-3)
+            out.append(f"{name:<10} {grep_s:15.3f} {errors_s:10.3f} {ratio:6.1f} {cpu_ratio:10.1f}  {wrong or 'exact'}")
             if wrong or ratio > ERRORS_VS_GREP_TARGET:
                 missed.append(f"{name}: {wrong or f'{ratio:.1f}x grep'}")
         return out, missed
