@@ -13,6 +13,7 @@ the whole block first (:func:`services.vllm.logformat.clean_span`), as uvicorn c
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable
 
 from core.logfiles import BLOCK_BYTES, ReadStats, StrPath, iter_spans, mtime_s
@@ -39,6 +40,9 @@ LEVEL_WORDS = (b"ERROR", b"WARNING", b"CRITICAL")
 """The level words a problem line has; all have an ``R``, rare in access, stats and INFO lines (``memchr`` for it
 skips them), at offset 1, 2 and 1."""
 _LEVEL_R = ((b"ERROR", 1), (b"WARNING", 2), (b"CRITICAL", 1))
+LEVEL_RE = re.compile(rb"R(?:ROR|NING|ITICAL)")
+"""The level words from their ``R`` (one literal first: ``re`` searches for it in C), where ``R`` is common."""
+_MAX_R_MISSES = 32
 BARE_NEEDLE = b"error: "
 """The literal every error line without a header has (:data:`~services.vllm.logformat.BARE_ERROR_RE`: argparse's
 ``<prog>: error: …``, ``Fatal Python error: …``), found with ``bytes.find``; searched apart from the level words, as
@@ -109,13 +113,20 @@ class ScanResult:
 
 def _next_level(buf: bytes, start: int, stop: int) -> int:
     """Offset of the next level word (:data:`LEVEL_WORDS`) in ``buf[start:stop]``, -1 if none: ``memchr`` for
-    ``R``, each hit checked for the words around it (about 10x faster than ``re`` on an alternation of the words)."""
+    ``R``, each hit checked for the words around it (several times faster than ``re``); where ``R`` is common
+    (more than :data:`_MAX_R_MISSES` misses in a row, e.g. many stats lines with ``Running:``), the rest is
+    searched with :data:`LEVEL_RE`, whose literal-prefix search runs in C."""
     find, startswith = buf.find, buf.startswith
     hit = find(b"R", start + 1, stop)
+    misses = 0
     while hit >= 0:
         for word, offset in _LEVEL_R:
             if startswith(word, hit - offset) and hit - offset >= start:
                 return hit - offset
+        misses += 1
+        if misses > _MAX_R_MISSES:
+            match = LEVEL_RE.search(buf, hit + 1, stop)
+            return -1 if match is None else match.start() - (2 if match[0] == b"RNING" else 1)
         hit = find(b"R", hit + 1, stop)
     return -1
 
