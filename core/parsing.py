@@ -69,8 +69,8 @@ def parse_slo(text: str) -> dict[str, float]:
     """Parse ``"ttft_ms<=500,e2e_ms<=2000"`` into ``{"ttft_ms": 500.0, "e2e_ms": 2000.0}``.
 
     Raises:
-        ValueError: a part is not ``<metric><=<finite number >= 0>``, names a metric outside :data:`SLO_METRICS`,
-            or a metric appears twice.
+        ValueError: a part is not ``<metric><=<finite number > 0>`` (a bound of 0 ms can never be met), names a
+            metric outside :data:`SLO_METRICS`, or a metric appears twice.
     """
     slo: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -80,6 +80,11 @@ def parse_slo(text: str) -> dict[str, float]:
             raise ValueError(
                 f'SLO part {part!r} does not parse: use e.g. SLO="ttft_ms<=500,e2e_ms<=2000" '
                 f"with metrics {', '.join(SLO_METRICS)} and finite bounds in ms"
+            )
+        if bound == 0:
+            raise ValueError(
+                f"SLO part {part!r} can never be met: no request has a {match.group(1)} of 0 ms; give a bound above 0, "
+                f"e.g. {match.group(1)}<=500"
             )
         if match.group(1) in slo:
             raise ValueError(f"SLO names {match.group(1)} twice: give each metric one bound")

@@ -119,6 +119,33 @@ class Settings(SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKnobs, ServingKn
         return self
 
     @model_validator(mode="after")
+    def _rates_send_requests(self) -> Settings:
+        """An open-loop rate (RATE, RATE_END, SWEEP=rate:...) must send requests within the run: at least one
+        arrival expected in DURATION, and a mean gap (1/rate) shorter than the watchdog, which stops a run where no
+        request finishes for WATCHDOG_S (default REQUEST_TIMEOUT_S + 60, as in :mod:`loadtest.run`)."""
+        rates = [(f"RATE={self.rate:g}", self.rate)] if self.rate is not None else []
+        if self.rate_end is not None:
+            rates.append((f"RATE_END={self.rate_end:g}", self.rate_end))
+        if self.sweep is not None:
+            kind, loads = parse_sweep(self.sweep)
+            rates += [(f"SWEEP rate {r:g}", r) for r in loads] if kind == "rate" else []
+        watchdog_s = self.watchdog_s or self.request_timeout_s + 60.0
+        for name, rate in rates:
+            if self.duration is not None and rate * self.duration < 1:
+                raise ValueError(
+                    f"{name} req/s sends {rate * self.duration:.2g} requests on average in DURATION="
+                    f"{self.duration:g} s, less than one: the run would measure nothing; raise it to at least "
+                    f"{1 / self.duration:.3g} or lengthen DURATION"
+                )
+            if 1 / rate > watchdog_s:
+                raise ValueError(
+                    f"{name} req/s sends one request every {_span(1 / rate)} on average: the watchdog stops a run "
+                    f"with no request finished for {watchdog_s:g} s (WATCHDOG_S); give a rate of at least "
+                    f"{1 / watchdog_s:.3g} req/s"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _default_request_count(self) -> Settings:
         if self.requests is None and self.duration is None:
             self.requests = 200
@@ -126,9 +153,16 @@ class Settings(SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKnobs, ServingKn
 
     @model_validator(mode="after")
     def _output_lengths_fit(self) -> Settings:
-        """Sampled output lengths need a log-normal with OUTPUT_LEN_MEAN and OUTPUT_LEN_P95 (checked before load)."""
+        """Sampled output lengths need a log-normal with OUTPUT_LEN_MEAN and OUTPUT_LEN_P95, and a cap
+        (OUTPUT_LEN_CAP) not below the mean (checked before load)."""
         if self.fixed_max_tokens is None:
             lognormal_params(self.output_len_mean, self.output_len_p95)
+            if self.output_len_cap < self.output_len_mean:
+                raise ValueError(
+                    f"OUTPUT_LEN_CAP={self.output_len_cap} is below OUTPUT_LEN_MEAN={self.output_len_mean:g}: most "
+                    "sampled lengths would be cut to the cap and the mean never reached; raise the cap or lower the "
+                    "mean"
+                )
         return self
 
     # --- derived -------------------------------------------------------------------------------------
@@ -265,6 +299,14 @@ def describe_validation_error(exc: ValidationError, from_cli: set[str] | frozens
         lines.append(f"  {name}{shown}: {err['msg']}")
     where = "command line, environment, .env or make variables" if from_cli else "environment, .env or make variables"
     return f"Invalid configuration ({where}):\n" + "\n".join(lines)
+
+
+def _span(seconds: float) -> str:
+    """A long time span in words: ``400 s``, ``2.8 h``, ``31.7 years``."""
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400.0), ("h", 3600.0)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
 
 
 @lru_cache(maxsize=1)

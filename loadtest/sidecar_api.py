@@ -4,6 +4,7 @@ and report submission. The load generator never imports the sidecar. Writes carr
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TypeVar
 
@@ -17,6 +18,7 @@ from core.settings import Settings
 from loadtest.errors import BenchError
 
 MIB = 1024 * 1024
+BUSY_ATTEMPTS = 4  # a report answered 503 + Retry-After (large writes queued) is sent up to this many times
 _M = TypeVar("_M", bound=BaseModel)
 
 
@@ -47,6 +49,11 @@ class SidecarClient:
 
     def _refused(self, response: httpx.Response, what: str) -> BenchError:
         """The error for a non-200 answer, saying what to do about a missing or wrong token and a size limit."""
+        if busy_retry_s(response) is not None:
+            return BenchError(
+                f"the sidecar was busy with other large writes (HTTP {response.status_code}: {response.text[:200]}) "
+                f"after {BUSY_ATTEMPTS} tries: try again when the other clients are done."
+            )
         if response.status_code in (401, 403, 503):
             return BenchError(
                 f"the sidecar refused {what} (HTTP {response.status_code}: {response.text[:200]}): the benchmark "
@@ -197,18 +204,32 @@ class SidecarClient:
                 f"the run's report body is {len(content) / MIB:.1f} MiB, above SIDECAR_MAX_BODY_MB="
                 f"{self.max_body_bytes / MIB:g}: raise it for the sidecar (restart it) and the benchmark"
             )
-        try:
-            response = httpx.post(
-                f"{self.url}/reports",
-                content=content,
-                timeout=120,
-                headers={"content-type": "application/json", **self.write_headers},
-            )
-        except httpx.HTTPError as exc:
-            raise BenchError(f"the sidecar is unreachable at {self.url}: {exc}") from None
+        for attempt in range(1, BUSY_ATTEMPTS + 1):
+            try:
+                response = httpx.post(
+                    f"{self.url}/reports",
+                    content=content,
+                    timeout=120,
+                    headers={"content-type": "application/json", **self.write_headers},
+                )
+            except httpx.HTTPError as exc:
+                raise BenchError(f"the sidecar is unreachable at {self.url}: {exc}") from None
+            wait_s = busy_retry_s(response)
+            if wait_s is None or attempt == BUSY_ATTEMPTS:
+                break
+            time.sleep(wait_s)  # the sidecar's queue of large writes is full: it said when to come back
         if response.status_code != 200:
             raise self._refused(response, "the report")
         return BuildReportResponse.model_validate_json(response.content)
+
+
+def busy_retry_s(response: httpx.Response) -> float | None:
+    """Seconds to wait before sending again when the sidecar answered "busy" (503 or 429 with ``Retry-After``, at
+    most 30 s); None for any other answer."""
+    after = response.headers.get("retry-after", "")
+    if response.status_code not in (429, 503) or not after.strip().isdigit():
+        return None
+    return min(float(after), 30.0)
 
 
 def body_size_past(request: BuildReportRequest, limit_bytes: int | None) -> int:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+import shutil
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -288,3 +290,118 @@ class OkLatencies:
     def __call__(self, total_ms: float, ttft_ms: float) -> None:
         self.total_ms.append(total_ms)
         self.ttft_ms.append(ttft_ms)
+
+
+def generate_current_log(path: Path, n_lines: int = 500_000, errors: int = 137, seed: int = 0) -> GeneratedLog:
+    """A log in the shape vLLM writes today: every line behind ``(APIServer pid=N)`` (access lines, the stats line,
+    warnings), with ``errors`` error records planted at random places (a third with a ``logger.exception``
+    traceback, the header repeated on each line) and one warning per ~5,000 lines; same seed, same bytes.
+
+    The truth (``error_events``, ``warning_events``, ``lines``) is in the returned :class:`GeneratedLog`.
+    """
+    rng = random.Random(seed)
+    start_s = datetime(2026, 11, 20).timestamp()
+    facts = GeneratedLog(path=path, first_stamp_s=start_s)
+    planted = set(rng.sample(range(100, n_lines - 100), errors))
+    prefix = "(APIServer pid=1111) "
+    now_s = start_s
+    with path.open("w", encoding="utf-8", newline="\n") as out:
+        lines: list[str] = []
+        for number in range(n_lines):
+            if number % 50 == 0:
+                now_s += 1
+            stamp = datetime.fromtimestamp(now_s).strftime("%m-%d %H:%M:%S")
+            if number in planted:
+                facts.error_events += 1
+                if facts.error_events % 3 == 0:
+                    head = f"{prefix}ERROR {stamp} [serving_chat.py:1201] "
+                    parts = ["Error in chat completion stream generator.", "Traceback (most recent call last):",
+                             '  File "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/serving.py", line 9',
+                             "    raise ValueError(msg)", f"ValueError: planted error {number}"]  # fmt: skip
+                    lines += [head + part for part in parts]
+                    facts.traceback_events += 1
+                else:
+                    lines.append(f"{prefix}ERROR {stamp} [engine.py:88] planted error {number}: request failed")
+            elif number % 5000 == 2500:
+                facts.warning_events += 1
+                lines.append(f"{prefix}WARNING {stamp} [scheduler.py:1570] Sequence group 0 is preempted by "
+                             "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space.")  # fmt: skip
+            elif number % 500 == 0:
+                facts.metrics_lines += 1
+                lines.append(f"{prefix}INFO {stamp} [loggers.py:257] Engine 000: Avg prompt throughput: 812.4 "
+                             "tokens/s, Avg generation throughput: 410.2 tokens/s, Running: 12 reqs, Waiting: 0 "
+                             "reqs, GPU KV cache usage: 7.1%, Prefix cache hit rate: 41.0%")  # fmt: skip
+            else:
+                facts.inference_requests += 1
+                port = rng.randrange(30000, 65000)
+                lines.append(f'{prefix}INFO:     127.0.0.1:{port} - "POST /v1/chat/completions HTTP/1.1" 200 OK')
+            if len(lines) > 10_000:
+                facts.lines += _flush(out, lines)
+        if lines:
+            facts.lines += _flush(out, lines)
+    facts.size_bytes = path.stat().st_size
+    facts.last_stamp_s = now_s
+    os.utime(path, (now_s, now_s))
+    return facts
+
+
+def write_shapes(log: Path) -> dict[str, Path]:
+    """The log as two deployments write it: vLLM's colours on (cyan prefix, coloured level, grey stamp and source)
+    and Docker's ``logs -t`` stamp in front of every line."""
+    header = re.compile(
+        rb"^(\([^()]*pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d) (\[[^\]]*\])"
+    )
+    colours = {b"INFO": b"\x1b[32m", b"WARNING": b"\x1b[33m", b"ERROR": b"\x1b[31m", b"DEBUG": b"\x1b[37m"}
+
+    def coloured(match: re.Match[bytes]) -> bytes:
+        prefix = b"\x1b[0;36m" + match[1][:-1] + b"\x1b[0;0m " if match[1] else b""
+        level = colours.get(match[2], b"\x1b[35m") + match[2] + b"\x1b[0m"
+        return prefix + level + b" \x1b[90m" + match[3] + b"\x1b[0m \x1b[90m" + match[4] + b"\x1b[0m"
+
+    paths = {"colours": log.with_name("vllm_colour.log"), "docker -t": log.with_name("vllm_docker.log")}
+    with log.open("rb") as src, paths["colours"].open("wb") as colour, paths["docker -t"].open("wb") as docker:
+        for number, line in enumerate(src):
+            colour.write(header.sub(coloured, line))
+            docker.write(b"2026-11-20T00:00:00.%09dZ " % number + line)
+    return paths
+
+
+_PREFIX = re.compile(rb"^\([^()]*pid=\d+\) ")
+
+
+def write_current_shapes(log: Path) -> dict[str, list[Path]]:
+    """Every shape the analyzer reads, made from one log in today's shape (``(APIServer pid=N)`` on every line):
+    without prefixes, coloured, behind Docker and CRI stamps (also with the ERROR lines split in CRI partial parts),
+    CRLF line ends, rotated in two; the files of each (a rotated log is two files, ``vllm.log.1`` then ``vllm.log``; the analyzer is given the last)."""
+    folder = log.parent
+    shapes = {
+        "prefixes": [log],
+        "plain": [folder / "plain.log"],
+        "colours": [folder / "colour.log"],
+        "docker -t": [folder / "docker.log"],
+        "CRI": [folder / "cri.log"],
+        "CRI split": [folder / "cri_split.log"],
+        "CRLF": [folder / "crlf.log"],
+        "rotated": [folder / "rotated" / "vllm.log.1", folder / "rotated" / "vllm.log"],
+    }
+    shapes["rotated"][0].parent.mkdir()
+    data = log.read_bytes()
+    lines = data.splitlines(keepends=True)
+    shapes["plain"][0].write_bytes(b"".join(_PREFIX.sub(b"", line) for line in lines))
+    shapes["docker -t"][0].write_bytes(b"".join(b"2026-11-20T00:00:00.%09dZ " % n + x for n, x in enumerate(lines)))
+    cri = b"".join(b"2026-11-20T00:00:00.%09d+00:00 stdout F " % n + x for n, x in enumerate(lines))
+    shapes["CRI"][0].write_bytes(cri)
+    split = []  # containerd splits long lines into partial (P) parts; here every ERROR line, after 30 bytes
+    for n, line in enumerate(lines):
+        stamp = b"2026-11-20T00:00:00.%09d+00:00 stderr " % n
+        if b"ERROR" in line and len(line) > 40:
+            split += [stamp + b"P " + line[:30] + b"\n", stamp + b"F " + line[30:]]
+        else:
+            split.append(stamp + b"F " + line)
+    shapes["CRI split"][0].write_bytes(b"".join(split))
+    shapes["CRLF"][0].write_bytes(data.replace(b"\n", b"\r\n"))
+    half = len(lines) // 2
+    shapes["rotated"][0].write_bytes(b"".join(lines[:half]))
+    shapes["rotated"][1].write_bytes(b"".join(lines[half:]))
+    shutil.copyfile(write_shapes(log)["colours"], shapes["colours"][0])
+    return shapes

@@ -16,6 +16,9 @@ from pydantic_settings import NoDecode
 from core.parsing import parse_duration_s, parse_mix, parse_slo
 
 RANDOM_DATASET = "random"  # DATASET=random: token-exact synthetic prompts
+# The shortest measured window: one streamed LLM answer takes longer than this, so a shorter DURATION measures no
+# complete request and its rates are noise.
+MIN_DURATION_S = 1.0
 
 
 class BenchmarkKnobs(BaseModel):
@@ -89,7 +92,7 @@ class BenchmarkKnobs(BaseModel):
     )
     watchdog_s: float | None = Field(
         default=None,
-        gt=0,
+        ge=1,  # below 1 s it would stop a run before its first answer
         description="Stop a run in which no request finishes for this long, s (default REQUEST_TIMEOUT_S + 60).",
     )
     server_down_s: float = Field(
@@ -116,10 +119,16 @@ class BenchmarkKnobs(BaseModel):
     @field_validator("duration", mode="before")
     @classmethod
     def _parse_duration(cls, value: object) -> object:
-        """DURATION text (60, 60s, 5m, 1h) -> seconds; blank means unset."""
+        """DURATION text (60, 60s, 5m, 1h) -> seconds, at least :data:`MIN_DURATION_S`; blank means unset."""
         if value is None or (isinstance(value, str) and not value.strip()):
             return None
-        return parse_duration_s(str(value))
+        seconds = parse_duration_s(str(value))
+        if seconds < MIN_DURATION_S:
+            raise ValueError(
+                f"a measured window of {seconds:g} s is too short to measure anything (one streamed answer takes "
+                f"longer): give at least {MIN_DURATION_S:g}s, e.g. 60s"
+            )
+        return seconds
 
     @field_validator("input_mix", mode="before")
     @classmethod

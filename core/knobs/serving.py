@@ -104,9 +104,10 @@ class ServingKnobs(BaseModel):
     locust_extra_args: str = Field(
         default="", description="Extra Locust arguments for the web-UI service, e.g. --master or --worker."
     )
-    gpu_sample_interval_s: float = Field(default=0.5, gt=0)
+    # Sampling intervals below 10 ms would keep a core busy sampling (NVML and /metrics update far slower).
+    gpu_sample_interval_s: float = Field(default=0.5, ge=0.01)
     engine_metrics_interval_s: float = Field(
-        default=1.0, gt=0, description="How often the sidecar scrapes vLLM's /metrics for KV usage and queue gauges."
+        default=1.0, ge=0.01, description="How often the sidecar scrapes vLLM's /metrics for KV usage and queue gauges."
     )
 
     # --- UI ------------------------------------------------------------------------------------------
@@ -118,7 +119,7 @@ class ServingKnobs(BaseModel):
     ui_auth_secret: str | None = Field(
         default=None, repr=False, description="JWT secret for UI logins (CHAINLIT_AUTH_SECRET); default: per launch."
     )
-    ui_status_interval_s: float = Field(default=5.0, gt=0, description="How often the UI re-probes vLLM's status.")
+    ui_status_interval_s: float = Field(default=5.0, ge=0.01, description="How often the UI re-probes vLLM's status.")
     ui_max_tokens: int = Field(
         default=4096,
         ge=1,

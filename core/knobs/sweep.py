@@ -77,7 +77,10 @@ class SweepKnobs(BaseModel):
         default=5.0, ge=0, description="Gate tolerance: largest throughput drop / p99 latency rise allowed, %."
     )
     gate_error_rate_pp: float = Field(
-        default=1.0, ge=0, description="Gate tolerance: largest error-rate rise over the baseline, percentage points."
+        default=1.0,
+        ge=0,
+        le=100,  # an error rate cannot rise by more than 100 points: a larger tolerance would never gate
+        description="Gate tolerance: largest error-rate rise over the baseline, percentage points.",
     )
 
     # --- end reports ---

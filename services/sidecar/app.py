@@ -2,8 +2,8 @@
 
 OpenAPI docs at ``/docs``. Endpoints: health, current readings, Prometheus ``/metrics``, sampling windows,
 reports (list, get, build), named baselines (list, mark, forget), series and A/B comparisons
-(:mod:`services.sidecar.series_routes`). Every request passes the Host/Origin/body-size guard; every state-changing
-endpoint needs the sidecar token (:mod:`services.sidecar.guard`).
+(:mod:`services.sidecar.series_routes`). Every request passes the Host/Origin guard; every state-changing endpoint
+needs the sidecar token, checked before its body is read (:mod:`services.sidecar.guard`).
 """
 
 from __future__ import annotations
@@ -51,10 +51,11 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
         svc.sampler.stop()
 
     app = FastAPI(title="LLM stack sidecar", version="0.2.0", lifespan=lifespan)
+    token = settings.sidecar_auth_token()
     app.add_middleware(
-        RequestGuard, hosts=settings.sidecar_hosts, max_body_bytes=int(settings.sidecar_max_body_mb * MIB)
+        RequestGuard, hosts=settings.sidecar_hosts, max_body_bytes=int(settings.sidecar_max_body_mb * MIB), token=token
     )
-    writes = [Depends(token_dependency(settings.sidecar_auth_token()))]
+    writes = [Depends(token_dependency(token))]
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(_: Request, exc: RequestValidationError) -> JSONResponse:

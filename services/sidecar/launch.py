@@ -14,6 +14,8 @@ from core.net import port_in_use_message
 from core.settings import get_settings
 from core.tokenfile import ensure_sidecar_token
 
+LIMIT_CONCURRENCY = 256  # open connections (and tasks) at once; more get 503 from uvicorn
+
 
 def main() -> int:
     """Serve the sidecar; exit 2 with a clear message when the port is taken."""
@@ -34,6 +36,13 @@ def main() -> int:
         log_level="info",
         proxy_headers=False,  # the client address is the socket's: no X-Forwarded-For from anyone
         server_header=False,
+        # Connection bounds (docs/security.md): past LIMIT_CONCURRENCY connections a request is answered 503 at
+        # once; an incomplete header block holds at most h11's 16 KiB, an unread body uvicorn's 64 KiB buffer
+        # (reading pauses there), so many slow clients cost at most ~LIMIT_CONCURRENCY x 80 KiB; idle keep-alive
+        # connections are closed after 5 s. Bodies are bounded in size, time and number by the guard.
+        limit_concurrency=LIMIT_CONCURRENCY,
+        timeout_keep_alive=5,
+        h11_max_incomplete_event_size=16 * 1024,
     )
     return 0
 

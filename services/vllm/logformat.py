@@ -42,8 +42,6 @@ ANSI_RE = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b
 _CONTAINER_STAMP = rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
 CONTAINER_RE = re.compile(_CONTAINER_STAMP + rb" (?:(?:stdout|stderr) [FP] )?")
 """A container runtime's stamp in front of the line (Docker ``-t``; CRI with stream and full/partial tag)."""
-_CONTAINER_LINES_RE = re.compile(rb"^" + CONTAINER_RE.pattern, re.MULTILINE)
-_CRI_LINES_RE = re.compile(rb"^" + _CONTAINER_STAMP + rb" (?:stdout|stderr) ([FP]) ([^\n]*)\n", re.MULTILINE)
 
 PREFIX = rb"(\((?:([^()\s]{1,64}(?: rank=\d{1,6})?) )?pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?\) )?"
 """vLLM's process prefix (groups: the whole prefix, the process name with its rank if any)."""
@@ -74,17 +72,51 @@ MAX_TEXT_CHARS = 2000
 """Longest message or traceback line kept, in characters (longer ones are cut and end with an ellipsis)."""
 
 
-def _strip_container(data: bytes) -> bytes:
-    """``data`` (whole lines) without container stamps; CRI partial lines (``P``) joined to their continuation."""
-    if b" stdout P " not in data and b" stderr P " not in data:
-        return _CONTAINER_LINES_RE.sub(b"", data)
-    end = len(data)
+def _join_partials(data: bytes) -> bytes:
+    """``data`` (whole CRI lines) with each partial line (``P``) joined to its continuation (whose stamp and tag go);
+    a part at the very end stays a line of its own. Only the partial lines are touched (found through `` P ``, one
+    search); the other lines keep their stamps (:func:`parse_line` removes them), so a block with a long line split
+    by the runtime costs one search, not a rewrite of every line."""
+    pieces: list[bytes] = []
+    kept, end = 0, len(data)  # data[kept:] is not yet in pieces
+    at = data.find(b" P ")
+    while at >= 0:
+        begin = data.rfind(b"\n", 0, at) + 1
+        tag = CONTAINER_RE.match(data, begin, at + 3)
+        newline = data.find(b"\n", at)
+        if begin < kept or tag is None or tag.end() != at + 3 or newline < 0 or newline + 1 >= end:
+            at = data.find(b" P ", at + 3)
+            continue
+        pieces += [data[kept:begin], data[tag.end() : newline]]
+        kept = newline + 1
+        while (following := CONTAINER_RE.match(data, kept)) is not None:
+            kept = following.end()  # the continuation's stamp and tag go; its text follows the part
+            if data[kept - 2 : kept - 1] != b"P":
+                break
+            newline = data.find(b"\n", kept)
+            if newline < 0 or newline + 1 >= end:
+                break  # a part at the very end stays as it is
+            pieces.append(data[kept:newline])
+            kept = newline + 1
+        at = data.find(b" P ", kept)
+    pieces.append(data[kept:])
+    return b"".join(pieces)
 
-    def entry(match: re.Match[bytes]) -> bytes:
-        whole = match[1] == b"F" or match.end() == end  # a part at the very end stays a line of its own
-        return match[2] + b"\n" if whole else match[2]
 
-    return _CRI_LINES_RE.sub(entry, data)
+def _has_partial(buf: bytes, start: int, stop: int) -> bool:
+    """True when ``buf[start:stop]`` (starting with a container stamp) holds a CRI partial line (`` stdout P ``).
+
+    Only CRI files have the stream tag; a ``docker logs -t`` block (none after its first stamp) is not searched, and
+    a CRI block is searched once for `` P `` (each hit checked for its stream name) rather than once per stream."""
+    first = CONTAINER_RE.match(buf, start, min(stop, start + 80))
+    if first is None or buf[first.end() - 2 : first.end() - 1] not in (b"F", b"P"):
+        return False
+    at = buf.find(b" P ", start, stop)
+    while at >= 0:
+        if buf[at - 6 : at] in (b"stdout", b"stderr"):
+            return True
+        at = buf.find(b" P ", at + 3, stop)
+    return False
 
 
 def clean_span(buf: bytes, start: int, stop: int, colours: bool = True) -> tuple[bytes, int, int]:
@@ -97,14 +129,12 @@ def clean_span(buf: bytes, start: int, stop: int, colours: bool = True) -> tuple
     (removing them costs ~0.4 µs per code).
     """
     coloured = colours and buf.find(b"\x1b", start, stop) >= 0
-    partial = buf[start : start + 1].isdigit() and (
-        buf.find(b" stdout P ", start, stop) >= 0 or buf.find(b" stderr P ", start, stop) >= 0
-    )
+    partial = buf[start : start + 1].isdigit() and _has_partial(buf, start, stop)
     if not coloured and not partial:
         return buf, start, stop
     data = buf[start:stop]
     if partial:
-        data = _strip_container(data)
+        data = _join_partials(data)
     if coloured:
         data = ANSI_RE.sub(b"", data)
     return data, 0, len(data)

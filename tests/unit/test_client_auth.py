@@ -19,7 +19,7 @@ from core.settings import Settings
 from loadtest.errors import BenchError
 from loadtest.launch import locust_argv
 from loadtest.mock_server import MockConfig, serve
-from loadtest.sidecar_api import SidecarClient
+from loadtest.sidecar_api import SidecarClient, busy_retry_s
 from loadtest.weblogin import credentials_match
 from services.ui.errors import map_exception
 from services.ui.status import Probe, classify
@@ -140,3 +140,15 @@ def test_ui_says_when_vllm_refuses_the_key() -> None:
     error = map_exception(openai.AuthenticationError("Unauthorized", response=response, body=None), model="m",
                           url="http://v", status=status, partial=False, timeout_s=5)  # fmt: skip
     assert "VLLM_API_KEY" in error.message
+
+
+def test_busy_sidecar_answers_are_retried_after_what_it_says() -> None:
+    """503/429 with Retry-After (the sidecar's queue of large writes is full) is waited for, capped at 30 s; a 503
+    without it (no token configured) or any other answer is not retried."""
+    def answer(status: int, **headers: str) -> httpx.Response:
+        return httpx.Response(status, headers=headers)
+
+    assert busy_retry_s(answer(503, **{"Retry-After": "5"})) == 5.0
+    assert busy_retry_s(answer(429, **{"Retry-After": "600"})) == 30.0
+    assert busy_retry_s(answer(503)) is None
+    assert busy_retry_s(answer(401, **{"Retry-After": "5"})) is None

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from core.settings import Settings, describe_validation_error
+from core.settings import PROJECT_ROOT, Settings, describe_validation_error
 from loadtest.dataset import load_dataset
 
 
@@ -32,6 +35,28 @@ from loadtest.dataset import load_dataset
         ({"gate": "v1\n"}, "GATE"),
         ({"max_error_rate_pct": "150"}, "MAX_ERROR_RATE_PCT"),
         ({"duration": "-5"}, "DURATION"),
+        # values that parse but cannot mean anything
+        ({"slo": "ttft_ms<=0"}, "SLO"),
+        ({"slo": "e2e_ms<=500,tpot_ms<=0"}, "SLO"),
+        ({"duration": "0.0001ms"}, "DURATION"),
+        ({"duration": "500ms"}, "DURATION"),
+        ({"rate": "1e-9"}, "RATE"),  # with the default REQUESTS: one request in 31 years, the watchdog stops first
+        ({"rate": "0.01", "duration": "60"}, "RATE"),  # 0.6 requests expected in the window
+        ({"rate": "1", "rate_end": "1e-9"}, "RATE_END"),
+        ({"sweep": "rate:1e-6,2"}, "SWEEP"),
+        ({"rate": "0.001", "watchdog_s": "120", "requests": "5"}, "RATE"),
+        ({"watchdog_s": "0.001"}, "WATCHDOG_S"),
+        ({"gate_error_rate_pp": "150"}, "GATE_ERROR_RATE_PP"),
+        ({"output_len_cap": "10"}, "OUTPUT_LEN_CAP"),  # below the sampled mean (120)
+        ({"gpu_sample_interval_s": "1e-9"}, "GPU_SAMPLE_INTERVAL_S"),
+        ({"engine_metrics_interval_s": "0.000001"}, "ENGINE_METRICS_INTERVAL_S"),
+        ({"ui_status_interval_s": "0"}, "UI_STATUS_INTERVAL_S"),
+        ({"slo_attainment_pct": "0"}, "SLO_ATTAINMENT_PCT"),
+        ({"max_error_rate_pct": "-1"}, "MAX_ERROR_RATE_PCT"),
+        ({"concurrency": "0"}, "CONCURRENCY"),
+        ({"requests": "0"}, "REQUESTS"),
+        ({"request_timeout_s": "0"}, "REQUEST_TIMEOUT_S"),
+        ({"repeat": "0"}, "REPEAT"),
     ],
 )
 def test_bad_knob_stops_with_its_name(env: dict[str, str], named: str) -> None:
@@ -39,6 +64,36 @@ def test_bad_knob_stops_with_its_name(env: dict[str, str], named: str) -> None:
     with pytest.raises(ValidationError) as caught:
         Settings(_env_file=None, **env)  # type: ignore[call-arg, arg-type]
     assert named in describe_validation_error(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
+        ({"SLO": "ttft_ms<=0"}, "can never be met"),
+        ({"RATE": "1e-9"}, "one request every 31.7 years"),
+        ({"RATE": "0.01", "DURATION": "60"}, "less than one"),
+        ({"DURATION": "0.0001ms"}, "too short to measure anything"),
+    ],
+)
+def test_meaningless_values_exit_2_before_any_load(env: dict[str, str], reason: str) -> None:
+    """`python -m loadtest.bench` with a value that cannot mean anything exits 2 naming the knob and why, before
+    it reaches any server (VLLM_BASE_URL points nowhere)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("RATE", "SLO", "DURATION", "REQUESTS"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "loadtest.bench"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
+        env={**base, "VLLM_BASE_URL": "http://127.0.0.1:9", **env},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    knob = next(iter(env))
+    assert knob in done.stderr and reason in done.stderr, done.stderr
+
+
+def test_rates_that_send_requests_are_kept() -> None:
+    """A slow rate that still sends requests in the run (0.05 req/s over 60 s: 3 expected) passes, as does a
+    one-request-a-minute rate with the default watchdog (360 s)."""
+    assert Settings(_env_file=None, rate=0.05, duration="60").rate == 0.05  # type: ignore[call-arg, arg-type]
+    assert Settings(_env_file=None, rate=1 / 60).rate == pytest.approx(1 / 60)  # type: ignore[call-arg]
+    assert Settings(_env_file=None, slo="ttft_ms<=0.5").slo == {"ttft_ms": 0.5}  # type: ignore[call-arg, arg-type]
 
 
 def test_fixed_lengths_skip_the_lognormal_check() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import os
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from core.logfiles import rotated_family
 from services.logtools.groups import ErrorGroups
 from services.logtools.scan import ErrorEvent, LogScanner
-from tests.synthlog import generate_vllm_log
+from tests.synthlog import generate_current_log, generate_vllm_log, write_current_shapes
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 RECORDED = FIXTURES / "vllm_0.32_cpu_recorded.log"
@@ -289,3 +290,17 @@ def test_unstamped_line_is_dated_by_the_line_before_and_marked(tmp_path: Path) -
     report = {"log": {"files": [str(log)]}, "events": 2, "groups_total": 1, "by_level": {"WARNING": 2}, **summary}
     text = "\n".join(render_errors(report))
     assert "21:55:01*" in text and "nearest stamped line before it" in text
+
+
+@pytest.mark.parametrize(
+    "shape", ["prefixes", "plain", "colours", "docker -t", "CRI", "CRI split", "CRLF", "rotated"]
+)
+def test_fast_path_counts_every_shape_exactly(tmp_path: Path, shape: str) -> None:
+    """The literal-search fast path finds every planted error and warning, no more, in every shape the analyzer
+    reads (today's prefixes, none, colours, container stamps, CRI partial lines, CRLF, a rotated pair)."""
+    log = tmp_path / "vllm.log"
+    facts = generate_current_log(log, n_lines=12_000, errors=25, seed=3)
+    files = write_current_shapes(log)[shape]
+    levels: Counter[str] = Counter()
+    LogScanner(on_event=lambda event: levels.update([event.level])).scan(rotated_family(files[-1]))
+    assert levels == {"ERROR": facts.error_events, "WARNING": facts.warning_events}

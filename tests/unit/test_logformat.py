@@ -91,7 +91,8 @@ def test_clean_span_copies_only_when_needed() -> None:
 
 
 def test_cri_partial_lines_are_joined() -> None:
-    """Kubernetes splits a long line into P parts ending with an F part: they come back as one line."""
+    """Kubernetes splits a long line into P parts ending with an F part: they come back as one line (the other
+    lines are left as they are, their stamps removed per line by parse_line)."""
     cri = (
         b"2026-03-14T11:00:01.1+00:00 stdout P (APIServer pid=1) INFO 03-14 11:00:01 [utils.py:233] args: {'a': 1, \n"
         b"2026-03-14T11:00:01.2+00:00 stdout P 'b': 2, \n"
@@ -99,11 +100,9 @@ def test_cri_partial_lines_are_joined() -> None:
         b"2026-03-14T11:00:02.0+00:00 stderr F next\n"
     )
     buf, start, stop = clean_span(cri, 0, len(cri))
-    assert buf[start:stop].split(b"\n") == [
-        b"(APIServer pid=1) INFO 03-14 11:00:01 [utils.py:233] args: {'a': 1, 'b': 2, 'c': 3}",
-        b"next",
-        b"",
-    ]
+    lines = buf[start:stop].split(b"\n")
+    assert lines[0] == b"(APIServer pid=1) INFO 03-14 11:00:01 [utils.py:233] args: {'a': 1, 'b': 2, 'c': 3}"
+    assert [clean(line) for line in lines[1:]] == [b"next", b""]  # other lines keep their stamp for parse_line
     assert clean(b"2026-03-14T11:00:01.1+00:00 stdout F \x1b[32mok\x1b[0m") == b"ok"
 
 
