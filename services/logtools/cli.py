@@ -9,6 +9,7 @@ alone would cost ~10 ms of the ~0.1 s that ``--errors`` takes on a 45 MB log.
 from __future__ import annotations
 
 import getopt
+import os
 import sys
 
 from core.pipes import guard_stdout
@@ -16,7 +17,8 @@ from core.timeparse import SINCE_HELP, parse_since
 
 USAGE = f"""\
 usage: python -m services.logtools --errors|--slow|--stats [--json] [--since WHEN] [--threshold-ms MS]
-                                   [--limit N] [--tracebacks] [--log FILE] [--requests FILE] [--no-rotated]
+                                   [--limit N] [--tracebacks] [--log FILE] [--requests FILE] [--logs-dir DIR]
+                                   [--no-rotated]
 
 Errors, slow requests and stats from logs/vllm.log and logs/requests.jsonl (rotated .1, .2.gz files included).
 
@@ -32,11 +34,12 @@ options:
   --tracebacks       print each error group's example traceback
   --log FILE         vLLM log (default: vllm.log in the settings' LOGS_DIR, i.e. logs/vllm.log)
   --requests FILE    request log (default: requests.jsonl in LOGS_DIR)
+  --logs-dir DIR     where the two logs are (default: the settings' LOGS_DIR, i.e. logs/)
   --no-rotated       read only the given files, not FILE.1, FILE.2.gz, ...
   -h, --help         show this help and exit
 """
 _LONG = ["errors", "slow", "stats", "json", "since=", "threshold-ms=", "limit=", "tracebacks", "log=", "requests="]
-_LONG += ["no-rotated", "help"]
+_LONG += ["no-rotated", "help", "logs-dir="]
 
 
 class UsageError(Exception):
@@ -55,6 +58,7 @@ class Options:
         self.limit = 20
         self.log: str | None = None
         self.requests: str | None = None
+        self.logs_dir: str | None = None
 
 
 def _number(option: str, value: str, kind: type[float] | type[int], example: str) -> float:
@@ -73,7 +77,10 @@ def parse_args(argv: list[str]) -> Options:
     try:
         pairs, rest = getopt.gnu_getopt(argv, "h", _LONG)
     except getopt.GetoptError as exc:
-        raise UsageError(str(exc)) from None
+        from core.cli import refusal  # only on this path: the settings cost start-up time
+
+        own = {"--" + name.rstrip("=") for name in _LONG} | {"-h"}
+        raise UsageError(refusal(argv, own) or str(exc)) from None
     if rest:
         raise UsageError(f"unexpected argument {rest[0]!r} (files go after --log or --requests)")
     options = Options()
@@ -98,7 +105,7 @@ def parse_args(argv: list[str]) -> Options:
             options.limit = int(_number(option, value, int, "20"))
             if options.limit < 0:
                 raise UsageError(f"--limit {value!r}: expected 0 or more")
-        elif option in ("--log", "--requests"):
+        elif option in ("--log", "--requests", "--logs-dir"):
             if not value:
                 raise UsageError(f"{option} needs a file name")
             setattr(options, name, value)
@@ -121,12 +128,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from services.logtools.reports import InputError, Request, make_reports
 
+    logs_dir = options.logs_dir
     request = Request(
         errors=options.errors,
         slow=options.slow,
         stats=options.stats,
-        log=options.log,
-        requests=options.requests,
+        log=options.log or (os.path.join(logs_dir, "vllm.log") if logs_dir else None),
+        requests=options.requests or (os.path.join(logs_dir, "requests.jsonl") if logs_dir else None),
         since_s=options.since_s,
         threshold_ms=options.threshold_ms,
         limit=options.limit,

@@ -180,6 +180,11 @@ class ComposeEngine:
     def restart(self, request: EngineRequest) -> None:
         """Recreate only ``vllm`` with the request's model and wait until it answers (the profiler is configured
         in compose through VLLM_EXTRA_ARGS, not by a restart)."""
+        if request.knobs:  # compose hands the container only the variables its file names
+            names = ", ".join(f"{name.upper()}={value}" for name, value in request.knobs.items())
+            raise EngineError(f"the compose stack takes {names} from .env (or APP_ENV_FILE): set them there and run "
+                              "`docker compose up -d --force-recreate vllm` (only MODEL and VLLM_EXTRA_ARGS switch "
+                              "here)")
         env = {"MODEL": request.model} if request.model else {}
         if request.vllm_extra_args is not None:
             env["VLLM_EXTRA_ARGS"] = request.vllm_extra_args
