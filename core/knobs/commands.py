@@ -58,8 +58,8 @@ BENCHMARK = Command(
                           "max_error_rate_pct")),
         ("output", ("profile", "logs_dir", "requests_log_max_mb", "requests_log_backups")),
         ("connection", ("vllm_base_url", "vllm_host", "vllm_port", "sidecar_base_url", "sidecar_host", "sidecar_port",
-                        "sidecar_token_file", "run_dir", "request_timeout_s", "drain_s", "watchdog_s",
-                        "server_down_s")),
+                        "sidecar_token_file", "sidecar_max_body_mb", "run_dir", "request_timeout_s", "drain_s",
+                        "watchdog_s", "server_down_s")),
     ),
 )
 
@@ -142,6 +142,7 @@ HOME: dict[str, Command] = {
     "vllm_host": STACK, "vllm_port": STACK, "logs_dir": STACK, "run_dir": STACK, "prompts_file": STACK,
     "requests_log_max_mb": STACK, "requests_log_backups": STACK, "vllm_base_url": BENCHMARK,
     "sidecar_base_url": SIDECAR, "sidecar_host": SIDECAR, "sidecar_port": SIDECAR, "sidecar_token_file": SIDECAR,
+    "sidecar_max_body_mb": SIDECAR,
     "max_tokens": BENCHMARK, "temperature": BENCHMARK, "startup_timeout_s": ENGINE,
 }  # fmt: skip
 

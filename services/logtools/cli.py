@@ -11,9 +11,13 @@ from __future__ import annotations
 import getopt
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from core.pipes import guard_stdout
 from core.timeparse import SINCE_HELP, parse_since
+
+if TYPE_CHECKING:
+    from services.logtools.reports import Request
 
 USAGE = f"""\
 usage: python -m services.logtools --errors|--slow|--stats [--json] [--since WHEN] [--threshold-ms MS]
@@ -74,13 +78,17 @@ def parse_args(argv: list[str]) -> Options:
     Raises:
         UsageError: unknown option, missing value, unparsable ``--since``/number, stray argument or no report.
     """
+    own = {"--" + name.rstrip("=") for name in _LONG} | {"-h"}
+    if any(a.startswith("--") and a.split("=", 1)[0] not in own for a in argv):
+        from core.cli import refusal  # only then: the settings cost start-up time
+
+        problem = refusal(argv, own)  # a knob of another command (--slo is not --slow), or a misspelt option
+        if problem:
+            raise UsageError(problem)
     try:
         pairs, rest = getopt.gnu_getopt(argv, "h", _LONG)
     except getopt.GetoptError as exc:
-        from core.cli import refusal  # only on this path: the settings cost start-up time
-
-        own = {"--" + name.rstrip("=") for name in _LONG} | {"-h"}
-        raise UsageError(refusal(argv, own) or str(exc)) from None
+        raise UsageError(str(exc)) from None
     if rest:
         raise UsageError(f"unexpected argument {rest[0]!r} (files go after --log or --requests)")
     options = Options()
@@ -114,6 +122,25 @@ def parse_args(argv: list[str]) -> Options:
     return options
 
 
+def request_of(options: Options) -> Request:
+    """What to report for ``options``; ``--logs-dir`` names the folder of both logs unless ``--log`` or
+    ``--requests`` name a file."""
+    from services.logtools.reports import Request
+
+    logs_dir = options.logs_dir
+    return Request(
+        errors=options.errors,
+        slow=options.slow,
+        stats=options.stats,
+        log=options.log or (os.path.join(logs_dir, "vllm.log") if logs_dir else None),
+        requests=options.requests or (os.path.join(logs_dir, "requests.jsonl") if logs_dir else None),
+        since_s=options.since_s,
+        threshold_ms=options.threshold_ms,
+        limit=options.limit,
+        rotated=options.rotated,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 done, 2 bad input)."""
     guard_stdout()
@@ -126,20 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     if options.help:
         sys.stdout.write(USAGE)
         return 0
-    from services.logtools.reports import InputError, Request, make_reports
+    from services.logtools.reports import InputError, make_reports
 
-    logs_dir = options.logs_dir
-    request = Request(
-        errors=options.errors,
-        slow=options.slow,
-        stats=options.stats,
-        log=options.log or (os.path.join(logs_dir, "vllm.log") if logs_dir else None),
-        requests=options.requests or (os.path.join(logs_dir, "requests.jsonl") if logs_dir else None),
-        since_s=options.since_s,
-        threshold_ms=options.threshold_ms,
-        limit=options.limit,
-        rotated=options.rotated,
-    )
+    request = request_of(options)
     try:
         reports = make_reports(request)
     except InputError as exc:
