@@ -276,3 +276,28 @@ def test_the_generated_reference_is_current() -> None:
     from core.reference import reference
 
     assert (PROJECT_ROOT / "docs" / "configuration.md").read_text(encoding="utf-8") == reference()
+
+
+def test_a_misspelt_make_variable_is_caught_with_the_nearest_setting() -> None:
+    """``make benchmark CONCURENCY=4``: exit 2, "did you mean CONCURRENCY?"; a setting of another command is refused
+    naming where it goes; a name close to no setting (HF_HOME) passes with a note; ``make up`` takes every setting."""
+    from core.makevars import main, problems
+
+    errors, notes = problems("benchmark", ["CONCURENCY", "HF_HOME", "CONCURRENCY", "VLLM_API_KEY", "NAME"])
+    assert errors == ["CONCURENCY is no setting of make benchmark: did you mean CONCURRENCY?"]
+    assert notes == ["HF_HOME is no setting; passed on to the environment as it is"]
+    (foreign,), _ = problems("benchmark", ["KV_CACHE_GB"])
+    assert "KV_CACHE_GB is not read by make benchmark" in foreign and "./start_vllm.sh --kv-cache-gb" in foreign
+    assert problems("up", ["KV_CACHE_GB", "CONCURRENCY", "UI_PORT"]) == ([], [])
+    assert main(["benchmark", "CONCURENCY"]) == 2 and main(["sweep", "SWEEP", "SLO"]) == 0
+
+
+def test_the_makefile_hands_its_command_line_variables_to_the_check() -> None:
+    """``make -n benchmark CONCURENCY=4`` shows the check getting the variable's name before the benchmark runs."""
+    import subprocess
+
+    out = subprocess.run(["make", "-n", "benchmark", "CONCURENCY=4"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                         timeout=60, check=True).stdout  # fmt: skip
+    lines = out.splitlines()
+    check = next(i for i, line in enumerate(lines) if "-m core.makevars benchmark CONCURENCY" in line)
+    assert check < next(i for i, line in enumerate(lines) if "-m loadtest.bench" in line)
