@@ -13,10 +13,12 @@ Exit status: 0 when vLLM answers with the model, 1 when it did not come up, 2 fo
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
+from collections.abc import Collection, Mapping
 
-from core.cli import build_parser, parse
+from core.cli import build_parser, env_names, given, parse
 from core.engine import ENGINE_KNOBS, EngineError, EngineRequest
 from core.knobs.commands import ENGINE
 from core.redact import split_secret_flags
@@ -34,17 +36,26 @@ def parser() -> argparse.ArgumentParser:
     return build_parser("./start_vllm.sh", __doc__ or "", ENGINE)
 
 
-def engine_request(settings: Settings) -> EngineRequest:
-    """What the switch asks of the launcher: the model, the engine knobs that were set (flags, environment, .env:
-    :data:`core.engine.ENGINE_KNOBS`), and VLLM_EXTRA_ARGS when it was given (even empty)."""
+def engine_request(
+    settings: Settings, flags: Collection[str] = (), environ: Mapping[str, str] | None = None
+) -> EngineRequest:
+    """What the switch asks of the launcher: the model, the engine knobs given to this command (:data:`ENGINE_KNOBS`
+    named in ``flags``, or set in its environment ``environ``, default this process's; those of ``.env`` are the
+    stack's already), and VLLM_EXTRA_ARGS when it was given (even empty)."""
+    env = os.environ if environ is None else environ
     extra = settings.vllm_extra_args if "vllm_extra_args" in settings.model_fields_set else None
-    knobs = {name: getattr(settings, name) for name in ENGINE_KNOBS
-             if name in settings.model_fields_set and getattr(settings, name) is not None}  # fmt: skip
+    knobs = {
+        name: getattr(settings, name)
+        for name in ENGINE_KNOBS
+        if getattr(settings, name) is not None
+        and (name in flags or any(var in env for var in env_names(name, Settings.model_fields[name])))
+    }
     return EngineRequest(model=settings.model or None, vllm_extra_args=extra, knobs=knobs)
 
 
-def switch(settings: Settings) -> int:
-    """Restart vLLM with the configured model wherever the stack runs (see the module docstring)."""
+def switch(settings: Settings, flags: Collection[str] = ()) -> int:
+    """Restart vLLM with the configured model wherever the stack runs (see the module docstring); ``flags``: the
+    knobs given on the command line."""
     try:
         resolved = resolve(settings)  # fails fast: unknown folder, typo on the hub, unknown synthetic variant
     except ModelResolutionError as exc:
@@ -56,7 +67,7 @@ def switch(settings: Settings) -> int:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return 2
     # VLLM_EXTRA_ARGS given to this command (even empty) replaces the stack's: `VLLM_EXTRA_ARGS='--max-num-seqs 4'`
-    request = engine_request(settings)
+    request = engine_request(settings, flags)
     extra = request.vllm_extra_args
     if extra:
         try:
@@ -85,8 +96,8 @@ def switch(settings: Settings) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry."""
-    _, settings = parse(parser(), argv)
-    return switch(settings)
+    args, settings = parse(parser(), argv)
+    return switch(settings, set(given(args)))
 
 
 if __name__ == "__main__":

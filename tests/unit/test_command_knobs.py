@@ -13,7 +13,7 @@ from unittest import mock
 
 import pytest
 
-from core.cli import MAX_CONCURRENCY, _knob_flags, build_parser, flag_environment, parse
+from core.cli import MAX_CONCURRENCY, _knob_flags, build_parser, flag_environment, given, parse
 from core.knobs.commands import BENCHMARK, ENGINE, LOGS, SIDECAR, UI, Command, home
 from core.logrotate import MIB
 from core.requestlog import RequestLog
@@ -101,7 +101,7 @@ def bench_effect(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
 def engine_effect(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     """What ``./start_vllm.sh`` makes happen: the launch of vLLM that its engine request gives the launcher (the
     stack's own settings are the defaults), and how long it waits."""
-    request = vllmctl.engine_request(settings)
+    request = vllmctl.engine_request(settings, set(given(args)), {})
     launched = apply_request(Settings(), request)
     resolved = ResolvedModel(launched.requested_model, "hub", launched.requested_model,
                              launched.served_model_name or "default-name", False)  # fmt: skip
@@ -260,9 +260,12 @@ def test_benchmark_help_fits_in_120_lines_in_groups() -> None:
 def test_engine_knobs_reach_the_launcher_through_the_engine_request(tmp_path: Path) -> None:
     """``./start_vllm.sh --kv-cache-gb 4 --max-model-len 2048 --dtype float32`` writes them into the engine request
     and the launcher's vLLM command line carries them."""
-    _, settings = parse(vllmctl.parser(), ["--kv-cache-gb", "4", "--max-model-len", "2048", "--dtype", "float32"])
-    request = vllmctl.engine_request(settings)
+    args, settings = parse(vllmctl.parser(), ["--kv-cache-gb", "4", "--max-model-len", "2048", "--dtype", "float32"])
+    request = vllmctl.engine_request(settings, set(given(args)), {})
     assert request.knobs == {"kv_cache_gb": 4.0, "vllm_max_model_len": 2048, "vllm_dtype": "float32"}
+    by_env = vllmctl.engine_request(Settings(kv_cache_gb=2.0), (), {"KV_CACHE_GB": "2"})
+    assert by_env.knobs == {"kv_cache_gb": 2.0}  # KV_CACHE_GB=2 ./start_vllm.sh
+    assert vllmctl.engine_request(Settings(kv_cache_gb=2.0), (), {}).knobs == {}  # from .env: the stack's already
     launched = apply_request(Settings(), request)
     argv = vllm_argv(launched, ResolvedModel("m", "hub", "m", "m", False), kv=plan_kv(4.0, 2048, None))
     assert argv[argv.index("--dtype") + 1] == "float32" and argv[argv.index("--max-model-len") + 1] == "2048"
