@@ -304,3 +304,20 @@ def test_the_makefile_hands_its_command_line_variables_to_the_check() -> None:
     lines = out.splitlines()
     check = next(i for i, line in enumerate(lines) if "-m core.makevars benchmark CONCURENCY" in line)
     assert check < next(i for i, line in enumerate(lines) if "-m loadtest.bench" in line)
+
+
+def test_a_compose_switch_passes_what_compose_forwards_and_refuses_the_rest(tmp_path: Path) -> None:
+    """With the compose stack ``./start_vllm.sh --served-model-name chat`` recreates vLLM with SERVED_MODEL_NAME set
+    (compose forwards it, as MODEL); ``--kv-cache-gb 4`` is refused before compose runs, saying to use .env."""
+    from core.engine import EngineError, EngineRequest
+    from services.vllm.control import ComposeEngine
+
+    seen = tmp_path / "compose.env"
+    recorder = ("sh", "-c", f'echo "$MODEL|$SERVED_MODEL_NAME|$*" >> {seen}', "compose")
+    settings = Settings(vllm_base_url="http://127.0.0.1:9", startup_timeout_s=0.5)
+    with pytest.raises(EngineError):  # no vLLM answers at the dead address: the wait fails, after the recreate
+        ComposeEngine(settings, recorder).restart(EngineRequest(model="m2", knobs={"served_model_name": "chat"}))
+    assert seen.read_text().splitlines() == ["m2|chat|up -d --no-deps --force-recreate vllm"]
+    with pytest.raises(EngineError, match="KV_CACHE_GB=4.0 from .env"):
+        ComposeEngine(settings, recorder).restart(EngineRequest(knobs={"kv_cache_gb": 4.0}))
+    assert len(seen.read_text().splitlines()) == 1  # compose never ran for the refused one
