@@ -318,6 +318,6 @@ def test_a_compose_switch_passes_what_compose_forwards_and_refuses_the_rest(tmp_
     with pytest.raises(EngineError):  # no vLLM answers at the dead address: the wait fails, after the recreate
         ComposeEngine(settings, recorder).restart(EngineRequest(model="m2", knobs={"served_model_name": "chat"}))
     assert seen.read_text().splitlines() == ["m2|chat|up -d --no-deps --force-recreate vllm"]
-    with pytest.raises(EngineError, match="KV_CACHE_GB=4.0 from .env"):
+    with pytest.raises(EngineError, match=r"KV_CACHE_GB=4\.0 from \.env"):
         ComposeEngine(settings, recorder).restart(EngineRequest(knobs={"kv_cache_gb": 4.0}))
     assert len(seen.read_text().splitlines()) == 1  # compose never ran for the refused one
