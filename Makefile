@@ -27,6 +27,7 @@ browser:
 	@scripts/setup_browser.sh
 
 up: envs
+	$(CHECK_VARS)
 	@$(APP_PY) -m services.stackctl up
 
 down:
@@ -35,11 +36,17 @@ down:
 status: app-env
 	@$(APP_PY) -m services.stackctl status
 
+# Names of the variables given on make's command line (make benchmark CONCURENCY=4): core.makevars refuses typos.
+CLI_VARS = $(strip $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
+CHECK_VARS = @$(APP_PY) -m core.makevars $@ $(CLI_VARS)
+
 benchmark: app-env
+	$(CHECK_VARS)
 	@$(APP_PY) -m loadtest.bench
 
 # A load sweep (SWEEP=auto unless given): every point a report, plus a series report with the SLO knee.
 sweep: app-env
+	$(CHECK_VARS)
 	@SWEEP="$(or $(SWEEP),auto)" $(APP_PY) -m loadtest.bench
 
 compare: app-env
@@ -52,6 +59,7 @@ lint: app-env
 	@scripts/validate_containers.sh >/dev/null || scripts/validate_containers.sh
 	$(APP_PY) scripts/check_kubernetes.py
 	$(APP_PY) -m services.sidecar.schema_export --check
+	$(APP_PY) -m core.reference --check docs/reference.md
 	@site=$$(mktemp -d); NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venvs/app/bin/mkdocs build --strict --quiet --site-dir "$$site"; rc=$$?; rm -rf "$$site"; exit $$rc
 
 # The documentation site (docs/, MkDocs Material) into site/; the settings reference is generated from the settings.
@@ -125,6 +133,7 @@ BENCH_VARS := CONCURRENCY REQUESTS DURATION WARMUP MAX_TOKENS TEMPERATURE SEED R
 	SWEEP SWEEP_RATES REPEAT COOLDOWN_S SLO_ATTAINMENT_PCT MAX_IN_FLIGHT RATE_END RANDOM_INPUT_LEN RANDOM_OUTPUT_LEN \
 	SESSION_TURNS WORKERS
 benchmark-compose:
+	$(CHECK_VARS)
 	scripts/compose.sh exec -T $(foreach v,$(BENCH_VARS),$(if $($(v)),-e $(v)=$($(v)))) locust-master python -m loadtest.bench $(ARGS)
 	@echo "[INFO] /app/reports in the containers is ./reports here"
 

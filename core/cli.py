@@ -1,26 +1,36 @@
 """Command-line flags generated from the settings object, so every knob has one definition: its field.
 
 ``--concurrency 32`` sets the field ``concurrency`` (environment ``CONCURRENCY``); flags win over the environment and
-``.env`` (they are passed to :class:`~core.settings.Settings` as init values). A field lists extra flag names in
-``json_schema_extra={"cli": [...]}`` — the aliases of ``vllm bench serve`` (``--max-concurrency``,
-``--request-rate``, ``--num-prompts``, ``--base-url``, ``--model``, ``--dataset-path``), or replaces its flags with
-``{"cli_flags": [...]}``, names the value of the bare flag with ``{"cli_const": VALUE}`` (``--sweep`` alone is
-``--sweep auto``) — and is left out with
-``{"cli": False}`` (secrets and internal fields: environment only, so they never show in ``ps``).
+``.env`` (they are passed to :class:`~core.settings.Settings` as init values). Each command shows only the knobs of
+its view (:mod:`core.knobs.commands`), in groups, the most used first; a knob of another command is refused with exit
+2 naming where it goes. A field lists extra flag names in ``json_schema_extra={"cli": [...]}`` — the aliases of
+``vllm bench serve`` and ``vllm serve`` (``--request-rate``, ``--num-prompts``, ``--base-url``, ``--model``,
+``--dataset-path``, ``--max-model-len``, ``--dtype``), or replaces its flags with ``{"cli_flags": [...]}``, names
+the value of the bare flag with ``{"cli_const": VALUE}`` (``--sweep`` alone is ``--sweep auto``) — and is left out
+with ``{"cli": False}`` (secrets and internal fields: environment only, so they never show in ``ps``).
+``--max-concurrency`` keeps ``vllm bench serve``'s meaning: with a request rate it caps the requests in flight
+(MAX_IN_FLIGHT), alone it is the closed loop's users (CONCURRENCY).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, get_args
+from types import UnionType
+from typing import Any, NoReturn, Union, get_args, get_origin
 
 from pydantic import AliasChoices, ValidationError
 from pydantic.fields import FieldInfo
 
+from core.knobs.commands import Command, where_it_goes
 from core.settings import PROJECT_ROOT, Settings, describe_validation_error
+
+MAX_CONCURRENCY = "--max-concurrency"
+"""vllm bench serve's flag: MAX_IN_FLIGHT with a rate (or an open-loop sweep), else CONCURRENCY."""
 
 
 def _extra(info: FieldInfo) -> dict[str, Any]:
@@ -45,68 +55,209 @@ def env_names(name: str, info: FieldInfo) -> list[str]:
 
 
 def flags_of(name: str, info: FieldInfo) -> list[str]:
-    """``--concurrency`` plus the field's aliases (``--max-concurrency``); ``cli_flags`` replaces the whole list
-    (``model``, what vLLM serves, is ``--vllm-model-path``: ``--model`` is the benchmark's, as in ``vllm bench``)."""
+    """``--rate`` plus the field's aliases (``--request-rate``); ``cli_flags`` replaces the whole list
+    (``model``, what vLLM serves, is ``--serve-model``: ``--model`` is the benchmark's, as in ``vllm bench``)."""
     extra = _extra(info)
     if extra.get("cli_flags"):
         return [str(flag) for flag in extra["cli_flags"]]
     return [f"--{name.replace('_', '-')}", *(str(a) for a in extra.get("cli") or [])]
 
 
-def _default_text(value: Any) -> str:
-    if value is None or value == {} or value == "":
+def default_text(value: Any) -> str:
+    """A default as help and the reference show it (``unset``; folders relative to the project)."""
+    if value is None or value == {} or value == "" or value == []:
         return "unset"
     if isinstance(value, Path):
         return str(value.relative_to(PROJECT_ROOT)) if value.is_relative_to(PROJECT_ROOT) else str(value)
     return str(value)
 
 
-def _is_bool(info: FieldInfo) -> bool:
+def is_bool(info: FieldInfo) -> bool:
+    """An on/off knob (``--flag/--no-flag``)."""
     return info.annotation is bool or bool in get_args(info.annotation)
+
+
+def short_help(name: str, info: FieldInfo) -> str:
+    """The first clause of a field's description (the whole one is in the generated reference)."""
+    text = info.description or name.replace("_", " ")
+    bare = re.sub(r"\s\([^()]*\)", "", text)
+    return re.split(r"(?<!e\.g)\.\s|;\s", bare, maxsplit=1)[0].rstrip(".;")
+
+
+def _metavar(info: FieldInfo) -> str:
+    union = get_origin(info.annotation) in (Union, UnionType)
+    kinds = set(get_args(info.annotation)) if union else {info.annotation}
+    if int in kinds and float not in kinds:
+        return "N"
+    if float in kinds:
+        return "X"
+    if Path in kinds:
+        return "PATH"
+    return "TEXT"
+
+
+def _knob_flags() -> dict[str, tuple[str, FieldInfo]]:
+    """Every flag of every knob (``--no-x`` of on/off ones too) -> (field, info)."""
+    table: dict[str, tuple[str, FieldInfo]] = {}
+    for name, info in flag_fields():
+        for flag in flags_of(name, info):
+            table[flag] = (name, info)
+            if is_bool(info):
+                table["--no-" + flag.removeprefix("--")] = (name, info)
+    table[MAX_CONCURRENCY] = ("concurrency", Settings.model_fields["concurrency"])
+    return table
 
 
 class CliError(ValueError):
     """A flag or an environment variable has a bad value; the message names each one."""
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """One line per flag where it fits: ``--rate, --request-rate X`` (the metavar once)."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=30)
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if not action.option_strings or action.nargs == 0:
+            return super()._format_action_invocation(action)
+        return ", ".join(action.option_strings) + " " + self._format_args(action, action.dest.upper())
+
+
 class KnobParser(argparse.ArgumentParser):
-    """An argparse parser whose options are the settings fields; usage errors exit 2 naming the flag."""
+    """An argparse parser whose options are the settings fields of one command's view; usage errors exit 2 naming
+    the flag, a knob of another command exits 2 saying where it goes, a misspelt flag gets a suggestion."""
+
+    view: Command | None = None
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(2, f"[ERROR] {message} (see --help)\n")
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        argv = list(sys.argv[1:] if args is None else args)
+        problem = foreign_flag(self, argv)
+        if problem:
+            self.print_usage(sys.stderr)
+            self.exit(2, f"[ERROR] {problem}\n")
+        return super().parse_known_args(argv, namespace)
 
-def build_parser(prog: str, description: str) -> KnobParser:
-    """A parser with one option per knob: ``--flag VALUE`` (``--flag/--no-flag`` for on/off knobs), each help line
-    giving the description (units are in the names), the default and the environment variable."""
+
+def _own_flags(parser: argparse.ArgumentParser) -> set[str]:
+    return {flag for action in parser._actions for flag in action.option_strings}
+
+
+def foreign_flag(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The refusal of the first flag in ``argv`` that the parser does not take (:func:`refusal`)."""
+    return refusal(argv, _own_flags(parser))
+
+
+def refusal(argv: list[str], own: set[str]) -> str | None:
+    """The refusal of the first flag in ``argv`` that is not in ``own`` (a command's flags): a knob of another
+    command (:func:`core.knobs.commands.where_it_goes`), or an unknown flag with the nearest of ``own``; None when
+    every flag is the command's."""
+    knobs = _knob_flags()
+    for index, token in enumerate(argv):
+        if token == "--":
+            break
+        if not token.startswith("--"):
+            continue
+        flag, eq, inline = token.partition("=")
+        if flag in own:
+            continue
+        if flag in knobs:
+            name, info = knobs[flag]
+            env = env_names(name, info)[0]
+            if is_bool(info):
+                return where_it_goes(name, flag, env, "0" if flag.startswith("--no-") else "1", flag_value=False)
+            value = inline if eq else (argv[index + 1] if index + 1 < len(argv) else None)
+            return where_it_goes(name, flag, env, value)
+        near = difflib.get_close_matches(flag, sorted(own), n=1, cutoff=0.75)
+        if near:
+            return f"unrecognized argument {flag}: did you mean {near[0]}?"
+    return None
+
+
+def _add_knob(group: argparse._ArgumentGroup, name: str, info: FieldInfo) -> None:
+    flags = flags_of(name, info)
+    help_text = knob_help(name, info).replace("%", "%%")
+    if is_bool(info):
+        group.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+    elif _extra(info).get("cli_const"):  # ``--sweep`` alone means ``--sweep auto``
+        group.add_argument(*flags, dest=name, default=None, metavar=_metavar(info), help=help_text, nargs="?",
+                           const=str(_extra(info)["cli_const"]))  # fmt: skip
+    else:
+        group.add_argument(*flags, dest=name, default=None, metavar=_metavar(info), help=help_text)
+
+
+def knob_help(name: str, info: FieldInfo) -> str:
+    """A flag's help line: the first clause of its description, ``[default; VARIABLE]`` — the default when there
+    is one, the variable when it is not the first flag in capitals (``--base-url``: VLLM_BASE_URL)."""
+    env = env_names(name, info)[0]
+    if env == flags_of(name, info)[0].removeprefix("--").replace("-", "_").upper():
+        env = ""  # the rule the epilog states
+    default = default_text(info.get_default(call_default_factory=True))
+    shown = "; ".join(part for part in (default if default != "unset" else "", env) if part)
+    return f"{short_help(name, info)} [{shown}]" if shown else short_help(name, info)
+
+
+EPILOG = ("[default] where there is one. Each flag is also an environment, .env and make variable: the flag in "
+          "capitals (--max-tokens: MAX_TOKENS) unless [named]; flags win. Full descriptions: docs/reference.md "
+          "(python -m core.reference).")
+
+
+def build_parser(prog: str, description: str, view: Command | None = None) -> KnobParser:
+    """A parser with one option per knob of ``view`` (None: every knob, in one group): ``--flag VALUE``
+    (``--flag/--no-flag`` for on/off knobs), each help line giving the first clause of the description (units are in
+    the names), the default and the environment variable; the view's most used knobs first, then its groups."""
     parser = KnobParser(
         prog=prog,
-        usage=f"{prog} [--KNOB VALUE ...]   (--help lists every knob, its default and its environment variable)",
+        usage=f"{prog} [--KNOB VALUE ...]",
         description=description,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
+        epilog=EPILOG,
     )
-    group = parser.add_argument_group(
-        "settings", "every knob; flags win over the environment, .env and make variables (named after each help)"
-    )
-    for name, info in flag_fields():
-        env = ", ".join(env_names(name, info))
-        text = (info.description or name.replace("_", " ")).replace("%", "%%")
-        help_text = f"{text} [default: {_default_text(info.get_default(call_default_factory=True))}; env {env}]"
-        if _is_bool(info):
-            group.add_argument(*flags_of(name, info), dest=name, action=argparse.BooleanOptionalAction,
-                               default=None, help=help_text)
-        elif _extra(info).get("cli_const"):  # ``--sweep`` alone means ``--sweep auto``
-            group.add_argument(*flags_of(name, info), dest=name, default=None, metavar=name.upper(), help=help_text,
-                               nargs="?", const=str(_extra(info)["cli_const"]))
-        else:
-            group.add_argument(*flags_of(name, info), dest=name, default=None, metavar=name.upper(), help=help_text)
+    parser.view = view
+    fields = dict(flag_fields())
+    if view is None:
+        group = parser.add_argument_group("settings", "every knob")
+        for name, info in fields.items():
+            _add_knob(group, name, info)
+        return parser
+    groups = [("most used", view.top), *view.groups]
+    done: set[str] = set()
+    for title, names in groups:
+        todo = [name for name in names if name not in done and name in fields]
+        if not todo and not (title == "load" and "max_in_flight" in view.fields):
+            continue
+        group = parser.add_argument_group(title)
+        for name in todo:
+            _add_knob(group, name, fields[name])
+            done.add(name)
+            if name == "concurrency" and "max_in_flight" in view.fields:
+                group.add_argument(MAX_CONCURRENCY, dest="max_concurrency", default=None, metavar="N",
+                                   help="vllm bench serve's: with a rate MAX_IN_FLIGHT, else "
+                                   "CONCURRENCY")  # fmt: skip
     return parser
 
 
 def given(args: argparse.Namespace) -> dict[str, Any]:
-    """The knobs set on the command line (``None`` means not given)."""
+    """The knobs set on the command line (``None`` means not given), as typed (``--max-concurrency`` resolved by
+    :func:`settings_from`)."""
     return {name: getattr(args, name) for name, _ in flag_fields() if getattr(args, name, None) is not None}
+
+
+def _open_loop(flags: dict[str, Any]) -> bool:
+    """Whether the settings with ``flags`` run the open loop (a rate, or an open-loop sweep): where
+    ``--max-concurrency`` means MAX_IN_FLIGHT."""
+    try:
+        settings = Settings(**flags)
+    except ValidationError:
+        return flags.get("rate") is not None
+    spec = settings.sweep_spec
+    return settings.rate is not None or (spec is not None and spec[0] != "concurrency")
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -116,6 +267,13 @@ def settings_from(args: argparse.Namespace) -> Settings:
         CliError: a value does not validate; the message names the flag (``--concurrency=0``) or the variable.
     """
     flags = given(args)
+    cap = getattr(args, "max_concurrency", None)
+    if cap is not None:
+        target = "max_in_flight" if _open_loop(flags) else "concurrency"
+        if target in flags and str(flags[target]) != str(cap):
+            other = "--max-in-flight" if target == "max_in_flight" else "--concurrency"
+            raise CliError(f"{MAX_CONCURRENCY} {cap} and {other} {flags[target]} set the same knob: give one")
+        flags[target] = cap
     try:
         return Settings(**flags)
     except ValidationError as exc:
@@ -130,3 +288,13 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argp
     except CliError as exc:
         parser.print_usage(sys.stderr)
         parser.exit(2, f"[ERROR] {exc}\n")
+
+
+def flag_environment(args: argparse.Namespace) -> dict[str, str]:
+    """The knobs given as flags as environment variables, as typed (``{"UI_PORT": "8001"}``; on/off as 1/0): for a
+    service that re-reads its settings in a child process (Chainlit), so the child reads what the flags said."""
+    env: dict[str, str] = {}
+    fields = dict(flag_fields())
+    for name, value in given(args).items():
+        env[env_names(name, fields[name])[0]] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+    return env

@@ -156,6 +156,26 @@ class EngineRequest(BaseModel):
     vllm_extra_args: str | None = Field(
         default=None, description="Replace VLLM_EXTRA_ARGS (e.g. '--max-num-seqs 4' for an A/B of one vLLM flag)."
     )
+    knobs: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Engine settings of this launch by field name (KV_CACHE_GB, VLLM_MAX_MODEL_LEN, VLLM_DTYPE ... as "
+        "``./start_vllm.sh --kv-cache-gb 4`` gave them; the fields of :data:`ENGINE_KNOBS`), replacing the stack's.",
+    )
+
+
+ENGINE_KNOBS = (
+    "served_model_name",
+    "hf_hub_offline",
+    "hub_probe_timeout_s",
+    "kv_cache_gb",
+    "vllm_max_model_len",
+    "vllm_dtype",
+    "vllm_cpu_num_of_reserved_cpu",
+    "vllm_cpu_omp_threads_bind",
+    "engine_python",
+)
+"""The settings a switch carries to the launcher in :attr:`EngineRequest.knobs` (MODEL and VLLM_EXTRA_ARGS have
+their own fields); every one changes vLLM's command line, its environment or the model it resolves."""
 
 
 def read_request(path: Path) -> EngineRequest:

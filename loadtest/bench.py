@@ -28,6 +28,7 @@ from core.engine import EngineControl
 from core.errorsummary import error_summary
 from core.gate import gate_verdict, series_gate_verdict
 from core.intervals import Interval
+from core.knobs.commands import BENCHMARK
 from core.pipes import guard_stdout
 from core.report_schema import BenchmarkConfig, Report
 from core.series import SeriesReport, is_series_id
@@ -49,6 +50,10 @@ from loadtest.sidecar_api import SidecarClient
 from loadtest.summary import format_summary, start_line
 from loadtest.sweep import RunPoint, RunResult, run_series
 from services.vllm.control import LocalEngine
+
+HELP = """Warmup, a measured Locust run, then the sidecar's report (reports/). Also python -m loadtest.bench and
+make benchmark VAR=VALUE; --sweep / --repeat N write a series report. Exit: 0 ok, 1 report not written, 2 bad input
+or services down, 3 gate regression, 4 no success, 5 error rate, 6 server down, 130 interrupted."""
 
 
 def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, settings: Settings) -> BuildReportRequest:
@@ -171,9 +176,11 @@ def main(argv: list[str] | None = None, engine: EngineControl | None = None) -> 
 
 
 def parser() -> argparse.ArgumentParser:
-    """The benchmark's command line: every settings knob (:mod:`core.cli`) plus ``--report-from``."""
-    cli = build_parser("python -m loadtest.bench", __doc__ or "")
-    cli.add_argument(
+    """The benchmark's command line: the knobs of its view (:data:`core.knobs.commands.BENCHMARK`, :mod:`core.cli`)
+    plus ``--report-from``."""
+    cli = build_parser("./run_benchmark.sh", HELP, BENCHMARK)
+    output = next(group for group in cli._action_groups if group.title == "output")
+    output.add_argument(
         "--report-from", type=Path, metavar="ROWS_FILE", help="build the report from an existing rows file instead"
     )
     return cli

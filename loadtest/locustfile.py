@@ -7,7 +7,8 @@
 is one dispatcher per load process sending at scheduled arrival times. With worker processes (``--processes N``, or
 ``--master``/``--worker``) the master hands each worker its share at the test's start and ends the run when all are
 done; every process appends its rows to the same file. The run plan comes from the benchmark's plan file
-(``LOCUST_PLAN_FILE``) or, for the interactive web UI, from the settings and the served model.
+(``LOCUST_PLAN_FILE``, which also holds the run's effective settings) or, for the interactive web UI, from the
+settings and the served model.
 ``--records-file`` appends every row as JSON; ``--max-requests`` ends the run after that many requests (in all);
 ``--client-file`` receives each load process's CPU use and event-loop lag at the end; ``--llm-stats-file`` writes
 the LLM statistics as JSON when Locust quits (the master's, in distributed mode).
@@ -36,15 +37,17 @@ from loadtest.lagmonitor import LagMonitor, append_process_load
 from loadtest.llm_stats import REPORT_KEY, LlmStats
 from loadtest.locust_events import cut_event, locust_events
 from loadtest.models import discover_model
-from loadtest.plan import bench_config, read_plan
+from loadtest.plan import bench_config, read_plan, settings_of_plan
 from loadtest.procs import die_with_parent
 from loadtest.runstate import RunState, Slot
 from loadtest.transport import Transport
 from loadtest.weblogin import install_login
 from loadtest.workload import WorkItem
 
-SETTINGS = get_settings()
-PLAN = read_plan(SETTINGS.locust_plan_file) if SETTINGS.locust_plan_file else None
+_PLAN_FILE = get_settings().locust_plan_file
+# a benchmark's run: its plan and the run's effective settings (flags included), never another reading of them
+SETTINGS = settings_of_plan(_PLAN_FILE) if _PLAN_FILE else get_settings()
+PLAN = read_plan(_PLAN_FILE) if _PLAN_FILE else None
 STATE: RunState | None = None
 COORD: Coordinator | None = None
 MONITOR = LagMonitor(busy=lambda: STATE is not None and STATE.in_flight > 0)

@@ -6,9 +6,11 @@ So a knob crosses each process boundary one way only: settings -> plan (here) ->
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 from core.report_schema import BenchmarkConfig
 from core.settings import PROJECT_ROOT, RANDOM_DATASET, Settings
@@ -124,10 +126,25 @@ def sampler_for(config: BenchmarkConfig, seed: int) -> WorkloadSampler:
     )
 
 
-def write_plan(path: Path, config: BenchmarkConfig) -> None:
-    """Write the plan for Locust (atomic)."""
+PLAN_SETTINGS_KEY = "settings"
+"""The key of the run's effective settings in the plan file (beside the :class:`BenchmarkConfig` fields, which a
+reader of the config alone ignores)."""
+
+
+def plan_settings(settings: Settings) -> dict[str, Any]:
+    """The run's effective settings as the Locust processes must see them: every field but the secrets (those stay
+    in the environment, never in a file) and the plan file itself, as JSON values."""
+    secret = {name for name, info in Settings.model_fields.items() if info.repr is False}
+    return settings.model_dump(mode="json", exclude=secret | {"locust_plan_file"})
+
+
+def write_plan(path: Path, config: BenchmarkConfig, settings: Settings | None = None) -> None:
+    """Write the plan for Locust (atomic), with the run's effective settings (:func:`plan_settings`) when given."""
+    body: dict[str, Any] = config.model_dump(mode="json")
+    if settings is not None:
+        body[PLAN_SETTINGS_KEY] = plan_settings(settings)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(config.model_dump_json(indent=2), encoding="utf-8")
+    tmp.write_text(json.dumps(body, indent=2, ensure_ascii=False), encoding="utf-8")
     tmp.replace(path)
 
 
@@ -138,3 +155,17 @@ def read_plan(path: Path) -> BenchmarkConfig:
         OSError: unreadable. pydantic.ValidationError: not a plan.
     """
     return BenchmarkConfig.model_validate_json(path.read_bytes())
+
+
+def settings_of_plan(path: Path) -> Settings:
+    """The settings of the run whose plan is ``path``: its effective settings as the benchmark wrote them (its flags
+    included: ``--logs-dir`` reaches every Locust process), the secrets from the environment; a plan without them
+    (written before they were added) gives the environment's settings.
+
+    Raises:
+        OSError: unreadable. ValueError: not JSON. pydantic.ValidationError: settings that no longer validate.
+    """
+    values = json.loads(path.read_bytes()).get(PLAN_SETTINGS_KEY)
+    if not isinstance(values, dict):
+        return Settings()
+    return Settings(**values, locust_plan_file=path)

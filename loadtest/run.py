@@ -177,7 +177,7 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     stem = records_path.name.removesuffix(".requests.jsonl")
     plan_path = records_path.with_name(f"{stem}.plan.json")
     client_path = records_path.with_name(f"{stem}.client.jsonl")
-    write_plan(plan_path, plan)
+    write_plan(plan_path, plan, settings)  # the Locust processes read their settings from it
     open_loop = plan.rate_req_per_sec is not None
     argv = locust_argv(
         settings,

@@ -183,8 +183,9 @@ def wait_ready(settings: Settings, since: LogPosition | None = None) -> tuple[bo
     return True, ""
 
 
-def up(settings: Settings) -> int:
-    """Start the stack and wait for it; 0 when everything answers."""
+def up(settings: Settings, request: EngineRequest | None = None) -> int:
+    """Start the stack and wait for it; 0 when everything answers. ``request``: what vLLM's first launch changes
+    (``./start_vllm.sh`` with no stack running: its model and engine knobs); default none (MODEL, unprofiled)."""
     ports = [(s.port, s.port_var) for s in services(settings)]
     clashes = sorted({f"{a[1]}={a[0]} and {b[1]}" for a in ports for b in ports if a[0] == b[0] and a[1] < b[1]})
     if clashes:
@@ -206,7 +207,7 @@ def up(settings: Settings) -> int:
     except OSError as exc:
         print(f"[ERROR] cannot make the sidecar token {settings.sidecar_token_path}: {exc}", file=sys.stderr)
         return 2
-    write_request(settings.engine_request_file, EngineRequest())  # a fresh start serves MODEL, unprofiled
+    write_request(settings.engine_request_file, request or EngineRequest())  # default: MODEL, unprofiled
     env = supervisor_env(settings)
     since = log_position(settings.vllm_log_file)  # only this launch's phase counts (not the last run's)
     prepared = subprocess.run(

@@ -4,40 +4,71 @@ In local mode the other services keep running (the chat UI's header follows the 
 compose stack only the ``vllm`` service is recreated; with no stack running, ``make up`` starts everything with that
 model. The model is resolved before anything is stopped, so a typo never takes the running vLLM down.
 ``VLLM_EXTRA_ARGS='--max-num-seqs 4' ./start_vllm.sh`` restarts it with other vLLM flags (given, even empty, they
-replace the stack's; not given, vLLM starts with the stack's own), e.g. for ``make compare`` of one flag.
+replace the stack's; not given, vLLM starts with the stack's own), e.g. for ``make compare`` of one flag; the engine
+knobs (``--kv-cache-gb 4``, ``--max-model-len 2048``, ``--dtype float32`` ..., or their variables) apply on the switch
+the same way (``run/engine_request.json``, :class:`core.engine.EngineRequest`).
 Exit status: 0 when vLLM answers with the model, 1 when it did not come up, 2 for a model that cannot be served.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
+from collections.abc import Collection, Mapping
 
-from core.cli import build_parser, parse
-from core.engine import EngineError, EngineRequest
+from core.cli import build_parser, env_names, given, parse
+from core.engine import ENGINE_KNOBS, EngineError, EngineRequest
+from core.knobs.commands import ENGINE
 from core.redact import split_secret_flags
 from core.settings import Settings
 from services import stackctl
 from services.vllm.control import ComposeEngine, LocalEngine
-from services.vllm.launch import resolve
+from services.vllm.kvsizing import KvSizingError
+from services.vllm.launch import kv_plan, resolve
 from services.vllm.model_resolve import ModelResolutionError
 
 
 def parser() -> argparse.ArgumentParser:
-    """Every knob as a flag (``--vllm-model-path DIR``, ``--model-timeout``...), as for the benchmark."""
-    return build_parser("./start_vllm.sh", __doc__ or "")
+    """The engine's knobs as flags (``--vllm-model-path DIR``, ``--kv-cache-gb 4`` ...:
+    :data:`core.knobs.commands.ENGINE`)."""
+    return build_parser("./start_vllm.sh", __doc__ or "", ENGINE)
 
 
-def switch(settings: Settings) -> int:
-    """Restart vLLM with the configured model wherever the stack runs (see the module docstring)."""
+def engine_request(
+    settings: Settings, flags: Collection[str] = (), environ: Mapping[str, str] | None = None
+) -> EngineRequest:
+    """What the switch asks of the launcher: the model, the engine knobs given to this command (:data:`ENGINE_KNOBS`
+    named in ``flags``, or set in its environment ``environ``, default this process's; those of ``.env`` are the
+    stack's already), and VLLM_EXTRA_ARGS when it was given (even empty)."""
+    env = os.environ if environ is None else environ
+    extra = settings.vllm_extra_args if "vllm_extra_args" in settings.model_fields_set else None
+    knobs = {
+        name: getattr(settings, name)
+        for name in ENGINE_KNOBS
+        if getattr(settings, name) is not None
+        and (name in flags or any(var in env for var in env_names(name, Settings.model_fields[name])))
+    }
+    return EngineRequest(model=settings.model or None, vllm_extra_args=extra, knobs=knobs)
+
+
+def switch(settings: Settings, flags: Collection[str] = ()) -> int:
+    """Restart vLLM with the configured model wherever the stack runs (see the module docstring); ``flags``: the
+    knobs given on the command line."""
     try:
         resolved = resolve(settings)  # fails fast: unknown folder, typo on the hub, unknown synthetic variant
     except ModelResolutionError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return 2
+    try:
+        kv_plan(settings, resolved)  # KV_CACHE_GB and VLLM_MAX_MODEL_LEN fit, before the running vLLM is stopped
+    except KvSizingError as exc:
+        print(f"[ERROR] {exc}", file=sys.stderr)
+        return 2
     # VLLM_EXTRA_ARGS given to this command (even empty) replaces the stack's: `VLLM_EXTRA_ARGS='--max-num-seqs 4'`
-    extra = settings.vllm_extra_args if "vllm_extra_args" in settings.model_fields_set else None
+    request = engine_request(settings, flags)
+    extra = request.vllm_extra_args
     if extra:
         try:
             secret = split_secret_flags(shlex.split(extra))[1]
@@ -47,7 +78,6 @@ def switch(settings: Settings) -> int:
         if secret:  # never written to run/engine_request.json
             print("[INFO] --api-key and other secret flags of VLLM_EXTRA_ARGS stay those vLLM was started with by "
                   "`make up` (VLLM_API_KEY, .env); the other flags apply.")
-    request = EngineRequest(model=settings.model or None, vllm_extra_args=extra)
     for engine in (LocalEngine(settings), ComposeEngine(settings)):
         if engine.status() is None:
             continue
@@ -61,13 +91,13 @@ def switch(settings: Settings) -> int:
         print(f"[INFO] vLLM ready at {settings.vllm_url} serving {resolved.served_name}; nothing else was restarted")
         return 0
     print(f"[INFO] No stack is running: starting it (make up) with {resolved.requested}.")
-    return stackctl.up(settings)
+    return stackctl.up(settings, request)
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry."""
-    _, settings = parse(parser(), argv)
-    return switch(settings)
+    args, settings = parse(parser(), argv)
+    return switch(settings, set(given(args)))
 
 
 if __name__ == "__main__":

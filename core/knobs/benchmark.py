@@ -28,8 +28,7 @@ class BenchmarkKnobs(BaseModel):
     concurrency: int = Field(
         default=50,
         ge=1,
-        description="Concurrent users (closed loop).",
-        json_schema_extra={"cli": ["--max-concurrency"]},
+        description="Concurrent users (closed loop); vllm bench serve's --max-concurrency alone sets it.",
     )
     requests: int | None = Field(
         default=None,

@@ -46,7 +46,9 @@ class ServingKnobs(BaseModel):
         description="Where clients (UI, benchmark) reach the OpenAI-compatible server; default from host/port.",
         json_schema_extra={"cli": ["--base-url"]},
     )
-    vllm_dtype: str = "bfloat16"
+    vllm_dtype: str = Field(
+        default="bfloat16", description="vLLM's --dtype of the weights.", json_schema_extra={"cli": ["--dtype"]}
+    )
     kv_cache_gb: float = Field(
         default=1.0,
         gt=0,
@@ -55,7 +57,10 @@ class ServingKnobs(BaseModel):
         "VLLM_CPU_KVCACHE_SPACE_GB, VLLM_CPU_KVCACHE_SPACE.",
     )
     vllm_max_model_len: int | None = Field(
-        default=None, gt=0, description="Context length; unset: 4096 capped at the model's (must fit KV_CACHE_GB)."
+        default=None,
+        gt=0,
+        description="Context length; unset: 4096 capped at the model's (must fit KV_CACHE_GB).",
+        json_schema_extra={"cli": ["--max-model-len"]},
     )
     vllm_cpu_num_of_reserved_cpu: int | None = Field(
         default=None,

@@ -9,14 +9,20 @@ alone would cost ~10 ms of the ~0.1 s that ``--errors`` takes on a 45 MB log.
 from __future__ import annotations
 
 import getopt
+import os
 import sys
+from typing import TYPE_CHECKING
 
 from core.pipes import guard_stdout
 from core.timeparse import SINCE_HELP, parse_since
 
+if TYPE_CHECKING:
+    from services.logtools.reports import Request
+
 USAGE = f"""\
 usage: python -m services.logtools --errors|--slow|--stats [--json] [--since WHEN] [--threshold-ms MS]
-                                   [--limit N] [--tracebacks] [--log FILE] [--requests FILE] [--no-rotated]
+                                   [--limit N] [--tracebacks] [--log FILE] [--requests FILE] [--logs-dir DIR]
+                                   [--no-rotated]
 
 Errors, slow requests and stats from logs/vllm.log and logs/requests.jsonl (rotated .1, .2.gz files included).
 
@@ -32,11 +38,12 @@ options:
   --tracebacks       print each error group's example traceback
   --log FILE         vLLM log (default: vllm.log in the settings' LOGS_DIR, i.e. logs/vllm.log)
   --requests FILE    request log (default: requests.jsonl in LOGS_DIR)
+  --logs-dir DIR     where the two logs are (default: the settings' LOGS_DIR, i.e. logs/)
   --no-rotated       read only the given files, not FILE.1, FILE.2.gz, ...
   -h, --help         show this help and exit
 """
 _LONG = ["errors", "slow", "stats", "json", "since=", "threshold-ms=", "limit=", "tracebacks", "log=", "requests="]
-_LONG += ["no-rotated", "help"]
+_LONG += ["no-rotated", "help", "logs-dir="]
 
 
 class UsageError(Exception):
@@ -55,6 +62,7 @@ class Options:
         self.limit = 20
         self.log: str | None = None
         self.requests: str | None = None
+        self.logs_dir: str | None = None
 
 
 def _number(option: str, value: str, kind: type[float] | type[int], example: str) -> float:
@@ -70,6 +78,13 @@ def parse_args(argv: list[str]) -> Options:
     Raises:
         UsageError: unknown option, missing value, unparsable ``--since``/number, stray argument or no report.
     """
+    own = {"--" + name.rstrip("=") for name in _LONG} | {"-h"}
+    if any(a.startswith("--") and a.split("=", 1)[0] not in own for a in argv):
+        from core.cli import refusal  # only then: the settings cost start-up time
+
+        problem = refusal(argv, own)  # a knob of another command (--slo is not --slow), or a misspelt option
+        if problem:
+            raise UsageError(problem)
     try:
         pairs, rest = getopt.gnu_getopt(argv, "h", _LONG)
     except getopt.GetoptError as exc:
@@ -98,13 +113,32 @@ def parse_args(argv: list[str]) -> Options:
             options.limit = int(_number(option, value, int, "20"))
             if options.limit < 0:
                 raise UsageError(f"--limit {value!r}: expected 0 or more")
-        elif option in ("--log", "--requests"):
+        elif option in ("--log", "--requests", "--logs-dir"):
             if not value:
                 raise UsageError(f"{option} needs a file name")
             setattr(options, name, value)
     if not (options.help or options.errors or options.slow or options.stats):
         raise UsageError("choose a report: --errors, --slow and/or --stats")
     return options
+
+
+def request_of(options: Options) -> Request:
+    """What to report for ``options``; ``--logs-dir`` names the folder of both logs unless ``--log`` or
+    ``--requests`` name a file."""
+    from services.logtools.reports import Request
+
+    logs_dir = options.logs_dir
+    return Request(
+        errors=options.errors,
+        slow=options.slow,
+        stats=options.stats,
+        log=options.log or (os.path.join(logs_dir, "vllm.log") if logs_dir else None),
+        requests=options.requests or (os.path.join(logs_dir, "requests.jsonl") if logs_dir else None),
+        since_s=options.since_s,
+        threshold_ms=options.threshold_ms,
+        limit=options.limit,
+        rotated=options.rotated,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,19 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     if options.help:
         sys.stdout.write(USAGE)
         return 0
-    from services.logtools.reports import InputError, Request, make_reports
+    from services.logtools.reports import InputError, make_reports
 
-    request = Request(
-        errors=options.errors,
-        slow=options.slow,
-        stats=options.stats,
-        log=options.log,
-        requests=options.requests,
-        since_s=options.since_s,
-        threshold_ms=options.threshold_ms,
-        limit=options.limit,
-        rotated=options.rotated,
-    )
+    request = request_of(options)
     try:
         reports = make_reports(request)
     except InputError as exc:

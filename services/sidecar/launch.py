@@ -10,16 +10,19 @@ import sys
 
 import uvicorn
 
+from core.cli import build_parser, parse
+from core.knobs.commands import SIDECAR
 from core.net import port_in_use_message
-from core.settings import get_settings
 from core.tokenfile import ensure_sidecar_token
+from services.sidecar.app import create_app
 
 LIMIT_CONCURRENCY = 256  # open connections (and tasks) at once; more get 503 from uvicorn
 
 
-def main() -> int:
-    """Serve the sidecar; exit 2 with a clear message when the port is taken."""
-    settings = get_settings()
+def main(argv: list[str] | None = None) -> int:
+    """Serve the sidecar with the settings of its view (flags: :data:`core.knobs.commands.SIDECAR`); exit 2 with a
+    clear message when the port is taken or a flag is bad."""
+    _, settings = parse(build_parser("python -m services.sidecar.launch", __doc__ or "", SIDECAR), argv)
     busy = port_in_use_message(settings.sidecar_host, settings.sidecar_port, "SIDECAR_PORT")
     if busy:
         print(f"[ERROR] {busy}", file=sys.stderr, flush=True)
@@ -29,8 +32,7 @@ def main() -> int:
     except OSError as exc:
         print(f"[WARN] no sidecar token ({settings.sidecar_token_path}: {exc}): every write is refused", flush=True)
     uvicorn.run(
-        "services.sidecar.app:app_factory",
-        factory=True,
+        create_app(settings),
         host=settings.sidecar_host,
         port=settings.sidecar_port,
         log_level="info",

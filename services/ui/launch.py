@@ -14,7 +14,6 @@ as ``custom_build``; the page then falls back to the system's sans-serif font.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import re
@@ -24,8 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from core.cli import build_parser, flag_environment, parse
+from core.knobs.commands import UI
 from core.net import port_in_use_message
-from core.settings import PROJECT_ROOT, Settings, get_settings, service_env
+from core.settings import PROJECT_ROOT, Settings, service_env
 
 UI_DIR = Path(__file__).resolve().parent
 APP_FILE = UI_DIR / "app.py"
@@ -133,9 +134,7 @@ def config_problem(settings: Settings) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Check the configuration and the port, then exec Chainlit. Exit 2 with a message when it cannot start."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.parse_args(argv)
-    settings = get_settings()
+    args, settings = parse(build_parser("python -m services.ui.launch", __doc__ or "", UI), argv)
     problem = config_problem(settings) or port_in_use_message(settings.ui_host, settings.ui_port, "UI_PORT")
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
@@ -153,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     os.chdir(PROJECT_ROOT)
-    os.execvpe(cmd[0], cmd, chainlit_env(settings, app_root))
+    # Chainlit's process reads its settings again: the flags go with it as their variables
+    os.execvpe(cmd[0], cmd, chainlit_env(settings, app_root, {**os.environ, **flag_environment(args)}))
     return 0  # pragma: no cover - exec does not return
 
 

@@ -180,7 +180,16 @@ class ComposeEngine:
     def restart(self, request: EngineRequest) -> None:
         """Recreate only ``vllm`` with the request's model and wait until it answers (the profiler is configured
         in compose through VLLM_EXTRA_ARGS, not by a restart)."""
+        knobs = dict(request.knobs)
+        served = knobs.pop("served_model_name", None)  # the compose file passes SERVED_MODEL_NAME on, as MODEL
+        if knobs:  # compose hands the container only the variables its file names
+            names = ", ".join(f"{name.upper()}={value}" for name, value in knobs.items())
+            raise EngineError(f"the compose stack takes {names} from .env (or APP_ENV_FILE): set them there and run "
+                              "`docker compose up -d --force-recreate vllm` (only MODEL, SERVED_MODEL_NAME and "
+                              "VLLM_EXTRA_ARGS switch here)")
         env = {"MODEL": request.model} if request.model else {}
+        if served is not None:
+            env["SERVED_MODEL_NAME"] = str(served)
         if request.vllm_extra_args is not None:
             env["VLLM_EXTRA_ARGS"] = request.vllm_extra_args
         if self._run("up", "-d", "--no-deps", "--force-recreate", PROGRAM, env=env, timeout_s=600) is None:

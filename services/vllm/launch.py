@@ -28,7 +28,10 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
+from pydantic import TypeAdapter
+
 from core.engine import (
+    ENGINE_KNOBS,
     EngineRequest,
     EngineState,
     LogPosition,
@@ -273,12 +276,23 @@ def run_vllm(cmd: list[str], env: dict[str, str], out: Masked, on_start: Callabl
 
 
 def apply_request(settings: Settings, request: EngineRequest) -> Settings:
-    """The settings of this launch: a pending model switch (``run/engine_request.json``) replaces MODEL, and its
-    ``vllm_extra_args`` (when set) replace VLLM_EXTRA_ARGS — all but its secret flags (``--api-key``), which are never
-    in the request file and stay those of the launcher's own settings."""
-    update: dict[str, str] = {}
+    """The settings of this launch: a pending switch (``run/engine_request.json``) replaces MODEL, its engine knobs
+    (``knobs``: KV_CACHE_GB, VLLM_MAX_MODEL_LEN, VLLM_DTYPE ... as ``./start_vllm.sh`` was given them) replace the
+    stack's, and its ``vllm_extra_args`` (when set) replace VLLM_EXTRA_ARGS — all but its secret flags
+    (``--api-key``), which are never in the request file and stay those of the launcher's own settings.
+
+    Raises:
+        ValueError: a knob of the request is no engine knob, or its value has the wrong type (pydantic's
+            ValidationError).
+    """
+    update: dict[str, object] = {}
     if request.model:
         update["model"] = request.model
+    for name, value in request.knobs.items():
+        if name not in ENGINE_KNOBS:
+            known = ", ".join(ENGINE_KNOBS)
+            raise ValueError(f"{name} in {settings.engine_request_file} is no engine setting ({known})")
+        update[name] = TypeAdapter(Settings.model_fields[name].annotation or object).validate_python(value)
     if request.vllm_extra_args is not None:
         try:
             own_secrets = split_secret_flags(shlex.split(settings.vllm_extra_args))[1]
@@ -296,7 +310,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="enable vLLM's torch profiler endpoints")
     args = parser.parse_args(argv)
     request = read_request(get_settings().engine_request_file)
-    settings = apply_request(get_settings(), request)
+    try:
+        settings = apply_request(get_settings(), request)
+    except ValueError as exc:
+        print(f"[ERROR] {exc}".splitlines()[0], file=sys.stderr, flush=True)
+        return 2
     profile = args.profile or request.profiler
     out, writer = output(settings) if not args.prepare_only else (None, None)
 

@@ -184,3 +184,18 @@ def test_sigkill_of_the_benchmark_leaves_no_load_process(bench: Bench) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
     assert not wait_gone(pids, 30), "Locust processes outlived the SIGKILLed benchmark"
+
+
+def test_flags_reach_the_locust_processes_and_max_concurrency_caps_a_rate(bench: Bench) -> None:
+    """``--logs-dir DIR --request-rate 4 --max-concurrency 2``: the Locust processes write the run's rows and request
+    log under DIR (their environment names another LOGS_DIR: they read the plan), and the report's config is 4 req/s
+    with at most 2 in flight, as in `vllm bench serve`."""
+    flagged = bench.tmp / "flagged-logs"
+    proc = bench.start("--logs-dir", str(flagged), "--request-rate", "4", "--max-concurrency", "2", "--requests", "6")
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    config = report_of(out)["config"]
+    assert (config["mode"], config["rate_req_per_sec"], config["max_in_flight"]) == ("open_loop", 4.0, 2)
+    logged = (flagged / "requests.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(logged) >= 6 and list((flagged / "runs").glob("*.requests.jsonl"))
+    assert not (bench.tmp / "logs" / "requests.jsonl").exists()  # nothing where the environment pointed

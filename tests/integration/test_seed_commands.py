@@ -93,12 +93,16 @@ def test_run_benchmark_with_profile(stack: Stack) -> None:
 
 
 def test_run_benchmark_help_and_bad_flags(stack: Stack) -> None:
-    """`--help` lists the knobs; an unknown flag exits 2 naming it."""
+    """`--help` lists the benchmark's knobs in at most 120 lines; a misspelt flag exits 2 with the nearest one, an
+    engine knob exits 2 saying where it goes."""
     helped = script(stack, "run_benchmark.sh", "--help", timeout_s=120)
     text = " ".join(helped.stdout.split())  # argparse wraps the help lines
-    assert helped.returncode == 0 and "--max-concurrency" in text and "env CONCURRENCY" in text
+    assert helped.returncode == 0 and "--max-concurrency" in text and "Concurrent users [50]" in text
+    assert len(helped.stdout.splitlines()) <= 120 and "--kv-cache-gb" not in text
     bad = script(stack, "run_benchmark.sh", "--concurency", "3", timeout_s=120)
-    assert bad.returncode == 2 and "--concurency" in bad.stderr
+    assert bad.returncode == 2 and "did you mean --concurrency?" in bad.stderr
+    foreign = script(stack, "run_benchmark.sh", "--kv-cache-gb", "4", timeout_s=120)
+    assert foreign.returncode == 2 and "./start_vllm.sh --kv-cache-gb 4, or KV_CACHE_GB=4 make up" in foreign.stderr
 
 
 @pytest.mark.parametrize("report", ["--errors", "--slow", "--stats"])

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from core.cli import build_parser, env_names, flag_fields, flags_of, parse
+from core.cli import build_parser, flag_fields, flags_of, parse
+from core.knobs.commands import BENCHMARK
 from core.settings import PROJECT_ROOT, Settings
 from loadtest.bench import parser as bench_parser
 from loadtest.plan import bench_config
@@ -18,15 +19,18 @@ def run_bench(*argv: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PROJECT_ROOT)})
 
 
-def test_help_lists_every_knob_with_default_and_environment_name() -> None:
-    """`python -m loadtest.bench --help` names each knob's flag, default and environment variable."""
+def test_help_lists_the_benchmarks_knobs_only_with_their_defaults() -> None:
+    """`python -m loadtest.bench --help` names each knob of the benchmark's view with its default; no knob of another
+    command."""
     out = run_bench("--help")
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())  # argparse wraps help lines
-    for name, info in flag_fields():
-        assert flags_of(name, info)[0] in text, name
-        assert "env " + ", ".join(env_names(name, info)) in text, name
-    assert "--report-from" in text and "[default: 50; env CONCURRENCY]" in text
+    fields = dict(flag_fields())
+    for name in BENCHMARK.fields:
+        assert flags_of(name, fields[name])[0] in text, name
+    assert "--report-from" in text and "Concurrent users [50]" in text
+    assert "--kv-cache-gb" not in text and "--ui-port" not in text and "--vllm-dtype" not in text
+    assert all(name in BENCHMARK.fields for name, info in fields.items() if flags_of(name, info)[0] in out.stdout)
 
 
 def test_secrets_and_internal_fields_have_no_flag() -> None:
@@ -83,12 +87,13 @@ def test_flags_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_vllm_bench_serve_aliases_and_the_seed_model_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """--max-concurrency, --request-rate, --num-prompts, --base-url, --model, --seed, --ignore-eos, --dataset-path
-    mean what they mean in `vllm bench serve`; VLLM_MODEL_PATH is MODEL."""
+    mean what they mean in `vllm bench serve` (--max-concurrency with a rate caps the requests in flight);
+    VLLM_MODEL_PATH is MODEL."""
     s = settings_by_flags(monkeypatch, "--max-concurrency", "4", "--request-rate", "3", "--num-prompts", "9",
                           "--base-url", "http://h:1", "--model", "lora-a", "--seed", "5", "--ignore-eos",
                           "--dataset-path", "/data/x.jsonl")
-    assert (s.concurrency, s.rate, s.requests, s.vllm_url, s.bench_model, s.seed, s.ignore_eos) == (
-        4, 3.0, 9, "http://h:1", "lora-a", 5, True)
+    assert (s.concurrency, s.max_in_flight, s.rate, s.requests, s.vllm_url, s.bench_model, s.seed, s.ignore_eos) == (
+        50, 4, 3.0, 9, "http://h:1", "lora-a", 5, True)
     assert str(s.dataset) == "/data/x.jsonl"
     assert settings_by_env(monkeypatch, VLLM_MODEL_PATH="/models/qwen").model == "/models/qwen"
     with pytest.raises(ValueError, match="name different models"):

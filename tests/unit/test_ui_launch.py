@@ -72,11 +72,11 @@ def test_app_root_gets_the_committed_config_and_is_per_port(tmp_path: Path) -> N
 def test_busy_port_exits_2_with_the_variable_to_change(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A busy UI port is refused with exit code 2 and an ``[ERROR]`` line naming UI_PORT."""
-    monkeypatch.setattr(launch, "get_settings", lambda: Settings(ui_port=8123))
+    """A busy UI port (here given as the UI's own flag) is refused with exit code 2 and an ``[ERROR]`` line naming
+    UI_PORT."""
     monkeypatch.setattr(launch, "port_in_use_message", lambda host, port, var: f"Port {port} busy; set {var}")
     monkeypatch.setattr(launch.os, "execvpe", lambda *a: pytest.fail("must not start Chainlit"))
-    assert launch.main([]) == 2
+    assert launch.main(["--ui-port", "8123"]) == 2
     assert "[ERROR] Port 8123 busy; set UI_PORT" in capsys.readouterr().err
 
 
