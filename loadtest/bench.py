@@ -36,6 +36,7 @@ from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
 from loadtest import profiling
 from loadtest.baseline import moved_text
+from loadtest.cioutput import report_result, series_result, write_ci_outputs
 from loadtest.dataset import DatasetError, load_dataset
 from loadtest.errors import BenchError, WarmupFailed
 from loadtest.plan import bench_config, read_plan
@@ -260,11 +261,13 @@ def _measure_and_report(
         print(f"[INFO] Interrupted: report of the {built.report.metrics.requests_total} requests so far written.")
         return EXIT_INTERRUPTED
     if run.server_down:
-        print(server_down_line(run.server_down.line()), file=sys.stderr)
-        return EXIT_SERVER_DOWN
-    failed = verdicts(settings, built.report)
+        failed = [(EXIT_SERVER_DOWN, server_down_line(run.server_down.line()))]
+    else:
+        failed = verdicts(settings, built.report)
     for _, line in failed:
         print(line, file=sys.stderr)
+    for line in write_ci_outputs(settings, report_result(settings, built.report, built.report_path, failed)):
+        print(line)
     return failed[0][0] if failed else EXIT_OK
 
 
@@ -358,6 +361,8 @@ def series_main(settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClien
     failed = series_verdicts(settings, built.series)
     for _, line in failed:
         print(line, file=sys.stderr)
+    for line in write_ci_outputs(settings, series_result(settings, built.series, built.series_path, failed)):
+        print(line)
     return failed[0][0] if failed else EXIT_OK
 
 

@@ -7,6 +7,8 @@ the check that the load shape fits the loop (``RATE_END`` needs ``RATE`` ...) is
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, Field, field_validator
 
 from core.parsing import parse_sweep, validate_name
@@ -78,6 +80,22 @@ class SweepKnobs(BaseModel):
     )
     gate_error_rate_pp: float = Field(
         default=1.0, ge=0, description="Gate tolerance: largest error-rate rise over the baseline, percentage points."
+    )
+
+    junit_file: Path | None = Field(
+        default=None,
+        description="Write the gate's result as JUnit XML here (one test case per gated metric; docs/ci.md).",
+        json_schema_extra={"cli": ["--junit"]},
+    )
+    summary_file: Path | None = Field(
+        default=None,
+        description="Write a Markdown step summary of the run and its gate here (default: $GITHUB_STEP_SUMMARY).",
+        json_schema_extra={"cli": ["--summary"]},
+    )
+    github_step_summary: Path | None = Field(
+        default=None,
+        description="Set by GitHub Actions: the step summary file, appended to when SUMMARY_FILE is unset.",
+        json_schema_extra={"cli": False},
     )
 
     # --- end reports ---
