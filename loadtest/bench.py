@@ -30,6 +30,7 @@ from core.gate import gate_verdict, series_gate_verdict
 from core.intervals import Interval
 from core.pipes import guard_stdout
 from core.report_schema import BenchmarkConfig, Report
+from core.schedule import requested_rate
 from core.series import SeriesReport, is_series_id
 from core.serverview import cross_check
 from core.settings import Settings
@@ -62,7 +63,7 @@ def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, sett
     return BuildReportRequest(
         config=plan,
         records=run.records,
-        metrics=run_metrics(run.records, plan.slo),
+        metrics=run_metrics(run.records, plan.slo, requested_rate(plan.rate_req_per_sec, plan.rate_end_req_per_sec)),
         window_start=run.window_start,
         window_end=run.window_end,
         window_id=run.window_id,
@@ -382,8 +383,12 @@ def series_verdicts(settings: Settings, series: SeriesReport) -> list[tuple[int,
     for point in series.points:
         errors = point.metrics.get("error_rate_percent")
         if limit is not None and errors is not None and errors.mean > limit:
-            out.append((EXIT_ERROR_RATE, f"[ERROR] {point.label}: error rate {errors.mean:.1f}% is above "
-                                         f"MAX_ERROR_RATE_PCT={limit:g}%"))
+            out.append(
+                (
+                    EXIT_ERROR_RATE,
+                    f"[ERROR] {point.label}: error rate {errors.mean:.1f}% is above MAX_ERROR_RATE_PCT={limit:g}%",
+                )
+            )
     return out
 
 
