@@ -41,6 +41,7 @@ from loadtest.cioutput import report_result, series_result, write_ci_outputs
 from loadtest.dataset import DatasetError, load_dataset
 from loadtest.errors import BenchError, WarmupFailed
 from loadtest.plan import bench_config, read_plan
+from loadtest.prefixes import prefixes_file
 from loadtest.preflight import plan_problem, preflight
 from loadtest.randomdata import random_prompts_file
 from loadtest.run import Measured, from_records_file, run_measured
@@ -207,6 +208,14 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
         except BenchError as exc:
             print(f"[ERROR] {exc}", file=sys.stderr)
             return EXIT_USAGE
+    if plan.prefix_len_tokens and not args.report_from:
+        try:
+            path = prefixes_file(plan, settings.logs_dir, settings.prompts_file)
+        except BenchError as exc:
+            print(f"[ERROR] {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"[INFO] {plan.prefix_count} shared prefix(es) of {plan.prefix_len_tokens} tokens in {path}")
+        plan = plan.model_copy(update={"prefix_file": str(path)})
     with ExitStack() as held:
         if not args.report_from:  # one benchmark at a time per stack, held for the whole run or sweep
             try:

@@ -122,6 +122,11 @@ def format_summary(report: Report, report_path: str) -> list[str]:
             f"{report.server.generation_tokens} generated tokens, TTFT mean {_ms(report.server.ttft.mean_ms)} "
             f"(client {_ms(checks['ttft_mean_ms'].client)}) — client and server {verdict}"
         )
+        if report.server.prefix_cache_hit_rate_percent is not None:
+            lines.append(
+                f"[SERVER] Prefix cache: {report.server.prefix_cache_hit_rate_percent:.1f}% hit rate "
+                f"({report.server.prefix_cache_hits:,} of {report.server.prefix_cache_queries:,} prompt tokens)"
+            )
     if report.client is not None:
         lines += client_lines(report.client)
     if report.profile is not None:

@@ -40,6 +40,17 @@ class SweepKnobs(BaseModel):
     random_output_len: int = Field(
         default=128, ge=1, description="DATASET=random: output tokens every request asks for (max_tokens)."
     )
+    prefix_len: int | None = Field(
+        default=None,
+        ge=1,
+        description="Shared prefixes: tokens of the prefix put before every prompt (vLLM's prefix_repetition, "
+        "GuideLLM's prefix_tokens); unset: none.",
+    )
+    prefix_count: int = Field(
+        default=1,
+        ge=1,
+        description="Shared prefixes: distinct prefixes of PREFIX_LEN tokens; request k carries prefix k mod this.",
+    )
     session_turns: int = Field(
         default=1,
         ge=1,

@@ -70,6 +70,17 @@ def headline_rows(report: Report) -> list[Row]:
         rows.append(("Open-loop load", schedule_text(m.schedule)))
         if m.schedule.fell_behind:
             rows.append(("Fell behind its schedule", m.schedule.reason or "yes"))
+    server = report.server
+    if server is not None and server.prefix_cache_hit_rate_percent is not None:
+        rows.append(
+            (
+                "Prefix-cache hit rate",
+                f"{fmt(server.prefix_cache_hit_rate_percent, '%', 1)} ({server.prefix_cache_hits:,} of "
+                f"{server.prefix_cache_queries:,} prompt tokens)",
+            )
+        )
+    if report.config.prefix_len_tokens:
+        rows.append(("Shared prefixes", f"{report.config.prefix_count} × {report.config.prefix_len_tokens} tokens"))
     if m.goodput_req_per_sec is not None:
         rows.append(("Goodput", f"{fmt(m.goodput_req_per_sec, 'req/s')} ({fmt(m.goodput_percent, '%', 1)})"))
     return rows
