@@ -5,12 +5,12 @@ SHELL := /bin/bash
 APP_PY := .venvs/app/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help docs bench-router sweep compare compose-up compose-down compose-test pin-images calibrate bench-peer bench-ceiling bench-workers bench-lag bench-logs bench-engine logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers doctor test lint unit integration envs app-env engine-env browser clean
+.PHONY: help history docs bench-router sweep compare compose-up compose-down compose-test pin-images calibrate bench-peer bench-ceiling bench-workers bench-lag bench-logs bench-engine logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers doctor test lint unit integration envs app-env engine-env browser clean
 
 help:
 	@echo "stack:      make up | down | status | doctor"
 	@echo "benchmark:  make benchmark [CONCURRENCY= REQUESTS= DURATION= RATE= WORKERS= SLO= GATE= REPEAT= PROFILE=1 ...] | baseline NAME=.. | calibrate"
-	@echo "            make sweep [SWEEP=auto|concurrency:1,2,4|rate:0.5,1,2 SLO= REPEAT=] | compare A=<id|baseline> B=<id|baseline>"
+	@echo "            make sweep [SWEEP=auto|concurrency:1,2,4|rate:0.5,1,2 SLO= REPEAT=] | compare A=<id|baseline> B=<id|baseline> | history"
 	@echo "logs:       make logs-errors | logs-slow [THRESHOLD_MS=] | logs-stats [SINCE=]"
 	@echo "dev:        make test | lint | docs | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-workers | bench-lag | bench-logs | bench-engine | bench-router | clean"
 	@echo "containers: make compose-up | compose-down | compose-test | benchmark-compose | pin-images (see README, Docker and GPUs)"
@@ -51,6 +51,10 @@ sweep: app-env
 
 compare: app-env
 	@$(APP_PY) -m loadtest.compare "$(A)" "$(B)"
+
+# Each workload's runs over time (a table, and reports/history.html); REPORTS=<folder> for another reports folder.
+history: app-env
+	@$(APP_PY) -m services.sidecar.history $(REPORTS)
 
 lint: app-env
 	$(APP_PY) -m ruff check .
@@ -131,7 +135,7 @@ validate-containers: app-env
 BENCH_VARS := CONCURRENCY REQUESTS DURATION WARMUP MAX_TOKENS TEMPERATURE SEED RATE SLO GATE GATE_THRESHOLD_PCT \
 	DATASET PROFILE INPUT_MIX IGNORE_EOS BURSTINESS RAMP_UP_S OUTPUT_LEN OUTPUT_LEN_MEAN OUTPUT_LEN_P95 \
 	SWEEP SWEEP_RATES REPEAT COOLDOWN_S SLO_ATTAINMENT_PCT MAX_IN_FLIGHT RATE_END RANDOM_INPUT_LEN RANDOM_OUTPUT_LEN \
-	SESSION_TURNS WORKERS
+	SESSION_TURNS WORKERS PREFIX_LEN PREFIX_COUNT
 benchmark-compose:
 	$(CHECK_VARS)
 	scripts/compose.sh exec -T $(foreach v,$(BENCH_VARS),$(if $($(v)),-e $(v)=$($(v)))) locust-master python -m loadtest.bench $(ARGS)

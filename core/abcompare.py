@@ -22,7 +22,9 @@ from core.series import SERIES_METRICS, Knee, PointComparison, SeriesPoint
 # vLLM flags that say where it listens or what it is called, not how it serves (left out of the differences)
 IGNORED_VLLM_FLAGS = frozenset({"--host", "--port", "--model", "--served-model-name"})
 # config fields that do not change what is measured
-IGNORED_CONFIG_FIELDS = frozenset({"vllm_url", "model", "dataset_file", "drain_s", "request_timeout_s"})
+IGNORED_CONFIG_FIELDS = frozenset(
+    {"vllm_url", "model", "dataset_file", "prefix_file", "drain_s", "request_timeout_s"}
+)
 Group = Literal["model", "vLLM flags", "hardware", "software", "workload"]
 
 

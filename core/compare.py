@@ -53,6 +53,12 @@ def fingerprint_fields(config: BenchmarkConfig, env: Environment) -> dict[str, A
         "rate_end_req_per_sec": config.rate_end_req_per_sec,
         "input_len_tokens": config.input_len_tokens,
         "session_turns": config.session_turns,
+        # only when set, so runs without prefixes keep the fingerprint they had before these fields existed
+        **(
+            {"prefix_len_tokens": config.prefix_len_tokens, "prefix_count": config.prefix_count}
+            if config.prefix_len_tokens
+            else {}
+        ),
         "model": env.served_model_name,
         "synthetic": env.synthetic,
         "gpu_model": env.gpu_model,

@@ -142,6 +142,13 @@ class BenchmarkConfig(BaseModel):
         default=None, description="DATASET=random: prompt tokens of every request, chat template included."
     )
     session_turns: int = Field(default=1, description="Turns per conversation (1: independent requests).")
+    prefix_len_tokens: int | None = Field(
+        default=None, description="PREFIX_LEN: tokens of the shared prefix before every prompt; None: no prefix."
+    )
+    prefix_count: int | None = Field(default=None, description="PREFIX_COUNT: distinct shared prefixes.")
+    prefix_file: str | None = Field(
+        default=None, description="The generated prefixes (a JSON list of texts, logs/datasets/prefixes_….json)."
+    )
     dataset_file: str | None = Field(
         default=None,
         description="DATASET=random: the file of the prompts generated for this server's tokenizer (not part of the "

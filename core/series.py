@@ -43,6 +43,7 @@ SERIES_METRICS: dict[str, tuple[str, str, int]] = {
     "e2e_p99_ms": ("E2E p99", "ms", -1),
     "tpot_p50_ms": ("TPOT p50", "ms", -1),
     "error_rate_percent": ("error rate", "%", -1),
+    "prefix_cache_hit_rate_percent": ("prefix-cache hit rate", "%", +1),
 }
 
 
@@ -62,6 +63,7 @@ def report_values(report: Report) -> dict[str, float | None]:
         "e2e_p99_ms": m.e2e.p99_ms,
         "tpot_p50_ms": m.tpot.p50_ms,
         "error_rate_percent": m.error_rate_percent,
+        "prefix_cache_hit_rate_percent": report.server.prefix_cache_hit_rate_percent if report.server else None,
     }
 
 

@@ -238,6 +238,14 @@ class ServerView(BaseModel):
     e2e: LatencyView
     agreements: list[Agreement]
     disagreements: list[str] = Field(description="Human-readable lines for every check that failed.")
+    prefix_cache_queries: int | None = Field(
+        default=None, description="Prompt tokens vLLM looked up in its prefix cache over the window (None: no counter)."
+    )
+    prefix_cache_hits: int | None = Field(default=None, description="Of those, tokens found in the prefix cache.")
+    prefix_cache_hit_rate_percent: float | None = Field(
+        default=None,
+        description="100 × hits / queries over the window (vllm:prefix_cache_hits_total / _queries_total deltas).",
+    )
     requests_cut: int = Field(
         default=0,
         description="Measured requests the client cut mid-stream (Ctrl-C, drain, timeout, dropped connection); the "
@@ -356,7 +364,11 @@ def cross_check(
         for c in checks[:3]
         if cut and c.agrees and c.client is not None and c.server is not None and c.server != c.client
     ]
+    queries, hits, hit_rate = prefix_cache_delta(before, after)
     return ServerView(
+        prefix_cache_queries=queries,
+        prefix_cache_hits=hits,
+        prefix_cache_hit_rate_percent=hit_rate,
         requests_succeeded=round(succeeded),
         requests_aborted=round(_delta(before, after, "vllm:request_success_total", finished_reason="abort")),
         requests_errored=round(_delta(before, after, "vllm:request_success_total", finished_reason="error")),
@@ -373,6 +385,21 @@ def cross_check(
         explained=explained,
         client_overhead=[client_overhead(before, after, records, server_url=server_url, max_added_pct=max_added_pct)],
     )
+
+
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"  # vllm/v1/metrics/loggers.py: counter "vllm:prefix_cache_queries"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+
+
+def prefix_cache_delta(before: Samples, after: Samples) -> tuple[int | None, int | None, float | None]:
+    """``(queries, hits, hit rate %)`` of vLLM's prefix cache over the window, from the counters' deltas (tokens);
+    all None when the server has no such counters (prefix caching off, another server); the rate is None when
+    nothing was queried."""
+    if PREFIX_QUERIES not in after or PREFIX_HITS not in after:
+        return None, None, None
+    queries = max(0, round(_delta(before, after, PREFIX_QUERIES)))
+    hits = max(0, round(_delta(before, after, PREFIX_HITS)))
+    return queries, hits, (100.0 * hits / queries if queries else None)
 
 
 def verdict_text(view: ServerView) -> str:

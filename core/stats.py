@@ -21,46 +21,13 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, Field
 
+from core.latency import LatencyStats as LatencyStats  # its home is core.latency; imported from here too
+from core.latency import effective_e2e_ms as effective_e2e_ms
+from core.latency import effective_ttft_ms as effective_ttft_ms
+from core.latency import latency_stats as latency_stats
 from core.records import RequestRecord
-
-
-class LatencyStats(BaseModel):
-    """Distribution of one latency, milliseconds. All None when there are no values."""
-
-    count: int = 0
-    mean_ms: float | None = None
-    p50_ms: float | None = None
-    p90_ms: float | None = None
-    p95_ms: float | None = None
-    p99_ms: float | None = None
-    max_ms: float | None = None
-
-
-def latency_stats(values_ms: Sequence[float]) -> LatencyStats:
-    """Mean, p50/p90/p95/p99 (linear interpolation) and max of ``values_ms``."""
-    if not values_ms:
-        return LatencyStats()
-    arr = np.asarray(values_ms, dtype=float)
-    p50, p90, p95, p99 = np.percentile(arr, [50, 90, 95, 99])
-    return LatencyStats(
-        count=int(arr.size),
-        mean_ms=float(arr.mean()),
-        p50_ms=float(p50),
-        p90_ms=float(p90),
-        p95_ms=float(p95),
-        p99_ms=float(p99),
-        max_ms=float(arr.max()),
-    )
-
-
-def effective_ttft_ms(r: RequestRecord) -> float | None:
-    """TTFT counted from the scheduled send time (equals TTFT in closed loop)."""
-    return None if r.ttft_ms is None else r.ttft_ms + r.queue_delay_ms
-
-
-def effective_e2e_ms(r: RequestRecord) -> float | None:
-    """E2E latency counted from the scheduled send time (equals E2E in closed loop)."""
-    return None if r.e2e_ms is None else r.e2e_ms + r.queue_delay_ms
+from core.schedule import ScheduleStats, schedule_stats
+from core.steady import SteadyState, decode_tokens_in, steady_state
 
 
 def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
@@ -93,26 +60,9 @@ class WindowStats(BaseModel):
     e2e_p50_ms: float | None
 
 
-def _decode_tokens_in(r: RequestRecord, start: float, lo: float, hi: float) -> float:
-    """Output tokens of ``r`` produced inside ``[lo, hi)`` seconds since ``start``: the first token at TTFT, the rest
-    spread evenly over the decode phase (TTFT → end), an approximation of steady decoding."""
-    if not r.ok or not r.output_tokens or r.ttft_ms is None or r.e2e_ms is None:
-        return 0.0
-    first = r.started_at - start + r.ttft_ms / 1000.0
-    end = r.started_at - start + r.e2e_ms / 1000.0
-    tokens = 1.0 if lo <= first < hi else 0.0
-    rest = r.output_tokens - 1
-    if rest > 0:
-        if end > first:
-            tokens += rest * max(0.0, min(hi, end) - max(lo, first)) / (end - first)
-        elif lo <= end < hi:
-            tokens += rest
-    return tokens
-
-
 def time_windows(records: Sequence[RequestRecord], count: int = 10) -> list[WindowStats]:
     """Split the measured window into ``count`` equal slices: completed requests (placed by end time), output tokens
-    (placed where they were decoded, see :func:`_decode_tokens_in`) and p50 E2E per slice."""
+    (placed where they were decoded, see :func:`decode_tokens_in`) and p50 E2E per slice."""
     if not records:
         return []
     start = min(r.started_at for r in records)
@@ -132,20 +82,24 @@ def time_windows(records: Sequence[RequestRecord], count: int = 10) -> list[Wind
                 completed=len(ok),
                 failed=len(inside) - len(ok),
                 throughput_req_per_sec=len(ok) / width,
-                output_tokens_per_sec=sum(_decode_tokens_in(r, start, lo, hi) for r in records) / width,
+                output_tokens_per_sec=sum(decode_tokens_in(r, start, lo, hi) for r in records) / width,
                 e2e_p50_ms=latency_stats([e for r in ok if (e := effective_e2e_ms(r)) is not None]).p50_ms,
             )
         )
     return out
 
 
-def throughput_variation_percent(windows: Sequence[WindowStats], steady_end_s: float | None = None) -> float | None:
-    """Coefficient of variation of per-window output-token throughput, percent, over the steady state: the first
-    slice (ramp-up) and every slice ending after ``steady_end_s`` (the last send: from there the load drains) are
-    left out. Tokens, not completions: a closed loop of long requests completes in clumps while the server's work
-    is steady. None with fewer than 3 steady slices or under 10 completions in all."""
+def throughput_variation_percent(
+    windows: Sequence[WindowStats], steady_end_s: float | None = None, steady_start_s: float | None = None
+) -> float | None:
+    """Coefficient of variation of per-window output-token throughput, percent, over the steady state: the slices
+    starting before ``steady_start_s`` (default: the first slice, the ramp-up) and every slice ending after
+    ``steady_end_s`` (default: the last send, from there the load drains) are left out. Tokens, not completions: a
+    closed loop of long requests completes in clumps while the server's work is steady. None with fewer than 3
+    steady slices or under 10 completions in all."""
     limit = steady_end_s if steady_end_s is not None else windows[-1].start_s if windows else 0.0
-    inner = [w.output_tokens_per_sec for w in windows[1:] if w.end_s <= limit + 1e-9]
+    first = steady_start_s if steady_start_s is not None else windows[1].start_s if len(windows) > 1 else 0.0
+    inner = [w.output_tokens_per_sec for w in windows if w.start_s >= first - 1e-9 and w.end_s <= limit + 1e-9]
     if len(inner) < 3 or not any(inner) or sum(w.completed for w in windows) < 10:
         return None  # too little to judge
     arr = np.asarray(inner)
@@ -218,6 +172,12 @@ class RunMetrics(BaseModel):
     tpot: LatencyStats
     itl: LatencyStats
     queue_delay: LatencyStats
+    steady: SteadyState | None = Field(
+        default=None, description="The steady-state window and its figures (core.steady); None in older reports."
+    )
+    schedule: ScheduleStats | None = Field(
+        default=None, description="Open loop: requested vs achieved rate and the send delay (core.schedule)."
+    )
     error_rate_percent: float
     goodput_req_per_sec: float | None
     goodput_percent: float | None
@@ -267,8 +227,23 @@ def output_lengths(ok: Sequence[RequestRecord]) -> OutputLengths:
     )
 
 
-def run_metrics(records: Sequence[RequestRecord], slo: dict[str, float] | None = None) -> RunMetrics:
-    """Aggregate the ``measured`` records (warmup rows are ignored).
+def _variation(windows: Sequence[WindowStats], measured: Sequence[RequestRecord], steady: SteadyState) -> float | None:
+    """The throughput variation over the steady-state window when one was found (:mod:`core.steady`), else from
+    the second slice to the last send."""
+    if steady.found and steady.start_s is not None and steady.end_s is not None:
+        return throughput_variation_percent(windows, steady.end_s, steady.start_s)
+    return throughput_variation_percent(
+        windows, max(r.started_at for r in measured) - min(r.started_at for r in measured)
+    )
+
+
+def run_metrics(
+    records: Sequence[RequestRecord],
+    slo: dict[str, float] | None = None,
+    requested_rate_req_per_sec: float | None = None,
+) -> RunMetrics:
+    """Aggregate the ``measured`` records (warmup rows are ignored); ``requested_rate_req_per_sec`` is the open
+    loop's RATE, reported beside the achieved rate (:func:`core.schedule.schedule_stats`).
 
     Raises:
         ValueError: no measured records at all (nothing to report).
@@ -286,6 +261,7 @@ def run_metrics(records: Sequence[RequestRecord], slo: dict[str, float] | None =
     slo = slo or {}
     good = sum(meets_slo(r, slo) for r in ok) if slo else None
     windows = time_windows(measured)
+    steady = steady_state(measured)
     return RunMetrics(
         requests_total=len(measured),
         requests_ok=len(ok),
@@ -304,42 +280,52 @@ def run_metrics(records: Sequence[RequestRecord], slo: dict[str, float] | None =
         tpot=latency_stats([v for r in ok if (v := r.tpot_ms) is not None]),
         itl=latency_stats([gap for r in ok for gap in r.itl_ms]),
         queue_delay=latency_stats([r.queue_delay_ms for r in measured if r.scheduled_at is not None]),
+        schedule=schedule_stats(every, requested_rate_req_per_sec),
+        steady=steady,
         error_rate_percent=100.0 * (len(measured) - len(ok)) / len(measured),
         goodput_req_per_sec=None if good is None else good * per_s,
         goodput_percent=None if good is None else 100.0 * good / len(measured),
         slo=slo,
         output_lengths=output_lengths(ok),
         windows=windows,
-        throughput_variation_percent=throughput_variation_percent(
-            windows, max(r.started_at for r in measured) - min(r.started_at for r in measured)
-        ),
+        throughput_variation_percent=_variation(windows, measured, steady),
         output_token_sources=dict(sorted(Counter(r.output_tokens_source or "unknown" for r in ok).items())),
         turns=turn_stats(ok),
     )
 
 
 def key_insight(m: RunMetrics) -> str:
-    """One sentence on the run's health, e.g. ``Throughput stable at 1.9 req/s (±2.1%), no timeout observed``."""
+    """One sentence on the run's health, e.g. ``Throughput stable at 1.9 req/s (190 output tok/s ±2.1% between
+    windows; steady state 3–57 s of 60 s; whole run 1.8 req/s), no error or timeout observed``: the figures quoted
+    are the steady state's when one was found (:mod:`core.steady`), else the whole run's, and it says which."""
     problems = []
     if m.errors_by_kind:
         worst = max(m.errors_by_kind.items(), key=lambda kv: kv[1])
         problems.append(f"{m.requests_failed} failed ({m.error_rate_percent:.1f}%, mostly {worst[0]})")
     if m.requests_incomplete:
         problems.append(f"{m.requests_incomplete} still in flight at the end (incomplete, left out)")
-    if m.queue_delay.p99_ms is not None and m.queue_delay.p99_ms > 100:
-        problems.append(f"client fell behind schedule (queue delay p99 {m.queue_delay.p99_ms:.0f} ms)")
+    if m.schedule is not None and m.schedule.fell_behind:
+        problems.append(f"client fell behind its open-loop schedule ({m.schedule.reason})")
     cv = m.throughput_variation_percent
-    if cv is None:
-        shape = f"Throughput {m.throughput_req_per_sec:.2f} req/s (run too short to judge stability)"
-    elif cv <= 10:
-        shape = (
-            f"Throughput stable at {m.throughput_req_per_sec:.2f} req/s "
-            f"({m.output_tokens_per_sec:.0f} output tok/s ±{cv:.1f}% between windows)"
+    steady = m.steady if m.steady is not None and m.steady.found else None
+    req_s = steady.throughput_req_per_sec if steady and steady.throughput_req_per_sec is not None else None
+    tok_s = steady.output_tokens_per_sec if steady and steady.output_tokens_per_sec is not None else None
+    if steady is None or req_s is None or tok_s is None:
+        req_s, tok_s = m.throughput_req_per_sec, m.output_tokens_per_sec
+        which = "whole run"
+    else:
+        which = (
+            f"steady state {steady.start_s:.0f}–{steady.end_s:.0f} s of {m.duration_s:.0f} s; "
+            f"whole run {m.throughput_req_per_sec:.2f} req/s"
         )
+    if cv is None:
+        shape = f"Throughput {req_s:.2f} req/s ({which}; run too short to judge stability)"
+    elif cv <= 10:
+        shape = f"Throughput stable at {req_s:.2f} req/s ({tok_s:.0f} output tok/s ±{cv:.1f}% between windows; {which})"
     else:
         shape = (
-            f"Throughput unstable around {m.throughput_req_per_sec:.2f} req/s "
-            f"({m.output_tokens_per_sec:.0f} output tok/s ±{cv:.1f}% between windows)"
+            f"Throughput unstable around {req_s:.2f} req/s ({tok_s:.0f} output tok/s ±{cv:.1f}% between windows; "
+            f"{which})"
         )
     if not problems:
         return f"{shape}, no error or timeout observed"

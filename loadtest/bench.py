@@ -31,15 +31,18 @@ from core.intervals import Interval
 from core.knobs.commands import BENCHMARK
 from core.pipes import guard_stdout
 from core.report_schema import BenchmarkConfig, Report
+from core.schedule import requested_rate
 from core.series import SeriesReport, is_series_id
 from core.serverview import cross_check
 from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
 from loadtest import profiling
 from loadtest.baseline import moved_text
+from loadtest.cioutput import report_result, series_result, write_ci_outputs
 from loadtest.dataset import DatasetError, load_dataset
 from loadtest.errors import BenchError, WarmupFailed
 from loadtest.plan import bench_config, read_plan
+from loadtest.prefixes import prefixes_file
 from loadtest.preflight import plan_problem, preflight
 from loadtest.randomdata import random_prompts_file
 from loadtest.run import Measured, from_records_file, run_measured
@@ -66,7 +69,7 @@ def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, sett
     return BuildReportRequest(
         config=plan,
         records=run.records,
-        metrics=run_metrics(run.records, plan.slo),
+        metrics=run_metrics(run.records, plan.slo, requested_rate(plan.rate_req_per_sec, plan.rate_end_req_per_sec)),
         window_start=run.window_start,
         window_end=run.window_end,
         window_id=run.window_id,
@@ -216,6 +219,14 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
         except BenchError as exc:
             print(f"[ERROR] {exc}", file=sys.stderr)
             return EXIT_USAGE
+    if plan.prefix_len_tokens and not args.report_from:
+        try:
+            path = prefixes_file(plan, settings.logs_dir, settings.prompts_file)
+        except BenchError as exc:
+            print(f"[ERROR] {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"[INFO] {plan.prefix_count} shared prefix(es) of {plan.prefix_len_tokens} tokens in {path}")
+        plan = plan.model_copy(update={"prefix_file": str(path)})
     with ExitStack() as held:
         if not args.report_from:  # one benchmark at a time per stack, held for the whole run or sweep
             try:
@@ -271,11 +282,13 @@ def _measure_and_report(
         print(f"[INFO] Interrupted: report of the {built.report.metrics.requests_total} requests so far written.")
         return EXIT_INTERRUPTED
     if run.server_down:
-        print(server_down_line(run.server_down.line()), file=sys.stderr)
-        return EXIT_SERVER_DOWN
-    failed = verdicts(settings, built.report)
+        failed = [(EXIT_SERVER_DOWN, server_down_line(run.server_down.line()))]
+    else:
+        failed = verdicts(settings, built.report)
     for _, line in failed:
         print(line, file=sys.stderr)
+    for line in write_ci_outputs(settings, report_result(settings, built.report, built.report_path, failed)):
+        print(line)
     return failed[0][0] if failed else EXIT_OK
 
 
@@ -369,6 +382,8 @@ def series_main(settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClien
     failed = series_verdicts(settings, built.series)
     for _, line in failed:
         print(line, file=sys.stderr)
+    for line in write_ci_outputs(settings, series_result(settings, built.series, built.series_path, failed)):
+        print(line)
     return failed[0][0] if failed else EXIT_OK
 
 

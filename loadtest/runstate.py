@@ -20,6 +20,7 @@ from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.requestlog import RequestLog, RequestLogLine
 from loadtest.plan import sampler_for
+from loadtest.prefixes import load_prefixes, with_prefix
 from loadtest.sessions import Conversation
 from loadtest.workload import WorkItem
 
@@ -67,6 +68,7 @@ class RunState:
         self.in_flight = 0
         self.records_path: Path | None = None
         self._workload = sampler_for(plan, plan.seed)
+        self._prefixes = load_prefixes(plan)  # PREFIX_LEN: request k carries prefix k mod PREFIX_COUNT
         self._drawn = 0  # items of the seeded workload drawn so far
         self._fd: int | None = None
         self._log: RotatingWriter | None = None
@@ -112,7 +114,7 @@ class RunState:
             self._workload.next()
             self._drawn += 1
         self._drawn += 1
-        return self._workload.next()
+        return with_prefix(self._workload.next(), k, self._prefixes)
 
     def next_item(self, user: object, k: int) -> WorkItem:
         """Request number ``k``, sent by ``user`` (a closed-loop user): workload item ``k``, or with SESSION_TURNS > 1

@@ -61,6 +61,9 @@ def compare_lines(comparison: ABComparison, path: str) -> list[str]:
         lines.append("[DIFF] no configuration field differs")
     for point in comparison.points:
         parts = [f"{SERIES_METRICS[m][0]} {change_text(point.changes[m])}" for m in COMPARE_METRICS]
+        hits = point.changes.get("prefix_cache_hit_rate_percent")
+        if hits is not None and hits.a_mean is not None and hits.b_mean is not None:  # a rate from ~0: both values
+            parts.append(f"prefix-cache hit rate {hits.a_mean:.1f}% -> {hits.b_mean:.1f}%")
         lines.append(f"[COMPARE] {point.against_label} -> {point.label}: " + "; ".join(parts))
     lines += [f"[NOTE] {note}" for note in comparison.notes]
     folder = Path(path).parent

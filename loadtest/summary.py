@@ -7,6 +7,7 @@ from pathlib import Path
 from core.clientview import ClientView, share_text
 from core.errorsummary import causes_text
 from core.report_schema import BenchmarkConfig, Report
+from core.schedule import schedule_text
 from core.serverview import overhead_text, verdict_text
 
 COMPARE_LABELS = (
@@ -95,6 +96,10 @@ def format_summary(report: Report, report_path: str) -> list[str]:
         lines.append(f"[RESULT] KV cache n/a ({kv.unavailable_reason})")
     if m.kv_bound:
         lines.append(f"[WARN] KV-bound run ({m.kv_bound}): raise KV_CACHE_GB or lower CONCURRENCY to measure compute.")
+    if m.schedule is not None:
+        lines.append(f"[LOAD] Open loop: {schedule_text(m.schedule)}")
+        if m.schedule.fell_behind:
+            lines.append(f"[WARN] Behind schedule: {m.schedule.reason}. The server saw less load than RATE asked for.")
     if m.goodput_req_per_sec is not None:
         slo = ",".join(f"{k}<={v:g}" for k, v in m.slo.items())
         lines.append(f"[RESULT] Goodput: {m.goodput_req_per_sec:.2f} req/s ({m.goodput_percent:.1f}% within {slo})")
@@ -118,6 +123,11 @@ def format_summary(report: Report, report_path: str) -> list[str]:
             f"(client {_ms(checks['ttft_mean_ms'].client)}) — client and server {verdict}"
         )
         lines += [f"[SERVER] {overhead_text(o)}" for o in report.server.client_overhead]
+        if report.server.prefix_cache_hit_rate_percent is not None:
+            lines.append(
+                f"[SERVER] Prefix cache: {report.server.prefix_cache_hit_rate_percent:.1f}% hit rate "
+                f"({report.server.prefix_cache_hits:,} of {report.server.prefix_cache_queries:,} prompt tokens)"
+            )
     if report.client is not None:
         lines += client_lines(report.client)
     if report.profile is not None:

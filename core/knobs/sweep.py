@@ -7,6 +7,8 @@ the check that the load shape fits the loop (``RATE_END`` needs ``RATE`` ...) is
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, Field, field_validator
 
 from core.parsing import parse_sweep, validate_name
@@ -37,6 +39,17 @@ class SweepKnobs(BaseModel):
     )
     random_output_len: int = Field(
         default=128, ge=1, description="DATASET=random: output tokens every request asks for (max_tokens)."
+    )
+    prefix_len: int | None = Field(
+        default=None,
+        ge=1,
+        description="Shared prefixes: tokens of the prefix put before every prompt (vLLM's prefix_repetition, "
+        "GuideLLM's prefix_tokens); unset: none.",
+    )
+    prefix_count: int = Field(
+        default=1,
+        ge=1,
+        description="Shared prefixes: distinct prefixes of PREFIX_LEN tokens; request k carries prefix k mod this.",
     )
     session_turns: int = Field(
         default=1,
@@ -81,6 +94,22 @@ class SweepKnobs(BaseModel):
         ge=0,
         le=100,  # an error rate cannot rise by more than 100 points: a larger tolerance would never gate
         description="Gate tolerance: largest error-rate rise over the baseline, percentage points.",
+    )
+
+    junit_file: Path | None = Field(
+        default=None,
+        description="Write the gate's result as JUnit XML here (one test case per gated metric; docs/ci.md).",
+        json_schema_extra={"cli": ["--junit"]},
+    )
+    summary_file: Path | None = Field(
+        default=None,
+        description="Write a Markdown step summary of the run and its gate here (default: $GITHUB_STEP_SUMMARY).",
+        json_schema_extra={"cli": ["--summary"]},
+    )
+    github_step_summary: Path | None = Field(
+        default=None,
+        description="Set by GitHub Actions: the step summary file, appended to when SUMMARY_FILE is unset.",
+        json_schema_extra={"cli": False},
     )
 
     # --- end reports ---

@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.api import BaselineMarked, BuildReportRequest, BuildReportResponse, MarkBaseline, WindowResult, WindowStarted
@@ -24,6 +24,7 @@ from core.redact import redact_json
 from core.report_schema import Report
 from core.settings import Settings, get_settings
 from services.sidecar.guard import MIB, RequestGuard, token_dependency
+from services.sidecar.history import history_page
 from services.sidecar.promexport import make_registry
 from services.sidecar.reporting import InvalidRun, ReportService
 from services.sidecar.series import SeriesService
@@ -105,6 +106,11 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
             return windows.stop(window_id)
         except UnknownWindow as exc:
             raise HTTPException(status_code=404, detail=f"no sampling window {window_id!r}") from exc
+
+    @app.get("/history", response_class=HTMLResponse)
+    def history() -> str:
+        """Each workload's runs over time (``make history``'s page, from this store): plots and tables."""
+        return history_page(svc.store.list(), svc.baselines.all(), svc.settings)
 
     @app.get("/reports")
     def list_reports() -> list[dict[str, Any]]:

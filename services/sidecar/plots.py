@@ -15,6 +15,7 @@ import numpy as np
 from core.records import RequestRecord
 from core.report_schema import ResourcePoint
 from core.stats import WindowStats, effective_e2e_ms, effective_ttft_ms
+from core.steady import SteadyState
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -63,13 +64,20 @@ def latency_cdf_png(records: Sequence[RequestRecord]) -> bytes | None:
     return _png(fig)
 
 
-def throughput_png(windows: Sequence[WindowStats]) -> bytes | None:
-    """Requests per second and output tokens per second in each time slice of the measured window."""
+def throughput_png(windows: Sequence[WindowStats], steady: SteadyState | None = None) -> bytes | None:
+    """Requests per second and output tokens per second in each time slice of the measured window; with a found
+    ``steady`` state its window is shaded and its request throughput drawn as a dashed line across it."""
     if not windows:
         return None
     mids = [(w.start_s + w.end_s) / 2 for w in windows]
     fig = _new_figure()
     ax = fig.add_subplot()
+    if steady is not None and steady.found and steady.start_s is not None and steady.end_s is not None:
+        ax.axvspan(steady.start_s, steady.end_s, color="tab:green", alpha=0.12,
+                   label=f"steady state {steady.start_s:.0f}–{steady.end_s:.0f} s")  # fmt: skip
+        if steady.throughput_req_per_sec is not None:
+            ax.hlines(steady.throughput_req_per_sec, steady.start_s, steady.end_s, colors="tab:green",
+                      linestyles="dashed", label=f"steady {steady.throughput_req_per_sec:.2f} req/s")  # fmt: skip
     ax.plot(mids, [w.throughput_req_per_sec for w in windows], marker="o", color="tab:blue", label="req/s")
     ax.set_xlabel("seconds since the window start")
     ax.set_ylabel("requests / s", color="tab:blue")
@@ -80,6 +88,8 @@ def throughput_png(windows: Sequence[WindowStats]) -> bytes | None:
     tokens.set_ylim(bottom=0)
     ax.set_title("Throughput over time")
     ax.grid(alpha=0.3)
+    if steady is not None and steady.found:
+        ax.legend(loc="lower center", fontsize="small")
     return _png(fig)
 
 

@@ -24,6 +24,7 @@ from services.sidecar.report_view import (
     overhead_header,
     overhead_rows,
     resources_rows,
+    steady_caption,
 )
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,8 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
         "<h2>Latency</h2>",
         _figure("Latency CDF", lambda: latency_cdf_png(records)),
         "<h2>Throughput</h2>",
-        _figure("Throughput over time", lambda: throughput_png(report.metrics.windows)),
+        _figure("Throughput over time", lambda: throughput_png(report.metrics.windows, report.metrics.steady)),
+        f'<p class="muted">{_e(steady_caption(report))}</p>',
         "<h2>Resources</h2>",
         _figure("Memory over time", lambda: resources_png(report.resources.timeline)),
         _pairs(resources_rows(report)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.report_schema import Report
+from core.schedule import schedule_text
 from core.serverview import ServerView
 
 Row = tuple[str, str]
@@ -56,6 +57,31 @@ def headline_rows(report: Report) -> list[Row]:
     ]
     if m.kv_bound:
         rows.append(("KV-bound", m.kv_bound))
+    if m.steady is not None and m.steady.found:
+        st = m.steady
+        rows.append(
+            (
+                f"Steady state {fmt(st.start_s, 's', 0)}–{fmt(st.end_s, 's', 0)}",
+                f"{fmt(st.throughput_req_per_sec, 'req/s')}, {fmt(st.output_tokens_per_sec, 'tok/s', 1)}, "
+                f"E2E p50 / p99 {fmt(st.e2e.p50_ms, 'ms', 0)} / {fmt(st.e2e.p99_ms, 'ms', 0)}, "
+                f"TTFT p99 {fmt(st.ttft.p99_ms, 'ms', 0)}, {fmt(st.in_flight_mean, '', 1)} in flight",
+            )
+        )
+    if m.schedule is not None:
+        rows.append(("Open-loop load", schedule_text(m.schedule)))
+        if m.schedule.fell_behind:
+            rows.append(("Fell behind its schedule", m.schedule.reason or "yes"))
+    server = report.server
+    if server is not None and server.prefix_cache_hit_rate_percent is not None:
+        rows.append(
+            (
+                "Prefix-cache hit rate",
+                f"{fmt(server.prefix_cache_hit_rate_percent, '%', 1)} ({server.prefix_cache_hits:,} of "
+                f"{server.prefix_cache_queries:,} prompt tokens)",
+            )
+        )
+    if report.config.prefix_len_tokens:
+        rows.append(("Shared prefixes", f"{report.config.prefix_count} × {report.config.prefix_len_tokens} tokens"))
     if m.goodput_req_per_sec is not None:
         rows.append(("Goodput", f"{fmt(m.goodput_req_per_sec, 'req/s')} ({fmt(m.goodput_percent, '%', 1)})"))
     return rows
@@ -214,3 +240,14 @@ def overhead_rows(server: ServerView) -> list[list[str]]:
         for o in server.client_overhead
         for f in o.figures
     ]
+
+
+def steady_caption(report: Report) -> str:
+    """What the throughput plot's shading means: the steady-state window and the method that found it, or why
+    there is none (the report then quotes whole-run figures)."""
+    st = report.metrics.steady
+    if st is None:
+        return "No steady-state figures in this report (written before they existed)."
+    if not st.found:
+        return f"No steady state found ({st.reason}): the figures are the whole run's."
+    return f"Shaded: the steady-state window, {st.start_s:.1f}–{st.end_s:.1f} s ({st.method})."

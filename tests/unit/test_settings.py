@@ -80,4 +80,4 @@ def test_fields_keep_the_group_order() -> None:
     groups = (ServingKnobs, SecurityKnobs, FolderKnobs, BenchmarkKnobs, SweepKnobs)
     assert list(Settings.model_fields) == [name for group in groups for name in group.model_fields]
     assert list(Settings.model_fields)[:2] == ["model", "vllm_model_path"]
-    assert list(Settings.model_fields)[-1] == "gate_error_rate_pp"
+    assert list(Settings.model_fields)[-1] == "github_step_summary"

@@ -1,0 +1,123 @@
+"""A performance timeline (pure): each workload fingerprint's runs in time order, baselines marked, gates flagged.
+
+Works on reports alone (a ``reports/`` folder kept in Git, or the sidecar's store): runs are grouped by
+``comparison.fingerprint`` (the workload fingerprint, :func:`core.compare.workload_fingerprint`) and ordered by
+their end. A run is marked with every named baseline that points at it (``baselines.json``), and flagged when its
+comparison with a named baseline would fail the gate (:func:`core.gate.gate_failures` on its
+``comparison.changes_pct["vs_<name>"]`` at the given threshold) — the verdict ``GATE=<name>`` gave, or would have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+from core.gate import gate_failures
+from core.report_schema import Report
+
+
+class HistoryPoint(BaseModel):
+    """One run on a timeline."""
+
+    report_id: str
+    timestamp: str = Field(description="ISO 8601, when the report was built.")
+    run_ended_at: float = Field(description="Unix time, s.")
+    throughput_req_per_sec: float
+    ttft_p99_ms: float | None
+    e2e_p99_ms: float | None
+    error_rate_percent: float
+    gpu_mem_peak_gb: float | None = Field(description="GiB; None without a GPU.")
+    vllm_version: str | None = None
+    baselines: list[str] = Field(default_factory=list, description="Baseline names that point at this run.")
+    gate_failures: list[str] = Field(
+        default_factory=list, description="``vs_<name>: <metric change>`` for each failed gate against a baseline."
+    )
+
+
+class Timeline(BaseModel):
+    """One workload's runs in time order."""
+
+    fingerprint: str
+    label: str = Field(description="What the workload is, e.g. 'closed loop, c=8, 200 requests, max_tokens 128'.")
+    points: list[HistoryPoint]
+
+
+def workload_label(report: Report) -> str:
+    """A short description of the workload of ``report`` (its load shape, size, lengths, dataset, model)."""
+    c = report.config
+    shape = f"rate {c.rate_req_per_sec:g} req/s" if c.rate_req_per_sec is not None else f"c={c.concurrency}"
+    size = f"{c.requests} requests" if c.requests else f"{c.duration_s:g} s" if c.duration_s else "?"
+    extra = f", prefixes {c.prefix_count}×{c.prefix_len_tokens}" if c.prefix_len_tokens else ""
+    model = report.environment.served_model_name or c.model
+    return f"{shape}, {size}, max_tokens {c.max_tokens}, {c.dataset.rsplit('/', 1)[-1]}{extra}, {model}"
+
+
+def timelines(
+    reports: Sequence[Report], baselines: dict[str, str], threshold_pct: float = 5.0, error_rate_pp: float = 1.0
+) -> list[Timeline]:
+    """The timelines of ``reports`` (any order), one per workload fingerprint, the most recent workload first.
+
+    Args:
+        reports: the reports; ones without a fingerprint are left out (nothing to group them by).
+        baselines: ``name -> report id`` (``baselines.json``; series ids point at no single report and are ignored).
+        threshold_pct, error_rate_pp: the gate's tolerances (``GATE_THRESHOLD_PCT``, ``GATE_ERROR_RATE_PP``).
+    """
+    marks: dict[str, list[str]] = {}
+    for name, target in sorted(baselines.items()):
+        marks.setdefault(target, []).append(name)
+    groups: dict[str, list[Report]] = {}
+    for report in sorted(reports, key=lambda r: (r.run_ended_at, r.report_id)):
+        if report.comparison.fingerprint:
+            groups.setdefault(report.comparison.fingerprint, []).append(report)
+    out = []
+    for fingerprint, runs in groups.items():
+        points = []
+        for r in runs:
+            failed = [
+                f"{key}: {failure}"
+                for key, changes in r.comparison.changes_pct.items()
+                if key != "vs_previous"
+                for failure in gate_failures(changes, threshold_pct, error_rate_pp)
+                if "n/a" not in failure
+            ]
+            m = r.metrics
+            points.append(
+                HistoryPoint(
+                    report_id=r.report_id,
+                    timestamp=r.timestamp,
+                    run_ended_at=r.run_ended_at,
+                    throughput_req_per_sec=m.throughput_req_per_sec,
+                    ttft_p99_ms=m.ttft.p99_ms,
+                    e2e_p99_ms=m.e2e.p99_ms,
+                    error_rate_percent=m.error_rate_percent,
+                    gpu_mem_peak_gb=m.gpu_mem_peak_gb,
+                    vllm_version=r.environment.vllm_version,
+                    baselines=marks.get(r.report_id, []),
+                    gate_failures=failed,
+                )
+            )
+        out.append(Timeline(fingerprint=fingerprint, label=workload_label(runs[-1]), points=points))
+    out.sort(key=lambda t: -t.points[-1].run_ended_at)
+    return out
+
+
+def history_table(lines_of: Sequence[Timeline]) -> list[str]:
+    """The terminal table: per workload a header line, then one line per run (oldest first) with throughput,
+    TTFT/E2E p99, error rate, GPU memory, ``[baseline: v1]`` marks and ``FAIL vs_v1: …`` flags."""
+
+    def num(value: float | None, digits: int = 0) -> str:
+        return "n/a" if value is None else f"{value:.{digits}f}"
+
+    lines = []
+    for t in lines_of:
+        lines.append(f"[HISTORY] workload {t.fingerprint}: {t.label} ({len(t.points)} run(s))")
+        lines.append(f"  {'report':<32} {'req/s':>7} {'TTFT p99':>9} {'E2E p99':>8} {'err %':>6} {'GPU GiB':>7}  notes")
+        for p in t.points:
+            notes = [f"[baseline: {', '.join(p.baselines)}]"] if p.baselines else []
+            notes += [f"FAIL {f}" for f in p.gate_failures]
+            lines.append(
+                f"  {p.report_id:<32} {p.throughput_req_per_sec:>7.2f} {num(p.ttft_p99_ms):>9} {num(p.e2e_p99_ms):>8} "
+                f"{p.error_rate_percent:>6.1f} {num(p.gpu_mem_peak_gb, 2):>7}  {' '.join(notes)}".rstrip()
+            )
+    return lines

@@ -1,0 +1,144 @@
+"""Steady state of a run (pure): the span where the load held level, and the figures over it.
+
+Whole-run figures average in the ramp-up (users starting, ``RAMP_UP_S``, a ``RATE_END`` ramp) and the drain tail
+(the last requests finishing with fewer in flight). The steady-state window is found by this method:
+
+1. Cut the measured window (first send → last end) into :data:`SLICES` equal slices and take, per slice, the mean
+   number of requests in flight (time-weighted) and the output tokens decoded in it (:func:`decode_tokens_in`).
+2. The plateau level is the 90th percentile of the slices' in-flight means (the level the run held most, robust to
+   one spike). A slice is *level* when its in-flight mean lies within ±:data:`BAND` (20 %) of that level.
+3. The window is the longest run of consecutive level slices; then its edge slices whose output tok/s lies outside
+   ±:data:`BAND` of the window's median are trimmed, one at a time, until both edges hold (in-flight *and*
+   throughput within the band).
+4. A window shorter than :data:`MIN_SLICES` slices (or a run with fewer than :data:`MIN_REQUESTS` successes) has no
+   steady state: the report says why and quotes whole-run figures.
+
+Over the window: requests completed in it (by end time) per second, output tokens decoded in it per second, and the
+TTFT / E2E percentiles of the successful requests sent in it (from their scheduled time in open loop). vLLM's
+benchmark client reports plateau metrics in the same spirit; GuideLLM stops over-saturated runs by a slope test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from core.latency import LatencyStats, effective_e2e_ms, effective_ttft_ms, latency_stats
+from core.records import RequestRecord
+
+SLICES = 20
+BAND = 0.2
+MIN_SLICES = 4
+MIN_REQUESTS = 10
+METHOD = (
+    f"longest span of {SLICES} equal slices whose mean in-flight requests stay within ±{BAND:.0%} of the run's "
+    f"plateau level (90th percentile) and whose output tok/s stay within ±{BAND:.0%} of the span's median; "
+    f"at least {MIN_SLICES} slices"
+)
+
+
+class SteadyState(BaseModel):
+    """The steady-state window (seconds since the first measured send) and the figures over it (``metrics.steady``)."""
+
+    method: str = Field(default=METHOD, description="How the window was found (core/steady.py).")
+    found: bool
+    reason: str | None = Field(default=None, description="Why no steady state was found; None when one was.")
+    start_s: float | None = None
+    end_s: float | None = None
+    duration_s: float | None = None
+    in_flight_mean: float | None = Field(default=None, description="Mean requests in flight over the window.")
+    requests_completed: int = 0
+    throughput_req_per_sec: float | None = None
+    output_tokens_per_sec: float | None = None
+    ttft: LatencyStats = Field(default_factory=LatencyStats)
+    e2e: LatencyStats = Field(default_factory=LatencyStats)
+
+
+def decode_tokens_in(r: RequestRecord, start: float, lo: float, hi: float) -> float:
+    """Output tokens of ``r`` produced inside ``[lo, hi)`` seconds since ``start``: the first token at TTFT, the rest
+    spread evenly over the decode phase (TTFT → end), an approximation of steady decoding."""
+    if not r.ok or not r.output_tokens or r.ttft_ms is None or r.e2e_ms is None:
+        return 0.0
+    first = r.started_at - start + r.ttft_ms / 1000.0
+    end = r.started_at - start + r.e2e_ms / 1000.0
+    tokens = 1.0 if lo <= first < hi else 0.0
+    rest = r.output_tokens - 1
+    if rest > 0:
+        if end > first:
+            tokens += rest * max(0.0, min(hi, end) - max(lo, first)) / (end - first)
+        elif lo <= end < hi:
+            tokens += rest
+    return tokens
+
+
+def _in_flight(rows: Sequence[RequestRecord], start: float, lo: float, hi: float) -> float:
+    """Mean requests in flight over ``[lo, hi)`` seconds since ``start`` (time-weighted)."""
+    busy = sum(max(0.0, min(hi, r.ended_at - start) - max(lo, r.started_at - start)) for r in rows)
+    return busy / (hi - lo)
+
+
+def _longest_run(flags: Sequence[bool]) -> tuple[int, int]:
+    """``(first, last + 1)`` of the longest run of True in ``flags`` (the earliest on a tie); (0, 0) if none."""
+    best = (0, 0)
+    begin = None
+    for i, flag in enumerate([*flags, False]):
+        if flag and begin is None:
+            begin = i
+        elif not flag and begin is not None:
+            if i - begin > best[1] - best[0]:
+                best = (begin, i)
+            begin = None
+    return best
+
+
+def steady_state(records: Sequence[RequestRecord]) -> SteadyState:
+    """The steady-state window of the measured rows and its figures (the method is the module docstring's).
+
+    Args:
+        records: the run's rows; warmup and incomplete rows are left out.
+    """
+    rows = [r for r in records if r.phase == "measured" and r.error_kind != "incomplete"]
+    ok = [r for r in rows if r.ok]
+    if len(ok) < MIN_REQUESTS:
+        return SteadyState(found=False, reason=f"{len(ok)} successful requests (needs {MIN_REQUESTS})")
+    start = min(r.started_at for r in rows)
+    total_s = max(r.ended_at for r in rows) - start
+    if total_s <= 0:
+        return SteadyState(found=False, reason="the measured window has no length")
+    width = total_s / SLICES
+    edges = [(i * width, (i + 1) * width) for i in range(SLICES)]
+    in_flight = [_in_flight(rows, start, lo, hi) for lo, hi in edges]
+    tokens = [sum(decode_tokens_in(r, start, lo, hi) for r in ok) / width for lo, hi in edges]
+    level = float(np.percentile(in_flight, 90))
+    first, last = _longest_run([abs(v - level) <= BAND * level for v in in_flight])
+    while last - first >= MIN_SLICES:
+        median = float(np.median(tokens[first:last]))
+        if abs(tokens[first] - median) > BAND * median:
+            first += 1
+        elif abs(tokens[last - 1] - median) > BAND * median:
+            last -= 1
+        else:
+            break
+    if last - first < MIN_SLICES:
+        return SteadyState(
+            found=False,
+            reason=f"the load never held level for {MIN_SLICES} of {SLICES} slices (±{BAND:.0%} in flight and tok/s)",
+        )
+    lo, hi = edges[first][0], edges[last - 1][1]
+    duration_s = hi - lo
+    completed = [r for r in ok if lo <= r.ended_at - start <= hi]
+    sent = [r for r in ok if lo <= r.started_at - start < hi]
+    return SteadyState(
+        found=True,
+        start_s=lo,
+        end_s=hi,
+        duration_s=duration_s,
+        in_flight_mean=_in_flight(rows, start, lo, hi),
+        requests_completed=len(completed),
+        throughput_req_per_sec=len(completed) / duration_s,
+        output_tokens_per_sec=sum(decode_tokens_in(r, start, lo, hi) for r in ok) / duration_s,
+        ttft=latency_stats([v for r in sent if (v := effective_ttft_ms(r)) is not None]),
+        e2e=latency_stats([v for r in sent if (v := effective_e2e_ms(r)) is not None]),
+    )
