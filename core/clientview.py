@@ -61,6 +61,7 @@ class ProcessLoad(BaseModel):
 
     pid: int
     role: Literal["local", "worker"] = Field(description="local: the only Locust process; worker: one of WORKERS.")
+    host: str | None = Field(default=None, description="The host it ran on (LOAD_HOST_NAME, else its host name).")
     slot: int = Field(description="Its place among the load processes (0-based).")
     requests: int = Field(description="Requests it finished.")
     cpu_s: float = Field(description="CPU seconds (user + system) from the test's start to its end.")

@@ -42,6 +42,10 @@ class RequestRecord(BaseModel):
     input_bucket: str | None = None
     session_id: str | None = Field(default=None, description="SESSION_TURNS > 1: the conversation of this turn.")
     turn: int | None = Field(default=None, description="SESSION_TURNS > 1: 1 for a conversation's first turn, ...")
+    host: str | None = Field(default=None, description="The host whose load process sent it (LOAD_HOST_NAME or its "
+                             "host name).")
+    process: str | None = Field(default=None, description="The load process that sent it: local, worker<slot> or "
+                                "remote<slot>, and its pid (e.g. worker1:4242).")
     ok: bool
     ttft_ms: float | None = Field(default=None, description="Time to the first non-empty content token.")
     e2e_ms: float | None = Field(default=None, description="Time to the end of the stream ([DONE]) or failure.")

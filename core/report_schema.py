@@ -130,6 +130,11 @@ class BenchmarkConfig(BaseModel):
     workers: int = Field(
         default=1, ge=1, description="Load-generating Locust processes (1: one process; N: a master and N workers)."
     )
+    remote_workers: int = Field(
+        default=0,
+        ge=0,
+        description="Load workers on other hosts (EXPECT_WORKERS) besides the local ones; their rows name their host.",
+    )
     max_in_flight: int | None = Field(
         default=None,
         description="Open loop with a cap (MAX_IN_FLIGHT): at most this many requests in flight; later arrivals wait "

@@ -40,7 +40,7 @@ from loadtest import profiling
 from loadtest.baseline import moved_text
 from loadtest.cioutput import report_result, series_result, write_ci_outputs
 from loadtest.dataset import DatasetError, load_dataset
-from loadtest.errors import BenchError, WarmupFailed
+from loadtest.errors import BenchError, WarmupFailed, WorkersMissing
 from loadtest.plan import bench_config, read_plan
 from loadtest.prefixes import prefixes_file
 from loadtest.preflight import plan_problem, preflight
@@ -52,6 +52,7 @@ from loadtest.series_summary import series_lines
 from loadtest.sidecar_api import SidecarClient
 from loadtest.summary import format_summary, start_line
 from loadtest.sweep import RunPoint, RunResult, run_series
+from loadtest.worker import worker_main
 from services.vllm.control import LocalEngine
 
 HELP = """Warmup, a measured Locust run, then the sidecar's report (reports/). Also python -m loadtest.bench and
@@ -191,6 +192,8 @@ def parser() -> argparse.ArgumentParser:
 
 def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     args, settings = parse(parser(), argv)
+    if settings.worker:  # this host sends load for a benchmark elsewhere: no report, no lock here
+        return worker_main(settings)
     for note in settings.ignored_knobs:
         print(f"[WARN] {note}", flush=True)
     sidecar = SidecarClient.of(settings)
@@ -259,6 +262,9 @@ def _measure_and_report(
         except WarmupFailed as exc:
             print(f"[ERROR] {exc}", file=sys.stderr)
             return EXIT_NO_SUCCESS
+        except WorkersMissing as exc:
+            print(f"[ERROR] {exc}", file=sys.stderr)
+            return EXIT_USAGE
     if not any(r.phase == "measured" and r.error_kind != "incomplete" for r in run.records):
         print(f"[ERROR] no measured request ended ({records_path}); nothing to report.", file=sys.stderr)
         return EXIT_INTERRUPTED if run.interrupted else EXIT_NO_SUCCESS

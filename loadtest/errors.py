@@ -10,3 +10,8 @@ class BenchError(RuntimeError):
 class WarmupFailed(BenchError):
     """Every warmup request failed: the measured run is not started (it would fail the same way); the message
     carries the server's own reasons, counted."""
+
+
+class WorkersMissing(BenchError):
+    """EXPECT_WORKERS: not every load worker joined in time; nothing was measured (the message says how to start
+    one)."""

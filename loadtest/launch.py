@@ -29,16 +29,21 @@ def locust_argv(
     host: str | None = None,
     workers: int = 1,
     client_file: Path | None = None,
+    remote_workers: int = 0,
 ) -> list[str]:
     """Command line of Locust against vLLM (``python -m locust``).
 
     Headless closed-loop runs start ``users`` (default CONCURRENCY) users over ``ramp_up_s`` (default RAMP_UP_S)
     seconds; the open-loop dispatcher (``OpenLoopUser``) is one user per load process. ``workers`` > 1 runs a master
     and that many worker processes (``--processes``); ``client_file`` receives each load process's CPU and lag.
+    ``remote_workers`` > 0 (EXPECT_WORKERS) runs a master on MASTER_BIND_HOST:MASTER_PORT that waits for ``workers``
+    local (:func:`worker_argv`, started by the caller) plus ``remote_workers`` remote workers to join
+    (:mod:`loadtest.remote`).
     """
     argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", host or settings.vllm_url]
     if headless:
-        count = workers if user_class == "OpenLoopUser" else users or settings.concurrency
+        processes = workers + remote_workers
+        count = processes if user_class == "OpenLoopUser" else users or settings.concurrency
         ramp = settings.ramp_up_s if ramp_up_s is None else ramp_up_s
         spawn_rate = count / ramp if ramp > 0 else count
         argv += ["--headless", "-u", str(count), "-r", f"{spawn_rate:g}", "--only-summary", "--loglevel", "WARNING"]
@@ -46,7 +51,11 @@ def locust_argv(
             argv += ["--run-time", f"{max(1, round(run_time_s))}s"]
         if stop_timeout_s:
             argv += ["--stop-timeout", f"{max(1, round(stop_timeout_s))}"]
-        if workers > 1:
+        if remote_workers:
+            argv += ["--master", "--master-bind-host", settings.master_bind_host, "--master-bind-port",
+                     str(settings.master_port), "--expect-workers", str(processes), "--expect-workers-max-wait",
+                     f"{max(1, round(settings.expect_workers_timeout_s))}", "--join"]  # fmt: skip
+        elif workers > 1:
             # The master listens on 127.0.0.1 and a free port, never Locust's default 5557: two distributed runs on
             # one host would otherwise share a master, and a stranger's workers would write into this run's rows.
             port = str(free_port())
@@ -66,6 +75,21 @@ def locust_argv(
     if client_file is not None:
         argv += ["--client-file", str(client_file)]
     return [*argv, user_class] if headless else argv
+
+
+def worker_argv(settings: Settings, master_host: str, user_class: str | None = None) -> list[str]:
+    """Command line of one joining Locust worker (:mod:`loadtest.remote`) of the master on ``master_host``:
+    MASTER_PORT; a remote host's (``./run_benchmark.sh --worker``) or the benchmark host's own in EXPECT_WORKERS runs.
+    ``user_class`` None: every user class of the locustfile (a remote worker does not know which the run uses).
+    """
+    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker", "--master-host", master_host,
+            "--master-port", str(settings.master_port), "--join", "--loglevel", "WARNING"]  # fmt: skip
+    return [*argv, user_class] if user_class else argv
+
+
+def local_master_address(settings: Settings) -> str:
+    """Where this host's own workers reach the master: MASTER_BIND_HOST, or loopback when it binds every address."""
+    return "127.0.0.1" if settings.master_bind_host in ("0.0.0.0", "", "*") else settings.master_bind_host
 
 
 def main() -> int:

@@ -17,8 +17,9 @@ the LLM statistics as JSON when Locust quits (the master's, in distributed mode)
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gevent
 from locust import User, constant, events, task
@@ -26,6 +27,7 @@ from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import WorkerRunner
 
+from core.clientview import ProcessLoad
 from core.records import RequestRecord
 from core.requestlog import RequestLog
 from core.settings import get_settings
@@ -39,6 +41,7 @@ from loadtest.locust_events import cut_event, locust_events
 from loadtest.models import discover_model
 from loadtest.plan import bench_config, read_plan, settings_of_plan
 from loadtest.procs import die_with_parent
+from loadtest.remote import JoiningCoordinator, host_name
 from loadtest.runstate import RunState, Slot
 from loadtest.transport import Transport
 from loadtest.weblogin import install_login
@@ -53,6 +56,7 @@ COORD: Coordinator | None = None
 MONITOR = LagMonitor(busy=lambda: STATE is not None and STATE.in_flight > 0)
 LLM = LlmStats()
 ENVIRONMENT: Environment | None = None
+HOST = host_name(SETTINGS.load_host_name)
 
 
 @events.init_command_line_parser.add_listener
@@ -64,13 +68,22 @@ def _add_arguments(parser: Any) -> None:
     parser.add_argument(
         "--llm-stats-file", default="", env_var="LOCUST_LLM_STATS_FILE", help="write LLM statistics here (JSON)"
     )
+    parser.add_argument("--join", action="store_true", default=False, env_var="LOCUST_JOIN",
+                        help="workers join with the sidecar token, clocks aligned, rows sent to the master "
+                        "(EXPECT_WORKERS; loadtest.remote)")  # fmt: skip
 
 
 @events.init.add_listener
 def _on_init(environment: Environment, **_: Any) -> None:
     global COORD, ENVIRONMENT
     ENVIRONMENT = environment
-    COORD = Coordinator(environment, lambda slot: _begin(environment, slot))
+    on_slot = lambda slot: _begin(environment, slot)  # noqa: E731
+    if getattr(environment.parsed_options, "join", False):
+        COORD = JoiningCoordinator(environment, on_slot, token=SETTINGS.sidecar_token or "", host=HOST, plan=PLAN,
+                                   expected=int(getattr(environment.parsed_options, "expect_workers", 0) or 0),
+                                   timeout_s=SETTINGS.expect_workers_timeout_s)
+    else:
+        COORD = Coordinator(environment, on_slot)
     if isinstance(environment.runner, WorkerRunner) and getattr(environment.parsed_options, "headless", False):
         die_with_parent()  # a benchmark's worker (--processes) ends with its master, even a SIGKILLed one
     llm_webui.install(environment, LLM)
@@ -116,10 +129,19 @@ def _begin(environment: Environment, slot: Slot) -> None:
     global STATE
     options = environment.parsed_options
     host = environment.host or getattr(options, "host", None) or SETTINGS.vllm_url
-    plan = PLAN or bench_config(SETTINGS, discover_model(host, SETTINGS.served_model_name, SETTINGS.vllm_headers))
+    joined = COORD if isinstance(COORD, JoiningCoordinator) else None
+    plan = (joined.plan if joined else None) or PLAN or bench_config(
+        SETTINGS, discover_model(host, SETTINGS.served_model_name, SETTINGS.vllm_headers)
+    )
     STATE = STATE if STATE is not None and STATE.plan == plan else RunState(plan, RequestLog.of(SETTINGS))
+    role = _coord().role
+    STATE.host, STATE.process = HOST, f"{role}{slot.slot if role != 'local' else ''}:{os.getpid()}"
+    STATE.sink = joined.send_row if joined and role == "worker" else None
+    if joined and role == "worker":
+        joined.load_of = lambda: _load_now(role).model_dump_json()
     records = getattr(options, "records_file", "")
-    STATE.begin(int(getattr(options, "max_requests", 0) or 0), Path(records) if records else None, slot)
+    budget = joined.max_requests if joined and role == "worker" else int(getattr(options, "max_requests", 0) or 0)
+    STATE.begin(budget, Path(records) if records and not STATE.sink else None, slot)
     MONITOR.start()
     if STATE.budget == 0:  # more processes than requests: this one has none
         _coord().finish()
@@ -139,10 +161,19 @@ def _on_test_stop(environment: Environment, **_: Any) -> None:
     if STATE is None or role == "master" or STATE.closed:
         return  # (Locust may fire test_stop twice: the report is written once)
     MONITOR.stop_sampling()
+    load = _load_now(role)
     path = getattr(environment.parsed_options, "client_file", "")
-    if path:
-        append_process_load(Path(path), MONITOR.summary(role, STATE.slot.slot, STATE.finished))
+    if isinstance(coord, JoiningCoordinator) and role == "worker":
+        coord.send_load(load.model_dump_json())  # after its last rows, before Locust reports the worker stopped
+    elif path:
+        append_process_load(Path(path), load)
     STATE.close()
+
+
+def _load_now(role: Literal["local", "worker"]) -> ProcessLoad:
+    """This process's CPU and event-loop lag over its test so far, naming its host."""
+    assert STATE is not None
+    return MONITOR.summary(role, STATE.slot.slot, STATE.finished).model_copy(update={"host": HOST})
 
 
 def _coord() -> Coordinator:
@@ -206,7 +237,8 @@ class OpenLoopUser(User):
     never waiting for answers. Start as many as there are load processes (Locust gives each worker one)."""
 
     wait_time = constant(0)
-    abstract = (PLAN.rate_req_per_sec if PLAN else SETTINGS.rate) is None  # without RATE only ChatUser exists
+    # without RATE only ChatUser exists; a joining worker of another host (LOCUST_JOIN) learns the plan later
+    abstract = (PLAN.rate_req_per_sec if PLAN else SETTINGS.rate) is None and os.environ.get("LOCUST_JOIN") != "1"
     _dispatching = False  # one dispatcher per process: a second one here would send the arrivals twice
 
     @task

@@ -92,6 +92,7 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
         vllm_url=settings.vllm_url,
         model=model,
         workers=workers,
+        remote_workers=settings.expect_workers,
         max_in_flight=settings.max_in_flight if settings.rate is not None else None,
         rate_end_req_per_sec=settings.rate_end,
         input_len_tokens=settings.random_input_len if settings.random_dataset else None,

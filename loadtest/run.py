@@ -27,8 +27,8 @@ from loadtest import profiling
 from loadtest.breaker import RowWatch, ServerDown, ServerDownBreaker
 from loadtest.client import new_session, stream_chat
 from loadtest.driver import payload_for
-from loadtest.errors import WarmupFailed
-from loadtest.launch import locust_argv
+from loadtest.errors import WarmupFailed, WorkersMissing
+from loadtest.launch import local_master_address, locust_argv, worker_argv
 from loadtest.plan import sampler_for, write_plan
 from loadtest.procs import kill_group, lifetime_bound, tree_cpu_s
 from loadtest.sidecar_api import SidecarClient
@@ -167,6 +167,39 @@ def stop_locust(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     kill_group(proc.pid)  # workers that outlived their master
 
 
+def worker_hint(settings: Settings) -> str:
+    """How to start a remote worker of this benchmark."""
+    return (f"On each load host run: SIDECAR_TOKEN=<this stack's token> ./run_benchmark.sh --worker --master-host "
+            f"<this host's address> --master-port {settings.master_port}")
+
+
+def waiting_line(settings: Settings, plan: BenchmarkConfig) -> str:
+    """The line a benchmark with EXPECT_WORKERS prints while its master waits."""
+    return (f"[INFO] Waiting up to {settings.expect_workers_timeout_s:.0f} s for {plan.remote_workers} remote load "
+            f"worker(s) on {settings.master_bind_host}:{settings.master_port}. {worker_hint(settings)}")
+
+
+def _quits(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether a local worker ends by itself within 5 s (its master told it to quit)."""
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def workers_missing(log_path: Path) -> str | None:
+    """Why the master gave up (its line in the Locust log), or None."""
+    try:
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if "Gave up waiting for workers" in line or "load workers joined within" in line:
+            return line.split("] ", 1)[-1].strip()
+    return None
+
+
 def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) -> LocustOutcome:
     """Run Locust headless on ``plan`` until its requests are done or its duration passed, with a progress bar.
 
@@ -193,6 +226,7 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
         user_class="OpenLoopUser" if open_loop else "ChatUser",
         workers=plan.workers,
         client_file=client_path,
+        remote_workers=plan.remote_workers,
     )
     log_path = records_path.with_name(f"{stem}.locust.log")
     env = {**service_env("locust"), "LOCUST_PLAN_FILE": str(plan_path)}
@@ -203,6 +237,15 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
             argv, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             preexec_fn=lifetime_bound(os.getpid()),
         )
+        local_workers: list[subprocess.Popen[bytes]] = []
+        if plan.remote_workers:  # this host's own workers join like the remote ones (each its own group, killed too)
+            print(waiting_line(settings, plan), flush=True)
+            worker = worker_argv(settings, local_master_address(settings), argv[-1])
+            local_workers = [
+                subprocess.Popen(worker, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True, preexec_fn=lifetime_bound(os.getpid()))
+                for _ in range(plan.workers)
+            ]  # fmt: skip
     watchdog_s = settings.watchdog_s or plan.request_timeout_s + 60.0
     start = last_progress = time.monotonic()
     # CPU is read between the first poll that sees a finished request and the last poll, so Locust's start-up
@@ -249,6 +292,16 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
                 kill_group(proc.pid)
                 proc.wait()
             kill_group(proc.pid)
+            for local in local_workers:
+                if local.poll() is None:
+                    _quits(local)
+                kill_group(local.pid)
+                local.wait()
+    missing = workers_missing(log_path) if plan.remote_workers and not count_measured() else None
+    if missing:
+        raise WorkersMissing(f"{missing}: {plan.workers} local + {plan.remote_workers} remote load worker(s) were "
+                             f"expected within {settings.expect_workers_timeout_s:.0f} s (EXPECT_WORKERS_TIMEOUT_S); "
+                             f"nothing was measured. {worker_hint(settings)}")  # fmt: skip
     cores = None
     if first and last and last[0] - first[0] >= 2.0:
         cores = (last[1] - first[1]) / (last[0] - first[0])

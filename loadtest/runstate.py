@@ -11,7 +11,7 @@ Used by the locustfile (which only wires Locust to it); plain code, unit-tested 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +74,9 @@ class RunState:
         self._log: RotatingWriter | None = None
         self.closed = False
         self.conversations: dict[int, Conversation] = {}
+        self.host: str | None = None  # what every row names as its sender (set by the locustfile)
+        self.process: str | None = None
+        self.sink: Callable[[str], None] | None = None  # a remote worker's rows go to the master, not to a file
 
     def begin(self, max_requests: int, records_path: Path | None, slot: Slot | None = None) -> None:
         """Reset for a new test: ``max_requests`` for the whole run (0 = unlimited), the rows file (None = keep
@@ -143,7 +146,11 @@ class RunState:
         self.finished += 1
         if record.error:  # a server may echo what it was sent: the request log's masking applies to rows too
             record = record.model_copy(update={"error": self.requests_log.redact(record.error)})
-        if self.records_path is not None:
+        if record.host is None and self.host is not None:
+            record = record.model_copy(update={"host": self.host, "process": self.process})
+        if self.sink is not None:
+            self.sink(record.model_dump_json())
+        elif self.records_path is not None:
             if self._fd is None:
                 self._fd = os.open(self.records_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             os.write(self._fd, (record.model_dump_json() + "\n").encode())
