@@ -16,7 +16,7 @@ measured requests; a client's overhead is its mean minus the server's.
 
 ``--repeats`` (3) rounds, the order alternating. Targets (median over rounds): our TTFT overhead ≤ vLLM client's,
 our ITL overhead ≤ vLLM client's, and in every round our output tok/s within ±3 % of the server's own generated
-tokens over our measured window. ``--write-readme`` puts the table into ``benchmarks/README.md`` (between the
+tokens over our measured window. ``--write-readme`` puts the table into ``docs/benchmarks.md`` (between the
 ``bench-peer`` markers). Exits 0 when the targets are met, 1 on a miss, 2 when a run could not be made.
 """
 
@@ -59,7 +59,7 @@ from vllm_peer import (  # noqa: E402
 
 SERVER_TOKENS_TOLERANCE = 0.03  # |our output tok/s ÷ the server's generated tokens over our window − 1|
 REPORT_LINE = re.compile(r"\[REPORT\] Baseline saved to (\S+)")
-README = REPO / "benchmarks" / "README.md"
+README = REPO / "docs" / "benchmarks.md"
 MARK_START, MARK_END = "<!-- bench-peer:start -->", "<!-- bench-peer:end -->"
 HISTOGRAMS = {
     "ttft": "vllm:time_to_first_token_seconds",
@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="rounds (the order alternates)")
     parser.add_argument("--tokenizer", default=None, help="vLLM client tokenizer (default: the served model's root)")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="per client run")
-    parser.add_argument("--write-readme", action="store_true", help="put the table into benchmarks/README.md")
+    parser.add_argument("--write-readme", action="store_true", help="put the table into docs/benchmarks.md")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, results)")
     args = parser.parse_args(argv)
     for flag in ("concurrency", "requests", "output_tokens", "repeats", "prompt_tokens"):

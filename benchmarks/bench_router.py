@@ -8,7 +8,7 @@ streamed chat requests of ``--tokens`` tokens) straight and through the router i
 (``loadtest.client.stream_chat``). Per round it prints mean and p50 TTFT and ITL for both paths and the router's
 added latency (router − direct, ms) and ratio (router ÷ direct); the summary is the median over the rounds.
 
-Figures: benchmarks/README.md ("Router overhead"). A round's requests all succeed or the round is reported as failed
+Figures: docs/benchmarks.md ("Router overhead"). A round's requests all succeed or the round is reported as failed
 with the first cause; nothing is dropped.
 """
 

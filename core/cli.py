@@ -77,8 +77,45 @@ def is_bool(info: FieldInfo) -> bool:
     return info.annotation is bool or bool in get_args(info.annotation)
 
 
+SHORT_HELP: dict[str, str] = {
+    # one --help line for knobs whose first clause would wrap (the whole description is in docs/reference.md)
+    "rate_end": "Open loop: ramp linearly from RATE to this, req/s",
+    "sweep": "Load sweep: auto, concurrency:1,2,4 or rate:0.5,1",
+    "sweep_rates": "SWEEP=auto: open-loop rates between its points",
+    "cooldown_s": "Pause between the runs of a series, s",
+    "output_len": "Output lengths: sampled, or fixed (MAX_TOKENS)",
+    "output_len_p95": "Sampled output length: P95, tokens",
+    "input_mix": "Input-length bucket weights, e.g. short:0.3,long:0.7",
+    "random_input_len": "DATASET=random: prompt tokens per request",
+    "random_output_len": "DATASET=random: output tokens per request",
+    "prefix_len": "Shared prefix tokens before every prompt",
+    "prefix_count": "Distinct shared prefixes",
+    "slo_attainment_pct": "Share of requests a sweep point must keep in SLO, %",
+    "gate": "Fail when worse than this named baseline",
+    "gate_threshold_pct": "Gate: largest throughput drop / p99 rise, %",
+    "gate_error_rate_pp": "Gate: largest error-rate rise, points",
+    "max_error_rate_pct": "Fail the run above this error rate, %",
+    "client_overhead_max_pct": "Flag a client adding more than this, %",
+    "summary_file": "Write a Markdown step summary here",
+    "expect_workers": "Load workers on other hosts to wait for",
+    "expect_workers_timeout_s": "How long to wait for them, s",
+    "master_bind_host": "Locust master's address for remote workers",
+    "master_port": "Locust master's port",
+    "worker": "Be a load worker of MASTER_HOST",
+    "profile": "Torch-profile the measured window",
+    "requests_log_max_mb": "Rotate requests.jsonl at this size, MiB",
+    "sidecar_max_body_mb": "Largest body the sidecar accepts, MiB",
+    "drain_s": "After DURATION, time for requests in flight, s",
+    "watchdog_s": "Stop a run where nothing finishes this long, s",
+    "server_down_s": "End the run after this long of connection failures, s",
+}
+
+
 def short_help(name: str, info: FieldInfo) -> str:
-    """The first clause of a field's description (the whole one is in the generated reference)."""
+    """The first clause of a field's description (the whole one is in the generated reference), or its
+    :data:`SHORT_HELP` line."""
+    if name in SHORT_HELP:
+        return SHORT_HELP[name]
     text = info.description or name.replace("_", " ")
     bare = re.sub(r"\s\([^()]*\)", "", text)
     return re.split(r"(?<!e\.g)\.\s|;\s", bare, maxsplit=1)[0].rstrip(".;")

@@ -14,7 +14,12 @@ from core.clientview import ClientView
 from core.serverview import ServerView
 from core.stats import RunMetrics
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
+# 1.3: optional fields only (CHANGELOG.md): the client's added latency over the server's own clock
+#      (``server.client_overhead``), per-GPU facts of the engine's GPUs and both CUDA versions, requested vs achieved
+#      load (``metrics.schedule``), steady-state figures (``metrics.steady``), shared prefixes and the prefix-cache
+#      hit rate, remote load workers (``config.remote_workers``; rows name ``host`` and ``process``). A 1.2 report
+#      reads unchanged and is marked 1.3 when read (:func:`migrate_report`).
 # 1.1: vLLM fingerprint, model revision, resource stats/timeline, server, baselines.
 # 1.2: ``cpu_rss_peak_gb`` renamed ``vllm_rss_peak_gb`` (metrics, resources): it is the vLLM process tree's RSS.
 #      Rows record how each stream ended (``end_reason``) and where token counts came from
@@ -326,10 +331,13 @@ class Comparison(BaseModel):
 
 def migrate_report(data: Any) -> Any:
     """Bring a stored report's JSON up to :data:`SCHEMA_VERSION` (1.1 -> 1.2: renamed and moved fields, see the
-    notes at :data:`SCHEMA_VERSION`); other input as is."""
-    if not isinstance(data, dict) or data.get("schema_version") != "1.1":
+    notes at :data:`SCHEMA_VERSION`; 1.2 -> 1.3: only optional fields were added); other input as is."""
+    if not isinstance(data, dict) or data.get("schema_version") not in ("1.1", "1.2"):
         return data
     data = dict(data)
+    if data["schema_version"] == "1.2":
+        data["schema_version"] = SCHEMA_VERSION
+        return data
     for section in ("metrics", "resources"):
         if isinstance(data.get(section), dict):
             data[section] = _renamed(data[section], RENAMED_IN_1_2)

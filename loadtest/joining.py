@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,11 @@ from core.records import RequestRecord
 PROBES = 3
 BATCH_ROWS = 200
 BATCH_S = 0.25
+
+
+def host_name(configured: str | None) -> str:
+    """The name this host's rows carry: LOAD_HOST_NAME, else the host name."""
+    return configured or socket.gethostname()
 
 
 def nonce() -> str:

@@ -35,13 +35,14 @@ from loadtest import llm_webui
 from loadtest.client import new_session
 from loadtest.distributed import Coordinator
 from loadtest.driver import OPEN_LOOP_MAX_IN_FLIGHT, backoff_s, dispatch_open_loop, send
+from loadtest.joining import host_name
 from loadtest.lagmonitor import LagMonitor, append_process_load
 from loadtest.llm_stats import REPORT_KEY, LlmStats
 from loadtest.locust_events import cut_event, locust_events
 from loadtest.models import discover_model
 from loadtest.plan import bench_config, read_plan, settings_of_plan
 from loadtest.procs import die_with_parent
-from loadtest.remote import JoiningCoordinator, host_name
+from loadtest.remote import JoiningCoordinator
 from loadtest.runstate import RunState, Slot
 from loadtest.transport import Transport
 from loadtest.weblogin import install_login

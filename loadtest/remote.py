@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,17 +35,21 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from core.report_schema import BenchmarkConfig
 from loadtest.distributed import SLOT_MESSAGE, Coordinator
-from loadtest.joining import PROBES, ClockProbe, RowBatcher, best_offset, master_time_row, nonce, proof, verify
+from loadtest.joining import (
+    PROBES,
+    ClockProbe,
+    RowBatcher,
+    best_offset,
+    master_time_row,
+    nonce,
+    proof,
+    verify,
+)
 from loadtest.plan import dataset_path
 from loadtest.runstate import Slot, slots_for
 
 JOIN, CHALLENGE, PROOF, ROWS, LOAD = "llm_join", "llm_challenge", "llm_proof", "llm_rows", "llm_load"
 log = logging.getLogger(__name__)
-
-
-def host_name(configured: str | None) -> str:
-    """The name this host's rows carry: LOAD_HOST_NAME, else the host name."""
-    return configured or socket.gethostname()
 
 
 def _append(path: str, lines: list[str]) -> None:

@@ -144,7 +144,11 @@ def format_summary(report: Report, report_path: str) -> list[str]:
     files = [f"{label}: {folder / name}" for label, name in named if name]
     if files:
         lines.append("[REPORT] " + " | ".join(files))
-    lines.append(f"Benchmark completed. Report generated. Report path: {report_path}")
+    if report.interrupted or report.server_down:  # a script grepping "Benchmark completed" must not take it for one
+        why = "interrupted" if report.interrupted else "ended early: the server stopped answering"
+        lines.append(f"Benchmark {why}. Partial report generated. Report path: {report_path}")
+    else:
+        lines.append(f"Benchmark completed. Report generated. Report path: {report_path}")
     lines.append(f"Key insight: {m.key_insight}")
     return lines
 

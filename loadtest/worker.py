@@ -10,8 +10,8 @@ from __future__ import annotations
 import subprocess
 
 from core.settings import PROJECT_ROOT, Settings, service_env
+from loadtest.joining import host_name
 from loadtest.launch import worker_argv
-from loadtest.remote import host_name
 
 EXIT_USAGE = 2
 

@@ -53,9 +53,11 @@ BENCHMARK = Command(
                   "rate_end", "session_turns", "workers", "sweep", "sweep_rates", "repeat", "cooldown_s")),
         ("workload", ("dataset", "bench_model", "max_tokens", "output_len", "output_len_mean", "output_len_p95",
                       "output_len_cap", "ignore_eos", "temperature", "seed", "input_mix", "random_input_len",
-                      "random_output_len", "prompts_file")),
+                      "random_output_len", "prefix_len", "prefix_count", "prompts_file")),
         ("SLO and gate", ("slo", "slo_attainment_pct", "gate", "gate_threshold_pct", "gate_error_rate_pp", "baseline",
-                          "max_error_rate_pct")),
+                          "max_error_rate_pct", "client_overhead_max_pct", "junit_file", "summary_file")),
+        ("load from several hosts", ("expect_workers", "expect_workers_timeout_s", "master_bind_host", "master_port",
+                                     "worker", "master_host", "load_host_name")),
         ("output", ("profile", "logs_dir", "requests_log_max_mb", "requests_log_backups")),
         ("connection", ("vllm_base_url", "vllm_host", "vllm_port", "sidecar_base_url", "sidecar_host", "sidecar_port",
                         "sidecar_token_file", "sidecar_max_body_mb", "run_dir", "request_timeout_s", "drain_s",
@@ -131,6 +133,8 @@ STACK = Command(
         ("engine", ("vllm_host", "vllm_port", "vllm_log_max_mb", "vllm_log_backups", "vllm_log_to_file")),
         ("Locust web UI", ("locust_web_host", "locust_web_port", "locust_web_username", "locust_extra_args")),
         ("logs", ("requests_log_max_mb", "requests_log_backups")),
+        ("GPU", ("gpu_devices", "gpu_headroom_gb", "engine_preflight")),
+        ("containers", ("vllm_gpu_base", "container_uid", "container_gid")),
     ),
 )
 

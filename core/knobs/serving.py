@@ -66,7 +66,7 @@ class ServingKnobs(BaseModel):
         default=None,
         ge=0,
         description="CPU build: cores kept free of the engine's compute threads (VLLM_CPU_NUM_OF_RESERVED_CPU); "
-        "unset: vLLM's own (1 on x86), measured fastest on a shared 2-core host (benchmarks/README.md); 0 = all cores.",
+        "unset: vLLM's own (1 on x86), measured fastest on a shared 2-core host (docs/benchmarks.md); 0 = all cores.",
     )
     vllm_cpu_omp_threads_bind: str | None = Field(
         default=None,

@@ -190,7 +190,7 @@ def vllm_env(settings: Settings, build: str = "gpu", base: dict[str, str] | None
     is on the command line.
     On the CPU build (``build="cpu"``) ``VLLM_USE_AOT_COMPILE=0`` unless set: vLLM 0.32's CPU build saves an AOT
     artifact it cannot load back (``'function' object has no attribute 'finalize_loading'``), so every restart
-    recompiled; torch.compile's own caches (Inductor's FX graph cache) hit instead (benchmarks/README.md).
+    recompiled; torch.compile's own caches (Inductor's FX graph cache) hit instead (docs/benchmarks.md).
     ``STACK_ENGINE_RUN_DIR`` marks vLLM and every process it starts as this stack's (:mod:`services.vllm.reaper`).
     """
     env = {k: v for k, v in service_env("vllm", base).items() if k not in STACK_ONLY_VLLM_VARS}

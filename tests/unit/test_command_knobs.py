@@ -19,6 +19,8 @@ from core.logrotate import MIB
 from core.requestlog import RequestLog
 from core.settings import PROJECT_ROOT, Settings
 from loadtest import bench
+from loadtest.joining import host_name
+from loadtest.launch import locust_argv, worker_argv
 from loadtest.plan import bench_config, plan_settings, settings_of_plan, write_plan
 from loadtest.preflight import choose_model
 from loadtest.sweep import planned_points
@@ -52,6 +54,12 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
     "--sidecar-token-file": (["/tmp/t"], []), "--sidecar-max-body-mb": (["8"], []), "--run-dir": (["/tmp/r"], []),
     "--request-timeout-s": (["30"], []), "--drain-s": (["3"], []), "--watchdog-s": (["30"], []),
     "--server-down-s": (["9"], []), "--report-from": (["/tmp/x.requests.jsonl"], []),
+    "--prefix-len": (["64"], ["--prefix-count", "2"]), "--prefix-count": (["4"], ["--prefix-len", "64"]),
+    "--client-overhead-max-pct": (["20"], []), "--junit-file": (["/tmp/j.xml"], []),
+    "--summary-file": (["/tmp/s.md"], []), "--expect-workers": (["2"], []),
+    "--expect-workers-timeout-s": (["30"], ["--expect-workers", "1"]),
+    "--master-bind-host": (["10.0.0.3"], ["--expect-workers", "1"]), "--master-port": (["6000"], ["--expect-workers", "1"]),
+    "--worker": ([], ["--master-host", "h"]), "--master-host": (["h2"], ["--worker"]), "--load-host-name": (["n1"], []),
     # engine
     "--vllm-model-path": (["/models/q"], []), "--serve-model": (["synthetic:tiny"], []),
     "--kv-cache-gb": (["4"], []), "--vllm-max-model-len": (["2048"], []), "--vllm-dtype": (["float32"], []),
@@ -95,6 +103,10 @@ def bench_effect(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
         "verdicts": (settings.gate, settings.gate_threshold_pct, settings.gate_error_rate_pp, settings.baseline,
                      settings.max_error_rate_pct),
         "report_from": args.report_from,
+        "outputs": (settings.junit_file, settings.summary_file, settings.client_overhead_max_pct),
+        "locust": locust_argv(settings, headless=True, workers=plan.workers, remote_workers=plan.remote_workers)[7:],
+        "worker": worker_argv(settings, settings.master_host or "") if settings.worker else None,
+        "host": host_name(settings.load_host_name),
     }  # fmt: skip
 
 

@@ -126,6 +126,16 @@ def test_summary_ends_with_the_seeds_lines_and_names_every_file() -> None:
     assert lines[-1].startswith("Key insight: ")
 
 
+def test_a_cut_run_never_says_completed() -> None:
+    """An interrupted run, or one ended by a dead server, says so where the seed's closing line stands: a script that
+    greps ``Benchmark completed`` must not take it for a finished run."""
+    cut = format_summary(report().model_copy(update={"interrupted": True}), "/tmp/reports/x.json")
+    assert cut[-2] == "Benchmark interrupted. Partial report generated. Report path: /tmp/reports/x.json"
+    down = format_summary(report().model_copy(update={"server_down": "connection refused for 5 s"}), "/tmp/r/y.json")
+    assert down[-2].startswith("Benchmark ended early: the server stopped answering. Partial report generated.")
+    assert not any("Benchmark completed" in line for line in cut + down)
+
+
 @pytest.mark.parametrize(("value", "text"), [(12.04, "+12%"), (-3.04, "-3.0%"), (0.0, "+0.0%"), (-100.0, "-100%")])
 def test_percent_text(value: float, text: str) -> None:
     """Whole percents from 10 % up, one decimal below."""
