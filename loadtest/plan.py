@@ -134,11 +134,16 @@ PLAN_SETTINGS_KEY = "settings"
 reader of the config alone ignores)."""
 
 
+SECRET_CARRIERS = frozenset({"vllm_extra_args"})
+"""Fields that are no secret but may hold one (``VLLM_EXTRA_ARGS='--api-key …'``): like the secrets, the Locust
+processes read them from the environment, never from the plan file."""
+
+
 def plan_settings(settings: Settings) -> dict[str, Any]:
     """The run's effective settings as the Locust processes must see them: every field but the secrets (those stay
-    in the environment, never in a file) and the plan file itself, as JSON values."""
+    in the environment, never in a file), :data:`SECRET_CARRIERS` and the plan file itself, as JSON values."""
     secret = {name for name, info in Settings.model_fields.items() if info.repr is False}
-    return settings.model_dump(mode="json", exclude=secret | {"locust_plan_file"})
+    return settings.model_dump(mode="json", exclude=secret | SECRET_CARRIERS | {"locust_plan_file"})
 
 
 def write_plan(path: Path, config: BenchmarkConfig, settings: Settings | None = None) -> None:

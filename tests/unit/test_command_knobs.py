@@ -5,6 +5,7 @@ command is refused with exit 2 naming where it goes."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -333,3 +334,14 @@ def test_a_compose_switch_passes_what_compose_forwards_and_refuses_the_rest(tmp_
     with pytest.raises(EngineError, match=r"KV_CACHE_GB=4\.0 from \.env"):
         ComposeEngine(settings, recorder).restart(EngineRequest(knobs={"kv_cache_gb": 4.0}))
     assert len(seen.read_text().splitlines()) == 1  # compose never ran for the refused one
+
+
+def test_the_plan_file_never_holds_a_secret(tmp_path: Path) -> None:
+    """Secrets, and VLLM_EXTRA_ARGS which may carry vLLM's --api-key, stay in the environment: the plan file the
+    Locust processes read has neither (the integration test_secrets searches every file for them too)."""
+    settings = Settings(vllm_api_key="vk-secret-1", vllm_extra_args="--api-key s3cr3t-2 --max-num-seqs 4",
+                        sidecar_token="tok-secret-3", logs_dir=tmp_path)  # fmt: skip
+    values = plan_settings(settings)
+    text = json.dumps(values)
+    assert "vk-secret-1" not in text and "s3cr3t-2" not in text and "tok-secret-3" not in text
+    assert "vllm_extra_args" not in values and values["logs_dir"] == str(tmp_path)
