@@ -19,7 +19,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ import httpx  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.net import free_port  # noqa: E402
+from core.net import free_port, wait_for_http  # noqa: E402
 from core.records import RequestRecord  # noqa: E402
 from loadtest.client import chat_payload, new_session, stream_chat  # noqa: E402
 
@@ -73,16 +72,10 @@ def figures(rows: list[RequestRecord]) -> PathFigures:
 
 
 def wait_ready(url: str, timeout_s: float) -> None:
-    """Wait until ``GET url`` answers 200; raises TimeoutError naming the URL."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} did not answer 200 within {timeout_s:.0f} s")
+    """Wait until ``GET url`` answers 200 (:func:`core.net.wait_for_http`); raises TimeoutError naming the URL."""
+    ready, why = wait_for_http(url, timeout_s, interval_s=0.2)
+    if not ready:
+        raise TimeoutError(f"{url} did not answer 200 within {timeout_s:.0f} s: {why}")
 
 
 @contextmanager

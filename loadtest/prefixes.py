@@ -20,9 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from core.report_schema import BenchmarkConfig
-from loadtest.dataset import load_dataset
 from loadtest.errors import BenchError
-from loadtest.randomdata import CORPUS_CHARS, MAX_ADJUSTMENTS, TokenizerClient
+from loadtest.randomdata import MAX_ADJUSTMENTS, TokenizerClient, token_pool
 from loadtest.workload import WorkItem
 
 SEPARATOR = "\n\n"
@@ -63,8 +62,7 @@ def prefixes_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path) -> Path:
         return path
     tok = TokenizerClient(plan.vllm_url, plan.model)
     try:
-        text = "".join(p.messages[-1]["content"] for p in load_dataset(corpus).prompts)[:CORPUS_CHARS]
-        pool = np.unique(np.asarray(tok.ids(text), dtype=np.int64))
+        pool = token_pool(tok, corpus)
         rng = np.random.default_rng([plan.seed, 1])  # apart from DATASET=random's stream of the same seed
         texts = [sized_text(tok, pool, rng, length) for _ in range(count)]
     finally:

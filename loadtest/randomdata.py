@@ -99,6 +99,13 @@ def sized_prompt(tok: TokenizerClient, pool: np.ndarray, rng: np.random.Generato
     raise BenchError(f"DATASET=random: could not size a prompt to {total_tokens} tokens (last count {count})")
 
 
+def token_pool(tok: TokenizerClient, corpus: Path) -> np.ndarray:
+    """The distinct token ids of the first :data:`CORPUS_CHARS` characters of ``corpus`` as the server tokenizes
+    them: ordinary tokens to build prompts of exact lengths from (shape ``(n,)``, int64)."""
+    text = "".join(p.messages[-1]["content"] for p in load_dataset(corpus).prompts)[:CORPUS_CHARS]
+    return np.unique(np.asarray(tok.ids(text), dtype=np.int64))
+
+
 def random_prompts_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path, count: int | None = None) -> Path:
     """Write (once) and return the prompt JSONL of ``plan``'s random dataset: ``count`` prompts (default REQUESTS
     plus warmup, or 256 for duration-bounded runs) of ``plan.input_len_tokens`` tokens each.
@@ -116,8 +123,7 @@ def random_prompts_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path, cou
         return path
     tok = TokenizerClient(plan.vllm_url, plan.model)
     try:
-        text = "".join(p.messages[-1]["content"] for p in load_dataset(corpus).prompts)[:CORPUS_CHARS]
-        pool = np.unique(np.asarray(tok.ids(text), dtype=np.int64))
+        pool = token_pool(tok, corpus)
         rng = np.random.default_rng(plan.seed)
         lines = [
             json.dumps({"id": f"random-{i}", "task": "random", "prompt": sized_prompt(tok, pool, rng, total)},
