@@ -28,13 +28,13 @@ browser:
 
 up: envs
 	$(CHECK_VARS)
-	@$(APP_PY) -m services.stackctl up
+	@$(APP_PY) -m stack.control up
 
 down:
-	@if [ -x $(APP_PY) ]; then $(APP_PY) -m services.stackctl down; else echo "[INFO] nothing to stop"; fi
+	@if [ -x $(APP_PY) ]; then $(APP_PY) -m stack.control down; else echo "[INFO] nothing to stop"; fi
 
 status: app-env
-	@$(APP_PY) -m services.stackctl status
+	@$(APP_PY) -m stack.control status
 
 # Names of the variables given on make's command line (make benchmark CONCURENCY=4): core.makevars refuses typos.
 CLI_VARS = $(strip $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
@@ -42,19 +42,19 @@ CHECK_VARS = @$(APP_PY) -m core.makevars $@ $(CLI_VARS)
 
 benchmark: app-env
 	$(CHECK_VARS)
-	@$(APP_PY) -m loadtest.bench
+	@$(APP_PY) -m loadgen.command.benchmark
 
 # A load sweep (SWEEP=auto unless given): every point a report, plus a series report with the SLO knee.
 sweep: app-env
 	$(CHECK_VARS)
-	@SWEEP="$(or $(SWEEP),auto)" $(APP_PY) -m loadtest.bench
+	@SWEEP="$(or $(SWEEP),auto)" $(APP_PY) -m loadgen.command.benchmark
 
 compare: app-env
-	@$(APP_PY) -m loadtest.compare "$(A)" "$(B)"
+	@$(APP_PY) -m loadgen.command.compare "$(A)" "$(B)"
 
 # Each workload's runs over time (a table, and reports/history.html); REPORTS=<folder> for another reports folder.
 history: app-env
-	@$(APP_PY) -m services.sidecar.history $(REPORTS)
+	@$(APP_PY) -m sidecar.reports.history $(REPORTS)
 
 lint: app-env
 	$(APP_PY) -m ruff check .
@@ -62,7 +62,7 @@ lint: app-env
 	.venvs/app/bin/lint-imports --no-cache --no-logo
 	@scripts/validate_containers.sh >/dev/null || scripts/validate_containers.sh
 	$(APP_PY) scripts/check_kubernetes.py
-	$(APP_PY) -m services.sidecar.schema_export --check
+	$(APP_PY) -m sidecar.reports.schema_export --check
 	$(APP_PY) -m core.reference --check docs/reference.md
 	@site=$$(mktemp -d); NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venvs/app/bin/mkdocs build --strict --quiet --site-dir "$$site"; rc=$$?; rm -rf "$$site"; exit $$rc
 
@@ -72,10 +72,10 @@ docs: app-env
 	@echo "[INFO] site/index.html (or: .venvs/app/bin/mkdocs serve)"
 
 schema: app-env
-	@$(APP_PY) -m services.sidecar.schema_export
+	@$(APP_PY) -m sidecar.reports.schema_export
 
 baseline: app-env
-	@$(APP_PY) -m loadtest.baseline "$(NAME)" $(REPORT)
+	@$(APP_PY) -m loadgen.command.baseline "$(NAME)" $(REPORT)
 
 unit: app-env
 	$(APP_PY) -m pytest tests/unit -q $(PYTEST_ARGS)
@@ -89,16 +89,16 @@ test: envs browser lint
 	@scripts/compose_stack.sh test
 
 logs-errors: app-env
-	@$(APP_PY) -m services.logtools --errors $(if $(SINCE),--since $(SINCE)) $(if $(JSON),--json)
+	@$(APP_PY) -m logtools --errors $(if $(SINCE),--since $(SINCE)) $(if $(JSON),--json)
 
 logs-slow: app-env
-	@$(APP_PY) -m services.logtools --slow --threshold-ms $(or $(THRESHOLD_MS),1000) $(if $(SINCE),--since $(SINCE)) $(if $(JSON),--json)
+	@$(APP_PY) -m logtools --slow --threshold-ms $(or $(THRESHOLD_MS),1000) $(if $(SINCE),--since $(SINCE)) $(if $(JSON),--json)
 
 logs-stats: app-env
-	@$(APP_PY) -m services.logtools --stats $(if $(SINCE),--since $(SINCE)) $(if $(JSON),--json)
+	@$(APP_PY) -m logtools --stats $(if $(SINCE),--since $(SINCE)) $(if $(JSON),--json)
 
 calibrate: app-env
-	@$(APP_PY) -m loadtest.calibrate
+	@$(APP_PY) -m loadgen.selftest.calibrate
 
 bench-peer: envs
 	@$(APP_PY) benchmarks/bench_peer_agreement.py --write-readme
@@ -126,7 +126,7 @@ bench-engine: envs
 
 # Why the GPU stack would not start (driver vs image CUDA, Container Toolkit, free GPU memory, writable checkout, HF, ports)
 doctor: app-env
-	@$(APP_PY) -m services.vllm.doctor
+	@$(APP_PY) -m engine.doctor
 
 validate-containers: app-env
 	scripts/validate_containers.sh
@@ -138,7 +138,7 @@ BENCH_VARS := CONCURRENCY REQUESTS DURATION WARMUP MAX_TOKENS TEMPERATURE SEED R
 	SESSION_TURNS WORKERS PREFIX_LEN PREFIX_COUNT
 benchmark-compose:
 	$(CHECK_VARS)
-	scripts/compose.sh exec -T $(foreach v,$(BENCH_VARS),$(if $($(v)),-e $(v)=$($(v)))) locust-master python -m loadtest.bench $(ARGS)
+	scripts/compose.sh exec -T $(foreach v,$(BENCH_VARS),$(if $($(v)),-e $(v)=$($(v)))) locust-master python -m loadgen.command.benchmark $(ARGS)
 	@echo "[INFO] /app/reports in the containers is ./reports here"
 
 # The compose stack (Docker Engine, else Podman; CPU overlay without a GPU): scripts/compose_stack.sh, docs/docker.md.

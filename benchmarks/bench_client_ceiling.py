@@ -4,7 +4,7 @@ Run from the repository root (no stack needed)::
 
     .venvs/app/bin/python benchmarks/bench_client_ceiling.py [--users 32] [--tokens 256] [--run-time-s 15]
 
-Both clients stream from the bundled mock server (:mod:`loadtest.mock_server`) with no delays
+Both clients stream from the bundled mock server (:mod:`loadgen.selftest.mock_server`) with no delays
 (``--ttft-ms 0 --itl-ms 0``, ``--tokens`` tokens, one token per chunk), so the server answers as fast as it can and
 each client is pushed to its own limit at ``--users`` concurrent requests. Ours is a headless Locust run of the same
 locustfile and request function ``make benchmark`` uses (``--run-time-s``); theirs is ``vllm bench serve`` from the
@@ -48,16 +48,16 @@ from vllm_peer import (  # noqa: E402
     vllm_window_monotonic_s,
 )
 
-from core.engine import read_engine_state  # noqa: E402
+from core.enginestate import read_engine_state  # noqa: E402
 from core.settings import get_settings  # noqa: E402
-from loadtest.calibrate import (  # noqa: E402
+from engine.launcher import engine_python  # noqa: E402
+from loadgen.childprocs import CpuSample, CpuSampler, ProcessError, cpu_in_window, mock_server  # noqa: E402
+from loadgen.selftest.calibrate import (  # noqa: E402
     CalibrationError,
     ClientRun,
     run_our_client,
     summarize_records,
 )
-from loadtest.procs import CpuSample, CpuSampler, ProcessError, cpu_in_window, mock_server  # noqa: E402
-from services.vllm.launch import engine_python  # noqa: E402
 
 TARGET_RATIO = 1.5  # ours / theirs, chunks/s per client core
 VLLM_REQUESTS_FIRST = 500  # vLLM's requests if it ever ran before any run of ours without --requests
@@ -160,7 +160,7 @@ def default_tokenizer() -> str | None:
     if found:
         return str(found[0].parent)
     out = settings.models_dir / "tiny"
-    argv = [engine_python(settings), "-m", "services.vllm.synthetic", "--variant", "tiny", "--out", str(out),
+    argv = [engine_python(settings), "-m", "engine.synthetic", "--variant", "tiny", "--out", str(out),
             "--corpus", str(settings.prompts_file)]  # fmt: skip
     built = subprocess.run(argv, cwd=REPO, check=False)
     return str(out) if built.returncode == 0 and (out / "tokenizer.json").exists() else None

@@ -6,8 +6,9 @@ Run from the repository root (no stack needed; it starts its own on free ports):
     .venvs/app/bin/python benchmarks/bench_engine_defaults.py --repeats 2 --variants stack-defaults,one-process
 
 For every round, each variant (order rotating between rounds) gets a fresh vLLM started by the project's launcher
-(``python -m services.vllm.launch``, so KV_CACHE_GB and the context length are the stack's) with the variant's
-environment, then one ``python -m loadtest.bench`` run (the code of ``make benchmark``) at the seed's load scaled to
+(``python -m engine.launcher``, so KV_CACHE_GB and the context length are the stack's) with the variant's
+environment, then one ``python -m loadgen.command.benchmark`` run (the code of ``make benchmark``) at the seed's load
+scaled to
 a 2-core machine: ``--concurrency`` 8 closed-loop users, ``--requests`` 48 measured (+8 warmup), distinct
 ``--prompt-chars``-character prompts (≈ 79 tokens), exactly ``--output-tokens`` 64 output tokens (ignore_eos), the
 load generator on the same cores. A private sidecar writes the reports. Per run it prints output tok/s, TTFT and
@@ -54,9 +55,9 @@ from vllm_peer import sharegpt_prompts  # noqa: E402
 
 from core.settings import get_settings  # noqa: E402
 from core.timeparse import StampClock  # noqa: E402
-from loadtest.procs import free_port, log_tail, stop_process  # noqa: E402
-from services.vllm.logformat import parse_line  # noqa: E402
-from services.vllm.startup import startup_phase  # noqa: E402
+from engine.logformat import parse_line  # noqa: E402
+from engine.startup import startup_phase  # noqa: E402
+from loadgen.childprocs import free_port, log_tail, stop_process  # noqa: E402
 
 TARGET_RATIO = 1.5
 SHIPPED = "stack-defaults"
@@ -241,7 +242,7 @@ class PrivateStack:
         """Start the sidecar and wait for ``/health``."""
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         log = self.workdir / "logs" / "sidecar.log"
-        self.sidecar = self._spawn(["-m", "services.sidecar.launch"], log, self.env)
+        self.sidecar = self._spawn(["-m", "sidecar.server"], log, self.env)
         self._wait(f"{self.sidecar_url}/health", self.sidecar, log, 120)
 
     def start_vllm(self, variant_env: Mapping[str, str], timeout_s: float) -> tuple[subprocess.Popen[bytes], float]:
@@ -250,7 +251,7 @@ class PrivateStack:
         self.launched_s = time.time()
         self.log_offset = log.stat().st_size if log.exists() else 0
         started = time.monotonic()
-        proc = self._spawn(["-m", "services.vllm.launch"], log, {**self.env, **variant_env})
+        proc = self._spawn(["-m", "engine.launcher"], log, {**self.env, **variant_env})
         self._wait(f"{self.vllm_url}/v1/models", proc, log, timeout_s)
         return proc, time.monotonic() - started
 
@@ -261,7 +262,7 @@ class PrivateStack:
 
 
 def run_benchmark(stack: PrivateStack, dataset: Path, tag: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One ``python -m loadtest.bench``; its report JSON.
+    """One ``python -m loadgen.command.benchmark``; its report JSON.
 
     Raises:
         BenchError: the run failed or wrote no report.
@@ -277,17 +278,17 @@ def run_benchmark(stack: PrivateStack, dataset: Path, tag: str, args: argparse.N
     before = set((stack.workdir / "reports").glob("benchmark_report_*.json"))
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "loadtest.bench"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "loadgen.command.benchmark"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
         )
     try:
         proc.wait(timeout=args.timeout_s)
     except subprocess.TimeoutExpired:
-        raise BenchError(f"loadtest.bench did not finish in {args.timeout_s:.0f} s ({log})") from None
+        raise BenchError(f"loadgen.command.benchmark did not finish in {args.timeout_s:.0f} s ({log})") from None
     finally:
         stop_process(proc)
     new = sorted(set((stack.workdir / "reports").glob("benchmark_report_*.json")) - before)
     if proc.returncode != 0 or not new:
-        raise BenchError(f"loadtest.bench failed (exit {proc.returncode}); {log}:\n{log_tail(log)}")
+        raise BenchError(f"loadgen.command.benchmark failed (exit {proc.returncode}); {log}:\n{log_tail(log)}")
     report: dict[str, Any] = json.loads(new[-1].read_text())
     report["_path"] = str(new[-1])
     return report

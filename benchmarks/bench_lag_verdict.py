@@ -4,7 +4,7 @@ Run from the repository root (no stack needed; Linux, 2+ cores)::
 
     .venvs/app/bin/python benchmarks/bench_lag_verdict.py [--run-time-s 20] [--busy 3]
 
-Two closed-loop runs of the benchmark's Locust path (:func:`loadtest.run.run_locust`, the verdict of
+Two closed-loop runs of the benchmark's Locust path (:func:`loadgen.orchestrate.measured_run.run_locust`, the verdict of
 :func:`core.clientview.client_view`, exactly as ``make benchmark`` computes them), side by side:
 
 1. **starved**: the client pinned to core 0 together with ``--busy`` busy loops (other work on the client's core;
@@ -37,8 +37,8 @@ from core.clientview import CPU_LIMIT_CORES, ClientView, client_view, share_text
 from core.report_schema import BenchmarkConfig  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from core.stats import measured_window_s  # noqa: E402
-from loadtest.procs import ProcessError, mock_server  # noqa: E402
-from loadtest.run import read_records, run_locust  # noqa: E402
+from loadgen.childprocs import ProcessError, mock_server  # noqa: E402
+from loadgen.orchestrate.measured_run import read_records, run_locust  # noqa: E402
 
 BUSY_LOOP = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
 
@@ -66,7 +66,7 @@ def one_run(name: str, workdir: Path, *, users: int, run_time_s: float, mock_arg
         try:
             plan = BenchmarkConfig(
                 concurrency=users, duration_s=run_time_s, warmup_requests=0, max_tokens=int(mock_args["tokens"]),
-                temperature=0.0, dataset="loadtest/data/prompts_zh.jsonl", seed=0, vllm_url=mock.url,
+                temperature=0.0, dataset="loadgen/workloads/data/prompts_zh.jsonl", seed=0, vllm_url=mock.url,
                 model="mock-model", drain_s=5.0,
             )  # fmt: skip
             settings = Settings(_env_file=None, vllm_base_url=mock.url, logs_dir=folder / "logs")  # type: ignore[call-arg]

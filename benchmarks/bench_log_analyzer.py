@@ -79,7 +79,7 @@ def shape_table(lines: int, errors: int, runs: int) -> tuple[list[str], list[str
         for name, files in write_current_shapes(log).items():
             grep_s, errors_s, grep_cpu_s, errors_cpu_s = alternating_medians(
                 ["grep", "-c", "ERROR", *map(str, files)],
-                [sys.executable, "-m", "services.logtools", "--errors", "--log", str(files[-1])],
+                [sys.executable, "-m", "logtools", "--errors", "--log", str(files[-1])],
                 runs,
             )
             wrong = check_counts(files[-1], facts)
@@ -118,7 +118,7 @@ def time_command(argv: Sequence[str], runs: int) -> tuple[float, float, float]:
 def check_counts(log: Path, facts: GeneratedLog) -> str | None:
     """Run ``--errors --json`` once and compare with the generator's truth; None when right, else why not."""
     env = child_env()
-    argv = [sys.executable, "-m", "services.logtools", "--errors", "--json", "--log", str(log)]
+    argv = [sys.executable, "-m", "logtools", "--errors", "--json", "--log", str(log)]
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return f"--errors exited {done.returncode}: {done.stderr.strip()}"
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         facts = generate_vllm_log(log, n_lines=args.lines)
         write_requests_log(requests, REQUEST_RECORDS, facts.first_stamp_s)
         shapes = write_shapes(log)
-        analyzer = [sys.executable, "-m", "services.logtools", "--log", str(log), "--requests", str(requests)]
+        analyzer = [sys.executable, "-m", "logtools", "--log", str(log), "--requests", str(requests)]
         rows = {
             "python -c pass (start-up floor)": time_command([sys.executable, "-c", "pass"], args.runs),
             "grep -c ERROR": time_command(["grep", "-c", "ERROR", str(log)], args.runs),
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         wrong = [why for why in [check_counts(log, facts)] if why]
         greps = {name: "grep -c ERROR" for name in rows}  # the grep of the same file, for the "x grep" column
         for name, path in shapes.items():
-            argv = [sys.executable, "-m", "services.logtools", "--log", str(path), "--errors"]
+            argv = [sys.executable, "-m", "logtools", "--log", str(path), "--errors"]
             rows[f"grep -c ERROR ({name})"] = time_command(["grep", "-c", "ERROR", str(path)], args.runs)
             rows[f"logtools --errors ({name})"] = time_command(argv, args.runs)
             greps[f"logtools --errors ({name})"] = f"grep -c ERROR ({name})"

@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 from core.serverview import Samples, latency_view, parse_exposition  # noqa: E402
 from core.settings import get_settings  # noqa: E402
-from loadtest.procs import cpu_in_window, log_tail, stop_process  # noqa: E402
+from loadgen.childprocs import cpu_in_window, log_tail, stop_process  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fixed_load import fixed_load_env  # noqa: E402
@@ -299,7 +299,7 @@ def run_theirs(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace)
 
 
 def run_ours(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -> ClientRun:
-    """One ``python -m loadtest.bench`` run (its report's cross-check frames its measured window).
+    """One ``python -m loadgen.command.benchmark`` run (its report's cross-check frames its measured window).
 
     Raises:
         PeerBenchError: the run failed or printed no report path.
@@ -314,17 +314,21 @@ def run_ours(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -
     log_path = workdir / f"ours_{tag}.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "loadtest.bench"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "loadgen.command.benchmark"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
         )
     try:
         proc.wait(timeout=args.timeout_s)
     except subprocess.TimeoutExpired:
-        raise PeerBenchError(f"loadtest.bench did not finish in {args.timeout_s:.0f} s ({log_path})") from None
+        raise PeerBenchError(
+            f"loadgen.command.benchmark did not finish in {args.timeout_s:.0f} s ({log_path})"
+        ) from None
     finally:
         stop_process(proc)
     match = REPORT_LINE.search(log_path.read_text(encoding="utf-8", errors="replace"))
     if proc.returncode != 0 or not match:
-        raise PeerBenchError(f"loadtest.bench failed (exit {proc.returncode}); {log_path}:\n{log_tail(log_path)}")
+        raise PeerBenchError(
+            f"loadgen.command.benchmark failed (exit {proc.returncode}); {log_path}:\n{log_tail(log_path)}"
+        )
     return ours_from_report(json.loads(Path(match.group(1)).read_text()))
 
 

@@ -5,7 +5,7 @@ The analyzer runs in a fresh subprocess, as a user runs it, once on the big file
 shape (``--small``, default 10,000 lines): the peak RSS of both (Linux ``VmHWM``) side by side shows whether memory
 grows with the file. The percentiles it prints are compared with exact ones computed here from the same
 generated values (``statistics.quantiles``, inclusive: the reports' definition). Targets: peak RSS <= 60 MB on the big
-file, every percentile within the stated bound (0.5 %, ``services/logtools/quantiles.py``). Exits 1 on a miss.
+file, every percentile within the stated bound (0.5 %, ``logtools/quantiles.py``). Exits 1 on a miss.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from services.logtools.quantiles import RELATIVE_ACCURACY  # noqa: E402
+from logtools.quantiles import RELATIVE_ACCURACY  # noqa: E402
 from tests.synthlog import OkLatencies, write_requests_log  # noqa: E402
 
 RSS_TARGET_MB = 60.0
@@ -39,10 +39,10 @@ def peak_rss():
         sys.stderr.write("\\n" + next(line for line in status if line.startswith("VmHWM:")))
 
 atexit.register(peak_rss)
-sys.argv = ["services.logtools", *sys.argv[1:]]
-runpy.run_module("services.logtools", run_name="__main__", alter_sys=True)
+sys.argv = ["logtools", *sys.argv[1:]]
+runpy.run_module("logtools", run_name="__main__", alter_sys=True)
 """
-"""Runs the analyzer as ``python -m services.logtools`` does and writes the process's peak RSS (``VmHWM``) at exit.
+"""Runs the analyzer as ``python -m logtools`` does and writes the process's peak RSS (``VmHWM``) at exit.
 (``wait4``'s ``ru_maxrss`` would not do: it keeps the high-water mark of the forked copy of this big process.)"""
 
 

@@ -1,11 +1,12 @@
 """What vLLM's router adds: TTFT and ITL through ``vllm-router`` ÷ straight to the same server, side by side.
 
-``make bench-router`` starts one server — the bundled mock (``loadtest.mock_server``: known TTFT and ITL, cheap, so
+``make bench-router`` starts one server — the bundled mock (``loadgen.selftest.mock_server``: known TTFT and ITL,
+cheap, so
 the figures are the router's) or, with ``--target URL``, a running vLLM — and ``vllm-router --worker-urls <it>
 --policy round_robin`` in front of it, then sends the same closed-loop load (``--concurrency`` users, ``--requests``
 streamed chat requests of ``--tokens`` tokens) straight and through the router in alternating rounds
 (direct, router, direct, router, …; ``--rounds`` pairs), with the project's one request function
-(``loadtest.client.stream_chat``). Per round it prints mean and p50 TTFT and ITL for both paths and the router's
+(``loadgen.request.client.stream_chat``). Per round it prints mean and p50 TTFT and ITL for both paths and the router's
 added latency (router − direct, ms) and ratio (router ÷ direct); the summary is the median over the rounds.
 
 Figures: docs/benchmarks.md ("Router overhead"). A round's requests all succeed or the round is reported as failed
@@ -36,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.net import free_port, wait_for_http  # noqa: E402
 from core.records import RequestRecord  # noqa: E402
-from loadtest.client import chat_payload, new_session, stream_chat  # noqa: E402
+from loadgen.request.client import chat_payload, new_session, stream_chat  # noqa: E402
 
 APP_BIN = Path(sys.executable).parent
 
@@ -145,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     headers = {"Authorization": f"Bearer {os.environ['VLLM_API_KEY']}"} if os.environ.get("VLLM_API_KEY") else {}
 
     mock_port = free_port()
-    mock_argv = [sys.executable, "-m", "loadtest.mock_server", "--port", str(mock_port), "--tokens", str(args.tokens),
+    mock_argv = [sys.executable, "-m", "loadgen.selftest.mock_server", "--port", str(mock_port),
+                 "--tokens", str(args.tokens),
                  "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms)]
     with nullcontext() if args.target else process(mock_argv, args.workdir / "mock.log"):
         direct_url = args.target.rstrip("/") if args.target else f"http://127.0.0.1:{mock_port}"

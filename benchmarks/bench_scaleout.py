@@ -4,7 +4,8 @@ Run from the repository root (no stack needed)::
 
     .venvs/app/bin/python benchmarks/bench_scaleout.py [--requests 12000] [--users 32] [--tokens 256] [--repeats 3]
 
-Each run is the benchmark's own Locust path (:func:`loadtest.run.run_locust`: plan file, ``--processes N``, exact
+Each run is the benchmark's own Locust path (:func:`loadgen.orchestrate.measured_run.run_locust`: plan file,
+``--processes N``, exact
 request shares) in request-count mode against the bundled mock server with no delays (pre-built answers, one write
 each, so the mock stays cheap: its CPU is sampled and printed). chunks/s = content chunks of the measured rows ÷ their
 window (first send → last end). Every run must give exactly ``--requests`` rows. Pairs alternate their order
@@ -37,8 +38,8 @@ sys.path.insert(0, str(REPO))
 from core.report_schema import BenchmarkConfig  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from core.stats import measured_window_s  # noqa: E402
-from loadtest.procs import CpuSampler, ProcessError, cpu_in_window, mock_server  # noqa: E402
-from loadtest.run import read_records, run_locust  # noqa: E402
+from loadgen.childprocs import CpuSampler, ProcessError, cpu_in_window, mock_server  # noqa: E402
+from loadgen.orchestrate.measured_run import read_records, run_locust  # noqa: E402
 
 TARGET_RATIO = 1.7
 
@@ -75,7 +76,7 @@ def one_run(workers: int, folder: Path, url: str, mock_pid: int, args: argparse.
     folder.mkdir()
     plan = BenchmarkConfig(
         concurrency=args.users, requests=args.requests, warmup_requests=0, max_tokens=args.tokens, temperature=0.0,
-        dataset="loadtest/data/prompts_zh.jsonl", seed=0, vllm_url=url, model="mock-model", workers=workers,
+        dataset="loadgen/workloads/data/prompts_zh.jsonl", seed=0, vllm_url=url, model="mock-model", workers=workers,
     )  # fmt: skip
     settings = Settings(_env_file=None, vllm_base_url=url, logs_dir=folder / "logs")  # type: ignore[call-arg]
     rows_path = folder / "run.requests.jsonl"

@@ -26,10 +26,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.engine import EngineState, log_position, write_engine_state  # noqa: E402
+from core.enginestate import EngineState, log_position, write_engine_state  # noqa: E402
 from core.logfiles import ReadStats  # noqa: E402
 from core.settings import Settings  # noqa: E402
-from services.vllm.startup import read_startup, startup_phase  # noqa: E402
+from engine.startup import read_startup, startup_phase  # noqa: E402
 
 TARGET_MS = 50.0
 START = (
@@ -83,11 +83,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from fastapi.testclient import TestClient
 
-    from services.sidecar.app import create_app
-    from services.sidecar.gpu import NvmlReader
-    from services.sidecar.reporting import ReportService
+    from sidecar.app import create_app
+    from sidecar.reports.writer import ReportService
+    from sidecar.sampling.gpu import NvmlReader
     from tests.fakes import FakeNvml
-    from tests.unit.test_sidecar_app import body
+    from tests.unit.sidecar.test_sidecar_app import body
 
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         logs = Path(tmp) / "logs"

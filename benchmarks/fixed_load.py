@@ -1,4 +1,4 @@
-"""The fixed workload the engine and peer benchmarks give ``python -m loadtest.bench``, as its environment.
+"""The fixed workload the engine and peer benchmarks give ``python -m loadgen.command.benchmark``, as its environment.
 
 Shared by ``bench_engine_defaults.py`` and ``bench_peer_agreement.py`` so both measure the same thing: a closed loop
 of ``concurrency`` users, ``requests`` measured requests after ``warmup`` ones, prompts from ``dataset`` and exactly

@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from core.settings import get_settings  # noqa: E402
-from loadtest.procs import CpuSample, CpuSampler, log_tail, stop_process  # noqa: E402
-from services.vllm.launch import engine_python  # noqa: E402
+from engine.launcher import engine_python  # noqa: E402
+from loadgen.childprocs import CpuSample, CpuSampler, log_tail, stop_process  # noqa: E402
 
 # `vllm bench serve` without the `vllm` console script: the same parser and entry point its CLI subcommand uses.
 # With PEER_METRICS_DIR set, the server's /metrics is saved as metrics_0.txt and metrics_1.txt right where vLLM's

@@ -32,6 +32,11 @@ PREVIOUS = "vs_previous"
 FLAGGED_ENV_FIELDS = ("vllm_version", "vllm_fingerprint", "model_revision", "driver_version")
 
 
+# The bundled corpus moved with the load generator's package (loadtest/ -> loadgen/workloads/). Fingerprints keep the
+# name it had when the first reports were written, so stored reports and baselines stay comparable with new runs.
+MOVED_DATASETS = {"loadgen/workloads/data/prompts_zh.jsonl": "loadtest/data/prompts_zh.jsonl"}
+
+
 def fingerprint_fields(config: BenchmarkConfig, env: Environment) -> dict[str, Any]:
     """What makes two runs comparable: load shape, lengths, dataset, model and hardware (not the seed or SLOs)."""
     return {
@@ -47,7 +52,7 @@ def fingerprint_fields(config: BenchmarkConfig, env: Environment) -> dict[str, A
         "ramp_up_s": config.ramp_up_s,
         "ignore_eos": config.ignore_eos,
         "temperature": config.temperature,
-        "dataset": config.dataset,
+        "dataset": MOVED_DATASETS.get(config.dataset, config.dataset),
         "input_mix": config.input_mix,
         "max_in_flight": config.max_in_flight,
         "rate_end_req_per_sec": config.rate_end_req_per_sec,

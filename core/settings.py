@@ -41,7 +41,7 @@ __all__ = [
 
 # pydantic orders inherited fields from the last base to the first: the groups are listed last-first so that the
 # fields (and with them the flags, --help and the JSON schema) stay in the order serving, security, folders, benchmark,
-# sweep (tests/unit/test_settings.py checks it). A group's own field validators live with its fields.
+# sweep (tests/unit/core/test_settings.py checks it). A group's own field validators live with its fields.
 class Settings(ClusterKnobs, SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKnobs, ServingKnobs, BaseSettings):
     """All knobs of the stack. Units are in the names; every field maps to one environment variable."""
 
@@ -123,7 +123,8 @@ class Settings(ClusterKnobs, SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKn
     def _rates_send_requests(self) -> Settings:
         """An open-loop rate (RATE, RATE_END, SWEEP=rate:...) must send requests within the run: at least one
         arrival expected in DURATION, and a mean gap (1/rate) shorter than the watchdog, which stops a run where no
-        request finishes for WATCHDOG_S (default REQUEST_TIMEOUT_S + 60, as in :mod:`loadtest.run`)."""
+        request finishes for WATCHDOG_S (default REQUEST_TIMEOUT_S + 60, as in
+        :mod:`loadgen.orchestrate.measured_run`)."""
         rates = [(f"RATE={self.rate:g}", self.rate)] if self.rate is not None else []
         if self.rate_end is not None:
             rates.append((f"RATE_END={self.rate_end:g}", self.rate_end))

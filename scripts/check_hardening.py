@@ -29,7 +29,7 @@ UNCAPPED_CPUS = frozenset({"vllm"})
 and Docker refuses a cap above the host's cores (docs/docker.md, "Resource limits"). Memory and pids stay capped."""
 
 ENGINE_ENV = {"ENGINE_PREFLIGHT": "1"}
-"""The engine's environment must run make doctor's checks before vLLM starts (services/vllm/doctor.py)."""
+"""The engine's environment must run make doctor's checks before vLLM starts (engine/doctor.py)."""
 COMPOSE_ONLY_VLLM_NAMES = frozenset({"VLLM_TENSOR_PARALLEL_SIZE", "VLLM_SHM_SIZE"})
 """Old compose-only names in VLLM_*'s namespace: vLLM warns about each it does not know (ENGINE_* replace them)."""
 _USER = re.compile(r"^\d+(:\d+)?$")

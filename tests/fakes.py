@@ -88,7 +88,7 @@ class FakeNvml:
 
 
 class ScriptedResponse:
-    """A :class:`loadtest.transport.Response` whose body arrives in scripted blocks (one per network read), then
+    """A :class:`loadgen.request.transport.Response` whose body arrives in scripted blocks (one per network read), then
     ends or raises ``error``."""
 
     def __init__(self, status: int, blocks: list[bytes], error: Exception | None = None) -> None:
@@ -110,7 +110,7 @@ class ScriptedResponse:
 
 
 class ScriptedTransport:
-    """An in-process :class:`loadtest.transport.Transport`: answers every POST with a scripted status and body
+    """An in-process :class:`loadgen.request.transport.Transport`: answers every POST with a scripted status and body
     blocks, raises ``raise_on_send``, or answers a JSON route (e.g. ``/tokenize``) with ``(status, body)``."""
 
     def __init__(

@@ -44,7 +44,7 @@ BENCHMARK = Command(
     noun="a benchmark setting",
     prog="./run_benchmark.sh",
     make="make benchmark",
-    entry="python -m loadtest.bench",
+    entry="python -m loadgen.command.benchmark",
     also=("make sweep", "make benchmark-compose"),
     top=("concurrency", "requests", "duration", "rate", "max_in_flight", "warmup", "max_tokens", "dataset", "slo",
          "vllm_base_url"),
@@ -70,7 +70,7 @@ ENGINE = Command(
     noun="an engine setting",
     prog="./start_vllm.sh",
     make="make up",
-    entry="python -m services.vllmctl",
+    entry="python -m stack.engine_switch",
     top=("vllm_model_path", "model", "kv_cache_gb", "vllm_max_model_len", "vllm_dtype", "vllm_extra_args",
          "served_model_name"),
     groups=(
@@ -84,9 +84,9 @@ ENGINE = Command(
 UI = Command(
     key="ui",
     noun="a UI setting",
-    prog="python -m services.ui.launch",
+    prog="python -m ui.server",
     make="make up",
-    entry="python -m services.ui.launch",
+    entry="python -m ui.server",
     groups=(
         ("chat", ("ui_system_prompt", "max_tokens", "ui_max_tokens", "temperature", "ui_status_interval_s",
                   "startup_timeout_s")),
@@ -99,9 +99,9 @@ UI = Command(
 SIDECAR = Command(
     key="sidecar",
     noun="a sidecar setting",
-    prog="python -m services.sidecar.launch",
+    prog="python -m sidecar.server",
     make="make up",
-    entry="python -m services.sidecar.launch",
+    entry="python -m sidecar.server",
     groups=(
         ("sampling", ("gpu_sample_interval_s", "engine_metrics_interval_s")),
         ("reports", ("reports_dir", "reports_keep", "reports_max_age_days", "logs_dir")),
@@ -116,7 +116,7 @@ LOGS = Command(
     noun="a log tools setting",
     prog="./log_analyze.sh",
     make="make logs-stats",
-    entry="python -m services.logtools",
+    entry="python -m logtools",
     also=("make logs-errors", "make logs-slow"),
     groups=(("files", ("logs_dir",)),),
 )
@@ -126,7 +126,7 @@ STACK = Command(
     noun="a stack setting",
     prog="make up",
     make="make up",
-    entry="python -m services.stackctl up",
+    entry="python -m stack.control up",
     flags=False,
     groups=(
         ("folders", ("logs_dir", "reports_dir", "models_dir", "run_dir", "prompts_file")),

@@ -20,7 +20,7 @@ class FolderKnobs(BaseModel):
     reports_dir: Path = PROJECT_ROOT / "reports"
     models_dir: Path = PROJECT_ROOT / "models"
     run_dir: Path = Field(default=PROJECT_ROOT / "run", description="supervisord socket and pid (local mode).")
-    prompts_file: Path = PROJECT_ROOT / "loadtest" / "data" / "prompts_zh.jsonl"
+    prompts_file: Path = PROJECT_ROOT / "loadgen" / "workloads" / "data" / "prompts_zh.jsonl"
     container_uid: int | None = Field(
         default=None,
         ge=0,

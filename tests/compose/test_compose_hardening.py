@@ -120,7 +120,7 @@ def test_services_write_their_own_rotated_logs(stack: ComposeStack) -> None:
         if service != "vllm":
             assert any(f"-m core.logrotate /app/logs/{log} " in line for line in cmdlines), (service, cmdlines)
     engine = probe(stack, "vllm")["cmdlines"]
-    assert any("services.vllm.launch" in line for line in engine), engine
+    assert any("engine.launcher" in line for line in engine), engine
 
 
 def test_sidecar_token_lives_in_the_run_state_volume(stack: ComposeStack) -> None:

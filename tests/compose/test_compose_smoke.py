@@ -27,7 +27,7 @@ from tests.integration.test_ui_browser import (
     wait_for_timing_lines,
 )
 
-FOREIGN_NS = "another pid namespace"  # services.sidecar.sampler.FOREIGN_NAMESPACE, as the sidecar words it
+FOREIGN_NS = "another pid namespace"  # sidecar.sampling.sampler.FOREIGN_NAMESPACE, as the sidecar words it
 SERVED_MODEL = "ernie-tiny-synthetic"  # MODEL=synthetic:tiny, as scripts/compose_stack.sh test sets it
 SERVICES = ("vllm", "ui", "sidecar", "locust-master", "locust-worker")
 

@@ -3,7 +3,7 @@ sampled peak stays under the seed's 2.8 GB (10**9 bytes: the seed's unit, not Gi
 launcher's KV line and context length are what vLLM then serves.
 
 Marked ``gpu``; skipped with the reason where there is no NVIDIA GPU (NVML) or the engine interpreter is not vLLM's
-CUDA build. Runs the real launcher (``python -m services.vllm.launch``, the synthetic ERNIE model: no download), so
+CUDA build. Runs the real launcher (``python -m engine.launcher``, the synthetic ERNIE model: no download), so
 it takes minutes (model build, torch.compile, CUDA graphs).
 """
 
@@ -25,8 +25,8 @@ import httpx
 import pytest
 
 from core.settings import PROJECT_ROOT, Settings
-from services.sidecar.gpu import NvmlReader, open_gpu_reader
-from services.vllm.engineplan import engine_build, engine_python, engine_versions
+from engine.engineplan import engine_build, engine_python, engine_versions
+from sidecar.sampling.gpu import NvmlReader, open_gpu_reader
 
 pytestmark = pytest.mark.gpu
 SEED_PEAK_BYTES = 2.8e9  # the seed's "< 2.8 GB" (10**9 bytes)
@@ -73,7 +73,7 @@ def engine(gpu: NvmlReader, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     out = (logs / "launcher.out").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "services.vllm.launch"], env=env, cwd=PROJECT_ROOT, stdout=out,
+    proc = subprocess.Popen([sys.executable, "-m", "engine.launcher"], env=env, cwd=PROJECT_ROOT, stdout=out,
                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:

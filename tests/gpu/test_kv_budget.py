@@ -19,7 +19,7 @@ import pytest
 
 from core.settings import Settings
 from core.units import GIB
-from services.sidecar.gpu import open_gpu_reader
+from sidecar.sampling.gpu import open_gpu_reader
 
 pytestmark = pytest.mark.gpu
 

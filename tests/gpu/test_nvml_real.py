@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from services.sidecar.gpu import NvmlReader, open_gpu_reader
-from services.sidecar.sampler import Sampler
+from sidecar.sampling.gpu import NvmlReader, open_gpu_reader
+from sidecar.sampling.sampler import Sampler
 
 pytestmark = pytest.mark.gpu
 ALLOC_GIB = 4

@@ -22,8 +22,8 @@ from core.net import free_port
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.settings import PROJECT_ROOT, Settings
-from loadtest.client import chat_payload, new_session, stream_chat
-from loadtest.run import read_process_loads, read_records, run_locust, warmup
+from loadgen.orchestrate.measured_run import read_process_loads, read_records, run_locust, warmup
+from loadgen.request.client import chat_payload, new_session, stream_chat
 
 pytestmark = pytest.mark.integration
 PY = str(PROJECT_ROOT / ".venvs/app/bin/python")
@@ -31,9 +31,9 @@ PY = str(PROJECT_ROOT / ".venvs/app/bin/python")
 
 
 def start_mock(*args: str) -> tuple[subprocess.Popen[bytes], str]:
-    """``python -m loadtest.mock_server ARGS`` on a free port, once it answers /health."""
+    """``python -m loadgen.selftest.mock_server ARGS`` on a free port, once it answers /health."""
     port = free_port()
-    proc = subprocess.Popen([PY, "-m", "loadtest.mock_server", "--port", str(port), *args], cwd=PROJECT_ROOT)
+    proc = subprocess.Popen([PY, "-m", "loadgen.selftest.mock_server", "--port", str(port), *args], cwd=PROJECT_ROOT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -82,7 +82,7 @@ def assert_known_timings(record: RequestRecord) -> None:
 
 def plan_for(url: str, tmp_path: Path, **kw: object) -> BenchmarkConfig:
     base: dict[str, object] = dict(concurrency=3, requests=6, warmup_requests=0, max_tokens=20, temperature=0.0,
-                                   dataset="loadtest/data/prompts_zh.jsonl", seed=0, vllm_url=url, model="mock-model",
+                                   dataset="loadgen/workloads/data/prompts_zh.jsonl", seed=0, vllm_url=url, model="mock-model",
                                    request_timeout_s=30.0, drain_s=5.0)  # fmt: skip
     return BenchmarkConfig(**{**base, **kw})  # type: ignore[arg-type]
 

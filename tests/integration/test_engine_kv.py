@@ -11,8 +11,8 @@ import pytest
 
 from core.settings import PROJECT_ROOT
 from core.units import GIB
-from services.sidecar.enginemetrics import parse_gauges
-from services.vllm.kvsizing import geometry_from_config, plan_kv
+from engine.kvsizing import geometry_from_config, plan_kv
+from sidecar.sampling.enginemetrics import parse_gauges
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration

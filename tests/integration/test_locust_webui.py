@@ -30,7 +30,7 @@ def locust_web(mock_url: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:  # 
     port = free_port()
     env = {**os.environ, "LOGS_DIR": str(tmp_path), "MAX_TOKENS": "20"}
     log = (tmp_path / "locust.log").open("w")
-    argv = [PY, "-m", "locust", "-f", "loadtest/locustfile.py", "--host", mock_url, "--web-host", "127.0.0.1"]
+    argv = [PY, "-m", "locust", "-f", "loadgen/locust_side/locustfile.py", "--host", mock_url, "--web-host", "127.0.0.1"]
     argv += ["--web-port", str(port), "--records-file", str(tmp_path / "rows.jsonl"), "ChatUser"]
     proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Browser
 
 from core.settings import PROJECT_ROOT
-from services.vllm.control import Supervisor
+from engine.control import Supervisor
 from tests.integration.conftest import Stack
 from tests.integration.test_ui_browser import browser, log_in  # noqa: F401  (the module-scoped Chromium fixture)
 

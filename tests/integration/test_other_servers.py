@@ -1,4 +1,4 @@
-"""Other servers, odd streams and bad input, end to end through `python -m loadtest.bench` and the real sidecar.
+"""Other servers, odd streams and bad input, end to end through `python -m loadgen.command.benchmark` and the real sidecar.
 
 A real peer server (Hugging Face ``transformers serve`` from the engine env, serving ``synthetic:tiny`` on the CPU),
 and the mock server with one quirk each: malformed chunks, no usage block, several models, no ``[DONE]``.
@@ -35,7 +35,7 @@ def mock() -> Iterator[Callable[..., str]]:
 
     def start(*args: str) -> str:
         port = free_port()
-        procs.append(subprocess.Popen([APP_PY, "-m", "loadtest.mock_server", "--port", str(port), *args],
+        procs.append(subprocess.Popen([APP_PY, "-m", "loadgen.selftest.mock_server", "--port", str(port), *args],
                                       cwd=PROJECT_ROOT))
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/health", 30)
@@ -48,9 +48,9 @@ def mock() -> Iterator[Callable[..., str]]:
 
 
 def bench(stack: Stack, url: str, *flags: str, timeout_s: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
-    """`python -m loadtest.bench` against ``url`` with the stack's sidecar."""
+    """`python -m loadgen.command.benchmark` against ``url`` with the stack's sidecar."""
     knobs = {"VLLM_BASE_URL": url, "WARMUP": "0", "CONCURRENCY": "2", "REQUESTS": "6", **env}
-    return stack.python("-m", "loadtest.bench", *flags, timeout_s=timeout_s, **knobs)
+    return stack.python("-m", "loadgen.command.benchmark", *flags, timeout_s=timeout_s, **knobs)
 
 
 def report_of(stdout: str) -> dict[str, Any]:
@@ -181,7 +181,7 @@ def test_ctrl_c_writes_an_interrupted_report(stack: Stack, mock: Callable[..., s
     earlier = set(runs.glob("*.requests.jsonl")) if runs.exists() else set()
     # as from a terminal: SIGINT at its default even when this test runs as a background job (a shell starts those
     # with SIGINT ignored, and an ignored signal stays ignored across exec)
-    proc = subprocess.Popen([APP_PY, "-m", "loadtest.bench"], cwd=PROJECT_ROOT, env=env, text=True,
+    proc = subprocess.Popen([APP_PY, "-m", "loadgen.command.benchmark"], cwd=PROJECT_ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120

@@ -1,4 +1,4 @@
-"""Before any load, `python -m loadtest.bench` refuses what cannot work, in the server's and the gate's own words.
+"""Before any load, `python -m loadgen.command.benchmark` refuses what cannot work, in the server's and the gate's own words.
 
 Real processes, no vLLM: the mock server (which refuses, as vLLM does, a ``max_tokens`` beyond its context) and the
 real sidecar on free ports, each test with its own reports folder.
@@ -44,7 +44,7 @@ def services(tmp_path: Path) -> Iterator[tuple[dict[str, str], Callable[..., str
 
     def mock(*args: str) -> str:
         port = free_port()
-        procs.append(subprocess.Popen([APP_PY, "-m", "loadtest.mock_server", "--port", str(port), "--ttft-ms", "20",
+        procs.append(subprocess.Popen([APP_PY, "-m", "loadgen.selftest.mock_server", "--port", str(port), "--ttft-ms", "20",
                                        "--itl-ms", "5", *args], cwd=PROJECT_ROOT, env=env,
                                       stderr=subprocess.DEVNULL))
         url = f"http://127.0.0.1:{port}"
@@ -52,7 +52,7 @@ def services(tmp_path: Path) -> Iterator[tuple[dict[str, str], Callable[..., str
         return url
 
     first = mock()
-    procs.append(subprocess.Popen([APP_PY, "-m", "services.sidecar.launch"], cwd=PROJECT_ROOT,
+    procs.append(subprocess.Popen([APP_PY, "-m", "sidecar.server"], cwd=PROJECT_ROOT,
                                   env={**env, "VLLM_BASE_URL": first}, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL))
     wait_http(f"http://127.0.0.1:{sidecar_port}/health", 60)
@@ -65,9 +65,9 @@ def services(tmp_path: Path) -> Iterator[tuple[dict[str, str], Callable[..., str
 
 
 def run_bench(env: dict[str, str], url: str, *flags: str, **knobs: str) -> subprocess.CompletedProcess[str]:
-    """`python -m loadtest.bench` against ``url`` (two users, four requests, two warmup requests by default)."""
+    """`python -m loadgen.command.benchmark` against ``url`` (two users, four requests, two warmup requests by default)."""
     all_env = {**env, "VLLM_BASE_URL": url, "WARMUP": "2", "CONCURRENCY": "2", "REQUESTS": "4", **knobs}
-    return subprocess.run([APP_PY, "-m", "loadtest.bench", *flags], cwd=PROJECT_ROOT, env=all_env,
+    return subprocess.run([APP_PY, "-m", "loadgen.command.benchmark", *flags], cwd=PROJECT_ROOT, env=all_env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -1,5 +1,5 @@
 """Load from several hosts: a Locust worker in another network namespace (its own host name, its own folders, no
-plan or dataset file) joins `python -m loadtest.bench --expect-workers 1` over real TCP through a veth pair, proves the
+plan or dataset file) joins `python -m loadgen.command.benchmark --expect-workers 1` over real TCP through a veth pair, proves the
 sidecar token, sends its share, and its rows reach the master's rows file — exactly REQUESTS measured rows, each
 naming its host — in closed and open loop. A worker with the wrong token is refused and the run ends with a clear
 error. Real Locust, the bundled mock, a real sidecar.
@@ -85,16 +85,16 @@ class Cluster:
     tmp: Path
 
     def worker(self, token: str = TOKEN) -> subprocess.Popen[str]:
-        """``python -m loadtest.bench --worker`` inside the namespace, with its own folders and the given token."""
+        """``python -m loadgen.command.benchmark --worker`` inside the namespace, with its own folders and the given token."""
         env = {k: v for k, v in self.env.items() if k not in ("LOGS_DIR", "RUN_DIR", "REPORTS_DIR")}
         env.update(SIDECAR_TOKEN=token, LOGS_DIR=str(self.tmp / "worker-logs"), RUN_DIR=str(self.tmp / "worker-run"),
                    MASTER_HOST=self.netns.host_addr)  # fmt: skip
-        argv = self.netns.argv(APP_PY, "-m", "loadtest.bench", "--worker")
+        argv = self.netns.argv(APP_PY, "-m", "loadgen.command.benchmark", "--worker")
         return subprocess.Popen(argv, cwd=PROJECT_ROOT, env=env, text=True, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT)  # fmt: skip
 
     def bench(self, **knobs: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([APP_PY, "-m", "loadtest.bench"], cwd=PROJECT_ROOT, env={**self.env, **knobs},
+        return subprocess.Popen([APP_PY, "-m", "loadgen.command.benchmark"], cwd=PROJECT_ROOT, env={**self.env, **knobs},
                                 text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
 
     def rows(self) -> list[dict[str, object]]:
@@ -116,9 +116,9 @@ def cluster(netns: Netns, tmp_path: Path) -> Iterator[Cluster]:
         EXPECT_WORKERS_TIMEOUT_S="60",
     )  # fmt: skip
     (tmp_path / "logs").mkdir()
-    sidecar = subprocess.Popen([APP_PY, "-m", "services.sidecar.launch"], cwd=PROJECT_ROOT, env=env,
+    sidecar = subprocess.Popen([APP_PY, "-m", "sidecar.server"], cwd=PROJECT_ROOT, env=env,
                                stdout=(tmp_path / "sidecar.log").open("wb"), stderr=subprocess.STDOUT)  # fmt: skip
-    mock = subprocess.Popen([APP_PY, "-m", "loadtest.mock_server", "--host", netns.host_addr, "--port", str(mock_port),
+    mock = subprocess.Popen([APP_PY, "-m", "loadgen.selftest.mock_server", "--host", netns.host_addr, "--port", str(mock_port),
                              "--tokens", "10", "--ttft-ms", "50", "--itl-ms", "20"], cwd=PROJECT_ROOT,
                             stdout=(tmp_path / "mock.log").open("wb"), stderr=subprocess.STDOUT)  # fmt: skip
     try:

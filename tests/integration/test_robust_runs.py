@@ -1,4 +1,4 @@
-"""Runs that meet trouble, end to end with real processes: `python -m loadtest.bench` (and ./run_benchmark.sh) with
+"""Runs that meet trouble, end to end with real processes: `python -m loadgen.command.benchmark` (and ./run_benchmark.sh) with
 real Locust against the mock server and a real sidecar — the server killed mid-run, SIGTERM and SIGKILL of the
 benchmark, a second benchmark on the same stack. No vLLM needed: the sidecar and the mock start per test on free
 ports (:func:`core.net.free_port`) with their own folders."""
@@ -37,7 +37,7 @@ class Bench:
 
     def start(self, *flags: str, script: bool = False, **knobs: str) -> subprocess.Popen[str]:
         """Start the benchmark (``./run_benchmark.sh`` when ``script``) in the background, output to pipes."""
-        argv = [str(PROJECT_ROOT / "run_benchmark.sh")] if script else [APP_PY, "-m", "loadtest.bench"]
+        argv = [str(PROJECT_ROOT / "run_benchmark.sh")] if script else [APP_PY, "-m", "loadgen.command.benchmark"]
         return subprocess.Popen([*argv, *flags], cwd=PROJECT_ROOT, env={**self.env, **knobs}, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
@@ -61,7 +61,7 @@ class Bench:
 def start_mock(port: int, log: Path) -> subprocess.Popen[bytes]:
     """The mock server: 20 tokens, TTFT 100 ms, 50 ms apart (about 1 s per request)."""
     with log.open("ab") as fh:
-        proc = subprocess.Popen([APP_PY, "-m", "loadtest.mock_server", "--port", str(port), "--tokens", "20",
+        proc = subprocess.Popen([APP_PY, "-m", "loadgen.selftest.mock_server", "--port", str(port), "--tokens", "20",
                                  "--ttft-ms", "100", "--itl-ms", "50"], cwd=PROJECT_ROOT, stdout=fh,
                                 stderr=subprocess.STDOUT)  # fmt: skip
     wait_http(f"http://127.0.0.1:{port}/health", 60)
@@ -80,7 +80,7 @@ def bench(tmp_path: Path) -> Iterator[Bench]:
         TEST_PORT_OFFSET=os.environ.get("TEST_PORT_OFFSET", "24"),
     )  # fmt: skip
     (tmp_path / "logs").mkdir()
-    sidecar = subprocess.Popen([APP_PY, "-m", "services.sidecar.launch"], cwd=PROJECT_ROOT, env=env,
+    sidecar = subprocess.Popen([APP_PY, "-m", "sidecar.server"], cwd=PROJECT_ROOT, env=env,
                                stdout=(tmp_path / "sidecar.log").open("wb"), stderr=subprocess.STDOUT)  # fmt: skip
     mock = start_mock(mock_port, tmp_path / "mock.log")
     try:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from core.engine import read_engine_state
+from core.enginestate import read_engine_state
 from core.settings import PROJECT_ROOT
 from tests.integration.conftest import Stack
 

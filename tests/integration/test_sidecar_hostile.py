@@ -1,4 +1,4 @@
-"""The sidecar under hostile load, as a real process (``python -m services.sidecar.launch``, as ``make up`` starts
+"""The sidecar under hostile load, as a real process (``python -m sidecar.server``, as ``make up`` starts
 it): unauthenticated 60 MB writes are answered 401 before the client has sent them, and while 32 of them, oversized
 authenticated writes, slow-loris bodies and a flood of small requests arrive, a real benchmark (real Locust against
 the mock server) reports through the same sidecar: peak RSS within 100 MB of idle, health answers, the report is
@@ -59,9 +59,9 @@ def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
         VLLM_BASE_URL=f"http://127.0.0.1:{mock_port}", WARMUP="0", MAX_TOKENS="20", PYTHONUNBUFFERED="1",
     )  # fmt: skip
     (tmp_path / "logs").mkdir()
-    proc = subprocess.Popen([APP_PY, "-m", "services.sidecar.launch"], cwd=PROJECT_ROOT, env=env,
+    proc = subprocess.Popen([APP_PY, "-m", "sidecar.server"], cwd=PROJECT_ROOT, env=env,
                             stdout=(tmp_path / "sidecar.log").open("wb"), stderr=subprocess.STDOUT)  # fmt: skip
-    mock = subprocess.Popen([APP_PY, "-m", "loadtest.mock_server", "--port", str(mock_port), "--tokens", "20",
+    mock = subprocess.Popen([APP_PY, "-m", "loadgen.selftest.mock_server", "--port", str(mock_port), "--tokens", "20",
                              "--ttft-ms", "100", "--itl-ms", "50"], cwd=PROJECT_ROOT,
                             stdout=(tmp_path / "mock.log").open("wb"), stderr=subprocess.STDOUT)  # fmt: skip
     try:
@@ -191,7 +191,7 @@ def test_hostile_load_leaves_memory_bounded_and_the_real_report_written(sidecar:
     background = [threading.Thread(target=f, daemon=True) for f in (sample, probe, small_requests, small_requests)]
     for thread in background:
         thread.start()
-    bench = subprocess.Popen([APP_PY, "-m", "loadtest.bench"], cwd=PROJECT_ROOT, text=True, stdout=subprocess.PIPE,
+    bench = subprocess.Popen([APP_PY, "-m", "loadgen.command.benchmark"], cwd=PROJECT_ROOT, text=True, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, env={**sidecar.env, "CONCURRENCY": "2", "REQUESTS": "20"})  # fmt: skip
     lorises = [run("loris", total_bytes=1000, token=TOKEN, pause_s=1.0, stop=stop) for _ in range(2)]
     lorises += [run("loris", total_bytes=1000, pause_s=1.0, stop=stop) for _ in range(2)]

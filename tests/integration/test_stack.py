@@ -10,7 +10,7 @@ import httpx
 import jsonschema
 import pytest
 
-from core.schemas import json_schema
+from core.report_jsonschema import json_schema
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration
@@ -115,14 +115,14 @@ def test_busy_port_is_reported(stack: Stack) -> None:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        run = stack.python("-m", "services.sidecar.launch", timeout_s=60, SIDECAR_PORT=str(port))
+        run = stack.python("-m", "sidecar.server", timeout_s=60, SIDECAR_PORT=str(port))
     assert run.returncode == 2
     assert f"Port {port}" in run.stderr and "SIDECAR_PORT" in run.stderr
 
 
 def test_model_typo_is_a_clear_error(stack: Stack) -> None:
     """A model the user set that cannot be found fails with its name and cause, no fallback."""
-    run = stack.python("-m", "services.vllm.launch", "--prepare-only", timeout_s=120, MODEL="Qwen/Qwn2-0.5B-Instruct")
+    run = stack.python("-m", "engine.launcher", "--prepare-only", timeout_s=120, MODEL="Qwen/Qwn2-0.5B-Instruct")
     assert run.returncode == 2
     assert "Qwen/Qwn2-0.5B-Instruct" in run.stderr and "cannot be loaded" in run.stderr
 

@@ -25,7 +25,7 @@ def test_ramp_run_reports_steady_state_apart_from_the_whole_run(
     env, mock = services
     url = mock("--tokens", "20", "--ttft-ms", "100", "--itl-ms", "20")
     knobs = {"CONCURRENCY": "8", "RAMP_UP_S": "6", "DURATION": "16s", "WARMUP": "0", "MAX_TOKENS": "20"}
-    run = subprocess.run([APP_PY, "-m", "loadtest.bench"], cwd=PROJECT_ROOT, env={**env, "VLLM_BASE_URL": url, **knobs},
+    run = subprocess.run([APP_PY, "-m", "loadgen.command.benchmark"], cwd=PROJECT_ROOT, env={**env, "VLLM_BASE_URL": url, **knobs},
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     path = re.search(r"Report path: (\S+)", run.stdout)

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from core.records import RequestRecord
-from loadtest.client import chat_payload, new_session, stream_chat
-from loadtest.transport import HttpSession
+from loadgen.request.client import chat_payload, new_session, stream_chat
+from loadgen.request.transport import HttpSession
 
 pytestmark = pytest.mark.integration
 

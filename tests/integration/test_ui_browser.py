@@ -23,8 +23,8 @@ from playwright.sync_api import Browser, Page, WebSocket, expect, sync_playwrigh
 from playwright.sync_api import Error as PlaywrightError
 
 from core.settings import PROJECT_ROOT
-from services.ui import errors
 from tests.integration.conftest import SECRETS, UI_USERNAME, Stack
+from ui import errors
 
 pytestmark = pytest.mark.integration
 
@@ -486,7 +486,7 @@ def ui_without_vllm(stack: Stack, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     }
     log = (tmp_path / "ui.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "services.ui.launch"], cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+        [sys.executable, "-m", "ui.server"], cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
     )
     url = f"http://127.0.0.1:{ui_port}"
     try:

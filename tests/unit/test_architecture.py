@@ -33,14 +33,14 @@ def _package(root: Path, dotted: str, body: str = "") -> None:
 
 
 def test_each_kind_of_forbidden_import_is_caught(tmp_path: Path) -> None:
-    """A tree with an upward import from core, a sidecar -> loadtest import and a cycle breaks every contract."""
-    for name in ("services.stackctl", "services.vllmctl", "services.vllm", "services.ui", "services.logtools"):
+    """A tree with an upward import from core, a sidecar -> loadgen import and a cycle breaks every contract."""
+    for name in ("stack.control", "stack.engine_switch", "engine", "ui", "logtools"):
         _package(tmp_path, name)
-    _package(tmp_path, "core", "import services.vllm\n")  # the core reaching up
+    _package(tmp_path, "core", "import engine\n")  # the core reaching up
     _package(tmp_path, "core.a", "import core.b\n")
     _package(tmp_path, "core.b", "import core.a\n")  # a folder-level cycle
-    _package(tmp_path, "loadtest")
-    _package(tmp_path, "services.sidecar", "import loadtest\n")  # a sibling's internals
+    _package(tmp_path, "loadgen")
+    _package(tmp_path, "sidecar", "import loadgen\n")  # a sibling's internals
     result = run_lint(tmp_path)
     assert result.returncode != 0
     assert "0 kept, 3 broken" in result.stdout, result.stdout

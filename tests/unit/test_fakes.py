@@ -23,7 +23,7 @@ def test_fake_nvml_names_exist_in_real_pynvml() -> None:
 
 def test_fake_nvml_covers_what_the_reader_calls() -> None:
     """The reader's NVML calls are all provided by the fake (so fake-based tests exercise the real code path)."""
-    import services.sidecar.gpu as gpu
+    import sidecar.sampling.gpu as gpu
 
     called = set(re.findall(r"\bnvml[A-Z]\w+", inspect.getsource(gpu)))
     assert called, "the reader calls NVML"
@@ -37,7 +37,7 @@ def _signature(cls: type, name: str) -> list[str]:
 def test_scripted_transport_has_the_real_transports_interface() -> None:
     """The scripted transport and response offer the methods (and parameters) of the Transport and Response
     protocols, as the real HttpSession and HttpResponse do."""
-    from loadtest.transport import HttpResponse, HttpSession, Response, Transport
+    from loadgen.request.transport import HttpResponse, HttpSession, Response, Transport
     from tests.fakes import ScriptedResponse, ScriptedTransport
 
     for protocol, real, fake in ((Transport, HttpSession, ScriptedTransport), (Response, HttpResponse, ScriptedResponse)):

@@ -1,0 +1,242 @@
+"""The engine's state file and control interface, shared by every layer.
+
+``logs/engine_state.json`` is written by the vLLM launcher (:mod:`engine.launcher`) just before it execs vLLM:
+what was asked for, what is served and why, and the process that serves it. :func:`read_engine_state` is its one
+reader. :class:`EngineControl` is how anything above the engine (``make up``, profiling runs, model switches,
+tests) starts, stops or restarts it; :mod:`engine.control` implements it for local mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from core.redact import split_secret_flags
+
+
+class LogPosition(BaseModel):
+    """Where a launch began in vLLM's log: the file by device and inode (a rotation renames it, keeping both) and the
+    byte offset there, so the start-up can be read without scanning the whole log."""
+
+    dev: int
+    ino: int
+    offset: int = Field(ge=0, description="Size of the file when the launch began, bytes.")
+
+
+def log_position(path: Path) -> LogPosition | None:
+    """The end of ``path`` now (where the next line will start); None when it does not exist."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return LogPosition(dev=st.st_dev, ino=st.st_ino, offset=st.st_size)
+
+
+def pid_namespace() -> str | None:
+    """This process's pid namespace as the kernel names it (``pid:[4026531836]``); None where ``/proc`` does not say
+    (not Linux). Two processes with the same value see the same pids; in different containers the values differ, and
+    a pid from one means nothing (or another process) in the other."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+class EngineState(BaseModel):
+    """What the launcher started (no secrets: secret-looking argument values are redacted before writing)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    requested: str = Field(description="MODEL as asked for (or the default HF id).")
+    source: str = Field(description="Where the model came from: hf_cache, hub, local_dir, synthetic, ...")
+    model_arg: str = Field(description="What vLLM's --model received (an HF id or a folder).")
+    served_name: str = Field(description="The name clients use (--served-model-name).")
+    synthetic: bool = False
+    synthetic_variant: str | None = None
+    fallback_reason: str | None = Field(default=None, description="Why the synthetic stand-in is served, if it is.")
+    pid: int | None = Field(default=None, description="vLLM's pid (the launcher's child).")
+    pid_namespace: str | None = Field(
+        default=None,
+        description="The pid namespace of ``pid`` (:func:`pid_namespace`): a reader in another one (another "
+        "container) must not look that pid up.",
+    )
+    pgid: int | None = Field(
+        default=None,
+        description="vLLM's process group (the launcher's): every process vLLM starts keeps it, also after a crash "
+        "re-parents it to PID 1 and renames it (setproctitle), so `make down` finds them by it.",
+    )
+    hostname: str | None = Field(default=None, description="Host (container) the engine runs on.")
+    started_at: float | None = Field(default=None, description="Unix time of the launch, s.")
+    argv: list[str] = Field(default_factory=list, description="vLLM's command line (secret values redacted).")
+    vllm_url: str | None = None
+    profiler: bool = Field(default=False, description="Started with --profiler-config (profiling endpoints on).")
+    log_start: LogPosition | None = Field(
+        default=None, description="Where this launch's lines begin in vllm.log (read by the start-up phase reader)."
+    )
+    exit_code: int | None = Field(
+        default=None, description="vLLM's exit status as a shell shows it (128 + N: killed by signal N), written "
+        "by the launcher once vLLM exited; None while it runs or when the launcher itself was killed.",
+    )
+    exited_at: float | None = Field(default=None, description="Unix time vLLM exited, s (with ``exit_code``).")
+    engine_python_version: str | None = Field(default=None, description="Python of the interpreter running vLLM.")
+    engine_torch_version: str | None = Field(default=None, description="torch of the engine (e.g. 2.9.0+cu129).")
+    engine_cuda_runtime: str | None = Field(
+        default=None, description="CUDA runtime the engine's torch was built with (None: a CPU build)."
+    )
+    gpu_devices: list[int] | None = Field(
+        default=None, description="NVML indices (PCI order) of the GPUs the engine uses; None: unknown or no GPU."
+    )
+
+    @property
+    def engine_python(self) -> str | None:
+        """The interpreter running vLLM (``argv[0]``), or None."""
+        return self.argv[0] if self.argv else None
+
+
+def pid_running(state: EngineState, started_slack_s: float = 5.0) -> bool | None:
+    """Whether ``state.pid`` still runs: None when this process cannot tell (no pid, another pid namespace or host:
+    the pid means nothing here); False when it is gone, a zombie, or a newer process took its pid (it started more
+    than ``started_slack_s`` seconds after ``state.started_at``; read from ``/proc/<pid>/stat``)."""
+    if state.pid is None or state.pid_namespace is None or state.pid_namespace != pid_namespace():
+        return None
+    if state.hostname is not None and state.hostname != socket.gethostname():
+        return None  # the host's own pid namespace has the same name on every host
+    try:
+        fields = Path(f"/proc/{state.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot_s = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                      if line.startswith("btime "))  # fmt: skip
+    except (OSError, IndexError, StopIteration, ValueError):
+        return False if not Path(f"/proc/{state.pid}").exists() else None
+    if fields[0] in ("Z", "X"):
+        return False
+    proc_started_s = boot_s + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    return not (state.started_at is not None and proc_started_s > state.started_at + started_slack_s)
+
+
+def read_engine_state(path: Path) -> EngineState | None:
+    """The state file as :class:`EngineState`; None when missing, unreadable or not a state."""
+    try:
+        return EngineState.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError, ValueError):
+        return None
+
+
+def write_engine_state(path: Path, state: EngineState) -> None:
+    """Replace the state file atomically (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(state.model_dump(), indent=2))
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def record_exit(path: Path, pid: int | None, code: int) -> None:
+    """Add vLLM's exit status (as a shell shows it) and time to the state file at ``path``, so that every reader
+    (``make status``, ``GET /startup``, in any container sharing the logs) tells a dead engine from one still starting;
+    only when the state is still the launch of ``pid``."""
+    state = read_engine_state(path)
+    if state is not None and pid is not None and state.pid == pid:
+        write_engine_state(path, state.model_copy(update={"exit_code": code, "exited_at": time.time()}))
+
+
+class EngineRequest(BaseModel):
+    """What the next launch of the engine should change relative to the settings (``run/engine_request.json``)."""
+
+    model: str | None = Field(default=None, description="Serve this model instead of MODEL (a model switch).")
+    profiler: bool = Field(default=False, description="Start with vLLM's torch profiler endpoints.")
+    vllm_extra_args: str | None = Field(
+        default=None, description="Replace VLLM_EXTRA_ARGS (e.g. '--max-num-seqs 4' for an A/B of one vLLM flag)."
+    )
+    knobs: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Engine settings of this launch by field name (KV_CACHE_GB, VLLM_MAX_MODEL_LEN, VLLM_DTYPE ... as "
+        "``./start_vllm.sh --kv-cache-gb 4`` gave them; the fields of :data:`ENGINE_KNOBS`), replacing the stack's.",
+    )
+
+
+ENGINE_KNOBS = (
+    "served_model_name",
+    "hf_hub_offline",
+    "hub_probe_timeout_s",
+    "kv_cache_gb",
+    "vllm_max_model_len",
+    "vllm_dtype",
+    "vllm_cpu_num_of_reserved_cpu",
+    "vllm_cpu_omp_threads_bind",
+    "engine_python",
+)
+"""The settings a switch carries to the launcher in :attr:`EngineRequest.knobs` (MODEL and VLLM_EXTRA_ARGS have
+their own fields); every one changes vLLM's command line, its environment or the model it resolves."""
+
+
+def read_request(path: Path) -> EngineRequest:
+    """The pending request for the launcher (an empty request when there is none or it is unreadable)."""
+    try:
+        return EngineRequest.model_validate_json(path.read_bytes())
+    except (OSError, ValueError):
+        return EngineRequest()
+
+
+def write_request(path: Path, request: EngineRequest) -> None:
+    """Store ``request`` for the next launch; an empty request removes the file. Secret flags in its
+    ``vllm_extra_args`` (``--api-key …``) are never written: the launcher keeps those of its own settings.
+
+    Raises:
+        ValueError: ``vllm_extra_args`` does not parse (unbalanced quotes).
+    """
+    if request.vllm_extra_args:
+        kept, secret = split_secret_flags(shlex.split(request.vllm_extra_args))
+        if secret:
+            request = request.model_copy(update={"vllm_extra_args": shlex.join(kept)})
+    if request == EngineRequest():
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(request.model_dump()))
+    tmp.replace(path)
+
+
+class EngineStatus(BaseModel):
+    """The engine's process as its controller sees it."""
+
+    running: bool
+    state: str = Field(description="The controller's word for it: RUNNING, STARTING, STOPPED, FATAL, ...")
+    request: EngineRequest = Field(default_factory=EngineRequest)
+
+
+class EngineError(RuntimeError):
+    """The engine could not be controlled (not running under this controller, or it did not come up)."""
+
+
+class EngineControl(Protocol):
+    """Start, stop and restart the engine, and say how it runs. Implementations: :mod:`engine.control`."""
+
+    def status(self) -> EngineStatus | None:
+        """The engine's process state; None when this controller does not run the stack."""
+        ...
+
+    def start(self) -> None:
+        """Start the engine (no-op when it runs) and wait until it answers. Raises EngineError."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the engine. Raises EngineError."""
+        ...
+
+    def restart(self, request: EngineRequest) -> None:
+        """Restart with ``request`` (another model, the profiler on or off) and wait until it answers.
+
+        Raises:
+            EngineError: not running under this controller, or the engine did not come up (the message says why).
+        """
+        ...

@@ -1,0 +1,204 @@
+"""Engine control in local mode: the :class:`core.enginestate.EngineControl` of a vLLM run by the project's supervisord.
+
+A restart with other arguments (another model, the profiler on or off) writes ``run/engine_request.json``, which
+the launcher reads on its next start, then restarts ``program:vllm`` and waits until vLLM answers. A vLLM that
+supervisord restarts later keeps the request; ``make up`` on a stopped stack starts afresh from the settings.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import xmlrpc.client
+from pathlib import Path
+from typing import Any
+
+from supervisor.xmlrpc import SupervisorTransport
+
+from core.enginestate import (
+    EngineError,
+    EngineRequest,
+    EngineStatus,
+    LogPosition,
+    log_position,
+    read_engine_state,
+    read_request,
+    write_request,
+)
+from core.net import wait_for_http
+from core.settings import PROJECT_ROOT, Settings
+from engine.enginephase import engine_process, failure_report, launch_phase
+from engine.startup import StartupPhase
+
+PROGRAM = "vllm"
+FAILED_STATES = frozenset({"FATAL", "EXITED", "BACKOFF", "STOPPED", "UNKNOWN"})
+
+
+class Supervisor:
+    """XML-RPC client of the stack's supervisord (its unix socket in RUN_DIR)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.socket = run_dir.resolve() / "supervisor.sock"
+
+    def proxy(self) -> Any:
+        """An ``xmlrpc.client.ServerProxy`` over the unix socket (one per call: proxies are not thread-safe)."""
+        transport = SupervisorTransport(None, None, f"unix://{self.socket}")
+        return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport)
+
+    def states(self) -> dict[str, dict[str, Any]] | None:
+        """``{program: info}`` from supervisord, or None when it is not running."""
+        try:
+            return {p["name"]: p for p in self.proxy().supervisor.getAllProcessInfo()}
+        except (OSError, xmlrpc.client.Error):
+            return None
+
+
+def engine_phase(
+    settings: Settings, since: LogPosition | None = None, supervisor: Supervisor | None = None
+) -> StartupPhase:
+    """vLLM's start-up phase judged with its process (:func:`engine.enginephase.launch_phase`): the state
+    file and, when the local stack runs, supervisord's view of ``program:vllm``. ``since``: only the launch whose
+    lines begin there (what ``make up`` and a restart started), else the log's latest one."""
+    states = (supervisor or Supervisor(settings.run_dir)).states() or {}
+    state = read_engine_state(settings.engine_state_file)
+    process = engine_process(state, states.get(PROGRAM))
+    return launch_phase(settings.vllm_log_file, state, since, process)
+
+
+def why_not_up(settings: Settings, since: LogPosition | None, supervisor: Supervisor | None = None) -> str:
+    """The one failure report of a launch that did not come up (``make up``, ``./start_vllm.sh``): its error line
+    and its last log lines (:func:`engine.enginephase.failure_report`)."""
+    phase = engine_phase(settings, since, supervisor)
+    for _ in range(4):  # supervisord may write vLLM's last lines a moment after it saw the process exit
+        if phase.error_line is not None:
+            break
+        time.sleep(0.5)
+        phase = engine_phase(settings, since, supervisor)
+    return failure_report(settings.vllm_log_file, phase, since)
+
+
+class LocalEngine:
+    """:class:`core.enginestate.EngineControl` for ``program:vllm`` under the stack's supervisord."""
+
+    def __init__(self, settings: Settings, supervisor: Supervisor | None = None) -> None:
+        self.settings = settings
+        self.supervisor = supervisor or Supervisor(settings.run_dir)
+
+    def status(self) -> EngineStatus | None:
+        """vLLM's supervisor state and the request it was started with; None when supervisord is not running."""
+        states = self.supervisor.states()
+        if states is None:
+            return None
+        state = states.get(PROGRAM, {}).get("statename", "UNKNOWN")
+        request = read_request(self.settings.engine_request_file)
+        return EngineStatus(running=state in ("RUNNING", "STARTING"), state=state, request=request)
+
+    def _require(self) -> EngineStatus:
+        status = self.status()
+        if status is None:
+            raise EngineError("the local stack is not running (supervisord does not answer); `make up` first")
+        return status
+
+    def _wait(self, since: LogPosition | None) -> None:
+        """Wait until vLLM answers; raise EngineError with :func:`why_not_up` of the launch at ``since`` when its
+        process died (or the time ran out)."""
+        url = f"{self.settings.vllm_url}/v1/models"
+
+        def dead() -> str | None:
+            state = (self.supervisor.states() or {}).get(PROGRAM, {}).get("statename", "UNKNOWN")
+            return f"vLLM is {state}" if state in FAILED_STATES else None
+
+        ok, why = wait_for_http(url, self.settings.startup_timeout_s, abort=dead, headers=self.settings.vllm_headers)
+        if not ok:
+            raise EngineError(f"{why}\n{why_not_up(self.settings, since, self.supervisor)}")
+
+    def start(self) -> None:
+        """Start vLLM when it is not running and wait until it answers."""
+        since = None
+        if not self._require().running:
+            since = log_position(self.settings.vllm_log_file)  # this launch's lines begin here
+            self.supervisor.proxy().supervisor.startProcess(PROGRAM, False)
+        self._wait(since)
+
+    def stop(self) -> None:
+        """Stop vLLM (its process group)."""
+        if self._require().running:
+            self.supervisor.proxy().supervisor.stopProcess(PROGRAM)
+
+    def restart(self, request: EngineRequest) -> None:
+        """Restart vLLM with ``request`` and wait until it answers (see :class:`core.enginestate.EngineControl`)."""
+        self._require()
+        write_request(self.settings.engine_request_file, request)
+        self.stop()
+        self.start()
+
+
+class ComposeEngine:
+    """:class:`core.enginestate.EngineControl` for the ``vllm`` service of the compose stack (``docker compose``).
+
+    A restart recreates only that service with the request's model (``MODEL``); the other containers keep running.
+    """
+
+    def __init__(self, settings: Settings, compose: tuple[str, ...] = ("docker", "compose")) -> None:
+        self.settings = settings
+        self.compose = compose
+
+    def _run(self, *args: str, env: dict[str, str] | None = None, timeout_s: float = 60) -> str | None:
+        """``docker compose ARGS`` in the project; its stdout, or None when compose or its engine is not there."""
+        try:
+            done = subprocess.run(
+                [*self.compose, *args],
+                cwd=PROJECT_ROOT,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env={**os.environ, **(env or {})},
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    def status(self) -> EngineStatus | None:
+        """RUNNING when the compose project has a running ``vllm`` container; None when there is no compose stack."""
+        out = self._run("ps", "--status", "running", "--quiet", PROGRAM, timeout_s=20)
+        if not out or not out.strip():
+            return None
+        return EngineStatus(running=True, state="RUNNING")
+
+    def start(self) -> None:
+        """``docker compose up -d vllm``, then wait until it answers."""
+        if self._run("up", "-d", "--no-deps", PROGRAM, timeout_s=600) is None:
+            raise EngineError("docker compose up vllm failed; see `docker compose logs vllm`")
+        self._wait()
+
+    def stop(self) -> None:
+        """``docker compose stop vllm``."""
+        if self._run("stop", PROGRAM, timeout_s=120) is None:
+            raise EngineError("docker compose stop vllm failed")
+
+    def restart(self, request: EngineRequest) -> None:
+        """Recreate only ``vllm`` with the request's model and wait until it answers (the profiler is configured
+        in compose through VLLM_EXTRA_ARGS, not by a restart)."""
+        knobs = dict(request.knobs)
+        served = knobs.pop("served_model_name", None)  # the compose file passes SERVED_MODEL_NAME on, as MODEL
+        if knobs:  # compose hands the container only the variables its file names
+            names = ", ".join(f"{name.upper()}={value}" for name, value in knobs.items())
+            raise EngineError(f"the compose stack takes {names} from .env (or APP_ENV_FILE): set them there and run "
+                              "`docker compose up -d --force-recreate vllm` (only MODEL, SERVED_MODEL_NAME and "
+                              "VLLM_EXTRA_ARGS switch here)")
+        env = {"MODEL": request.model} if request.model else {}
+        if served is not None:
+            env["SERVED_MODEL_NAME"] = str(served)
+        if request.vllm_extra_args is not None:
+            env["VLLM_EXTRA_ARGS"] = request.vllm_extra_args
+        if self._run("up", "-d", "--no-deps", "--force-recreate", PROGRAM, env=env, timeout_s=600) is None:
+            raise EngineError("docker compose up --force-recreate vllm failed; see `docker compose logs vllm`")
+        self._wait()
+
+    def _wait(self) -> None:
+        ok, why = wait_for_http(
+            f"{self.settings.vllm_url}/v1/models", self.settings.startup_timeout_s, headers=self.settings.vllm_headers
+        )
+        if not ok:
+            raise EngineError(why)

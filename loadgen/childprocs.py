@@ -1,0 +1,229 @@
+"""Child processes for measuring the load generator: the mock server, CPU sampling of a process tree, clean stops.
+
+Shared by ``make calibrate``, ``make benchmark`` (Locust's CPU use) and the scripts under ``benchmarks/``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+
+from core.net import free_port
+from core.settings import PROJECT_ROOT
+
+SAMPLE_INTERVAL_S = 0.1
+MOCK_START_TIMEOUT_S = 60.0
+
+
+class ProcessError(RuntimeError):
+    """A helper process could not be started; the message says why and where its log is."""
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """CPU seconds used so far by a process tree, at a wall-clock and a monotonic time (seconds)."""
+
+    wall_s: float
+    monotonic_s: float
+    cpu_s: float
+
+
+def cpu_at(samples: Sequence[CpuSample], t_s: float, *, monotonic: bool = False) -> float:
+    """CPU seconds at time ``t_s``, linearly interpolated between samples (clamped to the first/last sample).
+
+    Raises:
+        ValueError: no samples.
+    """
+    if not samples:
+        raise ValueError("no CPU samples")
+    times = [s.monotonic_s if monotonic else s.wall_s for s in samples]
+    if t_s <= times[0]:
+        return samples[0].cpu_s
+    if t_s >= times[-1]:
+        return samples[-1].cpu_s
+    for i in range(1, len(samples)):
+        if times[i] >= t_s:
+            span = times[i] - times[i - 1]
+            frac = (t_s - times[i - 1]) / span if span > 0 else 1.0
+            return samples[i - 1].cpu_s + frac * (samples[i].cpu_s - samples[i - 1].cpu_s)
+    return samples[-1].cpu_s  # pragma: no cover - the loop always returns
+
+
+def cpu_in_window(samples: Sequence[CpuSample], start_s: float, end_s: float, *, monotonic: bool = False) -> float:
+    """CPU seconds a process tree used between ``start_s`` and ``end_s`` (wall clock, or monotonic clock)."""
+    return max(0.0, cpu_at(samples, end_s, monotonic=monotonic) - cpu_at(samples, start_s, monotonic=monotonic))
+
+
+def tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) used so far by a process and its live children; None once it is gone."""
+    try:
+        proc = psutil.Process(pid)
+        times = proc.cpu_times()
+        total = times.user + times.system + times.children_user + times.children_system
+        for child in proc.children(recursive=True):
+            try:
+                child_times = child.cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            total += child_times.user + child_times.system
+        return total
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+class CpuSampler:
+    """Samples a process tree's CPU seconds every ``interval_s`` in a background thread (``with`` block)."""
+
+    def __init__(self, pid: int, interval_s: float = SAMPLE_INTERVAL_S) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self.samples: list[CpuSample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"cpu-sampler-{pid}", daemon=True)
+
+    def _loop(self) -> None:
+        while True:
+            cpu = tree_cpu_s(self.pid)
+            if cpu is None:
+                return
+            self.samples.append(CpuSample(time.time(), time.monotonic(), cpu))
+            if self._stop.wait(self.interval_s):
+                return
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate a child we started and its descendants (SIGTERM, then SIGKILL after 5 s)."""
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+    for child in children:
+        with suppress(psutil.NoSuchProcess):
+            child.kill()
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> bool:
+    """Ask Linux to send this process ``sig`` when its parent dies (``prctl(PR_SET_PDEATHSIG)``), so a load process
+    cannot outlive the benchmark (or its Locust master) even when that is killed with SIGKILL; False where the call is
+    not available (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def lifetime_bound(parent_pid: int) -> Callable[[], None]:
+    """The ``preexec_fn`` of a child of process ``parent_pid`` (this one): the child gets SIGTERM when its parent dies
+    (:func:`die_with_parent`); if the parent died before that was set, the child exits at once."""
+
+    def bind() -> None:
+        die_with_parent()
+        if os.getppid() != parent_pid:  # pragma: no cover - a race with the parent's death
+            os._exit(1)
+
+    return bind
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL every process of process group ``pgid`` (a child started with ``start_new_session``); nothing when
+    none is left."""
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a log file (for error messages)."""
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass(frozen=True)
+class MockHandle:
+    """A running mock server: its base URL (no ``/v1``) and pid."""
+
+    url: str
+    pid: int
+
+
+@contextmanager
+def mock_server(
+    log_path: Path,
+    *,
+    tokens: int,
+    ttft_ms: float,
+    itl_ms: float,
+    tokens_per_chunk: int = 1,
+    events_per_write: int = 0,
+    processes: int = 1,
+    require_api_key: bool = False,
+) -> Iterator[MockHandle]:
+    """Run ``python -m loadgen.selftest.mock_server`` on a free port until the block ends (``processes`` server
+    processes;
+    the handle's pid is their parent, so a tree sampler sees them all); stopped in all cases. With
+    ``require_api_key`` it refuses ``/v1`` requests without VLLM_API_KEY, as vLLM does.
+
+    Raises:
+        ProcessError: it did not answer ``/health`` within a minute.
+    """
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "loadgen.selftest.mock_server", "--port", str(port), "--tokens", str(tokens),
+        "--ttft-ms", f"{ttft_ms:g}", "--itl-ms", f"{itl_ms:g}", "--tokens-per-chunk", str(tokens_per_chunk),
+        "--events-per-write", str(events_per_write), "--processes", str(processes),
+    ]  # fmt: skip
+    if require_api_key:
+        argv.append("--require-api-key")
+    url = f"http://127.0.0.1:{port}"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + MOCK_START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                raise ProcessError(f"the mock server exited with {proc.returncode}:\n{log_tail(log_path)}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise ProcessError(f"the mock server did not start within {MOCK_START_TIMEOUT_S:.0f} s")
+            time.sleep(0.2)
+        yield MockHandle(url, proc.pid)
+    finally:
+        stop_process(proc)

@@ -1,0 +1,37 @@
+"""``./run_benchmark.sh --worker --master-host HOST``: this host as a load worker of a benchmark on another host.
+
+It starts one joining Locust worker (:func:`loadgen.orchestrate.locust_launch.worker_argv`,
+:mod:`loadgen.locust_side.remote`) that proves the
+stack's sidecar token, gets its share of the run, the plan and the dataset from the master, sends its rows there
+and ends with the run. Latencies are timed here; the rows' Unix times reach the master in its clock.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+from core.settings import PROJECT_ROOT, Settings, service_env
+from loadgen.locust_side.joining import host_name
+from loadgen.orchestrate.locust_launch import worker_argv
+
+EXIT_USAGE = 2
+
+
+def worker_main(settings: Settings) -> int:
+    """Run this host's load worker until the master's run ends; the worker's exit code (2: not configured)."""
+    if not settings.master_host:
+        print("[ERROR] --worker needs --master-host HOST (MASTER_HOST): the host running ./run_benchmark.sh "
+              "--expect-workers N", flush=True)  # fmt: skip
+        return EXIT_USAGE
+    if not settings.sidecar_token:
+        print("[ERROR] --worker needs the stack's sidecar token to join: set SIDECAR_TOKEN to the content of the "
+              "benchmark host's run/sidecar_token (SIDECAR_TOKEN_FILE)", flush=True)  # fmt: skip
+        return EXIT_USAGE
+    print(f"[INFO] Load worker {host_name(settings.load_host_name)} joining the benchmark on "
+          f"{settings.master_host}:{settings.master_port} (Ctrl-C to leave)", flush=True)  # fmt: skip
+    argv = worker_argv(settings, settings.master_host)
+    try:
+        env = {**service_env("locust"), "LOCUST_JOIN": "1"}  # both user classes exist until the plan arrives
+        return subprocess.run(argv, cwd=PROJECT_ROOT, env=env, check=False).returncode
+    except KeyboardInterrupt:
+        return 130

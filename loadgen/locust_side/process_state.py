@@ -1,0 +1,169 @@
+"""Per-process bookkeeping of a Locust run: the plan, this process's share of the requests, the rows file, the log.
+
+With several Locust worker processes every process holds the same plan and the same seeded workload; process
+``slot`` of ``slots`` takes the global request numbers ``slot, slot + slots, slot + 2·slots, …`` — its tickets in
+closed loop, its arrivals in open loop — and request number ``k`` is always the ``k``-th item of the seeded workload.
+So REQUESTS=N gives exactly N rows whatever the number of processes, and the same requests as one process would send.
+
+Used by the locustfile (which only wires Locust to it); plain code, unit-tested without Locust.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.logrotate import RotatingWriter
+from core.records import RequestRecord
+from core.report_schema import BenchmarkConfig
+from core.requestlog import RequestLog, RequestLogLine
+from loadgen.plan import sampler_for
+from loadgen.workloads.prefixes import load_prefixes, with_prefix
+from loadgen.workloads.sessions import Conversation
+from loadgen.workloads.workload import WorkItem
+
+
+@dataclass(frozen=True)
+class Slot:
+    """This process's place among the load processes: ``slot`` of ``slots``, and the shared start of the open-loop
+    schedule (Unix time, s; None: start now)."""
+
+    slot: int = 0
+    slots: int = 1
+    start_at: float | None = None
+
+
+START_DELAY_S = 1.0  # the open-loop schedule starts this long after the master hands out the slots
+
+
+def slots_for(worker_ids: Sequence[str], now: float, delay_s: float = START_DELAY_S) -> dict[str, Slot]:
+    """Slot of each worker (in the order of their ids), all with the same schedule start ``now + delay_s`` (pure)."""
+    ordered = sorted(worker_ids)
+    return {wid: Slot(i, len(ordered), now + delay_s) for i, wid in enumerate(ordered)}
+
+
+def share(total: int, slot: Slot) -> int:
+    """How many of ``total`` requests process ``slot`` sends (the shares add up to ``total``)."""
+    return len(range(slot.slot, total, slot.slots))
+
+
+class RunState:
+    """One Locust process's run: the workload of ``plan``, its share of the request budget and where rows go.
+
+    Args:
+        plan: the run plan (model, workload, timeouts).
+        requests_log: ``logs/requests.jsonl`` (with its rotation); every row is also appended there for the log
+            analyzer.
+    """
+
+    def __init__(self, plan: BenchmarkConfig, requests_log: RequestLog) -> None:
+        self.plan = plan
+        self.requests_log = requests_log
+        self.slot = Slot()
+        self.max_requests = 0
+        self.issued = 0
+        self.finished = 0
+        self.in_flight = 0
+        self.records_path: Path | None = None
+        self._workload = sampler_for(plan, plan.seed)
+        self._prefixes = load_prefixes(plan)  # PREFIX_LEN: request k carries prefix k mod PREFIX_COUNT
+        self._drawn = 0  # items of the seeded workload drawn so far
+        self._fd: int | None = None
+        self._log: RotatingWriter | None = None
+        self.closed = False
+        self.conversations: dict[int, Conversation] = {}
+        self.host: str | None = None  # what every row names as its sender (set by the locustfile)
+        self.process: str | None = None
+        self.sink: Callable[[str], None] | None = None  # a remote worker's rows go to the master, not to a file
+
+    def begin(self, max_requests: int, records_path: Path | None, slot: Slot | None = None) -> None:
+        """Reset for a new test: ``max_requests`` for the whole run (0 = unlimited), the rows file (None = keep
+        none) and this process's ``slot``."""
+        self.max_requests = max_requests
+        self.slot = slot or Slot()
+        self.issued = self.finished = self.in_flight = 0
+        self._workload = sampler_for(self.plan, self.plan.seed)
+        self._drawn = 0
+        self.conversations = {}
+        self.close()
+        self.closed = False
+        self.records_path = records_path
+
+    @property
+    def budget(self) -> int | None:
+        """This process's share of the request budget; None without one."""
+        return share(self.max_requests, self.slot) if self.max_requests else None
+
+    def number(self, i: int) -> int:
+        """The global request number of this process's ``i``-th request (0-based)."""
+        return self.slot.slot + i * self.slot.slots
+
+    def take_ticket(self) -> int | None:
+        """The global number of the next request to send, or None when this process's share is spent."""
+        budget = self.budget
+        if budget is not None and self.issued >= budget:
+            return None
+        k = self.number(self.issued)
+        self.issued += 1
+        return k
+
+    def item(self, k: int) -> WorkItem:
+        """Request number ``k`` of the seeded workload (numbers must come in increasing order)."""
+        if k < self._drawn:
+            raise ValueError(f"request {k} was already drawn (next is {self._drawn})")
+        while self._drawn < k:  # the other processes' requests
+            self._workload.next()
+            self._drawn += 1
+        self._drawn += 1
+        return with_prefix(self._workload.next(), k, self._prefixes)
+
+    def next_item(self, user: object, k: int) -> WorkItem:
+        """Request number ``k``, sent by ``user`` (a closed-loop user): workload item ``k``, or with SESSION_TURNS > 1
+        the next turn of the user's conversation built on it (:mod:`loadgen.workloads.sessions`)."""
+        draw = self.item(k)
+        if self.plan.session_turns <= 1:
+            return draw
+        conversation = self.conversations.get(id(user))
+        if conversation is None:
+            conversation = self.conversations[id(user)] = Conversation(self.plan.session_turns, self._workload)
+        return conversation.next_item(draw)
+
+    @property
+    def all_done(self) -> bool:
+        """This process's share is spent and every request it issued has finished."""
+        budget = self.budget
+        return budget is not None and self.issued >= budget and self.finished >= self.issued
+
+    def save(self, record: RequestRecord) -> None:
+        """Append one row to the rows file (if any) and to the request log.
+
+        One ``write`` per row on an ``O_APPEND`` descriptor kept open for the test: rows of concurrent greenlets and
+        of other Locust processes appending to the same file never interleave (Linux appends each write whole to a
+        local file).
+        """
+        self.finished += 1
+        if record.error:  # a server may echo what it was sent: the request log's masking applies to rows too
+            record = record.model_copy(update={"error": self.requests_log.redact(record.error)})
+        if record.host is None and self.host is not None:
+            record = record.model_copy(update={"host": self.host, "process": self.process})
+        if self.sink is not None:
+            self.sink(record.model_dump_json())
+        elif self.records_path is not None:
+            if self._fd is None:
+                self._fd = os.open(self.records_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.write(self._fd, (record.model_dump_json() + "\n").encode())
+        if self._log is None:
+            self._log = self.requests_log.writer()
+        self._log.write(self.requests_log.encode(RequestLogLine.from_record(record, "loadtest", self.plan.model)))
+
+    def close(self) -> None:
+        """The test ended: close the rows file (a late row reopens it)."""
+        self.closed = True
+        if self._fd is not None:
+            os.close(self._fd)
+        if self._log is not None:
+            self._log.close()
+        self._fd = None
+        self._log = None

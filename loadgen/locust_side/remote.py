@@ -1,0 +1,245 @@
+"""Load workers on other hosts (EXPECT_WORKERS): the Locust messages of joining, clock alignment and rows.
+
+In this mode every worker — the benchmark host's own and the remote ones — joins before it gets a share:
+
+1. worker → master ``llm_join`` (its host name and pid) as soon as it has connected;
+2. master → worker ``llm_challenge`` (a nonce, the master's send time) and worker → master ``llm_proof`` (the
+   HMAC of the nonce with the sidecar token, the worker's time), :data:`loadgen.locust_side.joining.PROBES` times: the
+   proof
+   lets the worker in (:func:`loadgen.locust_side.joining.verify`), the times give its clock offset
+   (:func:`loadgen.locust_side.joining.best_offset`); a worker that fails is told to quit;
+3. at the test's start the master waits until EXPECT_WORKERS + WORKERS have joined (the timeout is Locust's
+   ``--expect-workers-max-wait``), then sends each its slot (``llm_slot``) with the plan, the dataset's text (a
+   remote host has neither file) and its offset;
+4. the worker sends its rows in batches (``llm_rows``), its load (``llm_load``) and ``llm_done``; the master appends
+   the rows, in its own clock, to the run's rows file and the loads to the client file.
+
+Which requests each process sends (the slots), and the end of the run, are :mod:`loadgen.locust_side.distributed`'s,
+as with
+local processes. Framework glue only: the pure parts are in :mod:`loadgen.locust_side.joining` (unit-tested); this
+module by the
+integration test with a worker in another network namespace.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gevent
+from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
+
+from core.report_schema import BenchmarkConfig
+from loadgen.locust_side.distributed import SLOT_MESSAGE, Coordinator
+from loadgen.locust_side.joining import (
+    PROBES,
+    ClockProbe,
+    RowBatcher,
+    best_offset,
+    master_time_row,
+    nonce,
+    proof,
+    verify,
+)
+from loadgen.locust_side.process_state import Slot, slots_for
+from loadgen.plan import dataset_path
+
+JOIN, CHALLENGE, PROOF, ROWS, LOAD = "llm_join", "llm_challenge", "llm_proof", "llm_rows", "llm_load"
+log = logging.getLogger(__name__)
+
+
+def _append(path: str, lines: list[str]) -> None:
+    if not path or not lines:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, "".join(line + "\n" for line in lines).encode())
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class _Pending:
+    """A worker that has asked to join: what it said, the challenge in flight and the clock probes so far."""
+
+    info: dict[str, Any]
+    challenge: str = ""
+    sent: float = 0.0
+    probes: list[ClockProbe] = field(default_factory=list)
+
+
+class JoiningCoordinator(Coordinator):
+    """:class:`~loadgen.locust_side.distributed.Coordinator` for runs with workers that must join (see the module).
+
+    Args:
+        environment: Locust's environment.
+        on_slot: as for the base class.
+        token: the sidecar token a worker proves it holds.
+        expected: master: how many workers must join before the slots go out.
+        host: this host's name for its rows.
+    """
+
+    def __init__(self, environment: Environment, on_slot: Callable[[Slot], None], *, token: str, expected: int,
+                 host: str, plan: BenchmarkConfig | None, timeout_s: float = 120.0) -> None:  # fmt: skip
+        super().__init__(environment, on_slot)
+        self.token = token
+        self.expected_joins = expected
+        self.host = host
+        self.master_plan = plan  # master: the plan it hands out
+        self.timeout_s = timeout_s
+        self.plan: BenchmarkConfig | None = None  # worker: the master's plan
+        self.offset_s = 0.0  # worker: its clock minus the master's
+        self.joined: dict[str, dict[str, Any]] = {}  # master: client id -> host, pid, offset_s, rtt_s
+        self._pending: dict[str, _Pending] = {}
+        self.batcher: RowBatcher | None = None
+        self.load_sent = False
+        self.max_requests = 0  # worker: the run's request budget (all processes), from the master
+        self.load_of: Callable[[], str] | None = None  # worker: its CPU and lag so far, as JSON (the locustfile's)
+        runner = environment.runner
+        if isinstance(runner, MasterRunner):
+            for name, handler in ((JOIN, self._join), (PROOF, self._proof), (ROWS, self._rows), (LOAD, self._load)):
+                runner.register_message(name, handler)
+        elif isinstance(runner, WorkerRunner):
+            runner.register_message(CHALLENGE, self._challenge)
+            self.batcher = RowBatcher(lambda rows: runner.send_message(ROWS, {"rows": rows}), time.monotonic)
+            gevent.spawn_later(0.2, runner.send_message, JOIN, {"host": host, "pid": os.getpid()})
+            gevent.spawn(self._ticker)
+
+    def _runner(self) -> Any:
+        runner = self.environment.runner
+        assert runner is not None, "Locust has no runner yet"
+        return runner
+
+    # --- master -------------------------------------------------------------------------------------------------
+    def _join(self, environment: Environment, msg: Any, **_: Any) -> None:
+        self.joined.pop(msg.node_id, None)
+        self._pending[msg.node_id] = _Pending(info=dict(msg.data or {}))
+        self._send_challenge(msg.node_id)
+
+    def _send_challenge(self, client_id: str) -> None:
+        pending = self._pending[client_id]
+        pending.challenge, pending.sent = nonce(), time.time()
+        self._runner().send_message(CHALLENGE, {"nonce": pending.challenge}, client_id=client_id)
+
+    def _proof(self, environment: Environment, msg: Any, **_: Any) -> None:
+        received = time.time()
+        client_id, data = msg.node_id, msg.data or {}
+        pending = self._pending.get(client_id)
+        if pending is None or data.get("nonce") != pending.challenge or not verify(
+            self.token, pending.challenge, client_id, str(data.get("proof", ""))
+        ):
+            log.error("load worker %s could not prove the sidecar token: told to quit", client_id)
+            self._pending.pop(client_id, None)
+            self._runner().send_message("quit", None, client_id=client_id)
+            return
+        pending.probes.append(ClockProbe(t0=pending.sent, tw=float(data["tw"]), t1=received))
+        if len(pending.probes) < PROBES:
+            self._send_challenge(client_id)
+            return
+        best = best_offset(pending.probes)
+        info = self._pending.pop(client_id).info
+        self.joined[client_id] = {"host": info.get("host"), "pid": info.get("pid"), "offset_s": best.offset_s,
+                                  "rtt_s": best.rtt_s}  # fmt: skip
+        log.warning("load worker joined: %s (host %s, clock offset %+.1f ms ± %.1f ms)", client_id, info.get("host"),
+                    best.offset_s * 1000, best.rtt_s * 500)  # fmt: skip
+
+    def test_start(self) -> None:
+        runner = self.environment.runner
+        self.load_sent = False
+        if not isinstance(runner, MasterRunner):
+            super().test_start()
+            return
+        self._done_sent = False
+        gevent.spawn(self._hand_out)
+
+    def _hand_out(self) -> None:
+        runner = self._runner()
+        deadline = time.monotonic() + self.timeout_s
+        while len(self.joined) < self.expected_joins:  # connected (Locust's wait) is not joined (the proof)
+            if time.monotonic() > deadline:
+                log.error("only %d of %d load workers joined within %.0f s (proved the sidecar token)",
+                          len(self.joined), self.expected_joins, self.timeout_s)  # fmt: skip
+                gevent.spawn(runner.quit)
+                return
+            gevent.sleep(0.2)
+        workers = list(self.joined)
+        self._done_workers, self._expected = set(), len(workers)
+        plan_json = self._plan_json()
+        plan_json["max_requests"] = int(getattr(self.environment.parsed_options, "max_requests", 0) or 0)
+        for wid, slot in slots_for(workers, time.time()).items():
+            runner.send_message(SLOT_MESSAGE, {"slot": slot.slot, "slots": slot.slots, "start_at": slot.start_at,
+                                               "offset_s": self.joined[wid]["offset_s"], **plan_json},
+                                client_id=wid)  # fmt: skip
+
+    def _plan_json(self) -> dict[str, Any]:
+        plan = self.master_plan
+        if plan is None:
+            return {}
+        path = dataset_path(plan)
+        return {"plan": plan.model_dump_json(), "dataset_name": path.name,
+                "dataset": path.read_text(encoding="utf-8")}  # fmt: skip
+
+    def _rows(self, environment: Environment, msg: Any, **_: Any) -> None:
+        offset = float(self.joined.get(msg.node_id, {}).get("offset_s", 0.0))
+        options = environment.parsed_options
+        _append(getattr(options, "records_file", ""), [master_time_row(row, offset) for row in msg.data["rows"]])
+
+    def _load(self, environment: Environment, msg: Any, **_: Any) -> None:
+        _append(getattr(environment.parsed_options, "client_file", ""), [str(msg.data["load"])])
+
+    # --- worker -------------------------------------------------------------------------------------------------
+    def _challenge(self, environment: Environment, msg: Any, **_: Any) -> None:
+        runner = self._runner()
+        answer = proof(self.token, msg.data["nonce"], runner.client_id)
+        runner.send_message(PROOF, {"nonce": msg.data["nonce"], "proof": answer, "tw": time.time()})
+
+    def _slot_message(self, environment: Environment, msg: Any, **_: Any) -> None:
+        data = msg.data
+        self.offset_s = float(data.get("offset_s") or 0.0)
+        self.max_requests = int(data.get("max_requests") or 0)
+        if data.get("plan"):
+            folder = Path(tempfile.mkdtemp(prefix="llm-worker-"))
+            dataset = folder / str(data.get("dataset_name") or "dataset.jsonl")
+            dataset.write_text(str(data.get("dataset") or ""), encoding="utf-8")
+            plan = BenchmarkConfig.model_validate_json(data["plan"])
+            self.plan = plan.model_copy(update={"dataset_file": str(dataset)})
+        start_at = data.get("start_at")
+        self._set(Slot(int(data["slot"]), int(data["slots"]), None if start_at is None else start_at + self.offset_s))
+
+    def _ticker(self) -> None:
+        while True:
+            gevent.sleep(0.1)
+            if self.batcher is not None and self.batcher.due():
+                self.batcher.flush()
+
+    def send_row(self, row_json: str) -> None:
+        """A worker's row, on its way to the master."""
+        assert self.batcher is not None
+        self.batcher.add(row_json)
+
+    def flush(self) -> None:
+        """Send the rows still queued (at the test's stop, before Locust reports the worker stopped)."""
+        if self.batcher is not None:
+            self.batcher.flush()
+
+    def send_load(self, load_json: str) -> None:
+        """This worker's CPU and lag (once per test), after its rows."""
+        runner = self.environment.runner
+        if isinstance(runner, WorkerRunner) and not self.load_sent:
+            self.flush()
+            runner.send_message(LOAD, {"load": load_json})
+            self.load_sent = True
+
+    def finish(self) -> None:
+        """This worker's share is done: its last rows, its load, then ``done`` (one ordered connection)."""
+        self.flush()
+        if self.load_of is not None:
+            self.send_load(self.load_of())
+        super().finish()

@@ -1,0 +1,158 @@
+"""What a Locust user does, as plain functions: send one planned request, and dispatch open-loop arrivals.
+
+The locustfile only declares the user classes and hooks and calls these (tested without Locust's runner).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import gevent
+from gevent.pool import Pool
+
+from core.records import RequestRecord
+from core.report_schema import BenchmarkConfig
+from loadgen.locust_side.process_state import RunState, Slot, share
+from loadgen.request.client import chat_payload, stream_chat
+from loadgen.request.transport import Transport
+from loadgen.workloads.loadshape import plan_arrival_gaps
+from loadgen.workloads.workload import WorkItem
+
+OPEN_LOOP_MAX_IN_FLIGHT = 10_000
+CONNECTION_BACKOFF_S = 0.5  # a closed-loop user's pause after a connection-level failure (no tight retry loop)
+
+
+def backoff_s(record: RequestRecord) -> float:
+    """How long a closed-loop user waits before its next request after ``record``, s: :data:`CONNECTION_BACKOFF_S`
+    after a connection-level failure (refused, reset, DNS: a dead server would otherwise be retried as fast as the
+    machine allows, flooding the rows), else 0 (the closed loop sends at once)."""
+    return CONNECTION_BACKOFF_S if record.error_kind == "connection" else 0.0
+
+
+def payload_for(plan: BenchmarkConfig, item: WorkItem) -> dict[str, Any]:
+    """The chat request of ``item`` under ``plan`` (model, temperature, exact lengths with IGNORE_EOS)."""
+    extra: dict[str, Any] = {"ignore_eos": True, "min_tokens": item.max_tokens} if plan.ignore_eos else {}
+    return chat_payload(plan.model, item.prompt.messages, item.max_tokens, plan.temperature, **extra)
+
+
+def send(
+    state: RunState,
+    session: Transport,
+    host: str,
+    item: WorkItem,
+    scheduled_at: float | None = None,
+    on_cut: Callable[[float], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> RequestRecord:
+    """Send one request with the shared request function, label it with its workload item, save the row.
+
+    A request cancelled by the end of the run (Locust kills the greenlet: ``GreenletExit``, or Ctrl-C) is saved as
+    an ``incomplete`` row (logged ``cancelled`` in ``requests.jsonl``) before the cancellation goes on, so no request
+    is ever lost; ``on_cut(elapsed_ms)`` then tells Locust's web UI it was cut (the locustfile reports it).
+    """
+    plan = state.plan
+    request_id = uuid.uuid4().hex
+    started_at = time.time()
+    started = clock()
+    labels: dict[str, Any] = {
+        "scheduled_at": scheduled_at,
+        "task": item.prompt.task,
+        "input_bucket": item.prompt.bucket,
+        "session_id": item.session_id,
+        "turn": item.turn,
+    }
+    answer: list[str] | None = [] if item.conversation is not None else None
+    state.in_flight += 1
+    try:
+        record = stream_chat(
+            session, host, payload_for(plan, item), timeout_s=plan.request_timeout_s, request_id=request_id,
+            answer=answer,
+        )
+    except BaseException as exc:  # GreenletExit / KeyboardInterrupt: the run is ending
+        state.in_flight -= 1
+        state.save(
+            RequestRecord(
+                request_id=request_id,
+                started_at=started_at,
+                ok=False,
+                e2e_ms=(time.time() - started_at) * 1000.0,
+                max_tokens=item.max_tokens,
+                error_kind="incomplete",
+                error=f"cancelled by the end of the run ({type(exc).__name__})",
+                **labels,
+            )
+        )
+        if on_cut is not None:
+            on_cut((clock() - started) * 1000.0)
+        raise
+    state.in_flight -= 1
+    record = record.model_copy(update=labels)
+    state.save(record)
+    if item.conversation is not None:  # the next turn carries this answer
+        item.conversation.answered(item, record.ok, "".join(answer or []))
+    return record
+
+
+def arrivals(plan: BenchmarkConfig, slot: Slot) -> Iterator[tuple[int, float]]:
+    """This process's arrivals of the run's one schedule: ``(request number, seconds after the start)`` each.
+
+    The schedule (RATE, BURSTINESS, SEED, a RATE_END ramp: :func:`loadgen.workloads.loadshape.plan_arrival_gaps`) is
+    generated
+    whole in every process; process ``slot`` of ``slots`` takes
+    arrivals ``slot, slot + slots, …``, so the processes together send the one schedule.
+
+    Raises:
+        ValueError: the plan has no RATE.
+    """
+    offsets = itertools.accumulate(plan_arrival_gaps(plan))
+    return itertools.islice(enumerate(offsets), slot.slot, None, slot.slots)
+
+
+def dispatch_open_loop(
+    state: RunState,
+    one: Callable[[WorkItem, float], None],
+    clock: Callable[[], float] = time.time,
+) -> int:
+    """Send this process's share of the scheduled arrivals (RATE, BURSTINESS, SEED; see :func:`arrivals`), each in
+    its own greenlet, so a slow server cannot slow the arrivals.
+
+    The schedule starts at the slot's ``start_at`` (shared by every process) or now. With ``max_in_flight``
+    (MAX_IN_FLIGHT, split between the processes like the requests) an arrival waits for a free slot, at most until the
+    end of the run; its latencies still count from its scheduled time. With ``rate_end_req_per_sec`` the rate ramps
+    linearly (:func:`loadgen.workloads.loadshape.plan_arrival_gaps`). Dispatch stops when the request budget is spent
+    or, with
+    a duration, at ``start + duration_s`` (no arrival is scheduled after it); requests still in flight then may finish
+    for ``drain_s`` and are cancelled after that (saved as ``incomplete`` rows by :func:`send`).
+    ``one(item, scheduled_at)`` sends one request.
+
+    Returns:
+        How many requests were cancelled after the drain.
+    When the dispatcher itself is killed (the test stops), the requests in flight are killed too, so each is
+    reported as cut rather than finishing unseen after the stop.
+    """
+    plan = state.plan
+    schedule = arrivals(plan, state.slot)
+    cap = max(1, share(plan.max_in_flight, state.slot)) if plan.max_in_flight else OPEN_LOOP_MAX_IN_FLIGHT
+    pool = Pool(cap)  # a full pool holds the next arrival until a slot frees
+    start = state.slot.start_at if state.slot.start_at is not None else clock()
+    deadline = start + plan.duration_s if plan.duration_s else None
+    budget = state.max_requests or None
+    try:
+        for k, offset in schedule:
+            at = start + offset
+            if (deadline is not None and at > deadline) or (budget is not None and k >= budget):
+                break
+            item = state.item(k)
+            gevent.sleep(max(0.0, at - clock()))
+            if deadline is not None and not pool.wait_available(timeout=max(0.0, deadline - clock())):
+                break  # capped (MAX_IN_FLIGHT) and no slot freed before the end: later arrivals are not sent
+            state.issued += 1
+            pool.spawn(one, item, at)
+        pool.join(timeout=plan.drain_s if deadline is not None else None)
+        return len(pool)
+    finally:
+        pool.kill(block=True)  # also when the dispatcher itself is stopped (Ctrl-C): each request saves its row

@@ -1,0 +1,115 @@
+"""The one entrypoint of Locust: ``python -m loadgen.orchestrate.locust_launch`` runs its web UI (:8089); the
+benchmark CLI reuses
+:func:`locust_argv` for headless runs, so both paths start Locust the same way. With LOCUST_WEB_PASSWORD the web UI
+asks for a login (``--web-login``, checked by :mod:`loadgen.locust_side.weblogin`)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from core.net import free_port, port_in_use_message
+from core.settings import Settings, get_settings, service_env
+
+LOCUSTFILE = Path(__file__).resolve().parents[1] / "locust_side" / "locustfile.py"
+
+
+def locust_argv(
+    settings: Settings,
+    *,
+    headless: bool,
+    users: int | None = None,
+    run_time_s: float | None = None,
+    records_file: Path | None = None,
+    max_requests: int | None = None,
+    stop_timeout_s: float | None = None,
+    user_class: str = "ChatUser",
+    ramp_up_s: float | None = None,
+    host: str | None = None,
+    workers: int = 1,
+    client_file: Path | None = None,
+    remote_workers: int = 0,
+) -> list[str]:
+    """Command line of Locust against vLLM (``python -m locust``).
+
+    Headless closed-loop runs start ``users`` (default CONCURRENCY) users over ``ramp_up_s`` (default RAMP_UP_S)
+    seconds; the open-loop dispatcher (``OpenLoopUser``) is one user per load process. ``workers`` > 1 runs a master
+    and that many worker processes (``--processes``); ``client_file`` receives each load process's CPU and lag.
+    ``remote_workers`` > 0 (EXPECT_WORKERS) runs a master on MASTER_BIND_HOST:MASTER_PORT that waits for ``workers``
+    local (:func:`worker_argv`, started by the caller) plus ``remote_workers`` remote workers to join
+    (:mod:`loadgen.locust_side.remote`).
+    """
+    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", host or settings.vllm_url]
+    if headless:
+        processes = workers + remote_workers
+        count = processes if user_class == "OpenLoopUser" else users or settings.concurrency
+        ramp = settings.ramp_up_s if ramp_up_s is None else ramp_up_s
+        spawn_rate = count / ramp if ramp > 0 else count
+        argv += ["--headless", "-u", str(count), "-r", f"{spawn_rate:g}", "--only-summary", "--loglevel", "WARNING"]
+        if run_time_s:
+            argv += ["--run-time", f"{max(1, round(run_time_s))}s"]
+        if stop_timeout_s:
+            argv += ["--stop-timeout", f"{max(1, round(stop_timeout_s))}"]
+        if remote_workers:
+            argv += ["--master", "--master-bind-host", settings.master_bind_host, "--master-bind-port",
+                     str(settings.master_port), "--expect-workers", str(processes), "--expect-workers-max-wait",
+                     f"{max(1, round(settings.expect_workers_timeout_s))}", "--join"]  # fmt: skip
+        elif workers > 1:
+            # The master listens on 127.0.0.1 and a free port, never Locust's default 5557: two distributed runs on
+            # one host would otherwise share a master, and a stranger's workers would write into this run's rows.
+            port = str(free_port())
+            argv += ["--processes", str(workers), "--master-bind-host", "127.0.0.1", "--master-bind-port", port,
+                     "--master-port", port]  # fmt: skip
+    else:
+        extra = shlex.split(settings.locust_extra_args)
+        if "--worker" not in extra:
+            argv += ["--web-host", settings.locust_web_host, "--web-port", str(settings.locust_web_port)]
+            # the password itself stays in the environment (loadgen.locust_side.weblogin)
+            if settings.locust_web_password:
+                argv.append("--web-login")
+        argv += extra
+    if records_file is not None:
+        argv += ["--records-file", str(records_file)]
+    if max_requests:
+        argv += ["--max-requests", str(max_requests)]
+    if client_file is not None:
+        argv += ["--client-file", str(client_file)]
+    return [*argv, user_class] if headless else argv
+
+
+def worker_argv(settings: Settings, master_host: str, user_class: str | None = None) -> list[str]:
+    """Command line of one joining Locust worker (:mod:`loadgen.locust_side.remote`) of the master on ``master_host``:
+    MASTER_PORT; a remote host's (``./run_benchmark.sh --worker``) or the benchmark host's own in EXPECT_WORKERS runs.
+    ``user_class`` None: every user class of the locustfile (a remote worker does not know which the run uses).
+    """
+    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker", "--master-host", master_host,
+            "--master-port", str(settings.master_port), "--join", "--loglevel", "WARNING"]  # fmt: skip
+    return [*argv, user_class] if user_class else argv
+
+
+def local_master_address(settings: Settings) -> str:
+    """Where this host's own workers reach the master: MASTER_BIND_HOST, or loopback when it binds every address."""
+    return "127.0.0.1" if settings.master_bind_host in ("0.0.0.0", "", "*") else settings.master_bind_host
+
+
+def main() -> int:
+    """Run Locust's web UI for interactive tests; exit 2 when the port is taken."""
+    settings = get_settings()
+    is_worker = "--worker" in shlex.split(settings.locust_extra_args)
+    busy = (
+        None
+        if is_worker
+        else port_in_use_message(settings.locust_web_host, settings.locust_web_port, "LOCUST_WEB_PORT")
+    )
+    if busy:
+        print(f"[ERROR] {busy}", file=sys.stderr, flush=True)
+        return 2
+    argv = locust_argv(settings, headless=False)
+    os.execve(argv[0], argv, service_env("locust"))
+    return 0  # pragma: no cover
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,241 @@
+"""Before any load: the server answers, the model to measure is chosen, the sidecar answers, the gate is known."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from core.compare import differing_fields, fingerprint_fields, fingerprint_of, refusal_reason
+from core.gate import refused_line
+from core.report_schema import BenchmarkConfig
+from core.series import is_series_id
+from core.settings import Settings
+from loadgen.errors import BenchError
+from loadgen.sidecar_client import SidecarClient
+from loadgen.workloads.dataset import Dataset
+from loadgen.workloads.randomdata import TokenizerClient
+
+
+@dataclass(frozen=True)
+class Target:
+    """The server and model a run measures."""
+
+    model: str
+    served: list[str]
+    backend: str = "vLLM"
+    max_model_len: int | None = None  # the model's context (vLLM lists it in /v1/models); None: not said
+
+
+def choose_model(served: list[str], settings: Settings) -> str:
+    """The model to measure among ``served`` (ids of ``/v1/models``).
+
+    Order: BENCH_MODEL, SERVED_MODEL_NAME, MODEL (when served under that id), else the only model served.
+
+    Raises:
+        BenchError: the chosen model is not served, or several are served and none was chosen (lists them).
+    """
+    listed = ", ".join(served) or "none"
+    for variable, wanted in (("BENCH_MODEL", settings.bench_model), ("SERVED_MODEL_NAME", settings.served_model_name)):
+        if wanted:
+            if wanted not in served:
+                raise BenchError(f"{variable}={wanted} is not served at {settings.vllm_url} (served: {listed}).")
+            return wanted
+    if settings.model and settings.model in served:
+        return settings.model
+    if len(served) == 1:
+        return served[0]
+    if not served:
+        raise BenchError(f"the server at {settings.vllm_url} lists no model in /v1/models; is it still loading?")
+    raise BenchError(
+        f"the server at {settings.vllm_url} serves {len(served)} models ({listed}); choose one with BENCH_MODEL=<id>."
+    )
+
+
+def _served(settings: Settings) -> dict[str, int | None]:
+    """Model ids of ``/v1/models`` with their ``max_model_len`` (None where not listed), after ``/health`` where the
+    server has one (retried: a busy server can drop a connection).
+
+    Raises:
+        BenchError: the server does not answer, or answers that it is not healthy.
+    """
+    error: Exception | None = None
+    for attempt in range(3):
+        try:
+            health = httpx.get(f"{settings.vllm_url}/health", timeout=10, headers=settings.vllm_headers)
+            models = httpx.get(f"{settings.vllm_url}/v1/models", timeout=10, headers=settings.vllm_headers)
+            if models.status_code in (401, 403):
+                raise BenchError(
+                    f"the server at {settings.vllm_url} refuses the API key (/v1/models: HTTP {models.status_code}): "
+                    "set VLLM_API_KEY to the key vLLM was started with."
+                )
+            models.raise_for_status()
+            data = models.json().get("data")
+            break
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            error = exc
+            time.sleep(1.0 + attempt)
+    else:
+        raise BenchError(
+            f"the server is not answering at {settings.vllm_url} ({type(error).__name__}: {error}). Start the stack "
+            f"with `make up` and check {settings.vllm_log_file}, or set VLLM_BASE_URL."
+        ) from None
+    if health.status_code not in (200, 404):  # a server without /health (404) is judged by /v1/models alone
+        raise BenchError(f"the server at {settings.vllm_url} is not ready (/health: HTTP {health.status_code}).")
+    if not isinstance(data, list):
+        return {}
+    return {
+        str(m["id"]): m["max_model_len"] if isinstance(m.get("max_model_len"), int) else None
+        for m in data
+        if isinstance(m, dict) and isinstance(m.get("id"), str)
+    }
+
+
+def preflight(settings: Settings, sidecar: SidecarClient) -> Target:
+    """Check the server and the sidecar answer, choose the model, check GATE names a baseline.
+
+    Raises:
+        BenchError: what is wrong and what to do.
+    """
+    served = _served(settings)
+    model = choose_model(list(served), settings)
+    sidecar.check()
+    sidecar.check_token()
+    if settings.gate:
+        baselines = sidecar.baselines()
+        if settings.gate not in baselines:
+            known = ", ".join(sorted(baselines)) or "none yet"
+            raise BenchError(
+                f"GATE={settings.gate}: no baseline of that name (known: {known}). Mark one first with "
+                f"`make baseline NAME={settings.gate}` after a benchmark of the same workload."
+            )
+    return Target(model, list(served), backend_name(settings.vllm_url, settings.vllm_headers), served[model])
+
+
+def backend_name(url: str, headers: dict[str, str] | None = None) -> str:
+    """``vLLM`` when the server answers vLLM's ``/version``, else ``OpenAI-compatible``."""
+    try:
+        response = httpx.get(f"{url}/version", timeout=5, headers=headers)
+        version = response.json().get("version") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        version = None
+    return "vLLM" if isinstance(version, str) else "OpenAI-compatible"
+
+
+def output_knob(settings: Settings) -> str:
+    """The knob that sets the longest output a run asks for: RANDOM_OUTPUT_LEN, MAX_TOKENS or OUTPUT_LEN_CAP."""
+    if settings.random_dataset:
+        return "RANDOM_OUTPUT_LEN"
+    return "MAX_TOKENS" if settings.fixed_max_tokens is not None else "OUTPUT_LEN_CAP"
+
+
+def smallest_prompt_tokens(settings: Settings, model: str, input_len_tokens: int | None, texts: list[str]) -> int:
+    """Tokens of the plan's smallest prompt as the server counts a chat (template included): DATASET=random's
+    exact length, else the server's ``/tokenize`` of the shortest prompt, else 1 (a server without ``/tokenize``:
+    the check then holds the output length alone against the context)."""
+    if input_len_tokens is not None:
+        return input_len_tokens
+    if not texts:
+        return 1
+    tokenizer = TokenizerClient(settings.vllm_url, model, timeout_s=10.0)
+    try:
+        return max(1, tokenizer.chat_count(min(texts, key=len)))
+    except (BenchError, KeyError, TypeError, ValueError):
+        return 1
+    finally:
+        tokenizer.close()
+
+
+def context_problem(max_output_tokens: int, prompt_tokens: int, max_model_len: int | None, knob: str) -> str | None:
+    """Why the longest output the plan asks for cannot fit the model's context with its smallest prompt (pure);
+    None when it fits or the server does not say its context.
+
+    Args:
+        max_output_tokens: the largest ``max_tokens`` a request of the plan carries, tokens.
+        prompt_tokens: the smallest prompt, tokens (chat template included).
+        max_model_len: the model's context, tokens (``/v1/models``), None when unknown.
+        knob: the setting that chose ``max_output_tokens`` (named in the message).
+    """
+    if max_model_len is None or max_output_tokens + prompt_tokens <= max_model_len:
+        return None
+    room = max_model_len - prompt_tokens
+    return (
+        f"{knob}={max_output_tokens} cannot fit the model's context: max_model_len={max_model_len} tokens, and the "
+        f"smallest prompt takes {prompt_tokens} token(s), so at most {max(room, 0)} output tokens fit. Lower {knob} "
+        f"to {max(room, 1)} or less (or serve a longer context: VLLM_MAX_MODEL_LEN)."
+    )
+
+
+def gate_problem(settings: Settings, sidecar: SidecarClient, plan: BenchmarkConfig, served: list[str]) -> str | None:
+    """GATE=name before any load: the gate's own ``[GATE] ERROR vs name: not comparable: …`` line when the baseline
+    cannot judge this plan (its workload differs, it had no success or was interrupted, its report is gone); None
+    when it can, or when it is a series (a series run judges it point by point).
+
+    The test is the sidecar's (:func:`core.compare.refusal_reason`) on the plan and the baseline's report. Hardware
+    is seen by the sidecar only when the report is built: it is taken from the baseline here and still judged after
+    the run; the model is the one the sidecar will record (the first of ``/v1/models``, ``served``).
+
+    Raises:
+        BenchError: the sidecar is unreachable.
+    """
+    if not settings.gate:
+        return None
+    target = sidecar.baselines().get(settings.gate)
+    if target is None:
+        return None
+    model = served[0] if served else plan.model
+    if is_series_id(target):
+        reason = None if settings.sweep else series_refusal(sidecar, target, plan, model)
+        return refused_line(settings.gate, reason) if reason else None
+    baseline = sidecar.report(target)
+    if baseline is None:
+        return refused_line(settings.gate, f"its report {target} no longer exists")
+    env = baseline.environment.model_copy(update={"served_model_name": model})
+    reason = refusal_reason(baseline, fingerprint_fields(plan, env))
+    return refused_line(settings.gate, reason) if reason else None
+
+
+def series_refusal(sidecar: SidecarClient, series_id: str, plan: BenchmarkConfig, model: str) -> str | None:
+    """A single load point (REPEAT runs, or one run) against a series baseline: the series gate judges the point of
+    the same workload fingerprint, so refuse when no point has it, naming how the plan differs from the series' first
+    point (None: a point matches, or the series cannot be read here — the gate then says so after the run).
+
+    Raises:
+        BenchError: the sidecar is unreachable.
+    """
+    series = sidecar.series(series_id)
+    if series is None:
+        return f"its series {series_id} no longer exists"
+    first = next((p.report_ids[0] for p in series.points if p.report_ids), None)
+    reference = sidecar.report(first) if first else None
+    if reference is None:
+        return None
+    env = reference.environment.model_copy(update={"served_model_name": model})
+    fields = fingerprint_fields(plan, env)
+    if any(p.fingerprint == fingerprint_of(fields) for p in series.points):
+        return None
+    old = fingerprint_fields(reference.config, reference.environment)
+    return (
+        f"no load point of {series_id} has this workload; it differs from its first point ({first}: "
+        f"{'; '.join(differing_fields(old, fields))})"
+    )
+
+
+def plan_problem(
+    settings: Settings, sidecar: SidecarClient, plan: BenchmarkConfig, target: Target, dataset: Dataset | None
+) -> str | None:
+    """The plan's checks before any load, as the line to print (None: go): the longest output it asks for must fit
+    the model's context with its smallest prompt (:func:`context_problem`), and a GATE baseline must be able to
+    judge it (:func:`gate_problem`).
+
+    Raises:
+        BenchError: the sidecar is unreachable.
+    """
+    if target.max_model_len is not None:
+        texts = [] if dataset is None else ["\n".join(m["content"] for m in p.messages) for p in dataset.prompts]
+        prompt = smallest_prompt_tokens(settings, plan.model, plan.input_len_tokens, texts)
+        problem = context_problem(plan.max_tokens, prompt, target.max_model_len, output_knob(settings))
+        if problem:
+            return f"[ERROR] {problem}"
+    return gate_problem(settings, sidecar, plan, target.served)

@@ -1,0 +1,95 @@
+"""``make benchmark PROFILE=1``: run the measured window under vLLM's torch profiler (Chrome traces).
+
+vLLM exposes ``/start_profile`` and ``/stop_profile`` only when started with a profiler configuration, so the
+benchmark asks the engine controller (:class:`core.enginestate.EngineControl`) to restart vLLM with its profiler for the
+run and without it afterwards; where no controller runs the stack (compose, a remote engine) vLLM must already run
+with ``--profiler-config``. Traces land in ``logs/profile/``; the sidecar copies them into
+``reports/profile/<run id>/`` and links them from the report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from core.enginestate import EngineControl, EngineError, read_engine_state
+from core.settings import Settings
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+class ProfilingError(RuntimeError):
+    """The profiler cannot be used; the message says why and what to do."""
+
+
+def engine_has_profiler(settings: Settings) -> bool:
+    """True when the launcher started vLLM with its profiler endpoints (``logs/engine_state.json``)."""
+    state = read_engine_state(settings.engine_state_file)
+    return state is not None and state.profiler
+
+
+def enable(settings: Settings, engine: EngineControl) -> bool:
+    """Make sure vLLM runs with its profiler; returns True when it was restarted (undo with :func:`disable`).
+
+    Raises:
+        ProfilingError: no controller runs the engine and vLLM has no profiler, or the restart failed.
+    """
+    if engine_has_profiler(settings):
+        return False
+    status = engine.status()
+    if status is None:
+        raise ProfilingError(
+            "PROFILE=1 needs vLLM started with --profiler-config: in local mode `make up` first; with compose set "
+            'VLLM_EXTRA_ARGS=\'--profiler-config {"profiler":"torch","torch_profiler_dir":"/app/logs/profile"}\''
+        )
+    print("[INFO] Restarting vLLM with its torch profiler for this run (switching back afterwards)...", flush=True)
+    try:
+        engine.restart(status.request.model_copy(update={"profiler": True}))
+    except EngineError as exc:
+        raise ProfilingError(f"vLLM with profiler did not start: {exc}") from None
+    return True
+
+
+def disable(settings: Settings, engine: EngineControl) -> None:
+    """Restart vLLM without the profiler when the controller started it with one (also after an interrupted run);
+    a no-op where no controller runs the engine."""
+    status = engine.status()
+    if status is None or not status.request.profiler:
+        return
+    print("[INFO] Restarting vLLM without the profiler...", flush=True)
+    try:
+        engine.restart(status.request.model_copy(update={"profiler": False}))
+    except EngineError as exc:
+        print(f"[WARN] vLLM did not come back without the profiler: {exc}", flush=True)
+
+
+def _post(settings: Settings, path: str, timeout_s: float) -> None:
+    try:
+        response = httpx.post(f"{settings.vllm_url}{path}", timeout=timeout_s, headers=settings.vllm_headers)
+    except httpx.HTTPError as exc:
+        raise ProfilingError(f"POST {path} failed: {type(exc).__name__}: {exc}") from None
+    if response.status_code != 200:
+        raise ProfilingError(f"POST {path} answered HTTP {response.status_code}: {response.text[:300]}")
+
+
+def start(settings: Settings) -> None:
+    """Start recording (``POST /start_profile``)."""
+    _post(settings, "/start_profile", 60)
+
+
+def stop(settings: Settings) -> None:
+    """Stop recording and let vLLM write its traces (``POST /stop_profile``; can take a while)."""
+    _post(settings, "/stop_profile", 600)
+
+
+def traces_since(profile_dir: Path, since: float) -> list[Path]:
+    """Chrome-trace files under ``profile_dir`` written at or after ``since`` (Unix seconds), sorted."""
+    if not profile_dir.is_dir():
+        return []
+    found = [
+        p
+        for p in profile_dir.rglob("*")
+        if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.stat().st_mtime >= since
+    ]
+    return sorted(found)

@@ -1,0 +1,179 @@
+"""The run plan: the benchmark's knobs as one :class:`core.report_schema.BenchmarkConfig`, written once by the
+benchmark and read by every Locust process (``--plan-file``), and the same object goes into the report.
+
+So a knob crosses each process boundary one way only: settings -> plan (here) -> Locust and the sidecar.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from core.report_schema import BenchmarkConfig
+from core.settings import PROJECT_ROOT, RANDOM_DATASET, Settings
+from loadgen.workloads.dataset import load_dataset
+from loadgen.workloads.workload import WorkloadSampler
+
+USERS_PER_WORKER = 64  # closed loop: users one Locust process serves before another is started
+CHUNKS_PER_WORKER_S = 20_000.0  # open loop: expected chunks/s per process (about a third of one core's ceiling)
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity: ``taskset``, container limits), else all."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def auto_workers(
+    concurrency: int, rate: float | None, tokens_per_request: float, requests: int | None, cores: int | None
+) -> int:
+    """How many Locust processes to run when WORKERS is unset (pure).
+
+    One process per ``USERS_PER_WORKER`` users (closed loop) or per ``CHUNKS_PER_WORKER_S`` expected chunks/s
+    (open loop: RATE × tokens per request), at most half the machine's cores (the rest is the server's and the
+    system's), never more processes than users or requests.
+    """
+    if rate is not None:
+        wanted = math.ceil(rate * tokens_per_request / CHUNKS_PER_WORKER_S)
+    else:
+        wanted = math.ceil(concurrency / USERS_PER_WORKER)
+    limit = max(1, (cores or 1) // 2)
+    if rate is None:
+        limit = min(limit, concurrency)
+    if requests is not None:
+        limit = min(limit, requests)
+    return max(1, min(wanted, limit))
+
+
+def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
+    """The run's knobs from the settings, with the model the benchmark chose; WORKERS unset is
+    :func:`auto_workers`, set is capped at the users (closed loop), the requests and MAX_IN_FLIGHT (a process with
+    nothing to send would only wait)."""
+    fixed = settings.fixed_max_tokens
+    if settings.random_dataset:
+        dataset = RANDOM_DATASET
+    else:
+        workload = settings.workload_file.resolve()
+        dataset = str(workload.relative_to(PROJECT_ROOT)) if workload.is_relative_to(PROJECT_ROOT) else str(workload)
+    requests = settings.requests if settings.duration is None else None
+    tokens = float(fixed or settings.output_len_mean)
+    workers = settings.workers or auto_workers(settings.concurrency, settings.rate, tokens, requests, usable_cores())
+    if settings.rate is None:
+        workers = min(workers, settings.concurrency)
+    if requests is not None:
+        workers = min(workers, requests)
+    if settings.max_in_flight is not None and settings.rate is not None:
+        workers = min(workers, settings.max_in_flight)  # each process holds at least one request in flight
+    return BenchmarkConfig(
+        mode="open_loop" if settings.rate else "closed_loop",
+        concurrency=settings.concurrency,
+        rate_req_per_sec=settings.rate,
+        burstiness=settings.burstiness if settings.rate else None,
+        requests=requests,
+        duration_s=settings.duration,
+        warmup_requests=settings.warmup,
+        ramp_up_s=settings.ramp_up_s or None,
+        max_tokens=fixed or settings.output_len_cap,
+        output_len_mean=None if fixed else settings.output_len_mean,
+        output_len_p95=None if fixed else settings.output_len_p95,
+        ignore_eos=settings.ignore_eos,
+        temperature=settings.temperature,
+        dataset=dataset,
+        input_mix=None if settings.random_dataset else settings.input_mix,
+        seed=settings.seed,
+        slo=settings.slo,
+        request_timeout_s=settings.request_timeout_s,
+        drain_s=settings.drain_s,
+        vllm_url=settings.vllm_url,
+        model=model,
+        workers=workers,
+        remote_workers=settings.expect_workers,
+        max_in_flight=settings.max_in_flight if settings.rate is not None else None,
+        rate_end_req_per_sec=settings.rate_end,
+        input_len_tokens=settings.random_input_len if settings.random_dataset else None,
+        session_turns=settings.session_turns,
+        prefix_len_tokens=settings.prefix_len,
+        prefix_count=settings.prefix_count if settings.prefix_len else None,
+    )
+
+
+def dataset_path(config: BenchmarkConfig) -> Path:
+    """The dataset file of ``config`` (relative paths are relative to the project): the generated prompts of
+    DATASET=random (``dataset_file``), else ``dataset``."""
+    path = Path(config.dataset_file or config.dataset)
+    return path if path.is_absolute() else PROJECT_ROOT / path
+
+
+def sampler_for(config: BenchmarkConfig, seed: int) -> WorkloadSampler:
+    """The workload of ``config``: its dataset, output lengths (fixed, or log-normal mean/P95 capped at max_tokens)
+    and input mix, seeded with ``seed``.
+
+    Raises:
+        DatasetError: the dataset cannot be loaded. ValueError: a bad length or mix setting.
+    """
+    fixed = config.output_len_mean is None
+    return WorkloadSampler(
+        load_dataset(dataset_path(config)).prompts,
+        seed,
+        fixed_max_tokens=config.max_tokens if fixed else None,
+        mean_tokens=config.output_len_mean or 120.0,
+        p95_tokens=config.output_len_p95 or 280.0,
+        cap_tokens=config.max_tokens,
+        mix=config.input_mix,
+        sequential=config.dataset == RANDOM_DATASET,  # each generated prompt once (no prefix-cache hits) per cycle
+    )
+
+
+PLAN_SETTINGS_KEY = "settings"
+"""The key of the run's effective settings in the plan file (beside the :class:`BenchmarkConfig` fields, which a
+reader of the config alone ignores)."""
+
+
+SECRET_CARRIERS = frozenset({"vllm_extra_args"})
+"""Fields that are no secret but may hold one (``VLLM_EXTRA_ARGS='--api-key …'``): like the secrets, the Locust
+processes read them from the environment, never from the plan file."""
+
+
+def plan_settings(settings: Settings) -> dict[str, Any]:
+    """The run's effective settings as the Locust processes must see them: every field but the secrets (those stay
+    in the environment, never in a file), :data:`SECRET_CARRIERS` and the plan file itself, as JSON values."""
+    secret = {name for name, info in Settings.model_fields.items() if info.repr is False}
+    return settings.model_dump(mode="json", exclude=secret | SECRET_CARRIERS | {"locust_plan_file"})
+
+
+def write_plan(path: Path, config: BenchmarkConfig, settings: Settings | None = None) -> None:
+    """Write the plan for Locust (atomic), with the run's effective settings (:func:`plan_settings`) when given."""
+    body: dict[str, Any] = config.model_dump(mode="json")
+    if settings is not None:
+        body[PLAN_SETTINGS_KEY] = plan_settings(settings)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(body, indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_plan(path: Path) -> BenchmarkConfig:
+    """The plan written by :func:`write_plan`.
+
+    Raises:
+        OSError: unreadable. pydantic.ValidationError: not a plan.
+    """
+    return BenchmarkConfig.model_validate_json(path.read_bytes())
+
+
+def settings_of_plan(path: Path) -> Settings:
+    """The settings of the run whose plan is ``path``: its effective settings as the benchmark wrote them (its flags
+    included: ``--logs-dir`` reaches every Locust process), the secrets from the environment; a plan without them
+    (written before they were added) gives the environment's settings.
+
+    Raises:
+        OSError: unreadable. ValueError: not JSON. pydantic.ValidationError: settings that no longer validate.
+    """
+    values = json.loads(path.read_bytes()).get(PLAN_SETTINGS_KEY)
+    if not isinstance(values, dict):
+        return Settings()
+    return Settings(**values, locust_plan_file=path)

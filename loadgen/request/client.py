@@ -1,0 +1,260 @@
+"""The one request function: a streamed OpenAI chat completion, timed per chunk, returned as a RequestRecord.
+
+Used by the Locust users, the warmup phase, calibration and the tests, so every path measures the same way. The HTTP
+side is :mod:`loadgen.request.transport` (keep-alive connections; the body handed over as each network read arrives,
+never
+waiting to fill a block); the bytes are split into SSE events and decoded by :mod:`loadgen.request.sse` (a multi-byte
+character split across reads is decoded only once its event is complete). Checked against a mock server with known
+timings in the tests.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from core.records import ErrorKind, Phase, RequestRecord
+from core.streamtiming import StreamTimer
+from loadgen.request.sse import DONE, SSEParser, decode_chunk
+from loadgen.request.transport import HttpSession, Response, Transport, TransportError, TransportTimeout
+
+TOKENIZE_TIMEOUT_S = 10.0
+
+
+def new_session(max_connections: int = 1, headers: Mapping[str, str] | None = None) -> HttpSession:
+    """The HTTP session every path sends with: one connection per closed-loop user, as many as requests in flight
+    for the open-loop dispatcher (``max_connections``); ``headers`` go with every request."""
+    return HttpSession(max_connections=max_connections, headers=headers)
+
+
+def chat_payload(
+    model: str, messages: list[dict[str, str]], max_tokens: int, temperature: float, **extra: Any
+) -> dict[str, Any]:
+    """Body of a streamed ``/v1/chat/completions`` request that asks for ``usage`` in the last chunk."""
+    return {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **extra,
+    }
+
+
+def _server_message(body: bytes) -> str:
+    """The error text of a non-2xx answer (OpenAI error JSON or the raw body), at most 500 characters."""
+    try:
+        parsed = orjson.loads(body)
+    except ValueError:
+        return body.decode("utf-8", "replace")[:500]
+    message = None
+    if isinstance(parsed, dict):
+        error = parsed.get("error")
+        message = error.get("message") if isinstance(error, dict) else error or parsed.get("message")
+    return str(message or parsed)[:500]
+
+
+def stream_chat(
+    session: Transport,
+    base_url: str,
+    payload: dict[str, Any],
+    *,
+    timeout_s: float,
+    phase: Phase = "measured",
+    request_id: str | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    answer: list[str] | None = None,
+) -> RequestRecord:
+    """Send one streamed chat completion and time it; never raises (any failure is a row with its cause).
+
+    Args:
+        session: from :func:`new_session` (any :class:`loadgen.request.transport.Transport`).
+        base_url: the server's base URL without ``/v1``.
+        payload: from :func:`chat_payload`.
+        timeout_s: longest wait for the connection or for the next chunk.
+        phase: ``warmup`` rows are excluded from statistics.
+        request_id: client-side id; a UUID when None.
+        clock: monotonic clock in seconds (injectable for tests).
+        answer: when given, the answer's text pieces are appended to it (multi-turn sessions send them back).
+
+    Returns:
+        A :class:`RequestRecord` timed by :class:`core.streamtiming.StreamTimer` (TTFT, ITL, E2E and the
+        completion rules are defined there). Token counts come from the stream's ``usage``; without it from the
+        server's ``/tokenize`` where it has one, else from the client's chunk count (``output_tokens_source``).
+    """
+    rid = request_id or uuid.uuid4().hex
+    started_at = time.time()
+    pieces: list[str] = answer if answer is not None else []
+    try:
+        record = _stream(session, base_url, payload, timeout_s, phase, rid, started_at, clock, pieces)
+    except Exception as exc:  # a bug of ours must cost one row, never the run
+        return RequestRecord(
+            request_id=rid,
+            phase=phase,
+            started_at=started_at,
+            max_tokens=payload.get("max_tokens"),
+            ok=False,
+            error_kind="client_error",
+            error=f"{type(exc).__name__}: {exc}"[:500],
+        )
+    if record.ok and record.output_tokens is None:
+        return with_counted_tokens(session, base_url, payload, record, "".join(pieces))
+    return record
+
+
+_NO_TOKENIZE: set[str] = set()  # servers whose /tokenize answered 404/405: not asked again
+
+
+def server_token_count(session: Transport, base_url: str, body: dict[str, Any]) -> int | None:
+    """Tokens of ``body`` (``{"model", "prompt"}`` or ``{"model", "messages"}``) by the server's ``/tokenize``
+    (vLLM has one); None when the server has none or does not answer."""
+    if base_url in _NO_TOKENIZE:
+        return None
+    try:
+        response = session.post(f"{base_url.rstrip('/')}/tokenize", orjson.dumps(body), timeout_s=TOKENIZE_TIMEOUT_S)
+    except TransportError:
+        return None
+    ended = False
+    try:
+        raw = response.read_body()
+        ended = True
+    except TransportError:
+        return None
+    finally:
+        response.close(reuse=ended)
+    if response.status in (404, 405):
+        _NO_TOKENIZE.add(base_url)
+        return None
+    try:
+        answer = orjson.loads(raw) if response.status == 200 else None
+    except ValueError:
+        return None
+    count = answer.get("count") if isinstance(answer, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
+
+
+def with_counted_tokens(
+    session: Transport, base_url: str, payload: dict[str, Any], record: RequestRecord, text: str
+) -> RequestRecord:
+    """A successful row whose stream carried no usage, with token counts from ``/tokenize`` or the chunk count.
+
+    The server's tokenizer counts the answer text exactly (reasoning included, no special tokens); without it the
+    client's count of content chunks stands in (exact for servers that send one token per chunk, vLLM's default).
+    """
+    model = payload.get("model")
+    output = server_token_count(session, base_url, {"model": model, "prompt": text, "add_special_tokens": False})
+    if output is None:
+        return record.model_copy(update={"output_tokens": record.content_chunks, "output_tokens_source": "chunks"})
+    prompt = server_token_count(session, base_url, {"model": model, "messages": payload.get("messages")})
+    return record.model_copy(
+        update={"output_tokens": output, "prompt_tokens": prompt, "output_tokens_source": "tokenize"}
+    )
+
+
+def _stream(
+    session: Transport,
+    base_url: str,
+    payload: dict[str, Any],
+    timeout_s: float,
+    phase: Phase,
+    rid: str,
+    started_at: float,
+    clock: Callable[[], float],
+    pieces: list[str],
+) -> RequestRecord:
+    """:func:`stream_chat` without its safety net; the text of every chunk is appended to ``pieces``."""
+    timer = StreamTimer(clock)
+    timer.start()  # again by the transport right before the request's bytes leave (on_send): connecting is not TTFT
+    base: dict[str, Any] = {
+        "request_id": rid,
+        "phase": phase,
+        "started_at": started_at,
+        "max_tokens": payload.get("max_tokens"),
+    }
+
+    def failed(kind: ErrorKind, error: str, **fields: Any) -> RequestRecord:
+        timer.end()
+        return RequestRecord(**base, ok=False, e2e_ms=timer.e2e_ms(), error_kind=kind, error=error, **fields)
+
+    url = f"{base_url.rstrip('/')}/v1/chat/completions"
+    try:
+        response = session.post(url, orjson.dumps(payload), timeout_s=timeout_s, on_send=timer.start)
+    except TransportTimeout as exc:
+        return failed("timeout", f"no response within {timeout_s:.0f} s: {exc}")
+    except TransportError as exc:
+        return failed("connection", str(exc))
+    try:
+        if response.status != 200:
+            return failed("http_status", _server_message(response.read_body()), http_status=response.status)
+        problem = read_events(response, timer, pieces)
+    except TransportTimeout as exc:
+        return failed("timeout", f"no chunk within {timeout_s:.0f} s: {exc}", **timer_fields(timer))
+    except TransportError as exc:
+        return failed("connection", f"stream broken: {exc}", **timer_fields(timer))
+    finally:
+        response.close(reuse=timer.saw_done)
+    measured = timer_fields(timer)
+    if problem:
+        return failed("invalid_stream", problem, **measured)
+    if not timer.complete:
+        return failed("no_done", "stream ended without data: [DONE] or a final finish_reason", **measured)
+    if timer.chars == 0:
+        return failed("empty_output", "stream finished without any content", **measured)
+    return RequestRecord(**base, ok=True, e2e_ms=timer.e2e_ms(), **measured)
+
+
+def read_events(response: Response, timer: StreamTimer, pieces: list[str]) -> str | None:
+    """Feed ``timer`` with the stream's chunks until ``data: [DONE]`` (:meth:`StreamTimer.done`) or the end of the
+    body (:meth:`StreamTimer.closed`); the text of every chunk is appended to ``pieces``.
+
+    Returns:
+        None, or why the stream is invalid (a data line that is not JSON, a chunk of the wrong shape, a server error
+        object); reading stops there.
+
+    Raises:
+        TransportTimeout, TransportError: from the transport.
+    """
+    parser = SSEParser()
+    feed, append = timer.feed, pieces.append
+    for block in response.blocks():
+        for data in parser.feed(block):
+            if data[:1] != b"{" and data.strip() == DONE:  # chunks are objects: only look closer at the rest
+                timer.done()
+                return None
+            try:
+                facts = decode_chunk(data)
+            except ValueError:
+                return f"data line is not JSON: {data[:200].decode('utf-8', 'replace')!r}"
+            if facts.invalid:
+                return facts.invalid
+            if facts.error:
+                return f"server error in stream: {facts.error}"
+            feed(facts)
+            if facts.text:
+                append(facts.text)
+    timer.closed()
+    return None
+
+
+def timer_fields(timer: StreamTimer) -> dict[str, Any]:
+    """The row fields a :class:`StreamTimer` measured (TTFT, ITL, tokens, chunks, how the stream ended, and
+    ``output_tokens_source`` ``usage`` when the stream's usage counted the tokens)."""
+    fields: dict[str, Any] = {
+        "ttft_ms": timer.ttft_ms,
+        "itl_ms": timer.itl_ms,
+        "prompt_tokens": timer.prompt_tokens,
+        "output_tokens": timer.completion_tokens,
+        "content_chunks": timer.chunks,
+        "output_chars": timer.chars,
+        "finish_reason": timer.finish_reason,
+        "end_reason": timer.end_reason,
+        "http_status": 200,
+    }
+    if timer.completion_tokens is not None:
+        fields["output_tokens_source"] = "usage"
+    return fields

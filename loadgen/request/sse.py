@@ -1,0 +1,163 @@
+"""Server-sent events on bytes, and chat-completion chunks decoded fast: the hot loop of the request function.
+
+:class:`SSEParser` splits a body that arrives in arbitrary network reads into the ``data`` payloads of its events
+(the WHATWG event-stream rules: events end at a blank line; ``\\r\\n``, ``\\r`` and ``\\n`` all end lines; ``data``
+lines of one event are joined with ``\\n``; comments (``: ping``) and other fields are ignored; an event without data
+is not dispatched). Splitting works on bytes, so a multi-byte character split across reads is decoded only once its
+event is complete, and one read holding many events costs one ``split``.
+
+:func:`decode_chunk` turns one ``data`` payload into :class:`core.streamtiming.ChunkFacts`. The common shapes
+(``choices`` of objects whose ``delta`` holds string or null text fields, ``usage`` of non-negative integers, no
+``error``) are decoded by a typed msgspec decoder straight into structs; anything else (content parts, odd types, an
+error object) falls back to a generic JSON parse and :func:`core.streamtiming.interpret_chunk`, which owns the
+semantics. The fast path accepts only what ``interpret_chunk`` reads the same way (checked shape by shape in
+``tests/unit/loadgen/test_sse.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+import orjson
+
+from core.streamtiming import ChunkFacts, interpret_chunk
+
+DONE = b"[DONE]"
+_DATA = b"data: "
+
+
+class SSEParser:
+    """Incremental event-stream parser: :meth:`feed` bytes as they arrive, get the complete events' data back."""
+
+    __slots__ = ("_after_cr", "_rest")
+
+    def __init__(self) -> None:
+        self._rest = b""
+        self._after_cr = False
+
+    def feed(self, block: bytes) -> list[bytes]:
+        """The ``data`` payloads (bytes, without the ``data:`` prefix) of the events completed by ``block``."""
+        if self._after_cr and block.startswith(b"\n"):
+            block = block[1:]  # the LF of a CRLF whose CR ended the previous read (already a line end)
+        if b"\r" in block:  # CRLF or CR line ends: normalise to LF
+            self._after_cr = block.endswith(b"\r")
+            block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        else:
+            self._after_cr = False
+        buf = self._rest + block if self._rest else block
+        events = buf.split(b"\n\n")
+        self._rest = events.pop()
+        out = []
+        for event in events:
+            if event.startswith(_DATA) and b"\n" not in event:
+                out.append(event[6:])  # one "data: ..." line: the usual shape
+            elif event:
+                data = _event_data(event)
+                if data is not None:
+                    out.append(data)
+        return out
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes of an event not yet completed by a blank line (what a stream that ends now leaves over)."""
+        return self._rest
+
+
+def _event_data(event: bytes) -> bytes | None:
+    """The data of one event's lines (joined by ``\\n``), None when it has no ``data`` field."""
+    lines: list[bytes] = []
+    for line in event.split(b"\n"):
+        if not line or line.startswith(b":"):
+            continue
+        name, colon, value = line.partition(b":")
+        if name != b"data":
+            continue
+        lines.append(value[1:] if colon and value.startswith(b" ") else value)
+    return b"\n".join(lines) if lines else None
+
+
+# --------------------------------------------------------------------------------------------- chunks
+
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _Delta(msgspec.Struct):
+    role: str | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: _Count | None = None
+    completion_tokens: _Count | None = None
+
+
+class _Chunk(msgspec.Struct):
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    error: None = None  # a non-null error goes the generic way (interpret_chunk reports it)
+
+
+_TYPED = msgspec.json.Decoder(_Chunk)
+
+
+def decode_chunk(data: bytes) -> ChunkFacts:
+    """What one ``data`` payload says (the same facts as ``interpret_chunk(json.loads(data))``).
+
+    Raises:
+        ValueError: ``data`` is not JSON (or not UTF-8).
+    """
+    try:
+        chunk = _TYPED.decode(data)
+    except msgspec.ValidationError:
+        return interpret_chunk(orjson.loads(data))  # orjson.JSONDecodeError is a ValueError
+    except msgspec.DecodeError as exc:
+        raise ValueError(str(exc)) from None
+    finish_reason = None
+    token = False
+    choices = chunk.choices
+    if choices is not None and len(choices) == 1:  # the usual shape, without joins
+        choice = choices[0]
+        finish_reason = choice.finish_reason or None
+        delta = choice.delta
+        if delta is None:
+            content = text = ""
+        else:
+            content = delta.content or ""
+            text = content
+            if delta.reasoning_content:
+                text += delta.reasoning_content
+            if delta.reasoning:
+                text += delta.reasoning
+            token = bool(text) or (_held_back(delta) and finish_reason is None)
+    else:
+        texts: list[str] = []
+        contents: list[str] = []
+        for choice in choices or ():
+            finish_reason = choice.finish_reason or finish_reason
+            delta = choice.delta
+            if delta is not None:
+                contents.append(delta.content or "")
+                texts += (delta.content or "", delta.reasoning_content or "", delta.reasoning or "")
+                token = token or (_held_back(delta) and not choice.finish_reason)
+        text, content = "".join(texts), "".join(contents)
+        token = token or bool(text)
+    usage = chunk.usage
+    if usage is None:
+        return ChunkFacts(text, content, finish_reason, token=token)
+    return ChunkFacts(text, content, finish_reason, usage.prompt_tokens, usage.completion_tokens, True, token=token)
+
+
+def _held_back(delta: _Delta) -> bool:
+    """A delta of a token without text yet: a text field present (even empty) and no role (the role chunk is no
+    token)."""
+    return delta.role is None and (
+        delta.content is not None or delta.reasoning_content is not None or delta.reasoning is not None
+    )

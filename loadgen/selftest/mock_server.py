@@ -1,0 +1,407 @@
+"""A mock OpenAI-compatible streaming server with known timings, cheap enough never to be the bottleneck.
+
+``python -m loadgen.selftest.mock_server --port 18900 --tokens 20 --ttft-ms 400 --itl-ms 50`` answers
+``/v1/chat/completions`` with a role-only chunk, then ``tokens`` content chunks (the first after ``ttft_ms``, each
+next ``itl_ms`` after the previous), a usage chunk and ``[DONE]``. ``--tokens-per-chunk K`` packs K tokens into each
+event, as vLLM does at high rates (``--stream-interval``). ``/v1/models``, ``/health`` and ``/version`` exist so it
+stands in for vLLM; the answer is ``min(tokens, max_tokens or max_completion_tokens)`` tokens long.
+
+Built to measure load generators: answers are pre-built byte strings (HTTP chunked framing included, cached per
+length); with no delays the whole answer goes out in one write (``--events-per-write 0``, the shape a saturated
+client sees: its reads find many events), or N events per write with a turn of the event loop between writes
+(``--events-per-write 1`` is one event per write). ``--processes N`` serves from N processes on one port
+(``SO_REUSEPORT``: the kernel spreads connections), so the mock scales with the cores it is given. The HTTP side is a
+plain asyncio protocol (HTTP/1.1 keep-alive, ``Content-Length`` request bodies).
+
+Quirks of other servers, for the robustness tests: ``--no-usage`` (no usage block), ``--no-done`` (the stream ends
+after the chunk with ``finish_reason`` and usage, as ``transformers serve`` does), ``--bad-chunk JSON`` (that data
+line is sent after the first content chunk of every answer), ``--models a,b`` (several served models).
+vLLM's own shapes: ``--role-with-first`` sends the role chunk in the first token's write (vLLM makes it when the
+first token is out), ``--held-back 0,5`` sends those tokens (0-based) as ``"content": ""`` (vLLM's chunk for a token
+whose text its detokenizer holds back: a byte-level BPE piece of a multi-byte character).
+``--require-api-key`` answers 401 on ``/v1/*`` without ``Authorization: Bearer <VLLM_API_KEY>``, as vLLM started
+with ``--api-key`` does (the key is read from the settings, never from the command line).
+
+The server's own clock (:mod:`loadgen.selftest.mock_metrics`): ``--metrics`` serves vLLM's ``/metrics`` latency
+histograms
+and counters as the mock's schedule stamps them; ``--send-delay-ms D`` sends every event D ms after its stamp (a
+server whose stream lags its own clock). Paced answers then follow a schedule (first event ``ttft_ms`` after the
+request, each next ``itl_ms`` after the previous one's stamp).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from loadgen.selftest.mock_metrics import MockMetrics
+
+MODEL_ID = "mock-model"
+TOKEN_TEXT = "字"  # a 3-byte UTF-8 character, so split-character handling is exercised
+MAX_HEAD_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class MockConfig:
+    """Shape of every mock answer."""
+
+    tokens: int = 20
+    ttft_ms: float = 400.0
+    itl_ms: float = 50.0
+    tokens_per_chunk: int = 1
+    events_per_write: int = 0
+    prompt_tokens: int = 7
+    usage: bool = True
+    done: bool = True
+    bad_chunk: str | None = None
+    models: tuple[str, ...] = (MODEL_ID,)
+    api_key: str | None = None
+    max_model_len: int = 4096  # as vLLM: a request asking for more output than fits is refused with HTTP 400
+    list_max_model_len: bool = True  # False: /v1/models does not say the context (as many non-vLLM servers)
+    metrics: bool = False  # serve vLLM's /metrics histograms of the mock's own clock
+    send_delay_ms: float = 0.0  # every event leaves this long after the time /metrics records for it
+    role_with_first: bool = False  # vLLM: the role chunk leaves with the first token
+    held_back: frozenset[int] = frozenset()  # tokens sent as "content": "" (text held back by vLLM's detokenizer)
+
+
+def _frame(data: bytes) -> bytes:
+    """One HTTP/1.1 chunk."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _event(body: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A streamed answer as framed events: ``head`` (the role chunk), ``content`` (one per event), ``tail`` (the
+    bad chunk after the first content event is in ``content``; usage, [DONE], the end of the body)."""
+
+    head: bytes
+    content: tuple[bytes, ...]
+    tail: bytes
+
+    @property
+    def whole(self) -> bytes:
+        return self.head + b"".join(self.content) + self.tail
+
+
+def build_answer(cfg: MockConfig, n: int, created: int) -> Answer:
+    """The framed events of an ``n``-token answer (pure)."""
+    base = {"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": created, "model": cfg.models[0]}
+    head = _frame(_event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}))
+    content: list[bytes] = []
+    sent = 0
+    while sent < n:
+        k = min(cfg.tokens_per_chunk, n - sent)
+        text = "" if len(content) in cfg.held_back else TOKEN_TEXT * k
+        sent += k
+        choice = {"index": 0, "delta": {"content": text}, "logprobs": None,
+                  "finish_reason": "length" if sent >= n else None}  # fmt: skip
+        event = _frame(_event({**base, "choices": [choice]}))
+        if cfg.bad_chunk is not None and sent == k:
+            event += _frame(f"data: {cfg.bad_chunk}\n\n".encode())
+        content.append(event)
+    if cfg.role_with_first and content:
+        head, content[0] = b"", head + content[0]
+    tail = b""
+    if cfg.usage:
+        usage = {"prompt_tokens": cfg.prompt_tokens, "completion_tokens": n, "total_tokens": cfg.prompt_tokens + n}
+        tail += _frame(_event({**base, "choices": [], "usage": usage}))
+    if cfg.done:
+        tail += _frame(b"data: [DONE]\n\n")
+    return Answer(head, tuple(content), tail + b"0\r\n\r\n")
+
+
+def _response(status: str, body: bytes, content_type: str = "application/json", close: bool = False) -> bytes:
+    connection = b"connection: close\r\n" if close else b""
+    return (
+        b"HTTP/1.1 %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n"
+        % (status.encode(), content_type.encode(), len(body), connection)
+        + body
+    )
+
+
+class MockServer:
+    """Routes and answers; one per process (answers are cached per length)."""
+
+    def __init__(self, cfg: MockConfig) -> None:
+        self.cfg = cfg
+        self.created = int(time.time())
+        self._answers: dict[int, Answer] = {}
+        self.metrics = MockMetrics() if cfg.metrics else None
+        context = {"max_model_len": cfg.max_model_len} if cfg.list_max_model_len else {}
+        models = [{"id": m, "object": "model", "root": m, **context} for m in cfg.models]
+        self.routes: dict[tuple[bytes, bytes], bytes] = {
+            (b"GET", b"/health"): json.dumps({"status": "ok"}).encode(),
+            (b"GET", b"/version"): json.dumps({"version": "mock"}).encode(),
+            (b"GET", b"/v1/models"): json.dumps({"object": "list", "data": models}).encode(),
+        }
+
+    def refuses(self, target: bytes, authorization: bytes | None) -> bool:
+        """vLLM's rule: with a key, every ``/v1`` path needs ``Authorization: Bearer <key>``."""
+        key = self.cfg.api_key
+        return bool(key) and target.startswith(b"/v1") and authorization != f"Bearer {key}".encode()
+
+    def answer(self, n: int) -> Answer:
+        found = self._answers.get(n)
+        if found is None:
+            found = self._answers[n] = build_answer(self.cfg, n, self.created)
+        return found
+
+    def too_long(self, body: bytes) -> bytes | None:
+        """vLLM's 400 answer for a request whose ``max_tokens`` exceeds the context; None when it fits."""
+        try:
+            request = json.loads(body)
+            asked = int(request.get("max_tokens") or request.get("max_completion_tokens") or 0)
+        except (ValueError, TypeError, AttributeError):
+            return None
+        if asked + self.cfg.prompt_tokens <= self.cfg.max_model_len:
+            return None
+        message = f"max_tokens={asked} cannot be greater than max_model_len={self.cfg.max_model_len}"
+        error = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+        return json.dumps(error).encode()
+
+    def tokens_asked(self, body: bytes) -> int:
+        """Answer length for a request body: min(tokens, max_tokens or max_completion_tokens)."""
+        try:
+            request = json.loads(body)
+            asked = request.get("max_tokens") or request.get("max_completion_tokens") or self.cfg.tokens
+            return max(1, min(self.cfg.tokens, int(asked)))
+        except (ValueError, TypeError, AttributeError):
+            return self.cfg.tokens
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection: requests are read from the buffer one at a time (no pipelining overlap)."""
+
+    def __init__(self, server: MockServer) -> None:
+        self.server = server
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self._next()
+
+    def _next(self) -> None:
+        while self.task is None and self.transport is not None:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self.buf) > MAX_HEAD_BYTES:
+                    self._send(_response("431 Request Header Fields Too Large", b"{}", close=True))
+                return
+            lines = bytes(self.buf[:end]).split(b"\r\n")
+            method, _, rest = lines[0].partition(b" ")
+            target = rest.partition(b" ")[0].partition(b"?")[0]
+            headers = {}
+            for line in lines[1:]:
+                name, _, value = line.partition(b":")
+                headers[name.strip().lower()] = value.strip()
+            if b"chunked" in headers.get(b"transfer-encoding", b""):
+                self._send(_response("411 Length Required", b'{"error":"send Content-Length"}', close=True))
+                return
+            length = int(headers.get(b"content-length", b"0") or 0)
+            if len(self.buf) < end + 4 + length:
+                return
+            body = bytes(self.buf[end + 4 : end + 4 + length])
+            del self.buf[: end + 4 + length]
+            close = headers.get(b"connection", b"").lower() == b"close"
+            if self.server.refuses(target, headers.get(b"authorization")):
+                self._send(_response("401 Unauthorized", b'{"error":"Unauthorized"}', close=close), close)
+                continue
+            self._handle(method, target, body, close)
+
+    def _send(self, data: bytes, close: bool = False) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+            if close:
+                self.transport.close()
+
+    def _handle(self, method: bytes, target: bytes, body: bytes, close: bool) -> None:
+        server = self.server
+        fixed = server.routes.get((method, target))
+        if server.metrics is not None and (method, target) == (b"GET", b"/metrics"):
+            self._send(_response("200 OK", server.metrics.exposition(), "text/plain; version=0.0.4", close), close)
+        elif fixed is not None:
+            self._send(_response("200 OK", fixed, close=close), close)
+        elif (method, target) == (b"POST", b"/v1/chat/completions"):
+            refused = server.too_long(body)
+            if refused is not None:
+                self._send(_response("400 Bad Request", refused, close=close), close)
+                return
+            answer = server.answer(server.tokens_asked(body))
+            head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+            head += b"connection: close\r\n\r\n" if close else b"\r\n"
+            cfg = server.cfg
+            if server.metrics is not None:
+                coroutine = self._scheduled(head, answer, close, server.metrics, server.tokens_asked(body))
+                self.task = asyncio.get_running_loop().create_task(coroutine)
+            elif cfg.ttft_ms <= 0 and cfg.itl_ms <= 0 and cfg.events_per_write <= 0:
+                self._send(head + answer.whole, close)  # the firehose: one write
+            else:
+                self.task = asyncio.get_running_loop().create_task(self._paced(head, answer, close))
+        else:
+            self._send(_response("404 Not Found", b'{"detail":"Not Found"}', close=close), close)
+
+    async def _paced(self, head: bytes, answer: Answer, close: bool) -> None:
+        """Write the answer on its schedule: the first content event ``ttft_ms`` after the request, each next one
+        ``itl_ms`` after the previous (so no gap is shorter); with no delays, ``events_per_write`` events per write
+        and a turn of the event loop between writes."""
+        cfg = self.server.cfg
+        step = 1 if cfg.itl_ms > 0 else max(1, cfg.events_per_write)
+        try:
+            self._send(head + answer.head)
+            await asyncio.sleep(cfg.ttft_ms / 1000.0)
+            for i in range(0, len(answer.content), step):
+                if i:
+                    await asyncio.sleep(cfg.itl_ms / 1000.0)
+                self._send(b"".join(answer.content[i : i + step]))
+            self._send(answer.tail, close)
+        finally:
+            self.task = None
+        self._next()
+
+
+    async def _scheduled(self, head: bytes, answer: Answer, close: bool, metrics: MockMetrics, tokens: int) -> None:
+        """Write the answer on the server's clock: content event k is stamped at ``arrival + ttft + k * itl`` (or
+        when the loop gets there, if later) and leaves ``send_delay_ms`` after its stamp; the stamps go to
+        ``/metrics`` when the answer ends."""
+        cfg = self.server.cfg
+        loop = asyncio.get_running_loop()
+        delay_s = cfg.send_delay_ms / 1000.0
+        arrival = loop.time()
+        stamps: list[float] = []
+        try:
+            self._send(head + answer.head)
+            due = arrival + cfg.ttft_ms / 1000.0
+            for event in answer.content:
+                await asyncio.sleep(max(0.0, due + delay_s - loop.time()))
+                stamp = loop.time() - delay_s  # never earlier than due: the loop may be late, the stamp with it
+                stamps.append(stamp)
+                self._send(event)
+                due = stamp + cfg.itl_ms / 1000.0
+            self._send(answer.tail, close)
+            metrics.record(arrival, stamps, tokens, cfg.prompt_tokens)
+        finally:
+            self.task = None
+        self._next()
+
+
+async def serve(cfg: MockConfig, host: str, port: int, reuse_port: bool) -> None:
+    """Serve until cancelled."""
+    server = MockServer(cfg)
+    loop = asyncio.get_running_loop()
+    listener = await loop.create_server(
+        lambda: _Connection(server), host, port, reuse_port=reuse_port, backlog=4096
+    )
+    async with listener:
+        await listener.serve_forever()
+
+
+def run(cfg: MockConfig, host: str, port: int, processes: int) -> int:
+    """Serve from ``processes`` processes on one port (the first is the parent of the others); stops on
+    SIGTERM/SIGINT, taking the others with it."""
+    children: list[int] = []
+    for _ in range(processes - 1):
+        pid = os.fork()
+        if pid == 0:
+            children.clear()
+            break
+        children.append(pid)
+
+    def stop(*_: object) -> None:
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGTERM)
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    with contextlib.suppress(SystemExit):
+        asyncio.run(serve(cfg, host, port, reuse_port=processes > 1))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=18900)
+    parser.add_argument("--tokens", type=int, default=20)
+    parser.add_argument("--ttft-ms", type=float, default=400.0)
+    parser.add_argument("--itl-ms", type=float, default=50.0)
+    parser.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per event (vLLM-like chunking)")
+    parser.add_argument(
+        "--events-per-write", type=int, default=0,
+        help="without delays: events per write (0 = the whole answer in one write)",
+    )  # fmt: skip
+    parser.add_argument("--processes", type=int, default=1, help="server processes on the port (SO_REUSEPORT)")
+    parser.add_argument("--no-usage", action="store_true", help="send no usage block")
+    parser.add_argument("--no-done", action="store_true", help="end after the finish chunk, without [DONE]")
+    parser.add_argument("--bad-chunk", default=None, help="a raw data line sent after the first content chunk")
+    parser.add_argument("--models", default=MODEL_ID, help="comma-separated model ids of /v1/models")
+    parser.add_argument("--max-model-len", type=int, default=4096, help="context: longer requests get HTTP 400")
+    parser.add_argument("--unlisted-context", action="store_true", help="/v1/models does not list max_model_len")
+    parser.add_argument("--require-api-key", action="store_true", help="require VLLM_API_KEY on /v1 (as vLLM does)")
+    parser.add_argument("--role-with-first", action="store_true", help="the role chunk leaves with the first token")
+    parser.add_argument("--held-back", default="", help="0-based tokens sent with empty content, e.g. 0,5")
+    parser.add_argument("--metrics", action="store_true", help="serve vLLM's /metrics of the mock's own clock")
+    parser.add_argument("--send-delay-ms", type=float, default=0.0, help="--metrics: events leave this late")
+    args = parser.parse_args(argv)
+    if args.tokens < 1 or args.tokens_per_chunk < 1 or args.processes < 1 or args.events_per_write < 0:
+        parser.error("--tokens, --tokens-per-chunk and --processes must be >= 1, --events-per-write >= 0")
+    api_key = None
+    if args.require_api_key:
+        from core.settings import get_settings
+
+        api_key = get_settings().vllm_client_key
+        if not api_key:
+            parser.error("--require-api-key needs VLLM_API_KEY")
+    cfg = MockConfig(
+        tokens=args.tokens,
+        ttft_ms=args.ttft_ms,
+        itl_ms=args.itl_ms,
+        tokens_per_chunk=args.tokens_per_chunk,
+        events_per_write=args.events_per_write,
+        usage=not args.no_usage,
+        done=not args.no_done,
+        bad_chunk=args.bad_chunk,
+        models=tuple(m for m in args.models.split(",") if m),
+        api_key=api_key,
+        max_model_len=args.max_model_len,
+        list_max_model_len=not args.unlisted_context,
+        metrics=args.metrics,
+        send_delay_ms=args.send_delay_ms,
+        role_with_first=args.role_with_first,
+        held_back=frozenset(int(x) for x in args.held_back.split(",") if x.strip()),
+    )
+    print(f"[MOCK] http://{args.host}:{args.port} ({args.processes} process(es))", file=sys.stderr, flush=True)
+    return run(cfg, args.host, args.port, args.processes)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,243 @@
+"""The benchmark's client of the sidecar's HTTP API (:mod:`core.api` types): health, baselines, sampling windows
+and report submission. The load generator never imports the sidecar. Writes carry the sidecar token
+(``Authorization: Bearer``, from :meth:`core.settings.Settings.sidecar_auth_token`)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+from pydantic import BaseModel
+
+from core.api import BaselineMarked, BuildReportRequest, BuildReportResponse, WindowResult, WindowStarted
+from core.report_schema import Report
+from core.series import SeriesReport
+from core.settings import Settings
+from loadgen.errors import BenchError
+
+MIB = 1024 * 1024
+BUSY_ATTEMPTS = 4  # a report answered 503 + Retry-After (large writes queued) is sent up to this many times
+_M = TypeVar("_M", bound=BaseModel)
+
+
+class SidecarClient:
+    """Calls ``url``'s API; every failure is a :class:`BenchError` saying what to do.
+
+    Args:
+        token: the sidecar token sent with every write (None: writes are refused by the sidecar).
+        max_body_bytes: a report body above this is not sent (the sidecar would answer 413); None: no check.
+    """
+
+    def __init__(
+        self, url: str, timeout_s: float = 10.0, token: str | None = None, max_body_bytes: int | None = None
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.max_body_bytes = max_body_bytes
+        self.write_headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    @classmethod
+    def of(cls, settings: Settings) -> SidecarClient:
+        """The client of ``settings``' sidecar: its URL, token and body limit."""
+        return cls(
+            settings.sidecar_url,
+            token=settings.sidecar_auth_token(),
+            max_body_bytes=int(settings.sidecar_max_body_mb * MIB),
+        )
+
+    def _refused(self, response: httpx.Response, what: str) -> BenchError:
+        """The error for a non-200 answer, saying what to do about a missing or wrong token and a size limit."""
+        if busy_retry_s(response) is not None:
+            return BenchError(
+                f"the sidecar was busy with other large writes (HTTP {response.status_code}: {response.text[:200]}) "
+                f"after {BUSY_ATTEMPTS} tries: try again when the other clients are done."
+            )
+        if response.status_code in (401, 403, 503):
+            return BenchError(
+                f"the sidecar refused {what} (HTTP {response.status_code}: {response.text[:200]}): the benchmark "
+                "needs the sidecar's token — SIDECAR_TOKEN, or the file SIDECAR_TOKEN_FILE (run/sidecar_token, made "
+                "by `make up`)."
+            )
+        if response.status_code == 413:
+            return BenchError(
+                f"the sidecar refused {what} as too large (HTTP 413): raise SIDECAR_MAX_BODY_MB for the sidecar and "
+                "the benchmark."
+            )
+        return BenchError(f"the sidecar refused {what} (HTTP {response.status_code}): {response.text[:500]}")
+
+    def _down(self, exc: Exception) -> BenchError:
+        return BenchError(
+            f"the sidecar is not answering at {self.url} ({type(exc).__name__}); it writes the report. "
+            "Start the stack with `make up` (log: logs/sidecar.log)."
+        )
+
+    def check(self) -> None:
+        """Raises BenchError unless ``/health`` answers 200."""
+        try:
+            httpx.get(f"{self.url}/health", timeout=self.timeout_s).raise_for_status()
+        except httpx.HTTPError as exc:
+            raise self._down(exc) from None
+
+    def check_token(self) -> None:
+        """Raises BenchError unless the sidecar accepts this client's token (``GET /auth``), so a run never measures
+        load whose report could not be written."""
+        try:
+            response = httpx.get(f"{self.url}/auth", timeout=self.timeout_s, headers=self.write_headers)
+        except httpx.HTTPError as exc:
+            raise self._down(exc) from None
+        if response.status_code != 204:
+            raise self._refused(response, "the benchmark's token")
+
+    def baselines(self) -> dict[str, str]:
+        """Named baselines: name -> report id."""
+        try:
+            response = httpx.get(f"{self.url}/baselines", timeout=self.timeout_s)
+            response.raise_for_status()
+            data = response.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise self._down(exc) from None
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def _get_model(self, path: str, model: type[_M]) -> _M | None:
+        """``GET path`` read as ``model``; None on 404.
+
+        Raises:
+            BenchError: the sidecar is unreachable, refuses, or answers something that does not read as ``model``.
+        """
+        try:
+            response = httpx.get(f"{self.url}{path}", timeout=self.timeout_s)
+        except httpx.HTTPError as exc:
+            raise self._down(exc) from None
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise self._refused(response, f"reading {path}")
+        try:
+            return model.model_validate_json(response.content)
+        except ValueError as exc:
+            first = str(exc).splitlines()[0]
+            raise BenchError(f"the sidecar's {path} does not read as a {model.__name__}: {first}") from None
+
+    def report(self, report_id: str) -> Report | None:
+        """Report ``report_id`` (``GET /reports/{id}``, migrated to this schema); None when the sidecar has none.
+
+        Raises:
+            BenchError: the sidecar is unreachable, or answers something that is not a report.
+        """
+        return self._get_model(f"/reports/{report_id}", Report)
+
+    def series(self, series_id: str) -> SeriesReport | None:
+        """Series ``series_id`` (``GET /series/{id}``); None when the sidecar has none.
+
+        Raises:
+            BenchError: the sidecar is unreachable, or answers something that is not a series report.
+        """
+        return self._get_model(f"/series/{series_id}", SeriesReport)
+
+    def _post_model(self, path: str, model: type[_M]) -> _M | None:
+        """``POST path`` answered as ``model``; None when the sidecar cannot (a window is best effort)."""
+        try:
+            response = httpx.post(f"{self.url}{path}", timeout=self.timeout_s, headers=self.write_headers)
+            response.raise_for_status()
+            return model.model_validate_json(response.content)
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def start_window(self) -> WindowStarted | None:
+        """Open a sampling window; None when the sidecar cannot (the report then uses the run's own bounds)."""
+        return self._post_model("/windows/start", WindowStarted)
+
+    def stop_window(self, window_id: str) -> WindowResult | None:
+        """Close the sampling window (its summary, or None when the sidecar cannot tell)."""
+        return self._post_model(f"/windows/{window_id}/stop", WindowResult)
+
+    def mark_baseline(self, name: str, report_id: str) -> BaselineMarked:
+        """Mark report ``report_id`` as baseline ``name`` (``PUT /baselines/{name}``); the sidecar's answer says
+        what the name pointed at before (``previous_id``).
+
+        Raises:
+            BenchError: refused (the sidecar's reason) or unreachable.
+        """
+        try:
+            response = httpx.put(
+                f"{self.url}/baselines/{name}",
+                json={"report_id": report_id},
+                timeout=self.timeout_s,
+                headers=self.write_headers,
+            )
+        except httpx.HTTPError as exc:
+            raise self._down(exc) from None
+        if response.status_code != 200:
+            raise self._refused(response, f"baseline {name}")
+        try:
+            return BaselineMarked.model_validate_json(response.content)
+        except ValueError:  # an older sidecar's answer: marked, but what it replaced is unknown
+            return BaselineMarked(name=name, report_id=report_id, timestamp="", throughput_req_per_sec=0.0,
+                                  latency_p99_ms=None)
+
+    def post_report(self, request: BuildReportRequest, rows_file: Path | None = None) -> BuildReportResponse:
+        """Ask the sidecar to write the report.
+
+        A body over the sidecar's limit (SIDECAR_MAX_BODY_MB; a long run at a high rate has 100k+ rows) is sent
+        without its per-request rows: the metrics, the error counts (``request.errors``) and the server and client
+        views are computed from every row here, the rows stay in ``rows_file`` and the report says so
+        (``rows_omitted``).
+
+        Raises:
+            BenchError: the body is over the size limit even without its rows, or the sidecar refused the run or is
+                unreachable (the message carries its answer and what to do).
+        """
+        size = body_size_past(request, self.max_body_bytes)
+        if self.max_body_bytes is not None and size > self.max_body_bytes and request.records:
+            kept = rows_file or "the run's rows file"
+            why = (
+                f"per-request rows left out of the report: with them its body is over {size / MIB:.1f} MiB, above "
+                f"SIDECAR_MAX_BODY_MB={self.max_body_bytes / MIB:g}; all {len(request.records)} rows are kept in "
+                f"{kept} (the metrics and error counts are computed from all of them)"
+            )
+            request = request.model_copy(update={"records": [], "rows_omitted": why, "gaps": [*request.gaps, why]})
+        content = request.model_dump_json().encode("utf-8")
+        if self.max_body_bytes is not None and len(content) > self.max_body_bytes:
+            raise BenchError(
+                f"the run's report body is {len(content) / MIB:.1f} MiB, above SIDECAR_MAX_BODY_MB="
+                f"{self.max_body_bytes / MIB:g}: raise it for the sidecar (restart it) and the benchmark"
+            )
+        for attempt in range(1, BUSY_ATTEMPTS + 1):
+            try:
+                response = httpx.post(
+                    f"{self.url}/reports",
+                    content=content,
+                    timeout=120,
+                    headers={"content-type": "application/json", **self.write_headers},
+                )
+            except httpx.HTTPError as exc:
+                raise BenchError(f"the sidecar is unreachable at {self.url}: {exc}") from None
+            wait_s = busy_retry_s(response)
+            if wait_s is None or attempt == BUSY_ATTEMPTS:
+                break
+            time.sleep(wait_s)  # the sidecar's queue of large writes is full: it said when to come back
+        if response.status_code != 200:
+            raise self._refused(response, "the report")
+        return BuildReportResponse.model_validate_json(response.content)
+
+
+def busy_retry_s(response: httpx.Response) -> float | None:
+    """Seconds to wait before sending again when the sidecar answered "busy" (503 or 429 with ``Retry-After``, at
+    most 30 s); None for any other answer."""
+    after = response.headers.get("retry-after", "")
+    if response.status_code not in (429, 503) or not after.strip().isdigit():
+        return None
+    return min(float(after), 30.0)
+
+
+def body_size_past(request: BuildReportRequest, limit_bytes: int | None) -> int:
+    """The JSON body size of ``request`` in bytes, counted row by row and stopped once past ``limit_bytes`` (so a
+    run of 100k+ rows is never serialised whole just to learn it is too big); None: the whole size."""
+    size = len(request.model_copy(update={"records": []}).model_dump_json().encode("utf-8"))
+    for record in request.records:
+        size += len(record.model_dump_json().encode("utf-8")) + 1  # the comma
+        if limit_bytes is not None and size > limit_bytes:
+            break
+    return size

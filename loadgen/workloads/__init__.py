@@ -1,0 +1,1 @@
+"""Workloads: datasets, request streams, random and shared-prefix prompts, sessions, arrival schedules."""

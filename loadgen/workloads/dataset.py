@@ -1,0 +1,169 @@
+"""Workloads: the bundled Chinese corpus or your own dataset, as chat messages with input-length buckets.
+
+Formats (chosen by content, not by extension):
+
+- **Prompt JSONL** (the bundled ``loadgen/workloads/data/prompts_zh.jsonl``): one object per line with ``prompt``
+(str) or
+  ``messages`` (OpenAI chat list ending with a user turn), plus optional ``id`` and ``task``.
+- **ShareGPT JSON**: a list of ``{"id", "conversations": [{"from": "human"|"gpt"|"system", "value"}]}``; each
+  conversation becomes the messages up to its last human turn. The same objects one per line (ShareGPT JSONL) and
+  turns written ``{"role", "content"}`` are read too.
+
+A UTF-8 byte-order mark at the start of the file is skipped (JSON and JSONL).
+
+Invalid lines/entries are **skipped and counted** (a bring-your-own file with a few bad rows should still run; the
+count is printed and recorded). A file with no usable entry is an error.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Input-length buckets by characters of the whole conversation (CJK text: roughly 1-1.5 characters per token).
+BUCKET_LIMITS_CHARS = {"short": 60, "medium": 600}
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
+
+
+class DatasetError(ValueError):
+    """A dataset file is missing or holds no usable prompt; the message says which file and what to do."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One workload item: chat messages, task type and input-length bucket."""
+
+    prompt_id: str
+    task: str
+    messages: list[dict[str, str]]
+
+    @property
+    def chars(self) -> int:
+        """Characters of all message contents."""
+        return sum(len(m["content"]) for m in self.messages)
+
+    @property
+    def bucket(self) -> str:
+        """``short`` (< 60 characters), ``medium`` (< 600) or ``long``."""
+        if self.chars < BUCKET_LIMITS_CHARS["short"]:
+            return "short"
+        return "medium" if self.chars < BUCKET_LIMITS_CHARS["medium"] else "long"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Loaded prompts, how many entries were skipped, and the source file."""
+
+    path: Path
+    prompts: list[Prompt]
+    skipped: int
+
+    def by_bucket(self) -> dict[str, list[Prompt]]:
+        """Prompts grouped by input-length bucket (empty buckets omitted)."""
+        groups: dict[str, list[Prompt]] = {}
+        for prompt in self.prompts:
+            groups.setdefault(prompt.bucket, []).append(prompt)
+        return groups
+
+
+def _valid_messages(messages: Any) -> list[dict[str, str]] | None:
+    if not isinstance(messages, list) or not messages:
+        return None
+    out = []
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
+            return None
+        if not isinstance(m.get("content"), str):
+            return None
+        out.append({"role": m["role"], "content": m["content"]})
+    return out if out[-1]["role"] == "user" and out[-1]["content"].strip() else None
+
+
+def _from_jsonl_line(obj: Any, number: int) -> Prompt | None:
+    if not isinstance(obj, dict):
+        return None
+    if "conversations" in obj:  # ShareGPT as JSONL: one conversation per line
+        return _from_sharegpt(obj, number - 1)
+    if isinstance(obj.get("prompt"), str) and obj["prompt"].strip():
+        messages: list[dict[str, str]] | None = [{"role": "user", "content": obj["prompt"]}]
+    else:
+        messages = _valid_messages(obj.get("messages"))
+    if messages is None:
+        return None
+    return Prompt(str(obj.get("id", f"line-{number}")), str(obj.get("task", "unknown")), messages)
+
+
+def _from_sharegpt(entry: Any, index: int) -> Prompt | None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("conversations"), list):
+        return None
+    messages = []
+    for turn in entry["conversations"]:
+        if not isinstance(turn, dict):
+            return None
+        # ShareGPT's {"from", "value"}, or OpenAI-style {"role", "content"} as many exports write it
+        value = turn.get("value", turn.get("content"))
+        role = SHAREGPT_ROLES.get(str(turn.get("from", turn.get("role"))))
+        if role is None or not isinstance(value, str):
+            return None
+        messages.append({"role": role, "content": value})
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    valid = _valid_messages(messages[: last_user + 1]) if last_user >= 0 else None
+    if valid is None:
+        return None
+    return Prompt(str(entry.get("id", f"entry-{index}")), "sharegpt", valid)
+
+
+def load_dataset(path: Path) -> Dataset:
+    """Load a prompt JSONL or ShareGPT JSON file.
+
+    Raises:
+        DatasetError: missing file, unreadable text, or no usable entry (with the skip count).
+    """
+    if path.is_dir():
+        raise DatasetError(f"dataset {path} is a folder: DATASET names one file (prompt JSONL or ShareGPT JSON)")
+    if not path.is_file():
+        raise DatasetError(f"dataset {path} not found: check the path (DATASET=...)")
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # a UTF-8 byte-order mark is not part of the first record
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"dataset {path} cannot be read as UTF-8 text: {exc}") from None
+    prompts: list[Prompt] = []
+    skipped = 0
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            entries = json.loads(stripped)
+        except ValueError as exc:
+            raise DatasetError(f"dataset {path} looks like a JSON list but does not parse: {exc}") from None
+        for index, entry in enumerate(entries):
+            prompt = _from_sharegpt(entry, index)
+            if prompt is None:
+                skipped += 1
+            else:
+                prompts.append(prompt)
+    else:
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                prompt = _from_jsonl_line(json.loads(line), number)
+            except ValueError:
+                prompt = None
+            if prompt is None:
+                skipped += 1
+            else:
+                prompts.append(prompt)
+    if not prompts:
+        raise DatasetError(
+            f"dataset {path} has no usable entry ({skipped} skipped): expected prompt JSONL "
+            '(one {"prompt": ...} per line) or ShareGPT JSON ([{"conversations": [...]}])'
+        )
+    return Dataset(path, prompts, skipped)
+
+
+def load_jsonl_prompts(path: Path) -> tuple[list[Prompt], int]:
+    """``(prompts, skipped)`` of any supported dataset file (see :func:`load_dataset`)."""
+    dataset = load_dataset(path)
+    return dataset.prompts, dataset.skipped

@@ -1,0 +1,139 @@
+"""DATASET=random: prompts of exactly RANDOM_INPUT_LEN tokens as the server counts them, for comparisons with
+``vllm bench serve --dataset-name random``.
+
+How they are sized (decided here, documented in the README): the figure is the **whole prompt the server
+processes**, chat template included — what ``usage.prompt_tokens`` reports — not only the user text. Each prompt is
+random token ids drawn from the ids the server's tokenizer gives the bundled corpus (so they decode to ordinary
+text, no special tokens), decoded by the server (``POST /detokenize``), then counted as a chat (``POST /tokenize``
+with ``messages``, the generation prompt added as the chat endpoint does) and trimmed or extended until the count
+is exact. Random ids from the first token on mean no two prompts share a prefix beyond the template (no
+prefix-cache hits). The prompts are written once per model, length, count and seed to
+``logs/datasets/random_….jsonl`` (a prompt JSONL), which every Locust process reads.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from core.report_schema import BenchmarkConfig
+from loadgen.errors import BenchError
+from loadgen.workloads.dataset import load_dataset
+
+MAX_ADJUSTMENTS = 12
+DEFAULT_PROMPTS = 256  # duration-bounded runs cycle through this many
+CORPUS_CHARS = 20_000  # of the bundled corpus, tokenized once for the pool of ordinary token ids
+
+
+class TokenizerClient:
+    """The server's ``/tokenize`` and ``/detokenize`` (vLLM's), for ``model``.
+
+    Raises:
+        BenchError: the server has no such endpoints or does not answer (the message says what to do).
+    """
+
+    def __init__(self, base_url: str, model: str, timeout_s: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.client = httpx.Client(timeout=timeout_s)
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            response = self.client.post(f"{self.base_url}{path}", json={"model": self.model, **body})
+        except httpx.HTTPError as exc:
+            raise BenchError(f"DATASET=random: {path} at {self.base_url} failed ({type(exc).__name__})") from None
+        if response.status_code != 200:
+            raise BenchError(
+                f"DATASET=random sizes prompts with the server's {path} (vLLM has it); {self.base_url} answered "
+                f"HTTP {response.status_code}: {response.text[:200]}"
+            )
+        data = response.json()
+        return data if isinstance(data, dict) else {}
+
+    def ids(self, text: str) -> list[int]:
+        """Token ids of plain ``text`` (no special tokens)."""
+        return [int(t) for t in self._post("/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"]]
+
+    def chat_count(self, text: str) -> int:
+        """Tokens of a one-message chat with ``text`` as the server's chat endpoint would build it."""
+        body = {"messages": [{"role": "user", "content": text}], "add_generation_prompt": True}
+        return int(self._post("/tokenize", body)["count"])
+
+    def text(self, ids: list[int]) -> str:
+        """``ids`` decoded by the server."""
+        return str(self._post("/detokenize", {"tokens": ids})["prompt"])
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self.client.close()
+
+
+def sized_prompt(tok: TokenizerClient, pool: np.ndarray, rng: np.random.Generator, total_tokens: int) -> str:
+    """A random text whose one-message chat is exactly ``total_tokens`` tokens (see the module docstring).
+
+    Raises:
+        BenchError: the template alone is longer, or the count did not settle (the message gives the numbers).
+    """
+    overhead = tok.chat_count("")
+    if total_tokens <= overhead:
+        raise BenchError(
+            f"RANDOM_INPUT_LEN={total_tokens} is not above the chat template's own {overhead} tokens: choose more"
+        )
+    ids = [int(i) for i in rng.choice(pool, total_tokens - overhead)]
+    count = None
+    for _ in range(MAX_ADJUSTMENTS):
+        text = tok.text(ids)
+        count = tok.chat_count(text)
+        if count == total_tokens:
+            return text
+        gap = total_tokens - count
+        if gap > 0:
+            ids += [int(i) for i in rng.choice(pool, gap)]
+        else:
+            ids = ids[: max(1, len(ids) + gap)]
+    raise BenchError(f"DATASET=random: could not size a prompt to {total_tokens} tokens (last count {count})")
+
+
+def token_pool(tok: TokenizerClient, corpus: Path) -> np.ndarray:
+    """The distinct token ids of the first :data:`CORPUS_CHARS` characters of ``corpus`` as the server tokenizes
+    them: ordinary tokens to build prompts of exact lengths from (shape ``(n,)``, int64)."""
+    text = "".join(p.messages[-1]["content"] for p in load_dataset(corpus).prompts)[:CORPUS_CHARS]
+    return np.unique(np.asarray(tok.ids(text), dtype=np.int64))
+
+
+def random_prompts_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path, count: int | None = None) -> Path:
+    """Write (once) and return the prompt JSONL of ``plan``'s random dataset: ``count`` prompts (default REQUESTS
+    plus warmup, or 256 for duration-bounded runs) of ``plan.input_len_tokens`` tokens each.
+
+    Raises:
+        BenchError: the server cannot tokenize, or a prompt cannot be sized.
+    """
+    total = plan.input_len_tokens
+    if total is None:
+        raise ValueError("not a DATASET=random plan (input_len_tokens unset)")
+    count = count or ((plan.requests + plan.warmup_requests) if plan.requests else DEFAULT_PROMPTS)
+    safe_model = re.sub(r"[^A-Za-z0-9_.-]+", "_", plan.model)
+    path = logs_dir / "datasets" / f"random_{safe_model}_in{total}_n{count}_seed{plan.seed}.jsonl"
+    if path.exists():
+        return path
+    tok = TokenizerClient(plan.vllm_url, plan.model)
+    try:
+        pool = token_pool(tok, corpus)
+        rng = np.random.default_rng(plan.seed)
+        lines = [
+            json.dumps({"id": f"random-{i}", "task": "random", "prompt": sized_prompt(tok, pool, rng, total)},
+                       ensure_ascii=False)
+            for i in range(count)
+        ]
+    finally:
+        tok.close()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,190 @@
+"""Pure aggregation of parsed log data: engine stats, request stats, slowest requests (error groups: ``groups``).
+
+Each aggregator takes items one at a time and keeps bounded state whatever the input's length (sums and maxima, the
+top N, error causes and sources up to a cap, latency percentiles in a sketch of known error:
+:mod:`logtools.quantiles`), then ``summary()`` gives a JSON-ready dict.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.requestlog import RequestLogLine
+from core.timeparse import epoch_to_iso
+from engine.logformat import METRIC_FIELDS, normalise
+from logtools.quantiles import StreamingQuantiles
+
+MAX_ERROR_CAUSES = 200
+MAX_SOURCES = 50
+"""Distinct ``source`` values counted; later new ones are counted as ``(other)``."""
+
+
+@dataclass
+class _Running:
+    """Count, sum, maximum and last value of one engine figure."""
+
+    count: int = 0
+    total: float = 0.0
+    maximum: float = float("-inf")
+    last: float = 0.0
+
+    def add_all(self, values: list[float]) -> None:
+        if values:
+            self.count += len(values)
+            self.total += sum(values)
+            self.maximum = max(self.maximum, max(values))
+            self.last = values[-1]
+
+    def as_dict(self) -> dict[str, float]:
+        return {"mean": round(self.total / self.count, 3), "max": self.maximum, "last": self.last}
+
+
+class EngineSummary:
+    """Summary of the engine's periodic stats lines (throughputs in tokens/s, KV cache and hit rate in %)."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.figures: dict[str, _Running] = {name: _Running() for name in METRIC_FIELDS if name != "kv_cache_device"}
+        self.busy_generation = _Running()
+        self.kv_cache_devices: Counter[str] = Counter()
+        self.first_s: float | None = None
+        self.last_s: float | None = None
+
+    def add_rows(self, rows: list[tuple[bytes, ...]], first_s: float | None, last_s: float | None) -> None:
+        """Rows of :data:`~engine.logformat.METRICS_RE` groups, oldest first, and the times of the first
+        and last row (epoch seconds or None)."""
+        self.samples += len(rows)
+        columns = list(zip(*rows, strict=True))
+        for name, column in zip(METRIC_FIELDS, columns, strict=True):
+            if name == "kv_cache_device":
+                self.kv_cache_devices.update(device.decode("ascii", "replace") for device in column if device)
+            else:
+                self.figures[name].add_all([float(value) for value in column if value])
+        running, generation = columns[2], columns[1]
+        self.busy_generation.add_all([float(g) for g, r in zip(generation, running, strict=True) if r and r != b"0"])
+        if first_s is not None:
+            self.first_s = first_s if self.first_s is None else min(self.first_s, first_s)
+        if last_s is not None:
+            self.last_s = last_s if self.last_s is None else max(self.last_s, last_s)
+
+    def summary(self) -> dict[str, Any]:
+        """Samples, time span and mean/max/last of each figure; ``busy_generation_tokens_per_s`` averages only the
+        samples with running requests; ``kv_cache_device`` is the device the KV cache figure is about."""
+        return {
+            "samples": self.samples,
+            "first": epoch_to_iso(self.first_s),
+            "last": epoch_to_iso(self.last_s),
+            "kv_cache_device": self.kv_cache_devices.most_common(1)[0][0] if self.kv_cache_devices else None,
+            **{name: figure.as_dict() for name, figure in self.figures.items() if figure.count},
+            "busy_generation_tokens_per_s": self.busy_generation.as_dict() if self.busy_generation.count else None,
+        }
+
+
+@dataclass
+class RequestStats:
+    """Requests, error rate, latency percentiles (ms) and token throughput (tokens/s) over the records seen, in
+    memory that does not grow with the number of records (percentiles within
+    :data:`~logtools.quantiles.RELATIVE_ACCURACY` of the exact ones)."""
+
+    total: int = 0
+    ok: int = 0
+    errors: int = 0
+    cancelled: int = 0
+    by_source: Counter[str] = field(default_factory=Counter)
+    error_causes: Counter[str] = field(default_factory=Counter)
+    total_ms: StreamingQuantiles = field(default_factory=StreamingQuantiles)
+    ttft_ms: StreamingQuantiles = field(default_factory=StreamingQuantiles)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    first_start_s: float | None = None
+    last_end_s: float | None = None
+
+    def add(self, record: RequestLogLine) -> None:
+        """Count one record; latencies of successful requests feed the percentiles."""
+        self.total += 1
+        source = record.source
+        self.by_source[source if source in self.by_source or len(self.by_source) < MAX_SOURCES else "(other)"] += 1
+        if record.status == "ok":
+            self.ok += 1
+            if record.total_ms is not None:
+                self.total_ms.add(record.total_ms)
+            if record.ttft_ms is not None:
+                self.ttft_ms.add(record.ttft_ms)
+        elif record.status == "cancelled":  # the reader left (Stop, tab closed): not a server failure
+            self.cancelled += 1
+        else:
+            self.errors += 1
+            cause = normalise(record.error or "(no cause recorded)")
+            if cause in self.error_causes or len(self.error_causes) < MAX_ERROR_CAUSES:
+                self.error_causes[cause] += 1
+        self.prompt_tokens += record.prompt_tokens or 0
+        self.completion_tokens += record.completion_tokens or 0
+        start_s = record.start_s
+        self.first_start_s = start_s if self.first_start_s is None else min(self.first_start_s, start_s)
+        self.last_end_s = record.end_s if self.last_end_s is None else max(self.last_end_s, record.end_s)
+
+    def summary(self, since_s: float | None = None) -> dict[str, Any]:
+        """JSON-ready stats. The window runs from the first request's start (not before ``since_s``) to the last
+        request's end; token rates are totals divided by its length in seconds."""
+        window_s = None
+        start_s = self.first_start_s
+        if start_s is not None and since_s is not None:
+            start_s = max(start_s, since_s)
+        if start_s is not None and self.last_end_s is not None and self.last_end_s > start_s:
+            window_s = self.last_end_s - start_s
+        return {
+            "requests": self.total,
+            "ok": self.ok,
+            "errors": self.errors,
+            "cancelled": self.cancelled,
+            "error_rate": round(self.errors / self.total, 4) if self.total else None,
+            "by_source": dict(self.by_source.most_common()),
+            "top_errors": [{"error": cause, "count": n} for cause, n in self.error_causes.most_common(5)],
+            "total_ms": self.total_ms.summary(),
+            "ttft_ms": self.ttft_ms.summary(),
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "window_start": epoch_to_iso(start_s),
+            "window_end": epoch_to_iso(self.last_end_s),
+            "window_s": round(window_s, 3) if window_s else None,
+            "completion_tokens_per_s": round(self.completion_tokens / window_s, 3) if window_s else None,
+            "prompt_tokens_per_s": round(self.prompt_tokens / window_s, 3) if window_s else None,
+        }
+
+
+class SlowRequests:
+    """Requests whose ``total_ms`` exceeds ``threshold_ms``: all counted, the ``keep`` slowest kept."""
+
+    def __init__(self, threshold_ms: float, keep: int) -> None:
+        self.threshold_ms = threshold_ms
+        self.keep = keep
+        self.count = 0
+        self.considered = 0
+        self._heap: list[tuple[float, int, RequestLogLine]] = []
+        self._order = itertools.count()
+
+    def add(self, record: RequestLogLine) -> None:
+        """Consider one record (records without ``total_ms`` cannot be slow)."""
+        self.considered += 1
+        if record.total_ms is None or record.total_ms <= self.threshold_ms:
+            return
+        self.count += 1
+        item = (record.total_ms, next(self._order), record)
+        if len(self._heap) < self.keep:
+            heapq.heappush(self._heap, item)
+        elif item[0] > self._heap[0][0]:
+            heapq.heapreplace(self._heap, item)
+
+    def summary(self) -> dict[str, Any]:
+        """Threshold, counts and the slowest requests, slowest first."""
+        slowest = sorted(self._heap, key=lambda item: (-item[0], item[1]))
+        return {
+            "threshold_ms": self.threshold_ms,
+            "requests": self.considered,
+            "slow": self.count,
+            "slowest": [record.as_dict() for _, _, record in slowest],
+        }

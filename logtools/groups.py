@@ -1,0 +1,110 @@
+"""Pure grouping of :class:`~logtools.scan.ErrorEvent` s into counted groups with one example each.
+
+Events share a group when level, source (``file.py:line``) and message and exception agree once tokens holding
+digits are masked (request ids, token counts, pids). Memory is bounded by :data:`MAX_GROUPS`.
+"""
+
+from __future__ import annotations
+
+from core.timeparse import epoch_to_iso
+from engine.logformat import normalise
+from logtools.scan import ErrorEvent
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+LEVEL_RANK = {"CRITICAL": 0, "ERROR": 1, "WARNING": 2}
+MAX_GROUPS = 1000
+"""Distinct error groups kept; later new kinds are counted under one ``(other messages)`` group per level."""
+OTHER = "(other messages)"
+_MAX_CACHED_KEYS = 4096
+
+
+class ErrorGroup:
+    """Events of one kind: count, first and last time (epoch seconds) and the first event as the example."""
+
+    __slots__ = (
+        "count", "exception", "first_s", "last_before", "last_s", "level", "message", "process", "source", "traceback"
+    )  # fmt: skip
+
+    def __init__(self, event: ErrorEvent, other: bool = False) -> None:
+        self.level = event.level
+        self.source = None if other else event.source
+        self.process = None if other else event.process
+        self.message = OTHER if other else event.message
+        self.exception = None if other else event.exception
+        self.traceback: list[str] = [] if other else event.traceback_text()
+        self.count = 0
+        self.first_s: float | None = None
+        self.last_s: float | None = None
+        self.last_before = False
+        """:attr:`last_s` is the time of the stamped line before an event without a stamp of its own."""
+
+    def add(self, stamp_s: float | None, stamp_before: bool = False) -> None:
+        """Count one more event at ``stamp_s`` (epoch seconds, None: unknown; ``stamp_before``: the time of the
+        nearest stamped line before an event that has none)."""
+        self.count += 1
+        if stamp_s is not None:
+            if self.first_s is None or stamp_s < self.first_s:
+                self.first_s = stamp_s
+            if self.last_s is None or stamp_s > self.last_s or (stamp_s == self.last_s and not stamp_before):
+                self.last_s, self.last_before = stamp_s, stamp_before
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form; times as local ISO 8601."""
+        return {
+            "level": self.level,
+            "count": self.count,
+            "source": self.source,
+            "process": self.process,
+            "message": self.message,
+            "exception": self.exception,
+            "first_seen": epoch_to_iso(self.first_s),
+            "last_seen": epoch_to_iso(self.last_s),
+            "last_seen_from_line_before": self.last_before,
+            "traceback": self.traceback,
+        }
+
+
+class ErrorGroups:
+    """Counts events by group; ``add`` is the scanner's ``on_event`` callback."""
+
+    def __init__(self, max_groups: int = MAX_GROUPS) -> None:
+        self.max_groups = max_groups
+        self.groups: dict[tuple[str, str | None, str, str], ErrorGroup] = {}
+        self.by_level: dict[str, int] = {}
+        self._keys: dict[str, str] = {}
+
+    def _normalised(self, message: str) -> str:
+        """:func:`~engine.logformat.normalise` with a bounded cache (many events repeat a message)."""
+        key = self._keys.get(message)
+        if key is None:
+            if len(self._keys) >= _MAX_CACHED_KEYS:
+                self._keys.clear()
+            key = self._keys[message] = normalise(message)
+        return key
+
+    def add(self, event: ErrorEvent) -> None:
+        """Count ``event`` in its group (a new group keeps the event as its example)."""
+        self.by_level[event.level] = self.by_level.get(event.level, 0) + 1
+        key = (event.level, event.source, self._normalised(event.message), self._normalised(event.exception or ""))
+        group = self.groups.get(key)
+        if group is None:
+            other = len(self.groups) >= self.max_groups
+            if other:
+                key = (event.level, None, OTHER, "")
+                group = self.groups.get(key)
+            if group is None:
+                group = self.groups[key] = ErrorGroup(event, other)
+        group.add(event.stamp_s, event.stamp_before)
+
+    def summary(self, limit: int) -> dict[str, Any]:
+        """Event counts by level and the groups, most severe first, then most frequent; at most ``limit`` of them."""
+        ordered = sorted(self.groups.values(), key=lambda g: (LEVEL_RANK.get(g.level, 9), -g.count, g.first_s or 0))
+        return {
+            "events": sum(self.by_level.values()),
+            "by_level": dict(sorted(self.by_level.items(), key=lambda item: LEVEL_RANK.get(item[0], 9))),
+            "groups_total": len(ordered),
+            "groups": [group.as_dict() for group in ordered[:limit]],
+        }

@@ -1,0 +1,184 @@
+"""The sidecar's FastAPI app (:8200): wiring only. Samples GPU/CPU figures and is the only writer of ``reports/``.
+
+OpenAPI docs at ``/docs``. Endpoints: health, current readings, Prometheus ``/metrics``, sampling windows,
+reports (list, get, build), named baselines (list, mark, forget), series and A/B comparisons
+(:mod:`sidecar.series_routes`). Every request passes the Host/Origin guard; every state-changing endpoint
+needs the sidecar token, checked before its body is read (:mod:`sidecar.guard`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from core.api import BaselineMarked, BuildReportRequest, BuildReportResponse, MarkBaseline, WindowResult, WindowStarted
+from core.redact import redact_json
+from core.report_schema import Report
+from core.settings import Settings, get_settings
+from sidecar.guard import MIB, RequestGuard, token_dependency
+from sidecar.promexport import make_registry
+from sidecar.reports.history import history_page
+from sidecar.reports.series import SeriesService
+from sidecar.reports.writer import InvalidRun, ReportService
+from sidecar.sampling.windows import UnknownWindow
+from sidecar.series_routes import series_router
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None, service: ReportService | None = None) -> FastAPI:
+    """Build the app; ``service`` is injectable for tests (default: real NVML + psutil sampling)."""
+    settings = settings or get_settings()
+    svc = service or ReportService.from_settings(settings)
+    windows = svc.windows
+    registry = make_registry(svc.sampler.latest, svc.gpu_names_by_index)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            svc.write_schema()
+        except OSError as exc:  # a read-only reports/ must not stop sampling
+            log.warning("cannot write %s/schema.json: %s", svc.store.root, exc)
+        svc.sampler.start()
+        yield
+        svc.sampler.stop()
+
+    app = FastAPI(title="LLM stack sidecar", version="0.2.0", lifespan=lifespan)
+    token = settings.sidecar_auth_token()
+    app.add_middleware(
+        RequestGuard, hosts=settings.sidecar_hosts, max_body_bytes=int(settings.sidecar_max_body_mb * MIB), token=token
+    )
+    writes = [Depends(token_dependency(token))]
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(_: Request, exc: RequestValidationError) -> JSONResponse:
+        """422 naming each problem (where and what), without echoing the input: a NaN cannot be written as JSON,
+        and a body is never sent back."""
+        problems = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type")}
+                    for e in exc.errors()[:20]]
+        return JSONResponse(status_code=422, content={"detail": problems})
+
+    app.include_router(series_router(SeriesService.from_settings(svc.settings, svc.store, svc.baselines), writes))
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        """Liveness plus whether GPU sampling works (and why not)."""
+        return {"status": "ok", "gpu": svc.gpu_reader is not None, "gpu_unavailable_reason": svc.gpu_reason}
+
+    @app.get("/auth", status_code=204, dependencies=writes)
+    def auth() -> Response:
+        """204 when the request carries the sidecar token (clients check it before a run); 401/403 otherwise."""
+        return Response(status_code=204)
+
+    @app.get("/startup")
+    def startup() -> dict[str, Any]:
+        """vLLM's start-up phase parsed from its log (downloading, loading_weights, compiling, ready, failed ...),
+        with timings, the error line when it failed, and every start seen (cold start first)."""
+        return redact_json(svc.startup().as_dict(), svc.redact)
+
+    @app.get("/resources")
+    def resources() -> dict[str, Any]:
+        """The latest GPU/CPU sample: per-GPU memory, utilisation, power; vLLM tree RSS and CPU %."""
+        return svc.current_resources()
+
+    @app.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+    def metrics() -> Response:
+        """Prometheus exposition of the latest readings (GPU memory/util/power per GPU, vLLM RSS and CPU %)."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/windows/start", response_model=WindowStarted, dependencies=writes)
+    def start_window() -> WindowStarted:
+        """Open a sampling window now; stop it with ``POST /windows/{window_id}/stop``."""
+        return windows.start()
+
+    @app.post("/windows/{window_id}/stop", response_model=WindowResult, dependencies=writes)
+    def stop_window(window_id: str) -> WindowResult:
+        """Close the window and return its resource peaks, means and time series (idempotent)."""
+        try:
+            return windows.stop(window_id)
+        except UnknownWindow as exc:
+            raise HTTPException(status_code=404, detail=f"no sampling window {window_id!r}") from exc
+
+    @app.get("/history", response_class=HTMLResponse)
+    def history() -> str:
+        """Each workload's runs over time (``make history``'s page, from this store): plots and tables."""
+        return history_page(svc.store.list(), svc.baselines.all(), svc.settings)
+
+    @app.get("/reports")
+    def list_reports() -> list[dict[str, Any]]:
+        """Every valid report, oldest first (id, time, model, fingerprint, baselines, headline metrics)."""
+        return svc.list_summaries()
+
+    @app.get("/reports/{report_id}", response_model=Report)
+    def get_report(report_id: str) -> Report:
+        """One report by id (``benchmark_report_YYYYMMDD_HHMMSS``)."""
+        try:
+            return svc.store.get(report_id)
+        except ValueError as exc:
+            raise HTTPException(status_code=400, detail=str(exc).splitlines()[0]) from exc
+        except FileNotFoundError as exc:
+            raise HTTPException(status_code=404, detail=f"no report {report_id}") from exc
+
+    @app.post("/reports", response_model=BuildReportResponse, dependencies=writes)
+    async def build_report(request: BuildReportRequest) -> BuildReportResponse:
+        """Merge the rows with resources, logs and environment; compare; write JSON, Markdown and HTML.
+
+        422 (nothing written) for a body that does not validate: non-finite numbers, negative durations, a window
+        that runs backwards or ends in the future, no measured request; 400 for profiler traces outside vLLM's
+        profile folder."""
+        rows = request.rows_omitted is not None or any(r.phase == "measured" for r in request.records)
+        if not rows or request.metrics.requests_total == 0:
+            raise HTTPException(status_code=422, detail="no measured requests in the body: nothing to report")
+        try:
+            return await run_in_threadpool(svc.build_and_write, request)
+        except InvalidRun as exc:
+            raise HTTPException(status_code=exc.status_code, detail=str(exc)) from exc
+
+    @app.get("/baselines")
+    def list_baselines() -> dict[str, str]:
+        """Named baselines: name -> report id."""
+        return svc.baselines.all()
+
+    @app.put("/baselines/{name}", response_model=BaselineMarked, dependencies=writes)
+    def mark_baseline(name: str, body: MarkBaseline | None = None) -> BaselineMarked:
+        """Mark a report (default: the latest) as baseline ``name``; later reports are compared with it."""
+        try:
+            report, previous = svc.mark_baseline(name, body.report_id if body else None)
+        except ValueError as exc:
+            raise HTTPException(status_code=400, detail=str(exc).splitlines()[0]) from exc
+        except FileNotFoundError as exc:
+            raise HTTPException(status_code=404, detail=str(exc) or "no such report") from exc
+        return BaselineMarked(
+            name=name,
+            report_id=report.report_id,
+            timestamp=report.timestamp,
+            throughput_req_per_sec=report.metrics.throughput_req_per_sec,
+            latency_p99_ms=report.metrics.latency_p99_ms,
+            previous_id=previous,
+        )
+
+    @app.delete("/baselines/{name}", status_code=204, dependencies=writes)
+    def forget_baseline(name: str) -> Response:
+        """Forget baseline ``name`` (its report stays)."""
+        try:
+            removed = svc.baselines.remove(name)
+        except ValueError as exc:
+            raise HTTPException(status_code=400, detail=str(exc)) from exc
+        if not removed:
+            raise HTTPException(status_code=404, detail=f"no baseline {name!r}")
+        return Response(status_code=204)
+
+    return app
+
+
+def app_factory() -> FastAPI:
+    """Uvicorn factory (``sidecar.app:app_factory``)."""
+    return create_app()

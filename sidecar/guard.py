@@ -1,0 +1,210 @@
+"""The sidecar's front door: trusted Host and Origin (no DNS rebinding, no cross-site calls), a body size limit, and
+the token every state-changing endpoint requires.
+
+- **Host** (400): a request whose ``Host`` is not one of the trusted names (loopback names, ``SIDECAR_HOST``,
+  ``SIDECAR_BASE_URL``'s host, ``SIDECAR_TRUSTED_HOSTS``) is refused, so a web page whose name was rebound to
+  127.0.0.1 cannot script the API.
+- **Origin** (403): a browser request from a page of another host (``Origin`` header) is refused.
+- **Token** (401 without, 403 wrong): ``Authorization: Bearer <SIDECAR_TOKEN>`` on every POST/PUT/PATCH/DELETE,
+  checked from the headers before one byte of the body is read (:class:`RequestGuard`); reads stay open to whoever
+  passes the Host check.
+- **Body size** (413): ``Content-Length`` above ``SIDECAR_MAX_BODY_MB`` is refused unread; a chunked body is counted
+  as it arrives and cut at the limit. Bodies are spooled, bounded in time and admitted a few large ones at a time
+  (:mod:`sidecar.bodyspool`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from fastapi import Depends, HTTPException
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sidecar.bodyspool import (
+    LARGE_BODY_BYTES,
+    Admission,
+    ClientGone,
+    Refused,
+    SpooledBody,
+    acquire,
+    give_back_memory,
+)
+
+MIB = 1024 * 1024
+
+
+def host_name(host_header: str) -> str:
+    """The name of a ``Host`` header without its port: ``127.0.0.1:8200`` -> ``127.0.0.1``, ``[::1]:8200`` -> ``::1``,
+    lower case."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def trusted(name: str, hosts: Sequence[str]) -> bool:
+    """True when ``name`` is one of ``hosts`` (``*.example.com`` matches its subdomains, ``*`` everything)."""
+    if not name:
+        return False
+    for pattern in hosts:
+        pattern = pattern.lower().strip("[]")
+        if pattern == "*" or name == pattern:
+            return True
+        if pattern.startswith("*.") and name.endswith(pattern[1:]):
+            return True
+    return False
+
+
+def origin_host(origin: str) -> str | None:
+    """The host name of an ``Origin`` header (``http://localhost:3000`` -> ``localhost``); None for ``null`` or
+    garbage."""
+    try:
+        return urlsplit(origin).hostname
+    except ValueError:
+        return None
+
+
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def token_refusal(authorization: str | None, expected: bytes | None) -> tuple[int, str, dict[str, str]] | None:
+    """``(status, detail, headers)`` when the ``Authorization`` header does not carry the token ``expected`` (503: no
+    token configured, 401: none sent, 403: another), else None. The one token check, for the middleware and the
+    dependency."""
+    if expected is None:
+        return 503, "no SIDECAR_TOKEN configured: writes are refused (`make up` makes run/sidecar_token)", {}
+    scheme, _, credentials = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip():
+        detail = "this endpoint changes state: send Authorization: Bearer <SIDECAR_TOKEN>"
+        return 401, detail, {"WWW-Authenticate": "Bearer"}
+    if not secrets.compare_digest(credentials.strip().encode("utf-8"), expected):
+        return 403, "wrong sidecar token", {}
+    return None
+
+
+def _has_body(headers: Headers) -> bool:
+    """True when the request announces a body (a Content-Length above 0, or chunked)."""
+    length = headers.get("content-length")
+    return "chunked" in headers.get("transfer-encoding", "").lower() or (length is not None and length.strip() != "0")
+
+
+class RequestGuard:
+    """Pure ASGI middleware: everything is decided before the app sees a request, and a refused write's body is never
+    read (the answer closes the connection, so a client cannot make the sidecar drain it).
+
+    Every request: Host (400), Origin (403). State-changing methods (:data:`WRITE_METHODS`) also: the token (401/403,
+    503 without one configured), ``Content-Length`` within ``max_body_bytes`` (413), all from the headers; then the
+    body is received into a spool (:class:`sidecar.bodyspool.SpooledBody`: counted as it arrives, cut at the
+    limit, 408 when too slow, large ones admitted a few at a time, 503 with ``Retry-After`` when the queue stays full)
+    and replayed to the app; after a large one the memory is given back.
+    """
+
+    def __init__(self, app: ASGIApp, hosts: Sequence[str], max_body_bytes: int, token: str | None = None) -> None:
+        self.app = app
+        self.hosts = list(hosts)
+        self.max_body_bytes = max_body_bytes
+        self.expected = token.encode("utf-8") if token else None
+        self._admission: Admission | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        write = scope["method"] in WRITE_METHODS
+        problem = self.refusal(headers, write)
+        if problem is not None:
+            status, text, extra = problem
+            await refuse(scope, receive, send, status, text, extra, close=_has_body(headers))
+            return
+        if not write or not _has_body(headers):
+            await self.app(scope, receive, send)
+            return
+        await self.write(scope, receive, send, headers)
+
+    async def write(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
+        """Receive an allowed write's body into a spool, then hand it to the app (large ones a few at a time)."""
+        if self._admission is None:
+            self._admission = Admission()
+        admission = self._admission
+        length = headers.get("content-length")
+        body = SpooledBody()
+        spool_slot = write_slot = False
+        try:
+            try:
+                spool_slot = await body.receive_all(
+                    receive, self.max_body_bytes, admission, int(length) if length is not None else None
+                )
+                if body.size_bytes > LARGE_BODY_BYTES:
+                    await acquire(admission.writes, "writes")
+                    write_slot = True
+            except Refused as exc:
+                await refuse(scope, receive, send, exc.status, exc.detail, exc.headers, close=True)
+                return
+            except ClientGone:
+                return
+            await self.app(scope, body.replay(receive), send)
+        finally:
+            body.close()
+            if write_slot:
+                admission.writes.release()
+            if spool_slot:
+                admission.spools.release()
+            if body.size_bytes > LARGE_BODY_BYTES:
+                give_back_memory()
+
+    def refusal(self, headers: Headers, write: bool = False) -> tuple[int, str, dict[str, str]] | None:
+        """``(status, text, headers)`` when the headers alone refuse the request, else None."""
+        name = host_name(headers.get("host", ""))
+        if not trusted(name, self.hosts):
+            return 400, f"Invalid host header {name!r}: add it to SIDECAR_TRUSTED_HOSTS if it is yours", {}
+        origin = headers.get("origin")
+        if origin is not None and not trusted(origin_host(origin) or "", self.hosts):
+            return 403, "Cross-origin request refused (Origin is not a trusted host)", {}
+        if not write:
+            return None
+        denied = token_refusal(headers.get("authorization"), self.expected)
+        if denied is not None:
+            return denied
+        length = headers.get("content-length")
+        if length is not None:
+            if not length.strip().isdigit():
+                return 400, "Invalid Content-Length", {}
+            if int(length) > self.max_body_bytes:
+                return 413, f"Request body of {int(length)} bytes is larger than {self.max_body_bytes / MIB:g} MiB " \
+                    "(SIDECAR_MAX_BODY_MB)", {}
+        return None
+
+
+async def refuse(
+    scope: Scope, receive: Receive, send: Send, status: int, text: str, headers: dict[str, str], close: bool
+) -> None:
+    """Answer ``status`` with ``{"detail": text}`` (FastAPI's error shape); ``close``: with ``Connection: close``,
+    so the server drops the connection and the unread body with it."""
+    extra = {**headers, "Connection": "close"} if close else headers
+    await JSONResponse({"detail": text}, status_code=status, headers=extra)(scope, receive, send)
+
+
+_bearer = HTTPBearer(auto_error=False, description="SIDECAR_TOKEN (run/sidecar_token in local mode)")
+
+
+def token_dependency(token: str | None) -> Callable[..., None]:
+    """A FastAPI dependency requiring ``Authorization: Bearer <token>`` (:func:`token_refusal`): for reads that need
+    the token (``GET /auth``) and the OpenAPI docs; writes are already checked by :class:`RequestGuard`, before
+    their body."""
+    expected = token.encode("utf-8") if token else None
+
+    def require_token(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+        header = f"{credentials.scheme} {credentials.credentials}" if credentials is not None else None
+        denied = token_refusal(header, expected)
+        if denied is not None:
+            status, detail, headers = denied
+            raise HTTPException(status_code=status, detail=detail, headers=headers or None)
+
+    return require_token

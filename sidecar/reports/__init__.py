@@ -1,0 +1,1 @@
+"""The sidecar's reports: assembled, compared, stored in ``reports/`` (the only writer), baselines, retention, history."""

@@ -1,0 +1,105 @@
+"""Turn what the load generator collected into a :class:`Report`: metrics, resources, logs, environment."""
+
+from __future__ import annotations
+
+from core.api import BuildReportRequest
+from core.errorsummary import MAX_ERROR_EXAMPLES, error_summary
+from core.kvbound import kv_bound_reason
+from core.redact import strip_url_credentials
+from core.report_schema import (
+    Comparison,
+    Environment,
+    LogFacts,
+    Metrics,
+    Report,
+    Resources,
+)
+from core.stats import RunMetrics, key_insight
+from sidecar.sampling.resources import WindowPeaks
+
+__all__ = ["MAX_ERROR_EXAMPLES", "build_metrics", "build_report", "build_resources", "error_summary"]
+
+def build_metrics(run: RunMetrics, resources: Resources, preemptions: int | None = None) -> Metrics:
+    """The report's metrics: the benchmark's run metrics, the seed's flat names, the window's memory peaks, vLLM's KV
+    pool and peak usage with the KV-bound verdict (:func:`core.kvbound.kv_bound_reason`), and the key insight."""
+    kv = resources.kv_cache
+    return Metrics(
+        **run.model_dump(),
+        latency_avg_ms=run.e2e.mean_ms,
+        latency_p50_ms=run.e2e.p50_ms,
+        latency_p90_ms=run.e2e.p90_ms,
+        latency_p99_ms=run.e2e.p99_ms,
+        ttft_p50_ms=run.ttft.p50_ms,
+        ttft_p99_ms=run.ttft.p99_ms,
+        gpu_mem_peak_gb=resources.gpu_mem_peak_gb,
+        vllm_rss_peak_gb=resources.vllm_rss_peak_gb,
+        kv_cache_gb=kv.pool_gb if kv else None,
+        kv_cache_usage_peak_percent=kv.usage_peak_percent if kv else None,
+        kv_bound=kv_bound_reason(kv, preemptions),
+        key_insight=key_insight(run),
+    )
+
+
+def build_resources(
+    peaks: WindowPeaks,
+    gpu_unavailable_reason: str | None,
+    cpu_unavailable_reason: str | None,
+    sample_interval_s: float | None = None,
+    gpu_memory_api: str | None = None,
+) -> Resources:
+    """The report's ``resources`` section from the window's peaks, per-GPU statistics and time series."""
+    return Resources(
+        gpu_unavailable_reason=gpu_unavailable_reason,
+        gpu_memory_api=gpu_memory_api if peaks.gpu_mem_peak_gb is not None else None,
+        gpu_mem_peak_gb=peaks.gpu_mem_peak_gb,
+        gpu_samples=peaks.samples if peaks.gpu_mem_peak_gb is not None else 0,
+        gpus=list(peaks.gpus),
+        vllm_rss_peak_gb=peaks.vllm_rss_peak_gb,
+        cpu_unavailable_reason=cpu_unavailable_reason if peaks.vllm_rss_peak_gb is None else None,
+        vllm_cpu_percent_peak=peaks.vllm_cpu_percent_peak,
+        vllm_cpu_percent_mean=peaks.vllm_cpu_percent_mean,
+        host_mem_used_peak_gb=peaks.host_used_peak_gb,
+        kv_cache=peaks.kv_cache,
+        sample_interval_s=sample_interval_s,
+        timeline=list(peaks.timeline),
+    )
+
+
+def environment_gaps(environment: Environment) -> list[str]:
+    """What the environment could not tell (e.g. a server without ``/version``)."""
+    if environment.vllm_version is None:
+        return ["server version unknown: GET /version did not answer and logs/vllm.log has no version line"]
+    return []
+
+
+def build_report(
+    request: BuildReportRequest,
+    *,
+    report_id: str,
+    timestamp: str,
+    environment: Environment,
+    resources: Resources,
+    log_facts: LogFacts,
+    comparison: Comparison,
+) -> Report:
+    """Assemble a report (pure: every input was gathered by the caller)."""
+    return Report(
+        report_id=report_id,
+        timestamp=timestamp,
+        run_started_at=request.window_start,
+        run_ended_at=request.window_end,
+        environment=environment,
+        config=request.config.model_copy(update={"vllm_url": strip_url_credentials(request.config.vllm_url)}),
+        metrics=build_metrics(request.metrics, resources, request.server.preemptions if request.server else None),
+        errors=request.errors if request.errors is not None else error_summary(request.records),
+        resources=resources,
+        logs=log_facts,
+        comparison=comparison,
+        server=request.server,
+        client=request.client,
+        interrupted=request.interrupted,
+        server_down=request.server_down,
+        rows_omitted=request.rows_omitted,
+        gaps=[*request.gaps, *environment_gaps(environment)],
+        requests_file="",
+    )

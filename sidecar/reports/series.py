@@ -1,0 +1,218 @@
+"""The sidecar's series and A/B comparisons: build them from the reports it wrote, compare, and write the files.
+
+A series request names the reports of each load point (the benchmark had them written one by one); the series
+report adds means and 95 % intervals per point, the SLO knee, and comparisons with the previous series of the
+same points and with every named baseline (a report or a series). A comparison resolves two references — report id,
+series id or baseline name — and writes ``benchmark_compare_<ts>``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from core.abcompare import IGNORED_VLLM_FLAGS, ABComparison, Side, compare_sides, vllm_flags
+from core.api import BuildSeriesRequest, BuildSeriesResponse, CompareRequest, CompareResponse
+from core.redact import Redactor, secret_values
+from core.report_schema import Environment, Report
+from core.series import (
+    COMPARE_ID_RE,
+    SERIES_ID_RE,
+    SeriesComparison,
+    SeriesPoint,
+    SeriesReport,
+    compare_points,
+    find_knee,
+    is_series_id,
+    measure_point,
+    report_as_point,
+)
+from core.settings import Settings
+from sidecar.reports.baselines import BaselineStore
+from sidecar.render.series_render import compare_files, series_files
+from sidecar.reports.series_store import ResultStore
+from sidecar.reports.store import ReportStore, utc_now_iso, validate_report_id
+
+
+class UnknownResult(LookupError):
+    """A reference names no report, series or baseline; the message lists what exists."""
+
+
+def engine_notes(old: Environment, new: Environment) -> list[str]:
+    """``vLLM flag --max-num-seqs differs (None -> 4)`` for each vLLM flag or version that changed."""
+    fa, fb = vllm_flags(old.vllm_args), vllm_flags(new.vllm_args)
+    notes = [
+        f"vLLM flag {flag} differs ({fa.get(flag)} -> {fb.get(flag)}); the comparison includes that change"
+        for flag in sorted((set(fa) | set(fb)) - IGNORED_VLLM_FLAGS)
+        if fa.get(flag) != fb.get(flag)
+    ]
+    if old.vllm_version != new.vllm_version:
+        notes.append(f"vLLM version differs ({old.vllm_version} -> {new.vllm_version})")
+    return notes
+
+
+def new_id(prefix: str, now: datetime | None = None) -> str:
+    """``<prefix>_YYYYMMDD_HHMMSS`` in local time, as report ids."""
+    return f"{prefix}_{(now or datetime.now()).strftime('%Y%m%d_%H%M%S')}"
+
+
+@dataclass
+class SeriesService:
+    """Series and comparisons over the report store; one instance per sidecar process."""
+
+    reports: ReportStore
+    baselines: BaselineStore
+    series: ResultStore[SeriesReport]
+    comparisons: ResultStore[ABComparison]
+    sidecar_url: str | None = None  # linked from the HTML pages (the on-demand compare page)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, reports: ReportStore, baselines: BaselineStore) -> SeriesService:
+        """Stores beside the reports, with the same redaction of secrets."""
+        redact = Redactor(secret_values(settings))
+        root = settings.reports_dir
+        return cls(
+            reports,
+            baselines,
+            ResultStore(root, SeriesReport, "benchmark_series", "series_id", SERIES_ID_RE, redact),
+            ResultStore(root, ABComparison, "benchmark_compare", "compare_id", COMPARE_ID_RE, redact),
+            settings.sidecar_url,
+        )
+
+    def _report(self, report_id: str) -> Report:
+        try:
+            return self.reports.get(report_id)
+        except FileNotFoundError:
+            raise UnknownResult(f"no report {report_id}") from None
+
+    def points_of(self, result_id: str) -> list[SeriesPoint]:
+        """The load points of a series, or a report as one point.
+
+        Raises:
+            UnknownResult: no such result. ValueError: not an id.
+        """
+        if is_series_id(result_id):
+            try:
+                return self.series.get(result_id).points
+            except FileNotFoundError:
+                raise UnknownResult(f"no series {result_id}") from None
+        return [report_as_point(self._report(validate_report_id(result_id)))]
+
+    def environment_of(self, result_id: str) -> Environment:
+        """The environment a report or series was measured in.
+
+        Raises:
+            UnknownResult, ValueError, OSError: as :meth:`points_of`.
+        """
+        if is_series_id(result_id):
+            return self.series.get(result_id).environment
+        return self._report(validate_report_id(result_id)).environment
+
+    def _comparisons(
+        self, points: list[SeriesPoint], environment: Environment, threshold_pct: float
+    ) -> dict[str, SeriesComparison]:
+        """Against the latest earlier series sharing a point, and against every named baseline; each notes the vLLM
+        flags and version that differ (not part of the workload fingerprint, but part of the change)."""
+        out: dict[str, SeriesComparison] = {}
+        fingerprints = {p.fingerprint for p in points}
+        for earlier in reversed(self.series.list()):
+            if fingerprints & {p.fingerprint for p in earlier.points}:
+                comparison = compare_points(points, earlier.points, earlier.series_id, threshold_pct)
+                comparison.notes = engine_notes(earlier.environment, environment)
+                out["vs_previous"] = comparison
+                break
+        for name, result_id in self.baselines.all().items():
+            try:
+                reference = self.points_of(result_id)
+                comparison = compare_points(points, reference, result_id, threshold_pct)
+                comparison.notes = engine_notes(self.environment_of(result_id), environment)
+            except (UnknownResult, ValueError, OSError) as exc:
+                comparison = SeriesComparison(against=result_id, refused=f"cannot be read: {exc}")
+            out[f"vs_{name}"] = comparison
+        return out
+
+    def build(self, request: BuildSeriesRequest) -> BuildSeriesResponse:
+        """Measure the points from their reports, find the knee, compare, write JSON, Markdown and HTML.
+
+        Raises:
+            UnknownResult: a point names a report that does not exist. ValueError: a bad id or no point.
+        """
+        slo = request.config.slo
+        points = [
+            measure_point(plan, [self._report(validate_report_id(i)) for i in plan.report_ids], slo,
+                          request.slo_attainment_pct)
+            for plan in request.points
+            if plan.report_ids
+        ]
+        if not points:
+            raise ValueError("the series names no report: nothing to build")
+        first = self._report(points[0].report_ids[0])
+        with self._lock:
+            series = SeriesReport(
+                series_id=new_id("benchmark_series"),
+                timestamp=utc_now_iso(),
+                sweep=request.sweep,
+                repeat=request.repeat,
+                config=request.config.model_copy(update={"vllm_url": first.config.vllm_url}),
+                environment=first.environment,
+                slo=slo,
+                slo_attainment_pct=request.slo_attainment_pct,
+                points=points,
+                knee=find_knee(points, slo, request.slo_attainment_pct),
+                comparison=self._comparisons(points, first.environment, request.threshold_pct),
+                interrupted=request.interrupted,
+                notes=request.notes,
+            )
+            path = self.series.write(series, lambda final: series_files(final, self.sidecar_url))
+        return BuildSeriesResponse(series_path=str(path), series=self.series.get(path.stem))
+
+    def side(self, ref: str) -> Side:
+        """A reference as one side of a comparison: a baseline name, a series id or a report id.
+
+        Raises:
+            UnknownResult: it names nothing known (the message says what exists).
+        """
+        result_id = self.baselines.all().get(ref, ref)
+        try:
+            if is_series_id(result_id):
+                series = self.series.get(result_id)
+                return Side(ref=ref, kind="series", id=result_id, environment=series.environment,
+                            config=series.config, points=series.points, knee=series.knee, repeat=series.repeat)
+            report = self.reports.get(validate_report_id(result_id))
+        except (FileNotFoundError, ValueError):
+            known = ", ".join(sorted(self.baselines.all())) or "none"
+            raise UnknownResult(
+                f"{ref!r} is no report id (benchmark_report_…), series id (benchmark_series_…) or baseline name "
+                f"(baselines: {known}); GET /reports and GET /series list the ids"
+            ) from None
+        return Side(ref=ref, kind="report", id=result_id, environment=report.environment, config=report.config,
+                    points=[report_as_point(report)])
+
+    def compare(self, request: CompareRequest, write: bool = True) -> CompareResponse:
+        """B against A (see :mod:`core.abcompare`); written to ``reports/`` unless ``write`` is False.
+
+        Raises:
+            UnknownResult: a reference names nothing known.
+        """
+        comparison = compare_sides(
+            self.side(request.a), self.side(request.b), new_id("benchmark_compare"), utc_now_iso(),
+            request.threshold_pct,
+        )
+        if not write:
+            return CompareResponse(compare_path="", comparison=comparison)
+        with self._lock:
+            path = self.comparisons.write(comparison, compare_files)
+        return CompareResponse(compare_path=str(path), comparison=self.comparisons.get(path.stem))
+
+    def mark_baseline(self, name: str, series_id: str) -> str | None:
+        """Point baseline ``name`` at series ``series_id``; returns the id the name pointed at before (None: new).
+
+        Raises:
+            ValueError: a bad name or id. UnknownResult: no such series.
+        """
+        path = self.series.root / f"{self.series.validate_id(series_id)}.json"
+        if not path.exists():
+            raise UnknownResult(f"no series {series_id}")
+        return self.baselines.set(name, series_id)

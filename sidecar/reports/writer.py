@@ -1,0 +1,275 @@
+"""The sidecar's I/O orchestration: gather environment, resources and log facts, compare, then write the report."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.api import BuildReportRequest, BuildReportResponse
+from core.compare import compare_with_history, workload_fingerprint
+from core.enginestate import read_engine_state
+from core.records import RequestRecord
+from core.redact import Redactor, secret_values
+from core.report_schema import Comparison, Report, Resources
+from core.settings import Settings
+from sidecar.reports.baselines import BaselineStore
+from sidecar.reports.builder import build_report, build_resources
+from sidecar.sampling.enginemetrics import EngineMetricsReader
+from sidecar.reports.envinfo import collect_environment, vllm_server_facts
+from sidecar.sampling.gpu import GpuInfo, GpuReader, open_gpu_reader
+from sidecar.reports.logfacts import read_log_facts
+from sidecar.reports.profiles import collect_traces, trace_paths
+from sidecar.render.csv_files import rows_csv, summary_csv
+from sidecar.render.html_page import render_html
+from sidecar.render.markdown_page import render_markdown
+from sidecar.reports.retention import Retention, prune
+from sidecar.sampling.sampler import Sampler, engine_pid
+from sidecar.reports.schema_export import write_schema_if_changed
+from sidecar.reports.store import ReportStore, dump_records, new_report_id, utc_now_iso
+from sidecar.sampling.windows import UnknownWindow, WindowRegistry
+from engine.control import engine_phase
+from engine.startup import StartupPhase
+
+MAX_FUTURE_S = 300.0
+"""How far a run's window may end after the sidecar's clock (clock skew between hosts), s; more is refused, so a
+made-up report can never become the permanent "previous run"."""
+
+
+class InvalidRun(ValueError):
+    """A body that validates but cannot be a run (a window in the future, traces outside the profile folder): a
+    4xx answer, nothing written."""
+
+    def __init__(self, message: str, status_code: int = 422) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+def check_run(request: BuildReportRequest, now_s: float, profile_dir: Path) -> None:
+    """Refuse a run whose window ends more than :data:`MAX_FUTURE_S` after ``now_s`` (422) or whose profiler traces
+    are not files of ``profile_dir`` or carry a bad run id (400).
+
+    Raises:
+        InvalidRun: with the status to answer.
+    """
+    if request.window_end > now_s + MAX_FUTURE_S:
+        raise InvalidRun(
+            f"window_end={request.window_end} is {request.window_end - now_s:.0f} s after the sidecar's clock: a run "
+            "cannot end in the future"
+        )
+    if request.profile_traces:
+        try:
+            trace_paths(request.profile_traces, profile_dir, request.run_id)
+        except ValueError as exc:
+            raise InvalidRun(str(exc), status_code=400) from None
+
+
+@dataclass
+class ReportService:
+    """Holds the sampler, GPU reader, report and baseline stores; one instance per sidecar process."""
+
+    settings: Settings
+    sampler: Sampler
+    gpu_reader: GpuReader | None
+    gpu_reason: str | None
+    store: ReportStore
+    server_facts: Callable[[str], dict[str, Any]] = vllm_server_facts
+    clock: Callable[[], float] = time.time
+    baselines: BaselineStore = field(init=False)
+    windows: WindowRegistry = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._gpu_info: GpuInfo | None = self.gpu_reader.info() if self.gpu_reader else None
+        self._build_lock = threading.Lock()
+        self.baselines = BaselineStore(self.store.root)
+        self.windows = WindowRegistry(self.window_resources, on_start=lambda: self.sampler.sample_once(True))
+        self.redact = Redactor(secret_values(self.settings))
+        self.retention = Retention(self.settings.reports_keep, self.settings.reports_max_age_days)
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        gpu: tuple[GpuReader | None, str | None] | None = None,
+        server_facts: Callable[[str], dict[str, Any]] | None = None,
+    ) -> ReportService:
+        """Real wiring: NVML when available, psutil for the vLLM process tree, HTTP to vLLM (with VLLM_API_KEY) for
+        its version.
+
+        Tests inject ``gpu`` (e.g. ``(NvmlReader(FakeNvml()), None)`` or ``(None, "no NVML")``) and ``server_facts``.
+        """
+        reader, reason = gpu if gpu is not None else open_gpu_reader(settings.gpu_devices)
+        info = reader.info() if reader else None
+        sampler = Sampler(
+            reader,
+            lambda: engine_pid(settings.engine_state_file),
+            settings.gpu_sample_interval_s,
+            gpu_names=info.name_by_index() if info else {},
+            gpu_uuids=dict(zip(info.indices, info.uuids, strict=False)) if info else {},
+            engine=EngineMetricsReader(
+                settings.vllm_url, settings.engine_metrics_interval_s, headers=settings.vllm_headers
+            ),
+        )
+        store = ReportStore(settings.reports_dir, redact=Redactor(secret_values(settings)))
+        headers = settings.vllm_headers
+        facts = server_facts or (lambda url: vllm_server_facts(url, headers=headers))
+        return cls(settings, sampler, reader, reason, store, facts)
+
+    def startup(self) -> StartupPhase:
+        """vLLM's start-up phase from a bounded read of its log, judged with its process (the state file, and
+        supervisord in local mode): :func:`engine.control.engine_phase`."""
+        return engine_phase(self.settings)
+
+    @property
+    def gpu_names(self) -> list[str]:
+        """Model name of each GPU read (the engine's: GPU_DEVICES), in NVML order (empty without NVML)."""
+        return list(self._gpu_info.names) if self._gpu_info else []
+
+    @property
+    def gpu_names_by_index(self) -> dict[int, str]:
+        """Model name of each GPU read, by NVML index."""
+        return self._gpu_info.name_by_index() if self._gpu_info else {}
+
+    def write_schema(self) -> bool:
+        """Keep ``<reports>/schema.json`` in step with the running code; True when it was (re)written."""
+        return write_schema_if_changed(self.store.root / "schema.json")
+
+    def current_resources(self) -> dict[str, Any]:
+        """Latest sample as JSON (taken now if the sampler has none yet)."""
+        sample = self.sampler.latest() or self.sampler.sample_once()
+        reader = self.sampler.engine
+        engine = reader.last if reader else None
+        return {
+            "t": sample.t,
+            "gpus": [g.model_dump() for g in sample.gpus],
+            "gpu_names": self.gpu_names,
+            "gpu_mem_used_gb": sample.gpu_mem_used_gb,
+            "gpu_unavailable_reason": self.gpu_reason,
+            "vllm_rss_gb": sample.vllm_rss_gb,
+            "vllm_cpu_percent": sample.vllm_cpu_percent,
+            "cpu_unavailable_reason": self.sampler.cpu_unavailable_reason,
+            "host_mem_used_gb": sample.host_used_gb,
+            "kv_cache_usage_percent": engine.kv_usage_percent if engine else None,
+            "requests_running": engine.running if engine else None,
+            "requests_waiting": engine.waiting if engine else None,
+            "engine_metrics_unavailable_reason": reader.unavailable_reason if reader else None,
+        }
+
+    def window_resources(self, start: float, end: float) -> Resources:
+        """The ``resources`` section for ``[start, end]`` (a sample with vLLM's gauges is taken now, so short windows
+        have one)."""
+        self.sampler.sample_once(force_engine=True)
+        return build_resources(
+            self.sampler.peaks(start, end),
+            self.gpu_reason,
+            self.sampler.cpu_unavailable_reason,
+            self.settings.gpu_sample_interval_s,
+            self.gpu_reader.memory_api if self.gpu_reader else None,
+        )
+
+    def list_summaries(self) -> list[dict[str, Any]]:
+        """Short view of every report, with its workload fingerprint and the baseline names pointing at it."""
+        marks: dict[str, list[str]] = {}
+        for name, report_id in self.baselines.all().items():
+            marks.setdefault(report_id, []).append(name)
+        return [
+            {
+                "report_id": r.report_id,
+                "timestamp": r.timestamp,
+                "model": r.environment.served_model_name,
+                "fingerprint": workload_fingerprint(r.config, r.environment),
+                "baselines": marks.get(r.report_id, []),
+                "throughput_req_per_sec": r.metrics.throughput_req_per_sec,
+                "latency_p99_ms": r.metrics.latency_p99_ms,
+                "error_rate_percent": r.metrics.error_rate_percent,
+            }
+            for r in self.store.list()
+        ]
+
+    def mark_baseline(self, name: str, report_id: str | None = None) -> tuple[Report, str | None]:
+        """Point baseline ``name`` at ``report_id`` (default: the latest report); returns that report and the id the
+        name pointed at before (None: a new name).
+
+        Raises:
+            ValueError: invalid name or id. FileNotFoundError: no such report, or no report at all.
+        """
+        if report_id is None:
+            reports = self.store.list()
+            if not reports:
+                raise FileNotFoundError("no report yet: run `make benchmark` first")
+            report = reports[-1]
+        else:
+            try:
+                report = self.store.get(report_id)
+            except FileNotFoundError:
+                raise FileNotFoundError(f"no report {report_id}") from None
+        return report, self.baselines.set(name, report.report_id)
+
+    def run_resources(self, request: BuildReportRequest) -> Resources:
+        """The resources of a run: its sampling window's summary when the benchmark opened one (stopped now if it is
+        still open), else the samples between ``window_start`` and ``window_end``."""
+        if request.window_id:
+            try:
+                return self.windows.stop(request.window_id).resources
+            except UnknownWindow:
+                pass  # forgotten (a sidecar restart): fall back to the run's own bounds
+        return self.window_resources(request.window_start, request.window_end)
+
+    def build_and_write(self, request: BuildReportRequest) -> BuildReportResponse:
+        """Build the report for ``request`` and write it with its Markdown and HTML (serialised, so comparisons see
+        every earlier report), then apply the retention (REPORTS_KEEP, REPORTS_MAX_AGE_DAYS; baselines stay).
+
+        Raises:
+            InvalidRun: the run cannot be reported (checked before anything is written).
+        """
+        settings = self.settings
+        check_run(request, self.clock(), settings.profile_dir)
+        resources = self.run_resources(request)
+        log_facts = read_log_facts(settings.vllm_log_file, request.window_start, request.window_end)
+        environment = collect_environment(
+            self._gpu_info,
+            read_engine_state(settings.engine_state_file),
+            self.server_facts(settings.vllm_url),
+            self.startup(),
+        )
+        with self._build_lock:
+            report = build_report(
+                request,
+                report_id=new_report_id(),
+                timestamp=utc_now_iso(),
+                environment=environment,
+                resources=resources,
+                log_facts=log_facts,
+                comparison=Comparison(),
+            )
+            comparison = compare_with_history(
+                request.config, environment, report.metrics, self.store.list(), self.baselines.resolve(self.store)
+            )
+            report = report.model_copy(update={"comparison": comparison})
+            if request.profile_traces and request.run_id:
+                try:
+                    profile = collect_traces(
+                        request.profile_traces, settings.profile_dir, settings.reports_dir, request.run_id
+                    )
+                except ValueError as exc:
+                    raise InvalidRun(str(exc), status_code=400) from None
+                report = report.model_copy(update={"profile": profile})
+            path = self.store.write(
+                report, dump_records(request.records), attachments=lambda final: render_files(final, request.records)
+            )
+            prune(self.store, set(self.baselines.all().values()) | {path.stem}, self.retention, self.clock())
+        written = self.store.get(path.stem)
+        return BuildReportResponse(report_path=str(path), report=written)
+
+
+def render_files(report: Report, records: Sequence[RequestRecord]) -> dict[str, str]:
+    """The Markdown summary, the self-contained HTML report and the CSV exports of ``report``."""
+    return {
+        ".md": render_markdown(report),
+        ".html": render_html(report, records),
+        ".csv": rows_csv(records),
+        ".summary.csv": summary_csv(report),
+    }

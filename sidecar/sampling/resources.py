@@ -1,0 +1,181 @@
+"""Pure summaries of resource samples: window peaks and means, per-GPU statistics, a compact time series.
+
+NVML has no device-level peak, so every peak here is the maximum of the samples taken inside the window.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from core.report_schema import GpuSample, GpuStats, KvCacheStats, ResourcePoint
+from core.units import GIB
+from sidecar.sampling.enginemetrics import EngineGauges
+
+MAX_TIMELINE_POINTS = 300
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One tick: per-GPU readings, vLLM tree RSS (GiB) and CPU (% of a core), host memory in use (GiB).
+
+    None where the figure could not be read (no vLLM pid, access denied).
+    """
+
+    t: float
+    gpus: list[GpuSample] = field(default_factory=list)
+    vllm_rss_gb: float | None = None
+    host_used_gb: float | None = None
+    vllm_cpu_percent: float | None = None
+    engine: EngineGauges | None = None
+    """vLLM's KV and queue gauges when they were scraped at this tick (every ENGINE_METRICS_INTERVAL_S)."""
+
+    @property
+    def gpu_mem_used_gb(self) -> float | None:
+        """Memory used summed over all GPUs (tensor parallelism spreads one model over several)."""
+        return sum(g.mem_used_gb for g in self.gpus) if self.gpus else None
+
+
+@dataclass(frozen=True)
+class WindowPeaks:
+    """Maxima (and a few means) over a window; None where nothing was measured."""
+
+    samples: int
+    gpu_mem_peak_gb: float | None
+    vllm_rss_peak_gb: float | None
+    host_used_peak_gb: float | None
+    vllm_cpu_percent_peak: float | None = None
+    vllm_cpu_percent_mean: float | None = None
+    gpus: tuple[GpuStats, ...] = ()
+    timeline: tuple[ResourcePoint, ...] = ()
+    kv_cache: KvCacheStats | None = None
+
+
+def _present(values: Sequence[float | None]) -> list[float]:
+    return [v for v in values if v is not None]
+
+
+def peak(values: Sequence[float | None]) -> float | None:
+    """Maximum of the present values; None when none is present."""
+    present = _present(values)
+    return max(present) if present else None
+
+
+def mean(values: Sequence[float | None]) -> float | None:
+    """Mean of the present values; None when none is present."""
+    present = _present(values)
+    return sum(present) / len(present) if present else None
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+GpuNames = Sequence[str] | Mapping[int, str]
+"""Model names by NVML index: a mapping (the GPUs GPU_DEVICES picks), or a list indexed by position."""
+
+
+def name_of(names: GpuNames, index: int) -> str | None:
+    """The model name of GPU ``index`` in ``names``, or None."""
+    if isinstance(names, Mapping):
+        return names.get(index)
+    return names[index] if index < len(names) else None
+
+
+def gpu_stats(
+    samples: Sequence[Sample], names: GpuNames = (), uuids: Mapping[int, str | None] | None = None
+) -> list[GpuStats]:
+    """Per-GPU memory peak, utilisation and power peaks/means, and the peak memory of other processes, over
+    ``samples``, ordered by GPU index."""
+    by_index: dict[int, list[GpuSample]] = {}
+    for sample in samples:
+        for gpu in sample.gpus:
+            by_index.setdefault(gpu.index, []).append(gpu)
+    out = []
+    for index, readings in sorted(by_index.items()):
+        out.append(
+            GpuStats(
+                index=index,
+                name=name_of(names, index),
+                uuid=(uuids or {}).get(index),
+                mem_total_gb=_round(readings[-1].mem_total_gb, 3),
+                mem_used_peak_gb=_round(peak([r.mem_used_gb for r in readings]), 4),
+                util_percent_peak=_round(peak([r.util_percent for r in readings]), 1),
+                util_percent_mean=_round(mean([r.util_percent for r in readings]), 1),
+                power_w_peak=_round(peak([r.power_w for r in readings]), 1),
+                power_w_mean=_round(mean([r.power_w for r in readings]), 1),
+                other_mem_peak_gb=_round(peak([r.other_mem_gb for r in readings]), 4),
+            )
+        )
+    return out
+
+
+def _pool(bucket: Sequence[Sample], start: float) -> ResourcePoint:
+    """One timeline point from a bucket of samples: the bucket's first time and the maximum of each figure."""
+
+    def top(get: Callable[[Sample], float | None], digits: int) -> float | None:
+        return _round(peak([get(s) for s in bucket]), digits)
+
+    return ResourcePoint(
+        t_s=round(bucket[0].t - start, 3),
+        gpu_mem_used_gb=top(lambda s: s.gpu_mem_used_gb, 4),
+        vllm_rss_gb=top(lambda s: s.vllm_rss_gb, 4),
+        vllm_cpu_percent=top(lambda s: s.vllm_cpu_percent, 1),
+        host_mem_used_gb=top(lambda s: s.host_used_gb, 4),
+        kv_cache_usage_percent=top(lambda s: s.engine.kv_usage_percent if s.engine else None, 2),
+        requests_running=top(lambda s: s.engine.running if s.engine else None, 0),
+        requests_waiting=top(lambda s: s.engine.waiting if s.engine else None, 0),
+    )
+
+
+def kv_cache_stats(samples: Sequence[Sample], unavailable_reason: str | None = None) -> KvCacheStats | None:
+    """vLLM's KV pool (from the latest scrape that showed it) and the peaks and mean of its usage over ``samples``;
+    None when no sample carried vLLM's gauges and no reason is known."""
+    scraped = [s.engine for s in samples if s.engine is not None]
+    if not scraped:
+        return KvCacheStats(unavailable_reason=unavailable_reason) if unavailable_reason else None
+    pool = next((g for g in reversed(scraped) if g.pool_blocks is not None), scraped[-1])
+    running, waiting = peak([g.running for g in scraped]), peak([g.waiting for g in scraped])
+    return KvCacheStats(
+        pool_gb=_round(pool.pool_bytes / GIB if pool.pool_bytes else None, 4),
+        pool_blocks=pool.pool_blocks,
+        block_size_tokens=pool.block_size_tokens,
+        pool_tokens=pool.pool_tokens,
+        usage_peak_percent=_round(peak([g.kv_usage_percent for g in scraped]), 2),
+        usage_mean_percent=_round(mean([g.kv_usage_percent for g in scraped]), 2),
+        requests_running_peak=None if running is None else round(running),
+        requests_waiting_peak=None if waiting is None else round(waiting),
+        samples=len(scraped),
+    )
+
+
+def timeline(samples: Sequence[Sample], start: float, max_points: int = MAX_TIMELINE_POINTS) -> list[ResourcePoint]:
+    """The window's samples as at most ``max_points`` points; thinning keeps each bucket's maxima (peaks survive)."""
+    if not samples:
+        return []
+    size = max(1, math.ceil(len(samples) / max_points))
+    return [_pool(samples[i : i + size], start) for i in range(0, len(samples), size)]
+
+
+def summarise(
+    samples: Sequence[Sample],
+    start: float,
+    gpu_names: GpuNames = (),
+    engine_reason: str | None = None,
+    gpu_uuids: Mapping[int, str | None] | None = None,
+) -> WindowPeaks:
+    """Peaks, means, per-GPU statistics, vLLM's KV cache and the thinned time series of ``samples`` (taken from
+    ``start`` on); ``engine_reason`` says why vLLM's gauges are missing, if they are."""
+    ordered = sorted(samples, key=lambda s: s.t)
+    return WindowPeaks(
+        samples=len(ordered),
+        gpu_mem_peak_gb=peak([s.gpu_mem_used_gb for s in ordered]),
+        vllm_rss_peak_gb=peak([s.vllm_rss_gb for s in ordered]),
+        host_used_peak_gb=peak([s.host_used_gb for s in ordered]),
+        vllm_cpu_percent_peak=_round(peak([s.vllm_cpu_percent for s in ordered]), 1),
+        vllm_cpu_percent_mean=_round(mean([s.vllm_cpu_percent for s in ordered]), 1),
+        gpus=tuple(gpu_stats(ordered, gpu_names, gpu_uuids)),
+        timeline=tuple(timeline(ordered, start)),
+        kv_cache=kv_cache_stats(ordered, engine_reason),
+    )

@@ -1,0 +1,143 @@
+"""Background sampling of GPU readings (NVML), the vLLM process tree (RSS, CPU %) and vLLM's KV/queue gauges (its
+``/metrics``, at most every ``ENGINE_METRICS_INTERVAL_S``), kept in a ring buffer.
+
+NVML has no device-level peak, so the peak over a window is the maximum of the samples taken inside it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from core.enginestate import pid_namespace, read_engine_state
+from sidecar.sampling.enginemetrics import EngineMetricsReader
+from sidecar.sampling.gpu import GpuReader
+from sidecar.sampling.procmem import ProcessTreeMeter, engine_pids, host_mem_used_gb
+from sidecar.sampling.resources import GpuNames, Sample, WindowPeaks, summarise
+
+__all__ = ["EnginePid", "Sample", "Sampler", "WindowPeaks", "engine_pid"]
+
+NO_STATE = "vLLM pid unknown (no logs/engine_state.json)"
+FOREIGN_NAMESPACE = "vLLM runs in another pid namespace (containers): its process memory is not visible to the sidecar"
+UNKNOWN_NAMESPACE = (
+    "vLLM's pid namespace is not recorded (logs/engine_state.json from an older launcher): its pid is not sampled"
+)
+
+
+@dataclass(frozen=True)
+class EnginePid:
+    """vLLM's process as the sidecar may sample it: ``pid``, or None and ``reason`` why it must not or cannot."""
+
+    pid: int | None
+    reason: str | None = None
+
+
+def engine_pid(state_file: Path, own_namespace: str | None = None) -> EnginePid:
+    """vLLM's pid from the launcher's state file, when it means vLLM in this process's pid namespace.
+
+    ``own_namespace`` defaults to this process's (:func:`core.enginestate.pid_namespace`). A pid recorded in another
+    namespace (vLLM in another container) would name a different process here, or none: it is never returned, and
+    the reason says so. No state file, or one without a pid: no pid, with the reason.
+    """
+    state = read_engine_state(state_file)
+    if state is None or state.pid is None:
+        return EnginePid(None, NO_STATE)
+    here = own_namespace if own_namespace is not None else pid_namespace()
+    if state.pid_namespace != here:
+        return EnginePid(None, UNKNOWN_NAMESPACE if state.pid_namespace is None else FOREIGN_NAMESPACE)
+    return EnginePid(state.pid)
+
+
+class Sampler:
+    """Samples every ``interval_s`` on a daemon thread; ``peaks(start, end)`` summarises a window.
+
+    ``pid_source`` says which process is vLLM: a pid, None (unknown) or an :class:`EnginePid` (a pid, or the reason
+    there is none to sample, e.g. vLLM in another container's pid namespace).
+    """
+
+    def __init__(
+        self,
+        gpu: GpuReader | None,
+        pid_source: Callable[[], int | EnginePid | None],
+        interval_s: float = 0.5,
+        capacity: int = 100_000,
+        gpu_names: GpuNames = (),
+        engine: EngineMetricsReader | None = None,
+        gpu_uuids: Mapping[int, str | None] | None = None,
+    ) -> None:
+        self._gpu = gpu
+        self.engine = engine
+        self._gpu_names = gpu_names
+        self._gpu_uuids = dict(gpu_uuids or {})
+        self._meter = ProcessTreeMeter()
+        self._pid_source = pid_source
+        self.interval_s = interval_s
+        self._buffer: deque[Sample] = deque(maxlen=capacity)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.cpu_unavailable_reason: str | None = None
+
+    def sample_once(self, force_engine: bool = False) -> Sample:
+        """Take one sample now and store it (scraping vLLM's gauges when due, or when ``force_engine``)."""
+        now = time.time()
+        gauges = self.engine.read(now, force=force_engine) if self.engine else None
+        rss = cpu = None
+        found = self._pid_source()
+        pid, reason = (found.pid, found.reason) if isinstance(found, EnginePid) else (found, NO_STATE)
+        gpus = self._gpu.read(engine_pids(pid)) if self._gpu else []
+        if pid is None:
+            self.cpu_unavailable_reason = reason or NO_STATE
+        else:
+            try:
+                rss, cpu = self._meter.read(pid)
+                self.cpu_unavailable_reason = None
+            except (psutil.NoSuchProcess, psutil.AccessDenied) as exc:
+                self.cpu_unavailable_reason = f"cannot read vLLM process {pid}: {type(exc).__name__}"
+        sample = Sample(
+            t=now, gpus=gpus, vllm_rss_gb=rss, host_used_gb=host_mem_used_gb(), vllm_cpu_percent=cpu, engine=gauges
+        )
+        with self._lock:
+            self._buffer.append(sample)
+        return sample
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sample_once()
+            except Exception as exc:  # a sampling hiccup must not kill the thread
+                self.cpu_unavailable_reason = f"sampling error: {exc}"
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> None:
+        """Start the background thread (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the background thread."""
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+
+    def window(self, start: float, end: float) -> list[Sample]:
+        """Samples taken in ``[start, end]`` (Unix seconds)."""
+        with self._lock:
+            return [s for s in self._buffer if start <= s.t <= end]
+
+    def latest(self) -> Sample | None:
+        """The most recent sample."""
+        with self._lock:
+            return self._buffer[-1] if self._buffer else None
+
+    def peaks(self, start: float, end: float) -> WindowPeaks:
+        """Peaks, means, per-GPU statistics and the thinned time series over ``[start, end]``."""
+        reason = self.engine.unavailable_reason if self.engine else None
+        return summarise(self.window(start, end), start, self._gpu_names, reason, self._gpu_uuids)

@@ -1,0 +1,373 @@
+"""Local-mode control of the stack under supervisord: ``python -m stack.control up|down|status|token``.
+
+``up`` checks the ports, prepares the model (building the synthetic one with a progress bar), starts supervisord
+(deploy/supervisord.conf, which runs each service's launch entrypoint) and returns once every service answers,
+or stops everything and shows the failing service's log (for vLLM its error line). ``down`` stops supervisord, every
+child process and whatever a crashed vLLM left behind (:mod:`engine.reaper`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import xmlrpc.client
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from core.enginestate import (
+    EngineError,
+    EngineRequest,
+    LogPosition,
+    log_position,
+    pid_namespace,
+    read_engine_state,
+    read_request,
+    write_request,
+)
+from core.logrotate import MIB
+from core.net import port_in_use_message
+from core.pipes import guard_stdout
+from core.redact import Redactor, secret_values
+from core.report_schema import StartupFacts
+from core.settings import PROJECT_ROOT, Settings, get_settings
+from core.tokenfile import ensure_sidecar_token
+from engine.control import FAILED_STATES, LocalEngine, Supervisor, engine_phase, why_not_up
+from engine.engineplan import engine_build
+from engine.reaper import end_engine_processes
+from engine.startup import StartupPhase
+from sidecar.reports.envinfo import startup_facts
+
+CONF = PROJECT_ROOT / "deploy" / "supervisord.conf"
+
+
+
+@dataclass(frozen=True)
+class Service:
+    """A supervised service: its program name, readiness URL (and the headers it needs), port variable and log."""
+
+    name: str
+    url: str
+    host: str
+    port: int
+    port_var: str
+    log: Path
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def services(settings: Settings) -> list[Service]:
+    """The four services of local mode, vLLM first."""
+    logs = settings.logs_dir
+    return [
+        Service(
+            "vllm",
+            f"{settings.vllm_url}/v1/models",
+            settings.vllm_host,
+            settings.vllm_port,
+            "VLLM_PORT",
+            logs / "vllm.log",
+            tuple(settings.vllm_headers.items()),  # /v1/models needs the API key when vLLM has one
+        ),
+        Service(
+            "sidecar",
+            f"{settings.sidecar_url}/health",
+            settings.sidecar_host,
+            settings.sidecar_port,
+            "SIDECAR_PORT",
+            logs / "sidecar.log",
+        ),
+        Service(
+            "ui",
+            f"http://127.0.0.1:{settings.ui_port}/",
+            settings.ui_host,
+            settings.ui_port,
+            "UI_PORT",
+            logs / "ui.log",
+        ),
+        Service(
+            "locust",
+            f"http://127.0.0.1:{settings.locust_web_port}/",
+            settings.locust_web_host,
+            settings.locust_web_port,
+            "LOCUST_WEB_PORT",
+            logs / "locust.log",
+        ),
+    ]
+
+
+def supervisor_env(settings: Settings) -> dict[str, str]:
+    """Environment for supervisord and, through it, every service (absolute paths, vllm.log's rotation; each
+    launcher then drops the secrets its service does not need)."""
+    env = dict(os.environ)
+    env.update(
+        PROJECT_ROOT=str(PROJECT_ROOT),
+        LOGS_DIR=str(settings.logs_dir.resolve()),
+        REPORTS_DIR=str(settings.reports_dir.resolve()),
+        STACK_RUN_DIR=str(settings.run_dir.resolve()),
+        APP_PYTHON=sys.executable,
+        PYTHONUNBUFFERED="1",
+        STACK_VLLM_LOG_MAX_BYTES=str(int(settings.vllm_log_max_mb * MIB)),
+        STACK_VLLM_LOG_BACKUPS=str(settings.vllm_log_backups),
+    )
+    return env
+
+
+def startup(settings: Settings, since: LogPosition | None = None) -> StartupPhase:
+    """vLLM's start-up phase judged with its process (:func:`engine.control.engine_phase`); with ``since``
+    only the launch whose lines begin there."""
+    return engine_phase(settings, since)
+
+
+def process_states(settings: Settings) -> dict[str, dict[str, Any]] | None:
+    """``{name: info}`` from supervisord, or None when it is not running."""
+    return Supervisor(settings.run_dir).states()
+
+
+def rpc(settings: Settings) -> Any:
+    """XML-RPC proxy to the running supervisord (its unix socket)."""
+    return Supervisor(settings.run_dir).proxy()
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    """Last ``lines`` lines of a log (empty when missing)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def answers(url: str, headers: tuple[tuple[str, str], ...] = ()) -> bool:
+    """True when ``url`` answers HTTP 200 (after redirects: Locust's web UI sends a login to ``/login``)."""
+    try:
+        return httpx.get(url, timeout=5, headers=dict(headers), follow_redirects=True).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_ready(settings: Settings, since: LogPosition | None = None) -> tuple[bool, str]:
+    """Wait until every service answers; fail fast when supervisord reports a dead one (for vLLM with
+    :func:`~engine.control.why_not_up`: its error line and last lines). ``since``: where the launch being
+    waited for begins in vLLM's log (its phase is the only one shown)."""
+    deadline = time.monotonic() + settings.startup_timeout_s
+    pending = services(settings)
+    last_note = 0.0
+    while pending and time.monotonic() < deadline:
+        states = process_states(settings) or {}
+        for svc in list(pending):
+            state = states.get(svc.name, {}).get("statename", "UNKNOWN")
+            if state in FAILED_STATES and svc.name == "vllm":
+                return False, f"{svc.name} is {state}: {why_not_up(settings, since)}"
+            if state in FAILED_STATES:
+                return False, f"{svc.name} is {state}. Last lines of {svc.log}:\n{tail(svc.log)}"
+            if answers(svc.url, svc.headers):
+                print(f"[INFO] {svc.name} ready ({svc.url})", flush=True)
+                pending.remove(svc)
+        if pending and time.monotonic() - last_note > 30:
+            last_note = time.monotonic()
+            phase = startup(settings, since).detail if any(s.name == "vllm" for s in pending) else ""
+            print(
+                f"[INFO] waiting for {', '.join(s.name for s in pending)}"
+                + (f" (vLLM: {phase})" if phase else "")
+                + f" — logs in {settings.logs_dir}/",
+                flush=True,
+            )
+        time.sleep(1.0)
+    if pending:
+        names = ", ".join(s.name for s in pending)
+        return False, f"{names} not ready after {settings.startup_timeout_s:.0f} s; see {pending[0].log}"
+    return True, ""
+
+
+def up(settings: Settings, request: EngineRequest | None = None) -> int:
+    """Start the stack and wait for it; 0 when everything answers. ``request``: what vLLM's first launch changes
+    (``./start_vllm.sh`` with no stack running: its model and engine knobs); default none (MODEL, unprofiled)."""
+    ports = [(s.port, s.port_var) for s in services(settings)]
+    clashes = sorted({f"{a[1]}={a[0]} and {b[1]}" for a in ports for b in ports if a[0] == b[0] and a[1] < b[1]})
+    if clashes:
+        print(
+            f"[ERROR] Two services would share a port: {'; '.join(clashes)}. Give each its own port.", file=sys.stderr
+        )
+        return 2
+    states = process_states(settings)
+    if states is not None:
+        return resume(settings, states)
+    busy = [m for s in services(settings) if (m := port_in_use_message(s.host, s.port, s.port_var))]
+    if busy:
+        print("[ERROR] " + "\n[ERROR] ".join(busy), file=sys.stderr)
+        return 2
+    for folder in (settings.logs_dir, settings.reports_dir, settings.run_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    try:
+        ensure_sidecar_token(settings)  # the sidecar's write token (run/sidecar_token, 0600), made once
+    except OSError as exc:
+        print(f"[ERROR] cannot make the sidecar token {settings.sidecar_token_path}: {exc}", file=sys.stderr)
+        return 2
+    write_request(settings.engine_request_file, request or EngineRequest())  # default: MODEL, unprofiled
+    env = supervisor_env(settings)
+    since = log_position(settings.vllm_log_file)  # only this launch's phase counts (not the last run's)
+    prepared = subprocess.run(
+        [sys.executable, "-m", "engine.launcher", "--prepare-only"], env=env, cwd=PROJECT_ROOT
+    )
+    if prepared.returncode != 0:
+        return 2
+    if engine_build(settings) == "gpu":  # the GPU preflight (make doctor's engine checks) before anything starts
+        doctor = [sys.executable, "-m", "engine.doctor", "--in-container"]
+        checked = subprocess.run(doctor, env=env, cwd=PROJECT_ROOT, check=False)
+        if checked.returncode != 0:
+            print("[ERROR] The GPU preflight failed (lines above); fix them and run `make up` again.", file=sys.stderr)
+            return 2
+    subprocess.run(
+        [sys.executable, "-m", "supervisor.supervisord", "-c", str(CONF)], env=env, cwd=PROJECT_ROOT, check=True
+    )
+    ok, why = wait_ready(settings, since or LogPosition(dev=0, ino=0, offset=0))
+    if not ok:
+        print(f"[ERROR] {why}", file=sys.stderr)
+        print("[ERROR] Stopping the stack; fix the cause and run `make up` again.", file=sys.stderr)
+        down(settings)
+        return 1
+    print(
+        f"[INFO] Stack ready: vLLM {settings.vllm_url} | UI http://{settings.ui_host}:{settings.ui_port} | "
+        f"Locust http://{settings.locust_web_host}:{settings.locust_web_port} | sidecar {settings.sidecar_url}"
+    )
+    return 0
+
+
+def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
+    """`make up` on a running supervisord: restart services that died, say so when MODEL differs from what runs."""
+    engine = read_engine_state(settings.engine_state_file)
+    request = read_request(settings.engine_request_file)
+    running = request.model or (engine.requested if engine else None)
+    if running and running != settings.requested_model:
+        print(
+            f"[WARN] The stack already serves {running}; MODEL={settings.requested_model} takes effect after "
+            "`make down && make up` (or `./start_vllm.sh` to switch only vLLM).",
+            file=sys.stderr,
+        )
+    if request.profiler:
+        print("[INFO] vLLM runs with its profiler (an interrupted PROFILE=1 run); switching back.", flush=True)
+        try:
+            LocalEngine(settings).restart(request.model_copy(update={"profiler": False}))
+        except EngineError as exc:
+            print(f"[WARN] {exc}", file=sys.stderr)
+        states = process_states(settings) or {}
+    dead = [s.name for s in services(settings) if states.get(s.name, {}).get("statename") != "RUNNING"]
+    if not dead:
+        print("[INFO] The stack is already running (supervisord answers); `make status` shows it.")
+        return status(settings)
+    print(
+        f"[INFO] The stack is running but {', '.join(dead)} stopped; restarting {'it' if len(dead) == 1 else 'them'}."
+    )
+    since = log_position(settings.vllm_log_file) if "vllm" in dead else None
+    for name in dead:
+        try:
+            rpc(settings).supervisor.startProcess(name, False)
+        except xmlrpc.client.Fault as exc:
+            print(f"[WARN] could not start {name}: {exc.faultString}", file=sys.stderr)
+    ok, why = wait_ready(settings, since)
+    if not ok:
+        print(f"[ERROR] {why}\n[ERROR] Run `make down && make up` to start afresh.", file=sys.stderr)
+        return 1
+    return status(settings)
+
+
+def end_leftovers(settings: Settings) -> int:
+    """End what is left of this stack's engine (:func:`engine.reaper.end_engine_processes`: processes a crashed
+    vLLM left under PID 1, such as multiprocessing's ``resource_tracker``); 0 when nothing is left."""
+    state = read_engine_state(settings.engine_state_file)
+    same_host = state is not None and state.pid_namespace == pid_namespace()
+    ended = end_engine_processes(settings.run_dir, pgid=state.pgid if state and same_host else None)
+    if ended.found:
+        killed = f"; {len(ended.killed)} needed SIGKILL" if ended.killed else ""
+        print(f"[INFO] Ended {len(ended.found)} leftover engine processes ({' '.join(map(str, ended.found))}){killed}.")
+    if ended.left:
+        print(f"[ERROR] engine processes still running: {' '.join(map(str, ended.left))}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def down(settings: Settings) -> int:
+    """Stop supervisord and all services (process groups are killed), then every process left of this stack's
+    engine (:func:`end_leftovers`); 0 when nothing is left."""
+    pid_file = settings.run_dir / "supervisord.pid"
+    if process_states(settings) is None:
+        print("[INFO] The stack is not running.")
+        return end_leftovers(settings)
+    try:
+        rpc(settings).supervisor.shutdown()
+    except (OSError, xmlrpc.client.Error) as exc:
+        print(f"[WARN] shutdown request failed: {exc}", file=sys.stderr)
+    deadline = time.monotonic() + 60
+    while pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if pid_file.exists():
+        print(f"[ERROR] supervisord did not stop within 60 s (pid file {pid_file})", file=sys.stderr)
+        return 1
+    left = end_leftovers(settings)
+    print("[INFO] Stack stopped.")
+    return left
+
+
+def status(settings: Settings) -> int:
+    """Print each service's supervisor state and whether it answers; 0 when all run and answer."""
+    states = process_states(settings)
+    if states is None:
+        print("The stack is not running (`make up` starts it).")
+        return 3
+    healthy = True
+    for svc in services(settings):
+        info = states.get(svc.name, {})
+        state = info.get("statename", "UNKNOWN")
+        answering = answers(svc.url, svc.headers)
+        healthy &= state == "RUNNING" and answering
+        print(f"{svc.name:8s} {state:9s} {'answers' if answering else 'no answer':10s} {svc.url}  log: {svc.log}")
+    phase = startup(settings)
+    redact = Redactor(secret_values(settings))
+    print(
+        redact(
+            f"vLLM startup: {phase.phase} — {phase.detail}"
+            + (f"\n  error: {phase.error_line}" if phase.error_line else "")
+        )
+    )
+    line = startup_times_line(startup_facts(phase))
+    if line:
+        print(line)
+    return 0 if healthy else 1
+
+
+def startup_times_line(facts: StartupFacts | None) -> str | None:
+    """``  starts: cold 152 s, warm 24 s / 21 s`` from the log's start attempts (None when none finished)."""
+    if facts is None or facts.cold_start_s is None:
+        return None
+    warm = " / ".join(f"{s:.0f} s" for s in facts.warm_starts_s[-5:])
+    return f"  starts: cold {facts.cold_start_s:.0f} s" + (f", warm {warm}" if warm else ", no warm restart yet")
+
+
+def token(settings: Settings) -> int:
+    """Make the sidecar token file when missing (as ``make up`` does) and print its path, never the token: what a
+    compose secret (``secrets: sidecar_token: file: ./run/sidecar_token``) needs before ``docker compose up``."""
+    try:
+        ensure_sidecar_token(settings)
+    except OSError as exc:
+        print(f"[ERROR] cannot make the sidecar token {settings.sidecar_token_path}: {exc}", file=sys.stderr)
+        return 2
+    print(settings.sidecar_token_path if not settings.sidecar_token else "SIDECAR_TOKEN is set (no file used)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry."""
+    guard_stdout()
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("command", choices=["up", "down", "status", "token"])
+    args = parser.parse_args(argv)
+    settings = get_settings()
+    return {"up": up, "down": down, "status": status, "token": token}[args.command](settings)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

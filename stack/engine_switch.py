@@ -1,0 +1,104 @@
+"""``./start_vllm.sh``: start or restart only vLLM, with ``VLLM_MODEL_PATH`` (the seed image's name) or ``MODEL``.
+
+In local mode the other services keep running (the chat UI's header follows the new model by itself); with the
+compose stack only the ``vllm`` service is recreated; with no stack running, ``make up`` starts everything with that
+model. The model is resolved before anything is stopped, so a typo never takes the running vLLM down.
+``VLLM_EXTRA_ARGS='--max-num-seqs 4' ./start_vllm.sh`` restarts it with other vLLM flags (given, even empty, they
+replace the stack's; not given, vLLM starts with the stack's own), e.g. for ``make compare`` of one flag; the engine
+knobs (``--kv-cache-gb 4``, ``--max-model-len 2048``, ``--dtype float32`` ..., or their variables) apply on the switch
+the same way (``run/engine_request.json``, :class:`core.enginestate.EngineRequest`).
+Exit status: 0 when vLLM answers with the model, 1 when it did not come up, 2 for a model that cannot be served.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Collection, Mapping
+
+from core.cli import build_parser, env_names, given, parse
+from core.enginestate import ENGINE_KNOBS, EngineError, EngineRequest
+from core.knobs.commands import ENGINE
+from core.redact import split_secret_flags
+from core.settings import Settings
+from engine.control import ComposeEngine, LocalEngine
+from engine.kvsizing import KvSizingError
+from engine.launcher import kv_plan, resolve
+from engine.model_resolve import ModelResolutionError
+from stack import control as stackctl
+
+
+def parser() -> argparse.ArgumentParser:
+    """The engine's knobs as flags (``--vllm-model-path DIR``, ``--kv-cache-gb 4`` ...:
+    :data:`core.knobs.commands.ENGINE`)."""
+    return build_parser("./start_vllm.sh", __doc__ or "", ENGINE)
+
+
+def engine_request(
+    settings: Settings, flags: Collection[str] = (), environ: Mapping[str, str] | None = None
+) -> EngineRequest:
+    """What the switch asks of the launcher: the model, the engine knobs given to this command (:data:`ENGINE_KNOBS`
+    named in ``flags``, or set in its environment ``environ``, default this process's; those of ``.env`` are the
+    stack's already), and VLLM_EXTRA_ARGS when it was given (even empty)."""
+    env = os.environ if environ is None else environ
+    extra = settings.vllm_extra_args if "vllm_extra_args" in settings.model_fields_set else None
+    knobs = {
+        name: getattr(settings, name)
+        for name in ENGINE_KNOBS
+        if getattr(settings, name) is not None
+        and (name in flags or any(var in env for var in env_names(name, Settings.model_fields[name])))
+    }
+    return EngineRequest(model=settings.model or None, vllm_extra_args=extra, knobs=knobs)
+
+
+def switch(settings: Settings, flags: Collection[str] = ()) -> int:
+    """Restart vLLM with the configured model wherever the stack runs (see the module docstring); ``flags``: the
+    knobs given on the command line."""
+    try:
+        resolved = resolve(settings)  # fails fast: unknown folder, typo on the hub, unknown synthetic variant
+    except ModelResolutionError as exc:
+        print(f"[ERROR] {exc}", file=sys.stderr)
+        return 2
+    try:
+        kv_plan(settings, resolved)  # KV_CACHE_GB and VLLM_MAX_MODEL_LEN fit, before the running vLLM is stopped
+    except KvSizingError as exc:
+        print(f"[ERROR] {exc}", file=sys.stderr)
+        return 2
+    # VLLM_EXTRA_ARGS given to this command (even empty) replaces the stack's: `VLLM_EXTRA_ARGS='--max-num-seqs 4'`
+    request = engine_request(settings, flags)
+    extra = request.vllm_extra_args
+    if extra:
+        try:
+            secret = split_secret_flags(shlex.split(extra))[1]
+        except ValueError as exc:
+            print(f"[ERROR] VLLM_EXTRA_ARGS does not parse ({exc}): quote it as a shell would.", file=sys.stderr)
+            return 2
+        if secret:  # never written to run/engine_request.json
+            print("[INFO] --api-key and other secret flags of VLLM_EXTRA_ARGS stay those vLLM was started with by "
+                  "`make up` (VLLM_API_KEY, .env); the other flags apply.")
+    for engine in (LocalEngine(settings), ComposeEngine(settings)):
+        if engine.status() is None:
+            continue
+        where = "the local stack" if isinstance(engine, LocalEngine) else "the compose stack"
+        print(f"[INFO] Restarting vLLM in {where} with {resolved.requested} (served as {resolved.served_name})...")
+        try:
+            engine.restart(request)
+        except EngineError as exc:
+            print(f"[ERROR] vLLM did not come back: {exc}", file=sys.stderr)
+            return 1
+        print(f"[INFO] vLLM ready at {settings.vllm_url} serving {resolved.served_name}; nothing else was restarted")
+        return 0
+    print(f"[INFO] No stack is running: starting it (make up) with {resolved.requested}.")
+    return stackctl.up(settings, request)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry."""
+    args, settings = parse(parser(), argv)
+    return switch(settings, set(given(args)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""Reports and baselines written by the previous schema (1.2: a real report of `./run_benchmark.sh --baseline v1`,
+made by main before the 1.3 fields) still load, compare and gate after them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from core.compare import compare_with_history, fingerprint_fields, fingerprint_of, refusal_reason
+from core.gate import gate_verdict
+from core.report_schema import SCHEMA_VERSION, Report, migrate_report
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "report_1.2.json"
+
+
+def load_1_2() -> Report:
+    data = json.loads(FIXTURE.read_text())
+    assert data["schema_version"] == "1.2"
+    return Report.model_validate(migrate_report(data))
+
+
+def test_a_1_2_report_loads_as_the_current_version() -> None:
+    report = load_1_2()
+    assert report.schema_version == SCHEMA_VERSION == "1.3"
+    assert report.metrics.requests_ok > 0
+    assert report.server is not None and report.server.client_overhead == []  # the new fields: their defaults
+    assert report.config.remote_workers == 0
+
+
+def test_a_1_2_baseline_is_comparable_with_a_new_run_of_its_workload_and_gates_it() -> None:
+    old = load_1_2()
+    fields = fingerprint_fields(old.config, old.environment)
+    assert fingerprint_of(fields) == old.comparison.fingerprint  # the fingerprint did not move with the new fields
+    assert refusal_reason(old, fields) is None
+    slower = old.metrics.model_copy(update={"throughput_req_per_sec": old.metrics.throughput_req_per_sec * 0.5})
+    comparison = compare_with_history(old.config, old.environment, slower, [old], {"v1": old})
+    assert comparison.against == {"vs_previous": old.report_id, "vs_v1": old.report_id}
+    new = old.model_copy(update={"metrics": slower, "comparison": comparison, "report_id": "benchmark_report_x"})
+    verdict = gate_verdict(new, "v1", threshold_pct=5.0)
+    assert verdict.exit_code == 3 and "throughput" in verdict.line
+    same = old.model_copy(update={"comparison": compare_with_history(old.config, old.environment, old.metrics, [old],
+                                                                     {"v1": old})})  # fmt: skip
+    assert gate_verdict(same, "v1", threshold_pct=5.0).exit_code == 0
+
+
+def test_the_bundled_corpus_keeps_its_fingerprint_after_it_moved() -> None:
+    """A run of the bundled corpus at its new path (loadgen/workloads/data/) compares with reports naming loadtest/data/."""
+    old = load_1_2()
+    assert old.config.dataset == "loadtest/data/prompts_zh.jsonl"
+    moved = old.config.model_copy(update={"dataset": "loadgen/workloads/data/prompts_zh.jsonl"})
+    assert fingerprint_of(fingerprint_fields(moved, old.environment)) == old.comparison.fingerprint
+    other = old.config.model_copy(update={"dataset": "my/own.jsonl"})
+    assert fingerprint_of(fingerprint_fields(other, old.environment)) != old.comparison.fingerprint

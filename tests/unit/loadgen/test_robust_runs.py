@@ -1,0 +1,243 @@
+"""A run that meets a dead server, an oversized report body, SIGTERM and a second benchmark: the pure parts of the
+server-down breaker, the connection back-off, the body-size fallback, the stop signals and the stack lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from core.api import BuildReportRequest
+from core.errorsummary import error_summary
+from core.records import RequestRecord
+from core.serverview import ServerView
+from loadgen.command.benchmark import build_request, stop_signals_interrupt
+from loadgen.errors import BenchError
+from loadgen.locust_side.user_actions import CONNECTION_BACKOFF_S, backoff_s
+from loadgen.orchestrate.breaker import RowWatch, ServerDownBreaker, connection_cause
+from loadgen.orchestrate.measured_run import Measured
+from loadgen.orchestrate.stack_lock import RunLock, StackBusy
+from loadgen.orchestrate.sweep import RunResult, disagreement, run_line, run_series
+from loadgen.sidecar_client import SidecarClient
+from tests.unit.loadgen.test_sweep_plan import knobs
+from tests.unit.sidecar.test_sidecar_app import body, client_for  # noqa: F401  (fixture)
+from tests.unit.sidecar.test_sidecar_store import report
+
+REFUSED = "ConnectionRefusedError: [Errno 111] Connection refused"
+
+
+def row(i: int, at: float, ok: bool = False, kind: str | None = "connection", error: str = REFUSED) -> str:
+    """One rows-file line as the load processes write it (compact JSON)."""
+    record = RequestRecord(
+        request_id=f"r{i}", started_at=at, ok=ok, e2e_ms=1.0, error_kind=None if ok else kind,  # type: ignore[arg-type]
+        error=None if ok else error, output_tokens=3 if ok else 0,
+    )  # fmt: skip
+    return record.model_dump_json() + "\n"
+
+
+def test_connection_causes_are_named() -> None:
+    """Refused, reset and DNS failures are told apart in the breaker's line."""
+    assert connection_cause(REFUSED) == "connection refused"
+    assert connection_cause("stream broken: ConnectionResetError: [Errno 104] Connection reset by peer") == (
+        "connection reset"
+    )
+    assert connection_cause("gaierror: [Errno -2] Name or service not known") == "DNS lookup failed"
+    assert connection_cause("connection closed before the end of the answer") == "connection failed"
+
+
+def test_breaker_trips_after_server_down_s_of_connection_failures_only() -> None:
+    """Failures spanning SERVER_DOWN_S trip it; a success or an HTTP error answer in between starts over."""
+    breaker = ServerDownBreaker(5.0)
+    assert breaker.failed(100.0, REFUSED) is None
+    assert breaker.failed(104.0, REFUSED) is None
+    breaker.answered()  # e.g. an HTTP 500: the server is up
+    assert breaker.failed(106.0, REFUSED) is None
+    assert breaker.failed(110.9, REFUSED) is None
+    down = breaker.failed(111.0, REFUSED)
+    assert down is not None and down.since == 106.0 and down.for_s == 5.0
+    assert down.line().startswith("vLLM stopped answering at ") and down.line().endswith(": connection refused for 5 s")
+
+
+def test_row_watch_counts_rows_and_feeds_the_breaker(tmp_path: Path) -> None:
+    """Measured rows are counted as they are appended; a torn last line waits; only connection failures with no
+    answer between them trip the breaker (warmup rows and HTTP errors do not)."""
+    path = tmp_path / "run.requests.jsonl"
+    watch = RowWatch(path, ServerDownBreaker(3.0))
+    lines = [row(0, 100.0, ok=True), row(1, 101.0), row(2, 102.0, kind="http_status", error="HTTP 500"),
+             row(3, 103.0), row(4, 105.0)]  # fmt: skip
+    path.write_text("".join(lines) + '{"torn', encoding="utf-8")
+    assert watch() == 5 and watch.down is None  # 103 -> 105: 2 s only, the 500 at 102 reset it
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write('"}\n' + row(5, 105.5))
+    assert watch() == 6 and watch.down is None  # the torn line is no row; 103 -> 105.5 is under 3 s
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(row(6, 110.0).replace('"phase":"measured"', '"phase":"warmup"'))
+    assert watch() == 6 and watch.down is None  # warmup rows do not count
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(row(7, 106.0))
+    assert (
+        watch() == 7
+        and watch.down is not None
+        and watch.down.since == pytest.approx(103.001)
+        and watch.down.for_s == pytest.approx(3.0)
+    )
+
+
+def test_closed_loop_users_back_off_after_connection_failures_only() -> None:
+    """A refused request makes the user pause before the next one; a success or an HTTP error does not."""
+    refused = RequestRecord(request_id="a", started_at=1.0, ok=False, error_kind="connection", error=REFUSED)
+    http = RequestRecord(request_id="b", started_at=1.0, ok=False, error_kind="http_status", error="HTTP 500")
+    ok = RequestRecord(request_id="c", started_at=1.0, ok=True, output_tokens=1)
+    assert backoff_s(refused) == CONNECTION_BACKOFF_S > 0
+    assert backoff_s(http) == backoff_s(ok) == 0.0
+
+
+def big_request(rows: int, message_chars: int = 2000) -> BuildReportRequest:
+    """A build request of ``rows`` failed rows with long messages (a big body), error counts computed here."""
+    data = body(n=3)
+    start = time.time() - 5
+    data["records"] += [
+        RequestRecord(request_id=f"x{i}", started_at=start, ok=False, e2e_ms=1.0, error_kind="connection",
+                      error="c" * message_chars).model_dump(mode="json")
+        for i in range(rows)
+    ]  # fmt: skip
+    request = BuildReportRequest.model_validate(data)
+    return request.model_copy(update={"errors": error_summary(request.records)})
+
+
+def test_an_oversized_body_is_sent_without_its_rows(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Above SIDECAR_MAX_BODY_MB the rows stay local and the body says where; below it they go as they are."""
+    sent: list[dict[str, Any]] = []
+
+    def post(url: str, content: bytes, **_: Any) -> httpx.Response:
+        sent.append(json.loads(content))
+        return httpx.Response(500, json={"detail": "stop here"})
+
+    monkeypatch.setattr(httpx, "post", post)
+    request = big_request(600)  # ≈ 1.3 MB of rows
+    limit = 1024 * 1024
+    client = SidecarClient("http://127.0.0.1:9", token="t", max_body_bytes=limit)
+    with pytest.raises(BenchError):
+        client.post_report(request, tmp_path / "20260101_120000.requests.jsonl")
+    slim = sent[-1]
+    assert slim["records"] == [] and len(json.dumps(slim)) < limit
+    assert "20260101_120000.requests.jsonl" in slim["rows_omitted"] and "603 rows" in slim["rows_omitted"]
+    assert slim["errors"]["by_kind"] == {"connection": 600} and slim["rows_omitted"] in slim["gaps"]
+    small = big_request(10)
+    with pytest.raises(BenchError):
+        client.post_report(small)
+    assert len(sent[-1]["records"]) == 13 and sent[-1]["rows_omitted"] is None
+
+
+def test_the_sidecar_writes_a_report_from_a_body_without_rows(client_for: Any) -> None:  # noqa: F811
+    """A body without rows (rows_omitted) is reported: the benchmark's error counts, the reason in the report."""
+    client = client_for()
+    request = big_request(5)
+    slim = request.model_copy(update={"records": [], "rows_omitted": "rows kept in x.requests.jsonl"})
+    answer = client.post("/reports", content=slim.model_dump_json(), headers={"content-type": "application/json"})
+    assert answer.status_code == 200, answer.text
+    written = answer.json()["report"]
+    assert written["rows_omitted"] == "rows kept in x.requests.jsonl"
+    assert written["errors"]["by_kind"] == {"connection": 5} and written["metrics"]["requests_total"] == 3
+    markdown = Path(answer.json()["report_path"]).with_suffix(".md").read_text(encoding="utf-8")
+    assert "> **Rows kept in x.requests.jsonl.**" in markdown
+
+
+def test_build_request_carries_the_server_down_verdict_and_all_error_counts(tmp_path: Path) -> None:
+    """A run ended by the breaker says so in its build request, with every row's error counted."""
+    from loadgen.orchestrate.breaker import ServerDown
+
+    request = BuildReportRequest.model_validate(body(n=4, error="HTTP 500"))
+    run = Measured(request.records, request.window_start, request.window_end,
+                   server_down=ServerDown(time.time() - 3, "connection refused", 5.0))  # fmt: skip
+    built = build_request(request.config, run, tmp_path / "20260101_120000.requests.jsonl", knobs())
+    assert built.server_down is not None and "connection refused for 5 s" in built.server_down
+    assert built.errors is not None and built.errors.by_kind == {"http_status": 1}
+
+
+def test_sigterm_and_sighup_act_as_ctrl_c_while_running() -> None:
+    """Inside the block SIGTERM and SIGHUP raise KeyboardInterrupt (the Ctrl-C path); the old handlers come back."""
+    before = signal.getsignal(signal.SIGTERM)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        with pytest.raises(KeyboardInterrupt), stop_signals_interrupt():
+            os.kill(os.getpid(), sig)
+            time.sleep(1)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_second_benchmark_on_the_stack_is_refused_naming_the_holder(tmp_path: Path) -> None:
+    """While one run holds RUN_DIR's lock, a second is refused with the holder's pid; after it, the lock is free."""
+    with RunLock(tmp_path):
+        with pytest.raises(StackBusy) as refused, RunLock(tmp_path):
+            pass
+        assert f"pid {os.getpid()}" in str(refused.value) and "wait for it to end" in str(refused.value)
+    with RunLock(tmp_path):  # released on exit
+        pass
+
+
+def test_sweep_lines_and_series_notes_flag_a_client_server_disagreement() -> None:
+    """A point whose report's cross-check disagrees says so on its console line and in the series' notes."""
+    bad = report("benchmark_report_20260101_120001").model_copy(
+        update={"server": ServerView.model_construct(disagreements=["requests_succeeded: client 10 vs server 14"])}
+    )
+    good = report("benchmark_report_20260101_120002")
+    assert disagreement(good) is None and "client 10 vs server 14" in (disagreement(bad) or "")
+    settings = knobs(sweep="concurrency:1,2", cooldown_s=0, duration=5)
+    results = iter([RunResult(bad), RunResult(good)])
+    lines: list[str] = []
+    from loadgen.plan import bench_config
+
+    runs = run_series(settings, bench_config(settings, "m"), lambda plan: next(results), out=lines.append)
+    assert "WARNING client and server disagree" in lines[0] and "WARNING" not in lines[1]
+    assert any("concurrency 1 run 1" in n and "client 10 vs server 14" in n for n in runs.notes)
+    assert "WARNING" in run_line(runs.points[0], 1, 2, 1, 1, RunResult(bad))
+
+
+def test_a_dead_server_ends_the_series(tmp_path: Path) -> None:
+    """A point ended by the breaker stops the series; its note says why."""
+    settings = knobs(sweep="concurrency:1,2,4", cooldown_s=0, duration=5)
+    from loadgen.plan import bench_config
+
+    results = iter([RunResult(report("benchmark_report_20260101_120001"), server_down="vLLM stopped answering")])
+    runs = run_series(settings, bench_config(settings, "m"), lambda plan: next(results), out=lambda line: None)
+    assert runs.server_down == "vLLM stopped answering" and len(runs.points) == 1
+    assert any("ended early" in n for n in runs.notes)
+
+
+def test_a_gpu_sized_run_is_reported_without_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """200 req/s for 10 minutes (120,000 rows of 128 tokens, ≈ 170 MiB of JSON) fits the default 64 MiB limit once the
+    rows stay local; the size check stops counting once past the limit."""
+    sent: list[bytes] = []
+
+    def post(url: str, content: bytes, **_: Any) -> httpx.Response:
+        sent.append(content)
+        return httpx.Response(500, json={"detail": "stop here"})
+
+    monkeypatch.setattr(httpx, "post", post)
+    request = BuildReportRequest.model_validate(body(n=3))
+    row = RequestRecord(request_id="0" * 32, started_at=time.time() - 5, ok=True, ttft_ms=80.0, e2e_ms=1600.0,
+                        itl_ms=[12.345] * 127, output_tokens=128, max_tokens=128)  # fmt: skip
+    rows = [row.model_copy(update={"request_id": f"{i:032x}"}) for i in range(120_000)]
+    request = request.model_copy(update={"records": rows, "errors": error_summary(rows)})
+    client = SidecarClient("http://127.0.0.1:9", token="t", max_body_bytes=64 * 1024 * 1024)
+    with pytest.raises(BenchError):
+        client.post_report(request)
+    slim = json.loads(sent[-1])
+    assert slim["records"] == [] and "120000 rows" in slim["rows_omitted"] and len(sent[-1]) < 1024 * 1024
+
+
+def test_the_lock_falls_back_to_the_logs_when_run_dir_cannot_hold_it(tmp_path: Path) -> None:
+    """A RUN_DIR where no file can be made (read-only in the compose Locust container; here: a file in its place)
+    puts the lock in the fallback folder, still exclusive."""
+    run_dir = tmp_path / "run"
+    run_dir.write_text("not a folder")
+    with RunLock(run_dir, tmp_path / "logs/runs") as held:
+        assert held.path == tmp_path / "logs/runs/benchmark.lock"
+        with pytest.raises(StackBusy), RunLock(run_dir, tmp_path / "logs/runs"):
+            pass

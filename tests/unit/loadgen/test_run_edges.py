@@ -1,0 +1,113 @@
+"""Edges of a run: which model, which exit code, incomplete rows, open-loop arrivals that stop at DURATION."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.records import RequestRecord
+from core.report_schema import BenchmarkConfig
+from core.requestlog import RequestLog
+from core.settings import Settings
+from core.stats import run_metrics
+from loadgen.command.benchmark import EXIT_ERROR_RATE, EXIT_NO_SUCCESS, verdicts
+from loadgen.errors import BenchError
+from loadgen.locust_side.process_state import RunState
+from loadgen.locust_side.user_actions import dispatch_open_loop
+from loadgen.orchestrate.preflight import choose_model
+from loadgen.workloads.workload import WorkItem
+from tests.unit.sidecar.test_sidecar_store import report
+
+
+def settings(**kw: object) -> Settings:
+    return Settings(_env_file=None, **kw)  # type: ignore[call-arg, arg-type]
+
+
+def test_model_choice_order_and_errors() -> None:
+    """BENCH_MODEL, then SERVED_MODEL_NAME, then MODEL when served, then the only model; else stop and list."""
+    served = ["base", "lora-a", "lora-b"]
+    assert choose_model(served, settings(bench_model="lora-b", served_model_name="base")) == "lora-b"
+    assert choose_model(served, settings(served_model_name="lora-a")) == "lora-a"
+    assert choose_model(served, settings(model="base")) == "base"
+    assert choose_model(["only"], settings()) == "only"
+    with pytest.raises(BenchError, match="serves 3 models \\(base, lora-a, lora-b\\); choose one with BENCH_MODEL"):
+        choose_model(served, settings())
+    with pytest.raises(BenchError, match=r"BENCH_MODEL=nope is not served .*served: base, lora-a, lora-b"):
+        choose_model(served, settings(bench_model="nope"))
+
+
+def rows(ok: int, failed: int) -> list[RequestRecord]:
+    good = [RequestRecord(request_id=f"o{i}", started_at=float(i), ok=True, e2e_ms=100.0, ttft_ms=10.0,
+                          output_tokens=5, output_tokens_source="usage") for i in range(ok)]
+    bad = [RequestRecord(request_id=f"f{i}", started_at=float(i), ok=False, e2e_ms=5.0, error_kind="http_status",
+                         error="500") for i in range(failed)]
+    return good + bad
+
+
+def test_exit_codes_for_no_success_and_error_rate() -> None:
+    """No successful request is exit 4; an error rate above MAX_ERROR_RATE_PCT is exit 5; a clean run has none."""
+    none_ok = report().model_copy(update={"metrics": report().metrics.model_copy(update={"requests_ok": 0})})
+    assert [code for code, _ in verdicts(settings(), none_ok)] == [EXIT_NO_SUCCESS]
+    high = report().model_copy(update={"metrics": report().metrics.model_copy(update={"error_rate_percent": 12.0})})
+    assert [code for code, _ in verdicts(settings(max_error_rate_pct=10), high)] == [EXIT_ERROR_RATE]
+    assert verdicts(settings(max_error_rate_pct=20), high) == []
+
+
+def test_incomplete_rows_are_counted_apart() -> None:
+    """Requests cut by the end of the run are neither ok nor failed and stay out of the window and rates."""
+    cut = RequestRecord(request_id="c", started_at=100.0, ok=False, e2e_ms=1.0, error_kind="incomplete", error="x")
+    m = run_metrics([*rows(4, 1), cut])
+    assert (m.requests_total, m.requests_ok, m.requests_failed, m.requests_incomplete) == (5, 4, 1, 1)
+    assert m.error_rate_percent == 20.0 and m.duration_s < 10  # the cut row (t=100 s) does not stretch the window
+    assert m.output_token_sources == {"usage": 4}
+
+
+def plan(tmp_path: Path, **kw: object) -> BenchmarkConfig:
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "你好"}\n', encoding="utf-8")
+    base: dict[str, object] = dict(mode="open_loop", concurrency=1, rate_req_per_sec=50.0, burstiness=1.0,
+                                   warmup_requests=0, max_tokens=8, temperature=0.0, dataset=str(data), seed=0,
+                                   vllm_url="http://x", model="m", drain_s=0.2)
+    return BenchmarkConfig(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_open_loop_stops_scheduling_at_the_duration_and_cancels_after_the_drain(tmp_path: Path) -> None:
+    """No arrival is scheduled after start + DURATION; requests still running after DRAIN_S are cancelled."""
+    import gevent
+
+    state = RunState(plan(tmp_path, duration_s=0.5), RequestLog(tmp_path / "requests.jsonl"))
+    state.begin(0, None)
+    scheduled: list[float] = []
+
+    def one(item: WorkItem, at: float) -> None:
+        scheduled.append(at)
+        gevent.sleep(5.0)  # longer than the drain: cancelled at the end
+
+    start = __import__("time").time()
+    cancelled = dispatch_open_loop(state, one)
+    assert scheduled and max(scheduled) <= start + 0.5 + 0.05
+    assert 10 <= len(scheduled) <= 45  # about 25 arrivals at 50/s in 0.5 s (Poisson)
+    assert cancelled == len(scheduled)
+
+
+def test_open_loop_with_a_request_budget_sends_exactly_that_many(tmp_path: Path) -> None:
+    """REQUESTS=N in open loop dispatches exactly N arrivals and waits for all of them."""
+    state = RunState(plan(tmp_path, requests=7), RequestLog(tmp_path / "requests.jsonl"))
+    state.begin(7, None)
+    sent: list[float] = []
+    assert dispatch_open_loop(state, lambda item, at: sent.append(at)) == 0
+    assert len(sent) == 7
+
+
+def test_row_counter_counts_new_complete_measured_rows_only(tmp_path: Path) -> None:
+    """The progress counter reads only what was appended since its last count, and a half-written line later."""
+    from loadgen.orchestrate.measured_run import RowCounter
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"phase":"warmup"}\n{"phase":"measured"}\n{"phase":"meas')
+    count = RowCounter(path)
+    assert count() == 1
+    with path.open("a") as fh:
+        fh.write('ured"}\n{"phase":"measured"}\n')
+    assert count() == 3 and count() == 3 and count.offset == path.stat().st_size

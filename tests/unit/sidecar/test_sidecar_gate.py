@@ -1,0 +1,173 @@
+"""The regression gate (``make benchmark GATE=…``) and the terminal's ``[COMPARE]`` lines."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from core.api import BuildReportRequest
+from core.gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, gate_failures, gate_verdict
+from core.records import RequestRecord
+from core.report_schema import BenchmarkConfig, Comparison
+from core.stats import run_metrics
+from loadgen.terminal.summary import compare_lines, format_summary
+from sidecar.reports.writer import ReportService
+from sidecar.sampling.gpu import NvmlReader
+from tests.fakes import FakeNvml
+from tests.unit.sidecar.test_sidecar_app import make_settings
+from tests.unit.sidecar.test_sidecar_store import report
+
+
+def with_changes(name: str, throughput_pct: float | None, p99_pct: float | None):
+    changes = {"throughput_req_per_sec_pct": throughput_pct, "latency_p99_ms_pct": p99_pct}
+    comparison = Comparison(against={name: "benchmark_report_20260101_120000"}, changes_pct={name: changes})
+    return report().model_copy(update={"comparison": comparison})
+
+
+def test_equal_run_passes() -> None:
+    """No change at all passes the gate."""
+    verdict = gate_verdict(with_changes("vs_v0.2.1", 0.0, 0.0), "v0.2.1", 5.0)
+    assert verdict.exit_code == EXIT_PASS and verdict.line.startswith("[GATE] PASS vs v0.2.1")
+
+
+def test_throughput_drop_beyond_threshold_fails_naming_metric_and_size() -> None:
+    """A 12.3 % throughput drop fails a 5 % gate, and the line says by how much."""
+    verdict = gate_verdict(with_changes("vs_v0.2.1", -12.3, 1.0), "v0.2.1", 5.0)
+    assert verdict.exit_code == EXIT_FAIL
+    assert verdict.failures == ["throughput_req_per_sec -12.3% (limit -5%)"]
+    assert verdict.line.startswith("[GATE] FAIL vs v0.2.1") and "-12.3%" in verdict.line
+
+
+def test_p99_rise_beyond_threshold_fails() -> None:
+    """p99 latency rising 8 % fails a 5 % gate but passes a 10 % one."""
+    assert gate_failures({"throughput_req_per_sec_pct": 0.0, "latency_p99_ms_pct": 8.0}, 5.0) == [
+        "latency_p99_ms +8.0% (limit +5%)"
+    ]
+    assert gate_failures({"throughput_req_per_sec_pct": 0.0, "latency_p99_ms_pct": 8.0}, 10.0) == []
+
+
+def test_improvements_and_changes_within_threshold_pass() -> None:
+    """Faster and slightly noisier runs pass; exactly at the threshold passes too."""
+    assert gate_failures({"throughput_req_per_sec_pct": 30.0, "latency_p99_ms_pct": -20.0}, 5.0) == []
+    assert gate_failures({"throughput_req_per_sec_pct": -5.0, "latency_p99_ms_pct": 5.0}, 5.0) == []
+
+
+def test_missing_figure_fails_closed() -> None:
+    """A metric that cannot be compared (e.g. no successful request) fails rather than passes."""
+    assert gate_failures({"throughput_req_per_sec_pct": 1.0, "latency_p99_ms_pct": None}, 5.0) == [
+        "latency_p99_ms n/a: cannot compare (limit +5%)"
+    ]
+
+
+def test_unknown_baseline_is_an_error() -> None:
+    """A GATE naming no baseline is exit 2 with a hint how to mark one."""
+    verdict = gate_verdict(with_changes("vs_v0.1", 0.0, 0.0), "v0.2.1", 5.0)
+    assert verdict.exit_code == EXIT_ERROR and "no baseline named 'v0.2.1'" in verdict.line and "v0.1" in verdict.line
+    assert "make baseline NAME=v0.2.1" in verdict.line
+
+
+def test_incomparable_baseline_is_an_error_with_the_reason() -> None:
+    """A baseline of another workload is exit 2, quoting why."""
+    refused = report().model_copy(update={"comparison": Comparison(refused={"vs_v0.2.1": "concurrency: 8 -> 50"})})
+    verdict = gate_verdict(refused, "v0.2.1", 5.0)
+    assert verdict.exit_code == EXIT_ERROR and "concurrency: 8 -> 50" in verdict.line
+
+
+def _service_body(e2e_ms: float, gap_s: float) -> BuildReportRequest:
+    start = time.time() - 2.0
+    rows = [
+        RequestRecord(request_id=f"r{i}", started_at=start + i * gap_s, ok=True, ttft_ms=10.0, e2e_ms=e2e_ms,
+                      output_tokens=8, content_chunks=8)
+        for i in range(20)
+    ]
+    config = BenchmarkConfig(concurrency=2, requests=20, warmup_requests=0, max_tokens=8, temperature=0.0,
+                             dataset="d", seed=0, vllm_url="http://x", model="m")
+    return BuildReportRequest(
+        config=config, records=rows, metrics=run_metrics(rows), window_start=start, window_end=time.time()
+    )
+
+
+def test_gate_end_to_end_through_the_sidecar(tmp_path: Path) -> None:
+    """Baseline run, equal run passes, injected regression (slower requests) fails with exit 3."""
+    settings = make_settings(tmp_path)
+    svc = ReportService.from_settings(settings, gpu=(NvmlReader(FakeNvml()), None), server_facts=lambda url: {})
+    svc.build_and_write(_service_body(e2e_ms=100.0, gap_s=0.05))
+    svc.mark_baseline("v0.2.1")
+    equal = svc.build_and_write(_service_body(e2e_ms=100.0, gap_s=0.05)).report
+    assert gate_verdict(equal, "v0.2.1", 5.0).exit_code == EXIT_PASS
+    slower = svc.build_and_write(_service_body(e2e_ms=150.0, gap_s=0.075)).report
+    verdict = gate_verdict(slower, "v0.2.1", 5.0)
+    assert verdict.exit_code == EXIT_FAIL
+    assert any(f.startswith("throughput_req_per_sec -") for f in verdict.failures)
+    assert any(f.startswith("latency_p99_ms +50.0%") for f in verdict.failures)
+
+
+def test_compare_lines_read_vs_name_percent_metric() -> None:
+    """The terminal prints ``vs_v0.2.1: +12% throughput, …`` for each comparison, then the notes."""
+    r = with_changes("vs_v0.2.1", 12.04, -3.0)
+    r.comparison.notes.append("vs_old: refused: workload differs (concurrency: 8 -> 50)")
+    lines = compare_lines(r)
+    assert lines[0] == "[COMPARE] vs_v0.2.1: +12% throughput, -3.0% p99 latency (benchmark_report_20260101_120000)"
+    assert lines[1] == "[COMPARE] vs_old: refused: workload differs (concurrency: 8 -> 50)"
+
+
+def test_summary_ends_with_the_seeds_lines_and_names_every_file() -> None:
+    """The seed's result lines come first; the report lines name the JSON, Markdown, HTML and CSV beside it; the
+    seed's closing lines end it."""
+    r = report().model_copy(update={"markdown_file": "x.md", "html_file": "x.html", "csv_file": "x.csv"})
+    lines = format_summary(r, "/tmp/reports/x.json")
+    assert lines[0].startswith("[RESULT] Avg latency: ") and " | P90: " in lines[0] and " | P99: " in lines[0]
+    assert lines[1].startswith("[RESULT] Throughput: ") and " req/s | GPU memory usage: " in lines[1]
+    assert lines[-4] == "[REPORT] Baseline saved to /tmp/reports/x.json"
+    assert lines[-3] == "[REPORT] Markdown: /tmp/reports/x.md | HTML: /tmp/reports/x.html | CSV: /tmp/reports/x.csv"
+    assert lines[-2] == "Benchmark completed. Report generated. Report path: /tmp/reports/x.json"
+    assert lines[-1].startswith("Key insight: ")
+
+
+def test_a_cut_run_never_says_completed() -> None:
+    """An interrupted run, or one ended by a dead server, says so where the seed's closing line stands: a script that
+    greps ``Benchmark completed`` must not take it for a finished run."""
+    cut = format_summary(report().model_copy(update={"interrupted": True}), "/tmp/reports/x.json")
+    assert cut[-2] == "Benchmark interrupted. Partial report generated. Report path: /tmp/reports/x.json"
+    down = format_summary(report().model_copy(update={"server_down": "connection refused for 5 s"}), "/tmp/r/y.json")
+    assert down[-2].startswith("Benchmark ended early: the server stopped answering. Partial report generated.")
+    assert not any("Benchmark completed" in line for line in cut + down)
+
+
+@pytest.mark.parametrize(("value", "text"), [(12.04, "+12%"), (-3.04, "-3.0%"), (0.0, "+0.0%"), (-100.0, "-100%")])
+def test_percent_text(value: float, text: str) -> None:
+    """Whole percents from 10 % up, one decimal below."""
+    from loadgen.terminal.summary import pct_text
+
+    assert pct_text(value) == text
+
+
+def test_gate_fails_when_the_error_rate_rose() -> None:
+    """Same throughput and latency but 50 points more errors is a regression (error rate judged in points)."""
+    changes: dict[str, float | None] = {
+        "throughput_req_per_sec_pct": 0.0,
+        "latency_p99_ms_pct": 0.0,
+        "error_rate_percent_pp": 50.0,
+    }
+    comparison = Comparison(against={"vs_v1": "benchmark_report_20260101_120000"}, changes_pct={"vs_v1": changes})
+    verdict = gate_verdict(report().model_copy(update={"comparison": comparison}), "v1", 5.0, 1.0)
+    assert verdict.exit_code == EXIT_FAIL and "error_rate_percent +50.0 pp (limit +1 pp)" in verdict.line
+    small = Comparison(against=comparison.against, changes_pct={"vs_v1": {**changes, "error_rate_percent_pp": 0.5}})
+    assert gate_verdict(report().model_copy(update={"comparison": small}), "v1", 5.0, 1.0).exit_code == EXIT_PASS
+
+
+def test_a_baseline_without_success_cannot_judge_and_is_never_previous() -> None:
+    """A 100 %-failed report is refused as a baseline (exit 2) and skipped as the previous run."""
+    from core.compare import compare_with_history
+
+    failed = report("benchmark_report_20260101_110000")
+    failed = failed.model_copy(update={"metrics": failed.metrics.model_copy(update={"requests_ok": 0})})
+    good_old = report("benchmark_report_20260101_100000")
+    new = report("benchmark_report_20260101_120000")
+    comparison = compare_with_history(new.config, new.environment, new.metrics, [good_old, failed], {"v1": failed})
+    assert comparison.against["vs_previous"] == good_old.report_id
+    assert "cannot judge" in comparison.refused["vs_v1"]
+    verdict = gate_verdict(new.model_copy(update={"comparison": comparison}), "v1", 5.0)
+    assert verdict.exit_code == EXIT_ERROR and "cannot judge" in verdict.line

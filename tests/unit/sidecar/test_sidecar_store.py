@@ -1,0 +1,185 @@
+"""The reports folder: atomic no-clobber writes, tolerant listing, safe ids, comparisons."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from core.compare import compare_with_history
+from core.records import RequestRecord
+from core.report_schema import (
+    BenchmarkConfig,
+    Comparison,
+    Environment,
+    ErrorSummary,
+    LogFacts,
+    Report,
+    Resources,
+)
+from core.stats import run_metrics
+from sidecar.reports.builder import build_metrics
+from sidecar.reports.store import ReportStore, validate_report_id
+
+
+def report(
+    report_id: str = "benchmark_report_20260101_120000",
+    throughput: float = 2.0,
+    ended: float = 1.0,
+    concurrency: int = 8,
+) -> Report:
+    rows = [
+        RequestRecord(request_id=f"r{i}", started_at=float(i), ok=True, e2e_ms=100.0, ttft_ms=20.0, output_tokens=10)
+        for i in range(10)
+    ]
+    metrics = build_metrics(run_metrics(rows), Resources(vllm_rss_peak_gb=1.0)).model_copy(
+        update={"throughput_req_per_sec": throughput}
+    )
+    config = BenchmarkConfig(
+        concurrency=concurrency,
+        requests=10,
+        warmup_requests=0,
+        max_tokens=32,
+        temperature=0.0,
+        dataset="d",
+        seed=0,
+        vllm_url="http://x",
+        model="m",
+    )
+    return Report(
+        report_id=report_id,
+        timestamp="t",
+        run_started_at=0.0,
+        run_ended_at=ended,
+        environment=Environment(),
+        config=config,
+        metrics=metrics,
+        errors=ErrorSummary(),
+        resources=Resources(),
+        logs=LogFacts(log_file="l", found=False),
+        comparison=Comparison(),
+        requests_file="",
+    )
+
+
+def test_write_then_read_back(tmp_path: Path) -> None:
+    """A written report lists and loads, and its rows file sits beside it."""
+    store = ReportStore(tmp_path)
+    path = store.write(report(), ['{"a": 1}'])
+    assert path.name == "benchmark_report_20260101_120000.json"
+    assert (tmp_path / "benchmark_report_20260101_120000.requests.jsonl").read_text() == '{"a": 1}\n'
+    assert store.get("benchmark_report_20260101_120000").metrics.throughput_req_per_sec == 2.0
+    assert [r.report_id for r in store.list()] == ["benchmark_report_20260101_120000"]
+
+
+def test_same_second_reports_do_not_clobber(tmp_path: Path) -> None:
+    """Concurrent writes with the same id get distinct files (_2, _3 ...)."""
+    store = ReportStore(tmp_path)
+    paths: list[Path] = []
+    threads = [threading.Thread(target=lambda: paths.append(store.write(report(), []))) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(paths)) == 6 and len(store.list()) == 6
+
+
+def test_corrupt_and_foreign_json_are_skipped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A truncated report and a foreign JSON never break the listing; a warning names them."""
+    store = ReportStore(tmp_path)
+    store.write(report(), [])
+    (tmp_path / "benchmark_report_20250101_000000.json").write_text('{"schema_version": "1.0", "repo')
+    (tmp_path / "benchmark_report_20250101_000001.json").write_text('{"hello": "world"}')
+    assert len(store.list()) == 1
+    assert "benchmark_report_20250101_000000.json" in caplog.text
+
+
+def test_no_temp_files_left_after_writes(tmp_path: Path) -> None:
+    """Atomic writes leave no temporary files behind (a kill mid-write leaves only a dot-file, never a report)."""
+    ReportStore(tmp_path).write(report(), [])
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("bad", ["../etc/passwd", "benchmark_report_x", "/abs", "benchmark_report_20260101_120000/.."])
+def test_traversal_ids_are_refused(bad: str) -> None:
+    """Only benchmark_report_YYYYMMDD_HHMMSS[_N] ids are accepted."""
+    with pytest.raises(ValueError):
+        validate_report_id(bad)
+
+
+def test_comparison_with_previous_same_workload() -> None:
+    """A new run is compared with the latest earlier run of the same workload."""
+    old = report("benchmark_report_20260101_120000", throughput=2.0)
+    other = report("benchmark_report_20260101_130000", throughput=9.0, concurrency=50, ended=2.0)
+    new = report("benchmark_report_20260101_140000", throughput=2.5, ended=3.0)
+    comparison = compare_with_history(new.config, new.environment, new.metrics, [old, other])
+    assert comparison.against == {"vs_previous": "benchmark_report_20260101_120000"}
+    assert comparison.changes_pct["vs_previous"]["throughput_req_per_sec_pct"] == pytest.approx(25.0)
+
+
+def test_first_run_has_nothing_to_compare() -> None:
+    """Without an earlier run of the same workload the comparison says so."""
+    new = report()
+    comparison = compare_with_history(new.config, new.environment, new.metrics, [])
+    assert not comparison.changes_pct and "first run" in comparison.notes[0]
+
+
+def test_crash_before_the_json_is_linked_leaves_no_visible_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure between the temp write and the JSON's link (a kill mid-write) leaves no report and no debris."""
+    import os
+
+    real_link = os.link
+
+    def link(src: str, dst: str) -> None:
+        if str(dst).endswith(".json"):
+            raise OSError("simulated crash")
+        real_link(src, dst)
+
+    monkeypatch.setattr(os, "link", link)
+    store = ReportStore(tmp_path)
+    with pytest.raises(OSError, match="simulated crash"):
+        store.write(report(), ['{"a": 1}'], attachments=lambda r: {".md": "# md", ".html": "<p>"})
+    assert store.list() == [] and list(tmp_path.iterdir()) == []
+
+
+def test_stray_temp_and_orphan_files_from_a_killed_writer_are_ignored(tmp_path: Path) -> None:
+    """A half-written dot temp file and rows without a JSON (a SIGKILL mid-write) are invisible to the listing."""
+    (tmp_path / ".benchmark_report_20260101_120000.json.x1y2.tmp").write_text('{"schema_version": "1.')
+    (tmp_path / "benchmark_report_20260101_120000.requests.jsonl").write_text('{"a": 1}\n')
+    store = ReportStore(tmp_path)
+    assert store.list() == []
+    path = store.write(report(), [])  # the orphan rows keep their id: the new report takes the next one
+    assert path.name == "benchmark_report_20260101_120000_2.json" and len(store.list()) == 1
+
+
+def test_attachments_are_written_beside_the_json_and_named_in_it(tmp_path: Path) -> None:
+    """Markdown and HTML renderers get the final report (final id) and their files are recorded in it."""
+    seen: list[str] = []
+
+    def render(final: Report) -> dict[str, str]:
+        seen.append(final.report_id)
+        return {".md": f"# {final.report_id}", ".html": f"<h1>{final.html_file}</h1>"}
+
+    store = ReportStore(tmp_path)
+    store.write(report(), [])
+    path = store.write(report(), [], attachments=render)
+    written = store.get(path.stem)
+    assert seen == ["benchmark_report_20260101_120000_2"]
+    assert written.markdown_file == "benchmark_report_20260101_120000_2.md"
+    assert (tmp_path / "benchmark_report_20260101_120000_2.html").read_text() == (
+        "<h1>benchmark_report_20260101_120000_2.html</h1>"
+    )
+
+
+def test_redactor_applies_to_every_file(tmp_path: Path) -> None:
+    """The store's redactor masks secrets in rows, attachments and the JSON alike."""
+    store = ReportStore(tmp_path, redact=lambda text: text.replace("s3cr3t", "***"))
+    store.write(report(), ['{"error": "s3cr3t"}'], attachments=lambda r: {".md": "s3cr3t", ".html": "s3cr3t"})
+    assert all("s3cr3t" not in f.read_text() for f in tmp_path.iterdir())
+
+
+def test_listing_tolerates_a_non_object_json(tmp_path: Path) -> None:
+    """A JSON array or number named like a report is skipped, not a crash."""
+    (tmp_path / "benchmark_report_20250101_000003.json").write_text("42")
+    assert ReportStore(tmp_path).list() == []

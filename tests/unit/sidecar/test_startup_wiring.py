@@ -1,0 +1,57 @@
+"""Start-up facts in reports and the sidecar's /startup endpoint (log parser wired into the sidecar)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from core.settings import Settings
+from engine.startup import StartupAttempt, StartupPhase
+from sidecar.app import create_app
+from sidecar.reports.envinfo import startup_facts
+from sidecar.reports.writer import ReportService
+
+
+def attempt(startup_s: float, outcome: str = "ready") -> StartupAttempt:
+    return StartupAttempt(
+        started_at_s=1000.0, ready_at_s=1000.0 + startup_s, outcome=outcome, load_s=1.0, engine_init_s=10.0
+    )
+
+
+def test_cold_start_is_the_first_and_restarts_are_warm() -> None:
+    """The first ready start is the cold start; later ones (even stopped after ready) are warm restarts."""
+    phase = StartupPhase(
+        phase="ready",
+        detail="ready",
+        load_s=0.5,
+        engine_init_s=9.0,
+        kv_cache_line="GPU KV cache size: 412,336 tokens",
+        attempts=(attempt(90.0, "stopped"), attempt(20.0, "failed"), attempt(30.0)),
+    )
+    facts = startup_facts(phase)
+    assert facts is not None and facts.cold_start_s == 90.0 and facts.warm_starts_s == [30.0]
+    assert (facts.model_load_s, facts.engine_init_s) == (0.5, 9.0)
+    assert facts.kv_cache_line == "GPU KV cache size: 412,336 tokens"
+
+
+def test_no_start_in_log_gives_none() -> None:
+    """A log without any start yields no startup facts."""
+    assert startup_facts(StartupPhase(phase="not_started", detail="no log")) is None
+
+
+def test_startup_endpoint_reads_the_vllm_log(tmp_path: Path) -> None:
+    """GET /startup parses logs/vllm.log: a failed start reports its error line."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "vllm.log").write_text(
+        "[INFO] Starting vLLM: python -m vllm.entrypoints.openai.api_server --model m\n"
+        "(APIServer pid=1) INFO 11-29 21:55:01 [utils.py:253] non-default args: {}\n"
+        "(APIServer pid=1) ERROR 11-29 21:55:05 [core.py:1] EngineCore failed to start.\n"
+        "ValueError: Unsupported CPU attention configuration\n"
+    )
+    settings = Settings(_env_file=None, logs_dir=logs, reports_dir=tmp_path / "reports")  # type: ignore[call-arg]
+    service = ReportService.from_settings(settings, gpu=(None, "no GPU in this test"))
+    with TestClient(create_app(settings, service), base_url="http://127.0.0.1:8200") as client:
+        body = client.get("/startup").json()
+    assert body["phase"] == "failed" and "Unsupported CPU attention" in (body["error_line"] or "")

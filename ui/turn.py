@@ -1,0 +1,221 @@
+"""One chat turn end to end: status check, context budget, streaming, error mapping, ``requests.jsonl`` line."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import httpx
+from openai import AsyncOpenAI
+
+from core.requestlog import RequestLog, RequestLogLine, Status, now_iso
+from core.settings import Settings
+from ui import errors
+from ui.backend import StreamState, count_tokens, stream_chat
+from ui.chat import ChatMessage, ChatParams, build_messages, check_context, plan_max_tokens, request_kwargs
+from ui.status import BackendStatus, current_status
+from ui.timing import Timing, compute_timing
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """Outcome of one turn: the answer text shown (maybe partial), its timing, a clamp notice, or an error."""
+
+    request_id: str
+    answer: str
+    timing: Timing | None
+    notice: str | None
+    error: errors.UiError | None
+    status: BackendStatus
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to send: max_tokens after clamping, the clamp notice, the prompt size; or why nothing is sent."""
+
+    max_tokens: int
+    notice: str | None = None
+    prompt_tokens: int | None = None
+    error: errors.UiError | None = None
+
+
+def log_line(
+    request_id: str,
+    model: str | None,
+    state: StreamState | None,
+    prompt_tokens: int | None,
+    error: str | None,
+    status: Status | None = None,
+) -> RequestLogLine:
+    """The ``requests.jsonl`` line of a turn (``source="ui"``), timed by the stream's :class:`StreamTimer` exactly
+    as the benchmark times its rows (TTFT to the first content or reasoning text, total to the end of the stream)."""
+    ttft_ms = total_ms = None
+    completion_tokens = None
+    if state is not None and state.timer.t0 is not None:
+        total_ms = _round(state.timer.e2e_ms())
+        ttft_ms = _round(state.timer.ttft_ms)
+        completion_tokens = state.completion_tokens
+        prompt_tokens = state.prompt_tokens if state.prompt_tokens is not None else prompt_tokens
+    return RequestLogLine(
+        ts=now_iso(),
+        source="ui",
+        request_id=request_id,
+        model=model,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        ttft_ms=ttft_ms,
+        total_ms=total_ms,
+        status=status or ("error" if error else "ok"),
+        error=error,
+    )
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+class ChatBackend:
+    """Process-wide clients for vLLM (one connection pool shared by all chat sessions)."""
+
+    def __init__(self, settings: Settings, http: httpx.AsyncClient | None = None, llm: AsyncOpenAI | None = None):
+        """Clients from ``settings`` (vLLM URL, VLLM_API_KEY, REQUEST_TIMEOUT_S, logs dir); tests pass their own
+        ``http``/``llm``. Both clients send the key: the OpenAI client as its ``api_key``, the probes and ``/tokenize``
+        as ``Authorization: Bearer``."""
+        self.url = settings.vllm_url
+        self.timeout_s = settings.request_timeout_s
+        self.engine_state_file = settings.engine_state_file
+        self.startup_window_s = settings.startup_timeout_s
+        self.requests_log = RequestLog.of(settings)
+        self.ui_max_tokens = settings.ui_max_tokens
+        self.http = http or httpx.AsyncClient(
+            timeout=httpx.Timeout(self.timeout_s, connect=CONNECT_TIMEOUT_S), headers=settings.vllm_headers
+        )
+        self.openai = llm or AsyncOpenAI(
+            base_url=f"{self.url}/v1",
+            api_key=settings.vllm_client_key or "EMPTY",  # the SDK needs a value; vLLM without a key ignores it
+            max_retries=0,
+            timeout=self.timeout_s,
+        )
+
+    async def status(self) -> BackendStatus:
+        """Fresh Ready/Loading/Down status with model, version and context length."""
+        return await current_status(self.http, self.url, self.engine_state_file, self.startup_window_s)
+
+    def _finish(
+        self,
+        request_id: str,
+        model: str | None,
+        state: StreamState | None,
+        prompt_tokens: int | None,
+        error: errors.UiError | None,
+    ) -> None:
+        status: Status | None = "cancelled" if error is not None and error.kind == "cancelled" else None
+        line = log_line(request_id, model, state, prompt_tokens, error.cause if error else None, status)
+        self.requests_log.append(line)
+
+    async def run_turn(
+        self,
+        history: Sequence[ChatMessage],
+        user_text: str,
+        params: ChatParams,
+        on_token: Callable[[str], Awaitable[None]],
+        on_notice: Callable[[str], Awaitable[None]] | None = None,
+    ) -> TurnResult:
+        """Answer ``user_text`` after ``history``, streaming pieces to ``on_token``; logs one line in any case.
+
+        ``on_notice`` receives the clamp notice (max_tokens lowered) before the request is sent, so the reader sees
+        it at once rather than under a finished answer.
+
+        Raises:
+            asyncio.CancelledError: the user pressed Stop or the chat session disconnected (the cancel message,
+                :data:`errors.STOPPED` or :data:`errors.DISCONNECTED`, says which); logged as ``cancelled``, and the
+                server request is aborted.
+        """
+        request_id = f"ui-{uuid.uuid4().hex[:16]}"
+        status = await self.status()
+        if not status.ready or status.model is None:
+            unavailable = errors.backend_unavailable(status, self.url)
+            self._finish(request_id, status.model, None, None, unavailable)
+            return TurnResult(request_id, "", None, None, unavailable, status)
+        model = status.model
+        messages = build_messages(history, user_text, params.system_prompt)
+        plan = await self._plan(model, messages, user_text, params, status.max_model_len)
+        max_tokens, notice, prompt_tokens = plan.max_tokens, plan.notice, plan.prompt_tokens
+        if plan.error is not None:
+            self._finish(request_id, model, None, prompt_tokens, plan.error)
+            return TurnResult(request_id, "", None, None, plan.error, status)
+
+        state = StreamState()
+        try:
+            if notice is not None and on_notice is not None:
+                await on_notice(notice)
+            await stream_chat(self.openai, request_kwargs(model, messages, params, max_tokens), on_token, state)
+        except asyncio.CancelledError as exc:
+            reason = exc.args[0] if exc.args else None
+            self._finish(state.request_id or request_id, model, state, prompt_tokens, errors.cancelled(reason))
+            raise
+        request_id = state.request_id or request_id
+        error: errors.UiError | None = None
+        if state.error is not None:
+            status = await self.status()  # Loading vs Down after a connection error; a model switch after a 404
+            error = errors.map_exception(
+                state.error,
+                model=model,
+                url=self.url,
+                status=status,
+                partial=bool(state.text.strip()),
+                timeout_s=self.timeout_s,
+            )
+        elif state.invalid is not None:
+            error = errors.malformed_stream(state.invalid, partial=bool(state.text.strip()))
+        elif not state.timer.complete:
+            error = errors.stream_cut(partial=bool(state.text.strip()))
+        timer = state.timer
+        timing = None
+        if timer.t0 is not None and timer.end_s is not None and error is None:
+            timing = compute_timing(
+                timer.t0,
+                timer.first_s,
+                timer.end_s,
+                state.prompt_tokens if state.prompt_tokens is not None else prompt_tokens,
+                state.completion_tokens,
+            )
+        self._finish(request_id, model, state, prompt_tokens, error)
+        return TurnResult(request_id, state.text, timing, notice, error, status)
+
+    async def _plan(
+        self,
+        model: str,
+        messages: list[ChatMessage],
+        user_text: str,
+        params: ChatParams,
+        max_model_len: int | None,
+    ) -> Plan:
+        """max_tokens (clamped to UI_MAX_TOKENS and to what fits), its notice and the prompt size from vLLM's token
+        count, or the context error.
+
+        Without a count (no /tokenize) only UI_MAX_TOKENS applies, and vLLM's own 400 is mapped if the rest does not
+        fit.
+        """
+        counted = await count_tokens(self.http, self.url, model, messages)
+        max_len = (counted.max_model_len if counted else None) or max_model_len
+        if counted is None or not max_len:
+            budget = plan_max_tokens(params.max_tokens, self.ui_max_tokens)
+            return Plan(max_tokens=budget.max_tokens, notice=errors.clamp_notice(budget))
+        if check_context(counted.count, max_len) is not None:
+            alone = await count_tokens(self.http, self.url, model, build_messages([], user_text, params.system_prompt))
+            problem = check_context(counted.count, max_len, alone.count if alone else None)
+            assert problem is not None
+            error = errors.context_too_long(problem, model)
+            return Plan(max_tokens=params.max_tokens, prompt_tokens=counted.count, error=error)
+        budget = plan_max_tokens(params.max_tokens, self.ui_max_tokens, counted.count, max_len)
+        return Plan(max_tokens=budget.max_tokens, notice=errors.clamp_notice(budget), prompt_tokens=counted.count)
+
+    async def aclose(self) -> None:
+        """Close the connection pools."""
+        await self.http.aclose()
+        await self.openai.close()
