@@ -6,6 +6,7 @@ result (``make compare``, or the sidecar's ``/compare`` page, which renders the 
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 from core.abcompare import ABComparison, Side
@@ -205,3 +206,23 @@ def compare_markdown(comparison: ABComparison) -> str:
 def compare_files(comparison: ABComparison) -> dict[str, str]:
     """The Markdown and HTML written beside a comparison's JSON."""
     return {".md": compare_markdown(comparison), ".html": compare_html(comparison)}
+
+
+def compare_form(choices: list[str], chosen: str | None) -> str:
+    """The ``GET /compare`` page without A and B: two lists of ``choices`` (baseline names, series and report ids,
+    newest first) to compare, A preselected to ``chosen``."""
+
+    def select(field: str, selected: str | None) -> str:
+        options = "".join(
+            f'<option value="{html.escape(v)}"{" selected" if v == selected else ""}>{html.escape(v)}</option>'
+            for v in choices
+        )
+        return f'<label>{field.upper()} <select name="{field}">{options}</select></label> '
+
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Compare</title><style>{STYLE}</style>'
+        "</head><body><h1>Compare two results</h1><form method=\"get\" action=\"/compare\">"
+        f'{select("a", chosen)}{select("b", None)}<button type="submit">Compare B with A</button></form>'
+        '<p class="muted">Baseline names, series and reports. The same comparison from a shell: '
+        "<code>make compare A=… B=…</code> (also written to reports/).</p></body></html>"
+    )
