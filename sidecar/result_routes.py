@@ -30,7 +30,7 @@ from core.api import (
 )
 from core.report_schema import Report
 from core.series import SeriesReport
-from sidecar.render.series_render import compare_form, compare_html
+from sidecar.render.html_page import compare_form, compare_html
 from sidecar.reports.series import SeriesService, UnknownResult
 from sidecar.reports.writer import InvalidRun, ReportService
 

@@ -30,7 +30,7 @@ from core.series import (
 )
 from core.settings import Settings
 from sidecar.reports.baselines import BaselineStore
-from sidecar.render.series_render import compare_files, series_files
+from sidecar.render.files import compare_files, series_files
 from sidecar.reports.store import ResultStore
 from sidecar.reports.store import ReportStore, utc_now_iso, validate_report_id
 
