@@ -17,7 +17,7 @@ QUICK = {"REQUESTS": "4", "CONCURRENCY": "2", "WARMUP": "0", "GATE_THRESHOLD_PCT
 
 def finished(bench: Bench, **knobs: str) -> tuple[int, str, str]:  # noqa: F811
     """Run the benchmark to its end: exit code, stdout, stderr."""
-    proc = bench.start(**{**QUICK, **knobs})
+    proc = bench.start(script=False, **{**QUICK, **knobs})
     out, err = proc.communicate(timeout=300)
     return proc.returncode, out, err
 
