@@ -4,7 +4,7 @@ A CI system reads the JUnit file as a test report (GitHub Actions, GitLab, Jenki
 is a failing test case (``<failure>``), a gate that could not judge (unknown or incomparable baseline, a metric
 missing on either side) an erroring one (``<error>``), and the run's own checks (some request succeeded, the error-rate
 limit) are test cases of their own. The Markdown summary is what GitHub shows on the job's page
-(``$GITHUB_STEP_SUMMARY``). Written by ``loadgen.command.cioutput``; the layout follows the JUnit XSD shipped in
+(``$GITHUB_STEP_SUMMARY``). Written by ``loadgen.orchestrate.cioutput``; the layout follows the JUnit XSD shipped in
 ``tests/fixtures/junit.xsd`` (the common Jenkins/Ant form: ``testsuites > testsuite > testcase``).
 """
 

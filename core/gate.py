@@ -1,7 +1,9 @@
 """Regression gate for CI (pure): ``make benchmark GATE=v0.2.1`` fails when the run is worse than the baseline.
 
-The sidecar has already compared the new report with every named baseline of the same workload fingerprint
-(``comparison.changes_pct["vs_<name>"]``); the gate only reads those percent changes. A run fails when request
+The sidecar has already compared the new result with every named baseline of the same workload fingerprint; the
+gate only reads those changes. One run is a series of one point: :func:`baseline_changes` reads a report's
+``comparison.changes_pct["vs_<name>"]`` and a series' ``comparison["vs_<name>"]`` into the same
+:class:`PointChanges`, and one body (:func:`gate_verdict`) judges both. A run fails when request
 throughput drops, or p99 latency rises, by more than the threshold (default 5 %, GATE_THRESHOLD_PCT), or when its
 error rate rises by more than GATE_ERROR_RATE_PP percentage points (default 1). A baseline that cannot be judged
 against (no successful request, interrupted) is "cannot judge" (exit 2), never a pass or a regression.
@@ -11,17 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.intervals import change_text
+from core.intervals import Change, change_text
 from core.report_schema import Report
 from core.series import SeriesReport
 
 EXIT_PASS = 0
 EXIT_ERROR = 2  # unknown baseline, or one whose workload differs: the gate cannot judge
 EXIT_FAIL = 3
-
-# metric -> direction that is bad: -1 = a drop is a regression, +1 = a rise is.
-GATED_METRICS: dict[str, int] = {"throughput_req_per_sec": -1, "latency_p99_ms": +1}
-
 
 @dataclass(frozen=True)
 class GateCheck:
@@ -47,117 +45,143 @@ class GateVerdict:
     baseline: str = ""
 
 
-def gate_failures(changes_pct: dict[str, float | None], threshold_pct: float, error_rate_pp: float = 1.0) -> list[str]:
-    """Failed metrics, e.g. ``throughput_req_per_sec -12.3% (limit -5%)`` or ``error_rate_percent +50.0 pp (limit
-    +1 pp)``; a missing change fails (cannot judge)."""
-    return [f"{c.name} {c.detail}" for c in gate_checks(changes_pct, threshold_pct, error_rate_pp) if not c.passed]
-
-
-def gate_checks(
-    changes_pct: dict[str, float | None], threshold_pct: float, error_rate_pp: float = 1.0
-) -> list[GateCheck]:
-    """Every gated metric of one report's comparison as a :class:`GateCheck` (error rate, throughput, p99): the
-    same rules as :func:`gate_failures`, whose entries are the details of the checks that did not pass."""
-    checks = []
-    rise = changes_pct.get("error_rate_percent_pp")
-    limit_pp = f"(limit {error_rate_pp:+g} pp)"
-    if rise is not None:
-        checks.append(GateCheck("error_rate_percent", rise <= error_rate_pp, f"{rise:+.1f} pp {limit_pp}"))
-    for metric, bad_sign in GATED_METRICS.items():
-        change = changes_pct.get(f"{metric}_pct")
-        limit = f"(limit {bad_sign * threshold_pct:+g}%)"
-        if change is None:
-            checks.append(GateCheck(metric, False, f"n/a: cannot compare {limit}", error=True))
-        else:
-            checks.append(GateCheck(metric, change * bad_sign <= threshold_pct, f"{change:+.1f}% {limit}"))
-    return checks
-
-
 def refused_line(baseline: str, reason: str) -> str:
     """``[GATE] ERROR vs v1: not comparable: workload differs …``: the gate's line for a baseline it cannot judge
     against, printed after a run (from the report's comparison) or before one (the benchmark's preflight)."""
     return f"[GATE] ERROR vs {baseline}: not comparable: {reason}"
 
 
-def gate_verdict(report: Report, baseline: str, threshold_pct: float, error_rate_pp: float = 1.0) -> GateVerdict:
-    """Judge ``report`` against the named ``baseline``: exit 0 pass, 3 regression, 2 unknown or incomparable."""
+# gated metric -> direction that is bad (-1: a drop is a regression, +1: a rise is); a series names E2E p99
+# ``e2e_p99_ms``, a report's changes_pct ``latency_p99_ms`` (the same figure): _REPORT_NAME maps them.
+GATED: dict[str, int] = {"throughput_req_per_sec": -1, "e2e_p99_ms": +1}
+_REPORT_NAME = {"throughput_req_per_sec": "throughput_req_per_sec", "e2e_p99_ms": "latency_p99_ms"}
+
+
+@dataclass(frozen=True)
+class PointChanges:
+    """One point's changes against a baseline: ``label`` ("" for a single run, whose check names carry no prefix),
+    ``changes`` gated metric (its name in that result) -> :class:`Change` (an interval when either side repeated),
+    ``error_rise_pp`` the rise of the error rate in percentage points (None: unknown)."""
+
+    label: str
+    changes: dict[str, Change | None]
+    error_rise_pp: float | None
+
+
+@dataclass(frozen=True)
+class BaselineChanges:
+    """What a result says about baseline ``name``: ``against`` the reference's id, ``refused`` why it could not be
+    compared (None: compared), ``known`` the other baseline names, ``points`` the compared points; ``against``
+    None means no baseline of that name was compared."""
+
+    against: str | None
+    refused: str | None
+    known: list[str]
+    points: list[PointChanges]
+
+
+def report_point(changes_pct: dict[str, float | None]) -> PointChanges:
+    """A report's percent changes against one baseline (``latency_p99_ms_pct`` …) as one unlabelled point whose
+    changes have no interval."""
+    changes: dict[str, Change | None] = {}
+    for name in _REPORT_NAME.values():
+        value = changes_pct.get(f"{name}_pct")
+        changes[name] = None if value is None else Change(
+            a_mean=None, b_mean=None, change_pct=value, verdict="no interval (single runs)"
+        )
+    return PointChanges("", changes, changes_pct.get("error_rate_percent_pp"))
+
+
+def baseline_changes(result: Report | SeriesReport, baseline: str) -> BaselineChanges:
+    """Read ``result``'s comparison with baseline ``baseline``: a report is one unlabelled point whose changes have
+    no interval (``changes_pct``), a series one point per compared load point."""
     key = f"vs_{baseline}"
-    comparison = report.comparison
-    if key in comparison.refused:
-        line = refused_line(baseline, comparison.refused[key])
-        return GateVerdict(EXIT_ERROR, line, checks=[_cannot_judge(line)], baseline=baseline)
-    changes = comparison.changes_pct.get(key)
-    if changes is None:
+    if isinstance(result, Report):
+        comparison = result.comparison
         names = [*comparison.changes_pct, *comparison.refused]
         known = sorted(k.removeprefix("vs_") for k in names if k != "vs_previous")
-        hint = f"known: {', '.join(known)}" if known else "none is marked"
+        if key in comparison.refused:
+            return BaselineChanges("?", comparison.refused[key], known, [])
+        pct = comparison.changes_pct.get(key)
+        if pct is None:
+            return BaselineChanges(None, None, known, [])
+        return BaselineChanges(comparison.against.get(key, "?"), None, known, [report_point(pct)])
+    known = sorted(k.removeprefix("vs_") for k in result.comparison if k != "vs_previous")
+    series = result.comparison.get(key)
+    if series is None:
+        return BaselineChanges(None, None, known, [])
+    points = []
+    for paired in series.points:
+        errors = paired.changes.get("error_rate_percent")
+        rise = None
+        if errors and errors.a_mean is not None and errors.b_mean is not None:
+            rise = errors.b_mean - errors.a_mean
+        points.append(PointChanges(f"{paired.label}: ", {m: paired.changes.get(m) for m in GATED}, rise))
+    return BaselineChanges(series.against, series.refused, known, points)
+
+
+def point_checks(point: PointChanges, threshold_pct: float, error_rate_pp: float) -> list[GateCheck]:
+    """The checks of one point (error rate, throughput, E2E p99). With an interval (repeats on either side) a metric
+    fails only when its whole 95 % interval lies beyond the threshold (verdict ``regression``); a change inside the
+    noise passes. Without one, the plain percent change is held to the threshold. A missing change fails (cannot
+    judge); the error rate fails when it rises by more than ``error_rate_pp`` percentage points."""
+    checks = []
+    if point.error_rise_pp is not None:
+        rise = point.error_rise_pp
+        checks.append(GateCheck(f"{point.label}error_rate_percent", rise <= error_rate_pp,
+                                f"{rise:+.1f} pp (limit {error_rate_pp:+g} pp)"))  # fmt: skip
+    for (name, change), bad_sign in zip(point.changes.items(), GATED.values(), strict=True):
+        limit = f"(limit {bad_sign * threshold_pct:+g}%)"
+        if change is None or change.change_pct is None:
+            checks.append(GateCheck(f"{point.label}{name}", False, f"n/a: cannot compare {limit}", error=True))
+        elif change.low_pct is None:
+            passed = change.change_pct * bad_sign <= threshold_pct
+            checks.append(GateCheck(f"{point.label}{name}", passed, f"{change.change_pct:+.1f}% {limit}"))
+        else:
+            checks.append(GateCheck(f"{point.label}{name}", change.verdict != "regression", change_text(change)))
+    return checks
+
+
+def gate_checks(
+    changes_pct: dict[str, float | None], threshold_pct: float, error_rate_pp: float = 1.0
+) -> list[GateCheck]:
+    """The checks of one report's percent changes (``changes_pct`` of a comparison): :func:`point_checks` of them as
+    a single unlabelled point."""
+    return point_checks(report_point(changes_pct), threshold_pct, error_rate_pp)
+
+
+def gate_failures(changes_pct: dict[str, float | None], threshold_pct: float, error_rate_pp: float = 1.0) -> list[str]:
+    """Failed metrics, e.g. ``throughput_req_per_sec -12.3% (limit -5%)`` or ``error_rate_percent +50.0 pp (limit
+    +1 pp)``; a missing change fails (cannot judge)."""
+    return [f"{c.name} {c.detail}" for c in gate_checks(changes_pct, threshold_pct, error_rate_pp) if not c.passed]
+
+
+def gate_verdict(
+    result: Report | SeriesReport, baseline: str, threshold_pct: float, error_rate_pp: float = 1.0
+) -> GateVerdict:
+    """Judge a run or a series (one point or many) against the named ``baseline``: exit 0 pass, 3 regression, 2
+    unknown or incomparable baseline."""
+    found = baseline_changes(result, baseline)
+    if found.refused is not None:
+        line = refused_line(baseline, found.refused)
+        return GateVerdict(EXIT_ERROR, line, checks=[_cannot_judge(line)], baseline=baseline)
+    if found.against is None:
+        hint = f"known: {', '.join(found.known)}" if found.known else "none is marked"
         line = (
             f"[GATE] ERROR vs {baseline}: no baseline named {baseline!r} ({hint}); mark one with "
             f"`make baseline NAME={baseline}`"
         )
         return GateVerdict(EXIT_ERROR, line, checks=[_cannot_judge(line)], baseline=baseline)
-    checks = gate_checks(changes, threshold_pct, error_rate_pp)
+    checks = [c for point in found.points for c in point_checks(point, threshold_pct, error_rate_pp)]
     failures = [f"{c.name} {c.detail}" for c in checks if not c.passed]
-    against = comparison.against.get(key, "?")
     if failures:
-        line = f"[GATE] FAIL vs {baseline} ({against}): " + "; ".join(failures)
+        line = f"[GATE] FAIL vs {baseline} ({found.against}): " + "; ".join(failures)
         return GateVerdict(EXIT_FAIL, line, failures, checks, baseline)
-    summary = ", ".join(f"{m} {changes.get(f'{m}_pct', 0.0) or 0.0:+.1f}%" for m in GATED_METRICS)
-    line = f"[GATE] PASS vs {baseline} ({against}): {summary} (threshold {threshold_pct:g}%)"
+    passes = "; ".join(f"{c.name} {c.detail}" for c in checks)
+    line = f"[GATE] PASS vs {baseline} ({found.against}): {passes} (threshold {threshold_pct:g}%)"
     return GateVerdict(EXIT_PASS, line, checks=checks, baseline=baseline)
 
 
 def _cannot_judge(line: str) -> GateCheck:
     """The one check of a gate that could not judge (the baseline is unknown or not comparable)."""
     return GateCheck("baseline", False, line.removeprefix("[GATE] "), error=True)
-
-
-# series metric -> direction that is bad, as GATED_METRICS (E2E p99 is the report's latency_p99_ms)
-SERIES_GATED: dict[str, int] = {"throughput_req_per_sec": -1, "e2e_p99_ms": +1}
-
-
-def series_gate_verdict(
-    series: SeriesReport, baseline: str, threshold_pct: float, error_rate_pp: float = 1.0
-) -> GateVerdict:
-    """Judge a series (``REPEAT`` runs, or a sweep) against the named baseline, point by point (same workload).
-
-    With intervals (repeats on either side) a metric fails only when its whole 95 % interval lies beyond the threshold
-    (verdict ``regression``); a change inside the noise passes as "no significant change". Without any interval
-    (single runs on both sides) the plain percent change is held to the threshold, as :func:`gate_failures` does.
-    The error rate fails when its mean rises by more than ``error_rate_pp`` percentage points.
-    """
-    key = f"vs_{baseline}"
-    comparison = series.comparison.get(key)
-    if comparison is None:
-        line = (
-            f"[GATE] ERROR vs {baseline}: no baseline named {baseline!r}; mark one with `make baseline NAME={baseline}`"
-        )
-        return GateVerdict(EXIT_ERROR, line, checks=[_cannot_judge(line)], baseline=baseline)
-    if comparison.refused:
-        line = f"[GATE] ERROR vs {baseline}: not comparable: {comparison.refused}"
-        return GateVerdict(EXIT_ERROR, line, checks=[_cannot_judge(line)], baseline=baseline)
-    checks: list[GateCheck] = []
-    for point in comparison.points:
-        for metric, bad_sign in SERIES_GATED.items():
-            change = point.changes.get(metric)
-            name = f"{point.label}: {metric}"
-            if change is None or change.change_pct is None:
-                checks.append(GateCheck(name, False, "n/a: cannot compare", error=True))
-                continue
-            if change.low_pct is None:
-                failed = change.change_pct * bad_sign > threshold_pct
-            else:
-                failed = change.verdict == "regression"
-            checks.append(GateCheck(name, not failed, change_text(change)))
-        errors = point.changes.get("error_rate_percent")
-        if errors and errors.a_mean is not None and errors.b_mean is not None:
-            rise = errors.b_mean - errors.a_mean
-            detail = f"{rise:+.1f} pp (limit {error_rate_pp:+g} pp)"
-            checks.append(GateCheck(f"{point.label}: error_rate_percent", rise <= error_rate_pp, detail))
-    failures = [f"{c.name} {c.detail}" for c in checks if not c.passed]
-    if failures:
-        line = f"[GATE] FAIL vs {baseline} ({comparison.against}): " + "; ".join(failures)
-        return GateVerdict(EXIT_FAIL, line, failures, checks, baseline)
-    passes = "; ".join(f"{c.name} {c.detail}" for c in checks)
-    line = f"[GATE] PASS vs {baseline} ({comparison.against}): {passes} (threshold {threshold_pct:g}%)"
-    return GateVerdict(EXIT_PASS, line, checks=checks, baseline=baseline)

@@ -11,6 +11,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from core.clientview import ClientView
+from core.report_resources import GpuSample, GpuStats, KvCacheStats, ResourcePoint, Resources
+from core.report_setup import BenchmarkConfig, Environment, StartupFacts
 from core.serverview import ServerView
 from core.stats import RunMetrics
 
@@ -39,131 +41,11 @@ SCHEMA_VERSION = "1.3"
 RENAMED_IN_1_2 = {"cpu_rss_peak_gb": "vllm_rss_peak_gb"}
 STARTUP_RENAMED_IN_1_2 = {"last_load_s": "model_load_s", "last_engine_init_s": "engine_init_s"}
 LOGS_TO_STARTUP_IN_1_2 = ("model_load_s", "engine_init_s", "kv_cache_line")
-
-
-class StartupFacts(BaseModel):
-    """vLLM's starts as read from its log (the one place of these facts): the first (cold) start against later (warm)
-    restarts, and the latest start's model load, engine init and KV cache, seconds."""
-
-    phase: str = Field(description="Phase of the latest start: ready, loading_weights, compiling, failed, ...")
-    detail: str
-    cold_start_s: float | None = Field(default=None, description="First start in the log, launch to ready.")
-    warm_starts_s: list[float] = Field(default_factory=list, description="Later restarts, launch to ready.")
-    model_load_s: float | None = Field(
-        default=None,
-        description="Model load of the latest start as vLLM logged it ('Model loading took', else 'Loading weights "
-        "took'); the slowest worker's with tensor/pipeline parallelism.",
-    )
-    engine_init_s: float | None = Field(
-        default=None, description="Engine init of the latest start (profiling, KV cache, warm-up, compile)."
-    )
-    kv_cache_line: str | None = Field(default=None, description="vLLM's line giving the KV cache size.")
-
-
-class Environment(BaseModel):
-    """Where the numbers were measured. GPU fields are None without NVML (see ``resources.gpu_unavailable_reason``)."""
-
-    gpu_model: str | None = None
-    gpu_count: int = 0
-    driver_version: str | None = None
-    cuda_version: str | None = None
-    vllm_version: str | None = None
-    vllm_commit: str | None = Field(default=None, description="vLLM's git commit, when its build records one.")
-    vllm_fingerprint: str | None = Field(
-        default=None,
-        description="The `system_fingerprint` vLLM reports (version, parallelism, config hash), else "
-        "vllm-<version>[+g<commit>].",
-    )
-    model_requested: str | None = None
-    model_path: str | None = None
-    served_model_name: str | None = None
-    model_revision: str | None = Field(
-        default=None, description="HF snapshot hash when the model is served from the HF cache, else None."
-    )
-    synthetic: bool = False
-    synthetic_reason: str | None = Field(default=None, description="Why the synthetic stand-in is served, if it is.")
-    cpu_model: str | None = None
-    cpu_cores: int | None = None
-    ram_total_gb: float | None = Field(default=None, description="Host memory, GiB (2**30 bytes).")
-    python_version: str | None = Field(default=None, description="The sidecar's Python (vLLM's: engine_python_*).")
-    gpu_indices: list[int] = Field(
-        default_factory=list, description="NVML indices (PCI order) of the GPUs the engine uses (GPU_DEVICES)."
-    )
-    engine_cuda_runtime: str | None = Field(
-        default=None,
-        description="CUDA runtime of the engine's torch, from the launcher (cuda_version: the driver's maximum).",
-    )
-    engine_torch_version: str | None = Field(default=None, description="The engine's torch, recorded by the launcher.")
-    engine_python_version: str | None = Field(default=None, description="The engine's Python (launcher's record).")
-    project_version: str | None = None
-    project_git_commit: str | None = None
-    startup: StartupFacts | None = Field(default=None, description="None when vLLM's log cannot be read.")
-    vllm_args: list[str] = Field(
-        default_factory=list,
-        description="vLLM's command line after the interpreter (secret values redacted), from logs/engine_state.json; "
-        "empty when the engine state cannot be read (another server).",
-    )
-
-
-class BenchmarkConfig(BaseModel):
-    """Every knob that changes the numbers; also the run plan the benchmark hands to Locust (one carrier of each
-    knob across the process boundary: ``--plan-file``)."""
-
-    mode: str = "closed_loop"
-    concurrency: int = Field(description="Closed loop: concurrent users.")
-    rate_req_per_sec: float | None = Field(default=None, description="Open loop: mean arrival rate.")
-    burstiness: float | None = Field(default=None, description="Open loop: gamma shape (1 = Poisson).")
-    requests: int | None = None
-    duration_s: float | None = None
-    warmup_requests: int
-    ramp_up_s: float | None = None
-    max_tokens: int = Field(description="Every request's max_tokens when lengths are fixed; else the sampling cap.")
-    output_len_mean: float | None = Field(default=None, description="Sampled output lengths: mean, tokens.")
-    output_len_p95: float | None = Field(default=None, description="Sampled output lengths: 95th percentile, tokens.")
-    ignore_eos: bool = False
-    temperature: float
-    dataset: str
-    input_mix: dict[str, float] | None = None
-    seed: int
-    slo: dict[str, float] = Field(default_factory=dict)
-    request_timeout_s: float = Field(default=300.0, description="Longest wait for a connection or the next chunk.")
-    drain_s: float = Field(
-        default=30.0, description="Duration runs: how long requests in flight at the end may finish, s."
-    )
-    vllm_url: str
-    model: str
-    workers: int = Field(
-        default=1, ge=1, description="Load-generating Locust processes (1: one process; N: a master and N workers)."
-    )
-    remote_workers: int = Field(
-        default=0,
-        ge=0,
-        description="Load workers on other hosts (EXPECT_WORKERS) besides the local ones; their rows name their host.",
-    )
-    max_in_flight: int | None = Field(
-        default=None,
-        description="Open loop with a cap (MAX_IN_FLIGHT): at most this many requests in flight; later arrivals wait "
-        "for a slot and the wait counts in their latencies (queue delay).",
-    )
-    rate_end_req_per_sec: float | None = Field(
-        default=None, description="Open-loop ramp: the rate at the end of the run (linear from rate_req_per_sec)."
-    )
-    input_len_tokens: int | None = Field(
-        default=None, description="DATASET=random: prompt tokens of every request, chat template included."
-    )
-    session_turns: int = Field(default=1, description="Turns per conversation (1: independent requests).")
-    prefix_len_tokens: int | None = Field(
-        default=None, description="PREFIX_LEN: tokens of the shared prefix before every prompt; None: no prefix."
-    )
-    prefix_count: int | None = Field(default=None, description="PREFIX_COUNT: distinct shared prefixes.")
-    prefix_file: str | None = Field(
-        default=None, description="The generated prefixes (a JSON list of texts, logs/datasets/prefixes_….json)."
-    )
-    dataset_file: str | None = Field(
-        default=None,
-        description="DATASET=random: the file of the prompts generated for this server's tokenizer (not part of the "
-        "workload fingerprint: the same settings make the same prompts).",
-    )
+__all__ = [  # the models of the parts live in core.report_setup and core.report_resources; read them from here
+    "SCHEMA_VERSION", "BenchmarkConfig", "Comparison", "Environment", "ErrorSummary", "GpuSample", "GpuStats",
+    "KvCacheStats", "LogFacts", "Metrics", "ProfileInfo", "Report", "ResourcePoint", "Resources", "StartupFacts",
+    "json_schema", "migrate_report",
+]
 
 
 class Metrics(RunMetrics):
@@ -189,98 +71,6 @@ class Metrics(RunMetrics):
         "None when it was not (or nothing was measured).",
     )
     key_insight: str
-
-
-class GpuSample(BaseModel):
-    """One NVML reading of one GPU."""
-
-    t: float = Field(description="Unix time, s.")
-    index: int
-    mem_used_gb: float = Field(description="Memory used, GiB, as nvidia-smi shows it (NVML v2: without reserved).")
-    mem_total_gb: float = Field(description="Memory of the device, GiB.")
-    mem_reserved_gb: float | None = Field(
-        default=None, description="Driver-reserved memory, GiB (NVML v2 only; v1 counts it as used)."
-    )
-    util_percent: float | None = None
-    power_w: float | None = None
-    other_mem_gb: float | None = Field(
-        default=None,
-        description="Memory held on this GPU by processes that are not the engine's, GiB (NVML's process list); "
-        "None when NVML cannot tell (no process list, or the engine in another pid namespace).",
-    )
-
-
-class GpuStats(BaseModel):
-    """One GPU over the run window: peaks are maxima of the samples (NVML keeps no device-level peak)."""
-
-    index: int
-    name: str | None = None
-    mem_total_gb: float | None = None
-    mem_used_peak_gb: float | None = None
-    util_percent_peak: float | None = None
-    util_percent_mean: float | None = None
-    power_w_peak: float | None = None
-    power_w_mean: float | None = None
-    uuid: str | None = Field(default=None, description="NVML's UUID of the device (GPU-…).")
-    other_mem_peak_gb: float | None = Field(
-        default=None, description="Peak memory of processes not the engine's on this GPU, GiB (see GpuSample)."
-    )
-
-
-class ResourcePoint(BaseModel):
-    """One sample of the run window's time series (None where not measured)."""
-
-    t_s: float = Field(description="Seconds since the window start.")
-    gpu_mem_used_gb: float | None = Field(default=None, description="Summed over GPUs.")
-    vllm_rss_gb: float | None = None
-    vllm_cpu_percent: float | None = Field(default=None, description="Summed over the vLLM process tree, % of a core.")
-    host_mem_used_gb: float | None = None
-    kv_cache_usage_percent: float | None = Field(default=None, description="vLLM's KV cache usage, % of the pool.")
-    requests_running: float | None = Field(default=None, description="Requests in vLLM's running batch.")
-    requests_waiting: float | None = Field(default=None, description="Requests queued in vLLM.")
-
-
-class KvCacheStats(BaseModel):
-    """vLLM's KV cache pool and how full it got over the run window, from its ``/metrics`` (sampled by the sidecar
-    every ``ENGINE_METRICS_INTERVAL_S``): the pool from ``vllm:cache_config_info``, usage from
-    ``vllm:kv_cache_usage_perc``, queue from ``vllm:num_requests_running`` / ``vllm:num_requests_waiting``."""
-
-    pool_gb: float | None = Field(default=None, description="Pool size, GiB (vLLM's kv_cache_memory_bytes).")
-    pool_blocks: int | None = Field(default=None, description="Blocks in the pool (num_gpu_blocks, also on CPU).")
-    block_size_tokens: int | None = None
-    pool_tokens: int | None = Field(default=None, description="Tokens the pool holds: blocks × block size.")
-    usage_peak_percent: float | None = None
-    usage_mean_percent: float | None = None
-    requests_running_peak: int | None = None
-    requests_waiting_peak: int | None = None
-    samples: int = 0
-    unavailable_reason: str | None = Field(default=None, description="Why nothing was sampled (vLLM unreachable).")
-
-
-class Resources(BaseModel):
-    """Resource use over the run window."""
-
-    gpu_unavailable_reason: str | None = None
-    gpu_memory_api: str | None = Field(
-        default=None,
-        description="How GPU memory was read: nvml_v2 (used excludes driver-reserved memory, as nvidia-smi) or "
-        "nvml_v1 (older drivers: used includes it).",
-    )
-    gpu_mem_peak_gb: float | None = Field(default=None, description="Peak of the summed GPU memory used, GiB.")
-    gpu_samples: int = 0
-    gpus: list[GpuStats] = Field(default_factory=list, description="Per-GPU peaks and means; empty without NVML.")
-    vllm_rss_peak_gb: float | None = Field(default=None, description="Peak RSS of the vLLM process tree, GiB.")
-    cpu_unavailable_reason: str | None = None
-    vllm_cpu_percent_peak: float | None = Field(
-        default=None, description="vLLM process tree CPU use, % of one core summed over processes (may exceed 100)."
-    )
-    vllm_cpu_percent_mean: float | None = None
-    host_mem_used_peak_gb: float | None = Field(default=None, description="Peak host memory in use, GiB.")
-    kv_cache: KvCacheStats | None = Field(default=None, description="vLLM's KV cache over the window (its /metrics).")
-    sample_interval_s: float | None = None
-    timeline: list[ResourcePoint] = Field(
-        default_factory=list, description="Samples of the window, thinned to at most a few hundred points."
-    )
 
 
 class LogFacts(BaseModel):

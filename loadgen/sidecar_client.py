@@ -1,5 +1,7 @@
-"""The benchmark's client of the sidecar's HTTP API (:mod:`core.api` types): health, baselines, sampling windows
-and report submission. The load generator never imports the sidecar. Writes carry the sidecar token
+"""The load generator's one client of the sidecar's HTTP API (:mod:`core.api` types): health, baselines, sampling
+windows, reports, series and comparisons. The load generator never imports the sidecar. Every failure is one
+:class:`BenchError` format: unreachable (:meth:`SidecarClient._down`) or refused (:class:`SidecarRefused`, with the
+HTTP status and what to do). Writes carry the sidecar token
 (``Authorization: Bearer``, from :meth:`core.settings.Settings.sidecar_auth_token`)."""
 
 from __future__ import annotations
@@ -11,7 +13,17 @@ from typing import TypeVar
 import httpx
 from pydantic import BaseModel
 
-from core.api import BaselineMarked, BuildReportRequest, BuildReportResponse, WindowResult, WindowStarted
+from core.api import (
+    BaselineMarked,
+    BuildReportRequest,
+    BuildReportResponse,
+    BuildSeriesRequest,
+    BuildSeriesResponse,
+    CompareRequest,
+    CompareResponse,
+    WindowResult,
+    WindowStarted,
+)
 from core.report_schema import Report
 from core.series import SeriesReport
 from core.settings import Settings
@@ -20,6 +32,24 @@ from loadgen.errors import BenchError
 MIB = 1024 * 1024
 BUSY_ATTEMPTS = 4  # a report answered 503 + Retry-After (large writes queued) is sent up to this many times
 _M = TypeVar("_M", bound=BaseModel)
+
+
+class SidecarRefused(BenchError):
+    """The sidecar answered, but not as asked: ``status`` is its HTTP status (404: an unknown report, series or
+    name; 400/422: a bad one)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _detail(response: httpx.Response, limit: int) -> str:
+    """FastAPI's ``detail`` message, or the raw body, at most ``limit`` characters."""
+    try:
+        detail = response.json().get("detail", response.text)
+    except (ValueError, AttributeError):
+        detail = response.text
+    return str(detail)[:limit]
 
 
 class SidecarClient:
@@ -47,27 +77,30 @@ class SidecarClient:
             max_body_bytes=int(settings.sidecar_max_body_mb * MIB),
         )
 
-    def _refused(self, response: httpx.Response, what: str) -> BenchError:
-        """The error for a non-200 answer, saying what to do about a missing or wrong token and a size limit."""
+    def _refused(self, response: httpx.Response, what: str) -> SidecarRefused:
+        """The error for a non-200 answer, saying what to do about a busy sidecar, a missing or wrong token and a
+        size limit; else the sidecar's own reason."""
+        status = response.status_code
         if busy_retry_s(response) is not None:
-            return BenchError(
-                f"the sidecar was busy with other large writes (HTTP {response.status_code}: {response.text[:200]}) "
-                f"after {BUSY_ATTEMPTS} tries: try again when the other clients are done."
+            return SidecarRefused(
+                f"the sidecar was busy with other large writes (HTTP {status}: {response.text[:200]}) "
+                f"after {BUSY_ATTEMPTS} tries: try again when the other clients are done.", status
             )
-        if response.status_code in (401, 403, 503):
-            return BenchError(
-                f"the sidecar refused {what} (HTTP {response.status_code}: {response.text[:200]}): the benchmark "
+        if status in (401, 403, 503):
+            return SidecarRefused(
+                f"the sidecar refused {what} (HTTP {status}: {response.text[:200]}): the benchmark "
                 "needs the sidecar's token — SIDECAR_TOKEN, or the file SIDECAR_TOKEN_FILE (run/sidecar_token, made "
-                "by `make up`)."
+                "by `make up`).", status
             )
-        if response.status_code == 413:
-            return BenchError(
+        if status == 413:
+            return SidecarRefused(
                 f"the sidecar refused {what} as too large (HTTP 413): raise SIDECAR_MAX_BODY_MB for the sidecar and "
-                "the benchmark."
+                "the benchmark.", status
             )
-        return BenchError(f"the sidecar refused {what} (HTTP {response.status_code}): {response.text[:500]}")
+        return SidecarRefused(f"the sidecar refused {what} (HTTP {status}): {_detail(response, 500)}", status)
 
     def _down(self, exc: Exception) -> BenchError:
+        """The error for a sidecar that does not answer at all."""
         return BenchError(
             f"the sidecar is not answering at {self.url} ({type(exc).__name__}); it writes the report. "
             "Start the stack with `make up` (log: logs/sidecar.log)."
@@ -153,9 +186,9 @@ class SidecarClient:
         """Close the sampling window (its summary, or None when the sidecar cannot tell)."""
         return self._post_model(f"/windows/{window_id}/stop", WindowResult)
 
-    def mark_baseline(self, name: str, report_id: str) -> BaselineMarked:
-        """Mark report ``report_id`` as baseline ``name`` (``PUT /baselines/{name}``); the sidecar's answer says
-        what the name pointed at before (``previous_id``).
+    def mark_baseline(self, name: str, report_id: str | None) -> BaselineMarked:
+        """Mark report ``report_id`` (None: the latest) as baseline ``name`` (``PUT /baselines/{name}``); the
+        sidecar's answer says what the name pointed at before (``previous_id``).
 
         Raises:
             BenchError: refused (the sidecar's reason) or unreachable.
@@ -163,7 +196,7 @@ class SidecarClient:
         try:
             response = httpx.put(
                 f"{self.url}/baselines/{name}",
-                json={"report_id": report_id},
+                json={"report_id": report_id} if report_id else {},
                 timeout=self.timeout_s,
                 headers=self.write_headers,
             )
@@ -174,8 +207,64 @@ class SidecarClient:
         try:
             return BaselineMarked.model_validate_json(response.content)
         except ValueError:  # an older sidecar's answer: marked, but what it replaced is unknown
-            return BaselineMarked(name=name, report_id=report_id, timestamp="", throughput_req_per_sec=0.0,
+            return BaselineMarked(name=name, report_id=report_id or "?", timestamp="", throughput_req_per_sec=0.0,
                                   latency_p99_ms=None)
+
+    def mark_series_baseline(self, name: str, series_id: str) -> str | None:
+        """Mark series ``series_id`` as baseline ``name`` (``PUT /series/{id}/baseline/{name}``); the id the name
+        pointed at before (None: a new name).
+
+        Raises:
+            BenchError: refused (the sidecar's reason) or unreachable.
+        """
+        try:
+            response = httpx.put(
+                f"{self.url}/series/{series_id}/baseline/{name}", timeout=self.timeout_s, headers=self.write_headers
+            )
+        except httpx.HTTPError as exc:
+            raise self._down(exc) from None
+        if response.status_code != 200:
+            raise self._refused(response, f"baseline {name}")
+        try:
+            previous = response.json().get("previous_id")
+        except (ValueError, AttributeError):
+            return None
+        return previous if isinstance(previous, str) else None
+
+    def _post_json(self, path: str, body: BaseModel, answer: type[_M], timeout_s: float = 180) -> _M:
+        """``POST path`` with ``body``, answered as ``answer``.
+
+        Raises:
+            SidecarRefused: any answer but 200 (with the sidecar's reason). BenchError: unreachable.
+        """
+        try:
+            response = httpx.post(
+                f"{self.url}{path}",
+                content=body.model_dump_json(),
+                timeout=timeout_s,
+                headers={"content-type": "application/json", **self.write_headers},
+            )
+        except httpx.HTTPError as exc:
+            raise self._down(exc) from None
+        if response.status_code != 200:
+            raise self._refused(response, path)
+        return answer.model_validate_json(response.content)
+
+    def post_series(self, request: BuildSeriesRequest) -> BuildSeriesResponse:
+        """Ask the sidecar to build and write the series report of these points (``POST /series``).
+
+        Raises:
+            BenchError: refused or unreachable.
+        """
+        return self._post_json("/series", request, BuildSeriesResponse)
+
+    def post_compare(self, request: CompareRequest) -> CompareResponse:
+        """Ask the sidecar to compare two results (report, series or baseline name) and write the comparison.
+
+        Raises:
+            SidecarRefused: an unknown reference (404; the message lists what exists). BenchError: unreachable.
+        """
+        return self._post_json("/compare", request, CompareResponse)
 
     def post_report(self, request: BuildReportRequest, rows_file: Path | None = None) -> BuildReportResponse:
         """Ask the sidecar to write the report.
@@ -213,7 +302,7 @@ class SidecarClient:
                     headers={"content-type": "application/json", **self.write_headers},
                 )
             except httpx.HTTPError as exc:
-                raise BenchError(f"the sidecar is unreachable at {self.url}: {exc}") from None
+                raise self._down(exc) from None
             wait_s = busy_retry_s(response)
             if wait_s is None or attempt == BUSY_ATTEMPTS:
                 break

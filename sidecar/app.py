@@ -1,9 +1,9 @@
 """The sidecar's FastAPI app (:8200): wiring only. Samples GPU/CPU figures and is the only writer of ``reports/``.
 
-OpenAPI docs at ``/docs``. Endpoints: health, current readings, Prometheus ``/metrics``, sampling windows,
-reports (list, get, build), named baselines (list, mark, forget), series and A/B comparisons
-(:mod:`sidecar.series_routes`). Every request passes the Host/Origin guard; every state-changing endpoint
-needs the sidecar token, checked before its body is read (:mod:`sidecar.guard`).
+OpenAPI docs at ``/docs``. Endpoints: health, current readings, Prometheus ``/metrics``, sampling windows, the
+history page; reports, named baselines, series and A/B comparisons are :mod:`sidecar.result_routes`. Every request
+passes the Host/Origin guard; every state-changing endpoint needs the sidecar token, checked before its body is read
+(:mod:`sidecar.guard`).
 """
 
 from __future__ import annotations
@@ -14,22 +14,20 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from core.api import BaselineMarked, BuildReportRequest, BuildReportResponse, MarkBaseline, WindowResult, WindowStarted
+from core.api import WindowResult, WindowStarted
 from core.redact import redact_json
-from core.report_schema import Report
 from core.settings import Settings, get_settings
 from sidecar.guard import MIB, RequestGuard, token_dependency
 from sidecar.promexport import make_registry
 from sidecar.reports.history import history_page
 from sidecar.reports.series import SeriesService
-from sidecar.reports.writer import InvalidRun, ReportService
+from sidecar.reports.writer import ReportService
+from sidecar.result_routes import result_router
 from sidecar.sampling.windows import UnknownWindow
-from sidecar.series_routes import series_router
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +64,8 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
                     for e in exc.errors()[:20]]
         return JSONResponse(status_code=422, content={"detail": problems})
 
-    app.include_router(series_router(SeriesService.from_settings(svc.settings, svc.store, svc.baselines), writes))
+    series = SeriesService.from_settings(svc.settings, svc.store, svc.baselines)
+    app.include_router(result_router(svc, series, writes))
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -111,70 +110,6 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
     def history() -> str:
         """Each workload's runs over time (``make history``'s page, from this store): plots and tables."""
         return history_page(svc.store.list(), svc.baselines.all(), svc.settings)
-
-    @app.get("/reports")
-    def list_reports() -> list[dict[str, Any]]:
-        """Every valid report, oldest first (id, time, model, fingerprint, baselines, headline metrics)."""
-        return svc.list_summaries()
-
-    @app.get("/reports/{report_id}", response_model=Report)
-    def get_report(report_id: str) -> Report:
-        """One report by id (``benchmark_report_YYYYMMDD_HHMMSS``)."""
-        try:
-            return svc.store.get(report_id)
-        except ValueError as exc:
-            raise HTTPException(status_code=400, detail=str(exc).splitlines()[0]) from exc
-        except FileNotFoundError as exc:
-            raise HTTPException(status_code=404, detail=f"no report {report_id}") from exc
-
-    @app.post("/reports", response_model=BuildReportResponse, dependencies=writes)
-    async def build_report(request: BuildReportRequest) -> BuildReportResponse:
-        """Merge the rows with resources, logs and environment; compare; write JSON, Markdown and HTML.
-
-        422 (nothing written) for a body that does not validate: non-finite numbers, negative durations, a window
-        that runs backwards or ends in the future, no measured request; 400 for profiler traces outside vLLM's
-        profile folder."""
-        rows = request.rows_omitted is not None or any(r.phase == "measured" for r in request.records)
-        if not rows or request.metrics.requests_total == 0:
-            raise HTTPException(status_code=422, detail="no measured requests in the body: nothing to report")
-        try:
-            return await run_in_threadpool(svc.build_and_write, request)
-        except InvalidRun as exc:
-            raise HTTPException(status_code=exc.status_code, detail=str(exc)) from exc
-
-    @app.get("/baselines")
-    def list_baselines() -> dict[str, str]:
-        """Named baselines: name -> report id."""
-        return svc.baselines.all()
-
-    @app.put("/baselines/{name}", response_model=BaselineMarked, dependencies=writes)
-    def mark_baseline(name: str, body: MarkBaseline | None = None) -> BaselineMarked:
-        """Mark a report (default: the latest) as baseline ``name``; later reports are compared with it."""
-        try:
-            report, previous = svc.mark_baseline(name, body.report_id if body else None)
-        except ValueError as exc:
-            raise HTTPException(status_code=400, detail=str(exc).splitlines()[0]) from exc
-        except FileNotFoundError as exc:
-            raise HTTPException(status_code=404, detail=str(exc) or "no such report") from exc
-        return BaselineMarked(
-            name=name,
-            report_id=report.report_id,
-            timestamp=report.timestamp,
-            throughput_req_per_sec=report.metrics.throughput_req_per_sec,
-            latency_p99_ms=report.metrics.latency_p99_ms,
-            previous_id=previous,
-        )
-
-    @app.delete("/baselines/{name}", status_code=204, dependencies=writes)
-    def forget_baseline(name: str) -> Response:
-        """Forget baseline ``name`` (its report stays)."""
-        try:
-            removed = svc.baselines.remove(name)
-        except ValueError as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from exc
-        if not removed:
-            raise HTTPException(status_code=404, detail=f"no baseline {name!r}")
-        return Response(status_code=204)
 
     return app
 

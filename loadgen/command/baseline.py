@@ -14,20 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-import httpx
-
 from core.parsing import validate_name
 from core.pipes import guard_stdout
 from core.series import is_series_id
 from core.settings import get_settings
-
-
-def moved_text(name: str, previous: str | None, new: str) -> str | None:
-    """``[BASELINE] v1 moved: was <old id>, now <new id>`` when marking replaced another mark; None for a new name
-    or the same id again."""
-    if previous is None or previous == new:
-        return None
-    return f"[BASELINE] {name} moved: was {previous}, now {new}"
+from loadgen.errors import BenchError
+from loadgen.sidecar_client import SidecarClient, SidecarRefused
+from loadgen.terminal.summary import moved_text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,10 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("report_id", nargs="?", help="report to mark (default: the latest)")
     parser.add_argument("--list", action="store_true", help="list the named baselines and exit")
     args = parser.parse_args(argv)
-    settings = get_settings()
-    url = settings.sidecar_url
-    token = settings.sidecar_auth_token()
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    client = SidecarClient.of(get_settings())
     if not args.list:
         if not args.name:
             print("[ERROR] a baseline name is required: make baseline NAME=v0.2.1 [REPORT=<id>]", file=sys.stderr)
@@ -53,67 +43,31 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         if args.list:
-            response = httpx.get(f"{url}/baselines", timeout=30)
-        elif args.report_id and is_series_id(args.report_id):  # a series: the gate then uses its intervals
-            response = httpx.put(f"{url}/series/{args.report_id}/baseline/{args.name}", timeout=30, headers=headers)
-            if response.status_code == 200:
-                print(f"[BASELINE] {args.name} -> {args.report_id} (a series: judged with confidence intervals)")
-                _print_moved(args.name, response, args.report_id)
-                return 0
+            for name, result_id in client.baselines().items():
+                print(f"[BASELINE] {name} -> {result_id}")
+            return 0
+        if args.report_id and is_series_id(args.report_id):  # a series: the gate then uses its intervals
+            previous = client.mark_series_baseline(args.name, args.report_id)
+            print(f"[BASELINE] {args.name} -> {args.report_id} (a series: judged with confidence intervals)")
+            new_id = args.report_id
         else:
-            body = {"report_id": args.report_id} if args.report_id else {}
-            response = httpx.put(f"{url}/baselines/{args.name}", json=body, timeout=30, headers=headers)
-    except httpx.HTTPError as exc:
-        print(
-            f"[ERROR] the sidecar is not answering at {url} ({type(exc).__name__}); start it with `make up`.",
-            file=sys.stderr,
-        )
+            marked = client.mark_baseline(args.name, args.report_id)
+            p99 = marked.latency_p99_ms
+            print(
+                f"[BASELINE] {marked.name} -> {marked.report_id} ({marked.timestamp}: "
+                f"{marked.throughput_req_per_sec:.2f} req/s, p99 {'n/a' if p99 is None else f'{p99:.0f}ms'})"
+            )
+            previous, new_id = marked.previous_id, marked.report_id
+    except SidecarRefused as exc:
+        print(f"[ERROR] {exc}", file=sys.stderr)
+        return 2 if exc.status in (400, 404, 422) else 1
+    except BenchError as exc:
+        print(f"[ERROR] {exc}", file=sys.stderr)
         return 1
-    if args.list and response.status_code == 200:
-        for name, report_id in response.json().items():
-            print(f"[BASELINE] {name} -> {report_id}")
-        return 0
-    if response.status_code in (401, 403, 503):
-        print(
-            f"[ERROR] the sidecar refused the token (HTTP {response.status_code}): marking a baseline needs "
-            "SIDECAR_TOKEN or its file (SIDECAR_TOKEN_FILE, default run/sidecar_token, made by `make up`).",
-            file=sys.stderr,
-        )
-        return 1
-    if response.status_code in (400, 404, 422):
-        print(f"[ERROR] {_detail(response)}", file=sys.stderr)
-        return 2
-    if response.status_code != 200:
-        print(f"[ERROR] the sidecar failed (HTTP {response.status_code}): {response.text[:300]}", file=sys.stderr)
-        return 1
-    marked = response.json()
-    p99 = marked.get("latency_p99_ms")
-    print(
-        f"[BASELINE] {marked['name']} -> {marked['report_id']} ({marked['timestamp']}: "
-        f"{marked['throughput_req_per_sec']:.2f} req/s, p99 {'n/a' if p99 is None else f'{p99:.0f}ms'})"
-    )
-    _print_moved(args.name, response, marked["report_id"])
-    return 0
-
-
-def _print_moved(name: str, response: httpx.Response, new: str) -> None:
-    """Print :func:`moved_text` from the sidecar's ``previous_id``, when the mark moved."""
-    try:
-        previous = response.json().get("previous_id")
-    except (ValueError, AttributeError):
-        return
-    line = moved_text(name, previous if isinstance(previous, str) else None, new)
+    line = moved_text(args.name, previous, new_id)
     if line:
         print(line)
-
-
-def _detail(response: httpx.Response) -> str:
-    """FastAPI's ``detail`` message, or the raw body."""
-    try:
-        detail = response.json().get("detail")
-    except ValueError:
-        return response.text[:300]
-    return detail if isinstance(detail, str) else str(detail)[:300]
+    return 0
 
 
 if __name__ == "__main__":

@@ -16,9 +16,8 @@ from core.api import CompareRequest
 from core.pipes import guard_stdout
 from core.settings import get_settings
 from loadgen.errors import BenchError
-from loadgen.sidecar_client import SidecarClient
-from loadgen.sidecar_series_client import SidecarRefused, post_compare
-from loadgen.terminal.series_summary import compare_lines
+from loadgen.sidecar_client import SidecarClient, SidecarRefused
+from loadgen.terminal.summary import ab_compare_lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,14 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     client = SidecarClient.of(settings)
     try:
         client.check()
-        done = post_compare(client, CompareRequest(a=args.a, b=args.b, threshold_pct=threshold))
+        done = client.post_compare(CompareRequest(a=args.a, b=args.b, threshold_pct=threshold))
     except SidecarRefused as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return 2 if exc.status in (400, 404, 422) else 1
     except BenchError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return 1
-    for line in compare_lines(done.comparison, done.compare_path):
+    for line in ab_compare_lines(done.comparison, done.compare_path):
         print(line)
     return 0
 

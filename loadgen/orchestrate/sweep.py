@@ -28,13 +28,16 @@ from core.settings import Settings
 
 @dataclass
 class RunResult:
-    """One run of a point: its report (None when none could be written), whether Ctrl-C ended it, why it failed,
-    and whether vLLM stopped answering."""
+    """One run of a point: its report (None when none could be written) and where the sidecar wrote it, whether
+    Ctrl-C ended it, why it failed (``empty``: no measured request ended, nothing to report), and whether vLLM
+    stopped answering."""
 
     report: Report | None
     interrupted: bool = False
     error: str | None = None
     server_down: str | None = None  # vLLM stopped answering: the run was ended early (when and how)
+    path: str = ""
+    empty: bool = False
 
 
 RunPoint = Callable[[BenchmarkConfig], RunResult]

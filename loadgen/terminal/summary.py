@@ -1,13 +1,18 @@
-"""Terminal summary of a report (pure): the ``[RESULT]`` and ``[REPORT]`` lines ``make benchmark`` prints."""
+"""The terminal's one summary printer (pure): a run's ``[RESULT]``/``[COMPARE]``/``[REPORT]`` lines (``make
+benchmark``), a series' ``[SWEEP]``/``[REPEAT]``/``[KNEE]`` lines (``SWEEP=``/``REPEAT=``) and an A/B
+comparison's ``[DIFF]``/``[COMPARE]`` lines (``make compare``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from core.abcompare import ABComparison
 from core.clientview import ClientView, share_text
 from core.errorsummary import causes_text
+from core.intervals import Interval, change_text
 from core.report_schema import BenchmarkConfig, Report
 from core.schedule import schedule_text
+from core.series import SERIES_METRICS, SeriesReport
 from core.serverview import overhead_text, verdict_text
 
 COMPARE_LABELS = (
@@ -139,11 +144,8 @@ def format_summary(report: Report, report_path: str) -> list[str]:
         lines.append(f"[WARN] Synthetic model served ({report.environment.synthetic_reason})")
     lines += compare_lines(report)
     lines.append(f"[REPORT] Baseline saved to {report_path}")
-    folder = Path(report_path).parent
-    named = (("Markdown", report.markdown_file), ("HTML", report.html_file), ("CSV", report.csv_file))
-    files = [f"{label}: {folder / name}" for label, name in named if name]
-    if files:
-        lines.append("[REPORT] " + " | ".join(files))
+    lines += files_lines(report_path, (("Markdown", report.markdown_file), ("HTML", report.html_file),
+                                       ("CSV", report.csv_file)))  # fmt: skip
     if report.interrupted or report.server_down:  # a script grepping "Benchmark completed" must not take it for one
         why = "interrupted" if report.interrupted else "ended early: the server stopped answering"
         lines.append(f"Benchmark {why}. Partial report generated. Report path: {report_path}")
@@ -177,6 +179,22 @@ def client_lines(client: ClientView) -> list[str]:
     return lines
 
 
+def files_lines(json_path: str, named: tuple[tuple[str, str | None], ...]) -> list[str]:
+    """``[REPORT] Markdown: reports/x.md | HTML: reports/x.html`` for the files written beside ``json_path``
+    (``named``: label, file name or None when not written); no line when none was."""
+    folder = Path(json_path).parent
+    files = [f"{label}: {folder / name}" for label, name in named if name]
+    return ["[REPORT] " + " | ".join(files)] if files else []
+
+
+def moved_text(name: str, previous: str | None, new: str) -> str | None:
+    """``[BASELINE] v1 moved: was <old id>, now <new id>`` when marking replaced another mark; None for a new name
+    or the same id again."""
+    if previous is None or previous == new:
+        return None
+    return f"[BASELINE] {name} moved: was {previous}, now {new}"
+
+
 def pct_text(value: float) -> str:
     """``+12%`` from 10 % up, ``+1.5%`` below."""
     return f"{value:+.0f}%" if abs(value) >= 10 else f"{value:+.1f}%"
@@ -193,3 +211,59 @@ def compare_lines(report: Report) -> list[str]:
         lines.append(f"[COMPARE] {name}: {', '.join(parts) or 'no comparable figure'} ({against})")
     lines += [f"[COMPARE] {note}" for note in report.comparison.notes]
     return lines
+
+
+TABLE_METRICS = ("throughput_req_per_sec", "output_tokens_per_sec", "ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms")
+COMPARE_METRICS = ("throughput_req_per_sec", "output_tokens_per_sec", "ttft_p99_ms", "e2e_p99_ms")
+
+
+def interval_text(iv: Interval | None, digits: int = 2) -> str:
+    """``1.52 ± 0.08`` (95 % interval half width), or the plain mean for one run; ``n/a`` when missing."""
+    if iv is None:
+        return "n/a"
+    mean = f"{iv.mean:.{digits}f}"
+    return mean if iv.half_width is None else f"{mean} ± {iv.half_width:.{digits}f}"
+
+
+def series_lines(series: SeriesReport, path: str) -> list[str]:
+    """One line per point (means ± 95 % half widths), the knee, the comparisons and where the files are."""
+    tag = "[SWEEP]" if series.sweep else "[REPEAT]"
+    header = "  ".join(f"{SERIES_METRICS[m][0]} ({SERIES_METRICS[m][1]})" for m in TABLE_METRICS)
+    lines = [f"{tag} {len(series.points)} point(s) x {series.repeat} run(s); mean ± 95% CI half width: {header}"]
+    for point in series.points:
+        cells = [interval_text(point.metrics.get(m), 2 if m == "throughput_req_per_sec" else 0) for m in TABLE_METRICS]
+        slo = "" if point.meets_slo is None else ("  meets SLO" if point.meets_slo else "  misses SLO")
+        lines.append(f"{tag} {point.label} ({len(point.report_ids)} run(s)): " + " | ".join(cells) + slo)
+    if series.sweep or series.slo:
+        lines.append(f"[KNEE] {series.knee.line}")
+        lines += [f"[KNEE] note: {note}" for note in series.knee.notes]
+    for name, comparison in series.comparison.items():
+        if comparison.refused:
+            lines.append(f"[COMPARE] {name}: not compared: {comparison.refused}")
+            continue
+        for paired in comparison.points:
+            parts = [f"{SERIES_METRICS[m][0]} {change_text(paired.changes[m])}" for m in COMPARE_METRICS]
+            lines.append(f"[COMPARE] {name} {paired.label}: " + "; ".join(parts) + f" ({comparison.against})")
+        lines += [f"[COMPARE] {name}: {note}" for note in comparison.notes]
+    lines += [f"[NOTE] {note}" for note in series.notes]
+    lines.append(f"[REPORT] Series saved to {path}")
+    return lines + files_lines(path, (("Markdown", series.markdown_file), ("HTML", series.html_file)))
+
+
+def ab_compare_lines(comparison: ABComparison, path: str) -> list[str]:
+    """What differs (model and vLLM flags first), then each paired point's changes, then the files."""
+    a, b = comparison.a, comparison.b
+    lines = [f"[COMPARE] A = {a.ref} ({a.id}), B = {b.ref} ({b.id})"]
+    if comparison.differences:
+        lines += [f"[DIFF] {d.group}: {d.field}: {d.a} -> {d.b}" for d in comparison.differences]
+    else:
+        lines.append("[DIFF] no configuration field differs")
+    for point in comparison.points:
+        parts = [f"{SERIES_METRICS[m][0]} {change_text(point.changes[m])}" for m in COMPARE_METRICS]
+        hits = point.changes.get("prefix_cache_hit_rate_percent")
+        if hits is not None and hits.a_mean is not None and hits.b_mean is not None:  # a rate from ~0: both values
+            parts.append(f"prefix-cache hit rate {hits.a_mean:.1f}% -> {hits.b_mean:.1f}%")
+        lines.append(f"[COMPARE] {point.against_label} -> {point.label}: " + "; ".join(parts))
+    lines += [f"[NOTE] {note}" for note in comparison.notes]
+    lines.append(f"[REPORT] Comparison saved to {path}")
+    return lines + files_lines(path, (("HTML", comparison.html_file),))

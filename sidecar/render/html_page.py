@@ -1,5 +1,7 @@
-"""Self-contained HTML report (pure apart from drawing): tables plus plots embedded as base64 PNGs, no external
-resources, so the single file can be mailed or attached to a CI run. Every value is HTML-escaped."""
+"""Self-contained HTML pages (pure apart from drawing) of a run, a series and an A/B comparison: the shared view
+rows (:mod:`sidecar.render.view_rows`) plus plots embedded as base64 PNGs, no external resources, so the single file
+can be mailed or attached to a CI run. Every value is HTML-escaped. A series page links each run's own page and says
+how to compare with another result (``make compare``, or the sidecar's ``/compare`` page)."""
 
 from __future__ import annotations
 
@@ -8,12 +10,15 @@ import html
 import logging
 from collections.abc import Callable, Sequence
 
+from core.abcompare import ABComparison
 from core.records import RequestRecord
 from core.report_schema import Report
+from core.series import SeriesReport, slo_text
 from core.serverview import overhead_text, verdict_text
-from sidecar.render.plots import latency_cdf_png, resources_png, throughput_png
+from sidecar.render.plots import Curve, goodput_png, latency_cdf_png, latency_curves_png, resources_png, throughput_png
 from sidecar.render.view_rows import (
     Row,
+    change_table,
     comparison_header,
     comparison_rows,
     config_rows,
@@ -23,7 +28,9 @@ from sidecar.render.view_rows import (
     outcome_notes,
     overhead_header,
     overhead_rows,
+    point_table,
     resources_rows,
+    side_line,
     steady_caption,
 )
 
@@ -117,8 +124,9 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
         sections += [f"<p>Client overhead: {_e(overhead_text(o))}</p>" for o in report.server.client_overhead]
         if report.server.client_overhead:
             sections.append(_grid(overhead_header(), overhead_rows(report.server)))
-    sections += ["<h2>Environment</h2>", _pairs(environment_rows(report))]
-    sections += ["<h2>Configuration</h2>", _pairs(config_rows(report)), "<h2>vLLM log</h2>", _logs(report)]
+    environment = environment_rows(report.environment, report.resources.gpu_unavailable_reason)
+    sections += ["<h2>Environment</h2>", _pairs(environment)]
+    sections += ["<h2>Configuration</h2>", _pairs(config_rows(report.config)), "<h2>vLLM log</h2>", _logs(report)]
     sections.append(
         f'<p class="muted">Files: {_e(report.report_id)}.json, {_e(report.requests_file)}'
         + (f", {_e(report.markdown_file)}" if report.markdown_file else "")
@@ -128,8 +136,109 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
         f'<p class="muted">Compare with another run: <code>make compare A={_e(report.report_id)} B=…</code>, or the '
         "sidecar's <code>/compare</code> page (both curves and every difference side by side).</p>"
     )
+    return page(report.report_id, sections)
+
+
+def page(title: str, sections: list[str]) -> str:
+    """One self-contained HTML document of ``sections`` (the same style for a run, a series and a comparison)."""
     body = "\n".join(sections)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{_e(report.report_id)}</title><style>{STYLE}</style></head>\n<body>\n{body}\n</body></html>\n"
+        f"<title>{_e(title)}</title><style>{STYLE}</style></head>\n<body>\n{body}\n</body></html>\n"
+    )
+
+
+def _compare_hint(result_id: str, sidecar_url: str | None) -> str:
+    page = f'<a href="{_e(sidecar_url)}/compare?a={_e(result_id)}">compare page</a>'
+    link = f" or the sidecar's {page}" if sidecar_url else ""
+    return f'<p class="muted">Compare with another result: <code>make compare A={_e(result_id)} B=…</code>{link}.</p>'
+
+
+def series_html(series: SeriesReport, sidecar_url: str | None = None) -> str:
+    """The series report page: knee, point table, curves, comparisons, environment, configuration."""
+    e = series.environment
+    what = f"sweep {series.sweep}" if series.sweep else f"{series.repeat} runs of one point"
+    sections = [
+        f"<h1>Series report {_e(series.series_id)}</h1>",
+        f'<p class="muted">{_e(series.timestamp)} &middot; model <b>{_e(e.served_model_name)}</b> &middot; {_e(what)}'
+        f" &middot; {series.repeat} run(s) per point &middot; schema {_e(series.schema_version)}</p>",
+        f"<blockquote>{_e(series.knee.line)}</blockquote>",
+    ]
+    sections += [f'<blockquote class="warn">{_e(n)}</blockquote>' for n in series.knee.notes]
+    if e.synthetic:
+        sections.append(f'<blockquote class="warn">Synthetic model: {_e(e.synthetic_reason)}</blockquote>')
+    if series.interrupted:
+        sections.append('<blockquote class="warn">Interrupted (Ctrl-C): the points measured so far.</blockquote>')
+    header, rows = point_table(series)
+    curve = Curve(series.series_id, series.points, series.knee.index)
+    sections += [
+        "<h2>Load points</h2>",
+        _grid(header, rows),
+        f'<p class="muted">Means over runs ± half width of the 95% confidence interval ({_e(series.interval_method)}). '
+        + (f"SLO: {_e(slo_text(series.slo, series.slo_attainment_pct))}. " if series.slo else "No SLO given. ")
+        + "Runs: "
+        + ", ".join(f'<a href="{_e(i)}.html">{_e(i)}</a>' for p in series.points for i in p.report_ids)
+        + "</p>",
+        "<h2>Latency against load</h2>",
+        _figure("Latency against load", lambda: latency_curves_png([curve])),
+        "<h2>Goodput against load</h2>",
+        _figure("Goodput against load", lambda: goodput_png([curve])),
+    ]
+    if series.comparison:
+        sections.append("<h2>Comparison</h2>")
+        for name, comparison in series.comparison.items():
+            sections.append(f"<h3>{_e(name)} ({_e(comparison.against)})</h3>")
+            if comparison.refused:
+                sections.append(f"<p>Not compared: {_e(comparison.refused)}</p>")
+            else:
+                sections.append(_grid(*change_table(comparison.points)))
+            sections += [f'<p class="muted">{_e(n)}</p>' for n in comparison.notes]
+    sections += [f"<p>{_e(n)}</p>" for n in series.notes]
+    sections += ["<h2>Environment</h2>", _pairs(environment_rows(series.environment))]
+    sections += ["<h2>Configuration (the plan every point started from)</h2>", _pairs(config_rows(series.config))]
+    sections.append(_compare_hint(series.series_id, sidecar_url))
+    return page(series.series_id, sections)
+
+
+def compare_html(comparison: ABComparison) -> str:
+    """The comparison page: what differs first, then the overlaid curves, then the changes point by point."""
+    a, b = comparison.a, comparison.b
+    diffs = [[d.group, d.field, str(d.a), str(d.b)] for d in comparison.differences]
+    curves = [Curve(f"A {a.ref}", a.points, a.knee.index if a.knee else None),
+              Curve(f"B {b.ref}", b.points, b.knee.index if b.knee else None)]
+    sections = [
+        f"<h1>A/B comparison {_e(comparison.compare_id)}</h1>",
+        f"<p>A: {_e(side_line(a))}<br>B: {_e(side_line(b))}</p>",
+        "<h2>What differs</h2>",
+        _grid(["group", "field", "A", "B"], diffs) if diffs else "<p>No configuration field differs.</p>",
+        "<h2>Latency against load</h2>",
+        _figure("Latency against load", lambda: latency_curves_png(curves)),
+        "<h2>Goodput against load</h2>",
+        _figure("Goodput against load", lambda: goodput_png(curves)),
+        "<h2>B against A, point by point</h2>",
+        _grid(*change_table(comparison.points)) if comparison.points else "<p>No paired point.</p>",
+        f'<p class="muted">A change whose 95% interval holds 0 is "no significant change"; a worse change whose whole '
+        f"interval lies beyond {comparison.threshold_pct:g}% is a regression.</p>",
+        *(f"<p>{_e(n)}</p>" for n in comparison.notes),
+    ]
+    return page(comparison.compare_id, sections)
+
+
+def compare_form(choices: list[str], chosen: str | None) -> str:
+    """The ``GET /compare`` page without A and B: two lists of ``choices`` (baseline names, series and report ids,
+    newest first) to compare, A preselected to ``chosen``."""
+
+    def select(field: str, selected: str | None) -> str:
+        options = "".join(
+            f'<option value="{html.escape(v)}"{" selected" if v == selected else ""}>{html.escape(v)}</option>'
+            for v in choices
+        )
+        return f'<label>{field.upper()} <select name="{field}">{options}</select></label> '
+
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Compare</title><style>{STYLE}</style>'
+        "</head><body><h1>Compare two results</h1><form method=\"get\" action=\"/compare\">"
+        f'{select("a", chosen)}{select("b", None)}<button type="submit">Compare B with A</button></form>'
+        '<p class="muted">Baseline names, series and reports. The same comparison from a shell: '
+        "<code>make compare A=… B=…</code> (also written to reports/).</p></body></html>"
     )

@@ -1,13 +1,17 @@
-"""Markdown summary of a report (pure), written next to its JSON as ``benchmark_report_X.md``."""
+"""Markdown pages (pure) of a run, a series and an A/B comparison, from the shared view rows; written next to
+their JSON (``benchmark_report_X.md``, ``benchmark_series_X.md``, ``benchmark_compare_X.md``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from core.abcompare import ABComparison
 from core.report_schema import Report
+from core.series import SeriesReport
 from core.serverview import overhead_text, verdict_text
 from sidecar.render.view_rows import (
     Row,
+    change_table,
     comparison_header,
     comparison_rows,
     config_rows,
@@ -17,7 +21,9 @@ from sidecar.render.view_rows import (
     outcome_notes,
     overhead_header,
     overhead_rows,
+    point_table,
     resources_rows,
+    side_line,
 )
 
 
@@ -63,8 +69,9 @@ def render_markdown(report: Report) -> str:
         lines += [f"Client overhead: {overhead_text(o)}" for o in report.server.client_overhead]
         if report.server.client_overhead:
             lines += ["", *table(overhead_header(), overhead_rows(report.server)), ""]
-    lines += ["## Environment", "", *_pairs(environment_rows(report)), ""]
-    lines += ["## Configuration", "", *_pairs(config_rows(report)), ""]
+    environment = environment_rows(report.environment, report.resources.gpu_unavailable_reason)
+    lines += ["## Environment", "", *_pairs(environment), ""]
+    lines += ["## Configuration", "", *_pairs(config_rows(report.config)), ""]
     lines += ["## Resources", "", *_pairs(resources_rows(report)), ""]
     if report.errors.by_kind:
         lines += ["## Errors", "", *_pairs(error_rows(report)), ""]
@@ -78,4 +85,33 @@ def render_markdown(report: Report) -> str:
     lines += ["", "## Files", "", f"- JSON: `{report.report_id}.json`", f"- per-request rows: `{report.requests_file}`"]
     if report.html_file:
         lines.append(f"- HTML with plots: [{report.html_file}]({report.html_file})")
+    return "\n".join(lines) + "\n"
+
+
+def series_markdown(series: SeriesReport) -> str:
+    """The series report as Markdown: knee, the point table, comparisons."""
+    lines = [f"# Series report {series.series_id}", "", f"> {series.knee.line}", ""]
+    lines += [f"> {n}" for n in series.knee.notes]
+    header, rows = point_table(series)
+    lines += ["## Load points", "", *table(header, rows), "", f"Means ± 95% CI half width ({series.interval_method})."]
+    for name, comparison in series.comparison.items():
+        lines += ["", f"## {name} ({comparison.against})", ""]
+        if comparison.refused:
+            lines.append(f"Not compared: {comparison.refused}")
+        else:
+            lines += table(*change_table(comparison.points))
+    lines += ["", *(f"- {n}" for n in series.notes)]
+    if series.html_file:
+        lines += ["", f"HTML with plots: [{series.html_file}]({series.html_file})"]
+    return "\n".join(lines) + "\n"
+
+
+def compare_markdown(comparison: ABComparison) -> str:
+    """The comparison as Markdown."""
+    diffs = [[d.group, d.field, str(d.a), str(d.b)] for d in comparison.differences]
+    lines = [f"# A/B comparison {comparison.compare_id}", "", f"- A: {side_line(comparison.a)}",
+             f"- B: {side_line(comparison.b)}", "", "## What differs", ""]
+    lines += table(["group", "field", "A", "B"], diffs) if diffs else ["No configuration field differs."]
+    lines += ["", "## B against A", "", *table(*change_table(comparison.points)), ""]
+    lines += [f"- {n}" for n in comparison.notes]
     return "\n".join(lines) + "\n"

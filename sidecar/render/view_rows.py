@@ -1,11 +1,16 @@
-"""The tables a human reads, as plain rows (pure): shared by the Markdown and HTML renderers."""
+"""The tables a human reads, as plain rows (pure): the one definition of each, shared by the Markdown and HTML
+renderers of a run, a series and an A/B comparison."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from core.report_schema import Report
+from core.abcompare import Side
+from core.intervals import Interval, change_text
+from core.report_schema import BenchmarkConfig, Environment, Report
 from core.schedule import schedule_text
+from core.series import SERIES_METRICS, PointComparison, SeriesReport
 from core.serverview import ServerView
 
 Row = tuple[str, str]
@@ -138,10 +143,10 @@ def startup_text(report: Report) -> str:
     return f"cold {fmt(st.cold_start_s, 's', 0)}, warm {warm}; latest: {st.detail}"
 
 
-def environment_rows(report: Report) -> list[Row]:
-    """Hardware and software of the run."""
-    e = report.environment
-    gpu = f"{e.gpu_count} x {e.gpu_model}" if e.gpu_model else f"none ({report.resources.gpu_unavailable_reason})"
+def environment_rows(e: Environment, gpu_reason: str | None = None) -> list[Row]:
+    """Hardware and software a run or a series was measured on (``gpu_reason``: why no GPU was sampled), with
+    vLLM's starts from its log."""
+    gpu = f"{e.gpu_count} x {e.gpu_model}" if e.gpu_model else f"none ({gpu_reason or 'no GPU'})"
     if e.gpu_indices:
         gpu += f" (NVML {', '.join(map(str, e.gpu_indices))})"
     engine = f"engine: CUDA runtime {fmt(e.engine_cuda_runtime)}, torch {fmt(e.engine_torch_version)}"
@@ -149,18 +154,19 @@ def environment_rows(report: Report) -> list[Row]:
         ("GPU", gpu),
         ("Driver / CUDA", f"{fmt(e.driver_version)} / {fmt(e.cuda_version)} (driver's maximum); {engine}"),
         ("vLLM", f"{fmt(e.vllm_version)} (fingerprint {fmt(e.vllm_fingerprint)}, commit {fmt(e.vllm_commit)})"),
+        ("vLLM command line", " ".join(e.vllm_args) or "n/a"),
         ("Model", f"{fmt(e.served_model_name)} from {fmt(e.model_path)} (revision {fmt(e.model_revision)})"),
         ("Synthetic model", fmt(e.synthetic) + (f": {e.synthetic_reason}" if e.synthetic_reason else "")),
         ("CPU", f"{fmt(e.cpu_model)}, {fmt(e.cpu_cores)} cores, {fmt(e.ram_total_gb, 'GB RAM', 1)}"),
         ("Python", f"{fmt(e.python_version)} (sidecar), {fmt(e.engine_python_version)} (engine)"),
         ("Project", f"{fmt(e.project_version)} at {fmt(e.project_git_commit)}"),
-        *startup_rows(report),
+        *startup_rows(e),
     ]
 
 
-def startup_rows(report: Report) -> list[Row]:
+def startup_rows(e: Environment) -> list[Row]:
     """vLLM's starts from its log (none when the log showed none)."""
-    s = report.environment.startup
+    s = e.startup
     if s is None:
         return []
     warm = ", ".join(fmt(value, "s", 1) for value in s.warm_starts_s) or "none"
@@ -172,9 +178,9 @@ def startup_rows(report: Report) -> list[Row]:
     ]
 
 
-def config_rows(report: Report) -> list[Row]:
-    """The knobs of the run."""
-    return [(key, fmt(value)) for key, value in report.config.model_dump().items() if value not in (None, {}, [])]
+def config_rows(config: BenchmarkConfig) -> list[Row]:
+    """The knobs of a run, or of the plan every point of a series started from: every one that is set."""
+    return [(key, fmt(value)) for key, value in config.model_dump().items() if value not in (None, {}, [])]
 
 
 def resources_rows(report: Report) -> list[Row]:
@@ -251,3 +257,54 @@ def steady_caption(report: Report) -> str:
     if not st.found:
         return f"No steady state found ({st.reason}): the figures are the whole run's."
     return f"Shaded: the steady-state window, {st.start_s:.1f}–{st.end_s:.1f} s ({st.method})."
+
+
+# A series and an A/B comparison: the same view rows over load points
+POINT_METRICS = (
+    "throughput_req_per_sec",
+    "output_tokens_per_sec",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "e2e_p50_ms",
+    "e2e_p99_ms",
+    "goodput_percent",
+)
+
+
+def cell(iv: Interval | None) -> str:
+    """``1.52 ± 0.08`` (95 % half width) or the single run's value; ``n/a``."""
+    if iv is None:
+        return "n/a"
+    digits = 2 if abs(iv.mean) < 10 else 0
+    return f"{iv.mean:.{digits}f}" + ("" if iv.half_width is None else f" ± {iv.half_width:.{digits}f}")
+
+
+def point_table(series: SeriesReport) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the load points: label, runs, the metrics' means ± half widths, SLO verdict, reports."""
+    header = ["point", "runs", *(f"{SERIES_METRICS[m][0]} ({SERIES_METRICS[m][1]})" for m in POINT_METRICS), "SLO"]
+    rows = []
+    for p in series.points:
+        slo = "n/a" if p.meets_slo is None else ("meets" if p.meets_slo else "misses")
+        rows.append([p.label, str(len(p.report_ids)), *(cell(p.metrics.get(m)) for m in POINT_METRICS), slo])
+    return header, rows
+
+
+def change_table(points: Sequence[PointComparison]) -> tuple[list[str], list[list[str]]]:
+    """One row per paired point and metric: reference, this, the change with its interval and the verdict."""
+    header = ["point", "against", "metric", "change [95% CI]"]
+    rows = [
+        [p.label, p.against_label, SERIES_METRICS[m][0], change_text(change)]
+        for p in points
+        for m, change in p.changes.items()
+        if change.change_pct is not None
+    ]
+    return header, rows
+
+
+def side_line(side: Side) -> str:
+    """``A = <id> (series, 3 point(s) x 2 run(s), <model>)``: one side of an A/B comparison."""
+    e = side.environment
+    shape = f"{len(side.points)} point(s) x {side.repeat} run(s)"
+    return f"{side.ref} = {side.id} ({side.kind}, {shape}, {e.served_model_name})"

@@ -30,8 +30,8 @@ from core.series import (
 )
 from core.settings import Settings
 from sidecar.reports.baselines import BaselineStore
-from sidecar.render.series_render import compare_files, series_files
-from sidecar.reports.series_store import ResultStore
+from sidecar.render.files import compare_files, series_files
+from sidecar.reports.store import ResultStore
 from sidecar.reports.store import ReportStore, utc_now_iso, validate_report_id
 
 

@@ -1,6 +1,7 @@
-"""The ``reports/`` folder: atomic, no-clobber writes and a tolerant listing (corrupt files are skipped).
+"""The ``reports/`` folder: one store for reports, series and comparisons (:class:`ResultStore`), with atomic,
+no-clobber writes and a tolerant listing (corrupt files are skipped).
 
-A report is written as its rows, its Markdown and HTML, then its JSON last, each through a temporary dot-file that
+A result is written as its rows (a report's), its Markdown, HTML and CSV, then its JSON last, each through a temporary dot-file that
 is hard-linked into place: a crash at any point leaves at most orphan dot-files or files without a JSON, which the
 listing never shows.
 """
@@ -17,13 +18,15 @@ import tempfile
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from core.redact import redact_json
 from core.report_schema import Report
 
 log = logging.getLogger(__name__)
+Model = TypeVar("Model", bound=BaseModel)
 REPORT_ID_RE = re.compile(r"benchmark_report_[0-9]{8}_[0-9]{6}(?:_[0-9]{1,4})?")
 """A report id, matched whole (``fullmatch``: ``$`` would let a trailing newline through)."""
 FILE_MODE = 0o644  # mkstemp creates 0600; reports are meant to be read by people and CI
@@ -83,26 +86,61 @@ def _write_new(path: Path, data: bytes) -> bool:
         os.unlink(tmp)
 
 
+Render = Callable[[Any], dict[str, str]]
+"""Renders the files written next to a result's JSON, ``{".md": text, ".html": text}``, from its final version."""
 Attachments = Callable[[Report], dict[str, str]]
-"""Renders the files written next to a report, ``{".md": text, ".html": text}``, from its final version."""
+"""A report's :data:`Render`."""
 ATTACHMENT_FIELDS: dict[str, str | None] = {
     ".md": "markdown_file",
     ".html": "html_file",
     ".csv": "csv_file",
     ".summary.csv": None,  # named after the rows CSV; no field of its own
 }
+"""A report's attachments: suffix -> the report field naming the file."""
+RESULT_ATTACHMENTS: dict[str, str | None] = {".md": "markdown_file", ".html": "html_file"}
+"""A series' and a comparison's attachments."""
 
 
-class ReportStore:
-    """Reads and writes reports under ``root``; ``redact`` is applied to every file written: to each string value of
-    the JSON and of the rows (so masking never breaks a document) and to the whole text of the attachments."""
+class ResultStore(Generic[Model]):
+    """The one store of ``reports/``: files ``<prefix>_YYYYMMDD_HHMMSS[_n].json`` of one pydantic type under
+    ``root`` (reports, series, comparisons), each written as its rows (a report's ``.requests.jsonl``: they reserve
+    the id), its attachments, then its JSON last, each through a temporary file linked into place; listed
+    tolerantly (a corrupt file is skipped with a warning).
 
-    def __init__(self, root: Path, redact: Callable[[str], str] | None = None) -> None:
+    Args:
+        id_field: the model's id field (``report_id``, ``series_id``, ``compare_id``); ``id_re`` validates ids.
+        attachments: suffix -> the model's field naming that file (None: no field).
+        redact: applied to every file written: to each string value of the JSON and of the rows (so masking never
+            breaks a document) and to the whole text of the attachments.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        model: type[Model],
+        prefix: str,
+        id_field: str,
+        id_re: re.Pattern[str],
+        redact: Callable[[str], str] | None = None,
+        attachments: dict[str, str | None] = RESULT_ATTACHMENTS,
+    ) -> None:
         self.root = root
+        self.model = model
+        self.prefix = prefix
+        self.id_field = id_field
+        self.id_re = id_re
+        self.attachments = attachments
         self._redact = redact or (lambda text: text)
 
-    def _bytes(self, text: str) -> bytes:
-        return self._redact(text).encode("utf-8")
+    def validate_id(self, result_id: str) -> str:
+        """``result_id`` when it is one of this store's ids (no paths, no traversal).
+
+        Raises:
+            ValueError: anything else.
+        """
+        if not isinstance(result_id, str) or not self.id_re.fullmatch(result_id):  # whole: no trailing newline
+            raise ValueError(f"{result_id!r} is not an id of the form {self.prefix}_YYYYMMDD_HHMMSS")
+        return result_id
 
     def _json_line(self, line: str) -> str:
         """One JSON document with its strings redacted (a line that is not JSON is redacted as text)."""
@@ -112,30 +150,26 @@ class ReportStore:
             return self._redact(line)
         return json.dumps(redact_json(data, self._redact), ensure_ascii=False)
 
-    def _report_bytes(self, report: Report) -> bytes:
-        data = redact_json(report.model_dump(mode="json"), self._redact)
-        return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-
-    def write(self, report: Report, records_jsonl: Iterable[str], attachments: Attachments | None = None) -> Path:
-        """Write ``report``, its per-request rows and its attachments under a fresh id; returns the JSON's path.
-
-        The id is ``report.report_id`` or, when taken, the same with ``_2``, ``_3`` … appended. Rows go first (the
-        id is reserved by them), the JSON last: a reader that sees the report always finds everything beside it.
+    def write(self, result: Model, render: Render | None = None, rows: Iterable[str] | None = None) -> Path:
+        """Write ``result`` under its id (``_2``, ``_3`` ... when taken) with its ``rows`` (JSON lines, a report's
+        ``.requests.jsonl``) and the files ``render`` makes from its final version; returns the JSON's path. Rows
+        first (they reserve the id), the JSON last: a reader that sees the JSON always finds everything beside it.
 
         Raises:
-            OSError: the folder is not writable; nothing of this report stays behind.
+            OSError: the folder is not writable (nothing of this result stays behind).
         """
         self.root.mkdir(parents=True, exist_ok=True)
-        rows = "".join(self._json_line(line) + "\n" for line in records_jsonl).encode("utf-8")
-        base = report.report_id
+        data = None if rows is None else "".join(self._json_line(line) + "\n" for line in rows).encode("utf-8")
+        base = str(getattr(result, self.id_field))
         for n in range(1, 1000):
-            report_id = base if n == 1 else f"{base}_{n}"
-            requests_name = f"{report_id}.requests.jsonl"
-            if not _write_new(self.root / requests_name, rows):
-                continue
-            written = [self.root / requests_name]
+            result_id = base if n == 1 else f"{base}_{n}"
+            written: list[Path] = []
             try:
-                path = self._write_rest(report, report_id, attachments, written)
+                if data is not None:
+                    if not _write_new(self.root / f"{result_id}.requests.jsonl", data):
+                        continue
+                    written.append(self.root / f"{result_id}.requests.jsonl")
+                path = self._write_rest(result, result_id, render, data is not None, written)
             except BaseException:
                 for leftover in written:
                     leftover.unlink(missing_ok=True)
@@ -144,38 +178,79 @@ class ReportStore:
                 return path
             for leftover in written:
                 leftover.unlink(missing_ok=True)
-        raise RuntimeError("could not find a free report id")
+        raise RuntimeError(f"could not find a free {self.prefix} id")
 
     def _write_rest(
-        self, report: Report, report_id: str, attachments: Attachments | None, written: list[Path]
+        self, result: Model, result_id: str, render: Render | None, has_rows: bool, written: list[Path]
     ) -> Path | None:
-        """Attachments then the JSON under ``report_id``; None when one of the names is taken."""
-        names = {suffix: f"{report_id}{suffix}" for suffix in ATTACHMENT_FIELDS} if attachments else {}
-        update: dict[str, str | None] = {"report_id": report_id, "requests_file": f"{report_id}.requests.jsonl"}
-        update.update({field: names.get(suffix) for suffix, field in ATTACHMENT_FIELDS.items() if field})
-        final = report.model_copy(update=update)
-        extra = attachments(final) if attachments else {}
+        """Attachments then the JSON under ``result_id``; None when one of the names is taken."""
+        names = {suffix: f"{result_id}{suffix}" for suffix in self.attachments} if render else {}
+        update: dict[str, str | None] = {self.id_field: result_id}
+        if has_rows:
+            update["requests_file"] = f"{result_id}.requests.jsonl"
+        update.update({field: names.get(suffix) for suffix, field in self.attachments.items() if field})
+        final = result.model_copy(update=update)
+        extra = render(final) if render else {}
         for suffix, text in extra.items():
-            if not _write_new(self.root / names[suffix], self._bytes(text)):
+            if not _write_new(self.root / names[suffix], self._redact(text).encode("utf-8")):
                 return None
             written.append(self.root / names[suffix])
-        missing = {field: None for suffix, field in ATTACHMENT_FIELDS.items() if field and suffix not in extra}
+        missing = {field: None for suffix, field in self.attachments.items() if field and suffix not in extra}
         final = final.model_copy(update=missing)
-        path = self.root / f"{report_id}.json"
-        if not _write_new(path, self._report_bytes(final)):
+        path = self.root / f"{result_id}.json"
+        body = redact_json(final.model_dump(mode="json"), self._redact)
+        if not _write_new(path, (json.dumps(body, indent=2, ensure_ascii=False) + "\n").encode("utf-8")):
             return None
         return path
 
-    def list(self) -> list[Report]:
-        """All valid reports, oldest first; corrupt or foreign JSON files are skipped with a warning."""
-        reports = []
-        for path in sorted(self.root.glob("benchmark_report_*.json")):
+    def get(self, result_id: str) -> Model:
+        """One result by id.
+
+        Raises:
+            ValueError: invalid id. FileNotFoundError: no such result.
+        """
+        path = self.root / f"{self.validate_id(result_id)}.json"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no {self.prefix.removeprefix('benchmark_')} {result_id}") from None
+        return self.model.model_validate_json(data)
+
+    def list(self) -> builtins.list[Model]:
+        """Every valid result, oldest first (by id, which is its time); corrupt or foreign files are skipped."""
+        out = []
+        for path in sorted(self.root.glob(f"{self.prefix}_*.json")):
             try:
-                reports.append(Report.model_validate_json(path.read_bytes()))
+                out.append(self.model.model_validate_json(path.read_bytes()))
             except (OSError, ValueError, ValidationError) as exc:
-                log.warning("skipping %s: not a valid report (%s)", path.name, str(exc).splitlines()[0])
-        reports.sort(key=lambda r: (r.run_ended_at, r.report_id))
-        return reports
+                log.warning("skipping %s: not a valid %s (%s)", path.name, self.prefix, str(exc).splitlines()[0])
+        return out
+
+
+class ReportStore(ResultStore[Report]):
+    """The store of one-run reports (``benchmark_report_*``): rows and the CSV beside them; listed by when the run
+    ended; deleted with their profiler traces (retention)."""
+
+    def __init__(self, root: Path, redact: Callable[[str], str] | None = None) -> None:
+        super().__init__(root, Report, "benchmark_report", "report_id", REPORT_ID_RE, redact, ATTACHMENT_FIELDS)
+
+    def write(  # type: ignore[override]  # a report always has its rows file (maybe empty)
+        self, report: Report, records_jsonl: Iterable[str], attachments: Attachments | None = None
+    ) -> Path:
+        """Write ``report``, its per-request rows and its attachments under a fresh id (:meth:`ResultStore.write`).
+
+        Raises:
+            OSError: the folder is not writable; nothing of this report stays behind.
+        """
+        return super().write(report, attachments, records_jsonl)
+
+    def list(self) -> builtins.list[Report]:
+        """All valid reports, oldest run first; corrupt or foreign JSON files are skipped with a warning."""
+        return sorted(super().list(), key=lambda r: (r.run_ended_at, r.report_id))
+
+    def validate_id(self, result_id: str) -> str:
+        """:func:`validate_report_id`."""
+        return validate_report_id(result_id)
 
     def files_of(self, report_id: str) -> builtins.list[Path]:
         """Every file of report ``report_id``: its JSON first, then its rows and attachments (those that exist).
@@ -204,15 +279,6 @@ class ReportStore:
                 shutil.rmtree(folder, ignore_errors=True)
                 removed.append(folder)
         return removed
-
-    def get(self, report_id: str) -> Report:
-        """One report by id.
-
-        Raises:
-            ValueError: invalid id. FileNotFoundError: no such report.
-        """
-        path = self.root / f"{validate_report_id(report_id)}.json"
-        return Report.model_validate_json(path.read_bytes())
 
 
 def utc_now_iso() -> str:

@@ -23,9 +23,7 @@ from sidecar.reports.envinfo import collect_environment, vllm_server_facts
 from sidecar.sampling.gpu import GpuInfo, GpuReader, open_gpu_reader
 from sidecar.reports.logfacts import read_log_facts
 from sidecar.reports.profiles import collect_traces, trace_paths
-from sidecar.render.csv_files import rows_csv, summary_csv
-from sidecar.render.html_page import render_html
-from sidecar.render.markdown_page import render_markdown
+from sidecar.render.files import report_files
 from sidecar.reports.retention import Retention, prune
 from sidecar.sampling.sampler import Sampler, engine_pid
 from sidecar.reports.schema_export import write_schema_if_changed
@@ -258,18 +256,8 @@ class ReportService:
                     raise InvalidRun(str(exc), status_code=400) from None
                 report = report.model_copy(update={"profile": profile})
             path = self.store.write(
-                report, dump_records(request.records), attachments=lambda final: render_files(final, request.records)
+                report, dump_records(request.records), attachments=lambda final: report_files(final, request.records)
             )
             prune(self.store, set(self.baselines.all().values()) | {path.stem}, self.retention, self.clock())
         written = self.store.get(path.stem)
         return BuildReportResponse(report_path=str(path), report=written)
-
-
-def render_files(report: Report, records: Sequence[RequestRecord]) -> dict[str, str]:
-    """The Markdown summary, the self-contained HTML report and the CSV exports of ``report``."""
-    return {
-        ".md": render_markdown(report),
-        ".html": render_html(report, records),
-        ".csv": rows_csv(records),
-        ".summary.csv": summary_csv(report),
-    }

@@ -11,7 +11,7 @@ import pytest
 from core.ciout import CiResult, junit_xml_text, markdown_summary
 from core.gate import EXIT_FAIL, gate_verdict
 from core.settings import Settings
-from loadgen.command.cioutput import report_result, write_ci_outputs
+from loadgen.orchestrate.cioutput import ci_result, write_ci_outputs
 from tests.unit.sidecar.test_sidecar_gate import with_changes
 
 XSD = Path(__file__).parents[2] / "fixtures" / "junit.xsd"
@@ -84,13 +84,13 @@ def test_files_written_where_asked_and_github_summary_appended(tmp_path: Path) -
     settings = _settings(gate="v1", junit_file=tmp_path / "ci" / "gate.xml",
                         summary_file=tmp_path / "s.md")  # fmt: skip
     failed = [(EXIT_FAIL, "[GATE] FAIL ...")]
-    lines = write_ci_outputs(settings, report_result(settings, report, "r.json", failed))
+    lines = write_ci_outputs(settings, ci_result(settings, report, "r.json", failed))
     assert lines == [f"[CI] JUnit: {tmp_path / 'ci' / 'gate.xml'}", f"[CI] Summary: {tmp_path / 's.md'}"]
     assert _cases((tmp_path / "ci" / "gate.xml").read_text())["throughput_req_per_sec"].find("failure") is not None
     github = tmp_path / "step_summary.md"
     github.write_text("earlier step\n")
     settings = _settings(gate="v1", github_step_summary=github)
-    write_ci_outputs(settings, report_result(settings, report, "r.json", failed))
+    write_ci_outputs(settings, ci_result(settings, report, "r.json", failed))
     text = github.read_text()
     assert text.startswith("earlier step\n## Benchmark FAIL: ")
 

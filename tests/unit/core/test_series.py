@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, series_gate_verdict
+from core.gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, gate_verdict
 from core.intervals import interval
 from core.parsing import parse_sweep
 from core.report_schema import Environment
@@ -94,11 +94,11 @@ def series_vs(baseline: list[float], new: list[float]) -> SeriesReport:
 
 def test_series_gate_passes_noise_and_fails_a_shift_beyond_the_threshold() -> None:
     """Gate on intervals: the same distribution passes as no significant change; 20 % less throughput fails."""
-    same = series_gate_verdict(series_vs([2.0, 2.2, 1.9, 2.1], [2.15, 1.95, 2.05]), "v1", 5.0)
+    same = gate_verdict(series_vs([2.0, 2.2, 1.9, 2.1], [2.15, 1.95, 2.05]), "v1", 5.0)
     assert same.exit_code == EXIT_PASS and "no significant change" in same.line
-    worse = series_gate_verdict(series_vs([2.0, 2.2, 1.9, 2.1], [1.6, 1.65, 1.62]), "v1", 5.0)
+    worse = gate_verdict(series_vs([2.0, 2.2, 1.9, 2.1], [1.6, 1.65, 1.62]), "v1", 5.0)
     assert worse.exit_code == EXIT_FAIL and "throughput_req_per_sec" in worse.line and "regression" in worse.line
-    assert series_gate_verdict(series_vs([2.0], [2.0]), "other", 5.0).exit_code == EXIT_ERROR
+    assert gate_verdict(series_vs([2.0], [2.0]), "other", 5.0).exit_code == EXIT_ERROR
 
 
 def test_parse_sweep_forms_and_errors() -> None:

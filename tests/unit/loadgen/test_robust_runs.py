@@ -17,11 +17,12 @@ from core.api import BuildReportRequest
 from core.errorsummary import error_summary
 from core.records import RequestRecord
 from core.serverview import ServerView
-from loadgen.command.benchmark import build_request, stop_signals_interrupt
+from loadgen.command.benchmark import stop_signals_interrupt
 from loadgen.errors import BenchError
 from loadgen.locust_side.user_actions import CONNECTION_BACKOFF_S, backoff_s
 from loadgen.orchestrate.breaker import RowWatch, ServerDownBreaker, connection_cause
 from loadgen.orchestrate.measured_run import Measured
+from loadgen.orchestrate.pipeline import build_request
 from loadgen.orchestrate.stack_lock import RunLock, StackBusy
 from loadgen.orchestrate.sweep import RunResult, disagreement, run_line, run_series
 from loadgen.sidecar_client import SidecarClient

@@ -11,10 +11,10 @@ from core.report_schema import BenchmarkConfig
 from core.requestlog import RequestLog
 from core.settings import Settings
 from core.stats import run_metrics
-from loadgen.command.benchmark import EXIT_ERROR_RATE, EXIT_NO_SUCCESS, verdicts
 from loadgen.errors import BenchError
 from loadgen.locust_side.process_state import RunState
 from loadgen.locust_side.user_actions import dispatch_open_loop
+from loadgen.orchestrate.outcome import EXIT_ERROR_RATE, EXIT_NO_SUCCESS, verdicts
 from loadgen.orchestrate.preflight import choose_model
 from loadgen.workloads.workload import WorkItem
 from tests.unit.sidecar.test_sidecar_store import report

@@ -204,7 +204,7 @@ def test_named_baseline_is_marked_listed_compared_and_forgotten(client_for: Call
 def test_marking_a_used_name_again_says_what_it_pointed_at(client_for: Callable[..., TestClient]) -> None:
     """PUT /baselines/v1 on an existing name answers ``previous_id`` (the old report) and the CLI line says
     ``was <old>, now <new>``; a new name answers None and prints no such line."""
-    from loadgen.command.baseline import moved_text
+    from loadgen.terminal.summary import moved_text
 
     client = client_for(FakeNvml())
     first = client.post("/reports", json=body()).json()["report"]["report_id"]

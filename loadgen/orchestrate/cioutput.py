@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.ciout import CiResult, junit_xml_text, markdown_summary
-from core.gate import gate_verdict, series_gate_verdict
+from core.gate import gate_verdict
 from core.report_schema import Report
 from core.series import SeriesReport
 from core.settings import Settings
@@ -16,35 +16,35 @@ def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f} ms"
 
 
-def report_result(settings: Settings, report: Report, report_path: str, failed: list[tuple[int, str]]) -> CiResult:
-    """The CI view of one run: its gate verdict (``GATE``), its other failed checks (from ``failed``, the
-    benchmark's verdicts, the gate's own line left out) and its headline figures."""
-    m = report.metrics
+def ci_result(
+    settings: Settings, result: Report | SeriesReport, path: str, failed: list[tuple[int, str]]
+) -> CiResult:
+    """The CI view of a run or a series: its gate verdict (``GATE``; a series' point by point), its other failed
+    checks (from ``failed``, the benchmark's verdicts, the gate's own line left out) and its headline figures."""
     gate = (
-        gate_verdict(report, settings.gate, settings.gate_threshold_pct, settings.gate_error_rate_pp)
-        if (settings.gate)
+        gate_verdict(result, settings.gate, settings.gate_threshold_pct, settings.gate_error_rate_pp)
+        if settings.gate
         else None
     )
-    figures = {
+    if isinstance(result, Report):
+        return CiResult(result.report_id, gate, _run_failures(failed), report_figures(result), path)
+    return CiResult(result.series_id, gate, _run_failures(failed), series_figures(result), path)
+
+
+def report_figures(report: Report) -> dict[str, str]:
+    """One run's headline figures: throughput, TTFT and E2E p50/p99, error rate, GPU memory peak."""
+    m = report.metrics
+    return {
         "throughput": f"{m.throughput_req_per_sec:.2f} req/s, {m.output_tokens_per_sec:.1f} output tok/s",
         "TTFT p50 / p99": f"{_ms(m.ttft.p50_ms)} / {_ms(m.ttft.p99_ms)}",
         "E2E p50 / p99": f"{_ms(m.e2e.p50_ms)} / {_ms(m.e2e.p99_ms)}",
         "error rate": f"{m.error_rate_percent:.1f} % of {m.requests_total}",
         "GPU memory peak": "n/a" if m.gpu_mem_peak_gb is None else f"{m.gpu_mem_peak_gb:.2f} GiB",
     }
-    return CiResult(report.report_id, gate, _run_failures(failed), figures, report_path)
 
 
-def series_result(
-    settings: Settings, series: SeriesReport, series_path: str, failed: list[tuple[int, str]]
-) -> CiResult:
-    """The CI view of a series (sweep or repeat): the series gate's verdict, point by point, and each point's
-    mean throughput and E2E p99."""
-    gate = (
-        series_gate_verdict(series, settings.gate, settings.gate_threshold_pct, settings.gate_error_rate_pp)
-        if (settings.gate)
-        else None
-    )
+def series_figures(series: SeriesReport) -> dict[str, str]:
+    """Each point's mean throughput and E2E p99."""
     figures = {}
     for point in series.points:
         rate = point.metrics.get("throughput_req_per_sec")
@@ -52,7 +52,7 @@ def series_result(
         figures[point.label] = (f"{rate.mean:.2f} req/s" if rate else "n/a") + (
             f", E2E p99 {p99.mean:.1f} ms" if p99 else ""
         )
-    return CiResult(series.series_id, gate, _run_failures(failed), figures, series_path)
+    return figures
 
 
 def _run_failures(failed: list[tuple[int, str]]) -> list[tuple[int, str]]:

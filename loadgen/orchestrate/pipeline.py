@@ -1,0 +1,196 @@
+"""The benchmark's one pipeline: measure the plan's points (one run, ``REPEAT`` runs of one point, or a ``SWEEP``),
+have the sidecar write a report per run, and, for more than one run, the series report over them; then
+:func:`loadgen.orchestrate.outcome.finish`. ``--report-from`` rebuilds one run's report from its rows file."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from core.api import BuildReportRequest, BuildSeriesRequest
+from core.clientview import client_view, load_calibration
+from core.enginestate import EngineControl
+from core.errorsummary import error_summary
+from core.report_schema import BenchmarkConfig
+from core.schedule import requested_rate
+from core.series import is_series_id
+from core.serverview import cross_check
+from core.settings import Settings
+from core.stats import measured_window_s, run_metrics
+from loadgen.errors import BenchError, WarmupFailed, WorkersMissing
+from loadgen.orchestrate import profiling
+from loadgen.orchestrate.measured_run import Measured, from_records_file, run_measured
+from loadgen.orchestrate.outcome import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NO_SUCCESS,
+    EXIT_SERVER_DOWN,
+    EXIT_USAGE,
+    finish,
+)
+from loadgen.orchestrate.sweep import RunPoint, RunResult, run_series
+from loadgen.plan import read_plan
+from loadgen.sidecar_client import SidecarClient
+
+
+def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, settings: Settings) -> BuildReportRequest:
+    """The finished run for the sidecar: rows, the metrics computed here, the server cross-check, the client view.
+
+    Raises:
+        ValueError: no measured row (nothing to report).
+    """
+    measured = [r for r in run.records if r.phase == "measured"]
+    return BuildReportRequest(
+        config=plan,
+        records=run.records,
+        metrics=run_metrics(run.records, plan.slo, requested_rate(plan.rate_req_per_sec, plan.rate_end_req_per_sec)),
+        window_start=run.window_start,
+        window_end=run.window_end,
+        window_id=run.window_id,
+        server=cross_check(
+            run.before, run.after, measured, server_url=plan.vllm_url, max_added_pct=settings.client_overhead_max_pct
+        )
+        if run.before and run.after
+        else None,
+        client=client_view(
+            measured,
+            measured_window_s(measured),
+            run.cpu_cores,
+            load_calibration(settings.logs_dir / "calibration.json"),
+            run.processes,
+            plan.workers,
+        ),
+        run_id=records_path.name.removesuffix(".requests.jsonl"),
+        profile_traces=run.traces,
+        interrupted=run.interrupted,
+        gaps=run.gaps,
+        server_down=run.server_down.line() if run.server_down else None,
+        errors=error_summary(run.records),
+    )
+
+
+def run_once(
+    settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, engine: EngineControl
+) -> tuple[Measured, Path]:
+    """Measure a new run into ``logs/runs/<YYYYMMDD_HHMMSS>.requests.jsonl``.
+
+    Raises:
+        profiling.ProfilingError: PROFILE=1 and the profiler failed. WarmupFailed, WorkersMissing.
+    """
+    run_dir = settings.logs_dir / "runs"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    records_path = run_dir / f"{datetime.now().strftime('%Y%m%d_%H%M%S')}.requests.jsonl"
+    records_path.touch()
+    return run_measured(settings, plan, records_path, sidecar, engine), records_path
+
+
+def report_run(
+    settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, run: Measured, records_path: Path
+) -> RunResult:
+    """Have the sidecar write the report of one measured run; failures (nothing measured, the sidecar refused or
+    unreachable) are values naming the rows file."""
+    down = run.server_down.line() if run.server_down else None
+    if not any(r.phase == "measured" and r.error_kind != "incomplete" for r in run.records):
+        why = f"no measured request ended ({records_path}); nothing to report."
+        return RunResult(None, run.interrupted, why, down, empty=True)
+    try:
+        built = sidecar.post_report(build_request(plan, run, records_path, settings), records_path)
+    except BenchError as exc:
+        why = (
+            f"{exc}\n[ERROR] Rows are kept in {records_path}; rebuild the report later with "
+            f"`python -m loadgen.command.benchmark --report-from {records_path}`."
+        )
+        return RunResult(None, run.interrupted, why, down)
+    return RunResult(built.report, run.interrupted, server_down=down, path=built.report_path)
+
+
+def point_runner(settings: Settings, sidecar: SidecarClient, engine: EngineControl) -> RunPoint:
+    """One run of the plan: measure ``plan`` and have the sidecar write its report (failures become values)."""
+
+    def run_point(plan: BenchmarkConfig) -> RunResult:
+        try:
+            run, records_path = run_once(settings, plan, sidecar, engine)
+        except (profiling.ProfilingError, WarmupFailed) as exc:
+            return RunResult(None, error=str(exc))
+        return report_run(settings, plan, sidecar, run, records_path)
+
+    return run_point
+
+
+def wants_series(settings: Settings, sidecar: SidecarClient) -> bool:
+    """More than one run (a sweep, repeated runs), or a GATE baseline that is a series (judged with intervals):
+    the runs' reports get a series report over them."""
+    if settings.sweep or settings.repeat > 1:
+        return True
+    if not settings.gate:
+        return False
+    try:
+        return is_series_id(sidecar.baselines().get(settings.gate, ""))
+    except BenchError:
+        return False
+
+
+def plan_beside(records_path: Path) -> BenchmarkConfig | None:
+    """The run plan written next to a rows file (``<run id>.plan.json``); None when absent or unreadable."""
+    try:
+        return read_plan(records_path.with_name(records_path.name.replace(".requests.jsonl", ".plan.json")))
+    except (OSError, ValueError):
+        return None
+
+
+def run_benchmark(
+    settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, engine: EngineControl,
+    report_from: Path | None = None,
+) -> int:  # fmt: skip
+    """Measure (or, with ``report_from``, rebuild from a rows file) and report; the exit code
+    (:mod:`loadgen.orchestrate.outcome`)."""
+    if report_from is None and wants_series(settings, sidecar):
+        return run_many(settings, plan, sidecar, engine)
+    if report_from is not None:
+        plan = plan_beside(report_from) or plan
+        done = report_run(settings, plan, sidecar, from_records_file(report_from), report_from)
+    else:
+        try:
+            run, records_path = run_once(settings, plan, sidecar, engine)
+        except (profiling.ProfilingError, WorkersMissing) as exc:
+            print(f"[ERROR] {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except WarmupFailed as exc:
+            print(f"[ERROR] {exc}", file=sys.stderr)
+            return EXIT_NO_SUCCESS
+        done = report_run(settings, plan, sidecar, run, records_path)
+    if done.report is None:
+        print(f"[ERROR] {done.error}", file=sys.stderr)
+        if done.empty:
+            return EXIT_INTERRUPTED if done.interrupted else EXIT_NO_SUCCESS
+        return EXIT_FAILED
+    return finish(settings, sidecar, done.report, done.path, done.interrupted, done.server_down)
+
+
+def run_many(settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, engine: EngineControl) -> int:
+    """SWEEP / REPEAT: run the points, then the sidecar writes the series report; exit codes as a single run's."""
+    runs = run_series(settings, plan, point_runner(settings, sidecar, engine))
+    if not runs.points:
+        print("[ERROR] no run of the series was reported: nothing to build a series from.", file=sys.stderr)
+        if runs.server_down:
+            print(f"[ERROR] {runs.server_down}; the series was ended early", file=sys.stderr)
+            return EXIT_SERVER_DOWN
+        return EXIT_INTERRUPTED if runs.interrupted else EXIT_NO_SUCCESS
+    request = BuildSeriesRequest(
+        config=plan,
+        points=runs.points,
+        sweep=settings.sweep,
+        repeat=settings.repeat,
+        slo_attainment_pct=settings.slo_attainment_pct,
+        threshold_pct=settings.gate_threshold_pct,
+        interrupted=runs.interrupted,
+        notes=runs.notes,
+    )
+    try:
+        built = sidecar.post_series(request)
+    except BenchError as exc:
+        written = ", ".join(i for p in runs.points for i in p.report_ids)
+        print(f"[ERROR] {exc}\n[ERROR] The runs' own reports are written: {written}", file=sys.stderr)
+        return EXIT_FAILED
+    return finish(settings, sidecar, built.series, built.series_path, runs.interrupted, runs.server_down)

@@ -1,0 +1,156 @@
+"""The sidecar's result endpoints, wiring only (the work is in :mod:`sidecar.reports`): reports, named baselines,
+series and A/B comparisons, with one error format (:func:`answers`: 400 bad input, 404 unknown, the run's own
+status for a run that does not validate).
+
+``GET/POST /reports``, ``GET /reports/{id}``; ``GET /baselines``, ``PUT/DELETE /baselines/{name}`` (a report),
+``PUT /series/{id}/baseline/{name}`` (a series: the gate then judges with intervals); ``POST /series`` builds a
+sweep/repeat report from the runs' reports, ``GET /series``, ``GET /series/{id}``; ``POST /compare`` writes an A/B
+comparison, ``GET /compare`` is a page (a form to pick A and B, or with ``?a=…&b=…`` the comparison itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Response, params
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse
+
+from core.api import (
+    BaselineMarked,
+    BuildReportRequest,
+    BuildReportResponse,
+    BuildSeriesRequest,
+    BuildSeriesResponse,
+    CompareRequest,
+    CompareResponse,
+    MarkBaseline,
+)
+from core.report_schema import Report
+from core.series import SeriesReport
+from sidecar.render.html_page import compare_form, compare_html
+from sidecar.reports.series import SeriesService, UnknownResult
+from sidecar.reports.writer import InvalidRun, ReportService
+
+
+@contextmanager
+def answers() -> Iterator[None]:
+    """The one error format of the result endpoints: a run that does not validate answers its own status (422,
+    400), an unknown report, series, name or baseline 404, any other bad input (id, name) 400 with the first line of
+    the reason."""
+    try:
+        yield
+    except InvalidRun as exc:
+        raise HTTPException(status_code=exc.status_code, detail=str(exc)) from exc
+    except (UnknownResult, FileNotFoundError) as exc:
+        raise HTTPException(status_code=404, detail=str(exc) or "not found") from exc
+    except ValueError as exc:
+        raise HTTPException(status_code=400, detail=str(exc).splitlines()[0]) from exc
+
+
+def result_router(svc: ReportService, series: SeriesService, writes: Sequence[params.Depends] = ()) -> APIRouter:
+    """The routes above over ``svc`` (reports, baselines) and ``series``; ``writes`` (the sidecar token check)
+    guards every route that writes."""
+    router = APIRouter()
+    guarded = list(writes)
+
+    @router.get("/reports")
+    def list_reports() -> list[dict[str, Any]]:
+        """Every valid report, oldest first (id, time, model, fingerprint, baselines, headline metrics)."""
+        return svc.list_summaries()
+
+    @router.get("/reports/{report_id}", response_model=Report)
+    def get_report(report_id: str) -> Report:
+        """One report by id (``benchmark_report_YYYYMMDD_HHMMSS``)."""
+        with answers():
+            return svc.store.get(report_id)
+
+    @router.post("/reports", response_model=BuildReportResponse, dependencies=guarded)
+    async def build_report(request: BuildReportRequest) -> BuildReportResponse:
+        """Merge the rows with resources, logs and environment; compare; write JSON, Markdown and HTML.
+
+        422 (nothing written) for a body that does not validate: non-finite numbers, negative durations, a window
+        that runs backwards or ends in the future, no measured request; 400 for profiler traces outside vLLM's
+        profile folder."""
+        rows = request.rows_omitted is not None or any(r.phase == "measured" for r in request.records)
+        if not rows or request.metrics.requests_total == 0:
+            raise HTTPException(status_code=422, detail="no measured requests in the body: nothing to report")
+        with answers():
+            return await run_in_threadpool(svc.build_and_write, request)
+
+    @router.get("/baselines")
+    def list_baselines() -> dict[str, str]:
+        """Named baselines: name -> report or series id."""
+        return svc.baselines.all()
+
+    @router.put("/baselines/{name}", response_model=BaselineMarked, dependencies=guarded)
+    def mark_baseline(name: str, body: MarkBaseline | None = None) -> BaselineMarked:
+        """Mark a report (default: the latest) as baseline ``name``; later reports are compared with it."""
+        with answers():
+            report, previous = svc.mark_baseline(name, body.report_id if body else None)
+        return BaselineMarked(
+            name=name,
+            report_id=report.report_id,
+            timestamp=report.timestamp,
+            throughput_req_per_sec=report.metrics.throughput_req_per_sec,
+            latency_p99_ms=report.metrics.latency_p99_ms,
+            previous_id=previous,
+        )
+
+    @router.delete("/baselines/{name}", status_code=204, dependencies=guarded)
+    def forget_baseline(name: str) -> Response:
+        """Forget baseline ``name`` (its report stays)."""
+        with answers():
+            if not svc.baselines.remove(name):
+                raise UnknownResult(f"no baseline {name!r}")
+        return Response(status_code=204)
+
+    @router.post("/series", response_model=BuildSeriesResponse, dependencies=guarded)
+    async def build_series(request: BuildSeriesRequest) -> BuildSeriesResponse:
+        """Build, compare and write the series report of these load points (their runs' reports must exist)."""
+        with answers():
+            return await run_in_threadpool(series.build, request)
+
+    @router.get("/series")
+    def list_series() -> list[dict[str, Any]]:
+        """Every series, oldest first: id, time, sweep, runs per point, points and the knee line."""
+        return [
+            {"series_id": s.series_id, "timestamp": s.timestamp, "sweep": s.sweep, "repeat": s.repeat,
+             "points": [p.label for p in s.points], "knee": s.knee.line}
+            for s in series.series.list()
+        ]  # fmt: skip
+
+    @router.get("/series/{series_id}", response_model=SeriesReport)
+    def get_series(series_id: str) -> SeriesReport:
+        """One series report by id (``benchmark_series_YYYYMMDD_HHMMSS``)."""
+        with answers():
+            return series.series.get(series_id)
+
+    @router.put("/series/{series_id}/baseline/{name}", dependencies=guarded)
+    def mark_series_baseline(series_id: str, name: str) -> dict[str, str | None]:
+        """Mark a series as baseline ``name``: the gate then judges later series with their intervals
+        (``previous_id``: what the name pointed at before, None for a new name)."""
+        with answers():
+            previous = series.mark_baseline(name, series_id)
+        return {"name": name, "series_id": series_id, "previous_id": previous}
+
+    @router.post("/compare", response_model=CompareResponse, dependencies=guarded)
+    async def compare(request: CompareRequest) -> CompareResponse:
+        """Compare B with A (report ids, series ids or baseline names) and write the comparison."""
+        with answers():
+            return await run_in_threadpool(series.compare, request)
+
+    @router.get("/compare", response_class=HTMLResponse)
+    async def compare_page(a: str | None = None, b: str | None = None) -> HTMLResponse:
+        """With ``a`` and ``b``: the comparison page (not written to reports/); else a form to choose them."""
+        if a and b:
+            with answers():
+                done = await run_in_threadpool(series.compare, CompareRequest(a=a, b=b), False)
+            return HTMLResponse(compare_html(done.comparison))
+        names = list(series.baselines.all())
+        ids = [s.series_id for s in reversed(series.series.list())] + [r.report_id for r in reversed(svc.store.list())]
+        return HTMLResponse(compare_form([*names, *ids], a))
+
+    return router
