@@ -40,6 +40,7 @@ from core.stats import measured_window_s, run_metrics
 from engine.control import LocalEngine
 from loadgen.command.baseline import moved_text
 from loadgen.command.cioutput import report_result, series_result, write_ci_outputs
+from loadgen.command.trace_replay import plan_with_trace, read_trace, with_trace_prompts
 from loadgen.command.worker import worker_main
 from loadgen.errors import BenchError, WarmupFailed, WorkersMissing
 from loadgen.orchestrate import profiling
@@ -200,6 +201,7 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
         print(f"[WARN] {note}", flush=True)
     sidecar = SidecarClient.of(settings)
     try:
+        trace = read_trace(settings)  # a bad trace is refused before the server is even asked
         target = preflight(settings, sidecar)
         model = target.model
         dataset = None if settings.random_dataset else load_dataset(settings.workload_file)
@@ -211,6 +213,7 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     plan = bench_config(settings, model)
     if not args.report_from:
         try:
+            plan = plan_with_trace(settings, plan, trace, target.max_model_len) if trace else plan
             refused = plan_problem(settings, sidecar, plan, target, dataset)
         except BenchError as exc:
             refused = f"[ERROR] {exc}"
@@ -221,6 +224,12 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     if settings.random_dataset and not args.report_from:
         try:
             plan = with_random_prompts(settings, plan)
+        except BenchError as exc:
+            print(f"[ERROR] {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    if trace and not args.report_from:
+        try:
+            plan = with_trace_prompts(settings, plan, trace[1])
         except BenchError as exc:
             print(f"[ERROR] {exc}", file=sys.stderr)
             return EXIT_USAGE
