@@ -103,10 +103,10 @@ class Settings(ClusterKnobs, SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKn
     @model_validator(mode="after")
     def _load_shape_fits(self) -> Settings:
         """RATE_END ramps from RATE; multi-turn sessions run in the closed loop (a user waits for each answer)."""
+        self._trace_fits()
         if self.rate_end is not None and self.rate is None:
             raise ValueError(f"RATE_END={self.rate_end:g} ramps from RATE: set RATE (the start rate) too")
         open_sweep = self.sweep is not None and parse_sweep(self.sweep)[0] != "concurrency"
-        self._trace_fits()
         if self.max_in_flight is not None and self.rate is None and self.trace is None and not open_sweep:
             raise ValueError(
                 f"MAX_IN_FLIGHT={self.max_in_flight} caps the open loop: set RATE (or an open-loop SWEEP); the closed "

@@ -62,6 +62,8 @@ def test_trace_replays_on_its_schedule(
     assert max(late_ms) < SEND_TOLERANCE_MS, late_ms
     assert {r["max_tokens"] for r in rows} <= {max(1, row.output_tokens) for row in trace.rows}
     assert f"TRACE: {len(expected)} {trace.format} rows at {speed:g}x" in run.stdout
+    markdown = (Path(env["REPORTS_DIR"]) / report["markdown_file"]).read_text()
+    assert f"{len(expected)} {trace.format} rows of {TRACES / name} at {speed:g}x" in markdown
 
 
 def test_bad_trace_is_refused_before_any_load(
