@@ -19,7 +19,9 @@ from tests.integration.test_preflight import run_bench, services  # noqa: F401  
 pytestmark = pytest.mark.integration
 
 TRACES = PROJECT_ROOT / "loadgen" / "workloads" / "data" / "traces"
-SEND_TOLERANCE_MS = 150.0  # every row leaves within this of its trace time (a shared 2-core machine's jitter)
+SEND_TOLERANCE_MS = 250.0  # every row leaves within this of its trace time (a shared 2-core machine's jitter: the
+# first row, sent as the load processes start, was measured up to 125 ms late, the others mostly under 30 ms)
+MEDIAN_TOLERANCE_MS = 20.0  # and half of them within this
 
 
 def _report(stdout: str) -> dict:
@@ -43,7 +45,7 @@ def test_trace_replays_on_its_schedule(
     requests: int | None,
 ) -> None:
     """Every replayed row is scheduled at its trace time / TRACE_SPEED (to the millisecond) and sent within
-    SEND_TOLERANCE_MS of it, over two load processes; REQUESTS takes the first rows; the report records the trace."""
+    SEND_TOLERANCE_MS of it (half within MEDIAN_TOLERANCE_MS), over two load processes; REQUESTS takes the first rows; the report records the trace."""
     env, mock = services
     run = run_bench(env, mock(), TRACE=str(TRACES / name), TRACE_SPEED=str(speed), WARMUP="0", WORKERS="2",
                     REQUESTS="" if requests is None else str(requests))  # blank: every row
@@ -59,7 +61,7 @@ def test_trace_replays_on_its_schedule(
     scheduled = [r["scheduled_at"] - start for r in rows]
     assert max(abs(s - e) for s, e in zip(scheduled, expected, strict=True)) < 0.001
     late_ms = [(r["started_at"] - r["scheduled_at"]) * 1000.0 for r in rows]
-    assert max(late_ms) < SEND_TOLERANCE_MS, late_ms
+    assert max(late_ms) < SEND_TOLERANCE_MS and sorted(late_ms)[len(late_ms) // 2] < MEDIAN_TOLERANCE_MS, late_ms
     assert {r["max_tokens"] for r in rows} <= {max(1, row.output_tokens) for row in trace.rows}
     assert f"TRACE: {len(expected)} {trace.format} rows at {speed:g}x" in run.stdout
     markdown = (Path(env["REPORTS_DIR"]) / report["markdown_file"]).read_text()
@@ -84,11 +86,14 @@ def test_bad_trace_is_refused_before_any_load(
 @pytest.mark.parametrize("name", ["burstgpt_sample.csv", "mooncake_sample.jsonl"])
 def test_trace_prompts_are_token_exact_on_vllm(stack: Stack, name: str) -> None:
     """The first rows of each sample on the real CPU vLLM: every request's usage.prompt_tokens is its row's input
-    length and its output tokens the row's output length (IGNORE_EOS)."""
-    run = stack.make("benchmark", TRACE=str(TRACES / name), REQUESTS="4", WARMUP="0", TRACE_SPEED="4", timeout_s=600)
+    length and its output tokens the row's output length (IGNORE_EOS); Mooncake's shared blocks hit the prefix
+    cache."""
+    run = stack.make("benchmark", TRACE=str(TRACES / name), REQUESTS="4", WARMUP="0", timeout_s=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = _report(run.stdout)
     rows = _rows(stack.reports_dir, report)
     trace_rows = load_trace(TRACES / name).rows[:4]
     want = sorted((r.input_tokens, max(1, r.output_tokens)) for r in trace_rows)
     assert sorted((r["prompt_tokens"], r["output_tokens"]) for r in rows) == want
+    if name.startswith("mooncake"):  # row 4 names row 1's two blocks (1,024 tokens), 0.43 s after it
+        assert report["server"]["prefix_cache_hits"] >= 1024, report["server"]

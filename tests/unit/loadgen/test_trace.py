@@ -168,8 +168,8 @@ def test_the_plan_replays_the_trace_in_the_open_loop(tmp_path: Path) -> None:
 
 
 def test_the_trace_joins_the_fingerprint_only_when_set(tmp_path: Path) -> None:
-    """Untraced runs keep their fingerprint fields; the trace's content, speed and rows each make another workload
-    (not its path)."""
+    """Untraced runs keep their fingerprint fields; the trace's path (as the dataset), content, speed and rows each
+    make another workload."""
     env = Environment()
     assert not {"trace_sha256", "trace_speed", "trace_rows"} & set(fingerprint_fields(plan(tmp_path), env))
     _, _, _, base = _trace_plan(tmp_path)
@@ -177,7 +177,7 @@ def test_the_trace_joins_the_fingerprint_only_when_set(tmp_path: Path) -> None:
     assert fields["trace_sha256"] == base.trace_sha256 and fields["trace_rows"] == 32
     for change in ({"trace_speed": 2.0}, {"trace_rows": 5}, {"trace_sha256": "0" * 64}):
         assert fingerprint_fields(base.model_copy(update=change), env) != fields
-    assert fingerprint_fields(base.model_copy(update={"trace_file": "/elsewhere.jsonl"}), env) == fields
+    assert fields["dataset"] == "loadgen/workloads/data/traces/mooncake_sample.jsonl"  # the path, as any dataset's
 
 
 @pytest.mark.parametrize("clash", [{"rate": 2.0}, {"rate_end": 3.0}, {"sweep": "auto"}, {"session_turns": 2},
