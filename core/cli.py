@@ -90,6 +90,8 @@ SHORT_HELP: dict[str, str] = {
     "random_output_len": "DATASET=random: output tokens per request",
     "prefix_len": "Shared prefix tokens before every prompt",
     "prefix_count": "Distinct shared prefixes",
+    "trace": "Replay this BurstGPT CSV / Mooncake JSONL trace",
+    "trace_speed": "TRACE: replay this many times faster",
     "slo_attainment_pct": "Share of requests a sweep point must keep in SLO, %",
     "gate": "Fail when worse than this named baseline",
     "gate_threshold_pct": "Gate: largest throughput drop / p99 rise, %",
@@ -294,7 +296,7 @@ def _open_loop(flags: dict[str, Any]) -> bool:
     except ValidationError:
         return flags.get("rate") is not None
     spec = settings.sweep_spec
-    return settings.rate is not None or (spec is not None and spec[0] != "concurrency")
+    return settings.rate is not None or settings.trace is not None or (spec is not None and spec[0] != "concurrency")
 
 
 def settings_from(args: argparse.Namespace) -> Settings:

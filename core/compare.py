@@ -64,6 +64,12 @@ def fingerprint_fields(config: BenchmarkConfig, env: Environment) -> dict[str, A
             if config.prefix_len_tokens
             else {}
         ),
+        # likewise only for a trace replay: its content, speed and rows (its path is the dataset)
+        **(
+            {"trace_sha256": config.trace_sha256, "trace_speed": config.trace_speed, "trace_rows": config.trace_rows}
+            if config.trace_sha256
+            else {}
+        ),
         "model": env.served_model_name,
         "synthetic": env.synthetic,
         "gpu_model": env.gpu_model,

@@ -49,6 +49,7 @@ def workload_label(report: Report) -> str:
     shape = f"rate {c.rate_req_per_sec:g} req/s" if c.rate_req_per_sec is not None else f"c={c.concurrency}"
     size = f"{c.requests} requests" if c.requests else f"{c.duration_s:g} s" if c.duration_s else "?"
     extra = f", prefixes {c.prefix_count}×{c.prefix_len_tokens}" if c.prefix_len_tokens else ""
+    extra += f", trace ×{c.trace_speed:g}" if c.trace_file else ""
     model = report.environment.served_model_name or c.model
     return f"{shape}, {size}, max_tokens {c.max_tokens}, {c.dataset.rsplit('/', 1)[-1]}{extra}, {model}"
 

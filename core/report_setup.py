@@ -129,3 +129,14 @@ class BenchmarkConfig(BaseModel):
         description="DATASET=random: the file of the prompts generated for this server's tokenizer (not part of the "
         "workload fingerprint: the same settings make the same prompts).",
     )
+    trace_file: str | None = Field(
+        default=None, description="TRACE: the replayed trace (BurstGPT CSV or Mooncake JSONL), as given; None: none."
+    )
+    trace_format: str | None = Field(default=None, description="TRACE: the trace's format (burstgpt or mooncake).")
+    trace_sha256: str | None = Field(default=None, description="TRACE: sha256 (hex) of the trace file's bytes.")
+    trace_speed: float | None = Field(
+        default=None, description="TRACE_SPEED: the trace's times are divided by this (2: twice as fast)."
+    )
+    trace_rows: int | None = Field(
+        default=None, description="TRACE: rows replayed (the first REQUESTS rows, those within DURATION)."
+    )

@@ -78,6 +78,7 @@ class Settings(ClusterKnobs, SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKn
         "ui_password",
         "ui_auth_secret",
         "rate_end",
+        "trace",
         "sweep",
         "max_in_flight",
         "workers",
@@ -102,10 +103,11 @@ class Settings(ClusterKnobs, SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKn
     @model_validator(mode="after")
     def _load_shape_fits(self) -> Settings:
         """RATE_END ramps from RATE; multi-turn sessions run in the closed loop (a user waits for each answer)."""
+        self._trace_fits()
         if self.rate_end is not None and self.rate is None:
             raise ValueError(f"RATE_END={self.rate_end:g} ramps from RATE: set RATE (the start rate) too")
         open_sweep = self.sweep is not None and parse_sweep(self.sweep)[0] != "concurrency"
-        if self.max_in_flight is not None and self.rate is None and not open_sweep:
+        if self.max_in_flight is not None and self.rate is None and self.trace is None and not open_sweep:
             raise ValueError(
                 f"MAX_IN_FLIGHT={self.max_in_flight} caps the open loop: set RATE (or an open-loop SWEEP); the closed "
                 "loop's users are CONCURRENCY"
@@ -118,6 +120,20 @@ class Settings(ClusterKnobs, SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKn
                 "concurrency:1,2,4,... instead"
             )
         return self
+
+    def _trace_fits(self) -> None:
+        """TRACE is the whole load shape and workload: a rate, a ramp, a sweep, sessions, prefixes or generated
+        prompts beside it would be ignored or contradict it."""
+        if self.trace is None:
+            return
+        clashing = [name for name, on in (
+            ("RATE", self.rate is not None), ("RATE_END", self.rate_end is not None), ("SWEEP", self.sweep),
+            ("SESSION_TURNS", self.session_turns > 1), ("PREFIX_LEN", self.prefix_len is not None),
+            ("DATASET=random", self.random_dataset)) if on]
+        if clashing:
+            raise ValueError(
+                f"TRACE={self.trace} replays the trace's own schedule and lengths: unset {', '.join(clashing)}"
+            )
 
     @model_validator(mode="after")
     def _rates_send_requests(self) -> Settings:
@@ -149,7 +165,7 @@ class Settings(ClusterKnobs, SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKn
 
     @model_validator(mode="after")
     def _default_request_count(self) -> Settings:
-        if self.requests is None and self.duration is None:
+        if self.requests is None and self.duration is None and self.trace is None:  # a trace: all its rows
             self.requests = 200
         return self
 
@@ -177,7 +193,8 @@ class Settings(ClusterKnobs, SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKn
         than asked, such as MAX_IN_FLIGHT without RATE, are errors in the validators above).
         """
         notes = []
-        if self.duration is not None and "requests" in self.model_fields_set and self.requests is not None:
+        if (self.duration is not None and "requests" in self.model_fields_set and self.requests is not None
+                and self.trace is None):  # a trace takes its first REQUESTS rows, then cuts them at DURATION
             notes.append(
                 f"REQUESTS={self.requests} (--requests) is ignored: DURATION={self.duration:g} s (--duration) bounds "
                 "the run; unset one of them to silence this"

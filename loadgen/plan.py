@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from core.report_schema import BenchmarkConfig
 from core.settings import PROJECT_ROOT, RANDOM_DATASET, Settings
 from loadgen.workloads.dataset import load_dataset
+from loadgen.workloads.trace import Trace, TraceRow, mean_rate
 from loadgen.workloads.workload import WorkloadSampler
 
 USERS_PER_WORKER = 64  # closed loop: users one Locust process serves before another is started
@@ -177,3 +179,27 @@ def settings_of_plan(path: Path) -> Settings:
     if not isinstance(values, dict):
         return Settings()
     return Settings(**values, locust_plan_file=path)
+
+
+def with_trace(plan: BenchmarkConfig, settings: Settings, trace: Trace,
+               timed: Sequence[tuple[float, TraceRow]]) -> BenchmarkConfig:
+    """``plan`` replaying ``trace`` (TRACE): the open loop at the schedule's mean rate over the ``timed`` rows
+    (:func:`loadgen.workloads.trace.schedule`), each row's output length asked for exactly (IGNORE_EOS), the
+    trace's path, format, content hash, speed and rows recorded; WORKERS unset is :func:`auto_workers` for that
+    rate."""
+    rate = mean_rate([at for at, _ in timed])
+    outputs = [max(1, row.output_tokens) for _, row in timed]
+    requests = len(timed) if settings.duration is None else None
+    workers = settings.workers or auto_workers(
+        settings.concurrency, rate, sum(outputs) / len(outputs), len(timed), usable_cores()
+    )
+    workers = min(workers, len(timed), settings.max_in_flight or len(timed))
+    path = trace.path.resolve()
+    return plan.model_copy(update={
+        "mode": "open_loop", "rate_req_per_sec": rate, "burstiness": None, "requests": requests,
+        "max_tokens": max(outputs), "output_len_mean": None, "output_len_p95": None, "ignore_eos": True,
+        "dataset": str(path.relative_to(PROJECT_ROOT)) if path.is_relative_to(PROJECT_ROOT) else str(path),
+        "input_mix": None, "workers": workers, "max_in_flight": settings.max_in_flight,
+        "trace_file": str(trace.path), "trace_format": trace.format, "trace_sha256": trace.sha256,
+        "trace_speed": settings.trace_speed, "trace_rows": len(timed),
+    })

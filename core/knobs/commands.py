@@ -50,7 +50,8 @@ BENCHMARK = Command(
          "vllm_base_url"),
     groups=(
         ("load", ("concurrency", "rate", "max_in_flight", "requests", "duration", "warmup", "burstiness", "ramp_up_s",
-                  "rate_end", "session_turns", "workers", "sweep", "sweep_rates", "repeat", "cooldown_s")),
+                  "rate_end", "session_turns", "trace", "trace_speed", "workers", "sweep", "sweep_rates", "repeat",
+                  "cooldown_s")),
         ("workload", ("dataset", "bench_model", "max_tokens", "output_len", "output_len_mean", "output_len_p95",
                       "output_len_cap", "ignore_eos", "temperature", "seed", "input_mix", "random_input_len",
                       "random_output_len", "prefix_len", "prefix_count", "prompts_file")),

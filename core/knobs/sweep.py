@@ -57,6 +57,17 @@ class SweepKnobs(BaseModel):
         le=100,
         description="Closed loop: turns per conversation; each later turn carries the model's earlier answers.",
     )
+    trace: Path | None = Field(
+        default=None,
+        description="Replay this timestamped trace (BurstGPT CSV or Mooncake JSONL) on its recorded schedule, with "
+        "token-exact prompts of its input lengths and its output lengths (docs/workloads.md).",
+    )
+    trace_speed: float = Field(
+        default=1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="TRACE: replay this many times faster than recorded (2: twice as fast, 0.5: half).",
+    )
     sweep: str | None = Field(
         default=None,
         description="Load sweep: auto (synchronous, maximum throughput, SWEEP_RATES open-loop rates between), "

@@ -29,6 +29,7 @@ from core.pipes import guard_stdout
 from core.report_schema import BenchmarkConfig
 from core.settings import Settings
 from engine.control import LocalEngine
+from loadgen.command.trace_replay import plan_with_trace, read_trace, with_trace_prompts
 from loadgen.command.worker import worker_main
 from loadgen.errors import BenchError
 from loadgen.orchestrate.outcome import EXIT_INTERRUPTED, EXIT_USAGE, STOP_SIGNALS
@@ -96,6 +97,7 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
         print(f"[WARN] {note}", flush=True)
     sidecar = SidecarClient.of(settings)
     try:
+        trace = read_trace(settings)  # a bad trace is refused before the server is even asked
         target = preflight(settings, sidecar)
         model = target.model
         dataset = None if settings.random_dataset else load_dataset(settings.workload_file)
@@ -107,6 +109,7 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     plan = bench_config(settings, model)
     if not args.report_from:
         try:
+            plan = plan_with_trace(settings, plan, trace, target.max_model_len) if trace else plan
             refused = plan_problem(settings, sidecar, plan, target, dataset)
         except BenchError as exc:
             refused = f"[ERROR] {exc}"
@@ -117,6 +120,12 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     if settings.random_dataset and not args.report_from:
         try:
             plan = with_random_prompts(settings, plan)
+        except BenchError as exc:
+            print(f"[ERROR] {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    if trace and not args.report_from:
+        try:
+            plan = with_trace_prompts(settings, plan, trace[1])
         except BenchError as exc:
             print(f"[ERROR] {exc}", file=sys.stderr)
             return EXIT_USAGE

@@ -22,6 +22,7 @@ from core.requestlog import RequestLog, RequestLogLine
 from loadgen.plan import sampler_for
 from loadgen.workloads.prefixes import load_prefixes, with_prefix
 from loadgen.workloads.sessions import Conversation
+from loadgen.workloads.traceprompts import trace_requests
 from loadgen.workloads.workload import WorkItem
 
 
@@ -69,6 +70,7 @@ class RunState:
         self.records_path: Path | None = None
         self._workload = sampler_for(plan, plan.seed)
         self._prefixes = load_prefixes(plan)  # PREFIX_LEN: request k carries prefix k mod PREFIX_COUNT
+        self.trace = trace_requests(plan)  # TRACE: request k is row k, at its time (s after the start)
         self._drawn = 0  # items of the seeded workload drawn so far
         self._fd: int | None = None
         self._log: RotatingWriter | None = None
@@ -117,6 +119,8 @@ class RunState:
             self._workload.next()
             self._drawn += 1
         self._drawn += 1
+        if self.trace:
+            return self.trace[k][1]
         return with_prefix(self._workload.next(), k, self._prefixes)
 
     def next_item(self, user: object, k: int) -> WorkItem:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import gevent
@@ -97,7 +97,9 @@ def send(
     return record
 
 
-def arrivals(plan: BenchmarkConfig, slot: Slot) -> Iterator[tuple[int, float]]:
+def arrivals(
+    plan: BenchmarkConfig, slot: Slot, trace: Sequence[tuple[float, WorkItem]] = ()
+) -> Iterator[tuple[int, float]]:
     """This process's arrivals of the run's one schedule: ``(request number, seconds after the start)`` each.
 
     The schedule (RATE, BURSTINESS, SEED, a RATE_END ramp: :func:`loadgen.workloads.loadshape.plan_arrival_gaps`) is
@@ -105,9 +107,13 @@ def arrivals(plan: BenchmarkConfig, slot: Slot) -> Iterator[tuple[int, float]]:
     whole in every process; process ``slot`` of ``slots`` takes
     arrivals ``slot, slot + slots, …``, so the processes together send the one schedule.
 
+    A trace replay (TRACE) has the trace's times instead (``trace``: :attr:`RunState.trace`).
+
     Raises:
         ValueError: the plan has no RATE.
     """
+    if trace:
+        return itertools.islice(enumerate(at for at, _ in trace), slot.slot, None, slot.slots)
     offsets = itertools.accumulate(plan_arrival_gaps(plan))
     return itertools.islice(enumerate(offsets), slot.slot, None, slot.slots)
 
@@ -135,7 +141,7 @@ def dispatch_open_loop(
     reported as cut rather than finishing unseen after the stop.
     """
     plan = state.plan
-    schedule = arrivals(plan, state.slot)
+    schedule = arrivals(plan, state.slot, state.trace)
     cap = max(1, share(plan.max_in_flight, state.slot)) if plan.max_in_flight else OPEN_LOOP_MAX_IN_FLIGHT
     pool = Pool(cap)  # a full pool holds the next arrival until a slot frees
     start = state.slot.start_at if state.slot.start_at is not None else clock()

@@ -43,6 +43,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen.selftest import mock_tokenizer
 from loadgen.selftest.mock_metrics import MockMetrics
 
 MODEL_ID = "mock-model"
@@ -264,6 +265,8 @@ class _Connection(asyncio.Protocol):
                 self._send(head + answer.whole, close)  # the firehose: one write
             else:
                 self.task = asyncio.get_running_loop().create_task(self._paced(head, answer, close))
+        elif method == b"POST" and target in mock_tokenizer.PATHS:
+            self._send(_response("200 OK", mock_tokenizer.answer(target, body), close=close), close)
         else:
             self._send(_response("404 Not Found", b'{"detail":"Not Found"}', close=close), close)
 

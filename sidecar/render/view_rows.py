@@ -87,6 +87,10 @@ def headline_rows(report: Report) -> list[Row]:
         )
     if report.config.prefix_len_tokens:
         rows.append(("Shared prefixes", f"{report.config.prefix_count} × {report.config.prefix_len_tokens} tokens"))
+    if report.config.trace_file:
+        c = report.config
+        rows.append(("Trace replay", f"{c.trace_rows} {c.trace_format} rows of {c.trace_file} at {c.trace_speed:g}x "
+                                     f"(sha256 {(c.trace_sha256 or '')[:12]})"))
     if m.goodput_req_per_sec is not None:
         rows.append(("Goodput", f"{fmt(m.goodput_req_per_sec, 'req/s')} ({fmt(m.goodput_percent, '%', 1)})"))
     return rows

@@ -23,6 +23,7 @@ from engine.kvsizing import plan_kv
 from engine.launcher import apply_request, vllm_argv, vllm_env
 from engine.model_resolve import ResolvedModel
 from loadgen.command import benchmark as bench
+from loadgen.command.trace_replay import plan_with_trace, read_trace
 from loadgen.locust_side.joining import host_name
 from loadgen.orchestrate.locust_launch import locust_argv, worker_argv
 from loadgen.orchestrate.preflight import choose_model
@@ -33,6 +34,7 @@ from sidecar import server as sidecar_launch
 from stack import engine_switch as vllmctl
 from ui import server as ui_launch
 
+SAMPLE_TRACE = str(PROJECT_ROOT / "loadgen" / "workloads" / "data" / "traces" / "burstgpt_sample.csv")
 # A value for every flag, and the flags it needs beside it to take effect (MAX_IN_FLIGHT caps the open loop ...).
 # A new knob in a view fails test_every_flag_* until it is given a value here.
 SAMPLES: dict[str, tuple[list[str], list[str]]] = {
@@ -56,6 +58,7 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
     "--request-timeout-s": (["30"], []), "--drain-s": (["3"], []), "--watchdog-s": (["30"], []),
     "--server-down-s": (["9"], []), "--report-from": (["/tmp/x.requests.jsonl"], []),
     "--prefix-len": (["64"], ["--prefix-count", "2"]), "--prefix-count": (["4"], ["--prefix-len", "64"]),
+    "--trace": ([SAMPLE_TRACE], []), "--trace-speed": (["2"], ["--trace", SAMPLE_TRACE]),
     "--client-overhead-max-pct": (["20"], []), "--junit-file": (["/tmp/j.xml"], []),
     "--summary-file": (["/tmp/s.md"], []), "--expect-workers": (["2"], []),
     "--expect-workers-timeout-s": (["30"], ["--expect-workers", "1"]),
@@ -93,6 +96,8 @@ def bench_effect(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
     client, the request log, the lock and the run's own limits and verdict knobs."""
     served = ["m", "lora"] if settings.bench_model else ["m"]  # the model picked from those vLLM lists
     plan = bench_config(settings, choose_model(served, settings))
+    trace = read_trace(settings)
+    plan = plan_with_trace(settings, plan, trace, None) if trace else plan
     log = RequestLog.of(settings)
     return {
         "plan": plan,

@@ -1,0 +1,127 @@
+"""TRACE: the trace's rows as token-exact prompts (written once by the benchmark) and as the Locust processes'
+schedule and requests (read from that file).
+
+Each row's prompt is one user message whose chat, as the server's chat endpoint builds it, is exactly the row's
+input length (``usage.prompt_tokens``), sized with the server's ``/tokenize`` and ``/detokenize`` as DATASET=random
+does (:mod:`loadgen.workloads.randomdata`). A Mooncake row's prompt starts with its ``hash_ids`` blocks: each id is
+:data:`loadgen.workloads.trace.BLOCK_TOKENS` token ids drawn once (seeded by SEED and the id) from the corpus's
+ordinary tokens, so rows naming the same ids start with the same tokens and share vLLM's prefix cache as in the
+trace; the rest of the row is its own random ids, and the last ids are trimmed or extended until the chat is exact.
+A row shorter than the chat template's own tokens cannot be built: it is raised to one token above it (counted in
+the printed line).
+
+The file (``logs/datasets/trace_….jsonl``) is a prompt JSONL that also carries each row's ``max_tokens`` and its
+time ``at_s`` (s after the trace's first row, before TRACE_SPEED); the plan names it (``dataset_file``), so remote
+workers receive it like any dataset.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from core.report_schema import BenchmarkConfig
+from loadgen.errors import BenchError
+from loadgen.workloads.dataset import Prompt
+from loadgen.workloads.randomdata import MAX_ADJUSTMENTS, TokenizerClient, token_pool
+from loadgen.workloads.trace import BLOCK_TOKENS, TraceRow
+from loadgen.workloads.workload import WorkItem
+
+
+def exact_chat_text(tok: TokenizerClient, pool: np.ndarray, rng: np.random.Generator, ids: list[int],
+                    total_tokens: int) -> str:
+    """A text starting with (the decoding of) ``ids`` whose one-message chat is exactly ``total_tokens`` tokens: the
+    last ids are trimmed or random ones from ``pool`` appended until the server's count is exact.
+
+    Raises:
+        BenchError: the count did not settle (the message gives the numbers).
+    """
+    count = None
+    for _ in range(MAX_ADJUSTMENTS):
+        text = tok.text(ids)
+        count = tok.chat_count(text)
+        if count == total_tokens:
+            return text
+        gap = total_tokens - count
+        ids = ids + [int(i) for i in rng.choice(pool, gap)] if gap > 0 else ids[: max(1, len(ids) + gap)]
+    raise BenchError(f"TRACE: could not size a prompt to {total_tokens} tokens (last count {count})")
+
+
+def row_ids(row: TraceRow, index: int, seed: int, pool: np.ndarray, blocks: dict[int, list[int]],
+            wanted: int) -> list[int]:
+    """The first ``wanted`` token ids of row ``index``: its hash blocks' ids (each drawn once, seeded by ``seed``
+    and the id, kept in ``blocks``), then its own random ids (seeded by ``seed`` and ``index``)."""
+    ids: list[int] = []
+    for h in row.hash_ids:
+        if h not in blocks:
+            block_rng = np.random.default_rng([seed, 2, h])  # apart from the random and prefix streams of SEED
+            blocks[h] = [int(i) for i in block_rng.choice(pool, BLOCK_TOKENS)]
+        ids += blocks[h]
+    if len(ids) < wanted:
+        own = np.random.default_rng([seed, 3, index])
+        ids += [int(i) for i in own.choice(pool, wanted - len(ids))]
+    return ids[:wanted]
+
+
+def trace_prompts_file(plan: BenchmarkConfig, rows: Sequence[tuple[float, TraceRow]], logs_dir: Path,
+                       corpus: Path) -> tuple[Path, int]:
+    """Write (once per model, trace content, row count and seed) the prompt JSONL of the replay's ``rows``
+    (``(scheduled s before TRACE_SPEED, row)`` each); return it and how many rows were raised to the template's
+    minimum.
+
+    Raises:
+        BenchError: the server cannot tokenize, or a prompt cannot be sized.
+    """
+    safe_model = re.sub(r"[^A-Za-z0-9_.-]+", "_", plan.model)
+    name = f"trace_{safe_model}_{(plan.trace_sha256 or 'x')[:12]}_n{len(rows)}_seed{plan.seed}.jsonl"
+    path = logs_dir / "datasets" / name
+    if path.exists():
+        return path, 0
+    tok = TokenizerClient(plan.vllm_url, plan.model)
+    raised = 0
+    try:
+        pool = token_pool(tok, corpus)
+        overhead = tok.chat_count("")
+        blocks: dict[int, list[int]] = {}
+        lines = []
+        for index, (_, row) in enumerate(rows):
+            total = max(row.input_tokens, overhead + 1)
+            raised += total != row.input_tokens
+            rng = np.random.default_rng([plan.seed, 4, index])
+            ids = row_ids(row, index, plan.seed, pool, blocks, total - overhead)
+            lines.append(json.dumps({
+                "id": f"trace-{row.line}", "task": "trace", "prompt": exact_chat_text(tok, pool, rng, ids, total),
+                "max_tokens": max(1, row.output_tokens), "at_s": row.at_s, "input_tokens": total,
+            }, ensure_ascii=False))
+    finally:
+        tok.close()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path, raised
+
+
+def trace_requests(plan: BenchmarkConfig) -> list[tuple[float, WorkItem]]:
+    """The replay as a Locust process sends it: ``(seconds after the schedule's start, request)`` per row of the
+    plan's trace prompts file, the times divided by TRACE_SPEED (empty without TRACE).
+
+    Raises:
+        OSError: the file cannot be read. ValueError: a line is not one this module wrote.
+    """
+    if plan.trace_file is None or plan.dataset_file is None:
+        return []
+    speed = plan.trace_speed or 1.0
+    entries = [json.loads(line) for line in Path(plan.dataset_file).read_text(encoding="utf-8").splitlines() if line]
+    if not entries:
+        raise ValueError(f"{plan.dataset_file}: no trace rows")
+    start = float(entries[0]["at_s"])
+    return [
+        ((float(e["at_s"]) - start) / speed,
+         WorkItem(Prompt(str(e["id"]), "trace", [{"role": "user", "content": str(e["prompt"])}]), int(e["max_tokens"])))
+        for e in entries
+    ]
