@@ -52,7 +52,7 @@ from loadgen.sidecar_client import SidecarClient
 from loadgen.sidecar_series_client import mark_series_baseline, post_series
 from loadgen.terminal.series_summary import series_lines
 from loadgen.terminal.summary import format_summary, start_line
-from loadgen.workloads.dataset import DatasetError, load_dataset
+from loadgen.workloads.dataset import DatasetError, dataset_of
 from loadgen.workloads.prefixes import prefixes_file
 from loadgen.workloads.randomdata import random_prompts_file
 
@@ -202,7 +202,7 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     try:
         target = preflight(settings, sidecar)
         model = target.model
-        dataset = None if settings.random_dataset else load_dataset(settings.workload_file)
+        dataset = None if settings.random_dataset else dataset_of(settings.workload_file)  # the run's one parse
     except (BenchError, DatasetError) as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -20,7 +20,7 @@ from loadgen.childprocs import kill_group, lifetime_bound, tree_cpu_s
 from loadgen.errors import WorkersMissing
 from loadgen.orchestrate.breaker import RowWatch, ServerDown, ServerDownBreaker
 from loadgen.orchestrate.locust_launch import local_master_address, locust_argv, worker_argv
-from loadgen.plan import write_plan
+from loadgen.plan import workload_prompts, write_plan
 
 tqdm.monitor_interval = 0  # no monitor thread: Ctrl-C must not print its traceback
 INTERRUPTED = "interrupted (Ctrl-C, SIGTERM or SIGHUP)"
@@ -102,7 +102,7 @@ def workers_missing(log_path: Path) -> str | None:
 def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) -> LocustOutcome:
     """Run Locust headless on ``plan`` until its requests are done or its duration passed, with a progress bar.
 
-    The plan is written beside the rows (``<run id>.plan.json``) and named to Locust by
+    The plan is written beside the rows (``<run id>.plan.json``, with the workload's prompts) and named to Locust by
     ``LOCUST_PLAN_FILE``; Locust's own output goes to ``<run id>.locust.log``. A watchdog stops a run in which no
     request finishes for WATCHDOG_S (default REQUEST_TIMEOUT_S + 60 s); Ctrl-C stops it too. Either way the rows so
     far are kept.
@@ -110,7 +110,8 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     stem = records_path.name.removesuffix(".requests.jsonl")
     plan_path = records_path.with_name(f"{stem}.plan.json")
     client_path = records_path.with_name(f"{stem}.client.jsonl")
-    write_plan(plan_path, plan, settings)  # the Locust processes read their settings from it
+    # the Locust processes read their settings and the prompts (the benchmark's one parse of the dataset) from it
+    write_plan(plan_path, plan, settings, workload_prompts(plan))
     open_loop = plan.rate_req_per_sec is not None
     argv = locust_argv(
         settings,

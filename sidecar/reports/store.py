@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from core.redact import redact_json
 from core.report_schema import Report
+from sidecar.reports.rows_link import link_rows
 
 log = logging.getLogger(__name__)
 REPORT_ID_RE = re.compile(r"benchmark_report_[0-9]{8}_[0-9]{6}(?:_[0-9]{1,4})?")
@@ -116,23 +117,38 @@ class ReportStore:
         data = redact_json(report.model_dump(mode="json"), self._redact)
         return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
-    def write(self, report: Report, records_jsonl: Iterable[str], attachments: Attachments | None = None) -> Path:
+    def write(
+        self,
+        report: Report,
+        records_jsonl: Iterable[str],
+        attachments: Attachments | None = None,
+        rows_from: Path | None = None,
+    ) -> Path:
         """Write ``report``, its per-request rows and its attachments under a fresh id; returns the JSON's path.
 
         The id is ``report.report_id`` or, when taken, the same with ``_2``, ``_3`` … appended. Rows go first (the
         id is reserved by them), the JSON last: a reader that sees the report always finds everything beside it.
+        ``rows_from`` (the run's rows file, :func:`sidecar.reports.rows_link.run_rows_file`) is kept as the rows
+        (a hard link, no copy) when it can be; else the rows are written from ``records_jsonl``.
 
         Raises:
             OSError: the folder is not writable; nothing of this report stays behind.
         """
         self.root.mkdir(parents=True, exist_ok=True)
-        rows = "".join(self._json_line(line) + "\n" for line in records_jsonl).encode("utf-8")
+        rows: bytes | None = None
         base = report.report_id
         for n in range(1, 1000):
             report_id = base if n == 1 else f"{base}_{n}"
             requests_name = f"{report_id}.requests.jsonl"
-            if not _write_new(self.root / requests_name, rows):
+            linked = link_rows(rows_from, self.root / requests_name, self._redact) if rows_from else None
+            if linked is False:
                 continue
+            if linked is None:
+                rows_from = None  # written from the request from now on
+                if rows is None:
+                    rows = "".join(self._json_line(line) + "\n" for line in records_jsonl).encode("utf-8")
+                if not _write_new(self.root / requests_name, rows):
+                    continue
             written = [self.root / requests_name]
             try:
                 path = self._write_rest(report, report_id, attachments, written)
