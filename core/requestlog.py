@@ -3,7 +3,9 @@
 Line format (JSON object): ``ts`` (ISO 8601 UTC, when the request ended), ``source`` (``ui`` | ``loadtest``),
 ``request_id``, ``model``, ``prompt_tokens``, ``completion_tokens``, ``ttft_ms``, ``total_ms`` (timed by
 :class:`core.streamtiming.StreamTimer` on every path), ``status`` (``ok`` | ``error`` | ``cancelled``) and ``error``
-(null or the cause). Appends are single ``write`` calls of one line, so concurrent writers do not interleave; the
+(null or the cause); a load test's line also names its run (``run_id``): it is derived from the request's row
+(:meth:`RequestLogLine.from_record`), whose whole record is in ``logs/runs/<run_id>.requests.jsonl`` (the report
+keeps that file). Appends are single ``write`` calls of one line, so concurrent writers do not interleave; the
 file is rotated at REQUESTS_LOG_MAX_MB into ``requests.jsonl.1`` … (REQUESTS_LOG_BACKUPS kept, safe with several
 writers: :mod:`core.logrotate`), which the analyzer reads with it.
 
@@ -64,6 +66,9 @@ class RequestLogLine:
     status: Status
     error: str | None = None
     end_s: float = field(default=math.nan, repr=False, compare=False)
+    run_id: str | None = None
+    """The benchmark run whose rows file holds this request's row (``logs/runs/<run_id>.requests.jsonl``, found by
+    ``request_id``); None for the UI and for runs without a rows file. Written only when set."""
 
     def __post_init__(self) -> None:
         if math.isnan(self.end_s):
@@ -87,7 +92,7 @@ class RequestLogLine:
             "total_ms": self.total_ms,
             "status": self.status,
             "error": self.error,
-        }
+        } | ({"run_id": self.run_id} if self.run_id is not None else {})
 
     @classmethod
     def parse(cls, raw: bytes | str) -> RequestLogLine:
@@ -123,11 +128,15 @@ class RequestLogLine:
             status=status,
             error=_string(obj, "error", required=False),
             end_s=end_s,
+            run_id=_string(obj, "run_id", required=False),
         )
 
     @classmethod
-    def from_record(cls, record: RequestRecord, source: str, model: str | None) -> RequestLogLine:
-        """The line of a timed request row (load tests; the UI builds its rows from the same timer fields)."""
+    def from_record(
+        cls, record: RequestRecord, source: str, model: str | None, run_id: str | None = None
+    ) -> RequestLogLine:
+        """The line of a timed request row (load tests; the UI builds its rows from the same timer fields): a
+        projection of the row, linked to it by ``run_id`` (its rows file) and ``request_id``."""
         return cls(
             ts=now_iso(),
             source=source,
@@ -139,6 +148,7 @@ class RequestLogLine:
             total_ms=record.e2e_ms,
             status="ok" if record.ok else "cancelled" if record.error_kind == "incomplete" else "error",
             error=None if record.ok else f"{record.error_kind}: {record.error}",
+            run_id=run_id,
         )
 
 

@@ -1,7 +1,9 @@
 """The run plan: the benchmark's knobs as one :class:`core.report_schema.BenchmarkConfig`, written once by the
 benchmark and read by every Locust process (``--plan-file``), and the same object goes into the report.
 
-So a knob crosses each process boundary one way only: settings -> plan (here) -> Locust and the sidecar.
+So a knob crosses each process boundary one way only: settings -> plan (here) -> Locust and the sidecar. The
+plan file also carries the workload's prompts (``prompts``), parsed once by the benchmark (:func:`workload_prompts`),
+so the Locust processes never parse the dataset file (:func:`read_run_plan`).
 """
 
 from __future__ import annotations
@@ -10,12 +12,13 @@ import json
 import math
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from core.report_schema import BenchmarkConfig
 from core.settings import PROJECT_ROOT, RANDOM_DATASET, Settings
-from loadgen.workloads.dataset import load_dataset
+from loadgen.workloads.dataset import Prompt, dataset_of, prompts_as_json, prompts_from_json
 from loadgen.workloads.trace import Trace, TraceRow, mean_rate
 from loadgen.workloads.workload import WorkloadSampler
 
@@ -111,16 +114,26 @@ def dataset_path(config: BenchmarkConfig) -> Path:
     return path if path.is_absolute() else PROJECT_ROOT / path
 
 
-def sampler_for(config: BenchmarkConfig, seed: int) -> WorkloadSampler:
-    """The workload of ``config``: its dataset, output lengths (fixed, or log-normal mean/P95 capped at max_tokens)
-    and input mix, seeded with ``seed``.
+def workload_prompts(config: BenchmarkConfig) -> list[Prompt]:
+    """The prompts of ``config``'s dataset, parsed once per process (:func:`loadgen.workloads.dataset.dataset_of`).
+
+    Raises:
+        DatasetError: the dataset cannot be loaded.
+    """
+    return dataset_of(dataset_path(config)).prompts
+
+
+def sampler_for(config: BenchmarkConfig, seed: int, prompts: Sequence[Prompt] | None = None) -> WorkloadSampler:
+    """The workload of ``config``: its dataset (``prompts`` when given, the plan's; else
+    :func:`workload_prompts`), output lengths (fixed, or log-normal mean/P95 capped at max_tokens) and input mix,
+    seeded with ``seed``.
 
     Raises:
         DatasetError: the dataset cannot be loaded. ValueError: a bad length or mix setting.
     """
     fixed = config.output_len_mean is None
     return WorkloadSampler(
-        load_dataset(dataset_path(config)).prompts,
+        list(prompts) if prompts is not None else workload_prompts(config),
         seed,
         fixed_max_tokens=config.max_tokens if fixed else None,
         mean_tokens=config.output_len_mean or 120.0,
@@ -131,6 +144,9 @@ def sampler_for(config: BenchmarkConfig, seed: int) -> WorkloadSampler:
     )
 
 
+PLAN_PROMPTS_KEY = "prompts"
+"""The key of the workload's prompts in the plan file (``id``, ``task``, ``messages`` each; absent in plans written
+before it was added, or without a dataset)."""
 PLAN_SETTINGS_KEY = "settings"
 """The key of the run's effective settings in the plan file (beside the :class:`BenchmarkConfig` fields, which a
 reader of the config alone ignores)."""
@@ -148,11 +164,16 @@ def plan_settings(settings: Settings) -> dict[str, Any]:
     return settings.model_dump(mode="json", exclude=secret | SECRET_CARRIERS | {"locust_plan_file"})
 
 
-def write_plan(path: Path, config: BenchmarkConfig, settings: Settings | None = None) -> None:
-    """Write the plan for Locust (atomic), with the run's effective settings (:func:`plan_settings`) when given."""
+def write_plan(
+    path: Path, config: BenchmarkConfig, settings: Settings | None = None, prompts: Sequence[Prompt] | None = None
+) -> None:
+    """Write the plan for Locust (atomic), with the run's effective settings (:func:`plan_settings`) and the
+    workload's ``prompts`` (:func:`workload_prompts`) when given."""
     body: dict[str, Any] = config.model_dump(mode="json")
     if settings is not None:
         body[PLAN_SETTINGS_KEY] = plan_settings(settings)
+    if prompts is not None:
+        body[PLAN_PROMPTS_KEY] = prompts_as_json(list(prompts))
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(body, indent=2, ensure_ascii=False), encoding="utf-8")
     tmp.replace(path)
@@ -175,7 +196,11 @@ def settings_of_plan(path: Path) -> Settings:
     Raises:
         OSError: unreadable. ValueError: not JSON. pydantic.ValidationError: settings that no longer validate.
     """
-    values = json.loads(path.read_bytes()).get(PLAN_SETTINGS_KEY)
+    return _settings_of(json.loads(path.read_bytes()), path)
+
+
+def _settings_of(body: Any, path: Path) -> Settings:
+    values = body.get(PLAN_SETTINGS_KEY) if isinstance(body, dict) else None
     if not isinstance(values, dict):
         return Settings()
     return Settings(**values, locust_plan_file=path)
@@ -203,3 +228,29 @@ def with_trace(plan: BenchmarkConfig, settings: Settings, trace: Trace,
         "trace_file": str(trace.path), "trace_format": trace.format, "trace_sha256": trace.sha256,
         "trace_speed": settings.trace_speed, "trace_rows": len(timed),
     })
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a Locust process reads from the plan file: the plan, the run's settings, the workload's prompts (None:
+    a plan without them; the process then parses the dataset itself)."""
+
+    config: BenchmarkConfig
+    settings: Settings
+    prompts: list[Prompt] | None
+
+
+def read_run_plan(path: Path) -> RunPlan:
+    """The plan file ``path`` read once (one JSON parse for the plan, its settings and its prompts).
+
+    Raises:
+        OSError: unreadable. ValueError: not JSON. pydantic.ValidationError: not a plan, or settings that no longer
+            validate. DatasetError: malformed prompts.
+    """
+    body = json.loads(path.read_bytes())
+    prompts = body.get(PLAN_PROMPTS_KEY) if isinstance(body, dict) else None
+    return RunPlan(
+        BenchmarkConfig.model_validate(body),
+        _settings_of(body, path),
+        prompts_from_json(prompts) if prompts is not None else None,
+    )

@@ -4,22 +4,31 @@ Test data, not product code: it lives with the tests (the benchmarks import it f
 uvicorn access lines and the engine's periodic stats line, warnings, errors with tracebacks (vLLM style with the
 header on every line, and bare uvicorn ones), an upgrade to the new format (``(APIServer pid=N) ... [file.py:line]``),
 engine crashes followed by restarts, and a few garbage lines. :class:`GeneratedLog` holds the true counts.
-:func:`write_requests_log` writes a ``requests.jsonl`` of any length in constant memory.
+:func:`write_requests_log` (:mod:`tests.synthrequests`) writes a ``requests.jsonl`` of any length in constant
+memory; :func:`write_current_shapes` (:mod:`tests.synthshapes`) the shapes deployments give a log.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import re
-import shutil
-from array import array
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TextIO
+
+from tests.synthrequests import OkLatencies, write_requests_log
+from tests.synthshapes import write_current_shapes, write_shapes
+
+__all__ = [  # request logs and log shapes live in synthrequests / synthshapes; importable from here too
+    "GeneratedLog",
+    "OkLatencies",
+    "generate_current_log",
+    "generate_vllm_log",
+    "write_current_shapes",
+    "write_requests_log",
+    "write_shapes",
+]
 
 TICK_S = 10
 
@@ -244,54 +253,6 @@ def _flush(out: TextIO, lines: list[str]) -> int:
     return count
 
 
-def write_requests_log(
-    path: Path, count: int, start_s: float, seed: int = 0, on_ok: Callable[[float, float], None] | None = None
-) -> None:
-    """Write ``count`` ``requests.jsonl`` records (about 230 bytes each) ending from ``start_s`` on, two seconds apart.
-
-    Latencies are log-normal (TTFT median ~150 ms; total = TTFT + tokens x ~30 ms with a heavy tail); 1 % of the
-    requests fail (timeouts, refused connections), 0.5 % are cancelled, a tenth come from the UI. Written in chunks:
-    memory does not grow with ``count``. ``on_ok(total_ms, ttft_ms)`` sees every successful record's latencies (for
-    exact percentiles to compare with).
-    """
-    rng = random.Random(seed)
-    chunk: list[str] = []
-    with path.open("w", encoding="utf-8", newline="\n") as out:
-        for i in range(count):
-            ttft_ms = round(rng.lognormvariate(5.0, 0.6), 3)
-            tokens = rng.randint(16, 512)
-            total_ms = round(ttft_ms + tokens * rng.lognormvariate(3.4, 0.35), 3)
-            roll = rng.random()
-            status = "error" if roll < 0.01 else "cancelled" if roll < 0.015 else "ok"
-            error = (rng.choice(("timeout after 300000 ms", "vLLM is not reachable")) if status == "error" else None)
-            ts = datetime.fromtimestamp(start_s + i * 2.0, UTC).isoformat(timespec="milliseconds")
-            record = {
-                "ts": ts, "source": "ui" if i % 10 == 0 else "loadtest", "request_id": f"r{i}", "model": "ernie",
-                "prompt_tokens": rng.randint(8, 2048), "completion_tokens": None if error else tokens,
-                "ttft_ms": None if error else ttft_ms, "total_ms": total_ms, "status": status, "error": error,
-            }  # fmt: skip
-            chunk.append(json.dumps(record))
-            if status == "ok" and on_ok is not None:
-                on_ok(total_ms, ttft_ms)
-            if len(chunk) >= 10_000:
-                out.write("\n".join(chunk) + "\n")
-                chunk.clear()
-        if chunk:
-            out.write("\n".join(chunk) + "\n")
-
-
-class OkLatencies:
-    """Collects the successful records' latencies of :func:`write_requests_log` (``array('d')``: 8 bytes each)."""
-
-    def __init__(self) -> None:
-        self.total_ms: array[float] = array("d")
-        self.ttft_ms: array[float] = array("d")
-
-    def __call__(self, total_ms: float, ttft_ms: float) -> None:
-        self.total_ms.append(total_ms)
-        self.ttft_ms.append(ttft_ms)
-
-
 def generate_current_log(path: Path, n_lines: int = 500_000, errors: int = 137, seed: int = 0) -> GeneratedLog:
     """A log in the shape vLLM writes today: every line behind ``(APIServer pid=N)`` (access lines, the stats line,
     warnings), with ``errors`` error records planted at random places (a third with a ``logger.exception``
@@ -343,65 +304,3 @@ def generate_current_log(path: Path, n_lines: int = 500_000, errors: int = 137, 
     facts.last_stamp_s = now_s
     os.utime(path, (now_s, now_s))
     return facts
-
-
-def write_shapes(log: Path) -> dict[str, Path]:
-    """The log as two deployments write it: vLLM's colours on (cyan prefix, coloured level, grey stamp and source)
-    and Docker's ``logs -t`` stamp in front of every line."""
-    header = re.compile(
-        rb"^(\([^()]*pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d) (\[[^\]]*\])"
-    )
-    colours = {b"INFO": b"\x1b[32m", b"WARNING": b"\x1b[33m", b"ERROR": b"\x1b[31m", b"DEBUG": b"\x1b[37m"}
-
-    def coloured(match: re.Match[bytes]) -> bytes:
-        prefix = b"\x1b[0;36m" + match[1][:-1] + b"\x1b[0;0m " if match[1] else b""
-        level = colours.get(match[2], b"\x1b[35m") + match[2] + b"\x1b[0m"
-        return prefix + level + b" \x1b[90m" + match[3] + b"\x1b[0m \x1b[90m" + match[4] + b"\x1b[0m"
-
-    paths = {"colours": log.with_name("vllm_colour.log"), "docker -t": log.with_name("vllm_docker.log")}
-    with log.open("rb") as src, paths["colours"].open("wb") as colour, paths["docker -t"].open("wb") as docker:
-        for number, line in enumerate(src):
-            colour.write(header.sub(coloured, line))
-            docker.write(b"2026-11-20T00:00:00.%09dZ " % number + line)
-    return paths
-
-
-_PREFIX = re.compile(rb"^\([^()]*pid=\d+\) ")
-
-
-def write_current_shapes(log: Path) -> dict[str, list[Path]]:
-    """Every shape the analyzer reads, made from one log in today's shape (``(APIServer pid=N)`` on every line):
-    without prefixes, coloured, behind Docker and CRI stamps (also with the ERROR lines split in CRI partial parts),
-    CRLF line ends, rotated in two; the files of each (a rotated log is two files, ``vllm.log.1`` then ``vllm.log``; the analyzer is given the last)."""
-    folder = log.parent
-    shapes = {
-        "prefixes": [log],
-        "plain": [folder / "plain.log"],
-        "colours": [folder / "colour.log"],
-        "docker -t": [folder / "docker.log"],
-        "CRI": [folder / "cri.log"],
-        "CRI split": [folder / "cri_split.log"],
-        "CRLF": [folder / "crlf.log"],
-        "rotated": [folder / "rotated" / "vllm.log.1", folder / "rotated" / "vllm.log"],
-    }
-    shapes["rotated"][0].parent.mkdir()
-    data = log.read_bytes()
-    lines = data.splitlines(keepends=True)
-    shapes["plain"][0].write_bytes(b"".join(_PREFIX.sub(b"", line) for line in lines))
-    shapes["docker -t"][0].write_bytes(b"".join(b"2026-11-20T00:00:00.%09dZ " % n + x for n, x in enumerate(lines)))
-    cri = b"".join(b"2026-11-20T00:00:00.%09d+00:00 stdout F " % n + x for n, x in enumerate(lines))
-    shapes["CRI"][0].write_bytes(cri)
-    split = []  # containerd splits long lines into partial (P) parts; here every ERROR line, after 30 bytes
-    for n, line in enumerate(lines):
-        stamp = b"2026-11-20T00:00:00.%09d+00:00 stderr " % n
-        if b"ERROR" in line and len(line) > 40:
-            split += [stamp + b"P " + line[:30] + b"\n", stamp + b"F " + line[30:]]
-        else:
-            split.append(stamp + b"F " + line)
-    shapes["CRI split"][0].write_bytes(b"".join(split))
-    shapes["CRLF"][0].write_bytes(data.replace(b"\n", b"\r\n"))
-    half = len(lines) // 2
-    shapes["rotated"][0].write_bytes(b"".join(lines[:half]))
-    shapes["rotated"][1].write_bytes(b"".join(lines[half:]))
-    shutil.copyfile(write_shapes(log)["colours"], shapes["colours"][0])
-    return shapes

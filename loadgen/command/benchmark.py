@@ -39,7 +39,7 @@ from loadgen.orchestrate.stack_lock import RunLock, StackBusy
 from loadgen.plan import bench_config
 from loadgen.sidecar_client import SidecarClient
 from loadgen.terminal.summary import start_line
-from loadgen.workloads.dataset import DatasetError, load_dataset
+from loadgen.workloads.dataset import DatasetError, dataset_of
 from loadgen.workloads.prefixes import prefixes_file
 from loadgen.workloads.randomdata import random_prompts_file
 
@@ -100,7 +100,7 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
         trace = read_trace(settings)  # a bad trace is refused before the server is even asked
         target = preflight(settings, sidecar)
         model = target.model
-        dataset = None if settings.random_dataset else load_dataset(settings.workload_file)
+        dataset = None if settings.random_dataset else dataset_of(settings.workload_file)  # the run's one parse
     except (BenchError, DatasetError) as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -44,7 +44,7 @@ from loadgen.locust_side.process_state import RunState, Slot
 from loadgen.locust_side.remote import JoiningCoordinator
 from loadgen.locust_side.user_actions import OPEN_LOOP_MAX_IN_FLIGHT, backoff_s, dispatch_open_loop, send
 from loadgen.locust_side.weblogin import install_login
-from loadgen.plan import bench_config, read_plan, settings_of_plan
+from loadgen.plan import bench_config, read_run_plan
 from loadgen.request.client import new_session
 from loadgen.request.served_model import discover_model
 from loadgen.request.transport import Transport
@@ -52,8 +52,9 @@ from loadgen.workloads.workload import WorkItem
 
 _PLAN_FILE = get_settings().locust_plan_file
 # a benchmark's run: its plan and the run's effective settings (flags included), never another reading of them
-SETTINGS = settings_of_plan(_PLAN_FILE) if _PLAN_FILE else get_settings()
-PLAN = read_plan(_PLAN_FILE) if _PLAN_FILE else None
+_RUN = read_run_plan(_PLAN_FILE) if _PLAN_FILE else None  # the plan file read once, its prompts included
+SETTINGS = _RUN.settings if _RUN else get_settings()
+PLAN = _RUN.config if _RUN else None
 STATE: RunState | None = None
 COORD: Coordinator | None = None
 MONITOR = LagMonitor(busy=lambda: STATE is not None and STATE.in_flight > 0)
@@ -136,7 +137,8 @@ def _begin(environment: Environment, slot: Slot) -> None:
     plan = (joined.plan if joined else None) or PLAN or bench_config(
         SETTINGS, discover_model(host, SETTINGS.served_model_name, SETTINGS.vllm_headers)
     )
-    STATE = STATE if STATE is not None and STATE.plan == plan else RunState(plan, RequestLog.of(SETTINGS))
+    prompts = _RUN.prompts if _RUN and plan == PLAN else None  # the benchmark's one parse of the dataset
+    STATE = STATE if STATE is not None and STATE.plan == plan else RunState(plan, RequestLog.of(SETTINGS), prompts)
     role = _coord().role
     STATE.host, STATE.process = HOST, f"{role}{slot.slot if role != 'local' else ''}:{os.getpid()}"
     STATE.sink = joined.send_row if joined and role == "worker" else None

@@ -19,7 +19,8 @@ from core.logrotate import RotatingWriter
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.requestlog import RequestLog, RequestLogLine
-from loadgen.plan import sampler_for
+from loadgen.plan import sampler_for, workload_prompts
+from loadgen.workloads.dataset import Prompt
 from loadgen.workloads.prefixes import load_prefixes, with_prefix
 from loadgen.workloads.sessions import Conversation
 from loadgen.workloads.traceprompts import trace_requests
@@ -55,20 +56,25 @@ class RunState:
 
     Args:
         plan: the run plan (model, workload, timeouts).
-        requests_log: ``logs/requests.jsonl`` (with its rotation); every row is also appended there for the log
-            analyzer.
+        requests_log: ``logs/requests.jsonl`` (with its rotation); every row's line is also appended there for the
+            log analyzer, derived from the row and naming the run whose rows file holds it.
+        prompts: the workload's prompts as the plan file handed them over (parsed once by the benchmark); None
+            parses the plan's dataset here, once per process.
     """
 
-    def __init__(self, plan: BenchmarkConfig, requests_log: RequestLog) -> None:
+    def __init__(
+        self, plan: BenchmarkConfig, requests_log: RequestLog, prompts: Sequence[Prompt] | None = None
+    ) -> None:
         self.plan = plan
         self.requests_log = requests_log
+        self.prompts = list(prompts) if prompts is not None else workload_prompts(plan)
         self.slot = Slot()
         self.max_requests = 0
         self.issued = 0
         self.finished = 0
         self.in_flight = 0
         self.records_path: Path | None = None
-        self._workload = sampler_for(plan, plan.seed)
+        self._workload = sampler_for(plan, plan.seed, self.prompts)
         self._prefixes = load_prefixes(plan)  # PREFIX_LEN: request k carries prefix k mod PREFIX_COUNT
         self.trace = trace_requests(plan)  # TRACE: request k is row k, at its time (s after the start)
         self._drawn = 0  # items of the seeded workload drawn so far
@@ -86,7 +92,7 @@ class RunState:
         self.max_requests = max_requests
         self.slot = slot or Slot()
         self.issued = self.finished = self.in_flight = 0
-        self._workload = sampler_for(self.plan, self.plan.seed)
+        self._workload = sampler_for(self.plan, self.plan.seed, self.prompts)
         self._drawn = 0
         self.conversations = {}
         self.close()
@@ -160,7 +166,9 @@ class RunState:
             os.write(self._fd, (record.model_dump_json() + "\n").encode())
         if self._log is None:
             self._log = self.requests_log.writer()
-        self._log.write(self.requests_log.encode(RequestLogLine.from_record(record, "loadtest", self.plan.model)))
+        run_id = self.records_path.name.removesuffix(".requests.jsonl") if self.records_path else None
+        line = RequestLogLine.from_record(record, "loadtest", self.plan.model, run_id)
+        self._log.write(self.requests_log.encode(line))
 
     def close(self) -> None:
         """The test ended: close the rows file (a late row reopens it)."""

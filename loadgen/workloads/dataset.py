@@ -13,12 +13,17 @@ A UTF-8 byte-order mark at the start of the file is skipped (JSON and JSONL).
 
 Invalid lines/entries are **skipped and counted** (a bring-your-own file with a few bad rows should still run; the
 count is printed and recorded). A file with no usable entry is an error.
+
+A run parses its dataset once (:func:`dataset_of`, in the benchmark's process) and hands the prompts to the Locust
+processes in the run's plan (:mod:`loadgen.plan`), so no load process parses the file again.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +172,47 @@ def load_jsonl_prompts(path: Path) -> tuple[list[Prompt], int]:
     """``(prompts, skipped)`` of any supported dataset file (see :func:`load_dataset`)."""
     dataset = load_dataset(path)
     return dataset.prompts, dataset.skipped
+
+
+def dataset_of(path: Path) -> Dataset:
+    """:func:`load_dataset` of ``path``, parsed once per process while the file is unchanged (same file, size and
+    modification time): the benchmark's checks, its warmup and the plan it writes share one parse.
+
+    Raises:
+        DatasetError: as :func:`load_dataset` (a failure is not remembered).
+    """
+    resolved = path.resolve()
+    try:
+        st = os.stat(resolved)
+    except OSError:
+        return load_dataset(path)  # the error names the path as given
+    return _parsed(str(resolved), st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=4)
+def _parsed(path: str, _ino: int, _size: int, _mtime_ns: int) -> Dataset:
+    return load_dataset(Path(path))
+
+
+def forget_parsed() -> None:
+    """Forget the datasets :func:`dataset_of` remembers (tests: a fresh process)."""
+    _parsed.cache_clear()
+
+
+def prompts_as_json(prompts: list[Prompt]) -> list[dict[str, object]]:
+    """The prompts as JSON values (``id``, ``task``, ``messages``), as the plan carries them."""
+    return [{"id": p.prompt_id, "task": p.task, "messages": p.messages} for p in prompts]
+
+
+def prompts_from_json(values: object) -> list[Prompt]:
+    """The prompts of :func:`prompts_as_json` back (written by the benchmark: trusted, not validated again).
+
+    Raises:
+        DatasetError: not a list of prompt objects.
+    """
+    if not isinstance(values, list):
+        raise DatasetError("the plan's prompts are not a list: write the plan again (run the benchmark again)")
+    try:
+        return [Prompt(str(v["id"]), str(v["task"]), list(v["messages"])) for v in values]
+    except (KeyError, TypeError) as exc:
+        raise DatasetError(f"the plan's prompts are malformed ({exc}): run the benchmark again") from None

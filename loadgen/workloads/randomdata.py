@@ -23,7 +23,7 @@ import numpy as np
 
 from core.report_schema import BenchmarkConfig
 from loadgen.errors import BenchError
-from loadgen.workloads.dataset import load_dataset
+from loadgen.workloads.dataset import dataset_of
 
 MAX_ADJUSTMENTS = 12
 DEFAULT_PROMPTS = 256  # duration-bounded runs cycle through this many
@@ -102,7 +102,7 @@ def sized_prompt(tok: TokenizerClient, pool: np.ndarray, rng: np.random.Generato
 def token_pool(tok: TokenizerClient, corpus: Path) -> np.ndarray:
     """The distinct token ids of the first :data:`CORPUS_CHARS` characters of ``corpus`` as the server tokenizes
     them: ordinary tokens to build prompts of exact lengths from (shape ``(n,)``, int64)."""
-    text = "".join(p.messages[-1]["content"] for p in load_dataset(corpus).prompts)[:CORPUS_CHARS]
+    text = "".join(p.messages[-1]["content"] for p in dataset_of(corpus).prompts)[:CORPUS_CHARS]
     return np.unique(np.asarray(tok.ids(text), dtype=np.int64))
 
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from core.redact import redact_json
 from core.report_schema import Report
+from sidecar.reports.rows_link import link_rows
 
 log = logging.getLogger(__name__)
 Model = TypeVar("Model", bound=BaseModel)
@@ -150,26 +151,43 @@ class ResultStore(Generic[Model]):
             return self._redact(line)
         return json.dumps(redact_json(data, self._redact), ensure_ascii=False)
 
-    def write(self, result: Model, render: Render | None = None, rows: Iterable[str] | None = None) -> Path:
+    def write(
+        self,
+        result: Model,
+        render: Render | None = None,
+        rows: Iterable[str] | None = None,
+        rows_from: Path | None = None,
+    ) -> Path:
         """Write ``result`` under its id (``_2``, ``_3`` ... when taken) with its ``rows`` (JSON lines, a report's
         ``.requests.jsonl``) and the files ``render`` makes from its final version; returns the JSON's path. Rows
         first (they reserve the id), the JSON last: a reader that sees the JSON always finds everything beside it.
+        ``rows_from`` (the run's rows file, :func:`sidecar.reports.rows_link.run_rows_file`) is kept as the rows (a
+        hard link, no copy) when it can be; else the rows are written from ``rows``, serialised only then.
 
         Raises:
             OSError: the folder is not writable (nothing of this result stays behind).
         """
         self.root.mkdir(parents=True, exist_ok=True)
-        data = None if rows is None else "".join(self._json_line(line) + "\n" for line in rows).encode("utf-8")
+        has_rows = rows is not None or rows_from is not None
+        data: bytes | None = None
         base = str(getattr(result, self.id_field))
         for n in range(1, 1000):
             result_id = base if n == 1 else f"{base}_{n}"
             written: list[Path] = []
             try:
-                if data is not None:
-                    if not _write_new(self.root / f"{result_id}.requests.jsonl", data):
+                if has_rows:
+                    target = self.root / f"{result_id}.requests.jsonl"
+                    linked = link_rows(rows_from, target, self._redact) if rows_from else None
+                    if linked is False:  # the name is taken
                         continue
-                    written.append(self.root / f"{result_id}.requests.jsonl")
-                path = self._write_rest(result, result_id, render, data is not None, written)
+                    if linked is None:
+                        rows_from = None  # written from the request from now on
+                        if data is None:
+                            data = "".join(self._json_line(line) + "\n" for line in rows or ()).encode("utf-8")
+                        if not _write_new(target, data):
+                            continue
+                    written.append(target)
+                path = self._write_rest(result, result_id, render, has_rows, written)
             except BaseException:
                 for leftover in written:
                     leftover.unlink(missing_ok=True)
@@ -235,14 +253,18 @@ class ReportStore(ResultStore[Report]):
         super().__init__(root, Report, "benchmark_report", "report_id", REPORT_ID_RE, redact, ATTACHMENT_FIELDS)
 
     def write(  # type: ignore[override]  # a report always has its rows file (maybe empty)
-        self, report: Report, records_jsonl: Iterable[str], attachments: Attachments | None = None
+        self,
+        report: Report,
+        records_jsonl: Iterable[str],
+        attachments: Attachments | None = None,
+        rows_from: Path | None = None,
     ) -> Path:
         """Write ``report``, its per-request rows and its attachments under a fresh id (:meth:`ResultStore.write`).
 
         Raises:
             OSError: the folder is not writable; nothing of this report stays behind.
         """
-        return super().write(report, attachments, records_jsonl)
+        return super().write(report, attachments, records_jsonl, rows_from)
 
     def list(self) -> builtins.list[Report]:
         """All valid reports, oldest run first; corrupt or foreign JSON files are skipped with a warning."""

@@ -27,7 +27,8 @@ from sidecar.render.files import report_files
 from sidecar.reports.retention import Retention, prune
 from sidecar.sampling.sampler import Sampler, engine_pid
 from sidecar.reports.schema_export import write_schema_if_changed
-from sidecar.reports.store import ReportStore, dump_records, new_report_id, utc_now_iso
+from sidecar.reports.rows_link import run_rows_file
+from sidecar.reports.store import ReportStore, new_report_id, utc_now_iso
 from sidecar.sampling.windows import UnknownWindow, WindowRegistry
 from engine.control import engine_phase
 from engine.startup import StartupPhase
@@ -256,7 +257,10 @@ class ReportService:
                     raise InvalidRun(str(exc), status_code=400) from None
                 report = report.model_copy(update={"profile": profile})
             path = self.store.write(
-                report, dump_records(request.records), attachments=lambda final: report_files(final, request.records)
+                report,
+                (row.model_dump_json() for row in request.records),  # serialised only when the rows are written
+                attachments=lambda final: report_files(final, request.records),
+                rows_from=run_rows_file(settings.logs_dir / "runs", request),  # the run's rows kept, not copied
             )
             prune(self.store, set(self.baselines.all().values()) | {path.stem}, self.retention, self.clock())
         written = self.store.get(path.stem)

@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import Page, sync_playwright
 
 from tests.compose.conftest import PROJECT_ROOT, ComposeStack
-from tests.integration.test_ui_browser import (
+from tests.integration.chat_page import (
     CHROMIUM,
     CHROMIUM_ARGS,
     require_browser,

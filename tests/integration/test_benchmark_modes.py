@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,15 @@ def test_closed_loop_reconciles_with_vllm_metrics(stack: Stack) -> None:
     assert m["output_lengths"]["requested_mean"] == 24
     assert "[SERVER] vLLM /metrics: 12 requests" in run.stdout and "agree" in run.stdout
     assert "\nKey insight:" in run.stdout
+    # data once: the report's rows are the run's rows file (one file, two names), its plan carried the prompts,
+    # and each request-log line names the run whose rows file holds its row
+    rows = stack.reports_dir / report["requests_file"]
+    (run_rows,) = [p for p in (stack.logs_dir / "runs").glob("*.requests.jsonl") if os.path.samefile(p, rows)]
+    run_id = run_rows.name.removesuffix(".requests.jsonl")
+    assert len(rows.read_text().splitlines()) == 13  # 12 measured + 1 warmup
+    assert json.loads(run_rows.with_name(f"{run_id}.plan.json").read_text())["prompts"]
+    lines = [json.loads(x) for x in (stack.logs_dir / "requests.jsonl").read_text().splitlines()]
+    assert sum(line.get("run_id") == run_id for line in lines) == 12  # the Locust processes' rows (warmup: none)
 
 
 def test_open_loop_run_at_a_rate(stack: Stack) -> None:

@@ -18,8 +18,8 @@ from playwright.sync_api import sync_playwright
 
 from core.net import free_port
 from core.settings import PROJECT_ROOT
+from tests.integration.chat_page import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_browser
 from tests.integration.test_client_timing import PY, mock_url  # noqa: F401 - fixture
-from tests.integration.test_ui_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_browser
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,9 @@ from playwright.sync_api import Browser
 
 from core.settings import PROJECT_ROOT
 from engine.control import Supervisor
+from tests.integration.chat_page import log_in
 from tests.integration.conftest import Stack
-from tests.integration.test_ui_browser import browser, log_in  # noqa: F401  (the module-scoped Chromium fixture)
+from tests.integration.test_ui_browser import browser  # noqa: F401  (the module-scoped Chromium fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.stack_order(2)]
 TINY_DIR = PROJECT_ROOT / "models" / "tiny"

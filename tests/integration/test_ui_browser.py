@@ -1,61 +1,50 @@
 """The chat UI in a real browser (Debian's headless Chromium via Playwright) against the real Chainlit app and vLLM.
 
-Screenshots land in ``test-artifacts/``. Chromium and CJK fonts come from ``scripts/setup_browser.sh``.
+Screenshots land in ``test-artifacts/``. Chromium and CJK fonts come from ``scripts/setup_browser.sh``. The page
+helpers are :mod:`tests.integration.chat_page`, the cancel checks :mod:`tests.integration.cancel_check`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, WebSocket, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
 
 from core.settings import PROJECT_ROOT
-from tests.integration.conftest import SECRETS, UI_USERNAME, Stack
+from tests.integration.cancel_check import cancel_mid_answer, request_log, ui_lines
+from tests.integration.chat_page import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    CJK_RE,
+    CLOSE_AT_FIRST_TOKEN_JS,
+    LEGEND,
+    PAGE_TIMEOUT_MS,
+    SEED_QUESTION,
+    TOKENS_RE,
+    SocketFrames,
+    open_chat,
+    require_browser,
+    screenshot,
+    send,
+    set_max_tokens,
+    stop_at_first_token,
+    wait_for_timing_lines,
+)
+from tests.integration.conftest import Stack
 from ui import errors
 
 pytestmark = pytest.mark.integration
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = PROJECT_ROOT / "test-artifacts"
-TIMING_RE = re.compile(r"Total:\s(\d+)ms \| Prompt:\s(\d+)ms \| Gen:\s(\d+)ms")  # \s: the fields' spaces are U+00A0
-TOKENS_RE = re.compile(r"Tokens:\s(\d+)\sin,\s(\d+)\sout")
-LEGEND = "Prompt = time to first token"
-CJK_RE = re.compile(r"[\u4e00-\u9fff]")
-SEED_QUESTION = "请用三句话解释MoE架构的核心思想"
-PAGE_TIMEOUT_MS = 90_000
-
-
-def require_browser() -> None:
-    """Fail with the fix when Chromium or the CJK fonts are missing (``make test`` installs both)."""
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run scripts/setup_browser.sh")
-    fonts = subprocess.run(["fc-list"], capture_output=True, text=True, check=False).stdout
-    if "Noto Sans CJK" not in fonts:
-        pytest.fail("fonts-noto-cjk is missing (Chinese would render as boxes): run scripts/setup_browser.sh")
-
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
@@ -67,38 +56,6 @@ def browser() -> Iterator[Browser]:
             yield chromium
         finally:
             chromium.close()
-
-
-class SocketFrames:
-    """Chainlit's socket.io events received by the page (to see tokens arrive as a stream), with their payloads."""
-
-    def __init__(self, page: Page) -> None:
-        self.events: list[str] = []
-        self.payloads: list[tuple[str, Any]] = []
-        page.on("websocket", self._attach)
-
-    def _attach(self, ws: WebSocket) -> None:
-        ws.on("framereceived", self._frame)
-
-    def _frame(self, payload: str | bytes) -> None:
-        text = payload if isinstance(payload, str) else payload.decode("utf-8", "replace")
-        if match := re.match(r'^42\["([a-z_]+)"', text):
-            self.events.append(match.group(1))
-            self.payloads.append((match.group(1), json.loads(text[2:])[1]))
-
-    def count(self, event: str) -> int:
-        return self.events.count(event)
-
-    def first(self, event: str) -> Any:
-        """The payload of the first ``event`` received."""
-        return next(payload for name, payload in self.payloads if name == event)
-
-    def wait_for(self, page: Page, event: str, timeout_s: float = 180) -> None:
-        """Wait until ``event`` has been received (the page's event loop runs meanwhile, delivering frames)."""
-        deadline = time.monotonic() + timeout_s
-        while event not in self.events:
-            assert time.monotonic() < deadline, f"no {event} within {timeout_s:.0f} s; events: {self.events[-20:]}"
-            page.wait_for_timeout(10)
 
 
 @pytest.fixture
@@ -113,146 +70,11 @@ def page(browser: Browser) -> Iterator[Page]:
         context.close()
 
 
-def screenshot(page: Page, name: str) -> Path:
-    """Save a full-page screenshot as a test artifact."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    path = ARTIFACTS / name
-    page.screenshot(path=str(path), full_page=True)
-    return path
-
-
-def request_log(logs_dir: Path) -> list[dict[str, Any]]:
-    """Lines of ``requests.jsonl`` (empty when it does not exist yet)."""
-    path = logs_dir / "requests.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def ui_lines(logs_dir: Path, since: int) -> list[dict[str, Any]]:
-    """UI lines of the request log after the first ``since`` lines."""
-    return [line for line in request_log(logs_dir)[since:] if line["source"] == "ui"]
-
-
-def log_in(page: Page, url: str) -> None:
-    """Open the UI and sign in on Chainlit's login page (the test stack sets UI_PASSWORD); a page whose context is
-    already signed in (a repeated try in the same tab) opens the chat directly, with no login form to fill."""
-    page.goto(url)
-    form, chat = page.locator("#email"), page.locator("#chat-input")
-    expect(form.or_(chat)).to_be_visible(timeout=PAGE_TIMEOUT_MS)
-    if not form.is_visible():
-        return
-    form.fill(UI_USERNAME)
-    page.locator("#password").fill(SECRETS["UI_PASSWORD"])
-    page.get_by_role("button", name="Sign In").click()
-
-
-def open_chat(page: Page, url: str, status: str) -> None:
-    """Open the UI, sign in and wait until the header shows ``Status: <status>``."""
-    log_in(page, url)
-    page.get_by_text(f"Status: {status}").wait_for()
-
-
-def send(page: Page, text: str) -> None:
-    """Type ``text`` into the composer and send it once the composer takes messages: the send button exists and is
-    enabled only while no task runs (Enter pressed during a settings update is silently ignored). Enter, not a
-    click: a click's checks wait for the page to settle, which the streamed answer keeps from happening."""
-    composer = page.locator("#chat-input")
-    composer.fill(text)
-    expect(page.locator("#chat-submit")).to_be_enabled(timeout=PAGE_TIMEOUT_MS)
-    composer.press("Enter")
-
-
-def set_max_tokens(page: Page, value: int) -> None:
-    """Set max_tokens in the chat settings and wait until the dialog is gone (its overlay would eat clicks)."""
-    page.locator("#chat-settings-open-modal").click()
-    page.locator("#max_tokens").fill(str(value))
-    page.locator("#confirm").click()
-    page.locator("#confirm").wait_for(state="detached")
-
-
-AT_FIRST_TOKEN_JS = """() => {
-    const answers = () => document.querySelectorAll('[data-step-type="assistant_message"]');
-    const before = answers().length;
-    const observer = new MutationObserver(() => {
-        const all = answers();
-        if (all.length > before && all[all.length - 1].innerText.trim()) {
-            observer.disconnect();
-            ACTION;
-            window.__acted = true;
-        }
-    });
-    observer.observe(document.body, {childList: true, subtree: true, characterData: true});
-}"""
-# Stop is pressed if it is still there (a page lagging behind a finished answer no longer shows it).
-STOP_AT_FIRST_TOKEN_JS = AT_FIRST_TOKEN_JS.replace("ACTION", 'document.getElementById("stop-button")?.click()')
-CLOSE_AT_FIRST_TOKEN_JS = AT_FIRST_TOKEN_JS.replace("ACTION", "window.close()")
-
-
-def stop_at_first_token(page: Page) -> None:
-    """Arm the page to press Stop the moment the next answer shows its first text, as a reader would.
-
-    The click comes from the page's own event loop, so it neither waits for this test process (on a loaded 2-core
-    machine the harness can lag seconds behind the page) nor for a renderer busy with a long streaming answer
-    (the tiny model streams a whole answer in a few seconds).
-    """
-    page.evaluate(STOP_AT_FIRST_TOKEN_JS)
-
-
-def timing_lines(page: Page) -> list[tuple[int, int, int]]:
-    """Every ``Total | Prompt | Gen`` line shown, as ``(total_ms, prompt_ms, gen_ms)``."""
-    return [tuple(map(int, m)) for m in TIMING_RE.findall(page.locator("body").inner_text())]  # type: ignore[misc]
-
-
-def wait_for_timing_lines(page: Page, count: int, timeout_s: float = 120) -> list[tuple[int, int, int]]:
-    """Wait until ``count`` timing lines are shown."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        lines = timing_lines(page)
-        if len(lines) >= count:
-            return lines
-        page.wait_for_timeout(250)
-    pytest.fail(f"no timing line #{count} within {timeout_s:.0f} s; page:\n{page.locator('body').inner_text()}")
-
-
 def free_port() -> int:
     """A TCP port nothing listens on right now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def vllm_metrics(vllm_url: str) -> dict[str, float]:
-    """vLLM's running-requests gauge and its finished-request counters (``finished_stop``, ``finished_length``)."""
-    text = httpx.get(f"{vllm_url}/metrics", timeout=10).text
-    values = {"running": 0.0, "finished_stop": 0.0, "finished_length": 0.0}
-    for line in text.splitlines():
-        if match := re.match(r"^vllm:num_requests_running\{[^}]*\} ([0-9.e+]+)$", line):
-            values["running"] += float(match.group(1))
-        elif match := re.match(
-            r'^vllm:request_success_total\{[^}]*finished_reason="(stop|length)"[^}]*\} ([0-9.e+]+)$', line
-        ):
-            values[f"finished_{match.group(1)}"] += float(match.group(2))
-    return values
-
-
-def seconds_until_idle(stack: Stack, timeout_s: float = 60) -> tuple[float, dict[str, float]]:
-    """Seconds until vLLM runs nothing, and its counters then."""
-    started = time.monotonic()
-    while (metrics := vllm_metrics(stack.vllm_url))["running"] > 0:
-        assert time.monotonic() - started < timeout_s, f"vLLM still generates {timeout_s:.0f} s later"
-        time.sleep(0.02)
-    return time.monotonic() - started, metrics
-
-
-def assert_never_finished(before: dict[str, float], after: dict[str, float]) -> None:
-    """The request was dropped by vLLM: no request ran to its end (stop) or to max_tokens (length) meanwhile.
-
-    Valid because the test waited for an idle server first and sent only this one request: the counters are
-    server-wide, so they speak for this request alone.
-    """
-    assert after["finished_stop"] == before["finished_stop"], "the request ran to its end"
-    assert after["finished_length"] == before["finished_length"], "the request ran to max_tokens"
 
 
 def test_header_stream_timing_and_request_log(stack: Stack, page: Page) -> None:
@@ -315,48 +137,6 @@ def assert_timing_line_wraps_between_fields(page: Page) -> None:
             assert re.match(r"^\s*(\|\s*)?(Total|Prompt|Gen|Tokens|[\d.]+\stok/s)", piece), rects
     finally:
         page.set_viewport_size({"width": 1400, "height": 900})
-
-
-CANCEL_TRIES = 8  # 10 fresh runs beside another CI run needed at most 4 (Stop) and 5 (close) tries
-
-
-@dataclass(frozen=True)
-class Cancelled:
-    """How one answer was cancelled mid-way: its request-log line, how long vLLM took to drop it, which try it was."""
-
-    line: dict[str, Any]
-    idle_after_s: float
-    tries: int
-
-
-def cancel_mid_answer(stack: Stack, attempt: Callable[[], None]) -> Cancelled:
-    """Run ``attempt`` (send a long question and cancel the answer at its first token) until the cancel reaches the
-    UI while the answer runs, and judge that request alone: vLLM must drop it (it never finishes there), soon.
-
-    Each try starts on an idle vLLM, so its server-wide finished counters can only move for this request. A try
-    whose answer ran to its end before the cancel reached the UI server (its log line says ``ok``: the tiny model
-    streams a whole answer in ~3 s, a loaded machine's browser can lag that much) proves nothing either way and is
-    repeated, up to :data:`CANCEL_TRIES` times.
-    """
-    for tries in range(1, CANCEL_TRIES + 1):
-        before = len(request_log(stack.logs_dir))
-        stack.wait_until_idle()
-        finished_before = vllm_metrics(stack.vllm_url)
-        attempt()
-        idle_after_s, metrics = seconds_until_idle(stack)
-        deadline = time.monotonic() + 30
-        while not (lines := ui_lines(stack.logs_dir, before)) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        (line,) = lines
-        if line["status"] == "ok":
-            continue
-        assert line["status"] == "cancelled", line
-        assert_never_finished(finished_before, metrics)
-        return Cancelled(line, idle_after_s, tries)
-    pytest.fail(
-        f"in {CANCEL_TRIES} tries every answer ran to its end before the cancel reached the UI: the machine is too "
-        "loaded to act within a ~3 s answer, or the cancel does not reach the running answer (see ui.log)"
-    )
 
 
 def test_stop_cancels_the_request_on_the_server(stack: Stack, page: Page) -> None:

@@ -1,0 +1,278 @@
+"""The start-up phase judgement: vLLM's log lines, fed one at a time, to the phase of its latest start.
+
+:class:`StartupTracker` turns lines (already read, see :mod:`engine.startup` for the bounded read of a log family)
+into a :class:`StartupPhase`: downloading, loading weights, compiling/warming up, ready, failed, stopped, with the
+timings vLLM reported, the root-cause error line and every start seen. Pure; never raises on bad content.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from core.timeparse import StampClock, epoch_to_iso
+from engine import logformat as fmt
+from engine import logmessages as msg
+
+PHASES = ("not_started", "starting", "downloading", "loading_weights", "compiling", "ready", "failed", "stopped")
+"""Phase names in start-up order (``failed`` and ``stopped`` can follow any other)."""
+MAX_ATTEMPTS = 50
+
+
+@dataclass(frozen=True)
+class StartupAttempt:
+    """One start of vLLM found in the log; times are epoch seconds, durations seconds."""
+
+    started_at_s: float | None
+    ready_at_s: float | None
+    outcome: str
+    """``ready``, ``failed``, ``stopped`` (after being ready) or ``in_progress``."""
+    load_s: float | None
+    engine_init_s: float | None
+
+    @property
+    def startup_s(self) -> float | None:
+        """Seconds from the first stamped line of the start to the server being ready (None if unknown)."""
+        if self.started_at_s is None or self.ready_at_s is None:
+            return None
+        return round(max(0.0, self.ready_at_s - self.started_at_s), 3)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form; times as local ISO 8601."""
+        return {
+            "started_at": epoch_to_iso(self.started_at_s),
+            "ready_at": epoch_to_iso(self.ready_at_s),
+            "outcome": self.outcome,
+            "startup_s": self.startup_s,
+            "load_s": self.load_s,
+            "engine_init_s": self.engine_init_s,
+        }
+
+
+@dataclass(frozen=True)
+class StartupPhase:
+    """Where vLLM's latest start stands, parsed from its log."""
+
+    phase: str
+    """One of :data:`PHASES`."""
+    detail: str
+    """One line for people, e.g. ``loading weights`` or ``ready after 51 s (model load 0.02 s, engine init 29 s)``."""
+    load_s: float | None = None
+    """Seconds vLLM reported for loading the model: ``Model loading took`` (weights and model set-up) when logged,
+    else ``Loading weights took``; with several workers (tensor/pipeline parallel) the slowest one's."""
+    engine_init_s: float | None = None
+    """Seconds vLLM reported for engine init (profiling, KV cache, warm-up/compilation); the slowest engine core's."""
+    kv_cache_line: str | None = None
+    """The line giving the KV cache's size (``GPU KV cache size: 1,234 tokens, Maximum concurrency …``)."""
+    startup_s: float | None = None
+    """Seconds from the start's first stamped line to ready."""
+    error_line: str | None = None
+    """When failed: the root cause, i.e. the first exception line (``ValueError: ...``) of any process, else its first
+    ERROR line; errors that only report another process's failure (``Engine core initialization failed``) come last."""
+    error_process: str | None = None
+    """The process that logged :attr:`error_line` (``VllmWorker rank=1``, ``Worker_TP1``), None without prefix."""
+    started_at_s: float | None = None
+    phase_since_s: float | None = None
+    ready_at_s: float | None = None
+    vllm_version: str | None = None
+    attempts: tuple[StartupAttempt, ...] = ()
+    """Every start in the log, oldest first (the last :data:`MAX_ATTEMPTS`); the first is the cold start if the
+    log has not been rotated since."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form; times as local ISO 8601."""
+        return {
+            "phase": self.phase,
+            "detail": self.detail,
+            "load_s": self.load_s,
+            "engine_init_s": self.engine_init_s,
+            "kv_cache_line": self.kv_cache_line,
+            "startup_s": self.startup_s,
+            "error_line": self.error_line,
+            "error_process": self.error_process,
+            "started_at": epoch_to_iso(self.started_at_s),
+            "phase_since": epoch_to_iso(self.phase_since_s),
+            "ready_at": epoch_to_iso(self.ready_at_s),
+            "vllm_version": self.vllm_version,
+            "attempts": [attempt.as_dict() for attempt in self.attempts],
+        }
+
+
+@dataclass
+class _State:
+    phase: str = "starting"
+    server_started: bool = False
+    started_at_s: float | None = None
+    phase_since_s: float | None = None
+    ready_at_s: float | None = None
+    weights_s: float | None = None
+    model_load_s: float | None = None
+    engine_init_s: float | None = None
+    kv_cache_line: str | None = None
+    download_pct: int | None = None
+    error_line: str | None = None
+    error_process: str | None = None
+    error_rank: tuple[bool, bool] = (False, False)
+    """(not a follow-up of another process's failure, an exception line): a higher rank replaces the error line."""
+
+    @property
+    def load_s(self) -> float | None:
+        return self.model_load_s if self.model_load_s is not None else self.weights_s
+
+
+def _max(current: float | None, value: float | None) -> float | None:
+    return value if current is None else current if value is None else max(current, value)
+
+
+class StartupTracker:
+    """Feeds log lines one at a time; :meth:`result` gives the :class:`StartupPhase` so far."""
+
+    def __init__(self, clock: StampClock | None = None) -> None:
+        self.clock = clock or StampClock()
+        self.state: _State | None = None
+        self.finished: list[StartupAttempt] = []
+        self.last_stamp_s: float | None = None
+        self.version: str | None = None
+        self._record_header = b""
+        self._record_exception: str | None = None
+        """First exception line of the current multi-line record (lines sharing one header)."""
+
+    def feed(self, raw: bytes) -> None:
+        """One line (bytes, without newline; container stamps and colour codes are removed)."""
+        line = fmt.parse_line(raw, self.clock)
+        if line.stamp_s is not None:
+            self.last_stamp_s = line.stamp_s
+        if line.header != self._record_header:
+            self._record_header, self._record_exception = line.header, None
+        indented = line.body[:1] in (b" ", b"\t")
+        body = fmt.text(line.body, 500).strip()
+        if not body:
+            return
+        state = self.state
+        server_start = msg.SERVER_START_RE.search(body) is not None
+        if msg.LAUNCH_RE.match(body) or (server_start and (state is None or state.server_started)):
+            state = self._new_attempt()
+        if server_start:
+            if state is None:
+                state = self._new_attempt()
+            state.server_started = True
+        if state is None:
+            return
+        if state.started_at_s is None and line.stamp_s is not None:
+            state.started_at_s = line.stamp_s
+        if ("version" in body or "(v" in body) and (version := msg.VERSION_RE.search(body)) is not None:
+            self.version = version.group(1)
+        is_exception = not indented and msg.EXCEPTION_RE.match(body) is not None
+        if is_exception and self._record_exception is None:
+            self._record_exception = body
+        is_error = line.level in ("ERROR", "CRITICAL") and not indented and not body.startswith("Traceback")
+        self._advance(state, body, line.proc, is_error, is_exception)
+
+    def _new_attempt(self) -> _State:
+        if self.state is not None:
+            self.finished.append(self._attempt(self.state))
+            del self.finished[:-MAX_ATTEMPTS]
+        self.state = _State()
+        return self.state
+
+    def _move(self, state: _State, phase: str) -> None:
+        if state.phase != phase:
+            state.phase = phase
+            state.phase_since_s = self.last_stamp_s
+
+    def _facts(self, state: _State, body: str) -> None:
+        """Timings and the KV cache line of this start (every process's: workers load, engine cores init)."""
+        if "took" in body:
+            state.weights_s = _max(state.weights_s, msg.seconds(msg.WEIGHTS_TIME_RE, body))
+            state.model_load_s = _max(state.model_load_s, msg.seconds(msg.MODEL_LOAD_TIME_RE, body))
+            state.engine_init_s = _max(state.engine_init_s, msg.seconds(msg.INIT_TIME_RE, body))
+        if msg.KV_CACHE_RE.search(body) or (state.kv_cache_line is None and msg.CONCURRENCY_RE.search(body)):
+            state.kv_cache_line = body
+
+    def _error(self, state: _State, body: str, proc: str | None, is_exception: bool) -> None:
+        """Keep the root cause: an exception before a plain error, a process's own failure before a report of it."""
+        rank = (msg.FOLLOW_UP_RE.search(body) is None, is_exception)
+        if state.error_line is None or rank > state.error_rank:
+            state.error_line, state.error_process, state.error_rank = body, proc, rank
+
+    def _advance(self, state: _State, body: str, proc: str | None, is_error: bool, is_exception: bool) -> None:
+        if state.phase in ("ready", "stopped"):  # after ready only a dead engine or a stop changes the phase
+            if (is_error or is_exception) and msg.FATAL_RE.search(body):
+                cause = self._record_exception or body  # the root cause when the record showed it first
+                state.error_line, state.error_rank = None, (False, False)
+                self._error(state, cause, proc, msg.EXCEPTION_RE.match(cause) is not None)
+                self._move(state, "failed")
+            elif state.phase == "ready" and msg.STOP_RE.search(body):
+                self._move(state, "stopped")
+            return
+        self._facts(state, body)
+        if is_error or is_exception:  # before ready (or after failing): any process's error fails the start
+            self._error(state, body, proc, is_exception)
+            self._move(state, "failed")
+            return
+        order = PHASES.index(state.phase)
+        if msg.READY_RE.search(body) and msg.is_api_server(proc):  # a TP run is ready when its API server is
+            state.ready_at_s = self.last_stamp_s
+            state.error_line, state.error_process, state.error_rank = None, None, (False, False)
+            self._move(state, "ready")
+        elif state.phase == "failed":
+            return
+        elif msg.COMPILE_RE.search(body) and order <= PHASES.index("compiling"):
+            self._move(state, "compiling")
+        elif msg.LOADING_RE.search(body) and order <= PHASES.index("loading_weights"):
+            self._move(state, "loading_weights")
+        elif (download := msg.DOWNLOAD_RE.search(body)) is not None and order <= PHASES.index("downloading"):
+            percent = download.group(1) or (m.group(1) if (m := msg.PERCENT_RE.search(body)) else None)
+            state.download_pct = int(percent) if percent is not None else state.download_pct
+            self._move(state, "downloading")
+
+    def _attempt(self, state: _State) -> StartupAttempt:
+        outcome = {"ready": "ready", "failed": "failed", "stopped": "stopped"}.get(state.phase, "in_progress")
+        return StartupAttempt(state.started_at_s, state.ready_at_s, outcome, state.load_s, state.engine_init_s)
+
+    def result(self) -> StartupPhase:
+        """The phase of the latest start (``not_started`` when the log shows none)."""
+        state = self.state
+        if state is None:
+            return StartupPhase("not_started", "no vLLM start-up in the log yet", vllm_version=self.version)
+        attempts = (*self.finished, self._attempt(state))[-MAX_ATTEMPTS:]
+        failed = state.phase == "failed"
+        phase = StartupPhase(
+            phase=state.phase,
+            detail="",
+            load_s=state.load_s,
+            engine_init_s=state.engine_init_s,
+            kv_cache_line=state.kv_cache_line,
+            startup_s=attempts[-1].startup_s,
+            error_line=state.error_line if failed else None,
+            error_process=state.error_process if failed else None,
+            started_at_s=state.started_at_s,
+            phase_since_s=state.phase_since_s or state.started_at_s,
+            ready_at_s=state.ready_at_s,
+            vllm_version=self.version,
+            attempts=attempts,
+        )
+        return replace(phase, detail=_detail(phase, state.download_pct))
+
+
+def _detail(phase: StartupPhase, download_pct: int | None) -> str:
+    timings = []
+    if phase.load_s is not None:
+        timings.append(f"model load {round(phase.load_s, 2):g} s")
+    if phase.engine_init_s is not None:
+        timings.append(f"engine init {round(phase.engine_init_s, 2):g} s")
+    took = f" ({', '.join(timings)})" if timings else ""
+    if phase.phase == "downloading":
+        return "downloading weights" + (f" ({download_pct}%)" if download_pct is not None else "")
+    if phase.phase == "loading_weights":
+        return f"loading weights (took {round(phase.load_s, 2):g} s)" if phase.load_s is not None else "loading weights"
+    if phase.phase == "compiling":
+        return "compiling / warming up" + took
+    if phase.phase == "ready":
+        after = f" after {phase.startup_s:g} s" if phase.startup_s is not None else ""
+        return f"ready{after}{took}"
+    if phase.phase == "failed":
+        return f"failed: {phase.error_line}" + (f" (in {phase.error_process})" if phase.error_process else "")
+    if phase.phase == "stopped":
+        return "stopped after being ready"
+    return "process started"

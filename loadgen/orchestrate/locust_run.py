@@ -1,0 +1,209 @@
+"""Locust headless on one plan: started in its own process group bound to the benchmark's life, watched (progress
+bar, watchdog, server-down breaker, Ctrl-C) and stopped; how it ended as a :class:`LocustOutcome`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from core.clientview import ProcessLoad
+from core.report_schema import BenchmarkConfig
+from core.settings import PROJECT_ROOT, Settings, service_env
+from loadgen.childprocs import kill_group, lifetime_bound, tree_cpu_s
+from loadgen.errors import WorkersMissing
+from loadgen.orchestrate.breaker import RowWatch, ServerDown, ServerDownBreaker
+from loadgen.orchestrate.locust_launch import local_master_address, locust_argv, worker_argv
+from loadgen.plan import workload_prompts, write_plan
+
+tqdm.monitor_interval = 0  # no monitor thread: Ctrl-C must not print its traceback
+INTERRUPTED = "interrupted (Ctrl-C, SIGTERM or SIGHUP)"
+SERVER_DOWN = "server down"
+
+
+@dataclass
+class LocustOutcome:
+    """How the Locust processes ended: exit code, CPU cores they used while requests completed (None for runs shorter
+    than 2 s of load), why the run was stopped early (None when it ended as planned), and each load process's own
+    CPU and event-loop lag."""
+
+    code: int | None
+    cpu_cores: float | None
+    stopped: str | None = None
+    processes: list[ProcessLoad] = field(default_factory=list)
+    server_down: ServerDown | None = None
+
+
+def read_process_loads(path: Path) -> list[ProcessLoad]:
+    """The load processes' reports (``--client-file``); unreadable lines are skipped."""
+    out: list[ProcessLoad] = []
+    if not path.exists():
+        return out
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(ProcessLoad.model_validate_json(line))
+        except ValueError:
+            continue
+    return sorted(out, key=lambda p: p.slot)
+
+
+def stop_locust(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """Ask Locust to stop (SIGINT: it cancels the requests in flight, whose rows say ``incomplete``; a master stops
+    its workers), then kill its whole process group after ``grace_s`` s; any load process left is killed too."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        kill_group(proc.pid)
+        proc.wait()
+    kill_group(proc.pid)  # workers that outlived their master
+
+
+def worker_hint(settings: Settings) -> str:
+    """How to start a remote worker of this benchmark."""
+    return (f"On each load host run: SIDECAR_TOKEN=<this stack's token> ./run_benchmark.sh --worker --master-host "
+            f"<this host's address> --master-port {settings.master_port}")
+
+
+def waiting_line(settings: Settings, plan: BenchmarkConfig) -> str:
+    """The line a benchmark with EXPECT_WORKERS prints while its master waits."""
+    return (f"[INFO] Waiting up to {settings.expect_workers_timeout_s:.0f} s for {plan.remote_workers} remote load "
+            f"worker(s) on {settings.master_bind_host}:{settings.master_port}. {worker_hint(settings)}")
+
+
+def _quits(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether a local worker ends by itself within 5 s (its master told it to quit)."""
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def workers_missing(log_path: Path) -> str | None:
+    """Why the master gave up (its line in the Locust log), or None."""
+    try:
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if "Gave up waiting for workers" in line or "load workers joined within" in line:
+            return line.split("] ", 1)[-1].strip()
+    return None
+
+
+def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) -> LocustOutcome:
+    """Run Locust headless on ``plan`` until its requests are done or its duration passed, with a progress bar.
+
+    The plan is written beside the rows (``<run id>.plan.json``, with the workload's prompts) and named to Locust by
+    ``LOCUST_PLAN_FILE``; Locust's own output goes to ``<run id>.locust.log``. A watchdog stops a run in which no
+    request finishes for WATCHDOG_S (default REQUEST_TIMEOUT_S + 60 s); Ctrl-C stops it too. Either way the rows so
+    far are kept.
+    """
+    stem = records_path.name.removesuffix(".requests.jsonl")
+    plan_path = records_path.with_name(f"{stem}.plan.json")
+    client_path = records_path.with_name(f"{stem}.client.jsonl")
+    # the Locust processes read their settings and the prompts (the benchmark's one parse of the dataset) from it
+    write_plan(plan_path, plan, settings, workload_prompts(plan))
+    open_loop = plan.rate_req_per_sec is not None
+    argv = locust_argv(
+        settings,
+        headless=True,
+        users=plan.concurrency,
+        ramp_up_s=plan.ramp_up_s or 0.0,
+        host=plan.vllm_url,
+        # the open-loop dispatcher stops at DURATION and drains by itself; closed-loop users stop at --run-time
+        run_time_s=None if open_loop else plan.duration_s,
+        records_file=records_path,
+        max_requests=plan.requests if plan.duration_s is None else None,
+        stop_timeout_s=plan.drain_s if plan.duration_s and not open_loop else None,
+        user_class="OpenLoopUser" if open_loop else "ChatUser",
+        workers=plan.workers,
+        client_file=client_path,
+        remote_workers=plan.remote_workers,
+    )
+    log_path = records_path.with_name(f"{stem}.locust.log")
+    env = {**service_env("locust"), "LOCUST_PLAN_FILE": str(plan_path)}
+    with log_path.open("w") as log:
+        # its own process group (killed whole at the end) and bound to this process's life (Linux: PDEATHSIG), so
+        # no load process outlives the benchmark, even one killed with SIGKILL
+        proc = subprocess.Popen(
+            argv, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            preexec_fn=lifetime_bound(os.getpid()),
+        )
+        local_workers: list[subprocess.Popen[bytes]] = []
+        if plan.remote_workers:  # this host's own workers join like the remote ones (each its own group, killed too)
+            print(waiting_line(settings, plan), flush=True)
+            worker = worker_argv(settings, local_master_address(settings), argv[-1])
+            local_workers = [
+                subprocess.Popen(worker, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True, preexec_fn=lifetime_bound(os.getpid()))
+                for _ in range(plan.workers)
+            ]  # fmt: skip
+    watchdog_s = settings.watchdog_s or plan.request_timeout_s + 60.0
+    start = last_progress = time.monotonic()
+    # CPU is read between the first poll that sees a finished request and the last poll, so Locust's start-up
+    # (imports, spawning) does not count as load.
+    first: tuple[float, float] | None = None
+    last: tuple[float, float] | None = None
+    stopped: str | None = None
+    count_measured = RowWatch(records_path, ServerDownBreaker(settings.server_down_s))
+    total = plan.requests if plan.duration_s is None else None
+    with tqdm(total=total, desc="Benchmark", unit="req", file=sys.stdout, dynamic_ncols=True) as bar:
+        try:
+            while proc.poll() is None:
+                time.sleep(1.0)
+                done = count_measured()
+                now = time.monotonic()
+                cpu = tree_cpu_s(proc.pid)
+                if cpu is not None and done:
+                    last = (now, cpu)
+                    first = first or last
+                if count_measured.down is not None:
+                    stopped = SERVER_DOWN
+                    print(f"\n[ERROR] {count_measured.down.line()}; ending the run early.", flush=True)
+                    stop_locust(proc, 10.0)
+                    break
+                if done > bar.n:
+                    last_progress = now
+                elif now - last_progress > watchdog_s:
+                    stopped = f"watchdog: no request finished for {watchdog_s:.0f} s (WATCHDOG_S)"
+                    print(f"\n[ERROR] {stopped}; stopping the run, the rows so far are kept.", flush=True)
+                    stop_locust(proc, plan.drain_s + 10.0)
+                    break
+                bar.update(done - bar.n)
+                bar.set_postfix_str(f"{done / max(now - start, 1e-9):.2f} req/s")
+        except KeyboardInterrupt:
+            stopped = INTERRUPTED
+            print(
+                "\n[INFO] Stopping: requests in flight are cancelled and a report of the rows so far is written "
+                "(Ctrl-C again to quit without one).",
+                flush=True,
+            )
+            stop_locust(proc, plan.drain_s + 10.0)
+        finally:
+            if proc.poll() is None:  # an exception on the way out (a second Ctrl-C): no load process is left behind
+                kill_group(proc.pid)
+                proc.wait()
+            kill_group(proc.pid)
+            for local in local_workers:
+                if local.poll() is None:
+                    _quits(local)
+                kill_group(local.pid)
+                local.wait()
+    missing = workers_missing(log_path) if plan.remote_workers and not count_measured() else None
+    if missing:
+        raise WorkersMissing(f"{missing}: {plan.workers} local + {plan.remote_workers} remote load worker(s) were "
+                             f"expected within {settings.expect_workers_timeout_s:.0f} s (EXPECT_WORKERS_TIMEOUT_S); "
+                             f"nothing was measured. {worker_hint(settings)}")  # fmt: skip
+    cores = None
+    if first and last and last[0] - first[0] >= 2.0:
+        cores = (last[1] - first[1]) / (last[0] - first[0])
+    return LocustOutcome(proc.returncode, cores, stopped, read_process_loads(client_path), count_measured.down)

@@ -1,0 +1,87 @@
+"""The mock server's answers as bytes: its settings (:class:`MockConfig`) and one streamed answer's framed events
+(:func:`build_answer`, pure), in vLLM's chunk shapes and the quirks of other servers; served by
+:mod:`loadgen.selftest.mock_server`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+MODEL_ID = "mock-model"
+TOKEN_TEXT = "字"  # a 3-byte UTF-8 character, so split-character handling is exercised
+
+
+@dataclass(frozen=True)
+class MockConfig:
+    """Shape of every mock answer."""
+
+    tokens: int = 20
+    ttft_ms: float = 400.0
+    itl_ms: float = 50.0
+    tokens_per_chunk: int = 1
+    events_per_write: int = 0
+    prompt_tokens: int = 7
+    usage: bool = True
+    done: bool = True
+    bad_chunk: str | None = None
+    models: tuple[str, ...] = (MODEL_ID,)
+    api_key: str | None = None
+    max_model_len: int = 4096  # as vLLM: a request asking for more output than fits is refused with HTTP 400
+    list_max_model_len: bool = True  # False: /v1/models does not say the context (as many non-vLLM servers)
+    metrics: bool = False  # serve vLLM's /metrics histograms of the mock's own clock
+    send_delay_ms: float = 0.0  # every event leaves this long after the time /metrics records for it
+    role_with_first: bool = False  # vLLM: the role chunk leaves with the first token
+    held_back: frozenset[int] = frozenset()  # tokens sent as "content": "" (text held back by vLLM's detokenizer)
+
+
+def _frame(data: bytes) -> bytes:
+    """One HTTP/1.1 chunk."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _event(body: dict[str, Any]) -> bytes:
+    """One server-sent event of a JSON body."""
+    return b"data: " + json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A streamed answer as framed events: ``head`` (the role chunk), ``content`` (one per event), ``tail`` (the
+    bad chunk after the first content event is in ``content``; usage, [DONE], the end of the body)."""
+
+    head: bytes
+    content: tuple[bytes, ...]
+    tail: bytes
+
+    @property
+    def whole(self) -> bytes:
+        """The whole answer in one byte string."""
+        return self.head + b"".join(self.content) + self.tail
+
+
+def build_answer(cfg: MockConfig, n: int, created: int) -> Answer:
+    """The framed events of an ``n``-token answer (pure)."""
+    base = {"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": created, "model": cfg.models[0]}
+    head = _frame(_event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}))
+    content: list[bytes] = []
+    sent = 0
+    while sent < n:
+        k = min(cfg.tokens_per_chunk, n - sent)
+        text = "" if len(content) in cfg.held_back else TOKEN_TEXT * k
+        sent += k
+        choice = {"index": 0, "delta": {"content": text}, "logprobs": None,
+                  "finish_reason": "length" if sent >= n else None}  # fmt: skip
+        event = _frame(_event({**base, "choices": [choice]}))
+        if cfg.bad_chunk is not None and sent == k:
+            event += _frame(f"data: {cfg.bad_chunk}\n\n".encode())
+        content.append(event)
+    if cfg.role_with_first and content:
+        head, content[0] = b"", head + content[0]
+    tail = b""
+    if cfg.usage:
+        usage = {"prompt_tokens": cfg.prompt_tokens, "completion_tokens": n, "total_tokens": cfg.prompt_tokens + n}
+        tail += _frame(_event({**base, "choices": [], "usage": usage}))
+    if cfg.done:
+        tail += _frame(b"data: [DONE]\n\n")
+    return Answer(head, tuple(content), tail + b"0\r\n\r\n")
