@@ -69,26 +69,6 @@ _RECORD_WINDOW_BYTES = 4096
 MetricsCallback = Callable[[list[tuple[bytes, ...]], float | None, float | None], None]
 
 
-def _next_level(buf: bytes, start: int, stop: int) -> int:
-    """Offset of the next level word (:data:`LEVEL_WORDS`) in ``buf[start:stop]``, -1 if none: ``memchr`` for
-    ``R``, each hit checked for the words around it (several times faster than ``re``); where ``R`` is common
-    (more than :data:`_MAX_R_MISSES` misses in a row, e.g. many stats lines with ``Running:``), the rest is
-    searched with :data:`LEVEL_RE`, whose literal-prefix search runs in C."""
-    find, startswith = buf.find, buf.startswith
-    hit = find(b"R", start + 1, stop)
-    misses = 0
-    while hit >= 0:
-        for word, offset in _LEVEL_R:
-            if startswith(word, hit - offset) and hit - offset >= start:
-                return hit - offset
-        misses += 1
-        if misses > _MAX_R_MISSES:
-            match = LEVEL_RE.search(buf, hit + 1, stop)
-            return -1 if match is None else match.start() - (2 if match[0] == b"RNING" else 1)
-        hit = find(b"R", hit + 1, stop)
-    return -1
-
-
 def _hold_partials(span: Span, following: Span, block_bytes: int) -> tuple[Span, Span]:
     """``span`` without the logical line its partial parts at the end begin, and ``following`` with it in front, so
     that whole-block joining (:func:`engine.logformat.clean_span`) joins it; unchanged when there is none or it is
@@ -136,6 +116,7 @@ class LogScanner:
         self.result = ScanResult()
         self._in_window = since_s is None
         self._many_b = False
+        self._many_r = False
         self._cri = False
         self._last_stamp_s: float | None = None
         """Time of the last stamped line before the current span (see :meth:`_stamp_of_last`)."""
@@ -267,8 +248,8 @@ class LogScanner:
         (:func:`engine.logformat.parse_line` in :meth:`_record_at`)."""
         bare_search = buf.find
         next_traceback = self._next_traceback
-        self._many_b = False
-        level_at = _next_level(buf, start, stop)
+        self._many_b = self._many_r = False
+        level_at = self._next_level(buf, start, stop)
         bare_at = bare_search(BARE_NEEDLE, start, stop)
         traceback_at = next_traceback(buf, start, stop)
         while level_at >= 0 or bare_at >= 0 or traceback_at >= 0:
@@ -282,12 +263,36 @@ class LogScanner:
             if end < 0:
                 return begin
             if 0 <= level_at < end:
-                level_at = _next_level(buf, end, stop)
+                level_at = self._next_level(buf, end, stop)
             if 0 <= bare_at < end:
                 bare_at = bare_search(BARE_NEEDLE, end, stop)
             if 0 <= traceback_at < end:
                 traceback_at = next_traceback(buf, end, stop)
         return stop
+
+    def _next_level(self, buf: bytes, start: int, stop: int) -> int:
+        """Offset of the next level word (:data:`LEVEL_WORDS`) in ``buf[start:stop]``, -1 if none: ``memchr`` for
+        ``R``, each hit checked for the words around it (several times faster than ``re``); where ``R`` is common
+        (more than :data:`_MAX_R_MISSES` misses in a row, e.g. many stats lines with ``Running:``), the rest of the
+        block is searched with :data:`LEVEL_RE`, whose literal-prefix search runs in C."""
+        if not self._many_r:
+            find, startswith = buf.find, buf.startswith
+            hit = find(b"R", start + 1, stop)
+            misses = 0
+            while hit >= 0:
+                for word, offset in _LEVEL_R:
+                    if startswith(word, hit - offset) and hit - offset >= start:
+                        return hit - offset
+                misses += 1
+                if misses > _MAX_R_MISSES:
+                    self._many_r = True
+                    start = hit
+                    break
+                hit = find(b"R", hit + 1, stop)
+            else:
+                return -1
+        match = LEVEL_RE.search(buf, start + 1, stop)
+        return -1 if match is None else match.start() - (2 if match[0] == b"RNING" else 1)
 
     def _next_traceback(self, buf: bytes, start: int, stop: int) -> int:
         """Offset of the next ``Traceback (most recent`` in ``buf[start:stop]``, -1 if none.
