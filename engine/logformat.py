@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 
+from core.logfiles import Span
 from core.timeparse import StampClock
 
 # --- the line ---------------------------------------------------------------------------------------------------
@@ -140,6 +141,21 @@ def logical_line_begin(buf: bytes, low: int, line_begin: int) -> int:
             break
         line_begin = before
     return line_begin
+
+
+def hold_partials(span: Span, following: Span, block_bytes: int) -> tuple[Span, Span]:
+    """``span`` without the logical line its partial parts at the end begin, and ``following`` with it in front, so
+    that whole-block joining (:func:`clean_span`) joins it: for a CRI file's consecutive spans (:data:`Span`);
+    unchanged when there is none or it is longer than a block (cut there, as over-long lines are)."""
+    buf, start, stop = span
+    last = buf.rfind(b"\n", start, stop - 1) + 1 or start
+    if not is_partial(buf, last, stop):
+        return span, following
+    cut = logical_line_begin(buf, start, last)
+    if stop - cut > block_bytes:
+        return span, following
+    joined = buf[cut:stop] + following[0][following[1] : following[2]]
+    return (buf, start, cut), (joined, 0, len(joined))
 
 
 def _has_partial(buf: bytes, start: int, stop: int) -> bool:

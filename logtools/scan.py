@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 
-from core.logfiles import BLOCK_BYTES, Span, StrPath, iter_spans, mtime_s
+from core.logfiles import BLOCK_BYTES, StrPath, iter_spans, mtime_s
 from core.timeparse import StampClock
 from engine.logformat import (
     METRICS_NEEDLE,
@@ -27,6 +27,7 @@ from engine.logformat import (
     clean_span,
     continues_traceback,
     cri_tagged,
+    hold_partials,
     is_partial,
     join_partials,
     logical_line_begin,
@@ -67,21 +68,6 @@ _RECORD_WINDOW_BYTES = 4096
 """First size of the window around a candidate line of a CRI file in which its partial lines are joined."""
 
 MetricsCallback = Callable[[list[tuple[bytes, ...]], float | None, float | None], None]
-
-
-def _hold_partials(span: Span, following: Span, block_bytes: int) -> tuple[Span, Span]:
-    """``span`` without the logical line its partial parts at the end begin, and ``following`` with it in front, so
-    that whole-block joining (:func:`engine.logformat.clean_span`) joins it; unchanged when there is none or it is
-    longer than a block (cut there, as over-long lines are)."""
-    buf, start, stop = span
-    last = _line_begin(buf, start, stop - 1)
-    if not is_partial(buf, last, stop):
-        return span, following
-    cut = logical_line_begin(buf, start, last)
-    if stop - cut > block_bytes:
-        return span, following
-    joined = buf[cut:stop] + following[0][following[1] : following[2]]
-    return (buf, start, cut), (joined, 0, len(joined))
 
 
 def _line_begin(buf: bytes, low: int, position: int) -> int:
@@ -146,7 +132,7 @@ class LogScanner:
         while span is not None:
             following = next(spans, None)
             if cri and not self._cri and following is not None:
-                span, following = _hold_partials(span, following, self.block_bytes)
+                span, following = hold_partials(span, following, self.block_bytes)
             buf, start, stop = span if self.on_metrics is None else clean_span(*span)
             if carry:  # an unfinished record from the previous block: rare, so the copy is fine
                 buf = carry + buf[start:stop]
