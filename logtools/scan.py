@@ -127,10 +127,10 @@ class LogScanner:
         carry = b""
         spans = iter_spans(path, self.result.read, self.block_bytes)
         span = next(spans, None)
-        cri = span is not None and cri_tagged(*span)
-        self._cri = cri and self.on_metrics is None
         while span is not None:
             following = next(spans, None)
+            cri = cri_tagged(*span)  # per block, as clean_span decides: one match at its first line
+            self._cri = cri and self.on_metrics is None
             if cri and not self._cri and following is not None:
                 span, following = hold_partials(span, following, self.block_bytes)
             buf, start, stop = span if self.on_metrics is None else clean_span(*span)
