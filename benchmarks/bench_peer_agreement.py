@@ -14,6 +14,13 @@ the wrapper around ``vllm bench serve`` (:data:`vllm_peer.VLLM_BENCH_SERVE`: aft
 request). So the server's own mean TTFT, ITL and E2E (``_sum``/``_count`` deltas) cover exactly each client's
 measured requests; a client's overhead is its mean minus the server's.
 
+ITL, the same definition for the three (as the server counts it): one gap per generated token after the first, all
+requests' gaps pooled. The server: ``vllm:inter_token_latency_seconds`` ``_sum``/``_count`` deltas (63 per 64-token
+request). Ours: every gap between consecutive token chunks (the role-only chunk is none; ``core.streamtiming``).
+vLLM's client: its per-request ``itls`` (``--save-detailed``) without their first element, the gap from the role
+chunk, where it stamps TTFT, to the first token's chunk (:func:`vllm_token_itl_ms`); its own ``mean_itl_ms`` (64
+gaps for 63 tokens' worth of time) is shown beside it, not judged.
+
 ``--repeats`` (3) rounds, the order alternating. Targets (median over rounds): our TTFT overhead ≤ vLLM client's,
 our ITL overhead ≤ vLLM client's, and in every round our output tok/s within ±3 % of the server's own generated
 tokens over our measured window. ``--write-readme`` puts the table into ``docs/benchmarks.md`` (between the

@@ -11,7 +11,10 @@ import contextlib
 import io
 import os
 import sys
-from typing import Any, TextIO
+
+TYPE_CHECKING = False  # typing is not imported at run time: the log analyzer's start-up time counts
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 
 class PipeSafeStdout:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 
+from core.logfiles import Span
 from core.timeparse import StampClock
 
 # --- the line ---------------------------------------------------------------------------------------------------
@@ -72,11 +73,12 @@ MAX_TEXT_CHARS = 2000
 """Longest message or traceback line kept, in characters (longer ones are cut and end with an ellipsis)."""
 
 
-def _join_partials(data: bytes) -> bytes:
+def join_partials(data: bytes) -> bytes:
     """``data`` (whole CRI lines) with each partial line (``P``) joined to its continuation (whose stamp and tag go);
     a part at the very end stays a line of its own. Only the partial lines are touched (found through `` P ``, one
     search); the other lines keep their stamps (:func:`parse_line` removes them), so a block with a long line split
-    by the runtime costs one search, not a rewrite of every line."""
+    by the runtime costs one search, not a rewrite of every line. The lines of the result are the logical lines
+    :func:`logical_line_end` walks."""
     pieces: list[bytes] = []
     kept, end = 0, len(data)  # data[kept:] is not yet in pieces
     at = data.find(b" P ")
@@ -103,13 +105,65 @@ def _join_partials(data: bytes) -> bytes:
     return b"".join(pieces)
 
 
+def cri_tagged(buf: bytes, start: int, stop: int) -> bool:
+    """True when the line at ``start`` has a CRI stamp with stream and tag (``… stdout F ``): a Kubernetes log file,
+    whose lines may be split in parts; a ``docker logs -t`` stamp has no tag."""
+    if not buf[start : start + 1].isdigit():
+        return False
+    first = CONTAINER_RE.match(buf, start, min(stop, start + 80))
+    return first is not None and buf[first.end() - 2 : first.end() - 1] in (b"F", b"P")
+
+
+def is_partial(buf: bytes, line_begin: int, stop: int) -> bool:
+    """True when the line starting at ``line_begin`` is a CRI partial part (``… stdout P ``): it goes on in the next
+    line (a stamp never ends with ``P``, so an untagged stamp is never taken for one)."""
+    tag = CONTAINER_RE.match(buf, line_begin, min(stop, line_begin + 80))
+    return tag is not None and buf[tag.end() - 2 : tag.end()] == b"P "
+
+
+def logical_line_end(buf: bytes, position: int, stop: int) -> int:
+    """Offset of the newline that ends the logical line holding the physical line at ``position`` in
+    ``buf[:stop]`` (whole lines): a partial part goes on in the next line, as :func:`join_partials` joins them, and
+    the last line before ``stop`` ends its logical line. -1 when no newline follows ``position``."""
+    newline = buf.find(b"\n", position, stop)
+    while 0 <= newline < stop - 1 and is_partial(buf, position, stop):
+        position = newline + 1
+        newline = buf.find(b"\n", position, stop)
+    return newline
+
+
+def logical_line_begin(buf: bytes, low: int, line_begin: int) -> int:
+    """Where the logical line holding the physical line at ``line_begin`` begins, not before ``low``: back over the
+    partial parts in front of it."""
+    while line_begin > low:
+        before = buf.rfind(b"\n", low, line_begin - 1) + 1 or low
+        if not is_partial(buf, before, line_begin):
+            break
+        line_begin = before
+    return line_begin
+
+
+def hold_partials(span: Span, following: Span, block_bytes: int) -> tuple[Span, Span]:
+    """``span`` without the logical line its partial parts at the end begin, and ``following`` with it in front, so
+    that whole-block joining (:func:`clean_span`) joins it: for a CRI file's consecutive spans (:data:`Span`);
+    unchanged when there is none or it is longer than a block (cut there, as over-long lines are)."""
+    buf, start, stop = span
+    last = buf.rfind(b"\n", start, stop - 1) + 1 or start
+    if not is_partial(buf, last, stop):
+        return span, following
+    cut = logical_line_begin(buf, start, last)
+    if stop - cut > block_bytes:
+        return span, following
+    joined = buf[cut:stop] + following[0][following[1] : following[2]]
+    return (buf, start, cut), (joined, 0, len(joined))
+
+
 def _has_partial(buf: bytes, start: int, stop: int) -> bool:
     """True when ``buf[start:stop]`` (starting with a container stamp) holds a CRI partial line (`` stdout P ``).
 
     Only CRI files have the stream tag; a ``docker logs -t`` block (none after its first stamp) is not searched, and
     a CRI block is searched once for `` P `` (each hit checked for its stream name) rather than once per stream."""
-    first = CONTAINER_RE.match(buf, start, min(stop, start + 80))
-    if first is None or buf[first.end() - 2 : first.end() - 1] not in (b"F", b"P"):
+    if not cri_tagged(buf, start, stop):
         return False
     at = buf.find(b" P ", start, stop)
     while at >= 0:
@@ -134,7 +188,7 @@ def clean_span(buf: bytes, start: int, stop: int, colours: bool = True) -> tuple
         return buf, start, stop
     data = buf[start:stop]
     if partial:
-        data = _join_partials(data)
+        data = join_partials(data)
     if coloured:
         data = ANSI_RE.sub(b"", data)
     return data, 0, len(data)

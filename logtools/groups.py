@@ -1,4 +1,4 @@
-"""Pure grouping of :class:`~logtools.scan.ErrorEvent` s into counted groups with one example each.
+"""Pure grouping of :class:`~logtools.events.ErrorEvent` s into counted groups with one example each.
 
 Events share a group when level, source (``file.py:line``) and message and exception agree once tokens holding
 digits are masked (request ids, token counts, pids). Memory is bounded by :data:`MAX_GROUPS`.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from core.timeparse import epoch_to_iso
 from engine.logformat import normalise
-from logtools.scan import ErrorEvent
+from logtools.events import ErrorEvent
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

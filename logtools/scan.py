@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 
-from core.logfiles import BLOCK_BYTES, ReadStats, StrPath, iter_spans, mtime_s
+from core.logfiles import BLOCK_BYTES, StrPath, iter_spans, mtime_s
 from core.timeparse import StampClock
 from engine.logformat import (
     METRICS_NEEDLE,
@@ -26,10 +26,19 @@ from engine.logformat import (
     Line,
     clean_span,
     continues_traceback,
+    cri_tagged,
+    hold_partials,
+    is_partial,
+    join_partials,
+    logical_line_begin,
+    logical_line_end,
     parse_line,
     starts_traceback,
     text,
 )
+from logtools.events import ErrorEvent, HttpCounts, ScanResult
+
+__all__ = ["ErrorEvent", "HttpCounts", "LogScanner", "ScanResult"]
 
 TRACEBACK_NEEDLE = b"Traceback (most recent"
 _TRACEBACK_B = TRACEBACK_NEEDLE.index(b"b")
@@ -52,83 +61,13 @@ MAX_EVENT_BYTES = 1 << 20
 MAX_TRACEBACK_LINES = 60
 """Traceback lines kept per event: the first and last halves when longer."""
 _STAMP_LOOKBACK = (1024, 8192, 65536)
+_MAX_TAILS = 16
+"""Spans whose last stamp is looked for only when needed, at the latest after this many (the newest first: one search
+per this many spans where stamps are common, instead of one per span)."""
+_RECORD_WINDOW_BYTES = 4096
+"""First size of the window around a candidate line of a CRI file in which its partial lines are joined."""
 
 MetricsCallback = Callable[[list[tuple[bytes, ...]], float | None, float | None], None]
-
-
-class ErrorEvent:
-    """A WARNING/ERROR/CRITICAL record or a bare traceback; ``stamp_s`` in epoch seconds."""
-
-    __slots__ = ("exception", "level", "message", "process", "source", "stamp_before", "stamp_s", "traceback_raw")
-
-    def __init__(
-        self,
-        level: str,
-        stamp_s: float | None,
-        process: str | None,
-        source: str | None,
-        message: str,
-        exception: str | None = None,
-        traceback_raw: list[bytes] | None = None,
-        stamp_before: bool = False,
-    ) -> None:
-        self.level = level
-        self.stamp_s = stamp_s
-        """The record's own time stamp; for a line without one, the time of the nearest stamped line before it
-        (:attr:`stamp_before` True); None when no line before it has a stamp (never the time of the analysis)."""
-        self.stamp_before = stamp_before
-        self.process = process
-        self.source = source
-        """``file.py:line`` from vLLM's header, None for bare tracebacks and other formats."""
-        self.message = message
-        """The record's first line (for a bare traceback: its exception line)."""
-        self.exception = exception
-        """The traceback's last exception line (``ValueError: ...``), None without traceback."""
-        self.traceback_raw = traceback_raw or []
-        """Traceback lines as read (decoded only when shown: most events are counted, few are printed)."""
-
-    def traceback_text(self) -> list[str]:
-        """The traceback lines as printable text."""
-        return [text(line) for line in self.traceback_raw]
-
-
-class HttpCounts:
-    """uvicorn access lines: inference requests (``POST /v1/...``) and error responses by status class."""
-
-    def __init__(self) -> None:
-        self.inference_requests = 0
-        self.status_4xx = 0
-        self.status_5xx = 0
-
-
-class ScanResult:
-    """What one pass found; ``lines`` (inside the window) and ``http`` are counted only with ``on_metrics``."""
-
-    def __init__(self) -> None:
-        self.read = ReadStats()
-        self.lines = 0
-        self.http = HttpCounts()
-        self.skipped_files: list[str] = []
-
-
-def _next_level(buf: bytes, start: int, stop: int) -> int:
-    """Offset of the next level word (:data:`LEVEL_WORDS`) in ``buf[start:stop]``, -1 if none: ``memchr`` for
-    ``R``, each hit checked for the words around it (several times faster than ``re``); where ``R`` is common
-    (more than :data:`_MAX_R_MISSES` misses in a row, e.g. many stats lines with ``Running:``), the rest is
-    searched with :data:`LEVEL_RE`, whose literal-prefix search runs in C."""
-    find, startswith = buf.find, buf.startswith
-    hit = find(b"R", start + 1, stop)
-    misses = 0
-    while hit >= 0:
-        for word, offset in _LEVEL_R:
-            if startswith(word, hit - offset) and hit - offset >= start:
-                return hit - offset
-        misses += 1
-        if misses > _MAX_R_MISSES:
-            match = LEVEL_RE.search(buf, hit + 1, stop)
-            return -1 if match is None else match.start() - (2 if match[0] == b"RNING" else 1)
-        hit = find(b"R", hit + 1, stop)
-    return -1
 
 
 def _line_begin(buf: bytes, low: int, position: int) -> int:
@@ -163,7 +102,11 @@ class LogScanner:
         self.result = ScanResult()
         self._in_window = since_s is None
         self._many_b = False
+        self._many_r = False
+        self._cri = False
         self._last_stamp_s: float | None = None
+        """Time of the last stamped line before the current span (see :meth:`_stamp_of_last`)."""
+        self._tails: list[bytes] = []
         self._clock = StampClock()
 
     def scan(self, files: Iterable[StrPath]) -> ScanResult:
@@ -178,17 +121,25 @@ class LogScanner:
         return self.result
 
     def _scan_file(self, path: StrPath) -> None:
+        """Scan one file. Counting stats needs whole blocks cleaned (:func:`engine.logformat.clean_span`); looking
+        for errors alone reads the raw bytes, and in a CRI file joins partial lines only around candidate lines
+        (:meth:`_cri_record_at`): joining a whole block costs a second pass over it."""
         carry = b""
         spans = iter_spans(path, self.result.read, self.block_bytes)
         span = next(spans, None)
         while span is not None:
             following = next(spans, None)
-            buf, start, stop = clean_span(*span, colours=self.on_metrics is not None)  # see the module's docstring
+            cri = cri_tagged(*span)  # per block, as clean_span decides: one match at its first line
+            self._cri = cri and self.on_metrics is None
+            if cri and not self._cri and following is not None:
+                span, following = hold_partials(span, following, self.block_bytes)
+            buf, start, stop = span if self.on_metrics is None else clean_span(*span)
             if carry:  # an unfinished record from the previous block: rare, so the copy is fine
                 buf = carry + buf[start:stop]
                 start, stop = 0, len(buf)
             carry = self._scan_span(buf, start, stop, final=following is None)
             span = following
+        self._stamp_of_last()  # the tails are dated with this file's clock
 
     def _scan_span(self, buf: bytes, start: int, stop: int, final: bool) -> bytes:
         """Scan the whole lines in ``buf[start:stop]``; returns an unfinished record at the end (to carry over)."""
@@ -201,8 +152,22 @@ class LogScanner:
             self.result.lines += buf.count(b"\n", start, carry_from)
             self._count_http(buf, start, carry_from)
             self._scan_metrics(buf, start, carry_from)
-        self._last_stamp_s = self._stamp_before(buf, start, carry_from) or self._last_stamp_s
+        if carry_from > start:
+            self._tails.append(buf[max(start, carry_from - _STAMP_LOOKBACK[-1]) : carry_from])
+            if len(self._tails) >= _MAX_TAILS:
+                self._stamp_of_last()
         return buf[carry_from:stop]
+
+    def _stamp_of_last(self) -> float | None:
+        """Time of the last stamped line before the current span (epoch seconds), from the spans' tails kept since it
+        was last asked (the newest with a stamp wins; :meth:`_stamp_before` looks back at most 64 KiB per span)."""
+        for tail in reversed(self._tails):
+            stamp_s = self._stamp_before(tail, 0, len(tail))
+            if stamp_s is not None:
+                self._last_stamp_s = stamp_s
+                break
+        self._tails.clear()
+        return self._last_stamp_s
 
     # --- the --since window ---------------------------------------------------------------------------------------
 
@@ -212,6 +177,7 @@ class LogScanner:
         assert since_s is not None
         last_s = self._stamp_before(buf, start, stop)
         if last_s is not None and last_s < since_s:
+            self._tails.clear()
             self._last_stamp_s = last_s
             return -1
         for match in STAMP_RE.finditer(buf, start, stop):  # the span ends inside the window (or has no late stamp)
@@ -268,23 +234,51 @@ class LogScanner:
         (:func:`engine.logformat.parse_line` in :meth:`_record_at`)."""
         bare_search = buf.find
         next_traceback = self._next_traceback
-        self._many_b = False
-        level_at = _next_level(buf, start, stop)
+        self._many_b = self._many_r = False
+        level_at = self._next_level(buf, start, stop)
         bare_at = bare_search(BARE_NEEDLE, start, stop)
         traceback_at = next_traceback(buf, start, stop)
         while level_at >= 0 or bare_at >= 0 or traceback_at >= 0:
             hits = [at for at in (level_at, bare_at, traceback_at) if at >= 0]
             begin = _line_begin(buf, start, min(hits))
-            end = self._record_at(buf, begin, stop, final)
+            if self._cri:
+                begin = logical_line_begin(buf, start, begin)
+                end = self._cri_record_at(buf, begin, stop, final)
+            else:
+                end = self._record_at(buf, begin, stop, final)
             if end < 0:
                 return begin
             if 0 <= level_at < end:
-                level_at = _next_level(buf, end, stop)
+                level_at = self._next_level(buf, end, stop)
             if 0 <= bare_at < end:
                 bare_at = bare_search(BARE_NEEDLE, end, stop)
             if 0 <= traceback_at < end:
                 traceback_at = next_traceback(buf, end, stop)
         return stop
+
+    def _next_level(self, buf: bytes, start: int, stop: int) -> int:
+        """Offset of the next level word (:data:`LEVEL_WORDS`) in ``buf[start:stop]``, -1 if none: ``memchr`` for
+        ``R``, each hit checked for the words around it (several times faster than ``re``); where ``R`` is common
+        (more than :data:`_MAX_R_MISSES` misses in a row, e.g. many stats lines with ``Running:``), the rest of the
+        block is searched with :data:`LEVEL_RE`, whose literal-prefix search runs in C."""
+        if not self._many_r:
+            find, startswith = buf.find, buf.startswith
+            hit = find(b"R", start + 1, stop)
+            misses = 0
+            while hit >= 0:
+                for word, offset in _LEVEL_R:
+                    if startswith(word, hit - offset) and hit - offset >= start:
+                        return hit - offset
+                misses += 1
+                if misses > _MAX_R_MISSES:
+                    self._many_r = True
+                    start = hit
+                    break
+                hit = find(b"R", hit + 1, stop)
+            else:
+                return -1
+        match = LEVEL_RE.search(buf, start + 1, stop)
+        return -1 if match is None else match.start() - (2 if match[0] == b"RNING" else 1)
 
     def _next_traceback(self, buf: bytes, start: int, stop: int) -> int:
         """Offset of the next ``Traceback (most recent`` in ``buf[start:stop]``, -1 if none.
@@ -308,8 +302,36 @@ class LogScanner:
             hit = find(b"b", hit + 1, stop)
         return -1
 
-    def _record_at(self, buf: bytes, begin: int, stop: int, final: bool) -> int:
-        """Emit the record starting at ``begin`` if it is a problem; returns the offset after it, -1: unfinished."""
+    def _cri_record_at(self, buf: bytes, begin: int, stop: int, final: bool) -> int:
+        """:meth:`_record_at` for the logical line at ``begin`` of a CRI file's raw ``buf``: its partial lines and
+        those of the lines after it are joined in a window (grown while the record goes on past it); returns the raw
+        offset after the record, -1: unfinished."""
+        size = _RECORD_WINDOW_BYTES
+        while True:
+            window_end = stop
+            if begin + size < stop:  # cut after the logical line that holds the window's last byte
+                window_end = logical_line_end(buf, _line_begin(buf, begin, begin + size), stop) + 1 or stop
+            whole = window_end >= stop
+            if whole and not final and is_partial(buf, _line_begin(buf, begin, stop - 1), stop):
+                return -1  # the block ends inside a split line: joined with the next block's parts
+            joined = join_partials(buf[begin:window_end])
+            end = self._record_at(joined, 0, len(joined), final and whole, (buf, begin))
+            if end >= 0:
+                break
+            if whole:
+                return -1
+            size *= 4
+        position = begin  # back to the raw bytes: the record is ``end``'s logical lines
+        for _ in range(joined.count(b"\n", 0, end)):
+            position = logical_line_end(buf, position, window_end) + 1
+        return position
+
+    def _record_at(
+        self, buf: bytes, begin: int, stop: int, final: bool, before: tuple[bytes, int] | None = None
+    ) -> int:
+        """Emit the record starting at ``begin`` if it is a problem; returns the offset after it, -1: unfinished.
+        ``before``: the buffer and offset whose lines before it date a record without stamp (default: ``buf``,
+        ``begin``)."""
         find = buf.find
         end = find(b"\n", begin, stop)
         head = parse_line(buf[begin:end], self._clock)
@@ -350,7 +372,7 @@ class LogScanner:
             position = line_end + 1
             if position - begin >= MAX_EVENT_BYTES:
                 break
-        self._emit(head, is_traceback, tb_lines, exception, buf, begin)
+        self._emit(head, is_traceback, tb_lines, exception, *(before or (buf, begin)))
         return position
 
     def _emit(
@@ -360,7 +382,7 @@ class LogScanner:
         stamp_s = head.stamp_s
         stamp_before = stamp_s is None
         if stamp_before:  # the nearest stamped line before it, marked as such; none: no time (not the file's mtime)
-            stamp_s = self._stamp_before(buf, 0, begin) or self._last_stamp_s
+            stamp_s = self._stamp_before(buf, 0, begin) or self._stamp_of_last()
         if self.since_s is not None and stamp_s is not None and stamp_s < self.since_s:
             return
         if len(tb_lines) > MAX_TRACEBACK_LINES:

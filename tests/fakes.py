@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 
@@ -87,18 +87,29 @@ class FakeNvml:
         return 350_000  # milliwatts
 
 
+class Gate(Protocol):
+    """Something to wait for (``gevent.event.Event``): in a scripted body, the blocks after it arrive once it is set."""
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
 class ScriptedResponse:
     """A :class:`loadgen.request.transport.Response` whose body arrives in scripted blocks (one per network read), then
-    ends or raises ``error``."""
+    ends or raises ``error``; a :class:`Gate` among the blocks holds the rest back until it opens (the same gate in
+    several streams' blocks makes their next blocks arrive together, as one step of vLLM's batch does)."""
 
-    def __init__(self, status: int, blocks: list[bytes], error: Exception | None = None) -> None:
+    def __init__(self, status: int, blocks: Sequence[bytes | Gate], error: Exception | None = None) -> None:
         self.status = status
         self._blocks = blocks
         self.error = error
         self.closed_with: bool | None = None  # the reuse flag of close(); None while open
 
     def blocks(self) -> Iterator[bytes]:
-        yield from self._blocks
+        for block in self._blocks:
+            if isinstance(block, bytes):
+                yield block
+            else:
+                block.wait()
         if self.error:
             raise self.error
 
@@ -115,7 +126,7 @@ class ScriptedTransport:
 
     def __init__(
         self,
-        blocks: list[bytes],
+        blocks: Sequence[bytes | Gate],
         status: int = 200,
         raise_on_send: Exception | None = None,
         error_mid_stream: Exception | None = None,

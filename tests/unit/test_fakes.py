@@ -5,9 +5,11 @@ from __future__ import annotations
 import inspect
 import re
 
+import gevent
+import gevent.event
 import pynvml
 
-from tests.fakes import FakeNvml
+from tests.fakes import FakeNvml, ScriptedResponse
 
 
 def test_fake_nvml_names_exist_in_real_pynvml() -> None:
@@ -46,3 +48,15 @@ def test_scripted_transport_has_the_real_transports_interface() -> None:
         for name in methods:
             assert _signature(real, name) == _signature(protocol, name) == _signature(fake, name), (protocol, name)
     assert "status" in Response.__annotations__
+
+
+def test_scripted_body_holds_blocks_behind_a_gate_until_it_opens() -> None:
+    """The blocks after a gate in a scripted body arrive only once the gate is set."""
+    gate = gevent.event.Event()
+    got: list[bytes] = []
+    reader = gevent.spawn(lambda: got.extend(ScriptedResponse(200, [b"a", gate, b"b"]).blocks()))
+    gevent.sleep(0.01)
+    assert not reader.ready()
+    gate.set()
+    reader.join(timeout=5)
+    assert got == [b"a", b"b"]

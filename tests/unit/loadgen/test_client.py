@@ -5,6 +5,9 @@ from __future__ import annotations
 import itertools
 import json
 
+import gevent
+import gevent.event
+
 from loadgen.request.client import chat_payload, stream_chat
 from loadgen.request.transport import TransportError, TransportTimeout
 from tests.fakes import ScriptedTransport
@@ -225,3 +228,25 @@ def test_http_error_body_that_is_not_json_is_kept_as_text() -> None:
     """A non-JSON error page (a proxy's HTML) becomes the row's message, cut to 500 characters."""
     record = run([b"<html>Bad gateway</html>"], status=502)
     assert record.error_kind == "http_status" and record.http_status == 502 and "Bad gateway" in (record.error or "")
+
+
+def test_streams_ending_in_one_step_are_stamped_before_any_end_of_request_work() -> None:
+    """When several streams' last chunks arrive at once (one step of vLLM's batch), each is stamped on arrival: no
+    stream's last gap holds another request's end work (the row, Locust's event, the next request: CPU, no yield)."""
+    now = [0.0]
+    step = gevent.event.Event()
+    transport = ScriptedTransport([event(ROLE), content("a"), step, content("b", "length"), USAGE, DONE])
+    payload = chat_payload("m", [{"role": "user", "content": "hi"}], max_tokens=2, temperature=0.0)
+    records = []
+
+    def user() -> None:
+        records.append(stream_chat(transport, "http://x", payload, timeout_s=5, clock=lambda: now[0]))
+        now[0] += 0.015  # 15 ms of end-of-request work that does not yield
+
+    users = [gevent.spawn(user) for _ in range(4)]
+    gevent.sleep(0)  # every stream has its first token, stamped at 0
+    now[0] = 0.040
+    step.set()  # the last step: every stream's last chunk is here at 40 ms
+    gevent.joinall(users, timeout=5, raise_error=True)
+    assert [r.ok for r in records] == [True] * 4
+    assert [r.itl_ms for r in records] == [[40.0]] * 4
