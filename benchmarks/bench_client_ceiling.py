@@ -52,12 +52,8 @@ from core.enginestate import read_engine_state  # noqa: E402
 from core.settings import get_settings  # noqa: E402
 from engine.launcher import engine_python  # noqa: E402
 from loadgen.childprocs import CpuSample, CpuSampler, ProcessError, cpu_in_window, mock_server  # noqa: E402
-from loadgen.selftest.calibrate import (  # noqa: E402
-    CalibrationError,
-    ClientRun,
-    run_our_client,
-    summarize_records,
-)
+from loadgen.selftest.calibrate import CalibrationError, run_our_client  # noqa: E402
+from loadgen.selftest.calibration_figures import ClientRun, summarize_records  # noqa: E402
 
 TARGET_RATIO = 1.5  # ours / theirs, chunks/s per client core
 VLLM_REQUESTS_FIRST = 500  # vLLM's requests if it ever ran before any run of ours without --requests

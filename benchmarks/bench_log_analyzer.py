@@ -28,14 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.synthlog import (  # noqa: E402
-    GeneratedLog,
-    generate_current_log,
-    generate_vllm_log,
-    write_current_shapes,
-    write_requests_log,
-    write_shapes,
-)
+from tests.synthlog import GeneratedLog, generate_current_log, generate_vllm_log  # noqa: E402
+from tests.synthrequests import write_requests_log  # noqa: E402
+from tests.synthshapes import write_current_shapes, write_shapes  # noqa: E402
 
 STATS_TARGET_S = 1.0
 ERRORS_VS_GREP_TARGET = 10.0

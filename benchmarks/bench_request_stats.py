@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from logtools.quantiles import RELATIVE_ACCURACY  # noqa: E402
-from tests.synthlog import OkLatencies, write_requests_log  # noqa: E402
+from tests.synthrequests import OkLatencies, write_requests_log  # noqa: E402
 
 RSS_TARGET_MB = 60.0
 START_S = 1_790_000_000.0

@@ -39,7 +39,8 @@ from core.report_schema import BenchmarkConfig  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from core.stats import measured_window_s  # noqa: E402
 from loadgen.childprocs import CpuSampler, ProcessError, cpu_in_window, mock_server  # noqa: E402
-from loadgen.orchestrate.measured_run import read_records, run_locust  # noqa: E402
+from loadgen.orchestrate.locust_run import run_locust  # noqa: E402
+from loadgen.orchestrate.measured_run import read_records  # noqa: E402
 
 TARGET_RATIO = 1.7
 

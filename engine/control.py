@@ -29,7 +29,7 @@ from core.enginestate import (
 from core.net import wait_for_http
 from core.settings import PROJECT_ROOT, Settings
 from engine.enginephase import engine_process, failure_report, launch_phase
-from engine.startup import StartupPhase
+from engine.startuptracker import StartupPhase
 
 PROGRAM = "vllm"
 FAILED_STATES = frozenset({"FATAL", "EXITED", "BACKOFF", "STOPPED", "UNKNOWN"})

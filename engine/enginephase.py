@@ -24,7 +24,8 @@ from typing import Any
 from core.enginestate import EngineState, LogPosition, pid_running
 from core.logfiles import ReadStats, iter_spans, rotated_family
 from engine import logformat as fmt
-from engine.startup import FULL_READ_BYTES, TAIL_BYTES, StartupPhase, StartupTracker, read_startup
+from engine.startup import FULL_READ_BYTES, TAIL_BYTES, read_startup
+from engine.startuptracker import StartupPhase, StartupTracker
 
 DEAD_STATES = frozenset({"EXITED", "FATAL", "BACKOFF", "STOPPED"})
 """supervisord's states of a program whose process is gone."""

@@ -22,21 +22,7 @@ from core.enginestate import EngineState
 from core.logfiles import ReadStats, iter_spans, mtime_s, rotated_family
 from core.timeparse import StampClock
 from engine import logformat as fmt
-from engine.startuptracker import MAX_ATTEMPTS, PHASES, StartupAttempt, StartupPhase, StartupTracker
-
-__all__ = [
-    "FULL_READ_BYTES",
-    "MAX_ATTEMPTS",
-    "PHASES",
-    "REGION_BLOCK_BYTES",
-    "REGION_BYTES",
-    "TAIL_BYTES",
-    "StartupAttempt",
-    "StartupPhase",
-    "StartupTracker",
-    "read_startup",
-    "startup_phase",
-]
+from engine.startuptracker import StartupPhase, StartupTracker
 
 FULL_READ_BYTES = 8 << 20
 """A log family up to this size (bytes) is read whole; a bigger one in bounded regions (:func:`read_startup`)."""

@@ -40,7 +40,7 @@ from core.tokenfile import ensure_sidecar_token
 from engine.control import FAILED_STATES, LocalEngine, Supervisor, engine_phase, why_not_up
 from engine.engineplan import engine_build
 from engine.reaper import end_engine_processes
-from engine.startup import StartupPhase
+from engine.startuptracker import StartupPhase
 from sidecar.reports.envinfo import startup_facts
 
 CONF = PROJECT_ROOT / "deploy" / "supervisord.conf"

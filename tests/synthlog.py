@@ -17,19 +17,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from tests.synthrequests import OkLatencies, write_requests_log
-from tests.synthshapes import write_current_shapes, write_shapes
-
-__all__ = [  # request logs and log shapes live in synthrequests / synthshapes; importable from here too
-    "GeneratedLog",
-    "OkLatencies",
-    "generate_current_log",
-    "generate_vllm_log",
-    "write_current_shapes",
-    "write_requests_log",
-    "write_shapes",
-]
-
 TICK_S = 10
 
 

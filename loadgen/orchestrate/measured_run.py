@@ -26,39 +26,13 @@ from loadgen.orchestrate.breaker import RowWatch, ServerDown
 from loadgen.orchestrate.locust_run import (
     INTERRUPTED,
     SERVER_DOWN,
-    LocustOutcome,
     read_process_loads,
     run_locust,
-    stop_locust,
-    waiting_line,
-    worker_hint,
-    workers_missing,
 )
 from loadgen.plan import sampler_for
 from loadgen.request.client import new_session, stream_chat
 from loadgen.sidecar_client import SidecarClient
 from loadgen.terminal.summary import load_line
-
-__all__ = [  # Locust's part lives in locust_run; these names stay importable from here for earlier callers
-    "INTERRUPTED",
-    "SERVER_DOWN",
-    "LocustOutcome",
-    "Measured",
-    "RowCounter",
-    "from_records_file",
-    "measure",
-    "read_process_loads",
-    "read_records",
-    "run_locust",
-    "run_measured",
-    "scrape_metrics",
-    "stop_locust",
-    "waiting_line",
-    "warmup",
-    "warmup_failure",
-    "worker_hint",
-    "workers_missing",
-]
 
 
 @dataclass

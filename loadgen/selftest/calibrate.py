@@ -53,26 +53,9 @@ from loadgen.selftest.calibration_figures import (
     added_latency_ms,
     calibration_run,
     calibration_table,
-    per_core_rate,
     scaling_lines,
     summarize_records,
 )
-
-__all__ = [  # the pure figures live in calibration_figures; these names stay importable from here
-    "CalibrateOptions",
-    "CalibrationError",
-    "ClientRun",
-    "added_latency_ms",
-    "calibrate",
-    "calibration_run",
-    "calibration_table",
-    "main",
-    "our_client_env",
-    "per_core_rate",
-    "run_our_client",
-    "scaling_lines",
-    "summarize_records",
-]
 
 LOCUST_EXIT_GRACE_S = 90.0  # start-up on a busy machine plus shutdown after --run-time
 UNSATURATED_CORES = 0.5  # below this, the client was not the bottleneck and the per-core figure is an estimate

@@ -43,12 +43,11 @@ import sys
 import time
 
 from loadgen.selftest import mock_tokenizer
-from loadgen.selftest.mock_answers import MODEL_ID, TOKEN_TEXT, Answer, MockConfig, build_answer
+from loadgen.selftest.mock_answers import MODEL_ID, Answer, MockConfig, build_answer
 from loadgen.selftest.mock_metrics import MockMetrics
 
 MAX_HEAD_BYTES = 64 * 1024
 
-__all__ = ["MODEL_ID", "TOKEN_TEXT", "Answer", "MockConfig", "MockServer", "build_answer", "main", "run", "serve"]
 
 def _response(status: str, body: bytes, content_type: str = "application/json", close: bool = False) -> bytes:
     connection = b"connection: close\r\n" if close else b""

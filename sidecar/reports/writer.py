@@ -31,7 +31,7 @@ from sidecar.reports.rows_link import run_rows_file
 from sidecar.reports.store import ReportStore, new_report_id, utc_now_iso
 from sidecar.sampling.windows import UnknownWindow, WindowRegistry
 from engine.control import engine_phase
-from engine.startup import StartupPhase
+from engine.startuptracker import StartupPhase
 
 MAX_FUTURE_S = 300.0
 """How far a run's window may end after the sidecar's clock (clock skew between hosts), s; more is refused, so a

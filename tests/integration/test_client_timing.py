@@ -22,7 +22,8 @@ from core.net import free_port
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.settings import PROJECT_ROOT, Settings
-from loadgen.orchestrate.measured_run import read_process_loads, read_records, run_locust, warmup
+from loadgen.orchestrate.locust_run import read_process_loads, run_locust
+from loadgen.orchestrate.measured_run import read_records, warmup
 from loadgen.request.client import chat_payload, new_session, stream_chat
 
 pytestmark = pytest.mark.integration

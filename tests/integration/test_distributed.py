@@ -23,8 +23,8 @@ import pytest
 from core.net import free_port
 from core.records import RequestRecord
 from core.settings import PROJECT_ROOT
+from loadgen.orchestrate.locust_run import run_locust as bench_locust
 from loadgen.orchestrate.measured_run import read_records
-from loadgen.orchestrate.measured_run import run_locust as bench_locust
 from tests.integration.test_client_timing import (  # noqa: F401 - fixture
     PY,
     mock_url,

@@ -19,7 +19,8 @@ from core.settings import Settings
 from loadgen.errors import BenchError
 from loadgen.locust_side.weblogin import credentials_match
 from loadgen.orchestrate.locust_launch import locust_argv
-from loadgen.selftest.mock_server import MockConfig, serve
+from loadgen.selftest.mock_answers import MockConfig
+from loadgen.selftest.mock_server import serve
 from loadgen.sidecar_client import SidecarClient, busy_retry_s
 from ui.errors import map_exception
 from ui.status import Probe, classify

@@ -14,7 +14,7 @@ from loadgen.locust_side.process_state import RunState, Slot, share, slots_for
 from loadgen.locust_side.user_actions import arrivals
 from loadgen.plan import auto_workers
 from loadgen.request.sse import SSEParser, decode_chunk
-from loadgen.selftest.mock_server import MockConfig, build_answer
+from loadgen.selftest.mock_answers import MockConfig, build_answer
 
 
 def plan(tmp_path: Path, **kw: object) -> BenchmarkConfig:

@@ -13,7 +13,8 @@ import pytest
 from core.logfiles import rotated_family
 from logtools.groups import ErrorGroups
 from logtools.scan import ErrorEvent, LogScanner
-from tests.synthlog import generate_current_log, generate_vllm_log, write_current_shapes
+from tests.synthlog import generate_current_log, generate_vllm_log
+from tests.synthshapes import write_current_shapes
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 RECORDED = FIXTURES / "vllm_0.32_cpu_recorded.log"

@@ -7,7 +7,7 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from core.settings import Settings
-from engine.startup import StartupAttempt, StartupPhase
+from engine.startuptracker import StartupAttempt, StartupPhase
 from sidecar.app import create_app
 from sidecar.reports.envinfo import startup_facts
 from sidecar.reports.writer import ReportService
