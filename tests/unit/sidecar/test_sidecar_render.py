@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from core.records import RequestRecord
@@ -109,9 +111,12 @@ def test_redactor_masks_raw_json_and_html_forms() -> None:
     assert redact("token hf_AbCdEfGhIjKlMnOpQrStUv12 end") == "token *** end"
 
 
-def test_secret_values_come_from_settings_and_secret_named_env_vars() -> None:
-    """HF token, UI password and *_API_KEY / *TOKEN variables are collected; short and ordinary values are not."""
-    settings = Settings(_env_file=None, hf_token="hf_secret_xyz", ui_password="hunter22")  # type: ignore[call-arg]
+def test_secret_values_come_from_settings_and_secret_named_env_vars(tmp_path: Path) -> None:
+    """HF token, UI password and *_API_KEY / *TOKEN variables are collected; short and ordinary values are not (a
+    run folder of its own: the checkout's ``run/sidecar_token`` of an earlier ``make up`` is not this test's)."""
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None, hf_token="hf_secret_xyz", ui_password="hunter22", run_dir=tmp_path / "run"
+    )
     found = secret_values(settings, {"OPENAI_API_KEY": "sk-123456789", "HOME": "/root/secretive", "X_TOKEN": "abc"})
     assert set(found) == {"hf_secret_xyz", "hunter22", "sk-123456789"}
 
