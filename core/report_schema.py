@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from core.clientview import ClientView
 from core.serverview import ServerView
+from core.serverview_cluster import ClusterView
 from core.stats import RunMetrics
 
 SCHEMA_VERSION = "1.3"
@@ -156,6 +157,11 @@ class BenchmarkConfig(BaseModel):
         default=None, description="PREFIX_LEN: tokens of the shared prefix before every prompt; None: no prefix."
     )
     prefix_count: int | None = Field(default=None, description="PREFIX_COUNT: distinct shared prefixes.")
+    replicas: int | None = Field(
+        default=None, description="Engines behind vllm-router (local REPLICAS + ENGINE_URLS); None: no router."
+    )
+    router_policy: str | None = Field(default=None, description="The router's --policy (None: no router).")
+    router_version: str | None = Field(default=None, description="The vllm-router package's version.")
     prefix_file: str | None = Field(
         default=None, description="The generated prefixes (a JSON list of texts, logs/datasets/prefixes_….json)."
     )
@@ -401,6 +407,9 @@ class Report(BaseModel):
         default=None, description="vLLM's /metrics over the window and its agreement with the client (None: no scrape)."
     )
     client: ClientView | None = Field(default=None, description="The load generator's own resource use.")
+    cluster: ClusterView | None = Field(
+        default=None, description="Every engine behind the router over the window (None: one engine, no router)."
+    )
     profile: ProfileInfo | None = Field(default=None, description="Profiler traces, when PROFILE=1.")
     interrupted: bool = Field(
         default=False, description="The run was stopped early (Ctrl-C): its rows so far; never a comparison reference."

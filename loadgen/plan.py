@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from core.replicas import router_fields
 from core.report_schema import BenchmarkConfig
 from core.settings import PROJECT_ROOT, RANDOM_DATASET, Settings
 from loadgen.workloads.dataset import load_dataset
@@ -99,6 +100,7 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
         session_turns=settings.session_turns,
         prefix_len_tokens=settings.prefix_len,
         prefix_count=settings.prefix_count if settings.prefix_len else None,
+        **router_fields(settings),
     )
 
 

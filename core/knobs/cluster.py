@@ -38,3 +38,34 @@ class ClusterKnobs(BaseModel):
     load_host_name: str | None = Field(
         default=None, description="The name this host's rows carry (default: its host name)."
     )
+
+    # --- engine replicas behind vLLM's router (docs/cluster.md) -------------------------------------------------
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=64,
+        description="vLLM engines `make up` runs on this host; above 1 (or with ENGINE_URLS) vllm-router listens on "
+        "VLLM_PORT in front of them. 0: router only (ENGINE_URLS needed).",
+    )
+    replica_port_base: int = Field(
+        default=8110,
+        ge=1,
+        le=65535,
+        description="With the router: local replica K listens on REPLICA_PORT_BASE+K; the router's Prometheus port "
+        "is the next one after the last replica.",
+    )
+    engine_urls: str | None = Field(
+        default=None,
+        description="Comma-separated URLs of vLLM engines on other hosts (http://host:port,...) the router also "
+        "sends to.",
+    )
+    router_policy: str | None = Field(
+        default=None,
+        description="vllm-router --policy (round_robin, cache_aware, power_of_two, ...); unset: the router's own.",
+    )
+    engine_replica: int = Field(
+        default=0,
+        ge=0,
+        description="Which local replica this engine process is (set by `make up` per replica; not a user knob).",
+        json_schema_extra={"cli": False},
+    )

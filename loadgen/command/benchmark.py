@@ -35,6 +35,7 @@ from core.report_schema import BenchmarkConfig, Report
 from core.schedule import requested_rate
 from core.series import SeriesReport, is_series_id
 from core.serverview import cross_check
+from core.serverview_cluster import cluster_view
 from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
 from engine.control import LocalEngine
@@ -77,9 +78,22 @@ def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, sett
         window_end=run.window_end,
         window_id=run.window_id,
         server=cross_check(
-            run.before, run.after, measured, server_url=plan.vllm_url, max_added_pct=settings.client_overhead_max_pct
+            run.before,
+            run.after,
+            measured,
+            server_url=f"{len(run.replicas)} replicas summed" if run.replicas else plan.vllm_url,
+            max_added_pct=settings.client_overhead_max_pct,
         )
         if run.before and run.after
+        else None,
+        cluster=cluster_view(
+            run.replicas,
+            measured,
+            router_policy=plan.router_policy,
+            router_version=plan.router_version,
+            max_added_pct=settings.client_overhead_max_pct,
+        )
+        if run.replicas
         else None,
         client=client_view(
             measured,

@@ -12,6 +12,7 @@ from core.records import RequestRecord
 from core.report_schema import Report
 from core.serverview import overhead_text, verdict_text
 from sidecar.render.plots import latency_cdf_png, resources_png, throughput_png
+from sidecar.render.replica_rows import cluster_lines, replica_header, replica_rows
 from sidecar.render.view_rows import (
     Row,
     comparison_header,
@@ -117,6 +118,9 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
         sections += [f"<p>Client overhead: {_e(overhead_text(o))}</p>" for o in report.server.client_overhead]
         if report.server.client_overhead:
             sections.append(_grid(overhead_header(), overhead_rows(report.server)))
+    if report.cluster is not None:  # engines behind vLLM's router: one row each
+        sections += ["<h2>Replicas</h2>", *[f"<p>{_e(line)}</p>" for line in cluster_lines(report.cluster)]]
+        sections.append(_grid(replica_header(), replica_rows(report.cluster)))
     sections += ["<h2>Environment</h2>", _pairs(environment_rows(report))]
     sections += ["<h2>Configuration</h2>", _pairs(config_rows(report)), "<h2>vLLM log</h2>", _logs(report)]
     sections.append(

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from core.report_schema import Report
 from core.serverview import overhead_text, verdict_text
+from sidecar.render.replica_rows import cluster_lines, replica_header, replica_rows
 from sidecar.render.view_rows import (
     Row,
     comparison_header,
@@ -63,6 +64,9 @@ def render_markdown(report: Report) -> str:
         lines += [f"Client overhead: {overhead_text(o)}" for o in report.server.client_overhead]
         if report.server.client_overhead:
             lines += ["", *table(overhead_header(), overhead_rows(report.server)), ""]
+    if report.cluster is not None:  # engines behind vLLM's router: one row each
+        lines += ["## Replicas", "", *[f"- {line}" for line in cluster_lines(report.cluster)], ""]
+        lines += [*table(replica_header(), replica_rows(report.cluster)), ""]
     lines += ["## Environment", "", *_pairs(environment_rows(report)), ""]
     lines += ["## Configuration", "", *_pairs(config_rows(report)), ""]
     lines += ["## Resources", "", *_pairs(resources_rows(report)), ""]
