@@ -7,6 +7,7 @@ supervisord restarts later keeps the request; ``make up`` on a stopped stack sta
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -30,7 +31,7 @@ from core.net import wait_for_http
 from core.replicas import replicas
 from core.settings import PROJECT_ROOT, Settings
 from engine.enginephase import engine_process, failure_report, launch_phase
-from engine.replicas import program_names
+from engine.replicas import ROUTER_PROGRAM, program_names
 from engine.startup import StartupPhase
 
 PROGRAM = "vllm"
@@ -123,10 +124,22 @@ class LocalEngine:
 
         urls = [r.url for r in replicas(self.settings) if r.local] + [self.settings.vllm_url]
         for url in dict.fromkeys(urls):  # every replica, then the router in front of them (one URL without it)
+            if url == self.settings.vllm_url and len(urls) > 1:
+                self._restart_router()
             ok, why = wait_for_http(f"{url}/v1/models", self.settings.startup_timeout_s, abort=dead,
                                     headers=self.settings.vllm_headers)  # fmt: skip
             if not ok:
                 raise EngineError(f"{why}\n{why_not_up(self.settings, since, self.supervisor)}")
+
+    def _restart_router(self) -> None:
+        """Restart ``program:router`` once the replicas answer again: vllm-router keeps a worker that failed while
+        restarting out of rotation (circuit breaker, 60 s health checks); a fresh router sends to all of them."""
+        if ROUTER_PROGRAM not in (self.supervisor.states() or {}):
+            return
+        rpc = self.supervisor.proxy().supervisor
+        with contextlib.suppress(xmlrpc.client.Fault):  # not running: nothing to stop
+            rpc.stopProcess(ROUTER_PROGRAM)
+        rpc.startProcess(ROUTER_PROGRAM, False)
 
     def start(self) -> None:
         """Start vLLM when it is not running and wait until it answers."""

@@ -13,10 +13,13 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
+import httpx
+
 from core.replicas import replica_port, replicas, router_in_use, router_metrics_port, split_devices
-from core.settings import Settings
+from core.settings import Settings, get_settings
 
 ROUTER_PROGRAM = "router"
 
@@ -65,11 +68,11 @@ stopwaitsecs=30
 
 
 def router_section(settings: Settings) -> str:
-    """``[program:router]`` running :func:`router_argv` (its log: logs/router.log)."""
-    command = " ".join(a.replace("%", "%%") for a in router_argv(settings))
+    """``[program:router]``: :func:`main` (``python -m engine.replicas``), which waits for the engines and then
+    becomes :func:`router_argv` (its log: logs/router.log)."""
     return f"""
 [program:{ROUTER_PROGRAM}]
-command={command}
+command=%(ENV_APP_PYTHON)s -m engine.replicas
 directory=%(ENV_PROJECT_ROOT)s
 stdout_logfile=%(ENV_LOGS_DIR)s/router.log
 stdout_logfile_maxbytes=10MB
@@ -131,3 +134,42 @@ def replica_settings(settings: Settings, gpu_count: int = 0, cores: list[str] | 
             update["vllm_cpu_omp_threads_bind"] = split_devices(cores or usable_cores(), settings.replicas)[index]
             update["vllm_cpu_num_of_reserved_cpu"] = 0  # one core each: vLLM would keep it for its API server
     return settings.model_copy(update=update)
+
+
+def wait_for_engines(settings: Settings, interval_s: float = 2.0) -> list[str]:
+    """Wait until every engine answers ``GET /health`` (at most STARTUP_TIMEOUT_S); the URLs that never did.
+
+    vllm-router starts serving as soon as one worker is healthy and opens its circuit breaker on a worker that
+    fails while still starting (then re-checks it only every 60 s): started after the engines, it sends to all.
+    """
+    pending = [r.url for r in replicas(settings)]
+    deadline = time.monotonic() + settings.startup_timeout_s
+    while pending and time.monotonic() < deadline:
+        for url in list(pending):
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    pending.remove(url)
+            except httpx.HTTPError:
+                pass
+        if pending:
+            time.sleep(interval_s)
+    return pending
+
+
+def main() -> int:
+    """``python -m engine.replicas`` (``program:router``): wait for the engines (:func:`wait_for_engines`), then
+    replace this process with vllm-router (:func:`router_argv`); exit 1 when an engine never answered."""
+    settings = get_settings()
+    argv = router_argv(settings)
+    print(f"[INFO] waiting for the engines: {' '.join(r.url for r in replicas(settings))}", flush=True)
+    missing = wait_for_engines(settings)
+    if missing:
+        print(f"[ERROR] not answering after {settings.startup_timeout_s:.0f} s: {' '.join(missing)}", flush=True)
+        return 1
+    print(f"[INFO] starting: {' '.join(argv)}", flush=True)
+    os.execv(argv[0], argv)
+    return 1  # not reached: execv replaces this process
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

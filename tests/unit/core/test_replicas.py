@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from core.compare import fingerprint_fields, fingerprint_of
 from core.replicas import (
     check_cluster,
     imbalance_percent,
@@ -17,6 +18,7 @@ from core.replicas import (
     shares_percent,
     split_devices,
 )
+from core.report_schema import BenchmarkConfig, Environment
 from core.settings import Settings
 
 
@@ -89,3 +91,17 @@ def test_shares_and_imbalance() -> None:
     assert imbalance_percent([0, 0]) is None and imbalance_percent([]) is None
     assert shares_percent([30, 10]) == [75.0, 25.0]
     assert shares_percent([0, 0]) == [None, None]
+
+
+def test_router_fields_join_the_fingerprint_only_with_the_router() -> None:
+    """A single-engine config keeps the fingerprint fields it had; the router's replicas, policy and version are part
+    of it when set, so a run behind the router never compares with a single engine's."""
+    env = Environment()
+    base = {"concurrency": 4, "max_tokens": 8, "dataset": "d.jsonl", "vllm_url": "http://x", "model": "m",
+            "warmup_requests": 0, "temperature": 0.0, "seed": 1}
+    single = BenchmarkConfig(**{**base, **router_fields(make())})
+    clustered = BenchmarkConfig(**{**base, **router_fields(make(replicas=2, router_policy="round_robin"))})
+    assert "replicas" not in fingerprint_fields(single, env)
+    fields = fingerprint_fields(clustered, env)
+    assert fields["replicas"] == 2 and fields["router_policy"] == "round_robin" and fields["router_version"]
+    assert fingerprint_of(fields) != fingerprint_of(fingerprint_fields(single, env))

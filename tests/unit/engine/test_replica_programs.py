@@ -51,7 +51,8 @@ def test_conf_has_one_program_per_replica_and_the_router(tmp_path: Path) -> None
     text = path.read_text()
     assert path == tmp_path / "run" / "supervisord.conf"
     assert text.count("[program:vllm]") == 1 and "[program:vllm-1]" in text and "[program:vllm-2]" in text
-    assert 'environment=ENGINE_REPLICA="2"' in text and "vllm-2.log" in text and "[program:router]" in text
+    assert 'environment=ENGINE_REPLICA="2"' in text and "vllm-2.log" in text
+    assert "[program:router]\ncommand=%(ENV_APP_PYTHON)s -m engine.replicas\n" in text
     assert program_names(settings) == ["vllm", "vllm-1", "vllm-2"]
     from supervisor.options import UnhosedConfigParser
 
@@ -111,7 +112,8 @@ class Programs:
 
 def test_model_switch_restarts_every_replica_and_waits_for_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """./start_vllm.sh with REPLICAS=2: both engines stopped and started with the request, each replica's URL and the
-    router's awaited; a replica that died shows in the status by name."""
+    router restarted once they answer (a fresh router sends to all) and awaited; a replica that died shows in the
+    status by name."""
     waited: list[str] = []
     def wait(url: str, timeout_s: float, abort: Any, headers: Any) -> tuple[bool, str]:
         waited.append(url)
@@ -122,7 +124,7 @@ def test_model_switch_restarts_every_replica_and_waits_for_each(tmp_path: Path, 
     programs = Programs({"vllm": "RUNNING", "vllm-1": "RUNNING", "router": "RUNNING"})
     engine = LocalEngine(s, programs)  # type: ignore[arg-type]
     engine.restart(EngineRequest(model="synthetic:tiny"))
-    assert programs.calls == ["stop vllm", "stop vllm-1", "start vllm", "start vllm-1"]
+    assert programs.calls == ["stop vllm", "stop vllm-1", "start vllm", "start vllm-1", "stop router", "start router"]
     assert [u.rsplit(":", 1)[1] for u in waited] == ["9000/v1/models", "9001/v1/models", "8100/v1/models"]
     programs.state["vllm-1"] = "EXITED"
     status = engine.status()
