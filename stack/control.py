@@ -37,7 +37,7 @@ from core.tokenfile import ensure_sidecar_token
 from engine.control import FAILED_STATES, LocalEngine, Supervisor, engine_phase, why_not_up
 from engine.engineplan import engine_build
 from engine.reaper import end_engine_processes
-from engine.replicas import write_conf
+from engine.replicas import ROUTER_PROGRAM, program_names, write_conf
 from engine.startup import StartupPhase
 from sidecar.reports.envinfo import startup_facts
 from stack.services import Service, answers, programs, remote_engines, services, tail
@@ -199,6 +199,9 @@ def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
         f"[INFO] The stack is running but {', '.join(dead)} stopped; restarting {'it' if len(dead) == 1 else 'them'}."
     )
     since = log_position(settings.vllm_log_file) if "vllm" in dead else None
+    if ROUTER_PROGRAM in states and ROUTER_PROGRAM not in dead and any(n in dead for n in program_names(settings)):
+        rpc(settings).supervisor.stopProcess(ROUTER_PROGRAM)  # restarted after the replicas (engine.replicas.main)
+        dead.append(ROUTER_PROGRAM)
     for name in dead:
         try:
             rpc(settings).supervisor.startProcess(name, False)

@@ -35,7 +35,6 @@ from core.report_schema import BenchmarkConfig, Report
 from core.schedule import requested_rate
 from core.series import SeriesReport, is_series_id
 from core.serverview import cross_check
-from core.serverview_cluster import cluster_view
 from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
 from engine.control import LocalEngine
@@ -46,6 +45,7 @@ from loadgen.errors import BenchError, WarmupFailed, WorkersMissing
 from loadgen.orchestrate import profiling
 from loadgen.orchestrate.measured_run import Measured, from_records_file, run_measured
 from loadgen.orchestrate.preflight import plan_problem, preflight
+from loadgen.orchestrate.replica_watch import cluster_of
 from loadgen.orchestrate.stack_lock import RunLock, StackBusy
 from loadgen.orchestrate.sweep import RunPoint, RunResult, run_series
 from loadgen.plan import bench_config, read_plan
@@ -86,15 +86,7 @@ def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, sett
         )
         if run.before and run.after
         else None,
-        cluster=cluster_view(
-            run.replicas,
-            measured,
-            router_policy=plan.router_policy,
-            router_version=plan.router_version,
-            max_added_pct=settings.client_overhead_max_pct,
-        )
-        if run.replicas
-        else None,
+        cluster=cluster_of(run.replicas, measured, plan, settings.client_overhead_max_pct),
         client=client_view(
             measured,
             measured_window_s(measured),

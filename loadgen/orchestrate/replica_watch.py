@@ -14,9 +14,11 @@ import time
 
 import httpx
 
+from core.records import RequestRecord
 from core.replicas import Replica, replicas, router_in_use
+from core.report_schema import BenchmarkConfig
 from core.serverview import Samples, parse_exposition
-from core.serverview_cluster import ReplicaScrapes
+from core.serverview_cluster import ClusterView, ReplicaScrapes, cluster_view
 from core.serverview_samples import sum_samples
 from core.settings import Settings
 
@@ -109,3 +111,14 @@ class ReplicaWatch:
             return None, None, (f"summed server cross-check skipped: {', '.join(missing)} could not be scraped, so "
                                 "the servers' counts lack its requests; per-replica figures in the report's replicas")
         return sum_samples([s.before for s in both if s.before]), sum_samples([s.after for s in both if s.after]), None
+
+
+def cluster_of(
+    scrapes: list[ReplicaScrapes] | None, records: list[RequestRecord], plan: BenchmarkConfig, max_added_pct: float
+) -> ClusterView | None:
+    """The report's per-replica view (:func:`core.serverview_cluster.cluster_view`, the plan's router policy and
+    version); None for a run without the router."""
+    if not scrapes:
+        return None
+    return cluster_view(scrapes, records, router_policy=plan.router_policy, router_version=plan.router_version,
+                        max_added_pct=max_added_pct)  # fmt: skip

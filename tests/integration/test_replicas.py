@@ -17,7 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from core.serverview import parse_exposition
+from core.serverview import SUCCESS_REASONS, parse_exposition
 from core.settings import PROJECT_ROOT
 from tests.integration.conftest import SECRETS, Stack, stack_env
 
@@ -61,9 +61,11 @@ def replica_url(k: int) -> str:
 
 
 def finished_total(url: str) -> float:
-    """Requests the engine at ``url`` finished since it started (vllm:request_success_total, all reasons)."""
+    """Requests the engine at ``url`` completed since it started (vllm:request_success_total with a success reason,
+    not aborts)."""
     samples = parse_exposition(httpx.get(f"{url}/metrics", headers=HEADERS, timeout=10).text)
-    return sum(samples.get("vllm:request_success_total", {}).values())
+    return sum(value for labels, value in samples.get("vllm:request_success_total", {}).items()
+               if dict(labels).get("finished_reason") in SUCCESS_REASONS)  # fmt: skip
 
 
 def report_of(stdout: str) -> dict[str, Any]:
@@ -98,7 +100,9 @@ def test_two_replicas_share_the_benchmark_and_add_up(cluster: Stack) -> None:
     assert report["server"]["disagreements"] == [], report["server"]
     assert all(r["agrees"] and r["kv_pool_tokens"] for r in view["replicas"]), view
     assert view["imbalance_percent"] is not None and view["imbalance_percent"] <= 25.0  # round robin: about 20/20
-    assert finished_total(replica_url(0)) + finished_total(replica_url(1)) == 40 + 2
+    # since start: the 2 warm-up and 40 measured requests, and the sidecar's one-token system_fingerprint probe
+    # after the window (sidecar/reports/envinfo.py)
+    assert finished_total(replica_url(0)) + finished_total(replica_url(1)) == 2 + 40 + 1
     markdown = (cluster.reports_dir / report["markdown_file"]).read_text()
     assert "## Replicas" in markdown and "| vllm-1 (" in markdown
 
