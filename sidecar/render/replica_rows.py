@@ -25,7 +25,7 @@ def replica_rows(cluster: ClusterView) -> list[list[str]]:
         rows.append([f"{r.name} ({r.url})", state, fmt(r.requests_succeeded, digits=0),
                      fmt(r.share_percent, "%", 1), fmt(r.requests_failed, digits=0), fmt(r.ttft_mean_ms, digits=1),
                      fmt(r.e2e_mean_ms, digits=1), agrees, fmt(added, digits=1), fmt(r.kv_pool_tokens, digits=0),
-                     fmt(r.kv_peak_usage_percent, digits=1), fmt(r.preemptions, digits=0)])  # fmt: skip
+                     fmt(r.kv_peak_usage_percent, digits=3), fmt(r.preemptions, digits=0)])  # fmt: skip
     return rows
 
 
