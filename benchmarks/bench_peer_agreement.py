@@ -46,7 +46,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.serverview import Samples, parse_exposition  # noqa: E402
+from core.serverview_samples import Samples, parse_exposition  # noqa: E402
 from core.settings import get_settings  # noqa: E402
 from loadgen.childprocs import cpu_in_window, log_tail, stop_process  # noqa: E402
 

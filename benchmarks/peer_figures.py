@@ -12,7 +12,7 @@ from typing import Any
 
 from vllm_peer import vllm_window_monotonic_s
 
-from core.serverview import Samples, latency_view
+from core.serverview_samples import Samples, latency_view
 
 SERVER_TOKENS_TOLERANCE = 0.03  # |our output tok/s ÷ the server's generated tokens over our window − 1|
 README = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"

@@ -20,6 +20,7 @@ from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig, ErrorSummary, Report, Resources
 from core.series import PointPlan, SeriesReport
 from core.serverview import ServerView
+from core.serverview_cluster import ClusterView
 from core.stats import RunMetrics
 
 MAX_STRING_CHARS = 10_000
@@ -82,6 +83,7 @@ class BuildReportRequest(BaseModel):
         "the report's resources. None: the samples between window_start and window_end.",
     )
     server: ServerView | None = None
+    cluster: ClusterView | None = None
     client: ClientView | None = None
     run_id: str | None = Field(default=None, description="Name of the run's rows file, YYYYMMDD_HHMMSS.")
     profile_traces: list[str] = Field(default_factory=list, description="Trace files vLLM wrote in the window.")

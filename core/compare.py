@@ -70,6 +70,13 @@ def fingerprint_fields(config: BenchmarkConfig, env: Environment) -> dict[str, A
             if config.trace_sha256
             else {}
         ),
+        # only with the router (REPLICAS > 1 or ENGINE_URLS): single-engine runs keep their fingerprint
+        **(
+            {"replicas": config.replicas, "router_policy": config.router_policy,
+             "router_version": config.router_version}
+            if config.replicas is not None
+            else {}
+        ),
         "model": env.served_model_name,
         "synthetic": env.synthetic,
         "gpu_model": env.gpu_model,

@@ -14,9 +14,14 @@ from core.clientview import ClientView
 from core.report_resources import GpuSample, GpuStats, KvCacheStats, ResourcePoint, Resources
 from core.report_setup import BenchmarkConfig, Environment, StartupFacts
 from core.serverview import ServerView
+from core.serverview_cluster import ClusterView
 from core.stats import RunMetrics
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
+# 1.4: optional fields only (CHANGELOG.md): trace replay (``config.trace_file``, ``trace_format``, ``trace_sha256``,
+#      ``trace_speed``, ``trace_rows``) and engines behind vLLM's router (``config.replicas``, ``router_policy``,
+#      ``router_version``; ``cluster``: every replica's share, counts, server TTFT/E2E, KV pool and peak,
+#      preemptions, state). A 1.3 report reads unchanged and is marked 1.4 when read (:func:`migrate_report`).
 # 1.3: optional fields only (CHANGELOG.md): the client's added latency over the server's own clock
 #      (``server.client_overhead``), per-GPU facts of the engine's GPUs and both CUDA versions, requested vs achieved
 #      load (``metrics.schedule``), steady-state figures (``metrics.steady``), shared prefixes and the prefix-cache
@@ -121,11 +126,11 @@ class Comparison(BaseModel):
 
 def migrate_report(data: Any) -> Any:
     """Bring a stored report's JSON up to :data:`SCHEMA_VERSION` (1.1 -> 1.2: renamed and moved fields, see the
-    notes at :data:`SCHEMA_VERSION`; 1.2 -> 1.3: only optional fields were added); other input as is."""
-    if not isinstance(data, dict) or data.get("schema_version") not in ("1.1", "1.2"):
+    notes at :data:`SCHEMA_VERSION`; 1.2 -> 1.3 -> 1.4: only optional fields were added); other input as is."""
+    if not isinstance(data, dict) or data.get("schema_version") not in ("1.1", "1.2", "1.3"):
         return data
     data = dict(data)
-    if data["schema_version"] == "1.2":
+    if data["schema_version"] in ("1.2", "1.3"):  # later versions only added optional fields
         data["schema_version"] = SCHEMA_VERSION
         return data
     for section in ("metrics", "resources"):
@@ -191,6 +196,9 @@ class Report(BaseModel):
         default=None, description="vLLM's /metrics over the window and its agreement with the client (None: no scrape)."
     )
     client: ClientView | None = Field(default=None, description="The load generator's own resource use.")
+    cluster: ClusterView | None = Field(
+        default=None, description="Every engine behind the router over the window (None: one engine, no router)."
+    )
     profile: ProfileInfo | None = Field(default=None, description="Profiler traces, when PROFILE=1.")
     interrupted: bool = Field(
         default=False, description="The run was stopped early (Ctrl-C): its rows so far; never a comparison reference."

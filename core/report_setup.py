@@ -121,6 +121,11 @@ class BenchmarkConfig(BaseModel):
         default=None, description="PREFIX_LEN: tokens of the shared prefix before every prompt; None: no prefix."
     )
     prefix_count: int | None = Field(default=None, description="PREFIX_COUNT: distinct shared prefixes.")
+    replicas: int | None = Field(
+        default=None, description="Engines behind vllm-router (local REPLICAS + ENGINE_URLS); None: no router."
+    )
+    router_policy: str | None = Field(default=None, description="The router's --policy (None: no router).")
+    router_version: str | None = Field(default=None, description="The vllm-router package's version.")
     prefix_file: str | None = Field(
         default=None, description="The generated prefixes (a JSON list of texts, logs/datasets/prefixes_….json)."
     )

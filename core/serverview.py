@@ -11,106 +11,28 @@ What the client added to the server's own clock (mean TTFT, ITL and E2E, client 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Sequence
 
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, Field
 
 from core.records import RequestRecord
+from core.serverview_overhead import (
+    CLIENT_OVERHEAD_MAX_PCT,
+    ClientOverhead,
+    _pct,
+    client_overhead,
+)
+from core.serverview_samples import (
+    LatencyView,
+    Samples,
+    _delta,
+    latency_view,
+)
 
 SUCCESS_REASONS = {"stop", "length", "repetition"}
 # Failures where the client gave up on a stream the server had accepted: the server may have generated (and counted)
 # tokens, or even finished the request, that the client never saw. Ctrl-C and DRAIN_S cut requests are `incomplete`.
 CUT_KINDS = frozenset({"incomplete", "timeout", "connection", "no_done"})
-Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
-
-
-def parse_exposition(text: str) -> Samples:
-    """``{sample name: {labels: value}}`` of a Prometheus text exposition (vLLM's ``/metrics``).
-
-    Raises:
-        ValueError: the text is not a Prometheus exposition.
-    """
-    out: Samples = defaultdict(dict)
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out[sample.name][tuple(sorted(sample.labels.items()))] = float(sample.value)
-    return dict(out)
-
-
-def _total(samples: Samples, name: str, **match: str) -> float:
-    """Sum of ``name`` over the label sets that contain ``match``."""
-    return sum(
-        value
-        for labels, value in samples.get(name, {}).items()
-        if all(dict(labels).get(k) == v for k, v in match.items())
-    )
-
-
-def _delta(before: Samples, after: Samples, name: str, **match: str) -> float:
-    return _total(after, name, **match) - _total(before, name, **match)
-
-
-def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
-    """Quantile ``q`` (0..1) from cumulative ``(upper bound, count)`` buckets, as Prometheus computes it.
-
-    Linear interpolation inside the bucket holding the rank; the +Inf bucket returns the previous bound.
-    Source: Prometheus docs, "histogram_quantile()". None when the histogram is empty.
-    """
-    ordered = sorted(buckets)
-    if not ordered or ordered[-1][1] <= 0:
-        return None
-    rank = q * ordered[-1][1]
-    prev_bound, prev_count = 0.0, 0.0
-    for bound, count in ordered:
-        if count >= rank:
-            if math.isinf(bound):
-                return prev_bound
-            if count == prev_count:
-                return bound
-            return prev_bound + (bound - prev_bound) * (rank - prev_count) / (count - prev_count)
-        prev_bound, prev_count = bound, count
-    return ordered[-1][0]
-
-
-def _bucket_deltas(before: Samples, after: Samples, name: str) -> list[tuple[float, float]]:
-    per_le: dict[float, float] = defaultdict(float)
-    for source, sign in ((after, 1.0), (before, -1.0)):
-        for labels, value in source.get(f"{name}_bucket", {}).items():
-            le = dict(labels).get("le")
-            if le is not None:
-                per_le[float(le)] += sign * value
-    return sorted(per_le.items())
-
-
-class LatencyView(BaseModel):
-    """One server-side latency histogram over the window, milliseconds."""
-
-    count: int
-    mean_ms: float | None
-    p50_ms: float | None
-    p90_ms: float | None
-    p99_ms: float | None
-
-
-def latency_view(before: Samples, after: Samples, name: str) -> LatencyView:
-    """Count, exact mean and bucket-interpolated quantiles of histogram ``name`` (seconds) over the window."""
-    count = _delta(before, after, f"{name}_count")
-    total_s = _delta(before, after, f"{name}_sum")
-    buckets = _bucket_deltas(before, after, name)
-
-    def q_ms(q: float) -> float | None:
-        value = histogram_quantile(q, buckets)
-        return None if value is None else value * 1000.0
-
-    return LatencyView(
-        count=round(count),
-        mean_ms=total_s / count * 1000.0 if count > 0 else None,
-        p50_ms=q_ms(0.5),
-        p90_ms=q_ms(0.9),
-        p99_ms=q_ms(0.99),
-    )
 
 
 class Agreement(BaseModel):
@@ -122,105 +44,6 @@ class Agreement(BaseModel):
     diff_percent: float | None
     tolerance: str
     agrees: bool | None = Field(description="None when either side is missing.")
-
-
-ADDED_FIGURES = (  # (name, vLLM histogram, the least added ms ever flagged: below it a share means nothing)
-    ("ttft", "vllm:time_to_first_token_seconds", 5.0),
-    ("itl", "vllm:inter_token_latency_seconds", 0.5),
-    ("e2e", "vllm:e2e_request_latency_seconds", 5.0),
-)
-CLIENT_OVERHEAD_MAX_PCT = 10.0  # default of the CLIENT_OVERHEAD_MAX_PCT setting
-
-
-class AddedLatency(BaseModel):
-    """One latency as the client measured it and as the server's own histogram did, over the same window."""
-
-    name: str = Field(description="ttft, itl or e2e.")
-    client_mean_ms: float | None
-    server_mean_ms: float | None = Field(description="_sum / _count delta of the server's histogram; None: empty.")
-    added_ms: float | None = Field(description="client_mean_ms - server_mean_ms: what the client's side added.")
-    added_percent: float | None = Field(description="added_ms as a share of server_mean_ms, %.")
-
-
-class ClientOverhead(BaseModel):
-    """What the client added to one server's own TTFT, ITL and E2E over the measured window."""
-
-    server_url: str | None = Field(default=None, description="The server scraped (one entry per replica).")
-    figures: list[AddedLatency] = Field(default_factory=list, description="ttft, itl, e2e (those measured).")
-    max_added_pct: float = Field(description="The share above which a figure is flagged (CLIENT_OVERHEAD_MAX_PCT).")
-    flagged: list[str] = Field(default_factory=list, description="Names of the figures the client added too much to.")
-    missing: str | None = Field(default=None, description="Why the comparison could not be made, when it could not.")
-
-
-def client_overhead(
-    before: Samples,
-    after: Samples,
-    records: Sequence[RequestRecord],
-    *,
-    server_url: str | None = None,
-    max_added_pct: float = CLIENT_OVERHEAD_MAX_PCT,
-) -> ClientOverhead:
-    """Client mean minus server mean of TTFT, ITL and E2E over one server's window (``after - before``).
-
-    The client's means are over its successful measured rows (ITL: every gap of every row pooled, as the server's
-    histogram pools every token's gap); the server's are exact (``_sum``/``_count`` deltas of
-    ``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds``, ``vllm:e2e_request_latency_seconds``;
-    vLLM v1 stamps them in its API server's output processor, so the difference is HTTP, SSE, parsing, the network
-    and the client's own scheduling). A figure is flagged when the client added more than ``max_added_pct`` % of
-    the server's figure and more than a floor (5 ms TTFT/E2E, 0.5 ms ITL). ``missing`` says why nothing could be
-    compared: no such histogram (not vLLM, or another version) or none of it in the window.
-    """
-    ok = [r for r in records if r.phase == "measured" and r.ok]
-    client = {
-        "ttft": [r.ttft_ms for r in ok if r.ttft_ms is not None],
-        "itl": [gap for r in ok for gap in r.itl_ms],
-        "e2e": [r.e2e_ms for r in ok if r.e2e_ms is not None],
-    }
-    absent = [metric for _, metric, _ in ADDED_FIGURES if f"{metric}_count" not in after]
-    if len(absent) == len(ADDED_FIGURES):
-        why = "the server's /metrics has none of " + ", ".join(absent) + " (not vLLM, or a version without them)"
-        return ClientOverhead(server_url=server_url, max_added_pct=max_added_pct, missing=why)
-    figures, flagged = [], []
-    for name, metric, floor_ms in ADDED_FIGURES:
-        if metric in absent:
-            continue
-        values = client[name]
-        client_ms = sum(values) / len(values) if values else None
-        server_ms = latency_view(before, after, metric).mean_ms
-        added = None if client_ms is None or server_ms is None else client_ms - server_ms
-        share = _pct(client_ms, server_ms)
-        figures.append(
-            AddedLatency(
-                name=name, client_mean_ms=client_ms, server_mean_ms=server_ms, added_ms=added, added_percent=share
-            )
-        )
-        if added is not None and share is not None and share > max_added_pct and added > floor_ms:
-            flagged.append(name)
-    missing = None
-    if all(f.added_ms is None for f in figures):
-        missing = "no request of the window in the server's latency histograms" if ok else "no successful request"
-    return ClientOverhead(
-        server_url=server_url, figures=figures, max_added_pct=max_added_pct, flagged=flagged, missing=missing
-    )
-
-
-def overhead_text(overhead: ClientOverhead) -> str:
-    """``TTFT +21.3 ms (+1.2%), ITL +0.4 ms (+0.5%), E2E +45.0 ms (+0.9%) over the server's own``, with the flag or
-    why it is missing — the one wording for the terminal, Markdown and HTML."""
-    where = f" ({overhead.server_url})" if overhead.server_url else ""
-    if overhead.missing:
-        return f"client overhead not measured{where}: {overhead.missing}"
-    parts = [
-        f"{f.name.upper()} {f.added_ms:+.1f} ms ({f.added_percent:+.1f}%)"
-        if f.added_ms is not None and f.added_percent is not None
-        else f"{f.name.upper()} n/a"
-        for f in overhead.figures
-    ]
-    text = ", ".join(parts) + f" over the server's own{where}"
-    if overhead.flagged:
-        names = ", ".join(n.upper() for n in overhead.flagged)
-        text += f" — CLIENT OVERHEAD: adds more than {overhead.max_added_pct:g}% to {names} (CLIENT_OVERHEAD_MAX_PCT)"
-    return text
 
 
 class ServerView(BaseModel):
@@ -259,12 +82,6 @@ class ServerView(BaseModel):
         default_factory=list,
         description="What the client added to each server's own mean TTFT, ITL and E2E (one entry per server).",
     )
-
-
-def _pct(client: float | None, server: float | None) -> float | None:
-    if client is None or server is None or server == 0:
-        return None
-    return (client - server) / server * 100.0
 
 
 def _check(name: str, client: float | None, server: float | None, rel: float, abs_: float, label: str) -> Agreement:

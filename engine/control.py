@@ -7,6 +7,7 @@ supervisord restarts later keeps the request; ``make up`` on a stopped stack sta
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -27,8 +28,10 @@ from core.enginestate import (
     write_request,
 )
 from core.net import wait_for_http
+from core.replicas import replicas
 from core.settings import PROJECT_ROOT, Settings
 from engine.enginephase import engine_process, failure_report, launch_phase
+from engine.replicas import ROUTER_PROGRAM, program_names
 from engine.startuptracker import StartupPhase
 
 PROGRAM = "vllm"
@@ -79,20 +82,29 @@ def why_not_up(settings: Settings, since: LogPosition | None, supervisor: Superv
 
 
 class LocalEngine:
-    """:class:`core.enginestate.EngineControl` for ``program:vllm`` under the stack's supervisord."""
+    """:class:`core.enginestate.EngineControl` for ``program:vllm`` under the stack's supervisord — and, with local
+    replicas behind the router (REPLICAS > 1), for every one of them at once (``vllm``, ``vllm-1``, ...): a model
+    switch restarts them all with the same request; the router keeps running."""
 
     def __init__(self, settings: Settings, supervisor: Supervisor | None = None) -> None:
         self.settings = settings
         self.supervisor = supervisor or Supervisor(settings.run_dir)
+        self.programs = program_names(settings)
+
+    def _states(self, states: dict[str, dict[str, Any]]) -> dict[str, str]:
+        return {name: states.get(name, {}).get("statename", "UNKNOWN") for name in self.programs}
 
     def status(self) -> EngineStatus | None:
-        """vLLM's supervisor state and the request it was started with; None when supervisord is not running."""
+        """vLLM's supervisor state (with replicas: RUNNING when all run, else the first other one, ``vllm-1
+        EXITED``) and the request it was started with; None when supervisord is not running."""
         states = self.supervisor.states()
         if states is None:
             return None
-        state = states.get(PROGRAM, {}).get("statename", "UNKNOWN")
+        mine = self._states(states)
+        odd = [(name, state) for name, state in mine.items() if state not in ("RUNNING", "STARTING")]
+        state = (odd[0][1] if len(mine) == 1 else f"{odd[0][0]} {odd[0][1]}") if odd else "RUNNING"
         request = read_request(self.settings.engine_request_file)
-        return EngineStatus(running=state in ("RUNNING", "STARTING"), state=state, request=request)
+        return EngineStatus(running=not odd, state=state, request=request)
 
     def _require(self) -> EngineStatus:
         status = self.status()
@@ -103,28 +115,50 @@ class LocalEngine:
     def _wait(self, since: LogPosition | None) -> None:
         """Wait until vLLM answers; raise EngineError with :func:`why_not_up` of the launch at ``since`` when its
         process died (or the time ran out)."""
-        url = f"{self.settings.vllm_url}/v1/models"
-
         def dead() -> str | None:
-            state = (self.supervisor.states() or {}).get(PROGRAM, {}).get("statename", "UNKNOWN")
-            return f"vLLM is {state}" if state in FAILED_STATES else None
+            states = self._states(self.supervisor.states() or {})
+            failed = [(name, state) for name, state in states.items() if state in FAILED_STATES]
+            if len(states) == 1 and failed:
+                return f"vLLM is {failed[0][1]}"
+            return "; ".join(f"{name} is {state}" for name, state in failed) or None
 
-        ok, why = wait_for_http(url, self.settings.startup_timeout_s, abort=dead, headers=self.settings.vllm_headers)
-        if not ok:
-            raise EngineError(f"{why}\n{why_not_up(self.settings, since, self.supervisor)}")
+        urls = [r.url for r in replicas(self.settings) if r.local] + [self.settings.vllm_url]
+        for url in dict.fromkeys(urls):  # every replica, then the router in front of them (one URL without it)
+            if url == self.settings.vllm_url and len(urls) > 1:
+                self._restart_router()
+            ok, why = wait_for_http(f"{url}/v1/models", self.settings.startup_timeout_s, abort=dead,
+                                    headers=self.settings.vllm_headers)  # fmt: skip
+            if not ok:
+                raise EngineError(f"{why}\n{why_not_up(self.settings, since, self.supervisor)}")
+
+    def _restart_router(self) -> None:
+        """Restart ``program:router`` once the replicas answer again: vllm-router keeps a worker that failed while
+        restarting out of rotation (circuit breaker, 60 s health checks); a fresh router sends to all of them."""
+        if ROUTER_PROGRAM not in (self.supervisor.states() or {}):
+            return
+        rpc = self.supervisor.proxy().supervisor
+        with contextlib.suppress(xmlrpc.client.Fault):  # not running: nothing to stop
+            rpc.stopProcess(ROUTER_PROGRAM)
+        rpc.startProcess(ROUTER_PROGRAM, False)
 
     def start(self) -> None:
         """Start vLLM when it is not running and wait until it answers."""
         since = None
-        if not self._require().running:
-            since = log_position(self.settings.vllm_log_file)  # this launch's lines begin here
-            self.supervisor.proxy().supervisor.startProcess(PROGRAM, False)
+        self._require()
+        states = self._states(self.supervisor.states() or {})
+        for name, state in states.items():
+            if state not in ("RUNNING", "STARTING"):
+                if name == PROGRAM:
+                    since = log_position(self.settings.vllm_log_file)  # this launch's lines begin here
+                self.supervisor.proxy().supervisor.startProcess(name, False)
         self._wait(since)
 
     def stop(self) -> None:
-        """Stop vLLM (its process group)."""
-        if self._require().running:
-            self.supervisor.proxy().supervisor.stopProcess(PROGRAM)
+        """Stop vLLM (its process group; every local replica's)."""
+        self._require()
+        for name, state in self._states(self.supervisor.states() or {}).items():
+            if state in ("RUNNING", "STARTING"):
+                self.supervisor.proxy().supervisor.stopProcess(name)
 
     def restart(self, request: EngineRequest) -> None:
         """Restart vLLM with ``request`` and wait until it answers (see :class:`core.enginestate.EngineControl`)."""

@@ -43,6 +43,7 @@ from core.enginestate import (
 )
 from core.net import port_in_use_message
 from core.redact import redact_argv, split_secret_flags, strip_url_credentials
+from core.replicas import router_in_use
 from core.settings import PROJECT_ROOT, Settings, get_settings, service_env
 from engine.doctor import preflight
 from engine.engineplan import (
@@ -60,6 +61,7 @@ from engine.kvsizing import KvPlan, KvSizingError
 from engine.logpipe import Masked, output, pump
 from engine.model_resolve import ModelResolutionError, ResolvedModel
 from engine.reaper import MARKER, marker_value
+from engine.replicas import replica_settings
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 DRAIN_S = 5.0
@@ -312,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     request = read_request(get_settings().engine_request_file)
     try:
         settings = apply_request(get_settings(), request)
+        gpus = len(host_gpus().devices) if router_in_use(settings) and engine_build(settings) == "gpu" else 0
+        settings = replica_settings(settings, gpus)  # replica K of a router stack: its port, log, GPUs or cores
     except ValueError as exc:
         print(f"[ERROR] {exc}".splitlines()[0], file=sys.stderr, flush=True)
         return 2

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.replicas import router_fields
 from core.report_schema import BenchmarkConfig
 from core.settings import PROJECT_ROOT, RANDOM_DATASET, Settings
 from loadgen.workloads.dataset import Prompt, dataset_of, prompts_as_json, prompts_from_json
@@ -104,6 +105,7 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
         session_turns=settings.session_turns,
         prefix_len_tokens=settings.prefix_len,
         prefix_count=settings.prefix_count if settings.prefix_len else None,
+        **router_fields(settings),
     )
 
 

@@ -14,11 +14,7 @@ import subprocess
 import sys
 import time
 import xmlrpc.client
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-import httpx
 
 from core.enginestate import (
     EngineError,
@@ -34,70 +30,19 @@ from core.logrotate import MIB
 from core.net import port_in_use_message
 from core.pipes import guard_stdout
 from core.redact import Redactor, secret_values
+from core.replicas import check_cluster
 from core.report_schema import StartupFacts
 from core.settings import PROJECT_ROOT, Settings, get_settings
 from core.tokenfile import ensure_sidecar_token
 from engine.control import FAILED_STATES, LocalEngine, Supervisor, engine_phase, why_not_up
 from engine.engineplan import engine_build
 from engine.reaper import end_engine_processes
+from engine.replicas import ROUTER_PROGRAM, program_names, write_conf
 from engine.startuptracker import StartupPhase
 from sidecar.reports.envinfo import startup_facts
+from stack.services import answers, programs, remote_engines, services, tail
 
 CONF = PROJECT_ROOT / "deploy" / "supervisord.conf"
-
-
-
-@dataclass(frozen=True)
-class Service:
-    """A supervised service: its program name, readiness URL (and the headers it needs), port variable and log."""
-
-    name: str
-    url: str
-    host: str
-    port: int
-    port_var: str
-    log: Path
-    headers: tuple[tuple[str, str], ...] = ()
-
-
-def services(settings: Settings) -> list[Service]:
-    """The four services of local mode, vLLM first."""
-    logs = settings.logs_dir
-    return [
-        Service(
-            "vllm",
-            f"{settings.vllm_url}/v1/models",
-            settings.vllm_host,
-            settings.vllm_port,
-            "VLLM_PORT",
-            logs / "vllm.log",
-            tuple(settings.vllm_headers.items()),  # /v1/models needs the API key when vLLM has one
-        ),
-        Service(
-            "sidecar",
-            f"{settings.sidecar_url}/health",
-            settings.sidecar_host,
-            settings.sidecar_port,
-            "SIDECAR_PORT",
-            logs / "sidecar.log",
-        ),
-        Service(
-            "ui",
-            f"http://127.0.0.1:{settings.ui_port}/",
-            settings.ui_host,
-            settings.ui_port,
-            "UI_PORT",
-            logs / "ui.log",
-        ),
-        Service(
-            "locust",
-            f"http://127.0.0.1:{settings.locust_web_port}/",
-            settings.locust_web_host,
-            settings.locust_web_port,
-            "LOCUST_WEB_PORT",
-            logs / "locust.log",
-        ),
-    ]
 
 
 def supervisor_env(settings: Settings) -> dict[str, str]:
@@ -133,28 +78,12 @@ def rpc(settings: Settings) -> Any:
     return Supervisor(settings.run_dir).proxy()
 
 
-def tail(path: Path, lines: int = 25) -> str:
-    """Last ``lines`` lines of a log (empty when missing)."""
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-def answers(url: str, headers: tuple[tuple[str, str], ...] = ()) -> bool:
-    """True when ``url`` answers HTTP 200 (after redirects: Locust's web UI sends a login to ``/login``)."""
-    try:
-        return httpx.get(url, timeout=5, headers=dict(headers), follow_redirects=True).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def wait_ready(settings: Settings, since: LogPosition | None = None) -> tuple[bool, str]:
     """Wait until every service answers; fail fast when supervisord reports a dead one (for vLLM with
     :func:`~engine.control.why_not_up`: its error line and last lines). ``since``: where the launch being
     waited for begins in vLLM's log (its phase is the only one shown)."""
     deadline = time.monotonic() + settings.startup_timeout_s
-    pending = services(settings)
+    pending = programs(settings)
     last_note = 0.0
     while pending and time.monotonic() < deadline:
         states = process_states(settings) or {}
@@ -186,6 +115,10 @@ def wait_ready(settings: Settings, since: LogPosition | None = None) -> tuple[bo
 def up(settings: Settings, request: EngineRequest | None = None) -> int:
     """Start the stack and wait for it; 0 when everything answers. ``request``: what vLLM's first launch changes
     (``./start_vllm.sh`` with no stack running: its model and engine knobs); default none (MODEL, unprofiled)."""
+    cluster_error = check_cluster(settings)
+    if cluster_error:
+        print(f"[ERROR] {cluster_error}", file=sys.stderr)
+        return 2
     ports = [(s.port, s.port_var) for s in services(settings)]
     clashes = sorted({f"{a[1]}={a[0]} and {b[1]}" for a in ports for b in ports if a[0] == b[0] and a[1] < b[1]})
     if clashes:
@@ -221,8 +154,9 @@ def up(settings: Settings, request: EngineRequest | None = None) -> int:
         if checked.returncode != 0:
             print("[ERROR] The GPU preflight failed (lines above); fix them and run `make up` again.", file=sys.stderr)
             return 2
+    conf = write_conf(settings, CONF)  # CONF itself, or with the replicas and the router (engine.replicas)
     subprocess.run(
-        [sys.executable, "-m", "supervisor.supervisord", "-c", str(CONF)], env=env, cwd=PROJECT_ROOT, check=True
+        [sys.executable, "-m", "supervisor.supervisord", "-c", str(conf)], env=env, cwd=PROJECT_ROOT, check=True
     )
     ok, why = wait_ready(settings, since or LogPosition(dev=0, ino=0, offset=0))
     if not ok:
@@ -255,7 +189,7 @@ def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
         except EngineError as exc:
             print(f"[WARN] {exc}", file=sys.stderr)
         states = process_states(settings) or {}
-    dead = [s.name for s in services(settings) if states.get(s.name, {}).get("statename") != "RUNNING"]
+    dead = [s.name for s in programs(settings) if states.get(s.name, {}).get("statename") != "RUNNING"]
     if not dead:
         print("[INFO] The stack is already running (supervisord answers); `make status` shows it.")
         return status(settings)
@@ -263,6 +197,9 @@ def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
         f"[INFO] The stack is running but {', '.join(dead)} stopped; restarting {'it' if len(dead) == 1 else 'them'}."
     )
     since = log_position(settings.vllm_log_file) if "vllm" in dead else None
+    if ROUTER_PROGRAM in states and ROUTER_PROGRAM not in dead and any(n in dead for n in program_names(settings)):
+        rpc(settings).supervisor.stopProcess(ROUTER_PROGRAM)  # restarted after the replicas (engine.replicas.main)
+        dead.append(ROUTER_PROGRAM)
     for name in dead:
         try:
             rpc(settings).supervisor.startProcess(name, False)
@@ -319,12 +256,16 @@ def status(settings: Settings) -> int:
         print("The stack is not running (`make up` starts it).")
         return 3
     healthy = True
-    for svc in services(settings):
+    for svc in programs(settings):
         info = states.get(svc.name, {})
         state = info.get("statename", "UNKNOWN")
         answering = answers(svc.url, svc.headers)
         healthy &= state == "RUNNING" and answering
         print(f"{svc.name:8s} {state:9s} {'answers' if answering else 'no answer':10s} {svc.url}  log: {svc.log}")
+    for engine in remote_engines(settings):  # ENGINE_URLS: run elsewhere, behind this host's router
+        answering = answers(f"{engine.url}/v1/models", tuple(settings.vllm_headers.items()))
+        healthy &= answering
+        print(f"{engine.name:8s} {'remote':9s} {'answers' if answering else 'no answer':10s} {engine.url}/v1/models")
     phase = startup(settings)
     redact = Redactor(secret_values(settings))
     print(

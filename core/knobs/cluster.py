@@ -1,5 +1,6 @@
-"""Settings fields of load from several hosts: a benchmark's master waiting for load workers on other hosts, and the
-worker side of it (a group of :class:`core.settings.Settings`; docs/benchmarking.md, "Load from several hosts").
+"""Settings fields of scale-out: engine replicas behind vLLM's router (docs/cluster.md), and load from several hosts:
+a benchmark's master waiting for load workers on other hosts, and the worker side of it (a group of
+:class:`core.settings.Settings`; docs/benchmarking.md, "Load from several hosts").
 
 A plain pydantic model: the environment and ``.env`` are read by the settings object, which inherits these fields.
 """
@@ -10,8 +11,41 @@ from pydantic import BaseModel, Field
 
 
 class ClusterKnobs(BaseModel):
-    """The master's wait for remote load workers, where it listens, and a worker's own side."""
+    """Engine replicas behind vLLM's router (``make up``); the master's wait for remote load workers, where it
+    listens, and a worker's own side."""
 
+    # --- engine replicas behind vLLM's router (docs/cluster.md) -------------------------------------------------
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=64,
+        description="vLLM engines `make up` runs on this host; above 1 (or with ENGINE_URLS) vllm-router listens on "
+        "VLLM_PORT in front of them. 0: router only (ENGINE_URLS needed).",
+    )
+    replica_port_base: int = Field(
+        default=8110,
+        ge=1,
+        le=65535,
+        description="With the router: local replica K listens on REPLICA_PORT_BASE+K; the router's Prometheus port "
+        "is the next one after the last replica.",
+    )
+    engine_urls: str | None = Field(
+        default=None,
+        description="Comma-separated URLs of vLLM engines on other hosts (http://host:port,...) the router also "
+        "sends to.",
+    )
+    router_policy: str | None = Field(
+        default=None,
+        description="vllm-router --policy (round_robin, cache_aware, power_of_two, ...); unset: the router's own.",
+    )
+    engine_replica: int = Field(
+        default=0,
+        ge=0,
+        description="Which local replica this engine process is (set by `make up` per replica; not a user knob).",
+        json_schema_extra={"cli": False},
+    )
+
+    # --- load from several hosts ---------------------------------------------------------------------------------
     expect_workers: int = Field(
         default=0,
         ge=0,

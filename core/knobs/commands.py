@@ -135,6 +135,7 @@ STACK = Command(
         ("Locust web UI", ("locust_web_host", "locust_web_port", "locust_web_username", "locust_extra_args")),
         ("logs", ("requests_log_max_mb", "requests_log_backups")),
         ("GPU", ("gpu_devices", "gpu_headroom_gb", "engine_preflight")),
+        ("replicas and router", ("replicas", "replica_port_base", "engine_urls", "router_policy")),
         ("containers", ("vllm_gpu_base", "container_uid", "container_gid")),
     ),
 )

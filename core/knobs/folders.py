@@ -34,7 +34,7 @@ class FolderKnobs(BaseModel):
     @property
     def engine_state_file(self) -> Path:
         """JSON written by the vLLM launcher: what model was resolved and why (read by UI and sidecar)."""
-        return self.logs_dir / "engine_state.json"
+        return self.logs_dir / f"engine_state{self.replica_suffix}.json"
 
     @property
     def engine_request_file(self) -> Path:
@@ -48,8 +48,15 @@ class FolderKnobs(BaseModel):
 
     @property
     def vllm_log_file(self) -> Path:
-        """vLLM's own log."""
-        return self.logs_dir / "vllm.log"
+        """vLLM's own log (replica K > 0 of a router stack: ``vllm-K.log``)."""
+        return self.logs_dir / f"vllm{self.replica_suffix}.log"
+
+    @property
+    def replica_suffix(self) -> str:
+        """``""`` for the one engine (or replica 0), ``-K`` for local replica K > 0 (ENGINE_REPLICA): the names of its
+        supervisord program, log and state file."""
+        replica = int(getattr(self, "engine_replica", 0))
+        return f"-{replica}" if replica else ""
 
     @property
     def requests_log_file(self) -> Path:

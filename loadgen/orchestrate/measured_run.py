@@ -10,14 +10,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from core.clientview import ProcessLoad
 from core.enginestate import EngineControl
 from core.errorsummary import causes_text, error_summary
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
-from core.serverview import Samples, parse_exposition
+from core.serverview_cluster import ReplicaScrapes
+from core.serverview_samples import Samples
 from core.settings import Settings
 from loadgen.errors import WarmupFailed
 from loadgen.locust_side.user_actions import payload_for
@@ -29,6 +28,7 @@ from loadgen.orchestrate.locust_run import (
     read_process_loads,
     run_locust,
 )
+from loadgen.orchestrate.replica_watch import ReplicaWatch, scrape_metrics
 from loadgen.plan import sampler_for
 from loadgen.request.client import new_session, stream_chat
 from loadgen.sidecar_client import SidecarClient
@@ -51,6 +51,7 @@ class Measured:
     server_down: ServerDown | None = None  # vLLM stopped answering: the run was ended early
     gaps: list[str] = field(default_factory=list)
     processes: list[ProcessLoad] = field(default_factory=list)
+    replicas: list[ReplicaScrapes] | None = None  # with the router: each engine's scrapes (replica_watch)
 
 
 def read_records(path: Path) -> tuple[list[RequestRecord], int]:
@@ -124,24 +125,6 @@ def warmup_failure(done: list[RequestRecord]) -> str:
 RowCounter = RowWatch  # the name earlier code and tests use
 
 
-def scrape_metrics(vllm_url: str, headers: dict[str, str] | None = None) -> tuple[Samples | None, str | None]:
-    """vLLM's ``/metrics`` parsed, or ``(None, why)`` when it cannot be read (the report then has no server view);
-    ``headers`` carry the API key."""
-    try:
-        response = httpx.get(f"{vllm_url}/metrics", timeout=10, headers=headers)
-    except httpx.HTTPError as exc:
-        return None, f"GET /metrics failed ({type(exc).__name__})"
-    if response.status_code != 200:
-        return None, f"GET /metrics answered HTTP {response.status_code}"
-    try:
-        samples = parse_exposition(response.text)
-    except ValueError:
-        return None, "GET /metrics is not a Prometheus exposition"
-    if "vllm:request_success_total" not in samples and "vllm:generation_tokens_total" not in samples:
-        return None, "GET /metrics has no vLLM request counters (not a vLLM server?)"
-    return samples, None
-
-
 def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidecar: SidecarClient) -> Measured:
     """Warmup, then the measured window: Locust between two /metrics scrapes, inside a sidecar sampling window
     (under the profiler with PROFILE=1).
@@ -158,16 +141,20 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     print(load_line(plan), flush=True)
     if settings.profile:
         profiling.start(settings)
-    before, why_before = scrape_metrics(plan.vllm_url, settings.vllm_headers)
+    watch = ReplicaWatch.of(settings)  # with the router: every engine behind it (scraped and polled from now)
+    before, why_before = (None, None) if watch else scrape_metrics(plan.vllm_url, settings.vllm_headers)
     window = sidecar.start_window()
     window_start = time.time()
     outcome = run_locust(settings, plan, records_path)
     window_end = time.time()
     if window is not None:
         sidecar.stop_window(window.window_id)
-    after, why_after = scrape_metrics(plan.vllm_url, settings.vllm_headers)
+    after, why_after = scrape_metrics(plan.vllm_url, settings.vllm_headers) if not watch else (None, None)
     gaps = []
-    if before is None or after is None:
+    if watch:
+        before, after, partial = watch.end()
+        gaps += [partial] if partial else []
+    elif before is None or after is None:
         gaps.append(f"server cross-check skipped: {why_before or why_after}")
     if window is None:
         gaps.append("sidecar sampling window not opened: resources are the samples between the run's first and last")
@@ -196,6 +183,7 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
         gaps=gaps,
         processes=outcome.processes,
         server_down=outcome.server_down,
+        replicas=watch.scrapes if watch else None,
     )
 
 

@@ -29,6 +29,7 @@ from loadgen.orchestrate.outcome import (
     EXIT_USAGE,
     finish,
 )
+from loadgen.orchestrate.replica_watch import cluster_of
 from loadgen.orchestrate.sweep import RunPoint, RunResult, run_series
 from loadgen.plan import read_plan
 from loadgen.sidecar_client import SidecarClient
@@ -49,10 +50,15 @@ def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, sett
         window_end=run.window_end,
         window_id=run.window_id,
         server=cross_check(
-            run.before, run.after, measured, server_url=plan.vllm_url, max_added_pct=settings.client_overhead_max_pct
+            run.before,
+            run.after,
+            measured,
+            server_url=f"{len(run.replicas)} replicas summed" if run.replicas else plan.vllm_url,
+            max_added_pct=settings.client_overhead_max_pct,
         )
         if run.before and run.after
         else None,
+        cluster=cluster_of(run.replicas, measured, plan, settings.client_overhead_max_pct),
         client=client_view(
             measured,
             measured_window_s(measured),

@@ -13,7 +13,8 @@ from core.intervals import Interval, change_text
 from core.report_schema import BenchmarkConfig, Report
 from core.schedule import schedule_text
 from core.series import SERIES_METRICS, SeriesReport
-from core.serverview import overhead_text, verdict_text
+from core.serverview import verdict_text
+from core.serverview_overhead import overhead_text
 
 COMPARE_LABELS = (
     ("throughput_req_per_sec_pct", "throughput"),
@@ -133,6 +134,12 @@ def format_summary(report: Report, report_path: str) -> list[str]:
                 f"[SERVER] Prefix cache: {report.server.prefix_cache_hit_rate_percent:.1f}% hit rate "
                 f"({report.server.prefix_cache_hits:,} of {report.server.prefix_cache_queries:,} prompt tokens)"
             )
+    if report.cluster is not None:  # engines behind vLLM's router
+        per = ", ".join(f"{r.name} {r.requests_succeeded if r.requests_succeeded is not None else '?'}"
+                        + ("" if r.state == "up" else " DOWN") for r in report.cluster.replicas)  # fmt: skip
+        imbalance = report.cluster.imbalance_percent
+        lines.append(f"[REPLICAS] requests per replica: {per}; imbalance "
+                     f"{'n/a' if imbalance is None else f'{imbalance:.0f}%'} (policy {report.cluster.router_policy})")
     if report.client is not None:
         lines += client_lines(report.client)
     if report.profile is not None:

@@ -14,8 +14,10 @@ from core.abcompare import ABComparison
 from core.records import RequestRecord
 from core.report_schema import Report
 from core.series import SeriesReport, slo_text
-from core.serverview import overhead_text, verdict_text
+from core.serverview import verdict_text
+from core.serverview_overhead import overhead_text
 from sidecar.render.plots import Curve, goodput_png, latency_cdf_png, latency_curves_png, resources_png, throughput_png
+from sidecar.render.replica_rows import cluster_lines, replica_header, replica_rows
 from sidecar.render.view_rows import (
     Row,
     change_table,
@@ -124,6 +126,9 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
         sections += [f"<p>Client overhead: {_e(overhead_text(o))}</p>" for o in report.server.client_overhead]
         if report.server.client_overhead:
             sections.append(_grid(overhead_header(), overhead_rows(report.server)))
+    if report.cluster is not None:  # engines behind vLLM's router: one row each
+        sections += ["<h2>Replicas</h2>", *[f"<p>{_e(line)}</p>" for line in cluster_lines(report.cluster)]]
+        sections.append(_grid(replica_header(), replica_rows(report.cluster)))
     environment = environment_rows(report.environment, report.resources.gpu_unavailable_reason)
     sections += ["<h2>Environment</h2>", _pairs(environment)]
     sections += ["<h2>Configuration</h2>", _pairs(config_rows(report.config)), "<h2>vLLM log</h2>", _logs(report)]

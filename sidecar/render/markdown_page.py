@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from core.abcompare import ABComparison
 from core.report_schema import Report
 from core.series import SeriesReport
-from core.serverview import overhead_text, verdict_text
+from core.serverview import verdict_text
+from core.serverview_overhead import overhead_text
+from sidecar.render.replica_rows import cluster_lines, replica_header, replica_rows
 from sidecar.render.view_rows import (
     Row,
     change_table,
@@ -69,6 +71,9 @@ def render_markdown(report: Report) -> str:
         lines += [f"Client overhead: {overhead_text(o)}" for o in report.server.client_overhead]
         if report.server.client_overhead:
             lines += ["", *table(overhead_header(), overhead_rows(report.server)), ""]
+    if report.cluster is not None:  # engines behind vLLM's router: one row each
+        lines += ["## Replicas", "", *[f"- {line}" for line in cluster_lines(report.cluster)], ""]
+        lines += [*table(replica_header(), replica_rows(report.cluster)), ""]
     environment = environment_rows(report.environment, report.resources.gpu_unavailable_reason)
     lines += ["## Environment", "", *_pairs(environment), ""]
     lines += ["## Configuration", "", *_pairs(config_rows(report.config)), ""]

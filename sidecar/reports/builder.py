@@ -96,6 +96,7 @@ def build_report(
         logs=log_facts,
         comparison=comparison,
         server=request.server,
+        cluster=request.cluster,
         client=request.client,
         interrupted=request.interrupted,
         server_down=request.server_down,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from core.serverview import parse_exposition
+from core.serverview_samples import parse_exposition
 
 KV_USAGE = "vllm:kv_cache_usage_perc"
 RUNNING = "vllm:num_requests_running"

@@ -21,7 +21,7 @@ def load_1_2() -> Report:
 
 def test_a_1_2_report_loads_as_the_current_version() -> None:
     report = load_1_2()
-    assert report.schema_version == SCHEMA_VERSION == "1.3"
+    assert report.schema_version == SCHEMA_VERSION == "1.4"
     assert report.metrics.requests_ok > 0
     assert report.server is not None and report.server.client_overhead == []  # the new fields: their defaults
     assert report.config.remote_workers == 0

@@ -7,14 +7,9 @@ from pathlib import Path
 import pytest
 
 from core.records import RequestRecord
-from core.serverview import (
-    client_overhead,
-    cross_check,
-    histogram_quantile,
-    overhead_text,
-    parse_exposition,
-    verdict_text,
-)
+from core.serverview import cross_check, verdict_text
+from core.serverview_overhead import client_overhead, overhead_text
+from core.serverview_samples import histogram_quantile, parse_exposition
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
 

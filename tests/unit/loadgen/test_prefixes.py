@@ -9,7 +9,8 @@ from pathlib import Path
 from core.compare import fingerprint_fields
 from core.report_schema import Environment
 from core.requestlog import RequestLog
-from core.serverview import parse_exposition, prefix_cache_delta
+from core.serverview import prefix_cache_delta
+from core.serverview_samples import parse_exposition
 from loadgen.locust_side.process_state import RunState
 from loadgen.workloads.prefixes import SEPARATOR, with_prefix
 from tests.unit.loadgen.test_load_processes import plan

@@ -9,7 +9,8 @@ import pytest
 
 from core.kvbound import kv_bound_reason
 from core.report_schema import KvCacheStats, Resources
-from core.serverview import cross_check, parse_exposition
+from core.serverview import cross_check
+from core.serverview_samples import parse_exposition
 from core.stats import RunMetrics
 from loadgen.terminal.summary import format_summary
 from sidecar.render.markdown_page import render_markdown

@@ -1,0 +1,159 @@
+"""Engine replicas behind vLLM's router: which engines a stack has, their ports and URLs, how requests spread.
+
+Pure functions of the settings (REPLICAS, REPLICA_PORT_BASE, ENGINE_URLS, ROUTER_POLICY): ``make up`` starts the
+local replicas and the router from them (:mod:`engine.replicas`), the benchmark scrapes each engine's ``/metrics``
+from them (:mod:`core.serverview_cluster`). With REPLICAS=1 and no ENGINE_URLS nothing changes: one engine on
+VLLM_PORT, no router.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+from core.settings import Settings
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One engine of the cluster: its name (``vllm`` for local replica 0, ``vllm-K``, ``remote-K``), URL and
+    whether this host runs it (``index``: the local replica number, None for an ENGINE_URLS engine)."""
+
+    name: str
+    url: str
+    index: int | None
+
+    @property
+    def local(self) -> bool:
+        """True when ``make up`` on this host runs it."""
+        return self.index is not None
+
+
+def remote_urls(settings: Settings) -> list[str]:
+    """ENGINE_URLS split on commas, trailing slashes dropped (empty when unset).
+
+    Raises:
+        ValueError: an entry is no ``http://`` or ``https://`` URL.
+    """
+    urls = [u.strip().rstrip("/") for u in (settings.engine_urls or "").split(",") if u.strip()]
+    bad = [u for u in urls if not u.startswith(("http://", "https://"))]
+    if bad:
+        raise ValueError(f"ENGINE_URLS: {', '.join(bad)} is no URL; give http://host:port,... (comma-separated)")
+    return urls
+
+
+def router_in_use(settings: Settings) -> bool:
+    """True when vllm-router fronts the engines: REPLICAS above 1, or engines on other hosts (ENGINE_URLS)."""
+    return settings.replicas > 1 or bool(remote_urls(settings))
+
+
+def replica_port(settings: Settings, index: int) -> int:
+    """Port of local replica ``index``: VLLM_PORT without the router, else REPLICA_PORT_BASE + index."""
+    return settings.replica_port_base + index if router_in_use(settings) else settings.vllm_port
+
+
+def router_metrics_port(settings: Settings) -> int:
+    """The router's Prometheus port: the one after the last local replica's."""
+    return settings.replica_port_base + settings.replicas
+
+
+def _local_host(settings: Settings) -> str:
+    host = settings.vllm_host
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def replicas(settings: Settings) -> list[Replica]:
+    """Every engine: the local replicas (0..REPLICAS-1), then ENGINE_URLS in order. Without the router: the one
+    engine at the stack's vLLM URL.
+
+    Raises:
+        ValueError: ENGINE_URLS does not parse (:func:`remote_urls`).
+    """
+    if not router_in_use(settings):
+        return [Replica("vllm", settings.vllm_url, 0)]
+    host = _local_host(settings)
+    local = [
+        Replica("vllm" if k == 0 else f"vllm-{k}", f"http://{host}:{replica_port(settings, k)}", k)
+        for k in range(settings.replicas)
+    ]
+    return local + [Replica(f"remote-{k}", url, None) for k, url in enumerate(remote_urls(settings))]
+
+
+def check_cluster(settings: Settings) -> str | None:
+    """Why REPLICAS / ENGINE_URLS / the ports cannot make a cluster (None when they can): no engine at all, a bad
+    URL, a replica or the router's metrics port on a port of another service."""
+    try:
+        remote = remote_urls(settings)
+    except ValueError as exc:
+        return str(exc)
+    if settings.replicas == 0 and not remote:
+        return "REPLICAS=0 runs the router only: give ENGINE_URLS=http://host:port,... (or REPLICAS=1 or more)"
+    if not router_in_use(settings):
+        return None
+    taken = {settings.vllm_port: "VLLM_PORT", settings.sidecar_port: "SIDECAR_PORT", settings.ui_port: "UI_PORT",
+             settings.locust_web_port: "LOCUST_WEB_PORT"}  # fmt: skip
+    ours = [replica_port(settings, k) for k in range(settings.replicas)] + [router_metrics_port(settings)]
+    clash = [f"{port} ({taken[port]})" for port in ours if port in taken]
+    if clash or max(ours) > 65535:
+        return (f"REPLICA_PORT_BASE={settings.replica_port_base}: the replicas and the router's metrics use ports "
+                f"{ours[0]}-{ours[-1]}, which hit {', '.join(clash) or 'the top of the port range'}; choose another")
+    return None
+
+
+def split_devices(devices: list[str], parts: int) -> list[str]:
+    """``devices`` (GPU ids or CPU cores) cut into ``parts`` contiguous groups as equal as they go, each a
+    comma-separated list: ``split_devices(["0","1","2","3"], 2) == ["0,1", "2,3"]``.
+
+    Raises:
+        ValueError: fewer devices than parts (a replica would get none).
+    """
+    if parts < 1 or len(devices) < parts:
+        raise ValueError(f"{len(devices)} device(s) cannot be split between {parts} replica(s): one each at least")
+    size, extra = divmod(len(devices), parts)
+    out, start = [], 0
+    for k in range(parts):
+        end = start + size + (1 if k < extra else 0)
+        out.append(",".join(devices[start:end]))
+        start = end
+    return out
+
+
+def imbalance_percent(counts: list[int]) -> float | None:
+    """How far the busiest replica is above an even share: ``(max / mean - 1) * 100`` (0: perfectly even; 100 with
+    two replicas: one got everything). None for no replica or no request."""
+    if not counts or sum(counts) == 0:
+        return None
+    mean = sum(counts) / len(counts)
+    return (max(counts) / mean - 1.0) * 100.0
+
+
+def shares_percent(counts: list[int]) -> list[float | None]:
+    """Each replica's share of the requests, percent (None for each when there were none)."""
+    total = sum(counts)
+    return [100.0 * c / total if total else None for c in counts]
+
+
+ROUTER_DEFAULT_POLICY = "cache_aware"
+"""vllm-router's own --policy default (``vllm-router --help``, version 0.1.17)."""
+
+
+def router_version() -> str | None:
+    """The installed ``vllm-router`` package's version (None when it is not installed here)."""
+    try:
+        return metadata.version("vllm-router")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def router_fields(settings: Settings) -> dict[str, Any]:
+    """The report config's router fields: engines behind the router, its effective policy and version — none
+    without the router, so a single engine's workload fingerprint stays what it was.
+
+    Raises:
+        ValueError: ENGINE_URLS does not parse.
+    """
+    if not router_in_use(settings):
+        return {}
+    return {"replicas": len(replicas(settings)), "router_policy": settings.router_policy or ROUTER_DEFAULT_POLICY,
+            "router_version": router_version()}  # fmt: skip

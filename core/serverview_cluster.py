@@ -1,0 +1,166 @@
+"""The server cross-check of a cluster: every engine behind vLLM's router, scraped before and after the window.
+
+The summed view is :func:`core.serverview.cross_check` of the replicas' scrapes added up
+(:func:`core.serverview_samples.sum_samples`): counts exact against the client's. Per replica (:func:`cluster_view`):
+its share of the requests the servers counted, its own counts, mean TTFT and E2E against the client's means (the
+client cannot tell which replica served a row, so its means are over all rows: with replicas of one model on like
+hardware they agree within the single-server tolerances), what the client added to that replica's clock, its KV pool,
+the peak KV usage sampled during the run and its preemptions. A replica that could not be scraped at the end is
+``down``, with the reason: its window is unknown, so the summed counts cannot be checked exactly (said in ``note``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from core.records import RequestRecord
+from core.replicas import imbalance_percent, shares_percent
+from core.serverview import SUCCESS_REASONS, _check
+from core.serverview_overhead import CLIENT_OVERHEAD_MAX_PCT, ClientOverhead, client_overhead
+from core.serverview_samples import Samples, delta, latency_view
+
+CACHE_INFO = "vllm:cache_config_info"
+PREEMPTIONS = "vllm:num_preemptions_total"
+
+
+@dataclass
+class ReplicaScrapes:
+    """What the benchmark collected of one engine: its scrapes before and after the window (None: unreadable, with
+    ``why``), the highest KV usage sampled during the run (percent) and whether it answered every poll."""
+
+    name: str
+    url: str
+    before: Samples | None
+    after: Samples | None
+    why: str | None = None
+    kv_peak_percent: float | None = None
+    down_since_s: float | None = None  # seconds into the window when a poll first failed
+
+
+class ReplicaView(BaseModel):
+    """One engine of the cluster over the measured window (its own ``/metrics``)."""
+
+    name: str = Field(description="vllm (local replica 0), vllm-K, or remote-K (ENGINE_URLS).")
+    url: str
+    state: str = Field(description="up: scraped before and after; down: not at the end (see down_reason).")
+    down_reason: str | None = None
+    down_after_s: float | None = Field(default=None, description="When polls first failed, s into the window.")
+    requests_succeeded: int | None = Field(default=None, description="vllm:request_success_total (finished) delta.")
+    requests_failed: int | None = Field(default=None, description="Aborted and errored requests (server's counts).")
+    share_percent: float | None = Field(default=None, description="Its share of the requests the replicas finished.")
+    prompt_tokens: int | None = None
+    generation_tokens: int | None = None
+    ttft_mean_ms: float | None = Field(default=None, description="Server's mean TTFT over the window, ms.")
+    e2e_mean_ms: float | None = Field(default=None, description="Server's mean E2E over the window, ms.")
+    agrees: bool | None = Field(
+        default=None, description="Its mean TTFT and E2E within the cross-check's tolerances of the client's means."
+    )
+    client_overhead: ClientOverhead | None = None
+    kv_pool_tokens: int | None = Field(default=None, description="Tokens its KV pool holds (cache_config_info).")
+    kv_peak_usage_percent: float | None = Field(default=None, description="Highest KV usage polled during the run.")
+    preemptions: int | None = None
+
+
+class ClusterView(BaseModel):
+    """Every engine behind the router over the window: per-replica figures, the spread and who went down."""
+
+    router_policy: str | None = Field(default=None, description="ROUTER_POLICY (None: the router's default).")
+    router_version: str | None = Field(default=None, description="The vllm-router package's version.")
+    replicas: list[ReplicaView]
+    imbalance_percent: float | None = Field(
+        default=None,
+        description="(busiest replica's requests / mean per replica - 1) x 100; 0: even. None: a replica not scraped.",
+    )
+    down: list[str] = Field(default_factory=list, description="Replicas that were down at the end of the run.")
+    note: str | None = Field(default=None, description="Why the summed counts could not be checked exactly.")
+
+
+def kv_pool_tokens(samples: Samples) -> int | None:
+    """Tokens the KV pool holds, from ``vllm:cache_config_info``'s labels (``kv_cache_size_tokens``, else
+    ``num_gpu_blocks`` x ``block_size``); None when absent."""
+    for labels in samples.get(CACHE_INFO, {}):
+        info = dict(labels)
+        try:
+            tokens = int(float(info.get("kv_cache_size_tokens") or 0))
+            if not tokens:
+                tokens = int(float(info.get("num_gpu_blocks") or 0)) * int(float(info.get("block_size") or 0))
+        except ValueError:
+            return None
+        return tokens or None
+    return None
+
+
+def replica_view(
+    scrapes: ReplicaScrapes, records: Sequence[RequestRecord], max_added_pct: float = CLIENT_OVERHEAD_MAX_PCT
+) -> ReplicaView:
+    """One replica's figures over the window (``records``: the client's rows, all replicas together)."""
+    base: dict[str, Any] = {"name": scrapes.name, "url": scrapes.url, "kv_peak_usage_percent": scrapes.kv_peak_percent,
+            "down_after_s": scrapes.down_since_s}  # fmt: skip
+    before, after = scrapes.before, scrapes.after
+    if before is None or after is None:
+        return ReplicaView(**base, state="down", down_reason=scrapes.why or "not scraped")
+    ok = [r for r in records if r.phase == "measured" and r.ok]
+    ttft = latency_view(before, after, "vllm:time_to_first_token_seconds")
+    e2e = latency_view(before, after, "vllm:e2e_request_latency_seconds")
+    client_ttft = [r.ttft_ms for r in ok if r.ttft_ms is not None]
+    client_e2e = [r.e2e_ms for r in ok if r.e2e_ms is not None]
+    checks = [
+        _check("ttft_mean_ms", sum(client_ttft) / len(client_ttft) if client_ttft else None, ttft.mean_ms, 0.30, 75.0,
+               "max(30%, 75 ms)"),
+        _check("e2e_mean_ms", sum(client_e2e) / len(client_e2e) if client_e2e else None, e2e.mean_ms, 0.15, 100.0,
+               "max(15%, 100 ms)"),
+    ]  # fmt: skip
+    known = [c.agrees for c in checks if c.agrees is not None]
+
+    def finished(reason: str) -> float:
+        return delta(before, after, "vllm:request_success_total", finished_reason=reason)
+
+    return ReplicaView(
+        **base,
+        state="up" if scrapes.down_since_s is None else "down",
+        down_reason=None if scrapes.down_since_s is None else "stopped answering during the run, back at the end",
+        requests_succeeded=round(sum(finished(r) for r in SUCCESS_REASONS)),
+        requests_failed=round(sum(finished(r) for r in ("abort", "error"))),
+        prompt_tokens=round(delta(before, after, "vllm:prompt_tokens_total")),
+        generation_tokens=round(delta(before, after, "vllm:generation_tokens_total")),
+        ttft_mean_ms=ttft.mean_ms,
+        e2e_mean_ms=e2e.mean_ms,
+        agrees=all(known) if known else None,
+        client_overhead=client_overhead(before, after, records, server_url=scrapes.url, max_added_pct=max_added_pct),
+        kv_pool_tokens=kv_pool_tokens(after),
+        preemptions=max(0, round(delta(before, after, PREEMPTIONS))) if PREEMPTIONS in after else None,
+    )
+
+
+def cluster_view(
+    scrapes: Sequence[ReplicaScrapes],
+    records: Sequence[RequestRecord],
+    *,
+    router_policy: str | None = None,
+    router_version: str | None = None,
+    max_added_pct: float = CLIENT_OVERHEAD_MAX_PCT,
+) -> ClusterView:
+    """Every replica's :func:`replica_view`, their shares of the requests they finished and the imbalance (over the
+    replicas that were up at the end), the ones down, and the note when the summed counts lack a replica."""
+    views = [replica_view(s, records, max_added_pct) for s in scrapes]
+    counted = [v for v in views if v.requests_succeeded is not None]
+    for view, share in zip(counted, shares_percent([v.requests_succeeded or 0 for v in counted]), strict=True):
+        view.share_percent = share
+    down = [v.name for v in views if v.state == "down"]
+    unscraped = [v.name for v in views if v.requests_succeeded is None]
+    note = None
+    if unscraped:
+        note = (f"{', '.join(unscraped)} could not be scraped at the end: the servers' counts lack "
+                f"{'its' if len(unscraped) == 1 else 'their'} requests, so the summed cross-check was skipped")
+    return ClusterView(
+        router_policy=router_policy,
+        router_version=router_version,
+        replicas=views,
+        imbalance_percent=None if unscraped else imbalance_percent([v.requests_succeeded or 0 for v in counted]),
+        down=down,
+        note=note,
+    )

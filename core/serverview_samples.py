@@ -1,0 +1,127 @@
+"""vLLM's ``/metrics`` as samples, and what changed between two scrapes: counter deltas, histogram quantiles and
+means over the window (part of the server cross-check, :mod:`core.serverview`).
+
+Counters are differenced between the two scrapes; latency quantiles come from the histogram bucket deltas,
+interpolated linearly inside a bucket as Prometheus' ``histogram_quantile`` does; means are exact (``_sum`` /
+``_count`` deltas).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel
+
+Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
+
+
+def parse_exposition(text: str) -> Samples:
+    """``{sample name: {labels: value}}`` of a Prometheus text exposition (vLLM's ``/metrics``).
+
+    Raises:
+        ValueError: the text is not a Prometheus exposition.
+    """
+    out: Samples = defaultdict(dict)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[sample.name][tuple(sorted(sample.labels.items()))] = float(sample.value)
+    return dict(out)
+
+
+def _total(samples: Samples, name: str, **match: str) -> float:
+    """Sum of ``name`` over the label sets that contain ``match``."""
+    return sum(
+        value
+        for labels, value in samples.get(name, {}).items()
+        if all(dict(labels).get(k) == v for k, v in match.items())
+    )
+
+
+def _delta(before: Samples, after: Samples, name: str, **match: str) -> float:
+    return _total(after, name, **match) - _total(before, name, **match)
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """Quantile ``q`` (0..1) from cumulative ``(upper bound, count)`` buckets, as Prometheus computes it.
+
+    Linear interpolation inside the bucket holding the rank; the +Inf bucket returns the previous bound.
+    Source: Prometheus docs, "histogram_quantile()". None when the histogram is empty.
+    """
+    ordered = sorted(buckets)
+    if not ordered or ordered[-1][1] <= 0:
+        return None
+    rank = q * ordered[-1][1]
+    prev_bound, prev_count = 0.0, 0.0
+    for bound, count in ordered:
+        if count >= rank:
+            if math.isinf(bound):
+                return prev_bound
+            if count == prev_count:
+                return bound
+            return prev_bound + (bound - prev_bound) * (rank - prev_count) / (count - prev_count)
+        prev_bound, prev_count = bound, count
+    return ordered[-1][0]
+
+
+def _bucket_deltas(before: Samples, after: Samples, name: str) -> list[tuple[float, float]]:
+    per_le: dict[float, float] = defaultdict(float)
+    for source, sign in ((after, 1.0), (before, -1.0)):
+        for labels, value in source.get(f"{name}_bucket", {}).items():
+            le = dict(labels).get("le")
+            if le is not None:
+                per_le[float(le)] += sign * value
+    return sorted(per_le.items())
+
+
+class LatencyView(BaseModel):
+    """One server-side latency histogram over the window, milliseconds."""
+
+    count: int
+    mean_ms: float | None
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+
+
+def latency_view(before: Samples, after: Samples, name: str) -> LatencyView:
+    """Count, exact mean and bucket-interpolated quantiles of histogram ``name`` (seconds) over the window."""
+    count = _delta(before, after, f"{name}_count")
+    total_s = _delta(before, after, f"{name}_sum")
+    buckets = _bucket_deltas(before, after, name)
+
+    def q_ms(q: float) -> float | None:
+        value = histogram_quantile(q, buckets)
+        return None if value is None else value * 1000.0
+
+    return LatencyView(
+        count=round(count),
+        mean_ms=total_s / count * 1000.0 if count > 0 else None,
+        p50_ms=q_ms(0.5),
+        p90_ms=q_ms(0.9),
+        p99_ms=q_ms(0.99),
+    )
+
+
+def delta(before: Samples, after: Samples, name: str, **match: str) -> float:
+    """``name``'s total (over the label sets containing ``match``) in ``after`` minus that in ``before``."""
+    return _delta(before, after, name, **match)
+
+
+def total(samples: Samples, name: str, **match: str) -> float:
+    """Sum of ``name`` over the label sets that contain ``match``."""
+    return _total(samples, name, **match)
+
+
+def sum_samples(scrapes: Sequence[Samples]) -> Samples:
+    """Several servers' scrapes as one: every sample added up per name and label set (counters, histogram buckets,
+    sums and counts add; so do gauges of requests running or waiting). The cluster's server view is
+    :func:`core.serverview.cross_check` of two such sums."""
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(lambda: defaultdict(float))
+    for scrape in scrapes:
+        for name, values in scrape.items():
+            for labels, value in values.items():
+                out[name][labels] += value
+    return {name: dict(values) for name, values in out.items()}

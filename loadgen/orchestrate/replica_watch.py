@@ -1,0 +1,123 @@
+"""vLLM's ``/metrics`` around the measured window: one server, or every engine behind the router.
+
+:func:`scrape_metrics` reads one server. With the router (REPLICAS > 1 or ENGINE_URLS, :mod:`core.replicas`)
+:class:`ReplicaWatch` scrapes each engine before the window, polls each every ``POLL_S`` during it (its KV usage
+peak; the first failed poll marks it down, with the time) and scrapes each again at the end. The server cross-check
+is then that of the replicas' scrapes summed over the replicas read both times
+(:func:`core.serverview_samples.sum_samples`); the per-replica figures are :func:`core.serverview_cluster.cluster_view`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+
+from core.records import RequestRecord
+from core.replicas import Replica, replicas, router_in_use
+from core.report_schema import BenchmarkConfig
+from core.serverview_cluster import ClusterView, ReplicaScrapes, cluster_view
+from core.serverview_samples import Samples, parse_exposition, sum_samples
+from core.settings import Settings
+
+POLL_S = 1.0
+"""How often each replica's KV usage is read during the run, s."""
+KV_USAGE = "vllm:kv_cache_usage_perc"
+
+
+def scrape_metrics(vllm_url: str, headers: dict[str, str] | None = None) -> tuple[Samples | None, str | None]:
+    """vLLM's ``/metrics`` parsed, or ``(None, why)`` when it cannot be read (the report then has no server view);
+    ``headers`` carry the API key."""
+    try:
+        response = httpx.get(f"{vllm_url}/metrics", timeout=10, headers=headers)
+    except httpx.HTTPError as exc:
+        return None, f"GET /metrics failed ({type(exc).__name__})"
+    if response.status_code != 200:
+        return None, f"GET /metrics answered HTTP {response.status_code}"
+    try:
+        samples = parse_exposition(response.text)
+    except ValueError:
+        return None, "GET /metrics is not a Prometheus exposition"
+    if "vllm:request_success_total" not in samples and "vllm:generation_tokens_total" not in samples:
+        return None, "GET /metrics has no vLLM request counters (not a vLLM server?)"
+    return samples, None
+
+
+def kv_usage_percent(text: str) -> float | None:
+    """``vllm:kv_cache_usage_perc`` (a 0..1 fraction, mean over its engines) of an exposition, in percent."""
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(KV_USAGE)]
+    return 100.0 * sum(values) / len(values) if values else None
+
+
+class ReplicaWatch:
+    """Every engine's scrapes around the window and its polls during it (a daemon thread)."""
+
+    def __init__(self, engines: list[Replica], headers: dict[str, str]) -> None:
+        self.engines = engines
+        self.headers = headers
+        self.scrapes = [ReplicaScrapes(r.name, r.url, None, None) for r in engines]
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start = 0.0
+
+    @classmethod
+    def of(cls, settings: Settings) -> ReplicaWatch | None:
+        """The watch of the stack's engines, begun (:meth:`begin`); None without the router (one server:
+        :func:`scrape_metrics`)."""
+        if not router_in_use(settings):
+            return None
+        watch = cls(replicas(settings), settings.vllm_headers)
+        watch.begin()
+        return watch
+
+    def begin(self) -> None:
+        """Scrape every engine (the window's start) and start polling them."""
+        for scrape in self.scrapes:
+            scrape.before, scrape.why = scrape_metrics(scrape.url, self.headers)
+        self._start = time.monotonic()
+        self._thread = threading.Thread(target=self._poll, name="replica-watch", daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        with httpx.Client(timeout=POLL_S * 2, headers=self.headers) as client:
+            while not self._stop.wait(POLL_S):
+                for scrape in self.scrapes:
+                    try:
+                        response = client.get(f"{scrape.url}/metrics")
+                        response.raise_for_status()
+                    except httpx.HTTPError:
+                        if scrape.down_since_s is None:
+                            scrape.down_since_s = round(time.monotonic() - self._start, 1)
+                        continue
+                    usage = kv_usage_percent(response.text)
+                    if usage is not None:
+                        scrape.kv_peak_percent = max(usage, scrape.kv_peak_percent or 0.0)
+
+    def end(self) -> tuple[Samples | None, Samples | None, str | None]:
+        """Stop polling, scrape every engine again (the window's end); the summed ``(before, after)``, or when an
+        engine was not read both times ``(None, None, why)``: its share of the counts is lost with it, so a sum of
+        the others cannot be checked against the client's rows (the per-replica figures still are)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(POLL_S * 5)
+        for scrape in self.scrapes:
+            scrape.after, why = scrape_metrics(scrape.url, self.headers)
+            scrape.why = scrape.why or why
+        both = [s for s in self.scrapes if s.before is not None and s.after is not None]
+        missing = [f"{s.name} ({s.why})" for s in self.scrapes if s not in both]
+        if missing:
+            return None, None, (f"summed server cross-check skipped: {', '.join(missing)} could not be scraped, so "
+                                "the servers' counts lack its requests; per-replica figures in the report's replicas")
+        return sum_samples([s.before for s in both if s.before]), sum_samples([s.after for s in both if s.after]), None
+
+
+def cluster_of(
+    scrapes: list[ReplicaScrapes] | None, records: list[RequestRecord], plan: BenchmarkConfig, max_added_pct: float
+) -> ClusterView | None:
+    """The report's per-replica view (:func:`core.serverview_cluster.cluster_view`, the plan's router policy and
+    version); None for a run without the router."""
+    if not scrapes:
+        return None
+    return cluster_view(scrapes, records, router_policy=plan.router_policy, router_version=plan.router_version,
+                        max_added_pct=max_added_pct)  # fmt: skip

@@ -1,0 +1,70 @@
+"""The cluster's server cross-check: recorded vLLM 0.32 scrapes as two replicas, summed and per replica."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.records import RequestRecord
+from core.serverview import cross_check
+from core.serverview_cluster import ReplicaScrapes, cluster_view
+from core.serverview_samples import Samples, parse_exposition, sum_samples
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
+
+
+def load() -> tuple[dict, dict, list[RequestRecord]]:
+    """The recorded 6-request run: the server's scrapes and the client's rows."""
+    before = parse_exposition((FIXTURES / "vllm_0.32_before.txt").read_text())
+    after = parse_exposition((FIXTURES / "vllm_0.32_after.txt").read_text())
+    rows = [RequestRecord.model_validate_json(line)
+            for line in (FIXTURES / "client_rows.jsonl").read_text().splitlines()]  # fmt: skip
+    return before, after, rows
+
+
+def twice(rows: list[RequestRecord]) -> list[RequestRecord]:
+    """The rows as two replicas' clients saw them (the second copy with other request ids)."""
+    return [*rows, *(r.model_copy(update={"request_id": f"{r.request_id}-b"}) for r in rows)]
+
+
+def test_summed_scrapes_agree_with_all_rows() -> None:
+    """Two replicas that each served the recorded run: their summed scrapes count 12 requests, exactly the client's."""
+    before, after, rows = load()
+    view = cross_check(sum_samples([before, before]), sum_samples([after, after]), twice(rows))
+    assert view.requests_succeeded == 12 and view.disagreements == []
+    assert view.generation_tokens == 2 * sum(r.output_tokens or 0 for r in rows)
+
+
+def test_per_replica_counts_shares_and_agreement() -> None:
+    """Each replica: 6 requests, 50 % share, its means within tolerance of the client's; imbalance 0; KV pool read."""
+    before, after, rows = load()
+    scrapes = [ReplicaScrapes("vllm", "http://a:1", before, after, kv_peak_percent=3.5),
+               ReplicaScrapes("vllm-1", "http://a:2", before, after)]  # fmt: skip
+    view = cluster_view(scrapes, twice(rows), router_policy="round_robin", router_version="0.1.17")
+    assert [r.requests_succeeded for r in view.replicas] == [6, 6]
+    assert [r.share_percent for r in view.replicas] == [50.0, 50.0] and view.imbalance_percent == 0.0
+    assert all(r.state == "up" and r.agrees for r in view.replicas)
+    first = view.replicas[0]
+    assert first.kv_peak_usage_percent == 3.5 and first.kv_pool_tokens and first.client_overhead is not None
+    assert view.down == [] and view.note is None
+
+
+def test_replica_down_at_the_end_is_marked_and_explained() -> None:
+    """A replica whose end scrape failed: state down with the reason, no counts, left out of the shares, named in
+    ``down`` and in the note on the summed counts."""
+    before, after, rows = load()
+    scrapes = [ReplicaScrapes("vllm", "http://a:1", before, after),
+               ReplicaScrapes("vllm-1", "http://a:2", before, None, why="GET /metrics failed (ConnectError)",
+                              down_since_s=4.0)]  # fmt: skip
+    view = cluster_view(scrapes, rows)
+    dead = view.replicas[1]
+    assert dead.state == "down" and dead.down_reason and "ConnectError" in dead.down_reason
+    assert dead.requests_succeeded is None and dead.down_after_s == 4.0
+    assert view.replicas[0].share_percent == 100.0 and view.down == ["vllm-1"] and view.imbalance_percent is None
+    assert view.note is not None and "vllm-1" in view.note
+
+
+def test_sum_samples_adds_label_sets() -> None:
+    """Samples add per name and label set; a label set only one replica has is kept."""
+    a: Samples = {"x": {(("l", "1"),): 2.0}}
+    b: Samples = {"x": {(("l", "1"),): 3.0, (("l", "2"),): 1.0}, "y": {(): 4.0}}
+    assert sum_samples([a, b]) == {"x": {(("l", "1"),): 5.0, (("l", "2"),): 1.0}, "y": {(): 4.0}}

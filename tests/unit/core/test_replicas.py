@@ -1,0 +1,107 @@
+"""Replicas behind vLLM's router: ports, URLs, device splits, shares and imbalance (pure functions of the settings)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from core.compare import fingerprint_fields, fingerprint_of
+from core.replicas import (
+    check_cluster,
+    imbalance_percent,
+    replica_port,
+    replicas,
+    router_fields,
+    router_in_use,
+    router_metrics_port,
+    shares_percent,
+    split_devices,
+)
+from core.report_schema import BenchmarkConfig, Environment
+from core.settings import Settings
+
+
+def make(**values: Any) -> Settings:
+    """Settings from ``values`` only (no .env)."""
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+def test_one_replica_is_todays_stack() -> None:
+    """REPLICAS=1 without ENGINE_URLS: no router, the one engine on VLLM_PORT, no router fields in the config."""
+    settings = make(vllm_port=8100)
+    assert not router_in_use(settings)
+    assert replica_port(settings, 0) == 8100
+    assert [(r.name, r.url, r.local) for r in replicas(settings)] == [("vllm", settings.vllm_url, True)]
+    assert router_fields(settings) == {}
+    assert check_cluster(settings) is None
+
+
+def test_replicas_get_consecutive_ports_and_remote_engines_follow() -> None:
+    """REPLICAS=3 on REPLICA_PORT_BASE=9000: replicas on 9000-9002, router metrics on 9003, then ENGINE_URLS."""
+    settings = make(replicas=3, replica_port_base=9000, vllm_host="0.0.0.0",
+                    engine_urls="http://gpu2:8000/, http://gpu3:8000")  # fmt: skip
+    assert router_in_use(settings)
+    assert [replica_port(settings, k) for k in range(3)] == [9000, 9001, 9002]
+    assert router_metrics_port(settings) == 9003
+    assert [(r.name, r.url, r.index) for r in replicas(settings)] == [
+        ("vllm", "http://127.0.0.1:9000", 0), ("vllm-1", "http://127.0.0.1:9001", 1),
+        ("vllm-2", "http://127.0.0.1:9002", 2), ("remote-0", "http://gpu2:8000", None),
+        ("remote-1", "http://gpu3:8000", None)]  # fmt: skip
+    fields = router_fields(settings)
+    assert fields["replicas"] == 5 and fields["router_policy"] == "cache_aware" and fields["router_version"]
+
+
+def test_engine_urls_alone_put_the_router_in_front() -> None:
+    """ENGINE_URLS with REPLICAS=1: the router fronts the local engine and the remote one; ROUTER_POLICY recorded."""
+    settings = make(engine_urls="http://other:8000", router_policy="round_robin")
+    assert router_in_use(settings) and len(replicas(settings)) == 2
+    assert router_fields(settings)["router_policy"] == "round_robin"
+
+
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [
+        ({"replicas": 0}, "REPLICAS=0 runs the router only"),
+        ({"engine_urls": "gpu2:8000"}, "is no URL"),
+        ({"replicas": 2, "replica_port_base": 8199, "sidecar_port": 8200}, "8200 (SIDECAR_PORT)"),
+        ({"replicas": 2, "replica_port_base": 65535}, "top of the port range"),
+    ],
+)
+def test_bad_clusters_are_refused_with_the_reason(values: dict[str, Any], words: str) -> None:
+    """No engine, a URL without its scheme, a replica port on another service's, ports past 65535: each named."""
+    why = check_cluster(make(**values))
+    assert why is not None and words in why
+
+
+def test_devices_split_contiguously() -> None:
+    """GPUs or cores split into contiguous groups, the first groups one larger; fewer devices than replicas refused."""
+    assert split_devices(["0", "1", "2", "3"], 2) == ["0,1", "2,3"]
+    assert split_devices(["0", "1", "2", "3", "4"], 2) == ["0,1,2", "3,4"]
+    assert split_devices(["0", "1"], 2) == ["0", "1"]
+    with pytest.raises(ValueError, match="cannot be split"):
+        split_devices(["0"], 2)
+
+
+def test_shares_and_imbalance() -> None:
+    """Even spread: 0 % imbalance; all on one of two: 100 %; 30/10: 50 %; nothing sent: None."""
+    assert imbalance_percent([20, 20]) == 0.0
+    assert imbalance_percent([40, 0]) == 100.0
+    assert imbalance_percent([30, 10]) == pytest.approx(50.0)
+    assert imbalance_percent([0, 0]) is None and imbalance_percent([]) is None
+    assert shares_percent([30, 10]) == [75.0, 25.0]
+    assert shares_percent([0, 0]) == [None, None]
+
+
+def test_router_fields_join_the_fingerprint_only_with_the_router() -> None:
+    """A single-engine config keeps the fingerprint fields it had; the router's replicas, policy and version are part
+    of it when set, so a run behind the router never compares with a single engine's."""
+    env = Environment()
+    base = {"concurrency": 4, "max_tokens": 8, "dataset": "d.jsonl", "vllm_url": "http://x", "model": "m",
+            "warmup_requests": 0, "temperature": 0.0, "seed": 1}
+    single = BenchmarkConfig(**{**base, **router_fields(make())})
+    clustered = BenchmarkConfig(**{**base, **router_fields(make(replicas=2, router_policy="round_robin"))})
+    assert "replicas" not in fingerprint_fields(single, env)
+    fields = fingerprint_fields(clustered, env)
+    assert fields["replicas"] == 2 and fields["router_policy"] == "round_robin" and fields["router_version"]
+    assert fingerprint_of(fields) != fingerprint_of(fingerprint_fields(single, env))
