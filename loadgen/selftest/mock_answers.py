@@ -33,6 +33,7 @@ class MockConfig:
     send_delay_ms: float = 0.0  # every event leaves this long after the time /metrics records for it
     role_with_first: bool = False  # vLLM: the role chunk leaves with the first token
     held_back: frozenset[int] = frozenset()  # tokens sent as "content": "" (text held back by vLLM's detokenizer)
+    tokenize: bool = True  # answer vLLM's /tokenize and /detokenize (mock_tokenizer); False: 404, as most servers
 
 
 def _frame(data: bytes) -> bytes:

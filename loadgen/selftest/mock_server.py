@@ -14,7 +14,8 @@ client sees: its reads find many events), or N events per write with a turn of t
 (``SO_REUSEPORT``: the kernel spreads connections), so the mock scales with the cores it is given. The HTTP side is a
 plain asyncio protocol (HTTP/1.1 keep-alive, ``Content-Length`` request bodies).
 
-Quirks of other servers, for the robustness tests: ``--no-usage`` (no usage block), ``--no-done`` (the stream ends
+Quirks of other servers, for the robustness tests: ``--no-usage`` (no usage block), ``--no-tokenize`` (no
+``/tokenize``: answered 404), ``--no-done`` (the stream ends
 after the chunk with ``finish_reason`` and usage, as ``transformers serve`` does), ``--bad-chunk JSON`` (that data
 line is sent after the first content chunk of every answer), ``--models a,b`` (several served models).
 vLLM's own shapes: ``--role-with-first`` sends the role chunk in the first token's write (vLLM makes it when the
@@ -190,7 +191,7 @@ class _Connection(asyncio.Protocol):
                 self._send(head + answer.whole, close)  # the firehose: one write
             else:
                 self.task = asyncio.get_running_loop().create_task(self._paced(head, answer, close))
-        elif method == b"POST" and target in mock_tokenizer.PATHS:
+        elif method == b"POST" and target in mock_tokenizer.PATHS and server.cfg.tokenize:
             self._send(_response("200 OK", mock_tokenizer.answer(target, body), close=close), close)
         else:
             self._send(_response("404 Not Found", b'{"detail":"Not Found"}', close=close), close)
@@ -290,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=1, help="server processes on the port (SO_REUSEPORT)")
     parser.add_argument("--no-usage", action="store_true", help="send no usage block")
     parser.add_argument("--no-done", action="store_true", help="end after the finish chunk, without [DONE]")
+    parser.add_argument("--no-tokenize", action="store_true", help="no /tokenize (404, as most non-vLLM servers)")
     parser.add_argument("--bad-chunk", default=None, help="a raw data line sent after the first content chunk")
     parser.add_argument("--models", default=MODEL_ID, help="comma-separated model ids of /v1/models")
     parser.add_argument("--max-model-len", type=int, default=4096, help="context: longer requests get HTTP 400")
@@ -317,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         events_per_write=args.events_per_write,
         usage=not args.no_usage,
         done=not args.no_done,
+        tokenize=not args.no_tokenize,
         bad_chunk=args.bad_chunk,
         models=tuple(m for m in args.models.split(",") if m),
         api_key=api_key,

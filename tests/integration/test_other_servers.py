@@ -131,7 +131,7 @@ def test_malformed_chunk_on_every_request_ends_by_itself_with_every_row(stack: S
 def test_server_without_usage_gives_token_throughput_marked_with_its_source(stack: Stack,
                                                                             mock: Callable[..., str]) -> None:
     """No usage block and no /tokenize: tokens are the client's chunk count, said in the report and the summary."""
-    run = bench(stack, mock("--tokens", "5", "--ttft-ms", "20", "--itl-ms", "5", "--no-usage", "--no-done"))
+    run = bench(stack, mock("--tokens", "5", "--ttft-ms", "20", "--itl-ms", "5", "--no-usage", "--no-done", "--no-tokenize"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     m = report_of(run.stdout)["metrics"]
     assert m["output_tokens_per_sec"] > 0 and m["output_tokens_total"] == 30
