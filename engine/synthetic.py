@@ -10,6 +10,7 @@ launcher as ``python -m engine.synthetic --variant NAME --out DIR``.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import shutil
@@ -191,16 +192,30 @@ def build(variant: str, out: Path, corpus_path: Path, seed: int = 0) -> Path:
         KeyError: unknown variant.
         FileNotFoundError: missing corpus.
     """
-    import torch
-    from tqdm import tqdm
-    from transformers import Ernie4_5Config, Ernie4_5ForCausalLM
-
-    shape = VARIANTS[variant]
+    VARIANTS[variant]  # KeyError for an unknown variant, before any work
     corpus = corpus_texts(corpus_path)
     digest = spec_hash(variant, seed, "\n".join(corpus))
     if is_built(out, digest):
         print(f"[synthetic] {variant} already built at {out}")
         return out
+    # Several launchers may build the same model at once (REPLICAS=N starts N engines): one builds, the others wait
+    # for it and find the model built; the lock file is beside the model, released when the process ends.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_name(f".{out.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if is_built(out, digest):
+            print(f"[synthetic] {variant} already built at {out} (by another process)")
+            return out
+        return _build_unlocked(variant, corpus, digest, out, seed)
+
+
+def _build_unlocked(variant: str, corpus: list[str], digest: str, out: Path, seed: int) -> Path:
+    """The build itself, under the lock of :func:`build`."""
+    import torch
+    from tqdm import tqdm
+    from transformers import Ernie4_5Config, Ernie4_5ForCausalLM
+
+    shape = VARIANTS[variant]
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     steps = tqdm(total=4, desc=f"Building synthetic:{variant}", unit="step", file=sys.stdout)
