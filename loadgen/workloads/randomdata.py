@@ -85,6 +85,18 @@ def sized_prompt(tok: TokenizerClient, pool: np.ndarray, rng: np.random.Generato
             f"RANDOM_INPUT_LEN={total_tokens} is not above the chat template's own {overhead} tokens: choose more"
         )
     ids = [int(i) for i in rng.choice(pool, total_tokens - overhead)]
+    return exact_chat_text(tok, pool, rng, ids, total_tokens, "DATASET=random")
+
+
+def exact_chat_text(tok: TokenizerClient, pool: np.ndarray, rng: np.random.Generator, ids: list[int],
+                    total_tokens: int, knob: str) -> str:
+    """A text starting with (the decoding of) ``ids`` whose one-message chat is exactly ``total_tokens`` tokens as the
+    server counts it: the last ids are trimmed, or random ones from ``pool`` appended, until the count is exact
+    (at most :data:`MAX_ADJUSTMENTS` tries; a merge across the seam can skip a count, so it may take several).
+
+    Raises:
+        BenchError: the count did not settle (names ``knob``, the wanted and the last count).
+    """
     count = None
     for _ in range(MAX_ADJUSTMENTS):
         text = tok.text(ids)
@@ -92,11 +104,8 @@ def sized_prompt(tok: TokenizerClient, pool: np.ndarray, rng: np.random.Generato
         if count == total_tokens:
             return text
         gap = total_tokens - count
-        if gap > 0:
-            ids += [int(i) for i in rng.choice(pool, gap)]
-        else:
-            ids = ids[: max(1, len(ids) + gap)]
-    raise BenchError(f"DATASET=random: could not size a prompt to {total_tokens} tokens (last count {count})")
+        ids = ids + [int(i) for i in rng.choice(pool, gap)] if gap > 0 else ids[: max(1, len(ids) + gap)]
+    raise BenchError(f"{knob}: could not size a prompt to {total_tokens} tokens (last count {count})")
 
 
 def token_pool(tok: TokenizerClient, corpus: Path) -> np.ndarray:

@@ -25,30 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from core.report_schema import BenchmarkConfig
-from loadgen.errors import BenchError
 from loadgen.workloads.dataset import Prompt
-from loadgen.workloads.randomdata import MAX_ADJUSTMENTS, TokenizerClient, token_pool
+from loadgen.workloads.randomdata import TokenizerClient, exact_chat_text, token_pool
 from loadgen.workloads.trace import BLOCK_TOKENS, TraceRow
 from loadgen.workloads.workload import WorkItem
-
-
-def exact_chat_text(tok: TokenizerClient, pool: np.ndarray, rng: np.random.Generator, ids: list[int],
-                    total_tokens: int) -> str:
-    """A text starting with (the decoding of) ``ids`` whose one-message chat is exactly ``total_tokens`` tokens: the
-    last ids are trimmed or random ones from ``pool`` appended until the server's count is exact.
-
-    Raises:
-        BenchError: the count did not settle (the message gives the numbers).
-    """
-    count = None
-    for _ in range(MAX_ADJUSTMENTS):
-        text = tok.text(ids)
-        count = tok.chat_count(text)
-        if count == total_tokens:
-            return text
-        gap = total_tokens - count
-        ids = ids + [int(i) for i in rng.choice(pool, gap)] if gap > 0 else ids[: max(1, len(ids) + gap)]
-    raise BenchError(f"TRACE: could not size a prompt to {total_tokens} tokens (last count {count})")
 
 
 def row_ids(row: TraceRow, index: int, seed: int, pool: np.ndarray, blocks: dict[int, list[int]],
@@ -93,8 +73,9 @@ def trace_prompts_file(plan: BenchmarkConfig, rows: Sequence[tuple[float, TraceR
             raised += total != row.input_tokens
             rng = np.random.default_rng([plan.seed, 4, index])
             ids = row_ids(row, index, plan.seed, pool, blocks, total - overhead)
+            prompt = exact_chat_text(tok, pool, rng, ids, total, "TRACE")
             lines.append(json.dumps({
-                "id": f"trace-{row.line}", "task": "trace", "prompt": exact_chat_text(tok, pool, rng, ids, total),
+                "id": f"trace-{row.line}", "task": "trace", "prompt": prompt,
                 "max_tokens": max(1, row.output_tokens), "at_s": row.at_s, "input_tokens": total,
             }, ensure_ascii=False))
     finally:

@@ -20,7 +20,7 @@ from loadgen.locust_side.process_state import RunState, Slot
 from loadgen.locust_side.user_actions import arrivals
 from loadgen.plan import bench_config, with_trace
 from loadgen.selftest import mock_tokenizer
-from loadgen.workloads.randomdata import TokenizerClient
+from loadgen.workloads.randomdata import TokenizerClient, exact_chat_text
 from loadgen.workloads.trace import (
     BURSTGPT,
     MOONCAKE,
@@ -33,7 +33,7 @@ from loadgen.workloads.trace import (
     schedule,
     schedule_problem,
 )
-from loadgen.workloads.traceprompts import exact_chat_text, row_ids, trace_requests
+from loadgen.workloads.traceprompts import row_ids, trace_requests
 from tests.unit.loadgen.test_load_processes import plan
 
 SAMPLES = PROJECT_ROOT / "loadgen" / "workloads" / "data" / "traces"
@@ -227,5 +227,5 @@ def test_prompts_are_exact_as_the_servers_tokenizer_counts_them() -> None:
     pool = np.arange(0x4E00, 0x4E80)
     rng = np.random.default_rng(1)
     for start, total in [(10, 50), (80, 50), (46, 50)]:
-        text = exact_chat_text(tok, pool, rng, [0x4E00 + i for i in range(start)], total)
+        text = exact_chat_text(tok, pool, rng, [0x4E00 + i for i in range(start)], total, "TRACE")
         assert tok.chat_count(text) == total and text.startswith(chr(0x4E00) + chr(0x4E01))
