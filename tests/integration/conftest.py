@@ -16,6 +16,7 @@ import secrets
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,13 +186,13 @@ def stack_env(tmp: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """The whole stack started by ``make up``; ``make down`` afterwards leaves no process behind."""
-    tmp = tmp_path_factory.mktemp("stack")
-    s = Stack(env=stack_env(tmp), logs_dir=tmp / "logs", reports_dir=tmp / "reports", run_dir=tmp / "run")
+@contextmanager
+def running_stack(env: dict[str, str], tmp: Path, up_timeout_s: float = 900) -> Iterator[Stack]:
+    """The stack ``make up`` starts with ``env`` (folders under ``tmp``); ``make down`` afterwards leaves no process
+    behind (asserted). A failed ``make up`` fails the test with its output."""
+    s = Stack(env=env, logs_dir=tmp / "logs", reports_dir=tmp / "reports", run_dir=tmp / "run")
     started = time.monotonic()
-    up = s.make("up")
+    up = s.make("up", timeout_s=up_timeout_s)
     if up.returncode != 0:
         s.make("down")
         pytest.fail(f"make up failed ({up.returncode}):\n{up.stdout[-4000:]}\n{up.stderr[-4000:]}")
@@ -208,3 +209,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
         assert down.returncode == 0, down.stdout + down.stderr
         assert not alive, f"make down left processes behind: {alive}"
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The whole stack started by ``make up``; ``make down`` afterwards leaves no process behind."""
+    tmp = tmp_path_factory.mktemp("stack")
+    with running_stack(stack_env(tmp), tmp) as s:
+        yield s

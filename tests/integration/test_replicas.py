@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 
 from core.serverview import SUCCESS_REASONS
 from core.serverview_samples import parse_exposition
 from core.settings import PROJECT_ROOT
-from tests.integration.conftest import SECRETS, Stack, stack_env
+from tests.integration.conftest import SECRETS, Stack, running_stack, stack_env
 
 pytestmark = pytest.mark.integration
 
@@ -37,23 +36,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("cluster")
     env = {**stack_env(tmp), **{k: str(v) for k, v in PORTS.items()}, "REPLICAS": "2", "ROUTER_POLICY": "round_robin",
            "STARTUP_TIMEOUT_S": "1500"}  # two engines compiling at once on a shared 2-core host
-    s = Stack(env=env, logs_dir=tmp / "logs", reports_dir=tmp / "reports", run_dir=tmp / "run")
-    up = s.make("up", timeout_s=1800)
-    if up.returncode != 0:
-        s.make("down")
-        pytest.fail(f"make up failed ({up.returncode}):\n{up.stdout[-4000:]}\n{up.stderr[-4000:]}")
-    pids = s.service_pids()
-    try:
+    with running_stack(env, tmp, up_timeout_s=1800) as s:
         yield s
-    finally:
-        pids |= s.service_pids()
-        down = s.make("down")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
-            time.sleep(0.5)
-        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        assert down.returncode == 0, down.stdout + down.stderr
-        assert not alive, f"make down left processes behind: {alive}"
 
 
 def replica_url(k: int) -> str:
