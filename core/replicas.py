@@ -1,6 +1,7 @@
 """Engine replicas behind vLLM's router: which engines a stack has, their ports and URLs, how requests spread.
 
-Pure functions of the settings (REPLICAS, REPLICA_PORT_BASE, ENGINE_URLS, ROUTER_POLICY): ``make up`` starts the
+Functions of the settings (REPLICAS, REPLICA_PORT_BASE, ENGINE_URLS, ROUTER_POLICY) as the running stack was started
+with them (``make up`` records them in ``RUN_DIR/cluster.json``: :func:`as_started`): ``make up`` starts the
 local replicas and the router from them (:mod:`engine.replicas`), the benchmark scrapes each engine's ``/metrics``
 from them (:mod:`core.serverview_cluster`). With REPLICAS=1 and no ENGINE_URLS nothing changes: one engine on
 VLLM_PORT, no router.
@@ -8,11 +9,47 @@ VLLM_PORT, no router.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from core.settings import Settings
+
+CLUSTER_KNOBS = ("replicas", "replica_port_base", "engine_urls", "router_policy")
+"""The knobs that shape the cluster: ``make up`` records them, later commands read them (:func:`as_started`)."""
+
+
+def cluster_record(settings: Settings) -> Path:
+    """``RUN_DIR/cluster.json``: the cluster knobs of the running stack (JSON object, :data:`CLUSTER_KNOBS`)."""
+    return settings.run_dir / "cluster.json"
+
+
+def record_cluster(settings: Settings) -> None:
+    """Write the cluster knobs ``make up`` starts the stack with (``make down`` removes the file).
+
+    Raises:
+        OSError: RUN_DIR is not writable.
+    """
+    path = cluster_record(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({k: getattr(settings, k) for k in CLUSTER_KNOBS}) + "\n")
+
+
+def as_started(settings: Settings) -> Settings:
+    """``settings`` with the cluster knobs the running stack was started with wherever this command's environment
+    leaves them unset: ``make status``, ``make benchmark`` and ``./start_vllm.sh`` after ``REPLICAS=2 make up`` see
+    both replicas and the router's real policy without ``REPLICAS=2`` again. Knobs set here win; no record (no stack,
+    or one started before records existed) or an unreadable one: ``settings`` as they are."""
+    try:
+        recorded = json.loads(cluster_record(settings).read_text())
+    except (OSError, ValueError):
+        return settings
+    if not isinstance(recorded, dict):
+        return settings
+    update = {k: recorded[k] for k in CLUSTER_KNOBS if k in recorded and k not in settings.model_fields_set}
+    return settings.model_copy(update=update) if update else settings
 
 
 @dataclass(frozen=True)
@@ -36,6 +73,7 @@ def remote_urls(settings: Settings) -> list[str]:
     Raises:
         ValueError: an entry is no ``http://`` or ``https://`` URL.
     """
+    settings = as_started(settings)
     urls = [u.strip().rstrip("/") for u in (settings.engine_urls or "").split(",") if u.strip()]
     bad = [u for u in urls if not u.startswith(("http://", "https://"))]
     if bad:
@@ -45,16 +83,19 @@ def remote_urls(settings: Settings) -> list[str]:
 
 def router_in_use(settings: Settings) -> bool:
     """True when vllm-router fronts the engines: REPLICAS above 1, or engines on other hosts (ENGINE_URLS)."""
+    settings = as_started(settings)
     return settings.replicas > 1 or bool(remote_urls(settings))
 
 
 def replica_port(settings: Settings, index: int) -> int:
     """Port of local replica ``index``: VLLM_PORT without the router, else REPLICA_PORT_BASE + index."""
+    settings = as_started(settings)
     return settings.replica_port_base + index if router_in_use(settings) else settings.vllm_port
 
 
 def router_metrics_port(settings: Settings) -> int:
     """The router's Prometheus port: the one after the last local replica's."""
+    settings = as_started(settings)
     return settings.replica_port_base + settings.replicas
 
 
@@ -70,6 +111,7 @@ def replicas(settings: Settings) -> list[Replica]:
     Raises:
         ValueError: ENGINE_URLS does not parse (:func:`remote_urls`).
     """
+    settings = as_started(settings)
     if not router_in_use(settings):
         return [Replica("vllm", settings.vllm_url, 0)]
     host = _local_host(settings)
@@ -83,6 +125,7 @@ def replicas(settings: Settings) -> list[Replica]:
 def check_cluster(settings: Settings) -> str | None:
     """Why REPLICAS / ENGINE_URLS / the ports cannot make a cluster (None when they can): no engine at all, a bad
     URL, a replica or the router's metrics port on a port of another service."""
+    settings = as_started(settings)
     try:
         remote = remote_urls(settings)
     except ValueError as exc:
@@ -153,6 +196,7 @@ def router_fields(settings: Settings) -> dict[str, Any]:
     Raises:
         ValueError: ENGINE_URLS does not parse.
     """
+    settings = as_started(settings)
     if not router_in_use(settings):
         return {}
     return {"replicas": len(replicas(settings)), "router_policy": settings.router_policy or ROUTER_DEFAULT_POLICY,

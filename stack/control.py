@@ -30,7 +30,7 @@ from core.logrotate import MIB
 from core.net import port_in_use_message
 from core.pipes import guard_stdout
 from core.redact import Redactor, secret_values
-from core.replicas import check_cluster
+from core.replicas import as_started, check_cluster, cluster_record, record_cluster
 from core.report_schema import StartupFacts
 from core.settings import PROJECT_ROOT, Settings, get_settings
 from core.tokenfile import ensure_sidecar_token
@@ -154,6 +154,7 @@ def up(settings: Settings, request: EngineRequest | None = None) -> int:
         if checked.returncode != 0:
             print("[ERROR] The GPU preflight failed (lines above); fix them and run `make up` again.", file=sys.stderr)
             return 2
+    record_cluster(as_started(settings))  # later commands see these replicas and this policy (core.replicas)
     conf = write_conf(settings, CONF)  # CONF itself, or with the replicas and the router (engine.replicas)
     subprocess.run(
         [sys.executable, "-m", "supervisor.supervisord", "-c", str(conf)], env=env, cwd=PROJECT_ROOT, check=True
@@ -233,6 +234,7 @@ def down(settings: Settings) -> int:
     pid_file = settings.run_dir / "supervisord.pid"
     if process_states(settings) is None:
         print("[INFO] The stack is not running.")
+        cluster_record(settings).unlink(missing_ok=True)
         return end_leftovers(settings)
     try:
         rpc(settings).supervisor.shutdown()
@@ -245,6 +247,7 @@ def down(settings: Settings) -> int:
         print(f"[ERROR] supervisord did not stop within 60 s (pid file {pid_file})", file=sys.stderr)
         return 1
     left = end_leftovers(settings)
+    cluster_record(settings).unlink(missing_ok=True)
     print("[INFO] Stack stopped.")
     return left
 

@@ -4,6 +4,7 @@ shared 2-core host are slow): small MAX_TOKENS, 40 requests."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -32,12 +33,14 @@ LOAD = {"REQUESTS": "40", "CONCURRENCY": "4", "WARMUP": "2", "MAX_TOKENS": "8", 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """`REPLICAS=2 ROUTER_POLICY=round_robin make up` on its own ports; `make down` afterwards leaves no process."""
+    """`REPLICAS=2 ROUTER_POLICY=round_robin make up` on its own ports; `make down` afterwards leaves no process. The
+    stack handed to the tests runs its commands without REPLICAS and ROUTER_POLICY, as a user does after `make up`."""
     tmp = tmp_path_factory.mktemp("cluster")
     env = {**stack_env(tmp), **{k: str(v) for k, v in PORTS.items()}, "REPLICAS": "2", "ROUTER_POLICY": "round_robin",
            "STARTUP_TIMEOUT_S": "1500"}  # two engines compiling at once on a shared 2-core host
     with running_stack(env, tmp, up_timeout_s=1800) as s:
-        yield s
+        # later commands as a user types them: without REPLICAS or ROUTER_POLICY (make up recorded them)
+        yield dataclasses.replace(s, env={k: v for k, v in env.items() if k not in ("REPLICAS", "ROUTER_POLICY")})
 
 
 def replica_url(k: int) -> str:

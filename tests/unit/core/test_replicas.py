@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from core.compare import fingerprint_fields, fingerprint_of
 from core.replicas import (
+    as_started,
     check_cluster,
+    cluster_record,
     imbalance_percent,
+    record_cluster,
     replica_port,
     replicas,
     router_fields,
@@ -23,7 +29,8 @@ from core.settings import Settings
 
 
 def make(**values: Any) -> Settings:
-    """Settings from ``values`` only (no .env)."""
+    """Settings from ``values`` only (no .env; a run folder of their own, so no stack's cluster record is read)."""
+    values.setdefault("run_dir", Path(tempfile.mkdtemp(prefix="replicas-run-")))
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
 
 
@@ -105,3 +112,22 @@ def test_router_fields_join_the_fingerprint_only_with_the_router() -> None:
     fields = fingerprint_fields(clustered, env)
     assert fields["replicas"] == 2 and fields["router_policy"] == "round_robin" and fields["router_version"]
     assert fingerprint_of(fields) != fingerprint_of(fingerprint_fields(single, env))
+
+
+def test_later_commands_see_the_cluster_make_up_started(tmp_path: Path) -> None:
+    """`REPLICAS=2 ROUTER_POLICY=round_robin make up` records its knobs: a later `make status` or `make benchmark`
+    without them sees both replicas and the real policy; a knob set there wins; no or a corrupt record changes
+    nothing."""
+    started = make(run_dir=tmp_path, replicas=2, router_policy="round_robin")
+    record_cluster(started)
+    later = make(run_dir=tmp_path)
+    assert [r.name for r in replicas(later)] == ["vllm", "vllm-1"] and router_in_use(later)
+    assert router_fields(later)["router_policy"] == "round_robin"
+    assert as_started(later).replicas == 2 and later.replicas == 1  # the command's own object is not changed
+    assert not router_in_use(make(run_dir=tmp_path, replicas=1))  # set here: wins over the record
+    cluster_record(started).write_text("{not json")
+    assert not router_in_use(make(run_dir=tmp_path))
+    cluster_record(started).write_text(json.dumps(["a list"]))
+    assert not router_in_use(make(run_dir=tmp_path))
+    cluster_record(started).unlink()
+    assert not router_in_use(make(run_dir=tmp_path)) and router_fields(make(run_dir=tmp_path)) == {}
