@@ -112,6 +112,11 @@ class Settings(ClusterKnobs, SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKn
                 f"MAX_IN_FLIGHT={self.max_in_flight} caps the open loop: set RATE (or an open-loop SWEEP); the closed "
                 "loop's users are CONCURRENCY"
             )
+        if self.prefix_count != 1 and self.prefix_len is None:  # else it would be ignored without a word
+            raise ValueError(
+                f"PREFIX_COUNT={self.prefix_count} counts shared prefixes of PREFIX_LEN tokens: set PREFIX_LEN too "
+                "(e.g. --prefix-len 256 --prefix-count 4)"
+            )
         if self.session_turns > 1 and self.rate is not None:
             raise ValueError("SESSION_TURNS > 1 needs the closed loop (each turn waits for the answer): unset RATE")
         if self.session_turns > 1 and self.sweep and parse_sweep(self.sweep)[0] != "concurrency":

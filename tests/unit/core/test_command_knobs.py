@@ -57,7 +57,7 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
     "--sidecar-token-file": (["/tmp/t"], []), "--sidecar-max-body-mb": (["8"], []), "--run-dir": (["/tmp/r"], []),
     "--request-timeout-s": (["30"], []), "--drain-s": (["3"], []), "--watchdog-s": (["30"], []),
     "--server-down-s": (["9"], []), "--report-from": (["/tmp/x.requests.jsonl"], []),
-    "--prefix-len": (["64"], ["--prefix-count", "2"]), "--prefix-count": (["4"], ["--prefix-len", "64"]),
+    "--prefix-len": (["64"], []), "--prefix-count": (["4"], ["--prefix-len", "64"]),
     "--trace": ([SAMPLE_TRACE], []), "--trace-speed": (["2"], ["--trace", SAMPLE_TRACE]),
     "--client-overhead-max-pct": (["20"], []), "--junit-file": (["/tmp/j.xml"], []),
     "--summary-file": (["/tmp/s.md"], []), "--expect-workers": (["2"], []),

@@ -57,6 +57,7 @@ from loadgen.workloads.dataset import load_dataset
         ({"requests": "0"}, "REQUESTS"),
         ({"request_timeout_s": "0"}, "REQUEST_TIMEOUT_S"),
         ({"repeat": "0"}, "REPEAT"),
+        ({"prefix_count": "4"}, "PREFIX_COUNT"),  # without PREFIX_LEN it would be ignored
     ],
 )
 def test_bad_knob_stops_with_its_name(env: dict[str, str], named: str) -> None:
