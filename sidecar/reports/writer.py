@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from core.api import BuildReportRequest, BuildReportResponse
-from core.compare import compare_with_history, workload_fingerprint
+from core.compare import compare_with_history, unusable_reason, workload_fingerprint
 from core.enginestate import read_engine_state
 from core.records import RequestRecord
 from core.redact import Redactor, secret_values
@@ -193,7 +193,8 @@ class ReportService:
         name pointed at before (None: a new name).
 
         Raises:
-            ValueError: invalid name or id. FileNotFoundError: no such report, or no report at all.
+            ValueError: invalid name or id, or a report that cannot be a reference (:func:`core.compare.unusable_reason`:
+                interrupted, ended early, no success). FileNotFoundError: no such report, or no report at all.
         """
         if report_id is None:
             reports = self.store.list()
@@ -205,6 +206,9 @@ class ReportService:
                 report = self.store.get(report_id)
             except FileNotFoundError:
                 raise FileNotFoundError(f"no report {report_id}") from None
+        unusable = unusable_reason(report)  # the test every comparison applies to its reference
+        if unusable:
+            raise ValueError(f"{unusable}: it could never judge a later run, so it is no baseline; name another report")
         return report, self.baselines.set(name, report.report_id)
 
     def run_resources(self, request: BuildReportRequest) -> Resources:

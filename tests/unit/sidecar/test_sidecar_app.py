@@ -201,6 +201,21 @@ def test_named_baseline_is_marked_listed_compared_and_forgotten(client_for: Call
     assert client.delete("/baselines/v0.2.1").status_code == 404 and client.get("/baselines").json() == {}
 
 
+def test_a_report_that_could_never_judge_is_no_baseline(client_for: Callable[..., TestClient]) -> None:
+    """PUT /baselines/x on an interrupted, ended-early or all-failed report answers 400 saying why (it would only be
+    refused later, by every gate against it); nothing is marked."""
+    client = client_for(FakeNvml())
+    cases = [("interrupted", {"interrupted": True}), ("ended early", {"server_down": "vLLM stopped answering"}),
+             ("no successful request", {})]  # fmt: skip
+    for words, extra in cases:
+        run = {**(body() if extra else body(n=0, error="boom")), **extra}
+        report_id = client.post("/reports", json=run).json()["report"]["report_id"]
+        answer = client.put("/baselines/x", json={"report_id": report_id}, headers=AUTH)
+        assert answer.status_code == 400 and words in answer.json()["detail"], answer.json()
+        time.sleep(1.05)  # report ids have a one-second resolution
+    assert client.get("/baselines").json() == {}
+
+
 def test_marking_a_used_name_again_says_what_it_pointed_at(client_for: Callable[..., TestClient]) -> None:
     """PUT /baselines/v1 on an existing name answers ``previous_id`` (the old report) and the CLI line says
     ``was <old>, now <new>``; a new name answers None and prints no such line."""
