@@ -33,7 +33,7 @@ from loadgen.command.trace_replay import plan_with_trace, read_trace, with_trace
 from loadgen.command.worker import worker_main
 from loadgen.errors import BenchError
 from loadgen.orchestrate.outcome import EXIT_INTERRUPTED, EXIT_USAGE, STOP_SIGNALS
-from loadgen.orchestrate.pipeline import run_benchmark
+from loadgen.orchestrate.pipeline import rows_file_problem, run_benchmark
 from loadgen.orchestrate.preflight import plan_problem, preflight
 from loadgen.orchestrate.stack_lock import RunLock, StackBusy
 from loadgen.plan import bench_config
@@ -95,6 +95,10 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
         return worker_main(settings)
     for note in settings.ignored_knobs:
         print(f"[WARN] {note}", flush=True)
+    problem = rows_file_problem(args.report_from) if args.report_from else None
+    if problem:  # before the server is asked: a wrong path is bad input, whatever runs
+        print(f"[ERROR] --report-from {args.report_from}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     sidecar = SidecarClient.of(settings)
     try:
         trace = read_trace(settings)  # a bad trace is refused before the server is even asked

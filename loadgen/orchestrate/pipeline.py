@@ -20,7 +20,7 @@ from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
 from loadgen.errors import BenchError, WarmupFailed, WorkersMissing
 from loadgen.orchestrate import profiling
-from loadgen.orchestrate.measured_run import Measured, from_records_file, run_measured
+from loadgen.orchestrate.measured_run import Measured, from_records_file, read_records, run_measured
 from loadgen.orchestrate.outcome import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -143,6 +143,21 @@ def plan_beside(records_path: Path) -> BenchmarkConfig | None:
         return read_plan(records_path.with_name(records_path.name.replace(".requests.jsonl", ".plan.json")))
     except (OSError, ValueError):
         return None
+
+
+def rows_file_problem(path: Path) -> str | None:
+    """Why ``path`` is no run's rows file to report from (None when it is one): missing, unreadable, or not one line
+    of it a request row (a dataset or another JSONL file given by mistake)."""
+    if not path.is_file():
+        return "no such file; give a run's rows file (logs/runs/<run id>.requests.jsonl)"
+    try:
+        records, bad = read_records(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot be read ({type(exc).__name__}: {exc})"
+    if not records:
+        return (f"not a run's rows file ({bad} line(s), none a request row); give logs/runs/<run id>.requests.jsonl"
+                if bad else "holds no request row: nothing to report")
+    return None
 
 
 def run_benchmark(

@@ -111,3 +111,22 @@ def test_row_counter_counts_new_complete_measured_rows_only(tmp_path: Path) -> N
     with path.open("a") as fh:
         fh.write('ured"}\n{"phase":"measured"}\n')
     assert count() == 3 and count() == 3 and count.offset == path.stat().st_size
+
+
+def test_report_from_names_a_file_that_is_no_rows_file(tmp_path: Path) -> None:
+    """--report-from: a missing file, a dataset given by mistake and an empty file are bad input with the reason; a
+    run's rows file (a torn last line included) is accepted."""
+    from core.records import RequestRecord
+    from loadgen.orchestrate.pipeline import rows_file_problem
+
+    assert "no such file" in (rows_file_problem(tmp_path / "none.requests.jsonl") or "")
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text('{"prompt": "你好"}\n{"prompt": "再见"}\n', encoding="utf-8")
+    assert "not a run's rows file (2 line(s)" in (rows_file_problem(dataset) or "")
+    empty = tmp_path / "empty.requests.jsonl"
+    empty.write_text("")
+    assert "no request row" in (rows_file_problem(empty) or "")
+    rows = tmp_path / "20260101_000000.requests.jsonl"
+    row = RequestRecord(request_id="r0", started_at=1.0, ok=True, e2e_ms=5.0, output_tokens=1)
+    rows.write_text(row.model_dump_json() + "\n" + '{"request_id": "torn', encoding="utf-8")
+    assert rows_file_problem(rows) is None
