@@ -108,7 +108,7 @@ def resolve_model(
     if not _HF_ID_RE.fullmatch(requested):
         raise ModelResolutionError(
             f"Model {requested!r} is neither a directory nor a Hugging Face id (owner/name) nor synthetic:NAME. "
-            "Check MODEL for a typo."
+            "Check MODEL (or VLLM_MODEL_PATH, the seed image's name for it) for a typo; a folder must exist here."
         )
     name = served_name or default_served_name(requested)
     if cached(requested):
