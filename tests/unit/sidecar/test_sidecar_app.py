@@ -205,8 +205,10 @@ def test_a_report_that_could_never_judge_is_no_baseline(client_for: Callable[...
     """PUT /baselines/x on an interrupted, ended-early or all-failed report answers 400 saying why (it would only be
     refused later, by every gate against it); nothing is marked."""
     client = client_for(FakeNvml())
-    cases = [("interrupted", {"interrupted": True}), ("ended early", {"server_down": "vLLM stopped answering"}),
-             ("no successful request", {})]  # fmt: skip
+    cases: list[tuple[str, dict[str, Any]]] = [
+        ("interrupted", {"interrupted": True}), ("ended early", {"server_down": "vLLM stopped answering"}),
+        ("no successful request", {}),
+    ]  # fmt: skip
     for words, extra in cases:
         run = {**(body() if extra else body(n=0, error="boom")), **extra}
         report_id = client.post("/reports", json=run).json()["report"]["report_id"]
