@@ -67,13 +67,12 @@ class Replica:
         return self.index is not None
 
 
-def remote_urls(settings: Settings) -> list[str]:
+def _remote_urls(settings: Settings) -> list[str]:
     """ENGINE_URLS split on commas, trailing slashes dropped (empty when unset).
 
     Raises:
         ValueError: an entry is no ``http://`` or ``https://`` URL.
     """
-    settings = as_started(settings)
     urls = [u.strip().rstrip("/") for u in (settings.engine_urls or "").split(",") if u.strip()]
     bad = [u for u in urls if not u.startswith(("http://", "https://"))]
     if bad:
@@ -81,22 +80,39 @@ def remote_urls(settings: Settings) -> list[str]:
     return urls
 
 
-def router_in_use(settings: Settings) -> bool:
+def _router_in_use(settings: Settings) -> bool:
     """True when vllm-router fronts the engines: REPLICAS above 1, or engines on other hosts (ENGINE_URLS)."""
-    settings = as_started(settings)
-    return settings.replicas > 1 or bool(remote_urls(settings))
+    return settings.replicas > 1 or bool(_remote_urls(settings))
 
 
-def replica_port(settings: Settings, index: int) -> int:
+def _replica_port(settings: Settings, index: int) -> int:
     """Port of local replica ``index``: VLLM_PORT without the router, else REPLICA_PORT_BASE + index."""
-    settings = as_started(settings)
-    return settings.replica_port_base + index if router_in_use(settings) else settings.vllm_port
+    return settings.replica_port_base + index if _router_in_use(settings) else settings.vllm_port
 
 
 def router_metrics_port(settings: Settings) -> int:
     """The router's Prometheus port: the one after the last local replica's."""
-    settings = as_started(settings)
+    settings = as_started(settings)  # the record is read once per call
     return settings.replica_port_base + settings.replicas
+
+
+def remote_urls(settings: Settings) -> list[str]:
+    """:func:`_remote_urls` of the running stack's knobs (:func:`as_started`).
+
+    Raises:
+        ValueError: an entry of ENGINE_URLS is no URL.
+    """
+    return _remote_urls(as_started(settings))
+
+
+def router_in_use(settings: Settings) -> bool:
+    """:func:`_router_in_use` of the running stack's knobs (:func:`as_started`)."""
+    return _router_in_use(as_started(settings))
+
+
+def replica_port(settings: Settings, index: int) -> int:
+    """:func:`_replica_port` of the running stack's knobs (:func:`as_started`)."""
+    return _replica_port(as_started(settings), index)
 
 
 def _local_host(settings: Settings) -> str:
@@ -105,38 +121,42 @@ def _local_host(settings: Settings) -> str:
 
 
 def replicas(settings: Settings) -> list[Replica]:
-    """Every engine: the local replicas (0..REPLICAS-1), then ENGINE_URLS in order. Without the router: the one
-    engine at the stack's vLLM URL.
+    """Every engine of the running stack (:func:`as_started`): the local replicas (0..REPLICAS-1), then ENGINE_URLS
+    in order. Without the router: the one engine at the stack's vLLM URL.
 
     Raises:
         ValueError: ENGINE_URLS does not parse (:func:`remote_urls`).
     """
-    settings = as_started(settings)
-    if not router_in_use(settings):
+    return _replicas(as_started(settings))
+
+
+def _replicas(settings: Settings) -> list[Replica]:
+    if not _router_in_use(settings):
         return [Replica("vllm", settings.vllm_url, 0)]
     host = _local_host(settings)
     local = [
-        Replica("vllm" if k == 0 else f"vllm-{k}", f"http://{host}:{replica_port(settings, k)}", k)
+        Replica("vllm" if k == 0 else f"vllm-{k}", f"http://{host}:{_replica_port(settings, k)}", k)
         for k in range(settings.replicas)
     ]
-    return local + [Replica(f"remote-{k}", url, None) for k, url in enumerate(remote_urls(settings))]
+    return local + [Replica(f"remote-{k}", url, None) for k, url in enumerate(_remote_urls(settings))]
 
 
 def check_cluster(settings: Settings) -> str | None:
     """Why REPLICAS / ENGINE_URLS / the ports cannot make a cluster (None when they can): no engine at all, a bad
     URL, a replica or the router's metrics port on a port of another service."""
-    settings = as_started(settings)
+    settings = as_started(settings)  # the record is read once per call
     try:
-        remote = remote_urls(settings)
+        remote = _remote_urls(settings)
     except ValueError as exc:
         return str(exc)
     if settings.replicas == 0 and not remote:
         return "REPLICAS=0 runs the router only: give ENGINE_URLS=http://host:port,... (or REPLICAS=1 or more)"
-    if not router_in_use(settings):
+    if not _router_in_use(settings):
         return None
     taken = {settings.vllm_port: "VLLM_PORT", settings.sidecar_port: "SIDECAR_PORT", settings.ui_port: "UI_PORT",
              settings.locust_web_port: "LOCUST_WEB_PORT"}  # fmt: skip
-    ours = [replica_port(settings, k) for k in range(settings.replicas)] + [router_metrics_port(settings)]
+    ours = [_replica_port(settings, k) for k in range(settings.replicas)]
+    ours.append(settings.replica_port_base + settings.replicas)  # the router's metrics port (router_metrics_port)
     clash = [f"{port} ({taken[port]})" for port in ours if port in taken]
     if clash or max(ours) > 65535:
         return (f"REPLICA_PORT_BASE={settings.replica_port_base}: the replicas and the router's metrics use ports "
@@ -196,8 +216,8 @@ def router_fields(settings: Settings) -> dict[str, Any]:
     Raises:
         ValueError: ENGINE_URLS does not parse.
     """
-    settings = as_started(settings)
-    if not router_in_use(settings):
+    settings = as_started(settings)  # the record is read once per call
+    if not _router_in_use(settings):
         return {}
-    return {"replicas": len(replicas(settings)), "router_policy": settings.router_policy or ROUTER_DEFAULT_POLICY,
+    return {"replicas": len(_replicas(settings)), "router_policy": settings.router_policy or ROUTER_DEFAULT_POLICY,
             "router_version": router_version()}  # fmt: skip
