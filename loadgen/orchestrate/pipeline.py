@@ -12,6 +12,7 @@ from core.api import BuildReportRequest, BuildSeriesRequest
 from core.clientview import client_view, load_calibration
 from core.enginestate import EngineControl
 from core.errorsummary import error_summary
+from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.schedule import requested_rate
 from core.series import is_series_id
@@ -20,7 +21,7 @@ from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
 from loadgen.errors import BenchError, WarmupFailed, WorkersMissing
 from loadgen.orchestrate import profiling
-from loadgen.orchestrate.measured_run import Measured, from_records_file, read_records, run_measured
+from loadgen.orchestrate.measured_run import Measured, from_records_file, run_measured
 from loadgen.orchestrate.outcome import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -147,17 +148,27 @@ def plan_beside(records_path: Path) -> BenchmarkConfig | None:
 
 def rows_file_problem(path: Path) -> str | None:
     """Why ``path`` is no run's rows file to report from (None when it is one): missing, unreadable, or not one line
-    of it a request row (a dataset or another JSONL file given by mistake)."""
+    of it a request row (a dataset or another JSONL file given by mistake). Reads up to the first row only: the
+    report itself reads the file once more (:func:`loadgen.orchestrate.measured_run.from_records_file`)."""
     if not path.is_file():
         return "no such file; give a run's rows file (logs/runs/<run id>.requests.jsonl)"
+    bad = 0
     try:
-        records, bad = read_records(path)
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                try:
+                    RequestRecord.model_validate_json(line)
+                except ValueError:
+                    bad += 1
+                    continue
+                return None
     except (OSError, UnicodeDecodeError) as exc:
         return f"cannot be read ({type(exc).__name__}: {exc})"
-    if not records:
-        return (f"not a run's rows file ({bad} line(s), none a request row); give logs/runs/<run id>.requests.jsonl"
-                if bad else "holds no request row: nothing to report")
-    return None
+    if bad:
+        return f"not a run's rows file ({bad} line(s), none a request row); give logs/runs/<run id>.requests.jsonl"
+    return "holds no request row: nothing to report"
 
 
 def run_benchmark(
