@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -58,12 +59,57 @@ except ValueError as exc:
 """
 
 
-def _engine(script: str, *args: object) -> str:
+# One engine interpreter for the module: vLLM is imported once (each import costs seconds), then every probe
+# script runs in it with its own argv; it answers one JSON line per probe (the script's last printed line).
+ENGINE_SERVER = r"""
+import contextlib, io, json, sys
+for line in sys.stdin:
+    call = json.loads(line)
+    out = io.StringIO()
+    try:
+        sys.argv = ["probe", *call["args"]]
+        with contextlib.redirect_stdout(out):
+            exec(call["script"], {"__name__": "__probe__"})
+        reply = {"ok": out.getvalue().strip().splitlines()[-1]}
+    except BaseException as exc:  # noqa: BLE001 - the test reads the failure
+        reply = {"error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(reply), flush=True)
+"""
+
+
+class EngineInterpreter:
+    """The engine env's Python kept running: :meth:`run` executes a probe script there with ``args`` as argv."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([str(ENGINE_PY), "-c", ENGINE_SERVER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    def run(self, script: str, *args: object) -> str:
+        """The last line the script printed. Raises AssertionError when it raised."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"script": script, "args": [str(a) for a in args]}) + "\n")
+        self.proc.stdin.flush()
+        reply = json.loads(self.proc.stdout.readline())
+        assert "ok" in reply, reply.get("error")
+        return str(reply["ok"])
+
+    def close(self) -> None:
+        """Ends the interpreter."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Callable[..., str]]:
+    """Runs a probe script in the engine env's Python (vLLM importable); skips without that env."""
     if not ENGINE_PY.exists():
         pytest.skip("no engine venv (.venvs/engine): vLLM's code cannot be called")
-    done = subprocess.run([str(ENGINE_PY), "-c", script, *map(str, args)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.strip().splitlines()[-1]
+    interpreter = EngineInterpreter()
+    try:
+        yield interpreter.run
+    finally:
+        interpreter.close()
 
 
 def _settings(**env: object) -> Settings:
@@ -76,12 +122,12 @@ def _ernie(tmp_path: Path) -> ResolvedModel:
 
 
 @pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 1), (8, 1), (1, 2), (2, 4)])
-def test_kv_plan_per_gpu_matches_vllms_sizing(tmp_path: Path, tp: int, pp: int) -> None:
+def test_kv_plan_per_gpu_matches_vllms_sizing(tmp_path: Path, tp: int, pp: int, engine: Callable[..., str]) -> None:
     """ERNIE-4.5-0.3B at TP 2 and 8 holds 9,216 B per token per GPU (2 KV heads split, then replicated): 116,480
     tokens per GiB, twice TP 1's 58,240; vLLM's own spec and block count say the same (to its 16-token blocks)."""
     extra = f"--tensor-parallel-size {tp} -pp={pp}"
     plan = kv_plan(_settings(vllm_extra_args=extra), _ernie(tmp_path))
-    vllm = json.loads(_engine(VLLM_KV_PROBE, tp, pp, GIB))
+    vllm = json.loads(engine(VLLM_KV_PROBE, tp, pp, GIB))
     assert plan.bytes_per_token == vllm["bytes_per_token"]
     assert plan.tokens is not None and vllm["tokens"] - 128 < plan.tokens <= vllm["tokens"]
     expected = {(1, 1): 58_240, (2, 1): 116_480, (8, 1): 116_480}
@@ -108,7 +154,8 @@ def test_ernie_weights_estimate_is_exact() -> None:
     assert weights_from_config(ERNIE_FULL, 2) == 360_748_032 * 2
 
 
-def test_utilization_fits_beside_a_tenant_holding_12_gb_of_a_24_gb_card(tmp_path: Path) -> None:
+def test_utilization_fits_beside_a_tenant_holding_12_gb_of_a_24_gb_card(tmp_path: Path,
+                                                                        engine: Callable[..., str]) -> None:
     """A10 with 12 GB used by another process: the launcher's utilization passes vLLM's own ``request_memory``
     check even after vLLM's CUDA context (~0.5 GiB) is up, where vLLM's 0.92 default is refused."""
     gpus = from_nvml(FakeNvml(names=["NVIDIA A10"], total_bytes=A10_TOTAL, used_bytes=[12 * GB], reserved_bytes=0))
@@ -121,8 +168,8 @@ def test_utilization_fits_beside_a_tenant_holding_12_gb_of_a_24_gb_card(tmp_path
     util = float(argv[argv.index("--gpu-memory-utilization") + 1])
     assert util == plan.utilization and util < 0.2
     free_after_context = A10_TOTAL - 12 * GB - GIB // 2
-    assert not _engine(VLLM_REQUEST_PROBE, A10_TOTAL, free_after_context, util).startswith("refused")
-    assert _engine(VLLM_REQUEST_PROBE, A10_TOTAL, free_after_context, 0.92).startswith("refused")
+    assert not engine(VLLM_REQUEST_PROBE, A10_TOTAL, free_after_context, util).startswith("refused")
+    assert engine(VLLM_REQUEST_PROBE, A10_TOTAL, free_after_context, 0.92).startswith("refused")
     assert "--gpu-memory-utilization" in plan.describe() and "GPU 0 (NVIDIA A10)" in plan.describe()
 
 
