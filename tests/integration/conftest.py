@@ -45,15 +45,47 @@ UI_USERNAME = "tester"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests that change the shared stack (restart vLLM with other flags, switch the model, kill it) or that search
-    what every other test wrote run after the rest, in the order of their ``stack_order(N)`` marker; the others keep
-    pytest's order (the sort is stable). File names play no part."""
+    """Unit tests run first (while the session stack starts, see :func:`pytest_collection_finish`); tests that change
+    the shared stack (restart vLLM with other flags, switch the model, kill it) or that search what every other test
+    wrote run after the rest, in the order of their ``stack_order(N)`` marker; the others keep pytest's order (the
+    sort is stable). File names play no part."""
 
     def order(item: pytest.Item) -> int:
+        if item.get_closest_marker("integration") is None:
+            return -1
         marker = item.get_closest_marker("stack_order")
         return int(marker.args[0]) if marker else 0
 
     items.sort(key=order)
+
+
+_EARLY_UP: dict[str, tuple[subprocess.Popen[bytes], Path, float]] = {}
+"""The session stack's ``make up`` started at collection ("up": process, its folder, start time on the monotonic
+clock); taken by the ``stack`` fixture, or ended by :func:`pytest_sessionfinish` when no test took it."""
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When tests that do not need the session stack run before its first user (``make test``: the unit tests),
+    ``make up`` starts now, in the background, so the engine loads while they run (2 cores: the unit tests use one)."""
+    items = session.items
+    first = next((i for i, item in enumerate(items) if "stack" in getattr(item, "fixturenames", ())), None)
+    if first is None or first == 0 or session.config.option.collectonly:
+        return
+    factory: pytest.TempPathFactory = session.config._tmp_path_factory  # type: ignore[attr-defined]
+    tmp = factory.mktemp("stack")
+    with (tmp / "make-up.log").open("wb") as log:
+        proc = subprocess.Popen(["make", "up"], cwd=PROJECT_ROOT, env=stack_env(tmp), stdout=log,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+    _EARLY_UP["up"] = (proc, tmp, time.monotonic())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A stack started early that no test took (the run stopped in the unit tests) is stopped: ``make down``."""
+    early = _EARLY_UP.pop("up", None)
+    if early is not None:
+        proc, tmp, _ = early
+        proc.wait()
+        subprocess.run(["make", "down"], cwd=PROJECT_ROOT, env=stack_env(tmp), capture_output=True, timeout=300)
 
 
 @dataclass
@@ -187,16 +219,29 @@ def stack_env(tmp: Path) -> dict[str, str]:
 
 
 @contextmanager
-def running_stack(env: dict[str, str], tmp: Path, up_timeout_s: float = 900) -> Iterator[Stack]:
+def running_stack(env: dict[str, str], tmp: Path, up_timeout_s: float = 900,
+                  started: tuple[subprocess.Popen[bytes], float] | None = None) -> Iterator[Stack]:
     """The stack ``make up`` starts with ``env`` (folders under ``tmp``); ``make down`` afterwards leaves no process
-    behind (asserted). A failed ``make up`` fails the test with its output."""
+    behind (asserted). ``started``: a ``make up`` already running with ``env`` (its process and monotonic start
+    time; its output in ``tmp/make-up.log``), awaited instead of a new one. A failed ``make up`` fails the test with
+    its output."""
     s = Stack(env=env, logs_dir=tmp / "logs", reports_dir=tmp / "reports", run_dir=tmp / "run")
-    started = time.monotonic()
-    up = s.make("up", timeout_s=up_timeout_s)
-    if up.returncode != 0:
+    if started is None:
+        begun = time.monotonic()
+        up = s.make("up", timeout_s=up_timeout_s)
+        code, output = up.returncode, f"{up.stdout[-4000:]}\n{up.stderr[-4000:]}"
+    else:
+        proc, begun = started
+        try:
+            code = proc.wait(timeout=max(1.0, up_timeout_s - (time.monotonic() - begun)))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        output = (tmp / "make-up.log").read_text(errors="replace")[-8000:]
+    if code != 0:
         s.make("down")
-        pytest.fail(f"make up failed ({up.returncode}):\n{up.stdout[-4000:]}\n{up.stderr[-4000:]}")
-    print(f"\n[stack] up in {time.monotonic() - started:.0f} s")
+        pytest.fail(f"make up failed ({code}):\n{output}")
+    print(f"\n[stack] up in {time.monotonic() - begun:.0f} s")
     pids = s.service_pids()
     try:
         yield s
@@ -214,6 +259,12 @@ def running_stack(env: dict[str, str], tmp: Path, up_timeout_s: float = 900) -> 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """The whole stack started by ``make up``; ``make down`` afterwards leaves no process behind."""
+    early = _EARLY_UP.pop("up", None)
+    if early is not None:
+        proc, tmp, begun = early
+        with running_stack(stack_env(tmp), tmp, started=(proc, begun)) as s:
+            yield s
+        return
     tmp = tmp_path_factory.mktemp("stack")
     with running_stack(stack_env(tmp), tmp) as s:
         yield s
