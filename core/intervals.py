@@ -3,7 +3,9 @@
 Each run is one sample of a metric (its throughput, its p99 latency ...); the runs of one load point are assumed
 independent and roughly normal, so:
 
-- **one series**: mean ± t(0.975, n−1) · s / √n (Student's t, two-sided 95 %; ``scipy.stats.t``);
+- **one series**: mean ± t(0.975, n−1) · s / √n (Student's t, two-sided 95 %; the quantile is
+  ``scipy.special.stdtrit``, the function behind ``scipy.stats.t.ppf``, imported when first needed: ``scipy.stats``
+  costs about a second of start-up in every command that imports this module);
 - **two series** A (reference) and B: the difference of means B − A with Welch's interval (separate variances,
   Welch–Satterthwaite degrees of freedom) when both have ≥ 2 runs; when one side is a single run, the other side's
   spread stands for both (pooled variance, n_A + n_B − 2 degrees of freedom); two single runs have no interval.
@@ -21,12 +23,19 @@ from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field
-from scipy import stats
 
 CONFIDENCE = 0.95
 METHOD = "Student's t over runs (95%); two series: Welch's t interval of the difference of means"
 
 Verdict = Literal["no significant change", "better", "worse", "regression", "no interval (single runs)"]
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile: the x with P(T ≤ x) = ``p`` for ``df`` degrees of freedom (``df`` may be fractional,
+    Welch–Satterthwaite). Same values as ``scipy.stats.t.ppf(p, df)`` (both are ``scipy.special.stdtrit``)."""
+    from scipy.special import stdtrit  # lazy: only repeated runs need it
+
+    return float(stdtrit(df, p))
 
 
 class Interval(BaseModel):
@@ -55,7 +64,7 @@ def interval(values: Sequence[float | None], confidence: float = CONFIDENCE) -> 
     if n < 2:
         return Interval(n=n, mean=mean, values=xs)
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
-    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    half = t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
     return Interval(n=n, mean=mean, stdev=sd, low=mean - half, high=mean + half, values=xs)
 
 
@@ -92,7 +101,7 @@ def difference_interval(
         se2 = pooled * (1 / a.n + 1 / b.n)
         if se2 == 0:
             return diff, diff
-    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(se2)
+    half = t_quantile(0.5 + confidence / 2, df) * math.sqrt(se2)
     return diff - half, diff + half
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from core.intervals import change_text, difference_interval, interval, judge
+from core.intervals import change_text, difference_interval, interval, judge, t_quantile
 
 
 def test_interval_is_the_student_t_interval_of_the_mean() -> None:
@@ -78,3 +78,10 @@ def test_single_runs_on_both_sides_have_only_a_percentage() -> None:
     change = judge(ia, ib, better=+1, threshold_pct=5.0)
     assert change.change_pct == pytest.approx(20.0) and change.low_pct is None
     assert change.verdict == "no interval (single runs)" and "single runs" in change_text(change)
+
+
+@pytest.mark.parametrize("df", [1, 2, 4.7, 30, 1000])
+def test_t_quantile_is_scipy_stats_t_ppf(df: float) -> None:
+    """The lazily imported quantile gives scipy.stats.t.ppf's values, fractional (Welch) degrees of freedom included."""
+    for p in (0.9, 0.975, 0.995):
+        assert t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-12)
