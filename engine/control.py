@@ -15,8 +15,6 @@ import xmlrpc.client
 from pathlib import Path
 from typing import Any
 
-from supervisor.xmlrpc import SupervisorTransport
-
 from core.enginestate import (
     EngineError,
     EngineRequest,
@@ -46,6 +44,8 @@ class Supervisor:
 
     def proxy(self) -> Any:
         """An ``xmlrpc.client.ServerProxy`` over the unix socket (one per call: proxies are not thread-safe)."""
+        from supervisor.xmlrpc import SupervisorTransport  # lazy: the benchmark command imports this module
+
         transport = SupervisorTransport(None, None, f"unix://{self.socket}")
         return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport)
 
