@@ -3,6 +3,7 @@ bar, watchdog, server-down breaker, Ctrl-C) and stopped; how it ended as a :clas
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -159,7 +160,8 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     with tqdm(total=total, desc="Benchmark", unit="req", file=sys.stdout, dynamic_ncols=True) as bar:
         try:
             while proc.poll() is None:
-                time.sleep(1.0)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=1.0)  # one poll a second, and none after Locust has ended
                 done = count_measured()
                 now = time.monotonic()
                 cpu = tree_cpu_s(proc.pid)
