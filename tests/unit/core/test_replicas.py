@@ -104,8 +104,16 @@ def test_router_fields_join_the_fingerprint_only_with_the_router() -> None:
     """A single-engine config keeps the fingerprint fields it had; the router's replicas, policy and version are part
     of it when set, so a run behind the router never compares with a single engine's."""
     env = Environment()
-    base = {"concurrency": 4, "max_tokens": 8, "dataset": "d.jsonl", "vllm_url": "http://x", "model": "m",
-            "warmup_requests": 0, "temperature": 0.0, "seed": 1}
+    base = {
+        "concurrency": 4,
+        "max_tokens": 8,
+        "dataset": "d.jsonl",
+        "vllm_url": "http://x",
+        "model": "m",
+        "warmup_requests": 0,
+        "temperature": 0.0,
+        "seed": 1,
+    }
     single = BenchmarkConfig(**{**base, **router_fields(make())})
     clustered = BenchmarkConfig(**{**base, **router_fields(make(replicas=2, router_policy="round_robin"))})
     assert "replicas" not in fingerprint_fields(single, env)
@@ -131,3 +139,13 @@ def test_later_commands_see_the_cluster_make_up_started(tmp_path: Path) -> None:
     assert not router_in_use(make(run_dir=tmp_path))
     cluster_record(started).unlink()
     assert not router_in_use(make(run_dir=tmp_path)) and router_fields(make(run_dir=tmp_path)) == {}
+
+
+def test_replica_hosts_name_each_local_replica() -> None:
+    """REPLICA_HOSTS (compose: one service per replica) gives each local replica its host; unset: VLLM_HOST."""
+    settings = make(replicas=2, replica_hosts="vllm,vllm-1", replica_port_base=8110)
+    assert [(r.name, r.url) for r in replicas(settings)] == [
+        ("vllm", "http://vllm:8110"),
+        ("vllm-1", "http://vllm-1:8111"),
+    ]
+    assert [r.url for r in replicas(make(replicas=2))] == ["http://127.0.0.1:8110", "http://127.0.0.1:8111"]
