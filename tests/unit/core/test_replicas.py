@@ -104,16 +104,8 @@ def test_router_fields_join_the_fingerprint_only_with_the_router() -> None:
     """A single-engine config keeps the fingerprint fields it had; the router's replicas, policy and version are part
     of it when set, so a run behind the router never compares with a single engine's."""
     env = Environment()
-    base = {
-        "concurrency": 4,
-        "max_tokens": 8,
-        "dataset": "d.jsonl",
-        "vllm_url": "http://x",
-        "model": "m",
-        "warmup_requests": 0,
-        "temperature": 0.0,
-        "seed": 1,
-    }
+    base = {"concurrency": 4, "max_tokens": 8, "dataset": "d.jsonl", "vllm_url": "http://x", "model": "m",
+            "warmup_requests": 0, "temperature": 0.0, "seed": 1}
     single = BenchmarkConfig(**{**base, **router_fields(make())})
     clustered = BenchmarkConfig(**{**base, **router_fields(make(replicas=2, router_policy="round_robin"))})
     assert "replicas" not in fingerprint_fields(single, env)
