@@ -1,0 +1,83 @@
+"""PEER_SIDECARS: how the coordinating sidecar finds its peers (URLs, every address of a headless Service's DNS name)
+and how each peer's answer or failure becomes a host entry (over real HTTP handling: httpx's mock transport)."""
+
+from __future__ import annotations
+
+import httpx
+
+from core.report_schema import GpuStats, HostResources
+from sidecar.sampling.peers import PeerTarget, Resolver, fetch_peer, peer_resources, peer_targets
+
+
+def resolver(table: dict[str, list[str]]) -> Resolver:
+    """A resolver answering from ``table`` (a missing name: OSError, as getaddrinfo raises)."""
+
+    def resolve(name: str, port: int) -> list[str]:
+        if name not in table:
+            raise OSError(f"[Errno -2] Name or service not known: {name}")
+        return table[name]
+
+    return resolve
+
+
+def test_urls_and_dns_names_become_targets() -> None:
+    """A URL is one peer; ``dns+`` is every address of the name (asked with the name as Host); bad entries fail."""
+    spec = "http://gpu2:8200/, dns+http://sidecar-gpu:8200,dns+http://nowhere:8200,ftp://x,,"
+    targets, failed = peer_targets(spec, resolver({"sidecar-gpu": ["10.0.0.5", "10.0.0.6", "fd00::7"]}))
+    assert targets == [
+        PeerTarget("http://gpu2:8200", "http://gpu2:8200"),
+        PeerTarget("http://10.0.0.5:8200 (sidecar-gpu)", "http://10.0.0.5:8200", "sidecar-gpu:8200"),
+        PeerTarget("http://10.0.0.6:8200 (sidecar-gpu)", "http://10.0.0.6:8200", "sidecar-gpu:8200"),
+        PeerTarget("http://[fd00::7]:8200 (sidecar-gpu)", "http://[fd00::7]:8200", "sidecar-gpu:8200"),
+    ]
+    assert [(f.host, f.unavailable_reason.split(" (")[0]) for f in failed if f.unavailable_reason] == [
+        ("nowhere", "DNS: nowhere does not resolve"),
+        ("ftp://x", "not an http(s):// or dns+http(s):// URL"),
+    ]
+    assert peer_targets(None) == ([], [])
+
+
+def answering(status: int, content: bytes, seen: list[httpx.Request]) -> httpx.Client:
+    """A client whose every request is answered ``status`` with ``content`` (and recorded in ``seen``)."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(status, content=content)
+
+    return httpx.Client(transport=httpx.MockTransport(handle))
+
+
+def test_a_peer_answer_becomes_its_host_entry_with_the_token_sent() -> None:
+    """200 with a host's resources: the entry, named by the URL asked; the token goes as Bearer, the window as
+    query, the Host header of a DNS target as its name."""
+    host = HostResources(host="gpu2", gpu_mem_peak_gb=30.0, gpus=[GpuStats(index=0, mem_used_peak_gb=30.0)])
+    seen: list[httpx.Request] = []
+    target = PeerTarget("http://10.0.0.5:8200 (sidecar-gpu)", "http://10.0.0.5:8200", "sidecar-gpu:8200")
+    found = fetch_peer(answering(200, host.model_dump_json().encode(), seen), target, "tok", 100.0, 160.0)
+    assert found == host.model_copy(update={"url": target.url})
+    request = seen[0]
+    assert request.headers["authorization"] == "Bearer tok" and request.headers["host"] == "sidecar-gpu:8200"
+    assert request.url.path == "/resources/window" and dict(request.url.params) == {"start": "100.0", "end": "160.0"}
+
+
+def test_refusals_and_bad_answers_are_values() -> None:
+    """401/403 (token), 500 and an answer that is no host's resources: an entry with the reason, no exception."""
+    target = PeerTarget("http://gpu2:8200", "http://gpu2:8200")
+    refused = fetch_peer(answering(403, b'{"detail": "bad token"}', []), target, "tok", 0.0, 1.0)
+    assert refused.host == "gpu2" and "refused this SIDECAR_TOKEN" in (refused.unavailable_reason or "")
+    no_token = fetch_peer(answering(401, b"", []), target, None, 0.0, 1.0)
+    assert "no SIDECAR_TOKEN here" in (no_token.unavailable_reason or "")
+    assert "HTTP 500" in (fetch_peer(answering(500, b"boom", []), target, "t", 0.0, 1.0).unavailable_reason or "")
+    assert "no host's resources" in (
+        fetch_peer(answering(200, b"[]", []), target, "t", 0.0, 1.0).unavailable_reason or ""
+    )
+
+
+def test_unreachable_peers_are_entries_not_errors() -> None:
+    """A port where nothing listens, asked for real: an entry with the connection error."""
+    hosts = peer_resources("http://127.0.0.1:9", "tok", 0.0, 1.0, timeout_s=2.0)
+    assert (
+        len(hosts) == 1
+        and hosts[0].host == "127.0.0.1"
+        and "failed (ConnectError" in (hosts[0].unavailable_reason or "")
+    )
