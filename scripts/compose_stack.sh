@@ -178,6 +178,7 @@ down() {
     done
     [ -n "$left" ] || left=$(leftover_processes)
     "${engine[@]}" stop
+    rm -f run/docker-compose.replicas.yml  # the replicas' record (python -m stack.compose_replicas): the stack is gone
     if [ -n "$left" ]; then
         log "[ERROR] left after down: $left"
         return 1

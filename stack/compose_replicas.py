@@ -3,7 +3,10 @@
 Compose cannot loop over N, so ``scripts/compose.sh`` runs ``python -m stack.compose_replicas`` before every compose
 command: with REPLICAS above 1 (or ENGINE_URLS) it writes ``run/docker-compose.replicas.yml`` and prints its path
 (added to COMPOSE_FILE); with REPLICAS=1 and no ENGINE_URLS it removes that file and prints nothing, so today's stack
-is exactly what runs. The plan comes from the same functions as ``REPLICAS=N make up`` (:mod:`core.replicas`,
+is exactly what runs. With neither set, an existing file is the running stack's record and is kept (``make
+benchmark-compose``, ``scripts/compose.sh ps`` after ``make compose-up REPLICAS=2``); ``make compose-down`` removes it.
+
+The plan comes from the same functions as ``REPLICAS=N make up`` (:mod:`core.replicas`,
 :func:`engine.replicas.replica_settings`): replica K listens on REPLICA_PORT_BASE+K, its log and state file are
 ``vllm-K.log`` / ``engine_state-K.json``, and it gets its contiguous share of GPU_DEVICES (or of the host's GPUs) as
 the ``device_ids`` of its GPU reservation — or of the CPU cores as VLLM_CPU_OMP_THREADS_BIND on the CPU overlay.
@@ -269,12 +272,16 @@ def write(
 ) -> Path | None:
     """Write the override for the compose files ``file_names`` (relative to the project root; the CPU overlay among
     them: CPU cores are split, else GPUs) to ``out`` and return it; without the router remove ``out``, return None.
+    Neither REPLICAS nor ENGINE_URLS set (environment, .env) and ``out`` there: ``out`` as it is (the stack that
+    ``make compose-up REPLICAS=N`` started; ``make compose-down`` removes it).
     ``gpu_count``: the host's GPUs (default: counted, when GPU_DEVICES does not name them); ``cores``: the CPU cores
     to split on the CPU overlay (default: this process's).
 
     Raises:
         ValueError: what :func:`plan` refuses. OSError: a file cannot be read or written.
     """
+    if out.exists() and not {"replicas", "engine_urls"} & settings.model_fields_set:
+        return out  # the running stack's shape: later commands (ps, exec, down) see its services without REPLICAS
     gpu = not any(Path(name).name == "docker-compose.cpu.yml" for name in file_names)
     if gpu and gpu_count is None and not settings.gpu_devices and router_in_use(cluster_settings(settings)):
         from engine.gpuhost import host_gpus

@@ -28,11 +28,11 @@ def make(**values: Any) -> Settings:
 
 
 def test_one_replica_writes_no_override_and_removes_an_old_one(tmp_path: Path) -> None:
-    """REPLICAS=1 without ENGINE_URLS: no plan, and a stale override is removed, so the stack is today's."""
+    """REPLICAS=1 without ENGINE_URLS: no plan, and an earlier override is removed, so the stack is today's."""
     out = tmp_path / OVERRIDE_NAME
     out.write_text("services: {}\n")
     assert plan(make(), gpu=True, gpu_count=4) == []
-    assert write(make(), ["docker-compose.yml"], out, gpu_count=4) is None
+    assert write(make(replicas=1), ["docker-compose.yml"], out, gpu_count=4) is None
     assert not out.exists()
 
 
@@ -152,3 +152,13 @@ def test_compose_config_of_cpu_replicas_keeps_the_cpu_overlay(tmp_path: Path) ->
         assert "deploy" not in engine or not engine["deploy"].get("resources"), name
         assert engine["environment"]["VLLM_CPU_OMP_THREADS_BIND"] == core
         assert engine["environment"]["KV_CACHE_GB"] == "1.0"
+
+
+def test_later_commands_keep_the_running_stacks_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without REPLICAS or ENGINE_URLS anywhere, an existing override is the running stack's and is kept; REPLICAS=1
+    set removes it."""
+    out = tmp_path / OVERRIDE_NAME
+    assert write(make(replicas=2), ["docker-compose.yml"], out, gpu_count=2) == out
+    before = out.read_text()
+    assert write(make(), ["docker-compose.yml"], out, gpu_count=2) == out and out.read_text() == before
+    assert write(make(replicas=1), ["docker-compose.yml"], out, gpu_count=2) is None and not out.exists()
