@@ -81,8 +81,8 @@ PY
 
 compose_snippets() {
     # compose_snippets: the `bash -c` scripts and CMD-SHELL healthchecks of every service, one file each, with
-    # Compose's $$ turned into $.
-    "$py" - "$tmp" docker-compose.yml docker-compose.cpu.yml <<'PY'
+    # Compose's $$ turned into $ (the generated replicas override's router and replicas too).
+    "$py" - "$tmp" docker-compose.yml docker-compose.cpu.yml "$tmp/replicas-gpu.yml" <<'PY'
 import pathlib, sys
 
 import yaml
