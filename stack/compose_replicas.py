@@ -43,6 +43,8 @@ from engine.gpuplan import parallel_sizes
 from engine.replicas import replica_settings, usable_cores
 
 OVERRIDE_NAME = "docker-compose.replicas.yml"
+OVERRIDE_STEM = "docker-compose.replicas"
+"""scripts/compose.sh writes run/docker-compose.replicas.yml, or ...replicas-<COMPOSE_PROJECT_NAME>.yml per project."""
 ROUTER_SERVICE = "router"
 CLIENT_SERVICES = ("ui", "sidecar", "locust-master", "locust-worker")
 """Services that reach the engine through VLLM_BASE_URL: pointed at the router."""
@@ -291,7 +293,8 @@ def write(
     if not engines:
         out.unlink(missing_ok=True)
         return None
-    docs = [load_compose_file(PROJECT_ROOT / name) for name in file_names if Path(name).name != OVERRIDE_NAME]
+    bases = [name for name in file_names if not Path(name).name.startswith(OVERRIDE_STEM)]
+    docs = [load_compose_file(PROJECT_ROOT / name) for name in bases]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dump(override(docs, settings, engines)), encoding="utf-8")
     return out
