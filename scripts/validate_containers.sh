@@ -127,10 +127,11 @@ check "docker compose config (sidecar token as a secret)" "${compose_secret[@]}"
 
 # The replicas override (REPLICAS=2: two engines behind vllm-router), generated as scripts/compose.sh does, on the GPU
 # stack (four GPUs, two each) and on the CPU overlay (one core each).
-REPLICAS=2 GPU_DEVICES=0,1,2,3 "$py" -m stack.compose_replicas --files docker-compose.yml \
-    --out "$tmp/replicas-gpu.yml" >/dev/null 2>&1 || true
-REPLICAS=2 "$py" -m stack.compose_replicas --files docker-compose.yml:docker-compose.cpu.yml --cores 0,1 \
-    --out "$tmp/replicas-cpu.yml" >/dev/null 2>&1 || true
+check "replicas override generated (REPLICAS=2, GPU stack)" env REPLICAS=2 GPU_DEVICES=0,1,2,3 ENGINE_URLS= \
+    "$py" -m stack.compose_replicas --files docker-compose.yml --out "$tmp/replicas-gpu.yml" --gpus 4
+check "replicas override generated (REPLICAS=2, CPU overlay)" env REPLICAS=2 ENGINE_URLS= \
+    "$py" -m stack.compose_replicas --files docker-compose.yml:docker-compose.cpu.yml --cores 0,1 \
+    --out "$tmp/replicas-cpu.yml"
 compose_replicas_gpu=("${compose_gpu[@]}" -f "$tmp/replicas-gpu.yml")
 compose_replicas_cpu=("${compose_cpu[@]}" -f "$tmp/replicas-cpu.yml")
 check "docker compose config (REPLICAS=2, GPU stack)" "${compose_replicas_gpu[@]}" config --quiet

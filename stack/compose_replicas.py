@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from core.replicas import router_in_use
-from core.settings import PROJECT_ROOT, Settings, get_settings, secret_env_names
+from core.settings import Settings, get_settings, secret_env_names
 from engine.gpuplan import parallel_sizes
 from engine.replicas import replica_settings, usable_cores
 
@@ -272,7 +272,8 @@ def dump(document: Mapping[str, Any]) -> str:
 def write(
     settings: Settings, file_names: list[str], out: Path, gpu_count: int | None = None, cores: list[str] | None = None
 ) -> Path | None:
-    """Write the override for the compose files ``file_names`` (relative to the project root; the CPU overlay among
+    """Write the override for the compose files ``file_names`` (paths; relative ones from the working directory, the
+    project root for scripts/compose.sh; the CPU overlay among
     them: CPU cores are split, else GPUs) to ``out`` and return it; without the router remove ``out``, return None.
     Neither REPLICAS nor ENGINE_URLS set (environment, .env) and ``out`` there: ``out`` as it is (the stack that
     ``make compose-up REPLICAS=N`` started; ``make compose-down`` removes it).
@@ -294,7 +295,7 @@ def write(
         out.unlink(missing_ok=True)
         return None
     bases = [name for name in file_names if not Path(name).name.startswith(OVERRIDE_STEM)]
-    docs = [load_compose_file(PROJECT_ROOT / name) for name in bases]
+    docs = [load_compose_file(Path(name)) for name in bases]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dump(override(docs, settings, engines)), encoding="utf-8")
     return out

@@ -32,7 +32,7 @@ def test_one_replica_writes_no_override_and_removes_an_old_one(tmp_path: Path) -
     out = tmp_path / OVERRIDE_NAME
     out.write_text("services: {}\n")
     assert plan(make(), gpu=True, gpu_count=4) == []
-    assert write(make(replicas=1), ["docker-compose.yml"], out, gpu_count=4) is None
+    assert write(make(replicas=1), [str(COMPOSE)], out, gpu_count=4) is None
     assert not out.exists()
 
 
@@ -80,7 +80,7 @@ def test_engine_urls_alone_put_the_router_in_front_of_one_local_engine() -> None
 def override_config(tmp_path: Path, gpu: bool, **knobs: Any) -> dict[str, Any]:
     """``docker compose config`` (the real binary) of the base files plus the override the knobs generate."""
     files = [COMPOSE] if gpu else [COMPOSE, COMPOSE_CPU]
-    out = write(make(**knobs), [p.name for p in files], tmp_path / OVERRIDE_NAME, gpu_count=4, cores=["0", "1"])
+    out = write(make(**knobs), [str(p) for p in files], tmp_path / OVERRIDE_NAME, gpu_count=4, cores=["0", "1"])
     assert out is not None
     return resolved_config(*files, out)
 
@@ -158,7 +158,7 @@ def test_later_commands_keep_the_running_stacks_override(tmp_path: Path, monkeyp
     """Without REPLICAS or ENGINE_URLS anywhere, an existing override is the running stack's and is kept; REPLICAS=1
     set removes it."""
     out = tmp_path / OVERRIDE_NAME
-    assert write(make(replicas=2), ["docker-compose.yml"], out, gpu_count=2) == out
+    assert write(make(replicas=2), [str(COMPOSE)], out, gpu_count=2) == out
     before = out.read_text()
-    assert write(make(), ["docker-compose.yml"], out, gpu_count=2) == out and out.read_text() == before
-    assert write(make(replicas=1), ["docker-compose.yml"], out, gpu_count=2) is None and not out.exists()
+    assert write(make(), [str(COMPOSE)], out, gpu_count=2) == out and out.read_text() == before
+    assert write(make(replicas=1), [str(COMPOSE)], out, gpu_count=2) is None and not out.exists()
