@@ -33,6 +33,12 @@ check() {
     fi
 }
 
+quiet() {
+    # quiet COMMAND...: run it, showing its output only when it fails.
+    local out
+    out=$("$@" 2>&1) || { echo "$out" >&2; return 1; }
+}
+
 need() {
     # need TOOL: the path of TOOL in the app env, else on PATH; exit 2 with the fix when neither has it.
     local tool=$1
@@ -127,9 +133,9 @@ check "docker compose config (sidecar token as a secret)" "${compose_secret[@]}"
 
 # The replicas override (REPLICAS=2: two engines behind vllm-router), generated as scripts/compose.sh does, on the GPU
 # stack (four GPUs, two each) and on the CPU overlay (one core each).
-check "replicas override generated (REPLICAS=2, GPU stack)" env REPLICAS=2 GPU_DEVICES=0,1,2,3 ENGINE_URLS= \
+check "replicas override generated (REPLICAS=2, GPU stack)" quiet env REPLICAS=2 GPU_DEVICES=0,1,2,3 ENGINE_URLS= \
     "$py" -m stack.compose_replicas --files docker-compose.yml --out "$tmp/replicas-gpu.yml" --gpus 4
-check "replicas override generated (REPLICAS=2, CPU overlay)" env REPLICAS=2 ENGINE_URLS= \
+check "replicas override generated (REPLICAS=2, CPU overlay)" quiet env REPLICAS=2 ENGINE_URLS= \
     "$py" -m stack.compose_replicas --files docker-compose.yml:docker-compose.cpu.yml --cores 0,1 \
     --out "$tmp/replicas-cpu.yml"
 compose_replicas_gpu=("${compose_gpu[@]}" -f "$tmp/replicas-gpu.yml")
