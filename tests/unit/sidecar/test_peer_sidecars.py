@@ -3,10 +3,17 @@ and how each peer's answer or failure becomes a host entry (over real HTTP handl
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import httpx
+from fastapi.testclient import TestClient
 
 from core.report_schema import GpuStats, HostResources
+from sidecar.app import create_app
 from sidecar.sampling.peers import PeerTarget, Resolver, fetch_peer, peer_resources, peer_targets
+from tests.fakes import FakeNvml
+from tests.unit.sidecar.test_sidecar_app import AUTH, BASE_URL, GIB, make_service, make_settings
 
 
 def resolver(table: dict[str, list[str]]) -> Resolver:
@@ -81,3 +88,20 @@ def test_unreachable_peers_are_entries_not_errors() -> None:
         and hosts[0].host == "127.0.0.1"
         and "failed (ConnectError" in (hosts[0].unavailable_reason or "")
     )
+
+
+def test_the_window_endpoint_answers_this_hosts_gpus_with_the_token_only(tmp_path: Path) -> None:
+    """``GET /resources/window``: per GPU memory of this host (fake two-GPU NVML), named LOAD_HOST_NAME; 401 without
+    the token, 400 for a window that ends before it starts."""
+    settings = make_settings(tmp_path, load_host_name="gpu2")
+    nvml = FakeNvml(names=["NVIDIA H200", "NVIDIA H200"], used_bytes=[10 * GIB, 20 * GIB])
+    now = time.time()
+    with TestClient(create_app(settings, make_service(settings, nvml)), base_url=BASE_URL) as client:
+        window = {"start": now - 5, "end": time.time() + 1}
+        assert client.get("/resources/window", params=window).status_code == 401
+        answer = client.get("/resources/window", params=window, headers=AUTH)
+        assert client.get("/resources/window", params={"start": 2, "end": 1}, headers=AUTH).status_code == 400
+    host = HostResources.model_validate(answer.json())
+    assert host.host == "gpu2" and host.url is None and host.unavailable_reason is None
+    assert [(g.index, round(g.mem_used_peak_gb or 0, 1)) for g in host.gpus] == [(0, 10.0), (1, 20.0)]
+    assert round(host.gpu_mem_peak_gb or 0, 1) == 30.0 and host.gpu_memory_api == "nvml_v2"
