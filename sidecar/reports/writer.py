@@ -163,13 +163,7 @@ class ReportService:
         """The ``resources`` section for ``[start, end]`` (a sample with vLLM's gauges is taken now, so short windows
         have one); with PEER_SIDECARS, ``hosts`` lists this host's GPU memory and each peer's (:mod:`peers`)."""
         self.sampler.sample_once(force_engine=True)
-        resources = build_resources(
-            self.sampler.peaks(start, end),
-            self.gpu_reason,
-            self.sampler.cpu_unavailable_reason,
-            self.settings.gpu_sample_interval_s,
-            self.gpu_reader.memory_api if self.gpu_reader else None,
-        )
+        resources = self._own_resources(start, end)
         if not self.settings.peer_sidecars:
             return resources
         token = self.settings.sidecar_auth_token()
@@ -185,14 +179,17 @@ class ReportService:
         """This host's GPU memory over ``[start, end]`` (``GET /resources/window``: what a coordinating sidecar asks
         its peers; a sample is taken now, vLLM's gauges are not scraped)."""
         self.sampler.sample_once()
-        resources = build_resources(
+        return host_entry(self._own_resources(start, end), self.host_name)
+
+    def _own_resources(self, start: float, end: float) -> Resources:
+        """The ``resources`` section of this host's samples over ``[start, end]``."""
+        return build_resources(
             self.sampler.peaks(start, end),
             self.gpu_reason,
             self.sampler.cpu_unavailable_reason,
             self.settings.gpu_sample_interval_s,
             self.gpu_reader.memory_api if self.gpu_reader else None,
         )
-        return host_entry(resources, self.host_name)
 
     def list_summaries(self) -> list[dict[str, Any]]:
         """Short view of every report, with its workload fingerprint and the baseline names pointing at it."""
