@@ -312,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = get_settings()
     out = args.out or settings.run_dir / OVERRIDE_NAME
+    kept = out.exists() and not {"replicas", "engine_urls"} & settings.model_fields_set
     try:
         cores = args.cores.split(",") if args.cores else None
         path = write(settings, [f for f in args.files.split(":") if f], out, args.gpus, cores)
@@ -319,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return 2
     if path is not None:
-        print(f"[INFO] {settings.replicas} engine replicas behind vllm-router on VLLM_PORT ({path})", file=sys.stderr)
+        what = "the running stack's replicas" if kept else f"{settings.replicas} engine replicas"
+        print(f"[INFO] {what} behind vllm-router on VLLM_PORT ({path})", file=sys.stderr)
         print(path)
     return 0
 
