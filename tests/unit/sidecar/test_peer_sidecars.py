@@ -10,10 +10,14 @@ import httpx
 from fastapi.testclient import TestClient
 
 from core.report_schema import GpuStats, HostResources
+from loadgen.terminal.summary import format_summary
 from sidecar.app import create_app
+from sidecar.render.markdown_page import render_markdown
+from sidecar.reports.builder import host_gaps
 from sidecar.sampling.peers import PeerTarget, Resolver, fetch_peer, peer_resources, peer_targets
 from tests.fakes import FakeNvml
 from tests.unit.sidecar.test_sidecar_app import AUTH, BASE_URL, GIB, make_service, make_settings
+from tests.unit.sidecar.test_sidecar_store import report
 
 
 def resolver(table: dict[str, list[str]]) -> Resolver:
@@ -105,3 +109,31 @@ def test_the_window_endpoint_answers_this_hosts_gpus_with_the_token_only(tmp_pat
     assert host.host == "gpu2" and host.url is None and host.unavailable_reason is None
     assert [(g.index, round(g.mem_used_peak_gb or 0, 1)) for g in host.gpus] == [(0, 10.0), (1, 20.0)]
     assert round(host.gpu_mem_peak_gb or 0, 1) == 30.0 and host.gpu_memory_api == "nvml_v2"
+
+
+def test_hosts_in_the_terminal_markdown_and_gaps() -> None:
+    """A report with this host and two peers (one unreached): one [HOSTS] line per host that answered, the missing
+    one as a gap line ([WARN]), and the Resources rows of the Markdown name each host's GPUs."""
+    gpus = [GpuStats(index=0, name="NVIDIA H200", mem_used_peak_gb=10.0, mem_total_gb=141.0),
+            GpuStats(index=1, name="NVIDIA H200", mem_used_peak_gb=20.0, mem_total_gb=141.0)]  # fmt: skip
+    hosts = [
+        HostResources(host="gpu1", gpu_unavailable_reason="NVML unavailable"),
+        HostResources(host="gpu2", url="http://gpu2:8200", gpu_mem_peak_gb=30.0, gpus=gpus),
+        HostResources(
+            host="gpu3", url="http://gpu3:8200", unavailable_reason="GET /resources/window failed (ConnectError)"
+        ),
+    ]
+    base = report()
+    resources = base.resources.model_copy(update={"hosts": hosts})
+    final = base.model_copy(update={"resources": resources, "gaps": [*base.gaps, *host_gaps(resources)]})
+    lines = format_summary(final, "/tmp/r.json")
+    assert [x for x in lines if x.startswith("[HOSTS]")] == [
+        "[HOSTS] gpu1: GPU memory peak n/a (no GPU read)",
+        "[HOSTS] gpu2: GPU memory peak 30.00 GB (GPU 0 10.00 GB, GPU 1 20.00 GB)",
+    ]
+    assert (
+        "[WARN] GPU memory of host gpu3 (http://gpu3:8200) missing: GET /resources/window failed (ConnectError)"
+        in lines
+    )
+    md = render_markdown(final)
+    assert "Host gpu2 GPU 1 NVIDIA H200" in md and "not reported: GET /resources/window failed" in md
