@@ -64,8 +64,14 @@ files=${COMPOSE_FILE:-$( [ -f .env ] && sed -n 's/^[[:space:]]*\(export[[:space:
 # Replicas (docs/compose.md): REPLICAS above 1 (or ENGINE_URLS), from the environment or .env, adds the generated
 # run/docker-compose.replicas.yml (N engine services, each with its share of the GPUs, and vllm-router on VLLM_PORT);
 # REPLICAS=1 removes it, and the stack is the base files' alone. One file per compose project (COMPOSE_PROJECT_NAME).
-override=$("$py" -m stack.compose_replicas --files "${files:-docker-compose.yml}" \
-    --out "run/docker-compose.replicas${COMPOSE_PROJECT_NAME:+-$COMPOSE_PROJECT_NAME}.yml") || exit 2
+override=
+if [ -x "$py" ]; then
+    override=$("$py" -m stack.compose_replicas --files "${files:-docker-compose.yml}" \
+        --out "run/docker-compose.replicas${COMPOSE_PROJECT_NAME:+-$COMPOSE_PROJECT_NAME}.yml") || exit 2
+elif [ -n "${REPLICAS:-}" ] && [ "$REPLICAS" != 1 ]; then
+    echo "[ERROR] REPLICAS=$REPLICAS needs the app env for its compose override: run \`make app-env\`" >&2
+    exit 2
+fi
 if [ -n "$override" ]; then
     export COMPOSE_FILE="${files:-docker-compose.yml}:$override"
 fi
