@@ -13,7 +13,7 @@ help:
 	@echo "            make sweep [SWEEP=auto|concurrency:1,2,4|rate:0.5,1,2 SLO= REPEAT=] | compare A=<id|baseline> B=<id|baseline> | history"
 	@echo "logs:       make logs-errors | logs-slow [THRESHOLD_MS=] | logs-stats [SINCE=]"
 	@echo "dev:        make test | lint | docs | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-workers | bench-lag | bench-logs | bench-engine | bench-router | clean"
-	@echo "containers: make compose-up | compose-down | compose-test | benchmark-compose | pin-images (see README, Docker and GPUs)"
+	@echo "containers: make compose-up [REPLICAS=N] | compose-down | compose-test | benchmark-compose | pin-images (see README, Docker and GPUs)"
 
 envs: app-env engine-env
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from core.settings import Settings
 
-CLUSTER_KNOBS = ("replicas", "replica_port_base", "engine_urls", "router_policy")
+CLUSTER_KNOBS = ("replicas", "replica_port_base", "engine_urls", "router_policy", "replica_hosts")
 """The knobs that shape the cluster: ``make up`` records them, later commands read them (:func:`as_started`)."""
 
 
@@ -115,7 +115,12 @@ def replica_port(settings: Settings, index: int) -> int:
     return _replica_port(as_started(settings), index)
 
 
-def _local_host(settings: Settings) -> str:
+def _local_host(settings: Settings, index: int = 0) -> str:
+    """Where local replica ``index`` answers: its entry of REPLICA_HOSTS (compose: one service per replica), else
+    VLLM_HOST (a wildcard address as 127.0.0.1)."""
+    hosts = [h.strip() for h in (settings.replica_hosts or "").split(",") if h.strip()]
+    if index < len(hosts):
+        return hosts[index]
     host = settings.vllm_host
     return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
@@ -133,9 +138,8 @@ def replicas(settings: Settings) -> list[Replica]:
 def _replicas(settings: Settings) -> list[Replica]:
     if not _router_in_use(settings):
         return [Replica("vllm", settings.vllm_url, 0)]
-    host = _local_host(settings)
     local = [
-        Replica("vllm" if k == 0 else f"vllm-{k}", f"http://{host}:{_replica_port(settings, k)}", k)
+        Replica("vllm" if k == 0 else f"vllm-{k}", f"http://{_local_host(settings, k)}:{_replica_port(settings, k)}", k)
         for k in range(settings.replicas)
     ]
     return local + [Replica(f"remote-{k}", url, None) for k, url in enumerate(_remote_urls(settings))]

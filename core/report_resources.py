@@ -72,6 +72,22 @@ class KvCacheStats(BaseModel):
     unavailable_reason: str | None = Field(default=None, description="Why nothing was sampled (vLLM unreachable).")
 
 
+class HostResources(BaseModel):
+    """GPU memory of one host over the run window, from its own sidecar: the coordinating sidecar's (``url`` None)
+    and each of PEER_SIDECARS. A peer that could not be asked has ``unavailable_reason`` and no figures."""
+
+    host: str = Field(description="The host's name as its sidecar reports it (LOAD_HOST_NAME, else its hostname).")
+    url: str | None = Field(default=None, description="The peer sidecar asked; None for the coordinating sidecar.")
+    gpu_mem_peak_gb: float | None = Field(default=None, description="Peak of the host's summed GPU memory used, GiB.")
+    gpus: list[GpuStats] = Field(default_factory=list, description="Per-GPU peaks and means (NVML index).")
+    gpu_samples: int = 0
+    gpu_memory_api: str | None = None
+    gpu_unavailable_reason: str | None = Field(default=None, description="Why the host's sidecar has no NVML.")
+    unavailable_reason: str | None = Field(
+        default=None, description="Why the peer sidecar gave no figures (unreachable, refused, bad answer)."
+    )
+
+
 class Resources(BaseModel):
     """Resource use over the run window."""
 
@@ -95,4 +111,9 @@ class Resources(BaseModel):
     sample_interval_s: float | None = None
     timeline: list[ResourcePoint] = Field(
         default_factory=list, description="Samples of the window, thinned to at most a few hundred points."
+    )
+    hosts: list[HostResources] = Field(
+        default_factory=list,
+        description="GPU memory per host, the coordinating sidecar's first, then each of PEER_SIDECARS (empty "
+        "without peers: the figures above are this host's).",
     )

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from core.clientview import ClientView
-from core.report_resources import GpuSample, GpuStats, KvCacheStats, ResourcePoint, Resources
+from core.report_resources import GpuSample, GpuStats, HostResources, KvCacheStats, ResourcePoint, Resources
 from core.report_setup import BenchmarkConfig, Environment, StartupFacts
 from core.serverview import ServerView
 from core.serverview_cluster import ClusterView
@@ -21,7 +21,8 @@ SCHEMA_VERSION = "1.4"
 # 1.4: optional fields only (CHANGELOG.md): trace replay (``config.trace_file``, ``trace_format``, ``trace_sha256``,
 #      ``trace_speed``, ``trace_rows``) and engines behind vLLM's router (``config.replicas``, ``router_policy``,
 #      ``router_version``; ``cluster``: every replica's share, counts, server TTFT/E2E, KV pool and peak,
-#      preemptions, state). A 1.3 report reads unchanged and is marked 1.4 when read (:func:`migrate_report`).
+#      preemptions, state), GPU memory per host from peer sidecars (``resources.hosts``). A 1.3 report reads
+#      unchanged and is marked 1.4 when read (:func:`migrate_report`).
 # 1.3: optional fields only (CHANGELOG.md): the client's added latency over the server's own clock
 #      (``server.client_overhead``), per-GPU facts of the engine's GPUs and both CUDA versions, requested vs achieved
 #      load (``metrics.schedule``), steady-state figures (``metrics.steady``), shared prefixes and the prefix-cache
@@ -48,8 +49,8 @@ STARTUP_RENAMED_IN_1_2 = {"last_load_s": "model_load_s", "last_engine_init_s": "
 LOGS_TO_STARTUP_IN_1_2 = ("model_load_s", "engine_init_s", "kv_cache_line")
 __all__ = [  # the models of the parts live in core.report_setup and core.report_resources; read them from here
     "SCHEMA_VERSION", "BenchmarkConfig", "Comparison", "Environment", "ErrorSummary", "GpuSample", "GpuStats",
-    "KvCacheStats", "LogFacts", "Metrics", "ProfileInfo", "Report", "ResourcePoint", "Resources", "StartupFacts",
-    "json_schema", "migrate_report",
+    "HostResources", "KvCacheStats", "LogFacts", "Metrics", "ProfileInfo", "Report", "ResourcePoint", "Resources",
+    "StartupFacts", "json_schema", "migrate_report",
 ]
 
 

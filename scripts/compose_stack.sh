@@ -178,6 +178,8 @@ down() {
     done
     [ -n "$left" ] || left=$(leftover_processes)
     "${engine[@]}" stop
+    # The replicas' record of this project (scripts/compose.sh, python -m stack.compose_replicas): the stack is gone.
+    rm -f "run/docker-compose.replicas${COMPOSE_PROJECT_NAME:+-$COMPOSE_PROJECT_NAME}.yml"
     if [ -n "$left" ]; then
         log "[ERROR] left after down: $left"
         return 1
@@ -207,6 +209,8 @@ PY
 smoke_test() {
     local offset=${TEST_PORT_OFFSET:-0} rc=0
     # Ports apart from `make up` (8xxx) and the integration tests (28xxx); its own compose project.
+    # One engine (tests/compose checks the single-engine stack), whatever REPLICAS the shell or .env has.
+    export REPLICAS=1 ENGINE_URLS=
     export MODEL=synthetic:tiny SERVED_MODEL_NAME=
     export VLLM_PORT=$((29100 + offset)) UI_PORT=$((29000 + offset)) SIDECAR_PORT=$((29200 + offset))
     export LOCUST_WEB_PORT=$((29089 + offset)) COMPOSE_PROJECT_NAME=llm-serve-bench-test$offset

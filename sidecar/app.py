@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.api import WindowResult, WindowStarted
 from core.redact import redact_json
+from core.report_schema import HostResources
 from core.settings import Settings, get_settings
 from sidecar.guard import MIB, RequestGuard, token_dependency
 from sidecar.promexport import make_registry
@@ -30,6 +31,8 @@ from sidecar.result_routes import result_router
 from sidecar.sampling.windows import UnknownWindow
 
 log = logging.getLogger(__name__)
+MAX_PEER_WINDOW_S = 7 * 86400.0
+"""Longest window ``GET /resources/window`` summarises, s (a week; the ring buffer holds less anyway)."""
 
 
 def create_app(settings: Settings | None = None, service: ReportService | None = None) -> FastAPI:
@@ -87,6 +90,14 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
     def resources() -> dict[str, Any]:
         """The latest GPU/CPU sample: per-GPU memory, utilisation, power; vLLM tree RSS and CPU %."""
         return svc.current_resources()
+
+    @app.get("/resources/window", response_model=HostResources, dependencies=writes)
+    def resources_window(start: float, end: float) -> HostResources:
+        """This host's GPU memory per GPU over ``[start, end]`` (Unix s): what a coordinating sidecar (PEER_SIDECARS)
+        asks each peer for a run's window. Needs the sidecar token (Bearer), as writes do."""
+        if not (end >= start and end - start <= MAX_PEER_WINDOW_S):
+            raise HTTPException(status_code=400, detail=f"need start <= end, at most {MAX_PEER_WINDOW_S:.0f} s apart")
+        return svc.host_resources(start, end)
 
     @app.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
     def metrics() -> Response:

@@ -38,6 +38,16 @@ class ClusterKnobs(BaseModel):
         default=None,
         description="vllm-router --policy (round_robin, cache_aware, power_of_two, ...); unset: the router's own.",
     )
+    replica_hosts: str | None = Field(
+        default=None,
+        description="Comma-separated host names of the local replicas 0..REPLICAS-1 (compose: vllm,vllm-1,...); "
+        "unset: VLLM_HOST on this host.",
+    )
+    peer_sidecars: str | None = Field(
+        default=None,
+        description="Comma-separated sidecars on other GPU hosts (http://gpu2:8200,...; dns+http://name:8200: every "
+        "address of a headless Service) whose GPU memory this sidecar adds to each report, asked with SIDECAR_TOKEN.",
+    )
     engine_replica: int = Field(
         default=0,
         ge=0,

@@ -104,7 +104,7 @@ SIDECAR = Command(
     make="make up",
     entry="python -m sidecar.server",
     groups=(
-        ("sampling", ("gpu_sample_interval_s", "engine_metrics_interval_s")),
+        ("sampling", ("gpu_sample_interval_s", "engine_metrics_interval_s", "peer_sidecars")),
         ("reports", ("reports_dir", "reports_keep", "reports_max_age_days", "logs_dir")),
         ("security", ("sidecar_token_file", "sidecar_trusted_hosts", "sidecar_max_body_mb")),
         ("connection", ("sidecar_host", "sidecar_port", "sidecar_base_url", "vllm_base_url", "vllm_host", "vllm_port",
@@ -135,7 +135,7 @@ STACK = Command(
         ("Locust web UI", ("locust_web_host", "locust_web_port", "locust_web_username", "locust_extra_args")),
         ("logs", ("requests_log_max_mb", "requests_log_backups")),
         ("GPU", ("gpu_devices", "gpu_headroom_gb", "engine_preflight")),
-        ("replicas and router", ("replicas", "replica_port_base", "engine_urls", "router_policy")),
+        ("replicas and router", ("replicas", "replica_port_base", "engine_urls", "router_policy", "replica_hosts")),
         ("containers", ("vllm_gpu_base", "container_uid", "container_gid")),
     ),
 )

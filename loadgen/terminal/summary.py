@@ -140,6 +140,10 @@ def format_summary(report: Report, report_path: str) -> list[str]:
         imbalance = report.cluster.imbalance_percent
         lines.append(f"[REPLICAS] requests per replica: {per}; imbalance "
                      f"{'n/a' if imbalance is None else f'{imbalance:.0f}%'} (policy {report.cluster.router_policy})")
+    for host in report.resources.hosts:  # PEER_SIDECARS: GPU memory per host (a missing one is in the gaps above)
+        if host.unavailable_reason is None:
+            gpus = ", ".join(f"GPU {g.index} {_gb(g.mem_used_peak_gb)}" for g in host.gpus) or "no GPU read"
+            lines.append(f"[HOSTS] {host.host}: GPU memory peak {_gb(host.gpu_mem_peak_gb)} ({gpus})")
     if report.client is not None:
         lines += client_lines(report.client)
     if report.profile is not None:

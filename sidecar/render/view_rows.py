@@ -208,6 +208,24 @@ def resources_rows(report: Report) -> list[Row]:
                 f"{fmt(g.power_w_peak, 'W', 0)} mean {fmt(g.power_w_mean, 'W', 0)}",
             )
         )
+    return rows + host_rows(report)
+
+
+def host_rows(report: Report) -> list[Row]:
+    """GPU memory per host and per GPU (PEER_SIDECARS: this host first, then each peer; a peer that gave nothing
+    with why)."""
+    rows: list[Row] = []
+    for h in report.resources.hosts:
+        if h.unavailable_reason:
+            rows.append((f"Host {h.host}", f"not reported: {h.unavailable_reason}"))
+            continue
+        why = f" - {h.gpu_unavailable_reason}" if h.gpu_unavailable_reason else ""
+        rows.append((f"Host {h.host}", f"GPU memory peak (sum) {fmt(h.gpu_mem_peak_gb, 'GB')}{why}"))
+        rows += [
+            (f"Host {h.host} GPU {g.index} {g.name or ''}".rstrip(),
+             f"mem {fmt(g.mem_used_peak_gb, 'GB')} / {fmt(g.mem_total_gb, 'GB')}")
+            for g in h.gpus
+        ]  # fmt: skip
     return rows
 
 

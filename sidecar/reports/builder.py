@@ -9,6 +9,7 @@ from core.redact import strip_url_credentials
 from core.report_schema import (
     Comparison,
     Environment,
+    HostResources,
     LogFacts,
     Metrics,
     Report,
@@ -17,7 +18,9 @@ from core.report_schema import (
 from core.stats import RunMetrics, key_insight
 from sidecar.sampling.resources import WindowPeaks
 
-__all__ = ["MAX_ERROR_EXAMPLES", "build_metrics", "build_report", "build_resources", "error_summary"]
+__all__ = [
+    "MAX_ERROR_EXAMPLES", "build_metrics", "build_report", "build_resources", "error_summary", "host_entry", "host_gaps"
+]  # fmt: skip
 
 def build_metrics(run: RunMetrics, resources: Resources, preemptions: int | None = None) -> Metrics:
     """The report's metrics: the benchmark's run metrics, the seed's flat names, the window's memory peaks, vLLM's KV
@@ -65,6 +68,27 @@ def build_resources(
     )
 
 
+def host_entry(resources: Resources, host: str) -> HostResources:
+    """One host's GPU memory (``resources.hosts`` entry) from its ``resources`` section: peak, per GPU, why none."""
+    return HostResources(
+        host=host,
+        gpu_mem_peak_gb=resources.gpu_mem_peak_gb,
+        gpus=list(resources.gpus),
+        gpu_samples=resources.gpu_samples,
+        gpu_memory_api=resources.gpu_memory_api,
+        gpu_unavailable_reason=resources.gpu_unavailable_reason,
+    )
+
+
+def host_gaps(resources: Resources) -> list[str]:
+    """Gap lines for the hosts of ``resources.hosts`` whose sidecar gave no figures (PEER_SIDECARS), with why."""
+    return [
+        f"GPU memory of host {h.host} ({h.url}) missing: {h.unavailable_reason}"
+        for h in resources.hosts
+        if h.unavailable_reason
+    ]
+
+
 def environment_gaps(environment: Environment) -> list[str]:
     """What the environment could not tell (e.g. a server without ``/version``)."""
     if environment.vllm_version is None:
@@ -101,6 +125,6 @@ def build_report(
         interrupted=request.interrupted,
         server_down=request.server_down,
         rows_omitted=request.rows_omitted,
-        gaps=[*request.gaps, *environment_gaps(environment)],
+        gaps=[*request.gaps, *environment_gaps(environment), *host_gaps(resources)],
         requests_file="",
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -14,13 +15,14 @@ from core.compare import compare_with_history, unusable_reason, workload_fingerp
 from core.enginestate import read_engine_state
 from core.records import RequestRecord
 from core.redact import Redactor, secret_values
-from core.report_schema import Comparison, Report, Resources
+from core.report_schema import Comparison, HostResources, Report, Resources
 from core.settings import Settings
 from sidecar.reports.baselines import BaselineStore
-from sidecar.reports.builder import build_report, build_resources
+from sidecar.reports.builder import build_report, build_resources, host_entry
 from sidecar.sampling.enginemetrics import EngineMetricsReader
 from sidecar.reports.envinfo import collect_environment, vllm_server_facts
 from sidecar.sampling.gpu import GpuInfo, GpuReader, open_gpu_reader
+from sidecar.sampling.peers import peer_resources
 from sidecar.reports.logfacts import read_log_facts
 from sidecar.reports.profiles import collect_traces, trace_paths
 from sidecar.render.files import report_files
@@ -159,8 +161,28 @@ class ReportService:
 
     def window_resources(self, start: float, end: float) -> Resources:
         """The ``resources`` section for ``[start, end]`` (a sample with vLLM's gauges is taken now, so short windows
-        have one)."""
+        have one); with PEER_SIDECARS, ``hosts`` lists this host's GPU memory and each peer's (:mod:`peers`)."""
         self.sampler.sample_once(force_engine=True)
+        resources = self._own_resources(start, end)
+        if not self.settings.peer_sidecars:
+            return resources
+        token = self.settings.sidecar_auth_token()
+        hosts = [host_entry(resources, self.host_name), *peer_resources(self.settings.peer_sidecars, token, start, end)]
+        return resources.model_copy(update={"hosts": hosts})
+
+    @property
+    def host_name(self) -> str:
+        """This host's name in reports: LOAD_HOST_NAME, else the host name."""
+        return self.settings.load_host_name or socket.gethostname()
+
+    def host_resources(self, start: float, end: float) -> HostResources:
+        """This host's GPU memory over ``[start, end]`` (``GET /resources/window``: what a coordinating sidecar asks
+        its peers; a sample is taken now, vLLM's gauges are not scraped)."""
+        self.sampler.sample_once()
+        return host_entry(self._own_resources(start, end), self.host_name)
+
+    def _own_resources(self, start: float, end: float) -> Resources:
+        """The ``resources`` section of this host's samples over ``[start, end]``."""
         return build_resources(
             self.sampler.peaks(start, end),
             self.gpu_reason,

@@ -75,6 +75,7 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
     "--ui-system-prompt": (["be brief"], []), "--ui-max-tokens": (["99"], []), "--ui-status-interval-s": (["9"], []),
     "--ui-username": (["me"], []), "--ui-host": (["0.0.0.0"], []), "--ui-port": (["8001"], []),
     "--gpu-sample-interval-s": (["2"], []), "--engine-metrics-interval-s": (["3"], []), "--reports-dir": (["/tmp/rp"], []),
+    "--peer-sidecars": (["http://gpu2:8200"], []),
     "--reports-keep": (["3"], []), "--reports-max-age-days": (["2"], []), "--sidecar-trusted-hosts": (["a.lan"], []),
 }  # fmt: skip
 

@@ -131,3 +131,13 @@ def test_later_commands_see_the_cluster_make_up_started(tmp_path: Path) -> None:
     assert not router_in_use(make(run_dir=tmp_path))
     cluster_record(started).unlink()
     assert not router_in_use(make(run_dir=tmp_path)) and router_fields(make(run_dir=tmp_path)) == {}
+
+
+def test_replica_hosts_name_each_local_replica() -> None:
+    """REPLICA_HOSTS (compose: one service per replica) gives each local replica its host; unset: VLLM_HOST."""
+    settings = make(replicas=2, replica_hosts="vllm,vllm-1", replica_port_base=8110)
+    assert [(r.name, r.url) for r in replicas(settings)] == [
+        ("vllm", "http://vllm:8110"),
+        ("vllm-1", "http://vllm-1:8111"),
+    ]
+    assert [r.url for r in replicas(make(replicas=2))] == ["http://127.0.0.1:8110", "http://127.0.0.1:8111"]

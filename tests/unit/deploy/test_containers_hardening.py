@@ -184,7 +184,7 @@ def test_validate_containers_fails_when_a_service_loses_its_read_only_root(tmp_p
     for path in (*PROJECT_ROOT.glob("docker-compose*.yml"), *DOCKERFILES, PROJECT_ROOT / ".env.example",
                  *PROJECT_ROOT.glob("*.sh")):  # fmt: skip
         shutil.copy(path, tmp_path / path.name)
-    for folder in ("scripts", ".ci", "deploy/build-extras"):
+    for folder in ("scripts", ".ci", "deploy/build-extras", "core", "engine", "stack"):  # + the replicas generator
         shutil.copytree(PROJECT_ROOT / folder, tmp_path / folder)
     doc = raw_compose()
     del doc["services"]["sidecar"]["read_only"]
