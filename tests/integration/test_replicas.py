@@ -96,7 +96,6 @@ def test_two_replicas_share_the_benchmark_and_add_up(cluster: Stack) -> None:
     assert "## Replicas" in markdown and "| vllm-1 (" in markdown
 
 
-@pytest.mark.stack_order(90)
 def test_replica_killed_mid_run(cluster: Stack) -> None:
     """vllm-1 killed after a few rows: the run still ends with a report, vllm-1 marked down, every row there with
     failures counted by cause, the router served the rest on vllm; `make status` reports vllm-1 as not running."""
