@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from core.records import RequestRecord
 from core.replicas import imbalance_percent, shares_percent
-from core.serverview import SUCCESS_REASONS, _check
+from core.serverview import SUCCESS_REASONS, latency_check
 from core.serverview_overhead import CLIENT_OVERHEAD_MAX_PCT, ClientOverhead, client_overhead
 from core.serverview_samples import Samples, delta, latency_view
 
@@ -57,7 +57,9 @@ class ReplicaView(BaseModel):
     ttft_mean_ms: float | None = Field(default=None, description="Server's mean TTFT over the window, ms.")
     e2e_mean_ms: float | None = Field(default=None, description="Server's mean E2E over the window, ms.")
     agrees: bool | None = Field(
-        default=None, description="Its mean TTFT and E2E within the cross-check's tolerances of the client's means."
+        default=None,
+        description="Its mean TTFT and E2E within the cross-check's tolerances of the client's means (the client's "
+        "mean event-loop lag included).",
     )
     client_overhead: ClientOverhead | None = None
     kv_pool_tokens: int | None = Field(default=None, description="Tokens its KV pool holds (cache_config_info).")
@@ -95,9 +97,13 @@ def kv_pool_tokens(samples: Samples) -> int | None:
 
 
 def replica_view(
-    scrapes: ReplicaScrapes, records: Sequence[RequestRecord], max_added_pct: float = CLIENT_OVERHEAD_MAX_PCT
+    scrapes: ReplicaScrapes,
+    records: Sequence[RequestRecord],
+    max_added_pct: float = CLIENT_OVERHEAD_MAX_PCT,
+    client_lag_ms: float | None = None,
 ) -> ReplicaView:
-    """One replica's figures over the window (``records``: the client's rows, all replicas together)."""
+    """One replica's figures over the window (``records``: the client's rows, all replicas together); its means agree
+    with the client's within :func:`core.serverview.latency_check`'s tolerances (``client_lag_ms`` included)."""
     base: dict[str, Any] = {"name": scrapes.name, "url": scrapes.url, "kv_peak_usage_percent": scrapes.kv_peak_percent,
             "down_after_s": scrapes.down_since_s}  # fmt: skip
     before, after = scrapes.before, scrapes.after
@@ -109,10 +115,10 @@ def replica_view(
     client_ttft = [r.ttft_ms for r in ok if r.ttft_ms is not None]
     client_e2e = [r.e2e_ms for r in ok if r.e2e_ms is not None]
     checks = [
-        _check("ttft_mean_ms", sum(client_ttft) / len(client_ttft) if client_ttft else None, ttft.mean_ms, 0.30, 75.0,
-               "max(30%, 75 ms)"),
-        _check("e2e_mean_ms", sum(client_e2e) / len(client_e2e) if client_e2e else None, e2e.mean_ms, 0.15, 100.0,
-               "max(15%, 100 ms)"),
+        latency_check("ttft_mean_ms", sum(client_ttft) / len(client_ttft) if client_ttft else None, ttft.mean_ms,
+                      0.30, 75.0, client_lag_ms),
+        latency_check("e2e_mean_ms", sum(client_e2e) / len(client_e2e) if client_e2e else None, e2e.mean_ms, 0.15,
+                      100.0, client_lag_ms),
     ]  # fmt: skip
     known = [c.agrees for c in checks if c.agrees is not None]
 
@@ -143,10 +149,11 @@ def cluster_view(
     router_policy: str | None = None,
     router_version: str | None = None,
     max_added_pct: float = CLIENT_OVERHEAD_MAX_PCT,
+    client_lag_ms: float | None = None,
 ) -> ClusterView:
     """Every replica's :func:`replica_view`, their shares of the requests they finished and the imbalance (over the
     replicas that were up at the end), the ones down, and the note when the summed counts lack a replica."""
-    views = [replica_view(s, records, max_added_pct) for s in scrapes]
+    views = [replica_view(s, records, max_added_pct, client_lag_ms) for s in scrapes]
     counted = [v for v in views if v.requests_succeeded is not None]
     for view, share in zip(counted, shares_percent([v.requests_succeeded or 0 for v in counted]), strict=True):
         view.share_percent = share

@@ -71,8 +71,7 @@ def test_status_lists_each_replica_and_the_router(cluster: Stack) -> None:
 
 def test_two_replicas_share_the_benchmark_and_add_up(cluster: Stack) -> None:
     """40 requests through the router: the report lists both replicas, both served, their window counts sum to the
-    client's exactly (the latency means through the router may differ: its queue), and since start they finished
-    warm-up plus measured requests."""
+    client's, each agrees with the client's means, and since start they finished warm-up plus measured requests."""
     run = cluster.make("benchmark", **LOAD, timeout_s=1200)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = report_of(run.stdout)
@@ -83,11 +82,11 @@ def test_two_replicas_share_the_benchmark_and_add_up(cluster: Stack) -> None:
     counts = [r["requests_succeeded"] for r in view["replicas"]]
     assert all(c > 0 for c in counts), counts
     assert sum(counts) == report["server"]["requests_succeeded"] == report["metrics"]["requests_ok"] == 40
-    # counts agree exactly; the latency means may not: through the router the client waits for its queue, which
-    # the engines' own clocks never see (seen on a quiet machine: TTFT client 208 ms vs engines 44 ms, 2 runs of 5)
-    counts_disagree = [d for d in report["server"]["disagreements"] if "_mean_ms" not in d]
-    assert counts_disagree == [], report["server"]
-    assert all(r["kv_pool_tokens"] for r in view["replicas"]), view
+    # counts exact, means within the cross-check's tolerances plus the client's own mean event-loop lag, summed and
+    # per replica (docs/cluster.md: the gap to the engines' clocks is the same straight to the replicas)
+    lag = report["client"]["processes"]
+    assert report["server"]["disagreements"] == [], (report["server"]["agreements"], lag)
+    assert all(r["agrees"] and r["kv_pool_tokens"] for r in view["replicas"]), (view, lag)
     assert view["imbalance_percent"] is not None and view["imbalance_percent"] <= 25.0  # round robin: about 20/20
     # since start: the warm-up and 40 measured requests, and the sidecar's one-token system_fingerprint probe
     # after the window (sidecar/reports/envinfo.py)

@@ -68,3 +68,14 @@ def test_sum_samples_adds_label_sets() -> None:
     a: Samples = {"x": {(("l", "1"),): 2.0}}
     b: Samples = {"x": {(("l", "1"),): 3.0, (("l", "2"),): 1.0}, "y": {(): 4.0}}
     assert sum_samples([a, b]) == {"x": {(("l", "1"),): 5.0, (("l", "2"),): 1.0}, "y": {(): 4.0}}
+
+
+def test_per_replica_agreement_allows_the_client_lag() -> None:
+    """Each replica's verdict uses the same tolerance as the summed one: client TTFTs 100 ms late disagree, unless
+    the client's own mean event-loop lag (40 ms) covers the excess."""
+    before, after, rows = load()
+    late = [r.model_copy(update={"ttft_ms": (r.ttft_ms or 0.0) + 100.0}) for r in twice(rows)]
+    scrapes = [ReplicaScrapes("vllm", "http://a:1", before, after),
+               ReplicaScrapes("vllm-1", "http://a:2", before, after)]  # fmt: skip
+    assert not any(r.agrees for r in cluster_view(scrapes, late).replicas)
+    assert all(r.agrees for r in cluster_view(scrapes, late, client_lag_ms=40.0).replicas)
