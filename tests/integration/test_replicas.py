@@ -83,7 +83,7 @@ def test_two_replicas_share_the_benchmark_and_add_up(cluster: Stack) -> None:
     assert all(c > 0 for c in counts), counts
     assert sum(counts) == report["server"]["requests_succeeded"] == report["metrics"]["requests_ok"] == 40
     # counts exact, means within the cross-check's tolerances plus the client's own mean event-loop lag, summed and
-    # per replica (docs/cluster.md: the gap to the engines' clocks is the same straight to the replicas)
+    # per replica (there against the client's means weighted to the replica's prompt lengths: docs/cluster.md)
     lag = report["client"]["processes"]
     assert report["server"]["disagreements"] == [], (report["server"]["agreements"], lag)
     assert all(r["agrees"] and r["kv_pool_tokens"] for r in view["replicas"]), (view, lag)
