@@ -142,7 +142,7 @@ def cross_check(
     max(15 %, 100 ms) — the client's clock also covers HTTP, chat templating, tokenisation, SSE parsing and the
     network, the server's histograms do not (measured here: +36 ms TTFT with the tiny model on a loaded 2-core host),
     plus ``client_lag_ms`` when given: the client's mean event-loop lag over the window, by which it stamped each chunk
-    late (:func:`latency_check`; with two replicas and the router on a loaded 2-core host it was 18 - 25 ms of a
+    late (:func:`latency_check`; with two replicas and the router on a loaded 2-core host it was 26 - 36 ms of a
     47 - 52 ms TTFT gap, the same gap as straight to the replicas: docs/cluster.md).
     Requests the client cut mid-stream (:data:`CUT_KINDS`: Ctrl-C, drain, timeouts) were partly or wholly served:
     with any, the counts must lie between the client's and the client's plus what those requests could add, and the
