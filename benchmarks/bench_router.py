@@ -9,6 +9,13 @@ streamed chat requests of ``--tokens`` tokens) straight and through the router i
 (``loadgen.request.client.stream_chat``). Per round it prints mean and p50 TTFT and ITL for both paths and the router's
 added latency (router − direct, ms) and ratio (router ÷ direct); the summary is the median over the rounds.
 
+With ``--target`` (a real vLLM) each path's load is also timed by the engine's own clock: its
+``vllm:time_to_first_token_seconds`` mean over that load (``/metrics`` before and after), printed beside the
+client's. The engine's figure is the same on both paths; what the client sees above it on the *direct* path is the
+API server's and the client's own time, which the router does not add (on a loaded 2-core host most of the gap
+between the client's and the engines' TTFT: docs/cluster.md). The host's load average is printed at the start and
+the end: the router's own cost is a few scheduler wake-ups per request, which a busy host stretches.
+
 Figures: docs/benchmarks.md ("Router overhead"). A round's requests all succeed or the round is reported as failed
 with the first cause; nothing is dropped.
 """
@@ -37,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.net import free_port, wait_for_http  # noqa: E402
 from core.records import RequestRecord  # noqa: E402
+from core.serverview_samples import Samples, latency_view, parse_exposition  # noqa: E402
 from loadgen.request.client import chat_payload, new_session, stream_chat  # noqa: E402
 
 APP_BIN = Path(sys.executable).parent
@@ -53,10 +61,12 @@ class PathFigures:
     ok: int
     failed: int
     first_error: str | None
+    engine_ttft_mean_ms: float | None = None
 
 
-def figures(rows: list[RequestRecord]) -> PathFigures:
-    """Mean/median TTFT and ITL (every gap of every successful request) of ``rows``."""
+def figures(rows: list[RequestRecord], engine_ttft_mean_ms: float | None = None) -> PathFigures:
+    """Mean/median TTFT and ITL (every gap of every successful request) of ``rows``; ``engine_ttft_mean_ms``: the
+    server's own mean TTFT over the same load (None: not known, e.g. the mock)."""
     good = [r for r in rows if r.ok and r.ttft_ms is not None]
     ttft = [r.ttft_ms for r in good if r.ttft_ms is not None]
     gaps = [gap for r in good for gap in r.itl_ms]
@@ -69,7 +79,37 @@ def figures(rows: list[RequestRecord]) -> PathFigures:
         ok=len(good),
         failed=len(bad),
         first_error=(bad[0].error or bad[0].error_kind) if bad else None,
+        engine_ttft_mean_ms=engine_ttft_mean_ms,
     )
+
+
+def scrape(base_url: str, headers: dict[str, str]) -> Samples | None:
+    """The server's ``/metrics`` parsed (:func:`core.serverview_samples.parse_exposition`); None when unreadable."""
+    try:
+        answer = httpx.get(f"{base_url}/metrics", headers=headers, timeout=10)
+        answer.raise_for_status()
+    except httpx.HTTPError:
+        return None
+    return parse_exposition(answer.text)
+
+
+def timed_load(
+    url: str, target: str | None, model: str, args: argparse.Namespace, headers: dict[str, str]
+) -> PathFigures:
+    """:func:`load` on ``url``, with ``target``'s own mean TTFT over it (``/metrics`` before and after) when a real
+    server is the target."""
+    before = scrape(target, headers) if target else None
+    rows = load(url, model, args, headers)
+    after = scrape(target, headers) if before is not None and target else None
+    engine = None
+    if before is not None and after is not None:
+        engine = latency_view(before, after, "vllm:time_to_first_token_seconds").mean_ms
+    return figures(rows, engine)
+
+
+def load_average() -> str:
+    """The host's 1-minute load average and its CPU count (``2.41 on 2 CPUs``)."""
+    return f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
 
 
 def wait_ready(url: str, timeout_s: float) -> None:
@@ -121,9 +161,16 @@ def served_model(base_url: str, headers: dict[str, str]) -> str:
     return str(answer.json()["data"][0]["id"])
 
 
+def engine_text(direct: PathFigures, routed: PathFigures) -> str:
+    """The engine's own mean TTFT on both paths, ``31.2 / 29.8`` ms, or ``-`` when unknown (the mock)."""
+    if direct.engine_ttft_mean_ms is None or routed.engine_ttft_mean_ms is None:
+        return "-"
+    return f"{direct.engine_ttft_mean_ms:.1f} / {routed.engine_ttft_mean_ms:.1f}"
+
+
 def row(label: str, direct: PathFigures, routed: PathFigures) -> str:
-    """One table row: both paths' TTFT/ITL means and the router's added ms and ratio."""
-    return (f"| {label} | {direct.ttft_mean_ms:.1f} | {routed.ttft_mean_ms:.1f} | "
+    """One table row: both paths' TTFT/ITL means and the router's added ms and ratio, and the engine's own TTFT."""
+    return (f"| {label} | {direct.ttft_mean_ms:.1f} | {routed.ttft_mean_ms:.1f} | {engine_text(direct, routed)} | "
             f"{routed.ttft_mean_ms - direct.ttft_mean_ms:+.2f} ({routed.ttft_mean_ms / direct.ttft_mean_ms:.3f}) | "
             f"{direct.itl_mean_ms:.2f} | {routed.itl_mean_ms:.2f} | "
             f"{routed.itl_mean_ms - direct.itl_mean_ms:+.3f} ({routed.itl_mean_ms / direct.itl_mean_ms:.3f}) |")
@@ -163,17 +210,17 @@ def main(argv: list[str] | None = None) -> int:
             server = model if args.target else f"the mock, TTFT {args.ttft_ms:.0f} ms, ITL {args.itl_ms:.0f} ms"
             print(f"[INFO] {args.rounds} rounds x (direct, router): {args.concurrency} users, {args.requests} "
                   f"requests of {args.tokens} tokens; server {direct_url} ({server}), "
-                  f"vllm-router --policy {args.policy}")
+                  f"vllm-router --policy {args.policy}; load average {load_average()}")
             load(direct_url, model, args, headers)  # warm both paths' connections and the server
             load(router_url, model, args, headers)
-            print("| round | TTFT direct ms | TTFT router ms | router adds ms (ratio) | ITL direct ms | ITL router ms "
-                  "| router adds ms (ratio) |")
-            print("|---|---|---|---|---|---|---|")
+            print("| round | TTFT direct ms | TTFT router ms | engine's TTFT direct / router ms "
+                  "| router adds ms (ratio) | ITL direct ms | ITL router ms | router adds ms (ratio) |")
+            print("|---|---|---|---|---|---|---|---|")
             pairs = []
             failed = False
             for index in range(args.rounds):
-                direct = figures(load(direct_url, model, args, headers))
-                routed = figures(load(router_url, model, args, headers))
+                direct = timed_load(direct_url, args.target and direct_url, model, args, headers)
+                routed = timed_load(router_url, args.target and direct_url, model, args, headers)
                 for name, fig in (("direct", direct), ("router", routed)):
                     if fig.failed:
                         failed = True
@@ -185,7 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     ttft_ratio = statistics.median(r.ttft_mean_ms / d.ttft_mean_ms for d, r in pairs)
     itl_ratio = statistics.median(r.itl_mean_ms / d.itl_mean_ms for d, r in pairs)
     print(f"[RESULT] router adds, median of {args.rounds} rounds: TTFT {ttft_added:+.2f} ms ({ttft_ratio:.3f} x), "
-          f"ITL {itl_added:+.3f} ms ({itl_ratio:.3f} x)")
+          f"ITL {itl_added:+.3f} ms ({itl_ratio:.3f} x); load average {load_average()}")
+    engine_gaps = [d.ttft_mean_ms - d.engine_ttft_mean_ms for d, _ in pairs if d.engine_ttft_mean_ms is not None]
+    if engine_gaps:
+        print(f"[RESULT] straight to the server the client's TTFT is {statistics.median(engine_gaps):+.2f} ms above "
+              "the engine's own (median of the rounds): the API server's and the client's time, not the router's")
     return 1 if failed else 0
 
 

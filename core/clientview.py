@@ -131,6 +131,14 @@ def _p50_p99(values: Sequence[float]) -> tuple[float, float] | None:
     return float(p50), float(p99)
 
 
+def client_lag_ms(processes: Sequence[ProcessLoad]) -> float | None:
+    """The client's mean event-loop lag while requests were in flight, ms: the worst load process's mean (its samples
+    are the wait of a chunk arriving at a random time, so this is how late, on average, the client stamped a chunk);
+    None when no process recorded any."""
+    means = [p.lag.mean_ms for p in processes if p.lag.count and p.lag.mean_ms is not None]
+    return max(means) if means else None
+
+
 def share_text(pct: float) -> str:
     """``481%`` from 10 % up, ``2.3%`` below, ``>1000%`` above that (a figure near 0 ms makes any lag huge)."""
     if pct > 1000:

@@ -76,6 +76,13 @@ def _bucket_deltas(before: Samples, after: Samples, name: str) -> list[tuple[flo
     return sorted(per_le.items())
 
 
+def bucket_counts(before: Samples, after: Samples, name: str) -> list[tuple[float, float]]:
+    """Histogram ``name``'s observations over the window per bucket, ``(upper bound, count in that bucket)`` in
+    ascending order (the cumulative ``le`` deltas differenced; ``inf`` last); empty when the histogram is absent."""
+    cumulative = _bucket_deltas(before, after, name)
+    return [(le, count - (cumulative[i - 1][1] if i else 0.0)) for i, (le, count) in enumerate(cumulative)]
+
+
 class LatencyView(BaseModel):
     """One server-side latency histogram over the window, milliseconds."""
 

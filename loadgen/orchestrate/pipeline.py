@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from core.api import BuildReportRequest, BuildSeriesRequest
-from core.clientview import client_view, load_calibration
+from core.clientview import client_lag_ms, client_view, load_calibration
 from core.enginestate import EngineControl
 from core.errorsummary import error_summary
 from core.records import RequestRecord
@@ -56,10 +56,13 @@ def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, sett
             measured,
             server_url=f"{len(run.replicas)} replicas summed" if run.replicas else plan.vllm_url,
             max_added_pct=settings.client_overhead_max_pct,
+            client_lag_ms=client_lag_ms(run.processes),
         )
         if run.before and run.after
         else None,
-        cluster=cluster_of(run.replicas, measured, plan, settings.client_overhead_max_pct),
+        cluster=cluster_of(
+            run.replicas, measured, plan, settings.client_overhead_max_pct, client_lag_ms(run.processes)
+        ),
         client=client_view(
             measured,
             measured_window_s(measured),

@@ -113,11 +113,15 @@ class ReplicaWatch:
 
 
 def cluster_of(
-    scrapes: list[ReplicaScrapes] | None, records: list[RequestRecord], plan: BenchmarkConfig, max_added_pct: float
+    scrapes: list[ReplicaScrapes] | None,
+    records: list[RequestRecord],
+    plan: BenchmarkConfig,
+    max_added_pct: float,
+    client_lag_ms: float | None = None,
 ) -> ClusterView | None:
     """The report's per-replica view (:func:`core.serverview_cluster.cluster_view`, the plan's router policy and
-    version); None for a run without the router."""
+    version, ``client_lag_ms`` in its tolerances); None for a run without the router."""
     if not scrapes:
         return None
     return cluster_view(scrapes, records, router_policy=plan.router_policy, router_version=plan.router_version,
-                        max_added_pct=max_added_pct)  # fmt: skip
+                        max_added_pct=max_added_pct, client_lag_ms=client_lag_ms)  # fmt: skip

@@ -4,6 +4,7 @@ shared 2-core host are slow): small MAX_TOKENS, 40 requests."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -32,12 +33,14 @@ LOAD = {"REQUESTS": "40", "CONCURRENCY": "4", "WARMUP": "8", "MAX_TOKENS": "8", 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """`REPLICAS=2 ROUTER_POLICY=round_robin make up` on its own ports; `make down` afterwards leaves no process."""
+    """`REPLICAS=2 ROUTER_POLICY=round_robin make up` on its own ports; `make down` afterwards leaves no process. The
+    stack handed to the tests runs its commands without REPLICAS and ROUTER_POLICY, as a user does after `make up`."""
     tmp = tmp_path_factory.mktemp("cluster")
     env = {**stack_env(tmp), **{k: str(v) for k, v in PORTS.items()}, "REPLICAS": "2", "ROUTER_POLICY": "round_robin",
            "STARTUP_TIMEOUT_S": "1500"}  # two engines compiling at once on a shared 2-core host
     with running_stack(env, tmp, up_timeout_s=1800) as s:
-        yield s
+        # later commands as a user types them: without REPLICAS or ROUTER_POLICY (make up recorded them)
+        yield dataclasses.replace(s, env={k: v for k, v in env.items() if k not in ("REPLICAS", "ROUTER_POLICY")})
 
 
 def replica_url(k: int) -> str:
@@ -71,8 +74,7 @@ def test_status_lists_each_replica_and_the_router(cluster: Stack) -> None:
 
 def test_two_replicas_share_the_benchmark_and_add_up(cluster: Stack) -> None:
     """40 requests through the router: the report lists both replicas, both served, their window counts sum to the
-    client's exactly (the latency means through the router may differ: its queue), and since start they finished
-    warm-up plus measured requests."""
+    client's, each agrees with the client's means, and since start they finished warm-up plus measured requests."""
     run = cluster.make("benchmark", **LOAD, timeout_s=1200)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = report_of(run.stdout)
@@ -83,11 +85,11 @@ def test_two_replicas_share_the_benchmark_and_add_up(cluster: Stack) -> None:
     counts = [r["requests_succeeded"] for r in view["replicas"]]
     assert all(c > 0 for c in counts), counts
     assert sum(counts) == report["server"]["requests_succeeded"] == report["metrics"]["requests_ok"] == 40
-    # counts agree exactly; the latency means may not: through the router the client waits for its queue, which
-    # the engines' own clocks never see (seen on a quiet machine: TTFT client 208 ms vs engines 44 ms, 2 runs of 5)
-    counts_disagree = [d for d in report["server"]["disagreements"] if "_mean_ms" not in d]
-    assert counts_disagree == [], report["server"]
-    assert all(r["kv_pool_tokens"] for r in view["replicas"]), view
+    # counts exact, means within the cross-check's tolerances plus the client's own mean event-loop lag, summed and
+    # per replica (there against the client's means weighted to the replica's prompt lengths: docs/cluster.md)
+    lag = report["client"]["processes"]
+    assert report["server"]["disagreements"] == [], (report["server"]["agreements"], lag)
+    assert all(r["agrees"] and r["kv_pool_tokens"] for r in view["replicas"]), (view, lag)
     assert view["imbalance_percent"] is not None and view["imbalance_percent"] <= 25.0  # round robin: about 20/20
     # since start: the warm-up and 40 measured requests, and the sidecar's one-token system_fingerprint probe
     # after the window (sidecar/reports/envinfo.py)

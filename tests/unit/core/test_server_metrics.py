@@ -147,3 +147,17 @@ def test_every_report_form_states_the_client_overhead() -> None:
     assert f"Client overhead: {text}" in md and "| http://vllm:8100 | ITL |" in md
     page = render_html(r, rows)
     assert "Client overhead: TTFT +" in page and "<td>E2E</td>" in page
+
+
+def test_client_lag_counts_toward_the_latency_tolerance() -> None:
+    """Client TTFTs 100 ms later than the recorded ones: beyond max(30%, 75 ms) alone, within it plus the client's
+    own mean event-loop lag of 40 ms (on the client's clock only, and named in the tolerance); not within 20 ms."""
+    before, after, rows = load()
+    late = [r.model_copy(update={"ttft_ms": (r.ttft_ms or 0.0) + 100.0}) for r in rows]
+    ttft = {a.name: a for a in cross_check(before, after, late).agreements}["ttft_mean_ms"]
+    assert ttft.agrees is False and ttft.tolerance == "max(30%, 75 ms)"
+    lagged = {a.name: a for a in cross_check(before, after, late, client_lag_ms=40.0).agreements}
+    assert lagged["ttft_mean_ms"].agrees and lagged["ttft_mean_ms"].tolerance == "max(30%, 75 ms) + client lag 40.0 ms"
+    assert lagged["e2e_mean_ms"].tolerance == "max(15%, 100 ms) + client lag 40.0 ms"
+    short = cross_check(before, after, late, client_lag_ms=20.0)
+    assert any(line.startswith("ttft_mean_ms") for line in short.disagreements)

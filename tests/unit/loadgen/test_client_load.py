@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.clientview import Calibration, ProcessLoad, client_view
+from core.clientview import Calibration, ProcessLoad, client_lag_ms, client_view
 from core.records import RequestRecord
 from core.stats import LatencyStats
 from loadgen.terminal.summary import client_lines
@@ -92,3 +92,11 @@ def test_a_figure_near_zero_is_moved_by_more_than_a_thousand_percent() -> None:
     batched = [r.model_copy(update={"itl_ms": [0.0, 0.0, 0.0]}) for r in TIMED]
     view = client_view(batched, 10.0, 0.2, None, processes=[load(3.0, 20.0)])
     assert view.client_limited and "itl p99 (0.00 ms) by 20.00 ms = >1000%" in (view.reason or "")
+
+
+def test_client_lag_is_the_worst_process_mean() -> None:
+    """The cross-check's lag allowance: the latest process's mean lag; no process with samples, no allowance."""
+    late, early = load(40.0, 120.0, slot=0), load(5.0, 20.0, slot=1)
+    assert client_lag_ms([early, late]) == 40.0
+    idle = early.model_copy(update={"lag": LatencyStats()})
+    assert client_lag_ms([idle]) is None and client_lag_ms([]) is None
