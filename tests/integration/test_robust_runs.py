@@ -199,3 +199,36 @@ def test_flags_reach_the_locust_processes_and_max_concurrency_caps_a_rate(bench:
     logged = (flagged / "requests.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(logged) >= 6 and list((flagged / "runs").glob("*.requests.jsonl"))
     assert not (bench.tmp / "logs" / "requests.jsonl").exists()  # nothing where the environment pointed
+
+
+def test_ctrl_c_in_a_duration_run_cancels_the_requests_in_flight(bench: Bench) -> None:
+    """A closed-loop ``--duration`` run against slow answers (about 30 s each) gets Ctrl-C while its second requests
+    run: they are cancelled at once, not drained (DRAIN_S 60 s here, 30 s by default); their rows are kept as
+    incomplete naming the early stop, the report of the rows so far is marked interrupted, exit 130."""
+    port = free_port()
+    slow = subprocess.Popen([APP_PY, "-m", "loadgen.selftest.mock_server", "--port", str(port), "--tokens", "20",
+                             "--ttft-ms", "100", "--itl-ms", "1500"], cwd=PROJECT_ROOT,
+                            stdout=(bench.tmp / "slow.log").open("wb"), stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", 60)
+        proc = bench.start("--concurrency", "2", "--duration", "300", DRAIN_S="60",
+                           VLLM_BASE_URL=f"http://127.0.0.1:{port}")  # fmt: skip
+        bench.wait_rows(proc, 2)  # the first two answers ended: the next two are in flight, ~30 s to go
+        pids = locust_pids(proc.pid)
+        assert pids, "Locust is running"
+        time.sleep(2)
+        interrupted_at = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        ended_s = time.monotonic() - interrupted_at
+    finally:
+        slow.terminate()
+        slow.wait(timeout=20)
+    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    assert ended_s < 15, f"Ctrl-C took {ended_s:.0f} s: the requests in flight were drained, not cancelled"
+    report = report_of(out)
+    assert report["interrupted"] is True and report["metrics"]["requests_ok"] == 2
+    rows = [json.loads(x) for p in (bench.tmp / "logs/runs").glob("*.requests.jsonl") for x in p.read_text().splitlines()]
+    cut = [r for r in rows if r.get("error_kind") == "incomplete"]
+    assert len(cut) == 2 and all("stopped early (SIGINT" in r["error"] for r in cut), cut
+    assert not wait_gone(pids), "a Locust process outlived the benchmark"
