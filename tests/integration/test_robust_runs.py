@@ -148,6 +148,11 @@ def test_server_killed_mid_run_ends_it_early_with_the_report(bench: Bench) -> No
     assert 1 <= refused <= 80, f"{refused} connection failures: the users spun instead of backing off"
     assert report["metrics"]["requests_ok"] >= 4
     assert not wait_gone(pids), "a Locust process outlived the run"
+    (rows,) = (bench.tmp / "logs/runs").glob("*.requests.jsonl")
+    rebuild = bench.start("--report-from", str(rows))  # the report rebuilt from the rows says so too
+    out2, err2 = rebuild.communicate(timeout=240)
+    assert rebuild.returncode == 6, out2[-3000:] + err2[-3000:]
+    assert report_of(out2)["server_down"] == report["server_down"]
 
 
 def test_sigterm_writes_the_report_and_stops_locust_and_a_second_run_is_refused(bench: Bench) -> None:
