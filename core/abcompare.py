@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from core.compare import current_dataset
 from core.intervals import Change, judge
 from core.redact import is_secret_flag
 from core.report_schema import SCHEMA_VERSION, BenchmarkConfig, Environment
@@ -114,6 +115,7 @@ def differences(a: Side, b: Side) -> list[Difference]:
     for field in ("vllm_version", "vllm_commit", "cuda_version", "project_git_commit"):
         add("software", field, getattr(ea, field), getattr(eb, field))
     ca, cb = a.config.model_dump(), b.config.model_dump()
+    ca["dataset"], cb["dataset"] = current_dataset(ca["dataset"]), current_dataset(cb["dataset"])  # moved corpus
     for field in sorted(set(ca) - IGNORED_CONFIG_FIELDS):
         add("workload", field, ca.get(field), cb.get(field))
     if a.repeat != b.repeat:

@@ -51,3 +51,27 @@ def test_the_bundled_corpus_keeps_its_fingerprint_after_it_moved() -> None:
     assert fingerprint_of(fingerprint_fields(moved, old.environment)) == old.comparison.fingerprint
     other = old.config.model_copy(update={"dataset": "my/own.jsonl"})
     assert fingerprint_of(fingerprint_fields(other, old.environment)) != old.comparison.fingerprint
+
+
+def test_users_see_the_moved_corpus_at_its_current_path_while_fingerprints_stay_equal() -> None:
+    """The fingerprint keeps the alias loadtest/data/…, but what a user reads (a refusal's differing fields, the
+    A/B differences of `make compare`) names loadgen/workloads/data/…; an old and a new run of the corpus show no
+    dataset difference at all."""
+    from core.abcompare import Side, differences
+    from core.compare import current_dataset
+
+    old = load_1_2()
+    assert current_dataset("loadtest/data/prompts_zh.jsonl") == "loadgen/workloads/data/prompts_zh.jsonl"
+    assert current_dataset("my/own.jsonl") == "my/own.jsonl"
+    other = old.config.model_copy(update={"dataset": "my/own.jsonl"})
+    reason = refusal_reason(old, fingerprint_fields(other, old.environment))
+    assert reason is not None and "dataset: 'loadgen/workloads/data/prompts_zh.jsonl' -> 'my/own.jsonl'" in reason
+    assert "loadtest/" not in reason
+
+    def side(config: object) -> Side:
+        return Side(ref="x", kind="report", id="x", environment=old.environment, config=config, points=[])
+
+    moved = old.config.model_copy(update={"dataset": "loadgen/workloads/data/prompts_zh.jsonl"})
+    assert not [d for d in differences(side(old.config), side(moved)) if d.field == "dataset"]
+    (diff,) = [d for d in differences(side(old.config), side(other)) if d.field == "dataset"]
+    assert (diff.a, diff.b) == ("loadgen/workloads/data/prompts_zh.jsonl", "my/own.jsonl")
