@@ -83,11 +83,12 @@ def bench(tmp_path: Path) -> Iterator[Bench]:
     sidecar = subprocess.Popen([APP_PY, "-m", "sidecar.server"], cwd=PROJECT_ROOT, env=env,
                                stdout=(tmp_path / "sidecar.log").open("wb"), stderr=subprocess.STDOUT)  # fmt: skip
     mock = start_mock(mock_port, tmp_path / "mock.log")
+    bench = Bench(env, mock, tmp_path)
     try:
         wait_http(f"http://127.0.0.1:{sidecar_port}/health", 120)
-        yield Bench(env, mock, tmp_path)
+        yield bench
     finally:
-        for proc in (mock, sidecar):
+        for proc in (mock, sidecar, bench.mock):  # a test may have restarted the mock
             if proc.poll() is None:
                 proc.terminate()
                 proc.wait(timeout=20)
@@ -149,6 +150,8 @@ def test_server_killed_mid_run_ends_it_early_with_the_report(bench: Bench) -> No
     assert report["metrics"]["requests_ok"] >= 4
     assert not wait_gone(pids), "a Locust process outlived the run"
     (rows,) = (bench.tmp / "logs/runs").glob("*.requests.jsonl")
+    port = int(bench.env["VLLM_BASE_URL"].rsplit(":", 1)[1])
+    bench.mock = start_mock(port, bench.tmp / "mock.log")  # back up (the rebuild checks the server first)
     rebuild = bench.start("--report-from", str(rows))  # the report rebuilt from the rows says so too
     out2, err2 = rebuild.communicate(timeout=240)
     assert rebuild.returncode == 6, out2[-3000:] + err2[-3000:]
