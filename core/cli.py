@@ -72,6 +72,12 @@ def default_text(value: Any) -> str:
     return str(value)
 
 
+def shown_default(info: FieldInfo) -> str:
+    """The default as help and the reference show it: the field's ``shown_default`` where the value alone would
+    mislead (MAX_TOKENS: 128 is the UI's, a benchmark without it samples lengths), else :func:`default_text`."""
+    return str(_extra(info).get("shown_default") or default_text(info.get_default(call_default_factory=True)))
+
+
 def is_bool(info: FieldInfo) -> bool:
     """An on/off knob (``--flag/--no-flag``)."""
     return info.annotation is bool or bool in get_args(info.annotation)
@@ -237,7 +243,7 @@ def knob_help(name: str, info: FieldInfo) -> str:
     env = env_names(name, info)[0]
     if env == flags_of(name, info)[0].removeprefix("--").replace("-", "_").upper():
         env = ""  # the rule the epilog states
-    default = default_text(info.get_default(call_default_factory=True))
+    default = shown_default(info)
     shown = "; ".join(part for part in (default if default != "unset" else "", env) if part)
     return f"{short_help(name, info)} [{shown}]" if shown else short_help(name, info)
 
