@@ -27,6 +27,7 @@ from pydantic import AliasChoices, ValidationError
 from pydantic.fields import FieldInfo
 
 from core.knobs.commands import Command, where_it_goes
+from core.makevars import env_typos
 from core.settings import PROJECT_ROOT, Settings, describe_validation_error
 
 MAX_CONCURRENCY = "--max-concurrency"
@@ -326,8 +327,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
-    """Parse ``argv`` and build the settings; a bad flag value exits 2 with the message (as argparse does)."""
+    """Parse ``argv`` and build the settings; a bad flag value, or an environment variable that looks like a misspelt
+    setting (:func:`core.makevars.env_typos`), exits 2 with the message (as argparse does)."""
     args = parser.parse_args(argv)
+    typos = env_typos()
+    if typos:
+        parser.exit(2, "".join(f"[ERROR] {line}\n" for line in typos))
     try:
         return args, settings_from(args)
     except CliError as exc:

@@ -27,6 +27,7 @@ from core.enginestate import (
     write_request,
 )
 from core.logrotate import MIB
+from core.makevars import env_typos
 from core.net import port_in_use_message
 from core.pipes import guard_stdout
 from core.redact import Redactor, secret_values
@@ -345,6 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("command", choices=["up", "down", "status", "token"])
     args = parser.parse_args(argv)
+    typos = env_typos() if args.command == "up" else []
+    if typos:
+        print("".join(f"[ERROR] {line}\n" for line in typos), end="", file=sys.stderr)
+        return 2
     settings = get_settings()
     return {"up": up, "down": down, "status": status, "token": token}[args.command](settings)
 
