@@ -51,8 +51,9 @@ def send(
     """Send one request with the shared request function, label it with its workload item, save the row.
 
     A request cancelled by the end of the run (Locust kills the greenlet: ``GreenletExit``, or Ctrl-C) is saved as
-    an ``incomplete`` row naming its cause (``state.cut_cause``) (logged ``cancelled`` in ``requests.jsonl``) before the cancellation goes on, so no request
-    is ever lost; ``on_cut(elapsed_ms)`` then tells Locust's web UI it was cut (the locustfile reports it).
+    an ``incomplete`` row naming its cause (``state.cut_cause``; logged ``cancelled`` in ``requests.jsonl``) before
+    the cancellation goes on, so no request is ever lost; ``on_cut(elapsed_ms)`` then tells Locust's web UI it was
+    cut (the locustfile reports it).
     """
     plan = state.plan
     request_id = uuid.uuid4().hex

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from core.compare import compare_with_history, fingerprint_fields, fingerprint_of, refusal_reason
 from core.gate import gate_verdict
-from core.report_schema import SCHEMA_VERSION, Report, migrate_report
+from core.report_schema import SCHEMA_VERSION, BenchmarkConfig, Report, migrate_report
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "report_1.2.json"
 
@@ -68,7 +68,7 @@ def test_users_see_the_moved_corpus_at_its_current_path_while_fingerprints_stay_
     assert reason is not None and "dataset: 'loadgen/workloads/data/prompts_zh.jsonl' -> 'my/own.jsonl'" in reason
     assert "loadtest/" not in reason
 
-    def side(config: object) -> Side:
+    def side(config: BenchmarkConfig) -> Side:
         return Side(ref="x", kind="report", id="x", environment=old.environment, config=config, points=[])
 
     moved = old.config.model_copy(update={"dataset": "loadgen/workloads/data/prompts_zh.jsonl"})
