@@ -57,7 +57,7 @@ class _TimedUnixConnection(UnixStreamHTTPConnection):
 
 
 class _TimedTransport(SupervisorTransport):
-    def __init__(self, socket_path: Path, timeout_s: float) -> None:
+    def __init__(self, socket_path: Path, timeout_s: float | None) -> None:
         super().__init__(None, None, f"unix://{socket_path}")
 
         def connection() -> _TimedUnixConnection:
@@ -69,16 +69,17 @@ class _TimedTransport(SupervisorTransport):
 
 
 class Supervisor:
-    """XML-RPC client of the stack's supervisord (its unix socket in RUN_DIR); each call waits at most
+    """XML-RPC client of the stack's supervisord (its unix socket in RUN_DIR); reading the states waits at most
     ``timeout_s`` seconds for an answer."""
 
     def __init__(self, run_dir: Path, timeout_s: float = SUPERVISOR_TIMEOUT_S) -> None:
         self.socket = run_dir.resolve() / "supervisor.sock"
         self.timeout_s = timeout_s
 
-    def proxy(self) -> Any:
-        """An ``xmlrpc.client.ServerProxy`` over the unix socket (one per call: proxies are not thread-safe)."""
-        return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=_TimedTransport(self.socket, self.timeout_s))
+    def proxy(self, timeout_s: float | None = None) -> Any:
+        """An ``xmlrpc.client.ServerProxy`` over the unix socket (one per call: proxies are not thread-safe); its
+        calls wait at most ``timeout_s`` s (None: as long as they take — ``stopProcess`` waits for the process)."""
+        return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=_TimedTransport(self.socket, timeout_s))
 
     def states(self) -> dict[str, dict[str, Any]] | None:
         """``{program: info}`` from supervisord, or None when it is not running (no socket, nobody listening).
@@ -87,7 +88,7 @@ class Supervisor:
             SupervisorNotAnswering: it did not answer within ``timeout_s`` s (it runs, busy: not "not running").
         """
         try:
-            return {p["name"]: p for p in self.proxy().supervisor.getAllProcessInfo()}
+            return {p["name"]: p for p in self.proxy(self.timeout_s).supervisor.getAllProcessInfo()}
         except TimeoutError as exc:
             raise SupervisorNotAnswering(
                 f"supervisord not answering (timeout after {self.timeout_s:g} s on {self.socket}): it runs but is "

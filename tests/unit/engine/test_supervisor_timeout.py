@@ -82,3 +82,10 @@ def test_the_start_up_phase_reads_the_log_alone_when_supervisord_is_busy(
 ) -> None:
     settings = Settings(_env_file=None, run_dir=silent_supervisord, logs_dir=tmp_path)  # type: ignore[call-arg]
     assert engine_phase(settings, supervisor=Supervisor(silent_supervisord, timeout_s=0.2)).phase
+
+
+def test_only_reading_the_states_has_the_timeout(tmp_path: Path) -> None:
+    """A control call (``stopProcess`` waits for vLLM to stop) keeps waiting as long as it takes."""
+    supervisor = Supervisor(tmp_path, timeout_s=0.5)
+    assert supervisor.proxy()._ServerProxy__transport._get_connection().timeout is None
+    assert supervisor.proxy(0.5)._ServerProxy__transport._get_connection().timeout == 0.5
