@@ -17,7 +17,9 @@ CANCEL_CAUSE = "the run being stopped early (SIGINT: Ctrl-C, SIGTERM, server dow
 def cancel_on_sigint(environment: Any, on_cancel: Callable[[], None] = lambda: None) -> None:
     """Install a SIGINT handler in this Locust process: ``environment.stop_timeout`` becomes 0 (no drain),
     ``on_cancel()`` runs (the locustfile marks the rows' cause), then the handler that was there before runs
-    (Python's default raises KeyboardInterrupt: Locust shuts down as before). Must be called in the main thread."""
+    (Python's default raises KeyboardInterrupt: Locust shuts down as before); where SIGINT was ignored (inherited by
+    a benchmark started as a background job) KeyboardInterrupt is raised all the same: only the benchmark sends
+    SIGINT to Locust's own session, and it means stop. Must be called in the main thread."""
     previous = signal.getsignal(signal.SIGINT)
 
     def handler(signum: int, frame: FrameType | None) -> None:
@@ -25,7 +27,7 @@ def cancel_on_sigint(environment: Any, on_cancel: Callable[[], None] = lambda: N
         on_cancel()
         if callable(previous):
             previous(signum, frame)
-        elif previous != signal.SIG_IGN:
+        else:  # SIG_IGN inherited from a benchmark run as a background job: the benchmark's stop still stops
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, handler)

@@ -23,6 +23,7 @@ from tests.unit.loadgen.test_locust_stats import run_state  # noqa: F401  (fixtu
 @pytest.fixture
 def restore_sigint() -> Any:
     previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh Locust process (other tests change it)
     yield
     signal.signal(signal.SIGINT, previous)
 
@@ -36,6 +37,17 @@ def test_sigint_sets_the_stop_timeout_to_zero_then_interrupts(restore_sigint: No
         os.kill(os.getpid(), signal.SIGINT)
         gevent.sleep(0.1)
     assert env.stop_timeout == 0.0 and marked == [True]
+
+
+def test_sigint_interrupts_even_where_it_was_ignored(restore_sigint: None) -> None:
+    """A benchmark started as a background job passes SIGINT ignored to Locust: its stop must still stop it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    env = SimpleNamespace(stop_timeout=30.0)
+    cancel_on_sigint(env)
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        gevent.sleep(0.1)
+    assert env.stop_timeout == 0.0
 
 
 def test_sigint_keeps_a_previous_handler(restore_sigint: None) -> None:
