@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from core.compare import current_dataset
 from core.intervals import Change, judge
 from core.redact import is_secret_flag
 from core.report_schema import SCHEMA_VERSION, BenchmarkConfig, Environment
@@ -26,6 +27,12 @@ IGNORED_CONFIG_FIELDS = frozenset(
     {"vllm_url", "model", "dataset_file", "prefix_file", "drain_s", "request_timeout_s"}
 )
 Group = Literal["model", "vLLM flags", "hardware", "software", "workload"]
+# knobs of one load mode only: the other mode's run has none (an open-loop run has no users), so they are compared
+# where they apply and shown as None where they do not
+MODE_FIELDS = {
+    "closed_loop": frozenset({"concurrency", "ramp_up_s"}),
+    "open_loop": frozenset({"rate_req_per_sec", "burstiness", "max_in_flight", "rate_end_req_per_sec"}),
+}
 
 
 class Difference(BaseModel):
@@ -95,6 +102,17 @@ def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 
+def _workload(config: BenchmarkConfig) -> dict[str, object]:
+    """The config's fields as compared: knobs of the other load mode (:data:`MODE_FIELDS`) None, a moved dataset at
+    its current path."""
+    fields = config.model_dump()
+    for mode, names in MODE_FIELDS.items():
+        if mode != config.mode:
+            fields.update(dict.fromkeys(names))
+    fields["dataset"] = current_dataset(config.dataset)
+    return fields
+
+
 def differences(a: Side, b: Side) -> list[Difference]:
     """Fields that differ, grouped and ordered: model, vLLM flags, hardware, software, workload."""
     ea, eb = a.environment, b.environment
@@ -113,7 +131,7 @@ def differences(a: Side, b: Side) -> list[Difference]:
         add("hardware", field, getattr(ea, field), getattr(eb, field))
     for field in ("vllm_version", "vllm_commit", "cuda_version", "project_git_commit"):
         add("software", field, getattr(ea, field), getattr(eb, field))
-    ca, cb = a.config.model_dump(), b.config.model_dump()
+    ca, cb = _workload(a.config), _workload(b.config)
     for field in sorted(set(ca) - IGNORED_CONFIG_FIELDS):
         add("workload", field, ca.get(field), cb.get(field))
     if a.repeat != b.repeat:

@@ -27,6 +27,7 @@ from pydantic import AliasChoices, ValidationError
 from pydantic.fields import FieldInfo
 
 from core.knobs.commands import Command, where_it_goes
+from core.makevars import env_typos
 from core.settings import PROJECT_ROOT, Settings, describe_validation_error
 
 MAX_CONCURRENCY = "--max-concurrency"
@@ -70,6 +71,12 @@ def default_text(value: Any) -> str:
     if isinstance(value, Path):
         return str(value.relative_to(PROJECT_ROOT)) if value.is_relative_to(PROJECT_ROOT) else str(value)
     return str(value)
+
+
+def shown_default(info: FieldInfo) -> str:
+    """The default as help and the reference show it: the field's ``shown_default`` where the value alone would
+    mislead (MAX_TOKENS: 128 is the UI's, a benchmark without it samples lengths), else :func:`default_text`."""
+    return str(_extra(info).get("shown_default") or default_text(info.get_default(call_default_factory=True)))
 
 
 def is_bool(info: FieldInfo) -> bool:
@@ -237,7 +244,7 @@ def knob_help(name: str, info: FieldInfo) -> str:
     env = env_names(name, info)[0]
     if env == flags_of(name, info)[0].removeprefix("--").replace("-", "_").upper():
         env = ""  # the rule the epilog states
-    default = default_text(info.get_default(call_default_factory=True))
+    default = shown_default(info)
     shown = "; ".join(part for part in (default if default != "unset" else "", env) if part)
     return f"{short_help(name, info)} [{shown}]" if shown else short_help(name, info)
 
@@ -320,8 +327,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
-    """Parse ``argv`` and build the settings; a bad flag value exits 2 with the message (as argparse does)."""
+    """Parse ``argv`` and build the settings; a bad flag value, or an environment variable that looks like a misspelt
+    setting (:func:`core.makevars.env_typos`), exits 2 with the message (as argparse does)."""
     args = parser.parse_args(argv)
+    typos = env_typos()
+    if typos:
+        parser.exit(2, "".join(f"[ERROR] {line}\n" for line in typos))
     try:
         return args, settings_from(args)
     except CliError as exc:

@@ -35,6 +35,17 @@ FLAGGED_ENV_FIELDS = ("vllm_version", "vllm_fingerprint", "model_revision", "dri
 # The bundled corpus moved with the load generator's package (loadtest/ -> loadgen/workloads/). Fingerprints keep the
 # name it had when the first reports were written, so stored reports and baselines stay comparable with new runs.
 MOVED_DATASETS = {"loadgen/workloads/data/prompts_zh.jsonl": "loadtest/data/prompts_zh.jsonl"}
+_CURRENT_PATHS = {old: new for new, old in MOVED_DATASETS.items()}
+
+
+def current_dataset(path: str) -> str:
+    """The path a user finds the dataset at today: a moved corpus's old name (an old report's, or the fingerprint's
+    alias) becomes its current one; any other path is returned as given."""
+    return _CURRENT_PATHS.get(path, path)
+
+
+def _shown(key: str, value: Any) -> Any:
+    return current_dataset(value) if key == "dataset" and isinstance(value, str) else value
 
 
 def fingerprint_fields(config: BenchmarkConfig, env: Environment) -> dict[str, Any]:
@@ -96,8 +107,13 @@ def workload_fingerprint(config: BenchmarkConfig, env: Environment) -> str:
 
 
 def differing_fields(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    """``name: old -> new`` for every fingerprint field that differs (``a`` is the older run)."""
-    return [f"{key}: {a.get(key)!r} -> {b.get(key)!r}" for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
+    """``name: old -> new`` for every fingerprint field that differs (``a`` is the older run); a moved dataset is
+    named by its current path (:func:`current_dataset`), never by the alias the fingerprint keeps."""
+    return [
+        f"{key}: {_shown(key, a.get(key))!r} -> {_shown(key, b.get(key))!r}"
+        for key in sorted(set(a) | set(b))
+        if a.get(key) != b.get(key)
+    ]
 
 
 def metric_changes(new: Metrics, old: Metrics) -> dict[str, float | None]:

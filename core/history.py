@@ -33,6 +33,20 @@ class HistoryPoint(BaseModel):
     gate_failures: list[str] = Field(
         default_factory=list, description="``vs_<name>: <metric change>`` for each failed gate against a baseline."
     )
+    flags: list[str] = Field(
+        default_factory=list,
+        description="How the run did not go as planned: ``interrupted``, ``ended early (server down)``, "
+        "``all failed``; empty for a run that ran to its end with an answer.",
+    )
+
+
+def run_flags(report: Report) -> list[str]:
+    """What a timeline flags about a run: interrupted (Ctrl-C, SIGTERM, SIGHUP), ended early (the server went down),
+    every measured request failed."""
+    flags = ["interrupted"] if report.interrupted else []
+    flags += ["ended early (server down)"] if report.server_down else []
+    flags += ["all failed"] if report.metrics.requests_total and not report.metrics.requests_ok else []
+    return flags
 
 
 class Timeline(BaseModel):
@@ -96,6 +110,7 @@ def timelines(
                     vllm_version=r.environment.vllm_version,
                     baselines=marks.get(r.report_id, []),
                     gate_failures=failed,
+                    flags=run_flags(r),
                 )
             )
         out.append(Timeline(fingerprint=fingerprint, label=workload_label(runs[-1]), points=points))
@@ -105,7 +120,8 @@ def timelines(
 
 def history_table(lines_of: Sequence[Timeline]) -> list[str]:
     """The terminal table: per workload a header line, then one line per run (oldest first) with throughput,
-    TTFT/E2E p99, error rate, GPU memory, ``[baseline: v1]`` marks and ``FAIL vs_v1: …`` flags."""
+    TTFT/E2E p99, error rate, GPU memory, ``[baseline: v1]`` marks, ``[interrupted]``-style run flags and
+    ``FAIL vs_v1: …`` flags."""
 
     def num(value: float | None, digits: int = 0) -> str:
         return "n/a" if value is None else f"{value:.{digits}f}"
@@ -116,6 +132,7 @@ def history_table(lines_of: Sequence[Timeline]) -> list[str]:
         lines.append(f"  {'report':<32} {'req/s':>7} {'TTFT p99':>9} {'E2E p99':>8} {'err %':>6} {'GPU GiB':>7}  notes")
         for p in t.points:
             notes = [f"[baseline: {', '.join(p.baselines)}]"] if p.baselines else []
+            notes += [f"[{flag}]" for flag in p.flags]
             notes += [f"FAIL {f}" for f in p.gate_failures]
             lines.append(
                 f"  {p.report_id:<32} {p.throughput_req_per_sec:>7.2f} {num(p.ttft_p99_ms):>9} {num(p.e2e_p99_ms):>8} "

@@ -5,12 +5,18 @@ CONCURRENCY?" instead of running the defaults without a word.
 line (``$(origin V)`` is ``command line``). An upper-case name that is no setting and no variable of the Makefile
 is refused when it is close to a setting's name (a typo), and passed through with a note otherwise (``HF_HOME``); a
 setting of another command is refused naming where it goes (``make benchmark KV_CACHE_GB=4``).
+
+The environment is checked too (:func:`env_typos`: ``REPLICA=2 make up``, ``CONCURENCY=4 ./run_benchmark.sh``):
+only a name one typo away from a setting's (two for names of 8 characters or more) is refused, so the many other
+variables of a shell (``PATH``, ``HF_HOME``, vLLM's own ``VLLM_*``) pass untouched.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import sys
+from collections.abc import Mapping
 
 from core.knobs.commands import COMMANDS, command, home, where_it_goes
 from core.settings import Settings
@@ -35,6 +41,44 @@ def setting_names() -> dict[str, str]:
             if isinstance(choice, str):
                 names[choice.upper()] = name
     return names
+
+
+def typo_distance(a: str, b: str) -> int:
+    """Edits (insert, delete, replace, swap of two neighbours) between ``a`` and ``b``."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], prev2[j - 2] + 1)
+        prev2, prev = prev, row
+    return prev[-1]
+
+
+def near_setting(name: str, known: Mapping[str, str] | None = None) -> str | None:
+    """The setting variable ``name`` looks like a typo of (one edit away; two for names of 8+ characters), or None:
+    not upper case, a setting itself, a Makefile variable, or like none of ours."""
+    known = setting_names() if known is None else known
+    if not name.isupper() or name in known or name in MAKEFILE_VARIABLES or len(name) < 4:
+        return None
+    limit = 1 if len(name) < 8 else 2
+    best = min(known, key=lambda k: (typo_distance(name, k), k))
+    return best if typo_distance(name, best) <= limit else None
+
+
+def env_typos(environ: Mapping[str, str] | None = None, skip: frozenset[str] = frozenset()) -> list[str]:
+    """One line per environment variable (default ``os.environ``; ``skip``: names already judged) that looks like a
+    misspelt setting: ``REPLICA is no setting: did you mean REPLICAS? ...``."""
+    known = setting_names()
+    out = []
+    for name in sorted((os.environ if environ is None else environ).keys() - skip):
+        near = near_setting(name, known)
+        if near:
+            out.append(f"environment variable {name} is no setting: did you mean {near}? Set {near} instead (or "
+                       f"unset {name} if it is meant for another program).")  # fmt: skip
+    return out
 
 
 def problems(target: str, variables: list[str]) -> tuple[list[str], list[str]]:
@@ -65,13 +109,15 @@ def problems(target: str, variables: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Check; exit 2 with one line per problem, else 0 (notes printed)."""
+    """Check the command-line variables and the environment; exit 2 with one line per problem, else 0 (notes
+    printed)."""
     args = sys.argv[1:] if argv is None else argv
     if not args:
         print(f"usage: python -m core.makevars TARGET [NAME ...] (targets: {', '.join(TARGETS)}; views: "
               f"{', '.join(c.key for c in COMMANDS)})", file=sys.stderr)  # fmt: skip
         return 2
     errors, notes = problems(args[0], args[1:])
+    errors += env_typos(skip=frozenset(args[1:]))  # make puts command-line variables in the environment too
     for note in notes:
         print(f"[INFO] {note}")
     for error in errors:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic.fields import FieldInfo
 
-from core.cli import MAX_CONCURRENCY, default_text, env_names, flag_fields, flags_of, is_bool
+from core.cli import MAX_CONCURRENCY, env_names, flag_fields, flags_of, is_bool, shown_default
 from core.knobs.commands import COMMANDS, Command, home
 from core.settings import Settings
 
@@ -27,7 +27,7 @@ def _row(name: str, info: FieldInfo, with_flags: bool) -> str:
     flags = flags_of(name, info)
     if is_bool(info):
         flags = [*flags, "--no-" + flags[0].removeprefix("--")]
-    default = default_text(info.get_default(call_default_factory=True))
+    default = shown_default(info)
     owner = home(name)
     cells = [" ".join(f"`{f}`" for f in flags)] if with_flags else []
     cells += [

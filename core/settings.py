@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -338,9 +339,11 @@ def get_settings() -> Settings:
     """The process-wide settings, read once.
 
     Raises:
-        SystemExit: with a readable message naming each bad variable (pydantic's ValidationError is turned into it).
+        SystemExit: code 2 (bad input, as a bad flag), after a readable message on stderr naming each bad variable
+            (pydantic's ValidationError is turned into it).
     """
     try:
         return Settings()
     except ValidationError as exc:
-        raise SystemExit(describe_validation_error(exc)) from None
+        print(describe_validation_error(exc), file=sys.stderr, flush=True)
+        raise SystemExit(2) from None

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import time
 import xmlrpc.client
 from pathlib import Path
 from typing import Any
+
+from supervisor.xmlrpc import SupervisorTransport, UnixStreamHTTPConnection
 
 from core.enginestate import (
     EngineError,
@@ -36,25 +39,72 @@ PROGRAM = "vllm"
 FAILED_STATES = frozenset({"FATAL", "EXITED", "BACKOFF", "STOPPED", "UNKNOWN"})
 
 
+SUPERVISOR_TIMEOUT_S = 10.0  # a loaded host's supervisord answers within this; later reads as "not answering"
+
+
+class SupervisorNotAnswering(EngineError):
+    """supervisord's socket is there but it did not answer within the timeout (a loaded host): it runs, unlike a
+    missing supervisord, and its programs' states are unknown."""
+
+
+class _TimedUnixConnection(UnixStreamHTTPConnection):
+    """supervisor's unix-socket HTTP connection with a timeout on connect and every read (theirs has none)."""
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socketfile)
+
+
+class _TimedTransport(SupervisorTransport):
+    def __init__(self, socket_path: Path, timeout_s: float | None) -> None:
+        super().__init__(None, None, f"unix://{socket_path}")
+
+        def connection() -> _TimedUnixConnection:
+            conn = _TimedUnixConnection("localhost", timeout=timeout_s)
+            conn.socketfile = str(socket_path)
+            return conn
+
+        self._get_connection = connection
+
+
 class Supervisor:
-    """XML-RPC client of the stack's supervisord (its unix socket in RUN_DIR)."""
+    """XML-RPC client of the stack's supervisord (its unix socket in RUN_DIR); reading the states waits at most
+    ``timeout_s`` seconds for an answer."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, timeout_s: float = SUPERVISOR_TIMEOUT_S) -> None:
         self.socket = run_dir.resolve() / "supervisor.sock"
+        self.timeout_s = timeout_s
 
-    def proxy(self) -> Any:
-        """An ``xmlrpc.client.ServerProxy`` over the unix socket (one per call: proxies are not thread-safe)."""
-        from supervisor.xmlrpc import SupervisorTransport  # lazy: the benchmark command imports this module
-
-        transport = SupervisorTransport(None, None, f"unix://{self.socket}")
-        return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport)
+    def proxy(self, timeout_s: float | None = None) -> Any:
+        """An ``xmlrpc.client.ServerProxy`` over the unix socket (one per call: proxies are not thread-safe); its
+        calls wait at most ``timeout_s`` s (None: as long as they take — ``stopProcess`` waits for the process)."""
+        return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=_TimedTransport(self.socket, timeout_s))
 
     def states(self) -> dict[str, dict[str, Any]] | None:
-        """``{program: info}`` from supervisord, or None when it is not running."""
+        """``{program: info}`` from supervisord, or None when it is not running (no socket, nobody listening).
+
+        Raises:
+            SupervisorNotAnswering: it did not answer within ``timeout_s`` s (it runs, busy: not "not running").
+        """
         try:
-            return {p["name"]: p for p in self.proxy().supervisor.getAllProcessInfo()}
+            return {p["name"]: p for p in self.proxy(self.timeout_s).supervisor.getAllProcessInfo()}
+        except TimeoutError as exc:
+            raise SupervisorNotAnswering(
+                f"supervisord not answering (timeout after {self.timeout_s:g} s on {self.socket}): it runs but is "
+                "busy; try again in a moment"
+            ) from exc
         except (OSError, xmlrpc.client.Error):
             return None
+
+
+def known_states(supervisor: Supervisor) -> dict[str, dict[str, Any]]:
+    """``supervisor.states()``, empty when supervisord is not running or not answering (its programs' states are
+    unknown for now: a wait goes on, a judgement of the start-up reads the log alone)."""
+    try:
+        return supervisor.states() or {}
+    except SupervisorNotAnswering:
+        return {}
 
 
 def engine_phase(
@@ -63,7 +113,7 @@ def engine_phase(
     """vLLM's start-up phase judged with its process (:func:`engine.enginephase.launch_phase`): the state
     file and, when the local stack runs, supervisord's view of ``program:vllm``. ``since``: only the launch whose
     lines begin there (what ``make up`` and a restart started), else the log's latest one."""
-    states = (supervisor or Supervisor(settings.run_dir)).states() or {}
+    states = known_states(supervisor or Supervisor(settings.run_dir))
     state = read_engine_state(settings.engine_state_file)
     process = engine_process(state, states.get(PROGRAM))
     return launch_phase(settings.vllm_log_file, state, since, process)
@@ -96,7 +146,11 @@ class LocalEngine:
 
     def status(self) -> EngineStatus | None:
         """vLLM's supervisor state (with replicas: RUNNING when all run, else the first other one, ``vllm-1
-        EXITED``) and the request it was started with; None when supervisord is not running."""
+        EXITED``) and the request it was started with; None when supervisord is not running.
+
+        Raises:
+            SupervisorNotAnswering: supervisord did not answer in time (an :class:`EngineError`).
+        """
         states = self.supervisor.states()
         if states is None:
             return None
@@ -116,7 +170,7 @@ class LocalEngine:
         """Wait until vLLM answers; raise EngineError with :func:`why_not_up` of the launch at ``since`` when its
         process died (or the time ran out)."""
         def dead() -> str | None:
-            states = self._states(self.supervisor.states() or {})
+            states = self._states(known_states(self.supervisor))  # not answering is not dead
             failed = [(name, state) for name, state in states.items() if state in FAILED_STATES]
             if len(states) == 1 and failed:
                 return f"vLLM is {failed[0][1]}"

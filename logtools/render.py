@@ -132,7 +132,7 @@ def render_stats(report: dict[str, Any]) -> list[str]:
         by_source = ", ".join(f"{name} {_n(count)}" for name, count in req["by_source"].items())
         out += [
             f"  Requests ({_files(source)}): {_n(req['requests'])} (ok {_n(req['ok'])}, errors {_n(req['errors'])}, "
-            f"error rate {rate}){' - ' + by_source if by_source else ''}",
+            f"cancelled {_n(req['cancelled'])}, error rate {rate}){' - ' + by_source if by_source else ''}",
             f"    window    {_time(req['window_start'])} -> {_time(req['window_end'])} ({_n(req['window_s'])} s)",
             _pcts("total_ms", req["total_ms"]),
             _pcts("ttft_ms", req["ttft_ms"]),

@@ -27,6 +27,7 @@ from core.enginestate import (
     write_request,
 )
 from core.logrotate import MIB
+from core.makevars import env_typos
 from core.net import port_in_use_message
 from core.pipes import guard_stdout
 from core.redact import Redactor, secret_values
@@ -34,7 +35,14 @@ from core.replicas import as_started, check_cluster, cluster_record, record_clus
 from core.report_schema import StartupFacts
 from core.settings import PROJECT_ROOT, Settings, get_settings
 from core.tokenfile import ensure_sidecar_token
-from engine.control import FAILED_STATES, LocalEngine, Supervisor, engine_phase, why_not_up
+from engine.control import (
+    FAILED_STATES,
+    LocalEngine,
+    Supervisor,
+    SupervisorNotAnswering,
+    engine_phase,
+    why_not_up,
+)
 from engine.engineplan import engine_build
 from engine.reaper import end_engine_processes
 from engine.replicas import ROUTER_PROGRAM, program_names, write_conf
@@ -69,8 +77,24 @@ def startup(settings: Settings, since: LogPosition | None = None) -> StartupPhas
 
 
 def process_states(settings: Settings) -> dict[str, dict[str, Any]] | None:
-    """``{name: info}`` from supervisord, or None when it is not running."""
+    """``{name: info}`` from supervisord, or None when it is not running.
+
+    Raises:
+        SupervisorNotAnswering: it runs but did not answer in time (a loaded host).
+    """
     return Supervisor(settings.run_dir).states()
+
+
+def states_now(settings: Settings) -> dict[str, dict[str, Any]]:
+    """:func:`process_states`, empty when supervisord is not running or not answering (states unknown for now)."""
+    try:
+        return process_states(settings) or {}
+    except SupervisorNotAnswering:
+        return {}
+
+
+EXIT_NOT_RUNNING = 3  # make status: no supervisord
+EXIT_NOT_ANSWERING = 4  # make status: supervisord runs but did not answer in time
 
 
 def rpc(settings: Settings) -> Any:
@@ -86,7 +110,7 @@ def wait_ready(settings: Settings, since: LogPosition | None = None) -> tuple[bo
     pending = programs(settings)
     last_note = 0.0
     while pending and time.monotonic() < deadline:
-        states = process_states(settings) or {}
+        states = states_now(settings)
         for svc in list(pending):
             state = states.get(svc.name, {}).get("statename", "UNKNOWN")
             if state in FAILED_STATES and svc.name == "vllm":
@@ -126,7 +150,11 @@ def up(settings: Settings, request: EngineRequest | None = None) -> int:
             f"[ERROR] Two services would share a port: {'; '.join(clashes)}. Give each its own port.", file=sys.stderr
         )
         return 2
-    states = process_states(settings)
+    try:
+        states = process_states(settings)
+    except SupervisorNotAnswering as exc:  # it runs: starting a second one would clash
+        print(f"[ERROR] {exc}", file=sys.stderr)
+        return 1
     if states is not None:
         return resume(settings, states)
     busy = [m for s in services(settings) if (m := port_in_use_message(s.host, s.port, s.port_var))]
@@ -189,7 +217,7 @@ def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
             LocalEngine(settings).restart(request.model_copy(update={"profiler": False}))
         except EngineError as exc:
             print(f"[WARN] {exc}", file=sys.stderr)
-        states = process_states(settings) or {}
+        states = states_now(settings)
     dead = [s.name for s in programs(settings) if states.get(s.name, {}).get("statename") != "RUNNING"]
     if not dead:
         print("[INFO] The stack is already running (supervisord answers); `make status` shows it.")
@@ -232,7 +260,11 @@ def down(settings: Settings) -> int:
     """Stop supervisord and all services (process groups are killed), then every process left of this stack's
     engine (:func:`end_leftovers`); 0 when nothing is left."""
     pid_file = settings.run_dir / "supervisord.pid"
-    if process_states(settings) is None:
+    try:
+        running = process_states(settings) is not None
+    except SupervisorNotAnswering:
+        running = True  # busy: the shutdown request below waits for it (or says why it failed)
+    if not running:
         print("[INFO] The stack is not running.")
         cluster_record(settings).unlink(missing_ok=True)
         return end_leftovers(settings)
@@ -253,11 +285,16 @@ def down(settings: Settings) -> int:
 
 
 def status(settings: Settings) -> int:
-    """Print each service's supervisor state and whether it answers; 0 when all run and answer."""
-    states = process_states(settings)
+    """Print each service's supervisor state and whether it answers; 0 when all run and answer, 1 when one does not,
+    3 when the stack is not running, 4 when supervisord runs but did not answer in time (a loaded host)."""
+    try:
+        states = process_states(settings)
+    except SupervisorNotAnswering as exc:
+        print(f"The stack's {exc}.")
+        return EXIT_NOT_ANSWERING
     if states is None:
         print("The stack is not running (`make up` starts it).")
-        return 3
+        return EXIT_NOT_RUNNING
     healthy = True
     for svc in programs(settings):
         info = states.get(svc.name, {})
@@ -309,6 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("command", choices=["up", "down", "status", "token"])
     args = parser.parse_args(argv)
+    typos = env_typos() if args.command == "up" else []
+    if typos:
+        print("".join(f"[ERROR] {line}\n" for line in typos), end="", file=sys.stderr)
+        return 2
     settings = get_settings()
     return {"up": up, "down": down, "status": status, "token": token}[args.command](settings)
 

@@ -79,8 +79,12 @@ def switch(settings: Settings, flags: Collection[str] = ()) -> int:
             print("[INFO] --api-key and other secret flags of VLLM_EXTRA_ARGS stay those vLLM was started with by "
                   "`make up` (VLLM_API_KEY, .env); the other flags apply.")
     for engine in (LocalEngine(settings), ComposeEngine(settings)):
-        if engine.status() is None:
-            continue
+        try:
+            if engine.status() is None:
+                continue
+        except EngineError as exc:  # supervisord not answering: whether vLLM runs is unknown
+            print(f"[ERROR] {exc}", file=sys.stderr)
+            return 1
         where = "the local stack" if isinstance(engine, LocalEngine) else "the compose stack"
         print(f"[INFO] Restarting vLLM in {where} with {resolved.requested} (served as {resolved.served_name})...")
         try:

@@ -38,7 +38,13 @@ class BenchmarkKnobs(BaseModel):
     )
     duration: Annotated[float | None, NoDecode] = Field(default=None, description="Measured window, e.g. 60s, 5m.")
     warmup: int = Field(default=10, ge=0, description="Warmup requests, excluded from statistics.")
-    max_tokens: int = Field(default=128, ge=1, description="Fixed output length (benchmark) / UI default.")
+    max_tokens: int = Field(
+        default=128,
+        ge=1,
+        description="Fixed output length of every benchmark request / the UI's default answer length (the benchmark "
+        "without it samples lengths up to OUTPUT_LEN_CAP, and its report records that cap as max_tokens).",
+        json_schema_extra={"shown_default": "benchmark: unset, sampled up to OUTPUT_LEN_CAP; UI: 128"},
+    )
     output_len: Literal["lognormal", "fixed"] | None = Field(
         default=None,
         description="Benchmark output lengths: sampled (default) or MAX_TOKENS each; MAX_TOKENS=N alone means fixed.",

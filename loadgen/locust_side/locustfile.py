@@ -36,6 +36,7 @@ from core.settings import get_settings
 from loadgen.childprocs import die_with_parent
 from loadgen.locust_side import llm_webui
 from loadgen.locust_side.distributed import Coordinator
+from loadgen.locust_side.interrupt import CANCEL_CAUSE, cancel_on_sigint
 from loadgen.locust_side.joining import host_name
 from loadgen.locust_side.lagmonitor import LagMonitor, append_process_load
 from loadgen.locust_side.llm_stats import REPORT_KEY, LlmStats
@@ -81,6 +82,7 @@ def _add_arguments(parser: Any) -> None:
 def _on_init(environment: Environment, **_: Any) -> None:
     global COORD, ENVIRONMENT
     ENVIRONMENT = environment
+    cancel_on_sigint(environment, _cut_by_sigint)  # a stop by the benchmark cancels, a --run-time end drains
     on_slot = lambda slot: _begin(environment, slot)  # noqa: E731
     if getattr(environment.parsed_options, "join", False):
         COORD = JoiningCoordinator(environment, on_slot, token=SETTINGS.sidecar_token or "", host=HOST, plan=PLAN,
@@ -126,6 +128,11 @@ def _write_llm_stats(**_: Any) -> None:
     path = getattr(env.parsed_options, "llm_stats_file", "")
     if path:
         Path(path).write_text(json.dumps(LLM.snapshot(elapsed), indent=2), encoding="utf-8")
+
+
+def _cut_by_sigint() -> None:
+    if STATE is not None:
+        STATE.cut_cause = CANCEL_CAUSE
 
 
 def _begin(environment: Environment, slot: Slot) -> None:

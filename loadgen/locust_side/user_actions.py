@@ -51,8 +51,9 @@ def send(
     """Send one request with the shared request function, label it with its workload item, save the row.
 
     A request cancelled by the end of the run (Locust kills the greenlet: ``GreenletExit``, or Ctrl-C) is saved as
-    an ``incomplete`` row (logged ``cancelled`` in ``requests.jsonl``) before the cancellation goes on, so no request
-    is ever lost; ``on_cut(elapsed_ms)`` then tells Locust's web UI it was cut (the locustfile reports it).
+    an ``incomplete`` row naming its cause (``state.cut_cause``; logged ``cancelled`` in ``requests.jsonl``) before
+    the cancellation goes on, so no request is ever lost; ``on_cut(elapsed_ms)`` then tells Locust's web UI it was
+    cut (the locustfile reports it).
     """
     plan = state.plan
     request_id = uuid.uuid4().hex
@@ -82,7 +83,7 @@ def send(
                 e2e_ms=(time.time() - started_at) * 1000.0,
                 max_tokens=item.max_tokens,
                 error_kind="incomplete",
-                error=f"cancelled by the end of the run ({type(exc).__name__})",
+                error=f"cancelled by {state.cut_cause} ({type(exc).__name__})",
                 **labels,
             )
         )

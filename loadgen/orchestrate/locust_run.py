@@ -55,10 +55,15 @@ def read_process_loads(path: Path) -> list[ProcessLoad]:
 
 
 def stop_locust(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """Ask Locust to stop (SIGINT: it cancels the requests in flight, whose rows say ``incomplete``; a master stops
-    its workers), then kill its whole process group after ``grace_s`` s; any load process left is killed too."""
+    """Ask Locust to stop (SIGINT to its whole process group, master and workers: each cancels its requests in
+    flight at once, without the DRAIN_S of ``--stop-timeout``, and saves them as ``incomplete`` rows naming the cause:
+    :mod:`loadgen.locust_side.interrupt`), then kill the group after ``grace_s`` s; any load process left is killed
+    too."""
     if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+        except (ProcessLookupError, PermissionError):
+            proc.send_signal(signal.SIGINT)
     try:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
@@ -196,6 +201,8 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
                 proc.wait()
             kill_group(proc.pid)
             for local in local_workers:
+                if local.poll() is None and stopped:  # stopped early: cancel its requests too (own group)
+                    stop_locust(local, 5.0)
                 if local.poll() is None:
                     _quits(local)
                 kill_group(local.pid)

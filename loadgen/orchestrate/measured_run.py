@@ -4,6 +4,7 @@ inside a sidecar sampling window (under the profiler with PROFILE=1). Rows are a
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
@@ -125,6 +126,27 @@ def warmup_failure(done: list[RequestRecord]) -> str:
 RowCounter = RowWatch  # the name earlier code and tests use
 
 
+def ending_path(records_path: Path) -> Path:
+    """``<run id>.ending.json`` beside the rows file: how a run that was ended early by the server ended."""
+    return records_path.with_name(records_path.name.removesuffix(".requests.jsonl") + ".ending.json")
+
+
+def write_ending(records_path: Path, down: ServerDown) -> None:
+    """Keep the server-down verdict beside the rows (``--report-from`` reads it back: :func:`read_ending`)."""
+    record = {"server_down": {"since": down.since, "cause": down.cause, "for_s": down.for_s}}
+    ending_path(records_path).write_text(json.dumps(record) + "\n", encoding="utf-8")
+
+
+def read_ending(records_path: Path) -> ServerDown | None:
+    """The server-down verdict kept beside a rows file by :func:`write_ending`; None when the run was not ended by
+    the server (no record) or the record is unreadable (the report then reads as an ordinary run's)."""
+    try:
+        down = json.loads(ending_path(records_path).read_text(encoding="utf-8"))["server_down"]
+        return ServerDown(float(down["since"]), str(down["cause"]), float(down["for_s"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidecar: SidecarClient) -> Measured:
     """Warmup, then the measured window: Locust between two /metrics scrapes, inside a sidecar sampling window
     (under the profiler with PROFILE=1).
@@ -147,6 +169,8 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     window_start = time.time()
     outcome = run_locust(settings, plan, records_path)
     window_end = time.time()
+    if outcome.server_down is not None:  # before anything else can fail: a rebuilt report says so too
+        write_ending(records_path, outcome.server_down)
     if window is not None:
         sidecar.stop_window(window.window_id)
     after, why_after = scrape_metrics(plan.vllm_url, settings.vllm_headers) if not watch else (None, None)
@@ -189,12 +213,12 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
 
 def from_records_file(path: Path) -> Measured:
     """A finished run rebuilt from its rows file (no scrapes, no CPU figure; the load processes' reports when the
-    ``<run id>.client.jsonl`` beside it survived)."""
+    ``<run id>.client.jsonl`` beside it survived), ended early by the server when ``<run id>.ending.json`` says so."""
     records, _ = read_records(path)
     start = min((r.started_at for r in records if r.phase == "measured"), default=time.time())
     end = max((r.ended_at for r in records), default=time.time())
     client = path.with_name(path.name.removesuffix(".requests.jsonl") + ".client.jsonl")
-    return Measured(records, start, end, processes=read_process_loads(client))
+    return Measured(records, start, end, processes=read_process_loads(client), server_down=read_ending(path))
 
 
 def run_measured(

@@ -37,7 +37,10 @@ def enable(settings: Settings, engine: EngineControl) -> bool:
     """
     if engine_has_profiler(settings):
         return False
-    status = engine.status()
+    try:
+        status = engine.status()
+    except EngineError as exc:  # supervisord not answering
+        raise ProfilingError(f"cannot see vLLM's process: {exc}") from None
     if status is None:
         raise ProfilingError(
             "PROFILE=1 needs vLLM started with --profiler-config: in local mode `make up` first; with compose set "
@@ -54,7 +57,11 @@ def enable(settings: Settings, engine: EngineControl) -> bool:
 def disable(settings: Settings, engine: EngineControl) -> None:
     """Restart vLLM without the profiler when the controller started it with one (also after an interrupted run);
     a no-op where no controller runs the engine."""
-    status = engine.status()
+    try:
+        status = engine.status()
+    except EngineError as exc:  # supervisord not answering
+        print(f"[WARN] vLLM may still run with its profiler: {exc}", flush=True)
+        return
     if status is None or not status.request.profiler:
         return
     print("[INFO] Restarting vLLM without the profiler...", flush=True)

@@ -69,11 +69,12 @@ def history_html(lines_of: Sequence[Timeline]) -> str:
         rows = "".join(
             f"<tr><td>{html.escape(p.report_id)}</td><td>{p.throughput_req_per_sec:.2f}</td>"
             f"<td>{'' if p.e2e_p99_ms is None else f'{p.e2e_p99_ms:.0f}'}</td><td>{p.error_rate_percent:.1f}</td>"
-            f"<td>{html.escape(', '.join(p.baselines))}</td><td>{html.escape('; '.join(p.gate_failures))}</td></tr>"
+            f"<td>{html.escape(', '.join(p.baselines))}</td><td>{html.escape(', '.join(p.flags))}</td>"
+            f"<td>{html.escape('; '.join(p.gate_failures))}</td></tr>"
             for p in t.points
         )
         parts.append("<table><tr><th>report</th><th>req/s</th><th>E2E p99 ms</th><th>error %</th><th>baselines</th>"
-                     f"<th>gate failures</th></tr>{rows}</table>")  # fmt: skip
+                     f"<th>run</th><th>gate failures</th></tr>{rows}</table>")  # fmt: skip
     return "\n".join(parts) + "\n"
 
 

@@ -83,11 +83,12 @@ def bench(tmp_path: Path) -> Iterator[Bench]:
     sidecar = subprocess.Popen([APP_PY, "-m", "sidecar.server"], cwd=PROJECT_ROOT, env=env,
                                stdout=(tmp_path / "sidecar.log").open("wb"), stderr=subprocess.STDOUT)  # fmt: skip
     mock = start_mock(mock_port, tmp_path / "mock.log")
+    bench = Bench(env, mock, tmp_path)
     try:
         wait_http(f"http://127.0.0.1:{sidecar_port}/health", 120)
-        yield Bench(env, mock, tmp_path)
+        yield bench
     finally:
-        for proc in (mock, sidecar):
+        for proc in (mock, sidecar, bench.mock):  # a test may have restarted the mock
             if proc.poll() is None:
                 proc.terminate()
                 proc.wait(timeout=20)
@@ -148,6 +149,13 @@ def test_server_killed_mid_run_ends_it_early_with_the_report(bench: Bench) -> No
     assert 1 <= refused <= 80, f"{refused} connection failures: the users spun instead of backing off"
     assert report["metrics"]["requests_ok"] >= 4
     assert not wait_gone(pids), "a Locust process outlived the run"
+    (rows,) = (bench.tmp / "logs/runs").glob("*.requests.jsonl")
+    port = int(bench.env["VLLM_BASE_URL"].rsplit(":", 1)[1])
+    bench.mock = start_mock(port, bench.tmp / "mock.log")  # back up (the rebuild checks the server first)
+    rebuild = bench.start("--report-from", str(rows))  # the report rebuilt from the rows says so too
+    out2, err2 = rebuild.communicate(timeout=240)
+    assert rebuild.returncode == 6, out2[-3000:] + err2[-3000:]
+    assert report_of(out2)["server_down"] == report["server_down"]
 
 
 def test_sigterm_writes_the_report_and_stops_locust_and_a_second_run_is_refused(bench: Bench) -> None:
@@ -199,3 +207,38 @@ def test_flags_reach_the_locust_processes_and_max_concurrency_caps_a_rate(bench:
     logged = (flagged / "requests.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(logged) >= 6 and list((flagged / "runs").glob("*.requests.jsonl"))
     assert not (bench.tmp / "logs" / "requests.jsonl").exists()  # nothing where the environment pointed
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_in_a_duration_run_cancels_the_requests_in_flight(bench: Bench, workers: str) -> None:
+    """A closed-loop ``--duration`` run against slow answers (about 30 s each) gets Ctrl-C while its second requests
+    run: they are cancelled at once, not drained (DRAIN_S 60 s here, 30 s by default), by one load process as by a
+    master and its workers; their rows are kept as incomplete naming the early stop, the report of the rows so far
+    is marked interrupted, exit 130."""
+    port = free_port()
+    slow = subprocess.Popen([APP_PY, "-m", "loadgen.selftest.mock_server", "--port", str(port), "--tokens", "20",
+                             "--ttft-ms", "100", "--itl-ms", "1500"], cwd=PROJECT_ROOT,
+                            stdout=(bench.tmp / "slow.log").open("wb"), stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", 60)
+        proc = bench.start("--concurrency", "2", "--duration", "300", DRAIN_S="60", WORKERS=workers,
+                           VLLM_BASE_URL=f"http://127.0.0.1:{port}")  # fmt: skip
+        bench.wait_rows(proc, 2)  # the first two answers ended: the next two are in flight, ~30 s to go
+        pids = locust_pids(proc.pid)
+        assert pids, "Locust is running"
+        time.sleep(2)
+        interrupted_at = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        ended_s = time.monotonic() - interrupted_at
+    finally:
+        slow.terminate()
+        slow.wait(timeout=20)
+    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    assert ended_s < 15, f"Ctrl-C took {ended_s:.0f} s: the requests in flight were drained, not cancelled"
+    report = report_of(out)
+    assert report["interrupted"] is True and report["metrics"]["requests_ok"] == 2
+    rows = [json.loads(x) for p in (bench.tmp / "logs/runs").glob("*.requests.jsonl") for x in p.read_text().splitlines()]
+    cut = [r for r in rows if r.get("error_kind") == "incomplete"]
+    assert len(cut) == 2 and all("stopped early (SIGINT" in r["error"] for r in cut), cut
+    assert not wait_gone(pids), "a Locust process outlived the benchmark"

@@ -103,3 +103,18 @@ def test_vllm_bench_serve_aliases_and_the_seed_model_path(monkeypatch: pytest.Mo
 def test_parser_has_no_duplicate_flag() -> None:
     """Building the parser checks every flag is unique (argparse raises on a clash)."""
     build_parser("x", "y")
+
+
+def test_max_tokens_help_says_what_a_default_run_records() -> None:
+    """--help does not promise 128 to the benchmark: a run without MAX_TOKENS samples lengths up to OUTPUT_LEN_CAP
+    and records that cap as max_tokens (1024); MAX_TOKENS=N alone is recorded as N. 128 is the UI's default."""
+    from core.cli import knob_help
+    from core.settings import Settings
+    from loadgen.plan import bench_config
+
+    info = Settings.model_fields["max_tokens"]
+    line = knob_help("max_tokens", info)
+    assert "[benchmark: unset, sampled up to OUTPUT_LEN_CAP; UI: 128]" in line and "[128]" not in line
+    default = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert bench_config(default, "m").max_tokens == default.output_len_cap == 1024
+    assert bench_config(Settings(_env_file=None, max_tokens=64), "m").max_tokens == 64  # type: ignore[call-arg]

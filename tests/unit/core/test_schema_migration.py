@@ -8,7 +8,7 @@ from pathlib import Path
 
 from core.compare import compare_with_history, fingerprint_fields, fingerprint_of, refusal_reason
 from core.gate import gate_verdict
-from core.report_schema import SCHEMA_VERSION, Report, migrate_report
+from core.report_schema import SCHEMA_VERSION, BenchmarkConfig, Report, migrate_report
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "report_1.2.json"
 
@@ -51,3 +51,49 @@ def test_the_bundled_corpus_keeps_its_fingerprint_after_it_moved() -> None:
     assert fingerprint_of(fingerprint_fields(moved, old.environment)) == old.comparison.fingerprint
     other = old.config.model_copy(update={"dataset": "my/own.jsonl"})
     assert fingerprint_of(fingerprint_fields(other, old.environment)) != old.comparison.fingerprint
+
+
+def test_users_see_the_moved_corpus_at_its_current_path_while_fingerprints_stay_equal() -> None:
+    """The fingerprint keeps the alias loadtest/data/…, but what a user reads (a refusal's differing fields, the
+    A/B differences of `make compare`) names loadgen/workloads/data/…; an old and a new run of the corpus show no
+    dataset difference at all."""
+    from core.abcompare import Side, differences
+    from core.compare import current_dataset
+
+    old = load_1_2()
+    assert current_dataset("loadtest/data/prompts_zh.jsonl") == "loadgen/workloads/data/prompts_zh.jsonl"
+    assert current_dataset("my/own.jsonl") == "my/own.jsonl"
+    other = old.config.model_copy(update={"dataset": "my/own.jsonl"})
+    reason = refusal_reason(old, fingerprint_fields(other, old.environment))
+    assert reason is not None and "dataset: 'loadgen/workloads/data/prompts_zh.jsonl' -> 'my/own.jsonl'" in reason
+    assert "loadtest/" not in reason
+
+    def side(config: BenchmarkConfig) -> Side:
+        return Side(ref="x", kind="report", id="x", environment=old.environment, config=config, points=[])
+
+    moved = old.config.model_copy(update={"dataset": "loadgen/workloads/data/prompts_zh.jsonl"})
+    assert not [d for d in differences(side(old.config), side(moved)) if d.field == "dataset"]
+    (diff,) = [d for d in differences(side(old.config), side(other)) if d.field == "dataset"]
+    assert (diff.a, diff.b) == ("loadgen/workloads/data/prompts_zh.jsonl", "my/own.jsonl")
+
+
+def test_workload_differences_compare_only_the_knobs_of_each_runs_load_mode() -> None:
+    """Two open-loop runs whose (unused) CONCURRENCY differs show no concurrency difference, only their rates; an
+    open-loop run against a closed-loop one shows the mode and each side's own knobs (None where one has none)."""
+    from core.abcompare import Side, differences
+
+    old = load_1_2()
+
+    def side(**update: object) -> Side:
+        return Side(ref="x", kind="report", id="x", environment=old.environment,
+                    config=old.config.model_copy(update=update), points=[])  # fmt: skip
+
+    open_a = side(mode="open_loop", concurrency=4, rate_req_per_sec=2.0, ramp_up_s=1.0)
+    open_b = side(mode="open_loop", concurrency=50, rate_req_per_sec=4.0, ramp_up_s=5.0)
+    assert [(d.field, d.a, d.b) for d in differences(open_a, open_b) if d.group == "workload"] == [
+        ("rate_req_per_sec", "2.0", "4.0")
+    ]
+    closed = side(mode="closed_loop", concurrency=8, rate_req_per_sec=None)
+    mixed = {d.field: (d.a, d.b) for d in differences(closed, open_a) if d.group == "workload"}
+    assert mixed["mode"] == ("closed_loop", "open_loop") and mixed["concurrency"] == ("8", None)
+    assert mixed["rate_req_per_sec"] == (None, "2.0")

@@ -162,6 +162,25 @@ def test_build_request_carries_the_server_down_verdict_and_all_error_counts(tmp_
     assert built.errors is not None and built.errors.by_kind == {"http_status": 1}
 
 
+def test_a_report_rebuilt_from_the_rows_of_a_run_the_server_ended_says_server_down(tmp_path: Path) -> None:
+    """The verdict is kept beside the rows (``<run id>.ending.json``), so ``--report-from`` rebuilds a report that
+    says the server went down; a run without the record, or with an unreadable one, reads as an ordinary run."""
+    from loadgen.orchestrate.breaker import ServerDown
+    from loadgen.orchestrate.measured_run import ending_path, from_records_file, write_ending
+
+    request = BuildReportRequest.model_validate(body(n=4, error="HTTP 500"))
+    rows = tmp_path / "20260101_120000.requests.jsonl"
+    rows.write_text("".join(r.model_dump_json() + "\n" for r in request.records), encoding="utf-8")
+    assert from_records_file(rows).server_down is None
+    down = ServerDown(time.time() - 3, "connection refused", 5.0)
+    write_ending(rows, down)
+    rebuilt = from_records_file(rows)
+    assert rebuilt.server_down == down
+    assert build_request(request.config, rebuilt, rows, knobs()).server_down == down.line()
+    ending_path(rows).write_text("{not json", encoding="utf-8")
+    assert from_records_file(rows).server_down is None
+
+
 def test_sigterm_and_sighup_act_as_ctrl_c_while_running() -> None:
     """Inside the block SIGTERM and SIGHUP raise KeyboardInterrupt (the Ctrl-C path); the old handlers come back."""
     before = signal.getsignal(signal.SIGTERM)

@@ -203,3 +203,19 @@ def test_module_entry_point_runs(tmp_path: Path) -> None:
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["errors"]["events"] == 5
+
+
+def test_stats_text_counts_cancelled_requests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A cancelled request (Stop in the UI, a run's cut request) is in a bucket of its own: ok + errors + cancelled
+    add up to the requests counted, in the text as in --json."""
+    line = ('{{"ts": "2026-11-29T22:03:1{i}.000+00:00", "source": "loadtest", "request_id": "r{i}", "model": "m", '
+            '"prompt_tokens": 3, "completion_tokens": 4, "ttft_ms": 10.0, "total_ms": 20.0, "status": "{status}", '
+            '"error": {error}}}\n')  # fmt: skip
+    statuses = [("ok", "null"), ("ok", "null"), ("error", '"boom"'), ("cancelled", '"incomplete: cancelled"')]
+    log = tmp_path / "requests.jsonl"
+    log.write_text("".join(line.format(i=i, status=s, error=e) for i, (s, e) in enumerate(statuses)))
+    code, out, err = run(capsys, "--stats", "--log", str(OLD), "--requests", str(log))
+    assert code == 0, err
+    assert "4 (ok 2, errors 1, cancelled 1, error rate 25.00%)" in out
+    stats = run_json(capsys, "--stats", "--log", str(OLD), "--requests", str(log))["stats"]["requests"]
+    assert stats["ok"] + stats["errors"] + stats["cancelled"] == stats["requests"] == 4

@@ -76,3 +76,31 @@ def test_sidecar_history_page_shows_its_store(tmp_path: Path) -> None:
     page = client.get("/history")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert page.text.count('<img alt="timeline ') == 2
+
+
+def test_interrupted_ended_early_and_all_failed_runs_are_flagged(tmp_path: Path) -> None:
+    """A run that did not go as planned says so on its line of the table and in history.html; a plain run has no
+    flag."""
+    from core.history import run_flags
+    from sidecar.reports.history import history_html
+    from tests.unit.sidecar.test_sidecar_store import report
+
+    plain = report("benchmark_report_20260101_120000", ended=1.0)
+    interrupted = report("benchmark_report_20260101_120001", ended=2.0).model_copy(update={"interrupted": True})
+    down = report("benchmark_report_20260101_120002", ended=3.0).model_copy(
+        update={"server_down": "vLLM stopped answering at 12:00:02: connection refused for 5 s"}
+    )
+    failed = report("benchmark_report_20260101_120003", ended=4.0)
+    failed = failed.model_copy(update={"metrics": failed.metrics.model_copy(update={"requests_ok": 0})})
+    assert [run_flags(r) for r in (plain, interrupted, down, failed)] == [
+        [], ["interrupted"], ["ended early (server down)"], ["all failed"]
+    ]
+    runs = [r.model_copy(update={"comparison": r.comparison.model_copy(update={"fingerprint": "f"})})
+            for r in (plain, interrupted, down, failed)]  # fmt: skip
+    (timeline,) = timelines(runs, {})
+    table = history_table([timeline])[2:]
+    assert table[0].endswith("n/a") or "[" not in table[0]
+    assert table[1].endswith("[interrupted]") and table[2].endswith("[ended early (server down)]")
+    assert table[3].endswith("[all failed]")
+    page = history_html([timeline])
+    assert "<td>interrupted</td>" in page and "<td>all failed</td>" in page

@@ -1,0 +1,63 @@
+"""An environment variable that looks like a misspelt setting (``REPLICA=2 make up``) is refused with a
+did-you-mean, exit 2, like the make-variable form; a shell's other variables pass."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from core.makevars import env_typos, main, near_setting, typo_distance
+from core.settings import PROJECT_ROOT
+
+
+def test_typo_distance_counts_one_edit_each() -> None:
+    assert typo_distance("REPLICA", "REPLICAS") == 1  # insert
+    assert typo_distance("CONCURENCY", "CONCURRENCY") == 1
+    assert typo_distance("WRAMUP", "WARMUP") == 1  # two neighbours swapped
+    assert typo_distance("SEDE", "SEED") == 1 and typo_distance("ABC", "XYZ") == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "near"),
+    [("REPLICA", "REPLICAS"), ("CONCURENCY", "CONCURRENCY"), ("VLLM_PROT", "VLLM_PORT"), ("WRAMUP", "WARMUP"),
+     ("SIDECAR_TOKN", "SIDECAR_TOKEN")],
+)  # fmt: skip
+def test_near_misses_of_settings_are_named(name: str, near: str) -> None:
+    assert near_setting(name) == near
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["PATH", "HOME", "HF_HOME", "CUDA_HOME", "PYTHONPATH", "MAKEFLAGS", "SUPERVISOR_ENABLED", "VLLM_HOST_IP",
+     "VLLM_LOGGING_LEVEL", "VLLM_USE_V1", "LOCUST_RECORDS_FILE", "TEST_PORT_OFFSET", "REPLICAS", "NAME", "lower"],
+)  # fmt: skip
+def test_other_variables_pass(name: str) -> None:
+    assert near_setting(name) is None
+
+
+def test_the_environment_is_checked_once_per_name() -> None:
+    env = {"REPLICA": "2", "PATH": "/bin", "CONCURENCY": "4"}
+    lines = env_typos(env)
+    assert [line.split(" is no setting")[0] for line in lines] == [
+        "environment variable CONCURENCY", "environment variable REPLICA"
+    ]
+    assert "did you mean REPLICAS?" in lines[1]
+    assert env_typos(env, skip=frozenset({"CONCURENCY", "REPLICA"})) == []
+
+
+def test_make_checks_the_environment_and_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REPLICA", "2")
+    assert main(["up"]) == 2
+    monkeypatch.delenv("REPLICA")
+    assert main(["up"]) == 0
+
+
+def test_the_benchmark_refuses_a_misspelt_environment_variable_before_anything_runs() -> None:
+    env = {**os.environ, "CONCURENCY": "4"}
+    done = subprocess.run([sys.executable, "-m", "loadgen.command.benchmark"], cwd=PROJECT_ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2
+    assert "environment variable CONCURENCY is no setting: did you mean CONCURRENCY?" in done.stderr
