@@ -59,10 +59,13 @@ def typo_distance(a: str, b: str) -> int:
 
 def near_setting(name: str, known: Mapping[str, str] | None = None) -> str | None:
     """The setting variable ``name`` looks like a typo of (one edit away; two for names of 8+ characters), or None:
-    not upper case, a setting itself, a Makefile variable, or like none of ours."""
+    not upper case, a setting itself, a Makefile variable, the plural of a setting (``MODELS``: another program's
+    list far more often than a typo of ``MODEL``), or like none of ours."""
     known = setting_names() if known is None else known
     if not name.isupper() or name in known or name in MAKEFILE_VARIABLES or len(name) < 4:
         return None
+    if name.endswith("S") and name[:-1] in known:
+        return None  # a plural (MODELS, SEEDS, DATASETS) is another program's list more often than our typo
     limit = 1 if len(name) < 8 else 2
     best = min(known, key=lambda k: (typo_distance(name, k), k))
     return best if typo_distance(name, best) <= limit else None

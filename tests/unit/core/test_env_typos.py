@@ -32,7 +32,8 @@ def test_near_misses_of_settings_are_named(name: str, near: str) -> None:
 @pytest.mark.parametrize(
     "name",
     ["PATH", "HOME", "HF_HOME", "CUDA_HOME", "PYTHONPATH", "MAKEFLAGS", "SUPERVISOR_ENABLED", "VLLM_HOST_IP",
-     "VLLM_LOGGING_LEVEL", "VLLM_USE_V1", "LOCUST_RECORDS_FILE", "TEST_PORT_OFFSET", "REPLICAS", "NAME", "lower"],
+     "VLLM_LOGGING_LEVEL", "VLLM_USE_V1", "LOCUST_RECORDS_FILE", "TEST_PORT_OFFSET", "REPLICAS", "NAME", "lower",
+     "MODELS", "SEEDS", "DATASETS", "RATES"],
 )  # fmt: skip
 def test_other_variables_pass(name: str) -> None:
     assert near_setting(name) is None
