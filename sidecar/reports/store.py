@@ -89,8 +89,6 @@ def _write_new(path: Path, data: bytes) -> bool:
 
 Render = Callable[[Any], dict[str, str]]
 """Renders the files written next to a result's JSON, ``{".md": text, ".html": text}``, from its final version."""
-Attachments = Callable[[Report], dict[str, str]]
-"""A report's :data:`Render`."""
 ATTACHMENT_FIELDS: dict[str, str | None] = {
     ".md": "markdown_file",
     ".html": "html_file",
@@ -251,20 +249,6 @@ class ReportStore(ResultStore[Report]):
 
     def __init__(self, root: Path, redact: Callable[[str], str] | None = None) -> None:
         super().__init__(root, Report, "benchmark_report", "report_id", REPORT_ID_RE, redact, ATTACHMENT_FIELDS)
-
-    def write(  # type: ignore[override]  # a report always has its rows file (maybe empty)
-        self,
-        report: Report,
-        records_jsonl: Iterable[str],
-        attachments: Attachments | None = None,
-        rows_from: Path | None = None,
-    ) -> Path:
-        """Write ``report``, its per-request rows and its attachments under a fresh id (:meth:`ResultStore.write`).
-
-        Raises:
-            OSError: the folder is not writable; nothing of this report stays behind.
-        """
-        return super().write(report, attachments, records_jsonl, rows_from)
 
     def list(self) -> builtins.list[Report]:
         """All valid reports, oldest run first; corrupt or foreign JSON files are skipped with a warning."""

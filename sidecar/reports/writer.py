@@ -284,8 +284,8 @@ class ReportService:
                 report = report.model_copy(update={"profile": profile})
             path = self.store.write(
                 report,
-                (row.model_dump_json() for row in request.records),  # serialised only when the rows are written
-                attachments=lambda final: report_files(final, request.records),
+                lambda final: report_files(final, request.records),
+                rows=(row.model_dump_json() for row in request.records),  # serialised only when they are written
                 rows_from=run_rows_file(settings.logs_dir / "runs", request),  # the run's rows kept, not copied
             )
             prune(self.store, set(self.baselines.all().values()) | {path.stem}, self.retention, self.clock())

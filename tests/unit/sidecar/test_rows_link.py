@@ -97,7 +97,7 @@ def test_a_rows_file_that_differs_from_the_request_or_a_bad_run_id_is_not_linked
 def test_a_report_written_with_its_own_copy_of_the_rows_still_loads(tmp_path: Path) -> None:
     """Reports written before (rows serialised into reports/) list, load and name their rows file as ever."""
     store = ReportStore(tmp_path)
-    path = store.write(report(), ['{"request_id": "r0"}'])
+    path = store.write(report(), rows=['{"request_id": "r0"}'])
     loaded = store.get(path.stem)
     assert loaded.requests_file == f"{path.stem}.requests.jsonl"
     assert (tmp_path / loaded.requests_file).read_text() == '{"request_id": "r0"}\n'

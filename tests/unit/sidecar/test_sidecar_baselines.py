@@ -74,7 +74,7 @@ def test_concurrent_marks_are_all_kept(tmp_path: Path) -> None:
 def test_resolve_gives_reports_or_reasons(tmp_path: Path) -> None:
     """Each baseline resolves to its report, or to a reason when the report is gone or corrupt."""
     reports = ReportStore(tmp_path)
-    reports.write(report(), [])
+    reports.write(report(), rows=[])
     (tmp_path / "benchmark_report_20250101_000000.json").write_text("{")
     store = BaselineStore(tmp_path)
     store.set("ok", "benchmark_report_20260101_120000")
