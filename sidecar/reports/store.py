@@ -1,9 +1,9 @@
 """The ``reports/`` folder: one store for reports, series and comparisons (:class:`ResultStore`), with atomic,
 no-clobber writes and a tolerant listing (corrupt files are skipped).
 
-A result is written as its rows (a report's), its Markdown, HTML and CSV, then its JSON last, each through a temporary dot-file that
-is hard-linked into place: a crash at any point leaves at most orphan dot-files or files without a JSON, which the
-listing never shows.
+A result is written as its rows (a report's), its Markdown, HTML and CSV, then its JSON last, each through a
+temporary dot-file that is hard-linked into place: a crash at any point leaves at most orphan dot-files or files
+without a JSON, which the listing never shows.
 """
 
 from __future__ import annotations
