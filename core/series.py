@@ -141,6 +141,16 @@ class SeriesReport(BaseModel):
     html_file: str | None = None
 
 
+def series_unusable_reason(series: SeriesReport) -> str | None:
+    """Why ``series`` cannot stand as a baseline (no point measured, or stopped early by Ctrl-C: its later points
+    are missing), the series' counterpart of :func:`core.compare.unusable_reason`; None when it can."""
+    if not series.points:
+        return f"{series.series_id} has no measured point (nothing to compare with)"
+    if series.interrupted or any(p.interrupted for p in series.points):
+        return f"{series.series_id} was interrupted (Ctrl-C) before its planned end"
+    return None
+
+
 def measure_point(plan: PointPlan, reports: list[Report], slo: dict[str, float], attainment_pct: float) -> SeriesPoint:
     """Means and intervals of ``reports`` (the runs of ``plan``) and whether the point meets the SLO."""
     values = [report_values(r) for r in reports]

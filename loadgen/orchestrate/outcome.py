@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from core.compare import unusable_reason
 from core.gate import gate_verdict
 from core.report_schema import Report
-from core.series import SeriesReport
+from core.series import SeriesReport, series_unusable_reason
 from core.settings import Settings
 from loadgen.errors import BenchError
 from loadgen.orchestrate.cioutput import ci_result, write_ci_outputs
@@ -88,13 +88,14 @@ def verdicts(settings: Settings, result: Result) -> list[tuple[int, str]]:
 def mark_baseline(sidecar: SidecarClient, name: str, result: Result) -> str:
     """``--baseline NAME``: mark the new report or series as baseline ``name``; the line to print (an error does not
     fail the run: the result is written, ``make baseline NAME=`` can mark it later). A report that could never judge
-    another (no successful request, interrupted: :func:`core.compare.unusable_reason`) is not marked, and the line
+    another (no successful request, interrupted: :func:`core.compare.unusable_reason`,
+    :func:`core.series.series_unusable_reason`) is not marked, and the line
     says so."""
     try:
+        unusable = unusable_reason(result) if isinstance(result, Report) else series_unusable_reason(result)
+        if unusable:
+            return f"[WARN] baseline {name} not marked: {unusable}; it could not judge any later run"
         if isinstance(result, Report):
-            unusable = unusable_reason(result)
-            if unusable:
-                return f"[WARN] baseline {name} not marked: {unusable}; it could not judge any later run"
             new_id, previous = result.report_id, sidecar.mark_baseline(name, result.report_id).previous_id
         else:
             new_id, previous = result.series_id, sidecar.mark_series_baseline(name, result.series_id)

@@ -27,6 +27,7 @@ from core.series import (
     is_series_id,
     measure_point,
     report_as_point,
+    series_unusable_reason,
 )
 from core.settings import Settings
 from sidecar.reports.baselines import BaselineStore
@@ -210,9 +211,13 @@ class SeriesService:
         """Point baseline ``name`` at series ``series_id``; returns the id the name pointed at before (None: new).
 
         Raises:
-            ValueError: a bad name or id. UnknownResult: no such series.
+            ValueError: a bad name or id, or a series that cannot be a reference
+                (:func:`core.series.series_unusable_reason`). UnknownResult: no such series.
         """
         path = self.series.root / f"{self.series.validate_id(series_id)}.json"
         if not path.exists():
             raise UnknownResult(f"no series {series_id}")
+        unusable = series_unusable_reason(self.series.get(series_id))
+        if unusable:
+            raise ValueError(f"{unusable}: it could never judge a later series, so it is no baseline; name another")
         return self.baselines.set(name, series_id)

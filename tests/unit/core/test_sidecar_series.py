@@ -129,3 +129,15 @@ def test_series_baseline_is_marked_and_later_series_compare_with_it(
     assert comparison["vs_previous"]["against"] == series_id
     assert client.put("/series/benchmark_series_20200101_000000/baseline/v2").status_code == 404
     assert client.put(f"/series/{series_id}/baseline/previous").status_code == 400
+
+
+def test_an_interrupted_series_is_no_baseline(client_for: Callable[..., TestClient]) -> None:  # noqa: F811
+    """A series stopped by Ctrl-C (its later points missing) is refused as a baseline with the reason, as an
+    interrupted run is; the name is not set."""
+    client = client_for()
+    stopped = series_body([("c4", 4, [post_run(client, 4, 100.0) for _ in range(2)])])
+    stopped["interrupted"] = True
+    series_id = client.post("/series", json=stopped).json()["series"]["series_id"]
+    answer = client.put(f"/series/{series_id}/baseline/v1")
+    assert answer.status_code == 400 and "was interrupted (Ctrl-C)" in answer.text, answer.text
+    assert client.get("/baselines").json() == {}
