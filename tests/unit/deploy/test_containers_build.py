@@ -3,7 +3,6 @@ Podman's builds derived from the compose configuration, Podman settings kept in 
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import tomllib
 from pathlib import Path
@@ -11,6 +10,7 @@ from types import ModuleType
 
 import pytest
 
+from tests.scripts import script_module
 from tests.unit.deploy.containers_support import (
     COMPOSE,
     COMPOSE_CPU,
@@ -28,11 +28,7 @@ OFFICIAL = {"PYTHON_BASE": "python:3.11.14-slim-bookworm", "VLLM_GPU_BASE": "vll
 
 def compose_build() -> ModuleType:
     """scripts/compose_build.py as a module (scripts/ is no package)."""
-    spec = importlib.util.spec_from_file_location("compose_build", PROJECT_ROOT / "scripts" / "compose_build.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("compose_build")
 
 
 def mounted_contexts(dockerfile: Path) -> set[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from core.settings import SERVICE_SECRETS, Settings, secret_env_names
+from tests.scripts import script_module
 from tests.unit.deploy.containers_support import (
     COMPOSE,
     COMPOSE_CPU,
@@ -40,11 +40,7 @@ PIN = PROJECT_ROOT / "scripts" / "pin_base_images.sh"
 
 def check_hardening() -> ModuleType:
     """scripts/check_hardening.py as a module (scripts/ is no package)."""
-    spec = importlib.util.spec_from_file_location("check_hardening", CHECK)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("check_hardening")
 
 
 def raw_compose() -> dict[str, Any]:

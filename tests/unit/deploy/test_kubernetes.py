@@ -3,7 +3,6 @@ one required key removed (GPU request, probe, security context, a secret as a li
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -13,12 +12,10 @@ import pytest
 import yaml
 
 from core.settings import PROJECT_ROOT
+from tests.scripts import script_module
 
 MANIFESTS = PROJECT_ROOT / "deploy" / "kubernetes"
-_spec = importlib.util.spec_from_file_location("check_kubernetes", PROJECT_ROOT / "scripts" / "check_kubernetes.py")
-assert _spec and _spec.loader
-check = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(check)
+check = script_module("check_kubernetes")
 
 
 def edited(tmp_path: Path, file: str, kind: str, change: Callable[[dict[str, Any]], None]) -> Path:

@@ -4,7 +4,6 @@ hardening as the other services, the engine URLs the benchmark learns)."""
 
 from __future__ import annotations
 
-import importlib.util
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -13,9 +12,10 @@ from typing import Any
 import pytest
 
 from core.replicas import replicas
-from core.settings import PROJECT_ROOT, Settings
+from core.settings import Settings
 from engine.replicas import router_argv
 from stack.compose_replicas import OVERRIDE_NAME, ComposeReplica, plan, write
+from tests.scripts import script_module
 from tests.unit.deploy.containers_support import COMPOSE, COMPOSE_CPU, resolved_config, settings_from
 
 HARDENING = ("user", "cap_drop", "security_opt", "read_only", "logging")
@@ -87,11 +87,7 @@ def override_config(tmp_path: Path, gpu: bool, **knobs: Any) -> dict[str, Any]:
 
 def check_hardening() -> ModuleType:
     """scripts/check_hardening.py as a module."""
-    spec = importlib.util.spec_from_file_location("check_hardening", PROJECT_ROOT / "scripts" / "check_hardening.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("check_hardening")
 
 
 def test_compose_config_of_two_gpu_replicas_behind_the_router(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
