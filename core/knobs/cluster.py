@@ -79,6 +79,12 @@ class ClusterKnobs(BaseModel):
         "master).",
     )
     master_host: str | None = Field(default=None, description="--worker: the host running the benchmark.")
+    worker_runs: int = Field(
+        default=1,
+        ge=0,
+        description="--worker: how many runs in a row this worker joins (a SWEEP's points or REPEAT's runs: one "
+        "each); 0: every run until no master answers for 5 minutes (Locust's connect retries).",
+    )
     load_host_name: str | None = Field(
         default=None, description="The name this host's rows carry (default: its host name)."
     )

@@ -3,7 +3,8 @@
 It starts one joining Locust worker (:func:`loadgen.orchestrate.locust_launch.worker_argv`,
 :mod:`loadgen.locust_side.remote`) that proves the
 stack's sidecar token, gets its share of the run, the plan and the dataset from the master, sends its rows there
-and ends with the run. Latencies are timed here; the rows' Unix times reach the master in its clock.
+and ends with the run; with ``--worker-runs N`` the next worker then waits for the next run's master (a sweep or
+REPEAT starts one master per run). Latencies are timed here; the rows' Unix times reach the master in its clock.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ EXIT_USAGE = 2
 
 
 def worker_main(settings: Settings) -> int:
-    """Run this host's load worker until the master's run ends; the worker's exit code (2: not configured)."""
+    """Run this host's load worker for WORKER_RUNS runs in a row (a sweep's points, REPEAT's runs; 0: until no
+    master answers), a fresh Locust worker joining each run's master; the last worker's exit code (0 when every run
+    was served; 2: not configured)."""
     if not settings.master_host:
         print("[ERROR] --worker needs --master-host HOST (MASTER_HOST): the host running ./run_benchmark.sh "
               "--expect-workers N", flush=True)  # fmt: skip
@@ -30,8 +33,18 @@ def worker_main(settings: Settings) -> int:
     print(f"[INFO] Load worker {host_name(settings.load_host_name)} joining the benchmark on "
           f"{settings.master_host}:{settings.master_port} (Ctrl-C to leave)", flush=True)  # fmt: skip
     argv = worker_argv(settings, settings.master_host)
+    env = {**service_env("locust"), "LOCUST_JOIN": "1"}  # both user classes exist until the plan arrives
+    served = 0
     try:
-        env = {**service_env("locust"), "LOCUST_JOIN": "1"}  # both user classes exist until the plan arrives
-        return subprocess.run(argv, cwd=PROJECT_ROOT, env=env, check=False).returncode
+        while True:
+            code = subprocess.run(argv, cwd=PROJECT_ROOT, env=env, check=False).returncode
+            if code != 0:
+                # with WORKER_RUNS=0 the end of the series is a master that no longer answers (Locust gives up)
+                return 0 if settings.worker_runs == 0 and served else code
+            served += 1
+            if served == settings.worker_runs:
+                return 0
+            print(f"[INFO] Run {served} done; waiting for the next run's master on {settings.master_host}:"
+                  f"{settings.master_port}", flush=True)  # fmt: skip
     except KeyboardInterrupt:
         return 130

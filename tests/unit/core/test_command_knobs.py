@@ -63,7 +63,8 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
     "--summary-file": (["/tmp/s.md"], []), "--expect-workers": (["2"], []),
     "--expect-workers-timeout-s": (["30"], ["--expect-workers", "1"]),
     "--master-bind-host": (["10.0.0.3"], ["--expect-workers", "1"]), "--master-port": (["6000"], ["--expect-workers", "1"]),
-    "--worker": ([], ["--master-host", "h"]), "--master-host": (["h2"], ["--worker"]), "--load-host-name": (["n1"], []),
+    "--worker": ([], ["--master-host", "h"]), "--master-host": (["h2"], ["--worker"]),
+    "--worker-runs": (["3"], ["--worker", "--master-host", "h"]), "--load-host-name": (["n1"], []),
     # engine
     "--vllm-model-path": (["/models/q"], []), "--serve-model": (["synthetic:tiny"], []),
     "--kv-cache-gb": (["4"], []), "--vllm-max-model-len": (["2048"], []), "--vllm-dtype": (["float32"], []),
@@ -112,7 +113,7 @@ def bench_effect(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
         "report_from": args.report_from,
         "outputs": (settings.junit_file, settings.summary_file, settings.client_overhead_max_pct),
         "locust": locust_argv(settings, headless=True, workers=plan.workers, remote_workers=plan.remote_workers)[7:],
-        "worker": worker_argv(settings, settings.master_host or "") if settings.worker else None,
+        "worker": (worker_argv(settings, settings.master_host or ""), settings.worker_runs) if settings.worker else None,
         "host": host_name(settings.load_host_name),
     }  # fmt: skip
 
