@@ -59,6 +59,28 @@ _SGR = rb"(?:\x1b\[[0-9;]*m)*"
 STAMP_RE = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)" + _SGR + rb" " + _SGR + rb"(\d\d-\d\d \d\d:\d\d:\d\d)")
 """Finds a vLLM stamp anywhere, also between colour codes (used to date lines that have none, from the lines before
 them, and to find where a ``--since`` window starts without parsing every line)."""
+_STAMP_STARTS = tuple(level + after for level in LEVELS for after in (b" ", b"\x1b"))
+"""How every :data:`STAMP_RE` match starts: a level word, then a space or a colour code's escape."""
+
+
+def last_stamp(buf: bytes, begin: int, end: int) -> bytes | None:
+    """The stamp (``MM-DD HH:MM:SS``) of the last :data:`STAMP_RE` match in ``buf[begin:end]``, None without one.
+
+    Searched from the end: the starts of a match (:data:`_STAMP_STARTS`) are found with ``rfind`` (a few
+    instructions a byte; ``STAMP_RE.finditer`` from the front costs ~60, its first byte being one of five letters),
+    the last of them that matches is the last match (matches cannot overlap: no level word fits inside one)."""
+    rfind = buf.rfind
+    hits = [rfind(start, begin, end) for start in _STAMP_STARTS]
+    while True:
+        at = max(hits)
+        if at < 0:
+            return None
+        match = STAMP_RE.match(buf, at, end)
+        if match is not None:
+            return match[1]
+        index = hits.index(at)
+        hits[index] = rfind(_STAMP_STARTS[index], begin, at + len(_STAMP_STARTS[index]) - 1)  # one that starts before
+
 
 BARE_ERROR_RE = re.compile(rb"(?:([\w.\-]{1,64}(?: [\w\-]{1,32})?): error: |Fatal Python error: )")
 """Error lines without a header (groups: argparse's program name): ``<prog>: error: <message>``, argparse's last

@@ -28,6 +28,7 @@ from engine.logformat import (
     hold_partials,
     is_partial,
     join_partials,
+    last_stamp,
     logical_line_begin,
     logical_line_end,
     parse_line,
@@ -172,15 +173,11 @@ class LogScanner:
 
     def _stamp_before(self, buf: bytes, low: int, end: int) -> float | None:
         """Time of the last stamped line in ``buf[low:end]`` (looking back at most 64 KiB), epoch seconds."""
-        for lookback in _STAMP_LOOKBACK:
+        for lookback in _STAMP_LOOKBACK:  # a wider window has the same last stamp when a narrower one has one
             begin = max(low, end - lookback)
-            last = None
-            for last in STAMP_RE.finditer(buf, begin, end):  # noqa: B007 - keep the last match
-                pass
-            if last is not None:
-                stamp_s = self._clock.stamp_s(last[1])
-                if stamp_s is not None:
-                    return stamp_s
+            stamp = last_stamp(buf, begin, end)
+            if stamp is not None:
+                return self._clock.stamp_s(stamp)  # None when it is no date: so would it be in a wider window
             if begin == low:
                 break
         return None
