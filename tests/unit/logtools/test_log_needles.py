@@ -53,7 +53,11 @@ BARE_LINES = [
     b"2026-11-20T00:00:00.000000001Z api_server.py: error: behind a docker stamp\n",
     b"2026-11-20T00:00:00.000000002+00:00 stderr F Fatal Python error: behind a CRI stamp\n",
 ]
-NOT_BARE = [b"an error: in a sentence\n", b"prog: error:no space\n", b"(APIServer pid=3) api_server.py: error: prefixed\n"]
+NOT_BARE = [
+    b"an error: in a sentence\n",
+    b"prog: error:no space\n",
+    b"(APIServer pid=3) api_server.py: error: prefixed\n",
+]
 
 
 def test_bare_error_lines_are_found_in_every_shape(tmp_path: Path) -> None:
