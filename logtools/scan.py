@@ -220,8 +220,12 @@ class LogScanner:
         bare_at = bare_search(BARE_NEEDLE, start, stop)
         traceback_at = next_traceback(buf, start, stop)
         while level_at >= 0 or bare_at >= 0 or traceback_at >= 0:
-            hits = [at for at in (level_at, bare_at, traceback_at) if at >= 0]
-            begin = _line_begin(buf, start, min(hits))
+            first = level_at  # the first hit (no list and min(): this runs once per candidate line)
+            if bare_at >= 0 and not 0 <= first < bare_at:
+                first = bare_at
+            if traceback_at >= 0 and not 0 <= first < traceback_at:
+                first = traceback_at
+            begin = _line_begin(buf, start, first)
             if self._cri:
                 begin = logical_line_begin(buf, start, begin)
                 end = self._cri_record_at(buf, begin, stop, final)
