@@ -1,9 +1,8 @@
 """One streaming pass over vLLM's log (and its rotated files) at the byte level.
 
-Only the lines that matter are decoded: each block is searched for the level words (a regex that starts with a
-literal, so ``re`` skips ahead in C), apart from it for ``error: `` (the error lines without a header) and for
-``Traceback`` (through its rare letter ``b``, found with memchr); the
-engine's periodic stats lines come from one ``findall`` per block. A log record with its traceback (vLLM repeats
+Only the lines that matter are decoded: each block is searched for the level words, apart from it for `` error:``
+(the error lines without a header) and for ``Traceback`` (:mod:`logtools.needles`: ``memchr`` or literal searches in
+C); the engine's periodic stats lines come from one ``findall`` per block. A log record with its traceback (vLLM repeats
 its header on every line; uvicorn and crashing processes print bare tracebacks, possibly behind a ``(Proc pid=N)``
 prefix) becomes one :class:`ErrorEvent`, also across block boundaries. Colour codes and container stamps are removed
 from the few lines that are parsed; when the engine's stats and HTTP lines are counted, colour codes are removed from
@@ -13,7 +12,6 @@ the whole block first (:func:`engine.logformat.clean_span`), as uvicorn colours 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterable
 
 from core.logfiles import BLOCK_BYTES, StrPath, iter_spans, mtime_s
@@ -30,6 +28,7 @@ from engine.logformat import (
     hold_partials,
     is_partial,
     join_partials,
+    last_stamp,
     logical_line_begin,
     logical_line_end,
     parse_line,
@@ -37,25 +36,10 @@ from engine.logformat import (
     text,
 )
 from logtools.events import ErrorEvent, HttpCounts, ScanResult
+from logtools.needles import BARE_NEEDLE, Needles
 
 __all__ = ["ErrorEvent", "HttpCounts", "LogScanner", "ScanResult"]
 
-TRACEBACK_NEEDLE = b"Traceback (most recent"
-_TRACEBACK_B = TRACEBACK_NEEDLE.index(b"b")
-"""Offset of the needle's ``b``: a letter that access and stats lines lack, so ``memchr`` for it skips them."""
-_MAX_B_MISSES = 64
-"""``b`` s that are not a traceback after which a block is searched for the whole needle instead."""
-LEVEL_WORDS = (b"ERROR", b"WARNING", b"CRITICAL")
-"""The level words a problem line has; all have an ``R``, rare in access, stats and INFO lines (``memchr`` for it
-skips them), at offset 1, 2 and 1."""
-_LEVEL_R = ((b"ERROR", 1), (b"WARNING", 2), (b"CRITICAL", 1))
-LEVEL_RE = re.compile(rb"R(?:ROR|NING|ITICAL)")
-"""The level words from their ``R`` (one literal first: ``re`` searches for it in C), where ``R`` is common."""
-_MAX_R_MISSES = 32
-BARE_NEEDLE = b"error: "
-"""The literal every error line without a header has (:data:`~engine.logformat.BARE_ERROR_RE`: argparse's
-``<prog>: error: …``, ``Fatal Python error: …``), found with ``bytes.find``; searched apart from the level words, as
-one ``re`` alternation of all of them loses ``re``'s literal search and scans byte by byte (measured 10x slower)."""
 MAX_EVENT_BYTES = 1 << 20
 """A record with its traceback is cut after this many bytes (so that carrying it to the next block stays cheap)."""
 MAX_TRACEBACK_LINES = 60
@@ -101,8 +85,7 @@ class LogScanner:
         self.block_bytes = block_bytes
         self.result = ScanResult()
         self._in_window = since_s is None
-        self._many_b = False
-        self._many_r = False
+        self._needles = Needles()
         self._cri = False
         self._last_stamp_s: float | None = None
         """Time of the last stamped line before the current span (see :meth:`_stamp_of_last`)."""
@@ -125,6 +108,7 @@ class LogScanner:
         for errors alone reads the raw bytes, and in a CRI file joins partial lines only around candidate lines
         (:meth:`_cri_record_at`): joining a whole block costs a second pass over it."""
         carry = b""
+        self._needles.start_file()
         spans = iter_spans(path, self.result.read, self.block_bytes)
         span = next(spans, None)
         while span is not None:
@@ -189,15 +173,11 @@ class LogScanner:
 
     def _stamp_before(self, buf: bytes, low: int, end: int) -> float | None:
         """Time of the last stamped line in ``buf[low:end]`` (looking back at most 64 KiB), epoch seconds."""
-        for lookback in _STAMP_LOOKBACK:
+        for lookback in _STAMP_LOOKBACK:  # a wider window has the same last stamp when a narrower one has one
             begin = max(low, end - lookback)
-            last = None
-            for last in STAMP_RE.finditer(buf, begin, end):  # noqa: B007 - keep the last match
-                pass
-            if last is not None:
-                stamp_s = self._clock.stamp_s(last[1])
-                if stamp_s is not None:
-                    return stamp_s
+            stamp = last_stamp(buf, begin, end)
+            if stamp is not None:
+                return self._clock.stamp_s(stamp)  # None when it is no date: so would it be in a wider window
             if begin == low:
                 break
         return None
@@ -233,14 +213,19 @@ class LogScanner:
         each at memchr speed), merged in order; only those lines go through the full grammar
         (:func:`engine.logformat.parse_line` in :meth:`_record_at`)."""
         bare_search = buf.find
-        next_traceback = self._next_traceback
-        self._many_b = self._many_r = False
-        level_at = self._next_level(buf, start, stop)
+        needles = self._needles
+        next_level, next_traceback = needles.next_level, needles.next_traceback
+        needles.start_span()
+        level_at = next_level(buf, start, stop)
         bare_at = bare_search(BARE_NEEDLE, start, stop)
         traceback_at = next_traceback(buf, start, stop)
         while level_at >= 0 or bare_at >= 0 or traceback_at >= 0:
-            hits = [at for at in (level_at, bare_at, traceback_at) if at >= 0]
-            begin = _line_begin(buf, start, min(hits))
+            first = level_at  # the first hit (no list and min(): this runs once per candidate line)
+            if bare_at >= 0 and not 0 <= first < bare_at:
+                first = bare_at
+            if traceback_at >= 0 and not 0 <= first < traceback_at:
+                first = traceback_at
+            begin = _line_begin(buf, start, first)
             if self._cri:
                 begin = logical_line_begin(buf, start, begin)
                 end = self._cri_record_at(buf, begin, stop, final)
@@ -249,58 +234,12 @@ class LogScanner:
             if end < 0:
                 return begin
             if 0 <= level_at < end:
-                level_at = self._next_level(buf, end, stop)
+                level_at = next_level(buf, end, stop)
             if 0 <= bare_at < end:
                 bare_at = bare_search(BARE_NEEDLE, end, stop)
             if 0 <= traceback_at < end:
                 traceback_at = next_traceback(buf, end, stop)
         return stop
-
-    def _next_level(self, buf: bytes, start: int, stop: int) -> int:
-        """Offset of the next level word (:data:`LEVEL_WORDS`) in ``buf[start:stop]``, -1 if none: ``memchr`` for
-        ``R``, each hit checked for the words around it (several times faster than ``re``); where ``R`` is common
-        (more than :data:`_MAX_R_MISSES` misses in a row, e.g. many stats lines with ``Running:``), the rest of the
-        block is searched with :data:`LEVEL_RE`, whose literal-prefix search runs in C."""
-        if not self._many_r:
-            find, startswith = buf.find, buf.startswith
-            hit = find(b"R", start + 1, stop)
-            misses = 0
-            while hit >= 0:
-                for word, offset in _LEVEL_R:
-                    if startswith(word, hit - offset) and hit - offset >= start:
-                        return hit - offset
-                misses += 1
-                if misses > _MAX_R_MISSES:
-                    self._many_r = True
-                    start = hit
-                    break
-                hit = find(b"R", hit + 1, stop)
-            else:
-                return -1
-        match = LEVEL_RE.search(buf, start + 1, stop)
-        return -1 if match is None else match.start() - (2 if match[0] == b"RNING" else 1)
-
-    def _next_traceback(self, buf: bytes, start: int, stop: int) -> int:
-        """Offset of the next ``Traceback (most recent`` in ``buf[start:stop]``, -1 if none.
-
-        ``bytes.find`` of a 22-byte needle runs at about 2 GB/s, ``memchr`` for one byte several times faster; the
-        needle's ``b`` is rare in vLLM logs (access and stats lines have none), so its hits are checked one by one.
-        Where ``b`` is common (prompts logged as text), the block falls back to the plain search.
-        """
-        if self._many_b:
-            return buf.find(TRACEBACK_NEEDLE, start, stop)
-        find = buf.find
-        hit = find(b"b", start + _TRACEBACK_B, stop)
-        misses = 0
-        while hit >= 0:
-            if buf.startswith(TRACEBACK_NEEDLE, hit - _TRACEBACK_B):
-                return hit - _TRACEBACK_B
-            misses += 1
-            if misses > _MAX_B_MISSES:
-                self._many_b = True
-                return find(TRACEBACK_NEEDLE, hit - _TRACEBACK_B, stop)
-            hit = find(b"b", hit + 1, stop)
-        return -1
 
     def _cri_record_at(self, buf: bytes, begin: int, stop: int, final: bool) -> int:
         """:meth:`_record_at` for the logical line at ``begin`` of a CRI file's raw ``buf``: its partial lines and
