@@ -84,11 +84,11 @@ class Cluster:
     netns: Netns
     tmp: Path
 
-    def worker(self, token: str = TOKEN) -> subprocess.Popen[str]:
+    def worker(self, token: str = TOKEN, **knobs: str) -> subprocess.Popen[str]:
         """``python -m loadgen.command.benchmark --worker`` inside the namespace, with its own folders and the given token."""
         env = {k: v for k, v in self.env.items() if k not in ("LOGS_DIR", "RUN_DIR", "REPORTS_DIR")}
         env.update(SIDECAR_TOKEN=token, LOGS_DIR=str(self.tmp / "worker-logs"), RUN_DIR=str(self.tmp / "worker-run"),
-                   MASTER_HOST=self.netns.host_addr)  # fmt: skip
+                   MASTER_HOST=self.netns.host_addr, **knobs)  # fmt: skip
         argv = self.netns.argv(APP_PY, "-m", "loadgen.command.benchmark", "--worker")
         return subprocess.Popen(argv, cwd=PROJECT_ROOT, env=env, text=True, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT)  # fmt: skip
@@ -177,3 +177,23 @@ def test_a_worker_without_the_token_is_refused(cluster: Cluster) -> None:
     assert "load worker(s) were expected within 15 s" in out
     assert "./run_benchmark.sh --worker --master-host" in out
     assert cluster.rows() == []
+
+
+def test_one_worker_serves_every_point_of_a_sweep(cluster: Cluster) -> None:
+    """`SWEEP=concurrency:2,4` with a remote worker started once with `WORKER_RUNS=2`: each point's master gets the
+    worker (a fresh Locust worker per run), each point has exactly its REQUESTS rows with both hosts, and the worker
+    exits 0 after the second run."""
+    bench = cluster.bench(SWEEP="concurrency:2,4", REQUESTS="12", COOLDOWN_S="0")
+    time.sleep(1.0)
+    worker = cluster.worker(WORKER_RUNS="2")
+    out = finish(bench, 400)
+    worker_out = finish(worker, 120)
+    assert bench.returncode == 0, out[-4000:] + "\n--- worker\n" + worker_out[-2000:]
+    assert worker.returncode == 0 and "Run 1 done; waiting for the next run's master" in worker_out, worker_out[-2000:]
+    runs = sorted((cluster.tmp / "logs" / "runs").glob("*.requests.jsonl"))
+    per_run = [[json.loads(x) for x in p.read_text().splitlines() if x.strip()] for p in runs]
+    measured = [[r for r in rows if r["phase"] == "measured"] for rows in per_run]
+    assert [len(rows) for rows in measured] == [12, 12], [len(rows) for rows in measured]
+    for rows in measured:
+        assert {r["host"] for r in rows} == {socket.gethostname(), WORKER_HOST}
+        assert all(r["ok"] for r in rows)
