@@ -127,24 +127,34 @@ RowCounter = RowWatch  # the name earlier code and tests use
 
 
 def ending_path(records_path: Path) -> Path:
-    """``<run id>.ending.json`` beside the rows file: how a run that was ended early by the server ended."""
+    """``<run id>.ending.json`` beside the rows file: how a run that ended early (the server gone, Ctrl-C) ended."""
     return records_path.with_name(records_path.name.removesuffix(".requests.jsonl") + ".ending.json")
 
 
-def write_ending(records_path: Path, down: ServerDown) -> None:
-    """Keep the server-down verdict beside the rows (``--report-from`` reads it back: :func:`read_ending`)."""
-    record = {"server_down": {"since": down.since, "cause": down.cause, "for_s": down.for_s}}
-    ending_path(records_path).write_text(json.dumps(record) + "\n", encoding="utf-8")
+def write_ending(records_path: Path, down: ServerDown | None, interrupted: bool = False) -> None:
+    """Keep how the run ended early beside the rows — the server-down verdict, an interrupt (Ctrl-C) — so that
+    ``--report-from`` says it too (:func:`read_ending`). Nothing is written for a run that ended as planned."""
+    record: dict[str, object] = {}
+    if down is not None:
+        record["server_down"] = {"since": down.since, "cause": down.cause, "for_s": down.for_s}
+    if interrupted:
+        record["interrupted"] = True
+    if record:
+        ending_path(records_path).write_text(json.dumps(record) + "\n", encoding="utf-8")
 
 
-def read_ending(records_path: Path) -> ServerDown | None:
-    """The server-down verdict kept beside a rows file by :func:`write_ending`; None when the run was not ended by
-    the server (no record) or the record is unreadable (the report then reads as an ordinary run's)."""
+def read_ending(records_path: Path) -> tuple[ServerDown | None, bool]:
+    """``(server down, interrupted)`` as kept beside a rows file by :func:`write_ending`; ``(None, False)`` when the
+    run ended as planned (no record) or the record is unreadable (the report then reads as an ordinary run's)."""
     try:
-        down = json.loads(ending_path(records_path).read_text(encoding="utf-8"))["server_down"]
-        return ServerDown(float(down["since"]), str(down["cause"]), float(down["for_s"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        record = json.loads(ending_path(records_path).read_text(encoding="utf-8"))
+        down = record.get("server_down")
+        server_down = (
+            None if down is None else ServerDown(float(down["since"]), str(down["cause"]), float(down["for_s"]))
+        )
+        return server_down, record.get("interrupted") is True
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None, False
 
 
 def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidecar: SidecarClient) -> Measured:
@@ -169,8 +179,8 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     window_start = time.time()
     outcome = run_locust(settings, plan, records_path)
     window_end = time.time()
-    if outcome.server_down is not None:  # before anything else can fail: a rebuilt report says so too
-        write_ending(records_path, outcome.server_down)
+    # before anything else can fail: a report rebuilt from the rows says so too
+    write_ending(records_path, outcome.server_down, interrupted=outcome.stopped == INTERRUPTED)
     if window is not None:
         sidecar.stop_window(window.window_id)
     after, why_after = scrape_metrics(plan.vllm_url, settings.vllm_headers) if not watch else (None, None)
@@ -213,12 +223,15 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
 
 def from_records_file(path: Path) -> Measured:
     """A finished run rebuilt from its rows file (no scrapes, no CPU figure; the load processes' reports when the
-    ``<run id>.client.jsonl`` beside it survived), ended early by the server when ``<run id>.ending.json`` says so."""
+    ``<run id>.client.jsonl`` beside it survived), ended early by the server or interrupted when
+    ``<run id>.ending.json`` says so."""
     records, _ = read_records(path)
     start = min((r.started_at for r in records if r.phase == "measured"), default=time.time())
     end = max((r.ended_at for r in records), default=time.time())
     client = path.with_name(path.name.removesuffix(".requests.jsonl") + ".client.jsonl")
-    return Measured(records, start, end, processes=read_process_loads(client), server_down=read_ending(path))
+    server_down, interrupted = read_ending(path)
+    return Measured(records, start, end, processes=read_process_loads(client), server_down=server_down,
+                    interrupted=interrupted)  # fmt: skip
 
 
 def run_measured(

@@ -181,6 +181,22 @@ def test_a_report_rebuilt_from_the_rows_of_a_run_the_server_ended_says_server_do
     assert from_records_file(rows).server_down is None
 
 
+def test_a_report_rebuilt_from_the_rows_of_an_interrupted_run_says_interrupted(tmp_path: Path) -> None:
+    """Ctrl-C is kept beside the rows too: ``--report-from`` rebuilds an interrupted run as interrupted (it can be
+    no baseline); a run that ended as planned leaves no record."""
+    from loadgen.orchestrate.measured_run import ending_path, from_records_file, write_ending
+
+    request = BuildReportRequest.model_validate(body(n=4))
+    rows = tmp_path / "20260101_120000.requests.jsonl"
+    rows.write_text("".join(r.model_dump_json() + "\n" for r in request.records), encoding="utf-8")
+    write_ending(rows, None)
+    assert not ending_path(rows).exists() and from_records_file(rows).interrupted is False
+    write_ending(rows, None, interrupted=True)
+    rebuilt = from_records_file(rows)
+    assert rebuilt.interrupted is True and rebuilt.server_down is None
+    assert build_request(request.config, rebuilt, rows, knobs()).interrupted is True
+
+
 def test_sigterm_and_sighup_act_as_ctrl_c_while_running() -> None:
     """Inside the block SIGTERM and SIGHUP raise KeyboardInterrupt (the Ctrl-C path); the old handlers come back."""
     before = signal.getsignal(signal.SIGTERM)
