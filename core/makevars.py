@@ -43,8 +43,10 @@ def setting_names() -> dict[str, str]:
     return names
 
 
-def typo_distance(a: str, b: str) -> int:
-    """Edits (insert, delete, replace, swap of two neighbours) between ``a`` and ``b``."""
+def typo_distance(a: str, b: str, bound: int | None = None) -> int:
+    """Edits (insert, delete, replace, swap of two neighbours) between ``a`` and ``b`` (optimal string alignment).
+    With ``bound``, any distance above it is returned as ``bound + 1`` as soon as a row of the table shows it (every
+    command checks its whole environment at start-up: most names are far from every setting after a few letters)."""
     prev2: list[int] = []
     prev = list(range(len(b) + 1))
     for i in range(1, len(a) + 1):
@@ -53,8 +55,10 @@ def typo_distance(a: str, b: str) -> int:
             row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
             if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
                 row[j] = min(row[j], prev2[j - 2] + 1)
+        if bound is not None and min(row) > bound and (not prev or min(prev) > bound):
+            return bound + 1  # a swap reaches back two rows: both above the bound, no later cell can come back
         prev2, prev = prev, row
-    return prev[-1]
+    return prev[-1] if bound is None else min(prev[-1], bound + 1)
 
 
 def near_setting(name: str, known: Mapping[str, str] | None = None) -> str | None:
@@ -67,8 +71,14 @@ def near_setting(name: str, known: Mapping[str, str] | None = None) -> str | Non
     if name.endswith("S") and name[:-1] in known:
         return None  # a plural (MODELS, SEEDS, DATASETS) is another program's list more often than our typo
     limit = 1 if len(name) < 8 else 2
-    best = min(known, key=lambda k: (typo_distance(name, k), k))
-    return best if typo_distance(name, best) <= limit else None
+    # names whose lengths differ by more than the limit are more edits apart: only the others are measured (every
+    # command checks its whole environment at start-up, so this runs for each variable of the user's shell)
+    near = [
+        (distance, k)
+        for k in known
+        if abs(len(k) - len(name)) <= limit and (distance := typo_distance(name, k, limit)) <= limit
+    ]
+    return min(near)[1] if near else None
 
 
 def env_typos(environ: Mapping[str, str] | None = None, skip: frozenset[str] = frozenset()) -> list[str]:
