@@ -125,7 +125,9 @@ def test_replica_killed_mid_run(cluster: Stack) -> None:
     failed = [r for r in measured if not r["ok"]]
     assert sum(report["errors"]["by_kind"].values()) == len(failed)
     alive = next(r for r in view["replicas"] if r["name"] == "vllm")
-    assert alive["state"] == "up" and alive["requests_succeeded"] >= 20  # the router kept serving on vllm
+    # the router kept serving on vllm: after the kill every success is vllm's, before it round robin split them (how
+    # many requests the router still sent to the dead replica depends on when its health check saw it: not counted)
+    assert alive["state"] == "up" and alive["requests_succeeded"] > report["metrics"]["requests_ok"] / 2, view
     assert report["metrics"]["requests_ok"] == 40 - len(failed)
     status = cluster.make("status", timeout_s=120)
     assert status.returncode != 0

@@ -8,11 +8,13 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from core.gate import EXIT_FAIL, EXIT_PASS, gate_verdict
 from core.report_schema import SCHEMA_VERSION, Report, migrate_report
 from core.series import SeriesReport
+from sidecar.reports import envinfo
 from tests.unit.core.test_sidecar_series import post_run, series_body
 from tests.unit.sidecar.test_sidecar_app import client_for  # noqa: F401 (a fixture)
 
@@ -30,12 +32,16 @@ def test_a_1_3_report_loads_as_the_current_version() -> None:
 
 
 def test_1_3_baselines_compare_and_gate_new_runs_and_series(
-    client_for: Callable[..., TestClient], tmp_path: Path  # noqa: F811
+    client_for: Callable[..., TestClient], tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:
     """A new run of the fixture's workload is compared with report baseline v1 and passes its gate (a slower one
-    fails); a new series is compared with series baseline s1 and gated with intervals; both old files list."""
+    fails); a new series is compared with series baseline s1 and gated with intervals; both old files list. The new
+    runs are made on the fixture's CPU (a CPU-only run's workload includes its CPU model: a run on another CPU is
+    refused as a comparison, rightly)."""
     reports = tmp_path / "reports"
     shutil.copytree(BASELINES, reports, dirs_exist_ok=True)
+    fixture_cpu = json.loads((BASELINES / "benchmark_report_20261202_023149.json").read_text())["environment"]
+    monkeypatch.setattr(envinfo, "cpu_model", lambda: fixture_cpu["cpu_model"])
     client = client_for()
     assert client.get("/baselines").json() == json.loads((BASELINES / "baselines.json").read_text())
     v1 = json.loads((BASELINES / "baselines.json").read_text())["v1"]
