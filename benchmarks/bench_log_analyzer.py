@@ -1,14 +1,15 @@
 """Speed of the log analyzer on a generated 500,000-line (~45 MB) vLLM log, against ``grep -c ERROR``.
 
-Run from the repository root: ``.venvs/app/bin/python benchmarks/bench_log_analyzer.py [--lines N] [--runs N]``.
-Each command runs in a fresh subprocess, as a user would run it; the figure is the best wall-clock time of
-``--runs`` runs after one warm-up run (file in the page cache). Targets: ``--stats`` <= 1 s and ``--errors`` within
-10x of ``grep -c ERROR`` on the same file. The same log is also timed as real deployments write it: with vLLM's
-colour codes (``VLLM_LOGGING_COLOR=1``) and behind ``docker logs -t`` stamps (figures only, the counts must agree).
-First, every shape the analyzer reads is timed on a log in the shape vLLM writes today (every line behind
-``(APIServer pid=N)``, 137 planted errors): plain, prefixes, colours, ``docker logs -t`` and CRI stamps, CRLF line
-ends and a rotated pair; each ``--errors`` against ``grep -c ERROR`` on the same file(s), median of 5 alternating
-runs, target within 10x, counts exact. Exits 1 when a target is missed (or the analyzer's counts are wrong).
+Run from the repository root: ``.venvs/app/bin/python benchmarks/bench_log_analyzer.py [--lines N] [--runs N]``. Each
+command runs in a fresh subprocess, as a user would run it; the table shows the best and median wall-clock time of
+``--runs`` runs after one warm-up run (file in the page cache). Targets: ``--stats`` <= 1 s (best run) and
+``--errors`` within 10x of ``grep -c ERROR`` on the same file (median of ``--runs`` alternating runs of both). The
+same log is also timed as real deployments write it: with vLLM's colour codes (``VLLM_LOGGING_COLOR=1``) and behind
+``docker logs -t`` stamps (figures only, the counts must agree). First, every shape the analyzer reads is timed on a
+log in the shape vLLM writes today (every line behind ``(APIServer pid=N)``, 137 planted errors): plain, prefixes,
+colours, ``docker logs -t`` and CRI stamps, CRLF line ends and a rotated pair; each ``--errors`` against ``grep -c
+ERROR`` on the same file(s), median of 5 alternating runs, target within 10x, counts exact. Exits 1 when a target is
+missed (or the analyzer's counts are wrong).
 """
 
 from __future__ import annotations
@@ -154,13 +155,15 @@ def main(argv: list[str] | None = None) -> int:
             rows[f"logtools --errors ({name})"] = time_command(argv, args.runs)
             greps[f"logtools --errors ({name})"] = f"grep -c ERROR ({name})"
             wrong += [f"{name}: {why}" for why in [check_counts(path, facts)] if why]
-    grep_s = rows["grep -c ERROR"][0]
-    errors_s = rows["logtools --errors"][0]
+        # the --errors target as for the shapes: median of alternating runs (a burst of load hits both alike)
+        grep_s, errors_s, _, _ = alternating_medians(
+            ["grep", "-c", "ERROR", str(log)], [*analyzer, "--errors"], args.runs
+        )
     stats_s = rows["logtools --stats"][0]
     load_1m = os.getloadavg()[0]
     targets = {
-        "logtools --errors": (f"<= {ERRORS_VS_GREP_TARGET:g}x grep ({ERRORS_VS_GREP_TARGET * grep_s:.3f} s)",
-                              errors_s <= ERRORS_VS_GREP_TARGET * grep_s),
+        "logtools --errors": (f"<= {ERRORS_VS_GREP_TARGET:g}x grep: {errors_s / grep_s:.1f}x, median of {args.runs} "
+                              "alternating runs", errors_s <= ERRORS_VS_GREP_TARGET * grep_s),
         "logtools --stats": (f"<= {STATS_TARGET_S:g} s", stats_s <= STATS_TARGET_S),
     }  # fmt: skip
     print(
@@ -168,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{facts.warning_events:,} warnings, {facts.metrics_lines:,} stats lines); requests.jsonl: "
         f"{REQUEST_RECORDS:,} records; best of {args.runs} runs; {os.cpu_count()} CPUs, load average {load_1m:.1f}"
     )
-    print(f"{'command':<36} {'best s':>7} {'median s':>8} {'cpu s':>6}  {'x grep':>6}  target (on best wall clock)")
+    print(f"{'command':<36} {'best s':>7} {'median s':>8} {'cpu s':>6}  {'x grep':>6}  target")
     for name, (best, median, cpu) in rows.items():
         target, ok = targets.get(name, ("", True))
         verdict = ("ok" if ok else "MISSED") if target else ""
