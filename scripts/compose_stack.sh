@@ -212,6 +212,8 @@ smoke_test() {
     # One engine (tests/compose checks the single-engine stack), whatever REPLICAS the shell or .env has.
     export REPLICAS=1 ENGINE_URLS=
     export MODEL=synthetic:tiny SERVED_MODEL_NAME=
+    # No torch.compile warm-up (half of a tiny model's start on CPU), as the integration tests' engines.
+    export VLLM_EXTRA_ARGS=-O0
     export VLLM_PORT=$((29100 + offset)) UI_PORT=$((29000 + offset)) SIDECAR_PORT=$((29200 + offset))
     export LOCUST_WEB_PORT=$((29089 + offset)) COMPOSE_PROJECT_NAME=llm-serve-bench-test$offset
     # Every container's env_file: test secrets instead of .env, so that the checks see each service get only its own.

@@ -15,9 +15,10 @@ client sees: its reads find many events), or N events per write with a turn of t
 plain asyncio protocol (HTTP/1.1 keep-alive, ``Content-Length`` request bodies).
 
 Quirks of other servers, for the robustness tests: ``--no-usage`` (no usage block), ``--no-tokenize`` (no
-``/tokenize``: answered 404), ``--no-done`` (the stream ends
-after the chunk with ``finish_reason`` and usage, as ``transformers serve`` does), ``--bad-chunk JSON`` (that data
-line is sent after the first content chunk of every answer), ``--models a,b`` (several served models).
+``/tokenize``: answered 404), ``--no-done`` (the stream ends after the chunk with ``finish_reason`` and usage, as
+``transformers serve`` does), ``--bad-chunk JSON`` (that data line is sent after the first content chunk of every
+answer), ``--models a,b`` (several served models), ``--fast-answers N`` (the first N chat answers leave at once, the
+rest on the schedule: a test gets its first rows without waiting out slow answers).
 vLLM's own shapes: ``--role-with-first`` sends the role chunk in the first token's write (vLLM makes it when the
 first token is out), ``--held-back 0,5`` sends those tokens (0-based) as ``"content": ""`` (vLLM's chunk for a token
 whose text its detokenizer holds back: a byte-level BPE piece of a multi-byte character).
@@ -67,6 +68,8 @@ class MockServer:
         self.created = int(time.time())
         self._answers: dict[int, Answer] = {}
         self.metrics = MockMetrics() if cfg.metrics else None
+        self.chats = 0
+        """Chat answers begun so far (the first ``cfg.fast_answers`` are sent at once)."""
         context = {"max_model_len": cfg.max_model_len} if cfg.list_max_model_len else {}
         models = [{"id": m, "object": "model", "root": m, **context} for m in cfg.models]
         self.routes: dict[tuple[bytes, bytes], bytes] = {
@@ -184,7 +187,10 @@ class _Connection(asyncio.Protocol):
             head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
             head += b"connection: close\r\n\r\n" if close else b"\r\n"
             cfg = server.cfg
-            if server.metrics is not None:
+            server.chats += 1
+            if server.chats <= cfg.fast_answers:
+                self._send(head + answer.whole, close)
+            elif server.metrics is not None:
                 coroutine = self._scheduled(head, answer, close, server.metrics, server.tokens_asked(body))
                 self.task = asyncio.get_running_loop().create_task(coroutine)
             elif cfg.ttft_ms <= 0 and cfg.itl_ms <= 0 and cfg.events_per_write <= 0:
@@ -301,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--held-back", default="", help="0-based tokens sent with empty content, e.g. 0,5")
     parser.add_argument("--metrics", action="store_true", help="serve vLLM's /metrics of the mock's own clock")
     parser.add_argument("--send-delay-ms", type=float, default=0.0, help="--metrics: events leave this late")
+    parser.add_argument("--fast-answers", type=int, default=0, help="the first N chat answers leave at once, unpaced")
     args = parser.parse_args(argv)
     if args.tokens < 1 or args.tokens_per_chunk < 1 or args.processes < 1 or args.events_per_write < 0:
         parser.error("--tokens, --tokens-per-chunk and --processes must be >= 1, --events-per-write >= 0")
@@ -329,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         send_delay_ms=args.send_delay_ms,
         role_with_first=args.role_with_first,
         held_back=frozenset(int(x) for x in args.held_back.split(",") if x.strip()),
+        fast_answers=max(0, args.fast_answers),
     )
     print(f"[MOCK] http://{args.host}:{args.port} ({args.processes} process(es))", file=sys.stderr, flush=True)
     return run(cfg, args.host, args.port, args.processes)

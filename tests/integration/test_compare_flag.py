@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Stack
+from tests.integration.conftest import TEST_ENGINE_ARGS, Stack
 from tests.integration.test_sweep import series_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.stack_order(1)]
@@ -23,7 +23,9 @@ def test_compare_lists_the_differing_vllm_flag_first_and_shows_both_curves(stack
     sweep = {"SWEEP": "concurrency:1,4", "REQUESTS": "8", "MAX_TOKENS": "16", "WARMUP": "1", "COOLDOWN_S": "0"}
     first = stack.make("sweep", timeout_s=600, **sweep)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    switched = stack.python("-m", "stack.engine_switch", timeout_s=900, VLLM_EXTRA_ARGS="--max-num-seqs 2")
+    switched = stack.python(
+        "-m", "stack.engine_switch", timeout_s=900, VLLM_EXTRA_ARGS=f"{TEST_ENGINE_ARGS} --max-num-seqs 2"
+    )
     assert switched.returncode == 0, switched.stdout[-3000:] + switched.stderr[-3000:]
     state = json.loads((stack.logs_dir / "engine_state.json").read_text())
     assert state["argv"][-2:] == ["--max-num-seqs", "2"]

@@ -211,13 +211,13 @@ def test_flags_reach_the_locust_processes_and_max_concurrency_caps_a_rate(bench:
 
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_ctrl_c_in_a_duration_run_cancels_the_requests_in_flight(bench: Bench, workers: str) -> None:
-    """A closed-loop ``--duration`` run against slow answers (about 30 s each) gets Ctrl-C while its second requests
-    run: they are cancelled at once, not drained (DRAIN_S 60 s here, 30 s by default), by one load process as by a
-    master and its workers; their rows are kept as incomplete naming the early stop, the report of the rows so far
-    is marked interrupted, exit 130."""
+    """A closed-loop ``--duration`` run against slow answers (about 30 s each; the first two at once) gets Ctrl-C
+    while its second requests run: they are cancelled at once, not drained (DRAIN_S 60 s here, 30 s by default), by
+    one load process as by a master and its workers; their rows are kept as incomplete naming the early stop, the
+    report of the rows so far is marked interrupted, exit 130."""
     port = free_port()
     slow = subprocess.Popen([APP_PY, "-m", "loadgen.selftest.mock_server", "--port", str(port), "--tokens", "20",
-                             "--ttft-ms", "100", "--itl-ms", "1500"], cwd=PROJECT_ROOT,
+                             "--ttft-ms", "100", "--itl-ms", "1500", "--fast-answers", "2"], cwd=PROJECT_ROOT,
                             stdout=(bench.tmp / "slow.log").open("wb"), stderr=subprocess.STDOUT)  # fmt: skip
     try:
         wait_http(f"http://127.0.0.1:{port}/health", 60)
