@@ -20,8 +20,9 @@ Variants (``VARIANTS``): ``vllm-defaults`` (vLLM's binding: one core reserved; i
 ``all-cores`` (``VLLM_CPU_NUM_OF_RESERVED_CPU=0``), ``all-cores-passive`` (plus ``OMP_WAIT_POLICY=PASSIVE``: idle
 OpenMP threads sleep instead of spinning on the cores the API server and the client need), ``all-cores-iomp`` (plus
 Intel OpenMP preloaded, as vLLM's CPU docs advise), ``eager`` (all cores, ``--enforce-eager``: no compile, no
-warm-up), ``one-process`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the model runs inside the engine-core process,
-one process spawn less, no thread pinning). Every variant but ``vllm-defaults`` has the stack's compile-cache
+warm-up), ``no-compile`` (the stack's binding, ``-O0``: no torch.compile, so no compile warm-up), ``one-process``
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the model runs inside the engine-core process, one process spawn less, no
+thread pinning). Every variant but ``vllm-defaults`` has the stack's compile-cache
 setting (AOT off on the CPU build).
 
 Printed at the end: medians per variant and their ratio to ``vllm-defaults``. Target (issue 14): the stack's default
@@ -69,6 +70,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "all-cores-passive": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "OMP_WAIT_POLICY": "PASSIVE"},
     "all-cores-iomp": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "LD_PRELOAD": str(IOMP)},
     "eager": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_EXTRA_ARGS": "--enforce-eager"},
+    "no-compile": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "", "VLLM_EXTRA_ARGS": "-O0"},
     "one-process": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
 }
 
