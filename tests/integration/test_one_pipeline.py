@@ -12,7 +12,7 @@ from core.settings import PROJECT_ROOT
 from tests.integration.test_robust_runs import APP_PY, Bench, bench  # noqa: F401 (bench is a fixture)
 
 pytestmark = pytest.mark.integration
-QUICK = {"REQUESTS": "4", "CONCURRENCY": "2", "WARMUP": "0", "GATE_THRESHOLD_PCT": "60"}
+QUICK = {"REQUESTS": "4", "CONCURRENCY": "2", "WARMUP": "0", "GATE_THRESHOLD_PCT": "60", "COOLDOWN_S": "0"}
 
 
 def finished(bench: Bench, **knobs: str) -> tuple[int, str, str]:  # noqa: F811

@@ -140,7 +140,7 @@ def test_gate_against_a_series_of_another_workload_is_refused_before_any_load(
     series and the fields that differ."""
     env, mock = services
     url = mock()
-    first = run_bench(env, url, "--baseline", "s1", REPEAT="2", WARMUP="0")
+    first = run_bench(env, url, "--baseline", "s1", REPEAT="2", WARMUP="0", COOLDOWN_S="0")
     assert first.returncode == 0, first.stdout + first.stderr
     assert "[BASELINE] s1 -> benchmark_series_" in first.stdout
     before = rows_written(env)
