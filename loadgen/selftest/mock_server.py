@@ -311,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.tokens < 1 or args.tokens_per_chunk < 1 or args.processes < 1 or args.events_per_write < 0:
         parser.error("--tokens, --tokens-per-chunk and --processes must be >= 1, --events-per-write >= 0")
+    if args.fast_answers and args.metrics:
+        parser.error("--fast-answers with --metrics: unpaced answers would be missing from /metrics; use one of them")
     api_key = None
     if args.require_api_key:
         from core.settings import get_settings
