@@ -60,6 +60,9 @@ history: app-env
 
 lint: app-env
 	$(APP_PY) -m ruff check .
+	@# every tracked Python file is linted (an exclude pattern such as "reports" once skipped sidecar/reports/)
+	@skipped=$$(comm -23 <(git ls-files '*.py' | sort) <($(APP_PY) -m ruff check . --show-files | sed "s|^$$PWD/||" | sort)); \
+	  if [ -n "$$skipped" ]; then echo "[ERROR] ruff does not check: $$skipped (pyproject.toml's exclude)"; exit 1; fi
 	$(APP_PY) -m mypy
 	.venvs/app/bin/lint-imports --no-cache --no-logo
 	@scripts/validate_containers.sh >/dev/null || scripts/validate_containers.sh

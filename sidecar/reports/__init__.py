@@ -1,1 +1,2 @@
-"""The sidecar's reports: assembled, compared, stored in ``reports/`` (the only writer), baselines, retention, history."""
+"""The sidecar's reports: assembled, compared, stored in ``reports/`` (the only writer), baselines, retention and
+history."""

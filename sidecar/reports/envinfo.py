@@ -21,8 +21,8 @@ from core.enginestate import EngineState
 from core.report_schema import Environment, StartupFacts
 from core.settings import PROJECT_ROOT
 from core.units import GIB
-from sidecar.sampling.gpu import GpuInfo
 from engine.startuptracker import StartupPhase
+from sidecar.sampling.gpu import GpuInfo
 
 SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(?:/|$)")
 HF_ID_RE = re.compile(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+")  # matched whole (fullmatch)

@@ -18,8 +18,8 @@ from core.history import Timeline, history_table, timelines
 from core.pipes import guard_stdout
 from core.report_schema import Report
 from core.settings import Settings, get_settings
-from sidecar.reports.baselines import BaselineStore
 from sidecar.render.plots import _new_figure, _png
+from sidecar.reports.baselines import BaselineStore
 from sidecar.reports.store import ReportStore, atomic_replace
 
 PANELS = (  # attribute, title, unit

@@ -30,10 +30,9 @@ from core.series import (
     series_unusable_reason,
 )
 from core.settings import Settings
-from sidecar.reports.baselines import BaselineStore
 from sidecar.render.files import compare_files, series_files
-from sidecar.reports.store import ResultStore
-from sidecar.reports.store import ReportStore, utc_now_iso, validate_report_id
+from sidecar.reports.baselines import BaselineStore
+from sidecar.reports.store import ReportStore, ResultStore, utc_now_iso, validate_report_id
 
 
 class UnknownResult(LookupError):

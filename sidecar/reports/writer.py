@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,27 +13,26 @@ from typing import Any
 from core.api import BuildReportRequest, BuildReportResponse
 from core.compare import compare_with_history, unusable_reason, workload_fingerprint
 from core.enginestate import read_engine_state
-from core.records import RequestRecord
 from core.redact import Redactor, secret_values
 from core.report_schema import Comparison, HostResources, Report, Resources
 from core.settings import Settings
-from sidecar.reports.baselines import BaselineStore
-from sidecar.reports.builder import build_report, build_resources, host_entry
-from sidecar.sampling.enginemetrics import EngineMetricsReader
-from sidecar.reports.envinfo import collect_environment, vllm_server_facts
-from sidecar.sampling.gpu import GpuInfo, GpuReader, open_gpu_reader
-from sidecar.sampling.peers import peer_resources
-from sidecar.reports.logfacts import read_log_facts
-from sidecar.reports.profiles import collect_traces, trace_paths
-from sidecar.render.files import report_files
-from sidecar.reports.retention import Retention, prune
-from sidecar.sampling.sampler import Sampler, engine_pid
-from sidecar.reports.schema_export import write_schema_if_changed
-from sidecar.reports.rows_link import run_rows_file
-from sidecar.reports.store import ReportStore, new_report_id, utc_now_iso
-from sidecar.sampling.windows import UnknownWindow, WindowRegistry
 from engine.control import engine_phase
 from engine.startuptracker import StartupPhase
+from sidecar.render.files import report_files
+from sidecar.reports.baselines import BaselineStore
+from sidecar.reports.builder import build_report, build_resources, host_entry
+from sidecar.reports.envinfo import collect_environment, vllm_server_facts
+from sidecar.reports.logfacts import read_log_facts
+from sidecar.reports.profiles import collect_traces, trace_paths
+from sidecar.reports.retention import Retention, prune
+from sidecar.reports.rows_link import run_rows_file
+from sidecar.reports.schema_export import write_schema_if_changed
+from sidecar.reports.store import ReportStore, new_report_id, utc_now_iso
+from sidecar.sampling.enginemetrics import EngineMetricsReader
+from sidecar.sampling.gpu import GpuInfo, GpuReader, open_gpu_reader
+from sidecar.sampling.peers import peer_resources
+from sidecar.sampling.sampler import Sampler, engine_pid
+from sidecar.sampling.windows import UnknownWindow, WindowRegistry
 
 MAX_FUTURE_S = 300.0
 """How far a run's window may end after the sidecar's clock (clock skew between hosts), s; more is refused, so a
@@ -215,8 +214,9 @@ class ReportService:
         name pointed at before (None: a new name).
 
         Raises:
-            ValueError: invalid name or id, or a report that cannot be a reference (:func:`core.compare.unusable_reason`:
-                interrupted, ended early, no success). FileNotFoundError: no such report, or no report at all.
+            ValueError: invalid name or id, or a report that cannot be a reference
+                (:func:`core.compare.unusable_reason`: interrupted, ended early, no success).
+            FileNotFoundError: no such report, or no report at all.
         """
         if report_id is None:
             reports = self.store.list()
@@ -271,7 +271,12 @@ class ReportService:
                 comparison=Comparison(),
             )
             comparison = compare_with_history(
-                request.config, environment, report.metrics, self.store.list(), self.baselines.resolve(self.store)
+                request.config,
+                environment,
+                report.metrics,
+                self.store.list(),
+                self.baselines.resolve(self.store),
+                report.server,
             )
             report = report.model_copy(update={"comparison": comparison})
             if request.profile_traces and request.run_id:
