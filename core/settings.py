@@ -205,6 +205,17 @@ class Settings(ClusterKnobs, SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKn
                 f"REQUESTS={self.requests} (--requests) is ignored: DURATION={self.duration:g} s (--duration) bounds "
                 "the run; unset one of them to silence this"
             )
+        if "concurrency" in self.model_fields_set and self.sweep is None and self.rate is not None:
+            notes.append(
+                f"CONCURRENCY={self.concurrency} (--concurrency) is ignored: RATE={self.rate:g} req/s (--request-rate) "
+                "sends on its schedule whatever is in flight; to cap the requests in flight use "
+                f"MAX_IN_FLIGHT={self.concurrency} (--max-concurrency {self.concurrency} beside --request-rate)"
+            )
+        if "concurrency" in self.model_fields_set and (self.sweep or "").startswith("concurrency:"):
+            notes.append(
+                f"CONCURRENCY={self.concurrency} (--concurrency) is ignored: SWEEP={self.sweep} (--sweep) sets each "
+                "point's concurrency"
+            )
         return notes
 
     @property

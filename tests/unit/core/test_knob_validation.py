@@ -148,3 +148,21 @@ def test_requests_beside_duration_is_a_warning_not_an_error(monkeypatch: pytest.
     monkeypatch.setenv("REQUESTS", "200")
     _, settings = parse(parser(), ["--duration", "30"])
     assert settings.duration == 30 and "REQUESTS=200" in settings.ignored_knobs[0]
+
+
+def test_concurrency_beside_a_rate_or_a_concurrency_sweep_is_a_warning() -> None:
+    """``--concurrency 4 --request-rate 2``: the open loop ignores the concurrency (it does not cap what is in flight)
+    and says so, naming the knob that does; so does ``--concurrency 3 --sweep concurrency:1,2``. A rate with
+    ``--max-concurrency`` (MAX_IN_FLIGHT), a rate alone, or an automatic sweep's CONCURRENCY warn of nothing."""
+    from core.cli import parse
+    from loadgen.command.benchmark import parser
+
+    _, with_rate = parse(parser(), ["--concurrency", "4", "--request-rate", "2"])
+    assert len(with_rate.ignored_knobs) == 1, with_rate.ignored_knobs
+    assert "CONCURRENCY=4" in with_rate.ignored_knobs[0] and "--max-concurrency 4" in with_rate.ignored_knobs[0]
+    _, capped = parse(parser(), ["--max-concurrency", "8", "--request-rate", "4"])
+    assert capped.max_in_flight == 8 and capped.ignored_knobs == []
+    assert Settings(_env_file=None, rate=2).ignored_knobs == []  # type: ignore[call-arg]
+    _, swept = parse(parser(), ["--concurrency", "3", "--sweep", "concurrency:1,2"])
+    assert len(swept.ignored_knobs) == 1 and "SWEEP=concurrency:1,2" in swept.ignored_knobs[0]
+    assert Settings(_env_file=None, concurrency=4, sweep="auto").ignored_knobs == []  # type: ignore[call-arg]
