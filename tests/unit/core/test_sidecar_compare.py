@@ -89,3 +89,26 @@ def test_metric_changes_are_rounded_and_none_where_missing() -> None:
     """Percent changes have two decimals; a metric missing on either side is None."""
     changes = metric_changes(report(throughput=3.0).metrics, report(throughput=2.0).metrics)
     assert changes["throughput_req_per_sec_pct"] == 50.0 and changes["gpu_mem_peak_gb_pct"] is None
+
+
+def test_a_much_warmer_prefix_cache_is_noted_beside_the_comparison() -> None:
+    """A run whose prompts vLLM's prefix cache mostly held already (74 % of the prompt tokens against 0 % in the
+    run compared with) gets a note naming both rates and what to do, for vs_previous and a named baseline alike; rates
+    within 20 points, or a side without vLLM's /metrics, get none."""
+    from core.serverview import ServerView
+
+    def served(rate: float | None) -> ServerView:
+        return ServerView.model_construct(prefix_cache_hit_rate_percent=rate)
+
+    old = report("benchmark_report_20260101_120000").model_copy(update={"server": served(0.0)})
+    new = report("benchmark_report_20260101_140000", ended=3.0)
+    warm = compare_with_history(new.config, new.environment, new.metrics, [old], {"v1": old}, served(73.6))
+    noted = [n for n in warm.notes if "prefix cache" in n]
+    assert [n.split(":")[0] for n in noted] == ["vs_previous", "vs_v1"]
+    assert "0% of the prompt tokens then and 74% now" in noted[0] and "./start_vllm.sh" in noted[0]
+    for rate in (15.0, None):
+        same = compare_with_history(new.config, new.environment, new.metrics, [old], {"v1": old}, served(rate))
+        assert not [n for n in same.notes if "prefix cache" in n]
+    unscraped = old.model_copy(update={"server": None})
+    assert not [n for n in compare_with_history(new.config, new.environment, new.metrics, [unscraped], None,
+                                                served(73.6)).notes if "prefix cache" in n]  # fmt: skip
