@@ -20,8 +20,8 @@ from loadgen.errors import BenchError
 from loadgen.locust_side.weblogin import credentials_match
 from loadgen.orchestrate.locust_launch import locust_argv
 from loadgen.selftest.mock_answers import MockConfig
-from loadgen.selftest.mock_server import serve
 from loadgen.sidecar_client import SidecarClient, busy_retry_s
+from tests.unit.loadgen.mock_in_loop import mock_client
 from ui.errors import map_exception
 from ui.status import Probe, classify
 from ui.turn import ChatBackend
@@ -84,27 +84,13 @@ def test_web_login_flag_only_with_a_password() -> None:
 def test_mock_server_refuses_v1_without_the_key() -> None:
     """With a key the mock answers /v1 only to ``Authorization: Bearer <key>``, as vLLM does; /health stays open
     (the real server on a loopback port, in this test's event loop)."""
-    from core.net import free_port
-
-    port = free_port()
-
     async def check() -> list[int]:
-        server = asyncio.create_task(serve(MockConfig(api_key="k-123"), "127.0.0.1", port, reuse_port=False))
-        try:
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-                for _ in range(100):
-                    try:
-                        await client.get("/health")
-                        break
-                    except httpx.ConnectError:
-                        await asyncio.sleep(0.05)
-                codes = [(await client.get("/v1/models")).status_code]
-                codes.append((await client.get("/v1/models", headers={"Authorization": "Bearer k-12"})).status_code)
-                codes.append((await client.get("/v1/models", headers={"Authorization": "Bearer k-123"})).status_code)
-                codes.append((await client.get("/health")).status_code)
-                return codes
-        finally:
-            server.cancel()
+        async with mock_client(MockConfig(api_key="k-123")) as client:
+            codes = [(await client.get("/v1/models")).status_code]
+            codes.append((await client.get("/v1/models", headers={"Authorization": "Bearer k-12"})).status_code)
+            codes.append((await client.get("/v1/models", headers={"Authorization": "Bearer k-123"})).status_code)
+            codes.append((await client.get("/health")).status_code)
+            return codes
 
     assert asyncio.run(check()) == [401, 401, 200, 200]
 
