@@ -34,7 +34,7 @@ class MockConfig:
     role_with_first: bool = False  # vLLM: the role chunk leaves with the first token
     held_back: frozenset[int] = frozenset()  # tokens sent as "content": "" (text held back by vLLM's detokenizer)
     tokenize: bool = True  # answer vLLM's /tokenize and /detokenize (mock_tokenizer); False: 404, as most servers
-    fast_answers: int = 0  # the first this many chat answers are sent at once, the later ones on the ttft/itl schedule
+    fast_answers: int = 0  # per server process: its first this many chat answers leave at once, later ones on schedule
 
 
 def _frame(data: bytes) -> bytes:

@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--held-back", default="", help="0-based tokens sent with empty content, e.g. 0,5")
     parser.add_argument("--metrics", action="store_true", help="serve vLLM's /metrics of the mock's own clock")
     parser.add_argument("--send-delay-ms", type=float, default=0.0, help="--metrics: events leave this late")
-    parser.add_argument("--fast-answers", type=int, default=0, help="the first N chat answers leave at once, unpaced")
+    parser.add_argument("--fast-answers", type=int, default=0, help="each process's first N chat answers: unpaced")
     args = parser.parse_args(argv)
     if args.tokens < 1 or args.tokens_per_chunk < 1 or args.processes < 1 or args.events_per_write < 0:
         parser.error("--tokens, --tokens-per-chunk and --processes must be >= 1, --events-per-write >= 0")
