@@ -319,8 +319,11 @@ def test_the_makefile_hands_its_command_line_variables_to_the_check() -> None:
     """``make -n benchmark CONCURENCY=4`` shows the check getting the variable's name before the benchmark runs."""
     import subprocess
 
+    # without the variables of a make this test runs under (make test PYTEST_ARGS=…): they would be command-line
+    # variables of this make too (MAKEFLAGS), listed before CONCURENCY
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"}}
     out = subprocess.run(["make", "-n", "benchmark", "CONCURENCY=4"], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                         timeout=60, check=True).stdout  # fmt: skip
+                         timeout=60, check=True, env=env).stdout  # fmt: skip
     lines = out.splitlines()
     check = next(i for i, line in enumerate(lines) if "-m core.makevars benchmark CONCURENCY" in line)
     assert check < next(i for i, line in enumerate(lines) if "-m loadgen.command.benchmark" in line)
