@@ -1,6 +1,8 @@
-"""The benchmark's one pipeline: measure the plan's points (one run, ``REPEAT`` runs of one point, or a ``SWEEP``),
-have the sidecar write a report per run, and, for more than one run, the series report over them; then
-:func:`loadgen.orchestrate.outcome.finish`. ``--report-from`` rebuilds one run's report from its rows file."""
+"""The benchmark's one pipeline: measure the plan's points with one loop (:func:`loadgen.orchestrate.sweep.run_series`;
+a single run is a series of one point, ``REPEAT`` runs of one point or a ``SWEEP`` more), have the sidecar write a
+report per run, and, for more than one run (or a GATE baseline that is a series), the series report over them; then
+:func:`loadgen.orchestrate.outcome.finish`. A single run's report is its result: no series file repeats it.
+``--report-from`` rebuilds one run's report from its rows file."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from loadgen.orchestrate.outcome import (
     finish,
 )
 from loadgen.orchestrate.replica_watch import cluster_of
-from loadgen.orchestrate.sweep import RunPoint, RunResult, run_series
+from loadgen.orchestrate.sweep import RunPoint, RunResult, SeriesRuns, run_series
 from loadgen.plan import read_plan
 from loadgen.sidecar_client import SidecarClient
 
@@ -121,8 +123,10 @@ def point_runner(settings: Settings, sidecar: SidecarClient, engine: EngineContr
     def run_point(plan: BenchmarkConfig) -> RunResult:
         try:
             run, records_path = run_once(settings, plan, sidecar, engine)
-        except (profiling.ProfilingError, WarmupFailed) as exc:
-            return RunResult(None, error=str(exc))
+        except (profiling.ProfilingError, WorkersMissing) as exc:
+            return RunResult(None, error=str(exc), exit_code=EXIT_USAGE)
+        except WarmupFailed as exc:
+            return RunResult(None, error=str(exc), exit_code=EXIT_NO_SUCCESS)
         return report_run(settings, plan, sidecar, run, records_path)
 
     return run_point
@@ -178,39 +182,45 @@ def run_benchmark(
     settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, engine: EngineControl,
     report_from: Path | None = None,
 ) -> int:  # fmt: skip
-    """Measure (or, with ``report_from``, rebuild from a rows file) and report; the exit code
-    (:mod:`loadgen.orchestrate.outcome`)."""
-    if report_from is None and wants_series(settings, sidecar):
-        return run_many(settings, plan, sidecar, engine)
+    """Measure the plan's points (or, with ``report_from``, rebuild one run's report from its rows file) and report;
+    the exit code (:mod:`loadgen.orchestrate.outcome`)."""
     if report_from is not None:
         plan = plan_beside(report_from) or plan
-        done = report_run(settings, plan, sidecar, from_records_file(report_from), report_from)
-    else:
-        try:
-            run, records_path = run_once(settings, plan, sidecar, engine)
-        except (profiling.ProfilingError, WorkersMissing) as exc:
-            print(f"[ERROR] {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        except WarmupFailed as exc:
-            print(f"[ERROR] {exc}", file=sys.stderr)
-            return EXIT_NO_SUCCESS
-        done = report_run(settings, plan, sidecar, run, records_path)
+        return finish_run(settings, sidecar, report_run(settings, plan, sidecar, from_records_file(report_from),
+                                                        report_from))  # fmt: skip
+    runs = run_series(settings, plan, point_runner(settings, sidecar, engine))
+    if len(runs.results) == 1 and not wants_series(settings, sidecar):
+        return finish_run(settings, sidecar, runs.results[0])
+    return report_series(settings, plan, sidecar, runs)
+
+
+def finish_run(settings: Settings, sidecar: SidecarClient, done: RunResult) -> int:
+    """The end of a series of one run: its report is the result (:func:`loadgen.orchestrate.outcome.finish`); a run
+    with no report says why, with its exit code (2: profiler or load workers, 4: nothing succeeded, 130: stopped
+    before any request ended, 1: the sidecar did not write it)."""
     if done.report is None:
         print(f"[ERROR] {done.error}", file=sys.stderr)
+        if done.exit_code is not None:
+            return done.exit_code
         if done.empty:
             return EXIT_INTERRUPTED if done.interrupted else EXIT_NO_SUCCESS
         return EXIT_FAILED
     return finish(settings, sidecar, done.report, done.path, done.interrupted, done.server_down)
 
 
-def run_many(settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, engine: EngineControl) -> int:
-    """SWEEP / REPEAT: run the points, then the sidecar writes the series report; exit codes as a single run's."""
-    runs = run_series(settings, plan, point_runner(settings, sidecar, engine))
+def report_series(settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, runs: SeriesRuns) -> int:
+    """SWEEP / REPEAT (or one run judged against a series baseline): the sidecar writes the series report over the
+    runs' reports; exit codes as a single run's."""
     if not runs.points:
         print("[ERROR] no run of the series was reported: nothing to build a series from.", file=sys.stderr)
+        for note in runs.notes:  # why each run failed
+            print(f"[ERROR] {note}", file=sys.stderr)
         if runs.server_down:
             print(f"[ERROR] {runs.server_down}; the series was ended early", file=sys.stderr)
             return EXIT_SERVER_DOWN
+        codes = {r.exit_code for r in runs.results}
+        if codes == {EXIT_USAGE}:  # the profiler or the load workers failed every run: a setup to mend, not a result
+            return EXIT_USAGE
         return EXIT_INTERRUPTED if runs.interrupted else EXIT_NO_SUCCESS
     request = BuildSeriesRequest(
         config=plan,

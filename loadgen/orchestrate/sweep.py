@@ -1,5 +1,6 @@
-"""Sweeps and repeats: several load points, each measured REPEAT times, every run a normal report, then one series
-report built by the sidecar (``make sweep``, ``make benchmark REPEAT=3``).
+"""The loop over a series' runs: several load points, each measured REPEAT times, every run a normal report, then one
+series report built by the sidecar (``make sweep``, ``make benchmark REPEAT=3``). A single run is a series of one
+point: the same loop measures it, and its report is the result (:mod:`loadgen.orchestrate.pipeline`).
 
 - ``SWEEP=auto`` (as GuideLLM's default sweep): a synchronous point (one user), a maximum-throughput point (the
   closed loop at CONCURRENCY), then SWEEP_RATES open-loop rates spread evenly between the two throughputs measured
@@ -38,6 +39,7 @@ class RunResult:
     server_down: str | None = None  # vLLM stopped answering: the run was ended early (when and how)
     path: str = ""
     empty: bool = False
+    exit_code: int | None = None  # the run stopped before measuring: the benchmark's exit code (2 usage, 4 warmup)
 
 
 RunPoint = Callable[[BenchmarkConfig], RunResult]
@@ -51,6 +53,7 @@ class SeriesRuns:
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
     server_down: str | None = None
+    results: list[RunResult] = field(default_factory=list)  # every run, in run order (failed ones too)
 
 
 def closed_point(base: BenchmarkConfig, users: int, kind: PointKind, label: str) -> tuple[PointPlan, BenchmarkConfig]:
@@ -151,15 +154,19 @@ def disagreement(report: Report) -> str | None:
 def run_series(
     settings: Settings, base: BenchmarkConfig, run_point: RunPoint, out: Callable[[str], None] = print
 ) -> SeriesRuns:
-    """Measure every point REPEAT times (see the module docstring) with ``run_point``; progress bar over the runs."""
+    """Measure every point REPEAT times (see the module docstring) with ``run_point``; progress bar over the runs. A
+    single run (no SWEEP, REPEAT=1) is a series of one point: measured here too, without the bar and the run line
+    (its report's summary says it all)."""
     todo = planned_points(settings, base)
+    single = settings.sweep_spec is None and settings.repeat == 1
     auto = settings.sweep_spec is not None and settings.sweep_spec[0] == "auto"
     total_points = len(todo) + (settings.sweep_rates if auto else 0)
     reports: dict[str, Report] = {}
     done: list[PointPlan] = []
     runs = SeriesRuns(points=done)
     first = True
-    bar = tqdm(total=total_points * settings.repeat, desc="Series", unit="run", file=sys.stdout, position=0)
+    bar = tqdm(total=total_points * settings.repeat, desc="Series", unit="run", file=sys.stdout, position=0,
+               disable=single)  # fmt: skip
     try:
         while todo:
             point, plan = todo.pop(0)
@@ -169,6 +176,7 @@ def run_series(
                 result = run_point(plan if first else plan.model_copy(update={"warmup_requests": 0}))
                 first = False
                 bar.update(1)
+                runs.results.append(result)
                 if result.report is not None:
                     reports[result.report.report_id] = result.report
                     point.report_ids.append(result.report.report_id)
@@ -177,8 +185,9 @@ def run_series(
                         runs.notes.append(f"{point.label} run {run} ({result.report.report_id}): {warning}")
                 else:
                     runs.notes.append(f"{point.label} run {run}: {result.error or 'no report'}")
-                tag = "[SWEEP]" if settings.sweep else "[REPEAT]"
-                out(run_line(point, len(done) + 1, total_points, run, settings.repeat, result, tag))
+                if not single:
+                    tag = "[SWEEP]" if settings.sweep else "[REPEAT]"
+                    out(run_line(point, len(done) + 1, total_points, run, settings.repeat, result, tag))
                 if result.server_down:
                     runs.server_down = result.server_down
                     runs.notes.append(f"{point.label} run {run}: {result.server_down}; the series was ended early")
