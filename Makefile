@@ -90,7 +90,7 @@ integration: envs browser
 
 # Everything CI runs (.ci/run): lint, unit and integration tests, then the compose stack for real (make compose-test).
 test: envs browser lint
-	$(APP_PY) -m pytest tests -q -rs --ignore=tests/compose $(PYTEST_ARGS)
+	@scripts/run_tests.sh $(PYTEST_ARGS)
 	@scripts/compose_stack.sh test
 
 logs-errors: app-env

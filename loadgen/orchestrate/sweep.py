@@ -206,6 +206,8 @@ def run_series(
                 todo += [rate_point(base, rate, settings.burstiness, settings.max_in_flight) for rate in rates]
                 bar.total = (len(done) + len(todo)) * settings.repeat
     except KeyboardInterrupt:
+        if single:  # no run between which to stop: as before any series, the command's own Ctrl-C handling
+            raise
         runs.interrupted = True
         runs.notes.append("interrupted (Ctrl-C) between runs")
     finally:

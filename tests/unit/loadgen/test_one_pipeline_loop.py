@@ -72,3 +72,18 @@ def test_a_series_whose_runs_all_failed_names_each_cause(capsys: pytest.CaptureF
     assert f"[ERROR] concurrency 1 run 1: {missing}" in err and f"[ERROR] concurrency 2 run 1: {missing}" in err
     runs.results = [RunResult(None, error="every warmup request failed", exit_code=EXIT_NO_SUCCESS)] * 2
     assert report_series(settings, bench_config(settings, "m"), None, runs) == EXIT_NO_SUCCESS  # type: ignore[arg-type]
+
+
+def test_ctrl_c_outside_a_single_runs_window_reaches_the_command() -> None:
+    """A Ctrl-C the run did not take (in its warmup, a second one) is the command's to handle ("Interrupted: no
+    report written"), as before a single run went through the series loop; a series keeps what it measured."""
+    settings = knobs(requests=4)
+
+    def run_point(plan: BenchmarkConfig) -> RunResult:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_series(settings, bench_config(settings, "m"), run_point, out=lambda line: None)
+    series = knobs(sweep="concurrency:1,2", duration=5)
+    runs = run_series(series, bench_config(series, "m"), run_point, out=lambda line: None)
+    assert runs.interrupted and runs.points == [] and "interrupted (Ctrl-C) between runs" in runs.notes
