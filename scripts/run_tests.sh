@@ -4,7 +4,7 @@
 # by their own clocks), so on two cores the unit suite fits beside them instead of before them.
 # Arguments go to both pytest processes (make test PYTEST_ARGS=...). Exit: non-zero when either suite failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 py=.venvs/app/bin/python
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
