@@ -89,7 +89,8 @@ integration: envs browser
 	$(APP_PY) -m pytest tests/integration -q -m integration $(PYTEST_ARGS)
 
 # Everything CI runs (.ci/run): lint, unit and integration tests, then the compose stack for real (make compose-test).
-test: envs browser lint
+# Lint and the unit suite run beside the integration suite (scripts/run_tests.sh).
+test: envs browser
 	@scripts/run_tests.sh $(PYTEST_ARGS)
 	@scripts/compose_stack.sh test
 
