@@ -155,7 +155,9 @@ def cross_check(
     ttft = latency_view(before, after, "vllm:time_to_first_token_seconds")
     e2e = latency_view(before, after, "vllm:e2e_request_latency_seconds")
     succeeded = sum(_delta(before, after, "vllm:request_success_total", finished_reason=r) for r in SUCCESS_REASONS)
-    client_ttft = [r.ttft_ms for r in ok if r.ttft_ms is not None]
+    # vLLM's TTFT histogram holds every request's first token, those failed or cut after it included; its E2E
+    # histogram only requests that finished: the client's means are over the same requests
+    client_ttft = [r.ttft_ms for r in records if r.phase == "measured" and r.ttft_ms is not None]
     client_e2e = [r.e2e_ms for r in ok if r.e2e_ms is not None]
     usage_known = all(r.output_tokens is not None for r in ok)
 

@@ -49,18 +49,21 @@ def client_overhead(
 ) -> ClientOverhead:
     """Client mean minus server mean of TTFT, ITL and E2E over one server's window (``after - before``).
 
-    The client's means are over its successful measured rows (ITL: every gap of every row pooled, as the server's
-    histogram pools every token's gap); the server's are exact (``_sum``/``_count`` deltas of
+    The client's means are over the requests the server's histograms hold: TTFT and ITL over every measured row
+    that received them (a request cut or failed mid-stream included: vLLM stamped its first token and gaps too; ITL
+    pools every gap of every row, as the server's histogram pools every token's gap), E2E over the successful rows
+    (vLLM observes E2E when a request finishes); the server's are exact (``_sum``/``_count`` deltas of
     ``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds``, ``vllm:e2e_request_latency_seconds``;
     vLLM v1 stamps them in its API server's output processor, so the difference is HTTP, SSE, parsing, the network
     and the client's own scheduling). A figure is flagged when the client added more than ``max_added_pct`` % of
     the server's figure and more than a floor (5 ms TTFT/E2E, 0.5 ms ITL). ``missing`` says why nothing could be
     compared: no such histogram (not vLLM, or another version) or none of it in the window.
     """
-    ok = [r for r in records if r.phase == "measured" and r.ok]
+    measured = [r for r in records if r.phase == "measured"]
+    ok = [r for r in measured if r.ok]
     client = {
-        "ttft": [r.ttft_ms for r in ok if r.ttft_ms is not None],
-        "itl": [gap for r in ok for gap in r.itl_ms],
+        "ttft": [r.ttft_ms for r in measured if r.ttft_ms is not None],
+        "itl": [gap for r in measured for gap in r.itl_ms],
         "e2e": [r.e2e_ms for r in ok if r.e2e_ms is not None],
     }
     absent = [metric for _, metric, _ in ADDED_FIGURES if f"{metric}_count" not in after]

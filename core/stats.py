@@ -39,7 +39,8 @@ def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
 
 
 def peak_concurrency(records: Sequence[RequestRecord]) -> int:
-    """Most requests in flight at one instant (sweep over send/end events; an end before a start at a tie)."""
+    """Most requests in flight at one instant (sweep over send/end events; an end before a start at a tie). Give it
+    every measured row, those the run's end cut (``incomplete``) included: they were in flight until cut."""
     events = sorted([(r.started_at, 1) for r in records] + [(r.ended_at, -1) for r in records])
     peak = current = 0
     for _, step in events:
@@ -274,7 +275,7 @@ def run_metrics(
         output_tokens_per_sec=output_tokens * per_s,
         prompt_tokens_total=prompt_tokens,
         total_tokens_per_sec=(output_tokens + prompt_tokens) * per_s,
-        peak_concurrency=peak_concurrency(measured),
+        peak_concurrency=peak_concurrency(every),  # requests cut by the run's end were in flight too
         e2e=latency_stats([v for r in ok if (v := effective_e2e_ms(r)) is not None]),
         ttft=latency_stats([v for r in ok if (v := effective_ttft_ms(r)) is not None]),
         tpot=latency_stats([v for r in ok if (v := r.tpot_ms) is not None]),

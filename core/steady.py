@@ -10,8 +10,11 @@ Whole-run figures average in the ramp-up (users starting, ``RAMP_UP_S``, a ``RAT
 3. The window is the longest run of consecutive level slices; then its edge slices whose output tok/s lies outside
    ±:data:`BAND` of the window's median are trimmed, one at a time, until both edges hold (in-flight *and*
    throughput within the band).
-4. A window shorter than :data:`MIN_SLICES` slices (or a run with fewer than :data:`MIN_REQUESTS` successes) has no
-   steady state: the report says why and quotes whole-run figures.
+4. A window shorter than :data:`MIN_SLICES` slices or than the successful requests' median E2E (each request
+   outlasts it: no flow of requests to take a rate of), or a run with fewer than :data:`MIN_REQUESTS` successes, has
+   no steady state: the report says why and quotes whole-run figures.
+
+Requests the run's end cut (``incomplete`` rows) count as in flight until they were cut.
 
 Over the window: requests completed in it (by end time) per second, output tokens decoded in it per second, and the
 TTFT / E2E percentiles of the successful requests sent in it (from their scheduled time in open loop). vLLM's
@@ -99,7 +102,8 @@ def steady_state(records: Sequence[RequestRecord]) -> SteadyState:
     Args:
         records: the run's rows; warmup and incomplete rows are left out.
     """
-    rows = [r for r in records if r.phase == "measured" and r.error_kind != "incomplete"]
+    every = [r for r in records if r.phase == "measured"]  # in flight: those the run's end cut count too
+    rows = [r for r in every if r.error_kind != "incomplete"]
     ok = [r for r in rows if r.ok]
     if len(ok) < MIN_REQUESTS:
         return SteadyState(found=False, reason=f"{len(ok)} successful requests (needs {MIN_REQUESTS})")
@@ -109,7 +113,7 @@ def steady_state(records: Sequence[RequestRecord]) -> SteadyState:
         return SteadyState(found=False, reason="the measured window has no length")
     width = total_s / SLICES
     edges = [(i * width, (i + 1) * width) for i in range(SLICES)]
-    in_flight = [_in_flight(rows, start, lo, hi) for lo, hi in edges]
+    in_flight = [_in_flight(every, start, lo, hi) for lo, hi in edges]
     tokens = [sum(decode_tokens_in(r, start, lo, hi) for r in ok) / width for lo, hi in edges]
     level = float(np.percentile(in_flight, 90))
     first, last = _longest_run([abs(v - level) <= BAND * level for v in in_flight])
@@ -128,6 +132,13 @@ def steady_state(records: Sequence[RequestRecord]) -> SteadyState:
         )
     lo, hi = edges[first][0], edges[last - 1][1]
     duration_s = hi - lo
+    e2e_p50_s = float(np.median([r.e2e_ms for r in ok if r.e2e_ms is not None] or [0.0])) / 1000.0
+    if e2e_p50_s > duration_s:  # each request outlasts the level span: no flow of requests to take a rate of
+        return SteadyState(
+            found=False,
+            reason=f"requests outlast the level span (E2E p50 {e2e_p50_s:.1f} s > {duration_s:.1f} s): run longer "
+            "(DURATION, REQUESTS) or with less load",
+        )
     completed = [r for r in ok if lo <= r.ended_at - start <= hi]
     sent = [r for r in ok if lo <= r.started_at - start < hi]
     return SteadyState(
@@ -135,7 +146,7 @@ def steady_state(records: Sequence[RequestRecord]) -> SteadyState:
         start_s=lo,
         end_s=hi,
         duration_s=duration_s,
-        in_flight_mean=_in_flight(rows, start, lo, hi),
+        in_flight_mean=_in_flight(every, start, lo, hi),
         requests_completed=len(completed),
         throughput_req_per_sec=len(completed) / duration_s,
         output_tokens_per_sec=sum(decode_tokens_in(r, start, lo, hi) for r in ok) / duration_s,

@@ -16,8 +16,9 @@ from gevent.pool import Pool
 
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
+from core.streamtiming import StreamTimer
 from loadgen.locust_side.process_state import RunState, Slot, share
-from loadgen.request.client import chat_payload, stream_chat
+from loadgen.request.client import chat_payload, partial_fields, stream_chat
 from loadgen.request.transport import Transport
 from loadgen.workloads.loadshape import plan_arrival_gaps
 from loadgen.workloads.workload import WorkItem
@@ -67,11 +68,12 @@ def send(
         "turn": item.turn,
     }
     answer: list[str] | None = [] if item.conversation is not None else None
+    timer = StreamTimer(clock)
     state.in_flight += 1
     try:
         record = stream_chat(
             session, host, payload_for(plan, item), timeout_s=plan.request_timeout_s, request_id=request_id,
-            answer=answer,
+            answer=answer, timer=timer,
         )
     except BaseException as exc:  # GreenletExit / KeyboardInterrupt: the run is ending
         state.in_flight -= 1
@@ -84,6 +86,7 @@ def send(
                 max_tokens=item.max_tokens,
                 error_kind="incomplete",
                 error=f"cancelled by {state.cut_cause} ({type(exc).__name__})",
+                **partial_fields(timer),
                 **labels,
             )
         )

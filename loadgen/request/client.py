@@ -78,6 +78,7 @@ def stream_chat(
     request_id: str | None = None,
     clock: Callable[[], float] = time.perf_counter,
     answer: list[str] | None = None,
+    timer: StreamTimer | None = None,
 ) -> RequestRecord:
     """Send one streamed chat completion and time it; never raises (any failure is a row with its cause).
 
@@ -90,6 +91,8 @@ def stream_chat(
         request_id: client-side id; a UUID when None.
         clock: monotonic clock in seconds (injectable for tests).
         answer: when given, the answer's text pieces are appended to it (multi-turn sessions send them back).
+        timer: the :class:`core.streamtiming.StreamTimer` to time with (its clock replaces ``clock``); the caller
+            keeps what it measured so far when the request is cancelled mid-stream (:func:`partial_fields`).
 
     Returns:
         A :class:`RequestRecord` timed by :class:`core.streamtiming.StreamTimer` (TTFT, ITL, E2E and the
@@ -100,7 +103,8 @@ def stream_chat(
     started_at = time.time()
     pieces: list[str] = answer if answer is not None else []
     try:
-        record = _stream(session, base_url, payload, timeout_s, phase, rid, started_at, clock, pieces)
+        record = _stream(session, base_url, payload, timeout_s, phase, rid, started_at, timer or StreamTimer(clock),
+                         pieces)  # fmt: skip
     except Exception as exc:  # a bug of ours must cost one row, never the run
         return RequestRecord(
             request_id=rid,
@@ -173,11 +177,10 @@ def _stream(
     phase: Phase,
     rid: str,
     started_at: float,
-    clock: Callable[[], float],
+    timer: StreamTimer,
     pieces: list[str],
 ) -> RequestRecord:
     """:func:`stream_chat` without its safety net; the text of every chunk is appended to ``pieces``."""
-    timer = StreamTimer(clock)
     timer.start()  # again by the transport right before the request's bytes leave (on_send): connecting is not TTFT
     base: dict[str, Any] = {
         "request_id": rid,
@@ -249,6 +252,13 @@ def read_events(response: Response, timer: StreamTimer, pieces: list[str]) -> st
                 append(facts.text)
     timer.closed()
     return None
+
+
+def partial_fields(timer: StreamTimer) -> dict[str, Any]:
+    """What a request cancelled mid-stream had received: TTFT (None before the first token), its gaps, chunks and
+    characters. vLLM's TTFT and ITL histograms hold these requests too, so the server cross-check compares them."""
+    return {"ttft_ms": timer.ttft_ms, "itl_ms": list(timer.itl_ms), "content_chunks": timer.chunks,
+            "output_chars": timer.chars}  # fmt: skip
 
 
 def timer_fields(timer: StreamTimer) -> dict[str, Any]:

@@ -161,3 +161,20 @@ def test_client_lag_counts_toward_the_latency_tolerance() -> None:
     assert lagged["e2e_mean_ms"].tolerance == "max(15%, 100 ms) + client lag 40.0 ms"
     short = cross_check(before, after, late, client_lag_ms=20.0)
     assert any(line.startswith("ttft_mean_ms") for line in short.disagreements)
+
+
+def test_a_request_cut_after_its_first_tokens_counts_in_the_ttft_and_itl_means() -> None:
+    """vLLM's TTFT and ITL histograms hold a request cut mid-stream (it had its first token and gaps); the client's
+    TTFT and ITL means take its row too, so both sides average the same requests: the cut run's figures equal the
+    whole run's. E2E stays over the finished requests, as vLLM's histogram does."""
+    before, after, rows = load()
+    full = rows[-1].output_tokens or 0
+    cut = cut_last(rows, received=2, max_tokens=full + 10)
+    whole = {f.name: f for f in client_overhead(before, after, rows).figures}
+    after_cut = {f.name: f for f in client_overhead(before, after, cut).figures}
+    assert after_cut["ttft"].client_mean_ms == pytest.approx(whole["ttft"].client_mean_ms)
+    assert after_cut["itl"].client_mean_ms == pytest.approx(whole["itl"].client_mean_ms)
+    finished = [r.e2e_ms or 0 for r in rows[:-1]]
+    assert after_cut["e2e"].client_mean_ms == pytest.approx(sum(finished) / len(finished))
+    ttft = next(a for a in cross_check(before, after, cut).agreements if a.name == "ttft_mean_ms")
+    assert ttft.client == pytest.approx(sum(r.ttft_ms or 0 for r in rows) / len(rows))

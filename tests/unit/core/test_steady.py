@@ -72,6 +72,20 @@ def test_too_few_requests_or_no_plateau_quotes_the_whole_run() -> None:
     assert "whole run" in key_insight(run_metrics(climbing))
 
 
+def test_requests_that_outlast_the_level_span_give_no_steady_state() -> None:
+    """32 users on a slow server: every request takes 44 s (all sent at once) and the run's end cut 13 of them. The
+    load held level (the cut ones counted in flight) but no request started and ended inside the span: no steady
+    state, and the insight quotes the whole run (it said "stable at 0.20 req/s" over a drain tail)."""
+    done = [RequestRecord(request_id=f"r{i}", started_at=T0, ok=True, ttft_ms=16_000.0, e2e_ms=40_000.0 + 300 * i,
+                          output_tokens=80, content_chunks=80) for i in range(19)]  # fmt: skip
+    cut = [RequestRecord(request_id=f"c{i}", started_at=T0, ok=False, e2e_ms=49_000.0, error_kind="incomplete",
+                         error="cancelled") for i in range(13)]  # fmt: skip
+    m = run_metrics([*done, *cut])
+    assert m.steady is not None and not m.steady.found, m.steady
+    assert "requests outlast the level span" in (m.steady.reason or "")
+    assert "whole run" in key_insight(m) and m.peak_concurrency == 32
+
+
 def test_throughput_plot_draws_the_steady_window() -> None:
     """The throughput plot with the steady state differs from the one without (the shaded window and its line)."""
     m = run_metrics(closed_loop(users=8, ramp_s=20.0, run_s=60.0))

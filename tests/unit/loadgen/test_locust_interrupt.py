@@ -74,3 +74,29 @@ def test_a_request_cut_by_an_early_stop_names_it(
     user.kill(block=True)
     (row,) = [json.loads(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert row["error_kind"] == "incomplete" and row["error"] == f"cancelled by {CANCEL_CAUSE} (GreenletExit)"
+
+
+def test_a_request_cut_mid_stream_keeps_what_it_received(
+    run_state: RunState, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    """Three tokens arrived, then the run's end cut the request: its row keeps the TTFT, the two gaps, the chunks and
+    characters (vLLM's TTFT and ITL histograms hold this request too, the cross-check compares them)."""
+    from core.streamtiming import ChunkFacts, StreamTimer
+
+    def three_tokens_then_stall(*args: Any, timer: StreamTimer, **kwargs: Any) -> RequestRecord:
+        timer.start()
+        for _ in range(3):
+            gevent.sleep(0.02)
+            timer.feed(ChunkFacts(text="ab", content="ab", token=True))
+        gevent.sleep(60)
+        raise AssertionError("not killed")
+
+    monkeypatch.setattr(driver, "stream_chat", three_tokens_then_stall)
+    run_state.cut_cause = CANCEL_CAUSE
+    user = gevent.spawn(driver.send, run_state, None, "http://vllm", run_state.item(0))
+    gevent.sleep(0.2)
+    user.kill(block=True)
+    (row,) = [RequestRecord.model_validate_json(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert row.error_kind == "incomplete" and not row.ok
+    assert row.ttft_ms is not None and row.ttft_ms >= 15 and len(row.itl_ms) == 2 and all(g >= 15 for g in row.itl_ms)
+    assert (row.content_chunks, row.output_chars) == (3, 6)

@@ -130,3 +130,14 @@ def test_report_from_names_a_file_that_is_no_rows_file(tmp_path: Path) -> None:
     row = RequestRecord(request_id="r0", started_at=1.0, ok=True, e2e_ms=5.0, output_tokens=1)
     rows.write_text(row.model_dump_json() + "\n" + '{"request_id": "torn', encoding="utf-8")
     assert rows_file_problem(rows) is None
+
+
+def test_requests_cut_by_the_end_count_in_the_peak_concurrency() -> None:
+    """Four successes one after another and two requests in flight from the start until the run's end cut them:
+    three were in flight at once (the cut rows are left out of every rate, not of the concurrency)."""
+    done = [RequestRecord(request_id=f"r{i}", started_at=float(i), ok=True, e2e_ms=900.0, ttft_ms=10.0,
+                          output_tokens=4, prompt_tokens=3) for i in range(4)]  # fmt: skip
+    cut = [RequestRecord(request_id=f"c{i}", started_at=0.0, ok=False, e2e_ms=4500.0, error_kind="incomplete",
+                         error="cancelled") for i in range(2)]  # fmt: skip
+    m = run_metrics([*done, *cut])
+    assert m.peak_concurrency == 3 and m.requests_incomplete == 2 and m.requests_total == 4
