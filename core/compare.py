@@ -155,11 +155,12 @@ def refusal_reason(baseline: Report, fields: Mapping[str, Any]) -> str | None:
 
 
 def _flag_env(name: str, env: Environment, old: Report) -> list[str]:
-    """Notes for environment fields outside the fingerprint that changed since ``old``."""
+    """Notes for environment fields outside the fingerprint that changed since ``old``; a field one side could not
+    read (None: vLLM down at report time, no GPU driver) is unknown, not a change."""
     notes = []
     for key in FLAGGED_ENV_FIELDS:
         before, now = getattr(old.environment, key), getattr(env, key)
-        if before != now:
+        if before is not None and now is not None and before != now:
             notes.append(f"{name}: {key} differs ({before} -> {now}); the comparison includes that change")
     return notes
 

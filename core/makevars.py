@@ -27,6 +27,15 @@ MAKEFILE_VARIABLES = frozenset(
 )  # fmt: skip
 """Variables the Makefile and the compose files read themselves (no settings)."""
 
+READ_ONLY_BY = {
+    "ARGS": ("benchmark-compose", "bench-router", "pin-images"),
+    "A": ("compare",), "B": ("compare",), "NAME": ("baseline",), "REPORT": ("baseline",),
+    "SINCE": ("logs-errors", "logs-slow", "logs-stats"), "JSON": ("logs-errors", "logs-slow", "logs-stats"),
+    "THRESHOLD_MS": ("logs-slow",), "REPEATS": ("bench-engine",), "VARIANTS": ("bench-engine",),
+}  # fmt: skip
+"""Makefile variables only some targets read: given to another checked target they would do nothing (``make
+benchmark ARGS="--concurrency 1"`` ran the default 50 users)."""
+
 TARGETS = {"benchmark": "benchmark", "sweep": "benchmark", "benchmark-compose": "benchmark", "up": "stack"}
 """make target -> the command view whose settings it takes (``make up`` takes every setting)."""
 
@@ -102,6 +111,12 @@ def problems(target: str, variables: list[str]) -> tuple[list[str], list[str]]:
     errors: list[str] = []
     notes: list[str] = []
     for variable in variables:
+        readers = READ_ONLY_BY.get(variable, (target,))
+        if target in TARGETS and target not in readers:
+            hint = ("give the benchmark's flags as settings (CONCURRENCY=1) or run ./run_benchmark.sh --concurrency 1"
+                    if TARGETS[target] == "benchmark" else "give settings as VARIABLE=value")  # fmt: skip
+            errors.append(f"{variable} is not read by make {target} (only by make {', '.join(readers)}): {hint}")
+            continue
         if not variable.isupper() or variable in MAKEFILE_VARIABLES:
             continue
         field = known.get(variable)

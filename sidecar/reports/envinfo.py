@@ -85,10 +85,12 @@ def vllm_commit(state: EngineState | None) -> str | None:
 
 
 def vllm_fingerprint(server: dict[str, Any], version: str | None, commit: str | None) -> str | None:
-    """The ``system_fingerprint`` vLLM reports, else ``vllm-<version>[+g<commit>]``; None without either."""
+    """The ``system_fingerprint`` vLLM reports, else ``vllm-<version>[+g<commit>]`` from a server that answered
+    without one; None without either, or when the server did not answer (``server`` empty: vLLM stopped mid-run): a
+    guess of another form would read as a changed fingerprint in comparisons."""
     if server.get("system_fingerprint"):
         return str(server["system_fingerprint"])
-    if not version:
+    if not version or not server:
         return None
     return f"vllm-{version}" + (f"+g{commit[:12]}" if commit and commit[:7] not in version else "")
 

@@ -306,13 +306,25 @@ def test_a_misspelt_make_variable_is_caught_with_the_nearest_setting() -> None:
     naming where it goes; a name close to no setting (HF_HOME) passes with a note; ``make up`` takes every setting."""
     from core.makevars import main, problems
 
-    errors, notes = problems("benchmark", ["CONCURENCY", "HF_HOME", "CONCURRENCY", "VLLM_API_KEY", "NAME"])
+    errors, notes = problems("benchmark", ["CONCURENCY", "HF_HOME", "CONCURRENCY", "VLLM_API_KEY", "SHELL"])
     assert errors == ["CONCURENCY is no setting of make benchmark: did you mean CONCURRENCY?"]
     assert notes == ["HF_HOME is no setting; passed on to the environment as it is"]
     (foreign,), _ = problems("benchmark", ["KV_CACHE_GB"])
     assert "KV_CACHE_GB is not read by make benchmark" in foreign and "./start_vllm.sh --kv-cache-gb" in foreign
     assert problems("up", ["KV_CACHE_GB", "CONCURRENCY", "UI_PORT"]) == ([], [])
     assert main(["benchmark", "CONCURENCY"]) == 2 and main(["sweep", "SWEEP", "SLO"]) == 0
+
+
+def test_a_makefile_variable_of_another_target_is_refused() -> None:
+    """``make benchmark ARGS="--concurrency 1"`` once ran the default 50 users: ARGS is read by benchmark-compose,
+    bench-router and pin-images only. ``make benchmark-compose ARGS=…`` still passes."""
+    from core.makevars import problems
+
+    (error,), _ = problems("benchmark", ["ARGS"])
+    assert error.startswith("ARGS is not read by make benchmark (only by make benchmark-compose, bench-router")
+    assert "./run_benchmark.sh --concurrency 1" in error
+    assert problems("benchmark-compose", ["ARGS", "CONCURRENCY"]) == ([], [])
+    assert problems("up", ["SINCE"])[0] and problems("benchmark", ["PYTEST_ARGS"]) == ([], [])
 
 
 def test_the_makefile_hands_its_command_line_variables_to_the_check() -> None:
