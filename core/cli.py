@@ -200,6 +200,11 @@ def foreign_flag(parser: argparse.ArgumentParser, argv: list[str]) -> str | None
     return refusal(argv, _own_flags(parser))
 
 
+VLLM_MEANING = {"--model": "--serve-model"}
+"""Flags ``vllm serve`` users type for what a command of ours names otherwise (``--model`` is the benchmark's model
+name, as in ``vllm bench serve``; the engine's commands take the model to serve as ``--serve-model``)."""
+
+
 def refusal(argv: list[str], own: set[str]) -> str | None:
     """The refusal of the first flag in ``argv`` that is not in ``own`` (a command's flags): a knob of another
     command (:func:`core.knobs.commands.where_it_goes`), or an unknown flag with the nearest of ``own``; None when
@@ -219,7 +224,11 @@ def refusal(argv: list[str], own: set[str]) -> str | None:
             if is_bool(info):
                 return where_it_goes(name, flag, env, "0" if flag.startswith("--no-") else "1", flag_value=False)
             value = inline if eq else (argv[index + 1] if index + 1 < len(argv) else None)
-            return where_it_goes(name, flag, env, value)
+            refused = where_it_goes(name, flag, env, value)
+            ours = VLLM_MEANING.get(flag)
+            if ours in own:  # ``vllm serve --model X``'s meaning, under this command's own name
+                refused += f"; to serve a model with this command: {ours} {value or 'VALUE'}"
+            return refused
         near = difflib.get_close_matches(flag, sorted(own), n=1, cutoff=0.75)
         if near:
             return f"unrecognized argument {flag}: did you mean {near[0]}?"

@@ -315,6 +315,17 @@ def test_a_misspelt_make_variable_is_caught_with_the_nearest_setting() -> None:
     assert main(["benchmark", "CONCURENCY"]) == 2 and main(["sweep", "SWEEP", "SLO"]) == 0
 
 
+def test_model_on_the_engine_command_points_to_serve_model() -> None:
+    """``./start_vllm.sh --model /data/qwen`` (``vllm serve``'s meaning) is refused as the benchmark's model name,
+    and the refusal names this command's own flag for the model to serve."""
+    from core.cli import refusal
+
+    line = refusal(["--model", "/data/qwen"], {"--serve-model", "--kv-cache-gb"})
+    assert line is not None and line.startswith("--model is a benchmark setting")
+    assert line.endswith("; to serve a model with this command: --serve-model /data/qwen")
+    assert "--serve-model" not in (refusal(["--model", "m"], {"--kv-cache-gb"}) or "")
+
+
 def test_a_makefile_variable_of_another_target_is_refused() -> None:
     """``make benchmark ARGS="--concurrency 1"`` once ran the default 50 users: ARGS is read by benchmark-compose,
     bench-router and pin-images only. ``make benchmark-compose ARGS=…`` still passes."""
