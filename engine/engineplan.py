@@ -13,13 +13,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from core.gpus import select_devices
 from core.settings import PROJECT_ROOT, Settings
 from engine.gpuhost import HostGpus
 from engine.gpuplan import MemoryPlan, ParallelSizes, memory_plan, parallel_sizes, weights_from_config
 from engine.gpuplan import weights_on_disk as disk_weights
 from engine.hub import fetch_config, hf_cached, hf_config_dir, probe_hub
-from engine.kvsizing import DTYPE_BYTES, KvPlan, geometry_from_config, per_gpu, plan_kv, read_config
+from engine.kvsizing import (
+    DTYPE_BYTES,
+    KvPlan,
+    KvSizingError,
+    geometry_from_config,
+    per_gpu,
+    plan_kv,
+    read_config,
+)
 from engine.model_resolve import ResolvedModel, resolve_model
 
 
@@ -42,6 +52,26 @@ def engine_build(settings: Settings) -> str:
             return "gpu"
     done = subprocess.run([engine_python(settings), "-c", probe], capture_output=True, check=False)
     return "cpu" if done.returncode == 0 else "gpu"
+
+
+def fits_host(settings: Settings, build: str, host_memory_bytes: int | None = None) -> str:
+    """``build`` (:func:`engine_build`) back when the KV pool can be had: vLLM's CPU build keeps it in host memory,
+    so ``KV_CACHE_GB`` at or above the host's memory (``host_memory_bytes``, default: this host's) could never be
+    allocated and vLLM would die after the running one was stopped.
+
+    Raises:
+        KvSizingError: the CPU build's pool does not fit this host's memory (the message says what would).
+    """
+    if build != "cpu":
+        return build
+    total_gib = (host_memory_bytes or psutil.virtual_memory().total) / 2**30
+    if settings.kv_cache_gb >= total_gib:
+        raise KvSizingError(
+            f"KV_CACHE_GB={settings.kv_cache_gb:g} does not fit this host's {total_gib:.1f} GiB of memory: vLLM's "
+            f"CPU build keeps the KV cache in RAM beside the weights; give less (e.g. KV_CACHE_GB="
+            f"{max(1, int(total_gib / 4))})"
+        )
+    return build
 
 
 def resolve(settings: Settings) -> ResolvedModel:

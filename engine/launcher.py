@@ -50,6 +50,7 @@ from engine.engineplan import (
     engine_build,
     engine_facts,
     engine_python,
+    fits_host,
     gpu_plan,
     kv_plan,
     model_facts,
@@ -347,11 +348,11 @@ def main(argv: list[str] | None = None) -> int:
         say(f"[WARNING] config.json of {resolved.model_arg} not known before launch ({facts.reason})", error=True)
     try:
         kv = kv_plan(settings, resolved, facts)  # also in --prepare-only, so `make up` refuses before starting
+        build = fits_host(settings, engine_build(settings))  # the CPU build's pool lies in host memory
     except KvSizingError as exc:
         say(f"[ERROR] {exc}", error=True)
         return 2
     say(f"[INFO] {kv.describe(settings.concurrency)}")
-    build = engine_build(settings)
     plan = gpu_plan(settings, facts, kv, host_gpus()) if build == "gpu" else None
     for line in plan.log_lines() if plan else []:
         say(line, error=line.startswith("[WARNING]"))

@@ -24,6 +24,7 @@ from core.knobs.commands import ENGINE
 from core.redact import split_secret_flags
 from core.settings import Settings
 from engine.control import ComposeEngine, LocalEngine
+from engine.engineplan import engine_build, fits_host
 from engine.kvsizing import KvSizingError
 from engine.launcher import kv_plan, resolve
 from engine.model_resolve import ModelResolutionError
@@ -63,6 +64,7 @@ def switch(settings: Settings, flags: Collection[str] = ()) -> int:
         return 2
     try:
         kv_plan(settings, resolved)  # KV_CACHE_GB and VLLM_MAX_MODEL_LEN fit, before the running vLLM is stopped
+        fits_host(settings, engine_build(settings))  # and the CPU build's pool fits this host's memory
     except KvSizingError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return 2
