@@ -129,11 +129,24 @@ def metric_changes(new: Metrics, old: Metrics) -> dict[str, float | None]:
     return out
 
 
+MAX_CUT_SHARE_PCT = 10.0
+"""A run whose end cut more than this share of its measured requests (they outlasted DURATION and DRAIN_S) is no
+reference: its figures are of the requests that finished, the short ones."""
+
+
 def unusable_reason(report: Report) -> str | None:
-    """Why ``report`` cannot stand as the reference of a comparison (no successful request, interrupted run);
-    None when it can."""
-    if report.metrics.requests_ok == 0:
+    """Why ``report`` cannot stand as the reference of a comparison (no successful request, interrupted run, more
+    than :data:`MAX_CUT_SHARE_PCT` of its requests cut by its end); None when it can."""
+    m = report.metrics
+    if m.requests_ok == 0:
         return f"{report.report_id} has no successful request (nothing to compare with)"
+    sent = m.requests_total + m.requests_incomplete
+    if sent and 100.0 * m.requests_incomplete / sent > MAX_CUT_SHARE_PCT:
+        return (
+            f"{report.report_id} had {m.requests_incomplete} of its {sent} requests cut by its end (more than "
+            f"{MAX_CUT_SHARE_PCT:g}%: they outlasted DURATION and DRAIN_S, so its figures are of the short ones); "
+            "run longer or with less load"
+        )
     if report.interrupted:
         return f"{report.report_id} was interrupted (Ctrl-C) before its planned end"
     if report.server_down:

@@ -46,7 +46,8 @@ def headline_rows(report: Report) -> list[Row]:
     m = report.metrics
     latencies = (m.latency_avg_ms, m.latency_p50_ms, m.latency_p90_ms, m.latency_p99_ms)
     rows = [
-        ("Requests ok / total", f"{m.requests_ok} / {m.requests_total}"),
+        ("Requests ok / total", f"{m.requests_ok} / {m.requests_total}"
+         + (f" (+{m.requests_incomplete} cut by the run's end, left out)" if m.requests_incomplete else "")),
         ("Error rate", fmt(m.error_rate_percent, "%", 1)),
         ("Throughput", fmt(m.throughput_req_per_sec, "req/s")),
         ("Output tokens", fmt(m.output_tokens_per_sec, "tok/s", 1)),

@@ -74,6 +74,22 @@ def test_environment_changes_outside_the_fingerprint_are_flagged() -> None:
     assert any("vllm_version differs (0.31.0 -> 0.32.0)" in n for n in comparison.notes)
 
 
+def test_a_run_whose_end_cut_many_requests_is_no_reference() -> None:
+    """32 users, 20 s: 19 finished, 13 cut by the end. The finished ones are the short answers, so the run is no
+    reference: not the previous run of the next one, and refused as a baseline; 1 cut in 20 still is one."""
+    from core.compare import unusable_reason
+
+    old = report()
+    cut = old.model_copy(update={"metrics": old.metrics.model_copy(update={"requests_total": 19,
+                                                                           "requests_incomplete": 13})})  # fmt: skip
+    assert "had 13 of its 32 requests cut by its end" in (unusable_reason(cut) or "")
+    one = old.model_copy(update={"metrics": old.metrics.model_copy(update={"requests_total": 19,
+                                                                           "requests_incomplete": 1})})  # fmt: skip
+    assert unusable_reason(one) is None
+    new = report("benchmark_report_20260101_140000", ended=3.0)
+    assert "vs_previous" not in compare_with_history(new.config, new.environment, new.metrics, [cut]).changes_pct
+
+
 def test_a_field_one_side_could_not_read_is_no_change() -> None:
     """vLLM killed mid-run: the new report could not read the fingerprint (None); the comparison says nothing about
     it (it once said "vllm_fingerprint differs (vllm-0.32.0-85bf72ca -> vllm-0.32.0)": a guess of another form)."""
