@@ -32,6 +32,7 @@ from core.net import wait_for_http
 from core.replicas import replicas
 from core.settings import PROJECT_ROOT, Settings
 from engine.enginephase import engine_process, failure_report, launch_phase
+from engine.reaper import end_engine_processes, engine_processes
 from engine.replicas import ROUTER_PROGRAM, program_names
 from engine.startuptracker import StartupPhase
 
@@ -39,6 +40,7 @@ PROGRAM = "vllm"
 FAILED_STATES = frozenset({"FATAL", "EXITED", "BACKOFF", "STOPPED", "UNKNOWN"})
 
 
+SETTLE_S = 3.0  # how long a restart lets a stopped vLLM's children exit by themselves before ending them
 SUPERVISOR_TIMEOUT_S = 10.0  # a loaded host's supervisord answers within this; later reads as "not answering"
 
 
@@ -219,6 +221,15 @@ class LocalEngine:
         self._require()
         write_request(self.settings.engine_request_file, request)
         self.stop()
+        # every local engine is stopped now: what still carries this stack's marker is a crashed vLLM's orphan (an
+        # engine core left by a SIGKILLed API server holds its memory, GPU memory included): ended before the start
+        deadline = time.monotonic() + SETTLE_S  # a stopped vLLM's children may still be exiting by themselves
+        while engine_processes(self.settings.run_dir) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        leftovers = end_engine_processes(self.settings.run_dir)
+        if leftovers.found:
+            print(f"[INFO] Ended {len(leftovers.found)} process(es) an earlier vLLM left behind "
+                  f"({', '.join(map(str, leftovers.found))})", flush=True)  # fmt: skip
         self.start()
 
 

@@ -131,3 +131,28 @@ def test_launcher_records_its_process_group(tmp_path: Path) -> None:
     launch.write_state(settings, resolved, ["vllm"], profiler=False, pid=os.getpid())
     state = read_engine_state(settings.engine_state_file)
     assert state is not None and state.pgid == os.getpgrp()
+
+
+def test_a_restart_ends_what_a_crashed_vllm_left_before_starting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vLLM's API server SIGKILLed: its engine core lives on, re-parented, holding memory. ``./start_vllm.sh`` (a
+    restart) ends it once every local engine is stopped, before the new one starts (it lived until `make down`)."""
+    from core.enginestate import EngineRequest
+    from engine import control
+    from tests.unit.engine.test_engine_control import FakeSupervisor
+
+    settings = Settings(_env_file=None, run_dir=tmp_path / "run", logs_dir=tmp_path / "logs")  # type: ignore[call-arg]
+    settings.run_dir.mkdir(parents=True)
+    monkeypatch.setattr(control, "wait_for_http", lambda url, timeout_s, abort, headers: (True, ""))
+    monkeypatch.setattr(control, "end_engine_processes", lambda run_dir: end_engine_processes(run_dir, grace_s=0.5))
+    monkeypatch.setattr(control, "SETTLE_S", 0.5)
+    orphan = spawn_orphan(settings.run_dir)
+    try:
+        supervisor = FakeSupervisor(state="EXITED")
+        control.LocalEngine(settings, supervisor).restart(EngineRequest())  # type: ignore[arg-type]
+        assert not alive(orphan) and supervisor.calls == ["start vllm"]
+        assert f"Ended 1 process(es) an earlier vLLM left behind ({orphan})" in capsys.readouterr().out
+    finally:
+        if alive(orphan):
+            os.kill(orphan, signal.SIGKILL)
