@@ -3,7 +3,6 @@ before Locust's shutdown runs, and a request cut then names the early stop as it
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
@@ -60,6 +59,20 @@ def test_sigint_keeps_a_previous_handler(restore_sigint: None) -> None:
     assert seen == [signal.SIGINT] and env.stop_timeout == 0.0
 
 
+def cut_row(
+    run_state: RunState, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stream: Any, after_s: float  # noqa: F811
+) -> RequestRecord:
+    """The row ``driver.send`` saves when its request (``stream`` stands in for ``stream_chat``) is killed after
+    ``after_s`` by an early stop."""
+    monkeypatch.setattr(driver, "stream_chat", stream)
+    run_state.cut_cause = CANCEL_CAUSE
+    user = gevent.spawn(driver.send, run_state, None, "http://vllm", run_state.item(0))
+    gevent.sleep(after_s)
+    user.kill(block=True)
+    (row,) = [RequestRecord.model_validate_json(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    return row
+
+
 def test_a_request_cut_by_an_early_stop_names_it(
     run_state: RunState, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:
@@ -67,13 +80,9 @@ def test_a_request_cut_by_an_early_stop_names_it(
         gevent.sleep(60)
         raise AssertionError("not killed")
 
-    monkeypatch.setattr(driver, "stream_chat", streaming_forever)
-    run_state.cut_cause = CANCEL_CAUSE
-    user = gevent.spawn(driver.send, run_state, None, "http://vllm", run_state.item(0))
-    gevent.sleep(0.05)
-    user.kill(block=True)
-    (row,) = [json.loads(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
-    assert row["error_kind"] == "incomplete" and row["error"] == f"cancelled by {CANCEL_CAUSE} (GreenletExit)"
+    row = cut_row(run_state, tmp_path, monkeypatch, streaming_forever, 0.05)
+    assert row.error_kind == "incomplete" and row.error == f"cancelled by {CANCEL_CAUSE} (GreenletExit)"
+    assert row.ttft_ms is None and row.content_chunks == 0
 
 
 def test_a_request_cut_mid_stream_keeps_what_it_received(
@@ -91,12 +100,7 @@ def test_a_request_cut_mid_stream_keeps_what_it_received(
         gevent.sleep(60)
         raise AssertionError("not killed")
 
-    monkeypatch.setattr(driver, "stream_chat", three_tokens_then_stall)
-    run_state.cut_cause = CANCEL_CAUSE
-    user = gevent.spawn(driver.send, run_state, None, "http://vllm", run_state.item(0))
-    gevent.sleep(0.2)
-    user.kill(block=True)
-    (row,) = [RequestRecord.model_validate_json(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    row = cut_row(run_state, tmp_path, monkeypatch, three_tokens_then_stall, 0.2)
     assert row.error_kind == "incomplete" and not row.ok
     assert row.ttft_ms is not None and row.ttft_ms >= 15 and len(row.itl_ms) == 2 and all(g >= 15 for g in row.itl_ms)
     assert (row.content_chunks, row.output_chars) == (3, 6)
