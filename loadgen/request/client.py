@@ -265,12 +265,9 @@ def timer_fields(timer: StreamTimer) -> dict[str, Any]:
     """The row fields a :class:`StreamTimer` measured (TTFT, ITL, tokens, chunks, how the stream ended, and
     ``output_tokens_source`` ``usage`` when the stream's usage counted the tokens)."""
     fields: dict[str, Any] = {
-        "ttft_ms": timer.ttft_ms,
-        "itl_ms": timer.itl_ms,
+        **partial_fields(timer),
         "prompt_tokens": timer.prompt_tokens,
         "output_tokens": timer.completion_tokens,
-        "content_chunks": timer.chunks,
-        "output_chars": timer.chars,
         "finish_reason": timer.finish_reason,
         "end_reason": timer.end_reason,
         "http_status": 200,

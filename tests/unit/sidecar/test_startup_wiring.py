@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from core.settings import Settings
 from engine.startuptracker import StartupAttempt, StartupPhase
 from sidecar.app import create_app
-from sidecar.reports.envinfo import startup_facts
+from sidecar.reports.envinfo import startup_facts, vllm_fingerprint
 from sidecar.reports.writer import ReportService
 
 
@@ -55,3 +55,11 @@ def test_startup_endpoint_reads_the_vllm_log(tmp_path: Path) -> None:
     with TestClient(create_app(settings, service), base_url="http://127.0.0.1:8200") as client:
         body = client.get("/startup").json()
     assert body["phase"] == "failed" and "Unsupported CPU attention" in (body["error_line"] or "")
+
+
+def test_no_fingerprint_is_guessed_for_a_server_that_did_not_answer() -> None:
+    """vLLM killed mid-run: nothing from the server, so no fingerprint (a ``vllm-<version>`` guess from the log read as
+    a changed fingerprint against the server's own ``system_fingerprint``); a server answering without one gets it."""
+    assert vllm_fingerprint({}, "0.32.0", None) is None
+    assert vllm_fingerprint({"version": "0.32.0"}, "0.32.0", None) == "vllm-0.32.0"
+    assert vllm_fingerprint({"system_fingerprint": "vllm-0.32.0-85bf72ca"}, "0.32.0", None) == "vllm-0.32.0-85bf72ca"
