@@ -124,8 +124,9 @@ class BenchmarkKnobs(BaseModel):
     @field_validator("duration", mode="before")
     @classmethod
     def _parse_duration(cls, value: object) -> object:
-        """DURATION text (60, 60s, 5m, 1h) -> seconds, at least :data:`MIN_DURATION_S`; blank means unset."""
-        if value is None or (isinstance(value, str) and not value.strip()):
+        """DURATION text (60, 60s, 5m, 1h) -> seconds, at least :data:`MIN_DURATION_S` (a blank never gets here: the
+        settings read it as unset)."""
+        if value is None:
             return None
         seconds = parse_duration_s(str(value))
         if seconds < MIN_DURATION_S:
@@ -138,10 +139,8 @@ class BenchmarkKnobs(BaseModel):
     @field_validator("input_mix", mode="before")
     @classmethod
     def _parse_mix(cls, value: object) -> object:
-        """INPUT_MIX text -> normalised weights (blank: the dataset's natural mix)."""
-        if isinstance(value, str):
-            return parse_mix(value) if value.strip() else None
-        return value
+        """INPUT_MIX text -> normalised weights (unset: the dataset's natural mix)."""
+        return parse_mix(value) if isinstance(value, str) else value
 
     @field_validator("slo", mode="before")
     @classmethod
