@@ -81,8 +81,9 @@ class ServingKnobs(BaseModel):
     )
     vllm_gpu_base: str = Field(
         default="vllm/vllm-openai:v0.32.0-cu129",
-        description="The vLLM image of the GPU build (Dockerfile.vllm): the -cu129 tag runs on drivers 525.60+ (CUDA "
-        "12 minor-version compatibility); the plain tag is vLLM's CUDA 13 build, driver 580.65+ (docs/docker.md).",
+        description="The vLLM image of the GPU build (Dockerfile.vllm): the -cu129 tag starts on drivers 575.51.03+ "
+        "or of the 535, 550, 560, 565 or 570 branch (its NVIDIA_REQUIRE_CUDA label; 525, 545, 555 are refused); the "
+        "plain tag is vLLM's CUDA 13 build, driver 580.65.06+ (docs/gpu.md).",
     )
     engine_preflight: bool = Field(
         default=False,
