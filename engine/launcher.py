@@ -194,8 +194,7 @@ def vllm_env(settings: Settings, build: str = "gpu", base: dict[str, str] | None
     On the CPU build (``build="cpu"``) ``VLLM_USE_AOT_COMPILE=0`` unless set: vLLM 0.32's CPU build saves an AOT
     artifact it cannot load back (``'function' object has no attribute 'finalize_loading'``), so every restart
     recompiled; torch.compile's own caches (Inductor's FX graph cache) hit instead (docs/benchmarks.md).
-    On the GPU build ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` always, and ``CUDA_VISIBLE_DEVICES`` is the settings' GPU_DEVICES
-    (absent when unset or blank: every GPU).
+    ``CUDA_VISIBLE_DEVICES`` is GPU_DEVICES (absent when unset or blank: every GPU), in PCI order on the GPU build.
     ``STACK_ENGINE_RUN_DIR`` marks vLLM and every process it starts as this stack's (:mod:`engine.reaper`).
     """
     env = {k: v for k, v in service_env("vllm", base).items() if k not in STACK_ONLY_VLLM_VARS}
@@ -208,10 +207,7 @@ def vllm_env(settings: Settings, build: str = "gpu", base: dict[str, str] | None
     if settings.vllm_cpu_omp_threads_bind:
         env["VLLM_CPU_OMP_THREADS_BIND"] = settings.vllm_cpu_omp_threads_bind
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
-    # vLLM sees exactly the GPUs the settings chose (GPU_DEVICES or CUDA_VISIBLE_DEVICES; blank or unset: all), in
-    # NVML's PCI numbering, which the sidecar and the preflight use: a blank CUDA_VISIBLE_DEVICES left here would hide
-    # every GPU, and CUDA's default order (fastest first) need not match NVML's index 0 on a mixed host.
-    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.pop("CUDA_VISIBLE_DEVICES", None)  # the settings read it: vLLM sees exactly their GPUs, in NVML's numbering
     if settings.gpu_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = settings.gpu_devices
     if build != "cpu":
