@@ -32,6 +32,7 @@ from core.settings import Settings, get_settings
 from core.units import GIB
 from engine.engineplan import engine_python, engine_versions, gpu_plan, kv_plan, model_facts, resolve
 from engine.gpuhost import HostGpus, host_gpus
+from engine.hostdtype import for_host
 from engine.kvsizing import KvSizingError
 from engine.model_resolve import ModelResolutionError
 
@@ -151,6 +152,7 @@ def check_memory(settings: Settings, gpus: HostGpus) -> list[Finding]:
     try:
         resolved = resolve(settings)
         facts = model_facts(settings, resolved, fetch=False)
+        settings, _ = for_host(settings, "gpu")  # the memory check is of the GPU build
         kv = kv_plan(settings, resolved, facts)
     except (ModelResolutionError, KvSizingError) as exc:
         return [Finding("plan", False, str(exc))]

@@ -58,6 +58,7 @@ from engine.engineplan import (
 )
 from engine.gpuhost import host_gpus
 from engine.gpuplan import has_flag
+from engine.hostdtype import dtype_of, for_host
 from engine.kvsizing import KvPlan, KvSizingError
 from engine.logpipe import Masked, output, pump
 from engine.model_resolve import ModelResolutionError, ResolvedModel
@@ -153,7 +154,7 @@ def vllm_argv(
         "--port",
         str(settings.vllm_port),
         "--dtype",
-        settings.vllm_dtype,
+        dtype_of(settings),
         "--kv-cache-memory-bytes",
         str(kv.kv_cache_bytes),
         "--max-model-len",
@@ -349,9 +350,13 @@ def main(argv: list[str] | None = None) -> int:
     facts = model_facts(settings, resolved)
     if facts.reason:
         say(f"[WARNING] config.json of {resolved.model_arg} not known before launch ({facts.reason})", error=True)
+    build = engine_build(settings)
+    settings, dtype_line = for_host(settings, build)  # unset VLLM_DTYPE: what this host's CPU or GPU computes
+    if dtype_line:
+        say(dtype_line)
     try:
         kv = kv_plan(settings, resolved, facts)  # also in --prepare-only, so `make up` refuses before starting
-        build = fits_host(settings, engine_build(settings))  # the CPU build's pool lies in host memory
+        fits_host(settings, build)  # the CPU build's pool lies in host memory
     except KvSizingError as exc:
         say(f"[ERROR] {exc}", error=True)
         return 2

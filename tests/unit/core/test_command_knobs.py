@@ -19,6 +19,7 @@ from core.knobs.commands import BENCHMARK, ENGINE, LOGS, SIDECAR, UI, Command, h
 from core.logrotate import MIB
 from core.requestlog import RequestLog
 from core.settings import PROJECT_ROOT, Settings
+from engine.hostdtype import pool_gib
 from engine.kvsizing import plan_kv
 from engine.launcher import apply_request, vllm_argv, vllm_env
 from engine.model_resolve import ResolvedModel
@@ -125,7 +126,7 @@ def engine_effect(args: argparse.Namespace, settings: Settings) -> dict[str, Any
     launched = apply_request(Settings(), request)
     resolved = ResolvedModel(launched.requested_model, "hub", launched.requested_model,
                              launched.served_model_name or "default-name", False)  # fmt: skip
-    kv = plan_kv(launched.kv_cache_gb, launched.vllm_max_model_len, None)
+    kv = plan_kv(pool_gib(launched), launched.vllm_max_model_len, None)
     return {
         "argv": vllm_argv(launched, resolved, kv=kv),
         "env": {k: v for k, v in vllm_env(launched, "cpu", base={}).items() if k.startswith("VLLM_CPU")},
