@@ -60,7 +60,7 @@ from engine.gpuhost import host_gpus
 from engine.gpuplan import has_flag
 from engine.hostdtype import dtype_of, for_host
 from engine.kvsizing import KvPlan, KvSizingError
-from engine.logpipe import Masked, output, pump
+from engine.logpipe import Masked, access_log_args, output, pump
 from engine.model_resolve import ModelResolutionError, ResolvedModel
 from engine.reaper import MARKER, marker_value
 from engine.replicas import replica_settings
@@ -132,7 +132,8 @@ def vllm_argv(
     would set it), with the context length of ``kv`` (default: :func:`engine.engineplan.kv_plan`). On GPU hosts
     ``gpu_utilization`` (:class:`engine.gpuplan.MemoryPlan`) is ``--gpu-memory-utilization``: vLLM still
     checks free memory against it at start, so its 0.92 default would refuse a shared card (one given in
-    VLLM_EXTRA_ARGS wins). ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
+    VLLM_EXTRA_ARGS wins), as does its ``--disable-access-log-for-endpoints`` over the stack's own polling endpoints
+    (:func:`engine.logpipe.access_log_args`). ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
     one key goes through the environment (:func:`vllm_env`); only several keys come back here, as one
     ``--api-key a b`` list before the extra arguments (which stay last).
 
@@ -162,6 +163,7 @@ def vllm_argv(
     ]
     if gpu_utilization is not None and not has_flag(settings.vllm_extra_args, "--gpu-memory-utilization"):
         argv += ["--gpu-memory-utilization", f"{gpu_utilization:.3f}"]
+    argv += access_log_args(settings.vllm_extra_args)  # the stack's own polling stays out of vllm.log
     if profile:
         argv += profiler_args(settings)
     keys = settings.vllm_api_keys

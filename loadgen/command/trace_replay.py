@@ -44,14 +44,15 @@ def plan_with_trace(settings: Settings, plan: BenchmarkConfig, loaded: tuple[Tra
     return with_trace(plan, settings, trace, timed)
 
 
-def with_trace_prompts(settings: Settings, plan: BenchmarkConfig, timed: Timed) -> BenchmarkConfig:
-    """The plan with the trace's prompts written (once) for the server's tokenizer (``dataset_file``).
+def with_trace_prompts(settings: Settings, plan: BenchmarkConfig, timed: Timed, notes: list[str]) -> BenchmarkConfig:
+    """The plan with the trace's prompts written (once) for the server's tokenizer (``dataset_file``); the line
+    saying what was written is added to ``notes`` (printed after the start line).
 
     Raises:
         BenchError: the server cannot tokenize, or a prompt cannot be sized.
     """
     path, raised = trace_prompts_file(plan, timed, settings.logs_dir, settings.prompts_file)
     note = f"; {raised} row(s) shorter than the chat template raised to it" if raised else ""
-    print(f"[INFO] TRACE: {len(timed)} {plan.trace_format} rows at {plan.trace_speed:g}x, mean "
-          f"{plan.rate_req_per_sec:.3g} req/s, token-exact prompts in {path}{note}", flush=True)
+    notes.append(f"[INFO] TRACE: {len(timed)} {plan.trace_format} rows at {plan.trace_speed:g}x, mean "
+                 f"{plan.rate_req_per_sec:.3g} req/s, token-exact prompts in {path}{note}")  # fmt: skip
     return plan.model_copy(update={"dataset_file": str(path)})
