@@ -15,7 +15,7 @@ from core.settings import Settings
 from loadgen.errors import BenchError
 from loadgen.sidecar_client import SidecarClient
 from loadgen.workloads.dataset import Dataset
-from loadgen.workloads.randomdata import TokenizerClient
+from loadgen.workloads.tokenizing import ServerTokenizer
 
 
 @dataclass(frozen=True)
@@ -138,10 +138,10 @@ def smallest_prompt_tokens(settings: Settings, model: str, input_len_tokens: int
         return input_len_tokens
     if not texts:
         return 1
-    tokenizer = TokenizerClient(settings.vllm_url, model, timeout_s=10.0)
+    tokenizer = ServerTokenizer(settings.vllm_url, model, timeout_s=10.0, headers=settings.vllm_headers)
     try:
         return max(1, tokenizer.chat_count(min(texts, key=len)))
-    except (BenchError, KeyError, TypeError, ValueError):
+    except BenchError:  # no usable /tokenize (its shape is checked there), or no answer
         return 1
     finally:
         tokenizer.close()
