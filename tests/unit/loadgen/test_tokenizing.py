@@ -26,6 +26,7 @@ from tests.unit.loadgen.mock_in_loop import mock_in_thread
 from tests.unit.loadgen.test_load_processes import plan
 
 CORPUS = PROJECT_ROOT / "loadgen" / "workloads" / "data" / "prompts_zh.jsonl"
+TRACE = PROJECT_ROOT / "loadgen" / "workloads" / "data" / "traces" / "burstgpt_sample.csv"
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}User: {{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}Assistant: {% endif %}")
 BROKEN = [  # (mock quirk, what the refusal says about the server's answer)
@@ -173,3 +174,47 @@ def test_model_names_resolve_to_local_folders(tmp_path: Path) -> None:
     assert tokenizer_folder(str(tmp_path), tmp_path) == tmp_path
     assert tokenizer_folder("nobody/no-such-model-here", tmp_path) is None
     assert tokenizer_folder("./not-here", tmp_path) is None
+
+
+class _Sidecar:
+    """The sidecar as the benchmark's preflight sees it: up, token accepted, no baselines."""
+
+    @classmethod
+    def of(cls, settings: Settings) -> _Sidecar:
+        return cls()
+
+    def check(self) -> None:
+        pass
+
+    def check_token(self) -> None:
+        pass
+
+    def baselines(self) -> dict[str, str]:
+        return {}
+
+
+@pytest.mark.parametrize("workload", [["--prefix-len", "32"], ["--trace", str(TRACE), "--requests", "3"]],
+                         ids=["prefix-len", "trace"])
+def test_the_benchmark_against_a_server_without_tokenize_refuses_or_runs_on_the_local_tokenizer(
+        workload: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`./run_benchmark.sh --prefix-len 32` or `--trace FILE` against the real mock server answering /tokenize with an
+    HTML page: exit 2 and one [ERROR] naming TOKENIZER, nothing sent and no traceback; with --tokenizer FOLDER the
+    prompts are sized locally, the output says so, and the run goes on to the load."""
+    from loadgen.command import benchmark as bench
+
+    started: list[Any] = []
+    monkeypatch.setattr(bench, "SidecarClient", _Sidecar)
+    monkeypatch.setattr(bench, "run_benchmark", lambda settings, plan, *_: started.append(plan) or 0)
+    folder = tiny_model(tmp_path / "model")
+    with mock_in_thread(MockConfig(tokenize_answer="html")) as url:
+        common = ["--base-url", url, "--logs-dir", str(tmp_path / "logs"), "--run-dir", str(tmp_path / "run"),
+                  "--warmup", "0", *workload]
+        refused = bench.main(common)
+        out = capsys.readouterr()
+        assert refused == 2 and not started, out.out + out.err
+        assert "Set TOKENIZER (--tokenizer)" in out.err and "not JSON (it starts '<!DOCTYPE html>" in out.err, out.err
+        assert "Traceback" not in out.out + out.err
+        ran = bench.main([*common, "--tokenizer", str(folder)])
+        out = capsys.readouterr()
+    assert ran == 0 and len(started) == 1, out.out + out.err
+    assert f"prompts sized with the local tokenizer in {folder} (TOKENIZER)" in out.out
