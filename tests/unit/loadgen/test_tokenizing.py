@@ -203,8 +203,13 @@ def test_the_benchmark_against_a_server_without_tokenize_refuses_or_runs_on_the_
     from loadgen.command import benchmark as bench
 
     started: list[Any] = []
+
+    def run_benchmark(settings: Settings, plan: Any, *_: Any) -> int:
+        started.append(plan)
+        return 0
+
     monkeypatch.setattr(bench, "SidecarClient", _Sidecar)
-    monkeypatch.setattr(bench, "run_benchmark", lambda settings, plan, *_: started.append(plan) or 0)
+    monkeypatch.setattr(bench, "run_benchmark", run_benchmark)
     folder = tiny_model(tmp_path / "model")
     with mock_in_thread(MockConfig(tokenize_answer="html")) as url:
         common = ["--base-url", url, "--logs-dir", str(tmp_path / "logs"), "--run-dir", str(tmp_path / "run"),
