@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 T = TypeVar("T")
 SNIPPET_CHARS = 80
@@ -97,3 +97,25 @@ def answer_as(response: httpx.Response, shape: TypeAdapter[T], expected: str) ->
 
 JSON_OBJECT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 """Any JSON object: for answers read field by field, where only "an object, not a list or a page" is checked here."""
+
+
+class ServedModel(BaseModel):
+    """One entry of an OpenAI-compatible ``GET /v1/models`` (vLLM adds ``root`` and ``max_model_len``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    root: str | None = None
+    max_model_len: int | None = None
+
+
+class ModelList(BaseModel):
+    """The body of ``GET /v1/models``: ``{"data": [{"id": ...}, ...]}``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    data: list[ServedModel]
+
+
+MODEL_LIST = TypeAdapter(ModelList)
+MODEL_LIST_SHAPE = 'an OpenAI model list ({"data": [{"id": ...}]})'
