@@ -97,6 +97,7 @@ SHORT_HELP: dict[str, str] = {
     "random_output_len": "DATASET=random: output tokens per request",
     "prefix_len": "Shared prefix tokens before every prompt",
     "prefix_count": "Distinct shared prefixes",
+    "tokenizer": "Model folder sizing prompts without /tokenize",
     "trace": "Replay this BurstGPT CSV / Mooncake JSONL trace",
     "trace_speed": "TRACE: replay this many times faster",
     "slo_attainment_pct": "Share of requests a sweep point must keep in SLO, %",

@@ -183,6 +183,8 @@ def engine_versions(python: str) -> dict[str, str | None]:
         data = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return {}
+    if not isinstance(data, dict):  # a last line of another shape (a list, a number): the versions are unknown
+        return {}
     return {k: v for k, v in data.items() if isinstance(v, str) or v is None}
 
 

@@ -54,7 +54,7 @@ BENCHMARK = Command(
                   "cooldown_s")),
         ("workload", ("dataset", "bench_model", "max_tokens", "output_len", "output_len_mean", "output_len_p95",
                       "output_len_cap", "ignore_eos", "temperature", "seed", "input_mix", "random_input_len",
-                      "random_output_len", "prefix_len", "prefix_count", "prompts_file")),
+                      "random_output_len", "prefix_len", "prefix_count", "tokenizer", "prompts_file")),
         ("SLO and gate", ("slo", "slo_attainment_pct", "gate", "gate_threshold_pct", "gate_error_rate_pp", "baseline",
                           "max_error_rate_pct", "client_overhead_max_pct", "junit_file", "summary_file")),
         ("load from several hosts", ("expect_workers", "expect_workers_timeout_s", "master_bind_host", "master_port",

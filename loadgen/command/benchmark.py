@@ -20,6 +20,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from pathlib import Path
 
 from core.cli import build_parser, parse
@@ -42,6 +43,7 @@ from loadgen.terminal.summary import start_line
 from loadgen.workloads.dataset import DatasetError, dataset_of
 from loadgen.workloads.prefixes import prefixes_file
 from loadgen.workloads.randomdata import random_prompts_file
+from loadgen.workloads.tokenizing import open_prompt_tokenizer
 
 HELP = """Warmup, a measured Locust run, then the sidecar's report (reports/). Also python -m
 loadgen.command.benchmark and
@@ -150,7 +152,8 @@ def _checked_plan(
         if trace:
             plan = with_trace_prompts(settings, plan, trace[1], notes)
         if plan.prefix_len_tokens:
-            path = prefixes_file(plan, settings.logs_dir, settings.prompts_file)
+            opener = partial(open_prompt_tokenizer, settings, plan.model, "PREFIX_LEN")
+            path = prefixes_file(plan, settings.logs_dir, settings.prompts_file, opener)
             notes.append(f"[INFO] {plan.prefix_count} shared prefix(es) of {plan.prefix_len_tokens} tokens in {path}")
             plan = plan.model_copy(update={"prefix_file": str(path)})
     except BenchError as exc:
@@ -160,12 +163,14 @@ def _checked_plan(
 
 def with_random_prompts(settings: Settings, plan: BenchmarkConfig, notes: list[str]) -> BenchmarkConfig:
     """DATASET=random: the plan with its token-exact prompts generated (once) for the server's tokenizer; the line
-    saying where is added to ``notes``.
+    saying where is added to ``notes``; sized by the server's tokenizer, else a local one
+    (:func:`loadgen.workloads.tokenizing.open_prompt_tokenizer` says which).
 
     Raises:
-        BenchError: the server cannot tokenize, or a prompt cannot be sized.
+        BenchError: no tokenizer is usable (the message says what to set), or a prompt cannot be sized.
     """
-    path = random_prompts_file(plan, settings.logs_dir, settings.prompts_file)
+    opener = partial(open_prompt_tokenizer, settings, plan.model, "DATASET=random")
+    path = random_prompts_file(plan, settings.logs_dir, settings.prompts_file, opener)
     notes.append(f"[INFO] DATASET=random: {plan.input_len_tokens}-token prompts (chat template included) in {path}")
     return plan.model_copy(update={"dataset_file": str(path)})
 

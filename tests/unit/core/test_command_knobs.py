@@ -30,6 +30,7 @@ from loadgen.orchestrate.locust_launch import locust_argv, worker_argv
 from loadgen.orchestrate.preflight import choose_model
 from loadgen.orchestrate.sweep import planned_points
 from loadgen.plan import bench_config, plan_settings, settings_of_plan, write_plan
+from loadgen.workloads.tokenizing import local_candidates
 from logtools import cli as logcli
 from sidecar import server as sidecar_launch
 from stack import engine_switch as vllmctl
@@ -59,6 +60,7 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
     "--request-timeout-s": (["30"], []), "--drain-s": (["3"], []), "--watchdog-s": (["30"], []),
     "--server-down-s": (["9"], []), "--report-from": (["/tmp/x.requests.jsonl"], []),
     "--prefix-len": (["64"], []), "--prefix-count": (["4"], ["--prefix-len", "64"]),
+    "--tokenizer": (["/data/qwen2-0.5b-instruct"], []),
     "--trace": ([SAMPLE_TRACE], []), "--trace-speed": (["2"], ["--trace", SAMPLE_TRACE]),
     "--client-overhead-max-pct": (["20"], []), "--junit-file": (["/tmp/j.xml"], []),
     "--summary-file": (["/tmp/s.md"], []), "--expect-workers": (["2"], []),
@@ -96,7 +98,7 @@ def shown_flags(parser: argparse.ArgumentParser) -> list[str]:
 
 def bench_effect(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     """What the benchmark hands on for ``settings``: the plan (the report's config), the series' points, the sidecar
-    client, the request log, the lock and the run's own limits and verdict knobs."""
+    client, the request log, the lock, the run's own limits and verdict knobs and the local tokenizers tried."""
     served = ["m", "lora"] if settings.bench_model else ["m"]  # the model picked from those vLLM lists
     plan = bench_config(settings, choose_model(served, settings))
     trace = read_trace(settings)
@@ -116,6 +118,7 @@ def bench_effect(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
         "locust": locust_argv(settings, headless=True, workers=plan.workers, remote_workers=plan.remote_workers)[7:],
         "worker": (worker_argv(settings, settings.master_host or ""), settings.worker_runs) if settings.worker else None,
         "host": host_name(settings.load_host_name),
+        "prompt_tokenizers": local_candidates(settings, "m"),  # where prompt sizing looks without a /tokenize
     }  # fmt: skip
 
 

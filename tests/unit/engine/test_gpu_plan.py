@@ -211,3 +211,12 @@ def test_engine_versions_are_read_from_the_engine_interpreter() -> None:
     assert versions["torch_version"] == torch_version and versions["cuda_runtime"] == (None if cuda == "None" else cuda)
     assert versions["python_version"] and versions["python_version"].startswith("3.")
     assert engine_versions("/nonexistent/python") == {}
+
+
+def test_engine_versions_of_another_shape_are_unknown(tmp_path: Path) -> None:
+    """An interpreter whose probe prints a JSON list (or a number) as its last line: no versions, no exception."""
+    for last in ("[1, 2]", "7"):
+        fake = tmp_path / "python"
+        fake.write_text(f"#!/bin/sh\necho '{last}'\n")
+        fake.chmod(0o755)
+        assert engine_versions(str(fake)) == {}
