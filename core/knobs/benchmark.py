@@ -81,6 +81,10 @@ class BenchmarkKnobs(BaseModel):
         default_factory=dict, description="Goodput SLOs, e.g. ttft_ms<=500,e2e_ms<=2000."
     )
     request_timeout_s: float = Field(default=300.0, gt=0)
+    capacity_check: bool = Field(
+        default=True,
+        description="Refuse users the warm-up shows would time out (core/capacity.py).",
+    )
     seed: int = 0
     profile: bool = Field(default=False, description="make benchmark PROFILE=1: torch-profile the measured window.")
     bench_model: str | None = Field(

@@ -49,7 +49,8 @@ BENCHMARK = Command(
     top=("concurrency", "requests", "duration", "rate", "max_in_flight", "warmup", "max_tokens", "dataset", "slo",
          "vllm_base_url"),
     groups=(
-        ("load", ("concurrency", "rate", "max_in_flight", "requests", "duration", "warmup", "burstiness", "ramp_up_s",
+        ("load", ("concurrency", "rate", "max_in_flight", "requests", "duration", "warmup", "capacity_check",
+                  "burstiness", "ramp_up_s",
                   "rate_end", "session_turns", "trace", "trace_speed", "workers", "sweep", "sweep_rates", "repeat",
                   "cooldown_s")),
         ("workload", ("dataset", "bench_model", "max_tokens", "output_len", "output_len_mean", "output_len_p95",

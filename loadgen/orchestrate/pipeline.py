@@ -21,7 +21,7 @@ from core.series import is_series_id
 from core.serverview import cross_check
 from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
-from loadgen.errors import BenchError, WarmupFailed, WorkersMissing
+from loadgen.errors import BenchError, OverCapacity, WarmupFailed, WorkersMissing
 from loadgen.orchestrate import profiling
 from loadgen.orchestrate.measured_run import Measured, from_records_file, run_measured
 from loadgen.orchestrate.outcome import (
@@ -123,7 +123,7 @@ def point_runner(settings: Settings, sidecar: SidecarClient, engine: EngineContr
     def run_point(plan: BenchmarkConfig) -> RunResult:
         try:
             run, records_path = run_once(settings, plan, sidecar, engine)
-        except (profiling.ProfilingError, WorkersMissing) as exc:
+        except (profiling.ProfilingError, WorkersMissing, OverCapacity) as exc:
             return RunResult(None, error=str(exc), exit_code=EXIT_USAGE)
         except WarmupFailed as exc:
             return RunResult(None, error=str(exc), exit_code=EXIT_NO_SUCCESS)
