@@ -5,14 +5,14 @@ SHELL := /bin/bash
 APP_PY := .venvs/app/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help history docs bench-router sweep compare compose-up compose-down compose-test pin-images calibrate bench-peer bench-ceiling bench-workers bench-lag bench-logs bench-engine logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers doctor test lint unit integration envs app-env engine-env browser clean
+.PHONY: help history docs bench-router sweep compare compose-up compose-down compose-test pin-images calibrate bench-peer bench-ceiling bench-workers bench-lag bench-logs bench-engine bench-seed logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers doctor test lint unit integration envs app-env engine-env browser clean
 
 help:
 	@echo "stack:      make up | down | status | doctor"
 	@echo "benchmark:  make benchmark [CONCURRENCY= REQUESTS= DURATION= RATE= WORKERS= SLO= GATE= REPEAT= PROFILE=1 ...] | baseline NAME=.. | calibrate"
 	@echo "            make sweep [SWEEP=auto|concurrency:1,2,4|rate:0.5,1,2 SLO= REPEAT=] | compare A=<id|baseline> B=<id|baseline> | history"
 	@echo "logs:       make logs-errors | logs-slow [THRESHOLD_MS=] | logs-stats [SINCE=]"
-	@echo "dev:        make test | lint | docs | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-workers | bench-lag | bench-logs | bench-engine | bench-router | clean"
+	@echo "dev:        make test | lint | docs | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-workers | bench-lag | bench-logs | bench-engine | bench-seed | bench-router | clean"
 	@echo "containers: make compose-up [REPLICAS=N] | compose-down | compose-test | benchmark-compose | pin-images (see README, Docker and GPUs)"
 
 # Both environments at once (pip is half waiting on files; 2 min 28 s -> 1 min 56 s from pip's cache on 2 cores).
@@ -126,6 +126,10 @@ bench-logs: app-env
 	@$(APP_PY) benchmarks/bench_log_analyzer.py
 	@$(APP_PY) benchmarks/bench_request_stats.py
 	@$(APP_PY) benchmarks/bench_startup_big_log.py
+
+# The seed's two benchmark commands, full size, on the running stack (make up first), with the engine's speed probe.
+bench-seed: app-env
+	@$(APP_PY) benchmarks/bench_seed.py
 
 bench-engine: envs
 	@$(APP_PY) benchmarks/bench_engine_defaults.py $(if $(REPEATS),--repeats $(REPEATS)) $(if $(VARIANTS),--variants $(VARIANTS))
