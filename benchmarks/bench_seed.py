@@ -26,6 +26,8 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from the repository root
+
 from core.settings import PROJECT_ROOT, get_settings
 
 STALL = "No available shared memory broadcast block"

@@ -56,10 +56,26 @@ def auto_workers(
     return max(1, min(wanted, limit))
 
 
+def load_processes(settings: Settings, concurrency: int, rate: float | None, max_in_flight: int | None) -> int:
+    """Locust processes for a load of ``concurrency`` users (closed loop) or ``rate`` req/s (open loop, at most
+    ``max_in_flight`` in flight): WORKERS, else :func:`auto_workers`; capped at the users (closed loop), the
+    requests and the requests in flight (a process with nothing to send would only wait). Every point of a sweep gets
+    its own (:mod:`loadgen.orchestrate.sweep`)."""
+    requests = settings.requests if settings.duration is None else None
+    tokens = float(settings.fixed_max_tokens or settings.output_len_mean)
+    workers = settings.workers or auto_workers(concurrency, rate, tokens, requests, usable_cores())
+    if rate is None:
+        workers = min(workers, concurrency)
+    if requests is not None:
+        workers = min(workers, requests)
+    if max_in_flight is not None and rate is not None:
+        workers = min(workers, max_in_flight)  # each process holds at least one request in flight
+    return workers
+
+
 def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
-    """The run's knobs from the settings, with the model the benchmark chose; WORKERS unset is
-    :func:`auto_workers`, set is capped at the users (closed loop), the requests and MAX_IN_FLIGHT (a process with
-    nothing to send would only wait)."""
+    """The run's knobs from the settings, with the model the benchmark chose and its load processes
+    (:func:`load_processes`)."""
     fixed = settings.fixed_max_tokens
     if settings.random_dataset:
         dataset = RANDOM_DATASET
@@ -67,14 +83,7 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
         workload = settings.workload_file.resolve()
         dataset = str(workload.relative_to(PROJECT_ROOT)) if workload.is_relative_to(PROJECT_ROOT) else str(workload)
     requests = settings.requests if settings.duration is None else None
-    tokens = float(fixed or settings.output_len_mean)
-    workers = settings.workers or auto_workers(settings.concurrency, settings.rate, tokens, requests, usable_cores())
-    if settings.rate is None:
-        workers = min(workers, settings.concurrency)
-    if requests is not None:
-        workers = min(workers, requests)
-    if settings.max_in_flight is not None and settings.rate is not None:
-        workers = min(workers, settings.max_in_flight)  # each process holds at least one request in flight
+    workers = load_processes(settings, settings.concurrency, settings.rate, settings.max_in_flight)
     return BenchmarkConfig(
         mode="open_loop" if settings.rate else "closed_loop",
         concurrency=settings.concurrency,

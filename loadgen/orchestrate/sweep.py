@@ -25,6 +25,7 @@ from tqdm import tqdm
 from core.report_schema import BenchmarkConfig, Report
 from core.series import PointKind, PointPlan, report_values
 from core.settings import Settings
+from loadgen.plan import load_processes
 
 
 @dataclass
@@ -56,12 +57,16 @@ class SeriesRuns:
     results: list[RunResult] = field(default_factory=list)  # every run, in run order (failed ones too)
 
 
-def closed_point(base: BenchmarkConfig, users: int, kind: PointKind, label: str) -> tuple[PointPlan, BenchmarkConfig]:
-    """A closed-loop point with ``users`` concurrent users."""
+def closed_point(
+    settings: Settings, base: BenchmarkConfig, users: int, kind: PointKind, label: str
+) -> tuple[PointPlan, BenchmarkConfig]:
+    """A closed-loop point with ``users`` concurrent users and the load processes for them
+    (:func:`loadgen.plan.load_processes`: ``SWEEP=concurrency:1,…,512`` once kept the base point's count)."""
     plan = base.model_copy(
         update={
             "mode": "closed_loop",
             "concurrency": users,
+            "workers": load_processes(settings, users, None, None),
             "rate_req_per_sec": None,
             "burstiness": None,
             "max_in_flight": None,
@@ -71,13 +76,14 @@ def closed_point(base: BenchmarkConfig, users: int, kind: PointKind, label: str)
     return PointPlan(label=label, kind=kind, concurrency=users), plan
 
 
-def rate_point(
-    base: BenchmarkConfig, rate: float, burstiness: float, max_in_flight: int | None = None
-) -> tuple[PointPlan, BenchmarkConfig]:
-    """An open-loop point at ``rate`` req/s (capped at ``max_in_flight`` requests in flight when given)."""
+def rate_point(settings: Settings, base: BenchmarkConfig, rate: float) -> tuple[PointPlan, BenchmarkConfig]:
+    """An open-loop point at ``rate`` req/s (capped at MAX_IN_FLIGHT requests in flight when given), with the load
+    processes for that rate (:func:`loadgen.plan.load_processes`)."""
+    burstiness, max_in_flight = settings.burstiness, settings.max_in_flight
     plan = base.model_copy(
         update={
             "mode": "open_loop",
+            "workers": load_processes(settings, base.concurrency, rate, max_in_flight),
             "rate_req_per_sec": rate,
             "burstiness": base.burstiness or burstiness,
             "rate_end_req_per_sec": None,
@@ -108,12 +114,13 @@ def planned_points(settings: Settings, base: BenchmarkConfig) -> list[tuple[Poin
                  base)]
     kind, loads = spec
     if kind == "concurrency":
-        return [closed_point(base, int(n), "concurrency", f"concurrency {int(n)}") for n in loads]
+        return [closed_point(settings, base, int(n), "concurrency", f"concurrency {int(n)}") for n in loads]
     if kind == "rate":
-        return [rate_point(base, rate, settings.burstiness, settings.max_in_flight) for rate in loads]
+        return [rate_point(settings, base, rate) for rate in loads]
     return [
-        closed_point(base, 1, "synchronous", "synchronous"),
-        closed_point(base, base.concurrency, "throughput", f"maximum throughput (concurrency {base.concurrency})"),
+        closed_point(settings, base, 1, "synchronous", "synchronous"),
+        closed_point(settings, base, base.concurrency, "throughput",
+                     f"maximum throughput (concurrency {base.concurrency})"),  # fmt: skip
     ]
 
 
@@ -203,7 +210,7 @@ def run_series(
                                    settings.sweep_rates)
                 listed = ", ".join(f"{r:g}" for r in rates)
                 out(f"[SWEEP] rates between the synchronous and the maximum throughput: {listed} req/s")
-                todo += [rate_point(base, rate, settings.burstiness, settings.max_in_flight) for rate in rates]
+                todo += [rate_point(settings, base, rate) for rate in rates]
                 bar.total = (len(done) + len(todo)) * settings.repeat
     except KeyboardInterrupt:
         if single:  # no run between which to stop: as before any series, the command's own Ctrl-C handling

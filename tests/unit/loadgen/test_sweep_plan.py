@@ -17,7 +17,7 @@ from core.report_schema import BenchmarkConfig
 from core.settings import Settings
 from core.stats import run_metrics
 from loadgen.orchestrate.sweep import RunResult, auto_rates, planned_points, run_series
-from loadgen.plan import bench_config
+from loadgen.plan import auto_workers, bench_config
 from loadgen.workloads.dataset import Prompt
 from loadgen.workloads.sessions import Conversation
 from loadgen.workloads.workload import WorkloadSampler
@@ -45,6 +45,18 @@ def test_explicit_sweeps_plan_closed_and_open_loop_points() -> None:
     points = planned_points(rates, bench_config(rates, "m"))
     assert [(plan.rate_req_per_sec, plan.burstiness, plan.mode) for _, plan in points] == [
         (0.5, 1.0, "open_loop"), (2.0, 1.0, "open_loop")]
+
+
+def test_every_sweep_point_gets_the_load_processes_for_its_own_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On 16 cores, concurrency:1,512 from a 50-user base: 1 process for 1 user and the automatic count for 512 (the
+    points once kept the base point's count); WORKERS=3 is kept, capped at 1 user."""
+    monkeypatch.setattr("loadgen.plan.usable_cores", lambda: 16)
+    auto = knobs(sweep="concurrency:1,512", duration=5, concurrency=50)
+    base = bench_config(auto, "m")
+    one, many = (plan.workers for _, plan in planned_points(auto, base))
+    assert one == 1 and many == auto_workers(512, None, 120.0, None, 16) and many > base.workers
+    fixed = knobs(sweep="concurrency:1,512", duration=5, concurrency=50, workers=3)
+    assert [plan.workers for _, plan in planned_points(fixed, bench_config(fixed, "m"))] == [1, 3]
 
 
 def test_auto_series_runs_sync_and_max_first_then_rates_and_reports_in_load_order() -> None:
