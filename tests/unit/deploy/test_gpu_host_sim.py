@@ -42,6 +42,7 @@ from tests.unit.deploy.gpusim import (
     SimHost,
     cards,
     compose_container,
+    compose_gpus,
     dockerfile_env,
     image_writes,
     run_engine,
@@ -145,6 +146,7 @@ class Outcome:
 
     engines: list[tuple[Container, EngineRun]]
     sidecar: list[int]
+    gpu_services: list[str] = field(default_factory=list)
 
 
 def simulate(tmp: Path, scenario: Scenario, compose_text: str | None = None) -> Outcome:
@@ -157,7 +159,8 @@ def simulate(tmp: Path, scenario: Scenario, compose_text: str | None = None) -> 
         engines.append((container, run_engine(container, host, tmp)))
     sidecar = compose_container(config, "sidecar", host, APP_IMAGE_ENV)
     uuids = run_sidecar(sidecar, host, tmp)
-    return Outcome(engines, [next(i for i, g in enumerate(host.gpus) if g.uuid == u) for u in uuids])
+    gpu_facing = sorted(n for n in config["services"] if compose_gpus(config["services"][n], host))
+    return Outcome(engines, [next(i for i, g in enumerate(host.gpus) if g.uuid == u) for u in uuids], gpu_facing)
 
 
 def engine_problems(container: Container, run: EngineRun, host: SimHost, expect_gpus: tuple[int, ...],
@@ -197,6 +200,8 @@ def engine_problems(container: Container, run: EngineRun, host: SimHost, expect_
 def problems(outcome: Outcome, scenario: Scenario, vllm_names: frozenset[str] | None) -> list[str]:
     """Every check of the module docstring for one compose scenario."""
     out = []
+    if outcome.gpu_services != sorted([*(c.name for c, _ in outcome.engines), "sidecar"]):
+        out.append(f"GPUs are reserved for {outcome.gpu_services}, expected the engines and the sidecar")
     expect = scenario.engine_gpus if scenario.refused is None else ((),) * scenario.replicas
     if len(outcome.engines) != scenario.replicas:
         out.append(f"{len(outcome.engines)} engine services, expected {scenario.replicas}")
