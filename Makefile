@@ -5,10 +5,10 @@ SHELL := /bin/bash
 APP_PY := .venvs/app/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help history docs bench-router sweep compare compose-up compose-down compose-test pin-images calibrate bench-peer bench-ceiling bench-workers bench-lag bench-logs bench-engine bench-seed logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers doctor test lint unit integration envs app-env engine-env browser clean
+.PHONY: help history docs bench-router sweep compare compose-up compose-down compose-test pin-images calibrate bench-peer bench-ceiling bench-workers bench-lag bench-logs bench-engine bench-seed logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers doctor gpu-check test lint unit integration envs app-env engine-env browser clean
 
 help:
-	@echo "stack:      make up | down | status | doctor"
+	@echo "stack:      make up | down | status | doctor | gpu-check (a GPU host's verdict)"
 	@echo "benchmark:  make benchmark [CONCURRENCY= REQUESTS= DURATION= RATE= WORKERS= SLO= GATE= REPEAT= PROFILE=1 ...] | baseline NAME=.. | calibrate"
 	@echo "            make sweep [SWEEP=auto|concurrency:1,2,4|rate:0.5,1,2 SLO= REPEAT=] | compare A=<id|baseline> B=<id|baseline> | history"
 	@echo "logs:       make logs-errors | logs-slow [THRESHOLD_MS=] | logs-stats [SINCE=]"
@@ -69,6 +69,7 @@ lint: app-env
 	$(APP_PY) scripts/check_kubernetes.py
 	$(APP_PY) -m sidecar.reports.schema_export --check
 	$(APP_PY) -m core.reference --check docs/reference.md
+	$(APP_PY) -m engine.gpupeakdoc --check docs/engine.md
 	@site=$$(mktemp -d); NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venvs/app/bin/mkdocs build --strict --quiet --site-dir "$$site"; rc=$$?; rm -rf "$$site"; exit $$rc
 
 # The documentation site (docs/, MkDocs Material) into site/; the settings reference is generated from the settings.
@@ -137,6 +138,11 @@ bench-engine: envs
 # Why the GPU stack would not start (driver vs image CUDA, Container Toolkit, free GPU memory, writable checkout, HF, ports)
 doctor: app-env
 	@$(APP_PY) -m engine.doctor
+
+# The first GPU host's verdict (docs/gpu.md): make doctor, the GPU tests, docker compose up, ./run_benchmark.sh, and the
+# measured GPU peak against the seed's 2.8 GB and the plan's prediction; refuses (exit 2) where no GPU is seen.
+gpu-check: app-env
+	@$(APP_PY) scripts/gpu_check.py $(ARGS)
 
 validate-containers: app-env
 	scripts/validate_containers.sh

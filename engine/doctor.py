@@ -7,7 +7,8 @@ compose engine's entry (``--in-container``: no Container Toolkit or host port ch
   engine container the CUDA runtime its torch was built with): the Container Toolkit's check of the image's
   ``NVIDIA_REQUIRE_CUDA`` label, and the CUDA runtime's own minimum (:data:`DRIVER_RULES`);
 - the NVIDIA Container Toolkit (``nvidia-ctk``/``nvidia-container-runtime``/``nvidia-container-cli``) on the host;
-- free memory on each GPU the engine will use against what vLLM will request there (:mod:`engine.gpuplan`);
+- free memory on each GPU the engine will use against what vLLM will request there (:mod:`engine.gpuplan`), and
+  the predicted start-up peak of vLLM there (:mod:`engine.gpupeak`);
 - the checkout's ``logs/``, ``reports/`` and ``models/`` writable by the containers' uid (APP_UID/APP_GID);
 - the HF cache writable and HF_TOKEN well-formed;
 - the stack's ports free (host only).
@@ -170,6 +171,8 @@ def check_memory(settings: Settings, gpus: HostGpus) -> list[Finding]:
                                "GPU_HEADROOM_GB, or choose another GPU with GPU_DEVICES"))
         else:
             out.append(Finding(f"GPU {device.label}", True, f"{free:.2f} GiB free ≥ {plan.need_bytes / GIB:.2f} GiB"))
+    if plan.peak is not None:  # what the defaults promise (engine.gpupeak): said, never a failure of its own
+        out.append(Finding("start-up peak", True, plan.peak.line()))
     return out
 
 

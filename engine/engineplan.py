@@ -18,7 +18,7 @@ import psutil
 from core.gpus import select_devices
 from core.settings import PROJECT_ROOT, Settings
 from engine.gpuhost import HostGpus
-from engine.gpuplan import MemoryPlan, ParallelSizes, memory_plan, parallel_sizes, weights_from_config
+from engine.gpuplan import MemoryPlan, ParallelSizes, memory_plan, parallel_sizes, startup_peak, weights_from_config
 from engine.gpuplan import weights_on_disk as disk_weights
 from engine.hostdtype import dtype_of, pool_gib
 from engine.hub import fetch_config, hf_cached, hf_config_dir, probe_hub
@@ -148,14 +148,14 @@ def weights_bytes(settings: Settings, facts: ModelFacts) -> int:
 
 
 def gpu_plan(settings: Settings, facts: ModelFacts, kv: KvPlan, gpus: HostGpus) -> MemoryPlan:
-    """The per-GPU memory plan on the GPUs ``GPU_DEVICES`` selects (all when unset)."""
-    return memory_plan(
-        weights_bytes(settings, facts),
-        kv.kv_cache_bytes,
-        settings.gpu_headroom_gb,
-        parallel(settings),
-        select_devices(settings.gpu_devices, gpus.devices),
-    )
+    """The per-GPU memory plan on the GPUs ``GPU_DEVICES`` selects (all when unset), with the GPU build's batch
+    limits and the start-up peak they give (:func:`engine.gpuplan.startup_peak`)."""
+    weights, sizes = weights_bytes(settings, facts), parallel(settings)
+    devices = select_devices(settings.gpu_devices, gpus.devices)
+    dtype_bytes = DTYPE_BYTES.get(dtype_of(settings), 2)
+    limits, peak = startup_peak(facts.config, dtype_bytes, weights, kv.kv_cache_bytes, settings.vllm_extra_args,
+                                sizes, devices)  # fmt: skip
+    return memory_plan(weights, kv.kv_cache_bytes, settings.gpu_headroom_gb, sizes, devices, limits, peak)
 
 
 VERSIONS_PROBE = r"""

@@ -8,8 +8,12 @@ gpu_memory_utilization)``, whatever the KV setting; with a set pool the utilizat
 (``determine_available_memory`` returns the set bytes). At vLLM's default 0.92 a card with 8 % in use elsewhere
 cannot start. So the launcher asks for what the plan needs on one GPU, after the CUDA context::
 
-    need = weights / (tp × pp) + KV pool (per worker) + GPU_HEADROOM_GB (activations, CUDA graphs, sampler)
+    need = weights / (tp × pp) + KV pool (per worker) + headroom
+    headroom = max(GPU_HEADROOM_GB, the predicted peak's share beyond weights and KV)   (:mod:`engine.gpupeak`)
     utilization = ceil_to_0.001(need / total)      (the largest over the GPUs used; capped at 1)
+
+The plan also carries the batch limits the GPU build runs with (``--max-num-seqs``/``--max-num-batched-tokens``,
+:func:`engine.gpupeak.batch_limits`) and the start-up peak they give (:class:`engine.gpupeak.StartupPeak`).
 
 Totals come from NVML (``pynvml``) or ``nvidia-smi`` for the GPUs ``GPU_DEVICES`` (CUDA_VISIBLE_DEVICES semantics)
 selects, in vLLM's rank order.
@@ -26,6 +30,8 @@ from typing import Any
 
 from core.gpus import DeviceMemory
 from core.units import GIB
+from engine.gpupeak import BatchLimits, ModelShape, StartupPeak, batch_limits, card_sms, eager, predict_peak
+from engine.gpupeak import weights_from_config as weights_from_config  # re-exported: it lives with the model's shape
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 UTILIZATION_STEPS = 1000
@@ -96,27 +102,6 @@ def weights_on_disk(folder: Path | None) -> int | None:
     return found[0] if found else None
 
 
-def weights_from_config(config: Mapping[str, Any], dtype_bytes: int) -> int | None:
-    """Weight bytes of a dense decoder estimated from its ``config.json`` (embeddings, attention with grouped KV
-    heads, a gated MLP and two norms per layer, the final norm; the LM head unless ``tie_word_embeddings``); None
-    when a field is missing. Exact for ERNIE-4.5-0.3B (360,748,032 parameters); mixture-of-experts models are
-    underestimated, so weights on disk are preferred (:func:`weights_on_disk`)."""
-    text = config.get("text_config")
-    cfg: Mapping[str, Any] = text if isinstance(text, Mapping) else config
-    try:
-        hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
-        heads = int(cfg["num_attention_heads"])
-        kv_heads = int(cfg.get("num_key_value_heads") or heads)
-        head_dim = int(cfg.get("head_dim") or hidden // heads)
-        inter, vocab = int(cfg["intermediate_size"]), int(cfg["vocab_size"])
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None
-    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
-    per_layer = attention + 3 * hidden * inter + 2 * hidden
-    embeddings = vocab * hidden * (1 if cfg.get("tie_word_embeddings", config.get("tie_word_embeddings")) else 2)
-    return (embeddings + layers * per_layer + hidden) * dtype_bytes
-
-
 @dataclass(frozen=True)
 class MemoryPlan:
     """What vLLM needs on each GPU it uses (bytes) and the utilization that asks for exactly that."""
@@ -126,6 +111,8 @@ class MemoryPlan:
     headroom_bytes: int
     parallel: ParallelSizes
     devices: tuple[DeviceMemory, ...]
+    limits: BatchLimits | None = None
+    peak: StartupPeak | None = None
 
     @property
     def weights_per_gpu_bytes(self) -> int:
@@ -135,7 +122,13 @@ class MemoryPlan:
     @property
     def need_bytes(self) -> int:
         """Per GPU: weights share + KV pool + headroom (after vLLM's CUDA context, as ``request_memory`` counts)."""
-        return self.weights_per_gpu_bytes + self.kv_cache_bytes + self.headroom_bytes
+        return self.weights_per_gpu_bytes + self.kv_cache_bytes + self.needed_headroom_bytes
+
+    @property
+    def needed_headroom_bytes(self) -> int:
+        """GPU_HEADROOM_GB, or more where the predicted peak needs more beyond weights and KV pool (vLLM's own
+        batch defaults on an H100: its sampler alone takes 1.5 GB)."""
+        return max(self.headroom_bytes, self.peak.beyond_weights_and_kv_bytes if self.peak else 0)
 
     @property
     def utilization(self) -> float | None:
@@ -166,7 +159,7 @@ class MemoryPlan:
         weights = f"{self.weights_bytes / GIB:.2f} GiB{split}" if self.weights_bytes else "unknown (0)"
         head = (
             f"GPU memory per GPU: weights {weights} + KV {self.kv_cache_bytes / GIB:g}"
-            f" GiB + headroom {self.headroom_bytes / GIB:g} GiB = {self.need_bytes / GIB:.2f} GiB"
+            f" GiB + headroom {self.needed_headroom_bytes / GIB:.2f} GiB = {self.need_bytes / GIB:.2f} GiB"
         )
         if util is None:
             return head + "; card size unknown: --gpu-memory-utilization left to vLLM"
@@ -178,8 +171,11 @@ class MemoryPlan:
         return f"{head}; --gpu-memory-utilization {util:.3f} of {cards}"
 
     def log_lines(self) -> list[str]:
-        """The start-up lines: the arithmetic, and a warning for each GPU with too little free memory."""
+        """The start-up lines: the arithmetic, the predicted start-up peak, and a warning for each GPU with too
+        little free memory."""
         lines = [f"[INFO] {self.describe()}"]
+        if self.peak is not None:
+            lines.append(f"[INFO] {self.peak.line()}")
         for device, requested in self.short_of():
             lines.append(
                 f"[WARNING] GPU {device.label}: {(device.free_bytes or 0) / GIB:.2f} GiB free < "
@@ -195,13 +191,41 @@ def memory_plan(
     headroom_gb: float,
     parallel: ParallelSizes,
     devices: Sequence[DeviceMemory],
+    limits: BatchLimits | None = None,
+    peak: StartupPeak | None = None,
 ) -> MemoryPlan:
     """The per-GPU plan for the first ``parallel.gpus`` of ``devices`` (vLLM's ranks take the visible GPUs in
-    order)."""
+    order), with the batch ``limits`` and the start-up ``peak`` they give (:mod:`engine.gpupeak`)."""
     return MemoryPlan(
         weights_bytes=weights_bytes,
         kv_cache_bytes=kv_cache_bytes,
         headroom_bytes=int(headroom_gb * GIB),
         parallel=parallel,
         devices=tuple(devices[: parallel.gpus]),
+        limits=limits,
+        peak=peak,
     )
+
+
+def startup_peak(
+    config: Mapping[str, Any] | None,
+    dtype_bytes: int,
+    weights_bytes: int,
+    kv_cache_bytes: int,
+    extra_args: str,
+    parallel: ParallelSizes,
+    devices: Sequence[DeviceMemory],
+) -> tuple[BatchLimits, StartupPeak | None]:
+    """The GPU build's batch limits (VLLM_EXTRA_ARGS's win) and the start-up peak of one GPU they give for the model
+    of ``config`` (None when its config is unknown before launch); on a known card the Triton sampler buffer is sized
+    by its multiprocessors (:func:`engine.gpupeak.card_sms`)."""
+    limits = batch_limits(extra_args)
+    shape = ModelShape.from_config(config, dtype_bytes) if config else None
+    if shape is None:
+        return limits, None
+    known = [card_sms(d.name) for d in devices[: parallel.gpus]]
+    sms = max(s for s in known if s) if known and None not in known else None
+    per_gpu = -(-weights_bytes // (parallel.tensor * parallel.pipeline))
+    peak = predict_peak(shape, per_gpu, kv_cache_bytes, limits, parallel.tensor, parallel.gpus, sms=sms,
+                        enforce_eager=eager(extra_args))  # fmt: skip
+    return limits, peak

@@ -1,4 +1,4 @@
-"""The one entrypoint of the vLLM service: ``python -m engine.launcher [--prepare-only]``.
+"""The one entrypoint of the vLLM service: ``python -m engine.launcher [--prepare-only | --dry-run]``.
 
 Used by ``make up`` (under supervisord), by ``Dockerfile.vllm`` and by the tests. It checks the port, resolves
 the model (building the synthetic one when needed), starts vLLM's OpenAI server as its child
@@ -10,6 +10,10 @@ own, masking every configured secret (:mod:`engine.logpipe`), until vLLM exits; 
 The API key (VLLM_API_KEY, and any ``--api-key`` in VLLM_EXTRA_ARGS) reaches vLLM through its environment variable
 ``VLLM_API_KEY``, never its command line, so it is not in ``ps``, in vLLM's "non-default args" line or in the state
 file; only several keys at once go on the command line (``--api-key a b``), masked wherever it is written.
+
+``--dry-run`` goes as far as a start would without starting anything: the plan, the preflight (ENGINE_PREFLIGHT),
+then vLLM's command line and environment as one JSON line on stdout (secrets masked; no port check, no state file).
+The simulated GPU hosts of ``tests/unit/deploy/test_gpu_host_sim.py`` run the engine container's entry this way.
 """
 
 from __future__ import annotations
@@ -42,9 +46,9 @@ from core.enginestate import (
     write_engine_state,
 )
 from core.net import port_in_use_message
-from core.redact import redact_argv, split_secret_flags, strip_url_credentials
+from core.redact import MASK, redact_argv, secret_values, split_secret_flags, strip_url_credentials
 from core.replicas import router_in_use
-from core.settings import PROJECT_ROOT, Settings, get_settings, service_env
+from core.settings import PROJECT_ROOT, Settings, get_settings, secret_env_names, service_env
 from engine.doctor import preflight
 from engine.engineplan import (
     engine_build,
@@ -57,6 +61,7 @@ from engine.engineplan import (
     resolve,
 )
 from engine.gpuhost import host_gpus
+from engine.gpupeak import BatchLimits
 from engine.gpuplan import has_flag
 from engine.hostdtype import dtype_of, for_host
 from engine.kvsizing import KvPlan, KvSizingError
@@ -125,6 +130,7 @@ def vllm_argv(
     profile: bool = False,
     kv: KvPlan | None = None,
     gpu_utilization: float | None = None,
+    limits: BatchLimits | None = None,
 ) -> list[str]:
     """Command line of vLLM's OpenAI server for ``resolved`` (with the profiler endpoints only when ``profile``).
 
@@ -133,7 +139,10 @@ def vllm_argv(
     ``gpu_utilization`` (:class:`engine.gpuplan.MemoryPlan`) is ``--gpu-memory-utilization``: vLLM still
     checks free memory against it at start, so its 0.92 default would refuse a shared card (one given in
     VLLM_EXTRA_ARGS wins), as does its ``--disable-access-log-for-endpoints`` over the stack's own polling endpoints
-    (:func:`engine.logpipe.access_log_args`). ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
+    (:func:`engine.logpipe.access_log_args`), and ``limits``
+    (:func:`engine.gpupeak.batch_limits`) are ``--max-num-seqs`` and ``--max-num-batched-tokens`` where VLLM_EXTRA_ARGS
+    does not set them: vLLM's own defaults would take the start-up peak past the seed's 2.8 GB
+    (:mod:`engine.gpupeak`). ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
     one key goes through the environment (:func:`vllm_env`); only several keys come back here, as one
     ``--api-key a b`` list before the extra arguments (which stay last).
 
@@ -164,6 +173,8 @@ def vllm_argv(
     if gpu_utilization is not None and not has_flag(settings.vllm_extra_args, "--gpu-memory-utilization"):
         argv += ["--gpu-memory-utilization", f"{gpu_utilization:.3f}"]
     argv += access_log_args(settings.vllm_extra_args)  # the stack's own polling stays out of vllm.log
+    if limits is not None:
+        argv += limits.args()
     if profile:
         argv += profiler_args(settings)
     keys = settings.vllm_api_keys
@@ -311,11 +322,23 @@ def apply_request(settings: Settings, request: EngineRequest) -> Settings:
     return settings.model_copy(update=update) if update else settings
 
 
+def dry_run_line(settings: Settings, cmd: list[str], env: dict[str, str]) -> str:
+    """``--dry-run``'s JSON line: vLLM's command line (secret flag values masked) and environment (secret settings
+    and every configured secret value masked)."""
+    names, values = secret_env_names(), secret_values(settings, env)
+    shown = {k: MASK if k in names or any(s in v for s in values) else v for k, v in sorted(env.items())}
+    return json.dumps({"argv": redact_argv(cmd), "env": shown})
+
+
 def main(argv: list[str] | None = None) -> int:
     """Resolve, prepare, size the KV cache and run vLLM. Exit 2 with a clear message on a busy port, an unloadable
-    model, a context length the KV pool cannot hold or extra arguments that do not parse; else vLLM's exit code."""
+    model, a context length the KV pool cannot hold, a failed preflight or extra arguments that do not parse; else
+    vLLM's exit code (``--dry-run``: 0 once its JSON line is printed)."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--prepare-only", action="store_true", help="resolve and build the model, then exit")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--prepare-only", action="store_true", help="resolve and build the model, then exit")
+    mode.add_argument("--dry-run", action="store_true", help="plan and preflight as a start would, print vLLM's "
+                      "argv and environment as JSON, start nothing")  # fmt: skip
     parser.add_argument("--profile", action="store_true", help="enable vLLM's torch profiler endpoints")
     args = parser.parse_args(argv)
     request = read_request(get_settings().engine_request_file)
@@ -327,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[ERROR] {exc}".splitlines()[0], file=sys.stderr, flush=True)
         return 2
     profile = args.profile or request.profiler
-    out, writer = output(settings) if not args.prepare_only else (None, None)
+    out, writer = output(settings) if not (args.prepare_only or args.dry_run) else (None, None)
 
     def say(text: str, error: bool = False) -> None:
         if out is not None:
@@ -371,16 +394,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.prepare_only:
         say(f"[INFO] Model ready: {resolved.requested} -> {resolved.model_arg} (served as {resolved.served_name})")
         return 0
-    assert out is not None
-    busy = port_in_use_message(settings.vllm_host, settings.vllm_port, "VLLM_PORT")
+    busy = None if args.dry_run else port_in_use_message(settings.vllm_host, settings.vllm_port, "VLLM_PORT")
     if busy:
         say(f"[ERROR] {busy}", error=True)
         return 2
     try:
-        cmd = vllm_argv(settings, resolved, profile=profile, kv=kv, gpu_utilization=plan.utilization if plan else None)
+        cmd = vllm_argv(settings, resolved, profile=profile, kv=kv, gpu_utilization=plan.utilization if plan else None,
+                        limits=plan.limits if plan else None)  # fmt: skip
     except ValueError as exc:
         say(f"[ERROR] VLLM_EXTRA_ARGS does not parse ({exc}): quote it as a shell would.", error=True)
         return 2
+    if args.dry_run:
+        print(dry_run_line(settings, cmd, vllm_env(settings, build)), flush=True)
+        return 0
+    assert out is not None
     if profile:
         settings.profile_dir.mkdir(parents=True, exist_ok=True)
     start = log_position(settings.vllm_log_file)  # where this launch's lines begin (read by the start-up phase)

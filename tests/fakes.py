@@ -47,8 +47,12 @@ class FakeNvml:
     has_v2: bool = True  # drivers before R510 lack nvmlDeviceGetMemoryInfo_v2
     nvmlMemory_v2: int = 0x02000028
     processes: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # GPU index -> (pid, bytes)
+    uuids: list[str] | None = None  # per device (a host's identity of each card); default: made from the index
+    totals: list[int] | None = None  # per device; default: total_bytes for every one
 
     def nvmlDeviceGetUUID(self, handle: int) -> str:
+        if self.uuids is not None:
+            return self.uuids[handle]
         return f"GPU-{handle:08x}-fake-{self.names[handle].replace(' ', '-').lower()}"
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[_Proc]:
@@ -76,13 +80,14 @@ class FakeNvml:
     def nvmlDeviceGetMemoryInfo(self, handle: int, version: int | None = None) -> _Mem:
         """v1 counts the driver's reservation as used; v2 (``version`` given) reports it apart, as real NVML does."""
         used = self.used_bytes[handle % len(self.used_bytes)]
+        total = self.totals[handle] if self.totals is not None else self.total_bytes
         if version is None:
             used_v1 = used + self.reserved_bytes
-            return _Mem(total=self.total_bytes, used=used_v1, free=self.total_bytes - used_v1)
+            return _Mem(total=total, used=used_v1, free=total - used_v1)
         if not self.has_v2:
             raise RuntimeError("NVML Function Not Found")
-        free = self.total_bytes - used - self.reserved_bytes
-        return _Mem(total=self.total_bytes, used=used, free=free, reserved=self.reserved_bytes)
+        free = total - used - self.reserved_bytes
+        return _Mem(total=total, used=used, free=free, reserved=self.reserved_bytes)
 
     def nvmlDeviceGetUtilizationRates(self, handle: int) -> _Util:
         return _Util(gpu=42, memory=10)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from types import ModuleType
 
 from core.settings import PROJECT_ROOT
@@ -19,5 +20,6 @@ def script_module(name: str) -> ModuleType:
     if spec is None or spec.loader is None or not path.exists():
         raise FileNotFoundError(path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as an import does (dataclasses look their module up there)
     spec.loader.exec_module(module)
     return module

@@ -1,6 +1,7 @@
 """The engine as `make up` starts it on a GPU host, at the defaults, with the ERNIE-4.5-0.3B-shaped model: the card's
 sampled peak stays under the seed's 2.8 GB (10**9 bytes: the seed's unit, not GiB) while requests run, and the
-launcher's KV line and context length are what vLLM then serves.
+launcher's KV line, batch limits and predicted peak (engine/gpupeak.py: ≤ 2.6 GB) and the context length are what
+vLLM then serves.
 
 Marked ``gpu``; skipped with the reason where there is no NVIDIA GPU (NVML) or the engine interpreter is not vLLM's
 CUDA build. Runs the real launcher (``python -m engine.launcher``, the synthetic ERNIE model: no download), so
@@ -122,11 +123,15 @@ def test_peak_under_the_seeds_budget_and_the_plan_served(engine: dict[str, objec
     text = (logs / "launcher.out").read_text(errors="replace")
     assert PLANNED in text
     assert "--gpu-memory-utilization" in text and "0.92" not in re.findall(r"--gpu-memory-utilization (\S+)", text)
+    assert "--max-num-seqs 64 --max-num-batched-tokens 2048" in text  # the GPU build's batch limits (engine.gpupeak)
+    predicted = re.findall(r"GPU start-up peak \(predicted per GPU[^)]*\): ([\d.]+) GB", text)
+    assert predicted and float(predicted[-1]) * 1e9 <= 2.6e9, text[-3000:]
     served = re.search(r"GPU KV cache size: ([\d,]+) tokens", text)
     assert served and int(served[1].replace(",", "")) == 58_240, text[-3000:]
     state = json.loads((logs / "engine_state.json").read_text())
     assert state["engine_cuda_runtime"] and state["engine_torch_version"] and state["gpu_devices"]
     peaks: dict[int, float] = engine["peaks"]  # type: ignore[assignment]
     peak_bytes = max(peaks.values()) * 2**30
-    print(f"\n[gpu] sampled peak of the engine's GPU: {peak_bytes / 1e9:.3f} GB ({peak_bytes / 2**30:.3f} GiB)")
+    print(f"\n[gpu] sampled peak of the engine's GPU: {peak_bytes / 1e9:.3f} GB ({peak_bytes / 2**30:.3f} GiB); "
+          f"predicted {predicted[-1]} GB")
     assert peak_bytes < SEED_PEAK_BYTES

@@ -126,7 +126,7 @@ def test_too_little_free_memory_names_the_gpu_and_the_fix(tmp_path: Path, monkey
     """GPU 0 nearly full (another tenant), GPU 1 free: the engine on GPU 0 fails, GPU_DEVICES=1 passes."""
     gpus = _gpus(tmp_path, monkeypatch, [a10(0, 21_500), a10(1, 0)])
     full = doctor.check_memory(_settings(tmp_path, gpu_devices="0"), gpus)
-    assert [f.ok for f in full] == [False]
+    assert [(f.check, f.ok) for f in full] == [("GPU 0 (NVIDIA A10)", False), ("start-up peak", True)]
     assert full[0].check == "GPU 0 (NVIDIA A10)" and "GPU_DEVICES" in full[0].text and "KV_CACHE_GB" in full[0].text
     assert all(f.ok for f in doctor.check_memory(_settings(tmp_path, gpu_devices="GPU-00000001"), gpus))
     tp2 = doctor.check_memory(_settings(tmp_path, gpu_devices="1", vllm_extra_args="-tp 2"), gpus)
@@ -217,3 +217,15 @@ def test_launcher_logs_to_stdout_when_logs_cannot_be_written(tmp_path: Path, cap
     out, writer = output(settings)
     assert writer is None and "logging to stdout only" in capsys.readouterr().err
     out.line("still printed")
+
+
+def test_doctor_prints_the_predicted_start_up_peak(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make doctor` on a GPU host says the engine's predicted start-up peak in GB with its terms, under the seed's
+    2.8 GB for ERNIE-4.5-0.3B at the defaults, and above it with vLLM's own batch defaults (never a failure)."""
+    gpus = _gpus(tmp_path, monkeypatch, [a10(0, 0)])
+    [*_, peak] = doctor.check_memory(_settings(tmp_path), gpus)
+    assert peak.check == "start-up peak" and peak.ok
+    assert "2.525 GB" in peak.text and "KV pool 1.074" in peak.text and "under the seed's 2.8 GB" in peak.text
+    [*_, big] = doctor.check_memory(_settings(tmp_path, vllm_extra_args="--max-num-seqs 1024 "
+                                              "--max-num-batched-tokens 8192"), gpus)  # fmt: skip
+    assert big.ok and "ABOVE the seed's 2.8 GB" in big.text and "1024 sequences" in big.text
