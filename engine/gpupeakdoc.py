@@ -88,10 +88,11 @@ def replace_block(text: str, block: str) -> str:
 
 
 def default_kv_bytes() -> int:
-    """The GPU build's default KV pool in bytes (KV_CACHE_GB's default)."""
+    """The GPU build's default KV pool in bytes (KV_CACHE_GB unset, bfloat16: :func:`engine.hostdtype.pool_gib`)."""
     from core.settings import Settings
+    from engine.hostdtype import GPU_DTYPE, pool_gib
 
-    return int(float(Settings.model_fields["kv_cache_gb"].default) * GIB)
+    return int(pool_gib(Settings(_env_file=None, vllm_dtype=GPU_DTYPE, kv_cache_gb=None)) * GIB)  # type: ignore[call-arg]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -119,8 +119,9 @@ def planned_points(settings: Settings, base: BenchmarkConfig) -> list[tuple[Poin
         return [rate_point(settings, base, rate) for rate in loads]
     return [
         closed_point(settings, base, 1, "synchronous", "synchronous"),
-        closed_point(settings, base, base.concurrency, "throughput",
-                     f"maximum throughput (concurrency {base.concurrency})"),  # fmt: skip
+        closed_point(
+            settings, base, base.concurrency, "throughput", f"maximum throughput (concurrency {base.concurrency})"
+        ),
     ]
 
 

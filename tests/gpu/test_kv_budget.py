@@ -19,6 +19,7 @@ import pytest
 
 from core.settings import Settings
 from core.units import GIB
+from engine.hostdtype import GPU_DTYPE, pool_gib
 from sidecar.sampling.gpu import open_gpu_reader
 
 pytestmark = pytest.mark.gpu
@@ -53,7 +54,7 @@ def readings() -> dict[str, int]:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA device")
-    kv_bytes = int(Settings(_env_file=None).kv_cache_gb * GIB)  # type: ignore[call-arg]
+    kv_bytes = int(pool_gib(Settings(_env_file=None, vllm_dtype=GPU_DTYPE)) * GIB)  # type: ignore[call-arg]
     done = subprocess.run(
         [sys.executable, "-c", PROBE, str(ERNIE_PARAMS), str(kv_bytes)], capture_output=True, text=True, timeout=300
     )
