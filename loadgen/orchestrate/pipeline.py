@@ -39,11 +39,8 @@ from loadgen.sidecar_client import SidecarClient
 
 
 def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, settings: Settings) -> BuildReportRequest:
-    """The finished run for the sidecar: rows, the metrics computed here, the server cross-check, the client view.
-
-    Raises:
-        ValueError: no measured row (nothing to report).
-    """
+    """The finished run for the sidecar: rows, the metrics computed here, the server cross-check, the client view
+    (a run in which no measured request ended too: its cut rows, its warmup, the server's view)."""
     measured = [r for r in run.records if r.phase == "measured"]
     return BuildReportRequest(
         config=plan,
@@ -100,11 +97,13 @@ def run_once(
 def report_run(
     settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, run: Measured, records_path: Path
 ) -> RunResult:
-    """Have the sidecar write the report of one measured run; failures (nothing measured, the sidecar refused or
-    unreachable) are values naming the rows file."""
+    """Have the sidecar write the report of one run that sent requests, whatever it collected (requests that ended,
+    requests cut by its end, only its warmup): what it has, marked for what it is by its figures
+    (:func:`core.compare.unusable_reason`). Failures (nothing sent, the sidecar refused or unreachable) are values
+    naming the rows file."""
     down = run.server_down.line() if run.server_down else None
-    if not any(r.phase == "measured" and r.error_kind != "incomplete" for r in run.records):
-        why = f"no measured request ended ({records_path}); nothing to report."
+    if not run.records:
+        why = f"no request was sent ({records_path} is empty); nothing to report."
         return RunResult(None, run.interrupted, why, down, empty=True)
     try:
         built = sidecar.post_report(build_request(plan, run, records_path, settings), records_path)
@@ -196,8 +195,8 @@ def run_benchmark(
 
 def finish_run(settings: Settings, sidecar: SidecarClient, done: RunResult) -> int:
     """The end of a series of one run: its report is the result (:func:`loadgen.orchestrate.outcome.finish`); a run
-    with no report says why, with its exit code (2: profiler or load workers, 4: nothing succeeded, 130: stopped
-    before any request ended, 1: the sidecar did not write it)."""
+    with no report says why, with its exit code (2: profiler or load workers, 4: nothing sent, 130: stopped before
+    any request was sent, 1: the sidecar did not write it)."""
     if done.report is None:
         print(f"[ERROR] {done.error}", file=sys.stderr)
         if done.exit_code is not None:

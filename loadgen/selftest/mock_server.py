@@ -27,7 +27,8 @@ with ``--api-key`` does (the key is read from the settings, never from the comma
 
 The server's own clock (:mod:`loadgen.selftest.mock_metrics`): ``--metrics`` serves vLLM's ``/metrics`` latency
 histograms
-and counters as the mock's schedule stamps them; ``--send-delay-ms D`` sends every event D ms after its stamp (a
+and counters as the mock's schedule stamps them, and ``vllm:num_requests_running`` (answers being streamed: one whose
+client disconnects leaves it at once, as vLLM aborts it); ``--send-delay-ms D`` sends every event D ms after its stamp (a
 server whose stream lags its own clock). Paced answers then follow a schedule (first event ``ttft_ms`` after the
 request, each next ``itl_ms`` after the previous one's stamp).
 """
@@ -230,6 +231,7 @@ class _Connection(asyncio.Protocol):
         delay_s = cfg.send_delay_ms / 1000.0
         arrival = loop.time()
         stamps: list[float] = []
+        metrics.running += 1  # until the answer ends or the client goes away (connection_lost cancels this task)
         try:
             self._send(head + answer.head)
             due = arrival + cfg.ttft_ms / 1000.0
@@ -242,6 +244,7 @@ class _Connection(asyncio.Protocol):
             self._send(answer.tail, close)
             metrics.record(arrival, stamps, tokens, cfg.prompt_tokens)
         finally:
+            metrics.running -= 1
             self.task = None
         self._next()
 
