@@ -119,11 +119,11 @@ def finish(
     for line in lines[len(lines) - closing :]:
         print(line)
     if interrupted:
-        what = (
-            f"report of the {result.metrics.requests_total} requests"
-            if isinstance(result, Report)
-            else f"series of the {len(result.points)} point(s) measured"
-        )
+        if isinstance(result, Report):
+            sent = result.metrics.requests_total + result.metrics.requests_incomplete
+            what = f"report of the {sent} requests" if sent else "report of the warmup"
+        else:
+            what = f"series of the {len(result.points)} point(s) measured"
         print(f"[INFO] Interrupted: {what} so far written.")
         return EXIT_INTERRUPTED
     failed = [(EXIT_SERVER_DOWN, server_down_line(server_down))] if server_down else verdicts(settings, result)

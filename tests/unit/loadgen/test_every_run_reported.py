@@ -5,6 +5,7 @@ TestClient, no sockets); the benchmark's sidecar client talks to it."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
+from core.requestlog import RequestLog
 from core.settings import Settings
 from loadgen.errors import BenchError
 from loadgen.orchestrate.measured_run import Measured
@@ -35,9 +37,9 @@ def in_process_sidecar(monkeypatch: pytest.MonkeyPatch, app: TestClient) -> Side
 
         def call(url: str, **kwargs: Any) -> httpx.Response:
             if not url.startswith(BASE_URL):  # the sidecar's own calls (vLLM's /metrics): as they were
-                return real(url, **kwargs)  # type: ignore[no-any-return]
+                return real(url, **kwargs)
             kwargs.pop("timeout", None)
-            return getattr(app, method)(url.removeprefix(BASE_URL), **kwargs)  # type: ignore[no-any-return]
+            return getattr(app, method)(url.removeprefix(BASE_URL), **kwargs)
 
         return call
 
@@ -160,3 +162,100 @@ def test_a_run_that_can_be_a_baseline_keeps_the_seeds_line(
     out = capsys.readouterr().out
     assert code == 0 and f"[REPORT] Baseline saved to {done.path}" in out.splitlines()
     assert f"[BASELINE] v1 -> {done.report.report_id}" in out
+
+
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_a_run_that_sent_only_its_warmup_is_reported(
+    interrupted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client_for: Any,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """Every warmup request failed (exit 4, the run's own error line) or Ctrl-C stopped the warmup (exit 130): the
+    warmup's rows are reported with their errors by cause and why the measured run was not started; no baseline."""
+    from loadgen.errors import WarmupFailed, WarmupInterrupted
+    from loadgen.orchestrate import pipeline
+
+    settings = make_settings(tmp_path, baseline="v1")
+    sidecar = in_process_sidecar(monkeypatch, client_for(settings=settings))
+    start = time.time() - 10
+
+    def warmup_only(settings: Settings, plan: BenchmarkConfig, records_path: Path, *_: Any) -> Measured:
+        rows = [row(i, start, phase="warmup", ok=False, ttft_ms=None, output_tokens=None, error_kind="http_status",
+                    error="max_tokens=99999 cannot be greater than max_model_len=4096", http_status=400)
+                for i in range(3)]  # fmt: skip
+        records_path.write_text("".join(r.model_dump_json() + "\n" for r in rows), encoding="utf-8")
+        raise WarmupInterrupted("interrupted during the warmup") if interrupted else WarmupFailed("3 of 3 failed")
+
+    monkeypatch.setattr(pipeline, "run_measured", warmup_only)
+    done = pipeline.point_runner(settings, sidecar, None)(plan_of(4))  # type: ignore[arg-type]
+    code = finish_run(settings, sidecar, done)
+    out = capsys.readouterr()
+    assert code == (EXIT_INTERRUPTED if interrupted else EXIT_NO_SUCCESS)
+    assert "(not a baseline: sent no measured request" in out.out or "(not a baseline: was interrupted" in out.out
+    assert "Baseline saved" not in out.out
+    (path,) = (tmp_path / "reports").glob("benchmark_report_*.json")
+    report = json.loads(path.read_text(encoding="utf-8"))
+    assert report["errors"]["by_kind"] == {"http_status": 3} and report["metrics"]["requests_total"] == 0
+    assert any(g.startswith("the measured run was not started: ") for g in report["gaps"])
+    if not interrupted:
+        assert "[ERROR] 3 of 3 failed" in out.err and done.report is None  # no point of a series
+
+
+def test_a_body_without_any_row_is_still_refused(client_for: Any, tmp_path: Path) -> None:  # noqa: F811
+    """Nothing sent, nothing to report: a body with no row at all is a 422, nothing written."""
+    from core.api import BuildReportRequest
+
+    request = BuildReportRequest.model_validate(body(n=2)).model_copy(update={"records": []})
+    client = client_for(settings=make_settings(tmp_path))
+    answer = client.post("/reports", content=request.model_dump_json(), headers={"content-type": "application/json"})
+    assert answer.status_code == 422 and "no request row" in answer.text
+    assert not list((tmp_path / "reports").glob("benchmark_report_*.json"))
+
+
+def test_a_run_cut_whole_by_its_duration_against_the_mock_is_reported_and_refused_as_a_baseline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client_for: Any, capsys: pytest.CaptureFixture[str],  # noqa: F811
+) -> None:  # fmt: skip
+    """4 users for 1 s against a server whose answers take 40 s: the run's end cuts all 4 mid-stream. The report is
+    written from the rows, the server's /metrics and the cut requests' first tokens; it says it is no baseline,
+    ``--baseline`` is not marked, ``make baseline`` refuses it, exit 4; the server saw the 4 go."""
+    import gevent
+
+    from loadgen.locust_side import user_actions as driver
+    from loadgen.locust_side.process_state import RunState
+    from loadgen.orchestrate.measured_run import read_records
+    from loadgen.orchestrate.replica_watch import scrape_metrics
+    from loadgen.plan import bench_config
+    from loadgen.request.client import new_session
+    from tests.unit.loadgen.mock_process import mock_process, running_after
+
+    with mock_process("--metrics", "--tokens", "200", "--ttft-ms", "200", "--itl-ms", "200") as url:
+        settings = make_settings(tmp_path, baseline="v1").model_copy(
+            update={"vllm_base_url": url, "concurrency": 4, "duration": 1.0, "warmup": 0}
+        )
+        sidecar = in_process_sidecar(monkeypatch, client_for(settings=settings))
+        plan = bench_config(settings, "mock-model")
+        rows_file = tmp_path / "logs" / "runs" / "20260101_120000.requests.jsonl"
+        rows_file.parent.mkdir(parents=True)
+        state = RunState(plan, RequestLog(tmp_path / "requests.jsonl"))
+        state.begin(0, rows_file)
+        before, _ = scrape_metrics(url)
+        start = time.time()
+        users = [gevent.spawn(driver.send, state, new_session(), url, state.item(k)) for k in range(4)]
+        gevent.sleep(1.0)
+        gevent.killall(users, block=True)  # DURATION (+ DRAIN_S 0) is over: Locust kills the users
+        end = time.time()
+        after, _ = scrape_metrics(url)
+        assert running_after(url, 0.0, within_s=3.0) == 0.0
+        records, _ = read_records(rows_file)
+        code = finish_run(settings, sidecar, report_run(settings, plan, sidecar,
+                                                        Measured(records, start, end, before, after), rows_file))
+    out = capsys.readouterr().out
+    assert code == EXIT_NO_SUCCESS
+    (path,) = (tmp_path / "reports").glob("benchmark_report_*.json")
+    report = json.loads(path.read_text(encoding="utf-8"))
+    m = report["metrics"]
+    assert (m["requests_total"], m["requests_incomplete"], m["error_rate_percent"]) == (0, 4, None)
+    assert m["cut"]["with_first_token"] == 4 and m["cut"]["ttft"]["p50_ms"] >= 150 and report["server"] is not None
+    assert f"[REPORT] Report saved to {path} (not a baseline: had all its 4 requests cut by its end" in out
+    assert "[WARN] baseline v1 not marked: " in out and "Baseline saved" not in out
+    with pytest.raises(BenchError, match="is no baseline"):
+        sidecar.mark_baseline("v1", report["report_id"])
