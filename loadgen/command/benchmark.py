@@ -43,10 +43,10 @@ from loadgen.workloads.dataset import DatasetError, dataset_of
 from loadgen.workloads.prefixes import prefixes_file
 from loadgen.workloads.randomdata import random_prompts_file
 
-HELP = """Warmup, a measured Locust run, then the sidecar's report (reports/). Also python -m
-loadgen.command.benchmark and
-make benchmark VAR=VALUE; --sweep / --repeat N write a series report. Exit: 0 ok, 1 report not written, 2 bad input
-or services down, 3 gate regression, 4 no success, 5 error rate, 6 server down, 130 interrupted."""
+HELP = """Warmup, a measured Locust run, then the sidecar's report (reports/). Also python -m loadgen.command.benchmark
+and make benchmark VAR=VALUE; --sweep / --repeat N write a series report. Exit: 0 ok, 1 report not written, 2 bad
+input, services down or vLLM busy (nothing sent), 3 gate regression, 4 no success, 5 error rate, 6 server down, 130
+interrupted; every run that sent requests has a report (one that cannot be a baseline says why)."""
 
 
 @contextmanager

@@ -23,6 +23,7 @@ from loadgen.errors import WarmupFailed, WarmupInterrupted
 from loadgen.locust_side.user_actions import payload_for
 from loadgen.orchestrate import profiling
 from loadgen.orchestrate.breaker import RowWatch, ServerDown
+from loadgen.orchestrate.idle import wait_until_idle
 from loadgen.orchestrate.locust_run import (
     INTERRUPTED,
     SERVER_DOWN,
@@ -193,10 +194,16 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     """Warmup, then the measured window: Locust between two /metrics scrapes, inside a sidecar sampling window
     (under the profiler with PROFILE=1).
 
+    The engine must be idle first (:func:`loadgen.orchestrate.idle.wait_until_idle`): other requests in it would
+    count in this run's figures.
+
     Raises:
         profiling.ProfilingError: the profiler could not be started or stopped.
+        EngineBusy: vLLM still held other requests after IDLE_WAIT_S (nothing sent).
         WarmupFailed: every warmup request failed (nothing measured; the warmup rows are in ``records_path``).
+        WarmupInterrupted: Ctrl-C during the warmup (its rows are in ``records_path``).
     """
+    wait_until_idle(settings)
     done = warmup(plan, records_path, settings.vllm_headers)
     failed = sum(not r.ok for r in done)
     if done and failed == len(done):

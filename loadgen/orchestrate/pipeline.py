@@ -23,6 +23,7 @@ from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
 from loadgen.errors import BenchError, WarmupFailed, WarmupInterrupted, WorkersMissing
 from loadgen.orchestrate import profiling
+from loadgen.orchestrate.idle import EngineBusy
 from loadgen.orchestrate.measured_run import Measured, from_records_file, run_measured
 from loadgen.orchestrate.outcome import (
     EXIT_FAILED,
@@ -119,7 +120,7 @@ def point_runner(settings: Settings, sidecar: SidecarClient, engine: EngineContr
         records_path = new_records_path(settings)
         try:
             run = run_measured(settings, plan, records_path, sidecar, engine)
-        except (profiling.ProfilingError, WorkersMissing) as exc:
+        except (profiling.ProfilingError, WorkersMissing, EngineBusy) as exc:
             return RunResult(None, error=str(exc), exit_code=EXIT_USAGE)
         except WarmupFailed as exc:  # the warmup's report, then the run's own line and exit code (not a point)
             warmup_report(settings, plan, sidecar, records_path, f"every warmup request failed: {exc}")
