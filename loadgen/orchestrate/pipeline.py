@@ -123,7 +123,7 @@ def point_runner(settings: Settings, sidecar: SidecarClient, engine: EngineContr
         except (profiling.ProfilingError, WorkersMissing, EngineBusy) as exc:
             return RunResult(None, error=str(exc), exit_code=EXIT_USAGE)
         except WarmupFailed as exc:  # the warmup's report, then the run's own line and exit code (not a point)
-            warmup_report(settings, plan, sidecar, records_path, f"every warmup request failed: {exc}")
+            warmup_report(settings, plan, sidecar, records_path, str(exc))
             return RunResult(None, error=str(exc), exit_code=EXIT_NO_SUCCESS)
         except WarmupInterrupted as exc:
             return warmup_report(settings, plan, sidecar, records_path, str(exc), interrupted=True)
@@ -137,12 +137,12 @@ def warmup_report(
     interrupted: bool = False,
 ) -> RunResult:  # fmt: skip
     """The report of a run that sent only its warmup (every warmup request failed, or Ctrl-C during it): its rows,
-    the warmup's errors by cause and ``why`` the measured run was not started. Never a reference (it sent no measured
-    request). Without ``interrupted`` the ``[REPORT]`` line is printed here: the run's result stays its error line and
-    exit code (4), and it is no point of a series."""
+    the warmup's errors by cause and ``why`` the measured run was not started (a gap line). Never a reference (it sent
+    no measured request). Without ``interrupted`` the ``[REPORT]`` line is printed here: the run's result stays its
+    error line and exit code (4), and it is no point of a series."""
     run = from_records_file(records_path)
     run = Measured(run.records, run.window_start, max(run.window_end, run.window_start), interrupted=interrupted,
-                   gaps=[f"the measured run was not started: {why}; the errors are the warmup's"])  # fmt: skip
+                   gaps=[f"{why.rstrip('.')} (the errors are the warmup's)"])  # fmt: skip
     done = report_run(settings, plan, sidecar, run, records_path)
     if done.report is not None and not interrupted:
         print(report_line(done.report, done.path), flush=True)

@@ -183,7 +183,8 @@ def test_a_run_that_sent_only_its_warmup_is_reported(
                     error="max_tokens=99999 cannot be greater than max_model_len=4096", http_status=400)
                 for i in range(3)]  # fmt: skip
         records_path.write_text("".join(r.model_dump_json() + "\n" for r in rows), encoding="utf-8")
-        raise WarmupInterrupted("interrupted during the warmup") if interrupted else WarmupFailed("3 of 3 failed")
+        raise (WarmupInterrupted("interrupted during the warmup; the measured run was not started") if interrupted
+               else WarmupFailed("every warmup request failed (3 of 3). The measured run was not started."))
 
     monkeypatch.setattr(pipeline, "run_measured", warmup_only)
     done = pipeline.point_runner(settings, sidecar, None)(plan_of(4))  # type: ignore[arg-type]
@@ -195,9 +196,9 @@ def test_a_run_that_sent_only_its_warmup_is_reported(
     (path,) = (tmp_path / "reports").glob("benchmark_report_*.json")
     report = json.loads(path.read_text(encoding="utf-8"))
     assert report["errors"]["by_kind"] == {"http_status": 3} and report["metrics"]["requests_total"] == 0
-    assert any(g.startswith("the measured run was not started: ") for g in report["gaps"])
+    assert any("measured run was not started (the errors are the warmup's)" in g for g in report["gaps"])
     if not interrupted:
-        assert "[ERROR] 3 of 3 failed" in out.err and done.report is None  # no point of a series
+        assert "[ERROR] every warmup request failed (3 of 3)" in out.err and done.report is None  # no series point
 
 
 def test_a_body_without_any_row_is_still_refused(client_for: Any, tmp_path: Path) -> None:  # noqa: F811
