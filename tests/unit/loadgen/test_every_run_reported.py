@@ -111,6 +111,8 @@ def test_a_run_whose_every_request_was_cut_is_reported_and_is_no_baseline(
                      "(more than 10%: they outlasted DURATION and DRAIN_S, so its figures are of the short ones); run "
                      "longer or with less load)"]  # fmt: skip
     assert "Baseline saved" not in out.out and "[WARN] baseline v1 not marked: " in out.out
+    assert "[ERROR] No measured request succeeded (0 failed, 32 cut by the run's end): see errors and the cut " \
+           "requests." in out.err
     assert "[RESULT] Cut by the run's end: 32 (the end of the run 32) after up to 60 s in flight; 20 had a first " \
            "token" in out.out and "Requests: 0/0 ok | errors n/a | 32 incomplete" in out.out
     rows_written = Path(done.path).with_name(done.report.requests_file).read_text(encoding="utf-8").splitlines()
