@@ -148,10 +148,14 @@ def unusable_reason(report: Report) -> str | None:
     sent = m.requests_total + m.requests_incomplete
     if not sent:
         return f"{report.report_id} sent no measured request (its warmup failed, or it was stopped before)"
-    if 100.0 * m.requests_incomplete / sent > MAX_CUT_SHARE_PCT:
-        every = "all" if m.requests_incomplete == sent else f"{m.requests_incomplete} of"
+    if m.requests_incomplete == sent:
         return (
-            f"{report.report_id} had {every} its {sent} requests cut by its end (more than "
+            f"{report.report_id} had all its {sent} requests cut by its end (none ended within DURATION and "
+            "DRAIN_S); run longer or with less load"
+        )
+    if 100.0 * m.requests_incomplete / sent > MAX_CUT_SHARE_PCT:
+        return (
+            f"{report.report_id} had {m.requests_incomplete} of its {sent} requests cut by its end (more than "
             f"{MAX_CUT_SHARE_PCT:g}%: they outlasted DURATION and DRAIN_S, so its figures are of the short ones); "
             "run longer or with less load"
         )
