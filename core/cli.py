@@ -87,8 +87,9 @@ def is_bool(info: FieldInfo) -> bool:
 SHORT_HELP: dict[str, str] = {
     # one --help line for knobs whose first clause would wrap (the whole description is in docs/reference.md)
     "rate_end": "Open loop: ramp linearly from RATE to this, req/s",
-    "sweep": "Load sweep: auto, concurrency:1,2,4 or rate:0.5,1",
-    "sweep_rates": "SWEEP=auto: open-loop rates between its points",
+    "sweep": "Load sweep: auto, concurrency:1,2 or rate:1,2",
+    "sweep_rates": "SWEEP=auto: rates between its points",
+    "capacity_check": "Refuse loads that would time out",
     "cooldown_s": "Pause between the runs of a series, s",
     "output_len": "Output lengths: sampled, or fixed (MAX_TOKENS)",
     "output_len_p95": "Sampled output length: P95, tokens",
@@ -97,6 +98,7 @@ SHORT_HELP: dict[str, str] = {
     "random_output_len": "DATASET=random: output tokens per request",
     "prefix_len": "Shared prefix tokens before every prompt",
     "prefix_count": "Distinct shared prefixes",
+    "tokenizer": "Model folder sizing prompts without /tokenize",
     "trace": "Replay this BurstGPT CSV / Mooncake JSONL trace",
     "trace_speed": "TRACE: replay this many times faster",
     "slo_attainment_pct": "Share of requests a sweep point must keep in SLO, %",

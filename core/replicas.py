@@ -13,12 +13,18 @@ import json
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import TypeAdapter, ValidationError
 
 from core.settings import Settings
 
 CLUSTER_KNOBS = ("replicas", "replica_port_base", "engine_urls", "router_policy", "replica_hosts")
 """The knobs that shape the cluster: ``make up`` records them, later commands read them (:func:`as_started`)."""
+_KNOB_SHAPES: dict[str, TypeAdapter[Any]] = {  # each knob's type with its bounds (REPLICAS 0..64 ...)
+    name: TypeAdapter(Annotated[Settings.model_fields[name].annotation, Settings.model_fields[name]])  # type: ignore[arg-type]
+    for name in CLUSTER_KNOBS
+}
 
 
 def cluster_record(settings: Settings) -> Path:
@@ -48,7 +54,13 @@ def as_started(settings: Settings) -> Settings:
         return settings
     if not isinstance(recorded, dict):
         return settings
-    update = {k: recorded[k] for k in CLUSTER_KNOBS if k in recorded and k not in settings.model_fields_set}
+    update = {}
+    for name in CLUSTER_KNOBS:
+        if name in recorded and name not in settings.model_fields_set:
+            try:  # model_copy does not validate: a value of another shape would surface far from here
+                update[name] = _KNOB_SHAPES[name].validate_python(recorded[name])
+            except ValidationError:
+                continue
     return settings.model_copy(update=update) if update else settings
 
 

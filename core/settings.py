@@ -11,11 +11,12 @@ import contextlib
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, ValidationError, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from core.distributions import lognormal_params
 from core.knobs.benchmark import RANDOM_DATASET, BenchmarkKnobs
@@ -54,41 +55,33 @@ class Settings(ClusterKnobs, SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKn
         allow_inf_nan=False,  # RATE=nan, BURSTINESS=inf ... stop before load, naming the variable
     )
 
-    @field_validator(
-        "model",
-        "vllm_model_path",
-        "served_model_name",
-        "hf_token",
-        "requests",
-        "vllm_max_model_len",
-        "vllm_cpu_num_of_reserved_cpu",
-        "vllm_cpu_omp_threads_bind",
-        "rate",
-        "dataset",
-        "output_len",
-        "gate",
-        "baseline",
-        "bench_model",
-        "watchdog_s",
-        "max_error_rate_pct",
-        "vllm_api_key",
-        "sidecar_token",
-        "sidecar_token_file",
-        "reports_max_age_days",
-        "locust_web_password",
-        "ui_password",
-        "ui_auth_secret",
-        "rate_end",
-        "trace",
-        "sweep",
-        "max_in_flight",
-        "workers",
-        mode="before",
-    )
     @classmethod
-    def _blank_is_unset(cls, value: object) -> object:
-        """An empty or blank variable (``RATE=`` from make) means unset."""
-        return None if isinstance(value, str) and not value.strip() else value
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """pydantic-settings' sources in its order (flags, environment, ``.env``, secrets), each variable list read
+        with :func:`_blank_names_skipped`."""
+        for source in (env_settings, dotenv_settings):
+            if isinstance(source, EnvSettingsSource):
+                source.env_vars = _blank_names_skipped(source.env_vars, settings_cls)
+        return init_settings, env_settings, dotenv_settings, file_secret_settings
+
+    @model_validator(mode="before")
+    @classmethod
+    def _blank_is_unset(cls, data: object) -> object:
+        """A blank value (empty or only spaces) of ANY knob, from any source, is not given: the knob takes its
+        default. That is what every launcher passes for "not set": compose's ``${X:-}``, ``make X=``, an ``X=`` line
+        in ``.env``, an empty Kubernetes ConfigMap entry. A blank beats the sources below it (``make RATE=`` unsets a
+        RATE of ``.env``; compose blanks the secrets a service must not hold), and a field without a default would
+        be refused naming its variable (``NAME: Field required``)."""
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if not _blank(value)}
+        return data
 
     @model_validator(mode="after")
     def _one_model(self) -> Settings:
@@ -287,6 +280,26 @@ class Settings(ClusterKnobs, SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKn
             if named:
                 hosts.append(named)
         return list(dict.fromkeys(hosts + self.sidecar_trusted_hosts))
+
+
+def _blank(value: object) -> bool:
+    """Whether ``value`` is a blank string (empty or whitespace only): "not given" for every knob."""
+    return isinstance(value, str) and not value.strip()
+
+
+def _blank_names_skipped(env: Mapping[str, str | None], settings_cls: type[BaseSettings]) -> dict[str, str | None]:
+    """``env`` (one source's variables, names lower-cased) without the blank names of a knob that another of its names
+    sets: ``GPU_DEVICES=`` beside ``CUDA_VISIBLE_DEVICES=1`` reads 1, as if GPU_DEVICES were absent. A knob whose every
+    name present is blank keeps a blank, which :meth:`Settings._blank_is_unset` turns into the default."""
+    out = dict(env)
+    for info in settings_cls.model_fields.values():
+        alias = info.validation_alias
+        names = [n.lower() for n in alias.choices if isinstance(n, str)] if isinstance(alias, AliasChoices) else []
+        if any(n in out and not _blank(out[n]) for n in names):
+            for n in names:
+                if n in out and _blank(out[n]):
+                    del out[n]
+    return out
 
 
 SERVICE_SECRETS: dict[str, frozenset[str]] = {

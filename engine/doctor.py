@@ -3,8 +3,9 @@
 ``python -m engine.doctor [--in-container]``. Run by ``make doctor``, by ``make up`` on GPU hosts and by the
 compose engine's entry (``--in-container``: no Container Toolkit or host port checks there). Checks:
 
-- the host driver against the minimum of the image's CUDA build (:func:`image_cuda` of ``VLLM_GPU_BASE``; in the
-  engine container the CUDA runtime its torch was built with, :data:`MIN_DRIVER`);
+- the host driver against the rule of the image's CUDA build (:func:`image_cuda` of ``VLLM_GPU_BASE``; in the
+  engine container the CUDA runtime its torch was built with): the Container Toolkit's check of the image's
+  ``NVIDIA_REQUIRE_CUDA`` label, and the CUDA runtime's own minimum (:data:`DRIVER_RULES`);
 - the NVIDIA Container Toolkit (``nvidia-ctk``/``nvidia-container-runtime``/``nvidia-container-cli``) on the host;
 - free memory on each GPU the engine will use against what vLLM will request there (:mod:`engine.gpuplan`);
 - the checkout's ``logs/``, ``reports/`` and ``models/`` writable by the containers' uid (APP_UID/APP_GID);
@@ -31,12 +32,54 @@ from core.settings import Settings, get_settings
 from core.units import GIB
 from engine.engineplan import engine_python, engine_versions, gpu_plan, kv_plan, model_facts, resolve
 from engine.gpuhost import HostGpus, host_gpus
+from engine.hostdtype import for_host
 from engine.kvsizing import KvSizingError
 from engine.model_resolve import ModelResolutionError
 
-MIN_DRIVER = {"cu129": "525.60.13", "cu130": "580.65.06"}
-"""Lowest Linux driver for each image CUDA build: CUDA 12.x and 13.x minor-version compatibility (NVIDIA's CUDA
-compatibility guide: 12.x runs on ≥ 525.60.13, 13.x on ≥ 580.65.06)."""
+
+@dataclass(frozen=True)
+class DriverRule:
+    """What a vLLM image's CUDA build asks of the host's (Linux) driver.
+
+    The NVIDIA Container Toolkit starts the container only when the image's ``NVIDIA_REQUIRE_CUDA`` label holds
+    (libnvidia-container ``src/cli/dsl.c``: space-separated alternatives, comma-separated conditions, each checked
+    against the driver's CUDA version and version string): ``cuda>=12.9`` — the driver's CUDA version, i.e. a driver
+    ≥ ``cuda_driver``, the first of that CUDA version — OR ``brand=…,driver>=535,driver<536`` … for each of the
+    label's exception ``branches`` (every data-centre, workstation and virtual-GPU brand; not GeForce or TITAN). The
+    CUDA runtime then needs at least ``runtime_driver`` (CUDA minor-version compatibility).
+    """
+
+    cuda: str
+    cuda_driver: str
+    branches: tuple[int, ...]
+    runtime_driver: str
+
+    def passes(self, driver: str) -> bool:
+        """Whether the toolkit starts the image on ``driver`` (``535.183.01``) and its CUDA runtime runs there."""
+        have = _version(driver)
+        label = have >= _version(self.cuda_driver) or (bool(have) and have[0] in self.branches)
+        return label and have >= _version(self.runtime_driver)
+
+    def describe(self) -> str:
+        """The drivers that pass, in words: ``≥ 575.51.03 (CUDA 12.9) or the 535, 550, 560, 565 or 570 branch``."""
+        floor = max(self.cuda_driver, self.runtime_driver, key=_version)
+        branches = [str(b) for b in self.branches if _version(self.runtime_driver)[0] < b < _version(floor)[0]]
+        text = f"≥ {floor} (CUDA {self.cuda})"
+        if not branches:
+            return text
+        listed = branches[0] if len(branches) == 1 else f"{', '.join(branches[:-1])} or {branches[-1]}"
+        return f"{text} or the {listed} branch"
+
+
+DRIVER_RULES = {
+    # vLLM's -cu129 images (nvidia/cuda 12.9.1 base): NVIDIA_REQUIRE_CUDA=cuda>=12.9 with the 535, 550, 560, 565 and
+    # 570 branches as exceptions; CUDA 12.9 needs 575.51.03 (CUDA toolkit release notes); CUDA 12.x runs on ≥ 525.60.13.
+    # So 525, 545 and 555 hosts are refused although CUDA 12.9 itself would run there.
+    "cu129": DriverRule("12.9", "575.51.03", (535, 550, 560, 565, 570), "525.60.13"),
+    # vLLM's CUDA 13 images: cuda>=13.0 with exceptions up to the 575 branch, but CUDA 13.x itself needs ≥ 580.65.06.
+    "cu130": DriverRule("13.0", "580.65.06", (535, 550, 565, 570, 575), "580.65.06"),
+}
+"""The driver rule of each image CUDA build (:func:`image_cuda`)."""
 TOOLKIT_TOOLS = ("nvidia-ctk", "nvidia-container-runtime", "nvidia-container-cli")
 
 
@@ -67,21 +110,24 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def check_driver(gpus: HostGpus, image_cuda: str) -> Finding:
-    """The host driver against :data:`MIN_DRIVER` of ``image_cuda``."""
-    need = MIN_DRIVER[image_cuda]
+    """The host driver against the :data:`DRIVER_RULES` of ``image_cuda``: the fix names the drivers that pass, and
+    the -cu129 image where it would run on this driver."""
+    rule = DRIVER_RULES[image_cuda]
     have = gpus.driver_version
     if have is None:
-        return Finding("driver", False, f"driver version unknown ({gpus.reason}); install an NVIDIA driver ≥ {need}")
-    if _version(have) < _version(need):
-        cu129 = "VLLM_GPU_BASE=vllm/vllm-openai:v0.32.0-cu129 (runs on ≥ 525.60.13) and rebuild, or "
-        other = cu129 if image_cuda != "cu129" else ""
+        return Finding("driver", False, f"driver version unknown ({gpus.reason}); install an NVIDIA driver "
+                       f"{rule.describe()}")
+    if not rule.passes(have):
+        cu129 = DRIVER_RULES["cu129"]
+        other = (f"set VLLM_GPU_BASE=vllm/vllm-openai:v0.32.0-cu129 (runs on {cu129.describe()}) and rebuild, or "
+                 if image_cuda != "cu129" and cu129.passes(have) else "")
         return Finding(
             "driver",
             False,
-            f"driver {have} is older than {need}, the minimum of the {image_cuda} vLLM image: set {other}upgrade the "
-            f"driver to ≥ {need}",
+            f"driver {have} cannot run the {image_cuda} vLLM image, which needs a driver {rule.describe()} (the "
+            f"Container Toolkit checks its NVIDIA_REQUIRE_CUDA label): {other}install a driver {rule.describe()}",
         )
-    return Finding("driver", True, f"{have} ≥ {need} ({image_cuda} image)")
+    return Finding("driver", True, f"{have} runs the {image_cuda} image ({rule.describe()})")
 
 
 def check_toolkit(which: Callable[[str], str | None] = shutil.which) -> Finding:
@@ -106,6 +152,7 @@ def check_memory(settings: Settings, gpus: HostGpus) -> list[Finding]:
     try:
         resolved = resolve(settings)
         facts = model_facts(settings, resolved, fetch=False)
+        settings, _ = for_host(settings, "gpu")  # the memory check is of the GPU build
         kv = kv_plan(settings, resolved, facts)
     except (ModelResolutionError, KvSizingError) as exc:
         return [Finding("plan", False, str(exc))]

@@ -20,6 +20,7 @@ from core.settings import PROJECT_ROOT, Settings
 from engine.gpuhost import HostGpus
 from engine.gpuplan import MemoryPlan, ParallelSizes, memory_plan, parallel_sizes, weights_from_config
 from engine.gpuplan import weights_on_disk as disk_weights
+from engine.hostdtype import dtype_of, pool_gib
 from engine.hub import fetch_config, hf_cached, hf_config_dir, probe_hub
 from engine.kvsizing import (
     DTYPE_BYTES,
@@ -65,9 +66,9 @@ def fits_host(settings: Settings, build: str, host_memory_bytes: int | None = No
     if build != "cpu":
         return build
     total_gib = (host_memory_bytes or psutil.virtual_memory().total) / 2**30
-    if settings.kv_cache_gb >= total_gib:
+    if pool_gib(settings) >= total_gib:
         raise KvSizingError(
-            f"KV_CACHE_GB={settings.kv_cache_gb:g} does not fit this host's {total_gib:.1f} GiB of memory: vLLM's "
+            f"KV_CACHE_GB={pool_gib(settings):g} does not fit this host's {total_gib:.1f} GiB of memory: vLLM's "
             f"CPU build keeps the KV cache in RAM beside the weights; give less (e.g. KV_CACHE_GB="
             f"{max(1, int(total_gib / 4))})"
         )
@@ -130,11 +131,11 @@ def kv_plan(settings: Settings, resolved: ResolvedModel, facts: ModelFacts | Non
         KvSizingError: the pool cannot hold one request of the context length.
     """
     facts = facts or model_facts(settings, resolved)
-    geometry = geometry_from_config(facts.config, settings.vllm_dtype) if facts.config else None
+    geometry = geometry_from_config(facts.config, dtype_of(settings)) if facts.config else None
     if geometry is not None:
         sizes = parallel(settings)
         geometry = per_gpu(geometry, sizes.tensor, sizes.pipeline)
-    return plan_kv(settings.kv_cache_gb, settings.vllm_max_model_len, geometry)
+    return plan_kv(pool_gib(settings), settings.vllm_max_model_len, geometry)
 
 
 def weights_bytes(settings: Settings, facts: ModelFacts) -> int:
@@ -142,7 +143,7 @@ def weights_bytes(settings: Settings, facts: ModelFacts) -> int:
     on_disk = disk_weights(facts.folder) if facts.folder is not None else None
     if on_disk:
         return on_disk
-    estimate = weights_from_config(facts.config, DTYPE_BYTES.get(settings.vllm_dtype, 2)) if facts.config else None
+    estimate = weights_from_config(facts.config, DTYPE_BYTES.get(dtype_of(settings), 2)) if facts.config else None
     return estimate or 0
 
 
@@ -181,6 +182,8 @@ def engine_versions(python: str) -> dict[str, str | None]:
         done = subprocess.run([python, "-c", VERSIONS_PROBE], capture_output=True, text=True, timeout=30, check=False)
         data = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {}
+    if not isinstance(data, dict):  # a last line of another shape (a list, a number): the versions are unknown
         return {}
     return {k: v for k, v in data.items() if isinstance(v, str) or v is None}
 

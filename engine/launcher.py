@@ -58,8 +58,9 @@ from engine.engineplan import (
 )
 from engine.gpuhost import host_gpus
 from engine.gpuplan import has_flag
+from engine.hostdtype import dtype_of, for_host
 from engine.kvsizing import KvPlan, KvSizingError
-from engine.logpipe import Masked, output, pump
+from engine.logpipe import Masked, access_log_args, output, pump
 from engine.model_resolve import ModelResolutionError, ResolvedModel
 from engine.reaper import MARKER, marker_value
 from engine.replicas import replica_settings
@@ -131,7 +132,8 @@ def vllm_argv(
     would set it), with the context length of ``kv`` (default: :func:`engine.engineplan.kv_plan`). On GPU hosts
     ``gpu_utilization`` (:class:`engine.gpuplan.MemoryPlan`) is ``--gpu-memory-utilization``: vLLM still
     checks free memory against it at start, so its 0.92 default would refuse a shared card (one given in
-    VLLM_EXTRA_ARGS wins). ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
+    VLLM_EXTRA_ARGS wins), as does its ``--disable-access-log-for-endpoints`` over the stack's own polling endpoints
+    (:func:`engine.logpipe.access_log_args`). ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
     one key goes through the environment (:func:`vllm_env`); only several keys come back here, as one
     ``--api-key a b`` list before the extra arguments (which stay last).
 
@@ -153,7 +155,7 @@ def vllm_argv(
         "--port",
         str(settings.vllm_port),
         "--dtype",
-        settings.vllm_dtype,
+        dtype_of(settings),
         "--kv-cache-memory-bytes",
         str(kv.kv_cache_bytes),
         "--max-model-len",
@@ -161,6 +163,7 @@ def vllm_argv(
     ]
     if gpu_utilization is not None and not has_flag(settings.vllm_extra_args, "--gpu-memory-utilization"):
         argv += ["--gpu-memory-utilization", f"{gpu_utilization:.3f}"]
+    argv += access_log_args(settings.vllm_extra_args)  # the stack's own polling stays out of vllm.log
     if profile:
         argv += profiler_args(settings)
     keys = settings.vllm_api_keys
@@ -194,6 +197,7 @@ def vllm_env(settings: Settings, build: str = "gpu", base: dict[str, str] | None
     On the CPU build (``build="cpu"``) ``VLLM_USE_AOT_COMPILE=0`` unless set: vLLM 0.32's CPU build saves an AOT
     artifact it cannot load back (``'function' object has no attribute 'finalize_loading'``), so every restart
     recompiled; torch.compile's own caches (Inductor's FX graph cache) hit instead (docs/benchmarks.md).
+    ``CUDA_VISIBLE_DEVICES`` is GPU_DEVICES (absent when unset or blank: every GPU), in PCI order on the GPU build.
     ``STACK_ENGINE_RUN_DIR`` marks vLLM and every process it starts as this stack's (:mod:`engine.reaper`).
     """
     env = {k: v for k, v in service_env("vllm", base).items() if k not in STACK_ONLY_VLLM_VARS}
@@ -206,8 +210,10 @@ def vllm_env(settings: Settings, build: str = "gpu", base: dict[str, str] | None
     if settings.vllm_cpu_omp_threads_bind:
         env["VLLM_CPU_OMP_THREADS_BIND"] = settings.vllm_cpu_omp_threads_bind
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
-    if settings.gpu_devices is not None:  # one setting for the engine and the sidecar: NVML's (PCI) numbering
+    env.pop("CUDA_VISIBLE_DEVICES", None)  # the settings read it: vLLM sees exactly their GPUs, in NVML's numbering
+    if settings.gpu_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = settings.gpu_devices
+    if build != "cpu":
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env[MARKER] = marker_value(settings.run_dir)  # every process vLLM starts inherits it: `make down` finds them
     if settings.hf_token:
@@ -346,9 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     facts = model_facts(settings, resolved)
     if facts.reason:
         say(f"[WARNING] config.json of {resolved.model_arg} not known before launch ({facts.reason})", error=True)
+    build = engine_build(settings)
+    settings, dtype_line = for_host(settings, build)  # unset VLLM_DTYPE: what this host's CPU or GPU computes
+    if dtype_line:
+        say(dtype_line)
     try:
         kv = kv_plan(settings, resolved, facts)  # also in --prepare-only, so `make up` refuses before starting
-        build = fits_host(settings, engine_build(settings))  # the CPU build's pool lies in host memory
+        fits_host(settings, build)  # the CPU build's pool lies in host memory
     except KvSizingError as exc:
         say(f"[ERROR] {exc}", error=True)
         return 2

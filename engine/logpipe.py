@@ -1,21 +1,71 @@
-"""vLLM's output on its way to the log: every configured secret masked, and (containers) written to a rotated file.
+"""vLLM's output on its way to the log: every configured secret masked, uvicorn's own lines time-stamped, and
+(containers) written to a rotated file.
 
 The launcher runs vLLM as its child with stdout and stderr on a pipe and copies what comes through
 :func:`pump` to its own stdout (supervisord's ``vllm.log``, or the container's log) and, with VLLM_LOG_TO_FILE, to
 ``logs/vllm.log`` rotated at VLLM_LOG_MAX_MB (:class:`core.logrotate.RotatingWriter`). Pieces are cut at line ends
 (``\\n`` and the ``\\r`` of progress bars), so a secret is never split across two writes and masked in neither.
+
+What vLLM writes to the log is chosen here too: its access log leaves out the stack's own polling
+(:data:`QUIET_ENDPOINTS`, :func:`access_log_args`), and uvicorn's lines, which carry no time (``INFO:     Application
+startup complete.``), get one in vLLM's header (:func:`stamp_uvicorn_lines`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 from core.logrotate import MIB, RotatingWriter
 from core.redact import Redactor, secret_values
 from core.settings import Settings
+from engine.gpuplan import has_flag
+from engine.logformat import PREFIX
+
+QUIET_ENDPOINTS = ("/metrics", "/health", "/v1/models", "/version", "/ping", "/load")
+"""What the stack itself polls on vLLM: the sidecar scrapes ``/metrics`` every few seconds (thousands of lines a
+session), the UI, ``make status``, the benchmark's checks, compose's and Kubernetes' probes and the router ask
+``/health``, ``/v1/models`` and ``/version`` (``/ping`` and ``/load`` are vLLM's other probe endpoints). Their access
+lines are left out of ``vllm.log`` so that requests (``POST /v1/chat/completions`` …) stay readable."""
+ACCESS_LOG_FLAG = "--disable-access-log-for-endpoints"
+"""vLLM's flag (>= 0.10) for a comma-separated list of paths uvicorn's access log leaves out (exact paths)."""
+
+
+def access_log_args(extra_args: str) -> list[str]:
+    """``--disable-access-log-for-endpoints /metrics,/health,…`` for vLLM's command line (:data:`QUIET_ENDPOINTS`);
+    nothing when VLLM_EXTRA_ARGS (``extra_args``) sets the flag itself: its value wins (``=`` to log every path)."""
+    return [] if has_flag(extra_args, ACCESS_LOG_FLAG) else [ACCESS_LOG_FLAG, ",".join(QUIET_ENDPOINTS)]
+
+
+UVICORN_LINE_RE = re.compile(
+    rb"^" + PREFIX + rb"(DEBUG|INFO|WARNING|ERROR|CRITICAL):[ ]{1,8}(?=[^\d\s:\-])(?![^\r\n]{0,300} - \"[A-Z]+ )",
+    re.MULTILINE,
+)
+"""A line of uvicorn's own (``INFO:     Application startup complete.``, ``ERROR:    Exception in ASGI
+application``), behind vLLM's process prefix or not: its level word, a colon and padding (groups: prefix, process,
+level). An access line (``INFO:     127.0.0.1:5 - "GET …``, ``INFO:     ::1:5 - "POST …``) is left as it is:
+readers skip those by that shape (:mod:`engine.startup`)."""
+UVICORN_SOURCE = b"uvicorn"
+
+
+def stamp_uvicorn_lines(data: bytes, now_s: float) -> bytes:
+    """``data`` (whole lines) with each uvicorn line of its own (:data:`UVICORN_LINE_RE`) given vLLM's header at
+    ``now_s`` (epoch seconds, local time as vLLM's ``%m-%d %H:%M:%S``): ``INFO:     Application startup complete.``
+    becomes ``INFO 12-06 02:34:30 [uvicorn] Application startup complete.``, which every reader of the log parses as
+    a vLLM line (:data:`engine.logformat.VLLM_HEADER_RE`). Other lines are unchanged."""
+    if data.find(b":") < 0:
+        return data
+    stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(now_s)).encode()
+
+    def header(match: re.Match[bytes]) -> bytes:
+        return (match[1] or b"") + match[3] + b" " + stamp + b" [" + UVICORN_SOURCE + b"] "
+
+    return UVICORN_LINE_RE.sub(header, data)
+
 
 READ_BYTES = 64 * 1024
 MAX_PENDING_BYTES = 1 << 20
@@ -77,12 +127,14 @@ def line_cut(data: bytes) -> int:
     return max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
 
 
-def pump(fd: int, out: Masked) -> int:
-    """Copy everything readable from ``fd`` to ``out`` until end of file, whole lines at a time; returns the bytes
-    copied. A last piece without a line end is written at the end; a piece of :data:`MAX_PENDING_BYTES` without one
-    is written as it is."""
+def pump(fd: int, out: Masked, clock: Callable[[], float] = time.time) -> int:
+    """Copy everything readable from ``fd`` to ``out`` until end of file, whole lines at a time, uvicorn's lines
+    time-stamped at ``clock()`` (:func:`stamp_uvicorn_lines`); returns the bytes read. A last piece without a line
+    end is written at the end; a piece of :data:`MAX_PENDING_BYTES` without one is written as it is (and the line it
+    cuts is not stamped)."""
     pending = b""
     copied = 0
+    at_line_start = True
     while True:
         try:
             data = os.read(fd, READ_BYTES)
@@ -98,10 +150,12 @@ def pump(fd: int, out: Masked) -> int:
         if cut == 0 and len(pending) >= MAX_PENDING_BYTES:
             cut = len(pending)
         if cut:
-            out.write(pending[:cut])
+            piece = pending[:cut]
+            out.write(stamp_uvicorn_lines(piece, clock()) if at_line_start else piece)
+            at_line_start = piece[-1:] in (b"\n", b"\r")
             pending = pending[cut:]
     if pending:
-        out.write(pending)
+        out.write(stamp_uvicorn_lines(pending, clock()) if at_line_start else pending)
     return copied
 
 

@@ -77,7 +77,7 @@ def is_built(out: Path, digest: str) -> bool:
         return False
     try:
         return bool(json.loads(marker.read_text())["spec_hash"] == digest)
-    except (ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError):  # unreadable, not JSON, no such key, a list: not built
         return False
 
 

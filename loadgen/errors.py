@@ -20,3 +20,8 @@ class WarmupInterrupted(BenchError):
 class WorkersMissing(BenchError):
     """EXPECT_WORKERS: not every load worker joined in time; nothing was measured (the message says how to start
     one)."""
+
+
+class OverCapacity(BenchError):
+    """The warm-up shows the engine cannot answer the planned load within REQUEST_TIMEOUT_S
+    (:mod:`core.capacity`): the load is not sent; the message names the load it can serve."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from core.api import (
     BaselineMarked,
@@ -27,11 +27,15 @@ from core.api import (
 from core.report_schema import Report
 from core.series import SeriesReport
 from core.settings import Settings
+from core.shapes import ShapeError, answer_as
 from loadgen.errors import BenchError
 
 MIB = 1024 * 1024
 BUSY_ATTEMPTS = 4  # a report answered 503 + Retry-After (large writes queued) is sent up to this many times
 _M = TypeVar("_M", bound=BaseModel)
+_T = TypeVar("_T")
+BASELINE_NAMES: TypeAdapter[dict[str, str]] = TypeAdapter(dict[str, str])
+BUILD_REPORT_RESPONSE = TypeAdapter(BuildReportResponse)
 
 
 class SidecarRefused(BenchError):
@@ -124,14 +128,33 @@ class SidecarClient:
             raise self._refused(response, "the benchmark's token")
 
     def baselines(self) -> dict[str, str]:
-        """Named baselines: name -> report id."""
+        """Named baselines: name -> report id.
+
+        Raises:
+            BenchError: the sidecar is unreachable, refuses, or answers something that is not a JSON object of
+                names and ids (the message names the URL and what came back).
+        """
         try:
             response = httpx.get(f"{self.url}/baselines", timeout=self.timeout_s)
-            response.raise_for_status()
-            data = response.json()
-        except (httpx.HTTPError, ValueError) as exc:
+        except httpx.HTTPError as exc:
             raise self._down(exc) from None
-        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+        if response.status_code != 200:
+            raise self._refused(response, "reading /baselines")
+        return self._answer(response, BASELINE_NAMES, "a JSON object of baseline name -> report id")
+
+    @staticmethod
+    def _answer(response: httpx.Response, shape: TypeAdapter[_T], expected: str) -> _T:
+        """The sidecar's 200 answer read as ``shape``.
+
+        Raises:
+            BenchError: it is not (empty, not JSON, another shape): a sidecar of another version, or something else
+                on its port; the message names the URL and the fault.
+        """
+        try:
+            return answer_as(response, shape, expected)
+        except ShapeError as exc:
+            raise BenchError(f"the sidecar's answer is unusable: {exc}. Is SIDECAR_BASE_URL this stack's sidecar, of "
+                             "this version (`make up` restarts it)?") from None
 
     def _get_model(self, path: str, model: type[_M]) -> _M | None:
         """``GET path`` read as ``model``; None on 404.
@@ -248,7 +271,7 @@ class SidecarClient:
             raise self._down(exc) from None
         if response.status_code != 200:
             raise self._refused(response, path)
-        return answer.model_validate_json(response.content)
+        return self._answer(response, TypeAdapter(answer), f"the sidecar's {answer.__name__}")
 
     def post_series(self, request: BuildSeriesRequest) -> BuildSeriesResponse:
         """Ask the sidecar to build and write the series report of these points (``POST /series``).
@@ -309,7 +332,7 @@ class SidecarClient:
             time.sleep(wait_s)  # the sidecar's queue of large writes is full: it said when to come back
         if response.status_code != 200:
             raise self._refused(response, "the report")
-        return BuildReportResponse.model_validate_json(response.content)
+        return self._answer(response, BUILD_REPORT_RESPONSE, "the sidecar's BuildReportResponse")
 
 
 def busy_retry_s(response: httpx.Response) -> float | None:

@@ -156,20 +156,50 @@ class RequestStats:
         }
 
 
+MAX_CAUSE_CHARS = 40
+MAX_LEFT_OUT_CAUSES = 20
+"""Distinct causes of the requests ``--slow`` leaves out; later new ones are counted as ``(other)``."""
+
+
+def failure_cause(record: RequestLogLine) -> str:
+    """What ended a request that did not finish, in a word or few: ``cancelled`` (the reader or the run's end
+    stopped it), ``timeout`` (any cause naming a time-out: the benchmark's ``timeout: no chunk within 300 s``, the
+    UI's ``timeout after 300 s``), else the error's head before its first colon (a benchmark row's error kind,
+    ``connection``, ``http_status``; the UI's ``backend down``, ``HTTP 500``) when short, else ``error``."""
+    if record.status == "cancelled":
+        return "cancelled"
+    head = (record.error or "").split(":", 1)[0].strip()
+    lowered = head.lower()
+    if "timeout" in lowered or "timed out" in lowered:
+        return "timeout"
+    return head if head and len(head) <= MAX_CAUSE_CHARS else "error"
+
+
 class SlowRequests:
-    """Requests whose ``total_ms`` exceeds ``threshold_ms``: all counted, the ``keep`` slowest kept."""
+    """Finished requests (status ``ok``) whose ``total_ms`` exceeds ``threshold_ms``: all counted, the ``keep``
+    slowest kept. Requests that did not finish (errors, time-outs, cancellations) are no latency to rank (a time-out
+    is as "slow" as its limit): they are left out, counted by cause (:func:`failure_cause`)."""
 
     def __init__(self, threshold_ms: float, keep: int) -> None:
         self.threshold_ms = threshold_ms
         self.keep = keep
         self.count = 0
         self.considered = 0
+        self.finished = 0
+        self.left_out: Counter[str] = Counter()
         self._heap: list[tuple[float, int, RequestLogLine]] = []
         self._order = itertools.count()
 
     def add(self, record: RequestLogLine) -> None:
-        """Consider one record (records without ``total_ms`` cannot be slow)."""
+        """Consider one record: a finished one is ranked (without ``total_ms`` it cannot be slow), any other is
+        counted by its cause."""
         self.considered += 1
+        if record.status != "ok":
+            cause = failure_cause(record)
+            known = cause in self.left_out or len(self.left_out) < MAX_LEFT_OUT_CAUSES
+            self.left_out[cause if known else "(other)"] += 1
+            return
+        self.finished += 1
         if record.total_ms is None or record.total_ms <= self.threshold_ms:
             return
         self.count += 1
@@ -180,11 +210,15 @@ class SlowRequests:
             heapq.heapreplace(self._heap, item)
 
     def summary(self) -> dict[str, Any]:
-        """Threshold, counts and the slowest requests, slowest first."""
+        """Threshold, counts (all requests read, the finished ones ranked, the slow ones among them, those left out
+        by cause, most first) and the slowest finished requests, slowest first."""
         slowest = sorted(self._heap, key=lambda item: (-item[0], item[1]))
         return {
             "threshold_ms": self.threshold_ms,
             "requests": self.considered,
+            "finished": self.finished,
             "slow": self.count,
+            "not_finished": self.considered - self.finished,
+            "not_finished_by_cause": dict(self.left_out.most_common()),
             "slowest": [record.as_dict() for _, _, record in slowest],
         }

@@ -78,27 +78,33 @@ def render_errors(report: dict[str, Any], tracebacks: bool = False) -> list[str]
 
 
 def render_slow(report: dict[str, Any]) -> list[str]:
-    """``--slow`` as text: the slowest requests over the threshold."""
+    """``--slow`` as text: the slowest finished requests over the threshold; those that did not finish (failed,
+    timed out, cancelled) are left out of the ranking and counted by cause on a line of their own."""
     source = report["requests_log"]
     out = [
-        f"Requests slower than {_n(report['threshold_ms'])} ms in {_files(source)}{_since(report)}: "
-        f"{_n(report['slow'])} of {_n(report['requests'])}"
+        f"Finished requests slower than {_n(report['threshold_ms'])} ms in {_files(source)}{_since(report)}: "
+        f"{_n(report['slow'])} of {_n(report['finished'])} finished"
         + (f" ({_n(source['bad_lines'])} bad lines skipped)" if source["bad_lines"] else "")
     ]
+    if report["not_finished"]:
+        causes = ", ".join(f"{cause} {_n(n)}" for cause, n in report["not_finished_by_cause"].items())
+        out.append(
+            f"  Left out: {_n(report['not_finished'])} request(s) that did not finish ({causes}); their causes: "
+            "--errors (vLLM's log) and --stats (requests by outcome)"
+        )
     if not report["slowest"]:
         return out
     shown = len(report["slowest"])
     if report["slow"] > shown:
         out[0] += f"; the slowest {_n(shown)} shown"
     out.append(
-        f"  {'TOTAL_MS':>10} {'TTFT_MS':>9} {'IN/OUT TOK':>11}  {'STATUS':<6} {'SOURCE':<8} {'ENDED':<19}  REQUEST"
+        f"  {'TOTAL_MS':>10} {'TTFT_MS':>9} {'IN/OUT TOK':>11}  {'SOURCE':<8} {'ENDED':<19}  REQUEST"
     )
-    for rec in report["slowest"]:
+    for rec in report["slowest"]:  # all finished (status ok): no status or error column
         tokens = f"{_n(rec['prompt_tokens'])}/{_n(rec['completion_tokens'])}"
-        error = f"  error: {_cut(rec['error'], 60)}" if rec["error"] else ""
         out.append(
-            f"  {_n(rec['total_ms']):>10} {_n(rec['ttft_ms']):>9} {tokens:>11}  {rec['status']:<6} "
-            f"{_cut(rec['source'], 8):<8} {_time(rec['ts']):<19}  {rec['request_id']} {rec['model'] or ''}{error}"
+            f"  {_n(rec['total_ms']):>10} {_n(rec['ttft_ms']):>9} {tokens:>11}  "
+            f"{_cut(rec['source'], 8):<8} {_time(rec['ts']):<19}  {rec['request_id']} {rec['model'] or ''}"
         )
     if report["slow"] > shown:
         out.append(f"  ... {_n(report['slow'] - shown)} more slow requests (--limit N shows more)")

@@ -8,6 +8,10 @@
      forbids privilege escalation, has a read-only root filesystem and a memory limit;
    - every long-running container that serves a port has a readiness probe; the engine's probes ask vLLM's
      ``/health``, and it requests and limits ``nvidia.com/gpu``;
+   - every pod has ``enableServiceLinks: false`` (the Service named ``vllm`` would give each pod ``VLLM_PORT=tcp://…``
+     and ``VLLM_SERVICE_*``; vLLM reads VLLM_PORT as its own internal port, and every VLLM_* name as its setting);
+   - every pod on GPUs (one requesting ``nvidia.com/gpu`` or reading them through ``NVIDIA_VISIBLE_DEVICES``) selects
+     the GPU nodes (``nvidia.com/gpu.present: "true"``) and tolerates their ``nvidia.com/gpu`` NoSchedule taint;
    - secrets (``core.settings.SERVICE_SECRETS``' names) come from a Secret (``secretKeyRef``), never a literal value,
      and each workload gets only the secrets its service needs.
 
@@ -33,6 +37,8 @@ from core.settings import SERVICE_SECRETS  # noqa: E402
 WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "Job"}
 LONG_RUNNING = {"Deployment", "StatefulSet", "DaemonSet"}
 ENGINE_COMPONENT = "engine"
+GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 # Which service's secrets each workload (its app.kubernetes.io/component label) may hold.
 COMPONENT_SERVICE = {
     "engine": "vllm",
@@ -70,6 +76,10 @@ def pod_problems(doc: dict[str, Any]) -> Iterator[str]:
         yield "spec.template.spec.securityContext.runAsNonRoot must be true"
     if (pod_sec.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
         yield "spec.template.spec.securityContext.seccompProfile.type must be RuntimeDefault"
+    if pod.get("enableServiceLinks") is not False:
+        yield ("spec.template.spec.enableServiceLinks must be false (the Service vllm would set VLLM_PORT and "
+               "VLLM_SERVICE_* in the pod, which vLLM reads as its own settings)")
+    yield from gpu_node_problems(pod)
     if component not in COMPONENT_SERVICE:
         yield f"label app.kubernetes.io/component={component!r} is not one of {sorted(COMPONENT_SERVICE)}"
     service = COMPONENT_SERVICE.get(component or "")
@@ -105,6 +115,27 @@ def pod_problems(doc: dict[str, Any]) -> Iterator[str]:
                 yield f"{where}.env[{name}] is a secret: it must come from a Secret (valueFrom.secretKeyRef)"
             if name not in allowed:
                 yield f"{where}.env[{name}]: the {component} workload must not hold this secret"
+
+
+def gpu_node_problems(pod: dict[str, Any]) -> Iterator[str]:
+    """A pod on GPUs (a container requesting ``nvidia.com/gpu`` or setting ``NVIDIA_VISIBLE_DEVICES``) selects the GPU
+    nodes and tolerates their taint (:data:`GPU_NODE_SELECTOR`, :data:`GPU_TOLERATION`)."""
+    containers = pod.get("containers") or []
+    on_gpus = any(
+        "nvidia.com/gpu" in ((c.get("resources") or {}).get(kind) or {})
+        or any(env.get("name") == "NVIDIA_VISIBLE_DEVICES" for env in c.get("env") or [])
+        for c in containers
+        for kind in ("requests", "limits")
+    )
+    if not on_gpus:
+        return
+    selector = pod.get("nodeSelector") or {}
+    for key, value in GPU_NODE_SELECTOR.items():
+        if selector.get(key) != value:
+            yield f"spec.template.spec.nodeSelector must hold {key}: {value!r} (a pod on GPUs runs on the GPU nodes)"
+    if not any(all(t.get(k) == v for k, v in GPU_TOLERATION.items()) for t in pod.get("tolerations") or []):
+        yield (f"spec.template.spec.tolerations must tolerate the GPU nodes' taint {GPU_TOLERATION['key']} "
+               f"({GPU_TOLERATION['operator']}, {GPU_TOLERATION['effect']})")
 
 
 def kustomization_problems(folder: Path) -> Iterator[str]:
@@ -148,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     if found:
         print(f"[ERROR] {len(found)} problem(s) in the Kubernetes manifests", file=sys.stderr)
         return 1
-    print(f"[ OK ] Kubernetes manifests valid (schemas {args.kubernetes_version}, security, probes, GPU, secrets)")
+    print(f"[ OK ] Kubernetes manifests valid (schemas {args.kubernetes_version}, security, probes, GPU, GPU nodes, "
+          "service links, secrets)")
     return 0
 
 

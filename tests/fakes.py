@@ -1,10 +1,14 @@
-"""Fakes for parts that cannot run here (NVML without a GPU), checked against the real interfaces in tests."""
+"""Fakes for parts that cannot run here (NVML without a GPU) or peers that misbehave (a server answering with the
+wrong shape), checked against the real interfaces in tests."""
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -159,3 +163,42 @@ class ScriptedTransport:
 
     def close(self) -> None:
         pass
+
+
+Answer = tuple[int, str, bytes]
+"""An HTTP answer of :func:`answering_server`: ``(status, content type, body)``."""
+
+
+@contextmanager
+def answering_server(routes: dict[str, Answer]) -> Iterator[str]:
+    """A real HTTP server on a free loopback port (a thread of this process) answering ``GET`` and ``POST`` of each
+    path in ``routes`` with its fixed answer and anything else with 404 — the peer that answers with the wrong shape
+    (an HTML page, a list, nothing). Yields its base URL; stopped when the block ends. ``routes`` may be changed
+    while it runs (the next request sees the change)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            self.rfile.read(length)
+            status, content_type, body = routes.get(self.path.partition("?")[0], (404, "application/json",
+                                                                                   b'{"detail":"Not Found"}'))
+            self.send_response(status)
+            self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = _answer
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

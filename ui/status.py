@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import time
@@ -13,6 +14,7 @@ from typing import Any, Literal
 import httpx
 
 from core.enginestate import EngineState, pid_namespace, read_engine_state
+from core.shapes import JSON_OBJECT, MODEL_LIST, MODEL_LIST_SHAPE, ShapeError, answer_as
 from ui.chat import escape_directives
 
 State = Literal["Ready", "Loading", "Down"]
@@ -29,6 +31,7 @@ class Probe:
     models: Mapping[str, Any] | None  # JSON of /v1/models
     version: str | None  # from /version
     models_code: int | None = None  # HTTP status of /v1/models (401/403: the API key is missing or wrong)
+    models_problem: str | None = None  # /v1/models answered 200 with no model list (an HTML page, another shape)
 
 
 @dataclass(frozen=True)
@@ -135,34 +138,46 @@ def classify(probe: Probe, url: str, engine_state: EngineState | None, engine_al
             f"vLLM refuses the API key (HTTP {probe.models_code} on /v1/models): set VLLM_API_KEY to the key vLLM was "
             "started with.",
         )
+    if probe.models_problem:
+        return status(
+            "Down", f"{probe.models_problem}: is {url} an OpenAI-compatible server's root (VLLM_BASE_URL, no /v1)?"
+        )
     if model is None:
         return status("Loading", "vLLM is up but lists no model yet; this status updates by itself.")
     return status("Ready")
 
 
 async def probe_vllm(client: httpx.AsyncClient, url: str, timeout_s: float = PROBE_TIMEOUT_S) -> Probe:
-    """Ask vLLM at ``url`` (no ``/v1``) for /health, /v1/models and /version; never raises on network errors.
+    """Ask vLLM at ``url`` (no ``/v1``) for /health, /v1/models and /version; never raises on network errors or
+    answers of another shape (``/v1/models`` that is no model list: ``models_problem`` says what came back).
     ``client`` carries VLLM_API_KEY in its headers (``/v1/models`` needs it when vLLM has a key)."""
     try:
         health = await client.get(f"{url}/health", timeout=timeout_s)
     except httpx.HTTPError as exc:
         return Probe(health_code=None, connect_error=_describe(exc), models=None, version=None)
     models: Mapping[str, Any] | None = None
+    problem: str | None = None
     version: str | None = None
     models_code: int | None = None
     try:
         response = await client.get(f"{url}/v1/models", timeout=timeout_s)
         models_code = response.status_code
         if response.status_code == 200:
-            models = response.json()
+            answer_as(response, MODEL_LIST, MODEL_LIST_SHAPE)
+            models = json.loads(response.content)
+    except httpx.HTTPError:
+        pass
+    except ShapeError as exc:
+        problem = str(exc)
+    try:
         response = await client.get(f"{url}/version", timeout=timeout_s)
         if response.status_code == 200:
-            raw = response.json().get("version")
-            version = str(raw) if raw else None
-    except (httpx.HTTPError, ValueError, AttributeError):
+            version = answer_as(response, JSON_OBJECT, "a JSON object").get("version") or None
+    except (httpx.HTTPError, ShapeError):
         pass
     return Probe(
-        health_code=health.status_code, connect_error=None, models=models, version=version, models_code=models_code
+        health_code=health.status_code, connect_error=None, models=models, version=str(version) if version else None,
+        models_code=models_code, models_problem=problem,
     )
 
 

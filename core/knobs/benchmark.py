@@ -81,6 +81,10 @@ class BenchmarkKnobs(BaseModel):
         default_factory=dict, description="Goodput SLOs, e.g. ttft_ms<=500,e2e_ms<=2000."
     )
     request_timeout_s: float = Field(default=300.0, gt=0)
+    capacity_check: bool = Field(
+        default=True,
+        description="Refuse users the warm-up shows would time out (core/capacity.py).",
+    )
     seed: int = 0
     profile: bool = Field(default=False, description="make benchmark PROFILE=1: torch-profile the measured window.")
     bench_model: str | None = Field(
@@ -131,8 +135,9 @@ class BenchmarkKnobs(BaseModel):
     @field_validator("duration", mode="before")
     @classmethod
     def _parse_duration(cls, value: object) -> object:
-        """DURATION text (60, 60s, 5m, 1h) -> seconds, at least :data:`MIN_DURATION_S`; blank means unset."""
-        if value is None or (isinstance(value, str) and not value.strip()):
+        """DURATION text (60, 60s, 5m, 1h) -> seconds, at least :data:`MIN_DURATION_S` (a blank never gets here: the
+        settings read it as unset)."""
+        if value is None:
             return None
         seconds = parse_duration_s(str(value))
         if seconds < MIN_DURATION_S:
@@ -145,10 +150,8 @@ class BenchmarkKnobs(BaseModel):
     @field_validator("input_mix", mode="before")
     @classmethod
     def _parse_mix(cls, value: object) -> object:
-        """INPUT_MIX text -> normalised weights (blank: the dataset's natural mix)."""
-        if isinstance(value, str):
-            return parse_mix(value) if value.strip() else None
-        return value
+        """INPUT_MIX text -> normalised weights (unset: the dataset's natural mix)."""
+        return parse_mix(value) if isinstance(value, str) else value
 
     @field_validator("slo", mode="before")
     @classmethod

@@ -46,14 +46,18 @@ class ServingKnobs(BaseModel):
         description="Where clients (UI, benchmark) reach the OpenAI-compatible server; default from host/port.",
         json_schema_extra={"cli": ["--base-url"]},
     )
-    vllm_dtype: str = Field(
-        default="bfloat16", description="vLLM's --dtype of the weights.", json_schema_extra={"cli": ["--dtype"]}
+    vllm_dtype: str | None = Field(
+        default=None,
+        description="vLLM's --dtype of the weights; unset: bfloat16 on GPUs and on CPUs with bf16 instructions "
+        "(AVX512-BF16, AMX), float32 on other CPUs (vLLM's CPU build emulates bf16 there, 4x slower).",
+        json_schema_extra={"cli": ["--dtype"]},
     )
-    kv_cache_gb: float = Field(
-        default=1.0,
+    kv_cache_gb: float | None = Field(
+        default=None,
         gt=0,
         validation_alias=AliasChoices("kv_cache_gb", "vllm_cpu_kvcache_space_gb", "vllm_cpu_kvcache_space"),
-        description="vLLM's KV cache pool, GiB, on both builds (--kv-cache-memory-bytes). Older names: "
+        description="vLLM's KV cache pool, GiB, on both builds (--kv-cache-memory-bytes); unset: 1 GiB in bfloat16, "
+        "2 GiB in float32 (the same tokens). Older names: "
         "VLLM_CPU_KVCACHE_SPACE_GB, VLLM_CPU_KVCACHE_SPACE.",
     )
     vllm_max_model_len: int | None = Field(
@@ -81,8 +85,9 @@ class ServingKnobs(BaseModel):
     )
     vllm_gpu_base: str = Field(
         default="vllm/vllm-openai:v0.32.0-cu129",
-        description="The vLLM image of the GPU build (Dockerfile.vllm): the -cu129 tag runs on drivers 525.60+ (CUDA "
-        "12 minor-version compatibility); the plain tag is vLLM's CUDA 13 build, driver 580.65+ (docs/docker.md).",
+        description="The vLLM image of the GPU build (Dockerfile.vllm): the -cu129 tag starts on drivers 575.51.03+ "
+        "or of the 535, 550, 560, 565 or 570 branch (its NVIDIA_REQUIRE_CUDA label; 525, 545, 555 are refused); the "
+        "plain tag is vLLM's CUDA 13 build, driver 580.65.06+ (docs/gpu.md).",
     )
     engine_preflight: bool = Field(
         default=False,

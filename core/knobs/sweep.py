@@ -35,7 +35,7 @@ class SweepKnobs(BaseModel):
         default=1024,
         ge=1,
         description="DATASET=random: prompt tokens of every request as the server counts them (chat template "
-        "included; sized with its /tokenize).",
+        "included; sized with its /tokenize, else TOKENIZER's).",
     )
     random_output_len: int = Field(
         default=128, ge=1, description="DATASET=random: output tokens every request asks for (max_tokens)."
@@ -50,6 +50,13 @@ class SweepKnobs(BaseModel):
         default=1,
         ge=1,
         description="Shared prefixes: distinct prefixes of PREFIX_LEN tokens; request k carries prefix k mod this.",
+    )
+    tokenizer: str | None = Field(
+        default=None,
+        description="DATASET=random, PREFIX_LEN and TRACE size prompts with the server's /tokenize; against a server "
+        "without one (another engine, a gateway) they use this: a local folder with the served model's "
+        "tokenizer.json and chat template (or a Hugging Face id in the local cache). Unset: the folder the stack's "
+        "engine serves the model from, when it serves it.",
     )
     session_turns: int = Field(
         default=1,

@@ -20,6 +20,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from pathlib import Path
 
 from core.cli import build_parser, parse
@@ -42,11 +43,11 @@ from loadgen.terminal.summary import start_line
 from loadgen.workloads.dataset import DatasetError, dataset_of
 from loadgen.workloads.prefixes import prefixes_file
 from loadgen.workloads.randomdata import random_prompts_file
+from loadgen.workloads.tokenizing import open_prompt_tokenizer
 
 HELP = """Warmup, a measured Locust run, then the sidecar's report (reports/). Also python -m loadgen.command.benchmark
 and make benchmark VAR=VALUE; --sweep / --repeat N write a series report. Exit: 0 ok, 1 report not written, 2 bad
-input, services down or vLLM busy (nothing sent), 3 gate regression, 4 no success, 5 error rate, 6 server down, 130
-interrupted; every run that sent requests has a report (one that cannot be a baseline says why)."""
+input, services down or vLLM busy, 3 gate regression, 4 no success, 5 error rate, 6 server down, 130 interrupted."""
 
 
 @contextmanager
@@ -99,66 +100,77 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
     if problem:  # before the server is asked: a wrong path is bad input, whatever runs
         print(f"[ERROR] --report-from {args.report_from}: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    sidecar = SidecarClient.of(settings)
-    try:
-        trace = read_trace(settings)  # a bad trace is refused before the server is even asked
-        target = preflight(settings, sidecar)
-        model = target.model
-        dataset = None if settings.random_dataset else dataset_of(settings.workload_file)  # the run's one parse
-    except (BenchError, DatasetError) as exc:
-        print(f"[ERROR] {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if dataset is not None and dataset.skipped:
-        print(f"[WARN] {dataset.skipped} unusable entr(y/ies) in {dataset.path} skipped; {len(dataset.prompts)} used")
-    plan = bench_config(settings, model)
-    if not args.report_from:
-        try:
-            plan = plan_with_trace(settings, plan, trace, target.max_model_len) if trace else plan
-            refused = plan_problem(settings, sidecar, plan, target, dataset)
-        except BenchError as exc:
-            refused = f"[ERROR] {exc}"
-        if refused:
-            print(f"{refused}\n[ERROR] Nothing was sent.", file=sys.stderr)
-            return EXIT_USAGE
-    print(start_line(plan, target.backend), flush=True)
-    if settings.random_dataset and not args.report_from:
-        try:
-            plan = with_random_prompts(settings, plan)
-        except BenchError as exc:
-            print(f"[ERROR] {exc}", file=sys.stderr)
-            return EXIT_USAGE
-    if trace and not args.report_from:
-        try:
-            plan = with_trace_prompts(settings, plan, trace[1])
-        except BenchError as exc:
-            print(f"[ERROR] {exc}", file=sys.stderr)
-            return EXIT_USAGE
-    if plan.prefix_len_tokens and not args.report_from:
-        try:
-            path = prefixes_file(plan, settings.logs_dir, settings.prompts_file)
-        except BenchError as exc:
-            print(f"[ERROR] {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        print(f"[INFO] {plan.prefix_count} shared prefix(es) of {plan.prefix_len_tokens} tokens in {path}")
-        plan = plan.model_copy(update={"prefix_file": str(path)})
     with ExitStack() as held:
-        if not args.report_from:  # one benchmark at a time per stack, held for the whole run or sweep
-            try:
+        if not args.report_from:  # one benchmark at a time per stack, held for the whole run or sweep: taken first,
+            try:  # so a second benchmark is refused at once, before any check or line of a start
                 held.enter_context(RunLock(settings.run_dir, settings.logs_dir / "runs"))
             except (StackBusy, OSError) as exc:
                 print(f"[ERROR] {exc}", file=sys.stderr)
                 return EXIT_USAGE
+        sidecar = SidecarClient.of(settings)
+        ready = _checked_plan(settings, sidecar, args.report_from)
+        if isinstance(ready, str):  # every refusal comes before the start line: nothing started, nothing was sent
+            print(ready, file=sys.stderr)
+            return EXIT_USAGE
+        plan, backend, notes = ready
+        print(start_line(plan, backend), flush=True)
+        for note in notes:
+            print(note, flush=True)
         return run_benchmark(settings, plan, sidecar, engine or LocalEngine(settings), args.report_from)
 
 
-def with_random_prompts(settings: Settings, plan: BenchmarkConfig) -> BenchmarkConfig:
-    """DATASET=random: the plan with its token-exact prompts generated (once) for the server's tokenizer.
+def _checked_plan(
+    settings: Settings, sidecar: SidecarClient, report_from: Path | None
+) -> tuple[BenchmarkConfig, str, list[str]] | str:
+    """The run's plan once every check before the load passed: the server, the model, the sidecar and the gate
+    (:func:`loadgen.orchestrate.preflight.preflight`), the plan against the model (:func:`plan_problem`), and its
+    prompts written (DATASET=random, TRACE, PREFIX_LEN); with the backend's name and the lines saying what was
+    prepared. Else the refusal's lines (``[ERROR] …``) to print before exit 2."""
+    try:
+        trace = read_trace(settings)  # a bad trace is refused before the server is even asked
+        target = preflight(settings, sidecar)
+        dataset = None if settings.random_dataset else dataset_of(settings.workload_file)  # the run's one parse
+    except (BenchError, DatasetError) as exc:
+        return f"[ERROR] {exc}"
+    notes: list[str] = []
+    if dataset is not None and dataset.skipped:
+        print(f"[WARN] {dataset.skipped} unusable entr(y/ies) in {dataset.path} skipped; {len(dataset.prompts)} used")
+    plan = bench_config(settings, target.model)
+    if report_from:
+        return plan, target.backend, notes
+    try:
+        plan = plan_with_trace(settings, plan, trace, target.max_model_len) if trace else plan
+        refused = plan_problem(settings, sidecar, plan, target, dataset)
+    except BenchError as exc:
+        refused = f"[ERROR] {exc}"
+    if refused:
+        return f"{refused}\n[ERROR] Nothing was sent."
+    try:
+        if settings.random_dataset:
+            plan = with_random_prompts(settings, plan, notes)
+        if trace:
+            plan = with_trace_prompts(settings, plan, trace[1], notes)
+        if plan.prefix_len_tokens:
+            opener = partial(open_prompt_tokenizer, settings, plan.model, "PREFIX_LEN")
+            path = prefixes_file(plan, settings.logs_dir, settings.prompts_file, opener)
+            notes.append(f"[INFO] {plan.prefix_count} shared prefix(es) of {plan.prefix_len_tokens} tokens in {path}")
+            plan = plan.model_copy(update={"prefix_file": str(path)})
+    except BenchError as exc:
+        return f"[ERROR] {exc}"
+    return plan, target.backend, notes
+
+
+def with_random_prompts(settings: Settings, plan: BenchmarkConfig, notes: list[str]) -> BenchmarkConfig:
+    """DATASET=random: the plan with its token-exact prompts generated (once) for the server's tokenizer; the line
+    saying where is added to ``notes``; sized by the server's tokenizer, else a local one
+    (:func:`loadgen.workloads.tokenizing.open_prompt_tokenizer` says which).
 
     Raises:
-        BenchError: the server cannot tokenize, or a prompt cannot be sized.
+        BenchError: no tokenizer is usable (the message says what to set), or a prompt cannot be sized.
     """
-    path = random_prompts_file(plan, settings.logs_dir, settings.prompts_file)
-    print(f"[INFO] DATASET=random: {plan.input_len_tokens}-token prompts (chat template included) in {path}")
+    opener = partial(open_prompt_tokenizer, settings, plan.model, "DATASET=random")
+    path = random_prompts_file(plan, settings.logs_dir, settings.prompts_file, opener)
+    notes.append(f"[INFO] DATASET=random: {plan.input_len_tokens}-token prompts (chat template included) in {path}")
     return plan.model_copy(update={"dataset_file": str(path)})
 
 

@@ -3,10 +3,13 @@ token-exact prompts (:mod:`loadgen.workloads.trace`, :mod:`loadgen.workloads.tra
 
 from __future__ import annotations
 
+from functools import partial
+
 from core.report_schema import BenchmarkConfig
 from core.settings import Settings
 from loadgen.errors import BenchError
 from loadgen.plan import with_trace
+from loadgen.workloads.tokenizing import open_prompt_tokenizer
 from loadgen.workloads.trace import Trace, TraceError, TraceRow, load_trace, schedule, schedule_problem
 from loadgen.workloads.traceprompts import trace_prompts_file
 
@@ -44,14 +47,17 @@ def plan_with_trace(settings: Settings, plan: BenchmarkConfig, loaded: tuple[Tra
     return with_trace(plan, settings, trace, timed)
 
 
-def with_trace_prompts(settings: Settings, plan: BenchmarkConfig, timed: Timed) -> BenchmarkConfig:
-    """The plan with the trace's prompts written (once) for the server's tokenizer (``dataset_file``).
+def with_trace_prompts(settings: Settings, plan: BenchmarkConfig, timed: Timed, notes: list[str]) -> BenchmarkConfig:
+    """The plan with the trace's prompts written (once) for the server's tokenizer, else a local one
+    (``dataset_file``; :func:`loadgen.workloads.tokenizing.open_prompt_tokenizer` says which); the line
+    saying what was written is added to ``notes`` (printed after the start line).
 
     Raises:
-        BenchError: the server cannot tokenize, or a prompt cannot be sized.
+        BenchError: no tokenizer is usable (the message says what to set), or a prompt cannot be sized.
     """
-    path, raised = trace_prompts_file(plan, timed, settings.logs_dir, settings.prompts_file)
+    opener = partial(open_prompt_tokenizer, settings, plan.model, "TRACE")
+    path, raised = trace_prompts_file(plan, timed, settings.logs_dir, settings.prompts_file, opener)
     note = f"; {raised} row(s) shorter than the chat template raised to it" if raised else ""
-    print(f"[INFO] TRACE: {len(timed)} {plan.trace_format} rows at {plan.trace_speed:g}x, mean "
-          f"{plan.rate_req_per_sec:.3g} req/s, token-exact prompts in {path}{note}", flush=True)
+    notes.append(f"[INFO] TRACE: {len(timed)} {plan.trace_format} rows at {plan.trace_speed:g}x, mean "
+                 f"{plan.rate_req_per_sec:.3g} req/s, token-exact prompts in {path}{note}")  # fmt: skip
     return plan.model_copy(update={"dataset_file": str(path)})

@@ -72,13 +72,14 @@ class ServerDownBreaker:
 
 class RowWatch:
     """Reads the new complete lines of a growing rows file (from where the last read stopped): counts the measured
-    rows and feeds the breaker, so polling a long run costs only its new rows."""
+    rows (``count``; ``ok`` of them successes) and feeds the breaker, so polling a long run costs only its new rows."""
 
     def __init__(self, path: Path, breaker: ServerDownBreaker | None = None) -> None:
         self.path = path
         self.breaker = breaker
         self.offset = 0
         self.count = 0
+        self.ok = 0
         self.down: ServerDown | None = None
 
     def __call__(self) -> int:
@@ -95,6 +96,7 @@ class RowWatch:
             if b'"phase":"measured"' not in line:
                 continue
             self.count += 1
+            self.ok += b'"ok":true' in line
             if self.breaker is not None and self.down is None:
                 self._watch(line)
         return self.count

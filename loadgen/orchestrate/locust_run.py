@@ -21,6 +21,7 @@ from loadgen.childprocs import kill_group, lifetime_bound, tree_cpu_s
 from loadgen.errors import WorkersMissing
 from loadgen.orchestrate.breaker import RowWatch, ServerDown, ServerDownBreaker
 from loadgen.orchestrate.locust_launch import local_master_address, locust_argv, worker_argv
+from loadgen.orchestrate.progress import Progress, ProgressBar
 from loadgen.plan import workload_prompts, write_plan
 
 tqdm.monitor_interval = 0  # no monitor thread: Ctrl-C must not print its traceback
@@ -162,7 +163,10 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     stopped: str | None = None
     count_measured = RowWatch(records_path, ServerDownBreaker(settings.server_down_s))
     total = plan.requests if plan.duration_s is None else None
-    with tqdm(total=total, desc="Benchmark", unit="req", file=sys.stdout, dynamic_ncols=True) as bar:
+    ended = 0  # measured rows at the last poll, successes or not: the watchdog's progress
+    # the bar fills with successes and shows their rate and ETA only (loadgen.orchestrate.progress): failures are
+    # counted apart, never as progress
+    with ProgressBar(total, plan.duration_s, desc="Benchmark", file=sys.stdout, dynamic_ncols=True) as bar:
         try:
             while proc.poll() is None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -178,15 +182,15 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
                     print(f"\n[ERROR] {count_measured.down.line()}; ending the run early.", flush=True)
                     stop_locust(proc, 10.0)
                     break
-                if done > bar.n:
+                if done > ended:
                     last_progress = now
+                    ended = done
                 elif now - last_progress > watchdog_s:
                     stopped = f"watchdog: no request finished for {watchdog_s:.0f} s (WATCHDOG_S)"
                     print(f"\n[ERROR] {stopped}; stopping the run, the rows so far are kept.", flush=True)
                     stop_locust(proc, plan.drain_s + 10.0)
                     break
-                bar.update(done - bar.n)
-                bar.set_postfix_str(f"{done / max(now - start, 1e-9):.2f} req/s")
+                bar.show(Progress(count_measured.ok, done - count_measured.ok, total, now - start, plan.duration_s))
         except KeyboardInterrupt:
             stopped = INTERRUPTED
             print(

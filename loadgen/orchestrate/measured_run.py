@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.capacity import warmup_capacity
 from core.clientview import ProcessLoad
 from core.enginestate import EngineControl
 from core.errorsummary import causes_text, error_summary
@@ -19,7 +20,7 @@ from core.report_schema import BenchmarkConfig
 from core.serverview_cluster import ReplicaScrapes
 from core.serverview_samples import Samples
 from core.settings import Settings
-from loadgen.errors import WarmupFailed, WarmupInterrupted
+from loadgen.errors import OverCapacity, WarmupFailed, WarmupInterrupted
 from loadgen.locust_side.user_actions import payload_for
 from loadgen.orchestrate import profiling
 from loadgen.orchestrate.breaker import RowWatch, ServerDown
@@ -96,8 +97,10 @@ def warmup(
     done: list[RequestRecord] = []
     sessions: list[HttpSession] = []
     stop = threading.Event()
+    count = min(plan.warmup_requests, plan.concurrency)
+    ended = [threading.Event() for _ in range(count)]
 
-    def worker() -> None:
+    def worker(slot: int) -> None:
         session = new_session(headers=headers)
         sessions.append(session)
         try:
@@ -110,8 +113,9 @@ def warmup(
                 done.append(cut_by_stop(row) if stop.is_set() and not row.ok else row)
         finally:
             session.close()
+            ended[slot].set()
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(plan.warmup_requests, plan.concurrency))]
+    threads = [threading.Thread(target=worker, args=(slot,), daemon=True) for slot in range(count)]
     try:
         for thread in threads:
             thread.start()
@@ -122,8 +126,8 @@ def warmup(
         stop.set()
         for session in list(sessions):
             session.abort()
-        for thread in threads:
-            thread.join(WARMUP_ABORT_WAIT_S)
+        for event in ended:  # not Thread.join: a join that Ctrl-C interrupted can take its thread for ended (3.11)
+            event.wait(WARMUP_ABORT_WAIT_S)
         append_rows(records_path, list(done))
         raise WarmupInterrupted(f"interrupted during the warmup ({len(done)} of {plan.warmup_requests} warmup "
                                 "requests ended or cut); the measured run was not started") from None  # fmt: skip
@@ -190,6 +194,28 @@ def read_ending(records_path: Path) -> tuple[ServerDown | None, bool]:
         return None, False
 
 
+def check_capacity(settings: Settings, plan: BenchmarkConfig, done: list[RequestRecord]) -> None:
+    """Refuse a closed-loop load the warm-up ``done`` shows the engine cannot answer within REQUEST_TIMEOUT_S; warn
+    when only its longer answers would time out (:mod:`core.capacity`; CAPACITY_CHECK=0 skips it; open loops,
+    traces and sweeps set their own load).
+
+    Raises:
+        OverCapacity: the load would time out; the message names the concurrency the engine can serve.
+    """
+    if not settings.capacity_check or plan.rate_req_per_sec is not None or settings.sweep or settings.trace:
+        return
+    at_once = min(plan.warmup_requests, plan.concurrency)
+    capacity = warmup_capacity(done, at_once, plan.concurrency, plan.request_timeout_s)
+    if capacity is None:
+        return
+    refusal = capacity.refusal()
+    if refusal:
+        raise OverCapacity(refusal)
+    warning = capacity.warning()
+    if warning:
+        print(f"[WARN] {warning}", flush=True)
+
+
 def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidecar: SidecarClient) -> Measured:
     """Warmup, then the measured window: Locust between two /metrics scrapes, inside a sidecar sampling window
     (under the profiler with PROFILE=1).
@@ -202,6 +228,7 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
         EngineBusy: vLLM still held other requests after IDLE_WAIT_S (nothing sent).
         WarmupFailed: every warmup request failed (nothing measured; the warmup rows are in ``records_path``).
         WarmupInterrupted: Ctrl-C during the warmup (its rows are in ``records_path``).
+        OverCapacity: the warm-up shows the load would time out (:func:`check_capacity`; nothing measured).
     """
     wait_until_idle(settings)
     done = warmup(plan, records_path, settings.vllm_headers)
@@ -209,6 +236,7 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     if done and failed == len(done):
         raise WarmupFailed(warmup_failure(done))
     print(f"[INFO] Warmup completed: {len(done)} requests" + (f" ({failed} failed)" if failed else ""))
+    check_capacity(settings, plan, done)
     print(load_line(plan), flush=True)
     if settings.profile:
         profiling.start(settings)

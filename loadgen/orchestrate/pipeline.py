@@ -21,7 +21,7 @@ from core.series import is_series_id
 from core.serverview import cross_check
 from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
-from loadgen.errors import BenchError, WarmupFailed, WarmupInterrupted, WorkersMissing
+from loadgen.errors import BenchError, OverCapacity, WarmupFailed, WarmupInterrupted, WorkersMissing
 from loadgen.orchestrate import profiling
 from loadgen.orchestrate.idle import EngineBusy
 from loadgen.orchestrate.measured_run import Measured, from_records_file, run_measured
@@ -121,6 +121,9 @@ def point_runner(settings: Settings, sidecar: SidecarClient, engine: EngineContr
         try:
             run = run_measured(settings, plan, records_path, sidecar, engine)
         except (profiling.ProfilingError, WorkersMissing, EngineBusy) as exc:
+            return RunResult(None, error=str(exc), exit_code=EXIT_USAGE)
+        except OverCapacity as exc:  # the warmup was sent: its report, then the refusal (exit 2, not a point)
+            warmup_report(settings, plan, sidecar, records_path, str(exc))
             return RunResult(None, error=str(exc), exit_code=EXIT_USAGE)
         except WarmupFailed as exc:  # the warmup's report, then the run's own line and exit code (not a point)
             warmup_report(settings, plan, sidecar, records_path, str(exc))

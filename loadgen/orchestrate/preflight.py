@@ -12,10 +12,11 @@ from core.gate import refused_line
 from core.report_schema import BenchmarkConfig
 from core.series import is_series_id
 from core.settings import Settings
+from core.shapes import MODEL_LIST, MODEL_LIST_SHAPE, ShapeError, answer_as, snippet
 from loadgen.errors import BenchError
 from loadgen.sidecar_client import SidecarClient
 from loadgen.workloads.dataset import Dataset
-from loadgen.workloads.randomdata import TokenizerClient
+from loadgen.workloads.tokenizing import ServerTokenizer
 
 
 @dataclass(frozen=True)
@@ -55,41 +56,48 @@ def choose_model(served: list[str], settings: Settings) -> str:
 
 def _served(settings: Settings) -> dict[str, int | None]:
     """Model ids of ``/v1/models`` with their ``max_model_len`` (None where not listed), after ``/health`` where the
-    server has one (retried: a busy server can drop a connection).
+    server has one (retried: a busy or starting server can drop a connection or answer 5xx).
 
     Raises:
-        BenchError: the server does not answer, or answers that it is not healthy.
+        BenchError: the server does not answer, answers that it is not healthy, refuses the key, or answers
+            ``/v1/models`` with something that is not a model list (an HTML page, another shape: the message names
+            the URL and what came back).
     """
     error: Exception | None = None
     for attempt in range(3):
         try:
             health = httpx.get(f"{settings.vllm_url}/health", timeout=10, headers=settings.vllm_headers)
             models = httpx.get(f"{settings.vllm_url}/v1/models", timeout=10, headers=settings.vllm_headers)
-            if models.status_code in (401, 403):
-                raise BenchError(
-                    f"the server at {settings.vllm_url} refuses the API key (/v1/models: HTTP {models.status_code}): "
-                    "set VLLM_API_KEY to the key vLLM was started with."
-                )
-            models.raise_for_status()
-            data = models.json().get("data")
-            break
-        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        except httpx.HTTPError as exc:
             error = exc
-            time.sleep(1.0 + attempt)
+        else:
+            if models.status_code < 500:
+                break
+            error = httpx.HTTPStatusError(f"/v1/models answered HTTP {models.status_code}", request=models.request,
+                                          response=models)
+        time.sleep(1.0 + attempt)
     else:
         raise BenchError(
             f"the server is not answering at {settings.vllm_url} ({type(error).__name__}: {error}). Start the stack "
             f"with `make up` and check {settings.vllm_log_file}, or set VLLM_BASE_URL."
         ) from None
+    if models.status_code in (401, 403):
+        raise BenchError(
+            f"the server at {settings.vllm_url} refuses the API key (/v1/models: HTTP {models.status_code}): "
+            "set VLLM_API_KEY to the key vLLM was started with."
+        )
     if health.status_code not in (200, 404):  # a server without /health (404) is judged by /v1/models alone
         raise BenchError(f"the server at {settings.vllm_url} is not ready (/health: HTTP {health.status_code}).")
-    if not isinstance(data, list):
-        return {}
-    return {
-        str(m["id"]): m["max_model_len"] if isinstance(m.get("max_model_len"), int) else None
-        for m in data
-        if isinstance(m, dict) and isinstance(m.get("id"), str)
-    }
+    if models.status_code != 200:
+        raise BenchError(
+            f"GET {settings.vllm_url}/v1/models answered HTTP {models.status_code}: {snippet(models.content)!r}. "
+            "VLLM_BASE_URL must be an OpenAI-compatible server's root (no /v1)."
+        )
+    try:
+        listed = answer_as(models, MODEL_LIST, MODEL_LIST_SHAPE)
+    except ShapeError as exc:
+        raise BenchError(f"{exc}. VLLM_BASE_URL must be an OpenAI-compatible server's root (no /v1).") from None
+    return {m.id: m.max_model_len for m in listed.data}
 
 
 def preflight(settings: Settings, sidecar: SidecarClient) -> Target:
@@ -138,10 +146,10 @@ def smallest_prompt_tokens(settings: Settings, model: str, input_len_tokens: int
         return input_len_tokens
     if not texts:
         return 1
-    tokenizer = TokenizerClient(settings.vllm_url, model, timeout_s=10.0)
+    tokenizer = ServerTokenizer(settings.vllm_url, model, timeout_s=10.0, headers=settings.vllm_headers)
     try:
         return max(1, tokenizer.chat_count(min(texts, key=len)))
-    except (BenchError, KeyError, TypeError, ValueError):
+    except BenchError:  # no usable /tokenize (its shape is checked there), or no answer
         return 1
     finally:
         tokenizer.close()

@@ -45,8 +45,13 @@ def scrape_metrics(vllm_url: str, headers: dict[str, str] | None = None) -> tupl
 
 
 def kv_usage_percent(text: str) -> float | None:
-    """``vllm:kv_cache_usage_perc`` (a 0..1 fraction, mean over its engines) of an exposition, in percent."""
-    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(KV_USAGE)]
+    """``vllm:kv_cache_usage_perc`` (a 0..1 fraction, mean over its engines) of an exposition, in percent; None when
+    the text has none or is no exposition (an HTML page, a cut body: the poll goes on, never dies on it)."""
+    kept = "\n".join(line for line in text.splitlines() if line.startswith(KV_USAGE)) + "\n"
+    try:
+        values = list(parse_exposition(kept).get(KV_USAGE, {}).values())
+    except ValueError:
+        return None
     return 100.0 * sum(values) / len(values) if values else None
 
 

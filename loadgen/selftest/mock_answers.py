@@ -34,6 +34,7 @@ class MockConfig:
     role_with_first: bool = False  # vLLM: the role chunk leaves with the first token
     held_back: frozenset[int] = frozenset()  # tokens sent as "content": "" (text held back by vLLM's detokenizer)
     tokenize: bool = True  # answer vLLM's /tokenize and /detokenize (mock_tokenizer); False: 404, as most servers
+    tokenize_answer: str | None = None  # "html", "list" or "empty": /tokenize and /detokenize answer 200 with that
     fast_answers: int = 0  # per server process: its first this many chat answers leave at once, later ones on schedule
 
 

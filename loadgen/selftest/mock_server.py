@@ -15,10 +15,11 @@ client sees: its reads find many events), or N events per write with a turn of t
 plain asyncio protocol (HTTP/1.1 keep-alive, ``Content-Length`` request bodies).
 
 Quirks of other servers, for the robustness tests: ``--no-usage`` (no usage block), ``--no-tokenize`` (no
-``/tokenize``: answered 404), ``--no-done`` (the stream ends after the chunk with ``finish_reason`` and usage, as
-``transformers serve`` does), ``--bad-chunk JSON`` (that data line is sent after the first content chunk of every
-answer), ``--models a,b`` (several served models), ``--fast-answers N`` (the first N chat answers leave at once, the
-rest on the schedule: a test gets its first rows without waiting out slow answers).
+``/tokenize``: answered 404), ``--tokenize-answer html|list|empty`` (``/tokenize`` answered 200 with an HTML page, a
+JSON list or an empty body, as a gateway may), ``--no-done`` (the stream ends after the chunk with ``finish_reason``
+and usage, as ``transformers serve`` does), ``--bad-chunk JSON`` (that data line is sent after the first content
+chunk of every answer), ``--models a,b`` (several served models), ``--fast-answers N`` (the first N chat answers leave
+at once, the rest on the schedule: a test gets its first rows without waiting out slow answers).
 vLLM's own shapes: ``--role-with-first`` sends the role chunk in the first token's write (vLLM makes it when the
 first token is out), ``--held-back 0,5`` sends those tokens (0-based) as ``"content": ""`` (vLLM's chunk for a token
 whose text its detokenizer holds back: a byte-level BPE piece of a multi-byte character).
@@ -197,6 +198,9 @@ class _Connection(asyncio.Protocol):
                 self._send(head + answer.whole, close)  # the firehose: one write
             else:
                 self.task = asyncio.get_running_loop().create_task(self._paced(head, answer, close))
+        elif method == b"POST" and target in mock_tokenizer.PATHS and server.cfg.tokenize_answer:
+            broken, content_type = mock_tokenizer.BROKEN[server.cfg.tokenize_answer]
+            self._send(_response("200 OK", broken, content_type, close=close), close)
         elif method == b"POST" and target in mock_tokenizer.PATHS and server.cfg.tokenize:
             self._send(_response("200 OK", mock_tokenizer.answer(target, body), close=close), close)
         else:
@@ -300,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-usage", action="store_true", help="send no usage block")
     parser.add_argument("--no-done", action="store_true", help="end after the finish chunk, without [DONE]")
     parser.add_argument("--no-tokenize", action="store_true", help="no /tokenize (404, as most non-vLLM servers)")
+    parser.add_argument("--tokenize-answer", choices=sorted(mock_tokenizer.BROKEN), default=None,
+                        help="/tokenize and /detokenize answer 200 with an HTML page, a JSON list or nothing")
     parser.add_argument("--bad-chunk", default=None, help="a raw data line sent after the first content chunk")
     parser.add_argument("--models", default=MODEL_ID, help="comma-separated model ids of /v1/models")
     parser.add_argument("--max-model-len", type=int, default=4096, help="context: longer requests get HTTP 400")
@@ -331,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         usage=not args.no_usage,
         done=not args.no_done,
         tokenize=not args.no_tokenize,
+        tokenize_answer=args.tokenize_answer,
         bad_chunk=args.bad_chunk,
         models=tuple(m for m in args.models.split(",") if m),
         api_key=api_key,

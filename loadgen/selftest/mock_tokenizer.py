@@ -9,6 +9,11 @@ from typing import Any
 
 TEMPLATE_TOKENS = 4  # <user>, </user>, <assistant> and a newline, as the mock's "chat template"
 PATHS = frozenset({b"/tokenize", b"/detokenize"})
+BROKEN = {  # --tokenize-answer: what a gateway or another engine answers on these paths with HTTP 200
+    "html": (b"<!DOCTYPE html><html><head><title>Gateway</title></head><body>Not here</body></html>", "text/html"),
+    "list": (b"[]", "application/json"),
+    "empty": (b"", "application/json"),
+}
 
 
 def answer(path: bytes, body: bytes) -> bytes:

@@ -6,7 +6,8 @@ Request number ``k`` carries prefix ``k mod K`` at the start of its first messag
 prompt's own tokens follow, so the prompt grows by the prefix (as GuideLLM's ``prefix_tokens`` adds to the prompt).
 Each prefix is random token ids from the ids the server's tokenizer gives the bundled corpus, decoded by the server
 and trimmed or extended until it is exactly N tokens as plain text (``POST /tokenize``; at the seam with the
-template or the prompt a token may merge, so a prompt's count can differ by one). The prefixes are written once per
+template or the prompt a token may merge, so a prompt's count can differ by one); a server without a usable
+``/tokenize`` gives way to a local tokenizer (:mod:`loadgen.workloads.tokenizing`). The prefixes are written once per
 model, length, count and seed to ``logs/datasets/prefixes_….json`` (a JSON list), which every Locust process reads.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,13 +23,14 @@ import numpy as np
 
 from core.report_schema import BenchmarkConfig
 from loadgen.errors import BenchError
-from loadgen.workloads.randomdata import MAX_ADJUSTMENTS, TokenizerClient, token_pool
+from loadgen.workloads.randomdata import MAX_ADJUSTMENTS, token_pool
+from loadgen.workloads.tokenizing import PromptTokenizer
 from loadgen.workloads.workload import WorkItem
 
 SEPARATOR = "\n\n"
 
 
-def sized_text(tok: TokenizerClient, pool: np.ndarray, rng: np.random.Generator, tokens: int) -> str:
+def sized_text(tok: PromptTokenizer, pool: np.ndarray, rng: np.random.Generator, tokens: int) -> str:
     """A random text of exactly ``tokens`` tokens as the server tokenizes plain text.
 
     Raises:
@@ -45,12 +48,14 @@ def sized_text(tok: TokenizerClient, pool: np.ndarray, rng: np.random.Generator,
     raise BenchError(f"PREFIX_LEN={tokens}: could not size a prefix to {tokens} tokens (last count {count})")
 
 
-def prefixes_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path) -> Path:
+def prefixes_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path,
+                  open_tokenizer: Callable[[], PromptTokenizer]) -> Path:
     """Write (once) and return the JSON list of ``plan``'s shared prefixes (``prefix_count`` texts of
-    ``prefix_len_tokens`` tokens, seeded by SEED).
+    ``prefix_len_tokens`` tokens, seeded by SEED), sized with the tokenizer ``open_tokenizer`` opens (only when the
+    file is not there yet).
 
     Raises:
-        BenchError: the server cannot tokenize, or a prefix cannot be sized.
+        BenchError: no tokenizer is usable, or a prefix cannot be sized.
         ValueError: the plan has no prefixes.
     """
     length, count = plan.prefix_len_tokens, plan.prefix_count or 1
@@ -60,7 +65,7 @@ def prefixes_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path) -> Path:
     path = logs_dir / "datasets" / f"prefixes_{safe_model}_len{length}_k{count}_seed{plan.seed}.json"
     if path.exists():
         return path
-    tok = TokenizerClient(plan.vllm_url, plan.model)
+    tok = open_tokenizer()
     try:
         pool = token_pool(tok, corpus)
         rng = np.random.default_rng([plan.seed, 1])  # apart from DATASET=random's stream of the same seed

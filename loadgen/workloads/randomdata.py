@@ -6,74 +6,32 @@ processes**, chat template included — what ``usage.prompt_tokens`` reports —
 random token ids drawn from the ids the server's tokenizer gives the bundled corpus (so they decode to ordinary
 text, no special tokens), decoded by the server (``POST /detokenize``), then counted as a chat (``POST /tokenize``
 with ``messages``, the generation prompt added as the chat endpoint does) and trimmed or extended until the count
-is exact. Random ids from the first token on mean no two prompts share a prefix beyond the template (no
-prefix-cache hits). The prompts are written once per model, length, count and seed to
-``logs/datasets/random_….jsonl`` (a prompt JSONL), which every Locust process reads.
+is exact. A server without a usable ``/tokenize`` (another engine, a gateway) gives way to the served model's
+tokenizer from a local folder (:mod:`loadgen.workloads.tokenizing`). Random ids from the first token on mean no two
+prompts share a prefix beyond the template (no prefix-cache hits). The prompts are written once per model, length,
+count and seed to ``logs/datasets/random_….jsonl`` (a prompt JSONL), which every Locust process reads.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import httpx
 import numpy as np
 
 from core.report_schema import BenchmarkConfig
 from loadgen.errors import BenchError
 from loadgen.workloads.dataset import dataset_of
+from loadgen.workloads.tokenizing import PromptTokenizer
 
 MAX_ADJUSTMENTS = 12
 DEFAULT_PROMPTS = 256  # duration-bounded runs cycle through this many
 CORPUS_CHARS = 20_000  # of the bundled corpus, tokenized once for the pool of ordinary token ids
 
 
-class TokenizerClient:
-    """The server's ``/tokenize`` and ``/detokenize`` (vLLM's), for ``model``.
-
-    Raises:
-        BenchError: the server has no such endpoints or does not answer (the message says what to do).
-    """
-
-    def __init__(self, base_url: str, model: str, timeout_s: float = 30.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.client = httpx.Client(timeout=timeout_s)
-
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            response = self.client.post(f"{self.base_url}{path}", json={"model": self.model, **body})
-        except httpx.HTTPError as exc:
-            raise BenchError(f"DATASET=random: {path} at {self.base_url} failed ({type(exc).__name__})") from None
-        if response.status_code != 200:
-            raise BenchError(
-                f"DATASET=random sizes prompts with the server's {path} (vLLM has it); {self.base_url} answered "
-                f"HTTP {response.status_code}: {response.text[:200]}"
-            )
-        data = response.json()
-        return data if isinstance(data, dict) else {}
-
-    def ids(self, text: str) -> list[int]:
-        """Token ids of plain ``text`` (no special tokens)."""
-        return [int(t) for t in self._post("/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"]]
-
-    def chat_count(self, text: str) -> int:
-        """Tokens of a one-message chat with ``text`` as the server's chat endpoint would build it."""
-        body = {"messages": [{"role": "user", "content": text}], "add_generation_prompt": True}
-        return int(self._post("/tokenize", body)["count"])
-
-    def text(self, ids: list[int]) -> str:
-        """``ids`` decoded by the server."""
-        return str(self._post("/detokenize", {"tokens": ids})["prompt"])
-
-    def close(self) -> None:
-        """Close the connection pool."""
-        self.client.close()
-
-
-def sized_prompt(tok: TokenizerClient, pool: np.ndarray, rng: np.random.Generator, total_tokens: int) -> str:
+def sized_prompt(tok: PromptTokenizer, pool: np.ndarray, rng: np.random.Generator, total_tokens: int) -> str:
     """A random text whose one-message chat is exactly ``total_tokens`` tokens (see the module docstring).
 
     Raises:
@@ -88,7 +46,7 @@ def sized_prompt(tok: TokenizerClient, pool: np.ndarray, rng: np.random.Generato
     return exact_chat_text(tok, pool, rng, ids, total_tokens, "DATASET=random")
 
 
-def exact_chat_text(tok: TokenizerClient, pool: np.ndarray, rng: np.random.Generator, ids: list[int],
+def exact_chat_text(tok: PromptTokenizer, pool: np.ndarray, rng: np.random.Generator, ids: list[int],
                     total_tokens: int, knob: str) -> str:
     """A text starting with (the decoding of) ``ids`` whose one-message chat is exactly ``total_tokens`` tokens as the
     server counts it: the last ids are trimmed, or random ones from ``pool`` appended, until the count is exact
@@ -108,19 +66,22 @@ def exact_chat_text(tok: TokenizerClient, pool: np.ndarray, rng: np.random.Gener
     raise BenchError(f"{knob}: could not size a prompt to {total_tokens} tokens (last count {count})")
 
 
-def token_pool(tok: TokenizerClient, corpus: Path) -> np.ndarray:
+def token_pool(tok: PromptTokenizer, corpus: Path) -> np.ndarray:
     """The distinct token ids of the first :data:`CORPUS_CHARS` characters of ``corpus`` as the server tokenizes
     them: ordinary tokens to build prompts of exact lengths from (shape ``(n,)``, int64)."""
     text = "".join(p.messages[-1]["content"] for p in dataset_of(corpus).prompts)[:CORPUS_CHARS]
     return np.unique(np.asarray(tok.ids(text), dtype=np.int64))
 
 
-def random_prompts_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path, count: int | None = None) -> Path:
+def random_prompts_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path,
+                        open_tokenizer: Callable[[], PromptTokenizer], count: int | None = None) -> Path:
     """Write (once) and return the prompt JSONL of ``plan``'s random dataset: ``count`` prompts (default REQUESTS
-    plus warmup, or 256 for duration-bounded runs) of ``plan.input_len_tokens`` tokens each.
+    plus warmup, or 256 for duration-bounded runs) of ``plan.input_len_tokens`` tokens each, sized with the tokenizer
+    ``open_tokenizer`` opens (only when the file is not there yet:
+    :func:`loadgen.workloads.tokenizing.open_prompt_tokenizer`).
 
     Raises:
-        BenchError: the server cannot tokenize, or a prompt cannot be sized.
+        BenchError: no tokenizer is usable, or a prompt cannot be sized.
     """
     total = plan.input_len_tokens
     if total is None:
@@ -130,7 +91,7 @@ def random_prompts_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path, cou
     path = logs_dir / "datasets" / f"random_{safe_model}_in{total}_n{count}_seed{plan.seed}.jsonl"
     if path.exists():
         return path
-    tok = TokenizerClient(plan.vllm_url, plan.model)
+    tok = open_tokenizer()
     try:
         pool = token_pool(tok, corpus)
         rng = np.random.default_rng(plan.seed)

@@ -3,7 +3,8 @@ schedule and requests (read from that file).
 
 Each row's prompt is one user message whose chat, as the server's chat endpoint builds it, is exactly the row's
 input length (``usage.prompt_tokens``), sized with the server's ``/tokenize`` and ``/detokenize`` as DATASET=random
-does (:mod:`loadgen.workloads.randomdata`). A Mooncake row's prompt starts with its ``hash_ids`` blocks: each id is
+does (:mod:`loadgen.workloads.randomdata`; a local tokenizer where the server has none:
+:mod:`loadgen.workloads.tokenizing`). A Mooncake row's prompt starts with its ``hash_ids`` blocks: each id is
 :data:`loadgen.workloads.trace.BLOCK_TOKENS` token ids drawn once (seeded by SEED and the id) from the corpus's
 ordinary tokens, so rows naming the same ids start with the same tokens and share vLLM's prefix cache as in the
 trace; the rest of the row is its own random ids, and the last ids are trimmed or extended until the chat is exact.
@@ -19,14 +20,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from core.report_schema import BenchmarkConfig
 from loadgen.workloads.dataset import Prompt
-from loadgen.workloads.randomdata import TokenizerClient, exact_chat_text, token_pool
+from loadgen.workloads.randomdata import exact_chat_text, token_pool
+from loadgen.workloads.tokenizing import PromptTokenizer
 from loadgen.workloads.trace import BLOCK_TOKENS, TraceRow
 from loadgen.workloads.workload import WorkItem
 
@@ -48,20 +50,20 @@ def row_ids(row: TraceRow, index: int, seed: int, pool: np.ndarray, blocks: dict
 
 
 def trace_prompts_file(plan: BenchmarkConfig, rows: Sequence[tuple[float, TraceRow]], logs_dir: Path,
-                       corpus: Path) -> tuple[Path, int]:
+                       corpus: Path, open_tokenizer: Callable[[], PromptTokenizer]) -> tuple[Path, int]:
     """Write (once per model, trace content, row count and seed) the prompt JSONL of the replay's ``rows``
-    (``(scheduled s before TRACE_SPEED, row)`` each); return it and how many rows were raised to the template's
-    minimum.
+    (``(scheduled s before TRACE_SPEED, row)`` each), sized with the tokenizer ``open_tokenizer`` opens (only when
+    the file is not there yet); return it and how many rows were raised to the template's minimum.
 
     Raises:
-        BenchError: the server cannot tokenize, or a prompt cannot be sized.
+        BenchError: no tokenizer is usable, or a prompt cannot be sized.
     """
     safe_model = re.sub(r"[^A-Za-z0-9_.-]+", "_", plan.model)
     name = f"trace_{safe_model}_{(plan.trace_sha256 or 'x')[:12]}_n{len(rows)}_seed{plan.seed}.jsonl"
     path = logs_dir / "datasets" / name
     if path.exists():
         return path, 0
-    tok = TokenizerClient(plan.vllm_url, plan.model)
+    tok = open_tokenizer()
     raised = 0
     try:
         pool = token_pool(tok, corpus)

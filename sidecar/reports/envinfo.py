@@ -7,19 +7,22 @@ travel into a report through here.
 from __future__ import annotations
 
 import contextlib
+import logging
 import platform
 import re
 import subprocess
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import psutil
+from pydantic import BaseModel, TypeAdapter
 
 from core.enginestate import EngineState
 from core.report_schema import Environment, StartupFacts
 from core.settings import PROJECT_ROOT
+from core.shapes import MODEL_LIST, MODEL_LIST_SHAPE, ShapeError, answer_as
 from core.units import GIB
 from engine.startuptracker import StartupPhase
 from sidecar.sampling.gpu import GpuInfo
@@ -27,6 +30,8 @@ from sidecar.sampling.gpu import GpuInfo
 SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(?:/|$)")
 HF_ID_RE = re.compile(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+")  # matched whole (fullmatch)
 COMMIT_RE = re.compile(r"""commit_id\s*=\s*['"]([0-9a-f]{7,40})['"]""")
+_T = TypeVar("_T")
+log = logging.getLogger(__name__)
 
 
 def cpu_model() -> str | None:
@@ -115,37 +120,63 @@ def model_revision(model_path: str | None, state: EngineState | None) -> str | N
     return match.group(1) if match else None
 
 
+def _answer(url: str, shape: TypeAdapter[_T], expected: str, timeout_s: float, headers: dict[str, str] | None,
+            body: dict[str, Any] | None = None) -> _T | None:
+    """``GET url`` (``POST`` with ``body``) read as ``shape``; None when it does not answer, answers another status,
+    or answers something else (a fact the report then lacks, logged with the URL and the fault)."""
+    try:
+        if body is None:
+            response = httpx.get(url, timeout=timeout_s, headers=headers)
+        else:
+            response = httpx.post(url, json=body, timeout=timeout_s, headers=headers)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    try:
+        return answer_as(response, shape, expected)
+    except ShapeError as exc:
+        log.warning("server fact skipped: %s", exc)
+        return None
+
+
+class _Version(BaseModel):
+    version: str
+
+
+class _Fingerprinted(BaseModel):
+    system_fingerprint: str | None = None
+
+
+VERSION = TypeAdapter(_Version)
+FINGERPRINTED = TypeAdapter(_Fingerprinted)
+
+
 def system_fingerprint(
     vllm_url: str, model: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None
 ) -> str | None:
     """The ``system_fingerprint`` vLLM puts in completions (version, parallelism, config hash), from a one-token
     request made after the measured window; None when the server sends none or does not answer in time."""
-    try:
-        body = {"model": model, "prompt": "fingerprint", "max_tokens": 1, "temperature": 0.0}
-        response = httpx.post(f"{vllm_url}/v1/completions", json=body, timeout=timeout_s, headers=headers)
-        value = response.json().get("system_fingerprint")
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return None
-    return value if isinstance(value, str) and value else None
+    body = {"model": model, "prompt": "fingerprint", "max_tokens": 1, "temperature": 0.0}
+    found = _answer(f"{vllm_url}/v1/completions", FINGERPRINTED, "a completion", timeout_s, headers, body)
+    return found.system_fingerprint if found is not None and found.system_fingerprint else None
 
 
 def vllm_server_facts(
     vllm_url: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """``version`` from ``/version``, the first model of ``/v1/models`` (``id``, ``root``) and the server's
-    ``system_fingerprint``; {} when unreachable. ``headers`` carry VLLM_API_KEY (``Settings.vllm_headers``)."""
+    """``version`` from ``/version``, the first model of ``/v1/models`` (``id``, ``root``, ``max_model_len``) and the
+    server's ``system_fingerprint``; each left out when the server does not answer it, or answers with another shape
+    (an HTML page, a list: logged with the URL). ``headers`` carry VLLM_API_KEY (``Settings.vllm_headers``)."""
     facts: dict[str, Any] = {}
-    try:
-        facts["version"] = httpx.get(f"{vllm_url}/version", timeout=timeout_s, headers=headers).json().get("version")
-        models = httpx.get(f"{vllm_url}/v1/models", timeout=timeout_s, headers=headers).json().get("data") or []
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return facts
-    if models and isinstance(models[0], dict):
-        facts["model_id"] = models[0].get("id")
-        facts["model_root"] = models[0].get("root")
-        facts["max_model_len"] = models[0].get("max_model_len")
-        if facts["model_id"]:
-            facts["system_fingerprint"] = system_fingerprint(vllm_url, str(facts["model_id"]), timeout_s, headers)
+    version = _answer(f"{vllm_url}/version", VERSION, '{"version": "..."}', timeout_s, headers)
+    if version is not None:
+        facts["version"] = version.version
+    listed = _answer(f"{vllm_url}/v1/models", MODEL_LIST, MODEL_LIST_SHAPE, timeout_s, headers)
+    if listed is not None and listed.data:
+        first = listed.data[0]
+        facts.update(model_id=first.id, model_root=first.root, max_model_len=first.max_model_len)
+        facts["system_fingerprint"] = system_fingerprint(vllm_url, first.id, timeout_s, headers)
     return facts
 
 

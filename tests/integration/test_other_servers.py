@@ -140,6 +140,23 @@ def test_server_without_usage_gives_token_throughput_marked_with_its_source(stac
     assert "6 request(s) carried no usage block: tokens counted 6 by chunks" in run.stdout
 
 
+def test_shared_prefixes_against_a_server_without_tokenize_refuse_or_size_with_tokenizer(
+        stack: Stack, mock: Callable[..., str]) -> None:
+    """PREFIX_LEN against a server answering /tokenize with an HTML page (a gateway): exit 2 with one line naming
+    TOKENIZER, nothing sent, no traceback; with TOKENIZER=models/tiny the prefixes are sized by that folder's
+    tokenizer, the output says so, and the run writes its report."""
+    url = mock("--tokens", "3", "--ttft-ms", "10", "--itl-ms", "5", "--tokenize-answer", "html")
+    refused = bench(stack, url, PREFIX_LEN="16")
+    out = refused.stdout + refused.stderr
+    assert refused.returncode == 2 and "Set TOKENIZER (--tokenizer)" in refused.stderr, out[-3000:]
+    assert "not JSON (it starts '<!DOCTYPE html>" in refused.stderr and "Traceback" not in out
+    tiny = PROJECT_ROOT / "models" / "tiny"
+    sized = bench(stack, url, PREFIX_LEN="16", TOKENIZER=str(tiny))
+    assert sized.returncode == 0, sized.stdout[-3000:] + sized.stderr[-3000:]
+    assert f"prompts sized with the local tokenizer in {tiny} (TOKENIZER)" in sized.stdout
+    assert report_of(sized.stdout)["config"]["prefix_len_tokens"] == 16
+
+
 def test_several_models_and_no_choice_stops_before_load_with_the_list(stack: Stack, mock: Callable[..., str]) -> None:
     """A server with several models and no BENCH_MODEL stops (exit 2) listing them; BENCH_MODEL picks one."""
     url = mock("--tokens", "3", "--ttft-ms", "10", "--itl-ms", "5", "--models", "base,lora-a")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,20 @@ def test_run_benchmark_help_and_bad_flags(stack: Stack) -> None:
     assert bad.returncode == 2 and "did you mean --concurrency?" in bad.stderr
     foreign = script(stack, "run_benchmark.sh", "--kv-cache-gb", "4", timeout_s=120)
     assert foreign.returncode == 2 and "./start_vllm.sh --kv-cache-gb 4, or KV_CACHE_GB=4 make up" in foreign.stderr
+
+
+def test_vllm_log_shows_requests_and_ready_lines_not_the_stacks_polling(stack: Stack) -> None:
+    """`logs/vllm.log` after a benchmark: the two ready lines (docs/seed-commands.md's grep) each with a time, the chat
+    requests' access lines, and none of the stack's own polling (the sidecar's /metrics, the checks' /health and
+    /v1/models)."""
+    bench = script(stack, "run_benchmark.sh", "--requests", "2", "--concurrency", "1", "--warmup", "0")
+    assert bench.returncode == 0, bench.stdout[-2000:] + bench.stderr[-2000:]
+    lines = (stack.logs_dir / "vllm.log").read_text(encoding="utf-8", errors="replace").splitlines()
+    ready = [line for line in lines if "Starting vLLM server" in line or "Application startup complete" in line]
+    assert len(ready) >= 2 and all(re.search(r"\d\d-\d\d \d\d:\d\d:\d\d", line) for line in ready), ready
+    assert any('"POST /v1/chat/completions' in line for line in lines)
+    polled = [line for line in lines if re.search(r'"GET /(metrics|health|v1/models|version) ', line)]
+    assert not polled, polled[:5]
 
 
 @pytest.mark.parametrize("report", ["--errors", "--slow", "--stats"])

@@ -7,9 +7,10 @@ import re
 
 import gevent
 import gevent.event
+import httpx
 import pynvml
 
-from tests.fakes import FakeNvml, ScriptedResponse
+from tests.fakes import FakeNvml, ScriptedResponse, answering_server
 
 
 def test_fake_nvml_names_exist_in_real_pynvml() -> None:
@@ -60,3 +61,13 @@ def test_scripted_body_holds_blocks_behind_a_gate_until_it_opens() -> None:
     gate.set()
     reader.join(timeout=5)
     assert got == [b"a", b"b"]
+
+
+def test_answering_server_answers_its_routes_and_404_elsewhere() -> None:
+    """The fake peer answers GET and POST of a route with its fixed status, type and body; other paths with 404."""
+    with answering_server({"/v1/models": (200, "text/html", b"<html>hi</html>")}) as url:
+        got = httpx.get(f"{url}/v1/models?x=1")
+        posted = httpx.post(f"{url}/v1/models", json={"a": 1})
+        missing = httpx.get(f"{url}/tokenize")
+    assert (got.status_code, got.headers["content-type"], got.content) == (200, "text/html", b"<html>hi</html>")
+    assert posted.content == b"<html>hi</html>" and missing.status_code == 404

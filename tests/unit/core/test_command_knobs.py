@@ -19,6 +19,7 @@ from core.knobs.commands import BENCHMARK, ENGINE, LOGS, SIDECAR, UI, Command, h
 from core.logrotate import MIB
 from core.requestlog import RequestLog
 from core.settings import PROJECT_ROOT, Settings
+from engine.hostdtype import pool_gib
 from engine.kvsizing import plan_kv
 from engine.launcher import apply_request, vllm_argv, vllm_env
 from engine.model_resolve import ResolvedModel
@@ -29,6 +30,7 @@ from loadgen.orchestrate.locust_launch import locust_argv, worker_argv
 from loadgen.orchestrate.preflight import choose_model
 from loadgen.orchestrate.sweep import planned_points
 from loadgen.plan import bench_config, plan_settings, settings_of_plan, write_plan
+from loadgen.workloads.tokenizing import local_candidates
 from logtools import cli as logcli
 from sidecar import server as sidecar_launch
 from stack import engine_switch as vllmctl
@@ -51,13 +53,14 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
     "--random-output-len": (["16"], ["--dataset", "random"]), "--prompts-file": (["/data/p.jsonl"], []),
     "--slo-attainment-pct": (["90"], ["--sweep", "auto"]), "--gate": (["v1"], []), "--gate-threshold-pct": (["9"], []),
     "--gate-error-rate-pp": (["3"], []), "--baseline": (["v2"], []), "--max-error-rate-pct": (["10"], []),
-    "--profile": ([], []), "--logs-dir": (["/tmp/l"], []), "--requests-log-max-mb": (["5"], []),
+    "--profile": ([], []), "--capacity-check": ([], ["--no-capacity-check"]), "--logs-dir": (["/tmp/l"], []), "--requests-log-max-mb": (["5"], []),
     "--requests-log-backups": (["2"], []), "--vllm-host": (["10.0.0.1"], []), "--vllm-port": (["8101"], []),
     "--sidecar-base-url": (["http://s:2"], []), "--sidecar-host": (["10.0.0.2"], []), "--sidecar-port": (["8201"], []),
     "--sidecar-token-file": (["/tmp/t"], []), "--sidecar-max-body-mb": (["8"], []), "--run-dir": (["/tmp/r"], []),
     "--request-timeout-s": (["30"], []), "--drain-s": (["3"], []), "--watchdog-s": (["30"], []),
     "--server-down-s": (["9"], []), "--idle-wait-s": (["5"], []), "--report-from": (["/tmp/x.requests.jsonl"], []),
     "--prefix-len": (["64"], []), "--prefix-count": (["4"], ["--prefix-len", "64"]),
+    "--tokenizer": (["/data/qwen2-0.5b-instruct"], []),
     "--trace": ([SAMPLE_TRACE], []), "--trace-speed": (["2"], ["--trace", SAMPLE_TRACE]),
     "--client-overhead-max-pct": (["20"], []), "--junit-file": (["/tmp/j.xml"], []),
     "--summary-file": (["/tmp/s.md"], []), "--expect-workers": (["2"], []),
@@ -95,7 +98,7 @@ def shown_flags(parser: argparse.ArgumentParser) -> list[str]:
 
 def bench_effect(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     """What the benchmark hands on for ``settings``: the plan (the report's config), the series' points, the sidecar
-    client, the request log, the lock and the run's own limits and verdict knobs."""
+    client, the request log, the lock, the run's own limits and verdict knobs and the local tokenizers tried."""
     served = ["m", "lora"] if settings.bench_model else ["m"]  # the model picked from those vLLM lists
     plan = bench_config(settings, choose_model(served, settings))
     trace = read_trace(settings)
@@ -108,7 +111,7 @@ def bench_effect(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
         "sidecar": (settings.sidecar_url, settings.sidecar_token_path, int(settings.sidecar_max_body_mb * MIB)),
         "request_log": (log.path, log.max_bytes, log.backups),
         "run": (settings.run_dir, settings.watchdog_s, settings.server_down_s, settings.profile, settings.prompts_file,
-                settings.idle_wait_s),
+                settings.capacity_check, settings.idle_wait_s),
         "verdicts": (settings.gate, settings.gate_threshold_pct, settings.gate_error_rate_pp, settings.baseline,
                      settings.max_error_rate_pct),
         "report_from": args.report_from,
@@ -116,6 +119,7 @@ def bench_effect(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
         "locust": locust_argv(settings, headless=True, workers=plan.workers, remote_workers=plan.remote_workers)[7:],
         "worker": (worker_argv(settings, settings.master_host or ""), settings.worker_runs) if settings.worker else None,
         "host": host_name(settings.load_host_name),
+        "prompt_tokenizers": local_candidates(settings, "m"),  # where prompt sizing looks without a /tokenize
     }  # fmt: skip
 
 
@@ -126,7 +130,7 @@ def engine_effect(args: argparse.Namespace, settings: Settings) -> dict[str, Any
     launched = apply_request(Settings(), request)
     resolved = ResolvedModel(launched.requested_model, "hub", launched.requested_model,
                              launched.served_model_name or "default-name", False)  # fmt: skip
-    kv = plan_kv(launched.kv_cache_gb, launched.vllm_max_model_len, None)
+    kv = plan_kv(pool_gib(launched), launched.vllm_max_model_len, None)
     return {
         "argv": vllm_argv(launched, resolved, kv=kv),
         "env": {k: v for k, v in vllm_env(launched, "cpu", base={}).items() if k.startswith("VLLM_CPU")},

@@ -116,8 +116,8 @@ def test_router_fields_join_the_fingerprint_only_with_the_router() -> None:
 
 def test_later_commands_see_the_cluster_make_up_started(tmp_path: Path) -> None:
     """`REPLICAS=2 ROUTER_POLICY=round_robin make up` records its knobs: a later `make status` or `make benchmark`
-    without them sees both replicas and the real policy; a knob set there wins; no or a corrupt record changes
-    nothing."""
+    without them sees both replicas and the real policy; a knob set there wins; no or a corrupt record, or a value
+    the knob would refuse, changes nothing."""
     started = make(run_dir=tmp_path, replicas=2, router_policy="round_robin")
     record_cluster(started)
     later = make(run_dir=tmp_path)
@@ -129,6 +129,11 @@ def test_later_commands_see_the_cluster_make_up_started(tmp_path: Path) -> None:
     assert not router_in_use(make(run_dir=tmp_path))
     cluster_record(started).write_text(json.dumps(["a list"]))
     assert not router_in_use(make(run_dir=tmp_path))
+    cluster_record(started).write_text(json.dumps({"replicas": "two", "router_policy": "round_robin"}))
+    assert as_started(make(run_dir=tmp_path)).replicas == 1  # a value of another type or range is not taken
+    assert as_started(make(run_dir=tmp_path)).router_policy == "round_robin"  # the others still are
+    cluster_record(started).write_text(json.dumps({"replicas": 100}))
+    assert as_started(make(run_dir=tmp_path)).replicas == 1
     cluster_record(started).unlink()
     assert not router_in_use(make(run_dir=tmp_path)) and router_fields(make(run_dir=tmp_path)) == {}
 

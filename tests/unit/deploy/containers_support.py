@@ -44,7 +44,15 @@ NON_SETTINGS_ENV = {
     "LOCUST_EXTRA_ARGS": "Locust master/worker flags for loadgen.orchestrate.locust_launch's web-UI mode (see docs/docker.md)",
     "HF_HOME": "the engine's Hugging Face cache: the hf-cache volume",
     "VLLM_CACHE_ROOT": "vLLM's cache (torch.compile artefacts): the vllm-cache volume",
+    **dict.fromkeys(
+        ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "TVM_FFI_CACHE_DIR",
+         "CUDA_CACHE_PATH", "XDG_CACHE_HOME"),
+        "a JIT cache of the GPU engine: in the vllm-cache volume, as in the image",
+    ),
 }
+JIT_CACHES = tuple(name for name, why in NON_SETTINGS_ENV.items() if why.startswith("a JIT cache"))
+"""The engine's compile caches: torch.compile's, Triton's, FlashInfer's, TVM-FFI's, the CUDA driver's PTX cache and
+XDG's ~/.cache (each read by its library from this variable)."""
 SECRET_NAMES = tuple(sorted(secret_env_names()))
 # compose service -> its entry in core.settings.SERVICE_SECRETS (the secrets it keeps).
 SECRETS_OF = {"vllm": "vllm", "ui": "ui", "sidecar": "sidecar", "locust-master": "locust", "locust-worker": "locust"}

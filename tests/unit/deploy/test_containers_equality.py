@@ -26,6 +26,7 @@ from tests.unit.deploy.containers_support import (
     CONTAINER_ROOT,
     DOCKERFILES,
     INTERPRETERS,
+    JIT_CACHES,
     LOG_WRAPPER,
     NON_SETTINGS_ENV,
     PROGRAMS,
@@ -158,7 +159,7 @@ def test_compose_defaults_equal_the_settings_defaults() -> None:
         if variable.lower() in Settings.model_fields:
             assert str(getattr(defaults, variable.lower())) == default, variable
             checked += 1
-    assert checked >= 5  # the four ports and the CPU KV cache size
+    assert checked >= 4  # the four ports (KV_CACHE_GB and VLLM_DTYPE: blank, the host decides)
 
 
 def test_published_ports_are_the_ports_the_services_listen_on() -> None:
@@ -306,6 +307,27 @@ def test_gpu_is_reserved_for_vllm_and_the_sidecar() -> None:
     for stage in dockerfile_stages(PROJECT_ROOT / "Dockerfile.vllm"):
         env = dict(item.split("=", 1) for keyword, args in stage if keyword == "ENV" for item in shlex.split(args))
         assert {env["HF_HOME"], env["VLLM_CACHE_ROOT"]} == caches  # the image alone uses the same paths
+
+
+def test_the_engines_jit_caches_last_and_its_gpus_are_in_pci_order() -> None:
+    """Every JIT cache of the GPU engine (:data:`JIT_CACHES`) is in a named volume of the vllm service, the same path
+    in compose and in the image's gpu stage, never on the $HOME or /tmp tmpfs (rebuilt at every start); the gpu stage
+    numbers GPUs in PCI order (CUDA_DEVICE_ORDER), as NVML does, whether or not GPU_DEVICES is set."""
+    vllm = load_compose()["services"]["vllm"]
+    named = [target for source, target, *_ in (v.split(":") for v in vllm["volumes"]) if source[0] not in "./~$"]
+    tmpfs = [entry.split(":")[0] for entry in vllm["tmpfs"]]
+    compose_env = service_env("vllm")
+    (gpu,) = [stage for stage in dockerfile_stages(PROJECT_ROOT / "Dockerfile.vllm") if stage[0][1].endswith(" AS gpu")]
+    image_env = dict(item.split("=", 1) for keyword, args in gpu if keyword == "ENV" for item in shlex.split(args))
+
+    def under(path: str, folders: list[str]) -> bool:
+        return any(path == folder or path.startswith(folder.rstrip("/") + "/") for folder in folders)
+
+    assert len(JIT_CACHES) == 6
+    for name in JIT_CACHES:
+        assert compose_env[name] == image_env[name], name
+        assert under(compose_env[name], named) and not under(compose_env[name], tmpfs), (name, compose_env[name])
+    assert image_env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
 def test_no_service_shares_the_host_pid_namespace() -> None:

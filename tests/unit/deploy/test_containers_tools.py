@@ -69,7 +69,7 @@ def test_engine_images_follow_the_engine_requirements() -> None:
     gpu_pin = re.search(r"^vllm==(\S+)$", (PROJECT_ROOT / "requirements" / "engine-gpu.txt").read_text(), re.M)
     assert gpu_pin
     froms = [stage[0][1].split()[0].split("@")[0] for stage in dockerfile_stages(PROJECT_ROOT / "Dockerfile.vllm")]
-    assert f"vllm/vllm-openai:v{gpu_pin[1]}-cu129" in froms  # the CUDA 12.9 build: drivers 525.60+ (docs/docker.md)
+    assert f"vllm/vllm-openai:v{gpu_pin[1]}-cu129" in froms  # the CUDA 12.9 build: drivers 575.51+ or 535/550/560/565/570 (docs/gpu.md)
     default_base = Settings(_env_file=None).vllm_gpu_base  # type: ignore[call-arg]
     assert f"ARG VLLM_GPU_BASE={default_base}" in (PROJECT_ROOT / "Dockerfile.vllm").read_text()  # what doctor checks
     text = (PROJECT_ROOT / "Dockerfile.vllm").read_text()

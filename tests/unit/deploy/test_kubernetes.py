@@ -70,6 +70,29 @@ def test_a_removed_required_key_is_named(tmp_path: Path, file: str, kind: str, c
     assert found and all(named in line for line in found), found
 
 
+WORKLOAD_FILES = [(path.name, kind) for path in sorted(MANIFESTS.glob("*.yaml")) for kind in ("Deployment", "DaemonSet", "Job")
+                  if any(doc and doc["kind"] == kind for doc in yaml.safe_load_all(path.read_text()))]  # fmt: skip
+
+
+@pytest.mark.parametrize(("file", "kind"), WORKLOAD_FILES)
+def test_every_pod_turns_service_links_off(tmp_path: Path, file: str, kind: str) -> None:
+    """Each workload keeps ``enableServiceLinks: false``: with it removed the check names it (the Service vllm would
+    give the pod VLLM_PORT=tcp://..., which vLLM reads as its own port)."""
+    assert len(WORKLOAD_FILES) >= 7
+    found = check.problems(edited(tmp_path, file, kind, _drop(["spec", "template", "spec", "enableServiceLinks"])),
+                           "1.30.0")  # fmt: skip
+    assert found and all("enableServiceLinks must be false" in line for line in found), found
+
+
+@pytest.mark.parametrize(("file", "kind"), [("engine.yaml", "Deployment"), ("sidecar-gpu.yaml", "DaemonSet")])
+@pytest.mark.parametrize(("key", "named"), [("nodeSelector", "nvidia.com/gpu.present"), ("tolerations", "taint")])
+def test_pods_on_gpus_run_on_the_gpu_nodes(tmp_path: Path, file: str, kind: str, key: str, named: str) -> None:
+    """The engines (nvidia.com/gpu) and the GPU nodes' sidecars (NVIDIA_VISIBLE_DEVICES) select the GPU nodes and
+    tolerate their nvidia.com/gpu taint: without either, the check names it."""
+    found = check.problems(edited(tmp_path, file, kind, _drop(["spec", "template", "spec", key])), "1.30.0")
+    assert found and all(key in line and named in line for line in found), found
+
+
 def test_the_engine_probe_must_ask_vllms_health(tmp_path: Path) -> None:
     def change(doc: dict[str, Any]) -> None:
         container(doc)["readinessProbe"]["httpGet"]["path"] = "/"

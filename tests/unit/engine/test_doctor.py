@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,10 +57,63 @@ def test_nvidia_smi_rows_become_devices(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_driver_below_the_image_minimum_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA 13 image on a 535 driver: refused, naming 580.65.06 and the -cu129 image, which runs there; on a 545
+    driver the -cu129 image is no way out (the toolkit refuses it too), so only the upgrade is named."""
     gpus = _gpus(tmp_path, monkeypatch, [a10(0, 0, driver="535.183.01")])
     failed = doctor.check_driver(gpus, "cu130")
-    assert not failed.ok and "535.183.01 is older than 580.65.06" in failed.text and "v0.32.0-cu129" in failed.text
+    assert not failed.ok and "535.183.01 cannot run the cu130" in failed.text and "≥ 580.65.06" in failed.text
+    assert "VLLM_GPU_BASE=vllm/vllm-openai:v0.32.0-cu129" in failed.text
     assert doctor.check_driver(gpus, "cu129").ok  # the default image runs on a 535 driver
+    old = doctor.check_driver(HostGpus(gpus.devices, "545.23.08"), "cu130")
+    assert not old.ok and "VLLM_GPU_BASE" not in old.text and "install a driver ≥ 580.65.06" in old.text
+
+
+CU129_LABEL = "cuda>=12.9 " + " ".join(
+    f"brand={brand},driver>={branch},driver<{branch + 1}"
+    for branch in (535, 550, 560, 565, 570)
+    for brand in ("unknown", "grid", "tesla", "nvidia", "quadro", "quadrortx", "nvidiartx", "vapps", "vpc", "vcs",
+                  "vws", "cloudgaming")
+)
+"""NVIDIA_REQUIRE_CUDA of vLLM's -cu129 images (``collect_env`` in the image: the nvidia/cuda 12.9.1 base's label)."""
+DRIVER_CUDA = {520: "11.8", 525: "12.0", 530: "12.1", 535: "12.2", 545: "12.3", 550: "12.4", 555: "12.5", 560: "12.6",
+               565: "12.7", 570: "12.8", 575: "12.9", 580: "13.0", 590: "13.1"}  # fmt: skip
+"""The CUDA version each driver branch reports (nvidia-smi's "CUDA Version"; CUDA toolkit release notes)."""
+
+
+def toolkit_starts(label: str, driver: str, brand: str = "nvidia") -> bool:
+    """libnvidia-container's check of ``label`` (src/cli/dsl.c, src/cli/configure.c): any space-separated alternative
+    whose comma-separated conditions all hold, versions compared number by number."""
+
+    def number(text: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in text.split("."))
+
+    facts = {"cuda": DRIVER_CUDA[number(driver)[0]], "driver": driver}
+    tests = {">=": lambda a, b: a >= b, "<": lambda a, b: a < b}
+    for alternative in label.split():
+        held = True
+        for condition in alternative.split(","):
+            key, op, value = re.fullmatch(r"(\w+)(>=|<|=)(.+)", condition).groups()  # type: ignore[union-attr]
+            held &= value == brand if key == "brand" else tests[op](number(facts[key]), number(value))
+        if held:
+            return True
+    return False
+
+
+@pytest.mark.parametrize(
+    "driver",
+    ["520.61.05", "525.147.05", "530.41.03", "535.183.01", "545.23.08", "550.127.05", "555.42.06", "560.35.03",
+     "565.57.01", "570.86.15", "575.51.03", "580.65.06", "580.95.05", "590.44.01"],
+)  # fmt: skip
+def test_the_default_image_passes_exactly_the_drivers_the_toolkit_starts_it_on(driver: str) -> None:
+    """The -cu129 image: doctor passes a driver exactly when the Container Toolkit's evaluation of the image's label
+    starts it (CUDA ≥ 12.9, or the 535, 550, 560, 565 or 570 branch): 525, 545 and 555 are refused although CUDA 12's
+    minor-version compatibility would run there, and the refusal names the drivers that pass."""
+    found = doctor.check_driver(HostGpus([], driver), "cu129")
+    assert found.ok is toolkit_starts(CU129_LABEL, driver), (driver, found.text)
+    branch = int(driver.split(".")[0])
+    assert found.ok is (branch in (535, 550, 560, 565, 570) or branch >= 575), driver
+    if not found.ok:
+        assert "≥ 575.51.03 (CUDA 12.9) or the 535, 550, 560, 565 or 570 branch" in found.text, found.text
 
 
 def test_no_container_toolkit_names_the_fix() -> None:

@@ -190,9 +190,13 @@ def test_a_utilization_in_extra_args_wins(tmp_path: Path) -> None:
 
 
 def test_gpu_devices_reach_the_engine_in_pci_order() -> None:
+    """GPU_DEVICES becomes vLLM's CUDA_VISIBLE_DEVICES; the GPU build numbers GPUs in PCI order (NVML's) whether or
+    not GPU_DEVICES is set, so CUDA's device 0 is NVML's index 0 on a mixed host; the CPU build gets neither."""
     env = launch.vllm_env(_settings(gpu_devices="1"), "gpu", base={})
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    assert "CUDA_DEVICE_ORDER" not in launch.vllm_env(_settings(), "gpu", base={})
+    every = launch.vllm_env(_settings(), "gpu", base={"CUDA_DEVICE_ORDER": "FASTEST_FIRST"})
+    assert every["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and "CUDA_VISIBLE_DEVICES" not in every
+    assert "CUDA_DEVICE_ORDER" not in launch.vllm_env(_settings(), "cpu", base={})
 
 
 def test_engine_versions_are_read_from_the_engine_interpreter() -> None:
@@ -207,3 +211,12 @@ def test_engine_versions_are_read_from_the_engine_interpreter() -> None:
     assert versions["torch_version"] == torch_version and versions["cuda_runtime"] == (None if cuda == "None" else cuda)
     assert versions["python_version"] and versions["python_version"].startswith("3.")
     assert engine_versions("/nonexistent/python") == {}
+
+
+def test_engine_versions_of_another_shape_are_unknown(tmp_path: Path) -> None:
+    """An interpreter whose probe prints a JSON list (or a number) as its last line: no versions, no exception."""
+    for last in ("[1, 2]", "7"):
+        fake = tmp_path / "python"
+        fake.write_text(f"#!/bin/sh\necho '{last}'\n")
+        fake.chmod(0o755)
+        assert engine_versions(str(fake)) == {}

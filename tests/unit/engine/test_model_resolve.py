@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,20 @@ def test_served_names() -> None:
     """Aliases are lower-case last path parts; synthetic ones say so."""
     assert default_served_name("baidu/ERNIE-4.5-0.3B-PT") == "ernie-4.5-0.3b-pt"
     assert default_served_name("synthetic:tiny") == "ernie-tiny-synthetic"
+
+
+def test_the_documented_switch_examples_resolve_on_a_fresh_offline_clone() -> None:
+    """The README's first model switch (`export VLLM_MODEL_PATH=… && ./start_vllm.sh`) and the offline switch of
+    docs/models.md and docs/seed-commands.md name a model that resolves with no folder, no cache and no hub."""
+    from core.settings import PROJECT_ROOT
+
+    readme = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
+    switches = re.findall(r"^export VLLM_MODEL_PATH=(\S+) && \./start_vllm\.sh", readme, re.M)
+    models_md = re.findall(r"^VLLM_MODEL_PATH=(\S+) \./start_vllm\.sh", (PROJECT_ROOT / "docs/models.md").read_text(), re.M)
+    seed = (PROJECT_ROOT / "docs/seed-commands.md").read_text(encoding="utf-8")
+    assert switches and models_md and switches[0] == models_md[0]
+    assert f"`export VLLM_MODEL_PATH={switches[0]} && ./start_vllm.sh`" in seed
+    resolved = resolve(switches[0], was_set=True, tmp=Path("/nonexistent/models"))
+    assert resolved.synthetic and resolved.model_arg.startswith("/nonexistent/models/")
+    with pytest.raises(ModelResolutionError):  # what the README showed before: a folder a fresh clone has not
+        resolve("/data/qwen2-0.5b-instruct", was_set=True)

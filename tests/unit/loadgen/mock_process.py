@@ -48,6 +48,19 @@ def running(url: str) -> float:
     return sum(samples["vllm:num_requests_running"].values())
 
 
+def running_in_gevent(url: str, wanted: float, within_s: float = 10.0) -> float:
+    """:func:`running_after` for a test whose requests are gevent greenlets: it waits with ``gevent.sleep``, so they
+    run meanwhile."""
+    import gevent
+
+    deadline = time.monotonic() + within_s
+    now = running(url)
+    while now != wanted and time.monotonic() < deadline:
+        gevent.sleep(0.05)
+        now = running(url)
+    return now
+
+
 def running_after(url: str, wanted: float, within_s: float = 5.0) -> float:
     """The mock's running requests once they are ``wanted``, or the last figure after ``within_s``."""
     deadline = time.monotonic() + within_s

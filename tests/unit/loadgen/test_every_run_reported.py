@@ -227,7 +227,7 @@ def test_a_run_cut_whole_by_its_duration_against_the_mock_is_reported_and_refuse
     from loadgen.orchestrate.replica_watch import scrape_metrics
     from loadgen.plan import bench_config
     from loadgen.request.client import new_session
-    from tests.unit.loadgen.mock_process import mock_process, running_after
+    from tests.unit.loadgen.mock_process import mock_process, running_after, running_in_gevent
 
     with mock_process("--metrics", "--tokens", "200", "--ttft-ms", "200", "--itl-ms", "200") as url:
         settings = make_settings(tmp_path, baseline="v1").model_copy(
@@ -242,7 +242,8 @@ def test_a_run_cut_whole_by_its_duration_against_the_mock_is_reported_and_refuse
         before, _ = scrape_metrics(url)
         start = time.time()
         users = [gevent.spawn(driver.send, state, new_session(), url, state.item(k)) for k in range(4)]
-        gevent.sleep(1.0)
+        assert running_in_gevent(url, 4.0) == 4.0
+        gevent.sleep(1.0)  # TTFT 200 ms: every answer has sent its first tokens
         gevent.killall(users, block=True)  # DURATION (+ DRAIN_S 0) is over: Locust kills the users
         end = time.time()
         after, _ = scrape_metrics(url)

@@ -20,7 +20,8 @@ from loadgen.locust_side.process_state import RunState, Slot
 from loadgen.locust_side.user_actions import arrivals
 from loadgen.plan import bench_config, with_trace
 from loadgen.selftest import mock_tokenizer
-from loadgen.workloads.randomdata import TokenizerClient, exact_chat_text
+from loadgen.workloads.randomdata import exact_chat_text
+from loadgen.workloads.tokenizing import ServerTokenizer
 from loadgen.workloads.trace import (
     BURSTGPT,
     MOONCAKE,
@@ -221,7 +222,7 @@ def test_rows_naming_the_same_block_start_with_the_same_tokens() -> None:
 def test_prompts_are_exact_as_the_servers_tokenizer_counts_them() -> None:
     """A prompt built from a row's ids is exactly its input length as the server counts the chat (here the mock
     server's tokenizer, through httpx's in-process transport), whether the ids start too short or too long."""
-    tok = TokenizerClient("http://mock", "m")
+    tok = ServerTokenizer("http://mock", "m")
     tok.client = httpx.Client(transport=httpx.MockTransport(
         lambda request: httpx.Response(200, content=mock_tokenizer.answer(request.url.path.encode(), request.content))))
     pool = np.arange(0x4E00, 0x4E80)

@@ -63,11 +63,15 @@ def test_errors_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_slow_json_shape_and_threshold(capsys: pytest.CaptureFixture[str]) -> None:
-    """--slow --json lists requests over --threshold-ms, slowest first, with their recorded fields."""
+    """--slow --json lists finished requests over --threshold-ms, slowest first, with their recorded fields; the
+    timed-out and failed ones are counted apart by cause, not ranked."""
     report = run_json(capsys, "--slow", "--threshold-ms", "1000", "--requests", str(REQUESTS))["slow"]
-    assert set(report) == {"since", "requests_log", "threshold_ms", "requests", "slow", "slowest"}
-    assert report["requests_log"]["bad_lines"] == 9 and report["slow"] == 3
-    assert [r["request_id"] for r in report["slowest"]] == ["lt-3", "lt-2", "lt-1"]
+    assert set(report) == {"since", "requests_log", "threshold_ms", "requests", "finished", "slow", "not_finished",
+                           "not_finished_by_cause", "slowest"}  # fmt: skip
+    assert report["requests_log"]["bad_lines"] == 9 and (report["requests"], report["finished"]) == (6, 4)
+    assert report["slow"] == 2 and [r["request_id"] for r in report["slowest"]] == ["lt-2", "lt-1"]
+    assert report["not_finished"] == 2
+    assert report["not_finished_by_cause"] == {"timeout": 1, "vLLM is not reachable": 1}
     assert set(report["slowest"][0]) == {
         "ts", "source", "request_id", "model", "prompt_tokens", "completion_tokens", "ttft_ms", "total_ms", "status",
         "error",
@@ -110,14 +114,37 @@ def test_text_output_is_readable(capsys: pytest.CaptureFixture[str]) -> None:
 def test_slow_text_says_when_limit_cut_the_list_and_labels_tokens(capsys: pytest.CaptureFixture[str]) -> None:
     """--slow --limit 2 of 3 slow requests: the headline says how many are shown, a closing line how many more and
     which flag shows them; the token column says it is prompt/completion tokens."""
-    code, out, _ = run(capsys, "--slow", "--threshold-ms", "1000", "--limit", "2", "--requests", str(REQUESTS))
+    code, out, _ = run(capsys, "--slow", "--threshold-ms", "800", "--limit", "2", "--requests", str(REQUESTS))
     assert code == 0
     lines = out.splitlines()
-    assert "3 of 6" in lines[0] and lines[0].endswith("; the slowest 2 shown"), lines[0]
-    assert "IN/OUT TOK" in lines[1] and "prompt tokens / completion tokens" in out
+    assert "3 of 4 finished" in lines[0] and lines[0].endswith("; the slowest 2 shown"), lines[0]
+    assert "IN/OUT TOK" in lines[2] and "prompt tokens / completion tokens" in out
     assert "  ... 1 more slow requests (--limit N shows more)" in lines
-    code, out, _ = run(capsys, "--slow", "--threshold-ms", "1000", "--requests", str(REQUESTS))
+    code, out, _ = run(capsys, "--slow", "--threshold-ms", "800", "--requests", str(REQUESTS))
     assert "shown" not in out.splitlines()[0] and "more slow requests" not in out
+
+
+def test_slow_ranks_only_finished_requests_and_counts_the_rest_by_cause(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run whose 120 rows all timed out or were cancelled: --slow lists no "slow request" (once `120 of 120`) and
+    says how many were left out, by cause; a finished request is still ranked beside them."""
+    rows = [{"ts": "2026-11-29T22:03:19+00:00", "source": "loadtest", "request_id": f"t{i}", "total_ms": 300000.0,
+             "status": "error", "error": "timeout: no chunk within 300 s"} for i in range(100)]  # fmt: skip
+    rows += [{"ts": "2026-11-29T22:03:19+00:00", "source": "loadtest", "request_id": f"c{i}", "total_ms": 90000.0,
+              "status": "cancelled", "error": "incomplete: cancelled by the end of the run"} for i in range(20)]  # fmt: skip
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    code, out, _ = run(capsys, "--slow", "--requests", str(path), "--no-rotated")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].endswith(": 0 of 0 finished"), lines[0]
+    assert lines[1].startswith("  Left out: 120 request(s) that did not finish (timeout 100, cancelled 20)")
+    assert len(lines) == 2  # no table: nothing finished
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"ts": "2026-11-29T22:04:00+00:00", "source": "ui", "request_id": "done",
+                             "total_ms": 4000.0, "status": "ok"}) + "\n")  # fmt: skip
+    report = run_json(capsys, "--slow", "--requests", str(path), "--no-rotated")["slow"]
+    assert [r["request_id"] for r in report["slowest"]] == ["done"] and report["not_finished"] == 120
 
 
 def test_rotated_and_gzip_files_via_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

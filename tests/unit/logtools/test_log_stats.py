@@ -11,7 +11,7 @@ import pytest
 
 from core.requestlog import BadLogLine, RequestLogLine
 from engine.logformat import parse_metrics
-from logtools.aggregate import EngineSummary, RequestStats, SlowRequests
+from logtools.aggregate import EngineSummary, RequestStats, SlowRequests, failure_cause
 from logtools.quantiles import RELATIVE_ACCURACY, StreamingQuantiles
 from logtools.requests_log import RequestsRead, iter_records
 from logtools.scan import LogScanner
@@ -227,15 +227,38 @@ def test_sketch_memory_does_not_grow_with_the_count() -> None:
     assert grown_bytes < 64 * 1024  # a list of the values would have grown by 90,000 x 8 bytes = 720 KB
 
 
-def test_slow_requests_keeps_the_slowest_and_counts_all() -> None:
-    """Over the threshold: all counted, the N slowest kept, slowest first; requests without total_ms are not slow."""
-    slow = SlowRequests(threshold_ms=1000.0, keep=2)
+def test_slow_requests_keeps_the_slowest_finished_and_counts_all() -> None:
+    """Finished requests over the threshold: all counted, the N slowest kept, slowest first; the 30 s time-out and
+    the failed request are no slow requests, counted apart by cause."""
+    slow = SlowRequests(threshold_ms=800.0, keep=2)
     for record in iter_records([REQUESTS], RequestsRead()):
         slow.add(record)
     summary = slow.summary()
-    assert (summary["requests"], summary["slow"]) == (6, 3)
-    assert [r["request_id"] for r in summary["slowest"]] == ["lt-3", "lt-2"]
-    assert summary["slowest"][0]["error"] == "timeout after 30000 ms"
+    assert (summary["requests"], summary["finished"], summary["slow"]) == (6, 4, 3)
+    assert [r["request_id"] for r in summary["slowest"]] == ["lt-2", "lt-1"]
+    assert summary["not_finished_by_cause"] == {"timeout": 1, "vLLM is not reachable": 1}
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "cause"),
+    [
+        ("cancelled", "incomplete: cancelled by the end of the run (GreenletExit)", "cancelled"),
+        ("cancelled", "cancelled: the chat session disconnected", "cancelled"),
+        ("error", "timeout: no chunk within 300 s", "timeout"),
+        ("error", "timeout after 300 s", "timeout"),
+        ("error", "http_status: HTTP 400 max_tokens too large", "http_status"),
+        ("error", "backend down: http://127.0.0.1:8100 not reachable", "backend down"),
+        ("error", "HTTP 500: Internal Server Error", "HTTP 500"),
+        ("error", None, "error"),
+        ("error", "x" * 80, "error"),
+    ],
+)
+def test_a_request_that_did_not_finish_is_named_by_its_cause(status: str, error: str | None, cause: str) -> None:
+    """Benchmark rows (``<error kind>: <message>``) and UI lines (the UI's causes) both reduce to a short cause."""
+    record = RequestLogLine(ts="2026-11-29T22:03:19+00:00", source="x", request_id="r", model=None,
+                            prompt_tokens=None, completion_tokens=None, ttft_ms=None, total_ms=1.0,
+                            status=status, error=error)  # type: ignore[arg-type]  # fmt: skip
+    assert failure_cause(record) == cause
 
 
 def test_requests_since_filters_by_end_time(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from core.enginestate import EngineState
 from ui.status import (
@@ -213,3 +214,26 @@ def test_engine_on_another_host_counts_while_its_launch_is_recent(tmp_path: Path
     state = _state(pid=1, hostname="vllm-container", started_at=1000.0)
     assert engine_process_alive(state, tmp_path, hostname="ui-container", now_s=1100.0, startup_window_s=900.0)
     assert not engine_process_alive(state, tmp_path, hostname="ui-container", now_s=2000.0, startup_window_s=900.0)
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    (b'[{"id": "m"}]', "Input should be an object"),
+    (b"<html><body>Sign in</body></html>", "not JSON (it starts '<html><body>Sign in"),
+    (b'{"data": {"id": "m"}}', "data: Input should be a valid array"),
+])  # fmt: skip
+def test_a_model_list_of_another_shape_is_down_naming_the_url_and_what_came_back(body: bytes, said: str) -> None:
+    """/v1/models answered 200 with a list, a login page or a dict for data: the header says Down with the URL and
+    the fault (before: an AttributeError from the status probe, or "Loading" for ever); /version is still read."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, content=body)
+        return httpx.Response(200, json={"version": "0.32.0"})
+
+    async def run() -> Probe:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await probe_vllm(client, URL)
+
+    status = classify(asyncio.run(run()), URL, None, engine_alive=True)
+    assert status.state == "Down" and f"GET {URL}/v1/models (HTTP 200): " in status.detail and said in status.detail
+    assert "OpenAI-compatible server's root" in status.detail and status.version == "0.32.0"

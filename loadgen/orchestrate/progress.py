@@ -1,0 +1,95 @@
+"""What the benchmark's progress bar says: successes and failures counted apart, the rate and the time left from
+successes only (:class:`Progress`, pure: counts and seconds in, text out), and the bar that shows it
+(:class:`ProgressBar`, driven by :mod:`loadgen.orchestrate.locust_run`).
+
+A failure ends a request but moves no work forward: a run whose requests all time out must not show a rate of
+requests "done" or an ETA of seconds (``37/200 [05:31<00:04, 36.90req/s]`` with nothing answered). So the bar's fill
+and rate count successes, and there is no ETA until something has succeeded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tqdm import tqdm
+
+BAR_FORMAT_TOTAL = "{desc}: {percentage:3.0f}%|{bar}| {words}"  # requests bounded: the fill is successes / total
+BAR_FORMAT_OPEN = "{desc}: {words}"  # duration bounded: no total to fill
+
+
+def clock(seconds: float) -> str:
+    """``MM:SS`` (``H:MM:SS`` from one hour on), as tqdm writes times; negative values count as 0."""
+    whole = max(int(seconds), 0)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours:d}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The measured rows so far: ``ok`` successes, ``failed`` failures (any cause), out of ``total`` requests (None:
+    a run bounded by its duration), ``elapsed_s`` seconds since the load started; ``duration_s`` the planned length
+    of a duration-bounded run (None: bounded by requests)."""
+
+    ok: int
+    failed: int
+    total: int | None
+    elapsed_s: float
+    duration_s: float | None = None
+
+    @property
+    def ok_rate_req_per_s(self) -> float:
+        """Successes per second since the start (0.0 before one second has passed with none)."""
+        return self.ok / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left: for a duration-bounded run, what is left of its duration; for a request-bounded run, the
+        requests not yet ended at the success rate so far. None while nothing has succeeded (no rate to go by) or
+        nothing is left."""
+        if self.total is None:
+            return None if self.duration_s is None else max(self.duration_s - self.elapsed_s, 0.0)
+        left = self.total - self.ok - self.failed
+        if self.ok == 0 or left <= 0:
+            return None
+        return left / self.ok_rate_req_per_s
+
+    def counts(self) -> str:
+        """``12 ok, 25 failed / 200`` (``/ 200`` only for a request-bounded run)."""
+        of = f" / {self.total}" if self.total is not None else ""
+        return f"{self.ok} ok, {self.failed} failed{of}"
+
+    def text(self) -> str:
+        """The bar's words: ``12 ok, 25 failed / 200 [05:31<02:10, 0.04 ok/s]``; with no success yet
+        ``0 ok, 37 failed / 200 [05:31, no success yet: no ETA]``."""
+        times = clock(self.elapsed_s)
+        eta = self.eta_s
+        if eta is not None and math.isfinite(eta):
+            times += f"<{clock(eta)}"
+        if self.ok == 0:
+            why = "no success yet" + (": no ETA" if self.total is not None else "")
+            return f"{self.counts()} [{times}, {why}]"
+        return f"{self.counts()} [{times}, {self.ok_rate_req_per_s:.2f} ok/s]"
+
+
+class ProgressBar(tqdm):
+    """A tqdm bar that shows :class:`Progress` in place of tqdm's own count, rate and ETA (which count every ended
+    request as progress): ``Benchmark:   6%|█▊        | 12 ok, 25 failed / 200 [05:31<1:14:56, 0.04 ok/s]``."""
+
+    def __init__(self, total: int | None, duration_s: float | None, **kwargs: Any) -> None:
+        self.seen = Progress(0, 0, total, 0.0, duration_s)
+        fmt = BAR_FORMAT_TOTAL if total is not None else BAR_FORMAT_OPEN
+        super().__init__(total=total, bar_format=fmt, **kwargs)
+
+    @property
+    def format_dict(self) -> dict[str, Any]:
+        """tqdm's fields plus ``words``: :meth:`Progress.text` of the last :meth:`show`."""
+        return {**super().format_dict, "words": self.seen.text()}
+
+    def show(self, seen: Progress) -> None:
+        """Show ``seen``: the fill is its successes (out of the total), the words its counts, rate and ETA."""
+        self.seen = seen
+        self.n = seen.ok
+        self.refresh()
