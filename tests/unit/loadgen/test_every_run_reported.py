@@ -165,41 +165,49 @@ def test_a_run_that_can_be_a_baseline_keeps_the_seeds_line(
     assert f"[BASELINE] v1 -> {done.report.report_id}" in out
 
 
-@pytest.mark.parametrize("interrupted", [False, True])
+@pytest.mark.parametrize(
+    ("ending", "code"), [("warmup failed", EXIT_NO_SUCCESS), ("Ctrl-C", EXIT_INTERRUPTED), ("over capacity", 2)]
+)
 def test_a_run_that_sent_only_its_warmup_is_reported(
-    interrupted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client_for: Any,  # noqa: F811
+    ending: str, code: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client_for: Any,  # noqa: F811
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    """Every warmup request failed (exit 4, the run's own error line) or Ctrl-C stopped the warmup (exit 130): the
-    warmup's rows are reported with their errors by cause and why the measured run was not started; no baseline."""
-    from loadgen.errors import WarmupFailed, WarmupInterrupted
+    """Every warmup request failed (exit 4, the run's own error line), Ctrl-C stopped the warmup (exit 130) or the
+    warmup showed the load would time out (exit 2, the refusal): the warmup's rows are reported with their errors by
+    cause and why the measured run was not started; no baseline."""
+    from loadgen.errors import OverCapacity, WarmupFailed, WarmupInterrupted
     from loadgen.orchestrate import pipeline
 
     settings = make_settings(tmp_path, baseline="v1")
     sidecar = in_process_sidecar(monkeypatch, client_for(settings=settings))
     start = time.time() - 10
+    why = {
+        "warmup failed": WarmupFailed("every warmup request failed (3 of 3). The measured run was not started."),
+        "Ctrl-C": WarmupInterrupted("interrupted during the warmup; the measured run was not started"),
+        "over capacity": OverCapacity("50 users would wait 445 s for their first tokens: the measured run was not "
+                                      "started"),
+    }[ending]  # fmt: skip
 
     def warmup_only(settings: Settings, plan: BenchmarkConfig, records_path: Path, *_: Any) -> Measured:
         rows = [row(i, start, phase="warmup", ok=False, ttft_ms=None, output_tokens=None, error_kind="http_status",
                     error="max_tokens=99999 cannot be greater than max_model_len=4096", http_status=400)
                 for i in range(3)]  # fmt: skip
         records_path.write_text("".join(r.model_dump_json() + "\n" for r in rows), encoding="utf-8")
-        raise (WarmupInterrupted("interrupted during the warmup; the measured run was not started") if interrupted
-               else WarmupFailed("every warmup request failed (3 of 3). The measured run was not started."))
+        raise why
 
     monkeypatch.setattr(pipeline, "run_measured", warmup_only)
     done = pipeline.point_runner(settings, sidecar, None)(plan_of(4))  # type: ignore[arg-type]
-    code = finish_run(settings, sidecar, done)
+    got = finish_run(settings, sidecar, done)
     out = capsys.readouterr()
-    assert code == (EXIT_INTERRUPTED if interrupted else EXIT_NO_SUCCESS)
+    assert got == code
     assert "(not a baseline: sent no measured request" in out.out or "(not a baseline: was interrupted" in out.out
     assert "Baseline saved" not in out.out
     (path,) = (tmp_path / "reports").glob("benchmark_report_*.json")
     report = json.loads(path.read_text(encoding="utf-8"))
     assert report["errors"]["by_kind"] == {"http_status": 3} and report["metrics"]["requests_total"] == 0
-    assert any("measured run was not started (the errors are the warmup's)" in g for g in report["gaps"])
-    if not interrupted:
-        assert "[ERROR] every warmup request failed (3 of 3)" in out.err and done.report is None  # no series point
+    assert any("measured run was not started" in g and "(the errors are the warmup's)" in g for g in report["gaps"])
+    if ending != "Ctrl-C":
+        assert f"[ERROR] {why}" in out.err and done.report is None  # the run's own line; no point of a series
 
 
 def test_a_body_without_any_row_is_still_refused(client_for: Any, tmp_path: Path) -> None:  # noqa: F811
