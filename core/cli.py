@@ -119,6 +119,7 @@ SHORT_HELP: dict[str, str] = {
     "drain_s": "After DURATION, time for requests in flight, s",
     "watchdog_s": "Stop a run where nothing finishes this long, s",
     "server_down_s": "End the run after this long of connection failures, s",
+    "idle_wait_s": "Wait up to this long for a busy vLLM, s",
 }
 
 

@@ -125,7 +125,8 @@ def metric_changes(new: Metrics, old: Metrics) -> dict[str, float | None]:
     for name in COMPARED_METRICS:
         change = percent_change(getattr(new, name), getattr(old, name))
         out[f"{name}_pct"] = None if change is None else round(change, 2)
-    out["error_rate_percent_pp"] = round(new.error_rate_percent - old.error_rate_percent, 2)
+    new_rate, old_rate = new.error_rate_percent, old.error_rate_percent
+    out["error_rate_percent_pp"] = None if new_rate is None or old_rate is None else round(new_rate - old_rate, 2)
     return out
 
 
@@ -135,22 +136,31 @@ reference: its figures are of the requests that finished, the short ones."""
 
 
 def unusable_reason(report: Report) -> str | None:
-    """Why ``report`` cannot stand as the reference of a comparison (no successful request, interrupted run, more
-    than :data:`MAX_CUT_SHARE_PCT` of its requests cut by its end); None when it can."""
+    """Why ``report`` cannot stand as the reference of a comparison — the one test of "no reference" (``make
+    baseline``, ``--baseline``, GATE, ``vs_previous``, the terminal's ``[REPORT]`` line): interrupted run, ended
+    early (server down), no measured request sent, more than :data:`MAX_CUT_SHARE_PCT` of its requests cut by its
+    end (every one, when none ended), no successful request; None when it can."""
     m = report.metrics
-    if m.requests_ok == 0:
-        return f"{report.report_id} has no successful request (nothing to compare with)"
+    if report.interrupted:
+        return f"{report.report_id} was interrupted (Ctrl-C) before its planned end"
+    if report.server_down:
+        return f"{report.report_id} was ended early: vLLM stopped answering"
     sent = m.requests_total + m.requests_incomplete
-    if sent and 100.0 * m.requests_incomplete / sent > MAX_CUT_SHARE_PCT:
+    if not sent:
+        return f"{report.report_id} sent no measured request (its warmup failed, or it was stopped before)"
+    if m.requests_incomplete == sent:
+        return (
+            f"{report.report_id} had all its {sent} requests cut by its end (none ended within DURATION and "
+            "DRAIN_S); run longer or with less load"
+        )
+    if 100.0 * m.requests_incomplete / sent > MAX_CUT_SHARE_PCT:
         return (
             f"{report.report_id} had {m.requests_incomplete} of its {sent} requests cut by its end (more than "
             f"{MAX_CUT_SHARE_PCT:g}%: they outlasted DURATION and DRAIN_S, so its figures are of the short ones); "
             "run longer or with less load"
         )
-    if report.interrupted:
-        return f"{report.report_id} was interrupted (Ctrl-C) before its planned end"
-    if report.server_down:
-        return f"{report.report_id} was ended early: vLLM stopped answering"
+    if m.requests_ok == 0:
+        return f"{report.report_id} has no successful request (nothing to compare with)"
     return None
 
 

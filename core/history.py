@@ -26,7 +26,7 @@ class HistoryPoint(BaseModel):
     throughput_req_per_sec: float
     ttft_p99_ms: float | None
     e2e_p99_ms: float | None
-    error_rate_percent: float
+    error_rate_percent: float | None = Field(description="None: no measured request ended.")
     gpu_mem_peak_gb: float | None = Field(description="GiB; None without a GPU.")
     vllm_version: str | None = None
     baselines: list[str] = Field(default_factory=list, description="Baseline names that point at this run.")
@@ -42,10 +42,11 @@ class HistoryPoint(BaseModel):
 
 def run_flags(report: Report) -> list[str]:
     """What a timeline flags about a run: interrupted (Ctrl-C, SIGTERM, SIGHUP), ended early (the server went down),
-    every measured request failed."""
+    every measured request failed, every measured request cut by the run's end."""
     flags = ["interrupted"] if report.interrupted else []
     flags += ["ended early (server down)"] if report.server_down else []
     flags += ["all failed"] if report.metrics.requests_total and not report.metrics.requests_ok else []
+    flags += ["all cut"] if report.metrics.requests_incomplete and not report.metrics.requests_total else []
     return flags
 
 
@@ -136,6 +137,6 @@ def history_table(lines_of: Sequence[Timeline]) -> list[str]:
             notes += [f"FAIL {f}" for f in p.gate_failures]
             lines.append(
                 f"  {p.report_id:<32} {p.throughput_req_per_sec:>7.2f} {num(p.ttft_p99_ms):>9} {num(p.e2e_p99_ms):>8} "
-                f"{p.error_rate_percent:>6.1f} {num(p.gpu_mem_peak_gb, 2):>7}  {' '.join(notes)}".rstrip()
+                f"{num(p.error_rate_percent, 1):>6} {num(p.gpu_mem_peak_gb, 2):>7}  {' '.join(notes)}".rstrip()
             )
     return lines

@@ -23,6 +23,9 @@ SCHEMA_VERSION = "1.4"
 #      ``router_version``; ``cluster``: every replica's share, counts, server TTFT/E2E, KV pool and peak,
 #      preemptions, state), GPU memory per host from peer sidecars (``resources.hosts``). A 1.3 report reads
 #      unchanged and is marked 1.4 when read (:func:`migrate_report`).
+#      Nothing collected is lost (same version, so every 1.4 report reads unchanged): ``metrics.cut`` (what the
+#      requests cut by the run's end had received), and a run in which no measured request ended is reported too,
+#      with ``metrics.error_rate_percent`` null (no rate of nothing) — such a report never existed before.
 # 1.3: optional fields only (CHANGELOG.md): the client's added latency over the server's own clock
 #      (``server.client_overhead``), per-GPU facts of the engine's GPUs and both CUDA versions, requested vs achieved
 #      load (``metrics.schedule``), steady-state figures (``metrics.steady``), shared prefixes and the prefix-cache

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, Field
 
+from core.cutrequests import CutRequests, cut_requests
 from core.latency import LatencyStats as LatencyStats  # its home is core.latency; imported from here too
 from core.latency import effective_e2e_ms as effective_e2e_ms
 from core.latency import effective_ttft_ms as effective_ttft_ms
@@ -150,7 +151,9 @@ def turn_stats(ok: Sequence[RequestRecord]) -> list[TurnStats]:
 
 
 class RunMetrics(BaseModel):
-    """Aggregate figures of the measured phase of one benchmark run."""
+    """Aggregate figures of the measured phase of one benchmark run. A run in which no measured request ended (all
+    cut by its end, or none sent) has its counts, its window and its cut requests; every figure of ended requests is
+    None (the latencies, the error rate, the goodput), and the throughputs are 0 (nothing completed)."""
 
     requests_total: int = Field(description="Measured requests that ended (ok or failed); incomplete ones apart.")
     requests_ok: int
@@ -179,7 +182,9 @@ class RunMetrics(BaseModel):
     schedule: ScheduleStats | None = Field(
         default=None, description="Open loop: requested vs achieved rate and the send delay (core.schedule)."
     )
-    error_rate_percent: float
+    error_rate_percent: float | None = Field(
+        description="Failed / ended measured requests, %; None when no measured request ended (all cut)."
+    )
     goodput_req_per_sec: float | None
     goodput_percent: float | None
     slo: dict[str, float]
@@ -193,6 +198,9 @@ class RunMetrics(BaseModel):
     )
     turns: list[TurnStats] = Field(
         default_factory=list, description="Multi-turn sessions: prompt size and TTFT per turn (empty without)."
+    )
+    cut: CutRequests | None = Field(
+        default=None, description="What the requests cut by the run's end had received; None when none was cut."
     )
 
 
@@ -230,7 +238,9 @@ def output_lengths(ok: Sequence[RequestRecord]) -> OutputLengths:
 
 def _variation(windows: Sequence[WindowStats], measured: Sequence[RequestRecord], steady: SteadyState) -> float | None:
     """The throughput variation over the steady-state window when one was found (:mod:`core.steady`), else from
-    the second slice to the last send."""
+    the second slice to the last send; None without a measured row that ended."""
+    if not measured:
+        return None
     if steady.found and steady.start_s is not None and steady.end_s is not None:
         return throughput_variation_percent(windows, steady.end_s, steady.start_s)
     return throughput_variation_percent(
@@ -246,15 +256,14 @@ def run_metrics(
     """Aggregate the ``measured`` records (warmup rows are ignored); ``requested_rate_req_per_sec`` is the open
     loop's RATE, reported beside the achieved rate (:func:`core.schedule.schedule_stats`).
 
-    Raises:
-        ValueError: no measured records at all (nothing to report).
+    The window runs from the first measured send to the last end of a request that ended; when none ended (every
+    request cut by the run's end) it runs to the last cut, so the figures say how long nothing completed. Figures
+    of ended requests are then None (the class docstring), never zeros that read as results.
     """
     every = [r for r in records if r.phase == "measured"]
     measured = [r for r in every if r.error_kind != "incomplete"]
-    if not measured:
-        raise ValueError("no measured request ended: the run produced nothing to report")
     ok = [r for r in measured if r.ok]
-    duration_s = measured_window_s(measured)
+    duration_s = measured_window_s(measured or every)
     per_s = 1.0 / duration_s if duration_s > 0 else 0.0
     output_tokens = sum(r.output_tokens or 0 for r in ok)
     prompt_tokens = sum(r.prompt_tokens or 0 for r in ok)
@@ -283,15 +292,36 @@ def run_metrics(
         queue_delay=latency_stats([r.queue_delay_ms for r in measured if r.scheduled_at is not None]),
         schedule=schedule_stats(every, requested_rate_req_per_sec),
         steady=steady,
-        error_rate_percent=100.0 * (len(measured) - len(ok)) / len(measured),
-        goodput_req_per_sec=None if good is None else good * per_s,
-        goodput_percent=None if good is None else 100.0 * good / len(measured),
+        error_rate_percent=100.0 * (len(measured) - len(ok)) / len(measured) if measured else None,
+        goodput_req_per_sec=None if good is None or not measured else good * per_s,
+        goodput_percent=None if good is None or not measured else 100.0 * good / len(measured),
         slo=slo,
         output_lengths=output_lengths(ok),
         windows=windows,
         throughput_variation_percent=_variation(windows, measured, steady),
         output_token_sources=dict(sorted(Counter(r.output_tokens_source or "unknown" for r in ok).items())),
         turns=turn_stats(ok),
+        cut=cut_requests(every),
+    )
+
+
+def nothing_ended_text(m: RunMetrics) -> str:
+    """The key insight of a run in which no measured request ended: ``No measured request ended: all 32 sent were
+    cut after 60 s in flight (the end of the run 32); 20 had a first token (TTFT p50 41,000 ms)``, or that none
+    was sent."""
+    cut = m.cut
+    if cut is None:
+        return "No measured request was sent: nothing was measured"
+    causes = ", ".join(f"{cause} {n}" for cause, n in cut.by_cause.items())
+    waited = f" after up to {cut.in_flight.max_ms / 1000.0:.0f} s in flight" if cut.in_flight.max_ms is not None else ""
+    first = (
+        f"{cut.with_first_token} had a first token (TTFT p50 {cut.ttft.p50_ms:,.0f} ms)"
+        if cut.ttft.p50_ms is not None
+        else "none had a first token"
+    )
+    return (
+        f"No measured request ended: all {cut.requests} sent were cut{waited} ({causes}); {first}. The server "
+        "answers slower than the run lasted: run longer (DURATION, DRAIN_S) or with less load"
     )
 
 
@@ -299,10 +329,12 @@ def key_insight(m: RunMetrics) -> str:
     """One sentence on the run's health, e.g. ``Throughput stable at 1.9 req/s (190 output tok/s ±2.1% between
     windows; steady state 3–57 s of 60 s; whole run 1.8 req/s), no error or timeout observed``: the figures quoted
     are the steady state's when one was found (:mod:`core.steady`), else the whole run's, and it says which."""
+    if m.requests_total == 0:
+        return nothing_ended_text(m)
     problems = []
     if m.errors_by_kind:
         worst = max(m.errors_by_kind.items(), key=lambda kv: kv[1])
-        problems.append(f"{m.requests_failed} failed ({m.error_rate_percent:.1f}%, mostly {worst[0]})")
+        problems.append(f"{m.requests_failed} failed ({m.error_rate_percent or 0.0:.1f}%, mostly {worst[0]})")
     if m.requests_incomplete:
         problems.append(f"{m.requests_incomplete} still in flight at the end (incomplete, left out)")
     if m.schedule is not None and m.schedule.fell_behind:

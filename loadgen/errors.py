@@ -12,6 +12,11 @@ class WarmupFailed(BenchError):
     carries the server's own reasons, counted."""
 
 
+class WarmupInterrupted(BenchError):
+    """Ctrl-C (SIGTERM, SIGHUP) during the warmup: its requests in flight were aborted, its rows saved; the measured
+    run is not started."""
+
+
 class WorkersMissing(BenchError):
     """EXPECT_WORKERS: not every load worker joined in time; nothing was measured (the message says how to start
     one)."""

@@ -72,11 +72,11 @@ def result_router(svc: ReportService, series: SeriesService, writes: Sequence[pa
         """Merge the rows with resources, logs and environment; compare; write JSON, Markdown and HTML.
 
         422 (nothing written) for a body that does not validate: non-finite numbers, negative durations, a window
-        that runs backwards or ends in the future, no measured request; 400 for profiler traces outside vLLM's
-        profile folder."""
-        rows = request.rows_omitted is not None or any(r.phase == "measured" for r in request.records)
-        if not rows or request.metrics.requests_total == 0:
-            raise HTTPException(status_code=422, detail="no measured requests in the body: nothing to report")
+        that runs backwards or ends in the future, no request row at all; 400 for profiler traces outside vLLM's
+        profile folder. A run in which no measured request ended (all cut by its end, or only its warmup sent) is
+        reported: what it collected, never a reference (:func:`core.compare.unusable_reason`)."""
+        if request.rows_omitted is None and not request.records:
+            raise HTTPException(status_code=422, detail="no request row in the body: nothing to report")
         with answers():
             return await run_in_threadpool(svc.build_and_write, request)
 

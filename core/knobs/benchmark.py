@@ -110,6 +110,13 @@ class BenchmarkKnobs(BaseModel):
         description="End the run early when every request fails at the connection level (refused, reset, DNS; not "
         "an HTTP error answer) for this long with no success in between: vLLM stopped answering, s (exit 6).",
     )
+    idle_wait_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="Before each run, wait up to this long for vLLM to finish the requests it is running or holding "
+        "(another client's, or a stopped run's not yet aborted: vllm:num_requests_running + waiting, summed over "
+        "the engines), printing the figure; still busy after it, the run is refused (exit 2), s. 0: no check.",
+    )
     max_error_rate_pct: float | None = Field(
         default=None, ge=0, le=100, description="Fail the run (exit 5) when its error rate is above this, %."
     )

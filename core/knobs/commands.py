@@ -64,7 +64,7 @@ BENCHMARK = Command(
         ("output", ("profile", "logs_dir", "requests_log_max_mb", "requests_log_backups")),
         ("connection", ("vllm_base_url", "vllm_host", "vllm_port", "sidecar_base_url", "sidecar_host", "sidecar_port",
                         "sidecar_token_file", "sidecar_max_body_mb", "run_dir", "request_timeout_s", "drain_s",
-                        "watchdog_s", "server_down_s")),
+                        "watchdog_s", "server_down_s", "idle_wait_s")),
     ),
 )
 

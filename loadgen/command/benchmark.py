@@ -47,7 +47,7 @@ from loadgen.workloads.tokenizing import open_prompt_tokenizer
 
 HELP = """Warmup, a measured Locust run, then the sidecar's report (reports/). Also python -m loadgen.command.benchmark
 and make benchmark VAR=VALUE; --sweep / --repeat N write a series report. Exit: 0 ok, 1 report not written, 2 bad
-input or services down, 3 gate regression, 4 no success, 5 error rate, 6 server down, 130 interrupted."""
+input, services down or vLLM busy, 3 gate regression, 4 no success, 5 error rate, 6 server down, 130 interrupted."""
 
 
 @contextmanager

@@ -38,7 +38,9 @@ def report_figures(report: Report) -> dict[str, str]:
         "throughput": f"{m.throughput_req_per_sec:.2f} req/s, {m.output_tokens_per_sec:.1f} output tok/s",
         "TTFT p50 / p99": f"{_ms(m.ttft.p50_ms)} / {_ms(m.ttft.p99_ms)}",
         "E2E p50 / p99": f"{_ms(m.e2e.p50_ms)} / {_ms(m.e2e.p99_ms)}",
-        "error rate": f"{m.error_rate_percent:.1f} % of {m.requests_total}",
+        "error rate": "n/a (no measured request ended)"
+        if m.error_rate_percent is None
+        else f"{m.error_rate_percent:.1f} % of {m.requests_total}",
         "GPU memory peak": "n/a" if m.gpu_mem_peak_gb is None else f"{m.gpu_mem_peak_gb:.2f} GiB",
     }
 

@@ -20,10 +20,11 @@ from core.report_schema import BenchmarkConfig
 from core.serverview_cluster import ReplicaScrapes
 from core.serverview_samples import Samples
 from core.settings import Settings
-from loadgen.errors import OverCapacity, WarmupFailed
+from loadgen.errors import OverCapacity, WarmupFailed, WarmupInterrupted
 from loadgen.locust_side.user_actions import payload_for
 from loadgen.orchestrate import profiling
 from loadgen.orchestrate.breaker import RowWatch, ServerDown
+from loadgen.orchestrate.idle import wait_until_idle
 from loadgen.orchestrate.locust_run import (
     INTERRUPTED,
     SERVER_DOWN,
@@ -33,6 +34,7 @@ from loadgen.orchestrate.locust_run import (
 from loadgen.orchestrate.replica_watch import ReplicaWatch, scrape_metrics
 from loadgen.plan import sampler_for
 from loadgen.request.client import new_session, stream_chat
+from loadgen.request.transport import HttpSession
 from loadgen.sidecar_client import SidecarClient
 from loadgen.terminal.summary import load_line
 
@@ -79,8 +81,12 @@ def warmup(
     """Send the plan's warmup requests (same request function and workload, ``headers`` carrying the API key),
     append them as ``warmup`` rows.
 
-    Daemon threads, at most CONCURRENCY at once: Ctrl-C during the warmup ends the process without waiting for
-    them (their connections close, so the server drops the requests).
+    Daemon threads, at most CONCURRENCY at once. Ctrl-C during the warmup shuts the connections of the requests in
+    flight down (vLLM aborts them: they do not keep the engine busy), saves the rows so far — those cut as
+    ``incomplete``, naming Ctrl-C — and raises :class:`WarmupInterrupted`.
+
+    Raises:
+        WarmupInterrupted: Ctrl-C (SIGTERM, SIGHUP) during the warmup; its rows are in ``records_path``.
     """
     if plan.warmup_requests == 0:
         return []
@@ -89,30 +95,60 @@ def warmup(
     for _ in range(plan.warmup_requests):
         payloads.put(payload_for(plan, sampler.next()))
     done: list[RequestRecord] = []
+    sessions: list[HttpSession] = []
+    stop = threading.Event()
+    count = min(plan.warmup_requests, plan.concurrency)
+    ended = [threading.Event() for _ in range(count)]
 
-    def worker() -> None:
+    def worker(slot: int) -> None:
         session = new_session(headers=headers)
+        sessions.append(session)
         try:
-            while True:
+            while not stop.is_set():
                 try:
                     payload = payloads.get_nowait()
                 except queue.Empty:
                     return
-                done.append(
-                    stream_chat(session, plan.vllm_url, payload, timeout_s=plan.request_timeout_s, phase="warmup")
-                )
+                row = stream_chat(session, plan.vllm_url, payload, timeout_s=plan.request_timeout_s, phase="warmup")
+                done.append(cut_by_stop(row) if stop.is_set() and not row.ok else row)
         finally:
             session.close()
+            ended[slot].set()
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(plan.warmup_requests, plan.concurrency))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(0.2)  # short joins: Ctrl-C reaches the main thread
-    with records_path.open("a", encoding="utf-8") as fh:
-        fh.writelines(r.model_dump_json() + "\n" for r in done)
+    threads = [threading.Thread(target=worker, args=(slot,), daemon=True) for slot in range(count)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)  # short joins: Ctrl-C reaches the main thread
+    except KeyboardInterrupt:
+        stop.set()
+        for session in list(sessions):
+            session.abort()
+        for event in ended:  # not Thread.join: a join that Ctrl-C interrupted can take its thread for ended (3.11)
+            event.wait(WARMUP_ABORT_WAIT_S)
+        append_rows(records_path, list(done))
+        raise WarmupInterrupted(f"interrupted during the warmup ({len(done)} of {plan.warmup_requests} warmup "
+                                "requests ended or cut); the measured run was not started") from None  # fmt: skip
+    append_rows(records_path, done)
     return done
+
+
+WARMUP_ABORT_WAIT_S = 2.0
+"""After Ctrl-C, how long each warmup thread may take to return its aborted request's row, s."""
+
+
+def cut_by_stop(row: RequestRecord) -> RequestRecord:
+    """A warmup row whose request failed because Ctrl-C shut its connection down: ``incomplete``, naming Ctrl-C,
+    keeping what it had received."""
+    return row.model_copy(update={"error_kind": "incomplete", "error": f"cancelled by Ctrl-C ({row.error_kind})"})
+
+
+def append_rows(records_path: Path, rows: list[RequestRecord]) -> None:
+    """Append ``rows`` to the run's rows file."""
+    with records_path.open("a", encoding="utf-8") as fh:
+        fh.writelines(r.model_dump_json() + "\n" for r in rows)
 
 
 def warmup_failure(done: list[RequestRecord]) -> str:
@@ -184,11 +220,17 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     """Warmup, then the measured window: Locust between two /metrics scrapes, inside a sidecar sampling window
     (under the profiler with PROFILE=1).
 
+    The engine must be idle first (:func:`loadgen.orchestrate.idle.wait_until_idle`): other requests in it would
+    count in this run's figures.
+
     Raises:
         profiling.ProfilingError: the profiler could not be started or stopped.
+        EngineBusy: vLLM still held other requests after IDLE_WAIT_S (nothing sent).
         WarmupFailed: every warmup request failed (nothing measured; the warmup rows are in ``records_path``).
+        WarmupInterrupted: Ctrl-C during the warmup (its rows are in ``records_path``).
         OverCapacity: the warm-up shows the load would time out (:func:`check_capacity`; nothing measured).
     """
+    wait_until_idle(settings)
     done = warmup(plan, records_path, settings.vllm_headers)
     failed = sum(not r.ok for r in done)
     if done and failed == len(done):
@@ -251,7 +293,8 @@ def from_records_file(path: Path) -> Measured:
     ``<run id>.client.jsonl`` beside it survived), ended early by the server or interrupted when
     ``<run id>.ending.json`` says so."""
     records, _ = read_records(path)
-    start = min((r.started_at for r in records if r.phase == "measured"), default=time.time())
+    first = min((r.started_at for r in records), default=time.time())  # only a warmup: its span
+    start = min((r.started_at for r in records if r.phase == "measured"), default=first)
     end = max((r.ended_at for r in records), default=time.time())
     client = path.with_name(path.name.removesuffix(".requests.jsonl") + ".client.jsonl")
     server_down, interrupted = read_ending(path)

@@ -41,13 +41,14 @@ class PointOutcome:
     succeeded: bool
     error_rate_pct: float | None
     failed: int | None = None
+    cut: int = 0  # requests the run's end cut (a single run)
 
 
 def point_outcomes(result: Result) -> list[PointOutcome]:
     """A report as one unlabelled point, a series as its points."""
     if isinstance(result, Report):
         m = result.metrics
-        return [PointOutcome("", m.requests_ok > 0, m.error_rate_percent, m.requests_failed)]
+        return [PointOutcome("", m.requests_ok > 0, m.error_rate_percent, m.requests_failed, m.requests_incomplete)]
     outcomes = []
     for point in result.points:
         rate, errors = point.metrics.get("throughput_req_per_sec"), point.metrics.get("error_rate_percent")
@@ -68,7 +69,10 @@ def verdicts(settings: Settings, result: Result) -> list[tuple[int, str]]:
     out: list[tuple[int, str]] = []
     if not any(p.succeeded for p in points):
         single = points[0] if len(points) == 1 and not points[0].label else None
-        why = f" ({single.failed} failed): see errors." if single else " at any point of the series."
+        why = " at any point of the series."
+        if single is not None:
+            cut = f", {single.cut} cut by the run's end" if single.cut else ""
+            why = f" ({single.failed} failed{cut}): see errors" + (" and the cut requests." if cut else ".")
         out.append((EXIT_NO_SUCCESS, f"[ERROR] No measured request succeeded{why}"))
     if settings.gate:  # 3 on a regression, 2 when the baseline is unknown/incomparable
         verdict = gate_verdict(result, settings.gate, settings.gate_threshold_pct, settings.gate_error_rate_pp)
@@ -119,11 +123,11 @@ def finish(
     for line in lines[len(lines) - closing :]:
         print(line)
     if interrupted:
-        what = (
-            f"report of the {result.metrics.requests_total} requests"
-            if isinstance(result, Report)
-            else f"series of the {len(result.points)} point(s) measured"
-        )
+        if isinstance(result, Report):
+            sent = result.metrics.requests_total + result.metrics.requests_incomplete
+            what = f"report of the {sent} requests" if sent else "report of the warmup"
+        else:
+            what = f"series of the {len(result.points)} point(s) measured"
         print(f"[INFO] Interrupted: {what} so far written.")
         return EXIT_INTERRUPTED
     failed = [(EXIT_SERVER_DOWN, server_down_line(server_down))] if server_down else verdicts(settings, result)

@@ -21,8 +21,9 @@ from core.series import is_series_id
 from core.serverview import cross_check
 from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
-from loadgen.errors import BenchError, OverCapacity, WarmupFailed, WorkersMissing
+from loadgen.errors import BenchError, OverCapacity, WarmupFailed, WarmupInterrupted, WorkersMissing
 from loadgen.orchestrate import profiling
+from loadgen.orchestrate.idle import EngineBusy
 from loadgen.orchestrate.measured_run import Measured, from_records_file, run_measured
 from loadgen.orchestrate.outcome import (
     EXIT_FAILED,
@@ -36,15 +37,14 @@ from loadgen.orchestrate.replica_watch import cluster_of
 from loadgen.orchestrate.sweep import RunPoint, RunResult, SeriesRuns, run_series
 from loadgen.plan import read_plan
 from loadgen.sidecar_client import SidecarClient
+from loadgen.terminal.summary import report_line
 
 
 def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, settings: Settings) -> BuildReportRequest:
-    """The finished run for the sidecar: rows, the metrics computed here, the server cross-check, the client view.
-
-    Raises:
-        ValueError: no measured row (nothing to report).
-    """
+    """The finished run for the sidecar: rows, the metrics computed here, the server cross-check, the client view
+    (a run in which no measured request ended too: its cut rows, its warmup, the server's view)."""
     measured = [r for r in run.records if r.phase == "measured"]
+    errors = error_summary(run.records, "measured" if measured else "warmup")  # only a warmup: why it failed
     return BuildReportRequest(
         config=plan,
         records=run.records,
@@ -78,33 +78,29 @@ def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, sett
         interrupted=run.interrupted,
         gaps=run.gaps,
         server_down=run.server_down.line() if run.server_down else None,
-        errors=error_summary(run.records),
+        errors=errors,
     )
 
 
-def run_once(
-    settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, engine: EngineControl
-) -> tuple[Measured, Path]:
-    """Measure a new run into ``logs/runs/<YYYYMMDD_HHMMSS>.requests.jsonl``.
-
-    Raises:
-        profiling.ProfilingError: PROFILE=1 and the profiler failed. WarmupFailed, WorkersMissing.
-    """
+def new_records_path(settings: Settings) -> Path:
+    """A new run's rows file, ``logs/runs/<YYYYMMDD_HHMMSS>.requests.jsonl`` (created empty)."""
     run_dir = settings.logs_dir / "runs"
     run_dir.mkdir(parents=True, exist_ok=True)
     records_path = run_dir / f"{datetime.now().strftime('%Y%m%d_%H%M%S')}.requests.jsonl"
     records_path.touch()
-    return run_measured(settings, plan, records_path, sidecar, engine), records_path
+    return records_path
 
 
 def report_run(
     settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, run: Measured, records_path: Path
 ) -> RunResult:
-    """Have the sidecar write the report of one measured run; failures (nothing measured, the sidecar refused or
-    unreachable) are values naming the rows file."""
+    """Have the sidecar write the report of one run that sent requests, whatever it collected (requests that ended,
+    requests cut by its end, only its warmup): what it has, marked for what it is by its figures
+    (:func:`core.compare.unusable_reason`). Failures (nothing sent, the sidecar refused or unreachable) are values
+    naming the rows file."""
     down = run.server_down.line() if run.server_down else None
-    if not any(r.phase == "measured" and r.error_kind != "incomplete" for r in run.records):
-        why = f"no measured request ended ({records_path}); nothing to report."
+    if not run.records:
+        why = f"no request was sent ({records_path} is empty); nothing to report."
         return RunResult(None, run.interrupted, why, down, empty=True)
     try:
         built = sidecar.post_report(build_request(plan, run, records_path, settings), records_path)
@@ -121,15 +117,41 @@ def point_runner(settings: Settings, sidecar: SidecarClient, engine: EngineContr
     """One run of the plan: measure ``plan`` and have the sidecar write its report (failures become values)."""
 
     def run_point(plan: BenchmarkConfig) -> RunResult:
+        records_path = new_records_path(settings)
         try:
-            run, records_path = run_once(settings, plan, sidecar, engine)
-        except (profiling.ProfilingError, WorkersMissing, OverCapacity) as exc:
+            run = run_measured(settings, plan, records_path, sidecar, engine)
+        except (profiling.ProfilingError, WorkersMissing, EngineBusy) as exc:
             return RunResult(None, error=str(exc), exit_code=EXIT_USAGE)
-        except WarmupFailed as exc:
+        except OverCapacity as exc:  # the warmup was sent: its report, then the refusal (exit 2, not a point)
+            warmup_report(settings, plan, sidecar, records_path, str(exc))
+            return RunResult(None, error=str(exc), exit_code=EXIT_USAGE)
+        except WarmupFailed as exc:  # the warmup's report, then the run's own line and exit code (not a point)
+            warmup_report(settings, plan, sidecar, records_path, str(exc))
             return RunResult(None, error=str(exc), exit_code=EXIT_NO_SUCCESS)
+        except WarmupInterrupted as exc:
+            return warmup_report(settings, plan, sidecar, records_path, str(exc), interrupted=True)
         return report_run(settings, plan, sidecar, run, records_path)
 
     return run_point
+
+
+def warmup_report(
+    settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, records_path: Path, why: str,
+    interrupted: bool = False,
+) -> RunResult:  # fmt: skip
+    """The report of a run that sent only its warmup (every warmup request failed, or Ctrl-C during it): its rows,
+    the warmup's errors by cause and ``why`` the measured run was not started (a gap line). Never a reference (it sent
+    no measured request). Without ``interrupted`` the ``[REPORT]`` line is printed here: the run's result stays its
+    error line and exit code (4), and it is no point of a series."""
+    run = from_records_file(records_path)
+    run = Measured(run.records, run.window_start, max(run.window_end, run.window_start), interrupted=interrupted,
+                   gaps=[f"{why.rstrip('.')} (the errors are the warmup's)"])  # fmt: skip
+    done = report_run(settings, plan, sidecar, run, records_path)
+    if done.report is not None and not interrupted:
+        print(report_line(done.report, done.path), flush=True)
+    elif done.report is None:
+        print(f"[WARN] no report of the warmup: {done.error}", file=sys.stderr)
+    return done
 
 
 def wants_series(settings: Settings, sidecar: SidecarClient) -> bool:
@@ -196,8 +218,8 @@ def run_benchmark(
 
 def finish_run(settings: Settings, sidecar: SidecarClient, done: RunResult) -> int:
     """The end of a series of one run: its report is the result (:func:`loadgen.orchestrate.outcome.finish`); a run
-    with no report says why, with its exit code (2: profiler or load workers, 4: nothing succeeded, 130: stopped
-    before any request ended, 1: the sidecar did not write it)."""
+    with no report says why, with its exit code (2: profiler or load workers, 4: nothing sent, 130: stopped before
+    any request was sent, 1: the sidecar did not write it)."""
     if done.report is None:
         print(f"[ERROR] {done.error}", file=sys.stderr)
         if done.exit_code is not None:

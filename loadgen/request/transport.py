@@ -13,8 +13,10 @@ failures are :class:`TransportTimeout` or :class:`TransportError`, which it turn
 from __future__ import annotations
 
 import errno
+import os
 import socket
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -102,10 +104,13 @@ def _failure(exc: BaseException) -> TransportError:
 class HttpResponse:
     """One answer on a pooled socket (see :class:`Response`)."""
 
-    def __init__(self, pool: ConnectionPool, sock: socket.socket, parser: _Parser) -> None:
+    def __init__(
+        self, pool: ConnectionPool, sock: socket.socket, parser: _Parser, on_close: Callable[[], None] | None = None
+    ) -> None:
         self._pool: ConnectionPool | None = pool
         self._sock = sock
         self._parser = parser
+        self._on_close = on_close
         self.status = parser.get_code()
 
     def _read(self) -> bool:
@@ -142,6 +147,8 @@ class HttpResponse:
         pool, self._pool = self._pool, None
         if pool is None:
             return
+        if self._on_close is not None:
+            self._on_close()
         parser, sock = self._parser, self._sock
         if reuse and not parser.message_complete:  # [DONE] seen: read the body's end (usually already here)
             try:
@@ -177,6 +184,7 @@ class HttpSession:
         self.connect_timeout_s = connect_timeout_s
         self._extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         self._pools: dict[tuple[str, str, int], ConnectionPool] = {}
+        self._in_use: set[socket.socket] = set()  # sockets of requests in flight (abort() shuts them down)
 
     def _pool(self, scheme: str, host: str, port: int) -> ConnectionPool:
         key = (scheme, host, port)
@@ -211,6 +219,7 @@ class HttpSession:
                 sock = pool.get_socket()
             except (OSError, RuntimeError) as exc:  # refused, unreachable, connect timeout, unresolvable name
                 raise _failure(exc) from None
+            self._in_use.add(sock)
             try:
                 sock.settimeout(timeout_s)
                 if on_send is not None:
@@ -223,18 +232,32 @@ class HttpSession:
                         raise ConnectionResetError(errno.ECONNRESET, "connection closed before the answer")
                     parser.feed(data)
             except (OSError, HTTPParseError) as exc:
+                self._in_use.discard(sock)
                 pool.release_socket(sock)
                 closed = isinstance(exc, ConnectionResetError | BrokenPipeError)
                 if attempt == 0 and closed:  # a kept-alive connection the server had closed: once more, fresh
                     continue
                 raise _failure(exc) from None
             except BaseException:  # the greenlet is killed (end of the run): the socket must not stay checked out
-                pool.release_socket(sock)
+                self._in_use.discard(sock)
+                pool.release_socket(sock)  # closed: the server sees the disconnect and aborts the request (vLLM)
                 raise
-            return HttpResponse(pool, sock, parser)
+            return HttpResponse(pool, sock, parser, on_close=partial(self._in_use.discard, sock))
         raise TransportError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def close(self) -> None:
         for pool in self._pools.values():
             pool.close()
         self._pools.clear()
+
+    def abort(self) -> None:
+        """Shut down the connection of every request in flight, from any thread: the server sees the client go away
+        (vLLM aborts such a request, freeing the engine at once) and the reading request returns a ``connection``
+        row. For a session whose requests run in another thread (the warmup's); in the same greenlet world, killing
+        the request's greenlet closes its connection (:meth:`HttpResponse.close`)."""
+        for sock in list(self._in_use):
+            try:  # shutdown on a duplicate descriptor ends the one connection both name; the owner's stays valid
+                with socket.socket(fileno=os.dup(sock.fileno())) as dup:
+                    dup.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                continue  # closed meanwhile: nothing left to abort

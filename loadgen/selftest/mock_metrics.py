@@ -4,7 +4,9 @@
 would
 stamp (arrival → first token → each next token → finish) and serves them under vLLM's names
 (``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds``, ``vllm:e2e_request_latency_seconds``,
-``vllm:request_success_total``, ``vllm:generation_tokens_total``, ``vllm:prompt_tokens_total``). With
+``vllm:request_success_total``, ``vllm:generation_tokens_total``, ``vllm:prompt_tokens_total``) and the engine's
+queue gauges (``vllm:num_requests_running``: answers being streamed, a request leaves it when its answer ends or its
+client disconnects, as vLLM aborts a request whose client went away; ``vllm:num_requests_waiting``: 0). With
 ``--send-delay-ms D`` the bytes of every event leave D ms after the time recorded for it, so a client's overhead over
 the server's own figures must grow by D (the cross-check's test of itself).
 """
@@ -52,6 +54,8 @@ class MockMetrics:
     succeeded: int = 0
     generated: int = 0
     prompt: int = 0
+    running: int = 0
+    """Answers being streamed now (begun, neither finished nor cut by their client's disconnect)."""
 
     def record(self, arrival_s: float, token_times_s: list[float], tokens: int, prompt_tokens: int) -> None:
         """One finished answer: its arrival and the engine time of each content event (seconds, one clock)."""
@@ -68,6 +72,10 @@ class MockMetrics:
     def exposition(self) -> bytes:
         """The Prometheus text of everything recorded (vLLM's names and labels)."""
         lines = [
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{MODEL_LABEL}}} {self.running}.0",
+            "# TYPE vllm:num_requests_waiting gauge",
+            f"vllm:num_requests_waiting{{{MODEL_LABEL}}} 0.0",
             "# TYPE vllm:request_success_total counter",
             f'vllm:request_success_total{{{MODEL_LABEL},finished_reason="length"}} {self.succeeded}.0',
             "# TYPE vllm:generation_tokens_total counter",

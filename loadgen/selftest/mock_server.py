@@ -27,10 +27,10 @@ whose text its detokenizer holds back: a byte-level BPE piece of a multi-byte ch
 with ``--api-key`` does (the key is read from the settings, never from the command line).
 
 The server's own clock (:mod:`loadgen.selftest.mock_metrics`): ``--metrics`` serves vLLM's ``/metrics`` latency
-histograms
-and counters as the mock's schedule stamps them; ``--send-delay-ms D`` sends every event D ms after its stamp (a
-server whose stream lags its own clock). Paced answers then follow a schedule (first event ``ttft_ms`` after the
-request, each next ``itl_ms`` after the previous one's stamp).
+histograms and counters as the mock's schedule stamps them, and ``vllm:num_requests_running`` (answers being
+streamed: one whose client disconnects leaves it at once, as vLLM aborts it); ``--send-delay-ms D`` sends every event
+D ms after its stamp (a server whose stream lags its own clock). Paced answers then follow a schedule (first event
+``ttft_ms`` after the request, each next ``itl_ms`` after the previous one's stamp).
 """
 
 from __future__ import annotations
@@ -234,6 +234,7 @@ class _Connection(asyncio.Protocol):
         delay_s = cfg.send_delay_ms / 1000.0
         arrival = loop.time()
         stamps: list[float] = []
+        metrics.running += 1  # until the answer ends or the client goes away (connection_lost cancels this task)
         try:
             self._send(head + answer.head)
             due = arrival + cfg.ttft_ms / 1000.0
@@ -246,6 +247,7 @@ class _Connection(asyncio.Protocol):
             self._send(answer.tail, close)
             metrics.record(arrival, stamps, tokens, cfg.prompt_tokens)
         finally:
+            metrics.running -= 1
             self.task = None
         self._next()
 

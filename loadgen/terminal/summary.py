@@ -8,6 +8,8 @@ from pathlib import Path
 
 from core.abcompare import ABComparison
 from core.clientview import ClientView, share_text
+from core.compare import unusable_reason
+from core.cutrequests import CutRequests
 from core.errorsummary import causes_text
 from core.intervals import Interval, change_text
 from core.report_schema import BenchmarkConfig, Report
@@ -78,7 +80,8 @@ def format_summary(report: Report, report_path: str) -> list[str]:
     lines = [
         f"[RESULT] Avg latency: {_ms(m.latency_avg_ms)} | P90: {_ms(m.latency_p90_ms)} | P99: {_ms(m.latency_p99_ms)}",
         f"[RESULT] Throughput: {m.throughput_req_per_sec:.2f} req/s | {memory_text(report)}",
-        f"[RESULT] Requests: {m.requests_ok}/{m.requests_total} ok | errors {m.error_rate_percent:.1f}%"
+        f"[RESULT] Requests: {m.requests_ok}/{m.requests_total} ok | errors "
+        + ("n/a" if m.error_rate_percent is None else f"{m.error_rate_percent:.1f}%")
         + (f": {causes_text(report.errors)}" if report.errors.by_kind else "")
         + (f" | {m.requests_incomplete} incomplete (in flight at the end, left out)" if m.requests_incomplete else ""),
         f"[RESULT] Latency P50: {_ms(m.latency_p50_ms)} | TTFT P50: {_ms(m.ttft_p50_ms)} P99: {_ms(m.ttft_p99_ms)}"
@@ -88,6 +91,8 @@ def format_summary(report: Report, report_path: str) -> list[str]:
         f"output tokens mean {_num(m.output_lengths.actual_mean)} (asked {_num(m.output_lengths.requested_mean)})"
         f" | peak concurrency {m.peak_concurrency}",
     ]
+    if m.cut is not None:
+        lines.append(cut_line(m.cut))
     kv = report.resources.kv_cache
     if kv is not None and kv.samples:
         preempted = report.server.preemptions if report.server is not None else None
@@ -154,7 +159,7 @@ def format_summary(report: Report, report_path: str) -> list[str]:
     if report.environment.synthetic:
         lines.append(f"[WARN] Synthetic model served ({report.environment.synthetic_reason})")
     lines += compare_lines(report)
-    lines.append(f"[REPORT] Baseline saved to {report_path}")
+    lines.append(report_line(report, report_path))
     lines += files_lines(report_path, (("Markdown", report.markdown_file), ("HTML", report.html_file),
                                        ("CSV", report.csv_file)))  # fmt: skip
     if report.interrupted or report.server_down:  # a script grepping "Benchmark completed" must not take it for one
@@ -164,6 +169,32 @@ def format_summary(report: Report, report_path: str) -> list[str]:
         lines.append(f"Benchmark completed. Report generated. Report path: {report_path}")
     lines.append(f"Key insight: {m.key_insight}")
     return lines
+
+
+def cut_line(cut: CutRequests) -> str:
+    """``[RESULT] Cut by the run's end: 32 (the end of the run 32) after up to 61 s in flight; 20 had a first token
+    (TTFT P50 41,000 ms P99 …), 1,204 chunks received``: what the requests no other figure holds had received."""
+    causes = ", ".join(f"{cause} {n}" for cause, n in cut.by_cause.items())
+    waited = f" after up to {cut.in_flight.max_ms / 1000.0:.0f} s in flight" if cut.in_flight.max_ms is not None else ""
+    first = (
+        f"{cut.with_first_token} had a first token (TTFT P50 {_ms(cut.ttft.p50_ms)} P99 {_ms(cut.ttft.p99_ms)})"
+        if cut.with_first_token
+        else "none had a first token"
+    )
+    return (
+        f"[RESULT] Cut by the run's end: {cut.requests} ({causes}){waited}; {first}, "
+        f"{cut.content_chunks:,} chunks received"
+    )
+
+
+def report_line(report: Report, report_path: str) -> str:
+    """The seed's ``[REPORT] Baseline saved to <path>`` for a run that can be a reference; for one that cannot
+    (:func:`core.compare.unusable_reason`: interrupted, ended early, most requests cut, no success) ``[REPORT] Report
+    saved to <path> (not a baseline: <why>)``."""
+    why = unusable_reason(report)
+    if why is None:
+        return f"[REPORT] Baseline saved to {report_path}"
+    return f"[REPORT] Report saved to {report_path} (not a baseline: {why.removeprefix(report.report_id + ' ')})"
 
 
 def client_lines(client: ClientView) -> list[str]:

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.abcompare import Side
+from core.compare import unusable_reason
+from core.cutrequests import CutRequests
 from core.intervals import Interval, change_text
 from core.report_schema import BenchmarkConfig, Environment, Report
 from core.schedule import schedule_text
@@ -61,6 +63,8 @@ def headline_rows(report: Report) -> list[Row]:
         ("vLLM RSS peak", fmt(m.vllm_rss_peak_gb, "GB")),
         ("KV cache pool / peak used", kv_text(report)),
     ]
+    if m.cut is not None:
+        rows.insert(1, ("Cut requests received", cut_text(m.cut)))
     if m.kv_bound:
         rows.append(("KV-bound", m.kv_bound))
     if m.steady is not None and m.steady.found:
@@ -97,15 +101,24 @@ def headline_rows(report: Report) -> list[Row]:
     return rows
 
 
+def cut_text(cut: CutRequests) -> str:
+    """``20 of 32 a first token (TTFT p50 / p99 41000 ms / 58000 ms), 1,204 chunks; in flight up to 61000 ms``."""
+    return (
+        f"{cut.with_first_token} of {cut.requests} a first token (TTFT p50 / p99 {fmt(cut.ttft.p50_ms, 'ms', 0)} / "
+        f"{fmt(cut.ttft.p99_ms, 'ms', 0)}), {cut.content_chunks:,} chunks; in flight up to "
+        f"{fmt(cut.in_flight.max_ms, 'ms', 0)}"
+    )
+
+
 def comparison_header() -> list[str]:
     """Column titles of :func:`comparison_rows`."""
     return ["vs", "report", *(label for _, label in COMPARISON_COLUMNS), "error rate %"]
 
 
-def error_rate_change(new_pct: float, change_pp: float | None) -> str:
+def error_rate_change(new_pct: float | None, change_pp: float | None) -> str:
     """``0.0 → 0.0 (=)``, ``0.0 → 2.5 (+2.5 pp)``: the error rate's two values and its change in percentage points
     (a percent change of a rate that was 0 is undefined; this is not); ``n/a`` when unknown."""
-    if change_pp is None:
+    if change_pp is None or new_pct is None:
         return "n/a"
     old = new_pct - change_pp
     return f"{old:.1f} → {new_pct:.1f} " + ("(=)" if round(change_pp, 1) == 0 else f"({change_pp:+.1f} pp)")
@@ -240,7 +253,8 @@ def error_rows(report: Report) -> list[Row]:
 
 def outcome_notes(report: Report) -> list[str]:
     """How the run ended when not as planned, and what the report leaves out: Ctrl-C/SIGTERM, vLLM stopped answering,
-    per-request rows kept locally (shown at the top of the Markdown and HTML reports)."""
+    per-request rows kept locally, and why it is no reference when it is none (:func:`core.compare.unusable_reason`;
+    shown at the top of the Markdown and HTML reports)."""
     notes = []
     if report.interrupted:
         notes.append("Interrupted (Ctrl-C, SIGTERM or SIGHUP): the report of the requests so far.")
@@ -248,6 +262,9 @@ def outcome_notes(report: Report) -> list[str]:
         notes.append(f"{report.server_down}; the run was ended early, the failures are counted.")
     if report.rows_omitted:
         notes.append(report.rows_omitted[:1].upper() + report.rows_omitted[1:] + ".")
+    why = unusable_reason(report)
+    if why:
+        notes.append(f"Not a baseline: {why.removeprefix(report.report_id + ' ')}.")
     return notes
 
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.history import Timeline, history_table, timelines
+from core.history import HistoryPoint, Timeline, history_table, timelines
 from core.pipes import guard_stdout
 from core.report_schema import Report
 from core.settings import Settings, get_settings
@@ -66,9 +66,12 @@ def history_html(lines_of: Sequence[Timeline]) -> str:
         data = base64.b64encode(timeline_png(t)).decode("ascii")
         parts.append(f"<h2>{html.escape(t.label)} <small>({html.escape(t.fingerprint)})</small></h2>")
         parts.append(f'<img alt="timeline {html.escape(t.fingerprint)}" src="data:image/png;base64,{data}">')
+        def rate(p: HistoryPoint) -> str:
+            return "" if p.error_rate_percent is None else f"{p.error_rate_percent:.1f}"
+
         rows = "".join(
             f"<tr><td>{html.escape(p.report_id)}</td><td>{p.throughput_req_per_sec:.2f}</td>"
-            f"<td>{'' if p.e2e_p99_ms is None else f'{p.e2e_p99_ms:.0f}'}</td><td>{p.error_rate_percent:.1f}</td>"
+            f"<td>{'' if p.e2e_p99_ms is None else f'{p.e2e_p99_ms:.0f}'}</td><td>{rate(p)}</td>"
             f"<td>{html.escape(', '.join(p.baselines))}</td><td>{html.escape(', '.join(p.flags))}</td>"
             f"<td>{html.escape('; '.join(p.gate_failures))}</td></tr>"
             for p in t.points

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 
 import httpx
 
+from core.engineload import RUNNING, WAITING
 from core.serverview_samples import parse_exposition
 
 KV_USAGE = "vllm:kv_cache_usage_perc"
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
 PREEMPTIONS = "vllm:num_preemptions_total"
 CACHE_INFO = "vllm:cache_config_info"
 WANTED = (KV_USAGE, RUNNING, WAITING, PREEMPTIONS, CACHE_INFO)

@@ -192,6 +192,22 @@ def wait_http(url: str, timeout_s: float) -> None:
     raise AssertionError(f"{url} did not answer within {timeout_s:.0f} s")
 
 
+REPORT_LINE = re.compile(r"^\[REPORT\] (?:Baseline|Report) saved to (\S+)", re.M)
+
+
+def report_path(stdout: str) -> Path:
+    """The report a benchmark wrote, from its ``[REPORT] Baseline saved to <path>`` line (a run that can be a
+    baseline) or ``[REPORT] Report saved to <path> (not a baseline: …)`` (one that cannot: interrupted, ended
+    early, no success).
+
+    Raises:
+        AssertionError: no such line.
+    """
+    match = REPORT_LINE.search(stdout)
+    assert match, f"no [REPORT] … saved to line in:\n{stdout[-3000:]}"
+    return Path(match.group(1))
+
+
 TEST_ENGINE_ARGS = "-O0"
 """vLLM flags of every test engine: ``-O0`` (no torch.compile) skips the CPU runner's compile warm-up, half of a
 tiny-model start (36.6 s -> 18.3 s measured, same answers); the tests test the stack around vLLM, not its compiler."""

@@ -19,7 +19,7 @@ import pytest
 
 from core.net import free_port
 from core.settings import PROJECT_ROOT
-from tests.integration.conftest import Stack, wait_http
+from tests.integration.conftest import Stack, report_path, wait_http
 
 pytestmark = pytest.mark.integration
 APP_PY = str(PROJECT_ROOT / ".venvs/app/bin/python")
@@ -54,8 +54,7 @@ def bench(stack: Stack, url: str, *flags: str, timeout_s: float = 300, **env: st
 
 
 def report_of(stdout: str) -> dict[str, Any]:
-    line = next(x for x in stdout.splitlines() if x.startswith("[REPORT] Baseline saved to "))
-    return json.loads(Path(line.removeprefix("[REPORT] Baseline saved to ").strip()).read_text(encoding="utf-8"))
+    return json.loads(report_path(stdout).read_text(encoding="utf-8"))
 
 
 def rows_of(report: dict[str, Any], reports_dir: Path) -> list[dict[str, Any]]:
@@ -121,11 +120,13 @@ def test_malformed_chunk_on_every_request_ends_by_itself_with_every_row(stack: S
     assert report["metrics"]["requests_total"] == 6 and report["errors"]["by_kind"] == {"invalid_stream": 6}
     assert "content is a number (6)" in report["errors"]["examples"]["invalid_stream"][0]
     assert "Traceback" not in run.stdout + run.stderr
-    # with a warmup that fails the same way, the measured run is not started: exit 4, the cause in words, no report
+    # with a warmup that fails the same way, the measured run is not started: exit 4, the cause in words, and the
+    # warmup's report (its rows and causes), which is no baseline
     warm = bench(stack, url, WARMUP="2")
     out = warm.stdout + warm.stderr
     assert warm.returncode == 4 and "every warmup request failed (2 of 2)" in out and "content is a number (6)" in out
     assert "[REPORT] Baseline saved to" not in out and "Traceback" not in out
+    assert json.loads(report_path(out).read_text(encoding="utf-8"))["errors"]["by_kind"] == {"invalid_stream": 2}
 
 
 def test_server_without_usage_gives_token_throughput_marked_with_its_source(stack: Stack,

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,7 +19,7 @@ import pytest
 from core.serverview import SUCCESS_REASONS
 from core.serverview_samples import parse_exposition
 from core.settings import PROJECT_ROOT
-from tests.integration.conftest import SECRETS, Stack, running_stack, stack_env
+from tests.integration.conftest import SECRETS, Stack, report_path, running_stack, stack_env
 
 pytestmark = pytest.mark.integration
 
@@ -58,8 +57,7 @@ def finished_total(url: str) -> float:
 
 def report_of(stdout: str) -> dict[str, Any]:
     """The JSON report the benchmark printed the path of."""
-    line = next(x for x in stdout.splitlines() if x.startswith("[REPORT] Baseline saved to "))
-    return json.loads(Path(line.removeprefix("[REPORT] Baseline saved to ").strip()).read_text(encoding="utf-8"))
+    return json.loads(report_path(stdout).read_text(encoding="utf-8"))
 
 
 def test_status_lists_each_replica_and_the_router(cluster: Stack) -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from core.net import free_port
 from core.settings import PROJECT_ROOT
-from tests.integration.conftest import wait_http
+from tests.integration.conftest import report_path, wait_http
 
 pytestmark = pytest.mark.integration
 APP_PY = str(PROJECT_ROOT / ".venvs/app/bin/python")
@@ -123,8 +123,7 @@ def wait_gone(pids: set[int], timeout_s: float = 30) -> set[int]:
 
 
 def report_of(stdout: str) -> dict[str, Any]:
-    line = next(x for x in stdout.splitlines() if x.startswith("[REPORT] Baseline saved to "))
-    return json.loads(Path(line.removeprefix("[REPORT] Baseline saved to ").strip()).read_text(encoding="utf-8"))
+    return json.loads(report_path(stdout).read_text(encoding="utf-8"))
 
 
 def test_server_killed_mid_run_ends_it_early_with_the_report(bench: Bench) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.records import RequestRecord
-from core.stats import latency_stats, measured_window_s, percent_change, run_metrics
+from core.stats import key_insight, latency_stats, measured_window_s, percent_change, run_metrics
 
 
 def rec(
@@ -56,10 +56,40 @@ def test_warmup_rows_are_excluded() -> None:
     assert run_metrics(measured + warm) == run_metrics(measured)
 
 
-def test_no_measured_rows_is_an_error() -> None:
-    """A run without measured requests cannot be summarised."""
-    with pytest.raises(ValueError, match="no measured"):
-        run_metrics([rec(0.0, 1.0, phase="warmup")])
+def cut(start: float, in_flight_ms: float, ttft_ms: float | None = None, chunks: int = 0) -> RequestRecord:
+    """A measured row the run's end cut after ``in_flight_ms``, with what it had received."""
+    return RequestRecord(request_id=f"c{start}", started_at=start, ok=False, e2e_ms=in_flight_ms, ttft_ms=ttft_ms,
+                         content_chunks=chunks, output_chars=2 * chunks, error_kind="incomplete",
+                         error="cancelled by the end of the run (GreenletExit)")  # fmt: skip
+
+
+def test_a_run_whose_every_request_was_cut_has_figures_of_what_it_received() -> None:
+    """32 users, every request cut by the run's end: the counts, the window to the cut and what the cut requests
+    received; the error rate, latencies and goodput are None (no request ended), not 0 % errors."""
+    rows = [cut(100.0 + i, 60_000.0 - 1000 * i, ttft_ms=40_000.0 + 100 * i if i < 20 else None,
+                chunks=3 if i < 20 else 0) for i in range(32)]  # fmt: skip
+    m = run_metrics([*rows, rec(90.0, 500.0, phase="warmup")], slo={"ttft_ms": 500.0})
+    assert (m.requests_total, m.requests_ok, m.requests_failed, m.requests_incomplete) == (0, 0, 0, 32)
+    assert m.duration_s == pytest.approx(60.0) and m.peak_concurrency == 32
+    assert m.error_rate_percent is None and m.goodput_percent is None and m.goodput_req_per_sec is None
+    assert m.e2e.p50_ms is None and m.ttft.count == 0 and m.throughput_req_per_sec == 0.0
+    assert m.cut is not None and (m.cut.requests, m.cut.with_first_token, m.cut.content_chunks) == (32, 20, 60)
+    assert m.cut.ttft.count == 20 and m.cut.ttft.p50_ms == pytest.approx(40_950.0)
+    assert m.cut.in_flight.max_ms == 60_000.0 and m.cut.by_cause == {"the end of the run": 32}
+    assert key_insight(m).startswith("No measured request ended: all 32 sent were cut after up to 60 s in flight")
+
+
+def test_a_run_with_only_warmup_rows_has_empty_figures() -> None:
+    """No measured request sent (its warmup failed): every count 0, no cut block, the insight says so."""
+    m = run_metrics([rec(0.0, 1.0, phase="warmup")])
+    assert (m.requests_total, m.requests_incomplete, m.error_rate_percent, m.cut) == (0, 0, None, None)
+    assert key_insight(m) == "No measured request was sent: nothing was measured"
+
+
+def test_cut_requests_are_summed_apart_when_others_ended() -> None:
+    """1 of 3 cut: the ended ones make the figures, the cut one its own block."""
+    m = run_metrics([rec(100.0, 1000.0), rec(100.5, 1500.0), cut(100.2, 2000.0, ttft_ms=300.0, chunks=2)])
+    assert m.requests_total == 2 and m.error_rate_percent == 0.0 and m.cut is not None and m.cut.requests == 1
 
 
 def test_latency_stats_only_from_successes() -> None:

@@ -48,6 +48,7 @@ def test_error_rate_column_shows_both_rates_and_the_change_in_points() -> None:
     in percentage points; a comparison without the figure is ``n/a``."""
     r = report()
     rate = r.metrics.error_rate_percent
+    assert rate is not None
     r = r.model_copy(
         update={
             "comparison": Comparison(

@@ -1,0 +1,75 @@
+"""Is the engine idle before a run? vLLM's queue gauges, summed over its engines, and what a run does about them
+(pure): go, wait for the requests another client (or a stopped run not yet aborted) left in the engine, or refuse.
+
+A run measured while the engine still works on other requests counts their load in its figures: a fresh user's
+run after a Ctrl-C started while vLLM still ran 13 of the stopped run's requests. vLLM's gauges
+(``vllm/v1/metrics/loggers.py``, ``PrometheusStatLogger``): ``vllm:num_requests_running`` (requests in the
+batch) and ``vllm:num_requests_waiting`` (queued), one sample per engine (data-parallel ranks, replicas).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from core.serverview_samples import Samples
+
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+Decision = Literal["go", "wait", "refuse"]
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """Requests the engines hold now, summed over the ``engines`` scraped that expose the gauges."""
+
+    running: int
+    waiting: int
+    engines: int = 1
+
+    @property
+    def busy(self) -> bool:
+        """Any request running or waiting."""
+        return self.running + self.waiting > 0
+
+    def text(self) -> str:
+        """``13 running + 2 waiting requests`` (``… over 2 engines`` for several)."""
+        over = f" over {self.engines} engines" if self.engines > 1 else ""
+        return f"{self.running} running + {self.waiting} waiting requests{over}"
+
+
+def engine_load(scrapes: Sequence[Samples]) -> EngineLoad | None:
+    """The requests running and waiting in every engine of ``scrapes`` (one ``/metrics`` each: the server, or every
+    replica behind the router), summed over every sample of the gauges; None when no scrape has them (a server that
+    is not vLLM: nothing to judge)."""
+    running = waiting = 0.0
+    engines = 0
+    for samples in scrapes:
+        if RUNNING not in samples and WAITING not in samples:
+            continue
+        engines += 1
+        running += sum(samples.get(RUNNING, {}).values())
+        waiting += sum(samples.get(WAITING, {}).values())
+    if not engines:
+        return None
+    return EngineLoad(round(running), round(waiting), engines)
+
+
+def idle_decision(load: EngineLoad | None, waited_s: float, limit_s: float) -> Decision:
+    """What a run about to start does: ``go`` when the engine holds no request (or its load is unknown, or the
+    check is off: ``limit_s`` 0), ``wait`` while it is busy and ``waited_s`` is under ``limit_s`` (IDLE_WAIT_S),
+    ``refuse`` after."""
+    if limit_s <= 0 or load is None or not load.busy:
+        return "go"
+    return "wait" if waited_s < limit_s else "refuse"
+
+
+def busy_refusal(load: EngineLoad, waited_s: float) -> str:
+    """Why a run is refused, with the figure and what to do."""
+    return (
+        f"vLLM is still busy after {waited_s:.0f} s: {load.text()}, none of them this run's (another client's, "
+        "or a stopped run's that vLLM has not aborted yet). Measured now, their load would count in this run's "
+        "figures. Wait for them to end, stop that client, raise IDLE_WAIT_S, or set IDLE_WAIT_S=0 to measure "
+        "alongside them. Nothing was sent."
+    )

@@ -1,0 +1,72 @@
+"""Before a run: wait for vLLM to be idle (:mod:`core.engineload`), or refuse with the figure and what to do.
+
+The requests another client sends, or those of a run that was stopped and that vLLM has not aborted yet, would
+count in this run's figures. The server's ``/metrics`` (every engine's behind the router) is read every
+:data:`POLL_S` for up to IDLE_WAIT_S, the figure printed as it changes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from core.engineload import EngineLoad, busy_refusal, engine_load, idle_decision
+from core.replicas import replicas, router_in_use
+from core.settings import Settings
+from loadgen.errors import BenchError
+from loadgen.orchestrate.replica_watch import scrape_metrics
+
+POLL_S = 1.0
+"""How often a busy engine is read again, s."""
+SAY_EVERY_S = 10.0
+"""How often the figure is printed while it does not change, s."""
+
+
+class EngineBusy(BenchError):
+    """vLLM still held other requests after IDLE_WAIT_S: the run was not started (the message has the figure)."""
+
+
+def load_now(settings: Settings) -> EngineLoad | None:
+    """The requests the engines hold now: the server's ``/metrics``, or every replica's behind the router; None
+    when none can be read or none has vLLM's gauges."""
+    urls = [r.url for r in replicas(settings)] if router_in_use(settings) else [settings.vllm_url]
+    scrapes = [samples for samples, _ in (scrape_metrics(url, settings.vllm_headers) for url in urls) if samples]
+    return engine_load(scrapes)
+
+
+def wait_until_idle(
+    settings: Settings,
+    read: Callable[[], EngineLoad | None] | None = None,
+    out: Callable[[str], None] = print,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> float:
+    """Return once the engine holds no request (at once when IDLE_WAIT_S is 0 or its gauges cannot be read); how
+    long it waited, s. ``read`` gives the engines' load (default :func:`load_now`).
+
+    Raises:
+        EngineBusy: still busy after IDLE_WAIT_S (:func:`core.engineload.busy_refusal`).
+    """
+    limit_s = settings.idle_wait_s
+    if limit_s <= 0:
+        return 0.0
+    reader = read or (lambda: load_now(settings))
+    start = said = clock()
+    load = reader()
+    if load is None or idle_decision(load, 0.0, limit_s) == "go":
+        return 0.0
+    out(f"[INFO] vLLM is busy: {load.text()} not of this run (another client's, or a stopped run's not yet "
+        f"aborted); waiting up to {limit_s:g} s for it to be idle (IDLE_WAIT_S)")  # fmt: skip
+    shown = load
+    while True:
+        sleep(POLL_S)
+        now = reader()
+        waited_s = clock() - start
+        if now is None or idle_decision(now, waited_s, limit_s) == "go":
+            out(f"[INFO] vLLM is idle after {waited_s:.0f} s of waiting")
+            return waited_s
+        if idle_decision(now, waited_s, limit_s) == "refuse":
+            raise EngineBusy(busy_refusal(now, waited_s))
+        if now != shown or clock() - said >= SAY_EVERY_S:
+            out(f"[INFO] vLLM still busy after {waited_s:.0f} s: {now.text()}")
+            shown, said = now, clock()
