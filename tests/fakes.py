@@ -33,9 +33,20 @@ class _Proc:
     usedGpuMemory: int  # pynvml's field name
 
 
+class NVMLError_NotSupported(Exception):  # pynvml's name, which the reader tells apart
+    """What pynvml raises for a call the device does not support (its class name and message)."""
+
+    def __init__(self) -> None:
+        super().__init__("Not Supported")
+
+
 @dataclass
 class FakeNvml:
-    """Stands in for the ``pynvml`` module: same function names and return shapes, scripted readings."""
+    """Stands in for the ``pynvml`` module: same function names and return shapes, scripted readings.
+
+    ``energy_mj``: each GPU's total-energy counter (mJ; None: a card without it, before Volta, which answers
+    NotSupported); ``power_mw``: each GPU's power reading (mW). Tests move them between samples.
+    """
 
     names: list[str] = field(default_factory=lambda: ["NVIDIA H200"])
     total_bytes: int = 141 * 1024**3
@@ -47,6 +58,8 @@ class FakeNvml:
     has_v2: bool = True  # drivers before R510 lack nvmlDeviceGetMemoryInfo_v2
     nvmlMemory_v2: int = 0x02000028
     processes: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # GPU index -> (pid, bytes)
+    energy_mj: list[int | None] = field(default_factory=lambda: [86_400_000])  # a day at 1 W since driver load
+    power_mw: list[int] = field(default_factory=lambda: [350_000])
 
     def nvmlDeviceGetUUID(self, handle: int) -> str:
         return f"GPU-{handle:08x}-fake-{self.names[handle].replace(' ', '-').lower()}"
@@ -88,7 +101,13 @@ class FakeNvml:
         return _Util(gpu=42, memory=10)
 
     def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
-        return 350_000  # milliwatts
+        return self.power_mw[handle % len(self.power_mw)]  # milliwatts
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:
+        value = self.energy_mj[handle % len(self.energy_mj)]
+        if value is None:
+            raise NVMLError_NotSupported()
+        return value  # millijoules since the driver loaded
 
 
 class Gate(Protocol):
