@@ -215,7 +215,7 @@ def device_energy(
     if found is None:
         found, method = power_energy(power_w, start, end), "nvml_power_samples"
     if found is None or found.mean_w is None:
-        why = "no energy counter or power readings inside the window" if counter_j or power_w else (
+        why = "no sample of its energy counter or power before and after the window" if counter_j or power_w else (
             "neither an energy counter nor power readings (not supported by this device)")
         return DeviceEnergy(device=device, gpu_index=gpu_index, unavailable_reason=why)
     idle_w = None

@@ -33,7 +33,7 @@ from sidecar.reports.store import ReportStore, new_report_id, utc_now_iso
 from sidecar.sampling.enginemetrics import EngineMetricsReader
 from sidecar.sampling.gpu import GpuInfo, GpuReader, open_gpu_reader
 from sidecar.sampling.peers import peer_resources
-from sidecar.sampling.rapl import open_host_energy_reader
+from sidecar.sampling.rapl import HostEnergyReader, open_host_energy_reader
 from sidecar.sampling.sampler import Sampler, engine_pid
 from sidecar.sampling.windows import UnknownWindow, WindowRegistry
 
@@ -98,15 +98,19 @@ class ReportService:
         settings: Settings,
         gpu: tuple[GpuReader | None, str | None] | None = None,
         server_facts: Callable[[str], dict[str, Any]] | None = None,
+        host_energy: tuple[HostEnergyReader | None, str | None] | None = None,
     ) -> ReportService:
         """Real wiring: NVML when available, psutil for the vLLM process tree, HTTP to vLLM (with VLLM_API_KEY) for
         its version.
 
-        Tests inject ``gpu`` (e.g. ``(NvmlReader(FakeNvml()), None)`` or ``(None, "no NVML")``) and ``server_facts``.
+        Tests inject ``gpu`` (e.g. ``(NvmlReader(FakeNvml()), None)`` or ``(None, "no NVML")``), ``server_facts`` and
+        ``host_energy`` (RAPL read from a fake tree; default: this host's, read only without a GPU).
         """
         reader, reason = gpu if gpu is not None else open_gpu_reader(settings.gpu_devices)
         info = reader.info() if reader else None
-        host_energy, host_reason = (None, None) if reader else open_host_energy_reader()  # the CPU build's energy
+        if host_energy is None:
+            host_energy = (None, None) if reader else open_host_energy_reader()  # the CPU build's energy
+        rapl, rapl_reason = host_energy
         sampler = Sampler(
             reader,
             lambda: engine_pid(settings.engine_state_file),
@@ -116,8 +120,8 @@ class ReportService:
             engine=EngineMetricsReader(
                 settings.vllm_url, settings.engine_metrics_interval_s, headers=settings.vllm_headers
             ),
-            host_energy=host_energy,
-            host_energy_reason=host_reason,
+            host_energy=rapl,
+            host_energy_reason=rapl_reason,
             gpu_reason=reason,
         )
         store = ReportStore(settings.reports_dir, redact=Redactor(secret_values(settings)))

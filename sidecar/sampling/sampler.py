@@ -63,7 +63,8 @@ class Sampler:
 
     ``pid_source`` says which process is vLLM: a pid, None (unknown) or an :class:`EnginePid` (a pid, or the reason
     there is none to sample, e.g. vLLM in another container's pid namespace). ``host_energy`` reads the host's
-    energy counters (the CPU build's; None: not read, ``host_energy_reason`` says why).
+    energy counters (the CPU build's; None: not read, ``host_energy_reason`` says why); ``clock`` stamps the samples
+    (Unix s; tests pass their own).
     """
 
     def __init__(
@@ -78,7 +79,9 @@ class Sampler:
         host_energy: HostEnergyReader | None = None,
         host_energy_reason: str | None = None,
         gpu_reason: str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        self._clock = clock
         self._gpu = gpu
         self._gpu_reason = gpu_reason
         self._host_energy = host_energy
@@ -97,7 +100,7 @@ class Sampler:
 
     def sample_once(self, force_engine: bool = False) -> Sample:
         """Take one sample now and store it (scraping vLLM's gauges when due, or when ``force_engine``)."""
-        now = time.time()
+        now = self._clock()
         gauges = self.engine.read(now, force=force_engine) if self.engine else None
         rss = cpu = None
         found = self._pid_source()
