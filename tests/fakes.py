@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -108,6 +109,38 @@ class FakeNvml:
         if value is None:
             raise NVMLError_NotSupported()
         return value  # millijoules since the driver loaded
+
+
+class FakeRapl:
+    """A Linux powercap tree in a folder (``/sys/class/powercap`` as the kernel lays it out: every zone a top-level
+    entry ``intel-rapl:N`` or ``intel-rapl:N:M`` with ``name``, ``energy_uj`` and ``max_energy_range_uj``), its
+    counters set by the test; :meth:`amd_energy` adds an ``amd_energy`` hwmon device beside it."""
+
+    def __init__(self, root: Path, zones: dict[str, tuple[str, int]]) -> None:
+        """``zones``: entry name (``intel-rapl:0``) -> (zone name, max_energy_range_uj)."""
+        self.powercap = root / "powercap"
+        self.hwmon = root / "hwmon"
+        self.hwmon.mkdir(parents=True, exist_ok=True)
+        for entry, (name, max_range_uj) in zones.items():
+            zone = self.powercap / entry
+            zone.mkdir(parents=True)
+            (zone / "name").write_text(f"{name}\n")
+            (zone / "max_energy_range_uj").write_text(f"{max_range_uj}\n")
+            (zone / "energy_uj").write_text("0\n")
+
+    def set(self, entry: str, energy_uj: int) -> None:
+        """Set zone ``entry``'s counter, µJ."""
+        (self.powercap / entry / "energy_uj").write_text(f"{energy_uj}\n")
+
+    def amd_energy(self, sensors: dict[int, tuple[str, int]]) -> Path:
+        """An ``amd_energy`` hwmon device with ``energy<N>_label`` / ``energy<N>_input`` (µJ) per sensor."""
+        device = self.hwmon / "hwmon3"
+        device.mkdir()
+        (device / "name").write_text("amd_energy\n")
+        for number, (label, value) in sensors.items():
+            (device / f"energy{number}_label").write_text(f"{label}\n")
+            (device / f"energy{number}_input").write_text(f"{value}\n")
+        return device
 
 
 class Gate(Protocol):
