@@ -12,7 +12,7 @@ from core.compare import compare_with_history
 from core.gate import EXIT_FAIL, EXIT_PASS, gate_failures, gate_verdict
 from core.history import history_table, timelines
 from core.report_schema import Comparison, Environment, Report, Resources
-from core.series import PointPlan, SeriesReport, compare_points, find_knee, measure_point
+from core.series import PointPlan, SeriesPoint, SeriesReport, compare_points, find_knee, measure_point
 from sidecar.render.markdown_page import render_markdown, series_markdown
 from tests.unit.sidecar.test_sidecar_store import report
 
@@ -66,15 +66,15 @@ def test_energy_is_gated_only_where_both_runs_measured_it() -> None:
 def test_a_series_point_whose_j_per_token_rose_beyond_its_interval_fails() -> None:
     """Repeated runs: J/token 0.40 ± noise against 0.50 ± noise is a regression of the point, named with its label."""
 
-    def point(values: list[float], tag: str) -> object:
+    def point(values: list[float], tag: str) -> SeriesPoint:
         runs = [measured(f"benchmark_report_2026010{tag}_12000{i}", v) for i, v in enumerate(values)]
         return measure_point(PointPlan(label="concurrency 8", kind="concurrency"), runs, {}, 95.0)
 
     new = [point([0.50, 0.51, 0.49], "2")]
-    comparison = compare_points(new, [point([0.40, 0.41, 0.39], "1")], "benchmark_series_20260101_120000", 5.0)  # type: ignore[list-item]
+    comparison = compare_points(new, [point([0.40, 0.41, 0.39], "1")], "benchmark_series_20260101_120000", 5.0)
     series = SeriesReport(series_id="benchmark_series_20260102_120000", timestamp="t", repeat=3, config=report().config,
-                          environment=Environment(), slo_attainment_pct=95.0, points=new,  # type: ignore[arg-type]
-                          knee=find_knee(new, {}, 95.0), comparison={"vs_v1": comparison})  # type: ignore[arg-type]
+                          environment=Environment(), slo_attainment_pct=95.0, points=new,
+                          knee=find_knee(new, {}, 95.0), comparison={"vs_v1": comparison})
     verdict = gate_verdict(series, "v1", 5.0)
     assert verdict.exit_code == EXIT_FAIL
     assert any(f.startswith("concurrency 8: energy_j_per_output_token") for f in verdict.failures)

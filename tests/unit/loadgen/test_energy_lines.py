@@ -39,7 +39,7 @@ def test_an_unmeasured_run_says_why_and_an_unpriced_one_prints_no_cost() -> None
 
 def test_compare_lines_add_energy_and_cost_where_both_runs_have_them() -> None:
     """``[COMPARE] vs_previous: ..., +10% J/output token, -5.0% $/1M output tokens``."""
-    changes = {"throughput_req_per_sec_pct": 1.0, "energy_j_per_output_token_pct": 10.0,
+    changes: dict[str, float | None] = {"throughput_req_per_sec_pct": 1.0, "energy_j_per_output_token_pct": 10.0,
                "cost_usd_per_1m_output_tokens_pct": -5.0}  # fmt: skip
     compared = report().model_copy(update={"comparison": Comparison(changes_pct={"vs_previous": changes})})
     (line,) = compare_lines(compared)
