@@ -104,6 +104,7 @@ class ChatBackend:
         self.sidecar_url = settings.sidecar_url
         self.sample_interval_s = settings.gpu_sample_interval_s
         self.sidecar = sidecar or httpx.AsyncClient(timeout=httpx.Timeout(2.0))  # no vLLM key: not the sidecar's
+        self._energy_paused_until = 0.0  # monotonic s: the sidecar cannot measure energy, or could not be reached
         self.http = http or httpx.AsyncClient(
             timeout=httpx.Timeout(self.timeout_s, connect=CONNECT_TIMEOUT_S), headers=settings.vllm_headers
         )
@@ -202,10 +203,14 @@ class ChatBackend:
         return TurnResult(request_id, state.text, timing, notice, error, status, bounds)
 
     async def answer_energy(self, result: TurnResult) -> float | None:
-        """The answer's energy from the sidecar, J (:func:`ui.energy.answer_energy`); None when not measured."""
-        if result.bounds is None:
+        """The answer's energy from the sidecar, J (:func:`ui.energy.answer_energy`); None when not measured, and
+        not asked for a while after the sidecar said it cannot measure energy or could not be reached."""
+        if result.bounds is None or time.monotonic() < self._energy_paused_until:
             return None
-        return await answer_energy(self.sidecar, self.sidecar_url, result.bounds, self.sample_interval_s)
+        found = await answer_energy(self.sidecar, self.sidecar_url, result.bounds, self.sample_interval_s)
+        if found.pause_s:
+            self._energy_paused_until = time.monotonic() + found.pause_s
+        return found.energy_j
 
     async def _plan(
         self,
