@@ -249,7 +249,8 @@ def first_send(records: Sequence[RequestRecord]) -> float | None:
     return min((r.started_at for r in records), default=None)
 
 
-def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator``; None when either is missing or the denominator is 0."""
     if numerator is None or not denominator:
         return None
     return numerator / denominator
@@ -276,8 +277,8 @@ def efficiency(
 ) -> Efficiency:
     """The figures of :class:`Efficiency` from the window's energy and the run's successful output and prompt tokens
     and requests; the energy cost is ``J/token x 10^6 / 3.6x10^6 J/kWh x usd_per_kwh``."""
-    per_out = _ratio(energy_j, output_tokens)
-    per_total = _ratio(energy_j, output_tokens + prompt_tokens)
+    per_out = ratio(energy_j, output_tokens)
+    per_total = ratio(energy_j, output_tokens + prompt_tokens)
 
     def cost(per_token_j: float | None) -> float | None:
         if per_token_j is None or usd_per_kwh is None:
@@ -286,8 +287,8 @@ def efficiency(
 
     return Efficiency(
         energy_j_per_output_token=per_out,
-        energy_j_per_request=_ratio(energy_j, requests_ok),
-        output_tokens_per_j=_ratio(float(output_tokens), energy_j) if energy_j else None,
+        energy_j_per_request=ratio(energy_j, requests_ok),
+        output_tokens_per_j=ratio(float(output_tokens), energy_j) if energy_j else None,
         energy_cost_usd_per_1m_output_tokens=cost(per_out),
         energy_cost_usd_per_1m_total_tokens=cost(per_total),
     )
@@ -327,7 +328,7 @@ def energy_stats(
         window_s=window_s,
         covered_s=min(covered) if covered else None,
         energy_j=total,
-        power_w_mean=_ratio(total, window_s),
+        power_w_mean=ratio(total, window_s),
         idle_power_w=idle_w,
         idle_window_s=idle_window_s if idle_w is not None else None,
         idle_unavailable_reason=None if idle_w is not None else idle_unavailable_reason,
@@ -338,53 +339,3 @@ def energy_stats(
         notes=notes,
     )
 
-
-def hosts_energy(hosts: Sequence[tuple[str, EnergyStats | None]]) -> EnergyStats:
-    """Every serving host's energy (``(host, its EnergyStats)``, PEER_SIDECARS) as one: devices named
-    ``<host>: <device>``, energy and idle power summed; no total (with why) when a host has none."""
-    devices = [d.model_copy(update={"device": f"{host}: {d.device}"}) for host, e in hosts if e for d in e.devices]
-    missing = [f"{host}: {e.unavailable_reason if e else 'no energy figure'}" for host, e in hosts
-               if e is None or e.energy_j is None]  # fmt: skip
-    known = [e for _, e in hosts if e is not None]
-    first = known[0] if known else None
-    total = None if missing else sum(e.energy_j or 0.0 for e in known)
-    idle = [e.idle_power_w for e in known]
-    idle_w = sum(v or 0.0 for v in idle) if known and not missing and None not in idle else None
-    window_s = first.window_s if first else None
-    methods = sorted({e.method for e in known if e.method})
-    return EnergyStats(
-        scope=f"{len(hosts)} hosts: " + "; ".join(sorted({e.scope for e in known if e.scope})),
-        method=methods[0] if len(methods) == 1 else "mixed" if methods else None,
-        sample_interval_s=first.sample_interval_s if first else None,
-        window_start=first.window_start if first else None,
-        window_s=window_s,
-        covered_s=min((e.covered_s for e in known if e.covered_s is not None), default=None),
-        energy_j=total,
-        power_w_mean=_ratio(total, window_s),
-        idle_power_w=idle_w,
-        idle_window_s=first.idle_window_s if first and idle_w is not None else None,
-        idle_unavailable_reason=None if idle_w is not None else "; ".join(
-            f"{h}: {e.idle_unavailable_reason}" for h, e in hosts if e and e.idle_unavailable_reason) or None,
-        energy_above_idle_j=None if total is None or idle_w is None or window_s is None else total - idle_w * window_s,
-        devices=devices,
-        unavailable_reason="; ".join(missing) or None,
-        notes=[f"{host}: {note}" for host, e in hosts if e for note in e.notes],
-    )
-
-
-def replica_energy(
-    energy: EnergyStats, groups: Sequence[tuple[str, Sequence[int]]], output_tokens: dict[str, int | None]
-) -> list[ReplicaEnergy]:
-    """Per replica (``(name, its GPUs' NVML indices)``): the energy of its GPUs (None when one has none) and the
-    tokens it generated (``output_tokens`` by replica name, vLLM's counter), and their ratio."""
-    by_index = {d.gpu_index: d.energy_j for d in energy.devices if d.gpu_index is not None}
-    out = []
-    for name, indices in groups:
-        values = [by_index.get(i) for i in indices]
-        joules = None if not values or None in values else sum(v or 0.0 for v in values)
-        tokens = output_tokens.get(name)
-        out.append(
-            ReplicaEnergy(replica=name, gpu_indices=list(indices), energy_j=joules, output_tokens=tokens,
-                          energy_j_per_output_token=_ratio(joules, tokens))
-        )  # fmt: skip
-    return out
