@@ -28,6 +28,15 @@ COMPARED_METRICS = (
     "vllm_rss_peak_gb",
     "error_rate_percent",
 )
+ENERGY_COST_METRICS = (
+    "energy_j_per_output_token",
+    "output_tokens_per_j",
+    "cost_usd_per_1m_output_tokens",
+    "cost_usd_per_1m_total_tokens",
+    "energy_cost_usd_per_1m_output_tokens",
+)
+"""Compared where measured or priced on both sides (docs/energy.md); left out of ``changes_pct`` otherwise, so a
+comparison of runs without energy or prices reads as before."""
 PREVIOUS = "vs_previous"
 # Not part of the fingerprint, but worth a note when they differ between compared runs.
 FLAGGED_ENV_FIELDS = ("vllm_version", "vllm_fingerprint", "model_revision", "driver_version")
@@ -119,14 +128,19 @@ def differing_fields(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 
 def metric_changes(new: Metrics, old: Metrics) -> dict[str, float | None]:
     """``{metric}_pct`` percent changes of :data:`COMPARED_METRICS`, 0.01 % resolution (None where a side is
-    missing), and ``error_rate_percent_pp``: the error rate's change in percentage points (a relative change of a
-    rate that was 0 is undefined, the absolute one is not)."""
+    missing), ``error_rate_percent_pp``: the error rate's change in percentage points (a relative change of a
+    rate that was 0 is undefined, the absolute one is not), and those of :data:`ENERGY_COST_METRICS` that both sides
+    have."""
     out: dict[str, float | None] = {}
     for name in COMPARED_METRICS:
         change = percent_change(getattr(new, name), getattr(old, name))
         out[f"{name}_pct"] = None if change is None else round(change, 2)
     new_rate, old_rate = new.error_rate_percent, old.error_rate_percent
     out["error_rate_percent_pp"] = None if new_rate is None or old_rate is None else round(new_rate - old_rate, 2)
+    for name in ENERGY_COST_METRICS:
+        change = percent_change(getattr(new, name), getattr(old, name))
+        if change is not None:
+            out[f"{name}_pct"] = round(change, 2)
     return out
 
 

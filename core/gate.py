@@ -5,8 +5,9 @@ gate only reads those changes. One run is a series of one point: :func:`baseline
 ``comparison.changes_pct["vs_<name>"]`` and a series' ``comparison["vs_<name>"]`` into the same
 :class:`PointChanges`, and one body (:func:`gate_verdict`) judges both. A run fails when request
 throughput drops, or p99 latency rises, by more than the threshold (default 5 %, GATE_THRESHOLD_PCT), or when its
-error rate rises by more than GATE_ERROR_RATE_PP percentage points (default 1). A baseline that cannot be judged
-against (no successful request, interrupted) is "cannot judge" (exit 2), never a pass or a regression.
+error rate rises by more than GATE_ERROR_RATE_PP percentage points (default 1); where both runs measured energy,
+also when the energy per output token rises by more than the threshold (docs/energy.md). A baseline that cannot be
+judged against (no successful request, interrupted) is "cannot judge" (exit 2), never a pass or a regression.
 """
 
 from __future__ import annotations
@@ -54,14 +55,19 @@ def refused_line(baseline: str, reason: str) -> str:
 # gated metric -> direction that is bad (-1: a drop is a regression, +1: a rise is); a series names E2E p99
 # ``e2e_p99_ms``, a report's changes_pct ``latency_p99_ms`` (the same figure): _REPORT_NAME maps them.
 GATED: dict[str, int] = {"throughput_req_per_sec": -1, "e2e_p99_ms": +1}
-_REPORT_NAME = {"throughput_req_per_sec": "throughput_req_per_sec", "e2e_p99_ms": "latency_p99_ms"}
+WHERE_MEASURED: dict[str, int] = {"energy_j_per_output_token": +1}
+"""Gated like :data:`GATED` where both sides measured them (energy needs NVML or RAPL); no check where not."""
+BAD_SIGN = {**GATED, **WHERE_MEASURED}
+_REPORT_NAME = {"throughput_req_per_sec": "throughput_req_per_sec", "e2e_p99_ms": "latency_p99_ms",
+                "energy_j_per_output_token": "energy_j_per_output_token"}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class PointChanges:
     """One point's changes against a baseline: ``label`` ("" for a single run, whose check names carry no prefix),
-    ``changes`` gated metric (its name in that result) -> :class:`Change` (an interval when either side repeated),
-    ``error_rise_pp`` the rise of the error rate in percentage points (None: unknown)."""
+    ``changes`` gated metric (a key of :data:`BAD_SIGN`; a single run's checks name it as its report does, e.g.
+    ``latency_p99_ms``) -> :class:`Change` (an interval when either side repeated), ``error_rise_pp`` the rise of
+    the error rate in percentage points (None: unknown)."""
 
     label: str
     changes: dict[str, Change | None]
@@ -84,9 +90,11 @@ def report_point(changes_pct: dict[str, float | None]) -> PointChanges:
     """A report's percent changes against one baseline (``latency_p99_ms_pct`` …) as one unlabelled point whose
     changes have no interval."""
     changes: dict[str, Change | None] = {}
-    for name in _REPORT_NAME.values():
+    for metric, name in _REPORT_NAME.items():
         value = changes_pct.get(f"{name}_pct")
-        changes[name] = None if value is None else Change(
+        if value is None and metric in WHERE_MEASURED:
+            continue  # not measured on both sides: not gated
+        changes[metric] = None if value is None else Change(
             a_mean=None, b_mean=None, change_pct=value, verdict="no interval (single runs)"
         )
     return PointChanges("", changes, changes_pct.get("error_rate_percent_pp"))
@@ -116,7 +124,12 @@ def baseline_changes(result: Report | SeriesReport, baseline: str) -> BaselineCh
         rise = None
         if errors and errors.a_mean is not None and errors.b_mean is not None:
             rise = errors.b_mean - errors.a_mean
-        points.append(PointChanges(f"{paired.label}: ", {m: paired.changes.get(m) for m in GATED}, rise))
+        gated: dict[str, Change | None] = {m: paired.changes.get(m) for m in GATED}
+        for m in WHERE_MEASURED:
+            change = paired.changes.get(m)
+            if change is not None and change.change_pct is not None:
+                gated[m] = change
+        points.append(PointChanges(f"{paired.label}: ", gated, rise))
     return BaselineChanges(series.against, series.refused, known, points)
 
 
@@ -130,7 +143,9 @@ def point_checks(point: PointChanges, threshold_pct: float, error_rate_pp: float
         rise = point.error_rise_pp
         checks.append(GateCheck(f"{point.label}error_rate_percent", rise <= error_rate_pp,
                                 f"{rise:+.1f} pp (limit {error_rate_pp:+g} pp)"))  # fmt: skip
-    for (name, change), bad_sign in zip(point.changes.items(), GATED.values(), strict=True):
+    for key, change in point.changes.items():
+        bad_sign = BAD_SIGN[key]
+        name = _REPORT_NAME[key] if not point.label else key
         limit = f"(limit {bad_sign * threshold_pct:+g}%)"
         if change is None or change.change_pct is None:
             checks.append(GateCheck(f"{point.label}{name}", False, f"n/a: cannot compare {limit}", error=True))

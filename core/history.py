@@ -28,6 +28,8 @@ class HistoryPoint(BaseModel):
     e2e_p99_ms: float | None
     error_rate_percent: float | None = Field(description="None: no measured request ended.")
     gpu_mem_peak_gb: float | None = Field(description="GiB; None without a GPU.")
+    energy_j_per_output_token: float | None = Field(default=None, description="J; None where not measured.")
+    cost_usd_per_1m_output_tokens: float | None = Field(default=None, description="USD; None without a price.")
     vllm_version: str | None = None
     baselines: list[str] = Field(default_factory=list, description="Baseline names that point at this run.")
     gate_failures: list[str] = Field(
@@ -108,6 +110,8 @@ def timelines(
                     e2e_p99_ms=m.e2e.p99_ms,
                     error_rate_percent=m.error_rate_percent,
                     gpu_mem_peak_gb=m.gpu_mem_peak_gb,
+                    energy_j_per_output_token=m.energy_j_per_output_token,
+                    cost_usd_per_1m_output_tokens=m.cost_usd_per_1m_output_tokens,
                     vllm_version=r.environment.vllm_version,
                     baselines=marks.get(r.report_id, []),
                     gate_failures=failed,
@@ -121,7 +125,8 @@ def timelines(
 
 def history_table(lines_of: Sequence[Timeline]) -> list[str]:
     """The terminal table: per workload a header line, then one line per run (oldest first) with throughput,
-    TTFT/E2E p99, error rate, GPU memory, ``[baseline: v1]`` marks, ``[interrupted]``-style run flags and
+    TTFT/E2E p99, error rate, GPU memory, J per output token and USD per million output tokens (those two columns
+    only in a workload where some run has them), ``[baseline: v1]`` marks, ``[interrupted]``-style run flags and
     ``FAIL vs_v1: …`` flags."""
 
     def num(value: float | None, digits: int = 0) -> str:
@@ -129,14 +134,21 @@ def history_table(lines_of: Sequence[Timeline]) -> list[str]:
 
     lines = []
     for t in lines_of:
+        energy = any(p.energy_j_per_output_token is not None for p in t.points)
+        cost = any(p.cost_usd_per_1m_output_tokens is not None for p in t.points)
+        extra = (f" {'J/tok':>7}" if energy else "") + (f" {'$/1M out':>8}" if cost else "")
         lines.append(f"[HISTORY] workload {t.fingerprint}: {t.label} ({len(t.points)} run(s))")
-        lines.append(f"  {'report':<32} {'req/s':>7} {'TTFT p99':>9} {'E2E p99':>8} {'err %':>6} {'GPU GiB':>7}  notes")
+        lines.append(
+            f"  {'report':<32} {'req/s':>7} {'TTFT p99':>9} {'E2E p99':>8} {'err %':>6} {'GPU GiB':>7}{extra}  notes"
+        )
         for p in t.points:
             notes = [f"[baseline: {', '.join(p.baselines)}]"] if p.baselines else []
             notes += [f"[{flag}]" for flag in p.flags]
             notes += [f"FAIL {f}" for f in p.gate_failures]
+            figures = (f" {num(p.energy_j_per_output_token, 3):>7}" if energy else "") + (
+                f" {num(p.cost_usd_per_1m_output_tokens, 2):>8}" if cost else "")
             lines.append(
                 f"  {p.report_id:<32} {p.throughput_req_per_sec:>7.2f} {num(p.ttft_p99_ms):>9} {num(p.e2e_p99_ms):>8} "
-                f"{num(p.error_rate_percent, 1):>6} {num(p.gpu_mem_peak_gb, 2):>7}  {' '.join(notes)}".rstrip()
+                f"{num(p.error_rate_percent, 1):>6} {num(p.gpu_mem_peak_gb, 2):>7}{figures}  {' '.join(notes)}".rstrip()
             )
     return lines

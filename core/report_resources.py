@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from core.energy import EnergyStats
+
 
 class GpuSample(BaseModel):
     """One NVML reading of one GPU."""
@@ -18,6 +20,10 @@ class GpuSample(BaseModel):
     )
     util_percent: float | None = None
     power_w: float | None = None
+    energy_mj: float | None = Field(
+        default=None,
+        description="NVML's total-energy counter: mJ since the driver loaded (Volta and later; None without it).",
+    )
     other_mem_gb: float | None = Field(
         default=None,
         description="Memory held on this GPU by processes that are not the engine's, GiB (NVML's process list); "
@@ -86,6 +92,7 @@ class HostResources(BaseModel):
     unavailable_reason: str | None = Field(
         default=None, description="Why the peer sidecar gave no figures (unreachable, refused, bad answer)."
     )
+    energy: EnergyStats | None = Field(default=None, description="The host's energy over the window (docs/energy.md).")
 
 
 class Resources(BaseModel):
@@ -111,6 +118,11 @@ class Resources(BaseModel):
     sample_interval_s: float | None = None
     timeline: list[ResourcePoint] = Field(
         default_factory=list, description="Samples of the window, thinned to at most a few hundred points."
+    )
+    energy: EnergyStats | None = Field(
+        default=None,
+        description="Energy of the engine's GPUs (NVML), else of the host's CPU packages (RAPL), over the measured "
+        "window, with the idle power before the run; None in reports written before it existed (docs/energy.md).",
     )
     hosts: list[HostResources] = Field(
         default_factory=list,

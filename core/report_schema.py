@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from core.clientview import ClientView
+from core.cost import CostBasis
 from core.report_resources import GpuSample, GpuStats, HostResources, KvCacheStats, ResourcePoint, Resources
 from core.report_setup import BenchmarkConfig, Environment, StartupFacts
 from core.serverview import ServerView
@@ -18,6 +19,9 @@ from core.serverview_cluster import ClusterView
 from core.stats import RunMetrics
 
 SCHEMA_VERSION = "1.4"
+# 1.4 (same version, optional fields, so earlier 1.4 reports read unchanged): energy and cost (docs/energy.md):
+#      ``resources.energy`` (and per host), NVML's energy counter per GPU sample (``energy_mj``), the flat
+#      ``metrics.energy_*`` / ``cost_usd_*`` figures, the prices in ``config`` and ``cost``.
 # 1.4: optional fields only (CHANGELOG.md): trace replay (``config.trace_file``, ``trace_format``, ``trace_sha256``,
 #      ``trace_speed``, ``trace_rows``) and engines behind vLLM's router (``config.replicas``, ``router_policy``,
 #      ``router_version``; ``cluster``: every replica's share, counts, server TTFT/E2E, KV pool and peak,
@@ -78,6 +82,26 @@ class Metrics(RunMetrics):
         default=None,
         description="Why the run was bound by the KV cache (preemptions, or a full pool with requests waiting); "
         "None when it was not (or nothing was measured).",
+    )
+    energy_j: float | None = Field(
+        default=None, description="Energy of the engine's devices over the measured window, J (resources.energy)."
+    )
+    power_w_mean: float | None = Field(default=None, description="energy_j / measured window, W.")
+    idle_power_w: float | None = Field(default=None, description="Mean power before the run, W (shown apart).")
+    energy_j_per_output_token: float | None = Field(default=None, description="energy_j / output tokens, J.")
+    energy_j_per_request: float | None = Field(default=None, description="energy_j / successful requests, J.")
+    output_tokens_per_j: float | None = Field(default=None, description="Output tokens / energy_j.")
+    cost_usd_per_1m_output_tokens: float | None = Field(
+        default=None, description="Hardware cost (PRICE_PER_HOUR) per million output tokens, USD; None: no price."
+    )
+    cost_usd_per_1m_total_tokens: float | None = Field(
+        default=None, description="Hardware cost per million prompt + output tokens, USD."
+    )
+    energy_cost_usd_per_1m_output_tokens: float | None = Field(
+        default=None, description="Electricity (ENERGY_PRICE_PER_KWH x energy) per million output tokens, USD."
+    )
+    energy_cost_usd_per_1m_total_tokens: float | None = Field(
+        default=None, description="Electricity per million prompt + output tokens, USD."
     )
     key_insight: str
 
@@ -204,6 +228,9 @@ class Report(BaseModel):
         default=None, description="Every engine behind the router over the window (None: one engine, no router)."
     )
     profile: ProfileInfo | None = Field(default=None, description="Profiler traces, when PROFILE=1.")
+    cost: CostBasis | None = Field(
+        default=None, description="The prices the costs were computed with (None: no price set, no cost shown)."
+    )
     interrupted: bool = Field(
         default=False, description="The run was stopped early (Ctrl-C): its rows so far; never a comparison reference."
     )

@@ -145,3 +145,11 @@ class BenchmarkConfig(BaseModel):
     trace_rows: int | None = Field(
         default=None, description="TRACE: rows replayed (the first REQUESTS rows, those within DURATION)."
     )
+    price_per_hour: str | None = Field(
+        default=None,
+        description="PRICE_PER_HOUR: the serving hardware's price, USD per hour per GPU or per host (2.5/gpu, "
+        "12/host); None: no cost.",
+    )
+    energy_price_per_kwh: float | None = Field(
+        default=None, description="ENERGY_PRICE_PER_KWH: electricity, USD per kWh; None: no energy cost."
+    )

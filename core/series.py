@@ -44,7 +44,17 @@ SERIES_METRICS: dict[str, tuple[str, str, int]] = {
     "tpot_p50_ms": ("TPOT p50", "ms", -1),
     "error_rate_percent": ("error rate", "%", -1),
     "prefix_cache_hit_rate_percent": ("prefix-cache hit rate", "%", +1),
+    # energy and cost (docs/energy.md): None where not measured or not priced
+    "energy_j_per_output_token": ("energy / output token", "J", -1),
+    "output_tokens_per_j": ("output tokens / J", "tok/J", +1),
+    "cost_usd_per_1m_output_tokens": ("cost / 1M output tokens", "USD", -1),
+    "cost_usd_per_1m_total_tokens": ("cost / 1M total tokens", "USD", -1),
+    "energy_cost_usd_per_1m_output_tokens": ("energy cost / 1M output tokens", "USD", -1),
 }
+ENERGY_COST_SERIES = (
+    "energy_j_per_output_token", "output_tokens_per_j", "cost_usd_per_1m_output_tokens", "cost_usd_per_1m_total_tokens",
+    "energy_cost_usd_per_1m_output_tokens",
+)  # fmt: skip
 
 
 def report_values(report: Report) -> dict[str, float | None]:
@@ -64,6 +74,7 @@ def report_values(report: Report) -> dict[str, float | None]:
         "tpot_p50_ms": m.tpot.p50_ms,
         "error_rate_percent": m.error_rate_percent,
         "prefix_cache_hit_rate_percent": report.server.prefix_cache_hit_rate_percent if report.server else None,
+        **{name: getattr(m, name) for name in ENERGY_COST_SERIES},
     }
 
 
@@ -174,7 +185,8 @@ def slo_text(slo: dict[str, float], attainment_pct: float) -> str:
 
 
 def point_figures(point: SeriesPoint) -> str:
-    """``1.93 req/s, 240 output tok/s, TTFT p99 480 ms, E2E p99 3100 ms, 97% within SLO`` (means; ± with runs)."""
+    """``1.93 req/s, 240 output tok/s, TTFT p99 480 ms, E2E p99 3100 ms, 97% within SLO, 0.412 J/output token,
+    $1.23/1M output tokens`` (means; ± with runs; energy and cost where measured and priced)."""
     parts = []
     for name, fmt in (
         ("throughput_req_per_sec", "{:.2f} req/s"),
@@ -183,6 +195,10 @@ def point_figures(point: SeriesPoint) -> str:
         ("itl_p99_ms", "ITL p99 {:.0f} ms"),
         ("e2e_p99_ms", "E2E p99 {:.0f} ms"),
         ("goodput_percent", "{:.0f}% within SLO"),
+        ("energy_j_per_output_token", "{:.3g} J/output token"),
+        ("cost_usd_per_1m_output_tokens", "${:.3g}/1M output tokens"),
+        ("cost_usd_per_1m_total_tokens", "${:.3g}/1M total tokens"),
+        ("energy_cost_usd_per_1m_output_tokens", "energy ${:.3g}/1M output tokens"),
     ):
         iv = point.metrics.get(name)
         if iv is not None:

@@ -21,6 +21,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSetti
 from core.distributions import lognormal_params
 from core.knobs.benchmark import RANDOM_DATASET, BenchmarkKnobs
 from core.knobs.cluster import ClusterKnobs
+from core.knobs.cost import CostKnobs
 from core.knobs.folders import PROJECT_ROOT, FolderKnobs
 from core.knobs.security import SecurityKnobs
 from core.knobs.serving import DEFAULT_MODEL, SYNTHETIC_FALLBACK, ServingKnobs
@@ -44,7 +45,9 @@ __all__ = [
 # pydantic orders inherited fields from the last base to the first: the groups are listed last-first so that the
 # fields (and with them the flags, --help and the JSON schema) stay in the order serving, security, folders, benchmark,
 # sweep (tests/unit/core/test_settings.py checks it). A group's own field validators live with its fields.
-class Settings(ClusterKnobs, SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKnobs, ServingKnobs, BaseSettings):
+class Settings(
+    CostKnobs, ClusterKnobs, SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKnobs, ServingKnobs, BaseSettings
+):
     """All knobs of the stack. Units are in the names; every field maps to one environment variable."""
 
     model_config = SettingsConfigDict(

@@ -114,6 +114,8 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
         session_turns=settings.session_turns,
         prefix_len_tokens=settings.prefix_len,
         prefix_count=settings.prefix_count if settings.prefix_len else None,
+        price_per_hour=settings.price_per_hour,
+        energy_price_per_kwh=settings.energy_price_per_kwh,
         **router_fields(settings),
     )
 

@@ -19,6 +19,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.api import WindowResult, WindowStarted
+from core.energy import EnergyStats
 from core.redact import redact_json
 from core.report_schema import HostResources
 from core.settings import Settings, get_settings
@@ -92,12 +93,21 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
         return svc.current_resources()
 
     @app.get("/resources/window", response_model=HostResources, dependencies=writes)
-    def resources_window(start: float, end: float) -> HostResources:
-        """This host's GPU memory per GPU over ``[start, end]`` (Unix s): what a coordinating sidecar (PEER_SIDECARS)
-        asks each peer for a run's window. Needs the sidecar token (Bearer), as writes do."""
+    def resources_window(start: float, end: float, idle_end: float | None = None) -> HostResources:
+        """This host's GPU memory per GPU and energy over ``[start, end]`` (Unix s; idle power before ``idle_end``,
+        default ``start``): what a coordinating sidecar (PEER_SIDECARS) asks each peer for a run's window. Needs the
+        sidecar token (Bearer), as writes do."""
         if not (end >= start and end - start <= MAX_PEER_WINDOW_S):
             raise HTTPException(status_code=400, detail=f"need start <= end, at most {MAX_PEER_WINDOW_S:.0f} s apart")
-        return svc.host_resources(start, end)
+        return svc.host_resources(start, end, idle_end)
+
+    @app.get("/energy", response_model=EnergyStats)
+    def energy(start: float, end: float) -> EnergyStats:
+        """Energy of the engine's devices over ``[start, end]`` (Unix s) from the samples already taken (nothing is
+        sampled for it): the chat UI's energy of an answer. ``unavailable_reason`` says why there is none."""
+        if not (end >= start and end - start <= MAX_PEER_WINDOW_S):
+            raise HTTPException(status_code=400, detail=f"need start <= end, at most {MAX_PEER_WINDOW_S:.0f} s apart")
+        return svc.energy(start, end)
 
     @app.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
     def metrics() -> Response:

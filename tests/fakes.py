@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -33,9 +34,20 @@ class _Proc:
     usedGpuMemory: int  # pynvml's field name
 
 
+class NVMLError_NotSupported(Exception):  # pynvml's name, which the reader tells apart
+    """What pynvml raises for a call the device does not support (its class name and message)."""
+
+    def __init__(self) -> None:
+        super().__init__("Not Supported")
+
+
 @dataclass
 class FakeNvml:
-    """Stands in for the ``pynvml`` module: same function names and return shapes, scripted readings."""
+    """Stands in for the ``pynvml`` module: same function names and return shapes, scripted readings.
+
+    ``energy_mj``: each GPU's total-energy counter (mJ; None: a card without it, before Volta, which answers
+    NotSupported); ``power_mw``: each GPU's power reading (mW). Tests move them between samples.
+    """
 
     names: list[str] = field(default_factory=lambda: ["NVIDIA H200"])
     total_bytes: int = 141 * 1024**3
@@ -49,6 +61,8 @@ class FakeNvml:
     processes: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # GPU index -> (pid, bytes)
     uuids: list[str] | None = None  # per device (a host's identity of each card); default: made from the index
     totals: list[int] | None = None  # per device; default: total_bytes for every one
+    energy_mj: list[int | None] = field(default_factory=lambda: [86_400_000])  # a day at 1 W since driver load
+    power_mw: list[int] = field(default_factory=lambda: [350_000])
 
     def nvmlDeviceGetUUID(self, handle: int) -> str:
         if self.uuids is not None:
@@ -93,7 +107,45 @@ class FakeNvml:
         return _Util(gpu=42, memory=10)
 
     def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
-        return 350_000  # milliwatts
+        return self.power_mw[handle % len(self.power_mw)]  # milliwatts
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:
+        value = self.energy_mj[handle % len(self.energy_mj)]
+        if value is None:
+            raise NVMLError_NotSupported()
+        return value  # millijoules since the driver loaded
+
+
+class FakeRapl:
+    """A Linux powercap tree in a folder (``/sys/class/powercap`` as the kernel lays it out: every zone a top-level
+    entry ``intel-rapl:N`` or ``intel-rapl:N:M`` with ``name``, ``energy_uj`` and ``max_energy_range_uj``), its
+    counters set by the test; :meth:`amd_energy` adds an ``amd_energy`` hwmon device beside it."""
+
+    def __init__(self, root: Path, zones: dict[str, tuple[str, int]]) -> None:
+        """``zones``: entry name (``intel-rapl:0``) -> (zone name, max_energy_range_uj)."""
+        self.powercap = root / "powercap"
+        self.hwmon = root / "hwmon"
+        self.hwmon.mkdir(parents=True, exist_ok=True)
+        for entry, (name, max_range_uj) in zones.items():
+            zone = self.powercap / entry
+            zone.mkdir(parents=True)
+            (zone / "name").write_text(f"{name}\n")
+            (zone / "max_energy_range_uj").write_text(f"{max_range_uj}\n")
+            (zone / "energy_uj").write_text("0\n")
+
+    def set(self, entry: str, energy_uj: int) -> None:
+        """Set zone ``entry``'s counter, µJ."""
+        (self.powercap / entry / "energy_uj").write_text(f"{energy_uj}\n")
+
+    def amd_energy(self, sensors: dict[int, tuple[str, int]]) -> Path:
+        """An ``amd_energy`` hwmon device with ``energy<N>_label`` / ``energy<N>_input`` (µJ) per sensor."""
+        device = self.hwmon / "hwmon3"
+        device.mkdir()
+        (device / "name").write_text("amd_energy\n")
+        for number, (label, value) in sensors.items():
+            (device / f"energy{number}_label").write_text(f"{label}\n")
+            (device / f"energy{number}_input").write_text(f"{value}\n")
+        return device
 
 
 class Gate(Protocol):

@@ -19,6 +19,7 @@ from ui.coalesce import TokenCoalescer
 from ui.render import answer_markdown, notice_markdown
 from ui.session import cancel_answer, quiet_stop
 from ui.status import BackendStatus, header_markdown, status_changed
+from ui.timing import with_energy
 from ui.turn import ChatBackend
 
 for noisy in ("httpx", "httpx2"):  # one INFO line per status probe otherwise
@@ -117,6 +118,10 @@ async def answer(message: cl.Message) -> None:
     cl.user_session.set("history", append_turn(history, message.content, result.answer))
     reply.content = answer_markdown(result.answer, result.timing, result.notice, result.error)
     await reply.send()
+    energy_j = await backend.answer_energy(result)  # after the answer is shown: the sidecar samples past its end
+    if energy_j is not None and result.timing is not None:
+        reply.content = answer_markdown(result.answer, with_energy(result.timing, energy_j), result.notice, None)
+        await reply.update()
 
 
 @cl.on_chat_end

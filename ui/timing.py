@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -15,6 +15,12 @@ class Timing:
     prompt_tokens: int | None
     completion_tokens: int | None
     tokens_per_s: float | None  # decode speed: tokens after the first, per second of Gen
+    energy_j: float | None = None  # the engine's devices over the answer (the sidecar's GET /energy), J
+
+
+def with_energy(timing: Timing, energy_j: float | None) -> Timing:
+    """``timing`` with the answer's energy (None: not measured, nothing shown)."""
+    return replace(timing, energy_j=energy_j)
 
 
 def compute_timing(
@@ -60,6 +66,22 @@ TIMING_LEGEND = (
 )
 
 
+ENERGY_LEGEND = (
+    "Energy = what the engine's GPUs (or the host's CPU packages) used while the answer streamed, other chats "
+    "included (docs/energy.md)"
+)
+
+
+def timing_legend(timing: Timing) -> str:
+    """:data:`TIMING_LEGEND`, and the energy's when the line shows it."""
+    return TIMING_LEGEND + (f" · {ENERGY_LEGEND}" if timing.energy_j is not None else "")
+
+
+def energy_text(energy_j: float) -> str:
+    """``12.3 J``, ``1,234 J``, ``0.412 J``."""
+    return f"{energy_j:,.0f} J" if energy_j >= 100 else f"{energy_j:.3g} J"
+
+
 def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}ms"
 
@@ -69,7 +91,8 @@ def _field(text: str) -> str:
 
 
 def format_timing(timing: Timing) -> str:
-    """``Total: 824ms | Prompt: 123ms | Gen: 701ms | 52.3 tok/s | Tokens: 19 in, 37 out``.
+    """``Total: 824ms | Prompt: 123ms | Gen: 701ms | 52.3 tok/s | Tokens: 19 in, 37 out`` (``| Energy: 12.3 J``
+    when the answer's energy was measured).
 
     ``Prompt`` is the seed's label for the time to first token (explained by :data:`TIMING_LEGEND`). The spaces
     inside a field are non-breaking (U+00A0), so the line never wraps mid-field (``512`` / ``out``).
@@ -80,4 +103,6 @@ def format_timing(timing: Timing) -> str:
     prompt = "?" if timing.prompt_tokens is None else str(timing.prompt_tokens)
     completion = "?" if timing.completion_tokens is None else str(timing.completion_tokens)
     parts.append(f"Tokens: {prompt} in, {completion} out")
+    if timing.energy_j is not None:
+        parts.append(f"Energy: {energy_text(timing.energy_j)}")
     return FIELD_SEPARATOR.join(_field(part) for part in parts)

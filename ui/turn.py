@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from core.settings import Settings
 from ui import errors
 from ui.backend import StreamState, count_tokens, stream_chat
 from ui.chat import ChatMessage, ChatParams, build_messages, check_context, plan_max_tokens, request_kwargs
+from ui.energy import answer_energy, wall_bounds
 from ui.status import BackendStatus, current_status
 from ui.timing import Timing, compute_timing
 
@@ -23,7 +25,8 @@ CONNECT_TIMEOUT_S = 5.0
 
 @dataclass(frozen=True)
 class TurnResult:
-    """Outcome of one turn: the answer text shown (maybe partial), its timing, a clamp notice, or an error."""
+    """Outcome of one turn: the answer text shown (maybe partial), its timing, a clamp notice, or an error;
+    ``bounds``: when the answer streamed (Unix s), for its energy (:meth:`ChatBackend.answer_energy`)."""
 
     request_id: str
     answer: str
@@ -31,6 +34,7 @@ class TurnResult:
     notice: str | None
     error: errors.UiError | None
     status: BackendStatus
+    bounds: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -81,16 +85,26 @@ def _round(value: float | None) -> float | None:
 class ChatBackend:
     """Process-wide clients for vLLM (one connection pool shared by all chat sessions)."""
 
-    def __init__(self, settings: Settings, http: httpx.AsyncClient | None = None, llm: AsyncOpenAI | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        http: httpx.AsyncClient | None = None,
+        llm: AsyncOpenAI | None = None,
+        sidecar: httpx.AsyncClient | None = None,
+    ):
         """Clients from ``settings`` (vLLM URL, VLLM_API_KEY, REQUEST_TIMEOUT_S, logs dir); tests pass their own
-        ``http``/``llm``. Both clients send the key: the OpenAI client as its ``api_key``, the probes and ``/tokenize``
-        as ``Authorization: Bearer``."""
+        ``http``/``llm``/``sidecar``. Both vLLM clients send the key: the OpenAI client as its ``api_key``, the probes
+        and ``/tokenize`` as ``Authorization: Bearer``; the sidecar's (an answer's energy) sends none."""
         self.url = settings.vllm_url
         self.timeout_s = settings.request_timeout_s
         self.engine_state_file = settings.engine_state_file
         self.startup_window_s = settings.startup_timeout_s
         self.requests_log = RequestLog.of(settings)
         self.ui_max_tokens = settings.ui_max_tokens
+        self.sidecar_url = settings.sidecar_url
+        self.sample_interval_s = settings.gpu_sample_interval_s
+        self.sidecar = sidecar or httpx.AsyncClient(timeout=httpx.Timeout(2.0))  # no vLLM key: not the sidecar's
+        self._energy_paused_until = 0.0  # monotonic s: the sidecar cannot measure energy, or could not be reached
         self.http = http or httpx.AsyncClient(
             timeout=httpx.Timeout(self.timeout_s, connect=CONNECT_TIMEOUT_S), headers=settings.vllm_headers
         )
@@ -175,7 +189,7 @@ class ChatBackend:
         elif not state.timer.complete:
             error = errors.stream_cut(partial=bool(state.text.strip()))
         timer = state.timer
-        timing = None
+        timing = bounds = None
         if timer.t0 is not None and timer.end_s is not None and error is None:
             timing = compute_timing(
                 timer.t0,
@@ -184,8 +198,19 @@ class ChatBackend:
                 state.prompt_tokens if state.prompt_tokens is not None else prompt_tokens,
                 state.completion_tokens,
             )
+            bounds = wall_bounds(timer.t0, timer.end_s, timer.clock(), time.time())
         self._finish(request_id, model, state, prompt_tokens, error)
-        return TurnResult(request_id, state.text, timing, notice, error, status)
+        return TurnResult(request_id, state.text, timing, notice, error, status, bounds)
+
+    async def answer_energy(self, result: TurnResult) -> float | None:
+        """The answer's energy from the sidecar, J (:func:`ui.energy.answer_energy`); None when not measured, and
+        not asked for a while after the sidecar said it cannot measure energy or could not be reached."""
+        if result.bounds is None or time.monotonic() < self._energy_paused_until:
+            return None
+        found = await answer_energy(self.sidecar, self.sidecar_url, result.bounds, self.sample_interval_s)
+        if found.pause_s:
+            self._energy_paused_until = time.monotonic() + found.pause_s
+        return found.energy_j
 
     async def _plan(
         self,
@@ -218,4 +243,5 @@ class ChatBackend:
     async def aclose(self) -> None:
         """Close the connection pools."""
         await self.http.aclose()
+        await self.sidecar.aclose()
         await self.openai.close()

@@ -105,7 +105,10 @@ class SweepKnobs(BaseModel):
         description="Mark this run's report as the named baseline (as `make baseline NAME=` does afterwards).",
     )
     gate_threshold_pct: float = Field(
-        default=5.0, ge=0, description="Gate tolerance: largest throughput drop / p99 latency rise allowed, %."
+        default=5.0,
+        ge=0,
+        description="Gate tolerance: largest throughput drop / p99 latency rise / energy-per-output-token rise (where "
+        "both runs measured energy) allowed, %.",
     )
     gate_error_rate_pp: float = Field(
         default=1.0,

@@ -17,12 +17,15 @@ from core.schedule import schedule_text
 from core.series import SERIES_METRICS, SeriesReport
 from core.serverview import verdict_text
 from core.serverview_overhead import overhead_text
+from loadgen.terminal.energy_lines import COMPARE_LABELS as ENERGY_COMPARE_LABELS
+from loadgen.terminal.energy_lines import WHERE_MEASURED, energy_lines
 
 COMPARE_LABELS = (
     ("throughput_req_per_sec_pct", "throughput"),
     ("latency_p99_ms_pct", "p99 latency"),
     ("ttft_p99_ms_pct", "p99 TTFT"),
     ("output_tokens_per_sec_pct", "output tok/s"),
+    *ENERGY_COMPARE_LABELS,
 )
 
 
@@ -114,6 +117,7 @@ def format_summary(report: Report, report_path: str) -> list[str]:
     if m.goodput_req_per_sec is not None:
         slo = ",".join(f"{k}<={v:g}" for k, v in m.slo.items())
         lines.append(f"[RESULT] Goodput: {m.goodput_req_per_sec:.2f} req/s ({m.goodput_percent:.1f}% within {slo})")
+    lines += energy_lines(report)
     if m.turns:
         per_turn = " | ".join(
             f"turn {t.turn}: {_num(t.prompt_tokens_mean)} prompt tokens, TTFT P50 {_ms(t.ttft.p50_ms)}" for t in m.turns
@@ -285,6 +289,8 @@ def series_lines(series: SeriesReport, path: str) -> list[str]:
             continue
         for paired in comparison.points:
             parts = [f"{SERIES_METRICS[m][0]} {change_text(paired.changes[m])}" for m in COMPARE_METRICS]
+            parts += [f"{SERIES_METRICS[m][0]} {change_text(c)}" for m in WHERE_MEASURED
+                      if (c := paired.changes.get(m)) is not None and c.change_pct is not None]  # fmt: skip
             lines.append(f"[COMPARE] {name} {paired.label}: " + "; ".join(parts) + f" ({comparison.against})")
         lines += [f"[COMPARE] {name}: {note}" for note in comparison.notes]
     lines += [f"[NOTE] {note}" for note in series.notes]
@@ -302,6 +308,8 @@ def ab_compare_lines(comparison: ABComparison, path: str) -> list[str]:
         lines.append("[DIFF] no configuration field differs")
     for point in comparison.points:
         parts = [f"{SERIES_METRICS[m][0]} {change_text(point.changes[m])}" for m in COMPARE_METRICS]
+        parts += [f"{SERIES_METRICS[m][0]} {change_text(c)}" for m in WHERE_MEASURED
+                  if (c := point.changes.get(m)) is not None and c.change_pct is not None]  # fmt: skip
         hits = point.changes.get("prefix_cache_hit_rate_percent")
         if hits is not None and hits.a_mean is not None and hits.b_mean is not None:  # a rate from ~0: both values
             parts.append(f"prefix-cache hit rate {hits.a_mean:.1f}% -> {hits.b_mean:.1f}%")

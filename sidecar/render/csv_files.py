@@ -60,6 +60,16 @@ SUMMARY_METRICS = (
     "goodput_req_per_sec",
     "gpu_mem_peak_gb",
     "vllm_rss_peak_gb",
+    "energy_j",
+    "power_w_mean",
+    "idle_power_w",
+    "energy_j_per_output_token",
+    "energy_j_per_request",
+    "output_tokens_per_j",
+    "cost_usd_per_1m_output_tokens",
+    "cost_usd_per_1m_total_tokens",
+    "energy_cost_usd_per_1m_output_tokens",
+    "energy_cost_usd_per_1m_total_tokens",
 )
 
 

@@ -16,6 +16,7 @@ from core.report_schema import Report
 from core.series import SeriesReport, slo_text
 from core.serverview import verdict_text
 from core.serverview_overhead import overhead_text
+from sidecar.render.energy_rows import energy_changes, energy_sections
 from sidecar.render.plots import Curve, goodput_png, latency_cdf_png, latency_curves_png, resources_png, throughput_png
 from sidecar.render.replica_rows import cluster_lines, replica_header, replica_rows
 from sidecar.render.view_rows import (
@@ -78,7 +79,7 @@ def _figure(title: str, draw: Callable[[], bytes | None]) -> str:
 def _comparison(report: Report) -> str:
     c = report.comparison
     parts = [_grid(comparison_header(), comparison_rows(report))] if c.changes_pct else []
-    parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in c.notes) + "</ul>")
+    parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in [*energy_changes(report), *c.notes]) + "</ul>")
     parts.append(f'<p class="muted">Workload fingerprint <code>{_e(c.fingerprint)}</code></p>')
     return "".join(parts)
 
@@ -118,6 +119,8 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
         _figure("Memory over time", lambda: resources_png(report.resources.timeline)),
         _pairs(resources_rows(report)),
     ]
+    for title, rows in energy_sections(report):
+        sections += [f"<h2>{_e(title)}</h2>", _pairs(rows)]
     if report.errors.by_kind:
         sections += ["<h2>Errors</h2>", _pairs(error_rows(report))]
     if report.server is not None:

@@ -10,6 +10,7 @@ from core.report_schema import Report
 from core.series import SeriesReport
 from core.serverview import verdict_text
 from core.serverview_overhead import overhead_text
+from sidecar.render.energy_rows import energy_changes, energy_sections
 from sidecar.render.replica_rows import cluster_lines, replica_header, replica_rows
 from sidecar.render.view_rows import (
     Row,
@@ -63,6 +64,7 @@ def render_markdown(report: Report) -> str:
     lines += ["## Comparison", ""]
     if report.comparison.changes_pct:
         lines += [*table(comparison_header(), comparison_rows(report)), ""]
+    lines += [f"- {line}" for line in energy_changes(report)]
     lines += [f"- {note}" for note in report.comparison.notes]
     lines += [f"- workload fingerprint: `{report.comparison.fingerprint}`", ""]
     if report.server is not None:
@@ -78,6 +80,8 @@ def render_markdown(report: Report) -> str:
     lines += ["## Environment", "", *_pairs(environment), ""]
     lines += ["## Configuration", "", *_pairs(config_rows(report.config)), ""]
     lines += ["## Resources", "", *_pairs(resources_rows(report)), ""]
+    for title, rows in energy_sections(report):
+        lines += [f"## {title}", "", *_pairs(rows), ""]
     if report.errors.by_kind:
         lines += ["## Errors", "", *_pairs(error_rows(report)), ""]
     logs = report.logs

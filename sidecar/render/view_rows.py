@@ -14,6 +14,7 @@ from core.report_schema import BenchmarkConfig, Environment, Report
 from core.schedule import schedule_text
 from core.series import SERIES_METRICS, PointComparison, SeriesReport
 from core.serverview import ServerView
+from sidecar.render.energy_rows import energy_headline_rows
 
 Row = tuple[str, str]
 
@@ -98,7 +99,7 @@ def headline_rows(report: Report) -> list[Row]:
                                      f"(sha256 {(c.trace_sha256 or '')[:12]})"))
     if m.goodput_req_per_sec is not None:
         rows.append(("Goodput", f"{fmt(m.goodput_req_per_sec, 'req/s')} ({fmt(m.goodput_percent, '%', 1)})"))
-    return rows
+    return rows + energy_headline_rows(report)
 
 
 def cut_text(cut: CutRequests) -> str:
@@ -311,23 +312,31 @@ POINT_METRICS = (
     "e2e_p99_ms",
     "goodput_percent",
 )
+POINT_IF_MEASURED = ("energy_j_per_output_token", "cost_usd_per_1m_output_tokens", "cost_usd_per_1m_total_tokens",
+                     "energy_cost_usd_per_1m_output_tokens")  # fmt: skip
+"""Columns of the point table where some point has the figure (energy measured, a price set: docs/energy.md)."""
 
 
 def cell(iv: Interval | None) -> str:
-    """``1.52 ± 0.08`` (95 % half width) or the single run's value; ``n/a``."""
+    """``1.52 ± 0.08`` (95 % half width) or the single run's value, ``0.0123`` (three significant digits below 0.1:
+    J per token); ``n/a``."""
     if iv is None:
         return "n/a"
+    if 0 < abs(iv.mean) < 0.1:
+        return f"{iv.mean:.3g}" + ("" if iv.half_width is None else f" ± {iv.half_width:.2g}")
     digits = 2 if abs(iv.mean) < 10 else 0
     return f"{iv.mean:.{digits}f}" + ("" if iv.half_width is None else f" ± {iv.half_width:.{digits}f}")
 
 
 def point_table(series: SeriesReport) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the load points: label, runs, the metrics' means ± half widths, SLO verdict, reports."""
-    header = ["point", "runs", *(f"{SERIES_METRICS[m][0]} ({SERIES_METRICS[m][1]})" for m in POINT_METRICS), "SLO"]
+    """Header and rows of the load points: label, runs, the metrics' means ± half widths (energy and cost where some
+    point has them), SLO verdict."""
+    shown = [*POINT_METRICS, *(m for m in POINT_IF_MEASURED if any(m in p.metrics for p in series.points))]
+    header = ["point", "runs", *(f"{SERIES_METRICS[m][0]} ({SERIES_METRICS[m][1]})" for m in shown), "SLO"]
     rows = []
     for p in series.points:
         slo = "n/a" if p.meets_slo is None else ("meets" if p.meets_slo else "misses")
-        rows.append([p.label, str(len(p.report_ids)), *(cell(p.metrics.get(m)) for m in POINT_METRICS), slo])
+        rows.append([p.label, str(len(p.report_ids)), *(cell(p.metrics.get(m)) for m in shown), slo])
     return header, rows
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from core.api import BuildReportRequest
+from core.cost import CostBasis, report_figures
 from core.errorsummary import MAX_ERROR_EXAMPLES, error_summary
 from core.kvbound import kv_bound_reason
 from core.redact import strip_url_credentials
@@ -22,9 +23,12 @@ __all__ = [
     "MAX_ERROR_EXAMPLES", "build_metrics", "build_report", "build_resources", "error_summary", "host_entry", "host_gaps"
 ]  # fmt: skip
 
-def build_metrics(run: RunMetrics, resources: Resources, preemptions: int | None = None) -> Metrics:
+def build_metrics(
+    run: RunMetrics, resources: Resources, preemptions: int | None = None, cost: CostBasis | None = None
+) -> Metrics:
     """The report's metrics: the benchmark's run metrics, the seed's flat names, the window's memory peaks, vLLM's KV
-    pool and peak usage with the KV-bound verdict (:func:`core.kvbound.kv_bound_reason`), and the key insight."""
+    pool and peak usage with the KV-bound verdict (:func:`core.kvbound.kv_bound_reason`), the energy and cost figures
+    (:func:`core.cost.report_figures`) and the key insight."""
     kv = resources.kv_cache
     return Metrics(
         **run.model_dump(),
@@ -40,7 +44,7 @@ def build_metrics(run: RunMetrics, resources: Resources, preemptions: int | None
         kv_cache_usage_peak_percent=kv.usage_peak_percent if kv else None,
         kv_bound=kv_bound_reason(kv, preemptions),
         key_insight=key_insight(run),
-    )
+    ).model_copy(update=report_figures(run, resources.energy, cost))
 
 
 def build_resources(
@@ -77,6 +81,7 @@ def host_entry(resources: Resources, host: str) -> HostResources:
         gpu_samples=resources.gpu_samples,
         gpu_memory_api=resources.gpu_memory_api,
         gpu_unavailable_reason=resources.gpu_unavailable_reason,
+        energy=resources.energy,
     )
 
 
@@ -87,6 +92,17 @@ def host_gaps(resources: Resources) -> list[str]:
         for h in resources.hosts
         if h.unavailable_reason
     ]
+
+
+def energy_gaps(resources: Resources, cost: CostBasis | None) -> list[str]:
+    """Why the run has no energy figure, and why a price given gave no cost (docs/energy.md)."""
+    energy = resources.energy
+    gaps = [f"energy not available: {energy.unavailable_reason}"] if energy and energy.energy_j is None else []
+    if cost and cost.unavailable_reason:
+        gaps.append(f"no hardware cost: {cost.unavailable_reason}")
+    if cost and cost.energy_price_usd_per_kwh is not None and (energy is None or energy.energy_j is None):
+        gaps.append("no energy cost: ENERGY_PRICE_PER_KWH is set, but the energy was not measured")
+    return gaps
 
 
 def environment_gaps(environment: Environment) -> list[str]:
@@ -105,8 +121,9 @@ def build_report(
     resources: Resources,
     log_facts: LogFacts,
     comparison: Comparison,
+    cost: CostBasis | None = None,
 ) -> Report:
-    """Assemble a report (pure: every input was gathered by the caller)."""
+    """Assemble a report (pure: every input was gathered by the caller; ``cost``: the prices, None when unset)."""
     return Report(
         report_id=report_id,
         timestamp=timestamp,
@@ -114,7 +131,9 @@ def build_report(
         run_ended_at=request.window_end,
         environment=environment,
         config=request.config.model_copy(update={"vllm_url": strip_url_credentials(request.config.vllm_url)}),
-        metrics=build_metrics(request.metrics, resources, request.server.preemptions if request.server else None),
+        metrics=build_metrics(
+            request.metrics, resources, request.server.preemptions if request.server else None, cost
+        ),
         errors=request.errors if request.errors is not None else error_summary(request.records),
         resources=resources,
         logs=log_facts,
@@ -122,9 +141,10 @@ def build_report(
         server=request.server,
         cluster=request.cluster,
         client=request.client,
+        cost=cost,
         interrupted=request.interrupted,
         server_down=request.server_down,
         rows_omitted=request.rows_omitted,
-        gaps=[*request.gaps, *environment_gaps(environment), *host_gaps(resources)],
+        gaps=[*request.gaps, *environment_gaps(environment), *host_gaps(resources), *energy_gaps(resources, cost)],
         requests_file="",
     )

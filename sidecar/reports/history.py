@@ -29,15 +29,26 @@ PANELS = (  # attribute, title, unit
     ("error_rate_percent", "error rate", "%"),
     ("gpu_mem_peak_gb", "GPU memory peak", "GiB"),
 )
+WHERE_MEASURED = (  # panels only for a workload where some run has the figure (docs/energy.md)
+    ("energy_j_per_output_token", "energy / output token", "J"),
+    ("cost_usd_per_1m_output_tokens", "cost / 1M output tokens", "USD"),
+)
+
+
+def panels_of(timeline: Timeline) -> tuple[tuple[str, str, str], ...]:
+    """The plot's panels: :data:`PANELS`, then those of :data:`WHERE_MEASURED` some run of ``timeline`` has."""
+    extra = tuple(p for p in WHERE_MEASURED if any(getattr(run, p[0]) is not None for run in timeline.points))
+    return PANELS + extra
 
 
 def timeline_png(timeline: Timeline) -> bytes:
     """One workload's runs in order: a panel per figure; baselines are green stars with their names, runs that fail
     a gate red crosses."""
-    fig = _new_figure(8.0, 1.9 * len(PANELS))
+    panels = panels_of(timeline)
+    fig = _new_figure(8.0, 1.9 * len(panels))
     xs = list(range(len(timeline.points)))
-    axes = fig.subplots(len(PANELS), 1, sharex=True)
-    for ax, (attr, title, unit) in zip(axes, PANELS, strict=True):
+    axes = fig.subplots(len(panels), 1, sharex=True)
+    for ax, (attr, title, unit) in zip(axes, panels, strict=True):
         ys = [getattr(p, attr) for p in timeline.points]
         known = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
         if known:
@@ -58,6 +69,10 @@ def timeline_png(timeline: Timeline) -> bytes:
     return _png(fig)
 
 
+def _num(value: float | None, digits: int) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
 def history_html(lines_of: Sequence[Timeline]) -> str:
     """The history page: per workload its plot and a table of its runs (baselines and gate failures named)."""
     parts = ["<!doctype html><meta charset='utf-8'><title>Performance history</title><h1>Performance history</h1>",
@@ -72,11 +87,13 @@ def history_html(lines_of: Sequence[Timeline]) -> str:
         rows = "".join(
             f"<tr><td>{html.escape(p.report_id)}</td><td>{p.throughput_req_per_sec:.2f}</td>"
             f"<td>{'' if p.e2e_p99_ms is None else f'{p.e2e_p99_ms:.0f}'}</td><td>{rate(p)}</td>"
+            f"<td>{_num(p.energy_j_per_output_token, 3)}</td><td>{_num(p.cost_usd_per_1m_output_tokens, 2)}</td>"
             f"<td>{html.escape(', '.join(p.baselines))}</td><td>{html.escape(', '.join(p.flags))}</td>"
             f"<td>{html.escape('; '.join(p.gate_failures))}</td></tr>"
             for p in t.points
         )
-        parts.append("<table><tr><th>report</th><th>req/s</th><th>E2E p99 ms</th><th>error %</th><th>baselines</th>"
+        parts.append("<table><tr><th>report</th><th>req/s</th><th>E2E p99 ms</th><th>error %</th>"
+                     "<th>J/output token</th><th>USD/1M output tokens</th><th>baselines</th>"
                      f"<th>run</th><th>gate failures</th></tr>{rows}</table>")  # fmt: skip
     return "\n".join(parts) + "\n"
 

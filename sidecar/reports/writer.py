@@ -12,6 +12,7 @@ from typing import Any
 
 from core.api import BuildReportRequest, BuildReportResponse
 from core.compare import compare_with_history, unusable_reason, workload_fingerprint
+from core.energy import EnergyStats
 from core.enginestate import read_engine_state
 from core.redact import Redactor, secret_values
 from core.report_schema import Comparison, HostResources, Report, Resources
@@ -21,6 +22,7 @@ from engine.startuptracker import StartupPhase
 from sidecar.render.files import report_files
 from sidecar.reports.baselines import BaselineStore
 from sidecar.reports.builder import build_report, build_resources, host_entry
+from sidecar.reports.energy_cost import replica_groups, run_cost, run_energy
 from sidecar.reports.envinfo import collect_environment, vllm_server_facts
 from sidecar.reports.logfacts import read_log_facts
 from sidecar.reports.profiles import collect_traces, trace_paths
@@ -31,6 +33,7 @@ from sidecar.reports.store import ReportStore, new_report_id, utc_now_iso
 from sidecar.sampling.enginemetrics import EngineMetricsReader
 from sidecar.sampling.gpu import GpuInfo, GpuReader, open_gpu_reader
 from sidecar.sampling.peers import peer_resources
+from sidecar.sampling.rapl import HostEnergyReader, open_host_energy_reader
 from sidecar.sampling.sampler import Sampler, engine_pid
 from sidecar.sampling.windows import UnknownWindow, WindowRegistry
 
@@ -95,14 +98,19 @@ class ReportService:
         settings: Settings,
         gpu: tuple[GpuReader | None, str | None] | None = None,
         server_facts: Callable[[str], dict[str, Any]] | None = None,
+        host_energy: tuple[HostEnergyReader | None, str | None] | None = None,
     ) -> ReportService:
         """Real wiring: NVML when available, psutil for the vLLM process tree, HTTP to vLLM (with VLLM_API_KEY) for
         its version.
 
-        Tests inject ``gpu`` (e.g. ``(NvmlReader(FakeNvml()), None)`` or ``(None, "no NVML")``) and ``server_facts``.
+        Tests inject ``gpu`` (e.g. ``(NvmlReader(FakeNvml()), None)`` or ``(None, "no NVML")``), ``server_facts`` and
+        ``host_energy`` (RAPL read from a fake tree; default: this host's, read only without a GPU).
         """
         reader, reason = gpu if gpu is not None else open_gpu_reader(settings.gpu_devices)
         info = reader.info() if reader else None
+        if host_energy is None:
+            host_energy = (None, None) if reader else open_host_energy_reader()  # the CPU build's energy
+        rapl, rapl_reason = host_energy
         sampler = Sampler(
             reader,
             lambda: engine_pid(settings.engine_state_file),
@@ -112,6 +120,9 @@ class ReportService:
             engine=EngineMetricsReader(
                 settings.vllm_url, settings.engine_metrics_interval_s, headers=settings.vllm_headers
             ),
+            host_energy=rapl,
+            host_energy_reason=rapl_reason,
+            gpu_reason=reason,
         )
         store = ReportStore(settings.reports_dir, redact=Redactor(secret_values(settings)))
         headers = settings.vllm_headers
@@ -174,21 +185,41 @@ class ReportService:
         """This host's name in reports: LOAD_HOST_NAME, else the host name."""
         return self.settings.load_host_name or socket.gethostname()
 
-    def host_resources(self, start: float, end: float) -> HostResources:
-        """This host's GPU memory over ``[start, end]`` (``GET /resources/window``: what a coordinating sidecar asks
-        its peers; a sample is taken now, vLLM's gauges are not scraped)."""
+    def host_resources(self, start: float, end: float, idle_end: float | None = None) -> HostResources:
+        """This host's GPU memory and energy over ``[start, end]`` (idle power before ``idle_end``, default
+        ``start``): ``GET /resources/window``, what a coordinating sidecar asks its peers; a sample is taken now,
+        vLLM's gauges are not scraped."""
         self.sampler.sample_once()
-        return host_entry(self._own_resources(start, end), self.host_name)
+        return host_entry(self._own_resources(start, end, idle_end), self.host_name)
 
-    def _own_resources(self, start: float, end: float) -> Resources:
-        """The ``resources`` section of this host's samples over ``[start, end]``."""
-        return build_resources(
+    def energy(self, start: float, end: float) -> EnergyStats:
+        """This host's energy over ``[start, end]`` from the samples already taken (``GET /energy``: the chat UI's
+        answer energy; nothing is sampled for it)."""
+        return self.sampler.energy(start, end)
+
+    def _own_resources(self, start: float, end: float, idle_end: float | None = None) -> Resources:
+        """The ``resources`` section of this host's samples over ``[start, end]``, with its energy."""
+        resources = build_resources(
             self.sampler.peaks(start, end),
             self.gpu_reason,
             self.sampler.cpu_unavailable_reason,
             self.settings.gpu_sample_interval_s,
             self.gpu_reader.memory_api if self.gpu_reader else None,
         )
+        return resources.model_copy(update={"energy": self.sampler.energy(start, end, idle_end)})
+
+    def with_run_energy(self, request: BuildReportRequest, resources: Resources) -> Resources:
+        """``resources`` with the run's energy over its measured window and the idle power before its first request
+        (:func:`sidecar.reports.energy_cost.run_energy`): every host's with PEER_SIDECARS (asked again over that
+        window), per local replica behind the router."""
+        token = self.settings.sidecar_auth_token()
+        peers = self.settings.peer_sidecars
+
+        def ask(start: float, end: float, idle_end: float) -> list[HostResources]:
+            return peer_resources(peers, token, start, end, idle_end=idle_end)
+
+        groups = replica_groups(self.settings, self._gpu_info.indices if self._gpu_info else [])
+        return run_energy(request, resources, self.sampler.energy, ask if peers else None, groups)
 
     def list_summaries(self) -> list[dict[str, Any]]:
         """Short view of every report, with its workload fingerprint and the baseline names pointing at it."""
@@ -252,7 +283,7 @@ class ReportService:
         """
         settings = self.settings
         check_run(request, self.clock(), settings.profile_dir)
-        resources = self.run_resources(request)
+        resources = self.with_run_energy(request, self.run_resources(request))
         log_facts = read_log_facts(settings.vllm_log_file, request.window_start, request.window_end)
         environment = collect_environment(
             self._gpu_info,
@@ -269,6 +300,7 @@ class ReportService:
                 resources=resources,
                 log_facts=log_facts,
                 comparison=Comparison(),
+                cost=run_cost(request.config, resources),
             )
             comparison = compare_with_history(
                 request.config,

@@ -8,6 +8,11 @@ drivers, and :attr:`NvmlReader.memory_api` says which one is in use. Figures are
 Only the GPUs the engine uses are read: ``GPU_DEVICES`` (CUDA_VISIBLE_DEVICES semantics, :mod:`core.gpus`) picks
 them among NVML's devices; samples keep NVML's index. Memory of processes that are not the engine's is counted per
 GPU from NVML's process list when the engine's pids are known in this pid namespace.
+
+Energy: each sample carries NVML's total-energy counter (``nvmlDeviceGetTotalEnergyConsumption``, mJ since the driver
+loaded; Volta and later) beside the power reading (``nvmlDeviceGetPowerUsage``, mW), each read once per tick. A card
+without the counter answers NotSupported once and is not asked again; its energy is then integrated from the power
+readings (:mod:`core.energy`).
 """
 
 from __future__ import annotations
@@ -91,6 +96,7 @@ class NvmlReader:
         if not self._indices:
             raise RuntimeError(f"GPU_DEVICES={devices!r} names none of NVML's {count} GPU(s): use indices or UUIDs")
         self._handles = [every[i] for i in self._indices]
+        self._no_energy_counter: set[int] = set()  # NVML indices whose card answered NotSupported
         self.memory_api = "nvml_v1"
         version = getattr(nvml, "nvmlMemory_v2", None)
         if version is not None:
@@ -134,9 +140,20 @@ class NvmlReader:
             return None
         return sum(int(p.usedGpuMemory or 0) for p in procs if int(p.pid) not in engine_pids)
 
+    def _energy_mj(self, index: int, handle: Any) -> float | None:
+        """NVML's total-energy counter of the GPU, mJ; None (and not asked again) where the card has none."""
+        if index in self._no_energy_counter:
+            return None
+        try:
+            return float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+        except Exception as exc:  # NVMLError_NotSupported before Volta and on some MIG slices; others pass
+            if "NotSupported" in type(exc).__name__ or "not supported" in str(exc).lower():
+                self._no_energy_counter.add(index)
+            return None
+
     def read(self, engine_pids: frozenset[int] | None = None) -> list[GpuSample]:
-        """Memory used/total/reserved (GiB), utilisation (%), power (W) and other processes' memory (GiB, see
-        :meth:`_other_bytes`) of each GPU read, indexed as NVML numbers them."""
+        """Memory used/total/reserved (GiB), utilisation (%), power (W), the energy counter (mJ) and other processes'
+        memory (GiB, see :meth:`_other_bytes`) of each GPU read, indexed as NVML numbers them."""
         nvml = self._nvml
         now = time.time()
         samples = []
@@ -156,6 +173,7 @@ class NvmlReader:
                     mem_reserved_gb=None if reserved is None else reserved / GIB,
                     util_percent=util,
                     power_w=power,
+                    energy_mj=self._energy_mj(index, handle),
                     other_mem_gb=None if (other := self._other_bytes(handle, engine_pids)) is None else other / GIB,
                 )
             )

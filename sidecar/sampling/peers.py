@@ -1,4 +1,5 @@
-"""GPU memory of other hosts: the coordinating sidecar asks the sidecars of PEER_SIDECARS for the run's window.
+"""GPU memory and energy of other hosts: the coordinating sidecar asks the sidecars of PEER_SIDECARS for the run's
+window.
 
 How it finds them: PEER_SIDECARS lists them, comma-separated. ``http(s)://host:port`` is one sidecar;
 ``dns+http(s)://name:port`` is every address ``name`` resolves to (a Kubernetes headless Service: one sidecar per
@@ -99,15 +100,22 @@ def peer_targets(
 
 
 def fetch_peer(
-    client: httpx.Client, target: PeerTarget, token: str | None, start: float, end: float
+    client: httpx.Client,
+    target: PeerTarget,
+    token: str | None,
+    start: float,
+    end: float,
+    idle_end: float | None = None,
 ) -> HostResources:
-    """One peer's GPU memory over ``[start, end]`` (Unix s, this host's clock), or its failure as a value: the
-    reason names what went wrong (connection, token refused, HTTP status, an answer that is no HostResources)."""
+    """One peer's GPU memory and energy over ``[start, end]`` (Unix s, this host's clock; its idle power before
+    ``idle_end``), or its failure as a value: the reason names what went wrong (connection, token refused, HTTP
+    status, an answer that is no HostResources)."""
+    params = {"start": start, "end": end, **({"idle_end": idle_end} if idle_end is not None else {})}
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     if target.host_header:
         headers["Host"] = target.host_header
     try:
-        answer = client.get(f"{target.base}{WINDOW_PATH}", params={"start": start, "end": end}, headers=headers)
+        answer = client.get(f"{target.base}{WINDOW_PATH}", params=params, headers=headers)
     except httpx.HTTPError as exc:
         return _unreached(target.url, f"GET {WINDOW_PATH} failed ({type(exc).__name__}: {exc})")
     if answer.status_code in (401, 403):
@@ -129,12 +137,13 @@ def peer_resources(
     end: float,
     resolve: Resolver = resolve_addresses,
     timeout_s: float = PEER_TIMEOUT_S,
+    idle_end: float | None = None,
 ) -> list[HostResources]:
-    """Every peer of ``spec`` (PEER_SIDECARS) over ``[start, end]``, asked at once: its figures, or its failure
-    (:func:`fetch_peer`); the entries that name no sidecar come last. Never raises."""
+    """Every peer of ``spec`` (PEER_SIDECARS) over ``[start, end]`` (idle power before ``idle_end``), asked at once:
+    its figures, or its failure (:func:`fetch_peer`); the entries that name no sidecar come last. Never raises."""
     targets, failed = peer_targets(spec, resolve)
     if not targets:
         return failed
     with httpx.Client(timeout=timeout_s) as client, ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
-        found = list(pool.map(lambda t: fetch_peer(client, t, token, start, end), targets))
+        found = list(pool.map(lambda t: fetch_peer(client, t, token, start, end, idle_end), targets))
     return [*found, *failed]

@@ -30,6 +30,8 @@ class Sample:
     vllm_cpu_percent: float | None = None
     engine: EngineGauges | None = None
     """vLLM's KV and queue gauges when they were scraped at this tick (every ENGINE_METRICS_INTERVAL_S)."""
+    host_energy_uj: dict[str, int] | None = None
+    """The host's RAPL / amd_energy counters by zone, µJ (:mod:`sidecar.sampling.rapl`), where they are read."""
 
     @property
     def gpu_mem_used_gb(self) -> float | None:

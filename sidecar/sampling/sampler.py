@@ -1,5 +1,6 @@
-"""Background sampling of GPU readings (NVML), the vLLM process tree (RSS, CPU %) and vLLM's KV/queue gauges (its
-``/metrics``, at most every ``ENGINE_METRICS_INTERVAL_S``), kept in a ring buffer.
+"""Background sampling of GPU readings (NVML: memory, power, energy), the host's energy counters (RAPL, where there
+is no GPU), the vLLM process tree (RSS, CPU %) and vLLM's KV/queue gauges (its ``/metrics``, at most every
+``ENGINE_METRICS_INTERVAL_S``), kept in a ring buffer.
 
 NVML has no device-level peak, so the peak over a window is the maximum of the samples taken inside it.
 """
@@ -15,10 +16,13 @@ from pathlib import Path
 
 import psutil
 
+from core.energy import EnergyStats
 from core.enginestate import pid_namespace, read_engine_state
+from sidecar.sampling.energy import window_energy
 from sidecar.sampling.enginemetrics import EngineMetricsReader
 from sidecar.sampling.gpu import GpuReader
 from sidecar.sampling.procmem import ProcessTreeMeter, engine_pids, host_mem_used_gb
+from sidecar.sampling.rapl import HostEnergyReader
 from sidecar.sampling.resources import GpuNames, Sample, WindowPeaks, summarise
 
 __all__ = ["EnginePid", "Sample", "Sampler", "WindowPeaks", "engine_pid"]
@@ -58,7 +62,9 @@ class Sampler:
     """Samples every ``interval_s`` on a daemon thread; ``peaks(start, end)`` summarises a window.
 
     ``pid_source`` says which process is vLLM: a pid, None (unknown) or an :class:`EnginePid` (a pid, or the reason
-    there is none to sample, e.g. vLLM in another container's pid namespace).
+    there is none to sample, e.g. vLLM in another container's pid namespace). ``host_energy`` reads the host's
+    energy counters (the CPU build's; None: not read, ``host_energy_reason`` says why); ``clock`` stamps the samples
+    (Unix s; tests pass their own).
     """
 
     def __init__(
@@ -70,8 +76,16 @@ class Sampler:
         gpu_names: GpuNames = (),
         engine: EngineMetricsReader | None = None,
         gpu_uuids: Mapping[int, str | None] | None = None,
+        host_energy: HostEnergyReader | None = None,
+        host_energy_reason: str | None = None,
+        gpu_reason: str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        self._clock = clock
         self._gpu = gpu
+        self._gpu_reason = gpu_reason
+        self._host_energy = host_energy
+        self.host_energy_reason = host_energy_reason
         self.engine = engine
         self._gpu_names = gpu_names
         self._gpu_uuids = dict(gpu_uuids or {})
@@ -86,7 +100,7 @@ class Sampler:
 
     def sample_once(self, force_engine: bool = False) -> Sample:
         """Take one sample now and store it (scraping vLLM's gauges when due, or when ``force_engine``)."""
-        now = time.time()
+        now = self._clock()
         gauges = self.engine.read(now, force=force_engine) if self.engine else None
         rss = cpu = None
         found = self._pid_source()
@@ -100,8 +114,10 @@ class Sampler:
                 self.cpu_unavailable_reason = None
             except (psutil.NoSuchProcess, psutil.AccessDenied) as exc:
                 self.cpu_unavailable_reason = f"cannot read vLLM process {pid}: {type(exc).__name__}"
+        host_energy = self._host_energy.read() if self._host_energy else None
         sample = Sample(
-            t=now, gpus=gpus, vllm_rss_gb=rss, host_used_gb=host_mem_used_gb(), vllm_cpu_percent=cpu, engine=gauges
+            t=now, gpus=gpus, vllm_rss_gb=rss, host_used_gb=host_mem_used_gb(), vllm_cpu_percent=cpu, engine=gauges,
+            host_energy_uj=host_energy,
         )
         with self._lock:
             self._buffer.append(sample)
@@ -136,6 +152,16 @@ class Sampler:
         """The most recent sample."""
         with self._lock:
             return self._buffer[-1] if self._buffer else None
+
+    def energy(self, start: float, end: float, idle_end: float | None = None) -> EnergyStats:
+        """Energy of the engine's devices over ``[start, end]`` and their idle power over the
+        :data:`core.energy.IDLE_WINDOW_S` before ``idle_end`` (default ``start``): :func:`window_energy` of the
+        samples around them."""
+        return window_energy(
+            self.window, start, end, idle_end if idle_end is not None else start,
+            gpu_names=self._gpu_names, zones=self._host_energy.zones if self._host_energy else (),
+            sample_interval_s=self.interval_s, gpu_reason=self._gpu_reason, host_reason=self.host_energy_reason,
+        )  # fmt: skip
 
     def peaks(self, start: float, end: float) -> WindowPeaks:
         """Peaks, means, per-GPU statistics and the thinned time series over ``[start, end]``."""

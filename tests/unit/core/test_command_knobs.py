@@ -55,6 +55,7 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
     "--gate-error-rate-pp": (["3"], []), "--baseline": (["v2"], []), "--max-error-rate-pct": (["10"], []),
     "--profile": ([], []), "--capacity-check": ([], ["--no-capacity-check"]), "--logs-dir": (["/tmp/l"], []), "--requests-log-max-mb": (["5"], []),
     "--requests-log-backups": (["2"], []), "--vllm-host": (["10.0.0.1"], []), "--vllm-port": (["8101"], []),
+    "--price-per-hour": (["2.5/gpu"], []), "--energy-price-per-kwh": (["0.2"], []),
     "--sidecar-base-url": (["http://s:2"], []), "--sidecar-host": (["10.0.0.2"], []), "--sidecar-port": (["8201"], []),
     "--sidecar-token-file": (["/tmp/t"], []), "--sidecar-max-body-mb": (["8"], []), "--run-dir": (["/tmp/r"], []),
     "--request-timeout-s": (["30"], []), "--drain-s": (["3"], []), "--watchdog-s": (["30"], []),

@@ -7,6 +7,7 @@ from pydantic import ValidationError
 
 from core.knobs.benchmark import BenchmarkKnobs
 from core.knobs.cluster import ClusterKnobs
+from core.knobs.cost import CostKnobs
 from core.knobs.folders import FolderKnobs
 from core.knobs.security import SecurityKnobs
 from core.knobs.serving import ServingKnobs
@@ -77,9 +78,9 @@ def test_urls_dial_loopback_for_wildcard_bind() -> None:
 
 def test_fields_keep_the_group_order() -> None:
     """Settings has exactly the groups' fields, group after group (serving, security, folders, benchmark, sweep,
-    cluster): the flags, ``--help`` and the schema list knobs in this order, whatever order pydantic merges the bases
+    cluster, cost): the flags, ``--help`` and the schema list knobs in this order, whatever order pydantic merges the bases
     in."""
-    groups = (ServingKnobs, SecurityKnobs, FolderKnobs, BenchmarkKnobs, SweepKnobs, ClusterKnobs)
+    groups = (ServingKnobs, SecurityKnobs, FolderKnobs, BenchmarkKnobs, SweepKnobs, ClusterKnobs, CostKnobs)
     assert list(Settings.model_fields) == [name for group in groups for name in group.model_fields]
     assert list(Settings.model_fields)[:2] == ["model", "vllm_model_path"]
-    assert list(Settings.model_fields)[-1] == "load_host_name"
+    assert list(Settings.model_fields)[-1] == "energy_price_per_kwh"

@@ -1,0 +1,115 @@
+"""What serving costs per million tokens (pure): the hardware's price per hour (PRICE_PER_HOUR, per GPU or per host)
+spread over the tokens the run served in its measured window, and the electricity (ENERGY_PRICE_PER_KWH) of the
+energy it used. No price set: no cost, never a made-up one. docs/energy.md defines every figure.
+
+- hardware cost per 1M tokens = price per hour x priced units (GPUs or hosts) x measured window / 3600 / tokens x 10^6
+- energy cost per 1M tokens = J per token x 10^6 / 3.6x10^6 J/kWh x price per kWh
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from core.energy import EnergyStats, efficiency
+from core.stats import RunMetrics
+
+PricedUnit = Literal["gpu", "host"]
+_PRICE_RE = re.compile(r"\$?\s*(?P<amount>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?:usd)?\s*/\s*(?P<unit>gpu|host)s?",
+                       re.IGNORECASE)  # fmt: skip
+
+
+class HardwarePrice(BaseModel):
+    """PRICE_PER_HOUR parsed: US dollars per hour of each GPU or of each host."""
+
+    usd_per_hour: float = Field(ge=0)
+    per: PricedUnit
+
+    @property
+    def text(self) -> str:
+        """``2.5/gpu``: the knob's own spelling."""
+        return f"{self.usd_per_hour:g}/{self.per}"
+
+
+def parse_price(text: str) -> HardwarePrice:
+    """``2.5/gpu``, ``$2.50 / GPU``, ``12/host`` (US dollars per hour) as a :class:`HardwarePrice`.
+
+    Raises:
+        ValueError: no unit (a bare number would have to guess whether it prices a GPU or the host) or no amount;
+            the message shows both spellings.
+    """
+    found = _PRICE_RE.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(
+            f"PRICE_PER_HOUR={text!r}: give US dollars per hour and what it prices, e.g. 2.5/gpu (each GPU the "
+            "engine uses) or 12/host (each serving host)"
+        )
+    return HardwarePrice(usd_per_hour=float(found["amount"]), per=found["unit"].lower())  # type: ignore[arg-type]
+
+
+class CostBasis(BaseModel):
+    """The prices a report's costs were computed with (``report.cost``): hardware per hour and per kWh, how many
+    units were priced, and why a cost is missing."""
+
+    price_usd_per_hour: float | None = Field(default=None, description="PRICE_PER_HOUR's amount, USD/h per unit.")
+    price_per: PricedUnit | None = Field(default=None, description="What one price covers: a GPU or a host.")
+    units: int | None = Field(default=None, description="GPUs or hosts priced (the engine's, over every host).")
+    hourly_usd: float | None = Field(default=None, description="price_usd_per_hour x units, USD/h.")
+    energy_price_usd_per_kwh: float | None = Field(default=None, description="ENERGY_PRICE_PER_KWH, USD/kWh.")
+    unavailable_reason: str | None = Field(
+        default=None, description="Why a price was given but no cost computed (no GPU to price, no energy figure)."
+    )
+
+
+def cost_basis(
+    price: HardwarePrice | None, usd_per_kwh: float | None, gpus: int, hosts: int, gpu_reason: str | None = None
+) -> CostBasis | None:
+    """The hardware's hourly price for ``gpus`` GPUs on ``hosts`` hosts (None when no price is set at all); a
+    per-GPU price with no GPU read prices nothing and says why."""
+    if price is None and usd_per_kwh is None:
+        return None
+    basis = CostBasis(energy_price_usd_per_kwh=usd_per_kwh)
+    if price is None:
+        return basis
+    units = gpus if price.per == "gpu" else hosts
+    basis = basis.model_copy(update={"price_usd_per_hour": price.usd_per_hour, "price_per": price.per})
+    if units <= 0:
+        why = f"PRICE_PER_HOUR={price.text} prices GPUs and the engine's GPUs were not read"
+        return basis.model_copy(
+            update={"unavailable_reason": f"{why} ({gpu_reason})" if gpu_reason else f"{why}: price the host (/host)"}
+        )
+    return basis.model_copy(update={"units": units, "hourly_usd": price.usd_per_hour * units})
+
+
+def cost_per_million_tokens(hourly_usd: float | None, duration_s: float, tokens: int) -> float | None:
+    """USD per million ``tokens`` served in ``duration_s`` seconds of hardware costing ``hourly_usd`` per hour;
+    None without a price or without tokens."""
+    if hourly_usd is None or tokens <= 0 or duration_s <= 0:
+        return None
+    return hourly_usd * duration_s / 3600.0 / tokens * 1e6
+
+
+def report_figures(run: RunMetrics, energy: EnergyStats | None, basis: CostBasis | None) -> dict[str, float | None]:
+    """The flat energy and cost figures of a report's metrics (``energy_j``, ``energy_j_per_output_token``,
+    ``cost_usd_per_1m_output_tokens`` ...): the window's energy over the run's successful tokens and requests, the
+    hardware's hourly price over the measured window's tokens; None where not measured or not priced."""
+    joules = energy.energy_j if energy else None
+    usd_per_kwh = basis.energy_price_usd_per_kwh if basis else None
+    eff = efficiency(joules, run.output_tokens_total, run.prompt_tokens_total, run.requests_ok, usd_per_kwh)
+    hourly = basis.hourly_usd if basis else None
+    return {
+        "energy_j": joules,
+        "power_w_mean": energy.power_w_mean if energy else None,
+        "idle_power_w": energy.idle_power_w if energy else None,
+        "energy_j_per_output_token": eff.energy_j_per_output_token,
+        "energy_j_per_request": eff.energy_j_per_request,
+        "output_tokens_per_j": eff.output_tokens_per_j,
+        "cost_usd_per_1m_output_tokens": cost_per_million_tokens(hourly, run.duration_s, run.output_tokens_total),
+        "cost_usd_per_1m_total_tokens": cost_per_million_tokens(
+            hourly, run.duration_s, run.output_tokens_total + run.prompt_tokens_total
+        ),
+        "energy_cost_usd_per_1m_output_tokens": eff.energy_cost_usd_per_1m_output_tokens,
+        "energy_cost_usd_per_1m_total_tokens": eff.energy_cost_usd_per_1m_total_tokens,
+    }

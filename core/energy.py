@@ -1,0 +1,341 @@
+"""Energy of a measured window (pure, no I/O): joules from cumulative energy counters or from power samples, the
+idle power before a run, and the efficiency figures of a report (J per output token and per request, tokens per J).
+
+Sources (read by :mod:`sidecar.sampling`, summed here):
+
+- NVML ``nvmlDeviceGetTotalEnergyConsumption``: the GPU's energy since the driver last loaded, mJ (Volta and later).
+  The energy of a window is the counter's increase over it: exact up to the counter's own resolution.
+- NVML ``nvmlDeviceGetPowerUsage``: the board's power draw, mW, for cards without that counter; the energy is the
+  trapezoid integral of the samples over the window (one every ``GPU_SAMPLE_INTERVAL_S``), an approximation.
+- RAPL (``/sys/class/powercap/intel-rapl:*/energy_uj``, µJ) and AMD's ``amd_energy`` hwmon counters (µJ) on the CPU
+  build: cumulative counters like NVML's; RAPL's wraps at ``max_energy_range_uj`` and is unwrapped here.
+
+A counter's value at the window's bounds is interpolated linearly between the samples around them, so a window that
+starts or ends between two samples is still measured over exactly its span. Where the samples do not reach a bound
+(the sampler started late), the span they cover is measured and the window's energy is the mean power over that span
+times the window (``covered_s`` says how much was covered).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+from pydantic import BaseModel, Field
+
+from core.records import RequestRecord
+
+Point = tuple[float, float]
+"""``(Unix time s, value)``: a counter reading in J, or a power reading in W."""
+
+IDLE_WINDOW_S = 10.0
+"""The idle power is the mean over this many seconds before the run's first request (warm-up included), s."""
+MIN_COVERED_SHARE = 0.9
+"""A window whose samples cover less than this share of it gets a note (its energy is extrapolated)."""
+J_PER_KWH = 3.6e6
+
+
+@dataclass(frozen=True)
+class Integral:
+    """Energy over the span ``[start_s, end_s]`` (Unix s) that the samples cover, J, from ``samples`` readings."""
+
+    joules: float
+    start_s: float
+    end_s: float
+    samples: int
+
+    @property
+    def covered_s(self) -> float:
+        """Seconds of the span."""
+        return self.end_s - self.start_s
+
+    @property
+    def mean_w(self) -> float | None:
+        """Mean power over the span, W (None for an empty span)."""
+        return self.joules / self.covered_s if self.covered_s > 0 else None
+
+
+def unwrap(points: Sequence[Point], wrap_j: float | None = None) -> list[Point]:
+    """A counter's readings (any order) as a non-decreasing cumulative series from its first reading, J.
+
+    A reading below the one before is a wrap-around when ``wrap_j`` (the counter's range, RAPL's
+    ``max_energy_range_uj``) is given: the increase is ``new + wrap_j - old``. Without a range (NVML's 64-bit counter
+    never wraps) it is a restart of the counter (a driver reload): the increase is the new reading itself.
+    """
+    ordered = sorted(points)
+    if not ordered:
+        return []
+    total, out = 0.0, [(ordered[0][0], 0.0)]
+    for (_, old), (t, new) in pairwise(ordered):
+        step = new - old
+        if step < 0:
+            step = new - old + wrap_j if wrap_j else new
+        total += step
+        out.append((t, total))
+    return out
+
+
+def _at(points: Sequence[Point], t: float) -> float:
+    """The series' value at ``t`` (inside its span), linear between the readings around it."""
+    for (t0, v0), (t1, v1) in pairwise(points):
+        if t0 <= t <= t1:
+            return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return points[-1][1] if t >= points[-1][0] else points[0][1]
+
+
+def _span(points: Sequence[Point], start: float, end: float) -> tuple[float, float] | None:
+    lo, hi = max(start, points[0][0]), min(end, points[-1][0])
+    return (lo, hi) if hi > lo else None
+
+
+def counter_energy(points: Sequence[Point], start: float, end: float, wrap_j: float | None = None) -> Integral | None:
+    """Energy over ``[start, end]`` from a cumulative counter's readings (J; :func:`unwrap` for wraps and restarts):
+    its increase between the bounds, each interpolated between the readings around it. Pass the readings just
+    outside the window too. None when the readings cover no part of the window (fewer than two, or all outside)."""
+    series = unwrap(points, wrap_j)
+    if len(series) < 2 or (span := _span(series, start, end)) is None:
+        return None
+    lo, hi = span
+    inside = sum(lo <= t <= hi for t, _ in series)
+    return Integral(_at(series, hi) - _at(series, lo), lo, hi, inside)
+
+
+def power_energy(points: Sequence[Point], start: float, end: float) -> Integral | None:
+    """Energy over ``[start, end]`` from power readings (W): the trapezoid integral, with the power at each bound
+    interpolated between the readings around it. None when the readings cover no part of the window."""
+    series = sorted(points)
+    if len(series) < 2 or (span := _span(series, start, end)) is None:
+        return None
+    lo, hi = span
+    inner = [(t, w) for t, w in series if lo < t < hi]
+    edges = [(lo, _at(series, lo)), *inner, (hi, _at(series, hi))]
+    joules = sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in pairwise(edges))
+    return Integral(joules, lo, hi, len(inner) + sum(t in (lo, hi) for t, _ in series))
+
+
+class DeviceEnergy(BaseModel):
+    """One measured device over the window: a GPU (NVML) or a RAPL / amd_energy zone of the host."""
+
+    device: str = Field(description="e.g. 'GPU 0 NVIDIA H100 80GB HBM3', 'package-0', 'dram', 'Esocket0'.")
+    gpu_index: int | None = Field(default=None, description="NVML index of a GPU; None for a host zone.")
+    method: str | None = Field(
+        default=None,
+        description="nvml_energy_counter (NVML's total-energy counter, mJ), nvml_power_samples (NVML power readings "
+        "integrated), rapl_energy_counter (powercap energy_uj) or amd_energy_counter (hwmon energyN_input).",
+    )
+    energy_j: float | None = Field(default=None, description="Energy over the window, J.")
+    power_w_mean: float | None = Field(default=None, description="Mean power over the window, W.")
+    covered_s: float | None = Field(default=None, description="Seconds of the window the samples covered.")
+    samples: int = 0
+    idle_power_w: float | None = Field(default=None, description="Mean power before the run, W (see EnergyStats).")
+    unavailable_reason: str | None = Field(default=None, description="Why this device has no figure.")
+
+
+class ReplicaEnergy(BaseModel):
+    """One local engine replica behind the router: the energy of its GPUs and the tokens it generated."""
+
+    replica: str = Field(description="The replica's name as the cluster view has it (vllm, vllm-1, ...).")
+    gpu_indices: list[int] = Field(description="NVML indices of its GPUs (GPU_DEVICES split as the launcher splits).")
+    energy_j: float | None = None
+    output_tokens: int | None = Field(default=None, description="vllm:generation_tokens over the window.")
+    energy_j_per_output_token: float | None = None
+
+
+class EnergyStats(BaseModel):
+    """Energy of the engine's devices over a window (``resources.energy``; per host in ``resources.hosts``): the
+    engine's GPUs through NVML, else (the CPU build) the host's RAPL / amd_energy counters; None figures with
+    ``unavailable_reason`` where neither can be read. docs/energy.md defines every figure."""
+
+    scope: str | None = Field(
+        default=None, description="What was measured: 'GPUs of the engine (NVML)' or 'host CPU packages (RAPL)'."
+    )
+    method: str | None = Field(
+        default=None,
+        description="How: nvml_energy_counter, nvml_power_samples, rapl_energy_counter, amd_energy_counter, or mixed "
+        "(devices differ: see devices).",
+    )
+    sample_interval_s: float | None = Field(default=None, description="The sidecar's sampling interval, s.")
+    window_start: float | None = Field(default=None, description="Unix time the energy window began, s.")
+    window_s: float | None = Field(
+        default=None, description="The window measured: first measured send to last end (as the throughput), s."
+    )
+    covered_s: float | None = Field(
+        default=None, description="Seconds of the window the samples covered (the least over devices)."
+    )
+    energy_j: float | None = Field(default=None, description="Energy over the window, summed over devices, J.")
+    power_w_mean: float | None = Field(default=None, description="energy_j / window_s, W.")
+    idle_power_w: float | None = Field(
+        default=None, description="Mean power before the run (IDLE_WINDOW_S before its first request), W."
+    )
+    idle_window_s: float | None = Field(default=None, description="Seconds the idle figure was measured over.")
+    idle_unavailable_reason: str | None = Field(default=None, description="Why there is no idle figure.")
+    energy_above_idle_j: float | None = Field(
+        default=None, description="energy_j - idle_power_w x window_s: what the load added to idling, J."
+    )
+    devices: list[DeviceEnergy] = Field(default_factory=list)
+    replicas: list[ReplicaEnergy] = Field(
+        default_factory=list, description="Per local replica behind the router (GPU builds; empty otherwise)."
+    )
+    unavailable_reason: str | None = Field(
+        default=None, description="Why there is no energy figure (no NVML and no readable RAPL counter, and why)."
+    )
+    notes: list[str] = Field(default_factory=list)
+
+
+def combine(devices: Sequence[DeviceEnergy]) -> tuple[float | None, str | None]:
+    """The window's total energy (J) and method over ``devices``: None with the reason when any device has no
+    figure (a partial sum would understate it); ``mixed`` when the devices were measured differently."""
+    if not devices:
+        return None, None
+    missing = [d for d in devices if d.energy_j is None]
+    methods = sorted({d.method for d in devices if d.method})
+    method = methods[0] if len(methods) == 1 else "mixed" if methods else None
+    if missing:
+        return None, method
+    return sum(d.energy_j or 0.0 for d in devices), method
+
+
+def device_energy(
+    device: str,
+    window: tuple[float, float],
+    counter_j: Sequence[Point] = (),
+    power_w: Sequence[Point] = (),
+    idle: tuple[float, float] | None = None,
+    wrap_j: float | None = None,
+    counter_method: str = "nvml_energy_counter",
+    gpu_index: int | None = None,
+) -> DeviceEnergy:
+    """One device over ``window`` (Unix s): from its counter readings (J) when they cover the window, else from its
+    power readings (W, method ``nvml_power_samples``); the idle mean power over ``idle`` the same way. The window's
+    energy is the covered span's mean power times the window (equal to the measured joules when fully covered)."""
+    start, end = window
+    found = counter_energy(counter_j, start, end, wrap_j)
+    method = counter_method
+    if found is None:
+        found, method = power_energy(power_w, start, end), "nvml_power_samples"
+    if found is None or found.mean_w is None:
+        why = "no sample of its energy counter or power before and after the window" if counter_j or power_w else (
+            "neither an energy counter nor power readings (not supported by this device)")
+        return DeviceEnergy(device=device, gpu_index=gpu_index, unavailable_reason=why)
+    idle_w = None
+    if idle is not None:
+        quiet = counter_energy(counter_j, *idle, wrap_j) if method != "nvml_power_samples" else None
+        quiet = quiet or power_energy(power_w, *idle)
+        idle_w = quiet.mean_w if quiet else None
+    return DeviceEnergy(
+        device=device,
+        gpu_index=gpu_index,
+        method=method,
+        energy_j=found.mean_w * (end - start),
+        power_w_mean=found.mean_w,
+        covered_s=found.covered_s,
+        samples=found.samples,
+        idle_power_w=idle_w,
+    )
+
+
+def measured_bounds(records: Sequence[RequestRecord]) -> tuple[float, float] | None:
+    """First send and last end (Unix s) of the measured rows that ended (as :func:`core.stats.run_metrics` times
+    its throughput); None without such rows."""
+    rows = [r for r in records if r.phase == "measured" and r.error_kind != "incomplete"]
+    if not rows:
+        return None
+    return min(r.started_at for r in rows), max(r.ended_at for r in rows)
+
+
+def first_send(records: Sequence[RequestRecord]) -> float | None:
+    """When the run's first request (warm-up included) was sent, Unix s; None without rows."""
+    return min((r.started_at for r in records), default=None)
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator``; None when either is missing or the denominator is 0."""
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """A run's energy figures (None where not measured): J per output token and per successful request, output
+    tokens per J, and the energy cost per million output and total tokens (with a price per kWh)."""
+
+    energy_j_per_output_token: float | None
+    energy_j_per_request: float | None
+    output_tokens_per_j: float | None
+    energy_cost_usd_per_1m_output_tokens: float | None = None
+    energy_cost_usd_per_1m_total_tokens: float | None = None
+
+
+def efficiency(
+    energy_j: float | None,
+    output_tokens: int,
+    prompt_tokens: int,
+    requests_ok: int,
+    usd_per_kwh: float | None = None,
+) -> Efficiency:
+    """The figures of :class:`Efficiency` from the window's energy and the run's successful output and prompt tokens
+    and requests; the energy cost is ``J/token x 10^6 / 3.6x10^6 J/kWh x usd_per_kwh``."""
+    per_out = ratio(energy_j, output_tokens)
+    per_total = ratio(energy_j, output_tokens + prompt_tokens)
+
+    def cost(per_token_j: float | None) -> float | None:
+        if per_token_j is None or usd_per_kwh is None:
+            return None
+        return per_token_j * 1e6 / J_PER_KWH * usd_per_kwh
+
+    return Efficiency(
+        energy_j_per_output_token=per_out,
+        energy_j_per_request=ratio(energy_j, requests_ok),
+        output_tokens_per_j=ratio(float(output_tokens), energy_j) if energy_j else None,
+        energy_cost_usd_per_1m_output_tokens=cost(per_out),
+        energy_cost_usd_per_1m_total_tokens=cost(per_total),
+    )
+
+
+def energy_stats(
+    devices: Sequence[DeviceEnergy],
+    window: tuple[float, float],
+    scope: str,
+    sample_interval_s: float | None = None,
+    idle_window_s: float | None = None,
+    idle_unavailable_reason: str | None = None,
+) -> EnergyStats:
+    """The window's :class:`EnergyStats` from its devices (:func:`device_energy`): total (None when a device has
+    none), mean power, idle power (summed over devices, when each has one) and the energy above it; notes where the
+    samples covered less than :data:`MIN_COVERED_SHARE` of the window or a device gave nothing."""
+    start, end = window
+    window_s = end - start
+    total, method = combine(devices)
+    covered = [d.covered_s for d in devices if d.covered_s is not None]
+    idle = [d.idle_power_w for d in devices]
+    idle_w = sum(v or 0.0 for v in idle) if idle and None not in idle else None
+    notes = [f"{d.device}: {d.unavailable_reason}" for d in devices if d.unavailable_reason]
+    if covered and window_s > 0 and min(covered) < MIN_COVERED_SHARE * window_s:
+        notes.append(
+            f"the samples covered {min(covered):.1f} s of the {window_s:.1f} s window: its energy is the covered "
+            "span's mean power times the window"
+        )
+    if idle_w is None and idle_unavailable_reason is None and devices:
+        idle_unavailable_reason = "no samples before the run (the sidecar started after it, or it ran right after "\
+            "another)"
+    return EnergyStats(
+        scope=scope,
+        method=method,
+        sample_interval_s=sample_interval_s,
+        window_start=start,
+        window_s=window_s,
+        covered_s=min(covered) if covered else None,
+        energy_j=total,
+        power_w_mean=ratio(total, window_s),
+        idle_power_w=idle_w,
+        idle_window_s=idle_window_s if idle_w is not None else None,
+        idle_unavailable_reason=None if idle_w is not None else idle_unavailable_reason,
+        energy_above_idle_j=None if total is None or idle_w is None else total - idle_w * window_s,
+        devices=list(devices),
+        unavailable_reason=None if total is not None else (
+            "a device gave no figure (see devices)" if devices else "no device measured"),
+        notes=notes,
+    )
+

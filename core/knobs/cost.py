@@ -1,0 +1,33 @@
+"""Settings fields of what serving costs: the hardware's price per hour and electricity's per kWh (a group of
+:class:`core.settings.Settings`; docs/energy.md). Unset: no cost in any report, never a made-up price.
+
+A plain pydantic model: the environment and ``.env`` are read by the settings object, which inherits these fields.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, field_validator
+
+from core.cost import parse_price
+
+
+class CostKnobs(BaseModel):
+    """The prices reports turn into USD per million tokens (the benchmark records them in each report's config)."""
+
+    price_per_hour: str | None = Field(
+        default=None,
+        description="The serving hardware's price, US dollars per hour of each GPU (2.5/gpu) or of each serving "
+        "host (12/host); reports then give USD per million output and total tokens. Unset: no cost.",
+    )
+    energy_price_per_kwh: float | None = Field(
+        default=None,
+        ge=0,
+        description="Electricity, US dollars per kWh; reports with an energy figure then give its cost per million "
+        "tokens beside the hardware's.",
+    )
+
+    @field_validator("price_per_hour", mode="before")
+    @classmethod
+    def _price_has_a_unit(cls, value: object) -> object:
+        """PRICE_PER_HOUR text -> its normalised spelling (``2.5/gpu``); a bare number is refused (GPU or host?)."""
+        return parse_price(value).text if isinstance(value, str) else value
