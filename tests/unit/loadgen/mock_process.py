@@ -61,7 +61,7 @@ def running_in_gevent(url: str, wanted: float, within_s: float = 10.0) -> float:
     return now
 
 
-def running_after(url: str, wanted: float, within_s: float = 5.0) -> float:
+def running_after(url: str, wanted: float, within_s: float = 20.0) -> float:
     """The mock's running requests once they are ``wanted``, or the last figure after ``within_s``."""
     deadline = time.monotonic() + within_s
     now = running(url)

@@ -61,7 +61,7 @@ def test_ctrl_c_in_the_warmup_aborts_its_requests_and_keeps_their_rows(tmp_path:
         seen: list[float] = []
 
         def ctrl_c() -> None:
-            seen.append(running_after(url, 3.0, within_s=5.0))
+            seen.append(running_after(url, 3.0, within_s=20.0))  # generous: a busy 2-core host starts them late
             _thread.interrupt_main()
 
         threading.Thread(target=ctrl_c, daemon=True).start()
@@ -73,7 +73,7 @@ def test_ctrl_c_in_the_warmup_aborts_its_requests_and_keeps_their_rows(tmp_path:
             assert "interrupted during the warmup" in str(exc)
         else:
             pytest.fail("the warmup ended although Ctrl-C stopped it")
-        assert seen == [3.0] and running_after(url, 0.0, within_s=3.0) == 0.0
+        assert seen == [3.0] and running_after(url, 0.0, within_s=15.0) == 0.0
         rows, _ = read_records(rows_file)
         assert len(rows) == 3 and all(r.phase == "warmup" and r.error_kind == "incomplete" for r in rows), rows
         assert all((r.error or "").startswith("cancelled by Ctrl-C") for r in rows)
