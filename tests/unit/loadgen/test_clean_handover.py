@@ -44,7 +44,7 @@ def test_requests_cut_by_the_end_of_the_run_close_their_connections(tmp_path: Pa
         assert running_in_gevent(url, 4.0) == 4.0  # every answer has begun streaming
         gevent.sleep(0.5)  # and sent its first tokens
         gevent.killall(users, block=True)
-        assert running_after(url, 0.0, within_s=3.0) == 0.0
+        assert running_after(url, 0.0, within_s=10.0) == 0.0
         rows, _ = read_records(tmp_path / "rows.jsonl")
         assert [r.error_kind for r in rows] == ["incomplete"] * 4 and all(r.content_chunks >= 1 for r in rows)
         for session in sessions:
