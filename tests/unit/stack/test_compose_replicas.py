@@ -140,14 +140,15 @@ def test_compose_config_of_two_gpu_replicas_behind_the_router(tmp_path: Path, mo
 
 
 def test_compose_config_of_cpu_replicas_keeps_the_cpu_overlay(tmp_path: Path) -> None:
-    """On the CPU overlay every replica is the CPU engine image (no GPU reservation), bound to its own core."""
+    """On the CPU overlay every replica is the CPU engine image (no GPU reservation), bound to its own core, with the
+    CPU overlay's KV_CACHE_GB (blank unless given)."""
     services = override_config(tmp_path, gpu=False, replicas=2)["services"]
     for name, core in (("vllm", "0"), ("vllm-1", "1")):
         engine = services[name]
         assert engine["image"].endswith("-cpu") and engine["build"]["target"] == "cpu", name
         assert "deploy" not in engine or not engine["deploy"].get("resources"), name
         assert engine["environment"]["VLLM_CPU_OMP_THREADS_BIND"] == core
-        assert engine["environment"]["KV_CACHE_GB"] == "1.0"
+        assert engine["environment"]["KV_CACHE_GB"] == ""  # blank: unset, the launcher sizes it for the dtype
 
 
 def test_later_commands_keep_the_running_stacks_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
