@@ -22,7 +22,10 @@ chunk of every answer), ``--models a,b`` (several served models), ``--fast-answe
 at once, the rest on the schedule: a test gets its first rows without waiting out slow answers).
 vLLM's own shapes: ``--role-with-first`` sends the role chunk in the first token's write (vLLM makes it when the
 first token is out), ``--held-back 0,5`` sends those tokens (0-based) as ``"content": ""`` (vLLM's chunk for a token
-whose text its detokenizer holds back: a byte-level BPE piece of a multi-byte character).
+whose text its detokenizer holds back: a byte-level BPE piece of a multi-byte character). ``--reasoning N``: a
+reasoning model, whose answers open with N reasoning tokens (``reasoning`` deltas as vLLM 0.32 streams them, or
+``--reasoning-field reasoning_content``) before the content, usage counting them in
+``completion_tokens_details.reasoning_tokens``.
 ``--require-api-key`` answers 401 on ``/v1/*`` without ``Authorization: Bearer <VLLM_API_KEY>``, as vLLM started
 with ``--api-key`` does (the key is read from the settings, never from the command line).
 
@@ -314,6 +317,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", action="store_true", help="serve vLLM's /metrics of the mock's own clock")
     parser.add_argument("--send-delay-ms", type=float, default=0.0, help="--metrics: events leave this late")
     parser.add_argument("--fast-answers", type=int, default=0, help="each process's first N chat answers: unpaced")
+    parser.add_argument("--reasoning", type=int, default=0, help="a reasoning model: each answer's first N tokens "
+                        "are reasoning deltas (usage counts them)")
+    parser.add_argument("--reasoning-field", choices=("reasoning", "reasoning_content"), default="reasoning",
+                        help="the delta field of reasoning text (vLLM 0.32: reasoning)")
     args = parser.parse_args(argv)
     if args.tokens < 1 or args.tokens_per_chunk < 1 or args.processes < 1 or args.events_per_write < 0:
         parser.error("--tokens, --tokens-per-chunk and --processes must be >= 1, --events-per-write >= 0")
@@ -346,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
         role_with_first=args.role_with_first,
         held_back=frozenset(int(x) for x in args.held_back.split(",") if x.strip()),
         fast_answers=max(0, args.fast_answers),
+        reasoning_tokens=max(0, args.reasoning),
+        reasoning_field=args.reasoning_field,
     )
     print(f"[MOCK] http://{args.host}:{args.port} ({args.processes} process(es))", file=sys.stderr, flush=True)
     return run(cfg, args.host, args.port, args.processes)
