@@ -99,6 +99,8 @@ SHORT_HELP: dict[str, str] = {
     "prefix_len": "Shared prefix tokens before every prompt",
     "prefix_count": "Distinct shared prefixes",
     "tokenizer": "Model folder sizing prompts without /tokenize",
+    "session_turns": "Turns per conversation, at most",
+    "think_time": "Pause before each next turn, e.g. exponential:2s",
     "trace": "Replay this BurstGPT CSV / Mooncake JSONL trace",
     "trace_speed": "TRACE: replay this many times faster",
     "slo_attainment_pct": "Share of requests a sweep point must keep in SLO, %",

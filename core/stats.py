@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, Field
 
+from core.conversations import SessionStats, TurnStats, session_stats, turn_stats
 from core.latency import LatencyStats as LatencyStats  # its home is core.latency; imported from here too
 from core.latency import effective_e2e_ms as effective_e2e_ms
 from core.latency import effective_ttft_ms as effective_ttft_ms
@@ -126,33 +127,6 @@ class OutputLengths(BaseModel):
     )
 
 
-class TurnStats(BaseModel):
-    """Successful requests of one turn of multi-turn sessions (SESSION_TURNS): later turns carry the history, so
-    their prompts grow while a prefix cache keeps their TTFT down."""
-
-    turn: int
-    requests: int
-    prompt_tokens_mean: float | None
-    ttft: LatencyStats
-
-
-def turn_stats(ok: Sequence[RequestRecord]) -> list[TurnStats]:
-    """Per turn (rows with a ``turn``), in turn order; empty without sessions."""
-    turns: dict[int, list[RequestRecord]] = {}
-    for r in ok:
-        if r.turn is not None:
-            turns.setdefault(r.turn, []).append(r)
-    return [
-        TurnStats(
-            turn=turn,
-            requests=len(rows),
-            prompt_tokens_mean=_quantiles([float(r.prompt_tokens) for r in rows if r.prompt_tokens is not None])[0],
-            ttft=latency_stats([v for r in rows if (v := effective_ttft_ms(r)) is not None]),
-        )
-        for turn, rows in sorted(turns.items())
-    ]
-
-
 class RunMetrics(BaseModel):
     """Aggregate figures of the measured phase of one benchmark run."""
 
@@ -196,7 +170,12 @@ class RunMetrics(BaseModel):
         "tokenize (the server's /tokenize on the answer text) or chunks (the client's count of content chunks).",
     )
     turns: list[TurnStats] = Field(
-        default_factory=list, description="Multi-turn sessions: prompt size and TTFT per turn (empty without)."
+        default_factory=list,
+        description="Multi-turn sessions: prompt size, TTFT, ITL, E2E and prefix-cache hits per turn (empty "
+        "without; core.conversations).",
+    )
+    sessions: SessionStats | None = Field(
+        default=None, description="Multi-turn sessions: count, turns, total time per session; None without."
     )
     reasoning: ReasoningStats | None = Field(
         default=None,
@@ -301,6 +280,7 @@ def run_metrics(
         throughput_variation_percent=_variation(windows, measured, steady),
         output_token_sources=dict(sorted(Counter(r.output_tokens_source or "unknown" for r in ok).items())),
         turns=turn_stats(ok),
+        sessions=session_stats(measured),
         reasoning=reasoning_stats(ok),
     )
 

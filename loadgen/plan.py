@@ -103,6 +103,7 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
         rate_end_req_per_sec=settings.rate_end,
         input_len_tokens=settings.random_input_len if settings.random_dataset else None,
         session_turns=settings.session_turns,
+        think_time=settings.think_time if settings.session_turns > 1 else None,
         prefix_len_tokens=settings.prefix_len,
         prefix_count=settings.prefix_count if settings.prefix_len else None,
         **router_fields(settings),

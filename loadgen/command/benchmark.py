@@ -43,6 +43,7 @@ from loadgen.terminal.summary import start_line
 from loadgen.workloads.dataset import DatasetError, dataset_of
 from loadgen.workloads.prefixes import prefixes_file
 from loadgen.workloads.randomdata import random_prompts_file
+from loadgen.workloads.sessions import followups_of
 from loadgen.workloads.tokenizing import open_prompt_tokenizer
 
 HELP = """Warmup, a measured Locust run, then the sidecar's report (reports/). Also python -m loadgen.command.benchmark
@@ -136,6 +137,9 @@ def _checked_plan(
     if dataset is not None and dataset.skipped:
         print(f"[WARN] {dataset.skipped} unusable entr(y/ies) in {dataset.path} skipped; {len(dataset.prompts)} used")
     plan = bench_config(settings, target.model)
+    if plan.session_turns > 1:  # conversations: the dataset's real follow-up turns, or drawn ones
+        plan = plan.model_copy(update={"session_followups": followups_of(dataset.prompts if dataset else [],
+                                                                          plan.session_turns)})  # fmt: skip
     if report_from:
         return plan, target.backend, notes
     try:

@@ -38,6 +38,7 @@ class MockConfig:
     tokenize_answer: str | None = None  # "html", "list" or "empty": /tokenize and /detokenize answer 200 with that
     fast_answers: int = 0  # per server process: its first this many chat answers leave at once, later ones on schedule
     reasoning_tokens: int = 0  # a reasoning model: each answer's first this many tokens are reasoning deltas
+    request_log: str | None = None  # append each chat request's arrival (Unix s) and messages here (JSONL)
     reasoning_field: str = "reasoning"  # vLLM 0.32 streams "reasoning"; older vLLM and DeepSeek "reasoning_content"
 
 

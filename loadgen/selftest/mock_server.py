@@ -26,7 +26,8 @@ whose text its detokenizer holds back: a byte-level BPE piece of a multi-byte ch
 reasoning model, whose answers open with N reasoning tokens (``reasoning`` deltas as vLLM 0.32 streams them, or
 ``--reasoning-field reasoning_content``) before the content, usage counting them in
 ``completion_tokens_details.reasoning_tokens``.
-``--require-api-key`` answers 401 on ``/v1/*`` without ``Authorization: Bearer <VLLM_API_KEY>``, as vLLM started
+``--request-log FILE`` appends every chat request's arrival time and messages to FILE (what a conversation sent, and
+when). ``--require-api-key`` answers 401 on ``/v1/*`` without ``Authorization: Bearer <VLLM_API_KEY>``, as vLLM started
 with ``--api-key`` does (the key is read from the settings, never from the command line).
 
 The server's own clock (:mod:`loadgen.selftest.mock_metrics`): ``--metrics`` serves vLLM's ``/metrics`` latency
@@ -105,6 +106,17 @@ class MockServer:
         message = f"max_tokens={asked} cannot be greater than max_model_len={self.cfg.max_model_len}"
         error = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
         return json.dumps(error).encode()
+
+    def log_request(self, body: bytes) -> None:
+        """Append the request's arrival time (Unix s) and messages to ``cfg.request_log`` (tests read what was
+        sent and when: a conversation's turn k+1 only after turn k's answer, with the history)."""
+        try:
+            messages = json.loads(body).get("messages")
+        except (ValueError, AttributeError):
+            messages = None
+        assert self.cfg.request_log is not None
+        with open(self.cfg.request_log, "a", encoding="utf-8") as log:
+            log.write(json.dumps({"at": time.time(), "messages": messages}, ensure_ascii=False) + "\n")
 
     def tokens_asked(self, body: bytes) -> int:
         """Answer length for a request body: min(tokens, max_tokens or max_completion_tokens)."""
@@ -187,6 +199,8 @@ class _Connection(asyncio.Protocol):
             if refused is not None:
                 self._send(_response("400 Bad Request", refused, close=close), close)
                 return
+            if server.cfg.request_log:
+                server.log_request(body)
             answer = server.answer(server.tokens_asked(body))
             head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
             head += b"connection: close\r\n\r\n" if close else b"\r\n"
@@ -317,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", action="store_true", help="serve vLLM's /metrics of the mock's own clock")
     parser.add_argument("--send-delay-ms", type=float, default=0.0, help="--metrics: events leave this late")
     parser.add_argument("--fast-answers", type=int, default=0, help="each process's first N chat answers: unpaced")
+    parser.add_argument("--request-log", default=None, help="append each chat request's arrival and messages here")
     parser.add_argument("--reasoning", type=int, default=0, help="a reasoning model: each answer's first N tokens "
                         "are reasoning deltas (usage counts them)")
     parser.add_argument("--reasoning-field", choices=("reasoning", "reasoning_content"), default="reasoning",
@@ -355,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         fast_answers=max(0, args.fast_answers),
         reasoning_tokens=max(0, args.reasoning),
         reasoning_field=args.reasoning_field,
+        request_log=args.request_log,
     )
     print(f"[MOCK] http://{args.host}:{args.port} ({args.processes} process(es))", file=sys.stderr, flush=True)
     return run(cfg, args.host, args.port, args.processes)
