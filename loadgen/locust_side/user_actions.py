@@ -108,7 +108,7 @@ def converse(
     session: Session,
     first: WorkItem,
     scheduled_at: float,
-    one: Callable[[WorkItem, float], None],
+    one: Callable[[WorkItem, float], object],
     deadline: float | None = None,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = gevent.sleep,

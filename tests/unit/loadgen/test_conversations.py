@@ -165,7 +165,7 @@ def test_real_mock_server_sees_turn_k_plus_1_only_after_turn_ks_answer_with_the_
         try:
             session = state.open_session(0, state.item(0))
             converse(state, session, state.item(1), time.time(),
-                     lambda work, at: send(state, http, url, work, at) and None)
+                     lambda work, at: send(state, http, url, work, at))
         finally:
             http.close()
             state.close()
