@@ -119,6 +119,11 @@ def without_api_keys(args: list[str]) -> list[str]:
     return out
 
 
+PROMPT_TOKENS_DETAILS = "--enable-prompt-tokens-details"
+"""vLLM's flag for ``usage.prompt_tokens_details.cached_tokens``: the prompt tokens each request found in the prefix
+cache (a conversation's per-turn hits; docs/reports.md). Off by default in vLLM; the stack turns it on."""
+
+
 def vllm_argv(
     settings: Settings,
     resolved: ResolvedModel,
@@ -133,7 +138,7 @@ def vllm_argv(
     ``gpu_utilization`` (:class:`engine.gpuplan.MemoryPlan`) is ``--gpu-memory-utilization``: vLLM still
     checks free memory against it at start, so its 0.92 default would refuse a shared card (one given in
     VLLM_EXTRA_ARGS wins), as does its ``--disable-access-log-for-endpoints`` over the stack's own polling endpoints
-    (:func:`engine.logpipe.access_log_args`). ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
+    (:func:`engine.logpipe.access_log_args`), and :data:`PROMPT_TOKENS_DETAILS`. ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
     one key goes through the environment (:func:`vllm_env`); only several keys come back here, as one
     ``--api-key a b`` list before the extra arguments (which stay last).
 
@@ -164,6 +169,8 @@ def vllm_argv(
     if gpu_utilization is not None and not has_flag(settings.vllm_extra_args, "--gpu-memory-utilization"):
         argv += ["--gpu-memory-utilization", f"{gpu_utilization:.3f}"]
     argv += access_log_args(settings.vllm_extra_args)  # the stack's own polling stays out of vllm.log
+    if not has_flag(settings.vllm_extra_args, PROMPT_TOKENS_DETAILS):
+        argv.append(PROMPT_TOKENS_DETAILS)  # each answer's usage says its prefix-cache hits (conversations' turns)
     if profile:
         argv += profiler_args(settings)
     keys = settings.vllm_api_keys
