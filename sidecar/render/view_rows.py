@@ -169,7 +169,9 @@ def startup_rows(e: Environment) -> list[Row]:
 
 def config_rows(config: BenchmarkConfig) -> list[Row]:
     """The knobs of a run, or of the plan every point of a series started from: every one that is set."""
-    return [(key, fmt(value)) for key, value in config.model_dump().items() if value not in (None, {}, [])]
+    shown = {"think_time": config.think_time.text} if config.think_time is not None else {}  # as THINK_TIME says it
+    return [(key, fmt(shown.get(key, value))) for key, value in config.model_dump().items()
+            if value not in (None, {}, [])]  # fmt: skip
 
 
 def resources_rows(report: Report) -> list[Row]:
