@@ -11,6 +11,7 @@ import pytest
 from core.parsing import parse_slo
 from core.records import RequestRecord
 from core.report_schema import Report
+from core.series import report_values
 from core.stats import run_metrics
 from core.thinktime import parse_think_time
 from loadgen.terminal.summary import format_summary
@@ -56,7 +57,8 @@ def as_report(rows: list[RequestRecord], **config: object) -> Report:
 
 def test_reasoning_figures_sit_beside_ttft_in_every_output() -> None:
     """TTFT stays the first token of any kind (20/30 ms); the answer TTFT (220 ms for reasoning rows, TTFT for the
-    others) is in the metrics, the terminal, Markdown, HTML and both CSVs; goodput can bound it."""
+    others) is in the metrics, the terminal, Markdown, HTML, both CSVs and a series point's figures (sweeps, make
+    compare); goodput can bound it."""
     rows = reasoning_rows()
     r = as_report(rows)
     m = r.metrics
@@ -73,6 +75,8 @@ def test_reasoning_figures_sit_beside_ttft_in_every_output() -> None:
     assert table[0]["answer_ttft_ms"] == "220.0" and table[9]["answer_ttft_ms"] == ""
     assert list(table[0])[list(table[0]).index("ttft_ms") + 1] == "reasoning_ttft_ms"
     assert next(csv.DictReader(io.StringIO(summary_csv(r))))["answer_ttft_p50_ms"] == "220.0"
+    assert report_values(r)["answer_ttft_p50_ms"] == 220.0  # sweeps, series and make compare
+    assert report_values(report())["answer_ttft_p50_ms"] is None
 
 
 def test_a_run_without_reasoning_or_sessions_reads_as_before() -> None:
