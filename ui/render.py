@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ui.chat import escape_directives
 from ui.errors import UiError
-from ui.timing import TIMING_LEGEND, Timing, format_timing
+from ui.timing import Timing, format_timing, timing_legend
 
 EMPTY_ANSWER = "(No visible text: the model produced only whitespace or invalid characters.)"
 
@@ -30,7 +30,7 @@ def answer_markdown(answer: str, timing: Timing | None, notice: str | None, erro
     if error is not None:
         footer.append(error.message)
     elif timing is not None:
-        footer.append(f"`{format_timing(timing)}`  \n*{TIMING_LEGEND}*")
+        footer.append(f"`{format_timing(timing)}`  \n*{timing_legend(timing)}*")
     if len(parts) > (1 if notice else 0) and footer:
         parts.append("---")
     parts.extend(footer)

@@ -15,6 +15,9 @@ class Timing:
     prompt_tokens: int | None
     completion_tokens: int | None
     tokens_per_s: float | None  # decode speed: tokens after the first, per second of Gen
+    think_ms: float | None = None  # reasoning models: first reasoning token -> first answer token ("Think")
+    answer_ms: float | None = None  # reasoning models: first answer token -> end of stream ("Answer")
+    reasoning_tokens: int | None = None  # reasoning models: of completion_tokens, the reasoning ones
 
 
 def compute_timing(
@@ -23,8 +26,16 @@ def compute_timing(
     end_s: float,
     prompt_tokens: int | None,
     completion_tokens: int | None,
+    *,
+    first_answer_s: float | None = None,
+    first_reasoning_s: float | None = None,
+    reasoning_tokens: int | None = None,
 ) -> Timing:
-    """Timing from monotonic timestamps in seconds (request sent, first content token or None, stream end).
+    """Timing from monotonic timestamps in seconds (request sent, first token of any kind or None, stream end).
+
+    A reasoning model's answer (``first_reasoning_s`` given) splits Gen in two: ``think_ms`` from the first
+    reasoning token to the first answer token (the rest of the stream when the answer never began), ``answer_ms``
+    from the first answer token to the end.
 
     ``tokens_per_s`` is ``(completion_tokens - 1) / Gen``: the first token's time is in ``Prompt`` (TTFT), so it
     is not counted again. It is ``None`` when there are fewer than two tokens or no measurable Gen time.
@@ -42,6 +53,11 @@ def compute_timing(
     tokens_per_s = None
     if gen_ms is not None and gen_ms > 0 and completion_tokens is not None and completion_tokens > 1:
         tokens_per_s = (completion_tokens - 1) / (gen_ms / 1000.0)
+    think_ms = answer_ms = None
+    if first_reasoning_s is not None:
+        answer_at = first_answer_s if first_answer_s is not None else end_s
+        think_ms = max(0.0, answer_at - first_reasoning_s) * 1000.0
+        answer_ms = None if first_answer_s is None else (end_s - first_answer_s) * 1000.0
     return Timing(
         total_ms=total_ms,
         ttft_ms=ttft_ms,
@@ -49,6 +65,9 @@ def compute_timing(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         tokens_per_s=tokens_per_s,
+        think_ms=think_ms,
+        answer_ms=answer_ms,
+        reasoning_tokens=reasoning_tokens,
     )
 
 
@@ -58,6 +77,15 @@ TIMING_LEGEND = (
     "Prompt = time to first token (queueing + reading the prompt) · Gen = first token to the end · "
     "tok/s = tokens after the first, per second of Gen"
 )
+REASONING_LEGEND = (
+    "Prompt = time to the first token (thinking or answer) · Think = first thinking token to the answer's first "
+    "token · Answer = the answer's first token to the end · tok/s = tokens after the first, per second of both"
+)
+
+
+def timing_legend(timing: Timing) -> str:
+    """The legend under :func:`format_timing`'s line: :data:`REASONING_LEGEND` for a reasoning model's answer."""
+    return REASONING_LEGEND if timing.think_ms is not None else TIMING_LEGEND
 
 
 def _ms(value: float | None) -> str:
@@ -69,15 +97,22 @@ def _field(text: str) -> str:
 
 
 def format_timing(timing: Timing) -> str:
-    """``Total: 824ms | Prompt: 123ms | Gen: 701ms | 52.3 tok/s | Tokens: 19 in, 37 out``.
+    """``Total: 824ms | Prompt: 123ms | Gen: 701ms | 52.3 tok/s | Tokens: 19 in, 37 out``; a reasoning model's
+    ``Total: 2400ms | Prompt: 120ms | Think: 1500ms | Answer: 780ms | 50.1 tok/s | Tokens: 19 in, 120 out (80
+    thinking)``.
 
     ``Prompt`` is the seed's label for the time to first token (explained by :data:`TIMING_LEGEND`). The spaces
     inside a field are non-breaking (U+00A0), so the line never wraps mid-field (``512`` / ``out``).
     """
-    parts = [f"Total: {_ms(timing.total_ms)}", f"Prompt: {_ms(timing.ttft_ms)}", f"Gen: {_ms(timing.gen_ms)}"]
+    parts = [f"Total: {_ms(timing.total_ms)}", f"Prompt: {_ms(timing.ttft_ms)}"]
+    if timing.think_ms is not None:  # a reasoning model: thinking apart from the answer
+        parts += [f"Think: {_ms(timing.think_ms)}", f"Answer: {_ms(timing.answer_ms)}"]
+    else:
+        parts.append(f"Gen: {_ms(timing.gen_ms)}")
     if timing.tokens_per_s is not None:
         parts.append(f"{timing.tokens_per_s:.1f} tok/s")
     prompt = "?" if timing.prompt_tokens is None else str(timing.prompt_tokens)
     completion = "?" if timing.completion_tokens is None else str(timing.completion_tokens)
-    parts.append(f"Tokens: {prompt} in, {completion} out")
+    thought = f" ({timing.reasoning_tokens} thinking)" if timing.reasoning_tokens is not None else ""
+    parts.append(f"Tokens: {prompt} in, {completion} out{thought}")
     return FIELD_SEPARATOR.join(_field(part) for part in parts)
