@@ -116,6 +116,11 @@ class Settings(ClusterKnobs, SweepKnobs, BenchmarkKnobs, FolderKnobs, SecurityKn
                 "SESSION_TURNS > 1 with SWEEP=auto: auto's open-loop points are request rates, a conversation's rate "
                 "is of conversations; sweep concurrency:1,2,4,... or rate:0.1,0.2,... (conversations/s) instead"
             )
+        if self.session_followups != "auto" and self.session_turns <= 1:
+            raise ValueError(
+                f"SESSION_FOLLOWUPS={self.session_followups} says where a conversation's later turns come from: set "
+                "SESSION_TURNS > 1 (e.g. --session-turns 4)"
+            )
         if self.think_time is not None and self.session_turns <= 1:
             raise ValueError(
                 f"THINK_TIME={self.think_time.text} pauses between the turns of a conversation: set SESSION_TURNS > 1 "

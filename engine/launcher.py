@@ -138,9 +138,9 @@ def vllm_argv(
     ``gpu_utilization`` (:class:`engine.gpuplan.MemoryPlan`) is ``--gpu-memory-utilization``: vLLM still
     checks free memory against it at start, so its 0.92 default would refuse a shared card (one given in
     VLLM_EXTRA_ARGS wins), as does its ``--disable-access-log-for-endpoints`` over the stack's own polling endpoints
-    (:func:`engine.logpipe.access_log_args`), and :data:`PROMPT_TOKENS_DETAILS`. ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
-    one key goes through the environment (:func:`vllm_env`); only several keys come back here, as one
-    ``--api-key a b`` list before the extra arguments (which stay last).
+    (:func:`engine.logpipe.access_log_args`), and :data:`PROMPT_TOKENS_DETAILS`. ``--api-key`` options of
+    VLLM_EXTRA_ARGS are taken out: one key goes through the environment (:func:`vllm_env`); only several keys come
+    back here, as one ``--api-key a b`` list before the extra arguments (which stay last).
 
     Raises:
         KvSizingError: (when ``kv`` is not given) the pool cannot hold one request of the context length.

@@ -8,7 +8,7 @@ the check that the load shape fits the loop (``RATE_END`` needs ``RATE`` ...) is
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import NoDecode
@@ -67,7 +67,14 @@ class SweepKnobs(BaseModel):
         le=100,
         description="Turns per conversation, at most: each later turn carries the model's earlier answers; a "
         "dataset of multi-turn conversations (ShareGPT) plays their real follow-up turns, one of single prompts "
-        "draws its follow-ups from the workload; RATE: conversations arriving per second (docs/workloads.md).",
+        "draws its follow-ups from the workload (SESSION_FOLLOWUPS); RATE: conversations arriving per second "
+        "(docs/workloads.md).",
+    )
+    session_followups: Literal["auto", "dataset", "drawn"] = Field(
+        default="auto",
+        description="Conversations: where the later turns come from: dataset (each entry's own follow-up user turns; "
+        "a session ends with its conversation), drawn (another workload prompt's user message each) or auto "
+        "(dataset when most entries are multi-turn conversations).",
     )
     think_time: Annotated[ThinkTime | None, NoDecode] = Field(
         default=None,

@@ -82,7 +82,8 @@ class RunState:
         self._fd: int | None = None
         self._log: RotatingWriter | None = None
         self.closed = False
-        self.followups = followups_of(self.prompts, plan.session_turns)  # conversations: real or drawn follow-ups
+        # conversations: real or drawn follow-ups, as the benchmark resolved SESSION_FOLLOWUPS (else auto here)
+        self.followups = followups_of(self.prompts, plan.session_turns, plan.session_followups or "auto")
         self._deck = ConversationDeck(self.prompts, plan.seed) if self.followups == "dataset" else None
         self.sessions: dict[int, Session] = {}  # closed loop: each user's conversation
         self._sessions_started = 0

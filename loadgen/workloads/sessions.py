@@ -1,15 +1,16 @@
 """Multi-turn conversations (SESSION_TURNS > 1): each session sends turn k+1 only after turn k's answer, with the
 whole history so far (the model's actual answers), after the user's think time (THINK_TIME).
 
-Where the turns come from (:func:`followups_of`, recorded in the report as ``config.session_followups``):
+Where the turns come from (SESSION_FOLLOWUPS, :func:`followups_of`; recorded in the report as
+``config.session_followups``):
 
-- ``dataset``: the dataset holds multi-turn conversations (ShareGPT ``conversations`` or ``messages`` with several
-  user turns). A session replays one conversation: its leading system messages, then its *real* user turns in
-  order, each after the model's own answer to the one before (the dataset's recorded answers are not sent); it ends
-  after its last user turn or SESSION_TURNS turns. Conversations are dealt in one seeded order, each once per cycle
-  (:class:`ConversationDeck`): session number ``n`` of the run plays card ``n``, whichever process runs it.
-- ``drawn``: a dataset of single prompts (the bundled corpus): turn 1 is a workload prompt (all its messages), each
-  later turn the last user message of another workload prompt; a session plays SESSION_TURNS turns.
+- ``dataset`` (``auto`` when most entries are multi-turn conversations: ShareGPT ``conversations`` or ``messages``
+  with several user turns). A session replays one conversation: its leading system messages, then its *real* user
+  turns in order, each after the model's own answer to the one before (the dataset's recorded answers are not sent);
+  it ends after its last user turn or SESSION_TURNS turns. Conversations are dealt in one seeded order, each once per
+  cycle (:class:`ConversationDeck`): session number ``n`` of the run plays card ``n``, whichever process runs it.
+- ``drawn`` (``auto`` for a dataset of single prompts, the bundled corpus): turn 1 is a workload prompt (all its
+  messages), each later turn the last user message of another workload prompt; a session plays SESSION_TURNS turns.
 
 A failed turn ends its session (there is no answer to carry). A session lives in the one load process that started
 it, so a session never moves between workers or hosts.
@@ -42,12 +43,21 @@ def split_turns(prompt: Prompt) -> tuple[list[Message], list[str]]:
     return system, users
 
 
-def followups_of(prompts: Sequence[Prompt], session_turns: int) -> Followups | None:
-    """``dataset`` when SESSION_TURNS > 1 and some entry holds two or more user turns, ``drawn`` for a dataset of
-    single prompts, None without sessions."""
+def multi_turn_share(prompts: Sequence[Prompt]) -> float:
+    """The share of entries holding two or more user turns (0 without entries)."""
+    return sum(len(split_turns(p)[1]) >= 2 for p in prompts) / len(prompts) if prompts else 0.0
+
+
+def followups_of(prompts: Sequence[Prompt], session_turns: int, asked: str = "auto") -> Followups | None:
+    """Where a run's later turns come from: None without sessions (SESSION_TURNS 1); SESSION_FOLLOWUPS when it
+    names one; ``auto``: ``dataset`` when at least half the entries are multi-turn conversations (a ShareGPT
+    conversation file), else ``drawn`` (single prompts; the bundled corpus, whose few dialogue entries are prompts
+    with context)."""
     if session_turns <= 1:
         return None
-    return "dataset" if any(len(split_turns(p)[1]) >= 2 for p in prompts) else "drawn"
+    if asked in ("dataset", "drawn"):
+        return asked  # type: ignore[return-value]
+    return "dataset" if multi_turn_share(prompts) >= 0.5 else "drawn"
 
 
 class ConversationDeck:

@@ -27,7 +27,8 @@ CORPUS = PROJECT_ROOT / "loadgen" / "workloads" / "data" / "prompts_zh.jsonl"
 def user_turns() -> list[list[str]]:
     """20 conversations of 4 user turns, each turn a few hundred tokens of the bundled corpus behind its own tag (so
     no two conversations share more than the chat template)."""
-    corpus = [json.loads(line)["prompt"] for line in CORPUS.read_text(encoding="utf-8").splitlines()]
+    entries = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines()]
+    corpus = [e.get("prompt") or e["messages"][-1]["content"] for e in entries]
     talks, k = [], 0
     for c in range(SESSIONS):
         turns = []

@@ -46,6 +46,7 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
     "--vllm-base-url": (["http://h:1"], []), "--burstiness": (["0.5"], ["--rate", "2"]),
     "--ramp-up-s": (["3"], []), "--rate-end": (["4"], ["--rate", "2"]), "--session-turns": (["2"], []),
     "--think-time": (["exponential:2s"], ["--session-turns", "2"]),
+    "--session-followups": (["drawn"], ["--session-turns", "2"]),
     "--workers": (["2"], []), "--sweep": (["concurrency:1,2"], []), "--sweep-rates": (["3"], ["--sweep", "auto"]),
     "--repeat": (["2"], []), "--cooldown-s": (["1"], ["--repeat", "2"]), "--bench-model": (["lora"], []),
     "--output-len": (["fixed"], []), "--output-len-mean": (["100"], []), "--output-len-p95": (["300"], []),

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from core.requestlog import RequestLog
+from core.settings import PROJECT_ROOT
 from core.thinktime import parse_think_time, think_sampler
 from loadgen.locust_side.process_state import RunState, Slot
 from loadgen.locust_side.user_actions import converse, dispatch_open_loop, send
 from loadgen.request.client import new_session
 from loadgen.selftest.mock_answers import TOKEN_TEXT, MockConfig
 from loadgen.workloads.dataset import Prompt, load_dataset
-from loadgen.workloads.sessions import ConversationDeck, Session, followups_of, split_turns
+from loadgen.workloads.sessions import ConversationDeck, Session, followups_of, multi_turn_share, split_turns
 from loadgen.workloads.workload import WorkItem, WorkloadSampler
 from tests.unit.loadgen.mock_in_loop import mock_in_thread
 from tests.unit.loadgen.test_load_processes import plan
@@ -51,6 +52,20 @@ def test_a_sharegpt_conversation_splits_into_its_system_prompt_and_real_user_tur
     assert users == ["对话0的第1问", "对话0的第2问", "对话0的第3问", "对话0的第4问"]
     assert followups_of(prompts, 3) == "dataset" and followups_of(prompts, 1) is None
     assert followups_of([item().prompt], 3) == "drawn"
+
+
+def test_auto_follow_ups_replay_a_conversation_file_and_draw_for_a_prompt_corpus() -> None:
+    """auto: real follow-ups when at least half the entries are multi-turn (the shared ShareGPT file: 63 %), drawn
+    ones for a prompt corpus with a few dialogue entries (the bundled one: 46 of 339); SESSION_FOLLOWUPS decides
+    when it names one."""
+    bundled = load_dataset(PROJECT_ROOT / "loadgen" / "workloads" / "data" / "prompts_zh.jsonl").prompts
+    assert 0 < multi_turn_share(bundled) < 0.5 and followups_of(bundled, 3) == "drawn"
+    talk = Prompt("c", "t", [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                             {"role": "user", "content": "c"}])
+    half = [talk, item().prompt]
+    assert followups_of(half, 3) == "dataset" and followups_of(half, 3, "drawn") == "drawn"
+    assert followups_of([item().prompt] * 3 + [talk], 3) == "drawn"
+    assert followups_of([item().prompt], 3, "dataset") == "dataset"
 
 
 def test_a_session_sends_each_real_turn_after_the_answers_so_far_and_ends_at_the_cap() -> None:

@@ -105,6 +105,10 @@ def test_load_shape_settings_and_their_errors() -> None:
     assert bench_config(knobs(rate=1, session_turns=3), "m").session_turns == 3
     with pytest.raises(ValidationError, match="THINK_TIME=exponential:2s pauses between the turns"):
         knobs(think_time="exponential:2s")
+    with pytest.raises(ValidationError, match="SESSION_FOLLOWUPS=drawn says where"):
+        knobs(session_followups="drawn")
+    assert bench_config(knobs(session_turns=2, session_followups="drawn"), "m").session_followups == "drawn"
+    assert bench_config(knobs(session_turns=2), "m").session_followups is None  # auto: resolved on the dataset
     with pytest.raises(ValidationError, match="SESSION_TURNS"):
         knobs(sweep="auto", session_turns=3)
     assert knobs(sweep="concurrency:1,2", session_turns=3).session_turns == 3
