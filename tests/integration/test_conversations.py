@@ -25,15 +25,16 @@ CORPUS = PROJECT_ROOT / "loadgen" / "workloads" / "data" / "prompts_zh.jsonl"
 
 
 def user_turns() -> list[list[str]]:
-    """20 conversations of 4 user turns, each turn a few hundred tokens of the bundled corpus behind its own tag (so
-    no two conversations share more than the chat template)."""
+    """20 conversations of 4 user turns, each turn 160 characters of the bundled corpus (a few hundred tokens of the
+    tiny model) behind its own tag (so no two conversations share more than the chat template)."""
     entries = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines()]
     corpus = [e.get("prompt") or e["messages"][-1]["content"] for e in entries]
     talks, k = [], 0
     for c in range(SESSIONS):
         turns = []
         for t in range(TURNS):
-            turns.append(f"会话{c}第{t + 1}轮：" + "".join(corpus[(k + i) % len(corpus)] for i in range(8)))
+            text = "".join(corpus[(k + i) % len(corpus)] for i in range(8))[:160]  # 4 turns stay far below 4,096
+            turns.append(f"会话{c}第{t + 1}轮：{text}")
             k += 8
         talks.append(turns)
     return talks
