@@ -86,7 +86,7 @@ def is_bool(info: FieldInfo) -> bool:
 
 SHORT_HELP: dict[str, str] = {
     # one --help line for knobs whose first clause would wrap (the whole description is in docs/reference.md)
-    "rate_end": "Open loop: ramp linearly from RATE to this, req/s",
+    "rate_end": "Open loop: ramp from RATE to this, req/s",
     "sweep": "Load sweep: auto, concurrency:1,2 or rate:1,2",
     "sweep_rates": "SWEEP=auto: rates between its points",
     "capacity_check": "Refuse loads that would time out",
@@ -99,6 +99,9 @@ SHORT_HELP: dict[str, str] = {
     "prefix_len": "Shared prefix tokens before every prompt",
     "prefix_count": "Distinct shared prefixes",
     "tokenizer": "Model folder sizing prompts without /tokenize",
+    "session_turns": "Turns per conversation, at most",
+    "think_time": "Pause before each next turn, e.g. exponential:2s",
+    "session_followups": "Later turns: dataset's own, drawn or auto",
     "trace": "Replay this BurstGPT CSV / Mooncake JSONL trace",
     "trace_speed": "TRACE: replay this many times faster",
     "slo_attainment_pct": "A sweep point's least share in SLO, %",

@@ -79,6 +79,9 @@ def fingerprint_fields(config: BenchmarkConfig, env: Environment) -> dict[str, A
         "rate_end_req_per_sec": config.rate_end_req_per_sec,
         "input_len_tokens": config.input_len_tokens,
         "session_turns": config.session_turns,
+        # only for conversations with a think time or real follow-ups: earlier runs keep their fingerprint
+        **({"think_time": config.think_time.text} if config.think_time else {}),
+        **({"session_followups": config.session_followups} if config.session_followups == "dataset" else {}),
         # only when set, so runs without prefixes keep the fingerprint they had before these fields existed
         **(
             {"prefix_len_tokens": config.prefix_len_tokens, "prefix_count": config.prefix_count}

@@ -15,8 +15,9 @@ _SLO_RE = re.compile(r"\s*(\w+)\s*<=\s*(\S+)\s*")
 
 # Input-length buckets of the workload (by characters of the whole conversation).
 BUCKETS = ("short", "medium", "long")
-# Latencies an SLO may bound (goodput), milliseconds.
-SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
+# Latencies an SLO may bound (goodput), milliseconds: ttft_ms is the first token of any kind (vLLM's), answer_ttft_ms
+# the first answer token of a reasoning stream (core.reasoning).
+SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "answer_ttft_ms")
 # A baseline name: letters, digits, '_', '.', '-', starting with a letter or digit, 1-64 characters.
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}"
 NAME_RE = re.compile(NAME_PATTERN)

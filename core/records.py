@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from core.streamtiming import EndReason
 
@@ -19,6 +19,11 @@ ErrorKind = Literal[
     "incomplete",  # still in flight when the run ended (DURATION + DRAIN_S, or Ctrl-C): cancelled, not a failure
 ]
 TokenSource = Literal["usage", "tokenize", "chunks"]
+SplitSource = Literal["usage", "chunks"]
+OMITTED_WHEN_UNSET = frozenset({"reasoning_ttft_ms", "answer_ttft_ms", "reasoning_tokens", "answer_tokens",
+                                "reasoning_tokens_source", "cached_tokens", "think_time_s"})  # fmt: skip
+"""Fields a row carries only when set (reasoning streams, a server that reports cached tokens, conversations), so
+the rows of a run without them read byte for byte as before they existed."""
 
 Phase = Literal["warmup", "measured"]
 
@@ -71,6 +76,41 @@ class RequestRecord(BaseModel):
     http_status: int | None = None
     error_kind: ErrorKind | None = None
     error: str | None = None
+    reasoning_ttft_ms: float | None = Field(
+        default=None,
+        description="Reasoning streams: send → the first reasoning token (a reasoning or reasoning_content delta); "
+        "absent when the stream carried no reasoning.",
+    )
+    answer_ttft_ms: float | None = Field(
+        default=None,
+        description="Reasoning streams: send → the first answer (content) token; None when the answer never began "
+        "(max_tokens spent thinking). Without reasoning the answer's first token is ttft_ms.",
+    )
+    reasoning_tokens: int | None = Field(
+        default=None, description="Reasoning streams: reasoning tokens (see reasoning_tokens_source)."
+    )
+    answer_tokens: int | None = Field(default=None, description="Reasoning streams: answer (content) tokens.")
+    reasoning_tokens_source: SplitSource | None = Field(
+        default=None,
+        description="Where the reasoning/answer split came from: usage (completion_tokens_details.reasoning_tokens) "
+        "or chunks (the client's count of reasoning and content token chunks).",
+    )
+    cached_tokens: int | None = Field(
+        default=None,
+        description="Prompt tokens the server found in its prefix cache (usage.prompt_tokens_details.cached_tokens; "
+        "vLLM with --enable-prompt-tokens-details); absent when the server does not say.",
+    )
+    think_time_s: float | None = Field(
+        default=None, description="Conversations: the user's pause before this turn (after the previous answer), s."
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for name in OMITTED_WHEN_UNSET:
+            if data.get(name, 0) is None:
+                del data[name]
+        return data
 
     @property
     def ended_at(self) -> float:

@@ -3,7 +3,11 @@ environment (hardware, software, model, vLLM's starts) and the benchmark's confi
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
+
+from core.thinktime import ThinkTime
 
 
 class StartupFacts(BaseModel):
@@ -117,6 +121,14 @@ class BenchmarkConfig(BaseModel):
         default=None, description="DATASET=random: prompt tokens of every request, chat template included."
     )
     session_turns: int = Field(default=1, description="Turns per conversation (1: independent requests).")
+    session_followups: Literal["dataset", "drawn"] | None = Field(
+        default=None,
+        description="Conversations: where the later turns came from: dataset (the dataset's real follow-up turns) "
+        "or drawn (another workload prompt's user message each); None without conversations.",
+    )
+    think_time: ThinkTime | None = Field(
+        default=None, description="Conversations: the user's pause before each later turn (THINK_TIME); None: none."
+    )
     prefix_len_tokens: int | None = Field(
         default=None, description="PREFIX_LEN: tokens of the shared prefix before every prompt; None: no prefix."
     )

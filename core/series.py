@@ -37,6 +37,8 @@ SERIES_METRICS: dict[str, tuple[str, str, int]] = {
     "goodput_percent": ("within SLO", "%", +1),
     "ttft_p50_ms": ("TTFT p50", "ms", -1),
     "ttft_p99_ms": ("TTFT p99", "ms", -1),
+    "answer_ttft_p50_ms": ("answer TTFT p50", "ms", -1),  # reasoning streams only (the answer's first token)
+    "answer_ttft_p99_ms": ("answer TTFT p99", "ms", -1),
     "itl_p50_ms": ("ITL p50", "ms", -1),
     "itl_p99_ms": ("ITL p99", "ms", -1),
     "e2e_p50_ms": ("E2E p50", "ms", -1),
@@ -67,6 +69,8 @@ def report_values(report: Report) -> dict[str, float | None]:
         "goodput_percent": m.goodput_percent,
         "ttft_p50_ms": m.ttft.p50_ms,
         "ttft_p99_ms": m.ttft.p99_ms,
+        "answer_ttft_p50_ms": m.reasoning.answer_ttft.p50_ms if m.reasoning else None,
+        "answer_ttft_p99_ms": m.reasoning.answer_ttft.p99_ms if m.reasoning else None,
         "itl_p50_ms": m.itl.p50_ms,
         "itl_p99_ms": m.itl.p99_ms,
         "e2e_p50_ms": m.e2e.p50_ms,

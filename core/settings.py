@@ -114,12 +114,20 @@ class Settings(
                 f"PREFIX_COUNT={self.prefix_count} counts shared prefixes of PREFIX_LEN tokens: set PREFIX_LEN too "
                 "(e.g. --prefix-len 256 --prefix-count 4)"
             )
-        if self.session_turns > 1 and self.rate is not None:
-            raise ValueError("SESSION_TURNS > 1 needs the closed loop (each turn waits for the answer): unset RATE")
-        if self.session_turns > 1 and self.sweep and parse_sweep(self.sweep)[0] != "concurrency":
+        if self.session_turns > 1 and self.sweep and parse_sweep(self.sweep)[0] == "auto":
             raise ValueError(
-                f"SESSION_TURNS > 1 needs the closed loop, and SWEEP={self.sweep} has open-loop points: sweep "
-                "concurrency:1,2,4,... instead"
+                "SESSION_TURNS > 1 with SWEEP=auto: auto's open-loop points are request rates, a conversation's rate "
+                "is of conversations; sweep concurrency:1,2,4,... or rate:0.1,0.2,... (conversations/s) instead"
+            )
+        if self.session_followups != "auto" and self.session_turns <= 1:
+            raise ValueError(
+                f"SESSION_FOLLOWUPS={self.session_followups} says where a conversation's later turns come from: set "
+                "SESSION_TURNS > 1 (e.g. --session-turns 4)"
+            )
+        if self.think_time is not None and self.session_turns <= 1:
+            raise ValueError(
+                f"THINK_TIME={self.think_time.text} pauses between the turns of a conversation: set SESSION_TURNS > 1 "
+                "(e.g. --session-turns 4)"
             )
         return self
 

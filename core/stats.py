@@ -21,21 +21,26 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, Field
 
+from core.conversations import SessionStats, TurnStats, session_stats, turn_stats
 from core.cutrequests import CutRequests, cut_requests
 from core.latency import LatencyStats as LatencyStats  # its home is core.latency; imported from here too
 from core.latency import effective_e2e_ms as effective_e2e_ms
 from core.latency import effective_ttft_ms as effective_ttft_ms
 from core.latency import latency_stats as latency_stats
+from core.reasoning import ReasoningStats, answer_ttft_ms, reasoning_stats
 from core.records import RequestRecord
 from core.schedule import ScheduleStats, schedule_stats
 from core.steady import SteadyState, decode_tokens_in, steady_state
 
 
 def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
-    """True when ``r`` succeeded and every SLO bound holds (a missing value fails the bound)."""
+    """True when ``r`` succeeded and every SLO bound holds (a missing value fails the bound). ``ttft_ms`` bounds the
+    first token of any kind, ``answer_ttft_ms`` the answer's first token (:func:`core.reasoning.answer_ttft_ms`:
+    the same as TTFT for a stream without reasoning)."""
     if not r.ok:
         return False
-    values = {"ttft_ms": effective_ttft_ms(r), "tpot_ms": r.tpot_ms, "e2e_ms": effective_e2e_ms(r)}
+    values = {"ttft_ms": effective_ttft_ms(r), "tpot_ms": r.tpot_ms, "e2e_ms": effective_e2e_ms(r),
+              "answer_ttft_ms": answer_ttft_ms(r)}  # fmt: skip
     return all(values[name] is not None and values[name] <= bound for name, bound in slo.items())  # type: ignore[operator]
 
 
@@ -123,33 +128,6 @@ class OutputLengths(BaseModel):
     )
 
 
-class TurnStats(BaseModel):
-    """Successful requests of one turn of multi-turn sessions (SESSION_TURNS): later turns carry the history, so
-    their prompts grow while a prefix cache keeps their TTFT down."""
-
-    turn: int
-    requests: int
-    prompt_tokens_mean: float | None
-    ttft: LatencyStats
-
-
-def turn_stats(ok: Sequence[RequestRecord]) -> list[TurnStats]:
-    """Per turn (rows with a ``turn``), in turn order; empty without sessions."""
-    turns: dict[int, list[RequestRecord]] = {}
-    for r in ok:
-        if r.turn is not None:
-            turns.setdefault(r.turn, []).append(r)
-    return [
-        TurnStats(
-            turn=turn,
-            requests=len(rows),
-            prompt_tokens_mean=_quantiles([float(r.prompt_tokens) for r in rows if r.prompt_tokens is not None])[0],
-            ttft=latency_stats([v for r in rows if (v := effective_ttft_ms(r)) is not None]),
-        )
-        for turn, rows in sorted(turns.items())
-    ]
-
-
 class RunMetrics(BaseModel):
     """Aggregate figures of the measured phase of one benchmark run. A run in which no measured request ended (all
     cut by its end, or none sent) has its counts, its window and its cut requests; every figure of ended requests is
@@ -197,7 +175,17 @@ class RunMetrics(BaseModel):
         "tokenize (the server's /tokenize on the answer text) or chunks (the client's count of content chunks).",
     )
     turns: list[TurnStats] = Field(
-        default_factory=list, description="Multi-turn sessions: prompt size and TTFT per turn (empty without)."
+        default_factory=list,
+        description="Multi-turn sessions: prompt size, TTFT, ITL, E2E and prefix-cache hits per turn (empty "
+        "without; core.conversations).",
+    )
+    sessions: SessionStats | None = Field(
+        default=None, description="Multi-turn sessions: count, turns, total time per session; None without."
+    )
+    reasoning: ReasoningStats | None = Field(
+        default=None,
+        description="Reasoning streams: answer TTFT beside TTFT, thinking time, reasoning and answer tokens "
+        "(core.reasoning); None when no stream carried reasoning.",
     )
     cut: CutRequests | None = Field(
         default=None, description="What the requests cut by the run's end had received; None when none was cut."
@@ -302,6 +290,8 @@ def run_metrics(
         output_token_sources=dict(sorted(Counter(r.output_tokens_source or "unknown" for r in ok).items())),
         turns=turn_stats(ok),
         cut=cut_requests(every),
+        sessions=session_stats(measured),
+        reasoning=reasoning_stats(ok),
     )
 
 

@@ -14,6 +14,10 @@ Definitions (the README's "The metrics" table):
   it, the same moment on vLLM, where it leaves in the first token's write).
 - **ITL**: every gap between consecutive token chunks (as vLLM's ``vllm:inter_token_latency_seconds``: one gap per
   token, none merged because a token had no text yet).
+- **Reasoning streams** (a reasoning parser streams ``reasoning`` (vLLM 0.32) or ``reasoning_content`` deltas
+  before the answer's ``content``): TTFT stays the first token of any kind (vLLM's bench); beside it the time to
+  the first *reasoning* token and to the first *answer* (``content``) token. A chunk holding both (the parser splits
+  the delta at ``</think>``) stamps both.
 - **E2E**: send → the end of the stream (``data: [DONE]``, or the clean close after the final chunk).
 - **Completion rules**: a stream is complete on ``data: [DONE]``, or when the connection closes cleanly after a
   chunk with a non-null ``finish_reason`` (Hugging Face ``transformers serve`` ends that way); otherwise it is
@@ -40,7 +44,10 @@ class ChunkFacts:
     """What one chunk says: ``text`` is content and reasoning (what TTFT and ITL time), ``content`` the answer text
     alone (what a chat shows). ``invalid`` names a shape problem (the stream is then failed as ``invalid_stream``);
     ``error`` holds a server error object's message. ``token``: the chunk carries a generated token even without
-    text (module docstring). Fields in this order (the fast decoder builds it by position)."""
+    text (module docstring); ``answer``/``reasoning``: a ``content`` token / a reasoning token among them (a chunk
+    can hold both). ``reasoning_tokens`` is ``usage.completion_tokens_details.reasoning_tokens`` and
+    ``cached_tokens`` ``usage.prompt_tokens_details.cached_tokens`` (vLLM with ``--enable-prompt-tokens-details``),
+    None when absent. Fields in this order (the fast decoder builds it by position)."""
 
     text: str = ""
     content: str = ""
@@ -51,6 +58,10 @@ class ChunkFacts:
     error: str | None = None
     invalid: str | None = None
     token: bool = False
+    answer: bool = False
+    reasoning: bool = False
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
 
 
 def _shape(value: Any) -> str:
@@ -89,8 +100,15 @@ def _text(value: Any, where: str) -> tuple[str, str | None]:
     return "", f"{where} is {_shape(value)}, expected a string, null or a list of text parts"
 
 
-def _count(value: Any) -> int | None:
+def count_of(value: Any) -> int | None:
+    """``value`` when it is a token count (an integer >= 0, not a boolean), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _detail(usage: dict[str, Any], part: str, name: str) -> int | None:
+    """``usage[part][name]`` when it is a count (``prompt_tokens_details.cached_tokens``...), else None."""
+    details = usage.get(part)
+    return count_of(details.get(name)) if isinstance(details, dict) else None
 
 
 def interpret_chunk(obj: Any) -> ChunkFacts:
@@ -108,11 +126,14 @@ def interpret_chunk(obj: Any) -> ChunkFacts:
         message = error.get("message") if isinstance(error, dict) else error
         return ChunkFacts(error=str(message or error)[:500])
     usage = obj.get("usage")
-    prompt_tokens = completion_tokens = None
+    prompt_tokens = completion_tokens = reasoning_tokens = cached_tokens = None
     if usage is not None:
         if not isinstance(usage, dict):
             return ChunkFacts(invalid=f"usage is {_shape(usage)}, expected an object")
-        prompt_tokens, completion_tokens = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+        prompt_tokens = count_of(usage.get("prompt_tokens"))
+        completion_tokens = count_of(usage.get("completion_tokens"))
+        reasoning_tokens = _detail(usage, "completion_tokens_details", "reasoning_tokens")
+        cached_tokens = _detail(usage, "prompt_tokens_details", "cached_tokens")
     choices = obj.get("choices")
     if choices is None:
         choices = []
@@ -121,7 +142,7 @@ def interpret_chunk(obj: Any) -> ChunkFacts:
     texts: list[str] = []
     content: list[str] = []
     finish_reason = None
-    token = False
+    answer = reasoning = False
     for choice in choices:
         if not isinstance(choice, dict):
             return ChunkFacts(invalid=f"a choice is {_shape(choice)}, expected an object")
@@ -130,19 +151,24 @@ def interpret_chunk(obj: Any) -> ChunkFacts:
             delta = {}
         if not isinstance(delta, dict):
             return ChunkFacts(invalid=f"delta is {_shape(delta)}, expected an object")
+        reason = choice.get("finish_reason")
+        # a present but empty field without role or finish_reason is a token whose text is held back (empty now):
+        # vLLM's clock counts it
+        held = not reason and delta.get("role") is None
         for name in TEXT_FIELDS:
-            text, problem = _text(delta.get(name), name)
+            value = delta.get(name)
+            text, problem = _text(value, name)
             if problem:
                 return ChunkFacts(invalid=problem)
             texts.append(text)
             if name == "content":
                 content.append(text)
-        reason = choice.get("finish_reason")
+                answer = answer or bool(text) or (held and value is not None)
+            else:
+                reasoning = reasoning or bool(text) or (held and value is not None)
         if reason is not None and not isinstance(reason, str):
             return ChunkFacts(invalid=f"finish_reason is {_shape(reason)}, expected a string or null")
         finish_reason = reason or finish_reason
-        if not reason and delta.get("role") is None and any(delta.get(n) is not None for n in TEXT_FIELDS):
-            token = True  # a token whose text is held back (empty now): vLLM's clock counts it
     return ChunkFacts(
         text="".join(texts),
         content="".join(content),
@@ -150,7 +176,11 @@ def interpret_chunk(obj: Any) -> ChunkFacts:
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         has_usage=usage is not None,
-        token=token or any(texts),
+        token=answer or reasoning,
+        answer=answer,
+        reasoning=reasoning,
+        reasoning_tokens=reasoning_tokens,
+        cached_tokens=cached_tokens,
     )
 
 
@@ -175,6 +205,12 @@ class StreamTimer:
     finish_reason: str | None = None
     saw_done: bool = False
     closed_cleanly: bool = False
+    first_answer_s: float | None = None  # the first content token (module docstring: reasoning streams)
+    first_reasoning_s: float | None = None  # the first reasoning token; None: the stream carried no reasoning
+    answer_chunks: int = 0  # token chunks carrying an answer token
+    reasoning_chunks: int = 0  # token chunks carrying a reasoning token
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
 
     def start(self) -> None:
         """The request is being sent now."""
@@ -191,10 +227,20 @@ class StreamTimer:
             self.last_s = now
             self.chunks += 1
             self.chars += len(facts.text)
+            if facts.reasoning:
+                self.reasoning_chunks += 1
+                if self.first_reasoning_s is None:
+                    self.first_reasoning_s = now
+            if facts.answer:
+                self.answer_chunks += 1
+                if self.first_answer_s is None:
+                    self.first_answer_s = now
         if facts.has_usage:
             self.usage_seen = True
             self.prompt_tokens = facts.prompt_tokens
             self.completion_tokens = facts.completion_tokens
+            self.reasoning_tokens = facts.reasoning_tokens
+            self.cached_tokens = facts.cached_tokens
         self.finish_reason = facts.finish_reason or self.finish_reason
 
     def done(self) -> None:
@@ -233,6 +279,35 @@ class StreamTimer:
     def ttft_ms(self) -> float | None:
         """Send → first text chunk, ms; None before any text."""
         return self._ms(self.first_s)
+
+    @property
+    def reasoning_ttft_ms(self) -> float | None:
+        """Send → first reasoning token, ms; None when the stream carried no reasoning (yet)."""
+        return self._ms(self.first_reasoning_s)
+
+    @property
+    def answer_ttft_ms(self) -> float | None:
+        """Send → first answer (``content``) token, ms; None before one."""
+        return self._ms(self.first_answer_s)
+
+    @property
+    def think_ms(self) -> float | None:
+        """First reasoning token → first answer token, ms (the model's thinking as the reader waits for it); None
+        without reasoning or before the answer starts."""
+        if self.first_reasoning_s is None or self.first_answer_s is None:
+            return None
+        return (self.first_answer_s - self.first_reasoning_s) * 1000.0
+
+    def token_split(self) -> tuple[int, int, str] | None:
+        """``(reasoning tokens, answer tokens, source)`` of a stream that reasoned (reasoning deltas, or usage
+        counting reasoning tokens); None for one that did not. Source ``usage``: ``completion_tokens_details
+        .reasoning_tokens`` and the rest of ``completion_tokens``; else ``chunks``: the token chunks of each kind
+        counted by the client (exact at vLLM's one token per chunk)."""
+        if self.first_reasoning_s is None and not self.reasoning_tokens:
+            return None
+        if self.reasoning_tokens is not None and self.completion_tokens is not None:
+            return self.reasoning_tokens, max(0, self.completion_tokens - self.reasoning_tokens), "usage"
+        return self.reasoning_chunks, self.answer_chunks, "chunks"
 
     def e2e_ms(self) -> float | None:
         """Send → end of stream (or now, while it is still open), ms."""

@@ -115,7 +115,8 @@ async def answer(message: cl.Message) -> None:
         await reply.send()
         raise
     await show_status(result.status)
-    cl.user_session.set("history", append_turn(history, message.content, result.answer))
+    # the turns the model saw: those trimmed to fit the context (result.notice says so) stay out from now on
+    cl.user_session.set("history", append_turn(result.history, message.content, result.answer))
     reply.content = answer_markdown(result.answer, result.timing, result.notice, result.error)
     await reply.send()
     energy_j = await backend.answer_energy(result)  # after the answer is shown: the sidecar samples past its end

@@ -132,6 +132,29 @@ def append_turn(history: Sequence[ChatMessage], user_text: str, answer_text: str
     return [*history, {"role": "user", "content": user_text}, {"role": "assistant", "content": answer_text}]
 
 
+MIN_ANSWER_SHARE = 4
+"""Older turns are trimmed until the answer has room for what was asked, up to a 1/MIN_ANSWER_SHARE of the context:
+a long conversation then loses its oldest turns rather than squeezing the answer to a few tokens."""
+
+
+def turn_count(history: Sequence[ChatMessage]) -> int:
+    """Turns in ``history`` (its user messages)."""
+    return sum(m["role"] == "user" for m in history)
+
+
+def drop_oldest_turns(history: Sequence[ChatMessage], turns: int) -> list[ChatMessage]:
+    """``history`` without its ``turns`` oldest turns (a user message and what follows it up to the next user
+    message); empty when it has no more."""
+    starts = [i for i, m in enumerate(history) if m["role"] == "user"]
+    return [] if turns >= len(starts) else list(history[starts[turns] :])
+
+
+def answer_room_wanted(requested: int, ui_limit: int, max_model_len: int) -> int:
+    """Answer tokens the context must leave free before older turns are kept: what was asked (and the UI allows),
+    at most a :data:`MIN_ANSWER_SHARE`-th of the context."""
+    return max(1, min(requested, ui_limit, max_model_len // MIN_ANSWER_SHARE))
+
+
 def check_context(prompt_tokens: int, max_model_len: int, message_tokens: int | None = None) -> ContextTooLong | None:
     """None when the prompt leaves room for at least one answer token, else the sizes to report."""
     if prompt_tokens < max_model_len:

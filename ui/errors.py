@@ -100,6 +100,16 @@ def clamp_notice(budget: TokenBudget) -> str | None:
     )
 
 
+def trim_notice(turns: int, kept: int, max_model_len: int | None) -> str:
+    """The sentence shown when older turns were left out so the conversation fits the context."""
+    context = f" ({max_model_len:,} tokens)" if max_model_len else ""
+    earlier = "1 earlier turn was" if turns == 1 else f"{turns} earlier turns were"
+    return (
+        f"{earlier} left out so the conversation fits the model's context{context}: the model sees the last "
+        f"{kept} turn(s) and your message. Start a **New Chat** to begin afresh."
+    )
+
+
 def stream_cut(partial: bool) -> UiError:
     """The stream ended without a finish reason (connection closed mid-answer)."""
     shown = " The part above is all that arrived." if partial else ""

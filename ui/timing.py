@@ -16,6 +16,9 @@ class Timing:
     completion_tokens: int | None
     tokens_per_s: float | None  # decode speed: tokens after the first, per second of Gen
     energy_j: float | None = None  # the engine's devices over the answer (the sidecar's GET /energy), J
+    think_ms: float | None = None  # reasoning models: first reasoning token -> first answer token ("Think")
+    answer_ms: float | None = None  # reasoning models: first answer token -> end of stream ("Answer")
+    reasoning_tokens: int | None = None  # reasoning models: of completion_tokens, the reasoning ones
 
 
 def with_energy(timing: Timing, energy_j: float | None) -> Timing:
@@ -29,8 +32,16 @@ def compute_timing(
     end_s: float,
     prompt_tokens: int | None,
     completion_tokens: int | None,
+    *,
+    first_answer_s: float | None = None,
+    first_reasoning_s: float | None = None,
+    reasoning_tokens: int | None = None,
 ) -> Timing:
-    """Timing from monotonic timestamps in seconds (request sent, first content token or None, stream end).
+    """Timing from monotonic timestamps in seconds (request sent, first token of any kind or None, stream end).
+
+    A reasoning model's answer (``first_reasoning_s`` given) splits Gen in two: ``think_ms`` from the first
+    reasoning token to the first answer token (the rest of the stream when the answer never began), ``answer_ms``
+    from the first answer token to the end.
 
     ``tokens_per_s`` is ``(completion_tokens - 1) / Gen``: the first token's time is in ``Prompt`` (TTFT), so it
     is not counted again. It is ``None`` when there are fewer than two tokens or no measurable Gen time.
@@ -48,6 +59,11 @@ def compute_timing(
     tokens_per_s = None
     if gen_ms is not None and gen_ms > 0 and completion_tokens is not None and completion_tokens > 1:
         tokens_per_s = (completion_tokens - 1) / (gen_ms / 1000.0)
+    think_ms = answer_ms = None
+    if first_reasoning_s is not None:
+        answer_at = first_answer_s if first_answer_s is not None else end_s
+        think_ms = max(0.0, answer_at - first_reasoning_s) * 1000.0
+        answer_ms = None if first_answer_s is None else (end_s - first_answer_s) * 1000.0
     return Timing(
         total_ms=total_ms,
         ttft_ms=ttft_ms,
@@ -55,6 +71,9 @@ def compute_timing(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         tokens_per_s=tokens_per_s,
+        think_ms=think_ms,
+        answer_ms=answer_ms,
+        reasoning_tokens=reasoning_tokens,
     )
 
 
@@ -63,6 +82,10 @@ FIELD_SEPARATOR = " | "
 TIMING_LEGEND = (
     "Prompt = time to first token (queueing + reading the prompt) · Gen = first token to the end · "
     "tok/s = tokens after the first, per second of Gen"
+)
+REASONING_LEGEND = (
+    "Prompt = time to the first token (thinking or answer) · Think = first thinking token to the answer's first "
+    "token · Answer = the answer's first token to the end · tok/s = tokens after the first, per second of both"
 )
 
 
@@ -73,8 +96,10 @@ ENERGY_LEGEND = (
 
 
 def timing_legend(timing: Timing) -> str:
-    """:data:`TIMING_LEGEND`, and the energy's when the line shows it."""
-    return TIMING_LEGEND + (f" · {ENERGY_LEGEND}" if timing.energy_j is not None else "")
+    """The legend under :func:`format_timing`'s line: :data:`TIMING_LEGEND`, or :data:`REASONING_LEGEND` for a
+    reasoning model's answer; and the energy's when the line shows it."""
+    legend = REASONING_LEGEND if timing.think_ms is not None else TIMING_LEGEND
+    return legend + (f" · {ENERGY_LEGEND}" if timing.energy_j is not None else "")
 
 
 def energy_text(energy_j: float) -> str:
@@ -91,18 +116,24 @@ def _field(text: str) -> str:
 
 
 def format_timing(timing: Timing) -> str:
-    """``Total: 824ms | Prompt: 123ms | Gen: 701ms | 52.3 tok/s | Tokens: 19 in, 37 out`` (``| Energy: 12.3 J``
-    when the answer's energy was measured).
+    """``Total: 824ms | Prompt: 123ms | Gen: 701ms | 52.3 tok/s | Tokens: 19 in, 37 out``; a reasoning model's
+    ``Total: 2400ms | Prompt: 120ms | Think: 1500ms | Answer: 780ms | 50.1 tok/s | Tokens: 19 in, 120 out (80
+    thinking)``; ``| Energy: 12.3 J`` after either when the answer's energy was measured.
 
     ``Prompt`` is the seed's label for the time to first token (explained by :data:`TIMING_LEGEND`). The spaces
     inside a field are non-breaking (U+00A0), so the line never wraps mid-field (``512`` / ``out``).
     """
-    parts = [f"Total: {_ms(timing.total_ms)}", f"Prompt: {_ms(timing.ttft_ms)}", f"Gen: {_ms(timing.gen_ms)}"]
+    parts = [f"Total: {_ms(timing.total_ms)}", f"Prompt: {_ms(timing.ttft_ms)}"]
+    if timing.think_ms is not None:  # a reasoning model: thinking apart from the answer
+        parts += [f"Think: {_ms(timing.think_ms)}", f"Answer: {_ms(timing.answer_ms)}"]
+    else:
+        parts.append(f"Gen: {_ms(timing.gen_ms)}")
     if timing.tokens_per_s is not None:
         parts.append(f"{timing.tokens_per_s:.1f} tok/s")
     prompt = "?" if timing.prompt_tokens is None else str(timing.prompt_tokens)
     completion = "?" if timing.completion_tokens is None else str(timing.completion_tokens)
-    parts.append(f"Tokens: {prompt} in, {completion} out")
+    thought = f" ({timing.reasoning_tokens} thinking)" if timing.reasoning_tokens is not None else ""
+    parts.append(f"Tokens: {prompt} in, {completion} out{thought}")
     if timing.energy_j is not None:
         parts.append(f"Energy: {energy_text(timing.energy_j)}")
     return FIELD_SEPARATOR.join(_field(part) for part in parts)

@@ -6,7 +6,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 from openai import AsyncOpenAI
@@ -15,7 +15,17 @@ from core.requestlog import RequestLog, RequestLogLine, Status, now_iso
 from core.settings import Settings
 from ui import errors
 from ui.backend import StreamState, count_tokens, stream_chat
-from ui.chat import ChatMessage, ChatParams, build_messages, check_context, plan_max_tokens, request_kwargs
+from ui.chat import (
+    ChatMessage,
+    ChatParams,
+    answer_room_wanted,
+    build_messages,
+    check_context,
+    drop_oldest_turns,
+    plan_max_tokens,
+    request_kwargs,
+    turn_count,
+)
 from ui.energy import answer_energy, wall_bounds
 from ui.status import BackendStatus, current_status
 from ui.timing import Timing, compute_timing
@@ -25,8 +35,10 @@ CONNECT_TIMEOUT_S = 5.0
 
 @dataclass(frozen=True)
 class TurnResult:
-    """Outcome of one turn: the answer text shown (maybe partial), its timing, a clamp notice, or an error;
-    ``bounds``: when the answer streamed (Unix s), for its energy (:meth:`ChatBackend.answer_energy`)."""
+    """Outcome of one turn: the answer text shown (maybe partial), its timing, a notice (older turns trimmed,
+    max_tokens clamped), or an error; ``bounds``: when the answer streamed (Unix s), for its energy
+    (:meth:`ChatBackend.answer_energy`); ``history``: the earlier turns the model saw (the history minus the turns
+    trimmed to fit the context; the chat keeps this one)."""
 
     request_id: str
     answer: str
@@ -35,6 +47,8 @@ class TurnResult:
     error: errors.UiError | None
     status: BackendStatus
     bounds: tuple[float, float] | None = None
+    history: list[ChatMessage] = field(default_factory=list)
+    trimmed_turns: int = 0
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,9 @@ class Plan:
     notice: str | None = None
     prompt_tokens: int | None = None
     error: errors.UiError | None = None
+    history: list[ChatMessage] = field(default_factory=list)  # the earlier turns that fit
+    trimmed_turns: int = 0
+    max_model_len: int | None = None
 
 
 def log_line(
@@ -76,6 +93,12 @@ def log_line(
         status=status or ("error" if error else "ok"),
         error=error,
     )
+
+
+def _joined(*notices: str | None) -> str | None:
+    """The notices given, one paragraph each; None when there is none."""
+    shown = [n for n in notices if n]
+    return "\n\n".join(shown) if shown else None
 
 
 def _round(value: float | None) -> float | None:
@@ -154,24 +177,65 @@ class ChatBackend:
         if not status.ready or status.model is None:
             unavailable = errors.backend_unavailable(status, self.url)
             self._finish(request_id, status.model, None, None, unavailable)
-            return TurnResult(request_id, "", None, None, unavailable, status)
+            return TurnResult(request_id, "", None, None, unavailable, status, history=list(history))
         model = status.model
-        messages = build_messages(history, user_text, params.system_prompt)
-        plan = await self._plan(model, messages, user_text, params, status.max_model_len)
-        max_tokens, notice, prompt_tokens = plan.max_tokens, plan.notice, plan.prompt_tokens
+        plan = await self._plan(model, list(history), user_text, params, status.max_model_len)
         if plan.error is not None:
-            self._finish(request_id, model, None, prompt_tokens, plan.error)
-            return TurnResult(request_id, "", None, None, plan.error, status)
-
+            self._finish(request_id, model, None, plan.prompt_tokens, plan.error)
+            return TurnResult(request_id, "", None, None, plan.error, status, history=list(history))
+        notice = _joined(errors.trim_notice(plan.trimmed_turns, turn_count(plan.history), plan.max_model_len)
+                         if plan.trimmed_turns else None, plan.notice)  # fmt: skip
         state = StreamState()
         try:
             if notice is not None and on_notice is not None:
                 await on_notice(notice)
-            await stream_chat(self.openai, request_kwargs(model, messages, params, max_tokens), on_token, state)
+            kept = plan.history
+            while True:
+                messages = build_messages(kept, user_text, params.system_prompt)
+                await stream_chat(self.openai, request_kwargs(model, messages, params, plan.max_tokens), on_token,
+                                  state)  # fmt: skip
+                retry = self._trimmed_after_refusal(state, kept, model)
+                if retry is None:
+                    break
+                kept, state = retry, StreamState()  # vLLM refused the length (no /tokenize to check first)
+            trimmed = plan.trimmed_turns + turn_count(plan.history) - turn_count(kept)
+            if trimmed > plan.trimmed_turns:
+                late = errors.trim_notice(trimmed, turn_count(kept), None)
+                notice = _joined(late, plan.notice)
+                if on_notice is not None:
+                    await on_notice(late)
         except asyncio.CancelledError as exc:
             reason = exc.args[0] if exc.args else None
-            self._finish(state.request_id or request_id, model, state, prompt_tokens, errors.cancelled(reason))
+            self._finish(state.request_id or request_id, model, state, plan.prompt_tokens, errors.cancelled(reason))
             raise
+        return await self._result(request_id, model, state, plan, notice, status, kept, trimmed)
+
+    def _trimmed_after_refusal(
+        self, state: StreamState, kept: list[ChatMessage], model: str
+    ) -> list[ChatMessage] | None:
+        """After vLLM refused the request as longer than its context (HTTP 400, nothing streamed) while older turns
+        are still sent: the history without its older half (at least one turn), to send again; else None."""
+        if state.error is None or state.text or not kept:
+            return None
+        mapped = errors.map_exception(state.error, model=model, url=self.url, status=None, partial=False,
+                                      timeout_s=self.timeout_s)  # fmt: skip
+        if mapped.kind != "context_too_long":
+            return None
+        return drop_oldest_turns(kept, max(1, turn_count(kept) // 2))
+
+    async def _result(
+        self,
+        request_id: str,
+        model: str,
+        state: StreamState,
+        plan: Plan,
+        notice: str | None,
+        status: BackendStatus,
+        kept: list[ChatMessage],
+        trimmed: int,
+    ) -> TurnResult:
+        """The turn's outcome once its stream ended: the error mapped, the timing, the log line."""
+        prompt_tokens = plan.prompt_tokens
         request_id = state.request_id or request_id
         error: errors.UiError | None = None
         if state.error is not None:
@@ -197,10 +261,15 @@ class ChatBackend:
                 timer.end_s,
                 state.prompt_tokens if state.prompt_tokens is not None else prompt_tokens,
                 state.completion_tokens,
+                first_answer_s=timer.first_answer_s,
+                first_reasoning_s=timer.first_reasoning_s,
+                reasoning_tokens=split[0] if (split := timer.token_split()) else None,
             )
             bounds = wall_bounds(timer.t0, timer.end_s, timer.clock(), time.time())
         self._finish(request_id, model, state, prompt_tokens, error)
-        return TurnResult(request_id, state.text, timing, notice, error, status, bounds)
+        return TurnResult(
+            request_id, state.text, timing, notice, error, status, bounds, history=kept, trimmed_turns=trimmed
+        )
 
     async def answer_energy(self, result: TurnResult) -> float | None:
         """The answer's energy from the sidecar, J (:func:`ui.energy.answer_energy`); None when not measured, and
@@ -215,30 +284,39 @@ class ChatBackend:
     async def _plan(
         self,
         model: str,
-        messages: list[ChatMessage],
+        history: list[ChatMessage],
         user_text: str,
         params: ChatParams,
         max_model_len: int | None,
     ) -> Plan:
-        """max_tokens (clamped to UI_MAX_TOKENS and to what fits), its notice and the prompt size from vLLM's token
-        count, or the context error.
+        """max_tokens (clamped to UI_MAX_TOKENS and to what fits), its notice, the prompt size from vLLM's token
+        count and the earlier turns that fit: the oldest turns are left out (:func:`ui.chat.drop_oldest_turns`)
+        until the prompt leaves the answer the room :func:`ui.chat.answer_room_wanted` asks; or the context error
+        when the message alone does not fit.
 
-        Without a count (no /tokenize) only UI_MAX_TOKENS applies, and vLLM's own 400 is mapped if the rest does not
-        fit.
+        Without a count (no /tokenize) only UI_MAX_TOKENS applies; if vLLM then refuses the length, older turns are
+        trimmed and the request sent again (:meth:`_trimmed_after_refusal`).
         """
-        counted = await count_tokens(self.http, self.url, model, messages)
-        max_len = (counted.max_model_len if counted else None) or max_model_len
-        if counted is None or not max_len:
-            budget = plan_max_tokens(params.max_tokens, self.ui_max_tokens)
-            return Plan(max_tokens=budget.max_tokens, notice=errors.clamp_notice(budget))
-        if check_context(counted.count, max_len) is not None:
-            alone = await count_tokens(self.http, self.url, model, build_messages([], user_text, params.system_prompt))
-            problem = check_context(counted.count, max_len, alone.count if alone else None)
+        kept, trimmed = history, 0
+        while True:
+            messages = build_messages(kept, user_text, params.system_prompt)
+            counted = await count_tokens(self.http, self.url, model, messages)
+            max_len = (counted.max_model_len if counted else None) or max_model_len
+            if counted is None or not max_len:
+                budget = plan_max_tokens(params.max_tokens, self.ui_max_tokens)
+                return Plan(max_tokens=budget.max_tokens, notice=errors.clamp_notice(budget), history=kept)
+            room = max_len - counted.count
+            if not kept or room >= answer_room_wanted(params.max_tokens, self.ui_max_tokens, max_len):
+                break
+            kept, trimmed = drop_oldest_turns(kept, 1), trimmed + 1
+        if check_context(counted.count, max_len) is not None:  # the message alone (kept is empty) does not fit
+            problem = check_context(counted.count, max_len, counted.count)
             assert problem is not None
             error = errors.context_too_long(problem, model)
             return Plan(max_tokens=params.max_tokens, prompt_tokens=counted.count, error=error)
         budget = plan_max_tokens(params.max_tokens, self.ui_max_tokens, counted.count, max_len)
-        return Plan(max_tokens=budget.max_tokens, notice=errors.clamp_notice(budget), prompt_tokens=counted.count)
+        return Plan(max_tokens=budget.max_tokens, notice=errors.clamp_notice(budget), prompt_tokens=counted.count,
+                    history=kept, trimmed_turns=trimmed, max_model_len=max_len)  # fmt: skip
 
     async def aclose(self) -> None:
         """Close the connection pools."""

@@ -51,8 +51,8 @@ BENCHMARK = Command(
     groups=(
         ("load", ("concurrency", "rate", "max_in_flight", "requests", "duration", "warmup", "capacity_check",
                   "burstiness", "ramp_up_s",
-                  "rate_end", "session_turns", "trace", "trace_speed", "workers", "sweep", "sweep_rates", "repeat",
-                  "cooldown_s")),
+                  "rate_end", "session_turns", "session_followups", "think_time", "trace", "trace_speed", "workers",
+                  "sweep", "sweep_rates", "repeat", "cooldown_s")),
         ("workload", ("dataset", "bench_model", "max_tokens", "output_len", "output_len_mean", "output_len_p95",
                       "output_len_cap", "ignore_eos", "temperature", "seed", "input_mix", "random_input_len",
                       "random_output_len", "prefix_len", "prefix_count", "tokenizer", "prompts_file")),

@@ -8,10 +8,13 @@ the check that the load shape fits the loop (``RATE_END`` needs ``RATE`` ...) is
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import NoDecode
 
 from core.parsing import parse_sweep, validate_name
+from core.thinktime import ThinkTime, parse_think_time
 
 
 class SweepKnobs(BaseModel):
@@ -62,7 +65,21 @@ class SweepKnobs(BaseModel):
         default=1,
         ge=1,
         le=100,
-        description="Closed loop: turns per conversation; each later turn carries the model's earlier answers.",
+        description="Turns per conversation, at most: each later turn carries the model's earlier answers; a "
+        "dataset of multi-turn conversations (ShareGPT) plays their real follow-up turns, one of single prompts "
+        "draws its follow-ups from the workload (SESSION_FOLLOWUPS); RATE: conversations arriving per second "
+        "(docs/workloads.md).",
+    )
+    session_followups: Literal["auto", "dataset", "drawn"] = Field(
+        default="auto",
+        description="Conversations: where the later turns come from: dataset (each entry's own follow-up user turns; "
+        "a session ends with its conversation), drawn (another workload prompt's user message each) or auto "
+        "(dataset when most entries are multi-turn conversations).",
+    )
+    think_time: Annotated[ThinkTime | None, NoDecode] = Field(
+        default=None,
+        description="Conversations: the user's pause after an answer before the next turn: 2s (fixed), "
+        "exponential:2s or lognormal:2s[:sigma] (mean 2 s); unset: none.",
     )
     trace: Path | None = Field(
         default=None,
@@ -140,6 +157,13 @@ class SweepKnobs(BaseModel):
     def _valid_gate(cls, value: str | None) -> str | None:
         """GATE and BASELINE must be baseline names (:func:`core.parsing.validate_name`)."""
         return None if value is None else validate_name(value)
+
+    @field_validator("think_time", mode="before")
+    @classmethod
+    def _parse_think_time(cls, value: object) -> object:
+        """THINK_TIME text -> :class:`core.thinktime.ThinkTime` (a blank never gets here: the settings read it as
+        unset)."""
+        return parse_think_time(value) if isinstance(value, str) else value
 
     @field_validator("sweep")
     @classmethod

@@ -43,6 +43,7 @@ from loadgen.terminal.summary import start_line
 from loadgen.workloads.dataset import DatasetError, dataset_of
 from loadgen.workloads.prefixes import prefixes_file
 from loadgen.workloads.randomdata import random_prompts_file
+from loadgen.workloads.sessions import followups_of, multi_turn_share
 from loadgen.workloads.tokenizing import open_prompt_tokenizer
 
 HELP = """Warmup, a measured Locust run, then the sidecar's report (reports/). Also python -m loadgen.command.benchmark
@@ -136,6 +137,14 @@ def _checked_plan(
     if dataset is not None and dataset.skipped:
         print(f"[WARN] {dataset.skipped} unusable entr(y/ies) in {dataset.path} skipped; {len(dataset.prompts)} used")
     plan = bench_config(settings, target.model)
+    if plan.session_turns > 1:  # conversations: the dataset's real follow-up turns, or drawn ones
+        prompts = dataset.prompts if dataset else []
+        followups = followups_of(prompts, plan.session_turns, settings.session_followups)
+        if followups == "dataset" and multi_turn_share(prompts) == 0:
+            return (f"[ERROR] SESSION_FOLLOWUPS=dataset replays the dataset's own follow-up turns, but "
+                    f"{settings.workload_file} holds no multi-turn conversation: use a ShareGPT conversation file "
+                    "(DATASET) or SESSION_FOLLOWUPS=drawn")  # fmt: skip
+        plan = plan.model_copy(update={"session_followups": followups})
     if report_from:
         return plan, target.backend, notes
     try:

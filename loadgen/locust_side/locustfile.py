@@ -220,7 +220,8 @@ def _record(user: User, item: WorkItem, session: Transport, scheduled_at: float 
 
 
 class ChatUser(User):
-    """Closed loop: sends the next request as soon as the previous answer has ended."""
+    """Closed loop: sends the next request as soon as the previous answer has ended (in a conversation, after the
+    user's think time)."""
 
     wait_time = constant(0)
 
@@ -239,7 +240,7 @@ class ChatUser(User):
                 _coord().finish()
             raise StopUser()
         record = _record(self, state.next_item(self, k), self.session)
-        pause = backoff_s(record)
+        pause = max(backoff_s(record), state.think_after(self))  # a conversation's user thinks before its next turn
         if pause:
             gevent.sleep(pause)
 

@@ -19,10 +19,11 @@ from core.logrotate import RotatingWriter
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.requestlog import RequestLog, RequestLogLine
+from core.thinktime import think_sampler
 from loadgen.plan import sampler_for, workload_prompts
 from loadgen.workloads.dataset import Prompt
 from loadgen.workloads.prefixes import load_prefixes, with_prefix
-from loadgen.workloads.sessions import Conversation
+from loadgen.workloads.sessions import ConversationDeck, Session, followups_of
 from loadgen.workloads.traceprompts import trace_requests
 from loadgen.workloads.workload import WorkItem
 
@@ -81,7 +82,11 @@ class RunState:
         self._fd: int | None = None
         self._log: RotatingWriter | None = None
         self.closed = False
-        self.conversations: dict[int, Conversation] = {}
+        # conversations: real or drawn follow-ups, as the benchmark resolved SESSION_FOLLOWUPS (else auto here)
+        self.followups = followups_of(self.prompts, plan.session_turns, plan.session_followups or "auto")
+        self._deck = ConversationDeck(self.prompts, plan.seed) if self.followups == "dataset" else None
+        self.sessions: dict[int, Session] = {}  # closed loop: each user's conversation
+        self._sessions_started = 0
         self.host: str | None = None  # what every row names as its sender (set by the locustfile)
         self.process: str | None = None
         self.sink: Callable[[str], None] | None = None  # a remote worker's rows go to the master, not to a file
@@ -95,7 +100,8 @@ class RunState:
         self.issued = self.finished = self.in_flight = 0
         self._workload = sampler_for(self.plan, self.plan.seed, self.prompts)
         self._drawn = 0
-        self.conversations = {}
+        self.sessions = {}
+        self._sessions_started = 0
         self.close()
         self.closed = False
         self.records_path = records_path
@@ -132,14 +138,33 @@ class RunState:
 
     def next_item(self, user: object, k: int) -> WorkItem:
         """Request number ``k``, sent by ``user`` (a closed-loop user): workload item ``k``, or with SESSION_TURNS > 1
-        the next turn of the user's conversation built on it (:mod:`loadgen.workloads.sessions`)."""
+        the next turn of the user's conversation built on it (:mod:`loadgen.workloads.sessions`); a user whose
+        conversation ended starts the process's next one (its number: this slot's next)."""
         draw = self.item(k)
         if self.plan.session_turns <= 1:
             return draw
-        conversation = self.conversations.get(id(user))
-        if conversation is None:
-            conversation = self.conversations[id(user)] = Conversation(self.plan.session_turns, self._workload)
-        return conversation.next_item(draw)
+        session = self.sessions.get(id(user))
+        if session is None or session.over:
+            number = self.slot.slot + self._sessions_started * self.slot.slots
+            self._sessions_started += 1
+            session = self.sessions[id(user)] = self.open_session(number, draw)
+        return session.next_item(draw)
+
+    def open_session(self, number: int, draw: WorkItem) -> Session:
+        """Conversation number ``number`` of the run (the same in every process): the deck's card ``number`` with
+        real follow-ups, else one opening with ``draw``'s prompt; its own follow-up draws and think times are
+        seeded with SEED and ``number``, so they never shift the run's request sequence."""
+        opening = self._deck.card(number) if self._deck is not None else draw.prompt
+        seed = [self.plan.seed, number]
+        own_draw = self._workload.fork([*seed, 0]).next
+        think_s = think_sampler(self.plan.think_time, [*seed, 1])
+        return Session(number, opening, self.plan.session_turns, self.followups or "drawn", own_draw, think_s)
+
+    def think_after(self, user: object) -> float:
+        """Closed loop: how long ``user`` pauses before its next request, s: its conversation's think time when the
+        conversation goes on, else 0 (a new conversation starts at once)."""
+        session = self.sessions.get(id(user))
+        return 0.0 if session is None or session.over else session.pending_think_s or 0.0
 
     @property
     def all_done(self) -> bool:

@@ -21,6 +21,7 @@ from loadgen.locust_side.process_state import RunState, Slot, share
 from loadgen.request.client import chat_payload, partial_fields, stream_chat
 from loadgen.request.transport import Transport
 from loadgen.workloads.loadshape import plan_arrival_gaps
+from loadgen.workloads.sessions import Session
 from loadgen.workloads.workload import WorkItem
 
 OPEN_LOOP_MAX_IN_FLIGHT = 10_000
@@ -66,6 +67,7 @@ def send(
         "input_bucket": item.prompt.bucket,
         "session_id": item.session_id,
         "turn": item.turn,
+        "think_time_s": item.think_time_s,
     }
     answer: list[str] | None = [] if item.conversation is not None else None
     timer = StreamTimer(clock)
@@ -99,6 +101,43 @@ def send(
     if item.conversation is not None:  # the next turn carries this answer
         item.conversation.answered(item, record.ok, "".join(answer or []))
     return record
+
+
+def converse(
+    state: RunState,
+    session: Session,
+    first: WorkItem,
+    scheduled_at: float,
+    one: Callable[[WorkItem, float], object],
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = gevent.sleep,
+) -> int:
+    """Open loop: one conversation arriving at ``scheduled_at`` (Unix time, s): its first turn built on ``first``,
+    each next turn sent only once the previous answer is in (``one`` returns after it, and :func:`send` hands the
+    answer to the session) plus the session's think time; each turn's latencies count from the time it was meant to
+    leave. It ends after its planned turns, at a failed turn, or when its next turn would leave after ``deadline``
+    (DURATION's end); turns not sent leave the process's issued count.
+
+    Returns:
+        The turns sent.
+    """
+    item = session.next_item(first)
+    at = scheduled_at
+    try:
+        while True:
+            one(item, at)
+            if session.over:
+                break
+            pause = session.pending_think_s or 0.0
+            at = clock() + pause
+            if deadline is not None and at > deadline:
+                break
+            sleep(pause)
+            item = session.next_item()
+    finally:
+        state.issued -= session.unsent  # a failed turn, or the window's end: these turns are never sent
+    return session.turn
 
 
 def arrivals(
@@ -137,7 +176,9 @@ def dispatch_open_loop(
     or, with
     a duration, at ``start + duration_s`` (no arrival is scheduled after it); requests still in flight then may finish
     for ``drain_s`` and are cancelled after that (saved as ``incomplete`` rows by :func:`send`).
-    ``one(item, scheduled_at)`` sends one request.
+    ``one(item, scheduled_at)`` sends one request. With SESSION_TURNS > 1 each arrival is a conversation
+    (:func:`converse`, in its own greenlet; RATE is conversations per second, MAX_IN_FLIGHT caps conversations) and
+    this process's share of REQUESTS counts their turns, the last conversation cut to fit.
 
     Returns:
         How many requests were cancelled after the drain.
@@ -151,15 +192,25 @@ def dispatch_open_loop(
     start = state.slot.start_at if state.slot.start_at is not None else clock()
     deadline = start + plan.duration_s if plan.duration_s else None
     budget = state.max_requests or None
+    sessions = plan.session_turns > 1  # each arrival is a conversation: its turns count against this share
     try:
         for k, offset in schedule:
             at = start + offset
-            if (deadline is not None and at > deadline) or (budget is not None and k >= budget):
+            spent = state.budget is not None and state.issued >= state.budget if sessions else (
+                budget is not None and k >= budget)  # fmt: skip
+            if (deadline is not None and at > deadline) or spent:
                 break
             item = state.item(k)
             gevent.sleep(max(0.0, at - clock()))
             if deadline is not None and not pool.wait_available(timeout=max(0.0, deadline - clock())):
                 break  # capped (MAX_IN_FLIGHT) and no slot freed before the end: later arrivals are not sent
+            if sessions:
+                session = state.open_session(k, item)
+                if state.budget is not None:
+                    session.cap(state.budget - state.issued)  # the last conversation ends with the budget
+                state.issued += session.planned
+                pool.spawn(converse, state, session, item, at, one, deadline, clock)
+                continue
             state.issued += 1
             pool.spawn(one, item, at)
         pool.join(timeout=plan.drain_s if deadline is not None else None)

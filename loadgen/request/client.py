@@ -263,7 +263,8 @@ def partial_fields(timer: StreamTimer) -> dict[str, Any]:
 
 def timer_fields(timer: StreamTimer) -> dict[str, Any]:
     """The row fields a :class:`StreamTimer` measured (TTFT, ITL, tokens, chunks, how the stream ended, and
-    ``output_tokens_source`` ``usage`` when the stream's usage counted the tokens)."""
+    ``output_tokens_source`` ``usage`` when the stream's usage counted the tokens); for a reasoning stream also the
+    first reasoning and first answer token and the token split, and ``cached_tokens`` when usage says it."""
     fields: dict[str, Any] = {
         **partial_fields(timer),
         "prompt_tokens": timer.prompt_tokens,
@@ -274,4 +275,10 @@ def timer_fields(timer: StreamTimer) -> dict[str, Any]:
     }
     if timer.completion_tokens is not None:
         fields["output_tokens_source"] = "usage"
+    if timer.cached_tokens is not None:
+        fields["cached_tokens"] = timer.cached_tokens
+    split = timer.token_split()
+    if split is not None:  # a reasoning stream: both first-token times and the token split
+        fields.update(reasoning_ttft_ms=timer.reasoning_ttft_ms, answer_ttft_ms=timer.answer_ttft_ms,
+                      reasoning_tokens=split[0], answer_tokens=split[1], reasoning_tokens_source=split[2])  # fmt: skip
     return fields

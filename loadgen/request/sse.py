@@ -16,12 +16,12 @@ semantics. The fast path accepts only what ``interpret_chunk`` reads the same wa
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 import orjson
 
-from core.streamtiming import ChunkFacts, interpret_chunk
+from core.streamtiming import ChunkFacts, count_of, interpret_chunk
 
 DONE = b"[DONE]"
 _DATA = b"data: "
@@ -94,9 +94,19 @@ class _Choice(msgspec.Struct):
     finish_reason: str | None = None
 
 
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: Any = None  # any JSON value: only a count is read (interpret_chunk's rule)
+
+
+class _CompletionDetails(msgspec.Struct):
+    reasoning_tokens: Any = None
+
+
 class _Usage(msgspec.Struct):
     prompt_tokens: _Count | None = None
     completion_tokens: _Count | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+    completion_tokens_details: _CompletionDetails | None = None
 
 
 class _Chunk(msgspec.Struct):
@@ -121,7 +131,7 @@ def decode_chunk(data: bytes) -> ChunkFacts:
     except msgspec.DecodeError as exc:
         raise ValueError(str(exc)) from None
     finish_reason = None
-    token = False
+    answer = reasoning = False
     choices = chunk.choices
     if choices is not None and len(choices) == 1:  # the usual shape, without joins
         choice = choices[0]
@@ -132,11 +142,12 @@ def decode_chunk(data: bytes) -> ChunkFacts:
         else:
             content = delta.content or ""
             text = content
-            if delta.reasoning_content:
-                text += delta.reasoning_content
-            if delta.reasoning:
-                text += delta.reasoning
-            token = bool(text) or (_held_back(delta) and finish_reason is None)
+            held = finish_reason is None and delta.role is None
+            answer = bool(content) or (held and delta.content is not None)
+            if delta.reasoning_content is not None or delta.reasoning is not None:
+                thought = (delta.reasoning_content or "") + (delta.reasoning or "")
+                text += thought
+                reasoning = bool(thought) or held
     else:
         texts: list[str] = []
         contents: list[str] = []
@@ -144,20 +155,21 @@ def decode_chunk(data: bytes) -> ChunkFacts:
             finish_reason = choice.finish_reason or finish_reason
             delta = choice.delta
             if delta is not None:
+                held = not choice.finish_reason and delta.role is None
                 contents.append(delta.content or "")
                 texts += (delta.content or "", delta.reasoning_content or "", delta.reasoning or "")
-                token = token or (_held_back(delta) and not choice.finish_reason)
+                answer = answer or bool(delta.content) or (held and delta.content is not None)
+                thought = (delta.reasoning_content or "") + (delta.reasoning or "")
+                reasoning = reasoning or bool(thought) or (
+                    held and (delta.reasoning_content is not None or delta.reasoning is not None))
         text, content = "".join(texts), "".join(contents)
-        token = token or bool(text)
+    token = answer or reasoning
     usage = chunk.usage
     if usage is None:
-        return ChunkFacts(text, content, finish_reason, token=token)
-    return ChunkFacts(text, content, finish_reason, usage.prompt_tokens, usage.completion_tokens, True, token=token)
-
-
-def _held_back(delta: _Delta) -> bool:
-    """A delta of a token without text yet: a text field present (even empty) and no role (the role chunk is no
-    token)."""
-    return delta.role is None and (
-        delta.content is not None or delta.reasoning_content is not None or delta.reasoning is not None
-    )
+        return ChunkFacts(text, content, finish_reason, token=token, answer=answer, reasoning=reasoning)
+    thinking = usage.completion_tokens_details
+    cached = usage.prompt_tokens_details
+    return ChunkFacts(text, content, finish_reason, usage.prompt_tokens, usage.completion_tokens, True, token=token,
+                      answer=answer, reasoning=reasoning,
+                      reasoning_tokens=None if thinking is None else count_of(thinking.reasoning_tokens),
+                      cached_tokens=None if cached is None else count_of(cached.cached_tokens))  # fmt: skip

@@ -10,6 +10,7 @@ from typing import Any
 
 MODEL_ID = "mock-model"
 TOKEN_TEXT = "字"  # a 3-byte UTF-8 character, so split-character handling is exercised
+THOUGHT_TEXT = "想"  # a reasoning token's text (--reasoning N)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class MockConfig:
     tokenize: bool = True  # answer vLLM's /tokenize and /detokenize (mock_tokenizer); False: 404, as most servers
     tokenize_answer: str | None = None  # "html", "list" or "empty": /tokenize and /detokenize answer 200 with that
     fast_answers: int = 0  # per server process: its first this many chat answers leave at once, later ones on schedule
+    reasoning_tokens: int = 0  # a reasoning model: each answer's first this many tokens are reasoning deltas
+    request_log: str | None = None  # append each chat request's arrival (Unix s) and messages here (JSONL)
+    reasoning_field: str = "reasoning"  # vLLM 0.32 streams "reasoning"; older vLLM and DeepSeek "reasoning_content"
 
 
 def _frame(data: bytes) -> bytes:
@@ -72,8 +76,12 @@ def build_answer(cfg: MockConfig, n: int, created: int) -> Answer:
     while sent < n:
         k = min(cfg.tokens_per_chunk, n - sent)
         text = "" if len(content) in cfg.held_back else TOKEN_TEXT * k
+        field = cfg.reasoning_field if sent < cfg.reasoning_tokens else "content"
+        if field != "content":
+            k = min(k, cfg.reasoning_tokens - sent)  # a chunk holds one kind of token
+            text = "" if len(content) in cfg.held_back else THOUGHT_TEXT * k
         sent += k
-        choice = {"index": 0, "delta": {"content": text}, "logprobs": None,
+        choice = {"index": 0, "delta": {field: text}, "logprobs": None,
                   "finish_reason": "length" if sent >= n else None}  # fmt: skip
         event = _frame(_event({**base, "choices": [choice]}))
         if cfg.bad_chunk is not None and sent == k:
@@ -83,7 +91,10 @@ def build_answer(cfg: MockConfig, n: int, created: int) -> Answer:
         head, content[0] = b"", head + content[0]
     tail = b""
     if cfg.usage:
-        usage = {"prompt_tokens": cfg.prompt_tokens, "completion_tokens": n, "total_tokens": cfg.prompt_tokens + n}
+        usage: dict[str, Any] = {"prompt_tokens": cfg.prompt_tokens, "completion_tokens": n,
+                                 "total_tokens": cfg.prompt_tokens + n}  # fmt: skip
+        if cfg.reasoning_tokens:  # as vLLM started with a reasoning parser
+            usage["completion_tokens_details"] = {"reasoning_tokens": min(n, cfg.reasoning_tokens)}
         tail += _frame(_event({**base, "choices": [], "usage": usage}))
     if cfg.done:
         tail += _frame(b"data: [DONE]\n\n")

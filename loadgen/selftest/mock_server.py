@@ -22,8 +22,12 @@ chunk of every answer), ``--models a,b`` (several served models), ``--fast-answe
 at once, the rest on the schedule: a test gets its first rows without waiting out slow answers).
 vLLM's own shapes: ``--role-with-first`` sends the role chunk in the first token's write (vLLM makes it when the
 first token is out), ``--held-back 0,5`` sends those tokens (0-based) as ``"content": ""`` (vLLM's chunk for a token
-whose text its detokenizer holds back: a byte-level BPE piece of a multi-byte character).
-``--require-api-key`` answers 401 on ``/v1/*`` without ``Authorization: Bearer <VLLM_API_KEY>``, as vLLM started
+whose text its detokenizer holds back: a byte-level BPE piece of a multi-byte character). ``--reasoning N``: a
+reasoning model, whose answers open with N reasoning tokens (``reasoning`` deltas as vLLM 0.32 streams them, or
+``--reasoning-field reasoning_content``) before the content, usage counting them in
+``completion_tokens_details.reasoning_tokens``.
+``--request-log FILE`` appends every chat request's arrival time and messages to FILE (what a conversation sent, and
+when). ``--require-api-key`` answers 401 on ``/v1/*`` without ``Authorization: Bearer <VLLM_API_KEY>``, as vLLM started
 with ``--api-key`` does (the key is read from the settings, never from the command line).
 
 The server's own clock (:mod:`loadgen.selftest.mock_metrics`): ``--metrics`` serves vLLM's ``/metrics`` latency
@@ -102,6 +106,17 @@ class MockServer:
         message = f"max_tokens={asked} cannot be greater than max_model_len={self.cfg.max_model_len}"
         error = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
         return json.dumps(error).encode()
+
+    def log_request(self, body: bytes) -> None:
+        """Append the request's arrival time (Unix s) and messages to ``cfg.request_log`` (tests read what was
+        sent and when: a conversation's turn k+1 only after turn k's answer, with the history)."""
+        try:
+            messages = json.loads(body).get("messages")
+        except (ValueError, AttributeError):
+            messages = None
+        assert self.cfg.request_log is not None
+        with open(self.cfg.request_log, "a", encoding="utf-8") as log:
+            log.write(json.dumps({"at": time.time(), "messages": messages}, ensure_ascii=False) + "\n")
 
     def tokens_asked(self, body: bytes) -> int:
         """Answer length for a request body: min(tokens, max_tokens or max_completion_tokens)."""
@@ -184,6 +199,8 @@ class _Connection(asyncio.Protocol):
             if refused is not None:
                 self._send(_response("400 Bad Request", refused, close=close), close)
                 return
+            if server.cfg.request_log:
+                server.log_request(body)
             answer = server.answer(server.tokens_asked(body))
             head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
             head += b"connection: close\r\n\r\n" if close else b"\r\n"
@@ -316,6 +333,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", action="store_true", help="serve vLLM's /metrics of the mock's own clock")
     parser.add_argument("--send-delay-ms", type=float, default=0.0, help="--metrics: events leave this late")
     parser.add_argument("--fast-answers", type=int, default=0, help="each process's first N chat answers: unpaced")
+    parser.add_argument("--request-log", default=None, help="append each chat request's arrival and messages here")
+    parser.add_argument("--reasoning", type=int, default=0, help="a reasoning model: each answer's first N tokens "
+                        "are reasoning deltas (usage counts them)")
+    parser.add_argument("--reasoning-field", choices=("reasoning", "reasoning_content"), default="reasoning",
+                        help="the delta field of reasoning text (vLLM 0.32: reasoning)")
     args = parser.parse_args(argv)
     if args.tokens < 1 or args.tokens_per_chunk < 1 or args.processes < 1 or args.events_per_write < 0:
         parser.error("--tokens, --tokens-per-chunk and --processes must be >= 1, --events-per-write >= 0")
@@ -348,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
         role_with_first=args.role_with_first,
         held_back=frozenset(int(x) for x in args.held_back.split(",") if x.strip()),
         fast_answers=max(0, args.fast_answers),
+        reasoning_tokens=max(0, args.reasoning),
+        reasoning_field=args.reasoning_field,
+        request_log=args.request_log,
     )
     print(f"[MOCK] http://{args.host}:{args.port} ({args.processes} process(es))", file=sys.stderr, flush=True)
     return run(cfg, args.host, args.port, args.processes)

@@ -9,9 +9,11 @@ from pathlib import Path
 from core.abcompare import ABComparison
 from core.clientview import ClientView, share_text
 from core.compare import unusable_reason
+from core.conversations import sessions_text, turns_text
 from core.cutrequests import CutRequests
 from core.errorsummary import causes_text
 from core.intervals import Interval, change_text
+from core.reasoning import reasoning_text
 from core.report_schema import BenchmarkConfig, Report
 from core.schedule import schedule_text
 from core.series import SERIES_METRICS, SeriesReport
@@ -58,6 +60,8 @@ def load_line(plan: BenchmarkConfig) -> str:
     """The seed's ``[INFO] Running load test: 50 concurrent users, 200 total requests`` (or the duration / rate)."""
     if plan.rate_req_per_sec is not None:
         shape = f"open loop at {plan.rate_req_per_sec:g} req/s"
+        if plan.session_turns > 1:
+            shape = f"open loop at {plan.rate_req_per_sec:g} conversations/s of up to {plan.session_turns} turns"
         if plan.rate_end_req_per_sec is not None:
             shape += f" ramping to {plan.rate_end_req_per_sec:g} req/s"
         if plan.max_in_flight is not None:
@@ -66,6 +70,8 @@ def load_line(plan: BenchmarkConfig) -> str:
         shape = f"{plan.concurrency} concurrent users"
         if plan.session_turns > 1:
             shape += f" in {plan.session_turns}-turn conversations"
+    if plan.session_turns > 1 and plan.think_time is not None:
+        shape += f", think time {plan.think_time.text}"
     amount = f"{plan.requests} total requests" if plan.duration_s is None else f"for {plan.duration_s:g} s"
     workers = f" ({plan.workers} Locust worker processes)" if plan.workers > 1 else ""
     return f"[INFO] Running load test: {shape}, {amount}{workers}"
@@ -118,11 +124,11 @@ def format_summary(report: Report, report_path: str) -> list[str]:
         slo = ",".join(f"{k}<={v:g}" for k, v in m.slo.items())
         lines.append(f"[RESULT] Goodput: {m.goodput_req_per_sec:.2f} req/s ({m.goodput_percent:.1f}% within {slo})")
     lines += energy_lines(report)
-    if m.turns:
-        per_turn = " | ".join(
-            f"turn {t.turn}: {_num(t.prompt_tokens_mean)} prompt tokens, TTFT P50 {_ms(t.ttft.p50_ms)}" for t in m.turns
-        )
-        lines.append(f"[RESULT] Sessions: {per_turn}")
+    if m.reasoning is not None:  # reasoning streams: the answer's first token beside TTFT (any token)
+        lines.append(f"[RESULT] Reasoning: {reasoning_text(m.reasoning, m.requests_ok)}")
+    if m.sessions is not None:
+        lines.append(f"[RESULT] Sessions: {sessions_text(m.sessions)}")
+    lines += [f"[TURN] {line}" for line in turns_text(m.turns)]
     if m.output_lengths.usage_missing:
         sources = ", ".join(f"{n} by {source}" for source, n in m.output_token_sources.items() if source != "usage")
         lines.append(

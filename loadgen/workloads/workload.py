@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -29,6 +30,7 @@ class WorkItem:
     conversation: AnswerSink | None = None
     session_id: str | None = None
     turn: int | None = None
+    think_time_s: float | None = None  # a later turn: the user's pause after the previous answer, s
 
 
 class WorkloadSampler:
@@ -97,6 +99,15 @@ class WorkloadSampler:
         group = self._groups[bucket]
         prompt = group[int(self._rng.integers(len(group)))]
         return WorkItem(prompt, self.max_tokens())
+
+    def fork(self, seed: int | list[int]) -> WorkloadSampler:
+        """The same workload (prompts, lengths, mix) drawn from a generator of its own seeded with ``seed`` (a
+        conversation's own follow-ups and lengths, which must not shift the run's request sequence)."""
+        twin = copy.copy(self)
+        twin._rng = np.random.default_rng(seed)
+        twin._order = [int(i) for i in twin._rng.permutation(len(self._prompts))] if self._order is not None else None
+        twin._position = 0
+        return twin
 
     def __iter__(self) -> Iterator[WorkItem]:
         while True:

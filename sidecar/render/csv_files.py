@@ -1,6 +1,7 @@
 """CSV exports next to a report, as GuideLLM and AIPerf offer them: one row per request, and a one-row summary.
 
-``<id>.csv``: the rows of ``<id>.requests.jsonl`` with scalar columns (ITL as count, mean and max, ms).
+``<id>.csv``: the rows of ``<id>.requests.jsonl`` with scalar columns (ITL as count, mean and max, ms); reasoning
+and conversation columns only when the run had such rows.
 ``<id>.summary.csv``: the headline figures of the report in one row (names and units as in the JSON).
 """
 
@@ -41,6 +42,11 @@ ROW_COLUMNS = (
     "finish_reason",
     "end_reason",
 )
+REASONING_COLUMNS = ("reasoning_ttft_ms", "answer_ttft_ms", "reasoning_tokens", "answer_tokens",
+                     "reasoning_tokens_source")
+"""Columns added after ``ttft_ms``'s group when a row carried reasoning (the answer's first token beside TTFT)."""
+SESSION_COLUMNS = ("session_id", "turn", "think_time_s", "cached_tokens")
+"""Columns added when a row belongs to a conversation (or the server reported cached prompt tokens)."""
 SUMMARY_METRICS = (
     "requests_total",
     "requests_ok",
@@ -81,7 +87,20 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return out.getvalue()
 
 
-def _row(r: RequestRecord) -> list[Any]:
+def row_columns(records: Sequence[RequestRecord]) -> tuple[str, ...]:
+    """:data:`ROW_COLUMNS`, with :data:`REASONING_COLUMNS` when a row carried reasoning and
+    :data:`SESSION_COLUMNS` when one belongs to a conversation or knows its cached tokens: a run with neither
+    writes the columns it always wrote."""
+    columns: tuple[str, ...] = ROW_COLUMNS
+    if any(r.reasoning_ttft_ms is not None or r.reasoning_tokens for r in records):
+        at = columns.index("ttft_ms") + 1
+        columns = (*columns[:at], *REASONING_COLUMNS, *columns[at:])
+    if any(r.session_id is not None or r.cached_tokens is not None for r in records):
+        columns = (*columns, *SESSION_COLUMNS)
+    return columns
+
+
+def _row(r: RequestRecord, columns: Sequence[str]) -> list[Any]:
     values = r.model_dump()
     values.update(
         tpot_ms=r.tpot_ms,
@@ -90,12 +109,13 @@ def _row(r: RequestRecord) -> list[Any]:
         itl_max_ms=max(r.itl_ms) if r.itl_ms else None,
         queue_delay_ms=r.queue_delay_ms,
     )
-    return [values.get(column) for column in ROW_COLUMNS]
+    return [values.get(column) for column in columns]
 
 
 def rows_csv(records: Sequence[RequestRecord]) -> str:
     """One CSV row per request (warmup rows included, told apart by ``phase``)."""
-    return _table(ROW_COLUMNS, [_row(r) for r in records])
+    columns = row_columns(records)
+    return _table(columns, [_row(r, columns) for r in records])
 
 
 def summary_csv(report: Report) -> str:
@@ -105,4 +125,13 @@ def summary_csv(report: Report) -> str:
     config = report.config
     row = [report.report_id, report.timestamp, config.model, config.mode, config.concurrency, config.rate_req_per_sec]
     row += [getattr(m, name) for name in SUMMARY_METRICS]
+    if m.reasoning is not None:  # reasoning streams: the answer's first token beside TTFT
+        r = m.reasoning
+        header += ["answer_ttft_p50_ms", "answer_ttft_p99_ms", "reasoning_ttft_p50_ms", "think_p50_ms",
+                   "reasoning_tokens_mean", "answer_tokens_mean"]  # fmt: skip
+        row += [r.answer_ttft.p50_ms, r.answer_ttft.p99_ms, r.reasoning_ttft.p50_ms, r.think.p50_ms,
+                r.reasoning_tokens_mean, r.answer_tokens_mean]  # fmt: skip
+    if m.sessions is not None:
+        header += ["sessions", "session_total_p50_ms", "session_total_p99_ms", "session_cache_hit_percent"]
+        row += [m.sessions.sessions, m.sessions.total.p50_ms, m.sessions.total.p99_ms, m.sessions.cache_hit_percent]
     return _table(header, [row])

@@ -16,6 +16,7 @@ from core.report_schema import Report
 from core.series import SeriesReport, slo_text
 from core.serverview import verdict_text
 from core.serverview_overhead import overhead_text
+from sidecar.render.conversation_rows import turn_header, turn_rows
 from sidecar.render.energy_rows import energy_changes, energy_sections
 from sidecar.render.plots import Curve, goodput_png, latency_cdf_png, latency_curves_png, resources_png, throughput_png
 from sidecar.render.replica_rows import cluster_lines, replica_header, replica_rows
@@ -108,7 +109,10 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
     if e.synthetic:
         sections.append(f'<blockquote class="warn">Synthetic model: {_e(e.synthetic_reason)}</blockquote>')
     sections += [f'<blockquote class="warn">{_e(note)}</blockquote>' for note in outcome_notes(report)]
-    sections += ["<h2>Results</h2>", _pairs(headline_rows(report)), "<h2>Comparison</h2>", _comparison(report)]
+    sections += ["<h2>Results</h2>", _pairs(headline_rows(report))]
+    if report.metrics.turns:  # conversations: one row per turn index
+        sections += ["<h2>Conversations: per turn</h2>", _grid(turn_header(), turn_rows(report))]
+    sections += ["<h2>Comparison</h2>", _comparison(report)]
     sections += [
         "<h2>Latency</h2>",
         _figure("Latency CDF", lambda: latency_cdf_png(records)),

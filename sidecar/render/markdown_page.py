@@ -10,6 +10,7 @@ from core.report_schema import Report
 from core.series import SeriesReport
 from core.serverview import verdict_text
 from core.serverview_overhead import overhead_text
+from sidecar.render.conversation_rows import turn_header, turn_rows
 from sidecar.render.energy_rows import energy_changes, energy_sections
 from sidecar.render.replica_rows import cluster_lines, replica_header, replica_rows
 from sidecar.render.view_rows import (
@@ -61,6 +62,8 @@ def render_markdown(report: Report) -> str:
     for note in outcome_notes(report):
         lines += [f"> **{note}**", ""]
     lines += ["## Results", "", *_pairs(headline_rows(report)), ""]
+    if report.metrics.turns:  # conversations: one row per turn index
+        lines += ["## Conversations: per turn", "", *table(turn_header(), turn_rows(report)), ""]
     lines += ["## Comparison", ""]
     if report.comparison.changes_pct:
         lines += [*table(comparison_header(), comparison_rows(report)), ""]

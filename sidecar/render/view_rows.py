@@ -4,7 +4,6 @@ renderers of a run, a series and an A/B comparison."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from core.abcompare import Side
 from core.compare import unusable_reason
@@ -14,9 +13,9 @@ from core.report_schema import BenchmarkConfig, Environment, Report
 from core.schedule import schedule_text
 from core.series import SERIES_METRICS, PointComparison, SeriesReport
 from core.serverview import ServerView
+from sidecar.render.cells import Row, fmt, pct
+from sidecar.render.conversation_rows import reasoning_rows, session_rows
 from sidecar.render.energy_rows import energy_headline_rows
-
-Row = tuple[str, str]
 
 COMPARISON_COLUMNS = (
     ("throughput_req_per_sec_pct", "throughput"),
@@ -25,23 +24,6 @@ COMPARISON_COLUMNS = (
     ("latency_p99_ms_pct", "p99 latency"),
     ("ttft_p99_ms_pct", "p99 TTFT"),
 )
-
-
-def fmt(value: Any, unit: str = "", digits: int = 2) -> str:
-    """``1.23 GB`` style; ``n/a`` for None; integers and strings as they are."""
-    if value is None:
-        return "n/a"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    text = f"{value:.{digits}f}" if isinstance(value, float) else str(value)
-    return f"{text} {unit}".rstrip()
-
-
-def pct(value: float | None) -> str:
-    """``+12%`` (whole percent from 10 % up), ``+1.5%`` below; ``n/a`` for None."""
-    if value is None:
-        return "n/a"
-    return f"{value:+.0f}%" if abs(value) >= 10 else f"{value:+.1f}%"
 
 
 def headline_rows(report: Report) -> list[Row]:
@@ -56,6 +38,7 @@ def headline_rows(report: Report) -> list[Row]:
         ("Output tokens", fmt(m.output_tokens_per_sec, "tok/s", 1)),
         ("Latency avg / p50 / p90 / p99", " / ".join(fmt(v, "ms", 0) for v in latencies)),
         ("TTFT p50 / p99", f"{fmt(m.ttft_p50_ms, 'ms', 0)} / {fmt(m.ttft_p99_ms, 'ms', 0)}"),
+        *reasoning_rows(report),  # reasoning streams: the answer's first token beside TTFT
         ("TPOT p50 / p99", f"{fmt(m.tpot.p50_ms, 'ms', 1)} / {fmt(m.tpot.p99_ms, 'ms', 1)}"),
         ("ITL p50 / p99", f"{fmt(m.itl.p50_ms, 'ms', 1)} / {fmt(m.itl.p99_ms, 'ms', 1)}"),
         ("Peak concurrency", str(m.peak_concurrency)),
@@ -97,6 +80,7 @@ def headline_rows(report: Report) -> list[Row]:
         c = report.config
         rows.append(("Trace replay", f"{c.trace_rows} {c.trace_format} rows of {c.trace_file} at {c.trace_speed:g}x "
                                      f"(sha256 {(c.trace_sha256 or '')[:12]})"))
+    rows += session_rows(report)
     if m.goodput_req_per_sec is not None:
         rows.append(("Goodput", f"{fmt(m.goodput_req_per_sec, 'req/s')} ({fmt(m.goodput_percent, '%', 1)})"))
     return rows + energy_headline_rows(report)
@@ -199,7 +183,9 @@ def startup_rows(e: Environment) -> list[Row]:
 
 def config_rows(config: BenchmarkConfig) -> list[Row]:
     """The knobs of a run, or of the plan every point of a series started from: every one that is set."""
-    return [(key, fmt(value)) for key, value in config.model_dump().items() if value not in (None, {}, [])]
+    shown = {"think_time": config.think_time.text} if config.think_time is not None else {}  # as THINK_TIME says it
+    return [(key, fmt(shown.get(key, value))) for key, value in config.model_dump().items()
+            if value not in (None, {}, [])]  # fmt: skip
 
 
 def resources_rows(report: Report) -> list[Row]:

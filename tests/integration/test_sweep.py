@@ -145,4 +145,4 @@ def test_multi_turn_sessions_carry_the_answers(stack: Stack) -> None:
     turns = report["metrics"]["turns"]
     assert [t["turn"] for t in turns] == [1, 2, 3]
     assert turns[0]["prompt_tokens_mean"] < turns[1]["prompt_tokens_mean"] < turns[2]["prompt_tokens_mean"]
-    assert "[RESULT] Sessions: turn 1:" in run.stdout
+    assert "[TURN] turn 1:" in run.stdout and "[RESULT] Sessions: 3 sessions" in run.stdout

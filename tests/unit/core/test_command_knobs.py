@@ -45,6 +45,8 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
     "--warmup": (["2"], []), "--max-tokens": (["64"], []), "--dataset": (["random"], []), "--slo": (["ttft_ms<=500"], []),
     "--vllm-base-url": (["http://h:1"], []), "--burstiness": (["0.5"], ["--rate", "2"]),
     "--ramp-up-s": (["3"], []), "--rate-end": (["4"], ["--rate", "2"]), "--session-turns": (["2"], []),
+    "--think-time": (["exponential:2s"], ["--session-turns", "2"]),
+    "--session-followups": (["drawn"], ["--session-turns", "2"]),
     "--workers": (["2"], []), "--sweep": (["concurrency:1,2"], []), "--sweep-rates": (["3"], ["--sweep", "auto"]),
     "--repeat": (["2"], []), "--cooldown-s": (["1"], ["--repeat", "2"]), "--bench-model": (["lora"], []),
     "--output-len": (["fixed"], []), "--output-len-mean": (["100"], []), "--output-len-p95": (["300"], []),

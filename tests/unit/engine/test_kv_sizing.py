@@ -193,3 +193,13 @@ def test_blank_binding_variables_mean_vllm_defaults(monkeypatch: pytest.MonkeyPa
     env = launch.vllm_env(s, "cpu")
     assert s.vllm_cpu_num_of_reserved_cpu is None and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in env
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+
+
+def test_argv_asks_vllm_for_each_answers_cached_prompt_tokens_once() -> None:
+    """The engine reports usage.prompt_tokens_details.cached_tokens (per-turn prefix-cache hits of conversations):
+    --enable-prompt-tokens-details is on the command line once, also when VLLM_EXTRA_ARGS already gives it."""
+    resolved = ResolvedModel("org/not-cached-xyz", "hub", "org/not-cached-xyz", "x", False)
+    plain = launch.vllm_argv(_settings(engine_python="python"), resolved)
+    given = launch.vllm_argv(_settings(engine_python="python", vllm_extra_args="--enable-prompt-tokens-details"),
+                             resolved)  # fmt: skip
+    assert plain.count("--enable-prompt-tokens-details") == 1 == given.count("--enable-prompt-tokens-details")

@@ -80,6 +80,12 @@ CHUNKS: list[Any] = [
     chunk(choices=[], usage={"prompt_tokens": 5.0, "completion_tokens": True}),
     chunk(choices=[], usage={"prompt_tokens": -1, "completion_tokens": "2"}),
     chunk(choices=[], usage={}),
+    chunk(choices=[], usage={"prompt_tokens": 9, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 8},
+                             "completion_tokens_details": {"reasoning_tokens": 3}}),
+    chunk(choices=[], usage={"prompt_tokens_details": None, "completion_tokens_details": {"reasoning_tokens": -1}}),
+    chunk(choices=[], usage={"prompt_tokens_details": 5, "completion_tokens_details": {"reasoning_tokens": "3"}}),
+    chunk(choices=[{"delta": {"reasoning": ""}}]),
+    chunk(choices=[{"delta": {"reasoning": "", "content": "a"}, "finish_reason": "stop"}]),
     chunk(choices=[], usage=None),
     chunk(choices=[], usage=5),
     chunk(choices=[{"delta": {"content": "a"}}], error=None),
@@ -116,6 +122,9 @@ def random_chunk(rng: random.Random) -> Any:
     if rng.random() < 0.3:
         obj["usage"] = rng.choice([None, 5]) if rng.random() < 0.2 else {"prompt_tokens": rng.choice(counts),
                                                                         "completion_tokens": rng.choice(counts)}
+        if isinstance(obj["usage"], dict) and rng.random() < 0.5:
+            obj["usage"]["prompt_tokens_details"] = rng.choice([None, 3, {"cached_tokens": rng.choice(counts)}])
+            obj["usage"]["completion_tokens_details"] = rng.choice([None, {"reasoning_tokens": rng.choice(counts)}])
     if rng.random() < 0.1:
         obj["error"] = rng.choice([None, "boom", {"message": "m"}, {"code": 1}])
     return obj

@@ -12,14 +12,11 @@ from pydantic import ValidationError
 
 from core.cli import build_parser, settings_from
 from core.distributions import ramp_arrival_gaps_s
-from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.settings import Settings
-from core.stats import run_metrics
 from loadgen.orchestrate.sweep import RunResult, auto_rates, planned_points, run_series
 from loadgen.plan import auto_workers, bench_config
 from loadgen.workloads.dataset import Prompt
-from loadgen.workloads.sessions import Conversation
 from loadgen.workloads.workload import WorkloadSampler
 from tests.unit.sidecar.test_sidecar_store import report
 
@@ -106,7 +103,8 @@ def test_ramp_gaps_follow_the_linear_rate() -> None:
 
 def test_load_shape_settings_and_their_errors() -> None:
     """MAX_IN_FLIGHT caps the open loop (CONCURRENCY with RATE does not: it is the closed loop's users) and needs
-    RATE or an open-loop sweep; RATE_END needs RATE; sessions need the closed loop; DATASET=random asks
+    RATE or an open-loop sweep; RATE_END needs RATE; sessions run in either loop but not in SWEEP=auto (its rates
+    are request rates), THINK_TIME needs sessions; DATASET=random asks
     RANDOM_OUTPUT_LEN tokens; --sweep alone is auto."""
     assert bench_config(knobs(rate=4, max_in_flight=2), "m").max_in_flight == 2
     assert bench_config(knobs(rate=4, concurrency=2), "m").max_in_flight is None
@@ -116,8 +114,13 @@ def test_load_shape_settings_and_their_errors() -> None:
     assert [plan.max_in_flight for _, plan in planned_points(capped, bench_config(capped, "m"))] == [3, 3]
     with pytest.raises(ValidationError, match="RATE_END"):
         knobs(rate_end=8)
-    with pytest.raises(ValidationError, match="SESSION_TURNS"):
-        knobs(rate=1, session_turns=3)
+    assert bench_config(knobs(rate=1, session_turns=3), "m").session_turns == 3
+    with pytest.raises(ValidationError, match="THINK_TIME=exponential:2s pauses between the turns"):
+        knobs(think_time="exponential:2s")
+    with pytest.raises(ValidationError, match="SESSION_FOLLOWUPS=drawn says where"):
+        knobs(session_followups="drawn")
+    assert bench_config(knobs(session_turns=2, session_followups="drawn"), "m").session_followups == "drawn"
+    assert bench_config(knobs(session_turns=2), "m").session_followups is None  # auto: resolved on the dataset
     with pytest.raises(ValidationError, match="SESSION_TURNS"):
         knobs(sweep="auto", session_turns=3)
     assert knobs(sweep="concurrency:1,2", session_turns=3).session_turns == 3
@@ -138,34 +141,3 @@ def test_sequential_sampler_sends_each_prompt_once_per_cycle() -> None:
     assert [sampler.next().prompt.prompt_id for _ in range(5)] == first
 
 
-def test_conversation_carries_answers_and_restarts_after_the_last_or_a_failed_turn() -> None:
-    """Turn 2 = turn 1's messages + the answer + the next prompt's user text; after 2 turns (or a failure) a new
-    conversation with a new id starts."""
-    prompts = [Prompt("a", "t", [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}])]
-    conversation = Conversation(2, WorkloadSampler(prompts, 0, fixed_max_tokens=4))
-    one = conversation.next_item()
-    assert one.turn == 1 and one.prompt.messages[-1]["content"] == "hi"
-    conversation.answered(one, True, "hello")
-    two = conversation.next_item()
-    assert two.turn == 2 and two.session_id == one.session_id
-    assert [m["content"] for m in two.prompt.messages] == ["s", "hi", "hello", "hi"]
-    conversation.answered(two, True, "again")
-    three = conversation.next_item()
-    assert three.turn == 1 and three.session_id != one.session_id
-    conversation.answered(three, False, "")
-    assert conversation.next_item().turn == 1
-
-
-def test_run_metrics_group_session_turns() -> None:
-    """Rows of multi-turn sessions give per-turn prompt sizes and TTFT; rows without turns give none."""
-    rows = [
-        RequestRecord(request_id=f"{s}{t}", started_at=float(t), ok=True, e2e_ms=50.0, ttft_ms=10.0 * t,
-                      prompt_tokens=100 * t, output_tokens=5, session_id=s, turn=t)
-        for s in "ab"
-        for t in (1, 2)
-    ]
-    turns = run_metrics(rows).turns
-    assert [(t.turn, t.requests, t.prompt_tokens_mean, t.ttft.p50_ms) for t in turns] == [(1, 2, 100.0, 10.0),
-                                                                                          (2, 2, 200.0, 20.0)]
-    plain = [r.model_copy(update={"turn": None, "session_id": None}) for r in rows]
-    assert run_metrics(plain).turns == []

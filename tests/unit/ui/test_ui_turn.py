@@ -179,13 +179,14 @@ def test_whole_context_as_max_tokens_is_lowered_to_the_ui_limit_before_sending(t
 
 
 def test_prompt_over_the_context_is_not_sent(tmp_path: Path) -> None:
-    """A prompt that fills the context is refused before sending, with the limit and the size, and logged."""
+    """A message that alone fills the context (no history to trim) is refused before sending, with the limit and
+    the size, and logged."""
     fake = FakeVllm(GOOD_STREAM, prompt_tokens=5000, max_model_len=4096)
     result, pieces = run(backend_for(fake, tmp_path))
     assert fake.chat_requests == [] and pieces == []
     assert result.error is not None and result.error.kind == "context_too_long"
     assert "5,000 tokens" in result.error.message and "4,096 tokens" in result.error.message
-    assert "your message alone: 7 tokens" in result.error.message
+    assert "Your message is 5,000 tokens" in result.error.message and "Shorten the message" in result.error.message
     line = log_lines(tmp_path)[0]
     assert line["status"] == "error" and line["prompt_tokens"] == 5000
 
