@@ -29,6 +29,8 @@ from core.records import RequestRecord
 Point = tuple[float, float]
 """``(Unix time s, value)``: a counter reading in J, or a power reading in W."""
 
+NO_ENERGY_GAP = "energy not available: "
+"""How a report's ``gaps`` line for a run without energy begins (the terminal's ``[ENERGY] n/a`` line says it)."""
 IDLE_WINDOW_S = 10.0
 """The idle power is the mean over this many seconds before the run's first request (warm-up included), s."""
 MIN_COVERED_SHARE = 0.9

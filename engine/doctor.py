@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from core.gpus import select_devices
 from core.net import port_in_use_message
 from core.pipes import guard_stdout
@@ -217,7 +219,8 @@ def check_hf(cache: Path, token: str | None, uid: int, gid: int) -> list[Finding
 
 
 def check_ports(settings: Settings, in_container: bool) -> list[Finding]:
-    """The stack's ports free (in the engine container: vLLM's only)."""
+    """The stack's ports free (in the engine container: vLLM's only); held by this checkout's running stack, they
+    pass (a user once read four [FAIL] lines about the stack's own services and could have stopped them)."""
     ports = [("VLLM_PORT", settings.vllm_host, settings.vllm_port)]
     if not in_container:
         ports += [
@@ -225,11 +228,24 @@ def check_ports(settings: Settings, in_container: bool) -> list[Finding]:
             ("SIDECAR_PORT", settings.sidecar_host, settings.sidecar_port),
             ("LOCUST_WEB_PORT", settings.locust_web_host, settings.locust_web_port),
         ]
+    ours = not in_container and stack_running(settings.run_dir)
     out = []
     for variable, host, port in ports:
         busy = port_in_use_message(host, port, variable)
-        out.append(Finding(f"port {port}", busy is None, busy or "free"))
+        if busy and ours:  # the stack's own services hold their ports while it runs: not a problem to fix
+            out.append(Finding(f"port {port}", True, "in use by this stack (`make up` runs; `make down` frees it)"))
+        else:
+            out.append(Finding(f"port {port}", busy is None, busy or "free"))
     return out
+
+
+def stack_running(run_dir: Path) -> bool:
+    """This checkout's stack is up: the supervisord of ``make up`` (``run_dir/supervisord.pid``) is alive."""
+    try:
+        pid = int((run_dir / "supervisord.pid").read_text().strip())
+    except (OSError, ValueError):
+        return False
+    return psutil.pid_exists(pid)
 
 
 def diagnose(settings: Settings, gpus: HostGpus, in_container: bool, hf_cache: Path) -> list[Finding]:

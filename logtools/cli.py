@@ -20,9 +20,9 @@ if TYPE_CHECKING:
     from logtools.reports import Request
 
 USAGE = f"""\
-usage: python -m logtools --errors|--slow|--stats [--json] [--since WHEN] [--threshold-ms MS]
-                                   [--limit N] [--tracebacks] [--log FILE] [--requests FILE] [--logs-dir DIR]
-                                   [--no-rotated]
+usage: ./log_analyze.sh --errors|--slow|--stats [--json] [--since WHEN] [--threshold-ms MS]
+                          [--limit N] [--tracebacks] [--log FILE] [--requests FILE] [--logs-dir DIR] [--no-rotated]
+       (also python -m logtools and make logs-errors | logs-slow | logs-stats)
 
 Errors, slow requests and stats from logs/vllm.log and logs/requests.jsonl (rotated .1, .2.gz files included).
 
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         options = parse_args(sys.argv[1:] if argv is None else argv)
     except UsageError as exc:
         usage = "".join(USAGE.splitlines(keepends=True)[:2])
-        print(f"error: {exc}\n{usage}(python -m logtools --help for more)", file=sys.stderr)
+        print(f"error: {exc}\n{usage}(./log_analyze.sh --help for more)", file=sys.stderr)
         return 2
     if options.help:
         sys.stdout.write(USAGE)

@@ -11,6 +11,7 @@ from core.clientview import ClientView, share_text
 from core.compare import unusable_reason
 from core.conversations import sessions_text, turns_text
 from core.cutrequests import CutRequests
+from core.energy import NO_ENERGY_GAP
 from core.errorsummary import causes_text
 from core.intervals import Interval, change_text
 from core.reasoning import reasoning_text
@@ -134,7 +135,7 @@ def format_summary(report: Report, report_path: str) -> list[str]:
         lines.append(
             f"[WARN] {m.output_lengths.usage_missing} request(s) carried no usage block: tokens counted {sources}"
         )
-    lines += [f"[WARN] {gap}" for gap in report.gaps]
+    lines += [f"[WARN] {gap}" for gap in report.gaps if not gap.startswith(NO_ENERGY_GAP)]  # [ENERGY] n/a says it
     if report.server is not None:
         checks = {a.name: a for a in report.server.agreements}
         verdict = verdict_text(report.server)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from core.api import BuildReportRequest
 from core.cost import CostBasis, report_figures
+from core.energy import NO_ENERGY_GAP
 from core.errorsummary import MAX_ERROR_EXAMPLES, error_summary
 from core.kvbound import kv_bound_reason
 from core.redact import strip_url_credentials
@@ -97,7 +98,7 @@ def host_gaps(resources: Resources) -> list[str]:
 def energy_gaps(resources: Resources, cost: CostBasis | None) -> list[str]:
     """Why the run has no energy figure, and why a price given gave no cost (docs/energy.md)."""
     energy = resources.energy
-    gaps = [f"energy not available: {energy.unavailable_reason}"] if energy and energy.energy_j is None else []
+    gaps = [f"{NO_ENERGY_GAP}{energy.unavailable_reason}"] if energy and energy.energy_j is None else []
     if cost and cost.unavailable_reason:
         gaps.append(f"no hardware cost: {cost.unavailable_reason}")
     if cost and cost.energy_price_usd_per_kwh is not None and (energy is None or energy.energy_j is None):

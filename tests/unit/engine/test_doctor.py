@@ -229,3 +229,16 @@ def test_doctor_prints_the_predicted_start_up_peak(tmp_path: Path, monkeypatch: 
     [*_, big] = doctor.check_memory(_settings(tmp_path, vllm_extra_args="--max-num-seqs 1024 "
                                               "--max-num-batched-tokens 8192"), gpus)  # fmt: skip
     assert big.ok and "ABOVE the seed's 2.8 GB" in big.text and "1024 sequences" in big.text
+
+
+def test_ports_held_by_this_running_stack_pass_and_others_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make doctor` while `make up` runs: the stack's own busy ports pass ("in use by this stack"); with no live
+    supervisord of this checkout (none, or a stale pid file) a busy port is a problem to fix."""
+    monkeypatch.setattr(doctor, "port_in_use_message", lambda host, port, var: f"Port {port} is already in use")
+    settings = Settings(_env_file=None, run_dir=tmp_path)  # type: ignore[call-arg]
+    assert not any(f.ok for f in doctor.check_ports(settings, in_container=False))
+    (tmp_path / "supervisord.pid").write_text(str(os.getpid()))
+    found = doctor.check_ports(settings, in_container=False)
+    assert len(found) == 4 and all(f.ok and "in use by this stack" in f.text for f in found)
+    (tmp_path / "supervisord.pid").write_text("999999999")
+    assert not any(f.ok for f in doctor.check_ports(settings, in_container=False))

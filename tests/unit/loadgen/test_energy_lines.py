@@ -30,10 +30,13 @@ def test_a_measured_and_priced_run_prints_energy_and_cost() -> None:
 
 
 def test_an_unmeasured_run_says_why_and_an_unpriced_one_prints_no_cost() -> None:
-    """No energy: the reason; no price: no [COST] line; a report from before energy: no [ENERGY] line either."""
-    unmeasured = report().model_copy(update={"resources": Resources(energy=EnergyStats(unavailable_reason="no RAPL"))})
+    """No energy: the reason, once (not again as a [WARN] gap); no price: no [COST] line; a report from before energy:
+    no [ENERGY] line either."""
+    unmeasured = report().model_copy(update={"resources": Resources(energy=EnergyStats(unavailable_reason="no RAPL")),
+                                             "gaps": ["energy not available: no RAPL", "other gap"]})  # fmt: skip
     lines = format_summary(unmeasured, "reports/x.json")
     assert "[ENERGY] n/a: no RAPL" in lines and not any(line.startswith("[COST]") for line in lines)
+    assert sum("no RAPL" in line for line in lines) == 1 and "[WARN] other gap" in lines  # said once, by [ENERGY]
     assert not any(line.startswith(("[ENERGY]", "[COST]")) for line in format_summary(report(), "reports/x.json"))
 
 
