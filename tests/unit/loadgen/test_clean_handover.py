@@ -5,8 +5,10 @@ Against the mock server in a child process, whose ``vllm:num_requests_running`` 
 
 from __future__ import annotations
 
-import _thread
+import signal
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -15,12 +17,11 @@ import pytest
 
 from core.records import RequestRecord
 from core.requestlog import RequestLog
-from core.settings import Settings
-from loadgen.errors import WarmupInterrupted
+from core.settings import PROJECT_ROOT, Settings
 from loadgen.locust_side import user_actions as driver
 from loadgen.locust_side.process_state import RunState
 from loadgen.orchestrate.idle import EngineBusy, wait_until_idle
-from loadgen.orchestrate.measured_run import read_records, warmup
+from loadgen.orchestrate.measured_run import read_records
 from loadgen.plan import bench_config
 from loadgen.request.client import new_session
 from tests.unit.loadgen.mock_process import mock_process, running_after, running_in_gevent
@@ -51,29 +52,39 @@ def test_requests_cut_by_the_end_of_the_run_close_their_connections(tmp_path: Pa
             session.close()
 
 
+WARMUP_CHILD = """
+import sys
+from pathlib import Path
+from loadgen.orchestrate.measured_run import warmup
+from tests.unit.loadgen.test_clean_handover import plan_for
+try:
+    warmup(plan_for(sys.argv[1], warmup=3, concurrency=3).plan, Path(sys.argv[2]))
+    print("ended")
+except WarmupInterrupted as exc:
+    print(f"WarmupInterrupted: {exc}")
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+"""
+"""The warmup in its own interpreter: a real SIGINT, and no thread or signal state left by other tests (gevent's
+monkey-patching by Locust's tests once made an in-process Ctrl-C miss the warmup)."""
+
+
 def test_ctrl_c_in_the_warmup_aborts_its_requests_and_keeps_their_rows(tmp_path: Path) -> None:
-    """Ctrl-C while 3 warmup requests stream: their connections are shut down (the server's running requests drop
-    to 0 at once, while the benchmark still writes its report), their rows are saved as cut by Ctrl-C, and the
-    warmup says it was interrupted."""
+    """Ctrl-C (SIGINT) while 3 warmup requests stream: their connections are shut down (the server's running requests
+    drop to 0 at once), their rows are saved as cut by Ctrl-C, and the warmup says it was interrupted."""
     with mock_process(*SLOW_STREAM) as url:
-        state = plan_for(url, warmup=3, concurrency=3)
         rows_file = tmp_path / "run.requests.jsonl"
-        seen: list[float] = []
-
-        def ctrl_c() -> None:
-            seen.append(running_after(url, 3.0, within_s=20.0))  # generous: a busy 2-core host starts them late
-            _thread.interrupt_main()
-
-        threading.Thread(target=ctrl_c, daemon=True).start()
+        child = subprocess.Popen([sys.executable, "-c", WARMUP_CHILD, url, str(rows_file)], cwd=PROJECT_ROOT,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
         try:
-            warmup(state.plan, rows_file)
-        except KeyboardInterrupt:
-            pytest.fail("Ctrl-C left the warmup as it was: its requests kept streaming, its rows were not saved")
-        except WarmupInterrupted as exc:
-            assert "interrupted during the warmup" in str(exc)
-        else:
-            pytest.fail("the warmup ended although Ctrl-C stopped it")
-        assert seen == [3.0] and running_after(url, 0.0, within_s=15.0) == 0.0
+            seen = running_after(url, 3.0, within_s=60.0)  # generous: a busy 2-core host starts them late
+            child.send_signal(signal.SIGINT)
+            out, _ = child.communicate(timeout=60)
+        finally:
+            child.kill()
+        assert seen == 3.0, out
+        assert "WarmupInterrupted: interrupted during the warmup" in out, out
+        assert running_after(url, 0.0, within_s=15.0) == 0.0
         rows, _ = read_records(rows_file)
         assert len(rows) == 3 and all(r.phase == "warmup" and r.error_kind == "incomplete" for r in rows), rows
         assert all((r.error or "").startswith("cancelled by Ctrl-C") for r in rows)
