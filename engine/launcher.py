@@ -119,6 +119,10 @@ def without_api_keys(args: list[str]) -> list[str]:
     return out
 
 
+LOAD_TRACKING_FLAG = "--enable-server-load-tracking"
+"""vLLM counts the HTTP requests it is serving (``GET /load``): a blue/green switch drains the old engine on it."""
+
+
 def vllm_argv(
     settings: Settings,
     resolved: ResolvedModel,
@@ -133,7 +137,8 @@ def vllm_argv(
     ``gpu_utilization`` (:class:`engine.gpuplan.MemoryPlan`) is ``--gpu-memory-utilization``: vLLM still
     checks free memory against it at start, so its 0.92 default would refuse a shared card (one given in
     VLLM_EXTRA_ARGS wins), as does its ``--disable-access-log-for-endpoints`` over the stack's own polling endpoints
-    (:func:`engine.logpipe.access_log_args`). ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
+    (:func:`engine.logpipe.access_log_args`); ``--enable-server-load-tracking`` (:data:`LOAD_TRACKING_FLAG`) always.
+    ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
     one key goes through the environment (:func:`vllm_env`); only several keys come back here, as one
     ``--api-key a b`` list before the extra arguments (which stay last).
 
@@ -164,6 +169,8 @@ def vllm_argv(
     if gpu_utilization is not None and not has_flag(settings.vllm_extra_args, "--gpu-memory-utilization"):
         argv += ["--gpu-memory-utilization", f"{gpu_utilization:.3f}"]
     argv += access_log_args(settings.vllm_extra_args)  # the stack's own polling stays out of vllm.log
+    if not has_flag(settings.vllm_extra_args, LOAD_TRACKING_FLAG):
+        argv.append(LOAD_TRACKING_FLAG)  # GET /load: the requests in flight a blue/green switch waits for
     if profile:
         argv += profiler_args(settings)
     keys = settings.vllm_api_keys

@@ -34,6 +34,7 @@ from core.redact import Redactor, secret_values
 from core.replicas import as_started, check_cluster, cluster_record, record_cluster
 from core.report_schema import StartupFacts
 from core.settings import PROJECT_ROOT, Settings, get_settings
+from core.slots import clear_slots
 from core.tokenfile import ensure_sidecar_token
 from engine.control import (
     FAILED_STATES,
@@ -41,6 +42,7 @@ from engine.control import (
     Supervisor,
     SupervisorNotAnswering,
     engine_phase,
+    own_program,
     why_not_up,
 )
 from engine.engineplan import engine_build
@@ -157,6 +159,17 @@ def up(settings: Settings, request: EngineRequest | None = None) -> int:
         return 1
     if states is not None:
         return resume(settings, states)
+    clear_slots(settings.run_dir)  # every replica starts in slot a
+    record_cluster(as_started(settings))  # later commands, and the checks below, see these replicas and the front
+    code = start_fresh(settings, request)
+    if code != 0 and not states_now(settings):  # nothing runs: no stack for later commands to see
+        cluster_record(settings).unlink(missing_ok=True)
+    return code
+
+
+def start_fresh(settings: Settings, request: EngineRequest | None) -> int:
+    """:func:`up` on a host with no supervisord of this stack: check the ports, prepare the model, start supervisord
+    with the stack's configuration and wait for every service (the cluster record is written)."""
     busy = [m for s in services(settings) if (m := port_in_use_message(s.host, s.port, s.port_var))]
     if busy:
         print("[ERROR] " + "\n[ERROR] ".join(busy), file=sys.stderr)
@@ -168,7 +181,9 @@ def up(settings: Settings, request: EngineRequest | None = None) -> int:
     except OSError as exc:
         print(f"[ERROR] cannot make the sidecar token {settings.sidecar_token_path}: {exc}", file=sys.stderr)
         return 2
-    write_request(settings.engine_request_file, request or EngineRequest())  # default: MODEL, unprofiled
+    for index in range(as_started(settings).replicas):  # default: MODEL, unprofiled
+        replica = settings.model_copy(update={"engine_replica": index, "engine_slot": "a"})
+        write_request(replica.engine_request_file, request or EngineRequest())
     env = supervisor_env(settings)
     since = log_position(settings.vllm_log_file)  # only this launch's phase counts (not the last run's)
     prepared = subprocess.run(
@@ -182,7 +197,6 @@ def up(settings: Settings, request: EngineRequest | None = None) -> int:
         if checked.returncode != 0:
             print("[ERROR] The GPU preflight failed (lines above); fix them and run `make up` again.", file=sys.stderr)
             return 2
-    record_cluster(as_started(settings))  # later commands see these replicas and this policy (core.replicas)
     conf = write_conf(settings, CONF)  # CONF itself, or with the replicas and the router (engine.replicas)
     subprocess.run(
         [sys.executable, "-m", "supervisor.supervisord", "-c", str(conf)], env=env, cwd=PROJECT_ROOT, check=True
@@ -225,7 +239,7 @@ def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
     print(
         f"[INFO] The stack is running but {', '.join(dead)} stopped; restarting {'it' if len(dead) == 1 else 'them'}."
     )
-    since = log_position(settings.vllm_log_file) if "vllm" in dead else None
+    since = log_position(settings.vllm_log_file) if own_program(settings) in dead else None
     if ROUTER_PROGRAM in states and ROUTER_PROGRAM not in dead and any(n in dead for n in program_names(settings)):
         rpc(settings).supervisor.stopProcess(ROUTER_PROGRAM)  # restarted after the replicas (engine.replicas.main)
         dead.append(ROUTER_PROGRAM)
@@ -267,6 +281,7 @@ def down(settings: Settings) -> int:
     if not running:
         print("[INFO] The stack is not running.")
         cluster_record(settings).unlink(missing_ok=True)
+        clear_slots(settings.run_dir)
         return end_leftovers(settings)
     try:
         rpc(settings).supervisor.shutdown()
@@ -280,6 +295,7 @@ def down(settings: Settings) -> int:
         return 1
     left = end_leftovers(settings)
     cluster_record(settings).unlink(missing_ok=True)
+    clear_slots(settings.run_dir)
     print("[INFO] Stack stopped.")
     return left
 
