@@ -22,7 +22,7 @@ from typing import Any, Literal
 import httpx
 import psutil
 
-from core.enginestate import EngineError, EngineRequest, log_position, write_request
+from core.enginestate import EngineError, EngineRequest, log_position, read_engine_state, write_request
 from core.replicas import replica_url
 from core.settings import Settings
 from core.slots import Slot, active_slot, other, write_slot
@@ -33,6 +33,7 @@ from engine.gpuplan import MemoryPlan
 from engine.hostdtype import pool_gib
 from engine.model_resolve import ResolvedModel
 from engine.replicas import add_worker, program_name, remove_worker
+from engine.startphases import latest_start, phases_line
 
 CPU_ENGINE_OVERHEAD_BYTES = int(1.5 * GIB)
 """What a CPU engine holds beyond its weights and KV pool: three Python processes (API server, engine core, worker)
@@ -283,6 +284,9 @@ def switch_replica(
                           f"({why}); stopped it, {old_program} serves on.\n{why_not_up(new, since)}")  # fmt: skip
     started_s = time.monotonic() - begun
     say(f"[INFO] {new_program} answers a completion after {started_s:.1f} s; swapping it in behind the router")
+    phases = phases_line(latest_start(new.vllm_log_file, read_engine_state(new.engine_state_file)))
+    if phases:
+        say(f"[INFO] {new_program}: {phases.strip()}")
     swap_begun = time.monotonic()
     try:
         add_worker(settings, new_url)

@@ -28,6 +28,7 @@ from core.replicas import (
     front_in_use,
     replica_port,
     replicas,
+    router_in_use,
     router_metrics_port,
     split_devices,
 )
@@ -35,6 +36,10 @@ from core.settings import Settings, get_settings
 from core.slots import SLOTS, Slot, active_slot, slot_suffix
 
 ROUTER_PROGRAM = "router"
+FRONT_POLICY = "round_robin"
+"""The router's policy in front of one engine (no ROUTER_POLICY): vllm-router's default, cache_aware, sends each chat
+request's ``/v1/chat/completions/render`` to the engine before the request itself (seen with a logging worker), a
+second request per chat for nothing when there is one engine to choose."""
 ROUTER_ADMIN_TIMEOUT_S = 10.0
 """How long a call to the router's worker API may take (it checks a new worker's health first: ~50 ms measured)."""
 
@@ -47,12 +52,15 @@ def router_binary() -> str:
 
 def router_argv(settings: Settings) -> list[str]:
     """``vllm-router`` on VLLM_HOST:VLLM_PORT with every engine as a worker, ROUTER_POLICY when set (the router's
-    own default otherwise), its Prometheus endpoint on :func:`core.replicas.router_metrics_port`, and as long to wait
-    for the workers as the stack waits for vLLM (STARTUP_TIMEOUT_S)."""
+    own default otherwise; :data:`FRONT_POLICY` in front of one engine), its Prometheus endpoint on
+    :func:`core.replicas.router_metrics_port`, and as long to wait for the workers as the stack waits for vLLM
+    (STARTUP_TIMEOUT_S)."""
     argv = [router_binary(), "--host", settings.vllm_host, "--port", str(settings.vllm_port),
             "--worker-urls", *(r.url for r in replicas(settings))]  # fmt: skip
     if settings.router_policy:
         argv += ["--policy", settings.router_policy]
+    elif not router_in_use(settings):  # one engine behind the front: no choice to make, and its default policy
+        argv += ["--policy", FRONT_POLICY]  # (cache_aware) asks the engine to render every chat first
     return [*argv, "--prometheus-host", "127.0.0.1", "--prometheus-port", str(router_metrics_port(settings)),
             "--worker-startup-timeout-secs", str(int(settings.startup_timeout_s))]  # fmt: skip
 

@@ -48,6 +48,7 @@ from engine.control import (
 from engine.engineplan import engine_build
 from engine.reaper import end_engine_processes
 from engine.replicas import ROUTER_PROGRAM, program_names, write_conf
+from engine.startphases import latest_start, phases_line
 from engine.startuptracker import StartupPhase
 from sidecar.reports.envinfo import startup_facts
 from stack.services import answers, programs, remote_engines, services, tail
@@ -333,6 +334,9 @@ def status(settings: Settings) -> int:
     line = startup_times_line(startup_facts(phase))
     if line:
         print(line)
+    phases = phases_line(latest_start(settings.vllm_log_file, read_engine_state(settings.engine_state_file)))
+    if phases:
+        print(phases)
     return 0 if healthy else 1
 
 

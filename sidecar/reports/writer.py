@@ -18,6 +18,7 @@ from core.replicas import engine_url, serving_engine
 from core.report_schema import Comparison, HostResources, Report, Resources
 from core.settings import Settings
 from engine.control import engine_phase, own_program
+from engine.startphases import latest_start
 from engine.startuptracker import StartupPhase
 from sidecar.render.files import report_files
 from sidecar.reports.baselines import BaselineStore
@@ -130,6 +131,10 @@ class ReportService:
         serving = serving_engine(self.settings)
         return {"program": own_program(self.settings), "url": serving.url, "pid": serving.pid,
                 "served_model": serving.served_name}  # fmt: skip
+
+    def start_phases(self) -> dict[str, float]:
+        """Seconds per phase of the serving engine's latest start (:func:`engine.startphases.latest_start`)."""
+        return latest_start(self.settings.vllm_log_file, read_engine_state(self.settings.engine_state_file))
 
     @property
     def gpu_names(self) -> list[str]:

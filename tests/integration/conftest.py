@@ -24,12 +24,14 @@ import httpx
 import psutil
 import pytest
 
-from core.settings import PROJECT_ROOT
+from core.replicas import engine_url
+from core.settings import PROJECT_ROOT, Settings
 
 # The four ports sit next to each other (28000-28003); TEST_PORT_OFFSET shifts them, so checkouts whose offsets differ
 # by 4 or more run their integration tests side by side without a clash.
 _BASE = 28000 + int(os.environ.get("TEST_PORT_OFFSET", "0"))
-TEST_PORTS = {"UI_PORT": _BASE, "VLLM_PORT": _BASE + 1, "SIDECAR_PORT": _BASE + 2, "LOCUST_WEB_PORT": _BASE + 3}
+TEST_PORTS = {"UI_PORT": _BASE, "VLLM_PORT": _BASE + 1, "SIDECAR_PORT": _BASE + 2, "LOCUST_WEB_PORT": _BASE + 3,
+              "REPLICA_PORT_BASE": _BASE + 500}  # the engine behind the router: slot a, router metrics, slot b
 
 
 SECRETS = {
@@ -102,6 +104,15 @@ class Stack:
         return f"http://127.0.0.1:{TEST_PORTS['VLLM_PORT']}"
 
     @property
+    def engine_url(self) -> str:
+        """vLLM itself (its ``/metrics``, which the router on VLLM_PORT does not pass on): the engine serving now
+        (:func:`core.replicas.engine_url` of this stack's ports and run folder)."""
+        settings = Settings(_env_file=None, run_dir=self.run_dir, vllm_host="127.0.0.1",  # type: ignore[call-arg]
+                            vllm_port=int(self.env["VLLM_PORT"]),
+                            replica_port_base=int(self.env["REPLICA_PORT_BASE"]))  # fmt: skip
+        return engine_url(settings)
+
+    @property
     def ui_url(self) -> str:
         return f"http://127.0.0.1:{TEST_PORTS['UI_PORT']}"
 
@@ -147,7 +158,7 @@ class Stack:
 
     def vllm_gauges(self) -> dict[str, float]:
         """vLLM's ``/metrics`` gauges of requests ``running`` and ``waiting`` now (summed over engines)."""
-        text = httpx.get(f"{self.vllm_url}/metrics", timeout=10).text
+        text = httpx.get(f"{self.engine_url}/metrics", timeout=10).text
         gauges = {"running": 0.0, "waiting": 0.0}
         for name, value in re.findall(r"^vllm:num_requests_(running|waiting)\{[^}]*\} (\S+)$", text, re.MULTILINE):
             gauges[name] += float(value)
