@@ -223,6 +223,15 @@ def run_step(step: Step) -> Ran:
     return Ran(begin, time.time(), swapped, code, "\n".join(lines[-6:]))
 
 
+def new_engine_from(ran: Ran, answers: list[Answer]) -> float:
+    """From when on requests reach the new engine: the router's swap; for a stop-and-start (no swap), after the last
+    request that failed while the command ran (the engine was down until then), else the command's start."""
+    if ran.swapped_s is not None:
+        return ran.swapped_s
+    down = [a.sent_s for a in answers if a.failed and ran.begin_s <= a.sent_s <= ran.end_s]
+    return max(down, default=ran.begin_s)
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry: the three commands under the stream, a table of their figures."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -259,9 +268,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{sum(a.failed for a in answers)} failed, {sum(a.cut for a in answers)} cut")  # fmt: skip
     print("\n| command | exit | command s | requests | failed | cut | longest gap between first tokens s | "
           "slowest TTFT s | command → new model answers s |\n|---|---|---|---|---|---|---|---|---|")
+    steady = figures(answers, 0.0, runs[0][1].begin_s, None)
+    print(f"| (steady, before the first command) | | | {steady.requests} | {steady.failed} | {steady.cut} | "
+          f"{steady.longest_gap_s} | {steady.slowest_ttft_s} | |")
     for i, (step, ran, new_model) in enumerate(runs):
         until = runs[i + 1][1].begin_s if i + 1 < len(runs) else float("inf")
-        f = figures(answers, ran.begin_s, until, new_model, ran.swapped_s)
+        f = figures(answers, ran.begin_s, until, new_model, new_engine_from(ran, answers))
         print(f"| {step.name} | {ran.code} | {ran.end_s - ran.begin_s:.1f} | {f.requests} | {f.failed} | {f.cut} | "
               f"{f.longest_gap_s} | {f.slowest_ttft_s} | {f.to_new_model_s} |")
     errors = sorted({a.error for a in answers if a.error})
