@@ -47,7 +47,7 @@ from engine.control import (
 )
 from engine.engineplan import engine_build
 from engine.reaper import end_engine_processes
-from engine.replicas import ROUTER_PROGRAM, program_names, write_conf
+from engine.replicas import ROUTER_PROGRAM, program_name, program_names, write_conf
 from engine.startphases import latest_start, phases_line
 from engine.startuptracker import StartupPhase
 from sidecar.reports.envinfo import startup_facts
@@ -319,6 +319,9 @@ def status(settings: Settings) -> int:
         answering = answers(svc.url, svc.headers)
         healthy &= state == "RUNNING" and answering
         print(f"{svc.name:8s} {state:9s} {'answers' if answering else 'no answer':10s} {svc.url}  log: {svc.log}")
+    for name in starting_beside(settings, states):  # a switch in progress: not serving yet, not judged
+        state = states[name].get("statename", "UNKNOWN")
+        print(f"{name:8s} {state:9s} {'':10s} the next engine of ./start_vllm.sh, starting beside the serving one")
     for engine in remote_engines(settings):  # ENGINE_URLS: run elsewhere, behind this host's router
         answering = answers(f"{engine.url}/v1/models", tuple(settings.vllm_headers.items()))
         healthy &= answering
@@ -338,6 +341,14 @@ def status(settings: Settings) -> int:
     if phases:
         print(phases)
     return 0 if healthy else 1
+
+
+def starting_beside(settings: Settings, states: dict[str, dict[str, Any]]) -> list[str]:
+    """The programs of the slots that do not serve but run (a blue/green switch starting its new engine)."""
+    serving = set(program_names(settings))
+    slots = [program_name(k, slot) for k in range(as_started(settings).replicas) for slot in ("a", "b")]
+    return [name for name in slots if name not in serving
+            and states.get(name, {}).get("statename") in ("STARTING", "RUNNING", "BACKOFF")]  # fmt: skip
 
 
 def startup_times_line(facts: StartupFacts | None) -> str | None:
