@@ -269,14 +269,16 @@ def switch_replica(
     begun = time.monotonic()
     programs.start(new_program)
     deadline = begun + settings.startup_timeout_s
-    why = "no answer yet"
+    why: str | None = "no answer yet"
     while time.monotonic() < deadline:
         state = programs.state(new_program)
         if state in DEAD_STATES:
             programs.stop(new_program)
             raise EngineError(f"{new_program} is {state}; {old_program} serves on.\n{why_not_up(new, since)}")
-        if state == "RUNNING" and (why := answers_completion(new_url, settings.vllm_headers) or "") == "":
-            break
+        if state == "RUNNING":
+            why = answers_completion(new_url, settings.vllm_headers)
+            if why is None:
+                break
         time.sleep(1.0)
     else:
         programs.stop(new_program)

@@ -32,6 +32,9 @@ PORTS = {"UI_PORT": _BASE, "VLLM_PORT": _BASE + 1, "SIDECAR_PORT": _BASE + 2, "L
          "REPLICA_PORT_BASE": _BASE + 10}  # fmt: skip
 TINY_DIR = PROJECT_ROOT / "models" / "tiny"  # the synthetic tiny model's folder, served as "tiny"
 RATE_PER_S = 2.0
+VLLM_URL = f"http://127.0.0.1:{PORTS['VLLM_PORT']}"  # the router in front (Stack's URLs are the session stack's)
+UI_URL = f"http://127.0.0.1:{PORTS['UI_PORT']}"
+SIDECAR_URL = f"http://127.0.0.1:{PORTS['SIDECAR_PORT']}"
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +55,7 @@ def start_vllm(stack: Stack, **env: str) -> subprocess.CompletedProcess[str]:
 
 def sidecar_engine(stack: Stack) -> dict[str, object]:
     """The engine the sidecar says serves now (``GET /startup``'s ``engine``)."""
-    return dict(httpx.get(f"{stack.sidecar_url}/startup", timeout=30).json()["engine"])
+    return dict(httpx.get(f"{SIDECAR_URL}/startup", timeout=30).json()["engine"])
 
 
 def lost(answers: list[Answer]) -> list[str]:
@@ -68,9 +71,9 @@ def test_switches_under_a_stream_lose_no_request_and_everything_follows(
     0 failed, 0 cut; the longest gap between successful first tokens at most 2 s plus the slowest first token."""
     page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
     page.set_default_timeout(120_000)
-    log_in(page, switching.ui_url)
+    log_in(page, UI_URL)
     page.get_by_text("Model: ernie-tiny-synthetic").wait_for()
-    stream = Stream(switching.vllm_url, switching.vllm_headers, RATE_PER_S, max_tokens=16).start()
+    stream = Stream(VLLM_URL, switching.vllm_headers, RATE_PER_S, max_tokens=16).start()
     try:
         time.sleep(3)
         there_begun = time.time()
@@ -100,5 +103,5 @@ def test_switches_under_a_stream_lose_no_request_and_everything_follows(
         assert f.failed == f.cut == 0 and f.to_new_model_s is not None, f
         assert f.longest_gap_s is not None and f.slowest_ttft_s is not None
         assert f.longest_gap_s <= 2.0 + f.slowest_ttft_s, f
-    assert httpx.get(f"{switching.vllm_url}/v1/models", headers=switching.vllm_headers,
+    assert httpx.get(f"{VLLM_URL}/v1/models", headers=switching.vllm_headers,
                      timeout=10).json()["data"][0]["id"] == "ernie-tiny-synthetic"  # fmt: skip
