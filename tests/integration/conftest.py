@@ -104,13 +104,27 @@ class Stack:
         return f"http://127.0.0.1:{TEST_PORTS['VLLM_PORT']}"
 
     @property
+    def settings(self) -> Settings:
+        """This stack's settings as its commands see them (ports and folders; the engine files follow a switch)."""
+        return Settings(_env_file=None, run_dir=self.run_dir, logs_dir=self.logs_dir,  # type: ignore[call-arg]
+                        vllm_host="127.0.0.1", vllm_port=int(self.env["VLLM_PORT"]),
+                        replica_port_base=int(self.env["REPLICA_PORT_BASE"]))  # fmt: skip
+
+    @property
     def engine_url(self) -> str:
         """vLLM itself (its ``/metrics``, which the router on VLLM_PORT does not pass on): the engine serving now
-        (:func:`core.replicas.engine_url` of this stack's ports and run folder)."""
-        settings = Settings(_env_file=None, run_dir=self.run_dir, vllm_host="127.0.0.1",  # type: ignore[call-arg]
-                            vllm_port=int(self.env["VLLM_PORT"]),
-                            replica_port_base=int(self.env["REPLICA_PORT_BASE"]))  # fmt: skip
-        return engine_url(settings)
+        (:func:`core.replicas.engine_url`)."""
+        return engine_url(self.settings)
+
+    @property
+    def engine_state_file(self) -> Path:
+        """The serving engine's state file (``logs/engine_state.json``, ``engine_state-b.json`` after a switch)."""
+        return self.settings.engine_state_file
+
+    @property
+    def vllm_log_file(self) -> Path:
+        """The serving engine's log (``logs/vllm.log``, ``vllm-b.log`` after a switch)."""
+        return self.settings.vllm_log_file
 
     @property
     def ui_url(self) -> str:

@@ -38,7 +38,7 @@ def test_vllm_runs_with_the_planned_pool_and_context(stack: Stack) -> None:
     assert g.pool_tokens == planned_tokens(stack)
     model = httpx.get(f"{stack.vllm_url}/v1/models", timeout=10, headers=stack.vllm_headers).json()["data"][0]
     assert model["max_model_len"] == 4096
-    argv = json.loads((stack.logs_dir / "engine_state.json").read_text())["argv"]
+    argv = json.loads(stack.engine_state_file.read_text())["argv"]
     assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(g.pool_bytes)
 
 
