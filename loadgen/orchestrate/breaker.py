@@ -15,12 +15,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ANSWERED_ERRORS = frozenset({"http_status", "no_done", "empty_output", "invalid_stream"})
-NO_ENGINE_ANSWERS = (b"No available workers", b"error sending request")
-"""vllm-router's answers when no engine behind it can be reached (``503 No available workers (all circuits open or
-unhealthy)``, ``500 Request failed: error sending request for url …``, both seen when the engine behind the stack's
-router died): an HTTP error from the router, but the engine is as down as a refused connection."""
+from core.records import NO_ENGINE_ANSWERS
 
+ANSWERED_ERRORS = frozenset({"http_status", "no_done", "empty_output", "invalid_stream"})
 
 def connection_cause(message: str) -> str:
     """A connection-level failure in a few words: ``connection refused``, ``connection reset``, ``DNS lookup

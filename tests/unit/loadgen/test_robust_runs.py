@@ -105,11 +105,14 @@ def test_the_routers_no_engine_answers_trip_the_breaker_like_refusals(tmp_path: 
 
 
 def test_closed_loop_users_back_off_after_connection_failures_only() -> None:
-    """A refused request makes the user pause before the next one; a success or an HTTP error does not."""
+    """A refused request, or the router's answer that no engine behind it answers, makes the user pause before the
+    next one; a success or another HTTP error does not."""
     refused = RequestRecord(request_id="a", started_at=1.0, ok=False, error_kind="connection", error=REFUSED)
     http = RequestRecord(request_id="b", started_at=1.0, ok=False, error_kind="http_status", error="HTTP 500")
     ok = RequestRecord(request_id="c", started_at=1.0, ok=True, output_tokens=1)
-    assert backoff_s(refused) == CONNECTION_BACKOFF_S > 0
+    no_engine = RequestRecord(request_id="d", started_at=1.0, ok=False, error_kind="http_status",
+                              error="HTTP 503: No available workers (all circuits open or unhealthy)")  # fmt: skip
+    assert backoff_s(refused) == backoff_s(no_engine) == CONNECTION_BACKOFF_S > 0
     assert backoff_s(http) == backoff_s(ok) == 0.0
 
 
