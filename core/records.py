@@ -128,3 +128,18 @@ class RequestRecord(BaseModel):
         if self.e2e_ms is None or self.ttft_ms is None or not self.output_tokens or self.output_tokens < 2:
             return None
         return (self.e2e_ms - self.ttft_ms) / (self.output_tokens - 1)
+
+
+NO_ENGINE_ANSWERS = (b"No available workers", b"error sending request")
+"""vllm-router's answers when no engine behind it can be reached (``503 No available workers (all circuits open or
+unhealthy)``, ``500 Request failed: error sending request for url …``, both seen when the engine behind the stack's
+router died): an HTTP error from the router, but the engine is as down as a refused connection."""
+
+
+def engine_unreachable(error_kind: str | None, error: str | None) -> bool:
+    """True for a failure that says no engine could be reached: a connection-level one, or the router's answer that
+    none behind it can (:data:`NO_ENGINE_ANSWERS`)."""
+    if error_kind == "connection":
+        return True
+    text = (error or "").encode("utf-8", "replace")
+    return error_kind == "http_status" and any(answer in text for answer in NO_ENGINE_ANSWERS)

@@ -3,8 +3,14 @@
 Functions of the settings (REPLICAS, REPLICA_PORT_BASE, ENGINE_URLS, ROUTER_POLICY) as the running stack was started
 with them (``make up`` records them in ``RUN_DIR/cluster.json``: :func:`as_started`): ``make up`` starts the
 local replicas and the router from them (:mod:`engine.replicas`), the benchmark scrapes each engine's ``/metrics``
-from them (:mod:`core.serverview_cluster`). With REPLICAS=1 and no ENGINE_URLS nothing changes: one engine on
-VLLM_PORT, no router.
+from them (:mod:`core.serverview_cluster`).
+
+The router listens on VLLM_PORT (the stack's *front*, :func:`front_in_use`) with the cluster (REPLICAS > 1 or
+ENGINE_URLS) and, by default, in front of the one local engine too: ``./start_vllm.sh`` then starts the new engine
+beside the old one in the replica's other slot (:mod:`core.slots`: slot a on REPLICA_PORT_BASE+K, slot b on
+REPLICA_PORT_BASE+REPLICAS+1+K) and swaps them behind the router. A single engine behind the front is still a single
+engine for the reports (:func:`router_in_use` is the cluster's: no router fields, one ``/metrics`` read at
+:func:`engine_url`). ``ENGINE_SWITCH=restart make up`` runs today's one engine on VLLM_PORT without the router.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from typing import Annotated, Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from core.enginestate import read_engine_state
 from core.settings import Settings
+from core.slots import Slot, active_slot
 
 CLUSTER_KNOBS = ("replicas", "replica_port_base", "engine_urls", "router_policy", "replica_hosts")
 """The knobs that shape the cluster: ``make up`` records them, later commands read them (:func:`as_started`)."""
@@ -40,7 +48,9 @@ def record_cluster(settings: Settings) -> None:
     """
     path = cluster_record(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({k: getattr(settings, k) for k in CLUSTER_KNOBS}) + "\n")
+    record: dict[str, Any] = {k: getattr(settings, k) for k in CLUSTER_KNOBS}
+    record["front"] = _front(settings)  # the topology make up chose: later ENGINE_SWITCH values cannot change it
+    path.write_text(json.dumps(record) + "\n")
 
 
 def as_started(settings: Settings) -> Settings:
@@ -97,9 +107,16 @@ def _router_in_use(settings: Settings) -> bool:
     return settings.replicas > 1 or bool(_remote_urls(settings))
 
 
-def _replica_port(settings: Settings, index: int) -> int:
-    """Port of local replica ``index``: VLLM_PORT without the router, else REPLICA_PORT_BASE + index."""
-    return settings.replica_port_base + index if _router_in_use(settings) else settings.vllm_port
+def _front(settings: Settings) -> bool:
+    """True when vllm-router listens on VLLM_PORT: with the cluster, and in front of the one local engine unless
+    ENGINE_SWITCH=restart (then that engine listens on VLLM_PORT itself)."""
+    return _router_in_use(settings) or (settings.replicas >= 1 and settings.engine_switch != "restart")
+
+
+def _slot_port(settings: Settings, index: int, slot: Slot) -> int:
+    """Port of slot ``slot`` of local replica ``index`` behind the front: a on REPLICA_PORT_BASE+K, b after the
+    router's metrics port (REPLICA_PORT_BASE+REPLICAS+1+K)."""
+    return settings.replica_port_base + index + (0 if slot == "a" else settings.replicas + 1)
 
 
 def router_metrics_port(settings: Settings) -> int:
@@ -118,13 +135,72 @@ def remote_urls(settings: Settings) -> list[str]:
 
 
 def router_in_use(settings: Settings) -> bool:
-    """:func:`_router_in_use` of the running stack's knobs (:func:`as_started`)."""
+    """:func:`_router_in_use` of the running stack's knobs (:func:`as_started`): the cluster (several engines)."""
     return _router_in_use(as_started(settings))
 
 
-def replica_port(settings: Settings, index: int) -> int:
-    """:func:`_replica_port` of the running stack's knobs (:func:`as_started`)."""
-    return _replica_port(as_started(settings), index)
+def front_in_use(settings: Settings) -> bool:
+    """True when the router listens on VLLM_PORT in front of the engines, as ``make up`` recorded it
+    (:func:`record_cluster`); without that fact (no local stack: compose, a remote server; or one started before
+    fronts existed) only with the cluster, as before."""
+    try:
+        recorded = json.loads(cluster_record(settings).read_text()).get("front")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    return recorded if isinstance(recorded, bool) else _router_in_use(as_started(settings))
+
+
+def planned_front(settings: Settings) -> bool:
+    """Whether ``make up`` with ``settings`` puts the router in front (:func:`_front`), before anything is recorded."""
+    return _front(settings)
+
+
+def replica_port(settings: Settings, index: int, slot: Slot | None = None) -> int:
+    """Port of local replica ``index``: VLLM_PORT without the front, else its slot's port (``slot``; default the one
+    that serves now, :func:`core.slots.active_slot`) — of the running stack (:func:`as_started`)."""
+    started = as_started(settings)
+    if not front_in_use(settings):
+        return started.vllm_port
+    return _slot_port(started, index, slot or active_slot(started.run_dir, index))
+
+
+def replica_url(settings: Settings, index: int, slot: Slot | None = None) -> str:
+    """URL of slot ``slot`` (default: the serving one) of local replica ``index`` (VLLM_PORT's without the front)."""
+    started = as_started(settings)
+    if not front_in_use(settings):
+        return started.vllm_url
+    return f"http://{_local_host(started, index)}:{replica_port(settings, index, slot)}"
+
+
+def engine_url(settings: Settings) -> str:
+    """Where vLLM itself answers (its ``/metrics``, ``/load``, profiler endpoints, which the router does not pass
+    on): the server clients use (VLLM_BASE_URL, else VLLM_PORT's), except behind the stack's front with one local
+    engine and no VLLM_BASE_URL: that engine's serving slot."""
+    started = as_started(settings)
+    if settings.vllm_base_url or _router_in_use(started) or started.replicas != 1 or not front_in_use(settings):
+        return settings.vllm_url
+    return replica_url(settings, 0)
+
+
+@dataclass(frozen=True)
+class ServingEngine:
+    """Which engine serves the stack's clients now: its URL and, where its launcher wrote one, its state file's
+    process and served name (a switch or restart changes the process; None: unknown, no state file)."""
+
+    url: str
+    pid: int | None
+    served_name: str | None
+
+    def describe(self) -> str:
+        """``tiny (pid 123 at http://127.0.0.1:8112)``."""
+        return f"{self.served_name or 'unknown model'} (pid {self.pid or '?'} at {self.url})"
+
+
+def serving_engine(settings: Settings) -> ServingEngine:
+    """The engine serving now (:func:`engine_url` and its state file, :mod:`core.slots`): two calls that differ
+    bracket a switch or a restart of vLLM."""
+    state = read_engine_state(settings.engine_state_file)
+    return ServingEngine(engine_url(settings), state.pid if state else None, state.served_name if state else None)
 
 
 def _local_host(settings: Settings, index: int = 0) -> str:
@@ -144,16 +220,18 @@ def replicas(settings: Settings) -> list[Replica]:
     Raises:
         ValueError: ENGINE_URLS does not parse (:func:`remote_urls`).
     """
-    return _replicas(as_started(settings))
+    return _replicas(as_started(settings), front_in_use(settings))
 
 
-def _replicas(settings: Settings) -> list[Replica]:
-    if not _router_in_use(settings):
+def _replicas(settings: Settings, front: bool | None = None) -> list[Replica]:
+    if not (_router_in_use(settings) if front is None else front):
         return [Replica("vllm", settings.vllm_url, 0)]
+    slots = {k: active_slot(settings.run_dir, k) for k in range(settings.replicas)}
     local = [
-        Replica("vllm" if k == 0 else f"vllm-{k}", f"http://{_local_host(settings, k)}:{_replica_port(settings, k)}", k)
+        Replica("vllm" if k == 0 else f"vllm-{k}",
+                f"http://{_local_host(settings, k)}:{_slot_port(settings, k, slots[k])}", k)
         for k in range(settings.replicas)
-    ]
+    ]  # fmt: skip
     return local + [Replica(f"remote-{k}", url, None) for k, url in enumerate(_remote_urls(settings))]
 
 
@@ -167,16 +245,18 @@ def check_cluster(settings: Settings) -> str | None:
         return str(exc)
     if settings.replicas == 0 and not remote:
         return "REPLICAS=0 runs the router only: give ENGINE_URLS=http://host:port,... (or REPLICAS=1 or more)"
-    if not _router_in_use(settings):
+    if not _front(settings):
         return None
     taken = {settings.vllm_port: "VLLM_PORT", settings.sidecar_port: "SIDECAR_PORT", settings.ui_port: "UI_PORT",
              settings.locust_web_port: "LOCUST_WEB_PORT"}  # fmt: skip
-    ours = [_replica_port(settings, k) for k in range(settings.replicas)]
+    ours = [_slot_port(settings, k, "a") for k in range(settings.replicas)]
     ours.append(settings.replica_port_base + settings.replicas)  # the router's metrics port (router_metrics_port)
+    ours += [_slot_port(settings, k, "b") for k in range(settings.replicas)]  # where a switch starts the new engines
     clash = [f"{port} ({taken[port]})" for port in ours if port in taken]
     if clash or max(ours) > 65535:
-        return (f"REPLICA_PORT_BASE={settings.replica_port_base}: the replicas and the router's metrics use ports "
-                f"{ours[0]}-{ours[-1]}, which hit {', '.join(clash) or 'the top of the port range'}; choose another")
+        return (f"REPLICA_PORT_BASE={settings.replica_port_base}: the replicas (both slots) and the router's metrics "
+                f"use ports {ours[0]}-{ours[-1]}, which hit {', '.join(clash) or 'the top of the port range'}; "
+                "choose another")
     return None
 
 

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 import xmlrpc.client
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,11 @@ from core.enginestate import (
 from core.net import wait_for_http
 from core.replicas import replicas
 from core.settings import PROJECT_ROOT, Settings
+from core.slots import active_slot
+from engine.bluegreen import Programs, Swapped, switch_replica
 from engine.enginephase import engine_process, failure_report, launch_phase
 from engine.reaper import end_engine_processes, engine_processes
-from engine.replicas import ROUTER_PROGRAM, program_names
+from engine.replicas import ROUTER_PROGRAM, program_name, program_names
 from engine.startuptracker import StartupPhase
 
 PROGRAM = "vllm"
@@ -117,8 +120,15 @@ def engine_phase(
     lines begin there (what ``make up`` and a restart started), else the log's latest one."""
     states = known_states(supervisor or Supervisor(settings.run_dir))
     state = read_engine_state(settings.engine_state_file)
-    process = engine_process(state, states.get(PROGRAM))
+    process = engine_process(state, states.get(own_program(settings)))
     return launch_phase(settings.vllm_log_file, state, since, process)
+
+
+def own_program(settings: Settings) -> str:
+    """The supervisord program of the engine ``settings`` name: replica ENGINE_REPLICA in slot ENGINE_SLOT, else
+    the slot that serves now (``vllm``, ``vllm-b``, ``vllm-1`` ...; :mod:`core.slots`)."""
+    replica = settings.engine_replica
+    return program_name(replica, settings.engine_slot or active_slot(settings.run_dir, replica))
 
 
 def why_not_up(settings: Settings, since: LogPosition | None, supervisor: Supervisor | None = None) -> str:
@@ -141,7 +151,11 @@ class LocalEngine:
     def __init__(self, settings: Settings, supervisor: Supervisor | None = None) -> None:
         self.settings = settings
         self.supervisor = supervisor or Supervisor(settings.run_dir)
-        self.programs = program_names(settings)
+
+    @property
+    def programs(self) -> list[str]:
+        """The programs of the engines that serve now (after a blue/green switch, their other slot's)."""
+        return program_names(self.settings)
 
     def _states(self, states: dict[str, dict[str, Any]]) -> dict[str, str]:
         return {name: states.get(name, {}).get("statename", "UNKNOWN") for name in self.programs}
@@ -204,7 +218,7 @@ class LocalEngine:
         states = self._states(self.supervisor.states() or {})
         for name, state in states.items():
             if state not in ("RUNNING", "STARTING"):
-                if name == PROGRAM:
+                if name == own_program(self.settings):
                     since = log_position(self.settings.vllm_log_file)  # this launch's lines begin here
                 self.supervisor.proxy().supervisor.startProcess(name, False)
         self._wait(since)
@@ -217,9 +231,13 @@ class LocalEngine:
                 self.supervisor.proxy().supervisor.stopProcess(name)
 
     def restart(self, request: EngineRequest) -> None:
-        """Restart vLLM with ``request`` and wait until it answers (see :class:`core.enginestate.EngineControl`)."""
+        """Restart vLLM with ``request`` and wait until it answers (see :class:`core.enginestate.EngineControl`): stop
+        and start, down meanwhile (:meth:`switch` replaces it with no downtime)."""
         self._require()
-        write_request(self.settings.engine_request_file, request)
+        for replica in replicas(self.settings):
+            if replica.index is not None:
+                write_request(self.settings.model_copy(update={"engine_replica": replica.index}).engine_request_file,
+                              request)  # fmt: skip
         self.stop()
         # every local engine is stopped now: what still carries this stack's marker is a crashed vLLM's orphan (an
         # engine core left by a SIGKILLed API server holds its memory, GPU memory included): ended before the start
@@ -231,6 +249,23 @@ class LocalEngine:
             print(f"[INFO] Ended {len(leftovers.found)} process(es) an earlier vLLM left behind "
                   f"({', '.join(map(str, leftovers.found))})", flush=True)  # fmt: skip
         self.start()
+
+
+    def switch(self, request: EngineRequest, say: Callable[[str], None] = print) -> list[Swapped]:
+        """Replace every local engine by one started with ``request``, one replica at a time, each beside the old one
+        and swapped behind the router (:func:`engine.bluegreen.switch_replica`); the swaps done, in order.
+
+        Raises:
+            EngineError: a new engine did not come up (the old one of that replica serves on; replicas swapped before
+                it serve the new request), or the router refused a swap.
+        """
+        self._require()
+        programs = Programs(self.supervisor)
+        def failure(settings: Settings, since: Any) -> str:
+            return why_not_up(settings, since, self.supervisor)
+
+        local = [r.index for r in replicas(self.settings) if r.index is not None]
+        return [switch_replica(self.settings, index, request, programs, failure, say) for index in local]
 
 
 class ComposeEngine:

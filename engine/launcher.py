@@ -127,6 +127,8 @@ def without_api_keys(args: list[str]) -> list[str]:
 PROMPT_TOKENS_DETAILS = "--enable-prompt-tokens-details"
 """vLLM's flag for ``usage.prompt_tokens_details.cached_tokens``: the prompt tokens each request found in the prefix
 cache (a conversation's per-turn hits; docs/reports.md). Off by default in vLLM; the stack turns it on."""
+LOAD_TRACKING_FLAG = "--enable-server-load-tracking"
+"""vLLM counts the HTTP requests it is serving (``GET /load``): a blue/green switch drains the old engine on it."""
 
 
 def vllm_argv(
@@ -147,7 +149,8 @@ def vllm_argv(
     (:func:`engine.logpipe.access_log_args`), and ``limits``
     (:func:`engine.gpupeak.batch_limits`) are ``--max-num-seqs`` and ``--max-num-batched-tokens`` where VLLM_EXTRA_ARGS
     does not set them: vLLM's own defaults would take the start-up peak past the seed's 2.8 GB
-    (:mod:`engine.gpupeak`); and :data:`PROMPT_TOKENS_DETAILS`. ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
+    (:mod:`engine.gpupeak`); :data:`PROMPT_TOKENS_DETAILS` and ``--enable-server-load-tracking``
+    (:data:`LOAD_TRACKING_FLAG`) always. ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
     one key goes through the environment (:func:`vllm_env`); only several keys come back here, as one
     ``--api-key a b`` list before the extra arguments (which stay last).
 
@@ -182,6 +185,8 @@ def vllm_argv(
         argv += limits.args()
     if not has_flag(settings.vllm_extra_args, PROMPT_TOKENS_DETAILS):
         argv.append(PROMPT_TOKENS_DETAILS)  # each answer's usage says its prefix-cache hits (conversations' turns)
+    if not has_flag(settings.vllm_extra_args, LOAD_TRACKING_FLAG):
+        argv.append(LOAD_TRACKING_FLAG)  # GET /load: the requests in flight a blue/green switch waits for
     if profile:
         argv += profiler_args(settings)
     keys = settings.vllm_api_keys

@@ -1,11 +1,16 @@
-"""Local replicas and vllm-router under the stack's supervisord: the programs ``make up`` adds, their environment.
+"""Local replicas and vllm-router under the stack's supervisord: the programs ``make up`` adds, their environment,
+and the router's worker list at run time.
 
-With REPLICAS=1 and no ENGINE_URLS the stack runs deploy/supervisord.conf as it is. Otherwise :func:`write_conf`
-writes ``run/supervisord.conf``: that file plus one ``[program:vllm-K]`` per local replica K > 0 (``program:vllm``
-is replica 0: the UI, the sidecar and ``make status`` keep reading its state file) and ``[program:router]``,
-``vllm-router`` on VLLM_PORT in front of every engine (:func:`router_argv`). Each replica's launcher learns its
-number from ENGINE_REPLICA and takes its port, log, state file and share of the GPUs or CPU cores from it
-(:func:`replica_settings`).
+Without the router in front (``ENGINE_SWITCH=restart make up``, one engine) the stack runs deploy/supervisord.conf
+as it is. Otherwise :func:`write_conf` writes ``run/supervisord.conf``: that file plus, per local replica K, a
+program for each of its two slots (:mod:`core.slots`: ``vllm`` and ``vllm-b`` for replica 0 — ``program:vllm`` is
+replica 0's slot a, whose state file the UI, the sidecar and ``make status`` read while it serves —, ``vllm-K`` and
+``vllm-K-b`` for K > 0; slot b starts only on a switch) and ``[program:router]``, ``vllm-router`` on VLLM_PORT in
+front of the serving engines (:func:`router_argv`). Each launcher learns its replica and slot from ENGINE_REPLICA
+and ENGINE_SLOT and takes its port, log, state file and share of the GPUs or CPU cores from them
+(:func:`replica_settings`). A switch changes the router's workers while it runs (:func:`add_worker`,
+:func:`remove_worker`: vllm-router's ``/add_worker`` and ``/remove_worker``; a removed worker finishes the
+requests it was sent, measured in docs/models.md).
 """
 
 from __future__ import annotations
@@ -18,10 +23,25 @@ from pathlib import Path
 
 import httpx
 
-from core.replicas import replica_port, replicas, router_in_use, router_metrics_port, split_devices
+from core.enginestate import EngineError
+from core.replicas import (
+    front_in_use,
+    replica_port,
+    replicas,
+    router_in_use,
+    router_metrics_port,
+    split_devices,
+)
 from core.settings import Settings, get_settings
+from core.slots import SLOTS, Slot, active_slot, slot_suffix
 
 ROUTER_PROGRAM = "router"
+FRONT_POLICY = "round_robin"
+"""The router's policy in front of one engine (no ROUTER_POLICY): vllm-router's default, cache_aware, sends each chat
+request's ``/v1/chat/completions/render`` to the engine before the request itself (seen with a logging worker), a
+second request per chat for nothing when there is one engine to choose."""
+ROUTER_ADMIN_TIMEOUT_S = 10.0
+"""How long a call to the router's worker API may take (it checks a new worker's health first: ~50 ms measured)."""
 
 
 def router_binary() -> str:
@@ -32,32 +52,47 @@ def router_binary() -> str:
 
 def router_argv(settings: Settings) -> list[str]:
     """``vllm-router`` on VLLM_HOST:VLLM_PORT with every engine as a worker, ROUTER_POLICY when set (the router's
-    own default otherwise), its Prometheus endpoint on :func:`core.replicas.router_metrics_port`, and as long to wait
-    for the workers as the stack waits for vLLM (STARTUP_TIMEOUT_S)."""
+    own default otherwise; :data:`FRONT_POLICY` in front of one engine), its Prometheus endpoint on
+    :func:`core.replicas.router_metrics_port`, and as long to wait for the workers as the stack waits for vLLM
+    (STARTUP_TIMEOUT_S)."""
     argv = [router_binary(), "--host", settings.vllm_host, "--port", str(settings.vllm_port),
             "--worker-urls", *(r.url for r in replicas(settings))]  # fmt: skip
     if settings.router_policy:
         argv += ["--policy", settings.router_policy]
+    elif not router_in_use(settings):  # one engine behind the front: no choice to make, and its default policy
+        argv += ["--policy", FRONT_POLICY]  # (cache_aware) asks the engine to render every chat first
     return [*argv, "--prometheus-host", "127.0.0.1", "--prometheus-port", str(router_metrics_port(settings)),
             "--worker-startup-timeout-secs", str(int(settings.startup_timeout_s))]  # fmt: skip
 
 
+def program_name(index: int, slot: Slot = "a") -> str:
+    """supervisord program of slot ``slot`` of local replica ``index``: ``vllm``, ``vllm-b``, ``vllm-1``,
+    ``vllm-1-b`` ... (also the stem of its log and state file)."""
+    return ("vllm" if index == 0 else f"vllm-{index}") + slot_suffix(slot)
+
+
 def program_names(settings: Settings) -> list[str]:
-    """supervisord programs of the local engines: ``vllm`` (replica 0), ``vllm-1``, ... (none with REPLICAS=0)."""
-    return [r.name for r in replicas(settings) if r.local]
+    """supervisord programs of the local engines that serve now: ``vllm`` (replica 0), ``vllm-1``, ... or, after a
+    switch, their slot b (``vllm-b``); none with REPLICAS=0."""
+    front = front_in_use(settings)
+    return [program_name(r.index, active_slot(settings.run_dir, r.index) if front else "a")
+            for r in replicas(settings) if r.index is not None]  # fmt: skip
 
 
-def replica_section(index: int) -> str:
-    """``[program:vllm-K]``: the vLLM program of deploy/supervisord.conf for replica ``index`` (its own log)."""
+def replica_section(index: int, slot: Slot = "a") -> str:
+    """``[program:vllm-K]`` (``-b`` for slot b): the vLLM program of deploy/supervisord.conf for replica ``index``'s
+    slot (its own log); slot b starts only when a switch starts it."""
+    name = program_name(index, slot)
     return f"""
-[program:vllm-{index}]
+[program:{name}]
 command=%(ENV_APP_PYTHON)s -m engine.launcher
-environment=ENGINE_REPLICA="{index}"
+environment=ENGINE_REPLICA="{index}",ENGINE_SLOT="{slot}"
 directory=%(ENV_PROJECT_ROOT)s
-stdout_logfile=%(ENV_LOGS_DIR)s/vllm-{index}.log
+stdout_logfile=%(ENV_LOGS_DIR)s/{name}.log
 stdout_logfile_maxbytes=%(ENV_STACK_VLLM_LOG_MAX_BYTES)s
 stdout_logfile_backups=%(ENV_STACK_VLLM_LOG_BACKUPS)s
 redirect_stderr=true
+autostart={"true" if slot == "a" else "false"}
 autorestart=false
 startsecs=10
 startretries=0
@@ -87,21 +122,21 @@ killasgroup=true
 
 
 def conf_text(settings: Settings, base: str) -> str:
-    """The supervisord configuration of the stack: ``base`` (deploy/supervisord.conf) as it is without the router;
-    with it, ``program:vllm`` left out for REPLICAS=0, one section per further replica and the router's."""
-    if not router_in_use(settings):
+    """The supervisord configuration of the stack: ``base`` (deploy/supervisord.conf) as it is without the router
+    in front (:func:`core.replicas.front_in_use`); with it, base's ``program:vllm`` replaced by both slots of every
+    local replica (none for REPLICAS=0) and the router's section."""
+    if not front_in_use(settings):
         return base
-    if settings.replicas == 0:
-        head, _, rest = base.partition("[program:vllm]")
-        base = head + rest[rest.index("\n[program:") :]
-    extra = "".join(replica_section(k) for k in range(1, settings.replicas))
+    head, _, rest = base.partition("[program:vllm]")
+    base = head + rest[rest.index("\n[program:") :]
+    extra = "".join(replica_section(k, slot) for k in range(settings.replicas) for slot in SLOTS)
     return base.rstrip("\n") + "\n" + extra + router_section(settings)
 
 
 def write_conf(settings: Settings, base_path: Path) -> Path:
-    """The configuration supervisord runs: ``base_path`` itself without the router, else :func:`conf_text` written
-    to RUN_DIR/supervisord.conf (returned)."""
-    if not router_in_use(settings):
+    """The configuration supervisord runs: ``base_path`` itself without the router in front, else :func:`conf_text`
+    written to RUN_DIR/supervisord.conf (returned)."""
+    if not front_in_use(settings):
         return base_path
     path = settings.run_dir / "supervisord.conf"
     path.write_text(conf_text(settings, base_path.read_text()), encoding="utf-8")
@@ -114,18 +149,20 @@ def usable_cores() -> list[str]:
 
 
 def replica_settings(settings: Settings, gpu_count: int = 0, cores: list[str] | None = None) -> Settings:
-    """The settings of local replica ENGINE_REPLICA: its port (:func:`core.replicas.replica_port`) and, when more
-    than one replica runs here, its share of the devices: GPU_DEVICES (or the host's ``gpu_count`` GPUs) split
-    between the replicas on GPU hosts, else the CPU cores (``cores``, default this process's) as
-    VLLM_CPU_OMP_THREADS_BIND — unless the user set that binding. Without the router: ``settings`` unchanged.
+    """The settings of local replica ENGINE_REPLICA in slot ENGINE_SLOT: its port (:func:`core.replicas.replica_port`)
+    and, when more than one replica runs here, its share of the devices: GPU_DEVICES (or the host's ``gpu_count``
+    GPUs) split between the replicas on GPU hosts, else the CPU cores (``cores``, default this process's) as
+    VLLM_CPU_OMP_THREADS_BIND — unless the user set that binding (both slots of a replica get the same share). Without
+    the router in front: ``settings`` unchanged.
 
     Raises:
         ValueError: fewer GPUs or cores than replicas.
     """
-    if not router_in_use(settings):
+    if not front_in_use(settings):
         return settings
     index = settings.engine_replica
-    update: dict[str, object] = {"vllm_port": replica_port(settings, index), "vllm_base_url": None}
+    update: dict[str, object] = {"vllm_port": replica_port(settings, index, settings.engine_slot or "a"),
+                                 "vllm_base_url": None}  # fmt: skip
     if settings.replicas > 1:
         gpus = settings.gpu_devices.split(",") if settings.gpu_devices else [str(g) for g in range(gpu_count)]
         if gpus:
@@ -154,6 +191,47 @@ def wait_for_engines(settings: Settings, interval_s: float = 2.0) -> list[str]:
         if pending:
             time.sleep(interval_s)
     return pending
+
+
+def front_url(settings: Settings) -> str:
+    """The router's own URL on this host (VLLM_PORT; a wildcard VLLM_HOST as 127.0.0.1), for its worker API."""
+    host = settings.vllm_host
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{settings.vllm_port}"
+
+
+def _admin(settings: Settings, verb: str, url: str) -> None:
+    """``POST /<verb>?url=<url>`` on the router (``add_worker``, ``remove_worker``).
+
+    Raises:
+        EngineError: the router did not answer, or answered other than 200 (its answer quoted).
+    """
+    try:
+        answer = httpx.post(f"{front_url(settings)}/{verb}", params={"url": url}, timeout=ROUTER_ADMIN_TIMEOUT_S)
+    except httpx.HTTPError as exc:
+        where = front_url(settings)
+        raise EngineError(f"the router at {where} did not answer /{verb} ({type(exc).__name__}: {exc})") from None
+    if answer.status_code != 200:
+        raise EngineError(f"the router refused /{verb}?url={url}: HTTP {answer.status_code} {answer.text[:300]}")
+
+
+def add_worker(settings: Settings, url: str) -> None:
+    """Put the engine at ``url`` behind the router: it gets new requests from now on (see :func:`_admin`)."""
+    _admin(settings, "add_worker", url)
+
+
+def remove_worker(settings: Settings, url: str) -> None:
+    """Send no new request to the engine at ``url``; what it was sent it still answers (see :func:`_admin`)."""
+    _admin(settings, "remove_worker", url)
+
+
+def router_workers(settings: Settings) -> list[str] | None:
+    """The engines the router sends to now (``GET /list_workers``); None when it does not answer so."""
+    try:
+        answer = httpx.get(f"{front_url(settings)}/list_workers", timeout=ROUTER_ADMIN_TIMEOUT_S)
+        urls = answer.json().get("urls") if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return [u for u in urls if isinstance(u, str)] if isinstance(urls, list) else None
 
 
 def main() -> int:

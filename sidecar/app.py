@@ -84,8 +84,11 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
     @app.get("/startup")
     def startup() -> dict[str, Any]:
         """vLLM's start-up phase parsed from its log (downloading, loading_weights, compiling, ready, failed ...),
-        with timings, the error line when it failed, and every start seen (cold start first)."""
-        return redact_json(svc.startup().as_dict(), svc.redact)
+        with timings, the error line when it failed, and every start seen (cold start first); ``engine``: the
+        engine serving now (its supervisord program, URL, pid and served model: a blue/green switch changes it);
+        ``phases_s``: where its latest start spent its time (:mod:`engine.startphases`)."""
+        return redact_json({**svc.startup().as_dict(), "engine": svc.engine(), "phases_s": svc.start_phases()},
+                           svc.redact)  # fmt: skip
 
     @app.get("/resources")
     def resources() -> dict[str, Any]:

@@ -34,6 +34,7 @@ from core.redact import Redactor, secret_values
 from core.replicas import as_started, check_cluster, cluster_record, record_cluster
 from core.report_schema import StartupFacts
 from core.settings import PROJECT_ROOT, Settings, get_settings
+from core.slots import clear_slots
 from core.tokenfile import ensure_sidecar_token
 from engine.control import (
     FAILED_STATES,
@@ -41,11 +42,13 @@ from engine.control import (
     Supervisor,
     SupervisorNotAnswering,
     engine_phase,
+    own_program,
     why_not_up,
 )
 from engine.engineplan import engine_build
 from engine.reaper import end_engine_processes
-from engine.replicas import ROUTER_PROGRAM, program_names, write_conf
+from engine.replicas import ROUTER_PROGRAM, program_name, program_names, write_conf
+from engine.startphases import latest_start, phases_line
 from engine.startuptracker import StartupPhase
 from sidecar.reports.envinfo import startup_facts
 from stack.services import answers, programs, remote_engines, services, tail
@@ -157,6 +160,17 @@ def up(settings: Settings, request: EngineRequest | None = None) -> int:
         return 1
     if states is not None:
         return resume(settings, states)
+    clear_slots(settings.run_dir)  # every replica starts in slot a
+    record_cluster(as_started(settings))  # later commands, and the checks below, see these replicas and the front
+    code = start_fresh(settings, request)
+    if code != 0 and not states_now(settings):  # nothing runs: no stack for later commands to see
+        cluster_record(settings).unlink(missing_ok=True)
+    return code
+
+
+def start_fresh(settings: Settings, request: EngineRequest | None) -> int:
+    """:func:`up` on a host with no supervisord of this stack: check the ports, prepare the model, start supervisord
+    with the stack's configuration and wait for every service (the cluster record is written)."""
     busy = [m for s in services(settings) if (m := port_in_use_message(s.host, s.port, s.port_var))]
     if busy:
         print("[ERROR] " + "\n[ERROR] ".join(busy), file=sys.stderr)
@@ -168,7 +182,9 @@ def up(settings: Settings, request: EngineRequest | None = None) -> int:
     except OSError as exc:
         print(f"[ERROR] cannot make the sidecar token {settings.sidecar_token_path}: {exc}", file=sys.stderr)
         return 2
-    write_request(settings.engine_request_file, request or EngineRequest())  # default: MODEL, unprofiled
+    for index in range(as_started(settings).replicas):  # default: MODEL, unprofiled
+        replica = settings.model_copy(update={"engine_replica": index, "engine_slot": "a"})
+        write_request(replica.engine_request_file, request or EngineRequest())
     env = supervisor_env(settings)
     since = log_position(settings.vllm_log_file)  # only this launch's phase counts (not the last run's)
     prepared = subprocess.run(
@@ -182,7 +198,6 @@ def up(settings: Settings, request: EngineRequest | None = None) -> int:
         if checked.returncode != 0:
             print("[ERROR] The GPU preflight failed (lines above); fix them and run `make up` again.", file=sys.stderr)
             return 2
-    record_cluster(as_started(settings))  # later commands see these replicas and this policy (core.replicas)
     conf = write_conf(settings, CONF)  # CONF itself, or with the replicas and the router (engine.replicas)
     subprocess.run(
         [sys.executable, "-m", "supervisor.supervisord", "-c", str(conf)], env=env, cwd=PROJECT_ROOT, check=True
@@ -225,7 +240,7 @@ def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
     print(
         f"[INFO] The stack is running but {', '.join(dead)} stopped; restarting {'it' if len(dead) == 1 else 'them'}."
     )
-    since = log_position(settings.vllm_log_file) if "vllm" in dead else None
+    since = log_position(settings.vllm_log_file) if own_program(settings) in dead else None
     if ROUTER_PROGRAM in states and ROUTER_PROGRAM not in dead and any(n in dead for n in program_names(settings)):
         rpc(settings).supervisor.stopProcess(ROUTER_PROGRAM)  # restarted after the replicas (engine.replicas.main)
         dead.append(ROUTER_PROGRAM)
@@ -267,6 +282,7 @@ def down(settings: Settings) -> int:
     if not running:
         print("[INFO] The stack is not running.")
         cluster_record(settings).unlink(missing_ok=True)
+        clear_slots(settings.run_dir)
         return end_leftovers(settings)
     try:
         rpc(settings).supervisor.shutdown()
@@ -280,6 +296,7 @@ def down(settings: Settings) -> int:
         return 1
     left = end_leftovers(settings)
     cluster_record(settings).unlink(missing_ok=True)
+    clear_slots(settings.run_dir)
     print("[INFO] Stack stopped.")
     return left
 
@@ -302,6 +319,9 @@ def status(settings: Settings) -> int:
         answering = answers(svc.url, svc.headers)
         healthy &= state == "RUNNING" and answering
         print(f"{svc.name:8s} {state:9s} {'answers' if answering else 'no answer':10s} {svc.url}  log: {svc.log}")
+    for name in starting_beside(settings, states):  # a switch in progress: not serving yet, not judged
+        state = states[name].get("statename", "UNKNOWN")
+        print(f"{name:8s} {state:9s} {'':10s} the next engine of ./start_vllm.sh, starting beside the serving one")
     for engine in remote_engines(settings):  # ENGINE_URLS: run elsewhere, behind this host's router
         answering = answers(f"{engine.url}/v1/models", tuple(settings.vllm_headers.items()))
         healthy &= answering
@@ -317,7 +337,18 @@ def status(settings: Settings) -> int:
     line = startup_times_line(startup_facts(phase))
     if line:
         print(line)
+    phases = phases_line(latest_start(settings.vllm_log_file, read_engine_state(settings.engine_state_file)))
+    if phases:
+        print(phases)
     return 0 if healthy else 1
+
+
+def starting_beside(settings: Settings, states: dict[str, dict[str, Any]]) -> list[str]:
+    """The programs of the slots that do not serve but run (a blue/green switch starting its new engine)."""
+    serving = set(program_names(settings))
+    slots = [program_name(k, slot) for k in range(as_started(settings).replicas) for slot in ("a", "b")]
+    return [name for name in slots if name not in serving
+            and states.get(name, {}).get("statename") in ("STARTING", "RUNNING", "BACKOFF")]  # fmt: skip
 
 
 def startup_times_line(facts: StartupFacts | None) -> str | None:

@@ -1,13 +1,19 @@
-"""``./start_vllm.sh``: start or restart only vLLM, with ``VLLM_MODEL_PATH`` (the seed image's name) or ``MODEL``.
+"""``./start_vllm.sh``: replace only vLLM, with ``VLLM_MODEL_PATH`` (the seed image's name) or ``MODEL``.
 
-In local mode the other services keep running (the chat UI's header follows the new model by itself); with the
-compose stack only the ``vllm`` service is recreated; with no stack running, ``make up`` starts everything with that
-model. The model is resolved before anything is stopped, so a typo never takes the running vLLM down.
+In local mode the other services keep running and, by default, so does the old engine until the new one answers: the
+new engine starts beside it behind the router on VLLM_PORT, takes the new requests, and the old one finishes its own
+before it stops (a blue/green switch, :mod:`engine.bluegreen`: no request refused, none cut within
+SWITCH_DRAIN_TIMEOUT_S). Where the host cannot hold both engines (host memory for the CPU build, GPU memory by the
+plan), or with ``ENGINE_SWITCH=restart``, it says so with the figures and the expected downtime, then stops vLLM and
+starts the new one (``ENGINE_SWITCH=blue-green`` forces the side-by-side switch). With the compose stack only the
+``vllm`` service is recreated; with no stack running, ``make up`` starts everything with that model. The model is
+resolved before anything is stopped, so a typo never takes the running vLLM down.
 ``VLLM_EXTRA_ARGS='--max-num-seqs 4' ./start_vllm.sh`` restarts it with other vLLM flags (given, even empty, they
 replace the stack's; not given, vLLM starts with the stack's own), e.g. for ``make compare`` of one flag; the engine
 knobs (``--kv-cache-gb 4``, ``--max-model-len 2048``, ``--dtype float32`` ..., or their variables) apply on the switch
 the same way (``run/engine_request.json``, :class:`core.enginestate.EngineRequest`).
-Exit status: 0 when vLLM answers with the model, 1 when it did not come up, 2 for a model that cannot be served.
+Exit status: 0 when vLLM answers with the model, 1 when it did not come up (after a failed blue/green start the old
+engine still serves), 2 for a model that cannot be served or a switch that cannot be done as asked.
 """
 
 from __future__ import annotations
@@ -16,14 +22,17 @@ import argparse
 import os
 import shlex
 import sys
+import time
 from collections.abc import Collection, Mapping
 
 from core.cli import build_parser, env_names, given, parse
 from core.enginestate import ENGINE_KNOBS, EngineError, EngineRequest
 from core.knobs.commands import ENGINE
 from core.redact import split_secret_flags
+from core.replicas import front_in_use
 from core.settings import Settings
-from engine.control import ComposeEngine, LocalEngine
+from engine.bluegreen import decide, room_now
+from engine.control import ComposeEngine, LocalEngine, engine_phase
 from engine.engineplan import engine_build, fits_host
 from engine.hostdtype import for_host
 from engine.kvsizing import KvSizingError
@@ -91,6 +100,14 @@ def switch(settings: Settings, flags: Collection[str] = ()) -> int:
             print(f"[ERROR] {exc}", file=sys.stderr)
             return 1
         where = "the local stack" if isinstance(engine, LocalEngine) else "the compose stack"
+        if isinstance(engine, LocalEngine):
+            decision = decide(settings.engine_switch, front_in_use(settings), room_now(planned, resolved, build),
+                              engine_phase(settings).startup_s)  # fmt: skip
+            print(f"[{'ERROR' if decision.how == 'refuse' else 'INFO'}] {decision.why}", flush=True)
+            if decision.how == "refuse":
+                return 2
+            if decision.how == "blue-green":
+                return blue_green(settings, engine, request, resolved.requested, resolved.served_name)
         print(f"[INFO] Restarting vLLM in {where} with {resolved.requested} (served as {resolved.served_name})...")
         try:
             engine.restart(request)
@@ -101,6 +118,26 @@ def switch(settings: Settings, flags: Collection[str] = ()) -> int:
         return 0
     print(f"[INFO] No stack is running: starting it (make up) with {resolved.requested}.")
     return stackctl.up(settings, request)
+
+
+def blue_green(settings: Settings, engine: LocalEngine, request: EngineRequest, requested: str, served: str) -> int:
+    """The blue/green switch of every local engine (:meth:`engine.control.LocalEngine.switch`); 0 when the new
+    engines serve, 1 when one did not come up (the old one serves on: the message says which and why)."""
+    print(f"[INFO] Switching vLLM in the local stack to {requested} (served as {served}) beside the running engine; "
+          "it keeps serving until the new one answers...", flush=True)  # fmt: skip
+    begun = time.monotonic()
+    try:
+        swaps = engine.switch(request, lambda line: print(line, flush=True))
+    except EngineError as exc:
+        print(f"[ERROR] The new vLLM did not come up; the running one keeps serving: {exc}", file=sys.stderr)
+        return 1
+    cut = sum(s.drained.cut for s in swaps)
+    gap = max((s.swap_s for s in swaps), default=0.0)
+    print(f"[INFO] vLLM ready at {settings.vllm_url} serving {served} {time.monotonic() - begun:.1f} s after the "
+          f"command; the router swapped engines in {gap * 1000:.0f} ms, "
+          + (f"{cut} request(s) cut at the drain timeout" if cut else "no request refused or cut")
+          + "; nothing else was restarted")  # fmt: skip
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

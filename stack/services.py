@@ -1,8 +1,10 @@
 """The supervised services of local mode and how to ask whether they answer (used by :mod:`stack.control`).
 
-One engine: ``vllm`` on VLLM_PORT, then the sidecar, the UI and Locust. With the router (REPLICAS > 1 or
-ENGINE_URLS, :mod:`core.replicas`): every local replica (``vllm``, ``vllm-1``, ... on REPLICA_PORT_BASE+K, each with
-its own log) and ``router`` (vllm-router) on VLLM_PORT; engines on other hosts are listed by :func:`remote_engines`.
+Without the router in front (``ENGINE_SWITCH=restart make up``): ``vllm`` on VLLM_PORT, then the sidecar, the UI and
+Locust. With it (the default, and the cluster: REPLICAS > 1 or ENGINE_URLS, :mod:`core.replicas`): every local
+engine that serves now (``vllm``, ``vllm-1``, ... on REPLICA_PORT_BASE+K, or their slot b ``vllm-b`` after a
+blue/green switch, each with its own log) and ``router`` (vllm-router) on VLLM_PORT; engines on other hosts are
+listed by :func:`remote_engines`.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from pathlib import Path
 
 import httpx
 
-from core.replicas import Replica, replicas, router_in_use, router_metrics_port
+from core.replicas import Replica, as_started, front_in_use, replicas, router_metrics_port
 from core.settings import Settings
-from engine.replicas import ROUTER_PROGRAM
+from core.slots import active_slot
+from engine.replicas import ROUTER_PROGRAM, program_name
 
 
 @dataclass(frozen=True)
@@ -34,15 +37,19 @@ def engine_services(settings: Settings) -> list[Service]:
     """The local engines: ``vllm`` on VLLM_PORT, or with the router each replica and then the router itself."""
     logs = settings.logs_dir
     headers = tuple(settings.vllm_headers.items())  # /v1/models needs the API key when vLLM has one
-    if not router_in_use(settings):
+    if not front_in_use(settings):
         return [Service("vllm", f"{settings.vllm_url}/v1/models", settings.vllm_host, settings.vllm_port,
                         "VLLM_PORT", logs / "vllm.log", headers)]  # fmt: skip
-    local = [r for r in replicas(settings) if r.local]
-    out = [
-        Service(r.name, f"{r.url}/v1/models", settings.vllm_host, int(r.url.rsplit(":", 1)[1]),
-                f"REPLICA_PORT_BASE+{r.index}", logs / f"{r.name}.log", headers)
-        for r in local
-    ]  # fmt: skip
+    started = as_started(settings)
+    out = []
+    for r in replicas(settings):
+        if r.index is None:
+            continue
+        slot = active_slot(settings.run_dir, r.index)
+        name = program_name(r.index, slot)
+        offset = r.index + (0 if slot == "a" else started.replicas + 1)
+        out.append(Service(name, f"{r.url}/v1/models", settings.vllm_host, int(r.url.rsplit(":", 1)[1]),
+                           f"REPLICA_PORT_BASE+{offset}", logs / f"{name}.log", headers))  # fmt: skip
     metrics_port = router_metrics_port(settings)
     out.append(Service(ROUTER_PROGRAM, f"{settings.vllm_url}/v1/models", settings.vllm_host, settings.vllm_port,
                        "VLLM_PORT", logs / "router.log", headers))  # fmt: skip

@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 from openai import AsyncOpenAI
@@ -120,7 +121,7 @@ class ChatBackend:
         and ``/tokenize`` as ``Authorization: Bearer``; the sidecar's (an answer's energy) sends none."""
         self.url = settings.vllm_url
         self.timeout_s = settings.request_timeout_s
-        self.engine_state_file = settings.engine_state_file
+        self.settings = settings
         self.startup_window_s = settings.startup_timeout_s
         self.requests_log = RequestLog.of(settings)
         self.ui_max_tokens = settings.ui_max_tokens
@@ -141,6 +142,11 @@ class ChatBackend:
     async def status(self) -> BackendStatus:
         """Fresh Ready/Loading/Down status with model, version and context length."""
         return await current_status(self.http, self.url, self.engine_state_file, self.startup_window_s)
+
+    @property
+    def engine_state_file(self) -> Path:
+        """The state file of the engine serving now (a blue/green switch moves it to the other slot's)."""
+        return self.settings.engine_state_file
 
     def _finish(
         self,

@@ -7,6 +7,8 @@ A plain pydantic model: the environment and ``.env`` are read by the settings ob
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 
@@ -53,6 +55,27 @@ class ClusterKnobs(BaseModel):
         ge=0,
         description="Which local replica this engine process is (set by `make up` per replica; not a user knob).",
         json_schema_extra={"cli": False},
+    )
+    engine_slot: Literal["a", "b"] | None = Field(
+        default=None,
+        description="Which of its two slots this engine process runs in (set by `make up` per program; not a user "
+        "knob). Unset: the slot that serves now (core.slots).",
+        json_schema_extra={"cli": False},
+    )
+
+    # --- model switch and restart (./start_vllm.sh, docs/models.md) ---------------------------------------------
+    engine_switch: Literal["auto", "blue-green", "restart"] = Field(
+        default="auto",
+        description="How ./start_vllm.sh replaces vLLM: blue-green starts the new engine beside the running one behind "
+        "the router on VLLM_PORT and swaps them with no request lost; restart stops it first (down for a whole "
+        "start); auto: blue-green where this host holds both engines, else restart (said with the figures). At "
+        "`make up`: restart runs one engine on VLLM_PORT without the router in front.",
+    )
+    switch_drain_timeout_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="How long a blue/green switch lets the old engine finish the requests it still serves before "
+        "stopping it (those still running then are cut, counted and said), s.",
     )
 
     # --- load from several hosts ---------------------------------------------------------------------------------

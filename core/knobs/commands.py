@@ -81,6 +81,7 @@ ENGINE = Command(
         ("model", ("vllm_model_path", "model", "served_model_name", "hf_hub_offline", "hub_probe_timeout_s")),
         ("engine", ("kv_cache_gb", "vllm_max_model_len", "vllm_dtype", "vllm_extra_args",
                     "vllm_cpu_num_of_reserved_cpu", "vllm_cpu_omp_threads_bind", "engine_python")),
+        ("switch", ("engine_switch", "switch_drain_timeout_s")),
         ("connection", ("startup_timeout_s",)),
     ),
 )

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from pydantic import AliasChoices, BaseModel, Field
 
+from core.slots import active_slot, slot_suffix
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
@@ -38,8 +40,9 @@ class FolderKnobs(BaseModel):
 
     @property
     def engine_request_file(self) -> Path:
-        """What the next engine launch changes (a model switch, the profiler), written by the engine controller."""
-        return self.run_dir / "engine_request.json"
+        """What the next engine launch changes (a model switch, the profiler), written by the engine controller (one
+        per replica and slot: ``engine_request-b.json`` for slot b)."""
+        return self.run_dir / f"engine_request{self.replica_suffix}.json"
 
     @property
     def profile_dir(self) -> Path:
@@ -53,10 +56,12 @@ class FolderKnobs(BaseModel):
 
     @property
     def replica_suffix(self) -> str:
-        """``""`` for the one engine (or replica 0), ``-K`` for local replica K > 0 (ENGINE_REPLICA): the names of its
-        supervisord program, log and state file."""
+        """``""`` for the one engine (or replica 0), ``-K`` for local replica K > 0 (ENGINE_REPLICA), then ``-b`` for
+        its slot b (:mod:`core.slots`: ENGINE_SLOT in the engine's own process, else the slot that serves now, from
+        ``RUN_DIR/engine_slots.json``): the names of its supervisord program, log, state and request files."""
         replica = int(getattr(self, "engine_replica", 0))
-        return f"-{replica}" if replica else ""
+        slot = getattr(self, "engine_slot", None) or active_slot(self.run_dir, replica)
+        return (f"-{replica}" if replica else "") + slot_suffix(slot)
 
     @property
     def requests_log_file(self) -> Path:

@@ -14,7 +14,7 @@ from typing import Any
 import gevent
 from gevent.pool import Pool
 
-from core.records import RequestRecord
+from core.records import RequestRecord, engine_unreachable
 from core.report_schema import BenchmarkConfig
 from core.streamtiming import StreamTimer
 from loadgen.locust_side.process_state import RunState, Slot, share
@@ -30,9 +30,10 @@ CONNECTION_BACKOFF_S = 0.5  # a closed-loop user's pause after a connection-leve
 
 def backoff_s(record: RequestRecord) -> float:
     """How long a closed-loop user waits before its next request after ``record``, s: :data:`CONNECTION_BACKOFF_S`
-    after a connection-level failure (refused, reset, DNS: a dead server would otherwise be retried as fast as the
-    machine allows, flooding the rows), else 0 (the closed loop sends at once)."""
-    return CONNECTION_BACKOFF_S if record.error_kind == "connection" else 0.0
+    after a failure that reached no engine (refused, reset, DNS, or the router's "no available workers": a dead
+    server would otherwise be retried as fast as the machine allows, flooding the rows), else 0 (the closed loop sends
+    at once)."""
+    return CONNECTION_BACKOFF_S if engine_unreachable(record.error_kind, record.error) else 0.0
 
 
 def payload_for(plan: BenchmarkConfig, item: WorkItem) -> dict[str, Any]:

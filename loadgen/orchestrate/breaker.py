@@ -3,8 +3,9 @@
 When vLLM dies mid-run, every request fails at once (refused, reset, DNS) and a closed loop would retry it as fast as
 the machine allows, flooding the rows. The benchmark reads the rows as they come (:class:`RowWatch`) and the breaker
 (:class:`ServerDownBreaker`, pure) trips once connection-level failures have gone on for SERVER_DOWN_S with no
-answer in between. An HTTP error answer (4xx/5xx), a cut or invalid stream all prove the server is up; timeouts prove
-nothing either way.
+answer in between. An HTTP error answer (4xx/5xx), a cut or invalid stream all prove the server is up — except the
+router's own answers that no engine behind it can be reached (:data:`NO_ENGINE_ANSWERS`: the stack's router stays up
+when its engine dies); timeouts prove nothing either way.
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ANSWERED_ERRORS = frozenset({"http_status", "no_done", "empty_output", "invalid_stream"})
+from core.records import NO_ENGINE_ANSWERS
 
+ANSWERED_ERRORS = frozenset({"http_status", "no_done", "empty_output", "invalid_stream"})
 
 def connection_cause(message: str) -> str:
     """A connection-level failure in a few words: ``connection refused``, ``connection reset``, ``DNS lookup
     failed`` or ``connection failed`` (the message of a ``connection`` row)."""
     text = message.lower()
+    if any(answer.decode().lower() in text for answer in NO_ENGINE_ANSWERS):
+        return "no engine answers behind the router"
     if "refused" in text:
         return "connection refused"
     if "reset" in text or "broken pipe" in text:
@@ -103,9 +107,12 @@ class RowWatch:
 
     def _watch(self, line: bytes) -> None:
         assert self.breaker is not None
-        if b'"ok":true' in line or any(b'"error_kind":"%s"' % k.encode() in line for k in ANSWERED_ERRORS):
+        no_engine = b'"error_kind":"http_status"' in line and any(answer in line for answer in NO_ENGINE_ANSWERS)
+        if not no_engine and (
+            b'"ok":true' in line or any(b'"error_kind":"%s"' % k.encode() in line for k in ANSWERED_ERRORS)
+        ):
             self.breaker.answered()
-        elif b'"error_kind":"connection"' in line:
+        elif no_engine or b'"error_kind":"connection"' in line:
             try:
                 row = json.loads(line)
                 ended_at = float(row["started_at"]) + float(row.get("e2e_ms") or 0.0) / 1000.0

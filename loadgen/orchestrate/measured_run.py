@@ -16,6 +16,7 @@ from core.clientview import ProcessLoad
 from core.enginestate import EngineControl
 from core.errorsummary import causes_text, error_summary
 from core.records import RequestRecord
+from core.replicas import engine_url, serving_engine
 from core.report_schema import BenchmarkConfig
 from core.serverview_cluster import ReplicaScrapes
 from core.serverview_samples import Samples
@@ -241,7 +242,8 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     if settings.profile:
         profiling.start(settings)
     watch = ReplicaWatch.of(settings)  # with the router: every engine behind it (scraped and polled from now)
-    before, why_before = (None, None) if watch else scrape_metrics(plan.vllm_url, settings.vllm_headers)
+    engine_before = serving_engine(settings)  # behind the stack's router: the engine itself (its /metrics)
+    before, why_before = (None, None) if watch else scrape_metrics(engine_url(settings), settings.vllm_headers)
     window = sidecar.start_window()
     window_start = time.time()
     outcome = run_locust(settings, plan, records_path)
@@ -250,12 +252,19 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     write_ending(records_path, outcome.server_down, interrupted=outcome.stopped == INTERRUPTED)
     if window is not None:
         sidecar.stop_window(window.window_id)
-    after, why_after = scrape_metrics(plan.vllm_url, settings.vllm_headers) if not watch else (None, None)
+    after, why_after = scrape_metrics(engine_url(settings), settings.vllm_headers) if not watch else (None, None)
+    engine_after = serving_engine(settings)
     gaps = []
+    if engine_before != engine_after:  # ./start_vllm.sh during the run: two engines served it, their counters apart
+        before = after = None
+        gaps.append(f"vLLM was switched during the run (from {engine_before.describe()} to "
+                    f"{engine_after.describe()}): the rows hold answers of both, and the server cross-check "
+                    "is skipped (each engine counted only its own)")  # fmt: skip
+        print(f"[WARN] {gaps[-1]}", flush=True)
     if watch:
         before, after, partial = watch.end()
         gaps += [partial] if partial else []
-    elif before is None or after is None:
+    elif (before is None or after is None) and engine_before == engine_after:
         gaps.append(f"server cross-check skipped: {why_before or why_after}")
     if window is None:
         gaps.append("sidecar sampling window not opened: resources are the samples between the run's first and last")

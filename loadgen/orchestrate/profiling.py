@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from core.enginestate import EngineControl, EngineError, read_engine_state
+from core.replicas import engine_url
 from core.settings import Settings
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -73,7 +74,8 @@ def disable(settings: Settings, engine: EngineControl) -> None:
 
 def _post(settings: Settings, path: str, timeout_s: float) -> None:
     try:
-        response = httpx.post(f"{settings.vllm_url}{path}", timeout=timeout_s, headers=settings.vllm_headers)
+        url = engine_url(settings)  # vLLM itself: the router in front does not pass the profiler endpoints on
+        response = httpx.post(f"{url}{path}", timeout=timeout_s, headers=settings.vllm_headers)
     except httpx.HTTPError as exc:
         raise ProfilingError(f"POST {path} failed: {type(exc).__name__}: {exc}") from None
     if response.status_code != 200:

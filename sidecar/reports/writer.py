@@ -15,9 +15,11 @@ from core.compare import compare_with_history, unusable_reason, workload_fingerp
 from core.energy import EnergyStats
 from core.enginestate import read_engine_state
 from core.redact import Redactor, secret_values
+from core.replicas import engine_url, serving_engine
 from core.report_schema import Comparison, HostResources, Report, Resources
 from core.settings import Settings
-from engine.control import engine_phase
+from engine.control import engine_phase, own_program
+from engine.startphases import latest_start
 from engine.startuptracker import StartupPhase
 from sidecar.render.files import report_files
 from sidecar.reports.baselines import BaselineStore
@@ -118,8 +120,8 @@ class ReportService:
             gpu_names=info.name_by_index() if info else {},
             gpu_uuids=dict(zip(info.indices, info.uuids, strict=False)) if info else {},
             engine=EngineMetricsReader(
-                settings.vllm_url, settings.engine_metrics_interval_s, headers=settings.vllm_headers
-            ),
+                lambda: engine_url(settings), settings.engine_metrics_interval_s, headers=settings.vllm_headers
+            ),  # behind the stack's router: the engine serving now (its /metrics follow a blue/green switch)
             host_energy=rapl,
             host_energy_reason=rapl_reason,
             gpu_reason=reason,
@@ -133,6 +135,17 @@ class ReportService:
         """vLLM's start-up phase from a bounded read of its log, judged with its process (the state file, and
         supervisord in local mode): :func:`engine.control.engine_phase`."""
         return engine_phase(self.settings)
+
+    def engine(self) -> dict[str, Any]:
+        """The engine serving now: its supervisord program (``vllm``, ``vllm-b`` after a blue/green switch), the URL
+        it answers on, its pid and served model (:func:`core.replicas.serving_engine`)."""
+        serving = serving_engine(self.settings)
+        return {"program": own_program(self.settings), "url": serving.url, "pid": serving.pid,
+                "served_model": serving.served_name}  # fmt: skip
+
+    def start_phases(self) -> dict[str, float]:
+        """Seconds per phase of the serving engine's latest start (:func:`engine.startphases.latest_start`)."""
+        return latest_start(self.settings.vllm_log_file, read_engine_state(self.settings.engine_state_file))
 
     @property
     def gpu_names(self) -> list[str]:

@@ -84,18 +84,20 @@ class EngineMetricsReader:
     """Scrapes ``<vllm_url>/metrics`` at most every ``interval_s`` (the sampler ticks faster); never raises.
 
     ``read()`` returns the latest gauges or None, and ``unavailable_reason`` says why not (vLLM down, restarting,
-    not a vLLM). ``headers`` carry VLLM_API_KEY (``Settings.vllm_headers``); ``get`` is injectable for tests.
+    not a vLLM). ``vllm_url`` may be a function, asked before each scrape: the engine behind the stack's router
+    changes with a blue/green switch (:func:`core.replicas.engine_url`). ``headers`` carry VLLM_API_KEY
+    (``Settings.vllm_headers``); ``get`` is injectable for tests.
     """
 
     def __init__(
         self,
-        vllm_url: str,
+        vllm_url: str | Callable[[], str],
         interval_s: float = 1.0,
         timeout_s: float = 2.0,
         get: Callable[[str], str] | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
-        self.url = f"{vllm_url.rstrip('/')}/metrics"
+        self._base = vllm_url
         self._headers = headers or {}
         self.interval_s = interval_s
         self._timeout_s = timeout_s
@@ -103,6 +105,12 @@ class EngineMetricsReader:
         self._last_t: float | None = None
         self._last: EngineGauges | None = None
         self.unavailable_reason: str | None = "not scraped yet"
+
+    @property
+    def url(self) -> str:
+        """``<vllm_url>/metrics`` of the engine now."""
+        base = self._base() if callable(self._base) else self._base
+        return f"{base.rstrip('/')}/metrics"
 
     def _http_get(self, url: str) -> str:
         response = httpx.get(url, timeout=self._timeout_s, headers=self._headers)
@@ -114,13 +122,14 @@ class EngineMetricsReader:
         if not force and self._last_t is not None and now - self._last_t < self.interval_s:
             return None
         self._last_t = now
+        url = self.url
         try:
-            gauges = parse_gauges(self._get(self.url))
+            gauges = parse_gauges(self._get(url))
         except (httpx.HTTPError, ValueError) as exc:
-            self.unavailable_reason = f"cannot read {self.url}: {_why(exc)}"[:300]
+            self.unavailable_reason = f"cannot read {url}: {_why(exc)}"[:300]
             return None
         if gauges.kv_usage_percent is None:
-            self.unavailable_reason = f"{self.url} has no {KV_USAGE} (not a vLLM server?)"
+            self.unavailable_reason = f"{url} has no {KV_USAGE} (not a vLLM server?)"
             return None
         self.unavailable_reason = None
         self._last = gauges

@@ -48,7 +48,7 @@ def vllm_metrics(vllm_url: str) -> dict[str, float]:
 def seconds_until_idle(stack: Stack, timeout_s: float = 60) -> tuple[float, dict[str, float]]:
     """Seconds until vLLM runs nothing, and its counters then."""
     started = time.monotonic()
-    while (metrics := vllm_metrics(stack.vllm_url))["running"] > 0:
+    while (metrics := vllm_metrics(stack.engine_url))["running"] > 0:
         assert time.monotonic() - started < timeout_s, f"vLLM still generates {timeout_s:.0f} s later"
         time.sleep(0.02)
     return time.monotonic() - started, metrics
@@ -88,7 +88,7 @@ def cancel_mid_answer(stack: Stack, attempt: Callable[[], None]) -> Cancelled:
     for tries in range(1, CANCEL_TRIES + 1):
         before = len(request_log(stack.logs_dir))
         stack.wait_until_idle()
-        finished_before = vllm_metrics(stack.vllm_url)
+        finished_before = vllm_metrics(stack.engine_url)
         attempt()
         idle_after_s, metrics = seconds_until_idle(stack)
         deadline = time.monotonic() + 30

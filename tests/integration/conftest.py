@@ -24,12 +24,14 @@ import httpx
 import psutil
 import pytest
 
-from core.settings import PROJECT_ROOT
+from core.replicas import engine_url
+from core.settings import PROJECT_ROOT, Settings
 
 # The four ports sit next to each other (28000-28003); TEST_PORT_OFFSET shifts them, so checkouts whose offsets differ
 # by 4 or more run their integration tests side by side without a clash.
 _BASE = 28000 + int(os.environ.get("TEST_PORT_OFFSET", "0"))
-TEST_PORTS = {"UI_PORT": _BASE, "VLLM_PORT": _BASE + 1, "SIDECAR_PORT": _BASE + 2, "LOCUST_WEB_PORT": _BASE + 3}
+TEST_PORTS = {"UI_PORT": _BASE, "VLLM_PORT": _BASE + 1, "SIDECAR_PORT": _BASE + 2, "LOCUST_WEB_PORT": _BASE + 3,
+              "REPLICA_PORT_BASE": _BASE + 500}  # the engine behind the router: slot a, router metrics, slot b
 
 
 SECRETS = {
@@ -102,6 +104,29 @@ class Stack:
         return f"http://127.0.0.1:{TEST_PORTS['VLLM_PORT']}"
 
     @property
+    def settings(self) -> Settings:
+        """This stack's settings as its commands see them (ports and folders; the engine files follow a switch)."""
+        return Settings(_env_file=None, run_dir=self.run_dir, logs_dir=self.logs_dir,  # type: ignore[call-arg]
+                        vllm_host="127.0.0.1", vllm_port=int(self.env["VLLM_PORT"]),
+                        replica_port_base=int(self.env["REPLICA_PORT_BASE"]))  # fmt: skip
+
+    @property
+    def engine_url(self) -> str:
+        """vLLM itself (its ``/metrics``, which the router on VLLM_PORT does not pass on): the engine serving now
+        (:func:`core.replicas.engine_url`)."""
+        return engine_url(self.settings)
+
+    @property
+    def engine_state_file(self) -> Path:
+        """The serving engine's state file (``logs/engine_state.json``, ``engine_state-b.json`` after a switch)."""
+        return self.settings.engine_state_file
+
+    @property
+    def vllm_log_file(self) -> Path:
+        """The serving engine's log (``logs/vllm.log``, ``vllm-b.log`` after a switch)."""
+        return self.settings.vllm_log_file
+
+    @property
     def ui_url(self) -> str:
         return f"http://127.0.0.1:{TEST_PORTS['UI_PORT']}"
 
@@ -147,7 +172,7 @@ class Stack:
 
     def vllm_gauges(self) -> dict[str, float]:
         """vLLM's ``/metrics`` gauges of requests ``running`` and ``waiting`` now (summed over engines)."""
-        text = httpx.get(f"{self.vllm_url}/metrics", timeout=10).text
+        text = httpx.get(f"{self.engine_url}/metrics", timeout=10).text
         gauges = {"running": 0.0, "waiting": 0.0}
         for name, value in re.findall(r"^vllm:num_requests_(running|waiting)\{[^}]*\} (\S+)$", text, re.MULTILINE):
             gauges[name] += float(value)

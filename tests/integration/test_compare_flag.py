@@ -27,7 +27,7 @@ def test_compare_lists_the_differing_vllm_flag_first_and_shows_both_curves(stack
         "-m", "stack.engine_switch", timeout_s=900, VLLM_EXTRA_ARGS=f"{TEST_ENGINE_ARGS} --max-num-seqs 2"
     )
     assert switched.returncode == 0, switched.stdout[-3000:] + switched.stderr[-3000:]
-    state = json.loads((stack.logs_dir / "engine_state.json").read_text())
+    state = json.loads(stack.engine_state_file.read_text())
     assert state["argv"][-2:] == ["--max-num-seqs", "2"]
     second = stack.make("sweep", timeout_s=600, **sweep)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]

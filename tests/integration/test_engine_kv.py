@@ -33,12 +33,12 @@ def planned_tokens(stack: Stack) -> int:
 
 def test_vllm_runs_with_the_planned_pool_and_context(stack: Stack) -> None:
     """vLLM's own /metrics and /v1/models show the pool (bytes, tokens) and the context length the launcher set."""
-    g = parse_gauges(httpx.get(f"{stack.vllm_url}/metrics", timeout=10).text)
+    g = parse_gauges(httpx.get(f"{stack.engine_url}/metrics", timeout=10).text)
     assert g.pool_bytes == int(float(stack.env["KV_CACHE_GB"]) * GIB)
     assert g.pool_tokens == planned_tokens(stack)
     model = httpx.get(f"{stack.vllm_url}/v1/models", timeout=10, headers=stack.vllm_headers).json()["data"][0]
     assert model["max_model_len"] == 4096
-    argv = json.loads((stack.logs_dir / "engine_state.json").read_text())["argv"]
+    argv = json.loads(stack.engine_state_file.read_text())["argv"]
     assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(g.pool_bytes)
 
 

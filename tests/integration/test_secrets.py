@@ -83,7 +83,7 @@ def test_benchmark_with_keys_writes_no_secret_anywhere(stack: Stack) -> None:
     report = json.loads(Path(line.removeprefix("[REPORT] Baseline saved to ").strip()).read_text(encoding="utf-8"))
     assert report["server"] is not None and report["server"]["requests_succeeded"] >= 6  # the cross-check ran
     assert report["environment"]["vllm_version"]  # /version, /v1/models with the key
-    state = json.loads((stack.logs_dir / "engine_state.json").read_text())
+    state = json.loads(stack.engine_state_file.read_text())
     assert "***" in state["argv"]  # the second key went on vLLM's command line, masked here
     found = {}
     for path in files_under(stack.logs_dir, stack.reports_dir, stack.run_dir):

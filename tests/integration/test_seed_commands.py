@@ -89,7 +89,7 @@ def test_run_benchmark_with_profile(stack: Stack) -> None:
         raw = (stack.reports_dir / profile["dir"] / name).read_bytes()
         events += len(json.loads(gzip.decompress(raw) if name.endswith(".gz") else raw)["traceEvents"])
     assert events > 100 and "[PROFILE]" in run.stdout
-    state = read_engine_state(stack.logs_dir / "engine_state.json")
+    state = read_engine_state(stack.engine_state_file)
     assert state is not None and not state.profiler and "--profiler-config" not in state.argv
 
 
@@ -112,7 +112,7 @@ def test_vllm_log_shows_requests_and_ready_lines_not_the_stacks_polling(stack: S
     /v1/models)."""
     bench = script(stack, "run_benchmark.sh", "--requests", "2", "--concurrency", "1", "--warmup", "0")
     assert bench.returncode == 0, bench.stdout[-2000:] + bench.stderr[-2000:]
-    lines = (stack.logs_dir / "vllm.log").read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = stack.vllm_log_file.read_text(encoding="utf-8", errors="replace").splitlines()
     ready = [line for line in lines if "Starting vLLM server" in line or "Application startup complete" in line]
     assert len(ready) >= 2 and all(re.search(r"\d\d-\d\d \d\d:\d\d:\d\d", line) for line in ready), ready
     assert any('"POST /v1/chat/completions' in line for line in lines)

@@ -20,7 +20,8 @@ from tests.integration.conftest import Stack, running_stack, stack_env
 pytestmark = pytest.mark.integration
 
 _BASE = 28120 + int(os.environ.get("TEST_PORT_OFFSET", "0"))
-PORTS = {"UI_PORT": _BASE, "VLLM_PORT": _BASE + 1, "SIDECAR_PORT": _BASE + 2, "LOCUST_WEB_PORT": _BASE + 3}
+PORTS = {"UI_PORT": _BASE, "VLLM_PORT": _BASE + 1, "SIDECAR_PORT": _BASE + 2, "LOCUST_WEB_PORT": _BASE + 3,
+         "REPLICA_PORT_BASE": _BASE + 10}  # fmt: skip
 STALL = "No available shared memory broadcast block"
 """vLLM's line when one engine step has run for 60 s (vllm/distributed/device_communicators/shm_broadcast.py)."""
 

@@ -36,13 +36,15 @@ def test_second_make_up_is_a_no_op(stack: Stack) -> None:
 
 
 def test_make_status_lists_services(stack: Stack) -> None:
-    """`make status` shows every service running and answering."""
+    """`make status` shows every service running and answering (vLLM behind the router on VLLM_PORT), and where the
+    engine's last start spent its time."""
     status = stack.make("status", timeout_s=60)
     assert status.returncode == 0, status.stdout
-    for name in ("vllm", "sidecar", "ui", "locust"):
+    for name in ("vllm", "router", "sidecar", "ui", "locust"):
         assert f"{name}" in status.stdout
-    assert status.stdout.count("RUNNING") == 4
+    assert status.stdout.count("RUNNING") == 5
     assert "vLLM startup: ready — ready after" in status.stdout  # the real vLLM log, read through the grammar
+    assert "  last start " in status.stdout and "API server start + imports" in status.stdout, status.stdout
 
 
 def test_benchmark_writes_a_correct_report(stack: Stack) -> None:

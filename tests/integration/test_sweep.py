@@ -32,7 +32,7 @@ def rows_of(stack: Stack, report: dict[str, Any]) -> list[dict[str, Any]]:
 
 def prefix_cache_hits(stack: Stack) -> float:
     """vLLM's prefix-cache hit counter (tokens)."""
-    text = httpx.get(f"{stack.vllm_url}/metrics", timeout=10).text
+    text = httpx.get(f"{stack.engine_url}/metrics", timeout=10).text
     match = re.search(r"^vllm:prefix_cache_hits_total\{[^}]*\} (\S+)$", text, re.MULTILINE)
     assert match, "vLLM exposes no prefix-cache counter"
     return float(match.group(1))

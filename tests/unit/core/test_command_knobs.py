@@ -77,7 +77,7 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
     "--vllm-extra-args": (["--max-num-seqs 4"], []), "--served-model-name": (["chat"], []),
     "--hf-hub-offline": ([], []), "--hub-probe-timeout-s": (["1"], []), "--vllm-cpu-num-of-reserved-cpu": (["0"], []),
     "--vllm-cpu-omp-threads-bind": (["0-1"], []), "--engine-python": (["/usr/bin/python3"], []),
-    "--startup-timeout-s": (["60"], []),
+    "--startup-timeout-s": (["60"], []), "--engine-switch": (["restart"], []), "--switch-drain-timeout-s": (["9"], []),
     # UI, sidecar
     "--ui-system-prompt": (["be brief"], []), "--ui-max-tokens": (["99"], []), "--ui-status-interval-s": (["9"], []),
     "--ui-username": (["me"], []), "--ui-host": (["0.0.0.0"], []), "--ui-port": (["8001"], []),
@@ -128,7 +128,7 @@ def bench_effect(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
 
 def engine_effect(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     """What ``./start_vllm.sh`` makes happen: the launch of vLLM that its engine request gives the launcher (the
-    stack's own settings are the defaults), and how long it waits."""
+    stack's own settings are the defaults), how long it waits, and how it switches (blue/green or not, its drain)."""
     request = vllmctl.engine_request(settings, set(given(args)), {})
     launched = apply_request(Settings(), request)
     resolved = ResolvedModel(launched.requested_model, "hub", launched.requested_model,
@@ -139,6 +139,7 @@ def engine_effect(args: argparse.Namespace, settings: Settings) -> dict[str, Any
         "env": {k: v for k, v in vllm_env(launched, "cpu", base={}).items() if k.startswith("VLLM_CPU")},
         "resolve": (launched.requested_model, launched.hf_hub_offline, launched.hub_probe_timeout_s),
         "wait_s": settings.startup_timeout_s,
+        "switch": (settings.engine_switch, settings.switch_drain_timeout_s),
     }
 
 

@@ -14,6 +14,8 @@ from core.replicas import (
     as_started,
     check_cluster,
     cluster_record,
+    engine_url,
+    front_in_use,
     imbalance_percent,
     record_cluster,
     replica_port,
@@ -26,6 +28,7 @@ from core.replicas import (
 )
 from core.report_schema import BenchmarkConfig, Environment
 from core.settings import Settings
+from core.slots import write_slot
 
 
 def make(**values: Any) -> Settings:
@@ -35,13 +38,50 @@ def make(**values: Any) -> Settings:
 
 
 def test_one_replica_is_todays_stack() -> None:
-    """REPLICAS=1 without ENGINE_URLS: no router, the one engine on VLLM_PORT, no router fields in the config."""
+    """REPLICAS=1 without ENGINE_URLS and no stack recorded (compose, a remote server): no router, the one engine on
+    VLLM_PORT, no router fields in the config."""
     settings = make(vllm_port=8100)
-    assert not router_in_use(settings)
-    assert replica_port(settings, 0) == 8100
+    assert not router_in_use(settings) and not front_in_use(settings)
+    assert replica_port(settings, 0) == 8100 and engine_url(settings) == settings.vllm_url
     assert [(r.name, r.url, r.local) for r in replicas(settings)] == [("vllm", settings.vllm_url, True)]
     assert router_fields(settings) == {}
     assert check_cluster(settings) is None
+
+
+def test_make_up_puts_the_router_in_front_of_one_engine_in_its_serving_slot(tmp_path: Path) -> None:
+    """`make up` (ENGINE_SWITCH=auto) records the router in front of the one engine: slot a on REPLICA_PORT_BASE,
+    slot b after the router's metrics port; after a switch to b the engine's URL, /metrics URL, log, state and
+    request files are slot b's; still a single engine for the reports (no router fields)."""
+    settings = make(run_dir=tmp_path, vllm_port=8100, replica_port_base=9000)
+    record_cluster(settings)
+    assert front_in_use(settings) and not router_in_use(settings) and router_fields(settings) == {}
+    assert replica_port(settings, 0) == 9000 and replica_port(settings, 0, "b") == 9002
+    assert router_metrics_port(settings) == 9001
+    assert engine_url(settings) == "http://127.0.0.1:9000" and settings.vllm_url == "http://127.0.0.1:8100"
+    assert (settings.vllm_log_file.name, settings.engine_state_file.name) == ("vllm.log", "engine_state.json")
+    write_slot(tmp_path, 0, "b")
+    assert [r.url for r in replicas(settings)] == ["http://127.0.0.1:9002"] and engine_url(settings).endswith(":9002")
+    assert (settings.vllm_log_file.name, settings.engine_state_file.name, settings.engine_request_file.name) == (
+        "vllm-b.log", "engine_state-b.json", "engine_request-b.json")
+    own = settings.model_copy(update={"engine_slot": "a"})  # an engine process names its own slot's files
+    assert own.vllm_log_file.name == "vllm.log"
+    assert engine_url(settings.model_copy(update={"vllm_base_url": "http://elsewhere:1"})) == "http://elsewhere:1"
+
+
+def test_engine_switch_restart_at_make_up_keeps_the_engine_on_vllm_port(tmp_path: Path) -> None:
+    """`ENGINE_SWITCH=restart make up`: no router, the engine on VLLM_PORT — whatever ENGINE_SWITCH later commands
+    give; a record written before fronts existed means no front either."""
+    record_cluster(make(run_dir=tmp_path, engine_switch="restart", vllm_port=8100))
+    later = make(run_dir=tmp_path, engine_switch="blue-green", vllm_port=8100)
+    assert not front_in_use(later) and replica_port(later, 0) == 8100
+    cluster_record(later).write_text(json.dumps({"replicas": 1}))
+    assert not front_in_use(later)
+
+
+def test_the_slot_b_ports_must_be_free_of_the_services() -> None:
+    """The ports a switch starts the new engines on are checked at `make up` like the replicas' own."""
+    why = check_cluster(make(replica_port_base=8198, sidecar_port=8200))
+    assert why is not None and "8200 (SIDECAR_PORT)" in why
 
 
 def test_replicas_get_consecutive_ports_and_remote_engines_follow() -> None:

@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 from core.enginestate import EngineRequest
+from core.replicas import record_cluster
 from core.settings import PROJECT_ROOT, Settings
+from core.slots import write_slot
 from engine import control
 from engine.control import LocalEngine
 from engine.replicas import conf_text, program_names, replica_settings, router_argv, write_conf
@@ -59,6 +61,31 @@ def test_conf_has_one_program_per_replica_and_the_router(tmp_path: Path) -> None
     parser = UnhosedConfigParser()
     parser.read_string(text)
     assert {"program:vllm", "program:vllm-1", "program:vllm-2", "program:router", "program:ui"} <= set(parser.sections())
+
+
+def test_one_engine_behind_the_router_has_two_slots(tmp_path: Path) -> None:
+    """`make up` with the router in front of one engine (the default): programs vllm (slot a, started) and vllm-b
+    (slot b, started only by a switch), each with its replica, slot and log; the router; supervisord parses it.
+    Slot b's launcher listens after the router's metrics port; after a switch the serving program is vllm-b."""
+    settings = make(tmp_path, replica_port_base=9000)
+    (tmp_path / "run").mkdir()
+    record_cluster(settings)
+    text = write_conf(settings, BASE).read_text()
+    assert text.count("[program:vllm]") == 1 and "[program:vllm-b]" in text and "[program:router]" in text
+    slot_b = text[text.index("[program:vllm-b]") :].split("\n[", 1)[0]
+    assert 'environment=ENGINE_REPLICA="0",ENGINE_SLOT="b"' in slot_b and "autostart=false" in slot_b
+    assert "vllm-b.log" in slot_b
+    from supervisor.options import UnhosedConfigParser
+
+    parser = UnhosedConfigParser()
+    parser.read_string(text)
+    assert {"program:vllm", "program:vllm-b", "program:router", "program:ui"} <= set(parser.sections())
+    assert program_names(settings) == ["vllm"]
+    assert replica_settings(settings.model_copy(update={"engine_slot": "b"})).vllm_port == 9002
+    assert replica_settings(settings.model_copy(update={"engine_slot": "a"})).vllm_port == 9000
+    write_slot(tmp_path / "run", 0, "b")
+    assert program_names(settings) == ["vllm-b"]
+    assert router_argv(settings)[router_argv(settings).index("--worker-urls") + 1] == "http://127.0.0.1:9002"
 
 
 def test_router_only_host_has_no_engine_program(tmp_path: Path) -> None:

@@ -90,12 +90,29 @@ def test_row_watch_counts_rows_and_feeds_the_breaker(tmp_path: Path) -> None:
     )
 
 
+def test_the_routers_no_engine_answers_trip_the_breaker_like_refusals(tmp_path: Path) -> None:
+    """Behind the stack's router a dead engine is answered by the router (503 No available workers, 500 error sending
+    request): those trip the breaker, named; any other HTTP error still proves the server is up."""
+    path = tmp_path / "run.requests.jsonl"
+    watch = RowWatch(path, ServerDownBreaker(3.0))
+    no_worker = "HTTP 503: No available workers (all circuits open or unhealthy)"
+    sending = "HTTP 500: Request failed: error sending request for url (http://127.0.0.1:8110/v1/chat/completions)"
+    path.write_text(row(0, 100.0, kind="http_status", error=sending) + row(1, 101.0, kind="http_status", error="x")
+                    + row(2, 102.0, kind="http_status", error=no_worker)
+                    + row(3, 105.5, kind="http_status", error=no_worker), encoding="utf-8")  # fmt: skip
+    assert watch() == 4 and watch.down is not None and watch.down.since == pytest.approx(102.001)
+    assert watch.down.line().endswith(": no engine answers behind the router for 4 s")
+
+
 def test_closed_loop_users_back_off_after_connection_failures_only() -> None:
-    """A refused request makes the user pause before the next one; a success or an HTTP error does not."""
+    """A refused request, or the router's answer that no engine behind it answers, makes the user pause before the
+    next one; a success or another HTTP error does not."""
     refused = RequestRecord(request_id="a", started_at=1.0, ok=False, error_kind="connection", error=REFUSED)
     http = RequestRecord(request_id="b", started_at=1.0, ok=False, error_kind="http_status", error="HTTP 500")
     ok = RequestRecord(request_id="c", started_at=1.0, ok=True, output_tokens=1)
-    assert backoff_s(refused) == CONNECTION_BACKOFF_S > 0
+    no_engine = RequestRecord(request_id="d", started_at=1.0, ok=False, error_kind="http_status",
+                              error="HTTP 503: No available workers (all circuits open or unhealthy)")  # fmt: skip
+    assert backoff_s(refused) == backoff_s(no_engine) == CONNECTION_BACKOFF_S > 0
     assert backoff_s(http) == backoff_s(ok) == 0.0
 
 

@@ -1,9 +1,16 @@
-"""`make status`'s start-up line: the cold start and the latest warm restarts from vLLM's log."""
+"""`make status`'s start-up lines: the cold start and the latest warm restarts from vLLM's log, the phases of the
+last start, and a switch's new engine starting beside the serving one."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from core.replicas import record_cluster
 from core.report_schema import StartupFacts
-from stack.control import startup_times_line
+from core.settings import Settings
+from core.slots import write_slot
+from engine.startphases import phases_line
+from stack.control import starting_beside, startup_times_line
 
 
 def test_cold_and_warm_starts_are_listed() -> None:
@@ -19,3 +26,24 @@ def test_no_restart_yet_and_no_start() -> None:
     )
     assert startup_times_line(StartupFacts(phase="compiling", detail="d")) is None
     assert startup_times_line(None) is None
+
+
+def test_a_switch_in_progress_shows_its_new_engine_apart(tmp_path: Path) -> None:
+    """Behind the router, the slot a switch is starting is listed apart from the serving engine (not judged); once
+    the record flips, the stopped old slot is not listed."""
+    settings = Settings(_env_file=None, run_dir=tmp_path)  # type: ignore[call-arg]
+    record_cluster(settings)
+    states = {"vllm": {"statename": "RUNNING"}, "vllm-b": {"statename": "STARTING"}}
+    assert starting_beside(settings, states) == ["vllm-b"]
+    write_slot(tmp_path, 0, "b")
+    assert starting_beside(settings, {"vllm": {"statename": "STOPPED"}, "vllm-b": {"statename": "RUNNING"}}) == []
+
+
+def test_the_phases_of_the_last_start_are_one_line() -> None:
+    """Each phase of the serving engine's latest start, labelled, with the total; nothing before it is ready."""
+    phases = {"imports_api_server": 10.0, "spawn_engine_core": 7.0, "spawn_worker": 5.0, "load_weights": 1.0,
+              "to_warmup": 1.0, "warmup_compile": 11.0, "kv_cache_and_rest": 1.0, "api_ready": 1.0}
+    line = phases_line(phases)
+    assert line is not None and line.startswith("  last start 37 s: API server start + imports 10, ")
+    assert "compile + warm-up 11" in line
+    assert phases_line({k: v for k, v in phases.items() if k != "api_ready"}) is None
