@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from core.compare import fingerprint_fields, fingerprint_of
+from core.enginestate import EngineState, write_engine_state
 from core.replicas import (
     as_started,
     check_cluster,
@@ -23,6 +24,7 @@ from core.replicas import (
     router_fields,
     router_in_use,
     router_metrics_port,
+    serving_engine,
     shares_percent,
     split_devices,
 )
@@ -186,3 +188,19 @@ def test_replica_hosts_name_each_local_replica() -> None:
         ("vllm-1", "http://vllm-1:8111"),
     ]
     assert [r.url for r in replicas(make(replicas=2))] == ["http://127.0.0.1:8110", "http://127.0.0.1:8111"]
+
+
+def test_the_serving_engine_changes_with_a_switch(tmp_path: Path) -> None:
+    """Before and after a blue/green switch the serving engine differs (URL, pid, model): what a benchmark compares
+    to tell that its window spans a switch."""
+    settings = make(run_dir=tmp_path / "run", logs_dir=tmp_path / "logs", replica_port_base=9000)
+    record_cluster(settings)
+    for slot, pid, name in (("a", 11, "ernie-tiny-synthetic"), ("b", 22, "tiny")):
+        own = settings.model_copy(update={"engine_slot": slot})
+        write_engine_state(own.engine_state_file, EngineState(requested=name, source="synthetic", model_arg="/m",
+                                                              served_name=name, pid=pid))  # fmt: skip
+    before = serving_engine(settings)
+    assert (before.url, before.pid, before.served_name) == ("http://127.0.0.1:9000", 11, "ernie-tiny-synthetic")
+    write_slot(tmp_path / "run", 0, "b")
+    after = serving_engine(settings)
+    assert after != before and after.describe() == "tiny (pid 22 at http://127.0.0.1:9002)"
