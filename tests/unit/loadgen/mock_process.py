@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import httpx
@@ -53,19 +53,17 @@ def running_in_gevent(url: str, wanted: float, within_s: float = 10.0) -> float:
     run meanwhile."""
     import gevent
 
+    return running_after(url, wanted, within_s, sleep=gevent.sleep)
+
+
+def running_after(
+    url: str, wanted: float, within_s: float = 20.0, sleep: Callable[[float], object] = time.sleep
+) -> float:
+    """The mock's running requests once they are ``wanted``, or the last figure after ``within_s`` (polled every
+    50 ms, waiting with ``sleep``)."""
     deadline = time.monotonic() + within_s
     now = running(url)
     while now != wanted and time.monotonic() < deadline:
-        gevent.sleep(0.05)
-        now = running(url)
-    return now
-
-
-def running_after(url: str, wanted: float, within_s: float = 20.0) -> float:
-    """The mock's running requests once they are ``wanted``, or the last figure after ``within_s``."""
-    deadline = time.monotonic() + within_s
-    now = running(url)
-    while now != wanted and time.monotonic() < deadline:
-        time.sleep(0.05)
+        sleep(0.05)
         now = running(url)
     return now
