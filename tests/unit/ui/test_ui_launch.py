@@ -64,7 +64,8 @@ def test_app_root_gets_the_committed_config_and_is_per_port(tmp_path: Path) -> N
     root = launch.prepare_app_root(launch.runtime_root(Settings(ui_port=8123), temp_dir=tmp_path))
     assert root.parent == tmp_path and root.name.endswith("-8123")
     config = (root / ".chainlit" / "config.toml").read_text(encoding="utf-8")
-    assert "enable_telemetry = false" in config and 'name = "ERNIE Chat"' in config
+    assert "enable_telemetry = false" in config and 'name = "LLM Chat"' in config
+    assert "ERNIE" not in config.split("[UI]")[1].split("[")[0], "the page names a model the stack may not serve"
     assert (root / "chainlit.md").is_file()
     assert launch.prepare_app_root(root) == root  # idempotent
 
