@@ -16,7 +16,7 @@ from core.clientview import ProcessLoad
 from core.enginestate import EngineControl
 from core.errorsummary import causes_text, error_summary
 from core.records import RequestRecord
-from core.replicas import engine_url, serving_engine
+from core.replicas import engine_url, serving_engine, switch_marker
 from core.report_schema import BenchmarkConfig
 from core.serverview_cluster import ReplicaScrapes
 from core.serverview_samples import Samples
@@ -54,6 +54,7 @@ class Measured:
     traces: list[str] = field(default_factory=list)
     interrupted: bool = False  # Ctrl-C, SIGTERM, SIGHUP; a watchdog stop is a gap, not an interruption
     server_down: ServerDown | None = None  # vLLM stopped answering: the run was ended early
+    engine_switch: str | None = None  # ./start_vllm.sh during the run (core.replicas.switch_marker)
     gaps: list[str] = field(default_factory=list)
     processes: list[ProcessLoad] = field(default_factory=list)
     replicas: list[ReplicaScrapes] | None = None  # with the router: each engine's scrapes (replica_watch)
@@ -255,16 +256,15 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     after, why_after = scrape_metrics(engine_url(settings), settings.vllm_headers) if not watch else (None, None)
     engine_after = serving_engine(settings)
     gaps = []
-    if engine_before != engine_after:  # ./start_vllm.sh during the run: two engines served it, their counters apart
+    switched = switch_marker(engine_before, engine_after)
+    if switched:  # ./start_vllm.sh during the run: two engines served it, their counters apart
         before = after = None
-        gaps.append(f"vLLM was switched during the run (from {engine_before.describe()} to "
-                    f"{engine_after.describe()}): the rows hold answers of both, and the server cross-check "
-                    "is skipped (each engine counted only its own)")  # fmt: skip
-        print(f"[WARN] {gaps[-1]}", flush=True)
+        gaps.append("server cross-check skipped: vLLM was switched during the run (each engine counted its own)")
+        print(f"[WARN] {switched}", flush=True)
     if watch:
         before, after, partial = watch.end()
         gaps += [partial] if partial else []
-    elif (before is None or after is None) and engine_before == engine_after:
+    elif (before is None or after is None) and not switched:
         gaps.append(f"server cross-check skipped: {why_before or why_after}")
     if window is None:
         gaps.append("sidecar sampling window not opened: resources are the samples between the run's first and last")
@@ -293,6 +293,7 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
         gaps=gaps,
         processes=outcome.processes,
         server_down=outcome.server_down,
+        engine_switch=switched,
         replicas=watch.scrapes if watch else None,
     )
 
