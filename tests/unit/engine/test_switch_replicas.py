@@ -18,13 +18,13 @@ from typing import Any
 import httpx
 import pytest
 
-from core.enginestate import EngineRequest
+from core.enginestate import EngineError, EngineRequest
 from core.replicas import record_cluster, replica_port
 from core.settings import Settings
 from core.slots import SLOTS, active_slot
-from engine import bluegreen
+from engine import bluegreen, replicas
 from engine.control import LocalEngine
-from engine.replicas import program_name, router_argv, router_workers
+from engine.replicas import add_worker, program_name, router_argv, router_workers
 
 REPLICAS = 2
 
@@ -171,3 +171,25 @@ def test_a_switch_of_two_replicas_swaps_one_at_a_time_and_the_router_never_goes_
     assert [(s.index, s.old_slot, s.new_slot) for s in swaps] == [(0, "a", "b"), (1, "a", "b")]
     assert [active_slot(settings.run_dir, k) for k in range(REPLICAS)] == ["b", "b"]
     assert len(answers) >= 5 and set(answers) == {"ok"}, answers
+    add_worker(settings, b0)  # listed already (the router answers 400 "already exists"): as asked, no error
+    assert sorted(router_workers(settings) or []) == sorted([b0, b1])
+
+
+def test_a_removal_the_router_answers_but_does_not_do_is_asked_again_and_then_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/remove_worker answered 200 while /list_workers still names the worker (seen with vllm-router 0.1.17 and
+    REPLICAS=2): asked again until the list lacks it; a worker that never goes is an EngineError, so the switch
+    does not stop an engine the router still sends to."""
+    settings = Settings(_env_file=None, run_dir=tmp_path, vllm_port=9100)  # type: ignore[call-arg]
+    asked: list[str] = []
+    monkeypatch.setattr(replicas.httpx, "post", lambda url, **kw: asked.append(kw["params"]["url"]) or
+                        httpx.Response(200, text="Successfully removed worker"))  # fmt: skip
+    monkeypatch.setattr(replicas.time, "sleep", lambda s: None)
+    lists = iter([["http://e:1", "http://e:2"], ["http://e:2"]])
+    monkeypatch.setattr(replicas, "router_workers", lambda s: next(lists))
+    replicas.remove_worker(settings, "http://e:1")
+    assert asked == ["http://e:1", "http://e:1"]
+    monkeypatch.setattr(replicas, "router_workers", lambda s: ["http://e:1"])
+    with pytest.raises(EngineError, match="still lists http://e:1 after 5 /remove_worker calls"):
+        replicas.remove_worker(settings, "http://e:1")
