@@ -183,8 +183,12 @@ def test_a_removal_the_router_answers_but_does_not_do_is_asked_again_and_then_re
     does not stop an engine the router still sends to."""
     settings = Settings(_env_file=None, run_dir=tmp_path, vllm_port=9100)  # type: ignore[call-arg]
     asked: list[str] = []
-    monkeypatch.setattr(replicas.httpx, "post", lambda url, **kw: asked.append(kw["params"]["url"]) or
-                        httpx.Response(200, text="Successfully removed worker"))  # fmt: skip
+
+    def post(url: str, **kw: Any) -> httpx.Response:
+        asked.append(kw["params"]["url"])
+        return httpx.Response(200, text="Successfully removed worker")
+
+    monkeypatch.setattr(replicas.httpx, "post", post)
     monkeypatch.setattr(replicas.time, "sleep", lambda s: None)
     lists = iter([["http://e:1", "http://e:2"], ["http://e:2"]])
     monkeypatch.setattr(replicas, "router_workers", lambda s: next(lists))
