@@ -126,15 +126,6 @@ def router_metrics_port(settings: Settings) -> int:
     return settings.replica_port_base + settings.replicas
 
 
-def remote_urls(settings: Settings) -> list[str]:
-    """:func:`_remote_urls` of the running stack's knobs (:func:`as_started`).
-
-    Raises:
-        ValueError: an entry of ENGINE_URLS is no URL.
-    """
-    return _remote_urls(as_started(settings))
-
-
 def router_in_use(settings: Settings) -> bool:
     """:func:`_router_in_use` of the running stack's knobs (:func:`as_started`): the cluster (several engines)."""
     return _router_in_use(as_started(settings))
@@ -149,11 +140,6 @@ def front_in_use(settings: Settings) -> bool:
     except (OSError, ValueError, AttributeError):
         recorded = None
     return recorded if isinstance(recorded, bool) else _router_in_use(as_started(settings))
-
-
-def planned_front(settings: Settings) -> bool:
-    """Whether ``make up`` with ``settings`` puts the router in front (:func:`_front`), before anything is recorded."""
-    return _front(settings)
 
 
 def replica_port(settings: Settings, index: int, slot: Slot | None = None) -> int:
@@ -235,7 +221,7 @@ def replicas(settings: Settings) -> list[Replica]:
     in order. Without the router: the one engine at the stack's vLLM URL.
 
     Raises:
-        ValueError: ENGINE_URLS does not parse (:func:`remote_urls`).
+        ValueError: ENGINE_URLS does not parse (:func:`_remote_urls`).
     """
     return _replicas(as_started(settings), front_in_use(settings))
 
