@@ -19,7 +19,7 @@ from core.enginestate import EngineState, write_engine_state
 from core.history import run_flags
 from core.report_schema import Report
 from loadgen.errors import BenchError
-from loadgen.orchestrate.measured_run import Measured, measure
+from loadgen.orchestrate.measured_run import Measured, from_records_file, measure
 from loadgen.orchestrate.pipeline import new_records_path, report_run
 from loadgen.plan import bench_config
 from tests.unit.loadgen.mock_process import mock_process
@@ -40,8 +40,8 @@ def test_a_run_across_a_switch_is_marked_and_compared_with_nothing(
 ) -> None:
     """A baseline run of the old model, then a 4 s run during which the new engine takes over: the report's
     engine_switch says at what time and from the old model to the new; it has no vs_previous, baseline v1 is
-    refused (the gate's reference too), the run cannot be a baseline (the Markdown report says why at its top), and
-    the timeline flags it."""
+    refused (the gate's reference too), a report rebuilt from its rows says the same, the run cannot be a baseline
+    (the Markdown report says why at its top), and the timeline flags it."""
     with mock_process("--metrics", "--tokens", "4", "--ttft-ms", "20", "--itl-ms", "10") as url:
         settings = make_settings(tmp_path).model_copy(update={
             "vllm_base_url": url, "concurrency": 2, "duration": 4.0, "warmup": 1, "workers": 1,
@@ -71,6 +71,7 @@ def test_a_run_across_a_switch_is_marked_and_compared_with_nothing(
         run = measure(settings, plan, records, sidecar)
         switcher.join()
         done = report_run(settings, plan, sidecar, run, records)
+        rebuilt = report_run(settings, plan, sidecar, from_records_file(records), records).report  # --report-from
     report = done.report
     assert isinstance(report, Report) and report.metrics.requests_ok > 0
     at = time.strftime("%H:%M:%S", time.localtime(swapped_at[0]))
@@ -78,6 +79,7 @@ def test_a_run_across_a_switch_is_marked_and_compared_with_nothing(
         f"vLLM was switched during the run at {at}, from {OLD} (pid 111 at {url}) to {NEW} (pid 222 at {url})"
     )
     assert f"[WARN] {report.engine_switch}" in capsys.readouterr().out
+    assert rebuilt is not None and rebuilt.engine_switch == report.engine_switch
     comparison = report.comparison
     assert "vs_previous" not in comparison.against and not comparison.changes_pct
     assert comparison.refused["vs_v1"].startswith("not compared: vLLM was switched during the run")
