@@ -93,6 +93,9 @@ class BuildReportRequest(BaseModel):
         default=None,
         description="vLLM stopped answering mid-run and the run was ended early: when and how (None: it answered).",
     )
+    engine_switch: str | None = Field(
+        default=None, description="vLLM was switched mid-run (./start_vllm.sh): when, from which model to which."
+    )
     errors: ErrorSummary | None = Field(
         default=None,
         description="Failed measured requests by cause, counted by the benchmark over every row (None: the sidecar "

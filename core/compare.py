@@ -156,12 +156,15 @@ def unusable_reason(report: Report) -> str | None:
     """Why ``report`` cannot stand as the reference of a comparison — the one test of "no reference" (``make
     baseline``, ``--baseline``, GATE, ``vs_previous``, the terminal's ``[REPORT]`` line): interrupted run, ended
     early (server down), no measured request sent, more than :data:`MAX_CUT_SHARE_PCT` of its requests cut by its
-    end (every one, when none ended), no successful request; None when it can."""
+    end (every one, when none ended), vLLM switched during it (rows of two models), no successful request; None when
+    it can."""
     m = report.metrics
     if report.interrupted:
         return f"{report.report_id} was interrupted (Ctrl-C) before its planned end"
     if report.server_down:
         return f"{report.report_id} was ended early: vLLM stopped answering"
+    if report.engine_switch:
+        return f"{report.report_id} spans a switch of vLLM ({report.engine_switch.split(': ', 1)[0]})"
     sent = m.requests_total + m.requests_incomplete
     if not sent:
         return f"{report.report_id} sent no measured request (its warmup failed, or it was stopped before)"
@@ -233,8 +236,10 @@ def compare_with_history(
     history: Sequence[Report],
     baselines: Mapping[str, Report | str] | None = None,
     server: ServerView | None = None,
+    switched: str | None = None,
 ) -> Comparison:
-    """Compare with the latest earlier report of the same fingerprint and with every named baseline.
+    """Compare with the latest earlier report of the same fingerprint and with every named baseline; a run that spans
+    a switch of vLLM (``switched``: its ``engine_switch``) with none: its rows are of two models, no one workload.
 
     Args:
         history: earlier reports, oldest first.
@@ -245,6 +250,9 @@ def compare_with_history(
     fields = fingerprint_fields(config, env)
     fingerprint = fingerprint_of(fields)
     comparison = Comparison(fingerprint=fingerprint)
+    if switched:
+        why = f"not compared: {switched}"
+        return Comparison(fingerprint=fingerprint, notes=[why], refused={f"vs_{n}": why for n in baselines or {}})
     same = [
         r for r in history if workload_fingerprint(r.config, r.environment) == fingerprint and not unusable_reason(r)
     ]

@@ -38,7 +38,7 @@ class HistoryPoint(BaseModel):
     flags: list[str] = Field(
         default_factory=list,
         description="How the run did not go as planned: ``interrupted``, ``ended early (server down)``, "
-        "``all failed``; empty for a run that ran to its end with an answer.",
+        "``vLLM switched``, ``all failed``; empty for a run that ran to its end with an answer.",
     )
 
 
@@ -47,6 +47,7 @@ def run_flags(report: Report) -> list[str]:
     every measured request failed, every measured request cut by the run's end."""
     flags = ["interrupted"] if report.interrupted else []
     flags += ["ended early (server down)"] if report.server_down else []
+    flags += ["vLLM switched"] if report.engine_switch else []
     flags += ["all failed"] if report.metrics.requests_total and not report.metrics.requests_ok else []
     flags += ["all cut"] if report.metrics.requests_incomplete and not report.metrics.requests_total else []
     return flags

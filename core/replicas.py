@@ -16,6 +16,7 @@ engine for the reports (:func:`router_in_use` is the cluster's: no router fields
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -25,7 +26,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from core.enginestate import read_engine_state
 from core.settings import Settings
-from core.slots import Slot, active_slot
+from core.slots import Slot, active_slot, record_path
 
 CLUSTER_KNOBS = ("replicas", "replica_port_base", "engine_urls", "router_policy", "replica_hosts")
 """The knobs that shape the cluster: ``make up`` records them, later commands read them (:func:`as_started`)."""
@@ -125,15 +126,6 @@ def router_metrics_port(settings: Settings) -> int:
     return settings.replica_port_base + settings.replicas
 
 
-def remote_urls(settings: Settings) -> list[str]:
-    """:func:`_remote_urls` of the running stack's knobs (:func:`as_started`).
-
-    Raises:
-        ValueError: an entry of ENGINE_URLS is no URL.
-    """
-    return _remote_urls(as_started(settings))
-
-
 def router_in_use(settings: Settings) -> bool:
     """:func:`_router_in_use` of the running stack's knobs (:func:`as_started`): the cluster (several engines)."""
     return _router_in_use(as_started(settings))
@@ -148,11 +140,6 @@ def front_in_use(settings: Settings) -> bool:
     except (OSError, ValueError, AttributeError):
         recorded = None
     return recorded if isinstance(recorded, bool) else _router_in_use(as_started(settings))
-
-
-def planned_front(settings: Settings) -> bool:
-    """Whether ``make up`` with ``settings`` puts the router in front (:func:`_front`), before anything is recorded."""
-    return _front(settings)
 
 
 def replica_port(settings: Settings, index: int, slot: Slot | None = None) -> int:
@@ -185,11 +172,13 @@ def engine_url(settings: Settings) -> str:
 @dataclass(frozen=True)
 class ServingEngine:
     """Which engine serves the stack's clients now: its URL and, where its launcher wrote one, its state file's
-    process and served name (a switch or restart changes the process; None: unknown, no state file)."""
+    process and served name (a switch or restart changes the process; None: unknown, no state file), and since when
+    it serves (Unix s: the later of its launch and the blue/green swap that put it behind the router)."""
 
     url: str
     pid: int | None
     served_name: str | None
+    since_s: float | None = None
 
     def describe(self) -> str:
         """``tiny (pid 123 at http://127.0.0.1:8112)``."""
@@ -197,10 +186,24 @@ class ServingEngine:
 
 
 def serving_engine(settings: Settings) -> ServingEngine:
-    """The engine serving now (:func:`engine_url` and its state file, :mod:`core.slots`): two calls that differ
-    bracket a switch or a restart of vLLM."""
+    """The engine serving now (:func:`engine_url`, its state file and the slot record's time, :mod:`core.slots`):
+    two calls that differ bracket a switch or a restart of vLLM (:func:`switch_marker`)."""
     state = read_engine_state(settings.engine_state_file)
-    return ServingEngine(engine_url(settings), state.pid if state else None, state.served_name if state else None)
+    record = record_path(settings.run_dir)
+    times = [state.started_at if state else None, record.stat().st_mtime if record.exists() else None]
+    since = max((t for t in times if t is not None), default=None)
+    return ServingEngine(engine_url(settings), state.pid if state else None, state.served_name if state else None,
+                         since)  # fmt: skip
+
+
+def switch_marker(before: ServingEngine, after: ServingEngine) -> str | None:
+    """The report's ``engine_switch`` when a run's first and last :func:`serving_engine` differ: when the new engine
+    took over and from which model to which; None when the same engine served it all."""
+    if before == after:
+        return None
+    when = f" at {time.strftime('%H:%M:%S', time.localtime(after.since_s))}" if after.since_s else ""
+    return (f"vLLM was switched during the run{when}, from {before.describe()} to {after.describe()}: its rows hold "
+            "answers of both, so it is compared with no other run and is no reference")  # fmt: skip
 
 
 def _local_host(settings: Settings, index: int = 0) -> str:
@@ -218,7 +221,7 @@ def replicas(settings: Settings) -> list[Replica]:
     in order. Without the router: the one engine at the stack's vLLM URL.
 
     Raises:
-        ValueError: ENGINE_URLS does not parse (:func:`remote_urls`).
+        ValueError: ENGINE_URLS does not parse (:func:`_remote_urls`).
     """
     return _replicas(as_started(settings), front_in_use(settings))
 

@@ -50,7 +50,7 @@ SCHEMA_VERSION = "1.4"
 #      load process's CPU and event-loop lag and how far that lag could have moved TTFT/ITL.
 #      Robustness (same version, optional fields, so earlier 1.2 reports read unchanged): ``server_down`` (vLLM
 #      stopped answering mid-run and the run was ended early) and ``rows_omitted`` (the rows stayed in the local
-#      rows file because the body would pass SIDECAR_MAX_BODY_MB).
+#      rows file because the body would pass SIDECAR_MAX_BODY_MB), ``engine_switch`` (vLLM switched mid-run).
 RENAMED_IN_1_2 = {"cpu_rss_peak_gb": "vllm_rss_peak_gb"}
 STARTUP_RENAMED_IN_1_2 = {"last_load_s": "model_load_s", "last_engine_init_s": "engine_init_s"}
 LOGS_TO_STARTUP_IN_1_2 = ("model_load_s", "engine_init_s", "kv_cache_line")
@@ -238,6 +238,11 @@ class Report(BaseModel):
         default=None,
         description="vLLM stopped answering mid-run (connection-level failures for SERVER_DOWN_S with no success) "
         "and the run was ended early: when and how. Its rows so far are counted; never a comparison reference.",
+    )
+    engine_switch: str | None = Field(
+        default=None,
+        description="vLLM was switched during the run (./start_vllm.sh): when the new engine took over and from "
+        "which model to which. Its rows hold answers of both: compared with no other run, never a reference.",
     )
     rows_omitted: str | None = Field(
         default=None,

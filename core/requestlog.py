@@ -184,12 +184,6 @@ def request_log_bytes(line: RequestLogLine) -> bytes:
     return (json.dumps(line.as_dict(), ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def append_request_log(path: Path, line: RequestLogLine, max_bytes: int | None = None, backups: int = 5) -> None:
-    """Append ``line`` to ``path`` (created with its folder); one O_APPEND write per line, the file rotated first
-    when it would pass ``max_bytes`` (None: never; :func:`core.logrotate.append_rotating`)."""
-    append_rotating(path, request_log_bytes(line), max_bytes, backups)
-
-
 def _same(text: str) -> str:
     return text
 

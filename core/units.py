@@ -4,8 +4,3 @@ from __future__ import annotations
 
 GIB = 1024**3
 MIB = 1024**2
-
-
-def bytes_to_gib(value: float) -> float:
-    """Bytes -> GiB (2**30 bytes), the unit of every ``*_gb`` field."""
-    return value / GIB

@@ -103,13 +103,18 @@ class Decision:
     why: str
 
 
-def decide(mode: str, front: bool, room: Room, expected_down_s: float | None) -> Decision:
+COMPOSE_WHY = ("the compose stack runs vLLM as one container, the `vllm` service (its GPUs reserved to it, no router "
+               "inside), so a switch recreates it: stopping vLLM, then starting the new one")  # fmt: skip
+
+
+def decide(mode: str, front: bool | None, room: Room | None, expected_down_s: float | None) -> Decision:
     """Blue/green or stop-and-start.
 
     Args:
         mode: ENGINE_SWITCH (``auto``, ``blue-green``, ``restart``).
-        front: the router listens on VLLM_PORT (:func:`core.replicas.front_in_use`); without it there is no seam.
-        room: :func:`cpu_room` or :func:`gpu_room` of the new engine.
+        front: the router listens on VLLM_PORT (:func:`core.replicas.front_in_use`); without it there is no seam;
+            None: the compose stack (:data:`COMPOSE_WHY`).
+        room: :func:`cpu_room` or :func:`gpu_room` of the new engine (None with ``front`` None).
         expected_down_s: how long the last start of vLLM took (None: unknown), the downtime a restart costs.
 
     Returns:
@@ -118,6 +123,10 @@ def decide(mode: str, front: bool, room: Room, expected_down_s: float | None) ->
     """
     down = (f"expect about {expected_down_s:.0f} s without an engine (its last start took that long)"
             if expected_down_s is not None else "expect a whole vLLM start without an engine")  # fmt: skip
+    if front is None:
+        if mode == "blue-green":
+            return Decision("refuse", f"ENGINE_SWITCH=blue-green: {COMPOSE_WHY} (docs/docker.md, Switching the model)")
+        return Decision("restart", f"{COMPOSE_WHY}; {down}")
     if not front:
         if mode == "blue-green":
             return Decision("refuse", "ENGINE_SWITCH=blue-green needs the router in front of the engine, and this "
@@ -125,7 +134,7 @@ def decide(mode: str, front: bool, room: Room, expected_down_s: float | None) ->
                             "make up` without it puts the router in front")  # fmt: skip
         return Decision("restart", "this stack runs one engine on VLLM_PORT without the router in front (`make up` "
                         f"with ENGINE_SWITCH=restart): stopping it, then starting the new one; {down}")  # fmt: skip
-    if mode == "restart":
+    if mode == "restart" or room is None:
         return Decision("restart", f"ENGINE_SWITCH=restart: stopping vLLM, then starting the new one; {down}")
     if room.fits:
         return Decision("blue-green", f"{room.describe()}: starting it beside the running one")

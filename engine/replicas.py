@@ -42,6 +42,8 @@ request's ``/v1/chat/completions/render`` to the engine before the request itsel
 second request per chat for nothing when there is one engine to choose."""
 ROUTER_ADMIN_TIMEOUT_S = 10.0
 """How long a call to the router's worker API may take (it checks a new worker's health first: ~50 ms measured)."""
+REMOVE_TRIES, REMOVE_RETRY_S = 5, 0.5
+"""How often, and how far apart (s), a worker's removal is asked while the router still lists it."""
 
 
 def router_binary() -> str:
@@ -200,7 +202,8 @@ def front_url(settings: Settings) -> str:
 
 
 def _admin(settings: Settings, verb: str, url: str) -> None:
-    """``POST /<verb>?url=<url>`` on the router (``add_worker``, ``remove_worker``).
+    """``POST /<verb>?url=<url>`` on the router (``add_worker``, ``remove_worker``); adding a worker the router
+    already lists is no error (it is there, as asked).
 
     Raises:
         EngineError: the router did not answer, or answered other than 200 (its answer quoted).
@@ -210,7 +213,7 @@ def _admin(settings: Settings, verb: str, url: str) -> None:
     except httpx.HTTPError as exc:
         where = front_url(settings)
         raise EngineError(f"the router at {where} did not answer /{verb} ({type(exc).__name__}: {exc})") from None
-    if answer.status_code != 200:
+    if answer.status_code != 200 and not (verb == "add_worker" and "already exists" in answer.text):
         raise EngineError(f"the router refused /{verb}?url={url}: HTTP {answer.status_code} {answer.text[:300]}")
 
 
@@ -219,9 +222,22 @@ def add_worker(settings: Settings, url: str) -> None:
     _admin(settings, "add_worker", url)
 
 
-def remove_worker(settings: Settings, url: str) -> None:
-    """Send no new request to the engine at ``url``; what it was sent it still answers (see :func:`_admin`)."""
-    _admin(settings, "remove_worker", url)
+def remove_worker(settings: Settings, url: str, tries: int = REMOVE_TRIES) -> None:
+    """Send no new request to the engine at ``url``; what it was sent it still answers (see :func:`_admin`). Checked
+    on the router's worker list and asked again while it still lists ``url``: vllm-router 0.1.17 once answered 200
+    and kept the worker (REPLICAS=2, a worker it had been given by ``/add_worker``), then sent it requests after its
+    engine stopped.
+
+    Raises:
+        EngineError: as :func:`_admin`, or the router still lists ``url`` after ``tries`` removals.
+    """
+    for _ in range(tries):
+        _admin(settings, "remove_worker", url)
+        workers = router_workers(settings)
+        if workers is None or url not in workers:  # None: no list to check, the 200 is all there is
+            return
+        time.sleep(REMOVE_RETRY_S)
+    raise EngineError(f"the router still lists {url} after {tries} /remove_worker calls that it answered with 200")
 
 
 def router_workers(settings: Settings) -> list[str] | None:

@@ -99,15 +99,16 @@ def switch(settings: Settings, flags: Collection[str] = ()) -> int:
         except EngineError as exc:  # supervisord not answering: whether vLLM runs is unknown
             print(f"[ERROR] {exc}", file=sys.stderr)
             return 1
-        where = "the local stack" if isinstance(engine, LocalEngine) else "the compose stack"
-        if isinstance(engine, LocalEngine):
-            decision = decide(settings.engine_switch, front_in_use(settings), room_now(planned, resolved, build),
-                              engine_phase(settings).startup_s)  # fmt: skip
-            print(f"[{'ERROR' if decision.how == 'refuse' else 'INFO'}] {decision.why}", flush=True)
-            if decision.how == "refuse":
-                return 2
-            if decision.how == "blue-green":
-                return blue_green(settings, engine, request, resolved.requested, resolved.served_name)
+        local = isinstance(engine, LocalEngine)
+        where = "the local stack" if local else "the compose stack"
+        room = room_now(planned, resolved, build) if local else None
+        decision = decide(settings.engine_switch, front_in_use(settings) if local else None, room,
+                          engine_phase(settings).startup_s)  # fmt: skip
+        print(f"[{'ERROR' if decision.how == 'refuse' else 'INFO'}] {decision.why}", flush=True)
+        if decision.how == "refuse":
+            return 2
+        if isinstance(engine, LocalEngine) and decision.how == "blue-green":
+            return blue_green(settings, engine, request, resolved.requested, resolved.served_name)
         print(f"[INFO] Restarting vLLM in {where} with {resolved.requested} (served as {resolved.served_name})...")
         try:
             engine.restart(request)

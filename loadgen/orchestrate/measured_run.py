@@ -10,13 +10,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from core.capacity import warmup_capacity
 from core.clientview import ProcessLoad
 from core.enginestate import EngineControl
 from core.errorsummary import causes_text, error_summary
 from core.records import RequestRecord
-from core.replicas import engine_url, serving_engine
+from core.replicas import engine_url, serving_engine, switch_marker
 from core.report_schema import BenchmarkConfig
 from core.serverview_cluster import ReplicaScrapes
 from core.serverview_samples import Samples
@@ -54,6 +55,7 @@ class Measured:
     traces: list[str] = field(default_factory=list)
     interrupted: bool = False  # Ctrl-C, SIGTERM, SIGHUP; a watchdog stop is a gap, not an interruption
     server_down: ServerDown | None = None  # vLLM stopped answering: the run was ended early
+    engine_switch: str | None = None  # ./start_vllm.sh during the run (core.replicas.switch_marker)
     gaps: list[str] = field(default_factory=list)
     processes: list[ProcessLoad] = field(default_factory=list)
     replicas: list[ReplicaScrapes] | None = None  # with the router: each engine's scrapes (replica_watch)
@@ -169,10 +171,13 @@ def ending_path(records_path: Path) -> Path:
     return records_path.with_name(records_path.name.removesuffix(".requests.jsonl") + ".ending.json")
 
 
-def write_ending(records_path: Path, down: ServerDown | None, interrupted: bool = False) -> None:
-    """Keep how the run ended early beside the rows — the server-down verdict, an interrupt (Ctrl-C) — so that
-    ``--report-from`` says it too (:func:`read_ending`). Nothing is written for a run that ended as planned."""
-    record: dict[str, object] = {}
+def write_ending(
+    records_path: Path, down: ServerDown | None, interrupted: bool = False, switched: str | None = None
+) -> None:
+    """Keep how the run ended early beside the rows — the server-down verdict, an interrupt (Ctrl-C) — and a switch
+    of vLLM during it (:func:`core.replicas.switch_marker`), so that ``--report-from`` says it too
+    (:func:`read_ending`). Nothing is written for a run that ended as planned on one engine."""
+    record: dict[str, object] = {"engine_switch": switched} if switched else {}
     if down is not None:
         record["server_down"] = {"since": down.since, "cause": down.cause, "for_s": down.for_s}
     if interrupted:
@@ -181,18 +186,18 @@ def write_ending(records_path: Path, down: ServerDown | None, interrupted: bool 
         ending_path(records_path).write_text(json.dumps(record) + "\n", encoding="utf-8")
 
 
-def read_ending(records_path: Path) -> tuple[ServerDown | None, bool]:
-    """``(server down, interrupted)`` as kept beside a rows file by :func:`write_ending`; ``(None, False)`` when the
-    run ended as planned (no record) or the record is unreadable (the report then reads as an ordinary run's)."""
+def read_ending(records_path: Path) -> dict[str, Any]:
+    """:class:`Measured`'s ``server_down``, ``interrupted`` and ``engine_switch`` as kept beside a rows file by
+    :func:`write_ending`; empty when the run ended as planned (no record) or the record is unreadable (the report
+    then reads as an ordinary run's)."""
     try:
         record = json.loads(ending_path(records_path).read_text(encoding="utf-8"))
-        down = record.get("server_down")
-        server_down = (
-            None if down is None else ServerDown(float(down["since"]), str(down["cause"]), float(down["for_s"]))
-        )
-        return server_down, record.get("interrupted") is True
+        d = record.get("server_down")
+        server_down = None if d is None else ServerDown(float(d["since"]), str(d["cause"]), float(d["for_s"]))
+        return {"server_down": server_down, "interrupted": record.get("interrupted") is True,
+                "engine_switch": record.get("engine_switch")}  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None, False
+        return {}
 
 
 def check_capacity(settings: Settings, plan: BenchmarkConfig, done: list[RequestRecord]) -> None:
@@ -248,23 +253,22 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     window_start = time.time()
     outcome = run_locust(settings, plan, records_path)
     window_end = time.time()
+    engine_after = serving_engine(settings)
+    switched = switch_marker(engine_before, engine_after)
     # before anything else can fail: a report rebuilt from the rows says so too
-    write_ending(records_path, outcome.server_down, interrupted=outcome.stopped == INTERRUPTED)
+    write_ending(records_path, outcome.server_down, outcome.stopped == INTERRUPTED, switched)
     if window is not None:
         sidecar.stop_window(window.window_id)
     after, why_after = scrape_metrics(engine_url(settings), settings.vllm_headers) if not watch else (None, None)
-    engine_after = serving_engine(settings)
     gaps = []
-    if engine_before != engine_after:  # ./start_vllm.sh during the run: two engines served it, their counters apart
+    if switched:  # ./start_vllm.sh during the run: two engines served it, their counters apart
         before = after = None
-        gaps.append(f"vLLM was switched during the run (from {engine_before.describe()} to "
-                    f"{engine_after.describe()}): the rows hold answers of both, and the server cross-check "
-                    "is skipped (each engine counted only its own)")  # fmt: skip
-        print(f"[WARN] {gaps[-1]}", flush=True)
+        gaps.append("server cross-check skipped: vLLM was switched during the run (each engine counted its own)")
+        print(f"[WARN] {switched}", flush=True)
     if watch:
         before, after, partial = watch.end()
         gaps += [partial] if partial else []
-    elif (before is None or after is None) and engine_before == engine_after:
+    elif (before is None or after is None) and not switched:
         gaps.append(f"server cross-check skipped: {why_before or why_after}")
     if window is None:
         gaps.append("sidecar sampling window not opened: resources are the samples between the run's first and last")
@@ -293,6 +297,7 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
         gaps=gaps,
         processes=outcome.processes,
         server_down=outcome.server_down,
+        engine_switch=switched,
         replicas=watch.scrapes if watch else None,
     )
 
@@ -306,9 +311,7 @@ def from_records_file(path: Path) -> Measured:
     start = min((r.started_at for r in records if r.phase == "measured"), default=first)
     end = max((r.ended_at for r in records), default=time.time())
     client = path.with_name(path.name.removesuffix(".requests.jsonl") + ".client.jsonl")
-    server_down, interrupted = read_ending(path)
-    return Measured(records, start, end, processes=read_process_loads(client), server_down=server_down,
-                    interrupted=interrupted)  # fmt: skip
+    return Measured(records, start, end, processes=read_process_loads(client), **read_ending(path))
 
 
 def run_measured(

@@ -78,6 +78,7 @@ def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, sett
         interrupted=run.interrupted,
         gaps=run.gaps,
         server_down=run.server_down.line() if run.server_down else None,
+        engine_switch=run.engine_switch,
         errors=errors,
     )
 

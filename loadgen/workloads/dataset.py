@@ -65,13 +65,6 @@ class Dataset:
     prompts: list[Prompt]
     skipped: int
 
-    def by_bucket(self) -> dict[str, list[Prompt]]:
-        """Prompts grouped by input-length bucket (empty buckets omitted)."""
-        groups: dict[str, list[Prompt]] = {}
-        for prompt in self.prompts:
-            groups.setdefault(prompt.bucket, []).append(prompt)
-        return groups
-
 
 def _valid_messages(messages: Any) -> list[dict[str, str]] | None:
     if not isinstance(messages, list) or not messages:
@@ -169,12 +162,6 @@ def load_dataset(path: Path) -> Dataset:
             '(one {"prompt": ...} per line) or ShareGPT JSON ([{"conversations": [...]}])'
         )
     return Dataset(path, prompts, skipped)
-
-
-def load_jsonl_prompts(path: Path) -> tuple[list[Prompt], int]:
-    """``(prompts, skipped)`` of any supported dataset file (see :func:`load_dataset`)."""
-    dataset = load_dataset(path)
-    return dataset.prompts, dataset.skipped
 
 
 def dataset_of(path: Path) -> Dataset:

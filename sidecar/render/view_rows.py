@@ -137,15 +137,6 @@ def kv_text(report: Report) -> str:
     )
 
 
-def startup_text(report: Report) -> str:
-    """``cold 152 s, warm 21 s / 19 s; latest: ready after ...`` from the environment's start-up facts."""
-    st = report.environment.startup
-    if st is None:
-        return "n/a"
-    warm = " / ".join(f"{w:.0f} s" for w in st.warm_starts_s[-5:]) or "none yet"
-    return f"cold {fmt(st.cold_start_s, 's', 0)}, warm {warm}; latest: {st.detail}"
-
-
 def environment_rows(e: Environment, gpu_reason: str | None = None) -> list[Row]:
     """Hardware and software a run or a series was measured on (``gpu_reason``: why no GPU was sampled), with
     vLLM's starts from its log."""

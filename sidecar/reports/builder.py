@@ -145,6 +145,7 @@ def build_report(
         cost=cost,
         interrupted=request.interrupted,
         server_down=request.server_down,
+        engine_switch=request.engine_switch,
         rows_omitted=request.rows_omitted,
         gaps=[*request.gaps, *environment_gaps(environment), *host_gaps(resources), *energy_gaps(resources, cost)],
         requests_file="",

@@ -290,12 +290,3 @@ class ReportStore(ResultStore[Report]):
 def utc_now_iso() -> str:
     """Current UTC time, ISO 8601."""
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def dump_records(rows: Iterable[object]) -> list[str]:
-    """JSON lines of pydantic rows (``model_dump_json``) or plain objects."""
-    out = []
-    for row in rows:
-        dump = getattr(row, "model_dump_json", None)
-        out.append(dump() if dump else json.dumps(row, ensure_ascii=False))
-    return out

@@ -322,6 +322,7 @@ class ReportService:
                 self.store.list(),
                 self.baselines.resolve(self.store),
                 report.server,
+                request.engine_switch,
             )
             report = report.model_copy(update={"comparison": comparison})
             if request.profile_traces and request.run_id:

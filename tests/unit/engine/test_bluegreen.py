@@ -53,6 +53,17 @@ def test_a_host_that_holds_both_switches_side_by_side_and_the_knob_forces_either
     assert refused.how == "refuse" and "make down && make up" in refused.why
 
 
+def test_the_compose_stack_switches_by_recreating_its_vllm_service_and_says_the_downtime() -> None:
+    """Compose (one engine per container, no router inside): a stop-and-start naming why and the downtime to
+    expect, whatever ENGINE_SWITCH=auto or restart; ENGINE_SWITCH=blue-green is refused there, not ignored."""
+    decision = decide("auto", None, None, 71.6)
+    assert decision.how == "restart" and decision.why.startswith("the compose stack runs vLLM as one container")
+    assert "expect about 72 s without an engine" in decision.why
+    assert decide("restart", None, None, None).how == "restart"
+    refused = decide("blue-green", None, None, 30)
+    assert refused.how == "refuse" and "recreates it" in refused.why
+
+
 def test_gpu_room_is_the_plan_against_free_memory_now() -> None:
     """GPU build: the plan's need per GPU (weights + pool + headroom) against the free memory left beside the running
     engine; the tightest GPU is named; no free figure (no NVML): tried side by side."""
