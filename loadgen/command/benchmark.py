@@ -86,7 +86,8 @@ def parser() -> argparse.ArgumentParser:
     cli = build_parser("./run_benchmark.sh", HELP, BENCHMARK)
     output = next(group for group in cli._action_groups if group.title == "output")
     output.add_argument(
-        "--report-from", type=Path, metavar="ROWS_FILE", help="build the report from an existing rows file instead"
+        "--report-from", type=Path, metavar="ROWS_FILE",
+        help="build the report from a rows file in LOGS_DIR/runs instead (a run whose report was not written)"
     )
     return cli
 
@@ -97,7 +98,7 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
         return worker_main(settings)
     for note in settings.ignored_knobs:
         print(f"[WARN] {note}", flush=True)
-    problem = rows_file_problem(args.report_from) if args.report_from else None
+    problem = rows_file_problem(args.report_from, settings.logs_dir / "runs") if args.report_from else None
     if problem:  # before the server is asked: a wrong path is bad input, whatever runs
         print(f"[ERROR] --report-from {args.report_from}: {problem}", file=sys.stderr)
         return EXIT_USAGE

@@ -250,8 +250,6 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     window_end = time.time()
     # before anything else can fail: a report rebuilt from the rows says so too
     write_ending(records_path, outcome.server_down, interrupted=outcome.stopped == INTERRUPTED)
-    if window is not None:
-        sidecar.stop_window(window.window_id)
     after, why_after = scrape_metrics(engine_url(settings), settings.vllm_headers) if not watch else (None, None)
     engine_after = serving_engine(settings)
     gaps = []

@@ -10,7 +10,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from core.api import BuildReportRequest, BuildSeriesRequest
+from core.api import RUN_ID_RE, BuildReportRequest, BuildSeriesRequest
 from core.clientview import client_lag_ms, client_view, load_calibration
 from core.enginestate import EngineControl
 from core.errorsummary import error_summary
@@ -41,13 +41,14 @@ from loadgen.terminal.summary import report_line
 
 
 def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, settings: Settings) -> BuildReportRequest:
-    """The finished run for the sidecar: rows, the metrics computed here, the server cross-check, the client view
-    (a run in which no measured request ended too: its cut rows, its warmup, the server's view)."""
+    """The finished run for the sidecar: its id (the sidecar reads its rows from ``records_path``, never from the
+    body), the metrics computed here, the server cross-check, the client view (a run in which no measured request
+    ended too: its cut rows, its warmup, the server's view)."""
     measured = [r for r in run.records if r.phase == "measured"]
     errors = error_summary(run.records, "measured" if measured else "warmup")  # only a warmup: why it failed
     return BuildReportRequest(
         config=plan,
-        records=run.records,
+        run_id=run_id_of(records_path),
         metrics=run_metrics(run.records, plan.slo, requested_rate(plan.rate_req_per_sec, plan.rate_end_req_per_sec)),
         window_start=run.window_start,
         window_end=run.window_end,
@@ -73,13 +74,17 @@ def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, sett
             run.processes,
             plan.workers,
         ),
-        run_id=records_path.name.removesuffix(".requests.jsonl"),
         profile_traces=run.traces,
         interrupted=run.interrupted,
         gaps=run.gaps,
         server_down=run.server_down.line() if run.server_down else None,
         errors=errors,
     )
+
+
+def run_id_of(records_path: Path) -> str:
+    """The run id of a rows file: its name without ``.requests.jsonl``."""
+    return records_path.name.removesuffix(".requests.jsonl")
 
 
 def new_records_path(settings: Settings) -> Path:
@@ -103,7 +108,7 @@ def report_run(
         why = f"no request was sent ({records_path} is empty); nothing to report."
         return RunResult(None, run.interrupted, why, down, empty=True)
     try:
-        built = sidecar.post_report(build_request(plan, run, records_path, settings), records_path)
+        built = sidecar.post_report(build_request(plan, run, records_path, settings))
     except BenchError as exc:
         why = (
             f"{exc}\n[ERROR] Rows are kept in {records_path}; rebuild the report later with "
@@ -175,12 +180,16 @@ def plan_beside(records_path: Path) -> BenchmarkConfig | None:
         return None
 
 
-def rows_file_problem(path: Path) -> str | None:
-    """Why ``path`` is no run's rows file to report from (None when it is one): missing, unreadable, or not one line
-    of it a request row (a dataset or another JSONL file given by mistake). Reads up to the first row only: the
-    report itself reads the file once more (:func:`loadgen.orchestrate.measured_run.from_records_file`)."""
+def rows_file_problem(path: Path, runs_dir: Path) -> str | None:
+    """Why ``path`` is no run's rows file to report from (None when it is one): missing, not in ``runs_dir`` (where
+    the sidecar reads a run's rows, by its id), unreadable, or not one line of it a request row (a dataset or another
+    JSONL file given by mistake). Reads up to the first row only: the report itself reads the file once more
+    (:func:`loadgen.orchestrate.measured_run.from_records_file`)."""
     if not path.is_file():
         return "no such file; give a run's rows file (logs/runs/<run id>.requests.jsonl)"
+    if path.resolve().parent != runs_dir.resolve() or not RUN_ID_RE.fullmatch(run_id_of(path)):
+        return (f"the sidecar reads a run's rows from {runs_dir}/<YYYYMMDD_HHMMSS>.requests.jsonl: copy the file "
+                "there under such a name")
     bad = 0
     try:
         with path.open(encoding="utf-8") as fh:

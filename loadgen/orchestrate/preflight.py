@@ -108,8 +108,7 @@ def preflight(settings: Settings, sidecar: SidecarClient) -> Target:
     """
     served = _served(settings)
     model = choose_model(list(served), settings)
-    sidecar.check()
-    sidecar.check_token()
+    sidecar.check_token()  # also: it answers
     if settings.gate:
         baselines = sidecar.baselines()
         if settings.gate not in baselines:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,8 +33,13 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 BASE_URL = "http://127.0.0.1:8200"  # a trusted host (TestClient's default, testserver, is not)
 
 
+RUNS_DIRS: list[Path] = []
+"""The runs folder of the latest :func:`make_settings`: where :func:`body` writes its rows file by default."""
+RUN_NUMBERS = itertools.count()
+
+
 def make_settings(tmp_path: Path, **fields: Any) -> Settings:
-    return Settings(
+    settings = Settings(
         _env_file=None,  # type: ignore[call-arg]
         reports_dir=tmp_path / "reports",
         logs_dir=tmp_path / "logs",
@@ -42,6 +49,8 @@ def make_settings(tmp_path: Path, **fields: Any) -> Settings:
         sidecar_token=TOKEN,
         **fields,
     )
+    RUNS_DIRS[:] = [settings.logs_dir / "runs"]
+    return settings
 
 
 def make_service(settings: Settings, nvml: FakeNvml | None = None) -> ReportService:
@@ -51,8 +60,21 @@ def make_service(settings: Settings, nvml: FakeNvml | None = None) -> ReportServ
     )
 
 
-def body(concurrency: int = 4, e2e_ms: float = 100.0, n: int = 12, error: str | None = None) -> dict[str, Any]:
-    """A build request of ``n`` requests (one failed with ``error`` when given), ending about now."""
+def write_run(rows: list[RequestRecord], runs_dir: Path | None = None, run_id: str | None = None) -> str:
+    """Write ``rows`` as the benchmark does, a run's rows file in ``runs_dir`` (default: the latest settings'); its
+    run id (default: a new one)."""
+    run_id = run_id or f"20260101_{next(RUN_NUMBERS):06d}"
+    folder = runs_dir or (RUNS_DIRS[-1] if RUNS_DIRS else Path(tempfile.mkdtemp()))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{run_id}.requests.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows))
+    return run_id
+
+
+def body(
+    concurrency: int = 4, e2e_ms: float = 100.0, n: int = 12, error: str | None = None, runs_dir: Path | None = None
+) -> dict[str, Any]:
+    """A build request of ``n`` requests (one failed with ``error`` when given), ending about now, its rows written
+    as the benchmark writes them: a new run's rows file in ``runs_dir`` (default: the latest settings')."""
     start = time.time() - 1.0
     rows = [
         RequestRecord(
@@ -84,7 +106,7 @@ def body(concurrency: int = 4, e2e_ms: float = 100.0, n: int = 12, error: str | 
     )
     request = BuildReportRequest(
         config=config,
-        records=rows,
+        run_id=write_run(rows, runs_dir),
         metrics=run_metrics(rows),
         window_start=start - 0.5,
         window_end=time.time() + 0.5,
