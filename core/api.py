@@ -66,6 +66,16 @@ def body_problems(value: Any, path: str = "", duration: bool = False) -> list[st
     return problems
 
 
+class ServerFacts(BaseModel):
+    """vLLM's facts as the benchmark read them before the run, for the report's environment: ``/version`` and the
+    first model of ``/v1/models`` (each None when not answered). The sidecar does not ask again."""
+
+    version: str | None = None
+    model_id: str | None = None
+    model_root: str | None = None
+    max_model_len: int | None = None
+
+
 class BuildReportRequest(BaseModel):
     """Body of ``POST /reports``: a finished run, by its id and the benchmark's own facts; never its rows (the
     sidecar reads them from the run's rows file, so they cross no HTTP).
@@ -87,6 +97,9 @@ class BuildReportRequest(BaseModel):
         default=None,
         description="The sidecar sampling window that bracketed the run (POST /windows/start); its samples give "
         "the report's resources. None: the samples between window_start and window_end.",
+    )
+    server_facts: ServerFacts | None = Field(
+        default=None, description="vLLM's /version and /v1/models as the benchmark read them (None: the sidecar asks)."
     )
     server: ServerView | None = None
     cluster: ClusterView | None = None

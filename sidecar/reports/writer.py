@@ -26,7 +26,7 @@ from sidecar.render.files import report_files
 from sidecar.reports.baselines import BaselineStore
 from sidecar.reports.builder import build_report, build_resources, host_entry
 from sidecar.reports.energy_cost import replica_groups, run_cost, run_energy
-from sidecar.reports.envinfo import collect_environment, vllm_server_facts
+from sidecar.reports.envinfo import collect_environment, vllm_server_facts, with_fingerprint
 from sidecar.reports.logfacts import read_log_facts
 from sidecar.reports.profiles import collect_traces, trace_paths
 from sidecar.reports.retention import Retention, prune
@@ -308,7 +308,8 @@ class ReportService:
         environment = collect_environment(
             self._gpu_info,
             read_engine_state(settings.engine_state_file),
-            self.server_facts(settings.vllm_url),
+            self.server_facts(settings.vllm_url) if request.server_facts is None  # else read once, by the benchmark
+            else with_fingerprint(request.server_facts, settings.vllm_url, settings.vllm_headers),
             self.startup(),
         )
         with self._build_lock:

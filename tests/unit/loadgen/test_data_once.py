@@ -12,18 +12,22 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 
 from core.records import RequestRecord
 from loadgen.command import benchmark as bench
+from sidecar.app import create_app
+from sidecar.reports.writer import ReportService
+from sidecar.sampling.gpu import NvmlReader
 from tests.fakes import FakeNvml
 from tests.unit.loadgen.mock_process import mock_process
-from tests.unit.sidecar.test_sidecar_app import BASE_URL, TOKEN, client_for, make_settings  # noqa: F401 (fixture)
+from tests.unit.sidecar.test_sidecar_app import BASE_URL, TOKEN, make_settings
 
 MAX_ROUND_TRIPS = 3
 
 
 def test_one_run_writes_its_rows_once_sends_none_and_asks_the_sidecar_at_most_3_times(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client_for: Any  # noqa: F811
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A whole ``./run_benchmark.sh --requests 6 --concurrency 2`` against the mock: exit 0 and a report of all 6
     requests; every row is on disk once (the run's rows file and the report's rows are one inode), no body sent to
@@ -31,9 +35,11 @@ def test_one_run_writes_its_rows_once_sends_none_and_asks_the_sidecar_at_most_3_
     by the benchmark alone."""
     with mock_process("--tokens", "8", "--ttft-ms", "5", "--itl-ms", "1") as url:
         settings = make_settings(tmp_path).model_copy(update={"vllm_base_url": url})
-        app = client_for(FakeNvml(), settings)
-        facts_asked: list[str] = []
+        service = ReportService.from_settings(settings, gpu=(NvmlReader(FakeNvml()), None))  # asks vLLM for real
+        app = TestClient(create_app(settings, service), base_url=BASE_URL, headers={"Authorization": f"Bearer {TOKEN}"})
+        facts_asked: list[str] = []  # who asked vLLM's /version or /v1/models: "benchmark" or "sidecar"
         sidecar_calls: list[tuple[str, str, str]] = []
+        serving: list[bool] = []  # inside a sidecar call: its own calls to vLLM are the sidecar's
 
         def route(method: str) -> Callable[..., httpx.Response]:
             real = getattr(httpx, method)
@@ -41,12 +47,16 @@ def test_one_run_writes_its_rows_once_sends_none_and_asks_the_sidecar_at_most_3_
             def call(target: str, **kwargs: Any) -> httpx.Response:
                 if not target.startswith(BASE_URL):  # vLLM (the mock): as it is
                     if target.endswith(("/version", "/v1/models")):
-                        facts_asked.append(target)
+                        facts_asked.append("sidecar" if serving else "benchmark")
                     return real(target, **kwargs)
                 kwargs.pop("timeout", None)
                 sent = kwargs.get("content") or json.dumps(kwargs.get("json") or {})
                 sidecar_calls.append((method.upper(), target.removeprefix(BASE_URL), str(sent)))
-                return getattr(app, method)(target.removeprefix(BASE_URL), **kwargs)
+                serving.append(True)
+                try:
+                    return getattr(app, method)(target.removeprefix(BASE_URL), **kwargs)
+                finally:
+                    serving.pop()
 
             return call
 
@@ -56,7 +66,8 @@ def test_one_run_writes_its_rows_once_sends_none_and_asks_the_sidecar_at_most_3_
                             "RUN_DIR": tmp_path / "run", "VLLM_BASE_URL": url, "SIDECAR_BASE_URL": BASE_URL,
                             "SIDECAR_TOKEN": TOKEN, "WARMUP": 2}.items():  # fmt: skip
             monkeypatch.setenv(name, str(value))
-        code = bench.main(["--requests", "6", "--concurrency", "2", "--max-tokens", "8"])
+        with app:
+            code = bench.main(["--requests", "6", "--concurrency", "2", "--max-tokens", "8"])
     assert code == 0
     (rows_file,) = (tmp_path / "logs" / "runs").glob("*.requests.jsonl")
     rows = [RequestRecord.model_validate_json(line) for line in rows_file.read_text().splitlines()]
@@ -70,4 +81,5 @@ def test_one_run_writes_its_rows_once_sends_none_and_asks_the_sidecar_at_most_3_
     assert sum(bodies.count(r.request_id) for r in rows) == 0, "no row crossed HTTP"
     assert len(sidecar_calls) <= MAX_ROUND_TRIPS, [(m, p) for m, p, _ in sidecar_calls]
     assert [p for m, p, _ in sidecar_calls if m == "POST"][-1] == "/reports"
-    assert facts_asked and all("/reports" not in p for p in facts_asked)
+    assert facts_asked and set(facts_asked) == {"benchmark"}, facts_asked
+    assert report["environment"]["vllm_version"] and report["environment"]["served_model_name"] == "mock-model"
