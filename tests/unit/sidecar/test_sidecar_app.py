@@ -177,6 +177,21 @@ def test_sampling_window_start_and_stop(client_for: Callable[..., TestClient]) -
     assert client.post("/windows/..%2F..%2Fetc/stop").status_code == 404
 
 
+def test_a_window_left_open_is_closed_at_the_runs_end(client_for: Callable[..., TestClient]) -> None:
+    """The benchmark does not stop its sampling window (one round trip less): POST /reports closes it at the run's
+    end, so memory used after the run (while the report is asked for) is not the run's peak."""
+    nvml = FakeNvml(used_bytes=[GIB])
+    client = client_for(nvml)
+    window = client.post("/windows/start").json()["window_id"]
+    nvml.used_bytes = [3 * GIB]
+    time.sleep(0.5)  # background samples at 3 GiB, inside the run
+    payload = {**body(), "window_id": window, "window_end": time.time()}
+    nvml.used_bytes = [20 * GIB]
+    time.sleep(0.5)  # samples at 20 GiB after the run's end
+    report = client.post("/reports", json=payload).json()["report"]
+    assert report["metrics"]["gpu_mem_peak_gb"] == pytest.approx(3.0)
+
+
 def test_report_is_json_markdown_and_html_valid_against_schema(client_for: Callable[..., TestClient],
                                                                tmp_path: Path) -> None:
     """POST /reports writes a JSON valid against reports/schema.json, a Markdown summary and a self-contained HTML."""
