@@ -10,13 +10,13 @@ compares with earlier reports and baselines, and is the only writer of ``reports
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
 from core.abcompare import ABComparison
 from core.clientview import ClientView
-from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig, ErrorSummary, Report, Resources
 from core.series import PointPlan, SeriesReport
 from core.serverview import ServerView
@@ -24,10 +24,12 @@ from core.serverview_cluster import ClusterView
 from core.stats import RunMetrics
 
 MAX_STRING_CHARS = 10_000
-"""Longest text accepted anywhere in a request body (an error message, a path); longer is a 422, not a big file."""
+"""Longest text accepted anywhere in a request body (an error message, a gap line); longer is a 422."""
 EARLIEST_WINDOW_S = 946_684_800.0
 """2000-01-01 UTC: a window starting earlier is a clock or a body that is wrong."""
 MAX_PROBLEMS_SHOWN = 5
+RUN_ID_RE = re.compile(r"[0-9]{8}_[0-9]{6}(?:_[0-9]{1,4})?")
+"""A run id (``YYYYMMDD_HHMMSS``, the name of its rows file in ``logs/runs``), matched whole (``fullmatch``)."""
 
 
 def _is_duration(key: str) -> bool:
@@ -39,7 +41,7 @@ def _is_duration(key: str) -> bool:
 def body_problems(value: Any, path: str = "", duration: bool = False) -> list[str]:
     """Every place in a parsed body (dicts, lists, pydantic models) holding a non-finite number (``NaN``,
     ``Infinity``), a negative duration (a number under a ``*_ms``/``*_s`` key, or in a list under one) or a text
-    longer than :data:`MAX_STRING_CHARS`, as ``"records[3].ttft_ms is nan"`` lines."""
+    longer than :data:`MAX_STRING_CHARS`, as ``"metrics.ttft.p99_ms is nan"`` lines."""
     if isinstance(value, BaseModel):
         value = dict(value)
     if isinstance(value, bool) or value is None:
@@ -64,8 +66,19 @@ def body_problems(value: Any, path: str = "", duration: bool = False) -> list[st
     return problems
 
 
+class ServerFacts(BaseModel):
+    """vLLM's facts as the benchmark read them before the run, for the report's environment: ``/version`` and the
+    first model of ``/v1/models`` (each None when not answered). The sidecar does not ask again."""
+
+    version: str | None = None
+    model_id: str | None = None
+    model_root: str | None = None
+    max_model_len: int | None = None
+
+
 class BuildReportRequest(BaseModel):
-    """Body of ``POST /reports``: a finished run.
+    """Body of ``POST /reports``: a finished run, by its id and the benchmark's own facts; never its rows (the
+    sidecar reads them from the run's rows file, so they cross no HTTP).
 
     Validated before anything is written (a 422 names the fields): every number finite, durations (``*_ms``,
     ``*_s``) not negative, texts at most :data:`MAX_STRING_CHARS`, and the window ordered (``window_start <=
@@ -73,8 +86,11 @@ class BuildReportRequest(BaseModel):
     """
 
     config: BenchmarkConfig
-    records: list[RequestRecord]
-    metrics: RunMetrics = Field(description="The run's metrics, computed by the benchmark from ``records``.")
+    run_id: str = Field(
+        description="The run's id (``YYYYMMDD_HHMMSS``), never a path: its rows are the benchmark's file "
+        "``<LOGS_DIR>/runs/<run_id>.requests.jsonl``, read by the sidecar (LOGS_DIR: the stack's shared ``logs/``)."
+    )
+    metrics: RunMetrics = Field(description="The run's metrics, computed by the benchmark from its rows.")
     window_start: float = Field(description="Unix time the measured window began, s.")
     window_end: float = Field(description="Unix time the measured window ended, s.")
     window_id: str | None = Field(
@@ -82,10 +98,12 @@ class BuildReportRequest(BaseModel):
         description="The sidecar sampling window that bracketed the run (POST /windows/start); its samples give "
         "the report's resources. None: the samples between window_start and window_end.",
     )
+    server_facts: ServerFacts | None = Field(
+        default=None, description="vLLM's /version and /v1/models as the benchmark read them (None: the sidecar asks)."
+    )
     server: ServerView | None = None
     cluster: ClusterView | None = None
     client: ClientView | None = None
-    run_id: str | None = Field(default=None, description="Name of the run's rows file, YYYYMMDD_HHMMSS.")
     profile_traces: list[str] = Field(default_factory=list, description="Trace files vLLM wrote in the window.")
     interrupted: bool = Field(default=False, description="The run was stopped early (Ctrl-C, SIGTERM, SIGHUP).")
     gaps: list[str] = Field(default_factory=list, description="What the benchmark could not measure, and why.")
@@ -99,12 +117,7 @@ class BuildReportRequest(BaseModel):
     errors: ErrorSummary | None = Field(
         default=None,
         description="Failed measured requests by cause, counted by the benchmark over every row (None: the sidecar "
-        "counts them from ``records``).",
-    )
-    rows_omitted: str | None = Field(
-        default=None,
-        description="Why ``records`` is empty although the run has rows (the body would pass SIDECAR_MAX_BODY_MB) "
-        "and where they are kept; None: ``records`` holds every row.",
+        "counts them from the rows file).",
     )
 
     @model_validator(mode="before")

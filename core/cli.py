@@ -121,7 +121,6 @@ SHORT_HELP: dict[str, str] = {
     "price_per_hour": "Hardware price, USD/h: 2.5/gpu or 12/host",
     "energy_price_per_kwh": "Electricity price, USD/kWh",
     "requests_log_max_mb": "Rotate requests.jsonl at this size, MiB",
-    "sidecar_max_body_mb": "Largest body the sidecar accepts, MiB",
     "drain_s": "After DURATION, time to finish, s",
     "watchdog_s": "Stop a run where nothing finishes this long, s",
     "server_down_s": "End the run after this long of connection failures, s",

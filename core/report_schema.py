@@ -246,8 +246,9 @@ class Report(BaseModel):
     )
     rows_omitted: str | None = Field(
         default=None,
-        description="Why the per-request rows are not beside this report (the body would pass SIDECAR_MAX_BODY_MB) "
-        "and where they are kept; None: they are.",
+        description="Reports of earlier versions only: why the per-request rows are not beside the report (its body "
+        "would have passed SIDECAR_MAX_BODY_MB) and where they were kept; None: they are (the rows no longer travel "
+        "in a body).",
     )
     gaps: list[str] = Field(
         default_factory=list,

@@ -6,8 +6,6 @@ HTTP status and what to do). Writes carry the sidecar token
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
 from typing import TypeVar
 
 import httpx
@@ -21,7 +19,6 @@ from core.api import (
     BuildSeriesResponse,
     CompareRequest,
     CompareResponse,
-    WindowResult,
     WindowStarted,
 )
 from core.report_schema import Report
@@ -30,12 +27,9 @@ from core.settings import Settings
 from core.shapes import ShapeError, answer_as
 from loadgen.errors import BenchError
 
-MIB = 1024 * 1024
-BUSY_ATTEMPTS = 4  # a report answered 503 + Retry-After (large writes queued) is sent up to this many times
 _M = TypeVar("_M", bound=BaseModel)
 _T = TypeVar("_T")
 BASELINE_NAMES: TypeAdapter[dict[str, str]] = TypeAdapter(dict[str, str])
-BUILD_REPORT_RESPONSE = TypeAdapter(BuildReportResponse)
 
 
 class SidecarRefused(BenchError):
@@ -61,45 +55,27 @@ class SidecarClient:
 
     Args:
         token: the sidecar token sent with every write (None: writes are refused by the sidecar).
-        max_body_bytes: a report body above this is not sent (the sidecar would answer 413); None: no check.
     """
 
-    def __init__(
-        self, url: str, timeout_s: float = 10.0, token: str | None = None, max_body_bytes: int | None = None
-    ) -> None:
+    def __init__(self, url: str, timeout_s: float = 10.0, token: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
-        self.max_body_bytes = max_body_bytes
         self.write_headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     @classmethod
     def of(cls, settings: Settings) -> SidecarClient:
-        """The client of ``settings``' sidecar: its URL, token and body limit."""
-        return cls(
-            settings.sidecar_url,
-            token=settings.sidecar_auth_token(),
-            max_body_bytes=int(settings.sidecar_max_body_mb * MIB),
-        )
+        """The client of ``settings``' sidecar: its URL and token."""
+        return cls(settings.sidecar_url, token=settings.sidecar_auth_token())
 
     def _refused(self, response: httpx.Response, what: str) -> SidecarRefused:
-        """The error for a non-200 answer, saying what to do about a busy sidecar, a missing or wrong token and a
-        size limit; else the sidecar's own reason."""
+        """The error for a non-200 answer, saying what to do about a missing or wrong token; else the sidecar's own
+        reason."""
         status = response.status_code
-        if busy_retry_s(response) is not None:
-            return SidecarRefused(
-                f"the sidecar was busy with other large writes (HTTP {status}: {response.text[:200]}) "
-                f"after {BUSY_ATTEMPTS} tries: try again when the other clients are done.", status
-            )
         if status in (401, 403, 503):
             return SidecarRefused(
                 f"the sidecar refused {what} (HTTP {status}: {response.text[:200]}): the benchmark "
                 "needs the sidecar's token — SIDECAR_TOKEN, or the file SIDECAR_TOKEN_FILE (run/sidecar_token, made "
                 "by `make up`).", status
-            )
-        if status == 413:
-            return SidecarRefused(
-                f"the sidecar refused {what} as too large (HTTP 413): raise SIDECAR_MAX_BODY_MB for the sidecar and "
-                "the benchmark.", status
             )
         return SidecarRefused(f"the sidecar refused {what} (HTTP {status}): {_detail(response, 500)}", status)
 
@@ -110,16 +86,9 @@ class SidecarClient:
             "Start the stack with `make up` (log: logs/sidecar.log)."
         )
 
-    def check(self) -> None:
-        """Raises BenchError unless ``/health`` answers 200."""
-        try:
-            httpx.get(f"{self.url}/health", timeout=self.timeout_s).raise_for_status()
-        except httpx.HTTPError as exc:
-            raise self._down(exc) from None
-
     def check_token(self) -> None:
-        """Raises BenchError unless the sidecar accepts this client's token (``GET /auth``), so a run never measures
-        load whose report could not be written."""
+        """Raises BenchError unless the sidecar answers and accepts this client's token (``GET /auth``: one round
+        trip), so a run never measures load whose report could not be written."""
         try:
             response = httpx.get(f"{self.url}/auth", timeout=self.timeout_s, headers=self.write_headers)
         except httpx.HTTPError as exc:
@@ -202,12 +171,9 @@ class SidecarClient:
             return None
 
     def start_window(self) -> WindowStarted | None:
-        """Open a sampling window; None when the sidecar cannot (the report then uses the run's own bounds)."""
+        """Open a sampling window (the sidecar closes it at the run's end when it builds the report); None when the
+        sidecar cannot (the report then uses the run's own bounds)."""
         return self._post_model("/windows/start", WindowStarted)
-
-    def stop_window(self, window_id: str) -> WindowResult | None:
-        """Close the sampling window (its summary, or None when the sidecar cannot tell)."""
-        return self._post_model(f"/windows/{window_id}/stop", WindowResult)
 
     def mark_baseline(self, name: str, report_id: str | None) -> BaselineMarked:
         """Mark report ``report_id`` (None: the latest) as baseline ``name`` (``PUT /baselines/{name}``); the
@@ -289,67 +255,11 @@ class SidecarClient:
         """
         return self._post_json("/compare", request, CompareResponse)
 
-    def post_report(self, request: BuildReportRequest, rows_file: Path | None = None) -> BuildReportResponse:
-        """Ask the sidecar to write the report.
-
-        A body over the sidecar's limit (SIDECAR_MAX_BODY_MB; a long run at a high rate has 100k+ rows) is sent
-        without its per-request rows: the metrics, the error counts (``request.errors``) and the server and client
-        views are computed from every row here, the rows stay in ``rows_file`` and the report says so
-        (``rows_omitted``).
+    def post_report(self, request: BuildReportRequest) -> BuildReportResponse:
+        """Ask the sidecar to write the report of run ``request.run_id`` (``POST /reports``): the body carries the
+        run's id and this side's facts; the sidecar reads the rows from the run's rows file.
 
         Raises:
-            BenchError: the body is over the size limit even without its rows, or the sidecar refused the run or is
-                unreachable (the message carries its answer and what to do).
+            BenchError: the sidecar refused the run or is unreachable (the message carries its answer and what to do).
         """
-        size = body_size_past(request, self.max_body_bytes)
-        if self.max_body_bytes is not None and size > self.max_body_bytes and request.records:
-            kept = rows_file or "the run's rows file"
-            why = (
-                f"per-request rows left out of the report: with them its body is over {size / MIB:.1f} MiB, above "
-                f"SIDECAR_MAX_BODY_MB={self.max_body_bytes / MIB:g}; all {len(request.records)} rows are kept in "
-                f"{kept} (the metrics and error counts are computed from all of them)"
-            )
-            request = request.model_copy(update={"records": [], "rows_omitted": why, "gaps": [*request.gaps, why]})
-        content = request.model_dump_json().encode("utf-8")
-        if self.max_body_bytes is not None and len(content) > self.max_body_bytes:
-            raise BenchError(
-                f"the run's report body is {len(content) / MIB:.1f} MiB, above SIDECAR_MAX_BODY_MB="
-                f"{self.max_body_bytes / MIB:g}: raise it for the sidecar (restart it) and the benchmark"
-            )
-        for attempt in range(1, BUSY_ATTEMPTS + 1):
-            try:
-                response = httpx.post(
-                    f"{self.url}/reports",
-                    content=content,
-                    timeout=120,
-                    headers={"content-type": "application/json", **self.write_headers},
-                )
-            except httpx.HTTPError as exc:
-                raise self._down(exc) from None
-            wait_s = busy_retry_s(response)
-            if wait_s is None or attempt == BUSY_ATTEMPTS:
-                break
-            time.sleep(wait_s)  # the sidecar's queue of large writes is full: it said when to come back
-        if response.status_code != 200:
-            raise self._refused(response, "the report")
-        return self._answer(response, BUILD_REPORT_RESPONSE, "the sidecar's BuildReportResponse")
-
-
-def busy_retry_s(response: httpx.Response) -> float | None:
-    """Seconds to wait before sending again when the sidecar answered "busy" (503 or 429 with ``Retry-After``, at
-    most 30 s); None for any other answer."""
-    after = response.headers.get("retry-after", "")
-    if response.status_code not in (429, 503) or not after.strip().isdigit():
-        return None
-    return min(float(after), 30.0)
-
-
-def body_size_past(request: BuildReportRequest, limit_bytes: int | None) -> int:
-    """The JSON body size of ``request`` in bytes, counted row by row and stopped once past ``limit_bytes`` (so a
-    run of 100k+ rows is never serialised whole just to learn it is too big); None: the whole size."""
-    size = len(request.model_copy(update={"records": []}).model_dump_json().encode("utf-8"))
-    for record in request.records:
-        size += len(record.model_dump_json().encode("utf-8")) + 1  # the comma
-        if limit_bytes is not None and size > limit_bytes:
-            break
-    return size
+        return self._post_json("/reports", request, BuildReportResponse)

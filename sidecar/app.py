@@ -23,7 +23,7 @@ from core.energy import EnergyStats
 from core.redact import redact_json
 from core.report_schema import HostResources
 from core.settings import Settings, get_settings
-from sidecar.guard import MIB, RequestGuard, token_dependency
+from sidecar.guard import RequestGuard, token_dependency
 from sidecar.promexport import make_registry
 from sidecar.reports.history import history_page
 from sidecar.reports.series import SeriesService
@@ -55,9 +55,7 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
 
     app = FastAPI(title="LLM stack sidecar", version="0.2.0", lifespan=lifespan)
     token = settings.sidecar_auth_token()
-    app.add_middleware(
-        RequestGuard, hosts=settings.sidecar_hosts, max_body_bytes=int(settings.sidecar_max_body_mb * MIB), token=token
-    )
+    app.add_middleware(RequestGuard, hosts=settings.sidecar_hosts, token=token)
     writes = [Depends(token_dependency(token))]
 
     @app.exception_handler(RequestValidationError)

@@ -8,9 +8,9 @@ the token every state-changing endpoint requires.
 - **Token** (401 without, 403 wrong): ``Authorization: Bearer <SIDECAR_TOKEN>`` on every POST/PUT/PATCH/DELETE,
   checked from the headers before one byte of the body is read (:class:`RequestGuard`); reads stay open to whoever
   passes the Host check.
-- **Body size** (413): ``Content-Length`` above ``SIDECAR_MAX_BODY_MB`` is refused unread; a chunked body is counted
-  as it arrives and cut at the limit. Bodies are spooled, bounded in time and admitted a few large ones at a time
-  (:mod:`sidecar.bodyspool`).
+- **Body size** (413, 411): a write's body is announced by ``Content-Length`` and at most :data:`MAX_BODY_BYTES`,
+  else refused unread (a chunked one: 411). No body carries a run's rows (the sidecar reads them from the run's rows
+  file), so every body is small.
 """
 
 from __future__ import annotations
@@ -26,17 +26,9 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sidecar.bodyspool import (
-    LARGE_BODY_BYTES,
-    Admission,
-    ClientGone,
-    Refused,
-    SpooledBody,
-    acquire,
-    give_back_memory,
-)
-
 MIB = 1024 * 1024
+MAX_BODY_BYTES = 1 * MIB
+"""Largest write body, bytes: a report's body (the run's id, metrics and views, no rows) is a few KiB."""
 
 
 def host_name(host_header: str) -> str:
@@ -95,69 +87,33 @@ def _has_body(headers: Headers) -> bool:
 
 
 class RequestGuard:
-    """Pure ASGI middleware: everything is decided before the app sees a request, and a refused write's body is never
-    read (the answer closes the connection, so a client cannot make the sidecar drain it).
+    """Pure ASGI middleware: everything is decided from the headers before the app sees a request, and a refused
+    write's body is never read (the answer closes the connection, so a client cannot make the sidecar drain it).
 
     Every request: Host (400), Origin (403). State-changing methods (:data:`WRITE_METHODS`) also: the token (401/403,
-    503 without one configured), ``Content-Length`` within ``max_body_bytes`` (413), all from the headers; then the
-    body is received into a spool (:class:`sidecar.bodyspool.SpooledBody`: counted as it arrives, cut at the
-    limit, 408 when too slow, large ones admitted a few at a time, 503 with ``Retry-After`` when the queue stays full)
-    and replayed to the app; after a large one the memory is given back.
+    503 without one configured), then a body announced by ``Content-Length`` (411 for a chunked one) of at most
+    ``max_body_bytes`` (413).
     """
 
-    def __init__(self, app: ASGIApp, hosts: Sequence[str], max_body_bytes: int, token: str | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, hosts: Sequence[str], max_body_bytes: int = MAX_BODY_BYTES, token: str | None = None
+    ) -> None:
         self.app = app
         self.hosts = list(hosts)
         self.max_body_bytes = max_body_bytes
         self.expected = token.encode("utf-8") if token else None
-        self._admission: Admission | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        write = scope["method"] in WRITE_METHODS
-        problem = self.refusal(headers, write)
+        problem = self.refusal(headers, scope["method"] in WRITE_METHODS)
         if problem is not None:
             status, text, extra = problem
             await refuse(scope, receive, send, status, text, extra, close=_has_body(headers))
             return
-        if not write or not _has_body(headers):
-            await self.app(scope, receive, send)
-            return
-        await self.write(scope, receive, send, headers)
-
-    async def write(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
-        """Receive an allowed write's body into a spool, then hand it to the app (large ones a few at a time)."""
-        if self._admission is None:
-            self._admission = Admission()
-        admission = self._admission
-        length = headers.get("content-length")
-        body = SpooledBody()
-        spool_slot = write_slot = False
-        try:
-            try:
-                spool_slot = await body.receive_all(
-                    receive, self.max_body_bytes, admission, int(length) if length is not None else None
-                )
-                if body.size_bytes > LARGE_BODY_BYTES:
-                    await acquire(admission.writes, "writes")
-                    write_slot = True
-            except Refused as exc:
-                await refuse(scope, receive, send, exc.status, exc.detail, exc.headers, close=True)
-                return
-            except ClientGone:
-                return
-            await self.app(scope, body.replay(receive), send)
-        finally:
-            body.close()
-            if write_slot:
-                admission.writes.release()
-            if spool_slot:
-                admission.spools.release()
-            if body.size_bytes > LARGE_BODY_BYTES:
-                give_back_memory()
+        await self.app(scope, receive, send)
 
     def refusal(self, headers: Headers, write: bool = False) -> tuple[int, str, dict[str, str]] | None:
         """``(status, text, headers)`` when the headers alone refuse the request, else None."""
@@ -173,12 +129,15 @@ class RequestGuard:
         if denied is not None:
             return denied
         length = headers.get("content-length")
-        if length is not None:
-            if not length.strip().isdigit():
-                return 400, "Invalid Content-Length", {}
-            if int(length) > self.max_body_bytes:
-                return 413, f"Request body of {int(length)} bytes is larger than {self.max_body_bytes / MIB:g} MiB " \
-                    "(SIDECAR_MAX_BODY_MB)", {}
+        if length is None:
+            if "chunked" in headers.get("transfer-encoding", "").lower():
+                return 411, "send the body with a Content-Length (no chunked writes)", {}
+            return None
+        if not length.strip().isdigit():
+            return 400, "Invalid Content-Length", {}
+        if int(length) > self.max_body_bytes:
+            return 413, f"Request body of {int(length)} bytes is larger than {self.max_body_bytes / MIB:g} MiB: a " \
+                "report's body carries the run's id, never its rows", {}
         return None
 
 

@@ -69,14 +69,14 @@ def result_router(svc: ReportService, series: SeriesService, writes: Sequence[pa
 
     @router.post("/reports", response_model=BuildReportResponse, dependencies=guarded)
     async def build_report(request: BuildReportRequest) -> BuildReportResponse:
-        """Merge the rows with resources, logs and environment; compare; write JSON, Markdown and HTML.
+        """Merge the run's rows (read once from ``<LOGS_DIR>/runs/<run_id>.requests.jsonl``; never in the body) with
+        resources, logs and environment; compare; write JSON, Markdown and HTML.
 
         422 (nothing written) for a body that does not validate: non-finite numbers, negative durations, a window
-        that runs backwards or ends in the future, no request row at all; 400 for profiler traces outside vLLM's
-        profile folder. A run in which no measured request ended (all cut by its end, or only its warmup sent) is
-        reported: what it collected, never a reference (:func:`core.compare.unusable_reason`)."""
-        if request.rows_omitted is None and not request.records:
-            raise HTTPException(status_code=422, detail="no request row in the body: nothing to report")
+        that runs backwards or ends in the future; or for a run whose rows file is missing or holds no request row;
+        400 for a run id that is no run id (a path: nothing is read) or profiler traces outside vLLM's profile folder.
+        A run in which no measured request ended (all cut by its end, or only its warmup sent) is reported: what it
+        collected, never a reference (:func:`core.compare.unusable_reason`)."""
         with answers():
             return await run_in_threadpool(svc.build_and_write, request)
 

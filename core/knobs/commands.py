@@ -64,7 +64,7 @@ BENCHMARK = Command(
         ("output", ("profile", "price_per_hour", "energy_price_per_kwh", "logs_dir", "requests_log_max_mb",
                     "requests_log_backups")),
         ("connection", ("vllm_base_url", "vllm_host", "vllm_port", "sidecar_base_url", "sidecar_host", "sidecar_port",
-                        "sidecar_token_file", "sidecar_max_body_mb", "run_dir", "request_timeout_s", "drain_s",
+                        "sidecar_token_file", "run_dir", "request_timeout_s", "drain_s",
                         "watchdog_s", "server_down_s", "idle_wait_s")),
     ),
 )
@@ -110,7 +110,7 @@ SIDECAR = Command(
     groups=(
         ("sampling", ("gpu_sample_interval_s", "engine_metrics_interval_s", "peer_sidecars")),
         ("reports", ("reports_dir", "reports_keep", "reports_max_age_days", "logs_dir")),
-        ("security", ("sidecar_token_file", "sidecar_trusted_hosts", "sidecar_max_body_mb")),
+        ("security", ("sidecar_token_file", "sidecar_trusted_hosts")),
         ("connection", ("sidecar_host", "sidecar_port", "sidecar_base_url", "vllm_base_url", "vllm_host", "vllm_port",
                         "run_dir")),
     ),
@@ -152,7 +152,6 @@ HOME: dict[str, Command] = {
     "vllm_host": STACK, "vllm_port": STACK, "logs_dir": STACK, "run_dir": STACK, "prompts_file": STACK,
     "requests_log_max_mb": STACK, "requests_log_backups": STACK, "vllm_base_url": BENCHMARK,
     "sidecar_base_url": SIDECAR, "sidecar_host": SIDECAR, "sidecar_port": SIDECAR, "sidecar_token_file": SIDECAR,
-    "sidecar_max_body_mb": SIDECAR,
     "max_tokens": BENCHMARK, "temperature": BENCHMARK, "startup_timeout_s": ENGINE,
 }  # fmt: skip
 

@@ -43,12 +43,6 @@ class SecurityKnobs(BaseModel):
         description="More host names the sidecar answers to (Host and Origin checks), comma-separated; 127.0.0.1, "
         "localhost, ::1, SIDECAR_HOST and the host of SIDECAR_BASE_URL always are.",
     )
-    sidecar_max_body_mb: float = Field(
-        default=64.0,
-        gt=0,
-        description="Largest request body the sidecar accepts, MiB (a run's rows take about 3 KiB each at 128 output "
-        "tokens).",
-    )
     reports_keep: int = Field(
         default=1000,
         ge=0,

@@ -35,7 +35,7 @@ from loadgen.command.worker import worker_main
 from loadgen.errors import BenchError
 from loadgen.orchestrate.outcome import EXIT_INTERRUPTED, EXIT_USAGE, STOP_SIGNALS
 from loadgen.orchestrate.pipeline import rows_file_problem, run_benchmark
-from loadgen.orchestrate.preflight import plan_problem, preflight
+from loadgen.orchestrate.preflight import Target, plan_problem, preflight
 from loadgen.orchestrate.stack_lock import RunLock, StackBusy
 from loadgen.plan import bench_config
 from loadgen.sidecar_client import SidecarClient
@@ -86,7 +86,8 @@ def parser() -> argparse.ArgumentParser:
     cli = build_parser("./run_benchmark.sh", HELP, BENCHMARK)
     output = next(group for group in cli._action_groups if group.title == "output")
     output.add_argument(
-        "--report-from", type=Path, metavar="ROWS_FILE", help="build the report from an existing rows file instead"
+        "--report-from", type=Path, metavar="ROWS_FILE",
+        help="build the report from a rows file in LOGS_DIR/runs instead (a run whose report was not written)"
     )
     return cli
 
@@ -97,7 +98,7 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
         return worker_main(settings)
     for note in settings.ignored_knobs:
         print(f"[WARN] {note}", flush=True)
-    problem = rows_file_problem(args.report_from) if args.report_from else None
+    problem = rows_file_problem(args.report_from, settings.logs_dir / "runs") if args.report_from else None
     if problem:  # before the server is asked: a wrong path is bad input, whatever runs
         print(f"[ERROR] --report-from {args.report_from}: {problem}", file=sys.stderr)
         return EXIT_USAGE
@@ -113,20 +114,20 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
         if isinstance(ready, str):  # every refusal comes before the start line: nothing started, nothing was sent
             print(ready, file=sys.stderr)
             return EXIT_USAGE
-        plan, backend, notes = ready
-        print(start_line(plan, backend), flush=True)
+        plan, target, notes = ready
+        print(start_line(plan, target.backend), flush=True)
         for note in notes:
             print(note, flush=True)
-        return run_benchmark(settings, plan, sidecar, engine or LocalEngine(settings), args.report_from)
+        return run_benchmark(settings, plan, sidecar, engine or LocalEngine(settings), args.report_from, target.facts)
 
 
 def _checked_plan(
     settings: Settings, sidecar: SidecarClient, report_from: Path | None
-) -> tuple[BenchmarkConfig, str, list[str]] | str:
+) -> tuple[BenchmarkConfig, Target, list[str]] | str:
     """The run's plan once every check before the load passed: the server, the model, the sidecar and the gate
     (:func:`loadgen.orchestrate.preflight.preflight`), the plan against the model (:func:`plan_problem`), and its
-    prompts written (DATASET=random, TRACE, PREFIX_LEN); with the backend's name and the lines saying what was
-    prepared. Else the refusal's lines (``[ERROR] …``) to print before exit 2."""
+    prompts written (DATASET=random, TRACE, PREFIX_LEN); with the target (backend, vLLM's facts) and the lines saying
+    what was prepared. Else the refusal's lines (``[ERROR] …``) to print before exit 2."""
     try:
         trace = read_trace(settings)  # a bad trace is refused before the server is even asked
         target = preflight(settings, sidecar)
@@ -146,7 +147,7 @@ def _checked_plan(
                     "(DATASET) or SESSION_FOLLOWUPS=drawn")  # fmt: skip
         plan = plan.model_copy(update={"session_followups": followups})
     if report_from:
-        return plan, target.backend, notes
+        return plan, target, notes
     try:
         plan = plan_with_trace(settings, plan, trace, target.max_model_len) if trace else plan
         refused = plan_problem(settings, sidecar, plan, target, dataset)
@@ -166,7 +167,7 @@ def _checked_plan(
             plan = plan.model_copy(update={"prefix_file": str(path)})
     except BenchError as exc:
         return f"[ERROR] {exc}"
-    return plan, target.backend, notes
+    return plan, target, notes
 
 
 def with_random_prompts(settings: Settings, plan: BenchmarkConfig, notes: list[str]) -> BenchmarkConfig:

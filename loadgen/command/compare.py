@@ -36,7 +36,6 @@ def main(argv: list[str] | None = None) -> int:
     threshold = settings.gate_threshold_pct if args.threshold_pct is None else args.threshold_pct
     client = SidecarClient.of(settings)
     try:
-        client.check()
         done = client.post_compare(CompareRequest(a=args.a, b=args.b, threshold_pct=threshold))
     except SidecarRefused as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)

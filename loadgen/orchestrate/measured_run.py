@@ -257,8 +257,6 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     switched = switch_marker(engine_before, engine_after)
     # before anything else can fail: a report rebuilt from the rows says so too
     write_ending(records_path, outcome.server_down, outcome.stopped == INTERRUPTED, switched)
-    if window is not None:
-        sidecar.stop_window(window.window_id)
     after, why_after = scrape_metrics(engine_url(settings), settings.vllm_headers) if not watch else (None, None)
     gaps = []
     if switched:  # ./start_vllm.sh during the run: two engines served it, their counters apart

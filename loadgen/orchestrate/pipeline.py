@@ -10,7 +10,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from core.api import BuildReportRequest, BuildSeriesRequest
+from core.api import RUN_ID_RE, BuildReportRequest, BuildSeriesRequest, ServerFacts
 from core.clientview import client_lag_ms, client_view, load_calibration
 from core.enginestate import EngineControl
 from core.errorsummary import error_summary
@@ -40,18 +40,22 @@ from loadgen.sidecar_client import SidecarClient
 from loadgen.terminal.summary import report_line
 
 
-def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, settings: Settings) -> BuildReportRequest:
-    """The finished run for the sidecar: rows, the metrics computed here, the server cross-check, the client view
+def build_request(
+    plan: BenchmarkConfig, run: Measured, records_path: Path, settings: Settings, facts: ServerFacts | None = None
+) -> BuildReportRequest:
+    """The finished run for the sidecar: its id (the sidecar reads its rows from ``records_path``, never from the
+    body), the metrics computed here, vLLM's ``facts`` as read before the run, the server cross-check, the client view
     (a run in which no measured request ended too: its cut rows, its warmup, the server's view)."""
     measured = [r for r in run.records if r.phase == "measured"]
     errors = error_summary(run.records, "measured" if measured else "warmup")  # only a warmup: why it failed
     return BuildReportRequest(
         config=plan,
-        records=run.records,
+        run_id=run_id_of(records_path),
         metrics=run_metrics(run.records, plan.slo, requested_rate(plan.rate_req_per_sec, plan.rate_end_req_per_sec)),
         window_start=run.window_start,
         window_end=run.window_end,
         window_id=run.window_id,
+        server_facts=facts,
         server=cross_check(
             run.before,
             run.after,
@@ -73,7 +77,6 @@ def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, sett
             run.processes,
             plan.workers,
         ),
-        run_id=records_path.name.removesuffix(".requests.jsonl"),
         profile_traces=run.traces,
         interrupted=run.interrupted,
         gaps=run.gaps,
@@ -81,6 +84,11 @@ def build_request(plan: BenchmarkConfig, run: Measured, records_path: Path, sett
         engine_switch=run.engine_switch,
         errors=errors,
     )
+
+
+def run_id_of(records_path: Path) -> str:
+    """The run id of a rows file: its name without ``.requests.jsonl``."""
+    return records_path.name.removesuffix(".requests.jsonl")
 
 
 def new_records_path(settings: Settings) -> Path:
@@ -93,8 +101,9 @@ def new_records_path(settings: Settings) -> Path:
 
 
 def report_run(
-    settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, run: Measured, records_path: Path
-) -> RunResult:
+    settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, run: Measured, records_path: Path,
+    facts: ServerFacts | None = None,
+) -> RunResult:  # fmt: skip
     """Have the sidecar write the report of one run that sent requests, whatever it collected (requests that ended,
     requests cut by its end, only its warmup): what it has, marked for what it is by its figures
     (:func:`core.compare.unusable_reason`). Failures (nothing sent, the sidecar refused or unreachable) are values
@@ -104,7 +113,7 @@ def report_run(
         why = f"no request was sent ({records_path} is empty); nothing to report."
         return RunResult(None, run.interrupted, why, down, empty=True)
     try:
-        built = sidecar.post_report(build_request(plan, run, records_path, settings), records_path)
+        built = sidecar.post_report(build_request(plan, run, records_path, settings, facts))
     except BenchError as exc:
         why = (
             f"{exc}\n[ERROR] Rows are kept in {records_path}; rebuild the report later with "
@@ -114,7 +123,9 @@ def report_run(
     return RunResult(built.report, run.interrupted, server_down=down, path=built.report_path)
 
 
-def point_runner(settings: Settings, sidecar: SidecarClient, engine: EngineControl) -> RunPoint:
+def point_runner(
+    settings: Settings, sidecar: SidecarClient, engine: EngineControl, facts: ServerFacts | None = None
+) -> RunPoint:
     """One run of the plan: measure ``plan`` and have the sidecar write its report (failures become values)."""
 
     def run_point(plan: BenchmarkConfig) -> RunResult:
@@ -124,21 +135,21 @@ def point_runner(settings: Settings, sidecar: SidecarClient, engine: EngineContr
         except (profiling.ProfilingError, WorkersMissing, EngineBusy) as exc:
             return RunResult(None, error=str(exc), exit_code=EXIT_USAGE)
         except OverCapacity as exc:  # the warmup was sent: its report, then the refusal (exit 2, not a point)
-            warmup_report(settings, plan, sidecar, records_path, str(exc))
+            warmup_report(settings, plan, sidecar, records_path, str(exc), facts=facts)
             return RunResult(None, error=str(exc), exit_code=EXIT_USAGE)
         except WarmupFailed as exc:  # the warmup's report, then the run's own line and exit code (not a point)
-            warmup_report(settings, plan, sidecar, records_path, str(exc))
+            warmup_report(settings, plan, sidecar, records_path, str(exc), facts=facts)
             return RunResult(None, error=str(exc), exit_code=EXIT_NO_SUCCESS)
         except WarmupInterrupted as exc:
-            return warmup_report(settings, plan, sidecar, records_path, str(exc), interrupted=True)
-        return report_run(settings, plan, sidecar, run, records_path)
+            return warmup_report(settings, plan, sidecar, records_path, str(exc), interrupted=True, facts=facts)
+        return report_run(settings, plan, sidecar, run, records_path, facts)
 
     return run_point
 
 
 def warmup_report(
     settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, records_path: Path, why: str,
-    interrupted: bool = False,
+    interrupted: bool = False, facts: ServerFacts | None = None,
 ) -> RunResult:  # fmt: skip
     """The report of a run that sent only its warmup (every warmup request failed, or Ctrl-C during it): its rows,
     the warmup's errors by cause and ``why`` the measured run was not started (a gap line). Never a reference (it sent
@@ -147,7 +158,7 @@ def warmup_report(
     run = from_records_file(records_path)
     run = Measured(run.records, run.window_start, max(run.window_end, run.window_start), interrupted=interrupted,
                    gaps=[f"{why.rstrip('.')} (the errors are the warmup's)"])  # fmt: skip
-    done = report_run(settings, plan, sidecar, run, records_path)
+    done = report_run(settings, plan, sidecar, run, records_path, facts)
     if done.report is not None and not interrupted:
         print(report_line(done.report, done.path), flush=True)
     elif done.report is None:
@@ -176,12 +187,16 @@ def plan_beside(records_path: Path) -> BenchmarkConfig | None:
         return None
 
 
-def rows_file_problem(path: Path) -> str | None:
-    """Why ``path`` is no run's rows file to report from (None when it is one): missing, unreadable, or not one line
-    of it a request row (a dataset or another JSONL file given by mistake). Reads up to the first row only: the
-    report itself reads the file once more (:func:`loadgen.orchestrate.measured_run.from_records_file`)."""
+def rows_file_problem(path: Path, runs_dir: Path) -> str | None:
+    """Why ``path`` is no run's rows file to report from (None when it is one): missing, not in ``runs_dir`` (where
+    the sidecar reads a run's rows, by its id), unreadable, or not one line of it a request row (a dataset or another
+    JSONL file given by mistake). Reads up to the first row only: the report itself reads the file once more
+    (:func:`loadgen.orchestrate.measured_run.from_records_file`)."""
     if not path.is_file():
         return "no such file; give a run's rows file (logs/runs/<run id>.requests.jsonl)"
+    if path.resolve().parent != runs_dir.resolve() or not RUN_ID_RE.fullmatch(run_id_of(path)):
+        return (f"the sidecar reads a run's rows from {runs_dir}/<YYYYMMDD_HHMMSS>.requests.jsonl: copy the file "
+                "there under such a name")
     bad = 0
     try:
         with path.open(encoding="utf-8") as fh:
@@ -203,15 +218,15 @@ def rows_file_problem(path: Path) -> str | None:
 
 def run_benchmark(
     settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, engine: EngineControl,
-    report_from: Path | None = None,
+    report_from: Path | None = None, facts: ServerFacts | None = None,
 ) -> int:  # fmt: skip
-    """Measure the plan's points (or, with ``report_from``, rebuild one run's report from its rows file) and report;
-    the exit code (:mod:`loadgen.orchestrate.outcome`)."""
+    """Measure the plan's points (or, with ``report_from``, rebuild one run's report from its rows file) and report
+    (with vLLM's ``facts`` as preflight read them); the exit code (:mod:`loadgen.orchestrate.outcome`)."""
     if report_from is not None:
         plan = plan_beside(report_from) or plan
         return finish_run(settings, sidecar, report_run(settings, plan, sidecar, from_records_file(report_from),
-                                                        report_from))  # fmt: skip
-    runs = run_series(settings, plan, point_runner(settings, sidecar, engine))
+                                                        report_from, facts))  # fmt: skip
+    runs = run_series(settings, plan, point_runner(settings, sidecar, engine, facts))
     if len(runs.results) == 1 and not wants_series(settings, sidecar):
         return finish_run(settings, sidecar, runs.results[0])
     return report_series(settings, plan, sidecar, runs)

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 
 import httpx
 
+from core.api import ServerFacts
 from core.compare import differing_fields, fingerprint_fields, fingerprint_of, refusal_reason
 from core.gate import refused_line
 from core.report_schema import BenchmarkConfig
 from core.series import is_series_id
 from core.settings import Settings
-from core.shapes import MODEL_LIST, MODEL_LIST_SHAPE, ShapeError, answer_as, snippet
+from core.shapes import MODEL_LIST, MODEL_LIST_SHAPE, ServedModel, ShapeError, answer_as, snippet
 from loadgen.errors import BenchError
 from loadgen.sidecar_client import SidecarClient
 from loadgen.workloads.dataset import Dataset
@@ -27,6 +28,7 @@ class Target:
     served: list[str]
     backend: str = "vLLM"
     max_model_len: int | None = None  # the model's context (vLLM lists it in /v1/models); None: not said
+    facts: ServerFacts | None = None  # /version and /v1/models as read here: the report's, asked once
 
 
 def choose_model(served: list[str], settings: Settings) -> str:
@@ -54,8 +56,8 @@ def choose_model(served: list[str], settings: Settings) -> str:
     )
 
 
-def _served(settings: Settings) -> dict[str, int | None]:
-    """Model ids of ``/v1/models`` with their ``max_model_len`` (None where not listed), after ``/health`` where the
+def _served(settings: Settings) -> list[ServedModel]:
+    """The models of ``/v1/models`` (id, root, ``max_model_len``: None where not listed), after ``/health`` where the
     server has one (retried: a busy or starting server can drop a connection or answer 5xx).
 
     Raises:
@@ -97,7 +99,7 @@ def _served(settings: Settings) -> dict[str, int | None]:
         listed = answer_as(models, MODEL_LIST, MODEL_LIST_SHAPE)
     except ShapeError as exc:
         raise BenchError(f"{exc}. VLLM_BASE_URL must be an OpenAI-compatible server's root (no /v1).") from None
-    return {m.id: m.max_model_len for m in listed.data}
+    return listed.data
 
 
 def preflight(settings: Settings, sidecar: SidecarClient) -> Target:
@@ -106,10 +108,10 @@ def preflight(settings: Settings, sidecar: SidecarClient) -> Target:
     Raises:
         BenchError: what is wrong and what to do.
     """
-    served = _served(settings)
+    models = _served(settings)
+    served = {m.id: m.max_model_len for m in models}
     model = choose_model(list(served), settings)
-    sidecar.check()
-    sidecar.check_token()
+    sidecar.check_token()  # also: it answers
     if settings.gate:
         baselines = sidecar.baselines()
         if settings.gate not in baselines:
@@ -118,17 +120,21 @@ def preflight(settings: Settings, sidecar: SidecarClient) -> Target:
                 f"GATE={settings.gate}: no baseline of that name (known: {known}). Mark one first with "
                 f"`make baseline NAME={settings.gate}` after a benchmark of the same workload."
             )
-    return Target(model, list(served), backend_name(settings.vllm_url, settings.vllm_headers), served[model])
+    version = server_version(settings.vllm_url, settings.vllm_headers)
+    first = models[0]  # the model the report's environment names (choose_model found one)
+    facts = ServerFacts(version=version, model_id=first.id, model_root=first.root, max_model_len=first.max_model_len)
+    backend = "vLLM" if version else "OpenAI-compatible"
+    return Target(model, list(served), backend, served[model], facts)
 
 
-def backend_name(url: str, headers: dict[str, str] | None = None) -> str:
-    """``vLLM`` when the server answers vLLM's ``/version``, else ``OpenAI-compatible``."""
+def server_version(url: str, headers: dict[str, str] | None = None) -> str | None:
+    """vLLM's version from its ``/version``; None for a server without one (another OpenAI-compatible server)."""
     try:
         response = httpx.get(f"{url}/version", timeout=5, headers=headers)
         version = response.json().get("version") if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError):
         version = None
-    return "vLLM" if isinstance(version, str) else "OpenAI-compatible"
+    return version if isinstance(version, str) else None
 
 
 def output_knob(settings: Settings) -> str:

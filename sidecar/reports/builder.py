@@ -7,6 +7,7 @@ from core.cost import CostBasis, report_figures
 from core.energy import NO_ENERGY_GAP
 from core.errorsummary import MAX_ERROR_EXAMPLES, error_summary
 from core.kvbound import kv_bound_reason
+from core.records import RequestRecord
 from core.redact import strip_url_credentials
 from core.report_schema import (
     Comparison,
@@ -115,6 +116,7 @@ def environment_gaps(environment: Environment) -> list[str]:
 
 def build_report(
     request: BuildReportRequest,
+    records: list[RequestRecord],
     *,
     report_id: str,
     timestamp: str,
@@ -124,7 +126,8 @@ def build_report(
     comparison: Comparison,
     cost: CostBasis | None = None,
 ) -> Report:
-    """Assemble a report (pure: every input was gathered by the caller; ``cost``: the prices, None when unset)."""
+    """Assemble a report (pure: every input was gathered by the caller, ``records`` from the run's rows file;
+    ``cost``: the prices, None when unset)."""
     return Report(
         report_id=report_id,
         timestamp=timestamp,
@@ -135,7 +138,7 @@ def build_report(
         metrics=build_metrics(
             request.metrics, resources, request.server.preemptions if request.server else None, cost
         ),
-        errors=request.errors if request.errors is not None else error_summary(request.records),
+        errors=request.errors if request.errors is not None else error_summary(records),
         resources=resources,
         logs=log_facts,
         comparison=comparison,
@@ -146,7 +149,6 @@ def build_report(
         interrupted=request.interrupted,
         server_down=request.server_down,
         engine_switch=request.engine_switch,
-        rows_omitted=request.rows_omitted,
         gaps=[*request.gaps, *environment_gaps(environment), *host_gaps(resources), *energy_gaps(resources, cost)],
         requests_file="",
     )

@@ -11,6 +11,7 @@ from core.api import BuildReportRequest
 from core.cost import CostBasis, cost_basis, parse_price
 from core.energy import EnergyStats, first_send, measured_bounds
 from core.energy_cluster import hosts_energy, replica_energy
+from core.records import RequestRecord
 from core.replicas import replicas, split_devices
 from core.report_schema import BenchmarkConfig, HostResources, Resources
 from core.serverview_cluster import ClusterView
@@ -22,11 +23,11 @@ PeersOver = Callable[[float, float, float], list[HostResources]]
 """``(start, end, idle_end) -> each peer's HostResources`` (PEER_SIDECARS)."""
 
 
-def run_window(request: BuildReportRequest) -> tuple[float, float, float]:
+def run_window(request: BuildReportRequest, records: Sequence[RequestRecord]) -> tuple[float, float, float]:
     """``(start, end, idle_end)``: the measured rows' first send and last end (the throughput's window; the run's
-    sampling window when the rows are not in the body) and the run's first send, warm-up included."""
-    start, end = measured_bounds(request.records) or (request.window_start, request.window_end)
-    return start, end, first_send(request.records) or min(start, request.window_start)
+    sampling window without a measured row) and the run's first send, warm-up included."""
+    start, end = measured_bounds(records) or (request.window_start, request.window_end)
+    return start, end, first_send(records) or min(start, request.window_start)
 
 
 def replica_groups(settings: Settings, gpu_indices: Sequence[int]) -> list[tuple[str, list[int]]]:
@@ -44,6 +45,7 @@ def replica_groups(settings: Settings, gpu_indices: Sequence[int]) -> list[tuple
 
 def run_energy(
     request: BuildReportRequest,
+    records: Sequence[RequestRecord],
     resources: Resources,
     own: EnergyOver,
     peers: PeersOver | None = None,
@@ -52,7 +54,7 @@ def run_energy(
     """``resources`` with the run's energy (:func:`run_window`): this host's, with per-replica figures when
     ``groups`` map local replicas to GPUs and the cluster view has their tokens; with peers (``resources.hosts``),
     each host entry carries its own energy (the peers asked again over the run's window) and the total sums them."""
-    start, end, idle_end = run_window(request)
+    start, end, idle_end = run_window(request, records)
     mine = own(start, end, idle_end)
     if groups and request.cluster is not None:
         mine = mine.model_copy(update={"replicas": replica_energy(mine, groups, _tokens(request.cluster))})

@@ -19,6 +19,7 @@ import httpx
 import psutil
 from pydantic import BaseModel, TypeAdapter
 
+from core.api import ServerFacts
 from core.enginestate import EngineState
 from core.report_schema import Environment, StartupFacts
 from core.settings import PROJECT_ROOT
@@ -177,6 +178,17 @@ def vllm_server_facts(
         first = listed.data[0]
         facts.update(model_id=first.id, model_root=first.root, max_model_len=first.max_model_len)
         facts["system_fingerprint"] = system_fingerprint(vllm_url, first.id, timeout_s, headers)
+    return facts
+
+
+def with_fingerprint(
+    known: ServerFacts, vllm_url: str, headers: dict[str, str] | None = None, timeout_s: float = 5.0
+) -> dict[str, Any]:
+    """``known`` (the benchmark's read of ``/version`` and ``/v1/models``, not asked again) as
+    :func:`vllm_server_facts` gives them, with the server's ``system_fingerprint`` for its model."""
+    facts = known.model_dump(exclude_none=True)
+    if known.model_id:
+        facts["system_fingerprint"] = system_fingerprint(vllm_url, known.model_id, timeout_s, headers)
     return facts
 
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
+from core.api import RUN_ID_RE
 from core.report_schema import ProfileInfo
 
-RUN_ID_RE = re.compile(r"[0-9]{8}_[0-9]{6}(?:_[0-9]{1,4})?")
-"""A run id, matched whole (``fullmatch``)."""
 OPEN_WITH = "chrome://tracing or https://ui.perfetto.dev (open the .json.gz directly)"
 
 

@@ -1,63 +1,66 @@
-"""A report keeps its run's rows file itself, not a copy: ``reports/<id>.requests.jsonl`` is a hard link to the
-benchmark's ``logs/runs/<run id>.requests.jsonl`` (one file, two names), so the rows are on disk once and survive
-a clean-up of ``logs/runs``.
-
-The link is made only when it holds what the report would have written: the run's file exists under the runs folder,
-holds exactly the rows the benchmark sent (or all of them when the body left them out, ``rows_omitted``) and masking
-the sidecar's secrets would change nothing in it. Otherwise, and where the two folders are on different file systems
-or mounts (``EXDEV``: compose's two bind mounts), the store writes the rows from the request as before. A report
-written by earlier versions, with its own copy, reads the same: only the file's provenance differs.
+"""A run's rows, read by the sidecar from the benchmark's file: ``<LOGS_DIR>/runs/<run id>.requests.jsonl`` (the
+stack's shared ``logs/``; a compose volume both mount). The rows never cross HTTP; they are read here once, and the
+report keeps that file itself, not a copy: ``reports/<id>.requests.jsonl`` is a hard link to it (one file, two
+names), so the rows are on disk once and survive a clean-up of ``logs/runs``. Where no link can be made (masking the
+sidecar's secrets would change the rows, or another file system: ``EXDEV``) the store writes the text read here.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import re
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from core.api import BuildReportRequest
-
-RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
-"""A run id as the benchmark names its rows file (``YYYYMMDD_HHMMSS``): no path separators, no leading dot."""
+from core.api import RUN_ID_RE
+from core.records import RequestRecord
 
 
-def run_rows_file(runs_dir: Path, request: BuildReportRequest) -> Path | None:
-    """The run's rows file when the report may keep it (see the module's docstring), else None.
+@dataclass(frozen=True)
+class RunRows:
+    """One run's rows file as read once: its path, its text and the rows parsed from it (unreadable lines, a torn
+    last line after a crash, skipped as the benchmark skipped them)."""
 
-    Reads the file once to count its rows (newlines of non-empty lines; nothing is parsed).
+    path: Path
+    text: str
+    records: list[RequestRecord]
+
+
+def read_run_rows(runs_dir: Path, run_id: str) -> RunRows:
+    """The rows of run ``run_id`` from ``runs_dir``, read once. The id is checked before anything is read: a run id
+    (``YYYYMMDD_HHMMSS``) names a regular file directly inside ``runs_dir`` (no path, no symlink).
+
+    Raises:
+        ValueError: ``run_id`` is no run id (the sidecar answers 400: nothing outside ``runs_dir`` is ever read).
+        FileNotFoundError: no such rows file, or one holding no request row (the sidecar answers 422).
     """
-    run_id = request.run_id
-    if run_id is None or RUN_ID_RE.fullmatch(run_id) is None:
-        return None
+    if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id):
+        raise ValueError(f"run_id {run_id!r} is not a run id (YYYYMMDD_HHMMSS, the name of a rows file in logs/runs)")
     path = runs_dir / f"{run_id}.requests.jsonl"
+    where = f"{path} (the sidecar reads the benchmark's rows from its LOGS_DIR/runs: both must share logs/)"
     try:
-        if not path.is_file() or path.is_symlink():
-            return None
-        data = path.read_bytes()
-    except OSError:
-        return None
-    if data and not data.endswith(b"\n"):
-        return None  # a torn last line: the report's rows would differ from the file
-    rows = sum(1 for line in data.split(b"\n") if line.strip())
-    if request.records and rows != len(request.records):
-        return None
-    if not request.records and (request.rows_omitted is None or rows == 0):
-        return None
-    return path
+        if path.is_symlink() or not path.is_file():
+            raise FileNotFoundError(f"no rows file {where}")
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise FileNotFoundError(f"cannot read {where}: {exc}") from None
+    records: list[RequestRecord] = []
+    for line in text.splitlines():
+        if line.strip():
+            try:
+                records.append(RequestRecord.model_validate_json(line))
+            except ValueError:
+                continue
+    if not records:
+        raise FileNotFoundError(f"no request row in {path}: nothing to report")
+    return RunRows(path, text, records)
 
 
-def link_rows(source: Path, target: Path, redact: Callable[[str], str]) -> bool | None:
+def link_rows(source: Path, target: Path) -> bool | None:
     """Hard-link ``source`` as ``target``: True when linked, False when ``target`` exists (the id is taken), None
-    when the rows cannot be kept this way (masking would change them, another file system, no such file): the
-    caller then writes them."""
-    try:
-        text = source.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    if redact(text) != text:
-        return None
+    when the file system cannot (another mount, no such file): the caller then writes the rows."""
     try:
         os.link(source, target)
     except FileExistsError:

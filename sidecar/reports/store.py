@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from core.redact import redact_json
 from core.report_schema import Report
-from sidecar.reports.rows_link import link_rows
+from sidecar.reports.rows_link import RunRows, link_rows
 
 log = logging.getLogger(__name__)
 Model = TypeVar("Model", bound=BaseModel)
@@ -149,43 +149,34 @@ class ResultStore(Generic[Model]):
             return self._redact(line)
         return json.dumps(redact_json(data, self._redact), ensure_ascii=False)
 
-    def write(
-        self,
-        result: Model,
-        render: Render | None = None,
-        rows: Iterable[str] | None = None,
-        rows_from: Path | None = None,
-    ) -> Path:
-        """Write ``result`` under its id (``_2``, ``_3`` ... when taken) with its ``rows`` (JSON lines, a report's
-        ``.requests.jsonl``) and the files ``render`` makes from its final version; returns the JSON's path. Rows
-        first (they reserve the id), the JSON last: a reader that sees the JSON always finds everything beside it.
-        ``rows_from`` (the run's rows file, :func:`sidecar.reports.rows_link.run_rows_file`) is kept as the rows (a
-        hard link, no copy) when it can be; else the rows are written from ``rows``, serialised only then.
+    def write(self, result: Model, render: Render | None = None, rows: RunRows | None = None) -> Path:
+        """Write ``result`` under its id (``_2``, ``_3`` ... when taken) with its ``rows`` (a report's
+        ``.requests.jsonl``: the run's rows file, hard-linked when masking changes nothing in it, else its text
+        written masked) and the files ``render`` makes from its final version; returns the JSON's path. Rows first
+        (they reserve the id), the JSON last: a reader that sees the JSON always finds everything beside it.
 
         Raises:
             OSError: the folder is not writable (nothing of this result stays behind).
         """
         self.root.mkdir(parents=True, exist_ok=True)
-        has_rows = rows is not None or rows_from is not None
-        data: bytes | None = None
+        link = rows is not None and self._redact(rows.text) == rows.text
         base = str(getattr(result, self.id_field))
         for n in range(1, 1000):
             result_id = base if n == 1 else f"{base}_{n}"
             written: list[Path] = []
             try:
-                if has_rows:
+                if rows is not None:
                     target = self.root / f"{result_id}.requests.jsonl"
-                    linked = link_rows(rows_from, target, self._redact) if rows_from else None
+                    linked = link_rows(rows.path, target) if link else None
                     if linked is False:  # the name is taken
                         continue
                     if linked is None:
-                        rows_from = None  # written from the request from now on
-                        if data is None:
-                            data = "".join(self._json_line(line) + "\n" for line in rows or ()).encode("utf-8")
-                        if not _write_new(target, data):
+                        link = False  # written from the text read from now on
+                        data = "".join(self._json_line(line) + "\n" for line in rows.text.splitlines() if line.strip())
+                        if not _write_new(target, data.encode("utf-8")):
                             continue
                     written.append(target)
-                path = self._write_rest(result, result_id, render, has_rows, written)
+                path = self._write_rest(result, result_id, render, rows is not None, written)
             except BaseException:
                 for leftover in written:
                     leftover.unlink(missing_ok=True)

@@ -14,6 +14,7 @@ from core.api import BuildReportRequest, BuildReportResponse
 from core.compare import compare_with_history, unusable_reason, workload_fingerprint
 from core.energy import EnergyStats
 from core.enginestate import read_engine_state
+from core.records import RequestRecord
 from core.redact import Redactor, secret_values
 from core.replicas import engine_url, serving_engine
 from core.report_schema import Comparison, HostResources, Report, Resources
@@ -25,11 +26,11 @@ from sidecar.render.files import report_files
 from sidecar.reports.baselines import BaselineStore
 from sidecar.reports.builder import build_report, build_resources, host_entry
 from sidecar.reports.energy_cost import replica_groups, run_cost, run_energy
-from sidecar.reports.envinfo import collect_environment, vllm_server_facts
+from sidecar.reports.envinfo import collect_environment, vllm_server_facts, with_fingerprint
 from sidecar.reports.logfacts import read_log_facts
 from sidecar.reports.profiles import collect_traces, trace_paths
 from sidecar.reports.retention import Retention, prune
-from sidecar.reports.rows_link import run_rows_file
+from sidecar.reports.rows_link import RunRows, read_run_rows
 from sidecar.reports.schema_export import write_schema_if_changed
 from sidecar.reports.store import ReportStore, new_report_id, utc_now_iso
 from sidecar.sampling.enginemetrics import EngineMetricsReader
@@ -53,9 +54,10 @@ class InvalidRun(ValueError):
         self.status_code = status_code
 
 
-def check_run(request: BuildReportRequest, now_s: float, profile_dir: Path) -> None:
-    """Refuse a run whose window ends more than :data:`MAX_FUTURE_S` after ``now_s`` (422) or whose profiler traces
-    are not files of ``profile_dir`` or carry a bad run id (400).
+def check_run(request: BuildReportRequest, now_s: float, profile_dir: Path, runs_dir: Path) -> RunRows:
+    """The run's rows (:func:`sidecar.reports.rows_link.read_run_rows`, read once), after refusing a run whose window
+    ends more than :data:`MAX_FUTURE_S` after ``now_s`` (422), whose run id is no run id or whose profiler traces are
+    not files of ``profile_dir`` (400: nothing is read first), or whose rows file is missing or has no row (422).
 
     Raises:
         InvalidRun: with the status to answer.
@@ -65,11 +67,14 @@ def check_run(request: BuildReportRequest, now_s: float, profile_dir: Path) -> N
             f"window_end={request.window_end} is {request.window_end - now_s:.0f} s after the sidecar's clock: a run "
             "cannot end in the future"
         )
-    if request.profile_traces:
-        try:
+    try:
+        if request.profile_traces:
             trace_paths(request.profile_traces, profile_dir, request.run_id)
-        except ValueError as exc:
-            raise InvalidRun(str(exc), status_code=400) from None
+        return read_run_rows(runs_dir, request.run_id)
+    except FileNotFoundError as exc:
+        raise InvalidRun(str(exc)) from None
+    except ValueError as exc:
+        raise InvalidRun(str(exc), status_code=400) from None
 
 
 @dataclass
@@ -221,7 +226,9 @@ class ReportService:
         )
         return resources.model_copy(update={"energy": self.sampler.energy(start, end, idle_end)})
 
-    def with_run_energy(self, request: BuildReportRequest, resources: Resources) -> Resources:
+    def with_run_energy(
+        self, request: BuildReportRequest, records: list[RequestRecord], resources: Resources
+    ) -> Resources:
         """``resources`` with the run's energy over its measured window and the idle power before its first request
         (:func:`sidecar.reports.energy_cost.run_energy`): every host's with PEER_SIDECARS (asked again over that
         window), per local replica behind the router."""
@@ -232,7 +239,7 @@ class ReportService:
             return peer_resources(peers, token, start, end, idle_end=idle_end)
 
         groups = replica_groups(self.settings, self._gpu_info.indices if self._gpu_info else [])
-        return run_energy(request, resources, self.sampler.energy, ask if peers else None, groups)
+        return run_energy(request, records, resources, self.sampler.energy, ask if peers else None, groups)
 
     def list_summaries(self) -> list[dict[str, Any]]:
         """Short view of every report, with its workload fingerprint and the baseline names pointing at it."""
@@ -279,10 +286,10 @@ class ReportService:
 
     def run_resources(self, request: BuildReportRequest) -> Resources:
         """The resources of a run: its sampling window's summary when the benchmark opened one (stopped now if it is
-        still open), else the samples between ``window_start`` and ``window_end``."""
+        still open: closed at ``window_end``), else the samples between ``window_start`` and ``window_end``."""
         if request.window_id:
             try:
-                return self.windows.stop(request.window_id).resources
+                return self.windows.stop(request.window_id, request.window_end).resources
             except UnknownWindow:
                 pass  # forgotten (a sidecar restart): fall back to the run's own bounds
         return self.window_resources(request.window_start, request.window_end)
@@ -295,18 +302,20 @@ class ReportService:
             InvalidRun: the run cannot be reported (checked before anything is written).
         """
         settings = self.settings
-        check_run(request, self.clock(), settings.profile_dir)
-        resources = self.with_run_energy(request, self.run_resources(request))
+        rows = check_run(request, self.clock(), settings.profile_dir, settings.logs_dir / "runs")
+        resources = self.with_run_energy(request, rows.records, self.run_resources(request))
         log_facts = read_log_facts(settings.vllm_log_file, request.window_start, request.window_end)
         environment = collect_environment(
             self._gpu_info,
             read_engine_state(settings.engine_state_file),
-            self.server_facts(settings.vllm_url),
+            self.server_facts(settings.vllm_url) if request.server_facts is None  # else read once, by the benchmark
+            else with_fingerprint(request.server_facts, settings.vllm_url, settings.vllm_headers),
             self.startup(),
         )
         with self._build_lock:
             report = build_report(
                 request,
+                rows.records,
                 report_id=new_report_id(),
                 timestamp=utc_now_iso(),
                 environment=environment,
@@ -325,7 +334,7 @@ class ReportService:
                 request.engine_switch,
             )
             report = report.model_copy(update={"comparison": comparison})
-            if request.profile_traces and request.run_id:
+            if request.profile_traces:
                 try:
                     profile = collect_traces(
                         request.profile_traces, settings.profile_dir, settings.reports_dir, request.run_id
@@ -333,12 +342,7 @@ class ReportService:
                 except ValueError as exc:
                     raise InvalidRun(str(exc), status_code=400) from None
                 report = report.model_copy(update={"profile": profile})
-            path = self.store.write(
-                report,
-                lambda final: report_files(final, request.records),
-                rows=(row.model_dump_json() for row in request.records),  # serialised only when they are written
-                rows_from=run_rows_file(settings.logs_dir / "runs", request),  # the run's rows kept, not copied
-            )
+            path = self.store.write(report, lambda final: report_files(final, rows.records), rows)
             prune(self.store, set(self.baselines.all().values()) | {path.stem}, self.retention, self.clock())
         written = self.store.get(path.stem)
         return BuildReportResponse(report_path=str(path), report=written)

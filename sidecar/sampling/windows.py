@@ -65,8 +65,9 @@ class WindowRegistry:
             window = self._windows.get(window_id)
             return window.result if window else None
 
-    def stop(self, window_id: str) -> WindowResult:
-        """Close ``window_id`` now and summarise it; a second stop returns the first result.
+    def stop(self, window_id: str, end: float | None = None) -> WindowResult:
+        """Close ``window_id`` now (at ``end`` when given and earlier: a run's end, for a window closed with its
+        report) and summarise it; a second stop returns the first result.
 
         Raises:
             UnknownWindow: malformed or unknown id.
@@ -79,7 +80,8 @@ class WindowRegistry:
                 raise UnknownWindow(window_id)
             if window.result is not None:
                 return window.result
-            start, end = window.started_at, self._clock()
+            now = self._clock()
+            start, end = window.started_at, now if end is None else max(window.started_at, min(end, now))
             window.result = WindowResult(
                 window_id=window_id,
                 started_at=start,

@@ -57,7 +57,9 @@ def sidecars(tmp_path: Path) -> Iterator[tuple[int, int, int]]:
             proc.wait(timeout=20)
 
 
-def test_coordinator_merges_the_peers_gpu_memory_and_names_the_missing_ones(sidecars: tuple[int, int, int]) -> None:
+def test_coordinator_merges_the_peers_gpu_memory_and_names_the_missing_ones(
+    sidecars: tuple[int, int, int], tmp_path: Path
+) -> None:
     """Window and report: this host (no NVML here, with why), the peer's two GPUs with their memory, the dead port
     (connection refused) and the bad entry as gaps; the peer's endpoint refuses a request without the token."""
     coordinator, peer, dead = sidecars
@@ -70,7 +72,7 @@ def test_coordinator_merges_the_peers_gpu_memory_and_names_the_missing_ones(side
         window = client.post("/windows/start").json()["window_id"]
         time.sleep(1.0)
         hosts = client.post(f"/windows/{window}/stop").json()["resources"]["hosts"]
-        answer = client.post("/reports", json=body())
+        answer = client.post("/reports", json=body(runs_dir=tmp_path / "coordinator" / "logs" / "runs"))
     assert [h["host"] for h in hosts] == ["gpu1", "gpu2", "127.0.0.1", "gpu4:8200"]
     own, remote, down, bad = hosts
     assert own["url"] is None and own["gpus"] == [] and own["gpu_unavailable_reason"]

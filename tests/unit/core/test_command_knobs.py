@@ -16,7 +16,6 @@ import pytest
 
 from core.cli import MAX_CONCURRENCY, _knob_flags, build_parser, flag_environment, given, parse
 from core.knobs.commands import BENCHMARK, ENGINE, LOGS, SIDECAR, UI, Command, home
-from core.logrotate import MIB
 from core.requestlog import RequestLog
 from core.settings import PROJECT_ROOT, Settings
 from engine.hostdtype import pool_gib
@@ -111,7 +110,7 @@ def bench_effect(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
         "plan": plan,
         "points": planned_points(settings, plan) if settings.sweep else None,
         "series": (settings.sweep_rates, settings.repeat, settings.cooldown_s, settings.slo_attainment_pct),
-        "sidecar": (settings.sidecar_url, settings.sidecar_token_path, int(settings.sidecar_max_body_mb * MIB)),
+        "sidecar": (settings.sidecar_url, settings.sidecar_token_path),
         "request_log": (log.path, log.max_bytes, log.backups),
         "run": (settings.run_dir, settings.watchdog_s, settings.server_down_s, settings.profile, settings.prompts_file,
                 settings.capacity_check, settings.idle_wait_s),

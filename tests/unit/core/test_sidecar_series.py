@@ -10,17 +10,17 @@ import jsonschema
 from fastapi.testclient import TestClient
 
 from core.enginestate import EngineState, write_engine_state
-from core.records import RequestRecord
 from core.settings import PROJECT_ROOT
 from core.stats import run_metrics
-from tests.unit.sidecar.test_sidecar_app import body, client_for, make_settings  # noqa: F401 (client_for is a fixture)
+from sidecar.reports.rows_link import read_run_rows
+from tests.unit.sidecar.test_sidecar_app import RUNS_DIRS, body, client_for, make_settings  # noqa: F401 (client_for is a fixture)
 
 
 def post_run(client: TestClient, concurrency: int, e2e_ms: float, slo: dict[str, float] | None = None) -> str:
     """Build one report through POST /reports; its id."""
     request = body(concurrency=concurrency, e2e_ms=e2e_ms)
     request["config"]["slo"] = slo or {}
-    rows = [RequestRecord.model_validate(r) for r in request["records"]]
+    rows = read_run_rows(RUNS_DIRS[-1], request["run_id"]).records
     request["metrics"] = run_metrics(rows, slo).model_dump(mode="json")
     answer = client.post("/reports", json=request)
     assert answer.status_code == 200, answer.text

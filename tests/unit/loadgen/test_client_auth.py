@@ -10,17 +10,13 @@ import subprocess
 import sys
 from typing import Any
 
-import httpx
 import httpx2
-import pytest
 
-from core.api import BuildReportRequest
 from core.settings import Settings
-from loadgen.errors import BenchError
 from loadgen.locust_side.weblogin import credentials_match
 from loadgen.orchestrate.locust_launch import locust_argv
 from loadgen.selftest.mock_answers import MockConfig
-from loadgen.sidecar_client import SidecarClient, busy_retry_s
+from loadgen.sidecar_client import SidecarClient
 from tests.unit.loadgen.mock_in_loop import mock_client
 from ui.errors import map_exception
 from ui.status import Probe, classify
@@ -95,13 +91,8 @@ def test_mock_server_refuses_v1_without_the_key() -> None:
     assert asyncio.run(check()) == [401, 401, 200, 200]
 
 
-def test_sidecar_client_refuses_a_body_over_the_limit_before_sending() -> None:
-    """A report body above SIDECAR_MAX_BODY_MB is a clear error (what to raise), never sent."""
-    from tests.unit.sidecar.test_sidecar_app import body
-
-    client = SidecarClient("http://127.0.0.1:9", token="t", max_body_bytes=1000)
-    with pytest.raises(BenchError, match="SIDECAR_MAX_BODY_MB"):
-        client.post_report(BuildReportRequest.model_validate(body()))
+def test_sidecar_client_sends_the_token_with_writes() -> None:
+    """The benchmark's sidecar client carries SIDECAR_TOKEN as a bearer token."""
     assert SidecarClient.of(settings(sidecar_token="tok")).write_headers == {"Authorization": "Bearer tok"}
 
 
@@ -127,15 +118,3 @@ def test_ui_says_when_vllm_refuses_the_key() -> None:
     error = map_exception(openai.AuthenticationError("Unauthorized", response=response, body=None), model="m",
                           url="http://v", status=status, partial=False, timeout_s=5)  # fmt: skip
     assert "VLLM_API_KEY" in error.message
-
-
-def test_busy_sidecar_answers_are_retried_after_what_it_says() -> None:
-    """503/429 with Retry-After (the sidecar's queue of large writes is full) is waited for, capped at 30 s; a 503
-    without it (no token configured) or any other answer is not retried."""
-    def answer(status: int, **headers: str) -> httpx.Response:
-        return httpx.Response(status, headers=headers)
-
-    assert busy_retry_s(answer(503, **{"Retry-After": "5"})) == 5.0
-    assert busy_retry_s(answer(429, **{"Retry-After": "600"})) == 30.0
-    assert busy_retry_s(answer(503)) is None
-    assert busy_retry_s(answer(401, **{"Retry-After": "5"})) is None

@@ -210,13 +210,12 @@ def test_a_run_that_sent_only_its_warmup_is_reported(
         assert f"[ERROR] {why}" in out.err and done.report is None  # the run's own line; no point of a series
 
 
-def test_a_body_without_any_row_is_still_refused(client_for: Any, tmp_path: Path) -> None:  # noqa: F811
-    """Nothing sent, nothing to report: a body with no row at all is a 422, nothing written."""
-    from core.api import BuildReportRequest
-
-    request = BuildReportRequest.model_validate(body(n=2)).model_copy(update={"records": []})
+def test_a_run_without_any_row_is_still_refused(client_for: Any, tmp_path: Path) -> None:  # noqa: F811
+    """Nothing sent, nothing to report: a run whose rows file holds no row at all is a 422, nothing written."""
     client = client_for(settings=make_settings(tmp_path))
-    answer = client.post("/reports", content=request.model_dump_json(), headers={"content-type": "application/json"})
+    payload = body(n=2)
+    (tmp_path / "logs" / "runs" / f"{payload['run_id']}.requests.jsonl").write_text("")
+    answer = client.post("/reports", json=payload)
     assert answer.status_code == 422 and "no request row" in answer.text
     assert not list((tmp_path / "reports").glob("benchmark_report_*.json"))
 

@@ -1,31 +1,26 @@
-"""A run that meets a dead server, an oversized report body, SIGTERM and a second benchmark: the pure parts of the
-server-down breaker, the connection back-off, the body-size fallback, the stop signals and the stack lock."""
+"""A run that meets a dead server, SIGTERM and a second benchmark: the pure parts of the server-down breaker, the
+connection back-off, the stop signals and the stack lock."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from core.api import BuildReportRequest
-from core.errorsummary import error_summary
 from core.records import RequestRecord
 from core.serverview import ServerView
 from loadgen.command.benchmark import stop_signals_interrupt
-from loadgen.errors import BenchError
 from loadgen.locust_side.user_actions import CONNECTION_BACKOFF_S, backoff_s
 from loadgen.orchestrate.breaker import RowWatch, ServerDownBreaker, connection_cause
 from loadgen.orchestrate.measured_run import Measured
 from loadgen.orchestrate.pipeline import build_request
 from loadgen.orchestrate.stack_lock import RunLock, StackBusy
 from loadgen.orchestrate.sweep import RunResult, disagreement, run_line, run_series
-from loadgen.sidecar_client import SidecarClient
 from tests.unit.loadgen.test_sweep_plan import knobs
 from tests.unit.sidecar.test_sidecar_app import body, client_for  # noqa: F401  (fixture)
 from tests.unit.sidecar.test_sidecar_store import report
@@ -116,66 +111,23 @@ def test_closed_loop_users_back_off_after_connection_failures_only() -> None:
     assert backoff_s(http) == backoff_s(ok) == 0.0
 
 
-def big_request(rows: int, message_chars: int = 2000) -> BuildReportRequest:
-    """A build request of ``rows`` failed rows with long messages (a big body), error counts computed here."""
-    data = body(n=3)
-    start = time.time() - 5
-    data["records"] += [
-        RequestRecord(request_id=f"x{i}", started_at=start, ok=False, e2e_ms=1.0, error_kind="connection",
-                      error="c" * message_chars).model_dump(mode="json")
-        for i in range(rows)
-    ]  # fmt: skip
-    request = BuildReportRequest.model_validate(data)
-    return request.model_copy(update={"errors": error_summary(request.records)})
-
-
-def test_an_oversized_body_is_sent_without_its_rows(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Above SIDECAR_MAX_BODY_MB the rows stay local and the body says where; below it they go as they are."""
-    sent: list[dict[str, Any]] = []
-
-    def post(url: str, content: bytes, **_: Any) -> httpx.Response:
-        sent.append(json.loads(content))
-        return httpx.Response(500, json={"detail": "stop here"})
-
-    monkeypatch.setattr(httpx, "post", post)
-    request = big_request(600)  # ≈ 1.3 MB of rows
-    limit = 1024 * 1024
-    client = SidecarClient("http://127.0.0.1:9", token="t", max_body_bytes=limit)
-    with pytest.raises(BenchError):
-        client.post_report(request, tmp_path / "20260101_120000.requests.jsonl")
-    slim = sent[-1]
-    assert slim["records"] == [] and len(json.dumps(slim)) < limit
-    assert "20260101_120000.requests.jsonl" in slim["rows_omitted"] and "603 rows" in slim["rows_omitted"]
-    assert slim["errors"]["by_kind"] == {"connection": 600} and slim["rows_omitted"] in slim["gaps"]
-    small = big_request(10)
-    with pytest.raises(BenchError):
-        client.post_report(small)
-    assert len(sent[-1]["records"]) == 13 and sent[-1]["rows_omitted"] is None
-
-
-def test_the_sidecar_writes_a_report_from_a_body_without_rows(client_for: Any) -> None:  # noqa: F811
-    """A body without rows (rows_omitted) is reported: the benchmark's error counts, the reason in the report."""
-    client = client_for()
-    request = big_request(5)
-    slim = request.model_copy(update={"records": [], "rows_omitted": "rows kept in x.requests.jsonl"})
-    answer = client.post("/reports", content=slim.model_dump_json(), headers={"content-type": "application/json"})
-    assert answer.status_code == 200, answer.text
-    written = answer.json()["report"]
-    assert written["rows_omitted"] == "rows kept in x.requests.jsonl"
-    assert written["errors"]["by_kind"] == {"connection": 5} and written["metrics"]["requests_total"] == 3
-    markdown = Path(answer.json()["report_path"]).with_suffix(".md").read_text(encoding="utf-8")
-    assert "> **Rows kept in x.requests.jsonl.**" in markdown
+def run_of(tmp_path: Path, **fields: Any) -> tuple[BuildReportRequest, list[RequestRecord], Path]:
+    """A build request of :func:`body` (``fields``), its rows and its rows file in ``tmp_path``."""
+    request = BuildReportRequest.model_validate(body(runs_dir=tmp_path, **fields))
+    path = tmp_path / f"{request.run_id}.requests.jsonl"
+    return request, [RequestRecord.model_validate_json(line) for line in path.read_text().splitlines()], path
 
 
 def test_build_request_carries_the_server_down_verdict_and_all_error_counts(tmp_path: Path) -> None:
     """A run ended by the breaker says so in its build request, with every row's error counted."""
     from loadgen.orchestrate.breaker import ServerDown
 
-    request = BuildReportRequest.model_validate(body(n=4, error="HTTP 500"))
-    run = Measured(request.records, request.window_start, request.window_end,
+    request, records, rows = run_of(tmp_path, n=4, error="HTTP 500")
+    run = Measured(records, request.window_start, request.window_end,
                    server_down=ServerDown(time.time() - 3, "connection refused", 5.0))  # fmt: skip
-    built = build_request(request.config, run, tmp_path / "20260101_120000.requests.jsonl", knobs())
+    built = build_request(request.config, run, rows, knobs())
     assert built.server_down is not None and "connection refused for 5 s" in built.server_down
+    assert built.run_id == request.run_id and "records" not in built.model_dump()
     assert built.errors is not None and built.errors.by_kind == {"http_status": 1}
 
 
@@ -185,9 +137,7 @@ def test_a_report_rebuilt_from_the_rows_of_a_run_the_server_ended_says_server_do
     from loadgen.orchestrate.breaker import ServerDown
     from loadgen.orchestrate.measured_run import ending_path, from_records_file, write_ending
 
-    request = BuildReportRequest.model_validate(body(n=4, error="HTTP 500"))
-    rows = tmp_path / "20260101_120000.requests.jsonl"
-    rows.write_text("".join(r.model_dump_json() + "\n" for r in request.records), encoding="utf-8")
+    request, _, rows = run_of(tmp_path, n=4, error="HTTP 500")
     assert from_records_file(rows).server_down is None
     down = ServerDown(time.time() - 3, "connection refused", 5.0)
     write_ending(rows, down)
@@ -203,9 +153,7 @@ def test_a_report_rebuilt_from_the_rows_of_an_interrupted_run_says_interrupted(t
     no baseline); a run that ended as planned leaves no record."""
     from loadgen.orchestrate.measured_run import ending_path, from_records_file, write_ending
 
-    request = BuildReportRequest.model_validate(body(n=4))
-    rows = tmp_path / "20260101_120000.requests.jsonl"
-    rows.write_text("".join(r.model_dump_json() + "\n" for r in request.records), encoding="utf-8")
+    request, _, rows = run_of(tmp_path, n=4)
     write_ending(rows, None)
     assert not ending_path(rows).exists() and from_records_file(rows).interrupted is False
     write_ending(rows, None, interrupted=True)
@@ -261,28 +209,6 @@ def test_a_dead_server_ends_the_series(tmp_path: Path) -> None:
     runs = run_series(settings, bench_config(settings, "m"), lambda plan: next(results), out=lambda line: None)
     assert runs.server_down == "vLLM stopped answering" and len(runs.points) == 1
     assert any("ended early" in n for n in runs.notes)
-
-
-def test_a_gpu_sized_run_is_reported_without_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """200 req/s for 10 minutes (120,000 rows of 128 tokens, ≈ 170 MiB of JSON) fits the default 64 MiB limit once the
-    rows stay local; the size check stops counting once past the limit."""
-    sent: list[bytes] = []
-
-    def post(url: str, content: bytes, **_: Any) -> httpx.Response:
-        sent.append(content)
-        return httpx.Response(500, json={"detail": "stop here"})
-
-    monkeypatch.setattr(httpx, "post", post)
-    request = BuildReportRequest.model_validate(body(n=3))
-    row = RequestRecord(request_id="0" * 32, started_at=time.time() - 5, ok=True, ttft_ms=80.0, e2e_ms=1600.0,
-                        itl_ms=[12.345] * 127, output_tokens=128, max_tokens=128)  # fmt: skip
-    rows = [row.model_copy(update={"request_id": f"{i:032x}"}) for i in range(120_000)]
-    request = request.model_copy(update={"records": rows, "errors": error_summary(rows)})
-    client = SidecarClient("http://127.0.0.1:9", token="t", max_body_bytes=64 * 1024 * 1024)
-    with pytest.raises(BenchError):
-        client.post_report(request)
-    slim = json.loads(sent[-1])
-    assert slim["records"] == [] and "120000 rows" in slim["rows_omitted"] and len(sent[-1]) < 1024 * 1024
 
 
 def test_the_lock_falls_back_to_the_logs_when_run_dir_cannot_hold_it(tmp_path: Path) -> None:

@@ -114,22 +114,28 @@ def test_row_counter_counts_new_complete_measured_rows_only(tmp_path: Path) -> N
 
 
 def test_report_from_names_a_file_that_is_no_rows_file(tmp_path: Path) -> None:
-    """--report-from: a missing file, a dataset given by mistake and an empty file are bad input with the reason; a
-    run's rows file (a torn last line included) is accepted."""
+    """--report-from: a missing file, a file outside LOGS_DIR/runs or not named by a run id (the sidecar reads rows by
+    run id there), a dataset given by mistake and an empty file are bad input with the reason; a run's rows file (a
+    torn last line included) is accepted."""
     from core.records import RequestRecord
     from loadgen.orchestrate.pipeline import rows_file_problem
 
-    assert "no such file" in (rows_file_problem(tmp_path / "none.requests.jsonl") or "")
-    dataset = tmp_path / "prompts.jsonl"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    assert "no such file" in (rows_file_problem(runs / "none.requests.jsonl", runs) or "")
+    dataset = runs / "20260101_000001.requests.jsonl"
     dataset.write_text('{"prompt": "你好"}\n{"prompt": "再见"}\n', encoding="utf-8")
-    assert "not a run's rows file (2 line(s)" in (rows_file_problem(dataset) or "")
-    empty = tmp_path / "empty.requests.jsonl"
+    assert "not a run's rows file (2 line(s)" in (rows_file_problem(dataset, runs) or "")
+    empty = runs / "20260101_000002.requests.jsonl"
     empty.write_text("")
-    assert "no request row" in (rows_file_problem(empty) or "")
-    rows = tmp_path / "20260101_000000.requests.jsonl"
+    assert "no request row" in (rows_file_problem(empty, runs) or "")
+    rows = runs / "20260101_000000.requests.jsonl"
     row = RequestRecord(request_id="r0", started_at=1.0, ok=True, e2e_ms=5.0, output_tokens=1)
     rows.write_text(row.model_dump_json() + "\n" + '{"request_id": "torn', encoding="utf-8")
-    assert rows_file_problem(rows) is None
+    assert rows_file_problem(rows, runs) is None
+    for elsewhere in (tmp_path / rows.name, runs / "copy.requests.jsonl"):
+        elsewhere.write_bytes(rows.read_bytes())
+        assert "copy the file there" in (rows_file_problem(elsewhere, runs) or "")
 
 
 def test_requests_cut_by_the_end_count_in_the_peak_concurrency() -> None:

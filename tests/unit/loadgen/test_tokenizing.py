@@ -183,9 +183,6 @@ class _Sidecar:
     def of(cls, settings: Settings) -> _Sidecar:
         return cls()
 
-    def check(self) -> None:
-        pass
-
     def check_token(self) -> None:
         pass
 

@@ -11,7 +11,7 @@ from core.energy import DeviceEnergy, EnergyStats, energy_stats
 from core.report_schema import GpuStats, HostResources, Resources
 from core.serverview_cluster import ClusterView, ReplicaView
 from sidecar.reports.energy_cost import replica_groups, run_cost, run_energy
-from tests.unit.sidecar.test_energy_sampling import T0, request
+from tests.unit.sidecar.test_energy_sampling import T0, request, run_rows
 from tests.unit.sidecar.test_sidecar_app import make_settings
 
 
@@ -42,7 +42,7 @@ def test_cluster_energy_sums_hosts_and_splits_replicas() -> None:
         ReplicaView(name="vllm", url="u", state="up", generation_tokens=600),
         ReplicaView(name="vllm-1", url="u", state="up", generation_tokens=400)])})  # fmt: skip
     resources = Resources(hosts=[HostResources(host="gpu1"), HostResources(host="gpu2", url="http://gpu2:8200")])
-    out = run_energy(body, resources, lambda s, e, i: gpus([100.0, 200.0, 300.0, 400.0]), peers,
+    out = run_energy(body, run_rows(), resources, lambda s, e, i: gpus([100.0, 200.0, 300.0, 400.0]), peers,
                      [("vllm", [0, 1]), ("vllm-1", [2, 3])])  # fmt: skip
     assert asked == [(T0 + 1010.0, T0 + 1020.0, T0 + 1008.0)]
     assert out.energy is not None and out.energy.energy_j == pytest.approx(1500.0)

@@ -20,7 +20,7 @@ from sidecar.sampling.rapl import HostEnergyReader, open_host_energy_reader
 from sidecar.sampling.resources import Sample
 from sidecar.sampling.sampler import Sampler
 from tests.fakes import FakeNvml, FakeRapl
-from tests.unit.sidecar.test_sidecar_app import make_settings
+from tests.unit.sidecar.test_sidecar_app import make_settings, write_run
 
 T0 = 1_700_000_000.0  # Unix s (2023): the report body refuses times before 2000, the sidecar ones in the future
 IDLE_TICKS = (996.0, 998.0, 1003.0, 1008.0)  # before the warm-up request sent at 1008
@@ -36,6 +36,9 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+RUN_ID = "20260101_101000"
 
 
 def run_rows(start: float = 1010.0) -> list[RequestRecord]:
@@ -55,12 +58,13 @@ def request(price: str | None = None, usd_per_kwh: float | None = None) -> Build
     config = BenchmarkConfig(concurrency=1, requests=10, warmup_requests=1, max_tokens=100, temperature=0.0,
                              dataset="d", seed=0, vllm_url="http://vllm.invalid:8100", model="m",
                              price_per_hour=price, energy_price_per_kwh=usd_per_kwh)  # fmt: skip
-    return BuildReportRequest(config=config, records=rows, metrics=run_metrics(rows), window_start=T0 + 1009.0,
+    return BuildReportRequest(config=config, run_id=RUN_ID, metrics=run_metrics(rows), window_start=T0 + 1009.0,
                               window_end=T0 + 1021.0)  # fmt: skip
 
 
 def report_of(tmp_path: Path, sampler: Sampler, reader: NvmlReader | None, body: BuildReportRequest) -> Report:
     settings = make_settings(tmp_path)
+    write_run(run_rows(), settings.logs_dir / "runs", RUN_ID)
     service = ReportService(settings, sampler, reader, None if reader else "NVML unavailable: no driver",
                             ReportStore(settings.reports_dir), lambda url: {"version": "0.32.0"})  # fmt: skip
     return service.build_and_write(body).report
@@ -199,9 +203,10 @@ def test_without_nvml_or_readable_counters_the_report_says_why(tmp_path: Path) -
                                           server_facts=lambda url: {"version": "0.32.0"})  # fmt: skip
     body = request()
     service.sampler.sample_once()
-    rows = [r.model_copy(update={"started_at": r.started_at - T0 + service.clock() - 1030.0}) for r in body.records]
+    rows = [r.model_copy(update={"started_at": r.started_at - T0 + service.clock() - 1030.0}) for r in run_rows()]
+    write_run(rows, settings.logs_dir / "runs", RUN_ID)
     now = service.clock()
-    body = body.model_copy(update={"records": rows, "window_start": now - 21.0, "window_end": now - 9.0})
+    body = body.model_copy(update={"window_start": now - 21.0, "window_end": now - 9.0})
     report = service.build_and_write(body).report
     energy = report.resources.energy
     assert energy is not None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,8 +33,13 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 BASE_URL = "http://127.0.0.1:8200"  # a trusted host (TestClient's default, testserver, is not)
 
 
+RUNS_DIRS: list[Path] = []
+"""The runs folder of the latest :func:`make_settings`: where :func:`body` writes its rows file by default."""
+RUN_NUMBERS = itertools.count()
+
+
 def make_settings(tmp_path: Path, **fields: Any) -> Settings:
-    return Settings(
+    settings = Settings(
         _env_file=None,  # type: ignore[call-arg]
         reports_dir=tmp_path / "reports",
         logs_dir=tmp_path / "logs",
@@ -42,6 +49,8 @@ def make_settings(tmp_path: Path, **fields: Any) -> Settings:
         sidecar_token=TOKEN,
         **fields,
     )
+    RUNS_DIRS[:] = [settings.logs_dir / "runs"]
+    return settings
 
 
 def make_service(settings: Settings, nvml: FakeNvml | None = None) -> ReportService:
@@ -51,8 +60,21 @@ def make_service(settings: Settings, nvml: FakeNvml | None = None) -> ReportServ
     )
 
 
-def body(concurrency: int = 4, e2e_ms: float = 100.0, n: int = 12, error: str | None = None) -> dict[str, Any]:
-    """A build request of ``n`` requests (one failed with ``error`` when given), ending about now."""
+def write_run(rows: list[RequestRecord], runs_dir: Path | None = None, run_id: str | None = None) -> str:
+    """Write ``rows`` as the benchmark does, a run's rows file in ``runs_dir`` (default: the latest settings'); its
+    run id (default: a new one)."""
+    run_id = run_id or f"20260101_{next(RUN_NUMBERS):06d}"
+    folder = runs_dir or (RUNS_DIRS[-1] if RUNS_DIRS else Path(tempfile.mkdtemp()))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{run_id}.requests.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows))
+    return run_id
+
+
+def body(
+    concurrency: int = 4, e2e_ms: float = 100.0, n: int = 12, error: str | None = None, runs_dir: Path | None = None
+) -> dict[str, Any]:
+    """A build request of ``n`` requests (one failed with ``error`` when given), ending about now, its rows written
+    as the benchmark writes them: a new run's rows file in ``runs_dir`` (default: the latest settings')."""
     start = time.time() - 1.0
     rows = [
         RequestRecord(
@@ -84,7 +106,7 @@ def body(concurrency: int = 4, e2e_ms: float = 100.0, n: int = 12, error: str | 
     )
     request = BuildReportRequest(
         config=config,
-        records=rows,
+        run_id=write_run(rows, runs_dir),
         metrics=run_metrics(rows),
         window_start=start - 0.5,
         window_end=time.time() + 0.5,
@@ -153,6 +175,21 @@ def test_sampling_window_start_and_stop(client_for: Callable[..., TestClient]) -
     assert client.post(f"/windows/{window['window_id']}/stop").json() == stopped
     assert client.post("/windows/0123456789abcdef/stop").status_code == 404
     assert client.post("/windows/..%2F..%2Fetc/stop").status_code == 404
+
+
+def test_a_window_left_open_is_closed_at_the_runs_end(client_for: Callable[..., TestClient]) -> None:
+    """The benchmark does not stop its sampling window (one round trip less): POST /reports closes it at the run's
+    end, so memory used after the run (while the report is asked for) is not the run's peak."""
+    nvml = FakeNvml(used_bytes=[GIB])
+    client = client_for(nvml)
+    window = client.post("/windows/start").json()["window_id"]
+    nvml.used_bytes = [3 * GIB]
+    time.sleep(0.5)  # background samples at 3 GiB, inside the run
+    payload = {**body(), "window_id": window, "window_end": time.time()}
+    nvml.used_bytes = [20 * GIB]
+    time.sleep(0.5)  # samples at 20 GiB after the run's end
+    report = client.post("/reports", json=payload).json()["report"]
+    assert report["metrics"]["gpu_mem_peak_gb"] == pytest.approx(3.0)
 
 
 def test_report_is_json_markdown_and_html_valid_against_schema(client_for: Callable[..., TestClient],

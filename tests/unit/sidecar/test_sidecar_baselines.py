@@ -10,7 +10,7 @@ import pytest
 
 from sidecar.reports.baselines import BaselineStore, validate_baseline_name
 from sidecar.reports.store import ReportStore
-from tests.unit.sidecar.test_sidecar_store import report
+from tests.unit.sidecar.test_sidecar_store import report, rows_of
 
 
 @pytest.mark.parametrize("name", ["v0.2.1", "main", "release-2026_01", "A" * 64])
@@ -74,7 +74,7 @@ def test_concurrent_marks_are_all_kept(tmp_path: Path) -> None:
 def test_resolve_gives_reports_or_reasons(tmp_path: Path) -> None:
     """Each baseline resolves to its report, or to a reason when the report is gone or corrupt."""
     reports = ReportStore(tmp_path)
-    reports.write(report(), rows=[])
+    reports.write(report(), rows=rows_of())
     (tmp_path / "benchmark_report_20250101_000000.json").write_text("{")
     store = BaselineStore(tmp_path)
     store.set("ok", "benchmark_report_20260101_120000")

@@ -1,6 +1,5 @@
 """The sidecar's guard as an ASGI layer, driven in-process with hand-made ``receive``/``send`` (no sockets): refused
-writes leave their body unread, bodies are spooled and cut at the limit, slow ones are cut at the deadline, large
-ones are admitted a few at a time, and the memory of a large one is given back."""
+writes leave their body unread; a write's body is announced and small (no rows travel over HTTP)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from typing import Any
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from sidecar import bodyspool, guard
 from sidecar.guard import RequestGuard
 
 TOKEN = "t0ken"
@@ -111,90 +109,25 @@ def test_declared_length_over_the_limit_is_413_unread() -> None:
     """An authenticated write whose Content-Length is over the limit is 413 with nothing read."""
     client = Client([b"x" * MIB] * 3)
     run(RequestGuard(echo_app([]), ["127.0.0.1"], 2 * MIB, TOKEN), client, scope(token=TOKEN, length=3 * MIB))
-    assert client.status == 413 and client.read == 0 and "SIDECAR_MAX_BODY_MB" in client.detail
+    assert client.status == 413 and client.read == 0 and "never its rows" in client.detail
 
 
-def test_chunked_body_is_cut_at_the_limit() -> None:
-    """A chunked body is counted as it arrives: reading stops at the first chunk past the limit (413), the rest is
-    never received and the app never runs."""
+def test_chunked_write_is_411_unread() -> None:
+    """A chunked write (no Content-Length) is refused from its headers (411, the connection closed): no chunk is
+    read and the app never runs, so no body of unknown size is ever received."""
     seen: list[bytes] = []
     client = Client([b"x" * (256 * 1024)] * 100)
     run(RequestGuard(echo_app(seen), ["127.0.0.1"], MIB, TOKEN), client, scope(token=TOKEN, chunked=True))
-    assert client.status == 413 and client.read == 5 and seen == []
-    assert client.headers["connection"] == "close"
+    assert client.status == 411 and client.read == 0 and seen == []
+    assert client.headers["connection"] == "close" and "Content-Length" in client.detail
 
 
-def test_allowed_body_reaches_the_app_whole_through_a_disk_spool(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An allowed 3 MiB body is spooled (on disk past the memory part) and handed to the app byte for byte; the
-    memory is given back after it."""
-    trimmed: list[bool] = []
-    monkeypatch.setattr(guard, "give_back_memory", lambda: trimmed.append(True))
-    rolled: list[bool] = []
-    real_replay = bodyspool.SpooledBody.replay
-
-    def spy(self: bodyspool.SpooledBody, receive: Receive) -> Receive:
-        rolled.append(bool(getattr(self.file, "_rolled", False)))
-        return real_replay(self, receive)
-
-    monkeypatch.setattr(bodyspool.SpooledBody, "replay", spy)
-    payload = bytes(range(256)) * (3 * MIB // 256)
+def test_allowed_write_reaches_the_app_whole() -> None:
+    """An authenticated write within the limit is handed to the app as sent."""
     seen: list[bytes] = []
-    client = Client([payload[i : i + 65536] for i in range(0, len(payload), 65536)])
-    run(RequestGuard(echo_app(seen), ["127.0.0.1"], 8 * MIB, TOKEN), client, scope(token=TOKEN, length=len(payload)))
-    assert client.status == 200 and seen == [payload]
-    assert rolled == [True] and trimmed == [True]
-
-
-def test_small_write_is_not_trimmed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A small write is handed over from memory and costs no garbage collection."""
-    trimmed: list[bool] = []
-    monkeypatch.setattr(guard, "give_back_memory", lambda: trimmed.append(True))
-    seen: list[bytes] = []
-    client = Client([b'{"a":', b"1}"])
-    run(RequestGuard(echo_app(seen), ["127.0.0.1"], MIB, TOKEN), client, scope(token=TOKEN, length=7))
-    assert client.status == 200 and seen == [b'{"a":1}'] and trimmed == []
-
-
-def test_slow_body_is_cut_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A body arriving a byte at a time is cut at BODY_DEADLINE_S (408, connection closed), the app never runs."""
-    monkeypatch.setattr(bodyspool, "BODY_DEADLINE_S", 0.3)
-    seen: list[bytes] = []
-    client = Client([b"x"] * 1000, delay_s=0.05)
-    run(RequestGuard(echo_app(seen), ["127.0.0.1"], MIB, TOKEN), client, scope(token=TOKEN, length=1000))
-    assert client.status == 408 and seen == [] and 3 <= client.read <= 8
-    assert client.headers["connection"] == "close"
-
-
-def test_large_writes_wait_their_turn_then_get_503_with_retry_after(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With one large write in the app, a second waits for ADMISSION_WAIT_S and is answered 503 with Retry-After; a
-    small write passes meanwhile; once the first is done the next large one is admitted."""
-    monkeypatch.setattr(bodyspool, "LARGE_WRITES_AT_ONCE", 1)
-    monkeypatch.setattr(bodyspool, "ADMISSION_WAIT_S", 0.2)
-    monkeypatch.setattr(guard, "give_back_memory", lambda: None)
-    big = [b"y" * MIB, b"y" * MIB]
-
-    async def scenario() -> tuple[Client, Client, Client, Client]:
-        gate = asyncio.Event()
-        seen: list[bytes] = []
-        middleware = RequestGuard(echo_app(seen, gate), ["127.0.0.1"], 8 * MIB, TOKEN)
-        first, second, small, third = Client(big), Client(big), Client([b"{}"]), Client(big)
-        holder = asyncio.create_task(middleware(scope(token=TOKEN, length=2 * MIB), first.receive, first.send))
-        while not seen:
-            await asyncio.sleep(0.01)
-        await middleware(scope(token=TOKEN, length=2 * MIB), second.receive, second.send)
-        small_task = asyncio.create_task(middleware(scope(token=TOKEN, length=2), small.receive, small.send))
-        while len(seen) < 2:
-            await asyncio.sleep(0.01)
-        gate.set()
-        await holder
-        await small_task
-        await middleware(scope(token=TOKEN, length=2 * MIB), third.receive, third.send)
-        return first, second, small, third
-
-    first, second, small, third = asyncio.run(scenario())
-    assert second.status == 503 and second.headers["retry-after"] == str(bodyspool.RETRY_AFTER_S)
-    assert "try again" in second.detail
-    assert (first.status, small.status, third.status) == (200, 200, 200)
+    client = Client([b'{"run_id": ', b'"20260101_120000"}'])
+    run(RequestGuard(echo_app(seen), ["127.0.0.1"], MIB, TOKEN), client, scope(token=TOKEN, length=29))
+    assert client.status == 200 and seen == [b'{"run_id": "20260101_120000"}']
 
 
 def test_reads_pass_without_the_token() -> None:
@@ -209,8 +142,3 @@ def test_reads_pass_without_the_token() -> None:
 
     run(RequestGuard(app, ["127.0.0.1"], MIB, TOKEN), client, scope(method="GET"))
     assert client.status == 200 and called == ["/reports"]
-
-
-def test_give_back_memory_runs_here() -> None:
-    """gc + malloc_trim run on this platform without error (glibc here; a no-op elsewhere)."""
-    bodyspool.give_back_memory()

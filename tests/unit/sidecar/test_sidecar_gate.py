@@ -16,7 +16,7 @@ from loadgen.terminal.summary import compare_lines, format_summary
 from sidecar.reports.writer import ReportService
 from sidecar.sampling.gpu import NvmlReader
 from tests.fakes import FakeNvml
-from tests.unit.sidecar.test_sidecar_app import make_settings
+from tests.unit.sidecar.test_sidecar_app import make_settings, write_run
 from tests.unit.sidecar.test_sidecar_store import report
 
 
@@ -85,7 +85,7 @@ def _service_body(e2e_ms: float, gap_s: float) -> BuildReportRequest:
     config = BenchmarkConfig(concurrency=2, requests=20, warmup_requests=0, max_tokens=8, temperature=0.0,
                              dataset="d", seed=0, vllm_url="http://x", model="m")
     return BuildReportRequest(
-        config=config, records=rows, metrics=run_metrics(rows), window_start=start, window_end=time.time()
+        config=config, run_id=write_run(rows), metrics=run_metrics(rows), window_start=start, window_end=time.time()
     )
 
 

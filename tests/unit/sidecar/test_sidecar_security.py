@@ -17,7 +17,7 @@ from core.enginestate import EngineState, LogPosition
 from core.report_schema import Report
 from core.settings import Settings
 from sidecar.app import create_app
-from sidecar.guard import host_name, trusted
+from sidecar.guard import MAX_BODY_BYTES, host_name, trusted
 from sidecar.reports.retention import Retention, expired
 from tests.fakes import FakeNvml
 from tests.unit.sidecar.test_sidecar_app import AUTH, BASE_URL, body, make_service, make_settings
@@ -127,25 +127,28 @@ def test_cross_origin_browser_requests_are_403(app_for: Factory, tmp_path: Path)
 
 
 def test_body_over_the_limit_is_413(app_for: Factory, tmp_path: Path) -> None:
-    """A body over SIDECAR_MAX_BODY_MB is refused from its Content-Length, or while a chunked one streams in."""
-    client = app_for(sidecar_max_body_mb=0.01)  # 10 KiB
-    big = json.dumps(body(n=200)).encode()
-    assert len(big) > 10 * 1024
+    """A body over the guard's limit is refused from its Content-Length (413), a chunked one from its headers (411):
+    a report's body carries no rows, so it is small."""
+    client = app_for()
+    payload = body()
+    payload["gaps"] = ["x" * 9000] * 130  # 1.1 MiB of gap lines
+    big = json.dumps(payload).encode()
+    assert len(big) > MAX_BODY_BYTES
     response = client.post("/reports", content=big, headers={"content-type": "application/json", **AUTH})
-    assert response.status_code == 413 and "SIDECAR_MAX_BODY_MB" in response.text
+    assert response.status_code == 413 and "never its rows" in response.text
     chunks = iter([big[i : i + 4096] for i in range(0, len(big), 4096)])  # no Content-Length: chunked
     response = client.post("/reports", content=chunks, headers={"content-type": "application/json", **AUTH})
-    assert response.status_code == 413
+    assert response.status_code == 411
     assert written(tmp_path) == []
 
 
-def test_nan_row_is_422_and_writes_nothing(app_for: Factory, tmp_path: Path) -> None:
-    """A NaN in one row (JSON's NaN token) is a 422 naming the field; no file is written."""
+def test_nan_metric_is_422_and_writes_nothing(app_for: Factory, tmp_path: Path) -> None:
+    """A NaN in one figure (JSON's NaN token) is a 422 naming the field; no file is written."""
     payload = body()
-    payload["records"][3]["ttft_ms"] = math.nan
+    payload["metrics"]["ttft"]["p50_ms"] = math.nan
     text = json.dumps(payload)  # Python writes NaN, as the attacker's client did
     response = app_for().post("/reports", content=text, headers={"content-type": "application/json", **AUTH})
-    assert response.status_code == 422 and "records[3].ttft_ms" in response.text
+    assert response.status_code == 422 and "metrics.ttft.p50_ms" in response.text
     assert written(tmp_path) == []
 
 
@@ -153,12 +156,11 @@ def test_nan_row_is_422_and_writes_nothing(app_for: Factory, tmp_path: Path) -> 
     ("change", "needle"),
     [
         (lambda p: p["metrics"].update(throughput_req_per_sec=math.inf), "throughput_req_per_sec"),
-        (lambda p: p["records"][0].update(e2e_ms=-5.0), "durations cannot be negative"),
-        (lambda p: p["records"][0]["itl_ms"].__setitem__(0, -1.0), "records[0].itl_ms[0]"),
+        (lambda p: p["metrics"]["e2e"].update(p50_ms=-5.0), "durations cannot be negative"),
         (lambda p: p.update(window_end=p["window_start"] - 10), "must run forward"),
         (lambda p: p.update(window_start=0.0), "before 2000"),
         (lambda p: p.update(window_end=time.time() + 86_400 * 365 * 100), "in the future"),
-        (lambda p: p["records"][0].update(error="x" * 50_000), "characters long"),
+        (lambda p: p["gaps"].append("x" * 50_000), "characters long"),
         (lambda p: p["metrics"].update(duration_s=-1.0), "metrics.duration_s"),
     ],
 )

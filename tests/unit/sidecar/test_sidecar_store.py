@@ -20,7 +20,13 @@ from core.report_schema import (
 )
 from core.stats import run_metrics
 from sidecar.reports.builder import build_metrics
+from sidecar.reports.rows_link import RunRows
 from sidecar.reports.store import ReportStore, validate_report_id
+
+
+def rows_of(*lines: str) -> RunRows:
+    """A run's rows as read from a file that is gone (so they are written, not linked)."""
+    return RunRows(Path("/nonexistent/20260101_120000.requests.jsonl"), "".join(f"{line}\n" for line in lines), [])
 
 
 def report(
@@ -66,7 +72,7 @@ def report(
 def test_write_then_read_back(tmp_path: Path) -> None:
     """A written report lists and loads, and its rows file sits beside it."""
     store = ReportStore(tmp_path)
-    path = store.write(report(), rows=['{"a": 1}'])
+    path = store.write(report(), rows=rows_of('{"a": 1}'))
     assert path.name == "benchmark_report_20260101_120000.json"
     assert (tmp_path / "benchmark_report_20260101_120000.requests.jsonl").read_text() == '{"a": 1}\n'
     assert store.get("benchmark_report_20260101_120000").metrics.throughput_req_per_sec == 2.0
@@ -77,7 +83,7 @@ def test_same_second_reports_do_not_clobber(tmp_path: Path) -> None:
     """Concurrent writes with the same id get distinct files (_2, _3 ...)."""
     store = ReportStore(tmp_path)
     paths: list[Path] = []
-    threads = [threading.Thread(target=lambda: paths.append(store.write(report(), rows=[]))) for _ in range(6)]
+    threads = [threading.Thread(target=lambda: paths.append(store.write(report(), rows=rows_of()))) for _ in range(6)]
     for t in threads:
         t.start()
     for t in threads:
@@ -88,7 +94,7 @@ def test_same_second_reports_do_not_clobber(tmp_path: Path) -> None:
 def test_corrupt_and_foreign_json_are_skipped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A truncated report and a foreign JSON never break the listing; a warning names them."""
     store = ReportStore(tmp_path)
-    store.write(report(), rows=[])
+    store.write(report(), rows=rows_of())
     (tmp_path / "benchmark_report_20250101_000000.json").write_text('{"schema_version": "1.0", "repo')
     (tmp_path / "benchmark_report_20250101_000001.json").write_text('{"hello": "world"}')
     assert len(store.list()) == 1
@@ -97,7 +103,7 @@ def test_corrupt_and_foreign_json_are_skipped(tmp_path: Path, caplog: pytest.Log
 
 def test_no_temp_files_left_after_writes(tmp_path: Path) -> None:
     """Atomic writes leave no temporary files behind (a kill mid-write leaves only a dot-file, never a report)."""
-    ReportStore(tmp_path).write(report(), rows=[])
+    ReportStore(tmp_path).write(report(), rows=rows_of())
     assert not list(tmp_path.glob(".*.tmp"))
 
 
@@ -139,7 +145,7 @@ def test_crash_before_the_json_is_linked_leaves_no_visible_report(tmp_path: Path
     monkeypatch.setattr(os, "link", link)
     store = ReportStore(tmp_path)
     with pytest.raises(OSError, match="simulated crash"):
-        store.write(report(), rows=['{"a": 1}'], render=lambda r: {".md": "# md", ".html": "<p>"})
+        store.write(report(), rows=rows_of('{"a": 1}'), render=lambda r: {".md": "# md", ".html": "<p>"})
     assert store.list() == [] and list(tmp_path.iterdir()) == []
 
 
@@ -149,7 +155,7 @@ def test_stray_temp_and_orphan_files_from_a_killed_writer_are_ignored(tmp_path: 
     (tmp_path / "benchmark_report_20260101_120000.requests.jsonl").write_text('{"a": 1}\n')
     store = ReportStore(tmp_path)
     assert store.list() == []
-    path = store.write(report(), rows=[])  # the orphan rows keep their id: the new report takes the next one
+    path = store.write(report(), rows=rows_of())  # the orphan rows keep their id: the new report takes the next one
     assert path.name == "benchmark_report_20260101_120000_2.json" and len(store.list()) == 1
 
 
@@ -162,8 +168,8 @@ def test_attachments_are_written_beside_the_json_and_named_in_it(tmp_path: Path)
         return {".md": f"# {final.report_id}", ".html": f"<h1>{final.html_file}</h1>"}
 
     store = ReportStore(tmp_path)
-    store.write(report(), rows=[])
-    path = store.write(report(), rows=[], render=render)
+    store.write(report(), rows=rows_of())
+    path = store.write(report(), rows=rows_of(), render=render)
     written = store.get(path.stem)
     assert seen == ["benchmark_report_20260101_120000_2"]
     assert written.markdown_file == "benchmark_report_20260101_120000_2.md"
@@ -175,7 +181,7 @@ def test_attachments_are_written_beside_the_json_and_named_in_it(tmp_path: Path)
 def test_redactor_applies_to_every_file(tmp_path: Path) -> None:
     """The store's redactor masks secrets in rows, attachments and the JSON alike."""
     store = ReportStore(tmp_path, redact=lambda text: text.replace("s3cr3t", "***"))
-    store.write(report(), rows=['{"error": "s3cr3t"}'], render=lambda r: {".md": "s3cr3t", ".html": "s3cr3t"})
+    store.write(report(), rows=rows_of('{"error": "s3cr3t"}'), render=lambda r: {".md": "s3cr3t", ".html": "s3cr3t"})
     assert all("s3cr3t" not in f.read_text() for f in tmp_path.iterdir())
 
 
