@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.abcompare import ABComparison
+from core.abcompare import ABComparison, comparison_lines, report_notes
 from core.clientview import ClientView, share_text
 from core.compare import unusable_reason
 from core.conversations import sessions_text, turns_text
@@ -24,10 +24,10 @@ from loadgen.terminal.energy_lines import COMPARE_LABELS as ENERGY_COMPARE_LABEL
 from loadgen.terminal.energy_lines import WHERE_MEASURED, energy_lines
 
 COMPARE_LABELS = (
-    ("throughput_req_per_sec_pct", "throughput"),
-    ("latency_p99_ms_pct", "p99 latency"),
-    ("ttft_p99_ms_pct", "p99 TTFT"),
-    ("output_tokens_per_sec_pct", "output tok/s"),
+    ("throughput_req_per_sec", "throughput"),
+    ("e2e_p99_ms", "p99 latency"),
+    ("ttft_p99_ms", "p99 TTFT"),
+    ("output_tokens_per_sec", "output tok/s"),
     *ENERGY_COMPARE_LABELS,
 )
 
@@ -257,13 +257,13 @@ def compare_lines(report: Report) -> list[str]:
     """``[COMPARE] vs_v0.2.1: +12% throughput, -3.0% p99 latency (benchmark_report_…)`` per comparison, then the
     notes (first run, refused baselines and why, environment changes)."""
     lines = []
-    for name, changes in report.comparison.changes_pct.items():
-        present = [(changes.get(key), label) for key, label in COMPARE_LABELS]
-        parts = [f"{pct_text(value)} {label}" for value, label in present if value is not None]
-        against = report.comparison.against.get(name, "?")
-        lines.append(f"[COMPARE] {name}: {', '.join(parts) or 'no comparable figure'} ({against})")
-    lines += [f"[COMPARE] {note}" for note in report.comparison.notes]
-    return lines
+    for name, comparison in report.comparison.items():
+        if not comparison.points:
+            continue
+        present = [(comparison.points[0].changes.get(key), label) for key, label in COMPARE_LABELS]
+        parts = [f"{pct_text(c.change_pct)} {label}" for c, label in present if c and c.change_pct is not None]
+        lines.append(f"[COMPARE] {name}: {', '.join(parts) or 'no comparable figure'} ({comparison.against})")
+    return lines + [f"[COMPARE] {note}" for note in report_notes(report)]
 
 
 TABLE_METRICS = ("throughput_req_per_sec", "output_tokens_per_sec", "ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms")
@@ -291,15 +291,12 @@ def series_lines(series: SeriesReport, path: str) -> list[str]:
         lines.append(f"[KNEE] {series.knee.line}")
         lines += [f"[KNEE] note: {note}" for note in series.knee.notes]
     for name, comparison in series.comparison.items():
-        if comparison.refused:
-            lines.append(f"[COMPARE] {name}: not compared: {comparison.refused}")
-            continue
         for paired in comparison.points:
             parts = [f"{SERIES_METRICS[m][0]} {change_text(paired.changes[m])}" for m in COMPARE_METRICS]
             parts += [f"{SERIES_METRICS[m][0]} {change_text(c)}" for m in WHERE_MEASURED
                       if (c := paired.changes.get(m)) is not None and c.change_pct is not None]  # fmt: skip
             lines.append(f"[COMPARE] {name} {paired.label}: " + "; ".join(parts) + f" ({comparison.against})")
-        lines += [f"[COMPARE] {name}: {note}" for note in comparison.notes]
+        lines += [f"[COMPARE] {line}" for line in comparison_lines(name, comparison)]
     lines += [f"[NOTE] {note}" for note in series.notes]
     lines.append(f"[REPORT] Series saved to {path}")
     return lines + files_lines(path, (("Markdown", series.markdown_file), ("HTML", series.html_file)))

@@ -12,17 +12,16 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from core.abcompare import IGNORED_VLLM_FLAGS, ABComparison, Side, compare_sides, vllm_flags
+from core.abcompare import ABComparison, Side, compare_points, compare_sides, environment_notes
 from core.api import BuildSeriesRequest, BuildSeriesResponse, CompareRequest, CompareResponse
+from core.intervals import Comparison
 from core.redact import Redactor, secret_values
 from core.report_schema import Environment, Report
 from core.series import (
     COMPARE_ID_RE,
     SERIES_ID_RE,
-    SeriesComparison,
     SeriesPoint,
     SeriesReport,
-    compare_points,
     find_knee,
     is_series_id,
     measure_point,
@@ -37,19 +36,6 @@ from sidecar.reports.store import ReportStore, ResultStore, utc_now_iso, validat
 
 class UnknownResult(LookupError):
     """A reference names no report, series or baseline; the message lists what exists."""
-
-
-def engine_notes(old: Environment, new: Environment) -> list[str]:
-    """``vLLM flag --max-num-seqs differs (None -> 4)`` for each vLLM flag or version that changed."""
-    fa, fb = vllm_flags(old.vllm_args), vllm_flags(new.vllm_args)
-    notes = [
-        f"vLLM flag {flag} differs ({fa.get(flag)} -> {fb.get(flag)}); the comparison includes that change"
-        for flag in sorted((set(fa) | set(fb)) - IGNORED_VLLM_FLAGS)
-        if fa.get(flag) != fb.get(flag)
-    ]
-    if old.vllm_version != new.vllm_version:
-        notes.append(f"vLLM version differs ({old.vllm_version} -> {new.vllm_version})")
-    return notes
 
 
 def new_id(prefix: str, now: datetime | None = None) -> str:
@@ -112,24 +98,24 @@ class SeriesService:
 
     def _comparisons(
         self, points: list[SeriesPoint], environment: Environment, threshold_pct: float
-    ) -> dict[str, SeriesComparison]:
+    ) -> dict[str, Comparison]:
         """Against the latest earlier series sharing a point, and against every named baseline; each notes the vLLM
         flags and version that differ (not part of the workload fingerprint, but part of the change)."""
-        out: dict[str, SeriesComparison] = {}
+        out: dict[str, Comparison] = {}
         fingerprints = {p.fingerprint for p in points}
         for earlier in reversed(self.series.list()):
             if fingerprints & {p.fingerprint for p in earlier.points}:
                 comparison = compare_points(points, earlier.points, earlier.series_id, threshold_pct)
-                comparison.notes = engine_notes(earlier.environment, environment)
+                comparison.notes = environment_notes(earlier.environment, environment)
                 out["vs_previous"] = comparison
                 break
         for name, result_id in self.baselines.all().items():
             try:
                 reference = self.points_of(result_id)
                 comparison = compare_points(points, reference, result_id, threshold_pct)
-                comparison.notes = engine_notes(self.environment_of(result_id), environment)
+                comparison.notes = environment_notes(self.environment_of(result_id), environment)
             except (UnknownResult, ValueError, OSError) as exc:
-                comparison = SeriesComparison(against=result_id, refused=f"cannot be read: {exc}")
+                comparison = Comparison(against=result_id, refused=f"cannot be read: {exc}")
             out[f"vs_{name}"] = comparison
         return out
 
