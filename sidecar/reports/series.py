@@ -73,29 +73,6 @@ class SeriesService:
         except FileNotFoundError:
             raise UnknownResult(f"no report {report_id}") from None
 
-    def points_of(self, result_id: str) -> list[SeriesPoint]:
-        """The load points of a series, or a report as one point.
-
-        Raises:
-            UnknownResult: no such result. ValueError: not an id.
-        """
-        if is_series_id(result_id):
-            try:
-                return self.series.get(result_id).points
-            except FileNotFoundError:
-                raise UnknownResult(f"no series {result_id}") from None
-        return [report_as_point(self._report(validate_report_id(result_id)))]
-
-    def environment_of(self, result_id: str) -> Environment:
-        """The environment a report or series was measured in.
-
-        Raises:
-            UnknownResult, ValueError, OSError: as :meth:`points_of`.
-        """
-        if is_series_id(result_id):
-            return self.series.get(result_id).environment
-        return self._report(validate_report_id(result_id)).environment
-
     def _comparisons(
         self, points: list[SeriesPoint], environment: Environment, threshold_pct: float
     ) -> dict[str, Comparison]:
@@ -111,10 +88,10 @@ class SeriesService:
                 break
         for name, result_id in self.baselines.all().items():
             try:
-                reference = self.points_of(result_id)
-                comparison = compare_points(points, reference, result_id, threshold_pct)
-                comparison.notes = environment_notes(self.environment_of(result_id), environment)
-            except (UnknownResult, ValueError, OSError) as exc:
+                reference = self.side(result_id)
+                comparison = compare_points(points, reference.points, result_id, threshold_pct)
+                comparison.notes = environment_notes(reference.environment, environment)
+            except (UnknownResult, OSError) as exc:
                 comparison = Comparison(against=result_id, refused=f"cannot be read: {exc}")
             out[f"vs_{name}"] = comparison
         return out
@@ -167,7 +144,10 @@ class SeriesService:
                 return Side(ref=ref, kind="series", id=result_id, environment=series.environment,
                             config=series.config, points=series.points, knee=series.knee, repeat=series.repeat)
             report = self.reports.get(validate_report_id(result_id))
-        except (FileNotFoundError, ValueError):
+        except FileNotFoundError:
+            what = "series" if is_series_id(result_id) else "report"
+            raise UnknownResult(f"no {what} {result_id}; GET /reports and GET /series list the ids") from None
+        except ValueError:
             known = ", ".join(sorted(self.baselines.all())) or "none"
             raise UnknownResult(
                 f"{ref!r} is no report id (benchmark_report_…), series id (benchmark_series_…) or baseline name "
