@@ -11,7 +11,7 @@ throughput last), so "highest" follows that order.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -231,16 +231,3 @@ def report_as_point(report: Report, label: str | None = None) -> SeriesPoint:
         report_ids=[report.report_id],
     )
     return measure_point(plan, [report], config.slo, 100.0)
-
-
-def summary_rows(series: SeriesReport) -> list[dict[str, Any]]:
-    """One row per point: label, runs, and ``mean`` / ``±half width`` of the main metrics (for tables)."""
-    rows = []
-    for point in series.points:
-        row: dict[str, Any] = {"point": point.label, "runs": len(point.report_ids), "meets_slo": point.meets_slo}
-        for name in SERIES_METRICS:
-            iv = point.metrics.get(name)
-            row[name] = None if iv is None else iv.mean
-            row[f"{name}_pm"] = None if iv is None else iv.half_width
-        rows.append(row)
-    return rows

@@ -13,7 +13,7 @@ from core.conversations import sessions_text, turns_text
 from core.cutrequests import CutRequests
 from core.energy import NO_ENERGY_GAP
 from core.errorsummary import causes_text
-from core.intervals import Interval, change_text
+from core.intervals import Interval, PointComparison, change_text
 from core.reasoning import reasoning_text
 from core.report_schema import BenchmarkConfig, Report
 from core.schedule import schedule_text
@@ -278,6 +278,18 @@ def interval_text(iv: Interval | None, digits: int = 2) -> str:
     return mean if iv.half_width is None else f"{mean} ± {iv.half_width:.{digits}f}"
 
 
+def change_parts(point: PointComparison, hits: bool = False) -> str:
+    """``throughput +12% [+8%, +16%] better; …`` of one compared point: :data:`COMPARE_METRICS`, then the energy and
+    cost figures both sides have, then (``hits``) the prefix-cache hit rate's two values (a rate from ~0)."""
+    parts = [f"{SERIES_METRICS[m][0]} {change_text(point.changes[m])}" for m in COMPARE_METRICS]
+    parts += [f"{SERIES_METRICS[m][0]} {change_text(c)}" for m in WHERE_MEASURED
+              if (c := point.changes.get(m)) is not None and c.change_pct is not None]  # fmt: skip
+    rate = point.changes.get("prefix_cache_hit_rate_percent")
+    if hits and rate is not None and rate.a_mean is not None and rate.b_mean is not None:
+        parts.append(f"prefix-cache hit rate {rate.a_mean:.1f}% -> {rate.b_mean:.1f}%")
+    return "; ".join(parts)
+
+
 def series_lines(series: SeriesReport, path: str) -> list[str]:
     """One line per point (means ± 95 % half widths), the knee, the comparisons and where the files are."""
     tag = "[SWEEP]" if series.sweep else "[REPEAT]"
@@ -291,11 +303,10 @@ def series_lines(series: SeriesReport, path: str) -> list[str]:
         lines.append(f"[KNEE] {series.knee.line}")
         lines += [f"[KNEE] note: {note}" for note in series.knee.notes]
     for name, comparison in series.comparison.items():
-        for paired in comparison.points:
-            parts = [f"{SERIES_METRICS[m][0]} {change_text(paired.changes[m])}" for m in COMPARE_METRICS]
-            parts += [f"{SERIES_METRICS[m][0]} {change_text(c)}" for m in WHERE_MEASURED
-                      if (c := paired.changes.get(m)) is not None and c.change_pct is not None]  # fmt: skip
-            lines.append(f"[COMPARE] {name} {paired.label}: " + "; ".join(parts) + f" ({comparison.against})")
+        lines += [
+            f"[COMPARE] {name} {paired.label}: {change_parts(paired)} ({comparison.against})"
+            for paired in comparison.points
+        ]
         lines += [f"[COMPARE] {line}" for line in comparison_lines(name, comparison)]
     lines += [f"[NOTE] {note}" for note in series.notes]
     lines.append(f"[REPORT] Series saved to {path}")
@@ -310,14 +321,7 @@ def ab_compare_lines(comparison: ABComparison, path: str) -> list[str]:
         lines += [f"[DIFF] {d.group}: {d.field}: {d.a} -> {d.b}" for d in comparison.differences]
     else:
         lines.append("[DIFF] no configuration field differs")
-    for point in comparison.points:
-        parts = [f"{SERIES_METRICS[m][0]} {change_text(point.changes[m])}" for m in COMPARE_METRICS]
-        parts += [f"{SERIES_METRICS[m][0]} {change_text(c)}" for m in WHERE_MEASURED
-                  if (c := point.changes.get(m)) is not None and c.change_pct is not None]  # fmt: skip
-        hits = point.changes.get("prefix_cache_hit_rate_percent")
-        if hits is not None and hits.a_mean is not None and hits.b_mean is not None:  # a rate from ~0: both values
-            parts.append(f"prefix-cache hit rate {hits.a_mean:.1f}% -> {hits.b_mean:.1f}%")
-        lines.append(f"[COMPARE] {point.against_label} -> {point.label}: " + "; ".join(parts))
+    lines += [f"[COMPARE] {p.against_label} -> {p.label}: {change_parts(p, hits=True)}" for p in comparison.points]
     lines += [f"[NOTE] {note}" for note in comparison.notes]
     lines.append(f"[REPORT] Comparison saved to {path}")
     return lines + files_lines(path, (("HTML", comparison.html_file),))
