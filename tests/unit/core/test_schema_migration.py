@@ -98,3 +98,25 @@ def test_workload_differences_compare_only_the_knobs_of_each_runs_load_mode() ->
     mixed = {d.field: (d.a, d.b) for d in differences(closed, open_a) if d.group == "workload"}
     assert mixed["mode"] == ("closed_loop", "open_loop") and mixed["concurrency"] == ("8", None)
     assert mixed["rate_req_per_sec"] == (None, "2.0")
+
+
+def test_a_1_4_comparison_with_notes_and_a_refusal_reads_as_one_comparison_each() -> None:
+    """A 1.4 report's comparison — changes written twice, notes apart and prefixed, a refused baseline — reads as
+    one comparison per reference: its notes without the prefix, the refusal its own, the p99 change under its
+    series name; the gate judges it as before (a throughput drop of 12 % fails)."""
+    data = json.loads(FIXTURE.read_text())
+    changes = {"throughput_req_per_sec_pct": -12.0, "latency_p99_ms_pct": 1.0, "gpu_mem_peak_gb_pct": None}
+    data["comparison"] = {
+        "fingerprint": "abc", "against": {"vs_v1": "benchmark_report_20260101_120000"},
+        "changes_pct": {"vs_v1": changes}, "vs_v1": changes, "refused": {"vs_old": "workload differs (c: 4 -> 8)"},
+        "notes": ["vs_v1: vllm_version differs (a -> b); the comparison includes that change",
+                  "vs_old: refused: workload differs (c: 4 -> 8)"],
+    }  # fmt: skip
+    report = Report.model_validate(data)
+    assert report.fingerprint == "abc" and set(report.comparison) == {"vs_v1", "vs_old"}
+    v1 = report.comparison["vs_v1"]
+    assert v1.notes == ["vllm_version differs (a -> b); the comparison includes that change"]
+    assert v1.points[0].changes["e2e_p99_ms"].change_pct == 1.0 and "gpu_mem_peak_gb" not in v1.points[0].changes
+    assert report.comparison["vs_old"].refused == "workload differs (c: 4 -> 8)"
+    verdict = gate_verdict(report, "v1", threshold_pct=5.0)
+    assert verdict.exit_code == 3 and "throughput_req_per_sec -12.0% (limit -5%)" in verdict.line
