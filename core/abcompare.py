@@ -1,7 +1,10 @@
-"""A/B comparison of two results (pure): two reports, two series, or one of each (``make compare A=… B=…``).
+"""The one comparison (pure): B against A, point by point, behind every comparison of the project — a new report
+against the previous run of its workload and every named baseline (``vs_previous``, ``vs_<name>``), a series
+likewise, the gate (which reads those), and ``make compare A=… B=…`` (two reports, two series, or one of each).
 
-What differs between the two configurations comes first — the model, vLLM's own flags (from the command line the
-launcher recorded, ``environment.vllm_args``), hardware, software, then the workload — and then, load point by load
+:func:`compare_points` is the diff; its result is :class:`core.intervals.Comparison`. For ``make compare``, what
+differs between the two configurations comes first — the model, vLLM's own flags (from the command line the launcher
+recorded, ``environment.vllm_args``), hardware, software, then the workload — and then, load point by load
 point, each headline metric of B against A: the percent change with its 95 % interval and a verdict when both sides
 have repeated runs (:mod:`core.intervals`), the plain percent change otherwise. Points are paired by kind
 (synchronous, rate, concurrency, maximum throughput) and rank within it, so the third rate of one automatic sweep
@@ -10,15 +13,16 @@ meets the third rate of the other even though their rates differ (both are the s
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from core.compare import current_dataset
-from core.intervals import Change, judge
+from core.compare import current_dataset, fingerprint_fields, refusal_reason, unusable_reason, workload_fingerprint
+from core.intervals import Comparison, PointComparison, judge
 from core.redact import is_secret_flag
-from core.report_schema import SCHEMA_VERSION, BenchmarkConfig, Environment
-from core.series import SERIES_METRICS, Knee, PointComparison, SeriesPoint
+from core.report_schema import SCHEMA_VERSION, BenchmarkConfig, Environment, Report
+from core.series import SERIES_METRICS, Knee, SeriesPoint, report_as_point
 
 # vLLM flags that say where it listens or what it is called, not how it serves (left out of the differences)
 IGNORED_VLLM_FLAGS = frozenset({"--host", "--port", "--model", "--served-model-name"})
@@ -57,8 +61,9 @@ class Side(BaseModel):
     repeat: int = 1
 
 
-class ABComparison(BaseModel):
-    """``reports/benchmark_compare_YYYYMMDD_HHMMSS.json``: B against A."""
+class ABComparison(Comparison):
+    """``reports/benchmark_compare_YYYYMMDD_HHMMSS.json``: the comparison of B against A with both sides and what
+    differs between them."""
 
     schema_version: str = SCHEMA_VERSION
     kind: Literal["compare"] = "compare"
@@ -67,9 +72,7 @@ class ABComparison(BaseModel):
     a: Side
     b: Side
     differences: list[Difference] = Field(description="Configuration fields that differ: model, vLLM flags first.")
-    points: list[PointComparison] = Field(description="Paired load points, B against A.")
     threshold_pct: float = Field(description="A worse change whose whole interval lies beyond this is a regression.")
-    notes: list[str] = Field(default_factory=list)
     markdown_file: str | None = None
     html_file: str | None = None
 
@@ -139,8 +142,22 @@ def differences(a: Side, b: Side) -> list[Difference]:
     return out
 
 
-def pair_points(a: list[SeriesPoint], b: list[SeriesPoint]) -> list[tuple[SeriesPoint, SeriesPoint]]:
-    """Points of A and B paired by kind and rank within the kind (load order kept)."""
+PREVIOUS = "vs_previous"
+# Not part of the fingerprint, but worth a note when they differ between compared runs (with vLLM's flags).
+FLAGGED_ENV_FIELDS = ("vllm_version", "vllm_fingerprint", "model_revision", "driver_version")
+PREFIX_CACHE_GAP_PP = 20.0
+"""Prefix-cache hit rates (percentage points) further apart than this between two compared runs get a note."""
+
+
+def pair_points(
+    a: list[SeriesPoint], b: list[SeriesPoint], by_fingerprint: bool
+) -> list[tuple[SeriesPoint, SeriesPoint]]:
+    """Points of A and B paired, in B's order: by workload fingerprint (a run or series against an earlier one of
+    the same workload), or by kind and rank within the kind (``make compare``: the third rate of one automatic
+    sweep meets the third rate of the other)."""
+    if by_fingerprint:
+        same = {p.fingerprint: p for p in a if p.fingerprint}
+        return [(same[p.fingerprint], p) for p in b if p.fingerprint in same]
 
     def by_kind(points: list[SeriesPoint]) -> dict[str, list[SeriesPoint]]:
         groups: dict[str, list[SeriesPoint]] = {}
@@ -149,44 +166,148 @@ def pair_points(a: list[SeriesPoint], b: list[SeriesPoint]) -> list[tuple[Series
         return groups
 
     ga, gb = by_kind(a), by_kind(b)
-    pairs = []
-    for point in b:
-        rank = gb[point.kind].index(point)
-        others = ga.get(point.kind, [])
-        if rank < len(others):
-            pairs.append((others[rank], point))
-    return pairs
+    return [
+        (ga[p.kind][rank], p) for p in b if (rank := gb[p.kind].index(p)) < len(ga.get(p.kind, []))
+    ]
 
 
-def compare_sides(a: Side, b: Side, compare_id: str, timestamp: str, threshold_pct: float) -> ABComparison:
-    """The whole A/B comparison (see the module docstring)."""
+def compare_points(
+    b: list[SeriesPoint], a: list[SeriesPoint], against: str, threshold_pct: float, by_fingerprint: bool = True
+) -> Comparison:
+    """The diff: each point of B against its pair in A (:func:`pair_points`), every :data:`SERIES_METRICS` a
+    :class:`core.intervals.Change` (with its 95 % interval when either side repeated its runs, the plain percent
+    change otherwise; ``threshold_pct``: a worse change whose whole interval lies beyond it is a regression).
+    Refused when pairing by fingerprint finds no pair."""
     points = [
         PointComparison(
             label=pb.label,
             against_label=pa.label,
             against_ids=pa.report_ids,
             changes={
-                name: _change(pa, pb, name, better, threshold_pct) for name, (_, _, better) in SERIES_METRICS.items()
+                name: judge(pa.metrics.get(name), pb.metrics.get(name), better, threshold_pct)
+                for name, (_, _, better) in SERIES_METRICS.items()
             },
         )
-        for pa, pb in pair_points(a.points, b.points)
+        for pa, pb in pair_points(a, b, by_fingerprint)
     ]
+    refused = None
+    if by_fingerprint and not points:
+        refused = f"no load point of {against} has the same workload fingerprint (model, load, lengths, hardware)"
+    return Comparison(against=against, points=points, refused=refused)
+
+
+def compare_sides(a: Side, b: Side, compare_id: str, timestamp: str, threshold_pct: float) -> ABComparison:
+    """``make compare``: B against A (see the module docstring)."""
+    comparison = compare_points(b.points, a.points, a.id, threshold_pct, by_fingerprint=False)
     notes = []
-    if not points:
+    if not comparison.points:
         notes.append("no load point of A pairs with one of B (different kinds of load): see the curves")
     if max(a.repeat, b.repeat) < 2:
         notes.append("single runs on both sides: changes are plain percentages (REPEAT>=2 gives intervals)")
     return ABComparison(
+        **comparison.model_dump(exclude={"notes"}),
         compare_id=compare_id,
         timestamp=timestamp,
         a=a,
         b=b,
         differences=differences(a, b),
-        points=points,
         threshold_pct=threshold_pct,
         notes=notes,
     )
 
 
-def _change(pa: SeriesPoint, pb: SeriesPoint, name: str, better: int, threshold_pct: float) -> Change:
-    return judge(pa.metrics.get(name), pb.metrics.get(name), better, threshold_pct)
+def environment_notes(old: Environment, new: Environment) -> list[str]:
+    """``vLLM flag --max-num-seqs differs (None -> 4)``, ``vllm_version differs (0.6 -> 0.7)``: each vLLM flag and
+    environment field outside the fingerprint that changed; a field one side could not read (None: vLLM down at
+    report time, no GPU driver) is unknown, not a change."""
+    fa, fb = vllm_flags(old.vllm_args), vllm_flags(new.vllm_args)
+    notes = [
+        f"vLLM flag {flag} differs ({fa.get(flag)} -> {fb.get(flag)})"
+        for flag in sorted((set(fa) | set(fb)) - IGNORED_VLLM_FLAGS)
+        if fa.get(flag) != fb.get(flag)
+    ]
+    for key in FLAGGED_ENV_FIELDS:
+        before, now = getattr(old, key), getattr(new, key)
+        if before is not None and now is not None and before != now:
+            notes.append(f"{key} differs ({before} -> {now})")
+    return [f"{note}; the comparison includes that change" for note in notes]
+
+
+def prefix_cache_notes(old: Report, new: Report) -> list[str]:
+    """A note when vLLM's prefix cache served one run much more than the other.
+
+    vLLM keeps the KV blocks of earlier prompts: a run that repeats an earlier run's prompts (the same dataset and
+    seed) finds them cached and its TTFT drops with no change of configuration (measured: 0 % -> 74 % -> 83 % hit
+    rate over three identical runs, p99 TTFT -78 %)."""
+    new_rate = new.server.prefix_cache_hit_rate_percent if new.server else None
+    old_rate = old.server.prefix_cache_hit_rate_percent if old.server else None
+    if new_rate is None or old_rate is None or abs(new_rate - old_rate) <= PREFIX_CACHE_GAP_PP:
+        return []
+    return [
+        f"vLLM's prefix cache served {old_rate:.0f}% of the prompt tokens then and {new_rate:.0f}% now "
+        "(it keeps earlier runs' prompts): the TTFT and throughput changes include that; restart vLLM "
+        "(./start_vllm.sh) before each run to compare cold caches, or vary the prompts (SEED)"
+    ]
+
+
+def compare_reports(new: Report, old: Report, threshold_pct: float) -> Comparison:
+    """One run against another of its workload: :func:`compare_points` of the two as unlabelled one-run points
+    (plain percent changes), with the environment and prefix-cache notes."""
+    comparison = compare_points([report_as_point(new, "")], [report_as_point(old, "")], old.report_id, threshold_pct)
+    comparison.notes = environment_notes(old.environment, new.environment) + prefix_cache_notes(old, new)
+    return comparison
+
+
+def compare_with_history(
+    report: Report, history: Sequence[Report], baselines: Mapping[str, Report | str], threshold_pct: float
+) -> dict[str, Comparison]:
+    """``vs_previous`` (the latest earlier report of the same fingerprint that can be a reference; absent for the
+    first run of a workload) and ``vs_<name>`` for every named baseline: compared, or refused with the reason.
+
+    Args:
+        history: earlier reports, oldest first.
+        baselines: baseline name -> its report, or a string saying why it could not be loaded.
+
+    A run that spans a switch of vLLM (``report.engine_switch``) is compared with nothing: its rows are answers of two
+    models, no one workload; every baseline is refused with that reason.
+    """
+    if report.engine_switch:
+        return {f"vs_{name}": Comparison(refused=report.engine_switch) for name in sorted(baselines)}
+    fingerprint = workload_fingerprint(report.config, report.environment)
+    out: dict[str, Comparison] = {}
+    same = [
+        r for r in history if workload_fingerprint(r.config, r.environment) == fingerprint and not unusable_reason(r)
+    ]
+    if same:
+        out[PREVIOUS] = compare_reports(report, same[-1], threshold_pct)
+    for name, baseline in sorted(baselines.items()):
+        if isinstance(baseline, str):
+            out[f"vs_{name}"] = Comparison(refused=baseline)
+            continue
+        reason = refusal_reason(baseline, fingerprint_fields(report.config, report.environment))
+        out[f"vs_{name}"] = (
+            Comparison(against=baseline.report_id, refused=reason)
+            if reason
+            else compare_reports(report, baseline, threshold_pct)
+        )
+    return out
+
+
+def comparison_lines(name: str, comparison: Comparison) -> list[str]:
+    """What a comparison says besides its changes, each line prefixed by its name: why it was not compared, or its
+    notes (the terminal's ``[COMPARE]`` lines, the pages' notes)."""
+    if comparison.refused:
+        return [f"{name}: not compared: {comparison.refused}"]
+    return [f"{name}: {note}" for note in comparison.notes]
+
+
+def report_notes(report: Report) -> list[str]:
+    """A report's comparison notes in order: ``first run of workload <fingerprint>: no previous run to compare with``
+    when it has no ``vs_previous``, then :func:`comparison_lines` of each comparison."""
+    if report.engine_switch:
+        first = [f"not compared: {report.engine_switch}"]
+    elif PREVIOUS in report.comparison:
+        first = []
+    else:
+        first = [f"first run of workload {report.fingerprint}: no previous run to compare with"]
+    return first + [line for name, c in report.comparison.items() for line in comparison_lines(name, c)]

@@ -1,46 +1,18 @@
-"""Pure comparison of reports: workload fingerprints and percent changes of headline metrics.
+"""Whether two runs are comparable (pure): workload fingerprints, and why a report can be no reference.
 
 Two runs are comparable when their workload fingerprints match: same load shape, lengths, dataset, model and
-hardware. A new report is compared with the previous report of its fingerprint (``vs_previous``) and with every
-named baseline (``vs_<name>``); a baseline of another fingerprint is refused, naming the fields that differ.
+hardware; a baseline of another fingerprint is refused, naming the fields that differ. The comparison itself is
+:mod:`core.abcompare`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from core.report_schema import BenchmarkConfig, Comparison, Environment, Metrics, Report
-from core.serverview import ServerView
-from core.stats import percent_change
-
-COMPARED_METRICS = (
-    "throughput_req_per_sec",
-    "output_tokens_per_sec",
-    "latency_p50_ms",
-    "latency_p90_ms",
-    "latency_p99_ms",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "gpu_mem_peak_gb",
-    "vllm_rss_peak_gb",
-    "error_rate_percent",
-)
-ENERGY_COST_METRICS = (
-    "energy_j_per_output_token",
-    "output_tokens_per_j",
-    "cost_usd_per_1m_output_tokens",
-    "cost_usd_per_1m_total_tokens",
-    "energy_cost_usd_per_1m_output_tokens",
-)
-"""Compared where measured or priced on both sides (docs/energy.md); left out of ``changes_pct`` otherwise, so a
-comparison of runs without energy or prices reads as before."""
-PREVIOUS = "vs_previous"
-# Not part of the fingerprint, but worth a note when they differ between compared runs.
-FLAGGED_ENV_FIELDS = ("vllm_version", "vllm_fingerprint", "model_revision", "driver_version")
-
+from core.report_schema import BenchmarkConfig, Environment, Report
 
 # The bundled corpus moved with the load generator's package (loadtest/ -> loadgen/workloads/). Fingerprints keep the
 # name it had when the first reports were written, so stored reports and baselines stay comparable with new runs.
@@ -129,24 +101,6 @@ def differing_fields(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def metric_changes(new: Metrics, old: Metrics) -> dict[str, float | None]:
-    """``{metric}_pct`` percent changes of :data:`COMPARED_METRICS`, 0.01 % resolution (None where a side is
-    missing), ``error_rate_percent_pp``: the error rate's change in percentage points (a relative change of a
-    rate that was 0 is undefined, the absolute one is not), and those of :data:`ENERGY_COST_METRICS` that both sides
-    have."""
-    out: dict[str, float | None] = {}
-    for name in COMPARED_METRICS:
-        change = percent_change(getattr(new, name), getattr(old, name))
-        out[f"{name}_pct"] = None if change is None else round(change, 2)
-    new_rate, old_rate = new.error_rate_percent, old.error_rate_percent
-    out["error_rate_percent_pp"] = None if new_rate is None or old_rate is None else round(new_rate - old_rate, 2)
-    for name in ENERGY_COST_METRICS:
-        change = percent_change(getattr(new, name), getattr(old, name))
-        if change is not None:
-            out[f"{name}_pct"] = round(change, 2)
-    return out
-
-
 MAX_CUT_SHARE_PCT = 10.0
 """A run whose end cut more than this share of its measured requests (they outlasted DURATION and DRAIN_S) is no
 reference: its figures are of the requests that finished, the short ones."""
@@ -195,88 +149,3 @@ def refusal_reason(baseline: Report, fields: Mapping[str, Any]) -> str | None:
     if fingerprint_of(old_fields) != fingerprint_of(fields):
         return f"workload differs from {baseline.report_id} ({'; '.join(differing_fields(old_fields, fields))})"
     return None
-
-
-def _flag_env(name: str, env: Environment, old: Report) -> list[str]:
-    """Notes for environment fields outside the fingerprint that changed since ``old``; a field one side could not
-    read (None: vLLM down at report time, no GPU driver) is unknown, not a change."""
-    notes = []
-    for key in FLAGGED_ENV_FIELDS:
-        before, now = getattr(old.environment, key), getattr(env, key)
-        if before is not None and now is not None and before != now:
-            notes.append(f"{name}: {key} differs ({before} -> {now}); the comparison includes that change")
-    return notes
-
-
-PREFIX_CACHE_GAP_PP = 20.0
-"""Prefix-cache hit rates (percentage points) further apart than this between two compared runs get a note."""
-
-
-def _flag_prefix_cache(name: str, server: ServerView | None, old: Report) -> list[str]:
-    """A note when vLLM's prefix cache served one run much more than the other (``server``: the new run's view).
-
-    vLLM keeps the KV blocks of earlier prompts: a run that repeats an earlier run's prompts (the same dataset and
-    seed) finds them cached and its TTFT drops with no change of configuration (measured: 0 % -> 74 % -> 83 % hit
-    rate over three identical runs, p99 TTFT -78 %)."""
-    new_rate = server.prefix_cache_hit_rate_percent if server else None
-    old_rate = old.server.prefix_cache_hit_rate_percent if old.server else None
-    if new_rate is None or old_rate is None or abs(new_rate - old_rate) <= PREFIX_CACHE_GAP_PP:
-        return []
-    return [
-        f"{name}: vLLM's prefix cache served {old_rate:.0f}% of the prompt tokens then and {new_rate:.0f}% now "
-        "(it keeps earlier runs' prompts): the TTFT and throughput changes include that; restart vLLM "
-        "(./start_vllm.sh) before each run to compare cold caches, or vary the prompts (SEED)"
-    ]
-
-
-def compare_with_history(
-    config: BenchmarkConfig,
-    env: Environment,
-    metrics: Metrics,
-    history: Sequence[Report],
-    baselines: Mapping[str, Report | str] | None = None,
-    server: ServerView | None = None,
-    switched: str | None = None,
-) -> Comparison:
-    """Compare with the latest earlier report of the same fingerprint and with every named baseline; a run that spans
-    a switch of vLLM (``switched``: its ``engine_switch``) with none: its rows are of two models, no one workload.
-
-    Args:
-        history: earlier reports, oldest first.
-        baselines: baseline name -> its report, or a string saying why it could not be loaded.
-        server: the new run's view of vLLM's /metrics (None: none), for the prefix-cache note
-            (:func:`_flag_prefix_cache`).
-    """
-    fields = fingerprint_fields(config, env)
-    fingerprint = fingerprint_of(fields)
-    comparison = Comparison(fingerprint=fingerprint)
-    if switched:
-        why = f"not compared: {switched}"
-        return Comparison(fingerprint=fingerprint, notes=[why], refused={f"vs_{n}": why for n in baselines or {}})
-    same = [
-        r for r in history if workload_fingerprint(r.config, r.environment) == fingerprint and not unusable_reason(r)
-    ]
-    if same:
-        previous = same[-1]
-        comparison.against[PREVIOUS] = previous.report_id
-        comparison.changes_pct[PREVIOUS] = metric_changes(metrics, previous.metrics)
-        comparison.notes.extend(_flag_env(PREVIOUS, env, previous))
-        comparison.notes.extend(_flag_prefix_cache(PREVIOUS, server, previous))
-    else:
-        comparison.notes.append(f"first run of workload {fingerprint}: no previous run to compare with")
-    for name, baseline in sorted((baselines or {}).items()):
-        key = f"vs_{name}"
-        if isinstance(baseline, str):
-            comparison.refused[key] = baseline
-            comparison.notes.append(f"{key}: not compared: {baseline}")
-            continue
-        reason = refusal_reason(baseline, fields)
-        if reason:
-            comparison.refused[key] = reason
-            comparison.notes.append(f"{key}: refused: {reason}")
-            continue
-        comparison.against[key] = baseline.report_id
-        comparison.changes_pct[key] = metric_changes(metrics, baseline.metrics)
-        comparison.notes.extend(_flag_env(key, env, baseline))
-        comparison.notes.extend(_flag_prefix_cache(key, server, baseline))
-    return comparison

@@ -1,10 +1,10 @@
 """A performance timeline (pure): each workload fingerprint's runs in time order, baselines marked, gates flagged.
 
 Works on reports alone (a ``reports/`` folder kept in Git, or the sidecar's store): runs are grouped by
-``comparison.fingerprint`` (the workload fingerprint, :func:`core.compare.workload_fingerprint`) and ordered by
-their end. A run is marked with every named baseline that points at it (``baselines.json``), and flagged when its
-comparison with a named baseline would fail the gate (:func:`core.gate.gate_failures` on its
-``comparison.changes_pct["vs_<name>"]`` at the given threshold) — the verdict ``GATE=<name>`` gave, or would have.
+``fingerprint`` (the workload fingerprint, :func:`core.compare.workload_fingerprint`) and ordered by their end. A
+run is marked with every named baseline that points at it (``baselines.json``), and flagged when its comparison with
+a named baseline would fail the gate (:func:`core.gate.comparison_checks` on its ``comparison["vs_<name>"]`` at the
+given threshold) — the verdict ``GATE=<name>`` gave, or would have.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from core.gate import gate_failures
+from core.gate import comparison_checks
 from core.report_schema import Report
 
 
@@ -87,18 +87,18 @@ def timelines(
         marks.setdefault(target, []).append(name)
     groups: dict[str, list[Report]] = {}
     for report in sorted(reports, key=lambda r: (r.run_ended_at, r.report_id)):
-        if report.comparison.fingerprint:
-            groups.setdefault(report.comparison.fingerprint, []).append(report)
+        if report.fingerprint:
+            groups.setdefault(report.fingerprint, []).append(report)
     out = []
     for fingerprint, runs in groups.items():
         points = []
         for r in runs:
             failed = [
-                f"{key}: {failure}"
-                for key, changes in r.comparison.changes_pct.items()
+                f"{key}: {check.name} {check.detail}"
+                for key, comparison in r.comparison.items()
                 if key != "vs_previous"
-                for failure in gate_failures(changes, threshold_pct, error_rate_pp)
-                if "n/a" not in failure
+                for check in comparison_checks(comparison, threshold_pct, error_rate_pp)
+                if not check.passed and not check.error
             ]
             m = r.metrics
             points.append(

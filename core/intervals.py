@@ -143,3 +143,25 @@ def change_text(change: Change) -> str:
     if change.verdict == "no significant change":
         return f"no significant change ({span})"
     return f"{span} {change.verdict}"
+
+
+class PointComparison(BaseModel):
+    """One load point of B against the paired point of A: each metric's :class:`Change` (an interval when either side
+    repeated its runs)."""
+
+    label: str = Field(description="B's point ('' for a single run).")
+    against_label: str = Field(description="A's point.")
+    against_ids: list[str] = Field(description="The report ids of A's point.")
+    changes: dict[str, Change]
+
+
+class Comparison(BaseModel):
+    """The one comparison: B (a report, a series) against A (the previous run, a named baseline, ``make compare``'s
+    A), point by point; ``refused`` says why nothing was compared."""
+
+    against: str | None = Field(default=None, description="Report or series id of A (the reference).")
+    points: list[PointComparison] = Field(default_factory=list)
+    refused: str | None = Field(default=None, description="Why nothing could be compared (None: compared).")
+    notes: list[str] = Field(
+        default_factory=list, description="What differs outside the workload (vLLM flags, version): part of the change."
+    )

@@ -8,17 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from core.clientview import ClientView
 from core.cost import CostBasis
+from core.intervals import Comparison
 from core.report_resources import GpuSample, GpuStats, HostResources, KvCacheStats, ResourcePoint, Resources
 from core.report_setup import BenchmarkConfig, Environment, StartupFacts
 from core.serverview import ServerView
 from core.serverview_cluster import ClusterView
 from core.stats import RunMetrics
 
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
+# 1.5: one comparison model: ``comparison`` maps ``vs_previous`` / ``vs_<baseline>`` to the comparison a series and
+#      ``make compare`` write too (``against``, ``points`` with each metric's change, ``refused``, ``notes``), each
+#      written once (1.4 wrote every ``changes_pct`` entry twice, and the notes apart); the workload fingerprint is
+#      ``fingerprint``. Earlier reports are migrated on reading (:func:`migrate_report`).
 # 1.4 (same version, optional fields, so earlier 1.4 reports read unchanged): energy and cost (docs/energy.md):
 #      ``resources.energy`` (and per host), NVML's energy counter per GPU sample (``energy_mj``), the flat
 #      ``metrics.energy_*`` / ``cost_usd_*`` figures, the prices in ``config`` and ``cost``.
@@ -126,39 +131,19 @@ class ErrorSummary(BaseModel):
     examples: dict[str, list[str]] = Field(default_factory=dict)
 
 
-class Comparison(BaseModel):
-    """Percent changes against earlier reports of the same workload (``vs_previous``, ``vs_<baseline>``).
-
-    In JSON every comparison also appears as a top-level key, so ``comparison.vs_v0.2.1.throughput_req_per_sec_pct``
-    reads the same number as ``comparison.changes_pct["vs_v0.2.1"]["throughput_req_per_sec_pct"]``.
-    """
-
-    model_config = ConfigDict(json_schema_extra={"patternProperties": {"^vs_": {"type": "object"}}})
-
-    fingerprint: str | None = Field(default=None, description="Workload fingerprint of this report.")
-    against: dict[str, str] = Field(default_factory=dict, description="Comparison name -> report id.")
-    changes_pct: dict[str, dict[str, float | None]] = Field(default_factory=dict)
-    refused: dict[str, str] = Field(
-        default_factory=dict,
-        description="Named baselines not compared (``vs_<name>`` -> why, e.g. the fields that differ).",
-    )
-    notes: list[str] = Field(default_factory=list)
-
-    @model_serializer(mode="wrap")
-    def _with_direct_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        for name, changes in self.changes_pct.items():
-            data.setdefault(name, changes)
-        return data
-
-
 def migrate_report(data: Any) -> Any:
     """Bring a stored report's JSON up to :data:`SCHEMA_VERSION` (1.1 -> 1.2: renamed and moved fields, see the
-    notes at :data:`SCHEMA_VERSION`; 1.2 -> 1.3 -> 1.4: only optional fields were added); other input as is."""
-    if not isinstance(data, dict) or data.get("schema_version") not in ("1.1", "1.2", "1.3"):
+    notes at :data:`SCHEMA_VERSION`; 1.2 -> 1.3 -> 1.4: only optional fields were added; 1.4 -> 1.5: the
+    comparisons, :func:`_comparisons_1_5`); other input as is."""
+    if not isinstance(data, dict) or data.get("schema_version") not in ("1.1", "1.2", "1.3", "1.4"):
         return data
     data = dict(data)
-    if data["schema_version"] in ("1.2", "1.3"):  # later versions only added optional fields
+    if isinstance(data.get("comparison"), dict) and "changes_pct" in data["comparison"]:
+        data["fingerprint"] = data["comparison"].get("fingerprint")
+        metrics = data.get("metrics")
+        error_rate = metrics.get("error_rate_percent") if isinstance(metrics, dict) else None
+        data["comparison"] = _comparisons_1_5(data["comparison"], error_rate)
+    if data["schema_version"] != "1.1":  # 1.2 to 1.4 only added optional fields
         data["schema_version"] = SCHEMA_VERSION
         return data
     for section in ("metrics", "resources"):
@@ -168,6 +153,44 @@ def migrate_report(data: Any) -> Any:
         data["environment"], data["logs"] = _startup_facts_moved(data["environment"], data["logs"])
     data["schema_version"] = SCHEMA_VERSION
     return data
+
+
+CHANGES_RENAMED_IN_1_5 = {
+    f"{old}_pct": new
+    for old, new in (
+        ("throughput_req_per_sec", "throughput_req_per_sec"), ("output_tokens_per_sec", "output_tokens_per_sec"),
+        ("latency_p50_ms", "e2e_p50_ms"), ("latency_p99_ms", "e2e_p99_ms"), ("ttft_p50_ms", "ttft_p50_ms"),
+        ("ttft_p99_ms", "ttft_p99_ms"), ("energy_j_per_output_token", "energy_j_per_output_token"),
+        ("output_tokens_per_j", "output_tokens_per_j"),
+        ("cost_usd_per_1m_output_tokens", "cost_usd_per_1m_output_tokens"),
+        ("cost_usd_per_1m_total_tokens", "cost_usd_per_1m_total_tokens"),
+        ("energy_cost_usd_per_1m_output_tokens", "energy_cost_usd_per_1m_output_tokens"),
+    )
+}  # fmt: skip
+"""A 1.4 report's ``changes_pct`` keys -> the metric names of :data:`core.series.SERIES_METRICS` (the rest, e.g.
+``gpu_mem_peak_gb_pct``, no page showed; they are dropped)."""
+
+
+def _comparisons_1_5(old: dict[str, Any], error_rate_percent: float | None) -> dict[str, Any]:
+    """A 1.4 ``comparison`` (``against``, ``changes_pct``, ``refused``, ``notes`` prefixed ``vs_<name>: ``) as 1.5's
+    ``vs_<name>`` -> comparison of one unlabelled point whose changes have no interval; the error rate's change in
+    percentage points becomes its two values (the report's rate and that rate less the change)."""
+    out: dict[str, Any] = {}
+    against, notes = old.get("against", {}), old.get("notes", [])
+    for key, pct in old.get("changes_pct", {}).items():
+        single = {"a_mean": None, "b_mean": None, "verdict": "no interval (single runs)"}
+        changes = {new: {**single, "change_pct": pct[old]} for old, new in CHANGES_RENAMED_IN_1_5.items() if old in pct}
+        rise = pct.get("error_rate_percent_pp")
+        if rise is not None and error_rate_percent is not None:
+            was = error_rate_percent - rise
+            changes["error_rate_percent"] = {**single, "a_mean": was, "b_mean": error_rate_percent,
+                                             "change_pct": rise / was * 100.0 if was else None}  # fmt: skip
+        point = {"label": "", "against_label": "", "against_ids": [against.get(key, "?")], "changes": changes}
+        mine = [n.removeprefix(f"{key}: ") for n in notes if n.startswith(f"{key}: ")]
+        out[key] = {"against": against.get(key), "points": [point], "notes": mine}
+    for key, reason in old.get("refused", {}).items():
+        out[key] = {"refused": reason}
+    return out
 
 
 def _renamed(part: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
@@ -219,7 +242,10 @@ class Report(BaseModel):
     errors: ErrorSummary
     resources: Resources
     logs: LogFacts
-    comparison: Comparison
+    fingerprint: str | None = Field(default=None, description="Workload fingerprint (what makes runs comparable).")
+    comparison: dict[str, Comparison] = Field(
+        default_factory=dict, description="'vs_previous' / 'vs_<baseline>' -> the comparison with that reference."
+    )
     server: ServerView | None = Field(
         default=None, description="vLLM's /metrics over the window and its agreement with the client (None: no scrape)."
     )

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from core.compare import workload_fingerprint
-from core.intervals import CONFIDENCE, METHOD, Change, Interval, interval, judge
+from core.intervals import CONFIDENCE, METHOD, Comparison, Interval, interval
 from core.report_schema import SCHEMA_VERSION, BenchmarkConfig, Environment, Report
 
 PointKind = Literal["synchronous", "throughput", "concurrency", "rate"]
@@ -110,26 +110,6 @@ class Knee(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-class PointComparison(BaseModel):
-    """One point of this series against the reference's point of the same workload fingerprint."""
-
-    label: str
-    against_label: str
-    against_ids: list[str]
-    changes: dict[str, Change]
-
-
-class SeriesComparison(BaseModel):
-    """This series against another (the previous series of the same points, or a named baseline)."""
-
-    against: str = Field(description="Series or report id of the reference.")
-    points: list[PointComparison] = Field(default_factory=list)
-    refused: str | None = Field(default=None, description="Why nothing could be compared (no common workload).")
-    notes: list[str] = Field(
-        default_factory=list, description="What differs outside the workload (vLLM flags, version): part of the change."
-    )
-
-
 class SeriesReport(BaseModel):
     """A sweep or a repeated run: ``reports/benchmark_series_YYYYMMDD_HHMMSS.json``."""
 
@@ -147,7 +127,7 @@ class SeriesReport(BaseModel):
     interval_method: str = METHOD
     points: list[SeriesPoint]
     knee: Knee
-    comparison: dict[str, SeriesComparison] = Field(
+    comparison: dict[str, Comparison] = Field(
         default_factory=dict, description="'vs_previous' / 'vs_<baseline>' -> per-point changes with intervals."
     )
     interrupted: bool = Field(default=False, description="Stopped early (Ctrl-C): the points measured so far.")
@@ -237,34 +217,14 @@ def find_knee(points: list[SeriesPoint], slo: dict[str, float], attainment_pct: 
     )
 
 
-def compare_points(
-    points: list[SeriesPoint], reference: list[SeriesPoint], against: str, threshold_pct: float
-) -> SeriesComparison:
-    """Each point of ``points`` against the reference point with the same workload fingerprint (with intervals)."""
-    by_fingerprint = {p.fingerprint: p for p in reference if p.fingerprint}
-    out = SeriesComparison(against=against)
-    for point in points:
-        ref = by_fingerprint.get(point.fingerprint) if point.fingerprint else None
-        if ref is None:
-            continue
-        changes = {
-            name: judge(ref.metrics.get(name), point.metrics.get(name), better, threshold_pct)
-            for name, (_, _, better) in SERIES_METRICS.items()
-        }
-        out.points.append(
-            PointComparison(label=point.label, against_label=ref.label, against_ids=ref.report_ids, changes=changes)
-        )
-    if not out.points:
-        out.refused = f"no load point of {against} has the same workload fingerprint (model, load, lengths, hardware)"
-    return out
-
-
-def report_as_point(report: Report) -> SeriesPoint:
-    """A single report as a one-run point (a baseline that is a report, or one side of an A/B comparison)."""
+def report_as_point(report: Report, label: str | None = None) -> SeriesPoint:
+    """A single report as a one-run point (a run, a baseline that is a report, or one side of an A/B comparison);
+    ``label`` overrides its load's (``''``: a run compared on its own, whose gate checks carry no prefix)."""
     config = report.config
     closed = config.rate_req_per_sec is None
     plan = PointPlan(
-        label=f"concurrency {config.concurrency}" if closed else f"rate {config.rate_req_per_sec:g} req/s",
+        label=label if label is not None else
+        f"concurrency {config.concurrency}" if closed else f"rate {config.rate_req_per_sec:g} req/s",
         kind="concurrency" if closed else "rate",
         concurrency=config.concurrency if closed else None,
         rate_req_per_sec=config.rate_req_per_sec,

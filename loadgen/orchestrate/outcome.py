@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 
 from core.compare import unusable_reason
-from core.gate import gate_verdict
+from core.gate import GateVerdict, gate_verdict
 from core.report_schema import Report
 from core.series import SeriesReport, series_unusable_reason
 from core.settings import Settings
@@ -62,9 +62,18 @@ def server_down_line(what: str) -> str:
     return f"[ERROR] {what}; the run was ended early, report written with the failures counted"
 
 
-def verdicts(settings: Settings, result: Result) -> list[tuple[int, str]]:
+def judge_gate(settings: Settings, result: Result) -> GateVerdict | None:
+    """The gate's verdict on ``result`` against ``GATE`` (None without one): judged once, read by the exit code and
+    the CI files."""
+    if not settings.gate:
+        return None
+    return gate_verdict(result, settings.gate, settings.gate_threshold_pct, settings.gate_error_rate_pp)
+
+
+def verdicts(settings: Settings, result: Result, gate: GateVerdict | None = None) -> list[tuple[int, str]]:
     """``(exit code, line)`` of every check the run or series failed, most serious first (empty: exit 0): no
-    measured request succeeded (at any point), the GATE (printed when it passes), the error-rate limit per point."""
+    measured request succeeded (at any point), the gate (``gate``, :func:`judge_gate`; printed when it passes), the
+    error-rate limit per point."""
     points = point_outcomes(result)
     out: list[tuple[int, str]] = []
     if not any(p.succeeded for p in points):
@@ -74,12 +83,11 @@ def verdicts(settings: Settings, result: Result) -> list[tuple[int, str]]:
             cut = f", {single.cut} cut by the run's end" if single.cut else ""
             why = f" ({single.failed} failed{cut}): see errors" + (" and the cut requests." if cut else ".")
         out.append((EXIT_NO_SUCCESS, f"[ERROR] No measured request succeeded{why}"))
-    if settings.gate:  # 3 on a regression, 2 when the baseline is unknown/incomparable
-        verdict = gate_verdict(result, settings.gate, settings.gate_threshold_pct, settings.gate_error_rate_pp)
-        if verdict.exit_code:
-            out.append((verdict.exit_code, verdict.line))
+    if gate is not None:  # 3 on a regression, 2 when the baseline is unknown/incomparable
+        if gate.exit_code:
+            out.append((gate.exit_code, gate.line))
         else:
-            print(verdict.line)
+            print(gate.line)
     limit = settings.max_error_rate_pct
     for p in points:
         if limit is not None and p.error_rate_pct is not None and p.error_rate_pct > limit:
@@ -130,9 +138,10 @@ def finish(
             what = f"series of the {len(result.points)} point(s) measured"
         print(f"[INFO] Interrupted: {what} so far written.")
         return EXIT_INTERRUPTED
-    failed = [(EXIT_SERVER_DOWN, server_down_line(server_down))] if server_down else verdicts(settings, result)
+    gate = judge_gate(settings, result)
+    failed = [(EXIT_SERVER_DOWN, server_down_line(server_down))] if server_down else verdicts(settings, result, gate)
     for _, line in failed:
         print(line, file=sys.stderr)
-    for line in write_ci_outputs(settings, ci_result(settings, result, path, failed)):
+    for line in write_ci_outputs(settings, ci_result(result, path, failed, gate)):
         print(line)
     return failed[0][0] if failed else EXIT_OK

@@ -6,8 +6,8 @@ from __future__ import annotations
 from core.report_schema import Report
 
 COMPARE_LABELS = (
-    ("energy_j_per_output_token_pct", "J/output token"),
-    ("cost_usd_per_1m_output_tokens_pct", "$/1M output tokens"),
+    ("energy_j_per_output_token", "J/output token"),
+    ("cost_usd_per_1m_output_tokens", "$/1M output tokens"),
 )
 """Changes a ``[COMPARE]`` line adds where both runs have them."""
 WHERE_MEASURED = ("energy_j_per_output_token", "cost_usd_per_1m_output_tokens", "cost_usd_per_1m_total_tokens")

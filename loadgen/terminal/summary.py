@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.abcompare import ABComparison
+from core.abcompare import ABComparison, comparison_lines, report_notes
 from core.clientview import ClientView, share_text
 from core.compare import unusable_reason
 from core.conversations import sessions_text, turns_text
 from core.cutrequests import CutRequests
 from core.energy import NO_ENERGY_GAP
 from core.errorsummary import causes_text
-from core.intervals import Interval, change_text
+from core.intervals import Interval, PointComparison, change_text
 from core.reasoning import reasoning_text
 from core.report_schema import BenchmarkConfig, Report
 from core.schedule import schedule_text
@@ -24,10 +24,10 @@ from loadgen.terminal.energy_lines import COMPARE_LABELS as ENERGY_COMPARE_LABEL
 from loadgen.terminal.energy_lines import WHERE_MEASURED, energy_lines
 
 COMPARE_LABELS = (
-    ("throughput_req_per_sec_pct", "throughput"),
-    ("latency_p99_ms_pct", "p99 latency"),
-    ("ttft_p99_ms_pct", "p99 TTFT"),
-    ("output_tokens_per_sec_pct", "output tok/s"),
+    ("throughput_req_per_sec", "throughput"),
+    ("e2e_p99_ms", "p99 latency"),
+    ("ttft_p99_ms", "p99 TTFT"),
+    ("output_tokens_per_sec", "output tok/s"),
     *ENERGY_COMPARE_LABELS,
 )
 
@@ -257,13 +257,13 @@ def compare_lines(report: Report) -> list[str]:
     """``[COMPARE] vs_v0.2.1: +12% throughput, -3.0% p99 latency (benchmark_report_…)`` per comparison, then the
     notes (first run, refused baselines and why, environment changes)."""
     lines = []
-    for name, changes in report.comparison.changes_pct.items():
-        present = [(changes.get(key), label) for key, label in COMPARE_LABELS]
-        parts = [f"{pct_text(value)} {label}" for value, label in present if value is not None]
-        against = report.comparison.against.get(name, "?")
-        lines.append(f"[COMPARE] {name}: {', '.join(parts) or 'no comparable figure'} ({against})")
-    lines += [f"[COMPARE] {note}" for note in report.comparison.notes]
-    return lines
+    for name, comparison in report.comparison.items():
+        if not comparison.points:
+            continue
+        present = [(comparison.points[0].changes.get(key), label) for key, label in COMPARE_LABELS]
+        parts = [f"{pct_text(c.change_pct)} {label}" for c, label in present if c and c.change_pct is not None]
+        lines.append(f"[COMPARE] {name}: {', '.join(parts) or 'no comparable figure'} ({comparison.against})")
+    return lines + [f"[COMPARE] {note}" for note in report_notes(report)]
 
 
 TABLE_METRICS = ("throughput_req_per_sec", "output_tokens_per_sec", "ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms")
@@ -276,6 +276,18 @@ def interval_text(iv: Interval | None, digits: int = 2) -> str:
         return "n/a"
     mean = f"{iv.mean:.{digits}f}"
     return mean if iv.half_width is None else f"{mean} ± {iv.half_width:.{digits}f}"
+
+
+def change_parts(point: PointComparison, hits: bool = False) -> str:
+    """``throughput +12% [+8%, +16%] better; …`` of one compared point: :data:`COMPARE_METRICS`, then the energy and
+    cost figures both sides have, then (``hits``) the prefix-cache hit rate's two values (a rate from ~0)."""
+    parts = [f"{SERIES_METRICS[m][0]} {change_text(point.changes[m])}" for m in COMPARE_METRICS]
+    parts += [f"{SERIES_METRICS[m][0]} {change_text(c)}" for m in WHERE_MEASURED
+              if (c := point.changes.get(m)) is not None and c.change_pct is not None]  # fmt: skip
+    rate = point.changes.get("prefix_cache_hit_rate_percent")
+    if hits and rate is not None and rate.a_mean is not None and rate.b_mean is not None:
+        parts.append(f"prefix-cache hit rate {rate.a_mean:.1f}% -> {rate.b_mean:.1f}%")
+    return "; ".join(parts)
 
 
 def series_lines(series: SeriesReport, path: str) -> list[str]:
@@ -291,15 +303,11 @@ def series_lines(series: SeriesReport, path: str) -> list[str]:
         lines.append(f"[KNEE] {series.knee.line}")
         lines += [f"[KNEE] note: {note}" for note in series.knee.notes]
     for name, comparison in series.comparison.items():
-        if comparison.refused:
-            lines.append(f"[COMPARE] {name}: not compared: {comparison.refused}")
-            continue
-        for paired in comparison.points:
-            parts = [f"{SERIES_METRICS[m][0]} {change_text(paired.changes[m])}" for m in COMPARE_METRICS]
-            parts += [f"{SERIES_METRICS[m][0]} {change_text(c)}" for m in WHERE_MEASURED
-                      if (c := paired.changes.get(m)) is not None and c.change_pct is not None]  # fmt: skip
-            lines.append(f"[COMPARE] {name} {paired.label}: " + "; ".join(parts) + f" ({comparison.against})")
-        lines += [f"[COMPARE] {name}: {note}" for note in comparison.notes]
+        lines += [
+            f"[COMPARE] {name} {paired.label}: {change_parts(paired)} ({comparison.against})"
+            for paired in comparison.points
+        ]
+        lines += [f"[COMPARE] {line}" for line in comparison_lines(name, comparison)]
     lines += [f"[NOTE] {note}" for note in series.notes]
     lines.append(f"[REPORT] Series saved to {path}")
     return lines + files_lines(path, (("Markdown", series.markdown_file), ("HTML", series.html_file)))
@@ -313,14 +321,7 @@ def ab_compare_lines(comparison: ABComparison, path: str) -> list[str]:
         lines += [f"[DIFF] {d.group}: {d.field}: {d.a} -> {d.b}" for d in comparison.differences]
     else:
         lines.append("[DIFF] no configuration field differs")
-    for point in comparison.points:
-        parts = [f"{SERIES_METRICS[m][0]} {change_text(point.changes[m])}" for m in COMPARE_METRICS]
-        parts += [f"{SERIES_METRICS[m][0]} {change_text(c)}" for m in WHERE_MEASURED
-                  if (c := point.changes.get(m)) is not None and c.change_pct is not None]  # fmt: skip
-        hits = point.changes.get("prefix_cache_hit_rate_percent")
-        if hits is not None and hits.a_mean is not None and hits.b_mean is not None:  # a rate from ~0: both values
-            parts.append(f"prefix-cache hit rate {hits.a_mean:.1f}% -> {hits.b_mean:.1f}%")
-        lines.append(f"[COMPARE] {point.against_label} -> {point.label}: " + "; ".join(parts))
+    lines += [f"[COMPARE] {p.against_label} -> {p.label}: {change_parts(p, hits=True)}" for p in comparison.points]
     lines += [f"[NOTE] {note}" for note in comparison.notes]
     lines.append(f"[REPORT] Comparison saved to {path}")
     return lines + files_lines(path, (("HTML", comparison.html_file),))

@@ -116,9 +116,10 @@ def energy_changes(report: Report) -> list[str]:
     """``vs_previous: energy / output token +3.1%, cost / 1M output tokens -2.0%``: each comparison's changes of the
     energy and cost figures both runs have (none: no line)."""
     lines = []
-    for name, changes in report.comparison.changes_pct.items():
-        parts = [f"{SERIES_METRICS[m][0]} {changes[f'{m}_pct']:+.1f}%" for m in CHANGED
-                 if changes.get(f"{m}_pct") is not None]  # fmt: skip
+    for name, c in report.comparison.items():
+        changes = c.points[0].changes if c.points else {}
+        parts = [f"{SERIES_METRICS[m][0]} {change.change_pct:+.1f}%" for m in CHANGED
+                 if (change := changes.get(m)) is not None and change.change_pct is not None]  # fmt: skip
         if parts:
             lines.append(f"{name}: {', '.join(parts)}")
     return lines

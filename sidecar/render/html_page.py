@@ -10,7 +10,7 @@ import html
 import logging
 from collections.abc import Callable, Sequence
 
-from core.abcompare import ABComparison
+from core.abcompare import ABComparison, report_notes
 from core.records import RequestRecord
 from core.report_schema import Report
 from core.series import SeriesReport, slo_text
@@ -78,10 +78,11 @@ def _figure(title: str, draw: Callable[[], bytes | None]) -> str:
 
 
 def _comparison(report: Report) -> str:
-    c = report.comparison
-    parts = [_grid(comparison_header(), comparison_rows(report))] if c.changes_pct else []
-    parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in [*energy_changes(report), *c.notes]) + "</ul>")
-    parts.append(f'<p class="muted">Workload fingerprint <code>{_e(c.fingerprint)}</code></p>')
+    rows = comparison_rows(report)
+    parts = [_grid(comparison_header(), rows)] if rows else []
+    notes = [*energy_changes(report), *report_notes(report)]
+    parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
+    parts.append(f'<p class="muted">Workload fingerprint <code>{_e(report.fingerprint)}</code></p>')
     return "".join(parts)
 
 

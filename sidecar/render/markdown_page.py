@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.abcompare import ABComparison
+from core.abcompare import ABComparison, report_notes
 from core.report_schema import Report
 from core.series import SeriesReport
 from core.serverview import verdict_text
@@ -65,11 +65,10 @@ def render_markdown(report: Report) -> str:
     if report.metrics.turns:  # conversations: one row per turn index
         lines += ["## Conversations: per turn", "", *table(turn_header(), turn_rows(report)), ""]
     lines += ["## Comparison", ""]
-    if report.comparison.changes_pct:
-        lines += [*table(comparison_header(), comparison_rows(report)), ""]
-    lines += [f"- {line}" for line in energy_changes(report)]
-    lines += [f"- {note}" for note in report.comparison.notes]
-    lines += [f"- workload fingerprint: `{report.comparison.fingerprint}`", ""]
+    if compared := comparison_rows(report):
+        lines += [*table(comparison_header(), compared), ""]
+    lines += [f"- {line}" for line in [*energy_changes(report), *report_notes(report)]]
+    lines += [f"- workload fingerprint: `{report.fingerprint}`", ""]
     if report.server is not None:
         verdict = verdict_text(report.server)
         lines += ["## vLLM /metrics cross-check", "", f"Client and server: {verdict}", ""]

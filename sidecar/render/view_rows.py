@@ -8,21 +8,21 @@ from collections.abc import Sequence
 from core.abcompare import Side
 from core.compare import unusable_reason
 from core.cutrequests import CutRequests
-from core.intervals import Interval, change_text
+from core.intervals import Change, Interval, PointComparison, change_text
 from core.report_schema import BenchmarkConfig, Environment, Report
 from core.schedule import schedule_text
-from core.series import SERIES_METRICS, PointComparison, SeriesReport
+from core.series import SERIES_METRICS, SeriesReport
 from core.serverview import ServerView
 from sidecar.render.cells import Row, fmt, pct
 from sidecar.render.conversation_rows import reasoning_rows, session_rows
 from sidecar.render.energy_rows import energy_headline_rows
 
 COMPARISON_COLUMNS = (
-    ("throughput_req_per_sec_pct", "throughput"),
-    ("output_tokens_per_sec_pct", "output tok/s"),
-    ("latency_p50_ms_pct", "p50 latency"),
-    ("latency_p99_ms_pct", "p99 latency"),
-    ("ttft_p99_ms_pct", "p99 TTFT"),
+    ("throughput_req_per_sec", "throughput"),
+    ("output_tokens_per_sec", "output tok/s"),
+    ("e2e_p50_ms", "p50 latency"),
+    ("e2e_p99_ms", "p99 latency"),
+    ("ttft_p99_ms", "p99 TTFT"),
 )
 
 
@@ -100,26 +100,31 @@ def comparison_header() -> list[str]:
     return ["vs", "report", *(label for _, label in COMPARISON_COLUMNS), "error rate %"]
 
 
-def error_rate_change(new_pct: float | None, change_pp: float | None) -> str:
+def error_rate_change(change: Change | None) -> str:
     """``0.0 → 0.0 (=)``, ``0.0 → 2.5 (+2.5 pp)``: the error rate's two values and its change in percentage points
     (a percent change of a rate that was 0 is undefined; this is not); ``n/a`` when unknown."""
-    if change_pp is None or new_pct is None:
+    if change is None or change.a_mean is None or change.b_mean is None:
         return "n/a"
-    old = new_pct - change_pp
-    return f"{old:.1f} → {new_pct:.1f} " + ("(=)" if round(change_pp, 1) == 0 else f"({change_pp:+.1f} pp)")
+    change_pp = change.b_mean - change.a_mean
+    moved = "(=)" if round(change_pp, 1) == 0 else f"({change_pp:+.1f} pp)"
+    return f"{change.a_mean:.1f} → {change.b_mean:.1f} {moved}"
+
+
+def single_changes(report: Report) -> list[tuple[str, str, dict[str, Change]]]:
+    """``(name, reference id, changes)`` of each comparison of the run that compared (its one point)."""
+    return [(name, c.against or "", c.points[0].changes) for name, c in report.comparison.items() if c.points]
 
 
 def comparison_rows(report: Report) -> list[list[str]]:
     """One row per comparison: name, the other report, percent changes, then the error rate's two values."""
-    c = report.comparison
     return [
         [
             name,
-            c.against.get(name, ""),
-            *(pct(changes.get(key)) for key, _ in COMPARISON_COLUMNS),
-            error_rate_change(report.metrics.error_rate_percent, changes.get("error_rate_percent_pp")),
+            against,
+            *(pct(change.change_pct if (change := changes.get(key)) else None) for key, _ in COMPARISON_COLUMNS),
+            error_rate_change(changes.get("error_rate_percent")),
         ]
-        for name, changes in c.changes_pct.items()
+        for name, against, changes in single_changes(report)
     ]
 
 

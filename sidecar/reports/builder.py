@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from core.api import BuildReportRequest
+from core.compare import workload_fingerprint
 from core.cost import CostBasis, report_figures
 from core.energy import NO_ENERGY_GAP
 from core.errorsummary import MAX_ERROR_EXAMPLES, error_summary
@@ -10,7 +11,6 @@ from core.kvbound import kv_bound_reason
 from core.records import RequestRecord
 from core.redact import strip_url_credentials
 from core.report_schema import (
-    Comparison,
     Environment,
     HostResources,
     LogFacts,
@@ -123,11 +123,11 @@ def build_report(
     environment: Environment,
     resources: Resources,
     log_facts: LogFacts,
-    comparison: Comparison,
     cost: CostBasis | None = None,
 ) -> Report:
     """Assemble a report (pure: every input was gathered by the caller, ``records`` from the run's rows file;
-    ``cost``: the prices, None when unset)."""
+    ``cost``: the prices, None when unset); its comparisons are the writer's, made once the report exists
+    (:func:`core.abcompare.compare_with_history`)."""
     return Report(
         report_id=report_id,
         timestamp=timestamp,
@@ -141,7 +141,7 @@ def build_report(
         errors=request.errors if request.errors is not None else error_summary(records),
         resources=resources,
         logs=log_facts,
-        comparison=comparison,
+        fingerprint=workload_fingerprint(request.config, environment),
         server=request.server,
         cluster=request.cluster,
         client=request.client,

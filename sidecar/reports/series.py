@@ -12,17 +12,16 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from core.abcompare import IGNORED_VLLM_FLAGS, ABComparison, Side, compare_sides, vllm_flags
+from core.abcompare import ABComparison, Side, compare_points, compare_sides, environment_notes
 from core.api import BuildSeriesRequest, BuildSeriesResponse, CompareRequest, CompareResponse
+from core.intervals import Comparison
 from core.redact import Redactor, secret_values
 from core.report_schema import Environment, Report
 from core.series import (
     COMPARE_ID_RE,
     SERIES_ID_RE,
-    SeriesComparison,
     SeriesPoint,
     SeriesReport,
-    compare_points,
     find_knee,
     is_series_id,
     measure_point,
@@ -37,19 +36,6 @@ from sidecar.reports.store import ReportStore, ResultStore, utc_now_iso, validat
 
 class UnknownResult(LookupError):
     """A reference names no report, series or baseline; the message lists what exists."""
-
-
-def engine_notes(old: Environment, new: Environment) -> list[str]:
-    """``vLLM flag --max-num-seqs differs (None -> 4)`` for each vLLM flag or version that changed."""
-    fa, fb = vllm_flags(old.vllm_args), vllm_flags(new.vllm_args)
-    notes = [
-        f"vLLM flag {flag} differs ({fa.get(flag)} -> {fb.get(flag)}); the comparison includes that change"
-        for flag in sorted((set(fa) | set(fb)) - IGNORED_VLLM_FLAGS)
-        if fa.get(flag) != fb.get(flag)
-    ]
-    if old.vllm_version != new.vllm_version:
-        notes.append(f"vLLM version differs ({old.vllm_version} -> {new.vllm_version})")
-    return notes
 
 
 def new_id(prefix: str, now: datetime | None = None) -> str:
@@ -87,49 +73,26 @@ class SeriesService:
         except FileNotFoundError:
             raise UnknownResult(f"no report {report_id}") from None
 
-    def points_of(self, result_id: str) -> list[SeriesPoint]:
-        """The load points of a series, or a report as one point.
-
-        Raises:
-            UnknownResult: no such result. ValueError: not an id.
-        """
-        if is_series_id(result_id):
-            try:
-                return self.series.get(result_id).points
-            except FileNotFoundError:
-                raise UnknownResult(f"no series {result_id}") from None
-        return [report_as_point(self._report(validate_report_id(result_id)))]
-
-    def environment_of(self, result_id: str) -> Environment:
-        """The environment a report or series was measured in.
-
-        Raises:
-            UnknownResult, ValueError, OSError: as :meth:`points_of`.
-        """
-        if is_series_id(result_id):
-            return self.series.get(result_id).environment
-        return self._report(validate_report_id(result_id)).environment
-
     def _comparisons(
         self, points: list[SeriesPoint], environment: Environment, threshold_pct: float
-    ) -> dict[str, SeriesComparison]:
+    ) -> dict[str, Comparison]:
         """Against the latest earlier series sharing a point, and against every named baseline; each notes the vLLM
         flags and version that differ (not part of the workload fingerprint, but part of the change)."""
-        out: dict[str, SeriesComparison] = {}
+        out: dict[str, Comparison] = {}
         fingerprints = {p.fingerprint for p in points}
         for earlier in reversed(self.series.list()):
             if fingerprints & {p.fingerprint for p in earlier.points}:
                 comparison = compare_points(points, earlier.points, earlier.series_id, threshold_pct)
-                comparison.notes = engine_notes(earlier.environment, environment)
+                comparison.notes = environment_notes(earlier.environment, environment)
                 out["vs_previous"] = comparison
                 break
         for name, result_id in self.baselines.all().items():
             try:
-                reference = self.points_of(result_id)
-                comparison = compare_points(points, reference, result_id, threshold_pct)
-                comparison.notes = engine_notes(self.environment_of(result_id), environment)
-            except (UnknownResult, ValueError, OSError) as exc:
-                comparison = SeriesComparison(against=result_id, refused=f"cannot be read: {exc}")
+                reference = self.side(result_id)
+                comparison = compare_points(points, reference.points, result_id, threshold_pct)
+                comparison.notes = environment_notes(reference.environment, environment)
+            except (UnknownResult, OSError) as exc:
+                comparison = Comparison(against=result_id, refused=f"cannot be read: {exc}")
             out[f"vs_{name}"] = comparison
         return out
 
@@ -181,7 +144,10 @@ class SeriesService:
                 return Side(ref=ref, kind="series", id=result_id, environment=series.environment,
                             config=series.config, points=series.points, knee=series.knee, repeat=series.repeat)
             report = self.reports.get(validate_report_id(result_id))
-        except (FileNotFoundError, ValueError):
+        except FileNotFoundError:
+            what = "series" if is_series_id(result_id) else "report"
+            raise UnknownResult(f"no {what} {result_id}; GET /reports and GET /series list the ids") from None
+        except ValueError:
             known = ", ".join(sorted(self.baselines.all())) or "none"
             raise UnknownResult(
                 f"{ref!r} is no report id (benchmark_report_…), series id (benchmark_series_…) or baseline name "

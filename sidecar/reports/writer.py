@@ -10,14 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.abcompare import compare_with_history
 from core.api import BuildReportRequest, BuildReportResponse
-from core.compare import compare_with_history, unusable_reason, workload_fingerprint
+from core.compare import unusable_reason, workload_fingerprint
 from core.energy import EnergyStats
 from core.enginestate import read_engine_state
 from core.records import RequestRecord
 from core.redact import Redactor, secret_values
 from core.replicas import engine_url, serving_engine
-from core.report_schema import Comparison, HostResources, Report, Resources
+from core.report_schema import HostResources, Report, Resources
 from core.settings import Settings
 from engine.control import engine_phase, own_program
 from engine.startphases import latest_start
@@ -321,17 +322,10 @@ class ReportService:
                 environment=environment,
                 resources=resources,
                 log_facts=log_facts,
-                comparison=Comparison(),
                 cost=run_cost(request.config, resources),
             )
             comparison = compare_with_history(
-                request.config,
-                environment,
-                report.metrics,
-                self.store.list(),
-                self.baselines.resolve(self.store),
-                report.server,
-                request.engine_switch,
+                report, self.store.list(), self.baselines.resolve(self.store), settings.gate_threshold_pct
             )
             report = report.model_copy(update={"comparison": comparison})
             if request.profile_traces:

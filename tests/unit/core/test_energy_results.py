@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from core.abcompare import Side, compare_sides
-from core.compare import compare_with_history
-from core.gate import EXIT_FAIL, EXIT_PASS, gate_failures, gate_verdict
+from core.abcompare import Side, compare_points, compare_sides, compare_with_history
+from core.gate import EXIT_FAIL, EXIT_PASS, comparison_checks, gate_verdict
 from core.history import history_table, timelines
-from core.report_schema import Comparison, Environment, Report, Resources
-from core.series import PointPlan, SeriesPoint, SeriesReport, compare_points, find_knee, measure_point
+from core.report_schema import Environment, Report, Resources
+from core.series import PointPlan, SeriesPoint, SeriesReport, find_knee, measure_point
 from sidecar.render.markdown_page import render_markdown, series_markdown
-from tests.unit.sidecar.test_sidecar_store import report
+from tests.unit.sidecar.test_sidecar_store import report, single_run
 
 FIGURES = ("energy_j_per_output_token", "cost_usd_per_1m_output_tokens")
 
@@ -32,7 +31,7 @@ def measured(report_id: str, j_per_token: float | None, usd: float | None = None
 
 def judged(old: Report, new: Report) -> Report:
     """``new`` with the sidecar's comparison against baseline ``v1`` = ``old``."""
-    comparison = compare_with_history(new.config, new.environment, new.metrics, [], {"v1": old})
+    comparison = compare_with_history(new, [], {"v1": old}, 5.0)
     return new.model_copy(update={"comparison": comparison})
 
 
@@ -40,7 +39,7 @@ def test_a_j_per_token_rise_beyond_the_threshold_fails_the_gate() -> None:
     """0.40 -> 0.44 J per output token (+10 %) fails a 5 % gate naming the figure; +4 % passes; so does a drop."""
     old = measured("benchmark_report_20260101_120000", 0.40)
     worse = judged(old, measured("benchmark_report_20260102_120000", 0.44))
-    assert worse.comparison.changes_pct["vs_v1"]["energy_j_per_output_token_pct"] == pytest.approx(10.0)
+    assert worse.comparison["vs_v1"].points[0].changes["energy_j_per_output_token"].change_pct == pytest.approx(10.0)
     verdict = gate_verdict(worse, "v1", 5.0)
     assert verdict.exit_code == EXIT_FAIL and verdict.failures == ["energy_j_per_output_token +10.0% (limit +5%)"]
     assert gate_verdict(judged(old, measured("benchmark_report_20260102_120000", 0.416)), "v1", 5.0).exit_code == (
@@ -58,9 +57,9 @@ def test_energy_is_gated_only_where_both_runs_measured_it() -> None:
                     gate_verdict(judged(without, without), "v1", 5.0)):  # fmt: skip
         assert verdict.exit_code == EXIT_PASS
         assert [c.name for c in verdict.checks] == ["error_rate_percent", "throughput_req_per_sec", "latency_p99_ms"]
-    assert gate_failures({"throughput_req_per_sec_pct": 0.0, "latency_p99_ms_pct": 0.0,
-                          "energy_j_per_output_token_pct": 6.0}, 5.0) == [
-        "energy_j_per_output_token +6.0% (limit +5%)"]  # fmt: skip
+    checks = comparison_checks(single_run("r", {"throughput_req_per_sec": 0.0, "e2e_p99_ms": 0.0,
+                                                "energy_j_per_output_token": 6.0}), 5.0)  # fmt: skip
+    assert [f"{c.name} {c.detail}" for c in checks if not c.passed] == ["energy_j_per_output_token +6.0% (limit +5%)"]
 
 
 def test_a_series_point_whose_j_per_token_rose_beyond_its_interval_fails() -> None:
@@ -118,11 +117,11 @@ def test_history_shows_j_per_token_and_cost_columns_where_runs_have_them() -> No
     """The history table gains J/tok and $/1M out columns for a workload whose runs have them; others keep theirs."""
     runs = [measured("benchmark_report_20260101_120000", 0.40, 2.0, ended=1.0),
             measured("benchmark_report_20260102_120000", None, None, ended=2.0)]  # fmt: skip
-    runs = [r.model_copy(update={"comparison": Comparison(fingerprint="f1")}) for r in runs]
+    runs = [r.model_copy(update={"fingerprint": "f1"}) for r in runs]
     lines = history_table(timelines(runs, {}))
     assert "J/tok" in lines[1] and "$/1M out" in lines[1]
     assert "  0.400     2.00" in lines[2] and "    n/a      n/a" in lines[3]
-    plain = [report("benchmark_report_20260103_120000").model_copy(update={"comparison": Comparison(fingerprint="f")})]
+    plain = [report("benchmark_report_20260103_120000").model_copy(update={"fingerprint": "f"})]
     assert "J/tok" not in history_table(timelines(plain, {}))[1]
 
 

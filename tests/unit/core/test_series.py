@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.abcompare import compare_points
 from core.gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, gate_verdict
 from core.intervals import interval
 from core.parsing import parse_sweep
@@ -12,7 +13,6 @@ from core.series import (
     PointPlan,
     SeriesPoint,
     SeriesReport,
-    compare_points,
     find_knee,
     measure_point,
     report_as_point,

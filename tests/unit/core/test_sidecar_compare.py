@@ -1,4 +1,4 @@
-"""Comparisons: fingerprints, named baselines, refusals and the direct ``comparison.vs_<name>`` keys."""
+"""Comparisons: fingerprints, named baselines, refusals, and each comparison written once in the JSON."""
 
 from __future__ import annotations
 
@@ -6,13 +6,8 @@ import json
 
 import pytest
 
-from core.compare import (
-    compare_with_history,
-    differing_fields,
-    fingerprint_fields,
-    metric_changes,
-    workload_fingerprint,
-)
+from core.abcompare import compare_with_history, report_notes
+from core.compare import differing_fields, fingerprint_fields, workload_fingerprint
 from core.report_schema import Environment, Report
 from tests.unit.sidecar.test_sidecar_store import report
 
@@ -41,37 +36,37 @@ def test_named_baseline_of_same_workload_is_compared() -> None:
     old = report("benchmark_report_20260101_120000", throughput=2.0)
     prev = report("benchmark_report_20260101_130000", throughput=2.2, ended=2.0)
     new = report("benchmark_report_20260101_140000", throughput=2.24, ended=3.0)
-    comparison = compare_with_history(new.config, new.environment, new.metrics, [old, prev], {"v0.2.1": old})
-    assert comparison.against == {"vs_previous": prev.report_id, "vs_v0.2.1": old.report_id}
-    assert comparison.changes_pct["vs_v0.2.1"]["throughput_req_per_sec_pct"] == pytest.approx(12.0)
-    assert comparison.fingerprint == workload_fingerprint(new.config, new.environment)
+    comparison = compare_with_history(new, [old, prev], {"v0.2.1": old}, 5.0)
+    assert {k: c.against for k, c in comparison.items()} == {"vs_previous": prev.report_id, "vs_v0.2.1": old.report_id}
+    change = comparison["vs_v0.2.1"].points[0].changes["throughput_req_per_sec"]
+    assert change.change_pct == pytest.approx(12.0) and change.verdict == "no interval (single runs)"
 
 
 def test_baseline_of_other_workload_is_refused_with_the_fields() -> None:
     """A baseline with another fingerprint is not compared; ``refused`` and the notes say which fields differ."""
     old = report(concurrency=50)
     new = report("benchmark_report_20260101_140000", ended=3.0)
-    comparison = compare_with_history(new.config, new.environment, new.metrics, [], {"big": old})
-    assert "vs_big" not in comparison.changes_pct
-    assert "concurrency: 50 -> 8" in comparison.refused["vs_big"]
-    assert any(n.startswith("vs_big: refused") for n in comparison.notes)
+    comparison = compare_with_history(new, [], {"big": old}, 5.0)
+    assert not comparison["vs_big"].points and "concurrency: 50 -> 8" in (comparison["vs_big"].refused or "")
+    notes = report_notes(new.model_copy(update={"comparison": comparison}))
+    assert any(n.startswith("vs_big: not compared: workload differs") for n in notes)
 
 
 def test_unloadable_baseline_is_listed_as_refused() -> None:
     """A baseline whose report vanished is reported, not a crash."""
     new = report()
-    comparison = compare_with_history(new.config, new.environment, new.metrics, [], {"gone": "its report x is gone"})
-    assert comparison.refused == {"vs_gone": "its report x is gone"}
+    comparison = compare_with_history(new, [], {"gone": "its report x is gone"}, 5.0)
+    assert {k: c.refused for k, c in comparison.items()} == {"vs_gone": "its report x is gone"}
 
 
 def test_environment_changes_outside_the_fingerprint_are_flagged() -> None:
     """A different vLLM version still compares, with a note saying so."""
     old = report().model_copy(update={"environment": Environment(vllm_version="0.31.0")})
     new = report("benchmark_report_20260101_140000", ended=3.0)
-    new_env = Environment(vllm_version="0.32.0")
-    comparison = compare_with_history(new.config, new_env, new.metrics, [old])
-    assert "vs_previous" in comparison.changes_pct
-    assert any("vllm_version differs (0.31.0 -> 0.32.0)" in n for n in comparison.notes)
+    new = new.model_copy(update={"environment": Environment(vllm_version="0.32.0")})
+    comparison = compare_with_history(new, [old], {}, 5.0)
+    assert comparison["vs_previous"].points
+    assert any("vllm_version differs (0.31.0 -> 0.32.0)" in n for n in comparison["vs_previous"].notes)
 
 
 def test_a_run_whose_end_cut_many_requests_is_no_reference() -> None:
@@ -87,7 +82,7 @@ def test_a_run_whose_end_cut_many_requests_is_no_reference() -> None:
                                                                            "requests_incomplete": 1})})  # fmt: skip
     assert unusable_reason(one) is None
     new = report("benchmark_report_20260101_140000", ended=3.0)
-    assert "vs_previous" not in compare_with_history(new.config, new.environment, new.metrics, [cut]).changes_pct
+    assert "vs_previous" not in compare_with_history(new, [cut], {}, 5.0)
 
 
 def test_a_field_one_side_could_not_read_is_no_change() -> None:
@@ -95,25 +90,25 @@ def test_a_field_one_side_could_not_read_is_no_change() -> None:
     it (it once said "vllm_fingerprint differs (vllm-0.32.0-85bf72ca -> vllm-0.32.0)": a guess of another form)."""
     old = report().model_copy(update={"environment": Environment(vllm_fingerprint="vllm-0.32.0-85bf72ca")})
     new = report("benchmark_report_20260101_140000", ended=3.0)
-    comparison = compare_with_history(new.config, Environment(vllm_fingerprint=None), new.metrics, [old])
-    assert "vs_previous" in comparison.changes_pct and not any("fingerprint" in n for n in comparison.notes)
+    new = new.model_copy(update={"environment": Environment(vllm_fingerprint=None)})
+    previous = compare_with_history(new, [old], {}, 5.0)["vs_previous"]
+    assert previous.points and not any("fingerprint" in n for n in previous.notes)
 
 
-def test_json_has_direct_comparison_keys_and_reads_back() -> None:
-    """comparison.vs_<name>.<metric>_pct exists in the JSON, and such JSON validates back into a Report."""
+def test_each_comparison_is_written_once_and_reads_back() -> None:
+    """A report's JSON holds each comparison once, under its name (no copy of its changes elsewhere), and such JSON
+    validates back into the same Report."""
     old = report(throughput=2.0)
     new = report("benchmark_report_20260101_140000", throughput=2.24, ended=3.0)
-    comparison = compare_with_history(new.config, new.environment, new.metrics, [old], {"v0.2.1": old})
-    full = new.model_copy(update={"comparison": comparison})
-    data = json.loads(full.model_dump_json())
-    assert data["comparison"]["vs_v0.2.1"]["throughput_req_per_sec_pct"] == pytest.approx(12.0)
-    assert Report.model_validate(data).comparison == comparison
-
-
-def test_metric_changes_are_rounded_and_none_where_missing() -> None:
-    """Percent changes have two decimals; a metric missing on either side is None."""
-    changes = metric_changes(report(throughput=3.0).metrics, report(throughput=2.0).metrics)
-    assert changes["throughput_req_per_sec_pct"] == 50.0 and changes["gpu_mem_peak_gb_pct"] is None
+    full = new.model_copy(update={"comparison": compare_with_history(new, [old], {"v0.2.1": old}, 5.0)})
+    text = full.model_dump_json()
+    data = json.loads(text)
+    assert set(data["comparison"]) == {"vs_previous", "vs_v0.2.1"}
+    assert text.count('"vs_v0.2.1"') == 1 and text.count('"vs_previous"') == 1
+    assert data["comparison"]["vs_v0.2.1"]["points"][0]["changes"]["throughput_req_per_sec"]["change_pct"] == (
+        pytest.approx(12.0)
+    )
+    assert Report.model_validate(data) == full
 
 
 def test_a_much_warmer_prefix_cache_is_noted_beside_the_comparison() -> None:
@@ -125,15 +120,14 @@ def test_a_much_warmer_prefix_cache_is_noted_beside_the_comparison() -> None:
     def served(rate: float | None) -> ServerView:
         return ServerView.model_construct(prefix_cache_hit_rate_percent=rate)
 
+    def notes(new_rate: float | None, old: Report) -> list[str]:
+        new = report("benchmark_report_20260101_140000", ended=3.0).model_copy(update={"server": served(new_rate)})
+        compared = new.model_copy(update={"comparison": compare_with_history(new, [old], {"v1": old}, 5.0)})
+        return [n for n in report_notes(compared) if "prefix cache" in n]
+
     old = report("benchmark_report_20260101_120000").model_copy(update={"server": served(0.0)})
-    new = report("benchmark_report_20260101_140000", ended=3.0)
-    warm = compare_with_history(new.config, new.environment, new.metrics, [old], {"v1": old}, served(73.6))
-    noted = [n for n in warm.notes if "prefix cache" in n]
+    noted = notes(73.6, old)
     assert [n.split(":")[0] for n in noted] == ["vs_previous", "vs_v1"]
     assert "0% of the prompt tokens then and 74% now" in noted[0] and "./start_vllm.sh" in noted[0]
-    for rate in (15.0, None):
-        same = compare_with_history(new.config, new.environment, new.metrics, [old], {"v1": old}, served(rate))
-        assert not [n for n in same.notes if "prefix cache" in n]
-    unscraped = old.model_copy(update={"server": None})
-    assert not [n for n in compare_with_history(new.config, new.environment, new.metrics, [unscraped], None,
-                                                served(73.6)).notes if "prefix cache" in n]  # fmt: skip
+    assert notes(15.0, old) == notes(None, old) == []
+    assert notes(73.6, old.model_copy(update={"server": None})) == []

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from core.cost import CostBasis
 from core.energy import EnergyStats
-from core.report_schema import Comparison, Resources
+from core.report_schema import Resources
 from loadgen.terminal.summary import compare_lines, format_summary
-from tests.unit.sidecar.test_sidecar_store import report
+from tests.unit.sidecar.test_sidecar_store import report, single_run
 
 
 def test_a_measured_and_priced_run_prints_energy_and_cost() -> None:
@@ -42,8 +42,8 @@ def test_an_unmeasured_run_says_why_and_an_unpriced_one_prints_no_cost() -> None
 
 def test_compare_lines_add_energy_and_cost_where_both_runs_have_them() -> None:
     """``[COMPARE] vs_previous: ..., +10% J/output token, -5.0% $/1M output tokens``."""
-    changes: dict[str, float | None] = {"throughput_req_per_sec_pct": 1.0, "energy_j_per_output_token_pct": 10.0,
-               "cost_usd_per_1m_output_tokens_pct": -5.0}  # fmt: skip
-    compared = report().model_copy(update={"comparison": Comparison(changes_pct={"vs_previous": changes})})
+    changes: dict[str, float | None] = {"throughput_req_per_sec": 1.0, "energy_j_per_output_token": 10.0,
+               "cost_usd_per_1m_output_tokens": -5.0}  # fmt: skip
+    compared = report().model_copy(update={"comparison": {"vs_previous": single_run("r", changes)}})
     (line,) = compare_lines(compared)
     assert line.startswith("[COMPARE] vs_previous: +1.0% throughput, +10% J/output token, -5.0% $/1M output tokens")

@@ -28,7 +28,7 @@ def test_a_1_3_report_loads_as_the_current_version() -> None:
     assert data["schema_version"] == "1.3"
     report = Report.model_validate(migrate_report(data))
     assert report.schema_version == SCHEMA_VERSION
-    assert report.metrics.requests_ok == 12 and report.comparison.fingerprint
+    assert report.metrics.requests_ok == 12 and report.fingerprint == data["comparison"]["fingerprint"]
 
 
 def test_1_3_baselines_compare_and_gate_new_runs_and_series(
@@ -49,7 +49,7 @@ def test_1_3_baselines_compare_and_gate_new_runs_and_series(
     listed = {r["report_id"] for r in client.get("/reports").json()}
     assert v1 in listed
     same = Report.model_validate(client.get(f"/reports/{post_run(client, 4, 100.0)}").json())
-    assert same.comparison.against["vs_v1"] == v1
+    assert same.comparison["vs_v1"].against == v1
     assert gate_verdict(same, "v1", 5.0).exit_code == EXIT_PASS
     slower = Report.model_validate(client.get(f"/reports/{post_run(client, 4, 300.0)}").json())
     verdict = gate_verdict(slower, "v1", 5.0)
@@ -63,3 +63,19 @@ def test_1_3_baselines_compare_and_gate_new_runs_and_series(
     assert gate_verdict(series, "s1", 5.0).exit_code == EXIT_PASS
     compared = client.post("/compare", json={"a": "v1", "b": "s1"})
     assert compared.status_code == 200, compared.text
+
+
+def test_a_stored_reports_own_comparison_reads_as_one_and_gates() -> None:
+    """The comparison a 1.3 report stored (``changes_pct`` plus its duplicate ``vs_*`` keys) reads as one comparison
+    per reference — one unlabelled point, no interval, the error rate as its two values — and gates as it did: a
+    pass naming ``latency_p99_ms`` and the error rate in points."""
+    report = Report.model_validate(json.loads((BASELINES / "benchmark_report_20261202_023152.json").read_text()))
+    assert set(report.comparison) == {"vs_previous", "vs_v1"}
+    (point,) = report.comparison["vs_v1"].points
+    assert point.label == "" and point.changes["e2e_p99_ms"].change_pct == 0.0
+    errors = point.changes["error_rate_percent"]
+    assert (errors.a_mean, errors.b_mean) == (0.0, 0.0)
+    verdict = gate_verdict(report, "v1", 5.0)
+    assert verdict.exit_code == EXIT_PASS and verdict.line.startswith("[GATE] PASS vs v1 (benchmark_report_20261202_023149)")
+    assert [c.name for c in verdict.checks] == ["error_rate_percent", "throughput_req_per_sec", "latency_p99_ms"]
+    assert "vs_" not in json.dumps(json.loads(report.model_dump_json())["comparison"]["vs_v1"])

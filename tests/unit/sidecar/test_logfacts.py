@@ -7,7 +7,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from core.report_schema import Report, migrate_report
+from core.report_schema import SCHEMA_VERSION, Report, migrate_report
 from sidecar.reports.logfacts import read_log_facts
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
@@ -68,7 +68,7 @@ def test_report_1_1_moves_start_up_facts_to_one_place() -> None:
     assert data["logs"]["model_load_s"] == 2.62 and data["environment"]["startup"]["last_load_s"] == 2.62
     report = Report.model_validate(data)
     startup = report.environment.startup
-    assert report.schema_version == "1.4" and startup is not None
+    assert report.schema_version == SCHEMA_VERSION and startup is not None
     assert (startup.model_load_s, startup.engine_init_s) == (2.62, 125.83)
     assert startup.kv_cache_line is not None and startup.kv_cache_line.startswith("CPU KV cache size: 232,960 tokens")
     dumped = report.model_dump()

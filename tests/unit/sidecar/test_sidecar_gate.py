@@ -8,22 +8,31 @@ from pathlib import Path
 import pytest
 
 from core.api import BuildReportRequest
-from core.gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, gate_failures, gate_verdict
+from core.gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, comparison_checks, gate_verdict
+from core.intervals import Comparison
 from core.records import RequestRecord
-from core.report_schema import BenchmarkConfig, Comparison
+from core.report_schema import BenchmarkConfig
 from core.stats import run_metrics
 from loadgen.terminal.summary import compare_lines, format_summary
 from sidecar.reports.writer import ReportService
 from sidecar.sampling.gpu import NvmlReader
 from tests.fakes import FakeNvml
 from tests.unit.sidecar.test_sidecar_app import make_settings, write_run
-from tests.unit.sidecar.test_sidecar_store import report
+from tests.unit.sidecar.test_sidecar_store import report, single_run
+
+BASE = "benchmark_report_20260101_120000"
 
 
 def with_changes(name: str, throughput_pct: float | None, p99_pct: float | None):
-    changes = {"throughput_req_per_sec_pct": throughput_pct, "latency_p99_ms_pct": p99_pct}
-    comparison = Comparison(against={name: "benchmark_report_20260101_120000"}, changes_pct={name: changes})
-    return report().model_copy(update={"comparison": comparison})
+    changes = {"throughput_req_per_sec": throughput_pct, "e2e_p99_ms": p99_pct}
+    return report().model_copy(update={"comparison": {name: single_run(BASE, changes)}})
+
+
+def gate_failures(throughput_pct: float, p99_pct: float | None, threshold_pct: float) -> list[str]:
+    """The failed checks of a single run with these changes."""
+    changes = {"throughput_req_per_sec": throughput_pct, "e2e_p99_ms": p99_pct}
+    checks = comparison_checks(single_run(BASE, changes), threshold_pct)
+    return [f"{c.name} {c.detail}" for c in checks if not c.passed]
 
 
 def test_equal_run_passes() -> None:
@@ -42,21 +51,21 @@ def test_throughput_drop_beyond_threshold_fails_naming_metric_and_size() -> None
 
 def test_p99_rise_beyond_threshold_fails() -> None:
     """p99 latency rising 8 % fails a 5 % gate but passes a 10 % one."""
-    assert gate_failures({"throughput_req_per_sec_pct": 0.0, "latency_p99_ms_pct": 8.0}, 5.0) == [
+    assert gate_failures(0.0, 8.0, 5.0) == [
         "latency_p99_ms +8.0% (limit +5%)"
     ]
-    assert gate_failures({"throughput_req_per_sec_pct": 0.0, "latency_p99_ms_pct": 8.0}, 10.0) == []
+    assert gate_failures(0.0, 8.0, 10.0) == []
 
 
 def test_improvements_and_changes_within_threshold_pass() -> None:
     """Faster and slightly noisier runs pass; exactly at the threshold passes too."""
-    assert gate_failures({"throughput_req_per_sec_pct": 30.0, "latency_p99_ms_pct": -20.0}, 5.0) == []
-    assert gate_failures({"throughput_req_per_sec_pct": -5.0, "latency_p99_ms_pct": 5.0}, 5.0) == []
+    assert gate_failures(30.0, -20.0, 5.0) == []
+    assert gate_failures(-5.0, 5.0, 5.0) == []
 
 
 def test_missing_figure_fails_closed() -> None:
     """A metric that cannot be compared (e.g. no successful request) fails rather than passes."""
-    assert gate_failures({"throughput_req_per_sec_pct": 1.0, "latency_p99_ms_pct": None}, 5.0) == [
+    assert gate_failures(1.0, None, 5.0) == [
         "latency_p99_ms n/a: cannot compare (limit +5%)"
     ]
 
@@ -70,7 +79,7 @@ def test_unknown_baseline_is_an_error() -> None:
 
 def test_incomparable_baseline_is_an_error_with_the_reason() -> None:
     """A baseline of another workload is exit 2, quoting why."""
-    refused = report().model_copy(update={"comparison": Comparison(refused={"vs_v0.2.1": "concurrency: 8 -> 50"})})
+    refused = report().model_copy(update={"comparison": {"vs_v0.2.1": Comparison(refused="concurrency: 8 -> 50")}})
     verdict = gate_verdict(refused, "v0.2.1", 5.0)
     assert verdict.exit_code == EXIT_ERROR and "concurrency: 8 -> 50" in verdict.line
 
@@ -105,12 +114,14 @@ def test_gate_end_to_end_through_the_sidecar(tmp_path: Path) -> None:
 
 
 def test_compare_lines_read_vs_name_percent_metric() -> None:
-    """The terminal prints ``vs_v0.2.1: +12% throughput, …`` for each comparison, then the notes."""
+    """The terminal prints ``vs_v0.2.1: +12% throughput, …`` for each comparison, then the notes: the first run of
+    its workload (no ``vs_previous``), a refused baseline and why."""
     r = with_changes("vs_v0.2.1", 12.04, -3.0)
-    r.comparison.notes.append("vs_old: refused: workload differs (concurrency: 8 -> 50)")
+    r.comparison["vs_old"] = Comparison(refused="workload differs (concurrency: 8 -> 50)")
     lines = compare_lines(r)
     assert lines[0] == "[COMPARE] vs_v0.2.1: +12% throughput, -3.0% p99 latency (benchmark_report_20260101_120000)"
-    assert lines[1] == "[COMPARE] vs_old: refused: workload differs (concurrency: 8 -> 50)"
+    assert lines[1].startswith("[COMPARE] first run of workload ")
+    assert lines[2] == "[COMPARE] vs_old: not compared: workload differs (concurrency: 8 -> 50)"
 
 
 def test_summary_ends_with_the_seeds_lines_and_names_every_file() -> None:
@@ -146,28 +157,24 @@ def test_percent_text(value: float, text: str) -> None:
 
 def test_gate_fails_when_the_error_rate_rose() -> None:
     """Same throughput and latency but 50 points more errors is a regression (error rate judged in points)."""
-    changes: dict[str, float | None] = {
-        "throughput_req_per_sec_pct": 0.0,
-        "latency_p99_ms_pct": 0.0,
-        "error_rate_percent_pp": 50.0,
-    }
-    comparison = Comparison(against={"vs_v1": "benchmark_report_20260101_120000"}, changes_pct={"vs_v1": changes})
+    changes: dict[str, float | None] = {"throughput_req_per_sec": 0.0, "e2e_p99_ms": 0.0}
+    comparison = {"vs_v1": single_run(BASE, changes, error_rates=(0.0, 50.0))}
     verdict = gate_verdict(report().model_copy(update={"comparison": comparison}), "v1", 5.0, 1.0)
     assert verdict.exit_code == EXIT_FAIL and "error_rate_percent +50.0 pp (limit +1 pp)" in verdict.line
-    small = Comparison(against=comparison.against, changes_pct={"vs_v1": {**changes, "error_rate_percent_pp": 0.5}})
+    small = {"vs_v1": single_run(BASE, changes, error_rates=(0.0, 0.5))}
     assert gate_verdict(report().model_copy(update={"comparison": small}), "v1", 5.0, 1.0).exit_code == EXIT_PASS
 
 
 def test_a_baseline_without_success_cannot_judge_and_is_never_previous() -> None:
     """A 100 %-failed report is refused as a baseline (exit 2) and skipped as the previous run."""
-    from core.compare import compare_with_history
+    from core.abcompare import compare_with_history
 
     failed = report("benchmark_report_20260101_110000")
     failed = failed.model_copy(update={"metrics": failed.metrics.model_copy(update={"requests_ok": 0})})
     good_old = report("benchmark_report_20260101_100000")
     new = report("benchmark_report_20260101_120000")
-    comparison = compare_with_history(new.config, new.environment, new.metrics, [good_old, failed], {"v1": failed})
-    assert comparison.against["vs_previous"] == good_old.report_id
-    assert "cannot judge" in comparison.refused["vs_v1"]
+    comparison = compare_with_history(new, [good_old, failed], {"v1": failed}, 5.0)
+    assert comparison["vs_previous"].against == good_old.report_id
+    assert "cannot judge" in (comparison["vs_v1"].refused or "")
     verdict = gate_verdict(new.model_copy(update={"comparison": comparison}), "v1", 5.0)
     assert verdict.exit_code == EXIT_ERROR and "cannot judge" in verdict.line

@@ -6,14 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from core.intervals import Comparison
 from core.records import RequestRecord
 from core.redact import Redactor, secret_values, strip_url_credentials
-from core.report_schema import Comparison, Environment, ErrorSummary, ResourcePoint
+from core.report_schema import Environment, ErrorSummary, ResourcePoint
 from core.settings import Settings
 from sidecar.render.html_page import render_html
 from sidecar.render.markdown_page import render_markdown, table
 from sidecar.render.plots import latency_cdf_png, resources_png, throughput_png
-from tests.unit.sidecar.test_sidecar_store import report
+from tests.unit.sidecar.test_sidecar_store import report, single_run
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -29,18 +30,18 @@ def test_markdown_has_results_comparison_and_environment() -> None:
     """The Markdown summary carries the headline table, the comparison table with percents and the notes."""
     r = report().model_copy(
         update={
-            "comparison": Comparison(
-                against={"vs_v0.2.1": "benchmark_report_20250101_000000"},
-                changes_pct={"vs_v0.2.1": {"throughput_req_per_sec_pct": 12.0, "latency_p99_ms_pct": -3.0}},
-                notes=["vs_old: refused: workload differs"],
-            ),
+            "comparison": {
+                "vs_v0.2.1": single_run("benchmark_report_20250101_000000",
+                                        {"throughput_req_per_sec": 12.0, "e2e_p99_ms": -3.0}),
+                "vs_old": Comparison(refused="workload differs"),
+            },
             "html_file": "x.html",
         }
     )
     text = render_markdown(r)
     assert "| Throughput | 2.00 req/s |" in text
     assert "| vs_v0.2.1 | benchmark_report_20250101_000000 | +12% | n/a | n/a | -3.0% |" in text
-    assert "- vs_old: refused: workload differs" in text and "[x.html](x.html)" in text
+    assert "- vs_old: not compared: workload differs" in text and "[x.html](x.html)" in text
 
 
 def test_error_rate_column_shows_both_rates_and_the_change_in_points() -> None:
@@ -51,12 +52,11 @@ def test_error_rate_column_shows_both_rates_and_the_change_in_points() -> None:
     assert rate is not None
     r = r.model_copy(
         update={
-            "comparison": Comparison(
-                against={"vs_a": "benchmark_report_20250101_000000", "vs_b": "benchmark_report_20250101_000001",
-                         "vs_c": "benchmark_report_20250101_000002"},
-                changes_pct={"vs_a": {"error_rate_percent_pp": 0.0}, "vs_b": {"error_rate_percent_pp": 2.5},
-                             "vs_c": {}},
-            )
+            "comparison": {
+                "vs_a": single_run("benchmark_report_20250101_000000", {}, (rate, rate)),
+                "vs_b": single_run("benchmark_report_20250101_000001", {}, (rate - 2.5, rate)),
+                "vs_c": single_run("benchmark_report_20250101_000002", {}),
+            }
         }
     )
     rows = [line for line in render_markdown(r).splitlines() if line.startswith("| vs_")]

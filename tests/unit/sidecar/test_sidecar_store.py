@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from core.compare import compare_with_history
+from core.abcompare import compare_with_history, report_notes
+from core.intervals import Change, Comparison, PointComparison, Verdict
 from core.records import RequestRecord
 from core.report_schema import (
     BenchmarkConfig,
-    Comparison,
     Environment,
     ErrorSummary,
     LogFacts,
@@ -64,9 +64,22 @@ def report(
         errors=ErrorSummary(),
         resources=Resources(),
         logs=LogFacts(log_file="l", found=False),
-        comparison=Comparison(),
         requests_file="",
     )
+
+
+def single_run(
+    against: str, changes_pct: dict[str, float | None], error_rates: tuple[float, float] | None = None
+) -> Comparison:
+    """A single run's comparison with ``against``: plain percent changes per metric (no interval) and, given
+    ``error_rates``, the error rate's value then and now (%)."""
+    plain: Verdict = "no interval (single runs)"
+    changes = {name: Change(a_mean=None, b_mean=None, change_pct=v, verdict=plain) for name, v in changes_pct.items()}
+    if error_rates is not None:
+        changes["error_rate_percent"] = Change(a_mean=error_rates[0], b_mean=error_rates[1], change_pct=None,
+                                               verdict=plain)  # fmt: skip
+    point = PointComparison(label="", against_label="", against_ids=[against], changes=changes)
+    return Comparison(against=against, points=[point])
 
 
 def test_write_then_read_back(tmp_path: Path) -> None:
@@ -119,16 +132,15 @@ def test_comparison_with_previous_same_workload() -> None:
     old = report("benchmark_report_20260101_120000", throughput=2.0)
     other = report("benchmark_report_20260101_130000", throughput=9.0, concurrency=50, ended=2.0)
     new = report("benchmark_report_20260101_140000", throughput=2.5, ended=3.0)
-    comparison = compare_with_history(new.config, new.environment, new.metrics, [old, other])
-    assert comparison.against == {"vs_previous": "benchmark_report_20260101_120000"}
-    assert comparison.changes_pct["vs_previous"]["throughput_req_per_sec_pct"] == pytest.approx(25.0)
+    comparison = compare_with_history(new, [old, other], {}, 5.0)
+    assert list(comparison) == ["vs_previous"] and comparison["vs_previous"].against == old.report_id
+    assert comparison["vs_previous"].points[0].changes["throughput_req_per_sec"].change_pct == pytest.approx(25.0)
 
 
 def test_first_run_has_nothing_to_compare() -> None:
     """Without an earlier run of the same workload the comparison says so."""
     new = report()
-    comparison = compare_with_history(new.config, new.environment, new.metrics, [])
-    assert not comparison.changes_pct and "first run" in comparison.notes[0]
+    assert compare_with_history(new, [], {}, 5.0) == {} and "first run" in report_notes(new)[0]
 
 
 def test_crash_before_the_json_is_linked_leaves_no_visible_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

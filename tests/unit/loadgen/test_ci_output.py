@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from core.ciout import CiResult, junit_xml_text, markdown_summary
 from core.gate import EXIT_FAIL, gate_verdict
 from core.settings import Settings
-from loadgen.orchestrate.cioutput import ci_result, write_ci_outputs
+from loadgen.orchestrate import cioutput, outcome
+from loadgen.orchestrate.cioutput import CiResult, ci_result, junit_xml_text, markdown_summary, write_ci_outputs
 from tests.unit.sidecar.test_sidecar_gate import with_changes
 
 XSD = Path(__file__).parents[2] / "fixtures" / "junit.xsd"
@@ -84,13 +84,13 @@ def test_files_written_where_asked_and_github_summary_appended(tmp_path: Path) -
     settings = _settings(gate="v1", junit_file=tmp_path / "ci" / "gate.xml",
                         summary_file=tmp_path / "s.md")  # fmt: skip
     failed = [(EXIT_FAIL, "[GATE] FAIL ...")]
-    lines = write_ci_outputs(settings, ci_result(settings, report, "r.json", failed))
+    lines = write_ci_outputs(settings, ci_result(report, "r.json", failed, gate_verdict(report, "v1", 5.0)))
     assert lines == [f"[CI] JUnit: {tmp_path / 'ci' / 'gate.xml'}", f"[CI] Summary: {tmp_path / 's.md'}"]
     assert _cases((tmp_path / "ci" / "gate.xml").read_text())["throughput_req_per_sec"].find("failure") is not None
     github = tmp_path / "step_summary.md"
     github.write_text("earlier step\n")
     settings = _settings(gate="v1", github_step_summary=github)
-    write_ci_outputs(settings, ci_result(settings, report, "r.json", failed))
+    write_ci_outputs(settings, ci_result(report, "r.json", failed, gate_verdict(report, "v1", 5.0)))
     text = github.read_text()
     assert text.startswith("earlier step\n## Benchmark FAIL: ")
 
@@ -108,3 +108,22 @@ def test_github_step_summary_read_from_the_environment(monkeypatch: pytest.Monke
     """GitHub Actions' GITHUB_STEP_SUMMARY reaches the settings without any flag."""
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "x.md"))
     assert _settings().github_step_summary == tmp_path / "x.md"
+
+
+def test_the_gate_is_judged_once_for_the_exit_code_and_the_ci_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The end of a run judges the GATE once: the exit code and the JUnit file carry that one verdict."""
+    calls: list[str] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[1])
+        return gate_verdict(*args, **kwargs)
+
+    monkeypatch.setattr(outcome, "gate_verdict", counted)
+    monkeypatch.setattr(cioutput, "gate_verdict", counted, raising=False)  # a second judge there once
+    report = with_changes("vs_v1", -12.3, 1.0)
+    settings = _settings(gate="v1", junit_file=tmp_path / "gate.xml")
+    code = outcome.finish(settings, None, report, "r.json", interrupted=False, server_down=None)  # type: ignore[arg-type]
+    assert code == EXIT_FAIL and calls == ["v1"]
+    assert _cases((tmp_path / "gate.xml").read_text())["throughput_req_per_sec"].find("failure") is not None
