@@ -33,7 +33,7 @@ from engine.gpuplan import MemoryPlan
 from engine.hostdtype import pool_gib
 from engine.model_resolve import ResolvedModel
 from engine.replicas import add_worker, program_name, remove_worker
-from engine.startphases import latest_start, phases_line
+from engine.startup import latest_start, phases_line
 
 CPU_ENGINE_OVERHEAD_BYTES = int(1.5 * GIB)
 """What a CPU engine holds beyond its weights and KV pool: three Python processes (API server, engine core, worker)

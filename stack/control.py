@@ -48,7 +48,7 @@ from engine.control import (
 from engine.engineplan import engine_build
 from engine.reaper import end_engine_processes
 from engine.replicas import ROUTER_PROGRAM, program_name, program_names, write_conf
-from engine.startphases import latest_start, phases_line
+from engine.startup import latest_start, phases_line
 from engine.startuptracker import StartupPhase
 from sidecar.reports.envinfo import startup_facts
 from stack.services import answers, programs, remote_engines, services, tail

@@ -19,7 +19,7 @@ from core.replicas import engine_url, serving_engine
 from core.report_schema import Comparison, HostResources, Report, Resources
 from core.settings import Settings
 from engine.control import engine_phase, own_program
-from engine.startphases import latest_start
+from engine.startup import latest_start
 from engine.startuptracker import StartupPhase
 from sidecar.render.files import report_files
 from sidecar.reports.baselines import BaselineStore
@@ -144,7 +144,7 @@ class ReportService:
                 "served_model": serving.served_name}  # fmt: skip
 
     def start_phases(self) -> dict[str, float]:
-        """Seconds per phase of the serving engine's latest start (:func:`engine.startphases.latest_start`)."""
+        """Seconds per phase of the serving engine's latest start (:func:`engine.startup.latest_start`)."""
         return latest_start(self.settings.vllm_log_file, read_engine_state(self.settings.engine_state_file))
 
     @property
