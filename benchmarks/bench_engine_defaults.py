@@ -56,7 +56,7 @@ from vllm_peer import sharegpt_prompts  # noqa: E402
 from vllm_start_log import compile_cache, start_breakdown  # noqa: E402
 
 from core.settings import get_settings  # noqa: E402
-from engine.startup import startup_phase  # noqa: E402
+from engine.vllmlog.startup import startup_phase  # noqa: E402
 from loadgen.childprocs import free_port, log_tail, stop_process  # noqa: E402
 
 TARGET_RATIO = 1.5

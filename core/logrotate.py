@@ -125,7 +125,7 @@ class RotatingWriter:
 def tee_main(argv: list[str] | None = None) -> int:
     """``python -m core.logrotate FILE [--max-mb N] [--backups K]``: copy stdin to stdout and to ``FILE``, rotated.
 
-    For containers, where no supervisord writes and rotates a service's log: ``exec python -m ui.server >
+    For containers, where no supervisord writes and rotates a service's log: ``exec python -m ui.chainlit_launch >
     >(exec python -m core.logrotate /app/logs/ui.log --max-mb 10 --backups 3) 2>&1`` instead of ``tee -a``.
     Writes whole lines (a line longer than 1 MiB in pieces); returns 0 at the end of the input.
     """

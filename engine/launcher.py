@@ -65,10 +65,10 @@ from engine.gpupeak import BatchLimits
 from engine.gpuplan import has_flag
 from engine.hostdtype import dtype_of, for_host
 from engine.kvsizing import KvPlan, KvSizingError
+from engine.local_replicas import replica_settings
 from engine.logpipe import Masked, access_log_args, output, pump
 from engine.model_resolve import ModelResolutionError, ResolvedModel
 from engine.reaper import MARKER, marker_value
-from engine.replicas import replica_settings
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 DRAIN_S = 5.0

@@ -23,13 +23,13 @@ from contextlib import ExitStack, contextmanager
 from functools import partial
 from pathlib import Path
 
-from core.cli import build_parser, parse
 from core.enginestate import EngineControl
+from core.flags import build_parser, parse
 from core.knobs.commands import BENCHMARK
 from core.pipes import guard_stdout
 from core.report_schema import BenchmarkConfig
 from core.settings import Settings
-from engine.control import LocalEngine
+from engine.local_control import LocalEngine
 from loadgen.command.trace_replay import plan_with_trace, read_trace, with_trace_prompts
 from loadgen.command.worker import worker_main
 from loadgen.errors import BenchError
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None, engine: EngineControl | None = None) -> 
 
 
 def parser() -> argparse.ArgumentParser:
-    """The benchmark's command line: the knobs of its view (:data:`core.knobs.commands.BENCHMARK`, :mod:`core.cli`)
+    """The benchmark's command line: the knobs of its view (:data:`core.knobs.commands.BENCHMARK`, :mod:`core.flags`)
     plus ``--report-from``."""
     cli = build_parser("./run_benchmark.sh", HELP, BENCHMARK)
     output = next(group for group in cli._action_groups if group.title == "output")

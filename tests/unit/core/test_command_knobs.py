@@ -14,7 +14,7 @@ from unittest import mock
 
 import pytest
 
-from core.cli import MAX_CONCURRENCY, _knob_flags, build_parser, flag_environment, given, parse
+from core.flags import MAX_CONCURRENCY, _knob_flags, build_parser, flag_environment, given, parse
 from core.knobs.commands import BENCHMARK, ENGINE, LOGS, SIDECAR, UI, Command, home
 from core.logrotate import MIB
 from core.requestlog import RequestLog
@@ -34,7 +34,7 @@ from loadgen.workloads.tokenizing import local_candidates
 from logtools import cli as logcli
 from sidecar import server as sidecar_launch
 from stack import engine_switch as vllmctl
-from ui import server as ui_launch
+from ui import chainlit_launch as ui_launch
 
 SAMPLE_TRACE = str(PROJECT_ROOT / "loadgen" / "workloads" / "data" / "traces" / "burstgpt_sample.csv")
 # A value for every flag, and the flags it needs beside it to take effect (MAX_IN_FLIGHT caps the open loop ...).
@@ -159,7 +159,7 @@ def sidecar_effect(args: argparse.Namespace, settings: Settings) -> dict[str, An
 COMMANDS: list[tuple[Command, Callable[[], argparse.ArgumentParser], Callable[..., dict[str, Any]]]] = [
     (BENCHMARK, bench.parser, bench_effect),
     (ENGINE, vllmctl.parser, engine_effect),
-    (UI, lambda: build_parser("python -m ui.server", "", UI), ui_effect),
+    (UI, lambda: build_parser("python -m ui.chainlit_launch", "", UI), ui_effect),
     (SIDECAR, lambda: build_parser("python -m sidecar.server", "", SIDECAR), sidecar_effect),
 ]
 CASES = [(c, p, e, flag) for c, p, e in COMMANDS for flag in shown_flags(p())]
@@ -304,8 +304,8 @@ def test_engine_knobs_reach_the_launcher_through_the_engine_request(tmp_path: Pa
 
 
 def test_the_generated_reference_is_current() -> None:
-    """docs/reference.md is what ``python -m core.reference`` renders from the settings."""
-    from core.reference import reference
+    """docs/reference.md is what ``python -m stack.config_reference`` renders from the settings."""
+    from stack.config_reference import reference
 
     assert (PROJECT_ROOT / "docs" / "reference.md").read_text(encoding="utf-8") == reference()
 
@@ -327,7 +327,7 @@ def test_a_misspelt_make_variable_is_caught_with_the_nearest_setting() -> None:
 def test_model_on_the_engine_command_points_to_serve_model() -> None:
     """``./start_vllm.sh --model /data/qwen`` (``vllm serve``'s meaning) is refused as the benchmark's model name,
     and the refusal names this command's own flag for the model to serve."""
-    from core.cli import refusal
+    from core.flags import refusal
 
     line = refusal(["--model", "/data/qwen"], {"--serve-model", "--kv-cache-gb"})
     assert line is not None and line.startswith("--model is a benchmark setting")
@@ -365,7 +365,7 @@ def test_a_compose_switch_passes_what_compose_forwards_and_refuses_the_rest(tmp_
     """With the compose stack ``./start_vllm.sh --served-model-name chat`` recreates vLLM with SERVED_MODEL_NAME set
     (compose forwards it, as MODEL); ``--kv-cache-gb 4`` is refused before compose runs, saying to use .env."""
     from core.enginestate import EngineError, EngineRequest
-    from engine.control import ComposeEngine
+    from engine.local_control import ComposeEngine
 
     seen = tmp_path / "compose.env"
     recorder = ("sh", "-c", f'echo "$MODEL|$SERVED_MODEL_NAME|$*" >> {seen}', "compose")

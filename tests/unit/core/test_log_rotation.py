@@ -12,8 +12,8 @@ from core.enginestate import EngineState, log_position
 from core.logfiles import ReadStats, rotated_family
 from core.logrotate import RotatingWriter, append_rotating, lock_path, rotate
 from core.requestlog import RequestLog, RequestLogLine
-from engine import startup
-from engine.startup import read_startup, startup_phase
+from engine.vllmlog import startup
+from engine.vllmlog.startup import read_startup, startup_phase
 from logtools.requests_log import RequestsRead, iter_records
 
 STARTUP = (

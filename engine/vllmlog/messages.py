@@ -1,4 +1,4 @@
-"""vLLM's log grammar, second half: which messages (the text after a line's header, :mod:`engine.logformat`)
+"""vLLM's log grammar, second half: which messages (the text after a line's header, :mod:`engine.vllmlog.grammar`)
 carry which facts of a start: version, weights and model load times, engine init time, KV cache size, ready, fatal
 errors and the errors that only report another process's failure.
 
@@ -63,6 +63,6 @@ def seconds(pattern: re.Pattern[str], message: str) -> float | None:
 
 def is_api_server(proc: str | None) -> bool:
     """True for the API server's lines (``APIServer``, ``ApiServer_0``) and unprefixed ones (single-process vLLM,
-    uvicorn, the launcher); False for engine cores and workers (``proc`` as :class:`~engine.logformat.Line`
+    uvicorn, the launcher); False for engine cores and workers (``proc`` as :class:`~engine.vllmlog.grammar.Line`
     has it)."""
     return proc is None or proc[:9].lower() == "apiserver"

@@ -2,7 +2,7 @@
 
 :func:`startup_phase` reads a log file (or lines) and returns the phase of the last start with its timings
 (model load, engine init, start to ready) and the error line when it failed, plus every start seen (so that the
-first, cold start can be told from warm restarts). The judgement of the lines is :mod:`engine.startuptracker`;
+first, cold start can be told from warm restarts). The judgement of the lines is :mod:`engine.vllmlog.tracker`;
 this module reads them. Pure apart from reading the file; never raises on bad content.
 
 :func:`read_startup` is what ``GET /startup``, ``make status``, ``make up`` and the reports use: a bounded read that
@@ -27,8 +27,8 @@ from pathlib import Path
 from core.enginestate import EngineState
 from core.logfiles import ReadStats, iter_spans, mtime_s, rotated_family
 from core.timeparse import StampClock
-from engine import logformat as fmt
-from engine.startuptracker import StartupPhase, StartupTracker
+from engine.vllmlog import grammar as fmt
+from engine.vllmlog.tracker import StartupPhase, StartupTracker
 
 FULL_READ_BYTES = 8 << 20
 """A log family up to this size (bytes) is read whole; a bigger one in bounded regions (:func:`read_startup`)."""
@@ -57,7 +57,7 @@ def startup_phase(lines_or_path: Path | str | Iterable[str] | Iterable[bytes]) -
         lines_or_path: the log file (a ``Path`` or a ``str`` path; a missing file gives ``not_started``, a gzip file
             is read too) or its lines (``str`` or ``bytes``, with or without newlines). Year-less stamps are dated
             against the file's modification time, or now for lines. Lines may carry container stamps, any vLLM
-            process prefix and colour codes (:mod:`engine.logformat`).
+            process prefix and colour codes (:mod:`engine.vllmlog.grammar`).
 
     Returns:
         The phase of the latest start with ``load_s``, ``engine_init_s``, ``startup_s`` (seconds), ``error_line``

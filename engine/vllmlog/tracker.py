@@ -1,6 +1,6 @@
 """The start-up phase judgement: vLLM's log lines, fed one at a time, to the phase of its latest start.
 
-:class:`StartupTracker` turns lines (already read, see :mod:`engine.startup` for the bounded read of a log family)
+:class:`StartupTracker` turns lines (already read, see :mod:`engine.vllmlog.startup` for the bounded read of a log family)
 into a :class:`StartupPhase`: downloading, loading weights, compiling/warming up, ready, failed, stopped, with the
 timings vLLM reported, the root-cause error line and every start seen. Pure; never raises on bad content.
 """
@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from core.timeparse import StampClock, epoch_to_iso
-from engine import logformat as fmt
-from engine import logmessages as msg
+from engine.vllmlog import grammar as fmt
+from engine.vllmlog import messages as msg
 
 PHASES = ("not_started", "starting", "downloading", "loading_weights", "compiling", "ready", "failed", "stopped")
 """Phase names in start-up order (``failed`` and ``stopped`` can follow any other)."""

@@ -269,7 +269,7 @@ def knob_help(name: str, info: FieldInfo) -> str:
 
 EPILOG = ("[default] where there is one. Each flag is also an environment, .env and make variable: the flag in "
           "capitals (--max-tokens: MAX_TOKENS) unless [named]; flags win. Full descriptions: docs/reference.md "
-          "(python -m core.reference).")
+          "(python -m stack.config_reference).")
 
 
 def build_parser(prog: str, description: str, view: Command | None = None) -> KnobParser:
