@@ -6,14 +6,13 @@ Run from the repository root (no stack needed; it starts its own on free ports):
     .venvs/app/bin/python benchmarks/bench_engine_defaults.py --repeats 2 --variants stack-defaults,one-process
 
 For every round, each variant (order rotating between rounds) gets a fresh vLLM started by the project's launcher
-(``python -m engine.launcher``, so KV_CACHE_GB and the context length are the stack's) with the variant's
-environment, then one ``python -m loadgen.command.benchmark`` run (the code of ``make benchmark``) at the seed's load
-scaled to
-a 2-core machine: ``--concurrency`` 8 closed-loop users, ``--requests`` 48 measured (+8 warmup), distinct
-``--prompt-chars``-character prompts (≈ 79 tokens), exactly ``--output-tokens`` 64 output tokens (ignore_eos), the
-load generator on the same cores. A private sidecar writes the reports. Per run it prints output tok/s, TTFT and
-TPOT medians from the report, the start-up wall time (launch to ``/v1/models`` answering) with vLLM's own phases
-(weights, engine init = profiling + warm-up/compile + KV), and the 1-minute load average before and after.
+(``python -m engine.launcher``, so KV_CACHE_GB and the context length are the stack's) with the variant's environment,
+then one ``python -m loadgen.command.benchmark`` run (the code of ``make benchmark``) at the seed's load scaled to a
+2-core machine: ``--concurrency`` 8 closed-loop users, ``--requests`` 48 measured (+8 warmup), distinct
+``--prompt-chars``-character prompts (≈ 79 tokens), exactly ``--output-tokens`` 64 output tokens (ignore_eos), the load
+generator on the same cores. A private sidecar writes the reports. Per run it prints output tok/s, TTFT and TPOT medians
+from the report, the start-up wall time (launch to ``/v1/models`` answering) with vLLM's own phases (weights, engine
+init = profiling + warm-up/compile + KV), and the 1-minute load average before and after.
 
 Variants (``VARIANTS``): ``vllm-defaults`` (vLLM's binding: one core reserved; its AOT compile cache on),
 ``stack-defaults`` (what ``make up`` runs: vLLM's binding, torch.compile's cache instead of the AOT one),

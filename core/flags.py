@@ -18,6 +18,7 @@ import argparse
 import difflib
 import re
 import sys
+import textwrap
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import UnionType
@@ -83,6 +84,9 @@ def is_bool(info: FieldInfo) -> bool:
     """An on/off knob (``--flag/--no-flag``)."""
     return info.annotation is bool or bool in get_args(info.annotation)
 
+
+HELP_WIDTH = 120
+"""Columns of ``--help``: the width the descriptions (module docstrings) are wrapped to."""
 
 SHORT_HELP: dict[str, str] = {
     # one --help line for knobs whose first clause would wrap (the whole description is in docs/reference.md)
@@ -168,10 +172,17 @@ class CliError(ValueError):
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """One line per flag where it fits: ``--rate, --request-rate X`` (the metavar once)."""
+    """One line per flag where it fits: ``--rate, --request-rate X`` (the metavar once); help lines and the epilog
+    fill the 120 columns that the descriptions are written to, whatever the terminal (argparse's default wraps help
+    at the terminal's width, 80 in a pipe, under a description 120 wide)."""
 
     def __init__(self, prog: str) -> None:
-        super().__init__(prog, max_help_position=30)
+        super().__init__(prog, max_help_position=30, width=HELP_WIDTH)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(textwrap.fill(part, width, initial_indent=indent, subsequent_indent=indent,
+                                       break_on_hyphens=False, break_long_words=False)
+                         for part in text.splitlines())  # fmt: skip
 
     def _format_action_invocation(self, action: argparse.Action) -> str:
         if not action.option_strings or action.nargs == 0:

@@ -215,8 +215,8 @@ def answers_completion(url: str, headers: dict[str, str]) -> str | None:
 
 
 class Programs:
-    """What :func:`switch_replica` needs of supervisord (:class:`engine.local_control.Supervisor` wrapped): program states,
-    start, stop."""
+    """What :func:`switch_replica` needs of supervisord (:class:`engine.local_control.Supervisor` wrapped): program
+    states, start, stop."""
 
     def __init__(self, supervisor: Any) -> None:
         self.supervisor = supervisor

@@ -17,8 +17,8 @@ The override holds:
 - ``vllm-1`` ... ``vllm-(N-1)``: copies of the ``vllm`` service of the compose files in use (the base file and its
   overlays, merged here as Compose merges them; variables stay ``${...}`` for Compose to fill in, so no secret of
   .env is written), each with its replica environment and GPUs;
-- ``router``: ``python -m engine.local_replicas`` (waits for the engines, then becomes vllm-router with ROUTER_POLICY) in
-  the app image, hardened as every service, publishing VLLM_PORT, healthy when ``/health`` answers;
+- ``router``: ``python -m engine.local_replicas`` (waits for the engines, then becomes vllm-router with ROUTER_POLICY)
+  in the app image, hardened as every service, publishing VLLM_PORT, healthy when ``/health`` answers;
 - the UI, the sidecar and Locust pointed at ``http://router:VLLM_PORT`` and started once the router is healthy;
   locust-master (the benchmark) also gets REPLICAS, REPLICA_HOSTS and the other cluster knobs, so it scrapes each
   engine's ``/metrics`` for the per-replica cross-check (:mod:`core.serverview_cluster`).
@@ -273,10 +273,10 @@ def write(
     settings: Settings, file_names: list[str], out: Path, gpu_count: int | None = None, cores: list[str] | None = None
 ) -> Path | None:
     """Write the override for the compose files ``file_names`` (paths; relative ones from the working directory, the
-    project root for scripts/compose.sh; the CPU overlay among
-    them: CPU cores are split, else GPUs) to ``out`` and return it; without the router remove ``out``, return None.
-    Neither REPLICAS nor ENGINE_URLS set (environment, .env) and ``out`` there: ``out`` as it is (the stack that
-    ``make compose-up REPLICAS=N`` started; ``make compose-down`` removes it).
+    project root for scripts/compose.sh; the CPU overlay among them: CPU cores are split, else GPUs) to ``out`` and
+    return it; without the router remove ``out``, return None. Neither REPLICAS nor ENGINE_URLS set (environment, .env)
+    and ``out`` there: ``out`` as it is (the stack that ``make compose-up REPLICAS=N`` started; ``make compose-down``
+    removes it).
     ``gpu_count``: the host's GPUs (default: counted, when GPU_DEVICES does not name them); ``cores``: the CPU cores
     to split on the CPU overlay (default: this process's).
 

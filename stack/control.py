@@ -242,7 +242,7 @@ def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
     )
     since = log_position(settings.vllm_log_file) if own_program(settings) in dead else None
     if ROUTER_PROGRAM in states and ROUTER_PROGRAM not in dead and any(n in dead for n in program_names(settings)):
-        rpc(settings).supervisor.stopProcess(ROUTER_PROGRAM)  # restarted after the replicas (engine.local_replicas.main)
+        rpc(settings).supervisor.stopProcess(ROUTER_PROGRAM)  # restarted after the replicas (local_replicas.main)
         dead.append(ROUTER_PROGRAM)
     for name in dead:
         try:

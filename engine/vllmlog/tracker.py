@@ -1,8 +1,8 @@
 """The start-up phase judgement: vLLM's log lines, fed one at a time, to the phase of its latest start.
 
-:class:`StartupTracker` turns lines (already read, see :mod:`engine.vllmlog.startup` for the bounded read of a log family)
-into a :class:`StartupPhase`: downloading, loading weights, compiling/warming up, ready, failed, stopped, with the
-timings vLLM reported, the root-cause error line and every start seen. Pure; never raises on bad content.
+:class:`StartupTracker` turns lines (already read, see :mod:`engine.vllmlog.startup` for the bounded read of a log
+family) into a :class:`StartupPhase`: downloading, loading weights, compiling/warming up, ready, failed, stopped, with
+the timings vLLM reported, the root-cause error line and every start seen. Pure; never raises on bad content.
 """
 
 from __future__ import annotations
