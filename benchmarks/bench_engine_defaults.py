@@ -16,13 +16,12 @@ init = profiling + warm-up/compile + KV), and the 1-minute load average before a
 
 Variants (``VARIANTS``): ``vllm-defaults`` (vLLM's binding: one core reserved; its AOT compile cache on),
 ``stack-defaults`` (what ``make up`` runs: vLLM's binding, torch.compile's cache instead of the AOT one),
-``all-cores`` (``VLLM_CPU_NUM_OF_RESERVED_CPU=0``), ``all-cores-passive`` (plus ``OMP_WAIT_POLICY=PASSIVE``: idle
-OpenMP threads sleep instead of spinning on the cores the API server and the client need), ``all-cores-iomp`` (plus
-Intel OpenMP preloaded, as vLLM's CPU docs advise), ``eager`` (all cores, ``--enforce-eager``: no compile, no
-warm-up), ``no-compile`` (the stack's binding, ``-O0``: no torch.compile, so no compile warm-up), ``one-process``
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the model runs inside the engine-core process, one process spawn less, no
-thread pinning). Every variant but ``vllm-defaults`` has the stack's compile-cache
-setting (AOT off on the CPU build).
+``all-cores`` (``VLLM_CPU_NUM_OF_RESERVED_CPU=0``), ``all-cores-passive`` (plus ``OMP_WAIT_POLICY=PASSIVE``: idle OpenMP
+threads sleep instead of spinning on the cores the API server and the client need), ``all-cores-iomp`` (plus Intel
+OpenMP preloaded, as vLLM's CPU docs advise), ``eager`` (all cores, ``--enforce-eager``: no compile, no warm-up),
+``no-compile`` (the stack's binding, ``-O0``: no torch.compile, so no compile warm-up), ``one-process``
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the model runs inside the engine-core process, one process spawn less, no thread
+pinning). Every variant but ``vllm-defaults`` has the stack's compile-cache setting (AOT off on the CPU build).
 
 Printed at the end: medians per variant and their ratio to ``vllm-defaults``. Target (issue 14): the stack's default
 ≥ 1.5 × vLLM's output tok/s. Exits 0 when met, 1 when missed, 2 when a run failed.

@@ -6,7 +6,7 @@ import pytest
 
 from core.timeparse import StampClock
 from engine.vllmlog.grammar import clean, clean_span, parse_line
-from engine.vllmlog.messages import (
+from engine.vllmlog.tracker import (
     CONCURRENCY_RE,
     KV_CACHE_RE,
     MODEL_LOAD_TIME_RE,
