@@ -38,9 +38,9 @@ down:
 status: app-env
 	@$(APP_PY) -m stack.control status
 
-# Names of the variables given on make's command line (make benchmark CONCURENCY=4): core.makevars refuses typos.
+# Names of the variables given on make's command line (make benchmark CONCURENCY=4): core.envtypos refuses typos.
 CLI_VARS = $(strip $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
-CHECK_VARS = @$(APP_PY) -m core.makevars $@ $(CLI_VARS)
+CHECK_VARS = @$(APP_PY) -m stack.makevars $@ $(CLI_VARS)
 
 benchmark: app-env
 	$(CHECK_VARS)

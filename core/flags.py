@@ -27,8 +27,8 @@ from typing import Any, NoReturn, Union, get_args, get_origin
 from pydantic import AliasChoices, ValidationError
 from pydantic.fields import FieldInfo
 
+from core.envtypos import env_typos
 from core.knobs.commands import Command, where_it_goes
-from core.makevars import env_typos
 from core.settings import PROJECT_ROOT, Settings, describe_validation_error
 
 MAX_CONCURRENCY = "--max-concurrency"
@@ -357,7 +357,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
     """Parse ``argv`` and build the settings; a bad flag value, or an environment variable that looks like a misspelt
-    setting (:func:`core.makevars.env_typos`), exits 2 with the message (as argparse does)."""
+    setting (:func:`core.envtypos.env_typos`), exits 2 with the message (as argparse does)."""
     args = parser.parse_args(argv)
     typos = env_typos()
     if typos:

@@ -123,16 +123,16 @@ class RotatingWriter:
 
 
 def tee_main(argv: list[str] | None = None) -> int:
-    """``python -m core.logrotate FILE [--max-mb N] [--backups K]``: copy stdin to stdout and to ``FILE``, rotated.
+    """``python -m stack.logtee FILE [--max-mb N] [--backups K]``: copy stdin to stdout and to ``FILE``, rotated.
 
     For containers, where no supervisord writes and rotates a service's log: ``exec python -m ui.chainlit_launch >
-    >(exec python -m core.logrotate /app/logs/ui.log --max-mb 10 --backups 3) 2>&1`` instead of ``tee -a``.
+    >(exec python -m stack.logtee /app/logs/ui.log --max-mb 10 --backups 3) 2>&1`` instead of ``tee -a``.
     Writes whole lines (a line longer than 1 MiB in pieces); returns 0 at the end of the input.
     """
     import argparse
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m core.logrotate", description=tee_main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m stack.logtee", description=tee_main.__doc__)
     parser.add_argument("file", type=Path)
     parser.add_argument("--max-mb", type=float, default=10.0, help="rotate at this size, MiB")
     parser.add_argument("--backups", type=int, default=3, help="rotated files kept")

@@ -26,8 +26,8 @@ from core.enginestate import (
     read_request,
     write_request,
 )
+from core.envtypos import env_typos
 from core.logrotate import MIB
-from core.makevars import env_typos
 from core.net import port_in_use_message
 from core.pipes import guard_stdout
 from core.redact import Redactor, secret_values

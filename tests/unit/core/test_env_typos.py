@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from core.makevars import env_typos, main, near_setting, typo_distance
+from core.envtypos import env_typos, main, near_setting, typo_distance
 from core.settings import PROJECT_ROOT
 
 

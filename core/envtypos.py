@@ -1,7 +1,7 @@
 """Make variables checked against the settings: ``make benchmark CONCURENCY=4`` stops (exit 2) with "did you mean
 CONCURRENCY?" instead of running the defaults without a word.
 
-``python -m core.makevars TARGET NAME ...``: the Makefile passes the names of the variables given on make's command
+``python -m stack.makevars TARGET NAME ...``: the Makefile passes the names of the variables given on make's command
 line (``$(origin V)`` is ``command line``). An upper-case name that is no setting and no variable of the Makefile
 is refused when it is close to a setting's name (a typo), and passed through with a note otherwise (``HF_HOME``); a
 setting of another command is refused naming where it goes (``make benchmark KV_CACHE_GB=4``).
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     printed)."""
     args = sys.argv[1:] if argv is None else argv
     if not args:
-        print(f"usage: python -m core.makevars TARGET [NAME ...] (targets: {', '.join(TARGETS)}; views: "
+        print(f"usage: python -m stack.makevars TARGET [NAME ...] (targets: {', '.join(TARGETS)}; views: "
               f"{', '.join(c.key for c in COMMANDS)})", file=sys.stderr)  # fmt: skip
         return 2
     errors, notes = problems(args[0], args[1:])
