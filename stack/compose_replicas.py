@@ -203,7 +203,7 @@ def router_service(base: Mapping[str, Any], settings: Settings, engines: list[Co
     env = dict(base["x-container-env"])
     env.update({name: "" for name in sorted(secret_env_names() - ROUTER_SECRETS)})
     env.update(cluster_environment(settings, engines))
-    log = 'exec python -m engine.local_replicas > >(exec python -m stack.logtee "$${LOGS_DIR}/router.log" ' \
+    log = 'exec python -m engine.local_replicas > >(exec python -m stack.logsink "$${LOGS_DIR}/router.log" ' \
           "--max-mb 10 --backups 3) 2>&1"  # fmt: skip
     return {
         **copy.deepcopy(base["x-hardening"]),

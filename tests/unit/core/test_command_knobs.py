@@ -313,7 +313,7 @@ def test_the_generated_reference_is_current() -> None:
 def test_a_misspelt_make_variable_is_caught_with_the_nearest_setting() -> None:
     """``make benchmark CONCURENCY=4``: exit 2, "did you mean CONCURRENCY?"; a setting of another command is refused
     naming where it goes; a name close to no setting (HF_HOME) passes with a note; ``make up`` takes every setting."""
-    from core.envtypos import main, problems
+    from stack.makevars import main, problems
 
     errors, notes = problems("benchmark", ["CONCURENCY", "HF_HOME", "CONCURRENCY", "VLLM_API_KEY", "SHELL"])
     assert errors == ["CONCURENCY is no setting of make benchmark: did you mean CONCURRENCY?"]
@@ -338,7 +338,7 @@ def test_model_on_the_engine_command_points_to_serve_model() -> None:
 def test_a_makefile_variable_of_another_target_is_refused() -> None:
     """``make benchmark ARGS="--concurrency 1"`` once ran the default 50 users: ARGS is read by benchmark-compose,
     bench-router and pin-images only. ``make benchmark-compose ARGS=…`` still passes."""
-    from core.envtypos import problems
+    from stack.makevars import problems
 
     (error,), _ = problems("benchmark", ["ARGS"])
     assert error.startswith("ARGS is not read by make benchmark (only by make benchmark-compose, bench-router")
