@@ -44,9 +44,10 @@ from loadgen.workloads.randomdata import random_prompts_file
 from loadgen.workloads.sessions import followups_of, multi_turn_share
 from loadgen.workloads.tokenizing import open_prompt_tokenizer
 
-HELP = """Warmup, a measured Locust run, then the sidecar's report (reports/). Also python -m loadgen.command.benchmark
-and make benchmark VAR=VALUE; --sweep / --repeat N write a series report. Exit: 0 ok, 1 report not written, 2 bad input,
-services down or vLLM busy, 3 gate regression, 4 no success, 5 error rate, 6 server down, 130 interrupted."""
+HELP = """\
+Warmup, a measured Locust run, then the sidecar's report (reports/). Also python -m loadgen.command.benchmark and make
+benchmark VAR=VALUE; --sweep / --repeat N write a series report. Exit: 0 ok, 1 report not written, 2 bad input, services
+down or vLLM busy, 3 gate regression, 4 no success, 5 error rate, 6 server down, 130 interrupted."""
 
 
 @contextmanager

@@ -5,6 +5,7 @@ command is refused with exit 2 naming where it goes."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 from collections.abc import Callable
@@ -284,6 +285,18 @@ def test_benchmark_help_fits_in_120_lines_in_groups() -> None:
     assert positions == sorted(positions)
     most_used = text[positions[0]:positions[1]]
     assert len(BENCHMARK.top) == 10 and all(f"--{n.replace('_', '-')}" in most_used for n in BENCHMARK.top)
+
+
+def test_benchmark_help_fills_120_columns_whatever_the_terminal() -> None:
+    """``--help`` in a pipe (80 columns) wraps its help lines and epilog at the 120 columns its description is written
+    to, and a line breaks only where the next word would not fit."""
+    with mock.patch.dict(os.environ, {"COLUMNS": "80"}):
+        lines = bench.parser().format_help().splitlines()
+    assert max(len(line) for line in lines) <= 120
+    for line, after in itertools.pairwise(lines):
+        alone = line.lstrip().startswith("-") and "  " not in line.strip()  # a long flag: its help goes below
+        if line.strip() and after.strip() and not alone and not after.lstrip().startswith("-") and after[-1] != ":":
+            assert len(line) + 1 + len(after.split()[0]) > 120, (line, after)
 
 
 def test_engine_knobs_reach_the_launcher_through_the_engine_request(tmp_path: Path) -> None:
