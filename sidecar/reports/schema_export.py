@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from core.report_jsonschema import json_schema
 from core.settings import PROJECT_ROOT
+from sidecar.reports.schema_export import json_schema
 from sidecar.reports.store import atomic_replace
 
 DEFAULT_PATH = PROJECT_ROOT / "reports" / "schema.json"
