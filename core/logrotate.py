@@ -19,8 +19,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-MIB = 1024 * 1024
-
 
 def lock_path(path: Path) -> Path:
     """The hidden lock file of ``path`` (``logs/.requests.jsonl.lock``): not part of the rotated family."""

@@ -20,9 +20,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
-from core.logrotate import MIB, RotatingWriter
+from core.logrotate import RotatingWriter
 from core.redact import Redactor, secret_values
 from core.settings import Settings
+from core.units import MIB
 from engine.gpuplan import has_flag
 from engine.vllmlog.grammar import PREFIX
 

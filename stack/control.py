@@ -27,7 +27,6 @@ from core.enginestate import (
     write_request,
 )
 from core.envtypos import env_typos
-from core.logrotate import MIB
 from core.net import port_in_use_message
 from core.pipes import guard_stdout
 from core.redact import Redactor, secret_values
@@ -36,6 +35,7 @@ from core.report_schema import StartupFacts
 from core.settings import PROJECT_ROOT, Settings, get_settings
 from core.slots import clear_slots
 from core.tokenfile import ensure_sidecar_token
+from core.units import MIB
 from engine.engineplan import engine_build
 from engine.local_control import (
     FAILED_STATES,

@@ -8,7 +8,8 @@ import contextlib
 import sys
 from pathlib import Path
 
-from core.logrotate import MIB, RotatingWriter
+from core.logrotate import RotatingWriter
+from core.units import MIB
 
 
 def tee_main(argv: list[str] | None = None) -> int:

@@ -196,8 +196,8 @@ def read_ending(records_path: Path) -> tuple[ServerDown | None, bool]:
 
 
 def check_capacity(settings: Settings, plan: BenchmarkConfig, done: list[RequestRecord]) -> None:
-    """Refuse a closed-loop load the warm-up ``done`` shows the engine cannot answer within REQUEST_TIMEOUT_S; warn
-    when only its longer answers would time out (:mod:`loadgen.orchestrate.capacity`; CAPACITY_CHECK=0 skips it; open loops,
+    """Refuse a closed-loop load the warm-up ``done`` shows the engine cannot answer within REQUEST_TIMEOUT_S; warn when
+    only its longer answers would time out (:mod:`loadgen.orchestrate.capacity`; CAPACITY_CHECK=0 skips it; open loops,
     traces and sweeps set their own load).
 
     Raises:

@@ -17,9 +17,9 @@ import pytest
 
 from core.flags import MAX_CONCURRENCY, _knob_flags, build_parser, flag_environment, given, parse
 from core.knobs.commands import BENCHMARK, ENGINE, LOGS, SIDECAR, UI, Command, home
-from core.logrotate import MIB
 from core.requestlog import RequestLog
 from core.settings import PROJECT_ROOT, Settings
+from core.units import MIB
 from engine.hostdtype import pool_gib
 from engine.kvsizing import plan_kv
 from engine.launcher import apply_request, vllm_argv, vllm_env
