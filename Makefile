@@ -38,9 +38,9 @@ down:
 status: app-env
 	@$(APP_PY) -m stack.control status
 
-# Names of the variables given on make's command line (make benchmark CONCURENCY=4): core.makevars refuses typos.
+# Names of the variables given on make's command line (make benchmark CONCURENCY=4): core.envtypos refuses typos.
 CLI_VARS = $(strip $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
-CHECK_VARS = @$(APP_PY) -m core.makevars $@ $(CLI_VARS)
+CHECK_VARS = @$(APP_PY) -m stack.makevars $@ $(CLI_VARS)
 
 benchmark: app-env
 	$(CHECK_VARS)
@@ -68,7 +68,7 @@ lint: app-env
 	@scripts/validate_containers.sh >/dev/null || scripts/validate_containers.sh
 	$(APP_PY) scripts/check_kubernetes.py
 	$(APP_PY) -m sidecar.reports.schema_export --check
-	$(APP_PY) -m core.reference --check docs/reference.md
+	$(APP_PY) -m stack.config_reference --check docs/reference.md
 	$(APP_PY) -m engine.gpupeakdoc --check docs/engine.md
 	@site=$$(mktemp -d); NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venvs/app/bin/mkdocs build --strict --quiet --site-dir "$$site"; rc=$$?; rm -rf "$$site"; exit $$rc
 

@@ -1,11 +1,10 @@
 """What vLLM's router adds: TTFT and ITL through ``vllm-router`` ÷ straight to the same server, side by side.
 
-``make bench-router`` starts one server — the bundled mock (``loadgen.selftest.mock_server``: known TTFT and ITL,
-cheap, so
-the figures are the router's) or, with ``--target URL``, a running vLLM — and ``vllm-router --worker-urls <it>
+``make bench-router`` starts one server — the bundled mock (``loadgen.selftest.mock_server``: known TTFT and ITL, cheap,
+so the figures are the router's) or, with ``--target URL``, a running vLLM — and ``vllm-router --worker-urls <it>
 --policy round_robin`` in front of it, then sends the same closed-loop load (``--concurrency`` users, ``--requests``
-streamed chat requests of ``--tokens`` tokens) straight and through the router in alternating rounds
-(direct, router, direct, router, …; ``--rounds`` pairs), with the project's one request function
+streamed chat requests of ``--tokens`` tokens) straight and through the router in alternating rounds (direct, router,
+direct, router, …; ``--rounds`` pairs), with the project's one request function
 (``loadgen.request.client.stream_chat``). Per round it prints mean and p50 TTFT and ITL for both paths and the router's
 added latency (router − direct, ms) and ratio (router ÷ direct); the summary is the median over the rounds.
 

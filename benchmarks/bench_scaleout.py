@@ -5,11 +5,10 @@ Run from the repository root (no stack needed)::
     .venvs/app/bin/python benchmarks/bench_scaleout.py [--requests 12000] [--users 32] [--tokens 256] [--repeats 3]
 
 Each run is the benchmark's own Locust path (:func:`loadgen.orchestrate.measured_run.run_locust`: plan file,
-``--processes N``, exact
-request shares) in request-count mode against the bundled mock server with no delays (pre-built answers, one write
-each, so the mock stays cheap: its CPU is sampled and printed). chunks/s = content chunks of the measured rows ÷ their
-window (first send → last end). Every run must give exactly ``--requests`` rows. Pairs alternate their order
-(1 then 2 workers, then 2 then 1, ...); the median ratio of the pairs is judged.
+``--processes N``, exact request shares) in request-count mode against the bundled mock server with no delays (pre-built
+answers, one write each, so the mock stays cheap: its CPU is sampled and printed). chunks/s = content chunks of the
+measured rows ÷ their window (first send → last end). Every run must give exactly ``--requests`` rows. Pairs alternate
+their order (1 then 2 workers, then 2 then 1, ...); the median ratio of the pairs is judged.
 
 CPU (user + system, psutil, every 0.1 s, over the same window): the client is this process's tree (the benchmark's
 poll loop, the Locust master and workers) minus the mock's. Besides the wall-clock ratio the script prints how much

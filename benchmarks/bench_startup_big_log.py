@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 from core.enginestate import EngineState, log_position, write_engine_state  # noqa: E402
 from core.logfiles import ReadStats  # noqa: E402
 from core.settings import Settings  # noqa: E402
-from engine.startup import read_startup, startup_phase  # noqa: E402
+from engine.vllmlog.startup import read_startup, startup_phase  # noqa: E402
 
 TARGET_MS = 50.0
 START = (
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from fastapi.testclient import TestClient
 
-    from sidecar.app import create_app
+    from sidecar.api_app import create_app
     from sidecar.reports.writer import ReportService
     from sidecar.sampling.gpu import NvmlReader
     from tests.fakes import FakeNvml

@@ -1,4 +1,4 @@
-"""One vLLM start read from its log: the seconds of each start-up phase (:mod:`engine.startphases`) and what the
+"""One vLLM start read from its log: the seconds of each start-up phase (:mod:`engine.vllmlog.startup`) and what the
 compile cache did.
 
 Pure apart from the stamp clock; used by ``bench_engine_defaults.py`` (``make bench-engine``) for each run.
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.startphases import PHASES, START_MARKS, start_breakdown
+from engine.vllmlog.startup import PHASES, START_MARKS, start_breakdown
 
 __all__ = ["PHASES", "START_MARKS", "compile_cache", "start_breakdown"]
-"""The phases are the engine's (:mod:`engine.startphases`, also ``make status``'s): one reading of a start."""
+"""The phases are the engine's (:mod:`engine.vllmlog.startup`, also ``make status``'s): one reading of a start."""
 
 
 def compile_cache(lines: Sequence[bytes]) -> str:

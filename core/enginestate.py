@@ -3,7 +3,7 @@
 ``logs/engine_state.json`` is written by the vLLM launcher (:mod:`engine.launcher`) just before it execs vLLM:
 what was asked for, what is served and why, and the process that serves it. :func:`read_engine_state` is its one
 reader. :class:`EngineControl` is how anything above the engine (``make up``, profiling runs, model switches,
-tests) starts, stops or restarts it; :mod:`engine.control` implements it for local mode.
+tests) starts, stops or restarts it; :mod:`engine.local_control` implements it for local mode.
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ class EngineError(RuntimeError):
 
 
 class EngineControl(Protocol):
-    """Start, stop and restart the engine, and say how it runs. Implementations: :mod:`engine.control`."""
+    """Start, stop and restart the engine, and say how it runs. Implementations: :mod:`engine.local_control`."""
 
     def status(self) -> EngineStatus | None:
         """The engine's process state; None when this controller does not run the stack."""

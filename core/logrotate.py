@@ -13,14 +13,11 @@ lands in ``name.1``: it is never lost, and every reader reads the whole family.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-MIB = 1024 * 1024
 
 
 def lock_path(path: Path) -> Path:
@@ -120,35 +117,3 @@ class RotatingWriter:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-
-
-def tee_main(argv: list[str] | None = None) -> int:
-    """``python -m core.logrotate FILE [--max-mb N] [--backups K]``: copy stdin to stdout and to ``FILE``, rotated.
-
-    For containers, where no supervisord writes and rotates a service's log: ``exec python -m ui.server >
-    >(exec python -m core.logrotate /app/logs/ui.log --max-mb 10 --backups 3) 2>&1`` instead of ``tee -a``.
-    Writes whole lines (a line longer than 1 MiB in pieces); returns 0 at the end of the input.
-    """
-    import argparse
-    import sys
-
-    parser = argparse.ArgumentParser(prog="python -m core.logrotate", description=tee_main.__doc__)
-    parser.add_argument("file", type=Path)
-    parser.add_argument("--max-mb", type=float, default=10.0, help="rotate at this size, MiB")
-    parser.add_argument("--backups", type=int, default=3, help="rotated files kept")
-    args = parser.parse_args(argv)
-    writer = RotatingWriter(args.file, int(args.max_mb * MIB), args.backups)
-    out = sys.stdout.buffer
-    try:
-        for line in iter(lambda: sys.stdin.buffer.readline(MIB), b""):
-            with contextlib.suppress(OSError):
-                out.write(line)
-                out.flush()
-            writer.write(line)
-    finally:
-        writer.close()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(tee_main())

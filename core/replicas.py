@@ -2,7 +2,7 @@
 
 Functions of the settings (REPLICAS, REPLICA_PORT_BASE, ENGINE_URLS, ROUTER_POLICY) as the running stack was started
 with them (``make up`` records them in ``RUN_DIR/cluster.json``: :func:`as_started`): ``make up`` starts the
-local replicas and the router from them (:mod:`engine.replicas`), the benchmark scrapes each engine's ``/metrics``
+local replicas and the router from them (:mod:`engine.local_replicas`), the benchmark scrapes each engine's ``/metrics``
 from them (:mod:`core.serverview_cluster`).
 
 The router listens on VLLM_PORT (the stack's *front*, :func:`front_in_use`) with the cluster (REPLICAS > 1 or

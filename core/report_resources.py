@@ -1,5 +1,5 @@
-"""What a report's run used (part of :mod:`core.report_schema`, which re-exports it): NVML and psutil samples over
-the run window, per-GPU peaks and means, the timeline and vLLM's KV cache."""
+"""A report's resources, what its run used: NVML and psutil samples over the run window, per-GPU peaks and means,
+the timeline and vLLM's KV cache; :class:`core.report_schema.Report` holds them."""
 
 from __future__ import annotations
 

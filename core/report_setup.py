@@ -1,5 +1,5 @@
-"""What a report's run was measured on and with (part of :mod:`core.report_schema`, which re-exports it): the
-environment (hardware, software, model, vLLM's starts) and the benchmark's configuration (every knob of the plan)."""
+"""A report's setup, what its run was measured on and with: the environment (hardware, software, model, vLLM's
+starts) and the benchmark's configuration (every knob of the plan); :class:`core.report_schema.Report` holds both."""
 
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from core.logrotate import MIB, RotatingWriter, append_rotating
+from core.logrotate import RotatingWriter, append_rotating
+from core.units import MIB
 
 if TYPE_CHECKING:  # the analyzer imports this module and must start fast: no pydantic at import
     from core.records import RequestRecord

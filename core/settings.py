@@ -19,13 +19,13 @@ from pydantic import AliasChoices, ValidationError, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from core.distributions import lognormal_params
-from core.knobs.benchmark import RANDOM_DATASET, BenchmarkKnobs
-from core.knobs.cluster import ClusterKnobs
-from core.knobs.cost import CostKnobs
-from core.knobs.folders import PROJECT_ROOT, FolderKnobs
-from core.knobs.security import SecurityKnobs
-from core.knobs.serving import DEFAULT_MODEL, SYNTHETIC_FALLBACK, ServingKnobs
-from core.knobs.sweep import SweepKnobs
+from core.knobs.benchmark_knobs import RANDOM_DATASET, BenchmarkKnobs
+from core.knobs.cluster_knobs import ClusterKnobs
+from core.knobs.cost_knobs import CostKnobs
+from core.knobs.folders_knobs import PROJECT_ROOT, FolderKnobs
+from core.knobs.security_knobs import SecurityKnobs
+from core.knobs.serving_knobs import DEFAULT_MODEL, SYNTHETIC_FALLBACK, ServingKnobs
+from core.knobs.sweep_knobs import SweepKnobs
 from core.parsing import option_values, parse_sweep
 
 __all__ = [

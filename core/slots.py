@@ -5,7 +5,7 @@ two slots, ``a`` and ``b``, each its own supervisord program, port, log and stat
 ``vllm.log``/``vllm-b.log``, ``engine_state.json``/``engine_state-b.json``). A switch starts the new engine in the
 slot that is not serving, puts it behind the router, drains and stops the old one, then records the new slot here:
 ``RUN_DIR/engine_slots.json`` = ``{"0": "b"}``. Every reader of "the engine" (the UI, the sidecar, ``make status``,
-the benchmark) names its files through :attr:`core.knobs.folders.FolderKnobs.replica_suffix`, which reads this
+the benchmark) names its files through :attr:`core.knobs.folders_knobs.FolderKnobs.replica_suffix`, which reads this
 record, so they all follow the swap. No record (``make up`` writes none, or compose): every replica serves from
 ``a``. One reader and one writer; pure apart from the file.
 """

@@ -31,9 +31,9 @@ from engine.engineplan import gpu_plan, kv_plan, model_facts, weights_bytes
 from engine.gpuhost import host_gpus
 from engine.gpuplan import MemoryPlan
 from engine.hostdtype import pool_gib
+from engine.local_replicas import add_worker, program_name, remove_worker
 from engine.model_resolve import ResolvedModel
-from engine.replicas import add_worker, program_name, remove_worker
-from engine.startphases import latest_start, phases_line
+from engine.vllmlog.startup import latest_start, phases_line
 
 CPU_ENGINE_OVERHEAD_BYTES = int(1.5 * GIB)
 """What a CPU engine holds beyond its weights and KV pool: three Python processes (API server, engine core, worker)
@@ -224,8 +224,8 @@ def answers_completion(url: str, headers: dict[str, str]) -> str | None:
 
 
 class Programs:
-    """What :func:`switch_replica` needs of supervisord (:class:`engine.control.Supervisor` wrapped): program states,
-    start, stop."""
+    """What :func:`switch_replica` needs of supervisord (:class:`engine.local_control.Supervisor` wrapped): program
+    states, start, stop."""
 
     def __init__(self, supervisor: Any) -> None:
         self.supervisor = supervisor

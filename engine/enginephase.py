@@ -23,9 +23,9 @@ from typing import Any
 
 from core.enginestate import EngineState, LogPosition, pid_running
 from core.logfiles import ReadStats, iter_spans, rotated_family
-from engine import logformat as fmt
-from engine.startup import FULL_READ_BYTES, TAIL_BYTES, read_startup
-from engine.startuptracker import StartupPhase, StartupTracker
+from engine.vllmlog import grammar as fmt
+from engine.vllmlog.startup import FULL_READ_BYTES, TAIL_BYTES, read_startup
+from engine.vllmlog.tracker import StartupPhase, StartupTracker
 
 DEAD_STATES = frozenset({"EXITED", "FATAL", "BACKOFF", "STOPPED"})
 """supervisord's states of a program whose process is gone."""
@@ -124,7 +124,7 @@ def _position_of(path: Path, offset: int) -> LogPosition | None:
 def launch_lines(path: Path, since: LogPosition | None, limit_bytes: int = FULL_READ_BYTES) -> list[bytes]:
     """The log's lines written after ``since`` (None: the whole family), cleaned (no colours, container stamps
     stay), at most about ``limit_bytes``; the newest are kept when there are more (every byte is still read: callers
-    pass ``since``, or a family that :func:`~engine.startup.read_startup` would read whole anyway)."""
+    pass ``since``, or a family that :func:`~engine.vllmlog.startup.read_startup` would read whole anyway)."""
     places = _launch_spans(path, since) if since is not None else [(m, 0) for m in rotated_family(path)]
     lines: deque[bytes] = deque()
     kept = 0
@@ -145,7 +145,7 @@ def launch_phase(
 ) -> StartupPhase:
     """The start-up phase, judged with the process (:func:`judge`; ``process`` defaults to what the state file
     tells). With ``since`` only the launch after that position counts (``not_started`` until its first line);
-    without it, the log's latest start (:func:`~engine.startup.read_startup`)."""
+    without it, the log's latest start (:func:`~engine.vllmlog.startup.read_startup`)."""
     if since is None:
         phase = read_startup(path, state)
     else:

@@ -1,7 +1,7 @@
 """``docs/engine.md``'s GPU memory tables, generated from :mod:`engine.gpupeak` (never hand-written).
 
 ``python -m engine.gpupeakdoc`` prints them; ``--write FILE`` replaces them in FILE (between :data:`BEGIN` and
-:data:`END`) and ``--check FILE`` exits 1 when FILE's are stale (``make lint``), as ``core.reference`` does for
+:data:`END`) and ``--check FILE`` exits 1 when FILE's are stale (``make lint``), as ``stack.config_reference`` does for
 ``docs/reference.md``.
 """
 

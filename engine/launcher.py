@@ -65,10 +65,10 @@ from engine.gpupeak import BatchLimits
 from engine.gpuplan import has_flag
 from engine.hostdtype import dtype_of, for_host
 from engine.kvsizing import KvPlan, KvSizingError
+from engine.local_replicas import replica_settings
 from engine.logpipe import Masked, access_log_args, output, pump
 from engine.model_resolve import ModelResolutionError, ResolvedModel
 from engine.reaper import MARKER, marker_value
-from engine.replicas import replica_settings
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 DRAIN_S = 5.0
@@ -143,15 +143,14 @@ def vllm_argv(
 
     The KV pool is ``--kv-cache-memory-bytes`` on both builds (the CPU build reads it as ``VLLM_CPU_KVCACHE_SPACE``
     would set it), with the context length of ``kv`` (default: :func:`engine.engineplan.kv_plan`). On GPU hosts
-    ``gpu_utilization`` (:class:`engine.gpuplan.MemoryPlan`) is ``--gpu-memory-utilization``: vLLM still
-    checks free memory against it at start, so its 0.92 default would refuse a shared card (one given in
-    VLLM_EXTRA_ARGS wins), as does its ``--disable-access-log-for-endpoints`` over the stack's own polling endpoints
-    (:func:`engine.logpipe.access_log_args`), and ``limits``
-    (:func:`engine.gpupeak.batch_limits`) are ``--max-num-seqs`` and ``--max-num-batched-tokens`` where VLLM_EXTRA_ARGS
-    does not set them: vLLM's own defaults would take the start-up peak past the seed's 2.8 GB
-    (:mod:`engine.gpupeak`); :data:`PROMPT_TOKENS_DETAILS` and ``--enable-server-load-tracking``
-    (:data:`LOAD_TRACKING_FLAG`) always. ``--api-key`` options of VLLM_EXTRA_ARGS are taken out:
-    one key goes through the environment (:func:`vllm_env`); only several keys come back here, as one
+    ``gpu_utilization`` (:class:`engine.gpuplan.MemoryPlan`) is ``--gpu-memory-utilization``: vLLM still checks free
+    memory against it at start, so its 0.92 default would refuse a shared card (one given in VLLM_EXTRA_ARGS wins), as
+    does its ``--disable-access-log-for-endpoints`` over the stack's own polling endpoints
+    (:func:`engine.logpipe.access_log_args`), and ``limits`` (:func:`engine.gpupeak.batch_limits`) are
+    ``--max-num-seqs`` and ``--max-num-batched-tokens`` where VLLM_EXTRA_ARGS does not set them: vLLM's own defaults
+    would take the start-up peak past the seed's 2.8 GB (:mod:`engine.gpupeak`); :data:`PROMPT_TOKENS_DETAILS` and
+    ``--enable-server-load-tracking`` (:data:`LOAD_TRACKING_FLAG`) always. ``--api-key`` options of VLLM_EXTRA_ARGS are
+    taken out: one key goes through the environment (:func:`vllm_env`); only several keys come back here, as one
     ``--api-key a b`` list before the extra arguments (which stay last).
 
     Raises:

@@ -20,11 +20,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
-from core.logrotate import MIB, RotatingWriter
+from core.logrotate import RotatingWriter
 from core.redact import Redactor, secret_values
 from core.settings import Settings
+from core.units import MIB
 from engine.gpuplan import has_flag
-from engine.logformat import PREFIX
+from engine.vllmlog.grammar import PREFIX
 
 QUIET_ENDPOINTS = ("/metrics", "/health", "/v1/models", "/version", "/ping", "/load")
 """What the stack itself polls on vLLM: the sidecar scrapes ``/metrics`` every few seconds (thousands of lines a
@@ -48,7 +49,7 @@ UVICORN_LINE_RE = re.compile(
 """A line of uvicorn's own (``INFO:     Application startup complete.``, ``ERROR:    Exception in ASGI
 application``), behind vLLM's process prefix or not: its level word, a colon and padding (groups: prefix, process,
 level). An access line (``INFO:     127.0.0.1:5 - "GET …``, ``INFO:     ::1:5 - "POST …``) is left as it is:
-readers skip those by that shape (:mod:`engine.startup`)."""
+readers skip those by that shape (:mod:`engine.vllmlog.startup`)."""
 UVICORN_SOURCE = b"uvicorn"
 
 
@@ -56,7 +57,7 @@ def stamp_uvicorn_lines(data: bytes, now_s: float) -> bytes:
     """``data`` (whole lines) with each uvicorn line of its own (:data:`UVICORN_LINE_RE`) given vLLM's header at
     ``now_s`` (epoch seconds, local time as vLLM's ``%m-%d %H:%M:%S``): ``INFO:     Application startup complete.``
     becomes ``INFO 12-06 02:34:30 [uvicorn] Application startup complete.``, which every reader of the log parses as
-    a vLLM line (:data:`engine.logformat.VLLM_HEADER_RE`). Other lines are unchanged."""
+    a vLLM line (:data:`engine.vllmlog.grammar.VLLM_HEADER_RE`). Other lines are unchanged."""
     if data.find(b":") < 0:
         return data
     stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(now_s)).encode()

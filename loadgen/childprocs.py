@@ -193,8 +193,7 @@ def mock_server(
     require_api_key: bool = False,
 ) -> Iterator[MockHandle]:
     """Run ``python -m loadgen.selftest.mock_server`` on a free port until the block ends (``processes`` server
-    processes;
-    the handle's pid is their parent, so a tree sampler sees them all); stopped in all cases. With
+    processes; the handle's pid is their parent, so a tree sampler sees them all); stopped in all cases. With
     ``require_api_key`` it refuses ``/v1`` requests without VLLM_API_KEY, as vLLM does.
 
     Raises:

@@ -24,4 +24,4 @@ class WorkersMissing(BenchError):
 
 class OverCapacity(BenchError):
     """The warm-up shows the engine cannot answer the planned load within REQUEST_TIMEOUT_S
-    (:mod:`core.capacity`): the load is not sent; the message names the load it can serve."""
+    (:mod:`loadgen.orchestrate.capacity`): the load is not sent; the message names the load it can serve."""

@@ -140,9 +140,8 @@ def workload_prompts(config: BenchmarkConfig) -> list[Prompt]:
 
 
 def sampler_for(config: BenchmarkConfig, seed: int, prompts: Sequence[Prompt] | None = None) -> WorkloadSampler:
-    """The workload of ``config``: its dataset (``prompts`` when given, the plan's; else
-    :func:`workload_prompts`), output lengths (fixed, or log-normal mean/P95 capped at max_tokens) and input mix,
-    seeded with ``seed``.
+    """The workload of ``config``: its dataset (``prompts`` when given, the plan's; else :func:`workload_prompts`),
+    output lengths (fixed, or log-normal mean/P95 capped at max_tokens) and input mix, seeded with ``seed``.
 
     Raises:
         DatasetError: the dataset cannot be loaded. ValueError: a bad length or mix setting.

@@ -1,8 +1,8 @@
 """The load generator's one client of the sidecar's HTTP API (:mod:`core.api` types): health, baselines, sampling
 windows, reports, series and comparisons. The load generator never imports the sidecar. Every failure is one
-:class:`BenchError` format: unreachable (:meth:`SidecarClient._down`) or refused (:class:`SidecarRefused`, with the
-HTTP status and what to do). Writes carry the sidecar token
-(``Authorization: Bearer``, from :meth:`core.settings.Settings.sidecar_auth_token`)."""
+:class:`BenchError` format: unreachable (:meth:`SidecarClient._down`) or refused (:class:`SidecarRefused`, with the HTTP
+status and what to do). Writes carry the sidecar token (``Authorization: Bearer``, from
+:meth:`core.settings.Settings.sidecar_auth_token`)."""
 
 from __future__ import annotations
 

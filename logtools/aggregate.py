@@ -15,7 +15,7 @@ from typing import Any
 
 from core.requestlog import RequestLogLine
 from core.timeparse import epoch_to_iso
-from engine.logformat import METRIC_FIELDS, normalise
+from engine.vllmlog.grammar import METRIC_FIELDS, normalise
 from logtools.quantiles import StreamingQuantiles
 
 MAX_ERROR_CAUSES = 200
@@ -55,7 +55,7 @@ class EngineSummary:
         self.last_s: float | None = None
 
     def add_rows(self, rows: list[tuple[bytes, ...]], first_s: float | None, last_s: float | None) -> None:
-        """Rows of :data:`~engine.logformat.METRICS_RE` groups, oldest first, and the times of the first
+        """Rows of :data:`~engine.vllmlog.grammar.METRICS_RE` groups, oldest first, and the times of the first
         and last row (epoch seconds or None)."""
         self.samples += len(rows)
         columns = list(zip(*rows, strict=True))

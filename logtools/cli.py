@@ -82,7 +82,7 @@ def parse_args(argv: list[str]) -> Options:
     """
     own = {"--" + name.rstrip("=") for name in _LONG} | {"-h"}
     if any(a.startswith("--") and a.split("=", 1)[0] not in own for a in argv):
-        from core.cli import refusal  # only then: the settings cost start-up time
+        from core.flags import refusal  # only then: the settings cost start-up time
 
         problem = refusal(argv, own)  # a knob of another command (--slo is not --slow), or a misspelt option
         if problem:

@@ -4,7 +4,7 @@ facts (:class:`ScanResult`); :mod:`logtools.scan` fills them, the reports read t
 from __future__ import annotations
 
 from core.logfiles import ReadStats
-from engine.logformat import text
+from engine.vllmlog.grammar import text
 
 
 class ErrorEvent:

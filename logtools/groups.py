@@ -7,7 +7,7 @@ digits are masked (request ids, token counts, pids). Memory is bounded by :data:
 from __future__ import annotations
 
 from core.timeparse import epoch_to_iso
-from engine.logformat import normalise
+from engine.vllmlog.grammar import normalise
 from logtools.events import ErrorEvent
 
 TYPE_CHECKING = False
@@ -77,7 +77,7 @@ class ErrorGroups:
         self._keys: dict[str, str] = {}
 
     def _normalised(self, message: str) -> str:
-        """:func:`~engine.logformat.normalise` with a bounded cache (many events repeat a message)."""
+        """:func:`~engine.vllmlog.grammar.normalise` with a bounded cache (many events repeat a message)."""
         key = self._keys.get(message)
         if key is None:
             if len(self._keys) >= _MAX_CACHED_KEYS:

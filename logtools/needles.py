@@ -1,5 +1,5 @@
 """The literal searches that find candidate lines for ``--errors`` in raw log bytes (:mod:`logtools.scan` parses
-only the lines they find with the full grammar, :mod:`engine.logformat`).
+only the lines they find with the full grammar, :mod:`engine.vllmlog.grammar`).
 
 Three searches, each at C speed: the level words (``memchr`` for their ``R``; ``re`` from the ``R`` where ``R`` is
 common), the bare error lines' `` error:`` (``bytes.find``) and ``Traceback (most recent`` (``memchr`` for its ``b``;
@@ -31,7 +31,7 @@ MAX_R_MISSES = 32
 REPROBE_SPANS = 8
 """Spans after which a file where a letter was common is searched with ``memchr`` for it again."""
 BARE_NEEDLE = b" error:"
-"""A literal every error line without a header has (:data:`~engine.logformat.BARE_ERROR_RE`: argparse's
+"""A literal every error line without a header has (:data:`~engine.vllmlog.grammar.BARE_ERROR_RE`: argparse's
 ``<prog>: error: …``, ``Fatal Python error: …``), found with ``bytes.find``; searched apart from the level words, as
 one ``re`` alternation of all of them loses ``re``'s literal search and scans byte by byte (measured 10x slower).
 It ends with ``:``, rarer than the space that ends ``error: ``: ``bytes.find`` (two-way, skipping on the window's

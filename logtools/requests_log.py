@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from core.logfiles import BLOCK_BYTES, ReadStats, StrPath, iter_blocks
 from core.requestlog import BadLogLine, RequestLogLine
-from engine.logformat import text
+from engine.vllmlog.grammar import text
 
 MAX_BAD_EXAMPLES = 5
 

@@ -6,7 +6,7 @@ C); the engine's periodic stats lines come from one ``findall`` per block. A log
 its header on every line; uvicorn and crashing processes print bare tracebacks, possibly behind a ``(Proc pid=N)``
 prefix) becomes one :class:`ErrorEvent`, also across block boundaries. Colour codes and container stamps are removed
 from the few lines that are parsed; when the engine's stats and HTTP lines are counted, colour codes are removed from
-the whole block first (:func:`engine.logformat.clean_span`), as uvicorn colours its access lines.
+the whole block first (:func:`engine.vllmlog.grammar.clean_span`), as uvicorn colours its access lines.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 from core.logfiles import BLOCK_BYTES, StrPath, iter_spans, mtime_s
 from core.timeparse import StampClock
-from engine.logformat import (
+from engine.vllmlog.grammar import (
     METRICS_NEEDLE,
     METRICS_RE,
     PROBLEM_LEVELS,
@@ -104,7 +104,7 @@ class LogScanner:
         return self.result
 
     def _scan_file(self, path: StrPath) -> None:
-        """Scan one file. Counting stats needs whole blocks cleaned (:func:`engine.logformat.clean_span`); looking
+        """Scan one file. Counting stats needs whole blocks cleaned (:func:`engine.vllmlog.grammar.clean_span`); looking
         for errors alone reads the raw bytes, and in a CRI file joins partial lines only around candidate lines
         (:meth:`_cri_record_at`): joining a whole block costs a second pass over it."""
         carry = b""
@@ -211,7 +211,7 @@ class LogScanner:
 
         The fast path: candidate lines come from three literal searches (level words, bare error lines, tracebacks;
         each at memchr speed), merged in order; only those lines go through the full grammar
-        (:func:`engine.logformat.parse_line` in :meth:`_record_at`)."""
+        (:func:`engine.vllmlog.grammar.parse_line` in :meth:`_record_at`)."""
         bare_search = buf.find
         needles = self._needles
         next_level, next_traceback = needles.next_level, needles.next_traceback

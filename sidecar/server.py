@@ -10,11 +10,11 @@ import sys
 
 import uvicorn
 
-from core.cli import build_parser, parse
+from core.flags import build_parser, parse
 from core.knobs.commands import SIDECAR
 from core.net import port_in_use_message
 from core.tokenfile import ensure_sidecar_token
-from sidecar.app import create_app
+from sidecar.api_app import create_app
 
 LIMIT_CONCURRENCY = 256  # open connections (and tasks) at once; more get 503 from uvicorn
 

@@ -7,7 +7,7 @@ is exactly what runs. With neither set, an existing file is the running stack's 
 benchmark-compose``, ``scripts/compose.sh ps`` after ``make compose-up REPLICAS=2``); ``make compose-down`` removes it.
 
 The plan comes from the same functions as ``REPLICAS=N make up`` (:mod:`core.replicas`,
-:func:`engine.replicas.replica_settings`): replica K listens on REPLICA_PORT_BASE+K, its log and state file are
+:func:`engine.local_replicas.replica_settings`): replica K listens on REPLICA_PORT_BASE+K, its log and state file are
 ``vllm-K.log`` / ``engine_state-K.json``, and it gets its contiguous share of GPU_DEVICES (or of the host's GPUs) as
 the ``device_ids`` of its GPU reservation — or of the CPU cores as VLLM_CPU_OMP_THREADS_BIND on the CPU overlay.
 
@@ -17,8 +17,8 @@ The override holds:
 - ``vllm-1`` ... ``vllm-(N-1)``: copies of the ``vllm`` service of the compose files in use (the base file and its
   overlays, merged here as Compose merges them; variables stay ``${...}`` for Compose to fill in, so no secret of
   .env is written), each with its replica environment and GPUs;
-- ``router``: ``python -m engine.replicas`` (waits for the engines, then becomes vllm-router with ROUTER_POLICY) in
-  the app image, hardened as every service, publishing VLLM_PORT, healthy when ``/health`` answers;
+- ``router``: ``python -m engine.local_replicas`` (waits for the engines, then becomes vllm-router with ROUTER_POLICY)
+  in the app image, hardened as every service, publishing VLLM_PORT, healthy when ``/health`` answers;
 - the UI, the sidecar and Locust pointed at ``http://router:VLLM_PORT`` and started once the router is healthy;
   locust-master (the benchmark) also gets REPLICAS, REPLICA_HOSTS and the other cluster knobs, so it scrapes each
   engine's ``/metrics`` for the per-replica cross-check (:mod:`core.serverview_cluster`).
@@ -40,7 +40,7 @@ import yaml
 from core.replicas import router_in_use
 from core.settings import Settings, get_settings, secret_env_names
 from engine.gpuplan import parallel_sizes
-from engine.replicas import replica_settings, usable_cores
+from engine.local_replicas import replica_settings, usable_cores
 
 OVERRIDE_NAME = "docker-compose.replicas.yml"
 OVERRIDE_STEM = "docker-compose.replicas"
@@ -140,7 +140,7 @@ def cluster_settings(settings: Settings) -> Settings:
 def plan(settings: Settings, gpu: bool, gpu_count: int = 0, cores: list[str] | None = None) -> list[ComposeReplica]:
     """The engine services of REPLICAS=N in compose: ``vllm`` then ``vllm-1`` ..., each with its port and share of
     GPU_DEVICES (else of the host's ``gpu_count`` GPUs) when ``gpu``, else of ``cores`` (default this process's) —
-    the split of ``make up`` (:func:`engine.replicas.replica_settings`). Empty without the router.
+    the split of ``make up`` (:func:`engine.local_replicas.replica_settings`). Empty without the router.
 
     Raises:
         ValueError: REPLICAS=0 (compose runs at least one engine), fewer GPUs or cores than replicas, a replica with
@@ -203,7 +203,7 @@ def router_service(base: Mapping[str, Any], settings: Settings, engines: list[Co
     env = dict(base["x-container-env"])
     env.update({name: "" for name in sorted(secret_env_names() - ROUTER_SECRETS)})
     env.update(cluster_environment(settings, engines))
-    log = 'exec python -m engine.replicas > >(exec python -m core.logrotate "$${LOGS_DIR}/router.log" ' \
+    log = 'exec python -m engine.local_replicas > >(exec python -m stack.logsink "$${LOGS_DIR}/router.log" ' \
           "--max-mb 10 --backups 3) 2>&1"  # fmt: skip
     return {
         **copy.deepcopy(base["x-hardening"]),
@@ -273,10 +273,10 @@ def write(
     settings: Settings, file_names: list[str], out: Path, gpu_count: int | None = None, cores: list[str] | None = None
 ) -> Path | None:
     """Write the override for the compose files ``file_names`` (paths; relative ones from the working directory, the
-    project root for scripts/compose.sh; the CPU overlay among
-    them: CPU cores are split, else GPUs) to ``out`` and return it; without the router remove ``out``, return None.
-    Neither REPLICAS nor ENGINE_URLS set (environment, .env) and ``out`` there: ``out`` as it is (the stack that
-    ``make compose-up REPLICAS=N`` started; ``make compose-down`` removes it).
+    project root for scripts/compose.sh; the CPU overlay among them: CPU cores are split, else GPUs) to ``out`` and
+    return it; without the router remove ``out``, return None. Neither REPLICAS nor ENGINE_URLS set (environment, .env)
+    and ``out`` there: ``out`` as it is (the stack that ``make compose-up REPLICAS=N`` started; ``make compose-down``
+    removes it).
     ``gpu_count``: the host's GPUs (default: counted, when GPU_DEVICES does not name them); ``cores``: the CPU cores
     to split on the CPU overlay (default: this process's).
 

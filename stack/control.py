@@ -26,8 +26,7 @@ from core.enginestate import (
     read_request,
     write_request,
 )
-from core.logrotate import MIB
-from core.makevars import env_typos
+from core.envtypos import env_typos
 from core.net import port_in_use_message
 from core.pipes import guard_stdout
 from core.redact import Redactor, secret_values
@@ -36,7 +35,9 @@ from core.report_schema import StartupFacts
 from core.settings import PROJECT_ROOT, Settings, get_settings
 from core.slots import clear_slots
 from core.tokenfile import ensure_sidecar_token
-from engine.control import (
+from core.units import MIB
+from engine.engineplan import engine_build
+from engine.local_control import (
     FAILED_STATES,
     LocalEngine,
     Supervisor,
@@ -45,11 +46,10 @@ from engine.control import (
     own_program,
     why_not_up,
 )
-from engine.engineplan import engine_build
+from engine.local_replicas import ROUTER_PROGRAM, program_name, program_names, write_conf
 from engine.reaper import end_engine_processes
-from engine.replicas import ROUTER_PROGRAM, program_name, program_names, write_conf
-from engine.startphases import latest_start, phases_line
-from engine.startuptracker import StartupPhase
+from engine.vllmlog.startup import latest_start, phases_line
+from engine.vllmlog.tracker import StartupPhase
 from sidecar.reports.envinfo import startup_facts
 from stack.services import answers, programs, remote_engines, services, tail
 
@@ -74,7 +74,7 @@ def supervisor_env(settings: Settings) -> dict[str, str]:
 
 
 def startup(settings: Settings, since: LogPosition | None = None) -> StartupPhase:
-    """vLLM's start-up phase judged with its process (:func:`engine.control.engine_phase`); with ``since``
+    """vLLM's start-up phase judged with its process (:func:`engine.local_control.engine_phase`); with ``since``
     only the launch whose lines begin there."""
     return engine_phase(settings, since)
 
@@ -107,7 +107,7 @@ def rpc(settings: Settings) -> Any:
 
 def wait_ready(settings: Settings, since: LogPosition | None = None) -> tuple[bool, str]:
     """Wait until every service answers; fail fast when supervisord reports a dead one (for vLLM with
-    :func:`~engine.control.why_not_up`: its error line and last lines). ``since``: where the launch being
+    :func:`~engine.local_control.why_not_up`: its error line and last lines). ``since``: where the launch being
     waited for begins in vLLM's log (its phase is the only one shown)."""
     deadline = time.monotonic() + settings.startup_timeout_s
     pending = programs(settings)
@@ -198,7 +198,7 @@ def start_fresh(settings: Settings, request: EngineRequest | None) -> int:
         if checked.returncode != 0:
             print("[ERROR] The GPU preflight failed (lines above); fix them and run `make up` again.", file=sys.stderr)
             return 2
-    conf = write_conf(settings, CONF)  # CONF itself, or with the replicas and the router (engine.replicas)
+    conf = write_conf(settings, CONF)  # CONF itself, or with the replicas and the router (engine.local_replicas)
     subprocess.run(
         [sys.executable, "-m", "supervisor.supervisord", "-c", str(conf)], env=env, cwd=PROJECT_ROOT, check=True
     )
@@ -242,7 +242,7 @@ def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
     )
     since = log_position(settings.vllm_log_file) if own_program(settings) in dead else None
     if ROUTER_PROGRAM in states and ROUTER_PROGRAM not in dead and any(n in dead for n in program_names(settings)):
-        rpc(settings).supervisor.stopProcess(ROUTER_PROGRAM)  # restarted after the replicas (engine.replicas.main)
+        rpc(settings).supervisor.stopProcess(ROUTER_PROGRAM)  # restarted after the replicas (local_replicas.main)
         dead.append(ROUTER_PROGRAM)
     for name in dead:
         try:

@@ -25,18 +25,18 @@ import sys
 import time
 from collections.abc import Collection, Mapping
 
-from core.cli import build_parser, env_names, given, parse
 from core.enginestate import ENGINE_KNOBS, EngineError, EngineRequest
+from core.flags import build_parser, env_names, given, parse
 from core.knobs.commands import ENGINE
 from core.redact import split_secret_flags
 from core.replicas import front_in_use
 from core.settings import Settings
 from engine.bluegreen import decide, room_now
-from engine.control import ComposeEngine, LocalEngine, engine_phase
 from engine.engineplan import engine_build, fits_host
 from engine.hostdtype import for_host
 from engine.kvsizing import KvSizingError
 from engine.launcher import kv_plan, resolve
+from engine.local_control import ComposeEngine, LocalEngine, engine_phase
 from engine.model_resolve import ModelResolutionError
 from stack import control as stackctl
 
@@ -122,7 +122,7 @@ def switch(settings: Settings, flags: Collection[str] = ()) -> int:
 
 
 def blue_green(settings: Settings, engine: LocalEngine, request: EngineRequest, requested: str, served: str) -> int:
-    """The blue/green switch of every local engine (:meth:`engine.control.LocalEngine.switch`); 0 when the new
+    """The blue/green switch of every local engine (:meth:`engine.local_control.LocalEngine.switch`); 0 when the new
     engines serve, 1 when one did not come up (the old one serves on: the message says which and why)."""
     print(f"[INFO] Switching vLLM in the local stack to {requested} (served as {served}) beside the running engine; "
           "it keeps serving until the new one answers...", flush=True)  # fmt: skip

@@ -17,7 +17,7 @@ import httpx
 from core.replicas import Replica, as_started, front_in_use, replicas, router_metrics_port
 from core.settings import Settings
 from core.slots import active_slot
-from engine.replicas import ROUTER_PROGRAM, program_name
+from engine.local_replicas import ROUTER_PROGRAM, program_name
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
-from ui.errors import STOPPED
+from ui.chat_errors import STOPPED
 
 log = logging.getLogger(__name__)
 

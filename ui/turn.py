@@ -14,7 +14,8 @@ from openai import AsyncOpenAI
 
 from core.requestlog import RequestLog, RequestLogLine, Status, now_iso
 from core.settings import Settings
-from ui import errors
+from ui import chat_errors as errors
+from ui.answer_energy import answer_energy, wall_bounds
 from ui.backend import StreamState, count_tokens, stream_chat
 from ui.chat import (
     ChatMessage,
@@ -27,7 +28,6 @@ from ui.chat import (
     request_kwargs,
     turn_count,
 )
-from ui.energy import answer_energy, wall_bounds
 from ui.status import BackendStatus, current_status
 from ui.timing import Timing, compute_timing
 
@@ -278,7 +278,7 @@ class ChatBackend:
         )
 
     async def answer_energy(self, result: TurnResult) -> float | None:
-        """The answer's energy from the sidecar, J (:func:`ui.energy.answer_energy`); None when not measured, and
+        """The answer's energy from the sidecar, J (:func:`ui.answer_energy.answer_energy`); None when not measured, and
         not asked for a while after the sidecar said it cannot measure energy or could not be reached."""
         if result.bounds is None or time.monotonic() < self._energy_paused_until:
             return None

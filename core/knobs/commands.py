@@ -5,7 +5,7 @@ used first), and how a user sets them (flags, make targets). A field belongs to 
 given to another command that does not read it, it is refused with a line saying where it goes
 (:func:`where_it_goes`). Some fields are read by several commands (``--base-url`` by the benchmark, the UI and the
 sidecar); a field with no flag anywhere is set by its environment variable only (secrets, internal files).
-:mod:`core.cli` builds the parsers and the Markdown reference from these views.
+:mod:`core.flags` builds the parsers and the Markdown reference from these views.
 """
 
 from __future__ import annotations
@@ -89,9 +89,9 @@ ENGINE = Command(
 UI = Command(
     key="ui",
     noun="a UI setting",
-    prog="python -m ui.server",
+    prog="python -m ui.chainlit_launch",
     make="make up",
-    entry="python -m ui.server",
+    entry="python -m ui.chainlit_launch",
     groups=(
         ("chat", ("ui_system_prompt", "max_tokens", "ui_max_tokens", "temperature", "ui_status_interval_s",
                   "startup_timeout_s")),

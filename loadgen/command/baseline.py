@@ -1,11 +1,10 @@
 """``make baseline NAME=v0.2.1 [REPORT=benchmark_report_…]``: mark a report as a named baseline.
 
-``python -m loadgen.command.baseline NAME [REPORT_ID]`` asks the sidecar (the only writer of ``reports/``) to record
-it in
-``reports/baselines.json``; without REPORT_ID the latest report is marked; a series id (``benchmark_series_…``, a
-REPEAT or SWEEP) marks the series, and the gate then judges later series with its confidence intervals. ``--list``
-shows the marks. Later runs of the same workload print ``vs_<NAME>: +12% throughput`` and
-``make benchmark GATE=<NAME>`` gates on it.
+``python -m loadgen.command.baseline NAME [REPORT_ID]`` asks the sidecar (the only writer of ``reports/``) to record it
+in ``reports/baselines.json``; without REPORT_ID the latest report is marked; a series id (``benchmark_series_…``, a
+REPEAT or SWEEP) marks the series, and the gate then judges later series with its confidence intervals. ``--list`` shows
+the marks. Later runs of the same workload print ``vs_<NAME>: +12% throughput`` and ``make benchmark GATE=<NAME>`` gates
+on it.
 Exit codes: 0 done, 1 sidecar unreachable or failing, 2 bad name, unknown report or no report yet.
 """
 

@@ -1,15 +1,13 @@
 """``make benchmark`` / ``./run_benchmark.sh``: warmup, a headless Locust run, then the sidecar writes the report.
 
 ``python -m loadgen.command.benchmark --concurrency 32 --duration 60`` — every knob is a flag (``--help`` lists them
-with their
-defaults and environment names) and an environment/``.env``/make variable; flags win. The benchmark computes the
-run's metrics (:mod:`core.stats`) and hands the finished run to the sidecar (:mod:`core.api`), which adds
-resources, log facts and the environment and writes the report. Rows are appended to
-``logs/runs/<run id>.requests.jsonl`` as they come, so a crash of any part loses nothing: ``--report-from FILE``
-builds the report from such a file later. ``--sweep`` / ``--repeat N`` run several load points or runs and have the
-sidecar write a series report with confidence intervals and the SLO knee. This module only parses and wires: the
-run itself is :mod:`loadgen.orchestrate.pipeline` (one pipeline for one run and a series), its end (summary,
-baseline, verdicts, exit codes) :mod:`loadgen.orchestrate.outcome`.
+with their defaults and environment names) and an environment/``.env``/make variable; flags win. The benchmark computes
+the run's metrics (:mod:`core.stats`) and hands the finished run to the sidecar (:mod:`core.api`), which adds resources,
+log facts and the environment and writes the report. Rows are appended to ``logs/runs/<run id>.requests.jsonl`` as they
+come, so a crash of any part loses nothing: ``--report-from FILE`` builds the report from such a file later. ``--sweep``
+/ ``--repeat N`` run several load points or runs and have the sidecar write a series report with confidence intervals
+and the SLO knee. This module only parses and wires: the run itself is :mod:`loadgen.orchestrate.pipeline` (one pipeline
+for one run and a series), its end (summary, baseline, verdicts, exit codes) :mod:`loadgen.orchestrate.outcome`.
 """
 
 from __future__ import annotations
@@ -23,13 +21,13 @@ from contextlib import ExitStack, contextmanager
 from functools import partial
 from pathlib import Path
 
-from core.cli import build_parser, parse
 from core.enginestate import EngineControl
+from core.flags import build_parser, parse
 from core.knobs.commands import BENCHMARK
 from core.pipes import guard_stdout
 from core.report_schema import BenchmarkConfig
 from core.settings import Settings
-from engine.control import LocalEngine
+from engine.local_control import LocalEngine
 from loadgen.command.trace_replay import plan_with_trace, read_trace, with_trace_prompts
 from loadgen.command.worker import worker_main
 from loadgen.errors import BenchError
@@ -46,9 +44,10 @@ from loadgen.workloads.randomdata import random_prompts_file
 from loadgen.workloads.sessions import followups_of, multi_turn_share
 from loadgen.workloads.tokenizing import open_prompt_tokenizer
 
-HELP = """Warmup, a measured Locust run, then the sidecar's report (reports/). Also python -m loadgen.command.benchmark
-and make benchmark VAR=VALUE; --sweep / --repeat N write a series report. Exit: 0 ok, 1 report not written, 2 bad
-input, services down or vLLM busy, 3 gate regression, 4 no success, 5 error rate, 6 server down, 130 interrupted."""
+HELP = """\
+Warmup, a measured Locust run, then the sidecar's report (reports/). Also python -m loadgen.command.benchmark and make
+benchmark VAR=VALUE; --sweep / --repeat N write a series report. Exit: 0 ok, 1 report not written, 2 bad input, services
+down or vLLM busy, 3 gate regression, 4 no success, 5 error rate, 6 server down, 130 interrupted."""
 
 
 @contextmanager
@@ -81,7 +80,7 @@ def main(argv: list[str] | None = None, engine: EngineControl | None = None) -> 
 
 
 def parser() -> argparse.ArgumentParser:
-    """The benchmark's command line: the knobs of its view (:data:`core.knobs.commands.BENCHMARK`, :mod:`core.cli`)
+    """The benchmark's command line: the knobs of its view (:data:`core.knobs.commands.BENCHMARK`, :mod:`core.flags`)
     plus ``--report-from``."""
     cli = build_parser("./run_benchmark.sh", HELP, BENCHMARK)
     output = next(group for group in cli._action_groups if group.title == "output")

@@ -1,10 +1,10 @@
 """``./run_benchmark.sh --worker --master-host HOST``: this host as a load worker of a benchmark on another host.
 
 It starts one joining Locust worker (:func:`loadgen.orchestrate.locust_launch.worker_argv`,
-:mod:`loadgen.locust_side.remote`) that proves the
-stack's sidecar token, gets its share of the run, the plan and the dataset from the master, sends its rows there
-and ends with the run; with ``--worker-runs N`` the next worker then waits for the next run's master (a sweep or
-REPEAT starts one master per run). Latencies are timed here; the rows' Unix times reach the master in its clock.
+:mod:`loadgen.locust_side.remote`) that proves the stack's sidecar token, gets its share of the run, the plan and the
+dataset from the master, sends its rows there and ends with the run; with ``--worker-runs N`` the next worker then waits
+for the next run's master (a sweep or REPEAT starts one master per run). Latencies are timed here; the rows' Unix times
+reach the master in its clock.
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
 """Several Locust processes as one run: which share each worker sends, one open-loop schedule, one end.
 
 At the test's start the master gives every worker its :class:`~loadgen.locust_side.process_state.Slot` (``slot`` of
-``slots``, and
-the open-loop schedule's start, a moment ahead so every worker is listening) in a custom message. A worker sends its
-share (:mod:`loadgen.locust_side.process_state`) and tells the master when its last request has ended; the master ends
-the run when
-every worker has. A single Locust process (no master) is slot 0 of 1 and ends the run itself.
+``slots``, and the open-loop schedule's start, a moment ahead so every worker is listening) in a custom message. A
+worker sends its share (:mod:`loadgen.locust_side.process_state`) and tells the master when its last request has ended;
+the master ends the run when every worker has. A single Locust process (no master) is slot 0 of 1 and ends the run
+itself.
 
 Locust's runners are used through their public messaging (``register_message``/``send_message``); the pure part
 (:func:`loadgen.locust_side.process_state.slots_for`) is unit-tested, this module by the integration tests with real
-worker
-processes (importing Locust monkey-patches the process: only the locustfile imports this module).
+worker processes (importing Locust monkey-patches the process: only the locustfile imports this module).
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """LLM statistics of a Locust run kept apart from its request statistics, so requests are counted once.
 
-Locust's own table counts every ``events.request`` as a request; firing TTFT, TPOT and tok/s there made one LLM
-request look like four and summed milliseconds with tokens per second in the Aggregated row. Here each request is
-one Locust request (``LLM e2e``, see :mod:`loadgen.locust_side.locust_events`); its TTFT, TPOT, ITL gaps, decode speed
-and
-output length go to :class:`LlmStats`: latency distributions in Locust's own :class:`~locust.stats.StatsEntry`
-(same rounding, percentiles and merging as its request table) and output tokens per second of the wall clock.
+Locust's own table counts every ``events.request`` as a request; firing TTFT, TPOT and tok/s there made one LLM request
+look like four and summed milliseconds with tokens per second in the Aggregated row. Here each request is one Locust
+request (``LLM e2e``, see :mod:`loadgen.locust_side.locust_events`); its TTFT, TPOT, ITL gaps, decode speed and output
+length go to :class:`LlmStats`: latency distributions in Locust's own :class:`~locust.stats.StatsEntry` (same rounding,
+percentiles and merging as its request table) and output tokens per second of the wall clock.
 
 Distributed runs aggregate like Locust's request statistics: each worker adds its share (since its last report)
 to the ``report_to_master`` message under :data:`REPORT_KEY`, and the master merges it (``worker_report``), as

@@ -1,9 +1,7 @@
 """Locust entry (wiring only): the user classes and hooks; the logic is in :mod:`loadgen.locust_side.user_actions`,
-:mod:`loadgen.locust_side.process_state`, :mod:`loadgen.locust_side.distributed`,
-:mod:`loadgen.locust_side.lagmonitor`, :mod:`loadgen.locust_side.locust_events`
-(one Locust request per chat request), :mod:`loadgen.locust_side.llm_stats` (TTFT, TPOT, ITL, tok/s, merged across
-workers) and
-:mod:`loadgen.locust_side.llm_webui` (its tabs).
+:mod:`loadgen.locust_side.process_state`, :mod:`loadgen.locust_side.distributed`, :mod:`loadgen.locust_side.lagmonitor`,
+:mod:`loadgen.locust_side.locust_events` (one Locust request per chat request), :mod:`loadgen.locust_side.llm_stats`
+(TTFT, TPOT, ITL, tok/s, merged across workers) and :mod:`loadgen.locust_side.llm_webui` (its tabs).
 
 ``ChatUser`` is the closed loop (each user sends its next request when the previous answer ended); ``OpenLoopUser``
 is one dispatcher per load process sending at scheduled arrival times. With worker processes (``--processes N``, or

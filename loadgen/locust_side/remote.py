@@ -3,9 +3,8 @@
 In this mode every worker — the benchmark host's own and the remote ones — joins before it gets a share:
 
 1. worker → master ``llm_join`` (its host name and pid) as soon as it has connected;
-2. master → worker ``llm_challenge`` (a nonce, the master's send time) and worker → master ``llm_proof`` (the
-   HMAC of the nonce with the sidecar token, the worker's time), :data:`loadgen.locust_side.joining.PROBES` times: the
-   proof
+2. master → worker ``llm_challenge`` (a nonce, the master's send time) and worker → master ``llm_proof`` (the HMAC of
+   the nonce with the sidecar token, the worker's time), :data:`loadgen.locust_side.joining.PROBES` times: the proof
    lets the worker in (:func:`loadgen.locust_side.joining.verify`), the times give its clock offset
    (:func:`loadgen.locust_side.joining.best_offset`); a worker that fails is told to quit;
 3. at the test's start the master waits until EXPECT_WORKERS + WORKERS have joined (the timeout is Locust's
@@ -14,11 +13,9 @@ In this mode every worker — the benchmark host's own and the remote ones — j
 4. the worker sends its rows in batches (``llm_rows``), its load (``llm_load``) and ``llm_done``; the master appends
    the rows, in its own clock, to the run's rows file and the loads to the client file.
 
-Which requests each process sends (the slots), and the end of the run, are :mod:`loadgen.locust_side.distributed`'s,
-as with
-local processes. Framework glue only: the pure parts are in :mod:`loadgen.locust_side.joining` (unit-tested); this
-module by the
-integration test with a worker in another network namespace.
+Which requests each process sends (the slots), and the end of the run, are :mod:`loadgen.locust_side.distributed`'s, as
+with local processes. Framework glue only: the pure parts are in :mod:`loadgen.locust_side.joining` (unit-tested); this
+module by the integration test with a worker in another network namespace.
 """
 
 from __future__ import annotations

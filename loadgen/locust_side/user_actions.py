@@ -147,9 +147,8 @@ def arrivals(
     """This process's arrivals of the run's one schedule: ``(request number, seconds after the start)`` each.
 
     The schedule (RATE, BURSTINESS, SEED, a RATE_END ramp: :func:`loadgen.workloads.loadshape.plan_arrival_gaps`) is
-    generated
-    whole in every process; process ``slot`` of ``slots`` takes
-    arrivals ``slot, slot + slots, …``, so the processes together send the one schedule.
+    generated whole in every process; process ``slot`` of ``slots`` takes arrivals ``slot, slot + slots, …``, so the
+    processes together send the one schedule.
 
     A trace replay (TRACE) has the trace's times instead (``trace``: :attr:`RunState.trace`).
 
@@ -174,9 +173,8 @@ def dispatch_open_loop(
     (MAX_IN_FLIGHT, split between the processes like the requests) an arrival waits for a free slot, at most until the
     end of the run; its latencies still count from its scheduled time. With ``rate_end_req_per_sec`` the rate ramps
     linearly (:func:`loadgen.workloads.loadshape.plan_arrival_gaps`). Dispatch stops when the request budget is spent
-    or, with
-    a duration, at ``start + duration_s`` (no arrival is scheduled after it); requests still in flight then may finish
-    for ``drain_s`` and are cancelled after that (saved as ``incomplete`` rows by :func:`send`).
+    or, with a duration, at ``start + duration_s`` (no arrival is scheduled after it); requests still in flight then may
+    finish for ``drain_s`` and are cancelled after that (saved as ``incomplete`` rows by :func:`send`).
     ``one(item, scheduled_at)`` sends one request. With SESSION_TURNS > 1 each arrival is a conversation
     (:func:`converse`, in its own greenlet; RATE is conversations per second, MAX_IN_FLIGHT caps conversations) and
     this process's share of REQUESTS counts their turns, the last conversation cut to fit.

@@ -1,7 +1,6 @@
-"""The one entrypoint of Locust: ``python -m loadgen.orchestrate.locust_launch`` runs its web UI (:8089); the
-benchmark CLI reuses
-:func:`locust_argv` for headless runs, so both paths start Locust the same way. With LOCUST_WEB_PASSWORD the web UI
-asks for a login (``--web-login``, checked by :mod:`loadgen.locust_side.weblogin`)."""
+"""The one entrypoint of Locust: ``python -m loadgen.orchestrate.locust_launch`` runs its web UI (:8089); the benchmark
+CLI reuses :func:`locust_argv` for headless runs, so both paths start Locust the same way. With LOCUST_WEB_PASSWORD the
+web UI asks for a login (``--web-login``, checked by :mod:`loadgen.locust_side.weblogin`)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.capacity import warmup_capacity
 from core.clientview import ProcessLoad
 from core.enginestate import EngineControl
 from core.errorsummary import causes_text, error_summary
@@ -26,6 +25,7 @@ from loadgen.errors import OverCapacity, WarmupFailed, WarmupInterrupted
 from loadgen.locust_side.user_actions import payload_for
 from loadgen.orchestrate import profiling
 from loadgen.orchestrate.breaker import RowWatch, ServerDown
+from loadgen.orchestrate.capacity import warmup_capacity
 from loadgen.orchestrate.idle import wait_until_idle
 from loadgen.orchestrate.locust_run import (
     INTERRUPTED,
@@ -201,8 +201,8 @@ def read_ending(records_path: Path) -> dict[str, Any]:
 
 
 def check_capacity(settings: Settings, plan: BenchmarkConfig, done: list[RequestRecord]) -> None:
-    """Refuse a closed-loop load the warm-up ``done`` shows the engine cannot answer within REQUEST_TIMEOUT_S; warn
-    when only its longer answers would time out (:mod:`core.capacity`; CAPACITY_CHECK=0 skips it; open loops,
+    """Refuse a closed-loop load the warm-up ``done`` shows the engine cannot answer within REQUEST_TIMEOUT_S; warn when
+    only its longer answers would time out (:mod:`loadgen.orchestrate.capacity`; CAPACITY_CHECK=0 skips it; open loops,
     traces and sweeps set their own load).
 
     Raises:

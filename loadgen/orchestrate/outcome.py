@@ -101,8 +101,7 @@ def mark_baseline(sidecar: SidecarClient, name: str, result: Result) -> str:
     """``--baseline NAME``: mark the new report or series as baseline ``name``; the line to print (an error does not
     fail the run: the result is written, ``make baseline NAME=`` can mark it later). A report that could never judge
     another (no successful request, interrupted: :func:`core.compare.unusable_reason`,
-    :func:`core.series.series_unusable_reason`) is not marked, and the line
-    says so."""
+    :func:`core.series.series_unusable_reason`) is not marked, and the line says so."""
     try:
         unusable = unusable_reason(result) if isinstance(result, Report) else series_unusable_reason(result)
         if unusable:

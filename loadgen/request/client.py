@@ -2,10 +2,9 @@
 
 Used by the Locust users, the warmup phase, calibration and the tests, so every path measures the same way. The HTTP
 side is :mod:`loadgen.request.transport` (keep-alive connections; the body handed over as each network read arrives,
-never
-waiting to fill a block); the bytes are split into SSE events and decoded by :mod:`loadgen.request.sse` (a multi-byte
-character split across reads is decoded only once its event is complete). Checked against a mock server with known
-timings in the tests.
+never waiting to fill a block); the bytes are split into SSE events and decoded by :mod:`loadgen.request.sse` (a
+multi-byte character split across reads is decoded only once its event is complete). Checked against a mock server with
+known timings in the tests.
 
 Once a stream's last chunk is stamped, the request function lets gevent's event loop run until idle before anything
 else (closing the response, building the row; then the caller fires Locust's event and sends the next request, all

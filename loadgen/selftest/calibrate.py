@@ -1,9 +1,8 @@
 """``make calibrate``: the load generator's own ceiling, with one and with N worker processes, and the latency it adds.
 
-``python -m loadgen.selftest.calibrate`` starts the bundled mock server (:mod:`loadgen.selftest.mock_server`:
-pre-built answers, one
-write each, several processes on one port, so it is not the limit; its CPU is printed) on a free port and runs *our*
-client (the same Locust file and request function as ``make benchmark``) against it:
+``python -m loadgen.selftest.calibrate`` starts the bundled mock server (:mod:`loadgen.selftest.mock_server`: pre-built
+answers, one write each, several processes on one port, so it is not the limit; its CPU is printed) on a free port and
+runs *our* client (the same Locust file and request function as ``make benchmark``) against it:
 
 1. **chunk ceiling** — mock with no delays (128 tokens; ``--tokens-per-chunk K`` packs K tokens per event, as vLLM
    does at high rates), 32 users for 12 s: streamed content chunks per CPU-second of the Locust process tree (= chunks/s

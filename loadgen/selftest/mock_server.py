@@ -6,11 +6,10 @@ next ``itl_ms`` after the previous), a usage chunk and ``[DONE]``. ``--tokens-pe
 event, as vLLM does at high rates (``--stream-interval``). ``/v1/models``, ``/health`` and ``/version`` exist so it
 stands in for vLLM; the answer is ``min(tokens, max_tokens or max_completion_tokens)`` tokens long.
 
-Built to measure load generators: answers are pre-built byte strings (:mod:`loadgen.selftest.mock_answers`; HTTP
-chunked framing included, cached per
-length); with no delays the whole answer goes out in one write (``--events-per-write 0``, the shape a saturated
-client sees: its reads find many events), or N events per write with a turn of the event loop between writes
-(``--events-per-write 1`` is one event per write). ``--processes N`` serves from N processes on one port
+Built to measure load generators: answers are pre-built byte strings (:mod:`loadgen.selftest.mock_answers`; HTTP chunked
+framing included, cached per length); with no delays the whole answer goes out in one write (``--events-per-write 0``,
+the shape a saturated client sees: its reads find many events), or N events per write with a turn of the event loop
+between writes (``--events-per-write 1`` is one event per write). ``--processes N`` serves from N processes on one port
 (``SO_REUSEPORT``: the kernel spreads connections), so the mock scales with the cores it is given. The HTTP side is a
 plain asyncio protocol (HTTP/1.1 keep-alive, ``Content-Length`` request bodies).
 

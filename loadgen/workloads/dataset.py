@@ -3,8 +3,7 @@
 Formats (chosen by content, not by extension):
 
 - **Prompt JSONL** (the bundled ``loadgen/workloads/data/prompts_zh.jsonl``): one object per line with ``prompt``
-(str) or
-  ``messages`` (OpenAI chat list ending with a user turn), plus optional ``id`` and ``task``.
+  (str) or ``messages`` (OpenAI chat list ending with a user turn), plus optional ``id`` and ``task``.
 - **ShareGPT JSON**: a list of ``{"id", "conversations": [{"from": "human"|"gpt"|"system", "value"}]}``; each
   conversation becomes the messages up to its last human turn. The same objects one per line (ShareGPT JSONL) and
   turns written ``{"role", "content"}`` are read too.

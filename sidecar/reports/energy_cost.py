@@ -32,7 +32,7 @@ def run_window(request: BuildReportRequest, records: Sequence[RequestRecord]) ->
 
 def replica_groups(settings: Settings, gpu_indices: Sequence[int]) -> list[tuple[str, list[int]]]:
     """Each local replica's GPUs (NVML indices), split as the launcher splits GPU_DEVICES
-    (:func:`engine.replicas.replica_settings`); empty without several local replicas or GPUs for each."""
+    (:func:`engine.local_replicas.replica_settings`); empty without several local replicas or GPUs for each."""
     try:
         local = [r for r in replicas(settings) if r.local]
     except ValueError:  # ENGINE_URLS does not parse: the stack would not have started either

@@ -25,7 +25,7 @@ from core.report_schema import Environment, StartupFacts
 from core.settings import PROJECT_ROOT
 from core.shapes import MODEL_LIST, MODEL_LIST_SHAPE, ShapeError, answer_as
 from core.units import GIB
-from engine.startuptracker import StartupPhase
+from engine.vllmlog.tracker import StartupPhase
 from sidecar.sampling.gpu import GpuInfo
 
 SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(?:/|$)")

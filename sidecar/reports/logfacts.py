@@ -1,8 +1,8 @@
 """The report's ``logs`` section: vLLM's WARNING/ERROR records inside a run's window.
 
-Lines are read with vLLM's one log grammar (:mod:`engine.logformat`: any process prefix, colour codes,
+Lines are read with vLLM's one log grammar (:mod:`engine.vllmlog.grammar`: any process prefix, colour codes,
 container stamps); start-up facts (version, model load, engine init, KV cache) come from
-:func:`engine.startup.startup_phase` into ``environment.startup``. Only the last ``max_bytes`` of the log are
+:func:`engine.vllmlog.startup.startup_phase` into ``environment.startup``. Only the last ``max_bytes`` of the log are
 read, so a huge log stays cheap.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from core.logfiles import ReadStats, iter_spans, mtime_s
 from core.report_schema import LogFacts
 from core.timeparse import StampClock
-from engine.logformat import PROBLEM_LEVELS, clean, clean_span, parse_line, text
+from engine.vllmlog.grammar import PROBLEM_LEVELS, clean, clean_span, parse_line, text
 
 MAX_EXAMPLES = 50
 MAX_LINE_CHARS = 500

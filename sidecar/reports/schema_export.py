@@ -1,5 +1,10 @@
 """Export the report JSON Schema: ``python -m sidecar.reports.schema_export [--check] [--out PATH]``.
 
+The schema covers everything the sidecar writes to ``reports/``: the root is the benchmark report
+(:class:`core.report_schema.Report`), so a report validates against the file as is; the series report and the A/B
+comparison are in its ``$defs`` (``#/$defs/SeriesReport``, ``#/$defs/ABComparison``), sharing the definitions they
+have in common with the report.
+
 Writes ``reports/schema.json`` (committed to git; a unit test fails when it is stale). ``--check`` only compares
 and exits 1 when the file differs from the code, for CI.
 """
@@ -10,12 +15,26 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from core.report_jsonschema import json_schema
+from pydantic.json_schema import models_json_schema
+
+from core.abcompare import ABComparison
+from core.report_schema import Report
+from core.series import SeriesReport
 from core.settings import PROJECT_ROOT
 from sidecar.reports.store import atomic_replace
 
 DEFAULT_PATH = PROJECT_ROOT / "reports" / "schema.json"
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12): :class:`Report` at the root, every result type in ``$defs``."""
+    _, top = models_json_schema([(Report, "validation"), (SeriesReport, "validation"), (ABComparison, "validation")])
+    defs: dict[str, Any] = dict(top["$defs"])
+    root = dict(defs["Report"])
+    root["$defs"] = defs
+    return root
 
 
 def schema_text() -> str:

@@ -20,9 +20,9 @@ from core.redact import Redactor, secret_values
 from core.replicas import engine_url, serving_engine
 from core.report_schema import HostResources, Report, Resources
 from core.settings import Settings
-from engine.control import engine_phase, own_program
-from engine.startphases import latest_start
-from engine.startuptracker import StartupPhase
+from engine.local_control import engine_phase, own_program
+from engine.vllmlog.startup import latest_start
+from engine.vllmlog.tracker import StartupPhase
 from sidecar.render.files import report_files
 from sidecar.reports.baselines import BaselineStore
 from sidecar.reports.builder import build_report, build_resources, host_entry
@@ -139,7 +139,7 @@ class ReportService:
 
     def startup(self) -> StartupPhase:
         """vLLM's start-up phase from a bounded read of its log, judged with its process (the state file, and
-        supervisord in local mode): :func:`engine.control.engine_phase`."""
+        supervisord in local mode): :func:`engine.local_control.engine_phase`."""
         return engine_phase(self.settings)
 
     def engine(self) -> dict[str, Any]:
@@ -150,7 +150,7 @@ class ReportService:
                 "served_model": serving.served_name}  # fmt: skip
 
     def start_phases(self) -> dict[str, float]:
-        """Seconds per phase of the serving engine's latest start (:func:`engine.startphases.latest_start`)."""
+        """Seconds per phase of the serving engine's latest start (:func:`engine.vllmlog.startup.latest_start`)."""
         return latest_start(self.settings.vllm_log_file, read_engine_state(self.settings.engine_state_file))
 
     @property

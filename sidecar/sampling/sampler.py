@@ -18,12 +18,12 @@ import psutil
 
 from core.energy import EnergyStats
 from core.enginestate import pid_namespace, read_engine_state
-from sidecar.sampling.energy import window_energy
 from sidecar.sampling.enginemetrics import EngineMetricsReader
 from sidecar.sampling.gpu import GpuReader
 from sidecar.sampling.procmem import ProcessTreeMeter, engine_pids, host_mem_used_gb
 from sidecar.sampling.rapl import HostEnergyReader
 from sidecar.sampling.resources import GpuNames, Sample, WindowPeaks, summarise
+from sidecar.sampling.window_energy import window_energy
 
 __all__ = ["EnginePid", "Sample", "Sampler", "WindowPeaks", "engine_pid"]
 

@@ -15,7 +15,7 @@ from core.settings import SERVICE_SECRETS, secret_env_names
 from tests.compose.conftest import ComposeStack
 
 SERVICES = ("vllm", "ui", "sidecar", "locust-master", "locust-worker")
-# What each service writes to logs/ itself (the launcher for vLLM, `python -m core.logrotate` for the others).
+# What each service writes to logs/ itself (the launcher for vLLM, `python -m stack.logsink` for the others).
 OWN_LOG = {"vllm": "vllm.log", "ui": "ui.log", "sidecar": "sidecar.log", "locust-master": "locust.log"}
 # compose service -> its entry in core.settings.SERVICE_SECRETS.
 SECRETS_OF = {"vllm": "vllm", "ui": "ui", "sidecar": "sidecar", "locust-master": "locust", "locust-worker": "locust"}
@@ -112,13 +112,13 @@ def test_each_container_has_its_own_pid_namespace(stack: ComposeStack) -> None:
 
 def test_services_write_their_own_rotated_logs(stack: ComposeStack) -> None:
     """vLLM's launcher writes logs/vllm.log itself; the UI, sidecar and Locust master pipe through
-    `python -m core.logrotate`; no container runs `tee`."""
+    `python -m stack.logsink`; no container runs `tee`."""
     for service, log in OWN_LOG.items():
         assert (stack.logs_dir / log).stat().st_size > 0, log
         cmdlines = probe(stack, service)["cmdlines"]
         assert not any(line.split()[0].endswith("tee") for line in cmdlines), (service, cmdlines)
         if service != "vllm":
-            assert any(f"-m core.logrotate /app/logs/{log} " in line for line in cmdlines), (service, cmdlines)
+            assert any(f"-m stack.logsink /app/logs/{log} " in line for line in cmdlines), (service, cmdlines)
     engine = probe(stack, "vllm")["cmdlines"]
     assert any("engine.launcher" in line for line in engine), engine
 

@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Browser
 
 from core.settings import PROJECT_ROOT
-from engine.control import Supervisor
+from engine.local_control import Supervisor
 from tests.integration.chat_page import log_in
 from tests.integration.conftest import Stack
 from tests.integration.test_ui_browser import browser  # noqa: F401  (the module-scoped Chromium fixture)

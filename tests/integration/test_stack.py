@@ -10,7 +10,7 @@ import httpx
 import jsonschema
 import pytest
 
-from core.report_jsonschema import json_schema
+from sidecar.reports.schema_export import json_schema
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration

@@ -42,7 +42,7 @@ from tests.integration.chat_page import (
     wait_for_timing_lines,
 )
 from tests.integration.conftest import Stack
-from ui import errors
+from ui import chat_errors as errors
 
 pytestmark = pytest.mark.integration
 
@@ -266,7 +266,7 @@ def ui_without_vllm(stack: Stack, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     }
     log = (tmp_path / "ui.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ui.server"], cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+        [sys.executable, "-m", "ui.chainlit_launch"], cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
     )
     url = f"http://127.0.0.1:{ui_port}"
     try:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from core.cli import build_parser, flag_fields, flags_of, parse
+from core.flags import build_parser, flag_fields, flags_of, parse
 from core.knobs.commands import BENCHMARK
 from core.settings import PROJECT_ROOT, Settings
 from loadgen.command.benchmark import parser as bench_parser
@@ -108,7 +108,7 @@ def test_parser_has_no_duplicate_flag() -> None:
 def test_max_tokens_help_says_what_a_default_run_records() -> None:
     """--help does not promise 128 to the benchmark: a run without MAX_TOKENS samples lengths up to OUTPUT_LEN_CAP
     and records that cap as max_tokens (1024); MAX_TOKENS=N alone is recorded as N. 128 is the UI's default."""
-    from core.cli import knob_help
+    from core.flags import knob_help
     from core.settings import Settings
     from loadgen.plan import bench_config
 

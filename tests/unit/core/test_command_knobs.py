@@ -5,6 +5,7 @@ command is refused with exit 2 naming where it goes."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from unittest import mock
 
 import pytest
 
-from core.cli import MAX_CONCURRENCY, _knob_flags, build_parser, flag_environment, given, parse
+from core.flags import MAX_CONCURRENCY, _knob_flags, build_parser, flag_environment, given, parse
 from core.knobs.commands import BENCHMARK, ENGINE, LOGS, SIDECAR, UI, Command, home
 from core.requestlog import RequestLog
 from core.settings import PROJECT_ROOT, Settings
@@ -33,7 +34,7 @@ from loadgen.workloads.tokenizing import local_candidates
 from logtools import cli as logcli
 from sidecar import server as sidecar_launch
 from stack import engine_switch as vllmctl
-from ui import server as ui_launch
+from ui import chainlit_launch as ui_launch
 
 SAMPLE_TRACE = str(PROJECT_ROOT / "loadgen" / "workloads" / "data" / "traces" / "burstgpt_sample.csv")
 # A value for every flag, and the flags it needs beside it to take effect (MAX_IN_FLIGHT caps the open loop ...).
@@ -158,7 +159,7 @@ def sidecar_effect(args: argparse.Namespace, settings: Settings) -> dict[str, An
 COMMANDS: list[tuple[Command, Callable[[], argparse.ArgumentParser], Callable[..., dict[str, Any]]]] = [
     (BENCHMARK, bench.parser, bench_effect),
     (ENGINE, vllmctl.parser, engine_effect),
-    (UI, lambda: build_parser("python -m ui.server", "", UI), ui_effect),
+    (UI, lambda: build_parser("python -m ui.chainlit_launch", "", UI), ui_effect),
     (SIDECAR, lambda: build_parser("python -m sidecar.server", "", SIDECAR), sidecar_effect),
 ]
 CASES = [(c, p, e, flag) for c, p, e in COMMANDS for flag in shown_flags(p())]
@@ -285,6 +286,18 @@ def test_benchmark_help_fits_in_120_lines_in_groups() -> None:
     assert len(BENCHMARK.top) == 10 and all(f"--{n.replace('_', '-')}" in most_used for n in BENCHMARK.top)
 
 
+def test_benchmark_help_fills_120_columns_whatever_the_terminal() -> None:
+    """``--help`` in a pipe (80 columns) wraps its help lines and epilog at the 120 columns its description is written
+    to, and a line breaks only where the next word would not fit."""
+    with mock.patch.dict(os.environ, {"COLUMNS": "80"}):
+        lines = bench.parser().format_help().splitlines()
+    assert max(len(line) for line in lines) <= 120
+    for line, after in itertools.pairwise(lines):
+        alone = line.lstrip().startswith("-") and "  " not in line.strip()  # a long flag: its help goes below
+        if line.strip() and after.strip() and not alone and not after.lstrip().startswith("-") and after[-1] != ":":
+            assert len(line) + 1 + len(after.split()[0]) > 120, (line, after)
+
+
 def test_engine_knobs_reach_the_launcher_through_the_engine_request(tmp_path: Path) -> None:
     """``./start_vllm.sh --kv-cache-gb 4 --max-model-len 2048 --dtype float32`` writes them into the engine request
     and the launcher's vLLM command line carries them."""
@@ -303,8 +316,8 @@ def test_engine_knobs_reach_the_launcher_through_the_engine_request(tmp_path: Pa
 
 
 def test_the_generated_reference_is_current() -> None:
-    """docs/reference.md is what ``python -m core.reference`` renders from the settings."""
-    from core.reference import reference
+    """docs/reference.md is what ``python -m stack.config_reference`` renders from the settings."""
+    from stack.config_reference import reference
 
     assert (PROJECT_ROOT / "docs" / "reference.md").read_text(encoding="utf-8") == reference()
 
@@ -312,7 +325,7 @@ def test_the_generated_reference_is_current() -> None:
 def test_a_misspelt_make_variable_is_caught_with_the_nearest_setting() -> None:
     """``make benchmark CONCURENCY=4``: exit 2, "did you mean CONCURRENCY?"; a setting of another command is refused
     naming where it goes; a name close to no setting (HF_HOME) passes with a note; ``make up`` takes every setting."""
-    from core.makevars import main, problems
+    from stack.makevars import main, problems
 
     errors, notes = problems("benchmark", ["CONCURENCY", "HF_HOME", "CONCURRENCY", "VLLM_API_KEY", "SHELL"])
     assert errors == ["CONCURENCY is no setting of make benchmark: did you mean CONCURRENCY?"]
@@ -326,7 +339,7 @@ def test_a_misspelt_make_variable_is_caught_with_the_nearest_setting() -> None:
 def test_model_on_the_engine_command_points_to_serve_model() -> None:
     """``./start_vllm.sh --model /data/qwen`` (``vllm serve``'s meaning) is refused as the benchmark's model name,
     and the refusal names this command's own flag for the model to serve."""
-    from core.cli import refusal
+    from core.flags import refusal
 
     line = refusal(["--model", "/data/qwen"], {"--serve-model", "--kv-cache-gb"})
     assert line is not None and line.startswith("--model is a benchmark setting")
@@ -337,7 +350,7 @@ def test_model_on_the_engine_command_points_to_serve_model() -> None:
 def test_a_makefile_variable_of_another_target_is_refused() -> None:
     """``make benchmark ARGS="--concurrency 1"`` once ran the default 50 users: ARGS is read by benchmark-compose,
     bench-router and pin-images only. ``make benchmark-compose ARGS=…`` still passes."""
-    from core.makevars import problems
+    from stack.makevars import problems
 
     (error,), _ = problems("benchmark", ["ARGS"])
     assert error.startswith("ARGS is not read by make benchmark (only by make benchmark-compose, bench-router")
@@ -356,7 +369,7 @@ def test_the_makefile_hands_its_command_line_variables_to_the_check() -> None:
     out = subprocess.run(["make", "-n", "benchmark", "CONCURENCY=4"], cwd=PROJECT_ROOT, capture_output=True, text=True,
                          timeout=60, check=True, env=env).stdout  # fmt: skip
     lines = out.splitlines()
-    check = next(i for i, line in enumerate(lines) if "-m core.makevars benchmark CONCURENCY" in line)
+    check = next(i for i, line in enumerate(lines) if "-m stack.makevars benchmark CONCURENCY" in line)
     assert check < next(i for i, line in enumerate(lines) if "-m loadgen.command.benchmark" in line)
 
 
@@ -364,7 +377,7 @@ def test_a_compose_switch_passes_what_compose_forwards_and_refuses_the_rest(tmp_
     """With the compose stack ``./start_vllm.sh --served-model-name chat`` recreates vLLM with SERVED_MODEL_NAME set
     (compose forwards it, as MODEL); ``--kv-cache-gb 4`` is refused before compose runs, saying to use .env."""
     from core.enginestate import EngineError, EngineRequest
-    from engine.control import ComposeEngine
+    from engine.local_control import ComposeEngine
 
     seen = tmp_path / "compose.env"
     recorder = ("sh", "-c", f'echo "$MODEL|$SERVED_MODEL_NAME|$*" >> {seen}', "compose")

@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from core.makevars import env_typos, main, near_setting, typo_distance
+from core.envtypos import env_typos, near_setting, typo_distance
 from core.settings import PROJECT_ROOT
+from stack.makevars import main
 
 
 def test_typo_distance_counts_one_edit_each() -> None:

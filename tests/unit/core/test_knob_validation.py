@@ -137,7 +137,7 @@ def test_sharegpt_jsonl_and_role_content_turns(tmp_path: Path) -> None:
 def test_requests_beside_duration_is_a_warning_not_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--duration 30 --requests 10`` (or REQUESTS from the environment with a CLI duration) runs, time-bounded,
     with a warning naming both knobs; DURATION alone or REQUESTS alone warns of nothing."""
-    from core.cli import parse
+    from core.flags import parse
     from loadgen.command.benchmark import parser
 
     both = Settings(_env_file=None, duration="30", requests=10)  # type: ignore[call-arg, arg-type]
@@ -154,7 +154,7 @@ def test_concurrency_beside_a_rate_or_a_concurrency_sweep_is_a_warning() -> None
     """``--concurrency 4 --request-rate 2``: the open loop ignores the concurrency (it does not cap what is in flight)
     and says so, naming the knob that does; so does ``--concurrency 3 --sweep concurrency:1,2``. A rate with
     ``--max-concurrency`` (MAX_IN_FLIGHT), a rate alone, or an automatic sweep's CONCURRENCY warn of nothing."""
-    from core.cli import parse
+    from core.flags import parse
     from loadgen.command.benchmark import parser
 
     _, with_rate = parse(parser(), ["--concurrency", "4", "--request-rate", "2"])

@@ -12,8 +12,8 @@ from core.enginestate import EngineState, log_position
 from core.logfiles import ReadStats, rotated_family
 from core.logrotate import RotatingWriter, append_rotating, lock_path, rotate
 from core.requestlog import RequestLog, RequestLogLine
-from engine import startup
-from engine.startup import read_startup, startup_phase
+from engine.vllmlog import startup
+from engine.vllmlog.startup import read_startup, startup_phase
 from logtools.requests_log import RequestsRead, iter_records
 
 STARTUP = (
@@ -188,13 +188,13 @@ def test_small_family_is_read_whole_with_its_rotated_files(tmp_path: Path) -> No
 
 
 def test_rotating_tee_for_containers(tmp_path: Path) -> None:
-    """``python -m core.logrotate FILE`` (the containers' replacement for ``tee -a``) passes its input through and
+    """``python -m stack.logsink FILE`` (the containers' replacement for ``tee -a``) passes its input through and
     keeps FILE rotated."""
     import subprocess
     import sys
 
     data = "".join(f"line {i:04d} {'x' * 60}\n" for i in range(200)).encode()
-    run = subprocess.run([sys.executable, "-m", "core.logrotate", str(tmp_path / "ui.log"), "--max-mb", "0.002",
+    run = subprocess.run([sys.executable, "-m", "stack.logsink", str(tmp_path / "ui.log"), "--max-mb", "0.002",
                           "--backups", "2"], input=data, capture_output=True, timeout=60)  # fmt: skip
     assert run.returncode == 0 and run.stdout == data
     family = rotated_family(tmp_path / "ui.log")

@@ -78,7 +78,7 @@ def test_vllm_keys_come_from_the_variable_and_the_extra_args() -> None:
 
 def test_secret_settings_have_no_command_line_flag() -> None:
     """Secrets are environment-only (never in ps): every repr=False field, the new ones included."""
-    from core.cli import flag_fields
+    from core.flags import flag_fields
 
     names = {name for name, _ in flag_fields()}
     assert {"VLLM_API_KEY", "SIDECAR_TOKEN", "LOCUST_WEB_PASSWORD", "HF_TOKEN", "UI_PASSWORD"} <= secret_env_names()

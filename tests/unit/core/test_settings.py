@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from core.knobs.benchmark import BenchmarkKnobs
-from core.knobs.cluster import ClusterKnobs
-from core.knobs.cost import CostKnobs
-from core.knobs.folders import FolderKnobs
-from core.knobs.security import SecurityKnobs
-from core.knobs.serving import ServingKnobs
-from core.knobs.sweep import SweepKnobs
+from core.knobs.benchmark_knobs import BenchmarkKnobs
+from core.knobs.cluster_knobs import ClusterKnobs
+from core.knobs.cost_knobs import CostKnobs
+from core.knobs.folders_knobs import FolderKnobs
+from core.knobs.security_knobs import SecurityKnobs
+from core.knobs.serving_knobs import ServingKnobs
+from core.knobs.sweep_knobs import SweepKnobs
 from core.parsing import parse_duration_s
 from core.settings import Settings, describe_validation_error
 

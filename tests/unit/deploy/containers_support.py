@@ -31,11 +31,11 @@ BIN = Path(sys.executable).parent
 # supervisord program -> compose services running it (the worker is the master's launcher in worker mode).
 PROGRAMS = {"vllm": ["vllm"], "ui": ["ui"], "sidecar": ["sidecar"], "locust": ["locust-master", "locust-worker"]}
 INTERPRETERS = {"%(ENV_APP_PYTHON)s", "python", "python3"}
-# `exec <command> > >(exec python -m core.logrotate "${LOGS_DIR}/<name>.log" --max-mb N --backups K) 2>&1`: the command
+# `exec <command> > >(exec python -m stack.logsink "${LOGS_DIR}/<name>.log" --max-mb N --backups K) 2>&1`: the command
 # replaces bash (signals reach it) and its output goes to the same logs/<name>.log as supervisord's stdout_logfile
 # (with redirect_stderr), rotated as supervisord rotates it, and to docker logs.
 LOG_WRAPPER = re.compile(
-    r'^exec (?P<cmd>[^<>|;&]+?) > >\(exec python -m core\.logrotate "\$\{LOGS_DIR\}/(?P<log>[\w.-]+)"'
+    r'^exec (?P<cmd>[^<>|;&]+?) > >\(exec python -m stack\.logsink "\$\{LOGS_DIR\}/(?P<log>[\w.-]+)"'
     r" --max-mb (?P<max_mb>\d+) --backups (?P<backups>\d+)\) 2>&1$"
 )
 # Container variables that are not Settings fields, and why.
@@ -120,7 +120,7 @@ def service_command(service: dict[str, Any]) -> tuple[list[str], str | None]:
     argv = [*(service.get("entrypoint") or []), *(service.get("command") or [])]
     if argv[:2] == ["/bin/bash", "-c"] and len(argv) == 3:
         match = LOG_WRAPPER.match(argv[2])
-        assert match, f"bash -c script is not `exec CMD > >(exec python -m core.logrotate ...) 2>&1`: {argv[2]!r}"
+        assert match, f"bash -c script is not `exec CMD > >(exec python -m stack.logsink ...) 2>&1`: {argv[2]!r}"
         return shlex.split(match["cmd"]), match["log"]
     if str((service.get("environment") or {}).get("VLLM_LOG_TO_FILE", "")).lower() in ("1", "true"):
         assert argv[1:] == ["-m", "engine.launcher"], argv

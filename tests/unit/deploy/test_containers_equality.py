@@ -62,7 +62,7 @@ def test_every_local_program_runs_the_same_entrypoint_in_compose() -> None:
 def test_compose_services_log_to_the_same_files_as_supervisord() -> None:
     """vllm, ui, sidecar and locust-master append stdout+stderr to the logs/<name>.log that supervisord writes, rotated
     at the same size keeping as many files (vLLM's launcher from the same settings; the others through
-    `python -m core.logrotate`); no service uses `tee -a`, which never rotates."""
+    `python -m stack.logsink`); no service uses `tee -a`, which never rotates."""
     services = load_compose()["services"]
     for program, section in supervisord_programs().items():
         name = PROGRAMS[program][0]

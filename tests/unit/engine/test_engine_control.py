@@ -9,9 +9,9 @@ import pytest
 
 from core.enginestate import EngineError, EngineRequest, read_request
 from core.settings import Settings
-from engine import control
-from engine.control import LocalEngine
+from engine import local_control as control
 from engine.launcher import apply_request, vllm_argv
+from engine.local_control import LocalEngine
 from engine.model_resolve import ResolvedModel
 
 

@@ -139,7 +139,7 @@ def test_a_restart_ends_what_a_crashed_vllm_left_before_starting(
     """vLLM's API server SIGKILLed: its engine core lives on, re-parented, holding memory. ``./start_vllm.sh`` (a
     restart) ends it once every local engine is stopped, before the new one starts (it lived until `make down`)."""
     from core.enginestate import EngineRequest
-    from engine import control
+    from engine import local_control as control
     from tests.unit.engine.test_engine_control import FakeSupervisor
 
     settings = Settings(_env_file=None, run_dir=tmp_path / "run", logs_dir=tmp_path / "logs")  # type: ignore[call-arg]

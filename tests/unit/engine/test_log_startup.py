@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.startup import startup_phase
-from engine.startuptracker import PHASES
+from engine.vllmlog.startup import startup_phase
+from engine.vllmlog.tracker import PHASES
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 RECORDED = FIXTURES / "vllm_0.32_cpu_recorded.log"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from core.timeparse import StampClock
-from engine.logformat import clean, clean_span, parse_line
-from engine.logmessages import (
+from engine.vllmlog.grammar import clean, clean_span, parse_line
+from engine.vllmlog.tracker import (
     CONCURRENCY_RE,
     KV_CACHE_RE,
     MODEL_LOAD_TIME_RE,

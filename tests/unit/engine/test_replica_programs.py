@@ -11,9 +11,9 @@ from core.enginestate import EngineRequest
 from core.replicas import record_cluster
 from core.settings import PROJECT_ROOT, Settings
 from core.slots import write_slot
-from engine import control
-from engine.control import LocalEngine
-from engine.replicas import conf_text, program_names, replica_settings, router_argv, write_conf
+from engine import local_control as control
+from engine.local_control import LocalEngine
+from engine.local_replicas import conf_text, program_names, replica_settings, router_argv, write_conf
 
 BASE = PROJECT_ROOT / "deploy" / "supervisord.conf"
 
@@ -54,7 +54,7 @@ def test_conf_has_one_program_per_replica_and_the_router(tmp_path: Path) -> None
     assert path == tmp_path / "run" / "supervisord.conf"
     assert text.count("[program:vllm]") == 1 and "[program:vllm-1]" in text and "[program:vllm-2]" in text
     assert 'environment=ENGINE_REPLICA="2"' in text and "vllm-2.log" in text
-    assert "[program:router]\ncommand=%(ENV_APP_PYTHON)s -m engine.replicas\n" in text
+    assert "[program:router]\ncommand=%(ENV_APP_PYTHON)s -m engine.local_replicas\n" in text
     assert program_names(settings) == ["vllm", "vllm-1", "vllm-2"]
     from supervisor.options import UnhosedConfigParser
 

@@ -14,10 +14,10 @@ import pytest
 
 from core.enginestate import EngineError, EngineRequest, EngineState, log_position, pid_namespace, write_engine_state
 from core.settings import Settings
-from engine import control
-from engine.control import LocalEngine
+from engine import local_control as control
 from engine.enginephase import EngineProcess, engine_process, failure_report, judge, launch_phase
-from engine.startup import startup_phase
+from engine.local_control import LocalEngine
+from engine.vllmlog.startup import startup_phase
 from stack import control as stackctl
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"

@@ -1,5 +1,5 @@
 """supervisord that does not answer in time (a loaded host) is told apart from no supervisord: the XML-RPC call
-times out into :class:`engine.control.SupervisorNotAnswering`, and `make status` says so with its own exit code."""
+times out into :class:`engine.local_control.SupervisorNotAnswering`, and `make status` says so with its own exit code."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from core.settings import Settings
-from engine.control import Supervisor, SupervisorNotAnswering, engine_phase, known_states
+from engine.local_control import Supervisor, SupervisorNotAnswering, engine_phase, known_states
 from stack import control as stackctl
 
 

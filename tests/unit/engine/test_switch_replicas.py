@@ -22,9 +22,10 @@ from core.enginestate import EngineError, EngineRequest
 from core.replicas import record_cluster, replica_port
 from core.settings import Settings
 from core.slots import SLOTS, active_slot
-from engine import bluegreen, replicas
-from engine.control import LocalEngine
-from engine.replicas import add_worker, program_name, router_argv, router_workers
+from engine import bluegreen
+from engine import local_replicas as replicas
+from engine.local_control import LocalEngine
+from engine.local_replicas import add_worker, program_name, router_argv, router_workers
 
 REPLICAS = 2
 

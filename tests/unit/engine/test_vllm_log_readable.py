@@ -17,7 +17,7 @@ from core.settings import Settings
 from engine import launcher as launch
 from engine.logpipe import QUIET_ENDPOINTS, Masked, pump, stamp_uvicorn_lines
 from engine.model_resolve import ResolvedModel
-from engine.startup import startup_phase
+from engine.vllmlog.startup import startup_phase
 from logtools.reports import scan_log
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"

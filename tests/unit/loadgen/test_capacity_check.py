@@ -9,7 +9,7 @@ from core.settings import Settings
 from loadgen.errors import OverCapacity
 from loadgen.orchestrate.measured_run import check_capacity
 from loadgen.plan import bench_config
-from tests.unit.core.test_capacity import _warmup
+from tests.unit.loadgen.test_capacity import _warmup
 
 
 def _settings(**env: object) -> Settings:

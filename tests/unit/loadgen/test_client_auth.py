@@ -18,7 +18,7 @@ from loadgen.orchestrate.locust_launch import locust_argv
 from loadgen.selftest.mock_answers import MockConfig
 from loadgen.sidecar_client import SidecarClient
 from tests.unit.loadgen.mock_in_loop import mock_client
-from ui.errors import map_exception
+from ui.chat_errors import map_exception
 from ui.status import Probe, classify
 from ui.turn import ChatBackend
 

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from core.records import RequestRecord
 from loadgen.command import benchmark as bench
-from sidecar.app import create_app
+from sidecar.api_app import create_app
 from sidecar.reports.writer import ReportService
 from sidecar.sampling.gpu import NvmlReader
 from tests.fakes import FakeNvml

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from core.cli import build_parser, settings_from
 from core.distributions import ramp_arrival_gaps_s
+from core.flags import build_parser, settings_from
 from core.report_schema import BenchmarkConfig
 from core.settings import Settings
 from loadgen.orchestrate.sweep import RunResult, auto_rates, planned_points, run_series

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.logformat import NORMALISE_PATTERN, STAMP_RE, last_stamp, normalise
+from engine.vllmlog.grammar import NORMALISE_PATTERN, STAMP_RE, last_stamp, normalise
 from logtools.scan import ErrorEvent, LogScanner
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.requestlog import BadLogLine, RequestLogLine
-from engine.logformat import parse_metrics
+from engine.vllmlog.grammar import parse_metrics
 from logtools.aggregate import EngineSummary, RequestStats, SlowRequests, failure_cause
 from logtools.quantiles import RELATIVE_ACCURACY, StreamingQuantiles
 from logtools.requests_log import RequestsRead, iter_records
@@ -64,7 +64,7 @@ def test_old_format_pending_is_waiting_and_gpu_cache_wins() -> None:
 
 def test_engine_summary_means_maxima_and_busy_throughput() -> None:
     """Means, maxima and last values per figure; the busy mean skips samples with nothing running."""
-    from engine.logformat import METRICS_RE
+    from engine.vllmlog.grammar import METRICS_RE
 
     rows = [METRICS_RE.findall(line)[0] for line in (NEW_GPU, NEW_CPU, NEW_GPU)]
     engine = EngineSummary()

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from core.report_schema import GpuStats, HostResources
 from loadgen.terminal.summary import format_summary
-from sidecar.app import create_app
+from sidecar.api_app import create_app
 from sidecar.render.markdown_page import render_markdown
 from sidecar.reports.builder import host_gaps
 from sidecar.sampling.peers import PeerTarget, Resolver, fetch_peer, peer_resources, peer_targets

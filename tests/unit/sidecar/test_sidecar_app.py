@@ -22,7 +22,7 @@ from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.settings import PROJECT_ROOT, Settings
 from core.stats import run_metrics
-from sidecar.app import create_app
+from sidecar.api_app import create_app
 from sidecar.reports.writer import ReportService
 from sidecar.sampling.gpu import NvmlReader
 from tests.fakes import FakeNvml

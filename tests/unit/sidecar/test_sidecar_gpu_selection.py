@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from core.enginestate import EngineState, pid_namespace, write_engine_state
 from core.gpus import DeviceMemory, select_devices
 from core.units import GIB
-from sidecar.app import create_app
+from sidecar.api_app import create_app
 from sidecar.reports.writer import ReportService
 from sidecar.sampling.gpu import NvmlReader
 from tests.fakes import FakeNvml

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from core.enginestate import EngineState, LogPosition
 from core.report_schema import Report
 from core.settings import Settings
-from sidecar.app import create_app
+from sidecar.api_app import create_app
 from sidecar.guard import MAX_BODY_BYTES, host_name, trusted
 from sidecar.reports.retention import Retention, expired
 from tests.fakes import FakeNvml

@@ -7,8 +7,8 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from core.settings import Settings
-from engine.startuptracker import StartupAttempt, StartupPhase
-from sidecar.app import create_app
+from engine.vllmlog.tracker import StartupAttempt, StartupPhase
+from sidecar.api_app import create_app
 from sidecar.reports.envinfo import startup_facts, vllm_fingerprint
 from sidecar.reports.writer import ReportService
 

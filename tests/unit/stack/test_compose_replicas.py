@@ -13,7 +13,7 @@ import pytest
 
 from core.replicas import replicas
 from core.settings import Settings
-from engine.replicas import router_argv
+from engine.local_replicas import router_argv
 from stack.compose_replicas import OVERRIDE_NAME, ComposeReplica, plan, write
 from tests.scripts import script_module
 from tests.unit.deploy.containers_support import COMPOSE, COMPOSE_CPU, resolved_config, settings_from
@@ -113,7 +113,7 @@ def test_compose_config_of_two_gpu_replicas_behind_the_router(tmp_path: Path, mo
         for key in (*HARDENING, "tmpfs", "mem_limit", "pids_limit", "image", "entrypoint", "volumes", "shm_size"):
             assert engine.get(key) == services["vllm"].get(key), (name, key)
     router = services["router"]
-    assert router["command"][:2] == ["/bin/bash", "-c"] and "python -m engine.replicas" in router["command"][2]
+    assert router["command"][:2] == ["/bin/bash", "-c"] and "python -m engine.local_replicas" in router["command"][2]
     assert "router.log" in router["command"][2]
     assert router["image"] == services["ui"]["image"]
     assert [(p["target"], p["published"], p["host_ip"]) for p in router["ports"]] == [(8100, "8100", "127.0.0.1")]

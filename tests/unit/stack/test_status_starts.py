@@ -9,7 +9,7 @@ from core.replicas import record_cluster
 from core.report_schema import StartupFacts
 from core.settings import Settings
 from core.slots import write_slot
-from engine.startphases import phases_line
+from engine.vllmlog.startup import phases_line
 from stack.control import starting_beside, startup_times_line
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 
 from core.settings import Settings
-from ui.energy import AnswerEnergy, answer_energy, wall_bounds
-from ui.render import answer_markdown
+from ui.answer_energy import AnswerEnergy, answer_energy, wall_bounds
+from ui.answer_markdown import answer_markdown
 from ui.status import BackendStatus
 from ui.timing import ENERGY_LEGEND, NBSP, compute_timing, format_timing, with_energy
 from ui.turn import ChatBackend, TurnResult

@@ -7,7 +7,7 @@ import httpx2
 import openai
 import pytest
 
-from ui import errors
+from ui import chat_errors as errors
 from ui.chat import ContextTooLong, plan_max_tokens
 from ui.status import BackendStatus
 

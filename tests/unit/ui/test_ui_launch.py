@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.settings import Settings
-from ui import server as launch
+from ui import chainlit_launch as launch
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +23,7 @@ def test_chainlit_runs_headless_on_the_configured_address() -> None:
     """Chainlit runs the app headless on UI_HOST:UI_PORT."""
     argv = launch.chainlit_argv(Settings(ui_host="0.0.0.0", ui_port=8123))
     assert argv[1:4] == ["-m", "chainlit", "run"]
-    assert argv[4].endswith("ui/app.py")
+    assert argv[4].endswith("ui/chainlit_app.py")
     assert "--headless" in argv
     assert argv[argv.index("--host") + 1] == "0.0.0.0" and argv[argv.index("--port") + 1] == "8123"
 

@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from ui import errors
+from ui import chat_errors as errors
 from ui.session import cancel_answer
 
 

@@ -15,7 +15,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from core.settings import Settings
-from ui import errors
+from ui import chat_errors as errors
 from ui.chat import ChatParams
 from ui.turn import ChatBackend, TurnResult
 

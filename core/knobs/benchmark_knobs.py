@@ -83,7 +83,7 @@ class BenchmarkKnobs(BaseModel):
     request_timeout_s: float = Field(default=300.0, gt=0)
     capacity_check: bool = Field(
         default=True,
-        description="Refuse users the warm-up shows would time out (core/capacity.py).",
+        description="Refuse users the warm-up shows would time out (loadgen/orchestrate/capacity.py).",
     )
     seed: int = 0
     profile: bool = Field(default=False, description="make benchmark PROFILE=1: torch-profile the measured window.")

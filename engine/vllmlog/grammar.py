@@ -1,4 +1,4 @@
-"""vLLM's log grammar, the one place it is written down (with :mod:`engine.logmessages`): how a line is built.
+"""vLLM's log line grammar, the one place it is written down: how a line is built.
 
 A line, outside in (every part optional):
 
@@ -25,8 +25,8 @@ and ``v1/engine/core.py``, and logs posted in vLLM's bug reports.
 
 Everything else (tracebacks, tqdm bars, Python warnings, garbage) is a line with no header. The engine's periodic
 stats line is described here too; which messages carry the start-up facts (version, load times, KV cache, ready,
-fatal errors) is in :mod:`engine.logmessages` (kept apart so that the log analyzer, which needs only this
-module, starts fast), and :mod:`engine.startup` turns them into start-up phases.
+fatal errors) and the phases they lead to are :mod:`engine.vllmlog.tracker`'s (kept apart so that the log analyzer,
+which needs only this module, starts fast); :mod:`engine.vllmlog.startup` reads them from a log family.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import argparse
 import difflib
 import re
 import sys
+import textwrap
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import UnionType
@@ -26,8 +27,8 @@ from typing import Any, NoReturn, Union, get_args, get_origin
 from pydantic import AliasChoices, ValidationError
 from pydantic.fields import FieldInfo
 
+from core.envtypos import env_typos
 from core.knobs.commands import Command, where_it_goes
-from core.makevars import env_typos
 from core.settings import PROJECT_ROOT, Settings, describe_validation_error
 
 MAX_CONCURRENCY = "--max-concurrency"
@@ -84,45 +85,21 @@ def is_bool(info: FieldInfo) -> bool:
     return info.annotation is bool or bool in get_args(info.annotation)
 
 
+HELP_WIDTH = 120
+"""Columns of ``--help``: the width the descriptions (module docstrings) are wrapped to."""
+
 SHORT_HELP: dict[str, str] = {
-    # one --help line for knobs whose first clause would wrap (the whole description is in docs/reference.md)
-    "rate_end": "Open loop: ramp from RATE to this, req/s",
-    "sweep": "Load sweep: auto, concurrency:1,2 or rate:1,2",
-    "sweep_rates": "SWEEP=auto: rates between its points",
-    "capacity_check": "Refuse loads that would time out",
-    "cooldown_s": "Pause between the runs of a series, s",
-    "output_len": "Output lengths: sampled, or fixed (MAX_TOKENS)",
-    "output_len_p95": "Sampled output length: P95, tokens",
-    "input_mix": "Input-length bucket weights, e.g. short:0.3,long:0.7",
-    "random_input_len": "DATASET=random: prompt tokens per request",
-    "random_output_len": "DATASET=random: output tokens per request",
-    "prefix_len": "Shared prefix tokens before every prompt",
-    "prefix_count": "Distinct shared prefixes",
+    # one --help line for knobs whose first clause would wrap at 120 columns or says less than this line (the
+    # whole description is in docs/reference.md)
     "tokenizer": "Model folder sizing prompts without /tokenize",
-    "session_turns": "Turns per conversation, at most",
     "think_time": "Pause before each next turn, e.g. exponential:2s",
-    "session_followups": "Later turns: dataset's own, drawn or auto",
     "trace": "Replay this BurstGPT CSV / Mooncake JSONL trace",
-    "trace_speed": "TRACE: replay this many times faster",
     "slo_attainment_pct": "A sweep point's least share in SLO, %",
-    "gate": "Fail when worse than this named baseline",
     "gate_threshold_pct": "Gate: largest worse change, %",
-    "gate_error_rate_pp": "Gate: largest error-rate rise, points",
-    "max_error_rate_pct": "Fail the run above this error rate, %",
     "client_overhead_max_pct": "Flag a client adding more than this, %",
-    "summary_file": "Write a Markdown step summary here",
-    "expect_workers": "Load workers on other hosts to wait for",
-    "expect_workers_timeout_s": "How long to wait for them, s",
-    "master_bind_host": "Locust master's address for workers",
-    "master_port": "Locust master's port",
-    "worker": "Be a load worker of MASTER_HOST",
-    "worker_runs": "--worker: runs in a row to join",
     "profile": "Torch-profile the measured window",
     "price_per_hour": "Hardware price, USD/h: 2.5/gpu or 12/host",
-    "energy_price_per_kwh": "Electricity price, USD/kWh",
-    "requests_log_max_mb": "Rotate requests.jsonl at this size, MiB",
     "drain_s": "After DURATION, time to finish, s",
-    "watchdog_s": "Stop a run where nothing finishes this long, s",
     "server_down_s": "End the run after this long of connection failures, s",
     "idle_wait_s": "Wait up to this long for a busy vLLM, s",
 }
@@ -167,10 +144,17 @@ class CliError(ValueError):
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """One line per flag where it fits: ``--rate, --request-rate X`` (the metavar once)."""
+    """One line per flag where it fits: ``--rate, --request-rate X`` (the metavar once); help lines and the epilog
+    fill the 120 columns that the descriptions are written to, whatever the terminal (argparse's default wraps help
+    at the terminal's width, 80 in a pipe, under a description 120 wide)."""
 
     def __init__(self, prog: str) -> None:
-        super().__init__(prog, max_help_position=30)
+        super().__init__(prog, max_help_position=30, width=HELP_WIDTH)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(textwrap.fill(part, width, initial_indent=indent, subsequent_indent=indent,
+                                       break_on_hyphens=False, break_long_words=False)
+                         for part in text.splitlines())  # fmt: skip
 
     def _format_action_invocation(self, action: argparse.Action) -> str:
         if not action.option_strings or action.nargs == 0:
@@ -268,7 +252,7 @@ def knob_help(name: str, info: FieldInfo) -> str:
 
 EPILOG = ("[default] where there is one. Each flag is also an environment, .env and make variable: the flag in "
           "capitals (--max-tokens: MAX_TOKENS) unless [named]; flags win. Full descriptions: docs/reference.md "
-          "(python -m core.reference).")
+          "(python -m stack.config_reference).")
 
 
 def build_parser(prog: str, description: str, view: Command | None = None) -> KnobParser:
@@ -345,7 +329,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
     """Parse ``argv`` and build the settings; a bad flag value, or an environment variable that looks like a misspelt
-    setting (:func:`core.makevars.env_typos`), exits 2 with the message (as argparse does)."""
+    setting (:func:`core.envtypos.env_typos`), exits 2 with the message (as argparse does)."""
     args = parser.parse_args(argv)
     typos = env_typos()
     if typos:

@@ -1,18 +1,81 @@
 """The start-up phase judgement: vLLM's log lines, fed one at a time, to the phase of its latest start.
 
-:class:`StartupTracker` turns lines (already read, see :mod:`engine.startup` for the bounded read of a log family)
-into a :class:`StartupPhase`: downloading, loading weights, compiling/warming up, ready, failed, stopped, with the
-timings vLLM reported, the root-cause error line and every start seen. Pure; never raises on bad content.
+:class:`StartupTracker` turns lines (already read, see :mod:`engine.vllmlog.startup` for the bounded read of a log
+family) into a :class:`StartupPhase`: downloading, loading weights, compiling/warming up, ready, failed, stopped, with
+the timings vLLM reported, the root-cause error line and every start seen. Pure; never raises on bad content.
+
+Which messages (the text after a line's header, :mod:`engine.vllmlog.grammar`) carry which facts of a start is written
+down here too: version, weights and model load times, engine init time, KV cache size, ready, fatal errors and the
+errors that only report another process's failure. Wordings are vLLM's own, old and new
+(``vllm/v1/worker/gpu_model_runner.py``, ``model_executor/model_loader``, ``v1/engine/core.py``,
+``v1/core/kv_cache_utils.py``, ``entrypoints/openai/api_server.py``, uvicorn).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 from core.timeparse import StampClock, epoch_to_iso
-from engine import logformat as fmt
-from engine import logmessages as msg
+from engine.vllmlog import grammar as fmt
+
+LAUNCH_RE = re.compile(r"^Starting vLLM: ")
+"""This project's launcher: ``[INFO] Starting vLLM: <argv>`` (the ``[INFO]`` header is parsed off)."""
+SERVER_START_RE = re.compile(r"vLLM API server version|non-default args:")
+"""The API server's first lines: a new start of vLLM."""
+VERSION_RE = re.compile(r"(?:vLLM API server version|LLM engine \(v|\bversion)\s*v?(\d+\.\d+\.\d+[\w.+\-]*)")
+"""``vLLM API server version 0.32.0``, the banner's ``version 0.32.0``, ``Initializing a V1 LLM engine (v0.32.0)``."""
+DOWNLOAD_RE = re.compile(r"Downloading|Fetching \d+ files|\.(?:safetensors|bin|pt|gguf)\S*:\s+(\d+)%")
+PERCENT_RE = re.compile(r"(\d{1,3})%")
+LOADING_RE = re.compile(
+    r"Starting to load model|Loading model weights|Loading safetensors checkpoint|Loading weights|Model loading took"
+)
+WEIGHTS_TIME_RE = re.compile(r"Loading weights took\s+([\d.]+)\s*s")
+"""``Loading weights took 0.92 seconds`` (the loader, per worker)."""
+MODEL_LOAD_TIME_RE = re.compile(r"Model loading took (?:[\d.]+ \w+(?: memory)? and )?([\d.]+)\s*s")
+"""``Model loading took 15.25 GiB and 6.123 seconds`` (the model runner, per worker: weights and model set-up)."""
+COMPILE_RE = re.compile(
+    r"Warming up|warmup|torch\.compile|Compiling|compiled function|Capturing|[Gg]raph capturing|profiling"
+    r"|KV cache size|# GPU blocks|Maximum concurrency|init engine"
+)
+INIT_TIME_RE = re.compile(r"init engine .*took ([\d.]+) s")
+"""``init engine (profile, create kv cache, warmup model) took 39.09 s[econds]`` (per engine core)."""
+KV_CACHE_RE = re.compile(r"KV cache size:|# (?:GPU|CPU|gpu|cpu) blocks:|num_gpu_blocks is:")
+"""The KV cache's size: ``GPU KV cache size: 1,234 tokens``, old ``# GPU blocks: 2345, # CPU blocks: 512``."""
+CONCURRENCY_RE = re.compile(r"Maximum concurrency for")
+"""``Maximum concurrency for 4,096 tokens per request: 5.2x`` (its own line in some versions)."""
+READY_RE = re.compile(
+    r"Starting vLLM (?:API )?server (?:\d+ )?on|Uvicorn running on|Application startup complete|Available routes are"
+)
+"""The API server answers requests (only the API server's lines count: :func:`is_api_server`)."""
+FATAL_RE = re.compile(
+    r"EngineDeadError|Engine core initialization failed|EngineCore failed to start|died unexpectedly"
+    r"|encountered a fatal error|Engine loop has died|WorkerProc failed|Got fatal signal"
+)
+"""Errors that end a running server (after ready, other errors are about one request)."""
+FOLLOW_UP_RE = re.compile(
+    r"WorkerProc initialization failed|WorkerProc failed to start|Engine core initialization failed"
+    r"|EngineCore failed to start|See root cause above|See stack trace (?:above )?for root cause|Got fatal signal"
+    r"|EngineDeadError|Engine loop has died|died unexpectedly"
+)
+"""Errors that report another process's failure: never the root cause while a worker's own error is known."""
+STOP_RE = re.compile(r"Shutting down|Finished server process|shutdown triggered|KeyboardInterrupt")
+EXCEPTION_RE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
+"""An exception line: ``ValueError: …``, ``torch.OutOfMemoryError: CUDA out of memory …``."""
+
+
+def seconds(pattern: re.Pattern[str], message: str) -> float | None:
+    """The seconds that ``pattern`` (one group) finds in ``message``, None without a match."""
+    match = pattern.search(message)
+    return float(match.group(1)) if match is not None else None
+
+
+def is_api_server(proc: str | None) -> bool:
+    """True for the API server's lines (``APIServer``, ``ApiServer_0``) and unprefixed ones (single-process vLLM,
+    uvicorn, the launcher); False for engine cores and workers (``proc`` as :class:`~engine.vllmlog.grammar.Line`
+    has it)."""
+    return proc is None or proc[:9].lower() == "apiserver"
 
 PHASES = ("not_started", "starting", "downloading", "loading_weights", "compiling", "ready", "failed", "stopped")
 """Phase names in start-up order (``failed`` and ``stopped`` can follow any other)."""
@@ -149,8 +212,8 @@ class StartupTracker:
         if not body:
             return
         state = self.state
-        server_start = msg.SERVER_START_RE.search(body) is not None
-        if msg.LAUNCH_RE.match(body) or (server_start and (state is None or state.server_started)):
+        server_start = SERVER_START_RE.search(body) is not None
+        if LAUNCH_RE.match(body) or (server_start and (state is None or state.server_started)):
             state = self._new_attempt()
         if server_start:
             if state is None:
@@ -160,9 +223,9 @@ class StartupTracker:
             return
         if state.started_at_s is None and line.stamp_s is not None:
             state.started_at_s = line.stamp_s
-        if ("version" in body or "(v" in body) and (version := msg.VERSION_RE.search(body)) is not None:
+        if ("version" in body or "(v" in body) and (version := VERSION_RE.search(body)) is not None:
             self.version = version.group(1)
-        is_exception = not indented and msg.EXCEPTION_RE.match(body) is not None
+        is_exception = not indented and EXCEPTION_RE.match(body) is not None
         if is_exception and self._record_exception is None:
             self._record_exception = body
         is_error = line.level in ("ERROR", "CRITICAL") and not indented and not body.startswith("Traceback")
@@ -183,26 +246,26 @@ class StartupTracker:
     def _facts(self, state: _State, body: str) -> None:
         """Timings and the KV cache line of this start (every process's: workers load, engine cores init)."""
         if "took" in body:
-            state.weights_s = _max(state.weights_s, msg.seconds(msg.WEIGHTS_TIME_RE, body))
-            state.model_load_s = _max(state.model_load_s, msg.seconds(msg.MODEL_LOAD_TIME_RE, body))
-            state.engine_init_s = _max(state.engine_init_s, msg.seconds(msg.INIT_TIME_RE, body))
-        if msg.KV_CACHE_RE.search(body) or (state.kv_cache_line is None and msg.CONCURRENCY_RE.search(body)):
+            state.weights_s = _max(state.weights_s, seconds(WEIGHTS_TIME_RE, body))
+            state.model_load_s = _max(state.model_load_s, seconds(MODEL_LOAD_TIME_RE, body))
+            state.engine_init_s = _max(state.engine_init_s, seconds(INIT_TIME_RE, body))
+        if KV_CACHE_RE.search(body) or (state.kv_cache_line is None and CONCURRENCY_RE.search(body)):
             state.kv_cache_line = body
 
     def _error(self, state: _State, body: str, proc: str | None, is_exception: bool) -> None:
         """Keep the root cause: an exception before a plain error, a process's own failure before a report of it."""
-        rank = (msg.FOLLOW_UP_RE.search(body) is None, is_exception)
+        rank = (FOLLOW_UP_RE.search(body) is None, is_exception)
         if state.error_line is None or rank > state.error_rank:
             state.error_line, state.error_process, state.error_rank = body, proc, rank
 
     def _advance(self, state: _State, body: str, proc: str | None, is_error: bool, is_exception: bool) -> None:
         if state.phase in ("ready", "stopped"):  # after ready only a dead engine or a stop changes the phase
-            if (is_error or is_exception) and msg.FATAL_RE.search(body):
+            if (is_error or is_exception) and FATAL_RE.search(body):
                 cause = self._record_exception or body  # the root cause when the record showed it first
                 state.error_line, state.error_rank = None, (False, False)
-                self._error(state, cause, proc, msg.EXCEPTION_RE.match(cause) is not None)
+                self._error(state, cause, proc, EXCEPTION_RE.match(cause) is not None)
                 self._move(state, "failed")
-            elif state.phase == "ready" and msg.STOP_RE.search(body):
+            elif state.phase == "ready" and STOP_RE.search(body):
                 self._move(state, "stopped")
             return
         self._facts(state, body)
@@ -211,18 +274,18 @@ class StartupTracker:
             self._move(state, "failed")
             return
         order = PHASES.index(state.phase)
-        if msg.READY_RE.search(body) and msg.is_api_server(proc):  # a TP run is ready when its API server is
+        if READY_RE.search(body) and is_api_server(proc):  # a TP run is ready when its API server is
             state.ready_at_s = self.last_stamp_s
             state.error_line, state.error_process, state.error_rank = None, None, (False, False)
             self._move(state, "ready")
         elif state.phase == "failed":
             return
-        elif msg.COMPILE_RE.search(body) and order <= PHASES.index("compiling"):
+        elif COMPILE_RE.search(body) and order <= PHASES.index("compiling"):
             self._move(state, "compiling")
-        elif msg.LOADING_RE.search(body) and order <= PHASES.index("loading_weights"):
+        elif LOADING_RE.search(body) and order <= PHASES.index("loading_weights"):
             self._move(state, "loading_weights")
-        elif (download := msg.DOWNLOAD_RE.search(body)) is not None and order <= PHASES.index("downloading"):
-            percent = download.group(1) or (m.group(1) if (m := msg.PERCENT_RE.search(body)) else None)
+        elif (download := DOWNLOAD_RE.search(body)) is not None and order <= PHASES.index("downloading"):
+            percent = download.group(1) or (m.group(1) if (m := PERCENT_RE.search(body)) else None)
             state.download_pct = int(percent) if percent is not None else state.download_pct
             self._move(state, "downloading")
 

@@ -2,7 +2,7 @@
 
 :func:`startup_phase` reads a log file (or lines) and returns the phase of the last start with its timings
 (model load, engine init, start to ready) and the error line when it failed, plus every start seen (so that the
-first, cold start can be told from warm restarts). The judgement of the lines is :mod:`engine.startuptracker`;
+first, cold start can be told from warm restarts). The judgement of the lines is :mod:`engine.vllmlog.tracker`;
 this module reads them. Pure apart from reading the file; never raises on bad content.
 
 :func:`read_startup` is what ``GET /startup``, ``make status``, ``make up`` and the reports use: a bounded read that
@@ -10,19 +10,25 @@ stays fast on any log size. A log family (``vllm.log`` and its rotated files) up
 whole; a bigger one only in three places: the head of its oldest file (the cold start), the latest launch from the
 position the launcher recorded in ``engine_state.json`` (``log_start``), and the tail of ``vllm.log`` (what happened
 since: a fatal error, a stop, a start the launcher did not record). Starts between those are then not listed.
+
+:func:`start_breakdown` says where a start spent its time: the seconds between the lines that bound its phases
+(vLLM 0.32's CPU build starts three Python processes in turn, API server → engine core → worker, each importing
+torch and vLLM, then loads the weights, lays out the KV cache, warms the model up, compiling it unless ``-O0``, and
+opens the API; stamps have 1 s resolution). :func:`latest_start` reads it for the serving engine's latest launch
+(``make status``, ``/startup``, ``./start_vllm.sh``; ``make bench-engine`` for each of its starts).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from core.enginestate import EngineState
 from core.logfiles import ReadStats, iter_spans, mtime_s, rotated_family
 from core.timeparse import StampClock
-from engine import logformat as fmt
-from engine.startuptracker import StartupPhase, StartupTracker
+from engine.vllmlog import grammar as fmt
+from engine.vllmlog.tracker import StartupPhase, StartupTracker
 
 FULL_READ_BYTES = 8 << 20
 """A log family up to this size (bytes) is read whole; a bigger one in bounded regions (:func:`read_startup`)."""
@@ -51,7 +57,7 @@ def startup_phase(lines_or_path: Path | str | Iterable[str] | Iterable[bytes]) -
         lines_or_path: the log file (a ``Path`` or a ``str`` path; a missing file gives ``not_started``, a gzip file
             is read too) or its lines (``str`` or ``bytes``, with or without newlines). Year-less stamps are dated
             against the file's modification time, or now for lines. Lines may carry container stamps, any vLLM
-            process prefix and colour codes (:mod:`engine.logformat`).
+            process prefix and colour codes (:mod:`engine.vllmlog.grammar`).
 
     Returns:
         The phase of the latest start with ``load_s``, ``engine_init_s``, ``startup_s`` (seconds), ``error_line``
@@ -156,3 +162,94 @@ def read_startup(path: Path, engine_state: EngineState | None = None, stats: Rea
                 break
         spans.close()
     return tracker.result()
+
+
+START_MARKS = (
+    ("api_server", b"(APIServer pid="),
+    ("engine_core", b"Initializing a V1 LLM engine"),
+    ("worker", b"Starting to load model"),
+    ("weights", b"Loading weights took"),
+    ("warmup_start", b"Warming up model"),
+    ("warmup_end", b"Warming up done"),
+    ("engine_ready", b"init engine (profile, create kv cache, warmup model) took"),
+    ("api_ready", b"Starting vLLM server on"),
+)
+"""Lines that bound the phases of one vLLM start (their stamps, read with the project's log grammar)."""
+PHASES = (
+    ("imports_api_server", None, "api_server"),
+    ("spawn_engine_core", "api_server", "engine_core"),
+    ("spawn_worker", "engine_core", "worker"),
+    ("load_weights", "worker", "weights"),
+    ("to_warmup", "weights", "warmup_start"),
+    ("warmup_compile", "warmup_start", "warmup_end"),
+    ("kv_cache_and_rest", "warmup_end", "engine_ready"),
+    ("api_ready", "engine_ready", "api_ready"),
+)
+"""(phase, from mark, to mark): ``None`` is the launch; a start without warm-up (eager) has no warm-up phase."""
+LABELS = {
+    "imports_api_server": "API server start + imports",
+    "spawn_engine_core": "engine-core process + imports",
+    "spawn_worker": "worker process + imports",
+    "load_weights": "weights",
+    "to_warmup": "model set-up",
+    "warmup_compile": "compile + warm-up",
+    "kv_cache_and_rest": "KV cache + rest",
+    "api_ready": "API up",
+}
+"""How people read each phase (``make status``)."""
+MAX_START_BYTES = 2 << 20
+"""Most bytes read from a launch's first line: a start's lines until ready are tens of KiB."""
+
+
+def start_breakdown(lines: Sequence[bytes], launched_s: float) -> dict[str, float]:
+    """Seconds per phase of the last start in ``lines`` (vLLM's log), launch at ``launched_s`` (epoch). vLLM stamps
+    have 1 s resolution, so each phase is ± 1 s (pure apart from the clock)."""
+    clock = StampClock(launched_s + 3600)
+    marks: dict[str, float] = {}
+    for raw in lines:
+        for name, needle in START_MARKS:
+            if needle in raw and name not in marks:
+                stamp = fmt.parse_line(raw, clock).stamp_s
+                if stamp is not None and stamp >= launched_s - 1:
+                    marks[name] = stamp
+    if "warmup_start" not in marks and "weights" in marks:
+        marks["warmup_start"] = marks["warmup_end"] = marks["weights"]
+    marks["launch"] = launched_s
+    out = {}
+    for phase, begin, end in PHASES:
+        a, b = marks.get(begin or "launch"), marks.get(end)
+        if a is not None and b is not None:
+            out[phase] = round(max(0.0, b - a), 1)
+    return out
+
+
+def latest_start(log: Path, state: EngineState | None) -> dict[str, float]:
+    """:func:`start_breakdown` of the launch ``state`` describes (its ``started_at`` and where its lines begin in
+    ``log``, ``log_start``: none when the log was new, then from its first line); empty when unknown (no state, the
+    log rotated away since, or not started yet)."""
+    if state is None or state.started_at is None:
+        return {}
+    try:
+        with log.open("rb") as fh:
+            st = os.fstat(fh.fileno())
+            if state.log_start is None:  # the log did not exist before this launch: its first lines are the start's
+                offset = 0
+            elif (st.st_dev, st.st_ino) == (state.log_start.dev, state.log_start.ino):
+                offset = state.log_start.offset
+            else:
+                return {}
+            fh.seek(offset)
+            lines = fh.read(MAX_START_BYTES).splitlines()
+    except OSError:
+        return {}
+    return start_breakdown(lines, state.started_at)
+
+
+def phases_line(phases: dict[str, float]) -> str | None:
+    """``  last start 37 s: API server start + imports 10, engine-core process + imports 7, ... (s, ±1 each)``;
+    None without phases (or with a start not yet ready: then the phase line says where it is)."""
+    if "api_ready" not in phases:
+        return None
+    total = sum(phases.values())
+    parts = ", ".join(f"{LABELS[name]} {phases[name]:g}" for name, _, _ in PHASES if name in phases)
+    return f"  last start {total:.0f} s: {parts} (s, ±1 each)"

@@ -1,4 +1,4 @@
-"""Chainlit wiring of the chat UI (run it with ``python -m ui.server``); the logic is in sibling modules."""
+"""Chainlit wiring of the chat UI (run it with ``python -m ui.chainlit_launch``); the logic is in sibling modules."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from chainlit.input_widget import NumberInput, Slider, TextInput
 from chainlit.server import sio
 
 from core.settings import get_settings
-from ui import errors
+from ui import chat_errors as errors
+from ui.answer_markdown import answer_markdown, notice_markdown
 from ui.chat import STARTERS, ChatMessage, ChatParams, append_turn, params_from_values
 from ui.coalesce import TokenCoalescer
-from ui.render import answer_markdown, notice_markdown
 from ui.session import cancel_answer, quiet_stop
 from ui.status import BackendStatus, header_markdown, status_changed
 from ui.timing import with_energy

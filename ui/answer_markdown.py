@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ui.chat import escape_directives
-from ui.errors import UiError
+from ui.chat_errors import UiError
 from ui.timing import Timing, format_timing, timing_legend
 
 EMPTY_ANSWER = "(No visible text: the model produced only whitespace or invalid characters.)"

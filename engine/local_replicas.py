@@ -105,11 +105,11 @@ stopwaitsecs=30
 
 
 def router_section(settings: Settings) -> str:
-    """``[program:router]``: :func:`main` (``python -m engine.replicas``), which waits for the engines and then
+    """``[program:router]``: :func:`main` (``python -m engine.local_replicas``), which waits for the engines and then
     becomes :func:`router_argv` (its log: logs/router.log)."""
     return f"""
 [program:{ROUTER_PROGRAM}]
-command=%(ENV_APP_PYTHON)s -m engine.replicas
+command=%(ENV_APP_PYTHON)s -m engine.local_replicas
 directory=%(ENV_PROJECT_ROOT)s
 stdout_logfile=%(ENV_LOGS_DIR)s/router.log
 stdout_logfile_maxbytes=10MB
@@ -251,7 +251,7 @@ def router_workers(settings: Settings) -> list[str] | None:
 
 
 def main() -> int:
-    """``python -m engine.replicas`` (``program:router``): wait for the engines (:func:`wait_for_engines`), then
+    """``python -m engine.local_replicas`` (``program:router``): wait for the engines (:func:`wait_for_engines`), then
     replace this process with vllm-router (:func:`router_argv`); exit 1 when an engine never answered."""
     settings = get_settings()
     argv = router_argv(settings)

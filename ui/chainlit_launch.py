@@ -1,7 +1,7 @@
-"""The one entrypoint of the chat UI: ``python -m ui.server`` runs Chainlit headless on UI_HOST:UI_PORT.
+"""The one entrypoint of the chat UI: ``python -m ui.chainlit_launch`` runs Chainlit headless on UI_HOST:UI_PORT.
 
 It checks the port, prepares Chainlit's app root and *replaces itself* with ``python -m chainlit run
-ui/app.py``. The committed ``ui/.chainlit/config.toml`` and ``ui/chainlit.md`` are copied
+ui/chainlit_app.py``. The committed ``ui/.chainlit/config.toml`` and ``ui/chainlit.md`` are copied
 into a runtime folder per port (CHAINLIT_APP_ROOT), where Chainlit also writes what it generates (``.files``,
 ``.chainlit/translations``): nothing lands in the repository, and two UIs never delete each other's ``.files``
 (Chainlit removes that folder when it stops).
@@ -23,13 +23,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from core.cli import build_parser, flag_environment, parse
+from core.flags import build_parser, flag_environment, parse
 from core.knobs.commands import UI
 from core.net import port_in_use_message
 from core.settings import PROJECT_ROOT, Settings, service_env
 
 UI_DIR = Path(__file__).resolve().parent
-APP_FILE = UI_DIR / "app.py"
+APP_FILE = UI_DIR / "chainlit_app.py"
 COMMITTED_FILES = (Path(".chainlit") / "config.toml", Path("chainlit.md"))
 FRONTEND_DIR = "frontend"  # custom_build in the committed config.toml
 _FOREIGN_LINK_RE = re.compile(r"<link\b[^>]*\bhref=[\"']https?://[^>]*>\s*", re.IGNORECASE | re.DOTALL)
@@ -134,7 +134,7 @@ def config_problem(settings: Settings) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Check the configuration and the port, then exec Chainlit. Exit 2 with a message when it cannot start."""
-    args, settings = parse(build_parser("python -m ui.server", __doc__ or "", UI), argv)
+    args, settings = parse(build_parser("python -m ui.chainlit_launch", __doc__ or "", UI), argv)
     problem = config_problem(settings) or port_in_use_message(settings.ui_host, settings.ui_port, "UI_PORT")
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)

@@ -84,7 +84,7 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
         """vLLM's start-up phase parsed from its log (downloading, loading_weights, compiling, ready, failed ...),
         with timings, the error line when it failed, and every start seen (cold start first); ``engine``: the
         engine serving now (its supervisord program, URL, pid and served model: a blue/green switch changes it);
-        ``phases_s``: where its latest start spent its time (:mod:`engine.startphases`)."""
+        ``phases_s``: where its latest start spent its time (:mod:`engine.vllmlog.startup`)."""
         return redact_json({**svc.startup().as_dict(), "engine": svc.engine(), "phases_s": svc.start_phases()},
                            svc.redact)  # fmt: skip
 
@@ -137,5 +137,5 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
 
 
 def app_factory() -> FastAPI:
-    """Uvicorn factory (``sidecar.app:app_factory``)."""
+    """Uvicorn factory (``sidecar.api_app:app_factory``)."""
     return create_app()

@@ -1,0 +1,82 @@
+"""Typos of setting names: an environment variable one typo away from a setting's (``REPLICA=2 make up``,
+``CONCURENCY=4 ./run_benchmark.sh``) is refused with "did you mean REPLICAS?" instead of the defaults running without
+a word. Only a name one typo away from a setting's (two for names of 8 characters or more) is refused, so the many
+other variables of a shell (``PATH``, ``HF_HOME``, vLLM's own ``VLLM_*``) pass untouched. Every command checks its
+environment with :func:`env_typos` (:mod:`core.flags`); ``make``'s own variables are checked by :mod:`stack.makevars`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from core.settings import Settings
+
+MAKEFILE_VARIABLES = frozenset(
+    {"A", "B", "NAME", "REPORT", "ARGS", "SINCE", "JSON", "THRESHOLD_MS", "REPEATS", "VARIANTS", "PYTEST_ARGS",
+     "APP_ENV_FILE", "EXTERNAL_VLLM_URL", "VLLM_TENSOR_PARALLEL_SIZE", "PUBLISH_HOST", "BUILD_CA_DIR", "SHELL"}
+)  # fmt: skip
+"""Variables the Makefile and the compose files read themselves (no settings)."""
+
+
+def setting_names() -> dict[str, str]:
+    """Every settings variable (aliases included) -> its field."""
+    names: dict[str, str] = {}
+    for name, info in Settings.model_fields.items():
+        alias = info.validation_alias
+        choices = getattr(alias, "choices", None) or [name]
+        for choice in choices:
+            if isinstance(choice, str):
+                names[choice.upper()] = name
+    return names
+
+
+def typo_distance(a: str, b: str, bound: int | None = None) -> int:
+    """Edits (insert, delete, replace, swap of two neighbours) between ``a`` and ``b`` (optimal string alignment).
+    With ``bound``, any distance above it is returned as ``bound + 1`` as soon as a row of the table shows it (every
+    command checks its whole environment at start-up: most names are far from every setting after a few letters)."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], prev2[j - 2] + 1)
+        if bound is not None and min(row) > bound and (not prev or min(prev) > bound):
+            return bound + 1  # a swap reaches back two rows: both above the bound, no later cell can come back
+        prev2, prev = prev, row
+    return prev[-1] if bound is None else min(prev[-1], bound + 1)
+
+
+def near_setting(name: str, known: Mapping[str, str] | None = None) -> str | None:
+    """The setting variable ``name`` looks like a typo of (one edit away; two for names of 8+ characters), or None:
+    not upper case, a setting itself, a Makefile variable, the plural of a setting (``MODELS``: another program's
+    list far more often than a typo of ``MODEL``), or like none of ours."""
+    known = setting_names() if known is None else known
+    if not name.isupper() or name in known or name in MAKEFILE_VARIABLES or len(name) < 4:
+        return None
+    if name.endswith("S") and name[:-1] in known:
+        return None  # a plural (MODELS, SEEDS, DATASETS) is another program's list more often than our typo
+    limit = 1 if len(name) < 8 else 2
+    # names whose lengths differ by more than the limit are more edits apart: only the others are measured (every
+    # command checks its whole environment at start-up, so this runs for each variable of the user's shell)
+    near = [
+        (distance, k)
+        for k in known
+        if abs(len(k) - len(name)) <= limit and (distance := typo_distance(name, k, limit)) <= limit
+    ]
+    return min(near)[1] if near else None
+
+
+def env_typos(environ: Mapping[str, str] | None = None, skip: frozenset[str] = frozenset()) -> list[str]:
+    """One line per environment variable (default ``os.environ``; ``skip``: names already judged) that looks like a
+    misspelt setting: ``REPLICA is no setting: did you mean REPLICAS? ...``."""
+    known = setting_names()
+    out = []
+    for name in sorted((os.environ if environ is None else environ).keys() - skip):
+        near = near_setting(name, known)
+        if near:
+            out.append(f"environment variable {name} is no setting: did you mean {near}? Set {near} instead (or "
+                       f"unset {name} if it is meant for another program).")  # fmt: skip
+    return out
