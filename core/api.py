@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from core.abcompare import ABComparison
 from core.clientview import ClientView
+from core.comparison import ABComparison
 from core.report_schema import BenchmarkConfig, ErrorSummary, Report, Resources
-from core.series import PointPlan, SeriesReport
+from core.series_stats import PointPlan, SeriesReport
 from core.serverview import ServerView
 from core.serverview_cluster import ClusterView
 from core.stats import RunMetrics

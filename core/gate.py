@@ -1,12 +1,12 @@
 """Regression gate for CI (pure): ``make benchmark GATE=v0.2.1`` fails when the run is worse than the baseline.
 
-The sidecar has already compared the new result with every named baseline of the same workload fingerprint; the
-gate only reads that comparison (``comparison["vs_<name>"]``, the same for a run and a series: a run is one point,
-:mod:`core.abcompare`). A run fails when request
-throughput drops, or p99 latency rises, by more than the threshold (default 5 %, GATE_THRESHOLD_PCT), or when its
-error rate rises by more than GATE_ERROR_RATE_PP percentage points (default 1); where both runs measured energy,
-also when the energy per output token rises by more than the threshold (docs/energy.md). A baseline that cannot be
-judged against (no successful request, interrupted) is "cannot judge" (exit 2), never a pass or a regression.
+The sidecar has already compared the new result with every named baseline of the same workload fingerprint; the gate
+only reads that comparison (``comparison["vs_<name>"]``, the same for a run and a series: a run is one point,
+:mod:`core.comparison`). A run fails when request throughput drops, or p99 latency rises, by more than the threshold
+(default 5 %, GATE_THRESHOLD_PCT), or when its error rate rises by more than GATE_ERROR_RATE_PP percentage points
+(default 1); where both runs measured energy, also when the energy per output token rises by more than the threshold
+(docs/energy.md). A baseline that cannot be judged against (no successful request, interrupted) is "cannot judge" (exit
+2), never a pass or a regression.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from core.intervals import Comparison, PointComparison, change_text
 from core.report_schema import Report
-from core.series import SeriesReport
+from core.series_stats import SeriesReport
 
 EXIT_PASS = 0
 EXIT_ERROR = 2  # unknown baseline, or one whose workload differs: the gate cannot judge

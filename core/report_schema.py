@@ -167,7 +167,7 @@ CHANGES_RENAMED_IN_1_5 = {
         ("energy_cost_usd_per_1m_output_tokens", "energy_cost_usd_per_1m_output_tokens"),
     )
 }  # fmt: skip
-"""A 1.4 report's ``changes_pct`` keys -> the metric names of :data:`core.series.SERIES_METRICS` (the rest, e.g.
+"""A 1.4 report's ``changes_pct`` keys -> the metric names of :data:`core.series_stats.SERIES_METRICS` (the rest, e.g.
 ``gpu_mem_peak_gb_pct``, no page showed; they are dropped)."""
 
 

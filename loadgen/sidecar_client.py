@@ -22,7 +22,7 @@ from core.api import (
     WindowStarted,
 )
 from core.report_schema import Report
-from core.series import SeriesReport
+from core.series_stats import SeriesReport
 from core.settings import Settings
 from core.shapes import ShapeError, answer_as
 from loadgen.errors import BenchError

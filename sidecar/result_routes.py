@@ -29,7 +29,7 @@ from core.api import (
     MarkBaseline,
 )
 from core.report_schema import Report
-from core.series import SeriesReport
+from core.series_stats import SeriesReport
 from sidecar.render.html_page import compare_form, compare_html
 from sidecar.reports.series import SeriesService, UnknownResult
 from sidecar.reports.writer import InvalidRun, ReportService
@@ -76,7 +76,7 @@ def result_router(svc: ReportService, series: SeriesService, writes: Sequence[pa
         that runs backwards or ends in the future; or for a run whose rows file is missing or holds no request row;
         400 for a run id that is no run id (a path: nothing is read) or profiler traces outside vLLM's profile folder.
         A run in which no measured request ended (all cut by its end, or only its warmup sent) is reported: what it
-        collected, never a reference (:func:`core.compare.unusable_reason`)."""
+        collected, never a reference (:func:`core.fingerprint.unusable_reason`)."""
         with answers():
             return await run_in_threadpool(svc.build_and_write, request)
 

@@ -15,7 +15,7 @@ import sys
 
 from core.parsing import validate_name
 from core.pipes import guard_stdout
-from core.series import is_series_id
+from core.series_stats import is_series_id
 from core.settings import get_settings
 from loadgen.errors import BenchError
 from loadgen.sidecar_client import SidecarClient, SidecarRefused

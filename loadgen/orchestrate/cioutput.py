@@ -18,7 +18,7 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from core.gate import GateCheck, GateVerdict
 from core.report_schema import Report
-from core.series import SeriesReport
+from core.series_stats import SeriesReport
 from core.settings import Settings
 
 SUITE = "benchmark-gate"

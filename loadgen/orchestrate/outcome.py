@@ -8,10 +8,10 @@ import signal
 import sys
 from dataclasses import dataclass
 
-from core.compare import unusable_reason
+from core.fingerprint import unusable_reason
 from core.gate import GateVerdict, gate_verdict
 from core.report_schema import Report
-from core.series import SeriesReport, series_unusable_reason
+from core.series_stats import SeriesReport, series_unusable_reason
 from core.settings import Settings
 from loadgen.errors import BenchError
 from loadgen.orchestrate.cioutput import ci_result, write_ci_outputs
@@ -100,8 +100,8 @@ def verdicts(settings: Settings, result: Result, gate: GateVerdict | None = None
 def mark_baseline(sidecar: SidecarClient, name: str, result: Result) -> str:
     """``--baseline NAME``: mark the new report or series as baseline ``name``; the line to print (an error does not
     fail the run: the result is written, ``make baseline NAME=`` can mark it later). A report that could never judge
-    another (no successful request, interrupted: :func:`core.compare.unusable_reason`,
-    :func:`core.series.series_unusable_reason`) is not marked, and the line says so."""
+    another (no successful request, interrupted: :func:`core.fingerprint.unusable_reason`,
+    :func:`core.series_stats.series_unusable_reason`) is not marked, and the line says so."""
     try:
         unusable = unusable_reason(result) if isinstance(result, Report) else series_unusable_reason(result)
         if unusable:

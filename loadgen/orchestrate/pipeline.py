@@ -17,7 +17,7 @@ from core.errorsummary import error_summary
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.schedule import requested_rate
-from core.series import is_series_id
+from core.series_stats import is_series_id
 from core.serverview import cross_check
 from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
@@ -106,7 +106,7 @@ def report_run(
 ) -> RunResult:  # fmt: skip
     """Have the sidecar write the report of one run that sent requests, whatever it collected (requests that ended,
     requests cut by its end, only its warmup): what it has, marked for what it is by its figures
-    (:func:`core.compare.unusable_reason`). Failures (nothing sent, the sidecar refused or unreachable) are values
+    (:func:`core.fingerprint.unusable_reason`). Failures (nothing sent, the sidecar refused or unreachable) are values
     naming the rows file."""
     down = run.server_down.line() if run.server_down else None
     if not run.records:

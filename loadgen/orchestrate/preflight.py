@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import httpx
 
 from core.api import ServerFacts
-from core.compare import differing_fields, fingerprint_fields, fingerprint_of, refusal_reason
+from core.fingerprint import differing_fields, fingerprint_fields, fingerprint_of, refusal_reason
 from core.gate import refused_line
 from core.report_schema import BenchmarkConfig
-from core.series import is_series_id
+from core.series_stats import is_series_id
 from core.settings import Settings
 from core.shapes import MODEL_LIST, MODEL_LIST_SHAPE, ServedModel, ShapeError, answer_as, snippet
 from loadgen.errors import BenchError
@@ -186,7 +186,7 @@ def gate_problem(settings: Settings, sidecar: SidecarClient, plan: BenchmarkConf
     cannot judge this plan (its workload differs, it had no success or was interrupted, its report is gone); None
     when it can, or when it is a series (a series run judges it point by point).
 
-    The test is the sidecar's (:func:`core.compare.refusal_reason`) on the plan and the baseline's report. Hardware
+    The test is the sidecar's (:func:`core.fingerprint.refusal_reason`) on the plan and the baseline's report. Hardware
     is seen by the sidecar only when the report is built: it is taken from the baseline here and still judged after
     the run; the model is the one the sidecar will record (the first of ``/v1/models``, ``served``).
 

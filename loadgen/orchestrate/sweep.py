@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from tqdm import tqdm
 
 from core.report_schema import BenchmarkConfig, Report
-from core.series import PointKind, PointPlan, report_values
+from core.series_stats import PointKind, PointPlan, report_values
 from core.settings import Settings
 from loadgen.plan import load_processes
 

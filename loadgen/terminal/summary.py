@@ -6,18 +6,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.abcompare import ABComparison, comparison_lines, report_notes
 from core.clientview import ClientView, share_text
-from core.compare import unusable_reason
+from core.comparison import ABComparison, comparison_lines, report_notes
 from core.conversations import sessions_text, turns_text
 from core.cutrequests import CutRequests
 from core.energy import NO_ENERGY_GAP
 from core.errorsummary import causes_text
+from core.fingerprint import unusable_reason
 from core.intervals import Interval, PointComparison, change_text
 from core.reasoning import reasoning_text
 from core.report_schema import BenchmarkConfig, Report
 from core.schedule import schedule_text
-from core.series import SERIES_METRICS, SeriesReport
+from core.series_stats import SERIES_METRICS, SeriesReport
 from core.serverview import verdict_text
 from core.serverview_overhead import overhead_text
 from loadgen.terminal.energy_lines import COMPARE_LABELS as ENERGY_COMPARE_LABELS
@@ -200,8 +200,8 @@ def cut_line(cut: CutRequests) -> str:
 
 def report_line(report: Report, report_path: str) -> str:
     """The seed's ``[REPORT] Baseline saved to <path>`` for a run that can be a reference; for one that cannot
-    (:func:`core.compare.unusable_reason`: interrupted, ended early, most requests cut, no success) ``[REPORT] Report
-    saved to <path> (not a baseline: <why>)``."""
+    (:func:`core.fingerprint.unusable_reason`: interrupted, ended early, most requests cut, no success)
+    ``[REPORT] Report saved to <path> (not a baseline: <why>)``."""
     why = unusable_reason(report)
     if why is None:
         return f"[REPORT] Baseline saved to {report_path}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from core.energy import EnergyStats
 from core.report_schema import Report
-from core.series import SERIES_METRICS
+from core.series_stats import SERIES_METRICS
 
 Row = tuple[str, str]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.abcompare import ABComparison
+from core.comparison import ABComparison
 from core.records import RequestRecord
 from core.report_schema import Report
-from core.series import SeriesReport
+from core.series_stats import SeriesReport
 from sidecar.render.csv_files import rows_csv, summary_csv
 from sidecar.render.html_page import compare_html, render_html, series_html
 from sidecar.render.markdown_page import compare_markdown, render_markdown, series_markdown

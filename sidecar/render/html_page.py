@@ -10,10 +10,10 @@ import html
 import logging
 from collections.abc import Callable, Sequence
 
-from core.abcompare import ABComparison, report_notes
+from core.comparison import ABComparison, report_notes
 from core.records import RequestRecord
 from core.report_schema import Report
-from core.series import SeriesReport, slo_text
+from core.series_stats import SeriesReport, slo_text
 from core.serverview import verdict_text
 from core.serverview_overhead import overhead_text
 from sidecar.render.conversation_rows import turn_header, turn_rows

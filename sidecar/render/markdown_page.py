@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.abcompare import ABComparison, report_notes
+from core.comparison import ABComparison, report_notes
 from core.report_schema import Report
-from core.series import SeriesReport
+from core.series_stats import SeriesReport
 from core.serverview import verdict_text
 from core.serverview_overhead import overhead_text
 from sidecar.render.conversation_rows import turn_header, turn_rows

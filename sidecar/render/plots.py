@@ -17,7 +17,7 @@ import numpy as np
 
 from core.records import RequestRecord
 from core.report_schema import ResourcePoint
-from core.series import SeriesPoint
+from core.series_stats import SeriesPoint
 from core.stats import WindowStats, effective_e2e_ms, effective_ttft_ms
 from core.steady import SteadyState
 

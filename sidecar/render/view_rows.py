@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.abcompare import Side
-from core.compare import unusable_reason
+from core.comparison import Side
 from core.cutrequests import CutRequests
+from core.fingerprint import unusable_reason
 from core.intervals import Change, Interval, PointComparison, change_text
 from core.report_schema import BenchmarkConfig, Environment, Report
 from core.schedule import schedule_text
-from core.series import SERIES_METRICS, SeriesReport
+from core.series_stats import SERIES_METRICS, SeriesReport
 from core.serverview import ServerView
 from sidecar.render.cells import Row, fmt, pct
 from sidecar.render.conversation_rows import reasoning_rows, session_rows
@@ -236,7 +236,7 @@ def error_rows(report: Report) -> list[Row]:
 
 def outcome_notes(report: Report) -> list[str]:
     """How the run ended when not as planned, and what the report leaves out: Ctrl-C/SIGTERM, vLLM stopped answering,
-    per-request rows kept locally, and why it is no reference when it is none (:func:`core.compare.unusable_reason`;
+    per-request rows kept locally, and why it is no reference when it is none (:func:`core.fingerprint.unusable_reason`;
     shown at the top of the Markdown and HTML reports)."""
     notes = []
     if report.interrupted:

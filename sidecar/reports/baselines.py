@@ -14,7 +14,7 @@ from pathlib import Path
 
 from core.parsing import validate_name
 from core.report_schema import Report
-from core.series import is_series_id
+from core.series_stats import is_series_id
 from sidecar.reports.store import ReportStore, atomic_replace, validate_report_id
 
 log = logging.getLogger(__name__)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from core.api import BuildReportRequest
-from core.compare import workload_fingerprint
 from core.cost import CostBasis, report_figures
 from core.energy import NO_ENERGY_GAP
 from core.errorsummary import MAX_ERROR_EXAMPLES, error_summary
+from core.fingerprint import workload_fingerprint
 from core.kvbound import kv_bound_reason
 from core.records import RequestRecord
 from core.redact import strip_url_credentials
@@ -127,7 +127,7 @@ def build_report(
 ) -> Report:
     """Assemble a report (pure: every input was gathered by the caller, ``records`` from the run's rows file;
     ``cost``: the prices, None when unset); its comparisons are the writer's, made once the report exists
-    (:func:`core.abcompare.compare_with_history`)."""
+    (:func:`core.comparison.compare_with_history`)."""
     return Report(
         report_id=report_id,
         timestamp=timestamp,

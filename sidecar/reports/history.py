@@ -2,7 +2,7 @@
 folder kept in Git): a table in the terminal and ``<reports>/history.html`` with one timeline plot per workload.
 
 ``python -m sidecar.reports.history [REPORTS_DIR]`` (default ``REPORTS_DIR``); the grouping, baseline marks and gate
-flags are :mod:`core.history`'s. Exit codes: 0 written, 2 no report in the folder.
+flags are :mod:`core.timeline`'s. Exit codes: 0 written, 2 no report in the folder.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.history import HistoryPoint, Timeline, history_table, timelines
 from core.pipes import guard_stdout
 from core.report_schema import Report
 from core.settings import Settings, get_settings
+from core.timeline import HistoryPoint, Timeline, history_table, timelines
 from sidecar.render.plots import _new_figure, _png
 from sidecar.reports.baselines import BaselineStore
 from sidecar.reports.store import ReportStore, atomic_replace

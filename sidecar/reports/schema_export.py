@@ -19,9 +19,9 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from core.abcompare import ABComparison
+from core.comparison import ABComparison
 from core.report_schema import Report
-from core.series import SeriesReport
+from core.series_stats import SeriesReport
 from core.settings import PROJECT_ROOT
 from sidecar.reports.store import atomic_replace
 

@@ -12,12 +12,12 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from core.abcompare import ABComparison, Side, compare_points, compare_sides, environment_notes
 from core.api import BuildSeriesRequest, BuildSeriesResponse, CompareRequest, CompareResponse
+from core.comparison import ABComparison, Side, compare_points, compare_sides, environment_notes
 from core.intervals import Comparison
 from core.redact import Redactor, secret_values
 from core.report_schema import Environment, Report
-from core.series import (
+from core.series_stats import (
     COMPARE_ID_RE,
     SERIES_ID_RE,
     SeriesPoint,
@@ -157,7 +157,7 @@ class SeriesService:
                     points=[report_as_point(report)])
 
     def compare(self, request: CompareRequest, write: bool = True) -> CompareResponse:
-        """B against A (see :mod:`core.abcompare`); written to ``reports/`` unless ``write`` is False.
+        """B against A (see :mod:`core.comparison`); written to ``reports/`` unless ``write`` is False.
 
         Raises:
             UnknownResult: a reference names nothing known.
@@ -177,7 +177,7 @@ class SeriesService:
 
         Raises:
             ValueError: a bad name or id, or a series that cannot be a reference
-                (:func:`core.series.series_unusable_reason`). UnknownResult: no such series.
+                (:func:`core.series_stats.series_unusable_reason`). UnknownResult: no such series.
         """
         path = self.series.root / f"{self.series.validate_id(series_id)}.json"
         if not path.exists():

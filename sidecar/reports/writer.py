@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.abcompare import compare_with_history
 from core.api import BuildReportRequest, BuildReportResponse
-from core.compare import unusable_reason, workload_fingerprint
+from core.comparison import compare_with_history
 from core.energy import EnergyStats
 from core.enginestate import read_engine_state
+from core.fingerprint import unusable_reason, workload_fingerprint
 from core.records import RequestRecord
 from core.redact import Redactor, secret_values
 from core.replicas import engine_url, serving_engine
@@ -267,7 +267,7 @@ class ReportService:
 
         Raises:
             ValueError: invalid name or id, or a report that cannot be a reference
-                (:func:`core.compare.unusable_reason`: interrupted, ended early, no success).
+                (:func:`core.fingerprint.unusable_reason`: interrupted, ended early, no success).
             FileNotFoundError: no such report, or no report at all.
         """
         if report_id is None:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from core.abcompare import Side, compare_points, compare_sides, compare_with_history
+from core.comparison import Side, compare_points, compare_sides, compare_with_history
 from core.gate import EXIT_FAIL, EXIT_PASS, comparison_checks, gate_verdict
-from core.history import history_table, timelines
 from core.report_schema import Environment, Report, Resources
-from core.series import PointPlan, SeriesPoint, SeriesReport, find_knee, measure_point
+from core.series_stats import PointPlan, SeriesPoint, SeriesReport, find_knee, measure_point
+from core.timeline import history_table, timelines
 from sidecar.render.markdown_page import render_markdown, series_markdown
 from tests.unit.sidecar.test_sidecar_store import report, single_run
 
@@ -101,7 +101,7 @@ def test_make_compare_shows_energy_and_cost_changes() -> None:
     """B against A: J/token and USD per million output tokens are compared beside throughput."""
     a, b = measured("benchmark_report_20260101_120000", 0.40, 2.0), measured("benchmark_report_20260102_120000",
                                                                              0.30, 1.5)  # fmt: skip
-    from core.series import report_as_point
+    from core.series_stats import report_as_point
 
     def side(r: Report) -> Side:
         return Side(ref=r.report_id, kind="report", id=r.report_id, environment=r.environment, config=r.config,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from core.compare import fingerprint_fields, fingerprint_of
 from core.enginestate import EngineState, write_engine_state
+from core.fingerprint import fingerprint_fields, fingerprint_of
 from core.replicas import (
     as_started,
     check_cluster,

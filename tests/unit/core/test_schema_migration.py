@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core.abcompare import compare_with_history
-from core.compare import fingerprint_fields, fingerprint_of, refusal_reason
+from core.comparison import compare_with_history
+from core.fingerprint import fingerprint_fields, fingerprint_of, refusal_reason
 from core.gate import gate_verdict
 from core.report_schema import SCHEMA_VERSION, BenchmarkConfig, Report, migrate_report
 
@@ -58,8 +58,8 @@ def test_users_see_the_moved_corpus_at_its_current_path_while_fingerprints_stay_
     """The fingerprint keeps the alias loadtest/data/…, but what a user reads (a refusal's differing fields, the
     A/B differences of `make compare`) names loadgen/workloads/data/…; an old and a new run of the corpus show no
     dataset difference at all."""
-    from core.abcompare import Side, differences
-    from core.compare import current_dataset
+    from core.comparison import Side, differences
+    from core.fingerprint import current_dataset
 
     old = load_1_2()
     assert current_dataset("loadtest/data/prompts_zh.jsonl") == "loadgen/workloads/data/prompts_zh.jsonl"
@@ -81,7 +81,7 @@ def test_users_see_the_moved_corpus_at_its_current_path_while_fingerprints_stay_
 def test_workload_differences_compare_only_the_knobs_of_each_runs_load_mode() -> None:
     """Two open-loop runs whose (unused) CONCURRENCY differs show no concurrency difference, only their rates; an
     open-loop run against a closed-loop one shows the mode and each side's own knobs (None where one has none)."""
-    from core.abcompare import Side, differences
+    from core.comparison import Side, differences
 
     old = load_1_2()
 

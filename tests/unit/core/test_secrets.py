@@ -162,7 +162,7 @@ def test_stackctl_token_makes_the_file_and_prints_its_path_only(
 
 def test_ab_comparison_ignores_api_keys_among_vllm_flags() -> None:
     """A/B comparisons list how vLLM serves: an --api-key (masked in the state) is never a difference."""
-    from core.abcompare import vllm_flags
+    from core.comparison import vllm_flags
 
     assert vllm_flags(["-m", "vllm", "--api-key", "***", "***", "--max-num-seqs", "2", "--hf-token=***"]) == {
         "--max-num-seqs": "2"

@@ -1,15 +1,15 @@
-"""Series maths (core/series.py): the SLO knee, point metrics over runs, point matching and the series gate."""
+"""Series maths (core/series_stats.py): the SLO knee, point metrics over runs, point matching and the series gate."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.abcompare import compare_points
+from core.comparison import compare_points
 from core.gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, gate_verdict
 from core.intervals import interval
 from core.parsing import parse_sweep
 from core.report_schema import Environment
-from core.series import (
+from core.series_stats import (
     PointPlan,
     SeriesPoint,
     SeriesReport,

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from core.abcompare import compare_with_history, report_notes
-from core.compare import differing_fields, fingerprint_fields, workload_fingerprint
+from core.comparison import compare_with_history, report_notes
+from core.fingerprint import differing_fields, fingerprint_fields, workload_fingerprint
 from core.report_schema import Environment, Report
 from tests.unit.sidecar.test_sidecar_store import report
 
@@ -72,7 +72,7 @@ def test_environment_changes_outside_the_fingerprint_are_flagged() -> None:
 def test_a_run_whose_end_cut_many_requests_is_no_reference() -> None:
     """32 users, 20 s: 19 finished, 13 cut by the end. The finished ones are the short answers, so the run is no
     reference: not the previous run of the next one, and refused as a baseline; 1 cut in 20 still is one."""
-    from core.compare import unusable_reason
+    from core.fingerprint import unusable_reason
 
     old = report()
     cut = old.model_copy(update={"metrics": old.metrics.model_copy(update={"requests_total": 19,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core.compare import fingerprint_fields
+from core.fingerprint import fingerprint_fields
 from core.report_schema import Environment
 from core.requestlog import RequestLog
 from core.serverview import prefix_cache_delta

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from core.compare import unusable_reason
 from core.enginestate import EngineState, write_engine_state
-from core.history import run_flags
+from core.fingerprint import unusable_reason
 from core.report_schema import Report
+from core.timeline import run_flags
 from loadgen.errors import BenchError
 from loadgen.orchestrate.measured_run import Measured, from_records_file, measure
 from loadgen.orchestrate.pipeline import new_records_path, report_run

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from core.compare import fingerprint_fields
+from core.fingerprint import fingerprint_fields
 from core.report_schema import BenchmarkConfig, Environment
 from core.requestlog import RequestLog
 from core.settings import PROJECT_ROOT, Settings

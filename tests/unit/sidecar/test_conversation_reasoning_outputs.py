@@ -11,7 +11,7 @@ import pytest
 from core.parsing import parse_slo
 from core.records import RequestRecord
 from core.report_schema import Report
-from core.series import report_values
+from core.series_stats import report_values
 from core.stats import run_metrics
 from core.thinktime import parse_think_time
 from loadgen.terminal.summary import format_summary

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from core.gate import EXIT_FAIL, EXIT_PASS, gate_verdict
 from core.report_schema import SCHEMA_VERSION, Report, migrate_report
-from core.series import SeriesReport
+from core.series_stats import SeriesReport
 from sidecar.reports import envinfo
 from tests.unit.core.test_sidecar_series import post_run, series_body
 from tests.unit.sidecar.test_sidecar_app import client_for  # noqa: F401 (a fixture)

@@ -167,7 +167,7 @@ def test_gate_fails_when_the_error_rate_rose() -> None:
 
 def test_a_baseline_without_success_cannot_judge_and_is_never_previous() -> None:
     """A 100 %-failed report is refused as a baseline (exit 2) and skipped as the previous run."""
-    from core.abcompare import compare_with_history
+    from core.comparison import compare_with_history
 
     failed = report("benchmark_report_20260101_110000")
     failed = failed.model_copy(update={"metrics": failed.metrics.model_copy(update={"requests_ok": 0})})

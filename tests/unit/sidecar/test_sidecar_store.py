@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from core.abcompare import compare_with_history, report_notes
+from core.comparison import compare_with_history, report_notes
 from core.intervals import Change, Comparison, PointComparison, Verdict
 from core.records import RequestRecord
 from core.report_schema import (

@@ -2,7 +2,7 @@
 
 Two runs are comparable when their workload fingerprints match: same load shape, lengths, dataset, model and
 hardware; a baseline of another fingerprint is refused, naming the fields that differ. The comparison itself is
-:mod:`core.abcompare`.
+:mod:`core.comparison`.
 """
 
 from __future__ import annotations

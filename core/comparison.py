@@ -18,11 +18,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from core.compare import current_dataset, fingerprint_fields, refusal_reason, unusable_reason, workload_fingerprint
+from core.fingerprint import current_dataset, fingerprint_fields, refusal_reason, unusable_reason, workload_fingerprint
 from core.intervals import Comparison, PointComparison, judge
 from core.redact import is_secret_flag
 from core.report_schema import SCHEMA_VERSION, BenchmarkConfig, Environment, Report
-from core.series import SERIES_METRICS, Knee, SeriesPoint, report_as_point
+from core.series_stats import SERIES_METRICS, Knee, SeriesPoint, report_as_point
 
 # vLLM flags that say where it listens or what it is called, not how it serves (left out of the differences)
 IGNORED_VLLM_FLAGS = frozenset({"--host", "--port", "--model", "--served-model-name"})

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from core.compare import workload_fingerprint
+from core.fingerprint import workload_fingerprint
 from core.intervals import CONFIDENCE, METHOD, Comparison, Interval, interval
 from core.report_schema import SCHEMA_VERSION, BenchmarkConfig, Environment, Report
 
@@ -138,7 +138,7 @@ class SeriesReport(BaseModel):
 
 def series_unusable_reason(series: SeriesReport) -> str | None:
     """Why ``series`` cannot stand as a baseline (no point measured, or stopped early by Ctrl-C: its later points
-    are missing), the series' counterpart of :func:`core.compare.unusable_reason`; None when it can."""
+    are missing), the series' counterpart of :func:`core.fingerprint.unusable_reason`; None when it can."""
     if not series.points:
         return f"{series.series_id} has no measured point (nothing to compare with)"
     if series.interrupted or any(p.interrupted for p in series.points):
