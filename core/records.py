@@ -136,10 +136,17 @@ unhealthy)``, ``500 Request failed: error sending request for url …``, both se
 router died): an HTTP error from the router, but the engine is as down as a refused connection."""
 
 
+MODEL_GONE_ANSWERS = (b"does not exist",)
+"""vLLM's answer to a request naming a model it does not serve (``404 The model `X` does not exist.``,
+``vllm/entrypoints/openai`` ``_check_model``): mid-run, after ``./start_vllm.sh`` switched the stack to another model,
+the engine of the run's model is as gone as a dead one (the preflight checked the model was served at the start)."""
+
+
 def engine_unreachable(error_kind: str | None, error: str | None) -> bool:
-    """True for a failure that says no engine could be reached: a connection-level one, or the router's answer that
-    none behind it can (:data:`NO_ENGINE_ANSWERS`)."""
+    """True for a failure that says no engine of the run's model could be reached: a connection-level one, the
+    router's answer that none behind it can (:data:`NO_ENGINE_ANSWERS`), or the engine's that it serves another model
+    now (:data:`MODEL_GONE_ANSWERS`). The load users back off after one; the server-down breaker ends the run."""
     if error_kind == "connection":
         return True
     text = (error or "").encode("utf-8", "replace")
-    return error_kind == "http_status" and any(answer in text for answer in NO_ENGINE_ANSWERS)
+    return error_kind == "http_status" and any(a in text for a in NO_ENGINE_ANSWERS + MODEL_GONE_ANSWERS)

@@ -161,19 +161,30 @@ class SidecarClient:
         """
         return self._get_model(f"/series/{series_id}", SeriesReport)
 
-    def _post_model(self, path: str, model: type[_M]) -> _M | None:
-        """``POST path`` answered as ``model``; None when the sidecar cannot (a window is best effort)."""
+    def start_window(self, run_id: str) -> WindowStarted | None:
+        """Open a sampling window for run ``run_id`` (the sidecar closes it at the run's end when it builds the
+        report); None when the sidecar cannot (the report then uses the run's own bounds).
+
+        Raises:
+            SidecarRefused: the sidecar does not see the run's rows file in its ``LOGS_DIR/runs`` (HTTP 422) or the id
+                is malformed (400): its report could not be written, so the run must not measure.
+        """
         try:
-            response = httpx.post(f"{self.url}{path}", timeout=self.timeout_s, headers=self.write_headers)
+            response = httpx.post(f"{self.url}/windows/start", params={"run_id": run_id}, timeout=self.timeout_s,
+                                  headers=self.write_headers)  # fmt: skip
+        except httpx.HTTPError:
+            return None
+        if response.status_code in (400, 422):
+            raise SidecarRefused(
+                f"the sidecar cannot write this run's report: {_detail(response, 600)}. Run the benchmark with the "
+                "sidecar's logs folder (drop --logs-dir, or start the sidecar with the same LOGS_DIR).",
+                response.status_code,
+            )
+        try:
             response.raise_for_status()
-            return model.model_validate_json(response.content)
+            return WindowStarted.model_validate_json(response.content)
         except (httpx.HTTPError, ValueError):
             return None
-
-    def start_window(self) -> WindowStarted | None:
-        """Open a sampling window (the sidecar closes it at the run's end when it builds the report); None when the
-        sidecar cannot (the report then uses the run's own bounds)."""
-        return self._post_model("/windows/start", WindowStarted)
 
     def mark_baseline(self, name: str, report_id: str | None) -> BaselineMarked:
         """Mark report ``report_id`` (None: the latest) as baseline ``name`` (``PUT /baselines/{name}``); the

@@ -26,6 +26,7 @@ from core.settings import Settings, get_settings
 from sidecar.guard import RequestGuard, token_dependency
 from sidecar.promexport import make_registry
 from sidecar.reports.history import history_page
+from sidecar.reports.rows_link import rows_file
 from sidecar.reports.series import SeriesService
 from sidecar.reports.writer import ReportService
 from sidecar.result_routes import result_router
@@ -116,8 +117,17 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/windows/start", response_model=WindowStarted, dependencies=writes)
-    def start_window() -> WindowStarted:
-        """Open a sampling window now; stop it with ``POST /windows/{window_id}/stop``."""
+    def start_window(run_id: str | None = None) -> WindowStarted:
+        """Open a sampling window now; stop it with ``POST /windows/{window_id}/stop``. With ``run_id`` (a benchmark
+        about to measure), first check that this sidecar sees that run's rows file in its ``LOGS_DIR/runs``, where
+        ``POST /reports`` will read it: 400 for a malformed id, 422 naming both folders when it does not."""
+        if run_id is not None:
+            try:
+                rows_file(svc.settings.logs_dir / "runs", run_id)
+            except ValueError as exc:
+                raise HTTPException(status_code=400, detail=str(exc)) from None
+            except FileNotFoundError as exc:
+                raise HTTPException(status_code=422, detail=str(exc)) from None
         return windows.start()
 
     @app.post("/windows/{window_id}/stop", response_model=WindowResult, dependencies=writes)

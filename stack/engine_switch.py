@@ -138,6 +138,8 @@ def blue_green(settings: Settings, engine: LocalEngine, request: EngineRequest, 
           f"command; the router swapped engines in {gap * 1000:.0f} ms, "
           + (f"{cut} request(s) cut at the drain timeout" if cut else "no request refused or cut")
           + "; nothing else was restarted")  # fmt: skip
+    print(f"[INFO] Requests naming another model than {served} now get HTTP 404 (model does not exist): the chat UI "
+          "follows the switch; a benchmark started before it ends early (exit 6, its report marks the switch).")
     return 0
 
 

@@ -108,7 +108,8 @@ class BenchmarkKnobs(BaseModel):
         default=5.0,
         gt=0,
         description="End the run early when every request fails at the connection level (refused, reset, DNS; not "
-        "an HTTP error answer) for this long with no success in between: vLLM stopped answering, s (exit 6).",
+        "an HTTP error answer) or is answered that the run's model is not served (a switch to another model) for "
+        "this long with no success in between: vLLM stopped answering, s (exit 6).",
     )
     idle_wait_s: float = Field(
         default=60.0,

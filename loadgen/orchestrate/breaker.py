@@ -5,7 +5,9 @@ the machine allows, flooding the rows. The benchmark reads the rows as they come
 (:class:`ServerDownBreaker`, pure) trips once connection-level failures have gone on for SERVER_DOWN_S with no
 answer in between. An HTTP error answer (4xx/5xx), a cut or invalid stream all prove the server is up — except the
 router's own answers that no engine behind it can be reached (:data:`NO_ENGINE_ANSWERS`: the stack's router stays up
-when its engine dies); timeouts prove nothing either way.
+when its engine dies) and vLLM's that the run's model is not served (:data:`MODEL_GONE_ANSWERS`: ``./start_vllm.sh``
+switched the stack to another model mid-run; the run measures one model, so it ends); timeouts prove nothing either
+way.
 """
 
 from __future__ import annotations
@@ -15,14 +17,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.records import NO_ENGINE_ANSWERS
+from core.records import MODEL_GONE_ANSWERS, NO_ENGINE_ANSWERS
 
+MODEL_GONE = "the stack was switched to another model"
+"""The cause of a run ended by :data:`core.records.MODEL_GONE_ANSWERS`."""
 ANSWERED_ERRORS = frozenset({"http_status", "no_done", "empty_output", "invalid_stream"})
+
 
 def connection_cause(message: str) -> str:
     """A connection-level failure in a few words: ``connection refused``, ``connection reset``, ``DNS lookup
     failed`` or ``connection failed`` (the message of a ``connection`` row)."""
     text = message.lower()
+    if any(answer.decode().lower() in text for answer in MODEL_GONE_ANSWERS):
+        return MODEL_GONE
     if any(answer.decode().lower() in text for answer in NO_ENGINE_ANSWERS):
         return "no engine answers behind the router"
     if "refused" in text:
@@ -45,6 +52,8 @@ class ServerDown:
     def line(self) -> str:
         """``vLLM stopped answering at 01:02:03: connection refused for 5 s`` (local time)."""
         at = time.strftime("%H:%M:%S", time.localtime(self.since))
+        if self.cause == MODEL_GONE:
+            return f"vLLM stopped serving the run's model at {at}: {MODEL_GONE}, HTTP 404 for {self.for_s:.0f} s"
         return f"vLLM stopped answering at {at}: {self.cause} for {self.for_s:.0f} s"
 
 
@@ -107,7 +116,9 @@ class RowWatch:
 
     def _watch(self, line: bytes) -> None:
         assert self.breaker is not None
-        no_engine = b'"error_kind":"http_status"' in line and any(answer in line for answer in NO_ENGINE_ANSWERS)
+        no_engine = b'"error_kind":"http_status"' in line and any(
+            answer in line for answer in NO_ENGINE_ANSWERS + MODEL_GONE_ANSWERS
+        )
         if not no_engine and (
             b'"ok":true' in line or any(b'"error_kind":"%s"' % k.encode() in line for k in ANSWERED_ERRORS)
         ):

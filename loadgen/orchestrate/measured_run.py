@@ -235,6 +235,8 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
         WarmupFailed: every warmup request failed (nothing measured; the warmup rows are in ``records_path``).
         WarmupInterrupted: Ctrl-C during the warmup (its rows are in ``records_path``).
         OverCapacity: the warm-up shows the load would time out (:func:`check_capacity`; nothing measured).
+        SidecarRefused: the sidecar cannot see ``records_path`` in its own logs folder, so it could write no report
+            of this run (nothing measured; the warmup rows are in ``records_path``).
     """
     wait_until_idle(settings)
     done = warmup(plan, records_path, settings.vllm_headers)
@@ -243,13 +245,14 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
         raise WarmupFailed(warmup_failure(done))
     print(f"[INFO] Warmup completed: {len(done)} requests" + (f" ({failed} failed)" if failed else ""))
     check_capacity(settings, plan, done)
+    # before any load: refused (SidecarRefused) when the sidecar cannot see this run's rows file, its report's source
+    window = sidecar.start_window(records_path.name.removesuffix(".requests.jsonl"))
     print(load_line(plan), flush=True)
     if settings.profile:
         profiling.start(settings)
     watch = ReplicaWatch.of(settings)  # with the router: every engine behind it (scraped and polled from now)
     engine_before = serving_engine(settings)  # behind the stack's router: the engine itself (its /metrics)
     before, why_before = (None, None) if watch else scrape_metrics(engine_url(settings), settings.vllm_headers)
-    window = sidecar.start_window()
     window_start = time.time()
     outcome = run_locust(settings, plan, records_path)
     window_end = time.time()

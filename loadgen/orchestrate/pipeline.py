@@ -36,7 +36,7 @@ from loadgen.orchestrate.outcome import (
 from loadgen.orchestrate.replica_watch import cluster_of
 from loadgen.orchestrate.sweep import RunPoint, RunResult, SeriesRuns, run_series
 from loadgen.plan import read_plan
-from loadgen.sidecar_client import SidecarClient
+from loadgen.sidecar_client import SidecarClient, SidecarRefused
 from loadgen.terminal.summary import report_line
 
 
@@ -132,7 +132,7 @@ def point_runner(
         records_path = new_records_path(settings)
         try:
             run = run_measured(settings, plan, records_path, sidecar, engine)
-        except (profiling.ProfilingError, WorkersMissing, EngineBusy) as exc:
+        except (profiling.ProfilingError, WorkersMissing, EngineBusy, SidecarRefused) as exc:
             return RunResult(None, error=str(exc), exit_code=EXIT_USAGE)
         except OverCapacity as exc:  # the warmup was sent: its report, then the refusal (exit 2, not a point)
             warmup_report(settings, plan, sidecar, records_path, str(exc), facts=facts)

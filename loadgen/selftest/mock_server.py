@@ -93,18 +93,25 @@ class MockServer:
             found = self._answers[n] = build_answer(self.cfg, n, self.created)
         return found
 
-    def too_long(self, body: bytes) -> bytes | None:
-        """vLLM's 400 answer for a request whose ``max_tokens`` exceeds the context; None when it fits."""
+    def refusal(self, body: bytes) -> tuple[str, bytes] | None:
+        """vLLM 0.32's error answer (status line, body) to a chat request it refuses: 404 for a model it does not
+        serve (``The model `x` does not exist.``, as after a switch to another model), 400 for ``max_tokens`` beyond
+        the context; None when it answers."""
         try:
             request = json.loads(body)
+            model = request.get("model")
             asked = int(request.get("max_tokens") or request.get("max_completion_tokens") or 0)
         except (ValueError, TypeError, AttributeError):
             return None
+        if isinstance(model, str) and model not in self.cfg.models:
+            error = {"object": "error", "message": f"The model `{model}` does not exist.", "type": "NotFoundError",
+                     "param": "model", "code": 404}  # fmt: skip
+            return "404 Not Found", json.dumps(error).encode()
         if asked + self.cfg.prompt_tokens <= self.cfg.max_model_len:
             return None
         message = f"max_tokens={asked} cannot be greater than max_model_len={self.cfg.max_model_len}"
         error = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
-        return json.dumps(error).encode()
+        return "400 Bad Request", json.dumps(error).encode()
 
     def log_request(self, body: bytes) -> None:
         """Append the request's arrival time (Unix s) and messages to ``cfg.request_log`` (tests read what was
@@ -194,9 +201,9 @@ class _Connection(asyncio.Protocol):
         elif fixed is not None:
             self._send(_response("200 OK", fixed, close=close), close)
         elif (method, target) == (b"POST", b"/v1/chat/completions"):
-            refused = server.too_long(body)
+            refused = server.refusal(body)
             if refused is not None:
-                self._send(_response("400 Bad Request", refused, close=close), close)
+                self._send(_response(refused[0], refused[1], close=close), close)
                 return
             if server.cfg.request_log:
                 server.log_request(body)

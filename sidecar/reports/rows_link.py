@@ -26,6 +26,27 @@ class RunRows:
     records: list[RequestRecord]
 
 
+def rows_file(runs_dir: Path, run_id: str) -> Path:
+    """The rows file of run ``run_id`` in ``runs_dir``, checked to exist (a regular file, maybe still empty) but not
+    read: what ``POST /windows/start?run_id=`` asks before a run measures anything, so that a benchmark writing its
+    rows where this sidecar cannot see them (``--logs-dir`` elsewhere, another ``logs/`` mount) stops before its load
+    instead of after it.
+
+    Raises:
+        ValueError: ``run_id`` is no run id (``YYYYMMDD_HHMMSS``; the sidecar answers 400).
+        FileNotFoundError: no such regular file (the sidecar answers 422; the message says both must share logs/).
+    """
+    if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id):
+        raise ValueError(f"run_id {run_id!r} is not a run id (YYYYMMDD_HHMMSS, the name of a rows file in logs/runs)")
+    path = runs_dir / f"{run_id}.requests.jsonl"
+    if path.is_symlink() or not path.is_file():
+        raise FileNotFoundError(
+            f"no rows file {path}: the sidecar reads the benchmark's rows from its own LOGS_DIR/runs "
+            f"({runs_dir}), so the benchmark's logs folder (LOGS_DIR, --logs-dir) must be that folder"
+        )
+    return path
+
+
 def read_run_rows(runs_dir: Path, run_id: str) -> RunRows:
     """The rows of run ``run_id`` from ``runs_dir``, read once. The id is checked before anything is read: a run id
     (``YYYYMMDD_HHMMSS``) names a regular file directly inside ``runs_dir`` (no path, no symlink).
@@ -34,13 +55,9 @@ def read_run_rows(runs_dir: Path, run_id: str) -> RunRows:
         ValueError: ``run_id`` is no run id (the sidecar answers 400: nothing outside ``runs_dir`` is ever read).
         FileNotFoundError: no such rows file, or one holding no request row (the sidecar answers 422).
     """
-    if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id):
-        raise ValueError(f"run_id {run_id!r} is not a run id (YYYYMMDD_HHMMSS, the name of a rows file in logs/runs)")
-    path = runs_dir / f"{run_id}.requests.jsonl"
+    path = rows_file(runs_dir, run_id)
     where = f"{path} (the sidecar reads the benchmark's rows from its LOGS_DIR/runs: both must share logs/)"
     try:
-        if path.is_symlink() or not path.is_file():
-            raise FileNotFoundError(f"no rows file {where}")
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         if isinstance(exc, FileNotFoundError):

@@ -33,6 +33,9 @@ from sidecar.render.files import compare_files, series_files
 from sidecar.reports.baselines import BaselineStore
 from sidecar.reports.store import ReportStore, ResultStore, utc_now_iso, validate_report_id
 
+IDS_HINT = "`make history` lists the ids (over HTTP: GET /reports, GET /series)"
+"""Where a user finds the ids a comparison takes."""
+
 
 class UnknownResult(LookupError):
     """A reference names no report, series or baseline; the message lists what exists."""
@@ -146,12 +149,12 @@ class SeriesService:
             report = self.reports.get(validate_report_id(result_id))
         except FileNotFoundError:
             what = "series" if is_series_id(result_id) else "report"
-            raise UnknownResult(f"no {what} {result_id}; GET /reports and GET /series list the ids") from None
+            raise UnknownResult(f"no {what} {result_id}; " + IDS_HINT) from None
         except ValueError:
             known = ", ".join(sorted(self.baselines.all())) or "none"
             raise UnknownResult(
                 f"{ref!r} is no report id (benchmark_report_…), series id (benchmark_series_…) or baseline name "
-                f"(baselines: {known}); GET /reports and GET /series list the ids"
+                f"(baselines: {known}); " + IDS_HINT
             ) from None
         return Side(ref=ref, kind="report", id=result_id, environment=report.environment, config=report.config,
                     points=[report_as_point(report)])

@@ -58,11 +58,11 @@ class Bench:
 
 
 
-def start_mock(port: int, log: Path) -> subprocess.Popen[bytes]:
-    """The mock server: 20 tokens, TTFT 100 ms, 50 ms apart (about 1 s per request)."""
+def start_mock(port: int, log: Path, *flags: str) -> subprocess.Popen[bytes]:
+    """The mock server: 20 tokens, TTFT 100 ms, 50 ms apart (about 1 s per request); ``flags`` added."""
     with log.open("ab") as fh:
         proc = subprocess.Popen([APP_PY, "-m", "loadgen.selftest.mock_server", "--port", str(port), "--tokens", "20",
-                                 "--ttft-ms", "100", "--itl-ms", "50"], cwd=PROJECT_ROOT, stdout=fh,
+                                 "--ttft-ms", "100", "--itl-ms", "50", *flags], cwd=PROJECT_ROOT, stdout=fh,
                                 stderr=subprocess.STDOUT)  # fmt: skip
     wait_http(f"http://127.0.0.1:{port}/health", 60)
     return proc
@@ -157,6 +157,28 @@ def test_server_killed_mid_run_ends_it_early_with_the_report(bench: Bench) -> No
     assert report_of(out2)["server_down"] == report["server_down"]
 
 
+def test_a_switch_to_another_model_mid_run_ends_the_run_saying_so(bench: Bench) -> None:
+    """The server behind the benchmark comes back serving another model (what ``./start_vllm.sh`` with another
+    VLLM_MODEL_PATH does to a running benchmark): every request now gets vLLM's 404 "model does not exist", so the run
+    ends within seconds with exit 6 and a line naming the switch, the users backing off instead of flooding 404s
+    (before: thousands of 404 rows and exit 0)."""
+    proc = bench.start(CONCURRENCY="2", DURATION="60s", SERVER_DOWN_S="3")
+    bench.wait_rows(proc, 4)
+    bench.mock.terminate()
+    bench.mock.wait()
+    port = int(bench.env["VLLM_BASE_URL"].rsplit(":", 1)[1])
+    bench.mock = start_mock(port, bench.tmp / "mock.log", "--models", "another-model")
+    switched_at = time.monotonic()
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 6, out[-3000:] + err[-3000:]
+    assert time.monotonic() - switched_at < 45
+    assert "[ERROR] vLLM stopped serving the run's model at " in err and "switched to another model" in err, err[-3000:]
+    report = report_of(out)
+    gone = report["errors"]["by_kind"].get("http_status", 0)
+    assert 1 <= gone <= 80, f"{gone} 404 answers: the users spun instead of backing off"
+    assert report["metrics"]["requests_ok"] >= 4
+
+
 def test_sigterm_writes_the_report_and_stops_locust_and_a_second_run_is_refused(bench: Bench) -> None:
     """./run_benchmark.sh gets SIGTERM mid-run: Ctrl-C's path (report of the rows so far marked interrupted, exit
     130, no Locust left). While it ran, a second benchmark on the same stack was refused at once with exit 2 naming
@@ -195,17 +217,33 @@ def test_sigkill_of_the_benchmark_leaves_no_load_process(bench: Bench) -> None:
 
 def test_flags_reach_the_locust_processes_and_max_concurrency_caps_a_rate(bench: Bench) -> None:
     """``--logs-dir DIR --request-rate 4 --max-concurrency 2``: the Locust processes write the run's rows and request
-    log under DIR (their environment names another LOGS_DIR: they read the plan), and the report's config is 4 req/s
-    with at most 2 in flight, as in `vllm bench serve`."""
-    flagged = bench.tmp / "flagged-logs"
-    proc = bench.start("--logs-dir", str(flagged), "--request-rate", "4", "--max-concurrency", "2", "--requests", "6")
+    log under DIR, the sidecar's logs folder (their environment names another LOGS_DIR: they read the plan), and the
+    report's config is 4 req/s with at most 2 in flight, as in `vllm bench serve`."""
+    shared, elsewhere = bench.tmp / "logs", bench.tmp / "env-logs"
+    proc = bench.start("--logs-dir", str(shared), "--request-rate", "4", "--max-concurrency", "2", "--requests", "6",
+                       LOGS_DIR=str(elsewhere))  # fmt: skip
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, out[-3000:] + err[-3000:]
     config = report_of(out)["config"]
     assert (config["mode"], config["rate_req_per_sec"], config["max_in_flight"]) == ("open_loop", 4.0, 2)
-    logged = (flagged / "requests.jsonl").read_text(encoding="utf-8").splitlines()
-    assert len(logged) >= 6 and list((flagged / "runs").glob("*.requests.jsonl"))
-    assert not (bench.tmp / "logs" / "requests.jsonl").exists()  # nothing where the environment pointed
+    logged = (shared / "requests.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(logged) >= 6 and list((shared / "runs").glob("*.requests.jsonl"))
+    assert not (elsewhere / "requests.jsonl").exists()  # nothing where the environment pointed
+
+
+def test_a_logs_dir_the_sidecar_cannot_see_stops_before_the_load(bench: Bench) -> None:
+    """``--logs-dir`` elsewhere than the sidecar's LOGS_DIR: the sidecar could never read the rows, so the run stops
+    after its warmup, before any measured load, saying both folders and what to do (exit 2); no report is written and
+    the warmup rows stay in the flagged folder."""
+    flagged = bench.tmp / "flagged-logs"
+    proc = bench.start("--logs-dir", str(flagged), "--requests", "6", WARMUP="1")
+    out, err = proc.communicate(timeout=240)
+    said = out + err
+    assert proc.returncode == 2, said[-3000:]
+    assert "Running load test" not in said and str(bench.tmp / "logs" / "runs") in said and "--logs-dir" in said
+    assert not list((bench.tmp / "reports").glob("benchmark_report_*.json"))
+    rows = list((flagged / "runs").glob("*.requests.jsonl"))
+    assert len(rows) == 1 and len(rows[0].read_text(encoding="utf-8").splitlines()) == 1  # the warmup's row
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])

@@ -169,9 +169,9 @@ def test_real_mock_server_sees_turn_k_plus_1_only_after_turn_ks_answer_with_the_
     """Over real HTTP: each later turn arrives at the mock after the previous answer ended plus the think time,
     and carries every earlier user turn with the model's streamed answers."""
     log = tmp_path / "mock.jsonl"
-    cfg = MockConfig(tokens=5, ttft_ms=30.0, itl_ms=10.0, request_log=str(log))
     the_plan = plan(tmp_path, dataset=str(conversations_file(tmp_path)), session_turns=3, think_time=parse_think_time("0.2s"),
                     max_tokens=5, output_len_mean=None, output_len_p95=None)  # fmt: skip
+    cfg = MockConfig(tokens=5, ttft_ms=30.0, itl_ms=10.0, request_log=str(log), models=(the_plan.model,))
     rows = tmp_path / "rows.jsonl"
     with mock_in_thread(cfg) as url:
         state = RunState(the_plan.model_copy(update={"vllm_url": url}), RequestLog(tmp_path / "log.jsonl"))

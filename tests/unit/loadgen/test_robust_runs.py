@@ -99,6 +99,26 @@ def test_the_routers_no_engine_answers_trip_the_breaker_like_refusals(tmp_path: 
     assert watch.down.line().endswith(": no engine answers behind the router for 4 s")
 
 
+MODEL_GONE = 'HTTP 404: {"error":{"message":"The model `synthetic-tiny` does not exist.","type":"NotFoundError"}}'
+"""vLLM 0.32's answer (``vllm/entrypoints/openai/models/serving.py``) to the run's model after a switch away."""
+
+
+def test_a_switch_to_another_model_ends_the_run_like_a_dead_engine(tmp_path: Path) -> None:
+    """After ``./start_vllm.sh`` switched the stack to another model, every request of the run gets vLLM's 404 "model
+    does not exist": those trip the breaker (the run measures one model; a closed loop would flood the rows with
+    404s), its line says the stack was switched; the users back off after each; another 404 proves the server up."""
+    path = tmp_path / "run.requests.jsonl"
+    watch = RowWatch(path, ServerDownBreaker(3.0))
+    path.write_text(row(0, 100.0, kind="http_status", error="HTTP 404: Not Found")
+                    + row(1, 101.0, kind="http_status", error=MODEL_GONE)
+                    + row(2, 104.5, kind="http_status", error=MODEL_GONE), encoding="utf-8")  # fmt: skip
+    assert watch() == 3 and watch.down is not None and watch.down.since == pytest.approx(101.001)
+    assert "stopped serving the run's model" in watch.down.line() and "switched to another model" in watch.down.line()
+    gone = RequestRecord(request_id="a", started_at=1.0, ok=False, error_kind="http_status", error=MODEL_GONE)
+    other = RequestRecord(request_id="b", started_at=1.0, ok=False, error_kind="http_status", error="HTTP 404: x")
+    assert backoff_s(gone) == CONNECTION_BACKOFF_S > 0 and backoff_s(other) == 0.0
+
+
 def test_closed_loop_users_back_off_after_connection_failures_only() -> None:
     """A refused request, or the router's answer that no engine behind it answers, makes the user pause before the
     next one; a success or another HTTP error does not."""

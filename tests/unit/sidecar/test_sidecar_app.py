@@ -177,6 +177,23 @@ def test_sampling_window_start_and_stop(client_for: Callable[..., TestClient]) -
     assert client.post("/windows/..%2F..%2Fetc/stop").status_code == 404
 
 
+def test_a_window_for_a_run_opens_only_where_the_sidecar_sees_its_rows(client_for: Callable[..., TestClient],
+                                                                         tmp_path: Path) -> None:
+    """``POST /windows/start?run_id=``: 200 when the run's rows file (even empty) is in the sidecar's LOGS_DIR/runs;
+    422 naming that folder when the benchmark writes elsewhere (``--logs-dir``), so the run stops before its load;
+    400 for a malformed id, which is never turned into a path."""
+    client = client_for(FakeNvml())
+    runs = tmp_path / "logs" / "runs"
+    runs.mkdir(parents=True)
+    (runs / "20260101_000001.requests.jsonl").touch()
+    assert client.post("/windows/start", params={"run_id": "20260101_000001"}).status_code == 200
+    missing = client.post("/windows/start", params={"run_id": "20260101_000002"})
+    assert missing.status_code == 422 and str(runs) in missing.json()["detail"]
+    assert "LOGS_DIR" in missing.json()["detail"]
+    for bad in ("../../etc/passwd", "20260101_000001/../x", ""):
+        assert client.post("/windows/start", params={"run_id": bad}).status_code == 400, bad
+
+
 def test_a_window_left_open_is_closed_at_the_runs_end(client_for: Callable[..., TestClient]) -> None:
     """The benchmark does not stop its sampling window (one round trip less): POST /reports closes it at the run's
     end, so memory used after the run (while the report is asked for) is not the run's peak."""
