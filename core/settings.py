@@ -380,5 +380,5 @@ def get_settings() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        print(describe_validation_error(exc), file=sys.stderr, flush=True)
+        print(f"[ERROR] {describe_validation_error(exc)}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None

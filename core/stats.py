@@ -315,10 +315,15 @@ def nothing_ended_text(m: RunMetrics) -> str:
     )
 
 
+MOSTLY_FAILED_PCT = 50.0
+"""Error rate, %, from which the key insight leads with the failures instead of judging the throughput stable."""
+
+
 def key_insight(m: RunMetrics) -> str:
     """One sentence on the run's health, e.g. ``Throughput stable at 1.9 req/s (190 output tok/s ±2.1% between
     windows; steady state 3–57 s of 60 s; whole run 1.8 req/s), no error or timeout observed``: the figures quoted
-    are the steady state's when one was found (:mod:`core.steady`), else the whole run's, and it says which."""
+    are the steady state's when one was found (:mod:`core.steady`), else the whole run's, and it says which. A run
+    where at least :data:`MOSTLY_FAILED_PCT` of the requests failed is never called stable: it leads with that."""
     if m.requests_total == 0:
         return nothing_ended_text(m)
     problems = []
@@ -350,6 +355,9 @@ def key_insight(m: RunMetrics) -> str:
             f"Throughput unstable around {req_s:.2f} req/s ({tok_s:.0f} output tok/s ±{cv:.1f}% between windows; "
             f"{which})"
         )
+    if (m.error_rate_percent or 0.0) >= MOSTLY_FAILED_PCT:  # the throughput is of the few successes: no health
+        shape = (f"Most requests failed, so the throughput ({req_s:.2f} req/s of successes, {which}) says nothing "
+                 "about the server")  # fmt: skip
     if not problems:
         return f"{shape}, no error or timeout observed"
     return f"{shape}; " + "; ".join(problems)

@@ -84,6 +84,16 @@ def test_insight_names_the_dominant_failure() -> None:
     assert "mostly timeout" in key_insight(run_metrics(rows))
 
 
+def test_a_mostly_failed_run_is_never_called_stable() -> None:
+    """A run whose requests mostly failed (a benchmark across a switch: thousands of 404s, a few answers) leads with
+    the failures, even though its few successes came evenly."""
+    rows = [rec(i * 0.1, 100.0, 10.0, 5) for i in range(200)]
+    rows += [RequestRecord(request_id=f"f{i}", started_at=i * 0.01, ok=False, e2e_ms=1.0, error_kind="http_status")
+             for i in range(2000)]  # fmt: skip
+    insight = key_insight(run_metrics(rows))
+    assert insight.startswith("Most requests failed") and "stable" not in insight and "mostly http_status" in insight
+
+
 def test_output_lengths_and_chunk_mismatch() -> None:
     """Requested vs actual lengths are reported and usage/chunk mismatches counted."""
     rows = [
