@@ -54,11 +54,14 @@ down or vLLM busy, 3 gate regression, 4 no success, 5 error rate, 6 server down,
 def stop_signals_interrupt() -> Iterator[None]:
     """SIGTERM and SIGHUP (CI cancellation, ``timeout``, ``docker stop``, systemd, a closed terminal) act as Ctrl-C
     while the block runs: the load stops, the report of the rows so far is written, exit 130. Only in the main
-    thread (elsewhere signals cannot be handled); the previous handlers come back afterwards."""
+    thread (elsewhere signals cannot be handled); the previous handlers come back afterwards. SIGINT too where it was
+    inherited ignored (a benchmark started as a background job by a shell without job control, as CI scripts do):
+    Python then installs no Ctrl-C handler, and ``kill -INT`` would be lost."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in STOP_SIGNALS}
+    ignored = (signal.SIGINT,) if signal.getsignal(signal.SIGINT) == signal.SIG_IGN else ()
+    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (*STOP_SIGNALS, *ignored)}
     try:
         yield
     finally:
