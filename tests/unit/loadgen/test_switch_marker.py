@@ -42,7 +42,7 @@ def test_a_run_across_a_switch_is_marked_and_compared_with_nothing(
     engine_switch says at what time and from the old model to the new; it has no vs_previous, baseline v1 is
     refused (the gate's reference too), a report rebuilt from its rows says the same, the run cannot be a baseline
     (the Markdown report says why at its top), and the timeline flags it."""
-    with mock_process("--metrics", "--tokens", "4", "--ttft-ms", "20", "--itl-ms", "10") as url:
+    with mock_process("--metrics", "--tokens", "4", "--ttft-ms", "20", "--itl-ms", "10", "--models", OLD) as url:
         settings = make_settings(tmp_path).model_copy(update={
             "vllm_base_url": url, "concurrency": 2, "duration": 4.0, "warmup": 1, "workers": 1,
             "capacity_check": False})  # fmt: skip
