@@ -140,6 +140,8 @@ MODEL_GONE_ANSWERS = (b"does not exist",)
 """vLLM's answer to a request naming a model it does not serve (``404 The model `X` does not exist.``,
 ``vllm/entrypoints/openai`` ``_check_model``): mid-run, after ``./start_vllm.sh`` switched the stack to another model,
 the engine of the run's model is as gone as a dead one (the preflight checked the model was served at the start)."""
+ENGINE_GONE_ANSWERS = NO_ENGINE_ANSWERS + MODEL_GONE_ANSWERS
+"""HTTP error answers that say the engine of the run's model is gone (the back-off and the server-down breaker)."""
 
 
 def engine_unreachable(error_kind: str | None, error: str | None) -> bool:
@@ -149,4 +151,4 @@ def engine_unreachable(error_kind: str | None, error: str | None) -> bool:
     if error_kind == "connection":
         return True
     text = (error or "").encode("utf-8", "replace")
-    return error_kind == "http_status" and any(a in text for a in NO_ENGINE_ANSWERS + MODEL_GONE_ANSWERS)
+    return error_kind == "http_status" and any(answer in text for answer in ENGINE_GONE_ANSWERS)

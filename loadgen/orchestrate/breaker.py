@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.records import MODEL_GONE_ANSWERS, NO_ENGINE_ANSWERS
+from core.records import ENGINE_GONE_ANSWERS, MODEL_GONE_ANSWERS, NO_ENGINE_ANSWERS
 
 MODEL_GONE = "the stack was switched to another model"
 """The cause of a run ended by :data:`core.records.MODEL_GONE_ANSWERS`."""
@@ -116,9 +116,7 @@ class RowWatch:
 
     def _watch(self, line: bytes) -> None:
         assert self.breaker is not None
-        no_engine = b'"error_kind":"http_status"' in line and any(
-            answer in line for answer in NO_ENGINE_ANSWERS + MODEL_GONE_ANSWERS
-        )
+        no_engine = b'"error_kind":"http_status"' in line and any(answer in line for answer in ENGINE_GONE_ANSWERS)
         if not no_engine and (
             b'"ok":true' in line or any(b'"error_kind":"%s"' % k.encode() in line for k in ANSWERED_ERRORS)
         ):

@@ -192,6 +192,19 @@ def test_sigterm_and_sighup_act_as_ctrl_c_while_running() -> None:
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_sigint_inherited_ignored_still_interrupts_the_benchmark() -> None:
+    """A benchmark started as a background job inherits SIGINT ignored: inside the block SIGINT interrupts all the
+    same (``kill -INT``, the test harness's Ctrl-C); afterwards it is ignored again."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with pytest.raises(KeyboardInterrupt), stop_signals_interrupt():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_a_second_benchmark_on_the_stack_is_refused_naming_the_holder(tmp_path: Path) -> None:
     """While one run holds RUN_DIR's lock, a second is refused with the holder's pid; after it, the lock is free."""
     with RunLock(tmp_path):
