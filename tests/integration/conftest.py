@@ -58,7 +58,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = item.get_closest_marker("stack_order")
         return int(marker.args[0]) if marker else 0
 
+    lane = os.environ.get("TEST_LANE", "")
+    if lane:
+        if lane not in LANES:
+            raise pytest.UsageError(f"TEST_LANE={lane!r}: use one of {', '.join(LANES)}, or leave it unset for all")
+        keep = [item for item in items if in_lane(item) == lane]
+        config.hook.pytest_deselected(items=[item for item in items if in_lane(item) != lane])
+        items[:] = keep
     items.sort(key=order)
+
+
+LANES = ("stack", "rest")
+"""``TEST_LANE`` (scripts/run_tests.sh runs the two side by side): ``stack`` keeps the unit tests and the integration
+tests on the session stack (one vLLM engine, restarted by the ``stack_order`` tests); ``rest`` keeps the other
+integration tests (the mock server, other servers, stacks of their own on their own ports)."""
+
+
+def in_lane(item: pytest.Item) -> str:
+    """The lane of a test (:data:`LANES`): ``stack`` for unit tests and tests using the session ``stack`` fixture."""
+    if item.get_closest_marker("integration") is None or "stack" in getattr(item, "fixturenames", ()):
+        return "stack"
+    return "rest"
 
 
 _EARLY_UP: dict[str, tuple[subprocess.Popen[bytes], Path, float]] = {}

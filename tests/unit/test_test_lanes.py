@@ -1,0 +1,39 @@
+"""make test's two lanes (scripts/run_tests.sh, ``TEST_LANE``) split the suite without dropping or doubling a test:
+every test collected without a lane is collected in exactly one lane, and the session stack's users are all in the
+lane that starts it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from core.settings import PROJECT_ROOT
+
+
+def collected(lane: str | None, *paths: str) -> list[str]:
+    """Node ids pytest collects under ``paths`` with ``TEST_LANE=lane`` (unset: None)."""
+    env = {k: v for k, v in os.environ.items() if k != "TEST_LANE"}
+    if lane is not None:
+        env["TEST_LANE"] = lane
+    run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *paths],
+                         cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode in (0, 5), run.stdout[-3000:] + run.stderr[-3000:]
+    return [line for line in run.stdout.splitlines() if "::" in line]
+
+
+def test_the_lanes_split_the_suite_into_two_parts_that_add_up_to_it() -> None:
+    paths = ("tests/integration", "tests/gpu", "tests/unit/test_fakes.py")
+    whole, stack, rest = collected(None, *paths), collected("stack", *paths), collected("rest", *paths)
+    assert not set(stack) & set(rest)
+    assert sorted(stack + rest) == sorted(whole)
+    assert any("tests/unit/" in node for node in stack) and not any("tests/unit/" in node for node in rest)
+    assert any("test_stack.py::" in node for node in stack) and any("test_replicas.py::" in node for node in rest)
+    assert not any("test_stack.py::" in node or "test_model_switch.py::" in node for node in rest)
+
+
+def test_an_unknown_lane_is_refused_naming_the_lanes() -> None:
+    run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "tests/integration"],
+                         cwd=PROJECT_ROOT, env={**os.environ, "TEST_LANE": "fast"}, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert run.returncode == 4 and "TEST_LANE='fast'" in run.stdout + run.stderr and "stack, rest" in run.stderr
