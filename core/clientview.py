@@ -22,6 +22,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field, computed_field
 
+from core.atomicfile import atomic_write
 from core.records import RequestRecord
 from core.stats import LatencyStats
 
@@ -117,10 +118,7 @@ def load_calibration(path: Path) -> Calibration | None:
 
 def save_calibration(path: Path, calibration: Calibration) -> None:
     """Write the calibration atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(calibration.model_dump(), indent=2))
-    tmp.replace(path)
+    atomic_write(path, json.dumps(calibration.model_dump(), indent=2))
 
 
 def _p50_p99(values: Sequence[float]) -> tuple[float, float] | None:

@@ -12,13 +12,13 @@ import json
 import os
 import shlex
 import socket
-import tempfile
 import time
 from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from core.atomicfile import atomic_write
 from core.redact import split_secret_flags
 
 
@@ -131,12 +131,7 @@ def read_engine_state(path: Path) -> EngineState | None:
 
 def write_engine_state(path: Path, state: EngineState) -> None:
     """Replace the state file atomically (a reader never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(state.model_dump(), indent=2))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(state.model_dump(), indent=2))
 
 
 def record_exit(path: Path, pid: int | None, code: int) -> None:
@@ -200,10 +195,7 @@ def write_request(path: Path, request: EngineRequest) -> None:
     if request == EngineRequest():
         path.unlink(missing_ok=True)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(request.model_dump()))
-    tmp.replace(path)
+    atomic_write(path, json.dumps(request.model_dump()))
 
 
 class EngineStatus(BaseModel):

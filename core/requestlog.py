@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from core.logrotate import RotatingWriter, append_rotating
+from core.timeparse import iso_to_epoch_s
 from core.units import MIB
 
 if TYPE_CHECKING:  # the analyzer imports this module and must start fast: no pydantic at import
@@ -41,15 +42,6 @@ class BadLogLine(ValueError):
 def now_iso() -> str:
     """Current UTC time, ISO 8601 with milliseconds."""
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def iso_to_epoch_s(text: str) -> float:
-    """ISO 8601 date-time to epoch seconds (naive values are local time; ``Z`` means UTC).
-
-    Raises:
-        ValueError: not an ISO 8601 date-time.
-    """
-    return datetime.fromisoformat(text).timestamp()
 
 
 @dataclass(slots=True)

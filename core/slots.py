@@ -13,9 +13,10 @@ record, so they all follow the swap. No record (``make up`` writes none, or comp
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Literal, cast
+
+from core.atomicfile import atomic_write
 
 Slot = Literal["a", "b"]
 SLOTS: tuple[Slot, Slot] = ("a", "b")
@@ -65,11 +66,7 @@ def write_slot(run_dir: Path, replica: int, slot: Slot) -> None:
     """
     slots = read_slots(run_dir)
     slots[replica] = slot
-    path = record_path(run_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps({str(k): v for k, v in sorted(slots.items())}) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(record_path(run_dir), json.dumps({str(k): v for k, v in sorted(slots.items())}) + "\n")
 
 
 def clear_slots(run_dir: Path) -> None:

@@ -361,10 +361,3 @@ def key_insight(m: RunMetrics) -> str:
     if not problems:
         return f"{shape}, no error or timeout observed"
     return f"{shape}; " + "; ".join(problems)
-
-
-def percent_change(new: float | None, old: float | None) -> float | None:
-    """``(new - old) / old * 100``; None when either is missing or ``old`` is 0."""
-    if new is None or old is None or old == 0:
-        return None
-    return (new - old) / old * 100.0

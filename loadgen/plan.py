@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.atomicfile import atomic_write
 from core.replicas import router_fields
 from core.report_schema import BenchmarkConfig
 from core.settings import PROJECT_ROOT, RANDOM_DATASET, Settings
@@ -189,9 +190,7 @@ def write_plan(
         body[PLAN_SETTINGS_KEY] = plan_settings(settings)
     if prompts is not None:
         body[PLAN_PROMPTS_KEY] = prompts_as_json(list(prompts))
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(body, indent=2, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(path)
+    atomic_write(path, json.dumps(body, indent=2, ensure_ascii=False))
 
 
 def read_plan(path: Path) -> BenchmarkConfig:
@@ -203,18 +202,9 @@ def read_plan(path: Path) -> BenchmarkConfig:
     return BenchmarkConfig.model_validate_json(path.read_bytes())
 
 
-def settings_of_plan(path: Path) -> Settings:
-    """The settings of the run whose plan is ``path``: its effective settings as the benchmark wrote them (its flags
-    included: ``--logs-dir`` reaches every Locust process), the secrets from the environment; a plan without them
-    (written before they were added) gives the environment's settings.
-
-    Raises:
-        OSError: unreadable. ValueError: not JSON. pydantic.ValidationError: settings that no longer validate.
-    """
-    return _settings_of(json.loads(path.read_bytes()), path)
-
-
 def _settings_of(body: Any, path: Path) -> Settings:
+    """The run's effective settings as the benchmark wrote them in its plan (its flags included: ``--logs-dir``
+    reaches every Locust process), the secrets from the environment; a plan without them gives the environment's."""
     values = body.get(PLAN_SETTINGS_KEY) if isinstance(body, dict) else None
     if not isinstance(values, dict):
         return Settings()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.atomicfile import atomic_write
 from core.report_schema import BenchmarkConfig
 from loadgen.errors import BenchError
 from loadgen.workloads.randomdata import MAX_ADJUSTMENTS, token_pool
@@ -72,10 +73,7 @@ def prefixes_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path,
         texts = [sized_text(tok, pool, rng, length) for _ in range(count)]
     finally:
         tok.close()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(texts, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    atomic_write(path, json.dumps(texts, ensure_ascii=False) + "\n")
     return path
 
 

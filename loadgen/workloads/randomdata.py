@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.atomicfile import atomic_write
 from core.report_schema import BenchmarkConfig
 from loadgen.errors import BenchError
 from loadgen.workloads.dataset import dataset_of
@@ -102,8 +103,5 @@ def random_prompts_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path,
         ]
     finally:
         tok.close()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    atomic_write(path, "\n".join(lines) + "\n")
     return path

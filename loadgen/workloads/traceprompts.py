@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.atomicfile import atomic_write
 from core.report_schema import BenchmarkConfig
 from loadgen.workloads.dataset import Prompt
 from loadgen.workloads.randomdata import exact_chat_text, token_pool
@@ -82,10 +83,7 @@ def trace_prompts_file(plan: BenchmarkConfig, rows: Sequence[tuple[float, TraceR
             }, ensure_ascii=False))
     finally:
         tok.close()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    atomic_write(path, "\n".join(lines) + "\n")
     return path, raised
 
 

@@ -12,10 +12,11 @@ import logging
 import threading
 from pathlib import Path
 
+from core.atomicfile import atomic_write
 from core.parsing import validate_name
 from core.report_schema import Report
 from core.series_stats import is_series_id
-from sidecar.reports.store import ReportStore, atomic_replace, validate_report_id
+from sidecar.reports.store import ReportStore, validate_report_id
 
 log = logging.getLogger(__name__)
 RESERVED_NAMES = frozenset({"previous"})
@@ -72,7 +73,7 @@ class BaselineStore:
 
     def _save(self, baselines: dict[str, str]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_replace(self.path, (json.dumps(dict(sorted(baselines.items())), indent=2) + "\n").encode())
+        atomic_write(self.path, (json.dumps(dict(sorted(baselines.items())), indent=2) + "\n").encode())
 
     def set(self, name: str, report_id: str) -> str | None:
         """Point ``name`` at ``report_id`` (replacing an earlier mark); returns the id it pointed at before (None:

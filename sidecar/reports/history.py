@@ -14,13 +14,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from core.atomicfile import atomic_write
 from core.pipes import guard_stdout
 from core.report_schema import Report
 from core.settings import Settings, get_settings
 from core.timeline import HistoryPoint, Timeline, history_table, timelines
 from sidecar.render.plots import _new_figure, _png
 from sidecar.reports.baselines import BaselineStore
-from sidecar.reports.store import ReportStore, atomic_replace
+from sidecar.reports.store import ReportStore
 
 PANELS = (  # attribute, title, unit
     ("throughput_req_per_sec", "throughput", "req/s"),
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in history_table(lines_of):
         print(line)
     out = root / "history.html"
-    atomic_replace(out, history_html(lines_of).encode("utf-8"))
+    atomic_write(out, history_html(lines_of).encode("utf-8"))
     print(f"[REPORT] History: {out}")
     return 0
 

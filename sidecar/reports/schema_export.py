@@ -19,11 +19,11 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
+from core.atomicfile import atomic_write
 from core.comparison import ABComparison
 from core.report_schema import Report
 from core.series_stats import SeriesReport
 from core.settings import PROJECT_ROOT
-from sidecar.reports.store import atomic_replace
 
 DEFAULT_PATH = PROJECT_ROOT / "reports" / "schema.json"
 
@@ -51,7 +51,7 @@ def write_schema_if_changed(path: Path = DEFAULT_PATH) -> bool:
     except OSError:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_replace(path, text.encode("utf-8"))
+    atomic_write(path, text.encode("utf-8"))
     return True
 
 

@@ -14,7 +14,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from core.atomicfile import temp_beside
 from core.redact import redact_json
 from core.report_schema import Report
 from sidecar.reports.rows_link import RunRows, link_rows
@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 Model = TypeVar("Model", bound=BaseModel)
 REPORT_ID_RE = re.compile(r"benchmark_report_[0-9]{8}_[0-9]{6}(?:_[0-9]{1,4})?")
 """A report id, matched whole (``fullmatch``: ``$`` would let a trailing newline through)."""
-FILE_MODE = 0o644  # mkstemp creates 0600; reports are meant to be read by people and CI
 
 
 def new_report_id(now: datetime | None = None) -> str:
@@ -49,34 +48,9 @@ def validate_report_id(report_id: str) -> str:
     return report_id
 
 
-def _temp_beside(path: Path, data: bytes) -> str:
-    """``data`` written and fsynced to a hidden temp file in ``path``'s folder (mode 0644); returns its path."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, FILE_MODE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return tmp
-
-
-def atomic_replace(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically (temp file in the same folder, fsync, rename)."""
-    tmp = _temp_beside(path, data)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _write_new(path: Path, data: bytes) -> bool:
     """Write ``data`` to ``path`` atomically; False (and nothing written) when ``path`` already exists."""
-    tmp = _temp_beside(path, data)
+    tmp = temp_beside(path, data)
     try:
         try:
             os.link(tmp, path)  # fails if it exists: two builds in one second never clobber each other

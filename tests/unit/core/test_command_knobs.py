@@ -29,7 +29,7 @@ from loadgen.locust_side.joining import host_name
 from loadgen.orchestrate.locust_launch import locust_argv, worker_argv
 from loadgen.orchestrate.preflight import choose_model
 from loadgen.orchestrate.sweep import planned_points
-from loadgen.plan import bench_config, plan_settings, settings_of_plan, write_plan
+from loadgen.plan import bench_config, plan_settings, read_run_plan, write_plan
 from loadgen.workloads.tokenizing import local_candidates
 from logtools import cli as logcli
 from sidecar import server as sidecar_launch
@@ -268,7 +268,7 @@ def test_the_locust_processes_read_the_runs_settings_from_the_plan(
     write_plan(plan_path, bench_config(settings, "m"), settings)
     monkeypatch.setenv("LOGS_DIR", str(tmp_path / "env"))
     monkeypatch.setenv("VLLM_API_KEY", "k-secret")
-    seen = settings_of_plan(plan_path)
+    seen = read_run_plan(plan_path).settings
     assert seen.logs_dir == tmp_path / "flag" and seen.requests_log_backups == 2
     assert seen.vllm_api_key == "k-secret" and "k-secret" not in plan_path.read_text()
     assert plan_settings(seen) == plan_settings(settings)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.records import RequestRecord
-from core.stats import key_insight, latency_stats, measured_window_s, percent_change, run_metrics
+from core.stats import key_insight, latency_stats, measured_window_s, run_metrics
 
 
 def rec(
@@ -96,9 +96,3 @@ def test_latency_stats_only_from_successes() -> None:
     """Failed requests do not pollute latency percentiles."""
     records = [rec(0.0, 100.0), rec(0.0, 5.0, ok=False, error_kind="connection")]
     assert run_metrics(records).e2e.p99_ms == pytest.approx(100.0)
-
-
-def test_percent_change() -> None:
-    """Percent change is relative to the old value and None when undefined."""
-    assert percent_change(112.0, 100.0) == pytest.approx(12.0)
-    assert percent_change(1.0, 0.0) is None and percent_change(None, 1.0) is None
