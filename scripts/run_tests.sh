@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
-# make test's checks before the compose stack, in two lanes side by side (docs/development.md, "How it runs"; the
-# split is TEST_LANE's, tests/integration/conftest.py):
-#   lane "stack": the unit suite but the engine's and the container files', then the integration tests on the
-#                 session stack (its `make up` starts with the unit suite, so vLLM loads while they run);
-#   lane "rest":  make lint, the engine's and the container files' unit tests, then the other integration tests
-#                 (the mock server, other servers, stacks of their own), on test ports shifted by 100
-#                 (TEST_PORT_OFFSET) so the two lanes never share a port.
+# make test's checks before the compose stack, in two lanes side by side (docs/development.md, "How it runs"):
+#   lane "stack": the unit suite, then the integration tests on the session stack (its `make up` starts when the
+#                 unit suite does, so vLLM loads while they run);
+#   lane "rest":  make lint, then the other integration tests (the mock server, other servers, stacks of their own),
+#                 on test ports shifted by 100 (TEST_PORT_OFFSET) so the two lanes never share a port.
 # One lane alone left a core idle while it waited on vLLM's starts and on runs that go by their own clocks; side by
-# side the two cores are ≈ 90 % busy (measured in docs/development.md, "How long"). Each lane's output is printed
-# when both have ended, then one verdict.
+# side both cores are ≈ 85 % busy (docs/development.md, "How long"). Each lane's output is printed when both have
+# ended, then one verdict.
 # Arguments go to both pytest processes (make test PYTEST_ARGS=...). Exit: non-zero when lint or either lane failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -32,10 +30,10 @@ lint=$(cat "$work/lint.rc" 2>/dev/null || echo 1)
 rest=$(cat "$work/rest.rc" 2>/dev/null || echo 1)
 echo "---------- make lint (lane rest, beside lane stack) ----------"
 cat "$work/lint.log"
-echo "---------- lane rest, after lint: the engine's and the container files' unit tests, the other integration tests ----------"
+echo "---------- the other integration tests (lane rest, after lint) ----------"
 cat "$work/rest.log" 2>/dev/null
 if [ "$lint" -ne 0 ] || [ "$stack" -ne 0 ] || [ "$rest" -ne 0 ]; then
-    echo "[ERROR] make test failed: lint exit $lint, lane stack (unit tests, session stack) exit $stack," \
+    echo "[ERROR] make test failed: lint exit $lint, lane stack (unit + session stack) exit $stack," \
         "lane rest exit $rest" >&2
     exit 1
 fi

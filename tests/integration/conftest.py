@@ -69,21 +69,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 LANES = ("stack", "rest")
-"""``TEST_LANE`` (scripts/run_tests.sh runs the two side by side): ``stack`` keeps most unit tests and the
-integration tests on the session stack (one vLLM engine, restarted by the ``stack_order`` tests); ``rest`` keeps the
-other integration tests (the mock server, other servers, stacks of their own on their own ports) and the unit tests
-of :data:`REST_UNIT_DIRS`, so the two lanes take about as long."""
-REST_UNIT_DIRS = ("tests/unit/engine/", "tests/unit/deploy/")
-"""Unit tests in lane ``rest`` (the engine's, which import vLLM in its interpreter, and the container files')."""
+"""``TEST_LANE`` (scripts/run_tests.sh runs the two side by side): ``stack`` keeps the unit tests and the integration
+tests on the session stack (one vLLM engine, restarted by the ``stack_order`` tests); ``rest`` keeps the other
+integration tests (the mock server, other servers, stacks of their own on their own ports)."""
 
 
 def in_lane(item: pytest.Item) -> str:
-    """The lane of a test (:data:`LANES`): ``stack`` for the tests using the session ``stack`` fixture and the unit
-    tests outside :data:`REST_UNIT_DIRS`, ``rest`` for the others."""
-    if "stack" in getattr(item, "fixturenames", ()):
+    """The lane of a test (:data:`LANES`): ``stack`` for unit tests and tests using the session ``stack`` fixture."""
+    if item.get_closest_marker("integration") is None or "stack" in getattr(item, "fixturenames", ()):
         return "stack"
-    if item.get_closest_marker("integration") is None:
-        return "rest" if item.nodeid.startswith(REST_UNIT_DIRS) else "stack"
     return "rest"
 
 

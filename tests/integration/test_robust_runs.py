@@ -272,7 +272,8 @@ def test_ctrl_c_in_a_duration_run_cancels_the_requests_in_flight(bench: Bench, w
         slow.terminate()
         slow.wait(timeout=20)
     assert proc.returncode == 130, out[-3000:] + err[-3000:]
-    assert ended_s < 15, f"Ctrl-C took {ended_s:.0f} s: the requests in flight were drained, not cancelled"
+    # drained, they would end ≥ 26 s after Ctrl-C (their answers' 28 s left); cancelled, a busy host ends in < 20 s
+    assert ended_s < 20, f"Ctrl-C took {ended_s:.0f} s: the requests in flight were drained, not cancelled"
     report = report_of(out)
     assert report["interrupted"] is True and report["metrics"]["requests_ok"] == 2
     rows = [json.loads(x) for p in (bench.tmp / "logs/runs").glob("*.requests.jsonl") for x in p.read_text().splitlines()]

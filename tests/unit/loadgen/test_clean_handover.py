@@ -53,7 +53,9 @@ def test_requests_cut_by_the_end_of_the_run_close_their_connections(tmp_path: Pa
 
 
 WARMUP_CHILD = """
+import signal
 import sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as the benchmark does, whatever SIGINT the runner passed on
 from pathlib import Path
 from loadgen.orchestrate.measured_run import warmup
 from tests.unit.loadgen.test_clean_handover import plan_for
