@@ -43,19 +43,9 @@ class Sidecar:
     tmp: Path
 
     def rss_mb(self) -> float:
-        """The sidecar's resident memory with its children's, MB. A child still running the sidecar's own image is
-        its ``git`` call between (v)fork and exec: it shares the sidecar's pages, so counting it would count the
-        sidecar twice (a busy host once left a child in that state for a 50-ms sample: 203 MB, twice the sidecar)."""
+        """The sidecar's resident memory (with any children), MB."""
         root = psutil.Process(self.proc.pid)
-        own = root.name()
-        children = []
-        for child in root.children(recursive=True):
-            try:
-                if child.name() != own:
-                    children.append(child.memory_info().rss)
-            except psutil.NoSuchProcess:
-                pass
-        return (root.memory_info().rss + sum(children)) / MB
+        return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / MB
 
 
 @pytest.fixture
