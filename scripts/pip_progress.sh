@@ -42,11 +42,16 @@ pip_progress() {
         packages=${line#*: }
         [ "$collected" -eq 0 ] || say "collected $collected package(s)"
         say "installing $(($(printf '%s' "$packages" | tr -cd ',' | wc -c) + 1)) package(s)" ;;
+      Resolved\ *\ package*)  # uv
+        collected=$(printf '%s' "$line" | cut -d' ' -f2)
+        say "collected $collected package(s)" ;;
+      Installed\ *\ package*)  # uv
+        say "installed $(printf '%s' "$line" | cut -d' ' -f2) package(s)" ;;
       Successfully\ installed\ *)
         packages=${line#Successfully installed }
         say "installed $(printf '%s\n' "$packages" | wc -w) package(s)" ;;
       *"is ignored: it is neither a file nor a directory"*) ;;  # the local wheel folder option, where there is none
-      ERROR:*|WARNING:*|error:*|*Error:*)
+      ERROR:*|WARNING:*|error:*|warning:*|*Error:*)
         printf '[WARN] %s env %s pip: %s\n' "$kind" "$(elapsed)" "$line" ;;
     esac
   done

