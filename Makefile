@@ -5,14 +5,14 @@ SHELL := /bin/bash
 APP_PY := .venvs/app/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help history docs bench-router sweep compare compose-up compose-down compose-test pin-images calibrate bench-switch bench-peer bench-ceiling bench-workers bench-lag bench-logs bench-engine bench-seed logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers doctor gpu-check test lint unit integration envs app-env engine-env browser clean
+.PHONY: help history docs bench-router bench-sidecar sweep compare compose-up compose-down compose-test pin-images calibrate bench-switch bench-peer bench-ceiling bench-workers bench-lag bench-logs bench-engine bench-seed logs-errors logs-slow logs-stats baseline schema up down status benchmark benchmark-compose validate-containers doctor gpu-check test lint unit integration envs app-env engine-env browser clean
 
 help:
 	@echo "stack:      make up | down | status | doctor | gpu-check (a GPU host's verdict)"
 	@echo "benchmark:  make benchmark [CONCURRENCY= REQUESTS= DURATION= RATE= WORKERS= SLO= GATE= REPEAT= PROFILE=1 ...] | baseline NAME=.. | calibrate"
 	@echo "            make sweep [SWEEP=auto|concurrency:1,2,4|rate:0.5,1,2 SLO= REPEAT=] | compare A=<id|baseline> B=<id|baseline> | history"
 	@echo "logs:       make logs-errors | logs-slow [THRESHOLD_MS=] | logs-stats [SINCE=]"
-	@echo "dev:        make test | lint | docs | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-workers | bench-lag | bench-logs | bench-engine | bench-seed | bench-switch | bench-router | clean"
+	@echo "dev:        make test | lint | docs | unit | integration | schema | validate-containers | bench-peer | bench-ceiling | bench-workers | bench-lag | bench-logs | bench-engine | bench-seed | bench-switch | bench-router | bench-sidecar | clean"
 	@echo "containers: make compose-up [REPLICAS=N] | compose-down | compose-test | benchmark-compose | pin-images (see README, Docker and GPUs)"
 
 # Both environments at once, with uv (scripts/setup_env.sh; pip where uv cannot be had): a fresh clone's two in ≈ 30 s
@@ -123,6 +123,10 @@ bench-lag: app-env
 # What vLLM's router adds: TTFT and ITL through vllm-router ÷ direct, same server, alternating rounds.
 bench-router: app-env
 	@$(APP_PY) benchmarks/bench_router.py $(ARGS)
+
+# The sidecar's own CPU between runs: a client per /metrics scrape vs its kept connection, and a real sidecar idle.
+bench-sidecar: app-env
+	@$(APP_PY) benchmarks/bench_sidecar_idle.py $(ARGS)
 
 # A model switch, the switch back and a restart under 2 chat requests/s (stack up): failed, cut, gaps, time to answer.
 bench-switch: app-env

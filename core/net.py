@@ -48,16 +48,17 @@ def wait_for_http(
     """
     deadline = time.monotonic() + timeout_s
     last = "no answer yet"
-    while time.monotonic() < deadline:
-        reason = abort()
-        if reason:
-            return False, reason
-        try:
-            response = httpx.get(url, timeout=min(5.0, interval_s * 5), headers=headers)
-            if ok(response):
-                return True, ""
-            last = f"HTTP {response.status_code}"
-        except httpx.HTTPError as exc:
-            last = f"{type(exc).__name__}"
-        time.sleep(interval_s)
+    with httpx.Client(timeout=min(5.0, interval_s * 5), headers=headers) as client:  # one SSL context, not one a poll
+        while time.monotonic() < deadline:
+            reason = abort()
+            if reason:
+                return False, reason
+            try:
+                response = client.get(url)
+                if ok(response):
+                    return True, ""
+                last = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}"
+            time.sleep(interval_s)
     return False, f"not ready after {timeout_s:.0f} s ({last})"

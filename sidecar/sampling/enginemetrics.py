@@ -87,6 +87,10 @@ class EngineMetricsReader:
     not a vLLM). ``vllm_url`` may be a function, asked before each scrape: the engine behind the stack's router
     changes with a blue/green switch (:func:`core.replicas.engine_url`). ``headers`` carry VLLM_API_KEY
     (``Settings.vllm_headers``); ``get`` is injectable for tests.
+
+    The scrapes share one keep-alive ``httpx.Client``: a client per scrape builds an SSL context each time, ≈ 28 ms
+    of CPU against ≈ 1 ms on a kept connection (measured in docs/measured.md), a steady 3 % of a core at one scrape
+    per second on the host being measured. :meth:`close` ends it.
     """
 
     def __init__(
@@ -102,6 +106,7 @@ class EngineMetricsReader:
         self.interval_s = interval_s
         self._timeout_s = timeout_s
         self._get = get or self._http_get
+        self._client: httpx.Client | None = None
         self._last_t: float | None = None
         self._last: EngineGauges | None = None
         self.unavailable_reason: str | None = "not scraped yet"
@@ -113,9 +118,17 @@ class EngineMetricsReader:
         return f"{base.rstrip('/')}/metrics"
 
     def _http_get(self, url: str) -> str:
-        response = httpx.get(url, timeout=self._timeout_s, headers=self._headers)
+        if self._client is None:
+            self._client = httpx.Client(timeout=self._timeout_s, headers=self._headers)
+        response = self._client.get(url)
         response.raise_for_status()
         return response.text
+
+    def close(self) -> None:
+        """Close the kept connection (a later scrape opens a new one)."""
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
     def read(self, now: float, force: bool = False) -> EngineGauges | None:
         """Gauges scraped now when ``interval_s`` has passed since the last scrape (or ``force``); else None."""

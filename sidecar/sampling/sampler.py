@@ -142,6 +142,8 @@ class Sampler:
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=5)
+        if self.engine:
+            self.engine.close()
 
     def window(self, start: float, end: float) -> list[Sample]:
         """Samples taken in ``[start, end]`` (Unix seconds)."""
