@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from core.engineload import EngineLoad, busy_refusal, engine_load, idle_decision
-from core.replicas import replicas, router_in_use
+from core.replicas import engine_url, front_in_use, replicas, router_in_use
 from core.settings import Settings
 from loadgen.errors import BenchError
 from loadgen.orchestrate.replica_watch import scrape_metrics
@@ -27,11 +27,33 @@ class EngineBusy(BenchError):
 
 
 def load_now(settings: Settings) -> EngineLoad | None:
-    """The requests the engines hold now: the server's ``/metrics``, or every replica's behind the router; None
-    when none can be read or none has vLLM's gauges."""
-    urls = [r.url for r in replicas(settings)] if router_in_use(settings) else [settings.vllm_url]
+    """The requests the engines hold now: the serving engine's ``/metrics`` (behind the stack's front, the engine
+    itself: :func:`core.replicas.engine_url`), or every replica's behind the router; None when none can be read or
+    none has vLLM's gauges."""
+    urls = [r.url for r in replicas(settings)] if router_in_use(settings) else [engine_url(settings)]
     scrapes = [samples for samples, _ in (scrape_metrics(url, settings.vllm_headers) for url in urls) if samples]
     return engine_load(scrapes)
+
+
+ROUTER_KEEPS_QUEUED = (
+    "vllm-router passes a client's cancel on only once a request has streamed its first token, so vLLM prefills "
+    "each queued one before it drops it"
+)
+"""Measured with vllm-router 0.1.17: a stream cut before its first chunk reaches the engine only at that chunk
+(docs/benchmarking.md, "A clean hand-over between runs")."""
+
+
+def left_after_stop(settings: Settings, read: Callable[[], EngineLoad | None] | None = None) -> str | None:
+    """After a run stopped early behind the stack's router: what the engines still hold, and why (None when the
+    router is not in front, or the engines hold nothing, or their gauges cannot be read). Straight to vLLM a
+    cancelled request is aborted at once."""
+    if not front_in_use(settings):
+        return None
+    load = (read or (lambda: load_now(settings)))()
+    if load is None or not load.busy:
+        return None
+    return (f"vLLM still held {load.text()} when the run stopped: {ROUTER_KEEPS_QUEUED}; the next run waits for "
+            f"them (IDLE_WAIT_S)")  # fmt: skip
 
 
 def wait_until_idle(

@@ -26,7 +26,7 @@ from loadgen.locust_side.user_actions import payload_for
 from loadgen.orchestrate import profiling
 from loadgen.orchestrate.breaker import RowWatch, ServerDown
 from loadgen.orchestrate.capacity import warmup_capacity
-from loadgen.orchestrate.idle import wait_until_idle
+from loadgen.orchestrate.idle import left_after_stop, wait_until_idle
 from loadgen.orchestrate.locust_run import (
     INTERRUPTED,
     SERVER_DOWN,
@@ -275,6 +275,10 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
         gaps.append("sidecar sampling window not opened: resources are the samples between the run's first and last")
     if outcome.stopped and outcome.stopped not in (INTERRUPTED, SERVER_DOWN):
         gaps.append(f"run stopped early by the {outcome.stopped}")
+    left = left_after_stop(settings) if outcome.stopped and outcome.stopped != SERVER_DOWN else None
+    if left:
+        print(f"[WARN] {left}", flush=True)
+        gaps.append(left)
     traces: list[str] = []
     if settings.profile:
         profiling.stop(settings)

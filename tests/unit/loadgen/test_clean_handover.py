@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import gevent
@@ -146,3 +147,47 @@ def test_the_idle_check_comes_before_anything_is_sent(tmp_path: Path, monkeypatc
     assert done.exit_code == EXIT_USAGE and done.report is None and "13 running" in (done.error or "")
     (rows,) = (tmp_path / "runs").glob("*.requests.jsonl")
     assert rows.read_text() == ""
+
+
+def test_behind_vllm_router_a_request_cut_before_its_first_token_stays_and_the_run_says_so(tmp_path: Path) -> None:
+    """The real vllm-router in front of one engine (the stack's default front) does not pass a client's cancel on
+    before the first streamed chunk (vLLM sends nothing before its first token: ``--role-with-first``): straight to
+    the engine a cut request leaves at once, through the router it stays until its first token. A run stopped
+    early there says what the engine still holds and why (:func:`left_after_stop`); with nothing left it says
+    nothing."""
+    import httpx
+
+    from core.net import free_port, wait_for_http
+    from core.replicas import record_cluster
+    from loadgen.orchestrate.idle import left_after_stop
+    from tests.unit.loadgen.mock_process import running
+
+    router_bin = Path(sys.executable).parent / "vllm-router"
+    with mock_process("--metrics", "--role-with-first", "--tokens", "2", "--ttft-ms", "8000") as engine:
+        router_port = free_port()
+        settings = Settings(_env_file=None, run_dir=tmp_path, vllm_port=router_port,  # type: ignore[call-arg]
+                            replica_port_base=int(engine.rsplit(":", 1)[1]))  # fmt: skip
+        record_cluster(settings)  # as `make up` records the front
+        assert left_after_stop(settings) is None  # idle: nothing to say
+        router = subprocess.Popen(
+            [str(router_bin), "--host", "127.0.0.1", "--port", str(router_port), "--worker-urls", engine,
+             "--policy", "round_robin", "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            body = {"model": "mock-model", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+            for url in (engine, settings.vllm_url):
+                assert wait_for_http(f"{url}/v1/models", 30, interval_s=0.1)[0]  # the router: once it checked its worker
+                with httpx.Client(timeout=10) as client:
+                    with client.stream("POST", f"{url}/v1/chat/completions", json=body):
+                        assert running_after(engine, 1.0, within_s=5.0) == 1.0
+                # the client is gone: straight, the engine drops it at once; through the router it stays
+                if url == engine:
+                    assert running_after(engine, 0.0, within_s=3.0) == 0.0
+                else:
+                    time.sleep(1.5)
+                    assert running(engine) == 1.0
+            said = left_after_stop(settings)
+            assert said is not None and "1 running + 0 waiting requests" in said and "first token" in said, said
+        finally:
+            router.terminate()
+            router.wait(10)
