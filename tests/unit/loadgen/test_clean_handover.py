@@ -177,9 +177,8 @@ def test_behind_vllm_router_a_request_cut_before_its_first_token_stays_and_the_r
             body = {"model": "mock-model", "messages": [{"role": "user", "content": "hi"}], "stream": True}
             for url in (engine, settings.vllm_url):
                 assert wait_for_http(f"{url}/v1/models", 30, interval_s=0.1)[0]  # the router: once it checked its worker
-                with httpx.Client(timeout=10) as client:
-                    with client.stream("POST", f"{url}/v1/chat/completions", json=body):
-                        assert running_after(engine, 1.0, within_s=5.0) == 1.0
+                with httpx.Client(timeout=10) as client, client.stream("POST", f"{url}/v1/chat/completions", json=body):
+                    assert running_after(engine, 1.0, within_s=5.0) == 1.0
                 # the client is gone: straight, the engine drops it at once; through the router it stays
                 if url == engine:
                     assert running_after(engine, 0.0, within_s=3.0) == 0.0
