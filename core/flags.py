@@ -224,7 +224,31 @@ def refusal(argv: list[str], own: set[str]) -> str | None:
         near = difflib.get_close_matches(flag, sorted(own), n=1, cutoff=0.75)
         if near:
             return f"unrecognized argument {flag}: did you mean {near[0]}?"
+        named = _report_field_flags().get(flag)
+        if named in own:
+            return f"unrecognized argument {flag}: the report's {flag[2:].replace('-', '_')} is set by {named}"
     return None
+
+
+UNIT_SUFFIXES = ("_requests", "_req_per_sec", "_tokens", "_s")
+"""Unit suffixes a report's config field adds to its knob's name (``warmup_requests`` is WARMUP's figure)."""
+
+
+def _report_field_flags() -> dict[str, str]:
+    """``--<report config field>`` -> the flag of its knob, for fields named apart from their knob by a unit
+    (``--warmup-requests`` -> ``--warmup``, ``--rate-req-per-sec`` -> ``--rate``, ``--duration-s`` -> ``--duration``):
+    users copy a flag from the report they read."""
+    from core.report_setup import BenchmarkConfig
+
+    knobs = dict(flag_fields())
+    table: dict[str, str] = {}
+    for field in BenchmarkConfig.model_fields:
+        for suffix in UNIT_SUFFIXES:
+            knob = field.removesuffix(suffix)
+            if knob != field and knob in knobs and field not in knobs:
+                table["--" + field.replace("_", "-")] = flags_of(knob, knobs[knob])[0]
+                break
+    return table
 
 
 def _add_knob(group: argparse._ArgumentGroup, name: str, info: FieldInfo) -> None:

@@ -120,7 +120,8 @@ def resolve_model(
         cause = "not found on the Hugging Face hub (typo?)" if probe.exists is False else "hub unreachable"
         raise ModelResolutionError(
             f"Model {requested!r} cannot be loaded: not in the local HF cache and {cause} ({probe.detail}). "
-            "Fix MODEL, pre-download it, or unset MODEL to use the default."
+            "Fix MODEL (or VLLM_MODEL_PATH, the seed image's name for it: whichever you set), pre-download it, or "
+            "unset it to use the default."
         )
     reason = (
         f"default model {requested} is not in the HF cache and could not be downloaded ({probe.detail}); "

@@ -15,6 +15,7 @@ from core.clientview import client_lag_ms, client_view, load_calibration
 from core.enginestate import EngineControl
 from core.errorsummary import error_summary
 from core.records import RequestRecord
+from core.replicas import engine_url
 from core.report_schema import BenchmarkConfig
 from core.schedule import requested_rate
 from core.series_stats import is_series_id
@@ -60,7 +61,8 @@ def build_request(
             run.before,
             run.after,
             measured,
-            server_url=f"{len(run.replicas)} replicas summed" if run.replicas else plan.vllm_url,
+            # the engine whose /metrics were read: behind the stack's front, the engine itself, not the router
+            server_url=f"{len(run.replicas)} replicas summed" if run.replicas else engine_url(settings),
             max_added_pct=settings.client_overhead_max_pct,
             client_lag_ms=client_lag_ms(run.processes),
         )

@@ -258,6 +258,16 @@ def test_a_misspelt_flag_gets_the_nearest_one(capsys: pytest.CaptureFixture[str]
     assert code == 2 and "did you mean --concurrency?" in err
 
 
+@pytest.mark.parametrize(("typed", "flag"), [("--warmup-requests", "--warmup"), ("--rate-req-per-sec", "--rate")])
+def test_a_flag_named_as_the_report_names_its_field_gets_the_knobs_flag(
+    typed: str, flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The report's config says ``warmup_requests``; ``--warmup-requests 1`` (too far from ``--warmup`` for the
+    nearest-name guess) is refused naming the flag that sets it."""
+    code, err = run_command("benchmark", [typed, "1"], capsys)
+    assert code == 2 and f"is set by {flag}" in err, err
+
+
 def test_the_locust_processes_read_the_runs_settings_from_the_plan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
