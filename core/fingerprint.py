@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from core.records import MODEL_GONE_LINE
 from core.report_schema import BenchmarkConfig, Environment, Report
 
 # The bundled corpus moved with the load generator's package (loadtest/ -> loadgen/workloads/). Fingerprints keep the
@@ -106,6 +107,14 @@ MAX_CUT_SHARE_PCT = 10.0
 reference: its figures are of the requests that finished, the short ones."""
 
 
+def server_down_words(line: str) -> str:
+    """Why a run ended early in a few words, from its ``server_down`` line: the stack switched to another model (vLLM
+    answered, but no longer for the run's model: HTTP 404), or vLLM stopped answering."""
+    if line.startswith(MODEL_GONE_LINE):
+        return "vLLM stopped serving the run's model (the stack was switched to another model)"
+    return "the server stopped answering"
+
+
 def unusable_reason(report: Report) -> str | None:
     """Why ``report`` cannot stand as the reference of a comparison — the one test of "no reference" (``make
     baseline``, ``--baseline``, GATE, ``vs_previous``, the terminal's ``[REPORT]`` line): interrupted run, ended
@@ -116,7 +125,7 @@ def unusable_reason(report: Report) -> str | None:
     if report.interrupted:
         return f"{report.report_id} was interrupted (Ctrl-C) before its planned end"
     if report.server_down:
-        return f"{report.report_id} was ended early: vLLM stopped answering"
+        return f"{report.report_id} was ended early: {server_down_words(report.server_down)}"
     if report.engine_switch:
         return f"{report.report_id} spans a switch of vLLM ({report.engine_switch.split(': ', 1)[0]})"
     sent = m.requests_total + m.requests_incomplete

@@ -140,6 +140,8 @@ MODEL_GONE_ANSWERS = (b"does not exist",)
 """vLLM's answer to a request naming a model it does not serve (``404 The model `X` does not exist.``,
 ``vllm/entrypoints/openai`` ``_check_model``): mid-run, after ``./start_vllm.sh`` switched the stack to another model,
 the engine of the run's model is as gone as a dead one (the preflight checked the model was served at the start)."""
+MODEL_GONE_LINE = "vLLM stopped serving the run's model"
+"""How a run's ``server_down`` line begins when those answers ended it (vLLM answered, for another model)."""
 ENGINE_GONE_ANSWERS = NO_ENGINE_ANSWERS + MODEL_GONE_ANSWERS
 """HTTP error answers that say the engine of the run's model is gone (the back-off and the server-down breaker)."""
 

@@ -136,7 +136,7 @@ def blue_green(settings: Settings, engine: LocalEngine, request: EngineRequest, 
     gap = max((s.swap_s for s in swaps), default=0.0)
     print(f"[INFO] vLLM ready at {settings.vllm_url} serving {served} {time.monotonic() - begun:.1f} s after the "
           f"command; the router swapped engines in {gap * 1000:.0f} ms, "
-          + (f"{cut} request(s) cut at the drain timeout" if cut else "no request refused or cut")
+          + (f"{cut} request(s) cut at the drain timeout" if cut else "the swap refused or cut no request")
           + "; nothing else was restarted")  # fmt: skip
     print(f"[INFO] Requests naming another model than {served} now get HTTP 404 (model does not exist): the chat UI "
           "follows the switch; a benchmark started before it ends early (exit 6, its report marks the switch).")

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.records import ENGINE_GONE_ANSWERS, MODEL_GONE_ANSWERS, NO_ENGINE_ANSWERS
+from core.records import ENGINE_GONE_ANSWERS, MODEL_GONE_ANSWERS, MODEL_GONE_LINE, NO_ENGINE_ANSWERS
 
 MODEL_GONE = "the stack was switched to another model"
 """The cause of a run ended by :data:`core.records.MODEL_GONE_ANSWERS`."""
@@ -53,7 +53,7 @@ class ServerDown:
         """``vLLM stopped answering at 01:02:03: connection refused for 5 s`` (local time)."""
         at = time.strftime("%H:%M:%S", time.localtime(self.since))
         if self.cause == MODEL_GONE:
-            return f"vLLM stopped serving the run's model at {at}: {MODEL_GONE}, HTTP 404 for {self.for_s:.0f} s"
+            return f"{MODEL_GONE_LINE} at {at}: {MODEL_GONE}, HTTP 404 for {self.for_s:.0f} s"
         return f"vLLM stopped answering at {at}: {self.cause} for {self.for_s:.0f} s"
 
 

@@ -12,7 +12,7 @@ from core.conversations import sessions_text, turns_text
 from core.cutrequests import CutRequests
 from core.energy import NO_ENERGY_GAP
 from core.errorsummary import causes_text
-from core.fingerprint import unusable_reason
+from core.fingerprint import server_down_words, unusable_reason
 from core.intervals import Interval, PointComparison, change_text
 from core.reasoning import reasoning_text
 from core.report_schema import BenchmarkConfig, Report
@@ -112,6 +112,7 @@ def format_summary(report: Report, report_path: str) -> list[str]:
             + f": peak {_num(kv.usage_peak_percent)}% used, up to {_num(kv.requests_running_peak)} running / "
             f"{_num(kv.requests_waiting_peak)} waiting, {_num(preempted)} preemptions"
             + (f" — KV-bound: {m.kv_bound}" if m.kv_bound else " — not KV-bound")
+            + (" (the pool of the engine the run began on: vLLM was switched during it)" if report.engine_switch else "")
         )
     elif kv is not None and kv.unavailable_reason:
         lines.append(f"[RESULT] KV cache n/a ({kv.unavailable_reason})")
@@ -174,7 +175,7 @@ def format_summary(report: Report, report_path: str) -> list[str]:
     lines += files_lines(report_path, (("Markdown", report.markdown_file), ("HTML", report.html_file),
                                        ("CSV", report.csv_file)))  # fmt: skip
     if report.interrupted or report.server_down:  # a script grepping "Benchmark completed" must not take it for one
-        why = "interrupted" if report.interrupted else "ended early: the server stopped answering"
+        why = "interrupted" if report.interrupted else f"ended early: {server_down_words(report.server_down or '')}"
         lines.append(f"Benchmark {why}. Partial report generated. Report path: {report_path}")
     else:
         lines.append(f"Benchmark completed. Report generated. Report path: {report_path}")

@@ -132,12 +132,13 @@ def _pool(bucket: Sequence[Sample], start: float) -> ResourcePoint:
 
 
 def kv_cache_stats(samples: Sequence[Sample], unavailable_reason: str | None = None) -> KvCacheStats | None:
-    """vLLM's KV pool (from the latest scrape that showed it) and the peaks and mean of its usage over ``samples``;
-    None when no sample carried vLLM's gauges and no reason is known."""
+    """vLLM's KV pool (from the first scrape that showed it: the engine the run began on, also when
+    ``./start_vllm.sh`` switched models during the run) and the peaks and mean of its usage over ``samples``; None
+    when no sample carried vLLM's gauges and no reason is known."""
     scraped = [s.engine for s in samples if s.engine is not None]
     if not scraped:
         return KvCacheStats(unavailable_reason=unavailable_reason) if unavailable_reason else None
-    pool = next((g for g in reversed(scraped) if g.pool_blocks is not None), scraped[-1])
+    pool = next((g for g in scraped if g.pool_blocks is not None), scraped[0])
     running, waiting = peak([g.running for g in scraped]), peak([g.waiting for g in scraped])
     return KvCacheStats(
         pool_gb=_round(pool.pool_bytes / GIB if pool.pool_bytes else None, 4),

@@ -89,7 +89,7 @@ def test_start_vllm_switches_under_a_stream_a_typo_is_reported_and_the_way_back_
         there_begun = time.time()
         run = start_vllm(stack, VLLM_MODEL_PATH=str(TINY_DIR))
         assert run.returncode == 0, output(run)
-        assert "serving tiny" in run.stdout and "no request refused or cut" in run.stdout, run.stdout[-3000:]
+        assert "serving tiny" in run.stdout and "the swap refused or cut no request" in run.stdout, run.stdout[-3000:]
         assert others(pids(stack)) == others(before)
         assert served(stack) == ["tiny"]
         page.get_by_text(re.compile(r"Model:\s*tiny(\s|$)")).wait_for()  # no reload: the header re-probes

@@ -255,3 +255,13 @@ def test_reader_keeps_one_connection_and_follows_the_engine_to_a_new_port() -> N
             server.shutdown()
             server.server_close()
     assert reader._client is None
+
+
+def test_a_window_across_a_model_switch_keeps_the_pool_of_the_engine_it_began_on() -> None:
+    """A run during which ``./start_vllm.sh`` switched models: the KV pool reported is the first engine's (the run's
+    model), not the one that serves at the end (a fresh user saw the new tiny model's 2,097,152-token pool in an
+    ERNIE run's report)."""
+    ernie = gauges(10.0)  # 455 blocks of 128
+    tiny = EngineGauges(5.0, 1, 0, 0, 16_384, 128, 1024**3, 2_097_152)
+    kv = kv_cache_stats([Sample(t=1.0, engine=ernie), Sample(t=2.0, engine=tiny), Sample(t=3.0, engine=tiny)])
+    assert kv is not None and (kv.pool_blocks, kv.pool_tokens) == (455, 58_240)

@@ -147,6 +147,20 @@ def test_a_cut_run_never_says_completed() -> None:
     assert not any("Benchmark completed" in line for line in cut + down)
 
 
+def test_a_run_ended_by_a_model_switch_says_the_model_went_not_the_server() -> None:
+    """A switch to another model mid-run ends the run on HTTP 404s from a server that still answers: its closing line
+    and its not-a-baseline reason say the run's model went away, never that the server stopped answering."""
+    from core.fingerprint import unusable_reason
+    from loadgen.orchestrate.breaker import MODEL_GONE, ServerDown
+
+    line = ServerDown(since=0.0, cause=MODEL_GONE, for_s=5.0).line()
+    gone = report().model_copy(update={"server_down": line})
+    closing = format_summary(gone, "/tmp/r/z.json")[-2]
+    assert closing.startswith("Benchmark ended early: vLLM stopped serving the run's model (the stack was switched")
+    assert "switched to another model" in (unusable_reason(gone) or "")
+    assert not any("stopped answering" in text for text in (closing, unusable_reason(gone) or ""))
+
+
 @pytest.mark.parametrize(("value", "text"), [(12.04, "+12%"), (-3.04, "-3.0%"), (0.0, "+0.0%"), (-100.0, "-100%")])
 def test_percent_text(value: float, text: str) -> None:
     """Whole percents from 10 % up, one decimal below."""
