@@ -112,7 +112,7 @@ def format_summary(report: Report, report_path: str) -> list[str]:
             + f": peak {_num(kv.usage_peak_percent)}% used, up to {_num(kv.requests_running_peak)} running / "
             f"{_num(kv.requests_waiting_peak)} waiting, {_num(preempted)} preemptions"
             + (f" — KV-bound: {m.kv_bound}" if m.kv_bound else " — not KV-bound")
-            + (" (the pool of the engine the run began on: vLLM was switched during it)" if report.engine_switch else "")
+            + (" (the pool of the engine the run began on: vLLM was switched)" if report.engine_switch else "")
         )
     elif kv is not None and kv.unavailable_reason:
         lines.append(f"[RESULT] KV cache n/a ({kv.unavailable_reason})")
