@@ -66,7 +66,7 @@ from engine.gpuplan import has_flag
 from engine.hostdtype import dtype_of, for_host
 from engine.kvsizing import KvPlan, KvSizingError
 from engine.local_replicas import replica_settings
-from engine.logpipe import Masked, access_log_args, output, pump
+from engine.logpipe import Masked, access_log_args, output, pump, vllm_header
 from engine.model_resolve import ModelResolutionError, ResolvedModel
 from engine.reaper import MARKER, marker_value
 
@@ -422,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     if profile:
         settings.profile_dir.mkdir(parents=True, exist_ok=True)
     start = log_position(settings.vllm_log_file)  # where this launch's lines begin (read by the start-up phase)
-    out.line(f"[INFO] Starting vLLM: {shlex.join(redact_argv(cmd))}")
+    # stamped in vLLM's header: a start is timed from its launch (the API server's imports come before its first line)
+    out.line(f"{vllm_header('INFO', 'launcher', time.time())}Starting vLLM: {shlex.join(redact_argv(cmd))}")
     started: list[int] = []
 
     def on_start(pid: int) -> None:

@@ -53,6 +53,11 @@ readers skip those by that shape (:mod:`engine.vllmlog.startup`)."""
 UVICORN_SOURCE = b"uvicorn"
 
 
+def vllm_header(level: str, source: str, now_s: float) -> str:
+    """vLLM's line header at ``now_s`` (epoch seconds, local time): ``INFO 12-06 02:34:30 [launcher] ``."""
+    return f"{level} {time.strftime('%m-%d %H:%M:%S', time.localtime(now_s))} [{source}] "
+
+
 def stamp_uvicorn_lines(data: bytes, now_s: float) -> bytes:
     """``data`` (whole lines) with each uvicorn line of its own (:data:`UVICORN_LINE_RE`) given vLLM's header at
     ``now_s`` (epoch seconds, local time as vLLM's ``%m-%d %H:%M:%S``): ``INFO:     Application startup complete.``

@@ -95,7 +95,8 @@ class StartupAttempt:
 
     @property
     def startup_s(self) -> float | None:
-        """Seconds from the first stamped line of the start to the server being ready (None if unknown)."""
+        """Seconds from the start's launch (the launcher's stamped ``Starting vLLM:`` line; in older logs the first
+        stamped line, after the API server's imports) to the server being ready (None if unknown)."""
         if self.started_at_s is None or self.ready_at_s is None:
             return None
         return round(max(0.0, self.ready_at_s - self.started_at_s), 3)
@@ -260,7 +261,9 @@ class StartupTracker:
 
     def _advance(self, state: _State, body: str, proc: str | None, is_error: bool, is_exception: bool) -> None:
         if state.phase in ("ready", "stopped"):  # after ready only a dead engine or a stop changes the phase
-            if (is_error or is_exception) and FATAL_RE.search(body):
+            # once stopping, vLLM's own teardown may log EngineDeadError (its output handler racing the engine's
+            # exit, vLLM 0.32): part of the stop, not a failure of the start
+            if state.phase == "ready" and (is_error or is_exception) and FATAL_RE.search(body):
                 cause = self._record_exception or body  # the root cause when the record showed it first
                 state.error_line, state.error_rank = None, (False, False)
                 self._error(state, cause, proc, EXCEPTION_RE.match(cause) is not None)

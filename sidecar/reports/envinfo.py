@@ -197,7 +197,8 @@ def startup_facts(phase: StartupPhase) -> StartupFacts | None:
     KV cache line (None when the log shows no start)."""
     if phase.phase == "not_started":
         return None
-    times = [a.startup_s for a in phase.attempts if a.outcome in ("ready", "stopped") and a.startup_s is not None]
+    # every start that became ready counts, whatever ended it later (a switch's stop, a crash while serving)
+    times = [a.startup_s for a in phase.attempts if a.startup_s is not None]
     return StartupFacts(
         phase=phase.phase,
         detail=phase.detail,

@@ -191,3 +191,22 @@ def test_kubernetes_log_engine_death_after_ready_shows_the_engine_cores_oom() ->
     assert result.phase == "failed" and result.ready_at_s is not None and result.error_process == "EngineCore_DP0"
     assert result.error_line is not None and result.error_line.startswith("torch.OutOfMemoryError: CUDA out of memory")
     assert (result.load_s, result.engine_init_s) == (4.412035, 21.07)
+
+
+STAMPED_LAUNCH = "INFO 11-29 21:54:46 [launcher] Starting vLLM: /venv/bin/python -m vllm.entrypoints.openai.api_server"
+"""The launcher's line as it writes it now: stamped in vLLM's header at the launch (engine.logpipe.vllm_header)."""
+STOP = "(APIServer pid=1) INFO 11-29 21:58:00 [launcher.py:254] [shutdown] API server: shutdown triggered"
+TEARDOWN_ERROR = ("(APIServer pid=1) ERROR 11-29 21:58:00 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
+                  "EngineCore encountered an issue. See stack trace (above) for the root cause.")  # fmt: skip
+
+
+def test_a_start_is_timed_from_its_launch_and_a_stop_with_vllms_teardown_error_stays_a_stop() -> None:
+    """The launcher's stamped line times the start from the launch (the API server's 15 s of imports before its first
+    line included: `make status`'s "ready after" agrees with its phases), and the EngineDeadError vLLM 0.32 logs while
+    a switch stops it does not turn that ready start into a failed one (its time stays the cold start)."""
+    body = [ARGS, INIT, LOAD, LOADED, WARMUP, INIT_TOOK, READY]
+    phase = startup_phase([STAMPED_LAUNCH, *body, STOP, TEARDOWN_ERROR, STAMPED_LAUNCH, *body])
+    first, second = phase.attempts
+    assert (first.outcome, first.startup_s) == ("stopped", 75.0)  # 21:54:46 -> 21:56:01
+    assert second.startup_s == 75.0 and phase.phase == "ready"
+    assert startup_phase([LAUNCH, *body]).startup_s == 60.0  # an older log: from the first stamped line

@@ -20,17 +20,21 @@ def attempt(startup_s: float, outcome: str = "ready") -> StartupAttempt:
 
 
 def test_cold_start_is_the_first_and_restarts_are_warm() -> None:
-    """The first ready start is the cold start; later ones (even stopped after ready) are warm restarts."""
+    """The first ready start is the cold start; later ones that became ready are warm restarts, whatever ended them
+    (stopped by a switch, or failed after being ready: vLLM's teardown once logged EngineDeadError after a stop and
+    `make status` lost the cold start); a start that failed before being ready has no start-up time."""
+    never_ready = StartupAttempt(started_at_s=1000.0, ready_at_s=None, outcome="failed", load_s=None,
+                                 engine_init_s=None)  # fmt: skip
     phase = StartupPhase(
         phase="ready",
         detail="ready",
         load_s=0.5,
         engine_init_s=9.0,
         kv_cache_line="GPU KV cache size: 412,336 tokens",
-        attempts=(attempt(90.0, "stopped"), attempt(20.0, "failed"), attempt(30.0)),
+        attempts=(attempt(90.0, "stopped"), never_ready, attempt(20.0, "failed"), attempt(30.0)),
     )
     facts = startup_facts(phase)
-    assert facts is not None and facts.cold_start_s == 90.0 and facts.warm_starts_s == [30.0]
+    assert facts is not None and facts.cold_start_s == 90.0 and facts.warm_starts_s == [20.0, 30.0]
     assert (facts.model_load_s, facts.engine_init_s) == (0.5, 9.0)
     assert facts.kv_cache_line == "GPU KV cache size: 412,336 tokens"
 
