@@ -31,7 +31,6 @@ from core.net import port_in_use_message
 from core.pipes import guard_stdout
 from core.redact import Redactor, secret_values
 from core.replicas import as_started, check_cluster, cluster_record, record_cluster
-from core.report_schema import StartupFacts
 from core.settings import PROJECT_ROOT, Settings, get_settings
 from core.slots import clear_slots
 from core.tokenfile import ensure_sidecar_token
@@ -51,7 +50,7 @@ from engine.reaper import end_engine_processes
 from engine.vllmlog.startup import latest_start, phases_line
 from engine.vllmlog.tracker import StartupPhase
 from sidecar.reports.envinfo import startup_facts
-from stack.services import answers, programs, remote_engines, services, tail
+from stack.services import answers, programs, remote_engines, services, serving_line, startup_times_line, tail
 
 CONF = PROJECT_ROOT / "deploy" / "supervisord.conf"
 
@@ -328,6 +327,9 @@ def status(settings: Settings) -> int:
         print(f"{engine.name:8s} {'remote':9s} {'answers' if answering else 'no answer':10s} {engine.url}/v1/models")
     phase = startup(settings)
     redact = Redactor(secret_values(settings))
+    served = serving_line(read_engine_state(settings.engine_state_file), phase)
+    if served:
+        print(redact(served))
     print(
         redact(
             f"vLLM startup: {phase.phase} — {phase.detail}"
@@ -349,14 +351,6 @@ def starting_beside(settings: Settings, states: dict[str, dict[str, Any]]) -> li
     slots = [program_name(k, slot) for k in range(as_started(settings).replicas) for slot in ("a", "b")]
     return [name for name in slots if name not in serving
             and states.get(name, {}).get("statename") in ("STARTING", "RUNNING", "BACKOFF")]  # fmt: skip
-
-
-def startup_times_line(facts: StartupFacts | None) -> str | None:
-    """``  starts: cold 152 s, warm 24 s / 21 s`` from the log's start attempts (None when none finished)."""
-    if facts is None or facts.cold_start_s is None:
-        return None
-    warm = " / ".join(f"{s:.0f} s" for s in facts.warm_starts_s[-5:])
-    return f"  starts: cold {facts.cold_start_s:.0f} s" + (f", warm {warm}" if warm else ", no warm restart yet")
 
 
 def token(settings: Settings) -> int:

@@ -1,4 +1,5 @@
-"""The supervised services of local mode and how to ask whether they answer (used by :mod:`stack.control`).
+"""The supervised services of local mode, how to ask whether they answer, and the lines `make status` prints about
+the engine they serve (used by :mod:`stack.control`).
 
 Without the router in front (``ENGINE_SWITCH=restart make up``): ``vllm`` on VLLM_PORT, then the sidecar, the UI and
 Locust. With it (the default, and the cluster: REPLICAS > 1 or ENGINE_URLS, :mod:`core.replicas`): every local
@@ -14,10 +15,13 @@ from pathlib import Path
 
 import httpx
 
+from core.enginestate import EngineState
 from core.replicas import Replica, as_started, front_in_use, replicas, router_metrics_port
+from core.report_schema import StartupFacts
 from core.settings import Settings
 from core.slots import active_slot
 from engine.local_replicas import ROUTER_PROGRAM, program_name
+from engine.vllmlog.tracker import StartupPhase
 
 
 @dataclass(frozen=True)
@@ -96,3 +100,22 @@ def answers(url: str, headers: tuple[tuple[str, str], ...] = ()) -> bool:
         return httpx.get(url, timeout=5, headers=dict(headers), follow_redirects=True).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def serving_line(state: EngineState | None, phase: StartupPhase) -> str | None:
+    """``vLLM serves ernie-4.5-0.3b-synthetic (synthetic:ernie-4.5-0.3b, synthetic weights); KV cache: 58,240
+    tokens …``: the serving engine's model by the name clients use, what was asked for, and its KV pool (vLLM's line
+    of its latest start); None without an engine state (no engine launched yet)."""
+    if state is None:
+        return None
+    asked = state.requested + (", synthetic weights" if state.synthetic else "")
+    kv = f"; {phase.kv_cache_line}" if phase.kv_cache_line else ""
+    return f"vLLM serves {state.served_name} ({asked}){kv}"
+
+
+def startup_times_line(facts: StartupFacts | None) -> str | None:
+    """``  starts: cold 152 s, warm 24 s / 21 s`` from the log's start attempts (None when none finished)."""
+    if facts is None or facts.cold_start_s is None:
+        return None
+    warm = " / ".join(f"{s:.0f} s" for s in facts.warm_starts_s[-5:])
+    return f"  starts: cold {facts.cold_start_s:.0f} s" + (f", warm {warm}" if warm else ", no warm restart yet")

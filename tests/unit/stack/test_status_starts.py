@@ -10,7 +10,8 @@ from core.report_schema import StartupFacts
 from core.settings import Settings
 from core.slots import write_slot
 from engine.vllmlog.startup import phases_line
-from stack.control import starting_beside, startup_times_line
+from stack.control import starting_beside
+from stack.services import startup_times_line
 
 
 def test_cold_and_warm_starts_are_listed() -> None:
@@ -47,3 +48,18 @@ def test_the_phases_of_the_last_start_are_one_line() -> None:
     assert line is not None and line.startswith("  last start 37 s: API server start + imports 10, ")
     assert "compile + warm-up 11" in line
     assert phases_line({k: v for k, v in phases.items() if k != "api_ready"}) is None
+
+
+def test_status_names_the_served_model_and_its_kv_pool() -> None:
+    """`make status` says which model serves (the name clients use, what was asked for, synthetic or not) and its KV
+    pool from vLLM's line: a fresh user could not tell ERNIE (58,240 tokens) from the tiny model after a switch."""
+    from core.enginestate import EngineState
+    from engine.vllmlog.tracker import StartupPhase
+    from stack.services import serving_line
+
+    state = EngineState(requested="synthetic:tiny", source="synthetic", model_arg="/m/tiny",
+                        served_name="ernie-tiny-synthetic", synthetic=True)  # fmt: skip
+    phase = StartupPhase("ready", "ready after 60 s", kv_cache_line="CPU KV cache size: 2,097,152 tokens")
+    assert serving_line(state, phase) == (
+        "vLLM serves ernie-tiny-synthetic (synthetic:tiny, synthetic weights); CPU KV cache size: 2,097,152 tokens")
+    assert serving_line(None, phase) is None
