@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
 
@@ -66,6 +66,23 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     return ordered[-1][0]
 
 
+def histogram_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """The bounds ``(lower, upper)`` of the bucket holding quantile ``q`` of cumulative ``(upper bound, count)``
+    buckets: where the true quantile lies (:func:`histogram_quantile` interpolates a point inside it, which may lie
+    beyond every observation: vLLM's E2E buckets step from 60 to 120 s). ``upper`` is ``inf`` in the last bucket;
+    None when the histogram is empty."""
+    ordered = sorted(buckets)
+    if not ordered or ordered[-1][1] <= 0:
+        return None
+    rank = q * ordered[-1][1]
+    prev_bound = 0.0
+    for bound, count in ordered:
+        if count >= rank:
+            return prev_bound, bound
+        prev_bound = bound
+    return prev_bound, math.inf
+
+
 def _bucket_deltas(before: Samples, after: Samples, name: str) -> list[tuple[float, float]]:
     per_le: dict[float, float] = defaultdict(float)
     for source, sign in ((after, 1.0), (before, -1.0)):
@@ -83,14 +100,22 @@ def bucket_counts(before: Samples, after: Samples, name: str) -> list[tuple[floa
     return [(le, count - (cumulative[i - 1][1] if i else 0.0)) for i, (le, count) in enumerate(cumulative)]
 
 
+BUCKET_TEXT = "The histogram bucket holding p{q}, ms: [lower, upper] (upper null in the last, +Inf bucket)."
+
+
 class LatencyView(BaseModel):
-    """One server-side latency histogram over the window, milliseconds."""
+    """One server-side latency histogram over the window, milliseconds: the mean is exact, each percentile is
+    interpolated inside the histogram bucket that holds it (Prometheus' ``histogram_quantile``) and may lie beyond
+    every request's own figure; ``p*_bucket_ms`` are that bucket's bounds, where the true percentile lies."""
 
     count: int
     mean_ms: float | None
     p50_ms: float | None
     p90_ms: float | None
     p99_ms: float | None
+    p50_bucket_ms: tuple[float, float | None] | None = Field(default=None, description=BUCKET_TEXT.format(q=50))
+    p90_bucket_ms: tuple[float, float | None] | None = Field(default=None, description=BUCKET_TEXT.format(q=90))
+    p99_bucket_ms: tuple[float, float | None] | None = Field(default=None, description=BUCKET_TEXT.format(q=99))
 
 
 def latency_view(before: Samples, after: Samples, name: str) -> LatencyView:
@@ -103,12 +128,21 @@ def latency_view(before: Samples, after: Samples, name: str) -> LatencyView:
         value = histogram_quantile(q, buckets)
         return None if value is None else value * 1000.0
 
+    def bucket_ms(q: float) -> tuple[float, float | None] | None:
+        bounds = histogram_bucket(q, buckets)
+        if bounds is None:
+            return None
+        return bounds[0] * 1000.0, None if math.isinf(bounds[1]) else bounds[1] * 1000.0
+
     return LatencyView(
         count=round(count),
         mean_ms=total_s / count * 1000.0 if count > 0 else None,
         p50_ms=q_ms(0.5),
         p90_ms=q_ms(0.9),
         p99_ms=q_ms(0.99),
+        p50_bucket_ms=bucket_ms(0.5),
+        p90_bucket_ms=bucket_ms(0.9),
+        p99_bucket_ms=bucket_ms(0.99),
     )
 
 

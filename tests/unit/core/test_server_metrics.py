@@ -85,6 +85,25 @@ def test_histogram_quantile_interpolates_like_prometheus() -> None:
     assert histogram_quantile(0.5, []) is None
 
 
+def test_each_server_percentile_comes_with_the_bucket_it_lies_in() -> None:
+    """vLLM's E2E buckets step from 60 to 120 s: 50 requests that all took 61-82 s give an interpolated p90 of 114 s,
+    beyond every request (a fresh user read p90 99 s against a client maximum of 82 s). The view carries the bucket,
+    [60 s, 120 s], where the true p90 lies; the last bucket's upper bound is open (null)."""
+    from core.serverview_samples import latency_view
+
+    def scrape(done: float) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+        name = "vllm:e2e_request_latency_seconds"
+        return {f"{name}_bucket": {(("le", "60.0"),): 0.0, (("le", "120.0"),): done, (("le", "+Inf"),): done},
+                f"{name}_count": {(): done}, f"{name}_sum": {(): 70.0 * done}}  # fmt: skip
+
+    view = latency_view(scrape(0.0), scrape(50.0), "vllm:e2e_request_latency_seconds")
+    assert view.p90_ms == pytest.approx(114_000.0) and view.p90_bucket_ms == (60_000.0, 120_000.0)
+    assert view.mean_ms == pytest.approx(70_000.0)
+    last = latency_view(scrape(0.0), {**scrape(50.0), "vllm:e2e_request_latency_seconds_bucket": {
+        (("le", "60.0"),): 0.0, (("le", "120.0"),): 0.0, (("le", "+Inf"),): 50.0}}, "vllm:e2e_request_latency_seconds")
+    assert last.p99_bucket_ms == (120_000.0, None)
+
+
 def test_garbage_exposition_is_rejected() -> None:
     """Text that is not a Prometheus exposition raises ValueError."""
     with pytest.raises(ValueError):
