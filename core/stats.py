@@ -341,6 +341,8 @@ def key_insight(m: RunMetrics) -> str:
     if steady is None or req_s is None or tok_s is None:
         req_s, tok_s = m.throughput_req_per_sec, m.output_tokens_per_sec
         which = "whole run"
+        if m.steady is not None and m.steady.reason and (cv is None or cv > 10):  # why not, and what to do
+            which += f"; no steady state: {m.steady.reason}"
     else:
         which = (
             f"steady state {steady.start_s:.0f}–{steady.end_s:.0f} s of {m.duration_s:.0f} s; "

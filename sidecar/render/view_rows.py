@@ -42,7 +42,9 @@ def headline_rows(report: Report) -> list[Row]:
         ("TPOT p50 / p99", f"{fmt(m.tpot.p50_ms, 'ms', 1)} / {fmt(m.tpot.p99_ms, 'ms', 1)}"),
         ("ITL p50 / p99", f"{fmt(m.itl.p50_ms, 'ms', 1)} / {fmt(m.itl.p99_ms, 'ms', 1)}"),
         ("Peak concurrency", str(m.peak_concurrency)),
-        ("Measured window", fmt(m.duration_s, "s", 1)),
+        ("Measured window", fmt(m.duration_s, "s", 1)
+         + (f" (first request sent to last answer; DURATION {report.config.duration_s:g} s plus the drain)"
+            if report.config.duration_s and m.duration_s and m.duration_s > report.config.duration_s + 1 else "")),
         ("GPU memory peak", fmt(m.gpu_mem_peak_gb, "GB")),
         ("vLLM RSS peak", fmt(m.vllm_rss_peak_gb, "GB")),
         ("KV cache pool / peak used", kv_text(report)),

@@ -84,6 +84,8 @@ def test_requests_that_outlast_the_level_span_give_no_steady_state() -> None:
     assert m.steady is not None and not m.steady.found, m.steady
     assert "requests outlast the level span" in (m.steady.reason or "")
     assert "whole run" in key_insight(m) and m.peak_concurrency == 32
+    # the seed's 32 users for 60 s on 2 CPUs: the terminal's and the Markdown's insight say why and what to do
+    assert "no steady state: requests outlast the level span" in key_insight(m) and "run longer" in key_insight(m)
 
 
 def test_throughput_plot_draws_the_steady_window() -> None:

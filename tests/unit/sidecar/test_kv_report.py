@@ -265,3 +265,14 @@ def test_a_window_across_a_model_switch_keeps_the_pool_of_the_engine_it_began_on
     tiny = EngineGauges(5.0, 1, 0, 0, 16_384, 128, 1024**3, 2_097_152)
     kv = kv_cache_stats([Sample(t=1.0, engine=ernie), Sample(t=2.0, engine=tiny), Sample(t=3.0, engine=tiny)])
     assert kv is not None and (kv.pool_blocks, kv.pool_tokens) == (455, 58_240)
+
+
+def test_a_measured_window_longer_than_the_duration_says_why() -> None:
+    """DURATION 60 s and a measured window of 83.5 s (the answers in flight at the end drain): the report's row says
+    what the window is, so the two figures do not look like a contradiction."""
+    r = report()
+    r = r.model_copy(update={"config": r.config.model_copy(update={"duration_s": 60.0}),
+                             "metrics": r.metrics.model_copy(update={"duration_s": 83.5})})  # fmt: skip
+    assert "83.5 s (first request sent to last answer; DURATION 60 s plus the drain)" in render_markdown(r)
+    r = r.model_copy(update={"metrics": r.metrics.model_copy(update={"duration_s": 60.4})})
+    assert "DURATION 60 s plus the drain" not in render_markdown(r)
