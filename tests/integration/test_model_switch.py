@@ -104,6 +104,10 @@ def test_start_vllm_switches_under_a_stream_a_typo_is_reported_and_the_way_back_
         assert served(stack) == ["tiny"]
         status = stack.make("status")
         assert status.returncode == 0 and "vLLM startup: ready" in status.stdout, status.stdout
+        assert "vLLM serves tiny (" in status.stdout and "KV cache size" in status.stdout, status.stdout
+        ready_s = float(re.search(r"ready after ([\d.]+) s", status.stdout)[1])  # type: ignore[index]
+        last_s = float(re.search(r"last start ([\d.]+) s", status.stdout)[1])  # type: ignore[index]
+        assert abs(ready_s - last_s) <= 2, status.stdout  # one start, one duration: both from its launch
         startup = httpx.get(f"{stack.sidecar_url}/startup", timeout=30).json()
         assert startup["phase"] == "ready" and startup["engine"]["served_model"] == "tiny", startup
     finally:
