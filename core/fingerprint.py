@@ -119,8 +119,8 @@ def unusable_reason(report: Report) -> str | None:
     """Why ``report`` cannot stand as the reference of a comparison — the one test of "no reference" (``make
     baseline``, ``--baseline``, GATE, ``vs_previous``, the terminal's ``[REPORT]`` line): interrupted run, ended
     early (server down), no measured request sent, more than :data:`MAX_CUT_SHARE_PCT` of its requests cut by its
-    end (every one, when none ended), vLLM switched during it (rows of two models), no successful request; None when
-    it can."""
+    end (every one, when none ended), vLLM switched during it (rows of two models), profiled, no successful request;
+    None when it can."""
     m = report.metrics
     if report.interrupted:
         return f"{report.report_id} was interrupted (Ctrl-C) before its planned end"
@@ -128,6 +128,9 @@ def unusable_reason(report: Report) -> str | None:
         return f"{report.report_id} was ended early: {server_down_words(report.server_down)}"
     if report.engine_switch:
         return f"{report.report_id} spans a switch of vLLM ({report.engine_switch.split(': ', 1)[0]})"
+    if report.config.profiled:
+        return (f"{report.report_id} was profiled (PROFILE=1: vLLM's torch profiler slows the engine through its "
+                "window)")  # fmt: skip
     sent = m.requests_total + m.requests_incomplete
     if not sent:
         return f"{report.report_id} sent no measured request (its warmup failed, or it was stopped before)"

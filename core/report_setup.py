@@ -138,6 +138,11 @@ class BenchmarkConfig(BaseModel):
     )
     router_policy: str | None = Field(default=None, description="The router's --policy (None: no router).")
     router_version: str | None = Field(default=None, description="The vllm-router package's version.")
+    profiled: bool = Field(
+        default=False,
+        description="vLLM ran with its torch profiler through the measured window (PROFILE=1): the profiler slows it, "
+        "so the run is never a comparison reference.",
+    )
     prefix_file: str | None = Field(
         default=None, description="The generated prefixes (a JSON list of texts, logs/datasets/prefixes_….json)."
     )

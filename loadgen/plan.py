@@ -113,6 +113,7 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
         rate_end_req_per_sec=settings.rate_end,
         input_len_tokens=settings.random_input_len if settings.random_dataset else None,
         session_turns=settings.session_turns,
+        profiled=settings.profile,
         think_time=settings.think_time if settings.session_turns > 1 else None,
         session_followups=None if settings.session_turns <= 1 or settings.session_followups == "auto" else (
             settings.session_followups),  # auto: resolved on the dataset (loadgen.workloads.sessions.followups_of)

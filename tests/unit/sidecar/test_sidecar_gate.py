@@ -192,3 +192,19 @@ def test_a_baseline_without_success_cannot_judge_and_is_never_previous() -> None
     assert "cannot judge" in (comparison["vs_v1"].refused or "")
     verdict = gate_verdict(new.model_copy(update={"comparison": comparison}), "v1", 5.0)
     assert verdict.exit_code == EXIT_ERROR and "cannot judge" in verdict.line
+
+
+def test_a_profiled_run_is_no_baseline_and_its_pages_say_so() -> None:
+    """PROFILE=1 runs the window under vLLM's torch profiler, which slows the engine: the report says it was profiled
+    (terminal, Markdown, HTML) and is never a reference (a fresh user found a profiled run saved as the baseline)."""
+    from core.fingerprint import unusable_reason
+    from sidecar.render.html_page import render_html
+    from sidecar.render.markdown_page import render_markdown
+
+    r = report()
+    profiled = r.model_copy(update={"config": r.config.model_copy(update={"profiled": True})})
+    assert unusable_reason(r) is None
+    why = unusable_reason(profiled) or ""
+    assert "was profiled (PROFILE=1" in why
+    assert "profiled" in render_markdown(profiled) and "profiled" in render_html(profiled, [])
+    assert any("not a baseline" in line and "profiled" in line for line in format_summary(profiled, "/r/p.json"))
