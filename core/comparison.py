@@ -105,6 +105,11 @@ def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 
+def flag_text(value: str | None) -> str:
+    """A vLLM flag's value as compared: ``unset (vLLM's default)`` for a flag one side did not pass."""
+    return "unset (vLLM's default)" if value is None else value
+
+
 def _workload(config: BenchmarkConfig) -> dict[str, object]:
     """The config's fields as compared: knobs of the other load mode (:data:`MODE_FIELDS`) None, a moved dataset at
     its current path."""
@@ -222,12 +227,14 @@ def environment_notes(old: Environment, new: Environment) -> list[str]:
     report time, no GPU driver) is unknown, not a change."""
     fa, fb = vllm_flags(old.vllm_args), vllm_flags(new.vllm_args)
     notes = [
-        f"vLLM flag {flag} differs ({fa.get(flag)} -> {fb.get(flag)})"
+        f"vLLM flag {flag} differs ({flag_text(fa.get(flag))} -> {flag_text(fb.get(flag))})"
         for flag in sorted((set(fa) | set(fb)) - IGNORED_VLLM_FLAGS)
         if fa.get(flag) != fb.get(flag)
     ]
     for key in FLAGGED_ENV_FIELDS:
         before, now = getattr(old, key), getattr(new, key)
+        if key == "vllm_fingerprint" and notes and old.vllm_version == new.vllm_version:
+            continue  # vLLM's system_fingerprint hashes its config: the flag notes above are the change it shows
         if before is not None and now is not None and before != now:
             notes.append(f"{key} differs ({before} -> {now})")
     return [f"{note}; the comparison includes that change" for note in notes]

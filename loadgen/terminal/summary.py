@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.clientview import ClientView, share_text
-from core.comparison import ABComparison, comparison_lines, report_notes
+from core.comparison import ABComparison, comparison_lines, flag_text, report_notes
 from core.conversations import sessions_text, turns_text
 from core.cutrequests import CutRequests
 from core.energy import NO_ENERGY_GAP
@@ -183,6 +183,13 @@ def format_summary(report: Report, report_path: str) -> list[str]:
     return lines
 
 
+def side_text(group: str, value: str | None) -> str:
+    """One side of a ``[DIFF]`` line: a vLLM flag one side did not pass is vLLM's default, another field unknown."""
+    if value is not None:
+        return value
+    return flag_text(None) if group == "vLLM flags" else "unset"
+
+
 def cut_line(cut: CutRequests) -> str:
     """``[RESULT] Cut by the run's end: 32 (the end of the run 32) after up to 61 s in flight; 20 had a first token
     (TTFT P50 41,000 ms P99 …), 1,204 chunks received``: what the requests no other figure holds had received."""
@@ -319,7 +326,8 @@ def ab_compare_lines(comparison: ABComparison, path: str) -> list[str]:
     a, b = comparison.a, comparison.b
     lines = [f"[COMPARE] A = {a.ref} ({a.id}), B = {b.ref} ({b.id})"]
     if comparison.differences:
-        lines += [f"[DIFF] {d.group}: {d.field}: {d.a} -> {d.b}" for d in comparison.differences]
+        lines += [f"[DIFF] {d.group}: {d.field}: {side_text(d.group, d.a)} -> {side_text(d.group, d.b)}"
+                  for d in comparison.differences]  # fmt: skip
     else:
         lines.append("[DIFF] no configuration field differs")
     lines += [f"[COMPARE] {p.against_label} -> {p.label}: {change_parts(p, hits=True)}" for p in comparison.points]

@@ -131,3 +131,23 @@ def test_a_much_warmer_prefix_cache_is_noted_beside_the_comparison() -> None:
     assert "0% of the prompt tokens then and 74% now" in noted[0] and "./start_vllm.sh" in noted[0]
     assert notes(15.0, old) == notes(None, old) == []
     assert notes(73.6, old.model_copy(update={"server": None})) == []
+
+
+def test_a_flag_one_side_did_not_pass_reads_as_vllms_default_and_its_config_hash_is_not_a_second_change() -> None:
+    """A fresh user read `--max-num-seqs: None -> 1` and `vllm_fingerprint differs (vllm-0.32.0-f9832c0b ->
+    vllm-0.32.0-6708f32d)`, which looked like another vLLM build: the flag's missing side is vLLM's default, and
+    the system fingerprint (a hash of vLLM's config) is not noted again when a flag explains it; a new vLLM version
+    still is."""
+    from core.comparison import environment_notes
+    from core.report_schema import Environment
+    from loadgen.terminal.summary import side_text
+
+    old = Environment(vllm_version="0.32.0", vllm_fingerprint="vllm-0.32.0-f9832c0b", vllm_args=["--port", "1"])
+    new = old.model_copy(update={"vllm_fingerprint": "vllm-0.32.0-6708f32d",
+                                 "vllm_args": ["--port", "1", "--max-num-seqs", "1"]})  # fmt: skip
+    notes = environment_notes(old, new)
+    assert notes == ["vLLM flag --max-num-seqs differs (unset (vLLM's default) -> 1); the comparison includes that "
+                     "change"], notes  # fmt: skip
+    upgraded = new.model_copy(update={"vllm_version": "0.33.0", "vllm_fingerprint": "vllm-0.33.0-1"})
+    assert any(n.startswith("vllm_fingerprint differs") for n in environment_notes(old, upgraded))
+    assert side_text("vLLM flags", None) == "unset (vLLM's default)" and side_text("workload", None) == "unset"
