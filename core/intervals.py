@@ -107,7 +107,9 @@ def difference_interval(
 
 def judge(a: Interval | None, b: Interval | None, better: int, threshold_pct: float) -> Change:
     """Compare B with A for a metric where ``better`` = +1 means higher is better (throughput) and −1 lower is
-    better (latency). ``threshold_pct``: a worse change whose whole interval lies beyond it is a regression."""
+    better (latency). ``threshold_pct``: a worse change whose whole interval lies beyond it is a regression. The
+    interval's lower bound is at least −100 % (the metrics are never negative; a t-interval over 2 runs once read
+    [−436 %, +399 %])."""
     if a is None or b is None:
         return Change(
             a_mean=a.mean if a else None, b_mean=b.mean if b else None, change_pct=None,
@@ -118,6 +120,8 @@ def judge(a: Interval | None, b: Interval | None, better: int, threshold_pct: fl
     if bounds is None or a.mean == 0:
         return Change(a_mean=a.mean, b_mean=b.mean, change_pct=change, verdict="no interval (single runs)")
     low, high = (bound / abs(a.mean) * 100.0 for bound in bounds)
+    if a.mean > 0:  # every compared metric is >= 0: B cannot fall below A by more than all of it
+        low = max(low, -100.0)
     verdict: Verdict
     if low <= 0 <= high:
         verdict = "no significant change"

@@ -85,3 +85,14 @@ def test_t_quantile_is_scipy_stats_t_ppf(df: float) -> None:
     """The lazily imported quantile gives scipy.stats.t.ppf's values, fractional (Welch) degrees of freedom included."""
     for p in (0.9, 0.975, 0.995):
         assert t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-12)
+
+
+def test_a_change_interval_never_falls_below_minus_100_percent() -> None:
+    """Two runs each (0.30 and 0.49 req/s, then 0.40 and 0.41): the t-interval of the difference is wide (t = 12.7 at
+    1 degree of freedom) and once read [−436 %, +399 %]; no metric here can fall by more than all of it, so the
+    lower bound stops at −100 % and the verdict is unchanged."""
+    a, b = interval([0.30, 0.49]), interval([0.40, 0.41])
+    assert a is not None and b is not None
+    change = judge(b, a, better=+1, threshold_pct=5.0)
+    assert change.low_pct == -100.0 and change.high_pct is not None and change.high_pct > 100.0
+    assert change.verdict == "no significant change"
