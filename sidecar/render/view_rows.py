@@ -238,8 +238,8 @@ def error_rows(report: Report) -> list[Row]:
 
 def outcome_notes(report: Report) -> list[str]:
     """How the run ended when not as planned, and what the report leaves out: Ctrl-C/SIGTERM, vLLM stopped answering,
-    per-request rows kept locally, and why it is no reference when it is none (:func:`core.fingerprint.unusable_reason`;
-    shown at the top of the Markdown and HTML reports)."""
+    per-request rows kept locally, a client-limited run, and why it is no reference when it is none
+    (:func:`core.fingerprint.unusable_reason`; shown at the top of the Markdown and HTML reports)."""
     notes = []
     if report.interrupted:
         notes.append("Interrupted (Ctrl-C, SIGTERM or SIGHUP): the report of the requests so far.")
@@ -247,6 +247,9 @@ def outcome_notes(report: Report) -> list[str]:
         notes.append(f"{report.server_down}; the run was ended early, the failures are counted.")
     if report.rows_omitted:
         notes.append(report.rows_omitted[:1].upper() + report.rows_omitted[1:] + ".")
+    if report.client is not None and report.client.client_limited:  # as the terminal's [WARN] says it
+        notes.append(f"Client-limited run: {report.client.reason}. The figures may measure the load generator "
+                     "(see the client and the /metrics cross-check below).")  # fmt: skip
     why = unusable_reason(report)
     if why:
         notes.append(f"Not a baseline: {why.removeprefix(report.report_id + ' ')}.")

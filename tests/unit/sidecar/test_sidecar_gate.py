@@ -208,3 +208,19 @@ def test_a_profiled_run_is_no_baseline_and_its_pages_say_so() -> None:
     assert "was profiled (PROFILE=1" in why
     assert "profiled" in render_markdown(profiled) and "profiled" in render_html(profiled, [])
     assert any("not a baseline" in line and "profiled" in line for line in format_summary(profiled, "/r/p.json"))
+
+
+def test_a_client_limited_run_says_so_in_its_pages_as_in_the_terminal() -> None:
+    """The terminal's `[WARN] Client-limited run: …` was in no page (a fresh user found it only in the JSON): the
+    Markdown and HTML reports carry it at the top with its reason."""
+    from core.clientview import client_view
+    from sidecar.render.html_page import render_html
+    from sidecar.render.markdown_page import render_markdown
+    from tests.unit.loadgen.test_client_load import ROWS
+
+    limited = report().model_copy(update={"client": client_view(ROWS, duration_s=10.0, cpu_cores=0.95,
+                                                                calibration=None)})  # fmt: skip
+    assert limited.client is not None and limited.client.client_limited
+    for page in (render_markdown(limited), render_html(limited, [])):
+        assert "Client-limited run: " in page and "CPU" in page
+    assert "Client-limited run" not in render_markdown(report())
