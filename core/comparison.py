@@ -261,7 +261,11 @@ def compare_reports(new: Report, old: Report, threshold_pct: float) -> Compariso
     """One run against another of its workload: :func:`compare_points` of the two as unlabelled one-run points
     (plain percent changes), with the environment and prefix-cache notes."""
     comparison = compare_points([report_as_point(new, "")], [report_as_point(old, "")], old.report_id, threshold_pct)
-    comparison.notes = environment_notes(old.environment, new.environment) + prefix_cache_notes(old, new)
+    cache = prefix_cache_notes(old, new)
+    comparison.notes = environment_notes(old.environment, new.environment) + cache
+    if cache and old.server is not None and new.server is not None:  # both rates known: the note's figures
+        comparison.prefix_cache_percent = (old.server.prefix_cache_hit_rate_percent or 0.0,
+                                           new.server.prefix_cache_hit_rate_percent or 0.0)  # fmt: skip
     return comparison
 
 

@@ -5,8 +5,9 @@ only reads that comparison (``comparison["vs_<name>"]``, the same for a run and 
 :mod:`core.comparison`). A run fails when request throughput drops, or p99 latency rises, by more than the threshold
 (default 5 %, GATE_THRESHOLD_PCT), or when its error rate rises by more than GATE_ERROR_RATE_PP percentage points
 (default 1); where both runs measured energy, also when the energy per output token rises by more than the threshold
-(docs/energy.md). A baseline that cannot be judged against (no successful request, interrupted) is "cannot judge" (exit
-2), never a pass or a regression.
+(docs/energy.md). A baseline that cannot be judged against (no successful request, interrupted), or a comparison whose
+prefix-cache hit rates lie far apart (the changes partly the cache's), is "cannot judge" (exit 2), never a pass or a
+regression.
 """
 
 from __future__ import annotations
@@ -112,6 +113,13 @@ def gate_verdict(
             f"[GATE] ERROR vs {baseline}: no baseline named {baseline!r} ({hint}); mark one with "
             f"`make baseline NAME={baseline}`"
         )
+        return GateVerdict(EXIT_ERROR, line, checks=[_cannot_judge(line)], baseline=baseline)
+    if comparison.prefix_cache_percent is not None:
+        then, now = comparison.prefix_cache_percent
+        line = (f"[GATE] ERROR vs {baseline} ({comparison.against}): cannot judge: vLLM's prefix cache served "
+                f"{then:.0f}% of the prompt tokens then and {now:.0f}% now, so the changes are partly the cache's; "
+                "restart vLLM (./start_vllm.sh) before each run, or serve with "
+                "VLLM_EXTRA_ARGS=--no-enable-prefix-caching")  # fmt: skip
         return GateVerdict(EXIT_ERROR, line, checks=[_cannot_judge(line)], baseline=baseline)
     checks = comparison_checks(comparison, threshold_pct, error_rate_pp)
     failures = [f"{c.name} {c.detail}" for c in checks if not c.passed]

@@ -169,3 +169,8 @@ class Comparison(BaseModel):
     notes: list[str] = Field(
         default_factory=list, description="What differs outside the workload (vLLM flags, version): part of the change."
     )
+    prefix_cache_percent: tuple[float, float] | None = Field(
+        default=None,
+        description="vLLM's prefix-cache hit rate of A and of B, %, when they lie further apart than 20 points: the "
+        "changes are partly the cache's (the gate cannot judge them).",
+    )

@@ -224,3 +224,24 @@ def test_a_client_limited_run_says_so_in_its_pages_as_in_the_terminal() -> None:
     for page in (render_markdown(limited), render_html(limited, [])):
         assert "Client-limited run: " in page and "CPU" in page
     assert "Client-limited run" not in render_markdown(report())
+
+
+def test_a_gate_across_a_warm_and_a_cold_prefix_cache_cannot_judge() -> None:
+    """A fresh user's gate passed +45 % throughput against a baseline measured on a cold prefix cache (0 % then, 81 %
+    now) right after the comparison had warned of it: the verdict is "cannot judge" (exit 2), naming both rates and
+    what to do, in either direction."""
+    from core.comparison import compare_reports
+    from core.serverview import ServerView
+
+    def served(rate: float, throughput: float) -> object:
+        r = report(throughput=throughput)
+        return r.model_copy(update={"server": ServerView.model_construct(prefix_cache_hit_rate_percent=rate)})
+
+    for then, now in ((0.0, 81.0), (81.0, 0.0)):
+        comparison = compare_reports(served(now, 2.9), served(then, 2.0), 5.0)  # type: ignore[arg-type]
+        assert comparison.prefix_cache_percent == (then, now)
+        verdict = gate_verdict(report().model_copy(update={"comparison": {"vs_b1": comparison}}), "b1", 5.0)
+        assert verdict.exit_code == EXIT_ERROR and "cannot judge: vLLM's prefix cache served" in verdict.line
+        assert f"{then:.0f}% of the prompt tokens then and {now:.0f}% now" in verdict.line and "restart vLLM" in verdict.line
+    near = compare_reports(served(30.0, 2.0), served(20.0, 2.0), 5.0)  # type: ignore[arg-type]
+    assert near.prefix_cache_percent is None
