@@ -25,6 +25,7 @@ from core.series_stats import (
     find_knee,
     is_series_id,
     measure_point,
+    prefix_cache_spread_notes,
     report_as_point,
     series_unusable_reason,
 )
@@ -129,7 +130,7 @@ class SeriesService:
                 knee=find_knee(points, slo, request.slo_attainment_pct),
                 comparison=self._comparisons(points, first.environment, request.threshold_pct),
                 interrupted=request.interrupted,
-                notes=request.notes,
+                notes=request.notes + prefix_cache_spread_notes(points),
             )
             path = self.series.write(series, lambda final: series_files(final, self.sidecar_url))
         return BuildSeriesResponse(series_path=str(path), series=self.series.get(path.stem))

@@ -141,3 +141,19 @@ def test_an_interrupted_series_is_no_baseline(client_for: Callable[..., TestClie
     answer = client.put(f"/series/{series_id}/baseline/v1")
     assert answer.status_code == 400 and "was interrupted (Ctrl-C)" in answer.text, answer.text
     assert client.get("/baselines").json() == {}
+
+
+def test_repeats_whose_prefix_cache_warmed_say_so() -> None:
+    """REPEAT=2 on a cold engine: the second run found the first's prompts cached (0 % then 81 %, 0.30 then 0.49
+    req/s) and the point's interval read as noise; the series notes the spread per point and what to do."""
+    from core.intervals import interval
+    from core.series_stats import SeriesPoint, prefix_cache_spread_notes
+
+    def point(rates: list[float]) -> SeriesPoint:
+        cache = interval(rates)
+        assert cache is not None
+        return SeriesPoint(label="concurrency 2", kind="concurrency", metrics={"prefix_cache_hit_rate_percent": cache})
+
+    (note,) = prefix_cache_spread_notes([point([0.0, 81.4]), point([70.0, 80.0])])
+    assert note.startswith("point concurrency 2: vLLM's prefix cache served 0% to 81% of the prompt tokens")
+    assert "restart vLLM between runs" in note
