@@ -133,8 +133,10 @@ def judge(a: Interval | None, b: Interval | None, better: int, threshold_pct: fl
     return Change(a_mean=a.mean, b_mean=b.mean, change_pct=change, low_pct=low, high_pct=high, verdict=verdict)
 
 
-def change_text(change: Change) -> str:
-    """``+12% [+8%, +16%] better``, ``no significant change (+3.1% [-4.0%, +10%])``, ``+12% (single runs)``."""
+def change_text(change: Change, better: int | None = None) -> str:
+    """``+12% [+8%, +16%] better``, ``no significant change (+3.1% [-4.0%, +10%])``, ``+12% (single runs: no
+    interval)``; with ``better`` (+1: higher is better, -1: lower is) a single runs' change also says which way it
+    went: ``+341% (worse; single runs: no interval)``."""
 
     def pct(value: float | None) -> str:
         if value is None:
@@ -142,7 +144,10 @@ def change_text(change: Change) -> str:
         return f"{value:+.0f}%" if abs(value) >= 10 else f"{value:+.1f}%"
 
     if change.low_pct is None:
-        return f"{pct(change.change_pct)} (single runs: no interval)"
+        way = ""
+        if better is not None and change.change_pct:
+            way = "better; " if (change.change_pct > 0) == (better > 0) else "worse; "
+        return f"{pct(change.change_pct)} ({way}single runs: no interval)"
     span = f"{pct(change.change_pct)} [{pct(change.low_pct)}, {pct(change.high_pct)}]"
     if change.verdict == "no significant change":
         return f"no significant change ({span})"

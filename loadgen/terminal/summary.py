@@ -276,6 +276,8 @@ def compare_lines(report: Report) -> list[str]:
 
 TABLE_METRICS = ("throughput_req_per_sec", "output_tokens_per_sec", "ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms")
 COMPARE_METRICS = ("throughput_req_per_sec", "output_tokens_per_sec", "ttft_p99_ms", "e2e_p99_ms")
+AB_METRICS = ("ttft_p50_ms", "itl_p50_ms", "itl_p99_ms", "tpot_p50_ms", "e2e_p50_ms", "error_rate_percent")
+"""What `make compare` adds to a point's line: a flag such as --max-num-seqs moves the medians and ITL most."""
 
 
 def interval_text(iv: Interval | None, digits: int = 2) -> str:
@@ -287,10 +289,13 @@ def interval_text(iv: Interval | None, digits: int = 2) -> str:
 
 
 def change_parts(point: PointComparison, hits: bool = False) -> str:
-    """``throughput +12% [+8%, +16%] better; …`` of one compared point: :data:`COMPARE_METRICS`, then the energy and
-    cost figures both sides have, then (``hits``) the prefix-cache hit rate's two values (a rate from ~0)."""
-    parts = [f"{SERIES_METRICS[m][0]} {change_text(point.changes[m])}" for m in COMPARE_METRICS]
-    parts += [f"{SERIES_METRICS[m][0]} {change_text(c)}" for m in WHERE_MEASURED
+    """``throughput +12% [+8%, +16%] better; …`` of one compared point: :data:`COMPARE_METRICS` (and with ``hits``,
+    `make compare`'s line, :data:`AB_METRICS`), then the energy and cost figures both sides have, then (``hits``)
+    the prefix-cache hit rate's two values (a rate from ~0)."""
+    shown = COMPARE_METRICS + (AB_METRICS if hits else ())
+    parts = [f"{SERIES_METRICS[m][0]} {change_text(c, SERIES_METRICS[m][2])}" for m in shown
+             if (c := point.changes.get(m)) is not None and (m in COMPARE_METRICS or c.change_pct is not None)]
+    parts += [f"{SERIES_METRICS[m][0]} {change_text(c, SERIES_METRICS[m][2])}" for m in WHERE_MEASURED
               if (c := point.changes.get(m)) is not None and c.change_pct is not None]  # fmt: skip
     rate = point.changes.get("prefix_cache_hit_rate_percent")
     if hits and rate is not None and rate.a_mean is not None and rate.b_mean is not None:

@@ -331,7 +331,7 @@ def change_table(points: Sequence[PointComparison]) -> tuple[list[str], list[lis
     """One row per paired point and metric: reference, this, the change with its interval and the verdict."""
     header = ["point", "against", "metric", "change [95% CI]"]
     rows = [
-        [p.label, p.against_label, SERIES_METRICS[m][0], change_text(change)]
+        [p.label, p.against_label, SERIES_METRICS[m][0], change_text(change, SERIES_METRICS[m][2])]
         for p in points
         for m, change in p.changes.items()
         if change.change_pct is not None

@@ -151,3 +151,23 @@ def test_a_flag_one_side_did_not_pass_reads_as_vllms_default_and_its_config_hash
     upgraded = new.model_copy(update={"vllm_version": "0.33.0", "vllm_fingerprint": "vllm-0.33.0-1"})
     assert any(n.startswith("vllm_fingerprint differs") for n in environment_notes(old, upgraded))
     assert side_text("vLLM flags", None) == "unset (vLLM's default)" and side_text("workload", None) == "unset"
+
+
+def test_make_compare_shows_the_medians_and_itl_and_says_which_way_a_single_runs_change_went() -> None:
+    """A fresh user's `make compare` of --max-num-seqs 1 against the default showed throughput and the p99s only,
+    hiding TTFT p50 +341 %, and said "no interval (single runs)" without better or worse: its line now carries the
+    medians, ITL and TPOT, and each single-run change says which way it went."""
+    from core.comparison import compare_reports
+    from loadgen.terminal.summary import change_parts
+    from tests.unit.sidecar.test_sidecar_store import report
+
+    old = report(throughput=2.0)
+    new = report(throughput=1.0)
+    ttft = new.metrics.ttft.model_copy(update={"p50_ms": 88.0})  # the old run's is 20 ms
+    new = new.model_copy(update={"metrics": new.metrics.model_copy(update={"ttft": ttft})})
+    (point,) = compare_reports(new, old, 5.0).points
+    line = change_parts(point, hits=True)
+    assert "throughput -50% (worse; single runs: no interval)" in line, line
+    assert "TTFT p50 +340% (worse; single runs: no interval)" in line, line
+    assert "TPOT p50" in line and "E2E p50" in line
+    assert "TTFT p50" not in change_parts(point)  # a run's own [COMPARE] line stays short
