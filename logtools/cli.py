@@ -36,7 +36,8 @@ options:
   --threshold-ms MS  --slow threshold in milliseconds (default 1000)
   --limit N          error groups / slow requests listed (default 20)
   --tracebacks       print each error group's example traceback
-  --log FILE         vLLM log (default: vllm.log in the settings' LOGS_DIR, i.e. logs/vllm.log)
+  --log FILE         vLLM log (default: every vLLM log in the settings' LOGS_DIR, i.e. logs/vllm.log and, after a
+                     model switch or with replicas, logs/vllm-b.log, logs/vllm-1.log, ...)
   --requests FILE    request log (default: requests.jsonl in LOGS_DIR)
   --logs-dir DIR     where the two logs are (default: the settings' LOGS_DIR, i.e. logs/)
   --no-rotated       read only the given files, not FILE.1, FILE.2.gz, ...
@@ -172,6 +173,7 @@ def request_of(options: Options) -> Request:
         threshold_ms=options.threshold_ms,
         limit=options.limit,
         rotated=options.rotated,
+        every_engine=options.log is None,  # --logs-dir alone: every vLLM log there, as by default
     )
 
 

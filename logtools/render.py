@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -31,7 +33,10 @@ def _files(source: dict[str, Any]) -> str:
     files = source.get("files") or []
     if not files:
         return "(no file)"
-    extra = f" (+{len(files) - 1} rotated)" if len(files) > 1 else ""
+    names = {os.path.basename(f).split(".log")[0] for f in files}  # vllm.log.1 is vllm.log's: one engine
+    others = sorted(n + ".log" for n in names if n + ".log" != os.path.basename(files[-1]).split(".log")[0] + ".log")
+    rotated = len(files) - len(names)
+    extra = "".join((f" (+ {', '.join(others)})" if others else "", f" (+{rotated} rotated)" if rotated else ""))
     notes = []
     if source.get("overlong_lines"):
         notes.append(f"{source['overlong_lines']} over-long lines cut")

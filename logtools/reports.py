@@ -34,8 +34,11 @@ class Request:
         threshold_ms: float = 1000.0,
         limit: int = 20,
         rotated: bool = True,
+        every_engine: bool | None = None,
     ) -> None:
         self.errors, self.slow, self.stats = errors, slow, stats
+        self.every_engine = log is None if every_engine is None else every_engine
+        """Read every vLLM log beside ``log`` (:func:`engine_logs`): the default unless a file is named (--log)."""
         self.log, self.requests = log, requests
         self.since_s = since_s
         """Window start, epoch seconds (None: everything)."""
@@ -45,11 +48,24 @@ class Request:
 
 
 def default_paths() -> tuple[str, str]:
-    """Default log files from the settings (imported lazily: pydantic-settings costs ~0.3 s of start-up)."""
+    """Default log files from the settings (imported lazily: pydantic-settings costs ~0.3 s of start-up): the
+    serving engine's log and the request log."""
     from core.settings import get_settings
 
     settings = get_settings()
     return str(settings.vllm_log_file), str(settings.logs_dir / "requests.jsonl")
+
+
+def engine_logs(serving: str) -> list[str]:
+    """Every vLLM log beside ``serving`` (``vllm.log``, ``vllm-b.log`` of the blue/green switch's other slot,
+    ``vllm-1.log`` … of replicas), the serving one last: after ``./start_vllm.sh`` the serving engine writes
+    ``vllm-b.log`` and the first engine's requests and warnings stay in ``vllm.log`` (a fresh user's ``--stats``
+    then covered the new engine only). Just ``serving`` when no other exists."""
+    folder = os.path.dirname(serving) or "."
+    others = sorted(
+        os.path.join(folder, name) for name in os.listdir(folder) if name.startswith("vllm") and name.endswith(".log")
+    ) if os.path.isdir(folder) else []  # fmt: skip
+    return [p for p in others if os.path.abspath(p) != os.path.abspath(serving)] + [serving]
 
 
 def missing_log(path: StrPath) -> str:
@@ -147,7 +163,8 @@ def make_reports(request: Request) -> dict[str, Any]:
             return rotated_family(path)
         return [os.fspath(path)] if os.path.isfile(path) else []
 
-    log_files = family(log_path) if wants_log else []
+    engines = engine_logs(os.fspath(log_path)) if request.every_engine else [os.fspath(log_path)]
+    log_files = [f for path in engines for f in family(path)] if wants_log else []
     request_files = family(requests_path) if wants_requests else []
     if not log_files and (request.errors or (request.stats and request.log is not None)):
         raise InputError(missing_log(log_path))

@@ -246,3 +246,21 @@ def test_stats_text_counts_cancelled_requests(tmp_path: Path, capsys: pytest.Cap
     assert "4 (ok 2, errors 1, cancelled 1, error rate 25.00%)" in out
     stats = run_json(capsys, "--stats", "--log", str(OLD), "--requests", str(log))["stats"]["requests"]
     assert stats["ok"] + stats["errors"] + stats["cancelled"] == stats["requests"] == 4
+
+
+def test_after_a_switch_the_default_reads_every_engines_log_and_log_names_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """After ``./start_vllm.sh`` the serving engine writes ``vllm-b.log`` while the first engine's requests and
+    warnings stay in ``vllm.log``: ``--errors`` and ``--stats`` read both by default (a fresh user's stats covered
+    the new engine only), and ``--log FILE`` still reads just that file."""
+    warn = "(APIServer pid={pid}) WARNING 12-07 04:1{m}:00 [cpu.py:224] Triton is not installed.\n"
+    (tmp_path / "vllm.log").write_text(warn.format(pid=1, m=0) * 2)
+    (tmp_path / "vllm-b.log").write_text(warn.format(pid=2, m=5) * 3)
+    (tmp_path / "requests.jsonl").write_text("")
+    both = run_json(capsys, "--errors", "--json", "--logs-dir", str(tmp_path))["errors"]
+    assert both["events"] == 5 and len(both["log"]["files"]) == 2, both
+    code, out, _ = run(capsys, "--errors", "--logs-dir", str(tmp_path))
+    assert code == 0 and out.splitlines()[0].startswith(f"Problems in {tmp_path / 'vllm.log'} (+ vllm-b.log): 5 events")
+    one = run_json(capsys, "--errors", "--json", "--log", str(tmp_path / "vllm-b.log"))["errors"]
+    assert one["events"] == 3 and len(one["log"]["files"]) == 1
