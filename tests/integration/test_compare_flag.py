@@ -35,7 +35,7 @@ def test_compare_lists_the_differing_vllm_flag_first_and_shows_both_curves(stack
     compared = stack.make("compare", f"A={a}", f"B={b}", timeout_s=120)
     assert compared.returncode == 0, compared.stdout[-3000:] + compared.stderr[-3000:]
     diffs = [line for line in compared.stdout.splitlines() if line.startswith("[DIFF]")]
-    assert diffs[0] == "[DIFF] vLLM flags: --max-num-seqs: None -> 2", compared.stdout
+    assert diffs[0] == "[DIFF] vLLM flags: --max-num-seqs: unset (vLLM's default) -> 2", compared.stdout
     paired = [line for line in compared.stdout.splitlines() if line.startswith("[COMPARE] concurrency")]
     assert len(paired) == 2 and "throughput" in paired[0]
     path = Path(compared.stdout.split("[REPORT] Comparison saved to ")[1].split()[0])

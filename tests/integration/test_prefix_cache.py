@@ -35,5 +35,5 @@ def test_shared_prefixes_raise_the_prefix_cache_hit_rate(stack: Stack) -> None:
     assert abs(prompt_b - prompt_a - 256 - 1) <= 2, (prompt_a, prompt_b)  # the prefix plus the blank line's token
     compared = stack.make("compare", f"A={a['report_id']}", f"B={b['report_id']}", timeout_s=120)
     assert compared.returncode == 0, compared.stdout[-3000:] + compared.stderr[-3000:]
-    assert "prefix_len_tokens: None -> 256" in compared.stdout, compared.stdout
+    assert "prefix_len_tokens: unset -> 256" in compared.stdout, compared.stdout
     assert "prefix-cache hit rate" in compared.stdout, compared.stdout
