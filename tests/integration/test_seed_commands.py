@@ -78,11 +78,17 @@ def test_run_benchmark_with_concurrency_and_duration(stack: Stack) -> None:
 
 def test_run_benchmark_with_profile(stack: Stack) -> None:
     """`./run_benchmark.sh --concurrency 2 --requests 4 --profile`: Chrome traces of the run, linked from the report;
-    afterwards vLLM runs without its profiler again."""
+    the profiled run is no baseline (the profiler slows the engine) and says so; afterwards vLLM runs without its
+    profiler again."""
     run = script(stack, "run_benchmark.sh", "--concurrency", "2", "--requests", "4", "--warmup", "1",
                  "--max-tokens", "8", "--profile")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    profile = report_of(run.stdout)["profile"]
+    line = next(x for x in run.stdout.splitlines() if x.startswith("[REPORT] Report saved to "))
+    assert line.endswith("(not a baseline: was profiled (PROFILE=1: vLLM's torch profiler slows the engine through "
+                         "its window))"), line  # fmt: skip
+    report = json.loads(Path(line.removeprefix("[REPORT] Report saved to ").split(" (not a baseline")[0]).read_text())
+    assert report["config"]["profiled"] is True
+    profile = report["profile"]
     assert profile and profile["files"]
     events = 0
     for name in profile["files"]:
