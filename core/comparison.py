@@ -22,7 +22,7 @@ from core.fingerprint import current_dataset, fingerprint_fields, refusal_reason
 from core.intervals import Comparison, PointComparison, judge
 from core.redact import is_secret_flag
 from core.report_schema import SCHEMA_VERSION, BenchmarkConfig, Environment, Report
-from core.series_stats import SERIES_METRICS, Knee, SeriesPoint, report_as_point
+from core.series_stats import PREFIX_CACHE_GAP_PP, SERIES_METRICS, Knee, SeriesPoint, report_as_point
 
 # vLLM flags that say where it listens or what it is called, not how it serves (left out of the differences)
 IGNORED_VLLM_FLAGS = frozenset({"--host", "--port", "--model", "--served-model-name"})
@@ -150,8 +150,6 @@ def differences(a: Side, b: Side) -> list[Difference]:
 PREVIOUS = "vs_previous"
 # Not part of the fingerprint, but worth a note when they differ between compared runs (with vLLM's flags).
 FLAGGED_ENV_FIELDS = ("vllm_version", "vllm_fingerprint", "model_revision", "driver_version")
-PREFIX_CACHE_GAP_PP = 20.0
-"""Prefix-cache hit rates (percentage points) further apart than this between two compared runs get a note."""
 
 
 def pair_points(
@@ -198,7 +196,16 @@ def compare_points(
     refused = None
     if by_fingerprint and not points:
         refused = f"no load point of {against} has the same workload fingerprint (model, load, lengths, hardware)"
-    return Comparison(against=against, points=points, refused=refused)
+    return Comparison(against=against, points=points, refused=refused, prefix_cache_percent=prefix_cache_gap(points))
+
+
+def prefix_cache_gap(points: list[PointComparison]) -> tuple[float, float] | None:
+    """The prefix-cache hit rates ``(A, B)`` of the pair lying furthest apart, when more than
+    :data:`core.series_stats.PREFIX_CACHE_GAP_PP` points apart (a run, a series point: the same test); else None."""
+    rates = [(c.a_mean, c.b_mean) for p in points if (c := p.changes.get("prefix_cache_hit_rate_percent")) is not None
+             and c.a_mean is not None and c.b_mean is not None]  # fmt: skip
+    widest = max(rates, key=lambda r: abs(r[1] - r[0]), default=None)
+    return widest if widest is not None and abs(widest[1] - widest[0]) > PREFIX_CACHE_GAP_PP else None
 
 
 def compare_sides(a: Side, b: Side, compare_id: str, timestamp: str, threshold_pct: float) -> ABComparison:
@@ -240,18 +247,17 @@ def environment_notes(old: Environment, new: Environment) -> list[str]:
     return [f"{note}; the comparison includes that change" for note in notes]
 
 
-def prefix_cache_notes(old: Report, new: Report) -> list[str]:
-    """A note when vLLM's prefix cache served one run much more than the other.
+def prefix_cache_notes(comparison: Comparison) -> list[str]:
+    """A note when vLLM's prefix cache served one side much more than the other (``prefix_cache_percent``).
 
     vLLM keeps the KV blocks of earlier prompts: a run that repeats an earlier run's prompts (the same dataset and
     seed) finds them cached and its TTFT drops with no change of configuration (measured: 0 % -> 74 % -> 83 % hit
     rate over three identical runs, p99 TTFT -78 %)."""
-    new_rate = new.server.prefix_cache_hit_rate_percent if new.server else None
-    old_rate = old.server.prefix_cache_hit_rate_percent if old.server else None
-    if new_rate is None or old_rate is None or abs(new_rate - old_rate) <= PREFIX_CACHE_GAP_PP:
+    if comparison.prefix_cache_percent is None:
         return []
+    then, now = comparison.prefix_cache_percent
     return [
-        f"vLLM's prefix cache served {old_rate:.0f}% of the prompt tokens then and {new_rate:.0f}% now "
+        f"vLLM's prefix cache served {then:.0f}% of the prompt tokens then and {now:.0f}% now "
         "(it keeps earlier runs' prompts): the TTFT and throughput changes include that; restart vLLM "
         "(./start_vllm.sh) before each run to compare cold caches, or vary the prompts (SEED)"
     ]
@@ -261,11 +267,7 @@ def compare_reports(new: Report, old: Report, threshold_pct: float) -> Compariso
     """One run against another of its workload: :func:`compare_points` of the two as unlabelled one-run points
     (plain percent changes), with the environment and prefix-cache notes."""
     comparison = compare_points([report_as_point(new, "")], [report_as_point(old, "")], old.report_id, threshold_pct)
-    cache = prefix_cache_notes(old, new)
-    comparison.notes = environment_notes(old.environment, new.environment) + cache
-    if cache and old.server is not None and new.server is not None:  # both rates known: the note's figures
-        comparison.prefix_cache_percent = (old.server.prefix_cache_hit_rate_percent or 0.0,
-                                           new.server.prefix_cache_hit_rate_percent or 0.0)  # fmt: skip
+    comparison.notes = environment_notes(old.environment, new.environment) + prefix_cache_notes(comparison)
     return comparison
 
 

@@ -176,6 +176,6 @@ class Comparison(BaseModel):
     )
     prefix_cache_percent: tuple[float, float] | None = Field(
         default=None,
-        description="vLLM's prefix-cache hit rate of A and of B, %, when they lie further apart than 20 points: the "
-        "changes are partly the cache's (the gate cannot judge them).",
+        description="vLLM's prefix-cache hit rate of A and of B, %, of the pair lying furthest apart when more than "
+        "20 points apart: the changes are partly the cache's (the gate cannot judge them).",
     )

@@ -163,7 +163,12 @@ def measure_point(plan: PointPlan, reports: list[Report], slo: dict[str, float],
     )
 
 
-def prefix_cache_spread_notes(points: list[SeriesPoint], gap_pp: float = 20.0) -> list[str]:
+PREFIX_CACHE_GAP_PP = 20.0
+"""Prefix-cache hit rates (percentage points) further apart than this, between two compared runs or points or among
+one point's runs, get a note (and the gate cannot judge such a comparison)."""
+
+
+def prefix_cache_spread_notes(points: list[SeriesPoint], gap_pp: float = PREFIX_CACHE_GAP_PP) -> list[str]:
     """A note per point whose runs' prefix-cache hit rates lie more than ``gap_pp`` points apart: each repeat sends
     the same prompts, so vLLM serves the later runs' prompts from its cache (a fresh user's two repeats: 0 % and
     81 %, 0.30 and 0.49 req/s) and the point's interval holds the cache's effect, not noise."""

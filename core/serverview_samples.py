@@ -44,12 +44,9 @@ def _delta(before: Samples, after: Samples, name: str, **match: str) -> float:
     return _total(after, name, **match) - _total(before, name, **match)
 
 
-def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
-    """Quantile ``q`` (0..1) from cumulative ``(upper bound, count)`` buckets, as Prometheus computes it.
-
-    Linear interpolation inside the bucket holding the rank; the +Inf bucket returns the previous bound.
-    Source: Prometheus docs, "histogram_quantile()". None when the histogram is empty.
-    """
+def _rank_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[float, float, float, float, float] | None:
+    """``(lower bound, upper bound, count below, count through it, rank)`` of the bucket holding quantile ``q`` of
+    cumulative ``(upper bound, count)`` buckets (the upper bound ``inf`` in the last); None when empty."""
     ordered = sorted(buckets)
     if not ordered or ordered[-1][1] <= 0:
         return None
@@ -57,13 +54,26 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     prev_bound, prev_count = 0.0, 0.0
     for bound, count in ordered:
         if count >= rank:
-            if math.isinf(bound):
-                return prev_bound
-            if count == prev_count:
-                return bound
-            return prev_bound + (bound - prev_bound) * (rank - prev_count) / (count - prev_count)
+            return prev_bound, bound, prev_count, count, rank
         prev_bound, prev_count = bound, count
-    return ordered[-1][0]
+    return prev_bound, math.inf, prev_count, prev_count, rank
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """Quantile ``q`` (0..1) from cumulative ``(upper bound, count)`` buckets, as Prometheus computes it.
+
+    Linear interpolation inside the bucket holding the rank; the +Inf bucket returns the previous bound.
+    Source: Prometheus docs, "histogram_quantile()". None when the histogram is empty.
+    """
+    found = _rank_bucket(q, buckets)
+    if found is None:
+        return None
+    lower, upper, below, through, rank = found
+    if math.isinf(upper):
+        return lower
+    if through == below:
+        return upper
+    return lower + (upper - lower) * (rank - below) / (through - below)
 
 
 def histogram_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
@@ -71,16 +81,8 @@ def histogram_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[
     buckets: where the true quantile lies (:func:`histogram_quantile` interpolates a point inside it, which may lie
     beyond every observation: vLLM's E2E buckets step from 60 to 120 s). ``upper`` is ``inf`` in the last bucket;
     None when the histogram is empty."""
-    ordered = sorted(buckets)
-    if not ordered or ordered[-1][1] <= 0:
-        return None
-    rank = q * ordered[-1][1]
-    prev_bound = 0.0
-    for bound, count in ordered:
-        if count >= rank:
-            return prev_bound, bound
-        prev_bound = bound
-    return prev_bound, math.inf
+    found = _rank_bucket(q, buckets)
+    return None if found is None else (found[0], found[1])
 
 
 def _bucket_deltas(before: Samples, after: Samples, name: str) -> list[tuple[float, float]]:

@@ -53,9 +53,14 @@ readers skip those by that shape (:mod:`engine.vllmlog.startup`)."""
 UVICORN_SOURCE = b"uvicorn"
 
 
+def vllm_stamp(now_s: float) -> str:
+    """vLLM's time stamp for ``now_s`` (epoch seconds, local time): ``12-06 02:34:30`` (``%m-%d %H:%M:%S``)."""
+    return time.strftime("%m-%d %H:%M:%S", time.localtime(now_s))
+
+
 def vllm_header(level: str, source: str, now_s: float) -> str:
-    """vLLM's line header at ``now_s`` (epoch seconds, local time): ``INFO 12-06 02:34:30 [launcher] ``."""
-    return f"{level} {time.strftime('%m-%d %H:%M:%S', time.localtime(now_s))} [{source}] "
+    """vLLM's line header at ``now_s``: ``INFO 12-06 02:34:30 [launcher] ``."""
+    return f"{level} {vllm_stamp(now_s)} [{source}] "
 
 
 def stamp_uvicorn_lines(data: bytes, now_s: float) -> bytes:
@@ -65,7 +70,7 @@ def stamp_uvicorn_lines(data: bytes, now_s: float) -> bytes:
     a vLLM line (:data:`engine.vllmlog.grammar.VLLM_HEADER_RE`). Other lines are unchanged."""
     if data.find(b":") < 0:
         return data
-    stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(now_s)).encode()
+    stamp = vllm_stamp(now_s).encode()
 
     def header(match: re.Match[bytes]) -> bytes:
         return (match[1] or b"") + match[3] + b" " + stamp + b" [" + UVICORN_SOURCE + b"] "

@@ -33,9 +33,9 @@ def _files(source: dict[str, Any]) -> str:
     files = source.get("files") or []
     if not files:
         return "(no file)"
-    names = {os.path.basename(f).split(".log")[0] for f in files}  # vllm.log.1 is vllm.log's: one engine
-    others = sorted(n + ".log" for n in names if n + ".log" != os.path.basename(files[-1]).split(".log")[0] + ".log")
-    rotated = len(files) - len(names)
+    logs = {os.path.basename(f).split(".log")[0] + ".log" for f in files}  # vllm.log.1 is vllm.log's: one engine
+    others = sorted(logs - {os.path.basename(files[-1]).split(".log")[0] + ".log"})
+    rotated = len(files) - len(logs)
     extra = "".join((f" (+ {', '.join(others)})" if others else "", f" (+{rotated} rotated)" if rotated else ""))
     notes = []
     if source.get("overlong_lines"):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from core.api import BuildSeriesRequest, BuildSeriesResponse, CompareRequest, CompareResponse
-from core.comparison import ABComparison, Side, compare_points, compare_sides, environment_notes
+from core.comparison import ABComparison, Side, compare_points, compare_sides, environment_notes, prefix_cache_notes
 from core.intervals import Comparison
 from core.redact import Redactor, secret_values
 from core.report_schema import Environment, Report
@@ -87,14 +87,15 @@ class SeriesService:
         for earlier in reversed(self.series.list()):
             if fingerprints & {p.fingerprint for p in earlier.points}:
                 comparison = compare_points(points, earlier.points, earlier.series_id, threshold_pct)
-                comparison.notes = environment_notes(earlier.environment, environment)
+                comparison.notes = environment_notes(earlier.environment, environment) + prefix_cache_notes(comparison)
                 out["vs_previous"] = comparison
                 break
         for name, result_id in self.baselines.all().items():
             try:
                 reference = self.side(result_id)
                 comparison = compare_points(points, reference.points, result_id, threshold_pct)
-                comparison.notes = environment_notes(reference.environment, environment)
+                comparison.notes = [*environment_notes(reference.environment, environment),
+                                    *prefix_cache_notes(comparison)]
             except (UnknownResult, OSError) as exc:
                 comparison = Comparison(against=result_id, refused=f"cannot be read: {exc}")
             out[f"vs_{name}"] = comparison

@@ -245,3 +245,10 @@ def test_a_gate_across_a_warm_and_a_cold_prefix_cache_cannot_judge() -> None:
         assert f"{then:.0f}% of the prompt tokens then and {now:.0f}% now" in verdict.line and "restart vLLM" in verdict.line
     near = compare_reports(served(30.0, 2.0), served(20.0, 2.0), 5.0)  # type: ignore[arg-type]
     assert near.prefix_cache_percent is None
+    # a series is judged by the same test, on its paired points (the widest gap), and says so in its notes
+    from core.comparison import compare_points, prefix_cache_notes
+    from core.series_stats import report_as_point
+
+    points = compare_points([report_as_point(served(81.0, 2.9), "c=2")],  # type: ignore[arg-type]
+                            [report_as_point(served(0.0, 2.0), "c=2")], "s1", 5.0)  # type: ignore[arg-type]
+    assert points.prefix_cache_percent == (0.0, 81.0) and "0% of the prompt tokens then" in prefix_cache_notes(points)[0]
