@@ -1,32 +1,49 @@
 #!/usr/bin/env bash
-# make test's checks before the compose stack: lint, then the unit suite, in a second process beside the integration
-# suite; then their output and one verdict. The integration tests spend most of their time waiting (vLLM's CPU engine
-# keeps to one core, runs go by their own clocks), so on two cores lint and the unit suite fit beside them instead of
-# before them (measured in docs/development.md, "How long").
-# Arguments go to both pytest processes (make test PYTEST_ARGS=...). Exit: non-zero when lint or either suite failed.
+# make test's checks before the compose stack, in three processes side by side (docs/development.md, "How it runs"):
+#   lane "stack": the integration tests on the session stack (one vLLM engine, restarted by the stack_order tests),
+#                 its engines bound to the last core (VLLM_CPU_OMP_THREADS_BIND), away from vLLM's default core 0;
+#   lane "rest":  the other integration tests (the mock server, other servers, stacks of their own: those first),
+#                 on test ports shifted by 100 (TEST_PORT_OFFSET), so the two lanes never share a port;
+#   beside both:  make lint, then the unit suite.
+# One integration session kept the machine ≈ 55 % busy: it waits on vLLM's starts and on runs that go by their own
+# clocks. Each part's output is printed when all have ended, then one verdict.
+# Arguments go to every pytest process (make test PYTEST_ARGS=...). Exit: non-zero when lint or any suite failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 py=.venvs/app/bin/python
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+offset=${TEST_PORT_OFFSET:-0}
+integration=(-m pytest tests -q -rs --ignore=tests/unit --ignore=tests/compose)
 {
     make --no-print-directory lint >"$work/lint.log" 2>&1
     echo $? >"$work/lint.rc"
-    "$py" -m pytest tests/unit -q -rs --basetemp "$work/tmp" "$@" >"$work/unit.log" 2>&1
+    "$py" -m pytest tests/unit -q -rs --basetemp "$work/unit" "$@" >"$work/unit.log" 2>&1
     echo $? >"$work/unit.rc"
 } &
-beside=$!
-trap 'pkill -P "$beside"; kill "$beside" 2>/dev/null; exit 130' INT TERM
-"$py" -m pytest tests -q -rs --ignore=tests/unit --ignore=tests/compose "$@"
-integration=$?
-wait "$beside"
-lint=$(cat "$work/lint.rc" 2>/dev/null || echo 1)
-unit=$(cat "$work/unit.rc" 2>/dev/null || echo 1)
-echo "---------- make lint (ran beside the integration tests) ----------"
+checks=$!
+TEST_LANE=rest TEST_PORT_OFFSET=$((offset + 100)) "$py" "${integration[@]}" --basetemp "$work/rest" "$@" \
+    >"$work/rest.log" 2>&1 &
+rest=$!
+trap 'pkill -P "$checks"; kill "$checks" "$rest" 2>/dev/null; exit 130' INT TERM
+cores=$(nproc)
+bind=()
+[ "$cores" -ge 2 ] && [ -z "${VLLM_CPU_OMP_THREADS_BIND:-}" ] && bind=(env "VLLM_CPU_OMP_THREADS_BIND=$((cores - 1))")
+"${bind[@]}" env TEST_LANE=stack "$py" "${integration[@]}" --basetemp "$work/stack" "$@"
+stack_rc=$?
+wait "$rest"
+rest_rc=$?
+wait "$checks"
+lint_rc=$(cat "$work/lint.rc" 2>/dev/null || echo 1)
+unit_rc=$(cat "$work/unit.rc" 2>/dev/null || echo 1)
+echo "---------- the other integration tests (lane rest, beside lane stack) ----------"
+cat "$work/rest.log"
+echo "---------- make lint (beside both lanes) ----------"
 cat "$work/lint.log"
-echo "---------- unit tests (ran beside the integration tests, after lint) ----------"
+echo "---------- unit tests (beside both lanes, after lint) ----------"
 cat "$work/unit.log" 2>/dev/null
-if [ "$lint" -ne 0 ] || [ "$unit" -ne 0 ] || [ "$integration" -ne 0 ]; then
-    echo "[ERROR] make test failed: lint exit $lint, unit suite exit $unit, integration suite exit $integration" >&2
+if [ "$lint_rc" -ne 0 ] || [ "$unit_rc" -ne 0 ] || [ "$stack_rc" -ne 0 ] || [ "$rest_rc" -ne 0 ]; then
+    echo "[ERROR] make test failed: lint exit $lint_rc, unit suite exit $unit_rc, lane stack exit $stack_rc," \
+        "lane rest exit $rest_rc" >&2
     exit 1
 fi

@@ -47,13 +47,17 @@ UI_USERNAME = "tester"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Unit tests run first (while the session stack starts, see :func:`pytest_collection_finish`); tests that change
-    the shared stack (restart vLLM with other flags, switch the model, kill it) or that search what every other test
-    wrote run after the rest, in the order of their ``stack_order(N)`` marker; the others keep pytest's order (the
-    sort is stable). File names play no part."""
+    """Unit tests run first (while the session stack starts, see :func:`pytest_collection_finish`), then the modules
+    that start engines of their own (``own_engine``: CPU-bound, so they run while lint and the unit suite still load
+    the machine in ``make test``, and the tests that time the client run after); tests that change the shared stack
+    (restart vLLM with other flags, switch the model, kill it) or that search what every other test wrote run after
+    the rest, in the order of their ``stack_order(N)`` marker; the others keep pytest's order (the sort is stable).
+    File names play no part."""
 
     def order(item: pytest.Item) -> int:
         if item.get_closest_marker("integration") is None:
+            return -2
+        if item.get_closest_marker("own_engine") is not None:
             return -1
         marker = item.get_closest_marker("stack_order")
         return int(marker.args[0]) if marker else 0

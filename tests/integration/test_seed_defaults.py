@@ -17,7 +17,7 @@ import pytest
 from core.settings import PROJECT_ROOT
 from tests.integration.conftest import TEST_ENGINE_ENV, Stack, running_stack, stack_env
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_engine]
 
 _BASE = 28120 + int(os.environ.get("TEST_PORT_OFFSET", "0"))
 PORTS = {"UI_PORT": _BASE, "VLLM_PORT": _BASE + 1, "SIDECAR_PORT": _BASE + 2, "LOCUST_WEB_PORT": _BASE + 3,
