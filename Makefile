@@ -90,11 +90,10 @@ unit: app-env
 integration: envs browser
 	$(APP_PY) -m pytest tests/integration -q -m integration $(PYTEST_ARGS)
 
-# Everything CI runs (.ci/run): lint, unit and integration tests, then the compose stack for real (make compose-test).
-# Lint and the unit suite run beside the integration suite (scripts/run_tests.sh).
+# Everything CI runs (.ci/run): lint, unit and integration tests, and the compose stack for real (make compose-test),
+# side by side in three processes (scripts/run_tests.sh).
 test: envs browser
 	@scripts/run_tests.sh $(PYTEST_ARGS)
-	@scripts/compose_stack.sh test
 
 logs-errors: app-env
 	@$(APP_PY) -m logtools --errors $(if $(SINCE),--since $(SINCE)) $(if $(JSON),--json)

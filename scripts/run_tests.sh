@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# make test's checks before the compose stack, in three processes side by side (docs/development.md, "How it runs"):
+# make test: every check, in three processes side by side (docs/development.md, "How it runs"):
 #   lane "stack": the integration tests on the session stack (one vLLM engine, restarted by the stack_order tests),
 #                 its engines bound to the last core (VLLM_CPU_OMP_THREADS_BIND), away from vLLM's default core 0;
 #   lane "rest":  the other integration tests (the mock server, other servers, stacks of their own: those first),
 #                 on test ports shifted by 100 (TEST_PORT_OFFSET), so the two lanes never share a port;
-#   beside both:  make lint, then the unit suite.
+#   beside both:  make lint, then the unit suite, then the compose stack for real (scripts/compose_stack.sh test,
+#                 on ports 29xxx and a compose project of its own).
 # One integration session kept the machine ≈ 55 % busy: it waits on vLLM's starts and on runs that go by their own
 # clocks. Each part's output is printed when all have ended, then one verdict.
-# Arguments go to every pytest process (make test PYTEST_ARGS=...). Exit: non-zero when lint or any suite failed.
+# Arguments go to the unit suite and both lanes (make test PYTEST_ARGS=...), not to compose-test's checks. Exit: non-zero
+# when lint, a suite or compose-test failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 py=.venvs/app/bin/python
@@ -20,6 +22,8 @@ integration=(-m pytest tests -q -rs --ignore=tests/unit --ignore=tests/compose)
     echo $? >"$work/lint.rc"
     "$py" -m pytest tests/unit -q -rs --basetemp "$work/unit" "$@" >"$work/unit.log" 2>&1
     echo $? >"$work/unit.rc"
+    scripts/compose_stack.sh test >"$work/compose.log" 2>&1
+    echo $? >"$work/compose.rc"
 } &
 checks=$!
 TEST_LANE=rest TEST_PORT_OFFSET=$((offset + 100)) "$py" "${integration[@]}" --basetemp "$work/rest" "$@" \
@@ -36,14 +40,18 @@ rest_rc=$?
 wait "$checks"
 lint_rc=$(cat "$work/lint.rc" 2>/dev/null || echo 1)
 unit_rc=$(cat "$work/unit.rc" 2>/dev/null || echo 1)
+compose_rc=$(cat "$work/compose.rc" 2>/dev/null || echo 1)
 echo "---------- the other integration tests (lane rest, beside lane stack) ----------"
 cat "$work/rest.log"
 echo "---------- make lint (beside both lanes) ----------"
 cat "$work/lint.log"
 echo "---------- unit tests (beside both lanes, after lint) ----------"
 cat "$work/unit.log" 2>/dev/null
-if [ "$lint_rc" -ne 0 ] || [ "$unit_rc" -ne 0 ] || [ "$stack_rc" -ne 0 ] || [ "$rest_rc" -ne 0 ]; then
+echo "---------- the compose stack (make compose-test, beside both lanes, after the unit suite) ----------"
+cat "$work/compose.log" 2>/dev/null
+if [ "$lint_rc" -ne 0 ] || [ "$unit_rc" -ne 0 ] || [ "$stack_rc" -ne 0 ] || [ "$rest_rc" -ne 0 ] \
+    || [ "$compose_rc" -ne 0 ]; then
     echo "[ERROR] make test failed: lint exit $lint_rc, unit suite exit $unit_rc, lane stack exit $stack_rc," \
-        "lane rest exit $rest_rc" >&2
+        "lane rest exit $rest_rc, compose-test exit $compose_rc" >&2
     exit 1
 fi
