@@ -124,6 +124,13 @@ start() {
     fi
     mkdir -p "$run_dir"
     rm -f "$sock"
+    # Podman keeps containers and volumes on disk but their locks in shared memory, which a reboot or a new machine
+    # with the same disk empties: a new container then gets a lock a kept volume holds ("… share lock ID 0: deadlock
+    # due to lock mismatch", seen here with the compose test's cache volumes). Renumbering re-allocates every lock; it
+    # is only safe with no container running, so it runs only then.
+    if [ -z "$(podman ps -q 2>/dev/null)" ] && ! podman system renumber >>"$service_log" 2>&1; then
+        log "[WARN] podman system renumber failed (its output: $service_log)"
+    fi
     log "starting Podman's Docker-compatible API on unix://$sock (settings: deploy/containers.conf)"
     # setsid: the service outlives this shell (make runs each target in its own); `stop` ends it by its pid.
     setsid podman system service --time=0 "unix://$sock" >"$service_log" 2>&1 </dev/null &

@@ -51,14 +51,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     that start engines of their own (``own_engine``: CPU-bound, so they run while lint and the unit suite still load
     the machine in ``make test``, and the tests that time the client run after); tests that change the shared stack
     (restart vLLM with other flags, switch the model, kill it) or that search what every other test wrote run after
-    the rest, in the order of their ``stack_order(N)`` marker; the others keep pytest's order (the sort is stable).
-    File names play no part."""
+    the rest, in the order of their ``stack_order(N)`` marker; ``load_sensitive`` modules (whose checks need the
+    client's and the engines' clocks to agree) run last, when the fewest processes load the host; the others keep
+    pytest's order (the sort is stable). File names play no part."""
 
     def order(item: pytest.Item) -> int:
         if item.get_closest_marker("integration") is None:
             return -2
         if item.get_closest_marker("own_engine") is not None:
             return -1
+        if item.get_closest_marker("load_sensitive") is not None:
+            return LAST
         marker = item.get_closest_marker("stack_order")
         return int(marker.args[0]) if marker else 0
 
@@ -71,6 +74,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
     items.sort(key=order)
 
+
+LAST = 1_000
+"""The order of ``load_sensitive`` tests: after every ``stack_order(N)``."""
 
 LANES = ("stack", "rest")
 """``TEST_LANE`` (scripts/run_tests.sh runs the two side by side): ``stack`` keeps the unit tests and the integration

@@ -21,7 +21,7 @@ from core.serverview_samples import parse_exposition
 from core.settings import PROJECT_ROOT
 from tests.integration.conftest import SECRETS, Stack, report_path, running_stack, stack_env
 
-pytestmark = [pytest.mark.integration, pytest.mark.own_engine]
+pytestmark = [pytest.mark.integration, pytest.mark.load_sensitive]  # its per-replica clock agreement
 
 _BASE = 28060 + int(os.environ.get("TEST_PORT_OFFSET", "0"))
 PORTS = {"UI_PORT": _BASE, "VLLM_PORT": _BASE + 1, "SIDECAR_PORT": _BASE + 2, "LOCUST_WEB_PORT": _BASE + 3,

@@ -1,6 +1,6 @@
 """make test's two lanes (scripts/run_tests.sh, ``TEST_LANE``) split the suite without dropping or doubling a test:
-every test collected without a lane is collected in exactly one lane, and the session stack's users are all in the
-lane that starts it."""
+every test collected without a lane is collected in exactly one lane, the session stack's users are all in the
+lane that starts it, the seed's defaults (``own_engine``) lead the other lane and the replicas (``load_sensitive``) end it."""
 
 from __future__ import annotations
 
@@ -30,6 +30,12 @@ def test_the_lanes_split_the_suite_into_two_parts_that_add_up_to_it() -> None:
     assert any("tests/unit/" in node for node in stack) and not any("tests/unit/" in node for node in rest)
     assert any("test_stack.py::" in node for node in stack) and any("test_replicas.py::" in node for node in rest)
     assert not any("test_stack.py::" in node or "test_model_switch.py::" in node for node in rest)
+    # in lane rest the seed's defaults (an engine of its own) run first, while lint and the unit suite still run
+    # beside; the replicas, whose clocks must agree with the client's, last
+    first = [i for i, node in enumerate(rest) if "test_seed_defaults.py::" in node]
+    last = [i for i, node in enumerate(rest) if "test_replicas.py::" in node]
+    assert first == list(range(len(first))) and len(first) >= 2, rest[:4]
+    assert last == list(range(len(rest) - len(last), len(rest))) and len(last) >= 2, rest[-4:]
 
 
 def test_an_unknown_lane_is_refused_naming_the_lanes() -> None:
