@@ -22,7 +22,7 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,6 @@ from tests.unit.deploy.gpusim import (
     run_sidecar,
 )
 from tests.unit.deploy.gpusim_vllm import VLLM_NAMES_PROBE, check_in_vllm, flag_value
-from tests.unit.engine.test_gpu_plan import ENGINE_PY, EngineInterpreter
 
 A10, H100 = ("NVIDIA A10", 23_028), ("NVIDIA H100 80GB HBM3", 81_559)
 GB = 10**9
@@ -219,15 +218,9 @@ def problems(outcome: Outcome, scenario: Scenario, vllm_names: frozenset[str] | 
 
 
 @pytest.fixture(scope="module")
-def vllm() -> Iterator[Callable[..., str]]:
-    """vLLM 0.32's own code: the engine env's interpreter, kept for the module (vLLM is imported once)."""
-    if not ENGINE_PY.exists():
-        pytest.skip("no engine venv (.venvs/engine): vLLM's own code cannot be called")
-    interpreter = EngineInterpreter()
-    try:
-        yield interpreter.run
-    finally:
-        interpreter.close()
+def vllm(engine_interpreter: Callable[..., str]) -> Callable[..., str]:
+    """vLLM 0.32's own code: the engine env's interpreter (the suite's one, ``tests/unit/conftest.py``)."""
+    return engine_interpreter
 
 
 @pytest.fixture(scope="module")

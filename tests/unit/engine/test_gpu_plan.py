@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from core.gpus import DeviceMemory
-from core.settings import PROJECT_ROOT, Settings
+from core.settings import Settings
 from core.units import GIB
 from engine import launcher as launch
 from engine.engineplan import ModelFacts, engine_versions, gpu_plan, kv_plan
@@ -21,8 +21,8 @@ from engine.kvsizing import geometry_from_config, per_gpu
 from engine.model_resolve import ResolvedModel
 from tests.fakes import FakeNvml
 from tests.unit.engine.test_kv_sizing import ERNIE_CONFIG
+from tests.unit.engine_interpreter import ENGINE_PY
 
-ENGINE_PY = PROJECT_ROOT / ".venvs" / "engine" / "bin" / "python"
 ERNIE_FULL = {**ERNIE_CONFIG, "intermediate_size": 3072, "vocab_size": 103424, "tie_word_embeddings": True}
 A10_TOTAL = 23028 * 1024**2  # what NVML reports for an A10 ("24 GB")
 GB = 10**9
@@ -59,57 +59,11 @@ except ValueError as exc:
 """
 
 
-# One engine interpreter for the module: vLLM is imported once (each import costs seconds), then every probe
-# script runs in it with its own argv; it answers one JSON line per probe (the script's last printed line).
-ENGINE_SERVER = r"""
-import contextlib, io, json, sys
-for line in sys.stdin:
-    call = json.loads(line)
-    out = io.StringIO()
-    try:
-        sys.argv = ["probe", *call["args"]]
-        with contextlib.redirect_stdout(out):
-            exec(call["script"], {"__name__": "__probe__"})
-        reply = {"ok": out.getvalue().strip().splitlines()[-1]}
-    except BaseException as exc:  # noqa: BLE001 - the test reads the failure
-        reply = {"error": f"{type(exc).__name__}: {exc}"}
-    print(json.dumps(reply), flush=True)
-"""
-
-
-class EngineInterpreter:
-    """The engine env's Python kept running: :meth:`run` executes a probe script there with ``args`` as argv."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen([str(ENGINE_PY), "-c", ENGINE_SERVER], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-
-    def run(self, script: str, *args: object) -> str:
-        """The last line the script printed. Raises AssertionError when it raised."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({"script": script, "args": [str(a) for a in args]}) + "\n")
-        self.proc.stdin.flush()
-        reply = json.loads(self.proc.stdout.readline())
-        assert "ok" in reply, reply.get("error")
-        return str(reply["ok"])
-
-    def close(self) -> None:
-        """Ends the interpreter."""
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-
-
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Callable[..., str]]:
-    """Runs a probe script in the engine env's Python (vLLM importable); skips without that env."""
-    if not ENGINE_PY.exists():
-        pytest.skip("no engine venv (.venvs/engine): vLLM's code cannot be called")
-    interpreter = EngineInterpreter()
-    try:
-        yield interpreter.run
-    finally:
-        interpreter.close()
+def engine(engine_interpreter: Callable[..., str]) -> Callable[..., str]:
+    """Runs a probe script in the engine env's Python (vLLM importable): the suite's one interpreter
+    (``tests/unit/conftest.py``)."""
+    return engine_interpreter
 
 
 def _settings(**env: object) -> Settings:
