@@ -30,10 +30,20 @@ from engine.local_replicas import add_worker, program_name, router_argv, router_
 REPLICAS = 2
 
 
+def ephemeral_low() -> int:
+    """The first port of the kernel's range for outgoing connections' own ports (``ip_local_port_range``)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_base(count: int) -> int:
-    """The first of ``count`` consecutive loopback ports that were free a moment ago."""
+    """The first of ``count`` consecutive loopback ports that were free a moment ago, below the range the kernel
+    hands to outgoing connections: there, any client's connection beside the test (``make test`` runs the
+    integration lanes beside the unit suite) may take one of them between this check and the router's bind."""
     for _ in range(50):
-        base = random.randint(30000, 60000)
+        base = random.randint(10000, ephemeral_low() - count - 1)
         try:
             socks = [socket.create_server(("127.0.0.1", base + k)) for k in range(count)]
         except OSError:
@@ -117,8 +127,14 @@ def routed(tmp_path: Path) -> Iterator[tuple[Settings, MockSupervisor]]:
     try:
         for k in range(REPLICAS):
             supervisor.spawn(program_name(k))
-        router = subprocess.Popen(router_argv(settings), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_http(f"http://127.0.0.1:{settings.vllm_port}/list_workers", within_s=60)
+        router_log = tmp_path / "router.log"
+        with router_log.open("wb") as log:
+            router = subprocess.Popen(router_argv(settings), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_http(f"http://127.0.0.1:{settings.vllm_port}/list_workers", within_s=60)
+        except RuntimeError as exc:
+            tail = router_log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{exc}; the router's exit code: {router.poll()}; its output:\n{tail}") from None
         yield settings, supervisor
     finally:
         if router is not None:
