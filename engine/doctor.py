@@ -37,6 +37,7 @@ from engine.engineplan import engine_python, engine_versions, gpu_plan, kv_plan,
 from engine.gpuhost import HostGpus, host_gpus
 from engine.hostdtype import for_host
 from engine.kvsizing import KvSizingError
+from engine.local_control import Supervisor
 from engine.model_resolve import ModelResolutionError
 
 
@@ -228,7 +229,7 @@ def check_ports(settings: Settings, in_container: bool) -> list[Finding]:
             ("SIDECAR_PORT", settings.sidecar_host, settings.sidecar_port),
             ("LOCUST_WEB_PORT", settings.locust_web_host, settings.locust_web_port),
         ]
-    ours = not in_container and stack_running(settings.run_dir)
+    ours = not in_container and Supervisor(settings.run_dir).alive()
     out = []
     for variable, host, port in ports:
         busy = port_in_use_message(host, port, variable)
@@ -237,15 +238,6 @@ def check_ports(settings: Settings, in_container: bool) -> list[Finding]:
         else:
             out.append(Finding(f"port {port}", busy is None, busy or "free"))
     return out
-
-
-def stack_running(run_dir: Path) -> bool:
-    """This checkout's stack is up: the supervisord of ``make up`` (``run_dir/supervisord.pid``) is alive."""
-    try:
-        pid = int((run_dir / "supervisord.pid").read_text().strip())
-    except (OSError, ValueError):
-        return False
-    return psutil.pid_exists(pid)
 
 
 def diagnose(settings: Settings, gpus: HostGpus, in_container: bool, hf_cache: Path) -> list[Finding]:

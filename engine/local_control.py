@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 from supervisor.xmlrpc import SupervisorTransport, UnixStreamHTTPConnection
 
 from core.enginestate import (
@@ -79,7 +80,16 @@ class Supervisor:
 
     def __init__(self, run_dir: Path, timeout_s: float = SUPERVISOR_TIMEOUT_S) -> None:
         self.socket = run_dir.resolve() / "supervisor.sock"
+        self.pid_file = run_dir / "supervisord.pid"
         self.timeout_s = timeout_s
+
+    def alive(self) -> bool:
+        """supervisord's process (its pid file in RUN_DIR, which it removes as it exits) is alive: it serves, or it
+        is still stopping its programs after a shutdown (its socket gone already)."""
+        try:
+            return psutil.Process(int(self.pid_file.read_text().strip())).status() != psutil.STATUS_ZOMBIE
+        except (OSError, ValueError, psutil.Error):
+            return False
 
     def proxy(self, timeout_s: float | None = None) -> Any:
         """An ``xmlrpc.client.ServerProxy`` over the unix socket (one per call: proxies are not thread-safe); its

@@ -10,6 +10,9 @@
 # clocks. Each part's output is printed when all have ended, then one verdict.
 # Arguments go to the unit suite and both lanes (make test PYTEST_ARGS=...), not to compose-test's checks. Exit: non-zero
 # when lint, a suite or compose-test failed.
+# Ctrl-C reaches every part at once (each runs with SIGINT restored, which bash ignores in a script's background
+# jobs): pytest tears down its stacks, compose-test its project, and the script waits for them all. SIGTERM to the
+# script is passed on to each part as SIGINT, for the same clean ending.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 py=.venvs/app/bin/python
@@ -17,27 +20,49 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 offset=${TEST_PORT_OFFSET:-0}
 integration=(-m pytest tests -q -rs --ignore=tests/unit --ignore=tests/compose)
-{
+(
+    stop=0
+    trap 'stop=1' INT
     make --no-print-directory lint >"$work/lint.log" 2>&1
     echo $? >"$work/lint.rc"
+    [ "$stop" = 1 ] && exit 130
     "$py" -m pytest tests/unit -q -rs --basetemp "$work/unit" "$@" >"$work/unit.log" 2>&1
     echo $? >"$work/unit.rc"
+    [ "$stop" = 1 ] && exit 130
     scripts/compose_stack.sh test >"$work/compose.log" 2>&1
     echo $? >"$work/compose.rc"
-} &
+) &
 checks=$!
-TEST_LANE=rest TEST_PORT_OFFSET=$((offset + 100)) "$py" "${integration[@]}" --basetemp "$work/rest" "$@" \
-    >"$work/rest.log" 2>&1 &
+(
+    trap - INT
+    exec env TEST_LANE=rest TEST_PORT_OFFSET=$((offset + 100)) "$py" "${integration[@]}" --basetemp "$work/rest" "$@" \
+        >"$work/rest.log" 2>&1
+) &
 rest=$!
-trap 'pkill -P "$checks"; kill "$checks" "$rest" 2>/dev/null; exit 130' INT TERM
 cores=$(nproc)
 bind=()
-[ "$cores" -ge 2 ] && [ -z "${VLLM_CPU_OMP_THREADS_BIND:-}" ] && bind=(env "VLLM_CPU_OMP_THREADS_BIND=$((cores - 1))")
-"${bind[@]}" env TEST_LANE=stack "$py" "${integration[@]}" --basetemp "$work/stack" "$@"
+[ "$cores" -ge 2 ] && [ -z "${VLLM_CPU_OMP_THREADS_BIND:-}" ] && bind=("VLLM_CPU_OMP_THREADS_BIND=$((cores - 1))")
+(
+    trap - INT
+    exec env "${bind[@]}" TEST_LANE=stack "$py" "${integration[@]}" --basetemp "$work/stack" "$@"
+) &
+stack=$!
+interrupted=0
+trap 'interrupted=1' INT
+trap 'interrupted=1; pkill -INT -P "$checks"; kill -INT "$checks" "$rest" "$stack" 2>/dev/null' TERM
+ended() {  # the exit status of background part $1 once it has ended (a trapped signal interrupts bash's wait)
+    local rc
+    while true; do
+        wait "$1"
+        rc=$?
+        kill -0 "$1" 2>/dev/null || return "$rc"
+    done
+}
+ended "$stack"
 stack_rc=$?
-wait "$rest"
+ended "$rest"
 rest_rc=$?
-wait "$checks"
+ended "$checks"
 lint_rc=$(cat "$work/lint.rc" 2>/dev/null || echo 1)
 unit_rc=$(cat "$work/unit.rc" 2>/dev/null || echo 1)
 compose_rc=$(cat "$work/compose.rc" 2>/dev/null || echo 1)
@@ -49,9 +74,12 @@ echo "---------- unit tests (beside both lanes, after lint) ----------"
 cat "$work/unit.log" 2>/dev/null
 echo "---------- the compose stack (make compose-test, beside both lanes, after the unit suite) ----------"
 cat "$work/compose.log" 2>/dev/null
+[ "$interrupted" = 0 ] || echo "[INFO] interrupted: every part was stopped and has ended" >&2
 if [ "$lint_rc" -ne 0 ] || [ "$unit_rc" -ne 0 ] || [ "$stack_rc" -ne 0 ] || [ "$rest_rc" -ne 0 ] \
     || [ "$compose_rc" -ne 0 ]; then
     echo "[ERROR] make test failed: lint exit $lint_rc, unit suite exit $unit_rc, lane stack exit $stack_rc," \
         "lane rest exit $rest_rc, compose-test exit $compose_rc" >&2
+    [ "$interrupted" = 0 ] || exit 130
     exit 1
 fi
+[ "$interrupted" = 0 ] || exit 130

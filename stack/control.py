@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -201,16 +202,32 @@ def start_fresh(settings: Settings, request: EngineRequest | None) -> int:
     subprocess.run(
         [sys.executable, "-m", "supervisor.supervisord", "-c", str(conf)], env=env, cwd=PROJECT_ROOT, check=True
     )
-    ok, why = wait_ready(settings, since or LogPosition(dev=0, ino=0, offset=0))
+    code = await_start(settings, since or LogPosition(dev=0, ino=0, offset=0))
+    if code != 0:
+        return code
+    print(
+        f"[INFO] Stack ready: vLLM {settings.vllm_url} | UI http://{settings.ui_host}:{settings.ui_port} | "
+        f"Locust http://{settings.locust_web_host}:{settings.locust_web_port} | sidecar {settings.sidecar_url}"
+    )
+    return 0
+
+
+def await_start(settings: Settings, since: LogPosition) -> int:
+    """Wait for a fresh start's services (:func:`wait_ready`, vLLM judged on its log after ``since``); 0 when all
+    answer. A failed start, or Ctrl-C while waiting (130), stops what started: nothing half-started is left holding
+    the cores or the GPU."""
+    try:
+        ok, why = wait_ready(settings, since)
+    except KeyboardInterrupt:
+        print("\n[INFO] Interrupted (Ctrl-C) while the stack started: stopping what started.", file=sys.stderr)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not cut the stop short (≤ 60 s)
+        down(settings)
+        return 130
     if not ok:
         print(f"[ERROR] {why}", file=sys.stderr)
         print("[ERROR] Stopping the stack; fix the cause and run `make up` again.", file=sys.stderr)
         down(settings)
         return 1
-    print(
-        f"[INFO] Stack ready: vLLM {settings.vllm_url} | UI http://{settings.ui_host}:{settings.ui_port} | "
-        f"Locust http://{settings.locust_web_host}:{settings.locust_web_port} | sidecar {settings.sidecar_url}"
-    )
     return 0
 
 
@@ -273,25 +290,28 @@ def end_leftovers(settings: Settings) -> int:
 def down(settings: Settings) -> int:
     """Stop supervisord and all services (process groups are killed), then every process left of this stack's
     engine (:func:`end_leftovers`); 0 when nothing is left."""
-    pid_file = settings.run_dir / "supervisord.pid"
+    supervisor = Supervisor(settings.run_dir)
     try:
         running = process_states(settings) is not None
     except SupervisorNotAnswering:
         running = True  # busy: the shutdown request below waits for it (or says why it failed)
-    if not running:
+    if running:
+        try:
+            rpc(settings).supervisor.shutdown()
+        except (OSError, xmlrpc.client.Error) as exc:
+            print(f"[WARN] shutdown request failed: {exc}", file=sys.stderr)
+    elif supervisor.alive():  # an earlier `make down` (or an interrupted `make up`'s) is still stopping it
+        print("[INFO] The stack is stopping already; waiting for it.")
+    else:
         print("[INFO] The stack is not running.")
         cluster_record(settings).unlink(missing_ok=True)
         clear_slots(settings.run_dir)
         return end_leftovers(settings)
-    try:
-        rpc(settings).supervisor.shutdown()
-    except (OSError, xmlrpc.client.Error) as exc:
-        print(f"[WARN] shutdown request failed: {exc}", file=sys.stderr)
     deadline = time.monotonic() + 60
-    while pid_file.exists() and time.monotonic() < deadline:
+    while supervisor.alive() and time.monotonic() < deadline:
         time.sleep(0.5)
-    if pid_file.exists():
-        print(f"[ERROR] supervisord did not stop within 60 s (pid file {pid_file})", file=sys.stderr)
+    if supervisor.alive():
+        print(f"[ERROR] supervisord did not stop within 60 s (pid file {supervisor.pid_file})", file=sys.stderr)
         return 1
     left = end_leftovers(settings)
     cluster_record(settings).unlink(missing_ok=True)

@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,10 +106,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     factory: pytest.TempPathFactory = session.config._tmp_path_factory  # type: ignore[attr-defined]
     tmp = factory.mktemp("stack")
-    with (tmp / "make-up.log").open("wb") as log:
-        proc = subprocess.Popen(["make", "up"], cwd=PROJECT_ROOT, env=stack_env(tmp), stdout=log,
-                                stderr=subprocess.STDOUT)  # fmt: skip
-    _EARLY_UP["up"] = (proc, tmp, time.monotonic())
+    proc, begun = start_up(stack_env(tmp), tmp)
+    _EARLY_UP["up"] = (proc, tmp, begun)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -301,6 +300,46 @@ def stack_env(tmp: Path) -> dict[str, str]:
     return env
 
 
+def start_up(env: dict[str, str], tmp: Path) -> tuple[subprocess.Popen[bytes], float]:
+    """``make up`` with ``env`` started in the background (its output in ``tmp/make-up.log``): its process and start
+    time on the monotonic clock."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    with (tmp / "make-up.log").open("wb") as log:
+        proc = subprocess.Popen(["make", "up"], cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return proc, time.monotonic()
+
+
+def _await_up(proc: subprocess.Popen[bytes], begun: float, tmp: Path, up_timeout_s: float) -> tuple[int, str]:
+    """The exit code of ``make up`` (killed after ``up_timeout_s`` from ``begun``) and the tail of its output. When
+    the wait is interrupted (Ctrl-C, or SIGTERM that ``make test`` passes on as SIGINT), ``make up`` and its children
+    get SIGINT too, so the stack's own start stops what it started (``stack.control.await_start``), and then the
+    interruption goes on."""
+    try:
+        code = proc.wait(timeout=max(1.0, up_timeout_s - (time.monotonic() - begun)))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    except BaseException:
+        tree = _tree(proc.pid)
+        for member in tree:
+            with suppress(psutil.Error):
+                member.send_signal(signal.SIGINT)
+        psutil.wait_procs(tree, timeout=120)  # the start's own `make down` has ended too
+        if proc.poll() is None:
+            proc.kill()
+        raise
+    return code, (tmp / "make-up.log").read_text(errors="replace")[-8000:]
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    """Process ``pid`` and every descendant (none when it has ended)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
 @contextmanager
 def running_stack(env: dict[str, str], tmp: Path, up_timeout_s: float = 900,
                   started: tuple[subprocess.Popen[bytes], float] | None = None) -> Iterator[Stack]:
@@ -309,18 +348,12 @@ def running_stack(env: dict[str, str], tmp: Path, up_timeout_s: float = 900,
     time; its output in ``tmp/make-up.log``), awaited instead of a new one. A failed ``make up`` fails the test with
     its output."""
     s = Stack(env=env, logs_dir=tmp / "logs", reports_dir=tmp / "reports", run_dir=tmp / "run")
-    if started is None:
-        begun = time.monotonic()
-        up = s.make("up", timeout_s=up_timeout_s)
-        code, output = up.returncode, f"{up.stdout[-4000:]}\n{up.stderr[-4000:]}"
-    else:
-        proc, begun = started
-        try:
-            code = proc.wait(timeout=max(1.0, up_timeout_s - (time.monotonic() - begun)))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
-        output = (tmp / "make-up.log").read_text(errors="replace")[-8000:]
+    proc, begun = started or start_up(env, tmp)
+    try:
+        code, output = _await_up(proc, begun, tmp, up_timeout_s)
+    except BaseException:  # Ctrl-C (or SIGTERM passed on as SIGINT) while it starts: nothing is left running
+        s.make("down")
+        raise
     if code != 0:
         s.make("down")
         pytest.fail(f"make up failed ({code}):\n{output}")

@@ -8,11 +8,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from core.enginestate import EngineError, EngineRequest, EngineState, log_position, pid_namespace, write_engine_state
+from core.enginestate import (
+    EngineError,
+    EngineRequest,
+    EngineState,
+    LogPosition,
+    log_position,
+    pid_namespace,
+    write_engine_state,
+)
 from core.settings import Settings
 from engine import local_control as control
 from engine.enginephase import EngineProcess, engine_process, failure_report, judge, launch_phase
@@ -192,6 +200,37 @@ def test_make_up_reports_the_same_cause_and_judges_only_its_launch(
     assert not ok and why.startswith(f"vllm is FATAL: vLLM failed: {TYPO}")
     write_engine_state(s.engine_state_file, EngineState(requested="m", source="x", model_arg="m", served_name="m"))
     assert stackctl.startup(s).phase == "failed"  # the latest start in the log, judged with supervisord's FATAL
+
+
+@pytest.mark.parametrize(("waited", "code", "said"), [
+    ("interrupt", 130, "[INFO] Interrupted (Ctrl-C) while the stack started: stopping what started."),
+    ((False, "vllm is FATAL"), 1, "[ERROR] Stopping the stack; fix the cause and run `make up` again."),
+    ((True, ""), 0, None),
+])  # fmt: skip
+def test_make_up_interrupted_or_failed_while_waiting_stops_what_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    waited: Any, code: int, said: str | None,
+) -> None:  # fmt: skip
+    """Ctrl-C during ``make up``'s wait (once it left a half-started stack holding both cores) and a failed start
+    both stop the stack (``make down``), with 130 and 1; a ready stack is left alone."""
+    stopped: list[Settings] = []
+
+    def wait(settings: Settings, since: Any) -> tuple[bool, str]:
+        if waited == "interrupt":
+            raise KeyboardInterrupt
+        return cast("tuple[bool, str]", waited)
+
+    monkeypatch.setattr(stackctl, "wait_ready", wait)
+    def down(settings: Settings) -> int:
+        stopped.append(settings)
+        return 0
+
+    monkeypatch.setattr(stackctl, "wait_ready", wait)
+    monkeypatch.setattr(stackctl, "down", down)
+    s = settings(tmp_path)
+    assert stackctl.await_start(s, LogPosition(dev=0, ino=0, offset=0)) == code
+    assert stopped == ([] if said is None else [s])
+    assert said is None or said in capsys.readouterr().err
 
 
 def test_launcher_records_the_exit_of_its_own_launch_only(tmp_path: Path) -> None:
