@@ -4,6 +4,7 @@ sidecar's sampler and the UI never look the pid up from another one (containers 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,12 @@ def state_file(tmp_path: Path, **fields: Any) -> Path:
 def test_pid_namespace_names_this_process_namespace() -> None:
     """The namespace is the kernel's name of /proc/self/ns/pid, the same for every process of one namespace."""
     assert HERE is not None and HERE.startswith("pid:[") and os.readlink("/proc/self/ns/pid") == HERE
-    assert os.readlink(f"/proc/{os.getppid()}/ns/pid") == HERE  # pytest's parent: same namespace (no container)
+    child = subprocess.Popen(["sleep", "5"])  # a child of pytest: same namespace (not the parent: under setsid
+    try:  # it is PID 1, whose /proc entry another user's process may not read)
+        assert os.readlink(f"/proc/{child.pid}/ns/pid") == HERE
+    finally:
+        child.kill()
+        child.wait()
 
 
 @linux_only
