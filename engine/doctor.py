@@ -26,8 +26,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from core.gpus import select_devices
 from core.net import port_in_use_message
 from core.pipes import guard_stdout

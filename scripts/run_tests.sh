@@ -19,7 +19,7 @@ py=.venvs/app/bin/python
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 offset=${TEST_PORT_OFFSET:-0}
-integration=(-m pytest tests -q -rs --ignore=tests/unit --ignore=tests/compose)
+integration=(-m pytest tests -q -rs --durations=15 --ignore=tests/unit --ignore=tests/compose)  # durations: to balance the lanes
 (
     stop=0
     trap 'stop=1' INT

@@ -98,6 +98,14 @@ install() {
   fi
 }
 
+# Bytecode for every installed module, once: uv installs none, and where PYTHONDONTWRITEBYTECODE=1 (CI images,
+# containers) Python never writes it, so each process compiled what it imports from source again: importing vLLM's
+# API server took 14.4 CPU-s without it and 7.4 with it, Chainlit 2.2 and 1.3, Locust 0.74 and 0.43 (2026-12-07).
+compile_bytecode() {
+  say "compiling bytecode"
+  "$venv/bin/python" -m compileall -q -j0 "$venv/lib" >>"$log" 2>&1 || true  # a few test files of packages do not parse
+}
+
 uv=""
 uv_opts=()
 if uv_ready; then
@@ -116,17 +124,14 @@ if [ "${reqs[0]}" = requirements/engine-cpu.txt ]; then
   # ("operator torchvision::nms does not exist"); vLLM serves text models without them.
   say "removing torchvision, torchaudio, torchcodec (they break transformers next to the CPU torch)"
   "$venv/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec >>"$log" 2>&1
+  compile_bytecode
   say "checking that vllm imports"
   "$venv/bin/python" -c "import torch, transformers, vllm; print('[INFO] engine env: vllm', vllm.__version__, 'torch', torch.__version__)"
 else
   args=()
   for r in "${reqs[@]}"; do args+=(-r "$r"); done
   install "${reqs[*]}" "${args[@]}"
+  compile_bytecode
 fi
-# Bytecode for every installed module, once: uv installs none, and where PYTHONDONTWRITEBYTECODE=1 (CI images,
-# containers) Python never writes it, so each process compiled what it imports from source again: importing vLLM's
-# API server took 14.4 CPU-s without it and 7.4 with it, Chainlit 2.2 and 1.3, Locust 0.74 and 0.43 (2026-12-07).
-say "compiling bytecode"
-"$venv/bin/python" -m compileall -q -j0 "$venv/lib" >>"$log" 2>&1 || true  # a few test files of packages do not parse
 echo "$want" > "$venv/.stamp"
 say "ready"
