@@ -103,7 +103,9 @@ install() {
 # API server took 14.4 CPU-s without it and 7.4 with it, Chainlit 2.2 and 1.3, Locust 0.74 and 0.43 (2026-12-07).
 compile_bytecode() {
   say "compiling bytecode"
-  "$venv/bin/python" -m compileall -q -j0 "$venv/lib" >>"$log" 2>&1 || true  # a few test files of packages do not parse
+  # not what the stack never imports (packages' tests, pip, setuptools, vLLM's unused anthropic and numba): 25 % fewer
+  "$venv/bin/python" -m compileall -q -j0 -x '/site-packages/(anthropic|numba|pip|setuptools)/|/tests?/' "$venv/lib" \
+    >>"$log" 2>&1 || true  # a few files in packages do not parse
 }
 
 uv=""

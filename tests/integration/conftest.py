@@ -86,10 +86,11 @@ integration tests (the mock server, other servers, stacks of their own on their 
 
 
 def in_lane(item: pytest.Item) -> str:
-    """The lane of a test (:data:`LANES`): ``stack`` for unit tests and tests using the session ``stack`` fixture."""
+    """The lane of a test (:data:`LANES`): ``stack`` for unit tests, tests using the session ``stack`` fixture and
+    tests marked ``stack_lane`` (moved there to balance the lanes' times: the longer one is ``make test``'s)."""
     if item.get_closest_marker("integration") is None or "stack" in getattr(item, "fixturenames", ()):
         return "stack"
-    return "rest"
+    return "stack" if item.get_closest_marker("stack_lane") is not None else "rest"
 
 
 _EARLY_UP: dict[str, tuple[subprocess.Popen[bytes], Path, float]] = {}
