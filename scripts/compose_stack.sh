@@ -73,10 +73,12 @@ choose_base() {
 
 find_torch_wheel() {
     # The CPU torch wheel Dockerfile.vllm pins, from pip's local wheel folders (PIP_FIND_LINKS, pip config).
-    local version dirs dir wheel
+    local version dirs dir wheel pip_py
     version=$(grep -o 'torch==[0-9.]*+cpu' Dockerfile.vllm | head -n 1)
     version=${version#torch==}
-    dirs="${PIP_FIND_LINKS:-} $("$py" -m pip config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$/\1/p" | tr '\n' ' ')"
+    pip_py=$py
+    [ -x "$(dirname "$py")/pip" ] || pip_py=$root/.venvs/uv/bin/python  # an environment made for uv has no pip
+    dirs="${PIP_FIND_LINKS:-} $("$pip_py" -m pip config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$/\1/p" | tr '\n' ' ')"
     for dir in $dirs; do
         dir=${dir#file://}
         for wheel in "$dir"/torch-"$version"-cp311-*.whl; do

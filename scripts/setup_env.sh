@@ -112,11 +112,7 @@ uv=""
 uv_opts=()
 if uv_ready; then
   uv=1
-  if [ "$kind" = engine ]; then  # uv installs into it (pip only if uv fails, try_install): 3.3 s less on make's path
-    "$python" -m venv "$venv" --without-pip
-  else
-    "$python" -m venv "$venv"  # the app env keeps pip: scripts/compose_stack.sh reads pip's settings with it
-  fi
+  "$python" -m venv "$venv" --without-pip  # uv installs into it (pip only if uv fails, try_install): 3.3 s less
   uv_options
 else
   "$python" -m venv "$venv"

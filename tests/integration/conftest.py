@@ -52,15 +52,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     that start engines of their own (``own_engine``: CPU-bound, so they run while lint and the unit suite still load
     the machine in ``make test``, and the tests that time the client run after); tests that change the shared stack
     (restart vLLM with other flags, switch the model, kill it) or that search what every other test wrote run after
-    the rest, in the order of their ``stack_order(N)`` marker; ``load_sensitive`` modules (whose checks need the
+    the rest, in the order of their ``stack_order(N)`` marker; ``stack_lane`` tests (no session stack) run first,
+    so in ``make test``'s lane stack that stack boots while they run; ``load_sensitive`` modules (whose checks need the
     client's and the engines' clocks to agree) run last, when the fewest processes load the host; the others keep
     pytest's order (the sort is stable). File names play no part."""
 
     def order(item: pytest.Item) -> int:
         if item.get_closest_marker("integration") is None:
             return -2
-        if item.get_closest_marker("own_engine") is not None:
-            return -1
+        if item.get_closest_marker("own_engine") is not None or item.get_closest_marker("stack_lane") is not None:
+            return -1  # stack_lane: first in lane stack, while the session stack boots (started at collection)
         if item.get_closest_marker("load_sensitive") is not None:
             return LAST
         marker = item.get_closest_marker("stack_order")

