@@ -26,7 +26,7 @@ from loadgen.orchestrate.locust_run import read_process_loads, run_locust
 from loadgen.orchestrate.measured_run import read_records, warmup
 from loadgen.request.client import chat_payload, new_session, stream_chat
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.load_sensitive]  # known timings: runs when the fewest processes load the host
 PY = str(PROJECT_ROOT / ".venvs/app/bin/python")
 
 
