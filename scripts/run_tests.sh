@@ -35,7 +35,7 @@ integration=(-m pytest tests -q -rs --durations=15 --ignore=tests/unit --ignore=
 checks=$!
 (
     trap - INT
-    exec env TEST_LANE=rest TEST_PORT_OFFSET=$((offset + 100)) "$py" "${integration[@]}" --basetemp "$work/rest" "$@" \
+    exec env TEST_LANE=rest TEST_PORT_OFFSET=$((offset + 100)) TEST_WAIT_FOR="$work/stack.done" "$py" "${integration[@]}" --basetemp "$work/rest" "$@" \
         >"$work/rest.log" 2>&1
 ) &
 rest=$!
@@ -60,6 +60,7 @@ ended() {  # the exit status of background part $1 once it has ended (a trapped 
 }
 ended "$stack"
 stack_rc=$?
+touch "$work/stack.done"  # lane rest's load-sensitive tests wait for it (TEST_WAIT_FOR, tests/integration/conftest.py)
 ended "$rest"
 rest_rc=$?
 ended "$checks"
