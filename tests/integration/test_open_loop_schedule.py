@@ -11,7 +11,7 @@ import pytest
 
 from tests.integration.test_preflight import run_bench, services  # noqa: F401  (the fixture)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.load_sensitive]  # its send-delay check: run alone
 
 
 def _report(stdout: str) -> dict:

@@ -38,6 +38,7 @@ def _rows(reports_dir: Path, report: dict) -> list[dict]:
     return [r for r in rows if r["phase"] == "measured"]
 
 
+@pytest.mark.load_sensitive  # its send-lateness check: last in lane rest, after the modules that wait for lane stack
 @pytest.mark.parametrize(("name", "speed", "requests"), [("burstgpt_sample.csv", 2.0, 24),
                                                         ("mooncake_sample.jsonl", 1.5, None)])
 def test_trace_replays_on_its_schedule(
