@@ -14,7 +14,7 @@ import pytest
 from core.settings import PROJECT_ROOT
 from tests.integration.test_preflight import APP_PY, services  # noqa: F401  (the fixture)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.load_sensitive]  # needs a client that keeps up (1.05x beside lane stack)
 
 
 def test_ramp_run_reports_steady_state_apart_from_the_whole_run(
@@ -35,9 +35,7 @@ def test_ramp_run_reports_steady_state_apart_from_the_whole_run(
     steady = m["steady"]
     assert steady["found"], steady
     assert steady["start_s"] >= 3.0, steady
-    # above the whole run's, which counts the ramp (1.23x if throughput followed the users; 1.05x once with make
-    # test's three processes keeping both cores 91 % busy, when the client could not keep up with 8 users)
-    assert steady["throughput_req_per_sec"] > m["throughput_req_per_sec"], (steady, m["throughput_req_per_sec"])
+    assert steady["throughput_req_per_sec"] > 1.1 * m["throughput_req_per_sec"], (steady, m["throughput_req_per_sec"])
     assert "steady state " in m["key_insight"] and "whole run " in m["key_insight"]
     html = (Path(path.group(1)).parent / report["html_file"]).read_text()
     assert "Shaded: the steady-state window" in html

@@ -19,10 +19,9 @@ from tests.integration.test_preflight import run_bench, services  # noqa: F401  
 pytestmark = pytest.mark.integration
 
 TRACES = PROJECT_ROOT / "loadgen" / "workloads" / "data" / "traces"
-SEND_TOLERANCE_MS = 250.0  # every row after the first few leaves within this of its trace time (a shared 2-core
-# machine's jitter: the others mostly under 30 ms)
-START_ROWS, START_TOLERANCE_MS = 3, 1000.0  # the first rows, sent as the load processes start: 125 ms late on a quiet
-# host, 455, 140 and 26 ms with make test's three processes keeping both cores 91 % busy (2026-12-07)
+SEND_TOLERANCE_MS = 250.0  # every row leaves within this of its trace time (a shared 2-core machine's jitter: the
+# first row, sent as the load processes start, was measured up to 125 ms late, the others mostly under 30 ms; it runs
+# alone, after lane stack: beside it, with both cores 91 % busy, the first rows were 455 ms late)
 MEDIAN_TOLERANCE_MS = 20.0  # and half of them within this
 
 
@@ -64,8 +63,7 @@ def test_trace_replays_on_its_schedule(
     scheduled = [r["scheduled_at"] - start for r in rows]
     assert max(abs(s - e) for s, e in zip(scheduled, expected, strict=True)) < 0.001
     late_ms = [(r["started_at"] - r["scheduled_at"]) * 1000.0 for r in rows]
-    assert max(late_ms[:START_ROWS]) < START_TOLERANCE_MS and max(late_ms[START_ROWS:]) < SEND_TOLERANCE_MS, late_ms
-    assert sorted(late_ms)[len(late_ms) // 2] < MEDIAN_TOLERANCE_MS, late_ms
+    assert max(late_ms) < SEND_TOLERANCE_MS and sorted(late_ms)[len(late_ms) // 2] < MEDIAN_TOLERANCE_MS, late_ms
     assert {r["max_tokens"] for r in rows} <= {max(1, row.output_tokens) for row in trace.rows}
     assert f"TRACE: {len(expected)} {trace.format} rows at {speed:g}x" in run.stdout
     markdown = (Path(env["REPORTS_DIR"]) / report["markdown_file"]).read_text()

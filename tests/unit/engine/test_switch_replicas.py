@@ -181,7 +181,7 @@ def test_a_switch_of_two_replicas_swaps_one_at_a_time_and_the_router_never_goes_
         answered(1)  # the stream flows before the switch begins
         engine = LocalEngine(settings, supervisor)  # type: ignore[arg-type]
         swaps = engine.switch(EngineRequest(model="synthetic:tiny"), say=lambda line: None)
-        answered(len(answers) + 2)  # and after it, through the new engines
+        answered(max(5, len(answers) + 2))  # and after it, through the new engines
     finally:
         done.set()
         sender.join(timeout=30)
@@ -194,7 +194,7 @@ def test_a_switch_of_two_replicas_swaps_one_at_a_time_and_the_router_never_goes_
     ]
     assert [(s.index, s.old_slot, s.new_slot) for s in swaps] == [(0, "a", "b"), (1, "a", "b")]
     assert [active_slot(settings.run_dir, k) for k in range(REPLICAS)] == ["b", "b"]
-    assert len(answers) >= 3 and set(answers) == {"ok"}, answers
+    assert len(answers) >= 5 and set(answers) == {"ok"}, answers
     add_worker(settings, b0)  # listed already (the router answers 400 "already exists"): as asked, no error
     assert sorted(router_workers(settings) or []) == sorted([b0, b1])
 
