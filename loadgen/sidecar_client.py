@@ -1,12 +1,10 @@
-"""The load generator's one client of the sidecar's HTTP API (:mod:`core.api` types): health, baselines, sampling
-windows, reports, series and comparisons. The load generator never imports the sidecar. Every failure is one
-:class:`BenchError` format: unreachable (:meth:`SidecarClient._down`) or refused (:class:`SidecarRefused`, with the HTTP
-status and what to do). Writes carry the sidecar token (``Authorization: Bearer``, from
-:meth:`core.settings.Settings.sidecar_auth_token`)."""
+"""The load generator's one client of the sidecar's HTTP API (:mod:`core.api` types); the load generator never imports
+the sidecar. Every failure is a :class:`BenchError`: unreachable, or refused (:class:`SidecarRefused`). Writes carry
+the sidecar token (``Authorization: Bearer``)."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, TypeAdapter
@@ -33,8 +31,7 @@ BASELINE_NAMES: TypeAdapter[dict[str, str]] = TypeAdapter(dict[str, str])
 
 
 class SidecarRefused(BenchError):
-    """The sidecar answered, but not as asked: ``status`` is its HTTP status (404: an unknown report, series or
-    name; 400/422: a bad one)."""
+    """The sidecar answered, but not as asked: ``status`` is its HTTP status (404: unknown; 400/422: bad)."""
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
@@ -67,48 +64,43 @@ class SidecarClient:
         """The client of ``settings``' sidecar: its URL and token."""
         return cls(settings.sidecar_url, token=settings.sidecar_auth_token())
 
-    def _refused(self, response: httpx.Response, what: str) -> SidecarRefused:
-        """The error for a non-200 answer, saying what to do about a missing or wrong token; else the sidecar's own
-        reason."""
+    def _call(self, method: str, path: str, what: str, ok: tuple[int, ...] = (200,), **kwargs: Any) -> httpx.Response:
+        """``httpx.<method>`` of ``path`` (``kwargs`` to it); its answer when its status is in ``ok``.
+
+        Raises:
+            SidecarRefused: another status (a missing or wrong token says what to set). BenchError: unreachable.
+        """
+        kwargs.setdefault("timeout", self.timeout_s)
+        try:
+            response = getattr(httpx, method)(f"{self.url}{path}", **kwargs)
+        except httpx.HTTPError as exc:
+            raise BenchError(
+                f"the sidecar is not answering at {self.url} ({type(exc).__name__}); it writes the report. "
+                "Start the stack with `make up` (log: logs/sidecar.log)."
+            ) from None
         status = response.status_code
+        if status in ok:
+            return response
         if status in (401, 403, 503):
-            return SidecarRefused(
+            raise SidecarRefused(
                 f"the sidecar refused {what} (HTTP {status}: {response.text[:200]}): the benchmark "
                 "needs the sidecar's token — SIDECAR_TOKEN, or the file SIDECAR_TOKEN_FILE (run/sidecar_token, made "
                 "by `make up`).", status
             )
-        return SidecarRefused(f"the sidecar refused {what} (HTTP {status}): {_detail(response, 500)}", status)
-
-    def _down(self, exc: Exception) -> BenchError:
-        """The error for a sidecar that does not answer at all."""
-        return BenchError(
-            f"the sidecar is not answering at {self.url} ({type(exc).__name__}); it writes the report. "
-            "Start the stack with `make up` (log: logs/sidecar.log)."
-        )
+        raise SidecarRefused(f"the sidecar refused {what} (HTTP {status}): {_detail(response, 500)}", status)
 
     def check_token(self) -> None:
-        """Raises BenchError unless the sidecar answers and accepts this client's token (``GET /auth``: one round
-        trip), so a run never measures load whose report could not be written."""
-        try:
-            response = httpx.get(f"{self.url}/auth", timeout=self.timeout_s, headers=self.write_headers)
-        except httpx.HTTPError as exc:
-            raise self._down(exc) from None
-        if response.status_code != 204:
-            raise self._refused(response, "the benchmark's token")
+        """Raises BenchError unless the sidecar answers and accepts this client's token (``GET /auth``), so a run
+        never measures load whose report could not be written."""
+        self._call("get", "/auth", "the benchmark's token", (204,), headers=self.write_headers)
 
     def baselines(self) -> dict[str, str]:
         """Named baselines: name -> report id.
 
         Raises:
-            BenchError: the sidecar is unreachable, refuses, or answers something that is not a JSON object of
-                names and ids (the message names the URL and what came back).
+            BenchError: unreachable, refused, or not a JSON object of names and ids.
         """
-        try:
-            response = httpx.get(f"{self.url}/baselines", timeout=self.timeout_s)
-        except httpx.HTTPError as exc:
-            raise self._down(exc) from None
-        if response.status_code != 200:
-            raise self._refused(response, "reading /baselines")
+        response = self._call("get", "/baselines", "reading /baselines")
         return self._answer(response, BASELINE_NAMES, "a JSON object of baseline name -> report id")
 
     @staticmethod
@@ -116,8 +108,7 @@ class SidecarClient:
         """The sidecar's 200 answer read as ``shape``.
 
         Raises:
-            BenchError: it is not (empty, not JSON, another shape): a sidecar of another version, or something else
-                on its port; the message names the URL and the fault.
+            BenchError: it is not (a sidecar of another version, or something else on its port).
         """
         try:
             return answer_as(response, shape, expected)
@@ -129,16 +120,11 @@ class SidecarClient:
         """``GET path`` read as ``model``; None on 404.
 
         Raises:
-            BenchError: the sidecar is unreachable, refuses, or answers something that does not read as ``model``.
+            BenchError: unreachable, refused, or an answer that does not read as ``model``.
         """
-        try:
-            response = httpx.get(f"{self.url}{path}", timeout=self.timeout_s)
-        except httpx.HTTPError as exc:
-            raise self._down(exc) from None
+        response = self._call("get", path, f"reading {path}", (200, 404))
         if response.status_code == 404:
             return None
-        if response.status_code != 200:
-            raise self._refused(response, f"reading {path}")
         try:
             return model.model_validate_json(response.content)
         except ValueError as exc:
@@ -146,28 +132,20 @@ class SidecarClient:
             raise BenchError(f"the sidecar's {path} does not read as a {model.__name__}: {first}") from None
 
     def report(self, report_id: str) -> Report | None:
-        """Report ``report_id`` (``GET /reports/{id}``, migrated to this schema); None when the sidecar has none.
-
-        Raises:
-            BenchError: the sidecar is unreachable, or answers something that is not a report.
-        """
+        """Report ``report_id`` (``GET /reports/{id}``); None when the sidecar has none. Raises BenchError."""
         return self._get_model(f"/reports/{report_id}", Report)
 
     def series(self, series_id: str) -> SeriesReport | None:
-        """Series ``series_id`` (``GET /series/{id}``); None when the sidecar has none.
-
-        Raises:
-            BenchError: the sidecar is unreachable, or answers something that is not a series report.
-        """
+        """Series ``series_id`` (``GET /series/{id}``); None when the sidecar has none. Raises BenchError."""
         return self._get_model(f"/series/{series_id}", SeriesReport)
 
     def start_window(self, run_id: str) -> WindowStarted | None:
-        """Open a sampling window for run ``run_id`` (the sidecar closes it at the run's end when it builds the
-        report); None when the sidecar cannot (the report then uses the run's own bounds).
+        """Open a sampling window for run ``run_id`` (closed when the sidecar builds the report); None when the
+        sidecar cannot (the report then uses the run's own bounds).
 
         Raises:
-            SidecarRefused: the sidecar does not see the run's rows file in its ``LOGS_DIR/runs`` (HTTP 422) or the id
-                is malformed (400): its report could not be written, so the run must not measure.
+            SidecarRefused: the sidecar cannot see the run's rows file in its ``LOGS_DIR/runs`` (422) or the id is
+                malformed (400): the run must not measure.
         """
         try:
             response = httpx.post(f"{self.url}/windows/start", params={"run_id": run_id}, timeout=self.timeout_s,
@@ -187,23 +165,10 @@ class SidecarClient:
             return None
 
     def mark_baseline(self, name: str, report_id: str | None) -> BaselineMarked:
-        """Mark report ``report_id`` (None: the latest) as baseline ``name`` (``PUT /baselines/{name}``); the
-        sidecar's answer says what the name pointed at before (``previous_id``).
-
-        Raises:
-            BenchError: refused (the sidecar's reason) or unreachable.
-        """
-        try:
-            response = httpx.put(
-                f"{self.url}/baselines/{name}",
-                json={"report_id": report_id} if report_id else {},
-                timeout=self.timeout_s,
-                headers=self.write_headers,
-            )
-        except httpx.HTTPError as exc:
-            raise self._down(exc) from None
-        if response.status_code != 200:
-            raise self._refused(response, f"baseline {name}")
+        """Mark report ``report_id`` (None: the latest) as baseline ``name``; the answer's ``previous_id`` is what
+        the name pointed at before. Raises BenchError: refused or unreachable."""
+        response = self._call("put", f"/baselines/{name}", f"baseline {name}", headers=self.write_headers,
+                              json={"report_id": report_id} if report_id else {})  # fmt: skip
         try:
             return BaselineMarked.model_validate_json(response.content)
         except ValueError:  # an older sidecar's answer: marked, but what it replaced is unknown
@@ -211,66 +176,31 @@ class SidecarClient:
                                   latency_p99_ms=None)
 
     def mark_series_baseline(self, name: str, series_id: str) -> str | None:
-        """Mark series ``series_id`` as baseline ``name`` (``PUT /series/{id}/baseline/{name}``); the id the name
-        pointed at before (None: a new name).
-
-        Raises:
-            BenchError: refused (the sidecar's reason) or unreachable.
-        """
-        try:
-            response = httpx.put(
-                f"{self.url}/series/{series_id}/baseline/{name}", timeout=self.timeout_s, headers=self.write_headers
-            )
-        except httpx.HTTPError as exc:
-            raise self._down(exc) from None
-        if response.status_code != 200:
-            raise self._refused(response, f"baseline {name}")
+        """Mark series ``series_id`` as baseline ``name``; the id the name pointed at before (None: a new name).
+        Raises BenchError: refused or unreachable."""
+        path = f"/series/{series_id}/baseline/{name}"
+        response = self._call("put", path, f"baseline {name}", headers=self.write_headers)
         try:
             previous = response.json().get("previous_id")
         except (ValueError, AttributeError):
             return None
         return previous if isinstance(previous, str) else None
 
-    def _post_json(self, path: str, body: BaseModel, answer: type[_M], timeout_s: float = 180) -> _M:
-        """``POST path`` with ``body``, answered as ``answer``.
-
-        Raises:
-            SidecarRefused: any answer but 200 (with the sidecar's reason). BenchError: unreachable.
-        """
-        try:
-            response = httpx.post(
-                f"{self.url}{path}",
-                content=body.model_dump_json(),
-                timeout=timeout_s,
-                headers={"content-type": "application/json", **self.write_headers},
-            )
-        except httpx.HTTPError as exc:
-            raise self._down(exc) from None
-        if response.status_code != 200:
-            raise self._refused(response, path)
+    def _post_json(self, path: str, body: BaseModel, answer: type[_M]) -> _M:
+        """``POST path`` with ``body``, answered as ``answer``. Raises SidecarRefused (not 200) or BenchError."""
+        headers = {"content-type": "application/json", **self.write_headers}
+        response = self._call("post", path, path, content=body.model_dump_json(), timeout=180, headers=headers)
         return self._answer(response, TypeAdapter(answer), f"the sidecar's {answer.__name__}")
 
     def post_series(self, request: BuildSeriesRequest) -> BuildSeriesResponse:
-        """Ask the sidecar to build and write the series report of these points (``POST /series``).
-
-        Raises:
-            BenchError: refused or unreachable.
-        """
+        """Have the sidecar build and write the series report of these points (``POST /series``)."""
         return self._post_json("/series", request, BuildSeriesResponse)
 
     def post_compare(self, request: CompareRequest) -> CompareResponse:
-        """Ask the sidecar to compare two results (report, series or baseline name) and write the comparison.
-
-        Raises:
-            SidecarRefused: an unknown reference (404; the message lists what exists). BenchError: unreachable.
-        """
+        """Have the sidecar compare two results and write the comparison (404: an unknown reference)."""
         return self._post_json("/compare", request, CompareResponse)
 
     def post_report(self, request: BuildReportRequest) -> BuildReportResponse:
-        """Ask the sidecar to write the report of run ``request.run_id`` (``POST /reports``): the body carries the
-        run's id and this side's facts; the sidecar reads the rows from the run's rows file.
-
-        Raises:
-            BenchError: the sidecar refused the run or is unreachable (the message carries its answer and what to do).
-        """
+        """Have the sidecar write the report of run ``request.run_id`` (``POST /reports``; it reads the run's rows
+        file itself)."""
         return self._post_json("/reports", request, BuildReportResponse)
