@@ -1,7 +1,5 @@
-"""Child processes for measuring the load generator: the mock server, CPU sampling of a process tree, clean stops.
-
-Shared by ``make calibrate``, ``make benchmark`` (Locust's CPU use) and the scripts under ``benchmarks/``.
-"""
+"""Child processes for measuring the load generator: the mock server, CPU sampling of a process tree, clean stops
+(``make calibrate``, ``make benchmark``, ``benchmarks/``)."""
 
 from __future__ import annotations
 
@@ -18,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import numpy as np
 import psutil
 
 from core.net import free_port
@@ -49,16 +48,7 @@ def cpu_at(samples: Sequence[CpuSample], t_s: float, *, monotonic: bool = False)
     if not samples:
         raise ValueError("no CPU samples")
     times = [s.monotonic_s if monotonic else s.wall_s for s in samples]
-    if t_s <= times[0]:
-        return samples[0].cpu_s
-    if t_s >= times[-1]:
-        return samples[-1].cpu_s
-    for i in range(1, len(samples)):
-        if times[i] >= t_s:
-            span = times[i] - times[i - 1]
-            frac = (t_s - times[i - 1]) / span if span > 0 else 1.0
-            return samples[i - 1].cpu_s + frac * (samples[i].cpu_s - samples[i - 1].cpu_s)
-    return samples[-1].cpu_s  # pragma: no cover - the loop always returns
+    return float(np.interp(t_s, times, [s.cpu_s for s in samples]))
 
 
 def cpu_in_window(samples: Sequence[CpuSample], start_s: float, end_s: float, *, monotonic: bool = False) -> float:
@@ -133,9 +123,8 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> bool:
-    """Ask Linux to send this process ``sig`` when its parent dies (``prctl(PR_SET_PDEATHSIG)``), so a load process
-    cannot outlive the benchmark (or its Locust master) even when that is killed with SIGKILL; False where the call is
-    not available (not Linux)."""
+    """Ask Linux to send this process ``sig`` when its parent dies (``prctl(PR_SET_PDEATHSIG)``, even on SIGKILL);
+    False where that is not available (not Linux)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -146,8 +135,7 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
 
 
 def lifetime_bound(parent_pid: int) -> Callable[[], None]:
-    """The ``preexec_fn`` of a child of process ``parent_pid`` (this one): the child gets SIGTERM when its parent dies
-    (:func:`die_with_parent`); if the parent died before that was set, the child exits at once."""
+    """The ``preexec_fn`` binding a child to ``parent_pid`` (:func:`die_with_parent`; exits if it is already gone)."""
 
     def bind() -> None:
         die_with_parent()
@@ -158,8 +146,7 @@ def lifetime_bound(parent_pid: int) -> Callable[[], None]:
 
 
 def kill_group(pgid: int) -> None:
-    """SIGKILL every process of process group ``pgid`` (a child started with ``start_new_session``); nothing when
-    none is left."""
+    """SIGKILL every process of process group ``pgid`` (none left: nothing)."""
     with suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
 
@@ -192,9 +179,8 @@ def mock_server(
     processes: int = 1,
     require_api_key: bool = False,
 ) -> Iterator[MockHandle]:
-    """Run ``python -m loadgen.selftest.mock_server`` on a free port until the block ends (``processes`` server
-    processes; the handle's pid is their parent, so a tree sampler sees them all); stopped in all cases. With
-    ``require_api_key`` it refuses ``/v1`` requests without VLLM_API_KEY, as vLLM does.
+    """Run ``python -m loadgen.selftest.mock_server`` on a free port until the block ends (the handle's pid is the
+    parent of its ``processes``); ``require_api_key``: it wants VLLM_API_KEY, as vLLM does.
 
     Raises:
         ProcessError: it did not answer ``/health`` within a minute.

@@ -1,10 +1,5 @@
-"""The run plan: the benchmark's knobs as one :class:`core.report_schema.BenchmarkConfig`, written once by the
-benchmark and read by every Locust process (``--plan-file``), and the same object goes into the report.
-
-So a knob crosses each process boundary one way only: settings -> plan (here) -> Locust and the sidecar. The
-plan file also carries the workload's prompts (``prompts``), parsed once by the benchmark (:func:`workload_prompts`),
-so the Locust processes never parse the dataset file (:func:`read_run_plan`).
-"""
+"""The run plan: the benchmark's knobs as one :class:`core.report_schema.BenchmarkConfig` (settings -> plan ->
+Locust and the report), written once with the run's settings and prompts and read by every Locust process."""
 
 from __future__ import annotations
 
@@ -39,12 +34,9 @@ def usable_cores() -> int:
 def auto_workers(
     concurrency: int, rate: float | None, tokens_per_request: float, requests: int | None, cores: int | None
 ) -> int:
-    """How many Locust processes to run when WORKERS is unset (pure).
-
-    One process per ``USERS_PER_WORKER`` users (closed loop) or per ``CHUNKS_PER_WORKER_S`` expected chunks/s
-    (open loop: RATE × tokens per request), at most half the machine's cores (the rest is the server's and the
-    system's), never more processes than users or requests.
-    """
+    """Locust processes when WORKERS is unset (pure): one per ``USERS_PER_WORKER`` users (closed loop) or per
+    ``CHUNKS_PER_WORKER_S`` expected chunks/s (open loop: RATE × tokens per request), at most half the ``cores``,
+    never more than users or requests."""
     if rate is not None:
         wanted = math.ceil(rate * tokens_per_request / CHUNKS_PER_WORKER_S)
     else:
@@ -58,10 +50,8 @@ def auto_workers(
 
 
 def load_processes(settings: Settings, concurrency: int, rate: float | None, max_in_flight: int | None) -> int:
-    """Locust processes for a load of ``concurrency`` users (closed loop) or ``rate`` req/s (open loop, at most
-    ``max_in_flight`` in flight): WORKERS, else :func:`auto_workers`; capped at the users (closed loop), the
-    requests and the requests in flight (a process with nothing to send would only wait). Every point of a sweep gets
-    its own (:mod:`loadgen.orchestrate.sweep`)."""
+    """Locust processes for ``concurrency`` users (closed loop) or ``rate`` req/s (open loop): WORKERS, else
+    :func:`auto_workers`; capped at the users (closed loop), the requests and ``max_in_flight``."""
     requests = settings.requests if settings.duration is None else None
     tokens = float(settings.fixed_max_tokens or settings.output_len_mean)
     workers = settings.workers or auto_workers(concurrency, rate, tokens, requests, usable_cores())
@@ -75,8 +65,7 @@ def load_processes(settings: Settings, concurrency: int, rate: float | None, max
 
 
 def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
-    """The run's knobs from the settings, with the model the benchmark chose and its load processes
-    (:func:`load_processes`)."""
+    """The run's knobs from the settings, with the chosen ``model`` and its load processes."""
     fixed = settings.fixed_max_tokens
     if settings.random_dataset:
         dataset = RANDOM_DATASET
@@ -126,24 +115,19 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
 
 
 def dataset_path(config: BenchmarkConfig) -> Path:
-    """The dataset file of ``config`` (relative paths are relative to the project): the generated prompts of
-    DATASET=random (``dataset_file``), else ``dataset``."""
+    """The dataset file of ``config``: ``dataset_file`` (generated prompts), else ``dataset`` (relative to the
+    project)."""
     path = Path(config.dataset_file or config.dataset)
     return path if path.is_absolute() else PROJECT_ROOT / path
 
 
 def workload_prompts(config: BenchmarkConfig) -> list[Prompt]:
-    """The prompts of ``config``'s dataset, parsed once per process (:func:`loadgen.workloads.dataset.dataset_of`).
-
-    Raises:
-        DatasetError: the dataset cannot be loaded.
-    """
+    """The prompts of ``config``'s dataset. Raises DatasetError: it cannot be loaded."""
     return dataset_of(dataset_path(config)).prompts
 
 
 def sampler_for(config: BenchmarkConfig, seed: int, prompts: Sequence[Prompt] | None = None) -> WorkloadSampler:
-    """The workload of ``config``: its dataset (``prompts`` when given, the plan's; else :func:`workload_prompts`),
-    output lengths (fixed, or log-normal mean/P95 capped at max_tokens) and input mix, seeded with ``seed``.
+    """The workload of ``config`` (``prompts``, else its dataset's), seeded with ``seed``.
 
     Raises:
         DatasetError: the dataset cannot be loaded. ValueError: a bad length or mix setting.
@@ -161,22 +145,15 @@ def sampler_for(config: BenchmarkConfig, seed: int, prompts: Sequence[Prompt] | 
     )
 
 
-PLAN_PROMPTS_KEY = "prompts"
-"""The key of the workload's prompts in the plan file (``id``, ``task``, ``messages`` each; absent in plans written
-before it was added, or without a dataset)."""
-PLAN_SETTINGS_KEY = "settings"
-"""The key of the run's effective settings in the plan file (beside the :class:`BenchmarkConfig` fields, which a
-reader of the config alone ignores)."""
-
-
+PLAN_PROMPTS_KEY = "prompts"  # the workload's prompts in the plan file (absent in older plans)
+PLAN_SETTINGS_KEY = "settings"  # the run's effective settings, beside the BenchmarkConfig fields
 SECRET_CARRIERS = frozenset({"vllm_extra_args"})
-"""Fields that are no secret but may hold one (``VLLM_EXTRA_ARGS='--api-key …'``): like the secrets, the Locust
-processes read them from the environment, never from the plan file."""
+"""Fields that may hold a secret (``VLLM_EXTRA_ARGS='--api-key …'``): never written to the plan file."""
 
 
 def plan_settings(settings: Settings) -> dict[str, Any]:
-    """The run's effective settings as the Locust processes must see them: every field but the secrets (those stay
-    in the environment, never in a file), :data:`SECRET_CARRIERS` and the plan file itself, as JSON values."""
+    """The run's effective settings for the Locust processes, as JSON values: all but the secrets,
+    :data:`SECRET_CARRIERS` and the plan file itself (those stay in the environment)."""
     secret = {name for name, info in Settings.model_fields.items() if info.repr is False}
     return settings.model_dump(mode="json", exclude=secret | SECRET_CARRIERS | {"locust_plan_file"})
 
@@ -184,8 +161,7 @@ def plan_settings(settings: Settings) -> dict[str, Any]:
 def write_plan(
     path: Path, config: BenchmarkConfig, settings: Settings | None = None, prompts: Sequence[Prompt] | None = None
 ) -> None:
-    """Write the plan for Locust (atomic), with the run's effective settings (:func:`plan_settings`) and the
-    workload's ``prompts`` (:func:`workload_prompts`) when given."""
+    """Write the plan for Locust (atomic), with ``settings`` (:func:`plan_settings`) and ``prompts`` when given."""
     body: dict[str, Any] = config.model_dump(mode="json")
     if settings is not None:
         body[PLAN_SETTINGS_KEY] = plan_settings(settings)
@@ -203,21 +179,10 @@ def read_plan(path: Path) -> BenchmarkConfig:
     return BenchmarkConfig.model_validate_json(path.read_bytes())
 
 
-def _settings_of(body: Any, path: Path) -> Settings:
-    """The run's effective settings as the benchmark wrote them in its plan (its flags included: ``--logs-dir``
-    reaches every Locust process), the secrets from the environment; a plan without them gives the environment's."""
-    values = body.get(PLAN_SETTINGS_KEY) if isinstance(body, dict) else None
-    if not isinstance(values, dict):
-        return Settings()
-    return Settings(**values, locust_plan_file=path)
-
-
 def with_trace(plan: BenchmarkConfig, settings: Settings, trace: Trace,
                timed: Sequence[tuple[float, TraceRow]]) -> BenchmarkConfig:
-    """``plan`` replaying ``trace`` (TRACE): the open loop at the schedule's mean rate over the ``timed`` rows
-    (:func:`loadgen.workloads.trace.schedule`), each row's output length asked for exactly (IGNORE_EOS), the
-    trace's path, format, content hash, speed and rows recorded; WORKERS unset is :func:`auto_workers` for that
-    rate."""
+    """``plan`` replaying ``trace``'s ``timed`` rows (TRACE): the open loop at their mean rate, each row's output
+    length exactly (IGNORE_EOS), the trace recorded; WORKERS unset is :func:`auto_workers` for that rate."""
     rate = mean_rate([at for at, _ in timed])
     outputs = [max(1, row.output_tokens) for _, row in timed]
     requests = len(timed) if settings.duration is None else None
@@ -238,8 +203,7 @@ def with_trace(plan: BenchmarkConfig, settings: Settings, trace: Trace,
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What a Locust process reads from the plan file: the plan, the run's settings, the workload's prompts (None:
-    a plan without them; the process then parses the dataset itself)."""
+    """What a Locust process reads from the plan file (``prompts`` None: parse the dataset itself)."""
 
     config: BenchmarkConfig
     settings: Settings
@@ -247,7 +211,7 @@ class RunPlan:
 
 
 def read_run_plan(path: Path) -> RunPlan:
-    """The plan file ``path`` read once (one JSON parse for the plan, its settings and its prompts).
+    """The plan file ``path`` read once; settings not in it are the environment's (secrets always are).
 
     Raises:
         OSError: unreadable. ValueError: not JSON. pydantic.ValidationError: not a plan, or settings that no longer
@@ -255,8 +219,7 @@ def read_run_plan(path: Path) -> RunPlan:
     """
     body = json.loads(path.read_bytes())
     prompts = body.get(PLAN_PROMPTS_KEY) if isinstance(body, dict) else None
-    return RunPlan(
-        BenchmarkConfig.model_validate(body),
-        _settings_of(body, path),
-        prompts_from_json(prompts) if prompts is not None else None,
-    )
+    values = body.get(PLAN_SETTINGS_KEY) if isinstance(body, dict) else None
+    settings = Settings(**values, locust_plan_file=path) if isinstance(values, dict) else Settings()
+    return RunPlan(BenchmarkConfig.model_validate(body), settings,
+                   prompts_from_json(prompts) if prompts is not None else None)
