@@ -8,20 +8,16 @@ class BenchError(RuntimeError):
 
 
 class WarmupFailed(BenchError):
-    """Every warmup request failed: the measured run is not started (it would fail the same way); the message
-    carries the server's own reasons, counted."""
+    """Every warmup request failed (the message counts the server's reasons): the measured run is not started."""
 
 
 class WarmupInterrupted(BenchError):
-    """Ctrl-C (SIGTERM, SIGHUP) during the warmup: its requests in flight were aborted, its rows saved; the measured
-    run is not started."""
+    """Ctrl-C (SIGTERM, SIGHUP) during the warmup: its requests aborted, its rows saved, no measured run."""
 
 
 class WorkersMissing(BenchError):
-    """EXPECT_WORKERS: not every load worker joined in time; nothing was measured (the message says how to start
-    one)."""
+    """EXPECT_WORKERS: not every load worker joined in time; nothing was measured."""
 
 
 class OverCapacity(BenchError):
-    """The warm-up shows the engine cannot answer the planned load within REQUEST_TIMEOUT_S
-    (:mod:`loadgen.orchestrate.capacity`): the load is not sent; the message names the load it can serve."""
+    """The warm-up shows the engine cannot answer the planned load within REQUEST_TIMEOUT_S; the load is not sent."""

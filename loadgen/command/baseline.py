@@ -57,12 +57,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{marked.throughput_req_per_sec:.2f} req/s, p99 {'n/a' if p99 is None else f'{p99:.0f}ms'})"
             )
             previous, new_id = marked.previous_id, marked.report_id
-    except SidecarRefused as exc:
+    except BenchError as exc:  # refused (400, 404, 422: bad input, exit 2) or unreachable (1)
         print(f"[ERROR] {exc}", file=sys.stderr)
-        return 2 if exc.status in (400, 404, 422) else 1
-    except BenchError as exc:
-        print(f"[ERROR] {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, SidecarRefused) and exc.status in (400, 404, 422) else 1
     line = moved_text(args.name, previous, new_id)
     if line:
         print(line)

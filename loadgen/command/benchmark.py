@@ -1,14 +1,5 @@
-"""``make benchmark`` / ``./run_benchmark.sh``: warmup, a headless Locust run, then the sidecar writes the report.
-
-``python -m loadgen.command.benchmark --concurrency 32 --duration 60`` — every knob is a flag (``--help`` lists them
-with their defaults and environment names) and an environment/``.env``/make variable; flags win. The benchmark computes
-the run's metrics (:mod:`core.stats`) and hands the finished run to the sidecar (:mod:`core.api`), which adds resources,
-log facts and the environment and writes the report. Rows are appended to ``logs/runs/<run id>.requests.jsonl`` as they
-come, so a crash of any part loses nothing: ``--report-from FILE`` builds the report from such a file later. ``--sweep``
-/ ``--repeat N`` run several load points or runs and have the sidecar write a series report with confidence intervals
-and the SLO knee. This module only parses and wires: the run itself is :mod:`loadgen.orchestrate.pipeline` (one pipeline
-for one run and a series), its end (summary, baseline, verdicts, exit codes) :mod:`loadgen.orchestrate.outcome`.
-"""
+"""``make benchmark`` / ``./run_benchmark.sh``: parse, check and wire; the run itself is
+:mod:`loadgen.orchestrate.pipeline`, its end (summary, verdicts, exit codes) :mod:`loadgen.orchestrate.outcome`."""
 
 from __future__ import annotations
 
@@ -52,11 +43,9 @@ down or vLLM busy, 3 gate regression, 4 no success, 5 error rate, 6 server down,
 
 @contextmanager
 def stop_signals_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP (CI cancellation, ``timeout``, ``docker stop``, systemd, a closed terminal) act as Ctrl-C
-    while the block runs: the load stops, the report of the rows so far is written, exit 130. Only in the main
-    thread (elsewhere signals cannot be handled); the previous handlers come back afterwards. SIGINT too where it was
-    inherited ignored (a benchmark started as a background job by a shell without job control, as CI scripts do):
-    Python then installs no Ctrl-C handler, and ``kill -INT`` would be lost."""
+    """SIGTERM and SIGHUP (CI cancellation, ``docker stop``, a closed terminal) act as Ctrl-C while the block runs
+    (main thread only; handlers restored after). SIGINT too where it was inherited ignored (a background job of a
+    shell without job control), or ``kill -INT`` would be lost."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -70,9 +59,7 @@ def stop_signals_interrupt() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None, engine: EngineControl | None = None) -> int:
-    """Run a benchmark (or rebuild a report from a records file); returns the exit code (module constants).
-
-    SIGTERM and SIGHUP are handled as Ctrl-C (:func:`stop_signals_interrupt`)."""
+    """Run a benchmark (or rebuild a report from a rows file); the exit code. SIGTERM and SIGHUP act as Ctrl-C."""
     guard_stdout()
     with stop_signals_interrupt():
         try:
@@ -83,8 +70,7 @@ def main(argv: list[str] | None = None, engine: EngineControl | None = None) -> 
 
 
 def parser() -> argparse.ArgumentParser:
-    """The benchmark's command line: the knobs of its view (:data:`core.knobs.commands.BENCHMARK`, :mod:`core.flags`)
-    plus ``--report-from``."""
+    """The benchmark's command line: its knobs (:data:`core.knobs.commands.BENCHMARK`) plus ``--report-from``."""
     cli = build_parser("./run_benchmark.sh", HELP, BENCHMARK)
     output = next(group for group in cli._action_groups if group.title == "output")
     output.add_argument(
@@ -126,10 +112,8 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
 def _checked_plan(
     settings: Settings, sidecar: SidecarClient, report_from: Path | None
 ) -> tuple[BenchmarkConfig, Target, list[str]] | str:
-    """The run's plan once every check before the load passed: the server, the model, the sidecar and the gate
-    (:func:`loadgen.orchestrate.preflight.preflight`), the plan against the model (:func:`plan_problem`), and its
-    prompts written (DATASET=random, TRACE, PREFIX_LEN); with the target (backend, vLLM's facts) and the lines saying
-    what was prepared. Else the refusal's lines (``[ERROR] …``) to print before exit 2."""
+    """The plan, its target and the lines saying what was prepared, once every check before the load passed and its
+    prompts are written (DATASET=random, TRACE, PREFIX_LEN); else the refusal's ``[ERROR] …`` lines (exit 2)."""
     try:
         trace = read_trace(settings)  # a bad trace is refused before the server is even asked
         target = preflight(settings, sidecar)
@@ -173,9 +157,7 @@ def _checked_plan(
 
 
 def with_random_prompts(settings: Settings, plan: BenchmarkConfig, notes: list[str]) -> BenchmarkConfig:
-    """DATASET=random: the plan with its token-exact prompts generated (once) for the server's tokenizer; the line
-    saying where is added to ``notes``; sized by the server's tokenizer, else a local one
-    (:func:`loadgen.workloads.tokenizing.open_prompt_tokenizer` says which).
+    """DATASET=random: the plan with its token-exact prompts written (once); the line saying where added to ``notes``.
 
     Raises:
         BenchError: no tokenizer is usable (the message says what to set), or a prompt cannot be sized.

@@ -37,12 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     client = SidecarClient.of(settings)
     try:
         done = client.post_compare(CompareRequest(a=args.a, b=args.b, threshold_pct=threshold))
-    except SidecarRefused as exc:
+    except BenchError as exc:  # refused (400, 404, 422: bad input, exit 2) or unreachable (1)
         print(f"[ERROR] {exc}", file=sys.stderr)
-        return 2 if exc.status in (400, 404, 422) else 1
-    except BenchError as exc:
-        print(f"[ERROR] {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, SidecarRefused) and exc.status in (400, 404, 422) else 1
     for line in ab_compare_lines(done.comparison, done.compare_path):
         print(line)
     return 0

@@ -1,5 +1,4 @@
-"""TRACE in the benchmark command: read and check the trace before any load, put it in the plan, write its
-token-exact prompts (:mod:`loadgen.workloads.trace`, :mod:`loadgen.workloads.traceprompts`)."""
+"""TRACE in the benchmark command: read and check the trace before any load, plan it, write its prompts."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ Timed = list[tuple[float, TraceRow]]
 
 
 def read_trace(settings: Settings) -> tuple[Trace, Timed] | None:
-    """The trace of TRACE and its schedule (first REQUESTS rows, cut at DURATION, at TRACE_SPEED); None without
-    TRACE.
+    """The trace of TRACE and its schedule (REQUESTS rows, DURATION, TRACE_SPEED); None without TRACE.
 
     Raises:
         BenchError: the file is unreadable or bad (file, line and fault named).
@@ -34,8 +32,7 @@ def read_trace(settings: Settings) -> tuple[Trace, Timed] | None:
 
 def plan_with_trace(settings: Settings, plan: BenchmarkConfig, loaded: tuple[Trace, Timed],
                     max_model_len: int | None) -> BenchmarkConfig:
-    """``plan`` replaying the trace (:func:`loadgen.plan.with_trace`), checked against the model's context and the
-    watchdog (:func:`loadgen.workloads.trace.schedule_problem`).
+    """``plan`` replaying the trace, checked against the model's context and the watchdog.
 
     Raises:
         BenchError: the replay cannot run (the message says why and what to do).
@@ -48,9 +45,7 @@ def plan_with_trace(settings: Settings, plan: BenchmarkConfig, loaded: tuple[Tra
 
 
 def with_trace_prompts(settings: Settings, plan: BenchmarkConfig, timed: Timed, notes: list[str]) -> BenchmarkConfig:
-    """The plan with the trace's prompts written (once) for the server's tokenizer, else a local one
-    (``dataset_file``; :func:`loadgen.workloads.tokenizing.open_prompt_tokenizer` says which); the line
-    saying what was written is added to ``notes`` (printed after the start line).
+    """The plan with the trace's token-exact prompts written (``dataset_file``); the line saying so added to ``notes``.
 
     Raises:
         BenchError: no tokenizer is usable (the message says what to set), or a prompt cannot be sized.

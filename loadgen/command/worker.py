@@ -1,11 +1,5 @@
-"""``./run_benchmark.sh --worker --master-host HOST``: this host as a load worker of a benchmark on another host.
-
-It starts one joining Locust worker (:func:`loadgen.orchestrate.locust_launch.worker_argv`,
-:mod:`loadgen.locust_side.remote`) that proves the stack's sidecar token, gets its share of the run, the plan and the
-dataset from the master, sends its rows there and ends with the run; with ``--worker-runs N`` the next worker then waits
-for the next run's master (a sweep or REPEAT starts one master per run). Latencies are timed here; the rows' Unix times
-reach the master in its clock.
-"""
+"""``./run_benchmark.sh --worker --master-host HOST``: this host as a load worker of a benchmark on another host
+(one joining Locust worker per run: :mod:`loadgen.locust_side.remote`)."""
 
 from __future__ import annotations
 
@@ -19,9 +13,8 @@ EXIT_USAGE = 2
 
 
 def worker_main(settings: Settings) -> int:
-    """Run this host's load worker for WORKER_RUNS runs in a row (a sweep's points, REPEAT's runs; 0: until no
-    master answers), a fresh Locust worker joining each run's master; the last worker's exit code (0 when every run
-    was served; 2: not configured)."""
+    """Join WORKER_RUNS runs in a row (0: until no master answers), a fresh Locust worker each; the last worker's
+    exit code (0: every run served; 2: not configured)."""
     if not settings.master_host:
         print("[ERROR] --worker needs --master-host HOST (MASTER_HOST): the host running ./run_benchmark.sh "
               "--expect-workers N", flush=True)  # fmt: skip
