@@ -1,13 +1,7 @@
-"""The server-down breaker: a run whose requests keep failing at the connection level is ended early.
-
-When vLLM dies mid-run, every request fails at once (refused, reset, DNS) and a closed loop would retry it as fast as
-the machine allows, flooding the rows. The benchmark reads the rows as they come (:class:`RowWatch`) and the breaker
-(:class:`ServerDownBreaker`, pure) trips once connection-level failures have gone on for SERVER_DOWN_S with no
-answer in between. An HTTP error answer (4xx/5xx), a cut or invalid stream all prove the server is up — except the
-router's own answers that no engine behind it can be reached (:data:`NO_ENGINE_ANSWERS`: the stack's router stays up
-when its engine dies) and vLLM's that the run's model is not served (:data:`MODEL_GONE_ANSWERS`: ``./start_vllm.sh``
-switched the stack to another model mid-run; the run measures one model, so it ends); timeouts prove nothing either
-way.
+"""The server-down breaker: a run whose requests fail at the connection level for SERVER_DOWN_S with no answer in
+between is ended early (a dead vLLM would be retried as fast as the machine allows). Any HTTP answer proves the server
+up, except the router's "no engine" (:data:`NO_ENGINE_ANSWERS`) and vLLM's "model not served" (the stack was switched:
+:data:`MODEL_GONE_ANSWERS`); timeouts prove nothing.
 """
 
 from __future__ import annotations
@@ -19,14 +13,12 @@ from pathlib import Path
 
 from core.records import ENGINE_GONE_ANSWERS, MODEL_GONE_ANSWERS, MODEL_GONE_LINE, NO_ENGINE_ANSWERS
 
-MODEL_GONE = "the stack was switched to another model"
-"""The cause of a run ended by :data:`core.records.MODEL_GONE_ANSWERS`."""
+MODEL_GONE = "the stack was switched to another model"  # the cause of a run ended by MODEL_GONE_ANSWERS
 ANSWERED_ERRORS = frozenset({"http_status", "no_done", "empty_output", "invalid_stream"})
 
 
 def connection_cause(message: str) -> str:
-    """A connection-level failure in a few words: ``connection refused``, ``connection reset``, ``DNS lookup
-    failed`` or ``connection failed`` (the message of a ``connection`` row)."""
+    """A ``connection`` row's error ``message`` in a few words (``connection refused``, ``DNS lookup failed``, …)."""
     text = message.lower()
     if any(answer.decode().lower() in text for answer in MODEL_GONE_ANSWERS):
         return MODEL_GONE
@@ -58,12 +50,8 @@ class ServerDown:
 
 
 class ServerDownBreaker:
-    """Trips when connection-level failures span ``limit_s`` seconds (their end times) with no answer in between;
-    the verdict names the first failure's time and the latest failure's cause.
-
-    Args:
-        limit_s: SERVER_DOWN_S, seconds (> 0).
-    """
+    """Trips when connection-level failures span ``limit_s`` (SERVER_DOWN_S, > 0) seconds with no answer between;
+    the verdict names the first failure's time and the latest one's cause."""
 
     def __init__(self, limit_s: float) -> None:
         self.limit_s = limit_s
@@ -84,8 +72,8 @@ class ServerDownBreaker:
 
 
 class RowWatch:
-    """Reads the new complete lines of a growing rows file (from where the last read stopped): counts the measured
-    rows (``count``; ``ok`` of them successes) and feeds the breaker, so polling a long run costs only its new rows."""
+    """Reads a growing rows file's new complete lines: counts measured rows (``count``, ``ok`` of them successes)
+    and feeds the breaker (``down`` once tripped)."""
 
     def __init__(self, path: Path, breaker: ServerDownBreaker | None = None) -> None:
         self.path = path

@@ -1,17 +1,10 @@
-"""Whether the engine can answer a planned closed-loop load within REQUEST_TIMEOUT_S, judged from the warm-up before
-the load is sent (a host too slow for 50 users once answered 0 of 200 after 15 minutes of timeouts).
+"""Whether the engine can answer a planned closed-loop load within REQUEST_TIMEOUT_S, judged from the warm-up.
 
-REQUEST_TIMEOUT_S bounds the wait for each chunk, so a request times out when its first token comes too late. When
-``concurrency`` users start at once, vLLM prefills their prompts one budget after another: the last one waits for all
-of them, about ``concurrency × prompt_tokens / prefill_tok_per_s`` seconds. The warm-up sends ``at_once`` requests
-together; the last first token among them came after their prompts were prefilled, so ``sum(prompt tokens) / max(TTFT)``
-is the engine's prefill rate (a lower bound: the wait includes decoding steps in between). Measured on ERNIE-4.5-0.3B
-(docs/benchmarks.md): a 2-core AVX-512 host prefills ≈ 330 prompt tok/s, so 50 users of 365-token prompts wait ≈ 55 s
-for the last first token (the run's TTFT P99 was 39.9 s); an AVX2 host emulating bfloat16 prefills 41 tok/s, ≈ 445 s,
-and every request of that run timed out; in float32 it prefills 159 tok/s, ≈ 115 s.
-
-Requests that time out are replaced at once by new ones whose prompts must be prefilled too: the engine never gets
-to decode, which is why such a run ends with no success at all rather than with a few timeouts.
+``concurrency`` users starting at once wait, the last of them, about ``concurrency × prompt_tokens /
+prefill_tok_per_s`` s for a first token; the warm-up's ``at_once`` requests give the prefill rate as
+``sum(prompt tokens) / max(TTFT)`` (a lower bound). Timed-out requests are replaced by new prompts to prefill, so such
+a run ends with no success at all. Measurements on ERNIE-4.5-0.3B (AVX-512 ≈ 330, AVX2 bf16 41 prompt tok/s):
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -22,23 +15,13 @@ from dataclasses import dataclass
 
 from core.records import RequestRecord
 
-SERVABLE_SHARE = 0.5
-"""The load offered as servable keeps the last first token of its first wave within this share of REQUEST_TIMEOUT_S;
-past it a warning says to expect timeouts."""
+SERVABLE_SHARE = 0.5  # servable: the first wave's last first token within this share of REQUEST_TIMEOUT_S
 
 
 @dataclass(frozen=True)
 class Capacity:
-    """The engine's prefill speed over the warm-up and what it means for ``concurrency`` users starting together.
-
-    Attributes:
-        prefill_tok_per_s: prompt tokens prefilled per second (the warm-up's prompt tokens / its latest TTFT).
-        output_tok_per_s: output tokens per second over the warm-up (first send to last end), for the message.
-        at_once: warm-up requests in flight at once.
-        prompt_tokens: mean prompt tokens of a warm-up request (the chat template included).
-        concurrency: users of the planned load.
-        timeout_s: REQUEST_TIMEOUT_S.
-    """
+    """The warm-up's prefill and output speeds (tok/s) over ``at_once`` requests of ``prompt_tokens`` (mean, chat
+    template included), and what they mean for ``concurrency`` users under REQUEST_TIMEOUT_S ``timeout_s``."""
 
     prefill_tok_per_s: float
     output_tok_per_s: float
@@ -65,8 +48,7 @@ class Capacity:
         )
 
     def refusal(self) -> str | None:
-        """Why the load cannot be served (its last first tokens would come after the timeout), with the load that can;
-        None when it can."""
+        """Why the load cannot be served (last first tokens after the timeout), with the load that can; else None."""
         if self.first_wave_ttft_s <= self.timeout_s:
             return None
         return (
@@ -89,8 +71,8 @@ class Capacity:
 
 
 def warmup_capacity(rows: Sequence[RequestRecord], at_once: int, concurrency: int, timeout_s: float) -> Capacity | None:
-    """The :class:`Capacity` the warm-up ``rows`` show (sent ``at_once`` at a time), or None when they cannot tell:
-    fewer than two successful answers with prompt token counts and a first token, or no time elapsed."""
+    """The :class:`Capacity` the warm-up ``rows`` (sent ``at_once`` at a time) show; None with fewer than two
+    answers that have prompt tokens and a first token, or no time elapsed."""
     answered = [r for r in rows if r.ok and r.prompt_tokens and r.ttft_ms]
     if len(answered) < 2:
         return None

@@ -1,13 +1,6 @@
-"""The benchmark's CI files (written after the report from the gate's verdict): JUnit XML (``--junit FILE``), one
-test case per gated metric, and a Markdown step summary (``--summary FILE``, else GitHub's ``$GITHUB_STEP_SUMMARY``).
-
-A CI system reads the JUnit file as a test report (GitHub Actions, GitLab, Jenkins): a metric beyond its threshold
-is a failing test case (``<failure>``), a gate that could not judge (unknown or incomparable baseline, a metric
-missing on either side) an erroring one (``<error>``), and the run's own checks (some request succeeded, the error-rate
-limit) are test cases of their own. The Markdown summary is what GitHub shows on the job's page. The layout follows
-the JUnit XSD shipped in ``tests/fixtures/junit.xsd`` (the common Jenkins/Ant form: ``testsuites > testsuite >
-testcase``).
-"""
+"""The benchmark's CI files: JUnit XML (``--junit FILE``; a regression is a ``<failure>``, a gate that could not
+judge an ``<error>``; layout of ``tests/fixtures/junit.xsd``) and a Markdown step summary (``--summary FILE``, else
+``$GITHUB_STEP_SUMMARY``)."""
 
 from __future__ import annotations
 
@@ -26,9 +19,8 @@ SUITE = "benchmark-gate"
 
 @dataclass(frozen=True)
 class CiResult:
-    """What a CI step reports: ``title`` (report or series id), the gate's verdict (None without ``GATE``),
-    ``run_failures`` the run's own failed checks as ``(exit code, line)`` (no success, error-rate limit; the gate's
-    line excluded), ``figures`` headline figures ``name -> text`` in order, ``report_path`` the report file."""
+    """What a CI step reports: ``title`` (report or series id), the gate's verdict (None without GATE), the run's
+    own failed checks ``(exit code, line)``, headline ``figures`` (name -> text) and the report's path."""
 
     title: str
     gate: GateVerdict | None
@@ -53,9 +45,8 @@ def _case(check: GateCheck, classname: str) -> TestCase:
 
 
 def junit_xml_text(result: CiResult) -> str:
-    """The JUnit XML document of ``result``: one ``testsuite`` named ``benchmark-gate`` whose test cases are the
-    gate's checks (class ``gate.vs_<baseline>``) and the run's own checks (class ``run``: ``requests_ok`` always,
-    plus a failing case per failed run check). Properties carry the title and the report path."""
+    """The JUnit XML of ``result``: suite ``benchmark-gate``, the gate's checks (class ``gate.vs_<baseline>``) and
+    the run's own (class ``run``); properties: title, report path, figures."""
     cases: list[TestCase] = []
     if result.gate is not None:
         classname = f"gate.vs_{result.gate.baseline}"
@@ -74,8 +65,7 @@ def _cell(text: str) -> str:
 
 
 def markdown_summary(result: CiResult) -> str:
-    """The step summary: a headline with the outcome, the headline figures, one row per gate check, the run's
-    failed checks, and the report's path. Markdown (GitHub-flavoured tables)."""
+    """The Markdown step summary: the outcome, the figures, a row per gate check, the failed checks, the report."""
     outcome = "PASS" if result.exit_code == 0 else ("ERROR" if result.exit_code == 2 else "FAIL")
     lines = [f"## Benchmark {outcome}: {result.title}", ""]
     if result.figures:
@@ -104,12 +94,11 @@ def _ms(value: float | None) -> str:
 def ci_result(
     result: Report | SeriesReport, path: str, failed: list[tuple[int, str]], gate: GateVerdict | None
 ) -> CiResult:
-    """The CI view of a run or a series: its gate verdict (``gate``, judged once by the benchmark; None without
-    ``GATE``), its other failed checks (from ``failed``, the benchmark's verdicts, the gate's own line left out) and
-    its headline figures."""
+    """The CI view of a run or a series: the ``gate`` verdict, the ``failed`` verdicts but the gate's, its figures."""
+    runs = [(code, line) for code, line in failed if not line.startswith("[GATE]")]
     if isinstance(result, Report):
-        return CiResult(result.report_id, gate, _run_failures(failed), report_figures(result), path)
-    return CiResult(result.series_id, gate, _run_failures(failed), series_figures(result), path)
+        return CiResult(result.report_id, gate, runs, report_figures(result), path)
+    return CiResult(result.series_id, gate, runs, series_figures(result), path)
 
 
 def report_figures(report: Report) -> dict[str, str]:
@@ -130,22 +119,15 @@ def series_figures(series: SeriesReport) -> dict[str, str]:
     """Each point's mean throughput and E2E p99."""
     figures = {}
     for point in series.points:
-        rate = point.metrics.get("throughput_req_per_sec")
-        p99 = point.metrics.get("e2e_p99_ms")
-        figures[point.label] = (f"{rate.mean:.2f} req/s" if rate else "n/a") + (
-            f", E2E p99 {p99.mean:.1f} ms" if p99 else ""
-        )
+        rate, p99 = point.metrics.get("throughput_req_per_sec"), point.metrics.get("e2e_p99_ms")
+        p99_text = f", E2E p99 {p99.mean:.1f} ms" if p99 else ""
+        figures[point.label] = (f"{rate.mean:.2f} req/s" if rate else "n/a") + p99_text
     return figures
 
 
-def _run_failures(failed: list[tuple[int, str]]) -> list[tuple[int, str]]:
-    return [(code, line) for code, line in failed if not line.startswith("[GATE]")]
-
-
 def write_ci_outputs(settings: Settings, result: CiResult) -> list[str]:
-    """Write the JUnit file (``JUNIT_FILE``) and the step summary (``SUMMARY_FILE``, overwritten; else appended to
-    ``GITHUB_STEP_SUMMARY`` as GitHub expects); returns the lines to print (one per file, or a warning: a file that
-    cannot be written never changes the run's exit code)."""
+    """Write JUNIT_FILE and the step summary (SUMMARY_FILE, overwritten; else appended to GITHUB_STEP_SUMMARY); the
+    lines to print (a file that cannot be written is a warning, never an exit code)."""
     lines = []
     targets: list[tuple[Path, str, str]] = []
     if settings.junit_file:

@@ -1,9 +1,5 @@
-"""Before a run: wait for vLLM to be idle (:mod:`core.engineload`), or refuse with the figure and what to do.
-
-The requests another client sends, or those of a run that was stopped and that vLLM has not aborted yet, would
-count in this run's figures. The server's ``/metrics`` (every engine's behind the router) is read every
-:data:`POLL_S` for up to IDLE_WAIT_S, the figure printed as it changes.
-"""
+"""Before a run: wait up to IDLE_WAIT_S for vLLM to be idle (other requests would count in this run's figures),
+or refuse with the figure and what to do (:mod:`core.engineload`)."""
 
 from __future__ import annotations
 
@@ -16,10 +12,8 @@ from core.settings import Settings
 from loadgen.errors import BenchError
 from loadgen.orchestrate.replica_watch import scrape_metrics
 
-POLL_S = 1.0
-"""How often a busy engine is read again, s."""
-SAY_EVERY_S = 10.0
-"""How often the figure is printed while it does not change, s."""
+POLL_S = 1.0  # how often a busy engine is read again, s
+SAY_EVERY_S = 10.0  # how often an unchanged figure is printed again, s
 
 
 class EngineBusy(BenchError):
@@ -27,9 +21,8 @@ class EngineBusy(BenchError):
 
 
 def load_now(settings: Settings) -> EngineLoad | None:
-    """The requests the engines hold now: the serving engine's ``/metrics`` (behind the stack's front, the engine
-    itself: :func:`core.replicas.engine_url`), or every replica's behind the router; None when none can be read or
-    none has vLLM's gauges."""
+    """The requests the engines hold now (the serving engine's, or every replica's behind the router ``/metrics``);
+    None when none can be read or has vLLM's gauges."""
     urls = [r.url for r in replicas(settings)] if router_in_use(settings) else [engine_url(settings)]
     scrapes = [samples for samples, _ in (scrape_metrics(url, settings.vllm_headers) for url in urls) if samples]
     return engine_load(scrapes)
@@ -39,14 +32,12 @@ ROUTER_KEEPS_QUEUED = (
     "vllm-router passes a client's cancel on only once a request has streamed its first token, so vLLM prefills "
     "each queued one before it drops it"
 )
-"""Measured with vllm-router 0.1.17: a stream cut before its first chunk reaches the engine only at that chunk
-(docs/benchmarking.md, "A clean hand-over between runs")."""
+"""Measured with vllm-router 0.1.17 (docs/benchmarking.md, "A clean hand-over between runs")."""
 
 
 def left_after_stop(settings: Settings, read: Callable[[], EngineLoad | None] | None = None) -> str | None:
-    """After a run stopped early behind the stack's router: what the engines still hold, and why (None when the
-    router is not in front, or the engines hold nothing, or their gauges cannot be read). Straight to vLLM a
-    cancelled request is aborted at once."""
+    """After a run stopped early behind the stack's router: what the engines still hold, and why; None when no
+    router is in front (vLLM aborts at once) or nothing is held or readable."""
     if not front_in_use(settings):
         return None
     load = (read or (lambda: load_now(settings)))()
@@ -63,8 +54,7 @@ def wait_until_idle(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> float:
-    """Return once the engine holds no request (at once when IDLE_WAIT_S is 0 or its gauges cannot be read); how
-    long it waited, s. ``read`` gives the engines' load (default :func:`load_now`).
+    """Return once the engine holds no request (at once when IDLE_WAIT_S is 0 or unreadable); the wait, s.
 
     Raises:
         EngineBusy: still busy after IDLE_WAIT_S (:func:`core.engineload.busy_refusal`).

@@ -1,6 +1,5 @@
-"""The one entrypoint of Locust: ``python -m loadgen.orchestrate.locust_launch`` runs its web UI (:8089); the benchmark
-CLI reuses :func:`locust_argv` for headless runs, so both paths start Locust the same way. With LOCUST_WEB_PASSWORD the
-web UI asks for a login (``--web-login``, checked by :mod:`loadgen.locust_side.weblogin`)."""
+"""The one entrypoint of Locust: ``python -m loadgen.orchestrate.locust_launch`` runs its web UI (:8089, a login with
+LOCUST_WEB_PASSWORD); the benchmark's headless runs use the same :func:`locust_argv`."""
 
 from __future__ import annotations
 
@@ -16,29 +15,16 @@ LOCUSTFILE = Path(__file__).resolve().parents[1] / "locust_side" / "locustfile.p
 
 
 def locust_argv(
-    settings: Settings,
-    *,
-    headless: bool,
-    users: int | None = None,
-    run_time_s: float | None = None,
-    records_file: Path | None = None,
-    max_requests: int | None = None,
-    stop_timeout_s: float | None = None,
-    user_class: str = "ChatUser",
-    ramp_up_s: float | None = None,
-    host: str | None = None,
-    workers: int = 1,
-    client_file: Path | None = None,
-    remote_workers: int = 0,
+    settings: Settings, *, headless: bool, users: int | None = None, run_time_s: float | None = None,
+    records_file: Path | None = None, max_requests: int | None = None, stop_timeout_s: float | None = None,
+    user_class: str = "ChatUser", ramp_up_s: float | None = None, host: str | None = None, workers: int = 1,
+    client_file: Path | None = None, remote_workers: int = 0,
 ) -> list[str]:
     """Command line of Locust against vLLM (``python -m locust``).
 
-    Headless closed-loop runs start ``users`` (default CONCURRENCY) users over ``ramp_up_s`` (default RAMP_UP_S)
-    seconds; the open-loop dispatcher (``OpenLoopUser``) is one user per load process. ``workers`` > 1 runs a master
-    and that many worker processes (``--processes``); ``client_file`` receives each load process's CPU and lag.
-    ``remote_workers`` > 0 (EXPECT_WORKERS) runs a master on MASTER_BIND_HOST:MASTER_PORT that waits for ``workers``
-    local (:func:`worker_argv`, started by the caller) plus ``remote_workers`` remote workers to join
-    (:mod:`loadgen.locust_side.remote`).
+    Headless: ``users`` (default CONCURRENCY) over ``ramp_up_s`` (default RAMP_UP_S) s, or one ``OpenLoopUser`` per
+    process; ``workers`` > 1: a master and that many processes; ``remote_workers`` > 0 (EXPECT_WORKERS): a master on
+    MASTER_BIND_HOST:MASTER_PORT waiting for ``workers`` local (:func:`worker_argv`) plus the remote ones.
     """
     argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", host or settings.vllm_url]
     if headless:
@@ -79,10 +65,8 @@ def locust_argv(
 
 
 def worker_argv(settings: Settings, master_host: str, user_class: str | None = None) -> list[str]:
-    """Command line of one joining Locust worker (:mod:`loadgen.locust_side.remote`) of the master on ``master_host``:
-    MASTER_PORT; a remote host's (``./run_benchmark.sh --worker``) or the benchmark host's own in EXPECT_WORKERS runs.
-    ``user_class`` None: every user class of the locustfile (a remote worker does not know which the run uses).
-    """
+    """Command line of one joining Locust worker of the master on ``master_host``:MASTER_PORT (``user_class`` None:
+    every user class, as a remote worker does not know which the run uses)."""
     argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker", "--master-host", master_host,
             "--master-port", str(settings.master_port), "--join", "--loglevel", "WARNING"]  # fmt: skip
     return [*argv, user_class] if user_class else argv
@@ -97,11 +81,8 @@ def main() -> int:
     """Run Locust's web UI for interactive tests; exit 2 when the port is taken."""
     settings = get_settings()
     is_worker = "--worker" in shlex.split(settings.locust_extra_args)
-    busy = (
-        None
-        if is_worker
-        else port_in_use_message(settings.locust_web_host, settings.locust_web_port, "LOCUST_WEB_PORT")
-    )
+    busy = None if is_worker else port_in_use_message(settings.locust_web_host, settings.locust_web_port,
+                                                          "LOCUST_WEB_PORT")  # fmt: skip
     if busy:
         print(f"[ERROR] {busy}", file=sys.stderr, flush=True)
         return 2

@@ -31,9 +31,8 @@ SERVER_DOWN = "server down"
 
 @dataclass
 class LocustOutcome:
-    """How the Locust processes ended: exit code, CPU cores they used while requests completed (None for runs shorter
-    than 2 s of load), why the run was stopped early (None when it ended as planned), and each load process's own
-    CPU and event-loop lag."""
+    """How Locust ended: exit code, CPU cores used while requests completed (None under 2 s of load), why it was
+    stopped early (None: as planned), each load process's CPU and lag."""
 
     code: int | None
     cpu_cores: float | None
@@ -56,10 +55,8 @@ def read_process_loads(path: Path) -> list[ProcessLoad]:
 
 
 def stop_locust(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """Ask Locust to stop (SIGINT to its whole process group, master and workers: each cancels its requests in
-    flight at once, without the DRAIN_S of ``--stop-timeout``, and saves them as ``incomplete`` rows naming the cause:
-    :mod:`loadgen.locust_side.interrupt`), then kill the group after ``grace_s`` s; any load process left is killed
-    too."""
+    """SIGINT to Locust's process group (each process cancels its requests in flight and saves them as
+    ``incomplete`` rows: :mod:`loadgen.locust_side.interrupt`), then SIGKILL to it after ``grace_s`` s."""
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGINT)
@@ -85,15 +82,6 @@ def waiting_line(settings: Settings, plan: BenchmarkConfig) -> str:
             f"worker(s) on {settings.master_bind_host}:{settings.master_port}. {worker_hint(settings)}")
 
 
-def _quits(proc: subprocess.Popen[bytes]) -> bool:
-    """Whether a local worker ends by itself within 5 s (its master told it to quit)."""
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        return False
-    return True
-
-
 def workers_missing(log_path: Path) -> str | None:
     """Why the master gave up (its line in the Locust log), or None."""
     try:
@@ -107,12 +95,12 @@ def workers_missing(log_path: Path) -> str | None:
 
 
 def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) -> LocustOutcome:
-    """Run Locust headless on ``plan`` until its requests are done or its duration passed, with a progress bar.
+    """Run Locust headless on ``plan`` (written to ``<run id>.plan.json``; its log ``<run id>.locust.log``) with a
+    progress bar, until done; stopped early by the watchdog (no request ends for WATCHDOG_S), the server-down breaker
+    or Ctrl-C, the rows so far kept.
 
-    The plan is written beside the rows (``<run id>.plan.json``, with the workload's prompts) and named to Locust by
-    ``LOCUST_PLAN_FILE``; Locust's own output goes to ``<run id>.locust.log``. A watchdog stops a run in which no
-    request finishes for WATCHDOG_S (default REQUEST_TIMEOUT_S + 60 s); Ctrl-C stops it too. Either way the rows so
-    far are kept.
+    Raises:
+        WorkersMissing: EXPECT_WORKERS and no worker joined in time.
     """
     stem = records_path.name.removesuffix(".requests.jsonl")
     plan_path = records_path.with_name(f"{stem}.plan.json")
@@ -121,19 +109,12 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     write_plan(plan_path, plan, settings, workload_prompts(plan))
     open_loop = plan.rate_req_per_sec is not None
     argv = locust_argv(
-        settings,
-        headless=True,
-        users=plan.concurrency,
-        ramp_up_s=plan.ramp_up_s or 0.0,
-        host=plan.vllm_url,
+        settings, headless=True, users=plan.concurrency, ramp_up_s=plan.ramp_up_s or 0.0, host=plan.vllm_url,
         # the open-loop dispatcher stops at DURATION and drains by itself; closed-loop users stop at --run-time
-        run_time_s=None if open_loop else plan.duration_s,
-        records_file=records_path,
+        run_time_s=None if open_loop else plan.duration_s, records_file=records_path,
         max_requests=plan.requests if plan.duration_s is None else None,
         stop_timeout_s=plan.drain_s if plan.duration_s and not open_loop else None,
-        user_class="OpenLoopUser" if open_loop else "ChatUser",
-        workers=plan.workers,
-        client_file=client_path,
+        user_class="OpenLoopUser" if open_loop else "ChatUser", workers=plan.workers, client_file=client_path,
         remote_workers=plan.remote_workers,
     )
     log_path = records_path.with_name(f"{stem}.locust.log")
@@ -193,11 +174,8 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
                 bar.show(Progress(count_measured.ok, done - count_measured.ok, total, now - start, plan.duration_s))
         except KeyboardInterrupt:
             stopped = INTERRUPTED
-            print(
-                "\n[INFO] Stopping: requests in flight are cancelled and a report of the rows so far is written "
-                "(Ctrl-C again to quit without one).",
-                flush=True,
-            )
+            print("\n[INFO] Stopping: requests in flight are cancelled and a report of the rows so far is written "
+                  "(Ctrl-C again to quit without one).", flush=True)  # fmt: skip
             stop_locust(proc, plan.drain_s + 10.0)
         finally:
             if proc.poll() is None:  # an exception on the way out (a second Ctrl-C): no load process is left behind
@@ -207,8 +185,8 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
             for local in local_workers:
                 if local.poll() is None and stopped:  # stopped early: cancel its requests too (own group)
                     stop_locust(local, 5.0)
-                if local.poll() is None:
-                    _quits(local)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    local.wait(timeout=5)  # its master told it to quit
                 kill_group(local.pid)
                 local.wait()
     missing = workers_missing(log_path) if plan.remote_workers and not count_measured() else None

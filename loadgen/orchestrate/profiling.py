@@ -1,11 +1,5 @@
-"""``make benchmark PROFILE=1``: run the measured window under vLLM's torch profiler (Chrome traces).
-
-vLLM exposes ``/start_profile`` and ``/stop_profile`` only when started with a profiler configuration, so the
-benchmark asks the engine controller (:class:`core.enginestate.EngineControl`) to restart vLLM with its profiler for the
-run and without it afterwards; where no controller runs the stack (compose, a remote engine) vLLM must already run
-with ``--profiler-config``. Traces land in ``logs/profile/``; the sidecar copies them into
-``reports/profile/<run id>/`` and links them from the report.
-"""
+"""``make benchmark PROFILE=1``: the measured window under vLLM's torch profiler (traces in ``logs/profile/``).
+The engine controller restarts vLLM with its profiler and back; elsewhere vLLM must run with ``--profiler-config``."""
 
 from __future__ import annotations
 
@@ -31,7 +25,7 @@ def engine_has_profiler(settings: Settings) -> bool:
 
 
 def enable(settings: Settings, engine: EngineControl) -> bool:
-    """Make sure vLLM runs with its profiler; returns True when it was restarted (undo with :func:`disable`).
+    """Make sure vLLM runs with its profiler; True when it was restarted (undo with :func:`disable`).
 
     Raises:
         ProfilingError: no controller runs the engine and vLLM has no profiler, or the restart failed.
@@ -56,8 +50,7 @@ def enable(settings: Settings, engine: EngineControl) -> bool:
 
 
 def disable(settings: Settings, engine: EngineControl) -> None:
-    """Restart vLLM without the profiler when the controller started it with one (also after an interrupted run);
-    a no-op where no controller runs the engine."""
+    """Restart vLLM without the profiler when the controller started it with one (no controller: nothing)."""
     try:
         status = engine.status()
     except EngineError as exc:  # supervisord not answering
@@ -96,9 +89,5 @@ def traces_since(profile_dir: Path, since: float) -> list[Path]:
     """Chrome-trace files under ``profile_dir`` written at or after ``since`` (Unix seconds), sorted."""
     if not profile_dir.is_dir():
         return []
-    found = [
-        p
-        for p in profile_dir.rglob("*")
-        if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.stat().st_mtime >= since
-    ]
-    return sorted(found)
+    return sorted(p for p in profile_dir.rglob("*")
+                  if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.stat().st_mtime >= since)

@@ -1,11 +1,5 @@
-"""What the benchmark's progress bar says: successes and failures counted apart, the rate and the time left from
-successes only (:class:`Progress`, pure: counts and seconds in, text out), and the bar that shows it
-(:class:`ProgressBar`, driven by :mod:`loadgen.orchestrate.locust_run`).
-
-A failure ends a request but moves no work forward: a run whose requests all time out must not show a rate of
-requests "done" or an ETA of seconds (``37/200 [05:31<00:04, 36.90req/s]`` with nothing answered). So the bar's fill
-and rate count successes, and there is no ETA until something has succeeded.
-"""
+"""The benchmark's progress bar: successes and failures counted apart, fill, rate and ETA from successes only (a
+run whose requests all time out must show no rate "done"); :class:`Progress` is pure, :class:`ProgressBar` shows it."""
 
 from __future__ import annotations
 
@@ -29,9 +23,8 @@ def clock(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class Progress:
-    """The measured rows so far: ``ok`` successes, ``failed`` failures (any cause), out of ``total`` requests (None:
-    a run bounded by its duration), ``elapsed_s`` seconds since the load started; ``duration_s`` the planned length
-    of a duration-bounded run (None: bounded by requests)."""
+    """The measured rows so far: ``ok`` and ``failed`` out of ``total`` (None: bounded by ``duration_s``),
+    ``elapsed_s`` since the load started."""
 
     ok: int
     failed: int
@@ -46,9 +39,8 @@ class Progress:
 
     @property
     def eta_s(self) -> float | None:
-        """Seconds left: for a duration-bounded run, what is left of its duration; for a request-bounded run, the
-        requests not yet ended at the success rate so far. None while nothing has succeeded (no rate to go by) or
-        nothing is left."""
+        """Seconds left: of the duration, or the requests left at the success rate; None with no success yet or
+        nothing left."""
         if self.total is None:
             return None if self.duration_s is None else max(self.duration_s - self.elapsed_s, 0.0)
         left = self.total - self.ok - self.failed
@@ -75,8 +67,8 @@ class Progress:
 
 
 class ProgressBar(tqdm):
-    """A tqdm bar that shows :class:`Progress` in place of tqdm's own count, rate and ETA (which count every ended
-    request as progress): ``Benchmark:   6%|█▊        | 12 ok, 25 failed / 200 [05:31<1:14:56, 0.04 ok/s]``."""
+    """A tqdm bar showing :class:`Progress` in place of tqdm's count, rate and ETA:
+    ``Benchmark:   6%|█▊        | 12 ok, 25 failed / 200 [05:31<1:14:56, 0.04 ok/s]``."""
 
     def __init__(self, total: int | None, duration_s: float | None, **kwargs: Any) -> None:
         self.seen = Progress(0, 0, total, 0.0, duration_s)

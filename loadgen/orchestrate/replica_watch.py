@@ -1,11 +1,5 @@
-"""vLLM's ``/metrics`` around the measured window: one server, or every engine behind the router.
-
-:func:`scrape_metrics` reads one server. With the router (REPLICAS > 1 or ENGINE_URLS, :mod:`core.replicas`)
-:class:`ReplicaWatch` scrapes each engine before the window, polls each every ``POLL_S`` during it (its KV usage
-peak; the first failed poll marks it down, with the time) and scrapes each again at the end. The server cross-check
-is then that of the replicas' scrapes summed over the replicas read both times
-(:func:`core.serverview_samples.sum_samples`); the per-replica figures are :func:`core.serverview_cluster.cluster_view`.
-"""
+"""vLLM's ``/metrics`` around the measured window: one server (:func:`scrape_metrics`), or every engine behind the
+router (:class:`ReplicaWatch`: scraped before and after, polled for KV usage and liveness during it)."""
 
 from __future__ import annotations
 
@@ -21,14 +15,12 @@ from core.serverview_cluster import ClusterView, ReplicaScrapes, cluster_view
 from core.serverview_samples import Samples, parse_exposition, sum_samples
 from core.settings import Settings
 
-POLL_S = 1.0
-"""How often each replica's KV usage is read during the run, s."""
+POLL_S = 1.0  # how often each replica is polled during the run, s
 KV_USAGE = "vllm:kv_cache_usage_perc"
 
 
 def scrape_metrics(vllm_url: str, headers: dict[str, str] | None = None) -> tuple[Samples | None, str | None]:
-    """vLLM's ``/metrics`` parsed, or ``(None, why)`` when it cannot be read (the report then has no server view);
-    ``headers`` carry the API key."""
+    """vLLM's ``/metrics`` parsed, or ``(None, why)`` when it cannot be read; ``headers`` carry the API key."""
     try:
         response = httpx.get(f"{vllm_url}/metrics", timeout=10, headers=headers)
     except httpx.HTTPError as exc:
@@ -45,8 +37,8 @@ def scrape_metrics(vllm_url: str, headers: dict[str, str] | None = None) -> tupl
 
 
 def kv_usage_percent(text: str) -> float | None:
-    """``vllm:kv_cache_usage_perc`` (a 0..1 fraction, mean over its engines) of an exposition, in percent; None when
-    the text has none or is no exposition (an HTML page, a cut body: the poll goes on, never dies on it)."""
+    """``vllm:kv_cache_usage_perc`` (0..1, mean over engines) of an exposition ``text``, in percent; None when absent
+    or not an exposition."""
     kept = "\n".join(line for line in text.splitlines() if line.startswith(KV_USAGE)) + "\n"
     try:
         values = list(parse_exposition(kept).get(KV_USAGE, {}).values())
@@ -68,8 +60,7 @@ class ReplicaWatch:
 
     @classmethod
     def of(cls, settings: Settings) -> ReplicaWatch | None:
-        """The watch of the stack's engines, begun (:meth:`begin`); None without the router (one server:
-        :func:`scrape_metrics`)."""
+        """The watch of the stack's engines, begun; None without the router."""
         if not router_in_use(settings):
             return None
         watch = cls(replicas(settings), settings.vllm_headers)
@@ -100,9 +91,8 @@ class ReplicaWatch:
                         scrape.kv_peak_percent = max(usage, scrape.kv_peak_percent or 0.0)
 
     def end(self) -> tuple[Samples | None, Samples | None, str | None]:
-        """Stop polling, scrape every engine again (the window's end); the summed ``(before, after)``, or when an
-        engine was not read both times ``(None, None, why)``: its share of the counts is lost with it, so a sum of
-        the others cannot be checked against the client's rows (the per-replica figures still are)."""
+        """Stop polling, scrape every engine again; the summed ``(before, after, None)``, or ``(None, None, why)`` when
+        an engine was not read both times (its counts missing, a sum cannot be checked)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(POLL_S * 5)
@@ -118,14 +108,10 @@ class ReplicaWatch:
 
 
 def cluster_of(
-    scrapes: list[ReplicaScrapes] | None,
-    records: list[RequestRecord],
-    plan: BenchmarkConfig,
-    max_added_pct: float,
+    scrapes: list[ReplicaScrapes] | None, records: list[RequestRecord], plan: BenchmarkConfig, max_added_pct: float,
     client_lag_ms: float | None = None,
 ) -> ClusterView | None:
-    """The report's per-replica view (:func:`core.serverview_cluster.cluster_view`, the plan's router policy and
-    version, ``client_lag_ms`` in its tolerances); None for a run without the router."""
+    """The report's per-replica view (:func:`core.serverview_cluster.cluster_view`); None without the router."""
     if not scrapes:
         return None
     return cluster_view(scrapes, records, router_policy=plan.router_policy, router_version=plan.router_version,

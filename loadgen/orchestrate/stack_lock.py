@@ -1,9 +1,5 @@
-"""One benchmark at a time per stack: an exclusive lock on ``RUN_DIR/benchmark.lock`` held for a whole run or sweep.
-
-Two benchmarks against one stack measure each other's load (the server's counters see both, the sweep's points are
-corrupted). ``fcntl.flock`` is released by the kernel however the holder ends (also SIGKILL), so a stale lock never
-blocks; the file names the holder (pid, start time, command line) for the refusal message.
-"""
+"""One benchmark at a time per stack (two would measure each other's load): an ``fcntl.flock`` on
+``RUN_DIR/benchmark.lock`` for a whole run or sweep, released however the holder ends; the file names the holder."""
 
 from __future__ import annotations
 
@@ -34,12 +30,8 @@ class RunLock:
         self._fd: int | None = None
 
     def _open(self) -> int:
-        """The lock file's descriptor: in RUN_DIR, else (a read-only RUN_DIR, as the compose Locust container mounts
-        it) in the fallback folder (LOGS_DIR/runs, writable wherever a benchmark runs).
-
-        Raises:
-            OSError: neither can be made.
-        """
+        """The lock file's descriptor: in RUN_DIR, else (read-only, as in the compose Locust container) in the
+        fallback folder. Raises OSError: neither can be made."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -1,16 +1,7 @@
-"""The loop over a series' runs: several load points, each measured REPEAT times, every run a normal report, then one
-series report built by the sidecar (``make sweep``, ``make benchmark REPEAT=3``). A single run is a series of one
-point: the same loop measures it, and its report is the result (:mod:`loadgen.orchestrate.pipeline`).
-
-- ``SWEEP=auto`` (as GuideLLM's default sweep): a synchronous point (one user), a maximum-throughput point (the
-  closed loop at CONCURRENCY), then SWEEP_RATES open-loop rates spread evenly between the two throughputs measured
-  (``sync + (max − sync) · i / (N + 1)``); reported in load order: synchronous, the rates, maximum.
-- ``SWEEP=concurrency:1,2,4`` / ``SWEEP=rate:0.5,1,2``: those closed-loop user counts or open-loop rates.
-- ``REPEAT=N``: every point N times, COOLDOWN_S apart; the series report gives means and 95 % intervals.
-
-Each point uses the run's other knobs (REQUESTS or DURATION per run, lengths, dataset, SLO); the warmup runs once,
-before the first run. Ctrl-C stops after the run in progress (its report is written) and the series of the runs so
-far is still built.
+"""The loop over a series' runs (a single run is a series of one point): each load point REPEAT times, COOLDOWN_S
+apart, the warmup once. ``SWEEP=auto`` (GuideLLM's sweep): one user, the closed loop at CONCURRENCY, then SWEEP_RATES
+rates ``sync + (max − sync) · i / (N + 1)`` between their throughputs; ``SWEEP=concurrency:1,2,4`` /
+``SWEEP=rate:0.5,1,2``: those loads. Ctrl-C stops after the run in progress.
 """
 
 from __future__ import annotations
@@ -30,9 +21,8 @@ from loadgen.plan import load_processes
 
 @dataclass
 class RunResult:
-    """One run of a point: its report (None when none could be written) and where the sidecar wrote it, whether
-    Ctrl-C ended it, why it failed (``empty``: no measured request ended, nothing to report), and whether vLLM
-    stopped answering."""
+    """One run of a point: its report (None: none written) and its ``path``, whether Ctrl-C ended it, why it failed
+    (``empty``: nothing to report), and whether vLLM stopped answering."""
 
     report: Report | None
     interrupted: bool = False
@@ -60,42 +50,27 @@ class SeriesRuns:
 def closed_point(
     settings: Settings, base: BenchmarkConfig, users: int, kind: PointKind, label: str
 ) -> tuple[PointPlan, BenchmarkConfig]:
-    """A closed-loop point with ``users`` concurrent users and the load processes for them
-    (:func:`loadgen.plan.load_processes`: ``SWEEP=concurrency:1,…,512`` once kept the base point's count)."""
-    plan = base.model_copy(
-        update={
-            "mode": "closed_loop",
-            "concurrency": users,
-            "workers": load_processes(settings, users, None, None),
-            "rate_req_per_sec": None,
-            "burstiness": None,
-            "max_in_flight": None,
-            "rate_end_req_per_sec": None,
-        }
-    )
+    """A closed-loop point with ``users`` concurrent users and the load processes for them."""
+    plan = base.model_copy(update={
+        "mode": "closed_loop", "concurrency": users, "workers": load_processes(settings, users, None, None),
+        "rate_req_per_sec": None, "burstiness": None, "max_in_flight": None, "rate_end_req_per_sec": None,
+    })
     return PointPlan(label=label, kind=kind, concurrency=users), plan
 
 
 def rate_point(settings: Settings, base: BenchmarkConfig, rate: float) -> tuple[PointPlan, BenchmarkConfig]:
-    """An open-loop point at ``rate`` req/s (capped at MAX_IN_FLIGHT requests in flight when given), with the load
-    processes for that rate (:func:`loadgen.plan.load_processes`)."""
-    burstiness, max_in_flight = settings.burstiness, settings.max_in_flight
-    plan = base.model_copy(
-        update={
-            "mode": "open_loop",
-            "workers": load_processes(settings, base.concurrency, rate, max_in_flight),
-            "rate_req_per_sec": rate,
-            "burstiness": base.burstiness or burstiness,
-            "rate_end_req_per_sec": None,
-            "max_in_flight": max_in_flight,
-        }
-    )
+    """An open-loop point at ``rate`` req/s (at most MAX_IN_FLIGHT in flight) and the load processes for it."""
+    max_in_flight = settings.max_in_flight
+    plan = base.model_copy(update={
+        "mode": "open_loop", "workers": load_processes(settings, base.concurrency, rate, max_in_flight),
+        "rate_req_per_sec": rate, "burstiness": base.burstiness or settings.burstiness, "rate_end_req_per_sec": None,
+        "max_in_flight": max_in_flight,
+    })
     return PointPlan(label=f"rate {rate:g} req/s", kind="rate", rate_req_per_sec=rate), plan
 
 
 def auto_rates(sync_req_per_sec: float, max_req_per_sec: float, count: int) -> list[float]:
-    """``count`` rates evenly inside (sync, max), ascending, 3 significant digits, each once; the two ends swap when
-    the maximum point was slower."""
+    """``count`` rates evenly inside (sync, max) (either order), ascending, 3 significant digits, each once."""
     low, high = sorted((sync_req_per_sec, max_req_per_sec))
     rates = {float(f"{low + (high - low) * i / (count + 1):.3g}") for i in range(1, count + 1)}
     return sorted(r for r in rates if r > 0)
@@ -149,22 +124,17 @@ def run_line(
 
 
 def disagreement(report: Report) -> str | None:
-    """``client and server disagree (…): …`` when the report's server cross-check failed (another client may have
-    sent load to the server during the run, so the point is not trustworthy); None when they agree or it was
-    skipped."""
+    """``client and server disagree (…): …`` when the report's server cross-check failed; else None."""
     if report.server is None or not report.server.disagreements:
         return None
-    return (
-        "client and server disagree (did other load reach the server?): " + "; ".join(report.server.disagreements)
-    )
+    return "client and server disagree (did other load reach the server?): " + "; ".join(report.server.disagreements)
 
 
 def run_series(
     settings: Settings, base: BenchmarkConfig, run_point: RunPoint, out: Callable[[str], None] = print
 ) -> SeriesRuns:
-    """Measure every point REPEAT times (see the module docstring) with ``run_point``; progress bar over the runs. A
-    single run (no SWEEP, REPEAT=1) is a series of one point: measured here too, without the bar and the run line
-    (its report's summary says it all)."""
+    """Measure every point REPEAT times with ``run_point`` under a progress bar (none, and no run line, for a single
+    run)."""
     todo = planned_points(settings, base)
     single = settings.sweep_spec is None and settings.repeat == 1
     auto = settings.sweep_spec is not None and settings.sweep_spec[0] == "auto"
