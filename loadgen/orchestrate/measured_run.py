@@ -1,6 +1,5 @@
-"""One measured run: warmup, then Locust (:mod:`loadgen.orchestrate.locust_run`) between two ``/metrics`` scrapes
-inside a sidecar sampling window (under the profiler with PROFILE=1). Rows are appended to
-``logs/runs/<run id>.requests.jsonl`` as they come."""
+"""One measured run: warmup, then Locust between two ``/metrics`` scrapes inside a sidecar sampling window (under the
+profiler with PROFILE=1); rows are appended to ``logs/runs/<run id>.requests.jsonl`` as they come."""
 
 from __future__ import annotations
 
@@ -24,15 +23,10 @@ from core.settings import Settings
 from loadgen.errors import OverCapacity, WarmupFailed, WarmupInterrupted
 from loadgen.locust_side.user_actions import payload_for
 from loadgen.orchestrate import profiling
-from loadgen.orchestrate.breaker import RowWatch, ServerDown
+from loadgen.orchestrate.breaker import ServerDown
 from loadgen.orchestrate.capacity import warmup_capacity
 from loadgen.orchestrate.idle import left_after_stop, wait_until_idle
-from loadgen.orchestrate.locust_run import (
-    INTERRUPTED,
-    SERVER_DOWN,
-    read_process_loads,
-    run_locust,
-)
+from loadgen.orchestrate.locust_run import INTERRUPTED, SERVER_DOWN, read_process_loads, run_locust
 from loadgen.orchestrate.replica_watch import ReplicaWatch, scrape_metrics
 from loadgen.plan import sampler_for
 from loadgen.request.client import new_session, stream_chat
@@ -81,15 +75,12 @@ def read_records(path: Path) -> tuple[list[RequestRecord], int]:
 def warmup(
     plan: BenchmarkConfig, records_path: Path, headers: dict[str, str] | None = None
 ) -> list[RequestRecord]:
-    """Send the plan's warmup requests (same request function and workload, ``headers`` carrying the API key),
-    append them as ``warmup`` rows.
-
-    Daemon threads, at most CONCURRENCY at once. Ctrl-C during the warmup shuts the connections of the requests in
-    flight down (vLLM aborts them: they do not keep the engine busy), saves the rows so far — those cut as
-    ``incomplete``, naming Ctrl-C — and raises :class:`WarmupInterrupted`.
+    """Send the plan's warmup requests (at most CONCURRENCY at once, ``headers`` carrying the API key), appended as
+    ``warmup`` rows.
 
     Raises:
-        WarmupInterrupted: Ctrl-C (SIGTERM, SIGHUP) during the warmup; its rows are in ``records_path``.
+        WarmupInterrupted: Ctrl-C (SIGTERM, SIGHUP): the requests in flight aborted (``incomplete`` rows naming
+            Ctrl-C), the rows so far in ``records_path``.
     """
     if plan.warmup_requests == 0:
         return []
@@ -113,7 +104,10 @@ def warmup(
                 except queue.Empty:
                     return
                 row = stream_chat(session, plan.vllm_url, payload, timeout_s=plan.request_timeout_s, phase="warmup")
-                done.append(cut_by_stop(row) if stop.is_set() and not row.ok else row)
+                if stop.is_set() and not row.ok:  # Ctrl-C shut its connection down
+                    row = row.model_copy(update={"error_kind": "incomplete",
+                                                 "error": f"cancelled by Ctrl-C ({row.error_kind})"})  # fmt: skip
+                done.append(row)
         finally:
             session.close()
             ended[slot].set()
@@ -138,14 +132,7 @@ def warmup(
     return done
 
 
-WARMUP_ABORT_WAIT_S = 2.0
-"""After Ctrl-C, how long each warmup thread may take to return its aborted request's row, s."""
-
-
-def cut_by_stop(row: RequestRecord) -> RequestRecord:
-    """A warmup row whose request failed because Ctrl-C shut its connection down: ``incomplete``, naming Ctrl-C,
-    keeping what it had received."""
-    return row.model_copy(update={"error_kind": "incomplete", "error": f"cancelled by Ctrl-C ({row.error_kind})"})
+WARMUP_ABORT_WAIT_S = 2.0  # after Ctrl-C, how long each warmup thread may take to return its row, s
 
 
 def append_rows(records_path: Path, rows: list[RequestRecord]) -> None:
@@ -154,29 +141,16 @@ def append_rows(records_path: Path, rows: list[RequestRecord]) -> None:
         fh.writelines(r.model_dump_json() + "\n" for r in rows)
 
 
-def warmup_failure(done: list[RequestRecord]) -> str:
-    """Why every warmup request failed, in the server's words: ``every warmup request failed (10 of 10): http_status
-    10 (max_tokens=99999 cannot be greater than max_model_len=4096)``."""
-    return (
-        f"every warmup request failed ({len(done)} of {len(done)}): {causes_text(error_summary(done, 'warmup'))}. "
-        "The measured run was not started: it would fail the same way."
-    )
-
-
-RowCounter = RowWatch  # the name earlier code and tests use
-
-
 def ending_path(records_path: Path) -> Path:
-    """``<run id>.ending.json`` beside the rows file: how a run that ended early (the server gone, Ctrl-C) ended."""
+    """``<run id>.ending.json`` beside the rows file: how a run ended early."""
     return records_path.with_name(records_path.name.removesuffix(".requests.jsonl") + ".ending.json")
 
 
 def write_ending(
     records_path: Path, down: ServerDown | None, interrupted: bool = False, switched: str | None = None
 ) -> None:
-    """Keep how the run ended early beside the rows — the server-down verdict, an interrupt (Ctrl-C) — and a switch
-    of vLLM during it (:func:`core.replicas.switch_marker`), so that ``--report-from`` says it too
-    (:func:`read_ending`). Nothing is written for a run that ended as planned on one engine."""
+    """Keep beside the rows how the run ended early (server down, Ctrl-C) and a switch of vLLM during it, for
+    ``--report-from``; nothing for a run that ended as planned on one engine."""
     record: dict[str, object] = {"engine_switch": switched} if switched else {}
     if down is not None:
         record["server_down"] = {"since": down.since, "cause": down.cause, "for_s": down.for_s}
@@ -187,9 +161,8 @@ def write_ending(
 
 
 def read_ending(records_path: Path) -> dict[str, Any]:
-    """:class:`Measured`'s ``server_down``, ``interrupted`` and ``engine_switch`` as kept beside a rows file by
-    :func:`write_ending`; empty when the run ended as planned (no record) or the record is unreadable (the report
-    then reads as an ordinary run's)."""
+    """:class:`Measured`'s ``server_down``, ``interrupted`` and ``engine_switch`` as :func:`write_ending` kept them;
+    empty when there is no readable record."""
     try:
         record = json.loads(ending_path(records_path).read_text(encoding="utf-8"))
         d = record.get("server_down")
@@ -201,9 +174,8 @@ def read_ending(records_path: Path) -> dict[str, Any]:
 
 
 def check_capacity(settings: Settings, plan: BenchmarkConfig, done: list[RequestRecord]) -> None:
-    """Refuse a closed-loop load the warm-up ``done`` shows the engine cannot answer within REQUEST_TIMEOUT_S; warn when
-    only its longer answers would time out (:mod:`loadgen.orchestrate.capacity`; CAPACITY_CHECK=0 skips it; open loops,
-    traces and sweeps set their own load).
+    """Refuse a closed-loop load the warm-up ``done`` shows would time out, or warn when it nearly would
+    (:mod:`loadgen.orchestrate.capacity`; CAPACITY_CHECK=0, open loops, traces and sweeps skip it).
 
     Raises:
         OverCapacity: the load would time out; the message names the concurrency the engine can serve.
@@ -223,26 +195,21 @@ def check_capacity(settings: Settings, plan: BenchmarkConfig, done: list[Request
 
 
 def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidecar: SidecarClient) -> Measured:
-    """Warmup, then the measured window: Locust between two /metrics scrapes, inside a sidecar sampling window
-    (under the profiler with PROFILE=1).
-
-    The engine must be idle first (:func:`loadgen.orchestrate.idle.wait_until_idle`): other requests in it would
-    count in this run's figures.
+    """Once the engine is idle: warmup, then Locust between two /metrics scrapes in a sidecar sampling window.
 
     Raises:
         profiling.ProfilingError: the profiler could not be started or stopped.
         EngineBusy: vLLM still held other requests after IDLE_WAIT_S (nothing sent).
-        WarmupFailed: every warmup request failed (nothing measured; the warmup rows are in ``records_path``).
-        WarmupInterrupted: Ctrl-C during the warmup (its rows are in ``records_path``).
-        OverCapacity: the warm-up shows the load would time out (:func:`check_capacity`; nothing measured).
-        SidecarRefused: the sidecar cannot see ``records_path`` in its own logs folder, so it could write no report
-            of this run (nothing measured; the warmup rows are in ``records_path``).
+        WarmupFailed, WarmupInterrupted, OverCapacity: nothing measured (the warmup rows are in ``records_path``).
+        SidecarRefused: the sidecar cannot see ``records_path``, so it could write no report (nothing measured).
     """
     wait_until_idle(settings)
     done = warmup(plan, records_path, settings.vllm_headers)
     failed = sum(not r.ok for r in done)
-    if done and failed == len(done):
-        raise WarmupFailed(warmup_failure(done))
+    if done and failed == len(done):  # in the server's words: "http_status 10 (max_tokens=99999 cannot be …)"
+        raise WarmupFailed(f"every warmup request failed ({len(done)} of {len(done)}): "
+                           f"{causes_text(error_summary(done, 'warmup'))}. The measured run was not started: it "
+                           "would fail the same way.")  # fmt: skip
     print(f"[INFO] Warmup completed: {len(done)} requests" + (f" ({failed} failed)" if failed else ""))
     check_capacity(settings, plan, done)
     # before any load: refused (SidecarRefused) when the sidecar cannot see this run's rows file, its report's source
@@ -290,27 +257,15 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     if bad:
         print(f"[WARN] {bad} unreadable row(s) in {records_path} skipped")
     return Measured(
-        records,
-        window_start,
-        window_end,
-        before,
-        after,
-        outcome.cpu_cores,
-        window.window_id if window else None,
-        traces,
-        interrupted=outcome.stopped == INTERRUPTED,
-        gaps=gaps,
-        processes=outcome.processes,
-        server_down=outcome.server_down,
-        engine_switch=switched,
-        replicas=watch.scrapes if watch else None,
+        records, window_start, window_end, before, after, outcome.cpu_cores, window.window_id if window else None,
+        traces, interrupted=outcome.stopped == INTERRUPTED, gaps=gaps, processes=outcome.processes,
+        server_down=outcome.server_down, engine_switch=switched, replicas=watch.scrapes if watch else None,
     )
 
 
 def from_records_file(path: Path) -> Measured:
-    """A finished run rebuilt from its rows file (no scrapes, no CPU figure; the load processes' reports when the
-    ``<run id>.client.jsonl`` beside it survived), ended early by the server or interrupted when
-    ``<run id>.ending.json`` says so."""
+    """A finished run rebuilt from its rows file and the ``<run id>.client.jsonl`` and ``.ending.json`` beside it
+    (no scrapes, no CPU figure)."""
     records, _ = read_records(path)
     first = min((r.started_at for r in records), default=time.time())  # only a warmup: its span
     start = min((r.started_at for r in records if r.phase == "measured"), default=first)

@@ -1,6 +1,5 @@
-"""The end of every benchmark, one run or a series (one pipeline: a run is a series of one point): print the
-summary, mark ``--baseline``, judge the result (no success, ``GATE``, ``MAX_ERROR_RATE_PCT``), write the CI files and
-choose the exit code. Exit codes are the README's "Exit codes": CI scripts rely on them."""
+"""The end of every benchmark, a run or a series: print the summary, mark ``--baseline``, judge the result, write the
+CI files and choose the exit code (the README's "Exit codes")."""
 
 from __future__ import annotations
 
@@ -33,9 +32,7 @@ Result = Report | SeriesReport
 
 @dataclass(frozen=True)
 class PointOutcome:
-    """What the verdicts read of one point: ``label`` ("" for a single run), ``succeeded`` whether any measured
-    request did, ``error_rate_pct`` (mean over the point's runs; None unknown), ``failed`` requests (None: a
-    series point, which counts them per run)."""
+    """What the verdicts read of one point (``label`` "" for a single run; ``failed`` None for a series point)."""
 
     label: str
     succeeded: bool
@@ -58,22 +55,20 @@ def point_outcomes(result: Result) -> list[PointOutcome]:
 
 
 def server_down_line(what: str) -> str:
-    """The line of a run ended early because vLLM stopped answering (``what``: :meth:`ServerDown.line`)."""
+    """The line of a run ended early because vLLM stopped answering (``what``)."""
     return f"[ERROR] {what}; the run was ended early, report written with the failures counted"
 
 
 def judge_gate(settings: Settings, result: Result) -> GateVerdict | None:
-    """The gate's verdict on ``result`` against ``GATE`` (None without one): judged once, read by the exit code and
-    the CI files."""
+    """The gate's verdict on ``result`` against ``GATE`` (None without one)."""
     if not settings.gate:
         return None
     return gate_verdict(result, settings.gate, settings.gate_threshold_pct, settings.gate_error_rate_pp)
 
 
 def verdicts(settings: Settings, result: Result, gate: GateVerdict | None = None) -> list[tuple[int, str]]:
-    """``(exit code, line)`` of every check the run or series failed, most serious first (empty: exit 0): no
-    measured request succeeded (at any point), the gate (``gate``, :func:`judge_gate`; printed when it passes), the
-    error-rate limit per point."""
+    """``(exit code, line)`` of every check failed, most serious first: no success, the ``gate`` (its line printed
+    when it passes), the error-rate limit per point."""
     points = point_outcomes(result)
     out: list[tuple[int, str]] = []
     if not any(p.succeeded for p in points):
@@ -98,10 +93,8 @@ def verdicts(settings: Settings, result: Result, gate: GateVerdict | None = None
 
 
 def mark_baseline(sidecar: SidecarClient, name: str, result: Result) -> str:
-    """``--baseline NAME``: mark the new report or series as baseline ``name``; the line to print (an error does not
-    fail the run: the result is written, ``make baseline NAME=`` can mark it later). A report that could never judge
-    another (no successful request, interrupted: :func:`core.fingerprint.unusable_reason`,
-    :func:`core.series_stats.series_unusable_reason`) is not marked, and the line says so."""
+    """``--baseline NAME``: mark the result as baseline ``name`` unless it could never judge another; the line to
+    print (an error is a warning, never the run's failure)."""
     try:
         unusable = unusable_reason(result) if isinstance(result, Report) else series_unusable_reason(result)
         if unusable:
@@ -119,8 +112,8 @@ def mark_baseline(sidecar: SidecarClient, name: str, result: Result) -> str:
 def finish(
     settings: Settings, sidecar: SidecarClient, result: Result, path: str, interrupted: bool, server_down: str | None
 ) -> int:
-    """Print the result's summary (the seed's two closing lines of a run stay last, after the baseline line), mark
-    the baseline, judge it and write the CI files; the exit code."""
+    """Print the summary (a run's two closing lines after the baseline line), mark the baseline, judge, write the
+    CI files; the exit code."""
     lines = format_summary(result, path) if isinstance(result, Report) else series_lines(result, path)
     closing = 2 if isinstance(result, Report) else 0
     for line in lines[: len(lines) - closing]:

@@ -1,8 +1,6 @@
-"""The benchmark's one pipeline: measure the plan's points with one loop (:func:`loadgen.orchestrate.sweep.run_series`;
-a single run is a series of one point, ``REPEAT`` runs of one point or a ``SWEEP`` more), have the sidecar write a
-report per run, and, for more than one run (or a GATE baseline that is a series), the series report over them; then
-:func:`loadgen.orchestrate.outcome.finish`. A single run's report is its result: no series file repeats it.
-``--report-from`` rebuilds one run's report from its rows file."""
+"""The benchmark's one pipeline: measure the plan's points (:func:`loadgen.orchestrate.sweep.run_series`), have the
+sidecar write a report per run and, for several runs or a series GATE, a series report; then
+:func:`loadgen.orchestrate.outcome.finish`. ``--report-from`` rebuilds one run's report from its rows file."""
 
 from __future__ import annotations
 
@@ -44,11 +42,11 @@ from loadgen.terminal.summary import report_line
 def build_request(
     plan: BenchmarkConfig, run: Measured, records_path: Path, settings: Settings, facts: ServerFacts | None = None
 ) -> BuildReportRequest:
-    """The finished run for the sidecar: its id (the sidecar reads its rows from ``records_path``, never from the
-    body), the metrics computed here, vLLM's ``facts`` as read before the run, the server cross-check, the client view
-    (a run in which no measured request ended too: its cut rows, its warmup, the server's view)."""
+    """The finished run for the sidecar (which reads its rows from ``records_path``): its metrics, vLLM's ``facts``,
+    the server cross-check and the client view."""
     measured = [r for r in run.records if r.phase == "measured"]
     errors = error_summary(run.records, "measured" if measured else "warmup")  # only a warmup: why it failed
+    lag_ms = client_lag_ms(run.processes)
     return BuildReportRequest(
         config=plan,
         run_id=run_id_of(records_path),
@@ -58,27 +56,14 @@ def build_request(
         window_id=run.window_id,
         server_facts=facts,
         server=cross_check(
-            run.before,
-            run.after,
-            measured,
+            run.before, run.after, measured,
             # the engine whose /metrics were read: behind the stack's front, the engine itself, not the router
             server_url=f"{len(run.replicas)} replicas summed" if run.replicas else engine_url(settings),
-            max_added_pct=settings.client_overhead_max_pct,
-            client_lag_ms=client_lag_ms(run.processes),
-        )
-        if run.before and run.after
-        else None,
-        cluster=cluster_of(
-            run.replicas, measured, plan, settings.client_overhead_max_pct, client_lag_ms(run.processes)
-        ),
-        client=client_view(
-            measured,
-            measured_window_s(measured),
-            run.cpu_cores,
-            load_calibration(settings.logs_dir / "calibration.json"),
-            run.processes,
-            plan.workers,
-        ),
+            max_added_pct=settings.client_overhead_max_pct, client_lag_ms=lag_ms,
+        ) if run.before and run.after else None,
+        cluster=cluster_of(run.replicas, measured, plan, settings.client_overhead_max_pct, lag_ms),
+        client=client_view(measured, measured_window_s(measured), run.cpu_cores,
+                           load_calibration(settings.logs_dir / "calibration.json"), run.processes, plan.workers),
         profile_traces=run.traces,
         interrupted=run.interrupted,
         gaps=run.gaps,
@@ -106,10 +91,8 @@ def report_run(
     settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, run: Measured, records_path: Path,
     facts: ServerFacts | None = None,
 ) -> RunResult:  # fmt: skip
-    """Have the sidecar write the report of one run that sent requests, whatever it collected (requests that ended,
-    requests cut by its end, only its warmup): what it has, marked for what it is by its figures
-    (:func:`core.fingerprint.unusable_reason`). Failures (nothing sent, the sidecar refused or unreachable) are values
-    naming the rows file."""
+    """Have the sidecar write the report of one run, whatever it collected (ended, cut or only warmup requests);
+    failures (nothing sent, the sidecar refused or unreachable) are values naming the rows file."""
     down = run.server_down.line() if run.server_down else None
     if not run.records:
         why = f"no request was sent ({records_path} is empty); nothing to report."
@@ -153,10 +136,8 @@ def warmup_report(
     settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, records_path: Path, why: str,
     interrupted: bool = False, facts: ServerFacts | None = None,
 ) -> RunResult:  # fmt: skip
-    """The report of a run that sent only its warmup (every warmup request failed, or Ctrl-C during it): its rows,
-    the warmup's errors by cause and ``why`` the measured run was not started (a gap line). Never a reference (it sent
-    no measured request). Without ``interrupted`` the ``[REPORT]`` line is printed here: the run's result stays its
-    error line and exit code (4), and it is no point of a series."""
+    """The report of a run that sent only its warmup (all failed, or Ctrl-C), ``why`` as a gap; without
+    ``interrupted`` its ``[REPORT]`` line is printed here (the run's result stays its error and exit code)."""
     run = from_records_file(records_path)
     run = Measured(run.records, run.window_start, max(run.window_end, run.window_start), interrupted=interrupted,
                    gaps=[f"{why.rstrip('.')} (the errors are the warmup's)"])  # fmt: skip
@@ -169,8 +150,7 @@ def warmup_report(
 
 
 def wants_series(settings: Settings, sidecar: SidecarClient) -> bool:
-    """More than one run (a sweep, repeated runs), or a GATE baseline that is a series (judged with intervals):
-    the runs' reports get a series report over them."""
+    """Whether the runs get a series report: several runs, or a GATE baseline that is a series."""
     if settings.sweep or settings.repeat > 1:
         return True
     if not settings.gate:
@@ -190,10 +170,8 @@ def plan_beside(records_path: Path) -> BenchmarkConfig | None:
 
 
 def rows_file_problem(path: Path, runs_dir: Path) -> str | None:
-    """Why ``path`` is no run's rows file to report from (None when it is one): missing, not in ``runs_dir`` (where
-    the sidecar reads a run's rows, by its id), unreadable, or not one line of it a request row (a dataset or another
-    JSONL file given by mistake). Reads up to the first row only: the report itself reads the file once more
-    (:func:`loadgen.orchestrate.measured_run.from_records_file`)."""
+    """Why ``path`` is no run's rows file to report from (None when it is): missing, not in ``runs_dir`` (where the
+    sidecar reads it), unreadable, or no line of it a request row. Reads up to the first row only."""
     if not path.is_file():
         return "no such file; give a run's rows file (logs/runs/<run id>.requests.jsonl)"
     if path.resolve().parent != runs_dir.resolve() or not RUN_ID_RE.fullmatch(run_id_of(path)):
@@ -222,8 +200,7 @@ def run_benchmark(
     settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, engine: EngineControl,
     report_from: Path | None = None, facts: ServerFacts | None = None,
 ) -> int:  # fmt: skip
-    """Measure the plan's points (or, with ``report_from``, rebuild one run's report from its rows file) and report
-    (with vLLM's ``facts`` as preflight read them); the exit code (:mod:`loadgen.orchestrate.outcome`)."""
+    """Measure the plan's points (or rebuild ``report_from``'s report) and report them; the exit code."""
     if report_from is not None:
         plan = plan_beside(report_from) or plan
         return finish_run(settings, sidecar, report_run(settings, plan, sidecar, from_records_file(report_from),
@@ -235,9 +212,8 @@ def run_benchmark(
 
 
 def finish_run(settings: Settings, sidecar: SidecarClient, done: RunResult) -> int:
-    """The end of a series of one run: its report is the result (:func:`loadgen.orchestrate.outcome.finish`); a run
-    with no report says why, with its exit code (2: profiler or load workers, 4: nothing sent, 130: stopped before
-    any request was sent, 1: the sidecar did not write it)."""
+    """The end of a series of one run: its report is the result; with none, why and its exit code (2: profiler or
+    load workers, 4: nothing sent, 130: stopped before any request, 1: the sidecar did not write it)."""
     if done.report is None:
         print(f"[ERROR] {done.error}", file=sys.stderr)
         if done.exit_code is not None:
@@ -249,8 +225,7 @@ def finish_run(settings: Settings, sidecar: SidecarClient, done: RunResult) -> i
 
 
 def report_series(settings: Settings, plan: BenchmarkConfig, sidecar: SidecarClient, runs: SeriesRuns) -> int:
-    """SWEEP / REPEAT (or one run judged against a series baseline): the sidecar writes the series report over the
-    runs' reports; exit codes as a single run's."""
+    """SWEEP / REPEAT (or a series GATE): the sidecar writes the series report over the runs'; the exit code."""
     if not runs.points:
         print("[ERROR] no run of the series was reported: nothing to build a series from.", file=sys.stderr)
         for note in runs.notes:  # why each run failed
@@ -263,14 +238,9 @@ def report_series(settings: Settings, plan: BenchmarkConfig, sidecar: SidecarCli
             return EXIT_USAGE
         return EXIT_INTERRUPTED if runs.interrupted else EXIT_NO_SUCCESS
     request = BuildSeriesRequest(
-        config=plan,
-        points=runs.points,
-        sweep=settings.sweep,
-        repeat=settings.repeat,
-        slo_attainment_pct=settings.slo_attainment_pct,
-        threshold_pct=settings.gate_threshold_pct,
+        config=plan, points=runs.points, sweep=settings.sweep, repeat=settings.repeat, notes=runs.notes,
+        slo_attainment_pct=settings.slo_attainment_pct, threshold_pct=settings.gate_threshold_pct,
         interrupted=runs.interrupted,
-        notes=runs.notes,
     )
     try:
         built = sidecar.post_series(request)

@@ -32,9 +32,7 @@ class Target:
 
 
 def choose_model(served: list[str], settings: Settings) -> str:
-    """The model to measure among ``served`` (ids of ``/v1/models``).
-
-    Order: BENCH_MODEL, SERVED_MODEL_NAME, MODEL (when served under that id), else the only model served.
+    """The model to measure among ``served``: BENCH_MODEL, SERVED_MODEL_NAME, MODEL (if served), else the only one.
 
     Raises:
         BenchError: the chosen model is not served, or several are served and none was chosen (lists them).
@@ -57,13 +55,10 @@ def choose_model(served: list[str], settings: Settings) -> str:
 
 
 def _served(settings: Settings) -> list[ServedModel]:
-    """The models of ``/v1/models`` (id, root, ``max_model_len``: None where not listed), after ``/health`` where the
-    server has one (retried: a busy or starting server can drop a connection or answer 5xx).
+    """The models of ``/v1/models``, after ``/health`` where the server has one (retried on errors and 5xx).
 
     Raises:
-        BenchError: the server does not answer, answers that it is not healthy, refuses the key, or answers
-            ``/v1/models`` with something that is not a model list (an HTML page, another shape: the message names
-            the URL and what came back).
+        BenchError: no answer, not healthy, the key refused, or ``/v1/models`` is not a model list.
     """
     error: Exception | None = None
     for attempt in range(3):
@@ -128,7 +123,7 @@ def preflight(settings: Settings, sidecar: SidecarClient) -> Target:
 
 
 def server_version(url: str, headers: dict[str, str] | None = None) -> str | None:
-    """vLLM's version from its ``/version``; None for a server without one (another OpenAI-compatible server)."""
+    """vLLM's version from its ``/version``; None for a server without one."""
     try:
         response = httpx.get(f"{url}/version", timeout=5, headers=headers)
         version = response.json().get("version") if response.status_code == 200 else None
@@ -145,9 +140,8 @@ def output_knob(settings: Settings) -> str:
 
 
 def smallest_prompt_tokens(settings: Settings, model: str, input_len_tokens: int | None, texts: list[str]) -> int:
-    """Tokens of the plan's smallest prompt as the server counts a chat (template included): DATASET=random's
-    exact length, else the server's ``/tokenize`` of the shortest prompt, else 1 (a server without ``/tokenize``:
-    the check then holds the output length alone against the context)."""
+    """Tokens of the plan's smallest chat prompt: ``input_len_tokens``, else the server's ``/tokenize`` of the
+    shortest of ``texts``, else 1."""
     if input_len_tokens is not None:
         return input_len_tokens
     if not texts:
@@ -162,15 +156,8 @@ def smallest_prompt_tokens(settings: Settings, model: str, input_len_tokens: int
 
 
 def context_problem(max_output_tokens: int, prompt_tokens: int, max_model_len: int | None, knob: str) -> str | None:
-    """Why the longest output the plan asks for cannot fit the model's context with its smallest prompt (pure);
-    None when it fits or the server does not say its context.
-
-    Args:
-        max_output_tokens: the largest ``max_tokens`` a request of the plan carries, tokens.
-        prompt_tokens: the smallest prompt, tokens (chat template included).
-        max_model_len: the model's context, tokens (``/v1/models``), None when unknown.
-        knob: the setting that chose ``max_output_tokens`` (named in the message).
-    """
+    """Why ``max_output_tokens`` cannot fit the context ``max_model_len`` (None: unknown) with ``prompt_tokens``
+    (pure; all in tokens; ``knob`` named in the message); None when it fits."""
     if max_model_len is None or max_output_tokens + prompt_tokens <= max_model_len:
         return None
     room = max_model_len - prompt_tokens
@@ -182,13 +169,9 @@ def context_problem(max_output_tokens: int, prompt_tokens: int, max_model_len: i
 
 
 def gate_problem(settings: Settings, sidecar: SidecarClient, plan: BenchmarkConfig, served: list[str]) -> str | None:
-    """GATE=name before any load: the gate's own ``[GATE] ERROR vs name: not comparable: …`` line when the baseline
-    cannot judge this plan (its workload differs, it had no success or was interrupted, its report is gone); None
-    when it can, or when it is a series (a series run judges it point by point).
-
-    The test is the sidecar's (:func:`core.fingerprint.refusal_reason`) on the plan and the baseline's report. Hardware
-    is seen by the sidecar only when the report is built: it is taken from the baseline here and still judged after
-    the run; the model is the one the sidecar will record (the first of ``/v1/models``, ``served``).
+    """GATE=name before any load: the gate's ``[GATE] ERROR vs name: not comparable: …`` line when the baseline
+    cannot judge this plan (:func:`core.fingerprint.refusal_reason`; hardware taken from the baseline, the model the
+    first of ``served``); None when it can.
 
     Raises:
         BenchError: the sidecar is unreachable.
@@ -211,9 +194,8 @@ def gate_problem(settings: Settings, sidecar: SidecarClient, plan: BenchmarkConf
 
 
 def series_refusal(sidecar: SidecarClient, series_id: str, plan: BenchmarkConfig, model: str) -> str | None:
-    """A single load point (REPEAT runs, or one run) against a series baseline: the series gate judges the point of
-    the same workload fingerprint, so refuse when no point has it, naming how the plan differs from the series' first
-    point (None: a point matches, or the series cannot be read here — the gate then says so after the run).
+    """One load point against a series baseline: why no point of it has the plan's workload fingerprint (how it
+    differs from the first point); None when one has, or the series cannot be read here.
 
     Raises:
         BenchError: the sidecar is unreachable.
@@ -239,9 +221,7 @@ def series_refusal(sidecar: SidecarClient, series_id: str, plan: BenchmarkConfig
 def plan_problem(
     settings: Settings, sidecar: SidecarClient, plan: BenchmarkConfig, target: Target, dataset: Dataset | None
 ) -> str | None:
-    """The plan's checks before any load, as the line to print (None: go): the longest output it asks for must fit
-    the model's context with its smallest prompt (:func:`context_problem`), and a GATE baseline must be able to
-    judge it (:func:`gate_problem`).
+    """The plan's checks before any load (:func:`context_problem`, :func:`gate_problem`): the line to print, or None.
 
     Raises:
         BenchError: the sidecar is unreachable.
