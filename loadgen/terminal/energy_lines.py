@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from core.report_schema import Report
 
-COMPARE_LABELS = (
-    ("energy_j_per_output_token", "J/output token"),
-    ("cost_usd_per_1m_output_tokens", "$/1M output tokens"),
-)
-"""Changes a ``[COMPARE]`` line adds where both runs have them."""
+COMPARE_LABELS = (("energy_j_per_output_token", "J/output token"),
+                  ("cost_usd_per_1m_output_tokens", "$/1M output tokens"))
+"""Changes a run's ``[COMPARE]`` line adds where both runs have them."""
 WHERE_MEASURED = ("energy_j_per_output_token", "cost_usd_per_1m_output_tokens", "cost_usd_per_1m_total_tokens")
 """Series metrics a series' or ``make compare``'s ``[COMPARE]`` line adds where both sides have them."""
 

@@ -23,13 +23,8 @@ from core.serverview_overhead import overhead_text
 from loadgen.terminal.energy_lines import COMPARE_LABELS as ENERGY_COMPARE_LABELS
 from loadgen.terminal.energy_lines import WHERE_MEASURED, energy_lines
 
-COMPARE_LABELS = (
-    ("throughput_req_per_sec", "throughput"),
-    ("e2e_p99_ms", "p99 latency"),
-    ("ttft_p99_ms", "p99 TTFT"),
-    ("output_tokens_per_sec", "output tok/s"),
-    *ENERGY_COMPARE_LABELS,
-)
+COMPARE_LABELS = (("throughput_req_per_sec", "throughput"), ("e2e_p99_ms", "p99 latency"), ("ttft_p99_ms", "p99 TTFT"),
+                  ("output_tokens_per_sec", "output tok/s"), *ENERGY_COMPARE_LABELS)
 
 
 def _ms(value: float | None) -> str:
@@ -45,8 +40,7 @@ def _num(value: float | None) -> str:
 
 
 def memory_text(report: Report) -> str:
-    """The seed's ``GPU memory usage: 2.68 GB (KV pool 1.00 GB)``; without a GPU the CPU fallback says what was
-    measured instead."""
+    """The seed's ``GPU memory usage: 2.68 GB (KV pool 1.00 GB)``; without a GPU, why and vLLM's RSS peak."""
     m = report.metrics
     if m.gpu_mem_peak_gb is not None:
         pool = f" (KV pool {m.kv_cache_gb:.2f} GB)" if m.kv_cache_gb is not None else ""
@@ -84,8 +78,8 @@ def start_line(plan: BenchmarkConfig, backend: str) -> str:
 
 
 def format_summary(report: Report, report_path: str) -> list[str]:
-    """The lines after the run, in the seed's order: its two ``[RESULT]`` lines first (scripts grep them), then ours,
-    the ``[REPORT]`` lines, ``Benchmark completed. Report generated. Report path: …`` and ``Key insight: …``."""
+    """The lines after the run: the seed's two ``[RESULT]`` lines first (scripts grep them), then ours, ``[REPORT]``,
+    ``Benchmark completed. Report generated. Report path: …`` and ``Key insight: …``."""
     m = report.metrics
     lines = [
         f"[RESULT] Avg latency: {_ms(m.latency_avg_ms)} | P90: {_ms(m.latency_p90_ms)} | P99: {_ms(m.latency_p99_ms)}",
@@ -131,26 +125,19 @@ def format_summary(report: Report, report_path: str) -> list[str]:
     if m.sessions is not None:
         lines.append(f"[RESULT] Sessions: {sessions_text(m.sessions)}")
     lines += [f"[TURN] {line}" for line in turns_text(m.turns)]
-    if m.output_lengths.usage_missing:
+    if missing := m.output_lengths.usage_missing:
         sources = ", ".join(f"{n} by {source}" for source, n in m.output_token_sources.items() if source != "usage")
-        lines.append(
-            f"[WARN] {m.output_lengths.usage_missing} request(s) carried no usage block: tokens counted {sources}"
-        )
+        lines.append(f"[WARN] {missing} request(s) carried no usage block: tokens counted {sources}")
     lines += [f"[WARN] {gap}" for gap in report.gaps if not gap.startswith(NO_ENERGY_GAP)]  # [ENERGY] n/a says it
-    if report.server is not None:
-        checks = {a.name: a for a in report.server.agreements}
-        verdict = verdict_text(report.server)
-        lines.append(
-            f"[SERVER] vLLM /metrics: {report.server.requests_succeeded} requests, "
-            f"{report.server.generation_tokens} generated tokens, TTFT mean {_ms(report.server.ttft.mean_ms)} "
-            f"(client {_ms(checks['ttft_mean_ms'].client)}) — client and server {verdict}"
-        )
-        lines += [f"[SERVER] {overhead_text(o)}" for o in report.server.client_overhead]
-        if report.server.prefix_cache_hit_rate_percent is not None:
-            lines.append(
-                f"[SERVER] Prefix cache: {report.server.prefix_cache_hit_rate_percent:.1f}% hit rate "
-                f"({report.server.prefix_cache_hits:,} of {report.server.prefix_cache_queries:,} prompt tokens)"
-            )
+    if (server := report.server) is not None:
+        client_ttft = {a.name: a for a in server.agreements}["ttft_mean_ms"].client
+        lines.append(f"[SERVER] vLLM /metrics: {server.requests_succeeded} requests, {server.generation_tokens} "
+                     f"generated tokens, TTFT mean {_ms(server.ttft.mean_ms)} (client {_ms(client_ttft)}) — client "
+                     f"and server {verdict_text(server)}")  # fmt: skip
+        lines += [f"[SERVER] {overhead_text(o)}" for o in server.client_overhead]
+        if server.prefix_cache_hit_rate_percent is not None:
+            lines.append(f"[SERVER] Prefix cache: {server.prefix_cache_hit_rate_percent:.1f}% hit rate "
+                         f"({server.prefix_cache_hits:,} of {server.prefix_cache_queries:,} prompt tokens)")
     if report.cluster is not None:  # engines behind vLLM's router
         per = ", ".join(f"{r.name} {r.requests_succeeded if r.requests_succeeded is not None else '?'}"
                         + ("" if r.state == "up" else " DOWN") for r in report.cluster.replicas)  # fmt: skip
@@ -163,17 +150,15 @@ def format_summary(report: Report, report_path: str) -> list[str]:
             lines.append(f"[HOSTS] {host.host}: GPU memory peak {_gb(host.gpu_mem_peak_gb)} ({gpus})")
     if report.client is not None:
         lines += client_lines(report.client)
-    if report.profile is not None:
-        lines.append(
-            f"[PROFILE] {len(report.profile.files)} trace file(s) in reports/{report.profile.dir}/ — open with "
-            f"{report.profile.open_with}"
-        )
+    if (profile := report.profile) is not None:
+        lines.append(f"[PROFILE] {len(profile.files)} trace file(s) in reports/{profile.dir}/ — open with "
+                     f"{profile.open_with}")
     if report.environment.synthetic:
         lines.append(f"[WARN] Synthetic model served ({report.environment.synthetic_reason})")
     lines += compare_lines(report)
     lines.append(report_line(report, report_path))
-    lines += files_lines(report_path, (("Markdown", report.markdown_file), ("HTML", report.html_file),
-                                       ("CSV", report.csv_file)))  # fmt: skip
+    files = (("Markdown", report.markdown_file), ("HTML", report.html_file), ("CSV", report.csv_file))
+    lines += files_lines(report_path, files)
     if report.interrupted or report.server_down:  # a script grepping "Benchmark completed" must not take it for one
         why = "interrupted" if report.interrupted else f"ended early: {server_down_words(report.server_down or '')}"
         lines.append(f"Benchmark {why}. Partial report generated. Report path: {report_path}")
@@ -192,24 +177,19 @@ def side_text(group: str, value: str | None) -> str:
 
 def cut_line(cut: CutRequests) -> str:
     """``[RESULT] Cut by the run's end: 32 (the end of the run 32) after up to 61 s in flight; 20 had a first token
-    (TTFT P50 41,000 ms P99 …), 1,204 chunks received``: what the requests no other figure holds had received."""
+    (TTFT P50 41,000 ms P99 …), 1,204 chunks received``."""
     causes = ", ".join(f"{cause} {n}" for cause, n in cut.by_cause.items())
     waited = f" after up to {cut.in_flight.max_ms / 1000.0:.0f} s in flight" if cut.in_flight.max_ms is not None else ""
-    first = (
-        f"{cut.with_first_token} had a first token (TTFT P50 {_ms(cut.ttft.p50_ms)} P99 {_ms(cut.ttft.p99_ms)})"
-        if cut.with_first_token
-        else "none had a first token"
-    )
-    return (
-        f"[RESULT] Cut by the run's end: {cut.requests} ({causes}){waited}; {first}, "
-        f"{cut.content_chunks:,} chunks received"
-    )
+    first = "none had a first token"
+    if cut.with_first_token:
+        first = f"{cut.with_first_token} had a first token (TTFT P50 {_ms(cut.ttft.p50_ms)} P99 {_ms(cut.ttft.p99_ms)})"
+    chunks = f"{cut.content_chunks:,} chunks received"
+    return f"[RESULT] Cut by the run's end: {cut.requests} ({causes}){waited}; {first}, {chunks}"
 
 
 def report_line(report: Report, report_path: str) -> str:
-    """The seed's ``[REPORT] Baseline saved to <path>`` for a run that can be a reference; for one that cannot
-    (:func:`core.fingerprint.unusable_reason`: interrupted, ended early, most requests cut, no success)
-    ``[REPORT] Report saved to <path> (not a baseline: <why>)``."""
+    """The seed's ``[REPORT] Baseline saved to <path>``, or for a run that cannot be a reference
+    (:func:`core.fingerprint.unusable_reason`) ``[REPORT] Report saved to <path> (not a baseline: <why>)``."""
     why = unusable_reason(report)
     if why is None:
         return f"[REPORT] Baseline saved to {report_path}"
@@ -217,23 +197,17 @@ def report_line(report: Report, report_path: str) -> str:
 
 
 def client_lines(client: ClientView) -> list[str]:
-    """``[CLIENT]`` (the load processes' CPU and event-loop lag, and how much that lag could have moved TTFT/ITL)
-    and, for a client-limited run, the ``[WARN]`` saying why."""
+    """``[CLIENT]`` (the load processes' CPU and event-loop lag, how much it could move TTFT/ITL) and, for a
+    client-limited run, the ``[WARN]`` saying why."""
     lines = []
     if client.processes:
         cores = "/".join(f"{p.cpu_cores:.2f}" for p in client.processes)
         worst = max(client.lag_impact, key=lambda i: i.share_pct, default=None)
-        moved = (
-            f"; could move {worst.figure.removesuffix('_ms').replace('_', ' ')} by {share_text(worst.share_pct)} "
-            f"(limit {client.lag_limit_pct:g}%)"
-            if worst
-            else ""
-        )
-        lag = (
-            f"event-loop lag p50 {client.lag_p50_ms:.2f} ms, p99 {client.lag_p99_ms:.2f} ms"
-            if client.lag_p50_ms is not None and client.lag_p99_ms is not None
-            else "no lag samples"
-        )
+        moved = "" if worst is None else (f"; could move {worst.figure.removesuffix('_ms').replace('_', ' ')} by "
+                                          f"{share_text(worst.share_pct)} (limit {client.lag_limit_pct:g}%)")
+        lag = "no lag samples"
+        if client.lag_p50_ms is not None and client.lag_p99_ms is not None:
+            lag = f"event-loop lag p50 {client.lag_p50_ms:.2f} ms, p99 {client.lag_p99_ms:.2f} ms"
         lines.append(f"[CLIENT] {len(client.processes)} load process(es), CPU {cores} cores; {lag}{moved}")
     if client.client_limited:
         lines.append(f"[WARN] Client-limited run: {client.reason}. The numbers measure the load generator.")
@@ -241,16 +215,15 @@ def client_lines(client: ClientView) -> list[str]:
 
 
 def files_lines(json_path: str, named: tuple[tuple[str, str | None], ...]) -> list[str]:
-    """``[REPORT] Markdown: reports/x.md | HTML: reports/x.html`` for the files written beside ``json_path``
-    (``named``: label, file name or None when not written); no line when none was."""
+    """``[REPORT] Markdown: reports/x.md | HTML: reports/x.html`` for the ``named`` (label, file name or None) files
+    written beside ``json_path``; none when none was."""
     folder = Path(json_path).parent
     files = [f"{label}: {folder / name}" for label, name in named if name]
     return ["[REPORT] " + " | ".join(files)] if files else []
 
 
 def moved_text(name: str, previous: str | None, new: str) -> str | None:
-    """``[BASELINE] v1 moved: was <old id>, now <new id>`` when marking replaced another mark; None for a new name
-    or the same id again."""
+    """``[BASELINE] v1 moved: was <old id>, now <new id>``; None for a new name or the same id."""
     if previous is None or previous == new:
         return None
     return f"[BASELINE] {name} moved: was {previous}, now {new}"
@@ -263,7 +236,7 @@ def pct_text(value: float) -> str:
 
 def compare_lines(report: Report) -> list[str]:
     """``[COMPARE] vs_v0.2.1: +12% throughput, -3.0% p99 latency (benchmark_report_…)`` per comparison, then the
-    notes (first run, refused baselines and why, environment changes)."""
+    notes."""
     lines = []
     for name, comparison in report.comparison.items():
         if not comparison.points:
@@ -289,9 +262,8 @@ def interval_text(iv: Interval | None, digits: int = 2) -> str:
 
 
 def change_parts(point: PointComparison, hits: bool = False) -> str:
-    """``throughput +12% [+8%, +16%] better; …`` of one compared point: :data:`COMPARE_METRICS` (and with ``hits``,
-    `make compare`'s line, :data:`AB_METRICS`), then the energy and cost figures both sides have, then (``hits``)
-    the prefix-cache hit rate's two values (a rate from ~0)."""
+    """``throughput +12% [+8%, +16%] better; …`` of one compared point; ``hits`` (`make compare`): also
+    :data:`AB_METRICS` and the prefix-cache hit rate's two values."""
     shown = COMPARE_METRICS + (AB_METRICS if hits else ())
     parts = [f"{SERIES_METRICS[m][0]} {change_text(c, SERIES_METRICS[m][2])}" for m in shown
              if (c := point.changes.get(m)) is not None and (m in COMPARE_METRICS or c.change_pct is not None)]
@@ -316,10 +288,7 @@ def series_lines(series: SeriesReport, path: str) -> list[str]:
         lines.append(f"[KNEE] {series.knee.line}")
         lines += [f"[KNEE] note: {note}" for note in series.knee.notes]
     for name, comparison in series.comparison.items():
-        lines += [
-            f"[COMPARE] {name} {paired.label}: {change_parts(paired)} ({comparison.against})"
-            for paired in comparison.points
-        ]
+        lines += [f"[COMPARE] {name} {p.label}: {change_parts(p)} ({comparison.against})" for p in comparison.points]
         lines += [f"[COMPARE] {line}" for line in comparison_lines(name, comparison)]
     lines += [f"[NOTE] {note}" for note in series.notes]
     lines.append(f"[REPORT] Series saved to {path}")
