@@ -40,11 +40,8 @@ class CpuSample:
 
 
 def cpu_at(samples: Sequence[CpuSample], t_s: float, *, monotonic: bool = False) -> float:
-    """CPU seconds at time ``t_s``, linearly interpolated between samples (clamped to the first/last sample).
-
-    Raises:
-        ValueError: no samples.
-    """
+    """CPU seconds at time ``t_s``, linearly interpolated between samples (clamped to the first/last sample). Raises
+    ValueError: no samples."""
     if not samples:
         raise ValueError("no CPU samples")
     times = [s.monotonic_s if monotonic else s.wall_s for s in samples]
@@ -180,11 +177,8 @@ def mock_server(
     require_api_key: bool = False,
 ) -> Iterator[MockHandle]:
     """Run ``python -m loadgen.selftest.mock_server`` on a free port until the block ends (the handle's pid is the
-    parent of its ``processes``); ``require_api_key``: it wants VLLM_API_KEY, as vLLM does.
-
-    Raises:
-        ProcessError: it did not answer ``/health`` within a minute.
-    """
+    parent of its ``processes``); ``require_api_key``: it wants VLLM_API_KEY, as vLLM does. Raises ProcessError: it did
+    not answer ``/health`` within a minute."""
     port = free_port()
     argv = [
         sys.executable, "-m", "loadgen.selftest.mock_server", "--port", str(port), "--tokens", str(tokens),

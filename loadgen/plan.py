@@ -127,11 +127,8 @@ def workload_prompts(config: BenchmarkConfig) -> list[Prompt]:
 
 
 def sampler_for(config: BenchmarkConfig, seed: int, prompts: Sequence[Prompt] | None = None) -> WorkloadSampler:
-    """The workload of ``config`` (``prompts``, else its dataset's), seeded with ``seed``.
-
-    Raises:
-        DatasetError: the dataset cannot be loaded. ValueError: a bad length or mix setting.
-    """
+    """The workload of ``config`` (``prompts``, else its dataset's), seeded with ``seed``. Raises DatasetError: the
+    dataset cannot be loaded. ValueError: a bad length or mix setting."""
     fixed = config.output_len_mean is None
     return WorkloadSampler(
         list(prompts) if prompts is not None else workload_prompts(config),
@@ -171,11 +168,7 @@ def write_plan(
 
 
 def read_plan(path: Path) -> BenchmarkConfig:
-    """The plan written by :func:`write_plan`.
-
-    Raises:
-        OSError: unreadable. pydantic.ValidationError: not a plan.
-    """
+    """The plan written by :func:`write_plan`. Raises OSError: unreadable. pydantic.ValidationError: not a plan."""
     return BenchmarkConfig.model_validate_json(path.read_bytes())
 
 

@@ -48,11 +48,8 @@ def _detail(response: httpx.Response, limit: int) -> str:
 
 
 class SidecarClient:
-    """Calls ``url``'s API; every failure is a :class:`BenchError` saying what to do.
-
-    Args:
-        token: the sidecar token sent with every write (None: writes are refused by the sidecar).
-    """
+    """Calls ``url``'s API, ``token`` sent with every write; every failure is a :class:`BenchError` saying what to
+    do."""
 
     def __init__(self, url: str, timeout_s: float = 10.0, token: str | None = None) -> None:
         self.url = url.rstrip("/")
@@ -65,11 +62,8 @@ class SidecarClient:
         return cls(settings.sidecar_url, token=settings.sidecar_auth_token())
 
     def _call(self, method: str, path: str, what: str, ok: tuple[int, ...] = (200,), **kwargs: Any) -> httpx.Response:
-        """``httpx.<method>`` of ``path`` (``kwargs`` to it); its answer when its status is in ``ok``.
-
-        Raises:
-            SidecarRefused: another status (a missing or wrong token says what to set). BenchError: unreachable.
-        """
+        """``httpx.<method>`` of ``path`` (``kwargs`` to it); its answer when its status is in ``ok``. Raises
+        SidecarRefused: another status (a missing or wrong token says what to set). BenchError: unreachable."""
         kwargs.setdefault("timeout", self.timeout_s)
         try:
             response = getattr(httpx, method)(f"{self.url}{path}", **kwargs)
@@ -95,21 +89,15 @@ class SidecarClient:
         self._call("get", "/auth", "the benchmark's token", (204,), headers=self.write_headers)
 
     def baselines(self) -> dict[str, str]:
-        """Named baselines: name -> report id.
-
-        Raises:
-            BenchError: unreachable, refused, or not a JSON object of names and ids.
-        """
+        """Named baselines: name -> report id. Raises BenchError: unreachable, refused, or not a JSON object of names
+        and ids."""
         response = self._call("get", "/baselines", "reading /baselines")
         return self._answer(response, BASELINE_NAMES, "a JSON object of baseline name -> report id")
 
     @staticmethod
     def _answer(response: httpx.Response, shape: TypeAdapter[_T], expected: str) -> _T:
-        """The sidecar's 200 answer read as ``shape``.
-
-        Raises:
-            BenchError: it is not (a sidecar of another version, or something else on its port).
-        """
+        """The sidecar's 200 answer read as ``shape``. Raises BenchError: it is not (a sidecar of another version, or
+        something else on its port)."""
         try:
             return answer_as(response, shape, expected)
         except ShapeError as exc:
@@ -117,11 +105,8 @@ class SidecarClient:
                              "this version (`make up` restarts it)?") from None
 
     def _get_model(self, path: str, model: type[_M]) -> _M | None:
-        """``GET path`` read as ``model``; None on 404.
-
-        Raises:
-            BenchError: unreachable, refused, or an answer that does not read as ``model``.
-        """
+        """``GET path`` read as ``model``; None on 404. Raises BenchError: unreachable, refused, or an answer that does
+        not read as ``model``."""
         response = self._call("get", path, f"reading {path}", (200, 404))
         if response.status_code == 404:
             return None
@@ -140,13 +125,9 @@ class SidecarClient:
         return self._get_model(f"/series/{series_id}", SeriesReport)
 
     def start_window(self, run_id: str) -> WindowStarted | None:
-        """Open a sampling window for run ``run_id`` (closed when the sidecar builds the report); None when the
-        sidecar cannot (the report then uses the run's own bounds).
-
-        Raises:
-            SidecarRefused: the sidecar cannot see the run's rows file in its ``LOGS_DIR/runs`` (422) or the id is
-                malformed (400): the run must not measure.
-        """
+        """Open a sampling window for run ``run_id`` (closed when the sidecar builds the report); None when the sidecar
+        cannot (the report then uses the run's own bounds). Raises SidecarRefused: the sidecar cannot see the run's rows
+        file in its ``LOGS_DIR/runs`` (422) or the id is malformed (400): the run must not measure."""
         try:
             response = httpx.post(f"{self.url}/windows/start", params={"run_id": run_id}, timeout=self.timeout_s,
                                   headers=self.write_headers)  # fmt: skip

@@ -158,10 +158,7 @@ def _checked_plan(
 
 def with_random_prompts(settings: Settings, plan: BenchmarkConfig, notes: list[str]) -> BenchmarkConfig:
     """DATASET=random: the plan with its token-exact prompts written (once); the line saying where added to ``notes``.
-
-    Raises:
-        BenchError: no tokenizer is usable (the message says what to set), or a prompt cannot be sized.
-    """
+    Raises BenchError: no tokenizer is usable (the message says what to set), or a prompt cannot be sized."""
     opener = partial(open_prompt_tokenizer, settings, plan.model, "DATASET=random")
     path = random_prompts_file(plan, settings.logs_dir, settings.prompts_file, opener)
     notes.append(f"[INFO] DATASET=random: {plan.input_len_tokens}-token prompts (chat template included) in {path}")

@@ -16,11 +16,8 @@ Timed = list[tuple[float, TraceRow]]
 
 
 def read_trace(settings: Settings) -> tuple[Trace, Timed] | None:
-    """The trace of TRACE and its schedule (REQUESTS rows, DURATION, TRACE_SPEED); None without TRACE.
-
-    Raises:
-        BenchError: the file is unreadable or bad (file, line and fault named).
-    """
+    """The trace of TRACE and its schedule (REQUESTS rows, DURATION, TRACE_SPEED); None without TRACE. Raises
+    BenchError: the file is unreadable or bad (file, line and fault named)."""
     if settings.trace is None:
         return None
     try:
@@ -32,11 +29,8 @@ def read_trace(settings: Settings) -> tuple[Trace, Timed] | None:
 
 def plan_with_trace(settings: Settings, plan: BenchmarkConfig, loaded: tuple[Trace, Timed],
                     max_model_len: int | None) -> BenchmarkConfig:
-    """``plan`` replaying the trace, checked against the model's context and the watchdog.
-
-    Raises:
-        BenchError: the replay cannot run (the message says why and what to do).
-    """
+    """``plan`` replaying the trace, checked against the model's context and the watchdog. Raises BenchError: the replay
+    cannot run (the message says why and what to do)."""
     trace, timed = loaded
     problem = schedule_problem(trace.path, timed, max_model_len, settings.watchdog_s or settings.request_timeout_s + 60)
     if problem:
@@ -46,10 +40,7 @@ def plan_with_trace(settings: Settings, plan: BenchmarkConfig, loaded: tuple[Tra
 
 def with_trace_prompts(settings: Settings, plan: BenchmarkConfig, timed: Timed, notes: list[str]) -> BenchmarkConfig:
     """The plan with the trace's token-exact prompts written (``dataset_file``); the line saying so added to ``notes``.
-
-    Raises:
-        BenchError: no tokenizer is usable (the message says what to set), or a prompt cannot be sized.
-    """
+    Raises BenchError: no tokenizer is usable (the message says what to set), or a prompt cannot be sized."""
     opener = partial(open_prompt_tokenizer, settings, plan.model, "TRACE")
     path, raised = trace_prompts_file(plan, timed, settings.logs_dir, settings.prompts_file, opener)
     note = f"; {raised} row(s) shorter than the chat template raised to it" if raised else ""

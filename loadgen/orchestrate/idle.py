@@ -54,11 +54,8 @@ def wait_until_idle(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> float:
-    """Return once the engine holds no request (at once when IDLE_WAIT_S is 0 or unreadable); the wait, s.
-
-    Raises:
-        EngineBusy: still busy after IDLE_WAIT_S (:func:`core.engineload.busy_refusal`).
-    """
+    """Return once the engine holds no request (at once when IDLE_WAIT_S is 0 or unreadable); the wait, s. Raises
+    EngineBusy: still busy after IDLE_WAIT_S (:func:`core.engineload.busy_refusal`)."""
     limit_s = settings.idle_wait_s
     if limit_s <= 0:
         return 0.0

@@ -96,12 +96,8 @@ def workers_missing(log_path: Path) -> str | None:
 
 def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) -> LocustOutcome:
     """Run Locust headless on ``plan`` (written to ``<run id>.plan.json``; its log ``<run id>.locust.log``) with a
-    progress bar, until done; stopped early by the watchdog (no request ends for WATCHDOG_S), the server-down breaker
-    or Ctrl-C, the rows so far kept.
-
-    Raises:
-        WorkersMissing: EXPECT_WORKERS and no worker joined in time.
-    """
+    progress bar, until done; stopped early by the watchdog (no request ends for WATCHDOG_S), the server-down breaker or
+    Ctrl-C, the rows so far kept. Raises WorkersMissing: EXPECT_WORKERS and no worker joined in time."""
     stem = records_path.name.removesuffix(".requests.jsonl")
     plan_path = records_path.with_name(f"{stem}.plan.json")
     client_path = records_path.with_name(f"{stem}.client.jsonl")

@@ -76,12 +76,8 @@ def warmup(
     plan: BenchmarkConfig, records_path: Path, headers: dict[str, str] | None = None
 ) -> list[RequestRecord]:
     """Send the plan's warmup requests (at most CONCURRENCY at once, ``headers`` carrying the API key), appended as
-    ``warmup`` rows.
-
-    Raises:
-        WarmupInterrupted: Ctrl-C (SIGTERM, SIGHUP): the requests in flight aborted (``incomplete`` rows naming
-            Ctrl-C), the rows so far in ``records_path``.
-    """
+    ``warmup`` rows. Raises WarmupInterrupted: Ctrl-C (SIGTERM, SIGHUP): the requests in flight aborted (``incomplete``
+    rows naming Ctrl-C), the rows so far in ``records_path``."""
     if plan.warmup_requests == 0:
         return []
     sampler = sampler_for(plan, plan.seed + 1)
@@ -175,11 +171,8 @@ def read_ending(records_path: Path) -> dict[str, Any]:
 
 def check_capacity(settings: Settings, plan: BenchmarkConfig, done: list[RequestRecord]) -> None:
     """Refuse a closed-loop load the warm-up ``done`` shows would time out, or warn when it nearly would
-    (:mod:`loadgen.orchestrate.capacity`; CAPACITY_CHECK=0, open loops, traces and sweeps skip it).
-
-    Raises:
-        OverCapacity: the load would time out; the message names the concurrency the engine can serve.
-    """
+    (:mod:`loadgen.orchestrate.capacity`; CAPACITY_CHECK=0, open loops, traces and sweeps skip it). Raises OverCapacity:
+    the load would time out; the message names the concurrency the engine can serve."""
     if not settings.capacity_check or plan.rate_req_per_sec is not None or settings.sweep or settings.trace:
         return
     at_once = min(plan.warmup_requests, plan.concurrency)
@@ -277,11 +270,8 @@ def from_records_file(path: Path) -> Measured:
 def run_measured(
     settings: Settings, plan: BenchmarkConfig, records_path: Path, sidecar: SidecarClient, engine: EngineControl
 ) -> Measured:
-    """:func:`measure`, with vLLM restarted with its profiler and back around it when PROFILE=1.
-
-    Raises:
-        profiling.ProfilingError: profiling was asked for and failed.
-    """
+    """:func:`measure`, with vLLM restarted with its profiler and back around it when PROFILE=1. Raises
+    profiling.ProfilingError: profiling was asked for and failed."""
     try:
         if settings.profile:
             profiling.enable(settings, engine)

@@ -33,10 +33,7 @@ class Target:
 
 def choose_model(served: list[str], settings: Settings) -> str:
     """The model to measure among ``served``: BENCH_MODEL, SERVED_MODEL_NAME, MODEL (if served), else the only one.
-
-    Raises:
-        BenchError: the chosen model is not served, or several are served and none was chosen (lists them).
-    """
+    Raises BenchError: the chosen model is not served, or several are served and none was chosen (lists them)."""
     listed = ", ".join(served) or "none"
     for variable, wanted in (("BENCH_MODEL", settings.bench_model), ("SERVED_MODEL_NAME", settings.served_model_name)):
         if wanted:
@@ -55,11 +52,8 @@ def choose_model(served: list[str], settings: Settings) -> str:
 
 
 def _served(settings: Settings) -> list[ServedModel]:
-    """The models of ``/v1/models``, after ``/health`` where the server has one (retried on errors and 5xx).
-
-    Raises:
-        BenchError: no answer, not healthy, the key refused, or ``/v1/models`` is not a model list.
-    """
+    """The models of ``/v1/models``, after ``/health`` where the server has one (retried on errors and 5xx). Raises
+    BenchError: no answer, not healthy, the key refused, or ``/v1/models`` is not a model list."""
     error: Exception | None = None
     for attempt in range(3):
         try:
@@ -98,11 +92,8 @@ def _served(settings: Settings) -> list[ServedModel]:
 
 
 def preflight(settings: Settings, sidecar: SidecarClient) -> Target:
-    """Check the server and the sidecar answer, choose the model, check GATE names a baseline.
-
-    Raises:
-        BenchError: what is wrong and what to do.
-    """
+    """Check the server and the sidecar answer, choose the model, check GATE names a baseline. Raises BenchError: what
+    is wrong and what to do."""
     models = _served(settings)
     served = {m.id: m.max_model_len for m in models}
     model = choose_model(list(served), settings)
@@ -169,13 +160,9 @@ def context_problem(max_output_tokens: int, prompt_tokens: int, max_model_len: i
 
 
 def gate_problem(settings: Settings, sidecar: SidecarClient, plan: BenchmarkConfig, served: list[str]) -> str | None:
-    """GATE=name before any load: the gate's ``[GATE] ERROR vs name: not comparable: …`` line when the baseline
-    cannot judge this plan (:func:`core.fingerprint.refusal_reason`; hardware taken from the baseline, the model the
-    first of ``served``); None when it can.
-
-    Raises:
-        BenchError: the sidecar is unreachable.
-    """
+    """GATE=name before any load: the gate's ``[GATE] ERROR vs name: not comparable: …`` line when the baseline cannot
+    judge this plan (:func:`core.fingerprint.refusal_reason`; hardware taken from the baseline, the model the first of
+    ``served``); None when it can. Raises BenchError: the sidecar is unreachable."""
     if not settings.gate:
         return None
     target = sidecar.baselines().get(settings.gate)
@@ -194,12 +181,9 @@ def gate_problem(settings: Settings, sidecar: SidecarClient, plan: BenchmarkConf
 
 
 def series_refusal(sidecar: SidecarClient, series_id: str, plan: BenchmarkConfig, model: str) -> str | None:
-    """One load point against a series baseline: why no point of it has the plan's workload fingerprint (how it
-    differs from the first point); None when one has, or the series cannot be read here.
-
-    Raises:
-        BenchError: the sidecar is unreachable.
-    """
+    """One load point against a series baseline: why no point of it has the plan's workload fingerprint (how it differs
+    from the first point); None when one has, or the series cannot be read here. Raises BenchError: the sidecar is
+    unreachable."""
     series = sidecar.series(series_id)
     if series is None:
         return f"its series {series_id} no longer exists"
@@ -222,10 +206,7 @@ def plan_problem(
     settings: Settings, sidecar: SidecarClient, plan: BenchmarkConfig, target: Target, dataset: Dataset | None
 ) -> str | None:
     """The plan's checks before any load (:func:`context_problem`, :func:`gate_problem`): the line to print, or None.
-
-    Raises:
-        BenchError: the sidecar is unreachable.
-    """
+    Raises BenchError: the sidecar is unreachable."""
     if target.max_model_len is not None:
         texts = [] if dataset is None else ["\n".join(m["content"] for m in p.messages) for p in dataset.prompts]
         prompt = smallest_prompt_tokens(settings, plan.model, plan.input_len_tokens, texts)

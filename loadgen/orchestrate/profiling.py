@@ -25,11 +25,8 @@ def engine_has_profiler(settings: Settings) -> bool:
 
 
 def enable(settings: Settings, engine: EngineControl) -> bool:
-    """Make sure vLLM runs with its profiler; True when it was restarted (undo with :func:`disable`).
-
-    Raises:
-        ProfilingError: no controller runs the engine and vLLM has no profiler, or the restart failed.
-    """
+    """Make sure vLLM runs with its profiler; True when it was restarted (undo with :func:`disable`). Raises
+    ProfilingError: no controller runs the engine and vLLM has no profiler, or the restart failed."""
     if engine_has_profiler(settings):
         return False
     try:

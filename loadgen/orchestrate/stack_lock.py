@@ -17,12 +17,8 @@ class StackBusy(Exception):
 
 
 class RunLock:
-    """The stack's benchmark lock (``with RunLock(run_dir):``).
-
-    Raises:
-        StackBusy: on entering, when another process holds it.
-        OSError: the lock file cannot be made (RUN_DIR not writable).
-    """
+    """The stack's benchmark lock (``with RunLock(run_dir):``). Raises StackBusy: on entering, when another process
+    holds it. OSError: the lock file cannot be made (RUN_DIR not writable)."""
 
     def __init__(self, run_dir: Path, fallback_dir: Path | None = None) -> None:
         self.path = run_dir / LOCK_NAME
