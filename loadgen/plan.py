@@ -74,43 +74,27 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
         dataset = str(workload.relative_to(PROJECT_ROOT)) if workload.is_relative_to(PROJECT_ROOT) else str(workload)
     requests = settings.requests if settings.duration is None else None
     workers = load_processes(settings, settings.concurrency, settings.rate, settings.max_in_flight)
+    turns = settings.session_turns
     return BenchmarkConfig(
-        mode="open_loop" if settings.rate else "closed_loop",
-        concurrency=settings.concurrency,
-        rate_req_per_sec=settings.rate,
-        burstiness=settings.burstiness if settings.rate else None,
-        requests=requests,
-        duration_s=settings.duration,
-        warmup_requests=settings.warmup,
-        ramp_up_s=settings.ramp_up_s or None,
-        max_tokens=fixed or settings.output_len_cap,
+        mode="open_loop" if settings.rate else "closed_loop", concurrency=settings.concurrency,
+        rate_req_per_sec=settings.rate, burstiness=settings.burstiness if settings.rate else None,
+        rate_end_req_per_sec=settings.rate_end,
+        max_in_flight=settings.max_in_flight if settings.rate is not None else None,
+        requests=requests, duration_s=settings.duration, warmup_requests=settings.warmup,
+        ramp_up_s=settings.ramp_up_s or None, max_tokens=fixed or settings.output_len_cap,
         output_len_mean=None if fixed else settings.output_len_mean,
         output_len_p95=None if fixed else settings.output_len_p95,
-        ignore_eos=settings.ignore_eos,
-        temperature=settings.temperature,
-        dataset=dataset,
+        ignore_eos=settings.ignore_eos, temperature=settings.temperature, seed=settings.seed, dataset=dataset,
         input_mix=None if settings.random_dataset else settings.input_mix,
-        seed=settings.seed,
-        slo=settings.slo,
-        request_timeout_s=settings.request_timeout_s,
-        drain_s=settings.drain_s,
-        vllm_url=settings.vllm_url,
-        model=model,
-        workers=workers,
-        remote_workers=settings.expect_workers,
-        max_in_flight=settings.max_in_flight if settings.rate is not None else None,
-        rate_end_req_per_sec=settings.rate_end,
         input_len_tokens=settings.random_input_len if settings.random_dataset else None,
-        session_turns=settings.session_turns,
-        profiled=settings.profile,
-        think_time=settings.think_time if settings.session_turns > 1 else None,
-        session_followups=None if settings.session_turns <= 1 or settings.session_followups == "auto" else (
-            settings.session_followups),  # auto: resolved on the dataset (loadgen.workloads.sessions.followups_of)
-        prefix_len_tokens=settings.prefix_len,
-        prefix_count=settings.prefix_count if settings.prefix_len else None,
-        price_per_hour=settings.price_per_hour,
-        energy_price_per_kwh=settings.energy_price_per_kwh,
-        **router_fields(settings),
+        slo=settings.slo, request_timeout_s=settings.request_timeout_s, drain_s=settings.drain_s,
+        vllm_url=settings.vllm_url, model=model, workers=workers, remote_workers=settings.expect_workers,
+        session_turns=turns, think_time=settings.think_time if turns > 1 else None,
+        # auto: resolved on the dataset (loadgen.workloads.sessions.followups_of)
+        session_followups=None if turns <= 1 or settings.session_followups == "auto" else settings.session_followups,
+        prefix_len_tokens=settings.prefix_len, prefix_count=settings.prefix_count if settings.prefix_len else None,
+        profiled=settings.profile, price_per_hour=settings.price_per_hour,
+        energy_price_per_kwh=settings.energy_price_per_kwh, **router_fields(settings),
     )
 
 
