@@ -116,33 +116,27 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     log_path = records_path.with_name(f"{stem}.locust.log")
     env = {**service_env("locust"), "LOCUST_PLAN_FILE": str(plan_path)}
     with log_path.open("w") as log:
-        # its own process group (killed whole at the end) and bound to this process's life (Linux: PDEATHSIG), so
+        # each its own process group (killed whole at the end) bound to this process's life (Linux: PDEATHSIG), so
         # no load process outlives the benchmark, even one killed with SIGKILL
-        proc = subprocess.Popen(
-            argv, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-            preexec_fn=lifetime_bound(os.getpid()),
-        )
+        def launch(command: list[str]) -> subprocess.Popen[bytes]:
+            return subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True, preexec_fn=lifetime_bound(os.getpid()))  # fmt: skip
+
+        proc = launch(argv)
         local_workers: list[subprocess.Popen[bytes]] = []
-        if plan.remote_workers:  # this host's own workers join like the remote ones (each its own group, killed too)
+        if plan.remote_workers:  # this host's own workers join like the remote ones
             print(waiting_line(settings, plan), flush=True)
             worker = worker_argv(settings, local_master_address(settings), argv[-1])
-            local_workers = [
-                subprocess.Popen(worker, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                 start_new_session=True, preexec_fn=lifetime_bound(os.getpid()))
-                for _ in range(plan.workers)
-            ]  # fmt: skip
+            local_workers = [launch(worker) for _ in range(plan.workers)]
     watchdog_s = settings.watchdog_s or plan.request_timeout_s + 60.0
     start = last_progress = time.monotonic()
-    # CPU is read between the first poll that sees a finished request and the last poll, so Locust's start-up
-    # (imports, spawning) does not count as load.
+    # CPU is read from the first poll that sees a finished request on, so Locust's start-up does not count as load
     first: tuple[float, float] | None = None
     last: tuple[float, float] | None = None
     stopped: str | None = None
     count_measured = RowWatch(records_path, ServerDownBreaker(settings.server_down_s))
     total = plan.requests if plan.duration_s is None else None
     ended = 0  # measured rows at the last poll, successes or not: the watchdog's progress
-    # the bar fills with successes and shows their rate and ETA only (loadgen.orchestrate.progress): failures are
-    # counted apart, never as progress
     with ProgressBar(total, plan.duration_s, desc="Benchmark", file=sys.stdout, dynamic_ncols=True) as bar:
         try:
             while proc.poll() is None:
