@@ -1,10 +1,12 @@
-"""``make benchmark`` / ``./run_benchmark.sh``: parse, check and wire; the run itself is
-:mod:`loadgen.orchestrate.pipeline`, its end (summary, verdicts, exit codes) :mod:`loadgen.orchestrate.outcome`."""
+"""``make benchmark`` / ``./run_benchmark.sh``: parse, check (TRACE included) and wire, or serve as a remote load
+worker (``--worker``); the run itself is :mod:`loadgen.orchestrate.pipeline`, its end
+:mod:`loadgen.orchestrate.outcome`."""
 
 from __future__ import annotations
 
 import argparse
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -17,16 +19,16 @@ from core.flags import build_parser, parse
 from core.knobs.commands import BENCHMARK
 from core.pipes import guard_stdout
 from core.report_schema import BenchmarkConfig
-from core.settings import Settings
+from core.settings import PROJECT_ROOT, Settings, service_env
 from engine.local_control import LocalEngine
-from loadgen.command.trace_replay import plan_with_trace, read_trace, with_trace_prompts
-from loadgen.command.worker import worker_main
 from loadgen.errors import BenchError
+from loadgen.locust_side.joining import host_name
+from loadgen.orchestrate.locust_launch import worker_argv
 from loadgen.orchestrate.outcome import EXIT_INTERRUPTED, EXIT_USAGE, STOP_SIGNALS
 from loadgen.orchestrate.pipeline import rows_file_problem, run_benchmark
 from loadgen.orchestrate.preflight import Target, plan_problem, preflight
 from loadgen.orchestrate.stack_lock import RunLock, StackBusy
-from loadgen.plan import bench_config
+from loadgen.plan import bench_config, with_trace
 from loadgen.sidecar_client import SidecarClient
 from loadgen.terminal.summary import start_line
 from loadgen.workloads.dataset import DatasetError, dataset_of
@@ -34,6 +36,8 @@ from loadgen.workloads.prefixes import prefixes_file
 from loadgen.workloads.randomdata import random_prompts_file
 from loadgen.workloads.sessions import followups_of, multi_turn_share
 from loadgen.workloads.tokenizing import open_prompt_tokenizer
+from loadgen.workloads.trace import Trace, TraceError, TraceRow, load_trace, schedule, schedule_problem
+from loadgen.workloads.traceprompts import trace_prompts_file
 
 HELP = """\
 Warmup, a measured Locust run, then the sidecar's report (reports/). Also python -m loadgen.command.benchmark and make
@@ -163,6 +167,74 @@ def with_random_prompts(settings: Settings, plan: BenchmarkConfig, notes: list[s
     path = random_prompts_file(plan, settings.logs_dir, settings.prompts_file, opener)
     notes.append(f"[INFO] DATASET=random: {plan.input_len_tokens}-token prompts (chat template included) in {path}")
     return plan.model_copy(update={"dataset_file": str(path)})
+
+
+Timed = list[tuple[float, TraceRow]]
+
+
+def read_trace(settings: Settings) -> tuple[Trace, Timed] | None:
+    """The trace of TRACE and its schedule (REQUESTS rows, DURATION, TRACE_SPEED); None without TRACE. Raises
+    BenchError: the file is unreadable or bad (file, line and fault named)."""
+    if settings.trace is None:
+        return None
+    try:
+        trace = load_trace(settings.trace)
+    except TraceError as exc:
+        raise BenchError(str(exc)) from None
+    return trace, schedule(trace.rows, settings.trace_speed, settings.requests, settings.duration)
+
+
+def plan_with_trace(settings: Settings, plan: BenchmarkConfig, loaded: tuple[Trace, Timed],
+                    max_model_len: int | None) -> BenchmarkConfig:
+    """``plan`` replaying the trace, checked against the model's context and the watchdog. Raises BenchError: the replay
+    cannot run (the message says why and what to do)."""
+    trace, timed = loaded
+    problem = schedule_problem(trace.path, timed, max_model_len, settings.watchdog_s or settings.request_timeout_s + 60)
+    if problem:
+        raise BenchError(problem)
+    return with_trace(plan, settings, trace, timed)
+
+
+def with_trace_prompts(settings: Settings, plan: BenchmarkConfig, timed: Timed, notes: list[str]) -> BenchmarkConfig:
+    """The plan with the trace's token-exact prompts written (``dataset_file``); the line saying so added to ``notes``.
+    Raises BenchError: no tokenizer is usable (the message says what to set), or a prompt cannot be sized."""
+    opener = partial(open_prompt_tokenizer, settings, plan.model, "TRACE")
+    path, raised = trace_prompts_file(plan, timed, settings.logs_dir, settings.prompts_file, opener)
+    note = f"; {raised} row(s) shorter than the chat template raised to it" if raised else ""
+    notes.append(f"[INFO] TRACE: {len(timed)} {plan.trace_format} rows at {plan.trace_speed:g}x, mean "
+                 f"{plan.rate_req_per_sec:.3g} req/s, token-exact prompts in {path}{note}")  # fmt: skip
+    return plan.model_copy(update={"dataset_file": str(path)})
+
+
+def worker_main(settings: Settings) -> int:
+    """Join WORKER_RUNS runs in a row (0: until no master answers), a fresh Locust worker each; the last worker's
+    exit code (0: every run served; 2: not configured)."""
+    if not settings.master_host:
+        print("[ERROR] --worker needs --master-host HOST (MASTER_HOST): the host running ./run_benchmark.sh "
+              "--expect-workers N", flush=True)  # fmt: skip
+        return EXIT_USAGE
+    if not settings.sidecar_token:
+        print("[ERROR] --worker needs the stack's sidecar token to join: set SIDECAR_TOKEN to the content of the "
+              "benchmark host's run/sidecar_token (SIDECAR_TOKEN_FILE)", flush=True)  # fmt: skip
+        return EXIT_USAGE
+    print(f"[INFO] Load worker {host_name(settings.load_host_name)} joining the benchmark on "
+          f"{settings.master_host}:{settings.master_port} (Ctrl-C to leave)", flush=True)  # fmt: skip
+    argv = worker_argv(settings, settings.master_host)
+    env = {**service_env("locust"), "LOCUST_JOIN": "1"}  # both user classes exist until the plan arrives
+    served = 0
+    try:
+        while True:
+            code = subprocess.run(argv, cwd=PROJECT_ROOT, env=env, check=False).returncode
+            if code != 0:
+                # with WORKER_RUNS=0 the end of the series is a master that no longer answers (Locust gives up)
+                return 0 if settings.worker_runs == 0 and served else code
+            served += 1
+            if served == settings.worker_runs:
+                return 0
+            print(f"[INFO] Run {served} done; waiting for the next run's master on {settings.master_host}:"
+                  f"{settings.master_port}", flush=True)  # fmt: skip
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

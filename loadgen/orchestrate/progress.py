@@ -15,10 +15,7 @@ BAR_FORMAT_OPEN = "{desc}: {words}"  # duration bounded: no total to fill
 
 def clock(seconds: float) -> str:
     """``MM:SS`` (``H:MM:SS`` from one hour on), as tqdm writes times; negative values count as 0."""
-    whole = max(int(seconds), 0)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours:d}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+    return str(tqdm.format_interval(max(seconds, 0.0)))
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from engine.kvsizing import plan_kv
 from engine.launcher import apply_request, vllm_argv, vllm_env
 from engine.model_resolve import ResolvedModel
 from loadgen.command import benchmark as bench
-from loadgen.command.trace_replay import plan_with_trace, read_trace
+from loadgen.command.benchmark import plan_with_trace, read_trace
 from loadgen.locust_side.joining import host_name
 from loadgen.orchestrate.locust_launch import locust_argv, worker_argv
 from loadgen.orchestrate.preflight import choose_model
