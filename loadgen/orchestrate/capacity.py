@@ -42,32 +42,26 @@ class Capacity:
 
     def measured(self) -> str:
         """What the warm-up measured, for the lines below."""
-        return (
-            f"the warm-up of {self.at_once} request(s) at once measured {self.prefill_tok_per_s:.0f} prompt tok/s "
-            f"prefilled, {self.output_tok_per_s:.1f} output tok/s, {self.prompt_tokens:.0f}-token prompts"
-        )
+        return (f"the warm-up of {self.at_once} request(s) at once measured {self.prefill_tok_per_s:.0f} prompt tok/s "
+                f"prefilled, {self.output_tok_per_s:.1f} output tok/s, {self.prompt_tokens:.0f}-token prompts")
 
     def refusal(self) -> str | None:
         """Why the load cannot be served (last first tokens after the timeout), with the load that can; else None."""
         if self.first_wave_ttft_s <= self.timeout_s:
             return None
-        return (
-            f"At {self.concurrency} users starting together this engine would give the last of them its first token "
-            f"after about {self.first_wave_ttft_s:.0f} s, over REQUEST_TIMEOUT_S={self.timeout_s:g} s: requests would "
-            f"time out and be replaced faster than it answers ({self.measured()}). It can serve --concurrency "
-            f"{self.servable_users}; or raise --request-timeout; --no-capacity-check (CAPACITY_CHECK=0) sends the load "
-            "anyway."
-        )
+        return (f"At {self.concurrency} users starting together this engine would give the last of them its first "
+                f"token after about {self.first_wave_ttft_s:.0f} s, over REQUEST_TIMEOUT_S={self.timeout_s:g} s: "
+                f"requests would time out and be replaced faster than it answers ({self.measured()}). It can serve "
+                f"--concurrency {self.servable_users}; or raise --request-timeout; --no-capacity-check "
+                "(CAPACITY_CHECK=0) sends the load anyway.")
 
     def warning(self) -> str | None:
         """A note when the first wave fits the timeout with less than the margin; else None."""
         if self.refusal() or self.first_wave_ttft_s <= SERVABLE_SHARE * self.timeout_s:
             return None
-        return (
-            f"At {self.concurrency} users the last first token of the first wave comes after about "
-            f"{self.first_wave_ttft_s:.0f} s, near REQUEST_TIMEOUT_S={self.timeout_s:g} s: expect timeouts "
-            f"({self.measured()}; --concurrency {self.servable_users} keeps within half of it)"
-        )
+        return (f"At {self.concurrency} users the last first token of the first wave comes after about "
+                f"{self.first_wave_ttft_s:.0f} s, near REQUEST_TIMEOUT_S={self.timeout_s:g} s: expect timeouts "
+                f"({self.measured()}; --concurrency {self.servable_users} keeps within half of it)")
 
 
 def warmup_capacity(rows: Sequence[RequestRecord], at_once: int, concurrency: int, timeout_s: float) -> Capacity | None:

@@ -28,10 +28,8 @@ def load_now(settings: Settings) -> EngineLoad | None:
     return engine_load(scrapes)
 
 
-ROUTER_KEEPS_QUEUED = (
-    "vllm-router passes a client's cancel on only once a request has streamed its first token, so vLLM prefills "
-    "each queued one before it drops it"
-)
+ROUTER_KEEPS_QUEUED = ("vllm-router passes a client's cancel on only once a request has streamed its first token, so "
+                       "vLLM prefills each queued one before it drops it")
 """Measured with vllm-router 0.1.17 (docs/benchmarking.md, "A clean hand-over between runs")."""
 
 

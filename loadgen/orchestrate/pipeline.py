@@ -100,10 +100,8 @@ def report_run(
     try:
         built = sidecar.post_report(build_request(plan, run, records_path, settings, facts))
     except BenchError as exc:
-        why = (
-            f"{exc}\n[ERROR] Rows are kept in {records_path}; rebuild the report later with "
-            f"`python -m loadgen.command.benchmark --report-from {records_path}`."
-        )
+        why = (f"{exc}\n[ERROR] Rows are kept in {records_path}; rebuild the report later with "
+               f"`python -m loadgen.command.benchmark --report-from {records_path}`.")
         return RunResult(None, run.interrupted, why, down)
     return RunResult(built.report, run.interrupted, server_down=down, path=built.report_path)
 

@@ -46,9 +46,8 @@ def choose_model(served: list[str], settings: Settings) -> str:
         return served[0]
     if not served:
         raise BenchError(f"the server at {settings.vllm_url} lists no model in /v1/models; is it still loading?")
-    raise BenchError(
-        f"the server at {settings.vllm_url} serves {len(served)} models ({listed}); choose one with BENCH_MODEL=<id>."
-    )
+    raise BenchError(f"the server at {settings.vllm_url} serves {len(served)} models ({listed}); choose one with "
+                     "BENCH_MODEL=<id>.")
 
 
 def _served(settings: Settings) -> list[ServedModel]:
@@ -73,17 +72,14 @@ def _served(settings: Settings) -> list[ServedModel]:
             f"with `make up` and check {settings.vllm_log_file}, or set VLLM_BASE_URL."
         ) from None
     if models.status_code in (401, 403):
-        raise BenchError(
-            f"the server at {settings.vllm_url} refuses the API key (/v1/models: HTTP {models.status_code}): "
-            "set VLLM_API_KEY to the key vLLM was started with."
-        )
+        raise BenchError(f"the server at {settings.vllm_url} refuses the API key (/v1/models: HTTP "
+                         f"{models.status_code}): set VLLM_API_KEY to the key vLLM was started with.")
     if health.status_code not in (200, 404):  # a server without /health (404) is judged by /v1/models alone
         raise BenchError(f"the server at {settings.vllm_url} is not ready (/health: HTTP {health.status_code}).")
     if models.status_code != 200:
-        raise BenchError(
-            f"GET {settings.vllm_url}/v1/models answered HTTP {models.status_code}: {snippet(models.content)!r}. "
-            "VLLM_BASE_URL must be an OpenAI-compatible server's root (no /v1)."
-        )
+        raise BenchError(f"GET {settings.vllm_url}/v1/models answered HTTP {models.status_code}: "
+                         f"{snippet(models.content)!r}. VLLM_BASE_URL must be an OpenAI-compatible server's root (no "
+                         "/v1).")
     try:
         listed = answer_as(models, MODEL_LIST, MODEL_LIST_SHAPE)
     except ShapeError as exc:
@@ -102,10 +98,8 @@ def preflight(settings: Settings, sidecar: SidecarClient) -> Target:
         baselines = sidecar.baselines()
         if settings.gate not in baselines:
             known = ", ".join(sorted(baselines)) or "none yet"
-            raise BenchError(
-                f"GATE={settings.gate}: no baseline of that name (known: {known}). Mark one first with "
-                f"`make baseline NAME={settings.gate}` after a benchmark of the same workload."
-            )
+            raise BenchError(f"GATE={settings.gate}: no baseline of that name (known: {known}). Mark one first with "
+                             f"`make baseline NAME={settings.gate}` after a benchmark of the same workload.")
     version = server_version(settings.vllm_url, settings.vllm_headers)
     first = models[0]  # the model the report's environment names (choose_model found one)
     facts = ServerFacts(version=version, model_id=first.id, model_root=first.root, max_model_len=first.max_model_len)
@@ -152,11 +146,9 @@ def context_problem(max_output_tokens: int, prompt_tokens: int, max_model_len: i
     if max_model_len is None or max_output_tokens + prompt_tokens <= max_model_len:
         return None
     room = max_model_len - prompt_tokens
-    return (
-        f"{knob}={max_output_tokens} cannot fit the model's context: max_model_len={max_model_len} tokens, and the "
-        f"smallest prompt takes {prompt_tokens} token(s), so at most {max(room, 0)} output tokens fit. Lower {knob} "
-        f"to {max(room, 1)} or less (or serve a longer context: VLLM_MAX_MODEL_LEN)."
-    )
+    return (f"{knob}={max_output_tokens} cannot fit the model's context: max_model_len={max_model_len} tokens, and "
+            f"the smallest prompt takes {prompt_tokens} token(s), so at most {max(room, 0)} output tokens fit. Lower "
+            f"{knob} to {max(room, 1)} or less (or serve a longer context: VLLM_MAX_MODEL_LEN).")
 
 
 def gate_problem(settings: Settings, sidecar: SidecarClient, plan: BenchmarkConfig, served: list[str]) -> str | None:
@@ -196,10 +188,8 @@ def series_refusal(sidecar: SidecarClient, series_id: str, plan: BenchmarkConfig
     if any(p.fingerprint == fingerprint_of(fields) for p in series.points):
         return None
     old = fingerprint_fields(reference.config, reference.environment)
-    return (
-        f"no load point of {series_id} has this workload; it differs from its first point ({first}: "
-        f"{'; '.join(differing_fields(old, fields))})"
-    )
+    return (f"no load point of {series_id} has this workload; it differs from its first point ({first}: "
+            f"{'; '.join(differing_fields(old, fields))})")
 
 
 def plan_problem(

@@ -31,24 +31,19 @@ def energy_lines(report: Report) -> list[str]:
     elif energy is not None:
         idle = f"idle {_n(m.idle_power_w, 'W')} before the run" if m.idle_power_w is not None else (
             f"idle n/a: {energy.idle_unavailable_reason}")
-        lines.append(
-            f"[ENERGY] {_n(m.energy_j, 'J')} over {_n(energy.window_s, 's')} (mean {_n(m.power_w_mean, 'W')}; {idle}): "
-            f"{_n(m.energy_j_per_output_token, 'J/output token')}, {_n(m.energy_j_per_request, 'J/request')}, "
-            f"{_n(m.output_tokens_per_j, 'output tokens/J')} ({energy.method}, every {energy.sample_interval_s:g} s)"
-        )
+        lines.append(f"[ENERGY] {_n(m.energy_j, 'J')} over {_n(energy.window_s, 's')} (mean "
+                     f"{_n(m.power_w_mean, 'W')}; {idle}): {_n(m.energy_j_per_output_token, 'J/output token')}, "
+                     f"{_n(m.energy_j_per_request, 'J/request')}, {_n(m.output_tokens_per_j, 'output tokens/J')} "
+                     f"({energy.method}, every {energy.sample_interval_s:g} s)")
     if basis is not None and basis.price_usd_per_hour is not None:
         if basis.hourly_usd is None:
             lines.append(f"[COST] n/a: {basis.unavailable_reason}")
         else:
-            lines.append(
-                f"[COST] {_usd(m.cost_usd_per_1m_output_tokens)}/1M output tokens, "
-                f"{_usd(m.cost_usd_per_1m_total_tokens)}/1M total tokens ({basis.price_usd_per_hour:g} USD/h per "
-                f"{basis.price_per} x {basis.units})"
-            )
+            lines.append(f"[COST] {_usd(m.cost_usd_per_1m_output_tokens)}/1M output tokens, "
+                         f"{_usd(m.cost_usd_per_1m_total_tokens)}/1M total tokens ({basis.price_usd_per_hour:g} USD/h "
+                         f"per {basis.price_per} x {basis.units})")
     if basis is not None and basis.energy_price_usd_per_kwh is not None and m.energy_j is not None:
-        lines.append(
-            f"[COST] energy {_usd(m.energy_cost_usd_per_1m_output_tokens)}/1M output tokens, "
-            f"{_usd(m.energy_cost_usd_per_1m_total_tokens)}/1M total tokens at {basis.energy_price_usd_per_kwh:g} "
-            "USD/kWh"
-        )
+        lines.append(f"[COST] energy {_usd(m.energy_cost_usd_per_1m_output_tokens)}/1M output tokens, "
+                     f"{_usd(m.energy_cost_usd_per_1m_total_tokens)}/1M total tokens at "
+                     f"{basis.energy_price_usd_per_kwh:g} USD/kWh")
     return lines
