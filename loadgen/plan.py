@@ -151,11 +151,6 @@ def write_plan(
     atomic_write(path, json.dumps(body, indent=2, ensure_ascii=False))
 
 
-def read_plan(path: Path) -> BenchmarkConfig:
-    """The plan written by :func:`write_plan`. Raises OSError: unreadable. pydantic.ValidationError: not a plan."""
-    return BenchmarkConfig.model_validate_json(path.read_bytes())
-
-
 def with_trace(plan: BenchmarkConfig, settings: Settings, trace: Trace,
                timed: Sequence[tuple[float, TraceRow]]) -> BenchmarkConfig:
     """``plan`` replaying ``trace``'s ``timed`` rows (TRACE): the open loop at their mean rate, each row's output

@@ -76,12 +76,6 @@ def worker_hint(settings: Settings) -> str:
             f"<this host's address> --master-port {settings.master_port}")
 
 
-def waiting_line(settings: Settings, plan: BenchmarkConfig) -> str:
-    """The line a benchmark with EXPECT_WORKERS prints while its master waits."""
-    return (f"[INFO] Waiting up to {settings.expect_workers_timeout_s:.0f} s for {plan.remote_workers} remote load "
-            f"worker(s) on {settings.master_bind_host}:{settings.master_port}. {worker_hint(settings)}")
-
-
 def workers_missing(log_path: Path) -> str | None:
     """Why the master gave up (its line in the Locust log), or None."""
     try:
@@ -125,7 +119,9 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
         proc = launch(argv)
         local_workers: list[subprocess.Popen[bytes]] = []
         if plan.remote_workers:  # this host's own workers join like the remote ones
-            print(waiting_line(settings, plan), flush=True)
+            print(f"[INFO] Waiting up to {settings.expect_workers_timeout_s:.0f} s for {plan.remote_workers} remote "
+                  f"load worker(s) on {settings.master_bind_host}:{settings.master_port}. {worker_hint(settings)}",
+                  flush=True)  # fmt: skip
             worker = worker_argv(settings, local_master_address(settings), argv[-1])
             local_workers = [launch(worker) for _ in range(plan.workers)]
     watchdog_s = settings.watchdog_s or plan.request_timeout_s + 60.0

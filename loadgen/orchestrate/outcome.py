@@ -54,11 +54,6 @@ def point_outcomes(result: Result) -> list[PointOutcome]:
     return outcomes
 
 
-def server_down_line(what: str) -> str:
-    """The line of a run ended early because vLLM stopped answering (``what``)."""
-    return f"[ERROR] {what}; the run was ended early, report written with the failures counted"
-
-
 def judge_gate(settings: Settings, result: Result) -> GateVerdict | None:
     """The gate's verdict on ``result`` against ``GATE`` (None without one)."""
     if not settings.gate:
@@ -131,7 +126,8 @@ def finish(
         print(f"[INFO] Interrupted: {what} so far written.")
         return EXIT_INTERRUPTED
     gate = judge_gate(settings, result)
-    failed = [(EXIT_SERVER_DOWN, server_down_line(server_down))] if server_down else verdicts(settings, result, gate)
+    down = f"[ERROR] {server_down}; the run was ended early, report written with the failures counted"
+    failed = [(EXIT_SERVER_DOWN, down)] if server_down else verdicts(settings, result, gate)
     for _, line in failed:
         print(line, file=sys.stderr)
     for line in write_ci_outputs(settings, ci_result(result, path, failed, gate)):

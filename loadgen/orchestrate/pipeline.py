@@ -34,7 +34,6 @@ from loadgen.orchestrate.outcome import (
 )
 from loadgen.orchestrate.replica_watch import cluster_of
 from loadgen.orchestrate.sweep import RunPoint, RunResult, SeriesRuns, run_series
-from loadgen.plan import read_plan
 from loadgen.sidecar_client import SidecarClient, SidecarRefused
 from loadgen.terminal.summary import report_line
 
@@ -162,7 +161,8 @@ def wants_series(settings: Settings, sidecar: SidecarClient) -> bool:
 def plan_beside(records_path: Path) -> BenchmarkConfig | None:
     """The run plan written next to a rows file (``<run id>.plan.json``); None when absent or unreadable."""
     try:
-        return read_plan(records_path.with_name(records_path.name.replace(".requests.jsonl", ".plan.json")))
+        plan_path = records_path.with_name(records_path.name.replace(".requests.jsonl", ".plan.json"))
+        return BenchmarkConfig.model_validate_json(plan_path.read_bytes())
     except (OSError, ValueError):
         return None
 

@@ -1,6 +1,6 @@
-"""The terminal's one summary printer (pure): a run's ``[RESULT]``/``[COMPARE]``/``[REPORT]`` lines (``make
-benchmark``), a series' ``[SWEEP]``/``[REPEAT]``/``[KNEE]`` lines (``SWEEP=``/``REPEAT=``) and an A/B
-comparison's ``[DIFF]``/``[COMPARE]`` lines (``make compare``)."""
+"""The terminal's one summary printer (pure): a run's ``[RESULT]``/``[ENERGY]``/``[COST]``/``[COMPARE]``/``[REPORT]``
+lines (``make benchmark``; energy and cost: docs/energy.md), a series' ``[SWEEP]``/``[REPEAT]``/``[KNEE]`` lines and
+an A/B comparison's ``[DIFF]``/``[COMPARE]`` lines (``make compare``)."""
 
 from __future__ import annotations
 
@@ -20,11 +20,50 @@ from core.schedule import schedule_text
 from core.series_stats import SERIES_METRICS, SeriesReport
 from core.serverview import verdict_text
 from core.serverview_overhead import overhead_text
-from loadgen.terminal.energy_lines import COMPARE_LABELS as ENERGY_COMPARE_LABELS
-from loadgen.terminal.energy_lines import WHERE_MEASURED, energy_lines
 
 COMPARE_LABELS = (("throughput_req_per_sec", "throughput"), ("e2e_p99_ms", "p99 latency"), ("ttft_p99_ms", "p99 TTFT"),
-                  ("output_tokens_per_sec", "output tok/s"), *ENERGY_COMPARE_LABELS)
+                  ("output_tokens_per_sec", "output tok/s"), ("energy_j_per_output_token", "J/output token"),
+                  ("cost_usd_per_1m_output_tokens", "$/1M output tokens"))
+"""The changes a run's ``[COMPARE]`` line shows, where both runs have them."""
+WHERE_MEASURED = ("energy_j_per_output_token", "cost_usd_per_1m_output_tokens", "cost_usd_per_1m_total_tokens")
+"""Series metrics a series' or ``make compare``'s ``[COMPARE]`` line adds where both sides have them."""
+
+
+def _n(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.0f} {unit}" if abs(value) >= 100 else f"{value:.3g} {unit}"
+
+
+def _usd(value: float | None) -> str:
+    return "n/a" if value is None else f"${value:,.2f}" if value >= 0.01 else f"${value:.3g}"
+
+
+def energy_lines(report: Report) -> list[str]:
+    """``[ENERGY]`` and ``[COST]`` lines (none for a report from before energy was measured, or unpriced)."""
+    m, energy, basis = report.metrics, report.resources.energy, report.cost
+    lines = []
+    if energy is not None and m.energy_j is None:
+        lines.append(f"[ENERGY] n/a: {energy.unavailable_reason}")
+    elif energy is not None:
+        idle = f"idle {_n(m.idle_power_w, 'W')} before the run" if m.idle_power_w is not None else (
+            f"idle n/a: {energy.idle_unavailable_reason}")
+        lines.append(f"[ENERGY] {_n(m.energy_j, 'J')} over {_n(energy.window_s, 's')} (mean "
+                     f"{_n(m.power_w_mean, 'W')}; {idle}): {_n(m.energy_j_per_output_token, 'J/output token')}, "
+                     f"{_n(m.energy_j_per_request, 'J/request')}, {_n(m.output_tokens_per_j, 'output tokens/J')} "
+                     f"({energy.method}, every {energy.sample_interval_s:g} s)")
+    if basis is not None and basis.price_usd_per_hour is not None:
+        if basis.hourly_usd is None:
+            lines.append(f"[COST] n/a: {basis.unavailable_reason}")
+        else:
+            lines.append(f"[COST] {_usd(m.cost_usd_per_1m_output_tokens)}/1M output tokens, "
+                         f"{_usd(m.cost_usd_per_1m_total_tokens)}/1M total tokens ({basis.price_usd_per_hour:g} USD/h "
+                         f"per {basis.price_per} x {basis.units})")
+    if basis is not None and basis.energy_price_usd_per_kwh is not None and m.energy_j is not None:
+        lines.append(f"[COST] energy {_usd(m.energy_cost_usd_per_1m_output_tokens)}/1M output tokens, "
+                     f"{_usd(m.energy_cost_usd_per_1m_total_tokens)}/1M total tokens at "
+                     f"{basis.energy_price_usd_per_kwh:g} USD/kWh")
+    return lines
 
 
 def _ms(value: float | None) -> str:
