@@ -115,13 +115,9 @@ def sampler_for(config: BenchmarkConfig, seed: int, prompts: Sequence[Prompt] | 
     dataset cannot be loaded. ValueError: a bad length or mix setting."""
     fixed = config.output_len_mean is None
     return WorkloadSampler(
-        list(prompts) if prompts is not None else workload_prompts(config),
-        seed,
-        fixed_max_tokens=config.max_tokens if fixed else None,
-        mean_tokens=config.output_len_mean or 120.0,
-        p95_tokens=config.output_len_p95 or 280.0,
-        cap_tokens=config.max_tokens,
-        mix=config.input_mix,
+        list(prompts) if prompts is not None else workload_prompts(config), seed,
+        fixed_max_tokens=config.max_tokens if fixed else None, mean_tokens=config.output_len_mean or 120.0,
+        p95_tokens=config.output_len_p95 or 280.0, cap_tokens=config.max_tokens, mix=config.input_mix,
         sequential=config.dataset == RANDOM_DATASET,  # each generated prompt once (no prefix-cache hits) per cycle
     )
 
@@ -158,9 +154,8 @@ def with_trace(plan: BenchmarkConfig, settings: Settings, trace: Trace,
     rate = mean_rate([at for at, _ in timed])
     outputs = [max(1, row.output_tokens) for _, row in timed]
     requests = len(timed) if settings.duration is None else None
-    workers = settings.workers or auto_workers(
-        settings.concurrency, rate, sum(outputs) / len(outputs), len(timed), usable_cores()
-    )
+    mean_output = sum(outputs) / len(outputs)
+    workers = settings.workers or auto_workers(settings.concurrency, rate, mean_output, len(timed), usable_cores())
     workers = min(workers, len(timed), settings.max_in_flight or len(timed))
     path = trace.path.resolve()
     return plan.model_copy(update={

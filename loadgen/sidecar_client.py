@@ -68,19 +68,15 @@ class SidecarClient:
         try:
             response = getattr(httpx, method)(f"{self.url}{path}", **kwargs)
         except httpx.HTTPError as exc:
-            raise BenchError(
-                f"the sidecar is not answering at {self.url} ({type(exc).__name__}); it writes the report. "
-                "Start the stack with `make up` (log: logs/sidecar.log)."
-            ) from None
+            raise BenchError(f"the sidecar is not answering at {self.url} ({type(exc).__name__}); it writes the "
+                             "report. Start the stack with `make up` (log: logs/sidecar.log).") from None
         status = response.status_code
         if status in ok:
             return response
         if status in (401, 403, 503):
-            raise SidecarRefused(
-                f"the sidecar refused {what} (HTTP {status}: {response.text[:200]}): the benchmark "
-                "needs the sidecar's token — SIDECAR_TOKEN, or the file SIDECAR_TOKEN_FILE (run/sidecar_token, made "
-                "by `make up`).", status
-            )
+            raise SidecarRefused(f"the sidecar refused {what} (HTTP {status}: {response.text[:200]}): the benchmark "
+                                 "needs the sidecar's token — SIDECAR_TOKEN, or the file SIDECAR_TOKEN_FILE "
+                                 "(run/sidecar_token, made by `make up`).", status)
         raise SidecarRefused(f"the sidecar refused {what} (HTTP {status}): {_detail(response, 500)}", status)
 
     def check_token(self) -> None:
@@ -134,11 +130,9 @@ class SidecarClient:
         except httpx.HTTPError:
             return None
         if response.status_code in (400, 422):
-            raise SidecarRefused(
-                f"the sidecar cannot write this run's report: {_detail(response, 600)}. Run the benchmark with the "
-                "sidecar's logs folder (drop --logs-dir, or start the sidecar with the same LOGS_DIR).",
-                response.status_code,
-            )
+            raise SidecarRefused(f"the sidecar cannot write this run's report: {_detail(response, 600)}. Run the "
+                                 "benchmark with the sidecar's logs folder (drop --logs-dir, or start the sidecar with "
+                                 "the same LOGS_DIR).", response.status_code)
         try:
             response.raise_for_status()
             return WindowStarted.model_validate_json(response.content)

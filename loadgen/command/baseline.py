@@ -52,10 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             marked = client.mark_baseline(args.name, args.report_id)
             p99 = marked.latency_p99_ms
-            print(
-                f"[BASELINE] {marked.name} -> {marked.report_id} ({marked.timestamp}: "
-                f"{marked.throughput_req_per_sec:.2f} req/s, p99 {'n/a' if p99 is None else f'{p99:.0f}ms'})"
-            )
+            print(f"[BASELINE] {marked.name} -> {marked.report_id} ({marked.timestamp}: "
+                  f"{marked.throughput_req_per_sec:.2f} req/s, p99 {'n/a' if p99 is None else f'{p99:.0f}ms'})")
             previous, new_id = marked.previous_id, marked.report_id
     except BenchError as exc:  # refused (400, 404, 422: bad input, exit 2) or unreachable (1)
         print(f"[ERROR] {exc}", file=sys.stderr)

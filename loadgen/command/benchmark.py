@@ -77,10 +77,8 @@ def parser() -> argparse.ArgumentParser:
     """The benchmark's command line: its knobs (:data:`core.knobs.commands.BENCHMARK`) plus ``--report-from``."""
     cli = build_parser("./run_benchmark.sh", HELP, BENCHMARK)
     output = next(group for group in cli._action_groups if group.title == "output")
-    output.add_argument(
-        "--report-from", type=Path, metavar="ROWS_FILE",
-        help="build the report from a rows file in LOGS_DIR/runs instead (a run whose report was not written)"
-    )
+    output.add_argument("--report-from", type=Path, metavar="ROWS_FILE", help="build the report from a rows file in "
+                        "LOGS_DIR/runs instead (a run whose report was not written)")
     return cli
 
 

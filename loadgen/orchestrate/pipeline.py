@@ -47,13 +47,9 @@ def build_request(
     errors = error_summary(run.records, "measured" if measured else "warmup")  # only a warmup: why it failed
     lag_ms = client_lag_ms(run.processes)
     return BuildReportRequest(
-        config=plan,
-        run_id=run_id_of(records_path),
+        config=plan, run_id=run_id_of(records_path), server_facts=facts, errors=errors,
         metrics=run_metrics(run.records, plan.slo, requested_rate(plan.rate_req_per_sec, plan.rate_end_req_per_sec)),
-        window_start=run.window_start,
-        window_end=run.window_end,
-        window_id=run.window_id,
-        server_facts=facts,
+        window_start=run.window_start, window_end=run.window_end, window_id=run.window_id,
         server=cross_check(
             run.before, run.after, measured,
             # the engine whose /metrics were read: behind the stack's front, the engine itself, not the router
@@ -63,12 +59,8 @@ def build_request(
         cluster=cluster_of(run.replicas, measured, plan, settings.client_overhead_max_pct, lag_ms),
         client=client_view(measured, measured_window_s(measured), run.cpu_cores,
                            load_calibration(settings.logs_dir / "calibration.json"), run.processes, plan.workers),
-        profile_traces=run.traces,
-        interrupted=run.interrupted,
-        gaps=run.gaps,
+        profile_traces=run.traces, interrupted=run.interrupted, gaps=run.gaps, engine_switch=run.engine_switch,
         server_down=run.server_down.line() if run.server_down else None,
-        engine_switch=run.engine_switch,
-        errors=errors,
     )
 
 

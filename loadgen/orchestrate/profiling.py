@@ -34,10 +34,9 @@ def enable(settings: Settings, engine: EngineControl) -> bool:
     except EngineError as exc:  # supervisord not answering
         raise ProfilingError(f"cannot see vLLM's process: {exc}") from None
     if status is None:
-        raise ProfilingError(
-            "PROFILE=1 needs vLLM started with --profiler-config: in local mode `make up` first; with compose set "
-            'VLLM_EXTRA_ARGS=\'--profiler-config {"profiler":"torch","torch_profiler_dir":"/app/logs/profile"}\''
-        )
+        raise ProfilingError("PROFILE=1 needs vLLM started with --profiler-config: in local mode `make up` first; with "
+                             'compose set VLLM_EXTRA_ARGS=\'--profiler-config {"profiler":"torch",'
+                             '"torch_profiler_dir":"/app/logs/profile"}\'')
     print("[INFO] Restarting vLLM with its torch profiler for this run (switching back afterwards)...", flush=True)
     try:
         engine.restart(status.request.model_copy(update={"profiler": True}))

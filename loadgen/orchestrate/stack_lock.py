@@ -45,11 +45,9 @@ class RunLock:
         except BlockingIOError:
             holder = os.pread(fd, 4096, 0).decode("utf-8", errors="replace").strip() or "unknown"
             os.close(fd)
-            raise StackBusy(
-                f"another benchmark is running against this stack ({holder}); wait for it to end, or stop it "
-                f"(Ctrl-C in its terminal, or kill -TERM <its pid>: it writes the report of its requests so far), then "
-                f"run again. Lock: {self.path}"
-            ) from None
+            raise StackBusy(f"another benchmark is running against this stack ({holder}); wait for it to end, or stop "
+                            "it (Ctrl-C in its terminal, or kill -TERM <its pid>: it writes the report of its requests "
+                            f"so far), then run again. Lock: {self.path}") from None
         os.ftruncate(fd, 0)
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
         os.pwrite(fd, f"pid {os.getpid()}, since {started}: {' '.join(sys.argv)[:300]}\n".encode(), 0)

@@ -92,12 +92,9 @@ def planned_points(settings: Settings, base: BenchmarkConfig) -> list[tuple[Poin
         return [closed_point(settings, base, int(n), "concurrency", f"concurrency {int(n)}") for n in loads]
     if kind == "rate":
         return [rate_point(settings, base, rate) for rate in loads]
-    return [
-        closed_point(settings, base, 1, "synchronous", "synchronous"),
-        closed_point(
-            settings, base, base.concurrency, "throughput", f"maximum throughput (concurrency {base.concurrency})"
-        ),
-    ]
+    maximum = f"maximum throughput (concurrency {base.concurrency})"
+    return [closed_point(settings, base, 1, "synchronous", "synchronous"),
+            closed_point(settings, base, base.concurrency, "throughput", maximum)]
 
 
 def _mean_throughput(point: PointPlan, reports: dict[str, Report]) -> float:
@@ -116,11 +113,9 @@ def run_line(
     ttft = "n/a" if m.ttft.p99_ms is None else f"{m.ttft.p99_ms:.0f} ms"
     e2e = "n/a" if m.e2e.p99_ms is None else f"{m.e2e.p99_ms:.0f} ms"
     warning = disagreement(result.report)
-    return (
-        f"{where}: {m.throughput_req_per_sec:.2f} req/s, {m.output_tokens_per_sec:.0f} output tok/s, TTFT p99 {ttft}, "
-        f"E2E p99 {e2e}, {m.requests_ok}/{m.requests_total} ok ({result.report.report_id})"
-        + (f"; WARNING {warning}" if warning else "")
-    )
+    return (f"{where}: {m.throughput_req_per_sec:.2f} req/s, {m.output_tokens_per_sec:.0f} output tok/s, TTFT p99 "
+            f"{ttft}, E2E p99 {e2e}, {m.requests_ok}/{m.requests_total} ok ({result.report.report_id})"
+            + (f"; WARNING {warning}" if warning else ""))
 
 
 def disagreement(report: Report) -> str | None:

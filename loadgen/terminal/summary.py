@@ -139,14 +139,12 @@ def format_summary(report: Report, report_path: str) -> list[str]:
     kv = report.resources.kv_cache
     if kv is not None and kv.samples:
         preempted = report.server.preemptions if report.server is not None else None
-        lines.append(
-            f"[RESULT] KV cache {_gb(kv.pool_gb)}"
-            + (f" ({kv.pool_tokens:,} tokens)" if kv.pool_tokens else "")
-            + f": peak {_num(kv.usage_peak_percent)}% used, up to {_num(kv.requests_running_peak)} running / "
-            f"{_num(kv.requests_waiting_peak)} waiting, {_num(preempted)} preemptions"
-            + (f" — KV-bound: {m.kv_bound}" if m.kv_bound else " — not KV-bound")
-            + (" (the pool of the engine the run began on: vLLM was switched)" if report.engine_switch else "")
-        )
+        tokens = f" ({kv.pool_tokens:,} tokens)" if kv.pool_tokens else ""
+        bound = f" — KV-bound: {m.kv_bound}" if m.kv_bound else " — not KV-bound"
+        switched = " (the pool of the engine the run began on: vLLM was switched)" if report.engine_switch else ""
+        lines.append(f"[RESULT] KV cache {_gb(kv.pool_gb)}{tokens}: peak {_num(kv.usage_peak_percent)}% used, up to "
+                     f"{_num(kv.requests_running_peak)} running / {_num(kv.requests_waiting_peak)} waiting, "
+                     f"{_num(preempted)} preemptions{bound}{switched}")
     elif kv is not None and kv.unavailable_reason:
         lines.append(f"[RESULT] KV cache n/a ({kv.unavailable_reason})")
     if m.kv_bound:
