@@ -1,2 +1,1 @@
-"""The load generator: the benchmark command, its orchestration, the request path, workloads, the Locust side,
-self-tests."""
+"""The load generator: the benchmark command, orchestration, request path, workloads, Locust side, self-tests."""

@@ -1,5 +1,4 @@
-"""Child processes for measuring the load generator: the mock server, CPU sampling of a process tree, clean stops
-(``make calibrate``, ``make benchmark``, ``benchmarks/``)."""
+"""Child processes for measuring the load generator: the mock server, a process tree's CPU, clean stops."""
 
 from __future__ import annotations
 
@@ -120,8 +119,7 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> bool:
-    """Ask Linux to send this process ``sig`` when its parent dies (``prctl(PR_SET_PDEATHSIG)``, even on SIGKILL);
-    False where that is not available (not Linux)."""
+    """Have Linux send this process ``sig`` when its parent dies (``PR_SET_PDEATHSIG``); False where it cannot."""
     if not sys.platform.startswith("linux"):
         return False
     try:

@@ -99,8 +99,7 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
 
 
 def dataset_path(config: BenchmarkConfig) -> Path:
-    """The dataset file of ``config``: ``dataset_file`` (generated prompts), else ``dataset`` (relative to the
-    project)."""
+    """``config``'s ``dataset_file`` (generated prompts), else its ``dataset`` (relative to the project)."""
     path = Path(config.dataset_file or config.dataset)
     return path if path.is_absolute() else PROJECT_ROOT / path
 

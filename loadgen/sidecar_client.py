@@ -48,8 +48,7 @@ def _detail(response: httpx.Response, limit: int) -> str:
 
 
 class SidecarClient:
-    """Calls ``url``'s API, ``token`` sent with every write; every failure is a :class:`BenchError` saying what to
-    do."""
+    """Calls ``url``'s API, ``token`` sent with every write; every failure a :class:`BenchError` saying what to do."""
 
     def __init__(self, url: str, timeout_s: float = 10.0, token: str | None = None) -> None:
         self.url = url.rstrip("/")
@@ -176,6 +175,5 @@ class SidecarClient:
         return self._post_json("/compare", request, CompareResponse)
 
     def post_report(self, request: BuildReportRequest) -> BuildReportResponse:
-        """Have the sidecar write the report of run ``request.run_id`` (``POST /reports``; it reads the run's rows
-        file itself)."""
+        """Have the sidecar write the report of run ``request.run_id`` (``POST /reports``)."""
         return self._post_json("/reports", request, BuildReportResponse)

@@ -1,2 +1,1 @@
-"""The benchmark's commands: ``./run_benchmark.sh`` / ``make benchmark``, baselines, comparisons, remote workers, CI
-files."""
+"""The benchmark's commands: ``./run_benchmark.sh`` / ``make benchmark`` (remote workers too), baselines, compare."""

@@ -1,5 +1,4 @@
-"""Before a run: wait up to IDLE_WAIT_S for vLLM to be idle (other requests would count in this run's figures),
-or refuse with the figure and what to do (:mod:`core.engineload`)."""
+"""Before a run: wait up to IDLE_WAIT_S for vLLM to be idle (other requests would count in its figures), or refuse."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ class EngineBusy(BenchError):
 
 
 def load_now(settings: Settings) -> EngineLoad | None:
-    """The requests the engines hold now (the serving engine's, or every replica's behind the router ``/metrics``);
-    None when none can be read or has vLLM's gauges."""
+    """The requests the engines hold now (their ``/metrics``); None when none can be read or has vLLM's gauges."""
     urls = [r.url for r in replicas(settings)] if router_in_use(settings) else [engine_url(settings)]
     scrapes = [samples for samples, _ in (scrape_metrics(url, settings.vllm_headers) for url in urls) if samples]
     return engine_load(scrapes)

@@ -1,5 +1,4 @@
-"""Locust headless on one plan: started in its own process group bound to the benchmark's life, watched (progress
-bar, watchdog, server-down breaker, Ctrl-C) and stopped; how it ended as a :class:`LocustOutcome`."""
+"""Locust headless on one plan: started bound to the benchmark's life, watched, stopped; a :class:`LocustOutcome`."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ SERVER_DOWN = "server down"
 
 @dataclass
 class LocustOutcome:
-    """How Locust ended: exit code, CPU cores used while requests completed (None under 2 s of load), why it was
-    stopped early (None: as planned), each load process's CPU and lag."""
+    """How Locust ended: exit code, CPU cores used (None under 2 s of load), why it stopped early, each process's."""
 
     code: int | None
     cpu_cores: float | None

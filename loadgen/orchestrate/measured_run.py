@@ -145,8 +145,7 @@ def ending_path(records_path: Path) -> Path:
 def write_ending(
     records_path: Path, down: ServerDown | None, interrupted: bool = False, switched: str | None = None
 ) -> None:
-    """Keep beside the rows how the run ended early (server down, Ctrl-C) and a switch of vLLM during it, for
-    ``--report-from``; nothing for a run that ended as planned on one engine."""
+    """Keep beside the rows, for ``--report-from``, how the run ended early and a switch of vLLM during it."""
     record: dict[str, object] = {"engine_switch": switched} if switched else {}
     if down is not None:
         record["server_down"] = {"since": down.since, "cause": down.cause, "for_s": down.for_s}
@@ -157,8 +156,7 @@ def write_ending(
 
 
 def read_ending(records_path: Path) -> dict[str, Any]:
-    """:class:`Measured`'s ``server_down``, ``interrupted`` and ``engine_switch`` as :func:`write_ending` kept them;
-    empty when there is no readable record."""
+    """:class:`Measured`'s fields :func:`write_ending` kept beside the rows; empty without a readable record."""
     try:
         record = json.loads(ending_path(records_path).read_text(encoding="utf-8"))
         d = record.get("server_down")
@@ -257,8 +255,7 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
 
 
 def from_records_file(path: Path) -> Measured:
-    """A finished run rebuilt from its rows file and the ``<run id>.client.jsonl`` and ``.ending.json`` beside it
-    (no scrapes, no CPU figure)."""
+    """A finished run rebuilt from its rows file and the client and ending files beside it (no scrapes, no CPU)."""
     records, _ = read_records(path)
     first = min((r.started_at for r in records), default=time.time())  # only a warmup: its span
     start = min((r.started_at for r in records if r.phase == "measured"), default=first)

@@ -107,8 +107,7 @@ def mark_baseline(sidecar: SidecarClient, name: str, result: Result) -> str:
 def finish(
     settings: Settings, sidecar: SidecarClient, result: Result, path: str, interrupted: bool, server_down: str | None
 ) -> int:
-    """Print the summary (a run's two closing lines after the baseline line), mark the baseline, judge, write the
-    CI files; the exit code."""
+    """Print the summary (a run's two closing lines last), mark the baseline, judge, write CI files; the exit code."""
     lines = format_summary(result, path) if isinstance(result, Report) else series_lines(result, path)
     closing = 2 if isinstance(result, Report) else 0
     for line in lines[: len(lines) - closing]:

@@ -41,8 +41,7 @@ from loadgen.terminal.summary import report_line
 def build_request(
     plan: BenchmarkConfig, run: Measured, records_path: Path, settings: Settings, facts: ServerFacts | None = None
 ) -> BuildReportRequest:
-    """The finished run for the sidecar (which reads its rows from ``records_path``): its metrics, vLLM's ``facts``,
-    the server cross-check and the client view."""
+    """The finished run for the sidecar (which reads its rows from ``records_path``), with vLLM's ``facts``."""
     measured = [r for r in run.records if r.phase == "measured"]
     errors = error_summary(run.records, "measured" if measured else "warmup")  # only a warmup: why it failed
     lag_ms = client_lag_ms(run.processes)

@@ -124,8 +124,7 @@ def output_knob(settings: Settings) -> str:
 
 
 def smallest_prompt_tokens(settings: Settings, model: str, input_len_tokens: int | None, texts: list[str]) -> int:
-    """Tokens of the plan's smallest chat prompt: ``input_len_tokens``, else the server's ``/tokenize`` of the
-    shortest of ``texts``, else 1."""
+    """Tokens of the smallest chat prompt: ``input_len_tokens``, else ``/tokenize`` of the shortest text, else 1."""
     if input_len_tokens is not None:
         return input_len_tokens
     if not texts:

@@ -20,8 +20,7 @@ def clock(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class Progress:
-    """The measured rows so far: ``ok`` and ``failed`` out of ``total`` (None: bounded by ``duration_s``),
-    ``elapsed_s`` since the load started."""
+    """Measured rows so far: ``ok``, ``failed`` of ``total`` (None: ``duration_s`` bounds it), ``elapsed_s``."""
 
     ok: int
     failed: int
@@ -36,8 +35,7 @@ class Progress:
 
     @property
     def eta_s(self) -> float | None:
-        """Seconds left: of the duration, or the requests left at the success rate; None with no success yet or
-        nothing left."""
+        """Seconds left (of the duration, else at the success rate); None with no success yet or nothing left."""
         if self.total is None:
             return None if self.duration_s is None else max(self.duration_s - self.elapsed_s, 0.0)
         left = self.total - self.ok - self.failed

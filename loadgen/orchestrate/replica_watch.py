@@ -37,8 +37,7 @@ def scrape_metrics(vllm_url: str, headers: dict[str, str] | None = None) -> tupl
 
 
 def kv_usage_percent(text: str) -> float | None:
-    """``vllm:kv_cache_usage_perc`` (0..1, mean over engines) of an exposition ``text``, in percent; None when absent
-    or not an exposition."""
+    """``vllm:kv_cache_usage_perc`` (0..1, mean over engines) of ``text``, in percent; None: absent or unparsable."""
     kept = "\n".join(line for line in text.splitlines() if line.startswith(KV_USAGE)) + "\n"
     try:
         values = list(parse_exposition(kept).get(KV_USAGE, {}).values())

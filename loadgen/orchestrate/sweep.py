@@ -128,8 +128,7 @@ def disagreement(report: Report) -> str | None:
 def run_series(
     settings: Settings, base: BenchmarkConfig, run_point: RunPoint, out: Callable[[str], None] = print
 ) -> SeriesRuns:
-    """Measure every point REPEAT times with ``run_point`` under a progress bar (none, and no run line, for a single
-    run)."""
+    """Measure every point REPEAT times with ``run_point`` (a progress bar and run lines unless a single run)."""
     todo = planned_points(settings, base)
     single = settings.sweep_spec is None and settings.repeat == 1
     auto = settings.sweep_spec is not None and settings.sweep_spec[0] == "auto"

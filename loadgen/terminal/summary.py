@@ -272,8 +272,7 @@ def pct_text(value: float) -> str:
 
 
 def compare_lines(report: Report) -> list[str]:
-    """``[COMPARE] vs_v0.2.1: +12% throughput, -3.0% p99 latency (benchmark_report_…)`` per comparison, then the
-    notes."""
+    """``[COMPARE] vs_v0.2.1: +12% throughput, -3.0% p99 latency (benchmark_report_…)`` each, then the notes."""
     lines = []
     for name, comparison in report.comparison.items():
         if not comparison.points:
