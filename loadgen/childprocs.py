@@ -174,9 +174,8 @@ def mock_server(
     processes: int = 1,
     require_api_key: bool = False,
 ) -> Iterator[MockHandle]:
-    """Run ``python -m loadgen.selftest.mock_server`` on a free port until the block ends (the handle's pid is the
-    parent of its ``processes``); ``require_api_key``: it wants VLLM_API_KEY, as vLLM does. Raises ProcessError: it did
-    not answer ``/health`` within a minute."""
+    """Run ``python -m loadgen.selftest.mock_server`` on a free port for the block (the pid: its processes' parent).
+    Raises ProcessError: it did not answer ``/health`` within a minute."""
     port = free_port()
     argv = [
         sys.executable, "-m", "loadgen.selftest.mock_server", "--port", str(port), "--tokens", str(tokens),

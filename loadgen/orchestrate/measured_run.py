@@ -168,9 +168,8 @@ def read_ending(records_path: Path) -> dict[str, Any]:
 
 
 def check_capacity(settings: Settings, plan: BenchmarkConfig, done: list[RequestRecord]) -> None:
-    """Refuse a closed-loop load the warm-up ``done`` shows would time out, or warn when it nearly would
-    (:mod:`loadgen.orchestrate.capacity`; CAPACITY_CHECK=0, open loops, traces and sweeps skip it). Raises OverCapacity:
-    the load would time out; the message names the concurrency the engine can serve."""
+    """Refuse a closed-loop load the warm-up ``done`` shows would time out (CAPACITY_CHECK=0, open loops, traces and
+    sweeps skip it), or warn when it nearly would. Raises OverCapacity, naming the concurrency the engine can serve."""
     if not settings.capacity_check or plan.rate_req_per_sec is not None or settings.sweep or settings.trace:
         return
     at_once = min(plan.warmup_requests, plan.concurrency)

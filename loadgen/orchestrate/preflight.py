@@ -171,9 +171,8 @@ def gate_problem(settings: Settings, sidecar: SidecarClient, plan: BenchmarkConf
 
 
 def series_refusal(sidecar: SidecarClient, series_id: str, plan: BenchmarkConfig, model: str) -> str | None:
-    """One load point against a series baseline: why no point of it has the plan's workload fingerprint (how it differs
-    from the first point); None when one has, or the series cannot be read here. Raises BenchError: the sidecar is
-    unreachable."""
+    """One load point against a series baseline: why no point of it has the plan's workload (how it differs from the
+    first); None when one has or it cannot be read. Raises BenchError: the sidecar is unreachable."""
     series = sidecar.series(series_id)
     if series is None:
         return f"its series {series_id} no longer exists"
