@@ -195,9 +195,10 @@ def batch_limits(extra_args: str) -> BatchLimits:
                        frozenset(f for f in flags if f in values))  # fmt: skip
 
 
-def eager(extra_args: str) -> bool:
-    """Whether VLLM_EXTRA_ARGS turns CUDA graphs off (``--enforce-eager``)."""
-    return "--enforce-eager" in _flag_values(extra_args)
+def has_flag(extra_args: str, flag: str) -> bool:
+    """Whether ``extra_args`` (VLLM_EXTRA_ARGS) sets the ``--flag`` (``--flag v`` or ``--flag=v``); False when they
+    do not parse."""
+    return flag in _flag_values(extra_args)
 
 
 def capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, blackwell: bool = False) -> list[int]:

@@ -57,8 +57,7 @@ from engine.engineplan import (
     resolve,
 )
 from engine.gpuhost import host_gpus
-from engine.gpupeak import BatchLimits
-from engine.gpuplan import has_flag
+from engine.gpupeak import BatchLimits, has_flag
 from engine.hostdtype import dtype_of, for_host
 from engine.kvsizing import KvPlan, KvSizingError
 from engine.local_replicas import replica_settings

@@ -24,7 +24,7 @@ from core.logrotate import RotatingWriter
 from core.redact import Redactor, secret_values
 from core.settings import Settings
 from core.units import MIB
-from engine.gpuplan import has_flag
+from engine.gpupeak import has_flag
 from engine.vllmlog.grammar import PREFIX
 
 QUIET_ENDPOINTS = ("/metrics", "/health", "/v1/models", "/version", "/ping", "/load")
