@@ -8,11 +8,10 @@ over ``min(max_num_seqs, max_num_batched_tokens)`` rows × vocabulary, with no `
 memory is still held when 4. the KV pool is allocated (phase **profiling held**); 5. ``capture_model`` empties the
 cache, captures the CUDA graphs and warms the sampler up again (phase **after capture**).
 
-So ``peak = context + communication + weights + Triton sampler buffer + KV pool + max(profiling held, after
-capture)``. The sampler dominates the batch-dependent part (14 B per row and vocabulary entry: 0.37 and 1.48 GB for
-ERNIE at vLLM's defaults of 256 and 1,024 rows); the stack's :data:`GPU_MAX_NUM_SEQS` and
-:data:`GPU_MAX_NUM_BATCHED_TOKENS` keep every card class ≤ :data:`TARGET_BYTES`. ``docs/engine.md``'s tables are
-generated from here (:mod:`engine.gpupeakdoc`).
+So ``peak = context + communication + weights + Triton sampler buffer + KV pool + max(profiling held, after capture)``.
+The sampler dominates the batch-dependent part (14 B per row and vocabulary entry: 0.37 and 1.48 GB for ERNIE at vLLM's
+defaults of 256 and 1,024 rows); the stack's :data:`GPU_MAX_NUM_SEQS` and :data:`GPU_MAX_NUM_BATCHED_TOKENS` keep every
+card class ≤ :data:`TARGET_BYTES`. ``docs/engine.md``'s tables are generated from here (:mod:`engine.gpupeakdoc`).
 """
 
 from __future__ import annotations
@@ -41,8 +40,8 @@ COMM_BUFFER_BYTES = 256 * MIB
 GRAPH_OVERHEAD_BYTES = 2 * MIB
 """Per captured CUDA graph beyond the shared pool: twice vLLM's own 1 MiB floor."""
 SAMPLER_BYTES_PER_LOGIT = 2 + 4 + 4 + 4
-"""Sampler warm-up per row and vocabulary entry: bf16 logits, their float32 copy, float32
-probabilities and exponential noise, all alive in ``random_sample``."""
+"""Sampler warm-up per row and vocabulary entry: bf16 logits, their float32 copy, float32 probabilities and exponential
+noise, all alive in ``random_sample``."""
 SAMPLER_BUFFER_BYTES_PER_LOGIT = 4
 """The Triton top-k/top-p kernel's float32 row buffer, kept for the process."""
 
@@ -298,8 +297,8 @@ class StartupPeak:
 
     @property
     def beyond_weights_and_kv_bytes(self) -> int:
-        """What vLLM takes besides context, weights and KV pool: the least
-        headroom ``--gpu-memory-utilization`` must leave."""
+        """What vLLM takes besides context, weights and KV pool: the least headroom ``--gpu-memory-utilization`` must
+        leave."""
         base = {"CUDA context", "weights", "KV pool"}
         return self.peak_bytes - sum(t.bytes for t in self.terms if t.label in base or t.label.startswith("NCCL"))
 

@@ -59,8 +59,8 @@ def parallel_sizes(extra_args: str) -> ParallelSizes:
     """Parallel sizes named in ``extra_args`` (VLLM_EXTRA_ARGS; compose's ENGINE_TENSOR_PARALLEL_SIZE
     arrives there too); the last of a repeated flag wins, as in argparse.
 
-        Raises:
-            ValueError: the arguments do not parse, or a size is not a positive integer.
+    Raises:
+        ValueError: the arguments do not parse, or a size is not a positive integer.
     """
     words = shlex.split(extra_args)
     sizes: dict[str, int] = {}
@@ -111,8 +111,7 @@ class MemoryPlan:
 
     @property
     def needed_headroom_bytes(self) -> int:
-        """GPU_HEADROOM_GB, or more where the predicted peak needs more beyond weights
-        and KV pool."""
+        """GPU_HEADROOM_GB, or more where the predicted peak needs more beyond weights and KV pool."""
         return max(self.headroom_bytes, self.peak.beyond_weights_and_kv_bytes if self.peak else 0)
 
     @property

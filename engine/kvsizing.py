@@ -18,11 +18,10 @@ from typing import Any
 from core.units import GIB
 
 DEFAULT_MAX_MODEL_LEN = 4096
-"""Context length when VLLM_MAX_MODEL_LEN is unset (capped at the model's maximum): the
-longest bundled prompt (2,722 tokens) plus the largest sampled output (1,024), rounded up to a power of two."""
+"""Context length when VLLM_MAX_MODEL_LEN is unset (capped at the model's maximum): the longest bundled prompt (2,722
+tokens) plus the largest sampled output (1,024), rounded up to a power of two."""
 TOKEN_GRANULE = 128
-"""Pools are rounded down to blocks of this many tokens (vLLM's CPU block size, a multiple of the
-GPU's 16)."""
+"""Pools are rounded down to blocks of this many tokens (vLLM's CPU block size, a multiple of the GPU's 16)."""
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
@@ -136,8 +135,8 @@ def plan_kv(kv_cache_gb: float, max_model_len: int | None, geometry: KvGeometry 
     """Size the KV cache (``kv_cache_gb`` GiB) and the context length (``max_model_len``, else the default
     capped at the model's maximum).
 
-        Raises:
-            KvSizingError: the pool cannot hold one request of the context length; the message says what fits.
+    Raises:
+        KvSizingError: the pool cannot hold one request of the context length; the message says what fits.
     """
     kv_bytes = int(kv_cache_gb * GIB)
     if geometry is None:

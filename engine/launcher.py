@@ -185,12 +185,12 @@ STACK_ONLY_VLLM_VARS = frozenset(
 
 
 def vllm_env(settings: Settings, build: str = "gpu", base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for vLLM: ``base`` (default ours) without other services' secrets
-    (:func:`core.settings.service_env`) and :data:`STACK_ONLY_VLLM_VARS`, plus the CPU build's core binding, the HF
-    token, the one API key (``VLLM_API_KEY``), GPU_DEVICES as ``CUDA_VISIBLE_DEVICES`` (PCI order) and the reaper's
-    marker (:mod:`engine.reaper`). ``VLLM_CPU_KVCACHE_SPACE`` goes: the pool is on the command line.
-    ``build="cpu"`` sets ``VLLM_USE_AOT_COMPILE=0`` unless given: vLLM 0.32's CPU build cannot load its own AOT
-    artifact back, so every restart recompiled (docs/benchmarks.md).
+    """Environment for vLLM: ``base`` (default ours) without other services' secrets (:func:`core.settings.service_env`)
+    and :data:`STACK_ONLY_VLLM_VARS`, plus the CPU build's core binding, the HF token, the one API key
+    (``VLLM_API_KEY``), GPU_DEVICES as ``CUDA_VISIBLE_DEVICES`` (PCI order) and the reaper's marker
+    (:mod:`engine.reaper`). ``VLLM_CPU_KVCACHE_SPACE`` goes: the pool is on the command line. ``build="cpu"`` sets
+    ``VLLM_USE_AOT_COMPILE=0`` unless given: vLLM 0.32's CPU build cannot load its own AOT artifact back, so every
+    restart recompiled (docs/benchmarks.md).
     """
     env = {k: v for k, v in service_env("vllm", base).items() if k not in STACK_ONLY_VLLM_VARS}
     if build == "cpu":

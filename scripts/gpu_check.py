@@ -12,11 +12,10 @@ Steps, each timed with its exit status in the report:
 5. the seed's ``./run_benchmark.sh`` (its defaults: 50 users, 200 requests) against that stack;
 6. ``docker compose down`` (``--keep`` leaves the stack up).
 
-The verdict: PASS when every step succeeded and the measured peak (the largest rise of any GPU's used memory over
-its reading before the start: other tenants' memory is not counted) is under 2.8 × 10⁹ B; the plan's prediction
-(the engine's own start-up line in ``logs/vllm.log``, else :mod:`engine.gpupeak` for the card at the defaults) is
-printed beside it. The report (JSON) goes to ``logs/gpu-check/``; its path is the last line. Exit 0 pass, 1 fail,
-2 refused.
+The verdict: PASS when every step succeeded and the measured peak (the largest rise of any GPU's used memory over its
+reading before the start: other tenants' memory is not counted) is under 2.8 × 10⁹ B; the plan's prediction (the
+engine's own start-up line in ``logs/vllm.log``, else :mod:`engine.gpupeak` for the card at the defaults) is printed
+beside it. The report (JSON) goes to ``logs/gpu-check/``; its path is the last line. Exit 0 pass, 1 fail, 2 refused.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """vLLM's log line grammar, the one place it is written down.
 
-A line, outside in (every part optional): a container stamp (``docker logs -t``'s
-``2026-11-29T21:55:01.123456789Z ``, or a CRI file's ``… stdout F ``, ``P`` for a partial line); vLLM's process
-prefix (``(APIServer pid=123) ``, ``(Worker_TP1 pid=…) ``, ``(VllmWorker rank=2 pid=…) ``, Ray's ``(… pid=…,
-ip=…) ``; ``_add_prefix`` in ``vllm/utils/system_utils.py``); a header (vLLM ``INFO 11-29 21:55:01 [utils.py:253] ``,
-older ``… llm_engine.py:123] ``, uvicorn ``ERROR:    ``, the launcher's ``[ERROR] ``; argparse's ``prog: error: …``
-and ``Fatal Python error: …`` count as ERROR lines, :data:`BARE_ERROR_RE`); the message. Multi-line messages repeat
-prefix and header. ANSI colours may wrap any part; :func:`clean` and :func:`clean_span` remove stamps and colours.
-Sources: ``vllm/logger.py``, ``vllm/logging_utils/formatter.py``, vLLM's bug reports.
+A line, outside in (every part optional): a container stamp (``docker logs -t``'s ``2026-11-29T21:55:01.123456789Z ``,
+or a CRI file's ``… stdout F ``, ``P`` for a partial line); vLLM's process prefix (``(APIServer pid=123)
+``, ``(Worker_TP1 pid=…) ``, ``(VllmWorker rank=2 pid=…) ``, Ray's ``(… pid=…, ip=…) ``; ``_add_prefix`` in
+``vllm/utils/system_utils.py``); a header (vLLM ``INFO 11-29 21:55:01 [utils.py:253] ``, older
+``… llm_engine.py:123] ``, uvicorn ``ERROR:    ``, the launcher's ``[ERROR] ``; argparse's ``prog: error: …`` and
+``Fatal Python error: …`` count as ERROR lines, :data:`BARE_ERROR_RE`); the message. Multi-line messages repeat prefix
+and header. ANSI colours may wrap any part; :func:`clean` and :func:`clean_span` remove stamps and colours. Sources:
+``vllm/logger.py``, ``vllm/logging_utils/formatter.py``, vLLM's bug reports.
 
 The engine's periodic stats line is here too; which messages carry start-up facts is :mod:`engine.vllmlog.tracker`'s
 (kept apart so that the log analyzer, which needs only this module, starts fast).
@@ -307,9 +307,8 @@ METRICS_RE = re.compile(
     rb"(?:, Running: (\d+) reqs)?(?:, Swapped: (\d+) reqs)?(?:, (?:Pending|Waiting): (\d+) reqs)?"
     rb"(?:, (\w+) KV cache usage: (\d+(?:\.\d+)?)%)?(?:[^\n]*?Prefix cache hit rate: (\d+(?:\.\d+)?)%)?"
 )
-"""The engine's periodic stats line (``vllm/v1/metrics/loggers.py``), old (Running/Swapped/Pending)
-and new (``Engine 000: …`` Running/Waiting, KV cache named after the device, prefix cache hit rate); missing fields
-come back empty."""
+"""The engine's periodic stats line (``vllm/v1/metrics/loggers.py``), old (Running/Swapped/Pending) and new (``Engine
+000: …`` Running/Waiting, KV cache named after the device, prefix cache hit rate); missing fields come back empty."""
 METRICS_NEEDLE = b"Avg prompt throughput: "
 METRIC_FIELDS = (
     "prompt_tokens_per_s",

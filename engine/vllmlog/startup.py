@@ -117,8 +117,8 @@ def read_startup(path: Path, engine_state: EngineState | None = None, stats: Rea
     """:func:`startup_phase` of vLLM's log ``path`` and its rotated files, reading a bounded amount (module
     docstring); the launch is found by ``engine_state.log_start``'s device and inode, so rotation does not lose it.
 
-        Args:
-            stats: filled with the files and bytes read (tests check the bound with it).
+    Args:
+        stats: filled with the files and bytes read (tests check the bound with it).
     """
     stats = stats if stats is not None else ReadStats()
     family = rotated_family(path)
@@ -185,8 +185,7 @@ MAX_START_BYTES = 2 << 20
 
 
 def start_breakdown(lines: Sequence[bytes], launched_s: float) -> dict[str, float]:
-    """Seconds per phase of the last start in ``lines`` (vLLM's log) launched at ``launched_s``
-    (epoch), ± 1 s each."""
+    """Seconds per phase of the last start in ``lines`` (vLLM's log) launched at ``launched_s`` (epoch), ± 1 s each."""
     clock = StampClock(launched_s + 3600)
     marks: dict[str, float] = {}
     for raw in lines:
@@ -228,8 +227,7 @@ def latest_start(log: Path, state: EngineState | None) -> dict[str, float]:
 
 
 def phases_line(phases: dict[str, float]) -> str | None:
-    """``  last start 37 s: API server start + imports 10, ... (s, ±1 each)``; None until a start is
-    ready."""
+    """``  last start 37 s: API server start + imports 10, ... (s, ±1 each)``; None until a start is ready."""
     if "api_ready" not in phases:
         return None
     total = sum(phases.values())
