@@ -59,50 +59,38 @@ class Source:
 
 
 SOURCES: dict[str, Source] = {
-    "snapshot": Source(
-        "vllm/v1/worker/gpu_worker.py", 534, "self.init_snapshot = init_snapshot = MemorySnapshot(device=self.device)"
-    ),
+    "snapshot": Source("vllm/v1/worker/gpu_worker.py", 534,
+                       "self.init_snapshot = init_snapshot = MemorySnapshot(device=self.device)"),
     "nccl": Source("vllm/v1/worker/gpu_worker.py", 509, "init_worker_distributed_environment("),
     "request": Source("vllm/v1/worker/utils.py", 724, "requested_memory = math.ceil("),
     "weights": Source("vllm/v1/worker/gpu_worker.py", 587, "def load_model("),
-    "kv_path": Source(
-        "vllm/v1/worker/gpu_worker.py", 649, "if kv_cache_memory_bytes := self.cache_config.kv_cache_memory_bytes:"
-    ),
+    "kv_path": Source("vllm/v1/worker/gpu_worker.py", 649,
+                      "if kv_cache_memory_bytes := self.cache_config.kv_cache_memory_bytes:"),
     "profile_call": Source("vllm/v1/worker/gpu_worker.py", 653, "self.model_runner.profile_run("),
     "kv_bytes": Source("vllm/v1/worker/gpu_worker.py", 671, "kv_cache_memory_bytes,"),
     "profile_forward": Source("vllm/v1/worker/gpu_model_runner.py", 6194, "self.max_num_tokens, is_profile=True"),
-    "profile_sampler": Source(
-        "vllm/v1/worker/gpu_model_runner.py", 6200, "output = self._dummy_sampler_run(last_hidden_states)"
-    ),
+    "profile_sampler": Source("vllm/v1/worker/gpu_model_runner.py", 6200,
+                              "output = self._dummy_sampler_run(last_hidden_states)"),
     "dummy_rows": Source("vllm/v1/worker/gpu_model_runner.py", 5606, "num_reqs = min(num_tokens, max_num_reqs)"),
     "logits": Source("vllm/v1/worker/gpu_model_runner.py", 5942, "logits = self.model.compute_logits(hidden_states)"),
     "fp32_copy": Source("vllm/v1/sample/sampler.py", 97, "logits = logits.to(torch.float32)"),
-    "probs": Source(
-        "vllm/v1/sample/ops/topk_topp_sampler.py", 280, "probs = logits.softmax(dim=-1, dtype=torch.float32)"
-    ),
-    "noise": Source(
-        "vllm/v1/sample/ops/topk_topp_sampler.py", 565, "q = empty_exponential_noise_like(probs, use_fp64_gumbel)"
-    ),
-    "triton_buffer": Source(
-        "vllm/v1/sample/ops/topk_topp_triton.py", 1686, "buffer = logits.new_empty((size, vocab_size))"
-    ),
-    "capture": Source(
-        "vllm/v1/worker/gpu_worker.py", 962, "cuda_graph_memory_bytes = self.model_runner.capture_model()"
-    ),
+    "probs": Source("vllm/v1/sample/ops/topk_topp_sampler.py", 280,
+                    "probs = logits.softmax(dim=-1, dtype=torch.float32)"),
+    "noise": Source("vllm/v1/sample/ops/topk_topp_sampler.py", 565,
+                    "q = empty_exponential_noise_like(probs, use_fp64_gumbel)"),
+    "triton_buffer": Source("vllm/v1/sample/ops/topk_topp_triton.py", 1686,
+                            "buffer = logits.new_empty((size, vocab_size))"),
+    "capture": Source("vllm/v1/worker/gpu_worker.py", 962,
+                      "cuda_graph_memory_bytes = self.model_runner.capture_model()"),
     "capture_empty": Source("vllm/v1/worker/gpu_model_runner.py", 6541, "torch.accelerator.empty_cache()"),
-    "graph_estimate": Source(
-        "vllm/v1/worker/gpu_model_runner.py",
-        6468,
-        "decoder_estimate = max(shared_memory_estimate.values(), default=0) + sum(",
-    ),
+    "graph_estimate": Source("vllm/v1/worker/gpu_model_runner.py", 6468,
+                             "decoder_estimate = max(shared_memory_estimate.values(), default=0) + sum("),
     "graph_floor": Source("vllm/v1/worker/gpu_model_runner.py", 6417, "# Use at least 1 MiB per graph for driver"),
     "capture_sizes": Source("vllm/config/vllm.py", 2362, "max_cudagraph_capture_size = min("),
-    "full_sizes": Source(
-        "vllm/v1/cudagraph_dispatcher.py", 219, "if x <= max_num_tokens and x >= uniform_decode_query_len"
-    ),
-    "warmup": Source(
-        "vllm/v1/worker/gpu_worker.py", 1058, "self.model_runner._dummy_sampler_run(hidden_states=last_hidden_states)"
-    ),
+    "full_sizes": Source("vllm/v1/cudagraph_dispatcher.py", 219,
+                         "if x <= max_num_tokens and x >= uniform_decode_query_len"),
+    "warmup": Source("vllm/v1/worker/gpu_worker.py", 1058,
+                     "self.model_runner._dummy_sampler_run(hidden_states=last_hidden_states)"),
     "warmup_rows": Source("vllm/v1/worker/gpu_worker.py", 1044, "max_num_reqs = min("),
     "batch_defaults": Source("vllm/engine/arg_utils.py", 2933, "elif device_memory >= 70 * GiB_bytes"),
 }
@@ -347,13 +335,8 @@ def predict_peak(
                                   + (len(sizes) - 1 + max(0, len(full) - 1)) * GRAPH_OVERHEAD_BYTES)  # fmt: skip
     sampler = logits * SAMPLER_BYTES_PER_LOGIT
     terms = [
-        PeakTerm(
-            "CUDA context",
-            CUDA_CONTEXT_BYTES,
-            "fixed",
-            ("snapshot", "request"),
-            "the driver's, before vLLM's snapshot (0.3 – 0.5 GiB; 0.5 GiB taken)",
-        ),
+        PeakTerm("CUDA context", CUDA_CONTEXT_BYTES, "fixed", ("snapshot", "request"),
+                 "the driver's, before vLLM's snapshot (0.3 – 0.5 GiB; 0.5 GiB taken)"),
         PeakTerm("weights", weights_per_gpu_bytes, "fixed", ("weights",), "this rank's share of the weights"),
     ]
     if gpus > 1:

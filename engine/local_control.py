@@ -319,11 +319,9 @@ class ComposeEngine:
         served = knobs.pop("served_model_name", None)  # the compose file passes SERVED_MODEL_NAME on, as MODEL
         if knobs:  # compose hands the container only the variables its file names
             names = ", ".join(f"{name.upper()}={value}" for name, value in knobs.items())
-            raise EngineError(
-                f"the compose stack takes {names} from .env (or APP_ENV_FILE): set them there and run "
-                "`docker compose up -d --force-recreate vllm` (only MODEL, SERVED_MODEL_NAME and "
-                "VLLM_EXTRA_ARGS switch here)"
-            )
+            raise EngineError(f"the compose stack takes {names} from .env (or APP_ENV_FILE): set them there and run "
+                              "`docker compose up -d --force-recreate vllm` (only MODEL, SERVED_MODEL_NAME and "
+                              "VLLM_EXTRA_ARGS switch here)")
         env = {"MODEL": request.model} if request.model else {}
         if served is not None:
             env["SERVED_MODEL_NAME"] = str(served)
