@@ -32,8 +32,7 @@ from engine.model_resolve import ResolvedModel
 from engine.vllmlog.startup import latest_start, phases_line
 
 CPU_ENGINE_OVERHEAD_BYTES = int(1.5 * GIB)
-"""What a CPU engine holds beyond weights and KV pool: API server and engine core processes with torch and vLLM imported
-(RSS 0.83 + 0.68 GiB measured)."""
+"""A CPU engine's API server and engine core beyond weights and pool (RSS 0.83 + 0.68 GiB measured)."""
 DRAIN_POLL_S = 0.5
 """How often the old engine's in-flight count is read while it drains."""
 SETTLED_READS = 2
@@ -60,15 +59,13 @@ class Room:
 
 
 def cpu_room(pool_bytes: int, weights_bytes: int, available_bytes: int) -> Room:
-    """The CPU build's new engine beside the old one: KV pool, weights and processes against the host's
-    available memory now."""
+    """The CPU build's new engine (KV pool, weights, processes) against the host's available memory now."""
     need = pool_bytes + weights_bytes + CPU_ENGINE_OVERHEAD_BYTES
     return Room(need <= available_bytes, "host memory", need, available_bytes)
 
 
 def gpu_room(plan: MemoryPlan) -> Room:
-    """The GPU build's new engine beside the old one: the plan's need per GPU against each GPU's free memory
-    now; the tightest GPU is named."""
+    """The GPU build's new engine: the plan's per-GPU need against each GPU's free memory (tightest named)."""
     devices = [d for d in plan.devices if d.free_bytes is not None]
     if not devices:
         return Room(True, "GPU memory", plan.need_bytes, None)
@@ -151,8 +148,7 @@ class Drained:
 
 
 def in_flight(url: str, headers: dict[str, str], client: httpx.Client | None = None) -> int | None:
-    """Requests the engine at ``url`` serves now: vLLM's ``/load``, else running + waiting of its
-    ``/metrics``; None when it answers neither."""
+    """Requests the engine at ``url`` serves now (``/load``, else ``/metrics``); None when it says neither."""
     get = client.get if client is not None else httpx.get
     try:
         load = get(f"{url}/load", timeout=5, headers=headers)
@@ -204,8 +200,7 @@ class Swapped:
 
 
 def answers_completion(url: str, headers: dict[str, str]) -> str | None:
-    """None when the engine at ``url`` answers a one-token completion (health alone is not enough),
-    else what it did instead."""
+    """None when the engine at ``url`` answers a one-token completion, else what it did instead."""
     try:
         health = httpx.get(f"{url}/health", timeout=5, headers=headers)
         if health.status_code != 200:

@@ -89,8 +89,7 @@ class Finding:
 
 
 def image_cuda(base: str, runtime: str | None = None) -> str:
-    """``cu129`` or ``cu130``: from the engine's CUDA runtime (``12.9``) when known, else from the image's
-    tag (``vX-cu129`` is the CUDA 12.9 build, the plain tag CUDA 13)."""
+    """``cu129`` or ``cu130``: from the engine's CUDA runtime when known, else the image tag (``vX-cu129``)."""
     if runtime:
         return "cu129" if runtime.startswith("12.") else "cu130"
     tag = base.split("@")[0].rsplit(":", 1)[-1]
@@ -168,8 +167,7 @@ def check_memory(settings: Settings, gpus: HostGpus) -> list[Finding]:
 
 
 def writable_by(path: Path, uid: int, gid: int) -> bool:
-    """Whether ``uid``/``gid`` may create files in ``path`` (or its nearest existing parent), by owner,
-    group and mode bits (root always)."""
+    """Whether ``uid``/``gid`` may create files in ``path`` (or its nearest parent) by its mode bits."""
     while not path.exists() and path.parent != path:
         path = path.parent
     if uid == 0:
@@ -208,8 +206,7 @@ def check_hf(cache: Path, token: str | None, uid: int, gid: int) -> list[Finding
 
 
 def check_ports(settings: Settings, in_container: bool) -> list[Finding]:
-    """The stack's ports free (in the engine container: vLLM's only); held by this checkout's running
-    stack, they pass."""
+    """The stack's ports free (in the container: vLLM's); held by this checkout's running stack, they pass."""
     ports = [("VLLM_PORT", settings.vllm_host, settings.vllm_port)]
     if not in_container:
         ports += [

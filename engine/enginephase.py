@@ -114,8 +114,7 @@ def _position_of(path: Path, offset: int) -> LogPosition | None:
 
 
 def launch_lines(path: Path, since: LogPosition | None, limit_bytes: int = FULL_READ_BYTES) -> list[bytes]:
-    """The log's lines after ``since`` (None: the whole family), colours removed, the newest of about
-    ``limit_bytes`` kept."""
+    """The log's lines after ``since`` (None: all), colours removed, the newest ``limit_bytes`` or so."""
     places = _launch_spans(path, since) if since is not None else [(m, 0) for m in rotated_family(path)]
     lines: deque[bytes] = deque()
     kept = 0
@@ -149,8 +148,7 @@ def launch_phase(
 
 
 def failure_report(path: Path, phase: StartupPhase, since: LogPosition | None, tail_lines: int = TAIL_LINES) -> str:
-    """Why a launch did not come up, for people: the failed phase's error line and the launch's last
-    ``tail_lines`` log lines."""
+    """Why a launch did not come up: the failed phase's error line and its last ``tail_lines`` lines."""
     why = f"vLLM {phase.detail}" if phase.phase != "not_started" else "vLLM exited before it wrote a start-up line"
     if phase.error_line and phase.error_line not in why:
         why += f"\n  error: {phase.error_line}"

@@ -145,8 +145,7 @@ def weights_bytes(settings: Settings, facts: ModelFacts) -> int:
 
 
 def gpu_plan(settings: Settings, facts: ModelFacts, kv: KvPlan, gpus: HostGpus) -> MemoryPlan:
-    """The per-GPU memory plan on the GPUs ``GPU_DEVICES`` selects (all when unset), with the batch limits
-    and start-up peak (:func:`engine.gpuplan.startup_peak`)."""
+    """The per-GPU memory plan on the GPUs GPU_DEVICES selects, with the batch limits and start-up peak."""
     weights, sizes = weights_bytes(settings, facts), parallel(settings)
     devices = select_devices(settings.gpu_devices, gpus.devices)
     dtype_bytes = DTYPE_BYTES.get(dtype_of(settings), 2)
@@ -168,8 +167,7 @@ except Exception:
     pass
 print(json.dumps(out))
 """
-"""The engine interpreter's versions without importing torch: its ``version.py`` names the CUDA
-runtime it was built with (None on CPU builds)."""
+"""The engine interpreter's versions without importing torch (the CUDA runtime from its ``version.py``)."""
 
 
 def engine_versions(python: str) -> dict[str, str | None]:

@@ -33,8 +33,7 @@ GPU_MAX_NUM_SEQS = 64
 GPU_MAX_NUM_BATCHED_TOKENS = 2048
 """``--max-num-batched-tokens`` on GPU builds: vLLM's own default on cards < 70 GiB."""
 CUDA_CONTEXT_BYTES = 512 * MIB
-"""The CUDA context with torch's and cuBLAS's handles: 0.3 – 0.5 GiB measured on A10 to H200,
-the upper end taken (``make gpu-check`` measures it)."""
+"""CUDA context with torch's and cuBLAS's handles: 0.3 – 0.5 GiB measured (A10 to H200), the top taken."""
 COMM_BUFFER_BYTES = 256 * MIB
 """An allowance for NCCL's and vLLM's all-reduce buffers per GPU with > 1 GPU."""
 GRAPH_OVERHEAD_BYTES = 2 * MIB
@@ -124,8 +123,7 @@ def card_sms(name: str | None) -> int | None:
 
 
 def vllm_batch_defaults(total_bytes: int, name: str) -> tuple[int, int]:
-    """``(max_num_seqs, max_num_batched_tokens)`` vLLM 0.32's API server picks on a CUDA card
-    (``get_batch_defaults``, :data:`SOURCES` ``batch_defaults``)."""
+    """``(max_num_seqs, max_num_batched_tokens)`` of vLLM 0.32 on a CUDA card (:data:`SOURCES`)."""
     if total_bytes >= 160 * GIB:
         return 1024, 16384
     if total_bytes >= 70 * GIB and "a100" not in name.lower():
@@ -170,8 +168,7 @@ def _flag_values(extra_args: str) -> dict[str, str]:
 
 
 def batch_limits(extra_args: str) -> BatchLimits:
-    """The GPU defaults with VLLM_EXTRA_ARGS's ``--max-num-seqs``/``--max-num-batched-tokens`` winning;
-    a value that is no positive integer is left to vLLM to refuse."""
+    """The GPU defaults, VLLM_EXTRA_ARGS's positive ``--max-num-seqs``/``--max-num-batched-tokens`` winning."""
     flags = _flag_values(extra_args)
     values = {}
     for flag in ("--max-num-seqs", "--max-num-batched-tokens"):
@@ -183,8 +180,7 @@ def batch_limits(extra_args: str) -> BatchLimits:
 
 
 def has_flag(extra_args: str, flag: str) -> bool:
-    """Whether ``extra_args`` (VLLM_EXTRA_ARGS) sets the ``--flag`` (``--flag v`` or ``--flag=v``); False when they
-    do not parse."""
+    """Whether ``extra_args`` sets ``--flag`` (``--flag v`` or ``--flag=v``); False when they do not parse."""
     return flag in _flag_values(extra_args)
 
 
@@ -258,8 +254,7 @@ def weights_from_config(config: Mapping[str, Any], dtype_bytes: int) -> int | No
 
 @dataclass(frozen=True)
 class PeakTerm:
-    """One term of the peak: bytes, phase (``fixed``, ``profiling``, ``capture``), :data:`SOURCES` keys and its
-    arithmetic in words."""
+    """One term of the peak: bytes, phase, :data:`SOURCES` keys and its arithmetic in words."""
 
     label: str
     bytes: int
@@ -285,8 +280,7 @@ class StartupPeak:
 
     @property
     def beyond_weights_and_kv_bytes(self) -> int:
-        """What vLLM takes besides context, weights and KV pool: the least headroom ``--gpu-memory-utilization`` must
-        leave."""
+        """What vLLM takes beyond context, weights and KV pool: the least headroom."""
         base = {"CUDA context", "weights", "KV pool"}
         return self.peak_bytes - sum(t.bytes for t in self.terms if t.label in base or t.label.startswith("NCCL"))
 

@@ -123,8 +123,7 @@ class MemoryPlan:
         return min(1.0, math.ceil(round(worst * UTILIZATION_STEPS, 6)) / UTILIZATION_STEPS)
 
     def short_of(self) -> list[tuple[DeviceMemory, int]]:
-        """GPUs whose free memory is below what vLLM will request (``utilization × total``), with
-        those bytes: ``request_memory`` would refuse them."""
+        """GPUs with less free memory than vLLM will request (``utilization × total``), with those bytes."""
         util = self.utilization
         if util is None:
             return []

@@ -48,8 +48,7 @@ SUPERVISOR_TIMEOUT_S = 10.0  # a loaded host's supervisord answers within this; 
 
 
 class SupervisorNotAnswering(EngineError):
-    """supervisord's socket is there but it did not answer in time (a loaded host): it runs,
-    and its programs' states are unknown."""
+    """supervisord runs (its socket is there) but did not answer in time: states unknown."""
 
 
 class _TimedUnixConnection(UnixStreamHTTPConnection):
@@ -74,8 +73,7 @@ class _TimedTransport(SupervisorTransport):
 
 
 class Supervisor:
-    """XML-RPC client of the stack's supervisord (its unix socket in RUN_DIR); reading the states waits at
-    most ``timeout_s`` s."""
+    """XML-RPC client of the stack's supervisord (its socket in RUN_DIR), reading states within ``timeout_s``."""
 
     def __init__(self, run_dir: Path, timeout_s: float = SUPERVISOR_TIMEOUT_S) -> None:
         self.socket = run_dir.resolve() / "supervisor.sock"
@@ -90,8 +88,7 @@ class Supervisor:
             return False
 
     def proxy(self, timeout_s: float | None = None) -> Any:
-        """An ``xmlrpc.client.ServerProxy`` over the unix socket (one per call: not thread-safe); calls
-        wait at most ``timeout_s`` s (None: as long as they take)."""
+        """A ServerProxy over the unix socket (one per call); calls wait at most ``timeout_s`` (None: no limit)."""
         return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=_TimedTransport(self.socket, timeout_s))
 
     def states(self) -> dict[str, dict[str, Any]] | None:
@@ -131,8 +128,7 @@ def engine_phase(
 
 
 def own_program(settings: Settings) -> str:
-    """The supervisord program of the engine ``settings`` name: replica ENGINE_REPLICA in slot
-    ENGINE_SLOT, else the slot serving now."""
+    """The engine's supervisord program: ENGINE_REPLICA in ENGINE_SLOT, else the slot serving now."""
     replica = settings.engine_replica
     return program_name(replica, settings.engine_slot or active_slot(settings.run_dir, replica))
 
@@ -149,8 +145,7 @@ def why_not_up(settings: Settings, since: LogPosition | None, supervisor: Superv
 
 
 class LocalEngine:
-    """:class:`core.enginestate.EngineControl` for the engines under the stack's supervisord: every local
-    replica at once; the router keeps running."""
+    """:class:`core.enginestate.EngineControl` for every local engine under supervisord (the router runs on)."""
 
     def __init__(self, settings: Settings, supervisor: Supervisor | None = None) -> None:
         self.settings = settings
@@ -206,8 +201,7 @@ class LocalEngine:
                 raise EngineError(f"{why}\n{why_not_up(self.settings, since, self.supervisor)}")
 
     def _restart_router(self) -> None:
-        """Restart the router once the replicas answer again: vllm-router keeps a worker that
-        failed while restarting out of rotation."""
+        """Restart the router: vllm-router keeps a worker that failed while restarting out of rotation."""
         if ROUTER_PROGRAM not in (self.supervisor.states() or {}):
             return
         rpc = self.supervisor.proxy().supervisor
@@ -235,8 +229,7 @@ class LocalEngine:
                 self.supervisor.proxy().supervisor.stopProcess(name)
 
     def restart(self, request: EngineRequest) -> None:
-        """Restart vLLM with ``request`` and wait until it answers (down meanwhile; :meth:`switch` is
-        the no-downtime way)."""
+        """Restart vLLM with ``request`` and wait until it answers (down meanwhile, unlike :meth:`switch`)."""
         self._require()
         for replica in replicas(self.settings):
             if replica.index is not None:
@@ -273,8 +266,7 @@ class LocalEngine:
 
 
 class ComposeEngine:
-    """:class:`core.enginestate.EngineControl` for the ``vllm`` service of the compose stack: a restart
-    recreates only that service."""
+    """:class:`core.enginestate.EngineControl` for the compose stack's ``vllm`` service (recreated alone)."""
 
     def __init__(self, settings: Settings, compose: tuple[str, ...] = ("docker", "compose")) -> None:
         self.settings = settings

@@ -33,8 +33,7 @@ from core.slots import SLOTS, Slot, active_slot, slot_suffix
 
 ROUTER_PROGRAM = "router"
 FRONT_POLICY = "round_robin"
-"""The router's policy in front of one engine (no ROUTER_POLICY): its default, cache_aware, sends each
-chat's ``/v1/chat/completions/render`` to the engine first, a second request for nothing."""
+"""The router's policy in front of one engine: its default (cache_aware) asks the engine to render each chat first."""
 ROUTER_ADMIN_TIMEOUT_S = 10.0
 """Longest call to the router's worker API, s (it health-checks a new worker: ~50 ms)."""
 REMOVE_TRIES, REMOVE_RETRY_S = 5, 0.5
@@ -62,8 +61,7 @@ def router_argv(settings: Settings) -> list[str]:
 
 
 def program_name(index: int, slot: Slot = "a") -> str:
-    """supervisord program of replica ``index``'s slot: ``vllm``, ``vllm-b``, ``vllm-1``, ``vllm-1-b`` …
-    (also the stem of its log and state file)."""
+    """supervisord program (and log/state file stem) of replica ``index``'s slot: ``vllm``, ``vllm-b``, ``vllm-1`` …"""
     return ("vllm" if index == 0 else f"vllm-{index}") + slot_suffix(slot)
 
 
@@ -75,8 +73,7 @@ def program_names(settings: Settings) -> list[str]:
 
 
 def replica_section(index: int, slot: Slot = "a") -> str:
-    """``[program:vllm-K]`` (``-b`` for slot b): deploy/supervisord.conf's vLLM program for replica
-    ``index``'s slot; slot b starts only on a switch."""
+    """``[program:vllm-K]`` (``-b``: slot b, started only on a switch) for replica ``index``'s slot."""
     name = program_name(index, slot)
     return f"""
 [program:{name}]
@@ -127,8 +124,7 @@ def conf_text(settings: Settings, base: str) -> str:
 
 
 def write_conf(settings: Settings, base_path: Path) -> Path:
-    """The configuration supervisord runs: ``base_path`` without the router in front, else
-    :func:`conf_text` written to RUN_DIR/supervisord.conf."""
+    """The configuration supervisord runs: ``base_path``, or with the router :func:`conf_text` in RUN_DIR."""
     if not front_in_use(settings):
         return base_path
     path = settings.run_dir / "supervisord.conf"
@@ -235,8 +231,7 @@ def router_workers(settings: Settings) -> list[str] | None:
 
 
 def main() -> int:
-    """``python -m engine.local_replicas`` (``program:router``): wait for the engines, then exec vllm-router;
-    exit 1 when an engine never answered."""
+    """``program:router``: wait for the engines, then exec vllm-router; 1 when an engine never answered."""
     settings = get_settings()
     argv = router_argv(settings)
     print(f"[INFO] waiting for the engines: {' '.join(r.url for r in replicas(settings))}", flush=True)

@@ -23,15 +23,13 @@ from engine.gpupeak import has_flag
 from engine.vllmlog.grammar import PREFIX
 
 QUIET_ENDPOINTS = ("/metrics", "/health", "/v1/models", "/version", "/ping", "/load")
-"""What the stack itself polls on vLLM (the sidecar's ``/metrics`` scrapes, health checks,
-probes): left out of the access log so that requests stay readable."""
+"""What the stack itself polls on vLLM: left out of the access log so that requests stay readable."""
 ACCESS_LOG_FLAG = "--disable-access-log-for-endpoints"
 """vLLM's flag (>= 0.10) for the exact paths uvicorn's access log leaves out."""
 
 
 def access_log_args(extra_args: str) -> list[str]:
-    """``--disable-access-log-for-endpoints /metrics,/health,…`` (:data:`QUIET_ENDPOINTS`); nothing
-    when VLLM_EXTRA_ARGS sets the flag itself."""
+    """``--disable-access-log-for-endpoints`` with :data:`QUIET_ENDPOINTS`, unless VLLM_EXTRA_ARGS sets it."""
     return [] if has_flag(extra_args, ACCESS_LOG_FLAG) else [ACCESS_LOG_FLAG, ",".join(QUIET_ENDPOINTS)]
 
 

@@ -54,8 +54,7 @@ def _pgrp(stat_path: str) -> int | None:
 
 
 def _looks_like_engine(proc_dir: str) -> bool:
-    """A Python process or one vLLM renamed (``VLLM::EngineCore``): a second guard on a group
-    match, so a reused group number never reaches an unrelated program."""
+    """A Python process or one vLLM renamed: a guard against a reused process group number."""
     try:
         cmdline = Path(proc_dir, "cmdline").read_bytes().lower()
     except OSError:

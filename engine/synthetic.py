@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import hashlib
+import itertools
 import json
 import shutil
 import sys
@@ -102,22 +103,15 @@ def _padding_tokens(existing: set[str], needed: int) -> list[str]:
         return "".join(table[b] for b in text.encode("utf-8"))
 
     singles = [chr(cp) for cp in range(0x4E00, 0xA000)]
+    pairs = (first + second for i, first in enumerate(singles) for second in singles[i : i + 64])
     out: list[str] = []
-    for text in singles:
+    for text in itertools.chain(singles, pairs):
         if len(out) >= needed:
             return out
         token = enc(text)
         if token not in existing:
             out.append(token)
             existing.add(token)
-    for i, first in enumerate(singles):
-        for second in singles[i : i + 64]:
-            if len(out) >= needed:
-                return out
-            token = enc(first + second)
-            if token not in existing:
-                out.append(token)
-                existing.add(token)
     raise ValueError(f"cannot pad the vocabulary by {needed} tokens")
 
 

@@ -43,8 +43,7 @@ ROUTER_SECRETS = frozenset({"VLLM_API_KEY"})
 
 @dataclass(frozen=True)
 class ComposeReplica:
-    """One engine service of the plan: its name, port, GPU ids (host numbering; empty on the CPU overlay)
-    and CPU binding (CPU overlay only; None when the user binds cores)."""
+    """One engine service of the plan: name, port, GPU ids (empty on the CPU overlay) and CPU binding (or None)."""
 
     service: str
     index: int
@@ -163,8 +162,7 @@ def _gpu_deploy(gpus: tuple[str, ...]) -> dict[str, Any]:
 
 
 def replica_environment(replica: ComposeReplica) -> dict[str, str]:
-    """What a replica container sets over the ``vllm`` service's environment: its number, its
-    port, one engine in its own view, and its device share (its own GPUs inside, or its cores)."""
+    """What a replica container sets over ``vllm``'s environment: its number, port and device share."""
     env = {"ENGINE_REPLICA": str(replica.index), "REPLICAS": "1", "ENGINE_URLS": "", "REPLICA_HOSTS": "",
            "VLLM_PORT": str(replica.port), "VLLM_BASE_URL": f"http://127.0.0.1:{replica.port}"}  # fmt: skip
     if replica.gpus:
@@ -183,8 +181,7 @@ def cluster_environment(settings: Settings, engines: list[ComposeReplica]) -> di
 
 
 def router_service(base: Mapping[str, Any], settings: Settings, engines: list[ComposeReplica]) -> dict[str, Any]:
-    """The ``router`` service: the app image with the stack's hardening, environment, logging and
-    cluster knobs, publishing VLLM_PORT, started once every engine is healthy."""
+    """The ``router`` service: the app image, hardened, publishing VLLM_PORT once every engine is healthy."""
     ui = base["services"]["ui"]
     env = dict(base["x-container-env"])
     env.update({name: "" for name in sorted(secret_env_names() - ROUTER_SECRETS)})

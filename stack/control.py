@@ -159,8 +159,7 @@ def up(settings: Settings, request: EngineRequest | None = None) -> int:
 
 
 def start_fresh(settings: Settings, request: EngineRequest | None) -> int:
-    """:func:`up` with no supervisord of this stack: check the ports, prepare the model, start supervisord and
-    wait for every service."""
+    """:func:`up` without a running supervisord: check ports, prepare the model, start and wait."""
     busy = [m for s in services(settings) if (m := port_in_use_message(s.host, s.port, s.port_var))]
     if busy:
         print("[ERROR] " + "\n[ERROR] ".join(busy), file=sys.stderr)
@@ -259,8 +258,7 @@ def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
 
 
 def end_leftovers(settings: Settings) -> int:
-    """End what a crashed vLLM left of this stack's engine (:func:`engine.reaper.end_engine_processes`);
-    0 when nothing is left."""
+    """End what a crashed vLLM left of this stack's engine; 0 when nothing is left."""
     state = read_engine_state(settings.engine_state_file)
     same_host = state is not None and state.pid_namespace == pid_namespace()
     ended = end_engine_processes(settings.run_dir, pgid=state.pgid if state and same_host else None)
@@ -359,8 +357,7 @@ def starting_beside(settings: Settings, states: dict[str, dict[str, Any]]) -> li
 
 
 def token(settings: Settings) -> int:
-    """Make the sidecar token file when missing and print its path, never the token (a compose secret needs
-    it before ``docker compose up``)."""
+    """Make the sidecar token file when missing and print its path, never the token (for compose's secret)."""
     try:
         ensure_sidecar_token(settings)
     except OSError as exc:

@@ -37,8 +37,7 @@ from stack import control as stackctl
 
 
 def parser() -> argparse.ArgumentParser:
-    """The engine's knobs as flags (``--vllm-model-path DIR``, ``--kv-cache-gb 4`` ...:
-    :data:`core.knobs.commands.ENGINE`)."""
+    """The engine's knobs as flags (``--kv-cache-gb 4`` …: :data:`core.knobs.commands.ENGINE`)."""
     return build_parser("./start_vllm.sh", __doc__ or "", ENGINE)
 
 

@@ -209,8 +209,7 @@ class Line:
 
 
 def parse_line(raw: bytes, clock: StampClock) -> Line:
-    """Parse one line (without newline; stamps and colours removed first). Never raises; unknown text
-    gives a Line with no level."""
+    """Parse one line (no newline; stamps and colours removed first); never raises: unknown text has no level."""
     # ``find``, not ``in``: ``bytes in bytes`` tries the operand as an int first (a TypeError, made and dropped)
     if raw[:1].isdigit() or raw.find(b"\x1b") >= 0:
         raw = clean(raw)

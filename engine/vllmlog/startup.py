@@ -25,8 +25,7 @@ from engine.vllmlog.tracker import StartupPhase, StartupTracker
 FULL_READ_BYTES = 8 << 20
 """A log family up to this size (bytes) is read whole; a bigger one in bounded regions (:func:`read_startup`)."""
 REGION_BYTES = 1 << 20
-"""Most bytes read from the oldest file's head and from the latest launch (a start is tens of KiB
-until ready; a region also ends once its start is ready or failed)."""
+"""Most bytes read from the oldest file's head and from the latest launch (a start is tens of KiB)."""
 REGION_BLOCK_BYTES = 64 << 10
 TAIL_BYTES = 256 << 10
 """Bytes read from the end of ``vllm.log``."""
@@ -206,8 +205,7 @@ def start_breakdown(lines: Sequence[bytes], launched_s: float) -> dict[str, floa
 
 
 def latest_start(log: Path, state: EngineState | None) -> dict[str, float]:
-    """:func:`start_breakdown` of the launch ``state`` records (``started_at``, ``log_start``); empty when
-    unknown (no state, rotated away, not started)."""
+    """:func:`start_breakdown` of the launch ``state`` records; empty when unknown or rotated away."""
     if state is None or state.started_at is None:
         return {}
     try:

@@ -68,8 +68,7 @@ def seconds(pattern: re.Pattern[str], message: str) -> float | None:
 
 
 def is_api_server(proc: str | None) -> bool:
-    """True for the API server's lines (``APIServer``, ``ApiServer_0``) and unprefixed ones; False for
-    engine cores and workers."""
+    """True for the API server's lines (``APIServer``, ``ApiServer_0``) and unprefixed ones."""
     return proc is None or proc[:9].lower() == "apiserver"
 
 
@@ -91,8 +90,7 @@ class StartupAttempt:
 
     @property
     def startup_s(self) -> float | None:
-        """Seconds from the launch (the launcher's ``Starting vLLM:`` line, else the first
-        stamped line) to ready; None if unknown."""
+        """Seconds from the launch (or the first stamped line) to ready; None if unknown."""
         if self.started_at_s is None or self.ready_at_s is None:
             return None
         return round(max(0.0, self.ready_at_s - self.started_at_s), 3)
@@ -118,8 +116,7 @@ class StartupPhase:
     detail: str
     """One line for people, e.g. ``loading weights`` or ``ready after 51 s (model load 0.02 s, engine init 29 s)``."""
     load_s: float | None = None
-    """vLLM's model load seconds: ``Model loading took`` when logged, else ``Loading weights
-    took``; the slowest worker's."""
+    """vLLM's model load seconds (``Model loading took``, else ``Loading weights took``), slowest worker's."""
     engine_init_s: float | None = None
     """vLLM's engine init seconds (profiling, KV cache, warm-up); the slowest core's."""
     kv_cache_line: str | None = None
