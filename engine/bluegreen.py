@@ -1,15 +1,11 @@
 """The blue/green switch of ``./start_vllm.sh``: the new engine beside the running one, then the swap behind the router.
 
-For each local replica in turn (:func:`switch_replica`): the new engine starts in the replica's other slot
-(:mod:`core.slots`, its own program, port, log and state file) with the request; once it answers a real completion
-the router gets it as a worker and loses the old one (vllm-router's ``/add_worker`` and ``/remove_worker``: 40 ms
-measured, no request refused); the slot record flips, so the UI, the sidecar and ``make status`` read the new
-engine; the old engine finishes what it was sent (:func:`drain`, bounded by SWITCH_DRAIN_TIMEOUT_S: what is still
-running then is cut, counted and said) and is stopped. A new engine that does not come up is stopped and the old
-one keeps serving (:class:`core.enginestate.EngineError` with its log's error line).
-
-Whether the host holds both engines is :func:`room` (host memory for vLLM's CPU build, GPU memory by the plan on
-GPUs) and what to do about it :func:`decide`; both pure.
+Per local replica (:func:`switch_replica`): the new engine starts in the replica's other slot (:mod:`core.slots`)
+with the request; once it answers a real completion the router gains it and loses the old one (vllm-router's
+``/add_worker``, ``/remove_worker``: 40 ms measured, no request refused); the slot record flips; the old engine
+finishes what it was sent (:func:`drain`, at most SWITCH_DRAIN_TIMEOUT_S, the rest cut and counted) and stops. A new
+engine that does not come up is stopped and the old one serves on. Whether the host holds both engines is
+:func:`room_now`, what to do about it :func:`decide`.
 """
 
 from __future__ import annotations
@@ -36,13 +32,11 @@ from engine.model_resolve import ResolvedModel
 from engine.vllmlog.startup import latest_start, phases_line
 
 CPU_ENGINE_OVERHEAD_BYTES = int(1.5 * GIB)
-"""What a CPU engine holds beyond its weights and KV pool: three Python processes (API server, engine core, worker)
-with torch and vLLM imported, about 0.7-0.8 GiB each, the worker's part counted in its weights (measured on this
-stack: RSS 0.83 + 0.68 GiB for API server and engine core beside the worker's weights and pool)."""
+"""A CPU engine's API server and engine core beyond weights and pool (RSS 0.83 + 0.68 GiB measured)."""
 DRAIN_POLL_S = 0.5
 """How often the old engine's in-flight count is read while it drains."""
 SETTLED_READS = 2
-"""Readings of 0 in a row that end the drain (a request the router sent just before the swap is counted by then)."""
+"""Readings of 0 in a row that end the drain (a request sent just before the swap is counted by then)."""
 
 How = Literal["blue-green", "restart", "refuse"]
 
@@ -53,10 +47,10 @@ class Room:
 
     fits: bool
     where: str
-    """``host memory`` (CPU build: weights, KV pool and processes in RAM) or ``GPU 0`` (the tightest GPU)."""
+    """``host memory`` (CPU build) or ``GPU 0`` (the tightest GPU)."""
     need_bytes: int
     free_bytes: int | None
-    """None: unknown (no NVML, no total): the switch is tried side by side."""
+    """None: unknown; the switch is tried side by side."""
 
     def describe(self) -> str:
         """``host memory: the new engine needs 3.9 GiB, 12.1 GiB available`` for the messages."""
@@ -65,15 +59,13 @@ class Room:
 
 
 def cpu_room(pool_bytes: int, weights_bytes: int, available_bytes: int) -> Room:
-    """The CPU build's new engine beside the old one: its KV pool, weights and processes
-    (:data:`CPU_ENGINE_OVERHEAD_BYTES`) against the host's available memory now (the old engine's already taken)."""
+    """The CPU build's new engine (KV pool, weights, processes) against the host's available memory now."""
     need = pool_bytes + weights_bytes + CPU_ENGINE_OVERHEAD_BYTES
     return Room(need <= available_bytes, "host memory", need, available_bytes)
 
 
 def gpu_room(plan: MemoryPlan) -> Room:
-    """The GPU build's new engine beside the old one: the plan's need per GPU (weights share, KV pool, headroom)
-    against each GPU's free memory now (the old engine holds its own); the tightest GPU is named."""
+    """The GPU build's new engine: the plan's per-GPU need against each GPU's free memory (tightest named)."""
     devices = [d for d in plan.devices if d.free_bytes is not None]
     if not devices:
         return Room(True, "GPU memory", plan.need_bytes, None)
@@ -82,11 +74,11 @@ def gpu_room(plan: MemoryPlan) -> Room:
 
 
 def room_now(settings: Settings, resolved: ResolvedModel, build: str) -> Room:
-    """:func:`cpu_room` or :func:`gpu_room` of the engine ``settings`` would start for ``resolved`` on this host now
-    (``build``: :func:`engine.engineplan.engine_build`; ``settings`` with the dtype the launcher will choose).
+    """:func:`cpu_room` or :func:`gpu_room` of the engine ``settings`` would start for ``resolved`` now
+    (``build``: :func:`engine.engineplan.engine_build`).
 
     Raises:
-        KvSizingError: the pool cannot hold one request of the context length (checked before, by the caller).
+        KvSizingError: the pool cannot hold one request of the context length.
     """
     facts = model_facts(settings, resolved, fetch=False)
     if build == "cpu":
@@ -112,14 +104,13 @@ def decide(mode: str, front: bool | None, room: Room | None, expected_down_s: fl
 
     Args:
         mode: ENGINE_SWITCH (``auto``, ``blue-green``, ``restart``).
-        front: the router listens on VLLM_PORT (:func:`core.replicas.front_in_use`); without it there is no seam;
-            None: the compose stack (:data:`COMPOSE_WHY`).
+        front: the router listens on VLLM_PORT (:func:`core.replicas.front_in_use`); None: the compose stack.
         room: :func:`cpu_room` or :func:`gpu_room` of the new engine (None with ``front`` None).
-        expected_down_s: how long the last start of vLLM took (None: unknown), the downtime a restart costs.
+        expected_down_s: how long vLLM's last start took (None: unknown), the downtime a restart costs.
 
     Returns:
-        ``blue-green``; ``restart`` with the reason and the expected downtime; ``refuse`` when blue/green is forced
-        on a stack without the router in front.
+        ``blue-green``, ``restart`` (with the reason and expected downtime) or ``refuse`` (blue/green forced without
+        the router in front).
     """
     down = (f"expect about {expected_down_s:.0f} s without an engine (its last start took that long)"
             if expected_down_s is not None else "expect a whole vLLM start without an engine")  # fmt: skip
@@ -151,14 +142,13 @@ class Drained:
     """How the old engine's requests ended: in flight at the swap, cut at the timeout, seconds waited."""
 
     in_flight: int | None
-    """None: the engine did not say (no ``/load`` nor ``/metrics``)."""
+    """None: the engine did not say."""
     cut: int
     waited_s: float
 
 
 def in_flight(url: str, headers: dict[str, str], client: httpx.Client | None = None) -> int | None:
-    """Requests the engine at ``url`` is serving now: vLLM's ``/load`` (HTTP requests in progress, with
-    ``--enable-server-load-tracking``), else running + waiting of its ``/metrics``; None when it answers neither."""
+    """Requests the engine at ``url`` serves now (``/load``, else ``/metrics``); None when it says neither."""
     get = client.get if client is not None else httpx.get
     try:
         load = get(f"{url}/load", timeout=5, headers=headers)
@@ -177,8 +167,8 @@ def in_flight(url: str, headers: dict[str, str], client: httpx.Client | None = N
 
 def drain(count: Callable[[], int | None], timeout_s: float, sleep: Callable[[float], None] = time.sleep,
           clock: Callable[[], float] = time.monotonic) -> Drained:  # fmt: skip
-    """Wait until ``count()`` (requests in flight on the old engine) reads 0 :data:`SETTLED_READS` times in a row,
-    at most ``timeout_s``; what is in flight then is cut. An engine that stops answering has nothing left to finish."""
+    """Wait until ``count()`` (requests in flight on the old engine) reads 0 :data:`SETTLED_READS` times in a
+    row, at most ``timeout_s``; what is in flight then is cut. An engine that stops answering has nothing left."""
     start = clock()
     first = count()
     last, zeros = first, 0
@@ -196,7 +186,7 @@ def drain(count: Callable[[], int | None], timeout_s: float, sleep: Callable[[fl
 
 @dataclass(frozen=True)
 class Swapped:
-    """One replica's switch: its slots, the new engine's start-up time and the swap's, and the old engine's drain."""
+    """One replica's switch: its slots, the new engine's start-up and swap times, the old engine's drain."""
 
     index: int
     old_slot: Slot
@@ -210,8 +200,7 @@ class Swapped:
 
 
 def answers_completion(url: str, headers: dict[str, str]) -> str | None:
-    """None when the engine at ``url`` answers a one-token completion (health alone is not enough: the first request
-    is what users wait for), else what it did instead."""
+    """None when the engine at ``url`` answers a one-token completion, else what it did instead."""
     try:
         health = httpx.get(f"{url}/health", timeout=5, headers=headers)
         if health.status_code != 200:
@@ -224,8 +213,7 @@ def answers_completion(url: str, headers: dict[str, str]) -> str | None:
 
 
 class Programs:
-    """What :func:`switch_replica` needs of supervisord (:class:`engine.local_control.Supervisor` wrapped): program
-    states, start, stop."""
+    """What :func:`switch_replica` needs of supervisord (:class:`engine.local_control.Supervisor`)."""
 
     def __init__(self, supervisor: Any) -> None:
         self.supervisor = supervisor
@@ -259,11 +247,11 @@ def switch_replica(
     why_not_up: Callable[[Settings, Any], str],
     say: Callable[[str], None] = print,
 ) -> Swapped:
-    """Replace local replica ``index``'s engine by one started with ``request`` in its other slot (module docstring).
+    """Replace local replica ``index``'s engine by one started with ``request`` in its other slot.
 
     Raises:
-        EngineError: the new engine did not answer (it is stopped; the old one serves on), or the router refused the
-            swap (the new one is taken out again and stopped).
+        EngineError: the new engine did not answer (stopped; the old one serves on), or the router refused the swap
+            (the new one is taken out and stopped).
     """
     old_slot = active_slot(settings.run_dir, index)
     new_slot = other(old_slot)

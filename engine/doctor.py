@@ -1,19 +1,11 @@
 """``make doctor``: why the GPU stack would not start, before anything starts — one line per failure, with its fix.
 
-``python -m engine.doctor [--in-container]``. Run by ``make doctor``, by ``make up`` on GPU hosts and by the
-compose engine's entry (``--in-container``: no Container Toolkit or host port checks there). Checks:
-
-- the host driver against the rule of the image's CUDA build (:func:`image_cuda` of ``VLLM_GPU_BASE``; in the
-  engine container the CUDA runtime its torch was built with): the Container Toolkit's check of the image's
-  ``NVIDIA_REQUIRE_CUDA`` label, and the CUDA runtime's own minimum (:data:`DRIVER_RULES`);
-- the NVIDIA Container Toolkit (``nvidia-ctk``/``nvidia-container-runtime``/``nvidia-container-cli``) on the host;
-- free memory on each GPU the engine will use against what vLLM will request there (:mod:`engine.gpuplan`), and
-  the predicted start-up peak of vLLM there (:mod:`engine.gpupeak`);
-- the checkout's ``logs/``, ``reports/`` and ``models/`` writable by the containers' uid (APP_UID/APP_GID);
-- the HF cache writable and HF_TOKEN well-formed;
-- the stack's ports free (host only).
-
-Exit 0 when nothing failed, 1 otherwise. No GPU at all is not a failure: the CPU build runs.
+``python -m engine.doctor [--in-container]``, run by ``make doctor``, by ``make up`` on GPU hosts and by the compose
+engine's entry (``--in-container``: no Container Toolkit or host port checks). Checks the host driver against the
+image's CUDA build (:data:`DRIVER_RULES`), the NVIDIA Container Toolkit, each GPU's free memory against what vLLM
+will request (:mod:`engine.gpuplan`, with the predicted peak of :mod:`engine.gpupeak`), ``logs/``, ``reports/`` and
+``models/`` writable by APP_UID/APP_GID, the HF cache and HF_TOKEN, and the stack's ports (host only). Exit 0 when
+nothing failed, else 1; no GPU at all is no failure (the CPU build runs).
 """
 
 from __future__ import annotations
@@ -43,12 +35,10 @@ from engine.model_resolve import ModelResolutionError
 class DriverRule:
     """What a vLLM image's CUDA build asks of the host's (Linux) driver.
 
-    The NVIDIA Container Toolkit starts the container only when the image's ``NVIDIA_REQUIRE_CUDA`` label holds
-    (libnvidia-container ``src/cli/dsl.c``: space-separated alternatives, comma-separated conditions, each checked
-    against the driver's CUDA version and version string): ``cuda>=12.9`` — the driver's CUDA version, i.e. a driver
-    ≥ ``cuda_driver``, the first of that CUDA version — OR ``brand=…,driver>=535,driver<536`` … for each of the
-    label's exception ``branches`` (every data-centre, workstation and virtual-GPU brand; not GeForce or TITAN). The
-    CUDA runtime then needs at least ``runtime_driver`` (CUDA minor-version compatibility).
+    The Container Toolkit starts the container only when the image's ``NVIDIA_REQUIRE_CUDA`` label holds
+    (libnvidia-container ``src/cli/dsl.c``): ``cuda>=X`` (a driver ≥ ``cuda_driver``) OR one of the label's data-centre
+    exception ``branches`` (not GeForce). The CUDA runtime then needs at least ``runtime_driver`` (minor-version
+    compatibility).
     """
 
     cuda: str
@@ -99,8 +89,7 @@ class Finding:
 
 
 def image_cuda(base: str, runtime: str | None = None) -> str:
-    """``cu129`` or ``cu130``: from the engine's CUDA runtime (``12.9``) when known, else from the image's tag
-    (vLLM's convention since v0.20: ``vX-cu129`` is the CUDA 12.9 build, the plain tag the CUDA 13 one)."""
+    """``cu129`` or ``cu130``: from the engine's CUDA runtime when known, else the image tag (``vX-cu129``)."""
     if runtime:
         return "cu129" if runtime.startswith("12.") else "cu130"
     tag = base.split("@")[0].rsplit(":", 1)[-1]
@@ -112,8 +101,8 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def check_driver(gpus: HostGpus, image_cuda: str) -> Finding:
-    """The host driver against the :data:`DRIVER_RULES` of ``image_cuda``: the fix names the drivers that pass, and
-    the -cu129 image where it would run on this driver."""
+    """The host driver against the :data:`DRIVER_RULES` of ``image_cuda``; the fix names the drivers that
+    pass, and the -cu129 image where that would run."""
     rule = DRIVER_RULES[image_cuda]
     have = gpus.driver_version
     if have is None:
@@ -133,7 +122,7 @@ def check_driver(gpus: HostGpus, image_cuda: str) -> Finding:
 
 
 def check_toolkit(which: Callable[[str], str | None] = shutil.which) -> Finding:
-    """The NVIDIA Container Toolkit, which gives containers the GPUs (``deploy.resources.devices`` in compose)."""
+    """The NVIDIA Container Toolkit, which gives containers the GPUs."""
     found = [tool for tool in TOOLKIT_TOOLS if which(tool)]
     if not found:
         return Finding(
@@ -178,8 +167,7 @@ def check_memory(settings: Settings, gpus: HostGpus) -> list[Finding]:
 
 
 def writable_by(path: Path, uid: int, gid: int) -> bool:
-    """Whether ``uid``/``gid`` may create files in ``path`` (the nearest existing folder when it is missing), by its
-    owner, group and mode bits (root may always)."""
+    """Whether ``uid``/``gid`` may create files in ``path`` (or its nearest parent) by its mode bits."""
     while not path.exists() and path.parent != path:
         path = path.parent
     if uid == 0:
@@ -218,8 +206,7 @@ def check_hf(cache: Path, token: str | None, uid: int, gid: int) -> list[Finding
 
 
 def check_ports(settings: Settings, in_container: bool) -> list[Finding]:
-    """The stack's ports free (in the engine container: vLLM's only); held by this checkout's running stack, they
-    pass (a user once read four [FAIL] lines about the stack's own services and could have stopped them)."""
+    """The stack's ports free (in the container: vLLM's); held by this checkout's running stack, they pass."""
     ports = [("VLLM_PORT", settings.vllm_host, settings.vllm_port)]
     if not in_container:
         ports += [
@@ -259,12 +246,12 @@ def diagnose(settings: Settings, gpus: HostGpus, in_container: bool, hf_cache: P
 
 
 BLOCKING = ("driver", "GPU", "plan")
-"""Findings that stop the engine's start (``ENGINE_PREFLIGHT``): vLLM would fail on them; the rest are warnings."""
+"""Findings that stop the engine's start (``ENGINE_PREFLIGHT``); the rest are warnings."""
 
 
 def preflight(settings: Settings, say: Callable[[str], None]) -> bool:
-    """The engine-side checks before vLLM starts (compose's engine, ``ENGINE_PREFLIGHT=1``): every finding said,
-    failures of :data:`BLOCKING` checks as errors (False: do not start), others as warnings."""
+    """The engine-side checks before vLLM starts (``ENGINE_PREFLIGHT=1``): each failure said, as an error
+    when :data:`BLOCKING` (then False: do not start), else as a warning."""
     from huggingface_hub import constants
 
     ok = True

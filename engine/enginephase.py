@@ -1,15 +1,9 @@
 """vLLM's start-up phase judged together with its process, and the one failure report of a launch.
 
-The log alone cannot tell a start that is still compiling from one whose process died mid-way (a typo in
-VLLM_EXTRA_ARGS ends vLLM with argparse's ``error:`` line; a hard crash writes nothing), nor a ready server from one
-killed since. :func:`judge` corrects the log's phase with what the process is known to be: a launch that exited
-before ready is ``failed`` (with the log's error line, else ``exited with code N``), a ready one that is gone is
-``stopped`` (``died after being ready``). What is known comes from the state file (the exit status the launcher
-records; the pid, where this process can see it) and supervisord (:func:`engine_process`).
-
-:func:`launch_phase` reads only the lines of one launch (from a :class:`~core.enginestate.LogPosition` taken before it
-started), so that ``make up`` and ``./start_vllm.sh`` never report the previous run; :func:`failure_report` is what
-both print when vLLM did not come up: the failed phase's error line and the launch's last log lines.
+The log alone cannot tell a start still compiling from one whose process died (a typo in VLLM_EXTRA_ARGS, a hard
+crash), nor a ready server from one killed since: :func:`judge` corrects it with what the state file and supervisord
+know of the process (:func:`engine_process`). :func:`launch_phase` reads only one launch's lines, so ``make up`` and
+``./start_vllm.sh`` never report the previous run; :func:`failure_report` is what both print when vLLM did not come up.
 """
 
 from __future__ import annotations
@@ -50,9 +44,8 @@ class EngineProcess:
 
 
 def engine_process(state: EngineState | None, supervisor_info: Mapping[str, Any] | None = None) -> EngineProcess:
-    """vLLM's process from the state file and supervisord's ``getProcessInfo`` of ``program:vllm`` (either may be
-    None). The launcher's recorded exit status wins; then supervisord's state (its ``exitstatus`` is the launcher's,
-    which passes vLLM's on); then whether the recorded pid still runs (same pid namespace only)."""
+    """vLLM's process from the state file and supervisord's ``getProcessInfo`` (either may be None):
+    the launcher's recorded exit status wins, then supervisord's state, then whether the recorded pid still runs."""
     statename = (supervisor_info or {}).get("statename")
     relaunched = statename in ("RUNNING", "STARTING") and (
         state is None or (supervisor_info or {}).get("start", 0) > (state.started_at or 0)
@@ -71,9 +64,8 @@ def engine_process(state: EngineState | None, supervisor_info: Mapping[str, Any]
 
 
 def judge(phase: StartupPhase, process: EngineProcess) -> StartupPhase:
-    """``phase`` (from the log) corrected by ``process``: unchanged while it runs or when nothing is known; a start
-    whose process is gone before ready is ``failed`` (error line from the log when it has one, else the exit), a
-    ready one ``stopped`` (``died after being ready (exited with code N)`` unless stopped on purpose)."""
+    """``phase`` (from the log) corrected by ``process``: a start whose process is gone before ready is
+    ``failed`` (the log's error line, else the exit), a ready one ``stopped``; otherwise unchanged."""
     if process.running is not False or phase.phase in ("failed", "stopped", "not_started"):
         return phase
     attempts = phase.attempts
@@ -96,8 +88,8 @@ def judge(phase: StartupPhase, process: EngineProcess) -> StartupPhase:
 
 
 def _launch_spans(path: Path, since: LogPosition) -> list[tuple[str, int]]:
-    """``(file, from byte)`` holding the lines after ``since``: its file (found by device and inode, also after a
-    rotation renamed it) from the offset, then every newer file; the current file's tail when it is gone."""
+    """``(file, from byte)`` holding the lines after ``since``: its file (by device and inode) from the
+    offset, then every newer one; the current file's tail when it is gone."""
     family = rotated_family(path)
     for index, member in enumerate(family):
         try:
@@ -122,9 +114,7 @@ def _position_of(path: Path, offset: int) -> LogPosition | None:
 
 
 def launch_lines(path: Path, since: LogPosition | None, limit_bytes: int = FULL_READ_BYTES) -> list[bytes]:
-    """The log's lines written after ``since`` (None: the whole family), cleaned (no colours, container stamps
-    stay), at most about ``limit_bytes``; the newest are kept when there are more (every byte is still read: callers
-    pass ``since``, or a family that :func:`~engine.vllmlog.startup.read_startup` would read whole anyway)."""
+    """The log's lines after ``since`` (None: all), colours removed, the newest ``limit_bytes`` or so."""
     places = _launch_spans(path, since) if since is not None else [(m, 0) for m in rotated_family(path)]
     lines: deque[bytes] = deque()
     kept = 0
@@ -143,9 +133,8 @@ def launch_lines(path: Path, since: LogPosition | None, limit_bytes: int = FULL_
 def launch_phase(
     path: Path, state: EngineState | None, since: LogPosition | None = None, process: EngineProcess | None = None
 ) -> StartupPhase:
-    """The start-up phase, judged with the process (:func:`judge`; ``process`` defaults to what the state file
-    tells). With ``since`` only the launch after that position counts (``not_started`` until its first line);
-    without it, the log's latest start (:func:`~engine.vllmlog.startup.read_startup`)."""
+    """The start-up phase judged with the process (:func:`judge`; ``process`` defaults to the state
+    file's): with ``since`` only that launch (``not_started`` until its first line), else the log's latest start."""
     if since is None:
         phase = read_startup(path, state)
     else:
@@ -159,9 +148,7 @@ def launch_phase(
 
 
 def failure_report(path: Path, phase: StartupPhase, since: LogPosition | None, tail_lines: int = TAIL_LINES) -> str:
-    """Why a launch did not come up, for people: the failed phase's error line (or its detail) and the last
-    ``tail_lines`` lines of the launch in ``path`` (argparse's ``usage:`` block is cut to its last lines too).
-    ``make up`` and ``./start_vllm.sh`` print it."""
+    """Why a launch did not come up: the failed phase's error line and its last ``tail_lines`` lines."""
     why = f"vLLM {phase.detail}" if phase.phase != "not_started" else "vLLM exited before it wrote a start-up line"
     if phase.error_line and phase.error_line not in why:
         why += f"\n  error: {phase.error_line}"

@@ -1,6 +1,5 @@
-"""The engine plan the launcher starts vLLM with: the model's geometry (its ``config.json`` from the folder, the HF
-cache, or fetched from the hub before the first start), the per-GPU KV plan at the engine's tensor/pipeline
-parallelism, the GPU memory plan (:mod:`engine.gpuplan`), and the engine interpreter's versions.
+"""The engine plan the launcher starts vLLM with: the model's ``config.json`` (folder, HF cache or hub), the
+per-GPU KV plan, the GPU memory plan (:mod:`engine.gpuplan`) and the engine interpreter's versions.
 """
 
 from __future__ import annotations
@@ -56,12 +55,11 @@ def engine_build(settings: Settings) -> str:
 
 
 def fits_host(settings: Settings, build: str, host_memory_bytes: int | None = None) -> str:
-    """``build`` (:func:`engine_build`) back when the KV pool can be had: vLLM's CPU build keeps it in host memory,
-    so ``KV_CACHE_GB`` at or above the host's memory (``host_memory_bytes``, default: this host's) could never be
-    allocated and vLLM would die after the running one was stopped.
+    """``build`` back when the KV pool can be had: vLLM's CPU build keeps it in host memory, so a pool at or
+    above ``host_memory_bytes`` (default this host's) could never be allocated.
 
     Raises:
-        KvSizingError: the CPU build's pool does not fit this host's memory (the message says what would).
+        KvSizingError: the CPU build's pool does not fit (the message says what would).
     """
     if build != "cpu":
         return build
@@ -99,8 +97,8 @@ class ModelFacts:
 
 
 def model_facts(settings: Settings, resolved: ResolvedModel, fetch: bool = True) -> ModelFacts:
-    """``config.json`` of ``resolved``: a local or synthetic folder, the HF cache, else (``fetch``, hub models, not
-    HF_HUB_OFFLINE) downloaded from the hub into the cache vLLM reads, so the first start plans what later ones do."""
+    """``config.json`` of ``resolved``: a local or synthetic folder, the HF cache, else (``fetch``, not
+    HF_HUB_OFFLINE) downloaded into the cache vLLM reads."""
     if resolved.source in ("local", "synthetic"):
         folder: Path | None = Path(resolved.model_arg)
         reason = None
@@ -123,9 +121,8 @@ def parallel(settings: Settings) -> ParallelSizes:
 
 
 def kv_plan(settings: Settings, resolved: ResolvedModel, facts: ModelFacts | None = None) -> KvPlan:
-    """The KV pool (``KV_CACHE_GB``, per GPU: vLLM's ``--kv-cache-memory-bytes`` is per worker) and context length,
-    from the geometry each GPU holds at the engine's parallelism (:func:`engine.kvsizing.per_gpu`); a model
-    whose config cannot be had before launch gets ``auto``.
+    """The KV pool (KV_CACHE_GB per GPU) and context length from the geometry each GPU holds
+    (:func:`engine.kvsizing.per_gpu`); ``auto`` when the config is unknown before launch.
 
     Raises:
         KvSizingError: the pool cannot hold one request of the context length.
@@ -148,8 +145,7 @@ def weights_bytes(settings: Settings, facts: ModelFacts) -> int:
 
 
 def gpu_plan(settings: Settings, facts: ModelFacts, kv: KvPlan, gpus: HostGpus) -> MemoryPlan:
-    """The per-GPU memory plan on the GPUs ``GPU_DEVICES`` selects (all when unset), with the GPU build's batch
-    limits and the start-up peak they give (:func:`engine.gpuplan.startup_peak`)."""
+    """The per-GPU memory plan on the GPUs GPU_DEVICES selects, with the batch limits and start-up peak."""
     weights, sizes = weights_bytes(settings, facts), parallel(settings)
     devices = select_devices(settings.gpu_devices, gpus.devices)
     dtype_bytes = DTYPE_BYTES.get(dtype_of(settings), 2)
@@ -171,13 +167,11 @@ except Exception:
     pass
 print(json.dumps(out))
 """
-"""Versions of the engine's interpreter without importing torch (seconds saved): torch's ``version.py`` names the
-CUDA runtime it was built with (``cuda = '12.9'``; None on CPU builds)."""
+"""The engine interpreter's versions without importing torch (the CUDA runtime from its ``version.py``)."""
 
 
 def engine_versions(python: str) -> dict[str, str | None]:
-    """``python_version``, ``torch_version`` and ``cuda_runtime`` of the interpreter that runs vLLM; empty when the
-    probe fails (never raises)."""
+    """``python_version``, ``torch_version`` and ``cuda_runtime`` of ``python``; empty when the probe fails."""
     try:
         done = subprocess.run([python, "-c", VERSIONS_PROBE], capture_output=True, text=True, timeout=30, check=False)
         data = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}

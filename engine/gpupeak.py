@@ -1,27 +1,17 @@
 """vLLM 0.32's GPU memory peak at start-up, term by term in bytes, and the batch limits that keep it under the seed's
 promise (ERNIE-4.5-0.3B in < 2.8 × 10⁹ B on a 24 GB card).
 
-The launcher always gives vLLM its KV pool (``--kv-cache-memory-bytes``); on that path a GPU worker starts in this
-order (every step with the line of vLLM 0.32 it comes from, :data:`SOURCES`; the same Python as the CPU wheel in
-``.venvs/engine``, where ``tests/unit/engine/test_gpu_peak.py`` checks each cited line):
+With ``--kv-cache-memory-bytes`` given, a GPU worker starts in this order (each step's vLLM line is in
+:data:`SOURCES`, checked by ``tests/unit/engine/test_gpu_peak.py``): 1. CUDA context (and NCCL buffers on > 1 GPU);
+2. this rank's weights; 3. ``profile_run``: a forward pass of ``max_num_batched_tokens`` tokens and a sampler pass
+over ``min(max_num_seqs, max_num_batched_tokens)`` rows × vocabulary, with no ``empty_cache`` after it, so that
+memory is still held when 4. the KV pool is allocated (phase **profiling held**); 5. ``capture_model`` empties the
+cache, captures the CUDA graphs and warms the sampler up again (phase **after capture**).
 
-1. CUDA context (and NCCL's buffers with more than one GPU), then the memory snapshot ``request_memory`` checks;
-2. the weights of this rank;
-3. ``profile_run``: one forward pass of ``max_num_batched_tokens`` tokens and a sampler pass over
-   ``min(max_num_seqs, max_num_batched_tokens)`` rows × the vocabulary — *without* ``memory_profiling`` or
-   ``empty_cache`` on this path, so the caching allocator still holds that memory when
-4. the KV pool is allocated on top of it (phase **profiling held**);
-5. ``capture_model`` empties the cache and captures the CUDA graphs, and then the sampler is warmed up again, on
-   purpose after capture so its buffers stay (phase **after capture**).
-
-So ``peak = context + communication + weights + Triton sampler buffer + KV pool + max(profiling held, after
-capture)``. The sampler's share dominates the batch-dependent part: bf16 logits, a float32 copy, float32
-probabilities and float32 exponential noise, 14 B per row and vocabulary entry — at vLLM's own defaults (256 rows on
-cards < 70 GiB, 1,024 on H100/H200) 0.37 and 1.48 GB for ERNIE's 103,424 tokens. The stack's GPU defaults
-(:data:`GPU_MAX_NUM_SEQS`, :data:`GPU_MAX_NUM_BATCHED_TOKENS`, passed unless VLLM_EXTRA_ARGS sets them) fit the
-stack's own load (50 users by default) and keep every card class at ≤ :data:`TARGET_BYTES`.
-
-``docs/engine.md``'s tables are generated from here (:mod:`engine.gpupeakdoc`).
+So ``peak = context + communication + weights + Triton sampler buffer + KV pool + max(profiling held, after capture)``.
+The sampler dominates the batch-dependent part (14 B per row and vocabulary entry: 0.37 and 1.48 GB for ERNIE at vLLM's
+defaults of 256 and 1,024 rows); the stack's :data:`GPU_MAX_NUM_SEQS` and :data:`GPU_MAX_NUM_BATCHED_TOKENS` keep every
+card class ≤ :data:`TARGET_BYTES`. ``docs/engine.md``'s tables are generated from here (:mod:`engine.gpupeakdoc`).
 """
 
 from __future__ import annotations
@@ -32,30 +22,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.units import GIB, MIB
+from engine.kvsizing import text_config
 
 PROMISE_BYTES = 2_800_000_000
 """The seed's promise: ERNIE-4.5-0.3B's GPU memory under 2.8 GB (10⁹ B, not GiB)."""
 TARGET_BYTES = 2_600_000_000
-"""What the defaults are chosen to predict at most on every card class: 0.2 GB of margin under the promise."""
+"""The most the defaults may predict on any card class: 0.2 GB under the promise."""
 GPU_MAX_NUM_SEQS = 64
-"""``--max-num-seqs`` on GPU builds: the stack's 50 default users at once (vLLM's own: 256, 1,024 on H100/H200)."""
+"""``--max-num-seqs`` on GPU builds: the 50 default users (vLLM's own: 256, 1,024 on H100/H200)."""
 GPU_MAX_NUM_BATCHED_TOKENS = 2048
-"""``--max-num-batched-tokens`` on GPU builds: vLLM's own default for its API server on cards < 70 GiB (8,192 on
-H100/H200); the longest bundled prompt (2,722 tokens) is prefilled in two chunks."""
+"""``--max-num-batched-tokens`` on GPU builds: vLLM's own default on cards < 70 GiB."""
 CUDA_CONTEXT_BYTES = 512 * MIB
-"""The engine process's CUDA context with torch's and cuBLAS's handles (CUDA 12, lazy module loading): 0.3 – 0.5 GiB
-measured on A10 to H200; the upper end is taken. Not vLLM's: the driver's; ``make gpu-check`` measures it."""
+"""CUDA context with torch's and cuBLAS's handles: 0.3 – 0.5 GiB measured (A10 to H200), the top taken."""
 COMM_BUFFER_BYTES = 256 * MIB
-"""NCCL's and vLLM's all-reduce buffers per GPU with tensor or pipeline parallelism (an allowance: they are sized by
-NCCL from the topology); 0 on one GPU."""
+"""An allowance for NCCL's and vLLM's all-reduce buffers per GPU with > 1 GPU."""
 GRAPH_OVERHEAD_BYTES = 2 * MIB
-"""Per captured CUDA graph beyond the shared pool: vLLM's own estimate takes at least 1 MiB (driver overhead); twice
-that is assumed here (the piecewise graph of a size is one graph per layer split)."""
+"""Per captured CUDA graph beyond the shared pool: twice vLLM's own 1 MiB floor."""
 SAMPLER_BYTES_PER_LOGIT = 2 + 4 + 4 + 4
-"""Sampler warm-up, per row and vocabulary entry: bf16 logits, their float32 copy, float32 probabilities, float32
-exponential noise (all alive together in ``random_sample``)."""
+"""Sampler warm-up per row and vocabulary entry: bf16 logits, their float32 copy, float32 probabilities and exponential
+noise, all alive in ``random_sample``."""
 SAMPLER_BUFFER_BYTES_PER_LOGIT = 4
-"""The Triton top-k/top-p kernel's per-program float32 row buffer, cached for the process's lifetime."""
+"""The Triton top-k/top-p kernel's float32 row buffer, kept for the process."""
 
 
 @dataclass(frozen=True)
@@ -136,8 +123,7 @@ def card_sms(name: str | None) -> int | None:
 
 
 def vllm_batch_defaults(total_bytes: int, name: str) -> tuple[int, int]:
-    """``(max_num_seqs, max_num_batched_tokens)`` vLLM 0.32's API server picks on a CUDA card of ``total_bytes``
-    named ``name`` (``vllm/engine/arg_utils.py`` ``get_batch_defaults``, :data:`SOURCES` ``batch_defaults``)."""
+    """``(max_num_seqs, max_num_batched_tokens)`` of vLLM 0.32 on a CUDA card (:data:`SOURCES`)."""
     if total_bytes >= 160 * GIB:
         return 1024, 16384
     if total_bytes >= 70 * GIB and "a100" not in name.lower():
@@ -182,8 +168,7 @@ def _flag_values(extra_args: str) -> dict[str, str]:
 
 
 def batch_limits(extra_args: str) -> BatchLimits:
-    """The GPU defaults, with ``--max-num-seqs``/``--max-num-batched-tokens`` of ``extra_args`` (VLLM_EXTRA_ARGS)
-    winning; a value that is no positive integer is left to vLLM to refuse (the default is planned)."""
+    """The GPU defaults, VLLM_EXTRA_ARGS's positive ``--max-num-seqs``/``--max-num-batched-tokens`` winning."""
     flags = _flag_values(extra_args)
     values = {}
     for flag in ("--max-num-seqs", "--max-num-batched-tokens"):
@@ -194,15 +179,15 @@ def batch_limits(extra_args: str) -> BatchLimits:
                        frozenset(f for f in flags if f in values))  # fmt: skip
 
 
-def eager(extra_args: str) -> bool:
-    """Whether VLLM_EXTRA_ARGS turns CUDA graphs off (``--enforce-eager``)."""
-    return "--enforce-eager" in _flag_values(extra_args)
+def has_flag(extra_args: str, flag: str) -> bool:
+    """Whether ``extra_args`` sets ``--flag`` (``--flag v`` or ``--flag=v``); False when they do not parse."""
+    return flag in _flag_values(extra_args)
 
 
 def capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, blackwell: bool = False) -> list[int]:
-    """The CUDA graph batch sizes vLLM 0.32 captures by default (no speculative decoding; ``vllm/config/vllm.py``
-    ``_set_cudagraph_sizes``): 1, 2, 4, then steps of 8 below 256 and of 16 above, up to
-    ``min(2 × max_num_seqs, 512 (1,024 on Blackwell), max_num_batched_tokens)``, plus ``max_num_seqs``."""
+    """The CUDA graph batch sizes vLLM 0.32 captures by default (``_set_cudagraph_sizes``): 1, 2, 4,
+    then steps of 8 below 256 and 16 above, up to ``min(2 × max_num_seqs, 512 (1,024 on Blackwell),
+    max_num_batched_tokens)``, plus ``max_num_seqs``."""
     largest = min(max_num_seqs * 2, 1024 if blackwell else 512, max_num_batched_tokens)
     sizes = [i for i in (1, 2, 4) if i <= largest]
     sizes += list(range(8, min(largest + 1, 256), 8)) + list(range(256, largest + 1, 16))
@@ -228,8 +213,7 @@ class ModelShape:
     @classmethod
     def from_config(cls, config: Mapping[str, Any], dtype_bytes: int = 2) -> ModelShape | None:
         """From a ``config.json`` (its ``text_config`` when there is one); None when a field is missing."""
-        text = config.get("text_config")
-        cfg: Mapping[str, Any] = text if isinstance(text, Mapping) else config
+        cfg = text_config(config)
         try:
             heads = int(cfg["num_attention_heads"])
             hidden = int(cfg["hidden_size"])
@@ -240,9 +224,8 @@ class ModelShape:
             return None
 
     def activation_bytes_per_token(self, tensor_parallel: int = 1) -> int:
-        """Activations of one token alive in the widest step of a layer, upper bound (no fusion counted): four
-        hidden-wide tensors (residual, normed input, attention and MLP outputs), q/k/v, the attention output, the
-        gated MLP's gate-up and its activation, split over the tensor-parallel ranks."""
+        """Upper bound of one token's activations in a layer's widest step: four hidden-wide tensors, q/k/v, the
+        attention output, the gated MLP's gate-up and activation, split over TP ranks."""
         tp = max(1, tensor_parallel)
         qkv = (self.heads // tp + 2 * max(1, self.kv_heads // tp)) * self.head_dim
         width = 4 * self.hidden + qkv + self.heads // tp * self.head_dim + 3 * self.intermediate // tp
@@ -250,30 +233,28 @@ class ModelShape:
 
 
 def weights_from_config(config: Mapping[str, Any], dtype_bytes: int) -> int | None:
-    """Weight bytes of a dense decoder estimated from its ``config.json`` (embeddings, attention with grouped KV
-    heads, a gated MLP and two norms per layer, the final norm; the LM head unless ``tie_word_embeddings``); None
-    when a field is missing. Exact for ERNIE-4.5-0.3B (360,748,032 parameters); mixture-of-experts models are
-    underestimated, so weights on disk are preferred (:func:`weights_on_disk`)."""
-    text = config.get("text_config")
-    cfg: Mapping[str, Any] = text if isinstance(text, Mapping) else config
+    """Weight bytes of a dense decoder from its ``config.json``: embeddings, per layer grouped-KV attention, a gated
+    MLP and two norms, the final norm, and the LM head unless ``tie_word_embeddings``; None when a field is missing.
+    Exact for ERNIE-4.5-0.3B (360,748,032 parameters); underestimates mixture-of-experts models."""
+    cfg = text_config(config)
+    shape = ModelShape.from_config(config)
     try:
-        hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
-        heads = int(cfg["num_attention_heads"])
-        kv_heads = int(cfg.get("num_key_value_heads") or heads)
-        head_dim = int(cfg.get("head_dim") or hidden // heads)
-        inter, vocab = int(cfg["intermediate_size"]), int(cfg["vocab_size"])
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        layers = int(cfg["num_hidden_layers"])
+    except (KeyError, TypeError, ValueError):
         return None
-    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
-    per_layer = attention + 3 * hidden * inter + 2 * hidden
-    embeddings = vocab * hidden * (1 if cfg.get("tie_word_embeddings", config.get("tie_word_embeddings")) else 2)
+    if shape is None:
+        return None
+    hidden, head_dim = shape.hidden, shape.head_dim
+    attention = 2 * hidden * shape.heads * head_dim + 2 * hidden * shape.kv_heads * head_dim
+    per_layer = attention + 3 * hidden * shape.intermediate + 2 * hidden
+    tied = cfg.get("tie_word_embeddings", config.get("tie_word_embeddings"))
+    embeddings = shape.vocab * hidden * (1 if tied else 2)
     return (embeddings + layers * per_layer + hidden) * dtype_bytes
 
 
 @dataclass(frozen=True)
 class PeakTerm:
-    """One term of the peak: bytes, the phase it belongs to (``fixed``, ``profiling`` or ``capture``), the vLLM
-    lines it comes from (:data:`SOURCES` keys) and its arithmetic in words."""
+    """One term of the peak: bytes, phase, :data:`SOURCES` keys and its arithmetic in words."""
 
     label: str
     bytes: int
@@ -299,8 +280,7 @@ class StartupPeak:
 
     @property
     def beyond_weights_and_kv_bytes(self) -> int:
-        """What vLLM takes after its CUDA context besides weights and the KV pool: the least headroom its
-        ``--gpu-memory-utilization`` must ask for."""
+        """What vLLM takes beyond context, weights and KV pool: the least headroom."""
         base = {"CUDA context", "weights", "KV pool"}
         return self.peak_bytes - sum(t.bytes for t in self.terms if t.label in base or t.label.startswith("NCCL"))
 
@@ -335,9 +315,8 @@ def predict_peak(
 ) -> StartupPeak:
     """The start-up peak of one of ``gpus`` GPUs (rank 0, which also samples) for ``shape`` at ``limits``.
 
-    ``sms``: the card's multiprocessors (the Triton sampler buffer has ``min(next power of 2 of min(rows, sms),
-    sms)`` rows; unknown: the rows themselves). Every term is an upper bound where vLLM's allocator could reuse
-    memory (the sampler's tensors may land in the forward pass's freed blocks: both are counted).
+    ``sms``: the card's multiprocessors (the Triton buffer has ``min(next power of 2 of min(rows, sms), sms)`` rows;
+    unknown: the rows). Every term is an upper bound where the allocator could reuse memory.
     """
     rows = limits.sampler_rows
     logits = rows * shape.vocab

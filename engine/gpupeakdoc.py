@@ -1,8 +1,7 @@
 """``docs/engine.md``'s GPU memory tables, generated from :mod:`engine.gpupeak` (never hand-written).
 
-``python -m engine.gpupeakdoc`` prints them; ``--write FILE`` replaces them in FILE (between :data:`BEGIN` and
-:data:`END`) and ``--check FILE`` exits 1 when FILE's are stale (``make lint``), as ``stack.config_reference`` does for
-``docs/reference.md``.
+``python -m engine.gpupeakdoc`` prints them; ``--write FILE`` replaces them between :data:`BEGIN` and :data:`END`;
+``--check FILE`` exits 1 when they are stale (``make lint``).
 """
 
 from __future__ import annotations
@@ -80,7 +79,7 @@ def replace_block(text: str, block: str) -> str:
 
     Raises:
         ValueError: ``text`` lacks the markers.
-    """
+"""
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
         raise ValueError(f"no {BEGIN!r} ... {END!r} block")

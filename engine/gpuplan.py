@@ -1,22 +1,15 @@
 """The GPU side of the engine plan: parallel sizes from the engine arguments, the weights each GPU holds, and the
 ``--gpu-memory-utilization`` that lets vLLM start beside other tenants of a card.
 
-Why the utilization matters although the pool is ``--kv-cache-memory-bytes``: vLLM 0.32's GPU worker takes a memory
-snapshot after its CUDA context is up (``vllm/v1/worker/gpu_worker.py`` ``init_device``) and
-``vllm/v1/worker/utils.py`` ``request_memory`` raises unless ``free_memory ≥ ceil(total_memory ×
-gpu_memory_utilization)``, whatever the KV setting; with a set pool the utilization is used for nothing else
-(``determine_available_memory`` returns the set bytes). At vLLM's default 0.92 a card with 8 % in use elsewhere
-cannot start. So the launcher asks for what the plan needs on one GPU, after the CUDA context::
+vLLM 0.32's ``request_memory`` (``vllm/v1/worker/utils.py``) raises unless ``free ≥ ceil(total × utilization)`` after
+the CUDA context is up, whatever the KV setting (with a set pool it is used for nothing else), so its 0.92 default
+cannot start on a card 8 % used elsewhere. The launcher asks for what one GPU needs::
 
     need = weights / (tp × pp) + KV pool (per worker) + headroom
     headroom = max(GPU_HEADROOM_GB, the predicted peak's share beyond weights and KV)   (:mod:`engine.gpupeak`)
     utilization = ceil_to_0.001(need / total)      (the largest over the GPUs used; capped at 1)
 
-The plan also carries the batch limits the GPU build runs with (``--max-num-seqs``/``--max-num-batched-tokens``,
-:func:`engine.gpupeak.batch_limits`) and the start-up peak they give (:class:`engine.gpupeak.StartupPeak`).
-
-Totals come from NVML (``pynvml``) or ``nvidia-smi`` for the GPUs ``GPU_DEVICES`` (CUDA_VISIBLE_DEVICES semantics)
-selects, in vLLM's rank order.
+Totals come from NVML or ``nvidia-smi`` for the GPUs ``GPU_DEVICES`` selects, in vLLM's rank order.
 """
 
 from __future__ import annotations
@@ -30,7 +23,7 @@ from typing import Any
 
 from core.gpus import DeviceMemory
 from core.units import GIB
-from engine.gpupeak import BatchLimits, ModelShape, StartupPeak, batch_limits, card_sms, eager, predict_peak
+from engine.gpupeak import BatchLimits, ModelShape, StartupPeak, batch_limits, card_sms, has_flag, predict_peak
 from engine.gpupeak import weights_from_config as weights_from_config  # re-exported: it lives with the model's shape
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -63,8 +56,8 @@ _FLAGS = {
 
 
 def parallel_sizes(extra_args: str) -> ParallelSizes:
-    """Parallel sizes named in ``extra_args`` (VLLM_EXTRA_ARGS, shell-quoted; compose's ENGINE_TENSOR_PARALLEL_SIZE
-    arrives there as ``--tensor-parallel-size N``); the last of a repeated flag wins, as in argparse.
+    """Parallel sizes named in ``extra_args`` (VLLM_EXTRA_ARGS; compose's ENGINE_TENSOR_PARALLEL_SIZE
+    arrives there too); the last of a repeated flag wins, as in argparse.
 
     Raises:
         ValueError: the arguments do not parse, or a size is not a positive integer.
@@ -80,14 +73,6 @@ def parallel_sizes(extra_args: str) -> ParallelSizes:
             raise ValueError(f"{flag} needs a positive integer, got {value!r}")
         sizes[_FLAGS[flag]] = int(value)
     return ParallelSizes(**sizes)
-
-
-def has_flag(extra_args: str, flag: str) -> bool:
-    """Whether ``extra_args`` sets ``flag`` (``--flag v`` or ``--flag=v``); False when they do not parse."""
-    try:
-        return any(word == flag or word.startswith(flag + "=") for word in shlex.split(extra_args))
-    except ValueError:
-        return False
 
 
 def weights_on_disk(folder: Path | None) -> int | None:
@@ -126,8 +111,7 @@ class MemoryPlan:
 
     @property
     def needed_headroom_bytes(self) -> int:
-        """GPU_HEADROOM_GB, or more where the predicted peak needs more beyond weights and KV pool (vLLM's own
-        batch defaults on an H100: its sampler alone takes 1.5 GB)."""
+        """GPU_HEADROOM_GB, or more where the predicted peak needs more beyond weights and KV pool."""
         return max(self.headroom_bytes, self.peak.beyond_weights_and_kv_bytes if self.peak else 0)
 
     @property
@@ -139,8 +123,7 @@ class MemoryPlan:
         return min(1.0, math.ceil(round(worst * UTILIZATION_STEPS, 6)) / UTILIZATION_STEPS)
 
     def short_of(self) -> list[tuple[DeviceMemory, int]]:
-        """GPUs whose free memory is below what vLLM will request there (``utilization × total``), with the bytes
-        requested; vLLM's ``request_memory`` would refuse them (its CUDA context comes on top)."""
+        """GPUs with less free memory than vLLM will request (``utilization × total``), with those bytes."""
         util = self.utilization
         if util is None:
             return []
@@ -171,8 +154,7 @@ class MemoryPlan:
         return f"{head}; --gpu-memory-utilization {util:.3f} of {cards}"
 
     def log_lines(self) -> list[str]:
-        """The start-up lines: the arithmetic, the predicted start-up peak, and a warning for each GPU with too
-        little free memory."""
+        """The start-up lines: the arithmetic, the predicted peak, a warning per GPU short of memory."""
         lines = [f"[INFO] {self.describe()}"]
         if self.peak is not None:
             lines.append(f"[INFO] {self.peak.line()}")
@@ -194,8 +176,7 @@ def memory_plan(
     limits: BatchLimits | None = None,
     peak: StartupPeak | None = None,
 ) -> MemoryPlan:
-    """The per-GPU plan for the first ``parallel.gpus`` of ``devices`` (vLLM's ranks take the visible GPUs in
-    order), with the batch ``limits`` and the start-up ``peak`` they give (:mod:`engine.gpupeak`)."""
+    """The per-GPU plan for the first ``parallel.gpus`` of ``devices`` (vLLM's ranks take them in order)."""
     return MemoryPlan(
         weights_bytes=weights_bytes,
         kv_cache_bytes=kv_cache_bytes,
@@ -216,9 +197,8 @@ def startup_peak(
     parallel: ParallelSizes,
     devices: Sequence[DeviceMemory],
 ) -> tuple[BatchLimits, StartupPeak | None]:
-    """The GPU build's batch limits (VLLM_EXTRA_ARGS's win) and the start-up peak of one GPU they give for the model
-    of ``config`` (None when its config is unknown before launch); on a known card the Triton sampler buffer is sized
-    by its multiprocessors (:func:`engine.gpupeak.card_sms`)."""
+    """The GPU build's batch limits and the start-up peak of one GPU they give for ``config``'s model
+    (None when unknown); on a known card the sampler buffer is sized by its multiprocessors."""
     limits = batch_limits(extra_args)
     shape = ModelShape.from_config(config, dtype_bytes) if config else None
     if shape is None:
@@ -227,5 +207,5 @@ def startup_peak(
     sms = max(s for s in known if s) if known and None not in known else None
     per_gpu = -(-weights_bytes // (parallel.tensor * parallel.pipeline))
     peak = predict_peak(shape, per_gpu, kv_cache_bytes, limits, parallel.tensor, parallel.gpus, sms=sms,
-                        enforce_eager=eager(extra_args))  # fmt: skip
+                        enforce_eager=has_flag(extra_args, "--enforce-eager"))  # fmt: skip
     return limits, peak

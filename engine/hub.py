@@ -26,12 +26,8 @@ def hf_config_dir(repo_id: str) -> Path | None:
 def fetch_config(
     repo_id: str, timeout_s: float, token: str | None = None, endpoint: str | None = None
 ) -> tuple[Path | None, str | None]:
-    """Download ``repo_id``'s ``config.json`` into the HF cache (where vLLM finds it later) and return its folder, so
-    the first start plans the KV cache and context from the same geometry as every later one; never raises.
-
-    Returns:
-        ``(folder, None)``, or ``(None, reason)`` when the hub cannot be reached or has no such file.
-    """
+    """Download ``repo_id``'s ``config.json`` into the HF cache (where vLLM finds it) so the first start
+    plans from the same geometry as later ones; ``(folder, None)`` or ``(None, reason)``, never raises."""
     from huggingface_hub import hf_hub_download
 
     try:
@@ -42,14 +38,8 @@ def fetch_config(
 
 
 def probe_hub(repo_id: str, timeout_s: float, offline: bool, token: str | None = None) -> HubProbe:
-    """Ask the hub whether ``repo_id`` exists, within ``timeout_s``; never raises.
-
-    ``token`` (HF_TOKEN) is sent so private and gated repos are found.
-
-    Returns:
-        ``HubProbe(True, ...)`` if it exists, ``HubProbe(False, ...)`` if the hub says it does not,
-        ``HubProbe(None, reason)`` if the hub cannot be reached (or ``offline``).
-    """
+    """Ask the hub whether ``repo_id`` exists within ``timeout_s`` (``token`` finds private and gated repos);
+    ``HubProbe`` True, False, or None with the reason when unreachable (or ``offline``); never raises."""
     if offline:
         return HubProbe(None, "HF_HUB_OFFLINE is set")
     import httpx

@@ -1,18 +1,10 @@
-"""KV cache sizing: how many tokens ``KV_CACHE_GB`` holds for a model, the default context length, and the check that
-one request of the longest allowed length fits (before vLLM is started, in the variables the user sets).
+"""KV cache sizing: the tokens ``KV_CACHE_GB`` holds, the default context length, and the check that one
+request of the longest allowed length fits, before vLLM starts.
 
-Bytes per token of a decoder with grouped-query attention (source: the K and V tensors vLLM allocates per layer,
-``vllm/v1/kv_cache_interface.py`` ``AttentionSpec.page_size_bytes``)::
-
-    layers × 2 (K and V) × kv_heads × head_dim × dtype bytes
-
-ERNIE-4.5-0.3B: 18 × 2 × 2 × 128 × 2 B = 18,432 B (18 KiB) per token, so 1 GiB holds 58,254 tokens.
-
-With tensor parallelism each GPU holds ``max(1, kv_heads // tp)`` KV heads (vLLM's ``ModelConfig.get_num_kv_heads``:
-heads are split across ranks and replicated when there are more ranks than heads) and, with pipeline parallelism,
-the layers of its stage (``vllm/distributed/utils.py`` ``get_pp_indices``: the largest stage has
-``ceil(layers / pp)``). ``--kv-cache-memory-bytes`` is per worker, so the plan is per GPU (:func:`per_gpu`):
-ERNIE at TP 2 or 8 costs 9,216 B per token per GPU, 116,480 tokens per GiB.
+Bytes per token (the K and V tensors per layer, ``vllm/v1/kv_cache_interface.py`` ``page_size_bytes``):
+``layers × 2 × kv_heads × head_dim × dtype bytes``; ERNIE-4.5-0.3B: 18,432 B, 58,254 tokens per GiB. Per GPU
+(:func:`per_gpu`, as ``--kv-cache-memory-bytes`` is per worker) a TP rank holds ``max(1, kv_heads // tp)`` heads
+(``ModelConfig.get_num_kv_heads``) and a PP stage ``ceil(layers / pp)`` layers (``get_pp_indices``).
 """
 
 from __future__ import annotations
@@ -26,12 +18,10 @@ from typing import Any
 from core.units import GIB
 
 DEFAULT_MAX_MODEL_LEN = 4096
-"""Context length when ``VLLM_MAX_MODEL_LEN`` is unset (capped at the model's own maximum): the longest bundled
-prompt (2,722 tokens with the chat template) plus the largest sampled output (``OUTPUT_LEN_CAP`` = 1,024), rounded up
-to a power of two."""
+"""Context length when VLLM_MAX_MODEL_LEN is unset (capped at the model's maximum): the longest bundled prompt (2,722
+tokens) plus the largest sampled output (1,024), rounded up to a power of two."""
 TOKEN_GRANULE = 128
-"""Pool sizes are rounded down to whole blocks of this many tokens (vLLM's CPU block size; a multiple of the GPU's
-16), so the figures here never promise more than either build allocates."""
+"""Pools are rounded down to blocks of this many tokens (vLLM's CPU block size, a multiple of the GPU's 16)."""
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
@@ -64,15 +54,19 @@ def per_gpu(geometry: KvGeometry, tensor_parallel: int = 1, pipeline_parallel: i
     )
 
 
-def geometry_from_config(config: Mapping[str, Any], dtype: str = "bfloat16") -> KvGeometry | None:
-    """The KV geometry of a Hugging Face ``config.json`` (dense or GQA attention), or None when it cannot be told.
-
-    ``num_key_value_heads`` defaults to ``num_attention_heads`` (multi-head attention) and ``head_dim`` to
-    ``hidden_size / num_attention_heads``; a ``text_config`` (multimodal wrappers) is used when present. Latent
-    attention (``kv_lora_rank``, DeepSeek), sliding windows and hybrid models are not modelled: None.
-    """
+def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's part of a ``config.json``: its ``text_config`` (multimodal wrappers), else itself."""
     text = config.get("text_config")
-    cfg: Mapping[str, Any] = text if isinstance(text, Mapping) else config
+    return text if isinstance(text, Mapping) else config
+
+
+def geometry_from_config(config: Mapping[str, Any], dtype: str = "bfloat16") -> KvGeometry | None:
+    """The KV geometry of a Hugging Face ``config.json`` (dense or GQA attention), or None.
+
+    ``num_key_value_heads`` defaults to ``num_attention_heads`` and ``head_dim`` to ``hidden_size / heads``. Latent
+    attention (``kv_lora_rank``), sliding windows and hybrid models are not modelled: None.
+    """
+    cfg = text_config(config)
     if cfg.get("kv_lora_rank") or cfg.get("sliding_window") or cfg.get("layer_types"):
         return None
     try:
@@ -105,11 +99,8 @@ def read_config(model_dir: Path) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class KvPlan:
-    """The KV cache and context length vLLM is started with.
-
-    ``max_model_len`` None means "let vLLM fit it to the pool" (``--max-model-len auto``): used only when the model's
-    geometry is unknown before launch (a model vLLM will download). ``tokens`` is None in that case too.
-    """
+    """The KV cache and context length vLLM is started with; ``max_model_len`` and ``tokens`` are None when the
+    geometry is unknown before launch (``--max-model-len auto``)."""
 
     kv_cache_bytes: int
     max_model_len: int | None
@@ -141,12 +132,11 @@ def pool_tokens(kv_cache_bytes: int, bytes_per_token: int) -> int:
 
 
 def plan_kv(kv_cache_gb: float, max_model_len: int | None, geometry: KvGeometry | None) -> KvPlan:
-    """Size the KV cache (``kv_cache_gb`` GiB) and the context length (``max_model_len``, else the default capped at
-    the model's maximum).
+    """Size the KV cache (``kv_cache_gb`` GiB) and the context length (``max_model_len``, else the default
+    capped at the model's maximum).
 
     Raises:
-        KvSizingError: the pool cannot hold one request of the context length (vLLM would refuse to start after
-            loading the model); the message gives both variables and values that fit.
+        KvSizingError: the pool cannot hold one request of the context length; the message says what fits.
     """
     kv_bytes = int(kv_cache_gb * GIB)
     if geometry is None:

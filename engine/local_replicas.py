@@ -1,16 +1,12 @@
 """Local replicas and vllm-router under the stack's supervisord: the programs ``make up`` adds, their environment,
 and the router's worker list at run time.
 
-Without the router in front (``ENGINE_SWITCH=restart make up``, one engine) the stack runs deploy/supervisord.conf
-as it is. Otherwise :func:`write_conf` writes ``run/supervisord.conf``: that file plus, per local replica K, a
-program for each of its two slots (:mod:`core.slots`: ``vllm`` and ``vllm-b`` for replica 0 — ``program:vllm`` is
-replica 0's slot a, whose state file the UI, the sidecar and ``make status`` read while it serves —, ``vllm-K`` and
-``vllm-K-b`` for K > 0; slot b starts only on a switch) and ``[program:router]``, ``vllm-router`` on VLLM_PORT in
-front of the serving engines (:func:`router_argv`). Each launcher learns its replica and slot from ENGINE_REPLICA
-and ENGINE_SLOT and takes its port, log, state file and share of the GPUs or CPU cores from them
-(:func:`replica_settings`). A switch changes the router's workers while it runs (:func:`add_worker`,
-:func:`remove_worker`: vllm-router's ``/add_worker`` and ``/remove_worker``; a removed worker finishes the
-requests it was sent, measured in docs/models.md).
+Without the router in front (``ENGINE_SWITCH=restart``, one engine) deploy/supervisord.conf runs as it is. Otherwise
+:func:`write_conf` writes ``run/supervisord.conf``: per local replica K a program for each of its two slots
+(:mod:`core.slots`: ``vllm``/``vllm-b`` for replica 0, ``vllm-K``/``vllm-K-b``; slot b starts only on a switch) and
+``[program:router]``, vllm-router on VLLM_PORT (:func:`router_argv`). Each launcher takes its port, log, state file
+and device share from ENGINE_REPLICA and ENGINE_SLOT (:func:`replica_settings`). A switch changes the router's
+workers at run time (:func:`add_worker`, :func:`remove_worker`).
 """
 
 from __future__ import annotations
@@ -37,13 +33,11 @@ from core.slots import SLOTS, Slot, active_slot, slot_suffix
 
 ROUTER_PROGRAM = "router"
 FRONT_POLICY = "round_robin"
-"""The router's policy in front of one engine (no ROUTER_POLICY): vllm-router's default, cache_aware, sends each chat
-request's ``/v1/chat/completions/render`` to the engine before the request itself (seen with a logging worker), a
-second request per chat for nothing when there is one engine to choose."""
+"""The router's policy in front of one engine: its default (cache_aware) asks the engine to render each chat first."""
 ROUTER_ADMIN_TIMEOUT_S = 10.0
-"""How long a call to the router's worker API may take (it checks a new worker's health first: ~50 ms measured)."""
+"""Longest call to the router's worker API, s (it health-checks a new worker: ~50 ms)."""
 REMOVE_TRIES, REMOVE_RETRY_S = 5, 0.5
-"""How often, and how far apart (s), a worker's removal is asked while the router still lists it."""
+"""How often, and how far apart (s), a removal is asked while the router still lists the worker."""
 
 
 def router_binary() -> str:
@@ -53,10 +47,9 @@ def router_binary() -> str:
 
 
 def router_argv(settings: Settings) -> list[str]:
-    """``vllm-router`` on VLLM_HOST:VLLM_PORT with every engine as a worker, ROUTER_POLICY when set (the router's
-    own default otherwise; :data:`FRONT_POLICY` in front of one engine), its Prometheus endpoint on
-    :func:`core.replicas.router_metrics_port`, and as long to wait for the workers as the stack waits for vLLM
-    (STARTUP_TIMEOUT_S)."""
+    """``vllm-router`` on VLLM_HOST:VLLM_PORT with every engine as a worker, ROUTER_POLICY (else the
+    router's default; :data:`FRONT_POLICY` in front of one engine), its metrics on
+    :func:`core.replicas.router_metrics_port` and STARTUP_TIMEOUT_S to wait for the workers."""
     argv = [router_binary(), "--host", settings.vllm_host, "--port", str(settings.vllm_port),
             "--worker-urls", *(r.url for r in replicas(settings))]  # fmt: skip
     if settings.router_policy:
@@ -68,22 +61,19 @@ def router_argv(settings: Settings) -> list[str]:
 
 
 def program_name(index: int, slot: Slot = "a") -> str:
-    """supervisord program of slot ``slot`` of local replica ``index``: ``vllm``, ``vllm-b``, ``vllm-1``,
-    ``vllm-1-b`` ... (also the stem of its log and state file)."""
+    """supervisord program (and log/state file stem) of replica ``index``'s slot: ``vllm``, ``vllm-b``, ``vllm-1`` …"""
     return ("vllm" if index == 0 else f"vllm-{index}") + slot_suffix(slot)
 
 
 def program_names(settings: Settings) -> list[str]:
-    """supervisord programs of the local engines that serve now: ``vllm`` (replica 0), ``vllm-1``, ... or, after a
-    switch, their slot b (``vllm-b``); none with REPLICAS=0."""
+    """supervisord programs of the local engines that serve now (their active slots); none with REPLICAS=0."""
     front = front_in_use(settings)
     return [program_name(r.index, active_slot(settings.run_dir, r.index) if front else "a")
             for r in replicas(settings) if r.index is not None]  # fmt: skip
 
 
 def replica_section(index: int, slot: Slot = "a") -> str:
-    """``[program:vllm-K]`` (``-b`` for slot b): the vLLM program of deploy/supervisord.conf for replica ``index``'s
-    slot (its own log); slot b starts only when a switch starts it."""
+    """``[program:vllm-K]`` (``-b``: slot b, started only on a switch) for replica ``index``'s slot."""
     name = program_name(index, slot)
     return f"""
 [program:{name}]
@@ -105,8 +95,7 @@ stopwaitsecs=30
 
 
 def router_section(settings: Settings) -> str:
-    """``[program:router]``: :func:`main` (``python -m engine.local_replicas``), which waits for the engines and then
-    becomes :func:`router_argv` (its log: logs/router.log)."""
+    """``[program:router]``: :func:`main`, which waits for the engines, then becomes vllm-router."""
     return f"""
 [program:{ROUTER_PROGRAM}]
 command=%(ENV_APP_PYTHON)s -m engine.local_replicas
@@ -124,9 +113,8 @@ killasgroup=true
 
 
 def conf_text(settings: Settings, base: str) -> str:
-    """The supervisord configuration of the stack: ``base`` (deploy/supervisord.conf) as it is without the router
-    in front (:func:`core.replicas.front_in_use`); with it, base's ``program:vllm`` replaced by both slots of every
-    local replica (none for REPLICAS=0) and the router's section."""
+    """The stack's supervisord configuration: ``base`` as it is without the router in front; with it, base's
+    ``program:vllm`` replaced by both slots of every local replica, and the router's section."""
     if not front_in_use(settings):
         return base
     head, _, rest = base.partition("[program:vllm]")
@@ -136,8 +124,7 @@ def conf_text(settings: Settings, base: str) -> str:
 
 
 def write_conf(settings: Settings, base_path: Path) -> Path:
-    """The configuration supervisord runs: ``base_path`` itself without the router in front, else :func:`conf_text`
-    written to RUN_DIR/supervisord.conf (returned)."""
+    """The configuration supervisord runs: ``base_path``, or with the router :func:`conf_text` in RUN_DIR."""
     if not front_in_use(settings):
         return base_path
     path = settings.run_dir / "supervisord.conf"
@@ -151,11 +138,9 @@ def usable_cores() -> list[str]:
 
 
 def replica_settings(settings: Settings, gpu_count: int = 0, cores: list[str] | None = None) -> Settings:
-    """The settings of local replica ENGINE_REPLICA in slot ENGINE_SLOT: its port (:func:`core.replicas.replica_port`)
-    and, when more than one replica runs here, its share of the devices: GPU_DEVICES (or the host's ``gpu_count``
-    GPUs) split between the replicas on GPU hosts, else the CPU cores (``cores``, default this process's) as
-    VLLM_CPU_OMP_THREADS_BIND — unless the user set that binding (both slots of a replica get the same share). Without
-    the router in front: ``settings`` unchanged.
+    """The settings of local replica ENGINE_REPLICA in slot ENGINE_SLOT: its port and, with more than
+    one replica, its share of GPU_DEVICES (or of ``gpu_count`` GPUs), else of the CPU cores (``cores``, default this
+    process's) as VLLM_CPU_OMP_THREADS_BIND unless the user set it. Without the router in front: unchanged.
 
     Raises:
         ValueError: fewer GPUs or cores than replicas.
@@ -176,10 +161,8 @@ def replica_settings(settings: Settings, gpu_count: int = 0, cores: list[str] | 
 
 
 def wait_for_engines(settings: Settings, interval_s: float = 2.0) -> list[str]:
-    """Wait until every engine answers ``GET /health`` (at most STARTUP_TIMEOUT_S); the URLs that never did.
-
-    vllm-router starts serving as soon as one worker is healthy and opens its circuit breaker on a worker that
-    fails while still starting (then re-checks it only every 60 s): started after the engines, it sends to all.
+    """Wait until every engine answers ``GET /health`` (at most STARTUP_TIMEOUT_S); the URLs that never
+    did. vllm-router sidelines a worker that fails while starting for 60 s, so it starts after the engines.
     """
     pending = [r.url for r in replicas(settings)]
     deadline = time.monotonic() + settings.startup_timeout_s
@@ -196,17 +179,16 @@ def wait_for_engines(settings: Settings, interval_s: float = 2.0) -> list[str]:
 
 
 def front_url(settings: Settings) -> str:
-    """The router's own URL on this host (VLLM_PORT; a wildcard VLLM_HOST as 127.0.0.1), for its worker API."""
+    """The router's own URL on this host (a wildcard VLLM_HOST as 127.0.0.1), for its worker API."""
     host = settings.vllm_host
     return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{settings.vllm_port}"
 
 
 def _admin(settings: Settings, verb: str, url: str) -> None:
-    """``POST /<verb>?url=<url>`` on the router (``add_worker``, ``remove_worker``); adding a worker the router
-    already lists is no error (it is there, as asked).
+    """``POST /<verb>?url=<url>`` on the router; adding a worker it already lists is no error.
 
     Raises:
-        EngineError: the router did not answer, or answered other than 200 (its answer quoted).
+        EngineError: the router did not answer, or answered other than 200 (quoted).
     """
     try:
         answer = httpx.post(f"{front_url(settings)}/{verb}", params={"url": url}, timeout=ROUTER_ADMIN_TIMEOUT_S)
@@ -218,15 +200,13 @@ def _admin(settings: Settings, verb: str, url: str) -> None:
 
 
 def add_worker(settings: Settings, url: str) -> None:
-    """Put the engine at ``url`` behind the router: it gets new requests from now on (see :func:`_admin`)."""
+    """Put the engine at ``url`` behind the router (:func:`_admin`)."""
     _admin(settings, "add_worker", url)
 
 
 def remove_worker(settings: Settings, url: str, tries: int = REMOVE_TRIES) -> None:
-    """Send no new request to the engine at ``url``; what it was sent it still answers (see :func:`_admin`). Checked
-    on the router's worker list and asked again while it still lists ``url``: vllm-router 0.1.17 once answered 200
-    and kept the worker (REPLICAS=2, a worker it had been given by ``/add_worker``), then sent it requests after its
-    engine stopped.
+    """Send no new request to the engine at ``url`` (what it was sent it still answers), asked again
+    while the router still lists it: vllm-router 0.1.17 once answered 200 and kept the worker.
 
     Raises:
         EngineError: as :func:`_admin`, or the router still lists ``url`` after ``tries`` removals.
@@ -241,7 +221,7 @@ def remove_worker(settings: Settings, url: str, tries: int = REMOVE_TRIES) -> No
 
 
 def router_workers(settings: Settings) -> list[str] | None:
-    """The engines the router sends to now (``GET /list_workers``); None when it does not answer so."""
+    """The engines the router sends to (``GET /list_workers``); None when it does not say."""
     try:
         answer = httpx.get(f"{front_url(settings)}/list_workers", timeout=ROUTER_ADMIN_TIMEOUT_S)
         urls = answer.json().get("urls") if answer.status_code == 200 else None
@@ -251,8 +231,7 @@ def router_workers(settings: Settings) -> list[str] | None:
 
 
 def main() -> int:
-    """``python -m engine.local_replicas`` (``program:router``): wait for the engines (:func:`wait_for_engines`), then
-    replace this process with vllm-router (:func:`router_argv`); exit 1 when an engine never answered."""
+    """``program:router``: wait for the engines, then exec vllm-router; 1 when an engine never answered."""
     settings = get_settings()
     argv = router_argv(settings)
     print(f"[INFO] waiting for the engines: {' '.join(r.url for r in replicas(settings))}", flush=True)

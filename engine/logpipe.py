@@ -1,14 +1,9 @@
-"""vLLM's output on its way to the log: every configured secret masked, uvicorn's own lines time-stamped, and
+"""vLLM's output on its way to the log: every configured secret masked, uvicorn's lines time-stamped, and
 (containers) written to a rotated file.
 
-The launcher runs vLLM as its child with stdout and stderr on a pipe and copies what comes through
-:func:`pump` to its own stdout (supervisord's ``vllm.log``, or the container's log) and, with VLLM_LOG_TO_FILE, to
-``logs/vllm.log`` rotated at VLLM_LOG_MAX_MB (:class:`core.logrotate.RotatingWriter`). Pieces are cut at line ends
-(``\\n`` and the ``\\r`` of progress bars), so a secret is never split across two writes and masked in neither.
-
-What vLLM writes to the log is chosen here too: its access log leaves out the stack's own polling
-(:data:`QUIET_ENDPOINTS`, :func:`access_log_args`), and uvicorn's lines, which carry no time (``INFO:     Application
-startup complete.``), get one in vLLM's header (:func:`stamp_uvicorn_lines`).
+The launcher copies vLLM's stdout and stderr (:func:`pump`) to its own stdout and, with VLLM_LOG_TO_FILE, to
+``logs/vllm.log`` (:class:`core.logrotate.RotatingWriter`), cut at line ends so a secret is never split across two
+writes. vLLM's access log leaves out the stack's own polling (:func:`access_log_args`).
 """
 
 from __future__ import annotations
@@ -24,21 +19,17 @@ from core.logrotate import RotatingWriter
 from core.redact import Redactor, secret_values
 from core.settings import Settings
 from core.units import MIB
-from engine.gpuplan import has_flag
+from engine.gpupeak import has_flag
 from engine.vllmlog.grammar import PREFIX
 
 QUIET_ENDPOINTS = ("/metrics", "/health", "/v1/models", "/version", "/ping", "/load")
-"""What the stack itself polls on vLLM: the sidecar scrapes ``/metrics`` every few seconds (thousands of lines a
-session), the UI, ``make status``, the benchmark's checks, compose's and Kubernetes' probes and the router ask
-``/health``, ``/v1/models`` and ``/version`` (``/ping`` and ``/load`` are vLLM's other probe endpoints). Their access
-lines are left out of ``vllm.log`` so that requests (``POST /v1/chat/completions`` …) stay readable."""
+"""What the stack itself polls on vLLM: left out of the access log so that requests stay readable."""
 ACCESS_LOG_FLAG = "--disable-access-log-for-endpoints"
-"""vLLM's flag (>= 0.10) for a comma-separated list of paths uvicorn's access log leaves out (exact paths)."""
+"""vLLM's flag (>= 0.10) for the exact paths uvicorn's access log leaves out."""
 
 
 def access_log_args(extra_args: str) -> list[str]:
-    """``--disable-access-log-for-endpoints /metrics,/health,…`` for vLLM's command line (:data:`QUIET_ENDPOINTS`);
-    nothing when VLLM_EXTRA_ARGS (``extra_args``) sets the flag itself: its value wins (``=`` to log every path)."""
+    """``--disable-access-log-for-endpoints`` with :data:`QUIET_ENDPOINTS`, unless VLLM_EXTRA_ARGS sets it."""
     return [] if has_flag(extra_args, ACCESS_LOG_FLAG) else [ACCESS_LOG_FLAG, ",".join(QUIET_ENDPOINTS)]
 
 
@@ -46,15 +37,13 @@ UVICORN_LINE_RE = re.compile(
     rb"^" + PREFIX + rb"(DEBUG|INFO|WARNING|ERROR|CRITICAL):[ ]{1,8}(?=[^\d\s:\-])(?![^\r\n]{0,300} - \"[A-Z]+ )",
     re.MULTILINE,
 )
-"""A line of uvicorn's own (``INFO:     Application startup complete.``, ``ERROR:    Exception in ASGI
-application``), behind vLLM's process prefix or not: its level word, a colon and padding (groups: prefix, process,
-level). An access line (``INFO:     127.0.0.1:5 - "GET …``, ``INFO:     ::1:5 - "POST …``) is left as it is:
-readers skip those by that shape (:mod:`engine.vllmlog.startup`)."""
+"""A line of uvicorn's own (``INFO:     Application startup complete.``), prefixed or not (groups:
+prefix, process, level); access lines (``INFO:     127.0.0.1:5 - "GET …``) are not matched."""
 UVICORN_SOURCE = b"uvicorn"
 
 
 def vllm_stamp(now_s: float) -> str:
-    """vLLM's time stamp for ``now_s`` (epoch seconds, local time): ``12-06 02:34:30`` (``%m-%d %H:%M:%S``)."""
+    """vLLM's time stamp for ``now_s`` (epoch seconds, local time): ``12-06 02:34:30``."""
     return time.strftime("%m-%d %H:%M:%S", time.localtime(now_s))
 
 
@@ -64,10 +53,8 @@ def vllm_header(level: str, source: str, now_s: float) -> str:
 
 
 def stamp_uvicorn_lines(data: bytes, now_s: float) -> bytes:
-    """``data`` (whole lines) with each uvicorn line of its own (:data:`UVICORN_LINE_RE`) given vLLM's header at
-    ``now_s`` (epoch seconds, local time as vLLM's ``%m-%d %H:%M:%S``): ``INFO:     Application startup complete.``
-    becomes ``INFO 12-06 02:34:30 [uvicorn] Application startup complete.``, which every reader of the log parses as
-    a vLLM line (:data:`engine.vllmlog.grammar.VLLM_HEADER_RE`). Other lines are unchanged."""
+    """``data`` (whole lines) with each uvicorn line of its own given vLLM's header at ``now_s``:
+    ``INFO 12-06 02:34:30 [uvicorn] Application startup complete.``, so readers parse it as a vLLM line."""
     if data.find(b":") < 0:
         return data
     stamp = vllm_stamp(now_s).encode()
@@ -80,14 +67,13 @@ def stamp_uvicorn_lines(data: bytes, now_s: float) -> bytes:
 
 READ_BYTES = 64 * 1024
 MAX_PENDING_BYTES = 1 << 20
-"""A piece without any line end is written once it is this long (a runaway line must not grow without bound)."""
+"""A piece without a line end is written once this long (a runaway line stays bounded)."""
 
 Sink = Callable[[bytes], None]
 
 
 def stream_sink(stream: BinaryIO) -> Sink:
-    """A sink writing to ``stream`` and flushing (so supervisord or the container runtime sees lines at once); a
-    closed or broken stream is ignored, never the end of the copy."""
+    """A sink writing to ``stream`` and flushing; a closed or broken stream is ignored."""
 
     def write(data: bytes) -> None:
         try:
@@ -139,10 +125,8 @@ def line_cut(data: bytes) -> int:
 
 
 def pump(fd: int, out: Masked, clock: Callable[[], float] = time.time) -> int:
-    """Copy everything readable from ``fd`` to ``out`` until end of file, whole lines at a time, uvicorn's lines
-    time-stamped at ``clock()`` (:func:`stamp_uvicorn_lines`); returns the bytes read. A last piece without a line
-    end is written at the end; a piece of :data:`MAX_PENDING_BYTES` without one is written as it is (and the line it
-    cuts is not stamped)."""
+    """Copy ``fd`` to ``out`` until end of file, whole lines at a time, uvicorn's lines stamped at ``clock()``; returns
+    the bytes read. A last piece without a line end, or one of :data:`MAX_PENDING_BYTES`, is written as it is."""
     pending = b""
     copied = 0
     at_line_start = True
@@ -171,9 +155,8 @@ def pump(fd: int, out: Masked, clock: Callable[[], float] = time.time) -> int:
 
 
 def output(settings: Settings) -> tuple[Masked, RotatingWriter | None]:
-    """Where the launcher and vLLM write: stdout, and ``logs/vllm.log`` (rotated) with VLLM_LOG_TO_FILE (stdout only,
-    with a warning, when ``logs/`` cannot be written: a checkout owned by another uid); every configured secret
-    masked."""
+    """Where the launcher and vLLM write, secrets masked: stdout, and with VLLM_LOG_TO_FILE ``logs/vllm.log``
+    (rotated; stdout only, with a warning, when it cannot be written)."""
     redactor = Redactor(secret_values(settings))
     writer = None
     sinks = [stream_sink(sys.stdout.buffer)]

@@ -69,19 +69,18 @@ def resolve_model(
     cached: Callable[[str], bool],
     probe_hub: Callable[[str], HubProbe],
 ) -> ResolvedModel:
-    """Resolve ``requested`` into what vLLM should load.
+    """Resolve ``requested`` (``MODEL`` or the default HF id) into what vLLM should load.
 
     Args:
-        requested: ``MODEL`` or the default HF id.
-        was_set: whether the user set ``MODEL`` (disables the fallback).
-        served_name: ``SERVED_MODEL_NAME`` or None for the alias.
+        was_set: the user set ``MODEL`` (no fallback).
+        served_name: ``SERVED_MODEL_NAME``, None for the alias.
         models_dir: where synthetic models are built.
-        cached: ``cached(hf_id)`` is True when the HF cache holds the repo's config.
+        cached: True when the HF cache holds the repo's config.
         probe_hub: asks the hub whether a repo exists.
 
     Raises:
-        ModelResolutionError: unknown synthetic variant, missing local path, or an HF id that is neither cached
-            nor downloadable while ``was_set``.
+        ModelResolutionError: unknown synthetic variant, missing local path, or a set HF id neither cached nor
+            downloadable.
     """
     if requested.startswith(SYNTHETIC_PREFIX):
         variant = requested[len(SYNTHETIC_PREFIX) :]

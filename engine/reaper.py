@@ -1,11 +1,9 @@
 """Find and end every process of one stack's engine, including those a crashed vLLM left behind.
 
-A hard crash of vLLM leaves children that nobody waits for, re-parented to PID 1: multiprocessing's
-``resource_tracker`` (which ignores SIGTERM and SIGINT), workers, engine cores. supervisord only signals the process
-group it started, and these may have left it. Each is found by the marker the launcher puts in vLLM's environment
-(:data:`MARKER` = this stack's run directory, inherited by every process vLLM starts), read from
-``/proc/<pid>/environ``: other checkouts' stacks on the same machine have another run directory and are never
-touched, and neither is anything else using the shared engine interpreter.
+A crashed vLLM's children (``resource_tracker``, which ignores SIGTERM, workers, engine cores) are re-parented to
+PID 1 and may have left supervisord's process group. Each carries the marker the launcher puts in vLLM's environment
+(:data:`MARKER`, this stack's run directory), read from ``/proc/<pid>/environ``: other checkouts' stacks are never
+touched.
 """
 
 from __future__ import annotations
@@ -56,8 +54,7 @@ def _pgrp(stat_path: str) -> int | None:
 
 
 def _looks_like_engine(proc_dir: str) -> bool:
-    """A Python process or one vLLM renamed (``VLLM::EngineCore``, ``VLLM::Worker``): a second guard on a process
-    group match, so a reused group number never reaches an unrelated program."""
+    """A Python process or one vLLM renamed: a guard against a reused process group number."""
     try:
         cmdline = Path(proc_dir, "cmdline").read_bytes().lower()
     except OSError:
@@ -66,11 +63,9 @@ def _looks_like_engine(proc_dir: str) -> bool:
 
 
 def engine_processes(run_dir: Path, pgid: int | None = None, proc: Path = Path("/proc")) -> list[int]:
-    """Pids of live processes whose environment carries this stack's :data:`MARKER`, or (with ``pgid``, the engine's
-    process group from ``engine_state.json``) that are in that group — vLLM's engine core and workers rename
-    themselves (setproctitle), which can overwrite the environment ``/proc`` shows, but keep their group. Never this
-    process's own pid or group. Processes whose environment cannot be read (other users') are skipped; without
-    ``/proc`` the list is empty."""
+    """Pids of live processes carrying this stack's :data:`MARKER` or (with ``pgid``, from
+    ``engine_state.json``) in the engine's process group (renamed processes may lose the environment ``/proc`` shows).
+    Never this process or its group; unreadable ones are skipped; without ``/proc`` none."""
     wanted = f"{MARKER}={marker_value(run_dir)}".encode()
     own = os.getpid()
     if pgid is not None and pgid in (os.getpgrp(), 0, 1):
@@ -111,9 +106,8 @@ def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
 
 
 def end_engine_processes(run_dir: Path, grace_s: float = GRACE_S, pgid: int | None = None) -> Ended:
-    """SIGTERM every engine process of the stack at ``run_dir`` (:func:`engine_processes`), SIGKILL those still
-    there after ``grace_s`` seconds; never raises. ``left`` lists any that survived SIGKILL for 5 s (another user's
-    process cannot be signalled)."""
+    """SIGTERM every engine process of the stack at ``run_dir``, SIGKILL those left after ``grace_s`` s; never raises.
+    ``left``: any that survived SIGKILL for 5 s."""
     ended = Ended(found=engine_processes(run_dir, pgid))
     if not ended.found:
         return ended

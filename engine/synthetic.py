@@ -1,10 +1,8 @@
 """Build a synthetic model with ERNIE-4.5-0.3B-PT's exact architecture and seeded random weights.
 
-The model hub is unreachable on the machines this stack is developed and tested on, so the stack serves a
-locally built stand-in: same layer shapes (so compute cost and throughput are representative), a tokenizer
-trained here on the project's own Chinese prompt corpus, ERNIE's special tokens and chat template. Its text is
-noise by design. Runs inside the *engine* environment (torch + transformers + tokenizers), invoked by the vLLM
-launcher as ``python -m engine.synthetic --variant NAME --out DIR``.
+The hub is unreachable where this stack is developed, so it serves a local stand-in: same layer shapes (representative
+compute cost), a tokenizer trained on the project's Chinese prompt corpus, ERNIE's special tokens and chat template; its
+text is noise. Runs in the *engine* environment: ``python -m engine.synthetic --variant NAME --out DIR``.
 """
 
 from __future__ import annotations
@@ -12,6 +10,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import hashlib
+import itertools
 import json
 import shutil
 import sys
@@ -96,41 +95,29 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 
 def _padding_tokens(existing: set[str], needed: int) -> list[str]:
-    """``needed`` extra byte-level tokens, each a whole CJK character (or pair), so random ids decode to text.
-
-    A random model samples ids uniformly over the vocabulary; a tokenizer trained on a small corpus covers only a
-    few thousand ids, and without padding most sampled ids would decode to nothing.
-    """
+    """``needed`` extra byte-level tokens, each a whole CJK character (or pair), so the uniformly
+    sampled ids of a random model decode to text."""
     table = _bytes_to_unicode()
 
     def enc(text: str) -> str:
         return "".join(table[b] for b in text.encode("utf-8"))
 
     singles = [chr(cp) for cp in range(0x4E00, 0xA000)]
+    pairs = (first + second for i, first in enumerate(singles) for second in singles[i : i + 64])
     out: list[str] = []
-    for text in singles:
+    for text in itertools.chain(singles, pairs):
         if len(out) >= needed:
             return out
         token = enc(text)
         if token not in existing:
             out.append(token)
             existing.add(token)
-    for i, first in enumerate(singles):
-        for second in singles[i : i + 64]:
-            if len(out) >= needed:
-                return out
-            token = enc(first + second)
-            if token not in existing:
-                out.append(token)
-                existing.add(token)
     raise ValueError(f"cannot pad the vocabulary by {needed} tokens")
 
 
 def build_tokenizer(corpus: list[str], vocab_size: int) -> Any:
-    """Train a byte-level BPE tokenizer on ``corpus`` and pad it to exactly ``vocab_size`` ids.
-
-    Returns a ``transformers.PreTrainedTokenizerFast`` with ERNIE's special tokens and chat template.
-    """
+    """A byte-level BPE tokenizer trained on ``corpus``, padded to ``vocab_size`` ids, with ERNIE's
+    special tokens and chat template (``transformers.PreTrainedTokenizerFast``)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -177,16 +164,9 @@ def corpus_texts(corpus_path: Path) -> list[str]:
 
 
 def build(variant: str, out: Path, corpus_path: Path, seed: int = 0) -> Path:
-    """Build the synthetic model ``variant`` into ``out`` (idempotent: skipped when already built).
-
-    Args:
-        variant: a key of :data:`VARIANTS`.
-        out: target directory; written through a temporary sibling and renamed, so a crash leaves no half model.
-        corpus_path: JSONL file with a ``prompt`` field per line (the tokenizer's training text).
-        seed: torch seed for the weights.
-
-    Returns:
-        ``out``.
+    """Build the synthetic model ``variant`` (a key of :data:`VARIANTS`) into ``out`` and return it; idempotent,
+    written through a temporary sibling so a crash leaves no half model. ``corpus_path``: JSONL with a ``prompt`` per
+    line; ``seed``: the weights' torch seed.
 
     Raises:
         KeyError: unknown variant.

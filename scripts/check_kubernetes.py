@@ -1,19 +1,13 @@
 """Check the Kubernetes manifests (``deploy/kubernetes``) without a cluster: run by ``make lint``.
 
-1. Every document validates against the Kubernetes OpenAPI schemas of ``--kubernetes-version`` (the
-   ``kubernetes-validate`` package, strict: an unknown key is an error, e.g. a misspelt ``readinesProbe``).
+1. Every document validates against the OpenAPI schemas of ``--kubernetes-version`` (``kubernetes-validate``,
+   strict: an unknown key such as ``readinesProbe`` is an error).
 2. ``kustomization.yaml`` lists every manifest file, and only existing ones.
-3. The stack's own rules, which a schema cannot say (each failure names the file, the resource and the key):
-   - every pod runs as non-root with the RuntimeDefault seccomp profile; every container drops ALL capabilities,
-     forbids privilege escalation, has a read-only root filesystem and a memory limit;
-   - every long-running container that serves a port has a readiness probe; the engine's probes ask vLLM's
-     ``/health``, and it requests and limits ``nvidia.com/gpu``;
-   - every pod has ``enableServiceLinks: false`` (the Service named ``vllm`` would give each pod ``VLLM_PORT=tcp://…``
-     and ``VLLM_SERVICE_*``; vLLM reads VLLM_PORT as its own internal port, and every VLLM_* name as its setting);
-   - every pod on GPUs (one requesting ``nvidia.com/gpu`` or reading them through ``NVIDIA_VISIBLE_DEVICES``) selects
-     the GPU nodes (``nvidia.com/gpu.present: "true"``) and tolerates their ``nvidia.com/gpu`` NoSchedule taint;
-   - secrets (``core.settings.SERVICE_SECRETS``' names) come from a Secret (``secretKeyRef``), never a literal value,
-     and each workload gets only the secrets its service needs.
+3. The stack's own rules (each failure names file, resource and key): pods non-root with RuntimeDefault seccomp;
+   containers drop ALL capabilities, no privilege escalation, read-only root, a memory limit; serving containers have
+   a readiness probe (the engine's asks ``/health`` and it requests and limits ``nvidia.com/gpu``); pods set
+   ``enableServiceLinks: false`` (a Service named ``vllm`` would set VLLM_PORT, which vLLM reads as its own); pods on
+   GPUs select and tolerate the GPU nodes; secrets come from a Secret, each workload only its service's.
 
 Exit status: 0 when all hold, 1 naming each failure, 2 when the folder or a file cannot be read.
 """

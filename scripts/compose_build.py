@@ -1,9 +1,8 @@
 """Builds the compose stack's images with Podman's own builder, from the resolved compose configuration.
 
-Compose builds through BuildKit, which Podman's Docker API does not offer (Compose then tries to boot a BuildKit
-container from Docker Hub). `podman build` (Buildah) reads the same Dockerfiles, targets, build arguments and
-additional contexts, so this script turns each service's `build` section into one `podman build`. Docker Engine
-needs none of it: `docker compose build` does the same there.
+Compose builds through BuildKit, which Podman's Docker API lacks; `podman build` reads the same Dockerfiles,
+targets, build arguments and contexts, so each service's `build` section becomes one `podman build` (Docker Engine
+needs none of it).
 
     compose config --format json | python scripts/compose_build.py [--dry-run]
 """

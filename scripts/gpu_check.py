@@ -1,21 +1,15 @@
 """``make gpu-check``: the first GPU host's verdict in one command — does the stack start, serve and stay under the
 seed's 2.8 GB (10⁹ B) of GPU memory, and how close was the plan's prediction?
 
-Steps, each timed with its exit status in the report:
+Steps, each timed with its exit status in the report: the host's GPUs (none: refused, exit 2); ``make engine-env``
+and ``make doctor``; the GPU tests (``pytest tests/gpu -m gpu``; skips reported as such); ``docker compose up``
+(``scripts/compose_stack.sh up``, with a fresh SIDECAR_TOKEN through APP_ENV_FILE so the host's benchmark may write
+its report; GPUs sampled through NVML every 0.2 s from before the start); ``./run_benchmark.sh`` (50 users, 200
+requests); ``docker compose down`` (``--keep`` leaves it up).
 
-1. the host's GPUs (NVML, else ``nvidia-smi``): none → refused (exit 2), nothing run;
-2. the engine env (``make engine-env``: vLLM's CUDA build where ``nvidia-smi`` works) and ``make doctor``'s checks;
-3. the GPU tests (``pytest tests/gpu -m gpu``; a skipped test is reported as skipped, not as passed);
-4. ``docker compose up`` (``scripts/compose_stack.sh up``: build, start, wait until healthy), with a fresh
-   SIDECAR_TOKEN in the containers' env file (``.env`` plus it, via APP_ENV_FILE) so that the host's benchmark may
-   write its report; the GPUs are sampled through NVML every 0.2 s from before the start;
-5. the seed's ``./run_benchmark.sh`` (its defaults: 50 users, 200 requests) against that stack;
-6. ``docker compose down`` (``--keep`` leaves the stack up).
-
-The verdict: PASS when every step succeeded and the measured peak (the largest rise of any GPU's used memory over
-its reading before the start: other tenants' memory is not counted) is under 2.8 × 10⁹ B; the plan's prediction
-(the engine's own start-up line in ``logs/vllm.log``, else :mod:`engine.gpupeak` for the card at the defaults) is
-printed beside it. The report (JSON) goes to ``logs/gpu-check/``; its path is the last line. Exit 0 pass, 1 fail,
+PASS when every step succeeded and the measured peak (the largest rise of any GPU's used memory over its reading
+before the start) is under 2.8 × 10⁹ B; the plan's prediction (the engine's start-up line, else :mod:`engine.gpupeak`)
+is printed beside it. The JSON report goes to ``logs/gpu-check/`` (its path is the last line). Exit 0 pass, 1 fail,
 2 refused.
 """
 

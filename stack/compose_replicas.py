@@ -1,27 +1,15 @@
 """Replicas in compose: the override file that turns ``docker compose``'s one engine into N behind vllm-router.
 
-Compose cannot loop over N, so ``scripts/compose.sh`` runs ``python -m stack.compose_replicas`` before every compose
-command: with REPLICAS above 1 (or ENGINE_URLS) it writes ``run/docker-compose.replicas.yml`` and prints its path
-(added to COMPOSE_FILE); with REPLICAS=1 and no ENGINE_URLS it removes that file and prints nothing, so today's stack
-is exactly what runs. With neither set, an existing file is the running stack's record and is kept (``make
-benchmark-compose``, ``scripts/compose.sh ps`` after ``make compose-up REPLICAS=2``); ``make compose-down`` removes it.
+``scripts/compose.sh`` runs ``python -m stack.compose_replicas`` before every compose command: with REPLICAS above 1
+(or ENGINE_URLS) it writes ``run/docker-compose.replicas.yml`` and prints its path (added to COMPOSE_FILE); with
+REPLICAS=1 and no ENGINE_URLS it removes it; with neither set an existing file is the running stack's and is kept.
+The plan is ``REPLICAS=N make up``'s (:func:`engine.local_replicas.replica_settings`): replica K on
+REPLICA_PORT_BASE+K with its share of the GPUs (``device_ids``) or, on the CPU overlay, of the cores.
 
-The plan comes from the same functions as ``REPLICAS=N make up`` (:mod:`core.replicas`,
-:func:`engine.local_replicas.replica_settings`): replica K listens on REPLICA_PORT_BASE+K, its log and state file are
-``vllm-K.log`` / ``engine_state-K.json``, and it gets its contiguous share of GPU_DEVICES (or of the host's GPUs) as
-the ``device_ids`` of its GPU reservation — or of the CPU cores as VLLM_CPU_OMP_THREADS_BIND on the CPU overlay.
-
-The override holds:
-
-- ``vllm`` (replica 0): its replica environment, its own GPUs, and no published port (the router takes VLLM_PORT);
-- ``vllm-1`` ... ``vllm-(N-1)``: copies of the ``vllm`` service of the compose files in use (the base file and its
-  overlays, merged here as Compose merges them; variables stay ``${...}`` for Compose to fill in, so no secret of
-  .env is written), each with its replica environment and GPUs;
-- ``router``: ``python -m engine.local_replicas`` (waits for the engines, then becomes vllm-router with ROUTER_POLICY)
-  in the app image, hardened as every service, publishing VLLM_PORT, healthy when ``/health`` answers;
-- the UI, the sidecar and Locust pointed at ``http://router:VLLM_PORT`` and started once the router is healthy;
-  locust-master (the benchmark) also gets REPLICAS, REPLICA_HOSTS and the other cluster knobs, so it scrapes each
-  engine's ``/metrics`` for the per-replica cross-check (:mod:`core.serverview_cluster`).
+The override holds ``vllm`` (replica 0, no published port), ``vllm-1`` … (copies of the merged ``vllm`` service,
+variables left for Compose to fill in, so no secret is written), ``router`` (``python -m engine.local_replicas`` in
+the app image, publishing VLLM_PORT) and the clients pointed at the router; locust-master also gets the cluster knobs
+for the per-replica cross-check (:mod:`core.serverview_cluster`).
 """
 
 from __future__ import annotations
@@ -44,7 +32,7 @@ from engine.local_replicas import replica_settings, usable_cores
 
 OVERRIDE_NAME = "docker-compose.replicas.yml"
 OVERRIDE_STEM = "docker-compose.replicas"
-"""scripts/compose.sh writes run/docker-compose.replicas.yml, or ...replicas-<COMPOSE_PROJECT_NAME>.yml per project."""
+"""scripts/compose.sh writes run/docker-compose.replicas.yml, or ...-<COMPOSE_PROJECT_NAME>.yml."""
 ROUTER_SERVICE = "router"
 CLIENT_SERVICES = ("ui", "sidecar", "locust-master", "locust-worker")
 """Services that reach the engine through VLLM_BASE_URL: pointed at the router."""
@@ -55,8 +43,7 @@ ROUTER_SECRETS = frozenset({"VLLM_API_KEY"})
 
 @dataclass(frozen=True)
 class ComposeReplica:
-    """One engine service of the plan: its compose service name, port, GPU ids (host numbering; empty on the CPU
-    overlay) and CPU binding (the CPU overlay only, None when the user binds cores himself)."""
+    """One engine service of the plan: name, port, GPU ids (empty on the CPU overlay) and CPU binding (or None)."""
 
     service: str
     index: int
@@ -105,7 +92,7 @@ for _tag in ("!reset", "!override"):
 
 
 def load_compose_file(path: Path) -> dict[str, Any]:
-    """A compose file as YAML: anchors merged, variables left as written, merge tags as :class:`Tagged`.
+    """A compose file as YAML: anchors merged, variables as written, merge tags as :class:`Tagged`.
 
     Raises:
         OSError: unreadable. yaml.YAMLError: not YAML.
@@ -114,8 +101,8 @@ def load_compose_file(path: Path) -> dict[str, Any]:
 
 
 def merge(base: Any, over: Any) -> Any:
-    """``over`` merged into ``base`` as Compose merges files, for the shapes a service uses: mappings key by key,
-    ``!reset`` removes (``!reset {}``/``[]`` empties), ``!override`` and other values replace."""
+    """``over`` merged into ``base`` as Compose merges files: mappings key by key, ``!reset`` removes (``!reset {}``
+    or ``[]`` empties), ``!override`` and other values replace."""
     if isinstance(over, Tagged):
         return copy.deepcopy(over.value)
     if isinstance(base, dict) and isinstance(over, dict):
@@ -138,14 +125,13 @@ def cluster_settings(settings: Settings) -> Settings:
 
 
 def plan(settings: Settings, gpu: bool, gpu_count: int = 0, cores: list[str] | None = None) -> list[ComposeReplica]:
-    """The engine services of REPLICAS=N in compose: ``vllm`` then ``vllm-1`` ..., each with its port and share of
-    GPU_DEVICES (else of the host's ``gpu_count`` GPUs) when ``gpu``, else of ``cores`` (default this process's) —
-    the split of ``make up`` (:func:`engine.local_replicas.replica_settings`). Empty without the router.
+    """The engine services of REPLICAS=N in compose (``vllm``, ``vllm-1`` …), each with its port and share of
+    GPU_DEVICES (else of ``gpu_count`` GPUs) when ``gpu``, else of ``cores`` (default this process's), split as ``make
+    up`` splits them; empty without the router.
 
     Raises:
-        ValueError: REPLICAS=0 (compose runs at least one engine), fewer GPUs or cores than replicas, a replica with
-            fewer GPUs than the tensor × pipeline parallel size VLLM_EXTRA_ARGS / ENGINE_TENSOR_PARALLEL_SIZE ask
-            for, or an ENGINE_URLS entry that is no URL.
+        ValueError: REPLICAS=0, fewer GPUs or cores than replicas, a replica with fewer GPUs than its tensor ×
+            pipeline parallel size, or an ENGINE_URLS entry that is no URL.
     """
     settings = cluster_settings(settings)
     if not router_in_use(settings):
@@ -176,9 +162,7 @@ def _gpu_deploy(gpus: tuple[str, ...]) -> dict[str, Any]:
 
 
 def replica_environment(replica: ComposeReplica) -> dict[str, str]:
-    """What a replica container sets over the ``vllm`` service's environment: its number (log and state file
-    names), its port, one engine in its own view (no second split of its GPUs), and its device share: inside, the
-    container sees only its own GPUs (GPU_DEVICES empty: all of them) or is bound to its cores."""
+    """What a replica container sets over ``vllm``'s environment: its number, port and device share."""
     env = {"ENGINE_REPLICA": str(replica.index), "REPLICAS": "1", "ENGINE_URLS": "", "REPLICA_HOSTS": "",
            "VLLM_PORT": str(replica.port), "VLLM_BASE_URL": f"http://127.0.0.1:{replica.port}"}  # fmt: skip
     if replica.gpus:
@@ -197,8 +181,7 @@ def cluster_environment(settings: Settings, engines: list[ComposeReplica]) -> di
 
 
 def router_service(base: Mapping[str, Any], settings: Settings, engines: list[ComposeReplica]) -> dict[str, Any]:
-    """The ``router`` service: the app image, the stack's hardening, environment and logging, the cluster knobs,
-    VLLM_PORT published, started when every engine is healthy, healthy when vllm-router answers ``/health``."""
+    """The ``router`` service: the app image, hardened, publishing VLLM_PORT once every engine is healthy."""
     ui = base["services"]["ui"]
     env = dict(base["x-container-env"])
     env.update({name: "" for name in sorted(secret_env_names() - ROUTER_SECRETS)})
@@ -230,8 +213,7 @@ def router_service(base: Mapping[str, Any], settings: Settings, engines: list[Co
 
 
 def override(files: list[dict[str, Any]], settings: Settings, engines: list[ComposeReplica]) -> dict[str, Any]:
-    """The override document for ``files`` (the compose files in use, base first, as :func:`load_compose_file`
-    reads them) and the plan ``engines`` (:func:`plan`, not empty)."""
+    """The override document for ``files`` (the compose files in use, base first) and the plan ``engines``."""
     base = files[0]
     vllm: dict[str, Any] = {}
     for doc in files:
@@ -272,13 +254,10 @@ def dump(document: Mapping[str, Any]) -> str:
 def write(
     settings: Settings, file_names: list[str], out: Path, gpu_count: int | None = None, cores: list[str] | None = None
 ) -> Path | None:
-    """Write the override for the compose files ``file_names`` (paths; relative ones from the working directory, the
-    project root for scripts/compose.sh; the CPU overlay among them: CPU cores are split, else GPUs) to ``out`` and
-    return it; without the router remove ``out``, return None. Neither REPLICAS nor ENGINE_URLS set (environment, .env)
-    and ``out`` there: ``out`` as it is (the stack that ``make compose-up REPLICAS=N`` started; ``make compose-down``
-    removes it).
-    ``gpu_count``: the host's GPUs (default: counted, when GPU_DEVICES does not name them); ``cores``: the CPU cores
-    to split on the CPU overlay (default: this process's).
+    """Write the override for the compose files ``file_names`` (the CPU overlay among them: cores are split,
+    else GPUs) to ``out`` and return it; without the router remove ``out`` and return None. With neither REPLICAS nor
+    ENGINE_URLS set, an existing ``out`` is the running stack's and is kept. ``gpu_count``: default counted;
+    ``cores``: default this process's.
 
     Raises:
         ValueError: what :func:`plan` refuses. OSError: a file cannot be read or written.
@@ -303,7 +282,7 @@ def write(
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m stack.compose_replicas [--files a.yml:b.yml] [--out PATH]``: write (or remove) the override and
-    print its path (nothing without the router); exit 2 with the reason when the plan is refused."""
+    print its path; exit 2 with the reason when the plan is refused."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", default=os.environ.get("COMPOSE_FILE", "docker-compose.yml"))
     parser.add_argument("--out", type=Path, default=None)

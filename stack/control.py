@@ -1,9 +1,8 @@
 """Local-mode control of the stack under supervisord: ``python -m stack.control up|down|status|token``.
 
-``up`` checks the ports, prepares the model (building the synthetic one with a progress bar), starts supervisord
-(deploy/supervisord.conf, which runs each service's launch entrypoint) and returns once every service answers,
-or stops everything and shows the failing service's log (for vLLM its error line). ``down`` stops supervisord, every
-child process and whatever a crashed vLLM left behind (:mod:`engine.reaper`).
+``up`` checks the ports, prepares the model, starts supervisord (deploy/supervisord.conf) and returns once every
+service answers, or stops everything and shows the failing service's log. ``down`` stops supervisord, its children
+and whatever a crashed vLLM left behind (:mod:`engine.reaper`).
 """
 
 from __future__ import annotations
@@ -49,7 +48,6 @@ from engine.local_control import (
 from engine.local_replicas import ROUTER_PROGRAM, program_name, program_names, write_conf
 from engine.reaper import end_engine_processes
 from engine.vllmlog.startup import latest_start, phases_line
-from engine.vllmlog.tracker import StartupPhase
 from sidecar.reports.envinfo import startup_facts
 from stack.services import answers, programs, remote_engines, services, serving_line, startup_times_line, tail
 
@@ -57,8 +55,7 @@ CONF = PROJECT_ROOT / "deploy" / "supervisord.conf"
 
 
 def supervisor_env(settings: Settings) -> dict[str, str]:
-    """Environment for supervisord and, through it, every service (absolute paths, vllm.log's rotation; each
-    launcher then drops the secrets its service does not need)."""
+    """Environment for supervisord and its services: absolute paths and vllm.log's rotation."""
     env = dict(os.environ)
     env.update(
         PROJECT_ROOT=str(PROJECT_ROOT),
@@ -73,23 +70,17 @@ def supervisor_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def startup(settings: Settings, since: LogPosition | None = None) -> StartupPhase:
-    """vLLM's start-up phase judged with its process (:func:`engine.local_control.engine_phase`); with ``since``
-    only the launch whose lines begin there."""
-    return engine_phase(settings, since)
-
-
 def process_states(settings: Settings) -> dict[str, dict[str, Any]] | None:
     """``{name: info}`` from supervisord, or None when it is not running.
 
     Raises:
-        SupervisorNotAnswering: it runs but did not answer in time (a loaded host).
+        SupervisorNotAnswering: it runs but did not answer in time.
     """
     return Supervisor(settings.run_dir).states()
 
 
 def states_now(settings: Settings) -> dict[str, dict[str, Any]]:
-    """:func:`process_states`, empty when supervisord is not running or not answering (states unknown for now)."""
+    """:func:`process_states`, empty when supervisord is not running or not answering."""
     try:
         return process_states(settings) or {}
     except SupervisorNotAnswering:
@@ -106,9 +97,8 @@ def rpc(settings: Settings) -> Any:
 
 
 def wait_ready(settings: Settings, since: LogPosition | None = None) -> tuple[bool, str]:
-    """Wait until every service answers; fail fast when supervisord reports a dead one (for vLLM with
-    :func:`~engine.local_control.why_not_up`: its error line and last lines). ``since``: where the launch being
-    waited for begins in vLLM's log (its phase is the only one shown)."""
+    """Wait until every service answers; fail fast when supervisord reports one dead (for vLLM with
+    :func:`~engine.local_control.why_not_up`). ``since``: where the awaited launch begins in vLLM's log."""
     deadline = time.monotonic() + settings.startup_timeout_s
     pending = programs(settings)
     last_note = 0.0
@@ -125,7 +115,7 @@ def wait_ready(settings: Settings, since: LogPosition | None = None) -> tuple[bo
                 pending.remove(svc)
         if pending and time.monotonic() - last_note > 30:
             last_note = time.monotonic()
-            phase = startup(settings, since).detail if any(s.name == "vllm" for s in pending) else ""
+            phase = engine_phase(settings, since).detail if any(s.name == "vllm" for s in pending) else ""
             print(
                 f"[INFO] waiting for {', '.join(s.name for s in pending)}"
                 + (f" (vLLM: {phase})" if phase else "")
@@ -141,7 +131,7 @@ def wait_ready(settings: Settings, since: LogPosition | None = None) -> tuple[bo
 
 def up(settings: Settings, request: EngineRequest | None = None) -> int:
     """Start the stack and wait for it; 0 when everything answers. ``request``: what vLLM's first launch changes
-    (``./start_vllm.sh`` with no stack running: its model and engine knobs); default none (MODEL, unprofiled)."""
+    (``./start_vllm.sh`` with no stack running)."""
     cluster_error = check_cluster(settings)
     if cluster_error:
         print(f"[ERROR] {cluster_error}", file=sys.stderr)
@@ -169,8 +159,7 @@ def up(settings: Settings, request: EngineRequest | None = None) -> int:
 
 
 def start_fresh(settings: Settings, request: EngineRequest | None) -> int:
-    """:func:`up` on a host with no supervisord of this stack: check the ports, prepare the model, start supervisord
-    with the stack's configuration and wait for every service (the cluster record is written)."""
+    """:func:`up` without a running supervisord: check ports, prepare the model, start and wait."""
     busy = [m for s in services(settings) if (m := port_in_use_message(s.host, s.port, s.port_var))]
     if busy:
         print("[ERROR] " + "\n[ERROR] ".join(busy), file=sys.stderr)
@@ -187,9 +176,7 @@ def start_fresh(settings: Settings, request: EngineRequest | None) -> int:
         write_request(replica.engine_request_file, request or EngineRequest())
     env = supervisor_env(settings)
     since = log_position(settings.vllm_log_file)  # only this launch's phase counts (not the last run's)
-    prepared = subprocess.run(
-        [sys.executable, "-m", "engine.launcher", "--prepare-only"], env=env, cwd=PROJECT_ROOT
-    )
+    prepared = subprocess.run([sys.executable, "-m", "engine.launcher", "--prepare-only"], env=env, cwd=PROJECT_ROOT)
     if prepared.returncode != 0:
         return 2
     if engine_build(settings) == "gpu":  # the GPU preflight (make doctor's engine checks) before anything starts
@@ -213,9 +200,7 @@ def start_fresh(settings: Settings, request: EngineRequest | None) -> int:
 
 
 def await_start(settings: Settings, since: LogPosition) -> int:
-    """Wait for a fresh start's services (:func:`wait_ready`, vLLM judged on its log after ``since``); 0 when all
-    answer. A failed start, or Ctrl-C while waiting (130), stops what started: nothing half-started is left holding
-    the cores or the GPU."""
+    """Wait for a fresh start's services; 0 when all answer. A failed start, or Ctrl-C (130), stops what started."""
     try:
         ok, why = wait_ready(settings, since)
     except KeyboardInterrupt:
@@ -273,8 +258,7 @@ def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
 
 
 def end_leftovers(settings: Settings) -> int:
-    """End what is left of this stack's engine (:func:`engine.reaper.end_engine_processes`: processes a crashed
-    vLLM left under PID 1, such as multiprocessing's ``resource_tracker``); 0 when nothing is left."""
+    """End what a crashed vLLM left of this stack's engine; 0 when nothing is left."""
     state = read_engine_state(settings.engine_state_file)
     same_host = state is not None and state.pid_namespace == pid_namespace()
     ended = end_engine_processes(settings.run_dir, pgid=state.pgid if state and same_host else None)
@@ -288,8 +272,7 @@ def end_leftovers(settings: Settings) -> int:
 
 
 def down(settings: Settings) -> int:
-    """Stop supervisord and all services (process groups are killed), then every process left of this stack's
-    engine (:func:`end_leftovers`); 0 when nothing is left."""
+    """Stop supervisord and its services, then what is left of this stack's engine; 0 when nothing is left."""
     supervisor = Supervisor(settings.run_dir)
     try:
         running = process_states(settings) is not None
@@ -321,8 +304,8 @@ def down(settings: Settings) -> int:
 
 
 def status(settings: Settings) -> int:
-    """Print each service's supervisor state and whether it answers; 0 when all run and answer, 1 when one does not,
-    3 when the stack is not running, 4 when supervisord runs but did not answer in time (a loaded host)."""
+    """Print each service's state and whether it answers; 0 when all run and answer, 1 when one does not, 3
+    when the stack is not running, 4 when supervisord did not answer in time."""
     try:
         states = process_states(settings)
     except SupervisorNotAnswering as exc:
@@ -345,7 +328,7 @@ def status(settings: Settings) -> int:
         answering = answers(f"{engine.url}/v1/models", tuple(settings.vllm_headers.items()))
         healthy &= answering
         print(f"{engine.name:8s} {'remote':9s} {'answers' if answering else 'no answer':10s} {engine.url}/v1/models")
-    phase = startup(settings)
+    phase = engine_phase(settings)
     redact = Redactor(secret_values(settings))
     served = serving_line(read_engine_state(settings.engine_state_file), phase)
     if served:
@@ -366,7 +349,7 @@ def status(settings: Settings) -> int:
 
 
 def starting_beside(settings: Settings, states: dict[str, dict[str, Any]]) -> list[str]:
-    """The programs of the slots that do not serve but run (a blue/green switch starting its new engine)."""
+    """The programs of non-serving slots that run (a blue/green switch starting its new engine)."""
     serving = set(program_names(settings))
     slots = [program_name(k, slot) for k in range(as_started(settings).replicas) for slot in ("a", "b")]
     return [name for name in slots if name not in serving
@@ -374,8 +357,7 @@ def starting_beside(settings: Settings, states: dict[str, dict[str, Any]]) -> li
 
 
 def token(settings: Settings) -> int:
-    """Make the sidecar token file when missing (as ``make up`` does) and print its path, never the token: what a
-    compose secret (``secrets: sidecar_token: file: ./run/sidecar_token``) needs before ``docker compose up``."""
+    """Make the sidecar token file when missing and print its path, never the token (for compose's secret)."""
     try:
         ensure_sidecar_token(settings)
     except OSError as exc:

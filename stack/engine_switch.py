@@ -1,19 +1,14 @@
 """``./start_vllm.sh``: replace only vLLM, with ``VLLM_MODEL_PATH`` (the seed image's name) or ``MODEL``.
 
-In local mode the other services keep running and, by default, so does the old engine until the new one answers: the
-new engine starts beside it behind the router on VLLM_PORT, takes the new requests, and the old one finishes its own
-before it stops (a blue/green switch, :mod:`engine.bluegreen`: no request refused, none cut within
-SWITCH_DRAIN_TIMEOUT_S). Where the host cannot hold both engines (host memory for the CPU build, GPU memory by the
-plan), or with ``ENGINE_SWITCH=restart``, it says so with the figures and the expected downtime, then stops vLLM and
-starts the new one (``ENGINE_SWITCH=blue-green`` forces the side-by-side switch). With the compose stack only the
-``vllm`` service is recreated; with no stack running, ``make up`` starts everything with that model. The model is
-resolved before anything is stopped, so a typo never takes the running vLLM down.
-``VLLM_EXTRA_ARGS='--max-num-seqs 4' ./start_vllm.sh`` restarts it with other vLLM flags (given, even empty, they
-replace the stack's; not given, vLLM starts with the stack's own), e.g. for ``make compare`` of one flag; the engine
-knobs (``--kv-cache-gb 4``, ``--max-model-len 2048``, ``--dtype float32`` ..., or their variables) apply on the switch
-the same way (``run/engine_request.json``, :class:`core.enginestate.EngineRequest`).
-Exit status: 0 when vLLM answers with the model, 1 when it did not come up (after a failed blue/green start the old
-engine still serves), 2 for a model that cannot be served or a switch that cannot be done as asked.
+In local mode the other services keep running and, by default, so does the old engine until the new one answers (a
+blue/green switch behind the router, :mod:`engine.bluegreen`: no request refused, none cut within
+SWITCH_DRAIN_TIMEOUT_S). Where the host cannot hold both engines, or with ``ENGINE_SWITCH=restart``, it says so with
+the expected downtime, then stops vLLM and starts the new one (``ENGINE_SWITCH=blue-green`` forces side by side).
+With the compose stack only the ``vllm`` service is recreated; with no stack, ``make up`` starts everything with that
+model. The model is resolved before anything stops, so a typo never takes vLLM down. VLLM_EXTRA_ARGS and the engine
+knobs (``--kv-cache-gb 4``, ``--max-model-len 2048``, ``--dtype float32`` …) given to it replace the stack's
+(``run/engine_request.json``). Exit status: 0 when vLLM answers with the model, 1 when it did not come up, 2 for a
+model that cannot be served or a switch that cannot be done as asked.
 """
 
 from __future__ import annotations
@@ -42,17 +37,15 @@ from stack import control as stackctl
 
 
 def parser() -> argparse.ArgumentParser:
-    """The engine's knobs as flags (``--vllm-model-path DIR``, ``--kv-cache-gb 4`` ...:
-    :data:`core.knobs.commands.ENGINE`)."""
+    """The engine's knobs as flags (``--kv-cache-gb 4`` …: :data:`core.knobs.commands.ENGINE`)."""
     return build_parser("./start_vllm.sh", __doc__ or "", ENGINE)
 
 
 def engine_request(
     settings: Settings, flags: Collection[str] = (), environ: Mapping[str, str] | None = None
 ) -> EngineRequest:
-    """What the switch asks of the launcher: the model, the engine knobs given to this command (:data:`ENGINE_KNOBS`
-    named in ``flags``, or set in its environment ``environ``, default this process's; those of ``.env`` are the
-    stack's already), and VLLM_EXTRA_ARGS when it was given (even empty)."""
+    """What the switch asks of the launcher: the model, the engine knobs named in ``flags`` or set in
+    ``environ`` (default this process's), and VLLM_EXTRA_ARGS when given (even empty)."""
     env = os.environ if environ is None else environ
     extra = settings.vllm_extra_args if "vllm_extra_args" in settings.model_fields_set else None
     knobs = {
@@ -65,8 +58,7 @@ def engine_request(
 
 
 def switch(settings: Settings, flags: Collection[str] = ()) -> int:
-    """Restart vLLM with the configured model wherever the stack runs (see the module docstring); ``flags``: the
-    knobs given on the command line."""
+    """Restart vLLM with the configured model wherever the stack runs; ``flags``: the knobs given."""
     try:
         resolved = resolve(settings)  # fails fast: unknown folder, typo on the hub, unknown synthetic variant
     except ModelResolutionError as exc:
@@ -90,8 +82,10 @@ def switch(settings: Settings, flags: Collection[str] = ()) -> int:
             print(f"[ERROR] VLLM_EXTRA_ARGS does not parse ({exc}): quote it as a shell would.", file=sys.stderr)
             return 2
         if secret:  # never written to run/engine_request.json
-            print("[INFO] --api-key and other secret flags of VLLM_EXTRA_ARGS stay those vLLM was started with by "
-                  "`make up` (VLLM_API_KEY, .env); the other flags apply.")
+            print(
+                "[INFO] --api-key and other secret flags of VLLM_EXTRA_ARGS stay those vLLM was started with by "
+                "`make up` (VLLM_API_KEY, .env); the other flags apply."
+            )
     for engine in (LocalEngine(settings), ComposeEngine(settings)):
         try:
             if engine.status() is None:
@@ -122,8 +116,8 @@ def switch(settings: Settings, flags: Collection[str] = ()) -> int:
 
 
 def blue_green(settings: Settings, engine: LocalEngine, request: EngineRequest, requested: str, served: str) -> int:
-    """The blue/green switch of every local engine (:meth:`engine.local_control.LocalEngine.switch`); 0 when the new
-    engines serve, 1 when one did not come up (the old one serves on: the message says which and why)."""
+    """Switch every local engine blue/green (:meth:`engine.local_control.LocalEngine.switch`): 0 when the
+    new engines serve, 1 when one did not come up (the old one serves on)."""
     print(f"[INFO] Switching vLLM in the local stack to {requested} (served as {served}) beside the running engine; "
           "it keeps serving until the new one answers...", flush=True)  # fmt: skip
     begun = time.monotonic()
@@ -138,8 +132,10 @@ def blue_green(settings: Settings, engine: LocalEngine, request: EngineRequest, 
           f"command; the router swapped engines in {gap * 1000:.0f} ms, "
           + (f"{cut} request(s) cut at the drain timeout" if cut else "the swap refused or cut no request")
           + "; nothing else was restarted")  # fmt: skip
-    print(f"[INFO] Requests naming another model than {served} now get HTTP 404 (model does not exist): the chat UI "
-          "follows the switch; a benchmark started before it ends early (exit 6, its report marks the switch).")
+    print(
+        f"[INFO] Requests naming another model than {served} now get HTTP 404 (model does not exist): the chat UI "
+        "follows the switch; a benchmark started before it ends early (exit 6, its report marks the switch)."
+    )
     return 0
 
 

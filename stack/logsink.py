@@ -13,12 +13,9 @@ from core.units import MIB
 
 
 def tee_main(argv: list[str] | None = None) -> int:
-    """``python -m stack.logsink FILE [--max-mb N] [--backups K]``: copy stdin to stdout and to ``FILE``, rotated.
-
-    For containers, where no supervisord writes and rotates a service's log: ``exec python -m ui.chainlit_launch >
-    >(exec python -m stack.logsink /app/logs/ui.log --max-mb 10 --backups 3) 2>&1`` instead of ``tee -a``.
-    Writes whole lines (a line longer than 1 MiB in pieces); returns 0 at the end of the input.
-    """
+    """``python -m stack.logsink FILE [--max-mb N] [--backups K]``: copy stdin to stdout and to ``FILE``,
+    rotated, where no supervisord writes a container's log (``exec python -m ui.chainlit_launch > >(exec python -m
+    stack.logsink /app/logs/ui.log) 2>&1``). Writes whole lines (one over 1 MiB in pieces); 0 at the end of input."""
     parser = argparse.ArgumentParser(prog="python -m stack.logsink", description=tee_main.__doc__)
     parser.add_argument("file", type=Path)
     parser.add_argument("--max-mb", type=float, default=10.0, help="rotate at this size, MiB")

@@ -1,11 +1,9 @@
 """Make variables checked against the settings: ``make benchmark CONCURENCY=4`` stops (exit 2) with "did you mean
 CONCURRENCY?" instead of running the defaults without a word.
 
-``python -m stack.makevars TARGET NAME ...``: the Makefile passes the names of the variables given on make's command
-line (``$(origin V)`` is ``command line``). An upper-case name that is no setting and no variable of the Makefile
-is refused when it is close to a setting's name (a typo), and passed through with a note otherwise (``HF_HOME``); a
-setting of another command is refused naming where it goes (``make benchmark KV_CACHE_GB=4``). The environment is
-checked too (:func:`core.envtypos.env_typos`).
+``python -m stack.makevars TARGET NAME ...`` gets the variables given on make's command line. A name close to a
+setting's is refused (a typo), another unknown one passed with a note (``HF_HOME``), a setting of another command
+refused naming where it goes; the environment is checked too (:func:`core.envtypos.env_typos`).
 """
 
 from __future__ import annotations
@@ -22,8 +20,7 @@ READ_ONLY_BY = {
     "SINCE": ("logs-errors", "logs-slow", "logs-stats"), "JSON": ("logs-errors", "logs-slow", "logs-stats"),
     "THRESHOLD_MS": ("logs-slow",), "REPEATS": ("bench-engine",), "VARIANTS": ("bench-engine",),
 }  # fmt: skip
-"""Makefile variables only some targets read: given to another checked target they would do nothing (``make
-benchmark ARGS="--concurrency 1"`` ran the default 50 users)."""
+"""Makefile variables only some targets read (elsewhere they would do nothing)."""
 
 TARGETS = {"benchmark": "benchmark", "sweep": "benchmark", "benchmark-compose": "benchmark", "up": "stack"}
 """make target -> the command view whose settings it takes (``make up`` takes every setting)."""
@@ -63,8 +60,7 @@ def problems(target: str, variables: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Check the command-line variables and the environment; exit 2 with one line per problem, else 0 (notes
-    printed)."""
+    """Check the command-line variables and the environment; exit 2 with one line per problem, else 0."""
     args = sys.argv[1:] if argv is None else argv
     if not args:
         print(f"usage: python -m stack.makevars TARGET [NAME ...] (targets: {', '.join(TARGETS)}; views: "

@@ -1,11 +1,8 @@
-"""The supervised services of local mode, how to ask whether they answer, and the lines `make status` prints about
-the engine they serve (used by :mod:`stack.control`).
+"""The supervised services of local mode, how to ask whether they answer, and `make status`'s engine lines.
 
-Without the router in front (``ENGINE_SWITCH=restart make up``): ``vllm`` on VLLM_PORT, then the sidecar, the UI and
-Locust. With it (the default, and the cluster: REPLICAS > 1 or ENGINE_URLS, :mod:`core.replicas`): every local
-engine that serves now (``vllm``, ``vllm-1``, ... on REPLICA_PORT_BASE+K, or their slot b ``vllm-b`` after a
-blue/green switch, each with its own log) and ``router`` (vllm-router) on VLLM_PORT; engines on other hosts are
-listed by :func:`remote_engines`.
+Without the router in front: ``vllm`` on VLLM_PORT, then the sidecar, the UI and Locust. With it (the default):
+every local engine that serves now (its active slot, on REPLICA_PORT_BASE+K) and ``router`` on VLLM_PORT; engines on
+other hosts are :func:`remote_engines`.
 """
 
 from __future__ import annotations
@@ -103,9 +100,7 @@ def answers(url: str, headers: tuple[tuple[str, str], ...] = ()) -> bool:
 
 
 def serving_line(state: EngineState | None, phase: StartupPhase) -> str | None:
-    """``vLLM serves ernie-4.5-0.3b-synthetic (synthetic:ernie-4.5-0.3b, synthetic weights); KV cache: 58,240
-    tokens …``: the serving engine's model by the name clients use, what was asked for, and its KV pool (vLLM's line
-    of its latest start); None without an engine state (no engine launched yet)."""
+    """``vLLM serves <name> (<asked for>, …); KV cache: 58,240 tokens …``; None without an engine state."""
     if state is None:
         return None
     asked = state.requested + (", synthetic weights" if state.synthetic else "")

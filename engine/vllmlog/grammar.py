@@ -1,37 +1,22 @@
-"""vLLM's log line grammar, the one place it is written down: how a line is built.
+"""vLLM's log line grammar, the one place it is written down.
 
-A line, outside in (every part optional):
+A line, outside in (every part optional): a container stamp (``docker logs -t``'s ``2026-11-29T21:55:01.123456789Z ``,
+or a CRI file's ``… stdout F ``, ``P`` for a partial line); vLLM's process prefix (``(APIServer pid=123)
+``, ``(Worker_TP1 pid=…) ``, ``(VllmWorker rank=2 pid=…) ``, Ray's ``(… pid=…, ip=…) ``; ``_add_prefix`` in
+``vllm/utils/system_utils.py``); a header (vLLM ``INFO 11-29 21:55:01 [utils.py:253] ``, older
+``… llm_engine.py:123] ``, uvicorn ``ERROR:    ``, the launcher's ``[ERROR] ``; argparse's ``prog: error: …`` and
+``Fatal Python error: …`` count as ERROR lines, :data:`BARE_ERROR_RE`); the message. Multi-line messages repeat prefix
+and header. ANSI colours may wrap any part; :func:`clean` and :func:`clean_span` remove stamps and colours. Sources:
+``vllm/logger.py``, ``vllm/logging_utils/formatter.py``, vLLM's bug reports.
 
-- a container stamp: ``2026-11-29T21:55:01.123456789Z `` (``docker logs -t``, ``kubectl logs --timestamps``) or
-  ``2026-11-29T21:55:01.123456789+00:00 stdout F `` (Kubernetes/CRI log files; ``P`` marks a line split in parts);
-- a process prefix, written by vLLM's ``_add_prefix`` (``vllm/utils/system_utils.py``): ``(APIServer pid=123) ``,
-  ``(EngineCore_DP0 pid=…) ``, ``(Worker_TP1 pid=…) ``, ``(Worker_PP0_TP1 pid=…) ``, ``(VllmWorker rank=2 pid=…) ``,
-  ``(VllmWorkerProcess pid=…) ``, Ray's ``(RayWorkerWrapper pid=…, ip=10.0.0.2) `` and ``(pid=…) ``;
-- a header: vLLM >= 0.6 ``INFO 11-29 21:55:01 [utils.py:253] `` (with ``VLLM_LOGGING_LEVEL=DEBUG`` the source is a
-  path, ``[v1/engine/core.py:936]``), older vLLM ``INFO 05-01 12:00:00 llm_engine.py:123] ``, uvicorn
-  ``ERROR:    ``, this project's launcher ``[ERROR] ``;
-  lines with no header that still say a start failed get a level: argparse's ``api_server.py: error: unrecognized
-  arguments: --max-num-seqz`` (after its ``usage: …`` block; ``vllm serve: error: …``) and CPython's ``Fatal Python
-  error: Segmentation fault`` are ERROR lines (:data:`BARE_ERROR_RE`; the source is argparse's program name);
-- the message. Lines of one multi-line message repeat the prefix and header (vLLM's ``NewLineFormatter``, which also
-  ends them with ``\\r``).
-
-ANSI colour codes may wrap any part: vLLM colours the prefix cyan and, on a terminal or with
-``VLLM_LOGGING_COLOR=1``, the level by severity and the stamp and source grey (``ColoredFormatter``). Container
-stamps and colour codes are removed before a line is parsed (:func:`clean`; :func:`clean_span` for whole blocks).
-Sources: ``vllm/logger.py`` (format ``%(levelname)s %(asctime)s [%(fileinfo)s:%(lineno)d] %(message)s``, date
-``%m-%d %H:%M:%S``), ``vllm/logging_utils/formatter.py``, the process names of ``v1/executor/multiproc_executor.py``
-and ``v1/engine/core.py``, and logs posted in vLLM's bug reports.
-
-Everything else (tracebacks, tqdm bars, Python warnings, garbage) is a line with no header. The engine's periodic
-stats line is described here too; which messages carry the start-up facts (version, load times, KV cache, ready,
-fatal errors) and the phases they lead to are :mod:`engine.vllmlog.tracker`'s (kept apart so that the log analyzer,
-which needs only this module, starts fast); :mod:`engine.vllmlog.startup` reads them from a log family.
+The engine's periodic stats line is here too; which messages carry start-up facts is :mod:`engine.vllmlog.tracker`'s
+(kept apart so that the log analyzer, which needs only this module, starts fast).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from core.logfiles import Span
 from core.timeparse import StampClock
@@ -39,10 +24,10 @@ from core.timeparse import StampClock
 # --- the line ---------------------------------------------------------------------------------------------------
 
 ANSI_RE = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)")
-"""ANSI escape sequences: CSI (colours, ``\\x1b[0;36m``) and OSC (``\\x1b]…\\x07``)."""
+"""ANSI escape sequences: CSI (colours) and OSC."""
 _CONTAINER_STAMP = rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
 CONTAINER_RE = re.compile(_CONTAINER_STAMP + rb" (?:(?:stdout|stderr) [FP] )?")
-"""A container runtime's stamp in front of the line (Docker ``-t``; CRI with stream and full/partial tag)."""
+"""A container runtime's stamp (Docker ``-t``; CRI with stream and full/partial tag)."""
 
 PREFIX = rb"(\((?:([^()\s]{1,64}(?: rank=\d{1,6})?) )?pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?\) )?"
 """vLLM's process prefix (groups: the whole prefix, the process name with its rank if any)."""
@@ -57,18 +42,16 @@ OTHER_HEADER_RE = re.compile(
 """Prefix and uvicorn or launcher level, each optional: always matches (possibly empty)."""
 _SGR = rb"(?:\x1b\[[0-9;]*m)*"
 STAMP_RE = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)" + _SGR + rb" " + _SGR + rb"(\d\d-\d\d \d\d:\d\d:\d\d)")
-"""Finds a vLLM stamp anywhere, also between colour codes (used to date lines that have none, from the lines before
-them, and to find where a ``--since`` window starts without parsing every line)."""
+"""A vLLM stamp anywhere, also between colour codes (dates unstamped lines, finds ``--since`` windows)."""
 _STAMP_STARTS = tuple(level + after for level in LEVELS for after in (b" ", b"\x1b"))
-"""How every :data:`STAMP_RE` match starts: a level word, then a space or a colour code's escape."""
+"""How every :data:`STAMP_RE` match starts: a level word, then a space or an escape."""
 
 
 def last_stamp(buf: bytes, begin: int, end: int) -> bytes | None:
-    """The stamp (``MM-DD HH:MM:SS``) of the last :data:`STAMP_RE` match in ``buf[begin:end]``, None without one.
+    """The stamp (``MM-DD HH:MM:SS``) of the last :data:`STAMP_RE` match in ``buf[begin:end]``, or None.
 
-    Searched from the end: the starts of a match (:data:`_STAMP_STARTS`) are found with ``rfind`` (a few
-    instructions a byte; ``STAMP_RE.finditer`` from the front costs ~60, its first byte being one of five letters),
-    the last of them that matches is the last match (matches cannot overlap: no level word fits inside one)."""
+    Searched from the end with ``rfind`` for :data:`_STAMP_STARTS` (far cheaper than ``finditer`` from the front);
+    matches cannot overlap, so the last start that matches is the last match."""
     rfind = buf.rfind
     hits = [rfind(start, begin, end) for start in _STAMP_STARTS]
     while True:
@@ -83,25 +66,22 @@ def last_stamp(buf: bytes, begin: int, end: int) -> bytes | None:
 
 
 BARE_ERROR_RE = re.compile(rb"(?:([\w.\-]{1,64}(?: [\w\-]{1,32})?): error: |Fatal Python error: )")
-"""Error lines without a header (groups: argparse's program name): ``<prog>: error: <message>``, argparse's last
-line before it exits with status 2 (``ArgumentParser.error``; vLLM's ``FlexibleArgumentParser`` keeps it), and
-``Fatal Python error: …`` (CPython's ``faulthandler``, a crashed interpreter)."""
+"""Error lines without a header (group: argparse's program name): argparse's ``<prog>: error: …``
+before it exits 2, and CPython's ``Fatal Python error: …``."""
 BARE_ERROR_NEEDLES = (b": error: ", b"Fatal Python error: ")
-"""Substrings every :data:`BARE_ERROR_RE` line has (cheap tests before the pattern)."""
+"""Substrings every :data:`BARE_ERROR_RE` line has (cheap tests first)."""
 _BARE_ARGPARSE, _BARE_FATAL = BARE_ERROR_NEEDLES
 
 PROBLEM_LEVELS = frozenset({"WARNING", "ERROR", "CRITICAL"})
 _LEVELS = {name: name.decode() for name in LEVELS}
 MAX_TEXT_CHARS = 2000
-"""Longest message or traceback line kept, in characters (longer ones are cut and end with an ellipsis)."""
+"""Longest message kept, in characters (longer ones end with an ellipsis)."""
 
 
 def join_partials(data: bytes) -> bytes:
-    """``data`` (whole CRI lines) with each partial line (``P``) joined to its continuation (whose stamp and tag go);
-    a part at the very end stays a line of its own. Only the partial lines are touched (found through `` P ``, one
-    search); the other lines keep their stamps (:func:`parse_line` removes them), so a block with a long line split
-    by the runtime costs one search, not a rewrite of every line. The lines of the result are the logical lines
-    :func:`logical_line_end` walks."""
+    """``data`` (whole CRI lines) with each partial line (``P``) joined to its continuation, whose stamp
+    and tag go; a part at the very end stays a line. Other lines keep their stamps (:func:`parse_line` removes
+    them), so a block costs one search, not a rewrite."""
     pieces: list[bytes] = []
     kept, end = 0, len(data)  # data[kept:] is not yet in pieces
     at = data.find(b" P ")
@@ -129,8 +109,7 @@ def join_partials(data: bytes) -> bytes:
 
 
 def cri_tagged(buf: bytes, start: int, stop: int) -> bool:
-    """True when the line at ``start`` has a CRI stamp with stream and tag (``… stdout F ``): a Kubernetes log file,
-    whose lines may be split in parts; a ``docker logs -t`` stamp has no tag."""
+    """True when the line at ``start`` has a CRI stamp with stream and tag (``… stdout F ``)."""
     if not buf[start : start + 1].isdigit():
         return False
     first = CONTAINER_RE.match(buf, start, min(stop, start + 80))
@@ -138,16 +117,14 @@ def cri_tagged(buf: bytes, start: int, stop: int) -> bool:
 
 
 def is_partial(buf: bytes, line_begin: int, stop: int) -> bool:
-    """True when the line starting at ``line_begin`` is a CRI partial part (``… stdout P ``): it goes on in the next
-    line (a stamp never ends with ``P``, so an untagged stamp is never taken for one)."""
+    """True when the line at ``line_begin`` is a CRI partial part (``… stdout P ``)."""
     tag = CONTAINER_RE.match(buf, line_begin, min(stop, line_begin + 80))
     return tag is not None and buf[tag.end() - 2 : tag.end()] == b"P "
 
 
 def logical_line_end(buf: bytes, position: int, stop: int) -> int:
-    """Offset of the newline that ends the logical line holding the physical line at ``position`` in
-    ``buf[:stop]`` (whole lines): a partial part goes on in the next line, as :func:`join_partials` joins them, and
-    the last line before ``stop`` ends its logical line. -1 when no newline follows ``position``."""
+    """Offset of the newline ending the logical line that holds the physical line at ``position`` in
+    ``buf[:stop]`` (partial parts go on; the last line before ``stop`` ends its own); -1 without one."""
     newline = buf.find(b"\n", position, stop)
     while 0 <= newline < stop - 1 and is_partial(buf, position, stop):
         position = newline + 1
@@ -156,8 +133,7 @@ def logical_line_end(buf: bytes, position: int, stop: int) -> int:
 
 
 def logical_line_begin(buf: bytes, low: int, line_begin: int) -> int:
-    """Where the logical line holding the physical line at ``line_begin`` begins, not before ``low``: back over the
-    partial parts in front of it."""
+    """Where the logical line holding the line at ``line_begin`` begins (not before ``low``)."""
     while line_begin > low:
         before = buf.rfind(b"\n", low, line_begin - 1) + 1 or low
         if not is_partial(buf, before, line_begin):
@@ -167,9 +143,8 @@ def logical_line_begin(buf: bytes, low: int, line_begin: int) -> int:
 
 
 def hold_partials(span: Span, following: Span, block_bytes: int) -> tuple[Span, Span]:
-    """``span`` without the logical line its partial parts at the end begin, and ``following`` with it in front, so
-    that whole-block joining (:func:`clean_span`) joins it: for a CRI file's consecutive spans (:data:`Span`);
-    unchanged when there is none or it is longer than a block (cut there, as over-long lines are)."""
+    """Move the logical line that ``span``'s trailing partial parts begin to the front of ``following``
+    (consecutive spans of a CRI file), so :func:`clean_span` joins it; unchanged when longer than a block."""
     buf, start, stop = span
     last = buf.rfind(b"\n", start, stop - 1) + 1 or start
     if not is_partial(buf, last, stop):
@@ -182,10 +157,7 @@ def hold_partials(span: Span, following: Span, block_bytes: int) -> tuple[Span, 
 
 
 def _has_partial(buf: bytes, start: int, stop: int) -> bool:
-    """True when ``buf[start:stop]`` (starting with a container stamp) holds a CRI partial line (`` stdout P ``).
-
-    Only CRI files have the stream tag; a ``docker logs -t`` block (none after its first stamp) is not searched, and
-    a CRI block is searched once for `` P `` (each hit checked for its stream name) rather than once per stream."""
+    """True when ``buf[start:stop]`` of a CRI file holds a partial line (`` stdout P ``)."""
     if not cri_tagged(buf, start, stop):
         return False
     at = buf.find(b" P ", start, stop)
@@ -197,14 +169,9 @@ def _has_partial(buf: bytes, start: int, stop: int) -> bool:
 
 
 def clean_span(buf: bytes, start: int, stop: int, colours: bool = True) -> tuple[bytes, int, int]:
-    """``buf[start:stop]`` (whole lines) without ANSI codes, and with the parts of Kubernetes' split lines (``P``)
-    joined, as ``(buffer, start, stop)``; other container stamps stay (:func:`parse_line` removes them per line,
-    which is cheaper than rewriting every line of a block).
-
-    The span comes back unchanged, without a copy, when there is nothing to do (``memchr`` for ESC, a substring
-    search for the partial tag). ``colours=False`` leaves colour codes too, for readers that only parse a few lines
-    (removing them costs ~0.4 µs per code).
-    """
+    """``buf[start:stop]`` (whole lines) as ``(buffer, start, stop)`` without ANSI codes (unless
+    ``colours=False``) and with CRI partial lines joined; other stamps stay (:func:`parse_line` removes them).
+    Returned uncopied when there is nothing to do."""
     coloured = colours and buf.find(b"\x1b", start, stop) >= 0
     partial = buf[start : start + 1].isdigit() and _has_partial(buf, start, stop)
     if not coloured and not partial:
@@ -224,38 +191,25 @@ def clean(raw: bytes) -> bytes:
     return ANSI_RE.sub(b"", raw) if raw.find(b"\x1b") >= 0 else raw
 
 
+@dataclass(slots=True)
 class Line:
     """One parsed log line: process prefix, level, time, source ``file.py:line`` and the message body."""
 
-    __slots__ = ("body", "header", "level", "proc", "process", "src", "stamp_s")
-
-    def __init__(
-        self,
-        proc: str | None,
-        level: str | None,
-        stamp_s: float | None,
-        src: str | None,
-        body: bytes,
-        header: bytes,
-        process: bytes,
-    ) -> None:
-        self.proc = proc
-        """Process of the prefix with its rank, if any (``EngineCore_DP0``, ``VllmWorker rank=2``); None without."""
-        self.level = level
-        self.stamp_s = stamp_s
-        """Epoch seconds of vLLM's stamp, None when the line has none."""
-        self.src = src
-        """``file.py:line`` of vLLM's header."""
-        self.body = body
-        self.header = header
-        """Prefix and header bytes as written (lines of one multi-line log call share them)."""
-        self.process = process
-        """The raw process prefix (``b"(EngineCore pid=2630) "`` or ``b""``)."""
+    proc: str | None
+    """The prefix's process with its rank (``EngineCore_DP0``, ``VllmWorker rank=2``); None without."""
+    level: str | None
+    stamp_s: float | None
+    """Epoch seconds of vLLM's stamp; None without."""
+    src: str | None
+    body: bytes
+    header: bytes
+    """Prefix and header bytes as written (lines of one multi-line log call share them)."""
+    process: bytes
+    """The raw process prefix (``b"(EngineCore pid=2630) "`` or ``b""``)."""
 
 
 def parse_line(raw: bytes, clock: StampClock) -> Line:
-    """Parse one line (without its newline; container stamps and colours are removed first). Never raises; unknown
-    text gives a Line with no level."""
+    """Parse one line (no newline; stamps and colours removed first); never raises: unknown text has no level."""
     # ``find``, not ``in``: ``bytes in bytes`` tries the operand as an int first (a TypeError, made and dropped)
     if raw[:1].isdigit() or raw.find(b"\x1b") >= 0:
         raw = clean(raw)
@@ -292,21 +246,18 @@ def text(raw: bytes, limit_chars: int = MAX_TEXT_CHARS) -> str:
 
 
 NORMALISE_PATTERN = r"[a-fA-F]*+\d[\w.:-]*"
-"""A token with a digit in it (number, version, hex id, UUID, ``file.py:12``) and what sticks to it: what
-:func:`normalise` replaces (it finds the same spans as ``re.sub`` of this pattern, faster)."""
+"""A token with a digit in it and what sticks to it: what :func:`normalise` replaces."""
 _DIGIT_RE, _DIGIT_ASCII_RE = re.compile(r"\d"), re.compile(r"[0-9]")
 _TOKEN_REST_RE, _TOKEN_REST_ASCII_RE = re.compile(r"[\w.:-]*"), re.compile(r"[\w.:-]*", re.ASCII)
 _HEX_LETTERS = frozenset("abcdefABCDEF")
 
 
 def normalise(message: str) -> str:
-    """Message with tokens holding digits (numbers, hex ids, UUIDs) replaced by ``#``, so repeats of one problem share
-    a group key (only the first 200 characters count).
+    """Message with tokens holding digits (numbers, hex ids, UUIDs) replaced by ``#``, so repeats of one
+    problem share a group key (first 200 characters only).
 
-    The result is ``re.sub(NORMALISE_PATTERN, "#", message[:200])``; ``re`` would try the pattern at every character
-    (it has no literal to skip to: ~250 instructions a character), this goes from digit to digit: a match begins at
-    the run of hex letters just before a digit and ends where ``[\\w.:-]`` ends. ASCII text (most) takes ASCII
-    patterns, which match it alike and test a character against a bit map instead of Unicode's tables."""
+    Equal to ``re.sub(NORMALISE_PATTERN, "#", message[:200])`` but jumps from digit to digit (``re`` has no literal
+    to skip to); ASCII text takes the faster ASCII patterns."""
     head = message[:200]
     ascii_only = head.isascii()
     search = (_DIGIT_ASCII_RE if ascii_only else _DIGIT_RE).search
@@ -355,10 +306,8 @@ METRICS_RE = re.compile(
     rb"(?:, Running: (\d+) reqs)?(?:, Swapped: (\d+) reqs)?(?:, (?:Pending|Waiting): (\d+) reqs)?"
     rb"(?:, (\w+) KV cache usage: (\d+(?:\.\d+)?)%)?(?:[^\n]*?Prefix cache hit rate: (\d+(?:\.\d+)?)%)?"
 )
-"""The engine's periodic stats line (``vllm/v1/metrics/loggers.py``), old (``Running/Swapped/Pending``, GPU then
-CPU-swap KV cache) and new (``Engine 000: ... Running/Waiting``, one KV cache figure named after the device, prefix
-cache hit rate). Starts with a literal so that ``findall`` over a whole block is fast; fields a version lacks come
-back empty."""
+"""The engine's periodic stats line (``vllm/v1/metrics/loggers.py``), old (Running/Swapped/Pending) and new (``Engine
+000: …`` Running/Waiting, KV cache named after the device, prefix cache hit rate); missing fields come back empty."""
 METRICS_NEEDLE = b"Avg prompt throughput: "
 METRIC_FIELDS = (
     "prompt_tokens_per_s",

@@ -1,21 +1,13 @@
-"""vLLM's start-up phase from its log: downloading, loading weights, compiling/warming up, ready, failed, stopped.
+"""vLLM's start-up phase from its log (judged by :mod:`engine.vllmlog.tracker`), read fast at any log size.
 
-:func:`startup_phase` reads a log file (or lines) and returns the phase of the last start with its timings
-(model load, engine init, start to ready) and the error line when it failed, plus every start seen (so that the
-first, cold start can be told from warm restarts). The judgement of the lines is :mod:`engine.vllmlog.tracker`;
-this module reads them. Pure apart from reading the file; never raises on bad content.
+:func:`read_startup` (``GET /startup``, ``make status``, ``make up``, the reports) reads a log family (``vllm.log``
+and its rotated files) whole up to :data:`FULL_READ_BYTES`; a bigger one only in three regions: the head of its oldest
+file (the cold start), the latest launch from ``engine_state.json``'s ``log_start``, and the tail of ``vllm.log``
+(a fatal error, a stop, an unrecorded start). Starts between those are not listed.
 
-:func:`read_startup` is what ``GET /startup``, ``make status``, ``make up`` and the reports use: a bounded read that
-stays fast on any log size. A log family (``vllm.log`` and its rotated files) up to :data:`FULL_READ_BYTES` is read
-whole; a bigger one only in three places: the head of its oldest file (the cold start), the latest launch from the
-position the launcher recorded in ``engine_state.json`` (``log_start``), and the tail of ``vllm.log`` (what happened
-since: a fatal error, a stop, a start the launcher did not record). Starts between those are then not listed.
-
-:func:`start_breakdown` says where a start spent its time: the seconds between the lines that bound its phases
-(vLLM 0.32's CPU build starts three Python processes in turn, API server → engine core → worker, each importing
-torch and vLLM, then loads the weights, lays out the KV cache, warms the model up, compiling it unless ``-O0``, and
-opens the API; stamps have 1 s resolution). :func:`latest_start` reads it for the serving engine's latest launch
-(``make status``, ``/startup``, ``./start_vllm.sh``; ``make bench-engine`` for each of its starts).
+:func:`start_breakdown` says where a start spent its time, between the lines that bound its phases (API server →
+engine core → worker processes, weights, KV cache, warm-up/compile, API up; stamps have 1 s resolution);
+:func:`latest_start` reads it for the serving engine's latest launch.
 """
 
 from __future__ import annotations
@@ -33,19 +25,17 @@ from engine.vllmlog.tracker import StartupPhase, StartupTracker
 FULL_READ_BYTES = 8 << 20
 """A log family up to this size (bytes) is read whole; a bigger one in bounded regions (:func:`read_startup`)."""
 REGION_BYTES = 1 << 20
-"""Most bytes read from the head of the oldest file and from the latest launch: a start-up's lines until ready are
-tens of KiB; a region also ends as soon as its start is ready or failed (read in :data:`REGION_BLOCK_BYTES`)."""
+"""Most bytes read from the oldest file's head and from the latest launch (a start is tens of KiB)."""
 REGION_BLOCK_BYTES = 64 << 10
 TAIL_BYTES = 256 << 10
-"""Bytes read from the end of ``vllm.log``: a dead engine's last lines, a stop, a start nobody recorded."""
+"""Bytes read from the end of ``vllm.log``."""
 
 
 _ACCESS = b"INFO:     "
 
 
 def _skipped(raw: bytes) -> bool:
-    """Lines that never move a phase and are most of a serving log: uvicorn access lines (``INFO:     1.2.3.4:5 -
-    "POST …``, also behind vLLM's process prefix or a container stamp) and periodic stats."""
+    """Lines that never move a phase and are most of a serving log: uvicorn access lines and periodic stats."""
     at = raw.find(_ACCESS, 0, 120)
     return (at >= 0 and raw[at + 10 : at + 11].isdigit()) or fmt.METRICS_NEEDLE in raw
 
@@ -54,15 +44,11 @@ def startup_phase(lines_or_path: Path | str | Iterable[str] | Iterable[bytes]) -
     """Start-up phase of vLLM from its log.
 
     Args:
-        lines_or_path: the log file (a ``Path`` or a ``str`` path; a missing file gives ``not_started``, a gzip file
-            is read too) or its lines (``str`` or ``bytes``, with or without newlines). Year-less stamps are dated
-            against the file's modification time, or now for lines. Lines may carry container stamps, any vLLM
-            process prefix and colour codes (:mod:`engine.vllmlog.grammar`).
+        lines_or_path: the log file (``Path`` or ``str``; missing: ``not_started``; gzip read too) or its lines
+            (``str`` or ``bytes``). Year-less stamps are dated against the file's mtime, or now for lines.
 
     Returns:
-        The phase of the latest start with ``load_s``, ``engine_init_s``, ``startup_s`` (seconds), ``error_line``
-        and ``error_process`` when failed, ``started_at_s``/``phase_since_s``/``ready_at_s`` (epoch seconds) and
-        all starts seen.
+        The latest start's phase, timings (seconds), error line when failed, times (epoch seconds) and all starts.
     """
     if isinstance(lines_or_path, str | Path):
         path = Path(lines_or_path)
@@ -78,7 +64,7 @@ def startup_phase(lines_or_path: Path | str | Iterable[str] | Iterable[bytes]) -
 
 
 def _feed_span(tracker: StartupTracker, span: tuple[bytes, int, int]) -> None:
-    """Every line of a read span that can move a phase (container stamps and colours are removed there)."""
+    """Every line of a read span that can move a phase."""
     buf, start, stop = fmt.clean_span(*span)
     lines = buf[start:stop].split(b"\n")
     lines.pop()
@@ -101,9 +87,9 @@ def _identity(path: str) -> tuple[int, int, int] | None:
 
 
 def _regions(family: list[str], log_start: tuple[int, int, int] | None) -> Iterator[tuple[str, int, int | None, int]]:
-    """``(file, from byte, at most bytes or None, settled after bytes)`` of a big log, in log order and without
-    overlaps: the oldest file's head, the latest launch, the current file's tail. A region with a settle mark ends
-    once it has read that many bytes and the start being read is ready or failed (-1: never)."""
+    """``(file, from byte, at most bytes or None, settled after bytes)`` of a big log, in order, without
+    overlaps: the oldest file's head, the latest launch, the current file's tail. A region ends once it has read its
+    settle mark and its start is ready or failed (-1: never)."""
     ids = {path: _identity(path) for path in family}
     current = family[-1]
     launch_file = next(
@@ -127,12 +113,8 @@ def _regions(family: list[str], log_start: tuple[int, int, int] | None) -> Itera
 
 
 def read_startup(path: Path, engine_state: EngineState | None = None, stats: ReadStats | None = None) -> StartupPhase:
-    """:func:`startup_phase` of vLLM's log ``path`` with its rotated files, reading a bounded amount.
-
-    A family up to :data:`FULL_READ_BYTES` is read whole, oldest file first. A bigger one is read in at most three
-    regions of about a MiB each (see the module's docstring): the head of the oldest file, the latest launch from
-    ``engine_state.log_start`` (when that file still exists; found by device and inode, so rotation does not lose it)
-    and the tail of ``path``. Every region of a start stops early once that start is ready or failed.
+    """:func:`startup_phase` of vLLM's log ``path`` and its rotated files, reading a bounded amount (module
+    docstring); the launch is found by ``engine_state.log_start``'s device and inode, so rotation does not lose it.
 
     Args:
         stats: filled with the files and bytes read (tests check the bound with it).
@@ -174,7 +156,7 @@ START_MARKS = (
     ("engine_ready", b"init engine (profile, create kv cache, warmup model) took"),
     ("api_ready", b"Starting vLLM server on"),
 )
-"""Lines that bound the phases of one vLLM start (their stamps, read with the project's log grammar)."""
+"""Lines that bound the phases of one vLLM start."""
 PHASES = (
     ("imports_api_server", None, "api_server"),
     ("spawn_engine_core", "api_server", "engine_core"),
@@ -185,7 +167,7 @@ PHASES = (
     ("kv_cache_and_rest", "warmup_end", "engine_ready"),
     ("api_ready", "engine_ready", "api_ready"),
 )
-"""(phase, from mark, to mark): ``None`` is the launch; a start without warm-up (eager) has no warm-up phase."""
+"""(phase, from mark, to mark): ``None`` is the launch; an eager start has no warm-up phase."""
 LABELS = {
     "imports_api_server": "API server start + imports",
     "spawn_engine_core": "engine-core process + imports",
@@ -198,12 +180,11 @@ LABELS = {
 }
 """How people read each phase (``make status``)."""
 MAX_START_BYTES = 2 << 20
-"""Most bytes read from a launch's first line: a start's lines until ready are tens of KiB."""
+"""Most bytes read from a launch's first line."""
 
 
 def start_breakdown(lines: Sequence[bytes], launched_s: float) -> dict[str, float]:
-    """Seconds per phase of the last start in ``lines`` (vLLM's log), launch at ``launched_s`` (epoch). vLLM stamps
-    have 1 s resolution, so each phase is ± 1 s (pure apart from the clock)."""
+    """Seconds per phase of the last start in ``lines`` (vLLM's log) launched at ``launched_s`` (epoch), ± 1 s each."""
     clock = StampClock(launched_s + 3600)
     marks: dict[str, float] = {}
     for raw in lines:
@@ -224,9 +205,7 @@ def start_breakdown(lines: Sequence[bytes], launched_s: float) -> dict[str, floa
 
 
 def latest_start(log: Path, state: EngineState | None) -> dict[str, float]:
-    """:func:`start_breakdown` of the launch ``state`` describes (its ``started_at`` and where its lines begin in
-    ``log``, ``log_start``: none when the log was new, then from its first line); empty when unknown (no state, the
-    log rotated away since, or not started yet)."""
+    """:func:`start_breakdown` of the launch ``state`` records; empty when unknown or rotated away."""
     if state is None or state.started_at is None:
         return {}
     try:
@@ -246,8 +225,7 @@ def latest_start(log: Path, state: EngineState | None) -> dict[str, float]:
 
 
 def phases_line(phases: dict[str, float]) -> str | None:
-    """``  last start 37 s: API server start + imports 10, engine-core process + imports 7, ... (s, ±1 each)``;
-    None without phases (or with a start not yet ready: then the phase line says where it is)."""
+    """``  last start 37 s: API server start + imports 10, ... (s, ±1 each)``; None until a start is ready."""
     if "api_ready" not in phases:
         return None
     total = sum(phases.values())

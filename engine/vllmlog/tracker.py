@@ -1,13 +1,9 @@
 """The start-up phase judgement: vLLM's log lines, fed one at a time, to the phase of its latest start.
 
-:class:`StartupTracker` turns lines (already read, see :mod:`engine.vllmlog.startup` for the bounded read of a log
-family) into a :class:`StartupPhase`: downloading, loading weights, compiling/warming up, ready, failed, stopped, with
-the timings vLLM reported, the root-cause error line and every start seen. Pure; never raises on bad content.
-
-Which messages (the text after a line's header, :mod:`engine.vllmlog.grammar`) carry which facts of a start is written
-down here too: version, weights and model load times, engine init time, KV cache size, ready, fatal errors and the
-errors that only report another process's failure. Wordings are vLLM's own, old and new
-(``vllm/v1/worker/gpu_model_runner.py``, ``model_executor/model_loader``, ``v1/engine/core.py``,
+:class:`StartupTracker` turns lines into a :class:`StartupPhase` (downloading, loading weights, compiling, ready,
+failed, stopped) with vLLM's reported timings, the root-cause error line and every start seen. Pure; never raises on
+bad content. Which messages carry which facts is written down here, in vLLM's own old and new wordings
+(``v1/worker/gpu_model_runner.py``, ``model_executor/model_loader``, ``v1/engine/core.py``,
 ``v1/core/kv_cache_utils.py``, ``entrypoints/openai/api_server.py``, uvicorn).
 """
 
@@ -25,7 +21,7 @@ LAUNCH_RE = re.compile(r"^Starting vLLM: ")
 SERVER_START_RE = re.compile(r"vLLM API server version|non-default args:")
 """The API server's first lines: a new start of vLLM."""
 VERSION_RE = re.compile(r"(?:vLLM API server version|LLM engine \(v|\bversion)\s*v?(\d+\.\d+\.\d+[\w.+\-]*)")
-"""``vLLM API server version 0.32.0``, the banner's ``version 0.32.0``, ``Initializing a V1 LLM engine (v0.32.0)``."""
+"""``vLLM API server version 0.32.0``, ``version 0.32.0``, ``Initializing a V1 LLM engine (v0.32.0)``."""
 DOWNLOAD_RE = re.compile(r"Downloading|Fetching \d+ files|\.(?:safetensors|bin|pt|gguf)\S*:\s+(\d+)%")
 PERCENT_RE = re.compile(r"(\d{1,3})%")
 LOADING_RE = re.compile(
@@ -34,7 +30,7 @@ LOADING_RE = re.compile(
 WEIGHTS_TIME_RE = re.compile(r"Loading weights took\s+([\d.]+)\s*s")
 """``Loading weights took 0.92 seconds`` (the loader, per worker)."""
 MODEL_LOAD_TIME_RE = re.compile(r"Model loading took (?:[\d.]+ \w+(?: memory)? and )?([\d.]+)\s*s")
-"""``Model loading took 15.25 GiB and 6.123 seconds`` (the model runner, per worker: weights and model set-up)."""
+"""``Model loading took 15.25 GiB and 6.123 seconds`` (per worker: weights and model set-up)."""
 COMPILE_RE = re.compile(
     r"Warming up|warmup|torch\.compile|Compiling|compiled function|Capturing|[Gg]raph capturing|profiling"
     r"|KV cache size|# GPU blocks|Maximum concurrency|init engine"
@@ -42,13 +38,13 @@ COMPILE_RE = re.compile(
 INIT_TIME_RE = re.compile(r"init engine .*took ([\d.]+) s")
 """``init engine (profile, create kv cache, warmup model) took 39.09 s[econds]`` (per engine core)."""
 KV_CACHE_RE = re.compile(r"KV cache size:|# (?:GPU|CPU|gpu|cpu) blocks:|num_gpu_blocks is:")
-"""The KV cache's size: ``GPU KV cache size: 1,234 tokens``, old ``# GPU blocks: 2345, # CPU blocks: 512``."""
+"""``GPU KV cache size: 1,234 tokens``, old ``# GPU blocks: 2345, # CPU blocks: 512``."""
 CONCURRENCY_RE = re.compile(r"Maximum concurrency for")
 """``Maximum concurrency for 4,096 tokens per request: 5.2x`` (its own line in some versions)."""
 READY_RE = re.compile(
     r"Starting vLLM (?:API )?server (?:\d+ )?on|Uvicorn running on|Application startup complete|Available routes are"
 )
-"""The API server answers requests (only the API server's lines count: :func:`is_api_server`)."""
+"""The API server answers requests (only its own lines count: :func:`is_api_server`)."""
 FATAL_RE = re.compile(
     r"EngineDeadError|Engine core initialization failed|EngineCore failed to start|died unexpectedly"
     r"|encountered a fatal error|Engine loop has died|WorkerProc failed|Got fatal signal"
@@ -59,7 +55,7 @@ FOLLOW_UP_RE = re.compile(
     r"|EngineCore failed to start|See root cause above|See stack trace (?:above )?for root cause|Got fatal signal"
     r"|EngineDeadError|Engine loop has died|died unexpectedly"
 )
-"""Errors that report another process's failure: never the root cause while a worker's own error is known."""
+"""Errors that report another process's failure: never the root cause while a worker's own is known."""
 STOP_RE = re.compile(r"Shutting down|Finished server process|shutdown triggered|KeyboardInterrupt")
 EXCEPTION_RE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
 """An exception line: ``ValueError: …``, ``torch.OutOfMemoryError: CUDA out of memory …``."""
@@ -72,10 +68,9 @@ def seconds(pattern: re.Pattern[str], message: str) -> float | None:
 
 
 def is_api_server(proc: str | None) -> bool:
-    """True for the API server's lines (``APIServer``, ``ApiServer_0``) and unprefixed ones (single-process vLLM,
-    uvicorn, the launcher); False for engine cores and workers (``proc`` as :class:`~engine.vllmlog.grammar.Line`
-    has it)."""
+    """True for the API server's lines (``APIServer``, ``ApiServer_0``) and unprefixed ones."""
     return proc is None or proc[:9].lower() == "apiserver"
+
 
 PHASES = ("not_started", "starting", "downloading", "loading_weights", "compiling", "ready", "failed", "stopped")
 """Phase names in start-up order (``failed`` and ``stopped`` can follow any other)."""
@@ -95,8 +90,7 @@ class StartupAttempt:
 
     @property
     def startup_s(self) -> float | None:
-        """Seconds from the start's launch (the launcher's stamped ``Starting vLLM:`` line; in older logs the first
-        stamped line, after the API server's imports) to the server being ready (None if unknown)."""
+        """Seconds from the launch (or the first stamped line) to ready; None if unknown."""
         if self.started_at_s is None or self.ready_at_s is None:
             return None
         return round(max(0.0, self.ready_at_s - self.started_at_s), 3)
@@ -122,26 +116,24 @@ class StartupPhase:
     detail: str
     """One line for people, e.g. ``loading weights`` or ``ready after 51 s (model load 0.02 s, engine init 29 s)``."""
     load_s: float | None = None
-    """Seconds vLLM reported for loading the model: ``Model loading took`` (weights and model set-up) when logged,
-    else ``Loading weights took``; with several workers (tensor/pipeline parallel) the slowest one's."""
+    """vLLM's model load seconds (``Model loading took``, else ``Loading weights took``), slowest worker's."""
     engine_init_s: float | None = None
-    """Seconds vLLM reported for engine init (profiling, KV cache, warm-up/compilation); the slowest engine core's."""
+    """vLLM's engine init seconds (profiling, KV cache, warm-up); the slowest core's."""
     kv_cache_line: str | None = None
-    """The line giving the KV cache's size (``GPU KV cache size: 1,234 tokens, Maximum concurrency …``)."""
+    """The line giving the KV cache's size."""
     startup_s: float | None = None
     """Seconds from the start's first stamped line to ready."""
     error_line: str | None = None
-    """When failed: the root cause, i.e. the first exception line (``ValueError: ...``) of any process, else its first
-    ERROR line; errors that only report another process's failure (``Engine core initialization failed``) come last."""
+    """When failed: the root cause, the first exception line of any process, else its first
+    ERROR line; reports of another process's failure come last."""
     error_process: str | None = None
-    """The process that logged :attr:`error_line` (``VllmWorker rank=1``, ``Worker_TP1``), None without prefix."""
+    """The process that logged :attr:`error_line` (``Worker_TP1``); None without prefix."""
     started_at_s: float | None = None
     phase_since_s: float | None = None
     ready_at_s: float | None = None
     vllm_version: str | None = None
     attempts: tuple[StartupAttempt, ...] = ()
-    """Every start in the log, oldest first (the last :data:`MAX_ATTEMPTS`); the first is the cold start if the
-    log has not been rotated since."""
+    """Every start in the log, oldest first (the last :data:`MAX_ATTEMPTS`)."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form; times as local ISO 8601."""
@@ -177,7 +169,7 @@ class _State:
     error_line: str | None = None
     error_process: str | None = None
     error_rank: tuple[bool, bool] = (False, False)
-    """(not a follow-up of another process's failure, an exception line): a higher rank replaces the error line."""
+    """(not a follow-up of another failure, an exception line): a higher rank replaces the error."""
 
     @property
     def load_s(self) -> float | None:
@@ -198,8 +190,7 @@ class StartupTracker:
         self.last_stamp_s: float | None = None
         self.version: str | None = None
         self._record_header = b""
-        self._record_exception: str | None = None
-        """First exception line of the current multi-line record (lines sharing one header)."""
+        self._record_exception: str | None = None  # first exception line of the record (lines sharing a header)
 
     def feed(self, raw: bytes) -> None:
         """One line (bytes, without newline; container stamps and colour codes are removed)."""

@@ -199,7 +199,7 @@ def test_make_up_reports_the_same_cause_and_judges_only_its_launch(
     ok, why = stackctl.wait_ready(s, since)
     assert not ok and why.startswith(f"vllm is FATAL: vLLM failed: {TYPO}")
     write_engine_state(s.engine_state_file, EngineState(requested="m", source="x", model_arg="m", served_name="m"))
-    assert stackctl.startup(s).phase == "failed"  # the latest start in the log, judged with supervisord's FATAL
+    assert stackctl.engine_phase(s).phase == "failed"  # the latest start in the log, judged with supervisord's FATAL
 
 
 @pytest.mark.parametrize(("waited", "code", "said"), [
