@@ -28,32 +28,21 @@ import json
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchkit import REPO, BenchError, work_folder_kept
+from vllm_peer import run_vllm_bench, sharegpt_prompts, vllm_bench_argv, vllm_chunks, vllm_window_monotonic_s
 
-from vllm_peer import (  # noqa: E402
-    PeerBenchError,
-    run_vllm_bench,
-    sharegpt_prompts,
-    vllm_bench_argv,
-    vllm_chunks,
-    vllm_window_monotonic_s,
-)
-
-from core.enginestate import read_engine_state  # noqa: E402
-from core.settings import get_settings  # noqa: E402
-from engine.launcher import engine_python  # noqa: E402
-from loadgen.childprocs import CpuSample, CpuSampler, ProcessError, cpu_in_window, mock_server  # noqa: E402
-from loadgen.selftest.calibrate import CalibrationError, run_our_client  # noqa: E402
-from loadgen.selftest.calibration_figures import ClientRun, summarize_records  # noqa: E402
+from core.enginestate import read_engine_state
+from core.settings import get_settings
+from engine.launcher import engine_python
+from loadgen.childprocs import CpuSample, CpuSampler, ProcessError, cpu_in_window, mock_server
+from loadgen.selftest.calibrate import CalibrationError, run_our_client
+from loadgen.selftest.calibration_figures import ClientRun, summarize_records
 
 TARGET_RATIO = 1.5  # ours / theirs, chunks/s per client core
 VLLM_REQUESTS_FIRST = 500  # vLLM's requests if it ever ran before any run of ours without --requests
@@ -199,9 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[CEILING]   {line}")
             print(f"[CEILING]   ours/vllm chunks/s per client core = {pair.ratio:.2f}")
             ratios.append(pair.ratio)
-    except (CalibrationError, PeerBenchError, ProcessError, ValueError) as exc:
-        print(f"[ERROR] {exc}\n[ERROR] work folder kept: {workdir}", file=sys.stderr)
-        return 2
+    except (CalibrationError, BenchError, ProcessError, ValueError) as exc:
+        return work_folder_kept(exc, workdir)
     value = statistics.median(ratios)
     passed = value >= TARGET_RATIO
     n = f" (median of {len(ratios)})" if len(ratios) > 1 else ""

@@ -34,64 +34,28 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
+from benchkit import BenchError, fixed_load_env, fmt_or_na, run_benchmark_command, work_folder_kept
+from peer_figures import README, ClientRun, ours_from_report, table_lines, theirs_from_result, verdict_lines, with_table
+from vllm_peer import PROMPT_TEXT, identical_sharegpt_prompts, run_vllm_bench, vllm_bench_argv, vllm_window_monotonic_s
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from core.serverview_samples import Samples, parse_exposition  # noqa: E402
-from core.settings import get_settings  # noqa: E402
-from loadgen.childprocs import cpu_in_window, log_tail, stop_process  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fixed_load import fixed_load_env  # noqa: E402
-from peer_figures import (  # noqa: E402
-    README,
-    ClientRun,
-    fmt_or_na,
-    ours_from_report,
-    table_lines,
-    theirs_from_result,
-    verdict_lines,
-    with_table,
-)
-from vllm_peer import (  # noqa: E402
-    PROMPT_TEXT,
-    PeerBenchError,
-    identical_sharegpt_prompts,
-    run_vllm_bench,
-    vllm_bench_argv,
-    vllm_window_monotonic_s,
-)
+from core.serverview_samples import parse_exposition
+from core.settings import get_settings
+from loadgen.childprocs import cpu_in_window
 
 REPORT_LINE = re.compile(r"\[REPORT\] Baseline saved to (\S+)")
-
-
-# --------------------------------------------------------------------------------------------- runs
-
-
-def scrape(base_url: str, headers: Mapping[str, str]) -> Samples | None:
-    """vLLM's ``/metrics`` parsed, or None when unreadable."""
-    try:
-        response = httpx.get(f"{base_url}/metrics", headers=dict(headers), timeout=10)
-        response.raise_for_status()
-        return parse_exposition(response.text)
-    except (httpx.HTTPError, ValueError):
-        return None
 
 
 def fitted_prompt(base_url: str, headers: Mapping[str, str], tokens: int) -> str:
     """The longest prefix of the peer prompt text with exactly ``tokens`` tokens by the server's ``/tokenize``.
 
     Raises:
-        PeerBenchError: the server cannot count tokens, or no prefix has exactly that many.
+        BenchError: the server cannot count tokens, or no prefix has exactly that many.
     """
     text = PROMPT_TEXT * (tokens // 8 + 2)
 
@@ -104,7 +68,7 @@ def fitted_prompt(base_url: str, headers: Mapping[str, str], tokens: int) -> str
             response.raise_for_status()
             return int(response.json()["count"])
         except (httpx.HTTPError, ValueError, KeyError) as exc:
-            raise PeerBenchError(f"{base_url}/tokenize could not count a prompt: {exc}") from None
+            raise BenchError(f"{base_url}/tokenize could not count a prompt: {exc}") from None
 
     low, high = 1, len(text)  # the longest prefix of at most `tokens` tokens (token counts grow with the prefix)
     while low < high:
@@ -113,7 +77,7 @@ def fitted_prompt(base_url: str, headers: Mapping[str, str], tokens: int) -> str
     for end in (low, *range(low - 1, max(low - 6, 0), -1)):  # a merge may jump a count: look a little shorter
         if count(text[:end]) == tokens:
             return text[:end]
-    raise PeerBenchError(f"no prefix of the prompt text has exactly {tokens} tokens")
+    raise BenchError(f"no prefix of the prompt text has exactly {tokens} tokens")
 
 
 def run_theirs(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -> ClientRun:
@@ -127,7 +91,7 @@ def run_theirs(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace)
     result, samples = run_vllm_bench(argv, workdir / f"vllm_{tag}.log", args.timeout_s, metrics_dir=frames)
     scraped = [frames / f"metrics_{i}.txt" for i in (0, 1)]
     if not all(p.exists() for p in scraped):
-        raise PeerBenchError(f"vllm bench serve saved no /metrics frame in {frames}")
+        raise BenchError(f"vllm bench serve saved no /metrics frame in {frames}")
     before, after = (parse_exposition(p.read_text()) for p in scraped)
     window = vllm_window_monotonic_s(result)
     cpu_s = cpu_in_window(samples, *window, monotonic=True) if window and samples else None
@@ -138,7 +102,7 @@ def run_ours(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -
     """One ``python -m loadgen.command.benchmark`` run (its report's cross-check frames its measured window).
 
     Raises:
-        PeerBenchError: the run failed or printed no report path.
+        BenchError: the run failed or printed no report path.
     """
     env = {
         **os.environ,
@@ -148,23 +112,13 @@ def run_ours(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -
         ),
     }  # fmt: skip
     log_path = workdir / f"ours_{tag}.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.command.benchmark"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    try:
-        proc.wait(timeout=args.timeout_s)
-    except subprocess.TimeoutExpired:
-        raise PeerBenchError(
-            f"loadgen.command.benchmark did not finish in {args.timeout_s:.0f} s ({log_path})"
-        ) from None
-    finally:
-        stop_process(proc)
-    match = REPORT_LINE.search(log_path.read_text(encoding="utf-8", errors="replace"))
-    if proc.returncode != 0 or not match:
-        raise PeerBenchError(
-            f"loadgen.command.benchmark failed (exit {proc.returncode}); {log_path}:\n{log_tail(log_path)}"
-        )
+
+    def reported() -> re.Match[str] | None:
+        return REPORT_LINE.search(log_path.read_text(encoding="utf-8", errors="replace"))
+
+    run_benchmark_command(env, log_path, args.timeout_s, lambda: reported() is not None)
+    match = reported()
+    assert match is not None
     return ours_from_report(json.loads(Path(match.group(1)).read_text()))
 
 
@@ -218,9 +172,8 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
             rounds.append(runs)
-    except PeerBenchError as exc:
-        print(f"[ERROR] {exc}\n[ERROR] work folder kept: {workdir}", file=sys.stderr)
-        return 2
+    except BenchError as exc:
+        return work_folder_kept(exc, workdir)
     table = table_lines(rounds)
     lines, passed = verdict_lines(rounds)
     print("\n".join([*table, "", *lines]))

@@ -4,13 +4,13 @@ Used by ``bench_peer_agreement.py`` (``make bench-peer``)."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_peer import vllm_window_monotonic_s
+from benchkit import fmt_or_na, median_known
+from vllm_peer import successful, vllm_window_monotonic_s
 
 from core.serverview_samples import Samples, latency_view
 
@@ -87,9 +87,7 @@ def vllm_token_itl_ms(result: Mapping[str, Any]) -> float | None:
     ``--save-detailed``). Its own ``mean_itl_ms`` also averages in the gap from the role-only chunk (where it stamps
     TTFT) to the first token's chunk — near 0, both leave in one write — i.e. 64 gaps for 63 tokens' worth of time,
     which puts it ≈ ITL/64 lower than the server's per-token figure by definition alone. That first gap is dropped."""
-    itls = result.get("itls") or []
-    errors = result.get("errors") or [""] * len(itls)
-    gaps = [g for per_request, err in zip(itls, errors, strict=False) if not err for g in per_request[1:]]
+    gaps = [g for per_request in successful(result, "itls") for g in per_request[1:]]
     return sum(gaps) / len(gaps) * 1000.0 if gaps else None
 
 
@@ -121,11 +119,6 @@ def theirs_from_result(
 # --------------------------------------------------------------------------------------------- output (pure)
 
 
-def fmt_or_na(value: float | None, spec: str) -> str:
-    """``value`` formatted with ``spec``, or ``n/a`` when unknown."""
-    return "n/a" if value is None else format(value, spec)
-
-
 def _added(run: ClientRun, name: str, spec: str) -> str:
     added = run.added_ms(name)
     if added is None:
@@ -153,18 +146,13 @@ def table_lines(rounds: Sequence[Sequence[ClientRun]]) -> list[str]:
     return lines
 
 
-def _median(values: Sequence[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
 def verdict_lines(rounds: Sequence[Sequence[ClientRun]]) -> tuple[list[str], bool]:
     """The targets judged over the rounds (module docstring); the lines and whether all pass."""
     by = {c: [next(r for r in runs if r.client == c) for runs in rounds] for c in ("ours", "vllm")}
     lines, passed = [], True
     for name, spec in (("ttft", ".1f"), ("itl", ".2f")):
-        ours = _median([r.added_ms(name) for r in by["ours"]])
-        theirs = _median([r.added_ms(name) for r in by["vllm"]])
+        ours = median_known([r.added_ms(name) for r in by["ours"]])
+        theirs = median_known([r.added_ms(name) for r in by["vllm"]])
         ok = ours is not None and theirs is not None and ours <= theirs
         passed &= ok
         lines.append(
