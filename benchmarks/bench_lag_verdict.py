@@ -28,18 +28,16 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import benchkit  # noqa: F401  (puts the repository on the import path)
+import psutil
 
-import psutil  # noqa: E402
-
-from core.clientview import CPU_LIMIT_CORES, ClientView, client_view, share_text  # noqa: E402
-from core.report_schema import BenchmarkConfig  # noqa: E402
-from core.settings import Settings  # noqa: E402
-from core.stats import measured_window_s  # noqa: E402
-from loadgen.childprocs import ProcessError, mock_server  # noqa: E402
-from loadgen.orchestrate.locust_run import run_locust  # noqa: E402
-from loadgen.orchestrate.measured_run import read_records  # noqa: E402
+from core.clientview import CPU_LIMIT_CORES, ClientView, client_view, share_text
+from core.report_schema import BenchmarkConfig
+from core.settings import Settings
+from core.stats import measured_window_s
+from loadgen.childprocs import ProcessError, mock_server
+from loadgen.orchestrate.locust_run import run_locust
+from loadgen.orchestrate.measured_run import read_records
 
 BUSY_LOOP = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
 

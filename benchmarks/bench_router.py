@@ -37,13 +37,12 @@ monkey.patch_all()
 
 import gevent.pool  # noqa: E402
 import httpx  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchkit import REPO, served_model  # noqa: E402
 
 from core.net import free_port, wait_for_http  # noqa: E402
 from core.records import RequestRecord  # noqa: E402
 from core.serverview_samples import Samples, latency_view, parse_exposition  # noqa: E402
+from loadgen.childprocs import stop_process  # noqa: E402
 from loadgen.request.client import chat_payload, new_session, stream_chat  # noqa: E402
 
 APP_BIN = Path(sys.executable).parent
@@ -120,18 +119,13 @@ def wait_ready(url: str, timeout_s: float) -> None:
 
 @contextmanager
 def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Run ``argv`` (output to ``log``) for the block's duration; stopped (then killed) at its end."""
+    """Run ``argv`` (output to ``log``) for the block's duration; then stopped with its children."""
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
 
 
 def load(base_url: str, model: str, args: argparse.Namespace, headers: dict[str, str]) -> list[RequestRecord]:
@@ -151,13 +145,6 @@ def load(base_url: str, model: str, args: argparse.Namespace, headers: dict[str,
         pool.spawn(user)
     pool.join()
     return rows
-
-
-def served_model(base_url: str, headers: dict[str, str]) -> str:
-    """The first model ``/v1/models`` lists."""
-    answer = httpx.get(f"{base_url}/v1/models", headers=headers, timeout=10)
-    answer.raise_for_status()
-    return str(answer.json()["data"][0]["id"])
 
 
 def engine_text(direct: PathFigures, routed: PathFigures) -> str:
@@ -186,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-ms", type=float, default=50.0, help="the mock's TTFT")
     parser.add_argument("--itl-ms", type=float, default=10.0, help="the mock's inter-token latency")
     parser.add_argument("--policy", default="round_robin")
-    parser.add_argument("--workdir", type=Path, default=ROOT / "logs" / "bench_router")
+    parser.add_argument("--workdir", type=Path, default=REPO / "logs" / "bench_router")
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     headers = {"Authorization": f"Bearer {os.environ['VLLM_API_KEY']}"} if os.environ.get("VLLM_API_KEY") else {}

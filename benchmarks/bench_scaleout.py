@@ -31,15 +31,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import benchkit  # noqa: F401  (puts the repository on the import path)
 
-from core.report_schema import BenchmarkConfig  # noqa: E402
-from core.settings import Settings  # noqa: E402
-from core.stats import measured_window_s  # noqa: E402
-from loadgen.childprocs import CpuSampler, ProcessError, cpu_in_window, mock_server  # noqa: E402
-from loadgen.orchestrate.locust_run import run_locust  # noqa: E402
-from loadgen.orchestrate.measured_run import read_records  # noqa: E402
+from core.report_schema import BenchmarkConfig
+from core.settings import Settings
+from core.stats import measured_window_s
+from loadgen.childprocs import CpuSampler, ProcessError, cpu_in_window, mock_server
+from loadgen.orchestrate.locust_run import run_locust
+from loadgen.orchestrate.measured_run import read_records
 
 TARGET_RATIO = 1.7
 

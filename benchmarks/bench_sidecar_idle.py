@@ -27,14 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+from benchkit import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from core.net import free_port, wait_for_http
+from sidecar.sampling.enginemetrics import EngineMetricsReader
 
-from core.net import free_port, wait_for_http  # noqa: E402
-from sidecar.sampling.enginemetrics import EngineMetricsReader  # noqa: E402
-
-EXPOSITION = (ROOT / "tests" / "fixtures" / "metrics" / "vllm_0.32_after.txt").read_bytes()
+EXPOSITION = (REPO / "tests" / "fixtures" / "metrics" / "vllm_0.32_after.txt").read_bytes()
 
 
 class _Metrics(http.server.BaseHTTPRequestHandler):
@@ -64,7 +62,7 @@ def sidecar_idle_percent(metrics_url: str, idle_s: float) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "VLLM_BASE_URL": metrics_url, "SIDECAR_PORT": str(port), "LOGS_DIR": f"{tmp}/logs",
                "REPORTS_DIR": f"{tmp}/reports"}  # fmt: skip
-        proc = subprocess.Popen([sys.executable, "-m", "sidecar.server"], cwd=ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "sidecar.server"], cwd=REPO, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         try:
             ok, why = wait_for_http(f"http://127.0.0.1:{port}/health", 60, interval_s=0.5)

@@ -18,18 +18,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import benchkit  # noqa: F401  (puts the repository on the import path)
 
-from core.enginestate import EngineState, log_position, write_engine_state  # noqa: E402
-from core.logfiles import ReadStats  # noqa: E402
-from core.settings import Settings  # noqa: E402
-from engine.vllmlog.startup import read_startup, startup_phase  # noqa: E402
+from core.enginestate import EngineState, log_position, write_engine_state
+from core.logfiles import ReadStats
+from core.settings import Settings
+from engine.vllmlog.startup import read_startup, startup_phase
 
 TARGET_MS = 50.0
 START = (

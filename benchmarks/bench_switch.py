@@ -25,15 +25,12 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
+from benchkit import REPO, served_model
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from core.enginestate import read_engine_state  # noqa: E402
-from core.settings import Settings, get_settings  # noqa: E402
+from core.enginestate import read_engine_state
+from core.settings import Settings, get_settings
 
 PROMPT = "请用三句话介绍一下你自己。"
 
@@ -176,11 +173,6 @@ def figures(answers: list[Answer], begin_s: float, end_s: float, new_model: str 
                    round(min(new) - begin_s, 3) if new else None)  # fmt: skip
 
 
-def served(url: str, headers: Mapping[str, str]) -> str:
-    """The model the stack serves now (``/v1/models``' first)."""
-    return str(httpx.get(f"{url}/v1/models", headers=dict(headers), timeout=10).json()["data"][0]["id"])
-
-
 @dataclass(frozen=True)
 class Step:
     """One command of the benchmark: its name, environment changes and the model it should leave served."""
@@ -212,7 +204,7 @@ def run_step(step: Step) -> Ran:
     begin = time.time()
     swapped: float | None = None
     lines: list[str] = []
-    with subprocess.Popen([str(ROOT / "start_vllm.sh")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    with subprocess.Popen([str(REPO / "start_vllm.sh")], cwd=REPO, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True) as proc:  # fmt: skip
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -244,12 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     url, headers = settings.vllm_url, settings.vllm_headers
     state = read_engine_state(settings.engine_state_file)
     try:
-        home = served(url, headers)
+        home = served_model(url, headers)
     except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
         print(f"[ERROR] the stack does not answer at {url} ({exc}): `make up` first", file=sys.stderr)
         return 2
     requested = state.requested if state else settings.requested_model
-    other = args.other or (str(ROOT / "models" / "tiny") if requested == "synthetic:tiny" else "synthetic:tiny")
+    other = args.other or (str(REPO / "models" / "tiny") if requested == "synthetic:tiny" else "synthetic:tiny")
     steps = [Step(f"switch to {other}", {"VLLM_MODEL_PATH": other, "MODEL": None}),
              Step(f"switch back to {requested}", {"VLLM_MODEL_PATH": None, "MODEL": requested}),
              Step(f"restart {requested}", {"VLLM_MODEL_PATH": None, "MODEL": requested})]  # fmt: skip
@@ -260,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[tuple[Step, Ran, str | None]] = []
     for step in steps:
         ran = run_step(step)
-        runs.append((step, ran, served(url, headers) if ran.code == 0 else None))
+        runs.append((step, ran, served_model(url, headers) if ran.code == 0 else None))
         print(f"[INFO] {step.name}: exit {ran.code} after {ran.end_s - ran.begin_s:.1f} s\n{ran.tail}", flush=True)
         time.sleep(args.settle_s)
     answers = stream.stop()

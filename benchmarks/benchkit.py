@@ -4,6 +4,7 @@ and small helpers."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -78,6 +79,13 @@ def run_benchmark_command(env: Mapping[str, str], log: Path, timeout_s: float, d
     """One ``python -m loadgen.command.benchmark`` with ``env`` (:func:`run_logged`; raises :class:`BenchError`)."""
     argv = [sys.executable, "-m", "loadgen.command.benchmark"]
     run_logged("loadgen.command.benchmark", argv, log, env, timeout_s, done)
+
+
+def child_env() -> dict[str, str]:
+    """The environment of the timed commands: this one, with the repository importable and bytecode caching on
+    (a user's shell does not set PYTHONDONTWRITEBYTECODE; without .pyc files every run recompiles the modules)."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPATH": str(REPO)}
 
 
 def fmt_or_na(value: float | None, spec: str = ".1f") -> str:
