@@ -4,22 +4,16 @@ Run from the repository root (no stack needed)::
 
     .venvs/app/bin/python benchmarks/bench_client_ceiling.py [--users 32] [--tokens 256] [--run-time-s 15]
 
-Both clients stream from the bundled mock server (:mod:`loadgen.selftest.mock_server`) with no delays
-(``--ttft-ms 0 --itl-ms 0``, ``--tokens`` tokens, one token per chunk), so the server answers as fast as it can and
-each client is pushed to its own limit at ``--users`` concurrent requests. Ours is a headless Locust run of the same
-locustfile and request function ``make benchmark`` uses (``--run-time-s``); theirs is ``vllm bench serve`` from the
-engine env (same wrapper as ``bench_peer_agreement.py``: chat endpoint, ShareGPT prompts, ``--max-concurrency``
-``--users``) sending as many requests as ours completed, so both runs last about as long.
+Both clients stream ``--tokens``-token answers from the bundled mock server with no delays, ``--users`` requests at
+a time: ours a headless Locust run of ``make benchmark``'s locustfile for ``--run-time-s``, theirs ``vllm bench
+serve`` (:mod:`vllm_peer`) sending as many requests as ours completed. Each client's process tree CPU is sampled
+(psutil, 0.1 s) and read over its measured window (first send to last end, so start-up is not counted);
+chunks/s per client core = content chunks in the window ÷ client CPU seconds in it. The mock's CPU is printed too.
 
-Each client's CPU is sampled with psutil on its process tree every 0.1 s and read over its measured window (first
-request sent to last answer ended), so interpreter start-up, vLLM's import and tokenizer loading are not counted.
-chunks/s per client core = content chunks streamed in the window / client CPU seconds in the window (ours: the rows'
-``content_chunks``; theirs: one per entry of vLLM's per-request ITL list, i.e. every ``choices`` event after the
-role-only first one). The mock's CPU use is printed too: on a small machine the mock and the client share the cores.
-
-Target: ours ÷ theirs ≥ 1.5. With ``--repeats N`` the pair runs N times (order alternating) and the median ratio is
-judged. Exits 0 on pass, 1 on a miss, 2 when a run could not be made.
+Target: ours ÷ theirs ≥ 1.5 (the median over ``--repeats`` pairs, order alternating). Exits 0 on pass, 1 on a miss,
+2 when a run could not be made.
 """
+
 
 from __future__ import annotations
 

@@ -5,27 +5,17 @@ Run from the repository root (no stack needed; it starts its own on free ports):
     make bench-engine [REPEATS=3] [VARIANTS=vllm-defaults,stack-defaults,all-cores]
     .venvs/app/bin/python benchmarks/bench_engine_defaults.py --repeats 2 --variants stack-defaults,one-process
 
-For every round, each variant (order rotating between rounds) gets a fresh vLLM started by the project's launcher
-(``python -m engine.launcher``, so KV_CACHE_GB and the context length are the stack's) with the variant's environment,
-then one ``python -m loadgen.command.benchmark`` run (the code of ``make benchmark``) at the seed's load scaled to a
-2-core machine: ``--concurrency`` 8 closed-loop users, ``--requests`` 48 measured (+8 warmup), distinct
-``--prompt-chars``-character prompts (≈ 79 tokens), exactly ``--output-tokens`` 64 output tokens (ignore_eos), the load
-generator on the same cores. A private sidecar writes the reports. Per run it prints output tok/s, TTFT and TPOT medians
-from the report, the start-up wall time (launch to ``/v1/models`` answering) with vLLM's own phases (weights, engine
-init = profiling + warm-up/compile + KV), and the 1-minute load average before and after.
+Each round, each variant (order rotating) gets a fresh vLLM from the project's launcher with the variant's
+environment (:data:`VARIANTS`; docs/benchmarks.md says what each changes), then one ``python -m
+loadgen.command.benchmark`` run at a fixed load (:func:`benchkit.fixed_load_env`: ``--concurrency`` 8, ``--requests``
+48 + 8 warm-up, ``--prompt-chars``-character prompts, ``--output-tokens`` 64). Per run: output tok/s, TTFT and TPOT
+medians, the start-up wall time with vLLM's own phases, the compile cache's outcome and the load average before and
+after; at the end the medians per variant and their ratio to ``vllm-defaults``.
 
-Variants (``VARIANTS``): ``vllm-defaults`` (vLLM's binding: one core reserved; its AOT compile cache on),
-``stack-defaults`` (what ``make up`` runs: vLLM's binding, torch.compile's cache instead of the AOT one),
-``all-cores`` (``VLLM_CPU_NUM_OF_RESERVED_CPU=0``), ``all-cores-passive`` (plus ``OMP_WAIT_POLICY=PASSIVE``: idle OpenMP
-threads sleep instead of spinning on the cores the API server and the client need), ``all-cores-iomp`` (plus Intel
-OpenMP preloaded, as vLLM's CPU docs advise), ``eager`` (all cores, ``--enforce-eager``: no compile, no warm-up),
-``no-compile`` (the stack's binding, ``-O0``: no torch.compile, so no compile warm-up), ``one-process``
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the model runs inside the engine-core process, one process spawn less, no thread
-pinning). Every variant but ``vllm-defaults`` has the stack's compile-cache setting (AOT off on the CPU build).
-
-Printed at the end: medians per variant and their ratio to ``vllm-defaults``. Target (issue 14): the stack's default
-≥ 1.5 × vLLM's output tok/s. Exits 0 when met, 1 when missed, 2 when a run failed.
+Target (issue 14): the stack's default ≥ 1.5 × vLLM's output tok/s. Exits 0 when met, 1 when missed, 2 when a run
+failed.
 """
+
 
 from __future__ import annotations
 

@@ -1,31 +1,18 @@
 """Client overhead against the server's own clock: our benchmark and vLLM's ``vllm bench serve``, side by side.
 
-Run from the repository root (the stack up: ``make up``)::
+Run from the repository root with the stack up: ``make bench-peer`` (``--write-readme``). The workload: ``--requests``
+(48) identical prompts of exactly ``--prompt-tokens`` (64) tokens (fitted with the server's ``/tokenize``), exactly
+``--output-tokens`` (64) output tokens each, greedy, ``--concurrency`` (8) in a closed loop after ``--warmup`` (4),
+both clients reading one ShareGPT file. Two scrapes of vLLM's ``/metrics`` frame each measured run (ours: its
+report's cross-check; vLLM's: the wrapper :data:`vllm_peer.VLLM_BENCH_SERVE`), so a client's overhead is its mean
+TTFT, ITL or E2E minus the server's (``_sum``/``_count`` deltas) over exactly its measured requests. ITL is one gap
+per generated token after the first for all three (:func:`peer_figures.vllm_token_itl_ms`).
 
-    make bench-peer            # = .venvs/app/bin/python benchmarks/bench_peer_agreement.py --write-readme
-
-The workload (the issue's): ``--requests`` (48) identical prompts of exactly ``--prompt-tokens`` (64) tokens (fitted
-with the server's ``/tokenize``, no client-side chat template: both clients send chat messages), ``--output-tokens``
-(64) output tokens each (ours: ``MAX_TOKENS`` + ``IGNORE_EOS=1``; theirs: ``--sharegpt-output-len`` +
-``--ignore-eos``), greedy, ``--concurrency`` (8) in a closed loop, ``--warmup`` (4) warm-up requests. Both clients read
-one ShareGPT JSON file (vLLM's JSONL ``custom`` loader needs pandas, which the engine env lacks). Each measured run
-is framed by two scrapes of vLLM's ``/metrics``: ours by the benchmark itself (its report's cross-check), vLLM's by
-the wrapper around ``vllm bench serve`` (:data:`vllm_peer.VLLM_BENCH_SERVE`: after its warm-ups, after its last
-request). So the server's own mean TTFT, ITL and E2E (``_sum``/``_count`` deltas) cover exactly each client's
-measured requests; a client's overhead is its mean minus the server's.
-
-ITL, the same definition for the three (as the server counts it): one gap per generated token after the first, all
-requests' gaps pooled. The server: ``vllm:inter_token_latency_seconds`` ``_sum``/``_count`` deltas (63 per 64-token
-request). Ours: every gap between consecutive token chunks (the role-only chunk is none; ``core.streamtiming``).
-vLLM's client: its per-request ``itls`` (``--save-detailed``) without their first element, the gap from the role
-chunk, where it stamps TTFT, to the first token's chunk (:func:`vllm_token_itl_ms`); its own ``mean_itl_ms`` (64
-gaps for 63 tokens' worth of time) is shown beside it, not judged.
-
-``--repeats`` (3) rounds, the order alternating. Targets (median over rounds): our TTFT overhead ≤ vLLM client's,
-our ITL overhead ≤ vLLM client's, and in every round our output tok/s within ±3 % of the server's own generated
-tokens over our measured window. ``--write-readme`` puts the table into ``docs/benchmarks.md`` (between the
-``bench-peer`` markers). Exits 0 when the targets are met, 1 on a miss, 2 when a run could not be made.
+``--repeats`` (3) rounds, the order alternating. Targets (medians): our TTFT and ITL overheads ≤ vLLM client's, and
+in every round our output tok/s within ±3 % of the server's generated tokens over our window. ``--write-readme``
+puts the table into ``docs/benchmarks.md``. Exits 0 when the targets are met, 1 on a miss, 2 when a run failed.
 """
+
 
 from __future__ import annotations
 

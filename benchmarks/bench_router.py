@@ -1,23 +1,16 @@
 """What vLLM's router adds: TTFT and ITL through ``vllm-router`` ÷ straight to the same server, side by side.
 
-``make bench-router`` starts one server — the bundled mock (``loadgen.selftest.mock_server``: known TTFT and ITL, cheap,
-so the figures are the router's) or, with ``--target URL``, a running vLLM — and ``vllm-router --worker-urls <it>
---policy round_robin`` in front of it, then sends the same closed-loop load (``--concurrency`` users, ``--requests``
-streamed chat requests of ``--tokens`` tokens) straight and through the router in alternating rounds (direct, router,
-direct, router, …; ``--rounds`` pairs), with the project's one request function
-(``loadgen.request.client.stream_chat``). Per round it prints mean and p50 TTFT and ITL for both paths and the router's
-added latency (router − direct, ms) and ratio (router ÷ direct); the summary is the median over the rounds.
-
-With ``--target`` (a real vLLM) each path's load is also timed by the engine's own clock: its
-``vllm:time_to_first_token_seconds`` mean over that load (``/metrics`` before and after), printed beside the
-client's. The engine's figure is the same on both paths; what the client sees above it on the *direct* path is the
-API server's and the client's own time, which the router does not add (on a loaded 2-core host most of the gap
-between the client's and the engines' TTFT: docs/cluster.md). The host's load average is printed at the start and
-the end: the router's own cost is a few scheduler wake-ups per request, which a busy host stretches.
-
-Figures: docs/benchmarks.md ("Router overhead"). A round's requests all succeed or the round is reported as failed
-with the first cause; nothing is dropped.
+``make bench-router`` starts one server — the bundled mock (known TTFT and ITL, cheap, so the figures are the
+router's) or, with ``--target URL``, a running vLLM — and ``vllm-router --policy round_robin`` in front of it, then
+sends the same closed-loop load (``--concurrency`` users, ``--requests`` streamed chat requests of ``--tokens``
+tokens, the project's :func:`loadgen.request.client.stream_chat`) straight and through the router in alternating
+rounds (``--rounds`` pairs). Per round: mean TTFT and ITL of both paths and the router's added ms and ratio; the
+summary is the median over the rounds. With ``--target`` each load is also timed by the engine's own clock (its mean
+``vllm:time_to_first_token_seconds`` between two ``/metrics`` scrapes), printed beside the client's. The host's load
+average is printed at the start and the end. Figures: docs/benchmarks.md ("Router overhead"). Exits 1 when a request
+of any round failed (reported with the first cause; nothing is dropped).
 """
+
 
 from __future__ import annotations
 

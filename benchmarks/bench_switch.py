@@ -1,17 +1,14 @@
 """A model switch and a restart under a steady stream of chat requests: ``make bench-switch``.
 
-With the stack up, an open-loop stream of streamed chat requests (``--rate`` per second, each asking for
-``--max-tokens`` tokens and naming no model, as a client that follows whatever the stack serves: vLLM answers with
-its own) runs while three ``./start_vllm.sh`` commands follow each other: a switch to ``--other`` (default: the
-synthetic tiny model, or its folder served as ``tiny`` when the stack already serves that), the switch back to the
-stack's model, and a restart of that same model. For each command it prints the requests sent from its start to the
-next one's, how many failed (no answer: refused, an HTTP error) and how many answers were cut (the stream broke
-before its end), the longest gap between two successful first tokens and the slowest first token there, and the
-time from the command to the first token of the new model (the restart: of its new engine).
-
-Figures: docs/benchmarks.md ("Model switch under load"). Every request is a row with its outcome; none is dropped.
-``--rate``, ``--settle-s`` (stream time before and after each command) and ``--max-tokens`` shape the load.
+With the stack up, an open-loop stream (``--rate`` requests per second of ``--max-tokens`` tokens, naming no model, so
+vLLM answers with whatever it serves) runs while three ``./start_vllm.sh`` commands follow each other, ``--settle-s``
+apart: a switch to ``--other`` (default: the synthetic tiny model, or its folder served as ``tiny`` when the stack
+serves that), the switch back, and a restart of the same model. Per command: the requests sent until the next one,
+how many failed (no answer) and were cut (the stream broke), the longest gap between two successful first tokens,
+the slowest first token, and the time from the command to the new model's first token. Every request is a row;
+none is dropped. Figures: docs/benchmarks.md ("Model switch under load").
 """
+
 
 from __future__ import annotations
 
