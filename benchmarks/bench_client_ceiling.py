@@ -14,7 +14,6 @@ Target: ours ÷ theirs ≥ 1.5 (the median over ``--repeats`` pairs, order alter
 2 when a run could not be made.
 """
 
-
 from __future__ import annotations
 
 import argparse

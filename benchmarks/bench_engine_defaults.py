@@ -16,7 +16,6 @@ Target (issue 14): the stack's default ≥ 1.5 × vLLM's output tok/s. Exits 0 w
 failed.
 """
 
-
 from __future__ import annotations
 
 import argparse

@@ -12,7 +12,6 @@ moved TTFT and ITL, the verdict, and what the CPU-only rule (a process ≥ 0.9 c
 starved run is flagged and the unstarved one is not, 1 otherwise, 2 when a run could not be made.
 """
 
-
 from __future__ import annotations
 
 import argparse

@@ -13,7 +13,6 @@ in every round our output tok/s within ±3 % of the server's generated tokens ov
 puts the table into ``docs/benchmarks.md``. Exits 0 when the targets are met, 1 on a miss, 2 when a run failed.
 """
 
-
 from __future__ import annotations
 
 import argparse

@@ -11,7 +11,6 @@ average is printed at the start and the end. Figures: docs/benchmarks.md ("Route
 of any round failed (reported with the first cause; nothing is dropped).
 """
 
-
 from __future__ import annotations
 
 import argparse

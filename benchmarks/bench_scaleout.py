@@ -16,7 +16,6 @@ Target: 2 workers ≥ 1.7 × one worker's chunks/s (median of the pairs). Exits 
 could not be made.
 """
 
-
 from __future__ import annotations
 
 import argparse

@@ -9,7 +9,6 @@ the slowest first token, and the time from the command to the new model's first 
 none is dropped. Figures: docs/benchmarks.md ("Model switch under load").
 """
 
-
 from __future__ import annotations
 
 import argparse
