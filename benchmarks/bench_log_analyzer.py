@@ -1,15 +1,12 @@
 """Speed of the log analyzer on a generated 500,000-line (~45 MB) vLLM log, against ``grep -c ERROR``.
 
 Run from the repository root: ``.venvs/app/bin/python benchmarks/bench_log_analyzer.py [--lines N] [--runs N]``. Each
-command runs in a fresh subprocess, as a user would run it; the table shows the best and median wall-clock time of
-``--runs`` runs after one warm-up run (file in the page cache). Targets: ``--stats`` <= 1 s (best run) and
-``--errors`` within 10x of ``grep -c ERROR`` on the same file (median of ``--runs`` alternating runs of both). The
-same log is also timed as real deployments write it: with vLLM's colour codes (``VLLM_LOGGING_COLOR=1``) and behind
-``docker logs -t`` stamps (figures only, the counts must agree). First, every shape the analyzer reads is timed on a
-log in the shape vLLM writes today (every line behind ``(APIServer pid=N)``, 137 planted errors): plain, prefixes,
-colours, ``docker logs -t`` and CRI stamps, CRLF line ends and a rotated pair; each ``--errors`` against ``grep -c
-ERROR`` on the same file(s), median of 5 alternating runs, target within 10x, counts exact. Exits 1 when a target is
-missed (or the analyzer's counts are wrong).
+command runs in a fresh subprocess, as a user runs it; the table shows the best and median wall-clock time of
+``--runs`` runs after a warm-up (file in the page cache). First every shape the analyzer reads (plain, process
+prefixes, colours, ``docker logs -t`` and CRI stamps, CRLF, a rotated pair) is timed on a log in today's vLLM shape
+with 137 planted errors: ``--errors`` against ``grep -c ERROR``, median of alternating runs, counts exact. Targets:
+``--stats`` <= 1 s (best run) and ``--errors`` within 10x of ``grep -c ERROR`` (median of alternating runs). Exits 1
+when a target is missed or a count is wrong.
 """
 
 from __future__ import annotations

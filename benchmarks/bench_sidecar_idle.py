@@ -1,15 +1,10 @@
-"""The sidecar's own CPU between runs, on the host it measures: its sampler scrapes vLLM's ``/metrics`` every
-``ENGINE_METRICS_INTERVAL_S`` (1 s) for life.
+"""The sidecar's own CPU between runs: its sampler scrapes vLLM's ``/metrics`` every ``ENGINE_METRICS_INTERVAL_S``.
 
 ``python benchmarks/bench_sidecar_idle.py`` serves a recorded vLLM 0.32 exposition (62 kB,
-``tests/fixtures/metrics/vllm_0.32_after.txt``) on a local port, then measures side by side in one run:
-
-1. CPU per scrape (alternating rounds of ``--scrapes``): a new ``httpx`` client per scrape (what the sampler did
-   before 2026-12-07: each builds an SSL context) against the sampler's reader with its kept connection
-   (:class:`sidecar.sampling.enginemetrics.EngineMetricsReader`, which also parses the gauges);
-2. a real ``python -m sidecar.server`` pointed at that exposition: its process CPU over ``--idle-s`` seconds, in
-   percent of one core.
-
+``tests/fixtures/metrics/vllm_0.32_after.txt``) on a local port and measures, in one run: the CPU per scrape of a new
+``httpx`` client per scrape (the sampler before 2026-12-07) against the sampler's reader with its kept connection
+(:class:`sidecar.sampling.enginemetrics.EngineMetricsReader`, parsing included), in alternating rounds of
+``--scrapes``; and a real ``python -m sidecar.server``'s CPU over ``--idle-s`` seconds, in percent of one core.
 Figures: docs/measured.md. Exit 1 when a scrape fails.
 """
 
