@@ -196,49 +196,33 @@ class ChatBackend:
         return drop_oldest_turns(kept, max(1, turn_count(kept) // 2))
 
     async def _result(
-        self,
-        request_id: str,
-        model: str,
-        state: StreamState,
-        plan: Plan,
-        notice: str | None,
-        status: BackendStatus,
-        kept: list[ChatMessage],
-        trimmed: int,
-    ) -> TurnResult:
+        self, request_id: str, model: str, state: StreamState, plan: Plan, notice: str | None, status: BackendStatus,
+        kept: list[ChatMessage], trimmed: int,
+    ) -> TurnResult:  # fmt: skip
         """The turn's outcome once its stream ended: the error mapped, the timing, the log line."""
-        prompt_tokens = plan.prompt_tokens
         request_id = state.request_id or request_id
+        partial = bool(state.text.strip())
         error: errors.UiError | None = None
         if state.error is not None:
             status = await self.status()  # Loading vs Down after a connection error; a model switch after a 404
-            error = errors.map_exception(
-                state.error,
-                model=model,
-                url=self.url,
-                status=status,
-                partial=bool(state.text.strip()),
-                timeout_s=self.timeout_s,
-            )
+            error = errors.map_exception(state.error, model=model, url=self.url, status=status, partial=partial,
+                                         timeout_s=self.timeout_s)  # fmt: skip
         elif state.invalid is not None:
-            error = errors.malformed_stream(state.invalid, partial=bool(state.text.strip()))
+            error = errors.malformed_stream(state.invalid, partial=partial)
         elif not state.timer.complete:
-            error = errors.stream_cut(partial=bool(state.text.strip()))
+            error = errors.stream_cut(partial=partial)
         timer = state.timer
         timing = bounds = None
         if timer.t0 is not None and timer.end_s is not None and error is None:
+            prompt_tokens = timer.prompt_tokens if timer.prompt_tokens is not None else plan.prompt_tokens
+            split = timer.token_split()
             timing = compute_timing(
-                timer.t0,
-                timer.first_s,
-                timer.end_s,
-                timer.prompt_tokens if timer.prompt_tokens is not None else prompt_tokens,
-                timer.completion_tokens,
-                first_answer_s=timer.first_answer_s,
-                first_reasoning_s=timer.first_reasoning_s,
-                reasoning_tokens=split[0] if (split := timer.token_split()) else None,
-            )
+                timer.t0, timer.first_s, timer.end_s, prompt_tokens, timer.completion_tokens,
+                first_answer_s=timer.first_answer_s, first_reasoning_s=timer.first_reasoning_s,
+                reasoning_tokens=split[0] if split else None,
+            )  # fmt: skip
             bounds = wall_bounds(timer.t0, timer.end_s, timer.clock(), time.time())
-        self._finish(request_id, model, state, prompt_tokens, error)
+        self._finish(request_id, model, state, plan.prompt_tokens, error)
         return TurnResult(
             request_id, state.text, timing, notice, error, status, bounds, history=kept, trimmed_turns=trimmed
         )
@@ -255,12 +239,7 @@ class ChatBackend:
         return found.energy_j
 
     async def _plan(
-        self,
-        model: str,
-        history: list[ChatMessage],
-        user_text: str,
-        params: ChatParams,
-        max_model_len: int | None,
+        self, model: str, history: list[ChatMessage], user_text: str, params: ChatParams, max_model_len: int | None
     ) -> Plan:
         """max_tokens (clamped to UI_MAX_TOKENS and to what fits), its notice, the prompt size from vLLM's token
         count and the earlier turns that fit: the oldest turns are left out (:func:`ui.chat.drop_oldest_turns`)
@@ -282,9 +261,8 @@ class ChatBackend:
             if not kept or room >= answer_room_wanted(params.max_tokens, self.settings.ui_max_tokens, max_len):
                 break
             kept, trimmed = drop_oldest_turns(kept, 1), trimmed + 1
-        if check_context(counted.count, max_len) is not None:  # the message alone (kept is empty) does not fit
-            problem = check_context(counted.count, max_len, counted.count)
-            assert problem is not None
+        problem = check_context(counted.count, max_len, counted.count)  # kept is empty then: the message alone
+        if problem is not None:
             error = errors.context_too_long(problem, model)
             return Plan(max_tokens=params.max_tokens, prompt_tokens=counted.count, error=error)
         budget = plan_max_tokens(params.max_tokens, self.settings.ui_max_tokens, counted.count, max_len)
