@@ -97,18 +97,8 @@ def prepare_frontend(root: Path, dist: Path) -> Path:
 
 def chainlit_argv(settings: Settings) -> list[str]:
     """Command line of the Chainlit server for the app (headless: it never opens a browser)."""
-    return [
-        sys.executable,
-        "-m",
-        "chainlit",
-        "run",
-        str(APP_FILE),
-        "--headless",
-        "--host",
-        settings.ui_host,
-        "--port",
-        str(settings.ui_port),
-    ]
+    return [sys.executable, "-m", "chainlit", "run", str(APP_FILE), "--headless",
+            "--host", settings.ui_host, "--port", str(settings.ui_port)]  # fmt: skip
 
 
 def chainlit_env(settings: Settings, app_root: Path, base: dict[str, str] | None = None) -> dict[str, str]:

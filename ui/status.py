@@ -238,8 +238,3 @@ def plain_reason(reason: str) -> tuple[str, str | None]:
     details = [match.group(1).strip() for match in _DETAIL_RE.finditer(reason)]
     plain = _DETAIL_RE.sub("", reason).split(";", 1)[0].strip().rstrip(".")
     return plain or reason, "; ".join(d for d in details if d) or None
-
-
-def status_changed(old: BackendStatus | None, new: BackendStatus) -> bool:
-    """True when the header must be redrawn."""
-    return old != new

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -19,11 +19,6 @@ class Timing:
     think_ms: float | None = None  # reasoning models: first reasoning token -> first answer token ("Think")
     answer_ms: float | None = None  # reasoning models: first answer token -> end of stream ("Answer")
     reasoning_tokens: int | None = None  # reasoning models: of completion_tokens, the reasoning ones
-
-
-def with_energy(timing: Timing, energy_j: float | None) -> Timing:
-    """``timing`` with the answer's energy (None: not measured, nothing shown)."""
-    return replace(timing, energy_j=energy_j)
 
 
 def compute_timing(
