@@ -109,39 +109,24 @@ def classify(probe: Probe, url: str, engine_state: EngineState | None, engine_al
 
     def status(state: State, detail: str = "") -> BackendStatus:
         ready = state == "Ready"
-        return BackendStatus(
-            state=state,
-            url=url,
-            model=model if ready else None,
-            max_model_len=max_len if ready else None,
-            version=probe.version,
-            synthetic=synthetic,
-            synthetic_reason=reason,
-            detail=detail,
-        )
+        return BackendStatus(state, url, model if ready else None, max_len if ready else None, probe.version, synthetic,
+                             reason, detail)  # fmt: skip
 
     if probe.health_code is None:
         if engine_alive:
-            return status(
-                "Loading", "vLLM is starting and loading the model (usually 1-3 minutes); this updates by itself."
-            )
-        return status(
-            "Down", f"vLLM is not reachable at {url} ({probe.connect_error or 'no answer'}). Start it with `make up`."
-        )
+            return status("Loading", "vLLM is starting and loading the model (usually 1-3 minutes); this updates by "
+                          "itself.")  # fmt: skip
+        return status("Down", f"vLLM is not reachable at {url} ({probe.connect_error or 'no answer'}). Start it with "
+                      "`make up`.")  # fmt: skip
     if probe.health_code != 200:
-        return status(
-            "Down", f"vLLM answers /health with HTTP {probe.health_code}: the engine is not healthy; see logs/vllm.log."
-        )
+        return status("Down", f"vLLM answers /health with HTTP {probe.health_code}: the engine is not healthy; see "
+                      "logs/vllm.log.")  # fmt: skip
     if probe.models_code in (401, 403):
-        return status(
-            "Down",
-            f"vLLM refuses the API key (HTTP {probe.models_code} on /v1/models): set VLLM_API_KEY to the key vLLM was "
-            "started with.",
-        )
+        return status("Down", f"vLLM refuses the API key (HTTP {probe.models_code} on /v1/models): set VLLM_API_KEY "
+                      "to the key vLLM was started with.")  # fmt: skip
     if probe.models_problem:
-        return status(
-            "Down", f"{probe.models_problem}: is {url} an OpenAI-compatible server's root (VLLM_BASE_URL, no /v1)?"
-        )
+        return status("Down", f"{probe.models_problem}: is {url} an OpenAI-compatible server's root (VLLM_BASE_URL, "
+                      "no /v1)?")  # fmt: skip
     if model is None:
         return status("Loading", "vLLM is up but lists no model yet; this status updates by itself.")
     return status("Ready")
