@@ -80,12 +80,6 @@ class RunResult:
     compile_cache: str
 
 
-def figures_from_report(report: Mapping[str, Any]) -> tuple[float, float | None, float | None, int]:
-    """Output tok/s, median TTFT and TPOT (ms), ok requests of a report JSON (pure)."""
-    m = report["metrics"]
-    return float(m["output_tokens_per_sec"]), m["ttft"]["p50_ms"], m["tpot"]["p50_ms"], int(m["requests_ok"])
-
-
 def medians(results: Sequence[RunResult], variant: str) -> dict[str, float | None]:
     """Median of each figure over the runs of ``variant`` (pure)."""
     runs = [r for r in results if r.variant == variant]
@@ -104,13 +98,13 @@ class PrivateStack:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.vllm_port = free_port()
-        self.sidecar_port = free_port()
+        vllm_port, sidecar_port = free_port(), free_port()
+        self.vllm_url, self.sidecar_url = f"http://127.0.0.1:{vllm_port}", f"http://127.0.0.1:{sidecar_port}"
         self.env = {
             **os.environ,
             "MODEL": get_settings().model or "synthetic:ernie-4.5-0.3b",
-            "VLLM_PORT": str(self.vllm_port),
-            "SIDECAR_PORT": str(self.sidecar_port),
+            "VLLM_PORT": str(vllm_port),
+            "SIDECAR_PORT": str(sidecar_port),
             "LOGS_DIR": str(workdir / "logs"),
             "REPORTS_DIR": str(workdir / "reports"),
             "RUN_DIR": str(workdir / "run"),
@@ -119,14 +113,6 @@ class PrivateStack:
         self.sidecar: subprocess.Popen[bytes] | None = None
         self.launched_s = 0.0
         self.log_offset = 0
-
-    @property
-    def vllm_url(self) -> str:
-        return f"http://127.0.0.1:{self.vllm_port}"
-
-    @property
-    def sidecar_url(self) -> str:
-        return f"http://127.0.0.1:{self.sidecar_port}"
 
     def _start(
         self, args: list[str], log: Path, env: Mapping[str, str], url: str, timeout_s: float
@@ -212,7 +198,8 @@ def one_run(stack: PrivateStack, variant: str, index: int, dataset: Path, args: 
     finally:
         stop_process(proc)
         time.sleep(2)  # the port and shared memory of the stopped engine are released
-    tok_s, ttft, tpot, ok = figures_from_report(report)
+    m = report["metrics"]
+    ttft, tpot = m["ttft"]["p50_ms"], m["tpot"]["p50_ms"]
     return RunResult(
         variant=variant,
         round=index,
@@ -220,10 +207,10 @@ def one_run(stack: PrivateStack, variant: str, index: int, dataset: Path, args: 
         startup_log_s=phase.startup_s,
         weights_s=phase.load_s,
         engine_init_s=phase.engine_init_s,
-        output_tokens_per_sec=round(tok_s, 2),
+        output_tokens_per_sec=round(float(m["output_tokens_per_sec"]), 2),
         ttft_p50_ms=None if ttft is None else round(ttft, 1),
         tpot_p50_ms=None if tpot is None else round(tpot, 1),
-        requests_ok=ok,
+        requests_ok=int(m["requests_ok"]),
         load_before=round(load_before, 2),
         load_after=round(os.getloadavg()[0], 2),
         report=str(report["_path"]),
