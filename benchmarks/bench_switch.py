@@ -124,11 +124,6 @@ class Stream:
         self._pacer.start()
         return self
 
-    def answers(self) -> list[Answer]:
-        """The answers so far, in sending order."""
-        with self._lock:
-            return sorted(self._answers, key=lambda a: a.sent_s)
-
     def stop(self) -> list[Answer]:
         """Stop sending, wait for every request in flight, return all answers."""
         self._stop.set()
@@ -136,7 +131,7 @@ class Stream:
         for thread in self._threads:
             thread.join(self.timeout_s + 5)
         self.client.close()
-        return self.answers()
+        return sorted(self._answers, key=lambda a: a.sent_s)
 
 
 @dataclass(frozen=True)
@@ -171,7 +166,7 @@ def figures(answers: list[Answer], begin_s: float, end_s: float, new_model: str 
 
 @dataclass(frozen=True)
 class Step:
-    """One command of the benchmark: its name, environment changes and the model it should leave served."""
+    """One command of the benchmark: its name and environment changes (None: unset)."""
 
     name: str
     env: dict[str, str | None]
