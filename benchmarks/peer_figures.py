@@ -12,7 +12,7 @@ from typing import Any
 from benchkit import fmt_or_na, median_known
 from vllm_peer import successful, vllm_window_monotonic_s
 
-from core.serverview_samples import Samples, latency_view
+from core.serverview_samples import Samples, delta, latency_view
 
 SERVER_TOKENS_TOLERANCE = 0.03  # |our output tok/s ÷ the server's generated tokens over our window − 1|
 README = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -51,18 +51,6 @@ class ClientRun:
         return self.output_tokens_per_sec / server if server else None
 
 
-def server_means_ms(before: Samples, after: Samples) -> dict[str, float | None]:
-    """The server's mean TTFT, ITL and E2E between two scrapes, ms (pure)."""
-    return {name: latency_view(before, after, metric).mean_ms for name, metric in HISTOGRAMS.items()}
-
-
-def generated_tokens(before: Samples, after: Samples) -> float:
-    """``vllm:generation_tokens_total`` between two scrapes (pure)."""
-    return sum(after.get("vllm:generation_tokens_total", {}).values()) - sum(
-        before.get("vllm:generation_tokens_total", {}).values()
-    )
-
-
 def ours_from_report(report: Mapping[str, Any]) -> ClientRun:
     """Our run from its report JSON (pure): the client's means, the cross-check's server means over its window."""
     m, server = report["metrics"], report.get("server") or {}
@@ -97,9 +85,11 @@ def theirs_from_result(
     """vLLM's run from its ``--save-result`` JSON and the scrapes framing its measured requests (pure)."""
     window = vllm_window_monotonic_s(result)
     span_s = window[1] - window[0] if window else float(result["duration"])
-    framed = before is not None and after is not None
-    server_ms = server_means_ms(before, after) if framed else dict.fromkeys(HISTOGRAMS)  # type: ignore[arg-type]
-    generated = generated_tokens(before, after) if framed else None  # type: ignore[arg-type]
+    server_ms: dict[str, float | None] = dict.fromkeys(HISTOGRAMS)
+    generated = None
+    if before is not None and after is not None:
+        server_ms = {name: latency_view(before, after, metric).mean_ms for name, metric in HISTOGRAMS.items()}
+        generated = delta(before, after, "vllm:generation_tokens_total")
     return ClientRun(
         client="vllm",
         requests_ok=int(result["completed"]),
