@@ -19,9 +19,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
+import psutil
 from benchkit import REPO
 
 from core.net import free_port, wait_for_http
@@ -64,11 +64,10 @@ def sidecar_idle_percent(metrics_url: str, idle_s: float) -> float:
             if not ok:
                 raise SystemExit(f"the sidecar did not start: {why}")
             time.sleep(3)  # its first scrapes and imports done
-            ticks = os.sysconf("SC_CLK_TCK")
+            process = psutil.Process(proc.pid)
 
             def cpu_s() -> float:
-                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-                return (int(fields[11]) + int(fields[12])) / ticks
+                return sum(process.cpu_times()[:2])  # user + system
 
             before, t0 = cpu_s(), time.monotonic()
             time.sleep(idle_s)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import time
@@ -149,7 +148,7 @@ async def probe_vllm(client: httpx.AsyncClient, url: str, timeout_s: float = PRO
         models_code = response.status_code
         if response.status_code == 200:
             answer_as(response, MODEL_LIST, MODEL_LIST_SHAPE)
-            models = json.loads(response.content)
+            models = response.json()
     except httpx.HTTPError:
         pass
     except ShapeError as exc:
