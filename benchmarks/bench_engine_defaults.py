@@ -7,7 +7,7 @@ Run from the repository root (no stack needed; it starts its own on free ports):
 
 Each round, each variant (order rotating) gets a fresh vLLM from the project's launcher with the variant's
 environment (:data:`VARIANTS`; docs/benchmarks.md says what each changes), then one ``python -m
-loadgen.command.benchmark`` run at a fixed load (:func:`benchkit.fixed_load_env`: ``--concurrency`` 8, ``--requests``
+loadgen.command.benchmark`` run at a fixed load (:func:`benchkit.run_fixed_load`: ``--concurrency`` 8, ``--requests``
 48 + 8 warm-up, ``--prompt-chars``-character prompts, ``--output-tokens`` 64). Per run: output tok/s, TTFT and TPOT
 medians, the start-up wall time with vLLM's own phases, the compile cache's outcome and the load average before and
 after; at the end the medians per variant and their ratio to ``vllm-defaults``.
@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchkit import REPO, BenchError, fixed_load_env, fmt_or_na, median_known, run_benchmark_command, work_folder_kept
+from benchkit import REPO, BenchError, fmt_or_na, median_known, run_fixed_load, work_folder_kept
 from vllm_peer import sharegpt_prompts
 from vllm_start_log import compile_cache, start_breakdown
 
@@ -163,20 +163,14 @@ def run_benchmark(stack: PrivateStack, dataset: Path, tag: str, args: argparse.N
     Raises:
         BenchError: the run failed or wrote no report.
     """
-    env = {
-        **stack.env,
-        **fixed_load_env(
-            vllm_url=stack.vllm_url, sidecar_url=stack.sidecar_url, dataset=dataset, concurrency=args.concurrency,
-            requests=args.requests, warmup=args.warmup, output_tokens=args.output_tokens,
-        ),
-    }
     log = stack.workdir / f"bench_{tag}.log"
     before = set((stack.workdir / "reports").glob("benchmark_report_*.json"))
 
     def new_reports() -> list[Path]:
         return sorted(set((stack.workdir / "reports").glob("benchmark_report_*.json")) - before)
 
-    run_benchmark_command(env, log, args.timeout_s, lambda: bool(new_reports()))
+    run_fixed_load(stack.env, log, args, vllm_url=stack.vllm_url, sidecar_url=stack.sidecar_url, dataset=dataset,
+                   done=lambda: bool(new_reports()))  # fmt: skip
     new = new_reports()
     report: dict[str, Any] = json.loads(new[-1].read_text())
     report["_path"] = str(new[-1])

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
-from benchkit import BenchError, fixed_load_env, fmt_or_na, run_benchmark_command, work_folder_kept
+from benchkit import BenchError, fmt_or_na, run_fixed_load, work_folder_kept
 from peer_figures import README, ClientRun, ours_from_report, table_lines, theirs_from_result, verdict_lines, with_table
 from vllm_peer import PROMPT_TEXT, identical_sharegpt_prompts, run_vllm_bench, vllm_bench_argv, vllm_window_monotonic_s
 
@@ -90,19 +90,13 @@ def run_ours(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -
     Raises:
         BenchError: the run failed or printed no report path.
     """
-    env = {
-        **os.environ,
-        **fixed_load_env(
-            vllm_url=args.vllm_url, sidecar_url=args.sidecar_url, dataset=dataset, concurrency=args.concurrency,
-            requests=args.requests, warmup=args.warmup, output_tokens=args.output_tokens,
-        ),
-    }  # fmt: skip
     log_path = workdir / f"ours_{tag}.log"
 
     def reported() -> re.Match[str] | None:
         return REPORT_LINE.search(log_path.read_text(encoding="utf-8", errors="replace"))
 
-    run_benchmark_command(env, log_path, args.timeout_s, lambda: reported() is not None)
+    run_fixed_load(os.environ, log_path, args, vllm_url=args.vllm_url, sidecar_url=args.sidecar_url, dataset=dataset,
+                   done=lambda: reported() is not None)  # fmt: skip
     match = reported()
     assert match is not None
     return ours_from_report(json.loads(Path(match.group(1)).read_text()))

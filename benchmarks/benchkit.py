@@ -1,9 +1,10 @@
 """What the scripts under ``benchmarks/`` share: the repository on the import path (importing this module puts it
-there), child runs with a log and a time limit, the fixed workload given to ``python -m loadgen.command.benchmark``,
+there), child runs with a log and a time limit, ``python -m loadgen.command.benchmark`` at a fixed load,
 and small helpers."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -49,21 +50,27 @@ def run_logged(
     return sampler.samples if sampler is not None else []
 
 
-def fixed_load_env(
-    *, vllm_url: str, sidecar_url: str, dataset: Path, concurrency: int, requests: int, warmup: int, output_tokens: int
-) -> dict[str, str]:
-    """The environment of one ``python -m loadgen.command.benchmark`` run at a fixed load (the engine and peer
-    benchmarks measure the same thing): ``concurrency`` closed-loop users, ``requests`` measured requests after
-    ``warmup``, prompts from ``dataset``, exactly ``output_tokens`` output tokens each, greedy; no rate, ramp, input
-    mix or duration. Merge it over the caller's environment."""
-    return {
+def run_fixed_load(
+    base_env: Mapping[str, str], log: Path, args: argparse.Namespace, *, vllm_url: str, sidecar_url: str,
+    dataset: Path, done: Callable[[], bool],
+) -> None:  # fmt: skip
+    """One ``python -m loadgen.command.benchmark`` at the fixed load the engine and peer benchmarks share:
+    ``args.concurrency`` closed-loop users, ``args.requests`` measured requests after ``args.warmup``, prompts from
+    ``dataset``, exactly ``args.output_tokens`` output tokens each, greedy; no rate, ramp, input mix or duration;
+    reports to ``sidecar_url``. Its environment is ``base_env`` with those settings over it.
+
+    Raises:
+        BenchError: as :func:`run_logged` (within ``args.timeout_s``).
+    """
+    env = {
+        **base_env,
         "VLLM_BASE_URL": vllm_url,
         "SIDECAR_BASE_URL": sidecar_url,
-        "CONCURRENCY": str(concurrency),
-        "REQUESTS": str(requests),
+        "CONCURRENCY": str(args.concurrency),
+        "REQUESTS": str(args.requests),
         "DURATION": "",
-        "WARMUP": str(warmup),
-        "MAX_TOKENS": str(output_tokens),
+        "WARMUP": str(args.warmup),
+        "MAX_TOKENS": str(args.output_tokens),
         "OUTPUT_LEN": "fixed",
         "IGNORE_EOS": "1",
         "TEMPERATURE": "0",
@@ -73,12 +80,8 @@ def fixed_load_env(
         "INPUT_MIX": "",
         "PYTHONUNBUFFERED": "1",
     }
-
-
-def run_benchmark_command(env: Mapping[str, str], log: Path, timeout_s: float, done: Callable[[], bool]) -> None:
-    """One ``python -m loadgen.command.benchmark`` with ``env`` (:func:`run_logged`; raises :class:`BenchError`)."""
     argv = [sys.executable, "-m", "loadgen.command.benchmark"]
-    run_logged("loadgen.command.benchmark", argv, log, env, timeout_s, done)
+    run_logged("loadgen.command.benchmark", argv, log, env, args.timeout_s, done)
 
 
 def child_env() -> dict[str, str]:
