@@ -4,21 +4,14 @@ Run from the repository root (no stack needed)::
 
     .venvs/app/bin/python benchmarks/bench_client_ceiling.py [--users 32] [--tokens 256] [--run-time-s 15]
 
-Both clients stream from the bundled mock server (:mod:`loadgen.selftest.mock_server`) with no delays
-(``--ttft-ms 0 --itl-ms 0``, ``--tokens`` tokens, one token per chunk), so the server answers as fast as it can and
-each client is pushed to its own limit at ``--users`` concurrent requests. Ours is a headless Locust run of the same
-locustfile and request function ``make benchmark`` uses (``--run-time-s``); theirs is ``vllm bench serve`` from the
-engine env (same wrapper as ``bench_peer_agreement.py``: chat endpoint, ShareGPT prompts, ``--max-concurrency``
-``--users``) sending as many requests as ours completed, so both runs last about as long.
+Both clients stream ``--tokens``-token answers from the bundled mock server with no delays, ``--users`` requests at
+a time: ours a headless Locust run of ``make benchmark``'s locustfile for ``--run-time-s``, theirs ``vllm bench
+serve`` (:mod:`vllm_peer`) sending as many requests as ours completed. Each client's process tree CPU is sampled
+(psutil, 0.1 s) and read over its measured window (first send to last end, so start-up is not counted);
+chunks/s per client core = content chunks in the window ÷ client CPU seconds in it. The mock's CPU is printed too.
 
-Each client's CPU is sampled with psutil on its process tree every 0.1 s and read over its measured window (first
-request sent to last answer ended), so interpreter start-up, vLLM's import and tokenizer loading are not counted.
-chunks/s per client core = content chunks streamed in the window / client CPU seconds in the window (ours: the rows'
-``content_chunks``; theirs: one per entry of vLLM's per-request ITL list, i.e. every ``choices`` event after the
-role-only first one). The mock's CPU use is printed too: on a small machine the mock and the client share the cores.
-
-Target: ours ÷ theirs ≥ 1.5. With ``--repeats N`` the pair runs N times (order alternating) and the median ratio is
-judged. Exits 0 on pass, 1 on a miss, 2 when a run could not be made.
+Target: ours ÷ theirs ≥ 1.5 (the median over ``--repeats`` pairs, order alternating). Exits 0 on pass, 1 on a miss,
+2 when a run could not be made.
 """
 
 from __future__ import annotations
@@ -28,32 +21,21 @@ import json
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchkit import REPO, BenchError, work_folder_kept
+from vllm_peer import run_vllm_bench, sharegpt_prompts, vllm_bench_argv, vllm_chunks, vllm_window_monotonic_s
 
-from vllm_peer import (  # noqa: E402
-    PeerBenchError,
-    run_vllm_bench,
-    sharegpt_prompts,
-    vllm_bench_argv,
-    vllm_chunks,
-    vllm_window_monotonic_s,
-)
-
-from core.enginestate import read_engine_state  # noqa: E402
-from core.settings import get_settings  # noqa: E402
-from engine.launcher import engine_python  # noqa: E402
-from loadgen.childprocs import CpuSample, CpuSampler, ProcessError, cpu_in_window, mock_server  # noqa: E402
-from loadgen.selftest.calibrate import CalibrationError, run_our_client  # noqa: E402
-from loadgen.selftest.calibration_figures import ClientRun, summarize_records  # noqa: E402
+from core.enginestate import read_engine_state
+from core.settings import get_settings
+from engine.launcher import engine_python
+from loadgen.childprocs import CpuSample, CpuSampler, ProcessError, cpu_in_window, mock_server
+from loadgen.selftest.calibrate import CalibrationError, run_our_client
+from loadgen.selftest.calibration_figures import ClientRun, summarize_records
 
 TARGET_RATIO = 1.5  # ours / theirs, chunks/s per client core
 VLLM_REQUESTS_FIRST = 500  # vLLM's requests if it ever ran before any run of ours without --requests
@@ -199,9 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[CEILING]   {line}")
             print(f"[CEILING]   ours/vllm chunks/s per client core = {pair.ratio:.2f}")
             ratios.append(pair.ratio)
-    except (CalibrationError, PeerBenchError, ProcessError, ValueError) as exc:
-        print(f"[ERROR] {exc}\n[ERROR] work folder kept: {workdir}", file=sys.stderr)
-        return 2
+    except (CalibrationError, BenchError, ProcessError, ValueError) as exc:
+        return work_folder_kept(exc, workdir)
     value = statistics.median(ratios)
     passed = value >= TARGET_RATIO
     n = f" (median of {len(ratios)})" if len(ratios) > 1 else ""

@@ -5,26 +5,15 @@ Run from the repository root (no stack needed; it starts its own on free ports):
     make bench-engine [REPEATS=3] [VARIANTS=vllm-defaults,stack-defaults,all-cores]
     .venvs/app/bin/python benchmarks/bench_engine_defaults.py --repeats 2 --variants stack-defaults,one-process
 
-For every round, each variant (order rotating between rounds) gets a fresh vLLM started by the project's launcher
-(``python -m engine.launcher``, so KV_CACHE_GB and the context length are the stack's) with the variant's environment,
-then one ``python -m loadgen.command.benchmark`` run (the code of ``make benchmark``) at the seed's load scaled to a
-2-core machine: ``--concurrency`` 8 closed-loop users, ``--requests`` 48 measured (+8 warmup), distinct
-``--prompt-chars``-character prompts (≈ 79 tokens), exactly ``--output-tokens`` 64 output tokens (ignore_eos), the load
-generator on the same cores. A private sidecar writes the reports. Per run it prints output tok/s, TTFT and TPOT medians
-from the report, the start-up wall time (launch to ``/v1/models`` answering) with vLLM's own phases (weights, engine
-init = profiling + warm-up/compile + KV), and the 1-minute load average before and after.
+Each round, each variant (order rotating) gets a fresh vLLM from the project's launcher with the variant's
+environment (:data:`VARIANTS`; docs/benchmarks.md says what each changes), then one ``python -m
+loadgen.command.benchmark`` run at a fixed load (:func:`benchkit.run_fixed_load`: ``--concurrency`` 8, ``--requests``
+48 + 8 warm-up, ``--prompt-chars``-character prompts, ``--output-tokens`` 64). Per run: output tok/s, TTFT and TPOT
+medians, the start-up wall time with vLLM's own phases, the compile cache's outcome and the load average before and
+after; at the end the medians per variant and their ratio to ``vllm-defaults``.
 
-Variants (``VARIANTS``): ``vllm-defaults`` (vLLM's binding: one core reserved; its AOT compile cache on),
-``stack-defaults`` (what ``make up`` runs: vLLM's binding, torch.compile's cache instead of the AOT one),
-``all-cores`` (``VLLM_CPU_NUM_OF_RESERVED_CPU=0``), ``all-cores-passive`` (plus ``OMP_WAIT_POLICY=PASSIVE``: idle OpenMP
-threads sleep instead of spinning on the cores the API server and the client need), ``all-cores-iomp`` (plus Intel
-OpenMP preloaded, as vLLM's CPU docs advise), ``eager`` (all cores, ``--enforce-eager``: no compile, no warm-up),
-``no-compile`` (the stack's binding, ``-O0``: no torch.compile, so no compile warm-up), ``one-process``
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the model runs inside the engine-core process, one process spawn less, no thread
-pinning). Every variant but ``vllm-defaults`` has the stack's compile-cache setting (AOT off on the CPU build).
-
-Printed at the end: medians per variant and their ratio to ``vllm-defaults``. Target (issue 14): the stack's default
-≥ 1.5 × vLLM's output tok/s. Exits 0 when met, 1 when missed, 2 when a run failed.
+Target (issue 14): the stack's default ≥ 1.5 × vLLM's output tok/s. Exits 0 when met, 1 when missed, 2 when a run
+failed.
 """
 
 from __future__ import annotations
@@ -33,7 +22,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,19 +31,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+from benchkit import REPO, BenchError, fmt_or_na, median_known, run_fixed_load, work_folder_kept
+from vllm_peer import sharegpt_prompts
+from vllm_start_log import compile_cache, start_breakdown
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from fixed_load import fixed_load_env  # noqa: E402
-from vllm_peer import sharegpt_prompts  # noqa: E402
-from vllm_start_log import compile_cache, start_breakdown  # noqa: E402
-
-from core.settings import get_settings  # noqa: E402
-from engine.vllmlog.startup import startup_phase  # noqa: E402
-from loadgen.childprocs import free_port, log_tail, stop_process  # noqa: E402
+from core.net import free_port, wait_for_http
+from core.settings import get_settings
+from engine.vllmlog.startup import startup_phase
+from loadgen.childprocs import log_tail, stop_process
 
 TARGET_RATIO = 1.5
 SHIPPED = "stack-defaults"
@@ -74,10 +57,6 @@ VARIANTS: dict[str, dict[str, str]] = {
 
 
 DEFAULT_VARIANTS = f"{BASELINE},{SHIPPED},all-cores"
-
-
-class BenchError(RuntimeError):
-    """A run could not be made (a server did not start, a benchmark failed)."""
 
 
 @dataclass(frozen=True)
@@ -101,27 +80,11 @@ class RunResult:
     compile_cache: str
 
 
-def figures_from_report(report: Mapping[str, Any]) -> tuple[float, float | None, float | None, int]:
-    """Output tok/s, median TTFT and TPOT (ms), ok requests of a report JSON (pure)."""
-    m = report["metrics"]
-    return float(m["output_tokens_per_sec"]), m["ttft"]["p50_ms"], m["tpot"]["p50_ms"], int(m["requests_ok"])
-
-
 def medians(results: Sequence[RunResult], variant: str) -> dict[str, float | None]:
     """Median of each figure over the runs of ``variant`` (pure)."""
     runs = [r for r in results if r.variant == variant]
-
-    def med(values: Sequence[float | None]) -> float | None:
-        present = [v for v in values if v is not None]
-        return statistics.median(present) if present else None
-
-    return {
-        "output_tokens_per_sec": med([r.output_tokens_per_sec for r in runs]),
-        "ttft_p50_ms": med([r.ttft_p50_ms for r in runs]),
-        "tpot_p50_ms": med([r.tpot_p50_ms for r in runs]),
-        "startup_wall_s": med([r.startup_wall_s for r in runs]),
-        "engine_init_s": med([r.engine_init_s for r in runs]),
-    }
+    names = ("output_tokens_per_sec", "ttft_p50_ms", "tpot_p50_ms", "startup_wall_s", "engine_init_s")
+    return {name: median_known([getattr(r, name) for r in runs]) for name in names}
 
 
 def round_order(variants: Sequence[str], index: int) -> list[str]:
@@ -135,13 +98,13 @@ class PrivateStack:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.vllm_port = free_port()
-        self.sidecar_port = free_port()
+        vllm_port, sidecar_port = free_port(), free_port()
+        self.vllm_url, self.sidecar_url = f"http://127.0.0.1:{vllm_port}", f"http://127.0.0.1:{sidecar_port}"
         self.env = {
             **os.environ,
             "MODEL": get_settings().model or "synthetic:ernie-4.5-0.3b",
-            "VLLM_PORT": str(self.vllm_port),
-            "SIDECAR_PORT": str(self.sidecar_port),
+            "VLLM_PORT": str(vllm_port),
+            "SIDECAR_PORT": str(sidecar_port),
             "LOGS_DIR": str(workdir / "logs"),
             "REPORTS_DIR": str(workdir / "reports"),
             "RUN_DIR": str(workdir / "run"),
@@ -151,39 +114,32 @@ class PrivateStack:
         self.launched_s = 0.0
         self.log_offset = 0
 
-    @property
-    def vllm_url(self) -> str:
-        return f"http://127.0.0.1:{self.vllm_port}"
+    def _start(
+        self, args: list[str], log: Path, env: Mapping[str, str], url: str, timeout_s: float
+    ) -> subprocess.Popen[bytes]:
+        """``python ARGS`` (output appended to ``log``), once ``url`` answers 200.
 
-    @property
-    def sidecar_url(self) -> str:
-        return f"http://127.0.0.1:{self.sidecar_port}"
-
-    def _spawn(self, args: list[str], log: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+        Raises:
+            BenchError: it exited first, or ``url`` did not answer within ``timeout_s``.
+        """
         with log.open("ab") as out:
-            return subprocess.Popen(
-                [sys.executable, *args], cwd=REPO, env=dict(env), stdout=out, stderr=subprocess.STDOUT
-            )
+            proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=dict(env), stdout=out,
+                                    stderr=subprocess.STDOUT)  # fmt: skip
 
-    def _wait(self, url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise BenchError(f"{log.name} exited {proc.returncode}:\n{log_tail(log)}")
-            try:
-                if httpx.get(url, timeout=2, headers=get_settings().vllm_headers).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        raise BenchError(f"{url} not ready after {timeout_s:.0f} s:\n{log_tail(log)}")
+        def exited() -> str | None:
+            return None if proc.poll() is None else f"{log.name} exited {proc.returncode}"
+
+        ready, why = wait_for_http(url, timeout_s, interval_s=0.25, abort=exited, headers=get_settings().vllm_headers)
+        if not ready:
+            what = why if proc.poll() is not None else f"{url} not ready after {timeout_s:.0f} s"
+            raise BenchError(f"{what}:\n{log_tail(log)}")
+        return proc
 
     def start_sidecar(self) -> None:
         """Start the sidecar and wait for ``/health``."""
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         log = self.workdir / "logs" / "sidecar.log"
-        self.sidecar = self._spawn(["-m", "sidecar.server"], log, self.env)
-        self._wait(f"{self.sidecar_url}/health", self.sidecar, log, 120)
+        self.sidecar = self._start(["-m", "sidecar.server"], log, self.env, f"{self.sidecar_url}/health", 120)
 
     def start_vllm(self, variant_env: Mapping[str, str], timeout_s: float) -> tuple[subprocess.Popen[bytes], float]:
         """Start vLLM through the launcher with ``variant_env``; (process, seconds from launch to answering)."""
@@ -191,8 +147,8 @@ class PrivateStack:
         self.launched_s = time.time()
         self.log_offset = log.stat().st_size if log.exists() else 0
         started = time.monotonic()
-        proc = self._spawn(["-m", "engine.launcher"], log, {**self.env, **variant_env})
-        self._wait(f"{self.vllm_url}/v1/models", proc, log, timeout_s)
+        proc = self._start(["-m", "engine.launcher"], log, {**self.env, **variant_env}, f"{self.vllm_url}/v1/models",
+                           timeout_s)  # fmt: skip
         return proc, time.monotonic() - started
 
     def stop(self) -> None:
@@ -207,28 +163,15 @@ def run_benchmark(stack: PrivateStack, dataset: Path, tag: str, args: argparse.N
     Raises:
         BenchError: the run failed or wrote no report.
     """
-    env = {
-        **stack.env,
-        **fixed_load_env(
-            vllm_url=stack.vllm_url, sidecar_url=stack.sidecar_url, dataset=dataset, concurrency=args.concurrency,
-            requests=args.requests, warmup=args.warmup, output_tokens=args.output_tokens,
-        ),
-    }
     log = stack.workdir / f"bench_{tag}.log"
     before = set((stack.workdir / "reports").glob("benchmark_report_*.json"))
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.command.benchmark"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
-        )
-    try:
-        proc.wait(timeout=args.timeout_s)
-    except subprocess.TimeoutExpired:
-        raise BenchError(f"loadgen.command.benchmark did not finish in {args.timeout_s:.0f} s ({log})") from None
-    finally:
-        stop_process(proc)
-    new = sorted(set((stack.workdir / "reports").glob("benchmark_report_*.json")) - before)
-    if proc.returncode != 0 or not new:
-        raise BenchError(f"loadgen.command.benchmark failed (exit {proc.returncode}); {log}:\n{log_tail(log)}")
+
+    def new_reports() -> list[Path]:
+        return sorted(set((stack.workdir / "reports").glob("benchmark_report_*.json")) - before)
+
+    run_fixed_load(stack.env, log, args, vllm_url=stack.vllm_url, sidecar_url=stack.sidecar_url, dataset=dataset,
+                   done=lambda: bool(new_reports()))  # fmt: skip
+    new = new_reports()
     report: dict[str, Any] = json.loads(new[-1].read_text())
     report["_path"] = str(new[-1])
     return report
@@ -249,7 +192,8 @@ def one_run(stack: PrivateStack, variant: str, index: int, dataset: Path, args: 
     finally:
         stop_process(proc)
         time.sleep(2)  # the port and shared memory of the stopped engine are released
-    tok_s, ttft, tpot, ok = figures_from_report(report)
+    m = report["metrics"]
+    ttft, tpot = m["ttft"]["p50_ms"], m["tpot"]["p50_ms"]
     return RunResult(
         variant=variant,
         round=index,
@@ -257,10 +201,10 @@ def one_run(stack: PrivateStack, variant: str, index: int, dataset: Path, args: 
         startup_log_s=phase.startup_s,
         weights_s=phase.load_s,
         engine_init_s=phase.engine_init_s,
-        output_tokens_per_sec=round(tok_s, 2),
+        output_tokens_per_sec=round(float(m["output_tokens_per_sec"]), 2),
         ttft_p50_ms=None if ttft is None else round(ttft, 1),
         tpot_p50_ms=None if tpot is None else round(tpot, 1),
-        requests_ok=ok,
+        requests_ok=int(m["requests_ok"]),
         load_before=round(load_before, 2),
         load_after=round(os.getloadavg()[0], 2),
         report=str(report["_path"]),
@@ -269,16 +213,13 @@ def one_run(stack: PrivateStack, variant: str, index: int, dataset: Path, args: 
     )
 
 
-def _fmt(value: float | None, spec: str = ".1f") -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
 def run_line(r: RunResult) -> str:
     """One printed line per run."""
     return (
         f"{r.variant:15s} round {r.round + 1}: {r.output_tokens_per_sec:6.1f} tok/s"
-        f" | TTFT p50 {_fmt(r.ttft_p50_ms, '.0f')} ms"
-        f" | TPOT p50 {_fmt(r.tpot_p50_ms)} ms | start {r.startup_wall_s:.0f} s (engine init {_fmt(r.engine_init_s)} s)"
+        f" | TTFT p50 {fmt_or_na(r.ttft_p50_ms, '.0f')} ms"
+        f" | TPOT p50 {fmt_or_na(r.tpot_p50_ms)} ms | start {r.startup_wall_s:.0f} s"
+        f" (engine init {fmt_or_na(r.engine_init_s)} s)"
         f" | {r.requests_ok} ok | load {r.load_before:.1f} -> {r.load_after:.1f}"
         + f"\n    compile cache: {r.compile_cache}; start phases (s): "
         + ", ".join(f"{k} {v:g}" for k, v in r.phases.items())
@@ -295,8 +236,9 @@ def summary_lines(results: Sequence[RunResult], variants: Sequence[str]) -> tupl
         tok = m["output_tokens_per_sec"]
         ratio = tok / base if tok is not None and base else None
         lines.append(
-            f"| {variant} | {_fmt(tok)} | {_fmt(ratio, '.2f')} | {_fmt(m['ttft_p50_ms'], '.0f')} | "
-            f"{_fmt(m['tpot_p50_ms'])} | {_fmt(m['startup_wall_s'], '.0f')} | {_fmt(m['engine_init_s'])} |"
+            f"| {variant} | {fmt_or_na(tok)} | {fmt_or_na(ratio, '.2f')} | {fmt_or_na(m['ttft_p50_ms'], '.0f')} | "
+            f"{fmt_or_na(m['tpot_p50_ms'])} | {fmt_or_na(m['startup_wall_s'], '.0f')} | "
+            f"{fmt_or_na(m['engine_init_s'])} |"
         )
     shipped = medians(results, SHIPPED)["output_tokens_per_sec"] if SHIPPED in variants else None
     if shipped is None or not base:
@@ -352,8 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(result)
                 print(f"[ENGINE] {run_line(result)}", flush=True)
     except BenchError as exc:
-        print(f"[ERROR] {exc}\n[ERROR] work folder kept: {workdir}", file=sys.stderr)
-        return 2
+        return work_folder_kept(exc, workdir)
     finally:
         stack.stop()
         if args.out is not None:

@@ -4,17 +4,12 @@ Run from the repository root (no stack needed; Linux, 2+ cores)::
 
     .venvs/app/bin/python benchmarks/bench_lag_verdict.py [--run-time-s 20] [--busy 3]
 
-Two closed-loop runs of the benchmark's Locust path (:func:`loadgen.orchestrate.measured_run.run_locust`, the verdict of
-:func:`core.clientview.client_view`, exactly as ``make benchmark`` computes them), side by side:
-
-1. **starved**: the client pinned to core 0 together with ``--busy`` busy loops (other work on the client's core;
-   the client keeps a small share of it and waits its turn for every chunk), the mock server pinned to core 1
-   (TTFT 20 ms, ITL 2 ms, 100 tokens, ``--users`` users);
-2. **unstarved**: the client free, no busy loop, a slow mock (TTFT 400 ms, ITL 50 ms, 20 tokens, 8 users).
-
-For each it prints the load processes' CPU, the event-loop lag (p50/p99), how far that lag could have moved TTFT
-and ITL, the verdict, and what the CPU-only rule (a process ≥ 0.9 core) would have said. Exits 0 when the starved
-run is flagged and the unstarved one is not, 1 otherwise, 2 when a run could not be made.
+Two closed-loop runs of the benchmark's Locust path and verdict (:func:`core.clientview.client_view`, as ``make
+benchmark`` computes them): **starved** (the client pinned to core 0 with ``--busy`` busy loops, the mock on core 1:
+TTFT 20 ms, ITL 2 ms, 100 tokens, ``--users`` users) and **unstarved** (the client free, a slow mock: TTFT 400 ms, ITL
+50 ms, 20 tokens, 8 users). For each: the load processes' CPU, the event-loop lag (p50/p99), how far it could have
+moved TTFT and ITL, the verdict, and what the CPU-only rule (a process ≥ 0.9 core) would have said. Exits 0 when the
+starved run is flagged and the unstarved one is not, 1 otherwise, 2 when a run could not be made.
 """
 
 from __future__ import annotations
@@ -28,18 +23,16 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import benchkit  # noqa: F401  (puts the repository on the import path)
+import psutil
 
-import psutil  # noqa: E402
-
-from core.clientview import CPU_LIMIT_CORES, ClientView, client_view, share_text  # noqa: E402
-from core.report_schema import BenchmarkConfig  # noqa: E402
-from core.settings import Settings  # noqa: E402
-from core.stats import measured_window_s  # noqa: E402
-from loadgen.childprocs import ProcessError, mock_server  # noqa: E402
-from loadgen.orchestrate.locust_run import run_locust  # noqa: E402
-from loadgen.orchestrate.measured_run import read_records  # noqa: E402
+from core.clientview import CPU_LIMIT_CORES, ClientView, client_view, share_text
+from core.report_schema import BenchmarkConfig
+from core.settings import Settings
+from core.stats import measured_window_s
+from loadgen.childprocs import ProcessError, mock_server
+from loadgen.orchestrate.locust_run import run_locust
+from loadgen.orchestrate.measured_run import read_records
 
 BUSY_LOOP = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
 

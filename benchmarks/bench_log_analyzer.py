@@ -1,15 +1,12 @@
 """Speed of the log analyzer on a generated 500,000-line (~45 MB) vLLM log, against ``grep -c ERROR``.
 
 Run from the repository root: ``.venvs/app/bin/python benchmarks/bench_log_analyzer.py [--lines N] [--runs N]``. Each
-command runs in a fresh subprocess, as a user would run it; the table shows the best and median wall-clock time of
-``--runs`` runs after one warm-up run (file in the page cache). Targets: ``--stats`` <= 1 s (best run) and
-``--errors`` within 10x of ``grep -c ERROR`` on the same file (median of ``--runs`` alternating runs of both). The
-same log is also timed as real deployments write it: with vLLM's colour codes (``VLLM_LOGGING_COLOR=1``) and behind
-``docker logs -t`` stamps (figures only, the counts must agree). First, every shape the analyzer reads is timed on a
-log in the shape vLLM writes today (every line behind ``(APIServer pid=N)``, 137 planted errors): plain, prefixes,
-colours, ``docker logs -t`` and CRI stamps, CRLF line ends and a rotated pair; each ``--errors`` against ``grep -c
-ERROR`` on the same file(s), median of 5 alternating runs, target within 10x, counts exact. Exits 1 when a target is
-missed (or the analyzer's counts are wrong).
+command runs in a fresh subprocess, as a user runs it; the table shows the best and median wall-clock time of
+``--runs`` runs after a warm-up (file in the page cache). First every shape the analyzer reads (plain, process
+prefixes, colours, ``docker logs -t`` and CRI stamps, CRLF, a rotated pair) is timed on a log in today's vLLM shape
+with 137 planted errors: ``--errors`` against ``grep -c ERROR``, median of alternating runs, counts exact. Targets:
+``--stats`` <= 1 s (best run) and ``--errors`` within 10x of ``grep -c ERROR`` (median of alternating runs). Exits 1
+when a target is missed or a count is wrong.
 """
 
 from __future__ import annotations
@@ -26,37 +23,41 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchkit import REPO, child_env
 
-from tests.synthlog import GeneratedLog, generate_current_log, generate_vllm_log  # noqa: E402
-from tests.synthrequests import write_requests_log  # noqa: E402
-from tests.synthshapes import write_current_shapes, write_shapes  # noqa: E402
+from tests.synthlog import GeneratedLog, generate_current_log, generate_vllm_log
+from tests.synthrequests import write_requests_log
+from tests.synthshapes import write_current_shapes, write_shapes
 
 STATS_TARGET_S = 1.0
 ERRORS_VS_GREP_TARGET = 10.0
 REQUEST_RECORDS = 10_000
 
 
+def timed_run(argv: Sequence[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall-clock and CPU (user + system) seconds of one run of ``argv``, its output through a pipe, as a user's
+    terminal would take it (GNU grep stops at the first match when its output is /dev/null)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(argv, cwd=REPO, env=env, capture_output=True, check=False)
+    wall_s = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall_s, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
 def alternating_medians(first: Sequence[str], second: Sequence[str], runs: int) -> tuple[float, float, float, float]:
-    """Median wall-clock and CPU (user + system) seconds of ``first`` and ``second``, run alternately ``runs`` times
-    each after one warm-up of both (so that a burst of load on a shared machine hits both alike):
+    """Median wall-clock and CPU seconds of ``first`` and ``second``, run alternately ``runs`` times each after one
+    warm-up of both (so that a burst of load on a shared machine hits both alike):
     ``(first wall, second wall, first cpu, second cpu)``."""
     env = child_env()
     for argv in (first, second):
-        subprocess.run(argv, cwd=REPO, env=env, capture_output=True, check=False)
-    wall: tuple[list[float], list[float]] = ([], [])
-    cpu: tuple[list[float], list[float]] = ([], [])
-    for _ in range(runs):
-        for index, argv in enumerate((first, second)):
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            started = time.perf_counter()
-            subprocess.run(argv, cwd=REPO, env=env, capture_output=True, check=False)
-            wall[index].append(time.perf_counter() - started)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu[index].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-    medians = [statistics.median(values) for values in (*wall, *cpu)]
-    return medians[0], medians[1], medians[2], medians[3]
+        timed_run(argv, env)
+    rounds = [(timed_run(first, env), timed_run(second, env)) for _ in range(runs)]
+
+    def median(command: int, figure: int) -> float:
+        return statistics.median(r[command][figure] for r in rounds)
+
+    return median(0, 0), median(1, 0), median(0, 1), median(1, 1)
 
 
 def shape_table(lines: int, errors: int, runs: int) -> tuple[list[str], list[str]]:
@@ -87,27 +88,12 @@ def shape_table(lines: int, errors: int, runs: int) -> tuple[list[str], list[str
         return out, missed
 
 
-def child_env() -> dict[str, str]:
-    """The environment of the timed commands: this one, with the repository importable and bytecode caching on
-    (a user's shell does not set PYTHONDONTWRITEBYTECODE; without .pyc files every run recompiles the modules)."""
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-    return {**env, "PYTHONPATH": str(REPO)}
-
-
 def time_command(argv: Sequence[str], runs: int) -> tuple[float, float, float]:
-    """Best and median wall-clock seconds and the best CPU seconds (user + system) of ``argv`` over ``runs`` runs,
-    after one warm-up run. Output is captured through a pipe, as a user's terminal would take it (GNU grep stops at
-    the first match when its output is /dev/null)."""
+    """Best and median wall-clock seconds and the best CPU seconds of ``argv`` over ``runs`` runs
+    (:func:`timed_run`), after one warm-up run."""
     env = child_env()
-    subprocess.run(argv, cwd=REPO, env=env, capture_output=True, check=False)
-    wall_s, cpu_s = [], []
-    for _ in range(runs):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        started = time.perf_counter()
-        subprocess.run(argv, cwd=REPO, env=env, capture_output=True, check=False)
-        wall_s.append(time.perf_counter() - started)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu_s.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    timed_run(argv, env)
+    wall_s, cpu_s = zip(*(timed_run(argv, env) for _ in range(runs)), strict=True)
     return min(wall_s), statistics.median(wall_s), min(cpu_s)
 
 

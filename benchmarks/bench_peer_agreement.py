@@ -1,30 +1,16 @@
 """Client overhead against the server's own clock: our benchmark and vLLM's ``vllm bench serve``, side by side.
 
-Run from the repository root (the stack up: ``make up``)::
+Run from the repository root with the stack up: ``make bench-peer`` (``--write-readme``). The workload: ``--requests``
+(48) identical prompts of exactly ``--prompt-tokens`` (64) tokens (fitted with the server's ``/tokenize``), exactly
+``--output-tokens`` (64) output tokens each, greedy, ``--concurrency`` (8) in a closed loop after ``--warmup`` (4),
+both clients reading one ShareGPT file. Two scrapes of vLLM's ``/metrics`` frame each measured run (ours: its
+report's cross-check; vLLM's: the wrapper :data:`vllm_peer.VLLM_BENCH_SERVE`), so a client's overhead is its mean
+TTFT, ITL or E2E minus the server's (``_sum``/``_count`` deltas) over exactly its measured requests. ITL is one gap
+per generated token after the first for all three (:func:`peer_figures.vllm_token_itl_ms`).
 
-    make bench-peer            # = .venvs/app/bin/python benchmarks/bench_peer_agreement.py --write-readme
-
-The workload (the issue's): ``--requests`` (48) identical prompts of exactly ``--prompt-tokens`` (64) tokens (fitted
-with the server's ``/tokenize``, no client-side chat template: both clients send chat messages), ``--output-tokens``
-(64) output tokens each (ours: ``MAX_TOKENS`` + ``IGNORE_EOS=1``; theirs: ``--sharegpt-output-len`` +
-``--ignore-eos``), greedy, ``--concurrency`` (8) in a closed loop, ``--warmup`` (4) warm-up requests. Both clients read
-one ShareGPT JSON file (vLLM's JSONL ``custom`` loader needs pandas, which the engine env lacks). Each measured run
-is framed by two scrapes of vLLM's ``/metrics``: ours by the benchmark itself (its report's cross-check), vLLM's by
-the wrapper around ``vllm bench serve`` (:data:`vllm_peer.VLLM_BENCH_SERVE`: after its warm-ups, after its last
-request). So the server's own mean TTFT, ITL and E2E (``_sum``/``_count`` deltas) cover exactly each client's
-measured requests; a client's overhead is its mean minus the server's.
-
-ITL, the same definition for the three (as the server counts it): one gap per generated token after the first, all
-requests' gaps pooled. The server: ``vllm:inter_token_latency_seconds`` ``_sum``/``_count`` deltas (63 per 64-token
-request). Ours: every gap between consecutive token chunks (the role-only chunk is none; ``core.streamtiming``).
-vLLM's client: its per-request ``itls`` (``--save-detailed``) without their first element, the gap from the role
-chunk, where it stamps TTFT, to the first token's chunk (:func:`vllm_token_itl_ms`); its own ``mean_itl_ms`` (64
-gaps for 63 tokens' worth of time) is shown beside it, not judged.
-
-``--repeats`` (3) rounds, the order alternating. Targets (median over rounds): our TTFT overhead ≤ vLLM client's,
-our ITL overhead ≤ vLLM client's, and in every round our output tok/s within ±3 % of the server's own generated
-tokens over our measured window. ``--write-readme`` puts the table into ``docs/benchmarks.md`` (between the
-``bench-peer`` markers). Exits 0 when the targets are met, 1 on a miss, 2 when a run could not be made.
+``--repeats`` (3) rounds, the order alternating. Targets (medians): our TTFT and ITL overheads ≤ vLLM client's, and
+in every round our output tok/s within ±3 % of the server's generated tokens over our window. ``--write-readme``
+puts the table into ``docs/benchmarks.md``. Exits 0 when the targets are met, 1 on a miss, 2 when a run failed.
 """
 
 from __future__ import annotations
@@ -34,64 +20,28 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
+from benchkit import BenchError, fmt_or_na, run_fixed_load, work_folder_kept
+from peer_figures import README, ClientRun, ours_from_report, table_lines, theirs_from_result, verdict_lines, with_table
+from vllm_peer import PROMPT_TEXT, identical_sharegpt_prompts, run_vllm_bench, vllm_bench_argv, vllm_window_monotonic_s
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from core.serverview_samples import Samples, parse_exposition  # noqa: E402
-from core.settings import get_settings  # noqa: E402
-from loadgen.childprocs import cpu_in_window, log_tail, stop_process  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fixed_load import fixed_load_env  # noqa: E402
-from peer_figures import (  # noqa: E402
-    README,
-    ClientRun,
-    fmt_or_na,
-    ours_from_report,
-    table_lines,
-    theirs_from_result,
-    verdict_lines,
-    with_table,
-)
-from vllm_peer import (  # noqa: E402
-    PROMPT_TEXT,
-    PeerBenchError,
-    identical_sharegpt_prompts,
-    run_vllm_bench,
-    vllm_bench_argv,
-    vllm_window_monotonic_s,
-)
+from core.serverview_samples import parse_exposition
+from core.settings import get_settings
+from loadgen.childprocs import cpu_in_window
 
 REPORT_LINE = re.compile(r"\[REPORT\] Baseline saved to (\S+)")
-
-
-# --------------------------------------------------------------------------------------------- runs
-
-
-def scrape(base_url: str, headers: Mapping[str, str]) -> Samples | None:
-    """vLLM's ``/metrics`` parsed, or None when unreadable."""
-    try:
-        response = httpx.get(f"{base_url}/metrics", headers=dict(headers), timeout=10)
-        response.raise_for_status()
-        return parse_exposition(response.text)
-    except (httpx.HTTPError, ValueError):
-        return None
 
 
 def fitted_prompt(base_url: str, headers: Mapping[str, str], tokens: int) -> str:
     """The longest prefix of the peer prompt text with exactly ``tokens`` tokens by the server's ``/tokenize``.
 
     Raises:
-        PeerBenchError: the server cannot count tokens, or no prefix has exactly that many.
+        BenchError: the server cannot count tokens, or no prefix has exactly that many.
     """
     text = PROMPT_TEXT * (tokens // 8 + 2)
 
@@ -104,7 +54,7 @@ def fitted_prompt(base_url: str, headers: Mapping[str, str], tokens: int) -> str
             response.raise_for_status()
             return int(response.json()["count"])
         except (httpx.HTTPError, ValueError, KeyError) as exc:
-            raise PeerBenchError(f"{base_url}/tokenize could not count a prompt: {exc}") from None
+            raise BenchError(f"{base_url}/tokenize could not count a prompt: {exc}") from None
 
     low, high = 1, len(text)  # the longest prefix of at most `tokens` tokens (token counts grow with the prefix)
     while low < high:
@@ -113,7 +63,7 @@ def fitted_prompt(base_url: str, headers: Mapping[str, str], tokens: int) -> str
     for end in (low, *range(low - 1, max(low - 6, 0), -1)):  # a merge may jump a count: look a little shorter
         if count(text[:end]) == tokens:
             return text[:end]
-    raise PeerBenchError(f"no prefix of the prompt text has exactly {tokens} tokens")
+    raise BenchError(f"no prefix of the prompt text has exactly {tokens} tokens")
 
 
 def run_theirs(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -> ClientRun:
@@ -127,7 +77,7 @@ def run_theirs(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace)
     result, samples = run_vllm_bench(argv, workdir / f"vllm_{tag}.log", args.timeout_s, metrics_dir=frames)
     scraped = [frames / f"metrics_{i}.txt" for i in (0, 1)]
     if not all(p.exists() for p in scraped):
-        raise PeerBenchError(f"vllm bench serve saved no /metrics frame in {frames}")
+        raise BenchError(f"vllm bench serve saved no /metrics frame in {frames}")
     before, after = (parse_exposition(p.read_text()) for p in scraped)
     window = vllm_window_monotonic_s(result)
     cpu_s = cpu_in_window(samples, *window, monotonic=True) if window and samples else None
@@ -138,33 +88,17 @@ def run_ours(dataset: Path, workdir: Path, tag: str, args: argparse.Namespace) -
     """One ``python -m loadgen.command.benchmark`` run (its report's cross-check frames its measured window).
 
     Raises:
-        PeerBenchError: the run failed or printed no report path.
+        BenchError: the run failed or printed no report path.
     """
-    env = {
-        **os.environ,
-        **fixed_load_env(
-            vllm_url=args.vllm_url, sidecar_url=args.sidecar_url, dataset=dataset, concurrency=args.concurrency,
-            requests=args.requests, warmup=args.warmup, output_tokens=args.output_tokens,
-        ),
-    }  # fmt: skip
     log_path = workdir / f"ours_{tag}.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.command.benchmark"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    try:
-        proc.wait(timeout=args.timeout_s)
-    except subprocess.TimeoutExpired:
-        raise PeerBenchError(
-            f"loadgen.command.benchmark did not finish in {args.timeout_s:.0f} s ({log_path})"
-        ) from None
-    finally:
-        stop_process(proc)
-    match = REPORT_LINE.search(log_path.read_text(encoding="utf-8", errors="replace"))
-    if proc.returncode != 0 or not match:
-        raise PeerBenchError(
-            f"loadgen.command.benchmark failed (exit {proc.returncode}); {log_path}:\n{log_tail(log_path)}"
-        )
+
+    def reported() -> re.Match[str] | None:
+        return REPORT_LINE.search(log_path.read_text(encoding="utf-8", errors="replace"))
+
+    run_fixed_load(os.environ, log_path, args, vllm_url=args.vllm_url, sidecar_url=args.sidecar_url, dataset=dataset,
+                   done=lambda: reported() is not None)  # fmt: skip
+    match = reported()
+    assert match is not None
     return ours_from_report(json.loads(Path(match.group(1)).read_text()))
 
 
@@ -218,9 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
             rounds.append(runs)
-    except PeerBenchError as exc:
-        print(f"[ERROR] {exc}\n[ERROR] work folder kept: {workdir}", file=sys.stderr)
-        return 2
+    except BenchError as exc:
+        return work_folder_kept(exc, workdir)
     table = table_lines(rounds)
     lines, passed = verdict_lines(rounds)
     print("\n".join([*table, "", *lines]))

@@ -21,11 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchkit import REPO, child_env
 
-from logtools.quantiles import RELATIVE_ACCURACY  # noqa: E402
-from tests.synthrequests import OkLatencies, write_requests_log  # noqa: E402
+from logtools.quantiles import RELATIVE_ACCURACY
+from tests.synthrequests import OkLatencies, write_requests_log
 
 RSS_TARGET_MB = 60.0
 START_S = 1_790_000_000.0
@@ -50,8 +49,7 @@ def run_stats(requests: Path, log: Path) -> tuple[dict[str, Any], float, float]:
     """``--stats --json`` on ``requests``: (its JSON, wall seconds, peak RSS of the analyzer's process in MB)."""
     argv = [sys.executable, "-c", PEAK_RSS_REPORTER, "--stats", "--json", "--requests", str(requests)]
     argv += ["--log", str(log)]
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = str(REPO)
+    env = child_env()
     started = time.perf_counter()
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     wall_s = time.perf_counter() - started

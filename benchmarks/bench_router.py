@@ -1,22 +1,14 @@
 """What vLLM's router adds: TTFT and ITL through ``vllm-router`` ÷ straight to the same server, side by side.
 
-``make bench-router`` starts one server — the bundled mock (``loadgen.selftest.mock_server``: known TTFT and ITL, cheap,
-so the figures are the router's) or, with ``--target URL``, a running vLLM — and ``vllm-router --worker-urls <it>
---policy round_robin`` in front of it, then sends the same closed-loop load (``--concurrency`` users, ``--requests``
-streamed chat requests of ``--tokens`` tokens) straight and through the router in alternating rounds (direct, router,
-direct, router, …; ``--rounds`` pairs), with the project's one request function
-(``loadgen.request.client.stream_chat``). Per round it prints mean and p50 TTFT and ITL for both paths and the router's
-added latency (router − direct, ms) and ratio (router ÷ direct); the summary is the median over the rounds.
-
-With ``--target`` (a real vLLM) each path's load is also timed by the engine's own clock: its
-``vllm:time_to_first_token_seconds`` mean over that load (``/metrics`` before and after), printed beside the
-client's. The engine's figure is the same on both paths; what the client sees above it on the *direct* path is the
-API server's and the client's own time, which the router does not add (on a loaded 2-core host most of the gap
-between the client's and the engines' TTFT: docs/cluster.md). The host's load average is printed at the start and
-the end: the router's own cost is a few scheduler wake-ups per request, which a busy host stretches.
-
-Figures: docs/benchmarks.md ("Router overhead"). A round's requests all succeed or the round is reported as failed
-with the first cause; nothing is dropped.
+``make bench-router`` starts one server — the bundled mock (known TTFT and ITL, cheap, so the figures are the
+router's) or, with ``--target URL``, a running vLLM — and ``vllm-router --policy round_robin`` in front of it, then
+sends the same closed-loop load (``--concurrency`` users, ``--requests`` streamed chat requests of ``--tokens``
+tokens, the project's :func:`loadgen.request.client.stream_chat`) straight and through the router in alternating
+rounds (``--rounds`` pairs). Per round: mean TTFT and ITL of both paths and the router's added ms and ratio; the
+summary is the median over the rounds. With ``--target`` each load is also timed by the engine's own clock (its mean
+``vllm:time_to_first_token_seconds`` between two ``/metrics`` scrapes), printed beside the client's. The host's load
+average is printed at the start and the end. Figures: docs/benchmarks.md ("Router overhead"). Exits 1 when a request
+of any round failed (reported with the first cause; nothing is dropped).
 """
 
 from __future__ import annotations
@@ -37,13 +29,12 @@ monkey.patch_all()
 
 import gevent.pool  # noqa: E402
 import httpx  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchkit import REPO, served_model  # noqa: E402
 
 from core.net import free_port, wait_for_http  # noqa: E402
 from core.records import RequestRecord  # noqa: E402
 from core.serverview_samples import Samples, latency_view, parse_exposition  # noqa: E402
+from loadgen.childprocs import stop_process  # noqa: E402
 from loadgen.request.client import chat_payload, new_session, stream_chat  # noqa: E402
 
 APP_BIN = Path(sys.executable).parent
@@ -120,18 +111,13 @@ def wait_ready(url: str, timeout_s: float) -> None:
 
 @contextmanager
 def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Run ``argv`` (output to ``log``) for the block's duration; stopped (then killed) at its end."""
+    """Run ``argv`` (output to ``log``) for the block's duration; then stopped with its children."""
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
 
 
 def load(base_url: str, model: str, args: argparse.Namespace, headers: dict[str, str]) -> list[RequestRecord]:
@@ -151,13 +137,6 @@ def load(base_url: str, model: str, args: argparse.Namespace, headers: dict[str,
         pool.spawn(user)
     pool.join()
     return rows
-
-
-def served_model(base_url: str, headers: dict[str, str]) -> str:
-    """The first model ``/v1/models`` lists."""
-    answer = httpx.get(f"{base_url}/v1/models", headers=headers, timeout=10)
-    answer.raise_for_status()
-    return str(answer.json()["data"][0]["id"])
 
 
 def engine_text(direct: PathFigures, routed: PathFigures) -> str:
@@ -186,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-ms", type=float, default=50.0, help="the mock's TTFT")
     parser.add_argument("--itl-ms", type=float, default=10.0, help="the mock's inter-token latency")
     parser.add_argument("--policy", default="round_robin")
-    parser.add_argument("--workdir", type=Path, default=ROOT / "logs" / "bench_router")
+    parser.add_argument("--workdir", type=Path, default=REPO / "logs" / "bench_router")
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     headers = {"Authorization": f"Bearer {os.environ['VLLM_API_KEY']}"} if os.environ.get("VLLM_API_KEY") else {}

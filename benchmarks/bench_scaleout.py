@@ -4,20 +4,16 @@ Run from the repository root (no stack needed)::
 
     .venvs/app/bin/python benchmarks/bench_scaleout.py [--requests 12000] [--users 32] [--tokens 256] [--repeats 3]
 
-Each run is the benchmark's own Locust path (:func:`loadgen.orchestrate.measured_run.run_locust`: plan file,
-``--processes N``, exact request shares) in request-count mode against the bundled mock server with no delays (pre-built
-answers, one write each, so the mock stays cheap: its CPU is sampled and printed). chunks/s = content chunks of the
-measured rows ÷ their window (first send → last end). Every run must give exactly ``--requests`` rows. Pairs alternate
-their order (1 then 2 workers, then 2 then 1, ...); the median ratio of the pairs is judged.
+Each run is the benchmark's own Locust path (:func:`loadgen.orchestrate.locust_run.run_locust`) in request-count
+mode against the bundled mock with no delays (its CPU is printed); chunks/s = content chunks of the measured rows ÷
+their window. Every run must give exactly ``--requests`` rows; pairs alternate their order. CPU (psutil, every 0.1 s,
+over the same window): the client is this process's tree minus the mock. Besides the wall-clock ratio it prints the
+2-worker run's share of client CPU and the chunks per client CPU-second: on a busy machine Linux's autogroup
+scheduling gives a terminal session one share however many processes it runs, so the per-CPU-second ratio shows
+whether the workers scale (2 × it is what two free cores would give).
 
-CPU (user + system, psutil, every 0.1 s, over the same window): the client is this process's tree (the benchmark's
-poll loop, the Locust master and workers) minus the mock's. Besides the wall-clock ratio the script prints how much
-more CPU the 2-worker run got and the chunks per client CPU-second of both: on a machine where other sessions keep
-the cores busy, Linux's autogroup scheduling gives a terminal session one share however many processes it runs, so the
-wall-clock ratio then shows the share, while the per-CPU-second ratio shows whether the workers scale (2 × that ratio
-is what two free cores would give).
-
-Target: 2 workers ≥ 1.7 × one worker's chunks/s. Exits 0 on pass, 1 on a miss, 2 when a run could not be made.
+Target: 2 workers ≥ 1.7 × one worker's chunks/s (median of the pairs). Exits 0 on pass, 1 on a miss, 2 when a run
+could not be made.
 """
 
 from __future__ import annotations
@@ -31,15 +27,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import benchkit  # noqa: F401  (puts the repository on the import path)
 
-from core.report_schema import BenchmarkConfig  # noqa: E402
-from core.settings import Settings  # noqa: E402
-from core.stats import measured_window_s  # noqa: E402
-from loadgen.childprocs import CpuSampler, ProcessError, cpu_in_window, mock_server  # noqa: E402
-from loadgen.orchestrate.locust_run import run_locust  # noqa: E402
-from loadgen.orchestrate.measured_run import read_records  # noqa: E402
+from core.report_schema import BenchmarkConfig
+from core.settings import Settings
+from core.stats import measured_window_s
+from loadgen.childprocs import CpuSampler, ProcessError, cpu_in_window, mock_server
+from loadgen.orchestrate.locust_run import run_locust
+from loadgen.orchestrate.measured_run import read_records
 
 TARGET_RATIO = 1.7
 

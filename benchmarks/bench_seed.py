@@ -5,12 +5,10 @@ Run from the repository root after ``make up`` (nothing else running: the figure
     make bench-seed                       # both seed commands and the speed probe
     .venvs/app/bin/python benchmarks/bench_seed.py --probe-only
 
-First a speed probe of the engine alone (streaming ``/v1/completions``, token-id prompts, ``ignore_eos``): prefill
-rate from the TTFT of one 512-token prompt, the inter-token latency of one stream, and of 8 and 32 streams started
-together (aggregate output tok/s). Then ``./run_benchmark.sh`` (the seed's 50 users, 200 requests) and
-``./run_benchmark.sh --concurrency 32 --duration 60``, verbatim, each with its exit code, wall time, the ``[RESULT]``
-lines and the number of vLLM's 60-s stall lines (``No available shared memory broadcast block``) written to
-``logs/vllm.log`` during it. An AVX2-only host can be imitated with ``benchmarks/avx2sim`` (its docstring).
+The speed probe streams ``/v1/completions`` (token-id prompts, ``ignore_eos``): the prefill rate from one 512-token
+prompt's TTFT, the ITL of 1, 8 and 32 streams started together. Then ``./run_benchmark.sh`` and ``./run_benchmark.sh
+--concurrency 32 --duration 60``, each with its exit code, wall time, ``[RESULT]`` lines and vLLM's 60-s stall lines
+(``No available shared memory broadcast block``) during it. ``benchmarks/avx2sim`` imitates an AVX2-only host.
 Exit: 0 when both commands exited 0 with no stall line, else 1.
 """
 

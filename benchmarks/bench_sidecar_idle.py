@@ -1,15 +1,10 @@
-"""The sidecar's own CPU between runs, on the host it measures: its sampler scrapes vLLM's ``/metrics`` every
-``ENGINE_METRICS_INTERVAL_S`` (1 s) for life.
+"""The sidecar's own CPU between runs: its sampler scrapes vLLM's ``/metrics`` every ``ENGINE_METRICS_INTERVAL_S``.
 
 ``python benchmarks/bench_sidecar_idle.py`` serves a recorded vLLM 0.32 exposition (62 kB,
-``tests/fixtures/metrics/vllm_0.32_after.txt``) on a local port, then measures side by side in one run:
-
-1. CPU per scrape (alternating rounds of ``--scrapes``): a new ``httpx`` client per scrape (what the sampler did
-   before 2026-12-07: each builds an SSL context) against the sampler's reader with its kept connection
-   (:class:`sidecar.sampling.enginemetrics.EngineMetricsReader`, which also parses the gauges);
-2. a real ``python -m sidecar.server`` pointed at that exposition: its process CPU over ``--idle-s`` seconds, in
-   percent of one core.
-
+``tests/fixtures/metrics/vllm_0.32_after.txt``) on a local port and measures, in one run: the CPU per scrape of a new
+``httpx`` client per scrape (the sampler before 2026-12-07) against the sampler's reader with its kept connection
+(:class:`sidecar.sampling.enginemetrics.EngineMetricsReader`, parsing included), in alternating rounds of
+``--scrapes``; and a real ``python -m sidecar.server``'s CPU over ``--idle-s`` seconds, in percent of one core.
 Figures: docs/measured.md. Exit 1 when a scrape fails.
 """
 
@@ -24,17 +19,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
+import psutil
+from benchkit import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from core.net import free_port, wait_for_http
+from sidecar.sampling.enginemetrics import EngineMetricsReader
 
-from core.net import free_port, wait_for_http  # noqa: E402
-from sidecar.sampling.enginemetrics import EngineMetricsReader  # noqa: E402
-
-EXPOSITION = (ROOT / "tests" / "fixtures" / "metrics" / "vllm_0.32_after.txt").read_bytes()
+EXPOSITION = (REPO / "tests" / "fixtures" / "metrics" / "vllm_0.32_after.txt").read_bytes()
 
 
 class _Metrics(http.server.BaseHTTPRequestHandler):
@@ -64,18 +57,17 @@ def sidecar_idle_percent(metrics_url: str, idle_s: float) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "VLLM_BASE_URL": metrics_url, "SIDECAR_PORT": str(port), "LOGS_DIR": f"{tmp}/logs",
                "REPORTS_DIR": f"{tmp}/reports"}  # fmt: skip
-        proc = subprocess.Popen([sys.executable, "-m", "sidecar.server"], cwd=ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "sidecar.server"], cwd=REPO, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         try:
             ok, why = wait_for_http(f"http://127.0.0.1:{port}/health", 60, interval_s=0.5)
             if not ok:
                 raise SystemExit(f"the sidecar did not start: {why}")
             time.sleep(3)  # its first scrapes and imports done
-            ticks = os.sysconf("SC_CLK_TCK")
+            process = psutil.Process(proc.pid)
 
             def cpu_s() -> float:
-                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-                return (int(fields[11]) + int(fields[12])) / ticks
+                return sum(process.cpu_times()[:2])  # user + system
 
             before, t0 = cpu_s(), time.monotonic()
             time.sleep(idle_s)

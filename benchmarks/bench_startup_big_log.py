@@ -1,35 +1,27 @@
 """``GET /startup`` and a report build on a 2 GB ``vllm.log``, against reading the whole log as before.
 
 Run from the repository root: ``.venvs/app/bin/python benchmarks/bench_startup_big_log.py [--gb 2] [--runs 5]``.
-A log of ``--gb`` GiB is generated in a temp folder: a cold start, ``--gb`` GiB of serving (uvicorn access lines and
-the engine's periodic stats line, as a busy vLLM writes them), a restart recorded in ``engine_state.json``
-(``log_start``, as the launcher records it) and more serving after it. Timed side by side in one run:
-
-- ``read_startup`` (what ``/startup``, ``make status`` and reports use), median of ``--runs``;
-- ``GET /startup`` through the sidecar app in-process (FastAPI TestClient, real routing and middleware), median;
-- ``POST /reports`` building a report over that log and with no log at all (in-process, fake GPU), median of 3;
-- ``startup_phase`` reading the whole file (the reader before the bounded one), once.
-
-Target: ``GET /startup`` <= 50 ms; the bounded reader must find the same phase and timings as the whole read.
-Exits 1 on a miss. Needs ``--gb`` GiB of free space in the temp folder.
+It writes a ``--gb`` GiB log (a cold start, serving lines, a restart recorded in ``engine_state.json``, more serving)
+and times: ``read_startup`` (``/startup``, ``make status`` and reports use it) and ``GET /startup`` through the sidecar
+app in-process, median of ``--runs``; ``POST /reports`` over that log and with no log, median of 3; ``startup_phase``
+reading the whole file, once. Target: ``GET /startup`` <= 50 ms with the same phase and timings as the whole read.
+Exits 1 on a miss. Needs ``--gb`` GiB free in the temp folder.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import benchkit  # noqa: F401  (puts the repository on the import path)
 
-from core.enginestate import EngineState, log_position, write_engine_state  # noqa: E402
-from core.logfiles import ReadStats  # noqa: E402
-from core.settings import Settings  # noqa: E402
-from engine.vllmlog.startup import read_startup, startup_phase  # noqa: E402
+from core.enginestate import EngineState, log_position, write_engine_state
+from core.logfiles import ReadStats
+from core.settings import Settings
+from engine.vllmlog.startup import read_startup, startup_phase
 
 TARGET_MS = 50.0
 START = (

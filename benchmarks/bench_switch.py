@@ -1,16 +1,12 @@
 """A model switch and a restart under a steady stream of chat requests: ``make bench-switch``.
 
-With the stack up, an open-loop stream of streamed chat requests (``--rate`` per second, each asking for
-``--max-tokens`` tokens and naming no model, as a client that follows whatever the stack serves: vLLM answers with
-its own) runs while three ``./start_vllm.sh`` commands follow each other: a switch to ``--other`` (default: the
-synthetic tiny model, or its folder served as ``tiny`` when the stack already serves that), the switch back to the
-stack's model, and a restart of that same model. For each command it prints the requests sent from its start to the
-next one's, how many failed (no answer: refused, an HTTP error) and how many answers were cut (the stream broke
-before its end), the longest gap between two successful first tokens and the slowest first token there, and the
-time from the command to the first token of the new model (the restart: of its new engine).
-
-Figures: docs/benchmarks.md ("Model switch under load"). Every request is a row with its outcome; none is dropped.
-``--rate``, ``--settle-s`` (stream time before and after each command) and ``--max-tokens`` shape the load.
+With the stack up, an open-loop stream (``--rate`` requests per second of ``--max-tokens`` tokens, naming no model, so
+vLLM answers with whatever it serves) runs while three ``./start_vllm.sh`` commands follow each other, ``--settle-s``
+apart: a switch to ``--other`` (default: the synthetic tiny model, or its folder served as ``tiny`` when the stack
+serves that), the switch back, and a restart of the same model. Per command: the requests sent until the next one,
+how many failed (no answer) and were cut (the stream broke), the longest gap between two successful first tokens,
+the slowest first token, and the time from the command to the new model's first token. Every request is a row;
+none is dropped. Figures: docs/benchmarks.md ("Model switch under load").
 """
 
 from __future__ import annotations
@@ -25,15 +21,12 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
+from benchkit import REPO, served_model
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from core.enginestate import read_engine_state  # noqa: E402
-from core.settings import Settings, get_settings  # noqa: E402
+from core.enginestate import read_engine_state
+from core.settings import Settings, get_settings
 
 PROMPT = "请用三句话介绍一下你自己。"
 
@@ -131,11 +124,6 @@ class Stream:
         self._pacer.start()
         return self
 
-    def answers(self) -> list[Answer]:
-        """The answers so far, in sending order."""
-        with self._lock:
-            return sorted(self._answers, key=lambda a: a.sent_s)
-
     def stop(self) -> list[Answer]:
         """Stop sending, wait for every request in flight, return all answers."""
         self._stop.set()
@@ -143,7 +131,7 @@ class Stream:
         for thread in self._threads:
             thread.join(self.timeout_s + 5)
         self.client.close()
-        return self.answers()
+        return sorted(self._answers, key=lambda a: a.sent_s)
 
 
 @dataclass(frozen=True)
@@ -176,14 +164,9 @@ def figures(answers: list[Answer], begin_s: float, end_s: float, new_model: str 
                    round(min(new) - begin_s, 3) if new else None)  # fmt: skip
 
 
-def served(url: str, headers: Mapping[str, str]) -> str:
-    """The model the stack serves now (``/v1/models``' first)."""
-    return str(httpx.get(f"{url}/v1/models", headers=dict(headers), timeout=10).json()["data"][0]["id"])
-
-
 @dataclass(frozen=True)
 class Step:
-    """One command of the benchmark: its name, environment changes and the model it should leave served."""
+    """One command of the benchmark: its name and environment changes (None: unset)."""
 
     name: str
     env: dict[str, str | None]
@@ -212,7 +195,7 @@ def run_step(step: Step) -> Ran:
     begin = time.time()
     swapped: float | None = None
     lines: list[str] = []
-    with subprocess.Popen([str(ROOT / "start_vllm.sh")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    with subprocess.Popen([str(REPO / "start_vllm.sh")], cwd=REPO, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True) as proc:  # fmt: skip
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -244,12 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     url, headers = settings.vllm_url, settings.vllm_headers
     state = read_engine_state(settings.engine_state_file)
     try:
-        home = served(url, headers)
+        home = served_model(url, headers)
     except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
         print(f"[ERROR] the stack does not answer at {url} ({exc}): `make up` first", file=sys.stderr)
         return 2
     requested = state.requested if state else settings.requested_model
-    other = args.other or (str(ROOT / "models" / "tiny") if requested == "synthetic:tiny" else "synthetic:tiny")
+    other = args.other or (str(REPO / "models" / "tiny") if requested == "synthetic:tiny" else "synthetic:tiny")
     steps = [Step(f"switch to {other}", {"VLLM_MODEL_PATH": other, "MODEL": None}),
              Step(f"switch back to {requested}", {"VLLM_MODEL_PATH": None, "MODEL": requested}),
              Step(f"restart {requested}", {"VLLM_MODEL_PATH": None, "MODEL": requested})]  # fmt: skip
@@ -260,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[tuple[Step, Ran, str | None]] = []
     for step in steps:
         ran = run_step(step)
-        runs.append((step, ran, served(url, headers) if ran.code == 0 else None))
+        runs.append((step, ran, served_model(url, headers) if ran.code == 0 else None))
         print(f"[INFO] {step.name}: exit {ran.code} after {ran.end_s - ran.begin_s:.1f} s\n{ran.tail}", flush=True)
         time.sleep(args.settle_s)
     answers = stream.stop()

@@ -4,15 +4,15 @@ Used by ``bench_peer_agreement.py`` (``make bench-peer``)."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_peer import vllm_window_monotonic_s
+from benchkit import fmt_or_na, median_known
+from vllm_peer import successful, vllm_window_monotonic_s
 
-from core.serverview_samples import Samples, latency_view
+from core.serverview_samples import Samples, delta, latency_view
 
 SERVER_TOKENS_TOLERANCE = 0.03  # |our output tok/s ÷ the server's generated tokens over our window − 1|
 README = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -51,18 +51,6 @@ class ClientRun:
         return self.output_tokens_per_sec / server if server else None
 
 
-def server_means_ms(before: Samples, after: Samples) -> dict[str, float | None]:
-    """The server's mean TTFT, ITL and E2E between two scrapes, ms (pure)."""
-    return {name: latency_view(before, after, metric).mean_ms for name, metric in HISTOGRAMS.items()}
-
-
-def generated_tokens(before: Samples, after: Samples) -> float:
-    """``vllm:generation_tokens_total`` between two scrapes (pure)."""
-    return sum(after.get("vllm:generation_tokens_total", {}).values()) - sum(
-        before.get("vllm:generation_tokens_total", {}).values()
-    )
-
-
 def ours_from_report(report: Mapping[str, Any]) -> ClientRun:
     """Our run from its report JSON (pure): the client's means, the cross-check's server means over its window."""
     m, server = report["metrics"], report.get("server") or {}
@@ -87,9 +75,7 @@ def vllm_token_itl_ms(result: Mapping[str, Any]) -> float | None:
     ``--save-detailed``). Its own ``mean_itl_ms`` also averages in the gap from the role-only chunk (where it stamps
     TTFT) to the first token's chunk — near 0, both leave in one write — i.e. 64 gaps for 63 tokens' worth of time,
     which puts it ≈ ITL/64 lower than the server's per-token figure by definition alone. That first gap is dropped."""
-    itls = result.get("itls") or []
-    errors = result.get("errors") or [""] * len(itls)
-    gaps = [g for per_request, err in zip(itls, errors, strict=False) if not err for g in per_request[1:]]
+    gaps = [g for per_request in successful(result, "itls") for g in per_request[1:]]
     return sum(gaps) / len(gaps) * 1000.0 if gaps else None
 
 
@@ -99,9 +85,11 @@ def theirs_from_result(
     """vLLM's run from its ``--save-result`` JSON and the scrapes framing its measured requests (pure)."""
     window = vllm_window_monotonic_s(result)
     span_s = window[1] - window[0] if window else float(result["duration"])
-    framed = before is not None and after is not None
-    server_ms = server_means_ms(before, after) if framed else dict.fromkeys(HISTOGRAMS)  # type: ignore[arg-type]
-    generated = generated_tokens(before, after) if framed else None  # type: ignore[arg-type]
+    server_ms: dict[str, float | None] = dict.fromkeys(HISTOGRAMS)
+    generated = None
+    if before is not None and after is not None:
+        server_ms = {name: latency_view(before, after, metric).mean_ms for name, metric in HISTOGRAMS.items()}
+        generated = delta(before, after, "vllm:generation_tokens_total")
     return ClientRun(
         client="vllm",
         requests_ok=int(result["completed"]),
@@ -119,11 +107,6 @@ def theirs_from_result(
 
 
 # --------------------------------------------------------------------------------------------- output (pure)
-
-
-def fmt_or_na(value: float | None, spec: str) -> str:
-    """``value`` formatted with ``spec``, or ``n/a`` when unknown."""
-    return "n/a" if value is None else format(value, spec)
 
 
 def _added(run: ClientRun, name: str, spec: str) -> str:
@@ -153,18 +136,13 @@ def table_lines(rounds: Sequence[Sequence[ClientRun]]) -> list[str]:
     return lines
 
 
-def _median(values: Sequence[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
 def verdict_lines(rounds: Sequence[Sequence[ClientRun]]) -> tuple[list[str], bool]:
     """The targets judged over the rounds (module docstring); the lines and whether all pass."""
     by = {c: [next(r for r in runs if r.client == c) for runs in rounds] for c in ("ours", "vllm")}
     lines, passed = [], True
     for name, spec in (("ttft", ".1f"), ("itl", ".2f")):
-        ours = _median([r.added_ms(name) for r in by["ours"]])
-        theirs = _median([r.added_ms(name) for r in by["vllm"]])
+        ours = median_known([r.added_ms(name) for r in by["ours"]])
+        theirs = median_known([r.added_ms(name) for r in by["vllm"]])
         ok = ours is not None and theirs is not None and ours <= theirs
         passed &= ok
         lines.append(

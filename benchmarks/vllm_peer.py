@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchkit import run_logged
 
-from core.settings import get_settings  # noqa: E402
-from engine.launcher import engine_python  # noqa: E402
-from loadgen.childprocs import CpuSample, CpuSampler, log_tail, stop_process  # noqa: E402
+from core.settings import get_settings
+from engine.launcher import engine_python
+from loadgen.childprocs import CpuSample
 
 # `vllm bench serve` without the `vllm` console script: the same parser and entry point its CLI subcommand uses.
 # With PEER_METRICS_DIR set, the server's /metrics is saved as metrics_0.txt and metrics_1.txt right where vLLM's
@@ -54,39 +51,35 @@ PROMPT_TEXT = (
 )
 
 
-class PeerBenchError(RuntimeError):
-    """A client run failed or its result could not be read; the message says where the log is."""
+def _entry(text: str, index: int) -> dict[str, Any]:
+    return {
+        "id": f"peer-{index:05d}",
+        "conversations": [{"from": "human", "value": text}, {"from": "gpt", "value": "好的。"}],
+    }
 
 
 def sharegpt_prompts(count: int, prompt_chars: int) -> list[dict[str, Any]]:
     """``count`` distinct ShareGPT entries whose human turns all have ``prompt_chars`` characters (pure)."""
     body = (PROMPT_TEXT * (prompt_chars // len(PROMPT_TEXT) + 1))[: max(prompt_chars - 8, 1)]
-    return [
-        {
-            "id": f"peer-{i:05d}",
-            "conversations": [
-                {"from": "human", "value": f"第{i:05d}题：{body}"},
-                {"from": "gpt", "value": "好的。"},
-            ],
-        }
-        for i in range(count)
-    ]
+    return [_entry(f"第{i:05d}题：{body}", i) for i in range(count)]
 
 
 def identical_sharegpt_prompts(count: int, text: str) -> list[dict[str, Any]]:
     """``count`` ShareGPT entries whose human turn is ``text`` each (pure): one prompt, sent ``count`` times."""
-    return [
-        {"id": f"peer-{i:05d}", "conversations": [{"from": "human", "value": text}, {"from": "gpt", "value": "好的。"}]}
-        for i in range(count)
-    ]
+    return [_entry(text, i) for i in range(count)]
+
+
+def successful(result: Mapping[str, Any], key: str) -> list[Any]:
+    """The per-request values under ``key`` of vLLM's successful requests (needs ``--save-detailed``)."""
+    values = result.get(key) or []
+    errors = result.get("errors") or [""] * len(values)
+    return [value for value, err in zip(values, errors, strict=False) if not err]
 
 
 def vllm_window_monotonic_s(result: Mapping[str, Any]) -> tuple[float, float] | None:
     """First send and last end of vLLM's successful requests on the monotonic clock (needs ``--save-detailed``)."""
-    starts = result.get("start_times") or []
-    latencies = result.get("latencies") or []
-    errors = result.get("errors") or [""] * len(starts)
-    spans = [(s, s + lat) for s, lat, err in zip(starts, latencies, errors, strict=False) if not err and lat]
+    spans = [(s, s + lat) for s, lat in zip(successful(result, "start_times"), successful(result, "latencies"),
+                                            strict=False) if lat]  # fmt: skip
     if not spans:
         return None
     return min(s for s, _ in spans), max(e for _, e in spans)
@@ -95,9 +88,7 @@ def vllm_window_monotonic_s(result: Mapping[str, Any]) -> tuple[float, float] | 
 def vllm_chunks(result: Mapping[str, Any]) -> int:
     """Streamed chunks after the first, summed over successful requests: vLLM's ITL list has one gap per chunk after
     the first ``choices`` event (the role-only chunk), i.e. one per content chunk (needs ``--save-detailed``)."""
-    itls = result.get("itls") or []
-    errors = result.get("errors") or [""] * len(itls)
-    return sum(len(gaps) for gaps, err in zip(itls, errors, strict=False) if not err)
+    return sum(len(gaps) for gaps in successful(result, "itls"))
 
 
 def vllm_bench_argv(
@@ -132,7 +123,7 @@ def run_vllm_bench(
     ``metrics_dir``, the server's ``/metrics`` framing the measured requests is saved there (see the wrapper).
 
     Raises:
-        PeerBenchError: it failed, hung, or wrote no result.
+        BenchError: it failed, hung, or wrote no result.
     """
     result_path = Path(argv[argv.index("--result-dir") + 1]) / argv[argv.index("--result-filename") + 1]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}
@@ -141,16 +132,5 @@ def run_vllm_bench(
     key = get_settings().vllm_client_key
     if key:  # vllm bench serve sends OPENAI_API_KEY as its bearer token
         env["OPENAI_API_KEY"] = key
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(list(argv), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        with CpuSampler(proc.pid) as sampler:
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                raise PeerBenchError(f"vllm bench serve did not finish in {timeout_s:.0f} s ({log_path})") from None
-    finally:
-        stop_process(proc)
-    if proc.returncode != 0 or not result_path.exists():
-        raise PeerBenchError(f"vllm bench serve failed (exit {proc.returncode}); {log_path}:\n{log_tail(log_path)}")
-    return json.loads(result_path.read_text()), sampler.samples
+    samples = run_logged("vllm bench serve", argv, log_path, env, timeout_s, result_path.exists, sample_cpu=True)
+    return json.loads(result_path.read_text()), samples

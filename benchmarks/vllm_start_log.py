@@ -1,17 +1,14 @@
-"""One vLLM start read from its log: the seconds of each start-up phase (:mod:`engine.vllmlog.startup`) and what the
-compile cache did.
-
-Pure apart from the stamp clock; used by ``bench_engine_defaults.py`` (``make bench-engine``) for each run.
-"""
+"""One vLLM start read from its log: the seconds of each start-up phase (the engine's own reading,
+:func:`engine.vllmlog.startup.start_breakdown`, also ``make status``'s) and what the compile cache did. Pure; used by
+``bench_engine_defaults.py`` (``make bench-engine``) for each run."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.vllmlog.startup import PHASES, START_MARKS, start_breakdown
+from engine.vllmlog.startup import start_breakdown
 
-__all__ = ["PHASES", "START_MARKS", "compile_cache", "start_breakdown"]
-"""The phases are the engine's (:mod:`engine.vllmlog.startup`, also ``make status``'s): one reading of a start."""
+__all__ = ["compile_cache", "start_breakdown"]
 
 
 def compile_cache(lines: Sequence[bytes]) -> str:

@@ -28,8 +28,9 @@ class TokenCount:
 class StreamState:
     """Progress of one streamed answer, filled in while it streams (so a cancelled stream can still be logged).
 
-    ``timer`` is the shared stream-timing primitive (:class:`core.streamtiming.StreamTimer`), so a UI row means
-    what a benchmark row means; ``text`` is the answer shown; ``error`` holds the exception that ended the stream.
+    ``timer``: the stream timing shared with the benchmark (:class:`core.streamtiming.StreamTimer`: TTFT, end,
+    finish reason, usage); ``text``: the answer shown; ``error``: the exception that ended the stream; ``invalid``:
+    why a chunk was refused.
     """
 
     timer: StreamTimer = field(default_factory=StreamTimer)
@@ -37,21 +38,6 @@ class StreamState:
     request_id: str | None = None
     error: BaseException | None = None
     invalid: str | None = None
-
-    @property
-    def finish_reason(self) -> str | None:
-        """The last ``finish_reason`` seen."""
-        return self.timer.finish_reason
-
-    @property
-    def prompt_tokens(self) -> int | None:
-        """``usage.prompt_tokens`` of the stream, when it carried usage."""
-        return self.timer.prompt_tokens
-
-    @property
-    def completion_tokens(self) -> int | None:
-        """``usage.completion_tokens`` of the stream, when it carried usage."""
-        return self.timer.completion_tokens
 
 
 async def count_tokens(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import logging
 from typing import Any
@@ -18,8 +19,7 @@ from ui.answer_markdown import answer_markdown, notice_markdown
 from ui.chat import STARTERS, ChatMessage, ChatParams, append_turn, params_from_values
 from ui.coalesce import TokenCoalescer
 from ui.session import cancel_answer, quiet_stop
-from ui.status import BackendStatus, header_markdown, status_changed
-from ui.timing import with_energy
+from ui.status import BackendStatus, header_markdown
 from ui.turn import ChatBackend
 
 for noisy in ("httpx", "httpx2"):  # one INFO line per status probe otherwise
@@ -39,7 +39,7 @@ sio.on("stop")(quiet_stop)  # Stop leaves one message (the answer's own), not Ch
 
 async def show_status(status: BackendStatus) -> None:
     """Draw the header (model, backend, status) in the side panel when it changed."""
-    if not status_changed(cl.user_session.get("status"), status):
+    if cl.user_session.get("status") == status:
         return
     cl.user_session.set("status", status)
     header = header_markdown(status)
@@ -121,7 +121,8 @@ async def answer(message: cl.Message) -> None:
     await reply.send()
     energy_j = await backend.answer_energy(result)  # after the answer is shown: the sidecar samples past its end
     if energy_j is not None and result.timing is not None:
-        reply.content = answer_markdown(result.answer, with_energy(result.timing, energy_j), result.notice, None)
+        timing = dataclasses.replace(result.timing, energy_j=energy_j)
+        reply.content = answer_markdown(result.answer, timing, result.notice, None)
         await reply.update()
 
 

@@ -1,15 +1,11 @@
 """The one entrypoint of the chat UI: ``python -m ui.chainlit_launch`` runs Chainlit headless on UI_HOST:UI_PORT.
 
 It checks the port, prepares Chainlit's app root and *replaces itself* with ``python -m chainlit run
-ui/chainlit_app.py``. The committed ``ui/.chainlit/config.toml`` and ``ui/chainlit.md`` are copied
-into a runtime folder per port (CHAINLIT_APP_ROOT), where Chainlit also writes what it generates (``.files``,
-``.chainlit/translations``): nothing lands in the repository, and two UIs never delete each other's ``.files``
-(Chainlit removes that folder when it stops).
-
-The page must load offline: Chainlit's ``index.html`` links Google Fonts (Inter) and KaTeX's CSS on a CDN, which
-no config option removes. :func:`prepare_frontend` puts a copy of Chainlit's built frontend in the runtime folder
-(``frontend/``: the assets linked, ``index.html`` without links to other hosts), which the committed config names
-as ``custom_build``; the page then falls back to the system's sans-serif font.
+ui/chainlit_app.py``. The committed ``ui/.chainlit/config.toml`` and ``ui/chainlit.md`` are copied into a runtime
+folder per port (CHAINLIT_APP_ROOT), where Chainlit also writes what it generates: nothing lands in the repository,
+and two UIs never delete each other's ``.files``. The page loads offline: :func:`prepare_frontend` puts a copy of
+Chainlit's built frontend there (the committed config's ``custom_build``) whose ``index.html`` links no other host
+(Chainlit's links Google Fonts and KaTeX's CSS on a CDN, which no config option removes).
 """
 
 from __future__ import annotations
@@ -97,18 +93,8 @@ def prepare_frontend(root: Path, dist: Path) -> Path:
 
 def chainlit_argv(settings: Settings) -> list[str]:
     """Command line of the Chainlit server for the app (headless: it never opens a browser)."""
-    return [
-        sys.executable,
-        "-m",
-        "chainlit",
-        "run",
-        str(APP_FILE),
-        "--headless",
-        "--host",
-        settings.ui_host,
-        "--port",
-        str(settings.ui_port),
-    ]
+    return [sys.executable, "-m", "chainlit", "run", str(APP_FILE), "--headless",
+            "--host", settings.ui_host, "--port", str(settings.ui_port)]  # fmt: skip
 
 
 def chainlit_env(settings: Settings, app_root: Path, base: dict[str, str] | None = None) -> dict[str, str]:

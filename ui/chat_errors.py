@@ -13,19 +13,8 @@ import openai
 from ui.chat import ContextTooLong, TokenBudget
 from ui.status import BackendStatus
 
-ErrorKind = Literal[
-    "backend_down",
-    "backend_loading",
-    "context_too_long",
-    "max_tokens_too_large",
-    "server_error",
-    "stream_cut",
-    "timeout",
-    "model_gone",
-    "rejected",
-    "cancelled",
-    "unknown",
-]
+ErrorKind = Literal["backend_down", "backend_loading", "context_too_long", "max_tokens_too_large", "server_error",
+                    "stream_cut", "timeout", "model_gone", "rejected", "cancelled", "unknown"]  # fmt: skip
 
 _CONTEXT_LIMIT_RE = re.compile(r"maximum context length is (\d+)")
 _PROMPT_SIZE_RE = re.compile(r"(\d+) (?:input tokens|tokens in the messages|in the messages)")
@@ -44,23 +33,12 @@ class UiError:
 def backend_unavailable(status: BackendStatus | None, url: str) -> UiError:
     """vLLM cannot take requests: still loading (wait) or down (start it)."""
     if status is not None and status.state == "Loading":
-        return UiError(
-            kind="backend_loading",
-            message=(
-                "**The model server is still loading.** vLLM is starting up (usually 1-3 minutes). "
-                "Wait until the header says `Status: Ready`, then send your message again."
-            ),
-            cause="backend loading",
-        )
-    return UiError(
-        kind="backend_down",
-        message=(
-            f"**The model server is down:** vLLM is not reachable at {url}.\n\n"
-            "Start it with `make up` (or `python -m engine.launcher`), wait for `Status: Ready`, "
-            "then send your message again."
-        ),
-        cause=f"backend down: {url} not reachable",
-    )
+        return UiError("backend_loading", "**The model server is still loading.** vLLM is starting up (usually 1-3 "
+                       "minutes). Wait until the header says `Status: Ready`, then send your message again.",
+                       "backend loading")  # fmt: skip
+    return UiError("backend_down", f"**The model server is down:** vLLM is not reachable at {url}.\n\nStart it with "
+                   "`make up` (or `python -m engine.launcher`), wait for `Status: Ready`, then send your message "
+                   "again.", f"backend down: {url} not reachable")  # fmt: skip
 
 
 def context_too_long(problem: ContextTooLong, model: str) -> UiError:
@@ -76,11 +54,9 @@ def context_too_long(problem: ContextTooLong, model: str) -> UiError:
             f"(your message alone: {problem.message_tokens:,} tokens)"
         )
         advice = "Start a **New Chat** to drop the history, or shorten the message."
-    return UiError(
-        kind="context_too_long",
-        message=f"**Too long for the model:** {what}, but `{model}` reads at most {limit} (its context). {advice}",
-        cause=f"context too long: {problem.prompt_tokens} tokens > max_model_len {problem.max_model_len}",
-    )
+    cause = f"context too long: {problem.prompt_tokens} tokens > max_model_len {problem.max_model_len}"
+    message = f"**Too long for the model:** {what}, but `{model}` reads at most {limit} (its context). {advice}"
+    return UiError("context_too_long", message, cause)
 
 
 def clamp_notice(budget: TokenBudget) -> str | None:
@@ -110,27 +86,21 @@ def trim_notice(turns: int, kept: int, max_model_len: int | None) -> str:
     )
 
 
+ARRIVED = " The part above is all that arrived."
+
+
 def stream_cut(partial: bool) -> UiError:
     """The stream ended without a finish reason (connection closed mid-answer)."""
-    shown = " The part above is all that arrived." if partial else ""
-    return UiError(
-        kind="stream_cut",
-        message=(
-            f"**The answer was cut off:** the connection to the model server closed mid-stream.{shown} "
-            "Check that vLLM is still running (`logs/vllm.log`) and send the message again."
-        ),
-        cause="stream cut off",
-    )
+    return UiError("stream_cut", f"**The answer was cut off:** the connection to the model server closed mid-stream."
+                   f"{ARRIVED if partial else ''} Check that vLLM is still running (`logs/vllm.log`) and send the "
+                   "message again.", "stream cut off")  # fmt: skip
 
 
 def malformed_stream(problem: str, partial: bool) -> UiError:
     """The server sent a chunk that is not an OpenAI chat-completion chunk (or an error object mid-stream)."""
-    shown = " The part above is all that arrived." if partial else ""
-    return UiError(
-        kind="server_error",
-        message=f"**The model server sent a malformed answer** ({problem}).{shown} Send the message again.",
-        cause=f"invalid stream: {problem[:200]}",
-    )
+    shown = ARRIVED if partial else ""
+    return UiError("server_error", f"**The model server sent a malformed answer** ({problem}).{shown} Send the "
+                   "message again.", f"invalid stream: {problem[:200]}")  # fmt: skip
 
 
 CancelReason = Literal["stopped", "disconnected"]
@@ -142,12 +112,9 @@ def cancelled(reason: str | None = STOPPED) -> UiError:
     """The request was cancelled on the server too: the user pressed Stop, or the chat session ended (tab closed,
     network gone, session timeout; ``reason`` ``disconnected``) and nobody is left to read the answer."""
     if reason == DISCONNECTED:
-        return UiError(
-            kind="cancelled",
-            message="**Stopped:** the browser disconnected, so the request was cancelled on the server.",
-            cause="cancelled: the chat session disconnected",
-        )
-    return UiError(kind="cancelled", message="**Stopped.** The request was cancelled on the server.", cause="cancelled")
+        return UiError("cancelled", "**Stopped:** the browser disconnected, so the request was cancelled on the "
+                       "server.", "cancelled: the chat session disconnected")  # fmt: skip
+    return UiError("cancelled", "**Stopped.** The request was cancelled on the server.", "cancelled")
 
 
 def _api_message(exc: openai.APIError) -> str:
@@ -164,24 +131,15 @@ def _api_message(exc: openai.APIError) -> str:
 def _bad_request(text: str, model: str) -> UiError:
     if match := _MAX_TOKENS_RE.search(text):
         asked, limit = int(match.group(1)), int(match.group(2))
-        return UiError(
-            kind="max_tokens_too_large",
-            message=(
-                f"**max_tokens is too large:** {asked:,} answer tokens were asked for, but the model's context is "
-                f"{limit:,} tokens in all. Lower max_tokens in the settings (gear icon)."
-            ),
-            cause=f"max_tokens {asked} > max_model_len {limit}",
-        )
+        return UiError("max_tokens_too_large", f"**max_tokens is too large:** {asked:,} answer tokens were asked for, "
+                       f"but the model's context is {limit:,} tokens in all. Lower max_tokens in the settings (gear "
+                       "icon).", f"max_tokens {asked} > max_model_len {limit}")  # fmt: skip
     if limit_match := _CONTEXT_LIMIT_RE.search(text):
         limit = int(limit_match.group(1))
         size_match = _PROMPT_SIZE_RE.search(text)
         size = int(size_match.group(1)) if size_match else limit
         return context_too_long(ContextTooLong(prompt_tokens=size, max_model_len=limit), model)
-    return UiError(
-        kind="rejected",
-        message=f"**The model server rejected the request:** {text}",
-        cause=f"rejected: {text[:200]}",
-    )
+    return UiError("rejected", f"**The model server rejected the request:** {text}", f"rejected: {text[:200]}")
 
 
 def map_exception(
@@ -193,14 +151,9 @@ def map_exception(
     when part of the answer was already shown.
     """
     if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
-        return UiError(
-            kind="timeout",
-            message=(
-                f"**No complete answer within {timeout_s:.0f} s.** The server may be overloaded; try again, "
-                "ask for a shorter answer (max_tokens) or raise REQUEST_TIMEOUT_S."
-            ),
-            cause=f"timeout after {timeout_s:.0f} s",
-        )
+        return UiError("timeout", f"**No complete answer within {timeout_s:.0f} s.** The server may be overloaded; try "
+                       "again, ask for a shorter answer (max_tokens) or raise REQUEST_TIMEOUT_S.",
+                       f"timeout after {timeout_s:.0f} s")  # fmt: skip
     if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.StreamError) or (
         partial and isinstance(exc, openai.APIConnectionError)
     ):
@@ -208,59 +161,29 @@ def map_exception(
     if isinstance(exc, openai.APIConnectionError | httpx.ConnectError | httpx.NetworkError):
         return backend_unavailable(status, url)
     if isinstance(exc, openai.APIStatusError):
-        text = _api_message(exc)
-        if exc.status_code == 400:
+        text, code = _api_message(exc), exc.status_code
+        if code == 400:
             return _bad_request(text, model)
-        if exc.status_code == 404:
-            return UiError(
-                kind="model_gone",
-                message=(
-                    f"**The model `{model}` is not served any more** (the server switched models?). "
-                    "The header has been refreshed; send your message again."
-                ),
-                cause=f"model not found: {text[:200]}",
-            )
-        if exc.status_code in (401, 403):
-            return UiError(
-                kind="rejected",
-                message=(
-                    f"**The model server refused the API key** (HTTP {exc.status_code}): set VLLM_API_KEY to the key "
-                    "vLLM was started with and restart the UI."
-                ),
-                cause=f"HTTP {exc.status_code}: API key refused",
-            )
-        if exc.status_code >= 500:
-            return UiError(
-                kind="server_error",
-                message=(
-                    f"**The model server failed** (HTTP {exc.status_code}: {text}). Try again; if it keeps "
-                    "failing, look at `logs/vllm.log`."
-                ),
-                cause=f"HTTP {exc.status_code}: {text[:200]}",
-            )
-        return UiError(
-            kind="rejected",
-            message=f"**The model server rejected the request** (HTTP {exc.status_code}): {text}",
-            cause=f"HTTP {exc.status_code}: {text[:200]}",
-        )
+        if code == 404:
+            return UiError("model_gone", f"**The model `{model}` is not served any more** (the server switched "
+                           "models?). The header has been refreshed; send your message again.",
+                           f"model not found: {text[:200]}")  # fmt: skip
+        if code in (401, 403):
+            return UiError("rejected", f"**The model server refused the API key** (HTTP {code}): set VLLM_API_KEY to "
+                           "the key vLLM was started with and restart the UI.",
+                           f"HTTP {code}: API key refused")  # fmt: skip
+        if code >= 500:
+            return UiError("server_error", f"**The model server failed** (HTTP {code}: {text}). Try again; if it keeps "
+                           "failing, look at `logs/vllm.log`.", f"HTTP {code}: {text[:200]}")  # fmt: skip
+        return UiError("rejected", f"**The model server rejected the request** (HTTP {code}): {text}",
+                       f"HTTP {code}: {text[:200]}")  # fmt: skip
     if isinstance(exc, openai.APIError):
         text = _api_message(exc)
         if partial:
-            return UiError(
-                kind="stream_cut",
-                message=(
-                    f"**The answer was cut off:** the model server reported an error mid-stream ({text}). "
-                    "The part above is all that arrived; send the message again."
-                ),
-                cause=f"error mid-stream: {text[:200]}",
-            )
-        return UiError(
-            kind="server_error",
-            message=f"**The model server failed:** {text}. Try again; see `logs/vllm.log`.",
-            cause=f"server error: {text[:200]}",
-        )
-    return UiError(
-        kind="unknown",
-        message=f"**Unexpected error:** {type(exc).__name__}: {exc}",
-        cause=f"{type(exc).__name__}: {str(exc)[:200]}",
-    )
+            return UiError("stream_cut", f"**The answer was cut off:** the model server reported an error mid-stream "
+                           f"({text}). The part above is all that arrived; send the message again.",
+                           f"error mid-stream: {text[:200]}")  # fmt: skip
+        return UiError("server_error", f"**The model server failed:** {text}. Try again; see `logs/vllm.log`.",
+                       f"server error: {text[:200]}")  # fmt: skip
+    name = type(exc).__name__
+    return UiError("unknown", f"**Unexpected error:** {name}: {exc}", f"{name}: {str(exc)[:200]}")

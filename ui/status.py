@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import time
@@ -109,39 +108,24 @@ def classify(probe: Probe, url: str, engine_state: EngineState | None, engine_al
 
     def status(state: State, detail: str = "") -> BackendStatus:
         ready = state == "Ready"
-        return BackendStatus(
-            state=state,
-            url=url,
-            model=model if ready else None,
-            max_model_len=max_len if ready else None,
-            version=probe.version,
-            synthetic=synthetic,
-            synthetic_reason=reason,
-            detail=detail,
-        )
+        return BackendStatus(state, url, model if ready else None, max_len if ready else None, probe.version, synthetic,
+                             reason, detail)  # fmt: skip
 
     if probe.health_code is None:
         if engine_alive:
-            return status(
-                "Loading", "vLLM is starting and loading the model (usually 1-3 minutes); this updates by itself."
-            )
-        return status(
-            "Down", f"vLLM is not reachable at {url} ({probe.connect_error or 'no answer'}). Start it with `make up`."
-        )
+            return status("Loading", "vLLM is starting and loading the model (usually 1-3 minutes); this updates by "
+                          "itself.")  # fmt: skip
+        return status("Down", f"vLLM is not reachable at {url} ({probe.connect_error or 'no answer'}). Start it with "
+                      "`make up`.")  # fmt: skip
     if probe.health_code != 200:
-        return status(
-            "Down", f"vLLM answers /health with HTTP {probe.health_code}: the engine is not healthy; see logs/vllm.log."
-        )
+        return status("Down", f"vLLM answers /health with HTTP {probe.health_code}: the engine is not healthy; see "
+                      "logs/vllm.log.")  # fmt: skip
     if probe.models_code in (401, 403):
-        return status(
-            "Down",
-            f"vLLM refuses the API key (HTTP {probe.models_code} on /v1/models): set VLLM_API_KEY to the key vLLM was "
-            "started with.",
-        )
+        return status("Down", f"vLLM refuses the API key (HTTP {probe.models_code} on /v1/models): set VLLM_API_KEY "
+                      "to the key vLLM was started with.")  # fmt: skip
     if probe.models_problem:
-        return status(
-            "Down", f"{probe.models_problem}: is {url} an OpenAI-compatible server's root (VLLM_BASE_URL, no /v1)?"
-        )
+        return status("Down", f"{probe.models_problem}: is {url} an OpenAI-compatible server's root (VLLM_BASE_URL, "
+                      "no /v1)?")  # fmt: skip
     if model is None:
         return status("Loading", "vLLM is up but lists no model yet; this status updates by itself.")
     return status("Ready")
@@ -164,7 +148,7 @@ async def probe_vllm(client: httpx.AsyncClient, url: str, timeout_s: float = PRO
         models_code = response.status_code
         if response.status_code == 200:
             answer_as(response, MODEL_LIST, MODEL_LIST_SHAPE)
-            models = json.loads(response.content)
+            models = response.json()
     except httpx.HTTPError:
         pass
     except ShapeError as exc:
@@ -238,8 +222,3 @@ def plain_reason(reason: str) -> tuple[str, str | None]:
     details = [match.group(1).strip() for match in _DETAIL_RE.finditer(reason)]
     plain = _DETAIL_RE.sub("", reason).split(";", 1)[0].strip().rstrip(".")
     return plain or reason, "; ".join(d for d in details if d) or None
-
-
-def status_changed(old: BackendStatus | None, new: BackendStatus) -> bool:
-    """True when the header must be redrawn."""
-    return old != new

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -19,11 +19,6 @@ class Timing:
     think_ms: float | None = None  # reasoning models: first reasoning token -> first answer token ("Think")
     answer_ms: float | None = None  # reasoning models: first answer token -> end of stream ("Answer")
     reasoning_tokens: int | None = None  # reasoning models: of completion_tokens, the reasoning ones
-
-
-def with_energy(timing: Timing, energy_j: float | None) -> Timing:
-    """``timing`` with the answer's energy (None: not measured, nothing shown)."""
-    return replace(timing, energy_j=energy_j)
 
 
 def compute_timing(
@@ -64,17 +59,8 @@ def compute_timing(
         answer_at = first_answer_s if first_answer_s is not None else end_s
         think_ms = max(0.0, answer_at - first_reasoning_s) * 1000.0
         answer_ms = None if first_answer_s is None else (end_s - first_answer_s) * 1000.0
-    return Timing(
-        total_ms=total_ms,
-        ttft_ms=ttft_ms,
-        gen_ms=gen_ms,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        tokens_per_s=tokens_per_s,
-        think_ms=think_ms,
-        answer_ms=answer_ms,
-        reasoning_tokens=reasoning_tokens,
-    )
+    return Timing(total_ms, ttft_ms, gen_ms, prompt_tokens, completion_tokens, tokens_per_s, think_ms=think_ms,
+                  answer_ms=answer_ms, reasoning_tokens=reasoning_tokens)  # fmt: skip
 
 
 NBSP = "\u00a0"  # joins the words of one field, so a narrow chat column wraps only between fields
@@ -130,8 +116,7 @@ def format_timing(timing: Timing) -> str:
         parts.append(f"Gen: {_ms(timing.gen_ms)}")
     if timing.tokens_per_s is not None:
         parts.append(f"{timing.tokens_per_s:.1f} tok/s")
-    prompt = "?" if timing.prompt_tokens is None else str(timing.prompt_tokens)
-    completion = "?" if timing.completion_tokens is None else str(timing.completion_tokens)
+    prompt, completion = ("?" if n is None else str(n) for n in (timing.prompt_tokens, timing.completion_tokens))
     thought = f" ({timing.reasoning_tokens} thinking)" if timing.reasoning_tokens is not None else ""
     parts.append(f"Tokens: {prompt} in, {completion} out{thought}")
     if timing.energy_j is not None:

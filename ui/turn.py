@@ -7,7 +7,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 from openai import AsyncOpenAI
@@ -65,37 +64,6 @@ class Plan:
     max_model_len: int | None = None
 
 
-def log_line(
-    request_id: str,
-    model: str | None,
-    state: StreamState | None,
-    prompt_tokens: int | None,
-    error: str | None,
-    status: Status | None = None,
-) -> RequestLogLine:
-    """The ``requests.jsonl`` line of a turn (``source="ui"``), timed by the stream's :class:`StreamTimer` exactly
-    as the benchmark times its rows (TTFT to the first content or reasoning text, total to the end of the stream)."""
-    ttft_ms = total_ms = None
-    completion_tokens = None
-    if state is not None and state.timer.t0 is not None:
-        total_ms = _round(state.timer.e2e_ms())
-        ttft_ms = _round(state.timer.ttft_ms)
-        completion_tokens = state.completion_tokens
-        prompt_tokens = state.prompt_tokens if state.prompt_tokens is not None else prompt_tokens
-    return RequestLogLine(
-        ts=now_iso(),
-        source="ui",
-        request_id=request_id,
-        model=model,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        ttft_ms=ttft_ms,
-        total_ms=total_ms,
-        status=status or ("error" if error else "ok"),
-        error=error,
-    )
-
-
 def _joined(*notices: str | None) -> str | None:
     """The notices given, one paragraph each; None when there is none."""
     shown = [n for n in notices if n]
@@ -119,14 +87,10 @@ class ChatBackend:
         """Clients from ``settings`` (vLLM URL, VLLM_API_KEY, REQUEST_TIMEOUT_S, logs dir); tests pass their own
         ``http``/``llm``/``sidecar``. Both vLLM clients send the key: the OpenAI client as its ``api_key``, the probes
         and ``/tokenize`` as ``Authorization: Bearer``; the sidecar's (an answer's energy) sends none."""
+        self.settings = settings
         self.url = settings.vllm_url
         self.timeout_s = settings.request_timeout_s
-        self.settings = settings
-        self.startup_window_s = settings.startup_timeout_s
         self.requests_log = RequestLog.of(settings)
-        self.ui_max_tokens = settings.ui_max_tokens
-        self.sidecar_url = settings.sidecar_url
-        self.sample_interval_s = settings.gpu_sample_interval_s
         self.sidecar = sidecar or httpx.AsyncClient(timeout=httpx.Timeout(2.0))  # no vLLM key: not the sidecar's
         self._energy_paused_until = 0.0  # monotonic s: the sidecar cannot measure energy, or could not be reached
         self.http = http or httpx.AsyncClient(
@@ -141,24 +105,26 @@ class ChatBackend:
 
     async def status(self) -> BackendStatus:
         """Fresh Ready/Loading/Down status with model, version and context length."""
-        return await current_status(self.http, self.url, self.engine_state_file, self.startup_window_s)
-
-    @property
-    def engine_state_file(self) -> Path:
-        """The state file of the engine serving now (a blue/green switch moves it to the other slot's)."""
-        return self.settings.engine_state_file
+        # the state file of the engine serving now: a blue/green switch moves it to the other slot's
+        settings = self.settings
+        return await current_status(self.http, self.url, settings.engine_state_file, settings.startup_timeout_s)
 
     def _finish(
-        self,
-        request_id: str,
-        model: str | None,
-        state: StreamState | None,
-        prompt_tokens: int | None,
+        self, request_id: str, model: str | None, state: StreamState | None, prompt_tokens: int | None,
         error: errors.UiError | None,
-    ) -> None:
-        status: Status | None = "cancelled" if error is not None and error.kind == "cancelled" else None
-        line = log_line(request_id, model, state, prompt_tokens, error.cause if error else None, status)
-        self.requests_log.append(line)
+    ) -> None:  # fmt: skip
+        """Append the turn's ``requests.jsonl`` line (``source="ui"``), timed by the stream's :class:`StreamTimer`
+        exactly as the benchmark times its rows (TTFT to the first content or reasoning text, total to the end)."""
+        timer = state.timer if state is not None and state.timer.t0 is not None else None
+        if timer is not None and timer.prompt_tokens is not None:
+            prompt_tokens = timer.prompt_tokens
+        status: Status = "cancelled" if error is not None and error.kind == "cancelled" else "error" if error else "ok"
+        self.requests_log.append(RequestLogLine(
+            ts=now_iso(), source="ui", request_id=request_id, model=model, prompt_tokens=prompt_tokens,
+            completion_tokens=timer.completion_tokens if timer else None,
+            ttft_ms=_round(timer.ttft_ms if timer else None), total_ms=_round(timer.e2e_ms() if timer else None),
+            status=status, error=error.cause if error else None,
+        ))  # fmt: skip
 
     async def run_turn(
         self,
@@ -230,49 +196,33 @@ class ChatBackend:
         return drop_oldest_turns(kept, max(1, turn_count(kept) // 2))
 
     async def _result(
-        self,
-        request_id: str,
-        model: str,
-        state: StreamState,
-        plan: Plan,
-        notice: str | None,
-        status: BackendStatus,
-        kept: list[ChatMessage],
-        trimmed: int,
-    ) -> TurnResult:
+        self, request_id: str, model: str, state: StreamState, plan: Plan, notice: str | None, status: BackendStatus,
+        kept: list[ChatMessage], trimmed: int,
+    ) -> TurnResult:  # fmt: skip
         """The turn's outcome once its stream ended: the error mapped, the timing, the log line."""
-        prompt_tokens = plan.prompt_tokens
         request_id = state.request_id or request_id
+        partial = bool(state.text.strip())
         error: errors.UiError | None = None
         if state.error is not None:
             status = await self.status()  # Loading vs Down after a connection error; a model switch after a 404
-            error = errors.map_exception(
-                state.error,
-                model=model,
-                url=self.url,
-                status=status,
-                partial=bool(state.text.strip()),
-                timeout_s=self.timeout_s,
-            )
+            error = errors.map_exception(state.error, model=model, url=self.url, status=status, partial=partial,
+                                         timeout_s=self.timeout_s)  # fmt: skip
         elif state.invalid is not None:
-            error = errors.malformed_stream(state.invalid, partial=bool(state.text.strip()))
+            error = errors.malformed_stream(state.invalid, partial=partial)
         elif not state.timer.complete:
-            error = errors.stream_cut(partial=bool(state.text.strip()))
+            error = errors.stream_cut(partial=partial)
         timer = state.timer
         timing = bounds = None
         if timer.t0 is not None and timer.end_s is not None and error is None:
+            prompt_tokens = timer.prompt_tokens if timer.prompt_tokens is not None else plan.prompt_tokens
+            split = timer.token_split()
             timing = compute_timing(
-                timer.t0,
-                timer.first_s,
-                timer.end_s,
-                state.prompt_tokens if state.prompt_tokens is not None else prompt_tokens,
-                state.completion_tokens,
-                first_answer_s=timer.first_answer_s,
-                first_reasoning_s=timer.first_reasoning_s,
-                reasoning_tokens=split[0] if (split := timer.token_split()) else None,
-            )
+                timer.t0, timer.first_s, timer.end_s, prompt_tokens, timer.completion_tokens,
+                first_answer_s=timer.first_answer_s, first_reasoning_s=timer.first_reasoning_s,
+                reasoning_tokens=split[0] if split else None,
+            )  # fmt: skip
             bounds = wall_bounds(timer.t0, timer.end_s, timer.clock(), time.time())
-        self._finish(request_id, model, state, prompt_tokens, error)
+        self._finish(request_id, model, state, plan.prompt_tokens, error)
         return TurnResult(
             request_id, state.text, timing, notice, error, status, bounds, history=kept, trimmed_turns=trimmed
         )
@@ -282,18 +232,14 @@ class ChatBackend:
         not asked for a while after the sidecar said it cannot measure energy or could not be reached."""
         if result.bounds is None or time.monotonic() < self._energy_paused_until:
             return None
-        found = await answer_energy(self.sidecar, self.sidecar_url, result.bounds, self.sample_interval_s)
+        found = await answer_energy(self.sidecar, self.settings.sidecar_url, result.bounds,
+                                    self.settings.gpu_sample_interval_s)  # fmt: skip
         if found.pause_s:
             self._energy_paused_until = time.monotonic() + found.pause_s
         return found.energy_j
 
     async def _plan(
-        self,
-        model: str,
-        history: list[ChatMessage],
-        user_text: str,
-        params: ChatParams,
-        max_model_len: int | None,
+        self, model: str, history: list[ChatMessage], user_text: str, params: ChatParams, max_model_len: int | None
     ) -> Plan:
         """max_tokens (clamped to UI_MAX_TOKENS and to what fits), its notice, the prompt size from vLLM's token
         count and the earlier turns that fit: the oldest turns are left out (:func:`ui.chat.drop_oldest_turns`)
@@ -309,18 +255,17 @@ class ChatBackend:
             counted = await count_tokens(self.http, self.url, model, messages)
             max_len = (counted.max_model_len if counted else None) or max_model_len
             if counted is None or not max_len:
-                budget = plan_max_tokens(params.max_tokens, self.ui_max_tokens)
+                budget = plan_max_tokens(params.max_tokens, self.settings.ui_max_tokens)
                 return Plan(max_tokens=budget.max_tokens, notice=errors.clamp_notice(budget), history=kept)
             room = max_len - counted.count
-            if not kept or room >= answer_room_wanted(params.max_tokens, self.ui_max_tokens, max_len):
+            if not kept or room >= answer_room_wanted(params.max_tokens, self.settings.ui_max_tokens, max_len):
                 break
             kept, trimmed = drop_oldest_turns(kept, 1), trimmed + 1
-        if check_context(counted.count, max_len) is not None:  # the message alone (kept is empty) does not fit
-            problem = check_context(counted.count, max_len, counted.count)
-            assert problem is not None
+        problem = check_context(counted.count, max_len, counted.count)  # kept is empty then: the message alone
+        if problem is not None:
             error = errors.context_too_long(problem, model)
             return Plan(max_tokens=params.max_tokens, prompt_tokens=counted.count, error=error)
-        budget = plan_max_tokens(params.max_tokens, self.ui_max_tokens, counted.count, max_len)
+        budget = plan_max_tokens(params.max_tokens, self.settings.ui_max_tokens, counted.count, max_len)
         return Plan(max_tokens=budget.max_tokens, notice=errors.clamp_notice(budget), prompt_tokens=counted.count,
                     history=kept, trimmed_turns=trimmed, max_model_len=max_len)  # fmt: skip
 

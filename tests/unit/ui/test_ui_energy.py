@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -11,7 +12,7 @@ from core.settings import Settings
 from ui.answer_energy import AnswerEnergy, answer_energy, wall_bounds
 from ui.answer_markdown import answer_markdown
 from ui.status import BackendStatus
-from ui.timing import ENERGY_LEGEND, NBSP, compute_timing, format_timing, with_energy
+from ui.timing import ENERGY_LEGEND, NBSP, compute_timing, format_timing
 from ui.turn import ChatBackend, TurnResult
 
 TIMING = compute_timing(0.0, 0.1, 1.0, 10, 20)
@@ -19,11 +20,11 @@ TIMING = compute_timing(0.0, 0.1, 1.0, 10, 20)
 
 def test_the_timing_line_shows_energy_only_when_measured() -> None:
     """``Energy: 12.3 J`` ends the line (non-breaking inside) with its legend; without a figure neither appears."""
-    shown = with_energy(TIMING, 12.34)
+    shown = replace(TIMING, energy_j=12.34)
     assert format_timing(shown).endswith(f"Energy:{NBSP}12.3{NBSP}J")
     assert ENERGY_LEGEND in answer_markdown("hi", shown, None, None)
     assert "Energy" not in format_timing(TIMING) and ENERGY_LEGEND not in answer_markdown("hi", TIMING, None, None)
-    assert format_timing(with_energy(TIMING, 1234.0)).endswith(f"1,234{NBSP}J")
+    assert format_timing(replace(TIMING, energy_j=1234.0)).endswith(f"1,234{NBSP}J")
 
 
 def test_wall_bounds_map_monotonic_stamps_to_unix_time() -> None:
