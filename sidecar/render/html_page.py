@@ -16,27 +16,11 @@ from core.report_schema import Report
 from core.series_stats import SeriesReport, slo_text
 from core.serverview import verdict_text
 from core.serverview_overhead import overhead_text
+from sidecar.render import view_rows as v
 from sidecar.render.conversation_rows import turn_header, turn_rows
 from sidecar.render.energy_rows import energy_changes, energy_sections
 from sidecar.render.plots import Curve, goodput_png, latency_cdf_png, latency_curves_png, resources_png, throughput_png
 from sidecar.render.replica_rows import cluster_lines, replica_header, replica_rows
-from sidecar.render.view_rows import (
-    Row,
-    change_table,
-    comparison_header,
-    comparison_rows,
-    config_rows,
-    environment_rows,
-    error_rows,
-    headline_rows,
-    outcome_notes,
-    overhead_header,
-    overhead_rows,
-    point_table,
-    resources_rows,
-    side_line,
-    steady_caption,
-)
 
 log = logging.getLogger(__name__)
 STYLE = """
@@ -53,7 +37,7 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _pairs(rows: Sequence[Row]) -> str:
+def _pairs(rows: Sequence[v.Row]) -> str:
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     return f"<table>{body}</table>"
 
@@ -78,8 +62,8 @@ def _figure(title: str, draw: Callable[[], bytes | None]) -> str:
 
 
 def _comparison(report: Report) -> str:
-    rows = comparison_rows(report)
-    parts = [_grid(comparison_header(), rows)] if rows else []
+    rows = v.comparison_rows(report)
+    parts = [_grid(v.comparison_header(), rows)] if rows else []
     notes = [*energy_changes(report), *report_notes(report)]
     parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
     parts.append(f'<p class="muted">Workload fingerprint <code>{_e(report.fingerprint)}</code></p>')
@@ -109,8 +93,8 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
     ]
     if e.synthetic:
         sections.append(f'<blockquote class="warn">Synthetic model: {_e(e.synthetic_reason)}</blockquote>')
-    sections += [f'<blockquote class="warn">{_e(note)}</blockquote>' for note in outcome_notes(report)]
-    sections += ["<h2>Results</h2>", _pairs(headline_rows(report))]
+    sections += [f'<blockquote class="warn">{_e(note)}</blockquote>' for note in v.outcome_notes(report)]
+    sections += ["<h2>Results</h2>", _pairs(v.headline_rows(report))]
     if report.metrics.turns:  # conversations: one row per turn index
         sections += ["<h2>Conversations: per turn</h2>", _grid(turn_header(), turn_rows(report))]
     sections += ["<h2>Comparison</h2>", _comparison(report)]
@@ -119,27 +103,27 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
         _figure("Latency CDF", lambda: latency_cdf_png(records)),
         "<h2>Throughput</h2>",
         _figure("Throughput over time", lambda: throughput_png(report.metrics.windows, report.metrics.steady)),
-        f'<p class="muted">{_e(steady_caption(report))}</p>',
+        f'<p class="muted">{_e(v.steady_caption(report))}</p>',
         "<h2>Resources</h2>",
         _figure("Memory over time", lambda: resources_png(report.resources.timeline)),
-        _pairs(resources_rows(report)),
+        _pairs(v.resources_rows(report)),
     ]
     for title, rows in energy_sections(report):
         sections += [f"<h2>{_e(title)}</h2>", _pairs(rows)]
     if report.errors.by_kind:
-        sections += ["<h2>Errors</h2>", _pairs(error_rows(report))]
+        sections += ["<h2>Errors</h2>", _pairs(v.error_rows(report))]
     if report.server is not None:
         verdict = verdict_text(report.server)
         sections += ["<h2>vLLM /metrics cross-check</h2>", f"<p>Client and server: {_e(verdict)}</p>"]
         sections += [f"<p>Client overhead: {_e(overhead_text(o))}</p>" for o in report.server.client_overhead]
         if report.server.client_overhead:
-            sections.append(_grid(overhead_header(), overhead_rows(report.server)))
+            sections.append(_grid(v.overhead_header(), v.overhead_rows(report.server)))
     if report.cluster is not None:  # engines behind vLLM's router: one row each
         sections += ["<h2>Replicas</h2>", *[f"<p>{_e(line)}</p>" for line in cluster_lines(report.cluster)]]
         sections.append(_grid(replica_header(), replica_rows(report.cluster)))
-    environment = environment_rows(report.environment, report.resources.gpu_unavailable_reason)
+    environment = v.environment_rows(report.environment, report.resources.gpu_unavailable_reason)
     sections += ["<h2>Environment</h2>", _pairs(environment)]
-    sections += ["<h2>Configuration</h2>", _pairs(config_rows(report.config)), "<h2>vLLM log</h2>", _logs(report)]
+    sections += ["<h2>Configuration</h2>", _pairs(v.config_rows(report.config)), "<h2>vLLM log</h2>", _logs(report)]
     sections.append(
         f'<p class="muted">Files: {_e(report.report_id)}.json, {_e(report.requests_file)}'
         + (f", {_e(report.markdown_file)}" if report.markdown_file else "")
@@ -182,7 +166,7 @@ def series_html(series: SeriesReport, sidecar_url: str | None = None) -> str:
         sections.append(f'<blockquote class="warn">Synthetic model: {_e(e.synthetic_reason)}</blockquote>')
     if series.interrupted:
         sections.append('<blockquote class="warn">Interrupted (Ctrl-C): the points measured so far.</blockquote>')
-    header, rows = point_table(series)
+    header, rows = v.point_table(series)
     curve = Curve(series.series_id, series.points, series.knee.index)
     sections += [
         "<h2>Load points</h2>",
@@ -204,11 +188,11 @@ def series_html(series: SeriesReport, sidecar_url: str | None = None) -> str:
             if comparison.refused:
                 sections.append(f"<p>Not compared: {_e(comparison.refused)}</p>")
             else:
-                sections.append(_grid(*change_table(comparison.points)))
+                sections.append(_grid(*v.change_table(comparison.points)))
             sections += [f'<p class="muted">{_e(n)}</p>' for n in comparison.notes]
     sections += [f"<p>{_e(n)}</p>" for n in series.notes]
-    sections += ["<h2>Environment</h2>", _pairs(environment_rows(series.environment))]
-    sections += ["<h2>Configuration (the plan every point started from)</h2>", _pairs(config_rows(series.config))]
+    sections += ["<h2>Environment</h2>", _pairs(v.environment_rows(series.environment))]
+    sections += ["<h2>Configuration (the plan every point started from)</h2>", _pairs(v.config_rows(series.config))]
     sections.append(_compare_hint(series.series_id, sidecar_url))
     return page(series.series_id, sections)
 
@@ -221,7 +205,7 @@ def compare_html(comparison: ABComparison) -> str:
               Curve(f"B {b.ref}", b.points, b.knee.index if b.knee else None)]
     sections = [
         f"<h1>A/B comparison {_e(comparison.compare_id)}</h1>",
-        f"<p>A: {_e(side_line(a))}<br>B: {_e(side_line(b))}</p>",
+        f"<p>A: {_e(v.side_line(a))}<br>B: {_e(v.side_line(b))}</p>",
         "<h2>What differs</h2>",
         _grid(["group", "field", "A", "B"], diffs) if diffs else "<p>No configuration field differs.</p>",
         "<h2>Latency against load</h2>",
@@ -229,7 +213,7 @@ def compare_html(comparison: ABComparison) -> str:
         "<h2>Goodput against load</h2>",
         _figure("Goodput against load", lambda: goodput_png(curves)),
         "<h2>B against A, point by point</h2>",
-        _grid(*change_table(comparison.points)) if comparison.points else "<p>No paired point.</p>",
+        _grid(*v.change_table(comparison.points)) if comparison.points else "<p>No paired point.</p>",
         f'<p class="muted">A change whose 95% interval holds 0 is "no significant change"; a worse change whose whole '
         f"interval lies beyond {comparison.threshold_pct:g}% is a regression.</p>",
         *(f"<p>{_e(n)}</p>" for n in comparison.notes),
