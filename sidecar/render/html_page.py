@@ -1,7 +1,5 @@
-"""Self-contained HTML pages (pure apart from drawing) of a run, a series and an A/B comparison: the shared view
-rows (:mod:`sidecar.render.view_rows`) plus plots embedded as base64 PNGs, no external resources, so the single file
-can be mailed or attached to a CI run. Every value is HTML-escaped. A series page links each run's own page and says
-how to compare with another result (``make compare``, or the sidecar's ``/compare`` page)."""
+"""Self-contained HTML pages of a run, a series and an A/B comparison: the view rows plus base64 PNG plots, no
+external resources; every value HTML-escaped."""
 
 from __future__ import annotations
 
@@ -49,7 +47,7 @@ def _grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def _figure(title: str, draw: Callable[[], bytes | None]) -> str:
-    """An inline PNG, or a note when there is no data or drawing failed (a plot never stops a report)."""
+    """An inline PNG, or a note when there is no data or drawing failed."""
     try:
         png = draw()
     except Exception as exc:  # matplotlib failures (fonts, backends) must not lose the report
@@ -83,7 +81,7 @@ def _logs(report: Report) -> str:
 
 
 def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
-    """The whole report as one HTML document (plots from ``records``, ``metrics.windows`` and the timeline)."""
+    """The whole report as one HTML document (plots from ``records``)."""
     e = report.environment
     sections = [
         f"<h1>Benchmark report {_e(report.report_id)}</h1>",
@@ -137,7 +135,7 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
 
 
 def page(title: str, sections: list[str]) -> str:
-    """One self-contained HTML document of ``sections`` (the same style for a run, a series and a comparison)."""
+    """One self-contained HTML document of ``sections``."""
     body = "\n".join(sections)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -222,8 +220,7 @@ def compare_html(comparison: ABComparison) -> str:
 
 
 def compare_form(choices: list[str], chosen: str | None) -> str:
-    """The ``GET /compare`` page without A and B: two lists of ``choices`` (baseline names, series and report ids,
-    newest first) to compare, A preselected to ``chosen``."""
+    """The ``GET /compare`` form: two lists of ``choices`` (names and ids), A preselected to ``chosen``."""
 
     def select(field: str, selected: str | None) -> str:
         options = "".join(

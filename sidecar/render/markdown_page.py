@@ -1,5 +1,4 @@
-"""Markdown pages (pure) of a run, a series and an A/B comparison, from the shared view rows; written next to
-their JSON (``benchmark_report_X.md``, ``benchmark_series_X.md``, ``benchmark_compare_X.md``)."""
+"""Markdown pages of a run, a series and an A/B comparison, from the shared view rows."""
 
 from __future__ import annotations
 
@@ -32,7 +31,7 @@ def _pairs(rows: Sequence[v.Row]) -> list[str]:
 
 
 def render_markdown(report: Report) -> str:
-    """The report as Markdown: headline, comparisons, environment, config, resources, errors, logs, files."""
+    """The report as Markdown."""
     e = report.environment
     lines = [
         f"# Benchmark report {report.report_id}",
@@ -85,7 +84,7 @@ def render_markdown(report: Report) -> str:
 
 
 def series_markdown(series: SeriesReport) -> str:
-    """The series report as Markdown: knee, the point table, comparisons."""
+    """The series report as Markdown."""
     lines = [f"# Series report {series.series_id}", "", f"> {series.knee.line}", ""]
     lines += [f"> {n}" for n in series.knee.notes]
     header, rows = v.point_table(series)
