@@ -56,8 +56,8 @@ def headline_rows(report: Report) -> list[Row]:
         st = m.steady
         rows.append((f"Steady state {fmt(st.start_s, 's', 0)}–{fmt(st.end_s, 's', 0)}",
                      f"{fmt(st.throughput_req_per_sec, 'req/s')}, {fmt(st.output_tokens_per_sec, 'tok/s', 1)}, "
-                     f"E2E p50 / p99 {fmt(st.e2e.p50_ms, 'ms', 0)} / {fmt(st.e2e.p99_ms, 'ms', 0)}, "
-                     f"TTFT p99 {fmt(st.ttft.p99_ms, 'ms', 0)}, {fmt(st.in_flight_mean, '', 1)} in flight"))  # fmt: skip
+                     f"E2E p50 / p99 {fmt(st.e2e.p50_ms, 'ms', 0)} / {fmt(st.e2e.p99_ms, 'ms', 0)}, TTFT p99 "
+                     f"{fmt(st.ttft.p99_ms, 'ms', 0)}, {fmt(st.in_flight_mean, '', 1)} in flight"))  # fmt: skip
     if m.schedule is not None:
         rows.append(("Open-loop load", schedule_text(m.schedule)))
         if m.schedule.fell_behind:

@@ -12,8 +12,7 @@ OPEN_WITH = "chrome://tracing or https://ui.perfetto.dev (open the .json.gz dire
 
 
 def trace_paths(traces: list[str], source_dir: Path, run_id: str | None) -> list[Path]:
-    """The resolved paths of ``traces``, checked: a valid run id, and every trace a file inside ``source_dir`` (only
-    vLLM's profile folder is read). Reads nothing but the folder.
+    """The resolved paths of ``traces``, checked to be files inside ``source_dir`` (nothing is read).
 
     Raises:
         ValueError: a bad run id, or a trace that is not a file of ``source_dir`` (the sidecar answers 400).
@@ -36,13 +35,10 @@ def trace_paths(traces: list[str], source_dir: Path, run_id: str | None) -> list
 
 
 def collect_traces(traces: list[str], source_dir: Path, reports_dir: Path, run_id: str) -> ProfileInfo | None:
-    """Copy ``traces`` (files under ``source_dir``) to ``reports_dir/profile/run_id/``; None when there are none.
-
-    Every path is checked (:func:`trace_paths`) before anything is copied.
+    """Copy ``traces`` (checked first: :func:`trace_paths`) to ``reports_dir/profile/run_id/``; None without any.
 
     Raises:
-        ValueError: an invalid run id, a trace outside ``source_dir``, or the copy failed: the sidecar answers 400,
-            never 500.
+        ValueError: an invalid run id, a trace outside ``source_dir``, or the copy failed (the sidecar answers 400).
     """
     if not traces:
         return None
