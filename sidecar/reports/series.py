@@ -1,10 +1,5 @@
-"""The sidecar's series and A/B comparisons: build them from the reports it wrote, compare, and write the files.
-
-A series request names the reports of each load point (the benchmark had them written one by one); the series
-report adds means and 95 % intervals per point, the SLO knee, and comparisons with the previous series of the
-same points and with every named baseline (a report or a series). A comparison resolves two references — report id,
-series id or baseline name — and writes ``benchmark_compare_<ts>``.
-"""
+"""The sidecar's series (per point means and 95 % intervals, the SLO knee, comparisons with the previous series and
+every baseline) and A/B comparisons of two references (report id, series id or baseline name)."""
 
 from __future__ import annotations
 
@@ -35,7 +30,6 @@ from sidecar.reports.baselines import BaselineStore
 from sidecar.reports.store import ReportStore, ResultStore, utc_now_iso, validate_report_id
 
 IDS_HINT = "`make history` lists the ids (over HTTP: GET /reports, GET /series)"
-"""Where a user finds the ids a comparison takes."""
 
 
 class UnknownResult(LookupError):
@@ -80,8 +74,7 @@ class SeriesService:
     def _comparisons(
         self, points: list[SeriesPoint], environment: Environment, threshold_pct: float
     ) -> dict[str, Comparison]:
-        """Against the latest earlier series sharing a point, and against every named baseline; each notes the vLLM
-        flags and version that differ (not part of the workload fingerprint, but part of the change)."""
+        """Against the latest earlier series sharing a point and every named baseline, noting environment changes."""
         out: dict[str, Comparison] = {}
         fingerprints = {p.fingerprint for p in points}
         for earlier in reversed(self.series.list()):
@@ -102,7 +95,7 @@ class SeriesService:
         return out
 
     def build(self, request: BuildSeriesRequest) -> BuildSeriesResponse:
-        """Measure the points from their reports, find the knee, compare, write JSON, Markdown and HTML.
+        """Measure the points from their reports, find the knee, compare and write the series.
 
         Raises:
             UnknownResult: a point names a report that does not exist. ValueError: a bad id or no point.
@@ -181,8 +174,7 @@ class SeriesService:
         """Point baseline ``name`` at series ``series_id``; returns the id the name pointed at before (None: new).
 
         Raises:
-            ValueError: a bad name or id, or a series that cannot be a reference
-                (:func:`core.series_stats.series_unusable_reason`). UnknownResult: no such series.
+            ValueError: a bad name or id, or an unusable series. UnknownResult: no such series.
         """
         path = self.series.root / f"{self.series.validate_id(series_id)}.json"
         if not path.exists():
