@@ -76,11 +76,8 @@ def _number(option: str, value: str, kind: type[float] | type[int], example: str
 
 
 def parse_args(argv: list[str]) -> Options:
-    """Parse ``argv`` (without the program name).
-
-    Raises:
-        UsageError: unknown option, missing value, unparsable ``--since``/number, stray argument or no report.
-    """
+    """Parse ``argv`` (without the program name). Raises UsageError: unknown option, missing value, unparsable
+    ``--since``/number, stray argument or no report."""
     own = {"--" + name.rstrip("=") for name in _LONG} | {"-h"}
     if any(a.startswith("--") and a.split("=", 1)[0] not in own for a in argv):
         from core.flags import refusal  # only then: the settings cost start-up time
@@ -145,10 +142,8 @@ def _whole_names(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]] | N
 
 
 def _getopt(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
-    """``getopt.gnu_getopt`` of ``argv``.
-
-    Raises:
-        UsageError: what getopt found wrong (unknown or ambiguous option, missing or unexpected value)."""
+    """``getopt.gnu_getopt`` of ``argv``. Raises UsageError: what getopt found wrong (unknown or ambiguous option,
+    missing or unexpected value)."""
     import getopt
 
     try:

@@ -144,11 +144,8 @@ def read_requests(files: list[str], since_s: float | None, threshold_ms: float, 
 
 
 def make_reports(request: Request) -> dict[str, Any]:
-    """The asked-for reports keyed by name (``errors``, ``slow``, ``stats``).
-
-    Raises:
-        InputError: a needed file is missing (for ``stats``: a file given explicitly, or both defaults).
-    """
+    """The asked-for reports keyed by name (``errors``, ``slow``, ``stats``). Raises InputError: a needed file is
+    missing (for ``stats``: a file given explicitly, or both defaults)."""
     wants_log, wants_requests = request.errors or request.stats, request.slow or request.stats
     log_path, requests_path = request.log, request.requests
     if (wants_log and log_path is None) or (wants_requests and requests_path is None):

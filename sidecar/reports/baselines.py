@@ -20,20 +20,13 @@ FILE_NAME = "baselines.json"
 
 
 def validate_baseline_target(result_id: str) -> str:
-    """``result_id`` when it is a report or series id.
-
-    Raises:
-        ValueError: neither a report id nor a series id.
-    """
+    """``result_id`` when it is a report or series id. Raises ValueError: neither a report id nor a series id."""
     return result_id if is_series_id(result_id) else validate_report_id(result_id)
 
 
 def validate_baseline_name(name: str) -> str:
-    """Return ``name`` when it is a usable baseline name (:func:`core.parsing.validate_name`, not ``previous``).
-
-    Raises:
-        ValueError: anything else; the message says what is allowed.
-    """
+    """Return ``name`` when it is a usable baseline name (:func:`core.parsing.validate_name`, not ``previous``). Raises
+    ValueError: anything else; the message says what is allowed."""
     validate_name(name)
     if name in RESERVED_NAMES:
         raise ValueError(f"{name!r} is reserved (it names the comparison with the previous run); choose another name")
@@ -72,11 +65,8 @@ class BaselineStore:
         atomic_write(self.path, (json.dumps(dict(sorted(baselines.items())), indent=2) + "\n").encode())
 
     def set(self, name: str, report_id: str) -> str | None:
-        """Point ``name`` at ``report_id``; returns the id it pointed at before (None: a new name).
-
-        Raises:
-            ValueError: invalid name or id.
-        """
+        """Point ``name`` at ``report_id``; returns the id it pointed at before (None: a new name). Raises ValueError:
+        invalid name or id."""
         validate_baseline_name(name)
         validate_baseline_target(report_id)
         with self._lock:
@@ -87,11 +77,7 @@ class BaselineStore:
         return previous
 
     def remove(self, name: str) -> bool:
-        """Forget ``name``; False when it was not set.
-
-        Raises:
-            ValueError: invalid name.
-        """
+        """Forget ``name``; False when it was not set. Raises ValueError: invalid name."""
         validate_baseline_name(name)
         with self._lock:
             baselines = self.all()

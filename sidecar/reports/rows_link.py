@@ -22,13 +22,8 @@ class RunRows:
 
 
 def rows_file(runs_dir: Path, run_id: str) -> Path:
-    """The rows file of run ``run_id`` in ``runs_dir``, checked to be a regular file but not read (what
-    ``POST /windows/start?run_id=`` asks before a run measures).
-
-    Raises:
-        ValueError: ``run_id`` is no run id (``YYYYMMDD_HHMMSS``; the sidecar answers 400).
-        FileNotFoundError: no such regular file (the sidecar answers 422; the message says both must share logs/).
-    """
+    """The rows file of run ``run_id`` in ``runs_dir``, checked to be a regular file but not read. Raises ValueError:
+    no run id (``YYYYMMDD_HHMMSS``; 400). FileNotFoundError: no such regular file (422)."""
     if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id):
         raise ValueError(f"run_id {run_id!r} is not a run id (YYYYMMDD_HHMMSS, the name of a rows file in logs/runs)")
     path = runs_dir / f"{run_id}.requests.jsonl"
@@ -41,12 +36,9 @@ def rows_file(runs_dir: Path, run_id: str) -> Path:
 
 
 def read_run_rows(runs_dir: Path, run_id: str) -> RunRows:
-    """The rows of run ``run_id`` from ``runs_dir`` (:func:`rows_file`), read once.
-
-    Raises:
-        ValueError: ``run_id`` is no run id (the sidecar answers 400: nothing is read).
-        FileNotFoundError: no such rows file, or one holding no request row (the sidecar answers 422).
-    """
+    """The rows of run ``run_id`` from ``runs_dir`` (:func:`rows_file`), read once. Raises ValueError: ``run_id`` is no
+    run id (the sidecar answers 400: nothing is read). FileNotFoundError: no such rows file, or one holding no request
+    row (the sidecar answers 422)."""
     path = rows_file(runs_dir, run_id)
     where = f"{path} (the sidecar reads the benchmark's rows from its LOGS_DIR/runs: both must share logs/)"
     try:

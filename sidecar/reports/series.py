@@ -95,11 +95,8 @@ class SeriesService:
         return out
 
     def build(self, request: BuildSeriesRequest) -> BuildSeriesResponse:
-        """Measure the points from their reports, find the knee, compare and write the series.
-
-        Raises:
-            UnknownResult: a point names a report that does not exist. ValueError: a bad id or no point.
-        """
+        """Measure the points from their reports, find the knee, compare and write the series. Raises UnknownResult: a
+        point names a report that does not exist. ValueError: a bad id or no point."""
         slo = request.config.slo
         points = [
             measure_point(plan, [self._report(validate_report_id(i)) for i in plan.report_ids], slo,
@@ -130,11 +127,8 @@ class SeriesService:
         return BuildSeriesResponse(series_path=str(path), series=self.series.get(path.stem))
 
     def side(self, ref: str) -> Side:
-        """A reference as one side of a comparison: a baseline name, a series id or a report id.
-
-        Raises:
-            UnknownResult: it names nothing known (the message says what exists).
-        """
+        """A reference as one side of a comparison: a baseline name, a series id or a report id. Raises UnknownResult:
+        it names nothing known (the message says what exists)."""
         result_id = self.baselines.all().get(ref, ref)
         try:
             if is_series_id(result_id):
@@ -155,11 +149,8 @@ class SeriesService:
                     points=[report_as_point(report)])
 
     def compare(self, request: CompareRequest, write: bool = True) -> CompareResponse:
-        """B against A (see :mod:`core.comparison`); written to ``reports/`` unless ``write`` is False.
-
-        Raises:
-            UnknownResult: a reference names nothing known.
-        """
+        """B against A (see :mod:`core.comparison`); written to ``reports/`` unless ``write`` is False. Raises
+        UnknownResult: a reference names nothing known."""
         comparison = compare_sides(
             self.side(request.a), self.side(request.b), new_id("benchmark_compare"), utc_now_iso(),
             request.threshold_pct,
@@ -172,10 +163,7 @@ class SeriesService:
 
     def mark_baseline(self, name: str, series_id: str) -> str | None:
         """Point baseline ``name`` at series ``series_id``; returns the id the name pointed at before (None: new).
-
-        Raises:
-            ValueError: a bad name or id, or an unusable series. UnknownResult: no such series.
-        """
+        Raises ValueError: a bad name or id, or an unusable series. UnknownResult: no such series."""
         path = self.series.root / f"{self.series.validate_id(series_id)}.json"
         if not path.exists():
             raise UnknownResult(f"no series {series_id}")

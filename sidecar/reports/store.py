@@ -32,11 +32,7 @@ def new_report_id(now: datetime | None = None) -> str:
 
 
 def validate_report_id(report_id: str) -> str:
-    """``report_id`` when it is a report name (no paths).
-
-    Raises:
-        ValueError: anything else.
-    """
+    """``report_id`` when it is a report name (no paths). Raises ValueError: anything else."""
     if not isinstance(report_id, str) or not REPORT_ID_RE.fullmatch(report_id):
         raise ValueError(f"{report_id!r} is not a report id (benchmark_report_YYYYMMDD_HHMMSS)")
     return report_id
@@ -91,11 +87,7 @@ class ResultStore(Generic[Model]):
         self._redact = redact or (lambda text: text)
 
     def validate_id(self, result_id: str) -> str:
-        """``result_id`` when it is one of this store's ids (no paths).
-
-        Raises:
-            ValueError: anything else.
-        """
+        """``result_id`` when it is one of this store's ids (no paths). Raises ValueError: anything else."""
         if not isinstance(result_id, str) or not self.id_re.fullmatch(result_id):  # whole: no trailing newline
             raise ValueError(f"{result_id!r} is not an id of the form {self.prefix}_YYYYMMDD_HHMMSS")
         return result_id
@@ -109,12 +101,9 @@ class ResultStore(Generic[Model]):
         return json.dumps(redact_json(data, self._redact), ensure_ascii=False)
 
     def write(self, result: Model, render: Render | None = None, rows: RunRows | None = None) -> Path:
-        """Write ``result`` under its id (``_2``, ``_3`` ... when taken): its ``rows`` first (hard-linked when
-        masking changes nothing), the files ``render`` makes, the JSON last; returns the JSON's path.
-
-        Raises:
-            OSError: the folder is not writable (nothing of this result stays behind).
-        """
+        """Write ``result`` under its id (``_2``, ``_3`` ... when taken): its ``rows`` first (hard-linked when masking
+        changes nothing), the files ``render`` makes, the JSON last; returns the JSON's path. Raises OSError: the folder
+        is not writable (nothing of this result stays behind)."""
         self.root.mkdir(parents=True, exist_ok=True)
         link = rows is not None and self._redact(rows.text) == rows.text
         base = str(getattr(result, self.id_field))
@@ -168,11 +157,7 @@ class ResultStore(Generic[Model]):
         return path
 
     def get(self, result_id: str) -> Model:
-        """One result by id.
-
-        Raises:
-            ValueError: invalid id. FileNotFoundError: no such result.
-        """
+        """One result by id. Raises ValueError: invalid id. FileNotFoundError: no such result."""
         path = self.root / f"{self.validate_id(result_id)}.json"
         try:
             data = path.read_bytes()
@@ -206,21 +191,15 @@ class ReportStore(ResultStore[Report]):
         return validate_report_id(result_id)
 
     def files_of(self, report_id: str) -> builtins.list[Path]:
-        """The files of report ``report_id`` that exist: its JSON first, then its rows and attachments.
-
-        Raises:
-            ValueError: invalid id.
-        """
+        """The files of report ``report_id`` that exist: its JSON first, then its rows and attachments. Raises
+        ValueError: invalid id."""
         validate_report_id(report_id)
         names = [f"{report_id}.json", f"{report_id}.requests.jsonl", *(report_id + s for s in ATTACHMENT_FIELDS)]
         return [self.root / name for name in names if (self.root / name).is_file()]
 
     def delete(self, report: Report) -> builtins.list[Path]:
-        """Remove ``report``: its JSON first, then its rows, attachments and profiler traces; returns what went.
-
-        Raises:
-            ValueError: invalid id.
-        """
+        """Remove ``report``: its JSON first, then its rows, attachments and profiler traces; returns what went. Raises
+        ValueError: invalid id."""
         removed = []
         for path in self.files_of(report.report_id):
             path.unlink(missing_ok=True)

@@ -53,11 +53,8 @@ class InvalidRun(ValueError):
 
 def check_run(request: BuildReportRequest, now_s: float, profile_dir: Path, runs_dir: Path) -> RunRows:
     """The run's rows (:func:`sidecar.reports.rows_link.read_run_rows`), after refusing a window ending more than
-    :data:`MAX_FUTURE_S` after ``now_s`` or a missing rows file (422), a bad run id or traces (400).
-
-    Raises:
-        InvalidRun: with the status to answer.
-    """
+    :data:`MAX_FUTURE_S` after ``now_s`` or a missing rows file (422), a bad run id or traces (400). Raises InvalidRun:
+    with the status to answer."""
     if request.window_end > now_s + MAX_FUTURE_S:
         raise InvalidRun(
             f"window_end={request.window_end} is {request.window_end - now_s:.0f} s after the sidecar's clock: a run "
@@ -239,12 +236,8 @@ class ReportService:
 
     def mark_baseline(self, name: str, report_id: str | None = None) -> tuple[Report, str | None]:
         """Point baseline ``name`` at ``report_id`` (default: the latest); returns the report and the previous id.
-
-        Raises:
-            ValueError: invalid name or id, or a report that cannot be a reference
-                (:func:`core.fingerprint.unusable_reason`).
-            FileNotFoundError: no such report, or no report at all.
-        """
+        Raises ValueError: invalid name or id, or a report that cannot be a reference
+        (:func:`core.fingerprint.unusable_reason`). FileNotFoundError: no such report, or no report at all."""
         if report_id is None:
             reports = self.store.list()
             if not reports:
@@ -270,11 +263,8 @@ class ReportService:
         return self.window_resources(request.window_start, request.window_end)
 
     def build_and_write(self, request: BuildReportRequest) -> BuildReportResponse:
-        """Build, compare and write the report for ``request`` (serialised), then apply the retention.
-
-        Raises:
-            InvalidRun: the run cannot be reported (checked before anything is written).
-        """
+        """Build, compare and write the report for ``request`` (serialised), then apply the retention. Raises
+        InvalidRun: the run cannot be reported (checked before anything is written)."""
         settings = self.settings
         rows = check_run(request, self.clock(), settings.profile_dir, settings.logs_dir / "runs")
         resources = self.with_run_energy(request, rows.records, self.run_resources(request))

@@ -41,11 +41,8 @@ def _int_label(labels: dict[str, str], name: str) -> int | None:
 
 
 def parse_gauges(text: str) -> EngineGauges:
-    """The gauges of a ``/metrics`` exposition (summed over engines; KV usage is the mean over engines).
-
-    Raises:
-        ValueError: the kept lines are not a Prometheus exposition.
-    """
+    """The gauges of a ``/metrics`` exposition (summed over engines; KV usage is the mean over engines). Raises
+    ValueError: the kept lines are not a Prometheus exposition."""
     kept = "\n".join(line for line in text.splitlines() if line.startswith(WANTED)) + "\n"
     samples = parse_exposition(kept)
 

@@ -51,12 +51,8 @@ def _text(value: Any) -> str:
 
 
 class NvmlReader:
-    """Reads memory, utilisation and power of every GPU through NVML.
-
-    Raises:
-        RuntimeError: at construction, when NVML cannot be loaded or initialised (no driver, no GPU); the
-            message is the reason shown in reports.
-    """
+    """Reads memory, utilisation and power of every GPU through NVML. Raises RuntimeError: at construction, when NVML
+    cannot be loaded or initialised (no driver, no GPU); the message is the reason shown in reports."""
 
     def __init__(self, nvml: Any | None = None, devices: str | None = None) -> None:
         if nvml is None:

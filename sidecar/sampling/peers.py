@@ -34,11 +34,8 @@ class PeerTarget:
 
 
 def resolve_addresses(name: str, port: int) -> list[str]:
-    """Every address ``name`` resolves to (TCP), in the resolver's order, without repeats.
-
-    Raises:
-        OSError: the name does not resolve.
-    """
+    """Every address ``name`` resolves to (TCP), in the resolver's order, without repeats. Raises OSError: the name does
+    not resolve."""
     infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 

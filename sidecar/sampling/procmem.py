@@ -27,12 +27,8 @@ class ProcessTreeMeter:
         return known
 
     def read(self, pid: int) -> tuple[float, float]:
-        """``(rss_gb, cpu_percent)`` of ``pid``'s tree.
-
-        Raises:
-            psutil.NoSuchProcess: ``pid`` is gone.
-            psutil.AccessDenied: not allowed to read it.
-        """
+        """``(rss_gb, cpu_percent)`` of ``pid``'s tree. Raises psutil.NoSuchProcess: ``pid`` is gone.
+        psutil.AccessDenied: not allowed to read it."""
         root = self._cached(psutil.Process(pid))
         rss = root.memory_info().rss
         cpu = root.cpu_percent(None)

@@ -72,12 +72,8 @@ def amd_energy_zones(root: Path = HWMON) -> list[EnergyZone]:
 
 
 class HostEnergyReader:
-    """Reads the counters of :func:`rapl_zones` (else :func:`amd_energy_zones`) once per call.
-
-    Raises:
-        RuntimeError: at construction, when there is no counter or one cannot be read; the message is the reason
-            shown in reports.
-    """
+    """Reads the counters of :func:`rapl_zones` (else :func:`amd_energy_zones`) once per call. Raises RuntimeError: at
+    construction, when there is no counter or one cannot be read; the message is the reason shown in reports."""
 
     def __init__(self, powercap: Path = POWERCAP, hwmon: Path = HWMON) -> None:
         zones = (rapl_zones(powercap) if powercap.is_dir() else []) or amd_energy_zones(hwmon)

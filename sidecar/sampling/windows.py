@@ -57,10 +57,7 @@ class WindowRegistry:
 
     def stop(self, window_id: str, end: float | None = None) -> WindowResult:
         """Close ``window_id`` now (or at an earlier ``end``) and summarise it; a second stop returns the first result.
-
-        Raises:
-            UnknownWindow: malformed or unknown id.
-        """
+        Raises UnknownWindow: malformed or unknown id."""
         if not WINDOW_ID_RE.fullmatch(window_id):
             raise UnknownWindow(window_id)
         with self._lock:
