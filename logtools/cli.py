@@ -1,11 +1,5 @@
-"""Command line of the log analyzer: ``python -m logtools --errors|--slow|--stats [options]``.
-
-Exit status: 0 when the reports were made, 2 on bad input (unknown option, unparsable ``--since`` or number, missing
-file); the message says what was wrong and what to do. Several reports can be asked at once; ``--json`` prints one
-object keyed by report name (``{"errors": {...}, "stats": {...}}``). Options are parsed with ``getopt``: argparse
-alone would cost ~10 ms of the ~0.1 s that ``--errors`` takes on a 45 MB log; a command line of whole option names
-does not even import ``getopt`` (:func:`_whole_names`).
-"""
+"""Command line of the log analyzer: ``python -m logtools --errors|--slow|--stats [options]``; exit 0 done, 2 bad
+input. Parsed with ``getopt`` (argparse costs ~10 ms of ``--errors``' ~0.1 s), or without (:func:`_whole_names`)."""
 
 from __future__ import annotations
 
@@ -120,9 +114,8 @@ def parse_args(argv: list[str]) -> Options:
 
 
 def _whole_names(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]] | None:
-    """What ``getopt.gnu_getopt`` makes of a command line of whole long option names (what scripts and users type),
-    without importing it (it imports ``gettext``: ~1 ms of a start-up that is timed against grep); None for anything
-    else (abbreviations, ``-h``, ``--``, a bare argument, a mistake), which :func:`_getopt` parses."""
+    """What ``getopt.gnu_getopt`` makes of whole long option names, without importing it (~1 ms of ``gettext``);
+    None for anything else, which :func:`_getopt` parses."""
     pairs = []
     index = 0
     while index < len(argv):
@@ -153,8 +146,7 @@ def _getopt(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
 
 
 def request_of(options: Options) -> Request:
-    """What to report for ``options``; ``--logs-dir`` names the folder of both logs unless ``--log`` or
-    ``--requests`` name a file."""
+    """What to report for ``options`` (``--logs-dir``: both logs' folder unless ``--log``/``--requests`` name one)."""
     from logtools.reports import Request
 
     logs_dir = options.logs_dir

@@ -83,8 +83,7 @@ def render_errors(report: dict[str, Any], tracebacks: bool = False) -> list[str]
 
 
 def render_slow(report: dict[str, Any]) -> list[str]:
-    """``--slow`` as text: the slowest finished requests over the threshold; those that did not finish (failed,
-    timed out, cancelled) are left out of the ranking and counted by cause on a line of their own."""
+    """``--slow`` as text: the slowest finished requests over the threshold; unfinished ones counted by cause."""
     source = report["requests_log"]
     out = [
         f"Finished requests slower than {_n(report['threshold_ms'])} ms in {_files(source)}{_since(report)}: "

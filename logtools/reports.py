@@ -1,8 +1,5 @@
-"""The analyzer's reports as JSON-ready dicts: ``errors``, ``slow`` and ``stats`` (what ``--json`` prints).
-
-One pass over the vLLM log serves ``--errors`` and ``--stats`` together; one pass over the request log serves
-``--slow`` and ``--stats``. Modules that only some reports need are imported when needed (start-up time counts).
-"""
+"""The analyzer's reports as JSON-ready dicts (what ``--json`` prints): one pass over each log serves them all;
+modules are imported when needed (start-up time counts)."""
 
 from __future__ import annotations
 
@@ -37,19 +34,16 @@ class Request:
         every_engine: bool | None = None,
     ) -> None:
         self.errors, self.slow, self.stats = errors, slow, stats
-        self.every_engine = log is None if every_engine is None else every_engine
-        """Read every vLLM log beside ``log`` (:func:`engine_logs`): the default unless a file is named (--log)."""
+        self.every_engine = log is None if every_engine is None else every_engine  # :func:`engine_logs`
         self.log, self.requests = log, requests
-        self.since_s = since_s
-        """Window start, epoch seconds (None: everything)."""
+        self.since_s = since_s  # window start, epoch s (None: everything)
         self.threshold_ms = threshold_ms
         self.limit = limit
         self.rotated = rotated
 
 
 def default_paths() -> tuple[str, str]:
-    """Default log files from the settings (imported lazily: pydantic-settings costs ~0.3 s of start-up): the
-    serving engine's log and the request log."""
+    """The serving engine's log and the request log from the settings (imported lazily: ~0.3 s)."""
     from core.settings import get_settings
 
     settings = get_settings()
@@ -57,10 +51,8 @@ def default_paths() -> tuple[str, str]:
 
 
 def engine_logs(serving: str) -> list[str]:
-    """Every vLLM log beside ``serving`` (``vllm.log``, ``vllm-b.log`` of the blue/green switch's other slot,
-    ``vllm-1.log`` … of replicas), the serving one last: after ``./start_vllm.sh`` the serving engine writes
-    ``vllm-b.log`` and the first engine's requests and warnings stay in ``vllm.log`` (a fresh user's ``--stats``
-    then covered the new engine only). Just ``serving`` when no other exists."""
+    """Every vLLM log beside ``serving`` (``vllm-b.log`` after a switch, ``vllm-1.log`` … of replicas), the serving
+    one last."""
     folder = os.path.dirname(serving) or "."
     others = sorted(
         os.path.join(folder, name) for name in os.listdir(folder) if name.startswith("vllm") and name.endswith(".log")
