@@ -223,16 +223,13 @@ def compare_form(choices: list[str], chosen: str | None) -> str:
     """The ``GET /compare`` form: two lists of ``choices`` (names and ids), A preselected to ``chosen``."""
 
     def select(field: str, selected: str | None) -> str:
-        options = "".join(
-            f'<option value="{html.escape(v)}"{" selected" if v == selected else ""}>{html.escape(v)}</option>'
-            for v in choices
-        )
+        options = "".join(f'<option value="{_e(c)}"{" selected" if c == selected else ""}>{_e(c)}</option>'
+                          for c in choices)  # fmt: skip
         return f'<label>{field.upper()} <select name="{field}">{options}</select></label> '
 
-    return (
-        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Compare</title><style>{STYLE}</style>'
-        "</head><body><h1>Compare two results</h1><form method=\"get\" action=\"/compare\">"
-        f'{select("a", chosen)}{select("b", None)}<button type="submit">Compare B with A</button></form>'
+    return page("Compare", [
+        '<h1>Compare two results</h1><form method="get" action="/compare">'
+        f'{select("a", chosen)}{select("b", None)}<button type="submit">Compare B with A</button></form>',
         '<p class="muted">Baseline names, series and reports. The same comparison from a shell: '
-        "<code>make compare A=… B=…</code> (also written to reports/).</p></body></html>"
-    )
+        "<code>make compare A=… B=…</code> (also written to reports/).</p>",
+    ])  # fmt: skip

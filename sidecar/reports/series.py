@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from core.api import BuildSeriesRequest, BuildSeriesResponse, CompareRequest, CompareResponse
 from core.comparison import ABComparison, Side, compare_points, compare_sides, environment_notes, prefix_cache_notes
@@ -27,18 +26,13 @@ from core.series_stats import (
 from core.settings import Settings
 from sidecar.render.files import compare_files, series_files
 from sidecar.reports.baselines import BaselineStore
-from sidecar.reports.store import ReportStore, ResultStore, utc_now_iso, validate_report_id
+from sidecar.reports.store import ReportStore, ResultStore, new_id, utc_now_iso, validate_report_id
 
 IDS_HINT = "`make history` lists the ids (over HTTP: GET /reports, GET /series)"
 
 
 class UnknownResult(LookupError):
     """A reference names no report, series or baseline; the message lists what exists."""
-
-
-def new_id(prefix: str, now: datetime | None = None) -> str:
-    """``<prefix>_YYYYMMDD_HHMMSS`` in local time, as report ids."""
-    return f"{prefix}_{(now or datetime.now()).strftime('%Y%m%d_%H%M%S')}"
 
 
 @dataclass

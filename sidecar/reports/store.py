@@ -26,9 +26,9 @@ Model = TypeVar("Model", bound=BaseModel)
 REPORT_ID_RE = re.compile(r"benchmark_report_[0-9]{8}_[0-9]{6}(?:_[0-9]{1,4})?")  # fullmatch: no trailing newline
 
 
-def new_report_id(now: datetime | None = None) -> str:
-    """``benchmark_report_YYYYMMDD_HHMMSS`` in local time (the seed's naming)."""
-    return f"benchmark_report_{(now or datetime.now()).strftime('%Y%m%d_%H%M%S')}"
+def new_id(prefix: str, now: datetime | None = None) -> str:
+    """``<prefix>_YYYYMMDD_HHMMSS`` in local time (the seed's naming)."""
+    return f"{prefix}_{(now or datetime.now()).strftime('%Y%m%d_%H%M%S')}"
 
 
 def validate_report_id(report_id: str) -> str:

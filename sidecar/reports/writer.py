@@ -31,7 +31,7 @@ from sidecar.reports.logfacts import read_log_facts
 from sidecar.reports.profiles import collect_traces, trace_paths
 from sidecar.reports.retention import Retention, prune
 from sidecar.reports.rows_link import RunRows, read_run_rows
-from sidecar.reports.store import ReportStore, new_report_id, utc_now_iso
+from sidecar.reports.store import ReportStore, new_id, utc_now_iso
 from sidecar.sampling.enginemetrics import EngineMetricsReader
 from sidecar.sampling.gpu import GpuInfo, GpuReader, open_gpu_reader
 from sidecar.sampling.peers import peer_resources
@@ -280,7 +280,7 @@ class ReportService:
             report = build_report(
                 request,
                 rows.records,
-                report_id=new_report_id(),
+                report_id=new_id("benchmark_report"),
                 timestamp=utc_now_iso(),
                 environment=environment,
                 resources=resources,
