@@ -9,10 +9,6 @@ import sys
 from core.pipes import guard_stdout
 from core.timeparse import SINCE_HELP, parse_since
 
-TYPE_CHECKING = False  # typing itself is not imported: start-up time counts (``--errors`` is timed against grep)
-if TYPE_CHECKING:
-    from logtools.reports import Request
-
 USAGE = f"""\
 usage: ./log_analyze.sh --errors|--slow|--stats [--json] [--since WHEN] [--threshold-ms MS]
                           [--limit N] [--tracebacks] [--log FILE] [--requests FILE] [--logs-dir DIR] [--no-rotated]
@@ -48,18 +44,19 @@ class UsageError(Exception):
 
 
 class Options:
-    """The parsed command line."""
+    """The parsed command line: what :func:`logtools.reports.make_reports` reports (files None: the settings')."""
 
     def __init__(self) -> None:
         self.errors = self.slow = self.stats = False
         self.json = self.tracebacks = self.help = False
         self.rotated = True
-        self.since_s: float | None = None
+        self.since_s: float | None = None  # window start, epoch s (None: everything)
         self.threshold_ms = 1000.0
         self.limit = 20
         self.log: str | None = None
         self.requests: str | None = None
         self.logs_dir: str | None = None
+        self.every_engine = True  # every vLLM log beside ``log`` (:func:`logtools.reports.engine_logs`)
 
 
 def _number(option: str, value: str, kind: type[float] | type[int], example: str) -> float:
@@ -110,6 +107,10 @@ def parse_args(argv: list[str]) -> Options:
             setattr(options, name, value)
     if not (options.help or options.errors or options.slow or options.stats):
         raise UsageError("choose a report: --errors, --slow and/or --stats")
+    options.every_engine = options.log is None  # --logs-dir alone: every vLLM log there, as by default
+    if options.logs_dir:  # the folder of both logs unless --log or --requests name a file
+        options.log = options.log or os.path.join(options.logs_dir, "vllm.log")
+        options.requests = options.requests or os.path.join(options.logs_dir, "requests.jsonl")
     return options
 
 
@@ -145,25 +146,6 @@ def _getopt(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
         raise UsageError(str(exc)) from None
 
 
-def request_of(options: Options) -> Request:
-    """What to report for ``options`` (``--logs-dir``: both logs' folder unless ``--log``/``--requests`` name one)."""
-    from logtools.reports import Request
-
-    logs_dir = options.logs_dir
-    return Request(
-        errors=options.errors,
-        slow=options.slow,
-        stats=options.stats,
-        log=options.log or (os.path.join(logs_dir, "vllm.log") if logs_dir else None),
-        requests=options.requests or (os.path.join(logs_dir, "requests.jsonl") if logs_dir else None),
-        since_s=options.since_s,
-        threshold_ms=options.threshold_ms,
-        limit=options.limit,
-        rotated=options.rotated,
-        every_engine=options.log is None,  # --logs-dir alone: every vLLM log there, as by default
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 done, 2 bad input)."""
     guard_stdout()
@@ -178,9 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from logtools.reports import InputError, make_reports
 
-    request = request_of(options)
     try:
-        reports = make_reports(request)
+        reports = make_reports(options)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -8,38 +8,15 @@ import os
 from core.logfiles import ReadStats, StrPath, rotated_family
 from core.timeparse import epoch_to_iso
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing itself is not imported: start-up time counts (``--errors`` is timed against grep)
 if TYPE_CHECKING:
     from typing import Any
+
+    from logtools.cli import Options
 
 
 class InputError(Exception):
     """Bad input from the user (a needed file is missing); the message says which and what to do."""
-
-
-class Request:
-    """What to report: the reports asked for, the files (None: the settings' defaults) and the knobs."""
-
-    def __init__(
-        self,
-        errors: bool = False,
-        slow: bool = False,
-        stats: bool = False,
-        log: StrPath | None = None,
-        requests: StrPath | None = None,
-        since_s: float | None = None,
-        threshold_ms: float = 1000.0,
-        limit: int = 20,
-        rotated: bool = True,
-        every_engine: bool | None = None,
-    ) -> None:
-        self.errors, self.slow, self.stats = errors, slow, stats
-        self.every_engine = log is None if every_engine is None else every_engine  # :func:`engine_logs`
-        self.log, self.requests = log, requests
-        self.since_s = since_s  # window start, epoch s (None: everything)
-        self.threshold_ms = threshold_ms
-        self.limit = limit
-        self.rotated = rotated
 
 
 def default_paths() -> tuple[str, str]:
@@ -135,7 +112,7 @@ def read_requests(files: list[str], since_s: float | None, threshold_ms: float, 
     return {"source": source, "stats": totals.summary(since_s), "slow": slowest.summary()}
 
 
-def make_reports(request: Request) -> dict[str, Any]:
+def make_reports(request: Options) -> dict[str, Any]:
     """The asked-for reports keyed by name (``errors``, ``slow``, ``stats``). Raises InputError: a needed file is
     missing (for ``stats``: a file given explicitly, or both defaults)."""
     wants_log, wants_requests = request.errors or request.stats, request.slow or request.stats
