@@ -183,11 +183,5 @@ def render_stats(report: dict[str, Any]) -> list[str]:
 
 def render(reports: dict[str, Any], tracebacks: bool = False) -> str:
     """All reports as text, separated by blank lines, ending with a newline."""
-    sections = []
-    if "errors" in reports:
-        sections.append(render_errors(reports["errors"], tracebacks))
-    if "slow" in reports:
-        sections.append(render_slow(reports["slow"]))
-    if "stats" in reports:
-        sections.append(render_stats(reports["stats"]))
-    return "\n\n".join("\n".join(lines) for lines in sections) + "\n"
+    renderers = {"errors": lambda r: render_errors(r, tracebacks), "slow": render_slow, "stats": render_stats}
+    return "\n\n".join("\n".join(renderers[name](report)) for name, report in reports.items()) + "\n"

@@ -55,16 +55,8 @@ def missing_requests(path: StrPath) -> str:
 
 
 def read_facts(read: ReadStats, skipped: list[str] | None = None) -> dict[str, Any]:
-    """Files read, bytes, cut or skipped lines and problems, JSON-ready."""
-    return {
-        "files": read.files,
-        "bytes_read": read.bytes_read,
-        "overlong_lines": read.overlong_lines,
-        "partial_lines_skipped": read.partial_lines_skipped,
-        "shrunk_files": read.shrunk_files,
-        "problems": read.problems,
-        "skipped_older_than_since": skipped or [],
-    }
+    """Files read, bytes, cut or skipped lines and problems (every field of ``read``), JSON-ready."""
+    return {**vars(read), "skipped_older_than_since": skipped or []}
 
 
 def scan_log(files: list[str], stats: bool, since_s: float | None, limit: int) -> dict[str, Any]:
@@ -82,14 +74,7 @@ def scan_log(files: list[str], stats: bool, since_s: float | None, limit: int) -
     result = scanner.scan(files)
     out: dict[str, Any] = {"source": read_facts(result.read, result.skipped_files), "errors": groups.summary(limit)}
     if engine is not None:
-        http = result.http
-        out["engine"] = engine.summary()
-        out["lines"] = result.lines
-        out["http"] = {
-            "inference_requests": http.inference_requests,
-            "status_4xx": http.status_4xx,
-            "status_5xx": http.status_5xx,
-        }
+        out.update(engine=engine.summary(), lines=result.lines, http=dict(vars(result.http)))
     return out
 
 
