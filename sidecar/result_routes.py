@@ -76,14 +76,11 @@ def result_router(svc: ReportService, series: SeriesService, writes: Sequence[pa
         """Mark a report (default: the latest) as baseline ``name``; later reports are compared with it."""
         with answers():
             report, previous = svc.mark_baseline(name, body.report_id if body else None)
+        m = report.metrics
         return BaselineMarked(
-            name=name,
-            report_id=report.report_id,
-            timestamp=report.timestamp,
-            throughput_req_per_sec=report.metrics.throughput_req_per_sec,
-            latency_p99_ms=report.metrics.latency_p99_ms,
-            previous_id=previous,
-        )
+            name=name, report_id=report.report_id, timestamp=report.timestamp, previous_id=previous,
+            throughput_req_per_sec=m.throughput_req_per_sec, latency_p99_ms=m.latency_p99_ms,
+        )  # fmt: skip
 
     @router.delete("/baselines/{name}", status_code=204, dependencies=guarded)
     def forget_baseline(name: str) -> Response:

@@ -72,12 +72,10 @@ def _logs(report: Report) -> str:
     logs = report.logs
     if not logs.found:
         return f"<p>{_e(logs.log_file)} not found.</p>"
-    rows = [
-        ("Warnings in window", str(len(logs.warnings_in_window))),
-        ("Errors in window", str(len(logs.errors_in_window))),
-    ]
     errors = "".join(f"<li><code>{_e(line)}</code></li>" for line in logs.errors_in_window[:20])
-    return _pairs(rows) + (f"<ul>{errors}</ul>" if errors else "")
+    counts = _pairs([("Warnings in window", str(len(logs.warnings_in_window))),
+                     ("Errors in window", str(len(logs.errors_in_window)))])  # fmt: skip
+    return counts + (f"<ul>{errors}</ul>" if errors else "")
 
 
 def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
@@ -122,15 +120,12 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
     environment = v.environment_rows(report.environment, report.resources.gpu_unavailable_reason)
     sections += ["<h2>Environment</h2>", _pairs(environment)]
     sections += ["<h2>Configuration</h2>", _pairs(v.config_rows(report.config)), "<h2>vLLM log</h2>", _logs(report)]
-    sections.append(
-        f'<p class="muted">Files: {_e(report.report_id)}.json, {_e(report.requests_file)}'
-        + (f", {_e(report.markdown_file)}" if report.markdown_file else "")
-        + "</p>"
-    )
-    sections.append(
+    markdown = f", {_e(report.markdown_file)}" if report.markdown_file else ""
+    sections += [
+        f'<p class="muted">Files: {_e(report.report_id)}.json, {_e(report.requests_file)}{markdown}</p>',
         f'<p class="muted">Compare with another run: <code>make compare A={_e(report.report_id)} B=…</code>, or the '
-        "sidecar's <code>/compare</code> page (both curves and every difference side by side).</p>"
-    )
+        "sidecar's <code>/compare</code> page (both curves and every difference side by side).</p>",
+    ]
     return page(report.report_id, sections)
 
 

@@ -110,6 +110,7 @@ class ResultStore(Generic[Model]):
         for n in range(1, 1000):
             result_id = base if n == 1 else f"{base}_{n}"
             written: list[Path] = []
+            path = None
             try:
                 if rows is not None:
                     target = self.root / f"{result_id}.requests.jsonl"
@@ -123,14 +124,12 @@ class ResultStore(Generic[Model]):
                             continue
                     written.append(target)
                 path = self._write_rest(result, result_id, render, rows is not None, written)
-            except BaseException:
-                for leftover in written:
-                    leftover.unlink(missing_ok=True)
-                raise
+            finally:
+                if path is None:  # a name was taken, or the write failed: nothing of this try stays
+                    for leftover in written:
+                        leftover.unlink(missing_ok=True)
             if path is not None:
                 return path
-            for leftover in written:
-                leftover.unlink(missing_ok=True)
         raise RuntimeError(f"could not find a free {self.prefix} id")
 
     def _write_rest(
