@@ -29,8 +29,7 @@ from sidecar.result_routes import result_router
 from sidecar.sampling.windows import UnknownWindow
 
 log = logging.getLogger(__name__)
-MAX_PEER_WINDOW_S = 7 * 86400.0
-"""Longest window ``GET /resources/window`` summarises, s (a week; the ring buffer holds less anyway)."""
+MAX_PEER_WINDOW_S = 7 * 86400.0  # longest window summarised, s (the ring buffer holds less anyway)
 
 
 def create_app(settings: Settings | None = None, service: ReportService | None = None) -> FastAPI:

@@ -140,11 +140,6 @@ class ReportService:
         return latest_start(self.settings.vllm_log_file, read_engine_state(self.settings.engine_state_file))
 
     @property
-    def gpu_names(self) -> list[str]:
-        """Model name of each GPU read, in NVML order (empty without NVML)."""
-        return list(self._gpu_info.names) if self._gpu_info else []
-
-    @property
     def gpu_names_by_index(self) -> dict[int, str]:
         """Model name of each GPU read, by NVML index."""
         return self._gpu_info.name_by_index() if self._gpu_info else {}
@@ -157,7 +152,7 @@ class ReportService:
         return {
             "t": sample.t,
             "gpus": [g.model_dump() for g in sample.gpus],
-            "gpu_names": self.gpu_names,
+            "gpu_names": list(self._gpu_info.names) if self._gpu_info else [],
             "gpu_mem_used_gb": sample.gpu_mem_used_gb,
             "gpu_unavailable_reason": self.gpu_reason,
             "vllm_rss_gb": sample.vllm_rss_gb,
