@@ -138,12 +138,6 @@ def page(title: str, sections: list[str]) -> str:
     )
 
 
-def _compare_hint(result_id: str, sidecar_url: str | None) -> str:
-    page = f'<a href="{_e(sidecar_url)}/compare?a={_e(result_id)}">compare page</a>'
-    link = f" or the sidecar's {page}" if sidecar_url else ""
-    return f'<p class="muted">Compare with another result: <code>make compare A={_e(result_id)} B=…</code>{link}.</p>'
-
-
 def series_html(series: SeriesReport, sidecar_url: str | None = None) -> str:
     """The series report page: knee, point table, curves, comparisons, environment, configuration."""
     e = series.environment
@@ -186,7 +180,10 @@ def series_html(series: SeriesReport, sidecar_url: str | None = None) -> str:
     sections += [f"<p>{_e(n)}</p>" for n in series.notes]
     sections += ["<h2>Environment</h2>", _pairs(v.environment_rows(series.environment))]
     sections += ["<h2>Configuration (the plan every point started from)</h2>", _pairs(v.config_rows(series.config))]
-    sections.append(_compare_hint(series.series_id, sidecar_url))
+    form = f'<a href="{_e(sidecar_url)}/compare?a={_e(series.series_id)}">compare page</a>'
+    link = f" or the sidecar's {form}" if sidecar_url else ""
+    sections.append(f'<p class="muted">Compare with another result: <code>make compare A={_e(series.series_id)} '
+                    f"B=…</code>{link}.</p>")  # fmt: skip
     return page(series.series_id, sections)
 
 
