@@ -8,6 +8,7 @@ import sys
 
 from core.pipes import guard_stdout
 from core.timeparse import SINCE_HELP, parse_since
+from logtools.reports import InputError, Request, make_reports
 
 USAGE = f"""\
 usage: ./log_analyze.sh --errors|--slow|--stats [--json] [--since WHEN] [--threshold-ms MS]
@@ -43,22 +44,6 @@ class UsageError(Exception):
     """A bad command line; the message says what is wrong."""
 
 
-class Options:
-    """The parsed command line: what :func:`logtools.reports.make_reports` reports (files None: the settings')."""
-
-    def __init__(self) -> None:
-        self.errors = self.slow = self.stats = False
-        self.json = self.tracebacks = self.help = False
-        self.rotated = True
-        self.since_s: float | None = None  # window start, epoch s (None: everything)
-        self.threshold_ms = 1000.0
-        self.limit = 20
-        self.log: str | None = None
-        self.requests: str | None = None
-        self.logs_dir: str | None = None
-        self.every_engine = True  # every vLLM log beside ``log`` (:func:`logtools.reports.engine_logs`)
-
-
 def _number(option: str, value: str, kind: type[float] | type[int], example: str) -> float:
     try:
         return kind(value)
@@ -66,7 +51,7 @@ def _number(option: str, value: str, kind: type[float] | type[int], example: str
         raise UsageError(f"{option} {value!r} is not a number; e.g. {option} {example}") from None
 
 
-def parse_args(argv: list[str]) -> Options:
+def parse_args(argv: list[str]) -> Request:
     """Parse ``argv`` (without the program name). Raises UsageError: unknown option, missing value, unparsable
     ``--since``/number, stray argument or no report."""
     own = {"--" + name.rstrip("=") for name in _LONG} | {"-h"}
@@ -79,7 +64,7 @@ def parse_args(argv: list[str]) -> Options:
     pairs, rest = _whole_names(argv) or _getopt(argv)
     if rest:
         raise UsageError(f"unexpected argument {rest[0]!r} (files go after --log or --requests)")
-    options = Options()
+    options = Request()
     for option, value in pairs:
         name = option.lstrip("-").replace("-", "_")
         if option in ("-h", "--help"):
@@ -158,8 +143,6 @@ def main(argv: list[str] | None = None) -> int:
     if options.help:
         sys.stdout.write(USAGE)
         return 0
-    from logtools.reports import InputError, make_reports
-
     try:
         reports = make_reports(options)
     except InputError as exc:

@@ -12,11 +12,25 @@ TYPE_CHECKING = False  # typing itself is not imported: start-up time counts (``
 if TYPE_CHECKING:
     from typing import Any
 
-    from logtools.cli import Options
-
 
 class InputError(Exception):
     """Bad input from the user (a needed file is missing); the message says which and what to do."""
+
+
+class Request:
+    """What to report: the parsed command line (:func:`logtools.cli.parse_args`; files None: the settings')."""
+
+    def __init__(self) -> None:
+        self.errors = self.slow = self.stats = False
+        self.json = self.tracebacks = self.help = False
+        self.rotated = True
+        self.since_s: float | None = None  # window start, epoch s (None: everything)
+        self.threshold_ms = 1000.0
+        self.limit = 20
+        self.log: str | None = None
+        self.requests: str | None = None
+        self.logs_dir: str | None = None
+        self.every_engine = True  # every vLLM log beside ``log`` (:func:`engine_logs`)
 
 
 def default_paths() -> tuple[str, str]:
@@ -97,7 +111,7 @@ def read_requests(files: list[str], since_s: float | None, threshold_ms: float, 
     return {"source": source, "stats": totals.summary(since_s), "slow": slowest.summary()}
 
 
-def make_reports(request: Options) -> dict[str, Any]:
+def make_reports(request: Request) -> dict[str, Any]:
     """The asked-for reports keyed by name (``errors``, ``slow``, ``stats``). Raises InputError: a needed file is
     missing (for ``stats``: a file given explicitly, or both defaults)."""
     wants_log, wants_requests = request.errors or request.stats, request.slow or request.stats
