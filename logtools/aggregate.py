@@ -1,9 +1,5 @@
-"""Pure aggregation of parsed log data: engine stats, request stats, slowest requests (error groups: ``groups``).
-
-Each aggregator takes items one at a time and keeps bounded state whatever the input's length (sums and maxima, the
-top N, error causes and sources up to a cap, latency percentiles in a sketch of known error:
-:mod:`logtools.quantiles`), then ``summary()`` gives a JSON-ready dict.
-"""
+"""Pure aggregation of parsed log data in bounded state: engine stats, request stats, slowest requests; each
+``summary()`` gives a JSON-ready dict."""
 
 from __future__ import annotations
 
@@ -19,8 +15,7 @@ from engine.vllmlog.grammar import METRIC_FIELDS, normalise
 from logtools.quantiles import StreamingQuantiles
 
 MAX_ERROR_CAUSES = 200
-MAX_SOURCES = 50
-"""Distinct ``source`` values counted; later new ones are counted as ``(other)``."""
+MAX_SOURCES = 50  # later new ``source`` values count as ``(other)``
 
 
 @dataclass
@@ -55,8 +50,7 @@ class EngineSummary:
         self.last_s: float | None = None
 
     def add_rows(self, rows: list[tuple[bytes, ...]], first_s: float | None, last_s: float | None) -> None:
-        """Rows of :data:`~engine.vllmlog.grammar.METRICS_RE` groups, oldest first, and the times of the first
-        and last row (epoch seconds or None)."""
+        """Rows of :data:`~engine.vllmlog.grammar.METRICS_RE` groups, oldest first; times of the first and last."""
         self.samples += len(rows)
         columns = list(zip(*rows, strict=True))
         for name, column in zip(METRIC_FIELDS, columns, strict=True):
@@ -72,8 +66,7 @@ class EngineSummary:
             self.last_s = last_s if self.last_s is None else max(self.last_s, last_s)
 
     def summary(self) -> dict[str, Any]:
-        """Samples, time span and mean/max/last of each figure; ``busy_generation_tokens_per_s`` averages only the
-        samples with running requests; ``kv_cache_device`` is the device the KV cache figure is about."""
+        """Samples, time span and mean/max/last of each figure (``busy_generation_tokens_per_s``: while busy)."""
         return {
             "samples": self.samples,
             "first": epoch_to_iso(self.first_s),
@@ -86,9 +79,7 @@ class EngineSummary:
 
 @dataclass
 class RequestStats:
-    """Requests, error rate, latency percentiles (ms) and token throughput (tokens/s) over the records seen, in
-    memory that does not grow with the number of records (percentiles within
-    :data:`~logtools.quantiles.RELATIVE_ACCURACY` of the exact ones)."""
+    """Requests, error rate, latency percentiles (ms, :mod:`logtools.quantiles`) and token throughput (tokens/s)."""
 
     total: int = 0
     ok: int = 0
@@ -128,8 +119,7 @@ class RequestStats:
         self.last_end_s = record.end_s if self.last_end_s is None else max(self.last_end_s, record.end_s)
 
     def summary(self, since_s: float | None = None) -> dict[str, Any]:
-        """JSON-ready stats. The window runs from the first request's start (not before ``since_s``) to the last
-        request's end; token rates are totals divided by its length in seconds."""
+        """JSON-ready stats over the window from the first start (not before ``since_s``) to the last end."""
         window_s = None
         start_s = self.first_start_s
         if start_s is not None and since_s is not None:
@@ -157,15 +147,12 @@ class RequestStats:
 
 
 MAX_CAUSE_CHARS = 40
-MAX_LEFT_OUT_CAUSES = 20
-"""Distinct causes of the requests ``--slow`` leaves out; later new ones are counted as ``(other)``."""
+MAX_LEFT_OUT_CAUSES = 20  # later new causes count as ``(other)``
 
 
 def failure_cause(record: RequestLogLine) -> str:
-    """What ended a request that did not finish, in a word or few: ``cancelled`` (the reader or the run's end
-    stopped it), ``timeout`` (any cause naming a time-out: the benchmark's ``timeout: no chunk within 300 s``, the
-    UI's ``timeout after 300 s``), else the error's head before its first colon (a benchmark row's error kind,
-    ``connection``, ``http_status``; the UI's ``backend down``, ``HTTP 500``) when short, else ``error``."""
+    """What ended an unfinished request: ``cancelled``, ``timeout`` (any cause naming one), else the error's head
+    before its first colon when short (``connection``, ``HTTP 500``), else ``error``."""
     if record.status == "cancelled":
         return "cancelled"
     head = (record.error or "").split(":", 1)[0].strip()
@@ -176,9 +163,8 @@ def failure_cause(record: RequestLogLine) -> str:
 
 
 class SlowRequests:
-    """Finished requests (status ``ok``) whose ``total_ms`` exceeds ``threshold_ms``: all counted, the ``keep``
-    slowest kept. Requests that did not finish (errors, time-outs, cancellations) are no latency to rank (a time-out
-    is as "slow" as its limit): they are left out, counted by cause (:func:`failure_cause`)."""
+    """Finished requests slower than ``threshold_ms``: all counted, the ``keep`` slowest kept; unfinished ones are
+    no latency to rank, counted by cause (:func:`failure_cause`)."""
 
     def __init__(self, threshold_ms: float, keep: int) -> None:
         self.threshold_ms = threshold_ms
@@ -191,8 +177,7 @@ class SlowRequests:
         self._order = itertools.count()
 
     def add(self, record: RequestLogLine) -> None:
-        """Consider one record: a finished one is ranked (without ``total_ms`` it cannot be slow), any other is
-        counted by its cause."""
+        """Rank a finished record, count any other by its cause."""
         self.considered += 1
         if record.status != "ok":
             cause = failure_cause(record)
@@ -210,8 +195,7 @@ class SlowRequests:
             heapq.heapreplace(self._heap, item)
 
     def summary(self) -> dict[str, Any]:
-        """Threshold, counts (all requests read, the finished ones ranked, the slow ones among them, those left out
-        by cause, most first) and the slowest finished requests, slowest first."""
+        """Threshold, counts (read, finished, slow, left out by cause) and the slowest finished requests."""
         slowest = sorted(self._heap, key=lambda item: (-item[0], item[1]))
         return {
             "threshold_ms": self.threshold_ms,

@@ -1,11 +1,5 @@
-"""Command line of the log analyzer: ``python -m logtools --errors|--slow|--stats [options]``.
-
-Exit status: 0 when the reports were made, 2 on bad input (unknown option, unparsable ``--since`` or number, missing
-file); the message says what was wrong and what to do. Several reports can be asked at once; ``--json`` prints one
-object keyed by report name (``{"errors": {...}, "stats": {...}}``). Options are parsed with ``getopt``: argparse
-alone would cost ~10 ms of the ~0.1 s that ``--errors`` takes on a 45 MB log; a command line of whole option names
-does not even import ``getopt`` (:func:`_whole_names`).
-"""
+"""Command line of the log analyzer: ``python -m logtools --errors|--slow|--stats [options]``; exit 0 done, 2 bad
+input. Parsed with ``getopt`` (argparse costs ~10 ms of ``--errors``' ~0.1 s), or without (:func:`_whole_names`)."""
 
 from __future__ import annotations
 
@@ -14,10 +8,7 @@ import sys
 
 from core.pipes import guard_stdout
 from core.timeparse import SINCE_HELP, parse_since
-
-TYPE_CHECKING = False  # typing itself is not imported: start-up time counts (``--errors`` is timed against grep)
-if TYPE_CHECKING:
-    from logtools.reports import Request
+from logtools.reports import InputError, Request, make_reports
 
 USAGE = f"""\
 usage: ./log_analyze.sh --errors|--slow|--stats [--json] [--since WHEN] [--threshold-ms MS]
@@ -53,21 +44,6 @@ class UsageError(Exception):
     """A bad command line; the message says what is wrong."""
 
 
-class Options:
-    """The parsed command line."""
-
-    def __init__(self) -> None:
-        self.errors = self.slow = self.stats = False
-        self.json = self.tracebacks = self.help = False
-        self.rotated = True
-        self.since_s: float | None = None
-        self.threshold_ms = 1000.0
-        self.limit = 20
-        self.log: str | None = None
-        self.requests: str | None = None
-        self.logs_dir: str | None = None
-
-
 def _number(option: str, value: str, kind: type[float] | type[int], example: str) -> float:
     try:
         return kind(value)
@@ -75,12 +51,9 @@ def _number(option: str, value: str, kind: type[float] | type[int], example: str
         raise UsageError(f"{option} {value!r} is not a number; e.g. {option} {example}") from None
 
 
-def parse_args(argv: list[str]) -> Options:
-    """Parse ``argv`` (without the program name).
-
-    Raises:
-        UsageError: unknown option, missing value, unparsable ``--since``/number, stray argument or no report.
-    """
+def parse_args(argv: list[str]) -> Request:
+    """Parse ``argv`` (without the program name). Raises UsageError: unknown option, missing value, unparsable
+    ``--since``/number, stray argument or no report."""
     own = {"--" + name.rstrip("=") for name in _LONG} | {"-h"}
     if any(a.startswith("--") and a.split("=", 1)[0] not in own for a in argv):
         from core.flags import refusal  # only then: the settings cost start-up time
@@ -91,7 +64,7 @@ def parse_args(argv: list[str]) -> Options:
     pairs, rest = _whole_names(argv) or _getopt(argv)
     if rest:
         raise UsageError(f"unexpected argument {rest[0]!r} (files go after --log or --requests)")
-    options = Options()
+    options = Request()
     for option, value in pairs:
         name = option.lstrip("-").replace("-", "_")
         if option in ("-h", "--help"):
@@ -119,13 +92,16 @@ def parse_args(argv: list[str]) -> Options:
             setattr(options, name, value)
     if not (options.help or options.errors or options.slow or options.stats):
         raise UsageError("choose a report: --errors, --slow and/or --stats")
+    options.every_engine = options.log is None  # --logs-dir alone: every vLLM log there, as by default
+    if options.logs_dir:  # the folder of both logs unless --log or --requests name a file
+        options.log = options.log or os.path.join(options.logs_dir, "vllm.log")
+        options.requests = options.requests or os.path.join(options.logs_dir, "requests.jsonl")
     return options
 
 
 def _whole_names(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]] | None:
-    """What ``getopt.gnu_getopt`` makes of a command line of whole long option names (what scripts and users type),
-    without importing it (it imports ``gettext``: ~1 ms of a start-up that is timed against grep); None for anything
-    else (abbreviations, ``-h``, ``--``, a bare argument, a mistake), which :func:`_getopt` parses."""
+    """What ``getopt.gnu_getopt`` makes of whole long option names, without importing it (~1 ms of ``gettext``);
+    None for anything else, which :func:`_getopt` parses."""
     pairs = []
     index = 0
     while index < len(argv):
@@ -145,36 +121,14 @@ def _whole_names(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]] | N
 
 
 def _getopt(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
-    """``getopt.gnu_getopt`` of ``argv``.
-
-    Raises:
-        UsageError: what getopt found wrong (unknown or ambiguous option, missing or unexpected value)."""
+    """``getopt.gnu_getopt`` of ``argv``. Raises UsageError: what getopt found wrong (unknown or ambiguous option,
+    missing or unexpected value)."""
     import getopt
 
     try:
         return getopt.gnu_getopt(argv, "h", _LONG)
     except getopt.GetoptError as exc:
         raise UsageError(str(exc)) from None
-
-
-def request_of(options: Options) -> Request:
-    """What to report for ``options``; ``--logs-dir`` names the folder of both logs unless ``--log`` or
-    ``--requests`` name a file."""
-    from logtools.reports import Request
-
-    logs_dir = options.logs_dir
-    return Request(
-        errors=options.errors,
-        slow=options.slow,
-        stats=options.stats,
-        log=options.log or (os.path.join(logs_dir, "vllm.log") if logs_dir else None),
-        requests=options.requests or (os.path.join(logs_dir, "requests.jsonl") if logs_dir else None),
-        since_s=options.since_s,
-        threshold_ms=options.threshold_ms,
-        limit=options.limit,
-        rotated=options.rotated,
-        every_engine=options.log is None,  # --logs-dir alone: every vLLM log there, as by default
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,11 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     if options.help:
         sys.stdout.write(USAGE)
         return 0
-    from logtools.reports import InputError, make_reports
-
-    request = request_of(options)
     try:
-        reports = make_reports(request)
+        reports = make_reports(options)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

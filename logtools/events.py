@@ -25,8 +25,7 @@ class ErrorEvent:
     ) -> None:
         self.level = level
         self.stamp_s = stamp_s
-        """The record's own time stamp; for a line without one, the time of the nearest stamped line before it
-        (:attr:`stamp_before` True); None when no line before it has a stamp (never the time of the analysis)."""
+        """The record's stamp, else the nearest stamped line's before it (:attr:`stamp_before`), else None."""
         self.stamp_before = stamp_before
         self.process = process
         self.source = source
@@ -36,7 +35,7 @@ class ErrorEvent:
         self.exception = exception
         """The traceback's last exception line (``ValueError: ...``), None without traceback."""
         self.traceback_raw = traceback_raw or []
-        """Traceback lines as read (decoded only when shown: most events are counted, few are printed)."""
+        """Traceback lines as read (decoded only when shown)."""
 
     def traceback_text(self) -> list[str]:
         """The traceback lines as printable text."""

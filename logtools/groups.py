@@ -1,8 +1,5 @@
-"""Pure grouping of :class:`~logtools.events.ErrorEvent` s into counted groups with one example each.
-
-Events share a group when level, source (``file.py:line``) and message and exception agree once tokens holding
-digits are masked (request ids, token counts, pids). Memory is bounded by :data:`MAX_GROUPS`.
-"""
+"""Pure grouping of :class:`~logtools.events.ErrorEvent` s: one group per level, source, and message and exception
+with digit-holding tokens masked; one example each, at most :data:`MAX_GROUPS`."""
 
 from __future__ import annotations
 
@@ -42,8 +39,7 @@ class ErrorGroup:
         """:attr:`last_s` is the time of the stamped line before an event without a stamp of its own."""
 
     def add(self, stamp_s: float | None, stamp_before: bool = False) -> None:
-        """Count one more event at ``stamp_s`` (epoch seconds, None: unknown; ``stamp_before``: the time of the
-        nearest stamped line before an event that has none)."""
+        """Count one more event at ``stamp_s`` (epoch s or None; ``stamp_before``: a line before's time)."""
         self.count += 1
         if stamp_s is not None:
             if self.first_s is None or stamp_s < self.first_s:

@@ -1,47 +1,30 @@
-"""The literal searches that find candidate lines for ``--errors`` in raw log bytes (:mod:`logtools.scan` parses
-only the lines they find with the full grammar, :mod:`engine.vllmlog.grammar`).
-
-Three searches, each at C speed: the level words (``memchr`` for their ``R``; ``re`` from the ``R`` where ``R`` is
-common), the bare error lines' `` error:`` (``bytes.find``) and ``Traceback (most recent`` (``memchr`` for its ``b``;
-``bytes.find`` where ``b`` is common). The byte after a ``memchr`` hit is tested before the word around it
-(an index costs a tenth of a ``startswith`` call), and a span where the letter was common is remembered for the next
-spans of the file (probed again every :data:`REPROBE_SPANS` spans), so that a log full of ``Running:`` stats lines
-does not pay :data:`MAX_R_MISSES` misses per span.
-"""
+"""The literal searches (at C speed) that find candidate lines for ``--errors`` in raw log bytes: the level words
+(``memchr`` for their rare ``R``), `` error:`` and ``Traceback (most recent`` (``memchr`` for its ``b``); where the
+letter is common in a file, a plain search instead, probed again every :data:`REPROBE_SPANS` spans."""
 
 from __future__ import annotations
 
 import re
 
 TRACEBACK_NEEDLE = b"Traceback (most recent"
-_TRACEBACK_B = TRACEBACK_NEEDLE.index(b"b")
-"""Offset of the needle's ``b``: a letter that access and stats lines lack, so ``memchr`` for it skips them."""
+_TRACEBACK_B = TRACEBACK_NEEDLE.index(b"b")  # access and stats lines lack a ``b``
 _AFTER_B = TRACEBACK_NEEDLE[_TRACEBACK_B + 1]
 MAX_B_MISSES = 64
 """``b`` s that are not a traceback after which a span is searched for the whole needle instead."""
 LEVEL_WORDS = (b"ERROR", b"WARNING", b"CRITICAL")
-"""The level words a problem line has; all have an ``R``, rare in access, stats and INFO lines (``memchr`` for it
-skips them), at offset 1, 2 and 1."""
+"""The level words a problem line has; their ``R`` (offset 1, 2, 1) is rare in access, stats and INFO lines."""
 _WORD_AFTER_R = {ord("R"): (b"ERROR", 1), ord("N"): (b"WARNING", 2), ord("I"): (b"CRITICAL", 1)}
-"""The level word whose ``R`` is followed by this byte, and that ``R``'s offset in it."""
-LEVEL_RE = re.compile(rb"R(?:ROR|NING|ITICAL)")
-"""The level words from their ``R`` (one literal first: ``re`` searches for it in C), where ``R`` is common."""
+LEVEL_RE = re.compile(rb"R(?:ROR|NING|ITICAL)")  # where ``R`` is common: ``re``'s literal search runs in C
 MAX_R_MISSES = 32
 """``R`` s that are not a level word after which a span is searched with :data:`LEVEL_RE` instead."""
 REPROBE_SPANS = 8
-"""Spans after which a file where a letter was common is searched with ``memchr`` for it again."""
 BARE_NEEDLE = b" error:"
-"""A literal every error line without a header has (:data:`~engine.vllmlog.grammar.BARE_ERROR_RE`: argparse's
-``<prog>: error: …``, ``Fatal Python error: …``), found with ``bytes.find``; searched apart from the level words, as
-one ``re`` alternation of all of them loses ``re``'s literal search and scans byte by byte (measured 10x slower).
-It ends with ``:``, rarer than the space that ends ``error: ``: ``bytes.find`` (two-way, skipping on the window's
-last byte) checks fewer windows, ~40% fewer instructions over a block."""
+"""A literal of every error line without a header (:data:`~engine.vllmlog.grammar.BARE_ERROR_RE`), searched apart
+from the level words (one ``re`` alternation of all was 10x slower); its ``:`` makes ``bytes.find`` ~40% cheaper."""
 
 
 class Needles:
-    """The searches of one scan, with what they learnt about the current file (which letters are common).
-
-    Offsets are into a span's buffer; a span holds whole lines (its last byte is a newline). Call
+    """The searches of one scan and which letters are common in the current file; spans hold whole lines. Call
     :meth:`start_file` before a file's first span and :meth:`start_span` before each span."""
 
     def __init__(self) -> None:
@@ -63,10 +46,8 @@ class Needles:
             self.start_file()
 
     def next_level(self, buf: bytes, start: int, stop: int) -> int:
-        """Offset of the next level word (:data:`LEVEL_WORDS`) in ``buf[start:stop]`` (whole lines), -1 if none:
-        ``memchr`` for ``R``, each hit checked for the word its next byte names; where ``R`` is common (more than
-        :data:`MAX_R_MISSES` misses, e.g. many stats lines with ``Running:``), the rest of the span is searched
-        with :data:`LEVEL_RE`, whose literal-prefix search runs in C."""
+        """Offset of the next level word in ``buf[start:stop]``, -1 if none: ``memchr`` for ``R``, each hit checked
+        by its next byte; past :data:`MAX_R_MISSES` misses the rest with :data:`LEVEL_RE`."""
         last = stop - 1  # a newline: the byte after a hit before it exists (and -1 would mean the buffer's end)
         if last <= start:
             return -1
@@ -90,12 +71,8 @@ class Needles:
         return -1 if match is None else match.start() - (2 if match[0] == b"RNING" else 1)
 
     def next_traceback(self, buf: bytes, start: int, stop: int) -> int:
-        """Offset of the next ``Traceback (most recent`` in ``buf[start:stop]`` (whole lines), -1 if none.
-
-        ``bytes.find`` of a 22-byte needle runs at about 2 GB/s, ``memchr`` for one byte several times faster; the
-        needle's ``b`` is rare in vLLM logs (access and stats lines have none), so its hits are checked one by one.
-        Where ``b`` is common (prompts logged as text), the file falls back to the plain search.
-        """
+        """Offset of the next ``Traceback (most recent`` in ``buf[start:stop]``, -1 if none: ``memchr`` for its rare
+        ``b`` (several times faster than ``bytes.find``'s ~2 GB/s), the plain search where ``b`` is common."""
         last = stop - 1  # as in next_level
         if last <= start:
             return -1

@@ -1,16 +1,9 @@
-"""Percentiles of a stream of latencies in bounded memory, with a stated error bound (DDSketch).
+"""Percentiles of a stream of latencies in bounded memory (~130 KB) with a stated error bound.
 
-DDSketch (Masson, Rim, Lee: "DDSketch: A Fast and Fully-Mergeable Quantile Sketch with Relative-Error Guarantees",
-VLDB 2019; Datadog's ``ddsketch`` package) files each value into a logarithmic bin; any value of a bin is returned
-within a relative error ``alpha`` of every value filed there. Percentiles here use the same definition as the
-reports (``core.stats``: linear interpolation between the two nearest ranks, numpy's ``linear``, ``statistics``'
-``inclusive``): both neighbours are read from the sketch, each within ``alpha`` of its exact value, so their
-interpolation is within ``alpha`` of the exact interpolated percentile.
-
-Bound: every percentile is within :data:`RELATIVE_ACCURACY` (0.5 %) of the exact one while the values span less than
-about 17 decades (:data:`MAX_BINS` bins; beyond that the lowest bins are merged, which only coarsens the lowest
-percentiles). Mean and maximum are exact. Memory: at most :data:`MAX_BINS` bins (~100 KB) and a batch of
-:data:`BATCH` values (32 KB), whatever the count.
+DDSketch (Masson, Rim, Lee, VLDB 2019; the ``ddsketch`` package) returns any value of a logarithmic bin within a
+relative error ``alpha``; percentiles interpolate linearly between the two nearest ranks as ``core.stats`` does, each
+read within ``alpha``, so every percentile is within :data:`RELATIVE_ACCURACY` of the exact one (over < 17 decades;
+beyond, the lowest bins merge). Mean and maximum are exact.
 """
 
 from __future__ import annotations
@@ -93,8 +86,7 @@ class StreamingQuantiles:
         return value
 
     def summary(self) -> dict[str, Any] | None:
-        """``p50``/``p90``/``p95``/``p99`` (within the relative accuracy, given as ``percentile_error_pct``), exact
-        ``mean`` and ``max``; None if empty."""
+        """``p50``..``p99`` (within ``percentile_error_pct``), exact ``mean`` and ``max``; None if empty."""
         self._flush()
         if self._count == 0:
             return None

@@ -83,8 +83,7 @@ def render_errors(report: dict[str, Any], tracebacks: bool = False) -> list[str]
 
 
 def render_slow(report: dict[str, Any]) -> list[str]:
-    """``--slow`` as text: the slowest finished requests over the threshold; those that did not finish (failed,
-    timed out, cancelled) are left out of the ranking and counted by cause on a line of their own."""
+    """``--slow`` as text: the slowest finished requests over the threshold; unfinished ones counted by cause."""
     source = report["requests_log"]
     out = [
         f"Finished requests slower than {_n(report['threshold_ms'])} ms in {_files(source)}{_since(report)}: "
@@ -184,11 +183,5 @@ def render_stats(report: dict[str, Any]) -> list[str]:
 
 def render(reports: dict[str, Any], tracebacks: bool = False) -> str:
     """All reports as text, separated by blank lines, ending with a newline."""
-    sections = []
-    if "errors" in reports:
-        sections.append(render_errors(reports["errors"], tracebacks))
-    if "slow" in reports:
-        sections.append(render_slow(reports["slow"]))
-    if "stats" in reports:
-        sections.append(render_stats(reports["stats"]))
-    return "\n\n".join("\n".join(lines) for lines in sections) + "\n"
+    renderers = {"errors": lambda r: render_errors(r, tracebacks), "slow": render_slow, "stats": render_stats}
+    return "\n\n".join("\n".join(renderers[name](report)) for name, report in reports.items()) + "\n"

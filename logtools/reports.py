@@ -1,8 +1,5 @@
-"""The analyzer's reports as JSON-ready dicts: ``errors``, ``slow`` and ``stats`` (what ``--json`` prints).
-
-One pass over the vLLM log serves ``--errors`` and ``--stats`` together; one pass over the request log serves
-``--slow`` and ``--stats``. Modules that only some reports need are imported when needed (start-up time counts).
-"""
+"""The analyzer's reports as JSON-ready dicts (what ``--json`` prints): one pass over each log serves them all;
+modules are imported when needed (start-up time counts)."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ import os
 from core.logfiles import ReadStats, StrPath, rotated_family
 from core.timeparse import epoch_to_iso
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing itself is not imported: start-up time counts (``--errors`` is timed against grep)
 if TYPE_CHECKING:
     from typing import Any
 
@@ -21,35 +18,23 @@ class InputError(Exception):
 
 
 class Request:
-    """What to report: the reports asked for, the files (None: the settings' defaults) and the knobs."""
+    """What to report: the parsed command line (:func:`logtools.cli.parse_args`; files None: the settings')."""
 
-    def __init__(
-        self,
-        errors: bool = False,
-        slow: bool = False,
-        stats: bool = False,
-        log: StrPath | None = None,
-        requests: StrPath | None = None,
-        since_s: float | None = None,
-        threshold_ms: float = 1000.0,
-        limit: int = 20,
-        rotated: bool = True,
-        every_engine: bool | None = None,
-    ) -> None:
-        self.errors, self.slow, self.stats = errors, slow, stats
-        self.every_engine = log is None if every_engine is None else every_engine
-        """Read every vLLM log beside ``log`` (:func:`engine_logs`): the default unless a file is named (--log)."""
-        self.log, self.requests = log, requests
-        self.since_s = since_s
-        """Window start, epoch seconds (None: everything)."""
-        self.threshold_ms = threshold_ms
-        self.limit = limit
-        self.rotated = rotated
+    def __init__(self) -> None:
+        self.errors = self.slow = self.stats = False
+        self.json = self.tracebacks = self.help = False
+        self.rotated = True
+        self.since_s: float | None = None  # window start, epoch s (None: everything)
+        self.threshold_ms = 1000.0
+        self.limit = 20
+        self.log: str | None = None
+        self.requests: str | None = None
+        self.logs_dir: str | None = None
+        self.every_engine = True  # every vLLM log beside ``log`` (:func:`engine_logs`)
 
 
 def default_paths() -> tuple[str, str]:
-    """Default log files from the settings (imported lazily: pydantic-settings costs ~0.3 s of start-up): the
-    serving engine's log and the request log."""
+    """The serving engine's log and the request log from the settings (imported lazily: ~0.3 s)."""
     from core.settings import get_settings
 
     settings = get_settings()
@@ -57,10 +42,8 @@ def default_paths() -> tuple[str, str]:
 
 
 def engine_logs(serving: str) -> list[str]:
-    """Every vLLM log beside ``serving`` (``vllm.log``, ``vllm-b.log`` of the blue/green switch's other slot,
-    ``vllm-1.log`` … of replicas), the serving one last: after ``./start_vllm.sh`` the serving engine writes
-    ``vllm-b.log`` and the first engine's requests and warnings stay in ``vllm.log`` (a fresh user's ``--stats``
-    then covered the new engine only). Just ``serving`` when no other exists."""
+    """Every vLLM log beside ``serving`` (``vllm-b.log`` after a switch, ``vllm-1.log`` … of replicas), the serving
+    one last."""
     folder = os.path.dirname(serving) or "."
     others = sorted(
         os.path.join(folder, name) for name in os.listdir(folder) if name.startswith("vllm") and name.endswith(".log")
@@ -86,16 +69,8 @@ def missing_requests(path: StrPath) -> str:
 
 
 def read_facts(read: ReadStats, skipped: list[str] | None = None) -> dict[str, Any]:
-    """Files read, bytes, cut or skipped lines and problems, JSON-ready."""
-    return {
-        "files": read.files,
-        "bytes_read": read.bytes_read,
-        "overlong_lines": read.overlong_lines,
-        "partial_lines_skipped": read.partial_lines_skipped,
-        "shrunk_files": read.shrunk_files,
-        "problems": read.problems,
-        "skipped_older_than_since": skipped or [],
-    }
+    """Files read, bytes, cut or skipped lines and problems (every field of ``read``), JSON-ready."""
+    return {**vars(read), "skipped_older_than_since": skipped or []}
 
 
 def scan_log(files: list[str], stats: bool, since_s: float | None, limit: int) -> dict[str, Any]:
@@ -113,14 +88,7 @@ def scan_log(files: list[str], stats: bool, since_s: float | None, limit: int) -
     result = scanner.scan(files)
     out: dict[str, Any] = {"source": read_facts(result.read, result.skipped_files), "errors": groups.summary(limit)}
     if engine is not None:
-        http = result.http
-        out["engine"] = engine.summary()
-        out["lines"] = result.lines
-        out["http"] = {
-            "inference_requests": http.inference_requests,
-            "status_4xx": http.status_4xx,
-            "status_5xx": http.status_5xx,
-        }
+        out.update(engine=engine.summary(), lines=result.lines, http=dict(vars(result.http)))
     return out
 
 
@@ -144,11 +112,8 @@ def read_requests(files: list[str], since_s: float | None, threshold_ms: float, 
 
 
 def make_reports(request: Request) -> dict[str, Any]:
-    """The asked-for reports keyed by name (``errors``, ``slow``, ``stats``).
-
-    Raises:
-        InputError: a needed file is missing (for ``stats``: a file given explicitly, or both defaults).
-    """
+    """The asked-for reports keyed by name (``errors``, ``slow``, ``stats``). Raises InputError: a needed file is
+    missing (for ``stats``: a file given explicitly, or both defaults)."""
     wants_log, wants_requests = request.errors or request.stats, request.slow or request.stats
     log_path, requests_path = request.log, request.requests
     if (wants_log and log_path is None) or (wants_requests and requests_path is None):

@@ -1,7 +1,4 @@
-"""Streaming reader of ``logs/requests.jsonl`` that never fails on bad lines (line type: :mod:`core.requestlog`).
-
-A line that :meth:`core.requestlog.RequestLogLine.parse` refuses is counted as bad, with the first few reasons kept.
-"""
+"""Streaming reader of ``logs/requests.jsonl`` (:mod:`core.requestlog`) that counts bad lines instead of failing."""
 
 from __future__ import annotations
 
@@ -30,10 +27,8 @@ class RequestsRead:
 def iter_records(
     files: Iterable[StrPath], counts: RequestsRead, since_s: float | None = None, block_bytes: int = BLOCK_BYTES
 ) -> Iterator[RequestLogLine]:
-    """Valid records of ``files`` (oldest first) that ended at or after ``since_s`` (epoch seconds; None: all).
-
-    Bad lines are counted in ``counts`` (with ``file:line: reason`` examples); blank lines are ignored.
-    """
+    """Valid records of ``files`` (oldest first) ending at or after ``since_s`` (epoch s; None: all); bad lines
+    counted in ``counts`` with ``file:line: reason`` examples."""
     for path in files:
         line_number = 0
         for block in iter_blocks(path, counts.read, block_bytes):

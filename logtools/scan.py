@@ -1,13 +1,6 @@
-"""One streaming pass over vLLM's log (and its rotated files) at the byte level.
-
-Only the lines that matter are decoded: each block is searched for the level words, apart from it for `` error:``
-(the error lines without a header) and for ``Traceback`` (:mod:`logtools.needles`: ``memchr`` or literal searches in
-C); the engine's periodic stats lines come from one ``findall`` per block. A log record with its traceback (vLLM repeats
-its header on every line; uvicorn and crashing processes print bare tracebacks, possibly behind a ``(Proc pid=N)``
-prefix) becomes one :class:`ErrorEvent`, also across block boundaries. Colour codes and container stamps are removed
-from the few lines that are parsed; when the engine's stats and HTTP lines are counted, colour codes are removed from
-the whole block first (:func:`engine.vllmlog.grammar.clean_span`), as uvicorn colours its access lines.
-"""
+"""One streaming pass over vLLM's log (and its rotated files) at the byte level: only candidate lines
+(:mod:`logtools.needles`) are decoded; a record with its traceback becomes one :class:`ErrorEvent`, also across
+blocks; the stats lines come from one ``findall`` per block (cleaned first: uvicorn colours its access lines)."""
 
 from __future__ import annotations
 
@@ -40,16 +33,12 @@ from logtools.needles import BARE_NEEDLE, Needles
 
 __all__ = ["ErrorEvent", "HttpCounts", "LogScanner", "ScanResult"]
 
-MAX_EVENT_BYTES = 1 << 20
-"""A record with its traceback is cut after this many bytes (so that carrying it to the next block stays cheap)."""
-MAX_TRACEBACK_LINES = 60
-"""Traceback lines kept per event: the first and last halves when longer."""
+MAX_EVENT_BYTES = 1 << 20  # a record is cut after this many bytes (carrying it over stays cheap)
+MAX_TRACEBACK_LINES = 60  # per event: the first and last halves when longer
 _STAMP_LOOKBACK = (1024, 8192, 65536)
 _MAX_TAILS = 16
-"""Spans whose last stamp is looked for only when needed, at the latest after this many (the newest first: one search
-per this many spans where stamps are common, instead of one per span)."""
-_RECORD_WINDOW_BYTES = 4096
-"""First size of the window around a candidate line of a CRI file in which its partial lines are joined."""
+"""Spans whose last stamp is looked for only when needed, at the latest after this many (newest first)."""
+_RECORD_WINDOW_BYTES = 4096  # first window around a CRI candidate line in which partial lines are joined
 
 MetricsCallback = Callable[[list[tuple[bytes, ...]], float | None, float | None], None]
 
@@ -65,10 +54,9 @@ class LogScanner:
 
     Args:
         on_event: called with each :class:`ErrorEvent` inside the window (None: errors are not looked for).
-        on_metrics: called per block with the periodic stats lines in the window (rows of ``METRICS_RE`` groups)
-            and the times of the first and last of them (epoch seconds or None).
-        since_s: window start, epoch seconds (None: everything). The log is taken to be in time order: blocks
-            ending before the window are skipped; files last written before it are not opened.
+        on_metrics: called per block with the stats rows in the window (``METRICS_RE`` groups) and the times of
+            the first and last (epoch s or None).
+        since_s: window start, epoch s (None: everything); the log is taken to be in time order.
         block_bytes: read size, see :func:`core.logfiles.iter_spans`.
     """
 
@@ -87,8 +75,7 @@ class LogScanner:
         self._in_window = since_s is None
         self._needles = Needles()
         self._cri = False
-        self._last_stamp_s: float | None = None
-        """Time of the last stamped line before the current span (see :meth:`_stamp_of_last`)."""
+        self._last_stamp_s: float | None = None  # of the last stamped line before the current span
         self._tails: list[bytes] = []
         self._clock = StampClock()
 
@@ -104,9 +91,8 @@ class LogScanner:
         return self.result
 
     def _scan_file(self, path: StrPath) -> None:
-        """Scan one file. Counting stats needs whole blocks cleaned (:func:`engine.vllmlog.grammar.clean_span`); looking
-        for errors alone reads the raw bytes, and in a CRI file joins partial lines only around candidate lines
-        (:meth:`_cri_record_at`): joining a whole block costs a second pass over it."""
+        """Scan one file: blocks cleaned for stats; for errors alone the raw bytes, CRI partial lines joined only
+        around candidate lines (:meth:`_cri_record_at`)."""
         carry = b""
         self._needles.start_file()
         spans = iter_spans(path, self.result.read, self.block_bytes)
@@ -143,8 +129,7 @@ class LogScanner:
         return buf[carry_from:stop]
 
     def _stamp_of_last(self) -> float | None:
-        """Time of the last stamped line before the current span (epoch seconds), from the spans' tails kept since it
-        was last asked (the newest with a stamp wins; :meth:`_stamp_before` looks back at most 64 KiB per span)."""
+        """Time of the last stamped line before the current span (epoch s), from the tails kept since last asked."""
         for tail in reversed(self._tails):
             stamp_s = self._stamp_before(tail, 0, len(tail))
             if stamp_s is not None:
@@ -207,11 +192,8 @@ class LogScanner:
     # --- warnings, errors, tracebacks -----------------------------------------------------------------------------
 
     def _scan_errors(self, buf: bytes, start: int, stop: int, final: bool) -> int:
-        """Report the events in ``buf[start:stop]``; returns where an unfinished record begins (``stop``: none).
-
-        The fast path: candidate lines come from three literal searches (level words, bare error lines, tracebacks;
-        each at memchr speed), merged in order; only those lines go through the full grammar
-        (:func:`engine.vllmlog.grammar.parse_line` in :meth:`_record_at`)."""
+        """Report the events in ``buf[start:stop]`` (candidate lines of three literal searches, merged in order);
+        returns where an unfinished record begins (``stop``: none)."""
         bare_search = buf.find
         needles = self._needles
         next_level, next_traceback = needles.next_level, needles.next_traceback
@@ -242,9 +224,8 @@ class LogScanner:
         return stop
 
     def _cri_record_at(self, buf: bytes, begin: int, stop: int, final: bool) -> int:
-        """:meth:`_record_at` for the logical line at ``begin`` of a CRI file's raw ``buf``: its partial lines and
-        those of the lines after it are joined in a window (grown while the record goes on past it); returns the raw
-        offset after the record, -1: unfinished."""
+        """:meth:`_record_at` for the logical line at ``begin`` of a CRI file's raw ``buf``, partial lines joined in a
+        growing window; returns the raw offset after the record, -1: unfinished."""
         size = _RECORD_WINDOW_BYTES
         while True:
             window_end = stop
@@ -268,9 +249,8 @@ class LogScanner:
     def _record_at(
         self, buf: bytes, begin: int, stop: int, final: bool, before: tuple[bytes, int] | None = None
     ) -> int:
-        """Emit the record starting at ``begin`` if it is a problem; returns the offset after it, -1: unfinished.
-        ``before``: the buffer and offset whose lines before it date a record without stamp (default: ``buf``,
-        ``begin``)."""
+        """Emit the record at ``begin`` if it is a problem; returns the offset after it, -1: unfinished. ``before``:
+        where the lines that date a stampless record end (default ``buf``, ``begin``)."""
         find = buf.find
         end = find(b"\n", begin, stop)
         head = parse_line(buf[begin:end], self._clock)

@@ -1,10 +1,5 @@
-"""The sidecar's FastAPI app (:8200): wiring only. Samples GPU/CPU figures and is the only writer of ``reports/``.
-
-OpenAPI docs at ``/docs``. Endpoints: health, current readings, Prometheus ``/metrics``, sampling windows, the
-history page; reports, named baselines, series and A/B comparisons are :mod:`sidecar.result_routes`. Every request
-passes the Host/Origin guard; every state-changing endpoint needs the sidecar token, checked before its body is read
-(:mod:`sidecar.guard`).
-"""
+"""The sidecar's FastAPI app (:8200), wiring only: health, readings, ``/metrics``, sampling windows, history; the
+result endpoints are :mod:`sidecar.result_routes`, the Host/Origin/token checks :mod:`sidecar.guard`."""
 
 from __future__ import annotations
 
@@ -27,14 +22,14 @@ from sidecar.guard import RequestGuard, token_dependency
 from sidecar.promexport import make_registry
 from sidecar.reports.history import history_page
 from sidecar.reports.rows_link import rows_file
+from sidecar.reports.schema_export import write_schema_if_changed
 from sidecar.reports.series import SeriesService
 from sidecar.reports.writer import ReportService
 from sidecar.result_routes import result_router
 from sidecar.sampling.windows import UnknownWindow
 
 log = logging.getLogger(__name__)
-MAX_PEER_WINDOW_S = 7 * 86400.0
-"""Longest window ``GET /resources/window`` summarises, s (a week; the ring buffer holds less anyway)."""
+MAX_PEER_WINDOW_S = 7 * 86400.0  # longest window summarised, s (the ring buffer holds less anyway)
 
 
 def create_app(settings: Settings | None = None, service: ReportService | None = None) -> FastAPI:
@@ -47,7 +42,7 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
-            svc.write_schema()
+            write_schema_if_changed(svc.store.root / "schema.json")
         except OSError as exc:  # a read-only reports/ must not stop sampling
             log.warning("cannot write %s/schema.json: %s", svc.store.root, exc)
         svc.sampler.start()
@@ -61,8 +56,7 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(_: Request, exc: RequestValidationError) -> JSONResponse:
-        """422 naming each problem (where and what), without echoing the input: a NaN cannot be written as JSON,
-        and a body is never sent back."""
+        """422 naming each problem (where and what), never echoing the input (a NaN is no JSON)."""
         problems = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type")}
                     for e in exc.errors()[:20]]
         return JSONResponse(status_code=422, content={"detail": problems})
@@ -82,9 +76,7 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
 
     @app.get("/startup")
     def startup() -> dict[str, Any]:
-        """vLLM's start-up phase parsed from its log (downloading, loading_weights, compiling, ready, failed ...),
-        with timings, the error line when it failed, and every start seen (cold start first); ``engine``: the
-        engine serving now (its supervisord program, URL, pid and served model: a blue/green switch changes it);
+        """vLLM's start-up phase from its log with timings and every start seen; ``engine``: the engine serving now;
         ``phases_s``: where its latest start spent its time (:mod:`engine.vllmlog.startup`)."""
         return redact_json({**svc.startup().as_dict(), "engine": svc.engine(), "phases_s": svc.start_phases()},
                            svc.redact)  # fmt: skip
@@ -96,20 +88,18 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
 
     @app.get("/resources/window", response_model=HostResources, dependencies=writes)
     def resources_window(start: float, end: float, idle_end: float | None = None) -> HostResources:
-        """This host's GPU memory per GPU and energy over ``[start, end]`` (Unix s; idle power before ``idle_end``,
-        default ``start``): what a coordinating sidecar (PEER_SIDECARS) asks each peer for a run's window. Needs the
-        sidecar token (Bearer), as writes do."""
+        """This host's GPU memory and energy over ``[start, end]`` (Unix s; idle power before ``idle_end``): what a
+        coordinating sidecar (PEER_SIDECARS) asks each peer. Needs the sidecar token."""
         if not (end >= start and end - start <= MAX_PEER_WINDOW_S):
             raise HTTPException(status_code=400, detail=f"need start <= end, at most {MAX_PEER_WINDOW_S:.0f} s apart")
         return svc.host_resources(start, end, idle_end)
 
     @app.get("/energy", response_model=EnergyStats)
     def energy(start: float, end: float) -> EnergyStats:
-        """Energy of the engine's devices over ``[start, end]`` (Unix s) from the samples already taken (nothing is
-        sampled for it): the chat UI's energy of an answer. ``unavailable_reason`` says why there is none."""
+        """Energy of the engine's devices over ``[start, end]`` (Unix s) from the samples taken: an answer's energy."""
         if not (end >= start and end - start <= MAX_PEER_WINDOW_S):
             raise HTTPException(status_code=400, detail=f"need start <= end, at most {MAX_PEER_WINDOW_S:.0f} s apart")
-        return svc.energy(start, end)
+        return svc.sampler.energy(start, end)
 
     @app.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
     def metrics() -> Response:
@@ -118,9 +108,8 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
 
     @app.post("/windows/start", response_model=WindowStarted, dependencies=writes)
     def start_window(run_id: str | None = None) -> WindowStarted:
-        """Open a sampling window now; stop it with ``POST /windows/{window_id}/stop``. With ``run_id`` (a benchmark
-        about to measure), first check that this sidecar sees that run's rows file in its ``LOGS_DIR/runs``, where
-        ``POST /reports`` will read it: 400 for a malformed id, 422 naming both folders when it does not."""
+        """Open a sampling window now; with ``run_id``, first check that its rows file is in this sidecar's
+        ``LOGS_DIR/runs`` (400 malformed id, 422 missing)."""
         if run_id is not None:
             try:
                 rows_file(svc.settings.logs_dir / "runs", run_id)

@@ -1,17 +1,6 @@
-"""The sidecar's front door: trusted Host and Origin (no DNS rebinding, no cross-site calls), a body size limit, and
-the token every state-changing endpoint requires.
-
-- **Host** (400): a request whose ``Host`` is not one of the trusted names (loopback names, ``SIDECAR_HOST``,
-  ``SIDECAR_BASE_URL``'s host, ``SIDECAR_TRUSTED_HOSTS``) is refused, so a web page whose name was rebound to
-  127.0.0.1 cannot script the API.
-- **Origin** (403): a browser request from a page of another host (``Origin`` header) is refused.
-- **Token** (401 without, 403 wrong): ``Authorization: Bearer <SIDECAR_TOKEN>`` on every POST/PUT/PATCH/DELETE,
-  checked from the headers before one byte of the body is read (:class:`RequestGuard`); reads stay open to whoever
-  passes the Host check.
-- **Body size** (413, 411): a write's body is announced by ``Content-Length`` and at most :data:`MAX_BODY_BYTES`,
-  else refused unread (a chunked one: 411). No body carries a run's rows (the sidecar reads them from the run's rows
-  file), so every body is small.
-"""
+"""The sidecar's front door, decided from the headers before any body is read: a trusted ``Host`` (400: no DNS
+rebinding) and ``Origin`` (403), and on every write ``Authorization: Bearer <SIDECAR_TOKEN>`` (401 without, 403
+wrong) and a ``Content-Length`` of at most :data:`MAX_BODY_BYTES` (413; chunked: 411)."""
 
 from __future__ import annotations
 
@@ -27,13 +16,11 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 MIB = 1024 * 1024
-MAX_BODY_BYTES = 1 * MIB
-"""Largest write body, bytes: a report's body (the run's id, metrics and views, no rows) is a few KiB."""
+MAX_BODY_BYTES = 1 * MIB  # a report's body (no rows) is a few KiB
 
 
 def host_name(host_header: str) -> str:
-    """The name of a ``Host`` header without its port: ``127.0.0.1:8200`` -> ``127.0.0.1``, ``[::1]:8200`` -> ``::1``,
-    lower case."""
+    """A ``Host`` header's name without port, lower case: ``[::1]:8200`` -> ``::1``."""
     host = host_header.strip().lower()
     if host.startswith("["):
         return host[1 : host.find("]")] if "]" in host else host
@@ -54,8 +41,7 @@ def trusted(name: str, hosts: Sequence[str]) -> bool:
 
 
 def origin_host(origin: str) -> str | None:
-    """The host name of an ``Origin`` header (``http://localhost:3000`` -> ``localhost``); None for ``null`` or
-    garbage."""
+    """The host name of an ``Origin`` header (``http://localhost:3000`` -> ``localhost``); None for garbage."""
     try:
         return urlsplit(origin).hostname
     except ValueError:
@@ -66,9 +52,8 @@ WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def token_refusal(authorization: str | None, expected: bytes | None) -> tuple[int, str, dict[str, str]] | None:
-    """``(status, detail, headers)`` when the ``Authorization`` header does not carry the token ``expected`` (503: no
-    token configured, 401: none sent, 403: another), else None. The one token check, for the middleware and the
-    dependency."""
+    """``(status, detail, headers)`` unless ``authorization`` carries the token ``expected`` (503: none configured,
+    401: none sent, 403: another); the one token check."""
     if expected is None:
         return 503, "no SIDECAR_TOKEN configured: writes are refused (`make up` makes run/sidecar_token)", {}
     scheme, _, credentials = (authorization or "").partition(" ")
@@ -87,13 +72,8 @@ def _has_body(headers: Headers) -> bool:
 
 
 class RequestGuard:
-    """Pure ASGI middleware: everything is decided from the headers before the app sees a request, and a refused
-    write's body is never read (the answer closes the connection, so a client cannot make the sidecar drain it).
-
-    Every request: Host (400), Origin (403). State-changing methods (:data:`WRITE_METHODS`) also: the token (401/403,
-    503 without one configured), then a body announced by ``Content-Length`` (411 for a chunked one) of at most
-    ``max_body_bytes`` (413).
-    """
+    """Pure ASGI middleware applying the checks above; a refused write's body is never read (the answer closes the
+    connection)."""
 
     def __init__(
         self, app: ASGIApp, hosts: Sequence[str], max_body_bytes: int = MAX_BODY_BYTES, token: str | None = None
@@ -144,8 +124,7 @@ class RequestGuard:
 async def refuse(
     scope: Scope, receive: Receive, send: Send, status: int, text: str, headers: dict[str, str], close: bool
 ) -> None:
-    """Answer ``status`` with ``{"detail": text}`` (FastAPI's error shape); ``close``: with ``Connection: close``,
-    so the server drops the connection and the unread body with it."""
+    """Answer ``status`` with ``{"detail": text}``; ``close``: with ``Connection: close`` (drops an unread body)."""
     extra = {**headers, "Connection": "close"} if close else headers
     await JSONResponse({"detail": text}, status_code=status, headers=extra)(scope, receive, send)
 
@@ -154,9 +133,8 @@ _bearer = HTTPBearer(auto_error=False, description="SIDECAR_TOKEN (run/sidecar_t
 
 
 def token_dependency(token: str | None) -> Callable[..., None]:
-    """A FastAPI dependency requiring ``Authorization: Bearer <token>`` (:func:`token_refusal`): for reads that need
-    the token (``GET /auth``) and the OpenAPI docs; writes are already checked by :class:`RequestGuard`, before
-    their body."""
+    """A FastAPI dependency requiring ``Authorization: Bearer <token>`` (:func:`token_refusal`), also shown in the
+    OpenAPI docs."""
     expected = token.encode("utf-8") if token else None
 
     def require_token(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:

@@ -1,8 +1,5 @@
-"""Prometheus exposition of the sidecar's latest readings (``GET /metrics``), in base units (bytes, watts).
-
-A custom collector reads the newest sample at scrape time, so the gauges are never staler than one sampling
-interval. Each app gets its own registry (no global state shared between test apps).
-"""
+"""Prometheus exposition of the sidecar's latest sample (``GET /metrics``) in base units, read at scrape time; one
+registry per app."""
 
 from __future__ import annotations
 
@@ -49,21 +46,14 @@ class SampleCollector(Collector):
         if sample.gpus:
             yield from (used, total, util, power)
         if sample.vllm_rss_gb is not None:
-            yield GaugeMetricFamily(
-                f"{PREFIX}_vllm_rss_bytes", "Resident memory of the vLLM process tree.", value=sample.vllm_rss_gb * GIB
-            )
+            yield GaugeMetricFamily(f"{PREFIX}_vllm_rss_bytes", "Resident memory of the vLLM process tree.",
+                                    value=sample.vllm_rss_gb * GIB)  # fmt: skip
         if sample.vllm_cpu_percent is not None:
-            yield GaugeMetricFamily(
-                f"{PREFIX}_vllm_cpu_percent",
-                "CPU use of the vLLM process tree, percent of one core (summed, may exceed 100).",
-                value=sample.vllm_cpu_percent,
-            )
+            yield GaugeMetricFamily(f"{PREFIX}_vllm_cpu_percent", "CPU use of the vLLM process tree, percent of one "
+                                    "core (summed, may exceed 100).", value=sample.vllm_cpu_percent)  # fmt: skip
         if sample.host_used_gb is not None:
-            yield GaugeMetricFamily(
-                f"{PREFIX}_host_memory_used_bytes",
-                "Host memory in use (total - available).",
-                value=sample.host_used_gb * GIB,
-            )
+            yield GaugeMetricFamily(f"{PREFIX}_host_memory_used_bytes", "Host memory in use (total - available).",
+                                    value=sample.host_used_gb * GIB)  # fmt: skip
         yield GaugeMetricFamily(f"{PREFIX}_sample_timestamp_seconds", "Unix time of these readings.", value=sample.t)
 
 

@@ -1,12 +1,5 @@
 """The sidecar's result endpoints, wiring only (the work is in :mod:`sidecar.reports`): reports, named baselines,
-series and A/B comparisons, with one error format (:func:`answers`: 400 bad input, 404 unknown, the run's own
-status for a run that does not validate).
-
-``GET/POST /reports``, ``GET /reports/{id}``; ``GET /baselines``, ``PUT/DELETE /baselines/{name}`` (a report),
-``PUT /series/{id}/baseline/{name}`` (a series: the gate then judges with intervals); ``POST /series`` builds a
-sweep/repeat report from the runs' reports, ``GET /series``, ``GET /series/{id}``; ``POST /compare`` writes an A/B
-comparison, ``GET /compare`` is a page (a form to pick A and B, or with ``?a=…&b=…`` the comparison itself).
-"""
+series and A/B comparisons, with one error format (:func:`answers`)."""
 
 from __future__ import annotations
 
@@ -37,9 +30,7 @@ from sidecar.reports.writer import InvalidRun, ReportService
 
 @contextmanager
 def answers() -> Iterator[None]:
-    """The one error format of the result endpoints: a run that does not validate answers its own status (422,
-    400), an unknown report, series, name or baseline 404, any other bad input (id, name) 400 with the first line of
-    the reason."""
+    """The one error format: an invalid run its own status, anything unknown 404, other bad input 400."""
     try:
         yield
     except InvalidRun as exc:
@@ -69,14 +60,9 @@ def result_router(svc: ReportService, series: SeriesService, writes: Sequence[pa
 
     @router.post("/reports", response_model=BuildReportResponse, dependencies=guarded)
     async def build_report(request: BuildReportRequest) -> BuildReportResponse:
-        """Merge the run's rows (read once from ``<LOGS_DIR>/runs/<run_id>.requests.jsonl``; never in the body) with
-        resources, logs and environment; compare; write JSON, Markdown and HTML.
-
-        422 (nothing written) for a body that does not validate: non-finite numbers, negative durations, a window
-        that runs backwards or ends in the future; or for a run whose rows file is missing or holds no request row;
-        400 for a run id that is no run id (a path: nothing is read) or profiler traces outside vLLM's profile folder.
-        A run in which no measured request ended (all cut by its end, or only its warmup sent) is reported: what it
-        collected, never a reference (:func:`core.fingerprint.unusable_reason`)."""
+        """Merge the run's rows (read from ``<LOGS_DIR>/runs/<run_id>.requests.jsonl``) with resources, logs and
+        environment; compare; write the report. 422 (nothing written) for an invalid body or window or a missing
+        rows file; 400 for a bad run id or profiler traces outside vLLM's profile folder."""
         with answers():
             return await run_in_threadpool(svc.build_and_write, request)
 
@@ -90,14 +76,11 @@ def result_router(svc: ReportService, series: SeriesService, writes: Sequence[pa
         """Mark a report (default: the latest) as baseline ``name``; later reports are compared with it."""
         with answers():
             report, previous = svc.mark_baseline(name, body.report_id if body else None)
+        m = report.metrics
         return BaselineMarked(
-            name=name,
-            report_id=report.report_id,
-            timestamp=report.timestamp,
-            throughput_req_per_sec=report.metrics.throughput_req_per_sec,
-            latency_p99_ms=report.metrics.latency_p99_ms,
-            previous_id=previous,
-        )
+            name=name, report_id=report.report_id, timestamp=report.timestamp, previous_id=previous,
+            throughput_req_per_sec=m.throughput_req_per_sec, latency_p99_ms=m.latency_p99_ms,
+        )  # fmt: skip
 
     @router.delete("/baselines/{name}", status_code=204, dependencies=guarded)
     def forget_baseline(name: str) -> Response:
@@ -130,8 +113,7 @@ def result_router(svc: ReportService, series: SeriesService, writes: Sequence[pa
 
     @router.put("/series/{series_id}/baseline/{name}", dependencies=guarded)
     def mark_series_baseline(series_id: str, name: str) -> dict[str, str | None]:
-        """Mark a series as baseline ``name``: the gate then judges later series with their intervals
-        (``previous_id``: what the name pointed at before, None for a new name)."""
+        """Mark a series as baseline ``name`` (``previous_id``: what the name pointed at before)."""
         with answers():
             previous = series.mark_baseline(name, series_id)
         return {"name": name, "series_id": series_id, "previous_id": previous}

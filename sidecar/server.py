@@ -20,8 +20,7 @@ LIMIT_CONCURRENCY = 256  # open connections (and tasks) at once; more get 503 fr
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Serve the sidecar with the settings of its view (flags: :data:`core.knobs.commands.SIDECAR`); exit 2 with a
-    clear message when the port is taken or a flag is bad."""
+    """Serve the sidecar (flags: :data:`core.knobs.commands.SIDECAR`); exit 2 when the port is taken or a flag bad."""
     _, settings = parse(build_parser("python -m sidecar.server", __doc__ or "", SIDECAR), argv)
     busy = port_in_use_message(settings.sidecar_host, settings.sidecar_port, "SIDECAR_PORT")
     if busy:

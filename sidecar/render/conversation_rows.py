@@ -1,5 +1,4 @@
-"""The rows of reasoning streams and multi-turn conversations (pure), for the Markdown and HTML reports: nothing when a
-run had neither, so such a report reads as before."""
+"""The rows of reasoning streams and multi-turn conversations (none when a run had neither)."""
 
 from __future__ import annotations
 
@@ -9,8 +8,7 @@ from sidecar.render.cells import Row, fmt
 
 
 def reasoning_rows(report: Report) -> list[Row]:
-    """Beside TTFT (the first token of any kind): the answer's first token, reasoning's first token, thinking time
-    and the token split; none without reasoning."""
+    """Answer and reasoning TTFT, thinking time and the token split; none without reasoning."""
     m = report.metrics
     r = m.reasoning
     if r is None:

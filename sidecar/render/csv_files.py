@@ -1,9 +1,5 @@
-"""CSV exports next to a report, as GuideLLM and AIPerf offer them: one row per request, and a one-row summary.
-
-``<id>.csv``: the rows of ``<id>.requests.jsonl`` with scalar columns (ITL as count, mean and max, ms); reasoning
-and conversation columns only when the run had such rows.
-``<id>.summary.csv``: the headline figures of the report in one row (names and units as in the JSON).
-"""
+"""CSV exports next to a report: ``<id>.csv`` (one row per request, ITL as count, mean and max ms) and
+``<id>.summary.csv`` (the headline figures in one row, names as in the JSON)."""
 
 from __future__ import annotations
 
@@ -17,66 +13,24 @@ from core.records import RequestRecord
 from core.report_schema import Report
 
 ROW_COLUMNS = (
-    "request_id",
-    "phase",
-    "started_at",
-    "scheduled_at",
-    "task",
-    "input_bucket",
-    "ok",
-    "error_kind",
-    "error",
-    "http_status",
-    "ttft_ms",
-    "e2e_ms",
-    "tpot_ms",
-    "itl_count",
-    "itl_mean_ms",
-    "itl_max_ms",
-    "queue_delay_ms",
-    "prompt_tokens",
-    "output_tokens",
-    "output_tokens_source",
-    "content_chunks",
-    "max_tokens",
-    "finish_reason",
-    "end_reason",
-)
+    "request_id", "phase", "started_at", "scheduled_at", "task", "input_bucket", "ok", "error_kind", "error",
+    "http_status", "ttft_ms", "e2e_ms", "tpot_ms", "itl_count", "itl_mean_ms", "itl_max_ms", "queue_delay_ms",
+    "prompt_tokens", "output_tokens", "output_tokens_source", "content_chunks", "max_tokens", "finish_reason",
+    "end_reason"
+)  # fmt: skip
 REASONING_COLUMNS = ("reasoning_ttft_ms", "answer_ttft_ms", "reasoning_tokens", "answer_tokens",
                      "reasoning_tokens_source")
 """Columns added after ``ttft_ms``'s group when a row carried reasoning (the answer's first token beside TTFT)."""
 SESSION_COLUMNS = ("session_id", "turn", "think_time_s", "cached_tokens")
 """Columns added when a row belongs to a conversation (or the server reported cached prompt tokens)."""
 SUMMARY_METRICS = (
-    "requests_total",
-    "requests_ok",
-    "requests_failed",
-    "requests_incomplete",
-    "error_rate_percent",
-    "duration_s",
-    "throughput_req_per_sec",
-    "output_tokens_per_sec",
-    "total_tokens_per_sec",
-    "latency_avg_ms",
-    "latency_p50_ms",
-    "latency_p90_ms",
-    "latency_p99_ms",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "goodput_req_per_sec",
-    "gpu_mem_peak_gb",
-    "vllm_rss_peak_gb",
-    "energy_j",
-    "power_w_mean",
-    "idle_power_w",
-    "energy_j_per_output_token",
-    "energy_j_per_request",
-    "output_tokens_per_j",
-    "cost_usd_per_1m_output_tokens",
-    "cost_usd_per_1m_total_tokens",
-    "energy_cost_usd_per_1m_output_tokens",
-    "energy_cost_usd_per_1m_total_tokens",
-)
+    "requests_total", "requests_ok", "requests_failed", "requests_incomplete", "error_rate_percent", "duration_s",
+    "throughput_req_per_sec", "output_tokens_per_sec", "total_tokens_per_sec", "latency_avg_ms", "latency_p50_ms",
+    "latency_p90_ms", "latency_p99_ms", "ttft_p50_ms", "ttft_p99_ms", "goodput_req_per_sec", "gpu_mem_peak_gb",
+    "vllm_rss_peak_gb", "energy_j", "power_w_mean", "idle_power_w", "energy_j_per_output_token",
+    "energy_j_per_request", "output_tokens_per_j", "cost_usd_per_1m_output_tokens", "cost_usd_per_1m_total_tokens",
+    "energy_cost_usd_per_1m_output_tokens", "energy_cost_usd_per_1m_total_tokens"
+)  # fmt: skip
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -88,9 +42,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def row_columns(records: Sequence[RequestRecord]) -> tuple[str, ...]:
-    """:data:`ROW_COLUMNS`, with :data:`REASONING_COLUMNS` when a row carried reasoning and
-    :data:`SESSION_COLUMNS` when one belongs to a conversation or knows its cached tokens: a run with neither
-    writes the columns it always wrote."""
+    """:data:`ROW_COLUMNS`, plus :data:`REASONING_COLUMNS` / :data:`SESSION_COLUMNS` when some row has them."""
     columns: tuple[str, ...] = ROW_COLUMNS
     if any(r.reasoning_ttft_ms is not None or r.reasoning_tokens for r in records):
         at = columns.index("ttft_ms") + 1

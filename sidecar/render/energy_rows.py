@@ -1,13 +1,11 @@
-"""The energy and cost a human reads (pure): headline rows, the energy section (per device, host and replica) and the
-changes against earlier runs; one definition for the Markdown and HTML pages (docs/energy.md defines the figures)."""
+"""The energy and cost rows of the Markdown and HTML pages (docs/energy.md defines the figures)."""
 
 from __future__ import annotations
 
 from core.energy import EnergyStats
 from core.report_schema import Report
 from core.series_stats import SERIES_METRICS
-
-Row = tuple[str, str]
+from sidecar.render.cells import Row
 
 METHODS = {
     "nvml_energy_counter": "NVML total-energy counter",
@@ -43,8 +41,7 @@ def how_measured(energy: EnergyStats) -> str:
 
 
 def energy_headline_rows(report: Report) -> list[Row]:
-    """Energy (or why not), J per output token and per request, idle power, and the costs when priced; nothing for
-    a report written before energy was measured."""
+    """Energy (or why not), J per output token and request, idle power, and the costs when priced."""
     m, energy = report.metrics, report.resources.energy
     rows: list[Row] = []
     if energy is not None and m.energy_j is None:
@@ -113,8 +110,7 @@ def energy_sections(report: Report) -> list[tuple[str, list[Row]]]:
 
 
 def energy_changes(report: Report) -> list[str]:
-    """``vs_previous: energy / output token +3.1%, cost / 1M output tokens -2.0%``: each comparison's changes of the
-    energy and cost figures both runs have (none: no line)."""
+    """``vs_previous: energy / output token +3.1%, cost / 1M output tokens -2.0%`` per comparison that has them."""
     lines = []
     for name, c in report.comparison.items():
         changes = c.points[0].changes if c.points else {}

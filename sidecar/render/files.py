@@ -1,5 +1,4 @@
-"""What is written beside each result's JSON, from its final version (the store names the files): a run's Markdown,
-HTML and CSVs, a series' and a comparison's Markdown and HTML."""
+"""The files written beside each result's JSON, from its final version."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Self-contained HTML pages (pure apart from drawing) of a run, a series and an A/B comparison: the shared view
-rows (:mod:`sidecar.render.view_rows`) plus plots embedded as base64 PNGs, no external resources, so the single file
-can be mailed or attached to a CI run. Every value is HTML-escaped. A series page links each run's own page and says
-how to compare with another result (``make compare``, or the sidecar's ``/compare`` page)."""
+"""Self-contained HTML pages of a run, a series and an A/B comparison: the view rows plus base64 PNG plots, no
+external resources; every value HTML-escaped."""
 
 from __future__ import annotations
 
@@ -16,27 +14,11 @@ from core.report_schema import Report
 from core.series_stats import SeriesReport, slo_text
 from core.serverview import verdict_text
 from core.serverview_overhead import overhead_text
+from sidecar.render import view_rows as v
 from sidecar.render.conversation_rows import turn_header, turn_rows
 from sidecar.render.energy_rows import energy_changes, energy_sections
 from sidecar.render.plots import Curve, goodput_png, latency_cdf_png, latency_curves_png, resources_png, throughput_png
 from sidecar.render.replica_rows import cluster_lines, replica_header, replica_rows
-from sidecar.render.view_rows import (
-    Row,
-    change_table,
-    comparison_header,
-    comparison_rows,
-    config_rows,
-    environment_rows,
-    error_rows,
-    headline_rows,
-    outcome_notes,
-    overhead_header,
-    overhead_rows,
-    point_table,
-    resources_rows,
-    side_line,
-    steady_caption,
-)
 
 log = logging.getLogger(__name__)
 STYLE = """
@@ -53,7 +35,7 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _pairs(rows: Sequence[Row]) -> str:
+def _pairs(rows: Sequence[v.Row]) -> str:
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     return f"<table>{body}</table>"
 
@@ -65,7 +47,7 @@ def _grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def _figure(title: str, draw: Callable[[], bytes | None]) -> str:
-    """An inline PNG, or a note when there is no data or drawing failed (a plot never stops a report)."""
+    """An inline PNG, or a note when there is no data or drawing failed."""
     try:
         png = draw()
     except Exception as exc:  # matplotlib failures (fonts, backends) must not lose the report
@@ -78,8 +60,8 @@ def _figure(title: str, draw: Callable[[], bytes | None]) -> str:
 
 
 def _comparison(report: Report) -> str:
-    rows = comparison_rows(report)
-    parts = [_grid(comparison_header(), rows)] if rows else []
+    rows = v.comparison_rows(report)
+    parts = [_grid(v.comparison_header(), rows)] if rows else []
     notes = [*energy_changes(report), *report_notes(report)]
     parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
     parts.append(f'<p class="muted">Workload fingerprint <code>{_e(report.fingerprint)}</code></p>')
@@ -90,16 +72,14 @@ def _logs(report: Report) -> str:
     logs = report.logs
     if not logs.found:
         return f"<p>{_e(logs.log_file)} not found.</p>"
-    rows = [
-        ("Warnings in window", str(len(logs.warnings_in_window))),
-        ("Errors in window", str(len(logs.errors_in_window))),
-    ]
     errors = "".join(f"<li><code>{_e(line)}</code></li>" for line in logs.errors_in_window[:20])
-    return _pairs(rows) + (f"<ul>{errors}</ul>" if errors else "")
+    counts = _pairs([("Warnings in window", str(len(logs.warnings_in_window))),
+                     ("Errors in window", str(len(logs.errors_in_window)))])  # fmt: skip
+    return counts + (f"<ul>{errors}</ul>" if errors else "")
 
 
 def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
-    """The whole report as one HTML document (plots from ``records``, ``metrics.windows`` and the timeline)."""
+    """The whole report as one HTML document (plots from ``records``)."""
     e = report.environment
     sections = [
         f"<h1>Benchmark report {_e(report.report_id)}</h1>",
@@ -109,8 +89,8 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
     ]
     if e.synthetic:
         sections.append(f'<blockquote class="warn">Synthetic model: {_e(e.synthetic_reason)}</blockquote>')
-    sections += [f'<blockquote class="warn">{_e(note)}</blockquote>' for note in outcome_notes(report)]
-    sections += ["<h2>Results</h2>", _pairs(headline_rows(report))]
+    sections += [f'<blockquote class="warn">{_e(note)}</blockquote>' for note in v.outcome_notes(report)]
+    sections += ["<h2>Results</h2>", _pairs(v.headline_rows(report))]
     if report.metrics.turns:  # conversations: one row per turn index
         sections += ["<h2>Conversations: per turn</h2>", _grid(turn_header(), turn_rows(report))]
     sections += ["<h2>Comparison</h2>", _comparison(report)]
@@ -119,52 +99,43 @@ def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
         _figure("Latency CDF", lambda: latency_cdf_png(records)),
         "<h2>Throughput</h2>",
         _figure("Throughput over time", lambda: throughput_png(report.metrics.windows, report.metrics.steady)),
-        f'<p class="muted">{_e(steady_caption(report))}</p>',
+        f'<p class="muted">{_e(v.steady_caption(report))}</p>',
         "<h2>Resources</h2>",
         _figure("Memory over time", lambda: resources_png(report.resources.timeline)),
-        _pairs(resources_rows(report)),
+        _pairs(v.resources_rows(report)),
     ]
     for title, rows in energy_sections(report):
         sections += [f"<h2>{_e(title)}</h2>", _pairs(rows)]
     if report.errors.by_kind:
-        sections += ["<h2>Errors</h2>", _pairs(error_rows(report))]
+        sections += ["<h2>Errors</h2>", _pairs(v.error_rows(report))]
     if report.server is not None:
         verdict = verdict_text(report.server)
         sections += ["<h2>vLLM /metrics cross-check</h2>", f"<p>Client and server: {_e(verdict)}</p>"]
         sections += [f"<p>Client overhead: {_e(overhead_text(o))}</p>" for o in report.server.client_overhead]
         if report.server.client_overhead:
-            sections.append(_grid(overhead_header(), overhead_rows(report.server)))
+            sections.append(_grid(v.overhead_header(), v.overhead_rows(report.server)))
     if report.cluster is not None:  # engines behind vLLM's router: one row each
         sections += ["<h2>Replicas</h2>", *[f"<p>{_e(line)}</p>" for line in cluster_lines(report.cluster)]]
         sections.append(_grid(replica_header(), replica_rows(report.cluster)))
-    environment = environment_rows(report.environment, report.resources.gpu_unavailable_reason)
+    environment = v.environment_rows(report.environment, report.resources.gpu_unavailable_reason)
     sections += ["<h2>Environment</h2>", _pairs(environment)]
-    sections += ["<h2>Configuration</h2>", _pairs(config_rows(report.config)), "<h2>vLLM log</h2>", _logs(report)]
-    sections.append(
-        f'<p class="muted">Files: {_e(report.report_id)}.json, {_e(report.requests_file)}'
-        + (f", {_e(report.markdown_file)}" if report.markdown_file else "")
-        + "</p>"
-    )
-    sections.append(
+    sections += ["<h2>Configuration</h2>", _pairs(v.config_rows(report.config)), "<h2>vLLM log</h2>", _logs(report)]
+    markdown = f", {_e(report.markdown_file)}" if report.markdown_file else ""
+    sections += [
+        f'<p class="muted">Files: {_e(report.report_id)}.json, {_e(report.requests_file)}{markdown}</p>',
         f'<p class="muted">Compare with another run: <code>make compare A={_e(report.report_id)} B=…</code>, or the '
-        "sidecar's <code>/compare</code> page (both curves and every difference side by side).</p>"
-    )
+        "sidecar's <code>/compare</code> page (both curves and every difference side by side).</p>",
+    ]
     return page(report.report_id, sections)
 
 
 def page(title: str, sections: list[str]) -> str:
-    """One self-contained HTML document of ``sections`` (the same style for a run, a series and a comparison)."""
+    """One self-contained HTML document of ``sections``."""
     body = "\n".join(sections)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{_e(title)}</title><style>{STYLE}</style></head>\n<body>\n{body}\n</body></html>\n"
     )
-
-
-def _compare_hint(result_id: str, sidecar_url: str | None) -> str:
-    page = f'<a href="{_e(sidecar_url)}/compare?a={_e(result_id)}">compare page</a>'
-    link = f" or the sidecar's {page}" if sidecar_url else ""
-    return f'<p class="muted">Compare with another result: <code>make compare A={_e(result_id)} B=…</code>{link}.</p>'
 
 
 def series_html(series: SeriesReport, sidecar_url: str | None = None) -> str:
@@ -182,7 +153,7 @@ def series_html(series: SeriesReport, sidecar_url: str | None = None) -> str:
         sections.append(f'<blockquote class="warn">Synthetic model: {_e(e.synthetic_reason)}</blockquote>')
     if series.interrupted:
         sections.append('<blockquote class="warn">Interrupted (Ctrl-C): the points measured so far.</blockquote>')
-    header, rows = point_table(series)
+    header, rows = v.point_table(series)
     curve = Curve(series.series_id, series.points, series.knee.index)
     sections += [
         "<h2>Load points</h2>",
@@ -204,12 +175,15 @@ def series_html(series: SeriesReport, sidecar_url: str | None = None) -> str:
             if comparison.refused:
                 sections.append(f"<p>Not compared: {_e(comparison.refused)}</p>")
             else:
-                sections.append(_grid(*change_table(comparison.points)))
+                sections.append(_grid(*v.change_table(comparison.points)))
             sections += [f'<p class="muted">{_e(n)}</p>' for n in comparison.notes]
     sections += [f"<p>{_e(n)}</p>" for n in series.notes]
-    sections += ["<h2>Environment</h2>", _pairs(environment_rows(series.environment))]
-    sections += ["<h2>Configuration (the plan every point started from)</h2>", _pairs(config_rows(series.config))]
-    sections.append(_compare_hint(series.series_id, sidecar_url))
+    sections += ["<h2>Environment</h2>", _pairs(v.environment_rows(series.environment))]
+    sections += ["<h2>Configuration (the plan every point started from)</h2>", _pairs(v.config_rows(series.config))]
+    form = f'<a href="{_e(sidecar_url)}/compare?a={_e(series.series_id)}">compare page</a>'
+    link = f" or the sidecar's {form}" if sidecar_url else ""
+    sections.append(f'<p class="muted">Compare with another result: <code>make compare A={_e(series.series_id)} '
+                    f"B=…</code>{link}.</p>")  # fmt: skip
     return page(series.series_id, sections)
 
 
@@ -221,7 +195,7 @@ def compare_html(comparison: ABComparison) -> str:
               Curve(f"B {b.ref}", b.points, b.knee.index if b.knee else None)]
     sections = [
         f"<h1>A/B comparison {_e(comparison.compare_id)}</h1>",
-        f"<p>A: {_e(side_line(a))}<br>B: {_e(side_line(b))}</p>",
+        f"<p>A: {_e(v.side_line(a))}<br>B: {_e(v.side_line(b))}</p>",
         "<h2>What differs</h2>",
         _grid(["group", "field", "A", "B"], diffs) if diffs else "<p>No configuration field differs.</p>",
         "<h2>Latency against load</h2>",
@@ -229,7 +203,7 @@ def compare_html(comparison: ABComparison) -> str:
         "<h2>Goodput against load</h2>",
         _figure("Goodput against load", lambda: goodput_png(curves)),
         "<h2>B against A, point by point</h2>",
-        _grid(*change_table(comparison.points)) if comparison.points else "<p>No paired point.</p>",
+        _grid(*v.change_table(comparison.points)) if comparison.points else "<p>No paired point.</p>",
         f'<p class="muted">A change whose 95% interval holds 0 is "no significant change"; a worse change whose whole '
         f"interval lies beyond {comparison.threshold_pct:g}% is a regression.</p>",
         *(f"<p>{_e(n)}</p>" for n in comparison.notes),
@@ -238,20 +212,16 @@ def compare_html(comparison: ABComparison) -> str:
 
 
 def compare_form(choices: list[str], chosen: str | None) -> str:
-    """The ``GET /compare`` page without A and B: two lists of ``choices`` (baseline names, series and report ids,
-    newest first) to compare, A preselected to ``chosen``."""
+    """The ``GET /compare`` form: two lists of ``choices`` (names and ids), A preselected to ``chosen``."""
 
     def select(field: str, selected: str | None) -> str:
-        options = "".join(
-            f'<option value="{html.escape(v)}"{" selected" if v == selected else ""}>{html.escape(v)}</option>'
-            for v in choices
-        )
+        options = "".join(f'<option value="{_e(c)}"{" selected" if c == selected else ""}>{_e(c)}</option>'
+                          for c in choices)  # fmt: skip
         return f'<label>{field.upper()} <select name="{field}">{options}</select></label> '
 
-    return (
-        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Compare</title><style>{STYLE}</style>'
-        "</head><body><h1>Compare two results</h1><form method=\"get\" action=\"/compare\">"
-        f'{select("a", chosen)}{select("b", None)}<button type="submit">Compare B with A</button></form>'
+    return page("Compare", [
+        '<h1>Compare two results</h1><form method="get" action="/compare">'
+        f'{select("a", chosen)}{select("b", None)}<button type="submit">Compare B with A</button></form>',
         '<p class="muted">Baseline names, series and reports. The same comparison from a shell: '
-        "<code>make compare A=… B=…</code> (also written to reports/).</p></body></html>"
-    )
+        "<code>make compare A=… B=…</code> (also written to reports/).</p>",
+    ])  # fmt: skip

@@ -1,10 +1,5 @@
-"""The plots as PNG bytes (matplotlib, Agg, no pyplot global state: safe from worker threads): a run's latency CDF,
-throughput and resources over time; a series' latency and goodput against load, one curve per series (an A/B
-comparison overlays two), error bars for 95 % intervals and the knee marked.
-
-Each function returns None when there is nothing to draw, so the HTML says "no data" instead of an empty chart.
-matplotlib is imported on first use, so the sidecar starts without paying for it.
-"""
+"""The plots as PNG bytes (matplotlib without pyplot: thread-safe, imported on first use); each returns None when
+there is nothing to draw."""
 
 from __future__ import annotations
 
@@ -69,8 +64,7 @@ def latency_cdf_png(records: Sequence[RequestRecord]) -> bytes | None:
 
 
 def throughput_png(windows: Sequence[WindowStats], steady: SteadyState | None = None) -> bytes | None:
-    """Requests per second and output tokens per second in each time slice of the measured window; with a found
-    ``steady`` state its window is shaded and its request throughput drawn as a dashed line across it."""
+    """Requests/s and output tokens/s per time slice; a found ``steady`` window shaded with its req/s dashed."""
     if not windows:
         return None
     mids = [(w.start_s + w.end_s) / 2 for w in windows]
@@ -98,8 +92,7 @@ def throughput_png(windows: Sequence[WindowStats], steady: SteadyState | None = 
 
 
 def resources_png(timeline: Sequence[ResourcePoint]) -> bytes | None:
-    """GPU memory (summed), vLLM RSS and host memory in use (GB) over the window; vLLM CPU % and its KV cache usage
-    (% of the pool) below."""
+    """GPU memory (summed), vLLM RSS and host memory (GB) over time; vLLM CPU % and KV cache use (%) below."""
     if not timeline:
         return None
     ts = [p.t_s for p in timeline]
@@ -161,8 +154,7 @@ def _xy(points: Sequence[SeriesPoint], x: str, y: str) -> tuple[np.ndarray, np.n
 
 
 def latency_curves_png(curves: Sequence[Curve]) -> bytes | None:
-    """TTFT, ITL and E2E p50 (solid) and p99 (dashed), ms, against request throughput (top row) and output tokens/s
-    (bottom row); error bars are 95 % intervals over runs; the knee is a star."""
+    """TTFT, ITL and E2E p50/p99 (ms) against req/s and output tok/s; 95 % error bars, the knee a star."""
     if not any(len(c.points) for c in curves):
         return None
     fig = _new_figure(11.0, 6.4)
@@ -193,8 +185,7 @@ def latency_curves_png(curves: Sequence[Curve]) -> bytes | None:
 
 
 def goodput_png(curves: Sequence[Curve]) -> bytes | None:
-    """Goodput (requests/s meeting every SLO bound) and the share of requests within the SLO against request
-    throughput; the knee is a star. None when no point has an SLO figure."""
+    """Goodput (req/s) and the share within the SLO against req/s, the knee a star; None without SLO figures."""
     if not any(p.metrics.get("goodput_req_per_sec") for c in curves for p in c.points):
         return None
     fig = _new_figure(9.0, 3.8)

@@ -13,8 +13,7 @@ def replica_header() -> list[str]:
 
 
 def replica_rows(cluster: ClusterView) -> list[list[str]]:
-    """One row per engine: its state (down: why, and when polls failed), counts, share, server means, agreement with
-    the client's means, what the client added to its TTFT, its KV pool, peak usage and preemptions."""
+    """One row per engine: state, counts, share, server means, agreement, client TTFT overhead, KV pool, peak use."""
     rows = []
     for r in cluster.replicas:
         state = r.state if r.state == "up" else f"DOWN ({r.down_reason}" + (

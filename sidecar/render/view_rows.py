@@ -1,5 +1,4 @@
-"""The tables a human reads, as plain rows (pure): the one definition of each, shared by the Markdown and HTML
-renderers of a run, a series and an A/B comparison."""
+"""The tables a human reads, as plain rows: one definition shared by the Markdown and HTML pages."""
 
 from __future__ import annotations
 
@@ -55,27 +54,18 @@ def headline_rows(report: Report) -> list[Row]:
         rows.append(("KV-bound", m.kv_bound))
     if m.steady is not None and m.steady.found:
         st = m.steady
-        rows.append(
-            (
-                f"Steady state {fmt(st.start_s, 's', 0)}–{fmt(st.end_s, 's', 0)}",
-                f"{fmt(st.throughput_req_per_sec, 'req/s')}, {fmt(st.output_tokens_per_sec, 'tok/s', 1)}, "
-                f"E2E p50 / p99 {fmt(st.e2e.p50_ms, 'ms', 0)} / {fmt(st.e2e.p99_ms, 'ms', 0)}, "
-                f"TTFT p99 {fmt(st.ttft.p99_ms, 'ms', 0)}, {fmt(st.in_flight_mean, '', 1)} in flight",
-            )
-        )
+        rows.append((f"Steady state {fmt(st.start_s, 's', 0)}–{fmt(st.end_s, 's', 0)}",
+                     f"{fmt(st.throughput_req_per_sec, 'req/s')}, {fmt(st.output_tokens_per_sec, 'tok/s', 1)}, "
+                     f"E2E p50 / p99 {fmt(st.e2e.p50_ms, 'ms', 0)} / {fmt(st.e2e.p99_ms, 'ms', 0)}, TTFT p99 "
+                     f"{fmt(st.ttft.p99_ms, 'ms', 0)}, {fmt(st.in_flight_mean, '', 1)} in flight"))  # fmt: skip
     if m.schedule is not None:
         rows.append(("Open-loop load", schedule_text(m.schedule)))
         if m.schedule.fell_behind:
             rows.append(("Fell behind its schedule", m.schedule.reason or "yes"))
     server = report.server
     if server is not None and server.prefix_cache_hit_rate_percent is not None:
-        rows.append(
-            (
-                "Prefix-cache hit rate",
-                f"{fmt(server.prefix_cache_hit_rate_percent, '%', 1)} ({server.prefix_cache_hits:,} of "
-                f"{server.prefix_cache_queries:,} prompt tokens)",
-            )
-        )
+        rows.append(("Prefix-cache hit rate", f"{fmt(server.prefix_cache_hit_rate_percent, '%', 1)} "
+                     f"({server.prefix_cache_hits:,} of {server.prefix_cache_queries:,} prompt tokens)"))  # fmt: skip
     if report.config.prefix_len_tokens:
         rows.append(("Shared prefixes", f"{report.config.prefix_count} × {report.config.prefix_len_tokens} tokens"))
     if report.config.trace_file:
@@ -103,8 +93,7 @@ def comparison_header() -> list[str]:
 
 
 def error_rate_change(change: Change | None) -> str:
-    """``0.0 → 0.0 (=)``, ``0.0 → 2.5 (+2.5 pp)``: the error rate's two values and its change in percentage points
-    (a percent change of a rate that was 0 is undefined; this is not); ``n/a`` when unknown."""
+    """``0.0 → 2.5 (+2.5 pp)``: the error rate's two values and change in points (``(=)``: none); else ``n/a``."""
     if change is None or change.a_mean is None or change.b_mean is None:
         return "n/a"
     change_pp = change.b_mean - change.a_mean
@@ -119,15 +108,10 @@ def single_changes(report: Report) -> list[tuple[str, str, dict[str, Change]]]:
 
 def comparison_rows(report: Report) -> list[list[str]]:
     """One row per comparison: name, the other report, percent changes, then the error rate's two values."""
-    return [
-        [
-            name,
-            against,
-            *(pct(change.change_pct if (change := changes.get(key)) else None) for key, _ in COMPARISON_COLUMNS),
-            error_rate_change(changes.get("error_rate_percent")),
-        ]
-        for name, against, changes in single_changes(report)
-    ]
+    return [[name, against,
+             *(pct(change.change_pct if (change := changes.get(key)) else None) for key, _ in COMPARISON_COLUMNS),
+             error_rate_change(changes.get("error_rate_percent"))]
+            for name, against, changes in single_changes(report)]  # fmt: skip
 
 
 def kv_text(report: Report) -> str:
@@ -145,8 +129,7 @@ def kv_text(report: Report) -> str:
 
 
 def environment_rows(e: Environment, gpu_reason: str | None = None) -> list[Row]:
-    """Hardware and software a run or a series was measured on (``gpu_reason``: why no GPU was sampled), with
-    vLLM's starts from its log."""
+    """Hardware and software a run or a series ran on (``gpu_reason``: why no GPU was sampled)."""
     gpu = f"{e.gpu_count} x {e.gpu_model}" if e.gpu_model else f"none ({gpu_reason or 'no GPU'})"
     if e.gpu_indices:
         gpu += f" (NVML {', '.join(map(str, e.gpu_indices))})"
@@ -198,21 +181,15 @@ def resources_rows(report: Report) -> list[Row]:
         ("vLLM CPU peak / mean", f"{fmt(r.vllm_cpu_percent_peak, '%', 0)} / {fmt(r.vllm_cpu_percent_mean, '%', 0)}"),
         ("Host memory used peak", fmt(r.host_mem_used_peak_gb, "GB")),
     ]
-    for g in r.gpus:
-        rows.append(
-            (
-                f"GPU {g.index} {g.name or ''}".rstrip(),
-                f"mem {fmt(g.mem_used_peak_gb, 'GB')} / {fmt(g.mem_total_gb, 'GB')}, util peak "
-                f"{fmt(g.util_percent_peak, '%', 0)} mean {fmt(g.util_percent_mean, '%', 0)}, power peak "
-                f"{fmt(g.power_w_peak, 'W', 0)} mean {fmt(g.power_w_mean, 'W', 0)}",
-            )
-        )
+    rows += [(f"GPU {g.index} {g.name or ''}".rstrip(),
+              f"mem {fmt(g.mem_used_peak_gb, 'GB')} / {fmt(g.mem_total_gb, 'GB')}, util peak "
+              f"{fmt(g.util_percent_peak, '%', 0)} mean {fmt(g.util_percent_mean, '%', 0)}, power peak "
+              f"{fmt(g.power_w_peak, 'W', 0)} mean {fmt(g.power_w_mean, 'W', 0)}") for g in r.gpus]  # fmt: skip
     return rows + host_rows(report)
 
 
 def host_rows(report: Report) -> list[Row]:
-    """GPU memory per host and per GPU (PEER_SIDECARS: this host first, then each peer; a peer that gave nothing
-    with why)."""
+    """GPU memory per host and GPU (PEER_SIDECARS; a peer that gave nothing, with why)."""
     rows: list[Row] = []
     for h in report.resources.hosts:
         if h.unavailable_reason:
@@ -230,16 +207,13 @@ def host_rows(report: Report) -> list[Row]:
 
 def error_rows(report: Report) -> list[Row]:
     """Failures by cause with one example message each."""
-    return [
-        (kind, f"{count} (e.g. {(report.errors.examples.get(kind) or [''])[0][:200]})")
-        for kind, count in report.errors.by_kind.items()
-    ]
+    return [(kind, f"{count} (e.g. {(report.errors.examples.get(kind) or [''])[0][:200]})")
+            for kind, count in report.errors.by_kind.items()]  # fmt: skip
 
 
 def outcome_notes(report: Report) -> list[str]:
-    """How the run ended when not as planned, and what the report leaves out: Ctrl-C/SIGTERM, vLLM stopped answering,
-    per-request rows kept locally, a client-limited run, and why it is no reference when it is none
-    (:func:`core.fingerprint.unusable_reason`; shown at the top of the Markdown and HTML reports)."""
+    """How the run ended when not as planned and what it leaves out (interrupted, server down, rows kept locally,
+    client-limited, :func:`core.fingerprint.unusable_reason`)."""
     notes = []
     if report.interrupted:
         notes.append("Interrupted (Ctrl-C, SIGTERM or SIGHUP): the report of the requests so far.")
@@ -263,22 +237,14 @@ def overhead_header() -> list[str]:
 
 def overhead_rows(server: ServerView) -> list[list[str]]:
     """Client mean, the server's own mean and what the client added, per server and figure (TTFT, ITL, E2E)."""
-    return [
-        [
-            o.server_url or "vLLM",
-            f.name.upper() + (" (flagged)" if f.name in o.flagged else ""),
-            fmt(f.client_mean_ms, "ms", 1),
-            fmt(f.server_mean_ms, "ms", 1),
-            "n/a" if f.added_ms is None else f"{f.added_ms:+.1f} ms ({pct(f.added_percent)})",
-        ]
-        for o in server.client_overhead
-        for f in o.figures
-    ]
+    return [[o.server_url or "vLLM", f.name.upper() + (" (flagged)" if f.name in o.flagged else ""),
+             fmt(f.client_mean_ms, "ms", 1), fmt(f.server_mean_ms, "ms", 1),
+             "n/a" if f.added_ms is None else f"{f.added_ms:+.1f} ms ({pct(f.added_percent)})"]
+            for o in server.client_overhead for f in o.figures]  # fmt: skip
 
 
 def steady_caption(report: Report) -> str:
-    """What the throughput plot's shading means: the steady-state window and the method that found it, or why
-    there is none (the report then quotes whole-run figures)."""
+    """What the throughput plot's shading means: the steady-state window and its method, or why there is none."""
     st = report.metrics.steady
     if st is None:
         return "No steady-state figures in this report (written before they existed)."
@@ -289,24 +255,16 @@ def steady_caption(report: Report) -> str:
 
 # A series and an A/B comparison: the same view rows over load points
 POINT_METRICS = (
-    "throughput_req_per_sec",
-    "output_tokens_per_sec",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "itl_p50_ms",
-    "itl_p99_ms",
-    "e2e_p50_ms",
-    "e2e_p99_ms",
-    "goodput_percent",
-)
+    "throughput_req_per_sec", "output_tokens_per_sec", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms",
+    "e2e_p50_ms", "e2e_p99_ms", "goodput_percent"
+)  # fmt: skip
 POINT_IF_MEASURED = ("energy_j_per_output_token", "cost_usd_per_1m_output_tokens", "cost_usd_per_1m_total_tokens",
                      "energy_cost_usd_per_1m_output_tokens")  # fmt: skip
 """Columns of the point table where some point has the figure (energy measured, a price set: docs/energy.md)."""
 
 
 def cell(iv: Interval | None) -> str:
-    """``1.52 ± 0.08`` (95 % half width) or the single run's value, ``0.0123`` (three significant digits below 0.1:
-    J per token); ``n/a``."""
+    """``1.52 ± 0.08`` (95 % half width), a single run's value, ``0.0123`` below 0.1, or ``n/a``."""
     if iv is None:
         return "n/a"
     if 0 < abs(iv.mean) < 0.1:
@@ -316,8 +274,7 @@ def cell(iv: Interval | None) -> str:
 
 
 def point_table(series: SeriesReport) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the load points: label, runs, the metrics' means ± half widths (energy and cost where some
-    point has them), SLO verdict."""
+    """Header and rows of the load points: label, runs, means ± half widths, SLO verdict."""
     shown = [*POINT_METRICS, *(m for m in POINT_IF_MEASURED if any(m in p.metrics for p in series.points))]
     header = ["point", "runs", *(f"{SERIES_METRICS[m][0]} ({SERIES_METRICS[m][1]})" for m in shown), "SLO"]
     rows = []

@@ -1,2 +1,1 @@
-"""The sidecar's reports: assembled, compared, stored in ``reports/`` (the only writer), baselines, retention and
-history."""
+"""The sidecar's reports: assembled, compared, stored in ``reports/``, baselines, retention and history."""

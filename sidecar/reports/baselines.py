@@ -1,9 +1,5 @@
-"""Named baselines: ``reports/baselines.json`` maps a name (``v0.2.1``) to a report id or a series id (repeated
-runs, whose intervals the gate then uses); the sidecar writes it.
-
-``make baseline NAME=v0.2.1`` marks a report; every later report of the same workload is compared with it
-(``comparison.vs_v0.2.1``) and ``make benchmark GATE=v0.2.1`` gates on that comparison.
-"""
+"""Named baselines: ``reports/baselines.json`` maps a name (``v0.2.1``) to a report or series id; later reports are
+compared with each (``comparison.vs_v0.2.1``) and ``make benchmark GATE=v0.2.1`` gates on that."""
 
 from __future__ import annotations
 
@@ -24,20 +20,13 @@ FILE_NAME = "baselines.json"
 
 
 def validate_baseline_target(result_id: str) -> str:
-    """A baseline points at a report or at a series (``REPEAT``/``SWEEP``, judged with intervals).
-
-    Raises:
-        ValueError: neither a report id nor a series id.
-    """
+    """``result_id`` when it is a report or series id. Raises ValueError: neither a report id nor a series id."""
     return result_id if is_series_id(result_id) else validate_report_id(result_id)
 
 
 def validate_baseline_name(name: str) -> str:
-    """Return ``name`` when it is a usable baseline name (:func:`core.parsing.validate_name`, not ``previous``).
-
-    Raises:
-        ValueError: anything else; the message says what is allowed.
-    """
+    """Return ``name`` when it is a usable baseline name (:func:`core.parsing.validate_name`, not ``previous``). Raises
+    ValueError: anything else; the message says what is allowed."""
     validate_name(name)
     if name in RESERVED_NAMES:
         raise ValueError(f"{name!r} is reserved (it names the comparison with the previous run); choose another name")
@@ -76,12 +65,8 @@ class BaselineStore:
         atomic_write(self.path, (json.dumps(dict(sorted(baselines.items())), indent=2) + "\n").encode())
 
     def set(self, name: str, report_id: str) -> str | None:
-        """Point ``name`` at ``report_id`` (replacing an earlier mark); returns the id it pointed at before (None:
-        a new name), so a moved baseline is said, never silent.
-
-        Raises:
-            ValueError: invalid name or id.
-        """
+        """Point ``name`` at ``report_id``; returns the id it pointed at before (None: a new name). Raises ValueError:
+        invalid name or id."""
         validate_baseline_name(name)
         validate_baseline_target(report_id)
         with self._lock:
@@ -92,11 +77,7 @@ class BaselineStore:
         return previous
 
     def remove(self, name: str) -> bool:
-        """Forget ``name``; False when it was not set.
-
-        Raises:
-            ValueError: invalid name.
-        """
+        """Forget ``name``; False when it was not set. Raises ValueError: invalid name."""
         validate_baseline_name(name)
         with self._lock:
             baselines = self.all()

@@ -5,32 +5,20 @@ from __future__ import annotations
 from core.api import BuildReportRequest
 from core.cost import CostBasis, report_figures
 from core.energy import NO_ENERGY_GAP
-from core.errorsummary import MAX_ERROR_EXAMPLES, error_summary
+from core.errorsummary import error_summary
 from core.fingerprint import workload_fingerprint
 from core.kvbound import kv_bound_reason
 from core.records import RequestRecord
 from core.redact import strip_url_credentials
-from core.report_schema import (
-    Environment,
-    HostResources,
-    LogFacts,
-    Metrics,
-    Report,
-    Resources,
-)
+from core.report_schema import Environment, HostResources, LogFacts, Metrics, Report, Resources
 from core.stats import RunMetrics, key_insight
 from sidecar.sampling.resources import WindowPeaks
 
-__all__ = [
-    "MAX_ERROR_EXAMPLES", "build_metrics", "build_report", "build_resources", "error_summary", "host_entry", "host_gaps"
-]  # fmt: skip
 
 def build_metrics(
     run: RunMetrics, resources: Resources, preemptions: int | None = None, cost: CostBasis | None = None
 ) -> Metrics:
-    """The report's metrics: the benchmark's run metrics, the seed's flat names, the window's memory peaks, vLLM's KV
-    pool and peak usage with the KV-bound verdict (:func:`core.kvbound.kv_bound_reason`), the energy and cost figures
-    (:func:`core.cost.report_figures`) and the key insight."""
+    """The report's metrics: the run's, their flat names, memory peaks, KV pool and verdict, energy and cost."""
     kv = resources.kv_cache
     return Metrics(
         **run.model_dump(),
@@ -89,11 +77,8 @@ def host_entry(resources: Resources, host: str) -> HostResources:
 
 def host_gaps(resources: Resources) -> list[str]:
     """Gap lines for the hosts of ``resources.hosts`` whose sidecar gave no figures (PEER_SIDECARS), with why."""
-    return [
-        f"GPU memory of host {h.host} ({h.url}) missing: {h.unavailable_reason}"
-        for h in resources.hosts
-        if h.unavailable_reason
-    ]
+    return [f"GPU memory of host {h.host} ({h.url}) missing: {h.unavailable_reason}"
+            for h in resources.hosts if h.unavailable_reason]  # fmt: skip
 
 
 def energy_gaps(resources: Resources, cost: CostBasis | None) -> list[str]:
@@ -125,9 +110,7 @@ def build_report(
     log_facts: LogFacts,
     cost: CostBasis | None = None,
 ) -> Report:
-    """Assemble a report (pure: every input was gathered by the caller, ``records`` from the run's rows file;
-    ``cost``: the prices, None when unset); its comparisons are the writer's, made once the report exists
-    (:func:`core.comparison.compare_with_history`)."""
+    """Assemble a report from what the caller gathered (pure; ``cost`` None when unpriced); no comparisons yet."""
     return Report(
         report_id=report_id,
         timestamp=timestamp,

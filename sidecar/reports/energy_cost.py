@@ -1,7 +1,4 @@
-"""A run's energy and cost as the report gives them (docs/energy.md): the energy over the window its throughput is
-measured on (first measured send to last end) with the idle power before its first request, every serving host's
-(PEER_SIDECARS) summed, per local replica behind the router; the hardware's price for the GPUs or hosts that served.
-"""
+"""A run's energy (over its measured window, every host summed, per local replica) and cost (docs/energy.md)."""
 
 from __future__ import annotations
 
@@ -24,15 +21,13 @@ PeersOver = Callable[[float, float, float], list[HostResources]]
 
 
 def run_window(request: BuildReportRequest, records: Sequence[RequestRecord]) -> tuple[float, float, float]:
-    """``(start, end, idle_end)``: the measured rows' first send and last end (the throughput's window; the run's
-    sampling window without a measured row) and the run's first send, warm-up included."""
+    """``(start, end, idle_end)``: the measured rows' first send and last end, and the run's first send."""
     start, end = measured_bounds(records) or (request.window_start, request.window_end)
     return start, end, first_send(records) or min(start, request.window_start)
 
 
 def replica_groups(settings: Settings, gpu_indices: Sequence[int]) -> list[tuple[str, list[int]]]:
-    """Each local replica's GPUs (NVML indices), split as the launcher splits GPU_DEVICES
-    (:func:`engine.local_replicas.replica_settings`); empty without several local replicas or GPUs for each."""
+    """Each local replica's NVML GPUs, split as the launcher splits GPU_DEVICES; empty unless several."""
     try:
         local = [r for r in replicas(settings) if r.local]
     except ValueError:  # ENGINE_URLS does not parse: the stack would not have started either
@@ -51,9 +46,8 @@ def run_energy(
     peers: PeersOver | None = None,
     groups: Sequence[tuple[str, Sequence[int]]] = (),
 ) -> Resources:
-    """``resources`` with the run's energy (:func:`run_window`): this host's, with per-replica figures when
-    ``groups`` map local replicas to GPUs and the cluster view has their tokens; with peers (``resources.hosts``),
-    each host entry carries its own energy (the peers asked again over the run's window) and the total sums them."""
+    """``resources`` with the run's energy over :func:`run_window`: per replica for ``groups``; with ``peers``, each
+    host entry its own and the total their sum."""
     start, end, idle_end = run_window(request, records)
     mine = own(start, end, idle_end)
     if groups and request.cluster is not None:
@@ -72,8 +66,7 @@ def _tokens(cluster: ClusterView) -> dict[str, int | None]:
 
 
 def run_cost(config: BenchmarkConfig, resources: Resources) -> CostBasis | None:
-    """The prices of the run's config (PRICE_PER_HOUR, ENERGY_PRICE_PER_KWH) for the GPUs the engine used on every
-    host (or the hosts: this one and each of PEER_SIDECARS); None when neither price is set."""
+    """PRICE_PER_HOUR and ENERGY_PRICE_PER_KWH applied to the GPUs (or hosts) that served; None when unset."""
     try:
         price = parse_price(config.price_per_hour) if config.price_per_hour else None
     except ValueError as exc:  # a body not written by the benchmark (which checks the knob before any load)

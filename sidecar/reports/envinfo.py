@@ -1,8 +1,5 @@
-"""Environment facts for reports: host CPU/RAM, Python, project version and commit, vLLM build, model, GPU info.
-
-Every fact is read from an explicit source (never by dumping the environment or the settings), so no secret can
-travel into a report through here.
-"""
+"""Environment facts for reports (host, Python, project, vLLM build, model, GPUs), each from an explicit source, so
+no secret travels into a report through here."""
 
 from __future__ import annotations
 
@@ -48,18 +45,14 @@ def cpu_model() -> str | None:
 
 def git_commit(root: Path = PROJECT_ROOT) -> str | None:
     """Short commit of the project checkout, with ``-dirty`` when it has uncommitted changes; None outside git."""
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=5)
+
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
-        )
+        commit = git("rev-parse", "--short", "HEAD")
         if commit.returncode != 0:
             return None
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
+        dirty = git("status", "--porcelain", "--untracked-files=no")
         return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -75,11 +68,8 @@ def project_version(root: Path = PROJECT_ROOT) -> str | None:
 
 
 def vllm_commit(state: EngineState | None) -> str | None:
-    """vLLM's git commit from the engine env's ``vllm/_version.py`` (read as text, not imported).
-
-    The engine's Python is ``argv[0]`` of the launcher's state file; None when that env is not visible here (another
-    container) or the build records no commit (release wheels).
-    """
+    """vLLM's git commit from the engine env's ``vllm/_version.py`` (read as text); None when that env is not visible
+    here or the build records no commit."""
     if state is None or state.engine_python is None:
         return None
     venv = Path(state.engine_python).parent.parent
@@ -92,8 +82,7 @@ def vllm_commit(state: EngineState | None) -> str | None:
 
 def vllm_fingerprint(server: dict[str, Any], version: str | None, commit: str | None) -> str | None:
     """The ``system_fingerprint`` vLLM reports, else ``vllm-<version>[+g<commit>]`` from a server that answered
-    without one; None without either, or when the server did not answer (``server`` empty: vLLM stopped mid-run): a
-    guess of another form would read as a changed fingerprint in comparisons."""
+    without one; None without either or when it did not answer."""
     if server.get("system_fingerprint"):
         return str(server["system_fingerprint"])
     if not version or not server:
@@ -102,8 +91,8 @@ def vllm_fingerprint(server: dict[str, Any], version: str | None, commit: str | 
 
 
 def model_revision(model_path: str | None, state: EngineState | None) -> str | None:
-    """The HF snapshot hash the model is served from: read from a ``…/snapshots/<hash>`` path, or looked up in the
-    local HF cache for a hub id (offline); None for local folders, synthetic models or an uncached id."""
+    """The HF snapshot hash the model is served from (from its path, or the local HF cache for a hub id); None for
+    local folders, synthetic models or an uncached id."""
     if state is not None and state.synthetic:
         return None
     if model_path and (match := SNAPSHOT_RE.search(model_path)):
@@ -123,8 +112,7 @@ def model_revision(model_path: str | None, state: EngineState | None) -> str | N
 
 def _answer(url: str, shape: TypeAdapter[_T], expected: str, timeout_s: float, headers: dict[str, str] | None,
             body: dict[str, Any] | None = None) -> _T | None:
-    """``GET url`` (``POST`` with ``body``) read as ``shape``; None when it does not answer, answers another status,
-    or answers something else (a fact the report then lacks, logged with the URL and the fault)."""
+    """``GET url`` (``POST`` with ``body``) read as ``shape``; None (a wrong shape logged) for any other answer."""
     try:
         if body is None:
             response = httpx.get(url, timeout=timeout_s, headers=headers)
@@ -156,8 +144,7 @@ FINGERPRINTED = TypeAdapter(_Fingerprinted)
 def system_fingerprint(
     vllm_url: str, model: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None
 ) -> str | None:
-    """The ``system_fingerprint`` vLLM puts in completions (version, parallelism, config hash), from a one-token
-    request made after the measured window; None when the server sends none or does not answer in time."""
+    """The ``system_fingerprint`` of a one-token completion; None when the server sends none or does not answer."""
     body = {"model": model, "prompt": "fingerprint", "max_tokens": 1, "temperature": 0.0}
     found = _answer(f"{vllm_url}/v1/completions", FINGERPRINTED, "a completion", timeout_s, headers, body)
     return found.system_fingerprint if found is not None and found.system_fingerprint else None
@@ -167,8 +154,7 @@ def vllm_server_facts(
     vllm_url: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """``version`` from ``/version``, the first model of ``/v1/models`` (``id``, ``root``, ``max_model_len``) and the
-    server's ``system_fingerprint``; each left out when the server does not answer it, or answers with another shape
-    (an HTML page, a list: logged with the URL). ``headers`` carry VLLM_API_KEY (``Settings.vllm_headers``)."""
+    ``system_fingerprint``, each left out when not answered; ``headers`` carry VLLM_API_KEY."""
     facts: dict[str, Any] = {}
     version = _answer(f"{vllm_url}/version", VERSION, '{"version": "..."}', timeout_s, headers)
     if version is not None:
@@ -184,8 +170,7 @@ def vllm_server_facts(
 def with_fingerprint(
     known: ServerFacts, vllm_url: str, headers: dict[str, str] | None = None, timeout_s: float = 5.0
 ) -> dict[str, Any]:
-    """``known`` (the benchmark's read of ``/version`` and ``/v1/models``, not asked again) as
-    :func:`vllm_server_facts` gives them, with the server's ``system_fingerprint`` for its model."""
+    """``known`` (the benchmark's read of the server) as :func:`vllm_server_facts` gives them, with the fingerprint."""
     facts = known.model_dump(exclude_none=True)
     if known.model_id:
         facts["system_fingerprint"] = system_fingerprint(vllm_url, known.model_id, timeout_s, headers)
@@ -193,8 +178,7 @@ def with_fingerprint(
 
 
 def startup_facts(phase: StartupPhase) -> StartupFacts | None:
-    """Cold start vs warm restarts from the log's start attempts and the latest start's model load, engine init and
-    KV cache line (None when the log shows no start)."""
+    """Cold start, warm restarts and the latest start's phases from the log (None when it shows no start)."""
     if phase.phase == "not_started":
         return None
     # every start that became ready counts, whatever ended it later (a switch's stop, a crash while serving)
@@ -216,8 +200,7 @@ def collect_environment(
     server: dict[str, Any],
     startup: StartupPhase | None = None,
 ) -> Environment:
-    """Assemble the report's ``environment`` section from the pieces gathered above (the vLLM version from the
-    server's ``/version``, else from the log)."""
+    """The report's ``environment`` section from the facts above (vLLM's version from the server, else the log)."""
     version = server.get("version") or (startup.vllm_version if startup else None)
     commit = vllm_commit(state)
     synthetic = state is not None and state.synthetic

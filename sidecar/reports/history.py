@@ -1,8 +1,6 @@
-"""``make history``: each workload's runs over time from a reports folder (the sidecar's store, or a ``reports/``
-folder kept in Git): a table in the terminal and ``<reports>/history.html`` with one timeline plot per workload.
+"""``make history``: each workload's runs over time (:mod:`core.timeline`) as a table and ``<reports>/history.html``.
 
-``python -m sidecar.reports.history [REPORTS_DIR]`` (default ``REPORTS_DIR``); the grouping, baseline marks and gate
-flags are :mod:`core.timeline`'s. Exit codes: 0 written, 2 no report in the folder.
+``python -m sidecar.reports.history [REPORTS_DIR]``. Exit codes: 0 written, 2 no report in the folder.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from core.atomicfile import atomic_write
 from core.pipes import guard_stdout
 from core.report_schema import Report
 from core.settings import Settings, get_settings
-from core.timeline import HistoryPoint, Timeline, history_table, timelines
+from core.timeline import Timeline, history_table, timelines
 from sidecar.render.plots import _new_figure, _png
 from sidecar.reports.baselines import BaselineStore
 from sidecar.reports.store import ReportStore
@@ -43,8 +41,7 @@ def panels_of(timeline: Timeline) -> tuple[tuple[str, str, str], ...]:
 
 
 def timeline_png(timeline: Timeline) -> bytes:
-    """One workload's runs in order: a panel per figure; baselines are green stars with their names, runs that fail
-    a gate red crosses."""
+    """One workload's runs in order, a panel per figure: baselines green stars, gate failures red crosses."""
     panels = panels_of(timeline)
     fig = _new_figure(8.0, 1.9 * len(panels))
     xs = list(range(len(timeline.points)))
@@ -82,12 +79,9 @@ def history_html(lines_of: Sequence[Timeline]) -> str:
         data = base64.b64encode(timeline_png(t)).decode("ascii")
         parts.append(f"<h2>{html.escape(t.label)} <small>({html.escape(t.fingerprint)})</small></h2>")
         parts.append(f'<img alt="timeline {html.escape(t.fingerprint)}" src="data:image/png;base64,{data}">')
-        def rate(p: HistoryPoint) -> str:
-            return "" if p.error_rate_percent is None else f"{p.error_rate_percent:.1f}"
-
         rows = "".join(
             f"<tr><td>{html.escape(p.report_id)}</td><td>{p.throughput_req_per_sec:.2f}</td>"
-            f"<td>{'' if p.e2e_p99_ms is None else f'{p.e2e_p99_ms:.0f}'}</td><td>{rate(p)}</td>"
+            f"<td>{_num(p.e2e_p99_ms, 0)}</td><td>{_num(p.error_rate_percent, 1)}</td>"
             f"<td>{_num(p.energy_j_per_output_token, 3)}</td><td>{_num(p.cost_usd_per_1m_output_tokens, 2)}</td>"
             f"<td>{html.escape(', '.join(p.baselines))}</td><td>{html.escape(', '.join(p.flags))}</td>"
             f"<td>{html.escape('; '.join(p.gate_failures))}</td></tr>"

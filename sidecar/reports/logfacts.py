@@ -1,10 +1,5 @@
-"""The report's ``logs`` section: vLLM's WARNING/ERROR records inside a run's window.
-
-Lines are read with vLLM's one log grammar (:mod:`engine.vllmlog.grammar`: any process prefix, colour codes,
-container stamps); start-up facts (version, model load, engine init, KV cache) come from
-:func:`engine.vllmlog.startup.startup_phase` into ``environment.startup``. Only the last ``max_bytes`` of the log are
-read, so a huge log stays cheap.
-"""
+"""The report's ``logs`` section: vLLM's WARNING/ERROR records inside a run's window (:mod:`engine.vllmlog.grammar`),
+from the log's last ``max_bytes``."""
 
 from __future__ import annotations
 
@@ -23,12 +18,8 @@ _NEEDLES = (b"WARNING", b"ERROR", b"CRITICAL")
 def read_log_facts(
     path: Path, window_start: float | None = None, window_end: float | None = None, max_bytes: int = 16 << 20
 ) -> LogFacts:
-    """WARNING/ERROR/CRITICAL records of ``path`` whose stamp lies in the window (epoch seconds, 1 s of slack).
-
-    A record logged over several lines (a traceback: vLLM repeats the prefix and header on each) counts once, by its
-    first line; at most :data:`MAX_EXAMPLES` of each kind are kept, cut to :data:`MAX_LINE_CHARS` characters.
-    Never raises for a missing, rotated or garbled log: ``found`` is False or the unparsable lines are skipped.
-    """
+    """WARNING/ERROR/CRITICAL records of ``path`` stamped in the window (epoch s, 1 s of slack), once per record, at
+    most :data:`MAX_EXAMPLES` per kind; never raises (a missing log: ``found`` False)."""
     stats = ReadStats()
     spans = iter_spans(path, stats, last_bytes=max_bytes)
     facts = LogFacts(log_file=str(path), found=False)

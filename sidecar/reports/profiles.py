@@ -12,12 +12,8 @@ OPEN_WITH = "chrome://tracing or https://ui.perfetto.dev (open the .json.gz dire
 
 
 def trace_paths(traces: list[str], source_dir: Path, run_id: str | None) -> list[Path]:
-    """The resolved paths of ``traces``, checked: a valid run id, and every trace a file inside ``source_dir`` (only
-    vLLM's profile folder is read). Reads nothing but the folder.
-
-    Raises:
-        ValueError: a bad run id, or a trace that is not a file of ``source_dir`` (the sidecar answers 400).
-    """
+    """The resolved paths of ``traces``, checked to be files inside ``source_dir`` (nothing is read). Raises ValueError:
+    a bad run id, or a trace that is not a file of ``source_dir`` (the sidecar answers 400)."""
     if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id):
         raise ValueError(f"{run_id!r} is not a run id (YYYYMMDD_HHMMSS)")
     root = source_dir.resolve()
@@ -36,14 +32,8 @@ def trace_paths(traces: list[str], source_dir: Path, run_id: str | None) -> list
 
 
 def collect_traces(traces: list[str], source_dir: Path, reports_dir: Path, run_id: str) -> ProfileInfo | None:
-    """Copy ``traces`` (files under ``source_dir``) to ``reports_dir/profile/run_id/``; None when there are none.
-
-    Every path is checked (:func:`trace_paths`) before anything is copied.
-
-    Raises:
-        ValueError: an invalid run id, a trace outside ``source_dir``, or the copy failed: the sidecar answers 400,
-            never 500.
-    """
+    """Copy ``traces`` (checked first: :func:`trace_paths`) to ``reports_dir/profile/run_id/``; None without any. Raises
+    ValueError: an invalid run id, a trace outside ``source_dir``, or the copy failed (the sidecar answers 400)."""
     if not traces:
         return None
     paths = trace_paths(traces, source_dir, run_id)

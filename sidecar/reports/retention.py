@@ -1,13 +1,10 @@
-"""Report retention: ``REPORTS_KEEP`` newest reports and ``REPORTS_MAX_AGE_DAYS``; named baselines are never removed.
-
-Run by the sidecar after each report it writes (the sidecar is the only writer of ``reports/``). Age and order are
-those of writing (the report's ``timestamp``), so a report rebuilt later from old rows (``--report-from``) counts as
-new. Files that do not validate as reports are never touched.
-"""
+"""Report retention: ``REPORTS_KEEP`` newest reports and ``REPORTS_MAX_AGE_DAYS`` (by ``timestamp``); named
+baselines and files that are no reports are never removed."""
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,26 +33,16 @@ def written_at_s(report: Report) -> float:
 
 
 def expired(reports: list[Report], protected: Collection[str], rule: Retention, now_s: float) -> list[Report]:
-    """The reports ``rule`` removes, oldest first: all but the newest ``rule.keep`` and those older than
-    ``rule.max_age_days``, never one whose id is in ``protected`` (the named baselines). Pure."""
+    """The reports ``rule`` removes, oldest first, never one whose id is in ``protected``."""
     ordered = sorted(reports, key=lambda r: (written_at_s(r), r.report_id))
-    doomed: dict[str, Report] = {}
-    if rule.keep > 0:
-        for report in ordered[: max(0, len(ordered) - rule.keep)]:
-            doomed[report.report_id] = report
-    if rule.max_age_days is not None:
-        cutoff = now_s - rule.max_age_days * DAY_S
-        for report in ordered:
-            if written_at_s(report) < cutoff:
-                doomed[report.report_id] = report
-    return [r for r in ordered if r.report_id in doomed and r.report_id not in protected]
+    surplus = len(ordered) - rule.keep if rule.keep > 0 else 0
+    cutoff = -math.inf if rule.max_age_days is None else now_s - rule.max_age_days * DAY_S
+    return [r for i, r in enumerate(ordered)
+            if (i < surplus or written_at_s(r) < cutoff) and r.report_id not in protected]  # fmt: skip
 
 
 def prune(store: ReportStore, protected: Collection[str], rule: Retention, now_s: float) -> list[str]:
-    """Remove the reports :func:`expired` names (each with its rows, attachments and traces); returns their ids.
-
-    Never raises: a file that cannot be removed is logged and left.
-    """
+    """Remove the reports :func:`expired` names; returns their ids (never raises: failures are logged)."""
     removed = []
     for report in expired(store.list(), protected, rule, now_s):
         try:

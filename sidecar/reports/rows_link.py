@@ -1,9 +1,5 @@
-"""A run's rows, read by the sidecar from the benchmark's file: ``<LOGS_DIR>/runs/<run id>.requests.jsonl`` (the
-stack's shared ``logs/``; a compose volume both mount). The rows never cross HTTP; they are read here once, and the
-report keeps that file itself, not a copy: ``reports/<id>.requests.jsonl`` is a hard link to it (one file, two
-names), so the rows are on disk once and survive a clean-up of ``logs/runs``. Where no link can be made (masking the
-sidecar's secrets would change the rows, or another file system: ``EXDEV``) the store writes the text read here.
-"""
+"""A run's rows, read once from the benchmark's ``<LOGS_DIR>/runs/<run id>.requests.jsonl`` (never over HTTP); the
+report's ``reports/<id>.requests.jsonl`` is a hard link to it, or the text written where no link can be made."""
 
 from __future__ import annotations
 
@@ -18,8 +14,7 @@ from core.records import RequestRecord
 
 @dataclass(frozen=True)
 class RunRows:
-    """One run's rows file as read once: its path, its text and the rows parsed from it (unreadable lines, a torn
-    last line after a crash, skipped as the benchmark skipped them)."""
+    """One run's rows file as read once: path, text and the rows parsed (unreadable lines skipped)."""
 
     path: Path
     text: str
@@ -27,15 +22,8 @@ class RunRows:
 
 
 def rows_file(runs_dir: Path, run_id: str) -> Path:
-    """The rows file of run ``run_id`` in ``runs_dir``, checked to exist (a regular file, maybe still empty) but not
-    read: what ``POST /windows/start?run_id=`` asks before a run measures anything, so that a benchmark writing its
-    rows where this sidecar cannot see them (``--logs-dir`` elsewhere, another ``logs/`` mount) stops before its load
-    instead of after it.
-
-    Raises:
-        ValueError: ``run_id`` is no run id (``YYYYMMDD_HHMMSS``; the sidecar answers 400).
-        FileNotFoundError: no such regular file (the sidecar answers 422; the message says both must share logs/).
-    """
+    """The rows file of run ``run_id`` in ``runs_dir``, checked to be a regular file but not read. Raises ValueError:
+    no run id (``YYYYMMDD_HHMMSS``; 400). FileNotFoundError: no such regular file (422)."""
     if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id):
         raise ValueError(f"run_id {run_id!r} is not a run id (YYYYMMDD_HHMMSS, the name of a rows file in logs/runs)")
     path = runs_dir / f"{run_id}.requests.jsonl"
@@ -48,13 +36,9 @@ def rows_file(runs_dir: Path, run_id: str) -> Path:
 
 
 def read_run_rows(runs_dir: Path, run_id: str) -> RunRows:
-    """The rows of run ``run_id`` from ``runs_dir``, read once. The id is checked before anything is read: a run id
-    (``YYYYMMDD_HHMMSS``) names a regular file directly inside ``runs_dir`` (no path, no symlink).
-
-    Raises:
-        ValueError: ``run_id`` is no run id (the sidecar answers 400: nothing outside ``runs_dir`` is ever read).
-        FileNotFoundError: no such rows file, or one holding no request row (the sidecar answers 422).
-    """
+    """The rows of run ``run_id`` from ``runs_dir`` (:func:`rows_file`), read once. Raises ValueError: ``run_id`` is no
+    run id (the sidecar answers 400: nothing is read). FileNotFoundError: no such rows file, or one holding no request
+    row (the sidecar answers 422)."""
     path = rows_file(runs_dir, run_id)
     where = f"{path} (the sidecar reads the benchmark's rows from its LOGS_DIR/runs: both must share logs/)"
     try:
@@ -76,8 +60,7 @@ def read_run_rows(runs_dir: Path, run_id: str) -> RunRows:
 
 
 def link_rows(source: Path, target: Path) -> bool | None:
-    """Hard-link ``source`` as ``target``: True when linked, False when ``target`` exists (the id is taken), None
-    when the file system cannot (another mount, no such file): the caller then writes the rows."""
+    """Hard-link ``source`` as ``target``: True linked, False ``target`` exists, None the file system cannot."""
     try:
         os.link(source, target)
     except FileExistsError:

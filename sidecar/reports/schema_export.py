@@ -1,12 +1,7 @@
 """Export the report JSON Schema: ``python -m sidecar.reports.schema_export [--check] [--out PATH]``.
 
-The schema covers everything the sidecar writes to ``reports/``: the root is the benchmark report
-(:class:`core.report_schema.Report`), so a report validates against the file as is; the series report and the A/B
-comparison are in its ``$defs`` (``#/$defs/SeriesReport``, ``#/$defs/ABComparison``), sharing the definitions they
-have in common with the report.
-
-Writes ``reports/schema.json`` (committed to git; a unit test fails when it is stale). ``--check`` only compares
-and exits 1 when the file differs from the code, for CI.
+The root is :class:`core.report_schema.Report`; the series report and the A/B comparison are in its ``$defs``.
+Writes ``reports/schema.json``; ``--check`` only compares and exits 1 when it is stale.
 """
 
 from __future__ import annotations

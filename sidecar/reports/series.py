@@ -1,16 +1,10 @@
-"""The sidecar's series and A/B comparisons: build them from the reports it wrote, compare, and write the files.
-
-A series request names the reports of each load point (the benchmark had them written one by one); the series
-report adds means and 95 % intervals per point, the SLO knee, and comparisons with the previous series of the
-same points and with every named baseline (a report or a series). A comparison resolves two references — report id,
-series id or baseline name — and writes ``benchmark_compare_<ts>``.
-"""
+"""The sidecar's series (per point means and 95 % intervals, the SLO knee, comparisons with the previous series and
+every baseline) and A/B comparisons of two references (report id, series id or baseline name)."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from core.api import BuildSeriesRequest, BuildSeriesResponse, CompareRequest, CompareResponse
 from core.comparison import ABComparison, Side, compare_points, compare_sides, environment_notes, prefix_cache_notes
@@ -32,19 +26,13 @@ from core.series_stats import (
 from core.settings import Settings
 from sidecar.render.files import compare_files, series_files
 from sidecar.reports.baselines import BaselineStore
-from sidecar.reports.store import ReportStore, ResultStore, utc_now_iso, validate_report_id
+from sidecar.reports.store import ReportStore, ResultStore, new_id, utc_now_iso, validate_report_id
 
 IDS_HINT = "`make history` lists the ids (over HTTP: GET /reports, GET /series)"
-"""Where a user finds the ids a comparison takes."""
 
 
 class UnknownResult(LookupError):
     """A reference names no report, series or baseline; the message lists what exists."""
-
-
-def new_id(prefix: str, now: datetime | None = None) -> str:
-    """``<prefix>_YYYYMMDD_HHMMSS`` in local time, as report ids."""
-    return f"{prefix}_{(now or datetime.now()).strftime('%Y%m%d_%H%M%S')}"
 
 
 @dataclass
@@ -80,8 +68,7 @@ class SeriesService:
     def _comparisons(
         self, points: list[SeriesPoint], environment: Environment, threshold_pct: float
     ) -> dict[str, Comparison]:
-        """Against the latest earlier series sharing a point, and against every named baseline; each notes the vLLM
-        flags and version that differ (not part of the workload fingerprint, but part of the change)."""
+        """Against the latest earlier series sharing a point and every named baseline, noting environment changes."""
         out: dict[str, Comparison] = {}
         fingerprints = {p.fingerprint for p in points}
         for earlier in reversed(self.series.list()):
@@ -102,11 +89,8 @@ class SeriesService:
         return out
 
     def build(self, request: BuildSeriesRequest) -> BuildSeriesResponse:
-        """Measure the points from their reports, find the knee, compare, write JSON, Markdown and HTML.
-
-        Raises:
-            UnknownResult: a point names a report that does not exist. ValueError: a bad id or no point.
-        """
+        """Measure the points from their reports, find the knee, compare and write the series. Raises UnknownResult: a
+        point names a report that does not exist. ValueError: a bad id or no point."""
         slo = request.config.slo
         points = [
             measure_point(plan, [self._report(validate_report_id(i)) for i in plan.report_ids], slo,
@@ -137,11 +121,8 @@ class SeriesService:
         return BuildSeriesResponse(series_path=str(path), series=self.series.get(path.stem))
 
     def side(self, ref: str) -> Side:
-        """A reference as one side of a comparison: a baseline name, a series id or a report id.
-
-        Raises:
-            UnknownResult: it names nothing known (the message says what exists).
-        """
+        """A reference as one side of a comparison: a baseline name, a series id or a report id. Raises UnknownResult:
+        it names nothing known (the message says what exists)."""
         result_id = self.baselines.all().get(ref, ref)
         try:
             if is_series_id(result_id):
@@ -162,11 +143,8 @@ class SeriesService:
                     points=[report_as_point(report)])
 
     def compare(self, request: CompareRequest, write: bool = True) -> CompareResponse:
-        """B against A (see :mod:`core.comparison`); written to ``reports/`` unless ``write`` is False.
-
-        Raises:
-            UnknownResult: a reference names nothing known.
-        """
+        """B against A (see :mod:`core.comparison`); written to ``reports/`` unless ``write`` is False. Raises
+        UnknownResult: a reference names nothing known."""
         comparison = compare_sides(
             self.side(request.a), self.side(request.b), new_id("benchmark_compare"), utc_now_iso(),
             request.threshold_pct,
@@ -179,11 +157,7 @@ class SeriesService:
 
     def mark_baseline(self, name: str, series_id: str) -> str | None:
         """Point baseline ``name`` at series ``series_id``; returns the id the name pointed at before (None: new).
-
-        Raises:
-            ValueError: a bad name or id, or a series that cannot be a reference
-                (:func:`core.series_stats.series_unusable_reason`). UnknownResult: no such series.
-        """
+        Raises ValueError: a bad name or id, or an unusable series. UnknownResult: no such series."""
         path = self.series.root / f"{self.series.validate_id(series_id)}.json"
         if not path.exists():
             raise UnknownResult(f"no series {series_id}")

@@ -1,10 +1,5 @@
-"""The ``reports/`` folder: one store for reports, series and comparisons (:class:`ResultStore`), with atomic,
-no-clobber writes and a tolerant listing (corrupt files are skipped).
-
-A result is written as its rows (a report's), its Markdown, HTML and CSV, then its JSON last, each through a
-temporary dot-file that is hard-linked into place: a crash at any point leaves at most orphan dot-files or files
-without a JSON, which the listing never shows.
-"""
+"""The ``reports/`` folder: one store for reports, series and comparisons, with atomic no-clobber writes (the JSON
+last, so a crash leaves nothing the listing shows) and a tolerant listing (corrupt files are skipped)."""
 
 from __future__ import annotations
 
@@ -28,21 +23,16 @@ from sidecar.reports.rows_link import RunRows, link_rows
 
 log = logging.getLogger(__name__)
 Model = TypeVar("Model", bound=BaseModel)
-REPORT_ID_RE = re.compile(r"benchmark_report_[0-9]{8}_[0-9]{6}(?:_[0-9]{1,4})?")
-"""A report id, matched whole (``fullmatch``: ``$`` would let a trailing newline through)."""
+REPORT_ID_RE = re.compile(r"benchmark_report_[0-9]{8}_[0-9]{6}(?:_[0-9]{1,4})?")  # fullmatch: no trailing newline
 
 
-def new_report_id(now: datetime | None = None) -> str:
-    """``benchmark_report_YYYYMMDD_HHMMSS`` in local time (the seed's naming)."""
-    return f"benchmark_report_{(now or datetime.now()).strftime('%Y%m%d_%H%M%S')}"
+def new_id(prefix: str, now: datetime | None = None) -> str:
+    """``<prefix>_YYYYMMDD_HHMMSS`` in local time (the seed's naming)."""
+    return f"{prefix}_{(now or datetime.now()).strftime('%Y%m%d_%H%M%S')}"
 
 
 def validate_report_id(report_id: str) -> str:
-    """Return ``report_id`` when it is a report name; no paths, no traversal.
-
-    Raises:
-        ValueError: anything else.
-    """
+    """``report_id`` when it is a report name (no paths). Raises ValueError: anything else."""
     if not isinstance(report_id, str) or not REPORT_ID_RE.fullmatch(report_id):
         raise ValueError(f"{report_id!r} is not a report id (benchmark_report_YYYYMMDD_HHMMSS)")
     return report_id
@@ -62,29 +52,20 @@ def _write_new(path: Path, data: bytes) -> bool:
 
 
 Render = Callable[[Any], dict[str, str]]
-"""Renders the files written next to a result's JSON, ``{".md": text, ".html": text}``, from its final version."""
-ATTACHMENT_FIELDS: dict[str, str | None] = {
-    ".md": "markdown_file",
-    ".html": "html_file",
-    ".csv": "csv_file",
-    ".summary.csv": None,  # named after the rows CSV; no field of its own
-}
-"""A report's attachments: suffix -> the report field naming the file."""
+"""The files beside a result's JSON, ``{".md": text, ".html": text}``, from its final version."""
 RESULT_ATTACHMENTS: dict[str, str | None] = {".md": "markdown_file", ".html": "html_file"}
-"""A series' and a comparison's attachments."""
+"""A series' and a comparison's attachments: suffix -> the field naming the file."""
+ATTACHMENT_FIELDS: dict[str, str | None] = {**RESULT_ATTACHMENTS, ".csv": "csv_file", ".summary.csv": None}
+"""A report's attachments (the summary CSV has no field of its own)."""
 
 
 class ResultStore(Generic[Model]):
-    """The one store of ``reports/``: files ``<prefix>_YYYYMMDD_HHMMSS[_n].json`` of one pydantic type under
-    ``root`` (reports, series, comparisons), each written as its rows (a report's ``.requests.jsonl``: they reserve
-    the id), its attachments, then its JSON last, each through a temporary file linked into place; listed
-    tolerantly (a corrupt file is skipped with a warning).
+    """Files ``<prefix>_YYYYMMDD_HHMMSS[_n].json`` of one pydantic type under ``root``.
 
     Args:
         id_field: the model's id field (``report_id``, ``series_id``, ``compare_id``); ``id_re`` validates ids.
         attachments: suffix -> the model's field naming that file (None: no field).
-        redact: applied to every file written: to each string value of the JSON and of the rows (so masking never
-            breaks a document) and to the whole text of the attachments.
+        redact: applied to every string of the JSON and rows and to the whole text of the attachments.
     """
 
     def __init__(
@@ -106,11 +87,7 @@ class ResultStore(Generic[Model]):
         self._redact = redact or (lambda text: text)
 
     def validate_id(self, result_id: str) -> str:
-        """``result_id`` when it is one of this store's ids (no paths, no traversal).
-
-        Raises:
-            ValueError: anything else.
-        """
+        """``result_id`` when it is one of this store's ids (no paths). Raises ValueError: anything else."""
         if not isinstance(result_id, str) or not self.id_re.fullmatch(result_id):  # whole: no trailing newline
             raise ValueError(f"{result_id!r} is not an id of the form {self.prefix}_YYYYMMDD_HHMMSS")
         return result_id
@@ -124,20 +101,16 @@ class ResultStore(Generic[Model]):
         return json.dumps(redact_json(data, self._redact), ensure_ascii=False)
 
     def write(self, result: Model, render: Render | None = None, rows: RunRows | None = None) -> Path:
-        """Write ``result`` under its id (``_2``, ``_3`` ... when taken) with its ``rows`` (a report's
-        ``.requests.jsonl``: the run's rows file, hard-linked when masking changes nothing in it, else its text
-        written masked) and the files ``render`` makes from its final version; returns the JSON's path. Rows first
-        (they reserve the id), the JSON last: a reader that sees the JSON always finds everything beside it.
-
-        Raises:
-            OSError: the folder is not writable (nothing of this result stays behind).
-        """
+        """Write ``result`` under its id (``_2``, ``_3`` ... when taken): its ``rows`` first (hard-linked when masking
+        changes nothing), the files ``render`` makes, the JSON last; returns the JSON's path. Raises OSError: the folder
+        is not writable (nothing of this result stays behind)."""
         self.root.mkdir(parents=True, exist_ok=True)
         link = rows is not None and self._redact(rows.text) == rows.text
         base = str(getattr(result, self.id_field))
         for n in range(1, 1000):
             result_id = base if n == 1 else f"{base}_{n}"
             written: list[Path] = []
+            path = None
             try:
                 if rows is not None:
                     target = self.root / f"{result_id}.requests.jsonl"
@@ -151,14 +124,12 @@ class ResultStore(Generic[Model]):
                             continue
                     written.append(target)
                 path = self._write_rest(result, result_id, render, rows is not None, written)
-            except BaseException:
-                for leftover in written:
-                    leftover.unlink(missing_ok=True)
-                raise
+            finally:
+                if path is None:  # a name was taken, or the write failed: nothing of this try stays
+                    for leftover in written:
+                        leftover.unlink(missing_ok=True)
             if path is not None:
                 return path
-            for leftover in written:
-                leftover.unlink(missing_ok=True)
         raise RuntimeError(f"could not find a free {self.prefix} id")
 
     def _write_rest(
@@ -185,11 +156,7 @@ class ResultStore(Generic[Model]):
         return path
 
     def get(self, result_id: str) -> Model:
-        """One result by id.
-
-        Raises:
-            ValueError: invalid id. FileNotFoundError: no such result.
-        """
+        """One result by id. Raises ValueError: invalid id. FileNotFoundError: no such result."""
         path = self.root / f"{self.validate_id(result_id)}.json"
         try:
             data = path.read_bytes()
@@ -209,8 +176,7 @@ class ResultStore(Generic[Model]):
 
 
 class ReportStore(ResultStore[Report]):
-    """The store of one-run reports (``benchmark_report_*``): rows and the CSV beside them; listed by when the run
-    ended; deleted with their profiler traces (retention)."""
+    """The store of one-run reports (``benchmark_report_*``), listed by when the run ended."""
 
     def __init__(self, root: Path, redact: Callable[[str], str] | None = None) -> None:
         super().__init__(root, Report, "benchmark_report", "report_id", REPORT_ID_RE, redact, ATTACHMENT_FIELDS)
@@ -224,22 +190,15 @@ class ReportStore(ResultStore[Report]):
         return validate_report_id(result_id)
 
     def files_of(self, report_id: str) -> builtins.list[Path]:
-        """Every file of report ``report_id``: its JSON first, then its rows and attachments (those that exist).
-
-        Raises:
-            ValueError: invalid id.
-        """
+        """The files of report ``report_id`` that exist: its JSON first, then its rows and attachments. Raises
+        ValueError: invalid id."""
         validate_report_id(report_id)
         names = [f"{report_id}.json", f"{report_id}.requests.jsonl", *(report_id + s for s in ATTACHMENT_FIELDS)]
         return [self.root / name for name in names if (self.root / name).is_file()]
 
     def delete(self, report: Report) -> builtins.list[Path]:
-        """Remove ``report``: its JSON first (the listing stops showing it at once), then its rows, attachments and
-        profiler traces (``reports/profile/<run>/``); returns what was removed.
-
-        Raises:
-            ValueError: invalid id.
-        """
+        """Remove ``report``: its JSON first, then its rows, attachments and profiler traces; returns what went. Raises
+        ValueError: invalid id."""
         removed = []
         for path in self.files_of(report.report_id):
             path.unlink(missing_ok=True)

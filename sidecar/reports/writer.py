@@ -12,7 +12,6 @@ from typing import Any
 
 from core.api import BuildReportRequest, BuildReportResponse
 from core.comparison import compare_with_history
-from core.energy import EnergyStats
 from core.enginestate import read_engine_state
 from core.fingerprint import unusable_reason, workload_fingerprint
 from core.records import RequestRecord
@@ -32,8 +31,7 @@ from sidecar.reports.logfacts import read_log_facts
 from sidecar.reports.profiles import collect_traces, trace_paths
 from sidecar.reports.retention import Retention, prune
 from sidecar.reports.rows_link import RunRows, read_run_rows
-from sidecar.reports.schema_export import write_schema_if_changed
-from sidecar.reports.store import ReportStore, new_report_id, utc_now_iso
+from sidecar.reports.store import ReportStore, new_id, utc_now_iso
 from sidecar.sampling.enginemetrics import EngineMetricsReader
 from sidecar.sampling.gpu import GpuInfo, GpuReader, open_gpu_reader
 from sidecar.sampling.peers import peer_resources
@@ -42,13 +40,11 @@ from sidecar.sampling.sampler import Sampler, engine_pid
 from sidecar.sampling.windows import UnknownWindow, WindowRegistry
 
 MAX_FUTURE_S = 300.0
-"""How far a run's window may end after the sidecar's clock (clock skew between hosts), s; more is refused, so a
-made-up report can never become the permanent "previous run"."""
+"""How far a run's window may end after the sidecar's clock (clock skew), s; more is refused."""
 
 
 class InvalidRun(ValueError):
-    """A body that validates but cannot be a run (a window in the future, traces outside the profile folder): a
-    4xx answer, nothing written."""
+    """A body that validates but cannot be a run: a 4xx answer (``status_code``), nothing written."""
 
     def __init__(self, message: str, status_code: int = 422) -> None:
         super().__init__(message)
@@ -56,13 +52,9 @@ class InvalidRun(ValueError):
 
 
 def check_run(request: BuildReportRequest, now_s: float, profile_dir: Path, runs_dir: Path) -> RunRows:
-    """The run's rows (:func:`sidecar.reports.rows_link.read_run_rows`, read once), after refusing a run whose window
-    ends more than :data:`MAX_FUTURE_S` after ``now_s`` (422), whose run id is no run id or whose profiler traces are
-    not files of ``profile_dir`` (400: nothing is read first), or whose rows file is missing or has no row (422).
-
-    Raises:
-        InvalidRun: with the status to answer.
-    """
+    """The run's rows (:func:`sidecar.reports.rows_link.read_run_rows`), after refusing a window ending more than
+    :data:`MAX_FUTURE_S` after ``now_s`` or a missing rows file (422), a bad run id or traces (400). Raises InvalidRun:
+    with the status to answer."""
     if request.window_end > now_s + MAX_FUTURE_S:
         raise InvalidRun(
             f"window_end={request.window_end} is {request.window_end - now_s:.0f} s after the sidecar's clock: a run "
@@ -108,12 +100,8 @@ class ReportService:
         server_facts: Callable[[str], dict[str, Any]] | None = None,
         host_energy: tuple[HostEnergyReader | None, str | None] | None = None,
     ) -> ReportService:
-        """Real wiring: NVML when available, psutil for the vLLM process tree, HTTP to vLLM (with VLLM_API_KEY) for
-        its version.
-
-        Tests inject ``gpu`` (e.g. ``(NvmlReader(FakeNvml()), None)`` or ``(None, "no NVML")``), ``server_facts`` and
-        ``host_energy`` (RAPL read from a fake tree; default: this host's, read only without a GPU).
-        """
+        """Real wiring (NVML, psutil, HTTP to vLLM); tests inject ``gpu`` (reader, reason), ``server_facts`` and
+        ``host_energy`` (default: this host's RAPL, read only without a GPU)."""
         reader, reason = gpu if gpu is not None else open_gpu_reader(settings.gpu_devices)
         info = reader.info() if reader else None
         if host_energy is None:
@@ -138,13 +126,11 @@ class ReportService:
         return cls(settings, sampler, reader, reason, store, facts)
 
     def startup(self) -> StartupPhase:
-        """vLLM's start-up phase from a bounded read of its log, judged with its process (the state file, and
-        supervisord in local mode): :func:`engine.local_control.engine_phase`."""
+        """vLLM's start-up phase (:func:`engine.local_control.engine_phase`)."""
         return engine_phase(self.settings)
 
     def engine(self) -> dict[str, Any]:
-        """The engine serving now: its supervisord program (``vllm``, ``vllm-b`` after a blue/green switch), the URL
-        it answers on, its pid and served model (:func:`core.replicas.serving_engine`)."""
+        """The engine serving now: supervisord program, URL, pid and served model."""
         serving = serving_engine(self.settings)
         return {"program": own_program(self.settings), "url": serving.url, "pid": serving.pid,
                 "served_model": serving.served_name}  # fmt: skip
@@ -154,18 +140,9 @@ class ReportService:
         return latest_start(self.settings.vllm_log_file, read_engine_state(self.settings.engine_state_file))
 
     @property
-    def gpu_names(self) -> list[str]:
-        """Model name of each GPU read (the engine's: GPU_DEVICES), in NVML order (empty without NVML)."""
-        return list(self._gpu_info.names) if self._gpu_info else []
-
-    @property
     def gpu_names_by_index(self) -> dict[int, str]:
         """Model name of each GPU read, by NVML index."""
         return self._gpu_info.name_by_index() if self._gpu_info else {}
-
-    def write_schema(self) -> bool:
-        """Keep ``<reports>/schema.json`` in step with the running code; True when it was (re)written."""
-        return write_schema_if_changed(self.store.root / "schema.json")
 
     def current_resources(self) -> dict[str, Any]:
         """Latest sample as JSON (taken now if the sampler has none yet)."""
@@ -175,7 +152,7 @@ class ReportService:
         return {
             "t": sample.t,
             "gpus": [g.model_dump() for g in sample.gpus],
-            "gpu_names": self.gpu_names,
+            "gpu_names": list(self._gpu_info.names) if self._gpu_info else [],
             "gpu_mem_used_gb": sample.gpu_mem_used_gb,
             "gpu_unavailable_reason": self.gpu_reason,
             "vllm_rss_gb": sample.vllm_rss_gb,
@@ -189,8 +166,7 @@ class ReportService:
         }
 
     def window_resources(self, start: float, end: float) -> Resources:
-        """The ``resources`` section for ``[start, end]`` (a sample with vLLM's gauges is taken now, so short windows
-        have one); with PEER_SIDECARS, ``hosts`` lists this host's GPU memory and each peer's (:mod:`peers`)."""
+        """The ``resources`` section for ``[start, end]`` (sampled now too); with PEER_SIDECARS, each host's."""
         self.sampler.sample_once(force_engine=True)
         resources = self._own_resources(start, end)
         if not self.settings.peer_sidecars:
@@ -206,15 +182,9 @@ class ReportService:
 
     def host_resources(self, start: float, end: float, idle_end: float | None = None) -> HostResources:
         """This host's GPU memory and energy over ``[start, end]`` (idle power before ``idle_end``, default
-        ``start``): ``GET /resources/window``, what a coordinating sidecar asks its peers; a sample is taken now,
-        vLLM's gauges are not scraped."""
+        ``start``): ``GET /resources/window``, what a coordinating sidecar asks its peers."""
         self.sampler.sample_once()
         return host_entry(self._own_resources(start, end, idle_end), self.host_name)
-
-    def energy(self, start: float, end: float) -> EnergyStats:
-        """This host's energy over ``[start, end]`` from the samples already taken (``GET /energy``: the chat UI's
-        answer energy; nothing is sampled for it)."""
-        return self.sampler.energy(start, end)
 
     def _own_resources(self, start: float, end: float, idle_end: float | None = None) -> Resources:
         """The ``resources`` section of this host's samples over ``[start, end]``, with its energy."""
@@ -230,9 +200,7 @@ class ReportService:
     def with_run_energy(
         self, request: BuildReportRequest, records: list[RequestRecord], resources: Resources
     ) -> Resources:
-        """``resources`` with the run's energy over its measured window and the idle power before its first request
-        (:func:`sidecar.reports.energy_cost.run_energy`): every host's with PEER_SIDECARS (asked again over that
-        window), per local replica behind the router."""
+        """``resources`` with the run's energy (:func:`sidecar.reports.energy_cost.run_energy`)."""
         token = self.settings.sidecar_auth_token()
         peers = self.settings.peer_sidecars
 
@@ -262,14 +230,9 @@ class ReportService:
         ]
 
     def mark_baseline(self, name: str, report_id: str | None = None) -> tuple[Report, str | None]:
-        """Point baseline ``name`` at ``report_id`` (default: the latest report); returns that report and the id the
-        name pointed at before (None: a new name).
-
-        Raises:
-            ValueError: invalid name or id, or a report that cannot be a reference
-                (:func:`core.fingerprint.unusable_reason`: interrupted, ended early, no success).
-            FileNotFoundError: no such report, or no report at all.
-        """
+        """Point baseline ``name`` at ``report_id`` (default: the latest); returns the report and the previous id.
+        Raises ValueError: invalid name or id, or a report that cannot be a reference
+        (:func:`core.fingerprint.unusable_reason`). FileNotFoundError: no such report, or no report at all."""
         if report_id is None:
             reports = self.store.list()
             if not reports:
@@ -286,8 +249,7 @@ class ReportService:
         return report, self.baselines.set(name, report.report_id)
 
     def run_resources(self, request: BuildReportRequest) -> Resources:
-        """The resources of a run: its sampling window's summary when the benchmark opened one (stopped now if it is
-        still open: closed at ``window_end``), else the samples between ``window_start`` and ``window_end``."""
+        """The run's resources: its sampling window's (closed at ``window_end``), else those of its bounds."""
         if request.window_id:
             try:
                 return self.windows.stop(request.window_id, request.window_end).resources
@@ -296,12 +258,8 @@ class ReportService:
         return self.window_resources(request.window_start, request.window_end)
 
     def build_and_write(self, request: BuildReportRequest) -> BuildReportResponse:
-        """Build the report for ``request`` and write it with its Markdown and HTML (serialised, so comparisons see
-        every earlier report), then apply the retention (REPORTS_KEEP, REPORTS_MAX_AGE_DAYS; baselines stay).
-
-        Raises:
-            InvalidRun: the run cannot be reported (checked before anything is written).
-        """
+        """Build, compare and write the report for ``request`` (serialised), then apply the retention. Raises
+        InvalidRun: the run cannot be reported (checked before anything is written)."""
         settings = self.settings
         rows = check_run(request, self.clock(), settings.profile_dir, settings.logs_dir / "runs")
         resources = self.with_run_energy(request, rows.records, self.run_resources(request))
@@ -317,7 +275,7 @@ class ReportService:
             report = build_report(
                 request,
                 rows.records,
-                report_id=new_report_id(),
+                report_id=new_id("benchmark_report"),
                 timestamp=utc_now_iso(),
                 environment=environment,
                 resources=resources,

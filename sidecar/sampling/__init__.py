@@ -1,2 +1,1 @@
-"""What the sidecar samples: GPU memory (NVML), the vLLM process tree, vLLM's gauges, and the windows that frame a
-run."""
+"""What the sidecar samples: GPUs (NVML), the vLLM process tree, vLLM's gauges, and the windows of a run."""

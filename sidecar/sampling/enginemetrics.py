@@ -1,11 +1,6 @@
-"""vLLM's scheduler and KV-cache gauges, scraped from its ``/metrics`` by the sidecar's sampler.
-
-Only the few families the report needs are parsed (the exposition is filtered line by line first: ≈ 0.5 ms of
-the sidecar's CPU per scrape of a 60 kB exposition): KV usage (``vllm:kv_cache_usage_perc``, a 0..1 fraction),
-running and waiting requests, cumulative preemptions, and the pool's geometry (``vllm:cache_config_info``, whose
-labels carry ``num_gpu_blocks``, ``block_size``, ``kv_cache_size_tokens`` and ``kv_cache_memory_bytes``).
-Sources: vLLM 0.32 ``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger``) and ``vllm/config/cache.py``.
-"""
+"""vLLM's scheduler and KV-cache gauges from its ``/metrics``: only the families the report needs are parsed (KV use
+as a 0..1 fraction, running/waiting, preemptions, the pool's geometry in ``vllm:cache_config_info`` labels).
+Sources: vLLM 0.32 ``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger``) and ``vllm/config/cache.py``."""
 
 from __future__ import annotations
 
@@ -25,8 +20,7 @@ WANTED = (KV_USAGE, RUNNING, WAITING, PREEMPTIONS, CACHE_INFO)
 
 @dataclass(frozen=True)
 class EngineGauges:
-    """One scrape: KV usage in percent (0..100), request counts, the preemption counter (cumulative since vLLM
-    started) and the pool's geometry (None where vLLM did not expose it)."""
+    """One scrape: KV usage (%), request counts, cumulative preemptions and the pool's geometry (None: not exposed)."""
 
     kv_usage_percent: float | None
     running: float | None
@@ -47,11 +41,8 @@ def _int_label(labels: dict[str, str], name: str) -> int | None:
 
 
 def parse_gauges(text: str) -> EngineGauges:
-    """The gauges of a ``/metrics`` exposition (summed over engines; KV usage is the mean over engines).
-
-    Raises:
-        ValueError: the kept lines are not a Prometheus exposition.
-    """
+    """The gauges of a ``/metrics`` exposition (summed over engines; KV usage is the mean over engines). Raises
+    ValueError: the kept lines are not a Prometheus exposition."""
     kept = "\n".join(line for line in text.splitlines() if line.startswith(WANTED)) + "\n"
     samples = parse_exposition(kept)
 
@@ -81,17 +72,9 @@ def parse_gauges(text: str) -> EngineGauges:
 
 
 class EngineMetricsReader:
-    """Scrapes ``<vllm_url>/metrics`` at most every ``interval_s`` (the sampler ticks faster); never raises.
-
-    ``read()`` returns the latest gauges or None, and ``unavailable_reason`` says why not (vLLM down, restarting,
-    not a vLLM). ``vllm_url`` may be a function, asked before each scrape: the engine behind the stack's router
-    changes with a blue/green switch (:func:`core.replicas.engine_url`). ``headers`` carry VLLM_API_KEY
-    (``Settings.vllm_headers``); ``get`` is injectable for tests.
-
-    The scrapes share one keep-alive ``httpx.Client``: a client per scrape builds an SSL context each time, ≈ 28 ms
-    of CPU against ≈ 1 ms on a kept connection (measured in docs/measured.md), a steady 3 % of a core at one scrape
-    per second on the host being measured. :meth:`close` ends it.
-    """
+    """Scrapes ``<vllm_url>/metrics`` at most every ``interval_s`` (never raises; ``unavailable_reason`` says why
+    not). ``vllm_url`` may be a function asked before each scrape (a blue/green switch moves the engine); ``get`` is
+    injectable. One keep-alive client (a new one per scrape costs ≈ 28 ms CPU, docs/measured.md); :meth:`close`."""
 
     def __init__(
         self,
@@ -155,8 +138,7 @@ class EngineMetricsReader:
 
 
 def _why(exc: Exception) -> str:
-    """One line: ``HTTP 404`` for an answer that is not 200 (httpx's own text spans two lines, with a link), else the
-    exception's name and first line."""
+    """One line: ``HTTP 404`` for a non-200 answer, else the exception's name and first line."""
     if isinstance(exc, httpx.HTTPStatusError):
         return f"HTTP {exc.response.status_code}"
     first = str(exc).splitlines()[0] if str(exc) else ""

@@ -1,18 +1,8 @@
-"""GPU readings through NVML (nvidia-ml-py, import name ``pynvml``). Missing hardware is None plus a reason.
+"""GPU readings through NVML (``pynvml``) of the GPUs ``GPU_DEVICES`` picks; missing hardware is None plus a reason.
 
-Memory is read the way ``nvidia-smi`` shows it: NVML's v2 memory struct (the ``_v2`` memory call of drivers
-from R510 on) reports ``used`` without the driver-reserved memory, which the v1 call counts as used (measured on an
-idle H200: v1 used 615 MiB, v2 used 0 + reserved 615 MiB, nvidia-smi 0 MiB). The v1 call is the fallback on older
-drivers, and :attr:`NvmlReader.memory_api` says which one is in use. Figures are GiB (2**30 bytes).
-
-Only the GPUs the engine uses are read: ``GPU_DEVICES`` (CUDA_VISIBLE_DEVICES semantics, :mod:`core.gpus`) picks
-them among NVML's devices; samples keep NVML's index. Memory of processes that are not the engine's is counted per
-GPU from NVML's process list when the engine's pids are known in this pid namespace.
-
-Energy: each sample carries NVML's total-energy counter (``nvmlDeviceGetTotalEnergyConsumption``, mJ since the driver
-loaded; Volta and later) beside the power reading (``nvmlDeviceGetPowerUsage``, mW), each read once per tick. A card
-without the counter answers NotSupported once and is not asked again; its energy is then integrated from the power
-readings (:mod:`core.energy`).
+Memory as ``nvidia-smi`` shows it: NVML's v2 memory call (drivers from R510) leaves the driver-reserved memory out of
+``used`` (idle H200: v1 615 MiB used, v2 0), v1 the fallback (:attr:`NvmlReader.memory_api`); figures in GiB.
+Energy: NVML's total-energy counter (mJ, Volta and later; a card without it is asked once) beside the power (mW).
 """
 
 from __future__ import annotations
@@ -29,8 +19,7 @@ from core.units import GIB
 
 @dataclass(frozen=True)
 class GpuInfo:
-    """Static facts of the GPUs read: model names, NVML indices and UUIDs (same order), driver and CUDA driver
-    versions (``cuda_version`` is the driver's maximum, not the engine's runtime)."""
+    """Static facts of the GPUs read: names, NVML indices and UUIDs (same order), driver and its maximum CUDA."""
 
     names: list[str]
     driver_version: str | None
@@ -62,12 +51,8 @@ def _text(value: Any) -> str:
 
 
 class NvmlReader:
-    """Reads memory, utilisation and power of every GPU through NVML.
-
-    Raises:
-        RuntimeError: at construction, when NVML cannot be loaded or initialised (no driver, no GPU); the
-            message is the reason shown in reports.
-    """
+    """Reads memory, utilisation and power of every GPU through NVML. Raises RuntimeError: at construction, when NVML
+    cannot be loaded or initialised (no driver, no GPU); the message is the reason shown in reports."""
 
     def __init__(self, nvml: Any | None = None, devices: str | None = None) -> None:
         if nvml is None:
@@ -127,8 +112,7 @@ class NvmlReader:
         return GpuInfo(names, driver, cuda, indices=list(self._indices), uuids=uuids)
 
     def _other_bytes(self, handle: Any, engine_pids: frozenset[int] | None) -> int | None:
-        """Bytes of NVML's processes on ``handle`` outside ``engine_pids``; None when NVML cannot tell (no list, no
-        engine pids, or none of its pids is the engine's: another pid namespace)."""
+        """Bytes of NVML's processes on ``handle`` outside ``engine_pids``; None when NVML cannot tell."""
         if not engine_pids:
             return None
         try:
@@ -152,8 +136,7 @@ class NvmlReader:
             return None
 
     def read(self, engine_pids: frozenset[int] | None = None) -> list[GpuSample]:
-        """Memory used/total/reserved (GiB), utilisation (%), power (W), the energy counter (mJ) and other processes'
-        memory (GiB, see :meth:`_other_bytes`) of each GPU read, indexed as NVML numbers them."""
+        """Memory used/total/reserved and other processes' (GiB), utilisation (%), power (W), energy (mJ) per GPU."""
         nvml = self._nvml
         now = time.time()
         samples = []
@@ -164,25 +147,17 @@ class NvmlReader:
                 util = float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
             with contextlib.suppress(Exception):
                 power = nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
-            samples.append(
-                GpuSample(
-                    t=now,
-                    index=index,
-                    mem_used_gb=used / GIB,
-                    mem_total_gb=total / GIB,
-                    mem_reserved_gb=None if reserved is None else reserved / GIB,
-                    util_percent=util,
-                    power_w=power,
-                    energy_mj=self._energy_mj(index, handle),
-                    other_mem_gb=None if (other := self._other_bytes(handle, engine_pids)) is None else other / GIB,
-                )
-            )
+            other = self._other_bytes(handle, engine_pids)
+            samples.append(GpuSample(
+                t=now, index=index, mem_used_gb=used / GIB, mem_total_gb=total / GIB,
+                mem_reserved_gb=None if reserved is None else reserved / GIB, util_percent=util, power_w=power,
+                energy_mj=self._energy_mj(index, handle), other_mem_gb=None if other is None else other / GIB,
+            ))  # fmt: skip
         return samples
 
 
 def open_gpu_reader(devices: str | None = None) -> tuple[GpuReader | None, str | None]:
-    """An NVML reader of the GPUs ``devices`` (GPU_DEVICES) picks, or ``(None, reason)`` where NVML cannot run
-    (never raises)."""
+    """An NVML reader of the GPUs ``devices`` (GPU_DEVICES) picks, or ``(None, reason)`` (never raises)."""
     try:
         return NvmlReader(devices=devices), None
     except RuntimeError as exc:

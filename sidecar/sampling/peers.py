@@ -1,18 +1,7 @@
-"""GPU memory and energy of other hosts: the coordinating sidecar asks the sidecars of PEER_SIDECARS for the run's
-window.
-
-How it finds them: PEER_SIDECARS lists them, comma-separated. ``http(s)://host:port`` is one sidecar;
-``dns+http(s)://name:port`` is every address ``name`` resolves to (a Kubernetes headless Service: one sidecar per
-GPU node), each asked with ``Host: name:port`` so that the peer's Host check (SIDECAR_TRUSTED_HOSTS) passes.
-
-How it authenticates: ``GET /resources/window?start=&end=`` of each peer with ``Authorization: Bearer
-<SIDECAR_TOKEN>`` — every sidecar of the cluster shares the one token. That read needs the token (other reads of the
-sidecar are open) because it is meant for the coordinator only, is asked across hosts, and makes the peer sample.
-
-Failures are values: a peer that cannot be resolved, reached, that refuses the token or answers something else is a
-:class:`core.report_schema.HostResources` with ``unavailable_reason`` (a line in the report's gaps), never an
-exception; the window times are the coordinator's clock (the hosts' clocks must agree, e.g. NTP).
-"""
+"""GPU memory and energy of other hosts: ``GET /resources/window`` of each sidecar of PEER_SIDECARS (comma-separated
+``http(s)://host:port``, or ``dns+http(s)://name:port`` for every address ``name`` resolves to, asked with
+``Host: name:port``), with the shared SIDECAR_TOKEN. Failures are :class:`core.report_schema.HostResources` with
+``unavailable_reason``; the window is the coordinator's clock (hosts must agree, e.g. NTP)."""
 
 from __future__ import annotations
 
@@ -27,10 +16,8 @@ from pydantic import ValidationError
 
 from core.report_schema import HostResources
 
-PEER_TIMEOUT_S = 10.0
-"""How long one peer may take to answer, s (connect and read)."""
-MAX_PEERS = 64
-"""At most this many peers are asked (a DNS name that resolves to more is cut, with a gap line)."""
+PEER_TIMEOUT_S = 10.0  # connect and read, per peer
+MAX_PEERS = 64  # more are cut, with a gap line
 WINDOW_PATH = "/resources/window"
 
 Resolver = Callable[[str, int], list[str]]
@@ -39,8 +26,7 @@ Resolver = Callable[[str, int], list[str]]
 
 @dataclass(frozen=True)
 class PeerTarget:
-    """One sidecar to ask: ``url`` as the report names it, ``base`` where to connect, ``host_header`` to send
-    (None: the URL's own)."""
+    """One sidecar to ask: ``url`` as reported, ``base`` to connect to, ``host_header`` to send (None: the URL's)."""
 
     url: str
     base: str
@@ -48,11 +34,8 @@ class PeerTarget:
 
 
 def resolve_addresses(name: str, port: int) -> list[str]:
-    """Every address ``name`` resolves to (TCP), in the resolver's order, without repeats.
-
-    Raises:
-        OSError: the name does not resolve.
-    """
+    """Every address ``name`` resolves to (TCP), in the resolver's order, without repeats. Raises OSError: the name does
+    not resolve."""
     infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
@@ -64,8 +47,7 @@ def _unreached(url: str, reason: str, host: str | None = None) -> HostResources:
 def peer_targets(
     spec: str | None, resolve: Resolver = resolve_addresses
 ) -> tuple[list[PeerTarget], list[HostResources]]:
-    """PEER_SIDECARS as the sidecars to ask, and the entries that name none (as unreached hosts with the reason):
-    no http(s) URL, or a ``dns+`` name that does not resolve."""
+    """PEER_SIDECARS as the sidecars to ask, and the entries that name none (unreached hosts with the reason)."""
     targets: list[PeerTarget] = []
     failed: list[HostResources] = []
     for entry in (e.strip().rstrip("/") for e in (spec or "").split(",")):
@@ -100,16 +82,10 @@ def peer_targets(
 
 
 def fetch_peer(
-    client: httpx.Client,
-    target: PeerTarget,
-    token: str | None,
-    start: float,
-    end: float,
-    idle_end: float | None = None,
+    client: httpx.Client, target: PeerTarget, token: str | None, start: float, end: float, idle_end: float | None = None
 ) -> HostResources:
-    """One peer's GPU memory and energy over ``[start, end]`` (Unix s, this host's clock; its idle power before
-    ``idle_end``), or its failure as a value: the reason names what went wrong (connection, token refused, HTTP
-    status, an answer that is no HostResources)."""
+    """One peer's GPU memory and energy over ``[start, end]`` (Unix s; idle power before ``idle_end``), or its
+    failure as a value naming what went wrong."""
     params = {"start": start, "end": end, **({"idle_end": idle_end} if idle_end is not None else {})}
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     if target.host_header:
@@ -139,8 +115,8 @@ def peer_resources(
     timeout_s: float = PEER_TIMEOUT_S,
     idle_end: float | None = None,
 ) -> list[HostResources]:
-    """Every peer of ``spec`` (PEER_SIDECARS) over ``[start, end]`` (idle power before ``idle_end``), asked at once:
-    its figures, or its failure (:func:`fetch_peer`); the entries that name no sidecar come last. Never raises."""
+    """Every peer of ``spec`` over ``[start, end]``, asked at once (:func:`fetch_peer`); bad entries last. Never
+    raises."""
     targets, failed = peer_targets(spec, resolve)
     if not targets:
         return failed

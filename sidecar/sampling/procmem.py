@@ -14,11 +14,8 @@ def host_mem_used_gb() -> float:
 
 
 class ProcessTreeMeter:
-    """RSS (GiB) and CPU use (% of one core, summed over the tree) of a process and its descendants.
-
-    psutil measures CPU % between two calls on the same ``Process`` object, so the objects are kept from one reading
-    to the next; a process seen for the first time counts 0 % in that reading.
-    """
+    """RSS (GiB) and CPU use (% of one core, summed) of a process tree; psutil measures CPU % between two calls on one
+    ``Process``, so they are kept (a new process counts 0 % at first)."""
 
     def __init__(self) -> None:
         self._procs: dict[int, psutil.Process] = {}
@@ -30,12 +27,8 @@ class ProcessTreeMeter:
         return known
 
     def read(self, pid: int) -> tuple[float, float]:
-        """``(rss_gb, cpu_percent)`` of ``pid``'s tree.
-
-        Raises:
-            psutil.NoSuchProcess: ``pid`` is gone.
-            psutil.AccessDenied: not allowed to read it.
-        """
+        """``(rss_gb, cpu_percent)`` of ``pid``'s tree. Raises psutil.NoSuchProcess: ``pid`` is gone.
+        psutil.AccessDenied: not allowed to read it."""
         root = self._cached(psutil.Process(pid))
         rss = root.memory_info().rss
         cpu = root.cpu_percent(None)
@@ -53,8 +46,7 @@ class ProcessTreeMeter:
 
 
 def engine_pids(pid: int | None) -> frozenset[int] | None:
-    """``pid`` and every process below it (vLLM's engine core and workers hold the GPU memory); None when ``pid`` is
-    unknown or gone."""
+    """``pid`` and every process below it (they hold the GPU memory); None when ``pid`` is unknown or gone."""
     if pid is None:
         return None
     try:

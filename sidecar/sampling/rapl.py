@@ -1,16 +1,9 @@
-"""The host's CPU energy counters on the CPU build: RAPL through Linux powercap, else AMD's ``amd_energy`` hwmon
-driver. Missing or unreadable counters are None plus the reason, never a crash.
+"""The host's CPU energy counters (µJ) on the CPU build; missing or unreadable ones are None plus the reason.
 
-RAPL (``/sys/class/powercap/intel-rapl:N[:M]``; AMD Zen CPUs are served by the same driver under the same name):
-each zone has ``name`` (package-N, dram, core, uncore, psys), ``energy_uj`` (µJ, wraps at ``max_energy_range_uj``).
-The counted zones are the packages and the DRAM zones, which do not overlap (core and uncore are inside a package;
-psys, the whole SoC, contains the packages and is counted only where there is no package zone). The
-``intel-rapl-mmio`` zones repeat the package counters and are skipped. Since Linux 5.10 ``energy_uj`` is readable by
-root only (CVE-2020-8694, the PLATYPUS attack): the reason then says so.
-
-``amd_energy`` (``/sys/class/hwmon/hwmonN`` with ``name`` amd_energy): ``energyN_input`` in µJ, labelled Esocket<K>
-(a socket) or Ecore<K> (a core, inside its socket's figure): the sockets are counted. The driver accumulates in 64
-bits, so no wrap.
+RAPL (``/sys/class/powercap/intel-rapl:N[:M]``, also AMD Zen): the package and DRAM zones are counted (core and uncore
+lie inside a package; psys only without packages; ``intel-rapl-mmio`` repeats them); ``energy_uj`` wraps at
+``max_energy_range_uj`` and is root-only since Linux 5.10 (CVE-2020-8694). Else ``amd_energy`` hwmon: the Esocket<K>
+inputs, 64-bit, no wrap.
 """
 
 from __future__ import annotations
@@ -79,16 +72,11 @@ def amd_energy_zones(root: Path = HWMON) -> list[EnergyZone]:
 
 
 class HostEnergyReader:
-    """Reads the counters of :func:`rapl_zones` (else :func:`amd_energy_zones`) once per call.
-
-    Raises:
-        RuntimeError: at construction, when there is no counter or one cannot be read; the message is the reason
-            shown in reports.
-    """
+    """Reads the counters of :func:`rapl_zones` (else :func:`amd_energy_zones`) once per call. Raises RuntimeError: at
+    construction, when there is no counter or one cannot be read; the message is the reason shown in reports."""
 
     def __init__(self, powercap: Path = POWERCAP, hwmon: Path = HWMON) -> None:
-        zones = rapl_zones(powercap) if powercap.is_dir() else []
-        zones = zones or amd_energy_zones(hwmon)
+        zones = (rapl_zones(powercap) if powercap.is_dir() else []) or amd_energy_zones(hwmon)
         if not zones:
             if not powercap.is_dir():
                 raise RuntimeError(
@@ -110,12 +98,8 @@ class HostEnergyReader:
 
     def read(self) -> dict[str, int]:
         """Each zone's counter now, µJ (a zone that fails this time is left out)."""
-        out = {}
-        for zone in self.zones:
-            value = _int(zone.path)
-            if value is not None:
-                out[zone.name] = value
-        return out
+        values = {zone.name: _int(zone.path) for zone in self.zones}
+        return {name: value for name, value in values.items() if value is not None}
 
 
 def open_host_energy_reader(

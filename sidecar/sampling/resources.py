@@ -1,7 +1,5 @@
-"""Pure summaries of resource samples: window peaks and means, per-GPU statistics, a compact time series.
-
-NVML has no device-level peak, so every peak here is the maximum of the samples taken inside the window.
-"""
+"""Pure summaries of resource samples: peaks (NVML has none: the samples' maxima), means, per-GPU statistics and a
+compact time series."""
 
 from __future__ import annotations
 
@@ -18,10 +16,7 @@ MAX_TIMELINE_POINTS = 300
 
 @dataclass(frozen=True)
 class Sample:
-    """One tick: per-GPU readings, vLLM tree RSS (GiB) and CPU (% of a core), host memory in use (GiB).
-
-    None where the figure could not be read (no vLLM pid, access denied).
-    """
+    """One tick: per-GPU readings, vLLM tree RSS (GiB) and CPU (% of a core), host memory in use (GiB); None: unread."""
 
     t: float
     gpus: list[GpuSample] = field(default_factory=list)
@@ -132,9 +127,8 @@ def _pool(bucket: Sequence[Sample], start: float) -> ResourcePoint:
 
 
 def kv_cache_stats(samples: Sequence[Sample], unavailable_reason: str | None = None) -> KvCacheStats | None:
-    """vLLM's KV pool (from the first scrape that showed it: the engine the run began on, also when
-    ``./start_vllm.sh`` switched models during the run) and the peaks and mean of its usage over ``samples``; None
-    when no sample carried vLLM's gauges and no reason is known."""
+    """vLLM's KV pool (from the first scrape showing it) and its usage's peaks and mean over ``samples``; None when
+    no sample carried vLLM's gauges and no reason is known."""
     scraped = [s.engine for s in samples if s.engine is not None]
     if not scraped:
         return KvCacheStats(unavailable_reason=unavailable_reason) if unavailable_reason else None
@@ -168,8 +162,8 @@ def summarise(
     engine_reason: str | None = None,
     gpu_uuids: Mapping[int, str | None] | None = None,
 ) -> WindowPeaks:
-    """Peaks, means, per-GPU statistics, vLLM's KV cache and the thinned time series of ``samples`` (taken from
-    ``start`` on); ``engine_reason`` says why vLLM's gauges are missing, if they are."""
+    """Peaks, means, per-GPU statistics, KV cache and the thinned time series of ``samples`` (taken from ``start``);
+    ``engine_reason``: why vLLM's gauges are missing."""
     ordered = sorted(samples, key=lambda s: s.t)
     return WindowPeaks(
         samples=len(ordered),

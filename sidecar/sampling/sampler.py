@@ -1,9 +1,5 @@
-"""Background sampling of GPU readings (NVML: memory, power, energy), the host's energy counters (RAPL, where there
-is no GPU), the vLLM process tree (RSS, CPU %) and vLLM's KV/queue gauges (its ``/metrics``, at most every
-``ENGINE_METRICS_INTERVAL_S``), kept in a ring buffer.
-
-NVML has no device-level peak, so the peak over a window is the maximum of the samples taken inside it.
-"""
+"""Background sampling into a ring buffer: GPUs (NVML), the host's energy counters (without a GPU), the vLLM process
+tree (RSS, CPU %) and vLLM's KV/queue gauges (at most every ``ENGINE_METRICS_INTERVAL_S``)."""
 
 from __future__ import annotations
 
@@ -43,12 +39,8 @@ class EnginePid:
 
 
 def engine_pid(state_file: Path, own_namespace: str | None = None) -> EnginePid:
-    """vLLM's pid from the launcher's state file, when it means vLLM in this process's pid namespace.
-
-    ``own_namespace`` defaults to this process's (:func:`core.enginestate.pid_namespace`). A pid recorded in another
-    namespace (vLLM in another container) would name a different process here, or none: it is never returned, and
-    the reason says so. No state file, or one without a pid: no pid, with the reason.
-    """
+    """vLLM's pid from the launcher's state file, only when recorded in ``own_namespace`` (default: this process's
+    pid namespace); else no pid, with the reason."""
     state = read_engine_state(state_file)
     if state is None or state.pid is None:
         return EnginePid(None, NO_STATE)
@@ -61,10 +53,8 @@ def engine_pid(state_file: Path, own_namespace: str | None = None) -> EnginePid:
 class Sampler:
     """Samples every ``interval_s`` on a daemon thread; ``peaks(start, end)`` summarises a window.
 
-    ``pid_source`` says which process is vLLM: a pid, None (unknown) or an :class:`EnginePid` (a pid, or the reason
-    there is none to sample, e.g. vLLM in another container's pid namespace). ``host_energy`` reads the host's
-    energy counters (the CPU build's; None: not read, ``host_energy_reason`` says why); ``clock`` stamps the samples
-    (Unix s; tests pass their own).
+    ``pid_source`` gives vLLM's pid (or None, or an :class:`EnginePid` with the reason); ``host_energy`` reads the
+    host's counters (None: ``host_energy_reason`` says why); ``clock`` stamps the samples (Unix s).
     """
 
     def __init__(
@@ -156,9 +146,7 @@ class Sampler:
             return self._buffer[-1] if self._buffer else None
 
     def energy(self, start: float, end: float, idle_end: float | None = None) -> EnergyStats:
-        """Energy of the engine's devices over ``[start, end]`` and their idle power over the
-        :data:`core.energy.IDLE_WINDOW_S` before ``idle_end`` (default ``start``): :func:`window_energy` of the
-        samples around them."""
+        """:func:`window_energy` over ``[start, end]``, idle power before ``idle_end`` (default ``start``)."""
         return window_energy(
             self.window, start, end, idle_end if idle_end is not None else start,
             gpu_names=self._gpu_names, zones=self._host_energy.zones if self._host_energy else (),

@@ -1,9 +1,5 @@
-"""The energy of a window from the sampler's ring buffer (pure over the samples given): each GPU's NVML energy counter,
-else its power readings, else the host's RAPL / amd_energy counters, summed by :mod:`core.energy`.
-
-The idle power is read over :data:`core.energy.IDLE_WINDOW_S` before the run's first request; a span in which vLLM's
-gauges show requests running or waiting is not idle, and the report says so instead of giving a figure.
-"""
+"""The energy of a window from the sampler's samples (pure): GPU counters, else GPU power, else the host's counters
+(:mod:`core.energy`); idle power over :data:`core.energy.IDLE_WINDOW_S` before the run, unless vLLM was busy."""
 
 from __future__ import annotations
 
@@ -15,6 +11,7 @@ from sidecar.sampling.resources import GpuNames, Sample, name_of
 
 GPU_SCOPE = "GPUs of the engine (NVML)"
 HOST_SCOPE = "host CPU packages and DRAM (RAPL / amd_energy)"
+Span = tuple[float, float]
 
 
 def _margin_s(interval_s: float | None) -> float:
@@ -23,8 +20,7 @@ def _margin_s(interval_s: float | None) -> float:
 
 
 def busy_reason(samples: Sequence[Sample]) -> str | None:
-    """Why ``samples`` are not idle (vLLM's gauges show requests running or waiting in them); None when they are
-    idle as far as the gauges tell."""
+    """Why ``samples`` are not idle (vLLM's gauges show requests in them); None when idle as far as they tell."""
     busy = [s.engine for s in samples if s.engine and ((s.engine.running or 0) > 0 or (s.engine.waiting or 0) > 0)]
     if not busy:
         return None
@@ -32,9 +28,7 @@ def busy_reason(samples: Sequence[Sample]) -> str | None:
     return f"vLLM was serving up to {most:.0f} request(s) in the {IDLE_WINDOW_S:g} s before the run: not idle"
 
 
-def _gpu_devices(
-    samples: Sequence[Sample], window: tuple[float, float], idle: tuple[float, float] | None, names: GpuNames
-) -> list[DeviceEnergy]:
+def _gpu_devices(samples: Sequence[Sample], window: Span, idle: Span | None, names: GpuNames) -> list[DeviceEnergy]:
     counters: dict[int, list[Point]] = {}
     powers: dict[int, list[Point]] = {}
     for sample in samples:
@@ -55,10 +49,7 @@ def _gpu_devices(
 
 
 def _host_devices(
-    samples: Sequence[Sample],
-    window: tuple[float, float],
-    idle: tuple[float, float] | None,
-    zones: Sequence[EnergyZone],
+    samples: Sequence[Sample], window: Span, idle: Span | None, zones: Sequence[EnergyZone]
 ) -> list[DeviceEnergy]:
     out = []
     for zone in zones:
@@ -81,9 +72,8 @@ def window_energy(
     gpu_reason: str | None = None,
     host_reason: str | None = None,
 ) -> EnergyStats:
-    """Energy over ``[start, end]`` (Unix s) and the idle power over the :data:`IDLE_WINDOW_S` before ``idle_end``,
-    from ``samples_in(lo, hi)`` (the sampler's samples in a span): the GPUs' when samples carry GPUs, else the host
-    zones'; else no figure, with why (``gpu_reason``: no NVML; ``host_reason``: no readable RAPL counter)."""
+    """Energy over ``[start, end]`` (Unix s) and idle power over the :data:`IDLE_WINDOW_S` before ``idle_end``, from
+    ``samples_in(lo, hi)``: the GPUs', else the host zones', else none with why (``gpu_reason``, ``host_reason``)."""
     idle_start = idle_end - IDLE_WINDOW_S
     margin = _margin_s(sample_interval_s)
     samples = samples_in(min(start, idle_start) - margin, end + margin)

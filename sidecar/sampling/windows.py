@@ -1,8 +1,5 @@
-"""Sampling windows opened and closed over HTTP (``POST /windows/start``, ``POST /windows/{id}/stop``).
-
-A client that cannot pass its own window times (a notebook, a CI step) brackets its load with these calls and gets
-the window's peaks back. Only the window's bounds live here; the samples stay in the sampler's ring buffer.
-"""
+"""Sampling windows opened and closed over HTTP (``POST /windows/start``, ``POST /windows/{id}/stop``): a client
+brackets its load with them and gets the window's peaks back."""
 
 from __future__ import annotations
 
@@ -17,8 +14,7 @@ from dataclasses import dataclass
 from core.api import WindowResult, WindowStarted
 from core.report_schema import Resources
 
-WINDOW_ID_RE = re.compile(r"[0-9a-f]{16}")
-"""A window id, matched whole (``fullmatch``)."""
+WINDOW_ID_RE = re.compile(r"[0-9a-f]{16}")  # matched whole
 MAX_WINDOWS = 256  # oldest windows are forgotten beyond this
 
 
@@ -59,19 +55,9 @@ class WindowRegistry:
                 self._windows.popitem(last=False)
         return WindowStarted(window_id=window_id, started_at=now)
 
-    def result(self, window_id: str) -> WindowResult | None:
-        """The summary of a stopped window; None when it is unknown or still open."""
-        with self._lock:
-            window = self._windows.get(window_id)
-            return window.result if window else None
-
     def stop(self, window_id: str, end: float | None = None) -> WindowResult:
-        """Close ``window_id`` now (at ``end`` when given and earlier: a run's end, for a window closed with its
-        report) and summarise it; a second stop returns the first result.
-
-        Raises:
-            UnknownWindow: malformed or unknown id.
-        """
+        """Close ``window_id`` now (or at an earlier ``end``) and summarise it; a second stop returns the first result.
+        Raises UnknownWindow: malformed or unknown id."""
         if not WINDOW_ID_RE.fullmatch(window_id):
             raise UnknownWindow(window_id)
         with self._lock:

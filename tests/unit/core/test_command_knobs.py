@@ -181,11 +181,11 @@ def test_every_flag_of_every_command_changes_what_it_hands_on(
 
 def test_log_tools_flags_change_the_files_read() -> None:
     """``./log_analyze.sh --logs-dir DIR`` reads DIR/vllm.log and DIR/requests.jsonl (unless --log/--requests)."""
-    request = logcli.request_of(logcli.parse_args(["--stats", "--logs-dir", "/tmp/l"]))
+    request = logcli.parse_args(["--stats", "--logs-dir", "/tmp/l"])
     assert (request.log, request.requests) == ("/tmp/l/vllm.log", "/tmp/l/requests.jsonl")
-    own = logcli.request_of(logcli.parse_args(["--stats", "--logs-dir", "/tmp/l", "--log", "/x.log"]))
+    own = logcli.parse_args(["--stats", "--logs-dir", "/tmp/l", "--log", "/x.log"])
     assert own.log == "/x.log"
-    assert logcli.request_of(logcli.parse_args(["--stats"])).log is None  # the settings' LOGS_DIR
+    assert logcli.parse_args(["--stats"]).log is None  # the settings' LOGS_DIR
 
 
 def foreign_cases() -> list[tuple[str, Command, str]]:
