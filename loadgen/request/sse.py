@@ -1,18 +1,11 @@
-"""Server-sent events on bytes, and chat-completion chunks decoded fast: the hot loop of the request function.
+"""Server-sent events on bytes and fast chunk decoding: the hot loop of the request function.
 
-:class:`SSEParser` splits a body that arrives in arbitrary network reads into the ``data`` payloads of its events
-(the WHATWG event-stream rules: events end at a blank line; ``\\r\\n``, ``\\r`` and ``\\n`` all end lines; ``data``
-lines of one event are joined with ``\\n``; comments (``: ping``) and other fields are ignored; an event without data
-is not dispatched). Splitting works on bytes, so a multi-byte character split across reads is decoded only once its
-event is complete, and one read holding many events costs one ``split``.
-
-:func:`decode_chunk` turns one ``data`` payload into :class:`core.streamtiming.ChunkFacts`. The common shapes
-(``choices`` of objects whose ``delta`` holds string or null text fields, ``usage`` of non-negative integers, no
-``error``) are decoded by a typed msgspec decoder straight into structs; anything else (content parts, odd types, an
-error object) falls back to a generic JSON parse and :func:`core.streamtiming.interpret_chunk`, which owns the
-semantics. The fast path accepts only what ``interpret_chunk`` reads the same way (checked shape by shape in
-``tests/unit/loadgen/test_sse.py``).
+:class:`SSEParser` follows the WHATWG event-stream rules on bytes (a character split across reads is decoded only
+once its event is complete). :func:`decode_chunk` decodes the common chunk shapes with a typed msgspec decoder and
+falls back to :func:`core.streamtiming.interpret_chunk` (which owns the semantics) for anything else; the fast path
+accepts only what that reads the same way (``tests/unit/loadgen/test_sse.py``).
 """
+
 
 from __future__ import annotations
 
@@ -28,7 +21,9 @@ _DATA = b"data: "
 
 
 class SSEParser:
-    """Incremental event-stream parser: :meth:`feed` bytes as they arrive, get the complete events' data back."""
+    """Incremental event-stream parser: :meth:`feed` bytes as they arrive, get the complete events' data back
+    (CRLF, CR or LF end lines; a blank line ends an event; ``data`` lines join with LF; other fields are ignored)."""
+
 
     __slots__ = ("_after_cr", "_rest")
 
