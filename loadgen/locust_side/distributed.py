@@ -30,7 +30,6 @@ class Coordinator:
     """This process's part in the run's coordination (made at ``init``; the runner decides the role);
     ``on_slot(slot)`` runs once the slot is known."""
 
-
     def __init__(self, environment: Environment, on_slot: Callable[[Slot], None]) -> None:
         self.environment = environment
         self.on_slot = on_slot

@@ -48,7 +48,6 @@ def verify(token: str, challenge: str, client_id: str, answer: str) -> bool:
 class ClockProbe:
     """One probe: the master's send (``t0``) and receive (``t1``) times, the worker's answer time (``tw``); Unix s."""
 
-
     t0: float
     tw: float
     t1: float
@@ -78,7 +77,6 @@ def best_offset(probes: Sequence[ClockProbe]) -> ClockProbe:
 class RowBatcher:
     """Rows (JSON lines) handed to ``send(rows)`` (one Locust message) in batches of at most :data:`BATCH_ROWS` rows
     or :data:`BATCH_S` apart; ``clock``: monotonic seconds."""
-
 
     def __init__(self, send: Callable[[list[str]], None], clock: Callable[[], float]) -> None:
         self._send = send

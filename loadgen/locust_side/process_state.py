@@ -86,7 +86,6 @@ class RunState:
         self.closed = False
         self.records_path = records_path
 
-
     @property
     def budget(self) -> int | None:
         """This process's share of the request budget; None without one."""

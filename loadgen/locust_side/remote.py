@@ -69,7 +69,6 @@ class JoiningCoordinator(Coordinator):
     """:class:`~loadgen.locust_side.distributed.Coordinator` for workers that must join (see the module): ``token``
     is the sidecar token they prove, ``expected`` how many must join (master), ``host`` this host's row name."""
 
-
     def __init__(self, environment: Environment, on_slot: Callable[[Slot], None], *, token: str, expected: int,
                  host: str, plan: BenchmarkConfig | None, timeout_s: float = 120.0) -> None:  # fmt: skip
         super().__init__(environment, on_slot)

@@ -147,7 +147,6 @@ def arrivals(
     return itertools.islice(enumerate(offsets), slot.slot, None, slot.slots)
 
 
-
 def dispatch_open_loop(
     state: RunState,
     one: Callable[[WorkItem, float], None],

@@ -6,7 +6,6 @@ falls back to :func:`core.streamtiming.interpret_chunk` (which owns the semantic
 accepts only what that reads the same way (``tests/unit/loadgen/test_sse.py``).
 """
 
-
 from __future__ import annotations
 
 from typing import Annotated, Any
@@ -23,7 +22,6 @@ _DATA = b"data: "
 class SSEParser:
     """Incremental event-stream parser: :meth:`feed` bytes as they arrive, get the complete events' data back
     (CRLF, CR or LF end lines; a blank line ends an event; ``data`` lines join with LF; other fields are ignored)."""
-
 
     __slots__ = ("_after_cr", "_rest")
 

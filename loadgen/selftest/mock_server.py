@@ -247,7 +247,6 @@ class _Connection(asyncio.Protocol):
             self.task = None
         self._next()
 
-
     async def _scheduled(self, head: bytes, answer: Answer, close: bool, metrics: MockMetrics, tokens: int) -> None:
         """Write the answer on the server's clock: content event k is stamped at ``arrival + ttft + k * itl`` (or
         when the loop gets there, if later) and leaves ``send_delay_ms`` after its stamp; the stamps go to
