@@ -123,39 +123,24 @@ def decode_chunk(data: bytes) -> ChunkFacts:
         return interpret_chunk(orjson.loads(data))  # orjson.JSONDecodeError is a ValueError
     except msgspec.DecodeError as exc:
         raise ValueError(str(exc)) from None
-    finish_reason = None
-    answer = reasoning = False
     choices = chunk.choices
-    if choices is not None and len(choices) == 1:  # the usual shape, without joins
-        choice = choices[0]
-        finish_reason = choice.finish_reason or None
-        delta = choice.delta
-        if delta is None:
-            content = text = ""
-        else:
-            content = delta.content or ""
-            text = content
-            held = finish_reason is None and delta.role is None
-            answer = bool(content) or (held and delta.content is not None)
-            if delta.reasoning_content is not None or delta.reasoning is not None:
-                thought = (delta.reasoning_content or "") + (delta.reasoning or "")
-                text += thought
-                reasoning = bool(thought) or held
+    if choices is None or len(choices) != 1:  # no or several choices (the usage chunk, n > 1): the generic way
+        return interpret_chunk(orjson.loads(data))
+    choice = choices[0]
+    finish_reason = choice.finish_reason or None
+    delta = choice.delta
+    answer = reasoning = False
+    if delta is None:
+        content = text = ""
     else:
-        texts: list[str] = []
-        contents: list[str] = []
-        for choice in choices or ():
-            finish_reason = choice.finish_reason or finish_reason
-            delta = choice.delta
-            if delta is not None:
-                held = not choice.finish_reason and delta.role is None
-                contents.append(delta.content or "")
-                texts += (delta.content or "", delta.reasoning_content or "", delta.reasoning or "")
-                answer = answer or bool(delta.content) or (held and delta.content is not None)
-                thought = (delta.reasoning_content or "") + (delta.reasoning or "")
-                reasoning = reasoning or bool(thought) or (
-                    held and (delta.reasoning_content is not None or delta.reasoning is not None))
-        text, content = "".join(texts), "".join(contents)
+        content = delta.content or ""
+        text = content
+        held = finish_reason is None and delta.role is None
+        answer = bool(content) or (held and delta.content is not None)
+        if delta.reasoning_content is not None or delta.reasoning is not None:
+            thought = (delta.reasoning_content or "") + (delta.reasoning or "")
+            text += thought
+            reasoning = bool(thought) or held
     token = answer or reasoning
     usage = chunk.usage
     if usage is None:

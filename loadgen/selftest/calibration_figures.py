@@ -34,27 +34,28 @@ class ClientRun:
     client_cpu_s: float
     server_cpu_s: float | None = None
 
+    def _per_window(self, value: float) -> float:
+        return value / self.window_s if self.window_s > 0 else 0.0
+
     @property
     def chunks_per_sec(self) -> float:
         """Content chunks per wall-clock second."""
-        return self.chunks / self.window_s if self.window_s > 0 else 0.0
+        return self._per_window(self.chunks)
 
     @property
     def requests_per_sec(self) -> float:
         """Completed requests per wall-clock second."""
-        return self.requests_ok / self.window_s if self.window_s > 0 else 0.0
+        return self._per_window(self.requests_ok)
 
     @property
     def client_cores(self) -> float:
         """Mean cores the client used over the window."""
-        return self.client_cpu_s / self.window_s if self.window_s > 0 else 0.0
+        return self._per_window(self.client_cpu_s)
 
     @property
     def server_cores(self) -> float | None:
         """Mean cores the (mock) server used over the window, when it was sampled."""
-        if self.server_cpu_s is None or self.window_s <= 0:
-            return None
-        return self.server_cpu_s / self.window_s
+        return None if self.server_cpu_s is None or self.window_s <= 0 else self._per_window(self.server_cpu_s)
 
     @property
     def chunks_per_sec_per_core(self) -> float:

@@ -194,15 +194,11 @@ class _Connection(asyncio.Protocol):
             head += b"connection: close\r\n\r\n" if close else b"\r\n"
             cfg = server.cfg
             server.chats += 1
-            if server.chats <= cfg.fast_answers:
-                self._send(head + answer.whole, close)
-            elif server.metrics is not None:
-                coroutine = self._scheduled(head, answer, close, server.metrics, tokens)
-                self.task = asyncio.get_running_loop().create_task(coroutine)
-            elif cfg.ttft_ms <= 0 and cfg.itl_ms <= 0 and cfg.events_per_write <= 0:
-                self._send(head + answer.whole, close)  # the firehose: one write
+            firehose = server.metrics is None and cfg.ttft_ms <= 0 and cfg.itl_ms <= 0 and cfg.events_per_write <= 0
+            if server.chats <= cfg.fast_answers or firehose:
+                self._send(head + answer.whole, close)  # one write
             else:
-                self.task = asyncio.get_running_loop().create_task(self._paced(head, answer, close))
+                self.task = asyncio.get_running_loop().create_task(self._stream(head, answer, close, tokens))
         elif method == b"POST" and target in mock_tokenizer.PATHS and server.cfg.tokenize_answer:
             broken, content_type = mock_tokenizer.BROKEN[server.cfg.tokenize_answer]
             self._send(_response("200 OK", broken, content_type, close=close), close)
@@ -211,47 +207,34 @@ class _Connection(asyncio.Protocol):
         else:
             self._send(_response("404 Not Found", b'{"detail":"Not Found"}', close=close), close)
 
-    async def _paced(self, head: bytes, answer: Answer, close: bool) -> None:
-        """Write the answer on its schedule: the first content event ``ttft_ms`` after the request, each next one
-        ``itl_ms`` after the previous (so no gap is shorter); with no delays, ``events_per_write`` events per write
-        and a turn of the event loop between writes."""
-        cfg = self.server.cfg
-        step = 1 if cfg.itl_ms > 0 else max(1, cfg.events_per_write)
-        try:
-            self._send(head + answer.head)
-            await asyncio.sleep(cfg.ttft_ms / 1000.0)
-            for i in range(0, len(answer.content), step):
-                if i:
-                    await asyncio.sleep(cfg.itl_ms / 1000.0)
-                self._send(b"".join(answer.content[i : i + step]))
-            self._send(answer.tail, close)
-        finally:
-            self.task = None
-        self._next()
-
-    async def _scheduled(self, head: bytes, answer: Answer, close: bool, metrics: MockMetrics, tokens: int) -> None:
+    async def _stream(self, head: bytes, answer: Answer, close: bool, tokens: int) -> None:
         """Write the answer on the server's clock: content event k is stamped at ``arrival + ttft + k * itl`` (or
-        when the loop gets there, if later) and leaves ``send_delay_ms`` after its stamp; the stamps go to
-        ``/metrics`` when the answer ends."""
-        cfg = self.server.cfg
+        when the loop gets there, so no gap is shorter than ``itl_ms``) and leaves ``send_delay_ms`` after its stamp;
+        without delays ``events_per_write`` events per write, a turn of the event loop between writes. With
+        ``--metrics`` the stamps go to ``/metrics`` when the answer ends."""
+        cfg, metrics = self.server.cfg, self.server.metrics
         loop = asyncio.get_running_loop()
         delay_s = cfg.send_delay_ms / 1000.0
+        step = 1 if cfg.itl_ms > 0 or metrics is not None else max(1, cfg.events_per_write)
         arrival = loop.time()
         stamps: list[float] = []
-        metrics.running += 1  # until the answer ends or the client goes away (connection_lost cancels this task)
+        if metrics is not None:
+            metrics.running += 1  # until the answer ends or the client goes away (connection_lost cancels this task)
         try:
             self._send(head + answer.head)
             due = arrival + cfg.ttft_ms / 1000.0
-            for event in answer.content:
+            for i in range(0, len(answer.content), step):
                 await asyncio.sleep(max(0.0, due + delay_s - loop.time()))
                 stamp = loop.time() - delay_s  # never earlier than due: the loop may be late, the stamp with it
                 stamps.append(stamp)
-                self._send(event)
+                self._send(b"".join(answer.content[i : i + step]))
                 due = stamp + cfg.itl_ms / 1000.0
             self._send(answer.tail, close)
-            metrics.record(arrival, stamps, tokens, cfg.prompt_tokens)
+            if metrics is not None:
+                metrics.record(arrival, stamps, tokens, cfg.prompt_tokens)
         finally:
-            metrics.running -= 1
+            if metrics is not None:
+                metrics.running -= 1
             self.task = None
         self._next()
 
