@@ -84,22 +84,13 @@ def stream_chat(
         A :class:`RequestRecord` (TTFT, ITL, E2E as :class:`StreamTimer` defines them); token counts from the
         stream's ``usage``, else ``/tokenize``, else the chunk count (``output_tokens_source``).
     """
-    rid = request_id or uuid.uuid4().hex
-    started_at = time.time()
+    base: dict[str, Any] = {"request_id": request_id or uuid.uuid4().hex, "phase": phase, "started_at": time.time(),
+                            "max_tokens": payload.get("max_tokens")}  # fmt: skip
     pieces: list[str] = answer if answer is not None else []
     try:
-        record = _stream(session, base_url, payload, timeout_s, phase, rid, started_at, timer or StreamTimer(clock),
-                         pieces)  # fmt: skip
+        record = _stream(session, base_url, payload, timeout_s, base, timer or StreamTimer(clock), pieces)
     except Exception as exc:  # a bug of ours must cost one row, never the run
-        return RequestRecord(
-            request_id=rid,
-            phase=phase,
-            started_at=started_at,
-            max_tokens=payload.get("max_tokens"),
-            ok=False,
-            error_kind="client_error",
-            error=f"{type(exc).__name__}: {exc}"[:500],
-        )
+        return RequestRecord(**base, ok=False, error_kind="client_error", error=f"{type(exc).__name__}: {exc}"[:500])
     if record.ok and record.output_tokens is None:
         return with_counted_tokens(session, base_url, payload, record, "".join(pieces))
     return record
@@ -151,25 +142,11 @@ def with_counted_tokens(
     )
 
 
-def _stream(
-    session: Transport,
-    base_url: str,
-    payload: dict[str, Any],
-    timeout_s: float,
-    phase: Phase,
-    rid: str,
-    started_at: float,
-    timer: StreamTimer,
-    pieces: list[str],
-) -> RequestRecord:
-    """:func:`stream_chat` without its safety net; the text of every chunk is appended to ``pieces``."""
+def _stream(session: Transport, base_url: str, payload: dict[str, Any], timeout_s: float, base: dict[str, Any],
+            timer: StreamTimer, pieces: list[str]) -> RequestRecord:
+    """:func:`stream_chat` without its safety net: ``base`` holds the row's id fields; the text of every chunk is
+    appended to ``pieces``."""
     timer.start()  # again by the transport right before the request's bytes leave (on_send): connecting is not TTFT
-    base: dict[str, Any] = {
-        "request_id": rid,
-        "phase": phase,
-        "started_at": started_at,
-        "max_tokens": payload.get("max_tokens"),
-    }
 
     def failed(kind: ErrorKind, error: str, **fields: Any) -> RequestRecord:
         timer.end()

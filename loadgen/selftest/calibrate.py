@@ -31,14 +31,7 @@ from pathlib import Path
 from core.clientview import Calibration, CalibrationRun, save_calibration
 from core.records import RequestRecord
 from core.settings import PROJECT_ROOT, get_settings
-from loadgen.childprocs import (
-    CpuSample,
-    CpuSampler,
-    ProcessError,
-    log_tail,
-    mock_server,
-    stop_process,
-)
+from loadgen.childprocs import CpuSample, CpuSampler, ProcessError, log_tail, mock_server, stop_process
 from loadgen.orchestrate.locust_launch import locust_argv
 from loadgen.plan import usable_cores
 from loadgen.selftest.calibration_figures import (
