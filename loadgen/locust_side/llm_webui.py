@@ -1,6 +1,5 @@
-"""The LLM tabs of Locust's web UI, through its extension points (``examples/extend_web_ui.py`` in Locust):
-``extended_tabs``/``extended_tables`` in the page's template arguments, their rows added to ``/stats/requests``
-(which the page polls), a JSON route ``/llm-stats`` and a CSV download."""
+"""The LLM tabs of Locust's web UI (Locust's ``examples/extend_web_ui.py``): extended tabs and tables, their rows
+added to the polled ``/stats/requests``, a JSON route ``/llm-stats`` and a CSV download."""
 
 from __future__ import annotations
 

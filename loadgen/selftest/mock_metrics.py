@@ -1,13 +1,7 @@
-"""The mock server's own clock: vLLM's ``/metrics`` latency histograms and counters, as the mock's schedule says.
-
-``python -m loadgen.selftest.mock_server --metrics`` records, for every streamed answer, what vLLM's output processor
-would stamp (arrival → first token → each next token → finish) and serves them under vLLM's names
-(``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds``, ``vllm:e2e_request_latency_seconds``,
-``vllm:request_success_total``, ``vllm:generation_tokens_total``, ``vllm:prompt_tokens_total``) and the engine's queue
-gauges (``vllm:num_requests_running``: answers being streamed, a request leaves it when its answer ends or its client
-disconnects, as vLLM aborts a request whose client went away; ``vllm:num_requests_waiting``: 0). With ``--send-delay-ms
-D`` the bytes of every event leave D ms after the time recorded for it, so a client's overhead over the server's own
-figures must grow by D (the cross-check's test of itself).
+"""The mock server's own clock (``--metrics``): what vLLM's output processor would stamp for every streamed answer
+(arrival, each token, finish), served under vLLM's ``/metrics`` names, with ``vllm:num_requests_running`` (answers
+being streamed; a disconnect leaves it at once, as vLLM aborts) and ``vllm:num_requests_waiting`` (0). With
+``--send-delay-ms D`` a client's overhead over these figures must grow by D (the cross-check's test of itself).
 """
 
 from __future__ import annotations
