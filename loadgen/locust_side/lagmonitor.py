@@ -30,9 +30,8 @@ class LagMonitor:
         clock: monotonic seconds.
     """
 
-    def __init__(
-        self, busy: Callable[[], bool], interval_s: float = INTERVAL_S, clock: Callable[[], float] = time.perf_counter
-    ) -> None:
+    def __init__(self, busy: Callable[[], bool], interval_s: float = INTERVAL_S,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.busy = busy
         self.interval_s = interval_s
         self.clock = clock

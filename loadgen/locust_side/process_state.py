@@ -53,9 +53,8 @@ class RunState:
     """One Locust process's run: the workload of ``plan``, its share of the request budget and where rows go (also
     ``requests_log``, ``logs/requests.jsonl``); ``prompts``: as the plan file holds them (None: parse the dataset)."""
 
-    def __init__(
-        self, plan: BenchmarkConfig, requests_log: RequestLog, prompts: Sequence[Prompt] | None = None
-    ) -> None:
+    def __init__(self, plan: BenchmarkConfig, requests_log: RequestLog,
+                 prompts: Sequence[Prompt] | None = None) -> None:
         self.plan = plan
         self.requests_log = requests_log
         self.prompts = list(prompts) if prompts is not None else workload_prompts(plan)

@@ -38,15 +38,9 @@ def payload_for(plan: BenchmarkConfig, item: WorkItem) -> dict[str, Any]:
     return chat_payload(plan.model, item.prompt.messages, item.max_tokens, plan.temperature, **extra)
 
 
-def send(
-    state: RunState,
-    session: Transport,
-    host: str,
-    item: WorkItem,
-    scheduled_at: float | None = None,
-    on_cut: Callable[[float], None] | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-) -> RequestRecord:
+def send(state: RunState, session: Transport, host: str, item: WorkItem, scheduled_at: float | None = None,
+         on_cut: Callable[[float], None] | None = None,
+         clock: Callable[[], float] = time.perf_counter) -> RequestRecord:
     """Send one request, label it with its workload item, save the row.
 
     A request cancelled by the run's end (``GreenletExit`` or Ctrl-C) is first saved as an ``incomplete`` row naming
@@ -99,16 +93,9 @@ def send(
     return record
 
 
-def converse(
-    state: RunState,
-    session: Session,
-    first: WorkItem,
-    scheduled_at: float,
-    one: Callable[[WorkItem, float], object],
-    deadline: float | None = None,
-    clock: Callable[[], float] = time.time,
-    sleep: Callable[[float], None] = gevent.sleep,
-) -> int:
+def converse(state: RunState, session: Session, first: WorkItem, scheduled_at: float,
+             one: Callable[[WorkItem, float], object], deadline: float | None = None,
+             clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = gevent.sleep) -> int:
     """Open loop: one conversation arriving at ``scheduled_at`` (Unix s), built on ``first``; each next turn leaves
     after the previous answer (``one`` returns after it) plus the think time, its latencies counted from then. It
     ends after its planned turns, a failed turn, or past ``deadline``; unsent turns leave ``state.issued``.
@@ -134,9 +121,8 @@ def converse(
     return session.turn
 
 
-def arrivals(
-    plan: BenchmarkConfig, slot: Slot, trace: Sequence[tuple[float, WorkItem]] = ()
-) -> Iterator[tuple[int, float]]:
+def arrivals(plan: BenchmarkConfig, slot: Slot,
+             trace: Sequence[tuple[float, WorkItem]] = ()) -> Iterator[tuple[int, float]]:
     """This process's arrivals, ``(request number, seconds after the start)``: every ``slots``-th of the run's one
     schedule (:func:`loadgen.workloads.loadshape.plan_arrival_gaps`, or the ``trace``'s times), from ``slot``.
 
@@ -147,11 +133,8 @@ def arrivals(
     return itertools.islice(enumerate(offsets), slot.slot, None, slot.slots)
 
 
-def dispatch_open_loop(
-    state: RunState,
-    one: Callable[[WorkItem, float], None],
-    clock: Callable[[], float] = time.time,
-) -> int:
+def dispatch_open_loop(state: RunState, one: Callable[[WorkItem, float], None],
+                       clock: Callable[[], float] = time.time) -> int:
     """Send this process's share of the arrivals (:func:`arrivals`) with ``one(item, scheduled_at)``, each in its
     own greenlet, from the slot's ``start_at`` (or now).
 

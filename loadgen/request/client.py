@@ -31,9 +31,8 @@ def new_session(max_connections: int = 1, headers: Mapping[str, str] | None = No
     return HttpSession(max_connections=max_connections, headers=headers)
 
 
-def chat_payload(
-    model: str, messages: list[dict[str, str]], max_tokens: int, temperature: float, **extra: Any
-) -> dict[str, Any]:
+def chat_payload(model: str, messages: list[dict[str, str]], max_tokens: int, temperature: float,
+                 **extra: Any) -> dict[str, Any]:
     """Body of a streamed ``/v1/chat/completions`` request that asks for ``usage`` in the last chunk."""
     return {
         "model": model,
@@ -59,18 +58,10 @@ def _server_message(body: bytes) -> str:
     return str(message or parsed)[:500]
 
 
-def stream_chat(
-    session: Transport,
-    base_url: str,
-    payload: dict[str, Any],
-    *,
-    timeout_s: float,
-    phase: Phase = "measured",
-    request_id: str | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-    answer: list[str] | None = None,
-    timer: StreamTimer | None = None,
-) -> RequestRecord:
+def stream_chat(session: Transport, base_url: str, payload: dict[str, Any], *, timeout_s: float,
+                phase: Phase = "measured", request_id: str | None = None,
+                clock: Callable[[], float] = time.perf_counter, answer: list[str] | None = None,
+                timer: StreamTimer | None = None) -> RequestRecord:
     """Send one streamed chat completion and time it; never raises (a failure is a row with its cause).
 
     Args:
@@ -127,9 +118,8 @@ def server_token_count(session: Transport, base_url: str, body: dict[str, Any]) 
     return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
 
 
-def with_counted_tokens(
-    session: Transport, base_url: str, payload: dict[str, Any], record: RequestRecord, text: str
-) -> RequestRecord:
+def with_counted_tokens(session: Transport, base_url: str, payload: dict[str, Any], record: RequestRecord,
+                        text: str) -> RequestRecord:
     """A usage-less successful row with token counts from ``/tokenize`` (the answer text, no special tokens), else
     the content chunk count (exact for one token per chunk, vLLM's default)."""
     model = payload.get("model")

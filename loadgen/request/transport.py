@@ -56,9 +56,7 @@ class Response(Protocol):
 class Transport(Protocol):
     """What the request function needs from HTTP: a POST whose answer streams."""
 
-    def post(
-        self, url: str, body: bytes, *, timeout_s: float, on_send: Callable[[], None] | None = None
-    ) -> Response:
+    def post(self, url: str, body: bytes, *, timeout_s: float, on_send: Callable[[], None] | None = None) -> Response:
         """Send ``body`` (JSON) to ``url``; return once the answer's headers are in. ``on_send`` runs right before
         the bytes leave (again for a replaced stale connection), so connecting is not counted as server latency.
 
@@ -97,9 +95,8 @@ def _failure(exc: BaseException) -> TransportError:
 class HttpResponse:
     """One answer on a pooled socket (see :class:`Response`)."""
 
-    def __init__(
-        self, pool: ConnectionPool, sock: socket.socket, parser: _Parser, on_close: Callable[[], None] | None = None
-    ) -> None:
+    def __init__(self, pool: ConnectionPool, sock: socket.socket, parser: _Parser,
+                 on_close: Callable[[], None] | None = None) -> None:
         self._pool: ConnectionPool | None = pool
         self._sock = sock
         self._parser = parser
@@ -160,13 +157,8 @@ class HttpSession:
     """Keep-alive connections to any number of servers, at most ``max_connections`` in use per server (a further
     request waits); ``headers`` go with every request; ``connect_timeout_s`` bounds TCP (and TLS) set-up."""
 
-    def __init__(
-        self,
-        *,
-        max_connections: int = 1,
-        headers: Mapping[str, str] | None = None,
-        connect_timeout_s: float = CONNECT_TIMEOUT_S,
-    ) -> None:
+    def __init__(self, *, max_connections: int = 1, headers: Mapping[str, str] | None = None,
+                 connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         self.max_connections = max_connections
         self.connect_timeout_s = connect_timeout_s
         self._extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
@@ -185,9 +177,8 @@ class HttpSession:
             self._pools[key] = pool
         return pool
 
-    def post(
-        self, url: str, body: bytes, *, timeout_s: float, on_send: Callable[[], None] | None = None
-    ) -> HttpResponse:
+    def post(self, url: str, body: bytes, *, timeout_s: float,
+             on_send: Callable[[], None] | None = None) -> HttpResponse:
         parts = urlsplit(url)
         scheme = parts.scheme or "http"
         if scheme not in ("http", "https") or not parts.hostname:

@@ -51,17 +51,9 @@ class CalibrationError(RuntimeError):
     """A calibration run could not be made; the message says why and where the log is."""
 
 
-def run_our_client(
-    base_url: str,
-    workdir: Path,
-    *,
-    users: int,
-    run_time_s: float,
-    max_tokens: int,
-    server_pid: int | None = None,
-    name: str = "locust",
-    workers: int = 1,
-) -> tuple[list[RequestRecord], list[CpuSample], list[CpuSample]]:
+def run_our_client(base_url: str, workdir: Path, *, users: int, run_time_s: float, max_tokens: int,
+                   server_pid: int | None = None, name: str = "locust",
+                   workers: int = 1) -> tuple[list[RequestRecord], list[CpuSample], list[CpuSample]]:
     """One headless closed-loop Locust run of our client (``workers`` processes, fixed ``max_tokens``, no ramp-up or
     warmup, its request log in a scratch folder) for ``run_time_s``.
 

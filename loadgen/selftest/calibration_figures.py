@@ -68,11 +68,8 @@ class ClientRun:
         return per_core_rate(self.requests_ok, self.client_cpu_s)
 
 
-def summarize_records(
-    records: Sequence[RequestRecord],
-    client_samples: Sequence[CpuSample],
-    server_samples: Sequence[CpuSample] | None = None,
-) -> ClientRun:
+def summarize_records(records: Sequence[RequestRecord], client_samples: Sequence[CpuSample],
+                      server_samples: Sequence[CpuSample] | None = None) -> ClientRun:
     """A :class:`ClientRun` from our rows: window = first send to last end of the measured rows (pure).
 
     Raises:

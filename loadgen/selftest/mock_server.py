@@ -35,11 +35,8 @@ MAX_HEAD_BYTES = 64 * 1024
 
 def _response(status: str, body: bytes, content_type: str = "application/json", close: bool = False) -> bytes:
     connection = b"connection: close\r\n" if close else b""
-    return (
-        b"HTTP/1.1 %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n"
-        % (status.encode(), content_type.encode(), len(body), connection)
-        + body
-    )
+    head = b"HTTP/1.1 %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n"
+    return head % (status.encode(), content_type.encode(), len(body), connection) + body
 
 
 class MockServer:

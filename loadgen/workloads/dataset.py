@@ -104,10 +104,8 @@ def _from_sharegpt(entry: Any, index: int) -> Prompt | None:
             return None
         messages.append({"role": role, "content": value})
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
-    valid = _valid_messages(messages[: last_user + 1]) if last_user >= 0 else None
-    if valid is None:
-        return None
-    return Prompt(str(entry.get("id", f"entry-{index}")), "sharegpt", valid)
+    valid = _valid_messages(messages[: last_user + 1])  # None without a user turn (an empty list)
+    return None if valid is None else Prompt(str(entry.get("id", f"entry-{index}")), "sharegpt", valid)
 
 
 def load_dataset(path: Path) -> Dataset:

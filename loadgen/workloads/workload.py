@@ -40,18 +40,9 @@ class WorkloadSampler:
         ValueError: no prompts, or ``mix`` asks for a bucket the dataset lacks.
     """
 
-    def __init__(
-        self,
-        prompts: list[Prompt],
-        seed: int,
-        *,
-        fixed_max_tokens: int | None = None,
-        mean_tokens: float = 120.0,
-        p95_tokens: float = 280.0,
-        cap_tokens: int = 1024,
-        mix: dict[str, float] | None = None,
-        sequential: bool = False,
-    ) -> None:
+    def __init__(self, prompts: list[Prompt], seed: int, *, fixed_max_tokens: int | None = None,
+                 mean_tokens: float = 120.0, p95_tokens: float = 280.0, cap_tokens: int = 1024,
+                 mix: dict[str, float] | None = None, sequential: bool = False) -> None:
         if not prompts:
             raise ValueError("no prompts to sample from")
         self._rng = np.random.default_rng(seed)
