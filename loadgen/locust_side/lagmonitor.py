@@ -73,12 +73,6 @@ class LagMonitor:
 
     def summary(self, role: Literal["local", "worker"], slot: int, requests: int) -> ProcessLoad:
         """This process's load since :meth:`start`: CPU seconds (user + system), wall seconds and the lag."""
-        return ProcessLoad(
-            pid=os.getpid(),
-            role=role,
-            slot=slot,
-            requests=requests,
-            cpu_s=time.process_time() - self._cpu0,
-            wall_s=self.clock() - self._wall0,
-            lag=latency_stats(self.samples_ms),
-        )
+        return ProcessLoad(pid=os.getpid(), role=role, slot=slot, requests=requests,
+                           cpu_s=time.process_time() - self._cpu0, wall_s=self.clock() - self._wall0,
+                           lag=latency_stats(self.samples_ms))

@@ -88,8 +88,5 @@ def install(environment: Environment, llm: LlmStats) -> None:
             writer.writerow([row[key] for key, _ in LATENCY_COLUMNS])
         for row in llm.throughput_rows(elapsed_s(environment)):
             writer.writerow([row["name"], "", row["value"]])
-        return Response(
-            out.getvalue(),
-            mimetype="text/csv",
-            headers={"Content-disposition": f"attachment;filename=llm_stats_{int(time.time())}.csv"},
-        )
+        return Response(out.getvalue(), mimetype="text/csv",
+                        headers={"Content-disposition": f"attachment;filename=llm_stats_{int(time.time())}.csv"})

@@ -85,12 +85,8 @@ def _on_init(environment: Environment, **_: Any) -> None:
         die_with_parent()  # a benchmark's worker (--processes) ends with its master, even a SIGKILLed one
     llm_webui.install(environment, LLM)
     if environment.web_ui is not None and SETTINGS.locust_web_password:  # launched with --web-login
-        install_login(
-            environment.web_ui,
-            SETTINGS.locust_web_username,
-            SETTINGS.locust_web_password,
-            getattr(environment.parsed_options, "web_base_path", "") or "",
-        )
+        install_login(environment.web_ui, SETTINGS.locust_web_username, SETTINGS.locust_web_password,
+                      getattr(environment.parsed_options, "web_base_path", "") or "")
 
 
 @events.report_to_master.add_listener

@@ -62,26 +62,15 @@ def send(state: RunState, session: Transport, host: str, item: WorkItem, schedul
     timer = StreamTimer(clock)
     state.in_flight += 1
     try:
-        record = stream_chat(
-            session, host, payload_for(plan, item), timeout_s=plan.request_timeout_s, request_id=request_id,
-            answer=answer, timer=timer,
-        )
+        record = stream_chat(session, host, payload_for(plan, item), timeout_s=plan.request_timeout_s,
+                             request_id=request_id, answer=answer, timer=timer)
     except BaseException as exc:  # GreenletExit / KeyboardInterrupt: the run is ending
         cut_ms = (clock() - started) * 1000.0  # one figure for the row and for Locust's stats (once 33 ms apart)
         state.in_flight -= 1
-        state.save(
-            RequestRecord(
-                request_id=request_id,
-                started_at=started_at,
-                ok=False,
-                e2e_ms=cut_ms,
-                max_tokens=item.max_tokens,
-                error_kind="incomplete",
-                error=f"cancelled by {state.cut_cause} ({type(exc).__name__})",
-                **partial_fields(timer),
-                **labels,
-            )
-        )
+        error = f"cancelled by {state.cut_cause} ({type(exc).__name__})"
+        state.save(RequestRecord(request_id=request_id, started_at=started_at, ok=False, e2e_ms=cut_ms,
+                                 max_tokens=item.max_tokens, error_kind="incomplete", error=error,
+                                 **partial_fields(timer), **labels))
         if on_cut is not None:
             on_cut(cut_ms)
         raise

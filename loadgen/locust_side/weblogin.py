@@ -36,12 +36,8 @@ def install_login(web_ui: Any, username: str, password: str, base_path: str = ""
         return WebUser(user_id) if secrets.compare_digest(user_id.encode(), username.encode()) else None
 
     web_ui.login_manager.user_loader(load_user)
-    web_ui.app.config.update(
-        SECRET_KEY=secrets.token_hex(32),
-        SESSION_COOKIE_SAMESITE="Strict",
-        REMEMBER_COOKIE_SAMESITE="Strict",
-        SESSION_COOKIE_HTTPONLY=True,
-    )
+    web_ui.app.config.update(SECRET_KEY=secrets.token_hex(32), SESSION_COOKIE_SAMESITE="Strict",
+                             REMEMBER_COOKIE_SAMESITE="Strict", SESSION_COOKIE_HTTPONLY=True)
     web_ui.auth_args = {"username_password_callback": f"{base_path}{SUBMIT_PATH}"}
     blueprint = Blueprint("llm_stack_login", __name__, url_prefix=base_path or None)
 

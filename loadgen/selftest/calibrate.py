@@ -144,25 +144,19 @@ def calibrate(options: CalibrateOptions, workdir: Path) -> tuple[Calibration, di
     print(f"[CALIBRATE] added_latency: mock TTFT {options.ttft_ms:g} ms, ITL {options.itl_ms:g} ms, "
           f"{options.latency_tokens} tokens, {options.latency_users} users, {options.latency_run_time_s:g} s",
           flush=True)  # fmt: skip
-    with mock_server(
-        workdir / "mock_latency.log", tokens=options.latency_tokens, ttft_ms=options.ttft_ms, itl_ms=options.itl_ms,
-        require_api_key=keyed,
-    ) as mock:
+    with mock_server(workdir / "mock_latency.log", tokens=options.latency_tokens, ttft_ms=options.ttft_ms,
+                     itl_ms=options.itl_ms, require_api_key=keyed) as mock:
         rows, client, server = run_our_client(
             mock.url, workdir, users=options.latency_users, run_time_s=options.latency_run_time_s,
             max_tokens=options.latency_tokens, server_pid=mock.pid, name="added_latency",
         )  # fmt: skip
     runs["added_latency"] = summarize_records(rows, client, server)
     added_ttft_ms, added_itl_ms = added_latency_ms(rows, options.ttft_ms, options.itl_ms)
-    calibration = Calibration(
-        chunks_per_sec_per_core=runs["chunk_ceiling_w1"].chunks_per_sec_per_core,
-        requests_per_sec_per_core=runs["request_ceiling_w1"].requests_per_sec_per_core,
-        added_ttft_ms=added_ttft_ms,
-        added_itl_ms=added_itl_ms,
-        measured_at=datetime.now().astimezone().isoformat(timespec="seconds"),
-        tokens_per_chunk=options.tokens_per_chunk,
-        runs=stored,
-    )
+    calibration = Calibration(chunks_per_sec_per_core=runs["chunk_ceiling_w1"].chunks_per_sec_per_core,
+                              requests_per_sec_per_core=runs["request_ceiling_w1"].requests_per_sec_per_core,
+                              added_ttft_ms=added_ttft_ms, added_itl_ms=added_itl_ms,
+                              measured_at=datetime.now().astimezone().isoformat(timespec="seconds"),
+                              tokens_per_chunk=options.tokens_per_chunk, runs=stored)
     return calibration, runs
 
 

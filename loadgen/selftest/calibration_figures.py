@@ -81,14 +81,10 @@ def summarize_records(records: Sequence[RequestRecord], client_samples: Sequence
         raise ValueError("no successful request was recorded")
     start = min(r.started_at for r in measured)
     end = max(r.ended_at for r in measured)
-    return ClientRun(
-        requests_ok=len(ok),
-        requests_failed=len(measured) - len(ok),
-        chunks=sum(r.content_chunks for r in ok),
-        window_s=end - start,
-        client_cpu_s=cpu_in_window(client_samples, start, end),
-        server_cpu_s=cpu_in_window(server_samples, start, end) if server_samples else None,
-    )
+    return ClientRun(requests_ok=len(ok), requests_failed=len(measured) - len(ok),
+                     chunks=sum(r.content_chunks for r in ok), window_s=end - start,
+                     client_cpu_s=cpu_in_window(client_samples, start, end),
+                     server_cpu_s=cpu_in_window(server_samples, start, end) if server_samples else None)
 
 
 def added_latency_ms(records: Sequence[RequestRecord], ttft_ms: float, itl_ms: float) -> tuple[float, float]:
@@ -124,16 +120,10 @@ def calibration_table(rows: Mapping[str, ClientRun]) -> list[str]:
 
 def calibration_run(name: str, workers: int, run: ClientRun) -> CalibrationRun:
     """One run as stored in ``logs/calibration.json`` (pure)."""
-    return CalibrationRun(
-        name=name,
-        workers=workers,
-        chunks_per_sec=run.chunks_per_sec,
-        requests_per_sec=run.requests_per_sec,
-        client_cores=run.client_cores,
-        mock_cores=run.server_cores,
-        chunks_per_sec_per_core=run.chunks_per_sec_per_core,
-        requests_per_sec_per_core=run.requests_per_sec_per_core,
-    )
+    return CalibrationRun(name=name, workers=workers, chunks_per_sec=run.chunks_per_sec,
+                          requests_per_sec=run.requests_per_sec, client_cores=run.client_cores,
+                          mock_cores=run.server_cores, chunks_per_sec_per_core=run.chunks_per_sec_per_core,
+                          requests_per_sec_per_core=run.requests_per_sec_per_core)
 
 
 def scaling_lines(runs: Mapping[str, ClientRun], workers: int) -> list[str]:

@@ -100,12 +100,10 @@ def _burstgpt_rows(path: Path, text: str) -> list[TraceRow]:
             continue
         if len(cells) != len(header):
             raise _fail(path, number, f"{len(cells)} fields where the header has {len(header)}")
-        rows.append(TraceRow(
-            at_s=_seconds(cells[where["Timestamp"]], "Timestamp", path, number, 1.0),
-            input_tokens=_count(cells[where["Request tokens"]], "Request tokens", path, number, 1),
-            output_tokens=_count(cells[where["Response tokens"]], "Response tokens", path, number, 0),
-            line=number,
-        ))
+        rows.append(TraceRow(at_s=_seconds(cells[where["Timestamp"]], "Timestamp", path, number, 1.0),
+                             input_tokens=_count(cells[where["Request tokens"]], "Request tokens", path, number, 1),
+                             output_tokens=_count(cells[where["Response tokens"]], "Response tokens", path, number, 0),
+                             line=number))
     return rows
 
 
@@ -126,13 +124,9 @@ def _mooncake_row(path: Path, number: int, raw: str) -> TraceRow:
     if len(hash_ids) > math.ceil(tokens / BLOCK_TOKENS):
         raise _fail(path, number, f"hash_ids names {len(hash_ids)} blocks of {BLOCK_TOKENS} tokens, more than "
                                   f"input_length={tokens} holds ({math.ceil(tokens / BLOCK_TOKENS)})")
-    return TraceRow(
-        at_s=_seconds(obj["timestamp"], "timestamp", path, number, 0.001),
-        input_tokens=tokens,
-        output_tokens=_count(obj["output_length"], "output_length", path, number, 0),
-        hash_ids=tuple(hash_ids),
-        line=number,
-    )
+    return TraceRow(at_s=_seconds(obj["timestamp"], "timestamp", path, number, 0.001), input_tokens=tokens,
+                    output_tokens=_count(obj["output_length"], "output_length", path, number, 0),
+                    hash_ids=tuple(hash_ids), line=number)
 
 
 def parse_trace(path: Path, data: bytes) -> Trace:
