@@ -80,12 +80,8 @@ class LlmStats:
     # --- distributed mode -------------------------------------------------------------------------------------
     def report(self) -> dict[str, Any]:
         """This worker's share since its last report (then forgotten here), for ``report_to_master``."""
-        data = {
-            "entries": self.stats.serialize_stats(),
-            "tokens_by_second": dict(self.tokens_by_second),
-            "output_tokens": self.output_tokens,
-            "requests_cut": self.requests_cut,
-        }
+        data = {"entries": self.stats.serialize_stats(), "tokens_by_second": dict(self.tokens_by_second),
+                "output_tokens": self.output_tokens, "requests_cut": self.requests_cut}
         self.tokens_by_second.clear()
         self.output_tokens = 0
         self.requests_cut = 0
@@ -144,11 +140,8 @@ class LlmStats:
             "output_tokens": self.output_tokens,
             "requests_cut": self.requests_cut,
             "entries": {
-                name: {
-                    "count": entry.num_requests,
-                    "total": entry.total_response_time,
-                    "total_content_length": entry.total_content_length,
-                }
+                name: {"count": entry.num_requests, "total": entry.total_response_time,
+                       "total_content_length": entry.total_content_length}
                 for (name, _), entry in self.stats.entries.items()
             },
         }

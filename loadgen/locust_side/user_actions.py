@@ -50,14 +50,9 @@ def send(state: RunState, session: Transport, host: str, item: WorkItem, schedul
     request_id = uuid.uuid4().hex
     started_at = time.time()
     started = clock()
-    labels: dict[str, Any] = {
-        "scheduled_at": scheduled_at,
-        "task": item.prompt.task,
-        "input_bucket": item.prompt.bucket,
-        "session_id": item.session_id,
-        "turn": item.turn,
-        "think_time_s": item.think_time_s,
-    }
+    labels: dict[str, Any] = {"scheduled_at": scheduled_at, "task": item.prompt.task,
+                              "input_bucket": item.prompt.bucket, "session_id": item.session_id, "turn": item.turn,
+                              "think_time_s": item.think_time_s}
     answer: list[str] | None = [] if item.conversation is not None else None
     timer = StreamTimer(clock)
     state.in_flight += 1

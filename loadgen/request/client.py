@@ -34,15 +34,8 @@ def new_session(max_connections: int = 1, headers: Mapping[str, str] | None = No
 def chat_payload(model: str, messages: list[dict[str, str]], max_tokens: int, temperature: float,
                  **extra: Any) -> dict[str, Any]:
     """Body of a streamed ``/v1/chat/completions`` request that asks for ``usage`` in the last chunk."""
-    return {
-        "model": model,
-        "messages": messages,
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        **extra,
-    }
+    return {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature, "stream": True,
+            "stream_options": {"include_usage": True}, **extra}
 
 
 def _server_message(body: bytes) -> str:
@@ -210,14 +203,9 @@ def timer_fields(timer: StreamTimer) -> dict[str, Any]:
     """The row fields a :class:`StreamTimer` measured (with ``output_tokens_source`` ``usage`` when usage counted,
     ``cached_tokens`` when given, and a reasoning stream's first-token times and token split)."""
 
-    fields: dict[str, Any] = {
-        **partial_fields(timer),
-        "prompt_tokens": timer.prompt_tokens,
-        "output_tokens": timer.completion_tokens,
-        "finish_reason": timer.finish_reason,
-        "end_reason": timer.end_reason,
-        "http_status": 200,
-    }
+    fields: dict[str, Any] = {**partial_fields(timer), "prompt_tokens": timer.prompt_tokens,
+                              "output_tokens": timer.completion_tokens, "finish_reason": timer.finish_reason,
+                              "end_reason": timer.end_reason, "http_status": 200}
     if timer.completion_tokens is not None:
         fields["output_tokens_source"] = "usage"
     if timer.cached_tokens is not None:

@@ -29,11 +29,8 @@ class _Histogram:
     def lines(self, name: str) -> list[str]:
         out = [f"# TYPE {name} histogram"]
         out += [f'{name}_bucket{{{MODEL_LABEL},le="{b}"}} {c}.0' for b, c in zip(BUCKETS_S, self.counts, strict=True)]
-        out += [
-            f'{name}_bucket{{{MODEL_LABEL},le="+Inf"}} {self.count}.0',
-            f"{name}_count{{{MODEL_LABEL}}} {self.count}.0",
-            f"{name}_sum{{{MODEL_LABEL}}} {self.total_s!r}",
-        ]
+        out += [f'{name}_bucket{{{MODEL_LABEL},le="+Inf"}} {self.count}.0',
+                f"{name}_count{{{MODEL_LABEL}}} {self.count}.0", f"{name}_sum{{{MODEL_LABEL}}} {self.total_s!r}"]
         return out
 
 
