@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-from loadgen.selftest import mock_tokenizer
+from loadgen.selftest import mock_answers
 from loadgen.selftest.mock_answers import MODEL_ID, Answer, MockConfig, build_answer
 from loadgen.selftest.mock_metrics import MockMetrics
 
@@ -196,11 +196,11 @@ class _Connection(asyncio.Protocol):
                 self._send(head + answer.whole, close)  # one write
             else:
                 self.task = asyncio.get_running_loop().create_task(self._stream(head, answer, close, tokens))
-        elif method == b"POST" and target in mock_tokenizer.PATHS and server.cfg.tokenize_answer:
-            broken, content_type = mock_tokenizer.BROKEN[server.cfg.tokenize_answer]
+        elif method == b"POST" and target in mock_answers.TOKENIZE_PATHS and server.cfg.tokenize_answer:
+            broken, content_type = mock_answers.BROKEN_TOKENIZE[server.cfg.tokenize_answer]
             self._send(_response("200 OK", broken, content_type, close=close), close)
-        elif method == b"POST" and target in mock_tokenizer.PATHS and server.cfg.tokenize:
-            self._send(_response("200 OK", mock_tokenizer.answer(target, body), close=close), close)
+        elif method == b"POST" and target in mock_answers.TOKENIZE_PATHS and server.cfg.tokenize:
+            self._send(_response("200 OK", mock_answers.tokenize_answer(target, body), close=close), close)
         else:
             self._send(_response("404 Not Found", b'{"detail":"Not Found"}', close=close), close)
 
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     add("--no-done", dest="done", action="store_false",
         help="end after the finish chunk, without [DONE] (as transformers serve)")
     add("--no-tokenize", dest="tokenize", action="store_false", help="no /tokenize (404, as most non-vLLM servers)")
-    add("--tokenize-answer", choices=sorted(mock_tokenizer.BROKEN), default=None,
+    add("--tokenize-answer", choices=sorted(mock_answers.BROKEN_TOKENIZE), default=None,
         help="/tokenize and /detokenize answer 200 with an HTML page, a JSON list or nothing (as a gateway may)")
     add("--bad-chunk", default=None, help="a raw data line sent after the first content chunk of every answer")
     add("--models", type=lambda v: tuple(m for m in v.split(",") if m), default=MODEL_ID,

@@ -37,9 +37,7 @@ def sized_text(tok: PromptTokenizer, pool: np.ndarray, rng: np.random.Generator,
 
 def prefixes_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path,
                   open_tokenizer: Callable[[], PromptTokenizer]) -> Path:
-    """Write (once) and return the JSON list of ``plan``'s shared prefixes (``prefix_count`` texts of
-    ``prefix_len_tokens`` tokens, seeded by SEED), sized with the tokenizer ``open_tokenizer`` opens (only when the
-    file is not there yet).
+    """Write (once) and return the JSON list of ``plan``'s ``prefix_count`` prefixes of ``prefix_len_tokens`` tokens.
 
     Raises:
         BenchError: no tokenizer is usable, or a prefix cannot be sized.

@@ -1,12 +1,9 @@
-"""DATASET=random: prompts of exactly RANDOM_INPUT_LEN tokens as the server counts them (``vllm bench serve
---dataset-name random``), and the sizing that PREFIX_LEN and TRACE share.
+"""DATASET=random: prompts of exactly RANDOM_INPUT_LEN tokens as the server counts them, chat template included
+(``usage.prompt_tokens``; ``vllm bench serve --dataset-name random``), and the sizing PREFIX_LEN and TRACE share.
 
-The figure is the **whole prompt the server processes**, chat template included (``usage.prompt_tokens``). Each
-prompt is random ids from the ids the server's tokenizer gives the bundled corpus (ordinary text, no special tokens,
-no shared prefix), decoded (``/detokenize``), counted as a chat (``/tokenize`` with ``messages``) and trimmed or
-extended until exact; a server without a usable ``/tokenize`` gives way to a local tokenizer
-(:mod:`loadgen.workloads.tokenizing`). Written once per model, length, count and seed to
-``logs/datasets/random_….jsonl``, which every Locust process reads.
+Each prompt is random ids of the corpus's ordinary tokens (no shared prefix), decoded, counted as a chat and trimmed
+or extended until exact, by :mod:`loadgen.workloads.tokenizing`; written once per model, length, count and seed to
+``logs/datasets/random_….jsonl``.
 """
 
 from __future__ import annotations
@@ -30,10 +27,10 @@ CORPUS_CHARS = 20_000  # of the bundled corpus, tokenized once for the pool of o
 
 
 def sized_prompt(tok: PromptTokenizer, pool: np.ndarray, rng: np.random.Generator, total_tokens: int) -> str:
-    """A random text whose one-message chat is exactly ``total_tokens`` tokens (see the module docstring).
+    """A random text whose one-message chat is exactly ``total_tokens`` tokens.
 
     Raises:
-        BenchError: the template alone is longer, or the count did not settle (the message gives the numbers).
+        BenchError: the template alone is longer, or the count did not settle.
     """
     overhead = tok.chat_count("")
     if total_tokens <= overhead:
@@ -89,8 +86,7 @@ def generated_path(logs_dir: Path, kind: str, plan: BenchmarkConfig, tail: str) 
 
 def write_once(path: Path, corpus: Path, open_tokenizer: Callable[[], PromptTokenizer],
                build: Callable[[PromptTokenizer, np.ndarray], str]) -> Path:
-    """Write ``build(tokenizer, corpus token pool)`` to ``path`` unless it is there (the tokenizer is opened only
-    then, and closed after).
+    """Write ``build(tokenizer, corpus token pool)`` to ``path`` unless it is there (only then is a tokenizer opened).
 
     Raises:
         BenchError: as ``open_tokenizer`` or ``build`` raise it.

@@ -44,9 +44,8 @@ def row_ids(row: TraceRow, index: int, seed: int, pool: np.ndarray, blocks: dict
 
 def trace_prompts_file(plan: BenchmarkConfig, rows: Sequence[tuple[float, TraceRow]], logs_dir: Path,
                        corpus: Path, open_tokenizer: Callable[[], PromptTokenizer]) -> tuple[Path, int]:
-    """Write (once per model, trace content, row count and seed) the prompt JSONL of the replay's ``rows``
-    (``(scheduled s before TRACE_SPEED, row)`` each), sized with the tokenizer ``open_tokenizer`` opens (only when
-    the file is not there yet); return it and how many rows were raised to the template's minimum.
+    """Write (once per model, trace content, row count and seed) the prompt JSONL of the replay's ``rows``; return
+    it and how many rows were raised to the template's minimum.
 
     Raises:
         BenchError: no tokenizer is usable, or a prompt cannot be sized.
@@ -75,8 +74,8 @@ def trace_prompts_file(plan: BenchmarkConfig, rows: Sequence[tuple[float, TraceR
 
 
 def trace_requests(plan: BenchmarkConfig) -> list[tuple[float, WorkItem]]:
-    """The replay as a Locust process sends it: ``(seconds after the schedule's start, request)`` per row of the
-    plan's trace prompts file, the times divided by TRACE_SPEED (empty without TRACE).
+    """The replay as a Locust process sends it: ``(s after the start / TRACE_SPEED, request)`` per row of the plan's
+    trace prompts file (empty without TRACE).
 
     Raises:
         OSError: the file cannot be read. ValueError: a line is not one this module wrote.
