@@ -22,13 +22,8 @@ INTERVAL_S = 0.005
 
 
 class LagMonitor:
-    """The lag sampler of one process (``start`` at the test's start, ``stop`` at its end).
-
-    Args:
-        busy: True while requests are in flight (only those wake-ups are recorded).
-        interval_s: how often the greenlet asks to wake.
-        clock: monotonic seconds.
-    """
+    """The lag sampler of one process (``start`` at the test's start, ``stop`` at its end): it wakes every
+    ``interval_s`` and records only while ``busy()`` (requests in flight); ``clock`` gives monotonic seconds."""
 
     def __init__(self, busy: Callable[[], bool], interval_s: float = INTERVAL_S,
                  clock: Callable[[], float] = time.perf_counter) -> None:

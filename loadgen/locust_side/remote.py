@@ -1,18 +1,11 @@
 """Load workers on other hosts (EXPECT_WORKERS): the Locust messages of joining, clock alignment and rows.
 
-Every worker (local or remote) joins before it gets a share:
-
-1. worker → master ``llm_join`` (host name, pid) once connected;
-2. master ``llm_challenge`` (a nonce) / worker ``llm_proof`` (HMAC with the sidecar token, its time), :data:`PROBES`
-   times: the proof lets it in, the times give its clock offset (:mod:`loadgen.locust_side.joining`); a worker that
-   fails is told to quit;
-3. at the test's start, once EXPECT_WORKERS + WORKERS have joined, each gets its ``llm_slot`` with the plan, the
-   dataset's text (a remote host has neither file) and its offset;
-4. the worker sends ``llm_rows`` batches, ``llm_load`` and ``llm_done``; the master appends rows (in its clock) and
-   loads to the run's files.
-
-Slots and the run's end are :mod:`loadgen.locust_side.distributed`'s. Tested by the integration test with a worker in
-another network namespace.
+Every worker (local or remote) joins before it gets a share: ``llm_join`` (host, pid); :data:`PROBES` rounds of
+``llm_challenge`` (a nonce) and ``llm_proof`` (HMAC with the sidecar token, the worker's time), which let it in and give
+its clock offset (:mod:`loadgen.locust_side.joining`; a failed proof is told to quit); at the test's start, once
+EXPECT_WORKERS + WORKERS have joined, ``llm_slot`` with the plan, the dataset's text and the offset; then the worker
+sends ``llm_rows`` batches, ``llm_load`` and ``llm_done``, appended by the master (rows in its clock) to the run's files.
+Slots and the run's end are :mod:`loadgen.locust_side.distributed`'s; tested by the integration tests.
 """
 
 from __future__ import annotations

@@ -42,15 +42,12 @@ class Response(Protocol):
         Raises:
             TransportTimeout: no byte within the request's timeout. TransportError: the connection broke.
         """
-        ...
 
     def read_body(self, limit: int = BLOCK_BYTES) -> bytes:
         """The rest of the body, at most ``limit`` bytes."""
-        ...
 
     def close(self, reuse: bool) -> None:
         """Keep the connection alive when ``reuse`` and the body ended cleanly; else close it."""
-        ...
 
 
 class Transport(Protocol):
@@ -63,11 +60,9 @@ class Transport(Protocol):
         Raises:
             TransportTimeout: no connection or no answer within ``timeout_s``. TransportError: anything else.
         """
-        ...
 
     def close(self) -> None:
         """Close every idle connection."""
-        ...
 
 
 class _Parser(HTTPResponse):

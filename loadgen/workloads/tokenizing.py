@@ -29,19 +29,15 @@ class PromptTokenizer(Protocol):
 
     def ids(self, text: str) -> list[int]:
         """Token ids of plain ``text`` (no special tokens)."""
-        ...
 
     def chat_count(self, text: str) -> int:
         """Tokens of a one-message chat with ``text`` as the server's chat endpoint builds it."""
-        ...
 
     def text(self, ids: list[int]) -> str:
         """``ids`` decoded."""
-        ...
 
     def close(self) -> None:
         """Release connections."""
-        ...
 
 
 class TokenizeUnusable(BenchError):

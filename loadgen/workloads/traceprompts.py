@@ -1,13 +1,8 @@
-"""TRACE: the trace's rows as token-exact prompts (written once by the benchmark) and as the Locust processes'
-schedule and requests (read from that file).
-
-Each row's prompt is one user message whose chat is exactly the row's input length, sized as DATASET=random does
-(:mod:`loadgen.workloads.randomdata`). A Mooncake row starts with its ``hash_ids`` blocks, each
-:data:`~loadgen.workloads.trace.BLOCK_TOKENS` ids drawn once per id (seeded by SEED), so rows naming the same ids share
-vLLM's prefix cache as in the trace. A row shorter than the chat template is raised to one token above it.
-
-The file (``logs/datasets/trace_….jsonl``) is a prompt JSONL with each row's ``max_tokens`` and ``at_s`` (s after the
-first row, before TRACE_SPEED); the plan names it (``dataset_file``), so remote workers receive it like any dataset.
+"""TRACE: the trace's rows as token-exact prompts (written once by the benchmark, ``logs/datasets/trace_….jsonl``: a
+prompt JSONL with each row's ``max_tokens`` and ``at_s``, the plan's ``dataset_file``) and as the Locust processes'
+schedule and requests. Each prompt's chat is exactly the row's input length, sized as DATASET=random does (a row
+shorter than the template is raised to one token above it); a Mooncake row starts with its ``hash_ids`` blocks,
+drawn once per id (seeded by SEED), so rows naming the same ids share vLLM's prefix cache as in the trace.
 """
 
 from __future__ import annotations
