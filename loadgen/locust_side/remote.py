@@ -4,7 +4,7 @@ Every worker (local or remote) joins before it gets a share: ``llm_join`` (host,
 ``llm_challenge`` (a nonce) and ``llm_proof`` (HMAC with the sidecar token, the worker's time), which let it in and give
 its clock offset (:mod:`loadgen.locust_side.joining`; a failed proof is told to quit); at the test's start, once
 EXPECT_WORKERS + WORKERS have joined, ``llm_slot`` with the plan, the dataset's text and the offset; then the worker
-sends ``llm_rows`` batches, ``llm_load`` and ``llm_done``, appended by the master (rows in its clock) to the run's files.
+sends ``llm_rows`` batches, ``llm_load`` and ``llm_done``, which the master appends (rows in its clock).
 Slots and the run's end are :mod:`loadgen.locust_side.distributed`'s; tested by the integration tests.
 """
 

@@ -165,10 +165,8 @@ class HttpSession:
         pool = self._pools.get(key)
         if pool is None:
             kind = SSLConnectionPool if scheme == "https" else ConnectionPool
-            pool = kind(
-                host, port, host, port, size=self.max_connections,
-                connection_timeout=self.connect_timeout_s, network_timeout=self.connect_timeout_s,
-            )  # fmt: skip
+            pool = kind(host, port, host, port, size=self.max_connections, connection_timeout=self.connect_timeout_s,
+                        network_timeout=self.connect_timeout_s)
             self._pools[key] = pool
         return pool
 

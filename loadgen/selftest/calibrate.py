@@ -131,14 +131,12 @@ def calibrate(options: CalibrateOptions, workdir: Path) -> tuple[Calibration, di
             print(f"[CALIBRATE] {name}: mock {tokens} token(s) ({options.tokens_per_chunk} per event), no delays, "
                   f"{options.mock_processes} mock process(es); {options.users} users on {workers} worker(s), "
                   f"{options.run_time_s:g} s", flush=True)  # fmt: skip
-            with mock_server(
-                workdir / f"mock_{name}.log", tokens=tokens, ttft_ms=0, itl_ms=0,
-                tokens_per_chunk=options.tokens_per_chunk, processes=options.mock_processes, require_api_key=keyed,
-            ) as mock:  # fmt: skip
-                rows, client, server = run_our_client(
-                    mock.url, workdir, users=options.users, run_time_s=options.run_time_s, max_tokens=tokens,
-                    server_pid=mock.pid, name=name, workers=workers,
-                )  # fmt: skip
+            with mock_server(workdir / f"mock_{name}.log", tokens=tokens, ttft_ms=0, itl_ms=0,
+                             tokens_per_chunk=options.tokens_per_chunk, processes=options.mock_processes,
+                             require_api_key=keyed) as mock:
+                rows, client, server = run_our_client(mock.url, workdir, users=options.users,
+                                                      run_time_s=options.run_time_s, max_tokens=tokens,
+                                                      server_pid=mock.pid, name=name, workers=workers)
             runs[name] = summarize_records(rows, client, server)
             stored.append(calibration_run(name, workers, runs[name]))
     print(f"[CALIBRATE] added_latency: mock TTFT {options.ttft_ms:g} ms, ITL {options.itl_ms:g} ms, "
@@ -146,10 +144,9 @@ def calibrate(options: CalibrateOptions, workdir: Path) -> tuple[Calibration, di
           flush=True)  # fmt: skip
     with mock_server(workdir / "mock_latency.log", tokens=options.latency_tokens, ttft_ms=options.ttft_ms,
                      itl_ms=options.itl_ms, require_api_key=keyed) as mock:
-        rows, client, server = run_our_client(
-            mock.url, workdir, users=options.latency_users, run_time_s=options.latency_run_time_s,
-            max_tokens=options.latency_tokens, server_pid=mock.pid, name="added_latency",
-        )  # fmt: skip
+        rows, client, server = run_our_client(mock.url, workdir, users=options.latency_users,
+                                              run_time_s=options.latency_run_time_s, max_tokens=options.latency_tokens,
+                                              server_pid=mock.pid, name="added_latency")
     runs["added_latency"] = summarize_records(rows, client, server)
     added_ttft_ms, added_itl_ms = added_latency_ms(rows, options.ttft_ms, options.itl_ms)
     calibration = Calibration(chunks_per_sec_per_core=runs["chunk_ceiling_w1"].chunks_per_sec_per_core,
@@ -174,11 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=None, help="default: LOGS_DIR/calibration.json")
     parser.add_argument("--keep-logs", action="store_true", help="keep the temporary run folder and print its path")
     args = parser.parse_args(argv)
-    options = CalibrateOptions(
-        users=args.users, run_time_s=args.run_time_s, chunk_tokens=args.chunk_tokens,
-        tokens_per_chunk=args.tokens_per_chunk, workers=max(1, args.workers),
-        mock_processes=max(1, args.mock_processes),
-    )  # fmt: skip
+    options = CalibrateOptions(users=args.users, run_time_s=args.run_time_s, chunk_tokens=args.chunk_tokens,
+                               tokens_per_chunk=args.tokens_per_chunk, workers=max(1, args.workers),
+                               mock_processes=max(1, args.mock_processes))
     output = args.output or get_settings().logs_dir / "calibration.json"
     workdir = Path(tempfile.mkdtemp(prefix="calibrate_"))
     print(f"[CALIBRATE] {cores} usable core(s), load average {os.getloadavg()[0]:.1f}; work folder {workdir}")
