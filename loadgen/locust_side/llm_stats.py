@@ -150,10 +150,8 @@ class LlmStats:
         """The same figures as a plain-text table (printed at the end of a headless run)."""
         lines = [f"{'LLM statistics':<52} {'unit':>6} {'count':>7} {'median':>8} {'p90':>8} {'p99':>8} {'avg':>8}"]
         for row in self.latency_rows():
-            lines.append(
-                f"{row['name']:<52} {row['unit']:>6} {row['count']:>7} {row['median']:>8} {row['p90']:>8} "
-                f"{row['p99']:>8} {row['avg']:>8}"
-            )
+            lines.append(f"{row['name']:<52} {row['unit']:>6} {row['count']:>7} {row['median']:>8} {row['p90']:>8} "
+                         f"{row['p99']:>8} {row['avg']:>8}")
         lines.extend(f"{row['name']:<52} {row['value']}" for row in self.throughput_rows(elapsed_s))
         return "\n".join(lines)
 

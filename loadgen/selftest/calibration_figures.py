@@ -135,9 +135,7 @@ def scaling_lines(runs: Mapping[str, ClientRun], workers: int) -> list[str]:
         one, many = runs.get(f"{kind}_w1"), runs.get(f"{kind}_w{workers}")
         if one and many and getattr(one, rate) > 0:
             ratio = getattr(many, rate) / getattr(one, rate)
-            lines.append(
-                f"{kind}: {workers} workers stream {ratio:.2f}x the {rate.replace('_per_sec', '')}/s of 1 "
-                f"(client cores {one.client_cores:.2f} -> {many.client_cores:.2f}, mock cores "
-                f"{one.server_cores or 0:.2f} -> {many.server_cores or 0:.2f})"
-            )
+            lines.append(f"{kind}: {workers} workers stream {ratio:.2f}x the {rate.replace('_per_sec', '')}/s of 1 "
+                         f"(client cores {one.client_cores:.2f} -> {many.client_cores:.2f}, mock cores "
+                         f"{one.server_cores or 0:.2f} -> {many.server_cores or 0:.2f})")
     return lines

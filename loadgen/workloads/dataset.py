@@ -138,10 +138,8 @@ def load_dataset(path: Path) -> Dataset:
     prompts = [p for p in parsed if p is not None]
     skipped = len(parsed) - len(prompts)
     if not prompts:
-        raise DatasetError(
-            f"dataset {path} has no usable entry ({skipped} skipped): expected prompt JSONL "
-            '(one {"prompt": ...} per line) or ShareGPT JSON ([{"conversations": [...]}])'
-        )
+        raise DatasetError(f"dataset {path} has no usable entry ({skipped} skipped): expected prompt JSONL "
+                           '(one {"prompt": ...} per line) or ShareGPT JSON ([{"conversations": [...]}])')
     return Dataset(path, prompts, skipped)
 
 
