@@ -61,9 +61,8 @@ def _add_arguments(parser: Any) -> None:
     parser.add_argument("--max-requests", type=int, default=0, env_var="LOCUST_MAX_REQUESTS", help="0 = unlimited")
     parser.add_argument("--client-file", default="", env_var="LOCUST_CLIENT_FILE", help="append each load "
                         "process's CPU use and event-loop lag here at the end (JSONL)")  # fmt: skip
-    parser.add_argument(
-        "--llm-stats-file", default="", env_var="LOCUST_LLM_STATS_FILE", help="write LLM statistics here (JSON)"
-    )
+    parser.add_argument("--llm-stats-file", default="", env_var="LOCUST_LLM_STATS_FILE",
+                        help="write LLM statistics here (JSON)")
     parser.add_argument("--join", action="store_true", default=False, env_var="LOCUST_JOIN",
                         help="workers join with the sidecar token, clocks aligned, rows sent to the master "
                         "(EXPECT_WORKERS; loadgen.locust_side.remote)")  # fmt: skip

@@ -103,11 +103,8 @@ def added_latency_ms(records: Sequence[RequestRecord], ttft_ms: float, itl_ms: f
 
 def calibration_table(rows: Mapping[str, ClientRun]) -> list[str]:
     """Aligned text lines describing each run (pure)."""
-    header = (
-        f"{'run':<20}{'ok':>7}{'failed':>7}{'chunks':>9}{'window_s':>10}{'cpu_s':>8}{'client_cores':>13}"
-        f"{'mock_cores':>11}{'chunks/s':>10}{'req/s':>8}{'chunks/s/core':>14}{'req/s/core':>11}"
-    )
-    lines = [header]
+    lines = [f"{'run':<20}{'ok':>7}{'failed':>7}{'chunks':>9}{'window_s':>10}{'cpu_s':>8}{'client_cores':>13}"
+             f"{'mock_cores':>11}{'chunks/s':>10}{'req/s':>8}{'chunks/s/core':>14}{'req/s/core':>11}"]
     for name, run in rows.items():
         mock = "n/a" if run.server_cores is None else f"{run.server_cores:.2f}"
         lines.append(

@@ -117,10 +117,8 @@ def load_dataset(path: Path) -> Dataset:
     if path.is_dir():
         raise DatasetError(f"dataset {path} is a folder: DATASET names one file (prompt JSONL or ShareGPT JSON)")
     if not path.is_file():
-        raise DatasetError(
-            f"dataset {path} not found: check the path (DATASET / --dataset, or PROMPTS_FILE / --prompts-file for the "
-            "default corpus)"
-        )
+        raise DatasetError(f"dataset {path} not found: check the path (DATASET / --dataset, or PROMPTS_FILE / "
+                           "--prompts-file for the default corpus)")
     try:
         text = path.read_text(encoding="utf-8-sig")  # a UTF-8 byte-order mark is not part of the first record
     except (OSError, UnicodeDecodeError) as exc:

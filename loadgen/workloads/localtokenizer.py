@@ -68,10 +68,8 @@ def chat_template_of(folder: Path, config: dict[str, Any]) -> str:
         named = {t.get("name"): t.get("template") for t in found if isinstance(t, dict)}
         found = named.get("default")
     if not isinstance(found, str) or not found.strip():
-        raise LocalTokenizerError(
-            f"{folder} has no chat template (chat_template.jinja, or chat_template in tokenizer_config.json): the "
-            "chat's own tokens cannot be counted"
-        )
+        raise LocalTokenizerError(f"{folder} has no chat template (chat_template.jinja, or chat_template in "
+                                  "tokenizer_config.json): the chat's own tokens cannot be counted")
     return found
 
 
@@ -94,10 +92,8 @@ class LocalTokenizer:
         try:
             from tokenizers import Tokenizer
         except ImportError:
-            raise LocalTokenizerError(
-                "the `tokenizers` package is not installed in this environment: run `make envs` (it is in "
-                "requirements/app.txt)"
-            ) from None
+            raise LocalTokenizerError("the `tokenizers` package is not installed in this environment: run `make "
+                                      "envs` (it is in requirements/app.txt)") from None
         try:
             self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
         except Exception as exc:  # the Rust library raises its own exception type for a malformed file

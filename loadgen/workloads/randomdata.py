@@ -34,9 +34,8 @@ def sized_prompt(tok: PromptTokenizer, pool: np.ndarray, rng: np.random.Generato
     """
     overhead = tok.chat_count("")
     if total_tokens <= overhead:
-        raise BenchError(
-            f"RANDOM_INPUT_LEN={total_tokens} is not above the chat template's own {overhead} tokens: choose more"
-        )
+        raise BenchError(f"RANDOM_INPUT_LEN={total_tokens} is not above the chat template's own {overhead} tokens: "
+                         "choose more")
     ids = [int(i) for i in rng.choice(pool, total_tokens - overhead)]
     return exact_chat_text(tok, pool, rng, ids, total_tokens, "DATASET=random")
 

@@ -182,8 +182,7 @@ def open_prompt_tokenizer(settings: Settings, model: str, knob: str,
             " — counts match the server's only if it serves that tokenizer")
         return local
     tried_line = f" Tried: {'; '.join(tried)}." if tried else ""
-    raise BenchError(
-        f"{knob} sizes prompts in tokens with the server's tokenizer, and the server has no usable /tokenize "
-        f"({why_not_server}).{tried_line} Set TOKENIZER (--tokenizer) to a local folder holding the served model's "
-        "tokenizer.json and chat template (a copy of the model, e.g. /data/qwen2-0.5b-instruct) to size them here."
-    )
+    raise BenchError(f"{knob} sizes prompts in tokens with the server's tokenizer, and the server has no usable "
+                     f"/tokenize ({why_not_server}).{tried_line} Set TOKENIZER (--tokenizer) to a local folder holding "
+                     "the served model's tokenizer.json and chat template (a copy of the model, e.g. "
+                     "/data/qwen2-0.5b-instruct) to size them here.")
