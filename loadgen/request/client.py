@@ -120,9 +120,8 @@ def with_counted_tokens(session: Transport, base_url: str, payload: dict[str, An
     if output is None:
         return record.model_copy(update={"output_tokens": record.content_chunks, "output_tokens_source": "chunks"})
     prompt = server_token_count(session, base_url, {"model": model, "messages": payload.get("messages")})
-    return record.model_copy(
-        update={"output_tokens": output, "prompt_tokens": prompt, "output_tokens_source": "tokenize"}
-    )
+    return record.model_copy(update={"output_tokens": output, "prompt_tokens": prompt,
+                                     "output_tokens_source": "tokenize"})
 
 
 def _stream(session: Transport, base_url: str, payload: dict[str, Any], timeout_s: float, base: dict[str, Any],

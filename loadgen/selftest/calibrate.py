@@ -34,14 +34,8 @@ from core.settings import PROJECT_ROOT, get_settings
 from loadgen.childprocs import CpuSample, CpuSampler, ProcessError, log_tail, mock_server, stop_process
 from loadgen.orchestrate.locust_launch import locust_argv
 from loadgen.plan import usable_cores
-from loadgen.selftest.calibration_figures import (
-    ClientRun,
-    added_latency_ms,
-    calibration_run,
-    calibration_table,
-    scaling_lines,
-    summarize_records,
-)
+from loadgen.selftest import calibration_figures as figures
+from loadgen.selftest.calibration_figures import ClientRun, summarize_records
 
 LOCUST_EXIT_GRACE_S = 90.0  # start-up on a busy machine plus shutdown after --run-time
 UNSATURATED_CORES = 0.5  # below this, the client was not the bottleneck and the per-core figure is an estimate
@@ -69,9 +63,8 @@ def run_our_client(base_url: str, workdir: Path, *, users: int, run_time_s: floa
     records_path = workdir / f"{name}.requests.jsonl"
     log_path = workdir / f"{name}.log"
     records_path.write_text("")
-    argv = locust_argv(
-        settings, headless=True, users=users, run_time_s=run_time_s, records_file=records_path, workers=workers
-    )
+    argv = locust_argv(settings, headless=True, users=users, run_time_s=run_time_s, records_file=records_path,
+                       workers=workers)
     env = {**os.environ, "LOGS_DIR": str(Path(tempfile.gettempdir()) / "llm-serve-calibrate-logs"),
            "VLLM_BASE_URL": base_url, "CONCURRENCY": str(users), "MAX_TOKENS": str(max_tokens), "OUTPUT_LEN": "fixed",
            "IGNORE_EOS": "false", "RATE": "", "RAMP_UP_S": "0", "WARMUP": "0"}  # fmt: skip
@@ -138,7 +131,7 @@ def calibrate(options: CalibrateOptions, workdir: Path) -> tuple[Calibration, di
                                                       run_time_s=options.run_time_s, max_tokens=tokens,
                                                       server_pid=mock.pid, name=name, workers=workers)
             runs[name] = summarize_records(rows, client, server)
-            stored.append(calibration_run(name, workers, runs[name]))
+            stored.append(figures.calibration_run(name, workers, runs[name]))
     print(f"[CALIBRATE] added_latency: mock TTFT {options.ttft_ms:g} ms, ITL {options.itl_ms:g} ms, "
           f"{options.latency_tokens} tokens, {options.latency_users} users, {options.latency_run_time_s:g} s",
           flush=True)  # fmt: skip
@@ -148,7 +141,7 @@ def calibrate(options: CalibrateOptions, workdir: Path) -> tuple[Calibration, di
                                               run_time_s=options.latency_run_time_s, max_tokens=options.latency_tokens,
                                               server_pid=mock.pid, name="added_latency")
     runs["added_latency"] = summarize_records(rows, client, server)
-    added_ttft_ms, added_itl_ms = added_latency_ms(rows, options.ttft_ms, options.itl_ms)
+    added_ttft_ms, added_itl_ms = figures.added_latency_ms(rows, options.ttft_ms, options.itl_ms)
     calibration = Calibration(chunks_per_sec_per_core=runs["chunk_ceiling_w1"].chunks_per_sec_per_core,
                               requests_per_sec_per_core=runs["request_ceiling_w1"].requests_per_sec_per_core,
                               added_ttft_ms=added_ttft_ms, added_itl_ms=added_itl_ms,
@@ -182,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     except (CalibrationError, ProcessError, ValueError) as exc:
         print(f"[ERROR] calibration failed: {exc}\n[ERROR] run files kept in {workdir}", file=sys.stderr)
         return 1
-    for line in calibration_table(runs) + scaling_lines(runs, options.workers):
+    for line in figures.calibration_table(runs) + figures.scaling_lines(runs, options.workers):
         print(f"[CALIBRATE] {line}")
     ceiling = runs["chunk_ceiling_w1"]
     if ceiling.client_cores < UNSATURATED_CORES:

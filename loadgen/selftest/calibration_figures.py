@@ -107,11 +107,10 @@ def calibration_table(rows: Mapping[str, ClientRun]) -> list[str]:
              f"{'mock_cores':>11}{'chunks/s':>10}{'req/s':>8}{'chunks/s/core':>14}{'req/s/core':>11}"]
     for name, run in rows.items():
         mock = "n/a" if run.server_cores is None else f"{run.server_cores:.2f}"
-        lines.append(
-            f"{name:<20}{run.requests_ok:>7}{run.requests_failed:>7}{run.chunks:>9}{run.window_s:>10.1f}"
-            f"{run.client_cpu_s:>8.1f}{run.client_cores:>13.2f}{mock:>11}{run.chunks_per_sec:>10.0f}"
-            f"{run.requests_per_sec:>8.0f}{run.chunks_per_sec_per_core:>14.0f}{run.requests_per_sec_per_core:>11.1f}"
-        )
+        lines.append(f"{name:<20}{run.requests_ok:>7}{run.requests_failed:>7}{run.chunks:>9}{run.window_s:>10.1f}"
+                     f"{run.client_cpu_s:>8.1f}{run.client_cores:>13.2f}{mock:>11}{run.chunks_per_sec:>10.0f}"
+                     f"{run.requests_per_sec:>8.0f}{run.chunks_per_sec_per_core:>14.0f}"
+                     f"{run.requests_per_sec_per_core:>11.1f}")
     return lines
 
 

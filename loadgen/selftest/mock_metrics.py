@@ -61,19 +61,15 @@ class MockMetrics:
 
     def exposition(self) -> bytes:
         """The Prometheus text of everything recorded (vLLM's names and labels)."""
-        lines = [
-            "# TYPE vllm:num_requests_running gauge",
-            f"vllm:num_requests_running{{{MODEL_LABEL}}} {self.running}.0",
-            "# TYPE vllm:num_requests_waiting gauge",
-            f"vllm:num_requests_waiting{{{MODEL_LABEL}}} 0.0",
-            "# TYPE vllm:request_success_total counter",
-            f'vllm:request_success_total{{{MODEL_LABEL},finished_reason="length"}} {self.succeeded}.0',
-            "# TYPE vllm:generation_tokens_total counter",
-            f"vllm:generation_tokens_total{{{MODEL_LABEL}}} {self.generated}.0",
-            "# TYPE vllm:prompt_tokens_total counter",
-            f"vllm:prompt_tokens_total{{{MODEL_LABEL}}} {self.prompt}.0",
-            *self.ttft.lines("vllm:time_to_first_token_seconds"),
-            *self.itl.lines("vllm:inter_token_latency_seconds"),
-            *self.e2e.lines("vllm:e2e_request_latency_seconds"),
-        ]
+        lines = []
+        for name, kind, label, value in (
+            ("vllm:num_requests_running", "gauge", "", self.running), ("vllm:num_requests_waiting", "gauge", "", 0),
+            ("vllm:request_success_total", "counter", ',finished_reason="length"', self.succeeded),
+            ("vllm:generation_tokens_total", "counter", "", self.generated),
+            ("vllm:prompt_tokens_total", "counter", "", self.prompt),
+        ):
+            lines += [f"# TYPE {name} {kind}", f"{name}{{{MODEL_LABEL}{label}}} {value}.0"]
+        for histogram, name in ((self.ttft, "time_to_first_token"), (self.itl, "inter_token_latency"),
+                                (self.e2e, "e2e_request_latency")):
+            lines += histogram.lines(f"vllm:{name}_seconds")
         return ("\n".join(lines) + "\n").encode()

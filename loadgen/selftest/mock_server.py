@@ -240,9 +240,7 @@ async def serve(cfg: MockConfig, host: str, port: int, reuse_port: bool) -> None
     """Serve until cancelled."""
     server = MockServer(cfg)
     loop = asyncio.get_running_loop()
-    listener = await loop.create_server(
-        lambda: _Connection(server), host, port, reuse_port=reuse_port, backlog=4096
-    )
+    listener = await loop.create_server(lambda: _Connection(server), host, port, reuse_port=reuse_port, backlog=4096)
     async with listener:
         await listener.serve_forever()
 
