@@ -16,17 +16,8 @@ from loadgen.locust_side.llm_stats import LlmStats
 
 LATENCY_TAB = "llm-latency"
 THROUGHPUT_TAB = "llm-throughput"
-LATENCY_COLUMNS = (
-    ("name", "Metric"),
-    ("unit", "Unit"),
-    ("count", "# Values"),
-    ("median", "Median"),
-    ("p90", "90%ile"),
-    ("p99", "99%ile"),
-    ("avg", "Average"),
-    ("min", "Min"),
-    ("max", "Max"),
-)
+LATENCY_COLUMNS = (("name", "Metric"), ("unit", "Unit"), ("count", "# Values"), ("median", "Median"),
+                   ("p90", "90%ile"), ("p99", "99%ile"), ("avg", "Average"), ("min", "Min"), ("max", "Max"))
 THROUGHPUT_COLUMNS = (("name", "Metric"), ("value", "Value"))
 
 
@@ -67,11 +58,8 @@ def install(environment: Environment, llm: LlmStats) -> None:
     def _add_llm_rows(response: Response) -> Response:
         if request.path != "/stats/requests" or response.json is None:
             return response
-        elapsed = elapsed_s(environment)
-        extended = [
-            {"key": LATENCY_TAB, "data": llm.latency_rows()},
-            {"key": THROUGHPUT_TAB, "data": llm.throughput_rows(elapsed)},
-        ]
+        extended = [{"key": LATENCY_TAB, "data": llm.latency_rows()},
+                    {"key": THROUGHPUT_TAB, "data": llm.throughput_rows(elapsed_s(environment))}]
         response.set_data(json.dumps({**response.json, "extended_stats": extended}))
         return response
 

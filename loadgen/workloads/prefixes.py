@@ -24,17 +24,6 @@ from loadgen.workloads.workload import WorkItem
 SEPARATOR = "\n\n"
 
 
-def sized_text(tok: PromptTokenizer, pool: np.ndarray, rng: np.random.Generator, tokens: int) -> str:
-    """A random text of exactly ``tokens`` tokens as the server tokenizes plain text.
-
-    Raises:
-        BenchError: the count did not settle (the message gives the numbers).
-    """
-    ids = [int(i) for i in rng.choice(pool, tokens)]
-    failure = f"PREFIX_LEN={tokens}: could not size a prefix to {tokens} tokens"
-    return exact_text(tok, pool, rng, ids, tokens, lambda text: len(tok.ids(text)), failure)
-
-
 def prefixes_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path,
                   open_tokenizer: Callable[[], PromptTokenizer]) -> Path:
     """Write (once) and return the JSON list of ``plan``'s ``prefix_count`` prefixes of ``prefix_len_tokens`` tokens.
@@ -49,7 +38,12 @@ def prefixes_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path,
 
     def build(tok: PromptTokenizer, pool: np.ndarray) -> str:
         rng = np.random.default_rng([plan.seed, 1])  # apart from DATASET=random's stream of the same seed
-        return json.dumps([sized_text(tok, pool, rng, length) for _ in range(count)], ensure_ascii=False) + "\n"
+        failure = f"PREFIX_LEN={length}: could not size a prefix to {length} tokens"
+        texts = []
+        for _ in range(count):  # random corpus ids, exactly ``length`` tokens as plain text
+            ids = [int(i) for i in rng.choice(pool, length)]
+            texts.append(exact_text(tok, pool, rng, ids, length, lambda text: len(tok.ids(text)), failure))
+        return json.dumps(texts, ensure_ascii=False) + "\n"
 
     path = generated_path(logs_dir, "prefixes", plan, f"len{length}_k{count}_seed{plan.seed}.json")
     return write_once(path, corpus, open_tokenizer, build)
