@@ -7,6 +7,7 @@ plainly in a thread (the warmup). The request function sees only :class:`Transpo
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -136,12 +137,10 @@ class HttpResponse:
             self._on_close()
         parser, sock = self._parser, self._sock
         if reuse and not parser.message_complete:  # [DONE] seen: read the body's end (usually already here)
-            try:
+            with contextlib.suppress(TransportError):
                 sock.settimeout(TERMINATOR_WAIT_S)
                 while self._read():
                     pass
-            except TransportError:
-                pass
         if reuse and parser.message_complete and not parser.body and parser.should_keep_alive():
             pool.return_socket(sock)
         else:

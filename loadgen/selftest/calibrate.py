@@ -1,8 +1,7 @@
 """``make calibrate``: the load generator's own ceiling, with one and with N worker processes, and the latency it adds.
 
-``python -m loadgen.selftest.calibrate`` runs *our* client (the Locust file and request function of ``make
-benchmark``) against the bundled mock server (:mod:`loadgen.selftest.mock_server`, several processes, so it is not
-the limit) on a free port:
+``python -m loadgen.selftest.calibrate`` runs *our* client (``make benchmark``'s Locust file and request function)
+against the bundled mock server (several processes: not the limit) on a free port:
 
 1. **chunk ceiling**: mock with no delays (128 tokens, ``--tokens-per-chunk`` K per event), 32 users for 12 s:
    content chunks per CPU-second of the Locust process tree, with 1 worker and with ``--workers N``;
@@ -10,9 +9,8 @@ the limit) on a free port:
 3. **added latency**: mock paced at 200 ms TTFT and 20 ms ITL, 4 users for 8 s: median TTFT and ITL minus the
    configured ones (an upper bound: the mock's own scheduling is included).
 
-CPU is sampled (psutil, every 0.1 s) over the measured window only (first send to last end). The result goes to
-``logs/calibration.json`` (:class:`core.clientview.Calibration`); a benchmark at ≥ 80 % of the per-core ceiling
-times its workers is flagged client-limited. The figures are :mod:`loadgen.selftest.calibration_figures`.
+CPU (psutil, every 0.1 s) counts over the measured window only. The result goes to ``logs/calibration.json``; a
+benchmark at ≥ 80 % of the per-core ceiling times its workers is flagged client-limited.
 """
 
 from __future__ import annotations
