@@ -123,9 +123,8 @@ class RunState:
             return draw
         session = self.sessions.get(id(user))
         if session is None or session.over:
-            number = self.slot.slot + self._sessions_started * self.slot.slots
+            session = self.sessions[id(user)] = self.open_session(self.number(self._sessions_started), draw)
             self._sessions_started += 1
-            session = self.sessions[id(user)] = self.open_session(number, draw)
         return session.next_item(draw)
 
     def open_session(self, number: int, draw: WorkItem) -> Session:

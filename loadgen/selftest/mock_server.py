@@ -269,10 +269,6 @@ def run(cfg: MockConfig, host: str, port: int, processes: int) -> int:
     return 0
 
 
-def _ids(value: str) -> frozenset[int]:
-    return frozenset(int(x) for x in value.split(",") if x.strip())
-
-
 def main(argv: list[str] | None = None) -> int:
     """CLI entry."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -301,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     add("--require-api-key", action="store_true",
         help="401 on /v1 without 'Authorization: Bearer <VLLM_API_KEY>' (as vLLM --api-key; the key from settings)")
     add("--role-with-first", action="store_true", help="the role chunk leaves with the first token (as vLLM)")
-    add("--held-back", type=_ids, default="",
+    add("--held-back", type=lambda v: frozenset(int(x) for x in v.split(",") if x.strip()), default="",
         help="0-based tokens sent with empty content, e.g. 0,5 (vLLM's detokenizer holding text back)")
     add("--metrics", action="store_true", help="serve vLLM's /metrics of the mock's own clock")
     add("--send-delay-ms", type=float, default=0.0, help="--metrics: events leave this late")

@@ -69,7 +69,6 @@ class Session:
 
     def __init__(self, number: int, opening: Prompt, turns_cap: int, followups: Followups,
                  own_draw: Callable[[], WorkItem], think_s: Callable[[], float]) -> None:
-        self.number = number
         self.session_id = f"s{number}"
         self.followups = followups
         self.task = opening.task
