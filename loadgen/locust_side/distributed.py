@@ -1,14 +1,9 @@
 """Several Locust processes as one run: which share each worker sends, one open-loop schedule, one end.
 
-At the test's start the master gives every worker its :class:`~loadgen.locust_side.process_state.Slot` (``slot`` of
-``slots``, and the open-loop schedule's start, a moment ahead so every worker is listening) in a custom message. A
-worker sends its share (:mod:`loadgen.locust_side.process_state`) and tells the master when its last request has ended;
-the master ends the run when every worker has. A single Locust process (no master) is slot 0 of 1 and ends the run
-itself.
-
-Locust's runners are used through their public messaging (``register_message``/``send_message``); the pure part
-(:func:`loadgen.locust_side.process_state.slots_for`) is unit-tested, this module by the integration tests with real
-worker processes (importing Locust monkey-patches the process: only the locustfile imports this module).
+At the test's start the master sends every worker its :class:`~loadgen.locust_side.process_state.Slot` (``llm_slot``,
+with the schedule's start a moment ahead); each worker says ``llm_done`` after its last request and the master ends
+the run when all have. A single process is slot 0 of 1 and ends the run itself. Tested by the integration tests
+(importing Locust monkey-patches the process: only the locustfile imports this module).
 """
 
 from __future__ import annotations
@@ -32,13 +27,8 @@ log = logging.getLogger(__name__)
 
 
 class Coordinator:
-    """This process's part in the run's coordination (one per Locust process, made at ``init``).
-
-    Args:
-        environment: Locust's environment (its runner decides the role).
-        on_slot: called with this process's slot once it is known (at the test's start, or when the master's
-            message arrives).
-    """
+    """This process's part in the run's coordination (made at ``init``; the runner decides the role);
+    ``on_slot(slot)`` runs once the slot is known."""
 
     def __init__(self, environment: Environment, on_slot: Callable[[Slot], None]) -> None:
         self.environment = environment

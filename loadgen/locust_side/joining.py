@@ -1,20 +1,11 @@
-"""Load workers on other hosts joining a benchmark: who may join, how their clocks are aligned, how their rows travel.
+"""Load workers on other hosts joining a benchmark (pure; the messaging is :mod:`loadgen.locust_side.remote`).
 
-Pure code, used by :mod:`loadgen.locust_side.remote` (the Locust messaging) and unit-tested without Locust.
-
-- **Who may join.** A worker proves it holds the stack's sidecar token without sending it: the master sends a fresh
-  random nonce, the worker answers ``HMAC-SHA256(token, nonce || client id)`` (:func:`proof`), the master compares in
-  constant time (:func:`verify`). A worker that cannot prove it gets no share of the run and is told to quit.
-- **Clocks.** Latencies are timed on the sending host, so they need no correction; the Unix times of a row
-  (``started_at``, ``scheduled_at``) and the open-loop schedule's start do. Each challenge is also a clock probe, as
-  NTP's: the master stamps ``t0`` when it sends, the worker ``tw`` when it answers, the master ``t1`` when the answer
-  arrives; ``offset = tw − (t0 + t1) / 2`` (the worker's clock minus the master's), off by at most half the round
-  trip. Of :data:`PROBES` probes the one with the shortest round trip is kept (:func:`best_offset`); the report keeps
-  each worker's offset and round trip. Rows reach the master in the master's clock (``t − offset``), and the
-  worker starts its schedule at ``start_at + offset`` on its own clock.
-- **Rows.** A remote worker cannot append to the master's rows file: it sends its rows in batches
-  (:class:`RowBatcher`, at most :data:`BATCH_ROWS` rows or :data:`BATCH_S` seconds apart) and the master appends them;
-  the last batch goes before the worker's "done", on the same ordered connection, so no row is lost.
+- **Who may join**: the worker answers the master's nonce with ``HMAC-SHA256(token, nonce|client id)`` (:func:`proof`,
+  checked in constant time by :func:`verify`), proving the sidecar token without sending it.
+- **Clocks**: each challenge is an NTP-style probe, ``offset = tw − (t0 + t1) / 2`` (worker minus master, off by at
+  most half the round trip); the shortest of :data:`PROBES` round trips wins. Latencies need no correction; rows'
+  Unix times reach the master as ``t − offset``, and the worker starts its schedule at ``start_at + offset``.
+- **Rows** travel in batches (:class:`RowBatcher`), the last before the worker's "done" on the same connection.
 """
 
 from __future__ import annotations
@@ -55,8 +46,7 @@ def verify(token: str, challenge: str, client_id: str, answer: str) -> bool:
 
 @dataclass(frozen=True)
 class ClockProbe:
-    """One probe: the master's send and receive times and the worker's answer time (Unix seconds, each on its own
-    host's clock)."""
+    """One probe: the master's send (``t0``) and receive (``t1``) times, the worker's answer time (``tw``); Unix s."""
 
     t0: float
     tw: float
@@ -85,12 +75,8 @@ def best_offset(probes: Sequence[ClockProbe]) -> ClockProbe:
 
 
 class RowBatcher:
-    """Rows (JSON lines) collected and handed to ``send`` in batches; ``flush`` sends what is left.
-
-    Args:
-        send: called with a list of JSON rows (one Locust message).
-        clock: monotonic seconds (tests pass their own).
-    """
+    """Rows (JSON lines) handed to ``send(rows)`` (one Locust message) in batches of at most :data:`BATCH_ROWS` rows
+    or :data:`BATCH_S` apart; ``clock``: monotonic seconds."""
 
     def __init__(self, send: Callable[[list[str]], None], clock: Callable[[], float]) -> None:
         self._send = send

@@ -1,11 +1,8 @@
-"""How late this Locust process runs: the scheduling lag of its event loop, and its CPU use, while requests are out.
+"""How late this Locust process runs: its event loop's scheduling lag (what the client may add to each TTFT and
+ITL) and CPU use while requests are in flight.
 
-A greenlet asks to wake every ``interval_s`` and records how late it woke (like wrk2's and Node's event-loop lag).
-A chunk that arrives while the loop is busy waits just as long before its greenlet runs and stamps it, so this lag is
-what the client itself may have added to each TTFT and ITL. A stall longer than the interval is recorded the way
-HdrHistogram's ``recordValueWithExpectedInterval`` does (the stall, then the stall minus one interval, minus two, …),
-so the samples are the wait of an event arriving at a random time, not one sample per stall. Only wake-ups while
-requests are in flight count: an idle loop says nothing about the measurements.
+A greenlet asks to wake every ``interval_s`` and records how late it woke (wrk2's and Node's event-loop lag); a longer
+stall is back-filled as HdrHistogram's ``recordValueWithExpectedInterval`` does. Idle wake-ups are not recorded.
 """
 
 from __future__ import annotations
@@ -14,7 +11,6 @@ import os
 import time
 from array import array
 from collections.abc import Callable
-from pathlib import Path
 from typing import Literal
 
 import gevent
@@ -26,17 +22,11 @@ INTERVAL_S = 0.005
 
 
 class LagMonitor:
-    """The lag sampler of one process (``start`` at the test's start, ``stop`` at its end).
+    """The lag sampler of one process (``start`` at the test's start, ``stop`` at its end): it wakes every
+    ``interval_s`` and records only while ``busy()`` (requests in flight); ``clock`` gives monotonic seconds."""
 
-    Args:
-        busy: True while requests are in flight (only those wake-ups are recorded).
-        interval_s: how often the greenlet asks to wake.
-        clock: monotonic seconds.
-    """
-
-    def __init__(
-        self, busy: Callable[[], bool], interval_s: float = INTERVAL_S, clock: Callable[[], float] = time.perf_counter
-    ) -> None:
+    def __init__(self, busy: Callable[[], bool], interval_s: float = INTERVAL_S,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.busy = busy
         self.interval_s = interval_s
         self.clock = clock
@@ -78,21 +68,6 @@ class LagMonitor:
 
     def summary(self, role: Literal["local", "worker"], slot: int, requests: int) -> ProcessLoad:
         """This process's load since :meth:`start`: CPU seconds (user + system), wall seconds and the lag."""
-        return ProcessLoad(
-            pid=os.getpid(),
-            role=role,
-            slot=slot,
-            requests=requests,
-            cpu_s=time.process_time() - self._cpu0,
-            wall_s=self.clock() - self._wall0,
-            lag=latency_stats(self.samples_ms),
-        )
-
-
-def append_process_load(path: Path, load: ProcessLoad) -> None:
-    """Append one process's load as a JSON line (one ``O_APPEND`` write: the processes share the file)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (load.model_dump_json() + "\n").encode())
-    finally:
-        os.close(fd)
+        return ProcessLoad(pid=os.getpid(), role=role, slot=slot, requests=requests,
+                           cpu_s=time.process_time() - self._cpu0, wall_s=self.clock() - self._wall0,
+                           lag=latency_stats(self.samples_ms))

@@ -1,14 +1,8 @@
-"""LLM statistics of a Locust run kept apart from its request statistics, so requests are counted once.
+"""LLM statistics of a Locust run, apart from its request table (where one request stays one ``LLM e2e`` row).
 
-Locust's own table counts every ``events.request`` as a request; firing TTFT, TPOT and tok/s there made one LLM request
-look like four and summed milliseconds with tokens per second in the Aggregated row. Here each request is one Locust
-request (``LLM e2e``, see :mod:`loadgen.locust_side.locust_events`); its TTFT, TPOT, ITL gaps, decode speed and output
-length go to :class:`LlmStats`: latency distributions in Locust's own :class:`~locust.stats.StatsEntry` (same rounding,
-percentiles and merging as its request table) and output tokens per second of the wall clock.
-
-Distributed runs aggregate like Locust's request statistics: each worker adds its share (since its last report)
-to the ``report_to_master`` message under :data:`REPORT_KEY`, and the master merges it (``worker_report``), as
-``locust.stats.setup_distributed_stats_event_listeners`` does for requests.
+TTFT, TPOT, ITL, decode speed and output length are kept in Locust's own :class:`~locust.stats.StatsEntry` (its
+rounding, percentiles and merging), plus output tokens per wall-clock second. Workers add their share to
+``report_to_master`` under :data:`REPORT_KEY` and the master merges it, as Locust does for requests.
 """
 
 from __future__ import annotations
@@ -16,7 +10,6 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from locust.stats import RequestStats, StatsEntry
@@ -29,31 +22,20 @@ CURRENT_WINDOW_S = 10  # "current" tok/s: the last 10 complete seconds, like Loc
 REPORT_LAG_S = 2  # seconds left out at the end of the window: workers report every 3 s
 
 
-@dataclass(frozen=True)
-class Metric:
-    """One distribution shown in the LLM tab: its entry name, label and unit."""
-
-    name: str
-    label: str
-    unit: str
-
-
-METRICS = (
-    Metric("ttft", "TTFT (time to first token)", "ms"),
-    Metric("tpot", "TPOT (time per output token after the first)", "ms"),
-    Metric("itl", "ITL (gap between streamed chunks)", "ms"),
-    Metric("decode_speed", "Decode speed per request (1000 / TPOT)", "tok/s"),
-    Metric("output_tokens", "Output tokens per request", "tokens"),
+METRICS = (  # the LLM tab's distributions: entry name, label, unit
+    ("ttft", "TTFT (time to first token)", "ms"),
+    ("tpot", "TPOT (time per output token after the first)", "ms"),
+    ("itl", "ITL (gap between streamed chunks)", "ms"),
+    ("decode_speed", "Decode speed per request (1000 / TPOT)", "tok/s"),
+    ("output_tokens", "Output tokens per request", "tokens"),
 )
 PERCENTILES = (0.5, 0.9, 0.99)
+ROW_FIGURES = ("median", "p90", "p99", "avg", "min", "max")
 
 
 class LlmStats:
-    """Latency distributions (ms), decode speed (tok/s), output lengths and output tokens per second of one Locust
-    process (a worker's share since its last report, or the master's/local runner's totals).
-
-    ``clock`` gives Unix seconds (injectable for tests).
-    """
+    """Latency distributions (ms), decode speed (tok/s), output lengths and output tok/s of one Locust process (a
+    worker's share since its last report, or the master's/local totals); ``clock`` gives Unix seconds."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
@@ -72,8 +54,8 @@ class LlmStats:
         self.requests_cut = 0
 
     def add(self, record: RequestRecord) -> None:
-        """Count a successful request's TTFT (from its schedule in open loop), TPOT, ITL gaps, decode speed and
-        output tokens; a failed request is only in Locust's request table (with its cause)."""
+        """Count a successful request's TTFT (from its schedule in open loop), TPOT, ITL, decode speed and output
+        tokens (a failed one is only in Locust's request table)."""
         if not record.ok:
             return
         if record.ttft_ms is not None:
@@ -98,12 +80,8 @@ class LlmStats:
     # --- distributed mode -------------------------------------------------------------------------------------
     def report(self) -> dict[str, Any]:
         """This worker's share since its last report (then forgotten here), for ``report_to_master``."""
-        data = {
-            "entries": self.stats.serialize_stats(),
-            "tokens_by_second": dict(self.tokens_by_second),
-            "output_tokens": self.output_tokens,
-            "requests_cut": self.requests_cut,
-        }
+        data = {"entries": self.stats.serialize_stats(), "tokens_by_second": dict(self.tokens_by_second),
+                "output_tokens": self.output_tokens, "requests_cut": self.requests_cut}
         self.tokens_by_second.clear()
         self.output_tokens = 0
         self.requests_cut = 0
@@ -121,33 +99,22 @@ class LlmStats:
 
     # --- what is shown -----------------------------------------------------------------------------------------
     def latency_rows(self) -> list[dict[str, Any]]:
-        """One row per metric of :data:`METRICS` that has values: ``name``, ``unit``, ``count``, ``median``,
-        ``p90``, ``p99``, ``avg``, ``min``, ``max`` (in the metric's unit; percentiles from Locust's rounded
-        buckets, so two significant digits above 100)."""
+        """One row per metric of :data:`METRICS` with values: ``name``, ``unit``, ``count`` and :data:`ROW_FIGURES`
+        in its unit (percentiles from Locust's rounded buckets: two significant digits above 100)."""
         rows = []
-        for metric in METRICS:
-            entry = self.stats.entries.get((metric.name, METHOD))
+        for name, label, unit in METRICS:
+            entry = self.stats.entries.get((name, METHOD))
             if entry is None or entry.num_requests == 0:
                 continue
-            p50, p90, p99 = (entry.get_response_time_percentile(p) for p in PERCENTILES)
-            rows.append(
-                {
-                    "name": metric.label,
-                    "unit": metric.unit,
-                    "count": entry.num_requests,
-                    "median": _round(p50),
-                    "p90": _round(p90),
-                    "p99": _round(p99),
-                    "avg": _round(entry.avg_response_time),
-                    "min": _round(entry.min_response_time),
-                    "max": _round(entry.max_response_time),
-                }
-            )
+            figures = (*(entry.get_response_time_percentile(p) for p in PERCENTILES), entry.avg_response_time,
+                       entry.min_response_time, entry.max_response_time)  # fmt: skip
+            row = {"name": label, "unit": unit, "count": entry.num_requests}
+            rows.append(row | {k: _round(v) for k, v in zip(ROW_FIGURES, figures, strict=True)})
         return rows
 
     def current_tokens_per_s(self) -> float | None:
-        """Output tokens per second over the last :data:`CURRENT_WINDOW_S` complete seconds since the test started
-        (tokens count when their request ends); None in the test's first seconds."""
+        """Output tok/s over the last :data:`CURRENT_WINDOW_S` complete seconds of the test (tokens count at their
+        request's end); None in the test's first seconds."""
         end = int(self.clock()) - REPORT_LAG_S
         start = max(end - CURRENT_WINDOW_S, int(self.started_s) + 1)
         if end <= start:
@@ -155,8 +122,8 @@ class LlmStats:
         return sum(self.tokens_by_second.get(s, 0) for s in range(start, end)) / (end - start)
 
     def throughput_rows(self, elapsed_s: float | None) -> list[dict[str, Any]]:
-        """``name``/``value`` rows: output tokens, output tok/s over ``elapsed_s`` (the test so far) and over the
-        last 10 s, and the requests cut by a stop."""
+        """``name``/``value`` rows: output tokens, tok/s over ``elapsed_s`` and the last 10 s, requests cut."""
+
         overall = self.output_tokens / elapsed_s if elapsed_s and elapsed_s > 0 else None
         return [
             {"name": "Output tokens (all requests)", "value": self.output_tokens},
@@ -173,11 +140,8 @@ class LlmStats:
             "output_tokens": self.output_tokens,
             "requests_cut": self.requests_cut,
             "entries": {
-                name: {
-                    "count": entry.num_requests,
-                    "total": entry.total_response_time,
-                    "total_content_length": entry.total_content_length,
-                }
+                name: {"count": entry.num_requests, "total": entry.total_response_time,
+                       "total_content_length": entry.total_content_length}
                 for (name, _), entry in self.stats.entries.items()
             },
         }
@@ -186,10 +150,8 @@ class LlmStats:
         """The same figures as a plain-text table (printed at the end of a headless run)."""
         lines = [f"{'LLM statistics':<52} {'unit':>6} {'count':>7} {'median':>8} {'p90':>8} {'p99':>8} {'avg':>8}"]
         for row in self.latency_rows():
-            lines.append(
-                f"{row['name']:<52} {row['unit']:>6} {row['count']:>7} {row['median']:>8} {row['p90']:>8} "
-                f"{row['p99']:>8} {row['avg']:>8}"
-            )
+            lines.append(f"{row['name']:<52} {row['unit']:>6} {row['count']:>7} {row['median']:>8} {row['p90']:>8} "
+                         f"{row['p99']:>8} {row['avg']:>8}")
         lines.extend(f"{row['name']:<52} {row['value']}" for row in self.throughput_rows(elapsed_s))
         return "\n".join(lines)
 

@@ -1,6 +1,5 @@
-"""The LLM tabs of Locust's web UI, through its extension points (``examples/extend_web_ui.py`` in Locust):
-``extended_tabs``/``extended_tables`` in the page's template arguments, their rows added to ``/stats/requests``
-(which the page polls), a JSON route ``/llm-stats`` and a CSV download."""
+"""The LLM tabs of Locust's web UI (Locust's ``examples/extend_web_ui.py``): extended tabs and tables, their rows
+added to the polled ``/stats/requests``, a JSON route ``/llm-stats`` and a CSV download."""
 
 from __future__ import annotations
 
@@ -17,17 +16,8 @@ from loadgen.locust_side.llm_stats import LlmStats
 
 LATENCY_TAB = "llm-latency"
 THROUGHPUT_TAB = "llm-throughput"
-LATENCY_COLUMNS = (
-    ("name", "Metric"),
-    ("unit", "Unit"),
-    ("count", "# Values"),
-    ("median", "Median"),
-    ("p90", "90%ile"),
-    ("p99", "99%ile"),
-    ("avg", "Average"),
-    ("min", "Min"),
-    ("max", "Max"),
-)
+LATENCY_COLUMNS = (("name", "Metric"), ("unit", "Unit"), ("count", "# Values"), ("median", "Median"),
+                   ("p90", "90%ile"), ("p99", "99%ile"), ("avg", "Average"), ("min", "Min"), ("max", "Max"))
 THROUGHPUT_COLUMNS = (("name", "Metric"), ("value", "Value"))
 
 
@@ -68,11 +58,8 @@ def install(environment: Environment, llm: LlmStats) -> None:
     def _add_llm_rows(response: Response) -> Response:
         if request.path != "/stats/requests" or response.json is None:
             return response
-        elapsed = elapsed_s(environment)
-        extended = [
-            {"key": LATENCY_TAB, "data": llm.latency_rows()},
-            {"key": THROUGHPUT_TAB, "data": llm.throughput_rows(elapsed)},
-        ]
+        extended = [{"key": LATENCY_TAB, "data": llm.latency_rows()},
+                    {"key": THROUGHPUT_TAB, "data": llm.throughput_rows(elapsed_s(environment))}]
         response.set_data(json.dumps({**response.json, "extended_stats": extended}))
         return response
 
@@ -89,8 +76,5 @@ def install(environment: Environment, llm: LlmStats) -> None:
             writer.writerow([row[key] for key, _ in LATENCY_COLUMNS])
         for row in llm.throughput_rows(elapsed_s(environment)):
             writer.writerow([row["name"], "", row["value"]])
-        return Response(
-            out.getvalue(),
-            mimetype="text/csv",
-            headers={"Content-disposition": f"attachment;filename=llm_stats_{int(time.time())}.csv"},
-        )
+        return Response(out.getvalue(), mimetype="text/csv",
+                        headers={"Content-disposition": f"attachment;filename=llm_stats_{int(time.time())}.csv"})

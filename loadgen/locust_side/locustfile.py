@@ -1,17 +1,9 @@
-"""Locust entry (wiring only): the user classes and hooks; the logic is in :mod:`loadgen.locust_side.user_actions`,
-:mod:`loadgen.locust_side.process_state`, :mod:`loadgen.locust_side.distributed`, :mod:`loadgen.locust_side.lagmonitor`,
-:mod:`loadgen.locust_side.locust_events` (one Locust request per chat request), :mod:`loadgen.locust_side.llm_stats`
-(TTFT, TPOT, ITL, tok/s, merged across workers) and :mod:`loadgen.locust_side.llm_webui` (its tabs).
+"""Locust entry (wiring only): user classes and hooks; the logic lives in the other modules of this package.
 
-``ChatUser`` is the closed loop (each user sends its next request when the previous answer ended); ``OpenLoopUser``
-is one dispatcher per load process sending at scheduled arrival times. With worker processes (``--processes N``, or
-``--master``/``--worker``) the master hands each worker its share at the test's start and ends the run when all are
-done; every process appends its rows to the same file. The run plan comes from the benchmark's plan file
-(``LOCUST_PLAN_FILE``, which also holds the run's effective settings) or, for the interactive web UI, from the
-settings and the served model.
-``--records-file`` appends every row as JSON; ``--max-requests`` ends the run after that many requests (in all);
-``--client-file`` receives each load process's CPU use and event-loop lag at the end; ``--llm-stats-file`` writes
-the LLM statistics as JSON when Locust quits (the master's, in distributed mode).
+``ChatUser`` is the closed loop, ``OpenLoopUser`` one dispatcher per load process sending at scheduled arrival times.
+The plan comes from the benchmark's plan file (``LOCUST_PLAN_FILE``, with the run's effective settings), or for the
+interactive web UI from the settings and the served model. Options: ``--records-file`` (rows, JSONL),
+``--max-requests`` (in all), ``--client-file`` (each process's CPU and lag), ``--llm-stats-file`` (JSON at quit).
 """
 
 from __future__ import annotations
@@ -28,6 +20,7 @@ from locust.exception import StopUser
 from locust.runners import WorkerRunner
 
 from core.clientview import ProcessLoad
+from core.logrotate import append_rotating
 from core.records import RequestRecord
 from core.requestlog import RequestLog
 from core.settings import get_settings
@@ -36,9 +29,9 @@ from loadgen.locust_side import llm_webui
 from loadgen.locust_side.distributed import Coordinator
 from loadgen.locust_side.interrupt import CANCEL_CAUSE, cancel_on_sigint
 from loadgen.locust_side.joining import host_name
-from loadgen.locust_side.lagmonitor import LagMonitor, append_process_load
+from loadgen.locust_side.lagmonitor import LagMonitor
 from loadgen.locust_side.llm_stats import REPORT_KEY, LlmStats
-from loadgen.locust_side.locust_events import cut_event, locust_events
+from loadgen.locust_side.locust_events import cut_event, request_event
 from loadgen.locust_side.process_state import RunState, Slot
 from loadgen.locust_side.remote import JoiningCoordinator
 from loadgen.locust_side.user_actions import OPEN_LOOP_MAX_IN_FLIGHT, backoff_s, dispatch_open_loop, send
@@ -68,9 +61,8 @@ def _add_arguments(parser: Any) -> None:
     parser.add_argument("--max-requests", type=int, default=0, env_var="LOCUST_MAX_REQUESTS", help="0 = unlimited")
     parser.add_argument("--client-file", default="", env_var="LOCUST_CLIENT_FILE", help="append each load "
                         "process's CPU use and event-loop lag here at the end (JSONL)")  # fmt: skip
-    parser.add_argument(
-        "--llm-stats-file", default="", env_var="LOCUST_LLM_STATS_FILE", help="write LLM statistics here (JSON)"
-    )
+    parser.add_argument("--llm-stats-file", default="", env_var="LOCUST_LLM_STATS_FILE",
+                        help="write LLM statistics here (JSON)")
     parser.add_argument("--join", action="store_true", default=False, env_var="LOCUST_JOIN",
                         help="workers join with the sidecar token, clocks aligned, rows sent to the master "
                         "(EXPECT_WORKERS; loadgen.locust_side.remote)")  # fmt: skip
@@ -92,12 +84,8 @@ def _on_init(environment: Environment, **_: Any) -> None:
         die_with_parent()  # a benchmark's worker (--processes) ends with its master, even a SIGKILLed one
     llm_webui.install(environment, LLM)
     if environment.web_ui is not None and SETTINGS.locust_web_password:  # launched with --web-login
-        install_login(
-            environment.web_ui,
-            SETTINGS.locust_web_username,
-            SETTINGS.locust_web_password,
-            getattr(environment.parsed_options, "web_base_path", "") or "",
-        )
+        install_login(environment.web_ui, SETTINGS.locust_web_username, SETTINGS.locust_web_password,
+                      getattr(environment.parsed_options, "web_base_path", "") or "")
 
 
 @events.report_to_master.add_listener
@@ -176,7 +164,7 @@ def _on_test_stop(environment: Environment, **_: Any) -> None:
     if isinstance(coord, JoiningCoordinator) and role == "worker":
         coord.send_load(load.model_dump_json())  # after its last rows, before Locust reports the worker stopped
     elif path:
-        append_process_load(Path(path), load)
+        append_rotating(Path(path), (load.model_dump_json() + "\n").encode(), None, 0)  # one O_APPEND write
     STATE.close()
 
 
@@ -209,8 +197,7 @@ def _record(user: User, item: WorkItem, session: Transport, scheduled_at: float 
         fire(**cut_event(elapsed_ms))
 
     record = send(state, session, user.host or SETTINGS.vllm_url, item, scheduled_at, on_cut=cut)
-    for event in locust_events(record):
-        fire(**event)
+    fire(**request_event(record))
     LLM.add(record)
     if state.all_done:
         _coord().finish()

@@ -1,11 +1,8 @@
 """Per-process bookkeeping of a Locust run: the plan, this process's share of the requests, the rows file, the log.
 
-With several Locust worker processes every process holds the same plan and the same seeded workload; process
-``slot`` of ``slots`` takes the global request numbers ``slot, slot + slots, slot + 2·slots, …`` — its tickets in
-closed loop, its arrivals in open loop — and request number ``k`` is always the ``k``-th item of the seeded workload.
-So REQUESTS=N gives exactly N rows whatever the number of processes, and the same requests as one process would send.
-
-Used by the locustfile (which only wires Locust to it); plain code, unit-tested without Locust.
+Every process holds the same plan and seeded workload; process ``slot`` of ``slots`` takes request numbers ``slot,
+slot + slots, …`` and request ``k`` is always the workload's ``k``-th item, so REQUESTS=N gives the same N requests
+whatever the number of processes. Plain code, unit-tested without Locust.
 """
 
 from __future__ import annotations
@@ -53,44 +50,26 @@ def share(total: int, slot: Slot) -> int:
 
 
 class RunState:
-    """One Locust process's run: the workload of ``plan``, its share of the request budget and where rows go.
+    """One Locust process's run: the workload of ``plan``, its share of the request budget and where rows go (also
+    ``requests_log``, ``logs/requests.jsonl``); ``prompts``: as the plan file holds them (None: parse the dataset)."""
 
-    Args:
-        plan: the run plan (model, workload, timeouts).
-        requests_log: ``logs/requests.jsonl`` (with its rotation); every row's line is also appended there for the
-            log analyzer, derived from the row and naming the run whose rows file holds it.
-        prompts: the workload's prompts as the plan file handed them over (parsed once by the benchmark); None
-            parses the plan's dataset here, once per process.
-    """
-
-    def __init__(
-        self, plan: BenchmarkConfig, requests_log: RequestLog, prompts: Sequence[Prompt] | None = None
-    ) -> None:
+    def __init__(self, plan: BenchmarkConfig, requests_log: RequestLog,
+                 prompts: Sequence[Prompt] | None = None) -> None:
         self.plan = plan
         self.requests_log = requests_log
         self.prompts = list(prompts) if prompts is not None else workload_prompts(plan)
-        self.slot = Slot()
-        self.max_requests = 0
-        self.issued = 0
-        self.finished = 0
-        self.in_flight = 0
-        self.records_path: Path | None = None
-        self._workload = sampler_for(plan, plan.seed, self.prompts)
         self._prefixes = load_prefixes(plan)  # PREFIX_LEN: request k carries prefix k mod PREFIX_COUNT
         self.trace = trace_requests(plan)  # TRACE: request k is row k, at its time (s after the start)
-        self._drawn = 0  # items of the seeded workload drawn so far
         self._fd: int | None = None
         self._log: RotatingWriter | None = None
-        self.closed = False
         # conversations: real or drawn follow-ups, as the benchmark resolved SESSION_FOLLOWUPS (else auto here)
         self.followups = followups_of(self.prompts, plan.session_turns, plan.session_followups or "auto")
         self._deck = ConversationDeck(self.prompts, plan.seed) if self.followups == "dataset" else None
-        self.sessions: dict[int, Session] = {}  # closed loop: each user's conversation
-        self._sessions_started = 0
         self.host: str | None = None  # what every row names as its sender (set by the locustfile)
         self.process: str | None = None
         self.sink: Callable[[str], None] | None = None  # a remote worker's rows go to the master, not to a file
         self.cut_cause = "the end of the run"  # what a cancelled row names (SIGINT: loadgen.locust_side.interrupt)
+        self.begin(0, None)
 
     def begin(self, max_requests: int, records_path: Path | None, slot: Slot | None = None) -> None:
         """Reset for a new test: ``max_requests`` for the whole run (0 = unlimited), the rows file (None = keep
@@ -99,8 +78,8 @@ class RunState:
         self.slot = slot or Slot()
         self.issued = self.finished = self.in_flight = 0
         self._workload = sampler_for(self.plan, self.plan.seed, self.prompts)
-        self._drawn = 0
-        self.sessions = {}
+        self._drawn = 0  # items of the seeded workload drawn so far
+        self.sessions: dict[int, Session] = {}  # closed loop: each user's conversation
         self._sessions_started = 0
         self.close()
         self.closed = False
@@ -137,23 +116,20 @@ class RunState:
         return with_prefix(self._workload.next(), k, self._prefixes)
 
     def next_item(self, user: object, k: int) -> WorkItem:
-        """Request number ``k``, sent by ``user`` (a closed-loop user): workload item ``k``, or with SESSION_TURNS > 1
-        the next turn of the user's conversation built on it (:mod:`loadgen.workloads.sessions`); a user whose
-        conversation ended starts the process's next one (its number: this slot's next)."""
+        """Request ``k`` of closed-loop ``user``: workload item ``k``, or with SESSION_TURNS > 1 the next turn of the
+        user's conversation built on it (a new conversation, numbered by this slot, when the last one ended)."""
         draw = self.item(k)
         if self.plan.session_turns <= 1:
             return draw
         session = self.sessions.get(id(user))
         if session is None or session.over:
-            number = self.slot.slot + self._sessions_started * self.slot.slots
+            session = self.sessions[id(user)] = self.open_session(self.number(self._sessions_started), draw)
             self._sessions_started += 1
-            session = self.sessions[id(user)] = self.open_session(number, draw)
         return session.next_item(draw)
 
     def open_session(self, number: int, draw: WorkItem) -> Session:
-        """Conversation number ``number`` of the run (the same in every process): the deck's card ``number`` with
-        real follow-ups, else one opening with ``draw``'s prompt; its own follow-up draws and think times are
-        seeded with SEED and ``number``, so they never shift the run's request sequence."""
+        """Conversation ``number`` of the run (the same in every process): the deck's card ``number``, else opening
+        with ``draw``'s prompt; its own draws and think times are seeded by SEED and ``number``."""
         opening = self._deck.card(number) if self._deck is not None else draw.prompt
         seed = [self.plan.seed, number]
         own_draw = self._workload.fork([*seed, 0]).next
@@ -161,8 +137,8 @@ class RunState:
         return Session(number, opening, self.plan.session_turns, self.followups or "drawn", own_draw, think_s)
 
     def think_after(self, user: object) -> float:
-        """Closed loop: how long ``user`` pauses before its next request, s: its conversation's think time when the
-        conversation goes on, else 0 (a new conversation starts at once)."""
+        """Closed loop: ``user``'s pause before its next request, s (its conversation's think time, else 0)."""
+
         session = self.sessions.get(id(user))
         return 0.0 if session is None or session.over else session.pending_think_s or 0.0
 
@@ -175,9 +151,8 @@ class RunState:
     def save(self, record: RequestRecord) -> None:
         """Append one row to the rows file (if any) and to the request log.
 
-        One ``write`` per row on an ``O_APPEND`` descriptor kept open for the test: rows of concurrent greenlets and
-        of other Locust processes appending to the same file never interleave (Linux appends each write whole to a
-        local file).
+        One ``O_APPEND`` write per row (descriptor kept open for the test): rows of concurrent greenlets and other
+        processes never interleave.
         """
         self.finished += 1
         if record.error:  # a server may echo what it was sent: the request log's masking applies to rows too

@@ -1,21 +1,11 @@
 """Load workers on other hosts (EXPECT_WORKERS): the Locust messages of joining, clock alignment and rows.
 
-In this mode every worker — the benchmark host's own and the remote ones — joins before it gets a share:
-
-1. worker → master ``llm_join`` (its host name and pid) as soon as it has connected;
-2. master → worker ``llm_challenge`` (a nonce, the master's send time) and worker → master ``llm_proof`` (the HMAC of
-   the nonce with the sidecar token, the worker's time), :data:`loadgen.locust_side.joining.PROBES` times: the proof
-   lets the worker in (:func:`loadgen.locust_side.joining.verify`), the times give its clock offset
-   (:func:`loadgen.locust_side.joining.best_offset`); a worker that fails is told to quit;
-3. at the test's start the master waits until EXPECT_WORKERS + WORKERS have joined (the timeout is Locust's
-   ``--expect-workers-max-wait``), then sends each its slot (``llm_slot``) with the plan, the dataset's text (a
-   remote host has neither file) and its offset;
-4. the worker sends its rows in batches (``llm_rows``), its load (``llm_load``) and ``llm_done``; the master appends
-   the rows, in its own clock, to the run's rows file and the loads to the client file.
-
-Which requests each process sends (the slots), and the end of the run, are :mod:`loadgen.locust_side.distributed`'s, as
-with local processes. Framework glue only: the pure parts are in :mod:`loadgen.locust_side.joining` (unit-tested); this
-module by the integration test with a worker in another network namespace.
+Every worker (local or remote) joins before it gets a share: ``llm_join`` (host, pid); :data:`PROBES` rounds of
+``llm_challenge`` (a nonce) and ``llm_proof`` (HMAC with the sidecar token, the worker's time), which let it in and give
+its clock offset (:mod:`loadgen.locust_side.joining`; a failed proof is told to quit); at the test's start, once
+EXPECT_WORKERS + WORKERS have joined, ``llm_slot`` with the plan, the dataset's text and the offset; then the worker
+sends ``llm_rows`` batches, ``llm_load`` and ``llm_done``, which the master appends (rows in its clock).
+Slots and the run's end are :mod:`loadgen.locust_side.distributed`'s; tested by the integration tests.
 """
 
 from __future__ import annotations
@@ -33,6 +23,7 @@ import gevent
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from core.logrotate import append_rotating
 from core.report_schema import BenchmarkConfig
 from loadgen.locust_side.distributed import SLOT_MESSAGE, Coordinator
 from loadgen.locust_side.joining import (
@@ -53,13 +44,8 @@ log = logging.getLogger(__name__)
 
 
 def _append(path: str, lines: list[str]) -> None:
-    if not path or not lines:
-        return
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, "".join(line + "\n" for line in lines).encode())
-    finally:
-        os.close(fd)
+    if path and lines:
+        append_rotating(Path(path), "".join(line + "\n" for line in lines).encode(), None, 0)
 
 
 @dataclass
@@ -73,15 +59,8 @@ class _Pending:
 
 
 class JoiningCoordinator(Coordinator):
-    """:class:`~loadgen.locust_side.distributed.Coordinator` for runs with workers that must join (see the module).
-
-    Args:
-        environment: Locust's environment.
-        on_slot: as for the base class.
-        token: the sidecar token a worker proves it holds.
-        expected: master: how many workers must join before the slots go out.
-        host: this host's name for its rows.
-    """
+    """:class:`~loadgen.locust_side.distributed.Coordinator` for workers that must join (see the module): ``token``
+    is the sidecar token they prove, ``expected`` how many must join (master), ``host`` this host's row name."""
 
     def __init__(self, environment: Environment, on_slot: Callable[[Slot], None], *, token: str, expected: int,
                  host: str, plan: BenchmarkConfig | None, timeout_s: float = 120.0) -> None:  # fmt: skip

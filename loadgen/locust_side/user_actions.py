@@ -1,7 +1,5 @@
-"""What a Locust user does, as plain functions: send one planned request, and dispatch open-loop arrivals.
-
-The locustfile only declares the user classes and hooks and calls these (tested without Locust's runner).
-"""
+"""What a Locust user does, as plain functions (tested without Locust's runner): send one planned request, and
+dispatch open-loop arrivals."""
 
 from __future__ import annotations
 
@@ -29,10 +27,8 @@ CONNECTION_BACKOFF_S = 0.5  # a closed-loop user's pause after a connection-leve
 
 
 def backoff_s(record: RequestRecord) -> float:
-    """How long a closed-loop user waits before its next request after ``record``, s: :data:`CONNECTION_BACKOFF_S`
-    after a failure that reached no engine (refused, reset, DNS, or the router's "no available workers": a dead
-    server would otherwise be retried as fast as the machine allows, flooding the rows), else 0 (the closed loop sends
-    at once)."""
+    """A closed-loop user's pause after ``record``, s: :data:`CONNECTION_BACKOFF_S` after a failure that reached no
+    engine (refused, reset, DNS, the router's "no available workers": no flood of rows from a dead server), else 0."""
     return CONNECTION_BACKOFF_S if engine_unreachable(record.error_kind, record.error) else 0.0
 
 
@@ -42,58 +38,34 @@ def payload_for(plan: BenchmarkConfig, item: WorkItem) -> dict[str, Any]:
     return chat_payload(plan.model, item.prompt.messages, item.max_tokens, plan.temperature, **extra)
 
 
-def send(
-    state: RunState,
-    session: Transport,
-    host: str,
-    item: WorkItem,
-    scheduled_at: float | None = None,
-    on_cut: Callable[[float], None] | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-) -> RequestRecord:
-    """Send one request with the shared request function, label it with its workload item, save the row.
+def send(state: RunState, session: Transport, host: str, item: WorkItem, scheduled_at: float | None = None,
+         on_cut: Callable[[float], None] | None = None,
+         clock: Callable[[], float] = time.perf_counter) -> RequestRecord:
+    """Send one request, label it with its workload item, save the row.
 
-    A request cancelled by the end of the run (Locust kills the greenlet: ``GreenletExit``, or Ctrl-C) is saved as
-    an ``incomplete`` row naming its cause (``state.cut_cause``; logged ``cancelled`` in ``requests.jsonl``) before
-    the cancellation goes on, so no request is ever lost; ``on_cut(elapsed_ms)`` then tells Locust's web UI it was
-    cut (the locustfile reports it).
+    A request cancelled by the run's end (``GreenletExit`` or Ctrl-C) is first saved as an ``incomplete`` row naming
+    ``state.cut_cause``, then ``on_cut(elapsed_ms)`` runs (Locust's web UI), then the cancellation goes on.
     """
     plan = state.plan
     request_id = uuid.uuid4().hex
     started_at = time.time()
     started = clock()
-    labels: dict[str, Any] = {
-        "scheduled_at": scheduled_at,
-        "task": item.prompt.task,
-        "input_bucket": item.prompt.bucket,
-        "session_id": item.session_id,
-        "turn": item.turn,
-        "think_time_s": item.think_time_s,
-    }
+    labels: dict[str, Any] = {"scheduled_at": scheduled_at, "task": item.prompt.task,
+                              "input_bucket": item.prompt.bucket, "session_id": item.session_id, "turn": item.turn,
+                              "think_time_s": item.think_time_s}
     answer: list[str] | None = [] if item.conversation is not None else None
     timer = StreamTimer(clock)
     state.in_flight += 1
     try:
-        record = stream_chat(
-            session, host, payload_for(plan, item), timeout_s=plan.request_timeout_s, request_id=request_id,
-            answer=answer, timer=timer,
-        )
+        record = stream_chat(session, host, payload_for(plan, item), timeout_s=plan.request_timeout_s,
+                             request_id=request_id, answer=answer, timer=timer)
     except BaseException as exc:  # GreenletExit / KeyboardInterrupt: the run is ending
         cut_ms = (clock() - started) * 1000.0  # one figure for the row and for Locust's stats (once 33 ms apart)
         state.in_flight -= 1
-        state.save(
-            RequestRecord(
-                request_id=request_id,
-                started_at=started_at,
-                ok=False,
-                e2e_ms=cut_ms,
-                max_tokens=item.max_tokens,
-                error_kind="incomplete",
-                error=f"cancelled by {state.cut_cause} ({type(exc).__name__})",
-                **partial_fields(timer),
-                **labels,
-            )
-        )
+        error = f"cancelled by {state.cut_cause} ({type(exc).__name__})"
+        state.save(RequestRecord(request_id=request_id, started_at=started_at, ok=False, e2e_ms=cut_ms,
+                                 max_tokens=item.max_tokens, error_kind="incomplete", error=error,
+                                 **partial_fields(timer), **labels))
         if on_cut is not None:
             on_cut(cut_ms)
         raise
@@ -105,21 +77,12 @@ def send(
     return record
 
 
-def converse(
-    state: RunState,
-    session: Session,
-    first: WorkItem,
-    scheduled_at: float,
-    one: Callable[[WorkItem, float], object],
-    deadline: float | None = None,
-    clock: Callable[[], float] = time.time,
-    sleep: Callable[[float], None] = gevent.sleep,
-) -> int:
-    """Open loop: one conversation arriving at ``scheduled_at`` (Unix time, s): its first turn built on ``first``,
-    each next turn sent only once the previous answer is in (``one`` returns after it, and :func:`send` hands the
-    answer to the session) plus the session's think time; each turn's latencies count from the time it was meant to
-    leave. It ends after its planned turns, at a failed turn, or when its next turn would leave after ``deadline``
-    (DURATION's end); turns not sent leave the process's issued count.
+def converse(state: RunState, session: Session, first: WorkItem, scheduled_at: float,
+             one: Callable[[WorkItem, float], object], deadline: float | None = None,
+             clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = gevent.sleep) -> int:
+    """Open loop: one conversation arriving at ``scheduled_at`` (Unix s), built on ``first``; each next turn leaves
+    after the previous answer (``one`` returns after it) plus the think time, its latencies counted from then. It
+    ends after its planned turns, a failed turn, or past ``deadline``; unsent turns leave ``state.issued``.
 
     Returns:
         The turns sent.
@@ -142,49 +105,32 @@ def converse(
     return session.turn
 
 
-def arrivals(
-    plan: BenchmarkConfig, slot: Slot, trace: Sequence[tuple[float, WorkItem]] = ()
-) -> Iterator[tuple[int, float]]:
-    """This process's arrivals of the run's one schedule: ``(request number, seconds after the start)`` each.
-
-    The schedule (RATE, BURSTINESS, SEED, a RATE_END ramp: :func:`loadgen.workloads.loadshape.plan_arrival_gaps`) is
-    generated whole in every process; process ``slot`` of ``slots`` takes arrivals ``slot, slot + slots, …``, so the
-    processes together send the one schedule.
-
-    A trace replay (TRACE) has the trace's times instead (``trace``: :attr:`RunState.trace`).
+def arrivals(plan: BenchmarkConfig, slot: Slot,
+             trace: Sequence[tuple[float, WorkItem]] = ()) -> Iterator[tuple[int, float]]:
+    """This process's arrivals, ``(request number, seconds after the start)``: every ``slots``-th of the run's one
+    schedule (:func:`loadgen.workloads.loadshape.plan_arrival_gaps`, or the ``trace``'s times), from ``slot``.
 
     Raises:
         ValueError: the plan has no RATE.
     """
-    if trace:
-        return itertools.islice(enumerate(at for at, _ in trace), slot.slot, None, slot.slots)
-    offsets = itertools.accumulate(plan_arrival_gaps(plan))
+    offsets = (at for at, _ in trace) if trace else itertools.accumulate(plan_arrival_gaps(plan))
     return itertools.islice(enumerate(offsets), slot.slot, None, slot.slots)
 
 
-def dispatch_open_loop(
-    state: RunState,
-    one: Callable[[WorkItem, float], None],
-    clock: Callable[[], float] = time.time,
-) -> int:
-    """Send this process's share of the scheduled arrivals (RATE, BURSTINESS, SEED; see :func:`arrivals`), each in
-    its own greenlet, so a slow server cannot slow the arrivals.
+def dispatch_open_loop(state: RunState, one: Callable[[WorkItem, float], None],
+                       clock: Callable[[], float] = time.time) -> int:
+    """Send this process's share of the arrivals (:func:`arrivals`) with ``one(item, scheduled_at)``, each in its
+    own greenlet, from the slot's ``start_at`` (or now).
 
-    The schedule starts at the slot's ``start_at`` (shared by every process) or now. With ``max_in_flight``
-    (MAX_IN_FLIGHT, split between the processes like the requests) an arrival waits for a free slot, at most until the
-    end of the run; its latencies still count from its scheduled time. With ``rate_end_req_per_sec`` the rate ramps
-    linearly (:func:`loadgen.workloads.loadshape.plan_arrival_gaps`). Dispatch stops when the request budget is spent
-    or, with a duration, at ``start + duration_s`` (no arrival is scheduled after it); requests still in flight then may
-    finish for ``drain_s`` and are cancelled after that (saved as ``incomplete`` rows by :func:`send`).
-    ``one(item, scheduled_at)`` sends one request. With SESSION_TURNS > 1 each arrival is a conversation
-    (:func:`converse`, in its own greenlet; RATE is conversations per second, MAX_IN_FLIGHT caps conversations) and
-    this process's share of REQUESTS counts their turns, the last conversation cut to fit.
+    MAX_IN_FLIGHT (split like the requests) makes an arrival wait for a free slot until the run's end, its latencies
+    still counted from its schedule. Dispatch stops at the request budget or ``start + duration_s``; requests then in
+    flight get ``drain_s`` and are cancelled after (rows by :func:`send`), as they are when the dispatcher is killed.
+    With SESSION_TURNS > 1 each arrival is a conversation (:func:`converse`) and the share counts turns.
 
     Returns:
         How many requests were cancelled after the drain.
-    When the dispatcher itself is killed (the test stops), the requests in flight are killed too, so each is
-    reported as cut rather than finishing unseen after the stop.
     """
+
     plan = state.plan
     schedule = arrivals(plan, state.slot, state.trace)
     cap = max(1, share(plan.max_in_flight, state.slot)) if plan.max_in_flight else OPEN_LOOP_MAX_IN_FLIGHT

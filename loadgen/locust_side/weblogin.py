@@ -1,9 +1,6 @@
-"""A login for Locust's web UI (``--web-login``) when LOCUST_WEB_PASSWORD is set: one user, LOCUST_WEB_USERNAME.
-
-Locust's ``--web-login`` turns on Flask-Login for every page and leaves the check to the locustfile (see Locust's
-``examples/web_ui_auth``); :func:`install_login` is that check, wired from the locustfile's ``init`` hook. The
-session cookie is ``SameSite=Strict`` and signed with a key made per start, so another site cannot start a test
-with the user's login, and logins end when Locust restarts.
+"""A login for Locust's web UI (``--web-login``, Locust's ``examples/web_ui_auth``) when LOCUST_WEB_PASSWORD is set:
+one user, LOCUST_WEB_USERNAME. The cookie is ``SameSite=Strict`` and signed with a key made per start (no cross-site
+test starts; logins end when Locust restarts).
 """
 
 from __future__ import annotations
@@ -22,12 +19,9 @@ def credentials_match(username: str, password: str, expected_user: str, expected
 
 
 def install_login(web_ui: Any, username: str, password: str, base_path: str = "") -> None:
-    """Make Locust's login page (``--web-login``) accept exactly ``username``/``password``.
+    """Make the login page of ``web_ui`` (``environment.web_ui`` with ``--web-login``) accept exactly
+    ``username``/``password``; ``base_path``: Locust's ``--web-base-path``."""
 
-    Args:
-        web_ui: ``environment.web_ui`` of a Locust started with ``--web-login``.
-        base_path: Locust's ``--web-base-path`` ('' by default).
-    """
     from flask import Blueprint, redirect, request, session, url_for
     from flask_login import UserMixin, login_user
 
@@ -42,12 +36,8 @@ def install_login(web_ui: Any, username: str, password: str, base_path: str = ""
         return WebUser(user_id) if secrets.compare_digest(user_id.encode(), username.encode()) else None
 
     web_ui.login_manager.user_loader(load_user)
-    web_ui.app.config.update(
-        SECRET_KEY=secrets.token_hex(32),
-        SESSION_COOKIE_SAMESITE="Strict",
-        REMEMBER_COOKIE_SAMESITE="Strict",
-        SESSION_COOKIE_HTTPONLY=True,
-    )
+    web_ui.app.config.update(SECRET_KEY=secrets.token_hex(32), SESSION_COOKIE_SAMESITE="Strict",
+                             REMEMBER_COOKIE_SAMESITE="Strict", SESSION_COOKIE_HTTPONLY=True)
     web_ui.auth_args = {"username_password_callback": f"{base_path}{SUBMIT_PATH}"}
     blueprint = Blueprint("llm_stack_login", __name__, url_prefix=base_path or None)
 

@@ -1,18 +1,10 @@
-"""The one request function: a streamed OpenAI chat completion, timed per chunk, returned as a RequestRecord.
+"""The one request function (Locust users, warmup, calibration, tests): a streamed chat completion, timed per chunk,
+returned as a RequestRecord. HTTP: :mod:`loadgen.request.transport`; SSE and chunks: :mod:`loadgen.request.sse`.
 
-Used by the Locust users, the warmup phase, calibration and the tests, so every path measures the same way. The HTTP
-side is :mod:`loadgen.request.transport` (keep-alive connections; the body handed over as each network read arrives,
-never waiting to fill a block); the bytes are split into SSE events and decoded by :mod:`loadgen.request.sse` (a
-multi-byte character split across reads is decoded only once its event is complete). Checked against a mock server with
-known timings in the tests.
-
-Once a stream's last chunk is stamped, the request function lets gevent's event loop run until idle before anything
-else (closing the response, building the row; then the caller fires Locust's event and sends the next request, all
-without yielding): the chunks of other streams that have already arrived are read and stamped first. vLLM's batch
-sends every stream's token of a step at once, so when streams end in the same step (a closed loop of equal requests
-runs in lockstep), the k-th stream read otherwise had k - 1 other requests' end work in its last inter-token gap,
-which the server's own histogram does not have: +0.06 ms per token in ``make bench-peer``
-(``tests/unit/loadgen/test_client.py``). vLLM's asyncio client gets this order from its event loop.
+After a stream's last chunk the function lets gevent's loop run until idle before its end work, so chunks of other
+streams that already arrived are stamped first: streams ending in the same vLLM step would otherwise carry each
+other's end work in their last gap (+0.06 ms per token in ``make bench-peer``). vLLM's asyncio client gets this order
+from its event loop.
 """
 
 from __future__ import annotations
@@ -34,24 +26,16 @@ TOKENIZE_TIMEOUT_S = 10.0
 
 
 def new_session(max_connections: int = 1, headers: Mapping[str, str] | None = None) -> HttpSession:
-    """The HTTP session every path sends with: one connection per closed-loop user, as many as requests in flight
-    for the open-loop dispatcher (``max_connections``); ``headers`` go with every request."""
+    """The HTTP session of every path: ``max_connections`` (1 per closed-loop user, requests in flight for the
+    open-loop dispatcher); ``headers`` go with every request."""
     return HttpSession(max_connections=max_connections, headers=headers)
 
 
-def chat_payload(
-    model: str, messages: list[dict[str, str]], max_tokens: int, temperature: float, **extra: Any
-) -> dict[str, Any]:
+def chat_payload(model: str, messages: list[dict[str, str]], max_tokens: int, temperature: float,
+                 **extra: Any) -> dict[str, Any]:
     """Body of a streamed ``/v1/chat/completions`` request that asks for ``usage`` in the last chunk."""
-    return {
-        "model": model,
-        "messages": messages,
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        **extra,
-    }
+    return {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature, "stream": True,
+            "stream_options": {"include_usage": True}, **extra}
 
 
 def _server_message(body: bytes) -> str:
@@ -67,53 +51,30 @@ def _server_message(body: bytes) -> str:
     return str(message or parsed)[:500]
 
 
-def stream_chat(
-    session: Transport,
-    base_url: str,
-    payload: dict[str, Any],
-    *,
-    timeout_s: float,
-    phase: Phase = "measured",
-    request_id: str | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-    answer: list[str] | None = None,
-    timer: StreamTimer | None = None,
-) -> RequestRecord:
-    """Send one streamed chat completion and time it; never raises (any failure is a row with its cause).
+def stream_chat(session: Transport, base_url: str, payload: dict[str, Any], *, timeout_s: float,
+                phase: Phase = "measured", request_id: str | None = None,
+                clock: Callable[[], float] = time.perf_counter, answer: list[str] | None = None,
+                timer: StreamTimer | None = None) -> RequestRecord:
+    """Send one streamed chat completion and time it; never raises (a failure is a row with its cause).
 
     Args:
-        session: from :func:`new_session` (any :class:`loadgen.request.transport.Transport`).
-        base_url: the server's base URL without ``/v1``.
-        payload: from :func:`chat_payload`.
-        timeout_s: longest wait for the connection or for the next chunk.
-        phase: ``warmup`` rows are excluded from statistics.
-        request_id: client-side id; a UUID when None.
-        clock: monotonic clock in seconds (injectable for tests).
-        answer: when given, the answer's text pieces are appended to it (multi-turn sessions send them back).
-        timer: the :class:`core.streamtiming.StreamTimer` to time with (its clock replaces ``clock``); the caller
-            keeps what it measured so far when the request is cancelled mid-stream (:func:`partial_fields`).
+        session: any :class:`loadgen.request.transport.Transport`; base_url: without ``/v1``;
+        payload: from :func:`chat_payload`; timeout_s: longest wait for the connection or the next chunk;
+        phase: ``warmup`` rows are left out of statistics; request_id: a UUID when None; clock: monotonic s;
+        answer: receives the answer's text pieces (multi-turn sessions); timer: the
+            :class:`core.streamtiming.StreamTimer` to use (replaces ``clock``), kept by a caller that may cancel.
 
     Returns:
-        A :class:`RequestRecord` timed by :class:`core.streamtiming.StreamTimer` (TTFT, ITL, E2E and the
-        completion rules are defined there). Token counts come from the stream's ``usage``; without it from the
-        server's ``/tokenize`` where it has one, else from the client's chunk count (``output_tokens_source``).
+        A :class:`RequestRecord` (TTFT, ITL, E2E as :class:`StreamTimer` defines them); token counts from the
+        stream's ``usage``, else ``/tokenize``, else the chunk count (``output_tokens_source``).
     """
-    rid = request_id or uuid.uuid4().hex
-    started_at = time.time()
+    base: dict[str, Any] = {"request_id": request_id or uuid.uuid4().hex, "phase": phase, "started_at": time.time(),
+                            "max_tokens": payload.get("max_tokens")}  # fmt: skip
     pieces: list[str] = answer if answer is not None else []
     try:
-        record = _stream(session, base_url, payload, timeout_s, phase, rid, started_at, timer or StreamTimer(clock),
-                         pieces)  # fmt: skip
+        record = _stream(session, base_url, payload, timeout_s, base, timer or StreamTimer(clock), pieces)
     except Exception as exc:  # a bug of ours must cost one row, never the run
-        return RequestRecord(
-            request_id=rid,
-            phase=phase,
-            started_at=started_at,
-            max_tokens=payload.get("max_tokens"),
-            ok=False,
-            error_kind="client_error",
-            error=f"{type(exc).__name__}: {exc}"[:500],
-        )
+        return RequestRecord(**base, ok=False, error_kind="client_error", error=f"{type(exc).__name__}: {exc}"[:500])
     if record.ok and record.output_tokens is None:
         return with_counted_tokens(session, base_url, payload, record, "".join(pieces))
     return record
@@ -150,43 +111,24 @@ def server_token_count(session: Transport, base_url: str, body: dict[str, Any]) 
     return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
 
 
-def with_counted_tokens(
-    session: Transport, base_url: str, payload: dict[str, Any], record: RequestRecord, text: str
-) -> RequestRecord:
-    """A successful row whose stream carried no usage, with token counts from ``/tokenize`` or the chunk count.
-
-    The server's tokenizer counts the answer text exactly (reasoning included, no special tokens); without it the
-    client's count of content chunks stands in (exact for servers that send one token per chunk, vLLM's default).
-    """
+def with_counted_tokens(session: Transport, base_url: str, payload: dict[str, Any], record: RequestRecord,
+                        text: str) -> RequestRecord:
+    """A usage-less successful row with token counts from ``/tokenize`` (the answer text, no special tokens), else
+    the content chunk count (exact for one token per chunk, vLLM's default)."""
     model = payload.get("model")
     output = server_token_count(session, base_url, {"model": model, "prompt": text, "add_special_tokens": False})
     if output is None:
         return record.model_copy(update={"output_tokens": record.content_chunks, "output_tokens_source": "chunks"})
     prompt = server_token_count(session, base_url, {"model": model, "messages": payload.get("messages")})
-    return record.model_copy(
-        update={"output_tokens": output, "prompt_tokens": prompt, "output_tokens_source": "tokenize"}
-    )
+    return record.model_copy(update={"output_tokens": output, "prompt_tokens": prompt,
+                                     "output_tokens_source": "tokenize"})
 
 
-def _stream(
-    session: Transport,
-    base_url: str,
-    payload: dict[str, Any],
-    timeout_s: float,
-    phase: Phase,
-    rid: str,
-    started_at: float,
-    timer: StreamTimer,
-    pieces: list[str],
-) -> RequestRecord:
-    """:func:`stream_chat` without its safety net; the text of every chunk is appended to ``pieces``."""
+def _stream(session: Transport, base_url: str, payload: dict[str, Any], timeout_s: float, base: dict[str, Any],
+            timer: StreamTimer, pieces: list[str]) -> RequestRecord:
+    """:func:`stream_chat` without its safety net: ``base`` holds the row's id fields; the text of every chunk is
+    appended to ``pieces``."""
     timer.start()  # again by the transport right before the request's bytes leave (on_send): connecting is not TTFT
-    base: dict[str, Any] = {
-        "request_id": rid,
-        "phase": phase,
-        "started_at": started_at,
-        "max_tokens": payload.get("max_tokens"),
-    }
 
     def failed(kind: ErrorKind, error: str, **fields: Any) -> RequestRecord:
         timer.end()
@@ -221,12 +163,8 @@ def _stream(
 
 
 def read_events(response: Response, timer: StreamTimer, pieces: list[str]) -> str | None:
-    """Feed ``timer`` with the stream's chunks until ``data: [DONE]`` (:meth:`StreamTimer.done`) or the end of the
-    body (:meth:`StreamTimer.closed`); the text of every chunk is appended to ``pieces``.
-
-    Returns:
-        None, or why the stream is invalid (a data line that is not JSON, a chunk of the wrong shape, a server error
-        object); reading stops there.
+    """Feed ``timer`` the stream's chunks until ``[DONE]`` or the body's end, appending each chunk's text to
+    ``pieces``; return None or why the stream is invalid (not JSON, wrong shape, a server error; reading stops).
 
     Raises:
         TransportTimeout, TransportError: from the transport.
@@ -254,24 +192,19 @@ def read_events(response: Response, timer: StreamTimer, pieces: list[str]) -> st
 
 
 def partial_fields(timer: StreamTimer) -> dict[str, Any]:
-    """What a request cancelled mid-stream had received: TTFT (None before the first token), its gaps, chunks and
-    characters. vLLM's TTFT and ITL histograms hold these requests too, so the server cross-check compares them."""
+    """What a request cancelled mid-stream had received: TTFT (None before the first token), gaps, chunks, chars
+    (vLLM's histograms count such requests too)."""
     return {"ttft_ms": timer.ttft_ms, "itl_ms": list(timer.itl_ms), "content_chunks": timer.chunks,
             "output_chars": timer.chars}  # fmt: skip
 
 
 def timer_fields(timer: StreamTimer) -> dict[str, Any]:
-    """The row fields a :class:`StreamTimer` measured (TTFT, ITL, tokens, chunks, how the stream ended, and
-    ``output_tokens_source`` ``usage`` when the stream's usage counted the tokens); for a reasoning stream also the
-    first reasoning and first answer token and the token split, and ``cached_tokens`` when usage says it."""
-    fields: dict[str, Any] = {
-        **partial_fields(timer),
-        "prompt_tokens": timer.prompt_tokens,
-        "output_tokens": timer.completion_tokens,
-        "finish_reason": timer.finish_reason,
-        "end_reason": timer.end_reason,
-        "http_status": 200,
-    }
+    """The row fields a :class:`StreamTimer` measured (with ``output_tokens_source`` ``usage`` when usage counted,
+    ``cached_tokens`` when given, and a reasoning stream's first-token times and token split)."""
+
+    fields: dict[str, Any] = {**partial_fields(timer), "prompt_tokens": timer.prompt_tokens,
+                              "output_tokens": timer.completion_tokens, "finish_reason": timer.finish_reason,
+                              "end_reason": timer.end_reason, "http_status": 200}
     if timer.completion_tokens is not None:
         fields["output_tokens_source"] = "usage"
     if timer.cached_tokens is not None:

@@ -1,17 +1,9 @@
-"""Server-sent events on bytes, and chat-completion chunks decoded fast: the hot loop of the request function.
+"""Server-sent events on bytes and fast chunk decoding: the hot loop of the request function.
 
-:class:`SSEParser` splits a body that arrives in arbitrary network reads into the ``data`` payloads of its events
-(the WHATWG event-stream rules: events end at a blank line; ``\\r\\n``, ``\\r`` and ``\\n`` all end lines; ``data``
-lines of one event are joined with ``\\n``; comments (``: ping``) and other fields are ignored; an event without data
-is not dispatched). Splitting works on bytes, so a multi-byte character split across reads is decoded only once its
-event is complete, and one read holding many events costs one ``split``.
-
-:func:`decode_chunk` turns one ``data`` payload into :class:`core.streamtiming.ChunkFacts`. The common shapes
-(``choices`` of objects whose ``delta`` holds string or null text fields, ``usage`` of non-negative integers, no
-``error``) are decoded by a typed msgspec decoder straight into structs; anything else (content parts, odd types, an
-error object) falls back to a generic JSON parse and :func:`core.streamtiming.interpret_chunk`, which owns the
-semantics. The fast path accepts only what ``interpret_chunk`` reads the same way (checked shape by shape in
-``tests/unit/loadgen/test_sse.py``).
+:class:`SSEParser` follows the WHATWG event-stream rules on bytes (a character split across reads is decoded only
+once its event is complete). :func:`decode_chunk` decodes the common chunk shapes with a typed msgspec decoder and
+falls back to :func:`core.streamtiming.interpret_chunk` (which owns the semantics) for anything else; the fast path
+accepts only what that reads the same way (``tests/unit/loadgen/test_sse.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +20,8 @@ _DATA = b"data: "
 
 
 class SSEParser:
-    """Incremental event-stream parser: :meth:`feed` bytes as they arrive, get the complete events' data back."""
+    """Incremental event-stream parser: :meth:`feed` bytes as they arrive, get the complete events' data back
+    (CRLF, CR or LF end lines; a blank line ends an event; ``data`` lines join with LF; other fields are ignored)."""
 
     __slots__ = ("_after_cr", "_rest")
 
@@ -130,39 +123,24 @@ def decode_chunk(data: bytes) -> ChunkFacts:
         return interpret_chunk(orjson.loads(data))  # orjson.JSONDecodeError is a ValueError
     except msgspec.DecodeError as exc:
         raise ValueError(str(exc)) from None
-    finish_reason = None
-    answer = reasoning = False
     choices = chunk.choices
-    if choices is not None and len(choices) == 1:  # the usual shape, without joins
-        choice = choices[0]
-        finish_reason = choice.finish_reason or None
-        delta = choice.delta
-        if delta is None:
-            content = text = ""
-        else:
-            content = delta.content or ""
-            text = content
-            held = finish_reason is None and delta.role is None
-            answer = bool(content) or (held and delta.content is not None)
-            if delta.reasoning_content is not None or delta.reasoning is not None:
-                thought = (delta.reasoning_content or "") + (delta.reasoning or "")
-                text += thought
-                reasoning = bool(thought) or held
+    if choices is None or len(choices) != 1:  # no or several choices (the usage chunk, n > 1): the generic way
+        return interpret_chunk(orjson.loads(data))
+    choice = choices[0]
+    finish_reason = choice.finish_reason or None
+    delta = choice.delta
+    answer = reasoning = False
+    if delta is None:
+        content = text = ""
     else:
-        texts: list[str] = []
-        contents: list[str] = []
-        for choice in choices or ():
-            finish_reason = choice.finish_reason or finish_reason
-            delta = choice.delta
-            if delta is not None:
-                held = not choice.finish_reason and delta.role is None
-                contents.append(delta.content or "")
-                texts += (delta.content or "", delta.reasoning_content or "", delta.reasoning or "")
-                answer = answer or bool(delta.content) or (held and delta.content is not None)
-                thought = (delta.reasoning_content or "") + (delta.reasoning or "")
-                reasoning = reasoning or bool(thought) or (
-                    held and (delta.reasoning_content is not None or delta.reasoning is not None))
-        text, content = "".join(texts), "".join(contents)
+        content = delta.content or ""
+        text = content
+        held = finish_reason is None and delta.role is None
+        answer = bool(content) or (held and delta.content is not None)
+        if delta.reasoning_content is not None or delta.reasoning is not None:
+            thought = (delta.reasoning_content or "") + (delta.reasoning or "")
+            text += thought
+            reasoning = bool(thought) or held
     token = answer or reasoning
     usage = chunk.usage
     if usage is None:

@@ -1,17 +1,13 @@
-"""HTTP/1.1 for the request function: keep-alive connections and response bodies handed over as they arrive.
+"""HTTP/1.1 for the request function: keep-alive connections, response bodies handed over as each read arrives.
 
-:class:`HttpSession` uses geventhttpclient's connection pool and its C response parser (llhttp): one ``recv`` of up
-to 64 KiB is parsed in one call, and :meth:`HttpResponse.blocks` yields everything that read de-chunked, at once.
-It never waits to fill a block (the known pitfall of ``read(n)``/``iter_content(n)``, which waits for ``n`` bytes
-and so delays the first token), and a socket is never read after the response ended. Sockets are gevent's: they
-cooperate inside Locust (monkey-patched) and work as plain blocking sockets in a thread (the warmup).
-
-The request function depends only on the :class:`Transport` protocol (an in-process fake serves the unit tests);
-failures are :class:`TransportTimeout` or :class:`TransportError`, which it turns into rows.
+geventhttpclient's pool and C parser (llhttp): each ``recv`` (up to 64 KiB) is yielded de-chunked at once, never
+waiting to fill a block (``read(n)`` would delay the first token). gevent sockets cooperate inside Locust and block
+plainly in a thread (the warmup). The request function sees only :class:`Transport` (a fake serves unit tests).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -42,41 +38,32 @@ class Response(Protocol):
     status: int
 
     def blocks(self) -> Iterator[bytes]:
-        """Body bytes (de-chunked) as they arrive, one item per network read; ends with the body.
+        """Body bytes (de-chunked), one item per network read.
 
         Raises:
             TransportTimeout: no byte within the request's timeout. TransportError: the connection broke.
         """
-        ...
 
     def read_body(self, limit: int = BLOCK_BYTES) -> bytes:
-        """The rest of the body, at most ``limit`` bytes (for error answers and small JSON answers)."""
-        ...
+        """The rest of the body, at most ``limit`` bytes."""
 
     def close(self, reuse: bool) -> None:
-        """Hand the connection back for keep-alive when ``reuse`` and the body ended cleanly; else close it."""
-        ...
+        """Keep the connection alive when ``reuse`` and the body ended cleanly; else close it."""
 
 
 class Transport(Protocol):
     """What the request function needs from HTTP: a POST whose answer streams."""
 
-    def post(
-        self, url: str, body: bytes, *, timeout_s: float, on_send: Callable[[], None] | None = None
-    ) -> Response:
-        """Send ``body`` (JSON) to ``url``; return once the answer's headers are in. ``on_send`` is called right
-        before the request's bytes leave, once a connection is in hand (again if a stale kept-alive connection is
-        replaced): a request's clock starts there, so connecting (name resolution, TCP and TLS set-up, the first
-        use of gevent's resolver in a process) is not counted as the server's latency.
+    def post(self, url: str, body: bytes, *, timeout_s: float, on_send: Callable[[], None] | None = None) -> Response:
+        """Send ``body`` (JSON) to ``url``; return once the answer's headers are in. ``on_send`` runs right before
+        the bytes leave (again for a replaced stale connection), so connecting is not counted as server latency.
 
         Raises:
             TransportTimeout: no connection or no answer within ``timeout_s``. TransportError: anything else.
         """
-        ...
 
     def close(self) -> None:
         """Close every idle connection."""
-        ...
 
 
 class _Parser(HTTPResponse):
@@ -104,9 +91,8 @@ def _failure(exc: BaseException) -> TransportError:
 class HttpResponse:
     """One answer on a pooled socket (see :class:`Response`)."""
 
-    def __init__(
-        self, pool: ConnectionPool, sock: socket.socket, parser: _Parser, on_close: Callable[[], None] | None = None
-    ) -> None:
+    def __init__(self, pool: ConnectionPool, sock: socket.socket, parser: _Parser,
+                 on_close: Callable[[], None] | None = None) -> None:
         self._pool: ConnectionPool | None = pool
         self._sock = sock
         self._parser = parser
@@ -151,12 +137,10 @@ class HttpResponse:
             self._on_close()
         parser, sock = self._parser, self._sock
         if reuse and not parser.message_complete:  # [DONE] seen: read the body's end (usually already here)
-            try:
+            with contextlib.suppress(TransportError):
                 sock.settimeout(TERMINATOR_WAIT_S)
                 while self._read():
                     pass
-            except TransportError:
-                pass
         if reuse and parser.message_complete and not parser.body and parser.should_keep_alive():
             pool.return_socket(sock)
         else:
@@ -164,22 +148,11 @@ class HttpResponse:
 
 
 class HttpSession:
-    """Keep-alive connections to any number of servers, at most ``max_connections`` in use per server.
+    """Keep-alive connections to any number of servers, at most ``max_connections`` in use per server (a further
+    request waits); ``headers`` go with every request; ``connect_timeout_s`` bounds TCP (and TLS) set-up."""
 
-    Args:
-        max_connections: connections open at once per server (a closed-loop user needs one; the open-loop
-            dispatcher as many as requests in flight). A further request waits for a free connection.
-        headers: extra request headers (e.g. authorization), sent with every request.
-        connect_timeout_s: longest wait for a TCP (and TLS) connection.
-    """
-
-    def __init__(
-        self,
-        *,
-        max_connections: int = 1,
-        headers: Mapping[str, str] | None = None,
-        connect_timeout_s: float = CONNECT_TIMEOUT_S,
-    ) -> None:
+    def __init__(self, *, max_connections: int = 1, headers: Mapping[str, str] | None = None,
+                 connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         self.max_connections = max_connections
         self.connect_timeout_s = connect_timeout_s
         self._extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
@@ -191,16 +164,13 @@ class HttpSession:
         pool = self._pools.get(key)
         if pool is None:
             kind = SSLConnectionPool if scheme == "https" else ConnectionPool
-            pool = kind(
-                host, port, host, port, size=self.max_connections,
-                connection_timeout=self.connect_timeout_s, network_timeout=self.connect_timeout_s,
-            )  # fmt: skip
+            pool = kind(host, port, host, port, size=self.max_connections, connection_timeout=self.connect_timeout_s,
+                        network_timeout=self.connect_timeout_s)
             self._pools[key] = pool
         return pool
 
-    def post(
-        self, url: str, body: bytes, *, timeout_s: float, on_send: Callable[[], None] | None = None
-    ) -> HttpResponse:
+    def post(self, url: str, body: bytes, *, timeout_s: float,
+             on_send: Callable[[], None] | None = None) -> HttpResponse:
         parts = urlsplit(url)
         scheme = parts.scheme or "http"
         if scheme not in ("http", "https") or not parts.hostname:
@@ -231,17 +201,15 @@ class HttpSession:
                     if not data:
                         raise ConnectionResetError(errno.ECONNRESET, "connection closed before the answer")
                     parser.feed(data)
-            except (OSError, HTTPParseError) as exc:
-                self._in_use.discard(sock)
-                pool.release_socket(sock)
-                closed = isinstance(exc, ConnectionResetError | BrokenPipeError)
-                if attempt == 0 and closed:  # a kept-alive connection the server had closed: once more, fresh
-                    continue
-                raise _failure(exc) from None
-            except BaseException:  # the greenlet is killed (end of the run): the socket must not stay checked out
+            except BaseException as exc:  # also a killed greenlet: the socket must not stay checked out
                 self._in_use.discard(sock)
                 pool.release_socket(sock)  # closed: the server sees the disconnect and aborts the request (vLLM)
-                raise
+                if not isinstance(exc, OSError | HTTPParseError):
+                    raise
+                if attempt == 0 and isinstance(exc, ConnectionResetError | BrokenPipeError):
+                    continue  # a kept-alive connection the server had closed: once more, fresh
+                raise _failure(exc) from None
+
             return HttpResponse(pool, sock, parser, on_close=partial(self._in_use.discard, sock))
         raise TransportError("unreachable")  # pragma: no cover - the loop returns or raises
 
@@ -251,10 +219,9 @@ class HttpSession:
         self._pools.clear()
 
     def abort(self) -> None:
-        """Shut down the connection of every request in flight, from any thread: the server sees the client go away
-        (vLLM aborts such a request, freeing the engine at once) and the reading request returns a ``connection``
-        row. For a session whose requests run in another thread (the warmup's); in the same greenlet world, killing
-        the request's greenlet closes its connection (:meth:`HttpResponse.close`)."""
+        """Shut down every in-flight request's connection, from any thread (the warmup's): vLLM aborts the request
+        and the reader returns a ``connection`` row. Greenlets need not: killing one closes its connection."""
+
         for sock in list(self._in_use):
             try:  # shutdown on a duplicate descriptor ends the one connection both name; the owner's stays valid
                 with socket.socket(fileno=os.dup(sock.fileno())) as dup:

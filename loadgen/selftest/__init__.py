@@ -1,2 +1,1 @@
-"""The load generator measuring itself: a mock server with known timings (and its ``/metrics``) and ``make
-calibrate``."""
+"""The load generator measuring itself: a mock server with known timings (and ``/metrics``), ``make calibrate``."""

@@ -1,24 +1,16 @@
 """``make calibrate``: the load generator's own ceiling, with one and with N worker processes, and the latency it adds.
 
-``python -m loadgen.selftest.calibrate`` starts the bundled mock server (:mod:`loadgen.selftest.mock_server`: pre-built
-answers, one write each, several processes on one port, so it is not the limit; its CPU is printed) on a free port and
-runs *our* client (the same Locust file and request function as ``make benchmark``) against it:
+``python -m loadgen.selftest.calibrate`` runs *our* client (``make benchmark``'s Locust file and request function)
+against the bundled mock server (several processes: not the limit) on a free port:
 
-1. **chunk ceiling** — mock with no delays (128 tokens; ``--tokens-per-chunk K`` packs K tokens per event, as vLLM
-   does at high rates), 32 users for 12 s: streamed content chunks per CPU-second of the Locust process tree (= chunks/s
-   one client core sustains), with 1 worker and with ``--workers N`` (default: the usable cores);
-2. **request ceiling** — same mock answering 1 token: completed requests per CPU-second, 1 and N workers;
-3. **added latency** — mock paced at 200 ms TTFT and 20 ms ITL, 4 users for 8 s: median measured TTFT and ITL minus
-   the configured ones (an upper bound of what the client adds: the mock's own scheduling is included).
+1. **chunk ceiling**: mock with no delays (128 tokens, ``--tokens-per-chunk`` K per event), 32 users for 12 s:
+   content chunks per CPU-second of the Locust process tree, with 1 worker and with ``--workers N``;
+2. **request ceiling**: the same with 1-token answers: completed requests per CPU-second;
+3. **added latency**: mock paced at 200 ms TTFT and 20 ms ITL, 4 users for 8 s: median TTFT and ITL minus the
+   configured ones (an upper bound: the mock's own scheduling is included).
 
-CPU is sampled with psutil on the Locust process tree (master and workers) every 0.1 s and read over the run's
-measured window (first request sent to last answer ended, interpolated), so Locust's start-up is not counted. The
-result goes to ``logs/calibration.json`` (:class:`core.clientview.Calibration`: the 1-worker per-core figures, and
-every run); every benchmark compares its own chunks/s with the per-core ceiling times its worker processes and is
-flagged client-limited at ≥ 80 % of it. No target: the figures describe this machine.
-
-The helpers (mock server process, CPU sampler, one Locust run) are shared with ``benchmarks/``; the figures are
-:mod:`loadgen.selftest.calibration_figures`.
+CPU (psutil, every 0.1 s) counts over the measured window only. The result goes to ``logs/calibration.json``; a
+benchmark at ≥ 80 % of the per-core ceiling times its workers is flagged client-limited.
 """
 
 from __future__ import annotations
@@ -37,24 +29,11 @@ from pathlib import Path
 from core.clientview import Calibration, CalibrationRun, save_calibration
 from core.records import RequestRecord
 from core.settings import PROJECT_ROOT, get_settings
-from loadgen.childprocs import (
-    CpuSample,
-    CpuSampler,
-    ProcessError,
-    log_tail,
-    mock_server,
-    stop_process,
-)
+from loadgen.childprocs import CpuSample, CpuSampler, ProcessError, log_tail, mock_server, stop_process
 from loadgen.orchestrate.locust_launch import locust_argv
 from loadgen.plan import usable_cores
-from loadgen.selftest.calibration_figures import (
-    ClientRun,
-    added_latency_ms,
-    calibration_run,
-    calibration_table,
-    scaling_lines,
-    summarize_records,
-)
+from loadgen.selftest import calibration_figures as figures
+from loadgen.selftest.calibration_figures import ClientRun, summarize_records
 
 LOCUST_EXIT_GRACE_S = 90.0  # start-up on a busy machine plus shutdown after --run-time
 UNSATURATED_CORES = 0.5  # below this, the client was not the bottleneck and the per-core figure is an estimate
@@ -64,36 +43,11 @@ class CalibrationError(RuntimeError):
     """A calibration run could not be made; the message says why and where the log is."""
 
 
-def our_client_env(base_url: str, users: int, max_tokens: int, logs_dir: Path | None = None) -> dict[str, str]:
-    """Environment for a Locust run of our client: fixed ``max_tokens``, closed loop, no ramp-up, no warmup; its
-    request log goes to ``logs_dir`` (a scratch folder), never into the stack's logs/requests.jsonl."""
-    return {
-        **os.environ,
-        "LOGS_DIR": str(logs_dir or Path(tempfile.gettempdir()) / "llm-serve-calibrate-logs"),
-        "VLLM_BASE_URL": base_url,
-        "CONCURRENCY": str(users),
-        "MAX_TOKENS": str(max_tokens),
-        "OUTPUT_LEN": "fixed",
-        "IGNORE_EOS": "false",
-        "RATE": "",
-        "RAMP_UP_S": "0",
-        "WARMUP": "0",
-    }
-
-
-def run_our_client(
-    base_url: str,
-    workdir: Path,
-    *,
-    users: int,
-    run_time_s: float,
-    max_tokens: int,
-    server_pid: int | None = None,
-    name: str = "locust",
-    workers: int = 1,
-) -> tuple[list[RequestRecord], list[CpuSample], list[CpuSample]]:
-    """One headless Locust run of our client (``ChatUser``, ``workers`` processes) for ``run_time_s``; rows and CPU
-    samples (of the whole Locust process tree).
+def run_our_client(base_url: str, workdir: Path, *, users: int, run_time_s: float, max_tokens: int,
+                   server_pid: int | None = None, name: str = "locust",
+                   workers: int = 1) -> tuple[list[RequestRecord], list[CpuSample], list[CpuSample]]:
+    """One headless closed-loop Locust run of our client (``workers`` processes, fixed ``max_tokens``, no ramp-up or
+    warmup, its request log in a scratch folder) for ``run_time_s``.
 
     Returns:
         ``(rows, Locust tree CPU samples, server CPU samples)`` — the last is empty without ``server_pid``.
@@ -107,10 +61,11 @@ def run_our_client(
     records_path = workdir / f"{name}.requests.jsonl"
     log_path = workdir / f"{name}.log"
     records_path.write_text("")
-    argv = locust_argv(
-        settings, headless=True, users=users, run_time_s=run_time_s, records_file=records_path, workers=workers
-    )
-    env = our_client_env(base_url, users, max_tokens)
+    argv = locust_argv(settings, headless=True, users=users, run_time_s=run_time_s, records_file=records_path,
+                       workers=workers)
+    env = {**os.environ, "LOGS_DIR": str(Path(tempfile.gettempdir()) / "llm-serve-calibrate-logs"),
+           "VLLM_BASE_URL": base_url, "CONCURRENCY": str(users), "MAX_TOKENS": str(max_tokens), "OUTPUT_LEN": "fixed",
+           "IGNORE_EOS": "false", "RATE": "", "RAMP_UP_S": "0", "WARMUP": "0"}  # fmt: skip
     with log_path.open("wb") as log:
         proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     client = CpuSampler(proc.pid)
@@ -152,7 +107,7 @@ class CalibrateOptions:
 
 
 def calibrate(options: CalibrateOptions, workdir: Path) -> tuple[Calibration, dict[str, ClientRun]]:
-    """Run the ceiling runs (1 and N workers) and the latency run; return the calibration and the per-run figures.
+    """The ceiling runs (1 and N workers) and the latency run: the calibration and each run's figures.
 
     Raises:
         CalibrationError: a run failed (the message has the log tail).
@@ -164,46 +119,32 @@ def calibrate(options: CalibrateOptions, workdir: Path) -> tuple[Calibration, di
     for kind, tokens in (("chunk_ceiling", options.chunk_tokens), ("request_ceiling", 1)):
         for workers in counts:
             name = f"{kind}_w{workers}"
-            print(
-                f"[CALIBRATE] {name}: mock {tokens} token(s) ({options.tokens_per_chunk} per event), no delays, "
-                f"{options.mock_processes} mock process(es); {options.users} users on {workers} worker(s), "
-                f"{options.run_time_s:g} s",
-                flush=True,
-            )
-            with mock_server(
-                workdir / f"mock_{name}.log", tokens=tokens, ttft_ms=0, itl_ms=0,
-                tokens_per_chunk=options.tokens_per_chunk, processes=options.mock_processes, require_api_key=keyed,
-            ) as mock:  # fmt: skip
-                rows, client, server = run_our_client(
-                    mock.url, workdir, users=options.users, run_time_s=options.run_time_s, max_tokens=tokens,
-                    server_pid=mock.pid, name=name, workers=workers,
-                )  # fmt: skip
+            print(f"[CALIBRATE] {name}: mock {tokens} token(s) ({options.tokens_per_chunk} per event), no delays, "
+                  f"{options.mock_processes} mock process(es); {options.users} users on {workers} worker(s), "
+                  f"{options.run_time_s:g} s", flush=True)  # fmt: skip
+            with mock_server(workdir / f"mock_{name}.log", tokens=tokens, ttft_ms=0, itl_ms=0,
+                             tokens_per_chunk=options.tokens_per_chunk, processes=options.mock_processes,
+                             require_api_key=keyed) as mock:
+                rows, client, server = run_our_client(mock.url, workdir, users=options.users,
+                                                      run_time_s=options.run_time_s, max_tokens=tokens,
+                                                      server_pid=mock.pid, name=name, workers=workers)
             runs[name] = summarize_records(rows, client, server)
-            stored.append(calibration_run(name, workers, runs[name]))
-    print(
-        f"[CALIBRATE] added_latency: mock TTFT {options.ttft_ms:g} ms, ITL {options.itl_ms:g} ms, "
-        f"{options.latency_tokens} tokens, {options.latency_users} users, {options.latency_run_time_s:g} s",
-        flush=True,
-    )
-    with mock_server(
-        workdir / "mock_latency.log", tokens=options.latency_tokens, ttft_ms=options.ttft_ms, itl_ms=options.itl_ms,
-        require_api_key=keyed,
-    ) as mock:
-        rows, client, server = run_our_client(
-            mock.url, workdir, users=options.latency_users, run_time_s=options.latency_run_time_s,
-            max_tokens=options.latency_tokens, server_pid=mock.pid, name="added_latency",
-        )  # fmt: skip
+            stored.append(figures.calibration_run(name, workers, runs[name]))
+    print(f"[CALIBRATE] added_latency: mock TTFT {options.ttft_ms:g} ms, ITL {options.itl_ms:g} ms, "
+          f"{options.latency_tokens} tokens, {options.latency_users} users, {options.latency_run_time_s:g} s",
+          flush=True)  # fmt: skip
+    with mock_server(workdir / "mock_latency.log", tokens=options.latency_tokens, ttft_ms=options.ttft_ms,
+                     itl_ms=options.itl_ms, require_api_key=keyed) as mock:
+        rows, client, server = run_our_client(mock.url, workdir, users=options.latency_users,
+                                              run_time_s=options.latency_run_time_s, max_tokens=options.latency_tokens,
+                                              server_pid=mock.pid, name="added_latency")
     runs["added_latency"] = summarize_records(rows, client, server)
-    added_ttft_ms, added_itl_ms = added_latency_ms(rows, options.ttft_ms, options.itl_ms)
-    calibration = Calibration(
-        chunks_per_sec_per_core=runs["chunk_ceiling_w1"].chunks_per_sec_per_core,
-        requests_per_sec_per_core=runs["request_ceiling_w1"].requests_per_sec_per_core,
-        added_ttft_ms=added_ttft_ms,
-        added_itl_ms=added_itl_ms,
-        measured_at=datetime.now().astimezone().isoformat(timespec="seconds"),
-        tokens_per_chunk=options.tokens_per_chunk,
-        runs=stored,
-    )
+    added_ttft_ms, added_itl_ms = figures.added_latency_ms(rows, options.ttft_ms, options.itl_ms)
+    calibration = Calibration(chunks_per_sec_per_core=runs["chunk_ceiling_w1"].chunks_per_sec_per_core,
+                              requests_per_sec_per_core=runs["request_ceiling_w1"].requests_per_sec_per_core,
+                              added_ttft_ms=added_ttft_ms, added_itl_ms=added_itl_ms,
+                              measured_at=datetime.now().astimezone().isoformat(timespec="seconds"),
+                              tokens_per_chunk=options.tokens_per_chunk, runs=stored)
     return calibration, runs
 
 
@@ -221,11 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=None, help="default: LOGS_DIR/calibration.json")
     parser.add_argument("--keep-logs", action="store_true", help="keep the temporary run folder and print its path")
     args = parser.parse_args(argv)
-    options = CalibrateOptions(
-        users=args.users, run_time_s=args.run_time_s, chunk_tokens=args.chunk_tokens,
-        tokens_per_chunk=args.tokens_per_chunk, workers=max(1, args.workers),
-        mock_processes=max(1, args.mock_processes),
-    )  # fmt: skip
+    options = CalibrateOptions(users=args.users, run_time_s=args.run_time_s, chunk_tokens=args.chunk_tokens,
+                               tokens_per_chunk=args.tokens_per_chunk, workers=max(1, args.workers),
+                               mock_processes=max(1, args.mock_processes))
     output = args.output or get_settings().logs_dir / "calibration.json"
     workdir = Path(tempfile.mkdtemp(prefix="calibrate_"))
     print(f"[CALIBRATE] {cores} usable core(s), load average {os.getloadavg()[0]:.1f}; work folder {workdir}")
@@ -234,22 +173,16 @@ def main(argv: list[str] | None = None) -> int:
     except (CalibrationError, ProcessError, ValueError) as exc:
         print(f"[ERROR] calibration failed: {exc}\n[ERROR] run files kept in {workdir}", file=sys.stderr)
         return 1
-    for line in calibration_table(runs):
-        print(f"[CALIBRATE] {line}")
-    for line in scaling_lines(runs, options.workers):
+    for line in figures.calibration_table(runs) + figures.scaling_lines(runs, options.workers):
         print(f"[CALIBRATE] {line}")
     ceiling = runs["chunk_ceiling_w1"]
     if ceiling.client_cores < UNSATURATED_CORES:
-        print(
-            f"[WARN] the client used only {ceiling.client_cores:.2f} core(s) in the 1-worker ceiling run (mock "
-            f"{ceiling.server_cores or 0:.2f}): something else (other processes, the mock) took the CPU, so the "
-            "per-core ceiling is taken below saturation. Rerun on a quieter machine."
-        )
-    print(
-        f"[CALIBRATE] ceiling {calibration.chunks_per_sec_per_core:.0f} chunks/s and "
-        f"{calibration.requests_per_sec_per_core:.1f} req/s per client core; added latency "
-        f"TTFT {calibration.added_ttft_ms:+.1f} ms, ITL {calibration.added_itl_ms:+.2f} ms"
-    )
+        print(f"[WARN] the client used only {ceiling.client_cores:.2f} core(s) in the 1-worker ceiling run (mock "
+              f"{ceiling.server_cores or 0:.2f}): something else (other processes, the mock) took the CPU, so the "
+              "per-core ceiling is taken below saturation. Rerun on a quieter machine.")  # fmt: skip
+    print(f"[CALIBRATE] ceiling {calibration.chunks_per_sec_per_core:.0f} chunks/s and "
+          f"{calibration.requests_per_sec_per_core:.1f} req/s per client core; added latency "
+          f"TTFT {calibration.added_ttft_ms:+.1f} ms, ITL {calibration.added_itl_ms:+.2f} ms")  # fmt: skip
     save_calibration(output, calibration)
     print(f"[CALIBRATE] saved to {output}")
     if args.keep_logs:

@@ -34,27 +34,28 @@ class ClientRun:
     client_cpu_s: float
     server_cpu_s: float | None = None
 
+    def _per_window(self, value: float) -> float:
+        return value / self.window_s if self.window_s > 0 else 0.0
+
     @property
     def chunks_per_sec(self) -> float:
         """Content chunks per wall-clock second."""
-        return self.chunks / self.window_s if self.window_s > 0 else 0.0
+        return self._per_window(self.chunks)
 
     @property
     def requests_per_sec(self) -> float:
         """Completed requests per wall-clock second."""
-        return self.requests_ok / self.window_s if self.window_s > 0 else 0.0
+        return self._per_window(self.requests_ok)
 
     @property
     def client_cores(self) -> float:
         """Mean cores the client used over the window."""
-        return self.client_cpu_s / self.window_s if self.window_s > 0 else 0.0
+        return self._per_window(self.client_cpu_s)
 
     @property
     def server_cores(self) -> float | None:
         """Mean cores the (mock) server used over the window, when it was sampled."""
-        if self.server_cpu_s is None or self.window_s <= 0:
-            return None
-        return self.server_cpu_s / self.window_s
+        return None if self.server_cpu_s is None or self.window_s <= 0 else self._per_window(self.server_cpu_s)
 
     @property
     def chunks_per_sec_per_core(self) -> float:
@@ -67,11 +68,8 @@ class ClientRun:
         return per_core_rate(self.requests_ok, self.client_cpu_s)
 
 
-def summarize_records(
-    records: Sequence[RequestRecord],
-    client_samples: Sequence[CpuSample],
-    server_samples: Sequence[CpuSample] | None = None,
-) -> ClientRun:
+def summarize_records(records: Sequence[RequestRecord], client_samples: Sequence[CpuSample],
+                      server_samples: Sequence[CpuSample] | None = None) -> ClientRun:
     """A :class:`ClientRun` from our rows: window = first send to last end of the measured rows (pure).
 
     Raises:
@@ -83,14 +81,10 @@ def summarize_records(
         raise ValueError("no successful request was recorded")
     start = min(r.started_at for r in measured)
     end = max(r.ended_at for r in measured)
-    return ClientRun(
-        requests_ok=len(ok),
-        requests_failed=len(measured) - len(ok),
-        chunks=sum(r.content_chunks for r in ok),
-        window_s=end - start,
-        client_cpu_s=cpu_in_window(client_samples, start, end),
-        server_cpu_s=cpu_in_window(server_samples, start, end) if server_samples else None,
-    )
+    return ClientRun(requests_ok=len(ok), requests_failed=len(measured) - len(ok),
+                     chunks=sum(r.content_chunks for r in ok), window_s=end - start,
+                     client_cpu_s=cpu_in_window(client_samples, start, end),
+                     server_cpu_s=cpu_in_window(server_samples, start, end) if server_samples else None)
 
 
 def added_latency_ms(records: Sequence[RequestRecord], ttft_ms: float, itl_ms: float) -> tuple[float, float]:
@@ -109,33 +103,23 @@ def added_latency_ms(records: Sequence[RequestRecord], ttft_ms: float, itl_ms: f
 
 def calibration_table(rows: Mapping[str, ClientRun]) -> list[str]:
     """Aligned text lines describing each run (pure)."""
-    header = (
-        f"{'run':<20}{'ok':>7}{'failed':>7}{'chunks':>9}{'window_s':>10}{'cpu_s':>8}{'client_cores':>13}"
-        f"{'mock_cores':>11}{'chunks/s':>10}{'req/s':>8}{'chunks/s/core':>14}{'req/s/core':>11}"
-    )
-    lines = [header]
+    lines = [f"{'run':<20}{'ok':>7}{'failed':>7}{'chunks':>9}{'window_s':>10}{'cpu_s':>8}{'client_cores':>13}"
+             f"{'mock_cores':>11}{'chunks/s':>10}{'req/s':>8}{'chunks/s/core':>14}{'req/s/core':>11}"]
     for name, run in rows.items():
         mock = "n/a" if run.server_cores is None else f"{run.server_cores:.2f}"
-        lines.append(
-            f"{name:<20}{run.requests_ok:>7}{run.requests_failed:>7}{run.chunks:>9}{run.window_s:>10.1f}"
-            f"{run.client_cpu_s:>8.1f}{run.client_cores:>13.2f}{mock:>11}{run.chunks_per_sec:>10.0f}"
-            f"{run.requests_per_sec:>8.0f}{run.chunks_per_sec_per_core:>14.0f}{run.requests_per_sec_per_core:>11.1f}"
-        )
+        lines.append(f"{name:<20}{run.requests_ok:>7}{run.requests_failed:>7}{run.chunks:>9}{run.window_s:>10.1f}"
+                     f"{run.client_cpu_s:>8.1f}{run.client_cores:>13.2f}{mock:>11}{run.chunks_per_sec:>10.0f}"
+                     f"{run.requests_per_sec:>8.0f}{run.chunks_per_sec_per_core:>14.0f}"
+                     f"{run.requests_per_sec_per_core:>11.1f}")
     return lines
 
 
 def calibration_run(name: str, workers: int, run: ClientRun) -> CalibrationRun:
     """One run as stored in ``logs/calibration.json`` (pure)."""
-    return CalibrationRun(
-        name=name,
-        workers=workers,
-        chunks_per_sec=run.chunks_per_sec,
-        requests_per_sec=run.requests_per_sec,
-        client_cores=run.client_cores,
-        mock_cores=run.server_cores,
-        chunks_per_sec_per_core=run.chunks_per_sec_per_core,
-        requests_per_sec_per_core=run.requests_per_sec_per_core,
-    )
+    return CalibrationRun(name=name, workers=workers, chunks_per_sec=run.chunks_per_sec,
+                          requests_per_sec=run.requests_per_sec, client_cores=run.client_cores,
+                          mock_cores=run.server_cores, chunks_per_sec_per_core=run.chunks_per_sec_per_core,
+                          requests_per_sec_per_core=run.requests_per_sec_per_core)
 
 
 def scaling_lines(runs: Mapping[str, ClientRun], workers: int) -> list[str]:
@@ -147,9 +131,7 @@ def scaling_lines(runs: Mapping[str, ClientRun], workers: int) -> list[str]:
         one, many = runs.get(f"{kind}_w1"), runs.get(f"{kind}_w{workers}")
         if one and many and getattr(one, rate) > 0:
             ratio = getattr(many, rate) / getattr(one, rate)
-            lines.append(
-                f"{kind}: {workers} workers stream {ratio:.2f}x the {rate.replace('_per_sec', '')}/s of 1 "
-                f"(client cores {one.client_cores:.2f} -> {many.client_cores:.2f}, mock cores "
-                f"{one.server_cores or 0:.2f} -> {many.server_cores or 0:.2f})"
-            )
+            lines.append(f"{kind}: {workers} workers stream {ratio:.2f}x the {rate.replace('_per_sec', '')}/s of 1 "
+                         f"(client cores {one.client_cores:.2f} -> {many.client_cores:.2f}, mock cores "
+                         f"{one.server_cores or 0:.2f} -> {many.server_cores or 0:.2f})")
     return lines

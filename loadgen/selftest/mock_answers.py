@@ -1,6 +1,7 @@
-"""The mock server's answers as bytes: its settings (:class:`MockConfig`) and one streamed answer's framed events
-(:func:`build_answer`, pure), in vLLM's chunk shapes and the quirks of other servers; served by
-:mod:`loadgen.selftest.mock_server`."""
+"""The mock server's answers as bytes (pure; served by :mod:`loadgen.selftest.mock_server`): its settings
+(:class:`MockConfig`), one streamed answer's framed events (:func:`build_answer`) in vLLM's chunk shapes and the quirks
+of other servers, and ``/tokenize``/``/detokenize`` (:func:`tokenize_answer`): one token per character, its id the
+code point, a chat template of :data:`TEMPLATE_TOKENS` tokens, so token-exact prompts can be built against the mock."""
 
 from __future__ import annotations
 
@@ -11,6 +12,13 @@ from typing import Any
 MODEL_ID = "mock-model"
 TOKEN_TEXT = "字"  # a 3-byte UTF-8 character, so split-character handling is exercised
 THOUGHT_TEXT = "想"  # a reasoning token's text (--reasoning N)
+TEMPLATE_TOKENS = 4  # <user>, </user>, <assistant> and a newline, as the mock's "chat template"
+TOKENIZE_PATHS = frozenset({b"/tokenize", b"/detokenize"})
+BROKEN_TOKENIZE = {  # --tokenize-answer: what a gateway or another engine answers on these paths with HTTP 200
+    "html": (b"<!DOCTYPE html><html><head><title>Gateway</title></head><body>Not here</body></html>", "text/html"),
+    "list": (b"[]", "application/json"),
+    "empty": (b"", "application/json"),
+}
 
 
 @dataclass(frozen=True)
@@ -34,7 +42,7 @@ class MockConfig:
     send_delay_ms: float = 0.0  # every event leaves this long after the time /metrics records for it
     role_with_first: bool = False  # vLLM: the role chunk leaves with the first token
     held_back: frozenset[int] = frozenset()  # tokens sent as "content": "" (text held back by vLLM's detokenizer)
-    tokenize: bool = True  # answer vLLM's /tokenize and /detokenize (mock_tokenizer); False: 404, as most servers
+    tokenize: bool = True  # answer vLLM's /tokenize and /detokenize (tokenize_answer); False: 404, as most servers
     tokenize_answer: str | None = None  # "html", "list" or "empty": /tokenize and /detokenize answer 200 with that
     fast_answers: int = 0  # per server process: its first this many chat answers leave at once, later ones on schedule
     reasoning_tokens: int = 0  # a reasoning model: each answer's first this many tokens are reasoning deltas
@@ -99,3 +107,21 @@ def build_answer(cfg: MockConfig, n: int, created: int) -> Answer:
     if cfg.done:
         tail += _frame(b"data: [DONE]\n\n")
     return Answer(head, tuple(content), tail + b"0\r\n\r\n")
+
+
+def tokenize_answer(path: bytes, body: bytes) -> bytes:
+    """The JSON answer to ``POST path`` with ``body``: ``{"tokens", "count"}`` for ``/tokenize`` (a ``prompt`` or
+    ``messages``, the template counted for messages), ``{"prompt"}`` for ``/detokenize``; ``{"error"}`` for a body
+    of another shape."""
+    try:
+        request: Any = json.loads(body or b"{}")
+        if path == b"/detokenize":
+            return json.dumps({"prompt": "".join(chr(int(t)) for t in request["tokens"])}).encode()
+        if "messages" in request:
+            text = "".join(str(m["content"]) for m in request["messages"])
+            tokens = [ord(c) for c in text] + [0] * (TEMPLATE_TOKENS * len(request["messages"]))
+        else:
+            tokens = [ord(c) for c in str(request["prompt"])]
+    except (ValueError, KeyError, TypeError) as exc:
+        return json.dumps({"error": f"bad body: {exc}"}).encode()
+    return json.dumps({"tokens": tokens, "count": len(tokens)}).encode()

@@ -1,13 +1,7 @@
-"""The mock server's own clock: vLLM's ``/metrics`` latency histograms and counters, as the mock's schedule says.
-
-``python -m loadgen.selftest.mock_server --metrics`` records, for every streamed answer, what vLLM's output processor
-would stamp (arrival → first token → each next token → finish) and serves them under vLLM's names
-(``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds``, ``vllm:e2e_request_latency_seconds``,
-``vllm:request_success_total``, ``vllm:generation_tokens_total``, ``vllm:prompt_tokens_total``) and the engine's queue
-gauges (``vllm:num_requests_running``: answers being streamed, a request leaves it when its answer ends or its client
-disconnects, as vLLM aborts a request whose client went away; ``vllm:num_requests_waiting``: 0). With ``--send-delay-ms
-D`` the bytes of every event leave D ms after the time recorded for it, so a client's overhead over the server's own
-figures must grow by D (the cross-check's test of itself).
+"""The mock server's own clock (``--metrics``): what vLLM's output processor would stamp for every streamed answer
+(arrival, each token, finish), served under vLLM's ``/metrics`` names, with ``vllm:num_requests_running`` (answers
+being streamed; a disconnect leaves it at once, as vLLM aborts) and ``vllm:num_requests_waiting`` (0). With
+``--send-delay-ms D`` a client's overhead over these figures must grow by D (the cross-check's test of itself).
 """
 
 from __future__ import annotations
@@ -35,11 +29,8 @@ class _Histogram:
     def lines(self, name: str) -> list[str]:
         out = [f"# TYPE {name} histogram"]
         out += [f'{name}_bucket{{{MODEL_LABEL},le="{b}"}} {c}.0' for b, c in zip(BUCKETS_S, self.counts, strict=True)]
-        out += [
-            f'{name}_bucket{{{MODEL_LABEL},le="+Inf"}} {self.count}.0',
-            f"{name}_count{{{MODEL_LABEL}}} {self.count}.0",
-            f"{name}_sum{{{MODEL_LABEL}}} {self.total_s!r}",
-        ]
+        out += [f'{name}_bucket{{{MODEL_LABEL},le="+Inf"}} {self.count}.0',
+                f"{name}_count{{{MODEL_LABEL}}} {self.count}.0", f"{name}_sum{{{MODEL_LABEL}}} {self.total_s!r}"]
         return out
 
 
@@ -70,19 +61,15 @@ class MockMetrics:
 
     def exposition(self) -> bytes:
         """The Prometheus text of everything recorded (vLLM's names and labels)."""
-        lines = [
-            "# TYPE vllm:num_requests_running gauge",
-            f"vllm:num_requests_running{{{MODEL_LABEL}}} {self.running}.0",
-            "# TYPE vllm:num_requests_waiting gauge",
-            f"vllm:num_requests_waiting{{{MODEL_LABEL}}} 0.0",
-            "# TYPE vllm:request_success_total counter",
-            f'vllm:request_success_total{{{MODEL_LABEL},finished_reason="length"}} {self.succeeded}.0',
-            "# TYPE vllm:generation_tokens_total counter",
-            f"vllm:generation_tokens_total{{{MODEL_LABEL}}} {self.generated}.0",
-            "# TYPE vllm:prompt_tokens_total counter",
-            f"vllm:prompt_tokens_total{{{MODEL_LABEL}}} {self.prompt}.0",
-            *self.ttft.lines("vllm:time_to_first_token_seconds"),
-            *self.itl.lines("vllm:inter_token_latency_seconds"),
-            *self.e2e.lines("vllm:e2e_request_latency_seconds"),
-        ]
+        lines = []
+        for name, kind, label, value in (
+            ("vllm:num_requests_running", "gauge", "", self.running), ("vllm:num_requests_waiting", "gauge", "", 0),
+            ("vllm:request_success_total", "counter", ',finished_reason="length"', self.succeeded),
+            ("vllm:generation_tokens_total", "counter", "", self.generated),
+            ("vllm:prompt_tokens_total", "counter", "", self.prompt),
+        ):
+            lines += [f"# TYPE {name} {kind}", f"{name}{{{MODEL_LABEL}{label}}} {value}.0"]
+        for histogram, name in ((self.ttft, "time_to_first_token"), (self.itl, "inter_token_latency"),
+                                (self.e2e, "e2e_request_latency")):
+            lines += histogram.lines(f"vllm:{name}_seconds")
         return ("\n".join(lines) + "\n").encode()

@@ -1,39 +1,15 @@
 """A mock OpenAI-compatible streaming server with known timings, cheap enough never to be the bottleneck.
 
 ``python -m loadgen.selftest.mock_server --port 18900 --tokens 20 --ttft-ms 400 --itl-ms 50`` answers
-``/v1/chat/completions`` with a role-only chunk, then ``tokens`` content chunks (the first after ``ttft_ms``, each
-next ``itl_ms`` after the previous), a usage chunk and ``[DONE]``. ``--tokens-per-chunk K`` packs K tokens into each
-event, as vLLM does at high rates (``--stream-interval``). ``/v1/models``, ``/health`` and ``/version`` exist so it
-stands in for vLLM; the answer is ``min(tokens, max_tokens or max_completion_tokens)`` tokens long.
+``/v1/chat/completions`` with a role-only chunk, ``min(tokens, max_tokens or max_completion_tokens)`` content chunks
+(the first after ``ttft_ms``, each next ``itl_ms`` later), a usage chunk and ``[DONE]``; ``/v1/models``, ``/health``
+and ``/version`` stand in for vLLM's. Answers are pre-built bytes (:mod:`loadgen.selftest.mock_answers`); without
+delays an answer goes out in one write (or ``--events-per-write`` N); ``--processes N`` share the port
+(``SO_REUSEPORT``). A plain asyncio protocol serves HTTP/1.1 keep-alive with ``Content-Length`` bodies.
 
-Built to measure load generators: answers are pre-built byte strings (:mod:`loadgen.selftest.mock_answers`; HTTP chunked
-framing included, cached per length); with no delays the whole answer goes out in one write (``--events-per-write 0``,
-the shape a saturated client sees: its reads find many events), or N events per write with a turn of the event loop
-between writes (``--events-per-write 1`` is one event per write). ``--processes N`` serves from N processes on one port
-(``SO_REUSEPORT``: the kernel spreads connections), so the mock scales with the cores it is given. The HTTP side is a
-plain asyncio protocol (HTTP/1.1 keep-alive, ``Content-Length`` request bodies).
-
-Quirks of other servers, for the robustness tests: ``--no-usage`` (no usage block), ``--no-tokenize`` (no
-``/tokenize``: answered 404), ``--tokenize-answer html|list|empty`` (``/tokenize`` answered 200 with an HTML page, a
-JSON list or an empty body, as a gateway may), ``--no-done`` (the stream ends after the chunk with ``finish_reason``
-and usage, as ``transformers serve`` does), ``--bad-chunk JSON`` (that data line is sent after the first content
-chunk of every answer), ``--models a,b`` (several served models), ``--fast-answers N`` (the first N chat answers leave
-at once, the rest on the schedule: a test gets its first rows without waiting out slow answers).
-vLLM's own shapes: ``--role-with-first`` sends the role chunk in the first token's write (vLLM makes it when the
-first token is out), ``--held-back 0,5`` sends those tokens (0-based) as ``"content": ""`` (vLLM's chunk for a token
-whose text its detokenizer holds back: a byte-level BPE piece of a multi-byte character). ``--reasoning N``: a
-reasoning model, whose answers open with N reasoning tokens (``reasoning`` deltas as vLLM 0.32 streams them, or
-``--reasoning-field reasoning_content``) before the content, usage counting them in
-``completion_tokens_details.reasoning_tokens``.
-``--request-log FILE`` appends every chat request's arrival time and messages to FILE (what a conversation sent, and
-when). ``--require-api-key`` answers 401 on ``/v1/*`` without ``Authorization: Bearer <VLLM_API_KEY>``, as vLLM started
-with ``--api-key`` does (the key is read from the settings, never from the command line).
-
-The server's own clock (:mod:`loadgen.selftest.mock_metrics`): ``--metrics`` serves vLLM's ``/metrics`` latency
-histograms and counters as the mock's schedule stamps them, and ``vllm:num_requests_running`` (answers being
-streamed: one whose client disconnects leaves it at once, as vLLM aborts it); ``--send-delay-ms D`` sends every event
-D ms after its stamp (a server whose stream lags its own clock). Paced answers then follow a schedule (first event
-``ttft_ms`` after the request, each next ``itl_ms`` after the previous one's stamp).
+The other options imitate other servers' quirks and vLLM's own shapes (see each option's help). ``--metrics``
+serves vLLM's ``/metrics`` of the mock's own clock (:mod:`loadgen.selftest.mock_metrics`): paced answers then follow
+a schedule, and ``--send-delay-ms D`` sends every event D ms after its stamp.
 """
 
 from __future__ import annotations
@@ -41,14 +17,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
 import socket
 import sys
 import time
+from typing import Any
 
-from loadgen.selftest import mock_tokenizer
+from loadgen.selftest import mock_answers
 from loadgen.selftest.mock_answers import MODEL_ID, Answer, MockConfig, build_answer
 from loadgen.selftest.mock_metrics import MockMetrics
 
@@ -57,11 +35,8 @@ MAX_HEAD_BYTES = 64 * 1024
 
 def _response(status: str, body: bytes, content_type: str = "application/json", close: bool = False) -> bytes:
     connection = b"connection: close\r\n" if close else b""
-    return (
-        b"HTTP/1.1 %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n"
-        % (status.encode(), content_type.encode(), len(body), connection)
-        + body
-    )
+    head = b"HTTP/1.1 %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n"
+    return head % (status.encode(), content_type.encode(), len(body), connection) + body
 
 
 class MockServer:
@@ -93,15 +68,13 @@ class MockServer:
             found = self._answers[n] = build_answer(self.cfg, n, self.created)
         return found
 
-    def refusal(self, body: bytes) -> tuple[str, bytes] | None:
+    def refusal(self, request: dict[str, Any]) -> tuple[str, bytes] | None:
         """vLLM 0.32's error answer (status line, body) to a chat request it refuses: 404 for a model it does not
-        serve (``The model `x` does not exist.``, as after a switch to another model), 400 for ``max_tokens`` beyond
-        the context; None when it answers."""
+        serve (``The model `x` does not exist.``), 400 for ``max_tokens`` beyond the context; None when it answers."""
+        model = request.get("model")
         try:
-            request = json.loads(body)
-            model = request.get("model")
             asked = int(request.get("max_tokens") or request.get("max_completion_tokens") or 0)
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError):
             return None
         if isinstance(model, str) and model not in self.cfg.models:
             error = {"object": "error", "message": f"The model `{model}` does not exist.", "type": "NotFoundError",
@@ -113,25 +86,29 @@ class MockServer:
         error = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
         return "400 Bad Request", json.dumps(error).encode()
 
-    def log_request(self, body: bytes) -> None:
+    def log_request(self, request: dict[str, Any]) -> None:
         """Append the request's arrival time (Unix s) and messages to ``cfg.request_log`` (tests read what was
-        sent and when: a conversation's turn k+1 only after turn k's answer, with the history)."""
-        try:
-            messages = json.loads(body).get("messages")
-        except (ValueError, AttributeError):
-            messages = None
+        sent and when)."""
         assert self.cfg.request_log is not None
         with open(self.cfg.request_log, "a", encoding="utf-8") as log:
-            log.write(json.dumps({"at": time.time(), "messages": messages}, ensure_ascii=False) + "\n")
+            log.write(json.dumps({"at": time.time(), "messages": request.get("messages")}, ensure_ascii=False) + "\n")
 
-    def tokens_asked(self, body: bytes) -> int:
-        """Answer length for a request body: min(tokens, max_tokens or max_completion_tokens)."""
+    def tokens_asked(self, request: dict[str, Any]) -> int:
+        """Answer length: min(tokens, max_tokens or max_completion_tokens)."""
+        asked = request.get("max_tokens") or request.get("max_completion_tokens") or self.cfg.tokens
         try:
-            request = json.loads(body)
-            asked = request.get("max_tokens") or request.get("max_completion_tokens") or self.cfg.tokens
             return max(1, min(self.cfg.tokens, int(asked)))
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError):
             return self.cfg.tokens
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    """The request body's JSON object ({} for anything else)."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
 
 
 class _Connection(asyncio.Protocol):
@@ -201,76 +178,60 @@ class _Connection(asyncio.Protocol):
         elif fixed is not None:
             self._send(_response("200 OK", fixed, close=close), close)
         elif (method, target) == (b"POST", b"/v1/chat/completions"):
-            refused = server.refusal(body)
+            request = _json_object(body)
+            refused = server.refusal(request)
             if refused is not None:
                 self._send(_response(refused[0], refused[1], close=close), close)
                 return
             if server.cfg.request_log:
-                server.log_request(body)
-            answer = server.answer(server.tokens_asked(body))
+                server.log_request(request)
+            tokens = server.tokens_asked(request)
+            answer = server.answer(tokens)
             head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
             head += b"connection: close\r\n\r\n" if close else b"\r\n"
             cfg = server.cfg
             server.chats += 1
-            if server.chats <= cfg.fast_answers:
-                self._send(head + answer.whole, close)
-            elif server.metrics is not None:
-                coroutine = self._scheduled(head, answer, close, server.metrics, server.tokens_asked(body))
-                self.task = asyncio.get_running_loop().create_task(coroutine)
-            elif cfg.ttft_ms <= 0 and cfg.itl_ms <= 0 and cfg.events_per_write <= 0:
-                self._send(head + answer.whole, close)  # the firehose: one write
+            firehose = server.metrics is None and cfg.ttft_ms <= 0 and cfg.itl_ms <= 0 and cfg.events_per_write <= 0
+            if server.chats <= cfg.fast_answers or firehose:
+                self._send(head + answer.whole, close)  # one write
             else:
-                self.task = asyncio.get_running_loop().create_task(self._paced(head, answer, close))
-        elif method == b"POST" and target in mock_tokenizer.PATHS and server.cfg.tokenize_answer:
-            broken, content_type = mock_tokenizer.BROKEN[server.cfg.tokenize_answer]
+                self.task = asyncio.get_running_loop().create_task(self._stream(head, answer, close, tokens))
+        elif method == b"POST" and target in mock_answers.TOKENIZE_PATHS and server.cfg.tokenize_answer:
+            broken, content_type = mock_answers.BROKEN_TOKENIZE[server.cfg.tokenize_answer]
             self._send(_response("200 OK", broken, content_type, close=close), close)
-        elif method == b"POST" and target in mock_tokenizer.PATHS and server.cfg.tokenize:
-            self._send(_response("200 OK", mock_tokenizer.answer(target, body), close=close), close)
+        elif method == b"POST" and target in mock_answers.TOKENIZE_PATHS and server.cfg.tokenize:
+            self._send(_response("200 OK", mock_answers.tokenize_answer(target, body), close=close), close)
         else:
             self._send(_response("404 Not Found", b'{"detail":"Not Found"}', close=close), close)
 
-    async def _paced(self, head: bytes, answer: Answer, close: bool) -> None:
-        """Write the answer on its schedule: the first content event ``ttft_ms`` after the request, each next one
-        ``itl_ms`` after the previous (so no gap is shorter); with no delays, ``events_per_write`` events per write
-        and a turn of the event loop between writes."""
-        cfg = self.server.cfg
-        step = 1 if cfg.itl_ms > 0 else max(1, cfg.events_per_write)
-        try:
-            self._send(head + answer.head)
-            await asyncio.sleep(cfg.ttft_ms / 1000.0)
-            for i in range(0, len(answer.content), step):
-                if i:
-                    await asyncio.sleep(cfg.itl_ms / 1000.0)
-                self._send(b"".join(answer.content[i : i + step]))
-            self._send(answer.tail, close)
-        finally:
-            self.task = None
-        self._next()
-
-
-    async def _scheduled(self, head: bytes, answer: Answer, close: bool, metrics: MockMetrics, tokens: int) -> None:
+    async def _stream(self, head: bytes, answer: Answer, close: bool, tokens: int) -> None:
         """Write the answer on the server's clock: content event k is stamped at ``arrival + ttft + k * itl`` (or
-        when the loop gets there, if later) and leaves ``send_delay_ms`` after its stamp; the stamps go to
-        ``/metrics`` when the answer ends."""
-        cfg = self.server.cfg
+        when the loop gets there, so no gap is shorter than ``itl_ms``) and leaves ``send_delay_ms`` after its stamp;
+        without delays ``events_per_write`` events per write, a turn of the event loop between writes. With
+        ``--metrics`` the stamps go to ``/metrics`` when the answer ends."""
+        cfg, metrics = self.server.cfg, self.server.metrics
         loop = asyncio.get_running_loop()
         delay_s = cfg.send_delay_ms / 1000.0
+        step = 1 if cfg.itl_ms > 0 or metrics is not None else max(1, cfg.events_per_write)
         arrival = loop.time()
         stamps: list[float] = []
-        metrics.running += 1  # until the answer ends or the client goes away (connection_lost cancels this task)
+        if metrics is not None:
+            metrics.running += 1  # until the answer ends or the client goes away (connection_lost cancels this task)
         try:
             self._send(head + answer.head)
             due = arrival + cfg.ttft_ms / 1000.0
-            for event in answer.content:
+            for i in range(0, len(answer.content), step):
                 await asyncio.sleep(max(0.0, due + delay_s - loop.time()))
                 stamp = loop.time() - delay_s  # never earlier than due: the loop may be late, the stamp with it
                 stamps.append(stamp)
-                self._send(event)
+                self._send(b"".join(answer.content[i : i + step]))
                 due = stamp + cfg.itl_ms / 1000.0
             self._send(answer.tail, close)
-            metrics.record(arrival, stamps, tokens, cfg.prompt_tokens)
+            if metrics is not None:
+                metrics.record(arrival, stamps, tokens, cfg.prompt_tokens)
         finally:
-            metrics.running -= 1
+            if metrics is not None:
+                metrics.running -= 1
             self.task = None
         self._next()
 
@@ -279,9 +240,7 @@ async def serve(cfg: MockConfig, host: str, port: int, reuse_port: bool) -> None
     """Serve until cancelled."""
     server = MockServer(cfg)
     loop = asyncio.get_running_loop()
-    listener = await loop.create_server(
-        lambda: _Connection(server), host, port, reuse_port=reuse_port, backlog=4096
-    )
+    listener = await loop.create_server(lambda: _Connection(server), host, port, reuse_port=reuse_port, backlog=4096)
     async with listener:
         await listener.serve_forever()
 
@@ -313,37 +272,41 @@ def run(cfg: MockConfig, host: str, port: int, processes: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     """CLI entry."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=18900)
-    parser.add_argument("--tokens", type=int, default=20)
-    parser.add_argument("--ttft-ms", type=float, default=400.0)
-    parser.add_argument("--itl-ms", type=float, default=50.0)
-    parser.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per event (vLLM-like chunking)")
-    parser.add_argument(
-        "--events-per-write", type=int, default=0,
-        help="without delays: events per write (0 = the whole answer in one write)",
-    )  # fmt: skip
-    parser.add_argument("--processes", type=int, default=1, help="server processes on the port (SO_REUSEPORT)")
-    parser.add_argument("--no-usage", action="store_true", help="send no usage block")
-    parser.add_argument("--no-done", action="store_true", help="end after the finish chunk, without [DONE]")
-    parser.add_argument("--no-tokenize", action="store_true", help="no /tokenize (404, as most non-vLLM servers)")
-    parser.add_argument("--tokenize-answer", choices=sorted(mock_tokenizer.BROKEN), default=None,
-                        help="/tokenize and /detokenize answer 200 with an HTML page, a JSON list or nothing")
-    parser.add_argument("--bad-chunk", default=None, help="a raw data line sent after the first content chunk")
-    parser.add_argument("--models", default=MODEL_ID, help="comma-separated model ids of /v1/models")
-    parser.add_argument("--max-model-len", type=int, default=4096, help="context: longer requests get HTTP 400")
-    parser.add_argument("--unlisted-context", action="store_true", help="/v1/models does not list max_model_len")
-    parser.add_argument("--require-api-key", action="store_true", help="require VLLM_API_KEY on /v1 (as vLLM does)")
-    parser.add_argument("--role-with-first", action="store_true", help="the role chunk leaves with the first token")
-    parser.add_argument("--held-back", default="", help="0-based tokens sent with empty content, e.g. 0,5")
-    parser.add_argument("--metrics", action="store_true", help="serve vLLM's /metrics of the mock's own clock")
-    parser.add_argument("--send-delay-ms", type=float, default=0.0, help="--metrics: events leave this late")
-    parser.add_argument("--fast-answers", type=int, default=0, help="each process's first N chat answers: unpaced")
-    parser.add_argument("--request-log", default=None, help="append each chat request's arrival and messages here")
-    parser.add_argument("--reasoning", type=int, default=0, help="a reasoning model: each answer's first N tokens "
-                        "are reasoning deltas (usage counts them)")
-    parser.add_argument("--reasoning-field", choices=("reasoning", "reasoning_content"), default="reasoning",
-                        help="the delta field of reasoning text (vLLM 0.32: reasoning)")
+    add = parser.add_argument
+    add("--host", default="127.0.0.1")
+    add("--port", type=int, default=18900)
+    add("--tokens", type=int, default=20)
+    add("--ttft-ms", type=float, default=400.0)
+    add("--itl-ms", type=float, default=50.0)
+    add("--tokens-per-chunk", type=int, default=1, help="tokens per event (vLLM-like chunking, --stream-interval)")
+    add("--events-per-write", type=int, default=0,
+        help="without delays: events per write, a turn of the event loop between (0 = the whole answer in one write)")
+    add("--processes", type=int, default=1, help="server processes on the port (SO_REUSEPORT)")
+    add("--no-usage", dest="usage", action="store_false", help="send no usage block")
+    add("--no-done", dest="done", action="store_false",
+        help="end after the finish chunk, without [DONE] (as transformers serve)")
+    add("--no-tokenize", dest="tokenize", action="store_false", help="no /tokenize (404, as most non-vLLM servers)")
+    add("--tokenize-answer", choices=sorted(mock_answers.BROKEN_TOKENIZE), default=None,
+        help="/tokenize and /detokenize answer 200 with an HTML page, a JSON list or nothing (as a gateway may)")
+    add("--bad-chunk", default=None, help="a raw data line sent after the first content chunk of every answer")
+    add("--models", type=lambda v: tuple(m for m in v.split(",") if m), default=MODEL_ID,
+        help="comma-separated model ids of /v1/models")
+    add("--max-model-len", type=int, default=4096, help="context: longer requests get HTTP 400")
+    add("--unlisted-context", dest="list_max_model_len", action="store_false",
+        help="/v1/models does not list max_model_len")
+    add("--require-api-key", action="store_true",
+        help="401 on /v1 without 'Authorization: Bearer <VLLM_API_KEY>' (as vLLM --api-key; the key from settings)")
+    add("--role-with-first", action="store_true", help="the role chunk leaves with the first token (as vLLM)")
+    add("--held-back", type=lambda v: frozenset(int(x) for x in v.split(",") if x.strip()), default="",
+        help="0-based tokens sent with empty content, e.g. 0,5 (vLLM's detokenizer holding text back)")
+    add("--metrics", action="store_true", help="serve vLLM's /metrics of the mock's own clock")
+    add("--send-delay-ms", type=float, default=0.0, help="--metrics: events leave this late")
+    add("--fast-answers", type=int, default=0, help="each process's first N chat answers: unpaced")
+    add("--request-log", default=None, help="append each chat request's arrival and messages here (JSONL)")
+    add("--reasoning", dest="reasoning_tokens", metavar="REASONING", type=int, default=0,
+        help="a reasoning model: each answer's first N tokens are reasoning deltas (usage counts them)")
+    add("--reasoning-field", choices=("reasoning", "reasoning_content"), default="reasoning",
+        help="the delta field of reasoning text (vLLM 0.32: reasoning)")
     args = parser.parse_args(argv)
     if args.tokens < 1 or args.tokens_per_chunk < 1 or args.processes < 1 or args.events_per_write < 0:
         parser.error("--tokens, --tokens-per-chunk and --processes must be >= 1, --events-per-write >= 0")
@@ -356,30 +319,10 @@ def main(argv: list[str] | None = None) -> int:
         api_key = get_settings().vllm_client_key
         if not api_key:
             parser.error("--require-api-key needs VLLM_API_KEY")
-    cfg = MockConfig(
-        tokens=args.tokens,
-        ttft_ms=args.ttft_ms,
-        itl_ms=args.itl_ms,
-        tokens_per_chunk=args.tokens_per_chunk,
-        events_per_write=args.events_per_write,
-        usage=not args.no_usage,
-        done=not args.no_done,
-        tokenize=not args.no_tokenize,
-        tokenize_answer=args.tokenize_answer,
-        bad_chunk=args.bad_chunk,
-        models=tuple(m for m in args.models.split(",") if m),
-        api_key=api_key,
-        max_model_len=args.max_model_len,
-        list_max_model_len=not args.unlisted_context,
-        metrics=args.metrics,
-        send_delay_ms=args.send_delay_ms,
-        role_with_first=args.role_with_first,
-        held_back=frozenset(int(x) for x in args.held_back.split(",") if x.strip()),
-        fast_answers=max(0, args.fast_answers),
-        reasoning_tokens=max(0, args.reasoning),
-        reasoning_field=args.reasoning_field,
-        request_log=args.request_log,
-    )
+    fields = {f.name for f in dataclasses.fields(MockConfig)}
+    options = {k: v for k, v in vars(args).items() if k in fields}
+    options.update(fast_answers=max(0, args.fast_answers), reasoning_tokens=max(0, args.reasoning_tokens))
+    cfg = MockConfig(**options, api_key=api_key)
     print(f"[MOCK] http://{args.host}:{args.port} ({args.processes} process(es))", file=sys.stderr, flush=True)
     return run(cfg, args.host, args.port, args.processes)
 

@@ -1,20 +1,14 @@
 """Workloads: the bundled Chinese corpus or your own dataset, as chat messages with input-length buckets.
 
-Formats (chosen by content, not by extension):
+Formats (chosen by content; a UTF-8 byte-order mark is skipped):
 
 - **Prompt JSONL** (the bundled ``loadgen/workloads/data/prompts_zh.jsonl``): one object per line with ``prompt``
   (str) or ``messages`` (OpenAI chat list ending with a user turn), plus optional ``id`` and ``task``.
-- **ShareGPT JSON**: a list of ``{"id", "conversations": [{"from": "human"|"gpt"|"system", "value"}]}``; each
-  conversation becomes the messages up to its last human turn. The same objects one per line (ShareGPT JSONL) and
-  turns written ``{"role", "content"}`` are read too.
+- **ShareGPT JSON**: a list of ``{"id", "conversations": [{"from": "human"|"gpt"|"system", "value"}]}``, each the
+  messages up to its last human turn; also one per line (JSONL) and with ``{"role", "content"}`` turns.
 
-A UTF-8 byte-order mark at the start of the file is skipped (JSON and JSONL).
-
-Invalid lines/entries are **skipped and counted** (a bring-your-own file with a few bad rows should still run; the
-count is printed and recorded). A file with no usable entry is an error.
-
-A run parses its dataset once (:func:`dataset_of`, in the benchmark's process) and hands the prompts to the Locust
-processes in the run's plan (:mod:`loadgen.plan`), so no load process parses the file again.
+Invalid entries are **skipped and counted**; a file with no usable entry is an error. A run parses its dataset once
+(:func:`dataset_of`) and hands the prompts to the Locust processes in its plan (:mod:`loadgen.plan`).
 """
 
 from __future__ import annotations
@@ -78,7 +72,11 @@ def _valid_messages(messages: Any) -> list[dict[str, str]] | None:
     return out if out[-1]["role"] == "user" and out[-1]["content"].strip() else None
 
 
-def _from_jsonl_line(obj: Any, number: int) -> Prompt | None:
+def _from_jsonl_line(line: str, number: int) -> Prompt | None:
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
     if not isinstance(obj, dict):
         return None
     if "conversations" in obj:  # ShareGPT as JSONL: one conversation per line
@@ -106,10 +104,8 @@ def _from_sharegpt(entry: Any, index: int) -> Prompt | None:
             return None
         messages.append({"role": role, "content": value})
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
-    valid = _valid_messages(messages[: last_user + 1]) if last_user >= 0 else None
-    if valid is None:
-        return None
-    return Prompt(str(entry.get("id", f"entry-{index}")), "sharegpt", valid)
+    valid = _valid_messages(messages[: last_user + 1])  # None without a user turn (an empty list)
+    return None if valid is None else Prompt(str(entry.get("id", f"entry-{index}")), "sharegpt", valid)
 
 
 def load_dataset(path: Path) -> Dataset:
@@ -121,51 +117,32 @@ def load_dataset(path: Path) -> Dataset:
     if path.is_dir():
         raise DatasetError(f"dataset {path} is a folder: DATASET names one file (prompt JSONL or ShareGPT JSON)")
     if not path.is_file():
-        raise DatasetError(
-            f"dataset {path} not found: check the path (DATASET / --dataset, or PROMPTS_FILE / --prompts-file for the "
-            "default corpus)"
-        )
+        raise DatasetError(f"dataset {path} not found: check the path (DATASET / --dataset, or PROMPTS_FILE / "
+                           "--prompts-file for the default corpus)")
     try:
         text = path.read_text(encoding="utf-8-sig")  # a UTF-8 byte-order mark is not part of the first record
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(f"dataset {path} cannot be read as UTF-8 text: {exc}") from None
-    prompts: list[Prompt] = []
-    skipped = 0
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
             entries = json.loads(stripped)
         except ValueError as exc:
             raise DatasetError(f"dataset {path} looks like a JSON list but does not parse: {exc}") from None
-        for index, entry in enumerate(entries):
-            prompt = _from_sharegpt(entry, index)
-            if prompt is None:
-                skipped += 1
-            else:
-                prompts.append(prompt)
+        parsed = [_from_sharegpt(entry, index) for index, entry in enumerate(entries)]
     else:
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                prompt = _from_jsonl_line(json.loads(line), number)
-            except ValueError:
-                prompt = None
-            if prompt is None:
-                skipped += 1
-            else:
-                prompts.append(prompt)
+        lines = enumerate(text.splitlines(), start=1)
+        parsed = [_from_jsonl_line(line, number) for number, line in lines if line.strip()]
+    prompts = [p for p in parsed if p is not None]
+    skipped = len(parsed) - len(prompts)
     if not prompts:
-        raise DatasetError(
-            f"dataset {path} has no usable entry ({skipped} skipped): expected prompt JSONL "
-            '(one {"prompt": ...} per line) or ShareGPT JSON ([{"conversations": [...]}])'
-        )
+        raise DatasetError(f"dataset {path} has no usable entry ({skipped} skipped): expected prompt JSONL "
+                           '(one {"prompt": ...} per line) or ShareGPT JSON ([{"conversations": [...]}])')
     return Dataset(path, prompts, skipped)
 
 
 def dataset_of(path: Path) -> Dataset:
-    """:func:`load_dataset` of ``path``, parsed once per process while the file is unchanged (same file, size and
-    modification time): the benchmark's checks, its warmup and the plan it writes share one parse.
+    """:func:`load_dataset` of ``path``, parsed once per process while the file is unchanged (inode, size, mtime).
 
     Raises:
         DatasetError: as :func:`load_dataset` (a failure is not remembered).

@@ -20,11 +20,5 @@ def plan_arrival_gaps(plan: BenchmarkConfig) -> Iterator[float]:
     burstiness = plan.burstiness or 1.0
     if plan.rate_end_req_per_sec is None:
         return arrival_gaps_s(plan.rate_req_per_sec, burstiness, plan.seed)
-    return ramp_arrival_gaps_s(
-        plan.rate_req_per_sec,
-        plan.rate_end_req_per_sec,
-        burstiness,
-        plan.seed,
-        duration_s=plan.duration_s,
-        requests=plan.requests,
-    )
+    return ramp_arrival_gaps_s(plan.rate_req_per_sec, plan.rate_end_req_per_sec, burstiness, plan.seed,
+                               duration_s=plan.duration_s, requests=plan.requests)

@@ -1,12 +1,8 @@
-"""A model folder's own tokenizer, for sizing prompts when the server has no usable ``/tokenize`` (another engine, a
-gateway): ``tokenizer.json`` read by the ``tokenizers`` library, the chat template rendered with Jinja as
-``transformers`` renders it (a sandboxed environment with ``trim_blocks``/``lstrip_blocks``, ``tojson``,
-``raise_exception`` and ``strftime_now``, the special tokens of ``tokenizer_config.json`` as variables), and the
-rendered chat tokenized without added special tokens — what vLLM's ``/tokenize`` with ``messages`` does (the
-template writes its own BOS).
-
-Counts match the server's only when the folder holds the tokenizer the server serves; the run's output names the
-folder that sized the prompts.
+"""A model folder's own tokenizer, for sizing prompts when the server has no usable ``/tokenize``: ``tokenizer.json``
+by the ``tokenizers`` library, the chat template rendered with Jinja as ``transformers`` does (sandboxed,
+``trim_blocks``/``lstrip_blocks``, ``tojson``, ``raise_exception``, ``strftime_now``, the special tokens as
+variables) and tokenized without added special tokens, as vLLM's ``/tokenize`` with ``messages``. Counts match the
+server's only for the tokenizer it serves; the run's output names the folder.
 """
 
 from __future__ import annotations
@@ -22,8 +18,7 @@ SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_t
 
 
 class LocalTokenizerError(BenchError):
-    """A folder's tokenizer cannot be used (no ``tokenizer.json``, no chat template, no ``tokenizers`` package);
-    the message says which and why."""
+    """A folder's tokenizer cannot be used; the message says which and why."""
 
 
 def _token_text(value: Any) -> str | None:
@@ -54,8 +49,8 @@ def read_tokenizer_config(folder: Path) -> dict[str, Any]:
 
 
 def chat_template_of(folder: Path, config: dict[str, Any]) -> str:
-    """The folder's chat template: ``chat_template.jinja``, else ``tokenizer_config.json``'s ``chat_template`` (a
-    string, or the ``default`` of a list of named templates), else ``chat_template.json``'s.
+    """The folder's chat template: ``chat_template.jinja``, else ``config``'s ``chat_template`` (a string, or the
+    ``default`` of named templates), else ``chat_template.json``'s.
 
     Raises:
         LocalTokenizerError: none of them holds a template (vLLM refuses chats without one too).
@@ -73,10 +68,8 @@ def chat_template_of(folder: Path, config: dict[str, Any]) -> str:
         named = {t.get("name"): t.get("template") for t in found if isinstance(t, dict)}
         found = named.get("default")
     if not isinstance(found, str) or not found.strip():
-        raise LocalTokenizerError(
-            f"{folder} has no chat template (chat_template.jinja, or chat_template in tokenizer_config.json): the "
-            "chat's own tokens cannot be counted"
-        )
+        raise LocalTokenizerError(f"{folder} has no chat template (chat_template.jinja, or chat_template in "
+                                  "tokenizer_config.json): the chat's own tokens cannot be counted")
     return found
 
 
@@ -85,11 +78,10 @@ def _raise(message: str) -> None:
 
 
 class LocalTokenizer:
-    """The tokenizer of a model folder, with the calls prompt sizing makes (the server tokenizer's three).
+    """The tokenizer of a model folder (the :class:`~loadgen.workloads.tokenizing.PromptTokenizer` calls).
 
     Raises (on construction):
-        LocalTokenizerError: no ``tokenizer.json``, an unreadable one, no chat template, or the ``tokenizers``
-            package missing from this environment (``make envs`` installs it).
+        LocalTokenizerError: no or an unreadable ``tokenizer.json``, no chat template, no ``tokenizers`` package.
     """
 
     def __init__(self, folder: Path, origin: str) -> None:
@@ -100,10 +92,8 @@ class LocalTokenizer:
         try:
             from tokenizers import Tokenizer
         except ImportError:
-            raise LocalTokenizerError(
-                "the `tokenizers` package is not installed in this environment: run `make envs` (it is in "
-                "requirements/app.txt)"
-            ) from None
+            raise LocalTokenizerError("the `tokenizers` package is not installed in this environment: run `make "
+                                      "envs` (it is in requirements/app.txt)") from None
         try:
             self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
         except Exception as exc:  # the Rust library raises its own exception type for a malformed file

@@ -1,15 +1,9 @@
-"""DATASET=random: prompts of exactly RANDOM_INPUT_LEN tokens as the server counts them, for comparisons with
-``vllm bench serve --dataset-name random``.
+"""DATASET=random: prompts of exactly RANDOM_INPUT_LEN tokens as the server counts them, chat template included
+(``usage.prompt_tokens``; ``vllm bench serve --dataset-name random``), and the sizing PREFIX_LEN and TRACE share.
 
-How they are sized (decided here, documented in the README): the figure is the **whole prompt the server
-processes**, chat template included — what ``usage.prompt_tokens`` reports — not only the user text. Each prompt is
-random token ids drawn from the ids the server's tokenizer gives the bundled corpus (so they decode to ordinary
-text, no special tokens), decoded by the server (``POST /detokenize``), then counted as a chat (``POST /tokenize``
-with ``messages``, the generation prompt added as the chat endpoint does) and trimmed or extended until the count
-is exact. A server without a usable ``/tokenize`` (another engine, a gateway) gives way to the served model's
-tokenizer from a local folder (:mod:`loadgen.workloads.tokenizing`). Random ids from the first token on mean no two
-prompts share a prefix beyond the template (no prefix-cache hits). The prompts are written once per model, length,
-count and seed to ``logs/datasets/random_….jsonl`` (a prompt JSONL), which every Locust process reads.
+Each prompt is random ids of the corpus's ordinary tokens (no shared prefix), decoded, counted as a chat and trimmed
+or extended until exact, by :mod:`loadgen.workloads.tokenizing`; written once per model, length, count and seed to
+``logs/datasets/random_….jsonl``.
 """
 
 from __future__ import annotations
@@ -33,38 +27,48 @@ CORPUS_CHARS = 20_000  # of the bundled corpus, tokenized once for the pool of o
 
 
 def sized_prompt(tok: PromptTokenizer, pool: np.ndarray, rng: np.random.Generator, total_tokens: int) -> str:
-    """A random text whose one-message chat is exactly ``total_tokens`` tokens (see the module docstring).
+    """A random text whose one-message chat is exactly ``total_tokens`` tokens.
 
     Raises:
-        BenchError: the template alone is longer, or the count did not settle (the message gives the numbers).
+        BenchError: the template alone is longer, or the count did not settle.
     """
     overhead = tok.chat_count("")
     if total_tokens <= overhead:
-        raise BenchError(
-            f"RANDOM_INPUT_LEN={total_tokens} is not above the chat template's own {overhead} tokens: choose more"
-        )
+        raise BenchError(f"RANDOM_INPUT_LEN={total_tokens} is not above the chat template's own {overhead} tokens: "
+                         "choose more")
     ids = [int(i) for i in rng.choice(pool, total_tokens - overhead)]
     return exact_chat_text(tok, pool, rng, ids, total_tokens, "DATASET=random")
 
 
+def exact_text(tok: PromptTokenizer, pool: np.ndarray, rng: np.random.Generator, ids: list[int], tokens: int,
+               count: Callable[[str], int], failure: str) -> str:
+    """A text starting with (the decoding of) ``ids`` that ``count`` finds exactly ``tokens`` long: the last ids are
+    trimmed, or random ones from ``pool`` appended, at most :data:`MAX_ADJUSTMENTS` times (a merge across the seam
+    can skip a count).
+
+    Raises:
+        BenchError: the count did not settle (``failure``, then the last count).
+    """
+    found = None
+    for _ in range(MAX_ADJUSTMENTS):
+        text = tok.text(ids)
+        found = count(text)
+        if found == tokens:
+            return text
+        gap = tokens - found
+        ids = ids + [int(i) for i in rng.choice(pool, gap)] if gap > 0 else ids[: max(1, len(ids) + gap)]
+    raise BenchError(f"{failure} (last count {found})")
+
+
 def exact_chat_text(tok: PromptTokenizer, pool: np.ndarray, rng: np.random.Generator, ids: list[int],
                     total_tokens: int, knob: str) -> str:
-    """A text starting with (the decoding of) ``ids`` whose one-message chat is exactly ``total_tokens`` tokens as the
-    server counts it: the last ids are trimmed, or random ones from ``pool`` appended, until the count is exact
-    (at most :data:`MAX_ADJUSTMENTS` tries; a merge across the seam can skip a count, so it may take several).
+    """:func:`exact_text` for a one-message chat of ``total_tokens`` tokens as the server counts it.
 
     Raises:
         BenchError: the count did not settle (names ``knob``, the wanted and the last count).
     """
-    count = None
-    for _ in range(MAX_ADJUSTMENTS):
-        text = tok.text(ids)
-        count = tok.chat_count(text)
-        if count == total_tokens:
-            return text
-        gap = total_tokens - count
-        ids = ids + [int(i) for i in rng.choice(pool, gap)] if gap > 0 else ids[: max(1, len(ids) + gap)]
-    raise BenchError(f"{knob}: could not size a prompt to {total_tokens} tokens (last count {count})")
+    failure = f"{knob}: could not size a prompt to {total_tokens} tokens"
+    return exact_text(tok, pool, rng, ids, total_tokens, tok.chat_count, failure)
 
 
 def token_pool(tok: PromptTokenizer, corpus: Path) -> np.ndarray:
@@ -74,12 +78,32 @@ def token_pool(tok: PromptTokenizer, corpus: Path) -> np.ndarray:
     return np.unique(np.asarray(tok.ids(text), dtype=np.int64))
 
 
+def generated_path(logs_dir: Path, kind: str, plan: BenchmarkConfig, tail: str) -> Path:
+    """``logs/datasets/<kind>_<model>_<tail>``, the model's name made safe for a file name."""
+    return logs_dir / "datasets" / f"{kind}_{re.sub(r'[^A-Za-z0-9_.-]+', '_', plan.model)}_{tail}"
+
+
+def write_once(path: Path, corpus: Path, open_tokenizer: Callable[[], PromptTokenizer],
+               build: Callable[[PromptTokenizer, np.ndarray], str]) -> Path:
+    """Write ``build(tokenizer, corpus token pool)`` to ``path`` unless it is there (only then is a tokenizer opened).
+
+    Raises:
+        BenchError: as ``open_tokenizer`` or ``build`` raise it.
+    """
+    if not path.exists():
+        tok = open_tokenizer()
+        try:
+            text = build(tok, token_pool(tok, corpus))
+        finally:
+            tok.close()
+        atomic_write(path, text)
+    return path
+
+
 def random_prompts_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path,
                         open_tokenizer: Callable[[], PromptTokenizer], count: int | None = None) -> Path:
     """Write (once) and return the prompt JSONL of ``plan``'s random dataset: ``count`` prompts (default REQUESTS
-    plus warmup, or 256 for duration-bounded runs) of ``plan.input_len_tokens`` tokens each, sized with the tokenizer
-    ``open_tokenizer`` opens (only when the file is not there yet:
-    :func:`loadgen.workloads.tokenizing.open_prompt_tokenizer`).
+    plus warmup, or 256 for duration-bounded runs) of ``plan.input_len_tokens`` tokens each.
 
     Raises:
         BenchError: no tokenizer is usable, or a prompt cannot be sized.
@@ -88,20 +112,12 @@ def random_prompts_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path,
     if total is None:
         raise ValueError("not a DATASET=random plan (input_len_tokens unset)")
     count = count or ((plan.requests + plan.warmup_requests) if plan.requests else DEFAULT_PROMPTS)
-    safe_model = re.sub(r"[^A-Za-z0-9_.-]+", "_", plan.model)
-    path = logs_dir / "datasets" / f"random_{safe_model}_in{total}_n{count}_seed{plan.seed}.jsonl"
-    if path.exists():
-        return path
-    tok = open_tokenizer()
-    try:
-        pool = token_pool(tok, corpus)
+
+    def build(tok: PromptTokenizer, pool: np.ndarray) -> str:
         rng = np.random.default_rng(plan.seed)
-        lines = [
-            json.dumps({"id": f"random-{i}", "task": "random", "prompt": sized_prompt(tok, pool, rng, total)},
-                       ensure_ascii=False)
-            for i in range(count)
-        ]
-    finally:
-        tok.close()
-    atomic_write(path, "\n".join(lines) + "\n")
-    return path
+        lines = [json.dumps({"id": f"random-{i}", "task": "random", "prompt": sized_prompt(tok, pool, rng, total)},
+                            ensure_ascii=False) for i in range(count)]  # fmt: skip
+        return "\n".join(lines) + "\n"
+
+    path = generated_path(logs_dir, "random", plan, f"in{total}_n{count}_seed{plan.seed}.jsonl")
+    return write_once(path, corpus, open_tokenizer, build)

@@ -1,19 +1,10 @@
-"""Multi-turn conversations (SESSION_TURNS > 1): each session sends turn k+1 only after turn k's answer, with the
-whole history so far (the model's actual answers), after the user's think time (THINK_TIME).
+"""Multi-turn conversations (SESSION_TURNS > 1): turn k+1 leaves after turn k's answer and the think time
+(THINK_TIME), carrying the whole history with the model's actual answers.
 
-Where the turns come from (SESSION_FOLLOWUPS, :func:`followups_of`; recorded in the report as
-``config.session_followups``):
-
-- ``dataset`` (``auto`` when most entries are multi-turn conversations: ShareGPT ``conversations`` or ``messages``
-  with several user turns). A session replays one conversation: its leading system messages, then its *real* user
-  turns in order, each after the model's own answer to the one before (the dataset's recorded answers are not sent);
-  it ends after its last user turn or SESSION_TURNS turns. Conversations are dealt in one seeded order, each once per
-  cycle (:class:`ConversationDeck`): session number ``n`` of the run plays card ``n``, whichever process runs it.
-- ``drawn`` (``auto`` for a dataset of single prompts, the bundled corpus): turn 1 is a workload prompt (all its
-  messages), each later turn the last user message of another workload prompt; a session plays SESSION_TURNS turns.
-
-A failed turn ends its session (there is no answer to carry). A session lives in the one load process that started
-it, so a session never moves between workers or hosts.
+Later turns (SESSION_FOLLOWUPS, :func:`followups_of`) are either ``dataset``: a conversation's leading system messages
+and *real* user turns (its recorded answers are not sent), dealt in one seeded order (:class:`ConversationDeck`), or
+``drawn``: turn 1 a workload prompt, each later turn another prompt's last user message. A failed turn ends its
+session; a session stays in the load process that started it.
 """
 
 from __future__ import annotations
@@ -31,8 +22,7 @@ Message = dict[str, str]
 
 
 def split_turns(prompt: Prompt) -> tuple[list[Message], list[str]]:
-    """``(leading system messages, the user turns' texts in order)`` of a dataset entry; the recorded assistant
-    answers are dropped (a session sends the model's own)."""
+    """``(leading system messages, the user turns' texts)`` of a dataset entry (recorded answers dropped)."""
     system: list[Message] = []
     users: list[str] = []
     for message in prompt.messages:
@@ -49,10 +39,8 @@ def multi_turn_share(prompts: Sequence[Prompt]) -> float:
 
 
 def followups_of(prompts: Sequence[Prompt], session_turns: int, asked: str = "auto") -> Followups | None:
-    """Where a run's later turns come from: None without sessions (SESSION_TURNS 1); SESSION_FOLLOWUPS when it
-    names one; ``auto``: ``dataset`` when at least half the entries are multi-turn conversations (a ShareGPT
-    conversation file), else ``drawn`` (single prompts; the bundled corpus, whose few dialogue entries are prompts
-    with context)."""
+    """Where a run's later turns come from: None for SESSION_TURNS 1; ``asked`` when it names one; ``auto``:
+    ``dataset`` when at least half the entries are multi-turn conversations, else ``drawn``."""
     if session_turns <= 1:
         return None
     if asked in ("dataset", "drawn"):
@@ -61,8 +49,7 @@ def followups_of(prompts: Sequence[Prompt], session_turns: int, asked: str = "au
 
 
 class ConversationDeck:
-    """The dataset's conversations in one seeded order, each once per cycle: :meth:`card` ``n`` is the same in
-    every load process."""
+    """The dataset's conversations in one seeded order, each once per cycle (card ``n``: the same in every process)."""
 
     def __init__(self, prompts: Sequence[Prompt], seed: int) -> None:
         if not prompts:
@@ -76,38 +63,17 @@ class ConversationDeck:
 
 
 class Session:
-    """One conversation: hands out its turns (:meth:`next_item`) and takes each answer back (:meth:`answered`,
-    called by :func:`loadgen.locust_side.user_actions.send`).
+    """One conversation (id ``s<number>``): hands out its turns (:meth:`next_item`) and takes each answer back
+    (:meth:`answered`). ``opening`` is the conversation to replay or the first prompt; ``turns_cap`` SESSION_TURNS;
+    ``own_draw`` the next workload item when the caller has none (open loop); ``think_s`` draws think times, s."""
 
-    Args:
-        number: the session's number in the run (its id is ``s<number>``).
-        opening: the conversation to replay (``dataset``) or the first turn's prompt (``drawn``).
-        turns_cap: SESSION_TURNS.
-        followups: where later turns come from (module docstring).
-        own_draw: the session's own next workload item (a follow-up's prompt and every later turn's max_tokens
-            when the caller has no draw, as in the open loop).
-        think_s: the session's think-time draws, seconds.
-    """
-
-    def __init__(
-        self,
-        number: int,
-        opening: Prompt,
-        turns_cap: int,
-        followups: Followups,
-        own_draw: Callable[[], WorkItem],
-        think_s: Callable[[], float],
-    ) -> None:
-        self.number = number
+    def __init__(self, number: int, opening: Prompt, turns_cap: int, followups: Followups,
+                 own_draw: Callable[[], WorkItem], think_s: Callable[[], float]) -> None:
         self.session_id = f"s{number}"
         self.followups = followups
         self.task = opening.task
-        if followups == "dataset":
-            self._system, self._users = split_turns(opening)
-            self.history: list[Message] = list(self._system)
-        else:
-            self._system, self._users = [], []
-            self.history = []
+        system, self._users = split_turns(opening) if followups == "dataset" else ([], [])
+        self.history: list[Message] = system
         self._opening = opening
         self.planned = min(turns_cap, len(self._users)) if followups == "dataset" else turns_cap
         self.turn = 0
@@ -121,8 +87,7 @@ class Session:
         self.planned = max(1, min(self.planned, turns))
 
     def next_item(self, draw: WorkItem | None = None) -> WorkItem:
-        """The next turn, with ``draw``'s max_tokens (default: the session's own draw); a ``drawn`` follow-up also
-        takes ``draw``'s last user message.
+        """The next turn, with ``draw``'s max_tokens (default: its own draw) and, ``drawn``, last user message.
 
         Raises:
             RuntimeError: the session is over (a bug of the caller).
@@ -143,8 +108,7 @@ class Session:
                         think_time_s=think)  # fmt: skip
 
     def answered(self, item: WorkItem, ok: bool, answer: str) -> None:
-        """Keep ``answer`` for the next turn and draw the think time before it; the session is over after its last
-        turn or a failed one."""
+        """Keep ``answer`` for the next turn and draw the think time; a failed or last turn ends the session."""
         if not ok or self.turn >= self.planned:
             self.over = True
             self.pending_think_s = None

@@ -1,8 +1,6 @@
-"""The tokenizer that sizes token-exact prompts (DATASET=random, PREFIX_LEN, TRACE): the server's own ``/tokenize``
-and ``/detokenize`` (vLLM's), else — when the server has none or answers them with something else (404, an HTML
-page, another JSON shape: another engine, a gateway) — the served model's tokenizer from a local folder
-(:mod:`loadgen.workloads.localtokenizer`): TOKENIZER, or the folder the stack's engine serves from
-(``logs/engine_state.json``). Without either the run is refused with what to set, before any load.
+"""The tokenizer that sizes token-exact prompts (DATASET=random, PREFIX_LEN, TRACE): the server's ``/tokenize`` and
+``/detokenize`` (vLLM's), else a local folder's (:mod:`loadgen.workloads.localtokenizer`: TOKENIZER, or the folder
+the stack's engine serves); without either the run is refused before any load, saying what to set.
 """
 
 from __future__ import annotations
@@ -27,28 +25,23 @@ class PromptTokenizer(Protocol):
     """What prompt sizing asks a tokenizer (the server's or a local one)."""
 
     source: str
-    """Which tokenizer this is, for the run's output ("the server's /tokenize at …", "the local tokenizer in …")."""
+    """Which tokenizer this is, for the run's output."""
 
     def ids(self, text: str) -> list[int]:
         """Token ids of plain ``text`` (no special tokens)."""
-        ...
 
     def chat_count(self, text: str) -> int:
         """Tokens of a one-message chat with ``text`` as the server's chat endpoint builds it."""
-        ...
 
     def text(self, ids: list[int]) -> str:
         """``ids`` decoded."""
-        ...
 
     def close(self) -> None:
         """Release connections."""
-        ...
 
 
 class TokenizeUnusable(BenchError):
-    """The server answered ``/tokenize`` or ``/detokenize``, but not usably (no such endpoint, an error status, a
-    body of another shape); the message names the URL and what came back."""
+    """The server answered ``/tokenize`` or ``/detokenize``, but not usably; the message names the URL and answer."""
 
 
 class _Tokenized(BaseModel):
@@ -68,8 +61,7 @@ class ServerTokenizer:
     """The server's ``/tokenize`` and ``/detokenize`` (vLLM's shapes), for ``model``; ``headers`` carry the API key.
 
     Raises (from each call):
-        TokenizeUnusable: the server answered, but not as vLLM does (the message names the URL and the answer).
-        BenchError: the server did not answer at all.
+        TokenizeUnusable: the server answered, but not as vLLM does. BenchError: it did not answer at all.
     """
 
     def __init__(self, base_url: str, model: str, timeout_s: float = 30.0,
@@ -113,9 +105,8 @@ class ServerTokenizer:
 
 
 def tokenizer_folder(spec: str, models_dir: Path) -> Path | None:
-    """The local folder of a model named as the stack names it: a folder path, ``synthetic:NAME`` (built under
-    ``models_dir``), or a Hugging Face id whose ``tokenizer.json`` is in the local HF cache (no network); None when
-    none is here."""
+    """The local folder of a model spec: a folder path, ``synthetic:NAME`` (under ``models_dir``), or a Hugging Face
+    id whose ``tokenizer.json`` is in the local cache (no network); None when none is here."""
     if spec.startswith(SYNTHETIC_PREFIX):
         return models_dir / spec[len(SYNTHETIC_PREFIX):]
     local = Path(spec).expanduser()
@@ -133,8 +124,8 @@ def tokenizer_folder(spec: str, models_dir: Path) -> Path | None:
 
 
 def local_candidates(settings: Settings, model: str) -> list[tuple[str, str]]:
-    """Where a local tokenizer for served ``model`` may be, in order, each with where that came from: TOKENIZER,
-    then the model the stack's engine serves under that name (``logs/engine_state.json``)."""
+    """``(spec, origin)`` of each place a local tokenizer for served ``model`` may be: TOKENIZER, then the stack's
+    engine's model served under that name (``logs/engine_state.json``)."""
     found: list[tuple[str, str]] = []
     if settings.tokenizer:
         found.append((settings.tokenizer, "TOKENIZER"))
@@ -156,13 +147,12 @@ def probe(tok: PromptTokenizer) -> None:
 
 def open_prompt_tokenizer(settings: Settings, model: str, knob: str,
                           say: Callable[[str], None] = print) -> PromptTokenizer:
-    """The tokenizer that sizes ``knob``'s prompts for served ``model``: the server's, else the first usable local
-    one of :func:`local_candidates`; ``say`` gets one line naming which (and why not the server's).
+    """The tokenizer that sizes ``knob``'s prompts for served ``model``: the server's, else the first usable one of
+    :func:`local_candidates`; ``say`` gets one line naming which.
 
     Raises:
-        BenchError: the server answered neither tokenizing call usably and no local tokenizer is usable (the message
-            names the server's answer, each folder tried and why not, and the knob to set), or the server does not
-            answer at all.
+        BenchError: the server does not answer, or neither it nor a local tokenizer is usable (the message names the
+            server's answer, each folder tried and the knob to set).
     """
     server = ServerTokenizer(settings.vllm_url, model, headers=settings.vllm_headers)
     try:
@@ -192,8 +182,7 @@ def open_prompt_tokenizer(settings: Settings, model: str, knob: str,
             " — counts match the server's only if it serves that tokenizer")
         return local
     tried_line = f" Tried: {'; '.join(tried)}." if tried else ""
-    raise BenchError(
-        f"{knob} sizes prompts in tokens with the server's tokenizer, and the server has no usable /tokenize "
-        f"({why_not_server}).{tried_line} Set TOKENIZER (--tokenizer) to a local folder holding the served model's "
-        "tokenizer.json and chat template (a copy of the model, e.g. /data/qwen2-0.5b-instruct) to size them here."
-    )
+    raise BenchError(f"{knob} sizes prompts in tokens with the server's tokenizer, and the server has no usable "
+                     f"/tokenize ({why_not_server}).{tried_line} Set TOKENIZER (--tokenizer) to a local folder holding "
+                     "the served model's tokenizer.json and chat template (a copy of the model, e.g. "
+                     "/data/qwen2-0.5b-instruct) to size them here.")

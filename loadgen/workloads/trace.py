@@ -1,17 +1,14 @@
 """TRACE: a timestamped production trace replayed on its own schedule (pure: parsing, checks, the schedule).
 
-Formats (chosen by content: a first line starting with ``{`` is JSONL, one naming the ``Timestamp`` column is CSV):
+Formats, chosen by content:
 
-- **BurstGPT CSV** (``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type``): ``Timestamp`` in
-  seconds from the trace's start; ``Request tokens`` is the prompt's length and ``Response tokens`` the answer's.
-  Only ``Timestamp``, ``Request tokens`` and ``Response tokens`` are read; the other columns may be absent.
-- **Mooncake JSONL** (one ``{"timestamp": <ms>, "input_length": N, "output_length": M, "hash_ids": [...]}`` per
-  line): ``hash_ids`` name the prompt's 512-token blocks in order (:data:`BLOCK_TOKENS`); requests naming the same
-  id share that block of prompt, so vLLM's prefix cache hits as it did in the trace. Blank lines are skipped.
+- **BurstGPT CSV**: ``Timestamp`` (s from the trace's start), ``Request tokens`` and ``Response tokens`` are read
+  (the other columns may be absent).
+- **Mooncake JSONL**: ``{"timestamp": <ms>, "input_length": N, "output_length": M, "hash_ids": [...]}`` per line;
+  ``hash_ids`` name the prompt's :data:`BLOCK_TOKENS`-token blocks, shared between rows as in the trace.
 
-Every row is checked before any load: a bad one is a :class:`TraceError` naming the file, the line and what is wrong.
-Timestamps must not decrease (a trace is replayed in order). A row asking for 0 output tokens (BurstGPT's failed
-requests) is replayed asking for 1 (a request must ask for one token).
+Every row is checked before any load (a :class:`TraceError` names file, line and fault); timestamps must not
+decrease. A row asking for 0 output tokens (BurstGPT's failed requests) is replayed asking for 1.
 """
 
 from __future__ import annotations
@@ -38,9 +35,8 @@ class TraceError(ValueError):
 
 @dataclass(frozen=True)
 class TraceRow:
-    """One request of a trace: when it arrived (s after the trace's first timestamp's origin), its prompt and output
-    lengths (tokens), the shared 512-token blocks its prompt starts with (Mooncake's ``hash_ids``; empty: none) and
-    the file's line number."""
+    """One request of a trace: arrival (s from the trace's origin), prompt and output tokens, the shared blocks its
+    prompt starts with (Mooncake's ``hash_ids``) and its line number."""
 
     at_s: float
     input_tokens: int
@@ -51,8 +47,7 @@ class TraceRow:
 
 @dataclass(frozen=True)
 class Trace:
-    """A parsed trace: its file, format (:data:`BURSTGPT` or :data:`MOONCAKE`), content hash (sha256 hex of the
-    file's bytes) and rows in file order."""
+    """A parsed trace: file, format (:data:`BURSTGPT` or :data:`MOONCAKE`), sha256 hex of its bytes, rows in order."""
 
     path: Path
     format: str
@@ -105,12 +100,10 @@ def _burstgpt_rows(path: Path, text: str) -> list[TraceRow]:
             continue
         if len(cells) != len(header):
             raise _fail(path, number, f"{len(cells)} fields where the header has {len(header)}")
-        rows.append(TraceRow(
-            at_s=_seconds(cells[where["Timestamp"]], "Timestamp", path, number, 1.0),
-            input_tokens=_count(cells[where["Request tokens"]], "Request tokens", path, number, 1),
-            output_tokens=_count(cells[where["Response tokens"]], "Response tokens", path, number, 0),
-            line=number,
-        ))
+        rows.append(TraceRow(at_s=_seconds(cells[where["Timestamp"]], "Timestamp", path, number, 1.0),
+                             input_tokens=_count(cells[where["Request tokens"]], "Request tokens", path, number, 1),
+                             output_tokens=_count(cells[where["Response tokens"]], "Response tokens", path, number, 0),
+                             line=number))
     return rows
 
 
@@ -131,17 +124,13 @@ def _mooncake_row(path: Path, number: int, raw: str) -> TraceRow:
     if len(hash_ids) > math.ceil(tokens / BLOCK_TOKENS):
         raise _fail(path, number, f"hash_ids names {len(hash_ids)} blocks of {BLOCK_TOKENS} tokens, more than "
                                   f"input_length={tokens} holds ({math.ceil(tokens / BLOCK_TOKENS)})")
-    return TraceRow(
-        at_s=_seconds(obj["timestamp"], "timestamp", path, number, 0.001),
-        input_tokens=tokens,
-        output_tokens=_count(obj["output_length"], "output_length", path, number, 0),
-        hash_ids=tuple(hash_ids),
-        line=number,
-    )
+    return TraceRow(at_s=_seconds(obj["timestamp"], "timestamp", path, number, 0.001), input_tokens=tokens,
+                    output_tokens=_count(obj["output_length"], "output_length", path, number, 0),
+                    hash_ids=tuple(hash_ids), line=number)
 
 
 def parse_trace(path: Path, data: bytes) -> Trace:
-    """The trace in ``data`` (the bytes of ``path``), its format found by content (see the module docstring).
+    """The trace in ``data`` (the bytes of ``path``), its format found by content.
 
     Raises:
         TraceError: not UTF-8, empty, neither format, or a bad row (the message names file, line and fault).
@@ -185,9 +174,8 @@ def load_trace(path: Path) -> Trace:
 
 def schedule(rows: Sequence[TraceRow], speed: float = 1.0, requests: int | None = None,
              duration_s: float | None = None) -> list[tuple[float, TraceRow]]:
-    """The replay's schedule: ``(seconds after the start, row)`` for the first ``requests`` rows (all: None), each
-    at its timestamp minus the first row's, divided by ``speed`` (2: twice as fast); rows after ``duration_s`` of
-    the replay are cut. The first row is sent at the start.
+    """The replay's schedule: ``(s after the start, row)`` for the first ``requests`` rows (None: all), each at its
+    timestamp minus the first row's, divided by ``speed``; rows after ``duration_s`` are cut.
 
     Raises:
         ValueError: ``speed`` is not finite and > 0.
@@ -203,16 +191,15 @@ def schedule(rows: Sequence[TraceRow], speed: float = 1.0, requests: int | None 
 
 
 def mean_rate(offsets_s: Sequence[float]) -> float:
-    """The schedule's mean arrival rate, req/s: (n − 1) / span; a schedule with no span (one row, or every row at
-    once) counts as n per second."""
+    """The schedule's mean arrival rate, req/s: (n − 1) / span, or n without a span."""
     span = offsets_s[-1] - offsets_s[0] if offsets_s else 0.0
     return (len(offsets_s) - 1) / span if span > 0 else float(max(1, len(offsets_s)))
 
 
 def schedule_problem(path: Path, timed: Sequence[tuple[float, TraceRow]], max_model_len: int | None,
                      watchdog_s: float) -> str | None:
-    """Why the replay cannot run (None: it can): no row left, a row whose prompt and output do not fit the model's
-    context, or a gap between arrivals longer than the watchdog (which would stop the run)."""
+    """Why the replay cannot run (None: it can): no row left, a row too long for the context, or a gap between
+    arrivals longer than the watchdog."""
     if not timed:
         return f"TRACE={path}: no row is scheduled within DURATION; lengthen it or raise TRACE_SPEED"
     if max_model_len is not None:

@@ -1,34 +1,21 @@
-"""TRACE: the trace's rows as token-exact prompts (written once by the benchmark) and as the Locust processes'
-schedule and requests (read from that file).
-
-Each row's prompt is one user message whose chat, as the server's chat endpoint builds it, is exactly the row's
-input length (``usage.prompt_tokens``), sized with the server's ``/tokenize`` and ``/detokenize`` as DATASET=random
-does (:mod:`loadgen.workloads.randomdata`; a local tokenizer where the server has none:
-:mod:`loadgen.workloads.tokenizing`). A Mooncake row's prompt starts with its ``hash_ids`` blocks: each id is
-:data:`loadgen.workloads.trace.BLOCK_TOKENS` token ids drawn once (seeded by SEED and the id) from the corpus's
-ordinary tokens, so rows naming the same ids start with the same tokens and share vLLM's prefix cache as in the
-trace; the rest of the row is its own random ids, and the last ids are trimmed or extended until the chat is exact.
-A row shorter than the chat template's own tokens cannot be built: it is raised to one token above it (counted in
-the printed line).
-
-The file (``logs/datasets/trace_….jsonl``) is a prompt JSONL that also carries each row's ``max_tokens`` and its
-time ``at_s`` (s after the trace's first row, before TRACE_SPEED); the plan names it (``dataset_file``), so remote
-workers receive it like any dataset.
+"""TRACE: the trace's rows as token-exact prompts (written once by the benchmark, ``logs/datasets/trace_….jsonl``: a
+prompt JSONL with each row's ``max_tokens`` and ``at_s``, the plan's ``dataset_file``) and as the Locust processes'
+schedule and requests. Each prompt's chat is exactly the row's input length, sized as DATASET=random does (a row
+shorter than the template is raised to one token above it); a Mooncake row starts with its ``hash_ids`` blocks,
+drawn once per id (seeded by SEED), so rows naming the same ids share vLLM's prefix cache as in the trace.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from core.atomicfile import atomic_write
 from core.report_schema import BenchmarkConfig
 from loadgen.workloads.dataset import Prompt
-from loadgen.workloads.randomdata import exact_chat_text, token_pool
+from loadgen.workloads.randomdata import exact_chat_text, generated_path, write_once
 from loadgen.workloads.tokenizing import PromptTokenizer
 from loadgen.workloads.trace import BLOCK_TOKENS, TraceRow
 from loadgen.workloads.workload import WorkItem
@@ -52,22 +39,16 @@ def row_ids(row: TraceRow, index: int, seed: int, pool: np.ndarray, blocks: dict
 
 def trace_prompts_file(plan: BenchmarkConfig, rows: Sequence[tuple[float, TraceRow]], logs_dir: Path,
                        corpus: Path, open_tokenizer: Callable[[], PromptTokenizer]) -> tuple[Path, int]:
-    """Write (once per model, trace content, row count and seed) the prompt JSONL of the replay's ``rows``
-    (``(scheduled s before TRACE_SPEED, row)`` each), sized with the tokenizer ``open_tokenizer`` opens (only when
-    the file is not there yet); return it and how many rows were raised to the template's minimum.
+    """Write (once per model, trace content, row count and seed) the prompt JSONL of the replay's ``rows``; return
+    it and how many rows were raised to the template's minimum.
 
     Raises:
         BenchError: no tokenizer is usable, or a prompt cannot be sized.
     """
-    safe_model = re.sub(r"[^A-Za-z0-9_.-]+", "_", plan.model)
-    name = f"trace_{safe_model}_{(plan.trace_sha256 or 'x')[:12]}_n{len(rows)}_seed{plan.seed}.jsonl"
-    path = logs_dir / "datasets" / name
-    if path.exists():
-        return path, 0
-    tok = open_tokenizer()
     raised = 0
-    try:
-        pool = token_pool(tok, corpus)
+
+    def build(tok: PromptTokenizer, pool: np.ndarray) -> str:
+        nonlocal raised
         overhead = tok.chat_count("")
         blocks: dict[int, list[int]] = {}
         lines = []
@@ -81,15 +62,15 @@ def trace_prompts_file(plan: BenchmarkConfig, rows: Sequence[tuple[float, TraceR
                 "id": f"trace-{row.line}", "task": "trace", "prompt": prompt,
                 "max_tokens": max(1, row.output_tokens), "at_s": row.at_s, "input_tokens": total,
             }, ensure_ascii=False))
-    finally:
-        tok.close()
-    atomic_write(path, "\n".join(lines) + "\n")
-    return path, raised
+        return "\n".join(lines) + "\n"
+
+    tail = f"{(plan.trace_sha256 or 'x')[:12]}_n{len(rows)}_seed{plan.seed}.jsonl"
+    return write_once(generated_path(logs_dir, "trace", plan, tail), corpus, open_tokenizer, build), raised
 
 
 def trace_requests(plan: BenchmarkConfig) -> list[tuple[float, WorkItem]]:
-    """The replay as a Locust process sends it: ``(seconds after the schedule's start, request)`` per row of the
-    plan's trace prompts file, the times divided by TRACE_SPEED (empty without TRACE).
+    """The replay as a Locust process sends it: ``(s after the start / TRACE_SPEED, request)`` per row of the plan's
+    trace prompts file (empty without TRACE).
 
     Raises:
         OSError: the file cannot be read. ValueError: a line is not one this module wrote.

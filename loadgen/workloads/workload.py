@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -14,7 +13,7 @@ from loadgen.workloads.dataset import Prompt
 
 
 class AnswerSink(Protocol):
-    """Takes a turn's answer back (a multi-turn conversation, :class:`loadgen.workloads.sessions.Conversation`)."""
+    """Takes a turn's answer back (:class:`loadgen.workloads.sessions.Session`)."""
 
     def answered(self, item: WorkItem, ok: bool, answer: str) -> None:
         """``answer`` is the text of ``item``'s reply (empty when ``ok`` is False)."""
@@ -22,8 +21,7 @@ class AnswerSink(Protocol):
 
 @dataclass(frozen=True)
 class WorkItem:
-    """One request to send: the prompt and its ``max_tokens``; in a multi-turn session also its conversation (which
-    takes the answer back, :mod:`loadgen.workloads.sessions`), the session id and the turn number."""
+    """One request: the prompt, ``max_tokens`` and, in a multi-turn session, its conversation, id and turn."""
 
     prompt: Prompt
     max_tokens: int
@@ -34,29 +32,17 @@ class WorkItem:
 
 
 class WorkloadSampler:
-    """Endless, seeded sequence of :class:`WorkItem` s.
+    """Endless sequence of :class:`WorkItem` s, reproducible by ``seed``: ``fixed_max_tokens`` each, else log-normal
+    lengths (``mean_tokens``, ``p95_tokens``, at most ``cap_tokens``); prompts by bucket weights ``mix`` (None:
+    uniform), or ``sequential``: one seeded order, each prompt once per cycle (``mix`` ignored).
 
-    Args:
-        prompts: the dataset.
-        seed: makes the sequence reproducible (same seed, same prompts and lengths in the same order).
-        fixed_max_tokens: every request asks for this many tokens; else lengths are sampled.
-        mean_tokens, p95_tokens: the log-normal's shape; ``cap_tokens`` bounds each draw.
-        mix: bucket weights (``{"short": .3, ...}``); None draws prompts uniformly.
-        sequential: take the prompts in one seeded order, each once per cycle (``mix`` is then ignored).
+    Raises:
+        ValueError: no prompts, or ``mix`` asks for a bucket the dataset lacks.
     """
 
-    def __init__(
-        self,
-        prompts: list[Prompt],
-        seed: int,
-        *,
-        fixed_max_tokens: int | None = None,
-        mean_tokens: float = 120.0,
-        p95_tokens: float = 280.0,
-        cap_tokens: int = 1024,
-        mix: dict[str, float] | None = None,
-        sequential: bool = False,
-    ) -> None:
+    def __init__(self, prompts: list[Prompt], seed: int, *, fixed_max_tokens: int | None = None,
+                 mean_tokens: float = 120.0, p95_tokens: float = 280.0, cap_tokens: int = 1024,
+                 mix: dict[str, float] | None = None, sequential: bool = False) -> None:
         if not prompts:
             raise ValueError("no prompts to sample from")
         self._rng = np.random.default_rng(seed)
@@ -108,7 +94,3 @@ class WorkloadSampler:
         twin._order = [int(i) for i in twin._rng.permutation(len(self._prompts))] if self._order is not None else None
         twin._position = 0
         return twin
-
-    def __iter__(self) -> Iterator[WorkItem]:
-        while True:
-            yield self.next()

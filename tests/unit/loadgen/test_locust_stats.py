@@ -18,7 +18,7 @@ from core.records import RequestRecord
 from core.requestlog import RequestLog
 from core.settings import Settings
 from loadgen.locust_side import user_actions as driver
-from loadgen.locust_side.locust_events import RequestCut, cut_event, locust_events
+from loadgen.locust_side.locust_events import RequestCut, cut_event, request_event
 from loadgen.locust_side.process_state import RunState
 from loadgen.plan import bench_config
 
@@ -59,10 +59,10 @@ def row(
 
 def test_one_locust_request_per_chat_request() -> None:
     """A chat request is one ``LLM e2e`` entry (latency in ms, no size in 'bytes'); TTFT etc. are not requests."""
-    (event,) = locust_events(row())
+    event = request_event(row())
     assert (event["request_type"], event["name"], event["response_time"]) == ("LLM", "e2e", 900.0)
     assert event["response_length"] == 0 and event["exception"] is None
-    (failed,) = locust_events(row(ok=False))
+    failed = request_event(row(ok=False))
     assert str(failed["exception"]) == "timeout: no chunk within 5 s"
 
 
@@ -92,7 +92,7 @@ def test_open_loop_ttft_counts_from_the_schedule(llm_stats: ModuleType) -> None:
     stats.add(row(ttft_ms=400.0, scheduled_at=999.9))  # sent 100 ms late
     (ttft,) = [r for r in stats.latency_rows() if r["name"].startswith("TTFT")]
     assert ttft["avg"] == pytest.approx(500.0)
-    (event,) = locust_events(row(e2e_ms=900.0, scheduled_at=999.9))
+    event = request_event(row(e2e_ms=900.0, scheduled_at=999.9))
     assert event["response_time"] == pytest.approx(1000.0)
 
 

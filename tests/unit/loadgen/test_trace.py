@@ -19,7 +19,7 @@ from core.settings import PROJECT_ROOT, Settings
 from loadgen.locust_side.process_state import RunState, Slot
 from loadgen.locust_side.user_actions import arrivals
 from loadgen.plan import bench_config, with_trace
-from loadgen.selftest import mock_tokenizer
+from loadgen.selftest.mock_answers import tokenize_answer
 from loadgen.workloads.randomdata import exact_chat_text
 from loadgen.workloads.tokenizing import ServerTokenizer
 from loadgen.workloads.trace import (
@@ -224,7 +224,7 @@ def test_prompts_are_exact_as_the_servers_tokenizer_counts_them() -> None:
     server's tokenizer, through httpx's in-process transport), whether the ids start too short or too long."""
     tok = ServerTokenizer("http://mock", "m")
     tok.client = httpx.Client(transport=httpx.MockTransport(
-        lambda request: httpx.Response(200, content=mock_tokenizer.answer(request.url.path.encode(), request.content))))
+        lambda request: httpx.Response(200, content=tokenize_answer(request.url.path.encode(), request.content))))
     pool = np.arange(0x4E00, 0x4E80)
     rng = np.random.default_rng(1)
     for start, total in [(10, 50), (80, 50), (46, 50)]:
