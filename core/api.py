@@ -1,10 +1,7 @@
-"""The sidecar's HTTP contract: request and answer bodies shared by the sidecar and its clients (the benchmark,
-``make baseline``, notebooks). The load generator never imports the sidecar; both import these types.
+"""The sidecar's HTTP contract: request and answer bodies shared by the sidecar and its clients.
 
-Who computes what (one owner each): the benchmark measures the rows and computes the run's metrics
-(:func:`core.stats.run_metrics`), the server cross-check and its own client load, and brackets the measured window
-with a sampling window; the sidecar adds the resource peaks of that window, the log facts and the environment,
-compares with earlier reports and baselines, and is the only writer of ``reports/``.
+The benchmark measures rows, metrics, the server cross-check and its client load; the sidecar adds resources, log
+facts, environment and comparisons, and is the only writer of ``reports/``.
 """
 
 from __future__ import annotations

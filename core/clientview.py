@@ -1,15 +1,8 @@
-"""The load generator's own load: CPU use per process, event-loop lag, streamed chunks/s, and the client-limited flag.
+"""The load generator's own load: CPU per process, event-loop lag, chunks/s, and the client-limited flag.
 
-A benchmark whose client is saturated measures the client, not the server. Three independent signs say so:
-
-- **Lateness** (the one CPU figures cannot fool): every load process samples how late its event loop wakes while
-  requests are in flight (:mod:`loadgen.locust_side.lagmonitor`). A chunk arriving then waits as long before it is
-  timed, so the lag's median could have moved the median TTFT and ITL by that much, and its p99 their p99. The run is
-  flagged when any of those shares (lag ÷ figure) exceeds :data:`LAG_LIMIT_PCT`, whatever the CPU reading: a client
-  starved by other processes uses little CPU and is still late.
-- **CPU**: a load process used ≥ :data:`CPU_LIMIT_CORES` of a core (one Locust process runs on one core).
-- **Ceiling**: the run streamed ≥ 80 % of the calibrated chunks/s of its load processes (``make calibrate``, stored
-  in ``logs/calibration.json``).
+A run is client-limited when the loop lag's p50/p99 exceed :data:`LAG_LIMIT_PCT` of the median/p99 TTFT or ITL, a
+load process used >= :data:`CPU_LIMIT_CORES` of a core, or it streamed >= 80 % of the calibrated chunks/s
+(``make calibrate``, ``logs/calibration.json``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""The one comparison (pure): B against A, point by point, behind every comparison of the project — a new report
-against the previous run of its workload and every named baseline (``vs_previous``, ``vs_<name>``), a series
-likewise, the gate (which reads those), and ``make compare A=… B=…`` (two reports, two series, or one of each).
+"""The one comparison (pure): B against A, point by point, for reports, series, the gate and ``make compare``.
 
-:func:`compare_points` is the diff; its result is :class:`core.intervals.Comparison`. For ``make compare``, what
-differs between the two configurations comes first — the model, vLLM's own flags (from the command line the launcher
-recorded, ``environment.vllm_args``), hardware, software, then the workload — and then, load point by load
-point, each headline metric of B against A: the percent change with its 95 % interval and a verdict when both sides
-have repeated runs (:mod:`core.intervals`), the plain percent change otherwise. Points are paired by kind
-(synchronous, rate, concurrency, maximum throughput) and rank within it, so the third rate of one automatic sweep
-meets the third rate of the other even though their rates differ (both are the same fraction of their range).
+:func:`compare_points` is the diff (:class:`core.intervals.Comparison`). Points pair by kind (synchronous, rate,
+concurrency, throughput) and rank within it; ``make compare`` lists configuration differences first.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""Multi-turn conversation figures (pure): per turn index and per session, from the rows' ``session_id`` and
-``turn`` (SESSION_TURNS > 1, :mod:`loadgen.workloads.sessions`).
+"""Multi-turn conversation figures (pure), per turn index and per session (docs/reports.md, "Conversations").
 
-Definitions (docs/reports.md, "Conversations"):
-
-- **Per turn k**: TTFT, ITL, E2E (ms, from the scheduled send in open loop, as everywhere) and prompt tokens of the
-  successful k-th turns; their **prefix-cache hit** = 100 × Σ ``cached_tokens`` / Σ ``prompt_tokens`` over the turns
-  whose usage reported ``prompt_tokens_details.cached_tokens`` (vLLM with ``--enable-prompt-tokens-details``;
-  None when the server never said).
-- **Per session**: its total time = the first turn's (scheduled) send → the last turn's end, ms, think times
-  included; turns played; whether a turn failed (a failure ends the session).
-- The run's prefix-cache hit rate from vLLM's own counters is ``server.prefix_cache_hit_rate_percent``
-  (:mod:`core.serverview`); ``cache_hit_percent`` here is the same ratio from the rows.
+Per turn k: TTFT, ITL, E2E (ms) and prompt tokens of successful k-th turns; prefix-cache hit = 100 x sum
+``cached_tokens`` / sum ``prompt_tokens`` over turns that reported ``cached_tokens`` (None: never). Per session:
+first scheduled send -> last turn's end, ms; turns played; whether a turn failed.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""What serving costs per million tokens (pure): the hardware's price per hour (PRICE_PER_HOUR, per GPU or per host)
-spread over the tokens the run served in its measured window, and the electricity (ENERGY_PRICE_PER_KWH) of the
-energy it used. No price set: no cost, never a made-up one. docs/energy.md defines every figure.
+"""What serving costs per million tokens (pure; docs/energy.md). No price set: no cost.
 
 - hardware cost per 1M tokens = price per hour x priced units (GPUs or hosts) x measured window / 3600 / tokens x 10^6
 - energy cost per 1M tokens = J per token x 10^6 / 3.6x10^6 J/kWh x price per kWh

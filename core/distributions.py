@@ -1,9 +1,7 @@
 """Distributions of the synthetic workload (pure): output lengths and arrival gaps.
 
-Output lengths default to a log-normal with mean 120 and P95 280 tokens (the seed's figures): for
-``X = exp(N(mu, sigma))``, ``mean = exp(mu + sigma^2/2)`` and ``P95 = exp(mu + 1.645 sigma)``, solved for the
-smaller sigma. Arrivals follow vLLM's ``benchmarks/serve.py``: gamma-distributed gaps with shape ``burstiness``
-and mean ``1/rate`` (burstiness 1 = Poisson process; < 1 burstier, > 1 more regular).
+Output lengths: log-normal with ``mean = exp(mu + sigma^2/2)`` and ``P95 = exp(mu + 1.645 sigma)``, solved for the
+smaller sigma. Arrivals (vLLM's ``benchmarks/serve.py``): gamma gaps, shape ``burstiness``, mean ``1/rate``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
-"""Energy of a measured window (pure, no I/O): joules from cumulative energy counters or from power samples, the
-idle power before a run, and the efficiency figures of a report (J per output token and per request, tokens per J).
+"""Energy of a measured window (pure): joules from energy counters or power samples, idle power, efficiency.
 
-Sources (read by :mod:`sidecar.sampling`, summed here):
-
-- NVML ``nvmlDeviceGetTotalEnergyConsumption``: the GPU's energy since the driver last loaded, mJ (Volta and later).
-  The energy of a window is the counter's increase over it: exact up to the counter's own resolution.
-- NVML ``nvmlDeviceGetPowerUsage``: the board's power draw, mW, for cards without that counter; the energy is the
-  trapezoid integral of the samples over the window (one every ``GPU_SAMPLE_INTERVAL_S``), an approximation.
-- RAPL (``/sys/class/powercap/intel-rapl:*/energy_uj``, µJ) and AMD's ``amd_energy`` hwmon counters (µJ) on the CPU
-  build: cumulative counters like NVML's; RAPL's wraps at ``max_energy_range_uj`` and is unwrapped here.
-
-A counter's value at the window's bounds is interpolated linearly between the samples around them, so a window that
-starts or ends between two samples is still measured over exactly its span. Where the samples do not reach a bound
-(the sampler started late), the span they cover is measured and the window's energy is the mean power over that span
-times the window (``covered_s`` says how much was covered).
+Counters (NVML total energy, mJ; RAPL / amd_energy, uJ, unwrapped at their range) give the increase over the window,
+interpolated linearly at its bounds; power samples (NVML, mW) are integrated by trapezoids. Where samples do not
+reach a bound, the mean power over the covered span times the window (``covered_s``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Is the engine idle before a run? vLLM's queue gauges, summed over its engines, and what a run does about them
-(pure): go, wait for the requests another client (or a stopped run not yet aborted) left in the engine, or refuse.
-
-A run measured while the engine still works on other requests counts their load in its figures: a fresh user's
-run after a Ctrl-C started while vLLM still ran 13 of the stopped run's requests. vLLM's gauges
-(``vllm/v1/metrics/loggers.py``, ``PrometheusStatLogger``): ``vllm:num_requests_running`` (requests in the
-batch) and ``vllm:num_requests_waiting`` (queued), one sample per engine (data-parallel ranks, replicas).
+"""Is the engine idle before a run? vLLM's ``vllm:num_requests_running`` + ``waiting`` gauges summed over its
+engines, and whether a run goes, waits or is refused (pure).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The engine's state file and control interface, shared by every layer.
-
-``logs/engine_state.json`` is written by the vLLM launcher (:mod:`engine.launcher`) just before it execs vLLM:
-what was asked for, what is served and why, and the process that serves it. :func:`read_engine_state` is its one
-reader. :class:`EngineControl` is how anything above the engine (``make up``, profiling runs, model switches,
-tests) starts, stops or restarts it; :mod:`engine.local_control` implements it for local mode.
+"""The engine's state file (``logs/engine_state.json``, written by :mod:`engine.launcher`; one reader,
+:func:`read_engine_state`) and :class:`EngineControl`, how the layers above start, stop or restart the engine.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Typos of setting names: an environment variable one typo away from a setting's (``REPLICA=2 make up``,
-``CONCURENCY=4 ./run_benchmark.sh``) is refused with "did you mean REPLICAS?" instead of the defaults running without
-a word. Only a name one typo away from a setting's (two for names of 8 characters or more) is refused, so the many
-other variables of a shell (``PATH``, ``HF_HOME``, vLLM's own ``VLLM_*``) pass untouched. Every command checks its
-environment with :func:`env_typos` (:mod:`core.flags`); ``make``'s own variables are checked by :mod:`stack.makevars`.
+"""Typos of setting names: a variable one typo (two from 8 characters) from a setting's is refused with
+"did you mean ...?"; other variables pass. Every command checks its environment with :func:`env_typos`.
 """
 
 from __future__ import annotations

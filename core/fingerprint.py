@@ -1,9 +1,4 @@
-"""Whether two runs are comparable (pure): workload fingerprints, and why a report can be no reference.
-
-Two runs are comparable when their workload fingerprints match: same load shape, lengths, dataset, model and
-hardware; a baseline of another fingerprint is refused, naming the fields that differ. The comparison itself is
-:mod:`core.comparison`.
-"""
+"""Whether two runs are comparable (pure): workload fingerprints, and why a report can be no reference."""
 
 from __future__ import annotations
 

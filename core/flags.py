@@ -1,15 +1,9 @@
-"""Command-line flags generated from the settings object, so every knob has one definition: its field.
+"""Command-line flags generated from the settings object: every knob has one definition, its field.
 
-``--concurrency 32`` sets the field ``concurrency`` (environment ``CONCURRENCY``); flags win over the environment and
-``.env`` (they are passed to :class:`~core.settings.Settings` as init values). Each command shows only the knobs of
-its view (:mod:`core.knobs.commands`), in groups, the most used first; a knob of another command is refused with exit
-2 naming where it goes. A field lists extra flag names in ``json_schema_extra={"cli": [...]}`` — the aliases of
-``vllm bench serve`` and ``vllm serve`` (``--request-rate``, ``--num-prompts``, ``--base-url``, ``--model``,
-``--dataset-path``, ``--max-model-len``, ``--dtype``), or replaces its flags with ``{"cli_flags": [...]}``, names
-the value of the bare flag with ``{"cli_const": VALUE}`` (``--sweep`` alone is ``--sweep auto``) — and is left out
-with ``{"cli": False}`` (secrets and internal fields: environment only, so they never show in ``ps``).
-``--max-concurrency`` keeps ``vllm bench serve``'s meaning: with a request rate it caps the requests in flight
-(MAX_IN_FLIGHT), alone it is the closed loop's users (CONCURRENCY).
+``--concurrency 32`` sets ``concurrency``; flags win over the environment and ``.env``. Each command shows the knobs of
+its view (:mod:`core.knobs.commands`); another command's knob exits 2 naming where it goes. ``json_schema_extra``:
+``cli`` (extra names, or False: environment only), ``cli_flags`` (replacing names), ``cli_const`` (bare flag's value).
+``--max-concurrency`` keeps ``vllm bench serve``'s meaning: MAX_IN_FLIGHT with a rate, else CONCURRENCY.
 """
 
 from __future__ import annotations

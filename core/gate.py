@@ -1,13 +1,8 @@
 """Regression gate for CI (pure): ``make benchmark GATE=v0.2.1`` fails when the run is worse than the baseline.
 
-The sidecar has already compared the new result with every named baseline of the same workload fingerprint; the gate
-only reads that comparison (``comparison["vs_<name>"]``, the same for a run and a series: a run is one point,
-:mod:`core.comparison`). A run fails when request throughput drops, or p99 latency rises, by more than the threshold
-(default 5 %, GATE_THRESHOLD_PCT), or when its error rate rises by more than GATE_ERROR_RATE_PP percentage points
-(default 1); where both runs measured energy, also when the energy per output token rises by more than the threshold
-(docs/energy.md). A baseline that cannot be judged against (no successful request, interrupted), or a comparison whose
-prefix-cache hit rates lie far apart (the changes partly the cache's), is "cannot judge" (exit 2), never a pass or a
-regression.
+It reads the sidecar's ``comparison["vs_<name>"]``: throughput down, p99 latency or (both measured) energy per output
+token up by more than GATE_THRESHOLD_PCT, or error rate up by more than GATE_ERROR_RATE_PP, fails; a baseline that
+cannot be judged, or prefix-cache hit rates far apart, is "cannot judge" (exit 2).
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""Confidence intervals over repeated runs, and whether a change is more than noise (pure; scipy's t distribution).
+"""Confidence intervals over repeated runs, and whether a change is more than noise (pure).
 
-Each run is one sample of a metric (its throughput, its p99 latency ...); the runs of one load point are assumed
-independent and roughly normal, so:
-
-- **one series**: mean ± t(0.975, n−1) · s / √n (Student's t, two-sided 95 %; the quantile is
-  ``scipy.special.stdtrit``, the function behind ``scipy.stats.t.ppf``, imported when first needed: ``scipy.stats``
-  costs about a second of start-up in every command that imports this module);
-- **two series** A (reference) and B: the difference of means B − A with Welch's interval (separate variances,
-  Welch–Satterthwaite degrees of freedom) when both have ≥ 2 runs; when one side is a single run, the other side's
-  spread stands for both (pooled variance, n_A + n_B − 2 degrees of freedom); two single runs have no interval.
-  These are the intervals of ``scipy.stats.ttest_ind(b, a, equal_var=False / True).confidence_interval()``
-  (checked against it in the tests). Percent figures divide by mean(A), taken as exact (first-order).
-
-A change whose interval holds 0 is **no significant change**; a *regression* is a change in the bad direction whose
-whole interval lies beyond the threshold (e.g. the throughput interval is entirely below −5 %).
+One series: mean +- t(0.975, n-1) s / sqrt(n) (``scipy.special.stdtrit``, imported lazily). Two series A, B: B - A with
+Welch's interval when both have >= 2 runs, the pooled variance when one is a single run, none for two single runs
+(as ``scipy.stats.ttest_ind(...).confidence_interval()``); percents divide by mean(A). An interval holding 0 is no
+significant change; a regression lies wholly beyond the threshold in the bad direction.
 """
 
 from __future__ import annotations

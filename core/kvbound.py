@@ -1,8 +1,5 @@
-"""When a run was bound by vLLM's KV cache: the verdict the report and the terminal summary state (pure).
-
-vLLM's scheduler preempts running requests (recomputing them later) when the KV cache cannot give them another
-block, and leaves new requests waiting while it is full (vLLM 0.32 ``vllm/v1/core/sched/scheduler.py``). So a run is
-KV-bound when vLLM preempted requests during it, or when the pool ran (nearly) full while requests were waiting.
+"""When a run was bound by vLLM's KV cache (pure): vLLM preempted requests, or the pool ran (nearly) full while
+requests waited (vLLM 0.32 ``vllm/v1/core/sched/scheduler.py``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Streaming reads of log files as spans of whole lines, in constant memory and without copying big blocks.
-
-Handles rotated siblings (``vllm.log.2.gz``, ``vllm.log.1``, ``vllm.log``: oldest first), gzip (by magic bytes, not
-by name; a truncated stream keeps what was readable), over-long lines (cut at one block), files being appended to
-(read up to the size seen at open; a half-written last line is skipped) and files that shrink while being read
-(truncated by ``copytruncate`` rotation: what was read is kept, the shrink is noted in :class:`ReadStats`).
+"""Streaming reads of log files as spans of whole lines, in constant memory: rotated siblings (oldest first),
+gzip by magic bytes, over-long lines, files being appended to, and files shrinking while read.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""Size-based rotation of the stack's own logs: ``name`` -> ``name.1`` -> … -> ``name.N`` (the oldest dropped), the
-names the log analyzer already reads (:func:`core.logfiles.rotated_family`).
+"""Size-based rotation of the stack's own logs: ``name`` -> ``name.1`` -> ... -> ``name.N``.
 
-Two writers use it: :func:`append_rotating` for ``logs/requests.jsonl``, which several processes append to at once
-(the UI, every Locust process), and :class:`RotatingWriter` for ``logs/vllm.log`` when the vLLM launcher writes it
-itself (containers; under supervisord, supervisord rotates it with the same names).
-
-Concurrent appenders stay safe: each line is one ``O_APPEND`` write, and a rotation happens under an exclusive
-``flock`` on a hidden lock file beside the log, after checking again that the file is still over the size (another
-process may have rotated it meanwhile). A line written by a process that opened the file just before a rotation
-lands in ``name.1``: it is never lost, and every reader reads the whole family.
+:func:`append_rotating` (``logs/requests.jsonl``, many processes: one ``O_APPEND`` write per line, rotation under an
+exclusive ``flock``, rechecking the size) and :class:`RotatingWriter` (``logs/vllm.log`` written by the launcher).
 """
 
 from __future__ import annotations

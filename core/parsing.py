@@ -1,7 +1,5 @@
-"""Parsers of the knobs' text forms (durations, input mix, SLOs) and the name/id patterns, shared by every layer.
-
-Each parser raises ``ValueError`` with a message naming the variable and an example of a valid value, so the
-settings object can turn it into one line per bad variable.
+"""Parsers of the knobs' text forms (durations, input mix, SLOs) and the name/id patterns. Each raises
+``ValueError`` naming the variable and a valid example.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""Reasoning-aware latency (pure): the answer's first token beside TTFT, thinking time and the token split of the
-rows whose streams carried reasoning (``reasoning`` / ``reasoning_content`` deltas, :mod:`core.streamtiming`).
+"""Reasoning-aware latency (pure; docs/reports.md, "Reasoning models").
 
-Definitions (docs/reports.md, "Reasoning models"):
-
-- **TTFT** stays vLLM's: send → the first token of any kind (reasoning included).
-- **Reasoning TTFT**: send → the first reasoning token. **Answer TTFT**: send → the first answer (``content``)
-  token; for a row without reasoning it is its TTFT (its first token is the answer's).
-- **Thinking**: the first reasoning token → the first answer token (what a reader waits through).
-- **Reasoning / answer tokens**: ``usage.completion_tokens_details.reasoning_tokens`` and the rest of
-  ``completion_tokens`` when the server sends them (vLLM with a reasoning parser), else the client's count of
-  reasoning and content token chunks; ``tokens_source`` says which, row by row.
-
-All latencies count from the scheduled send in open loop, as TTFT does (:func:`core.latency.effective_ttft_ms`).
+Reasoning TTFT: send -> first reasoning token; answer TTFT: send -> first ``content`` token (a row without reasoning:
+its TTFT); thinking: between the two. Token split from ``usage.completion_tokens_details.reasoning_tokens`` when
+sent, else the client's chunk counts (``tokens_source``). Open loop counts from the scheduled send.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Keep secrets out of everything the stack writes or answers: tokens, keys and passwords become ``***``.
 
-Reports, logs and state files are built from explicit fields, so no secret is copied into them on purpose; this is
-the second line, used by every writer: the configured secrets (every ``repr=False`` field of the settings —
-``HF_TOKEN``, ``VLLM_API_KEY``, ``UI_PASSWORD``, ``SIDECAR_TOKEN`` … — of any length), the values of secret-looking
-flags in ``VLLM_EXTRA_ARGS``/``LOCUST_EXTRA_ARGS`` (``--api-key s3cr3t``), secret-named environment variables, and
-anything shaped like a Hugging Face token are masked, in their raw, JSON-escaped and HTML-escaped forms.
-
-Secrets shorter than :data:`SHORT_SECRET_LEN` are masked only where they stand alone (not inside a longer word or
-number), so that a four-character password does not turn every word that contains it into ``***``. JSON is redacted
-value by value (:func:`redact_json`), so masking never breaks a document.
+Masked: configured secrets (``repr=False`` settings fields), secret-looking flag values in the extra args,
+secret-named environment variables and Hugging Face tokens, raw, JSON- and HTML-escaped. Secrets shorter than
+:data:`SHORT_SECRET_LEN` only where they stand alone; JSON is redacted value by value.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
 """``logs/requests.jsonl``: one line per chat request (chat UI and load tests), read by the log analyzer.
 
-Line format (JSON object): ``ts`` (ISO 8601 UTC, when the request ended), ``source`` (``ui`` | ``loadtest``),
-``request_id``, ``model``, ``prompt_tokens``, ``completion_tokens``, ``ttft_ms``, ``total_ms`` (timed by
-:class:`core.streamtiming.StreamTimer` on every path), ``status`` (``ok`` | ``error`` | ``cancelled``) and ``error``
-(null or the cause); a load test's line also names its run (``run_id``): it is derived from the request's row
-(:meth:`RequestLogLine.from_record`), whose whole record is in ``logs/runs/<run_id>.requests.jsonl`` (the report
-keeps that file). Appends are single ``write`` calls of one line, so concurrent writers do not interleave; the
-file is rotated at REQUESTS_LOG_MAX_MB into ``requests.jsonl.1`` … (REQUESTS_LOG_BACKUPS kept, safe with several
-writers: :mod:`core.logrotate`), which the analyzer reads with it.
-
-:class:`RequestLogLine` is the one type of a line: writers build it, the analyzer parses it with
-:meth:`RequestLogLine.parse` (validated by hand, not by pydantic, so that the analyzer starts and reads fast).
+:class:`RequestLogLine` is the one line type: ``ts``, ``source``, ``request_id``, ``model``, token counts, ``ttft_ms``,
+``total_ms``, ``status``, ``error`` (and ``run_id``). One ``write`` per line; rotated at REQUESTS_LOG_MAX_MB.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
-"""Requested vs achieved load of an open-loop run (pure): did the client send what its schedule asked for, on time?
+"""Requested vs achieved load of an open-loop run (pure; inference-perf's ``achieved_rate``, its issue #633).
 
-Every open-loop row carries its scheduled send time (``scheduled_at``) and its actual one (``started_at``). From the
-measured rows:
-
-- **scheduled rate** = (n − 1) / (last − first scheduled time): the rate the schedule asked for over the run (with
-  Poisson or gamma gaps it differs from ``RATE`` by chance, so the client is judged against its own schedule);
-- **achieved rate** = (n − 1) / (last − first actual send time) over the same n requests;
-- **send delay** = actual − scheduled send time per request, ms (p50/p90/p99/max; a request sent early counts 0);
-- **behind** = 100 × (1 − achieved / scheduled), %: how far the sends fell behind the schedule's pace.
-
-A run **fell behind its schedule** when ``behind`` exceeds :data:`BEHIND_LIMIT_PCT` (the client could not keep the
-pace) or the send delay's p99 exceeds :data:`SEND_DELAY_LIMIT_MS` (requests left late even if the pace held: a
-saturated event loop, or a ``MAX_IN_FLIGHT`` cap holding arrivals). Its latencies count from the scheduled times
-(no coordinated omission), but the load it measured is not the load that was asked for. This is inference-perf's
-``achieved_rate`` and schedule delay (its issue #633).
+scheduled rate = (n - 1) / (last - first scheduled send); achieved rate = the same over actual sends; send delay =
+actual - scheduled, ms (early: 0); behind = 100 x (1 - achieved / scheduled) %. A run fell behind when behind >
+:data:`BEHIND_LIMIT_PCT` or the delay's p99 > :data:`SEND_DELAY_LIMIT_MS`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Series of runs (pure): load sweeps and repeated runs, with per-point confidence intervals and the SLO knee.
+"""Series of runs (pure): load sweeps and repeats, per-point 95 % intervals and the SLO knee.
 
-A **series** is a list of load points, each measured by one or more runs (``REPEAT``); every run is a normal report.
-The series report holds, per point, each headline metric's mean and 95 % interval over its runs
-(:mod:`core.intervals`), whether the point meets the SLO, and the **knee**: the highest load that still meets it.
-A point meets the SLO when the mean share of its requests meeting every bound (``goodput_percent``) is at least
-``SLO_ATTAINMENT_PCT`` (default 95 %). Points are ordered by load as planned (synchronous first, maximum
-throughput last), so "highest" follows that order.
+A point meets the SLO when its mean ``goodput_percent`` >= SLO_ATTAINMENT_PCT; the knee is the highest such load in
+planned order (synchronous first, throughput last).
 """
 
 from __future__ import annotations

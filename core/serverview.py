@@ -1,11 +1,6 @@
 """Server cross-check: vLLM's own ``/metrics`` before and after the measured window, beside the client's view.
 
-Counters are differenced between the two scrapes; latency quantiles come from the histogram bucket deltas,
-interpolated linearly inside a bucket as Prometheus' ``histogram_quantile`` does; means are exact (``_sum`` /
-``_count`` deltas). Client and server should agree: request and token counts exactly (unless other traffic hit the
-server during the run), mean TTFT and E2E within a tolerance (the client also pays HTTP, SSE and network time).
-What the client added to the server's own clock (mean TTFT, ITL and E2E, client minus server) is
-:func:`client_overhead`, a function of one server's two scrapes (so it can be given per replica).
+Counts should agree exactly, mean TTFT/E2E within a tolerance; :func:`client_overhead` is what the client added.
 """
 
 from __future__ import annotations
@@ -16,18 +11,8 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from core.records import RequestRecord
-from core.serverview_overhead import (
-    CLIENT_OVERHEAD_MAX_PCT,
-    ClientOverhead,
-    _pct,
-    client_overhead,
-)
-from core.serverview_samples import (
-    LatencyView,
-    Samples,
-    _delta,
-    latency_view,
-)
+from core.serverview_overhead import CLIENT_OVERHEAD_MAX_PCT, ClientOverhead, _pct, client_overhead
+from core.serverview_samples import LatencyView, Samples, _delta, latency_view
 
 SUCCESS_REASONS = {"stop", "length", "repetition"}
 # Failures where the client gave up on a stream the server had accepted: the server may have generated (and counted)

@@ -1,12 +1,7 @@
 """The server cross-check of a cluster: every engine behind vLLM's router, scraped before and after the window.
 
-The summed view is :func:`core.serverview.cross_check` of the replicas' scrapes added up
-(:func:`core.serverview_samples.sum_samples`): counts exact against the client's. Per replica (:func:`cluster_view`):
-its share of the requests the servers counted, its own counts, mean TTFT and E2E against the client's means (the
-client cannot tell which replica served a row, so its means are over all rows: with replicas of one model on like
-hardware they agree within the single-server tolerances), what the client added to that replica's clock, its KV pool,
-the peak KV usage sampled during the run and its preemptions. A replica that could not be scraped at the end is
-``down``, with the reason: its window is unknown, so the summed counts cannot be checked exactly (said in ``note``).
+The sum is :func:`core.serverview.cross_check` of the added scrapes; per replica: share, counts, mean TTFT/E2E against
+the client's means, client overhead, KV pool, peak and preemptions; an unscraped replica is ``down``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""vLLM's ``/metrics`` as samples, and what changed between two scrapes: counter deltas, histogram quantiles and
-means over the window (part of the server cross-check, :mod:`core.serverview`).
-
-Counters are differenced between the two scrapes; latency quantiles come from the histogram bucket deltas,
-interpolated linearly inside a bucket as Prometheus' ``histogram_quantile`` does; means are exact (``_sum`` /
-``_count`` deltas).
+"""vLLM's ``/metrics`` as samples, and what changed between two scrapes: counter deltas, quantiles from bucket
+deltas (linear inside a bucket, as Prometheus' ``histogram_quantile``) and exact means (``_sum`` / ``_count``).
 """
 
 from __future__ import annotations

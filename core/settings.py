@@ -1,8 +1,7 @@
 """The stack's one settings object, read from the environment and ``.env`` (pydantic-settings).
 
-Every service, the load generator and the tests read configuration only through :func:`get_settings`.
-Environment names are the field names upper-cased (``VLLM_PORT``, ``CONCURRENCY``, ``MODEL`` ...). The fields are
-defined by group in :mod:`core.knobs`; this module combines them, and adds the checks and properties across groups.
+Read it through :func:`get_settings`; variables are the field names upper-cased. Fields are defined by group in
+:mod:`core.knobs`; this module adds the checks and properties across groups.
 """
 
 from __future__ import annotations

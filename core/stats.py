@@ -1,16 +1,9 @@
-"""Pure benchmark maths: latency distributions, throughput, goodput and stability from request records (no I/O).
+"""Pure benchmark maths: latency distributions, throughput, goodput and stability from request records.
 
-Definitions (as in vLLM's ``benchmarks/serve.py`` and its docs):
-
-- **TTFT**: send → first non-empty content/reasoning token. **E2E latency**: send → end of stream.
-- **TPOT** (per request): ``(E2E − TTFT) / (output tokens − 1)``, for requests with ≥ 2 output tokens.
-- **ITL**: every gap between consecutive content chunks, pooled over all requests.
-- In open-loop runs every latency is measured from the request's *scheduled* send time, so client backlog
-  counts against the server instead of hiding (no coordinated omission).
-- Percentiles: ``numpy.percentile`` (linear interpolation). Request throughput = successful requests / measured
-  window; output tok/s = Σ ``usage.completion_tokens`` / window; total tok/s adds prompt tokens; the window runs
-  from the first measured send to the last end.
-- **Goodput**: successful requests meeting every SLO (e.g. ``ttft_ms<=500,e2e_ms<=2000``) per second.
+As vLLM's ``benchmarks/serve.py``: TTFT = send -> first token; E2E = send -> end; TPOT = (E2E - TTFT) / (output
+tokens - 1); ITL = every gap between token chunks, pooled. Open loop counts from the scheduled send. Percentiles:
+``numpy.percentile`` (linear). Throughputs divide by the window (first send -> last end). Goodput: successful
+requests meeting every SLO per second.
 """
 
 from __future__ import annotations

@@ -1,31 +1,10 @@
-"""The one stream-timing primitive: what a streamed chat-completion chunk says, and the timing of a whole stream.
+"""The one stream-timing primitive: what a streamed chat-completion chunk says, and a whole stream's timing.
 
-Every client path (the benchmark's request function, the chat UI) feeds :class:`StreamTimer` with the chunks it
-receives, interpreted by :func:`interpret_chunk`, so a UI row and a benchmark row mean the same thing.
-
-Definitions (the README's "The metrics" table):
-
-- **TTFT**: send → the first chunk that carries a generated token: non-empty content *or reasoning* text, or an
-  empty text field (``"content": ""``) in a delta without ``role`` and without ``finish_reason``. vLLM sends such an
-  empty chunk for every token whose text its detokenizer holds back (a byte-level BPE token ending inside a
-  multi-byte character; the next chunk carries the whole character), and its own clock (``/metrics``) stamps that
-  token; waiting for text instead put TTFT one token late whenever the first token was one of them. The role-only
-  first chunk (``{"role": "assistant", "content": ""}``) is no token (vLLM's ``benchmarks/serve.py`` stamps TTFT on
-  it, the same moment on vLLM, where it leaves in the first token's write).
-- **ITL**: every gap between consecutive token chunks (as vLLM's ``vllm:inter_token_latency_seconds``: one gap per
-  token, none merged because a token had no text yet).
-- **Reasoning streams** (a reasoning parser streams ``reasoning`` (vLLM 0.32) or ``reasoning_content`` deltas
-  before the answer's ``content``): TTFT stays the first token of any kind (vLLM's bench); beside it the time to
-  the first *reasoning* token and to the first *answer* (``content``) token. A chunk holding both (the parser splits
-  the delta at ``</think>``) stamps both.
-- **E2E**: send → the end of the stream (``data: [DONE]``, or the clean close after the final chunk).
-- **Completion rules**: a stream is complete on ``data: [DONE]``, or when the connection closes cleanly after a
-  chunk with a non-null ``finish_reason`` (Hugging Face ``transformers serve`` ends that way); otherwise it is
-  truncated. Each row records how it ended (:data:`EndReason`).
-
-Chunk shapes (OpenAI's ``chat.completion.chunk``): ``content`` may be a string, null, or a list of content parts
-(``[{"type": "text", "text": "A"}]``, joined as OpenAI's clients do); anything else (a number, an object) makes the
-chunk invalid, named in :attr:`ChunkFacts.invalid`. ``"error": null`` is not an error.
+TTFT: send -> first chunk carrying a generated token (text, reasoning, or an empty text field without role or
+finish_reason: vLLM's held-back byte-level token); ITL: every gap between token chunks; E2E: send -> stream end.
+Reasoning streams also stamp the first reasoning and first answer token. A stream is complete on ``[DONE]`` or a
+clean close after a ``finish_reason``, else truncated (:data:`EndReason`). ``content`` may be a string, null or a
+list of text parts; anything else makes the chunk invalid (:attr:`ChunkFacts.invalid`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""A performance timeline (pure): each workload fingerprint's runs in time order, baselines marked, gates flagged.
-
-Works on reports alone (a ``reports/`` folder kept in Git, or the sidecar's store): runs are grouped by
-``fingerprint`` (the workload fingerprint, :func:`core.fingerprint.workload_fingerprint`) and ordered by their end. A
-run is marked with every named baseline that points at it (``baselines.json``), and flagged when its comparison with
-a named baseline would fail the gate (:func:`core.gate.comparison_checks` on its ``comparison["vs_<name>"]`` at the
-given threshold) — the verdict ``GATE=<name>`` gave, or would have.
+"""A performance timeline (pure): each workload fingerprint's runs in end order, baselines marked, and runs
+flagged whose ``comparison["vs_<name>"]`` would fail the gate.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The sidecar's write token in local mode: made once, on the first ``make up``, into ``run/sidecar_token`` (0600).
-
-Every local process reads it through the settings (:meth:`core.settings.Settings.sidecar_auth_token`); containers
-get the same file as a compose secret (``SIDECAR_TOKEN_FILE=/run/secrets/sidecar_token``) or ``SIDECAR_TOKEN``.
+"""The sidecar's write token in local mode: made once into ``run/sidecar_token`` (0600), read through the
+settings (:meth:`core.settings.Settings.sidecar_auth_token`).
 """
 
 from __future__ import annotations

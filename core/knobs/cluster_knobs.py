@@ -1,8 +1,5 @@
-"""Settings fields of scale-out: engine replicas behind vLLM's router (docs/cluster.md), and load from several hosts:
-a benchmark's master waiting for load workers on other hosts, and the worker side of it (a group of
-:class:`core.settings.Settings`; docs/benchmarking.md, "Load from several hosts").
-
-A plain pydantic model: the environment and ``.env`` are read by the settings object, which inherits these fields.
+"""Settings fields of scale-out: engine replicas behind vLLM's router (docs/cluster.md) and load from several
+hosts (docs/benchmarking.md); a group of :class:`core.settings.Settings`.
 """
 
 from __future__ import annotations

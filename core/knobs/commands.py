@@ -1,11 +1,7 @@
-"""Which command takes which knob: the settings views of the stack's commands, over the one settings object.
+"""Which command takes which knob: the settings views of the stack's commands.
 
-Each :class:`Command` names the settings fields its command reads, in the groups its ``--help`` shows (the ten most
-used first), and how a user sets them (flags, make targets). A field belongs to one *home* command (``HOME``):
-given to another command that does not read it, it is refused with a line saying where it goes
-(:func:`where_it_goes`). Some fields are read by several commands (``--base-url`` by the benchmark, the UI and the
-sidecar); a field with no flag anywhere is set by its environment variable only (secrets, internal files).
-:mod:`core.flags` builds the parsers and the Markdown reference from these views.
+Each :class:`Command` names its fields in ``--help`` groups and how users set them. A field has one *home* command
+(``HOME``); given to another command it is refused saying where it goes (:func:`where_it_goes`).
 """
 
 from __future__ import annotations

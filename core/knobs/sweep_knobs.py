@@ -1,8 +1,4 @@
-"""Settings fields of load shapes, sweeps, repeats and the regression gate (a group of :class:`core.settings.Settings`).
-
-A plain pydantic model: the environment and ``.env`` are read by the settings object, which inherits these fields;
-the check that the load shape fits the loop (``RATE_END`` needs ``RATE`` ...) is on the settings.
-"""
+"""Settings fields of load shapes, sweeps, repeats and the gate (a group of :class:`core.settings.Settings`)."""
 
 from __future__ import annotations
 
