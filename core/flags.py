@@ -51,8 +51,7 @@ def env_names(name: str, info: FieldInfo) -> list[str]:
 
 
 def flags_of(name: str, info: FieldInfo) -> list[str]:
-    """``--rate`` plus the field's aliases (``--request-rate``); ``cli_flags`` replaces the whole list
-    (``model``, what vLLM serves, is ``--serve-model``: ``--model`` is the benchmark's, as in ``vllm bench``)."""
+    """``--rate`` plus the field's aliases (``--request-rate``); ``cli_flags`` replaces the whole list."""
     extra = _extra(info)
     if extra.get("cli_flags"):
         return [str(flag) for flag in extra["cli_flags"]]
@@ -69,8 +68,7 @@ def default_text(value: Any) -> str:
 
 
 def shown_default(info: FieldInfo) -> str:
-    """The default as help and the reference show it: the field's ``shown_default`` where the value alone would
-    mislead (MAX_TOKENS: 128 is the UI's, a benchmark without it samples lengths), else :func:`default_text`."""
+    """The default as shown: the field's ``shown_default``, else :func:`default_text`."""
     return str(_extra(info).get("shown_default") or default_text(info.get_default(call_default_factory=True)))
 
 
@@ -100,8 +98,7 @@ SHORT_HELP: dict[str, str] = {
 
 
 def short_help(name: str, info: FieldInfo) -> str:
-    """The first clause of a field's description (the whole one is in the generated reference), or its
-    :data:`SHORT_HELP` line."""
+    """The first clause of a field's description, or its :data:`SHORT_HELP` line."""
     if name in SHORT_HELP:
         return SHORT_HELP[name]
     text = info.description or name.replace("_", " ")
@@ -138,9 +135,7 @@ class CliError(ValueError):
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """One line per flag where it fits: ``--rate, --request-rate X`` (the metavar once); help lines and the epilog
-    fill the 120 columns that the descriptions are written to, whatever the terminal (argparse's default wraps help
-    at the terminal's width, 80 in a pipe, under a description 120 wide)."""
+    """One line per flag (``--rate, --request-rate X``), help filled to 120 columns whatever the terminal."""
 
     def __init__(self, prog: str) -> None:
         super().__init__(prog, max_help_position=30, width=HELP_WIDTH)
@@ -157,8 +152,8 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 
 class KnobParser(argparse.ArgumentParser):
-    """An argparse parser whose options are the settings fields of one command's view; usage errors exit 2 naming
-    the flag, a knob of another command exits 2 saying where it goes, a misspelt flag gets a suggestion."""
+    """A parser of one command's knobs: usage errors exit 2 naming the flag, another command's knob exits 2 saying where
+    it goes, a misspelt flag gets a suggestion."""
 
     view: Command | None = None
 
@@ -192,9 +187,8 @@ name, as in ``vllm bench serve``; the engine's commands take the model to serve 
 
 
 def refusal(argv: list[str], own: set[str]) -> str | None:
-    """The refusal of the first flag in ``argv`` that is not in ``own`` (a command's flags): a knob of another
-    command (:func:`core.knobs.commands.where_it_goes`), or an unknown flag with the nearest of ``own``; None when
-    every flag is the command's."""
+    """Why the first flag of ``argv`` not in ``own`` is refused (another command's knob, or an unknown flag with the
+    nearest); None when every flag is the command's."""
     knobs = _knob_flags()
     for index, token in enumerate(argv):
         if token == "--":
@@ -229,9 +223,8 @@ UNIT_SUFFIXES = ("_requests", "_req_per_sec", "_tokens", "_s")
 
 
 def _report_field_flags() -> dict[str, str]:
-    """``--<report config field>`` -> the flag of its knob, for fields named apart from their knob by a unit
-    (``--warmup-requests`` -> ``--warmup``, ``--rate-req-per-sec`` -> ``--rate``, ``--duration-s`` -> ``--duration``):
-    users copy a flag from the report they read."""
+    """``--<report config field>`` -> its knob's flag where a unit suffix parts them (``--warmup-requests`` ->
+    ``--warmup``)."""
     from core.report_setup import BenchmarkConfig
 
     knobs = dict(flag_fields())
@@ -258,8 +251,7 @@ def _add_knob(group: argparse._ArgumentGroup, name: str, info: FieldInfo) -> Non
 
 
 def knob_help(name: str, info: FieldInfo) -> str:
-    """A flag's help line: the first clause of its description, ``[default; VARIABLE]`` — the default when there
-    is one, the variable when it is not the first flag in capitals (``--base-url``: VLLM_BASE_URL)."""
+    """A flag's help line: its short help and ``[default; VARIABLE]`` (the variable when not the flag in capitals)."""
     env = env_names(name, info)[0]
     if env == flags_of(name, info)[0].removeprefix("--").replace("-", "_").upper():
         env = ""  # the rule the epilog states
@@ -274,9 +266,8 @@ EPILOG = ("[default] where there is one. Each flag is also an environment, .env 
 
 
 def build_parser(prog: str, description: str, view: Command | None = None) -> KnobParser:
-    """A parser with one option per knob of ``view`` (None: every knob, in one group): ``--flag VALUE``
-    (``--flag/--no-flag`` for on/off knobs), each help line giving the first clause of the description (units are in
-    the names), the default and the environment variable; the view's most used knobs first, then its groups."""
+    """A parser with one option per knob of ``view`` (None: every knob, one group), the most used first;
+    ``--flag/--no-flag`` for on/off knobs."""
     parser = KnobParser(
         prog=prog,
         usage=f"{prog} [--KNOB VALUE ...]",
@@ -309,14 +300,12 @@ def build_parser(prog: str, description: str, view: Command | None = None) -> Kn
 
 
 def given(args: argparse.Namespace) -> dict[str, Any]:
-    """The knobs set on the command line (``None`` means not given), as typed (``--max-concurrency`` resolved by
-    :func:`settings_from`)."""
+    """The knobs set on the command line, as typed."""
     return {name: getattr(args, name) for name, _ in flag_fields() if getattr(args, name, None) is not None}
 
 
 def _open_loop(flags: dict[str, Any]) -> bool:
-    """Whether the settings with ``flags`` run the open loop (a rate, or an open-loop sweep): where
-    ``--max-concurrency`` means MAX_IN_FLIGHT."""
+    """Whether ``flags`` run the open loop (where ``--max-concurrency`` means MAX_IN_FLIGHT)."""
     try:
         settings = Settings(**flags)
     except ValidationError:
@@ -346,8 +335,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
-    """Parse ``argv`` and build the settings; a bad flag value, or an environment variable that looks like a misspelt
-    setting (:func:`core.envtypos.env_typos`), exits 2 with the message (as argparse does)."""
+    """Parse ``argv`` and build the settings; a bad value or a misspelt variable exits 2 with the message."""
     args = parser.parse_args(argv)
     typos = env_typos()
     if typos:
@@ -360,8 +348,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argp
 
 
 def flag_environment(args: argparse.Namespace) -> dict[str, str]:
-    """The knobs given as flags as environment variables, as typed (``{"UI_PORT": "8001"}``; on/off as 1/0): for a
-    service that re-reads its settings in a child process (Chainlit), so the child reads what the flags said."""
+    """The flags given as environment variables (on/off as 1/0), for a child process that re-reads its settings."""
     env: dict[str, str] = {}
     fields = dict(flag_fields())
     for name, value in given(args).items():

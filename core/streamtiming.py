@@ -20,13 +20,9 @@ TEXT_FIELDS = ("content", "reasoning_content", "reasoning")
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs ~0.6 µs more per chunk to build; treat as read-only
 class ChunkFacts:
-    """What one chunk says: ``text`` is content and reasoning (what TTFT and ITL time), ``content`` the answer text
-    alone (what a chat shows). ``invalid`` names a shape problem (the stream is then failed as ``invalid_stream``);
-    ``error`` holds a server error object's message. ``token``: the chunk carries a generated token even without
-    text (module docstring); ``answer``/``reasoning``: a ``content`` token / a reasoning token among them (a chunk
-    can hold both). ``reasoning_tokens`` is ``usage.completion_tokens_details.reasoning_tokens`` and
-    ``cached_tokens`` ``usage.prompt_tokens_details.cached_tokens`` (vLLM with ``--enable-prompt-tokens-details``),
-    None when absent. Fields in this order (the fast decoder builds it by position)."""
+    """What one chunk says: ``text`` (content and reasoning, timed), ``content`` (the answer alone), ``invalid`` (a
+    shape problem), ``error`` (a server error's message), ``token``/``answer``/``reasoning`` (what it carries), usage's
+    ``reasoning_tokens``/``cached_tokens`` (None: absent). Field order matters: built by position."""
 
     text: str = ""
     content: str = ""
@@ -91,13 +87,8 @@ def _detail(usage: dict[str, Any], part: str, name: str) -> int | None:
 
 
 def interpret_chunk(obj: Any) -> ChunkFacts:
-    """What a parsed ``data:`` JSON value says (never raises).
-
-    Returns:
-        :class:`ChunkFacts`; ``invalid`` is set for anything that is not a chunk object of OpenAI's shape (null, an
-        array, a string, ``choices`` that is not a list, a choice or delta that is not an object, ``usage`` that
-        is not an object, content of another type).
-    """
+    """What a parsed ``data:`` JSON value says (never raises); ``invalid`` is set for anything not of OpenAI's chunk
+    shape."""
     if not isinstance(obj, dict):
         return ChunkFacts(invalid=f"a data line is {_shape(obj)}, expected a chunk object")
     error = obj.get("error")
@@ -165,10 +156,8 @@ def interpret_chunk(obj: Any) -> ChunkFacts:
 
 @dataclass
 class StreamTimer:
-    """Timing and completion state of one streamed answer, fed chunk by chunk.
-
-    Times are read from ``clock`` (monotonic seconds); the public figures are milliseconds from :meth:`start`.
-    """
+    """Timing and completion state of one streamed answer, fed chunk by chunk: ``clock`` gives monotonic seconds, the
+    figures are ms from :meth:`start`."""
 
     clock: Callable[[], float] = time.perf_counter
     t0: float | None = None
@@ -271,17 +260,14 @@ class StreamTimer:
 
     @property
     def think_ms(self) -> float | None:
-        """First reasoning token → first answer token, ms (the model's thinking as the reader waits for it); None
-        without reasoning or before the answer starts."""
+        """First reasoning token -> first answer token, ms; None without reasoning or answer."""
         if self.first_reasoning_s is None or self.first_answer_s is None:
             return None
         return (self.first_answer_s - self.first_reasoning_s) * 1000.0
 
     def token_split(self) -> tuple[int, int, str] | None:
-        """``(reasoning tokens, answer tokens, source)`` of a stream that reasoned (reasoning deltas, or usage
-        counting reasoning tokens); None for one that did not. Source ``usage``: ``completion_tokens_details
-        .reasoning_tokens`` and the rest of ``completion_tokens``; else ``chunks``: the token chunks of each kind
-        counted by the client (exact at vLLM's one token per chunk)."""
+        """``(reasoning tokens, answer tokens, source)`` of a stream that reasoned, else None; source ``usage``
+        (``completion_tokens_details``) or ``chunks`` (the client's count)."""
         if self.first_reasoning_s is None and not self.reasoning_tokens:
             return None
         if self.reasoning_tokens is not None and self.completion_tokens is not None:
