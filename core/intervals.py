@@ -21,8 +21,7 @@ Verdict = Literal["no significant change", "better", "worse", "regression", "no 
 
 
 def t_quantile(p: float, df: float) -> float:
-    """Student's t quantile: the x with P(T ≤ x) = ``p`` for ``df`` degrees of freedom (``df`` may be fractional,
-    Welch–Satterthwaite). Same values as ``scipy.stats.t.ppf(p, df)`` (both are ``scipy.special.stdtrit``)."""
+    """Student's t quantile for ``p`` and (fractional) ``df``, as ``scipy.stats.t.ppf(p, df)``."""
     from scipy.special import stdtrit  # lazy: only repeated runs need it
 
     return float(stdtrit(df, p))
@@ -72,9 +71,8 @@ class Change(BaseModel):
 def difference_interval(
     a: Interval, b: Interval, confidence: float = CONFIDENCE
 ) -> tuple[float, float] | None:
-    """95 % interval of mean(B) − mean(A) (Welch; pooled when one side is a single run); None for two single runs.
-
-    Zero spread on both sides gives the exact difference as a zero-width interval."""
+    """95 % interval of mean(B) - mean(A) (Welch; pooled with a single run); None for two single runs. Zero spread gives
+    a zero-width interval."""
     diff = b.mean - a.mean
     if a.n < 2 and b.n < 2:
         return None
@@ -96,10 +94,8 @@ def difference_interval(
 
 
 def judge(a: Interval | None, b: Interval | None, better: int, threshold_pct: float) -> Change:
-    """Compare B with A for a metric where ``better`` = +1 means higher is better (throughput) and −1 lower is
-    better (latency). ``threshold_pct``: a worse change whose whole interval lies beyond it is a regression. The
-    interval's lower bound is at least −100 % (the metrics are never negative; a t-interval over 2 runs once read
-    [−436 %, +399 %])."""
+    """Compare B with A (``better``: +1 higher is better, -1 lower); a worse change wholly beyond ``threshold_pct`` is a
+    regression. Lower bound at least -100 %."""
     if a is None or b is None:
         return Change(
             a_mean=a.mean if a else None, b_mean=b.mean if b else None, change_pct=None,
@@ -124,9 +120,7 @@ def judge(a: Interval | None, b: Interval | None, better: int, threshold_pct: fl
 
 
 def change_text(change: Change, better: int | None = None) -> str:
-    """``+12% [+8%, +16%] better``, ``no significant change (+3.1% [-4.0%, +10%])``, ``+12% (single runs: no
-    interval)``; with ``better`` (+1: higher is better, -1: lower is) a single runs' change also says which way it
-    went: ``+341% (worse; single runs: no interval)``."""
+    """``+12% [+8%, +16%] better``, ``no significant change (...)``, ``+341% (worse; single runs: no interval)``."""
 
     def pct(value: float | None) -> str:
         if value is None:
@@ -145,8 +139,7 @@ def change_text(change: Change, better: int | None = None) -> str:
 
 
 class PointComparison(BaseModel):
-    """One load point of B against the paired point of A: each metric's :class:`Change` (an interval when either side
-    repeated its runs)."""
+    """One load point of B against A's paired point: each metric's :class:`Change`."""
 
     label: str = Field(description="B's point ('' for a single run).")
     against_label: str = Field(description="A's point.")
@@ -155,8 +148,7 @@ class PointComparison(BaseModel):
 
 
 class Comparison(BaseModel):
-    """The one comparison: B (a report, a series) against A (the previous run, a named baseline, ``make compare``'s
-    A), point by point; ``refused`` says why nothing was compared."""
+    """B against A point by point; ``refused`` says why nothing was compared."""
 
     against: str | None = Field(default=None, description="Report or series id of A (the reference).")
     points: list[PointComparison] = Field(default_factory=list)

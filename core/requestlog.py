@@ -119,8 +119,7 @@ class RequestLogLine:
     def from_record(
         cls, record: RequestRecord, source: str, model: str | None, run_id: str | None = None
     ) -> RequestLogLine:
-        """The line of a timed request row (load tests; the UI builds its rows from the same timer fields): a
-        projection of the row, linked to it by ``run_id`` (its rows file) and ``request_id``."""
+        """The line of a timed request row, linked by ``run_id`` and ``request_id``."""
         return cls(
             ts=now_iso(),
             source=source,
@@ -174,8 +173,7 @@ def _same(text: str) -> str:
 
 @dataclass(frozen=True)
 class RequestLog:
-    """``logs/requests.jsonl`` with its rotation (REQUESTS_LOG_MAX_MB, REQUESTS_LOG_BACKUPS) and the masking of
-    secrets in the ``error`` texts (a server may echo what it was sent); what writers hold."""
+    """``logs/requests.jsonl`` with its rotation and ``error`` texts masked of secrets."""
 
     path: Path
     max_bytes: int | None = None
@@ -209,8 +207,7 @@ class RequestLog:
         append_rotating(self.path, self.encode(line), self.max_bytes, self.backups)
 
     def writer(self) -> RotatingWriter:
-        """A descriptor kept open for many lines (a Locust process's rows), rotating like :meth:`append`; write
-        :meth:`encode` d lines to it and close it at the end.
+        """A descriptor kept open for many lines, rotating like :meth:`append`.
 
         Raises:
             OSError: the log cannot be opened.
