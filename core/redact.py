@@ -43,8 +43,7 @@ def is_secret_flag(arg: str) -> bool:
 
 
 def _roles(argv: Iterable[str]) -> Iterator[tuple[str, str]]:
-    """Each argument of ``argv`` with its role: ``flag`` (a secret-looking flag, ``--api-key`` or ``--api-key=v``),
-    ``value`` (a value of such a flag: every argument up to the next flag, as vLLM's list options take them) or
+    """Each argument of ``argv`` as ``flag`` (secret-looking), ``value`` (its values up to the next flag) or
     ``plain``."""
     taking = False
     for arg in argv:
@@ -57,8 +56,7 @@ def _roles(argv: Iterable[str]) -> Iterator[tuple[str, str]]:
 
 
 def secret_flag_values(argv: Iterable[str]) -> list[str]:
-    """The values of secret-looking flags in ``argv``: ``--api-key a b`` (every value up to the next flag, as vLLM's
-    list options take them) and ``--hf-token=x``."""
+    """The values of secret-looking flags in ``argv`` (``--api-key a b``, ``--hf-token=x``)."""
     values: list[str] = []
     for arg, role in _roles(argv):
         value = _split_flag(arg)[1] if role == "flag" else arg if role == "value" else None
@@ -89,8 +87,8 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
 
 
 def configured_secrets(settings: Settings) -> list[str]:
-    """Every configured secret, of any length: the settings' ``repr=False`` fields (what a field holds, also when it
-    names a file: the token read from it) and the values of secret-looking flags in the extra-argument knobs."""
+    """Every configured secret: the settings' ``repr=False`` fields (a file's token too) and the secret flag values of
+    the extra-argument knobs."""
     import shlex
 
     values: list[str] = []
@@ -111,8 +109,8 @@ def configured_secrets(settings: Settings) -> list[str]:
 
 
 def secret_values(settings: Settings, environ: Mapping[str, str] | None = None) -> list[str]:
-    """Values to mask: :func:`configured_secrets` plus every environment variable named like a secret (those from
-    :data:`ENV_SECRET_MIN_LEN` characters). Longest first."""
+    """:func:`configured_secrets` plus secret-named environment variables (from :data:`ENV_SECRET_MIN_LEN` characters),
+    longest first."""
     env = os.environ if environ is None else environ
     values = configured_secrets(settings)
     values += [v for name, v in env.items() if SECRET_ENV_RE.search(name) and len(v.strip()) >= ENV_SECRET_MIN_LEN]
@@ -120,10 +118,8 @@ def secret_values(settings: Settings, environ: Mapping[str, str] | None = None) 
 
 
 class Redactor:
-    """Replaces known secret values, and anything shaped like a Hugging Face token, with ``***``.
-
-    Call it on text (``redactor(text)``), or on bytes with :meth:`bytes` (the log pipe).
-    """
+    """Replaces known secret values and Hugging Face token shapes with ``***`` in text (``redactor(text)``) or bytes
+    (:meth:`bytes`)."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
         forms: set[str] = set()
@@ -150,8 +146,7 @@ class Redactor:
 
 
 def redact_json(obj: Any, redact: Callable[[str], str]) -> Any:
-    """A copy of ``obj`` (parsed JSON) with ``redact`` applied to every string value; keys (schema names), numbers
-    and the structure stay, so the result is as valid JSON as the input."""
+    """A copy of parsed JSON ``obj`` with ``redact`` applied to every string value (keys untouched)."""
     if isinstance(obj, str):
         return redact(obj)
     if isinstance(obj, dict):

@@ -40,8 +40,7 @@ class ScheduleStats(BaseModel):
 
 
 def requested_rate(rate_req_per_sec: float | None, rate_end_req_per_sec: float | None) -> float | None:
-    """The rate a plan asks for: RATE, or for a linear ramp from RATE to RATE_END the mean of the two (a ramp linear
-    in time averages to its midpoint); None in closed loop."""
+    """RATE, or the mean of RATE and RATE_END for a ramp; None in closed loop."""
     if rate_req_per_sec is None:
         return None
     return rate_req_per_sec if rate_end_req_per_sec is None else (rate_req_per_sec + rate_end_req_per_sec) / 2.0
@@ -55,12 +54,11 @@ def _rate(times: Sequence[float]) -> float | None:
 def schedule_stats(
     records: Sequence[RequestRecord], requested_rate_req_per_sec: float | None = None
 ) -> ScheduleStats | None:
-    """Requested vs achieved load of the measured rows that carry a scheduled time (the module docstring gives the
-    formulas and the rules); None when no row has one (closed loop).
+    """Requested vs achieved load of the measured rows with a scheduled time; None when none has one.
 
     Args:
         records: the run's rows; warmup rows are left out.
-        requested_rate_req_per_sec: RATE (or the mean ramp rate), reported beside the schedule's own rate.
+        requested_rate_req_per_sec: RATE (or the mean ramp rate).
     """
     rows = [r for r in records if r.phase == "measured" and r.scheduled_at is not None]
     if not rows:
@@ -90,8 +88,7 @@ def schedule_stats(
 
 
 def schedule_text(s: ScheduleStats) -> str:
-    """``requested 4 req/s, scheduled 3.92, achieved 3.90 req/s (0.5% behind); send delay p50 1 / p90 2 / p99 4 /
-    max 6 ms``: the terminal's and the reports' one line."""
+    """``requested 4 req/s, scheduled 3.92, achieved 3.90 req/s (0.5% behind); send delay p50 1 / ...``."""
     rates = []
     if s.requested_rate_req_per_sec is not None:
         rates.append(f"requested {s.requested_rate_req_per_sec:g} req/s")

@@ -84,16 +84,14 @@ def latency_check(
     name: str, client: float | None, server: float | None, rel: float, abs_ms: float, client_lag_ms: float | None
 ) -> Agreement:
     """``name`` (a mean latency, ms): the client's within ``max(rel x server, abs_ms)`` of the server's, plus
-    ``client_lag_ms`` when known — the mean wait of the client's own event loop before it stamps a chunk
-    (:func:`core.clientview.client_lag_ms`), which is on the client's clock only."""
+    ``client_lag_ms`` when known."""
     lag = client_lag_ms or 0.0
     label = f"max({rel:.0%}, {abs_ms:.0f} ms)" + (f" + client lag {lag:.1f} ms" if lag else "")
     return _check(name, client, server, rel, abs_ms, label, extra=lag)
 
 
 def _within(name: str, client: float | None, server: float, extra: float, cut: int) -> Agreement:
-    """``client <= server <= client + extra``: the server also counted the work of ``cut`` requests the client cut
-    mid-stream (``extra`` may be infinite: no upper bound known)."""
+    """``client <= server <= client + extra`` (the server also counted ``cut`` requests' work)."""
     agrees = None if client is None else client <= server <= client + extra
     label = f"exact, plus up to {cut} cut request(s)" + ("" if math.isinf(extra) else f" (<= +{extra:.0f})")
     return Agreement(
@@ -102,8 +100,7 @@ def _within(name: str, client: float | None, server: float, extra: float, cut: i
 
 
 def _cut_bounds(cut: Sequence[RequestRecord]) -> dict[str, float]:
-    """The most the server can have counted for the cut requests beyond what the client did: each may have finished
-    on the server, generated up to its ``max_tokens`` and had its whole prompt prefilled (unknown: no bound)."""
+    """The most the server can have counted for cut requests beyond the client (unknown: no bound)."""
     asked = [r.max_tokens for r in cut]
     return {
         "requests_succeeded": float(len(cut)),
@@ -123,17 +120,9 @@ def cross_check(
 ) -> ServerView:
     """Compare the server's window (``after - before``) with the client's measured rows.
 
-    Tolerances: request and token counts exact; mean TTFT within max(30 %, 75 ms) and mean E2E within
-    max(15 %, 100 ms) — the client's clock also covers HTTP, chat templating, tokenisation, SSE parsing and the
-    network, the server's histograms do not (measured here: +36 ms TTFT with the tiny model on a loaded 2-core host),
-    plus ``client_lag_ms`` when given: the client's mean event-loop lag over the window, by which it stamped each chunk
-    late (:func:`latency_check`; with two replicas and the router on a loaded 2-core host it was 26 - 36 ms of a
-    47 - 52 ms TTFT gap, the same gap as straight to the replicas: docs/cluster.md).
-    Requests the client cut mid-stream (:data:`CUT_KINDS`: Ctrl-C, drain, timeouts) were partly or wholly served:
-    with any, the counts must lie between the client's and the client's plus what those requests could add, and the
-    difference is listed as ``explained``, not as a disagreement. ``client_overhead`` holds
-    :func:`client_overhead` of the window (``server_url``, ``max_added_pct`` passed on).
-    """
+    Counts exact; mean TTFT within max(30 %, 75 ms), mean E2E within max(15 %, 100 ms) (the client also pays HTTP,
+    SSE and the network; +36 ms TTFT measured on a loaded 2-core host), plus ``client_lag_ms``. With cut requests
+    (:data:`CUT_KINDS`) counts may exceed the client's by what they could add (``explained``)."""
     ok = [r for r in records if r.phase == "measured" and r.ok]
     cut = [r for r in records if r.phase == "measured" and not r.ok and r.error_kind in CUT_KINDS]
     bounds = _cut_bounds(cut)
@@ -213,9 +202,8 @@ PREFIX_HITS = "vllm:prefix_cache_hits_total"
 
 
 def prefix_cache_delta(before: Samples, after: Samples) -> tuple[int | None, int | None, float | None]:
-    """``(queries, hits, hit rate %)`` of vLLM's prefix cache over the window, from the counters' deltas (tokens);
-    all None when the server has no such counters (prefix caching off, another server); the rate is None when
-    nothing was queried."""
+    """``(queries, hits, hit rate %)`` of vLLM's prefix cache over the window (tokens); all None without the counters,
+    the rate None when nothing was queried."""
     if PREFIX_QUERIES not in after or PREFIX_HITS not in after:
         return None, None, None
     queries = max(0, round(_delta(before, after, PREFIX_QUERIES)))
@@ -224,8 +212,7 @@ def prefix_cache_delta(before: Samples, after: Samples) -> tuple[int | None, int
 
 
 def verdict_text(view: ServerView) -> str:
-    """``agree``, ``agree (2 request(s) cut mid-stream account for …)`` or ``DISAGREE: …`` — the one wording of
-    the cross-check's verdict for the terminal, Markdown and HTML."""
+    """``agree``, ``agree (2 request(s) cut mid-stream account for ...)`` or ``DISAGREE: ...``."""
     if view.disagreements:
         return "DISAGREE: " + "; ".join(view.disagreements)
     if view.explained:

@@ -45,8 +45,8 @@ class SteadyState(BaseModel):
 
 
 def decode_tokens_in(r: RequestRecord, start: float, lo: float, hi: float) -> float:
-    """Output tokens of ``r`` produced inside ``[lo, hi)`` seconds since ``start``: the first token at TTFT, the rest
-    spread evenly over the decode phase (TTFT → end), an approximation of steady decoding."""
+    """Output tokens of ``r`` inside ``[lo, hi)`` s since ``start``: the first at TTFT, the rest spread evenly over TTFT
+    -> end."""
     if not r.ok or not r.output_tokens or r.ttft_ms is None or r.e2e_ms is None:
         return 0.0
     first = r.started_at - start + r.ttft_ms / 1000.0
@@ -82,11 +82,7 @@ def _longest_run(flags: Sequence[bool]) -> tuple[int, int]:
 
 
 def steady_state(records: Sequence[RequestRecord]) -> SteadyState:
-    """The steady-state window of the measured rows and its figures (the method is the module docstring's).
-
-    Args:
-        records: the run's rows; warmup and incomplete rows are left out.
-    """
+    """The steady-state window of ``records`` (warmup and incomplete rows left out) and its figures."""
     every = [r for r in records if r.phase == "measured"]  # in flight: those the run's end cut count too
     rows = [r for r in every if r.error_kind != "incomplete"]
     ok = [r for r in rows if r.ok]
