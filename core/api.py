@@ -30,15 +30,13 @@ RUN_ID_RE = re.compile(r"[0-9]{8}_[0-9]{6}(?:_[0-9]{1,4})?")
 
 
 def _is_duration(key: str) -> bool:
-    """Numbers named ``*_ms`` or ``*_s`` are durations (the project's units-in-names rule): never negative; a
-    difference of two (``added_*``, ``delta_*``: what a client added to the server's latency) may be."""
+    """``*_ms`` / ``*_s`` numbers are durations, never negative (``added_*``, ``delta_*`` may be)."""
     return key.endswith(("_ms", "_s")) and not key.startswith(("added_", "delta_"))
 
 
 def body_problems(value: Any, path: str = "", duration: bool = False) -> list[str]:
-    """Every place in a parsed body (dicts, lists, pydantic models) holding a non-finite number (``NaN``,
-    ``Infinity``), a negative duration (a number under a ``*_ms``/``*_s`` key, or in a list under one) or a text
-    longer than :data:`MAX_STRING_CHARS`, as ``"metrics.ttft.p99_ms is nan"`` lines."""
+    """``"metrics.ttft.p99_ms is nan"`` lines for every non-finite number, negative duration or text over
+    :data:`MAX_STRING_CHARS` in a parsed body (dicts, lists, models)."""
     if isinstance(value, BaseModel):
         value = dict(value)
     if isinstance(value, bool) or value is None:
@@ -64,8 +62,7 @@ def body_problems(value: Any, path: str = "", duration: bool = False) -> list[st
 
 
 class ServerFacts(BaseModel):
-    """vLLM's facts as the benchmark read them before the run, for the report's environment: ``/version`` and the
-    first model of ``/v1/models`` (each None when not answered). The sidecar does not ask again."""
+    """vLLM's ``/version`` and first ``/v1/models`` model as the benchmark read them (None: no answer)."""
 
     version: str | None = None
     model_id: str | None = None
@@ -74,13 +71,9 @@ class ServerFacts(BaseModel):
 
 
 class BuildReportRequest(BaseModel):
-    """Body of ``POST /reports``: a finished run, by its id and the benchmark's own facts; never its rows (the
-    sidecar reads them from the run's rows file, so they cross no HTTP).
-
-    Validated before anything is written (a 422 names the fields): every number finite, durations (``*_ms``,
-    ``*_s``) not negative, texts at most :data:`MAX_STRING_CHARS`, and the window ordered (``window_start <=
-    window_end``, after 2000). That the window is not in the future is checked by the sidecar against its clock.
-    """
+    """Body of ``POST /reports``: a finished run by its id and the benchmark's facts, never its rows (the sidecar reads
+    the rows file). Validated first (422): numbers finite, durations not negative, texts at most
+    :data:`MAX_STRING_CHARS`, ``window_start <= window_end``, after 2000."""
 
     config: BenchmarkConfig
     run_id: str = Field(

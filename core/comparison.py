@@ -55,7 +55,8 @@ class Side(BaseModel):
 
 
 class ABComparison(Comparison):
-    """``reports/benchmark_compare_YYYYMMDD_HHMMSS.json``: B against A, both sides and their differences."""
+    """``reports/benchmark_compare_YYYYMMDD_HHMMSS.json``: the comparison of B against A with both sides and what
+    differs between them."""
 
     schema_version: str = SCHEMA_VERSION
     kind: Literal["compare"] = "compare"

@@ -107,8 +107,7 @@ def session_stats(measured: Sequence[RequestRecord]) -> SessionStats | None:
 
 
 def turns_text(stats: Sequence[TurnStats]) -> list[str]:
-    """One line per turn: ``turn 2: 20 requests, 183 prompt tokens, TTFT P50 41 ms P99 88 ms, ITL P50 9.1 ms, E2E
-    P50 310 ms, prefix cache 71%``."""
+    """One line per turn: ``turn 2: 20 requests, 183 prompt tokens, TTFT P50 41 ms ..., prefix cache 71%``."""
 
     def ms(value: float | None, digits: int = 0) -> str:
         return "n/a" if value is None else f"{value:.{digits}f} ms"

@@ -129,8 +129,9 @@ class ReplicaEnergy(BaseModel):
 
 
 class EnergyStats(BaseModel):
-    """Energy of the engine's devices over a window: NVML GPUs, else RAPL / amd_energy; None figures with
-    ``unavailable_reason`` where neither reads (docs/energy.md)."""
+    """Energy of the engine's devices over a window (``resources.energy``; per host in ``resources.hosts``): the
+    engine's GPUs through NVML, else (the CPU build) the host's RAPL / amd_energy counters; None figures with
+    ``unavailable_reason`` where neither can be read. docs/energy.md defines every figure."""
 
     scope: str | None = Field(
         default=None, description="What was measured: 'GPUs of the engine (NVML)' or 'host CPU packages (RAPL)'."

@@ -35,9 +35,7 @@ class EngineLoad:
 
 
 def engine_load(scrapes: Sequence[Samples]) -> EngineLoad | None:
-    """The requests running and waiting in every engine of ``scrapes`` (one ``/metrics`` each: the server, or every
-    replica behind the router), summed over every sample of the gauges; None when no scrape has them (a server that
-    is not vLLM: nothing to judge)."""
+    """Requests running and waiting summed over every engine of ``scrapes``; None without the gauges."""
     running = waiting = 0.0
     engines = 0
     for samples in scrapes:
@@ -52,9 +50,7 @@ def engine_load(scrapes: Sequence[Samples]) -> EngineLoad | None:
 
 
 def idle_decision(load: EngineLoad | None, waited_s: float, limit_s: float) -> Decision:
-    """What a run about to start does: ``go`` when the engine holds no request (or its load is unknown, or the
-    check is off: ``limit_s`` 0), ``wait`` while it is busy and ``waited_s`` is under ``limit_s`` (IDLE_WAIT_S),
-    ``refuse`` after."""
+    """``go`` (engine idle, load unknown, or ``limit_s`` 0), ``wait`` while busy under ``limit_s``, ``refuse`` after."""
     if limit_s <= 0 or load is None or not load.busy:
         return "go"
     return "wait" if waited_s < limit_s else "refuse"

@@ -29,9 +29,7 @@ def setting_names() -> dict[str, str]:
 
 
 def typo_distance(a: str, b: str, bound: int | None = None) -> int:
-    """Edits (insert, delete, replace, swap of two neighbours) between ``a`` and ``b`` (optimal string alignment).
-    With ``bound``, any distance above it is returned as ``bound + 1`` as soon as a row of the table shows it (every
-    command checks its whole environment at start-up: most names are far from every setting after a few letters)."""
+    """Optimal string alignment distance of ``a`` and ``b``; above ``bound`` returns ``bound + 1`` early."""
     prev2: list[int] = []
     prev = list(range(len(b) + 1))
     for i in range(1, len(a) + 1):
@@ -47,9 +45,8 @@ def typo_distance(a: str, b: str, bound: int | None = None) -> int:
 
 
 def near_setting(name: str, known: Mapping[str, str] | None = None) -> str | None:
-    """The setting variable ``name`` looks like a typo of (one edit away; two for names of 8+ characters), or None:
-    not upper case, a setting itself, a Makefile variable, the plural of a setting (``MODELS``: another program's
-    list far more often than a typo of ``MODEL``), or like none of ours."""
+    """The setting variable ``name`` is a typo of, or None (not upper case, a setting, a Makefile variable, a setting's
+    plural, or near none)."""
     known = setting_names() if known is None else known
     if not name.isupper() or name in known or name in MAKEFILE_VARIABLES or len(name) < 4:
         return None
@@ -67,8 +64,8 @@ def near_setting(name: str, known: Mapping[str, str] | None = None) -> str | Non
 
 
 def env_typos(environ: Mapping[str, str] | None = None, skip: frozenset[str] = frozenset()) -> list[str]:
-    """One line per environment variable (default ``os.environ``; ``skip``: names already judged) that looks like a
-    misspelt setting: ``REPLICA is no setting: did you mean REPLICAS? ...``."""
+    """``REPLICA is no setting: did you mean REPLICAS? ...`` per misspelt variable of ``env`` (default ``os.environ``;
+    ``skip``: names already judged)."""
     known = setting_names()
     out = []
     for name in sorted((os.environ if environ is None else environ).keys() - skip):

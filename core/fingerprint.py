@@ -17,8 +17,7 @@ _CURRENT_PATHS = {old: new for new, old in MOVED_DATASETS.items()}
 
 
 def current_dataset(path: str) -> str:
-    """The path a user finds the dataset at today: a moved corpus's old name (an old report's, or the fingerprint's
-    alias) becomes its current one; any other path is returned as given."""
+    """The dataset's path today: a moved corpus's old name becomes its current one."""
     return _CURRENT_PATHS.get(path, path)
 
 
@@ -88,8 +87,8 @@ def workload_fingerprint(config: BenchmarkConfig, env: Environment) -> str:
 
 
 def differing_fields(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    """``name: old -> new`` for every fingerprint field that differs (``a`` is the older run); a moved dataset is
-    named by its current path (:func:`current_dataset`), never by the alias the fingerprint keeps."""
+    """``name: old -> new`` for every differing fingerprint field (``a`` older; moved datasets by their current
+    path)."""
     return [
         f"{key}: {_shown(key, a.get(key))!r} -> {_shown(key, b.get(key))!r}"
         for key in sorted(set(a) | set(b))
@@ -103,19 +102,15 @@ reference: its figures are of the requests that finished, the short ones."""
 
 
 def server_down_words(line: str) -> str:
-    """Why a run ended early in a few words, from its ``server_down`` line: the stack switched to another model (vLLM
-    answered, but no longer for the run's model: HTTP 404), or vLLM stopped answering."""
+    """Why a run ended early in a few words: switched to another model, or vLLM stopped answering."""
     if line.startswith(MODEL_GONE_LINE):
         return "vLLM stopped serving the run's model (the stack was switched to another model)"
     return "the server stopped answering"
 
 
 def unusable_reason(report: Report) -> str | None:
-    """Why ``report`` cannot stand as the reference of a comparison — the one test of "no reference" (``make
-    baseline``, ``--baseline``, GATE, ``vs_previous``, the terminal's ``[REPORT]`` line): interrupted run, ended
-    early (server down), no measured request sent, more than :data:`MAX_CUT_SHARE_PCT` of its requests cut by its
-    end (every one, when none ended), vLLM switched during it (rows of two models), profiled, no successful request;
-    None when it can."""
+    """Why ``report`` cannot be a comparison's reference (interrupted, ended early, nothing sent, over
+    :data:`MAX_CUT_SHARE_PCT` cut, engine switched, profiled, no success); None when it can."""
     m = report.metrics
     if report.interrupted:
         return f"{report.report_id} was interrupted (Ctrl-C) before its planned end"
@@ -146,9 +141,8 @@ def unusable_reason(report: Report) -> str | None:
 
 
 def refusal_reason(baseline: Report, fields: Mapping[str, Any]) -> str | None:
-    """Why ``baseline`` cannot be the reference of a run whose :func:`fingerprint_fields` are ``fields`` — it cannot
-    judge (no success, interrupted) or its workload differs (naming each field); None when it can. The one test of
-    comparability: the sidecar's comparison after a run and the benchmark's preflight before one both use it."""
+    """Why ``baseline`` cannot be the reference of a run with fingerprint ``fields`` (cannot judge, or the differing
+    fields); None when it can."""
     unusable = unusable_reason(baseline)
     if unusable:
         return f"cannot judge: {unusable}"

@@ -37,8 +37,7 @@ def _match(entry: str, devices: Sequence[DeviceMemory]) -> DeviceMemory | None:
 
 
 def select_devices(spec: str | None, devices: Sequence[DeviceMemory]) -> list[DeviceMemory]:
-    """The devices ``spec`` (CUDA_VISIBLE_DEVICES semantics, see the module docstring) makes visible, in its order;
-    every device when ``spec`` is None."""
+    """The devices ``spec`` makes visible, in its order; every device when ``spec`` is None."""
     if spec is None:
         return sorted(devices, key=lambda d: d.index)
     chosen: list[DeviceMemory] = []

@@ -139,7 +139,8 @@ def change_text(change: Change, better: int | None = None) -> str:
 
 
 class PointComparison(BaseModel):
-    """One load point of B against A's paired point: each metric's :class:`Change`."""
+    """One load point of B against the paired point of A: each metric's :class:`Change` (an interval when either side
+    repeated its runs)."""
 
     label: str = Field(description="B's point ('' for a single run).")
     against_label: str = Field(description="A's point.")
@@ -148,7 +149,8 @@ class PointComparison(BaseModel):
 
 
 class Comparison(BaseModel):
-    """B against A point by point; ``refused`` says why nothing was compared."""
+    """The one comparison: B (a report, a series) against A (the previous run, a named baseline, ``make compare``'s
+    A), point by point; ``refused`` says why nothing was compared."""
 
     against: str | None = Field(default=None, description="Report or series id of A (the reference).")
     points: list[PointComparison] = Field(default_factory=list)

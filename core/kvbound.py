@@ -11,11 +11,11 @@ KV_FULL_PERCENT = 95.0
 
 
 def kv_bound_reason(kv: KvCacheStats | None, preemptions: int | None) -> str | None:
-    """Why the run was KV-bound, in one clause; None when it was not (or nothing says so).
+    """Why the run was KV-bound, in one clause; None when not.
 
     Args:
-        kv: the window's KV statistics (sampled gauges), or None.
-        preemptions: vLLM's preemptions over the window (``vllm:num_preemptions_total`` delta), or None.
+        kv: the window's KV statistics, or None.
+        preemptions: the ``vllm:num_preemptions_total`` delta, or None.
     """
     peak = kv.usage_peak_percent if kv is not None else None
     waiting = kv.requests_waiting_peak if kv is not None else None

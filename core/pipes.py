@@ -13,8 +13,7 @@ if TYPE_CHECKING:
 
 
 class PipeSafeStdout:
-    """Wraps a text stream: the first ``BrokenPipeError`` points its file descriptor at ``/dev/null`` (so the
-    interpreter's last flush is quiet too) and every later write is dropped."""
+    """A text stream whose first ``BrokenPipeError`` points it at ``/dev/null``; later writes are dropped."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream

@@ -96,8 +96,9 @@ BUCKET_TEXT = "The histogram bucket holding p{q}, ms: [lower, upper] (upper null
 
 
 class LatencyView(BaseModel):
-    """One server latency histogram over the window, ms: exact mean, interpolated percentiles and their bucket bounds
-    (``p*_bucket_ms``)."""
+    """One server-side latency histogram over the window, milliseconds: the mean is exact, each percentile is
+    interpolated inside the histogram bucket that holds it (Prometheus' ``histogram_quantile``) and may lie beyond
+    every request's own figure; ``p*_bucket_ms`` are that bucket's bounds, where the true percentile lies."""
 
     count: int
     mean_ms: float | None

@@ -117,8 +117,9 @@ class OutputLengths(BaseModel):
 
 
 class RunMetrics(BaseModel):
-    """Aggregate figures of the measured phase of one run. With no measured request ended, figures of ended requests are
-    None and throughputs 0."""
+    """Aggregate figures of the measured phase of one benchmark run. A run in which no measured request ended (all
+    cut by its end, or none sent) has its counts, its window and its cut requests; every figure of ended requests is
+    None (the latencies, the error rate, the goodput), and the throughputs are 0 (nothing completed)."""
 
     requests_total: int = Field(description="Measured requests that ended (ok or failed); incomplete ones apart.")
     requests_ok: int
