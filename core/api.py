@@ -71,9 +71,8 @@ class ServerFacts(BaseModel):
 
 
 class BuildReportRequest(BaseModel):
-    """Body of ``POST /reports``: a finished run by its id and the benchmark's facts, never its rows (the sidecar reads
-    the rows file). Validated first (422): numbers finite, durations not negative, texts at most
-    :data:`MAX_STRING_CHARS`, ``window_start <= window_end``, after 2000."""
+    """Body of ``POST /reports``: a finished run by its id and the benchmark's facts (never its rows). Validated (422):
+    numbers finite, durations >= 0, texts within :data:`MAX_STRING_CHARS`, window ordered, after 2000."""
 
     config: BenchmarkConfig
     run_id: str = Field(

@@ -22,8 +22,7 @@ def reasoned(r: RequestRecord) -> bool:
 
 
 def answer_ttft_ms(r: RequestRecord) -> float | None:
-    """Send (scheduled send in open loop) → the first answer token, ms: ``answer_ttft_ms`` of a reasoning row (None
-    when its answer never began), TTFT of any other row."""
+    """Send -> first answer token, ms: a reasoning row's ``answer_ttft_ms``, any other row's TTFT."""
     value = r.answer_ttft_ms if r.reasoning_ttft_ms is not None else r.ttft_ms
     return None if value is None else value + r.queue_delay_ms
 
@@ -60,8 +59,7 @@ class ReasoningStats(BaseModel):
 
 
 def reasoning_stats(ok: Sequence[RequestRecord]) -> ReasoningStats | None:
-    """Reasoning figures of the successful rows ``ok``; None when none carried reasoning (the report then reads as
-    it did before reasoning was measured)."""
+    """Reasoning figures of the successful rows ``ok``; None when none reasoned."""
     rows = [r for r in ok if reasoned(r)]
     if not rows:
         return None
@@ -83,8 +81,7 @@ def reasoning_stats(ok: Sequence[RequestRecord]) -> ReasoningStats | None:
 
 
 def reasoning_text(stats: ReasoningStats, requests_ok: int) -> str:
-    """One line: ``7 of 10 requests reasoned | answer TTFT P50 812 ms P99 1404 ms | thinking P50 700 ms | 96
-    reasoning + 41 answer tokens per request (from usage)``."""
+    """``7 of 10 requests reasoned | answer TTFT P50 812 ms P99 1404 ms | thinking P50 700 ms | ...``."""
 
     def ms(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.0f} ms"

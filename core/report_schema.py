@@ -97,9 +97,8 @@ class ErrorSummary(BaseModel):
 
 
 def migrate_report(data: Any) -> Any:
-    """Bring a stored report's JSON up to :data:`SCHEMA_VERSION` (1.1 -> 1.2: renamed and moved fields, see the
-    notes at :data:`SCHEMA_VERSION`; 1.2 -> 1.3 -> 1.4: only optional fields were added; 1.4 -> 1.5: the
-    comparisons, :func:`_comparisons_1_5`); other input as is."""
+    """A stored report's JSON brought up to :data:`SCHEMA_VERSION` (1.1 -> 1.2 renames, 1.4 -> 1.5 comparisons); other
+    input as is."""
     if not isinstance(data, dict) or data.get("schema_version") not in ("1.1", "1.2", "1.3", "1.4"):
         return data
     data = dict(data)
@@ -137,9 +136,8 @@ CHANGES_RENAMED_IN_1_5 = {
 
 
 def _comparisons_1_5(old: dict[str, Any], error_rate_percent: float | None) -> dict[str, Any]:
-    """A 1.4 ``comparison`` (``against``, ``changes_pct``, ``refused``, ``notes`` prefixed ``vs_<name>: ``) as 1.5's
-    ``vs_<name>`` -> comparison of one unlabelled point whose changes have no interval; the error rate's change in
-    percentage points becomes its two values (the report's rate and that rate less the change)."""
+    """A 1.4 ``comparison`` as 1.5's ``vs_<name>`` -> one unlabelled point without intervals; the error rate's change in
+    points becomes its two values."""
     out: dict[str, Any] = {}
     against, notes = old.get("against", {}), old.get("notes", [])
     for key, pct in old.get("changes_pct", {}).items():

@@ -51,7 +51,7 @@ def active_slot(run_dir: Path, replica: int = 0) -> Slot:
 
 
 def write_slot(run_dir: Path, replica: int, slot: Slot) -> None:
-    """Record that ``replica`` now serves from ``slot`` (atomically: readers see the old record or the new one).
+    """Record atomically that ``replica`` now serves from ``slot``.
 
     Raises:
         OSError: RUN_DIR is not writable.

@@ -38,8 +38,7 @@ def parse_think_time(text: str) -> ThinkTime:
     """Parse THINK_TIME text (module docstring).
 
     Raises:
-        ValueError: an unknown distribution, a mean that is not a duration (or below 0), a sigma that is not a
-            finite number > 0, or a sigma for a distribution that has none; the message gives valid examples.
+        ValueError: an unknown distribution, a bad mean or sigma, or a sigma where none applies.
     """
     parts = [p.strip() for p in text.strip().split(":")]
     distribution = "fixed"

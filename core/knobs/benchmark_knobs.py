@@ -132,8 +132,7 @@ class BenchmarkKnobs(BaseModel):
     @field_validator("duration", mode="before")
     @classmethod
     def _parse_duration(cls, value: object) -> object:
-        """DURATION text (60, 60s, 5m, 1h) -> seconds, at least :data:`MIN_DURATION_S` (a blank never gets here: the
-        settings read it as unset)."""
+        """DURATION text (60, 60s, 5m, 1h) -> seconds, at least :data:`MIN_DURATION_S`."""
         if value is None:
             return None
         seconds = parse_duration_s(str(value))

@@ -10,8 +10,7 @@ from pydantic import BaseModel, Field
 
 
 class ClusterKnobs(BaseModel):
-    """Engine replicas behind vLLM's router (``make up``); the master's wait for remote load workers, where it
-    listens, and a worker's own side."""
+    """Engine replicas behind vLLM's router, and load workers on other hosts."""
 
     # --- engine replicas behind vLLM's router (docs/cluster.md) -------------------------------------------------
     replicas: int = Field(

@@ -156,8 +156,7 @@ class SweepKnobs(BaseModel):
     @field_validator("think_time", mode="before")
     @classmethod
     def _parse_think_time(cls, value: object) -> object:
-        """THINK_TIME text -> :class:`core.thinktime.ThinkTime` (a blank never gets here: the settings read it as
-        unset)."""
+        """THINK_TIME text -> :class:`core.thinktime.ThinkTime`."""
         return parse_think_time(value) if isinstance(value, str) else value
 
     @field_validator("sweep")
