@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from core.latency import LatencyStats, effective_e2e_ms, effective_ttft_ms, latency_stats
+from core.latency import mean_or_none as _mean
 from core.records import RequestRecord
 
 
@@ -47,10 +48,6 @@ class SessionStats(BaseModel):
         default=None,
         description="100 × cached / prompt tokens over every successful turn whose usage reported cached tokens.",
     )
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
 
 
 def _hit_percent(rows: Sequence[RequestRecord]) -> float | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -64,19 +64,9 @@ class RequestLogLine:
         return self.end_s - (self.total_ms or 0.0) / 1000.0
 
     def as_dict(self) -> dict[str, Any]:
-        """The line as written."""
-        return {
-            "ts": self.ts,
-            "source": self.source,
-            "request_id": self.request_id,
-            "model": self.model,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "ttft_ms": self.ttft_ms,
-            "total_ms": self.total_ms,
-            "status": self.status,
-            "error": self.error,
-        } | ({"run_id": self.run_id} if self.run_id is not None else {})
+        """The line as written (``run_id`` only when set)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("end_s", "run_id")}
+        return out | ({"run_id": self.run_id} if self.run_id is not None else {})
 
     @classmethod
     def parse(cls, raw: bytes | str) -> RequestLogLine:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
+from core.latency import mean_or_none as _mean
 from core.records import RequestRecord
 from core.serverview_overhead import CLIENT_OVERHEAD_MAX_PCT, ClientOverhead, _pct, client_overhead
 from core.serverview_samples import LatencyView, Samples, _delta, latency_view
@@ -146,22 +147,8 @@ def cross_check(
         exact("requests_succeeded", float(len(ok)), succeeded),
         exact("generation_tokens", client_output, _delta(before, after, "vllm:generation_tokens_total")),
         exact("prompt_tokens", client_prompt, _delta(before, after, "vllm:prompt_tokens_total")),
-        latency_check(
-            "ttft_mean_ms",
-            sum(client_ttft) / len(client_ttft) if client_ttft else None,
-            ttft.mean_ms,
-            0.30,
-            75.0,
-            client_lag_ms,
-        ),
-        latency_check(
-            "e2e_mean_ms",
-            sum(client_e2e) / len(client_e2e) if client_e2e else None,
-            e2e.mean_ms,
-            0.15,
-            100.0,
-            client_lag_ms,
-        ),
+        latency_check("ttft_mean_ms", _mean(client_ttft), ttft.mean_ms, 0.30, 75.0, client_lag_ms),
+        latency_check("e2e_mean_ms", _mean(client_e2e), e2e.mean_ms, 0.15, 100.0, client_lag_ms),
     ]
     disagreements = [
         f"{c.name}: client {c.client:.1f} vs server {c.server:.1f} (tolerance {c.tolerance})"

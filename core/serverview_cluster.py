@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from core.latency import mean_or_none as _mean
 from core.records import RequestRecord
 from core.replicas import imbalance_percent, shares_percent
 from core.serverview import SUCCESS_REASONS, latency_check
@@ -95,10 +96,6 @@ def kv_pool_tokens(samples: Samples) -> int | None:
             return None
         return tokens or None
     return None
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
 
 
 def matched_means(before: Samples, after: Samples, rows: Sequence[RequestRecord]) -> tuple[float | None, float | None]:

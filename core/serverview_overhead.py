@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
+from core.latency import mean_or_none
 from core.records import RequestRecord
 from core.serverview_samples import Samples, latency_view
 
@@ -68,7 +69,7 @@ def client_overhead(
         if metric in absent:
             continue
         values = client[name]
-        client_ms = sum(values) / len(values) if values else None
+        client_ms = mean_or_none(values)
         server_ms = latency_view(before, after, metric).mean_ms
         added = None if client_ms is None or server_ms is None else client_ms - server_ms
         share = _pct(client_ms, server_ms)
