@@ -20,9 +20,7 @@ from core.series_stats import PREFIX_CACHE_GAP_PP, SERIES_METRICS, Knee, SeriesP
 # vLLM flags that say where it listens or what it is called, not how it serves (left out of the differences)
 IGNORED_VLLM_FLAGS = frozenset({"--host", "--port", "--model", "--served-model-name"})
 # config fields that do not change what is measured
-IGNORED_CONFIG_FIELDS = frozenset(
-    {"vllm_url", "model", "dataset_file", "prefix_file", "drain_s", "request_timeout_s"}
-)
+IGNORED_CONFIG_FIELDS = frozenset({"vllm_url", "model", "dataset_file", "prefix_file", "drain_s", "request_timeout_s"})
 Group = Literal["model", "vLLM flags", "hardware", "software", "workload"]
 # knobs of one load mode only: the other mode's run has none (an open-loop run has no users), so they are compared
 # where they apply and shown as None where they do not
@@ -157,9 +155,7 @@ def pair_points(
         return groups
 
     ga, gb = by_kind(a), by_kind(b)
-    return [
-        (ga[p.kind][rank], p) for p in b if (rank := gb[p.kind].index(p)) < len(ga.get(p.kind, []))
-    ]
+    return [(ga[p.kind][rank], p) for p in b if (rank := gb[p.kind].index(p)) < len(ga.get(p.kind, []))]
 
 
 def compare_points(

@@ -253,11 +253,7 @@ class Efficiency:
 
 
 def efficiency(
-    energy_j: float | None,
-    output_tokens: int,
-    prompt_tokens: int,
-    requests_ok: int,
-    usd_per_kwh: float | None = None,
+    energy_j: float | None, output_tokens: int, prompt_tokens: int, requests_ok: int, usd_per_kwh: float | None = None
 ) -> Efficiency:
     """:class:`Efficiency` from the window's energy and the run's successful tokens and requests; energy cost =
     ``J/token x 10^6 / 3.6x10^6 J/kWh x usd_per_kwh``."""
@@ -321,4 +317,3 @@ def energy_stats(
             "a device gave no figure (see devices)" if devices else "no device measured"),
         notes=notes,
     )
-

@@ -68,9 +68,7 @@ class Change(BaseModel):
     verdict: Verdict
 
 
-def difference_interval(
-    a: Interval, b: Interval, confidence: float = CONFIDENCE
-) -> tuple[float, float] | None:
+def difference_interval(a: Interval, b: Interval, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
     """95 % interval of mean(B) - mean(A) (Welch; pooled with a single run); None for two single runs. Zero spread gives
     a zero-width interval."""
     diff = b.mean - a.mean

@@ -24,9 +24,7 @@ ENV_SECRET_MIN_LEN = 6
 """Secret-named environment variables outside the settings count from this length (``X_TOKEN=1`` is not one)."""
 SECRET_ENV_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY)", re.IGNORECASE)
 HF_TOKEN_RE = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
-SECRET_FLAG_RE = re.compile(
-    r"--?(?:[\w.]+[-_])?(?:api[-_]?key|key|token|secret|password|passwd)", re.IGNORECASE
-)
+SECRET_FLAG_RE = re.compile(r"--?(?:[\w.]+[-_])?(?:api[-_]?key|key|token|secret|password|passwd)", re.IGNORECASE)
 """A command-line flag whose value is a secret: ``--api-key``, ``--hf-token``, ``--password`` (not ``--tokenizer``,
 ``--ssl-keyfile`` or ``--max-num-batched-tokens``)."""
 
@@ -127,9 +125,7 @@ class Redactor:
             if secret:
                 forms.update({secret, json.dumps(secret)[1:-1], html.escape(secret)})
         ordered = sorted(forms, key=len, reverse=True)
-        parts = [
-            re.escape(f) if len(f) >= SHORT_SECRET_LEN else rf"(?<!\w){re.escape(f)}(?!\w)" for f in ordered
-        ]
+        parts = [re.escape(f) if len(f) >= SHORT_SECRET_LEN else rf"(?<!\w){re.escape(f)}(?!\w)" for f in ordered]
         parts.append(HF_TOKEN_RE.pattern)
         self._re = re.compile("|".join(parts))
         self._bytes_re = re.compile("|".join(parts).encode("utf-8"))

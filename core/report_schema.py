@@ -164,9 +164,7 @@ def _renamed(part: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
     return part
 
 
-def _startup_facts_moved(
-    environment: dict[str, Any], logs: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
+def _startup_facts_moved(environment: dict[str, Any], logs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """1.1 -> 1.2: ``logs``' start-up facts into ``environment.startup`` (its own figures first)."""
     environment, logs = dict(environment), dict(logs)
     moved = {name: logs.pop(name, None) for name in LOGS_TO_STARTUP_IN_1_2}

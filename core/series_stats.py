@@ -218,11 +218,7 @@ def find_knee(points: list[SeriesPoint], slo: dict[str, float], attainment_pct: 
         return Knee(line=f"Knee (SLO {what}): no load point meets the SLO")
     index = meeting[-1]
     knee = points[index]
-    notes = [
-        f"{p.label} (below the knee) does not meet the SLO"
-        for p in points[:index]
-        if p.meets_slo is False
-    ]
+    notes = [f"{p.label} (below the knee) does not meet the SLO" for p in points[:index] if p.meets_slo is False]
     above = "the highest point measured" if index == len(points) - 1 else f"next: {points[index + 1].label} fails it"
     return Knee(
         index=index,
