@@ -35,8 +35,7 @@ def _is_duration(key: str) -> bool:
 
 
 def body_problems(value: Any, path: str = "", duration: bool = False) -> list[str]:
-    """``"metrics.ttft.p99_ms is nan"`` lines for every non-finite number, negative duration or text over
-    :data:`MAX_STRING_CHARS` in a parsed body (dicts, lists, models)."""
+    """``"metrics.ttft.p99_ms is nan"`` per non-finite number, negative duration or oversized text in ``value``."""
     if isinstance(value, BaseModel):
         value = dict(value)
     if isinstance(value, bool) or value is None:

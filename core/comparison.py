@@ -69,8 +69,7 @@ class ABComparison(Comparison):
 
 
 def vllm_flags(args: list[str]) -> dict[str, str]:
-    """A vLLM command line's flags -> values (bare ``--flag``: ``"true"``); what precedes the first flag is skipped,
-    secret flags (:func:`core.redact.is_secret_flag`) are left out."""
+    """A vLLM command line's flags -> values (bare: ``"true"``), secret flags left out."""
     flags: dict[str, str] = {}
     i = 0
     while i < len(args):
@@ -182,8 +181,7 @@ def compare_points(
 
 
 def prefix_cache_gap(points: list[PointComparison]) -> tuple[float, float] | None:
-    """The prefix-cache hit rates ``(A, B)`` of the pair furthest apart, when more than
-    :data:`core.series_stats.PREFIX_CACHE_GAP_PP` apart; else None."""
+    """Hit rates ``(A, B)`` of the pair furthest apart beyond :data:`PREFIX_CACHE_GAP_PP`; else None."""
     rates = [(c.a_mean, c.b_mean) for p in points if (c := p.changes.get("prefix_cache_hit_rate_percent")) is not None
              and c.a_mean is not None and c.b_mean is not None]  # fmt: skip
     widest = max(rates, key=lambda r: abs(r[1] - r[0]), default=None)
@@ -211,8 +209,7 @@ def compare_sides(a: Side, b: Side, compare_id: str, timestamp: str, threshold_p
 
 
 def environment_notes(old: Environment, new: Environment) -> list[str]:
-    """``vllm_version differs (0.6 -> 0.7)``: each vLLM flag and environment field outside the fingerprint that changed
-    (None on a side: unknown, not a change)."""
+    """``vllm_version differs (0.6 -> 0.7)`` per changed vLLM flag or environment field (None: unknown)."""
     fa, fb = vllm_flags(old.vllm_args), vllm_flags(new.vllm_args)
     notes = [
         f"vLLM flag {flag} differs ({flag_text(fa.get(flag))} -> {flag_text(fb.get(flag))})"
@@ -288,8 +285,7 @@ def comparison_lines(name: str, comparison: Comparison) -> list[str]:
 
 
 def report_notes(report: Report) -> list[str]:
-    """A report's comparison notes: "first run of workload ..." without ``vs_previous``, then each comparison's
-    :func:`comparison_lines`."""
+    """"first run of workload ..." without ``vs_previous``, then each comparison's lines."""
     if report.engine_switch:
         first = [f"not compared: {report.engine_switch}"]
     elif PREVIOUS in report.comparison:

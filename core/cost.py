@@ -63,8 +63,7 @@ class CostBasis(BaseModel):
 def cost_basis(
     price: HardwarePrice | None, usd_per_kwh: float | None, gpus: int, hosts: int, gpu_reason: str | None = None
 ) -> CostBasis | None:
-    """The hourly price for ``gpus`` GPUs on ``hosts`` hosts (None: no price); per GPU with no GPU read prices nothing
-    and says why."""
+    """The hourly price for ``gpus`` GPUs on ``hosts`` hosts, or why none (None: no price set)."""
     if price is None and usd_per_kwh is None:
         return None
     basis = CostBasis(energy_price_usd_per_kwh=usd_per_kwh)

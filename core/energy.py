@@ -88,8 +88,7 @@ def counter_energy(points: Sequence[Point], start: float, end: float, wrap_j: fl
 
 
 def power_energy(points: Sequence[Point], start: float, end: float) -> Integral | None:
-    """Energy over ``[start, end]`` from power readings (W): trapezoids, bounds interpolated. None when they cover no
-    part of the window."""
+    """Energy over ``[start, end]`` from power readings (W) by trapezoids; None when none cover it."""
     series = sorted(points)
     if len(series) < 2 or (span := _span(series, start, end)) is None:
         return None
@@ -170,8 +169,7 @@ class EnergyStats(BaseModel):
 
 
 def combine(devices: Sequence[DeviceEnergy]) -> tuple[float | None, str | None]:
-    """Total energy (J) and method over ``devices``: None with the reason when any device has none; ``mixed`` when
-    methods differ."""
+    """Total energy (J; None when a device has none) and method (``mixed`` when they differ)."""
     if not devices:
         return None, None
     missing = [d for d in devices if d.energy_j is None]
@@ -242,8 +240,7 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class Efficiency:
-    """A run's energy figures (None: not measured): J per output token and per request, tokens per J, energy cost per
-    million output and total tokens."""
+    """A run's energy figures per token and request, and energy cost per 1M tokens (None: not measured)."""
 
     energy_j_per_output_token: float | None
     energy_j_per_request: float | None

@@ -45,8 +45,7 @@ def typo_distance(a: str, b: str, bound: int | None = None) -> int:
 
 
 def near_setting(name: str, known: Mapping[str, str] | None = None) -> str | None:
-    """The setting variable ``name`` is a typo of, or None (not upper case, a setting, a Makefile variable, a setting's
-    plural, or near none)."""
+    """The setting variable ``name`` is a typo of, or None (not one, or a setting, make variable or plural)."""
     known = setting_names() if known is None else known
     if not name.isupper() or name in known or name in MAKEFILE_VARIABLES or len(name) < 4:
         return None
@@ -64,8 +63,7 @@ def near_setting(name: str, known: Mapping[str, str] | None = None) -> str | Non
 
 
 def env_typos(environ: Mapping[str, str] | None = None, skip: frozenset[str] = frozenset()) -> list[str]:
-    """``REPLICA is no setting: did you mean REPLICAS? ...`` per misspelt variable of ``env`` (default ``os.environ``;
-    ``skip``: names already judged)."""
+    """``REPLICA is no setting: did you mean REPLICAS? ...`` per misspelt variable of ``env`` not in ``skip``."""
     known = setting_names()
     out = []
     for name in sorted((os.environ if environ is None else environ).keys() - skip):

@@ -87,8 +87,7 @@ def workload_fingerprint(config: BenchmarkConfig, env: Environment) -> str:
 
 
 def differing_fields(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    """``name: old -> new`` for every differing fingerprint field (``a`` older; moved datasets by their current
-    path)."""
+    """``name: old -> new`` for every differing fingerprint field (``a`` is the older run)."""
     return [
         f"{key}: {_shown(key, a.get(key))!r} -> {_shown(key, b.get(key))!r}"
         for key in sorted(set(a) | set(b))
@@ -141,8 +140,7 @@ def unusable_reason(report: Report) -> str | None:
 
 
 def refusal_reason(baseline: Report, fields: Mapping[str, Any]) -> str | None:
-    """Why ``baseline`` cannot be the reference of a run with fingerprint ``fields`` (cannot judge, or the differing
-    fields); None when it can."""
+    """Why ``baseline`` cannot be the reference of a run with fingerprint ``fields``; None when it can."""
     unusable = unusable_reason(baseline)
     if unusable:
         return f"cannot judge: {unusable}"

@@ -187,8 +187,7 @@ name, as in ``vllm bench serve``; the engine's commands take the model to serve 
 
 
 def refusal(argv: list[str], own: set[str]) -> str | None:
-    """Why the first flag of ``argv`` not in ``own`` is refused (another command's knob, or an unknown flag with the
-    nearest); None when every flag is the command's."""
+    """Why the first flag of ``argv`` not in ``own`` is refused; None when every flag is the command's."""
     knobs = _knob_flags()
     for index, token in enumerate(argv):
         if token == "--":
@@ -223,8 +222,7 @@ UNIT_SUFFIXES = ("_requests", "_req_per_sec", "_tokens", "_s")
 
 
 def _report_field_flags() -> dict[str, str]:
-    """``--<report config field>`` -> its knob's flag where a unit suffix parts them (``--warmup-requests`` ->
-    ``--warmup``)."""
+    """``--<report config field>`` -> its knob's flag (``--warmup-requests`` -> ``--warmup``)."""
     from core.report_setup import BenchmarkConfig
 
     knobs = dict(flag_fields())
@@ -266,8 +264,7 @@ EPILOG = ("[default] where there is one. Each flag is also an environment, .env 
 
 
 def build_parser(prog: str, description: str, view: Command | None = None) -> KnobParser:
-    """A parser with one option per knob of ``view`` (None: every knob, one group), the most used first;
-    ``--flag/--no-flag`` for on/off knobs."""
+    """A parser with one option per knob of ``view`` (None: every knob), the most used first."""
     parser = KnobParser(
         prog=prog,
         usage=f"{prog} [--KNOB VALUE ...]",

@@ -19,8 +19,7 @@ EXIT_FAIL = 3
 
 @dataclass(frozen=True)
 class GateCheck:
-    """One gated metric's outcome (one JUnit case): ``passed`` False is a regression, ``error`` True: could not
-    judge."""
+    """One gated metric (a JUnit case): ``passed`` False: regression; ``error`` True: could not judge."""
 
     name: str
     passed: bool

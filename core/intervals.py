@@ -69,8 +69,7 @@ class Change(BaseModel):
 
 
 def difference_interval(a: Interval, b: Interval, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
-    """95 % interval of mean(B) - mean(A) (Welch; pooled with a single run); None for two single runs. Zero spread gives
-    a zero-width interval."""
+    """95 % interval of mean(B) - mean(A) (Welch; pooled with one run); None for two single runs."""
     diff = b.mean - a.mean
     if a.n < 2 and b.n < 2:
         return None

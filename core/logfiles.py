@@ -37,8 +37,7 @@ class ReadStats:
 
 
 def rotated_family(path: StrPath) -> list[str]:
-    """Existing files of ``path``'s rotation family, oldest first, ``path`` last (``vllm.log.2.gz``, ``vllm.log.1``,
-    ``vllm.log``)."""
+    """Existing files of ``path``'s rotation family, oldest first, ``path`` last."""
     path = os.fspath(path)
     folder, name = os.path.split(path)
     numbered: list[tuple[int, str]] = []

@@ -144,8 +144,7 @@ ENGINE_GONE_ANSWERS = NO_ENGINE_ANSWERS + MODEL_GONE_ANSWERS
 
 
 def engine_unreachable(error_kind: str | None, error: str | None) -> bool:
-    """True for a failure saying no engine of the run's model could be reached: connection-level,
-    :data:`NO_ENGINE_ANSWERS` or :data:`MODEL_GONE_ANSWERS`."""
+    """True when no engine of the run's model could be reached (connection, router or model gone)."""
     if error_kind == "connection":
         return True
     text = (error or "").encode("utf-8", "replace")

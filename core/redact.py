@@ -41,8 +41,7 @@ def is_secret_flag(arg: str) -> bool:
 
 
 def _roles(argv: Iterable[str]) -> Iterator[tuple[str, str]]:
-    """Each argument of ``argv`` as ``flag`` (secret-looking), ``value`` (its values up to the next flag) or
-    ``plain``."""
+    """Each argument of ``argv`` as ``flag`` (secret-looking), ``value`` (of one) or ``plain``."""
     taking = False
     for arg in argv:
         if arg.startswith("-") and len(arg) > 1:
@@ -85,8 +84,7 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
 
 
 def configured_secrets(settings: Settings) -> list[str]:
-    """Every configured secret: the settings' ``repr=False`` fields (a file's token too) and the secret flag values of
-    the extra-argument knobs."""
+    """Every configured secret: ``repr=False`` settings, the token, secret flag values of extra args."""
     import shlex
 
     values: list[str] = []
@@ -107,8 +105,7 @@ def configured_secrets(settings: Settings) -> list[str]:
 
 
 def secret_values(settings: Settings, environ: Mapping[str, str] | None = None) -> list[str]:
-    """:func:`configured_secrets` plus secret-named environment variables (from :data:`ENV_SECRET_MIN_LEN` characters),
-    longest first."""
+    """:func:`configured_secrets` plus secret-named environment variables, longest first."""
     env = os.environ if environ is None else environ
     values = configured_secrets(settings)
     values += [v for name, v in env.items() if SECRET_ENV_RE.search(name) and len(v.strip()) >= ENV_SECRET_MIN_LEN]
@@ -116,8 +113,7 @@ def secret_values(settings: Settings, environ: Mapping[str, str] | None = None) 
 
 
 class Redactor:
-    """Replaces known secret values and Hugging Face token shapes with ``***`` in text (``redactor(text)``) or bytes
-    (:meth:`bytes`)."""
+    """Masks known secrets and Hugging Face tokens as ``***`` in text (call) or bytes (:meth:`bytes`)."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
         forms: set[str] = set()

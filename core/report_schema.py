@@ -97,8 +97,7 @@ class ErrorSummary(BaseModel):
 
 
 def migrate_report(data: Any) -> Any:
-    """A stored report's JSON brought up to :data:`SCHEMA_VERSION` (1.1 -> 1.2 renames, 1.4 -> 1.5 comparisons); other
-    input as is."""
+    """A stored report's JSON brought up to :data:`SCHEMA_VERSION`; other input as is."""
     if not isinstance(data, dict) or data.get("schema_version") not in ("1.1", "1.2", "1.3", "1.4"):
         return data
     data = dict(data)

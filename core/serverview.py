@@ -84,8 +84,7 @@ def _check(
 def latency_check(
     name: str, client: float | None, server: float | None, rel: float, abs_ms: float, client_lag_ms: float | None
 ) -> Agreement:
-    """``name`` (a mean latency, ms): the client's within ``max(rel x server, abs_ms)`` of the server's, plus
-    ``client_lag_ms`` when known."""
+    """A mean latency (ms): client within ``max(rel x server, abs_ms)`` (+ ``client_lag_ms``) of server."""
     lag = client_lag_ms or 0.0
     label = f"max({rel:.0%}, {abs_ms:.0f} ms)" + (f" + client lag {lag:.1f} ms" if lag else "")
     return _check(name, client, server, rel, abs_ms, label, extra=lag)
@@ -189,8 +188,7 @@ PREFIX_HITS = "vllm:prefix_cache_hits_total"
 
 
 def prefix_cache_delta(before: Samples, after: Samples) -> tuple[int | None, int | None, float | None]:
-    """``(queries, hits, hit rate %)`` of vLLM's prefix cache over the window (tokens); all None without the counters,
-    the rate None when nothing was queried."""
+    """``(queries, hits, hit rate %)`` of vLLM's prefix cache over the window; None where unknown."""
     if PREFIX_QUERIES not in after or PREFIX_HITS not in after:
         return None, None, None
     queries = max(0, round(_delta(before, after, PREFIX_QUERIES)))

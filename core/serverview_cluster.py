@@ -26,8 +26,7 @@ PROMPT_TOKENS = "vllm:request_prompt_tokens"
 
 @dataclass
 class ReplicaScrapes:
-    """One engine's scrapes before and after the window (None: unreadable, ``why``), its peak KV usage (%) and whether
-    it answered every poll."""
+    """One engine's scrapes around the window (None: ``why``), peak KV usage %, and if it always answered."""
 
     name: str
     url: str

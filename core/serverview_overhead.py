@@ -89,8 +89,7 @@ def client_overhead(
 
 
 def overhead_text(overhead: ClientOverhead) -> str:
-    """``TTFT +21.3 ms (+1.2%), ITL +0.4 ms (+0.5%), E2E +45.0 ms (+0.9%) over the server's own``, with the flag or why
-    it is missing."""
+    """``TTFT +21.3 ms (+1.2%), ... over the server's own``, with the flag or why it is missing."""
     where = f" ({overhead.server_url})" if overhead.server_url else ""
     if overhead.missing:
         return f"client overhead not measured{where}: {overhead.missing}"

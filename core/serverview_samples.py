@@ -69,8 +69,7 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
 
 
 def histogram_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
-    """The ``(lower, upper)`` bounds of the bucket holding quantile ``q``: where the true quantile lies; None when
-    empty."""
+    """``(lower, upper)`` of the bucket holding quantile ``q`` (the true one lies there); None: empty."""
     found = _rank_bucket(q, buckets)
     return None if found is None else (found[0], found[1])
 
@@ -86,8 +85,7 @@ def _bucket_deltas(before: Samples, after: Samples, name: str) -> list[tuple[flo
 
 
 def bucket_counts(before: Samples, after: Samples, name: str) -> list[tuple[float, float]]:
-    """Histogram ``name``'s observations per bucket over the window, ``(upper bound, count)`` ascending; empty when
-    absent."""
+    """Histogram ``name``'s ``(upper bound, count)`` per bucket over the window, ascending."""
     cumulative = _bucket_deltas(before, after, name)
     return [(le, count - (cumulative[i - 1][1] if i else 0.0)) for i, (le, count) in enumerate(cumulative)]
 

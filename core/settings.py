@@ -173,8 +173,7 @@ class Settings(
 
     @model_validator(mode="after")
     def _output_lengths_fit(self) -> Settings:
-        """Sampled output lengths need a log-normal of OUTPUT_LEN_MEAN and OUTPUT_LEN_P95 and a cap not below the
-        mean."""
+        """Sampled lengths need a log-normal of OUTPUT_LEN_MEAN and P95, and a cap not below the mean."""
         if self.fixed_max_tokens is None:
             lognormal_params(self.output_len_mean, self.output_len_p95)
             if self.output_len_cap < self.output_len_mean:
@@ -263,8 +262,7 @@ class Settings(
 
     @property
     def sidecar_hosts(self) -> list[str]:
-        """Host names the sidecar answers to: loopback, SIDECAR_HOST, SIDECAR_BASE_URL's host and
-        SIDECAR_TRUSTED_HOSTS."""
+        """Loopback, SIDECAR_HOST, SIDECAR_BASE_URL's host and SIDECAR_TRUSTED_HOSTS."""
         from urllib.parse import urlsplit
 
         hosts = ["127.0.0.1", "localhost", "::1"]
@@ -329,8 +327,7 @@ def service_env(service: str, base: dict[str, str] | None = None) -> dict[str, s
 
 
 def describe_validation_error(exc: ValidationError, from_cli: set[str] | frozenset[str] = frozenset()) -> str:
-    """pydantic's error as one line per bad variable: ``CONCURRENCY=0: must be >= 1``, or ``--concurrency=0: ...`` for a
-    field in ``from_cli``."""
+    """One line per bad variable: ``CONCURRENCY=0: ...`` (``--concurrency=0: ...`` if in ``from_cli``)."""
     lines = []
     for err in exc.errors():
         field = ".".join(str(part) for part in err["loc"])

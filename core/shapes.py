@@ -39,8 +39,7 @@ def _where(loc: tuple[int | str, ...]) -> str:
 
 
 def fault_of(exc: ValidationError, raw: bytes | str, expected: str) -> str:
-    """The first fault of ``raw``'s failed validation in words: not JSON (with its start), or which field is missing or
-    mistyped."""
+    """The first fault of ``raw`` in words: not JSON (with its start), or a missing or mistyped field."""
     first = exc.errors(include_url=False)[0]
     if first["type"] == "json_invalid":
         return f"not JSON (it starts {snippet(raw)!r}) where {expected} was expected"

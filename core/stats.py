@@ -27,8 +27,7 @@ from core.steady import SteadyState, decode_tokens_in, steady_state
 
 
 def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
-    """True when ``r`` succeeded and every SLO bound holds (missing values fail); ``answer_ttft_ms`` bounds the answer's
-    first token."""
+    """True when ``r`` succeeded and every SLO bound holds (missing values fail)."""
     if not r.ok:
         return False
     values = {"ttft_ms": effective_ttft_ms(r), "tpot_ms": r.tpot_ms, "e2e_ms": effective_e2e_ms(r),
@@ -59,8 +58,7 @@ class WindowStats(BaseModel):
 
 
 def time_windows(records: Sequence[RequestRecord], count: int = 10) -> list[WindowStats]:
-    """``count`` equal slices of the measured window: completions (by end), output tokens (where decoded,
-    :func:`decode_tokens_in`) and p50 E2E per slice."""
+    """``count`` equal slices: completions (by end), decoded output tokens and p50 E2E per slice."""
     if not records:
         return []
     start = min(r.started_at for r in records)

@@ -45,8 +45,7 @@ class SteadyState(BaseModel):
 
 
 def decode_tokens_in(r: RequestRecord, start: float, lo: float, hi: float) -> float:
-    """Output tokens of ``r`` inside ``[lo, hi)`` s since ``start``: the first at TTFT, the rest spread evenly over TTFT
-    -> end."""
+    """Output tokens of ``r`` in ``[lo, hi)`` s since ``start``: one at TTFT, the rest even to the end."""
     if not r.ok or not r.output_tokens or r.ttft_ms is None or r.e2e_ms is None:
         return 0.0
     first = r.started_at - start + r.ttft_ms / 1000.0

@@ -87,8 +87,7 @@ def _detail(usage: dict[str, Any], part: str, name: str) -> int | None:
 
 
 def interpret_chunk(obj: Any) -> ChunkFacts:
-    """What a parsed ``data:`` JSON value says (never raises); ``invalid`` is set for anything not of OpenAI's chunk
-    shape."""
+    """What a parsed ``data:`` JSON value says (never raises; ``invalid``: not OpenAI's shape)."""
     if not isinstance(obj, dict):
         return ChunkFacts(invalid=f"a data line is {_shape(obj)}, expected a chunk object")
     error = obj.get("error")
@@ -156,8 +155,7 @@ def interpret_chunk(obj: Any) -> ChunkFacts:
 
 @dataclass
 class StreamTimer:
-    """Timing and completion state of one streamed answer, fed chunk by chunk: ``clock`` gives monotonic seconds, the
-    figures are ms from :meth:`start`."""
+    """Timing and completion of one streamed answer: ``clock`` in s, figures in ms from :meth:`start`."""
 
     clock: Callable[[], float] = time.perf_counter
     t0: float | None = None

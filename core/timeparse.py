@@ -63,8 +63,7 @@ def epoch_to_iso(epoch_s: float | None) -> str | None:
 
 
 class StampClock:
-    """Turns vLLM's year-less local stamps (``11-29 21:55:01``) into epoch seconds, taking the year that puts the stamp
-    at or before ``reference_s`` (with two days of slack)."""
+    """vLLM's year-less stamps to epoch s, the year putting them at or before ``reference_s``."""
 
     def __init__(self, reference_s: float | None = None) -> None:
         self.reference_s: float = time.time() if reference_s is None else reference_s

@@ -55,8 +55,7 @@ class FolderKnobs(BaseModel):
 
     @property
     def replica_suffix(self) -> str:
-        """``""`` for replica 0, ``-K`` for local replica K, then ``-b`` for slot b (ENGINE_SLOT, else the serving
-        slot): the names of its program, log, state and request files."""
+        """``""``, ``-K`` for local replica K, plus ``-b`` for slot b: its program and file names."""
         replica = int(getattr(self, "engine_replica", 0))
         slot = getattr(self, "engine_slot", None) or active_slot(self.run_dir, replica)
         return (f"-{replica}" if replica else "") + slot_suffix(slot)
