@@ -25,55 +25,31 @@ def _shown(key: str, value: Any) -> Any:
     return current_dataset(value) if key == "dataset" and isinstance(value, str) else value
 
 
+FINGERPRINT_CONFIG = (
+    "mode", "concurrency", "rate_req_per_sec", "burstiness", "requests", "duration_s", "max_tokens", "output_len_mean",
+    "output_len_p95", "ramp_up_s", "ignore_eos", "temperature", "input_mix", "max_in_flight", "rate_end_req_per_sec",
+    "input_len_tokens", "session_turns",
+)
+"""Config fields in every fingerprint as they are (the hash sorts keys: their order does not matter)."""
+
+
 def fingerprint_fields(config: BenchmarkConfig, env: Environment) -> dict[str, Any]:
     """What makes two runs comparable: load shape, lengths, dataset, model and hardware (not the seed or SLOs)."""
-    return {
-        "mode": config.mode,
-        "concurrency": config.concurrency,
-        "rate_req_per_sec": config.rate_req_per_sec,
-        "burstiness": config.burstiness,
-        "requests": config.requests,
-        "duration_s": config.duration_s,
-        "max_tokens": config.max_tokens,
-        "output_len_mean": config.output_len_mean,
-        "output_len_p95": config.output_len_p95,
-        "ramp_up_s": config.ramp_up_s,
-        "ignore_eos": config.ignore_eos,
-        "temperature": config.temperature,
-        "dataset": MOVED_DATASETS.get(config.dataset, config.dataset),
-        "input_mix": config.input_mix,
-        "max_in_flight": config.max_in_flight,
-        "rate_end_req_per_sec": config.rate_end_req_per_sec,
-        "input_len_tokens": config.input_len_tokens,
-        "session_turns": config.session_turns,
-        # only for conversations with a think time or real follow-ups: earlier runs keep their fingerprint
-        **({"think_time": config.think_time.text} if config.think_time else {}),
-        **({"session_followups": config.session_followups} if config.session_followups == "dataset" else {}),
-        # only when set, so runs without prefixes keep the fingerprint they had before these fields existed
-        **(
-            {"prefix_len_tokens": config.prefix_len_tokens, "prefix_count": config.prefix_count}
-            if config.prefix_len_tokens
-            else {}
-        ),
-        # likewise only for a trace replay: its content, speed and rows (its path is the dataset)
-        **(
-            {"trace_sha256": config.trace_sha256, "trace_speed": config.trace_speed, "trace_rows": config.trace_rows}
-            if config.trace_sha256
-            else {}
-        ),
-        # only with the router (REPLICAS > 1 or ENGINE_URLS): single-engine runs keep their fingerprint
-        **(
-            {"replicas": config.replicas, "router_policy": config.router_policy,
-             "router_version": config.router_version}
-            if config.replicas is not None
-            else {}
-        ),
-        "model": env.served_model_name,
-        "synthetic": env.synthetic,
-        "gpu_model": env.gpu_model,
-        "gpu_count": env.gpu_count,
-        "cpu_model": None if env.gpu_model else env.cpu_model,
-    }
+    fields = {name: getattr(config, name) for name in FINGERPRINT_CONFIG}
+    fields["dataset"] = MOVED_DATASETS.get(config.dataset, config.dataset)
+    # the later fields only where they apply, so that runs without them keep their earlier fingerprint
+    if config.think_time:
+        fields["think_time"] = config.think_time.text
+    if config.session_followups == "dataset":
+        fields["session_followups"] = config.session_followups
+    if config.prefix_len_tokens:
+        fields |= {name: getattr(config, name) for name in ("prefix_len_tokens", "prefix_count")}
+    if config.trace_sha256:  # a trace replay (its path is the dataset)
+        fields |= {name: getattr(config, name) for name in ("trace_sha256", "trace_speed", "trace_rows")}
+    if config.replicas is not None:  # with the router (REPLICAS > 1 or ENGINE_URLS)
+        fields |= {name: getattr(config, name) for name in ("replicas", "router_policy", "router_version")}
+    return fields | {"model": env.served_model_name, "synthetic": env.synthetic, "gpu_model": env.gpu_model,
+                     "gpu_count": env.gpu_count, "cpu_model": None if env.gpu_model else env.cpu_model}  # fmt: skip
 
 
 def fingerprint_of(fields: Mapping[str, Any]) -> str:
