@@ -1,10 +1,7 @@
-"""The sidecar's HTTP contract: request and answer bodies shared by the sidecar and its clients (the benchmark,
-``make baseline``, notebooks). The load generator never imports the sidecar; both import these types.
+"""The sidecar's HTTP contract: request and answer bodies shared by the sidecar and its clients.
 
-Who computes what (one owner each): the benchmark measures the rows and computes the run's metrics
-(:func:`core.stats.run_metrics`), the server cross-check and its own client load, and brackets the measured window
-with a sampling window; the sidecar adds the resource peaks of that window, the log facts and the environment,
-compares with earlier reports and baselines, and is the only writer of ``reports/``.
+The benchmark measures rows, metrics, the server cross-check and its client load; the sidecar adds resources, log
+facts, environment and comparisons, and is the only writer of ``reports/``.
 """
 
 from __future__ import annotations
@@ -33,15 +30,12 @@ RUN_ID_RE = re.compile(r"[0-9]{8}_[0-9]{6}(?:_[0-9]{1,4})?")
 
 
 def _is_duration(key: str) -> bool:
-    """Numbers named ``*_ms`` or ``*_s`` are durations (the project's units-in-names rule): never negative; a
-    difference of two (``added_*``, ``delta_*``: what a client added to the server's latency) may be."""
+    """``*_ms`` / ``*_s`` numbers are durations, never negative (``added_*``, ``delta_*`` may be)."""
     return key.endswith(("_ms", "_s")) and not key.startswith(("added_", "delta_"))
 
 
 def body_problems(value: Any, path: str = "", duration: bool = False) -> list[str]:
-    """Every place in a parsed body (dicts, lists, pydantic models) holding a non-finite number (``NaN``,
-    ``Infinity``), a negative duration (a number under a ``*_ms``/``*_s`` key, or in a list under one) or a text
-    longer than :data:`MAX_STRING_CHARS`, as ``"metrics.ttft.p99_ms is nan"`` lines."""
+    """``"metrics.ttft.p99_ms is nan"`` per non-finite number, negative duration or oversized text in ``value``."""
     if isinstance(value, BaseModel):
         value = dict(value)
     if isinstance(value, bool) or value is None:
@@ -67,8 +61,7 @@ def body_problems(value: Any, path: str = "", duration: bool = False) -> list[st
 
 
 class ServerFacts(BaseModel):
-    """vLLM's facts as the benchmark read them before the run, for the report's environment: ``/version`` and the
-    first model of ``/v1/models`` (each None when not answered). The sidecar does not ask again."""
+    """vLLM's ``/version`` and first ``/v1/models`` model as the benchmark read them (None: no answer)."""
 
     version: str | None = None
     model_id: str | None = None
@@ -77,13 +70,8 @@ class ServerFacts(BaseModel):
 
 
 class BuildReportRequest(BaseModel):
-    """Body of ``POST /reports``: a finished run, by its id and the benchmark's own facts; never its rows (the
-    sidecar reads them from the run's rows file, so they cross no HTTP).
-
-    Validated before anything is written (a 422 names the fields): every number finite, durations (``*_ms``,
-    ``*_s``) not negative, texts at most :data:`MAX_STRING_CHARS`, and the window ordered (``window_start <=
-    window_end``, after 2000). That the window is not in the future is checked by the sidecar against its clock.
-    """
+    """Body of ``POST /reports``: a finished run by its id and the benchmark's facts (never its rows). Validated (422):
+    numbers finite, durations >= 0, texts within :data:`MAX_STRING_CHARS`, window ordered, after 2000."""
 
     config: BenchmarkConfig
     run_id: str = Field(

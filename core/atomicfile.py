@@ -12,8 +12,8 @@ FILE_MODE = 0o644
 
 
 def temp_beside(path: Path, data: bytes | str) -> str:
-    """``data`` (str: UTF-8) written and fsynced to a hidden temporary file in ``path``'s folder (created when
-    missing), mode :data:`FILE_MODE`; returns its path, for the caller to rename or link into place.
+    """``data`` (str: UTF-8) fsynced to a hidden temporary file beside ``path`` (mode :data:`FILE_MODE`); returns its
+    path.
 
     Raises:
         OSError: the folder cannot be written (no temporary file is left).
@@ -33,10 +33,10 @@ def temp_beside(path: Path, data: bytes | str) -> str:
 
 
 def atomic_write(path: Path, data: bytes | str) -> None:
-    """Replace ``path`` with ``data`` (str: UTF-8) atomically: :func:`temp_beside`, then a rename.
+    """Replace ``path`` with ``data`` atomically (:func:`temp_beside`, then a rename).
 
     Raises:
-        OSError: the folder cannot be written or the rename failed (no temporary file is left).
+        OSError: the folder cannot be written or the rename failed.
     """
     tmp = temp_beside(path, data)
     try:

@@ -1,15 +1,8 @@
-"""The load generator's own load: CPU use per process, event-loop lag, streamed chunks/s, and the client-limited flag.
+"""The load generator's own load: CPU per process, event-loop lag, chunks/s, and the client-limited flag.
 
-A benchmark whose client is saturated measures the client, not the server. Three independent signs say so:
-
-- **Lateness** (the one CPU figures cannot fool): every load process samples how late its event loop wakes while
-  requests are in flight (:mod:`loadgen.locust_side.lagmonitor`). A chunk arriving then waits as long before it is
-  timed, so the lag's median could have moved the median TTFT and ITL by that much, and its p99 their p99. The run is
-  flagged when any of those shares (lag ÷ figure) exceeds :data:`LAG_LIMIT_PCT`, whatever the CPU reading: a client
-  starved by other processes uses little CPU and is still late.
-- **CPU**: a load process used ≥ :data:`CPU_LIMIT_CORES` of a core (one Locust process runs on one core).
-- **Ceiling**: the run streamed ≥ 80 % of the calibrated chunks/s of its load processes (``make calibrate``, stored
-  in ``logs/calibration.json``).
+A run is client-limited when the loop lag's p50/p99 exceed :data:`LAG_LIMIT_PCT` of the median/p99 TTFT or ITL, a
+load process used >= :data:`CPU_LIMIT_CORES` of a core, or it streamed >= 80 % of the calibrated chunks/s
+(``make calibrate``, ``logs/calibration.json``).
 """
 
 from __future__ import annotations
@@ -45,8 +38,7 @@ class CalibrationRun(BaseModel):
 
 
 class Calibration(BaseModel):
-    """Ceiling and added latency of this load generator on this machine (``make calibrate``); the per-core figures
-    are the 1-worker runs'."""
+    """Ceiling and added latency of this load generator on this machine (``make calibrate``)."""
 
     chunks_per_sec_per_core: float
     requests_per_sec_per_core: float
@@ -129,9 +121,7 @@ def _p50_p99(values: Sequence[float]) -> tuple[float, float] | None:
 
 
 def client_lag_ms(processes: Sequence[ProcessLoad]) -> float | None:
-    """The client's mean event-loop lag while requests were in flight, ms: the worst load process's mean (its samples
-    are the wait of a chunk arriving at a random time, so this is how late, on average, the client stamped a chunk);
-    None when no process recorded any."""
+    """The worst load process's mean event-loop lag while requests were in flight, ms; None: none."""
     means = [p.lag.mean_ms for p in processes if p.lag.count and p.lag.mean_ms is not None]
     return max(means) if means else None
 
@@ -144,8 +134,7 @@ def share_text(pct: float) -> str:
 
 
 def lag_impact(records: Sequence[RequestRecord], lag_p50_ms: float, lag_p99_ms: float) -> list[LagImpact]:
-    """The share of the measured TTFT and ITL (p50, p99 of the successful rows) that the lag could account for
-    (pure). A figure of 0 ms counts as 0.001 ms (a stream whose chunks arrive in one read has ITLs of ~0)."""
+    """The share of measured TTFT and ITL (p50, p99) the lag could account for (0 ms counts 0.001 ms)."""
     ok = [r for r in records if r.ok]
     out = []
     for name, values in (
@@ -169,14 +158,14 @@ def client_view(
     processes: Sequence[ProcessLoad] = (),
     workers: int = 1,
 ) -> ClientView:
-    """Judge whether the client limited the run (pure; the rules are in the module docstring).
+    """Judge whether the client limited the run (pure; rules in the module docstring).
 
     Args:
         records: the run's rows (measured ones are judged).
         duration_s: the measured window, s.
-        cpu_cores: CPU seconds per wall second of the whole Locust process tree; None when not measured.
+        cpu_cores: CPU seconds per wall second of the Locust process tree; None: not measured.
         calibration: ``make calibrate``'s figures, if any.
-        processes: each load process's self-reported load (empty for runs rebuilt from a rows file).
+        processes: each load process's self-reported load.
         workers: load processes the run used.
     """
     measured = [r for r in records if r.phase == "measured"]

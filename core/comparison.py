@@ -1,14 +1,7 @@
-"""The one comparison (pure): B against A, point by point, behind every comparison of the project — a new report
-against the previous run of its workload and every named baseline (``vs_previous``, ``vs_<name>``), a series
-likewise, the gate (which reads those), and ``make compare A=… B=…`` (two reports, two series, or one of each).
+"""The one comparison (pure): B against A, point by point, for reports, series, the gate and ``make compare``.
 
-:func:`compare_points` is the diff; its result is :class:`core.intervals.Comparison`. For ``make compare``, what
-differs between the two configurations comes first — the model, vLLM's own flags (from the command line the launcher
-recorded, ``environment.vllm_args``), hardware, software, then the workload — and then, load point by load
-point, each headline metric of B against A: the percent change with its 95 % interval and a verdict when both sides
-have repeated runs (:mod:`core.intervals`), the plain percent change otherwise. Points are paired by kind
-(synchronous, rate, concurrency, maximum throughput) and rank within it, so the third rate of one automatic sweep
-meets the third rate of the other even though their rates differ (both are the same fraction of their range).
+:func:`compare_points` is the diff (:class:`core.intervals.Comparison`). Points pair by kind (synchronous, rate,
+concurrency, throughput) and rank within it; ``make compare`` lists configuration differences first.
 """
 
 from __future__ import annotations
@@ -27,9 +20,7 @@ from core.series_stats import PREFIX_CACHE_GAP_PP, SERIES_METRICS, Knee, SeriesP
 # vLLM flags that say where it listens or what it is called, not how it serves (left out of the differences)
 IGNORED_VLLM_FLAGS = frozenset({"--host", "--port", "--model", "--served-model-name"})
 # config fields that do not change what is measured
-IGNORED_CONFIG_FIELDS = frozenset(
-    {"vllm_url", "model", "dataset_file", "prefix_file", "drain_s", "request_timeout_s"}
-)
+IGNORED_CONFIG_FIELDS = frozenset({"vllm_url", "model", "dataset_file", "prefix_file", "drain_s", "request_timeout_s"})
 Group = Literal["model", "vLLM flags", "hardware", "software", "workload"]
 # knobs of one load mode only: the other mode's run has none (an open-loop run has no users), so they are compared
 # where they apply and shown as None where they do not
@@ -78,10 +69,7 @@ class ABComparison(Comparison):
 
 
 def vllm_flags(args: list[str]) -> dict[str, str]:
-    """``--flag value`` / ``--flag=value`` / bare ``--flag`` (``"true"``) of a vLLM command line; what precedes the
-    first flag (``-m vllm.entrypoints…``) is skipped. ``--no-x`` stays as written. Secret flags (``--api-key``,
-    :func:`core.redact.is_secret_flag`) are left out: they change who may call vLLM, not how it serves, and their
-    values are masked anyway."""
+    """A vLLM command line's flags -> values (bare: ``"true"``), secret flags left out."""
     flags: dict[str, str] = {}
     i = 0
     while i < len(args):
@@ -111,8 +99,7 @@ def flag_text(value: str | None) -> str:
 
 
 def _workload(config: BenchmarkConfig) -> dict[str, object]:
-    """The config's fields as compared: knobs of the other load mode (:data:`MODE_FIELDS`) None, a moved dataset at
-    its current path."""
+    """The config as compared: the other load mode's knobs None, a moved dataset at its current path."""
     fields = config.model_dump()
     for mode, names in MODE_FIELDS.items():
         if mode != config.mode:
@@ -155,9 +142,7 @@ FLAGGED_ENV_FIELDS = ("vllm_version", "vllm_fingerprint", "model_revision", "dri
 def pair_points(
     a: list[SeriesPoint], b: list[SeriesPoint], by_fingerprint: bool
 ) -> list[tuple[SeriesPoint, SeriesPoint]]:
-    """Points of A and B paired, in B's order: by workload fingerprint (a run or series against an earlier one of
-    the same workload), or by kind and rank within the kind (``make compare``: the third rate of one automatic
-    sweep meets the third rate of the other)."""
+    """Points of A and B paired, in B's order: by workload fingerprint, or by kind and rank within it."""
     if by_fingerprint:
         same = {p.fingerprint: p for p in a if p.fingerprint}
         return [(same[p.fingerprint], p) for p in b if p.fingerprint in same]
@@ -169,18 +154,14 @@ def pair_points(
         return groups
 
     ga, gb = by_kind(a), by_kind(b)
-    return [
-        (ga[p.kind][rank], p) for p in b if (rank := gb[p.kind].index(p)) < len(ga.get(p.kind, []))
-    ]
+    return [(ga[p.kind][rank], p) for p in b if (rank := gb[p.kind].index(p)) < len(ga.get(p.kind, []))]
 
 
 def compare_points(
     b: list[SeriesPoint], a: list[SeriesPoint], against: str, threshold_pct: float, by_fingerprint: bool = True
 ) -> Comparison:
-    """The diff: each point of B against its pair in A (:func:`pair_points`), every :data:`SERIES_METRICS` a
-    :class:`core.intervals.Change` (with its 95 % interval when either side repeated its runs, the plain percent
-    change otherwise; ``threshold_pct``: a worse change whose whole interval lies beyond it is a regression).
-    Refused when pairing by fingerprint finds no pair."""
+    """Each point of B against its pair in A, every :data:`SERIES_METRICS` a :class:`core.intervals.Change` (a
+    regression lies wholly beyond ``threshold_pct``); refused when pairing by fingerprint finds no pair."""
     points = [
         PointComparison(
             label=pb.label,
@@ -200,8 +181,7 @@ def compare_points(
 
 
 def prefix_cache_gap(points: list[PointComparison]) -> tuple[float, float] | None:
-    """The prefix-cache hit rates ``(A, B)`` of the pair lying furthest apart, when more than
-    :data:`core.series_stats.PREFIX_CACHE_GAP_PP` points apart (a run, a series point: the same test); else None."""
+    """Hit rates ``(A, B)`` of the pair furthest apart beyond :data:`PREFIX_CACHE_GAP_PP`; else None."""
     rates = [(c.a_mean, c.b_mean) for p in points if (c := p.changes.get("prefix_cache_hit_rate_percent")) is not None
              and c.a_mean is not None and c.b_mean is not None]  # fmt: skip
     widest = max(rates, key=lambda r: abs(r[1] - r[0]), default=None)
@@ -229,9 +209,7 @@ def compare_sides(a: Side, b: Side, compare_id: str, timestamp: str, threshold_p
 
 
 def environment_notes(old: Environment, new: Environment) -> list[str]:
-    """``vLLM flag --max-num-seqs differs (None -> 4)``, ``vllm_version differs (0.6 -> 0.7)``: each vLLM flag and
-    environment field outside the fingerprint that changed; a field one side could not read (None: vLLM down at
-    report time, no GPU driver) is unknown, not a change."""
+    """``vllm_version differs (0.6 -> 0.7)`` per changed vLLM flag or environment field (None: unknown)."""
     fa, fb = vllm_flags(old.vllm_args), vllm_flags(new.vllm_args)
     notes = [
         f"vLLM flag {flag} differs ({flag_text(fa.get(flag))} -> {flag_text(fb.get(flag))})"
@@ -248,11 +226,8 @@ def environment_notes(old: Environment, new: Environment) -> list[str]:
 
 
 def prefix_cache_notes(comparison: Comparison) -> list[str]:
-    """A note when vLLM's prefix cache served one side much more than the other (``prefix_cache_percent``).
-
-    vLLM keeps the KV blocks of earlier prompts: a run that repeats an earlier run's prompts (the same dataset and
-    seed) finds them cached and its TTFT drops with no change of configuration (measured: 0 % -> 74 % -> 83 % hit
-    rate over three identical runs, p99 TTFT -78 %)."""
+    """A note when vLLM's prefix cache served one side much more than the other (repeated prompts hit the cache: 0 % ->
+    83 % over three identical runs, p99 TTFT -78 %)."""
     if comparison.prefix_cache_percent is None:
         return []
     then, now = comparison.prefix_cache_percent
@@ -264,8 +239,7 @@ def prefix_cache_notes(comparison: Comparison) -> list[str]:
 
 
 def compare_reports(new: Report, old: Report, threshold_pct: float) -> Comparison:
-    """One run against another of its workload: :func:`compare_points` of the two as unlabelled one-run points
-    (plain percent changes), with the environment and prefix-cache notes."""
+    """One run against another of its workload: one-run points, with environment and prefix-cache notes."""
     comparison = compare_points([report_as_point(new, "")], [report_as_point(old, "")], old.report_id, threshold_pct)
     comparison.notes = environment_notes(old.environment, new.environment) + prefix_cache_notes(comparison)
     return comparison
@@ -274,15 +248,12 @@ def compare_reports(new: Report, old: Report, threshold_pct: float) -> Compariso
 def compare_with_history(
     report: Report, history: Sequence[Report], baselines: Mapping[str, Report | str], threshold_pct: float
 ) -> dict[str, Comparison]:
-    """``vs_previous`` (the latest earlier report of the same fingerprint that can be a reference; absent for the
-    first run of a workload) and ``vs_<name>`` for every named baseline: compared, or refused with the reason.
+    """``vs_previous`` (the latest earlier reference report of the fingerprint) and ``vs_<name>`` for every baseline,
+    compared or refused; a run spanning an engine switch is refused everywhere.
 
     Args:
         history: earlier reports, oldest first.
-        baselines: baseline name -> its report, or a string saying why it could not be loaded.
-
-    A run that spans a switch of vLLM (``report.engine_switch``) is compared with nothing: its rows are answers of two
-    models, no one workload; every baseline is refused with that reason.
+        baselines: baseline name -> its report, or why it could not be loaded.
     """
     if report.engine_switch:
         return {f"vs_{name}": Comparison(refused=report.engine_switch) for name in sorted(baselines)}
@@ -307,16 +278,14 @@ def compare_with_history(
 
 
 def comparison_lines(name: str, comparison: Comparison) -> list[str]:
-    """What a comparison says besides its changes, each line prefixed by its name: why it was not compared, or its
-    notes (the terminal's ``[COMPARE]`` lines, the pages' notes)."""
+    """A comparison's refusal or notes, each line prefixed by its name."""
     if comparison.refused:
         return [f"{name}: not compared: {comparison.refused}"]
     return [f"{name}: {note}" for note in comparison.notes]
 
 
 def report_notes(report: Report) -> list[str]:
-    """A report's comparison notes in order: ``first run of workload <fingerprint>: no previous run to compare with``
-    when it has no ``vs_previous``, then :func:`comparison_lines` of each comparison."""
+    """"first run of workload ..." without ``vs_previous``, then each comparison's lines."""
     if report.engine_switch:
         first = [f"not compared: {report.engine_switch}"]
     elif PREVIOUS in report.comparison:

@@ -1,16 +1,8 @@
-"""Multi-turn conversation figures (pure): per turn index and per session, from the rows' ``session_id`` and
-``turn`` (SESSION_TURNS > 1, :mod:`loadgen.workloads.sessions`).
+"""Multi-turn conversation figures (pure), per turn index and per session (docs/reports.md, "Conversations").
 
-Definitions (docs/reports.md, "Conversations"):
-
-- **Per turn k**: TTFT, ITL, E2E (ms, from the scheduled send in open loop, as everywhere) and prompt tokens of the
-  successful k-th turns; their **prefix-cache hit** = 100 × Σ ``cached_tokens`` / Σ ``prompt_tokens`` over the turns
-  whose usage reported ``prompt_tokens_details.cached_tokens`` (vLLM with ``--enable-prompt-tokens-details``;
-  None when the server never said).
-- **Per session**: its total time = the first turn's (scheduled) send → the last turn's end, ms, think times
-  included; turns played; whether a turn failed (a failure ends the session).
-- The run's prefix-cache hit rate from vLLM's own counters is ``server.prefix_cache_hit_rate_percent``
-  (:mod:`core.serverview`); ``cache_hit_percent`` here is the same ratio from the rows.
+Per turn k: TTFT, ITL, E2E (ms) and prompt tokens of successful k-th turns; prefix-cache hit = 100 x sum
+``cached_tokens`` / sum ``prompt_tokens`` over turns that reported ``cached_tokens`` (None: never). Per session:
+first scheduled send -> last turn's end, ms; turns played; whether a turn failed.
 """
 
 from __future__ import annotations
@@ -20,6 +12,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from core.latency import LatencyStats, effective_e2e_ms, effective_ttft_ms, latency_stats
+from core.latency import mean_or_none as _mean
 from core.records import RequestRecord
 
 
@@ -55,10 +48,6 @@ class SessionStats(BaseModel):
         default=None,
         description="100 × cached / prompt tokens over every successful turn whose usage reported cached tokens.",
     )
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
 
 
 def _hit_percent(rows: Sequence[RequestRecord]) -> float | None:
@@ -115,8 +104,7 @@ def session_stats(measured: Sequence[RequestRecord]) -> SessionStats | None:
 
 
 def turns_text(stats: Sequence[TurnStats]) -> list[str]:
-    """One line per turn: ``turn 2: 20 requests, 183 prompt tokens, TTFT P50 41 ms P99 88 ms, ITL P50 9.1 ms, E2E
-    P50 310 ms, prefix cache 71%``."""
+    """One line per turn: ``turn 2: 20 requests, 183 prompt tokens, TTFT P50 41 ms ..., prefix cache 71%``."""
 
     def ms(value: float | None, digits: int = 0) -> str:
         return "n/a" if value is None else f"{value:.{digits}f} ms"

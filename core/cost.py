@@ -1,6 +1,4 @@
-"""What serving costs per million tokens (pure): the hardware's price per hour (PRICE_PER_HOUR, per GPU or per host)
-spread over the tokens the run served in its measured window, and the electricity (ENERGY_PRICE_PER_KWH) of the
-energy it used. No price set: no cost, never a made-up one. docs/energy.md defines every figure.
+"""What serving costs per million tokens (pure; docs/energy.md). No price set: no cost.
 
 - hardware cost per 1M tokens = price per hour x priced units (GPUs or hosts) x measured window / 3600 / tokens x 10^6
 - energy cost per 1M tokens = J per token x 10^6 / 3.6x10^6 J/kWh x price per kWh
@@ -34,11 +32,10 @@ class HardwarePrice(BaseModel):
 
 
 def parse_price(text: str) -> HardwarePrice:
-    """``2.5/gpu``, ``$2.50 / GPU``, ``12/host`` (US dollars per hour) as a :class:`HardwarePrice`.
+    """``2.5/gpu``, ``$2.50 / GPU``, ``12/host`` (USD per hour) as a :class:`HardwarePrice`.
 
     Raises:
-        ValueError: no unit (a bare number would have to guess whether it prices a GPU or the host) or no amount;
-            the message shows both spellings.
+        ValueError: no unit or no amount; the message shows both spellings.
     """
     found = _PRICE_RE.fullmatch(text.strip())
     if found is None:
@@ -66,8 +63,7 @@ class CostBasis(BaseModel):
 def cost_basis(
     price: HardwarePrice | None, usd_per_kwh: float | None, gpus: int, hosts: int, gpu_reason: str | None = None
 ) -> CostBasis | None:
-    """The hardware's hourly price for ``gpus`` GPUs on ``hosts`` hosts (None when no price is set at all); a
-    per-GPU price with no GPU read prices nothing and says why."""
+    """The hourly price for ``gpus`` GPUs on ``hosts`` hosts, or why none (None: no price set)."""
     if price is None and usd_per_kwh is None:
         return None
     basis = CostBasis(energy_price_usd_per_kwh=usd_per_kwh)
@@ -84,17 +80,14 @@ def cost_basis(
 
 
 def cost_per_million_tokens(hourly_usd: float | None, duration_s: float, tokens: int) -> float | None:
-    """USD per million ``tokens`` served in ``duration_s`` seconds of hardware costing ``hourly_usd`` per hour;
-    None without a price or without tokens."""
+    """USD per million ``tokens`` served in ``duration_s`` at ``hourly_usd``; None without price or tokens."""
     if hourly_usd is None or tokens <= 0 or duration_s <= 0:
         return None
     return hourly_usd * duration_s / 3600.0 / tokens * 1e6
 
 
 def report_figures(run: RunMetrics, energy: EnergyStats | None, basis: CostBasis | None) -> dict[str, float | None]:
-    """The flat energy and cost figures of a report's metrics (``energy_j``, ``energy_j_per_output_token``,
-    ``cost_usd_per_1m_output_tokens`` ...): the window's energy over the run's successful tokens and requests, the
-    hardware's hourly price over the measured window's tokens; None where not measured or not priced."""
+    """The flat energy and cost figures of a report's metrics; None where not measured or priced."""
     joules = energy.energy_j if energy else None
     usd_per_kwh = basis.energy_price_usd_per_kwh if basis else None
     eff = efficiency(joules, run.output_tokens_total, run.prompt_tokens_total, run.requests_ok, usd_per_kwh)

@@ -1,9 +1,7 @@
 """Distributions of the synthetic workload (pure): output lengths and arrival gaps.
 
-Output lengths default to a log-normal with mean 120 and P95 280 tokens (the seed's figures): for
-``X = exp(N(mu, sigma))``, ``mean = exp(mu + sigma^2/2)`` and ``P95 = exp(mu + 1.645 sigma)``, solved for the
-smaller sigma. Arrivals follow vLLM's ``benchmarks/serve.py``: gamma-distributed gaps with shape ``burstiness``
-and mean ``1/rate`` (burstiness 1 = Poisson process; < 1 burstier, > 1 more regular).
+Output lengths: log-normal with ``mean = exp(mu + sigma^2/2)`` and ``P95 = exp(mu + 1.645 sigma)``, solved for the
+smaller sigma. Arrivals (vLLM's ``benchmarks/serve.py``): gamma gaps, shape ``burstiness``, mean ``1/rate``.
 """
 
 from __future__ import annotations
@@ -20,8 +18,7 @@ def lognormal_params(mean: float, p95: float) -> tuple[float, float]:
     """``(mu, sigma)`` of the log-normal with the given mean and 95th percentile (tokens).
 
     Raises:
-        ValueError: not both finite and positive, ``p95 <= mean``, or p95 so far above the mean that no log-normal
-            fits (the message names OUTPUT_LEN_MEAN and OUTPUT_LEN_P95).
+        ValueError: not both finite and positive, ``p95 <= mean``, or no log-normal fits.
     """
     if not (math.isfinite(mean) and math.isfinite(p95)) or mean <= 0 or p95 <= mean:
         raise ValueError(
@@ -64,13 +61,12 @@ def ramp_arrival_gaps_s(
     duration_s: float | None = None,
     requests: int | None = None,
 ) -> Iterator[float]:
-    """Gaps of a linear rate ramp, seconds: each gap is gamma-distributed (shape ``burstiness``) with the mean
-    ``1/rate`` of the rate at that point of the run, the rate going from ``start_rps`` to ``end_rps`` over
-    ``duration_s`` seconds (by the scheduled time) or, without a duration, over ``requests`` arrivals (by index, as
-    ``vllm bench serve --ramp-up-strategy linear`` does); after the end it stays at ``end_rps``.
+    """Gaps of a linear rate ramp, s: gamma (shape ``burstiness``, mean 1/rate) with the rate from ``start_rps`` to
+    ``end_rps`` over ``duration_s`` (by time) or ``requests`` (by index, as ``vllm bench serve --ramp-up-strategy
+    linear``), then ``end_rps``.
 
     Raises:
-        ValueError: a rate or ``burstiness`` not finite and > 0, or neither ``duration_s`` nor ``requests`` given.
+        ValueError: a rate or ``burstiness`` not finite and > 0, or neither ``duration_s`` nor ``requests``.
     """
     for name, value in (("RATE", start_rps), ("RATE_END", end_rps)):
         if not math.isfinite(value) or value <= 0:

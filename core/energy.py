@@ -1,19 +1,8 @@
-"""Energy of a measured window (pure, no I/O): joules from cumulative energy counters or from power samples, the
-idle power before a run, and the efficiency figures of a report (J per output token and per request, tokens per J).
+"""Energy of a measured window (pure): joules from energy counters or power samples, idle power, efficiency.
 
-Sources (read by :mod:`sidecar.sampling`, summed here):
-
-- NVML ``nvmlDeviceGetTotalEnergyConsumption``: the GPU's energy since the driver last loaded, mJ (Volta and later).
-  The energy of a window is the counter's increase over it: exact up to the counter's own resolution.
-- NVML ``nvmlDeviceGetPowerUsage``: the board's power draw, mW, for cards without that counter; the energy is the
-  trapezoid integral of the samples over the window (one every ``GPU_SAMPLE_INTERVAL_S``), an approximation.
-- RAPL (``/sys/class/powercap/intel-rapl:*/energy_uj``, µJ) and AMD's ``amd_energy`` hwmon counters (µJ) on the CPU
-  build: cumulative counters like NVML's; RAPL's wraps at ``max_energy_range_uj`` and is unwrapped here.
-
-A counter's value at the window's bounds is interpolated linearly between the samples around them, so a window that
-starts or ends between two samples is still measured over exactly its span. Where the samples do not reach a bound
-(the sampler started late), the span they cover is measured and the window's energy is the mean power over that span
-times the window (``covered_s`` says how much was covered).
+Counters (NVML total energy, mJ; RAPL / amd_energy, uJ, unwrapped at their range) give the increase over the window,
+interpolated linearly at its bounds; power samples (NVML, mW) are integrated by trapezoids. Where samples do not
+reach a bound, the mean power over the covered span times the window (``covered_s``).
 """
 
 from __future__ import annotations
@@ -59,12 +48,8 @@ class Integral:
 
 
 def unwrap(points: Sequence[Point], wrap_j: float | None = None) -> list[Point]:
-    """A counter's readings (any order) as a non-decreasing cumulative series from its first reading, J.
-
-    A reading below the one before is a wrap-around when ``wrap_j`` (the counter's range, RAPL's
-    ``max_energy_range_uj``) is given: the increase is ``new + wrap_j - old``. Without a range (NVML's 64-bit counter
-    never wraps) it is a restart of the counter (a driver reload): the increase is the new reading itself.
-    """
+    """A counter's readings as a non-decreasing cumulative series from its first reading, J. A drop is a wrap (increase
+    ``new + wrap_j - old``) with ``wrap_j`` (RAPL's range), else a counter restart (increase ``new``)."""
     ordered = sorted(points)
     if not ordered:
         return []
@@ -92,9 +77,8 @@ def _span(points: Sequence[Point], start: float, end: float) -> tuple[float, flo
 
 
 def counter_energy(points: Sequence[Point], start: float, end: float, wrap_j: float | None = None) -> Integral | None:
-    """Energy over ``[start, end]`` from a cumulative counter's readings (J; :func:`unwrap` for wraps and restarts):
-    its increase between the bounds, each interpolated between the readings around it. Pass the readings just
-    outside the window too. None when the readings cover no part of the window (fewer than two, or all outside)."""
+    """Energy over ``[start, end]`` from cumulative counter readings, J: the increase between the bounds, each
+    interpolated linearly (pass the readings just outside too). None when they cover no part of the window."""
     series = unwrap(points, wrap_j)
     if len(series) < 2 or (span := _span(series, start, end)) is None:
         return None
@@ -104,8 +88,7 @@ def counter_energy(points: Sequence[Point], start: float, end: float, wrap_j: fl
 
 
 def power_energy(points: Sequence[Point], start: float, end: float) -> Integral | None:
-    """Energy over ``[start, end]`` from power readings (W): the trapezoid integral, with the power at each bound
-    interpolated between the readings around it. None when the readings cover no part of the window."""
+    """Energy over ``[start, end]`` from power readings (W) by trapezoids; None when none cover it."""
     series = sorted(points)
     if len(series) < 2 or (span := _span(series, start, end)) is None:
         return None
@@ -186,8 +169,7 @@ class EnergyStats(BaseModel):
 
 
 def combine(devices: Sequence[DeviceEnergy]) -> tuple[float | None, str | None]:
-    """The window's total energy (J) and method over ``devices``: None with the reason when any device has no
-    figure (a partial sum would understate it); ``mixed`` when the devices were measured differently."""
+    """Total energy (J; None when a device has none) and method (``mixed`` when they differ)."""
     if not devices:
         return None, None
     missing = [d for d in devices if d.energy_j is None]
@@ -208,9 +190,8 @@ def device_energy(
     counter_method: str = "nvml_energy_counter",
     gpu_index: int | None = None,
 ) -> DeviceEnergy:
-    """One device over ``window`` (Unix s): from its counter readings (J) when they cover the window, else from its
-    power readings (W, method ``nvml_power_samples``); the idle mean power over ``idle`` the same way. The window's
-    energy is the covered span's mean power times the window (equal to the measured joules when fully covered)."""
+    """One device over ``window`` (Unix s): from counters (J) when they cover it, else power (W,
+    ``nvml_power_samples``); idle mean power likewise. Energy = covered span's mean power x window."""
     start, end = window
     found = counter_energy(counter_j, start, end, wrap_j)
     method = counter_method
@@ -238,8 +219,7 @@ def device_energy(
 
 
 def measured_bounds(records: Sequence[RequestRecord]) -> tuple[float, float] | None:
-    """First send and last end (Unix s) of the measured rows that ended (as :func:`core.stats.run_metrics` times
-    its throughput); None without such rows."""
+    """First send and last end (Unix s) of the measured rows that ended; None without such rows."""
     rows = [r for r in records if r.phase == "measured" and r.error_kind != "incomplete"]
     if not rows:
         return None
@@ -260,8 +240,7 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class Efficiency:
-    """A run's energy figures (None where not measured): J per output token and per successful request, output
-    tokens per J, and the energy cost per million output and total tokens (with a price per kWh)."""
+    """A run's energy figures per token and request, and energy cost per 1M tokens (None: not measured)."""
 
     energy_j_per_output_token: float | None
     energy_j_per_request: float | None
@@ -271,14 +250,10 @@ class Efficiency:
 
 
 def efficiency(
-    energy_j: float | None,
-    output_tokens: int,
-    prompt_tokens: int,
-    requests_ok: int,
-    usd_per_kwh: float | None = None,
+    energy_j: float | None, output_tokens: int, prompt_tokens: int, requests_ok: int, usd_per_kwh: float | None = None
 ) -> Efficiency:
-    """The figures of :class:`Efficiency` from the window's energy and the run's successful output and prompt tokens
-    and requests; the energy cost is ``J/token x 10^6 / 3.6x10^6 J/kWh x usd_per_kwh``."""
+    """:class:`Efficiency` from the window's energy and the run's successful tokens and requests; energy cost =
+    ``J/token x 10^6 / 3.6x10^6 J/kWh x usd_per_kwh``."""
     per_out = ratio(energy_j, output_tokens)
     per_total = ratio(energy_j, output_tokens + prompt_tokens)
 
@@ -304,9 +279,8 @@ def energy_stats(
     idle_window_s: float | None = None,
     idle_unavailable_reason: str | None = None,
 ) -> EnergyStats:
-    """The window's :class:`EnergyStats` from its devices (:func:`device_energy`): total (None when a device has
-    none), mean power, idle power (summed over devices, when each has one) and the energy above it; notes where the
-    samples covered less than :data:`MIN_COVERED_SHARE` of the window or a device gave nothing."""
+    """The window's :class:`EnergyStats`: total (None when a device has none), mean power, idle power and the energy
+    above it; notes where samples covered under :data:`MIN_COVERED_SHARE` or a device gave nothing."""
     start, end = window
     window_s = end - start
     total, method = combine(devices)
@@ -340,4 +314,3 @@ def energy_stats(
             "a device gave no figure (see devices)" if devices else "no device measured"),
         notes=notes,
     )
-

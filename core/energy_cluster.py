@@ -9,8 +9,7 @@ from core.energy import EnergyStats, ReplicaEnergy, ratio
 
 
 def hosts_energy(hosts: Sequence[tuple[str, EnergyStats | None]]) -> EnergyStats:
-    """Every serving host's energy (``(host, its EnergyStats)``, PEER_SIDECARS) as one: devices named
-    ``<host>: <device>``, energy and idle power summed; no total (with why) when a host has none."""
+    """Every serving host's energy as one (devices ``<host>: <device>``, sums); no total when a host has none."""
     devices = [d.model_copy(update={"device": f"{host}: {d.device}"}) for host, e in hosts if e for d in e.devices]
     missing = [f"{host}: {e.unavailable_reason if e else 'no energy figure'}" for host, e in hosts
                if e is None or e.energy_j is None]  # fmt: skip
@@ -44,8 +43,7 @@ def hosts_energy(hosts: Sequence[tuple[str, EnergyStats | None]]) -> EnergyStats
 def replica_energy(
     energy: EnergyStats, groups: Sequence[tuple[str, Sequence[int]]], output_tokens: dict[str, int | None]
 ) -> list[ReplicaEnergy]:
-    """Per replica (``(name, its GPUs' NVML indices)``): the energy of its GPUs (None when one has none) and the
-    tokens it generated (``output_tokens`` by replica name, vLLM's counter), and their ratio."""
+    """Per replica ``(name, NVML indices)``: its GPUs' energy, its output tokens, and their ratio."""
     by_index = {d.gpu_index: d.energy_j for d in energy.devices if d.gpu_index is not None}
     out = []
     for name, indices in groups:

@@ -1,10 +1,5 @@
-"""Is the engine idle before a run? vLLM's queue gauges, summed over its engines, and what a run does about them
-(pure): go, wait for the requests another client (or a stopped run not yet aborted) left in the engine, or refuse.
-
-A run measured while the engine still works on other requests counts their load in its figures: a fresh user's
-run after a Ctrl-C started while vLLM still ran 13 of the stopped run's requests. vLLM's gauges
-(``vllm/v1/metrics/loggers.py``, ``PrometheusStatLogger``): ``vllm:num_requests_running`` (requests in the
-batch) and ``vllm:num_requests_waiting`` (queued), one sample per engine (data-parallel ranks, replicas).
+"""Is the engine idle before a run? vLLM's ``vllm:num_requests_running`` + ``waiting`` gauges summed over its
+engines, and whether a run goes, waits or is refused (pure).
 """
 
 from __future__ import annotations
@@ -40,9 +35,7 @@ class EngineLoad:
 
 
 def engine_load(scrapes: Sequence[Samples]) -> EngineLoad | None:
-    """The requests running and waiting in every engine of ``scrapes`` (one ``/metrics`` each: the server, or every
-    replica behind the router), summed over every sample of the gauges; None when no scrape has them (a server that
-    is not vLLM: nothing to judge)."""
+    """Requests running and waiting summed over every engine of ``scrapes``; None without the gauges."""
     running = waiting = 0.0
     engines = 0
     for samples in scrapes:
@@ -57,9 +50,7 @@ def engine_load(scrapes: Sequence[Samples]) -> EngineLoad | None:
 
 
 def idle_decision(load: EngineLoad | None, waited_s: float, limit_s: float) -> Decision:
-    """What a run about to start does: ``go`` when the engine holds no request (or its load is unknown, or the
-    check is off: ``limit_s`` 0), ``wait`` while it is busy and ``waited_s`` is under ``limit_s`` (IDLE_WAIT_S),
-    ``refuse`` after."""
+    """``go`` (engine idle, load unknown, or ``limit_s`` 0), ``wait`` while busy under ``limit_s``, ``refuse`` after."""
     if limit_s <= 0 or load is None or not load.busy:
         return "go"
     return "wait" if waited_s < limit_s else "refuse"

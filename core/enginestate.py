@@ -1,9 +1,5 @@
-"""The engine's state file and control interface, shared by every layer.
-
-``logs/engine_state.json`` is written by the vLLM launcher (:mod:`engine.launcher`) just before it execs vLLM:
-what was asked for, what is served and why, and the process that serves it. :func:`read_engine_state` is its one
-reader. :class:`EngineControl` is how anything above the engine (``make up``, profiling runs, model switches,
-tests) starts, stops or restarts it; :mod:`engine.local_control` implements it for local mode.
+"""The engine's state file (``logs/engine_state.json``, written by :mod:`engine.launcher`; one reader,
+:func:`read_engine_state`) and :class:`EngineControl`, how the layers above start, stop or restart the engine.
 """
 
 from __future__ import annotations
@@ -23,8 +19,7 @@ from core.redact import split_secret_flags
 
 
 class LogPosition(BaseModel):
-    """Where a launch began in vLLM's log: the file by device and inode (a rotation renames it, keeping both) and the
-    byte offset there, so the start-up can be read without scanning the whole log."""
+    """Where a launch began in vLLM's log: the file's device and inode, and the byte offset."""
 
     dev: int
     ino: int
@@ -41,9 +36,7 @@ def log_position(path: Path) -> LogPosition | None:
 
 
 def pid_namespace() -> str | None:
-    """This process's pid namespace as the kernel names it (``pid:[4026531836]``); None where ``/proc`` does not say
-    (not Linux). Two processes with the same value see the same pids; in different containers the values differ, and
-    a pid from one means nothing (or another process) in the other."""
+    """This process's pid namespace (``pid:[4026531836]``); None where ``/proc`` does not say."""
     try:
         return os.readlink("/proc/self/ns/pid")
     except OSError:
@@ -102,9 +95,8 @@ class EngineState(BaseModel):
 
 
 def pid_running(state: EngineState, started_slack_s: float = 5.0) -> bool | None:
-    """Whether ``state.pid`` still runs: None when this process cannot tell (no pid, another pid namespace or host:
-    the pid means nothing here); False when it is gone, a zombie, or a newer process took its pid (it started more
-    than ``started_slack_s`` seconds after ``state.started_at``; read from ``/proc/<pid>/stat``)."""
+    """Whether ``state.pid`` still runs: None when unknowable here (no pid, other namespace or host); False when gone, a
+    zombie, or reused (started over ``started_slack_s`` after ``state.started_at``)."""
     if state.pid is None or state.pid_namespace is None or state.pid_namespace != pid_namespace():
         return None
     if state.hostname is not None and state.hostname != socket.gethostname():
@@ -135,9 +127,7 @@ def write_engine_state(path: Path, state: EngineState) -> None:
 
 
 def record_exit(path: Path, pid: int | None, code: int) -> None:
-    """Add vLLM's exit status (as a shell shows it) and time to the state file at ``path``, so that every reader
-    (``make status``, ``GET /startup``, in any container sharing the logs) tells a dead engine from one still starting;
-    only when the state is still the launch of ``pid``."""
+    """Add vLLM's exit status and time to the state file at ``path``, if it is still ``pid``'s launch."""
     state = read_engine_state(path)
     if state is not None and pid is not None and state.pid == pid:
         write_engine_state(path, state.model_copy(update={"exit_code": code, "exited_at": time.time()}))
@@ -182,11 +172,10 @@ def read_request(path: Path) -> EngineRequest:
 
 
 def write_request(path: Path, request: EngineRequest) -> None:
-    """Store ``request`` for the next launch; an empty request removes the file. Secret flags in its
-    ``vllm_extra_args`` (``--api-key …``) are never written: the launcher keeps those of its own settings.
+    """Store ``request`` for the next launch (empty: remove the file), secret flags left out.
 
     Raises:
-        ValueError: ``vllm_extra_args`` does not parse (unbalanced quotes).
+        ValueError: ``vllm_extra_args`` does not parse.
     """
     if request.vllm_extra_args:
         kept, secret = split_secret_flags(shlex.split(request.vllm_extra_args))
@@ -226,9 +215,9 @@ class EngineControl(Protocol):
         ...
 
     def restart(self, request: EngineRequest) -> None:
-        """Restart with ``request`` (another model, the profiler on or off) and wait until it answers.
+        """Restart with ``request`` and wait until it answers.
 
         Raises:
-            EngineError: not running under this controller, or the engine did not come up (the message says why).
+            EngineError: not running under this controller, or the engine did not come up.
         """
         ...

@@ -1,8 +1,5 @@
-"""Typos of setting names: an environment variable one typo away from a setting's (``REPLICA=2 make up``,
-``CONCURENCY=4 ./run_benchmark.sh``) is refused with "did you mean REPLICAS?" instead of the defaults running without
-a word. Only a name one typo away from a setting's (two for names of 8 characters or more) is refused, so the many
-other variables of a shell (``PATH``, ``HF_HOME``, vLLM's own ``VLLM_*``) pass untouched. Every command checks its
-environment with :func:`env_typos` (:mod:`core.flags`); ``make``'s own variables are checked by :mod:`stack.makevars`.
+"""Typos of setting names: a variable one typo (two from 8 characters) from a setting's is refused with
+"did you mean ...?"; other variables pass. Every command checks its environment with :func:`env_typos`.
 """
 
 from __future__ import annotations
@@ -32,9 +29,7 @@ def setting_names() -> dict[str, str]:
 
 
 def typo_distance(a: str, b: str, bound: int | None = None) -> int:
-    """Edits (insert, delete, replace, swap of two neighbours) between ``a`` and ``b`` (optimal string alignment).
-    With ``bound``, any distance above it is returned as ``bound + 1`` as soon as a row of the table shows it (every
-    command checks its whole environment at start-up: most names are far from every setting after a few letters)."""
+    """Optimal string alignment distance of ``a`` and ``b``; above ``bound`` returns ``bound + 1`` early."""
     prev2: list[int] = []
     prev = list(range(len(b) + 1))
     for i in range(1, len(a) + 1):
@@ -50,9 +45,7 @@ def typo_distance(a: str, b: str, bound: int | None = None) -> int:
 
 
 def near_setting(name: str, known: Mapping[str, str] | None = None) -> str | None:
-    """The setting variable ``name`` looks like a typo of (one edit away; two for names of 8+ characters), or None:
-    not upper case, a setting itself, a Makefile variable, the plural of a setting (``MODELS``: another program's
-    list far more often than a typo of ``MODEL``), or like none of ours."""
+    """The setting variable ``name`` is a typo of, or None (not one, or a setting, make variable or plural)."""
     known = setting_names() if known is None else known
     if not name.isupper() or name in known or name in MAKEFILE_VARIABLES or len(name) < 4:
         return None
@@ -70,8 +63,7 @@ def near_setting(name: str, known: Mapping[str, str] | None = None) -> str | Non
 
 
 def env_typos(environ: Mapping[str, str] | None = None, skip: frozenset[str] = frozenset()) -> list[str]:
-    """One line per environment variable (default ``os.environ``; ``skip``: names already judged) that looks like a
-    misspelt setting: ``REPLICA is no setting: did you mean REPLICAS? ...``."""
+    """``REPLICA is no setting: did you mean REPLICAS? ...`` per misspelt variable of ``env`` not in ``skip``."""
     known = setting_names()
     out = []
     for name in sorted((os.environ if environ is None else environ).keys() - skip):

@@ -14,8 +14,7 @@ MAX_MESSAGE_CHARS = 300
 
 
 def error_summary(records: Iterable[RequestRecord], phase: Phase = "measured") -> ErrorSummary:
-    """Failed requests of ``phase`` counted by cause, with up to five distinct messages per cause (requests cut by
-    the run's end, ``incomplete``, are not failures and are left out)."""
+    """Failed requests of ``phase`` by cause, with up to five distinct messages each (``incomplete`` rows left out)."""
     summary = ErrorSummary()
     examples: dict[str, list[str]] = defaultdict(list)
     for record in records:
@@ -31,8 +30,7 @@ def error_summary(records: Iterable[RequestRecord], phase: Phase = "measured") -
 
 
 def causes_text(summary: ErrorSummary, messages_per_cause: int = 2) -> str:
-    """``http_status 2 (max_tokens=99999 cannot be greater than max_model_len=4096)``; causes most frequent first,
-    each with its first distinct messages (``; ``-separated); empty when nothing failed."""
+    """``http_status 2 (max_tokens=99999 cannot be ...)``, most frequent first; empty when none failed."""
     parts = []
     for kind, count in sorted(summary.by_kind.items(), key=lambda item: (-item[1], item[0])):
         shown = [m for m in summary.examples.get(kind, []) if m][:messages_per_cause]

@@ -1,9 +1,4 @@
-"""Whether two runs are comparable (pure): workload fingerprints, and why a report can be no reference.
-
-Two runs are comparable when their workload fingerprints match: same load shape, lengths, dataset, model and
-hardware; a baseline of another fingerprint is refused, naming the fields that differ. The comparison itself is
-:mod:`core.comparison`.
-"""
+"""Whether two runs are comparable (pure): workload fingerprints, and why a report can be no reference."""
 
 from __future__ import annotations
 
@@ -22,8 +17,7 @@ _CURRENT_PATHS = {old: new for new, old in MOVED_DATASETS.items()}
 
 
 def current_dataset(path: str) -> str:
-    """The path a user finds the dataset at today: a moved corpus's old name (an old report's, or the fingerprint's
-    alias) becomes its current one; any other path is returned as given."""
+    """The dataset's path today: a moved corpus's old name becomes its current one."""
     return _CURRENT_PATHS.get(path, path)
 
 
@@ -31,55 +25,31 @@ def _shown(key: str, value: Any) -> Any:
     return current_dataset(value) if key == "dataset" and isinstance(value, str) else value
 
 
+FINGERPRINT_CONFIG = (
+    "mode", "concurrency", "rate_req_per_sec", "burstiness", "requests", "duration_s", "max_tokens", "output_len_mean",
+    "output_len_p95", "ramp_up_s", "ignore_eos", "temperature", "input_mix", "max_in_flight", "rate_end_req_per_sec",
+    "input_len_tokens", "session_turns",
+)
+"""Config fields in every fingerprint as they are (the hash sorts keys: their order does not matter)."""
+
+
 def fingerprint_fields(config: BenchmarkConfig, env: Environment) -> dict[str, Any]:
     """What makes two runs comparable: load shape, lengths, dataset, model and hardware (not the seed or SLOs)."""
-    return {
-        "mode": config.mode,
-        "concurrency": config.concurrency,
-        "rate_req_per_sec": config.rate_req_per_sec,
-        "burstiness": config.burstiness,
-        "requests": config.requests,
-        "duration_s": config.duration_s,
-        "max_tokens": config.max_tokens,
-        "output_len_mean": config.output_len_mean,
-        "output_len_p95": config.output_len_p95,
-        "ramp_up_s": config.ramp_up_s,
-        "ignore_eos": config.ignore_eos,
-        "temperature": config.temperature,
-        "dataset": MOVED_DATASETS.get(config.dataset, config.dataset),
-        "input_mix": config.input_mix,
-        "max_in_flight": config.max_in_flight,
-        "rate_end_req_per_sec": config.rate_end_req_per_sec,
-        "input_len_tokens": config.input_len_tokens,
-        "session_turns": config.session_turns,
-        # only for conversations with a think time or real follow-ups: earlier runs keep their fingerprint
-        **({"think_time": config.think_time.text} if config.think_time else {}),
-        **({"session_followups": config.session_followups} if config.session_followups == "dataset" else {}),
-        # only when set, so runs without prefixes keep the fingerprint they had before these fields existed
-        **(
-            {"prefix_len_tokens": config.prefix_len_tokens, "prefix_count": config.prefix_count}
-            if config.prefix_len_tokens
-            else {}
-        ),
-        # likewise only for a trace replay: its content, speed and rows (its path is the dataset)
-        **(
-            {"trace_sha256": config.trace_sha256, "trace_speed": config.trace_speed, "trace_rows": config.trace_rows}
-            if config.trace_sha256
-            else {}
-        ),
-        # only with the router (REPLICAS > 1 or ENGINE_URLS): single-engine runs keep their fingerprint
-        **(
-            {"replicas": config.replicas, "router_policy": config.router_policy,
-             "router_version": config.router_version}
-            if config.replicas is not None
-            else {}
-        ),
-        "model": env.served_model_name,
-        "synthetic": env.synthetic,
-        "gpu_model": env.gpu_model,
-        "gpu_count": env.gpu_count,
-        "cpu_model": None if env.gpu_model else env.cpu_model,
-    }
+    fields = {name: getattr(config, name) for name in FINGERPRINT_CONFIG}
+    fields["dataset"] = MOVED_DATASETS.get(config.dataset, config.dataset)
+    # the later fields only where they apply, so that runs without them keep their earlier fingerprint
+    if config.think_time:
+        fields["think_time"] = config.think_time.text
+    if config.session_followups == "dataset":
+        fields["session_followups"] = config.session_followups
+    if config.prefix_len_tokens:
+        fields |= {name: getattr(config, name) for name in ("prefix_len_tokens", "prefix_count")}
+    if config.trace_sha256:  # a trace replay (its path is the dataset)
+        fields |= {name: getattr(config, name) for name in ("trace_sha256", "trace_speed", "trace_rows")}
+    if config.replicas is not None:  # with the router (REPLICAS > 1 or ENGINE_URLS)
+        fields |= {name: getattr(config, name) for name in ("replicas", "router_policy", "router_version")}
+    return fields | {"model": env.served_model_name, "synthetic": env.synthetic, "gpu_model": env.gpu_model,
+                     "gpu_count": env.gpu_count, "cpu_model": None if env.gpu_model else env.cpu_model}  # fmt: skip
 
 
 def fingerprint_of(fields: Mapping[str, Any]) -> str:
@@ -93,8 +63,7 @@ def workload_fingerprint(config: BenchmarkConfig, env: Environment) -> str:
 
 
 def differing_fields(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    """``name: old -> new`` for every fingerprint field that differs (``a`` is the older run); a moved dataset is
-    named by its current path (:func:`current_dataset`), never by the alias the fingerprint keeps."""
+    """``name: old -> new`` for every differing fingerprint field (``a`` is the older run)."""
     return [
         f"{key}: {_shown(key, a.get(key))!r} -> {_shown(key, b.get(key))!r}"
         for key in sorted(set(a) | set(b))
@@ -108,19 +77,15 @@ reference: its figures are of the requests that finished, the short ones."""
 
 
 def server_down_words(line: str) -> str:
-    """Why a run ended early in a few words, from its ``server_down`` line: the stack switched to another model (vLLM
-    answered, but no longer for the run's model: HTTP 404), or vLLM stopped answering."""
+    """Why a run ended early in a few words: switched to another model, or vLLM stopped answering."""
     if line.startswith(MODEL_GONE_LINE):
         return "vLLM stopped serving the run's model (the stack was switched to another model)"
     return "the server stopped answering"
 
 
 def unusable_reason(report: Report) -> str | None:
-    """Why ``report`` cannot stand as the reference of a comparison — the one test of "no reference" (``make
-    baseline``, ``--baseline``, GATE, ``vs_previous``, the terminal's ``[REPORT]`` line): interrupted run, ended
-    early (server down), no measured request sent, more than :data:`MAX_CUT_SHARE_PCT` of its requests cut by its
-    end (every one, when none ended), vLLM switched during it (rows of two models), profiled, no successful request;
-    None when it can."""
+    """Why ``report`` cannot be a comparison's reference (interrupted, ended early, nothing sent, over
+    :data:`MAX_CUT_SHARE_PCT` cut, engine switched, profiled, no success); None when it can."""
     m = report.metrics
     if report.interrupted:
         return f"{report.report_id} was interrupted (Ctrl-C) before its planned end"
@@ -151,9 +116,7 @@ def unusable_reason(report: Report) -> str | None:
 
 
 def refusal_reason(baseline: Report, fields: Mapping[str, Any]) -> str | None:
-    """Why ``baseline`` cannot be the reference of a run whose :func:`fingerprint_fields` are ``fields`` — it cannot
-    judge (no success, interrupted) or its workload differs (naming each field); None when it can. The one test of
-    comparability: the sidecar's comparison after a run and the benchmark's preflight before one both use it."""
+    """Why ``baseline`` cannot be the reference of a run with fingerprint ``fields``; None when it can."""
     unusable = unusable_reason(baseline)
     if unusable:
         return f"cannot judge: {unusable}"

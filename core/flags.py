@@ -1,15 +1,9 @@
-"""Command-line flags generated from the settings object, so every knob has one definition: its field.
+"""Command-line flags generated from the settings object: every knob has one definition, its field.
 
-``--concurrency 32`` sets the field ``concurrency`` (environment ``CONCURRENCY``); flags win over the environment and
-``.env`` (they are passed to :class:`~core.settings.Settings` as init values). Each command shows only the knobs of
-its view (:mod:`core.knobs.commands`), in groups, the most used first; a knob of another command is refused with exit
-2 naming where it goes. A field lists extra flag names in ``json_schema_extra={"cli": [...]}`` — the aliases of
-``vllm bench serve`` and ``vllm serve`` (``--request-rate``, ``--num-prompts``, ``--base-url``, ``--model``,
-``--dataset-path``, ``--max-model-len``, ``--dtype``), or replaces its flags with ``{"cli_flags": [...]}``, names
-the value of the bare flag with ``{"cli_const": VALUE}`` (``--sweep`` alone is ``--sweep auto``) — and is left out
-with ``{"cli": False}`` (secrets and internal fields: environment only, so they never show in ``ps``).
-``--max-concurrency`` keeps ``vllm bench serve``'s meaning: with a request rate it caps the requests in flight
-(MAX_IN_FLIGHT), alone it is the closed loop's users (CONCURRENCY).
+``--concurrency 32`` sets ``concurrency``; flags win over the environment and ``.env``. Each command shows the knobs of
+its view (:mod:`core.knobs.commands`); another command's knob exits 2 naming where it goes. ``json_schema_extra``:
+``cli`` (extra names, or False: environment only), ``cli_flags`` (replacing names), ``cli_const`` (bare flag's value).
+``--max-concurrency`` keeps ``vllm bench serve``'s meaning: MAX_IN_FLIGHT with a rate, else CONCURRENCY.
 """
 
 from __future__ import annotations
@@ -57,8 +51,7 @@ def env_names(name: str, info: FieldInfo) -> list[str]:
 
 
 def flags_of(name: str, info: FieldInfo) -> list[str]:
-    """``--rate`` plus the field's aliases (``--request-rate``); ``cli_flags`` replaces the whole list
-    (``model``, what vLLM serves, is ``--serve-model``: ``--model`` is the benchmark's, as in ``vllm bench``)."""
+    """``--rate`` plus the field's aliases (``--request-rate``); ``cli_flags`` replaces the whole list."""
     extra = _extra(info)
     if extra.get("cli_flags"):
         return [str(flag) for flag in extra["cli_flags"]]
@@ -75,8 +68,7 @@ def default_text(value: Any) -> str:
 
 
 def shown_default(info: FieldInfo) -> str:
-    """The default as help and the reference show it: the field's ``shown_default`` where the value alone would
-    mislead (MAX_TOKENS: 128 is the UI's, a benchmark without it samples lengths), else :func:`default_text`."""
+    """The default as shown: the field's ``shown_default``, else :func:`default_text`."""
     return str(_extra(info).get("shown_default") or default_text(info.get_default(call_default_factory=True)))
 
 
@@ -106,8 +98,7 @@ SHORT_HELP: dict[str, str] = {
 
 
 def short_help(name: str, info: FieldInfo) -> str:
-    """The first clause of a field's description (the whole one is in the generated reference), or its
-    :data:`SHORT_HELP` line."""
+    """The first clause of a field's description, or its :data:`SHORT_HELP` line."""
     if name in SHORT_HELP:
         return SHORT_HELP[name]
     text = info.description or name.replace("_", " ")
@@ -144,9 +135,7 @@ class CliError(ValueError):
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """One line per flag where it fits: ``--rate, --request-rate X`` (the metavar once); help lines and the epilog
-    fill the 120 columns that the descriptions are written to, whatever the terminal (argparse's default wraps help
-    at the terminal's width, 80 in a pipe, under a description 120 wide)."""
+    """One line per flag (``--rate, --request-rate X``), help filled to 120 columns whatever the terminal."""
 
     def __init__(self, prog: str) -> None:
         super().__init__(prog, max_help_position=30, width=HELP_WIDTH)
@@ -163,8 +152,8 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 
 class KnobParser(argparse.ArgumentParser):
-    """An argparse parser whose options are the settings fields of one command's view; usage errors exit 2 naming
-    the flag, a knob of another command exits 2 saying where it goes, a misspelt flag gets a suggestion."""
+    """A parser of one command's knobs: usage errors exit 2 naming the flag, another command's knob exits 2 saying where
+    it goes, a misspelt flag gets a suggestion."""
 
     view: Command | None = None
 
@@ -198,9 +187,7 @@ name, as in ``vllm bench serve``; the engine's commands take the model to serve 
 
 
 def refusal(argv: list[str], own: set[str]) -> str | None:
-    """The refusal of the first flag in ``argv`` that is not in ``own`` (a command's flags): a knob of another
-    command (:func:`core.knobs.commands.where_it_goes`), or an unknown flag with the nearest of ``own``; None when
-    every flag is the command's."""
+    """Why the first flag of ``argv`` not in ``own`` is refused; None when every flag is the command's."""
     knobs = _knob_flags()
     for index, token in enumerate(argv):
         if token == "--":
@@ -235,9 +222,7 @@ UNIT_SUFFIXES = ("_requests", "_req_per_sec", "_tokens", "_s")
 
 
 def _report_field_flags() -> dict[str, str]:
-    """``--<report config field>`` -> the flag of its knob, for fields named apart from their knob by a unit
-    (``--warmup-requests`` -> ``--warmup``, ``--rate-req-per-sec`` -> ``--rate``, ``--duration-s`` -> ``--duration``):
-    users copy a flag from the report they read."""
+    """``--<report config field>`` -> its knob's flag (``--warmup-requests`` -> ``--warmup``)."""
     from core.report_setup import BenchmarkConfig
 
     knobs = dict(flag_fields())
@@ -264,8 +249,7 @@ def _add_knob(group: argparse._ArgumentGroup, name: str, info: FieldInfo) -> Non
 
 
 def knob_help(name: str, info: FieldInfo) -> str:
-    """A flag's help line: the first clause of its description, ``[default; VARIABLE]`` — the default when there
-    is one, the variable when it is not the first flag in capitals (``--base-url``: VLLM_BASE_URL)."""
+    """A flag's help line: its short help and ``[default; VARIABLE]`` (the variable when not the flag in capitals)."""
     env = env_names(name, info)[0]
     if env == flags_of(name, info)[0].removeprefix("--").replace("-", "_").upper():
         env = ""  # the rule the epilog states
@@ -280,9 +264,7 @@ EPILOG = ("[default] where there is one. Each flag is also an environment, .env 
 
 
 def build_parser(prog: str, description: str, view: Command | None = None) -> KnobParser:
-    """A parser with one option per knob of ``view`` (None: every knob, in one group): ``--flag VALUE``
-    (``--flag/--no-flag`` for on/off knobs), each help line giving the first clause of the description (units are in
-    the names), the default and the environment variable; the view's most used knobs first, then its groups."""
+    """A parser with one option per knob of ``view`` (None: every knob), the most used first."""
     parser = KnobParser(
         prog=prog,
         usage=f"{prog} [--KNOB VALUE ...]",
@@ -315,14 +297,12 @@ def build_parser(prog: str, description: str, view: Command | None = None) -> Kn
 
 
 def given(args: argparse.Namespace) -> dict[str, Any]:
-    """The knobs set on the command line (``None`` means not given), as typed (``--max-concurrency`` resolved by
-    :func:`settings_from`)."""
+    """The knobs set on the command line, as typed."""
     return {name: getattr(args, name) for name, _ in flag_fields() if getattr(args, name, None) is not None}
 
 
 def _open_loop(flags: dict[str, Any]) -> bool:
-    """Whether the settings with ``flags`` run the open loop (a rate, or an open-loop sweep): where
-    ``--max-concurrency`` means MAX_IN_FLIGHT."""
+    """Whether ``flags`` run the open loop (where ``--max-concurrency`` means MAX_IN_FLIGHT)."""
     try:
         settings = Settings(**flags)
     except ValidationError:
@@ -352,8 +332,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
-    """Parse ``argv`` and build the settings; a bad flag value, or an environment variable that looks like a misspelt
-    setting (:func:`core.envtypos.env_typos`), exits 2 with the message (as argparse does)."""
+    """Parse ``argv`` and build the settings; a bad value or a misspelt variable exits 2 with the message."""
     args = parser.parse_args(argv)
     typos = env_typos()
     if typos:
@@ -366,8 +345,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argp
 
 
 def flag_environment(args: argparse.Namespace) -> dict[str, str]:
-    """The knobs given as flags as environment variables, as typed (``{"UI_PORT": "8001"}``; on/off as 1/0): for a
-    service that re-reads its settings in a child process (Chainlit), so the child reads what the flags said."""
+    """The flags given as environment variables (on/off as 1/0), for a child process that re-reads its settings."""
     env: dict[str, str] = {}
     fields = dict(flag_fields())
     for name, value in given(args).items():

@@ -1,13 +1,8 @@
 """Regression gate for CI (pure): ``make benchmark GATE=v0.2.1`` fails when the run is worse than the baseline.
 
-The sidecar has already compared the new result with every named baseline of the same workload fingerprint; the gate
-only reads that comparison (``comparison["vs_<name>"]``, the same for a run and a series: a run is one point,
-:mod:`core.comparison`). A run fails when request throughput drops, or p99 latency rises, by more than the threshold
-(default 5 %, GATE_THRESHOLD_PCT), or when its error rate rises by more than GATE_ERROR_RATE_PP percentage points
-(default 1); where both runs measured energy, also when the energy per output token rises by more than the threshold
-(docs/energy.md). A baseline that cannot be judged against (no successful request, interrupted), or a comparison whose
-prefix-cache hit rates lie far apart (the changes partly the cache's), is "cannot judge" (exit 2), never a pass or a
-regression.
+It reads the sidecar's ``comparison["vs_<name>"]``: throughput down, p99 latency or (both measured) energy per output
+token up by more than GATE_THRESHOLD_PCT, or error rate up by more than GATE_ERROR_RATE_PP, fails; a baseline that
+cannot be judged, or prefix-cache hit rates far apart, is "cannot judge" (exit 2).
 """
 
 from __future__ import annotations
@@ -24,9 +19,7 @@ EXIT_FAIL = 3
 
 @dataclass(frozen=True)
 class GateCheck:
-    """One gated metric's outcome (one JUnit test case): ``name`` e.g. ``latency_p99_ms`` (a series prefixes the
-    point's label: ``c=8: e2e_p99_ms``), ``detail`` the change and its limit; ``passed`` False is a regression,
-    ``error`` True means the gate could not judge (unknown or incomparable baseline, a missing figure)."""
+    """One gated metric (a JUnit case): ``passed`` False: regression; ``error`` True: could not judge."""
 
     name: str
     passed: bool
@@ -36,8 +29,7 @@ class GateCheck:
 
 @dataclass(frozen=True)
 class GateVerdict:
-    """What the gate decided; ``line`` is the terminal line, ``failures`` one entry per failed metric, ``checks``
-    every gated metric (passed or not), ``baseline`` the name it judged against."""
+    """The gate's decision: terminal ``line``, ``failures``, every ``checks``, the ``baseline`` name."""
 
     exit_code: int
     line: str
@@ -47,8 +39,7 @@ class GateVerdict:
 
 
 def refused_line(baseline: str, reason: str) -> str:
-    """``[GATE] ERROR vs v1: not comparable: workload differs …``: the gate's line for a baseline it cannot judge
-    against, printed after a run (from the report's comparison) or before one (the benchmark's preflight)."""
+    """``[GATE] ERROR vs v1: not comparable: ...``: the line for a baseline it cannot judge against."""
     return f"[GATE] ERROR vs {baseline}: not comparable: {reason}"
 
 
@@ -63,12 +54,9 @@ _REPORT_NAME = {"throughput_req_per_sec": "throughput_req_per_sec", "e2e_p99_ms"
 
 
 def point_checks(point: PointComparison, threshold_pct: float, error_rate_pp: float) -> list[GateCheck]:
-    """The checks of one compared point (error rate, throughput, E2E p99; energy per output token where both sides
-    measured it). With an interval (repeats on either side) a metric fails only when its whole 95 % interval lies
-    beyond the threshold (verdict ``regression``); a change inside the noise passes. Without one, the plain percent
-    change is held to the threshold. A missing change fails (cannot judge); the error rate fails when it rises by
-    more than ``error_rate_pp`` percentage points. A point labelled '' (a single run) names its checks as its report
-    does (``latency_p99_ms``), a series point prefixes its label (``c=8: e2e_p99_ms``)."""
+    """The checks of one compared point (error rate, throughput, E2E p99, energy per token): with an interval a metric
+    fails when it lies wholly beyond the threshold, else the plain change is held to it; a missing change fails; the
+    error rate fails above ``error_rate_pp`` points. Series points prefix their label."""
     prefix = f"{point.label}: " if point.label else ""
     checks = []
     errors = point.changes.get("error_rate_percent")
@@ -100,8 +88,7 @@ def comparison_checks(comparison: Comparison, threshold_pct: float, error_rate_p
 def gate_verdict(
     result: Report | SeriesReport, baseline: str, threshold_pct: float, error_rate_pp: float = 1.0
 ) -> GateVerdict:
-    """Judge a run or a series (one point or many) by its comparison with the named ``baseline``: exit 0 pass, 3
-    regression, 2 unknown or incomparable baseline."""
+    """Judge a run or series by its comparison with ``baseline``: exit 0 pass, 3 regression, 2 cannot judge."""
     comparison = result.comparison.get(f"vs_{baseline}")
     if comparison is not None and comparison.refused is not None:
         line = refused_line(baseline, comparison.refused)

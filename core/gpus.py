@@ -1,11 +1,8 @@
-"""Which GPUs the engine uses: ``GPU_DEVICES`` (CUDA_VISIBLE_DEVICES semantics) mapped to NVML's devices (pure).
+"""Which GPUs the engine uses: ``GPU_DEVICES`` (CUDA_VISIBLE_DEVICES rules) mapped to NVML's devices (pure).
 
-NVML numbers devices by PCI bus order and ignores ``CUDA_VISIBLE_DEVICES``; CUDA numbers them fastest first unless
-``CUDA_DEVICE_ORDER=PCI_BUS_ID``, which the launcher (and the GPU image) always sets on the GPU build, so an index
-means the same card to both. A blank ``GPU_DEVICES`` never gets here: the settings read it as unset (every GPU).
-Rules of the CUDA runtime (CUDA C Programming Guide, "CUDA Environment Variables"): a comma-separated list of indices
-or UUIDs (``GPU-…``, a unique prefix suffices); the list ends at the first entry that names no device (or a device
-already listed); an empty value hides every GPU.
+Indices are PCI order (the launcher sets ``CUDA_DEVICE_ORDER=PCI_BUS_ID``); entries are indices or UUID prefixes, the
+list ends at the first entry naming no (or an already listed) device, and empty hides every GPU (CUDA C Programming
+Guide, "CUDA Environment Variables").
 """
 
 from __future__ import annotations
@@ -40,8 +37,7 @@ def _match(entry: str, devices: Sequence[DeviceMemory]) -> DeviceMemory | None:
 
 
 def select_devices(spec: str | None, devices: Sequence[DeviceMemory]) -> list[DeviceMemory]:
-    """The devices ``spec`` (CUDA_VISIBLE_DEVICES semantics, see the module docstring) makes visible, in its order;
-    every device when ``spec`` is None."""
+    """The devices ``spec`` makes visible, in its order; every device when ``spec`` is None."""
     if spec is None:
         return sorted(devices, key=lambda d: d.index)
     chosen: list[DeviceMemory] = []

@@ -1,19 +1,9 @@
-"""Confidence intervals over repeated runs, and whether a change is more than noise (pure; scipy's t distribution).
+"""Confidence intervals over repeated runs, and whether a change is more than noise (pure).
 
-Each run is one sample of a metric (its throughput, its p99 latency ...); the runs of one load point are assumed
-independent and roughly normal, so:
-
-- **one series**: mean ± t(0.975, n−1) · s / √n (Student's t, two-sided 95 %; the quantile is
-  ``scipy.special.stdtrit``, the function behind ``scipy.stats.t.ppf``, imported when first needed: ``scipy.stats``
-  costs about a second of start-up in every command that imports this module);
-- **two series** A (reference) and B: the difference of means B − A with Welch's interval (separate variances,
-  Welch–Satterthwaite degrees of freedom) when both have ≥ 2 runs; when one side is a single run, the other side's
-  spread stands for both (pooled variance, n_A + n_B − 2 degrees of freedom); two single runs have no interval.
-  These are the intervals of ``scipy.stats.ttest_ind(b, a, equal_var=False / True).confidence_interval()``
-  (checked against it in the tests). Percent figures divide by mean(A), taken as exact (first-order).
-
-A change whose interval holds 0 is **no significant change**; a *regression* is a change in the bad direction whose
-whole interval lies beyond the threshold (e.g. the throughput interval is entirely below −5 %).
+One series: mean +- t(0.975, n-1) s / sqrt(n) (``scipy.special.stdtrit``, imported lazily). Two series A, B: B - A with
+Welch's interval when both have >= 2 runs, the pooled variance when one is a single run, none for two single runs
+(as ``scipy.stats.ttest_ind(...).confidence_interval()``); percents divide by mean(A). An interval holding 0 is no
+significant change; a regression lies wholly beyond the threshold in the bad direction.
 """
 
 from __future__ import annotations
@@ -31,8 +21,7 @@ Verdict = Literal["no significant change", "better", "worse", "regression", "no 
 
 
 def t_quantile(p: float, df: float) -> float:
-    """Student's t quantile: the x with P(T ≤ x) = ``p`` for ``df`` degrees of freedom (``df`` may be fractional,
-    Welch–Satterthwaite). Same values as ``scipy.stats.t.ppf(p, df)`` (both are ``scipy.special.stdtrit``)."""
+    """Student's t quantile for ``p`` and (fractional) ``df``, as ``scipy.stats.t.ppf(p, df)``."""
     from scipy.special import stdtrit  # lazy: only repeated runs need it
 
     return float(stdtrit(df, p))
@@ -79,12 +68,8 @@ class Change(BaseModel):
     verdict: Verdict
 
 
-def difference_interval(
-    a: Interval, b: Interval, confidence: float = CONFIDENCE
-) -> tuple[float, float] | None:
-    """95 % interval of mean(B) − mean(A) (Welch; pooled when one side is a single run); None for two single runs.
-
-    Zero spread on both sides gives the exact difference as a zero-width interval."""
+def difference_interval(a: Interval, b: Interval, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+    """95 % interval of mean(B) - mean(A) (Welch; pooled with one run); None for two single runs."""
     diff = b.mean - a.mean
     if a.n < 2 and b.n < 2:
         return None
@@ -106,10 +91,8 @@ def difference_interval(
 
 
 def judge(a: Interval | None, b: Interval | None, better: int, threshold_pct: float) -> Change:
-    """Compare B with A for a metric where ``better`` = +1 means higher is better (throughput) and −1 lower is
-    better (latency). ``threshold_pct``: a worse change whose whole interval lies beyond it is a regression. The
-    interval's lower bound is at least −100 % (the metrics are never negative; a t-interval over 2 runs once read
-    [−436 %, +399 %])."""
+    """Compare B with A (``better``: +1 higher is better, -1 lower); a worse change wholly beyond ``threshold_pct`` is a
+    regression. Lower bound at least -100 %."""
     if a is None or b is None:
         return Change(
             a_mean=a.mean if a else None, b_mean=b.mean if b else None, change_pct=None,
@@ -134,9 +117,7 @@ def judge(a: Interval | None, b: Interval | None, better: int, threshold_pct: fl
 
 
 def change_text(change: Change, better: int | None = None) -> str:
-    """``+12% [+8%, +16%] better``, ``no significant change (+3.1% [-4.0%, +10%])``, ``+12% (single runs: no
-    interval)``; with ``better`` (+1: higher is better, -1: lower is) a single runs' change also says which way it
-    went: ``+341% (worse; single runs: no interval)``."""
+    """``+12% [+8%, +16%] better``, ``no significant change (...)``, ``+341% (worse; single runs: no interval)``."""
 
     def pct(value: float | None) -> str:
         if value is None:

@@ -1,8 +1,5 @@
-"""When a run was bound by vLLM's KV cache: the verdict the report and the terminal summary state (pure).
-
-vLLM's scheduler preempts running requests (recomputing them later) when the KV cache cannot give them another
-block, and leaves new requests waiting while it is full (vLLM 0.32 ``vllm/v1/core/sched/scheduler.py``). So a run is
-KV-bound when vLLM preempted requests during it, or when the pool ran (nearly) full while requests were waiting.
+"""When a run was bound by vLLM's KV cache (pure): vLLM preempted requests, or the pool ran (nearly) full while
+requests waited (vLLM 0.32 ``vllm/v1/core/sched/scheduler.py``).
 """
 
 from __future__ import annotations
@@ -14,11 +11,11 @@ KV_FULL_PERCENT = 95.0
 
 
 def kv_bound_reason(kv: KvCacheStats | None, preemptions: int | None) -> str | None:
-    """Why the run was KV-bound, in one clause; None when it was not (or nothing says so).
+    """Why the run was KV-bound, in one clause; None when not.
 
     Args:
-        kv: the window's KV statistics (sampled gauges), or None.
-        preemptions: vLLM's preemptions over the window (``vllm:num_preemptions_total`` delta), or None.
+        kv: the window's KV statistics, or None.
+        preemptions: the ``vllm:num_preemptions_total`` delta, or None.
     """
     peak = kv.usage_peak_percent if kv is not None else None
     waiting = kv.requests_waiting_peak if kv is not None else None

@@ -40,6 +40,11 @@ def latency_stats(values_ms: Sequence[float]) -> LatencyStats:
     )
 
 
+def mean_or_none(values: Sequence[float]) -> float | None:
+    """The arithmetic mean of ``values``; None when empty."""
+    return sum(values) / len(values) if values else None
+
+
 def effective_ttft_ms(r: RequestRecord) -> float | None:
     """TTFT counted from the scheduled send time (equals TTFT in closed loop)."""
     return None if r.ttft_ms is None else r.ttft_ms + r.queue_delay_ms

@@ -1,9 +1,5 @@
-"""Streaming reads of log files as spans of whole lines, in constant memory and without copying big blocks.
-
-Handles rotated siblings (``vllm.log.2.gz``, ``vllm.log.1``, ``vllm.log``: oldest first), gzip (by magic bytes, not
-by name; a truncated stream keeps what was readable), over-long lines (cut at one block), files being appended to
-(read up to the size seen at open; a half-written last line is skipped) and files that shrink while being read
-(truncated by ``copytruncate`` rotation: what was read is kept, the shrink is noted in :class:`ReadStats`).
+"""Streaming reads of log files as spans of whole lines, in constant memory: rotated siblings (oldest first),
+gzip by magic bytes, over-long lines, files being appended to, and files shrinking while read.
 """
 
 from __future__ import annotations
@@ -41,10 +37,7 @@ class ReadStats:
 
 
 def rotated_family(path: StrPath) -> list[str]:
-    """Existing files of ``path``'s rotation family, oldest first, ``path`` itself last.
-
-    ``vllm.log`` -> ``[vllm.log.3.gz, vllm.log.2, vllm.log.1, vllm.log.gz, vllm.log]`` (those that exist).
-    """
+    """Existing files of ``path``'s rotation family, oldest first, ``path`` last."""
     path = os.fspath(path)
     folder, name = os.path.split(path)
     numbered: list[tuple[int, str]] = []
@@ -94,20 +87,15 @@ def iter_spans(
     last_bytes: int | None = None,
     start_at: int | None = None,
 ) -> Generator[Span, None, None]:
-    """Yield ``path``'s content as spans of complete lines (see :data:`Span`), oldest first.
+    """Yield ``path``'s content as spans of complete lines, oldest first, in about two blocks of memory.
 
-    A plain file is read up to its size at open; a last line without newline is yielded (with one added) unless the
-    file grew meanwhile: then it is being written and is counted in ``stats.partial_lines_skipped``. A file that
-    shrinks below that size while being read (truncated in place) ends there: it is listed in ``stats.shrunk_files``
-    and noted in ``stats.problems``. A line longer than ``block_bytes`` is cut to its first ``block_bytes``
-    (``stats.overlong_lines``). Read errors and corrupt gzip end the file and are noted in ``stats.problems``;
-    nothing is raised for bad content. Memory: about two blocks.
+    A plain file is read up to its size at open (a growing file's half-written last line is skipped); a shrinking
+    file ends where it shrank; a line over ``block_bytes`` is cut; read errors and corrupt gzip end the file. All are
+    counted in ``stats``; nothing is raised for bad content.
 
     Args:
-        last_bytes: read only about the last this many bytes of a plain file, from the first whole line in them
-            (gzip files are read whole).
-        start_at: read a plain file from this byte on, from the first whole line that starts there or later (a
-            caller that has what it needs stops iterating; gzip files are read whole). Ignored with ``last_bytes``.
+        last_bytes: read only about the last this many bytes of a plain file, from its first whole line.
+        start_at: read a plain file from the first whole line at or after this byte (ignored with ``last_bytes``).
     """
     try:
         stream, limit_bytes, fd = _open(path)

@@ -1,14 +1,7 @@
-"""Size-based rotation of the stack's own logs: ``name`` -> ``name.1`` -> … -> ``name.N`` (the oldest dropped), the
-names the log analyzer already reads (:func:`core.logfiles.rotated_family`).
+"""Size-based rotation of the stack's own logs: ``name`` -> ``name.1`` -> ... -> ``name.N``.
 
-Two writers use it: :func:`append_rotating` for ``logs/requests.jsonl``, which several processes append to at once
-(the UI, every Locust process), and :class:`RotatingWriter` for ``logs/vllm.log`` when the vLLM launcher writes it
-itself (containers; under supervisord, supervisord rotates it with the same names).
-
-Concurrent appenders stay safe: each line is one ``O_APPEND`` write, and a rotation happens under an exclusive
-``flock`` on a hidden lock file beside the log, after checking again that the file is still over the size (another
-process may have rotated it meanwhile). A line written by a process that opened the file just before a rotation
-lands in ``name.1``: it is never lost, and every reader reads the whole family.
+:func:`append_rotating` (``logs/requests.jsonl``, many processes: one ``O_APPEND`` write per line, rotation under an
+exclusive ``flock``, rechecking the size) and :class:`RotatingWriter` (``logs/vllm.log`` written by the launcher).
 """
 
 from __future__ import annotations
@@ -37,8 +30,7 @@ def rotation_lock(path: Path) -> Iterator[None]:
 
 
 def rotate(path: Path, backups: int) -> None:
-    """Shift ``path.{n}`` to ``path.{n+1}`` (dropping ``path.{backups}``) and ``path`` to ``path.1``. Renames keep
-    each file's inode, so a reader that remembered where something was (device, inode, offset) finds it again."""
+    """Shift ``path.{n}`` to ``path.{n+1}`` (dropping ``path.{backups}``) and ``path`` to ``path.1``."""
     for n in range(backups - 1, 0, -1):
         older = path.with_name(f"{path.name}.{n}")
         if older.exists():
@@ -48,8 +40,7 @@ def rotate(path: Path, backups: int) -> None:
 
 
 def append_rotating(path: Path, data: bytes, max_bytes: int | None, backups: int) -> None:
-    """Append ``data`` (whole lines) to ``path`` in one ``O_APPEND`` write, rotating first when the file would grow
-    past ``max_bytes`` (None: never). Safe with other processes doing the same (see the module's docstring).
+    """Append whole lines to ``path`` in one ``O_APPEND`` write, rotating first past ``max_bytes``.
 
     Raises:
         OSError: the folder or file cannot be written.
@@ -77,14 +68,8 @@ def append_rotating(path: Path, data: bytes, max_bytes: int | None, backups: int
 
 
 class RotatingWriter:
-    """One process's appender of a log file kept open between writes, rotated at ``max_bytes`` (None: never) keeping
-    ``backups`` old files.
-
-    Rotation happens only between writes (each ``write`` gets whole lines from its caller), under the same lock and
-    with the same second look as :func:`append_rotating`, so several writers of one file (Locust processes each
-    holding a descriptor, the UI appending) rotate it once: a writer whose file another one has just rotated finds
-    its own descriptor on the full ``name.1`` and the fresh ``name`` small, and only reopens ``name``.
-    """
+    """One process's appender kept open, rotated at ``max_bytes`` (None: never) keeping ``backups``; rotation between
+    writes under :func:`append_rotating`'s lock, so several writers rotate once."""
 
     def __init__(self, path: Path, max_bytes: int | None, backups: int) -> None:
         self.path = path

@@ -40,12 +40,7 @@ def wait_for_http(
     abort: Callable[[], str | None] = lambda: None,
     headers: dict[str, str] | None = None,
 ) -> tuple[bool, str]:
-    """Poll ``url`` (with ``headers``, e.g. the API key) until ``ok(response)``, ``abort()`` returns a reason, or
-    ``timeout_s`` passes.
-
-    Returns:
-        ``(True, "")`` when ready, else ``(False, reason)``.
-    """
+    """Poll ``url`` until ``ok(response)`` (``(True, "")``), ``abort()`` or timeout (``(False, reason)``)."""
     deadline = time.monotonic() + timeout_s
     last = "no answer yet"
     with httpx.Client(timeout=min(5.0, interval_s * 5), headers=headers) as client:  # one SSL context, not one a poll

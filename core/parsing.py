@@ -1,7 +1,5 @@
-"""Parsers of the knobs' text forms (durations, input mix, SLOs) and the name/id patterns, shared by every layer.
-
-Each parser raises ``ValueError`` with a message naming the variable and an example of a valid value, so the
-settings object can turn it into one line per bad variable.
+"""Parsers of the knobs' text forms (durations, input mix, SLOs) and the name/id patterns. Each raises
+``ValueError`` naming the variable and a valid example.
 """
 
 from __future__ import annotations
@@ -70,8 +68,7 @@ def parse_slo(text: str) -> dict[str, float]:
     """Parse ``"ttft_ms<=500,e2e_ms<=2000"`` into ``{"ttft_ms": 500.0, "e2e_ms": 2000.0}``.
 
     Raises:
-        ValueError: a part is not ``<metric><=<finite number > 0>`` (a bound of 0 ms can never be met), names a
-            metric outside :data:`SLO_METRICS`, or a metric appears twice.
+        ValueError: a part not ``<metric><=<number > 0>``, a metric outside :data:`SLO_METRICS`, or repeated.
     """
     slo: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -116,8 +113,7 @@ def validate_name(name: str, what: str = "baseline name") -> str:
 
 
 def option_values(args: list[str], flag: str) -> list[str]:
-    """Every value given to ``flag`` in ``args``: ``--flag a b`` (the words up to the next option, as argparse's
-    ``nargs="+"`` takes them) and ``--flag=a``, in order."""
+    """Every value given to ``flag`` in ``args`` (``--flag a b``, ``--flag=a``), in order."""
     values: list[str] = []
     taking = False
     for arg in args:
@@ -134,12 +130,10 @@ SWEEP_KINDS = ("auto", "concurrency", "rate")
 
 
 def parse_sweep(text: str) -> tuple[str, list[float]]:
-    """Parse a SWEEP: ``auto``, ``concurrency:1,2,4,8`` or ``rate:0.5,1,2`` into ``(kind, loads)`` (loads ascending,
-    each once; empty for ``auto``).
+    """Parse SWEEP (``auto``, ``concurrency:1,2,4``, ``rate:0.5,1``) into ``(kind, ascending loads)``.
 
     Raises:
-        ValueError: an unknown kind, a load that is not a finite number > 0 (a whole number for concurrency), or no
-            load at all; the message gives valid examples.
+        ValueError: an unknown kind, a load not finite and > 0 (whole for concurrency), or no load.
     """
     example = "use SWEEP=auto, SWEEP=concurrency:1,2,4,8 or SWEEP=rate:0.5,1,2,4"
     kind, _, rest = text.strip().partition(":")

@@ -1,9 +1,4 @@
-"""A closed standard output is the reader's choice, not a crash: ``make status | head -1`` ends quietly.
-
-Every command-line entry point that prints calls :func:`guard_stdout` first. Output after the reader left is
-dropped and the command goes on to its end (a benchmark still writes its report, marks its baseline and returns its
-own exit code), instead of dying on ``BrokenPipeError`` half-way through.
-"""
+"""A closed standard output is the reader's choice, not a crash: ``make status | head -1`` ends quietly."""
 
 from __future__ import annotations
 
@@ -18,8 +13,7 @@ if TYPE_CHECKING:
 
 
 class PipeSafeStdout:
-    """Wraps a text stream: the first ``BrokenPipeError`` points its file descriptor at ``/dev/null`` (so the
-    interpreter's last flush is quiet too) and every later write is dropped."""
+    """A text stream whose first ``BrokenPipeError`` points it at ``/dev/null``; later writes are dropped."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream

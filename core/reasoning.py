@@ -1,17 +1,8 @@
-"""Reasoning-aware latency (pure): the answer's first token beside TTFT, thinking time and the token split of the
-rows whose streams carried reasoning (``reasoning`` / ``reasoning_content`` deltas, :mod:`core.streamtiming`).
+"""Reasoning-aware latency (pure; docs/reports.md, "Reasoning models").
 
-Definitions (docs/reports.md, "Reasoning models"):
-
-- **TTFT** stays vLLM's: send → the first token of any kind (reasoning included).
-- **Reasoning TTFT**: send → the first reasoning token. **Answer TTFT**: send → the first answer (``content``)
-  token; for a row without reasoning it is its TTFT (its first token is the answer's).
-- **Thinking**: the first reasoning token → the first answer token (what a reader waits through).
-- **Reasoning / answer tokens**: ``usage.completion_tokens_details.reasoning_tokens`` and the rest of
-  ``completion_tokens`` when the server sends them (vLLM with a reasoning parser), else the client's count of
-  reasoning and content token chunks; ``tokens_source`` says which, row by row.
-
-All latencies count from the scheduled send in open loop, as TTFT does (:func:`core.latency.effective_ttft_ms`).
+Reasoning TTFT: send -> first reasoning token; answer TTFT: send -> first ``content`` token (a row without reasoning:
+its TTFT); thinking: between the two. Token split from ``usage.completion_tokens_details.reasoning_tokens`` when
+sent, else the client's chunk counts (``tokens_source``). Open loop counts from the scheduled send.
 """
 
 from __future__ import annotations
@@ -31,8 +22,7 @@ def reasoned(r: RequestRecord) -> bool:
 
 
 def answer_ttft_ms(r: RequestRecord) -> float | None:
-    """Send (scheduled send in open loop) → the first answer token, ms: ``answer_ttft_ms`` of a reasoning row (None
-    when its answer never began), TTFT of any other row."""
+    """Send -> first answer token, ms: a reasoning row's ``answer_ttft_ms``, any other row's TTFT."""
     value = r.answer_ttft_ms if r.reasoning_ttft_ms is not None else r.ttft_ms
     return None if value is None else value + r.queue_delay_ms
 
@@ -69,8 +59,7 @@ class ReasoningStats(BaseModel):
 
 
 def reasoning_stats(ok: Sequence[RequestRecord]) -> ReasoningStats | None:
-    """Reasoning figures of the successful rows ``ok``; None when none carried reasoning (the report then reads as
-    it did before reasoning was measured)."""
+    """Reasoning figures of the successful rows ``ok``; None when none reasoned."""
     rows = [r for r in ok if reasoned(r)]
     if not rows:
         return None
@@ -92,8 +81,7 @@ def reasoning_stats(ok: Sequence[RequestRecord]) -> ReasoningStats | None:
 
 
 def reasoning_text(stats: ReasoningStats, requests_ok: int) -> str:
-    """One line: ``7 of 10 requests reasoned | answer TTFT P50 812 ms P99 1404 ms | thinking P50 700 ms | 96
-    reasoning + 41 answer tokens per request (from usage)``."""
+    """``7 of 10 requests reasoned | answer TTFT P50 812 ms P99 1404 ms | thinking P50 700 ms | ...``."""
 
     def ms(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.0f} ms"

@@ -29,11 +29,8 @@ Phase = Literal["warmup", "measured"]
 
 
 class RequestRecord(BaseModel):
-    """A streamed chat-completion request as seen by the client.
-
-    Times are milliseconds from ``started_at`` (Unix seconds, when the request was sent). Token counts come from the
-    server's ``usage`` block; ``content_chunks`` is the client's own count of non-empty content deltas.
-    """
+    """A streamed chat-completion request as the client saw it: times in ms from ``started_at`` (Unix s), token counts
+    from the server's ``usage``, ``content_chunks`` the client's count of non-empty content deltas."""
 
     request_id: str
     phase: Phase = "measured"
@@ -147,9 +144,7 @@ ENGINE_GONE_ANSWERS = NO_ENGINE_ANSWERS + MODEL_GONE_ANSWERS
 
 
 def engine_unreachable(error_kind: str | None, error: str | None) -> bool:
-    """True for a failure that says no engine of the run's model could be reached: a connection-level one, the
-    router's answer that none behind it can (:data:`NO_ENGINE_ANSWERS`), or the engine's that it serves another model
-    now (:data:`MODEL_GONE_ANSWERS`). The load users back off after one; the server-down breaker ends the run."""
+    """True when no engine of the run's model could be reached (connection, router or model gone)."""
     if error_kind == "connection":
         return True
     text = (error or "").encode("utf-8", "replace")

@@ -1,14 +1,8 @@
 """Keep secrets out of everything the stack writes or answers: tokens, keys and passwords become ``***``.
 
-Reports, logs and state files are built from explicit fields, so no secret is copied into them on purpose; this is
-the second line, used by every writer: the configured secrets (every ``repr=False`` field of the settings —
-``HF_TOKEN``, ``VLLM_API_KEY``, ``UI_PASSWORD``, ``SIDECAR_TOKEN`` … — of any length), the values of secret-looking
-flags in ``VLLM_EXTRA_ARGS``/``LOCUST_EXTRA_ARGS`` (``--api-key s3cr3t``), secret-named environment variables, and
-anything shaped like a Hugging Face token are masked, in their raw, JSON-escaped and HTML-escaped forms.
-
-Secrets shorter than :data:`SHORT_SECRET_LEN` are masked only where they stand alone (not inside a longer word or
-number), so that a four-character password does not turn every word that contains it into ``***``. JSON is redacted
-value by value (:func:`redact_json`), so masking never breaks a document.
+Masked: configured secrets (``repr=False`` settings fields), secret-looking flag values in the extra args,
+secret-named environment variables and Hugging Face tokens, raw, JSON- and HTML-escaped. Secrets shorter than
+:data:`SHORT_SECRET_LEN` only where they stand alone; JSON is redacted value by value.
 """
 
 from __future__ import annotations
@@ -30,9 +24,7 @@ ENV_SECRET_MIN_LEN = 6
 """Secret-named environment variables outside the settings count from this length (``X_TOKEN=1`` is not one)."""
 SECRET_ENV_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY)", re.IGNORECASE)
 HF_TOKEN_RE = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
-SECRET_FLAG_RE = re.compile(
-    r"--?(?:[\w.]+[-_])?(?:api[-_]?key|key|token|secret|password|passwd)", re.IGNORECASE
-)
+SECRET_FLAG_RE = re.compile(r"--?(?:[\w.]+[-_])?(?:api[-_]?key|key|token|secret|password|passwd)", re.IGNORECASE)
 """A command-line flag whose value is a secret: ``--api-key``, ``--hf-token``, ``--password`` (not ``--tokenizer``,
 ``--ssl-keyfile`` or ``--max-num-batched-tokens``)."""
 
@@ -49,9 +41,7 @@ def is_secret_flag(arg: str) -> bool:
 
 
 def _roles(argv: Iterable[str]) -> Iterator[tuple[str, str]]:
-    """Each argument of ``argv`` with its role: ``flag`` (a secret-looking flag, ``--api-key`` or ``--api-key=v``),
-    ``value`` (a value of such a flag: every argument up to the next flag, as vLLM's list options take them) or
-    ``plain``."""
+    """Each argument of ``argv`` as ``flag`` (secret-looking), ``value`` (of one) or ``plain``."""
     taking = False
     for arg in argv:
         if arg.startswith("-") and len(arg) > 1:
@@ -63,8 +53,7 @@ def _roles(argv: Iterable[str]) -> Iterator[tuple[str, str]]:
 
 
 def secret_flag_values(argv: Iterable[str]) -> list[str]:
-    """The values of secret-looking flags in ``argv``: ``--api-key a b`` (every value up to the next flag, as vLLM's
-    list options take them) and ``--hf-token=x``."""
+    """The values of secret-looking flags in ``argv`` (``--api-key a b``, ``--hf-token=x``)."""
     values: list[str] = []
     for arg, role in _roles(argv):
         value = _split_flag(arg)[1] if role == "flag" else arg if role == "value" else None
@@ -95,8 +84,7 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
 
 
 def configured_secrets(settings: Settings) -> list[str]:
-    """Every configured secret, of any length: the settings' ``repr=False`` fields (what a field holds, also when it
-    names a file: the token read from it) and the values of secret-looking flags in the extra-argument knobs."""
+    """Every configured secret: ``repr=False`` settings, the token, secret flag values of extra args."""
     import shlex
 
     values: list[str] = []
@@ -117,8 +105,7 @@ def configured_secrets(settings: Settings) -> list[str]:
 
 
 def secret_values(settings: Settings, environ: Mapping[str, str] | None = None) -> list[str]:
-    """Values to mask: :func:`configured_secrets` plus every environment variable named like a secret (those from
-    :data:`ENV_SECRET_MIN_LEN` characters). Longest first."""
+    """:func:`configured_secrets` plus secret-named environment variables, longest first."""
     env = os.environ if environ is None else environ
     values = configured_secrets(settings)
     values += [v for name, v in env.items() if SECRET_ENV_RE.search(name) and len(v.strip()) >= ENV_SECRET_MIN_LEN]
@@ -126,10 +113,7 @@ def secret_values(settings: Settings, environ: Mapping[str, str] | None = None) 
 
 
 class Redactor:
-    """Replaces known secret values, and anything shaped like a Hugging Face token, with ``***``.
-
-    Call it on text (``redactor(text)``), or on bytes with :meth:`bytes` (the log pipe).
-    """
+    """Masks known secrets and Hugging Face tokens as ``***`` in text (call) or bytes (:meth:`bytes`)."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
         forms: set[str] = set()
@@ -137,9 +121,7 @@ class Redactor:
             if secret:
                 forms.update({secret, json.dumps(secret)[1:-1], html.escape(secret)})
         ordered = sorted(forms, key=len, reverse=True)
-        parts = [
-            re.escape(f) if len(f) >= SHORT_SECRET_LEN else rf"(?<!\w){re.escape(f)}(?!\w)" for f in ordered
-        ]
+        parts = [re.escape(f) if len(f) >= SHORT_SECRET_LEN else rf"(?<!\w){re.escape(f)}(?!\w)" for f in ordered]
         parts.append(HF_TOKEN_RE.pattern)
         self._re = re.compile("|".join(parts))
         self._bytes_re = re.compile("|".join(parts).encode("utf-8"))
@@ -156,8 +138,7 @@ class Redactor:
 
 
 def redact_json(obj: Any, redact: Callable[[str], str]) -> Any:
-    """A copy of ``obj`` (parsed JSON) with ``redact`` applied to every string value; keys (schema names), numbers
-    and the structure stay, so the result is as valid JSON as the input."""
+    """A copy of parsed JSON ``obj`` with ``redact`` applied to every string value (keys untouched)."""
     if isinstance(obj, str):
         return redact(obj)
     if isinstance(obj, dict):

@@ -1,16 +1,9 @@
-"""Engine replicas behind vLLM's router: which engines a stack has, their ports and URLs, how requests spread.
+"""Engine replicas behind vLLM's router: the stack's engines, their ports and URLs, how requests spread.
 
-Functions of the settings (REPLICAS, REPLICA_PORT_BASE, ENGINE_URLS, ROUTER_POLICY) as the running stack was started
-with them (``make up`` records them in ``RUN_DIR/cluster.json``: :func:`as_started`): ``make up`` starts the
-local replicas and the router from them (:mod:`engine.local_replicas`), the benchmark scrapes each engine's ``/metrics``
-from them (:mod:`core.serverview_cluster`).
-
-The router listens on VLLM_PORT (the stack's *front*, :func:`front_in_use`) with the cluster (REPLICAS > 1 or
-ENGINE_URLS) and, by default, in front of the one local engine too: ``./start_vllm.sh`` then starts the new engine
-beside the old one in the replica's other slot (:mod:`core.slots`: slot a on REPLICA_PORT_BASE+K, slot b on
-REPLICA_PORT_BASE+REPLICAS+1+K) and swaps them behind the router. A single engine behind the front is still a single
-engine for the reports (:func:`router_in_use` is the cluster's: no router fields, one ``/metrics`` read at
-:func:`engine_url`). ``ENGINE_SWITCH=restart make up`` runs today's one engine on VLLM_PORT without the router.
+Functions of REPLICAS, REPLICA_PORT_BASE, ENGINE_URLS, ROUTER_POLICY as the running stack was started with them
+(``RUN_DIR/cluster.json``, :func:`as_started`). The router listens on VLLM_PORT (the *front*) with the cluster and, by
+default, before the one local engine too, which then switches between two slots (:mod:`core.slots`); one engine
+behind the front is still one engine for the reports. ``ENGINE_SWITCH=restart`` runs one engine without the router.
 """
 
 from __future__ import annotations
@@ -55,10 +48,8 @@ def record_cluster(settings: Settings) -> None:
 
 
 def as_started(settings: Settings) -> Settings:
-    """``settings`` with the cluster knobs the running stack was started with wherever this command's environment
-    leaves them unset: ``make status``, ``make benchmark`` and ``./start_vllm.sh`` after ``REPLICAS=2 make up`` see
-    both replicas and the router's real policy without ``REPLICAS=2`` again. Knobs set here win; no record (no stack,
-    or one started before records existed) or an unreadable one: ``settings`` as they are."""
+    """``settings`` with the recorded cluster knobs of the running stack where this command leaves them unset (knobs
+    set here win); no or an unreadable record: ``settings`` as they are."""
     try:
         recorded = json.loads(cluster_record(settings).read_text())
     except (OSError, ValueError):
@@ -77,8 +68,7 @@ def as_started(settings: Settings) -> Settings:
 
 @dataclass(frozen=True)
 class Replica:
-    """One engine of the cluster: its name (``vllm`` for local replica 0, ``vllm-K``, ``remote-K``), URL and
-    whether this host runs it (``index``: the local replica number, None for an ENGINE_URLS engine)."""
+    """One engine: name (``vllm``, ``vllm-K``, ``remote-K``), URL, local replica number (None: ENGINE_URLS)."""
 
     name: str
     url: str
@@ -91,11 +81,7 @@ class Replica:
 
 
 def _remote_urls(settings: Settings) -> list[str]:
-    """ENGINE_URLS split on commas, trailing slashes dropped (empty when unset).
-
-    Raises:
-        ValueError: an entry is no ``http://`` or ``https://`` URL.
-    """
+    """ENGINE_URLS split on commas, trailing slashes dropped. Raises ValueError: an entry is no http(s) URL."""
     urls = [u.strip().rstrip("/") for u in (settings.engine_urls or "").split(",") if u.strip()]
     bad = [u for u in urls if not u.startswith(("http://", "https://"))]
     if bad:
@@ -109,14 +95,12 @@ def _router_in_use(settings: Settings) -> bool:
 
 
 def _front(settings: Settings) -> bool:
-    """True when vllm-router listens on VLLM_PORT: with the cluster, and in front of the one local engine unless
-    ENGINE_SWITCH=restart (then that engine listens on VLLM_PORT itself)."""
+    """True when the router listens on VLLM_PORT: with the cluster, or one local engine unless ENGINE_SWITCH=restart."""
     return _router_in_use(settings) or (settings.replicas >= 1 and settings.engine_switch != "restart")
 
 
 def _slot_port(settings: Settings, index: int, slot: Slot) -> int:
-    """Port of slot ``slot`` of local replica ``index`` behind the front: a on REPLICA_PORT_BASE+K, b after the
-    router's metrics port (REPLICA_PORT_BASE+REPLICAS+1+K)."""
+    """Slot port of local replica K: a on REPLICA_PORT_BASE+K, b on REPLICA_PORT_BASE+REPLICAS+1+K."""
     return settings.replica_port_base + index + (0 if slot == "a" else settings.replicas + 1)
 
 
@@ -132,9 +116,7 @@ def router_in_use(settings: Settings) -> bool:
 
 
 def front_in_use(settings: Settings) -> bool:
-    """True when the router listens on VLLM_PORT in front of the engines, as ``make up`` recorded it
-    (:func:`record_cluster`); without that fact (no local stack: compose, a remote server; or one started before
-    fronts existed) only with the cluster, as before."""
+    """True when the router listens on VLLM_PORT, as ``make up`` recorded it; unrecorded: only with the cluster."""
     try:
         recorded = json.loads(cluster_record(settings).read_text()).get("front")
     except (OSError, ValueError, AttributeError):
@@ -143,8 +125,7 @@ def front_in_use(settings: Settings) -> bool:
 
 
 def replica_port(settings: Settings, index: int, slot: Slot | None = None) -> int:
-    """Port of local replica ``index``: VLLM_PORT without the front, else its slot's port (``slot``; default the one
-    that serves now, :func:`core.slots.active_slot`) — of the running stack (:func:`as_started`)."""
+    """Port of local replica ``index``: VLLM_PORT without the front, else ``slot``'s (default: the serving one)."""
     started = as_started(settings)
     if not front_in_use(settings):
         return started.vllm_port
@@ -160,9 +141,8 @@ def replica_url(settings: Settings, index: int, slot: Slot | None = None) -> str
 
 
 def engine_url(settings: Settings) -> str:
-    """Where vLLM itself answers (its ``/metrics``, ``/load``, profiler endpoints, which the router does not pass
-    on): the server clients use (VLLM_BASE_URL, else VLLM_PORT's), except behind the stack's front with one local
-    engine and no VLLM_BASE_URL: that engine's serving slot."""
+    """Where vLLM itself answers (``/metrics``, ``/load``, profiler): the clients' URL, except behind the front with
+    one local engine and no VLLM_BASE_URL: that engine's serving slot."""
     started = as_started(settings)
     if settings.vllm_base_url or _router_in_use(started) or started.replicas != 1 or not front_in_use(settings):
         return settings.vllm_url
@@ -171,9 +151,7 @@ def engine_url(settings: Settings) -> str:
 
 @dataclass(frozen=True)
 class ServingEngine:
-    """Which engine serves the stack's clients now: its URL and, where its launcher wrote one, its state file's
-    process and served name (a switch or restart changes the process; None: unknown, no state file), and since when
-    it serves (Unix s: the later of its launch and the blue/green swap that put it behind the router)."""
+    """The engine serving now: URL, pid and served name from its state file (None: unknown), since when (Unix s)."""
 
     url: str
     pid: int | None
@@ -186,8 +164,7 @@ class ServingEngine:
 
 
 def serving_engine(settings: Settings) -> ServingEngine:
-    """The engine serving now (:func:`engine_url`, its state file and the slot record's time, :mod:`core.slots`):
-    two calls that differ bracket a switch or a restart of vLLM (:func:`switch_marker`)."""
+    """The engine serving now; two calls that differ bracket a switch or restart of vLLM."""
     state = read_engine_state(settings.engine_state_file)
     record = record_path(settings.run_dir)
     times = [state.started_at if state else None, record.stat().st_mtime if record.exists() else None]
@@ -197,8 +174,7 @@ def serving_engine(settings: Settings) -> ServingEngine:
 
 
 def switch_marker(before: ServingEngine, after: ServingEngine) -> str | None:
-    """The report's ``engine_switch`` when a run's first and last :func:`serving_engine` differ: when the new engine
-    took over and from which model to which; None when the same engine served it all."""
+    """The report's ``engine_switch`` when a run's first and last engines differ; None when they are the same."""
     if before == after:
         return None
     when = f" at {time.strftime('%H:%M:%S', time.localtime(after.since_s))}" if after.since_s else ""
@@ -207,8 +183,7 @@ def switch_marker(before: ServingEngine, after: ServingEngine) -> str | None:
 
 
 def _local_host(settings: Settings, index: int = 0) -> str:
-    """Where local replica ``index`` answers: its entry of REPLICA_HOSTS (compose: one service per replica), else
-    VLLM_HOST (a wildcard address as 127.0.0.1)."""
+    """Host of local replica ``index``: its REPLICA_HOSTS entry, else VLLM_HOST (a wildcard as 127.0.0.1)."""
     hosts = [h.strip() for h in (settings.replica_hosts or "").split(",") if h.strip()]
     if index < len(hosts):
         return hosts[index]
@@ -217,11 +192,10 @@ def _local_host(settings: Settings, index: int = 0) -> str:
 
 
 def replicas(settings: Settings) -> list[Replica]:
-    """Every engine of the running stack (:func:`as_started`): the local replicas (0..REPLICAS-1), then ENGINE_URLS
-    in order. Without the router: the one engine at the stack's vLLM URL.
+    """Every engine of the running stack: local replicas, then ENGINE_URLS (no router: the one engine).
 
     Raises:
-        ValueError: ENGINE_URLS does not parse (:func:`_remote_urls`).
+        ValueError: ENGINE_URLS does not parse.
     """
     return _replicas(as_started(settings), front_in_use(settings))
 
@@ -239,8 +213,7 @@ def _replicas(settings: Settings, front: bool | None = None) -> list[Replica]:
 
 
 def check_cluster(settings: Settings) -> str | None:
-    """Why REPLICAS / ENGINE_URLS / the ports cannot make a cluster (None when they can): no engine at all, a bad
-    URL, a replica or the router's metrics port on a port of another service."""
+    """Why REPLICAS / ENGINE_URLS / the ports make no cluster (no engine, bad URL, port clash); None when they do."""
     settings = as_started(settings)  # the record is read once per call
     try:
         remote = _remote_urls(settings)
@@ -264,8 +237,7 @@ def check_cluster(settings: Settings) -> str | None:
 
 
 def split_devices(devices: list[str], parts: int) -> list[str]:
-    """``devices`` (GPU ids or CPU cores) cut into ``parts`` contiguous groups as equal as they go, each a
-    comma-separated list: ``split_devices(["0","1","2","3"], 2) == ["0,1", "2,3"]``.
+    """``devices`` cut into ``parts`` near-equal contiguous comma lists: ``["0","1","2","3"], 2 -> ["0,1", "2,3"]``.
 
     Raises:
         ValueError: fewer devices than parts (a replica would get none).
@@ -282,8 +254,7 @@ def split_devices(devices: list[str], parts: int) -> list[str]:
 
 
 def imbalance_percent(counts: list[int]) -> float | None:
-    """How far the busiest replica is above an even share: ``(max / mean - 1) * 100`` (0: perfectly even; 100 with
-    two replicas: one got everything). None for no replica or no request."""
+    """The busiest replica above an even share, ``(max / mean - 1) * 100`` %; None without requests."""
     if not counts or sum(counts) == 0:
         return None
     mean = sum(counts) / len(counts)
@@ -309,8 +280,7 @@ def router_version() -> str | None:
 
 
 def router_fields(settings: Settings) -> dict[str, Any]:
-    """The report config's router fields: engines behind the router, its effective policy and version — none
-    without the router, so a single engine's workload fingerprint stays what it was.
+    """The report config's router fields (engines, policy, version); none without the router.
 
     Raises:
         ValueError: ENGINE_URLS does not parse.

@@ -1,7 +1,6 @@
 """The one report schema (pydantic, versioned). The sidecar is its only writer; JSON Schema comes from here.
 
-A report is ``reports/benchmark_report_YYYYMMDD_HHMMSS.json``; the per-request rows it summarises sit next to it
-as ``benchmark_report_YYYYMMDD_HHMMSS.requests.jsonl``. Every numeric field carries its unit in its name.
+A report is ``reports/benchmark_report_YYYYMMDD_HHMMSS.json`` with its rows beside it (``.requests.jsonl``).
 """
 
 from __future__ import annotations
@@ -20,42 +19,8 @@ from core.serverview_cluster import ClusterView
 from core.stats import RunMetrics
 
 SCHEMA_VERSION = "1.5"
-# 1.5: one comparison model: ``comparison`` maps ``vs_previous`` / ``vs_<baseline>`` to the comparison a series and
-#      ``make compare`` write too (``against``, ``points`` with each metric's change, ``refused``, ``notes``), each
-#      written once (1.4 wrote every ``changes_pct`` entry twice, and the notes apart); the workload fingerprint is
-#      ``fingerprint``. Earlier reports are migrated on reading (:func:`migrate_report`).
-# 1.4 (same version, optional fields, so earlier 1.4 reports read unchanged): energy and cost (docs/energy.md):
-#      ``resources.energy`` (and per host), NVML's energy counter per GPU sample (``energy_mj``), the flat
-#      ``metrics.energy_*`` / ``cost_usd_*`` figures, the prices in ``config`` and ``cost``.
-# 1.4: optional fields only (CHANGELOG.md): trace replay (``config.trace_file``, ``trace_format``, ``trace_sha256``,
-#      ``trace_speed``, ``trace_rows``) and engines behind vLLM's router (``config.replicas``, ``router_policy``,
-#      ``router_version``; ``cluster``: every replica's share, counts, server TTFT/E2E, KV pool and peak,
-#      preemptions, state), GPU memory per host from peer sidecars (``resources.hosts``). A 1.3 report reads
-#      unchanged and is marked 1.4 when read (:func:`migrate_report`).
-#      Nothing collected is lost (same version, so every 1.4 report reads unchanged): ``metrics.cut`` (what the
-#      requests cut by the run's end had received), and a run in which no measured request ended is reported too,
-#      with ``metrics.error_rate_percent`` null (no rate of nothing) — such a report never existed before.
-# 1.3: optional fields only (CHANGELOG.md): the client's added latency over the server's own clock
-#      (``server.client_overhead``), per-GPU facts of the engine's GPUs and both CUDA versions, requested vs achieved
-#      load (``metrics.schedule``), steady-state figures (``metrics.steady``), shared prefixes and the prefix-cache
-#      hit rate, remote load workers (``config.remote_workers``; rows name ``host`` and ``process``). A 1.2 report
-#      reads unchanged and is marked 1.3 when read (:func:`migrate_report`).
-# 1.1: vLLM fingerprint, model revision, resource stats/timeline, server, baselines.
-# 1.2: ``cpu_rss_peak_gb`` renamed ``vllm_rss_peak_gb`` (metrics, resources): it is the vLLM process tree's RSS.
-#      Rows record how each stream ended (``end_reason``) and where token counts came from
-#      (``output_tokens_source``); reports say what could not be measured (``gaps``) and whether the run was
-#      ``interrupted``; metrics count ``requests_incomplete`` apart. Start-up facts have one place,
-#      ``environment.startup``: ``model_load_s``, ``engine_init_s`` (were ``last_load_s``, ``last_engine_init_s``
-#      there and ``model_load_s``, ``engine_init_s`` in ``logs``), ``kv_cache_line`` (was in ``logs``);
-#      ``logs.vllm_version`` is gone (``environment.vllm_version``). Reports of 1.1 are migrated on reading
-#      (:func:`migrate_report`); nothing is rewritten on disk.
-#      KV cache: ``resources.kv_cache`` (pool, peak usage, queue peaks), ``server.preemptions``,
-#      ``metrics.kv_cache_gb`` / ``kv_cache_usage_peak_percent`` / ``kv_bound``, and the timeline's KV usage and
-#      running/waiting requests. Load generator: ``config.workers`` (Locust processes); ``client`` records each
-#      load process's CPU and event-loop lag and how far that lag could have moved TTFT/ITL.
-#      Robustness (same version, optional fields, so earlier 1.2 reports read unchanged): ``server_down`` (vLLM
-#      stopped answering mid-run and the run was ended early) and ``rows_omitted`` (the rows stayed in the local
-#      rows file because the body would pass SIDECAR_MAX_BODY_MB), ``engine_switch`` (vLLM switched mid-run).
+# Each version's changes: CHANGELOG.md ("Report schema 1.x"). 1.1 -> 1.2 renamed and moved fields; 1.3 and 1.4 only
+# added optional fields; 1.5 has one comparison model. :func:`migrate_report` reads 1.1 to 1.4 as 1.5.
 RENAMED_IN_1_2 = {"cpu_rss_peak_gb": "vllm_rss_peak_gb"}
 STARTUP_RENAMED_IN_1_2 = {"last_load_s": "model_load_s", "last_engine_init_s": "engine_init_s"}
 LOGS_TO_STARTUP_IN_1_2 = ("model_load_s", "engine_init_s", "kv_cache_line")
@@ -132,9 +97,7 @@ class ErrorSummary(BaseModel):
 
 
 def migrate_report(data: Any) -> Any:
-    """Bring a stored report's JSON up to :data:`SCHEMA_VERSION` (1.1 -> 1.2: renamed and moved fields, see the
-    notes at :data:`SCHEMA_VERSION`; 1.2 -> 1.3 -> 1.4: only optional fields were added; 1.4 -> 1.5: the
-    comparisons, :func:`_comparisons_1_5`); other input as is."""
+    """A stored report's JSON brought up to :data:`SCHEMA_VERSION`; other input as is."""
     if not isinstance(data, dict) or data.get("schema_version") not in ("1.1", "1.2", "1.3", "1.4"):
         return data
     data = dict(data)
@@ -172,9 +135,8 @@ CHANGES_RENAMED_IN_1_5 = {
 
 
 def _comparisons_1_5(old: dict[str, Any], error_rate_percent: float | None) -> dict[str, Any]:
-    """A 1.4 ``comparison`` (``against``, ``changes_pct``, ``refused``, ``notes`` prefixed ``vs_<name>: ``) as 1.5's
-    ``vs_<name>`` -> comparison of one unlabelled point whose changes have no interval; the error rate's change in
-    percentage points becomes its two values (the report's rate and that rate less the change)."""
+    """A 1.4 ``comparison`` as 1.5's ``vs_<name>`` -> one unlabelled point without intervals; the error rate's change in
+    points becomes its two values."""
     out: dict[str, Any] = {}
     against, notes = old.get("against", {}), old.get("notes", [])
     for key, pct in old.get("changes_pct", {}).items():
@@ -201,9 +163,7 @@ def _renamed(part: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
     return part
 
 
-def _startup_facts_moved(
-    environment: dict[str, Any], logs: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
+def _startup_facts_moved(environment: dict[str, Any], logs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """1.1 -> 1.2: ``logs``' start-up facts into ``environment.startup`` (its own figures first)."""
     environment, logs = dict(environment), dict(logs)
     moved = {name: logs.pop(name, None) for name in LOGS_TO_STARTUP_IN_1_2}

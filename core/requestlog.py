@@ -1,16 +1,7 @@
 """``logs/requests.jsonl``: one line per chat request (chat UI and load tests), read by the log analyzer.
 
-Line format (JSON object): ``ts`` (ISO 8601 UTC, when the request ended), ``source`` (``ui`` | ``loadtest``),
-``request_id``, ``model``, ``prompt_tokens``, ``completion_tokens``, ``ttft_ms``, ``total_ms`` (timed by
-:class:`core.streamtiming.StreamTimer` on every path), ``status`` (``ok`` | ``error`` | ``cancelled``) and ``error``
-(null or the cause); a load test's line also names its run (``run_id``): it is derived from the request's row
-(:meth:`RequestLogLine.from_record`), whose whole record is in ``logs/runs/<run_id>.requests.jsonl`` (the report
-keeps that file). Appends are single ``write`` calls of one line, so concurrent writers do not interleave; the
-file is rotated at REQUESTS_LOG_MAX_MB into ``requests.jsonl.1`` … (REQUESTS_LOG_BACKUPS kept, safe with several
-writers: :mod:`core.logrotate`), which the analyzer reads with it.
-
-:class:`RequestLogLine` is the one type of a line: writers build it, the analyzer parses it with
-:meth:`RequestLogLine.parse` (validated by hand, not by pydantic, so that the analyzer starts and reads fast).
+:class:`RequestLogLine` is the one line type: ``ts``, ``source``, ``request_id``, ``model``, token counts, ``ttft_ms``,
+``total_ms``, ``status``, ``error`` (and ``run_id``). One ``write`` per line; rotated at REQUESTS_LOG_MAX_MB.
 """
 
 from __future__ import annotations
@@ -18,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -73,19 +64,9 @@ class RequestLogLine:
         return self.end_s - (self.total_ms or 0.0) / 1000.0
 
     def as_dict(self) -> dict[str, Any]:
-        """The line as written."""
-        return {
-            "ts": self.ts,
-            "source": self.source,
-            "request_id": self.request_id,
-            "model": self.model,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "ttft_ms": self.ttft_ms,
-            "total_ms": self.total_ms,
-            "status": self.status,
-            "error": self.error,
-        } | ({"run_id": self.run_id} if self.run_id is not None else {})
+        """The line as written (``run_id`` only when set)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("end_s", "run_id")}
+        return out | ({"run_id": self.run_id} if self.run_id is not None else {})
 
     @classmethod
     def parse(cls, raw: bytes | str) -> RequestLogLine:
@@ -128,8 +109,7 @@ class RequestLogLine:
     def from_record(
         cls, record: RequestRecord, source: str, model: str | None, run_id: str | None = None
     ) -> RequestLogLine:
-        """The line of a timed request row (load tests; the UI builds its rows from the same timer fields): a
-        projection of the row, linked to it by ``run_id`` (its rows file) and ``request_id``."""
+        """The line of a timed request row, linked by ``run_id`` and ``request_id``."""
         return cls(
             ts=now_iso(),
             source=source,
@@ -183,8 +163,7 @@ def _same(text: str) -> str:
 
 @dataclass(frozen=True)
 class RequestLog:
-    """``logs/requests.jsonl`` with its rotation (REQUESTS_LOG_MAX_MB, REQUESTS_LOG_BACKUPS) and the masking of
-    secrets in the ``error`` texts (a server may echo what it was sent); what writers hold."""
+    """``logs/requests.jsonl`` with its rotation and ``error`` texts masked of secrets."""
 
     path: Path
     max_bytes: int | None = None
@@ -218,8 +197,7 @@ class RequestLog:
         append_rotating(self.path, self.encode(line), self.max_bytes, self.backups)
 
     def writer(self) -> RotatingWriter:
-        """A descriptor kept open for many lines (a Locust process's rows), rotating like :meth:`append`; write
-        :meth:`encode` d lines to it and close it at the end.
+        """A descriptor kept open for many lines, rotating like :meth:`append`.
 
         Raises:
             OSError: the log cannot be opened.

@@ -1,19 +1,8 @@
-"""Requested vs achieved load of an open-loop run (pure): did the client send what its schedule asked for, on time?
+"""Requested vs achieved load of an open-loop run (pure; inference-perf's ``achieved_rate``, its issue #633).
 
-Every open-loop row carries its scheduled send time (``scheduled_at``) and its actual one (``started_at``). From the
-measured rows:
-
-- **scheduled rate** = (n − 1) / (last − first scheduled time): the rate the schedule asked for over the run (with
-  Poisson or gamma gaps it differs from ``RATE`` by chance, so the client is judged against its own schedule);
-- **achieved rate** = (n − 1) / (last − first actual send time) over the same n requests;
-- **send delay** = actual − scheduled send time per request, ms (p50/p90/p99/max; a request sent early counts 0);
-- **behind** = 100 × (1 − achieved / scheduled), %: how far the sends fell behind the schedule's pace.
-
-A run **fell behind its schedule** when ``behind`` exceeds :data:`BEHIND_LIMIT_PCT` (the client could not keep the
-pace) or the send delay's p99 exceeds :data:`SEND_DELAY_LIMIT_MS` (requests left late even if the pace held: a
-saturated event loop, or a ``MAX_IN_FLIGHT`` cap holding arrivals). Its latencies count from the scheduled times
-(no coordinated omission), but the load it measured is not the load that was asked for. This is inference-perf's
-``achieved_rate`` and schedule delay (its issue #633).
+scheduled rate = (n - 1) / (last - first scheduled send); achieved rate = the same over actual sends; send delay =
+actual - scheduled, ms (early: 0); behind = 100 x (1 - achieved / scheduled) %. A run fell behind when behind >
+:data:`BEHIND_LIMIT_PCT` or the delay's p99 > :data:`SEND_DELAY_LIMIT_MS`.
 """
 
 from __future__ import annotations
@@ -51,8 +40,7 @@ class ScheduleStats(BaseModel):
 
 
 def requested_rate(rate_req_per_sec: float | None, rate_end_req_per_sec: float | None) -> float | None:
-    """The rate a plan asks for: RATE, or for a linear ramp from RATE to RATE_END the mean of the two (a ramp linear
-    in time averages to its midpoint); None in closed loop."""
+    """RATE, or the mean of RATE and RATE_END for a ramp; None in closed loop."""
     if rate_req_per_sec is None:
         return None
     return rate_req_per_sec if rate_end_req_per_sec is None else (rate_req_per_sec + rate_end_req_per_sec) / 2.0
@@ -66,12 +54,11 @@ def _rate(times: Sequence[float]) -> float | None:
 def schedule_stats(
     records: Sequence[RequestRecord], requested_rate_req_per_sec: float | None = None
 ) -> ScheduleStats | None:
-    """Requested vs achieved load of the measured rows that carry a scheduled time (the module docstring gives the
-    formulas and the rules); None when no row has one (closed loop).
+    """Requested vs achieved load of the measured rows with a scheduled time; None when none has one.
 
     Args:
         records: the run's rows; warmup rows are left out.
-        requested_rate_req_per_sec: RATE (or the mean ramp rate), reported beside the schedule's own rate.
+        requested_rate_req_per_sec: RATE (or the mean ramp rate).
     """
     rows = [r for r in records if r.phase == "measured" and r.scheduled_at is not None]
     if not rows:
@@ -101,8 +88,7 @@ def schedule_stats(
 
 
 def schedule_text(s: ScheduleStats) -> str:
-    """``requested 4 req/s, scheduled 3.92, achieved 3.90 req/s (0.5% behind); send delay p50 1 / p90 2 / p99 4 /
-    max 6 ms``: the terminal's and the reports' one line."""
+    """``requested 4 req/s, scheduled 3.92, achieved 3.90 req/s (0.5% behind); send delay p50 1 / ...``."""
     rates = []
     if s.requested_rate_req_per_sec is not None:
         rates.append(f"requested {s.requested_rate_req_per_sec:g} req/s")

@@ -1,11 +1,7 @@
-"""Series of runs (pure): load sweeps and repeated runs, with per-point confidence intervals and the SLO knee.
+"""Series of runs (pure): load sweeps and repeats, per-point 95 % intervals and the SLO knee.
 
-A **series** is a list of load points, each measured by one or more runs (``REPEAT``); every run is a normal report.
-The series report holds, per point, each headline metric's mean and 95 % interval over its runs
-(:mod:`core.intervals`), whether the point meets the SLO, and the **knee**: the highest load that still meets it.
-A point meets the SLO when the mean share of its requests meeting every bound (``goodput_percent``) is at least
-``SLO_ATTAINMENT_PCT`` (default 95 %). Points are ordered by load as planned (synchronous first, maximum
-throughput last), so "highest" follows that order.
+A point meets the SLO when its mean ``goodput_percent`` >= SLO_ATTAINMENT_PCT; the knee is the highest such load in
+planned order (synchronous first, throughput last).
 """
 
 from __future__ import annotations
@@ -137,8 +133,7 @@ class SeriesReport(BaseModel):
 
 
 def series_unusable_reason(series: SeriesReport) -> str | None:
-    """Why ``series`` cannot stand as a baseline (no point measured, or stopped early by Ctrl-C: its later points
-    are missing), the series' counterpart of :func:`core.fingerprint.unusable_reason`; None when it can."""
+    """Why ``series`` cannot be a baseline (no point, or stopped early); None when it can."""
     if not series.points:
         return f"{series.series_id} has no measured point (nothing to compare with)"
     if series.interrupted or any(p.interrupted for p in series.points):
@@ -169,9 +164,8 @@ one point's runs, get a note (and the gate cannot judge such a comparison)."""
 
 
 def prefix_cache_spread_notes(points: list[SeriesPoint], gap_pp: float = PREFIX_CACHE_GAP_PP) -> list[str]:
-    """A note per point whose runs' prefix-cache hit rates lie more than ``gap_pp`` points apart: each repeat sends
-    the same prompts, so vLLM serves the later runs' prompts from its cache (a fresh user's two repeats: 0 % and
-    81 %, 0.30 and 0.49 req/s) and the point's interval holds the cache's effect, not noise."""
+    """A note per point whose runs' prefix-cache hit rates lie more than ``gap_pp`` apart (repeats hit the cache, so the
+    interval holds its effect)."""
     notes = []
     for point in points:
         rates = point.metrics.get("prefix_cache_hit_rate_percent")
@@ -191,8 +185,7 @@ def slo_text(slo: dict[str, float], attainment_pct: float) -> str:
 
 
 def point_figures(point: SeriesPoint) -> str:
-    """``1.93 req/s, 240 output tok/s, TTFT p99 480 ms, E2E p99 3100 ms, 97% within SLO, 0.412 J/output token,
-    $1.23/1M output tokens`` (means; ± with runs; energy and cost where measured and priced)."""
+    """``1.93 req/s, 240 output tok/s, TTFT p99 480 ms, ...`` (means; +- with runs)."""
     parts = []
     for name, fmt in (
         ("throughput_req_per_sec", "{:.2f} req/s"),
@@ -225,11 +218,7 @@ def find_knee(points: list[SeriesPoint], slo: dict[str, float], attainment_pct: 
         return Knee(line=f"Knee (SLO {what}): no load point meets the SLO")
     index = meeting[-1]
     knee = points[index]
-    notes = [
-        f"{p.label} (below the knee) does not meet the SLO"
-        for p in points[:index]
-        if p.meets_slo is False
-    ]
+    notes = [f"{p.label} (below the knee) does not meet the SLO" for p in points[:index] if p.meets_slo is False]
     above = "the highest point measured" if index == len(points) - 1 else f"next: {points[index + 1].label} fails it"
     return Knee(
         index=index,
@@ -240,8 +229,7 @@ def find_knee(points: list[SeriesPoint], slo: dict[str, float], attainment_pct: 
 
 
 def report_as_point(report: Report, label: str | None = None) -> SeriesPoint:
-    """A single report as a one-run point (a run, a baseline that is a report, or one side of an A/B comparison);
-    ``label`` overrides its load's (``''``: a run compared on its own, whose gate checks carry no prefix)."""
+    """A single report as a one-run point; ``label`` overrides its load's."""
     config = report.config
     closed = config.rate_req_per_sec is None
     plan = PointPlan(

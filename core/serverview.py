@@ -1,11 +1,6 @@
 """Server cross-check: vLLM's own ``/metrics`` before and after the measured window, beside the client's view.
 
-Counters are differenced between the two scrapes; latency quantiles come from the histogram bucket deltas,
-interpolated linearly inside a bucket as Prometheus' ``histogram_quantile`` does; means are exact (``_sum`` /
-``_count`` deltas). Client and server should agree: request and token counts exactly (unless other traffic hit the
-server during the run), mean TTFT and E2E within a tolerance (the client also pays HTTP, SSE and network time).
-What the client added to the server's own clock (mean TTFT, ITL and E2E, client minus server) is
-:func:`client_overhead`, a function of one server's two scrapes (so it can be given per replica).
+Counts should agree exactly, mean TTFT/E2E within a tolerance; :func:`client_overhead` is what the client added.
 """
 
 from __future__ import annotations
@@ -15,19 +10,10 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
+from core.latency import mean_or_none as _mean
 from core.records import RequestRecord
-from core.serverview_overhead import (
-    CLIENT_OVERHEAD_MAX_PCT,
-    ClientOverhead,
-    _pct,
-    client_overhead,
-)
-from core.serverview_samples import (
-    LatencyView,
-    Samples,
-    _delta,
-    latency_view,
-)
+from core.serverview_overhead import CLIENT_OVERHEAD_MAX_PCT, ClientOverhead, _pct, client_overhead
+from core.serverview_samples import LatencyView, Samples, _delta, latency_view
 
 SUCCESS_REASONS = {"stop", "length", "repetition"}
 # Failures where the client gave up on a stream the server had accepted: the server may have generated (and counted)
@@ -98,17 +84,14 @@ def _check(
 def latency_check(
     name: str, client: float | None, server: float | None, rel: float, abs_ms: float, client_lag_ms: float | None
 ) -> Agreement:
-    """``name`` (a mean latency, ms): the client's within ``max(rel x server, abs_ms)`` of the server's, plus
-    ``client_lag_ms`` when known — the mean wait of the client's own event loop before it stamps a chunk
-    (:func:`core.clientview.client_lag_ms`), which is on the client's clock only."""
+    """A mean latency (ms): client within ``max(rel x server, abs_ms)`` (+ ``client_lag_ms``) of server."""
     lag = client_lag_ms or 0.0
     label = f"max({rel:.0%}, {abs_ms:.0f} ms)" + (f" + client lag {lag:.1f} ms" if lag else "")
     return _check(name, client, server, rel, abs_ms, label, extra=lag)
 
 
 def _within(name: str, client: float | None, server: float, extra: float, cut: int) -> Agreement:
-    """``client <= server <= client + extra``: the server also counted the work of ``cut`` requests the client cut
-    mid-stream (``extra`` may be infinite: no upper bound known)."""
+    """``client <= server <= client + extra`` (the server also counted ``cut`` requests' work)."""
     agrees = None if client is None else client <= server <= client + extra
     label = f"exact, plus up to {cut} cut request(s)" + ("" if math.isinf(extra) else f" (<= +{extra:.0f})")
     return Agreement(
@@ -117,8 +100,7 @@ def _within(name: str, client: float | None, server: float, extra: float, cut: i
 
 
 def _cut_bounds(cut: Sequence[RequestRecord]) -> dict[str, float]:
-    """The most the server can have counted for the cut requests beyond what the client did: each may have finished
-    on the server, generated up to its ``max_tokens`` and had its whole prompt prefilled (unknown: no bound)."""
+    """The most the server can have counted for cut requests beyond the client (unknown: no bound)."""
     asked = [r.max_tokens for r in cut]
     return {
         "requests_succeeded": float(len(cut)),
@@ -138,17 +120,9 @@ def cross_check(
 ) -> ServerView:
     """Compare the server's window (``after - before``) with the client's measured rows.
 
-    Tolerances: request and token counts exact; mean TTFT within max(30 %, 75 ms) and mean E2E within
-    max(15 %, 100 ms) — the client's clock also covers HTTP, chat templating, tokenisation, SSE parsing and the
-    network, the server's histograms do not (measured here: +36 ms TTFT with the tiny model on a loaded 2-core host),
-    plus ``client_lag_ms`` when given: the client's mean event-loop lag over the window, by which it stamped each chunk
-    late (:func:`latency_check`; with two replicas and the router on a loaded 2-core host it was 26 - 36 ms of a
-    47 - 52 ms TTFT gap, the same gap as straight to the replicas: docs/cluster.md).
-    Requests the client cut mid-stream (:data:`CUT_KINDS`: Ctrl-C, drain, timeouts) were partly or wholly served:
-    with any, the counts must lie between the client's and the client's plus what those requests could add, and the
-    difference is listed as ``explained``, not as a disagreement. ``client_overhead`` holds
-    :func:`client_overhead` of the window (``server_url``, ``max_added_pct`` passed on).
-    """
+    Counts exact; mean TTFT within max(30 %, 75 ms), mean E2E within max(15 %, 100 ms) (the client also pays HTTP,
+    SSE and the network; +36 ms TTFT measured on a loaded 2-core host), plus ``client_lag_ms``. With cut requests
+    (:data:`CUT_KINDS`) counts may exceed the client's by what they could add (``explained``)."""
     ok = [r for r in records if r.phase == "measured" and r.ok]
     cut = [r for r in records if r.phase == "measured" and not r.ok and r.error_kind in CUT_KINDS]
     bounds = _cut_bounds(cut)
@@ -172,22 +146,8 @@ def cross_check(
         exact("requests_succeeded", float(len(ok)), succeeded),
         exact("generation_tokens", client_output, _delta(before, after, "vllm:generation_tokens_total")),
         exact("prompt_tokens", client_prompt, _delta(before, after, "vllm:prompt_tokens_total")),
-        latency_check(
-            "ttft_mean_ms",
-            sum(client_ttft) / len(client_ttft) if client_ttft else None,
-            ttft.mean_ms,
-            0.30,
-            75.0,
-            client_lag_ms,
-        ),
-        latency_check(
-            "e2e_mean_ms",
-            sum(client_e2e) / len(client_e2e) if client_e2e else None,
-            e2e.mean_ms,
-            0.15,
-            100.0,
-            client_lag_ms,
-        ),
+        latency_check("ttft_mean_ms", _mean(client_ttft), ttft.mean_ms, 0.30, 75.0, client_lag_ms),
+        latency_check("e2e_mean_ms", _mean(client_e2e), e2e.mean_ms, 0.15, 100.0, client_lag_ms),
     ]
     disagreements = [
         f"{c.name}: client {c.client:.1f} vs server {c.server:.1f} (tolerance {c.tolerance})"
@@ -228,9 +188,7 @@ PREFIX_HITS = "vllm:prefix_cache_hits_total"
 
 
 def prefix_cache_delta(before: Samples, after: Samples) -> tuple[int | None, int | None, float | None]:
-    """``(queries, hits, hit rate %)`` of vLLM's prefix cache over the window, from the counters' deltas (tokens);
-    all None when the server has no such counters (prefix caching off, another server); the rate is None when
-    nothing was queried."""
+    """``(queries, hits, hit rate %)`` of vLLM's prefix cache over the window; None where unknown."""
     if PREFIX_QUERIES not in after or PREFIX_HITS not in after:
         return None, None, None
     queries = max(0, round(_delta(before, after, PREFIX_QUERIES)))
@@ -239,8 +197,7 @@ def prefix_cache_delta(before: Samples, after: Samples) -> tuple[int | None, int
 
 
 def verdict_text(view: ServerView) -> str:
-    """``agree``, ``agree (2 request(s) cut mid-stream account for …)`` or ``DISAGREE: …`` — the one wording of
-    the cross-check's verdict for the terminal, Markdown and HTML."""
+    """``agree``, ``agree (2 request(s) cut mid-stream account for ...)`` or ``DISAGREE: ...``."""
     if view.disagreements:
         return "DISAGREE: " + "; ".join(view.disagreements)
     if view.explained:

@@ -1,12 +1,7 @@
 """The server cross-check of a cluster: every engine behind vLLM's router, scraped before and after the window.
 
-The summed view is :func:`core.serverview.cross_check` of the replicas' scrapes added up
-(:func:`core.serverview_samples.sum_samples`): counts exact against the client's. Per replica (:func:`cluster_view`):
-its share of the requests the servers counted, its own counts, mean TTFT and E2E against the client's means (the
-client cannot tell which replica served a row, so its means are over all rows: with replicas of one model on like
-hardware they agree within the single-server tolerances), what the client added to that replica's clock, its KV pool,
-the peak KV usage sampled during the run and its preemptions. A replica that could not be scraped at the end is
-``down``, with the reason: its window is unknown, so the summed counts cannot be checked exactly (said in ``note``).
+The sum is :func:`core.serverview.cross_check` of the added scrapes; per replica: share, counts, mean TTFT/E2E against
+the client's means, client overhead, KV pool, peak and preemptions; an unscraped replica is ``down``.
 """
 
 from __future__ import annotations
@@ -17,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from core.latency import mean_or_none as _mean
 from core.records import RequestRecord
 from core.replicas import imbalance_percent, shares_percent
 from core.serverview import SUCCESS_REASONS, latency_check
@@ -30,8 +26,7 @@ PROMPT_TOKENS = "vllm:request_prompt_tokens"
 
 @dataclass
 class ReplicaScrapes:
-    """What the benchmark collected of one engine: its scrapes before and after the window (None: unreadable, with
-    ``why``), the highest KV usage sampled during the run (percent) and whether it answered every poll."""
+    """One engine's scrapes around the window (None: ``why``), peak KV usage %, and if it always answered."""
 
     name: str
     url: str
@@ -89,8 +84,7 @@ class ClusterView(BaseModel):
 
 
 def kv_pool_tokens(samples: Samples) -> int | None:
-    """Tokens the KV pool holds, from ``vllm:cache_config_info``'s labels (``kv_cache_size_tokens``, else
-    ``num_gpu_blocks`` x ``block_size``); None when absent."""
+    """Tokens the KV pool holds (``vllm:cache_config_info``); None when absent."""
     for labels in samples.get(CACHE_INFO, {}):
         info = dict(labels)
         try:
@@ -103,18 +97,9 @@ def kv_pool_tokens(samples: Samples) -> int | None:
     return None
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
 def matched_means(before: Samples, after: Samples, rows: Sequence[RequestRecord]) -> tuple[float | None, float | None]:
-    """The client's mean TTFT and E2E (ms) for the requests one replica served, as far as the client can tell: the
-    client cannot see which replica served a row, but the replica counts its requests per prompt-length bucket
-    (``vllm:request_prompt_tokens``), so each bucket's client mean is weighted by that replica's count in it. With
-    round robin and a dataset whose long and short prompts alternate, one replica can get most long prompts (seen:
-    7,729 vs 2,330 prompt tokens, server TTFT 121 vs 45 ms, client 118 ms over all rows). The plain means over all
-    ``rows`` when the histogram is absent, a row's prompt length is unknown, or a bucket the replica counted has no
-    client row."""
+    """The client's mean TTFT and E2E (ms) weighted to one replica's requests per prompt-length bucket
+    (``vllm:request_prompt_tokens``); the plain means when that cannot be done."""
     plain = (_mean([r.ttft_ms for r in rows if r.ttft_ms is not None]),
              _mean([r.e2e_ms for r in rows if r.e2e_ms is not None]))  # fmt: skip
     buckets = bucket_counts(before, after, PROMPT_TOKENS)
@@ -143,9 +128,7 @@ def replica_view(
     max_added_pct: float = CLIENT_OVERHEAD_MAX_PCT,
     client_lag_ms: float | None = None,
 ) -> ReplicaView:
-    """One replica's figures over the window (``records``: the client's rows, all replicas together); its means agree
-    with the client's (:func:`matched_means`: weighted to its prompt lengths) within
-    :func:`core.serverview.latency_check`'s tolerances (``client_lag_ms`` included)."""
+    """One replica's figures over the window, its means checked against :func:`matched_means`."""
     base: dict[str, Any] = {"name": scrapes.name, "url": scrapes.url, "kv_peak_usage_percent": scrapes.kv_peak_percent,
             "down_after_s": scrapes.down_since_s}  # fmt: skip
     before, after = scrapes.before, scrapes.after
@@ -192,8 +175,7 @@ def cluster_view(
     max_added_pct: float = CLIENT_OVERHEAD_MAX_PCT,
     client_lag_ms: float | None = None,
 ) -> ClusterView:
-    """Every replica's :func:`replica_view`, their shares of the requests they finished and the imbalance (over the
-    replicas that were up at the end), the ones down, and the note when the summed counts lack a replica."""
+    """Every replica's view, their shares and imbalance, the replicas down, and a note when the sum lacks one."""
     views = [replica_view(s, records, max_added_pct, client_lag_ms) for s in scrapes]
     counted = [v for v in views if v.requests_succeeded is not None]
     for view, share in zip(counted, shares_percent([v.requests_succeeded or 0 for v in counted]), strict=True):

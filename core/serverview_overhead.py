@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
+from core.latency import mean_or_none
 from core.records import RequestRecord
 from core.serverview_samples import Samples, latency_view
 
@@ -47,18 +48,11 @@ def client_overhead(
     server_url: str | None = None,
     max_added_pct: float = CLIENT_OVERHEAD_MAX_PCT,
 ) -> ClientOverhead:
-    """Client mean minus server mean of TTFT, ITL and E2E over one server's window (``after - before``).
+    """Client mean minus server mean of TTFT, ITL and E2E over one server's window.
 
-    The client's means are over the requests the server's histograms hold: TTFT and ITL over every measured row
-    that received them (a request cut or failed mid-stream included: vLLM stamped its first token and gaps too; ITL
-    pools every gap of every row, as the server's histogram pools every token's gap), E2E over the successful rows
-    (vLLM observes E2E when a request finishes); the server's are exact (``_sum``/``_count`` deltas of
-    ``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds``, ``vllm:e2e_request_latency_seconds``;
-    vLLM v1 stamps them in its API server's output processor, so the difference is HTTP, SSE, parsing, the network
-    and the client's own scheduling). A figure is flagged when the client added more than ``max_added_pct`` % of
-    the server's figure and more than a floor (5 ms TTFT/E2E, 0.5 ms ITL). ``missing`` says why nothing could be
-    compared: no such histogram (not vLLM, or another version) or none of it in the window.
-    """
+    The client's means are over the rows the server's histograms hold (TTFT and ITL: every measured row that got
+    them; E2E: successful rows); the server's are exact ``_sum``/``_count`` deltas. A figure is flagged above
+    ``max_added_pct`` % and a floor (5 ms TTFT/E2E, 0.5 ms ITL); ``missing`` says why nothing could be compared."""
     measured = [r for r in records if r.phase == "measured"]
     ok = [r for r in measured if r.ok]
     client = {
@@ -75,7 +69,7 @@ def client_overhead(
         if metric in absent:
             continue
         values = client[name]
-        client_ms = sum(values) / len(values) if values else None
+        client_ms = mean_or_none(values)
         server_ms = latency_view(before, after, metric).mean_ms
         added = None if client_ms is None or server_ms is None else client_ms - server_ms
         share = _pct(client_ms, server_ms)
@@ -95,8 +89,7 @@ def client_overhead(
 
 
 def overhead_text(overhead: ClientOverhead) -> str:
-    """``TTFT +21.3 ms (+1.2%), ITL +0.4 ms (+0.5%), E2E +45.0 ms (+0.9%) over the server's own``, with the flag or
-    why it is missing — the one wording for the terminal, Markdown and HTML."""
+    """``TTFT +21.3 ms (+1.2%), ... over the server's own``, with the flag or why it is missing."""
     where = f" ({overhead.server_url})" if overhead.server_url else ""
     if overhead.missing:
         return f"client overhead not measured{where}: {overhead.missing}"

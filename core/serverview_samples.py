@@ -1,9 +1,5 @@
-"""vLLM's ``/metrics`` as samples, and what changed between two scrapes: counter deltas, histogram quantiles and
-means over the window (part of the server cross-check, :mod:`core.serverview`).
-
-Counters are differenced between the two scrapes; latency quantiles come from the histogram bucket deltas,
-interpolated linearly inside a bucket as Prometheus' ``histogram_quantile`` does; means are exact (``_sum`` /
-``_count`` deltas).
+"""vLLM's ``/metrics`` as samples, and what changed between two scrapes: counter deltas, quantiles from bucket
+deltas (linear inside a bucket, as Prometheus' ``histogram_quantile``) and exact means (``_sum`` / ``_count``).
 """
 
 from __future__ import annotations
@@ -45,8 +41,7 @@ def _delta(before: Samples, after: Samples, name: str, **match: str) -> float:
 
 
 def _rank_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[float, float, float, float, float] | None:
-    """``(lower bound, upper bound, count below, count through it, rank)`` of the bucket holding quantile ``q`` of
-    cumulative ``(upper bound, count)`` buckets (the upper bound ``inf`` in the last); None when empty."""
+    """``(lower, upper, count below, count through, rank)`` of the bucket holding quantile ``q``; None when empty."""
     ordered = sorted(buckets)
     if not ordered or ordered[-1][1] <= 0:
         return None
@@ -60,11 +55,8 @@ def _rank_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[floa
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
-    """Quantile ``q`` (0..1) from cumulative ``(upper bound, count)`` buckets, as Prometheus computes it.
-
-    Linear interpolation inside the bucket holding the rank; the +Inf bucket returns the previous bound.
-    Source: Prometheus docs, "histogram_quantile()". None when the histogram is empty.
-    """
+    """Quantile ``q`` (0..1) of cumulative ``(upper bound, count)`` buckets, as Prometheus' ``histogram_quantile()``
+    (linear inside the bucket; +Inf gives the previous bound); None when empty."""
     found = _rank_bucket(q, buckets)
     if found is None:
         return None
@@ -77,10 +69,7 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
 
 
 def histogram_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
-    """The bounds ``(lower, upper)`` of the bucket holding quantile ``q`` of cumulative ``(upper bound, count)``
-    buckets: where the true quantile lies (:func:`histogram_quantile` interpolates a point inside it, which may lie
-    beyond every observation: vLLM's E2E buckets step from 60 to 120 s). ``upper`` is ``inf`` in the last bucket;
-    None when the histogram is empty."""
+    """``(lower, upper)`` of the bucket holding quantile ``q`` (the true one lies there); None: empty."""
     found = _rank_bucket(q, buckets)
     return None if found is None else (found[0], found[1])
 
@@ -96,8 +85,7 @@ def _bucket_deltas(before: Samples, after: Samples, name: str) -> list[tuple[flo
 
 
 def bucket_counts(before: Samples, after: Samples, name: str) -> list[tuple[float, float]]:
-    """Histogram ``name``'s observations over the window per bucket, ``(upper bound, count in that bucket)`` in
-    ascending order (the cumulative ``le`` deltas differenced; ``inf`` last); empty when the histogram is absent."""
+    """Histogram ``name``'s ``(upper bound, count)`` per bucket over the window, ascending."""
     cumulative = _bucket_deltas(before, after, name)
     return [(le, count - (cumulative[i - 1][1] if i else 0.0)) for i, (le, count) in enumerate(cumulative)]
 
@@ -159,9 +147,7 @@ def total(samples: Samples, name: str, **match: str) -> float:
 
 
 def sum_samples(scrapes: Sequence[Samples]) -> Samples:
-    """Several servers' scrapes as one: every sample added up per name and label set (counters, histogram buckets,
-    sums and counts add; so do gauges of requests running or waiting). The cluster's server view is
-    :func:`core.serverview.cross_check` of two such sums."""
+    """Several servers' scrapes as one: every sample added up per name and label set."""
     out: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(lambda: defaultdict(float))
     for scrape in scrapes:
         for name, values in scrape.items():

@@ -1,8 +1,7 @@
 """The stack's one settings object, read from the environment and ``.env`` (pydantic-settings).
 
-Every service, the load generator and the tests read configuration only through :func:`get_settings`.
-Environment names are the field names upper-cased (``VLLM_PORT``, ``CONCURRENCY``, ``MODEL`` ...). The fields are
-defined by group in :mod:`core.knobs`; this module combines them, and adds the checks and properties across groups.
+Read it through :func:`get_settings`; variables are the field names upper-cased. Fields are defined by group in
+:mod:`core.knobs`; this module adds the checks and properties across groups.
 """
 
 from __future__ import annotations
@@ -67,8 +66,7 @@ class Settings(
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """pydantic-settings' sources in its order (flags, environment, ``.env``, secrets), each variable list read
-        with :func:`_blank_names_skipped`."""
+        """pydantic-settings' sources in its order, blank names skipped (:func:`_blank_names_skipped`)."""
         for source in (env_settings, dotenv_settings):
             if isinstance(source, EnvSettingsSource):
                 source.env_vars = _blank_names_skipped(source.env_vars, settings_cls)
@@ -77,11 +75,8 @@ class Settings(
     @model_validator(mode="before")
     @classmethod
     def _blank_is_unset(cls, data: object) -> object:
-        """A blank value (empty or only spaces) of ANY knob, from any source, is not given: the knob takes its
-        default. That is what every launcher passes for "not set": compose's ``${X:-}``, ``make X=``, an ``X=`` line
-        in ``.env``, an empty Kubernetes ConfigMap entry. A blank beats the sources below it (``make RATE=`` unsets a
-        RATE of ``.env``; compose blanks the secrets a service must not hold), and a field without a default would
-        be refused naming its variable (``NAME: Field required``)."""
+        """A blank value (empty or spaces) of any knob from any source is unset: the default (compose's ``${X:-}``,
+        ``make X=``, ``X=`` in ``.env``); it beats the sources below it."""
         if isinstance(data, dict):
             return {key: value for key, value in data.items() if not _blank(value)}
         return data
@@ -132,8 +127,7 @@ class Settings(
         return self
 
     def _trace_fits(self) -> None:
-        """TRACE is the whole load shape and workload: a rate, a ramp, a sweep, sessions, prefixes or generated
-        prompts beside it would be ignored or contradict it."""
+        """TRACE is the whole load shape and workload: refuse the knobs it would contradict."""
         if self.trace is None:
             return
         clashing = [name for name, on in (
@@ -147,10 +141,8 @@ class Settings(
 
     @model_validator(mode="after")
     def _rates_send_requests(self) -> Settings:
-        """An open-loop rate (RATE, RATE_END, SWEEP=rate:...) must send requests within the run: at least one
-        arrival expected in DURATION, and a mean gap (1/rate) shorter than the watchdog, which stops a run where no
-        request finishes for WATCHDOG_S (default REQUEST_TIMEOUT_S + 60, as in
-        :mod:`loadgen.orchestrate.measured_run`)."""
+        """An open-loop rate must send at least one request in DURATION, and a mean gap (1/rate) shorter than the
+        watchdog (WATCHDOG_S, default REQUEST_TIMEOUT_S + 60)."""
         rates = [(f"RATE={self.rate:g}", self.rate)] if self.rate is not None else []
         if self.rate_end is not None:
             rates.append((f"RATE_END={self.rate_end:g}", self.rate_end))
@@ -181,8 +173,7 @@ class Settings(
 
     @model_validator(mode="after")
     def _output_lengths_fit(self) -> Settings:
-        """Sampled output lengths need a log-normal with OUTPUT_LEN_MEAN and OUTPUT_LEN_P95, and a cap
-        (OUTPUT_LEN_CAP) not below the mean (checked before load)."""
+        """Sampled lengths need a log-normal of OUTPUT_LEN_MEAN and P95, and a cap not below the mean."""
         if self.fixed_max_tokens is None:
             lognormal_params(self.output_len_mean, self.output_len_p95)
             if self.output_len_cap < self.output_len_mean:
@@ -196,12 +187,8 @@ class Settings(
     # --- derived -------------------------------------------------------------------------------------
     @property
     def ignored_knobs(self) -> list[str]:
-        """Knobs that are set but have no effect beside another one, as ``[WARN]`` texts (empty: none).
-
-        A warning, not an error: ``REQUESTS=200`` in ``.env`` with ``--duration 60s`` on the command line is a common
-        way to switch one run to a time bound, and must not block it (conflicts that would measure something else
-        than asked, such as MAX_IN_FLIGHT without RATE, are errors in the validators above).
-        """
+        """Knobs set but without effect beside another, as ``[WARN]`` texts: warnings, since e.g. ``REQUESTS`` in
+        ``.env`` with ``--duration`` is a common switch to a time bound."""
         notes = []
         if (self.duration is not None and "requests" in self.model_fields_set and self.requests is not None
                 and self.trace is None):  # a trace takes its first REQUESTS rows, then cuts them at DURATION
@@ -229,8 +216,8 @@ class Settings(
 
     @property
     def fixed_max_tokens(self) -> int | None:
-        """MAX_TOKENS when every request asks for it (OUTPUT_LEN=fixed, or MAX_TOKENS set alone), RANDOM_OUTPUT_LEN
-        with DATASET=random; else None."""
+        """Every request's max_tokens when fixed (OUTPUT_LEN=fixed or MAX_TOKENS alone; RANDOM_OUTPUT_LEN with
+        DATASET=random); else None."""
         if self.random_dataset:
             return self.random_output_len
         if self.output_len == "fixed" or (self.output_len is None and "max_tokens" in self.model_fields_set):
@@ -264,8 +251,7 @@ class Settings(
         return self.sidecar_token_file or self.run_dir / "sidecar_token"
 
     def sidecar_auth_token(self) -> str | None:
-        """The sidecar's write token: SIDECAR_TOKEN, else the first line of :attr:`sidecar_token_path`; None when
-        neither is there (then the sidecar refuses every write)."""
+        """SIDECAR_TOKEN, else the first line of :attr:`sidecar_token_path`; None: neither."""
         if self.sidecar_token:
             return self.sidecar_token
         try:
@@ -276,8 +262,7 @@ class Settings(
 
     @property
     def sidecar_hosts(self) -> list[str]:
-        """Host names the sidecar answers to: loopback names, SIDECAR_HOST, SIDECAR_BASE_URL's host and
-        SIDECAR_TRUSTED_HOSTS."""
+        """Loopback, SIDECAR_HOST, SIDECAR_BASE_URL's host and SIDECAR_TRUSTED_HOSTS."""
         from urllib.parse import urlsplit
 
         hosts = ["127.0.0.1", "localhost", "::1"]
@@ -299,9 +284,8 @@ def _blank(value: object) -> bool:
 
 
 def _blank_names_skipped(env: Mapping[str, str | None], settings_cls: type[BaseSettings]) -> dict[str, str | None]:
-    """``env`` (one source's variables, names lower-cased) without the blank names of a knob that another of its names
-    sets: ``GPU_DEVICES=`` beside ``CUDA_VISIBLE_DEVICES=1`` reads 1, as if GPU_DEVICES were absent. A knob whose every
-    name present is blank keeps a blank, which :meth:`Settings._blank_is_unset` turns into the default."""
+    """``env`` (names lower-cased) without a knob's blank names where another of its names is set (``GPU_DEVICES=``
+    beside ``CUDA_VISIBLE_DEVICES=1`` reads 1)."""
     out = dict(env)
     for info in settings_cls.model_fields.values():
         alias = info.validation_alias
@@ -329,8 +313,8 @@ def secret_env_names() -> frozenset[str]:
 
 
 def service_env(service: str, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment a service's process gets: ``base`` (default: this process's) without the secrets the service
-    does not need (:data:`SERVICE_SECRETS`), so vLLM never holds the UI password nor Locust the HF token.
+    """``base`` (default: this process's environment) without the secrets the service does not need
+    (:data:`SERVICE_SECRETS`).
 
     Raises:
         KeyError: an unknown service name.
@@ -343,8 +327,7 @@ def service_env(service: str, base: dict[str, str] | None = None) -> dict[str, s
 
 
 def describe_validation_error(exc: ValidationError, from_cli: set[str] | frozenset[str] = frozenset()) -> str:
-    """Turn pydantic's error into one line per bad variable: ``CONCURRENCY=0: must be >= 1``, or for a value given
-    on the command line (its field in ``from_cli``) ``--concurrency=0: must be >= 1``."""
+    """One line per bad variable: ``CONCURRENCY=0: ...`` (``--concurrency=0: ...`` if in ``from_cli``)."""
     lines = []
     for err in exc.errors():
         field = ".".join(str(part) for part in err["loc"])
@@ -374,8 +357,7 @@ def get_settings() -> Settings:
     """The process-wide settings, read once.
 
     Raises:
-        SystemExit: code 2 (bad input, as a bad flag), after a readable message on stderr naming each bad variable
-            (pydantic's ValidationError is turned into it).
+        SystemExit: code 2, after a message on stderr naming each bad variable.
     """
     try:
         return Settings()

@@ -15,12 +15,7 @@ SNIPPET_CHARS = 80
 
 
 class ShapeError(ValueError):
-    """A body or file is not of the expected shape.
-
-    Attributes:
-        source: where it came from (``POST http://host:8100/tokenize (HTTP 200)``, a file path).
-        fault: what was wrong, in words (``not JSON: it starts '<!DOCTYPE html>'``).
-    """
+    """A body or file is not of the expected shape; ``source`` says where it came from, ``fault`` what was wrong."""
 
     def __init__(self, source: str, fault: str) -> None:
         super().__init__(f"{source}: {fault}")
@@ -44,9 +39,7 @@ def _where(loc: tuple[int | str, ...]) -> str:
 
 
 def fault_of(exc: ValidationError, raw: bytes | str, expected: str) -> str:
-    """The first fault of a failed validation of ``raw``, in words: not JSON (with its start), or which field is
-    missing or of the wrong type (``expected`` names the whole shape, as a reader would: "a JSON object with
-    'tokens'")."""
+    """The first fault of ``raw`` in words: not JSON (with its start), or a missing or mistyped field."""
     first = exc.errors(include_url=False)[0]
     if first["type"] == "json_invalid":
         return f"not JSON (it starts {snippet(raw)!r}) where {expected} was expected"
@@ -58,16 +51,11 @@ def fault_of(exc: ValidationError, raw: bytes | str, expected: str) -> str:
 
 
 def parse_as(raw: bytes | str, shape: TypeAdapter[T], source: str, expected: str) -> T:
-    """``raw`` (JSON text) validated as ``shape``.
-
-    Args:
-        raw: the body or file content.
-        shape: the expected shape (a module-level ``TypeAdapter``: building one costs more than the check).
-        source: where ``raw`` came from, for the message (a URL with its method and status, a file path).
-        expected: the shape in words for the message ("a JSON object with 'tokens' and 'count'").
+    """``raw`` (JSON text) validated as ``shape`` (a module-level ``TypeAdapter``); ``source`` and ``expected`` ("a JSON
+    object with 'tokens'") name it in the message.
 
     Raises:
-        ShapeError: ``raw`` is empty, not JSON, or not of ``shape`` (the message names ``source`` and the fault).
+        ShapeError: ``raw`` is empty, not JSON, or not of ``shape``.
     """
     if not raw.strip():
         raise ShapeError(source, f"an empty body where {expected} was expected")

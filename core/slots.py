@@ -1,13 +1,5 @@
-"""Which of its two slots each local engine replica serves from: the record a blue/green switch flips.
-
-Behind the router on VLLM_PORT (the stack's *front*, :func:`core.replicas.front_in_use`) each local replica K has
-two slots, ``a`` and ``b``, each its own supervisord program, port, log and state file (``vllm``/``vllm-b``,
-``vllm.log``/``vllm-b.log``, ``engine_state.json``/``engine_state-b.json``). A switch starts the new engine in the
-slot that is not serving, puts it behind the router, drains and stops the old one, then records the new slot here:
-``RUN_DIR/engine_slots.json`` = ``{"0": "b"}``. Every reader of "the engine" (the UI, the sidecar, ``make status``,
-the benchmark) names its files through :attr:`core.knobs.folders_knobs.FolderKnobs.replica_suffix`, which reads this
-record, so they all follow the swap. No record (``make up`` writes none, or compose): every replica serves from
-``a``. One reader and one writer; pure apart from the file.
+"""Which of its two slots (``a``/``b``) each local replica serves from: ``RUN_DIR/engine_slots.json``
+(``{"0": "b"}``), flipped by a blue/green switch. No record: every replica serves from ``a``.
 """
 
 from __future__ import annotations
@@ -59,7 +51,7 @@ def active_slot(run_dir: Path, replica: int = 0) -> Slot:
 
 
 def write_slot(run_dir: Path, replica: int, slot: Slot) -> None:
-    """Record that ``replica`` now serves from ``slot`` (atomically: readers see the old record or the new one).
+    """Record atomically that ``replica`` now serves from ``slot``.
 
     Raises:
         OSError: RUN_DIR is not writable.

@@ -1,16 +1,9 @@
-"""Pure benchmark maths: latency distributions, throughput, goodput and stability from request records (no I/O).
+"""Pure benchmark maths: latency distributions, throughput, goodput and stability from request records.
 
-Definitions (as in vLLM's ``benchmarks/serve.py`` and its docs):
-
-- **TTFT**: send → first non-empty content/reasoning token. **E2E latency**: send → end of stream.
-- **TPOT** (per request): ``(E2E − TTFT) / (output tokens − 1)``, for requests with ≥ 2 output tokens.
-- **ITL**: every gap between consecutive content chunks, pooled over all requests.
-- In open-loop runs every latency is measured from the request's *scheduled* send time, so client backlog
-  counts against the server instead of hiding (no coordinated omission).
-- Percentiles: ``numpy.percentile`` (linear interpolation). Request throughput = successful requests / measured
-  window; output tok/s = Σ ``usage.completion_tokens`` / window; total tok/s adds prompt tokens; the window runs
-  from the first measured send to the last end.
-- **Goodput**: successful requests meeting every SLO (e.g. ``ttft_ms<=500,e2e_ms<=2000``) per second.
+As vLLM's ``benchmarks/serve.py``: TTFT = send -> first token; E2E = send -> end; TPOT = (E2E - TTFT) / (output
+tokens - 1); ITL = every gap between token chunks, pooled. Open loop counts from the scheduled send. Percentiles:
+``numpy.percentile`` (linear). Throughputs divide by the window (first send -> last end). Goodput: successful
+requests meeting every SLO per second.
 """
 
 from __future__ import annotations
@@ -34,9 +27,7 @@ from core.steady import SteadyState, decode_tokens_in, steady_state
 
 
 def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
-    """True when ``r`` succeeded and every SLO bound holds (a missing value fails the bound). ``ttft_ms`` bounds the
-    first token of any kind, ``answer_ttft_ms`` the answer's first token (:func:`core.reasoning.answer_ttft_ms`:
-    the same as TTFT for a stream without reasoning)."""
+    """True when ``r`` succeeded and every SLO bound holds (missing values fail)."""
     if not r.ok:
         return False
     values = {"ttft_ms": effective_ttft_ms(r), "tpot_ms": r.tpot_ms, "e2e_ms": effective_e2e_ms(r),
@@ -45,8 +36,7 @@ def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
 
 
 def peak_concurrency(records: Sequence[RequestRecord]) -> int:
-    """Most requests in flight at one instant (sweep over send/end events; an end before a start at a tie). Give it
-    every measured row, those the run's end cut (``incomplete``) included: they were in flight until cut."""
+    """Most requests in flight at one instant (an end before a start at a tie); pass cut rows too."""
     events = sorted([(r.started_at, 1) for r in records] + [(r.ended_at, -1) for r in records])
     peak = current = 0
     for _, step in events:
@@ -68,8 +58,7 @@ class WindowStats(BaseModel):
 
 
 def time_windows(records: Sequence[RequestRecord], count: int = 10) -> list[WindowStats]:
-    """Split the measured window into ``count`` equal slices: completed requests (placed by end time), output tokens
-    (placed where they were decoded, see :func:`decode_tokens_in`) and p50 E2E per slice."""
+    """``count`` equal slices: completions (by end), decoded output tokens and p50 E2E per slice."""
     if not records:
         return []
     start = min(r.started_at for r in records)
@@ -99,11 +88,8 @@ def time_windows(records: Sequence[RequestRecord], count: int = 10) -> list[Wind
 def throughput_variation_percent(
     windows: Sequence[WindowStats], steady_end_s: float | None = None, steady_start_s: float | None = None
 ) -> float | None:
-    """Coefficient of variation of per-window output-token throughput, percent, over the steady state: the slices
-    starting before ``steady_start_s`` (default: the first slice, the ramp-up) and every slice ending after
-    ``steady_end_s`` (default: the last send, from there the load drains) are left out. Tokens, not completions: a
-    closed loop of long requests completes in clumps while the server's work is steady. None with fewer than 3
-    steady slices or under 10 completions in all."""
+    """Coefficient of variation of per-slice output tok/s, %, over slices between ``steady_start_s`` (default: after the
+    first) and ``steady_end_s`` (default: the last send). None with fewer than 3 such slices or 10 completions."""
     limit = steady_end_s if steady_end_s is not None else windows[-1].start_s if windows else 0.0
     first = steady_start_s if steady_start_s is not None else windows[1].start_s if len(windows) > 1 else 0.0
     inner = [w.output_tokens_per_sec for w in windows if w.start_s >= first - 1e-9 and w.end_s <= limit + 1e-9]
@@ -225,8 +211,7 @@ def output_lengths(ok: Sequence[RequestRecord]) -> OutputLengths:
 
 
 def _variation(windows: Sequence[WindowStats], measured: Sequence[RequestRecord], steady: SteadyState) -> float | None:
-    """The throughput variation over the steady-state window when one was found (:mod:`core.steady`), else from
-    the second slice to the last send; None without a measured row that ended."""
+    """Throughput variation over the steady window, else second slice to last send; None: nothing ended."""
     if not measured:
         return None
     if steady.found and steady.start_s is not None and steady.end_s is not None:
@@ -241,13 +226,8 @@ def run_metrics(
     slo: dict[str, float] | None = None,
     requested_rate_req_per_sec: float | None = None,
 ) -> RunMetrics:
-    """Aggregate the ``measured`` records (warmup rows are ignored); ``requested_rate_req_per_sec`` is the open
-    loop's RATE, reported beside the achieved rate (:func:`core.schedule.schedule_stats`).
-
-    The window runs from the first measured send to the last end of a request that ended; when none ended (every
-    request cut by the run's end) it runs to the last cut, so the figures say how long nothing completed. Figures
-    of ended requests are then None (the class docstring), never zeros that read as results.
-    """
+    """Aggregate the ``measured`` records; ``requested_rate_req_per_sec`` is the open loop's RATE. The window runs from
+    the first measured send to the last end (none ended: the last cut)."""
     every = [r for r in records if r.phase == "measured"]
     measured = [r for r in every if r.error_kind != "incomplete"]
     ok = [r for r in measured if r.ok]
@@ -296,9 +276,7 @@ def run_metrics(
 
 
 def nothing_ended_text(m: RunMetrics) -> str:
-    """The key insight of a run in which no measured request ended: ``No measured request ended: all 32 sent were
-    cut after 60 s in flight (the end of the run 32); 20 had a first token (TTFT p50 41,000 ms)``, or that none
-    was sent."""
+    """The key insight of a run in which no measured request ended (or none was sent)."""
     cut = m.cut
     if cut is None:
         return "No measured request was sent: nothing was measured"
@@ -320,10 +298,8 @@ MOSTLY_FAILED_PCT = 50.0
 
 
 def key_insight(m: RunMetrics) -> str:
-    """One sentence on the run's health, e.g. ``Throughput stable at 1.9 req/s (190 output tok/s ±2.1% between
-    windows; steady state 3–57 s of 60 s; whole run 1.8 req/s), no error or timeout observed``: the figures quoted
-    are the steady state's when one was found (:mod:`core.steady`), else the whole run's, and it says which. A run
-    where at least :data:`MOSTLY_FAILED_PCT` of the requests failed is never called stable: it leads with that."""
+    """One sentence on the run's health (``Throughput stable at 1.9 req/s ...``), with steady-state figures when found;
+    at least :data:`MOSTLY_FAILED_PCT` failed leads with that."""
     if m.requests_total == 0:
         return nothing_ended_text(m)
     problems = []

@@ -1,24 +1,9 @@
 """Steady state of a run (pure): the span where the load held level, and the figures over it.
 
-Whole-run figures average in the ramp-up (users starting, ``RAMP_UP_S``, a ``RATE_END`` ramp) and the drain tail
-(the last requests finishing with fewer in flight). The steady-state window is found by this method:
-
-1. Cut the measured window (first send → last end) into :data:`SLICES` equal slices and take, per slice, the mean
-   number of requests in flight (time-weighted) and the output tokens decoded in it (:func:`decode_tokens_in`).
-2. The plateau level is the 90th percentile of the slices' in-flight means (the level the run held most, robust to
-   one spike). A slice is *level* when its in-flight mean lies within ±:data:`BAND` (20 %) of that level.
-3. The window is the longest run of consecutive level slices; then its edge slices whose output tok/s lies outside
-   ±:data:`BAND` of the window's median are trimmed, one at a time, until both edges hold (in-flight *and*
-   throughput within the band).
-4. A window shorter than :data:`MIN_SLICES` slices or than the successful requests' median E2E (each request
-   outlasts it: no flow of requests to take a rate of), or a run with fewer than :data:`MIN_REQUESTS` successes, has
-   no steady state: the report says why and quotes whole-run figures.
-
-Requests the run's end cut (``incomplete`` rows) count as in flight until they were cut.
-
-Over the window: requests completed in it (by end time) per second, output tokens decoded in it per second, and the
-TTFT / E2E percentiles of the successful requests sent in it (from their scheduled time in open loop). vLLM's
-benchmark client reports plateau metrics in the same spirit; GuideLLM stops over-saturated runs by a slope test.
+The window is cut into :data:`SLICES`; the plateau is the 90th percentile of the slices' time-weighted in-flight
+means; the window is the longest run of slices within +-:data:`BAND` of it, edges trimmed while their output tok/s
+lies outside +-:data:`BAND` of the median. Shorter than :data:`MIN_SLICES` or the median E2E, or fewer than
+:data:`MIN_REQUESTS` successes: no steady state. Cut requests count as in flight until cut.
 """
 
 from __future__ import annotations
@@ -60,8 +45,7 @@ class SteadyState(BaseModel):
 
 
 def decode_tokens_in(r: RequestRecord, start: float, lo: float, hi: float) -> float:
-    """Output tokens of ``r`` produced inside ``[lo, hi)`` seconds since ``start``: the first token at TTFT, the rest
-    spread evenly over the decode phase (TTFT → end), an approximation of steady decoding."""
+    """Output tokens of ``r`` in ``[lo, hi)`` s since ``start``: one at TTFT, the rest even to the end."""
     if not r.ok or not r.output_tokens or r.ttft_ms is None or r.e2e_ms is None:
         return 0.0
     first = r.started_at - start + r.ttft_ms / 1000.0
@@ -97,11 +81,7 @@ def _longest_run(flags: Sequence[bool]) -> tuple[int, int]:
 
 
 def steady_state(records: Sequence[RequestRecord]) -> SteadyState:
-    """The steady-state window of the measured rows and its figures (the method is the module docstring's).
-
-    Args:
-        records: the run's rows; warmup and incomplete rows are left out.
-    """
+    """The steady-state window of ``records`` (warmup and incomplete rows left out) and its figures."""
     every = [r for r in records if r.phase == "measured"]  # in flight: those the run's end cut count too
     rows = [r for r in every if r.error_kind != "incomplete"]
     ok = [r for r in rows if r.ok]

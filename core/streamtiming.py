@@ -1,31 +1,10 @@
-"""The one stream-timing primitive: what a streamed chat-completion chunk says, and the timing of a whole stream.
+"""The one stream-timing primitive: what a streamed chat-completion chunk says, and a whole stream's timing.
 
-Every client path (the benchmark's request function, the chat UI) feeds :class:`StreamTimer` with the chunks it
-receives, interpreted by :func:`interpret_chunk`, so a UI row and a benchmark row mean the same thing.
-
-Definitions (the README's "The metrics" table):
-
-- **TTFT**: send → the first chunk that carries a generated token: non-empty content *or reasoning* text, or an
-  empty text field (``"content": ""``) in a delta without ``role`` and without ``finish_reason``. vLLM sends such an
-  empty chunk for every token whose text its detokenizer holds back (a byte-level BPE token ending inside a
-  multi-byte character; the next chunk carries the whole character), and its own clock (``/metrics``) stamps that
-  token; waiting for text instead put TTFT one token late whenever the first token was one of them. The role-only
-  first chunk (``{"role": "assistant", "content": ""}``) is no token (vLLM's ``benchmarks/serve.py`` stamps TTFT on
-  it, the same moment on vLLM, where it leaves in the first token's write).
-- **ITL**: every gap between consecutive token chunks (as vLLM's ``vllm:inter_token_latency_seconds``: one gap per
-  token, none merged because a token had no text yet).
-- **Reasoning streams** (a reasoning parser streams ``reasoning`` (vLLM 0.32) or ``reasoning_content`` deltas
-  before the answer's ``content``): TTFT stays the first token of any kind (vLLM's bench); beside it the time to
-  the first *reasoning* token and to the first *answer* (``content``) token. A chunk holding both (the parser splits
-  the delta at ``</think>``) stamps both.
-- **E2E**: send → the end of the stream (``data: [DONE]``, or the clean close after the final chunk).
-- **Completion rules**: a stream is complete on ``data: [DONE]``, or when the connection closes cleanly after a
-  chunk with a non-null ``finish_reason`` (Hugging Face ``transformers serve`` ends that way); otherwise it is
-  truncated. Each row records how it ended (:data:`EndReason`).
-
-Chunk shapes (OpenAI's ``chat.completion.chunk``): ``content`` may be a string, null, or a list of content parts
-(``[{"type": "text", "text": "A"}]``, joined as OpenAI's clients do); anything else (a number, an object) makes the
-chunk invalid, named in :attr:`ChunkFacts.invalid`. ``"error": null`` is not an error.
+TTFT: send -> first chunk carrying a generated token (text, reasoning, or an empty text field without role or
+finish_reason: vLLM's held-back byte-level token); ITL: every gap between token chunks; E2E: send -> stream end.
+Reasoning streams also stamp the first reasoning and first answer token. A stream is complete on ``[DONE]`` or a
+clean close after a ``finish_reason``, else truncated (:data:`EndReason`). ``content`` may be a string, null or a
+list of text parts; anything else makes the chunk invalid (:attr:`ChunkFacts.invalid`).
 """
 
 from __future__ import annotations
@@ -41,13 +20,9 @@ TEXT_FIELDS = ("content", "reasoning_content", "reasoning")
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs ~0.6 µs more per chunk to build; treat as read-only
 class ChunkFacts:
-    """What one chunk says: ``text`` is content and reasoning (what TTFT and ITL time), ``content`` the answer text
-    alone (what a chat shows). ``invalid`` names a shape problem (the stream is then failed as ``invalid_stream``);
-    ``error`` holds a server error object's message. ``token``: the chunk carries a generated token even without
-    text (module docstring); ``answer``/``reasoning``: a ``content`` token / a reasoning token among them (a chunk
-    can hold both). ``reasoning_tokens`` is ``usage.completion_tokens_details.reasoning_tokens`` and
-    ``cached_tokens`` ``usage.prompt_tokens_details.cached_tokens`` (vLLM with ``--enable-prompt-tokens-details``),
-    None when absent. Fields in this order (the fast decoder builds it by position)."""
+    """What one chunk says: ``text`` (content and reasoning, timed), ``content`` (the answer alone), ``invalid`` (a
+    shape problem), ``error`` (a server error's message), ``token``/``answer``/``reasoning`` (what it carries), usage's
+    ``reasoning_tokens``/``cached_tokens`` (None: absent). Field order matters: built by position."""
 
     text: str = ""
     content: str = ""
@@ -112,13 +87,7 @@ def _detail(usage: dict[str, Any], part: str, name: str) -> int | None:
 
 
 def interpret_chunk(obj: Any) -> ChunkFacts:
-    """What a parsed ``data:`` JSON value says (never raises).
-
-    Returns:
-        :class:`ChunkFacts`; ``invalid`` is set for anything that is not a chunk object of OpenAI's shape (null, an
-        array, a string, ``choices`` that is not a list, a choice or delta that is not an object, ``usage`` that
-        is not an object, content of another type).
-    """
+    """What a parsed ``data:`` JSON value says (never raises; ``invalid``: not OpenAI's shape)."""
     if not isinstance(obj, dict):
         return ChunkFacts(invalid=f"a data line is {_shape(obj)}, expected a chunk object")
     error = obj.get("error")
@@ -186,10 +155,7 @@ def interpret_chunk(obj: Any) -> ChunkFacts:
 
 @dataclass
 class StreamTimer:
-    """Timing and completion state of one streamed answer, fed chunk by chunk.
-
-    Times are read from ``clock`` (monotonic seconds); the public figures are milliseconds from :meth:`start`.
-    """
+    """Timing and completion of one streamed answer: ``clock`` in s, figures in ms from :meth:`start`."""
 
     clock: Callable[[], float] = time.perf_counter
     t0: float | None = None
@@ -292,17 +258,14 @@ class StreamTimer:
 
     @property
     def think_ms(self) -> float | None:
-        """First reasoning token → first answer token, ms (the model's thinking as the reader waits for it); None
-        without reasoning or before the answer starts."""
+        """First reasoning token -> first answer token, ms; None without reasoning or answer."""
         if self.first_reasoning_s is None or self.first_answer_s is None:
             return None
         return (self.first_answer_s - self.first_reasoning_s) * 1000.0
 
     def token_split(self) -> tuple[int, int, str] | None:
-        """``(reasoning tokens, answer tokens, source)`` of a stream that reasoned (reasoning deltas, or usage
-        counting reasoning tokens); None for one that did not. Source ``usage``: ``completion_tokens_details
-        .reasoning_tokens`` and the rest of ``completion_tokens``; else ``chunks``: the token chunks of each kind
-        counted by the client (exact at vLLM's one token per chunk)."""
+        """``(reasoning tokens, answer tokens, source)`` of a stream that reasoned, else None; source ``usage``
+        (``completion_tokens_details``) or ``chunks`` (the client's count)."""
         if self.first_reasoning_s is None and not self.reasoning_tokens:
             return None
         if self.reasoning_tokens is not None and self.completion_tokens is not None:

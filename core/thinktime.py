@@ -1,10 +1,5 @@
-"""A conversation user's think time (THINK_TIME): the pause between an answer and the next turn, with its
-distribution (pure parsing and seeded draws).
-
-``THINK_TIME`` text: ``2s`` (fixed), ``exponential:2s`` (mean 2 s; a Poisson user), ``lognormal:2s`` (mean 2 s,
-sigma 1 of the underlying normal: most pauses short, a few long) or ``lognormal:2s:0.5`` (another sigma). The
-mean takes the units of DURATION (``500ms``, ``2s``, ``1m``); ``0`` means no pause. For ``X = exp(N(mu, sigma))``
-the mean is ``exp(mu + sigma^2/2)``, so ``mu = ln(mean) - sigma^2/2``.
+"""A conversation user's think time (THINK_TIME): ``2s``, ``exponential:2s``, ``lognormal:2s[:sigma]`` (default
+sigma 1; ``mu = ln(mean) - sigma^2/2``), ``0``: none (pure parsing and seeded draws).
 """
 
 from __future__ import annotations
@@ -43,8 +38,7 @@ def parse_think_time(text: str) -> ThinkTime:
     """Parse THINK_TIME text (module docstring).
 
     Raises:
-        ValueError: an unknown distribution, a mean that is not a duration (or below 0), a sigma that is not a
-            finite number > 0, or a sigma for a distribution that has none; the message gives valid examples.
+        ValueError: an unknown distribution, a bad mean or sigma, or a sigma where none applies.
     """
     parts = [p.strip() for p in text.strip().split(":")]
     distribution = "fixed"

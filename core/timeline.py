@@ -1,10 +1,5 @@
-"""A performance timeline (pure): each workload fingerprint's runs in time order, baselines marked, gates flagged.
-
-Works on reports alone (a ``reports/`` folder kept in Git, or the sidecar's store): runs are grouped by
-``fingerprint`` (the workload fingerprint, :func:`core.fingerprint.workload_fingerprint`) and ordered by their end. A
-run is marked with every named baseline that points at it (``baselines.json``), and flagged when its comparison with
-a named baseline would fail the gate (:func:`core.gate.comparison_checks` on its ``comparison["vs_<name>"]`` at the
-given threshold) — the verdict ``GATE=<name>`` gave, or would have.
+"""A performance timeline (pure): each workload fingerprint's runs in end order, baselines marked, and runs
+flagged whose ``comparison["vs_<name>"]`` would fail the gate.
 """
 
 from __future__ import annotations
@@ -43,8 +38,7 @@ class HistoryPoint(BaseModel):
 
 
 def run_flags(report: Report) -> list[str]:
-    """What a timeline flags about a run: interrupted (Ctrl-C, SIGTERM, SIGHUP), ended early (the server went down),
-    every measured request failed, every measured request cut by the run's end."""
+    """A run's timeline flags: interrupted, ended early, all failed, all cut."""
     flags = ["interrupted"] if report.interrupted else []
     flags += ["ended early (server down)"] if report.server_down else []
     flags += ["vLLM switched"] if report.engine_switch else []
@@ -75,12 +69,12 @@ def workload_label(report: Report) -> str:
 def timelines(
     reports: Sequence[Report], baselines: dict[str, str], threshold_pct: float = 5.0, error_rate_pp: float = 1.0
 ) -> list[Timeline]:
-    """The timelines of ``reports`` (any order), one per workload fingerprint, the most recent workload first.
+    """One timeline per workload fingerprint of ``reports``, the most recent workload first.
 
     Args:
-        reports: the reports; ones without a fingerprint are left out (nothing to group them by).
-        baselines: ``name -> report id`` (``baselines.json``; series ids point at no single report and are ignored).
-        threshold_pct, error_rate_pp: the gate's tolerances (``GATE_THRESHOLD_PCT``, ``GATE_ERROR_RATE_PP``).
+        reports: the reports; ones without a fingerprint are left out.
+        baselines: ``name -> report id`` (``baselines.json``; series ids are ignored).
+        threshold_pct, error_rate_pp: the gate's tolerances.
     """
     marks: dict[str, list[str]] = {}
     for name, target in sorted(baselines.items()):
@@ -125,10 +119,8 @@ def timelines(
 
 
 def history_table(lines_of: Sequence[Timeline]) -> list[str]:
-    """The terminal table: per workload a header line, then one line per run (oldest first) with throughput,
-    TTFT/E2E p99, error rate, GPU memory, J per output token and USD per million output tokens (those two columns
-    only in a workload where some run has them), ``[baseline: v1]`` marks, ``[interrupted]``-style run flags and
-    ``FAIL vs_v1: …`` flags."""
+    """The terminal table: per workload a header, then one line per run (oldest first) with its figures (energy and cost
+    columns where some run has them), baseline marks, run flags and gate failures."""
 
     def num(value: float | None, digits: int = 0) -> str:
         return "n/a" if value is None else f"{value:.{digits}f}"

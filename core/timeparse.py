@@ -21,8 +21,7 @@ def parse_since(text: str, now_s: float | None = None) -> float:
     """Start of the ``--since`` window as epoch seconds.
 
     Args:
-        text: a duration back from now (``90s``, ``15m``, ``1h``, ``2d``; a bare number is seconds) or a date-time
-            in ISO 8601 (local time unless it carries an offset).
+        text: a duration back from now (``90s``, ``15m``, ``1h``, ``2d``, bare seconds) or an ISO 8601 date-time.
         now_s: the current time, epoch seconds (default: ``time.time()``).
 
     Raises:
@@ -64,11 +63,7 @@ def epoch_to_iso(epoch_s: float | None) -> str | None:
 
 
 class StampClock:
-    """Turns vLLM's year-less local stamps (``11-29 21:55:01``) into epoch seconds.
-
-    The year is the one that puts the stamp at or before ``reference_s`` (the log file's modification time: its last
-    line was written then), allowing two days of slack; so December lines in a file written in January get last year.
-    """
+    """vLLM's year-less stamps to epoch s, the year putting them at or before ``reference_s``."""
 
     def __init__(self, reference_s: float | None = None) -> None:
         self.reference_s: float = time.time() if reference_s is None else reference_s

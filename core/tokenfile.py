@@ -1,7 +1,5 @@
-"""The sidecar's write token in local mode: made once, on the first ``make up``, into ``run/sidecar_token`` (0600).
-
-Every local process reads it through the settings (:meth:`core.settings.Settings.sidecar_auth_token`); containers
-get the same file as a compose secret (``SIDECAR_TOKEN_FILE=/run/secrets/sidecar_token``) or ``SIDECAR_TOKEN``.
+"""The sidecar's write token in local mode: made once into ``run/sidecar_token`` (0600), read through the
+settings (:meth:`core.settings.Settings.sidecar_auth_token`).
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ TOKEN_BYTES = 32
 
 
 def ensure_token_file(path: Path) -> str:
-    """The token in ``path``; when the file is missing or empty, a new random token written there first (mode 0600,
-    created exclusively, so two processes starting at once agree on one token).
+    """The token in ``path``, a new random one written first (0600, exclusively) when missing or empty.
 
     Raises:
         OSError: the folder cannot be written.
@@ -44,8 +41,7 @@ def ensure_token_file(path: Path) -> str:
 
 
 def ensure_sidecar_token(settings: Settings) -> str:
-    """SIDECAR_TOKEN when set, else the token of SIDECAR_TOKEN_FILE (default ``run/sidecar_token``), made when
-    missing.
+    """SIDECAR_TOKEN when set, else SIDECAR_TOKEN_FILE's token, made when missing.
 
     Raises:
         OSError: the token file cannot be made.

@@ -1,8 +1,5 @@
 """Settings fields of a benchmark run: load, workload, output lengths, limits (a group of
 :class:`core.settings.Settings`).
-
-A plain pydantic model: the environment and ``.env`` are read by the settings object, which inherits these fields;
-the checks across groups (load shape, request count, output lengths) are on the settings.
 """
 
 from __future__ import annotations
@@ -82,8 +79,7 @@ class BenchmarkKnobs(BaseModel):
     )
     request_timeout_s: float = Field(default=300.0, gt=0)
     capacity_check: bool = Field(
-        default=True,
-        description="Refuse users the warm-up shows would time out (loadgen/orchestrate/capacity.py).",
+        default=True, description="Refuse users the warm-up shows would time out (loadgen/orchestrate/capacity.py)."
     )
     seed: int = 0
     profile: bool = Field(default=False, description="make benchmark PROFILE=1: torch-profile the measured window.")
@@ -136,8 +132,7 @@ class BenchmarkKnobs(BaseModel):
     @field_validator("duration", mode="before")
     @classmethod
     def _parse_duration(cls, value: object) -> object:
-        """DURATION text (60, 60s, 5m, 1h) -> seconds, at least :data:`MIN_DURATION_S` (a blank never gets here: the
-        settings read it as unset)."""
+        """DURATION text (60, 60s, 5m, 1h) -> seconds, at least :data:`MIN_DURATION_S`."""
         if value is None:
             return None
         seconds = parse_duration_s(str(value))

@@ -1,8 +1,5 @@
-"""Settings fields of scale-out: engine replicas behind vLLM's router (docs/cluster.md), and load from several hosts:
-a benchmark's master waiting for load workers on other hosts, and the worker side of it (a group of
-:class:`core.settings.Settings`; docs/benchmarking.md, "Load from several hosts").
-
-A plain pydantic model: the environment and ``.env`` are read by the settings object, which inherits these fields.
+"""Settings fields of scale-out: engine replicas behind vLLM's router (docs/cluster.md) and load from several
+hosts (docs/benchmarking.md); a group of :class:`core.settings.Settings`.
 """
 
 from __future__ import annotations
@@ -13,8 +10,7 @@ from pydantic import BaseModel, Field
 
 
 class ClusterKnobs(BaseModel):
-    """Engine replicas behind vLLM's router (``make up``); the master's wait for remote load workers, where it
-    listens, and a worker's own side."""
+    """Engine replicas behind vLLM's router, and load workers on other hosts."""
 
     # --- engine replicas behind vLLM's router (docs/cluster.md) -------------------------------------------------
     replicas: int = Field(

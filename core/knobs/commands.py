@@ -1,11 +1,7 @@
-"""Which command takes which knob: the settings views of the stack's commands, over the one settings object.
+"""Which command takes which knob: the settings views of the stack's commands.
 
-Each :class:`Command` names the settings fields its command reads, in the groups its ``--help`` shows (the ten most
-used first), and how a user sets them (flags, make targets). A field belongs to one *home* command (``HOME``):
-given to another command that does not read it, it is refused with a line saying where it goes
-(:func:`where_it_goes`). Some fields are read by several commands (``--base-url`` by the benchmark, the UI and the
-sidecar); a field with no flag anywhere is set by its environment variable only (secrets, internal files).
-:mod:`core.flags` builds the parsers and the Markdown reference from these views.
+Each :class:`Command` names its fields in ``--help`` groups and how users set them. A field has one *home* command
+(``HOME``); given to another command it is refused saying where it goes (:func:`where_it_goes`).
 """
 
 from __future__ import annotations
@@ -15,12 +11,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Command:
-    """One command's settings view: which fields it reads, in which ``--help`` groups, and how users call it.
-
-    ``groups`` is ``((title, (field, ...)), ...)``; ``top`` the (at most ten) most used fields, shown first;
-    ``flags``: whether the command takes its knobs as flags (``make up`` reads the environment only); ``extra``:
-    command-line options that are no settings field, listed by the command (``--report-from``).
-    """
+    """One command's settings view: its fields in ``--help`` groups (``((title, (field, ...)), ...)``, ``top`` the most
+    used first), and how users call it; ``flags`` False: environment only."""
 
     key: str
     noun: str  # "a benchmark setting", as the refusal says it
@@ -176,9 +168,8 @@ def command(key: str) -> Command:
 
 
 def where_it_goes(name: str, flag: str, env: str, value: str | None, flag_value: bool = True) -> str:
-    """``--kv-cache-gb is an engine setting: ./start_vllm.sh --kv-cache-gb 4, or KV_CACHE_GB=4 make up`` for the
-    field ``name`` typed as ``flag`` to a command that does not read it (``value``: what followed it, if any;
-    ``flag_value=False``: an on/off flag, written without a value, ``value`` its variable's 1 or 0)."""
+    """``--kv-cache-gb is an engine setting: ./start_vllm.sh --kv-cache-gb 4, or KV_CACHE_GB=4 make up`` for field
+    ``name`` typed as ``flag`` (``value``: what followed; ``flag_value=False``: an on/off flag)."""
     owner = home(name)
     shown = value if value not in (None, "") else "VALUE"
     as_flag = f"{flag} {shown}" if flag_value else flag

@@ -1,7 +1,5 @@
-"""Settings fields of what serving costs: the hardware's price per hour and electricity's per kWh (a group of
-:class:`core.settings.Settings`; docs/energy.md). Unset: no cost in any report, never a made-up price.
-
-A plain pydantic model: the environment and ``.env`` are read by the settings object, which inherits these fields.
+"""Settings fields of what serving costs: hardware per hour, electricity per kWh (docs/energy.md); a group of
+:class:`core.settings.Settings`. Unset: no cost.
 """
 
 from __future__ import annotations

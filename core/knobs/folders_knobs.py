@@ -40,8 +40,7 @@ class FolderKnobs(BaseModel):
 
     @property
     def engine_request_file(self) -> Path:
-        """What the next engine launch changes (a model switch, the profiler), written by the engine controller (one
-        per replica and slot: ``engine_request-b.json`` for slot b)."""
+        """What the next engine launch changes, written by the engine controller (one per replica and slot)."""
         return self.run_dir / f"engine_request{self.replica_suffix}.json"
 
     @property
@@ -56,9 +55,7 @@ class FolderKnobs(BaseModel):
 
     @property
     def replica_suffix(self) -> str:
-        """``""`` for the one engine (or replica 0), ``-K`` for local replica K > 0 (ENGINE_REPLICA), then ``-b`` for
-        its slot b (:mod:`core.slots`: ENGINE_SLOT in the engine's own process, else the slot that serves now, from
-        ``RUN_DIR/engine_slots.json``): the names of its supervisord program, log, state and request files."""
+        """``""``, ``-K`` for local replica K, plus ``-b`` for slot b: its program and file names."""
         replica = int(getattr(self, "engine_replica", 0))
         slot = getattr(self, "engine_slot", None) or active_slot(self.run_dir, replica)
         return (f"-{replica}" if replica else "") + slot_suffix(slot)

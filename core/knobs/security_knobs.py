@@ -1,8 +1,5 @@
-"""Settings fields of the stack's security: API key, sidecar token and limits, log and report bounds, logins
-(a group of :class:`core.settings.Settings`; README "Security").
-
-A plain pydantic model: the environment and ``.env`` are read by the settings object, which inherits these fields.
-The properties that combine them with other groups (``vllm_api_keys``, ``sidecar_hosts`` ...) are on the settings.
+"""Settings fields of security: API key, sidecar token and limits, log and report bounds, logins (a group of
+:class:`core.settings.Settings`; README "Security").
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """Settings fields of the model, vLLM, the service addresses and the chat UI (a group of
 :class:`core.settings.Settings`).
-
-A plain pydantic model: the environment and ``.env`` are read by the settings object, which inherits these fields.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Settings fields of load shapes, sweeps, repeats and the regression gate (a group of :class:`core.settings.Settings`).
-
-A plain pydantic model: the environment and ``.env`` are read by the settings object, which inherits these fields;
-the check that the load shape fits the loop (``RATE_END`` needs ``RATE`` ...) is on the settings.
-"""
+"""Settings fields of load shapes, sweeps, repeats and the gate (a group of :class:`core.settings.Settings`)."""
 
 from __future__ import annotations
 
@@ -160,8 +156,7 @@ class SweepKnobs(BaseModel):
     @field_validator("think_time", mode="before")
     @classmethod
     def _parse_think_time(cls, value: object) -> object:
-        """THINK_TIME text -> :class:`core.thinktime.ThinkTime` (a blank never gets here: the settings read it as
-        unset)."""
+        """THINK_TIME text -> :class:`core.thinktime.ThinkTime`."""
         return parse_think_time(value) if isinstance(value, str) else value
 
     @field_validator("sweep")
