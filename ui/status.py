@@ -108,8 +108,9 @@ def classify(probe: Probe, url: str, engine_state: EngineState | None, engine_al
 
     def status(state: State, detail: str = "") -> BackendStatus:
         ready = state == "Ready"
-        return BackendStatus(state, url, model if ready else None, max_len if ready else None, probe.version, synthetic,
-                             reason, detail)  # fmt: skip
+        return BackendStatus(state=state, url=url, model=model if ready else None,
+                             max_model_len=max_len if ready else None, version=probe.version, synthetic=synthetic,
+                             synthetic_reason=reason, detail=detail)  # fmt: skip
 
     if probe.health_code is None:
         if engine_alive:
