@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from core.atomicfile import atomic_write
 from core.replicas import router_fields
@@ -19,8 +21,33 @@ from loadgen.workloads.dataset import Prompt, dataset_of, prompts_as_json, promp
 from loadgen.workloads.trace import Trace, TraceRow, mean_rate
 from loadgen.workloads.workload import WorkloadSampler
 
+ROWS_SUFFIX = ".requests.jsonl"  # a run's rows file: logs/runs/<run id>.requests.jsonl
+_M = TypeVar("_M", bound=BaseModel)
 USERS_PER_WORKER = 64  # closed loop: users one Locust process serves before another is started
 CHUNKS_PER_WORKER_S = 20_000.0  # open loop: expected chunks/s per process (about a third of one core's ceiling)
+
+
+def run_id_of(records_path: Path) -> str:
+    """The run id of a rows file: its name without ``.requests.jsonl``."""
+    return records_path.name.removesuffix(ROWS_SUFFIX)
+
+
+def run_file(records_path: Path, suffix: str) -> Path:
+    """The run's file ``<run id><suffix>`` beside its rows file (``.plan.json``, ``.client.jsonl``, ``.locust.log``,
+    ``.ending.json``)."""
+    return records_path.with_name(run_id_of(records_path) + suffix)
+
+
+def jsonl_rows(path: Path, model: type[_M]) -> Iterator[_M | None]:
+    """Each non-blank line of the JSONL file ``path`` read as ``model`` (None: a line that is not one), lazily: a
+    long run's rows file can be hundreds of MB. Raises OSError, UnicodeDecodeError: the file cannot be read."""
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    yield model.model_validate_json(line)
+                except ValueError:
+                    yield None
 
 
 def usable_cores() -> int:

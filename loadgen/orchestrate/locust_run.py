@@ -21,7 +21,7 @@ from loadgen.errors import WorkersMissing
 from loadgen.orchestrate.breaker import RowWatch, ServerDown, ServerDownBreaker
 from loadgen.orchestrate.locust_launch import local_master_address, locust_argv, worker_argv
 from loadgen.orchestrate.progress import Progress, ProgressBar
-from loadgen.plan import workload_prompts, write_plan
+from loadgen.plan import jsonl_rows, run_file, workload_prompts, write_plan
 
 tqdm.monitor_interval = 0  # no monitor thread: Ctrl-C must not print its traceback
 INTERRUPTED = "interrupted (Ctrl-C, SIGTERM or SIGHUP)"
@@ -41,15 +41,8 @@ class LocustOutcome:
 
 def read_process_loads(path: Path) -> list[ProcessLoad]:
     """The load processes' reports (``--client-file``); unreadable lines are skipped."""
-    out: list[ProcessLoad] = []
-    if not path.exists():
-        return out
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(ProcessLoad.model_validate_json(line))
-        except ValueError:
-            continue
-    return sorted(out, key=lambda p: p.slot)
+    loads = [p for p in jsonl_rows(path, ProcessLoad) if p is not None] if path.exists() else []
+    return sorted(loads, key=lambda p: p.slot)
 
 
 def stop_locust(proc: subprocess.Popen[bytes], grace_s: float) -> None:
@@ -90,9 +83,7 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     """Run Locust headless on ``plan`` (written to ``<run id>.plan.json``; its log ``<run id>.locust.log``) with a
     progress bar, until done; stopped early by the watchdog (no request ends for WATCHDOG_S), the server-down breaker or
     Ctrl-C, the rows so far kept. Raises WorkersMissing: EXPECT_WORKERS and no worker joined in time."""
-    stem = records_path.name.removesuffix(".requests.jsonl")
-    plan_path = records_path.with_name(f"{stem}.plan.json")
-    client_path = records_path.with_name(f"{stem}.client.jsonl")
+    plan_path, client_path = run_file(records_path, ".plan.json"), run_file(records_path, ".client.jsonl")
     # the Locust processes read their settings and the prompts (the benchmark's one parse of the dataset) from it
     write_plan(plan_path, plan, settings, workload_prompts(plan))
     open_loop = plan.rate_req_per_sec is not None
@@ -105,7 +96,7 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
         user_class="OpenLoopUser" if open_loop else "ChatUser", workers=plan.workers, client_file=client_path,
         remote_workers=plan.remote_workers,
     )
-    log_path = records_path.with_name(f"{stem}.locust.log")
+    log_path = run_file(records_path, ".locust.log")
     env = {**service_env("locust"), "LOCUST_PLAN_FILE": str(plan_path)}
     with log_path.open("w") as log:
         # each its own process group (killed whole at the end) bound to this process's life (Linux: PDEATHSIG), so
