@@ -45,20 +45,21 @@ def read_process_loads(path: Path) -> list[ProcessLoad]:
     return sorted(loads, key=lambda p: p.slot)
 
 
-def stop_locust(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """SIGINT to Locust's process group (each process cancels its requests in flight and saves them as
-    ``incomplete`` rows: :mod:`loadgen.locust_side.interrupt`), then SIGKILL to it after ``grace_s`` s."""
-    if proc.poll() is None:
+def stop_locust(proc: subprocess.Popen[bytes], grace_s: float, sig: signal.Signals | None = signal.SIGINT) -> None:
+    """``sig`` to Locust's process group (SIGINT: each process cancels its requests in flight and saves them as
+    ``incomplete`` rows: :mod:`loadgen.locust_side.interrupt`; None: none, it is ending by itself), then SIGKILL to it
+    after ``grace_s`` s, and once more for workers that outlived their master."""
+    if proc.poll() is None and sig is not None:
         try:
-            os.killpg(proc.pid, signal.SIGINT)
+            os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(sig)
     try:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         kill_group(proc.pid)
         proc.wait()
-    kill_group(proc.pid)  # workers that outlived their master
+    kill_group(proc.pid)
 
 
 def worker_hint(settings: Settings) -> str:
@@ -153,17 +154,9 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
                   "(Ctrl-C again to quit without one).", flush=True)  # fmt: skip
             stop_locust(proc, plan.drain_s + 10.0)
         finally:
-            if proc.poll() is None:  # an exception on the way out (a second Ctrl-C): no load process is left behind
-                kill_group(proc.pid)
-                proc.wait()
-            kill_group(proc.pid)
-            for local in local_workers:
-                if local.poll() is None and stopped:  # stopped early: cancel its requests too (own group)
-                    stop_locust(local, 5.0)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    local.wait(timeout=5)  # its master told it to quit
-                kill_group(local.pid)
-                local.wait()
+            stop_locust(proc, 0.0, signal.SIGKILL)  # an exception on the way out (a second Ctrl-C): none left behind
+            for local in local_workers:  # stopped early: its requests cancelled too; else its master told it to quit
+                stop_locust(local, 5.0, signal.SIGINT if stopped else None)
     missing = workers_missing(log_path) if plan.remote_workers and not count_measured() else None
     if missing:
         raise WorkersMissing(f"{missing}: {plan.workers} local + {plan.remote_workers} remote load worker(s) were "
