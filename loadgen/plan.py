@@ -76,11 +76,14 @@ def auto_workers(
     return max(1, min(wanted, limit))
 
 
-def load_processes(settings: Settings, concurrency: int, rate: float | None, max_in_flight: int | None) -> int:
-    """Locust processes for ``concurrency`` users (closed loop) or ``rate`` req/s (open loop): WORKERS, else
-    :func:`auto_workers`; capped at the users (closed loop), the requests and ``max_in_flight``."""
-    requests = settings.requests if settings.duration is None else None
-    tokens = float(settings.fixed_max_tokens or settings.output_len_mean)
+def load_processes(settings: Settings, concurrency: int, rate: float | None, max_in_flight: int | None,
+                   tokens: float | None = None, requests: int | None = None) -> int:
+    """Locust processes for ``concurrency`` users (closed loop) or ``rate`` req/s (open loop) of ``tokens`` output
+    tokens each (default: the settings'): WORKERS, else :func:`auto_workers`; capped at the users (closed loop),
+    the ``requests`` (default: REQUESTS unless DURATION) and ``max_in_flight``."""
+    if requests is None and settings.duration is None:
+        requests = settings.requests
+    tokens = tokens or float(settings.fixed_max_tokens or settings.output_len_mean)
     workers = settings.workers or auto_workers(concurrency, rate, tokens, requests, usable_cores())
     if rate is None:
         workers = min(workers, concurrency)
@@ -176,13 +179,12 @@ def write_plan(
 def with_trace(plan: BenchmarkConfig, settings: Settings, trace: Trace,
                timed: Sequence[tuple[float, TraceRow]]) -> BenchmarkConfig:
     """``plan`` replaying ``trace``'s ``timed`` rows (TRACE): the open loop at their mean rate, each row's output
-    length exactly (IGNORE_EOS), the trace recorded; WORKERS unset is :func:`auto_workers` for that rate."""
+    length exactly (IGNORE_EOS), the trace recorded, its :func:`load_processes` for that rate."""
     rate = mean_rate([at for at, _ in timed])
     outputs = [max(1, row.output_tokens) for _, row in timed]
     requests = len(timed) if settings.duration is None else None
-    mean_output = sum(outputs) / len(outputs)
-    workers = settings.workers or auto_workers(settings.concurrency, rate, mean_output, len(timed), usable_cores())
-    workers = min(workers, len(timed), settings.max_in_flight or len(timed))
+    workers = load_processes(settings, settings.concurrency, rate, settings.max_in_flight, sum(outputs) / len(outputs),
+                             len(timed))  # fmt: skip
     path = trace.path.resolve()
     return plan.model_copy(update={
         "mode": "open_loop", "rate_req_per_sec": rate, "burstiness": None, "requests": requests,
