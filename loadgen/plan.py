@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from core.atomicfile import atomic_write
 from core.replicas import router_fields
@@ -19,8 +21,33 @@ from loadgen.workloads.dataset import Prompt, dataset_of, prompts_as_json, promp
 from loadgen.workloads.trace import Trace, TraceRow, mean_rate
 from loadgen.workloads.workload import WorkloadSampler
 
+ROWS_SUFFIX = ".requests.jsonl"  # a run's rows file: logs/runs/<run id>.requests.jsonl
+_M = TypeVar("_M", bound=BaseModel)
 USERS_PER_WORKER = 64  # closed loop: users one Locust process serves before another is started
 CHUNKS_PER_WORKER_S = 20_000.0  # open loop: expected chunks/s per process (about a third of one core's ceiling)
+
+
+def run_id_of(records_path: Path) -> str:
+    """The run id of a rows file: its name without ``.requests.jsonl``."""
+    return records_path.name.removesuffix(ROWS_SUFFIX)
+
+
+def run_file(records_path: Path, suffix: str) -> Path:
+    """The run's file ``<run id><suffix>`` beside its rows file (``.plan.json``, ``.client.jsonl``, ``.locust.log``,
+    ``.ending.json``)."""
+    return records_path.with_name(run_id_of(records_path) + suffix)
+
+
+def jsonl_rows(path: Path, model: type[_M]) -> Iterator[_M | None]:
+    """Each non-blank line of the JSONL file ``path`` read as ``model`` (None: a line that is not one), lazily: a
+    long run's rows file can be hundreds of MB. Raises OSError, UnicodeDecodeError: the file cannot be read."""
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    yield model.model_validate_json(line)
+                except ValueError:
+                    yield None
 
 
 def usable_cores() -> int:
@@ -49,11 +76,14 @@ def auto_workers(
     return max(1, min(wanted, limit))
 
 
-def load_processes(settings: Settings, concurrency: int, rate: float | None, max_in_flight: int | None) -> int:
-    """Locust processes for ``concurrency`` users (closed loop) or ``rate`` req/s (open loop): WORKERS, else
-    :func:`auto_workers`; capped at the users (closed loop), the requests and ``max_in_flight``."""
-    requests = settings.requests if settings.duration is None else None
-    tokens = float(settings.fixed_max_tokens or settings.output_len_mean)
+def load_processes(settings: Settings, concurrency: int, rate: float | None, max_in_flight: int | None,
+                   tokens: float | None = None, requests: int | None = None) -> int:
+    """Locust processes for ``concurrency`` users (closed loop) or ``rate`` req/s (open loop) of ``tokens`` output
+    tokens each (default: the settings'): WORKERS, else :func:`auto_workers`; capped at the users (closed loop),
+    the ``requests`` (default: REQUESTS unless DURATION) and ``max_in_flight``."""
+    if requests is None and settings.duration is None:
+        requests = settings.requests
+    tokens = tokens or float(settings.fixed_max_tokens or settings.output_len_mean)
     workers = settings.workers or auto_workers(concurrency, rate, tokens, requests, usable_cores())
     if rate is None:
         workers = min(workers, concurrency)
@@ -149,13 +179,12 @@ def write_plan(
 def with_trace(plan: BenchmarkConfig, settings: Settings, trace: Trace,
                timed: Sequence[tuple[float, TraceRow]]) -> BenchmarkConfig:
     """``plan`` replaying ``trace``'s ``timed`` rows (TRACE): the open loop at their mean rate, each row's output
-    length exactly (IGNORE_EOS), the trace recorded; WORKERS unset is :func:`auto_workers` for that rate."""
+    length exactly (IGNORE_EOS), the trace recorded, its :func:`load_processes` for that rate."""
     rate = mean_rate([at for at, _ in timed])
     outputs = [max(1, row.output_tokens) for _, row in timed]
     requests = len(timed) if settings.duration is None else None
-    mean_output = sum(outputs) / len(outputs)
-    workers = settings.workers or auto_workers(settings.concurrency, rate, mean_output, len(timed), usable_cores())
-    workers = min(workers, len(timed), settings.max_in_flight or len(timed))
+    workers = load_processes(settings, settings.concurrency, rate, settings.max_in_flight, sum(outputs) / len(outputs),
+                             len(timed))  # fmt: skip
     path = trace.path.resolve()
     return plan.model_copy(update={
         "mode": "open_loop", "rate_req_per_sec": rate, "burstiness": None, "requests": requests,

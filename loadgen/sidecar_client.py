@@ -124,18 +124,17 @@ class SidecarClient:
         cannot (the report then uses the run's own bounds). Raises SidecarRefused: the sidecar cannot see the run's rows
         file in its ``LOGS_DIR/runs`` (422) or the id is malformed (400): the run must not measure."""
         try:
-            response = httpx.post(f"{self.url}/windows/start", params={"run_id": run_id}, timeout=self.timeout_s,
-                                  headers=self.write_headers)  # fmt: skip
-        except httpx.HTTPError:
+            response = self._call("post", "/windows/start", "a sampling window", (200, 400, 422),
+                                  params={"run_id": run_id}, headers=self.write_headers)  # fmt: skip
+        except BenchError:  # unreachable, or any other refusal
             return None
-        if response.status_code in (400, 422):
+        if response.status_code != 200:
             raise SidecarRefused(f"the sidecar cannot write this run's report: {_detail(response, 600)}. Run the "
                                  "benchmark with the sidecar's logs folder (drop --logs-dir, or start the sidecar with "
                                  "the same LOGS_DIR).", response.status_code)
         try:
-            response.raise_for_status()
             return WindowStarted.model_validate_json(response.content)
-        except (httpx.HTTPError, ValueError):
+        except ValueError:
             return None
 
     def mark_baseline(self, name: str, report_id: str | None) -> BaselineMarked:

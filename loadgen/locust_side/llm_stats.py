@@ -39,16 +39,17 @@ class LlmStats:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
-        self.started_s = clock()
         self.stats = RequestStats(use_response_times_cache=False)
         self.tokens_by_second: defaultdict[int, int] = defaultdict(int)
-        self.output_tokens = 0
-        self.requests_cut = 0
+        self.clear()
 
     def clear(self) -> None:
         """Forget everything (a new test, or the web UI's Reset Stats)."""
         self.started_s = self.clock()
         self.stats.clear_all()
+        self._forget_counts()
+
+    def _forget_counts(self) -> None:
         self.tokens_by_second.clear()
         self.output_tokens = 0
         self.requests_cut = 0
@@ -82,9 +83,7 @@ class LlmStats:
         """This worker's share since its last report (then forgotten here), for ``report_to_master``."""
         data = {"entries": self.stats.serialize_stats(), "tokens_by_second": dict(self.tokens_by_second),
                 "output_tokens": self.output_tokens, "requests_cut": self.requests_cut}
-        self.tokens_by_second.clear()
-        self.output_tokens = 0
-        self.requests_cut = 0
+        self._forget_counts()
         return data
 
     def merge(self, data: dict[str, Any]) -> None:

@@ -20,7 +20,6 @@ from locust.exception import StopUser
 from locust.runners import WorkerRunner
 
 from core.clientview import ProcessLoad
-from core.logrotate import append_rotating
 from core.records import RequestRecord
 from core.requestlog import RequestLog
 from core.settings import get_settings
@@ -33,7 +32,7 @@ from loadgen.locust_side.lagmonitor import LagMonitor
 from loadgen.locust_side.llm_stats import REPORT_KEY, LlmStats
 from loadgen.locust_side.locust_events import cut_event, request_event
 from loadgen.locust_side.process_state import RunState, Slot
-from loadgen.locust_side.remote import JoiningCoordinator
+from loadgen.locust_side.remote import JoiningCoordinator, append_lines
 from loadgen.locust_side.user_actions import OPEN_LOOP_MAX_IN_FLIGHT, backoff_s, dispatch_open_loop, send
 from loadgen.locust_side.weblogin import install_login
 from loadgen.plan import bench_config, read_run_plan
@@ -164,7 +163,7 @@ def _on_test_stop(environment: Environment, **_: Any) -> None:
     if isinstance(coord, JoiningCoordinator) and role == "worker":
         coord.send_load(load.model_dump_json())  # after its last rows, before Locust reports the worker stopped
     elif path:
-        append_rotating(Path(path), (load.model_dump_json() + "\n").encode(), None, 0)  # one O_APPEND write
+        append_lines(path, [load.model_dump_json()])
     STATE.close()
 
 

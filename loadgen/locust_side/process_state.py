@@ -17,7 +17,7 @@ from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.requestlog import RequestLog, RequestLogLine
 from core.thinktime import think_sampler
-from loadgen.plan import sampler_for, workload_prompts
+from loadgen.plan import run_id_of, sampler_for, workload_prompts
 from loadgen.workloads.dataset import Prompt
 from loadgen.workloads.prefixes import load_prefixes, with_prefix
 from loadgen.workloads.sessions import ConversationDeck, Session, followups_of
@@ -167,7 +167,7 @@ class RunState:
             os.write(self._fd, (record.model_dump_json() + "\n").encode())
         if self._log is None:
             self._log = self.requests_log.writer()
-        run_id = self.records_path.name.removesuffix(".requests.jsonl") if self.records_path else None
+        run_id = run_id_of(self.records_path) if self.records_path else None
         line = RequestLogLine.from_record(record, "loadtest", self.plan.model, run_id)
         self._log.write(self.requests_log.encode(line))
 

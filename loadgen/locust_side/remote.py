@@ -43,7 +43,8 @@ JOIN, CHALLENGE, PROOF, ROWS, LOAD = "llm_join", "llm_challenge", "llm_proof", "
 log = logging.getLogger(__name__)
 
 
-def _append(path: str, lines: list[str]) -> None:
+def append_lines(path: str, lines: list[str]) -> None:
+    """Append ``lines`` to the file ``path`` in one ``O_APPEND`` write (nothing without a path or lines)."""
     if path and lines:
         append_rotating(Path(path), "".join(line + "\n" for line in lines).encode(), None, 0)
 
@@ -165,10 +166,10 @@ class JoiningCoordinator(Coordinator):
     def _rows(self, environment: Environment, msg: Any, **_: Any) -> None:
         offset = float(self.joined.get(msg.node_id, {}).get("offset_s", 0.0))
         options = environment.parsed_options
-        _append(getattr(options, "records_file", ""), [master_time_row(row, offset) for row in msg.data["rows"]])
+        append_lines(getattr(options, "records_file", ""), [master_time_row(row, offset) for row in msg.data["rows"]])
 
     def _load(self, environment: Environment, msg: Any, **_: Any) -> None:
-        _append(getattr(environment.parsed_options, "client_file", ""), [str(msg.data["load"])])
+        append_lines(getattr(environment.parsed_options, "client_file", ""), [str(msg.data["load"])])
 
     # --- worker -------------------------------------------------------------------------------------------------
     def _challenge(self, environment: Environment, msg: Any, **_: Any) -> None:

@@ -12,6 +12,7 @@ from core.net import free_port, port_in_use_message
 from core.settings import Settings, get_settings, service_env
 
 LOCUSTFILE = Path(__file__).resolve().parents[1] / "locust_side" / "locustfile.py"
+LOCUST = (sys.executable, "-m", "locust", "-f", str(LOCUSTFILE))
 
 
 def locust_argv(
@@ -26,7 +27,7 @@ def locust_argv(
     process; ``workers`` > 1: a master and that many processes; ``remote_workers`` > 0 (EXPECT_WORKERS): a master on
     MASTER_BIND_HOST:MASTER_PORT waiting for ``workers`` local (:func:`worker_argv`) plus the remote ones.
     """
-    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", host or settings.vllm_url]
+    argv = [*LOCUST, "--host", host or settings.vllm_url]
     if headless:
         processes = workers + remote_workers
         count = processes if user_class == "OpenLoopUser" else users or settings.concurrency
@@ -67,8 +68,8 @@ def locust_argv(
 def worker_argv(settings: Settings, master_host: str, user_class: str | None = None) -> list[str]:
     """Command line of one joining Locust worker of the master on ``master_host``:MASTER_PORT (``user_class`` None:
     every user class, as a remote worker does not know which the run uses)."""
-    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker", "--master-host", master_host,
-            "--master-port", str(settings.master_port), "--join", "--loglevel", "WARNING"]  # fmt: skip
+    argv = [*LOCUST, "--worker", "--master-host", master_host, "--master-port", str(settings.master_port), "--join",
+            "--loglevel", "WARNING"]  # fmt: skip
     return [*argv, user_class] if user_class else argv
 
 

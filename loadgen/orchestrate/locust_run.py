@@ -21,7 +21,7 @@ from loadgen.errors import WorkersMissing
 from loadgen.orchestrate.breaker import RowWatch, ServerDown, ServerDownBreaker
 from loadgen.orchestrate.locust_launch import local_master_address, locust_argv, worker_argv
 from loadgen.orchestrate.progress import Progress, ProgressBar
-from loadgen.plan import workload_prompts, write_plan
+from loadgen.plan import jsonl_rows, run_file, workload_prompts, write_plan
 
 tqdm.monitor_interval = 0  # no monitor thread: Ctrl-C must not print its traceback
 INTERRUPTED = "interrupted (Ctrl-C, SIGTERM or SIGHUP)"
@@ -41,31 +41,25 @@ class LocustOutcome:
 
 def read_process_loads(path: Path) -> list[ProcessLoad]:
     """The load processes' reports (``--client-file``); unreadable lines are skipped."""
-    out: list[ProcessLoad] = []
-    if not path.exists():
-        return out
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(ProcessLoad.model_validate_json(line))
-        except ValueError:
-            continue
-    return sorted(out, key=lambda p: p.slot)
+    loads = [p for p in jsonl_rows(path, ProcessLoad) if p is not None] if path.exists() else []
+    return sorted(loads, key=lambda p: p.slot)
 
 
-def stop_locust(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """SIGINT to Locust's process group (each process cancels its requests in flight and saves them as
-    ``incomplete`` rows: :mod:`loadgen.locust_side.interrupt`), then SIGKILL to it after ``grace_s`` s."""
-    if proc.poll() is None:
+def stop_locust(proc: subprocess.Popen[bytes], grace_s: float, sig: signal.Signals | None = signal.SIGINT) -> None:
+    """``sig`` to Locust's process group (SIGINT: each process cancels its requests in flight and saves them as
+    ``incomplete`` rows: :mod:`loadgen.locust_side.interrupt`; None: none, it is ending by itself), then SIGKILL to it
+    after ``grace_s`` s, and once more for workers that outlived their master."""
+    if proc.poll() is None and sig is not None:
         try:
-            os.killpg(proc.pid, signal.SIGINT)
+            os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(sig)
     try:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         kill_group(proc.pid)
         proc.wait()
-    kill_group(proc.pid)  # workers that outlived their master
+    kill_group(proc.pid)
 
 
 def worker_hint(settings: Settings) -> str:
@@ -90,9 +84,7 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     """Run Locust headless on ``plan`` (written to ``<run id>.plan.json``; its log ``<run id>.locust.log``) with a
     progress bar, until done; stopped early by the watchdog (no request ends for WATCHDOG_S), the server-down breaker or
     Ctrl-C, the rows so far kept. Raises WorkersMissing: EXPECT_WORKERS and no worker joined in time."""
-    stem = records_path.name.removesuffix(".requests.jsonl")
-    plan_path = records_path.with_name(f"{stem}.plan.json")
-    client_path = records_path.with_name(f"{stem}.client.jsonl")
+    plan_path, client_path = run_file(records_path, ".plan.json"), run_file(records_path, ".client.jsonl")
     # the Locust processes read their settings and the prompts (the benchmark's one parse of the dataset) from it
     write_plan(plan_path, plan, settings, workload_prompts(plan))
     open_loop = plan.rate_req_per_sec is not None
@@ -105,7 +97,7 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
         user_class="OpenLoopUser" if open_loop else "ChatUser", workers=plan.workers, client_file=client_path,
         remote_workers=plan.remote_workers,
     )
-    log_path = records_path.with_name(f"{stem}.locust.log")
+    log_path = run_file(records_path, ".locust.log")
     env = {**service_env("locust"), "LOCUST_PLAN_FILE": str(plan_path)}
     with log_path.open("w") as log:
         # each its own process group (killed whole at the end) bound to this process's life (Linux: PDEATHSIG), so
@@ -162,17 +154,9 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
                   "(Ctrl-C again to quit without one).", flush=True)  # fmt: skip
             stop_locust(proc, plan.drain_s + 10.0)
         finally:
-            if proc.poll() is None:  # an exception on the way out (a second Ctrl-C): no load process is left behind
-                kill_group(proc.pid)
-                proc.wait()
-            kill_group(proc.pid)
-            for local in local_workers:
-                if local.poll() is None and stopped:  # stopped early: cancel its requests too (own group)
-                    stop_locust(local, 5.0)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    local.wait(timeout=5)  # its master told it to quit
-                kill_group(local.pid)
-                local.wait()
+            stop_locust(proc, 0.0, signal.SIGKILL)  # an exception on the way out (a second Ctrl-C): none left behind
+            for local in local_workers:  # stopped early: its requests cancelled too; else its master told it to quit
+                stop_locust(local, 5.0, signal.SIGINT if stopped else None)
     missing = workers_missing(log_path) if plan.remote_workers and not count_measured() else None
     if missing:
         raise WorkersMissing(f"{missing}: {plan.workers} local + {plan.remote_workers} remote load worker(s) were "

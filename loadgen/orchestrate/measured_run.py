@@ -28,7 +28,7 @@ from loadgen.orchestrate.capacity import warmup_capacity
 from loadgen.orchestrate.idle import left_after_stop, wait_until_idle
 from loadgen.orchestrate.locust_run import INTERRUPTED, SERVER_DOWN, read_process_loads, run_locust
 from loadgen.orchestrate.replica_watch import ReplicaWatch, scrape_metrics
-from loadgen.plan import sampler_for
+from loadgen.plan import jsonl_rows, run_file, run_id_of, sampler_for
 from loadgen.request.client import new_session, stream_chat
 from loadgen.request.transport import HttpSession
 from loadgen.sidecar_client import SidecarClient
@@ -57,19 +57,9 @@ class Measured:
 
 def read_records(path: Path) -> tuple[list[RequestRecord], int]:
     """Rows of a records file and the number of unreadable lines (a torn last line after a crash)."""
-    records: list[RequestRecord] = []
-    bad = 0
-    if not path.exists():
-        return records, bad
-    with path.open(encoding="utf-8") as fh:  # line by line: a long run's file can be hundreds of MB
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                records.append(RequestRecord.model_validate_json(line))
-            except ValueError:
-                bad += 1
-    return records, bad
+    rows = list(jsonl_rows(path, RequestRecord)) if path.exists() else []
+    records = [r for r in rows if r is not None]
+    return records, len(rows) - len(records)
 
 
 def warmup(
@@ -137,11 +127,6 @@ def append_rows(records_path: Path, rows: list[RequestRecord]) -> None:
         fh.writelines(r.model_dump_json() + "\n" for r in rows)
 
 
-def ending_path(records_path: Path) -> Path:
-    """``<run id>.ending.json`` beside the rows file: how a run ended early."""
-    return records_path.with_name(records_path.name.removesuffix(".requests.jsonl") + ".ending.json")
-
-
 def write_ending(
     records_path: Path, down: ServerDown | None, interrupted: bool = False, switched: str | None = None
 ) -> None:
@@ -152,13 +137,13 @@ def write_ending(
     if interrupted:
         record["interrupted"] = True
     if record:
-        ending_path(records_path).write_text(json.dumps(record) + "\n", encoding="utf-8")
+        run_file(records_path, ".ending.json").write_text(json.dumps(record) + "\n", encoding="utf-8")
 
 
 def read_ending(records_path: Path) -> dict[str, Any]:
     """:class:`Measured`'s fields :func:`write_ending` kept beside the rows; empty without a readable record."""
     try:
-        record = json.loads(ending_path(records_path).read_text(encoding="utf-8"))
+        record = json.loads(run_file(records_path, ".ending.json").read_text(encoding="utf-8"))
         d = record.get("server_down")
         server_down = None if d is None else ServerDown(float(d["since"]), str(d["cause"]), float(d["for_s"]))
         return {"server_down": server_down, "interrupted": record.get("interrupted") is True,
@@ -203,7 +188,7 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     print(f"[INFO] Warmup completed: {len(done)} requests" + (f" ({failed} failed)" if failed else ""))
     check_capacity(settings, plan, done)
     # before any load: refused (SidecarRefused) when the sidecar cannot see this run's rows file, its report's source
-    window = sidecar.start_window(records_path.name.removesuffix(".requests.jsonl"))
+    window = sidecar.start_window(run_id_of(records_path))
     print(load_line(plan), flush=True)
     if settings.profile:
         profiling.start(settings)
@@ -259,8 +244,8 @@ def from_records_file(path: Path) -> Measured:
     first = min((r.started_at for r in records), default=time.time())  # only a warmup: its span
     start = min((r.started_at for r in records if r.phase == "measured"), default=first)
     end = max((r.ended_at for r in records), default=time.time())
-    client = path.with_name(path.name.removesuffix(".requests.jsonl") + ".client.jsonl")
-    return Measured(records, start, end, processes=read_process_loads(client), **read_ending(path))
+    client = read_process_loads(run_file(path, ".client.jsonl"))
+    return Measured(records, start, end, processes=client, **read_ending(path))
 
 
 def run_measured(

@@ -34,6 +34,7 @@ from loadgen.orchestrate.outcome import (
 )
 from loadgen.orchestrate.replica_watch import cluster_of
 from loadgen.orchestrate.sweep import RunPoint, RunResult, SeriesRuns, run_series
+from loadgen.plan import jsonl_rows, run_file, run_id_of
 from loadgen.sidecar_client import SidecarClient, SidecarRefused
 from loadgen.terminal.summary import report_line
 
@@ -61,11 +62,6 @@ def build_request(
         profile_traces=run.traces, interrupted=run.interrupted, gaps=run.gaps, engine_switch=run.engine_switch,
         server_down=run.server_down.line() if run.server_down else None,
     )
-
-
-def run_id_of(records_path: Path) -> str:
-    """The run id of a rows file: its name without ``.requests.jsonl``."""
-    return records_path.name.removesuffix(".requests.jsonl")
 
 
 def new_records_path(settings: Settings) -> Path:
@@ -152,8 +148,7 @@ def wants_series(settings: Settings, sidecar: SidecarClient) -> bool:
 def plan_beside(records_path: Path) -> BenchmarkConfig | None:
     """The run plan written next to a rows file (``<run id>.plan.json``); None when absent or unreadable."""
     try:
-        plan_path = records_path.with_name(records_path.name.replace(".requests.jsonl", ".plan.json"))
-        return BenchmarkConfig.model_validate_json(plan_path.read_bytes())
+        return BenchmarkConfig.model_validate_json(run_file(records_path, ".plan.json").read_bytes())
     except (OSError, ValueError):
         return None
 
@@ -168,16 +163,10 @@ def rows_file_problem(path: Path, runs_dir: Path) -> str | None:
                 "there under such a name")
     bad = 0
     try:
-        with path.open(encoding="utf-8") as fh:
-            for line in fh:
-                if not line.strip():
-                    continue
-                try:
-                    RequestRecord.model_validate_json(line)
-                except ValueError:
-                    bad += 1
-                    continue
+        for row in jsonl_rows(path, RequestRecord):
+            if row is not None:
                 return None
+            bad += 1
     except (OSError, UnicodeDecodeError) as exc:
         return f"cannot be read ({type(exc).__name__}: {exc})"
     if bad:

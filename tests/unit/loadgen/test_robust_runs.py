@@ -155,7 +155,8 @@ def test_a_report_rebuilt_from_the_rows_of_a_run_the_server_ended_says_server_do
     """The verdict is kept beside the rows (``<run id>.ending.json``), so ``--report-from`` rebuilds a report that
     says the server went down; a run without the record, or with an unreadable one, reads as an ordinary run."""
     from loadgen.orchestrate.breaker import ServerDown
-    from loadgen.orchestrate.measured_run import ending_path, from_records_file, write_ending
+    from loadgen.orchestrate.measured_run import from_records_file, write_ending
+    from loadgen.plan import run_file
 
     request, _, rows = run_of(tmp_path, n=4, error="HTTP 500")
     assert from_records_file(rows).server_down is None
@@ -164,18 +165,19 @@ def test_a_report_rebuilt_from_the_rows_of_a_run_the_server_ended_says_server_do
     rebuilt = from_records_file(rows)
     assert rebuilt.server_down == down
     assert build_request(request.config, rebuilt, rows, knobs()).server_down == down.line()
-    ending_path(rows).write_text("{not json", encoding="utf-8")
+    run_file(rows, ".ending.json").write_text("{not json", encoding="utf-8")
     assert from_records_file(rows).server_down is None
 
 
 def test_a_report_rebuilt_from_the_rows_of_an_interrupted_run_says_interrupted(tmp_path: Path) -> None:
     """Ctrl-C is kept beside the rows too: ``--report-from`` rebuilds an interrupted run as interrupted (it can be
     no baseline); a run that ended as planned leaves no record."""
-    from loadgen.orchestrate.measured_run import ending_path, from_records_file, write_ending
+    from loadgen.orchestrate.measured_run import from_records_file, write_ending
+    from loadgen.plan import run_file
 
     request, _, rows = run_of(tmp_path, n=4)
     write_ending(rows, None)
-    assert not ending_path(rows).exists() and from_records_file(rows).interrupted is False
+    assert not run_file(rows, ".ending.json").exists() and from_records_file(rows).interrupted is False
     write_ending(rows, None, interrupted=True)
     rebuilt = from_records_file(rows)
     assert rebuilt.interrupted is True and rebuilt.server_down is None
