@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
-from core.knobs import Knobs
+from core.knobs import Knobs, from_text
 from core.parsing import parse_duration_s, parse_mix, parse_slo
 
 RANDOM_DATASET = "random"  # DATASET=random: token-exact synthetic prompts
@@ -61,9 +61,9 @@ class BenchmarkKnobs(Knobs):
     dataset: Path | None = Field(default=None, json_schema_extra={"cli": ["--dataset-path", "--dataset-name"]})
     """Prompt JSONL or ShareGPT JSON/JSONL, or random (token-exact synthetic prompts, see RANDOM_INPUT_LEN);
     default: the bundled corpus."""
-    input_mix: Annotated[dict[str, float] | None, NoDecode] = None
+    input_mix: Annotated[dict[str, float] | None, NoDecode, from_text(parse_mix)] = None
     """Input-length bucket weights, e.g. short:0.3,medium:0.5,long:0.2."""
-    slo: Annotated[dict[str, float], NoDecode] = Field(default_factory=dict)
+    slo: Annotated[dict[str, float], NoDecode, from_text(parse_slo)] = Field(default_factory=dict)
     """Goodput SLOs, e.g. ttft_ms<=500,e2e_ms<=2000."""
     request_timeout_s: float = Field(default=300.0, gt=0)
     capacity_check: bool = True
@@ -108,18 +108,6 @@ class BenchmarkKnobs(Knobs):
                 f"longer): give at least {MIN_DURATION_S:g}s, e.g. 60s"
             )
         return seconds
-
-    @field_validator("input_mix", mode="before")
-    @classmethod
-    def _parse_mix(cls, value: object) -> object:
-        """INPUT_MIX text -> normalised weights (unset: the dataset's natural mix)."""
-        return parse_mix(value) if isinstance(value, str) else value
-
-    @field_validator("slo", mode="before")
-    @classmethod
-    def _parse_slo(cls, value: object) -> object:
-        """SLO text -> {metric: bound in ms}."""
-        return parse_slo(value) if isinstance(value, str) else value
 
     @property
     def random_dataset(self) -> bool:

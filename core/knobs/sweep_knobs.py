@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
-from core.knobs import Knobs
+from core.knobs import Knobs, from_text
 from core.parsing import parse_sweep, validate_name
 from core.thinktime import ThinkTime, parse_think_time
 
@@ -45,7 +45,7 @@ class SweepKnobs(Knobs):
     """Conversations: where the later turns come from: dataset (each entry's own follow-up user turns; a session
     ends with its conversation), drawn (another workload prompt's user message each) or auto (dataset when most
     entries are multi-turn conversations)."""
-    think_time: Annotated[ThinkTime | None, NoDecode] = None
+    think_time: Annotated[ThinkTime | None, NoDecode, from_text(parse_think_time)] = None
     """Conversations: the user's pause after an answer before the next turn: 2s (fixed), exponential:2s or
     lognormal:2s[:sigma] (mean 2 s); unset: none."""
     trace: Path | None = None
@@ -91,12 +91,6 @@ class SweepKnobs(Knobs):
     def _valid_gate(cls, value: str | None) -> str | None:
         """GATE and BASELINE must be baseline names (:func:`core.parsing.validate_name`)."""
         return None if value is None else validate_name(value)
-
-    @field_validator("think_time", mode="before")
-    @classmethod
-    def _parse_think_time(cls, value: object) -> object:
-        """THINK_TIME text -> :class:`core.thinktime.ThinkTime`."""
-        return parse_think_time(value) if isinstance(value, str) else value
 
     @field_validator("sweep")
     @classmethod
