@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from core.settings import Settings
+from core.settings import Settings, env_names
 
 MAKEFILE_VARIABLES = frozenset(
     {"A", "B", "NAME", "REPORT", "ARGS", "SINCE", "JSON", "THRESHOLD_MS", "REPEATS", "VARIANTS", "PYTEST_ARGS",
@@ -18,14 +18,7 @@ MAKEFILE_VARIABLES = frozenset(
 
 def setting_names() -> dict[str, str]:
     """Every settings variable (aliases included) -> its field."""
-    names: dict[str, str] = {}
-    for name, info in Settings.model_fields.items():
-        alias = info.validation_alias
-        choices = getattr(alias, "choices", None) or [name]
-        for choice in choices:
-            if isinstance(choice, str):
-                names[choice.upper()] = name
-    return names
+    return {env: name for name, info in Settings.model_fields.items() for env in env_names(name, info)}
 
 
 def typo_distance(a: str, b: str, bound: int | None = None) -> int:

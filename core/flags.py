@@ -18,12 +18,12 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, NoReturn, Union, get_args, get_origin
 
-from pydantic import AliasChoices, ValidationError
+from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
 from core.envtypos import env_typos
 from core.knobs.commands import Command, where_it_goes
-from core.settings import PROJECT_ROOT, Settings, describe_validation_error
+from core.settings import PROJECT_ROOT, Settings, describe_validation_error, env_names
 
 MAX_CONCURRENCY = "--max-concurrency"
 """vllm bench serve's flag: MAX_IN_FLIGHT with a rate (or an open-loop sweep), else CONCURRENCY."""
@@ -40,14 +40,6 @@ def flag_fields() -> Iterator[tuple[str, FieldInfo]]:
         if info.repr is False or _extra(info).get("cli") is False:
             continue
         yield name, info
-
-
-def env_names(name: str, info: FieldInfo) -> list[str]:
-    """The environment variables of a field: its name upper-cased, and its alias choices (e.g. VLLM_MODEL_PATH)."""
-    alias = info.validation_alias
-    if isinstance(alias, AliasChoices):
-        return [str(choice).upper() for choice in alias.choices if isinstance(choice, str)]
-    return [name.upper()]
 
 
 def flags_of(name: str, info: FieldInfo) -> list[str]:
@@ -155,8 +147,6 @@ class KnobParser(argparse.ArgumentParser):
     """A parser of one command's knobs: usage errors exit 2 naming the flag, another command's knob exits 2 saying where
     it goes, a misspelt flag gets a suggestion."""
 
-    view: Command | None = None
-
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(2, f"[ERROR] {message} (see --help)\n")
@@ -165,20 +155,11 @@ class KnobParser(argparse.ArgumentParser):
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         argv = list(sys.argv[1:] if args is None else args)
-        problem = foreign_flag(self, argv)
+        problem = refusal(argv, {flag for action in self._actions for flag in action.option_strings})
         if problem:
             self.print_usage(sys.stderr)
             self.exit(2, f"[ERROR] {problem}\n")
         return super().parse_known_args(argv, namespace)
-
-
-def _own_flags(parser: argparse.ArgumentParser) -> set[str]:
-    return {flag for action in parser._actions for flag in action.option_strings}
-
-
-def foreign_flag(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
-    """The refusal of the first flag in ``argv`` that the parser does not take (:func:`refusal`)."""
-    return refusal(argv, _own_flags(parser))
 
 
 VLLM_MEANING = {"--model": "--serve-model"}
@@ -272,7 +253,6 @@ def build_parser(prog: str, description: str, view: Command | None = None) -> Kn
         formatter_class=_Formatter,
         epilog=EPILOG,
     )
-    parser.view = view
     fields = dict(flag_fields())
     if view is None:
         group = parser.add_argument_group("settings", "every knob")

@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from pydantic import AliasChoices, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from core.distributions import lognormal_params
@@ -35,6 +36,7 @@ __all__ = [
     "SYNTHETIC_FALLBACK",
     "Settings",
     "describe_validation_error",
+    "env_names",
     "get_settings",
     "secret_env_names",
     "service_env",
@@ -283,13 +285,20 @@ def _blank(value: object) -> bool:
     return isinstance(value, str) and not value.strip()
 
 
+def env_names(name: str, info: FieldInfo) -> list[str]:
+    """The environment variables of a field: its name upper-cased, and its alias choices (e.g. VLLM_MODEL_PATH)."""
+    alias = info.validation_alias
+    if isinstance(alias, AliasChoices):
+        return [str(choice).upper() for choice in alias.choices if isinstance(choice, str)]
+    return [name.upper()]
+
+
 def _blank_names_skipped(env: Mapping[str, str | None], settings_cls: type[BaseSettings]) -> dict[str, str | None]:
     """``env`` (names lower-cased) without a knob's blank names where another of its names is set (``GPU_DEVICES=``
     beside ``CUDA_VISIBLE_DEVICES=1`` reads 1)."""
     out = dict(env)
-    for info in settings_cls.model_fields.values():
-        alias = info.validation_alias
-        names = [n.lower() for n in alias.choices if isinstance(n, str)] if isinstance(alias, AliasChoices) else []
+    for field, info in settings_cls.model_fields.items():
+        names = [n.lower() for n in env_names(field, info)]
         if any(n in out and not _blank(out[n]) for n in names):
             for n in names:
                 if n in out and _blank(out[n]):

@@ -150,9 +150,7 @@ HOME: dict[str, Command] = {
 
 def home(name: str) -> Command | None:
     """The command a field belongs to (None: no command shows it, an environment-only field)."""
-    if name in HOME:
-        return HOME[name]
-    return next((command for command in COMMANDS if name in command.fields), None)
+    return HOME.get(name) or next((command for command in COMMANDS if name in command.fields), None)
 
 
 def command(key: str) -> Command:
@@ -161,10 +159,7 @@ def command(key: str) -> Command:
     Raises:
         KeyError: no such command.
     """
-    for candidate in COMMANDS:
-        if candidate.key == key:
-            return candidate
-    raise KeyError(key)
+    return {candidate.key: candidate for candidate in COMMANDS}[key]
 
 
 def where_it_goes(name: str, flag: str, env: str, value: str | None, flag_value: bool = True) -> str:

@@ -4,28 +4,21 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, field_validator
+from typing import Annotated
+
+from pydantic import Field
 
 from core.cost import parse_price
+from core.knobs import Knobs, from_text
 
 
-class CostKnobs(BaseModel):
+class CostKnobs(Knobs):
     """The prices reports turn into USD per million tokens (the benchmark records them in each report's config)."""
 
-    price_per_hour: str | None = Field(
-        default=None,
-        description="The serving hardware's price, US dollars per hour of each GPU (2.5/gpu) or of each serving "
-        "host (12/host); reports then give USD per million output and total tokens. Unset: no cost.",
-    )
-    energy_price_per_kwh: float | None = Field(
-        default=None,
-        ge=0,
-        description="Electricity, US dollars per kWh; reports with an energy figure then give its cost per million "
-        "tokens beside the hardware's.",
-    )
-
-    @field_validator("price_per_hour", mode="before")
-    @classmethod
-    def _price_has_a_unit(cls, value: object) -> object:
-        """PRICE_PER_HOUR text -> its normalised spelling (``2.5/gpu``); a bare number is refused (GPU or host?)."""
-        return parse_price(value).text if isinstance(value, str) else value
+    # normalised spelling (2.5/gpu); a bare number is refused (GPU or host?)
+    price_per_hour: Annotated[str | None, from_text(lambda text: parse_price(text).text)] = None
+    """The serving hardware's price, US dollars per hour of each GPU (2.5/gpu) or of each serving host (12/host);
+    reports then give USD per million output and total tokens. Unset: no cost."""
+    energy_price_per_kwh: float | None = Field(default=None, ge=0)
+    """Electricity, US dollars per kWh; reports with an energy figure then give its cost per million tokens beside
+    the hardware's."""

@@ -7,31 +7,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import AliasChoices, BaseModel, Field
+from pydantic import AliasChoices, Field
 
+from core.knobs import Knobs
 from core.slots import active_slot, slot_suffix
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-class FolderKnobs(BaseModel):
+class FolderKnobs(Knobs):
     """Where logs, reports, models, run files and the bundled prompts are; the files derived from them."""
 
     # --- folders -------------------------------------------------------------------------------------
     logs_dir: Path = PROJECT_ROOT / "logs"
     reports_dir: Path = PROJECT_ROOT / "reports"
     models_dir: Path = PROJECT_ROOT / "models"
-    run_dir: Path = Field(default=PROJECT_ROOT / "run", description="supervisord socket and pid (local mode).")
+    run_dir: Path = PROJECT_ROOT / "run"
+    """supervisord socket and pid (local mode)."""
     prompts_file: Path = PROJECT_ROOT / "loadgen" / "workloads" / "data" / "prompts_zh.jsonl"
-    container_uid: int | None = Field(
-        default=None,
-        ge=0,
-        validation_alias=AliasChoices("container_uid", "app_uid"),
-        description="uid the containers run as (APP_UID, compose `user:`); unset: yours, as scripts/compose.sh sets.",
-    )
-    container_gid: int | None = Field(
-        default=None, ge=0, validation_alias=AliasChoices("container_gid", "app_gid"), description="gid (APP_GID)."
-    )
+    container_uid: int | None = Field(default=None, ge=0, validation_alias=AliasChoices("container_uid", "app_uid"))
+    """uid the containers run as (APP_UID, compose `user:`); unset: yours, as scripts/compose.sh sets."""
+    container_gid: int | None = Field(default=None, ge=0, validation_alias=AliasChoices("container_gid", "app_gid"))
+    """gid (APP_GID)."""
 
     @property
     def engine_state_file(self) -> Path:
