@@ -5,11 +5,9 @@ from __future__ import annotations
 from core.serverview_cluster import ClusterView
 from sidecar.render.view_rows import fmt
 
-
-def replica_header() -> list[str]:
-    """Columns of the per-replica table."""
-    return ["replica", "state", "requests", "share", "failed", "TTFT ms (server)", "E2E ms (server)", "agrees",
-            "client adds TTFT ms", "KV pool tokens", "KV peak %", "preemptions"]  # fmt: skip
+REPLICA_HEADER = ["replica", "state", "requests", "share", "failed", "TTFT ms (server)", "E2E ms (server)", "agrees",
+                  "client adds TTFT ms", "KV pool tokens", "KV peak %", "preemptions"]  # fmt: skip
+"""Columns of :func:`replica_rows`."""
 
 
 def replica_rows(cluster: ClusterView) -> list[list[str]]:

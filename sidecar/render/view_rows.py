@@ -23,6 +23,10 @@ COMPARISON_COLUMNS = (
     ("e2e_p99_ms", "p99 latency"),
     ("ttft_p99_ms", "p99 TTFT"),
 )
+COMPARISON_HEADER = ["vs", "report", *(label for _, label in COMPARISON_COLUMNS), "error rate %"]
+"""Column titles of :func:`comparison_rows`."""
+OVERHEAD_HEADER = ["server", "figure", "client mean", "server mean", "client added"]
+"""Columns of :func:`overhead_rows`."""
 
 
 def headline_rows(report: Report) -> list[Row]:
@@ -87,11 +91,6 @@ def cut_text(cut: CutRequests) -> str:
     )
 
 
-def comparison_header() -> list[str]:
-    """Column titles of :func:`comparison_rows`."""
-    return ["vs", "report", *(label for _, label in COMPARISON_COLUMNS), "error rate %"]
-
-
 def error_rate_change(change: Change | None) -> str:
     """``0.0 → 2.5 (+2.5 pp)``: the error rate's two values and change in points (``(=)``: none); else ``n/a``."""
     if change is None or change.a_mean is None or change.b_mean is None:
@@ -101,17 +100,14 @@ def error_rate_change(change: Change | None) -> str:
     return f"{change.a_mean:.1f} → {change.b_mean:.1f} {moved}"
 
 
-def single_changes(report: Report) -> list[tuple[str, str, dict[str, Change]]]:
-    """``(name, reference id, changes)`` of each comparison of the run that compared (its one point)."""
-    return [(name, c.against or "", c.points[0].changes) for name, c in report.comparison.items() if c.points]
-
-
 def comparison_rows(report: Report) -> list[list[str]]:
-    """One row per comparison: name, the other report, percent changes, then the error rate's two values."""
-    return [[name, against,
-             *(pct(change.change_pct if (change := changes.get(key)) else None) for key, _ in COMPARISON_COLUMNS),
-             error_rate_change(changes.get("error_rate_percent"))]
-            for name, against, changes in single_changes(report)]  # fmt: skip
+    """One row per comparison that compared (its one point): name, the other report, percent changes, then the
+    error rate's two values."""
+    return [[name, c.against or "",
+             *(pct(change.change_pct if (change := c.points[0].changes.get(key)) else None)
+               for key, _ in COMPARISON_COLUMNS),
+             error_rate_change(c.points[0].changes.get("error_rate_percent"))]
+            for name, c in report.comparison.items() if c.points]  # fmt: skip
 
 
 def kv_text(report: Report) -> str:
@@ -228,11 +224,6 @@ def outcome_notes(report: Report) -> list[str]:
     if why:
         notes.append(f"Not a baseline: {why.removeprefix(report.report_id + ' ')}.")
     return notes
-
-
-def overhead_header() -> list[str]:
-    """Columns of the client-overhead table."""
-    return ["server", "figure", "client mean", "server mean", "client added"]
 
 
 def overhead_rows(server: ServerView) -> list[list[str]]:
