@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from core.comparison import ABComparison
 from core.records import RequestRecord
 from core.report_schema import Report
-from sidecar.render.page_sections import Block, Inline, Plot, Section, Table, compare_sections, report_sections
+from sidecar.render.page_sections import Block, Plot, Section, Table, compare_sections, inline, report_sections
 
 log = logging.getLogger(__name__)
 STYLE = """
@@ -23,21 +23,12 @@ border-left:4px solid #4a90d9}.warn{background:#fff4e5;border-left-color:#e69500
 .muted{color:#777}code{font-size:.9em}
 """
 PARA_TAGS = {"quote": ("blockquote", ""), "warn": ("blockquote", ' class="warn"'), "muted": ("p", ' class="muted"'),
-             "": ("p", "")}  # fmt: skip
+             "bullets": ("li", ""), "": ("p", "")}  # fmt: skip
+MARKS = {"b": "<b>{text}</b>", "code": "<code>{text}</code>", "a": '<a href="{href}">{text}</a>'}
 
 
 def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
-
-
-def _inline(text: Inline) -> str:
-    pieces = (text,) if isinstance(text, str) else text
-    return "".join(
-        _e(p) if isinstance(p, str)
-        else f'<a href="{_e(p.href or p.text)}">{_e(p.text)}</a>' if p.kind == "a"
-        else f"<{p.kind}>{_e(p.text)}</{p.kind}>"
-        for p in pieces
-    )  # fmt: skip
 
 
 def _table(header: Sequence[str] | None, rows: Sequence[Sequence[str]]) -> str:
@@ -66,10 +57,9 @@ def _block(block: Block) -> str:
         return _table(block.header, block.rows)
     if isinstance(block, Plot):
         return _figure(block.title, block.draw)
-    if block.style == "bullets":
-        return "<ul>" + "".join(f"<li>{_inline(item)}</li>" for item in block.items) + "</ul>" if block.items else ""
     tag, attributes = PARA_TAGS[block.style]
-    return "".join(f"<{tag}{attributes}>{_inline(item)}</{tag}>" for item in block.items)
+    items = "".join(f"<{tag}{attributes}>{inline(item, MARKS, _e)}</{tag}>" for item in block.items)
+    return f"<ul>{items}</ul>" if block.style == "bullets" and items else items
 
 
 def write_html(sections: Sequence[Section]) -> str:

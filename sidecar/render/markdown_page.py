@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core.report_schema import Report
-from sidecar.render.page_sections import Inline, Paras, Plot, Section, Table, report_sections
+from sidecar.render.page_sections import Paras, Plot, Section, Table, inline, report_sections
 
 MARKS = {"b": "**{text}**", "code": "`{text}`", "a": "[{text}]({href})"}
 
@@ -21,19 +21,13 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
-def _inline(text: Inline) -> str:
-    pieces = (text,) if isinstance(text, str) else text
-    return "".join(p if isinstance(p, str) else MARKS[p.kind].format(text=p.text, href=p.href or p.text)
-                   for p in pieces)  # fmt: skip
-
-
 def _block(block: Paras | Table) -> list[str]:
     if isinstance(block, Table):
         return table(block.header or ["Item", "Value"], block.rows)
     if block.style == "bullets":
-        return [f"- {_inline(item)}" for item in block.items]
+        return [f"- {inline(item, MARKS)}" for item in block.items]
     prefix = "> " if block.style in ("quote", "warn") else ""
-    return [line for item in block.items for line in ("", prefix + _inline(item))][1:]
+    return [line for item in block.items for line in ("", prefix + inline(item, MARKS))][1:]
 
 
 def write_markdown(sections: Sequence[Section]) -> str:

@@ -17,7 +17,6 @@ from sidecar.render import view_rows as v
 from sidecar.render.conversation_rows import TURN_HEADER, turn_rows
 from sidecar.render.energy_rows import energy_changes, energy_sections
 from sidecar.render.plots import Curve, goodput_png, latency_cdf_png, latency_curves_png, resources_png, throughput_png
-from sidecar.render.replica_rows import REPLICA_HEADER, cluster_lines, replica_rows
 
 
 @dataclass(frozen=True)
@@ -32,6 +31,15 @@ class Mark:
 Inline = str | tuple[str | Mark, ...]
 bold = partial(Mark, "b")
 code = partial(Mark, "code")
+
+
+def inline(text: Inline, marks: dict[str, str], escape: Callable[[str], str] = str) -> str:
+    """``text`` with each :class:`Mark` written by its template in ``marks`` (``{text}``, ``{href}``), escaped."""
+    pieces = (text,) if isinstance(text, str) else text
+    return "".join(
+        escape(p) if isinstance(p, str) else marks[p.kind].format(text=escape(p.text), href=escape(p.href or p.text))
+        for p in pieces
+    )
 
 
 @dataclass(frozen=True)
@@ -116,8 +124,8 @@ def report_sections(report: Report, records: Sequence[RequestRecord]) -> list[Se
         table = [Table(v.OVERHEAD_HEADER, v.overhead_rows(server))] if server.client_overhead else []
         sections.append(Section("vLLM /metrics cross-check", [Paras(lines), *table]))
     if cluster is not None:  # engines behind vLLM's router: one row each
-        sections.append(Section("Replicas", [Paras(cluster_lines(cluster), "bullets"),
-                                             Table(REPLICA_HEADER, replica_rows(cluster))]))  # fmt: skip
+        sections.append(Section("Replicas", [Paras(v.cluster_lines(cluster), "bullets"),
+                                             Table(v.REPLICA_HEADER, v.replica_rows(cluster))]))  # fmt: skip
     counts = [("Warnings in window", str(len(logs.warnings_in_window))),
               ("Errors in window", str(len(logs.errors_in_window)))]  # fmt: skip
     files: list[Inline] = [("JSON: ", code(f"{report.report_id}.json")),

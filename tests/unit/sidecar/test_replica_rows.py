@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.serverview_cluster import ClusterView, ReplicaView
-from sidecar.render.replica_rows import REPLICA_HEADER, cluster_lines, replica_rows
+from sidecar.render.view_rows import REPLICA_HEADER, cluster_lines, replica_rows
 
 
 def test_rows_show_counts_shares_and_a_down_replica() -> None:
