@@ -171,10 +171,8 @@ def latency_curves_png(curves: Sequence[Curve]) -> bytes | None:
                     ax.errorbar(xs, ys, yerr=errs, fmt=style, marker="o", markersize=3, color=colour, capsize=2,
                                 label=f"{curve.name} {pct}" if len(curves) > 1 else pct)
                     _star(ax, xs, ys, curve.knee, colour, 12)
-            ax.set(xlabel=x_label, ylabel=f"{title}, ms", ylim=(0, None))
+            ax.set(xlabel=x_label, ylabel=f"{title}, ms", ylim=(0, None), title=title if row == 0 else "")
             ax.grid(alpha=0.3)
-            if row == 0:
-                ax.set_title(title)
     axes[0][0].legend(fontsize=7, loc="upper left")
     fig.suptitle("Latency against load (star: knee, highest load meeting the SLO)")
     return _png(fig)
