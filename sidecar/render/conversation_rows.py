@@ -6,6 +6,10 @@ from core.conversations import sessions_text
 from core.report_schema import Report
 from sidecar.render.cells import Row, fmt
 
+TURN_HEADER = ["turn", "requests", "prompt tokens", "TTFT p50 / p99 ms", "ITL p50 / p99 ms", "E2E p50 / p99 ms",
+               "cached tokens", "prefix-cache hit"]  # fmt: skip
+"""Columns of :func:`turn_rows`."""
+
 
 def reasoning_rows(report: Report) -> list[Row]:
     """Answer and reasoning TTFT, thinking time and the token split; none without reasoning."""
@@ -40,12 +44,6 @@ def session_rows(report: Report) -> list[Row]:
     if server is not None and server.prefix_cache_hit_rate_percent is not None:
         rows.append(("Prefix-cache hit rate (vLLM counters)", fmt(server.prefix_cache_hit_rate_percent, "%", 1)))
     return rows
-
-
-def turn_header() -> list[str]:
-    """Columns of :func:`turn_rows`."""
-    return ["turn", "requests", "prompt tokens", "TTFT p50 / p99 ms", "ITL p50 / p99 ms", "E2E p50 / p99 ms",
-            "cached tokens", "prefix-cache hit"]  # fmt: skip
 
 
 def turn_rows(report: Report) -> list[list[str]]:

@@ -52,22 +52,20 @@ def row_columns(records: Sequence[RequestRecord]) -> tuple[str, ...]:
     return columns
 
 
-def _row(r: RequestRecord, columns: Sequence[str]) -> list[Any]:
-    values = r.model_dump()
-    values.update(
-        tpot_ms=r.tpot_ms,
-        itl_count=len(r.itl_ms),
-        itl_mean_ms=fmean(r.itl_ms) if r.itl_ms else None,
-        itl_max_ms=max(r.itl_ms) if r.itl_ms else None,
-        queue_delay_ms=r.queue_delay_ms,
-    )
-    return [values.get(column) for column in columns]
-
-
 def rows_csv(records: Sequence[RequestRecord]) -> str:
     """One CSV row per request (warmup rows included, told apart by ``phase``)."""
     columns = row_columns(records)
-    return _table(columns, [_row(r, columns) for r in records])
+    rows = []
+    for r in records:
+        values = r.model_dump() | {
+            "tpot_ms": r.tpot_ms,
+            "itl_count": len(r.itl_ms),
+            "itl_mean_ms": fmean(r.itl_ms) if r.itl_ms else None,
+            "itl_max_ms": max(r.itl_ms) if r.itl_ms else None,
+            "queue_delay_ms": r.queue_delay_ms,
+        }
+        rows.append([values.get(column) for column in columns])
+    return _table(columns, rows)
 
 
 def summary_csv(report: Report) -> str:

@@ -1,4 +1,5 @@
-"""The files written beside each result's JSON, from its final version."""
+"""The files written beside each result's JSON, from its final version: each page's sections built once, written
+as Markdown and HTML."""
 
 from __future__ import annotations
 
@@ -9,25 +10,25 @@ from core.records import RequestRecord
 from core.report_schema import Report
 from core.series_stats import SeriesReport
 from sidecar.render.csv_files import rows_csv, summary_csv
-from sidecar.render.html_page import compare_html, render_html, series_html
-from sidecar.render.markdown_page import compare_markdown, render_markdown, series_markdown
+from sidecar.render.html_page import write_html
+from sidecar.render.markdown_page import write_markdown
+from sidecar.render.page_sections import Section, compare_sections, report_sections, series_sections
+
+
+def _pages(sections: Sequence[Section]) -> dict[str, str]:
+    return {".md": write_markdown(sections), ".html": write_html(sections)}
 
 
 def report_files(report: Report, records: Sequence[RequestRecord]) -> dict[str, str]:
     """The Markdown summary, the self-contained HTML report and the CSV exports of ``report``."""
-    return {
-        ".md": render_markdown(report),
-        ".html": render_html(report, records),
-        ".csv": rows_csv(records),
-        ".summary.csv": summary_csv(report),
-    }
+    return {**_pages(report_sections(report, records)), ".csv": rows_csv(records), ".summary.csv": summary_csv(report)}
 
 
 def series_files(series: SeriesReport, sidecar_url: str | None = None) -> dict[str, str]:
     """The Markdown and HTML written beside a series' JSON."""
-    return {".md": series_markdown(series), ".html": series_html(series, sidecar_url)}
+    return _pages(series_sections(series, sidecar_url))
 
 
 def compare_files(comparison: ABComparison) -> dict[str, str]:
     """The Markdown and HTML written beside a comparison's JSON."""
-    return {".md": compare_markdown(comparison), ".html": compare_html(comparison)}
+    return _pages(compare_sections(comparison))

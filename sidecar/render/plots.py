@@ -17,6 +17,7 @@ from core.stats import WindowStats, effective_e2e_ms, effective_ttft_ms
 from core.steady import SteadyState
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 SIZE_IN = (8.0, 3.6)
@@ -54,10 +55,7 @@ def latency_cdf_png(records: Sequence[RequestRecord]) -> bytes | None:
             ax.step(xs, ys, where="post", label=f"{label} (n={xs.size})")
     for q in (0.5, 0.99):
         ax.axhline(q, color="grey", linewidth=0.6, linestyle=":")
-    ax.set_xlabel("ms")
-    ax.set_ylabel("fraction of requests")
-    ax.set_ylim(0, 1.02)
-    ax.set_title("Latency CDF")
+    ax.set(xlabel="ms", ylabel="fraction of requests", ylim=(0, 1.02), title="Latency CDF")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
     return _png(fig)
@@ -77,14 +75,12 @@ def throughput_png(windows: Sequence[WindowStats], steady: SteadyState | None = 
             ax.hlines(steady.throughput_req_per_sec, steady.start_s, steady.end_s, colors="tab:green",
                       linestyles="dashed", label=f"steady {steady.throughput_req_per_sec:.2f} req/s")  # fmt: skip
     ax.plot(mids, [w.throughput_req_per_sec for w in windows], marker="o", color="tab:blue", label="req/s")
-    ax.set_xlabel("seconds since the window start")
+    ax.set(xlabel="seconds since the window start", ylim=(0, None), title="Throughput over time")
     ax.set_ylabel("requests / s", color="tab:blue")
-    ax.set_ylim(bottom=0)
     tokens = ax.twinx()
     tokens.plot(mids, [w.output_tokens_per_sec for w in windows], marker=".", color="tab:orange", label="output tok/s")
     tokens.set_ylabel("output tokens / s", color="tab:orange")
     tokens.set_ylim(bottom=0)
-    ax.set_title("Throughput over time")
     ax.grid(alpha=0.3)
     if steady is not None and steady.found:
         ax.legend(loc="lower center", fontsize="small")
@@ -108,9 +104,7 @@ def resources_png(timeline: Sequence[ResourcePoint]) -> bytes | None:
     for label, values in memory.items():
         if any(v is not None for v in values):
             ax.plot(ts, [np.nan if v is None else v for v in values], label=label)
-    ax.set_ylabel("GB")
-    ax.set_ylim(bottom=0)
-    ax.set_title("Memory over time")
+    ax.set(ylabel="GB", ylim=(0, None), title="Memory over time")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
     if has_cpu:
@@ -120,8 +114,7 @@ def resources_png(timeline: Sequence[ResourcePoint]) -> bytes | None:
         if any(v is not None for v in kv):
             cpu_ax.plot(ts, [np.nan if v is None else v for v in kv], color="tab:purple", label="KV cache used %")
             cpu_ax.legend(loc="lower right")
-        cpu_ax.set_ylabel("%")
-        cpu_ax.set_ylim(bottom=0)
+        cpu_ax.set(ylabel="%", ylim=(0, None))
         cpu_ax.grid(alpha=0.3)
     (fig.axes[-1]).set_xlabel("seconds since the window start")
     return _png(fig)
@@ -153,6 +146,13 @@ def _xy(points: Sequence[SeriesPoint], x: str, y: str) -> tuple[np.ndarray, np.n
     return np.asarray(xs), np.asarray(ys), np.asarray(errs)
 
 
+def _star(ax: Axes, xs: np.ndarray, ys: np.ndarray, knee: int | None, colour: str, size: int) -> None:
+    """The knee's point as a star (nothing without a knee or a value there)."""
+    if knee is not None and not np.isnan(ys[knee]):
+        ax.plot([xs[knee]], [ys[knee]], marker="*", markersize=size, color=colour, markeredgecolor="black",
+                linestyle="none")
+
+
 def latency_curves_png(curves: Sequence[Curve]) -> bytes | None:
     """TTFT, ITL and E2E p50/p99 (ms) against req/s and output tok/s; 95 % error bars, the knee a star."""
     if not any(len(c.points) for c in curves):
@@ -170,15 +170,9 @@ def latency_curves_png(curves: Sequence[Curve]) -> bytes | None:
                         continue
                     ax.errorbar(xs, ys, yerr=errs, fmt=style, marker="o", markersize=3, color=colour, capsize=2,
                                 label=f"{curve.name} {pct}" if len(curves) > 1 else pct)
-                    if curve.knee is not None and not np.isnan(ys[curve.knee]):
-                        ax.plot([xs[curve.knee]], [ys[curve.knee]], marker="*", markersize=12, color=colour,
-                                markeredgecolor="black", linestyle="none")
-            ax.set_xlabel(x_label)
-            ax.set_ylabel(f"{title}, ms")
-            ax.set_ylim(bottom=0)
+                    _star(ax, xs, ys, curve.knee, colour, 12)
+            ax.set(xlabel=x_label, ylabel=f"{title}, ms", ylim=(0, None), title=title if row == 0 else "")
             ax.grid(alpha=0.3)
-            if row == 0:
-                ax.set_title(title)
     axes[0][0].legend(fontsize=7, loc="upper left")
     fig.suptitle("Latency against load (star: knee, highest load meeting the SLO)")
     return _png(fig)
@@ -195,16 +189,12 @@ def goodput_png(curves: Sequence[Curve]) -> bytes | None:
         for ax, metric in ((rate_ax, "goodput_req_per_sec"), (share_ax, "goodput_percent")):
             xs, ys, errs = _xy(curve.points, "throughput_req_per_sec", metric)
             ax.errorbar(xs, ys, yerr=errs, marker="o", color=colour, capsize=2, label=curve.name)
-            if curve.knee is not None and not np.isnan(ys[curve.knee]):
-                ax.plot([xs[curve.knee]], [ys[curve.knee]], marker="*", markersize=14, color=colour,
-                        markeredgecolor="black", linestyle="none")
-    rate_ax.set_ylabel("goodput, req/s")
-    share_ax.set_ylabel("requests within the SLO, %")
-    share_ax.set_ylim(0, 105)
+            _star(ax, xs, ys, curve.knee, colour, 14)
+    rate_ax.set(ylabel="goodput, req/s", ylim=(0, None))
+    share_ax.set(ylabel="requests within the SLO, %", ylim=(0, 105))
     for ax in (rate_ax, share_ax):
         ax.set_xlabel("throughput, req/s")
         ax.grid(alpha=0.3)
-    rate_ax.set_ylim(bottom=0)
     if len(curves) > 1:
         rate_ax.legend(fontsize=8)
     fig.suptitle("Goodput against load")

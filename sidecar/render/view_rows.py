@@ -12,6 +12,7 @@ from core.report_schema import BenchmarkConfig, Environment, Report
 from core.schedule import schedule_text
 from core.series_stats import SERIES_METRICS, SeriesReport
 from core.serverview import ServerView
+from core.serverview_cluster import ClusterView
 from sidecar.render.cells import Row, fmt, pct
 from sidecar.render.conversation_rows import reasoning_rows, session_rows
 from sidecar.render.energy_rows import energy_headline_rows
@@ -23,6 +24,10 @@ COMPARISON_COLUMNS = (
     ("e2e_p99_ms", "p99 latency"),
     ("ttft_p99_ms", "p99 TTFT"),
 )
+COMPARISON_HEADER = ["vs", "report", *(label for _, label in COMPARISON_COLUMNS), "error rate %"]
+"""Column titles of :func:`comparison_rows`."""
+OVERHEAD_HEADER = ["server", "figure", "client mean", "server mean", "client added"]
+"""Columns of :func:`overhead_rows`."""
 
 
 def headline_rows(report: Report) -> list[Row]:
@@ -87,11 +92,6 @@ def cut_text(cut: CutRequests) -> str:
     )
 
 
-def comparison_header() -> list[str]:
-    """Column titles of :func:`comparison_rows`."""
-    return ["vs", "report", *(label for _, label in COMPARISON_COLUMNS), "error rate %"]
-
-
 def error_rate_change(change: Change | None) -> str:
     """``0.0 → 2.5 (+2.5 pp)``: the error rate's two values and change in points (``(=)``: none); else ``n/a``."""
     if change is None or change.a_mean is None or change.b_mean is None:
@@ -101,17 +101,14 @@ def error_rate_change(change: Change | None) -> str:
     return f"{change.a_mean:.1f} → {change.b_mean:.1f} {moved}"
 
 
-def single_changes(report: Report) -> list[tuple[str, str, dict[str, Change]]]:
-    """``(name, reference id, changes)`` of each comparison of the run that compared (its one point)."""
-    return [(name, c.against or "", c.points[0].changes) for name, c in report.comparison.items() if c.points]
-
-
 def comparison_rows(report: Report) -> list[list[str]]:
-    """One row per comparison: name, the other report, percent changes, then the error rate's two values."""
-    return [[name, against,
-             *(pct(change.change_pct if (change := changes.get(key)) else None) for key, _ in COMPARISON_COLUMNS),
-             error_rate_change(changes.get("error_rate_percent"))]
-            for name, against, changes in single_changes(report)]  # fmt: skip
+    """One row per comparison that compared (its one point): name, the other report, percent changes, then the
+    error rate's two values."""
+    return [[name, c.against or "",
+             *(pct(change.change_pct if (change := c.points[0].changes.get(key)) else None)
+               for key, _ in COMPARISON_COLUMNS),
+             error_rate_change(c.points[0].changes.get("error_rate_percent"))]
+            for name, c in report.comparison.items() if c.points]  # fmt: skip
 
 
 def kv_text(report: Report) -> str:
@@ -230,11 +227,6 @@ def outcome_notes(report: Report) -> list[str]:
     return notes
 
 
-def overhead_header() -> list[str]:
-    """Columns of the client-overhead table."""
-    return ["server", "figure", "client mean", "server mean", "client added"]
-
-
 def overhead_rows(server: ServerView) -> list[list[str]]:
     """Client mean, the server's own mean and what the client added, per server and figure (TTFT, ITL, E2E)."""
     return [[o.server_url or "vLLM", f.name.upper() + (" (flagged)" if f.name in o.flagged else ""),
@@ -301,3 +293,37 @@ def side_line(side: Side) -> str:
     e = side.environment
     shape = f"{len(side.points)} point(s) x {side.repeat} run(s)"
     return f"{side.ref} = {side.id} ({side.kind}, {shape}, {e.served_model_name})"
+
+
+# A report with engines behind vLLM's router (report.cluster): one row per replica
+REPLICA_HEADER = ["replica", "state", "requests", "share", "failed", "TTFT ms (server)", "E2E ms (server)", "agrees",
+                  "client adds TTFT ms", "KV pool tokens", "KV peak %", "preemptions"]  # fmt: skip
+"""Columns of :func:`replica_rows`."""
+
+
+def replica_rows(cluster: ClusterView) -> list[list[str]]:
+    """One row per engine: state, counts, share, server means, agreement, client TTFT overhead, KV pool, peak use."""
+    rows = []
+    for r in cluster.replicas:
+        state = r.state if r.state == "up" else f"DOWN ({r.down_reason}" + (
+            f"; polls failed from {r.down_after_s:g} s)" if r.down_after_s is not None else ")")
+        added = next((f.added_ms for f in (r.client_overhead.figures if r.client_overhead else []) if f.name == "ttft"),
+                     None)  # fmt: skip
+        agrees = "-" if r.agrees is None else ("yes" if r.agrees else "NO")
+        rows.append([f"{r.name} ({r.url})", state, fmt(r.requests_succeeded, digits=0),
+                     fmt(r.share_percent, "%", 1), fmt(r.requests_failed, digits=0), fmt(r.ttft_mean_ms, digits=1),
+                     fmt(r.e2e_mean_ms, digits=1), agrees, fmt(added, digits=1), fmt(r.kv_pool_tokens, digits=0),
+                     fmt(r.kv_peak_usage_percent, digits=3), fmt(r.preemptions, digits=0)])  # fmt: skip
+    return rows
+
+
+def cluster_lines(cluster: ClusterView) -> list[str]:
+    """The lines above the table: router policy and version, the imbalance, the replicas down, the summed note."""
+    lines = [f"vllm-router {cluster.router_version or '(version unknown)'}, policy {cluster.router_policy or '?'}; "
+             f"{len(cluster.replicas)} replicas; imbalance {fmt(cluster.imbalance_percent, '%', 1)} "
+             "(busiest replica over an even share)"]  # fmt: skip
+    if cluster.down:
+        lines.append(f"DOWN at the end of the run: {', '.join(cluster.down)}")
+    if cluster.note:
+        lines.append(cluster.note)
+    return lines

@@ -12,7 +12,8 @@ from core.gate import EXIT_FAIL, EXIT_PASS, comparison_checks, gate_verdict
 from core.report_schema import Environment, Report, Resources
 from core.series_stats import PointPlan, SeriesPoint, SeriesReport, find_knee, measure_point
 from core.timeline import history_table, timelines
-from sidecar.render.markdown_page import render_markdown, series_markdown
+from sidecar.render.markdown_page import render_markdown, write_markdown
+from sidecar.render.page_sections import series_sections
 from tests.unit.sidecar.test_sidecar_store import report, single_run
 
 FIGURES = ("energy_j_per_output_token", "cost_usd_per_1m_output_tokens")
@@ -93,7 +94,7 @@ def test_sweep_points_and_knee_carry_j_per_token_and_cost() -> None:
     assert "0.42 J/output token (±" in knee.line and "$1.6/1M output tokens (±" in knee.line
     series = SeriesReport(series_id="benchmark_series_20260102_120000", timestamp="t", repeat=2, config=report().config,
                           environment=Environment(), slo_attainment_pct=95.0, points=[point], knee=knee)
-    text = series_markdown(series)
+    text = write_markdown(series_sections(series))
     assert "energy / output token (J)" in text and "cost / 1M output tokens (USD)" in text and "0.42 ± 0.25" in text
 
 

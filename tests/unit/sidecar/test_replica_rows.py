@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.serverview_cluster import ClusterView, ReplicaView
-from sidecar.render.replica_rows import cluster_lines, replica_header, replica_rows
+from sidecar.render.view_rows import REPLICA_HEADER, cluster_lines, replica_rows
 
 
 def test_rows_show_counts_shares_and_a_down_replica() -> None:
@@ -23,7 +23,7 @@ def test_rows_show_counts_shares_and_a_down_replica() -> None:
         note="vllm-1 could not be scraped at the end",
     )  # fmt: skip
     rows = replica_rows(view)
-    assert len(rows) == 2 and all(len(r) == len(replica_header()) for r in rows)
+    assert len(rows) == 2 and all(len(r) == len(REPLICA_HEADER) for r in rows)
     assert rows[0][:4] == ["vllm (http://h:1)", "up", "30", "100.0 %"] and rows[0][7] == "yes"
     assert rows[1][1] == "DOWN (GET /metrics failed (ConnectError); polls failed from 3 s)" and rows[1][2] == "n/a"
     lines = cluster_lines(view)

@@ -85,7 +85,7 @@ def test_html_escapes_values_and_embeds_plots() -> None:
 
 def test_html_survives_a_failing_plot(monkeypatch: pytest.MonkeyPatch) -> None:
     """A plotting error becomes a note in the page, never a lost report."""
-    import sidecar.render.html_page as render_html_module
+    import sidecar.render.page_sections as render_html_module
 
     def boom(_: object) -> bytes:
         raise RuntimeError("no fonts")
