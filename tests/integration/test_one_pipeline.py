@@ -11,7 +11,7 @@ import pytest
 from core.settings import PROJECT_ROOT
 from tests.integration.test_robust_runs import APP_PY, Bench, bench  # noqa: F401 (bench is a fixture)
 
-pytestmark = [pytest.mark.integration, pytest.mark.stack_lane]  # lane stack: 35 s from the longer lane
+pytestmark = pytest.mark.integration  # lane rest: it waits there for lane stack's end before its load-sensitive tests
 QUICK = {"REQUESTS": "4", "CONCURRENCY": "2", "WARMUP": "0", "GATE_THRESHOLD_PCT": "60", "COOLDOWN_S": "0"}
 
 

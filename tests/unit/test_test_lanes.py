@@ -31,9 +31,10 @@ def test_the_lanes_split_the_suite_into_two_parts_that_add_up_to_it() -> None:
     assert any("test_stack.py::" in node for node in stack) and any("test_replicas.py::" in node for node in rest)
     assert not any("test_stack.py::" in node or "test_model_switch.py::" in node for node in rest)
     # marked stack_lane (moved to balance the lanes): first in lane stack, while the session stack boots
-    moved = [i for i, node in enumerate(stack) if "test_one_pipeline.py::" in node or "test_preflight.py::" in node]
+    moved = [i for i, node in enumerate(stack) if "test_preflight.py::" in node]
     others = [i for i, node in enumerate(stack) if "tests/integration/" in node and i not in moved]
-    assert len(moved) >= 5 and max(moved) < min(others), stack[:20]
+    assert len(moved) >= 4 and max(moved) < min(others), stack[:20]
+    assert any("test_one_pipeline.py::" in node for node in rest)  # lane rest has time before its load-sensitive tail
     # in lane rest the seed's defaults (an engine of its own) run first, while lint and the unit suite still run
     # beside; the replicas, whose clocks must agree with the client's, last
     first = [i for i, node in enumerate(rest) if "test_seed_defaults.py::" in node]
