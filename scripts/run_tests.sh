@@ -16,6 +16,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 py=.venvs/app/bin/python
+# Started with SIGINT ignored (`make test &` from a script, nohup-like launchers), bash can neither trap nor restore it,
+# so neither Ctrl-C nor SIGTERM would reach the parts: run again with SIGINT at its default first.
+if [ -z "${RUN_TESTS_SIGINT_DEFAULT:-}" ] && grep -Eq '^SigIgn:.*[2367abef]$' "/proc/$$/status" 2>/dev/null; then
+    RUN_TESTS_SIGINT_DEFAULT=1 exec "$py" -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execv(sys.argv[1], sys.argv[1:])' /bin/bash "$0" "$@"
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 offset=${TEST_PORT_OFFSET:-0}

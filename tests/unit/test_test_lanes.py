@@ -5,8 +5,10 @@ lane that starts it, the seed's defaults (``own_engine``) lead the other lane an
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from core.settings import PROJECT_ROOT
 
@@ -50,3 +52,23 @@ def test_an_unknown_lane_is_refused_naming_the_lanes() -> None:
                          cwd=PROJECT_ROOT, env={**os.environ, "TEST_LANE": "fast"}, capture_output=True, text=True,
                          timeout=300)  # fmt: skip
     assert run.returncode == 4 and "TEST_LANE='fast'" in run.stdout + run.stderr and "stack, rest" in run.stderr
+
+
+def test_make_test_started_with_sigint_ignored_gives_its_parts_sigint_back(tmp_path: Path) -> None:
+    """A launcher that ignores SIGINT (a script's ``make test &``) would leave every part deaf to Ctrl-C and to the
+    SIGTERM run_tests.sh passes on as SIGINT (bash cannot restore a signal ignored on entry): the script's head runs
+    itself again with SIGINT at its default. The head of the real script runs here, then a part as the script starts
+    them, and the part reports its ignored signals."""
+    text = (PROJECT_ROOT / "scripts" / "run_tests.sh").read_text(encoding="utf-8")
+    head = text[text.index("py=.venvs/app/bin/python") : text.index("\nfi\n") + 4]
+    script = tmp_path / "head.sh"
+    script.write_text(f"cd {PROJECT_ROOT}\n{head}( trap - INT; exec grep SigIgn /proc/self/status ) &\nwait\n")
+
+    def ignored_in_part(env: dict[str, str]) -> int:
+        run = subprocess.run(["/bin/bash", str(script)], env=env, capture_output=True, text=True, timeout=60,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # fmt: skip
+        return int(run.stdout.split()[-1], 16)
+
+    env = {k: v for k, v in os.environ.items() if k != "RUN_TESTS_SIGINT_DEFAULT"}
+    assert ignored_in_part({**env, "RUN_TESTS_SIGINT_DEFAULT": "1"}) & 2  # without the re-run: SIGINT ignored
+    assert not ignored_in_part(env) & 2
