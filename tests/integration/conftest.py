@@ -100,17 +100,32 @@ clock); taken by the ``stack`` fixture, or ended by :func:`pytest_sessionfinish`
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _alone_when_load_sensitive(request: pytest.FixtureRequest) -> None:
-    """A ``load_sensitive`` module (its checks need the client's and the engines' clocks to agree) starts only once
-    ``TEST_WAIT_FOR`` exists: ``make test`` creates it when lane stack has ended (at most 20 min), so these run with
-    no other lane loading the 2 cores (beside it, 3 of 4 runs failed one timing check, 2026-12-07)."""
+def _alone_when_load_sensitive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A ``load_sensitive`` module (its checks need the client's and the engines' clocks to agree) gets the cores:
+    ``make test`` runs lane stack and the checks in a cgroup (``TEST_YIELD_CGROUP``) whose CPU share drops to
+    :data:`YIELD_SHARES` while such a module runs, and without one creates ``TEST_WAIT_FOR`` when lane stack has ended
+    (these modules wait for it, at most 20 min). Beside lane stack at an equal share, 3 of 4 runs failed one timing
+    check (2026-12-07)."""
     marker = request.node.get_closest_marker("load_sensitive")
+    group = os.environ.get("TEST_YIELD_CGROUP")
     flag = os.environ.get("TEST_WAIT_FOR")
-    if marker is None or not flag:
+    if marker is not None and group:
+        shares = Path(group, "cpu.shares")
+        shares.write_text(str(YIELD_SHARES))
+        try:
+            yield
+        finally:
+            shares.write_text("1024")  # the kernel's default share
         return
-    deadline = time.monotonic() + 1200
-    while not Path(flag).exists() and time.monotonic() < deadline:
-        time.sleep(1.0)
+    if marker is not None and flag:
+        deadline = time.monotonic() + 1200
+        while not Path(flag).exists() and time.monotonic() < deadline:
+            time.sleep(1.0)
+    yield
+
+
+YIELD_SHARES = 64
+"""The cpu.shares of lane stack's group while a ``load_sensitive`` module runs (1024 each other group: ≈ 6 %)."""
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
