@@ -41,7 +41,7 @@ def test_the_lanes_split_the_suite_into_two_parts_that_add_up_to_it() -> None:
     # beside; the replicas, whose clocks must agree with the client's, last
     first = [i for i, node in enumerate(rest) if "test_seed_defaults.py::" in node]
     sensitive = ("test_replicas.py::", "test_client_timing.py::", "test_open_loop_schedule.py::",
-                 "test_trace_replays_on_its_schedule", "test_steady_state.py::")  # load_sensitive: at the end, alone (after lane stack)
+                 "test_trace_replays_on_its_schedule", "test_steady_state.py::")  # load_sensitive: at the end, lane stack yielding the cores
     last = [i for i, node in enumerate(rest) if any(s in node for s in sensitive)]
     assert first == list(range(len(first))) and len(first) >= 2, rest[:4]
     assert last == list(range(len(rest) - len(last), len(rest))) and len(last) >= 2, rest[-4:]
