@@ -26,7 +26,7 @@ from core.units import GIB
 from engine.engineplan import gpu_plan, kv_plan, model_facts, weights_bytes
 from engine.gpuhost import host_gpus
 from engine.gpuplan import MemoryPlan
-from engine.hostdtype import pool_gib
+from engine.kvsizing import pool_gib
 from engine.local_replicas import add_worker, program_name, remove_worker
 from engine.model_resolve import ResolvedModel
 from engine.vllmlog.startup import latest_start, phases_line

@@ -19,18 +19,18 @@ from core.settings import PROJECT_ROOT, Settings
 from engine.gpuhost import HostGpus
 from engine.gpuplan import MemoryPlan, ParallelSizes, memory_plan, parallel_sizes, startup_peak, weights_from_config
 from engine.gpuplan import weights_on_disk as disk_weights
-from engine.hostdtype import dtype_of, pool_gib
-from engine.hub import fetch_config, hf_cached, hf_config_dir, probe_hub
 from engine.kvsizing import (
     DTYPE_BYTES,
     KvPlan,
     KvSizingError,
+    dtype_of,
     geometry_from_config,
     per_gpu,
     plan_kv,
+    pool_gib,
     read_config,
 )
-from engine.model_resolve import ResolvedModel, resolve_model
+from engine.model_resolve import ResolvedModel, fetch_config, hf_cached, hf_config_dir, probe_hub, resolve_model
 
 
 def engine_python(settings: Settings) -> str:

@@ -58,8 +58,7 @@ from engine.engineplan import (
 )
 from engine.gpuhost import host_gpus
 from engine.gpupeak import BatchLimits, has_flag
-from engine.hostdtype import dtype_of, for_host
-from engine.kvsizing import KvPlan, KvSizingError
+from engine.kvsizing import KvPlan, KvSizingError, dtype_of, for_host
 from engine.local_replicas import replica_settings
 from engine.logpipe import Masked, access_log_args, output, pump, vllm_header
 from engine.model_resolve import ModelResolutionError, ResolvedModel
