@@ -24,8 +24,7 @@ from core.settings import Settings
 from core.slots import Slot, active_slot, other, write_slot
 from core.units import GIB
 from engine.engineplan import gpu_plan, kv_plan, model_facts, weights_bytes
-from engine.gpuhost import host_gpus
-from engine.gpuplan import MemoryPlan
+from engine.gpuplan import MemoryPlan, host_gpus
 from engine.kvsizing import pool_gib
 from engine.local_replicas import add_worker, program_name, remove_worker
 from engine.model_resolve import ResolvedModel

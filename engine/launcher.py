@@ -56,8 +56,8 @@ from engine.engineplan import (
     model_facts,
     resolve,
 )
-from engine.gpuhost import host_gpus
 from engine.gpupeak import BatchLimits, has_flag
+from engine.gpuplan import host_gpus
 from engine.kvsizing import KvPlan, KvSizingError, dtype_of, for_host
 from engine.local_replicas import replica_settings
 from engine.logpipe import Masked, access_log_args, output, pump, vllm_header
