@@ -23,6 +23,7 @@ from core.replicas import replica_url
 from core.settings import Settings
 from core.slots import Slot, active_slot, other, write_slot
 from core.units import GIB
+from engine.enginephase import DEAD_STATES
 from engine.engineplan import gpu_plan, kv_plan, model_facts, weights_bytes
 from engine.gpuplan import MemoryPlan, host_gpus
 from engine.kvsizing import pool_gib
@@ -233,9 +234,6 @@ class Programs:
         """Stop the program (its process group) if it runs."""
         if self.state(name) in ("RUNNING", "STARTING", "BACKOFF"):
             self.supervisor.proxy().supervisor.stopProcess(name)
-
-
-DEAD_STATES = frozenset({"FATAL", "EXITED", "BACKOFF", "STOPPED"})
 
 
 def switch_replica(

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from types import FrameType
 
 from pydantic import TypeAdapter
@@ -228,7 +229,7 @@ def write_state(
     """Record the launch (atomic write): vLLM's ``pid`` and pid namespace, its masked command line, ``log_start`` in
     ``vllm.log`` and ``facts`` (``engine_*`` and ``gpu_devices`` fields of :class:`core.enginestate.EngineState`)."""
     state = EngineState(
-        **resolved.to_dict(),
+        **asdict(resolved),
         pid=pid or os.getpid(),
         pid_namespace=pid_namespace(),
         pgid=os.getpgrp(),  # vLLM is started in the launcher's process group

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from core.settings import SYNTHETIC_FALLBACK
 
@@ -38,10 +38,6 @@ class ResolvedModel:
     synthetic: bool
     synthetic_variant: str | None = None
     fallback_reason: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready view."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -135,7 +131,7 @@ def resolve_model(
         cached=cached,
         probe_hub=probe_hub,
     )
-    return ResolvedModel(**{**fallback.to_dict(), "requested": requested, "fallback_reason": reason})
+    return replace(fallback, requested=requested, fallback_reason=reason)
 
 
 def hf_config_dir(repo_id: str) -> Path | None:
