@@ -112,13 +112,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"[ERROR] {path}: {exc}", file=sys.stderr)
         return 2
-    if args.check:
-        if wanted != current:
-            print(f"[ERROR] {path}'s GPU memory tables are stale: run python -m engine.gpupeakdoc --write {path}",
-                  file=sys.stderr)
-            return 1
-        return 0
-    path.write_text(wanted, encoding="utf-8")
+    if args.check and wanted != current:
+        print(f"[ERROR] {path}'s GPU memory tables are stale: run python -m engine.gpupeakdoc --write {path}",
+              file=sys.stderr)
+        return 1
+    if args.write:
+        path.write_text(wanted, encoding="utf-8")
     return 0
 
 

@@ -338,20 +338,16 @@ def main(argv: list[str] | None = None) -> int:
             say(f"{banner}\n[WARNING] {resolved.fallback_reason}\n{banner}", error=True)
         if resolved.synthetic:
             build_synthetic(settings, resolved)
-    except ModelResolutionError as exc:
-        say(f"[ERROR] {exc}", error=True)
-        return 2
-    facts = model_facts(settings, resolved)
-    if facts.reason:
-        say(f"[WARNING] config.json of {resolved.model_arg} not known before launch ({facts.reason})", error=True)
-    build = engine_build(settings)
-    settings, dtype_line = for_host(settings, build)  # unset VLLM_DTYPE: what this host's CPU or GPU computes
-    if dtype_line:
-        say(dtype_line)
-    try:
+        facts = model_facts(settings, resolved)
+        if facts.reason:
+            say(f"[WARNING] config.json of {resolved.model_arg} not known before launch ({facts.reason})", error=True)
+        build = engine_build(settings)
+        settings, dtype_line = for_host(settings, build)  # unset VLLM_DTYPE: what this host's CPU or GPU computes
+        if dtype_line:
+            say(dtype_line)
         kv = kv_plan(settings, resolved, facts)  # also in --prepare-only, so `make up` refuses before starting
         fits_host(settings, build)  # the CPU build's pool lies in host memory
-    except KvSizingError as exc:
+    except (ModelResolutionError, KvSizingError) as exc:
         say(f"[ERROR] {exc}", error=True)
         return 2
     say(f"[INFO] {kv.describe(settings.concurrency)}")
