@@ -23,10 +23,10 @@ from core.replicas import replica_url
 from core.settings import Settings
 from core.slots import Slot, active_slot, other, write_slot
 from core.units import GIB
+from engine.enginephase import DEAD_STATES
 from engine.engineplan import gpu_plan, kv_plan, model_facts, weights_bytes
-from engine.gpuhost import host_gpus
-from engine.gpuplan import MemoryPlan
-from engine.hostdtype import pool_gib
+from engine.gpuplan import MemoryPlan, host_gpus
+from engine.kvsizing import pool_gib
 from engine.local_replicas import add_worker, program_name, remove_worker
 from engine.model_resolve import ResolvedModel
 from engine.vllmlog.startup import latest_start, phases_line
@@ -234,9 +234,6 @@ class Programs:
         """Stop the program (its process group) if it runs."""
         if self.state(name) in ("RUNNING", "STARTING", "BACKOFF"):
             self.supervisor.proxy().supervisor.stopProcess(name)
-
-
-DEAD_STATES = frozenset({"FATAL", "EXITED", "BACKOFF", "STOPPED"})
 
 
 def switch_replica(

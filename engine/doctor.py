@@ -24,9 +24,8 @@ from core.pipes import guard_stdout
 from core.settings import Settings, get_settings
 from core.units import GIB
 from engine.engineplan import engine_python, engine_versions, gpu_plan, kv_plan, model_facts, resolve
-from engine.gpuhost import HostGpus, host_gpus
-from engine.hostdtype import for_host
-from engine.kvsizing import KvSizingError
+from engine.gpuplan import HostGpus, host_gpus
+from engine.kvsizing import KvSizingError, for_host
 from engine.local_control import Supervisor
 from engine.model_resolve import ModelResolutionError
 

@@ -87,16 +87,16 @@ def judge(phase: StartupPhase, process: EngineProcess) -> StartupPhase:
     return replace(phase, phase="failed", detail=detail, attempts=attempts)
 
 
-def _launch_spans(path: Path, since: LogPosition) -> list[tuple[str, int]]:
+def _launch_spans(path: Path, since: LogPosition | None) -> list[tuple[str, int]]:
     """``(file, from byte)`` holding the lines after ``since``: its file (by device and inode) from the
-    offset, then every newer one; the current file's tail when it is gone."""
+    offset, then every newer one; the current file's tail when it is gone or ``since`` is None."""
     family = rotated_family(path)
     for index, member in enumerate(family):
         try:
             st = os.stat(member)
         except OSError:
             continue
-        if (st.st_dev, st.st_ino) == (since.dev, since.ino) and since.offset <= st.st_size:
+        if since and (st.st_dev, st.st_ino) == (since.dev, since.ino) and since.offset <= st.st_size:
             return [(member, since.offset), *((newer, 0) for newer in family[index + 1 :])]
     try:
         size = os.stat(path).st_size
@@ -105,20 +105,12 @@ def _launch_spans(path: Path, since: LogPosition) -> list[tuple[str, int]]:
     return [(str(path), max(0, size - TAIL_BYTES))]
 
 
-def _position_of(path: Path, offset: int) -> LogPosition | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return LogPosition(dev=st.st_dev, ino=st.st_ino, offset=offset)
-
-
 def launch_lines(path: Path, since: LogPosition | None, limit_bytes: int = FULL_READ_BYTES) -> list[bytes]:
-    """The log's lines after ``since`` (None: all), colours removed, the newest ``limit_bytes`` or so."""
-    places = _launch_spans(path, since) if since is not None else [(m, 0) for m in rotated_family(path)]
+    """The log's lines after ``since`` (None: the current file's tail), colours removed, the newest ``limit_bytes``
+    or so."""
     lines: deque[bytes] = deque()
     kept = 0
-    for member, begin in places:
+    for member, begin in _launch_spans(path, since):
         for span in iter_spans(member, ReadStats(), start_at=begin or None):
             buf, start, stop = fmt.clean_span(*span)
             chunk = buf[start:stop].split(b"\n")
@@ -152,9 +144,6 @@ def failure_report(path: Path, phase: StartupPhase, since: LogPosition | None, t
     why = f"vLLM {phase.detail}" if phase.phase != "not_started" else "vLLM exited before it wrote a start-up line"
     if phase.error_line and phase.error_line not in why:
         why += f"\n  error: {phase.error_line}"
-    if since is None:  # no launch position: the current file's tail
-        size = os.stat(path).st_size if path.exists() else 0
-        since = _position_of(path, max(0, size - TAIL_BYTES))
     tail = [fmt.text(raw, 300) for raw in launch_lines(path, since, 1 << 20)[-tail_lines:]]
     shown = "\n".join(f"  | {line}" for line in tail) if tail else "  (no lines)"
     return f"{why}\nLast lines of {path}:\n{shown}"

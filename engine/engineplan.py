@@ -16,21 +16,23 @@ import psutil
 
 from core.gpus import select_devices
 from core.settings import PROJECT_ROOT, Settings
-from engine.gpuhost import HostGpus
-from engine.gpuplan import MemoryPlan, ParallelSizes, memory_plan, parallel_sizes, startup_peak, weights_from_config
-from engine.gpuplan import weights_on_disk as disk_weights
-from engine.hostdtype import dtype_of, pool_gib
-from engine.hub import fetch_config, hf_cached, hf_config_dir, probe_hub
+from engine.gpupeak import weights_from_config
+from engine.gpuplan import HostGpus, MemoryPlan, ParallelSizes, memory_plan, parallel_sizes, startup_peak
 from engine.kvsizing import (
     DTYPE_BYTES,
     KvPlan,
     KvSizingError,
+    dtype_of,
     geometry_from_config,
     per_gpu,
     plan_kv,
+    pool_gib,
     read_config,
 )
-from engine.model_resolve import ResolvedModel, resolve_model
+from engine.model_resolve import ResolvedModel, fetch_config, hf_cached, hf_config_dir, probe_hub, resolve_model
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+"""Weight files, in the order they are looked for (the first kind present is counted)."""
 
 
 def engine_python(settings: Settings) -> str:
@@ -136,10 +138,14 @@ def kv_plan(settings: Settings, resolved: ResolvedModel, facts: ModelFacts | Non
 
 
 def weights_bytes(settings: Settings, facts: ModelFacts) -> int:
-    """The model's weights, bytes: the files on disk, else estimated from its config, else 0 (unknown)."""
-    on_disk = disk_weights(facts.folder) if facts.folder is not None else None
-    if on_disk:
-        return on_disk
+    """The model's weights, bytes: the weight files in its folder (safetensors, else PyTorch bins), else estimated
+    from its config, else 0 (unknown)."""
+    folder = facts.folder
+    files = [p for p in folder.iterdir() if p.is_file()] if folder is not None and folder.is_dir() else []
+    for suffix in WEIGHT_SUFFIXES:
+        on_disk = sum(p.stat().st_size for p in files if p.suffix == suffix)
+        if on_disk:
+            return on_disk
     estimate = weights_from_config(facts.config, DTYPE_BYTES.get(dtype_of(settings), 2)) if facts.config else None
     return estimate or 0
 

@@ -169,14 +169,13 @@ def _flag_values(extra_args: str) -> dict[str, str]:
 
 def batch_limits(extra_args: str) -> BatchLimits:
     """The GPU defaults, VLLM_EXTRA_ARGS's positive ``--max-num-seqs``/``--max-num-batched-tokens`` winning."""
-    flags = _flag_values(extra_args)
-    values = {}
-    for flag in ("--max-num-seqs", "--max-num-batched-tokens"):
-        if flag in flags and flags[flag].isdigit() and int(flags[flag]) > 0:
-            values[flag] = int(flags[flag])
-    return BatchLimits(values.get("--max-num-seqs", GPU_MAX_NUM_SEQS),
-                       values.get("--max-num-batched-tokens", GPU_MAX_NUM_BATCHED_TOKENS),
-                       frozenset(f for f in flags if f in values))  # fmt: skip
+    given = {
+        flag: int(value)
+        for flag, value in _flag_values(extra_args).items()
+        if flag in ("--max-num-seqs", "--max-num-batched-tokens") and value.isdigit() and int(value) > 0
+    }
+    return BatchLimits(given.get("--max-num-seqs", GPU_MAX_NUM_SEQS),
+                       given.get("--max-num-batched-tokens", GPU_MAX_NUM_BATCHED_TOKENS), frozenset(given))  # fmt: skip
 
 
 def has_flag(extra_args: str, flag: str) -> bool:

@@ -9,26 +9,28 @@ cannot start on a card 8 % used elsewhere. The launcher asks for what one GPU ne
     headroom = max(GPU_HEADROOM_GB, the predicted peak's share beyond weights and KV)   (:mod:`engine.gpupeak`)
     utilization = ceil_to_0.001(need / total)      (the largest over the GPUs used; capped at 1)
 
-Totals come from NVML or ``nvidia-smi`` for the GPUs ``GPU_DEVICES`` selects, in vLLM's rank order.
+Totals come from NVML (``pynvml``) when it loads, else ``nvidia-smi``'s CSV query (:func:`host_gpus`, also what ``make
+doctor`` sees; neither: no GPU, an empty list and the reason), for the GPUs ``GPU_DEVICES`` selects, in vLLM's rank
+order.
 """
 
 from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from core.gpus import DeviceMemory
-from core.units import GIB
+from core.units import GIB, MIB
 from engine.gpupeak import BatchLimits, ModelShape, StartupPeak, batch_limits, card_sms, has_flag, predict_peak
-from engine.gpupeak import weights_from_config as weights_from_config  # re-exported: it lives with the model's shape
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 UTILIZATION_STEPS = 1000
 """The utilization is rounded up to 1/1000 of the card."""
+SMI_QUERY = ["--query-gpu=index,uuid,name,memory.total,memory.free,driver_version", "--format=csv,noheader,nounits"]
 
 
 @dataclass(frozen=True)
@@ -73,18 +75,6 @@ def parallel_sizes(extra_args: str) -> ParallelSizes:
             raise ValueError(f"{flag} needs a positive integer, got {value!r}")
         sizes[_FLAGS[flag]] = int(value)
     return ParallelSizes(**sizes)
-
-
-def weights_on_disk(folder: Path | None) -> int | None:
-    """Bytes of the weight files in ``folder`` (safetensors, else PyTorch bins), or None when there are none."""
-    if folder is None or not folder.is_dir():
-        return None
-    sizes = {p.suffix: 0 for p in folder.iterdir()}
-    for path in folder.iterdir():
-        if path.suffix in WEIGHT_SUFFIXES and path.is_file():
-            sizes[path.suffix] += path.stat().st_size
-    found = [sizes[s] for s in WEIGHT_SUFFIXES if sizes.get(s)]
-    return found[0] if found else None
 
 
 @dataclass(frozen=True)
@@ -209,3 +199,88 @@ def startup_peak(
     peak = predict_peak(shape, per_gpu, kv_cache_bytes, limits, parallel.tensor, parallel.gpus, sms=sms,
                         enforce_eager=has_flag(extra_args, "--enforce-eager"))  # fmt: skip
     return limits, peak
+
+
+@dataclass(frozen=True)
+class HostGpus:
+    """Every GPU of the host (NVML order), the driver version, and why there are none when the list is empty."""
+
+    devices: list[DeviceMemory] = field(default_factory=list)
+    driver_version: str | None = None
+    reason: str | None = None
+    source: str | None = None  # nvml or nvidia-smi
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def from_nvml(nvml: Any) -> HostGpus:
+    """Devices through an NVML module (``pynvml`` or a fake with its names); the reason when it fails."""
+    try:
+        nvml.nvmlInit()
+        devices = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+            devices.append(
+                DeviceMemory(
+                    index=index,
+                    uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+                    name=_text(nvml.nvmlDeviceGetName(handle)),
+                    total_bytes=int(mem.total),
+                    free_bytes=int(mem.free),
+                )
+            )
+        driver = _text(nvml.nvmlSystemGetDriverVersion())
+    except Exception as exc:  # NVMLError and OSError subclasses differ by driver version
+        return HostGpus(reason=f"NVML unavailable: {exc}")
+    return HostGpus(devices, driver, None if devices else "NVML found no GPU", "nvml")
+
+
+def parse_nvidia_smi(text: str) -> HostGpus:
+    """Devices from ``nvidia-smi`` run with :data:`SMI_QUERY` (memory in MiB)."""
+    devices, driver = [], None
+    for line in text.strip().splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) < 6 or not cells[0].isdigit():
+            continue
+        try:
+            total, free = int(float(cells[3]) * MIB), int(float(cells[4]) * MIB)
+        except ValueError:
+            continue
+        devices.append(DeviceMemory(int(cells[0]), cells[1] or None, cells[2] or None, total, free))
+        driver = cells[5] or driver
+    return HostGpus(devices, driver, None if devices else "nvidia-smi listed no GPU", "nvidia-smi")
+
+
+def from_nvidia_smi(run: Callable[[list[str]], subprocess.CompletedProcess[str]] | None = None) -> HostGpus:
+    """Devices from the ``nvidia-smi`` on PATH (``run`` replaces the call in tests)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None and run is None:
+        return HostGpus(reason="nvidia-smi not found")
+    runner = run or (lambda cmd: subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False))
+    try:
+        done = runner([exe or "nvidia-smi", *SMI_QUERY])
+    except (OSError, subprocess.SubprocessError) as exc:
+        return HostGpus(reason=f"nvidia-smi failed: {exc}")
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout or "").strip().splitlines()
+        return HostGpus(reason=f"nvidia-smi failed: {tail[-1] if tail else f'exit {done.returncode}'}")
+    return parse_nvidia_smi(done.stdout)
+
+
+def host_gpus(nvml: Any | None = None) -> HostGpus:
+    """NVML first (``nvml`` or ``pynvml``), then ``nvidia-smi``; the first reason when both fail."""
+    if nvml is None:
+        try:
+            import pynvml
+
+            nvml = pynvml
+        except ImportError:
+            nvml = None
+    first = from_nvml(nvml) if nvml is not None else HostGpus(reason="nvidia-ml-py not installed")
+    if first.devices:
+        return first
+    second = from_nvidia_smi()
+    return second if second.devices else HostGpus(reason=first.reason)

@@ -5,6 +5,12 @@ Bytes per token (the K and V tensors per layer, ``vllm/v1/kv_cache_interface.py`
 ``layers × 2 × kv_heads × head_dim × dtype bytes``; ERNIE-4.5-0.3B: 18,432 B, 58,254 tokens per GiB. Per GPU
 (:func:`per_gpu`, as ``--kv-cache-memory-bytes`` is per worker) a TP rank holds ``max(1, kv_heads // tp)`` heads
 (``ModelConfig.get_num_kv_heads``) and a PP stage ``ceil(layers / pp)`` layers (``get_pp_indices``).
+
+When VLLM_DTYPE / KV_CACHE_GB are unset, the dtype and pool are what the host computes natively (:func:`for_host`):
+vLLM's CPU build runs bfloat16 at full speed only with bf16 instructions (x86 AVX512-BF16/AMX-BF16, Arm ``bf16``);
+elsewhere every matmul converts on the fly: on an AVX2 core ERNIE-4.5-0.3B prefilled 41 tok/s in bfloat16 against
+159 in float32 (docs/benchmarks.md). So the stack serves float32 there and bfloat16 elsewhere. The KV pool follows
+the dtype (1 GiB per 2 bytes of element), so it holds the same tokens either way.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from core.settings import Settings
 from core.units import GIB
 
 DEFAULT_MAX_MODEL_LEN = 4096
@@ -23,6 +30,14 @@ tokens) plus the largest sampled output (1,024), rounded up to a power of two.""
 TOKEN_GRANULE = 128
 """Pools are rounded down to blocks of this many tokens (vLLM's CPU block size, a multiple of the GPU's 16)."""
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+GPU_DTYPE = "bfloat16"
+"""The dtype on GPUs and bf16-capable CPUs (ERNIE-4.5 ships bfloat16 weights)."""
+CPU_FALLBACK_DTYPE = "float32"
+"""The weights' dtype on CPUs without bf16 instructions."""
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+"""``/proc/cpuinfo`` flags (x86 ``flags``, Arm ``Features``) of CPUs that compute bfloat16 natively."""
+POOL_GIB_PER_2_BYTES = 1.0
+"""Unset KV_CACHE_GB: GiB of pool per 2 bytes of KV element (1 GiB in bfloat16, 2 GiB in float32)."""
 
 
 class KvSizingError(ValueError):
@@ -154,3 +169,54 @@ def plan_kv(kv_cache_gb: float, max_model_len: int | None, geometry: KvGeometry 
             f"VLLM_MAX_MODEL_LEN to at most {tokens}."
         )
     return KvPlan(kv_bytes, length, geometry.bytes_per_token, tokens)
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str] | None:
+    """The first CPU's flags (x86 ``flags``, Arm ``Features``), or None when ``cpuinfo`` cannot be read."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+def host_dtype(build: str, flags: frozenset[str] | None) -> tuple[str, str]:
+    """The dtype unset VLLM_DTYPE means on this host and why (a clause for the launch log); ``build``
+    ``"cpu"``/``"gpu"``, ``flags`` of :func:`cpu_flags` (unknown: bfloat16, vLLM's own choice)."""
+    if build != "cpu":
+        return GPU_DTYPE, "GPU build"
+    if flags is None:
+        return GPU_DTYPE, "CPU flags unreadable: vLLM's own choice"
+    native = sorted(BF16_FLAGS & flags)
+    if native:
+        return GPU_DTYPE, f"the CPU computes bf16 natively ({', '.join(native)})"
+    return CPU_FALLBACK_DTYPE, (
+        "the CPU has no bf16 instructions (no avx512_bf16/amx_bf16): vLLM's CPU build would emulate bfloat16 at "
+        "about a quarter of float32's prefill speed"
+    )
+
+
+def for_host(settings: Settings, build: str, flags: frozenset[str] | None = None) -> tuple[Settings, str | None]:
+    """``settings`` with VLLM_DTYPE filled in when unset (:func:`host_dtype`; ``flags`` default: this
+    host's), and the launch-log line saying so (None when VLLM_DTYPE was given)."""
+    if settings.vllm_dtype:
+        return settings, None
+    dtype, why = host_dtype(build, cpu_flags() if flags is None else flags)
+    line = f"[INFO] dtype {dtype} ({why}; VLLM_DTYPE overrides)"
+    return settings.model_copy(update={"vllm_dtype": dtype}), line
+
+
+def dtype_of(settings: Settings) -> str:
+    """The weights' dtype of ``settings``: VLLM_DTYPE, else :data:`GPU_DTYPE` (before :func:`for_host` ran)."""
+    return settings.vllm_dtype or GPU_DTYPE
+
+
+def pool_gib(settings: Settings) -> float:
+    """The KV pool, GiB: KV_CACHE_GB, else :data:`POOL_GIB_PER_2_BYTES` per 2 bytes of the dtype."""
+    if settings.kv_cache_gb is not None:
+        return settings.kv_cache_gb
+    return POOL_GIB_PER_2_BYTES * DTYPE_BYTES.get(dtype_of(settings), 2) / 2

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from types import FrameType
 
 from pydantic import TypeAdapter
@@ -56,10 +57,9 @@ from engine.engineplan import (
     model_facts,
     resolve,
 )
-from engine.gpuhost import host_gpus
 from engine.gpupeak import BatchLimits, has_flag
-from engine.hostdtype import dtype_of, for_host
-from engine.kvsizing import KvPlan, KvSizingError
+from engine.gpuplan import host_gpus
+from engine.kvsizing import KvPlan, KvSizingError, dtype_of, for_host
 from engine.local_replicas import replica_settings
 from engine.logpipe import Masked, access_log_args, output, pump, vllm_header
 from engine.model_resolve import ModelResolutionError, ResolvedModel
@@ -229,7 +229,7 @@ def write_state(
     """Record the launch (atomic write): vLLM's ``pid`` and pid namespace, its masked command line, ``log_start`` in
     ``vllm.log`` and ``facts`` (``engine_*`` and ``gpu_devices`` fields of :class:`core.enginestate.EngineState`)."""
     state = EngineState(
-        **resolved.to_dict(),
+        **asdict(resolved),
         pid=pid or os.getpid(),
         pid_namespace=pid_namespace(),
         pgid=os.getpgrp(),  # vLLM is started in the launcher's process group
@@ -338,20 +338,16 @@ def main(argv: list[str] | None = None) -> int:
             say(f"{banner}\n[WARNING] {resolved.fallback_reason}\n{banner}", error=True)
         if resolved.synthetic:
             build_synthetic(settings, resolved)
-    except ModelResolutionError as exc:
-        say(f"[ERROR] {exc}", error=True)
-        return 2
-    facts = model_facts(settings, resolved)
-    if facts.reason:
-        say(f"[WARNING] config.json of {resolved.model_arg} not known before launch ({facts.reason})", error=True)
-    build = engine_build(settings)
-    settings, dtype_line = for_host(settings, build)  # unset VLLM_DTYPE: what this host's CPU or GPU computes
-    if dtype_line:
-        say(dtype_line)
-    try:
+        facts = model_facts(settings, resolved)
+        if facts.reason:
+            say(f"[WARNING] config.json of {resolved.model_arg} not known before launch ({facts.reason})", error=True)
+        build = engine_build(settings)
+        settings, dtype_line = for_host(settings, build)  # unset VLLM_DTYPE: what this host's CPU or GPU computes
+        if dtype_line:
+            say(dtype_line)
         kv = kv_plan(settings, resolved, facts)  # also in --prepare-only, so `make up` refuses before starting
         fits_host(settings, build)  # the CPU build's pool lies in host memory
-    except KvSizingError as exc:
+    except (ModelResolutionError, KvSizingError) as exc:
         say(f"[ERROR] {exc}", error=True)
         return 2
     say(f"[INFO] {kv.describe(settings.concurrency)}")

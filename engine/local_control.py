@@ -34,13 +34,13 @@ from core.replicas import replicas
 from core.settings import PROJECT_ROOT, Settings
 from core.slots import active_slot
 from engine.bluegreen import Programs, Swapped, switch_replica
-from engine.enginephase import engine_process, failure_report, launch_phase
+from engine.enginephase import DEAD_STATES, engine_process, failure_report, launch_phase
 from engine.local_replicas import ROUTER_PROGRAM, program_name, program_names
 from engine.reaper import end_engine_processes, engine_processes
 from engine.vllmlog.tracker import StartupPhase
 
 PROGRAM = "vllm"
-FAILED_STATES = frozenset({"FATAL", "EXITED", "BACKOFF", "STOPPED", "UNKNOWN"})
+FAILED_STATES = DEAD_STATES | {"UNKNOWN"}
 
 
 SETTLE_S = 3.0  # how long a restart lets a stopped vLLM's children exit by themselves before ending them

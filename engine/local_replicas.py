@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 
 from core.enginestate import EngineError
+from core.net import wait_for_http
 from core.replicas import (
     front_in_use,
     replica_port,
@@ -94,9 +95,7 @@ stopwaitsecs=30
 """
 
 
-def router_section(settings: Settings) -> str:
-    """``[program:router]``: :func:`main`, which waits for the engines, then becomes vllm-router."""
-    return f"""
+ROUTER_SECTION = f"""
 [program:{ROUTER_PROGRAM}]
 command=%(ENV_APP_PYTHON)s -m engine.local_replicas
 directory=%(ENV_PROJECT_ROOT)s
@@ -110,6 +109,7 @@ startretries=0
 stopasgroup=true
 killasgroup=true
 """
+"""``[program:router]``: :func:`main`, which waits for the engines, then becomes vllm-router."""
 
 
 def conf_text(settings: Settings, base: str) -> str:
@@ -120,7 +120,7 @@ def conf_text(settings: Settings, base: str) -> str:
     head, _, rest = base.partition("[program:vllm]")
     base = head + rest[rest.index("\n[program:") :]
     extra = "".join(replica_section(k, slot) for k in range(settings.replicas) for slot in SLOTS)
-    return base.rstrip("\n") + "\n" + extra + router_section(settings)
+    return base.rstrip("\n") + "\n" + extra + ROUTER_SECTION
 
 
 def write_conf(settings: Settings, base_path: Path) -> Path:
@@ -164,18 +164,12 @@ def wait_for_engines(settings: Settings, interval_s: float = 2.0) -> list[str]:
     """Wait until every engine answers ``GET /health`` (at most STARTUP_TIMEOUT_S); the URLs that never
     did. vllm-router sidelines a worker that fails while starting for 60 s, so it starts after the engines.
     """
-    pending = [r.url for r in replicas(settings)]
     deadline = time.monotonic() + settings.startup_timeout_s
-    while pending and time.monotonic() < deadline:
-        for url in list(pending):
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    pending.remove(url)
-            except httpx.HTTPError:
-                pass
-        if pending:
-            time.sleep(interval_s)
-    return pending
+    return [
+        r.url
+        for r in replicas(settings)
+        if not wait_for_http(f"{r.url}/health", deadline - time.monotonic(), interval_s=interval_s)[0]
+    ]
 
 
 def front_url(settings: Settings) -> str:

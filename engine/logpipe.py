@@ -119,11 +119,6 @@ class Masked:
         self.write(text.encode("utf-8", "replace") + b"\n")
 
 
-def line_cut(data: bytes) -> int:
-    """Bytes of ``data`` up to and including its last line end (``\\n`` or ``\\r``); 0 when it has none."""
-    return max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
-
-
 def pump(fd: int, out: Masked, clock: Callable[[], float] = time.time) -> int:
     """Copy ``fd`` to ``out`` until end of file, whole lines at a time, uvicorn's lines stamped at ``clock()``; returns
     the bytes read. A last piece without a line end, or one of :data:`MAX_PENDING_BYTES`, is written as it is."""
@@ -141,7 +136,7 @@ def pump(fd: int, out: Masked, clock: Callable[[], float] = time.time) -> int:
             break
         copied += len(data)
         pending += data
-        cut = line_cut(pending)
+        cut = max(pending.rfind(b"\n"), pending.rfind(b"\r")) + 1  # up to the last line end; 0 without one
         if cut == 0 and len(pending) >= MAX_PENDING_BYTES:
             cut = len(pending)
         if cut:

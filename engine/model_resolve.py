@@ -2,16 +2,17 @@
 
 Rules (issue #2): an *unset* ``MODEL`` means ERNIE-4.5-0.3B-PT, falling back loudly to ``synthetic:ernie-4.5-0.3b``
 when it is neither cached nor downloadable; a model the user *set* that cannot be loaded is an error naming the
-model and the cause, never a silent fallback. The probes are injected so the rules are unit-tested offline.
+model and the cause, never a silent fallback. The probes (the HF cache look-up and the hub, below: the I/O edge) are
+injected so the rules are unit-tested offline.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from core.settings import SYNTHETIC_FALLBACK
 
@@ -37,10 +38,6 @@ class ResolvedModel:
     synthetic: bool
     synthetic_variant: str | None = None
     fallback_reason: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready view."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -134,4 +131,52 @@ def resolve_model(
         cached=cached,
         probe_hub=probe_hub,
     )
-    return ResolvedModel(**{**fallback.to_dict(), "requested": requested, "fallback_reason": reason})
+    return replace(fallback, requested=requested, fallback_reason=reason)
+
+
+def hf_config_dir(repo_id: str) -> Path | None:
+    """The HF-cache snapshot folder holding ``repo_id``'s ``config.json``; None when not cached (no network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json")
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def hf_cached(repo_id: str) -> bool:
+    """True when the local HF cache holds ``repo_id``'s ``config.json`` (no network)."""
+    return hf_config_dir(repo_id) is not None
+
+
+def fetch_config(
+    repo_id: str, timeout_s: float, token: str | None = None, endpoint: str | None = None
+) -> tuple[Path | None, str | None]:
+    """Download ``repo_id``'s ``config.json`` into the HF cache (where vLLM finds it) so the first start
+    plans from the same geometry as later ones; ``(folder, None)`` or ``(None, reason)``, never raises."""
+    from huggingface_hub import hf_hub_download
+
+    try:
+        found = hf_hub_download(repo_id, "config.json", token=token, endpoint=endpoint, etag_timeout=timeout_s)
+    except Exception as exc:  # hub errors, network errors and offline mode all mean "not known before launch"
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+    return Path(found).parent, None
+
+
+def probe_hub(repo_id: str, timeout_s: float, offline: bool, token: str | None = None) -> HubProbe:
+    """Ask the hub whether ``repo_id`` exists within ``timeout_s`` (``token`` finds private and gated repos);
+    ``HubProbe`` True, False, or None with the reason when unreachable (or ``offline``); never raises."""
+    if offline:
+        return HubProbe(None, "HF_HUB_OFFLINE is set")
+    import httpx
+    from huggingface_hub import constants
+
+    url = f"{constants.ENDPOINT}/api/models/{repo_id}"
+    try:
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        response = httpx.get(url, timeout=timeout_s, follow_redirects=True, headers=headers)
+    except httpx.HTTPError as exc:
+        return HubProbe(None, f"{type(exc).__name__}: {exc}")
+    if response.status_code == 200:
+        return HubProbe(True, "found on the hub")
+    if response.status_code in (401, 404):
+        return HubProbe(False, f"hub answered HTTP {response.status_code}")
+    return HubProbe(None, f"hub answered HTTP {response.status_code}")

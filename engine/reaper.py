@@ -35,22 +35,18 @@ class Ended:
     left: list[int] = field(default_factory=list)
 
 
+def _stat(proc_dir: str) -> list[str] | None:
+    """The fields of ``<proc_dir>/stat`` after the command name (state, parent, group, …); None if unreadable."""
+    try:
+        return Path(proc_dir, "stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+
+
 def _gone(pid: int) -> bool:
     """True when ``pid`` no longer runs (no such process, or a zombie waiting for its parent)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[:1] in (["Z"], ["X"])
-
-
-def _pgrp(stat_path: str) -> int | None:
-    """The process group in ``/proc/<pid>/stat`` (the third field after the command name), None if unreadable."""
-    try:
-        fields = Path(stat_path).read_text().rsplit(")", 1)[-1].split()
-        return int(fields[2])
-    except (OSError, IndexError, ValueError):
-        return None
+    stat = _stat(f"/proc/{pid}")
+    return stat is None or stat[:1] in (["Z"], ["X"])
 
 
 def _looks_like_engine(proc_dir: str) -> bool:
@@ -83,7 +79,7 @@ def engine_processes(run_dir: Path, pgid: int | None = None, proc: Path = Path("
         except OSError:
             continue
         ours = wanted in environ.split(b"\0") or (
-            pgid is not None and _pgrp(f"{entry.path}/stat") == pgid and _looks_like_engine(entry.path)
+            pgid is not None and (_stat(entry.path) or [])[2:3] == [str(pgid)] and _looks_like_engine(entry.path)
         )
         if ours and not _gone(int(entry.name)):
             found.append(int(entry.name))

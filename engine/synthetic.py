@@ -80,24 +80,12 @@ def is_built(out: Path, digest: str) -> bool:
         return False
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable-character table (the alphabet of a byte-level BPE vocabulary)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    keep += list(range(ord("®"), ord("ÿ") + 1))
-    chars = keep[:]
-    n = 0
-    for b in range(256):
-        if b not in keep:
-            keep.append(b)
-            chars.append(256 + n)
-            n += 1
-    return dict(zip(keep, (chr(c) for c in chars), strict=True))
-
-
 def _padding_tokens(existing: set[str], needed: int) -> list[str]:
     """``needed`` extra byte-level tokens, each a whole CJK character (or pair), so the uniformly
     sampled ids of a random model decode to text."""
-    table = _bytes_to_unicode()
+    from transformers.convert_slow_tokenizer import bytes_to_unicode  # GPT-2's byte -> printable-character table
+
+    table = bytes_to_unicode()
 
     def enc(text: str) -> str:
         return "".join(table[b] for b in text.encode("utf-8"))

@@ -32,8 +32,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/ is no package: the project's modules
 
 from core.settings import PROJECT_ROOT, Settings, get_settings
-from engine.gpuhost import HostGpus, host_gpus
 from engine.gpupeak import CARD_CLASSES, PROMISE_BYTES, BatchLimits
+from engine.gpuplan import HostGpus, host_gpus
 
 PREDICTED_LINE = re.compile(r"GPU start-up peak \(predicted per GPU[^)]*\): ([\d.]+) GB")
 REPORT_PATH = re.compile(r"(\S*reports/\S+\.(?:json|html))")

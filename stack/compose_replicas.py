@@ -266,7 +266,7 @@ def write(
         return out  # the running stack's shape: later commands (ps, exec, down) see its services without REPLICAS
     gpu = not any(Path(name).name == "docker-compose.cpu.yml" for name in file_names)
     if gpu and gpu_count is None and not settings.gpu_devices and router_in_use(cluster_settings(settings)):
-        from engine.gpuhost import host_gpus
+        from engine.gpuplan import host_gpus
 
         gpu_count = len(host_gpus().devices)
     engines = plan(settings, gpu, gpu_count or 0, cores)

@@ -28,8 +28,7 @@ from core.replicas import front_in_use
 from core.settings import Settings
 from engine.bluegreen import decide, room_now
 from engine.engineplan import engine_build, fits_host
-from engine.hostdtype import for_host
-from engine.kvsizing import KvSizingError
+from engine.kvsizing import KvSizingError, for_host
 from engine.launcher import kv_plan, resolve
 from engine.local_control import ComposeEngine, LocalEngine, engine_phase
 from engine.model_resolve import ModelResolutionError

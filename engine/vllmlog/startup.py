@@ -73,11 +73,6 @@ def _feed_span(tracker: StartupTracker, span: tuple[bytes, int, int]) -> None:
             tracker.feed(raw)
 
 
-def _settled(tracker: StartupTracker) -> bool:
-    """True when the attempt being read is over (ready or failed): the rest of a region is serving lines."""
-    return tracker.state is not None and tracker.state.phase in ("ready", "failed", "stopped")
-
-
 def _identity(path: str) -> tuple[int, int, int] | None:
     try:
         st = os.stat(path)
@@ -140,7 +135,9 @@ def read_startup(path: Path, engine_state: EngineState | None = None, stats: Rea
             read += span[2] - span[1]
             if most is not None and read >= most:
                 break
-            if 0 <= settle_after <= read and tracker.state is not before and _settled(tracker):
+            state = tracker.state
+            over = state is not None and state is not before and state.phase in ("ready", "failed", "stopped")
+            if 0 <= settle_after <= read and over:  # the attempt read is over: the rest of the region is serving lines
                 break
         spans.close()
     return tracker.result()

@@ -19,7 +19,7 @@ import pytest
 
 from core.settings import Settings
 from core.units import GIB
-from engine.hostdtype import GPU_DTYPE, pool_gib
+from engine.kvsizing import GPU_DTYPE, pool_gib
 from sidecar.sampling.gpu import open_gpu_reader
 
 pytestmark = pytest.mark.gpu

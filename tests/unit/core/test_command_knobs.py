@@ -19,8 +19,7 @@ from core.flags import MAX_CONCURRENCY, _knob_flags, build_parser, flag_environm
 from core.knobs.commands import BENCHMARK, ENGINE, LOGS, SIDECAR, UI, Command, home
 from core.requestlog import RequestLog
 from core.settings import PROJECT_ROOT, Settings
-from engine.hostdtype import pool_gib
-from engine.kvsizing import plan_kv
+from engine.kvsizing import plan_kv, pool_gib
 from engine.launcher import apply_request, vllm_argv, vllm_env
 from engine.model_resolve import ResolvedModel
 from loadgen.command import benchmark as bench

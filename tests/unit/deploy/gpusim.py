@@ -160,7 +160,7 @@ def fake_nvml(gpus: tuple[SimGpu, ...], driver: str) -> FakeNvml:
 
 
 def write_fake_smi(folder: Path, gpus: tuple[SimGpu, ...], driver: str) -> None:
-    """An ``nvidia-smi`` answering engine.gpuhost's CSV query for ``gpus`` (MiB), and failing without any."""
+    """An ``nvidia-smi`` answering engine.gpuplan's CSV query for ``gpus`` (MiB), and failing without any."""
     rows = [f"{i}, {g.uuid}, {g.name}, {g.total_bytes // MIB}, {(g.total_bytes - g.used_bytes) // MIB}, {driver}"
             for i, g in enumerate(gpus)]  # fmt: skip
     body = "\n".join(rows)

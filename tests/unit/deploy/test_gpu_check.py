@@ -13,8 +13,8 @@ import pytest
 
 from core.gpus import DeviceMemory
 from core.settings import PROJECT_ROOT, get_settings
-from engine.gpuhost import HostGpus, host_gpus
 from engine.gpupeak import BatchLimits, ModelShape, predict_peak
+from engine.gpuplan import HostGpus, host_gpus
 from tests.scripts import script_module
 
 gpu_check = script_module("gpu_check")

@@ -14,7 +14,7 @@ import pytest
 
 from core.settings import PROJECT_ROOT, Settings
 from engine import doctor
-from engine.gpuhost import SMI_QUERY, HostGpus, from_nvidia_smi, host_gpus
+from engine.gpuplan import SMI_QUERY, HostGpus, from_nvidia_smi, host_gpus
 from tests.fakes import FakeNvml
 from tests.unit.engine.test_gpu_plan import ERNIE_FULL
 

@@ -17,7 +17,6 @@ from core.units import GIB
 from engine import gpupeak, gpupeakdoc
 from engine import launcher as launch
 from engine.engineplan import ModelFacts, gpu_plan, kv_plan
-from engine.gpuhost import HostGpus
 from engine.gpupeak import (
     CARD_CLASSES,
     PROMISE_BYTES,
@@ -31,6 +30,7 @@ from engine.gpupeak import (
     vllm_batch_defaults,
 )
 from engine.gpupeakdoc import ernie_peak
+from engine.gpuplan import HostGpus
 from engine.model_resolve import ResolvedModel
 from tests.unit.engine.test_gpu_plan import ERNIE_FULL, engine  # noqa: F401 - the engine interpreter fixture
 

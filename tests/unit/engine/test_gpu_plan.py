@@ -15,8 +15,8 @@ from core.settings import Settings
 from core.units import GIB
 from engine import launcher as launch
 from engine.engineplan import ModelFacts, engine_versions, gpu_plan, kv_plan
-from engine.gpuhost import from_nvml
-from engine.gpuplan import ParallelSizes, memory_plan, parallel_sizes, weights_from_config
+from engine.gpupeak import weights_from_config
+from engine.gpuplan import ParallelSizes, from_nvml, memory_plan, parallel_sizes
 from engine.kvsizing import geometry_from_config, per_gpu
 from engine.model_resolve import ResolvedModel
 from tests.fakes import FakeNvml
