@@ -1,6 +1,7 @@
 """Times in logs and on the command line: ``--since`` values, vLLM's year-less local stamps, ISO 8601 strings.
 
-Only ``time`` and ``re`` at import (``datetime`` is imported when an ISO string is parsed): start-up time counts.
+Only ``time`` and ``re`` at import (``datetime`` is imported when an ISO string is parsed or written): start-up time
+counts.
 """
 
 from __future__ import annotations
@@ -53,13 +54,9 @@ def iso_to_epoch_s(text: str) -> float:
 
 def epoch_to_iso(epoch_s: float | None) -> str | None:
     """Epoch seconds to local ISO 8601 with seconds and offset, ``2026-11-29T21:55:01+00:00`` (None stays None)."""
-    if epoch_s is None:
-        return None
-    local = time.localtime(epoch_s)
-    offset_min = local.tm_gmtoff // 60
-    sign = "+" if offset_min >= 0 else "-"
-    hours, minutes = divmod(abs(offset_min), 60)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", local) + f"{sign}{hours:02d}:{minutes:02d}"
+    from datetime import datetime
+
+    return None if epoch_s is None else datetime.fromtimestamp(epoch_s).astimezone().isoformat(timespec="seconds")
 
 
 class StampClock:
