@@ -20,8 +20,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSetti
 
 from core.distributions import lognormal_params
 from core.knobs.benchmark_knobs import RANDOM_DATASET, BenchmarkKnobs
-from core.knobs.cluster_knobs import ClusterKnobs
-from core.knobs.cost_knobs import CostKnobs
+from core.knobs.cluster_knobs import ClusterKnobs, CostKnobs
 from core.knobs.folders_knobs import PROJECT_ROOT, FolderKnobs
 from core.knobs.security_knobs import SecurityKnobs
 from core.knobs.serving_knobs import DEFAULT_MODEL, SYNTHETIC_FALLBACK, ServingKnobs
