@@ -37,9 +37,8 @@ def _extra(info: FieldInfo) -> dict[str, Any]:
 def flag_fields() -> Iterator[tuple[str, FieldInfo]]:
     """Settings fields that have flags (everything but secrets and internal fields)."""
     for name, info in Settings.model_fields.items():
-        if info.repr is False or _extra(info).get("cli") is False:
-            continue
-        yield name, info
+        if info.repr is not False and _extra(info).get("cli") is not False:
+            yield name, info
 
 
 def flags_of(name: str, info: FieldInfo) -> list[str]:
@@ -217,13 +216,12 @@ def _report_field_flags() -> dict[str, str]:
 def _add_knob(group: argparse._ArgumentGroup, name: str, info: FieldInfo) -> None:
     flags = flags_of(name, info)
     help_text = knob_help(name, info).replace("%", "%%")
+    const = _extra(info).get("cli_const")  # ``--sweep`` alone means ``--sweep auto``
     if is_bool(info):
         group.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-    elif _extra(info).get("cli_const"):  # ``--sweep`` alone means ``--sweep auto``
-        group.add_argument(*flags, dest=name, default=None, metavar=_metavar(info), help=help_text, nargs="?",
-                           const=str(_extra(info)["cli_const"]))  # fmt: skip
     else:
-        group.add_argument(*flags, dest=name, default=None, metavar=_metavar(info), help=help_text)
+        group.add_argument(*flags, dest=name, default=None, metavar=_metavar(info), help=help_text,
+                           nargs="?" if const else None, const=str(const) if const else None)  # fmt: skip
 
 
 def knob_help(name: str, info: FieldInfo) -> str:
