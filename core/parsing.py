@@ -22,8 +22,7 @@ BUCKETS = ("short", "medium", "long")
 # the first answer token of a reasoning stream (core.reasoning).
 SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "answer_ttft_ms")
 # A baseline name: letters, digits, '_', '.', '-', starting with a letter or digit, 1-64 characters.
-NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}"
-NAME_RE = re.compile(NAME_PATTERN)
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 
 
 def parse_duration_s(text: str) -> float:
@@ -51,11 +50,8 @@ def parse_mix(text: str) -> dict[str, float]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, _, value = part.partition(":")
         name = name.strip()
-        try:
-            weight = float(value)
-        except ValueError:
-            weight = math.nan
-        if name not in BUCKETS or not math.isfinite(weight) or weight < 0:
+        weight = _finite(value)
+        if name not in BUCKETS or weight is None or weight < 0:
             raise ValueError(
                 f"INPUT_MIX part {part!r} does not parse: use bucket:weight with buckets {', '.join(BUCKETS)} and "
                 "finite weights >= 0, e.g. short:0.3,medium:0.5,long:0.2"
@@ -104,7 +100,7 @@ def _finite(text: str) -> float | None:
 
 
 def validate_name(name: str, what: str = "baseline name") -> str:
-    """Return ``name`` when the whole of it matches :data:`NAME_PATTERN` (a trailing newline does not pass).
+    """Return ``name`` when the whole of it matches :data:`NAME_RE` (a trailing newline does not pass).
 
     Raises:
         ValueError: anything else; the message says what is allowed.
