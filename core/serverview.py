@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -134,7 +135,7 @@ def mean_checks(
     return views[0], views[1], checks
 
 
-def server_counts(before: Samples, after: Samples) -> dict[str, int | None]:
+def server_counts(before: Samples, after: Samples) -> dict[str, Any]:
     """vLLM's counts over the window: ``requests_succeeded``/``_aborted``/``_errored``, ``prompt_tokens``,
     ``generation_tokens`` and ``preemptions`` (None: not scraped)."""
 
@@ -189,7 +190,7 @@ def cross_check(
     usage_known = all(r.output_tokens is not None for r in ok)
 
     def exact(name: str, client: float | None) -> Agreement:
-        server = float(counts[name] or 0)
+        server = float(counts[name])
         if not cut:
             return _check(name, client, server, None if client is None else client == server, "exact")
         extra = bounds[name]  # client <= server <= client + extra: the server also counted the cut requests' work

@@ -142,7 +142,7 @@ def replica_view(
         state="up" if scrapes.down_since_s is None else "down",
         down_reason=None if scrapes.down_since_s is None else "stopped answering during the run, back at the end",
         requests_succeeded=counts["requests_succeeded"],
-        requests_failed=(counts["requests_aborted"] or 0) + (counts["requests_errored"] or 0),
+        requests_failed=counts["requests_aborted"] + counts["requests_errored"],
         prompt_tokens=counts["prompt_tokens"],
         generation_tokens=counts["generation_tokens"],
         ttft_mean_ms=ttft.mean_ms,
