@@ -113,13 +113,6 @@ def save_calibration(path: Path, calibration: Calibration) -> None:
     atomic_write(path, json.dumps(calibration.model_dump(), indent=2))
 
 
-def _p50_p99(values: Sequence[float]) -> tuple[float, float] | None:
-    if not values:
-        return None
-    p50, p99 = np.percentile(np.asarray(values, dtype=float), [50, 99])
-    return float(p50), float(p99)
-
-
 def client_lag_ms(processes: Sequence[ProcessLoad]) -> float | None:
     """The worst load process's mean event-loop lag while requests were in flight, ms; None: none."""
     means = [p.lag.mean_ms for p in processes if p.lag.count and p.lag.mean_ms is not None]
@@ -141,10 +134,10 @@ def lag_impact(records: Sequence[RequestRecord], lag_p50_ms: float, lag_p99_ms: 
         ("ttft", [r.ttft_ms for r in ok if r.ttft_ms is not None]),
         ("itl", [gap for r in ok for gap in r.itl_ms]),
     ):
-        pair = _p50_p99(values)
-        if pair is None:
+        if not values:
             continue
-        for pct, value, lag in (("p50", pair[0], lag_p50_ms), ("p99", pair[1], lag_p99_ms)):
+        p50, p99 = (float(v) for v in np.percentile(np.asarray(values, dtype=float), [50, 99]))
+        for pct, value, lag in (("p50", p50, lag_p50_ms), ("p99", p99, lag_p99_ms)):
             share = 100.0 * lag / max(value, 0.001)
             out.append(LagImpact(figure=f"{name}_{pct}_ms", value_ms=value, lag_ms=lag, share_pct=share))
     return out

@@ -204,15 +204,12 @@ class EngineControl(Protocol):
 
     def status(self) -> EngineStatus | None:
         """The engine's process state; None when this controller does not run the stack."""
-        ...
 
     def start(self) -> None:
         """Start the engine (no-op when it runs) and wait until it answers. Raises EngineError."""
-        ...
 
     def stop(self) -> None:
         """Stop the engine. Raises EngineError."""
-        ...
 
     def restart(self, request: EngineRequest) -> None:
         """Restart with ``request`` and wait until it answers.
@@ -220,4 +217,3 @@ class EngineControl(Protocol):
         Raises:
             EngineError: not running under this controller, or the engine did not come up.
         """
-        ...

@@ -37,9 +37,8 @@ def _extra(info: FieldInfo) -> dict[str, Any]:
 def flag_fields() -> Iterator[tuple[str, FieldInfo]]:
     """Settings fields that have flags (everything but secrets and internal fields)."""
     for name, info in Settings.model_fields.items():
-        if info.repr is False or _extra(info).get("cli") is False:
-            continue
-        yield name, info
+        if info.repr is not False and _extra(info).get("cli") is not False:
+            yield name, info
 
 
 def flags_of(name: str, info: FieldInfo) -> list[str]:
@@ -50,18 +49,15 @@ def flags_of(name: str, info: FieldInfo) -> list[str]:
     return [f"--{name.replace('_', '-')}", *(str(a) for a in extra.get("cli") or [])]
 
 
-def default_text(value: Any) -> str:
-    """A default as help and the reference show it (``unset``; folders relative to the project)."""
+def shown_default(info: FieldInfo) -> str:
+    """The default as help and the reference show it: the field's ``shown_default``, else ``unset`` or the value
+    (folders relative to the project)."""
+    value = _extra(info).get("shown_default") or info.get_default(call_default_factory=True)
     if value is None or value == {} or value == "" or value == []:
         return "unset"
-    if isinstance(value, Path):
-        return str(value.relative_to(PROJECT_ROOT)) if value.is_relative_to(PROJECT_ROOT) else str(value)
+    if isinstance(value, Path) and value.is_relative_to(PROJECT_ROOT):
+        return str(value.relative_to(PROJECT_ROOT))
     return str(value)
-
-
-def shown_default(info: FieldInfo) -> str:
-    """The default as shown: the field's ``shown_default``, else :func:`default_text`."""
-    return str(_extra(info).get("shown_default") or default_text(info.get_default(call_default_factory=True)))
 
 
 def is_bool(info: FieldInfo) -> bool:
@@ -220,13 +216,12 @@ def _report_field_flags() -> dict[str, str]:
 def _add_knob(group: argparse._ArgumentGroup, name: str, info: FieldInfo) -> None:
     flags = flags_of(name, info)
     help_text = knob_help(name, info).replace("%", "%%")
+    const = _extra(info).get("cli_const")  # ``--sweep`` alone means ``--sweep auto``
     if is_bool(info):
         group.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-    elif _extra(info).get("cli_const"):  # ``--sweep`` alone means ``--sweep auto``
-        group.add_argument(*flags, dest=name, default=None, metavar=_metavar(info), help=help_text, nargs="?",
-                           const=str(_extra(info)["cli_const"]))  # fmt: skip
     else:
-        group.add_argument(*flags, dest=name, default=None, metavar=_metavar(info), help=help_text)
+        group.add_argument(*flags, dest=name, default=None, metavar=_metavar(info), help=help_text,
+                           nargs="?" if const else None, const=str(const) if const else None)  # fmt: skip
 
 
 def knob_help(name: str, info: FieldInfo) -> str:
@@ -254,22 +249,18 @@ def build_parser(prog: str, description: str, view: Command | None = None) -> Kn
         epilog=EPILOG,
     )
     fields = dict(flag_fields())
-    if view is None:
-        group = parser.add_argument_group("settings", "every knob")
-        for name, info in fields.items():
-            _add_knob(group, name, info)
-        return parser
-    groups = [("most used", view.top), *view.groups]
+    groups = [("most used", view.top), *view.groups] if view else [("settings", tuple(fields))]
+    capped = view is not None and "max_in_flight" in view.fields  # --max-concurrency beside --concurrency
     done: set[str] = set()
     for title, names in groups:
         todo = [name for name in names if name not in done and name in fields]
-        if not todo and not (title == "load" and "max_in_flight" in view.fields):
+        if not todo and not (title == "load" and capped):
             continue
-        group = parser.add_argument_group(title)
+        group = parser.add_argument_group(title, None if view else "every knob")
         for name in todo:
             _add_knob(group, name, fields[name])
             done.add(name)
-            if name == "concurrency" and "max_in_flight" in view.fields:
+            if name == "concurrency" and capped:
                 group.add_argument(MAX_CONCURRENCY, dest="max_concurrency", default=None, metavar="N",
                                    help="vllm bench serve's: with a rate MAX_IN_FLIGHT, else "
                                    "CONCURRENCY")  # fmt: skip
@@ -326,8 +317,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argp
 
 def flag_environment(args: argparse.Namespace) -> dict[str, str]:
     """The flags given as environment variables (on/off as 1/0), for a child process that re-reads its settings."""
-    env: dict[str, str] = {}
-    fields = dict(flag_fields())
-    for name, value in given(args).items():
-        env[env_names(name, fields[name])[0]] = ("1" if value else "0") if isinstance(value, bool) else str(value)
-    return env
+    return {
+        env_names(name, Settings.model_fields[name])[0]: str(int(value)) if isinstance(value, bool) else str(value)
+        for name, value in given(args).items()
+    }

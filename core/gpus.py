@@ -48,8 +48,3 @@ def select_devices(spec: str | None, devices: Sequence[DeviceMemory]) -> list[De
             break
         chosen.append(device)
     return chosen
-
-
-def selected_indices(spec: str | None, devices: Sequence[DeviceMemory]) -> list[int]:
-    """NVML indices of :func:`select_devices`."""
-    return [d.index for d in select_devices(spec, devices)]

@@ -1,7 +1,8 @@
 """Size-based rotation of the stack's own logs: ``name`` -> ``name.1`` -> ... -> ``name.N``.
 
-:func:`append_rotating` (``logs/requests.jsonl``, many processes: one ``O_APPEND`` write per line, rotation under an
-exclusive ``flock``, rechecking the size) and :class:`RotatingWriter` (``logs/vllm.log`` written by the launcher).
+:class:`RotatingWriter` keeps one appender open (``logs/vllm.log``, a Locust process's ``logs/requests.jsonl``);
+:func:`append_rotating` is one write of it (the UI's request lines). Many processes may append: each line is one
+``O_APPEND`` write, rotation happens under an exclusive ``flock``, rechecking the size.
 """
 
 from __future__ import annotations
@@ -40,36 +41,22 @@ def rotate(path: Path, backups: int) -> None:
 
 
 def append_rotating(path: Path, data: bytes, max_bytes: int | None, backups: int) -> None:
-    """Append whole lines to ``path`` in one ``O_APPEND`` write, rotating first past ``max_bytes``.
+    """Append whole lines to ``path`` in one ``O_APPEND`` write, rotating first past ``max_bytes`` (a
+    :class:`RotatingWriter` for one write).
 
     Raises:
         OSError: the folder or file cannot be written.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-    fd = os.open(path, flags, 0o644)
+    writer = RotatingWriter(path, max_bytes, backups)
     try:
-        size = os.fstat(fd).st_size
-        if max_bytes is not None and size > 0 and size + len(data) > max_bytes:
-            os.close(fd)
-            fd = -1
-            with rotation_lock(path):
-                try:
-                    still = os.stat(path).st_size + len(data) > max_bytes
-                except FileNotFoundError:
-                    still = False
-                if still:  # nobody rotated it while we waited for the lock
-                    rotate(path, backups)
-            fd = os.open(path, flags, 0o644)
-        os.write(fd, data)
+        writer.write(data)
     finally:
-        if fd >= 0:
-            os.close(fd)
+        writer.close()
 
 
 class RotatingWriter:
-    """One process's appender kept open, rotated at ``max_bytes`` (None: never) keeping ``backups``; rotation between
-    writes under :func:`append_rotating`'s lock, so several writers rotate once."""
+    """An appender kept open, rotated at ``max_bytes`` (None: never) keeping ``backups``: the size is rechecked under
+    the exclusive rotation lock, so several writers (processes) rotate once, and each reopens the new file."""
 
     def __init__(self, path: Path, max_bytes: int | None, backups: int) -> None:
         self.path = path

@@ -1,14 +1,19 @@
-"""Parsers of the knobs' text forms (durations, input mix, SLOs) and the name/id patterns. Each raises
-``ValueError`` naming the variable and a valid example.
+"""Parsers of text forms: the knobs' (durations, input mix, SLOs, sweeps) and the name/id patterns, each raising
+``ValueError`` naming the variable and a valid example; times in logs and on the command line (``--since``, vLLM's
+year-less local stamps, ISO 8601 strings).
+
+Only ``math``, ``time`` and ``re`` at import (``datetime`` is imported when an ISO string is parsed or written):
+start-up time counts.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import time
 
-_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*")  # days: --since only
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _SLO_RE = re.compile(r"\s*(\w+)\s*<=\s*(\S+)\s*")
 
 # Input-length buckets of the workload (by characters of the whole conversation).
@@ -17,8 +22,7 @@ BUCKETS = ("short", "medium", "long")
 # the first answer token of a reasoning stream (core.reasoning).
 SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "answer_ttft_ms")
 # A baseline name: letters, digits, '_', '.', '-', starting with a letter or digit, 1-64 characters.
-NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}"
-NAME_RE = re.compile(NAME_PATTERN)
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 
 
 def parse_duration_s(text: str) -> float:
@@ -28,7 +32,7 @@ def parse_duration_s(text: str) -> float:
         ValueError: the text is not a positive number with an optional unit ms/s/m/h.
     """
     match = _DURATION_RE.fullmatch(text)
-    if not match:
+    if not match or match.group(2) == "d":
         raise ValueError(f"{text!r} is not a duration; use e.g. 60, 60s, 5m or 1h")
     seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
     if seconds <= 0:
@@ -46,11 +50,8 @@ def parse_mix(text: str) -> dict[str, float]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, _, value = part.partition(":")
         name = name.strip()
-        try:
-            weight = float(value)
-        except ValueError:
-            weight = math.nan
-        if name not in BUCKETS or not math.isfinite(weight) or weight < 0:
+        weight = _finite(value)
+        if name not in BUCKETS or weight is None or weight < 0:
             raise ValueError(
                 f"INPUT_MIX part {part!r} does not parse: use bucket:weight with buckets {', '.join(BUCKETS)} and "
                 "finite weights >= 0, e.g. short:0.3,medium:0.5,long:0.2"
@@ -99,7 +100,7 @@ def _finite(text: str) -> float | None:
 
 
 def validate_name(name: str, what: str = "baseline name") -> str:
-    """Return ``name`` when the whole of it matches :data:`NAME_PATTERN` (a trailing newline does not pass).
+    """Return ``name`` when the whole of it matches :data:`NAME_RE` (a trailing newline does not pass).
 
     Raises:
         ValueError: anything else; the message says what is allowed.
@@ -154,3 +155,96 @@ def parse_sweep(text: str) -> tuple[str, list[float]]:
     if not loads:
         raise ValueError(f"SWEEP={text!r} lists no load: {example}")
     return kind, sorted(loads)
+
+
+SINCE_HELP = "a duration back from now (90s, 15m, 1h, 2d) or a local date-time (2026-11-29 21:00, 2026-11-29T21:00:00)"
+_SLACK_S = 2 * 86400.0
+"""A stamp may lie this far after the reference time (clock skew, mtime of a rotated file) before it is taken as
+belonging to the previous year."""
+_MAX_CACHED_STAMPS = 4096
+
+
+def parse_since(text: str, now_s: float | None = None) -> float:
+    """Start of the ``--since`` window as epoch seconds.
+
+    Args:
+        text: a duration back from now (``90s``, ``15m``, ``1h``, ``2d``, bare seconds) or an ISO 8601 date-time.
+        now_s: the current time, epoch seconds (default: ``time.time()``).
+
+    Raises:
+        ValueError: the text is neither; the message names the accepted formats.
+    """
+    now = time.time() if now_s is None else now_s
+    match = _DURATION_RE.fullmatch(text)
+    if match:
+        seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+        if seconds <= 0:
+            raise ValueError(f"--since {text!r} must be longer than zero; use {SINCE_HELP}")
+        return now - seconds
+    try:
+        return iso_to_epoch_s(text.strip())
+    except ValueError:
+        raise ValueError(f"--since {text!r} is not understood; use {SINCE_HELP}") from None
+
+
+def iso_to_epoch_s(text: str) -> float:
+    """ISO 8601 date-time to epoch seconds (naive values are local time; ``Z`` means UTC).
+
+    Raises:
+        ValueError: not an ISO 8601 date-time.
+    """
+    from datetime import datetime
+
+    return datetime.fromisoformat(text).timestamp()
+
+
+def epoch_to_iso(epoch_s: float | None) -> str | None:
+    """Epoch seconds to local ISO 8601 with seconds and offset, ``2026-11-29T21:55:01+00:00`` (None stays None)."""
+    from datetime import datetime
+
+    return None if epoch_s is None else datetime.fromtimestamp(epoch_s).astimezone().isoformat(timespec="seconds")
+
+
+class StampClock:
+    """vLLM's year-less stamps to epoch s, the year putting them at or before ``reference_s``."""
+
+    def __init__(self, reference_s: float | None = None) -> None:
+        self.reference_s: float = time.time() if reference_s is None else reference_s
+        self._year = time.localtime(self.reference_s).tm_year
+        self._midnight_s: dict[tuple[int, int], float | None] = {}
+        self._stamps: dict[bytes, float | None] = {}
+
+    def stamp_s(self, stamp: bytes) -> float | None:
+        """Epoch seconds of ``b"MM-DD HH:MM:SS"`` (cached: lines of one second share the work); None if invalid."""
+        if stamp in self._stamps:
+            return self._stamps[stamp]
+        try:
+            value = self.epoch_s(int(stamp[0:2]), int(stamp[3:5]), int(stamp[6:8]), int(stamp[9:11]), int(stamp[12:14]))
+        except ValueError:
+            value = None
+        if len(self._stamps) >= _MAX_CACHED_STAMPS:
+            self._stamps.clear()
+        self._stamps[stamp] = value
+        return value
+
+    def epoch_s(self, month: int, day: int, hour: int, minute: int, second: int) -> float | None:
+        """Epoch seconds of the local stamp, None when it is not a real date or time."""
+        key = (month, day)
+        if key not in self._midnight_s:
+            self._midnight_s[key] = self._midnight(month, day)
+        midnight = self._midnight_s[key]
+        if midnight is None or hour > 23 or minute > 59 or second > 60:
+            return None
+        return midnight + hour * 3600 + minute * 60 + second
+
+    def _midnight(self, month: int, day: int) -> float | None:
+        for year in (self._year, self._year - 1):
+            try:
+                stamp = time.mktime((year, month, day, 0, 0, 0, 0, 0, -1))
+            except (OverflowError, ValueError):
+                continue
+            if time.localtime(stamp)[:3] != (year, month, day):  # mktime rolls 02-30 over to March
+                continue
+            if stamp <= self.reference_s + _SLACK_S:
+                return stamp
+        return None

@@ -87,12 +87,8 @@ def configured_secrets(settings: Settings) -> list[str]:
     """Every configured secret: ``repr=False`` settings, the token, secret flag values of extra args."""
     import shlex
 
-    values: list[str] = []
-    for name, info in type(settings).model_fields.items():
-        if info.repr is False:
-            value = getattr(settings, name)
-            if isinstance(value, str):
-                values.append(value)
+    secret = [name for name, info in type(settings).model_fields.items() if info.repr is False]
+    values = [value for name in secret if isinstance(value := getattr(settings, name), str)]
     token = settings.sidecar_auth_token()
     if token:
         values.append(token)

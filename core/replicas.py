@@ -18,6 +18,7 @@ from typing import Annotated, Any
 from pydantic import TypeAdapter, ValidationError
 
 from core.enginestate import read_engine_state
+from core.knobs.serving_knobs import client_host
 from core.settings import Settings
 from core.slots import Slot, active_slot, record_path
 
@@ -50,12 +51,7 @@ def record_cluster(settings: Settings) -> None:
 def as_started(settings: Settings) -> Settings:
     """``settings`` with the recorded cluster knobs of the running stack where this command leaves them unset (knobs
     set here win); no or an unreadable record: ``settings`` as they are."""
-    try:
-        recorded = json.loads(cluster_record(settings).read_text())
-    except (OSError, ValueError):
-        return settings
-    if not isinstance(recorded, dict):
-        return settings
+    recorded = _recorded(settings)
     update = {}
     for name in CLUSTER_KNOBS:
         if name in recorded and name not in settings.model_fields_set:
@@ -64,6 +60,15 @@ def as_started(settings: Settings) -> Settings:
             except ValidationError:
                 continue
     return settings.model_copy(update=update) if update else settings
+
+
+def _recorded(settings: Settings) -> dict[str, Any]:
+    """The record of :func:`record_cluster`; empty when there is none or it is unreadable."""
+    try:
+        recorded = json.loads(cluster_record(settings).read_text())
+    except (OSError, ValueError):
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -117,10 +122,7 @@ def router_in_use(settings: Settings) -> bool:
 
 def front_in_use(settings: Settings) -> bool:
     """True when the router listens on VLLM_PORT, as ``make up`` recorded it; unrecorded: only with the cluster."""
-    try:
-        recorded = json.loads(cluster_record(settings).read_text()).get("front")
-    except (OSError, ValueError, AttributeError):
-        recorded = None
+    recorded = _recorded(settings).get("front")
     return recorded if isinstance(recorded, bool) else _router_in_use(as_started(settings))
 
 
@@ -187,8 +189,7 @@ def _local_host(settings: Settings, index: int = 0) -> str:
     hosts = [h.strip() for h in (settings.replica_hosts or "").split(",") if h.strip()]
     if index < len(hosts):
         return hosts[index]
-    host = settings.vllm_host
-    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    return client_host(settings.vllm_host)
 
 
 def replicas(settings: Settings) -> list[Replica]:
@@ -197,11 +198,9 @@ def replicas(settings: Settings) -> list[Replica]:
     Raises:
         ValueError: ENGINE_URLS does not parse.
     """
-    return _replicas(as_started(settings), front_in_use(settings))
-
-
-def _replicas(settings: Settings, front: bool | None = None) -> list[Replica]:
-    if not (_router_in_use(settings) if front is None else front):
+    front = front_in_use(settings)
+    settings = as_started(settings)
+    if not front:
         return [Replica("vllm", settings.vllm_url, 0)]
     slots = {k: active_slot(settings.run_dir, k) for k in range(settings.replicas)}
     local = [
@@ -288,5 +287,6 @@ def router_fields(settings: Settings) -> dict[str, Any]:
     settings = as_started(settings)  # the record is read once per call
     if not _router_in_use(settings):
         return {}
-    return {"replicas": len(_replicas(settings)), "router_policy": settings.router_policy or ROUTER_DEFAULT_POLICY,
+    engines = settings.replicas + len(_remote_urls(settings))
+    return {"replicas": engines, "router_policy": settings.router_policy or ROUTER_DEFAULT_POLICY,
             "router_version": router_version()}  # fmt: skip

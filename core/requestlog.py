@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from core.logrotate import RotatingWriter, append_rotating
-from core.timeparse import iso_to_epoch_s
+from core.parsing import iso_to_epoch_s
 from core.units import MIB
 
 if TYPE_CHECKING:  # the analyzer imports this module and must start fast: no pydantic at import

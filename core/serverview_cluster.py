@@ -15,12 +15,10 @@ from pydantic import BaseModel, Field
 from core.latency import mean_or_none as _mean
 from core.records import RequestRecord
 from core.replicas import imbalance_percent, shares_percent
-from core.serverview import SUCCESS_REASONS, latency_check
-from core.serverview_overhead import CLIENT_OVERHEAD_MAX_PCT, ClientOverhead, client_overhead
-from core.serverview_samples import Samples, bucket_counts, delta, latency_view
+from core.serverview import CLIENT_OVERHEAD_MAX_PCT, ClientOverhead, client_overhead, mean_checks, server_counts
+from core.serverview_samples import Samples, bucket_counts
 
 CACHE_INFO = "vllm:cache_config_info"
-PREEMPTIONS = "vllm:num_preemptions_total"
 PROMPT_TOKENS = "vllm:request_prompt_tokens"
 
 
@@ -135,26 +133,18 @@ def replica_view(
     if before is None or after is None:
         return ReplicaView(**base, state="down", down_reason=scrapes.why or "not scraped")
     ok = [r for r in records if r.phase == "measured" and r.ok]
-    ttft = latency_view(before, after, "vllm:time_to_first_token_seconds")
-    e2e = latency_view(before, after, "vllm:e2e_request_latency_seconds")
     client_ttft, client_e2e = matched_means(before, after, ok)
-    checks = [
-        latency_check("ttft_mean_ms", client_ttft, ttft.mean_ms, 0.30, 75.0, client_lag_ms),
-        latency_check("e2e_mean_ms", client_e2e, e2e.mean_ms, 0.15, 100.0, client_lag_ms),
-    ]
+    ttft, e2e, checks = mean_checks(before, after, client_ttft, client_e2e, client_lag_ms)
     known = [c.agrees for c in checks if c.agrees is not None]
-
-    def finished(reason: str) -> float:
-        return delta(before, after, "vllm:request_success_total", finished_reason=reason)
-
+    counts = server_counts(before, after)
     return ReplicaView(
         **base,
         state="up" if scrapes.down_since_s is None else "down",
         down_reason=None if scrapes.down_since_s is None else "stopped answering during the run, back at the end",
-        requests_succeeded=round(sum(finished(r) for r in SUCCESS_REASONS)),
-        requests_failed=round(sum(finished(r) for r in ("abort", "error"))),
-        prompt_tokens=round(delta(before, after, "vllm:prompt_tokens_total")),
-        generation_tokens=round(delta(before, after, "vllm:generation_tokens_total")),
+        requests_succeeded=counts["requests_succeeded"],
+        requests_failed=counts["requests_aborted"] + counts["requests_errored"],
+        prompt_tokens=counts["prompt_tokens"],
+        generation_tokens=counts["generation_tokens"],
         ttft_mean_ms=ttft.mean_ms,
         e2e_mean_ms=e2e.mean_ms,
         agrees=all(known) if known else None,
@@ -162,7 +152,7 @@ def replica_view(
         client_e2e_mean_ms=client_e2e,
         client_overhead=client_overhead(before, after, records, server_url=scrapes.url, max_added_pct=max_added_pct),
         kv_pool_tokens=kv_pool_tokens(after),
-        preemptions=max(0, round(delta(before, after, PREEMPTIONS))) if PREEMPTIONS in after else None,
+        preemptions=counts["preemptions"],
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, Field
@@ -27,7 +28,7 @@ def parse_exposition(text: str) -> Samples:
     return dict(out)
 
 
-def _total(samples: Samples, name: str, **match: str) -> float:
+def total(samples: Samples, name: str, **match: str) -> float:
     """Sum of ``name`` over the label sets that contain ``match``."""
     return sum(
         value
@@ -36,8 +37,9 @@ def _total(samples: Samples, name: str, **match: str) -> float:
     )
 
 
-def _delta(before: Samples, after: Samples, name: str, **match: str) -> float:
-    return _total(after, name, **match) - _total(before, name, **match)
+def delta(before: Samples, after: Samples, name: str, **match: str) -> float:
+    """``name``'s :func:`total` in ``after`` minus that in ``before``."""
+    return total(after, name, **match) - total(before, name, **match)
 
 
 def _rank_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[float, float, float, float, float] | None:
@@ -66,12 +68,6 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     if through == below:
         return upper
     return lower + (upper - lower) * (rank - below) / (through - below)
-
-
-def histogram_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
-    """``(lower, upper)`` of the bucket holding quantile ``q`` (the true one lies there); None: empty."""
-    found = _rank_bucket(q, buckets)
-    return None if found is None else (found[0], found[1])
 
 
 def _bucket_deltas(before: Samples, after: Samples, name: str) -> list[tuple[float, float]]:
@@ -110,40 +106,17 @@ class LatencyView(BaseModel):
 
 def latency_view(before: Samples, after: Samples, name: str) -> LatencyView:
     """Count, exact mean and bucket-interpolated quantiles of histogram ``name`` (seconds) over the window."""
-    count = _delta(before, after, f"{name}_count")
-    total_s = _delta(before, after, f"{name}_sum")
+    count = delta(before, after, f"{name}_count")
     buckets = _bucket_deltas(before, after, name)
-
-    def q_ms(q: float) -> float | None:
-        value = histogram_quantile(q, buckets)
-        return None if value is None else value * 1000.0
-
-    def bucket_ms(q: float) -> tuple[float, float | None] | None:
-        bounds = histogram_bucket(q, buckets)
-        if bounds is None:
-            return None
-        return bounds[0] * 1000.0, None if math.isinf(bounds[1]) else bounds[1] * 1000.0
-
-    return LatencyView(
-        count=round(count),
-        mean_ms=total_s / count * 1000.0 if count > 0 else None,
-        p50_ms=q_ms(0.5),
-        p90_ms=q_ms(0.9),
-        p99_ms=q_ms(0.99),
-        p50_bucket_ms=bucket_ms(0.5),
-        p90_bucket_ms=bucket_ms(0.9),
-        p99_bucket_ms=bucket_ms(0.99),
-    )
-
-
-def delta(before: Samples, after: Samples, name: str, **match: str) -> float:
-    """``name``'s total (over the label sets containing ``match``) in ``after`` minus that in ``before``."""
-    return _delta(before, after, name, **match)
-
-
-def total(samples: Samples, name: str, **match: str) -> float:
-    """Sum of ``name`` over the label sets that contain ``match``."""
-    return _total(samples, name, **match)
+    percentiles: dict[str, Any] = {}
+    for q in (50, 90, 99):
+        value = histogram_quantile(q / 100, buckets)
+        percentiles[f"p{q}_ms"] = None if value is None else value * 1000.0
+        found = _rank_bucket(q / 100, buckets)
+        if found is not None:
+            percentiles[f"p{q}_bucket_ms"] = found[0] * 1000.0, None if math.isinf(found[1]) else found[1] * 1000.0
+    mean_ms = delta(before, after, f"{name}_sum") / count * 1000.0 if count > 0 else None
+    return LatencyView(count=round(count), mean_ms=mean_ms, **percentiles)
 
 
 def sum_samples(scrapes: Sequence[Samples]) -> Samples:

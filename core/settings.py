@@ -20,8 +20,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSetti
 
 from core.distributions import lognormal_params
 from core.knobs.benchmark_knobs import RANDOM_DATASET, BenchmarkKnobs
-from core.knobs.cluster_knobs import ClusterKnobs
-from core.knobs.cost_knobs import CostKnobs
+from core.knobs.cluster_knobs import ClusterKnobs, CostKnobs
 from core.knobs.folders_knobs import PROJECT_ROOT, FolderKnobs
 from core.knobs.security_knobs import SecurityKnobs
 from core.knobs.serving_knobs import DEFAULT_MODEL, SYNTHETIC_FALLBACK, ServingKnobs
@@ -96,8 +95,16 @@ class Settings(
 
     @model_validator(mode="after")
     def _load_shape_fits(self) -> Settings:
-        """RATE_END ramps from RATE; multi-turn sessions run in the closed loop (a user waits for each answer)."""
-        self._trace_fits()
+        """TRACE is the whole load shape and workload (the knobs it would contradict are refused); RATE_END ramps from
+        RATE; multi-turn sessions run in the closed loop (a user waits for each answer)."""
+        clashing = [name for name, on in (
+            ("RATE", self.rate is not None), ("RATE_END", self.rate_end is not None), ("SWEEP", self.sweep),
+            ("SESSION_TURNS", self.session_turns > 1), ("PREFIX_LEN", self.prefix_len is not None),
+            ("DATASET=random", self.random_dataset)) if on and self.trace is not None]
+        if clashing:
+            raise ValueError(
+                f"TRACE={self.trace} replays the trace's own schedule and lengths: unset {', '.join(clashing)}"
+            )
         if self.rate_end is not None and self.rate is None:
             raise ValueError(f"RATE_END={self.rate_end:g} ramps from RATE: set RATE (the start rate) too")
         open_sweep = self.sweep is not None and parse_sweep(self.sweep)[0] != "concurrency"
@@ -127,19 +134,6 @@ class Settings(
                 "(e.g. --session-turns 4)"
             )
         return self
-
-    def _trace_fits(self) -> None:
-        """TRACE is the whole load shape and workload: refuse the knobs it would contradict."""
-        if self.trace is None:
-            return
-        clashing = [name for name, on in (
-            ("RATE", self.rate is not None), ("RATE_END", self.rate_end is not None), ("SWEEP", self.sweep),
-            ("SESSION_TURNS", self.session_turns > 1), ("PREFIX_LEN", self.prefix_len is not None),
-            ("DATASET=random", self.random_dataset)) if on]
-        if clashing:
-            raise ValueError(
-                f"TRACE={self.trace} replays the trace's own schedule and lengths: unset {', '.join(clashing)}"
-            )
 
     @model_validator(mode="after")
     def _rates_send_requests(self) -> Settings:
@@ -238,8 +232,7 @@ class Settings(
     @property
     def vllm_client_key(self) -> str | None:
         """The key clients send to vLLM (the first of :attr:`vllm_api_keys`), None when vLLM needs none."""
-        keys = self.vllm_api_keys
-        return keys[0] if keys else None
+        return next(iter(self.vllm_api_keys), None)
 
     @property
     def vllm_headers(self) -> dict[str, str]:

@@ -12,7 +12,6 @@ from core.atomicfile import atomic_write
 
 Slot = Literal["a", "b"]
 SLOTS: tuple[Slot, Slot] = ("a", "b")
-RECORD_NAME = "engine_slots.json"
 
 
 def other(slot: Slot) -> Slot:
@@ -27,7 +26,7 @@ def slot_suffix(slot: Slot) -> str:
 
 def record_path(run_dir: Path) -> Path:
     """``RUN_DIR/engine_slots.json``."""
-    return run_dir / RECORD_NAME
+    return run_dir / "engine_slots.json"
 
 
 def read_slots(run_dir: Path) -> dict[int, Slot]:
@@ -38,11 +37,7 @@ def read_slots(run_dir: Path) -> dict[int, Slot]:
         return {}
     if not isinstance(data, dict):
         return {}
-    out: dict[int, Slot] = {}
-    for key, value in data.items():
-        if isinstance(key, str) and key.isdigit() and value in SLOTS:
-            out[int(key)] = cast(Slot, value)
-    return out
+    return {int(key): cast(Slot, value) for key, value in data.items() if key.isdigit() and value in SLOTS}
 
 
 def active_slot(run_dir: Path, replica: int = 0) -> Slot:

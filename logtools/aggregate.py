@@ -9,8 +9,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.parsing import epoch_to_iso
 from core.requestlog import RequestLogLine
-from core.timeparse import epoch_to_iso
 from engine.vllmlog.grammar import METRIC_FIELDS, normalise
 from logtools.quantiles import StreamingQuantiles
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
+from core.parsing import SINCE_HELP, parse_since
 from core.pipes import guard_stdout
-from core.timeparse import SINCE_HELP, parse_since
 from logtools.reports import InputError, Request, make_reports
 
 USAGE = f"""\

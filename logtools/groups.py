@@ -3,7 +3,7 @@ with digit-holding tokens masked; one example each, at most :data:`MAX_GROUPS`."
 
 from __future__ import annotations
 
-from core.timeparse import epoch_to_iso
+from core.parsing import epoch_to_iso
 from engine.vllmlog.grammar import normalise
 from logtools.events import ErrorEvent
 

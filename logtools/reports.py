@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from core.logfiles import ReadStats, StrPath, rotated_family
-from core.timeparse import epoch_to_iso
+from core.parsing import epoch_to_iso
 
 TYPE_CHECKING = False  # typing itself is not imported: start-up time counts (``--errors`` is timed against grep)
 if TYPE_CHECKING:

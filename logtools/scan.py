@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable, Iterable
 
 from core.logfiles import BLOCK_BYTES, StrPath, iter_spans, mtime_s
-from core.timeparse import StampClock
+from core.parsing import StampClock
 from engine.vllmlog.grammar import (
     METRICS_NEEDLE,
     METRICS_RE,

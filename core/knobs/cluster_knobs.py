@@ -1,14 +1,15 @@
-"""Settings fields of scale-out: engine replicas behind vLLM's router (docs/cluster.md) and load from several
-hosts (docs/benchmarking.md); a group of :class:`core.settings.Settings`.
+"""Settings fields of the serving hardware: engine replicas behind vLLM's router (docs/cluster.md), load from several
+hosts (docs/benchmarking.md) and what serving costs (docs/energy.md); groups of :class:`core.settings.Settings`.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from core.knobs import Knobs
+from core.cost import parse_price
+from core.knobs import Knobs, from_text
 
 
 class ClusterKnobs(Knobs):
@@ -66,3 +67,16 @@ class ClusterKnobs(Knobs):
     run until no master answers for 5 minutes (Locust's connect retries)."""
     load_host_name: str | None = None
     """The name this host's rows carry (default: its host name)."""
+
+
+class CostKnobs(Knobs):
+    """The prices reports turn into USD per million tokens (the benchmark records them in each report's config).
+    Unset: no cost."""
+
+    # normalised spelling (2.5/gpu); a bare number is refused (GPU or host?)
+    price_per_hour: Annotated[str | None, from_text(lambda text: parse_price(text).text)] = None
+    """The serving hardware's price, US dollars per hour of each GPU (2.5/gpu) or of each serving host (12/host);
+    reports then give USD per million output and total tokens. Unset: no cost."""
+    energy_price_per_kwh: float | None = Field(default=None, ge=0)
+    """Electricity, US dollars per kWh; reports with an energy figure then give its cost per million tokens beside
+    the hardware's."""

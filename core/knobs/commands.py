@@ -6,7 +6,7 @@ Each :class:`Command` names its fields in ``--help`` groups and how users set th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Command:
     top: tuple[str, ...] = ()
     flags: bool = True
     entry: str = ""  # the Python entry point behind prog
-    also: tuple[str, ...] = field(default=())  # other commands with this view (make targets, modules)
+    also: tuple[str, ...] = ()  # other commands with this view (make targets, modules)
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -42,22 +42,20 @@ BENCHMARK = Command(
          "vllm_base_url"),
     groups=(
         ("load", ("concurrency", "rate", "max_in_flight", "requests", "duration", "warmup", "capacity_check",
-                  "burstiness", "ramp_up_s",
-                  "rate_end", "session_turns", "session_followups", "think_time", "trace", "trace_speed", "workers",
-                  "sweep", "sweep_rates", "repeat", "cooldown_s")),
+                  "burstiness", "ramp_up_s", "rate_end", "session_turns", "session_followups", "think_time", "trace",
+                  "trace_speed", "workers", "sweep", "sweep_rates", "repeat", "cooldown_s")),
         ("workload", ("dataset", "bench_model", "max_tokens", "output_len", "output_len_mean", "output_len_p95",
                       "output_len_cap", "ignore_eos", "temperature", "seed", "input_mix", "random_input_len",
                       "random_output_len", "prefix_len", "prefix_count", "tokenizer", "prompts_file")),
         ("SLO and gate", ("slo", "slo_attainment_pct", "gate", "gate_threshold_pct", "gate_error_rate_pp", "baseline",
                           "max_error_rate_pct", "client_overhead_max_pct", "junit_file", "summary_file")),
         ("load from several hosts", ("expect_workers", "expect_workers_timeout_s", "master_bind_host", "master_port",
-                                     "worker", "master_host", "worker_runs",
-                                     "load_host_name")),
+                                     "worker", "master_host", "worker_runs", "load_host_name")),
         ("output", ("profile", "price_per_hour", "energy_price_per_kwh", "logs_dir", "requests_log_max_mb",
                     "requests_log_backups")),
         ("connection", ("vllm_base_url", "vllm_host", "vllm_port", "sidecar_base_url", "sidecar_host", "sidecar_port",
-                        "sidecar_token_file", "run_dir", "request_timeout_s", "drain_s",
-                        "watchdog_s", "server_down_s", "idle_wait_s")),
+                        "sidecar_token_file", "run_dir", "request_timeout_s", "drain_s", "watchdog_s", "server_down_s",
+                        "idle_wait_s")),
     ),
 )
 

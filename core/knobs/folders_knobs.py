@@ -18,7 +18,6 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 class FolderKnobs(Knobs):
     """Where logs, reports, models, run files and the bundled prompts are; the files derived from them."""
 
-    # --- folders -------------------------------------------------------------------------------------
     logs_dir: Path = PROJECT_ROOT / "logs"
     reports_dir: Path = PROJECT_ROOT / "reports"
     models_dir: Path = PROJECT_ROOT / "models"

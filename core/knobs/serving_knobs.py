@@ -12,7 +12,7 @@ DEFAULT_MODEL = "baidu/ERNIE-4.5-0.3B-PT"
 SYNTHETIC_FALLBACK = "synthetic:ernie-4.5-0.3b"
 
 
-def _client_host(bind_host: str) -> str:
+def client_host(bind_host: str) -> str:
     """A bind address as a client would dial it (0.0.0.0 -> 127.0.0.1)."""
     return "127.0.0.1" if bind_host in ("0.0.0.0", "::", "") else bind_host
 
@@ -118,9 +118,9 @@ class ServingKnobs(Knobs):
     @property
     def vllm_url(self) -> str:
         """Base URL of vLLM's OpenAI server, without ``/v1``."""
-        return (self.vllm_base_url or f"http://{_client_host(self.vllm_host)}:{self.vllm_port}").rstrip("/")
+        return (self.vllm_base_url or f"http://{client_host(self.vllm_host)}:{self.vllm_port}").rstrip("/")
 
     @property
     def sidecar_url(self) -> str:
         """Base URL of the sidecar."""
-        return (self.sidecar_base_url or f"http://{_client_host(self.sidecar_host)}:{self.sidecar_port}").rstrip("/")
+        return (self.sidecar_base_url or f"http://{client_host(self.sidecar_host)}:{self.sidecar_port}").rstrip("/")

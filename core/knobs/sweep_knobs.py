@@ -84,8 +84,6 @@ class SweepKnobs(Knobs):
     github_step_summary: Path | None = Field(default=None, json_schema_extra={"cli": False})
     """Set by GitHub Actions: the step summary file, appended to when SUMMARY_FILE is unset."""
 
-    # --- end reports ---
-
     @field_validator("gate", "baseline")
     @classmethod
     def _valid_gate(cls, value: str | None) -> str | None:

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 
 from core.logfiles import Span
-from core.timeparse import StampClock
+from core.parsing import StampClock
 
 # --- the line ---------------------------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from core.enginestate import EngineState
 from core.logfiles import ReadStats, iter_spans, mtime_s, rotated_family
-from core.timeparse import StampClock
+from core.parsing import StampClock
 from engine.vllmlog import grammar as fmt
 from engine.vllmlog.tracker import StartupPhase, StartupTracker
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from core.timeparse import StampClock, epoch_to_iso
+from core.parsing import StampClock, epoch_to_iso
 from engine.vllmlog import grammar as fmt
 
 LAUNCH_RE = re.compile(r"^Starting vLLM: ")

@@ -18,8 +18,7 @@ from core.reasoning import reasoning_text
 from core.report_schema import BenchmarkConfig, Report
 from core.schedule import schedule_text
 from core.series_stats import SERIES_METRICS, SeriesReport
-from core.serverview import verdict_text
-from core.serverview_overhead import overhead_text
+from core.serverview import overhead_text, verdict_text
 
 COMPARE_LABELS = (("throughput_req_per_sec", "throughput"), ("e2e_p99_ms", "p99 latency"), ("ttft_p99_ms", "p99 TTFT"),
                   ("output_tokens_per_sec", "output tok/s"), ("energy_j_per_output_token", "J/output token"),

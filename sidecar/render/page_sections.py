@@ -11,8 +11,7 @@ from core.comparison import ABComparison, report_notes
 from core.records import RequestRecord
 from core.report_schema import Report
 from core.series_stats import SeriesReport, slo_text
-from core.serverview import verdict_text
-from core.serverview_overhead import overhead_text
+from core.serverview import overhead_text, verdict_text
 from sidecar.render import view_rows as v
 from sidecar.render.conversation_rows import TURN_HEADER, turn_rows
 from sidecar.render.energy_rows import energy_changes, energy_sections

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.logfiles import ReadStats, iter_spans, mtime_s
+from core.parsing import StampClock
 from core.report_schema import LogFacts
-from core.timeparse import StampClock
 from engine.vllmlog.grammar import PROBLEM_LEVELS, clean, clean_span, parse_line, text
 
 MAX_EXAMPLES = 50

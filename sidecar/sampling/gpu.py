@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from core.gpus import DeviceMemory, selected_indices
+from core.gpus import DeviceMemory, select_devices
 from core.report_schema import GpuSample
 from core.units import GIB
 
@@ -77,7 +77,7 @@ class NvmlReader:
             except Exception:  # old drivers, MIG slices
                 self._uuids[index] = None
         known = [DeviceMemory(i, self._uuids[i], None, 0) for i in range(count)]
-        self._indices = selected_indices(devices, known)
+        self._indices = [d.index for d in select_devices(devices, known)]
         if not self._indices:
             raise RuntimeError(f"GPU_DEVICES={devices!r} names none of NVML's {count} GPU(s): use indices or UUIDs")
         self._handles = [every[i] for i in self._indices]

@@ -19,7 +19,7 @@ from peer_figures import (
 )
 
 from core.records import RequestRecord
-from core.serverview_overhead import client_overhead
+from core.serverview import client_overhead
 from core.serverview_samples import parse_exposition
 from loadgen.selftest.mock_metrics import MockMetrics
 

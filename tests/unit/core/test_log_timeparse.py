@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from core.timeparse import StampClock, epoch_to_iso, parse_since
+from core.parsing import StampClock, epoch_to_iso, parse_since
 
 NOW_S = datetime(2026, 11, 29, 22, 0, 0).timestamp()
 

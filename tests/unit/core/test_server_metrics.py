@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from core.records import RequestRecord
-from core.serverview import cross_check, verdict_text
-from core.serverview_overhead import client_overhead, overhead_text
+from core.serverview import client_overhead, cross_check, overhead_text, verdict_text
 from core.serverview_samples import histogram_quantile, parse_exposition
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"

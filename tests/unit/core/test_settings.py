@@ -6,8 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from core.knobs.benchmark_knobs import BenchmarkKnobs
-from core.knobs.cluster_knobs import ClusterKnobs
-from core.knobs.cost_knobs import CostKnobs
+from core.knobs.cluster_knobs import ClusterKnobs, CostKnobs
 from core.knobs.folders_knobs import FolderKnobs
 from core.knobs.security_knobs import SecurityKnobs
 from core.knobs.serving_knobs import ServingKnobs

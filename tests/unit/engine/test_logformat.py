@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.timeparse import StampClock
+from core.parsing import StampClock
 from engine.vllmlog.grammar import clean, clean_span, parse_line
 from engine.vllmlog.tracker import (
     CONCURRENCY_RE,
