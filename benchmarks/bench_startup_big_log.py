@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from fastapi.testclient import TestClient
 
-    from sidecar.api_app import create_app
+    from sidecar.server import create_app
     from sidecar.reports.writer import ReportService
     from sidecar.sampling.gpu import NvmlReader
     from tests.fakes import FakeNvml

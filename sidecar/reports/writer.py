@@ -22,22 +22,25 @@ from core.settings import Settings
 from engine.local_control import engine_phase, own_program
 from engine.vllmlog.startup import latest_start
 from engine.vllmlog.tracker import StartupPhase
-from sidecar.render.files import report_files
+from sidecar.render.pages import report_files
 from sidecar.reports.baselines import BaselineStore
-from sidecar.reports.builder import build_report, build_resources, host_entry
-from sidecar.reports.energy_cost import replica_groups, run_cost, run_energy
+from sidecar.reports.builder import (
+    build_report,
+    build_resources,
+    host_entry,
+    read_log_facts,
+    replica_groups,
+    run_cost,
+    run_energy,
+)
 from sidecar.reports.envinfo import collect_environment, vllm_server_facts, with_fingerprint
-from sidecar.reports.logfacts import read_log_facts
-from sidecar.reports.profiles import collect_traces, trace_paths
-from sidecar.reports.retention import Retention, prune
-from sidecar.reports.rows_link import RunRows, read_run_rows
-from sidecar.reports.store import ReportStore, new_id, utc_now_iso
+from sidecar.reports.rows_link import RunRows, collect_traces, read_run_rows, trace_paths
+from sidecar.reports.store import ReportStore, Retention, new_id, prune, utc_now_iso
 from sidecar.sampling.enginemetrics import EngineMetricsReader
 from sidecar.sampling.gpu import GpuInfo, GpuReader, open_gpu_reader
 from sidecar.sampling.peers import peer_resources
 from sidecar.sampling.rapl import HostEnergyReader, open_host_energy_reader
-from sidecar.sampling.sampler import Sampler, engine_pid
-from sidecar.sampling.windows import UnknownWindow, WindowRegistry
+from sidecar.sampling.sampler import Sampler, UnknownWindow, WindowRegistry, engine_pid
 
 MAX_FUTURE_S = 300.0
 """How far a run's window may end after the sidecar's clock (clock skew), s; more is refused."""
@@ -200,7 +203,7 @@ class ReportService:
     def with_run_energy(
         self, request: BuildReportRequest, records: list[RequestRecord], resources: Resources
     ) -> Resources:
-        """``resources`` with the run's energy (:func:`sidecar.reports.energy_cost.run_energy`)."""
+        """``resources`` with the run's energy (:func:`sidecar.reports.builder.run_energy`)."""
         token = self.settings.sidecar_auth_token()
         peers = self.settings.peer_sidecars
 
