@@ -22,14 +22,18 @@ from prometheus_client.registry import Collector
 
 from core.api import WindowResult, WindowStarted
 from core.energy import EnergyStats
+from core.enginestate import read_engine_state
 from core.flags import build_parser, parse
 from core.knobs.commands import SIDECAR
 from core.net import port_in_use_message
 from core.redact import redact_json
+from core.replicas import serving_engine
 from core.report_schema import GpuSample, HostResources
 from core.settings import Settings, get_settings
 from core.tokenfile import ensure_sidecar_token
 from core.units import GIB
+from engine.local_control import engine_phase, own_program
+from engine.vllmlog.startup import latest_start
 from sidecar.guard import RequestGuard, token_dependency
 from sidecar.reports.history import history_page
 from sidecar.reports.rows_link import rows_file
@@ -139,10 +143,14 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
 
     @app.get("/startup")
     def startup() -> dict[str, Any]:
-        """vLLM's start-up phase from its log with timings and every start seen; ``engine``: the engine serving now;
-        ``phases_s``: where its latest start spent its time (:mod:`engine.vllmlog.startup`)."""
-        return redact_json({**svc.startup().as_dict(), "engine": svc.engine(), "phases_s": svc.start_phases()},
-                           svc.redact)  # fmt: skip
+        """vLLM's start-up phase from its log with timings and every start seen; ``engine``: the engine serving now
+        (supervisord program, URL, pid, served model); ``phases_s``: where its latest start spent its time
+        (:mod:`engine.vllmlog.startup`)."""
+        serving = serving_engine(settings)
+        engine = {"program": own_program(settings), "url": serving.url, "pid": serving.pid,
+                  "served_model": serving.served_name}  # fmt: skip
+        phases = latest_start(settings.vllm_log_file, read_engine_state(settings.engine_state_file))
+        return redact_json({**engine_phase(settings).as_dict(), "engine": engine, "phases_s": phases}, svc.redact)
 
     @app.get("/resources")
     def resources() -> dict[str, Any]:

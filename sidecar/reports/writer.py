@@ -16,12 +16,10 @@ from core.enginestate import read_engine_state
 from core.fingerprint import unusable_reason, workload_fingerprint
 from core.records import RequestRecord
 from core.redact import Redactor, secret_values
-from core.replicas import engine_url, serving_engine
+from core.replicas import engine_url
 from core.report_schema import HostResources, Report, Resources
 from core.settings import Settings
-from engine.local_control import engine_phase, own_program
-from engine.vllmlog.startup import latest_start
-from engine.vllmlog.tracker import StartupPhase
+from engine.local_control import engine_phase
 from sidecar.render.pages import report_files
 from sidecar.reports.baselines import BaselineStore
 from sidecar.reports.builder import (
@@ -127,20 +125,6 @@ class ReportService:
         headers = settings.vllm_headers
         facts = server_facts or (lambda url: vllm_server_facts(url, headers=headers))
         return cls(settings, sampler, reader, reason, store, facts)
-
-    def startup(self) -> StartupPhase:
-        """vLLM's start-up phase (:func:`engine.local_control.engine_phase`)."""
-        return engine_phase(self.settings)
-
-    def engine(self) -> dict[str, Any]:
-        """The engine serving now: supervisord program, URL, pid and served model."""
-        serving = serving_engine(self.settings)
-        return {"program": own_program(self.settings), "url": serving.url, "pid": serving.pid,
-                "served_model": serving.served_name}  # fmt: skip
-
-    def start_phases(self) -> dict[str, float]:
-        """Seconds per phase of the serving engine's latest start (:func:`engine.vllmlog.startup.latest_start`)."""
-        return latest_start(self.settings.vllm_log_file, read_engine_state(self.settings.engine_state_file))
 
     @property
     def gpu_names_by_index(self) -> dict[int, str]:
@@ -272,7 +256,7 @@ class ReportService:
             read_engine_state(settings.engine_state_file),
             self.server_facts(settings.vllm_url) if request.server_facts is None  # else read once, by the benchmark
             else with_fingerprint(request.server_facts, settings.vllm_url, settings.vllm_headers),
-            self.startup(),
+            engine_phase(settings),
         )
         with self._build_lock:
             report = build_report(
