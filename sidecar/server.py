@@ -91,8 +91,8 @@ class SampleCollector(Collector):
                 if (reading := value(gpu)) is not None:
                     family.add_metric([str(gpu.index), name_of(self._names, gpu.index) or ""], reading)
             yield family
-        for suffix, text, value in SAMPLE_GAUGES:
-            if (reading := value(sample)) is not None:
+        for suffix, text, figure in SAMPLE_GAUGES:
+            if (reading := figure(sample)) is not None:
                 yield GaugeMetricFamily(f"{PREFIX}_{suffix}", text, value=reading)
 
 
