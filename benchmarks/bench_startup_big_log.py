@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from fastapi.testclient import TestClient
 
-    from sidecar.api_app import create_app
     from sidecar.reports.writer import ReportService
     from sidecar.sampling.gpu import NvmlReader
+    from sidecar.server import create_app
     from tests.fakes import FakeNvml
     from tests.unit.sidecar.test_sidecar_app import body
 

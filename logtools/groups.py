@@ -1,11 +1,13 @@
-"""Pure grouping of :class:`~logtools.events.ErrorEvent` s: one group per level, source, and message and exception
-with digit-holding tokens masked; one example each, at most :data:`MAX_GROUPS`."""
+"""What a scan of vLLM's log finds (:mod:`logtools.scan` fills them, the reports read them): problem records
+(:class:`ErrorEvent`), uvicorn's access counts and the read facts (:class:`ScanResult`); and their pure grouping: one
+group per level, source, and message and exception with digit-holding tokens masked; one example each, at most
+:data:`MAX_GROUPS`."""
 
 from __future__ import annotations
 
+from core.logfiles import ReadStats
 from core.parsing import epoch_to_iso
-from engine.vllmlog.grammar import normalise
-from logtools.events import ErrorEvent
+from engine.vllmlog.grammar import normalise, text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -16,6 +18,60 @@ MAX_GROUPS = 1000
 """Distinct error groups kept; later new kinds are counted under one ``(other messages)`` group per level."""
 OTHER = "(other messages)"
 _MAX_CACHED_KEYS = 4096
+
+
+class ErrorEvent:
+    """A WARNING/ERROR/CRITICAL record or a bare traceback; ``stamp_s`` in epoch seconds."""
+
+    __slots__ = ("exception", "level", "message", "process", "source", "stamp_before", "stamp_s", "traceback_raw")
+
+    def __init__(
+        self,
+        level: str,
+        stamp_s: float | None,
+        process: str | None,
+        source: str | None,
+        message: str,
+        exception: str | None = None,
+        traceback_raw: list[bytes] | None = None,
+        stamp_before: bool = False,
+    ) -> None:
+        self.level = level
+        self.stamp_s = stamp_s
+        """The record's stamp, else the nearest stamped line's before it (:attr:`stamp_before`), else None."""
+        self.stamp_before = stamp_before
+        self.process = process
+        self.source = source
+        """``file.py:line`` from vLLM's header, None for bare tracebacks and other formats."""
+        self.message = message
+        """The record's first line (for a bare traceback: its exception line)."""
+        self.exception = exception
+        """The traceback's last exception line (``ValueError: ...``), None without traceback."""
+        self.traceback_raw = traceback_raw or []
+        """Traceback lines as read (decoded only when shown)."""
+
+    def traceback_text(self) -> list[str]:
+        """The traceback lines as printable text."""
+        return [text(line) for line in self.traceback_raw]
+
+
+class HttpCounts:
+    """uvicorn access lines: inference requests (``POST /v1/...``) and error responses by status class."""
+
+    def __init__(self) -> None:
+        self.inference_requests = 0
+        self.status_4xx = 0
+        self.status_5xx = 0
+
+
+class ScanResult:
+    """What one pass found; ``lines`` (inside the window) and ``http`` are counted only with ``on_metrics``."""
+
+    def __init__(self) -> None:
+        self.read = ReadStats()
+        self.lines = 0
+        self.http = HttpCounts()
+        self.skipped_files: list[str] = []
 
 
 class ErrorGroup:

@@ -9,6 +9,15 @@ if TYPE_CHECKING:
     from typing import Any
 
 WIDTH_MESSAGE = 110
+ENGINE_FIGURES = (
+    ("generation_tokens_per_s", "generation throughput (tokens/s)"),
+    ("busy_generation_tokens_per_s", "  while requests ran (tokens/s)"),
+    ("prompt_tokens_per_s", "prompt throughput (tokens/s)"),
+    ("running_reqs", "running requests"),
+    ("waiting_reqs", "waiting requests"),
+    ("kv_cache_usage_pct", "KV cache usage (%)"),
+    ("prefix_cache_hit_rate_pct", "prefix cache hit rate (%)"),
+)
 
 
 def _n(value: float | None, digits: int = 1) -> str:
@@ -123,13 +132,6 @@ def _pcts(name: str, values: dict[str, float] | None) -> str:
     return f"    {name:<9} {parts}  (percentiles ±{_n(values.get('percentile_error_pct'))}%)"
 
 
-def _figure(summary: dict[str, Any], key: str, label: str) -> str | None:
-    figure = summary.get(key)
-    if not figure:
-        return None
-    return f"    {label:<34} mean {_n(figure['mean'])}  max {_n(figure['max'])}  last {_n(figure['last'])}"
-
-
 def render_stats(report: dict[str, Any]) -> list[str]:
     """``--stats`` as text: requests, engine figures, log health."""
     out = [f"Stats{_since(report)}"]
@@ -160,16 +162,11 @@ def render_stats(report: dict[str, Any]) -> list[str]:
             f"  Engine periodic stats: {_n(engine['samples'])} samples, {_time(engine['first'])} -> "
             f"{_time(engine['last'])}"
         )
-        rows = [
-            _figure(engine, "generation_tokens_per_s", "generation throughput (tokens/s)"),
-            _figure(engine, "busy_generation_tokens_per_s", "  while requests ran (tokens/s)"),
-            _figure(engine, "prompt_tokens_per_s", "prompt throughput (tokens/s)"),
-            _figure(engine, "running_reqs", "running requests"),
-            _figure(engine, "waiting_reqs", "waiting requests"),
-            _figure(engine, "kv_cache_usage_pct", "KV cache usage (%)"),
-            _figure(engine, "prefix_cache_hit_rate_pct", "prefix cache hit rate (%)"),
+        out += [
+            f"    {label:<34} mean {_n(f['mean'])}  max {_n(f['max'])}  last {_n(f['last'])}"
+            for key, label in ENGINE_FIGURES
+            if (f := engine.get(key))
         ]
-        out += [row for row in rows if row]
         log = report["log"]
         http = log["http"]
         levels = ", ".join(f"{k} {_n(v)}" for k, v in log["warnings_and_errors"]["by_level"].items()) or "none"

@@ -33,14 +33,6 @@ class Request:
         self.every_engine = True  # every vLLM log beside ``log`` (:func:`engine_logs`)
 
 
-def default_paths() -> tuple[str, str]:
-    """The serving engine's log and the request log from the settings (imported lazily: ~0.3 s)."""
-    from core.settings import get_settings
-
-    settings = get_settings()
-    return str(settings.vllm_log_file), str(settings.logs_dir / "requests.jsonl")
-
-
 def engine_logs(serving: str) -> list[str]:
     """Every vLLM log beside ``serving`` (``vllm-b.log`` after a switch, ``vllm-1.log`` … of replicas), the serving
     one last."""
@@ -94,13 +86,14 @@ def scan_log(files: list[str], stats: bool, since_s: float | None, limit: int) -
 
 def read_requests(files: list[str], since_s: float | None, threshold_ms: float, limit: int) -> dict[str, Any]:
     """One pass over the request log for ``--slow`` and ``--stats``."""
-    from logtools.aggregate import RequestStats, SlowRequests
-    from logtools.requests_log import RequestsRead, feed, iter_records
+    from logtools.aggregate import RequestsRead, RequestStats, SlowRequests, iter_records
 
     counts = RequestsRead()
     totals = RequestStats()
     slowest = SlowRequests(threshold_ms, max(0, limit))
-    feed(iter_records(files, counts, since_s), totals.add, slowest.add)
+    for record in iter_records(files, counts, since_s):
+        totals.add(record)
+        slowest.add(record)
     source = {
         **read_facts(counts.read),
         "records": counts.records,
@@ -117,9 +110,11 @@ def make_reports(request: Request) -> dict[str, Any]:
     wants_log, wants_requests = request.errors or request.stats, request.slow or request.stats
     log_path, requests_path = request.log, request.requests
     if (wants_log and log_path is None) or (wants_requests and requests_path is None):
-        default_log, default_requests = default_paths()
-        log_path = log_path or default_log
-        requests_path = requests_path or default_requests
+        from core.settings import get_settings  # only then: ~0.3 s
+
+        settings = get_settings()
+        log_path = log_path or str(settings.vllm_log_file)
+        requests_path = requests_path or str(settings.logs_dir / "requests.jsonl")
     log_path = log_path if log_path is not None else "logs/vllm.log"  # only when not wanted
     requests_path = requests_path if requests_path is not None else "logs/requests.jsonl"
 

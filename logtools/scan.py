@@ -28,10 +28,8 @@ from engine.vllmlog.grammar import (
     starts_traceback,
     text,
 )
-from logtools.events import ErrorEvent, HttpCounts, ScanResult
+from logtools.groups import ErrorEvent, ScanResult
 from logtools.needles import BARE_NEEDLE, Needles
-
-__all__ = ["ErrorEvent", "HttpCounts", "LogScanner", "ScanResult"]
 
 MAX_EVENT_BYTES = 1 << 20  # a record is cut after this many bytes (carrying it over stays cheap)
 MAX_TRACEBACK_LINES = 60  # per event: the first and last halves when longer

@@ -89,11 +89,12 @@ class RequestGuard:
             return
         headers = Headers(scope=scope)
         problem = self.refusal(headers, scope["method"] in WRITE_METHODS)
-        if problem is not None:
-            status, text, extra = problem
-            await refuse(scope, receive, send, status, text, extra, close=_has_body(headers))
+        if problem is None:
+            await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        status, text, extra = problem  # answered with Connection: close when a body is announced (drops it unread)
+        extra = {**extra, "Connection": "close"} if _has_body(headers) else extra
+        await JSONResponse({"detail": text}, status_code=status, headers=extra)(scope, receive, send)
 
     def refusal(self, headers: Headers, write: bool = False) -> tuple[int, str, dict[str, str]] | None:
         """``(status, text, headers)`` when the headers alone refuse the request, else None."""
@@ -119,14 +120,6 @@ class RequestGuard:
             return 413, f"Request body of {int(length)} bytes is larger than {self.max_body_bytes / MIB:g} MiB: a " \
                 "report's body carries the run's id, never its rows", {}
         return None
-
-
-async def refuse(
-    scope: Scope, receive: Receive, send: Send, status: int, text: str, headers: dict[str, str], close: bool
-) -> None:
-    """Answer ``status`` with ``{"detail": text}``; ``close``: with ``Connection: close`` (drops an unread body)."""
-    extra = {**headers, "Connection": "close"} if close else headers
-    await JSONResponse({"detail": text}, status_code=status, headers=extra)(scope, receive, send)
 
 
 _bearer = HTTPBearer(auto_error=False, description="SIDECAR_TOKEN (run/sidecar_token in local mode)")

@@ -23,7 +23,7 @@ from core.api import (
 )
 from core.report_schema import Report
 from core.series_stats import SeriesReport
-from sidecar.render.html_page import compare_form, compare_html
+from sidecar.render.pages import compare_form, compare_html
 from sidecar.reports.series import SeriesService, UnknownResult
 from sidecar.reports.writer import InvalidRun, ReportService
 

@@ -1,5 +1,5 @@
 """The sections of a run's, a series' and an A/B comparison's page, decided once as neutral blocks (headed text,
-tables, notes, plots) that ``markdown_page`` and ``html_page`` only lay out."""
+tables, notes, plots) that ``pages`` only lays out as Markdown and HTML."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from core.series_stats import (
     series_unusable_reason,
 )
 from core.settings import Settings
-from sidecar.render.files import compare_files, series_files
+from sidecar.render.pages import compare_files, series_files
 from sidecar.reports.baselines import BaselineStore
 from sidecar.reports.store import ReportStore, ResultStore, new_id, utc_now_iso, validate_report_id
 

@@ -16,28 +16,29 @@ from core.enginestate import read_engine_state
 from core.fingerprint import unusable_reason, workload_fingerprint
 from core.records import RequestRecord
 from core.redact import Redactor, secret_values
-from core.replicas import engine_url, serving_engine
+from core.replicas import engine_url
 from core.report_schema import HostResources, Report, Resources
 from core.settings import Settings
-from engine.local_control import engine_phase, own_program
-from engine.vllmlog.startup import latest_start
-from engine.vllmlog.tracker import StartupPhase
-from sidecar.render.files import report_files
+from engine.local_control import engine_phase
+from sidecar.render.pages import report_files
 from sidecar.reports.baselines import BaselineStore
-from sidecar.reports.builder import build_report, build_resources, host_entry
-from sidecar.reports.energy_cost import replica_groups, run_cost, run_energy
+from sidecar.reports.builder import (
+    build_report,
+    build_resources,
+    host_entry,
+    read_log_facts,
+    replica_groups,
+    run_cost,
+    run_energy,
+)
 from sidecar.reports.envinfo import collect_environment, vllm_server_facts, with_fingerprint
-from sidecar.reports.logfacts import read_log_facts
-from sidecar.reports.profiles import collect_traces, trace_paths
-from sidecar.reports.retention import Retention, prune
-from sidecar.reports.rows_link import RunRows, read_run_rows
-from sidecar.reports.store import ReportStore, new_id, utc_now_iso
+from sidecar.reports.rows_link import RunRows, collect_traces, read_run_rows, trace_paths
+from sidecar.reports.store import ReportStore, Retention, new_id, prune, utc_now_iso
 from sidecar.sampling.enginemetrics import EngineMetricsReader
 from sidecar.sampling.gpu import GpuInfo, GpuReader, open_gpu_reader
 from sidecar.sampling.peers import peer_resources
 from sidecar.sampling.rapl import HostEnergyReader, open_host_energy_reader
-from sidecar.sampling.sampler import Sampler, engine_pid
-from sidecar.sampling.windows import UnknownWindow, WindowRegistry
+from sidecar.sampling.sampler import Sampler, UnknownWindow, WindowRegistry, engine_pid
 
 MAX_FUTURE_S = 300.0
 """How far a run's window may end after the sidecar's clock (clock skew), s; more is refused."""
@@ -125,20 +126,6 @@ class ReportService:
         facts = server_facts or (lambda url: vllm_server_facts(url, headers=headers))
         return cls(settings, sampler, reader, reason, store, facts)
 
-    def startup(self) -> StartupPhase:
-        """vLLM's start-up phase (:func:`engine.local_control.engine_phase`)."""
-        return engine_phase(self.settings)
-
-    def engine(self) -> dict[str, Any]:
-        """The engine serving now: supervisord program, URL, pid and served model."""
-        serving = serving_engine(self.settings)
-        return {"program": own_program(self.settings), "url": serving.url, "pid": serving.pid,
-                "served_model": serving.served_name}  # fmt: skip
-
-    def start_phases(self) -> dict[str, float]:
-        """Seconds per phase of the serving engine's latest start (:func:`engine.vllmlog.startup.latest_start`)."""
-        return latest_start(self.settings.vllm_log_file, read_engine_state(self.settings.engine_state_file))
-
     @property
     def gpu_names_by_index(self) -> dict[int, str]:
         """Model name of each GPU read, by NVML index."""
@@ -200,7 +187,7 @@ class ReportService:
     def with_run_energy(
         self, request: BuildReportRequest, records: list[RequestRecord], resources: Resources
     ) -> Resources:
-        """``resources`` with the run's energy (:func:`sidecar.reports.energy_cost.run_energy`)."""
+        """``resources`` with the run's energy (:func:`sidecar.reports.builder.run_energy`)."""
         token = self.settings.sidecar_auth_token()
         peers = self.settings.peer_sidecars
 
@@ -269,7 +256,7 @@ class ReportService:
             read_engine_state(settings.engine_state_file),
             self.server_facts(settings.vllm_url) if request.server_facts is None  # else read once, by the benchmark
             else with_fingerprint(request.server_facts, settings.vllm_url, settings.vllm_headers),
-            self.startup(),
+            engine_phase(settings),
         )
         with self._build_lock:
             report = build_report(

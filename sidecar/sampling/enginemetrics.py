@@ -91,7 +91,8 @@ class EngineMetricsReader:
         self._get = get or self._http_get
         self._client: httpx.Client | None = None
         self._last_t: float | None = None
-        self._last: EngineGauges | None = None
+        self.last: EngineGauges | None = None
+        """The latest successful scrape."""
         self.unavailable_reason: str | None = "not scraped yet"
 
     @property
@@ -128,13 +129,8 @@ class EngineMetricsReader:
             self.unavailable_reason = f"{url} has no {KV_USAGE} (not a vLLM server?)"
             return None
         self.unavailable_reason = None
-        self._last = gauges
+        self.last = gauges
         return gauges
-
-    @property
-    def last(self) -> EngineGauges | None:
-        """The latest successful scrape."""
-        return self._last
 
 
 def _why(exc: Exception) -> str:

@@ -1,33 +1,38 @@
 """Background sampling into a ring buffer: GPUs (NVML), the host's energy counters (without a GPU), the vLLM process
-tree (RSS, CPU %) and vLLM's KV/queue gauges (at most every ``ENGINE_METRICS_INTERVAL_S``)."""
+tree (RSS, CPU %, psutil) and vLLM's KV/queue gauges (at most every ``ENGINE_METRICS_INTERVAL_S``); and the sampling
+windows opened and closed over HTTP (``POST /windows/start``, ``POST /windows/{id}/stop``), which a client brackets
+its load with to get the window's peaks back."""
 
 from __future__ import annotations
 
+import re
+import secrets
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
+from core.api import WindowResult, WindowStarted
 from core.energy import EnergyStats
 from core.enginestate import pid_namespace, read_engine_state
+from core.report_schema import Resources
+from core.units import GIB
 from sidecar.sampling.enginemetrics import EngineMetricsReader
 from sidecar.sampling.gpu import GpuReader
-from sidecar.sampling.procmem import ProcessTreeMeter, engine_pids, host_mem_used_gb
 from sidecar.sampling.rapl import HostEnergyReader
-from sidecar.sampling.resources import GpuNames, Sample, WindowPeaks, summarise
-from sidecar.sampling.window_energy import window_energy
-
-__all__ = ["EnginePid", "Sample", "Sampler", "WindowPeaks", "engine_pid"]
+from sidecar.sampling.resources import GpuNames, Sample, WindowPeaks, summarise, window_energy
 
 NO_STATE = "vLLM pid unknown (no logs/engine_state.json)"
 FOREIGN_NAMESPACE = "vLLM runs in another pid namespace (containers): its process memory is not visible to the sidecar"
 UNKNOWN_NAMESPACE = (
     "vLLM's pid namespace is not recorded (logs/engine_state.json from an older launcher): its pid is not sampled"
 )
+WINDOW_ID_RE = re.compile(r"[0-9a-f]{16}")  # matched whole
+MAX_WINDOWS = 256  # oldest windows are forgotten beyond this
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,55 @@ def engine_pid(state_file: Path, own_namespace: str | None = None) -> EnginePid:
     if state.pid_namespace != here:
         return EnginePid(None, UNKNOWN_NAMESPACE if state.pid_namespace is None else FOREIGN_NAMESPACE)
     return EnginePid(state.pid)
+
+
+def host_mem_used_gb() -> float:
+    """Memory in use on the host (total - available), GiB."""
+    vm = psutil.virtual_memory()
+    return (vm.total - vm.available) / GIB
+
+
+class ProcessTreeMeter:
+    """RSS (GiB) and CPU use (% of one core, summed) of a process tree; psutil measures CPU % between two calls on one
+    ``Process``, so they are kept (a new process counts 0 % at first)."""
+
+    def __init__(self) -> None:
+        self._procs: dict[int, psutil.Process] = {}
+
+    def _cached(self, proc: psutil.Process) -> psutil.Process:
+        known = self._procs.get(proc.pid)
+        if known is None or known != proc:  # psutil equality includes the creation time: pid reuse is a new process
+            self._procs[proc.pid] = known = proc
+        return known
+
+    def read(self, pid: int) -> tuple[float, float]:
+        """``(rss_gb, cpu_percent)`` of ``pid``'s tree. Raises psutil.NoSuchProcess: ``pid`` is gone.
+        psutil.AccessDenied: not allowed to read it."""
+        root = self._cached(psutil.Process(pid))
+        rss = root.memory_info().rss
+        cpu = root.cpu_percent(None)
+        seen = {root.pid}
+        for child in root.children(recursive=True):
+            try:
+                proc = self._cached(child)
+                rss += proc.memory_info().rss
+                cpu += proc.cpu_percent(None)
+                seen.add(proc.pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        self._procs = {p: proc for p, proc in self._procs.items() if p in seen}
+        return rss / GIB, cpu
+
+
+def engine_pids(pid: int | None) -> frozenset[int] | None:
+    """``pid`` and every process below it (they hold the GPU memory); None when ``pid`` is unknown or gone."""
+    if pid is None:
+        return None
+    try:
+        root = psutil.Process(pid)
+        return frozenset([pid, *(child.pid for child in root.children(recursive=True))])
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
 
 
 class Sampler:
@@ -157,3 +211,63 @@ class Sampler:
         """Peaks, means, per-GPU statistics and the thinned time series over ``[start, end]``."""
         reason = self.engine.unavailable_reason if self.engine else None
         return summarise(self.window(start, end), start, self._gpu_names, reason, self._gpu_uuids)
+
+
+@dataclass
+class _Window:
+    started_at: float
+    result: WindowResult | None = None
+
+
+class UnknownWindow(KeyError):
+    """No window has this id (never started, malformed, or forgotten)."""
+
+
+class WindowRegistry:
+    """Open windows by id; stopping one summarises it with ``summarise(start, end)`` (idempotent)."""
+
+    def __init__(
+        self,
+        summarise: Callable[[float, float], Resources],
+        clock: Callable[[], float] = time.time,
+        on_start: Callable[[], object] | None = None,
+    ) -> None:
+        self._summarise = summarise
+        self._on_start = on_start
+        self._clock = clock
+        self._windows: OrderedDict[str, _Window] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def start(self) -> WindowStarted:
+        """Open a window now (``on_start`` runs first: the sidecar takes a sample, so the window starts with one)."""
+        window_id = secrets.token_hex(8)
+        if self._on_start is not None:
+            self._on_start()
+        now = self._clock()
+        with self._lock:
+            self._windows[window_id] = _Window(started_at=now)
+            while len(self._windows) > MAX_WINDOWS:
+                self._windows.popitem(last=False)
+        return WindowStarted(window_id=window_id, started_at=now)
+
+    def stop(self, window_id: str, end: float | None = None) -> WindowResult:
+        """Close ``window_id`` now (or at an earlier ``end``) and summarise it; a second stop returns the first result.
+        Raises UnknownWindow: malformed or unknown id."""
+        if not WINDOW_ID_RE.fullmatch(window_id):
+            raise UnknownWindow(window_id)
+        with self._lock:
+            window = self._windows.get(window_id)
+            if window is None:
+                raise UnknownWindow(window_id)
+            if window.result is not None:
+                return window.result
+            now = self._clock()
+            start, end = window.started_at, now if end is None else max(window.started_at, min(end, now))
+            window.result = WindowResult(
+                window_id=window_id,
+                started_at=start,
+                ended_at=end,
+                duration_s=end - start,
+                resources=self._summarise(start, end),
+            )
+            return window.result

@@ -12,8 +12,8 @@ from core.gate import EXIT_FAIL, EXIT_PASS, comparison_checks, gate_verdict
 from core.report_schema import Environment, Report, Resources
 from core.series_stats import PointPlan, SeriesPoint, SeriesReport, find_knee, measure_point
 from core.timeline import history_table, timelines
-from sidecar.render.markdown_page import render_markdown, write_markdown
 from sidecar.render.page_sections import series_sections
+from sidecar.render.pages import render_markdown, write_markdown
 from tests.unit.sidecar.test_sidecar_store import report, single_run
 
 FIGURES = ("energy_j_per_output_token", "cost_usd_per_1m_output_tokens")

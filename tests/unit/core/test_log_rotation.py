@@ -14,7 +14,7 @@ from core.logrotate import RotatingWriter, append_rotating, lock_path, rotate
 from core.requestlog import RequestLog, RequestLogLine
 from engine.vllmlog import startup
 from engine.vllmlog.startup import read_startup, startup_phase
-from logtools.requests_log import RequestsRead, iter_records
+from logtools.aggregate import RequestsRead, iter_records
 
 STARTUP = (
     "[INFO] Starting vLLM: python -m vllm.entrypoints.openai.api_server --model m\n"

@@ -151,8 +151,7 @@ def test_client_overhead_says_why_without_vllm_histograms() -> None:
 def test_every_report_form_states_the_client_overhead() -> None:
     """The terminal line, the Markdown and the HTML all carry what the client added over the server's own clock."""
     from loadgen.terminal.summary import format_summary
-    from sidecar.render.html_page import render_html
-    from sidecar.render.markdown_page import render_markdown
+    from sidecar.render.pages import render_html, render_markdown
     from tests.unit.sidecar.test_sidecar_store import report
 
     before, after, rows = load()

@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 
 from core.records import RequestRecord
 from loadgen.command import benchmark as bench
-from sidecar.api_app import create_app
 from sidecar.reports.writer import ReportService
 from sidecar.sampling.gpu import NvmlReader
+from sidecar.server import create_app
 from tests.fakes import FakeNvml
 from tests.unit.loadgen.mock_process import mock_process
 from tests.unit.sidecar.test_sidecar_app import BASE_URL, TOKEN, make_settings

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from logtools.scan import _MAX_TAILS, ErrorEvent, LogScanner
+from logtools.groups import ErrorEvent
+from logtools.scan import _MAX_TAILS, LogScanner
 from tests.synthlog import generate_current_log
 
 CRI_DEAD = Path(__file__).resolve().parents[2] / "fixtures" / "logs" / "vllm_0.11_k8s_cri_engine_dead.log"

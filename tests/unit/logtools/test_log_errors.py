@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from core.logfiles import rotated_family
-from logtools.groups import ErrorGroups
-from logtools.scan import ErrorEvent, LogScanner
+from logtools.groups import ErrorEvent, ErrorGroups
+from logtools.scan import LogScanner
 from tests.synthlog import generate_current_log, generate_vllm_log
 from tests.synthshapes import write_current_shapes
 

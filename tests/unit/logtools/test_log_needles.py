@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from engine.vllmlog.grammar import NORMALISE_PATTERN, STAMP_RE, last_stamp, normalise
-from logtools.scan import ErrorEvent, LogScanner
+from logtools.groups import ErrorEvent
+from logtools.scan import LogScanner
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 

@@ -11,9 +11,8 @@ import pytest
 
 from core.requestlog import BadLogLine, RequestLogLine
 from engine.vllmlog.grammar import parse_metrics
-from logtools.aggregate import EngineSummary, RequestStats, SlowRequests, failure_cause
+from logtools.aggregate import EngineSummary, RequestsRead, RequestStats, SlowRequests, failure_cause, iter_records
 from logtools.quantiles import RELATIVE_ACCURACY, StreamingQuantiles
-from logtools.requests_log import RequestsRead, iter_records
 from logtools.scan import LogScanner
 from tests.synthlog import generate_vllm_log
 

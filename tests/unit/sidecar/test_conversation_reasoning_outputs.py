@@ -15,9 +15,7 @@ from core.series_stats import report_values
 from core.stats import run_metrics
 from core.thinktime import parse_think_time
 from loadgen.terminal.summary import format_summary
-from sidecar.render.csv_files import ROW_COLUMNS, rows_csv, summary_csv
-from sidecar.render.html_page import render_html
-from sidecar.render.markdown_page import render_markdown
+from sidecar.render.pages import ROW_COLUMNS, render_html, render_markdown, rows_csv, summary_csv
 from sidecar.reports.builder import build_metrics
 from tests.unit.sidecar.test_sidecar_store import report
 

@@ -9,8 +9,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from sidecar.api_app import create_app
 from sidecar.sampling.peers import PeerTarget, fetch_peer
+from sidecar.server import create_app
 from tests.fakes import FakeNvml
 from tests.unit.sidecar.test_sidecar_app import BASE_URL, make_service, make_settings
 

@@ -10,7 +10,7 @@ import pytest
 from core.energy import DeviceEnergy, EnergyStats, energy_stats
 from core.report_schema import GpuStats, HostResources, Resources
 from core.serverview_cluster import ClusterView, ReplicaView
-from sidecar.reports.energy_cost import replica_groups, run_cost, run_energy
+from sidecar.reports.builder import replica_groups, run_cost, run_energy
 from tests.unit.sidecar.test_energy_sampling import T0, request, run_rows
 from tests.unit.sidecar.test_sidecar_app import make_settings
 

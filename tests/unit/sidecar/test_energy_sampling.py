@@ -16,9 +16,8 @@ from sidecar.reports.writer import ReportService
 from sidecar.sampling.enginemetrics import EngineGauges
 from sidecar.sampling.gpu import NvmlReader
 from sidecar.sampling.rapl import HostEnergyReader, open_host_energy_reader
-from sidecar.sampling.resources import Sample
+from sidecar.sampling.resources import Sample, busy_reason, window_energy
 from sidecar.sampling.sampler import Sampler
-from sidecar.sampling.window_energy import busy_reason, window_energy
 from tests.fakes import FakeNvml, FakeRapl
 from tests.unit.sidecar.test_sidecar_app import make_settings, write_run
 

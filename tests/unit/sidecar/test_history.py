@@ -66,7 +66,7 @@ def test_sidecar_history_page_shows_its_store(tmp_path: Path) -> None:
     """GET /history draws the sidecar's own store: both workloads' plots (no sampler started: no lifespan)."""
     from fastapi.testclient import TestClient
 
-    from sidecar.api_app import create_app
+    from sidecar.server import create_app
     from tests.unit.sidecar.test_sidecar_app import AUTH, BASE_URL, make_service
 
     root = _folder(tmp_path)

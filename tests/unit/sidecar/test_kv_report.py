@@ -13,12 +13,11 @@ from core.serverview import cross_check
 from core.serverview_samples import parse_exposition
 from core.stats import RunMetrics
 from loadgen.terminal.summary import format_summary
-from sidecar.render.markdown_page import render_markdown
+from sidecar.render.pages import render_markdown
 from sidecar.reports.builder import build_metrics
 from sidecar.sampling.enginemetrics import EngineGauges, EngineMetricsReader, parse_gauges
 from sidecar.sampling.resources import Sample, kv_cache_stats, summarise
-from sidecar.sampling.sampler import Sampler
-from sidecar.sampling.windows import WindowRegistry
+from sidecar.sampling.sampler import Sampler, WindowRegistry
 from tests.unit.sidecar.test_sidecar_store import report
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"

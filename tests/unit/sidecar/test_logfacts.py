@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from core.report_schema import SCHEMA_VERSION, Report, migrate_report
-from sidecar.reports.logfacts import read_log_facts
+from sidecar.reports.builder import read_log_facts
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 REPORT_1_1 = Path(__file__).resolve().parents[2] / "fixtures" / "report_1.1.json"

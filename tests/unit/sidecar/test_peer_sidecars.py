@@ -11,10 +11,10 @@ from fastapi.testclient import TestClient
 
 from core.report_schema import GpuStats, HostResources
 from loadgen.terminal.summary import format_summary
-from sidecar.api_app import create_app
-from sidecar.render.markdown_page import render_markdown
+from sidecar.render.pages import render_markdown
 from sidecar.reports.builder import host_gaps
 from sidecar.sampling.peers import PeerTarget, Resolver, fetch_peer, peer_resources, peer_targets
+from sidecar.server import create_app
 from tests.fakes import FakeNvml
 from tests.unit.sidecar.test_sidecar_app import AUTH, BASE_URL, GIB, make_service, make_settings
 from tests.unit.sidecar.test_sidecar_store import report

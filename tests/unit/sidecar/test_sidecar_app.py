@@ -22,9 +22,9 @@ from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.settings import PROJECT_ROOT, Settings
 from core.stats import run_metrics
-from sidecar.api_app import create_app
 from sidecar.reports.writer import ReportService
 from sidecar.sampling.gpu import NvmlReader
+from sidecar.server import create_app
 from tests.fakes import FakeNvml
 
 GIB = 1024**3

@@ -198,8 +198,7 @@ def test_a_profiled_run_is_no_baseline_and_its_pages_say_so() -> None:
     """PROFILE=1 runs the window under vLLM's torch profiler, which slows the engine: the report says it was profiled
     (terminal, Markdown, HTML) and is never a reference (a fresh user found a profiled run saved as the baseline)."""
     from core.fingerprint import unusable_reason
-    from sidecar.render.html_page import render_html
-    from sidecar.render.markdown_page import render_markdown
+    from sidecar.render.pages import render_html, render_markdown
 
     r = report()
     profiled = r.model_copy(update={"config": r.config.model_copy(update={"profiled": True})})
@@ -214,8 +213,7 @@ def test_a_client_limited_run_says_so_in_its_pages_as_in_the_terminal() -> None:
     """The terminal's `[WARN] Client-limited run: …` was in no page (a fresh user found it only in the JSON): the
     Markdown and HTML reports carry it at the top with its reason."""
     from core.clientview import client_view
-    from sidecar.render.html_page import render_html
-    from sidecar.render.markdown_page import render_markdown
+    from sidecar.render.pages import render_html, render_markdown
     from tests.unit.loadgen.test_client_load import ROWS
 
     limited = report().model_copy(update={"client": client_view(ROWS, duration_s=10.0, cpu_cores=0.95,

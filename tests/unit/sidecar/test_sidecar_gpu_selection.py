@@ -14,9 +14,9 @@ from fastapi.testclient import TestClient
 from core.enginestate import EngineState, pid_namespace, write_engine_state
 from core.gpus import DeviceMemory, select_devices
 from core.units import GIB
-from sidecar.api_app import create_app
 from sidecar.reports.writer import ReportService
 from sidecar.sampling.gpu import NvmlReader
+from sidecar.server import create_app
 from tests.fakes import FakeNvml
 from tests.unit.sidecar.test_sidecar_app import AUTH, BASE_URL, body, make_settings
 

@@ -11,8 +11,7 @@ from core.records import RequestRecord
 from core.redact import Redactor, secret_values, strip_url_credentials
 from core.report_schema import Environment, ErrorSummary, ResourcePoint
 from core.settings import Settings
-from sidecar.render.html_page import render_html
-from sidecar.render.markdown_page import render_markdown, table
+from sidecar.render.pages import render_html, render_markdown, table
 from sidecar.render.plots import latency_cdf_png, resources_png, throughput_png
 from tests.unit.sidecar.test_sidecar_store import report, single_run
 
@@ -140,7 +139,7 @@ def test_csv_exports_one_row_per_request_and_a_summary_row() -> None:
     import csv
     import io
 
-    from sidecar.render.csv_files import ROW_COLUMNS, rows_csv, summary_csv
+    from sidecar.render.pages import ROW_COLUMNS, rows_csv, summary_csv
     from tests.unit.sidecar.test_sidecar_store import report
 
     records = rows()

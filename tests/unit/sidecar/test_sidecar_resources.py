@@ -8,9 +8,8 @@ import pytest
 
 from core.report_schema import GpuSample
 from sidecar.sampling.gpu import NvmlReader
-from sidecar.sampling.procmem import ProcessTreeMeter
 from sidecar.sampling.resources import Sample, summarise, timeline
-from sidecar.sampling.sampler import Sampler
+from sidecar.sampling.sampler import ProcessTreeMeter, Sampler
 from tests.fakes import FakeNvml
 
 GIB = 1024**3

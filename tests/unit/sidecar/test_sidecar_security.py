@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 from core.enginestate import EngineState, LogPosition
 from core.report_schema import Report
 from core.settings import Settings
-from sidecar.api_app import create_app
 from sidecar.guard import MAX_BODY_BYTES, host_name, trusted
-from sidecar.reports.retention import Retention, expired
+from sidecar.reports.store import Retention, expired
+from sidecar.server import create_app
 from tests.fakes import FakeNvml
 from tests.unit.sidecar.test_sidecar_app import AUTH, BASE_URL, body, make_service, make_settings
 

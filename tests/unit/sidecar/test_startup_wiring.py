@@ -8,9 +8,9 @@ from fastapi.testclient import TestClient
 
 from core.settings import Settings
 from engine.vllmlog.tracker import StartupAttempt, StartupPhase
-from sidecar.api_app import create_app
 from sidecar.reports.envinfo import startup_facts, vllm_fingerprint
 from sidecar.reports.writer import ReportService
+from sidecar.server import create_app
 
 
 def attempt(startup_s: float, outcome: str = "ready") -> StartupAttempt:
