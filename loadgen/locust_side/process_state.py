@@ -68,7 +68,7 @@ class RunState:
         self.host: str | None = None  # what every row names as its sender (set by the locustfile)
         self.process: str | None = None
         self.sink: Callable[[str], None] | None = None  # a remote worker's rows go to the master, not to a file
-        self.cut_cause = "the end of the run"  # what a cancelled row names (SIGINT: loadgen.locust_side.interrupt)
+        self.cut_cause = "the end of the run"  # what a cancelled row names (SIGINT: loadgen.locust_side.user_actions)
         self.begin(0, None)
 
     def begin(self, max_requests: int, records_path: Path | None, slot: Slot | None = None) -> None:

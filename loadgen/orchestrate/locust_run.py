@@ -47,8 +47,8 @@ def read_process_loads(path: Path) -> list[ProcessLoad]:
 
 def stop_locust(proc: subprocess.Popen[bytes], grace_s: float, sig: signal.Signals | None = signal.SIGINT) -> None:
     """``sig`` to Locust's process group (SIGINT: each process cancels its requests in flight and saves them as
-    ``incomplete`` rows: :mod:`loadgen.locust_side.interrupt`; None: none, it is ending by itself), then SIGKILL to it
-    after ``grace_s`` s, and once more for workers that outlived their master."""
+    ``incomplete`` rows: :func:`loadgen.locust_side.user_actions.cancel_on_sigint`; None: none, it is ending by
+    itself), then SIGKILL to it after ``grace_s`` s, and once more for workers that outlived their master."""
     if proc.poll() is None and sig is not None:
         try:
             os.killpg(proc.pid, sig)
