@@ -27,14 +27,11 @@ from loadgen.childprocs import die_with_parent
 from loadgen.locust_side import llm_webui, user_actions
 from loadgen.locust_side.distributed import Coordinator
 from loadgen.locust_side.joining import host_name
-from loadgen.locust_side.lagmonitor import LagMonitor
 from loadgen.locust_side.llm_stats import REPORT_KEY, LlmStats
-from loadgen.locust_side.process_state import RunState, Slot
+from loadgen.locust_side.process_state import LagMonitor, RunState, Slot
 from loadgen.locust_side.remote import JoiningCoordinator, append_lines
-from loadgen.locust_side.weblogin import install_login
 from loadgen.plan import bench_config, read_run_plan
 from loadgen.request.client import new_session
-from loadgen.request.served_model import discover_model
 from loadgen.request.transport import Transport
 from loadgen.workloads.workload import WorkItem
 
@@ -80,7 +77,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
         die_with_parent()  # a benchmark's worker (--processes) ends with its master, even a SIGKILLed one
     llm_webui.install(environment, LLM)
     if environment.web_ui is not None and SETTINGS.locust_web_password:  # launched with --web-login
-        install_login(environment.web_ui, SETTINGS.locust_web_username, SETTINGS.locust_web_password,
+        llm_webui.install_login(environment.web_ui, SETTINGS.locust_web_username, SETTINGS.locust_web_password,
                       getattr(environment.parsed_options, "web_base_path", "") or "")
 
 
@@ -124,7 +121,7 @@ def _begin(environment: Environment, slot: Slot) -> None:
     host = environment.host or getattr(options, "host", None) or SETTINGS.vllm_url
     joined = COORD if isinstance(COORD, JoiningCoordinator) else None
     plan = (joined.plan if joined else None) or PLAN or bench_config(
-        SETTINGS, discover_model(host, SETTINGS.served_model_name, SETTINGS.vllm_headers)
+        SETTINGS, llm_webui.discover_model(host, SETTINGS.served_model_name, SETTINGS.vllm_headers)
     )
     prompts = _RUN.prompts if _RUN and plan == PLAN else None  # the benchmark's one parse of the dataset
     STATE = STATE if STATE is not None and STATE.plan == plan else RunState(plan, RequestLog.of(SETTINGS), prompts)
