@@ -14,12 +14,11 @@ import pytest
 from core.api import BuildReportRequest
 from core.records import RequestRecord
 from core.serverview import ServerView
-from loadgen.command.benchmark import stop_signals_interrupt
+from loadgen.command.benchmark import RunLock, StackBusy, stop_signals_interrupt
 from loadgen.locust_side.user_actions import CONNECTION_BACKOFF_S, backoff_s
 from loadgen.orchestrate.breaker import RowWatch, ServerDownBreaker, connection_cause
 from loadgen.orchestrate.measured_run import Measured
 from loadgen.orchestrate.pipeline import build_request
-from loadgen.orchestrate.stack_lock import RunLock, StackBusy
 from loadgen.orchestrate.sweep import RunResult, disagreement, run_line, run_series
 from tests.unit.loadgen.test_sweep_plan import knobs
 from tests.unit.sidecar.test_sidecar_app import body, client_for  # noqa: F401  (fixture)
