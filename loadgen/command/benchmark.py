@@ -36,12 +36,10 @@ from loadgen.plan import bench_config, with_trace
 from loadgen.sidecar_client import SidecarClient
 from loadgen.terminal.summary import start_line
 from loadgen.workloads.dataset import DatasetError, dataset_of
-from loadgen.workloads.prefixes import prefixes_file
-from loadgen.workloads.randomdata import random_prompts_file
-from loadgen.workloads.sessions import followups_of, multi_turn_share
+from loadgen.workloads.randomdata import prefixes_file, random_prompts_file, trace_prompts_file
 from loadgen.workloads.tokenizing import open_prompt_tokenizer
 from loadgen.workloads.trace import Trace, TraceError, TraceRow, load_trace, schedule, schedule_problem
-from loadgen.workloads.traceprompts import trace_prompts_file
+from loadgen.workloads.workload import followups_of, multi_turn_share
 
 HELP = """\
 Warmup, a measured Locust run, then the sidecar's report (reports/). Also python -m loadgen.command.benchmark and make

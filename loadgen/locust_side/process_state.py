@@ -31,10 +31,8 @@ from core.stats import latency_stats
 from core.thinktime import think_sampler
 from loadgen.plan import run_id_of, sampler_for, workload_prompts
 from loadgen.workloads.dataset import Prompt
-from loadgen.workloads.prefixes import load_prefixes, with_prefix
-from loadgen.workloads.sessions import ConversationDeck, Session, followups_of
-from loadgen.workloads.traceprompts import trace_requests
-from loadgen.workloads.workload import WorkItem
+from loadgen.workloads.randomdata import load_prefixes, trace_requests, with_prefix
+from loadgen.workloads.workload import ConversationDeck, Session, WorkItem, followups_of
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,7 @@ from core.streamtiming import StreamTimer
 from loadgen.locust_side.process_state import RunState, Slot, share
 from loadgen.request.client import chat_payload, partial_fields, stream_chat
 from loadgen.request.transport import Transport
-from loadgen.workloads.sessions import Session
-from loadgen.workloads.workload import WorkItem
+from loadgen.workloads.workload import Session, WorkItem
 
 OPEN_LOOP_MAX_IN_FLIGHT = 10_000
 CONNECTION_BACKOFF_S = 0.5  # a closed-loop user's pause after a connection-level failure (no tight retry loop)
