@@ -25,11 +25,10 @@ from core.requestlog import RequestLog
 from core.settings import get_settings
 from loadgen.childprocs import die_with_parent
 from loadgen.locust_side import llm_webui, user_actions
-from loadgen.locust_side.distributed import Coordinator
 from loadgen.locust_side.joining import host_name
 from loadgen.locust_side.llm_stats import REPORT_KEY, LlmStats
 from loadgen.locust_side.process_state import LagMonitor, RunState, Slot
-from loadgen.locust_side.remote import JoiningCoordinator, append_lines
+from loadgen.locust_side.remote import Coordinator, JoiningCoordinator, append_lines
 from loadgen.plan import bench_config, read_run_plan
 from loadgen.request.client import new_session
 from loadgen.request.transport import Transport
