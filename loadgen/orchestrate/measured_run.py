@@ -33,8 +33,7 @@ from core.settings import Settings
 from loadgen.errors import OverCapacity, WarmupFailed, WarmupInterrupted
 from loadgen.locust_side.user_actions import payload_for
 from loadgen.orchestrate import profiling
-from loadgen.orchestrate.breaker import ServerDown
-from loadgen.orchestrate.locust_run import INTERRUPTED, SERVER_DOWN, read_process_loads, run_locust
+from loadgen.orchestrate.locust_run import INTERRUPTED, SERVER_DOWN, ServerDown, read_process_loads, run_locust
 from loadgen.orchestrate.replica_watch import ReplicaWatch, left_after_stop, scrape_metrics, wait_until_idle
 from loadgen.plan import jsonl_rows, run_file, run_id_of, sampler_for
 from loadgen.request.client import new_session, stream_chat
