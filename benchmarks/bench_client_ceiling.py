@@ -34,8 +34,7 @@ from core.enginestate import read_engine_state
 from core.settings import get_settings
 from engine.launcher import engine_python
 from loadgen.childprocs import CpuSample, CpuSampler, ProcessError, cpu_in_window, mock_server
-from loadgen.selftest.calibrate import CalibrationError, run_our_client
-from loadgen.selftest.calibration_figures import ClientRun, summarize_records
+from loadgen.selftest.calibrate import CalibrationError, ClientRun, run_our_client, summarize_records
 
 TARGET_RATIO = 1.5  # ours / theirs, chunks/s per client core
 VLLM_REQUESTS_FIRST = 500  # vLLM's requests if it ever ran before any run of ours without --requests

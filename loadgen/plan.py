@@ -120,7 +120,7 @@ def bench_config(settings: Settings, model: str) -> BenchmarkConfig:
         slo=settings.slo, request_timeout_s=settings.request_timeout_s, drain_s=settings.drain_s,
         vllm_url=settings.vllm_url, model=model, workers=workers, remote_workers=settings.expect_workers,
         session_turns=turns, think_time=settings.think_time if turns > 1 else None,
-        # auto: resolved on the dataset (loadgen.workloads.sessions.followups_of)
+        # auto: resolved on the dataset (loadgen.workloads.workload.followups_of)
         session_followups=None if turns <= 1 or settings.session_followups == "auto" else settings.session_followups,
         prefix_len_tokens=settings.prefix_len, prefix_count=settings.prefix_count if settings.prefix_len else None,
         profiled=settings.profile, price_per_hour=settings.price_per_hour,

@@ -1,14 +1,19 @@
 """``make benchmark`` / ``./run_benchmark.sh``: parse, check (TRACE included) and wire, or serve as a remote load
 worker (``--worker``); the run itself is :mod:`loadgen.orchestrate.pipeline`, its end
-:mod:`loadgen.orchestrate.outcome`."""
+:mod:`loadgen.orchestrate.outcome`. One benchmark at a time per stack (two would measure each other's load): an
+``fcntl.flock`` on ``RUN_DIR/benchmark.lock`` for a whole run or sweep, released however the holder ends; the file
+names the holder."""
 
 from __future__ import annotations
 
 import argparse
+import fcntl
+import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from functools import partial
@@ -27,17 +32,14 @@ from loadgen.orchestrate.locust_launch import worker_argv
 from loadgen.orchestrate.outcome import EXIT_INTERRUPTED, EXIT_USAGE, STOP_SIGNALS
 from loadgen.orchestrate.pipeline import rows_file_problem, run_benchmark
 from loadgen.orchestrate.preflight import Target, plan_problem, preflight
-from loadgen.orchestrate.stack_lock import RunLock, StackBusy
 from loadgen.plan import bench_config, with_trace
 from loadgen.sidecar_client import SidecarClient
 from loadgen.terminal.summary import start_line
 from loadgen.workloads.dataset import DatasetError, dataset_of
-from loadgen.workloads.prefixes import prefixes_file
-from loadgen.workloads.randomdata import random_prompts_file
-from loadgen.workloads.sessions import followups_of, multi_turn_share
+from loadgen.workloads.randomdata import prefixes_file, random_prompts_file, trace_prompts_file
 from loadgen.workloads.tokenizing import open_prompt_tokenizer
 from loadgen.workloads.trace import Trace, TraceError, TraceRow, load_trace, schedule, schedule_problem
-from loadgen.workloads.traceprompts import trace_prompts_file
+from loadgen.workloads.workload import followups_of, multi_turn_share
 
 HELP = """\
 Warmup, a measured Locust run, then the sidecar's report (reports/). Also python -m loadgen.command.benchmark and make
@@ -237,3 +239,55 @@ def worker_main(settings: Settings) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+LOCK_NAME = "benchmark.lock"
+
+
+class StackBusy(Exception):
+    """Another benchmark holds the stack's lock; the message names it and what to do."""
+
+
+class RunLock:
+    """The stack's benchmark lock (``with RunLock(run_dir):``). Raises StackBusy: on entering, when another process
+    holds it. OSError: the lock file cannot be made (RUN_DIR not writable)."""
+
+    def __init__(self, run_dir: Path, fallback_dir: Path | None = None) -> None:
+        self.path = run_dir / LOCK_NAME
+        self.fallback = fallback_dir / LOCK_NAME if fallback_dir is not None else None
+        self._fd: int | None = None
+
+    def _open(self) -> int:
+        """The lock file's descriptor: in RUN_DIR, else (read-only, as in the compose Locust container) in the
+        fallback folder. Raises OSError: neither can be made."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            if self.fallback is None:
+                raise
+            self.path = self.fallback
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def __enter__(self) -> RunLock:
+        fd = self._open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode("utf-8", errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StackBusy(f"another benchmark is running against this stack ({holder}); wait for it to end, or stop "
+                            "it (Ctrl-C in its terminal, or kill -TERM <its pid>: it writes the report of its requests "
+                            f"so far), then run again. Lock: {self.path}") from None
+        os.ftruncate(fd, 0)
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+        os.pwrite(fd, f"pid {os.getpid()}, since {started}: {' '.join(sys.argv)[:300]}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.close(self._fd)  # closing releases the lock
+            self._fd = None

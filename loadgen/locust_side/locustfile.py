@@ -24,20 +24,13 @@ from core.records import RequestRecord
 from core.requestlog import RequestLog
 from core.settings import get_settings
 from loadgen.childprocs import die_with_parent
-from loadgen.locust_side import llm_webui
-from loadgen.locust_side.distributed import Coordinator
-from loadgen.locust_side.interrupt import CANCEL_CAUSE, cancel_on_sigint
+from loadgen.locust_side import llm_webui, user_actions
 from loadgen.locust_side.joining import host_name
-from loadgen.locust_side.lagmonitor import LagMonitor
 from loadgen.locust_side.llm_stats import REPORT_KEY, LlmStats
-from loadgen.locust_side.locust_events import cut_event, request_event
-from loadgen.locust_side.process_state import RunState, Slot
-from loadgen.locust_side.remote import JoiningCoordinator, append_lines
-from loadgen.locust_side.user_actions import OPEN_LOOP_MAX_IN_FLIGHT, backoff_s, dispatch_open_loop, send
-from loadgen.locust_side.weblogin import install_login
+from loadgen.locust_side.process_state import LagMonitor, RunState, Slot
+from loadgen.locust_side.remote import Coordinator, JoiningCoordinator, append_lines
 from loadgen.plan import bench_config, read_run_plan
 from loadgen.request.client import new_session
-from loadgen.request.served_model import discover_model
 from loadgen.request.transport import Transport
 from loadgen.workloads.workload import WorkItem
 
@@ -71,7 +64,7 @@ def _add_arguments(parser: Any) -> None:
 def _on_init(environment: Environment, **_: Any) -> None:
     global COORD, ENVIRONMENT
     ENVIRONMENT = environment
-    cancel_on_sigint(environment, _cut_by_sigint)  # a stop by the benchmark cancels, a --run-time end drains
+    user_actions.cancel_on_sigint(environment, _cut_by_sigint)  # a benchmark stop cancels, a --run-time end drains
     on_slot = lambda slot: _begin(environment, slot)  # noqa: E731
     if getattr(environment.parsed_options, "join", False):
         COORD = JoiningCoordinator(environment, on_slot, token=SETTINGS.sidecar_token or "", host=HOST, plan=PLAN,
@@ -83,7 +76,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
         die_with_parent()  # a benchmark's worker (--processes) ends with its master, even a SIGKILLed one
     llm_webui.install(environment, LLM)
     if environment.web_ui is not None and SETTINGS.locust_web_password:  # launched with --web-login
-        install_login(environment.web_ui, SETTINGS.locust_web_username, SETTINGS.locust_web_password,
+        llm_webui.install_login(environment.web_ui, SETTINGS.locust_web_username, SETTINGS.locust_web_password,
                       getattr(environment.parsed_options, "web_base_path", "") or "")
 
 
@@ -117,7 +110,7 @@ def _write_llm_stats(**_: Any) -> None:
 
 def _cut_by_sigint() -> None:
     if STATE is not None:
-        STATE.cut_cause = CANCEL_CAUSE
+        STATE.cut_cause = user_actions.CANCEL_CAUSE
 
 
 def _begin(environment: Environment, slot: Slot) -> None:
@@ -127,7 +120,7 @@ def _begin(environment: Environment, slot: Slot) -> None:
     host = environment.host or getattr(options, "host", None) or SETTINGS.vllm_url
     joined = COORD if isinstance(COORD, JoiningCoordinator) else None
     plan = (joined.plan if joined else None) or PLAN or bench_config(
-        SETTINGS, discover_model(host, SETTINGS.served_model_name, SETTINGS.vllm_headers)
+        SETTINGS, llm_webui.discover_model(host, SETTINGS.served_model_name, SETTINGS.vllm_headers)
     )
     prompts = _RUN.prompts if _RUN and plan == PLAN else None  # the benchmark's one parse of the dataset
     STATE = STATE if STATE is not None and STATE.plan == plan else RunState(plan, RequestLog.of(SETTINGS), prompts)
@@ -193,10 +186,10 @@ def _record(user: User, item: WorkItem, session: Transport, scheduled_at: float 
 
     def cut(elapsed_ms: float) -> None:
         LLM.add_cut()
-        fire(**cut_event(elapsed_ms))
+        fire(**user_actions.cut_event(elapsed_ms))
 
-    record = send(state, session, user.host or SETTINGS.vllm_url, item, scheduled_at, on_cut=cut)
-    fire(**request_event(record))
+    record = user_actions.send(state, session, user.host or SETTINGS.vllm_url, item, scheduled_at, on_cut=cut)
+    fire(**user_actions.request_event(record))
     LLM.add(record)
     if state.all_done:
         _coord().finish()
@@ -224,7 +217,7 @@ class ChatUser(User):
                 _coord().finish()
             raise StopUser()
         record = _record(self, state.next_item(self, k), self.session)
-        pause = max(backoff_s(record), state.think_after(self))  # a conversation's user thinks before its next turn
+        pause = max(user_actions.backoff_s(record), state.think_after(self))  # a conversation: the think time
         if pause:
             gevent.sleep(pause)
 
@@ -243,9 +236,9 @@ class OpenLoopUser(User):
         if OpenLoopUser._dispatching:
             raise StopUser()
         OpenLoopUser._dispatching = True
-        self.session = new_session(OPEN_LOOP_MAX_IN_FLIGHT, headers=SETTINGS.vllm_headers)
+        self.session = new_session(user_actions.OPEN_LOOP_MAX_IN_FLIGHT, headers=SETTINGS.vllm_headers)
         try:
-            dispatch_open_loop(_state(), self._one)
+            user_actions.dispatch_open_loop(_state(), self._one)
         finally:
             OpenLoopUser._dispatching = False
             self.session.close()

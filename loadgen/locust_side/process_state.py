@@ -1,28 +1,38 @@
-"""Per-process bookkeeping of a Locust run: the plan, this process's share of the requests, the rows file, the log.
+"""Per-process bookkeeping of a Locust run: the plan, this process's share of the requests, the rows file, the log,
+and how late the process runs.
 
 Every process holds the same plan and seeded workload; process ``slot`` of ``slots`` takes request numbers ``slot,
 slot + slots, …`` and request ``k`` is always the workload's ``k``-th item, so REQUESTS=N gives the same N requests
 whatever the number of processes. Plain code, unit-tested without Locust.
+
+The lag (what the client may add to each TTFT and ITL): a greenlet asks to wake every ``interval_s`` and records how
+late it woke (wrk2's and Node's event-loop lag); a longer stall is back-filled as HdrHistogram's
+``recordValueWithExpectedInterval`` does. Idle wake-ups are not recorded. CPU counts while requests are in flight.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
+import gevent
+
+from core.clientview import ProcessLoad
 from core.logrotate import RotatingWriter
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.requestlog import RequestLog, RequestLogLine
+from core.stats import latency_stats
 from core.thinktime import think_sampler
 from loadgen.plan import run_id_of, sampler_for, workload_prompts
 from loadgen.workloads.dataset import Prompt
-from loadgen.workloads.prefixes import load_prefixes, with_prefix
-from loadgen.workloads.sessions import ConversationDeck, Session, followups_of
-from loadgen.workloads.traceprompts import trace_requests
-from loadgen.workloads.workload import WorkItem
+from loadgen.workloads.randomdata import load_prefixes, trace_requests, with_prefix
+from loadgen.workloads.workload import ConversationDeck, Session, WorkItem, followups_of
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,7 @@ class Slot:
     start_at: float | None = None
 
 
+LAG_INTERVAL_S = 0.005
 START_DELAY_S = 1.0  # the open-loop schedule starts this long after the master hands out the slots
 
 
@@ -68,7 +79,7 @@ class RunState:
         self.host: str | None = None  # what every row names as its sender (set by the locustfile)
         self.process: str | None = None
         self.sink: Callable[[str], None] | None = None  # a remote worker's rows go to the master, not to a file
-        self.cut_cause = "the end of the run"  # what a cancelled row names (SIGINT: loadgen.locust_side.interrupt)
+        self.cut_cause = "the end of the run"  # what a cancelled row names (SIGINT: loadgen.locust_side.user_actions)
         self.begin(0, None)
 
     def begin(self, max_requests: int, records_path: Path | None, slot: Slot | None = None) -> None:
@@ -180,3 +191,55 @@ class RunState:
             self._log.close()
         self._fd = None
         self._log = None
+
+
+class LagMonitor:
+    """The lag sampler of one process (``start`` at the test's start, ``stop`` at its end): it wakes every
+    ``interval_s`` and records only while ``busy()`` (requests in flight); ``clock`` gives monotonic seconds."""
+
+    def __init__(self, busy: Callable[[], bool], interval_s: float = LAG_INTERVAL_S,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.busy = busy
+        self.interval_s = interval_s
+        self.clock = clock
+        self.samples_ms = array("d")
+        self._greenlet: gevent.Greenlet[[], None] | None = None
+        self._cpu0 = self._wall0 = 0.0
+
+    def start(self) -> None:
+        """Start sampling (again: earlier samples are dropped)."""
+        self.stop_sampling()
+        self.samples_ms = array("d")
+        self._cpu0, self._wall0 = time.process_time(), self.clock()
+        self._greenlet = gevent.spawn(self._run)
+
+    def _run(self) -> None:
+        clock, interval, record = self.clock, self.interval_s, self.record
+        due = clock() + interval
+        while True:
+            gevent.sleep(max(0.0, due - clock()))
+            now = clock()
+            if self.busy():
+                record(now - due)
+            due = now + interval
+
+    def record(self, late_s: float) -> None:
+        """One wake-up ``late_s`` late (with the back-filled samples of a stall longer than the interval)."""
+        late_ms, step_ms = late_s * 1000.0, self.interval_s * 1000.0
+        self.samples_ms.append(max(0.0, late_ms))
+        late_ms -= step_ms
+        while late_ms > 0:
+            self.samples_ms.append(late_ms)
+            late_ms -= step_ms
+
+    def stop_sampling(self) -> None:
+        """Stop the greenlet (samples are kept)."""
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
+            self._greenlet = None
+
+    def summary(self, role: Literal["local", "worker"], slot: int, requests: int) -> ProcessLoad:
+        """This process's load since :meth:`start`: CPU seconds (user + system), wall seconds and the lag."""
+        return ProcessLoad(pid=os.getpid(), role=role, slot=slot, requests=requests,
+                           cpu_s=time.process_time() - self._cpu0, wall_s=self.clock() - self._wall0,
+                           lag=latency_stats(self.samples_ms))

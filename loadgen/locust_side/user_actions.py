@@ -1,29 +1,79 @@
-"""What a Locust user does, as plain functions (tested without Locust's runner): send one planned request, and
-dispatch open-loop arrivals."""
+"""What a Locust user does, as plain functions (tested without Locust's runner): send one planned request, dispatch
+open-loop arrivals, report a row to Locust's statistics, and cancel at once on SIGINT.
+
+A row is one ``LLM e2e`` request fired through ``events.request`` (so it aggregates on a distributed master; Locust's
+own timer would stop at a stream's headers); TTFT, TPOT, ITL and tok/s go to
+:class:`loadgen.locust_side.llm_stats.LlmStats`. The benchmark stops a run early (Ctrl-C, SIGTERM, server down,
+watchdog) with SIGINT to Locust's process group: instead of draining for ``--stop-timeout`` the requests in flight are
+cancelled and saved naming :data:`CANCEL_CAUSE`. A ``--run-time`` end sends no signal and keeps its drain (DRAIN_S).
+"""
 
 from __future__ import annotations
 
 import itertools
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
 from typing import Any
 
 import gevent
 from gevent.pool import Pool
 
+from core.distributions import arrival_gaps_s, ramp_arrival_gaps_s
 from core.records import RequestRecord, engine_unreachable
 from core.report_schema import BenchmarkConfig
 from core.streamtiming import StreamTimer
 from loadgen.locust_side.process_state import RunState, Slot, share
 from loadgen.request.client import chat_payload, partial_fields, stream_chat
 from loadgen.request.transport import Transport
-from loadgen.workloads.loadshape import plan_arrival_gaps
-from loadgen.workloads.sessions import Session
-from loadgen.workloads.workload import WorkItem
+from loadgen.workloads.workload import Session, WorkItem
 
 OPEN_LOOP_MAX_IN_FLIGHT = 10_000
 CONNECTION_BACKOFF_S = 0.5  # a closed-loop user's pause after a connection-level failure (no tight retry loop)
+CANCEL_CAUSE = "the run being stopped early (SIGINT: Ctrl-C, SIGTERM, server down or watchdog)"
+REQUEST_TYPE = "LLM"
+REQUEST_NAME = "e2e"
+
+
+class RequestCut(Exception):
+    """The test stopped (Stop in the web UI, the end of ``--run-time``) while this request was still streaming."""
+
+
+def _event(response_time_ms: float, exception: Exception | None) -> dict[str, Any]:
+    # response_length 0: Locust shows bytes, an answer's size is in tokens (the LLM tab)
+    return {"request_type": REQUEST_TYPE, "name": REQUEST_NAME, "response_time": response_time_ms,
+            "response_length": 0, "exception": exception, "context": {}}  # fmt: skip
+
+
+def request_event(record: RequestRecord) -> dict[str, Any]:
+    """Keyword arguments of ``events.request.fire`` for ``record``: ``LLM e2e``, the end-to-end latency in ms (from
+    the schedule in open loop), failed with ``<error_kind>: <error>`` when the request failed."""
+    failure = None if record.ok else Exception(f"{record.error_kind}: {record.error}")
+    return _event((record.e2e_ms or 0.0) + record.queue_delay_ms, failure)
+
+
+def cut_event(elapsed_ms: float) -> dict[str, Any]:
+    """The ``events.request.fire`` arguments of a request cut by the test's stop after ``elapsed_ms``: a failed
+    ``LLM e2e`` saying so (listed under Failures instead of lost)."""
+    return _event(elapsed_ms, RequestCut("cut by the test stop before the answer finished"))
+
+
+def cancel_on_sigint(environment: Any, on_cancel: Callable[[], None] = lambda: None) -> None:
+    """Install (in the main thread) a SIGINT handler: ``environment.stop_timeout`` becomes 0, ``on_cancel()`` runs,
+    then the previous handler (KeyboardInterrupt also where SIGINT was ignored: only the benchmark sends it)."""
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        environment.stop_timeout = 0.0
+        on_cancel()
+        if callable(previous):
+            previous(signum, frame)
+        else:  # SIG_IGN inherited from a benchmark run as a background job: the benchmark's stop still stops
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
 
 
 def backoff_s(record: RequestRecord) -> float:
@@ -105,10 +155,26 @@ def converse(state: RunState, session: Session, first: WorkItem, scheduled_at: f
     return session.turn
 
 
+def plan_arrival_gaps(plan: BenchmarkConfig) -> Iterator[float]:
+    """Gaps between arrivals, seconds: gamma gaps at RATE (shape BURSTINESS, seeded by SEED), or a linear ramp from
+    RATE to RATE_END over DURATION (else over REQUESTS arrivals).
+
+    Raises:
+        ValueError: the plan has no rate, or a rate or burstiness that is not finite and > 0.
+    """
+    if plan.rate_req_per_sec is None:
+        raise ValueError("an open-loop run needs RATE (requests per second)")
+    burstiness = plan.burstiness or 1.0
+    if plan.rate_end_req_per_sec is None:
+        return arrival_gaps_s(plan.rate_req_per_sec, burstiness, plan.seed)
+    return ramp_arrival_gaps_s(plan.rate_req_per_sec, plan.rate_end_req_per_sec, burstiness, plan.seed,
+                               duration_s=plan.duration_s, requests=plan.requests)
+
+
 def arrivals(plan: BenchmarkConfig, slot: Slot,
              trace: Sequence[tuple[float, WorkItem]] = ()) -> Iterator[tuple[int, float]]:
     """This process's arrivals, ``(request number, seconds after the start)``: every ``slots``-th of the run's one
-    schedule (:func:`loadgen.workloads.loadshape.plan_arrival_gaps`, or the ``trace``'s times), from ``slot``.
+    schedule (:func:`plan_arrival_gaps`, or the ``trace``'s times), from ``slot``.
 
     Raises:
         ValueError: the plan has no RATE.

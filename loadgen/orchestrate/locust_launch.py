@@ -52,7 +52,7 @@ def locust_argv(
         extra = shlex.split(settings.locust_extra_args)
         if "--worker" not in extra:
             argv += ["--web-host", settings.locust_web_host, "--web-port", str(settings.locust_web_port)]
-            # the password itself stays in the environment (loadgen.locust_side.weblogin)
+            # the password itself stays in the environment (loadgen.locust_side.llm_webui)
             if settings.locust_web_password:
                 argv.append("--web-login")
         argv += extra

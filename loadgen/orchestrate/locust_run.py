@@ -1,8 +1,17 @@
-"""Locust headless on one plan: started bound to the benchmark's life, watched, stopped; a :class:`LocustOutcome`."""
+"""Locust headless on one plan: started bound to the benchmark's life, watched, stopped; a :class:`LocustOutcome`.
+
+Its progress bar counts successes and failures apart, fill, rate and ETA from successes only (a run whose requests all
+time out must show no rate "done"); :class:`Progress` is pure, :class:`ProgressBar` shows it. The server-down
+breaker ends a run early whose requests fail at the connection level for SERVER_DOWN_S with no answer in between (a
+dead vLLM would be retried as fast as the machine allows). Any HTTP answer proves the server up, except the router's
+"no engine" (:data:`NO_ENGINE_ANSWERS`) and vLLM's "model not served" (the stack was switched:
+:data:`MODEL_GONE_ANSWERS`); timeouts prove nothing."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import signal
 import subprocess
@@ -10,17 +19,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
 from core.clientview import ProcessLoad
+from core.records import ENGINE_GONE_ANSWERS, MODEL_GONE_ANSWERS, MODEL_GONE_LINE, NO_ENGINE_ANSWERS
 from core.report_schema import BenchmarkConfig
 from core.settings import PROJECT_ROOT, Settings, service_env
 from loadgen.childprocs import kill_group, lifetime_bound, tree_cpu_s
 from loadgen.errors import WorkersMissing
-from loadgen.orchestrate.breaker import RowWatch, ServerDown, ServerDownBreaker
 from loadgen.orchestrate.locust_launch import local_master_address, locust_argv, worker_argv
-from loadgen.orchestrate.progress import Progress, ProgressBar
 from loadgen.plan import jsonl_rows, run_file, workload_prompts, write_plan
 
 tqdm.monitor_interval = 0  # no monitor thread: Ctrl-C must not print its traceback
@@ -47,8 +56,8 @@ def read_process_loads(path: Path) -> list[ProcessLoad]:
 
 def stop_locust(proc: subprocess.Popen[bytes], grace_s: float, sig: signal.Signals | None = signal.SIGINT) -> None:
     """``sig`` to Locust's process group (SIGINT: each process cancels its requests in flight and saves them as
-    ``incomplete`` rows: :mod:`loadgen.locust_side.interrupt`; None: none, it is ending by itself), then SIGKILL to it
-    after ``grace_s`` s, and once more for workers that outlived their master."""
+    ``incomplete`` rows: :func:`loadgen.locust_side.user_actions.cancel_on_sigint`; None: none, it is ending by
+    itself), then SIGKILL to it after ``grace_s`` s, and once more for workers that outlived their master."""
     if proc.poll() is None and sig is not None:
         try:
             os.killpg(proc.pid, sig)
@@ -166,3 +175,181 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     if first and last and last[0] - first[0] >= 2.0:
         cores = (last[1] - first[1]) / (last[0] - first[0])
     return LocustOutcome(proc.returncode, cores, stopped, read_process_loads(client_path), count_measured.down)
+
+
+BAR_FORMAT_TOTAL = "{desc}: {percentage:3.0f}%|{bar}| {words}"  # requests bounded: the fill is successes / total
+BAR_FORMAT_OPEN = "{desc}: {words}"  # duration bounded: no total to fill
+
+
+def clock(seconds: float) -> str:
+    """``MM:SS`` (``H:MM:SS`` from one hour on), as tqdm writes times; negative values count as 0."""
+    return str(tqdm.format_interval(max(seconds, 0.0)))
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Measured rows so far: ``ok``, ``failed`` of ``total`` (None: ``duration_s`` bounds it), ``elapsed_s``."""
+
+    ok: int
+    failed: int
+    total: int | None
+    elapsed_s: float
+    duration_s: float | None = None
+
+    @property
+    def ok_rate_req_per_s(self) -> float:
+        """Successes per second since the start (0.0 before one second has passed with none)."""
+        return self.ok / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left (of the duration, else at the success rate); None with no success yet or nothing left."""
+        if self.total is None:
+            return None if self.duration_s is None else max(self.duration_s - self.elapsed_s, 0.0)
+        left = self.total - self.ok - self.failed
+        if self.ok == 0 or left <= 0:
+            return None
+        return left / self.ok_rate_req_per_s
+
+    def counts(self) -> str:
+        """``12 ok, 25 failed / 200`` (``/ 200`` only for a request-bounded run)."""
+        of = f" / {self.total}" if self.total is not None else ""
+        return f"{self.ok} ok, {self.failed} failed{of}"
+
+    def text(self) -> str:
+        """The bar's words: ``12 ok, 25 failed / 200 [05:31<02:10, 0.04 ok/s]``; with no success yet
+        ``0 ok, 37 failed / 200 [05:31, no success yet: no ETA]``."""
+        times = clock(self.elapsed_s)
+        eta = self.eta_s
+        if eta is not None and math.isfinite(eta):
+            times += f"<{clock(eta)}"
+        if self.ok == 0:
+            why = "no success yet" + (": no ETA" if self.total is not None else "")
+            return f"{self.counts()} [{times}, {why}]"
+        return f"{self.counts()} [{times}, {self.ok_rate_req_per_s:.2f} ok/s]"
+
+
+class ProgressBar(tqdm):
+    """A tqdm bar showing :class:`Progress` in place of tqdm's count, rate and ETA:
+    ``Benchmark:   6%|█▊        | 12 ok, 25 failed / 200 [05:31<1:14:56, 0.04 ok/s]``."""
+
+    def __init__(self, total: int | None, duration_s: float | None, **kwargs: Any) -> None:
+        self.seen = Progress(0, 0, total, 0.0, duration_s)
+        fmt = BAR_FORMAT_TOTAL if total is not None else BAR_FORMAT_OPEN
+        super().__init__(total=total, bar_format=fmt, **kwargs)
+
+    @property
+    def format_dict(self) -> dict[str, Any]:
+        """tqdm's fields plus ``words``: :meth:`Progress.text` of the last :meth:`show`."""
+        return {**super().format_dict, "words": self.seen.text()}
+
+    def show(self, seen: Progress) -> None:
+        """Show ``seen``: the fill is its successes (out of the total), the words its counts, rate and ETA."""
+        self.seen = seen
+        self.n = seen.ok
+        self.refresh()
+
+
+MODEL_GONE = "the stack was switched to another model"  # the cause of a run ended by MODEL_GONE_ANSWERS
+ANSWERED_ERRORS = frozenset({"http_status", "no_done", "empty_output", "invalid_stream"})
+
+
+def connection_cause(message: str) -> str:
+    """A ``connection`` row's error ``message`` in a few words (``connection refused``, ``DNS lookup failed``, …)."""
+    text = message.lower()
+    if any(answer.decode().lower() in text for answer in MODEL_GONE_ANSWERS):
+        return MODEL_GONE
+    if any(answer.decode().lower() in text for answer in NO_ENGINE_ANSWERS):
+        return "no engine answers behind the router"
+    if "refused" in text:
+        return "connection refused"
+    if "reset" in text or "broken pipe" in text:
+        return "connection reset"
+    if "gaierror" in text or "name or service" in text or "resolve" in text or "nodename" in text:
+        return "DNS lookup failed"
+    return "connection failed"
+
+
+@dataclass(frozen=True)
+class ServerDown:
+    """The breaker tripped: the first failure's Unix time (s), its cause in words, and how long failures went on (s)."""
+
+    since: float
+    cause: str
+    for_s: float
+
+    def line(self) -> str:
+        """``vLLM stopped answering at 01:02:03: connection refused for 5 s`` (local time)."""
+        at = time.strftime("%H:%M:%S", time.localtime(self.since))
+        if self.cause == MODEL_GONE:
+            return f"{MODEL_GONE_LINE} at {at}: {MODEL_GONE}, HTTP 404 for {self.for_s:.0f} s"
+        return f"vLLM stopped answering at {at}: {self.cause} for {self.for_s:.0f} s"
+
+
+class ServerDownBreaker:
+    """Trips when connection-level failures span ``limit_s`` (SERVER_DOWN_S, > 0) seconds with no answer between;
+    the verdict names the first failure's time and the latest one's cause."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        self.first: float | None = None
+        self.cause = ""
+
+    def answered(self) -> None:
+        """A request succeeded or the server answered with an error: it is up."""
+        self.first = None
+
+    def failed(self, ended_at: float, message: str) -> ServerDown | None:
+        """A request failed at the connection level at Unix time ``ended_at`` (s); the verdict once tripped."""
+        if self.first is None or ended_at < self.first:
+            self.first = ended_at
+        self.cause = connection_cause(message)  # the latest: a cut stream first, then what the dead server does
+        span = ended_at - self.first
+        return ServerDown(self.first, self.cause, span) if span >= self.limit_s else None
+
+
+class RowWatch:
+    """Reads a growing rows file's new complete lines: counts measured rows (``count``, ``ok`` of them successes)
+    and feeds the breaker (``down`` once tripped)."""
+
+    def __init__(self, path: Path, breaker: ServerDownBreaker | None = None) -> None:
+        self.path = path
+        self.breaker = breaker
+        self.offset = 0
+        self.count = 0
+        self.ok = 0
+        self.down: ServerDown | None = None
+
+    def __call__(self) -> int:
+        """Measured rows so far (a line still being written is read next time)."""
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return self.count
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        for line in data[:end].splitlines():
+            if b'"phase":"measured"' not in line:
+                continue
+            self.count += 1
+            self.ok += b'"ok":true' in line
+            if self.breaker is not None and self.down is None:
+                self._watch(line)
+        return self.count
+
+    def _watch(self, line: bytes) -> None:
+        assert self.breaker is not None
+        no_engine = b'"error_kind":"http_status"' in line and any(answer in line for answer in ENGINE_GONE_ANSWERS)
+        if not no_engine and (
+            b'"ok":true' in line or any(b'"error_kind":"%s"' % k.encode() in line for k in ANSWERED_ERRORS)
+        ):
+            self.breaker.answered()
+        elif no_engine or b'"error_kind":"connection"' in line:
+            try:
+                row = json.loads(line)
+                ended_at = float(row["started_at"]) + float(row.get("e2e_ms") or 0.0) / 1000.0
+            except (ValueError, KeyError, TypeError):
+                return
+            self.down = self.breaker.failed(ended_at, str(row.get("error") or ""))

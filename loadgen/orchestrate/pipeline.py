@@ -22,7 +22,6 @@ from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
 from loadgen.errors import BenchError, OverCapacity, WarmupFailed, WarmupInterrupted, WorkersMissing
 from loadgen.orchestrate import profiling
-from loadgen.orchestrate.idle import EngineBusy
 from loadgen.orchestrate.measured_run import Measured, from_records_file, run_measured
 from loadgen.orchestrate.outcome import (
     EXIT_FAILED,
@@ -32,7 +31,7 @@ from loadgen.orchestrate.outcome import (
     EXIT_USAGE,
     finish,
 )
-from loadgen.orchestrate.replica_watch import cluster_of
+from loadgen.orchestrate.replica_watch import EngineBusy, cluster_of
 from loadgen.orchestrate.sweep import RunPoint, RunResult, SeriesRuns, run_series
 from loadgen.plan import jsonl_rows, run_file, run_id_of
 from loadgen.sidecar_client import SidecarClient, SidecarRefused

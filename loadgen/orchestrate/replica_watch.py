@@ -1,21 +1,26 @@
 """vLLM's ``/metrics`` around the measured window: one server (:func:`scrape_metrics`), or every engine behind the
-router (:class:`ReplicaWatch`: scraped before and after, polled for KV usage and liveness during it)."""
+router (:class:`ReplicaWatch`: scraped before and after, polled for KV usage and liveness during it); before a run,
+a wait up to IDLE_WAIT_S for vLLM to be idle (other requests would count in its figures), or a refusal."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import httpx
 
+from core.engineload import EngineLoad, busy_refusal, engine_load, idle_decision
 from core.records import RequestRecord
-from core.replicas import Replica, replicas, router_in_use
+from core.replicas import Replica, engine_url, front_in_use, replicas, router_in_use
 from core.report_schema import BenchmarkConfig
 from core.serverview_cluster import ClusterView, ReplicaScrapes, cluster_view
 from core.serverview_samples import Samples, parse_exposition, sum_samples
 from core.settings import Settings
+from loadgen.errors import BenchError
 
-POLL_S = 1.0  # how often each replica is polled during the run, s
+POLL_S = 1.0  # how often each replica is polled during the run, and a busy engine read again before it, s
+SAY_EVERY_S = 10.0  # how often an unchanged busy figure is printed again, s
 KV_USAGE = "vllm:kv_cache_usage_perc"
 
 
@@ -115,3 +120,65 @@ def cluster_of(
         return None
     return cluster_view(scrapes, records, router_policy=plan.router_policy, router_version=plan.router_version,
                         max_added_pct=max_added_pct, client_lag_ms=client_lag_ms)  # fmt: skip
+
+
+class EngineBusy(BenchError):
+    """vLLM still held other requests after IDLE_WAIT_S: the run was not started (the message has the figure)."""
+
+
+def load_now(settings: Settings) -> EngineLoad | None:
+    """The requests the engines hold now (their ``/metrics``); None when none can be read or has vLLM's gauges."""
+    urls = [r.url for r in replicas(settings)] if router_in_use(settings) else [engine_url(settings)]
+    scrapes = [samples for samples, _ in (scrape_metrics(url, settings.vllm_headers) for url in urls) if samples]
+    return engine_load(scrapes)
+
+
+ROUTER_KEEPS_QUEUED = ("vllm-router passes a client's cancel on only once a request has streamed its first token, so "
+                       "vLLM prefills each queued one before it drops it")
+"""Measured with vllm-router 0.1.17 (docs/benchmarking.md, "A clean hand-over between runs")."""
+
+
+def left_after_stop(settings: Settings, read: Callable[[], EngineLoad | None] | None = None) -> str | None:
+    """After a run stopped early behind the stack's router: what the engines still hold, and why; None when no
+    router is in front (vLLM aborts at once) or nothing is held or readable."""
+    if not front_in_use(settings):
+        return None
+    load = (read or (lambda: load_now(settings)))()
+    if load is None or not load.busy:
+        return None
+    return (f"vLLM still held {load.text()} when the run stopped: {ROUTER_KEEPS_QUEUED}; the next run waits for "
+            f"them (IDLE_WAIT_S)")  # fmt: skip
+
+
+def wait_until_idle(
+    settings: Settings,
+    read: Callable[[], EngineLoad | None] | None = None,
+    out: Callable[[str], None] = print,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> float:
+    """Return once the engine holds no request (at once when IDLE_WAIT_S is 0 or unreadable); the wait, s. Raises
+    EngineBusy: still busy after IDLE_WAIT_S (:func:`core.engineload.busy_refusal`)."""
+    limit_s = settings.idle_wait_s
+    if limit_s <= 0:
+        return 0.0
+    reader = read or (lambda: load_now(settings))
+    start = said = clock()
+    load = reader()
+    if load is None or idle_decision(load, 0.0, limit_s) == "go":
+        return 0.0
+    out(f"[INFO] vLLM is busy: {load.text()} not of this run (another client's, or a stopped run's not yet "
+        f"aborted); waiting up to {limit_s:g} s for it to be idle (IDLE_WAIT_S)")  # fmt: skip
+    shown = load
+    while True:
+        sleep(POLL_S)
+        now = reader()
+        waited_s = clock() - start
+        if now is None or idle_decision(now, waited_s, limit_s) == "go":
+            out(f"[INFO] vLLM is idle after {waited_s:.0f} s of waiting")
+            return waited_s
+        if idle_decision(now, waited_s, limit_s) == "refuse":
+            raise EngineBusy(busy_refusal(now, waited_s))
+        if now != shown or clock() - said >= SAY_EVERY_S:
+            out(f"[INFO] vLLM still busy after {waited_s:.0f} s: {now.text()}")
+            shown, said = now, clock()

@@ -1,1 +1,1 @@
-"""The request path: the one request function, its HTTP transport, server-sent events, the served model."""
+"""The request path: the one request function, its HTTP transport, server-sent events."""

@@ -8,7 +8,7 @@ delays an answer goes out in one write (or ``--events-per-write`` N); ``--proces
 (``SO_REUSEPORT``). A plain asyncio protocol serves HTTP/1.1 keep-alive with ``Content-Length`` bodies.
 
 The other options imitate other servers' quirks and vLLM's own shapes (see each option's help). ``--metrics``
-serves vLLM's ``/metrics`` of the mock's own clock (:mod:`loadgen.selftest.mock_metrics`): paced answers then follow
+serves vLLM's ``/metrics`` of the mock's own clock (:mod:`loadgen.selftest.mock_answers`): paced answers then follow
 a schedule, and ``--send-delay-ms D`` sends every event D ms after its stamp.
 """
 
@@ -27,8 +27,7 @@ import time
 from typing import Any
 
 from loadgen.selftest import mock_answers
-from loadgen.selftest.mock_answers import MODEL_ID, Answer, MockConfig, build_answer
-from loadgen.selftest.mock_metrics import MockMetrics
+from loadgen.selftest.mock_answers import MODEL_ID, Answer, MockConfig, MockMetrics, build_answer
 
 MAX_HEAD_BYTES = 64 * 1024
 

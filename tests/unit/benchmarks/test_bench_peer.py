@@ -21,7 +21,7 @@ from peer_figures import (
 from core.records import RequestRecord
 from core.serverview import client_overhead
 from core.serverview_samples import parse_exposition
-from loadgen.selftest.mock_metrics import MockMetrics
+from loadgen.selftest.mock_answers import MockMetrics
 
 
 def run(client: str, ttft: float, itl: float, tok_s: float = 80.0, server_tok_s: float = 80.0) -> ClientRun:

@@ -6,7 +6,7 @@ import pytest
 
 from core.records import RequestRecord
 from loadgen.childprocs import CpuSample, cpu_at, cpu_in_window
-from loadgen.selftest.calibration_figures import (
+from loadgen.selftest.calibrate import (
     ClientRun,
     added_latency_ms,
     calibration_run,

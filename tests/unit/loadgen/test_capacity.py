@@ -1,10 +1,10 @@
-"""The capacity check (loadgen/orchestrate/capacity.py): the warm-up's prefill rate decides whether the first wave of a closed-loop
+"""The capacity check (loadgen/orchestrate/measured_run.py): the warm-up's prefill rate decides whether the first wave of a closed-loop
 load gets its first tokens within REQUEST_TIMEOUT_S, with the figures of the three hosts measured."""
 
 from __future__ import annotations
 
 from core.records import RequestRecord
-from loadgen.orchestrate.capacity import warmup_capacity
+from loadgen.orchestrate.measured_run import warmup_capacity
 
 
 def _warmup(prefill_tok_per_s: float, prompt_tokens: int = 365, at_once: int = 10, itl_ms: float = 60.0,

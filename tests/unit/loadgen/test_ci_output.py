@@ -10,8 +10,8 @@ import pytest
 
 from core.gate import EXIT_FAIL, gate_verdict
 from core.settings import Settings
-from loadgen.orchestrate import cioutput, outcome
-from loadgen.orchestrate.cioutput import CiResult, ci_result, junit_xml_text, markdown_summary, write_ci_outputs
+from loadgen.orchestrate import outcome
+from loadgen.orchestrate.outcome import CiResult, ci_result, junit_xml_text, markdown_summary, write_ci_outputs
 from tests.unit.sidecar.test_sidecar_gate import with_changes
 
 XSD = Path(__file__).parents[2] / "fixtures" / "junit.xsd"
@@ -121,7 +121,7 @@ def test_the_gate_is_judged_once_for_the_exit_code_and_the_ci_files(
         return gate_verdict(*args, **kwargs)
 
     monkeypatch.setattr(outcome, "gate_verdict", counted)
-    monkeypatch.setattr(cioutput, "gate_verdict", counted, raising=False)  # a second judge there once
+    monkeypatch.setattr(outcome, "gate_verdict", counted, raising=False)  # a second judge there once
     report = with_changes("vs_v1", -12.3, 1.0)
     settings = _settings(gate="v1", junit_file=tmp_path / "gate.xml")
     code = outcome.finish(settings, None, report, "r.json", interrupted=False, server_down=None)  # type: ignore[arg-type]

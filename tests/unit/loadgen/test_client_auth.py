@@ -13,7 +13,7 @@ from typing import Any
 import httpx2
 
 from core.settings import Settings
-from loadgen.locust_side.weblogin import credentials_match
+from loadgen.locust_side.llm_webui import credentials_match
 from loadgen.orchestrate.locust_launch import locust_argv
 from loadgen.selftest.mock_answers import MockConfig
 from loadgen.sidecar_client import SidecarClient
@@ -32,7 +32,7 @@ LOCUST_LOGIN_CHECK = """
 import json
 from locust import User, task
 from locust.env import Environment
-from loadgen.locust_side.weblogin import install_login
+from loadgen.locust_side.llm_webui import install_login
 
 class Idle(User):
     @task

@@ -18,8 +18,15 @@ from loadgen.locust_side.user_actions import converse, dispatch_open_loop, send
 from loadgen.request.client import new_session
 from loadgen.selftest.mock_answers import TOKEN_TEXT, MockConfig
 from loadgen.workloads.dataset import Prompt, load_dataset
-from loadgen.workloads.sessions import ConversationDeck, Session, followups_of, multi_turn_share, split_turns
-from loadgen.workloads.workload import WorkItem, WorkloadSampler
+from loadgen.workloads.workload import (
+    ConversationDeck,
+    Session,
+    WorkItem,
+    WorkloadSampler,
+    followups_of,
+    multi_turn_share,
+    split_turns,
+)
 from tests.unit.loadgen.mock_in_loop import mock_in_thread
 from tests.unit.loadgen.test_load_processes import plan
 

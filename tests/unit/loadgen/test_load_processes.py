@@ -9,8 +9,7 @@ import pytest
 
 from core.report_schema import BenchmarkConfig
 from core.requestlog import RequestLog
-from loadgen.locust_side.lagmonitor import LagMonitor
-from loadgen.locust_side.process_state import RunState, Slot, share, slots_for
+from loadgen.locust_side.process_state import LagMonitor, RunState, Slot, share, slots_for
 from loadgen.locust_side.user_actions import arrivals
 from loadgen.plan import auto_workers
 from loadgen.request.sse import SSEParser, decode_chunk

@@ -14,8 +14,8 @@ import pytest
 
 from core.records import RequestRecord
 from loadgen.locust_side import user_actions as driver
-from loadgen.locust_side.interrupt import CANCEL_CAUSE, cancel_on_sigint
 from loadgen.locust_side.process_state import RunState
+from loadgen.locust_side.user_actions import CANCEL_CAUSE, cancel_on_sigint
 from tests.unit.loadgen.test_locust_stats import run_state  # noqa: F401  (fixture)
 
 

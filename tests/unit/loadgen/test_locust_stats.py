@@ -18,8 +18,8 @@ from core.records import RequestRecord
 from core.requestlog import RequestLog
 from core.settings import Settings
 from loadgen.locust_side import user_actions as driver
-from loadgen.locust_side.locust_events import RequestCut, cut_event, request_event
 from loadgen.locust_side.process_state import RunState
+from loadgen.locust_side.user_actions import RequestCut, cut_event, request_event
 from loadgen.plan import bench_config
 
 

@@ -12,7 +12,7 @@ from core.requestlog import RequestLog
 from core.serverview import prefix_cache_delta
 from core.serverview_samples import parse_exposition
 from loadgen.locust_side.process_state import RunState
-from loadgen.workloads.prefixes import SEPARATOR, with_prefix
+from loadgen.workloads.randomdata import SEPARATOR, with_prefix
 from tests.unit.loadgen.test_load_processes import plan
 
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.orchestrate.breaker import RowWatch
-from loadgen.orchestrate.progress import Progress, ProgressBar, clock
+from loadgen.orchestrate.locust_run import Progress, ProgressBar, RowWatch, clock
 
 
 def test_failures_are_not_progress_and_give_no_eta() -> None:

@@ -14,12 +14,11 @@ import pytest
 from core.api import BuildReportRequest
 from core.records import RequestRecord
 from core.serverview import ServerView
-from loadgen.command.benchmark import stop_signals_interrupt
+from loadgen.command.benchmark import RunLock, StackBusy, stop_signals_interrupt
 from loadgen.locust_side.user_actions import CONNECTION_BACKOFF_S, backoff_s
-from loadgen.orchestrate.breaker import RowWatch, ServerDownBreaker, connection_cause
+from loadgen.orchestrate.locust_run import RowWatch, ServerDownBreaker, connection_cause
 from loadgen.orchestrate.measured_run import Measured
 from loadgen.orchestrate.pipeline import build_request
-from loadgen.orchestrate.stack_lock import RunLock, StackBusy
 from loadgen.orchestrate.sweep import RunResult, disagreement, run_line, run_series
 from tests.unit.loadgen.test_sweep_plan import knobs
 from tests.unit.sidecar.test_sidecar_app import body, client_for  # noqa: F401  (fixture)
@@ -140,7 +139,7 @@ def run_of(tmp_path: Path, **fields: Any) -> tuple[BuildReportRequest, list[Requ
 
 def test_build_request_carries_the_server_down_verdict_and_all_error_counts(tmp_path: Path) -> None:
     """A run ended by the breaker says so in its build request, with every row's error counted."""
-    from loadgen.orchestrate.breaker import ServerDown
+    from loadgen.orchestrate.locust_run import ServerDown
 
     request, records, rows = run_of(tmp_path, n=4, error="HTTP 500")
     run = Measured(records, request.window_start, request.window_end,
@@ -154,7 +153,7 @@ def test_build_request_carries_the_server_down_verdict_and_all_error_counts(tmp_
 def test_a_report_rebuilt_from_the_rows_of_a_run_the_server_ended_says_server_down(tmp_path: Path) -> None:
     """The verdict is kept beside the rows (``<run id>.ending.json``), so ``--report-from`` rebuilds a report that
     says the server went down; a run without the record, or with an unreadable one, reads as an ordinary run."""
-    from loadgen.orchestrate.breaker import ServerDown
+    from loadgen.orchestrate.locust_run import ServerDown
     from loadgen.orchestrate.measured_run import from_records_file, write_ending
     from loadgen.plan import run_file
 

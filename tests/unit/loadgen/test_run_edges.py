@@ -102,7 +102,7 @@ def test_open_loop_with_a_request_budget_sends_exactly_that_many(tmp_path: Path)
 
 def test_row_counter_counts_new_complete_measured_rows_only(tmp_path: Path) -> None:
     """The progress counter reads only what was appended since its last count, and a half-written line later."""
-    from loadgen.orchestrate.breaker import RowWatch
+    from loadgen.orchestrate.locust_run import RowWatch
 
     path = tmp_path / "rows.jsonl"
     path.write_text('{"phase":"warmup"}\n{"phase":"measured"}\n{"phase":"meas')

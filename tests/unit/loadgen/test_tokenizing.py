@@ -17,11 +17,15 @@ from core.settings import PROJECT_ROOT, Settings
 from loadgen.errors import BenchError
 from loadgen.selftest.mock_answers import MockConfig
 from loadgen.workloads.dataset import dataset_of
-from loadgen.workloads.localtokenizer import LocalTokenizer, LocalTokenizerError
-from loadgen.workloads.prefixes import prefixes_file
-from loadgen.workloads.tokenizing import ServerTokenizer, open_prompt_tokenizer, tokenizer_folder
+from loadgen.workloads.randomdata import prefixes_file, trace_prompts_file
+from loadgen.workloads.tokenizing import (
+    LocalTokenizer,
+    LocalTokenizerError,
+    ServerTokenizer,
+    open_prompt_tokenizer,
+    tokenizer_folder,
+)
 from loadgen.workloads.trace import TraceRow
-from loadgen.workloads.traceprompts import trace_prompts_file
 from tests.unit.loadgen.mock_in_loop import mock_in_thread
 from tests.unit.loadgen.test_load_processes import plan
 

@@ -20,7 +20,7 @@ from loadgen.locust_side.process_state import RunState, Slot
 from loadgen.locust_side.user_actions import arrivals
 from loadgen.plan import bench_config, with_trace
 from loadgen.selftest.mock_answers import tokenize_answer
-from loadgen.workloads.randomdata import exact_chat_text
+from loadgen.workloads.randomdata import exact_chat_text, row_ids, trace_requests
 from loadgen.workloads.tokenizing import ServerTokenizer
 from loadgen.workloads.trace import (
     BURSTGPT,
@@ -34,7 +34,6 @@ from loadgen.workloads.trace import (
     schedule,
     schedule_problem,
 )
-from loadgen.workloads.traceprompts import row_ids, trace_requests
 from tests.unit.loadgen.test_load_processes import plan
 
 SAMPLES = PROJECT_ROOT / "loadgen" / "workloads" / "data" / "traces"

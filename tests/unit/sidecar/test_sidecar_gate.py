@@ -151,7 +151,7 @@ def test_a_run_ended_by_a_model_switch_says_the_model_went_not_the_server() -> N
     """A switch to another model mid-run ends the run on HTTP 404s from a server that still answers: its closing line
     and its not-a-baseline reason say the run's model went away, never that the server stopped answering."""
     from core.fingerprint import unusable_reason
-    from loadgen.orchestrate.breaker import MODEL_GONE, ServerDown
+    from loadgen.orchestrate.locust_run import MODEL_GONE, ServerDown
 
     line = ServerDown(since=0.0, cause=MODEL_GONE, for_s=5.0).line()
     gone = report().model_copy(update={"server_down": line})
