@@ -67,7 +67,7 @@ class BenchmarkKnobs(Knobs):
     """Goodput SLOs, e.g. ttft_ms<=500,e2e_ms<=2000."""
     request_timeout_s: float = Field(default=300.0, gt=0)
     capacity_check: bool = True
-    """Refuse users the warm-up shows would time out (loadgen/orchestrate/capacity.py)."""
+    """Refuse users the warm-up shows would time out (loadgen/orchestrate/measured_run.py)."""
     seed: int = 0
     profile: bool = False
     """make benchmark PROFILE=1: torch-profile the measured window."""
