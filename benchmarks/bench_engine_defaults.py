@@ -33,11 +33,10 @@ from typing import Any
 
 from benchkit import REPO, BenchError, fmt_or_na, median_known, run_fixed_load, work_folder_kept
 from vllm_peer import sharegpt_prompts
-from vllm_start_log import compile_cache, start_breakdown
 
 from core.net import free_port, wait_for_http
 from core.settings import get_settings
-from engine.vllmlog.startup import startup_phase
+from engine.vllmlog.startup import start_breakdown, startup_phase
 from loadgen.childprocs import log_tail, stop_process
 
 TARGET_RATIO = 1.5
@@ -85,6 +84,19 @@ def medians(results: Sequence[RunResult], variant: str) -> dict[str, float | Non
     runs = [r for r in results if r.variant == variant]
     names = ("output_tokens_per_sec", "ttft_p50_ms", "tpot_p50_ms", "startup_wall_s", "engine_init_s")
     return {name: median_known([getattr(r, name) for r in runs]) for name in names}
+
+
+def compile_cache(lines: Sequence[bytes]) -> str:
+    """What vLLM's compile cache did in one start (pure): its AOT artifact loaded, failed to load (then it compiles
+    again), was first written, or AOT was off (torch.compile's own caches, which log nothing) or nothing compiled."""
+    text = b"\n".join(lines)
+    if b"Directly load AOT compilation" in text:
+        return "aot-hit"
+    if b"due to a load failure" in text:
+        return "aot-load-failed"
+    if b"saved AOT compiled function" in text:
+        return "aot-written"
+    return "no-aot" if b"Warming up model" in text else "no-compile"
 
 
 def round_order(variants: Sequence[str], index: int) -> list[str]:
