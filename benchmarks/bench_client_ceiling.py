@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchkit import REPO, BenchError, work_folder_kept
+from benchkit import REPO, BenchError, work_folder
 from vllm_peer import run_vllm_bench, sharegpt_prompts, vllm_bench_argv, vllm_chunks, vllm_window_monotonic_s
 
 from core.enginestate import read_engine_state
@@ -166,23 +164,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.tokenizer is None:
         parser.error("no local tokenizer under models/ and none could be built; pass --tokenizer DIR")
 
-    workdir = Path(tempfile.mkdtemp(prefix="client_ceiling_"))
-    print(
-        f"[CEILING] mock: {args.tokens} tokens, 1 per chunk, no delays; {args.users} concurrent requests; "
-        f"ours {args.run_time_s:g} s; vLLM tokenizer {args.tokenizer}; work folder {workdir}"
-    )
     ratios: list[float] = []
-    ours_requests: list[int] = []  # ours' completed requests per pair
-    try:
+    vllm_requests = VLLM_REQUESTS_FIRST  # then what ours completed in the pair before
+    with work_folder("client_ceiling_", args.keep, CalibrationError, BenchError, ProcessError, ValueError) as workdir:
+        print(
+            f"[CEILING] mock: {args.tokens} tokens, 1 per chunk, no delays; {args.users} concurrent requests; "
+            f"ours {args.run_time_s:g} s; vLLM tokenizer {args.tokenizer}; work folder {workdir}"
+        )
         for i in range(args.repeats):
-            pair = run_pair(i, workdir, args, ours_requests[-1] if ours_requests else VLLM_REQUESTS_FIRST)
-            ours_requests.append(pair.ours.requests_ok)
+            pair = run_pair(i, workdir, args, vllm_requests)
+            vllm_requests = pair.ours.requests_ok
             for line in table(pair):
                 print(f"[CEILING]   {line}")
             print(f"[CEILING]   ours/vllm chunks/s per client core = {pair.ratio:.2f}")
             ratios.append(pair.ratio)
-    except (CalibrationError, BenchError, ProcessError, ValueError) as exc:
-        return work_folder_kept(exc, workdir)
     value = statistics.median(ratios)
     passed = value >= TARGET_RATIO
     n = f" (median of {len(ratios)})" if len(ratios) > 1 else ""
@@ -190,8 +185,6 @@ def main(argv: list[str] | None = None) -> int:
         f"[CEILING] chunks/s per client core ours/vllm = {value:.2f}{n}  target >= {TARGET_RATIO}  "
         + ("PASS" if passed else "FAIL")
     )
-    if not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
     return 0 if passed else 1
 
 

@@ -21,17 +21,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchkit import REPO, BenchError, fmt_or_na, median_known, run_fixed_load, work_folder_kept
+from benchkit import REPO, BenchError, fmt_or_na, median_known, run_fixed_load, work_folder
 from vllm_peer import sharegpt_prompts
 
 from core.net import free_port, wait_for_http
@@ -287,34 +285,31 @@ def main(argv: list[str] | None = None) -> int:
             f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}" if unknown else "nothing to run"
         )
 
-    workdir = Path(tempfile.mkdtemp(prefix="engine_defaults_"))
-    dataset = workdir / "prompts.sharegpt.json"
-    dataset.write_text(json.dumps(sharegpt_prompts(args.requests + args.warmup, args.prompt_chars), ensure_ascii=False))
-    print(
-        f"[ENGINE] {len(variants)} variant(s) × {args.repeats} round(s): concurrency {args.concurrency}, "
-        f"{args.requests} requests (+{args.warmup} warmup), {args.output_tokens} output tokens, "
-        f"{args.prompt_chars}-character prompts; {os.cpu_count()} cores; work folder {workdir}",
-        flush=True,
-    )
-    stack = PrivateStack(workdir)
     results: list[RunResult] = []
-    try:
-        stack.start_sidecar()
-        for index in range(args.repeats):
-            for variant in round_order(variants, index):
-                result = one_run(stack, variant, index, dataset, args)
-                results.append(result)
-                print(f"[ENGINE] {run_line(result)}", flush=True)
-    except BenchError as exc:
-        return work_folder_kept(exc, workdir)
-    finally:
-        stack.stop()
-        if args.out is not None:
-            args.out.write_text(json.dumps([asdict(r) for r in results], indent=1))
+    with work_folder("engine_defaults_", args.keep, BenchError) as workdir:
+        dataset = workdir / "prompts.sharegpt.json"
+        prompts = sharegpt_prompts(args.requests + args.warmup, args.prompt_chars)
+        dataset.write_text(json.dumps(prompts, ensure_ascii=False))
+        print(
+            f"[ENGINE] {len(variants)} variant(s) × {args.repeats} round(s): concurrency {args.concurrency}, "
+            f"{args.requests} requests (+{args.warmup} warmup), {args.output_tokens} output tokens, "
+            f"{args.prompt_chars}-character prompts; {os.cpu_count()} cores; work folder {workdir}",
+            flush=True,
+        )
+        stack = PrivateStack(workdir)
+        try:
+            stack.start_sidecar()
+            for index in range(args.repeats):
+                for variant in round_order(variants, index):
+                    result = one_run(stack, variant, index, dataset, args)
+                    results.append(result)
+                    print(f"[ENGINE] {run_line(result)}", flush=True)
+        finally:
+            stack.stop()
+            if args.out is not None:
+                args.out.write_text(json.dumps([asdict(r) for r in results], indent=1))
     lines, met = summary_lines(results, variants)
     print("\n".join(lines))
-    if not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
     return 0 if met in (True, None) else 1
 
 

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-import benchkit  # noqa: F401  (puts the repository on the import path)
 import psutil
+from benchkit import work_folder
 
 from core.clientview import CPU_LIMIT_CORES, ClientView, client_view, share_text
 from core.report_schema import BenchmarkConfig
@@ -108,18 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(os.sched_getaffinity(0)) < 2:
         parser.error("needs two cores (the client on one, the mock on the other)")
-    workdir = Path(tempfile.mkdtemp(prefix="lag_verdict_"))
-    print(f"[LAG] load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; work folder {workdir}")
-    try:
+    with work_folder("lag_verdict_", args.keep, ProcessError, OSError) as workdir:
+        print(f"[LAG] load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; work folder {workdir}")
         starved = one_run("starved", workdir, users=args.users, run_time_s=args.run_time_s, client_core=0,
                           busy=args.busy, mock_args={"tokens": 100, "ttft_ms": 20, "itl_ms": 2})  # fmt: skip
         unstarved = one_run("unstarved", workdir, users=8, run_time_s=args.run_time_s, client_core=None, busy=0,
                             mock_args={"tokens": 20, "ttft_ms": 400, "itl_ms": 50})  # fmt: skip
-    except (ProcessError, OSError) as exc:
-        print(f"[ERROR] {exc}\n[ERROR] work folder kept: {workdir}", file=sys.stderr)
-        return 2
-    if not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
     for name, view in (("starved", starved), ("unstarved", unstarved)):
         for line in describe(name, view):
             print(f"[LAG] {line}")

@@ -19,8 +19,6 @@ import argparse
 import json
 import os
 import re
-import shutil
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from benchkit import BenchError, fmt_or_na, median_known, run_fixed_load, work_folder_kept
+from benchkit import BenchError, fmt_or_na, median_known, run_fixed_load, work_folder
 from vllm_peer import (
     PROMPT_TEXT,
-    identical_sharegpt_prompts,
     run_vllm_bench,
+    sharegpt_prompts,
     successful,
     vllm_bench_argv,
     vllm_window_monotonic_s,
@@ -285,12 +283,11 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be >= 1")
     headers = settings.vllm_headers
-    workdir = Path(tempfile.mkdtemp(prefix="peer_overhead_"))
     rounds: list[list[ClientRun]] = []
-    try:
+    with work_folder("peer_overhead_", args.keep, BenchError) as workdir:
         prompt = fitted_prompt(args.vllm_url, headers, args.prompt_tokens)
         dataset = workdir / "prompts.sharegpt.json"
-        dataset.write_text(json.dumps(identical_sharegpt_prompts(args.requests, prompt), ensure_ascii=False))
+        dataset.write_text(json.dumps(sharegpt_prompts(args.requests, text=prompt), ensure_ascii=False))
         print(
             f"[PEER] {args.vllm_url}: concurrency {args.concurrency}, {args.requests} identical {args.prompt_tokens}-"
             f"token prompts (+{args.warmup} warm-up), {args.output_tokens} output tokens (ignore_eos), "
@@ -301,9 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             runs = []
             for client in ("ours", "vllm") if i % 2 == 0 else ("vllm", "ours"):
                 started = time.monotonic()
-                run = run_ours(dataset, workdir, str(i), args) if client == "ours" else run_theirs(
-                    dataset, workdir, str(i), args
-                )
+                run = (run_ours if client == "ours" else run_theirs)(dataset, workdir, str(i), args)
                 runs.append(run)
                 print(
                     f"[PEER] round {i} {client}: {run.requests_ok} ok, {run.requests_failed} failed, "
@@ -314,8 +309,6 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
             rounds.append(runs)
-    except BenchError as exc:
-        return work_folder_kept(exc, workdir)
     table = table_lines(rounds)
     lines, passed = verdict_lines(rounds)
     print("\n".join([*table, "", *lines]))
@@ -324,8 +317,6 @@ def main(argv: list[str] | None = None) -> int:
         block = "\n".join([f"`make bench-peer`, {stamp}, {args.vllm_url}:", "", *table, "", *(f"- {x}" for x in lines)])
         README.write_text(with_table(README.read_text(), block))
         print(f"[PEER] table written to {README}")
-    if not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
     return 0 if passed else 1
 
 

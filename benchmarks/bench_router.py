@@ -19,7 +19,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +34,7 @@ from benchkit import REPO, served_model  # noqa: E402
 from core.net import free_port, wait_for_http  # noqa: E402
 from core.records import RequestRecord  # noqa: E402
 from core.serverview_samples import Samples, latency_view, parse_exposition  # noqa: E402
-from loadgen.childprocs import stop_process  # noqa: E402
+from loadgen.childprocs import mock_server, stop_process  # noqa: E402
 from loadgen.request.client import chat_payload, new_session, stream_chat  # noqa: E402
 
 APP_BIN = Path(sys.executable).parent
@@ -170,12 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     headers = {"Authorization": f"Bearer {os.environ['VLLM_API_KEY']}"} if os.environ.get("VLLM_API_KEY") else {}
 
-    mock_port = free_port()
-    mock_argv = [sys.executable, "-m", "loadgen.selftest.mock_server", "--port", str(mock_port),
-                 "--tokens", str(args.tokens),
-                 "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms)]
-    with nullcontext() if args.target else process(mock_argv, args.workdir / "mock.log"):
-        direct_url = args.target.rstrip("/") if args.target else f"http://127.0.0.1:{mock_port}"
+    with ExitStack() as stack:
+        mock = mock_server(args.workdir / "mock.log", tokens=args.tokens, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms)
+        direct_url = args.target.rstrip("/") if args.target else stack.enter_context(mock).url
         wait_ready(f"{direct_url}/v1/models", 60)
         router_port = free_port()
         router_argv = [str(APP_BIN / "vllm-router"), "--host", "127.0.0.1", "--port", str(router_port),
