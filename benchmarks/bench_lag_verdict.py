@@ -35,13 +35,6 @@ from loadgen.orchestrate.measured_run import read_records
 BUSY_LOOP = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
 
 
-def pin_tree(pid: int, cores: set[int]) -> None:
-    """Pin a process and its children to ``cores``."""
-    proc = psutil.Process(pid)
-    for p in [proc, *proc.children(recursive=True)]:
-        p.cpu_affinity(sorted(cores))
-
-
 def one_run(name: str, workdir: Path, *, users: int, run_time_s: float, mock_args: dict[str, float],
             client_core: int | None, busy: int) -> ClientView:  # fmt: skip
     """One closed-loop run; the client (this process's children) pinned to ``client_core`` with ``busy`` loops."""
@@ -52,7 +45,9 @@ def one_run(name: str, workdir: Path, *, users: int, run_time_s: float, mock_arg
         mock = stack.enter_context(mock_server(folder / "mock.log", processes=1, **mock_args))  # type: ignore[arg-type]
         loops: list[subprocess.Popen[bytes]] = []
         if client_core is not None:
-            pin_tree(mock.pid, {1 - client_core})
+            mock_proc = psutil.Process(mock.pid)
+            for proc in [mock_proc, *mock_proc.children(recursive=True)]:  # the mock's tree on the other core
+                proc.cpu_affinity([1 - client_core])
             loops = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP, str(client_core)]) for _ in range(busy)]
             os.sched_setaffinity(0, {client_core})  # Locust, started below, inherits it
         try:

@@ -139,16 +139,13 @@ def load(base_url: str, model: str, args: argparse.Namespace, headers: dict[str,
     return rows
 
 
-def engine_text(direct: PathFigures, routed: PathFigures) -> str:
-    """The engine's own mean TTFT on both paths, ``31.2 / 29.8`` ms, or ``-`` when unknown (the mock)."""
-    if direct.engine_ttft_mean_ms is None or routed.engine_ttft_mean_ms is None:
-        return "-"
-    return f"{direct.engine_ttft_mean_ms:.1f} / {routed.engine_ttft_mean_ms:.1f}"
-
-
 def row(label: str, direct: PathFigures, routed: PathFigures) -> str:
-    """One table row: both paths' TTFT/ITL means and the router's added ms and ratio, and the engine's own TTFT."""
-    return (f"| {label} | {direct.ttft_mean_ms:.1f} | {routed.ttft_mean_ms:.1f} | {engine_text(direct, routed)} | "
+    """One table row: both paths' TTFT/ITL means and the router's added ms and ratio, and the engine's own mean TTFT
+    on both paths (``31.2 / 29.8``; ``-`` when unknown: the mock)."""
+    engine = "-"
+    if direct.engine_ttft_mean_ms is not None and routed.engine_ttft_mean_ms is not None:
+        engine = f"{direct.engine_ttft_mean_ms:.1f} / {routed.engine_ttft_mean_ms:.1f}"
+    return (f"| {label} | {direct.ttft_mean_ms:.1f} | {routed.ttft_mean_ms:.1f} | {engine} | "
             f"{routed.ttft_mean_ms - direct.ttft_mean_ms:+.2f} ({routed.ttft_mean_ms / direct.ttft_mean_ms:.3f}) | "
             f"{direct.itl_mean_ms:.2f} | {routed.itl_mean_ms:.2f} | "
             f"{routed.itl_mean_ms - direct.itl_mean_ms:+.3f} ({routed.itl_mean_ms / direct.itl_mean_ms:.3f}) |")
