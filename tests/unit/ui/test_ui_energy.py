@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from core.settings import Settings
-from ui.render import answer_markdown
+from ui.answer_view import answer_markdown
 from ui.status import BackendStatus
 from ui.timing import ENERGY_LEGEND, NBSP, compute_timing, format_timing
 from ui.turn import AnswerEnergy, ChatBackend, TurnResult, answer_energy, wall_bounds
