@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchkit import REPO, BenchError, work_folder_kept
+from benchkit import REPO, BenchError, work_folder
 from vllm_peer import run_vllm_bench, sharegpt_prompts, vllm_bench_argv, vllm_chunks, vllm_window_monotonic_s
 
 from core.enginestate import read_engine_state
@@ -60,26 +57,13 @@ def theirs_run(result: Mapping[str, Any], client: Sequence[CpuSample], server: S
     )
 
 
-@dataclass(frozen=True)
-class Pair:
-    """One run of each client."""
-
-    ours: ClientRun
-    theirs: ClientRun
-
-    @property
-    def ratio(self) -> float:
-        """Ours ÷ theirs, chunks/s per client core."""
-        return self.ours.chunks_per_sec_per_core / self.theirs.chunks_per_sec_per_core
-
-
-def table(pair: Pair) -> list[str]:
+def table(ours: ClientRun, theirs: ClientRun) -> list[str]:
     """Rows of one pair (pure)."""
     lines = [
         f"{'client':<8}{'ok':>7}{'failed':>7}{'chunks':>9}{'window_s':>10}{'cpu_s':>8}{'client_cores':>13}"
         f"{'mock_cores':>11}{'chunks/s':>10}{'chunks/s/core':>14}"
     ]
-    for name, run in (("ours", pair.ours), ("vllm", pair.theirs)):
+    for name, run in (("ours", ours), ("vllm", theirs)):
         mock = "n/a" if run.server_cores is None else f"{run.server_cores:.2f}"
         lines.append(
             f"{name:<8}{run.requests_ok:>7}{run.requests_failed:>7}{run.chunks:>9}{run.window_s:>10.1f}"
@@ -89,8 +73,8 @@ def table(pair: Pair) -> list[str]:
     return lines
 
 
-def run_pair(index: int, workdir: Path, args: argparse.Namespace, vllm_requests: int) -> Pair:
-    """Both clients against one mock server, order alternating with ``index``.
+def run_pair(index: int, workdir: Path, args: argparse.Namespace, vllm_requests: int) -> tuple[ClientRun, ClientRun]:
+    """Both clients against one mock server, order alternating with ``index``: (ours, theirs).
 
     vLLM sends as many requests as ours completed in this pair when ours ran first, else ``vllm_requests``.
     """
@@ -120,7 +104,7 @@ def run_pair(index: int, workdir: Path, args: argparse.Namespace, vllm_requests:
                     result, client_samples = run_vllm_bench(argv, workdir / f"vllm_{index}.log", args.timeout_s)
                 theirs = theirs_run(result, client_samples, server.samples)
         assert ours is not None and theirs is not None
-        return Pair(ours, theirs)
+        return ours, theirs
 
 
 def default_tokenizer() -> str | None:
@@ -165,23 +149,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.tokenizer is None:
         parser.error("no local tokenizer under models/ and none could be built; pass --tokenizer DIR")
 
-    workdir = Path(tempfile.mkdtemp(prefix="client_ceiling_"))
-    print(
-        f"[CEILING] mock: {args.tokens} tokens, 1 per chunk, no delays; {args.users} concurrent requests; "
-        f"ours {args.run_time_s:g} s; vLLM tokenizer {args.tokenizer}; work folder {workdir}"
-    )
     ratios: list[float] = []
-    ours_requests: list[int] = []  # ours' completed requests per pair
-    try:
+    vllm_requests = VLLM_REQUESTS_FIRST  # then what ours completed in the pair before
+    with work_folder("client_ceiling_", args.keep, CalibrationError, BenchError, ProcessError, ValueError) as workdir:
+        print(
+            f"[CEILING] mock: {args.tokens} tokens, 1 per chunk, no delays; {args.users} concurrent requests; "
+            f"ours {args.run_time_s:g} s; vLLM tokenizer {args.tokenizer}; work folder {workdir}"
+        )
         for i in range(args.repeats):
-            pair = run_pair(i, workdir, args, ours_requests[-1] if ours_requests else VLLM_REQUESTS_FIRST)
-            ours_requests.append(pair.ours.requests_ok)
-            for line in table(pair):
+            ours, theirs = run_pair(i, workdir, args, vllm_requests)
+            vllm_requests = ours.requests_ok
+            for line in table(ours, theirs):
                 print(f"[CEILING]   {line}")
-            print(f"[CEILING]   ours/vllm chunks/s per client core = {pair.ratio:.2f}")
-            ratios.append(pair.ratio)
-    except (CalibrationError, BenchError, ProcessError, ValueError) as exc:
-        return work_folder_kept(exc, workdir)
+            ratios.append(ours.chunks_per_sec_per_core / theirs.chunks_per_sec_per_core)
+            print(f"[CEILING]   ours/vllm chunks/s per client core = {ratios[-1]:.2f}")
     value = statistics.median(ratios)
     passed = value >= TARGET_RATIO
     n = f" (median of {len(ratios)})" if len(ratios) > 1 else ""
@@ -189,8 +170,6 @@ def main(argv: list[str] | None = None) -> int:
         f"[CEILING] chunks/s per client core ours/vllm = {value:.2f}{n}  target >= {TARGET_RATIO}  "
         + ("PASS" if passed else "FAIL")
     )
-    if not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
     return 0 if passed else 1
 
 

@@ -21,23 +21,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchkit import REPO, BenchError, fmt_or_na, median_known, run_fixed_load, work_folder_kept
+from benchkit import REPO, BenchError, fmt_or_na, median_known, run_fixed_load, work_folder
 from vllm_peer import sharegpt_prompts
-from vllm_start_log import compile_cache, start_breakdown
 
 from core.net import free_port, wait_for_http
 from core.settings import get_settings
-from engine.vllmlog.startup import startup_phase
+from engine.vllmlog.startup import start_breakdown, startup_phase
 from loadgen.childprocs import log_tail, stop_process
 
 TARGET_RATIO = 1.5
@@ -85,6 +82,19 @@ def medians(results: Sequence[RunResult], variant: str) -> dict[str, float | Non
     runs = [r for r in results if r.variant == variant]
     names = ("output_tokens_per_sec", "ttft_p50_ms", "tpot_p50_ms", "startup_wall_s", "engine_init_s")
     return {name: median_known([getattr(r, name) for r in runs]) for name in names}
+
+
+def compile_cache(lines: Sequence[bytes]) -> str:
+    """What vLLM's compile cache did in one start (pure): its AOT artifact loaded, failed to load (then it compiles
+    again), was first written, or AOT was off (torch.compile's own caches, which log nothing) or nothing compiled."""
+    text = b"\n".join(lines)
+    if b"Directly load AOT compilation" in text:
+        return "aot-hit"
+    if b"due to a load failure" in text:
+        return "aot-load-failed"
+    if b"saved AOT compiled function" in text:
+        return "aot-written"
+    return "no-aot" if b"Warming up model" in text else "no-compile"
 
 
 def round_order(variants: Sequence[str], index: int) -> list[str]:
@@ -275,34 +285,31 @@ def main(argv: list[str] | None = None) -> int:
             f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}" if unknown else "nothing to run"
         )
 
-    workdir = Path(tempfile.mkdtemp(prefix="engine_defaults_"))
-    dataset = workdir / "prompts.sharegpt.json"
-    dataset.write_text(json.dumps(sharegpt_prompts(args.requests + args.warmup, args.prompt_chars), ensure_ascii=False))
-    print(
-        f"[ENGINE] {len(variants)} variant(s) × {args.repeats} round(s): concurrency {args.concurrency}, "
-        f"{args.requests} requests (+{args.warmup} warmup), {args.output_tokens} output tokens, "
-        f"{args.prompt_chars}-character prompts; {os.cpu_count()} cores; work folder {workdir}",
-        flush=True,
-    )
-    stack = PrivateStack(workdir)
     results: list[RunResult] = []
-    try:
-        stack.start_sidecar()
-        for index in range(args.repeats):
-            for variant in round_order(variants, index):
-                result = one_run(stack, variant, index, dataset, args)
-                results.append(result)
-                print(f"[ENGINE] {run_line(result)}", flush=True)
-    except BenchError as exc:
-        return work_folder_kept(exc, workdir)
-    finally:
-        stack.stop()
-        if args.out is not None:
-            args.out.write_text(json.dumps([asdict(r) for r in results], indent=1))
+    with work_folder("engine_defaults_", args.keep, BenchError) as workdir:
+        dataset = workdir / "prompts.sharegpt.json"
+        prompts = sharegpt_prompts(args.requests + args.warmup, args.prompt_chars)
+        dataset.write_text(json.dumps(prompts, ensure_ascii=False))
+        print(
+            f"[ENGINE] {len(variants)} variant(s) × {args.repeats} round(s): concurrency {args.concurrency}, "
+            f"{args.requests} requests (+{args.warmup} warmup), {args.output_tokens} output tokens, "
+            f"{args.prompt_chars}-character prompts; {os.cpu_count()} cores; work folder {workdir}",
+            flush=True,
+        )
+        stack = PrivateStack(workdir)
+        try:
+            stack.start_sidecar()
+            for index in range(args.repeats):
+                for variant in round_order(variants, index):
+                    result = one_run(stack, variant, index, dataset, args)
+                    results.append(result)
+                    print(f"[ENGINE] {run_line(result)}", flush=True)
+        finally:
+            stack.stop()
+            if args.out is not None:
+                args.out.write_text(json.dumps([asdict(r) for r in results], indent=1))
     lines, met = summary_lines(results, variants)
     print("\n".join(lines))
-    if not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
     return 0 if met in (True, None) else 1
 
 

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-import benchkit  # noqa: F401  (puts the repository on the import path)
 import psutil
+from benchkit import work_folder
 
 from core.clientview import CPU_LIMIT_CORES, ClientView, client_view, share_text
 from core.report_schema import BenchmarkConfig
@@ -37,13 +35,6 @@ from loadgen.orchestrate.measured_run import read_records
 BUSY_LOOP = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
 
 
-def pin_tree(pid: int, cores: set[int]) -> None:
-    """Pin a process and its children to ``cores``."""
-    proc = psutil.Process(pid)
-    for p in [proc, *proc.children(recursive=True)]:
-        p.cpu_affinity(sorted(cores))
-
-
 def one_run(name: str, workdir: Path, *, users: int, run_time_s: float, mock_args: dict[str, float],
             client_core: int | None, busy: int) -> ClientView:  # fmt: skip
     """One closed-loop run; the client (this process's children) pinned to ``client_core`` with ``busy`` loops."""
@@ -54,7 +45,9 @@ def one_run(name: str, workdir: Path, *, users: int, run_time_s: float, mock_arg
         mock = stack.enter_context(mock_server(folder / "mock.log", processes=1, **mock_args))  # type: ignore[arg-type]
         loops: list[subprocess.Popen[bytes]] = []
         if client_core is not None:
-            pin_tree(mock.pid, {1 - client_core})
+            mock_proc = psutil.Process(mock.pid)
+            for proc in [mock_proc, *mock_proc.children(recursive=True)]:  # the mock's tree on the other core
+                proc.cpu_affinity([1 - client_core])
             loops = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP, str(client_core)]) for _ in range(busy)]
             os.sched_setaffinity(0, {client_core})  # Locust, started below, inherits it
         try:
@@ -108,18 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(os.sched_getaffinity(0)) < 2:
         parser.error("needs two cores (the client on one, the mock on the other)")
-    workdir = Path(tempfile.mkdtemp(prefix="lag_verdict_"))
-    print(f"[LAG] load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; work folder {workdir}")
-    try:
+    with work_folder("lag_verdict_", args.keep, ProcessError, OSError) as workdir:
+        print(f"[LAG] load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; work folder {workdir}")
         starved = one_run("starved", workdir, users=args.users, run_time_s=args.run_time_s, client_core=0,
                           busy=args.busy, mock_args={"tokens": 100, "ttft_ms": 20, "itl_ms": 2})  # fmt: skip
         unstarved = one_run("unstarved", workdir, users=8, run_time_s=args.run_time_s, client_core=None, busy=0,
                             mock_args={"tokens": 20, "ttft_ms": 400, "itl_ms": 50})  # fmt: skip
-    except (ProcessError, OSError) as exc:
-        print(f"[ERROR] {exc}\n[ERROR] work folder kept: {workdir}", file=sys.stderr)
-        return 2
-    if not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
     for name, view in (("starved", starved), ("unstarved", unstarved)):
         for line in describe(name, view):
             print(f"[LAG] {line}")

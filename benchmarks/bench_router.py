@@ -19,7 +19,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +34,7 @@ from benchkit import REPO, served_model  # noqa: E402
 from core.net import free_port, wait_for_http  # noqa: E402
 from core.records import RequestRecord  # noqa: E402
 from core.serverview_samples import Samples, latency_view, parse_exposition  # noqa: E402
-from loadgen.childprocs import stop_process  # noqa: E402
+from loadgen.childprocs import mock_server, stop_process  # noqa: E402
 from loadgen.request.client import chat_payload, new_session, stream_chat  # noqa: E402
 
 APP_BIN = Path(sys.executable).parent
@@ -139,16 +139,13 @@ def load(base_url: str, model: str, args: argparse.Namespace, headers: dict[str,
     return rows
 
 
-def engine_text(direct: PathFigures, routed: PathFigures) -> str:
-    """The engine's own mean TTFT on both paths, ``31.2 / 29.8`` ms, or ``-`` when unknown (the mock)."""
-    if direct.engine_ttft_mean_ms is None or routed.engine_ttft_mean_ms is None:
-        return "-"
-    return f"{direct.engine_ttft_mean_ms:.1f} / {routed.engine_ttft_mean_ms:.1f}"
-
-
 def row(label: str, direct: PathFigures, routed: PathFigures) -> str:
-    """One table row: both paths' TTFT/ITL means and the router's added ms and ratio, and the engine's own TTFT."""
-    return (f"| {label} | {direct.ttft_mean_ms:.1f} | {routed.ttft_mean_ms:.1f} | {engine_text(direct, routed)} | "
+    """One table row: both paths' TTFT/ITL means and the router's added ms and ratio, and the engine's own mean TTFT
+    on both paths (``31.2 / 29.8``; ``-`` when unknown: the mock)."""
+    engine = "-"
+    if direct.engine_ttft_mean_ms is not None and routed.engine_ttft_mean_ms is not None:
+        engine = f"{direct.engine_ttft_mean_ms:.1f} / {routed.engine_ttft_mean_ms:.1f}"
+    return (f"| {label} | {direct.ttft_mean_ms:.1f} | {routed.ttft_mean_ms:.1f} | {engine} | "
             f"{routed.ttft_mean_ms - direct.ttft_mean_ms:+.2f} ({routed.ttft_mean_ms / direct.ttft_mean_ms:.3f}) | "
             f"{direct.itl_mean_ms:.2f} | {routed.itl_mean_ms:.2f} | "
             f"{routed.itl_mean_ms - direct.itl_mean_ms:+.3f} ({routed.itl_mean_ms / direct.itl_mean_ms:.3f}) |")
@@ -170,12 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     headers = {"Authorization": f"Bearer {os.environ['VLLM_API_KEY']}"} if os.environ.get("VLLM_API_KEY") else {}
 
-    mock_port = free_port()
-    mock_argv = [sys.executable, "-m", "loadgen.selftest.mock_server", "--port", str(mock_port),
-                 "--tokens", str(args.tokens),
-                 "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms)]
-    with nullcontext() if args.target else process(mock_argv, args.workdir / "mock.log"):
-        direct_url = args.target.rstrip("/") if args.target else f"http://127.0.0.1:{mock_port}"
+    with ExitStack() as stack:
+        mock = mock_server(args.workdir / "mock.log", tokens=args.tokens, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms)
+        direct_url = args.target.rstrip("/") if args.target else stack.enter_context(mock).url
         wait_ready(f"{direct_url}/v1/models", 60)
         router_port = free_port()
         router_argv = [str(APP_BIN / "vllm-router"), "--host", "127.0.0.1", "--port", str(router_port),

@@ -20,14 +20,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import benchkit  # noqa: F401  (puts the repository on the import path)
+from benchkit import work_folder
 
 from core.report_schema import BenchmarkConfig
 from core.settings import Settings
@@ -107,11 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mock-processes", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, rows of every run)")
     args = parser.parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="scaleout_"))
-    print(f"[SCALE] load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; mock {args.tokens} tokens, "
-          f"no delays, {args.mock_processes} process(es); {args.users} users, {args.requests} requests; {workdir}")
     ratios, cpu_ratios, per_cpu = [], [], []
-    try:
+    with work_folder("scaleout_", args.keep, ProcessError, ValueError) as workdir:
+        print(f"[SCALE] load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; mock {args.tokens} tokens, "
+              f"no delays, {args.mock_processes} process(es); {args.users} users, {args.requests} requests; {workdir}")
         with mock_server(workdir / "mock.log", tokens=args.tokens, ttft_ms=0, itl_ms=0,
                          processes=args.mock_processes) as mock:  # fmt: skip
             for i in range(args.repeats):
@@ -124,11 +120,6 @@ def main(argv: list[str] | None = None) -> int:
                 per_cpu.append(runs[2].chunks_per_cpu_s / runs[1].chunks_per_cpu_s)
                 print(f"[SCALE] pair {i + 1}: 2 workers / 1 worker: chunks/s {ratios[-1]:.2f}, client CPU "
                       f"{cpu_ratios[-1]:.2f}, chunks per CPU-second {per_cpu[-1]:.2f}", flush=True)  # fmt: skip
-    except (ProcessError, ValueError) as exc:
-        print(f"[ERROR] {exc}\n[ERROR] work folder kept: {workdir}", file=sys.stderr)
-        return 2
-    if not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
     value = statistics.median(ratios)
     passed = value >= TARGET_RATIO
     print(f"[SCALE] medians: the 2-worker runs got {statistics.median(cpu_ratios):.2f}x the client CPU and kept "

@@ -22,9 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+import benchkit  # noqa: F401  (puts the repository on the import path)
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from the repository root
 
 from core.settings import PROJECT_ROOT, get_settings
 

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import httpx
@@ -91,33 +92,23 @@ def one_request(client: httpx.Client, url: str, max_tokens: int, timeout_s: floa
 
 
 class Stream:
-    """An open-loop stream: one request every ``1 / rate_per_s`` seconds, each on its own thread, until
+    """An open-loop stream: one request every ``1 / rate_per_s`` seconds, each on a thread of its own, until
     :meth:`stop`; :meth:`stop` waits for those in flight and returns every answer, in sending order."""
 
     def __init__(self, url: str, headers: Mapping[str, str], rate_per_s: float = 2.0, max_tokens: int = 32,
                  timeout_s: float = 300.0) -> None:  # fmt: skip
         self.url, self.rate_per_s, self.max_tokens, self.timeout_s = url, rate_per_s, max_tokens, timeout_s
         self.client = httpx.Client(headers=dict(headers), limits=httpx.Limits(max_connections=1000))
-        self._answers: list[Answer] = []
-        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=10_000)  # a thread per request in flight: never queued here
+        self._sent: list[Future[Answer]] = []
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
         self._pacer = threading.Thread(target=self._pace, daemon=True)
-
-    def _one(self) -> None:
-        answer = one_request(self.client, self.url, self.max_tokens, self.timeout_s)
-        with self._lock:
-            self._answers.append(answer)
 
     def _pace(self) -> None:
         start = time.monotonic()
-        sent = 0
         while not self._stop.is_set():
-            thread = threading.Thread(target=self._one, daemon=True)
-            thread.start()
-            self._threads.append(thread)
-            sent += 1
-            self._stop.wait(max(0.0, start + sent / self.rate_per_s - time.monotonic()))
+            self._sent.append(self._pool.submit(one_request, self.client, self.url, self.max_tokens, self.timeout_s))
+            self._stop.wait(max(0.0, start + len(self._sent) / self.rate_per_s - time.monotonic()))
 
     def start(self) -> Stream:
         """Begin sending."""
@@ -128,10 +119,9 @@ class Stream:
         """Stop sending, wait for every request in flight, return all answers."""
         self._stop.set()
         self._pacer.join()
-        for thread in self._threads:
-            thread.join(self.timeout_s + 5)
+        self._pool.shutdown(wait=True)
         self.client.close()
-        return sorted(self._answers, key=lambda a: a.sent_s)
+        return sorted((sent.result() for sent in self._sent), key=lambda a: a.sent_s)
 
 
 @dataclass(frozen=True)

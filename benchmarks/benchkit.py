@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -102,10 +104,19 @@ def median_known(values: Sequence[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def work_folder_kept(exc: Exception, workdir: Path) -> int:
-    """Say why a run could not be made and that ``workdir`` stays (stderr); the exit code for that, 2."""
-    print(f"[ERROR] {exc}\n[ERROR] work folder kept: {workdir}", file=sys.stderr)
-    return 2
+@contextmanager
+def work_folder(prefix: str, keep: bool, *errors: type[Exception]) -> Iterator[Path]:
+    """A fresh temporary folder (``prefix`` and a random tail) for a benchmark's logs and results, removed after the
+    block unless ``keep``. One of ``errors`` raised in the block (a run could not be made) is said on stderr with the
+    folder, which stays, and ends the program with exit status 2 (SystemExit)."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield workdir
+    except errors as exc:
+        print(f"[ERROR] {exc}\n[ERROR] work folder kept: {workdir}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if not keep:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def served_model(base_url: str, headers: Mapping[str, str]) -> str:

@@ -51,22 +51,16 @@ PROMPT_TEXT = (
 )
 
 
-def _entry(text: str, index: int) -> dict[str, Any]:
-    return {
-        "id": f"peer-{index:05d}",
-        "conversations": [{"from": "human", "value": text}, {"from": "gpt", "value": "好的。"}],
-    }
-
-
-def sharegpt_prompts(count: int, prompt_chars: int) -> list[dict[str, Any]]:
-    """``count`` distinct ShareGPT entries whose human turns all have ``prompt_chars`` characters (pure)."""
+def sharegpt_prompts(count: int, prompt_chars: int = 0, text: str | None = None) -> list[dict[str, Any]]:
+    """``count`` ShareGPT entries (pure): every human turn ``text`` when given (one prompt, sent ``count`` times), else
+    ``count`` distinct ones of ``prompt_chars`` characters each."""
     body = (PROMPT_TEXT * (prompt_chars // len(PROMPT_TEXT) + 1))[: max(prompt_chars - 8, 1)]
-    return [_entry(f"第{i:05d}题：{body}", i) for i in range(count)]
-
-
-def identical_sharegpt_prompts(count: int, text: str) -> list[dict[str, Any]]:
-    """``count`` ShareGPT entries whose human turn is ``text`` each (pure): one prompt, sent ``count`` times."""
-    return [_entry(text, i) for i in range(count)]
+    answer = {"from": "gpt", "value": "好的。"}
+    human = [f"第{i:05d}题：{body}" if text is None else text for i in range(count)]
+    return [
+        {"id": f"peer-{i:05d}", "conversations": [{"from": "human", "value": value}, answer]}
+        for i, value in enumerate(human)
+    ]
 
 
 def successful(result: Mapping[str, Any], key: str) -> list[Any]:

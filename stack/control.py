@@ -329,22 +329,16 @@ def status(settings: Settings) -> int:
         healthy &= answering
         print(f"{engine.name:8s} {'remote':9s} {'answers' if answering else 'no answer':10s} {engine.url}/v1/models")
     phase = engine_phase(settings)
+    state = read_engine_state(settings.engine_state_file)
+    lines = [
+        serving_line(state, phase),
+        f"vLLM startup: {phase.phase} — {phase.detail}",
+        f"  error: {phase.error_line}" if phase.error_line else None,
+        startup_times_line(startup_facts(phase)),
+        phases_line(latest_start(settings.vllm_log_file, state)),
+    ]
     redact = Redactor(secret_values(settings))
-    served = serving_line(read_engine_state(settings.engine_state_file), phase)
-    if served:
-        print(redact(served))
-    print(
-        redact(
-            f"vLLM startup: {phase.phase} — {phase.detail}"
-            + (f"\n  error: {phase.error_line}" if phase.error_line else "")
-        )
-    )
-    line = startup_times_line(startup_facts(phase))
-    if line:
-        print(line)
-    phases = phases_line(latest_start(settings.vllm_log_file, read_engine_state(settings.engine_state_file)))
-    if phases:
-        print(phases)
+    print("\n".join(redact(line) for line in lines if line))
     return 0 if healthy else 1
 
 

@@ -15,9 +15,8 @@ from chainlit.server import sio
 
 from core.settings import get_settings
 from ui import chat_errors as errors
-from ui.answer_markdown import answer_markdown, notice_markdown
+from ui.answer_view import TokenCoalescer, answer_markdown, notice_markdown
 from ui.chat import STARTERS, ChatMessage, ChatParams, append_turn, params_from_values
-from ui.coalesce import TokenCoalescer
 from ui.session import cancel_answer, quiet_stop
 from ui.status import BackendStatus, header_markdown
 from ui.turn import ChatBackend

@@ -97,10 +97,6 @@ def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}ms"
 
 
-def _field(text: str) -> str:
-    return text.replace(" ", NBSP)
-
-
 def format_timing(timing: Timing) -> str:
     """``Total: 824ms | Prompt: 123ms | Gen: 701ms | 52.3 tok/s | Tokens: 19 in, 37 out``; a reasoning model's
     ``Total: 2400ms | Prompt: 120ms | Think: 1500ms | Answer: 780ms | 50.1 tok/s | Tokens: 19 in, 120 out (80
@@ -121,4 +117,4 @@ def format_timing(timing: Timing) -> str:
     parts.append(f"Tokens: {prompt} in, {completion} out{thought}")
     if timing.energy_j is not None:
         parts.append(f"Energy: {energy_text(timing.energy_j)}")
-    return FIELD_SEPARATOR.join(_field(part) for part in parts)
+    return FIELD_SEPARATOR.join(part.replace(" ", NBSP) for part in parts)

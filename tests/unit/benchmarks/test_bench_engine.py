@@ -9,8 +9,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
-from bench_engine_defaults import round_order
-from vllm_start_log import compile_cache, start_breakdown
+from bench_engine_defaults import compile_cache, round_order
+
+from engine.vllmlog.startup import start_breakdown
 
 # A warm start of vLLM 0.32's CPU build (lines shortened), launched at 21:29:00.
 LOG = b"""[INFO] Starting vLLM: python -m vllm.entrypoints.openai.api_server

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
-from peer_figures import (
+from bench_peer_agreement import (
     ClientRun,
     table_lines,
     theirs_from_result,

@@ -9,11 +9,10 @@ from pathlib import Path
 import httpx
 
 from core.settings import Settings
-from ui.answer_energy import AnswerEnergy, answer_energy, wall_bounds
-from ui.answer_markdown import answer_markdown
+from ui.answer_view import answer_markdown
 from ui.status import BackendStatus
 from ui.timing import ENERGY_LEGEND, NBSP, compute_timing, format_timing
-from ui.turn import ChatBackend, TurnResult
+from ui.turn import AnswerEnergy, ChatBackend, TurnResult, answer_energy, wall_bounds
 
 TIMING = compute_timing(0.0, 0.1, 1.0, 10, 20)
 

@@ -13,7 +13,7 @@ import httpx2
 from openai import AsyncOpenAI
 
 from tests.unit.ui.test_ui_turn import GOOD_STREAM, MODEL, URL, FakeVllm, backend_for, chunk
-from ui.answer_markdown import answer_markdown
+from ui.answer_view import answer_markdown
 from ui.chat import ChatMessage, ChatParams, drop_oldest_turns, turn_count
 from ui.timing import compute_timing, format_timing
 from ui.turn import TurnResult

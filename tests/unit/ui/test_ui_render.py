@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from ui import chat_errors as errors
-from ui.answer_markdown import answer_markdown, notice_markdown
-from ui.coalesce import TokenCoalescer, update_interval_s
+from ui.answer_view import TokenCoalescer, answer_markdown, notice_markdown, update_interval_s
 from ui.timing import NBSP, TIMING_LEGEND, compute_timing
 
 TIMING = compute_timing(0.0, 0.123, 0.824, prompt_tokens=19, completion_tokens=36)

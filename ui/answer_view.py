@@ -1,9 +1,15 @@
-"""Groups streamed tokens into fewer UI updates, so fast models do not flood the browser with one event per token."""
+"""The answer on screen: streamed pieces grouped into fewer UI updates, so fast models do not flood the browser with
+one event per token, and the final Markdown (the clamp notice, the text, then the timing line and its legend, or the
+error)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+
+from ui.chat import escape_directives
+from ui.chat_errors import UiError
+from ui.timing import Timing, format_timing, timing_legend
 
 MIN_INTERVAL_S = 0.05
 MAX_INTERVAL_S = 1.0
@@ -55,3 +61,34 @@ class TokenCoalescer:
         pending, self._pending = self._pending, ""
         self._last_emit_s = self._clock()
         await self._emit(pending)
+
+
+EMPTY_ANSWER = "(No visible text: the model produced only whitespace or invalid characters.)"
+
+
+def notice_markdown(notice: str) -> str:
+    """The clamp notice as a quote at the top of the answer (streamed before the first token, kept at the end)."""
+    return f"> **Note:** {notice}"
+
+
+def answer_markdown(answer: str, timing: Timing | None, notice: str | None, error: UiError | None) -> str:
+    """Final content of an assistant message.
+
+    The max_tokens notice (when clamped) comes first, where it was shown while streaming. Ok: ``answer``, a rule,
+    then ``Total: .. | Prompt: .. | Gen: ..`` with its legend line. Error: the partial answer (if any), a rule, then
+    the error in the user's words.
+    """
+    parts: list[str] = [notice_markdown(notice)] if notice else []
+    if answer.strip():
+        parts.append(escape_directives(answer))
+    elif error is None:
+        parts.append(f"*{EMPTY_ANSWER}*")
+    footer: list[str] = []
+    if error is not None:
+        footer.append(error.message)
+    elif timing is not None:
+        footer.append(f"`{format_timing(timing)}`  \n*{timing_legend(timing)}*")
+    if len(parts) > (1 if notice else 0) and footer:
+        parts.append("---")
+    parts.extend(footer)
+    return "\n\n".join(parts)
