@@ -5,6 +5,8 @@ A report is ``reports/benchmark_report_YYYYMMDD_HHMMSS.json`` with its rows besi
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
@@ -12,6 +14,7 @@ from pydantic import BaseModel, Field, model_validator
 from core.clientview import ClientView
 from core.cost import CostBasis
 from core.intervals import Comparison
+from core.records import Phase, RequestRecord
 from core.report_resources import GpuSample, GpuStats, HostResources, KvCacheStats, ResourcePoint, Resources
 from core.report_setup import BenchmarkConfig, Environment, StartupFacts
 from core.serverview import ServerView
@@ -27,7 +30,7 @@ LOGS_TO_STARTUP_IN_1_2 = ("model_load_s", "engine_init_s", "kv_cache_line")
 __all__ = [  # the models of the parts live in core.report_setup and core.report_resources; read them from here
     "SCHEMA_VERSION", "BenchmarkConfig", "Comparison", "Environment", "ErrorSummary", "GpuSample", "GpuStats",
     "HostResources", "KvCacheStats", "LogFacts", "Metrics", "ProfileInfo", "Report", "ResourcePoint", "Resources",
-    "StartupFacts", "json_schema", "migrate_report",
+    "StartupFacts", "causes_text", "error_summary", "json_schema", "migrate_report",
 ]
 
 
@@ -94,6 +97,35 @@ class ErrorSummary(BaseModel):
 
     by_kind: dict[str, int] = Field(default_factory=dict)
     examples: dict[str, list[str]] = Field(default_factory=dict)
+
+
+MAX_ERROR_EXAMPLES = 5
+MAX_MESSAGE_CHARS = 300
+
+
+def error_summary(records: Iterable[RequestRecord], phase: Phase = "measured") -> ErrorSummary:
+    """Failed requests of ``phase`` by cause, with up to five distinct messages each (``incomplete`` rows left out)."""
+    summary = ErrorSummary()
+    examples: dict[str, list[str]] = defaultdict(list)
+    for record in records:
+        if record.ok or record.phase != phase or record.error_kind == "incomplete":
+            continue
+        kind = record.error_kind or "unknown"
+        summary.by_kind[kind] = summary.by_kind.get(kind, 0) + 1
+        message = (record.error or "")[:MAX_MESSAGE_CHARS]
+        if message not in examples[kind] and len(examples[kind]) < MAX_ERROR_EXAMPLES:
+            examples[kind].append(message)
+    summary.examples = dict(examples)
+    return summary
+
+
+def causes_text(summary: ErrorSummary, messages_per_cause: int = 2) -> str:
+    """``http_status 2 (max_tokens=99999 cannot be ...)``, most frequent first; empty when none failed."""
+    parts = []
+    for kind, count in sorted(summary.by_kind.items(), key=lambda item: (-item[1], item[0])):
+        shown = [m for m in summary.examples.get(kind, []) if m][:messages_per_cause]
+        parts.append(f"{kind} {count}" + (f" ({' | '.join(shown)})" if shown else ""))
+    return "; ".join(parts)
 
 
 def migrate_report(data: Any) -> Any:

@@ -12,11 +12,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.distributions import think_sampler
 from core.logrotate import RotatingWriter
 from core.records import RequestRecord
 from core.report_schema import BenchmarkConfig
 from core.requestlog import RequestLog, RequestLogLine
-from core.thinktime import think_sampler
 from loadgen.plan import run_id_of, sampler_for, workload_prompts
 from loadgen.workloads.dataset import Prompt
 from loadgen.workloads.prefixes import load_prefixes, with_prefix

@@ -5,12 +5,11 @@ from __future__ import annotations
 from core.api import BuildReportRequest
 from core.cost import CostBasis, report_figures
 from core.energy import NO_ENERGY_GAP
-from core.errorsummary import error_summary
 from core.fingerprint import workload_fingerprint
-from core.kvbound import kv_bound_reason
 from core.records import RequestRecord
 from core.redact import strip_url_credentials
-from core.report_schema import Environment, HostResources, LogFacts, Metrics, Report, Resources
+from core.report_resources import kv_bound_reason
+from core.report_schema import Environment, HostResources, LogFacts, Metrics, Report, Resources, error_summary
 from core.stats import RunMetrics, key_insight
 from sidecar.sampling.resources import WindowPeaks
 

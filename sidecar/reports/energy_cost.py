@@ -6,8 +6,7 @@ from collections.abc import Callable, Sequence
 
 from core.api import BuildReportRequest
 from core.cost import CostBasis, cost_basis, parse_price
-from core.energy import EnergyStats, first_send, measured_bounds
-from core.energy_cluster import hosts_energy, replica_energy
+from core.energy import EnergyStats, first_send, hosts_energy, measured_bounds, replica_energy
 from core.records import RequestRecord
 from core.replicas import replicas, split_devices
 from core.report_schema import BenchmarkConfig, HostResources, Resources
