@@ -71,21 +71,10 @@ class ABComparison(Comparison):
 def vllm_flags(args: list[str]) -> dict[str, str]:
     """A vLLM command line's flags -> values (bare: ``"true"``), secret flags left out."""
     flags: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        token = args[i]
-        if not token.startswith("--"):
-            i += 1
-            continue
-        name, eq, value = token.partition("=")
-        if eq:
-            flags[name] = value
-        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-            flags[name] = args[i + 1]
-            i += 1
-        else:
-            flags[name] = "true"
-        i += 1
+    for token, after in zip(args, [*args[1:], "--"], strict=False):
+        if token.startswith("--"):  # a value (a token after a flag without "=") is skipped as no flag
+            name, eq, value = token.partition("=")
+            flags[name] = value if eq else "true" if after.startswith("--") else after
     return {name: value for name, value in flags.items() if not is_secret_flag(name)}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.intervals import Comparison, PointComparison, change_text
+from core.intervals import Comparison, change_text
 from core.report_schema import Report
 from core.series_stats import SeriesReport
 
@@ -48,51 +48,44 @@ def refused_line(baseline: str, reason: str) -> str:
 GATED: dict[str, int] = {"throughput_req_per_sec": -1, "e2e_p99_ms": +1}
 WHERE_MEASURED: dict[str, int] = {"energy_j_per_output_token": +1}
 """Gated like :data:`GATED` where both sides measured them (energy needs NVML or RAPL); no check where not."""
-BAD_SIGN = {**GATED, **WHERE_MEASURED}
-_REPORT_NAME = {"throughput_req_per_sec": "throughput_req_per_sec", "e2e_p99_ms": "latency_p99_ms",
-                "energy_j_per_output_token": "energy_j_per_output_token"}  # fmt: skip
-
-
-def point_checks(point: PointComparison, threshold_pct: float, error_rate_pp: float) -> list[GateCheck]:
-    """The checks of one compared point (error rate, throughput, E2E p99, energy per token): with an interval a metric
-    fails when it lies wholly beyond the threshold, else the plain change is held to it; a missing change fails; the
-    error rate fails above ``error_rate_pp`` points. Series points prefix their label."""
-    prefix = f"{point.label}: " if point.label else ""
-    checks = []
-    errors = point.changes.get("error_rate_percent")
-    if errors is not None and errors.a_mean is not None and errors.b_mean is not None:
-        rise = errors.b_mean - errors.a_mean
-        checks.append(GateCheck(f"{prefix}error_rate_percent", rise <= error_rate_pp,
-                                f"{rise:+.1f} pp (limit {error_rate_pp:+g} pp)"))  # fmt: skip
-    for key, bad_sign in BAD_SIGN.items():
-        change = point.changes.get(key)
-        if key in WHERE_MEASURED and (change is None or change.change_pct is None):
-            continue  # not measured on both sides: not gated
-        name = f"{prefix}{key if point.label else _REPORT_NAME[key]}"
-        limit = f"(limit {bad_sign * threshold_pct:+g}%)"
-        if change is None or change.change_pct is None:
-            checks.append(GateCheck(name, False, f"n/a: cannot compare {limit}", error=True))
-        elif change.low_pct is None:
-            passed = change.change_pct * bad_sign <= threshold_pct
-            checks.append(GateCheck(name, passed, f"{change.change_pct:+.1f}% {limit}"))
-        else:
-            checks.append(GateCheck(name, change.verdict != "regression", change_text(change)))
-    return checks
+_REPORT_NAME = {"e2e_p99_ms": "latency_p99_ms"}
 
 
 def comparison_checks(comparison: Comparison, threshold_pct: float, error_rate_pp: float = 1.0) -> list[GateCheck]:
-    """The checks of every compared point of ``comparison`` (:func:`point_checks`)."""
-    return [c for point in comparison.points for c in point_checks(point, threshold_pct, error_rate_pp)]
+    """The checks of every compared point (error rate, throughput, E2E p99, energy per token): with an interval a
+    metric fails when it lies wholly beyond the threshold, else the plain change is held to it; a missing change fails;
+    the error rate fails above ``error_rate_pp`` points. Series points prefix their label."""
+    checks = []
+    for point in comparison.points:
+        prefix = f"{point.label}: " if point.label else ""
+        errors = point.changes.get("error_rate_percent")
+        if errors is not None and errors.a_mean is not None and errors.b_mean is not None:
+            rise = errors.b_mean - errors.a_mean
+            checks.append(GateCheck(f"{prefix}error_rate_percent", rise <= error_rate_pp,
+                                    f"{rise:+.1f} pp (limit {error_rate_pp:+g} pp)"))  # fmt: skip
+        for key, bad_sign in {**GATED, **WHERE_MEASURED}.items():
+            change = point.changes.get(key)
+            if key in WHERE_MEASURED and (change is None or change.change_pct is None):
+                continue  # not measured on both sides: not gated
+            name = f"{prefix}{key if point.label else _REPORT_NAME.get(key, key)}"
+            limit = f"(limit {bad_sign * threshold_pct:+g}%)"
+            if change is None or change.change_pct is None:
+                checks.append(GateCheck(name, False, f"n/a: cannot compare {limit}", error=True))
+            elif change.low_pct is None:
+                passed = change.change_pct * bad_sign <= threshold_pct
+                checks.append(GateCheck(name, passed, f"{change.change_pct:+.1f}% {limit}"))
+            else:
+                checks.append(GateCheck(name, change.verdict != "regression", change_text(change)))
+    return checks
 
 
 def gate_verdict(
     result: Report | SeriesReport, baseline: str, threshold_pct: float, error_rate_pp: float = 1.0
 ) -> GateVerdict:
-    """Judge a run or series by its comparison with ``baseline``: exit 0 pass, 3 regression, 2 cannot judge."""
+    """Judge a run or series by its comparison with ``baseline``: exit 0 pass, 3 regression, 2 cannot judge (the
+    baseline unknown or not comparable, or the prefix cache far apart: one ``baseline`` check)."""
     comparison = result.comparison.get(f"vs_{baseline}")
-    if comparison is not None and comparison.refused is not None:
-        line = refused_line(baseline, comparison.refused)
-        return GateVerdict(EXIT_ERROR, line, checks=[_cannot_judge(line)], baseline=baseline)
+    line = ""
     if comparison is None:
         known = sorted(k.removeprefix("vs_") for k in result.comparison if k != "vs_previous")
         hint = f"known: {', '.join(known)}" if known else "none is marked"
@@ -100,14 +93,17 @@ def gate_verdict(
             f"[GATE] ERROR vs {baseline}: no baseline named {baseline!r} ({hint}); mark one with "
             f"`make baseline NAME={baseline}`"
         )
-        return GateVerdict(EXIT_ERROR, line, checks=[_cannot_judge(line)], baseline=baseline)
-    if comparison.prefix_cache_percent is not None:
+    elif comparison.refused is not None:
+        line = refused_line(baseline, comparison.refused)
+    elif comparison.prefix_cache_percent is not None:
         then, now = comparison.prefix_cache_percent
         line = (f"[GATE] ERROR vs {baseline} ({comparison.against}): cannot judge: vLLM's prefix cache served "
                 f"{then:.0f}% of the prompt tokens then and {now:.0f}% now, so the changes are partly the cache's; "
                 "restart vLLM (./start_vllm.sh) before each run, or serve with "
                 "VLLM_EXTRA_ARGS=--no-enable-prefix-caching")  # fmt: skip
-        return GateVerdict(EXIT_ERROR, line, checks=[_cannot_judge(line)], baseline=baseline)
+    if comparison is None or line:
+        check = GateCheck("baseline", False, line.removeprefix("[GATE] "), error=True)
+        return GateVerdict(EXIT_ERROR, line, checks=[check], baseline=baseline)
     checks = comparison_checks(comparison, threshold_pct, error_rate_pp)
     failures = [f"{c.name} {c.detail}" for c in checks if not c.passed]
     if failures:
@@ -116,8 +112,3 @@ def gate_verdict(
     passes = "; ".join(f"{c.name} {c.detail}" for c in checks)
     line = f"[GATE] PASS vs {baseline} ({comparison.against}): {passes} (threshold {threshold_pct:g}%)"
     return GateVerdict(EXIT_PASS, line, checks=checks, baseline=baseline)
-
-
-def _cannot_judge(line: str) -> GateCheck:
-    """The one check of a gate that could not judge (the baseline is unknown or not comparable)."""
-    return GateCheck("baseline", False, line.removeprefix("[GATE] "), error=True)

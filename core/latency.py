@@ -40,6 +40,11 @@ def latency_stats(values_ms: Sequence[float]) -> LatencyStats:
     )
 
 
+def shown(value: float | None, digits: int = 0, unit: str = "") -> str:
+    """``value`` with ``digits`` decimals and ``unit`` (e.g. ``" ms"``) for a text line; ``n/a`` for None."""
+    return "n/a" if value is None else f"{value:.{digits}f}{unit}"
+
+
 def mean_or_none(values: Sequence[float]) -> float | None:
     """The arithmetic mean of ``values``; None when empty."""
     return sum(values) / len(values) if values else None

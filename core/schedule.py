@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from core.latency import LatencyStats, latency_stats
+from core.latency import LatencyStats, latency_stats, shown
 from core.records import RequestRecord
 
 BEHIND_LIMIT_PCT = 5.0  # the achieved rate may fall this far below the scheduled one, %
@@ -98,11 +98,7 @@ def schedule_text(s: ScheduleStats) -> str:
     behind = "" if s.behind_pct is None else f" ({s.behind_pct:.1f}% behind)"
     rates.append(f"achieved {achieved} req/s{behind}")
     d = s.send_delay
-
-    def ms(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.0f}"
-
     return (
-        f"{', '.join(rates)}; send delay p50 {ms(d.p50_ms)} / p90 {ms(d.p90_ms)} / p99 {ms(d.p99_ms)} / "
-        f"max {ms(d.max_ms)} ms"
+        f"{', '.join(rates)}; send delay p50 {shown(d.p50_ms)} / p90 {shown(d.p90_ms)} / p99 {shown(d.p99_ms)} / "
+        f"max {shown(d.max_ms)} ms"
     )

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from core.fingerprint import workload_fingerprint
 from core.intervals import CONFIDENCE, METHOD, Comparison, Interval, interval
+from core.latency import LatencyStats
 from core.report_schema import SCHEMA_VERSION, BenchmarkConfig, Environment, Report
 
 PointKind = Literal["synchronous", "throughput", "concurrency", "rate"]
@@ -49,33 +50,24 @@ SERIES_METRICS: dict[str, tuple[str, str, int]] = {
     "cost_usd_per_1m_total_tokens": ("cost / 1M total tokens", "USD", -1),
     "energy_cost_usd_per_1m_output_tokens": ("energy cost / 1M output tokens", "USD", -1),
 }
-ENERGY_COST_SERIES = (
-    "energy_j_per_output_token", "output_tokens_per_j", "cost_usd_per_1m_output_tokens", "cost_usd_per_1m_total_tokens",
-    "energy_cost_usd_per_1m_output_tokens",
-)  # fmt: skip
+LATENCY_METRIC_RE = re.compile(r"(ttft|answer_ttft|itl|e2e|tpot)_(p[0-9]+_ms)")
+"""A :data:`SERIES_METRICS` name of a latency percentile: the distribution and its field (``ttft_p99_ms``)."""
 
 
 def report_values(report: Report) -> dict[str, float | None]:
-    """The :data:`SERIES_METRICS` of one report."""
+    """The :data:`SERIES_METRICS` of one report: latency percentiles from their distributions (a run without
+    reasoning has no answer TTFT), the prefix-cache hit rate from the server view, the rest from the metrics by name."""
     m = report.metrics
-    return {
-        "throughput_req_per_sec": m.throughput_req_per_sec,
-        "output_tokens_per_sec": m.output_tokens_per_sec,
-        "goodput_req_per_sec": m.goodput_req_per_sec,
-        "goodput_percent": m.goodput_percent,
-        "ttft_p50_ms": m.ttft.p50_ms,
-        "ttft_p99_ms": m.ttft.p99_ms,
-        "answer_ttft_p50_ms": m.reasoning.answer_ttft.p50_ms if m.reasoning else None,
-        "answer_ttft_p99_ms": m.reasoning.answer_ttft.p99_ms if m.reasoning else None,
-        "itl_p50_ms": m.itl.p50_ms,
-        "itl_p99_ms": m.itl.p99_ms,
-        "e2e_p50_ms": m.e2e.p50_ms,
-        "e2e_p99_ms": m.e2e.p99_ms,
-        "tpot_p50_ms": m.tpot.p50_ms,
-        "error_rate_percent": m.error_rate_percent,
-        "prefix_cache_hit_rate_percent": report.server.prefix_cache_hit_rate_percent if report.server else None,
-        **{name: getattr(m, name) for name in ENERGY_COST_SERIES},
-    }
+    answer_ttft = m.reasoning.answer_ttft if m.reasoning else LatencyStats()
+    values: dict[str, float | None] = {}
+    for name in SERIES_METRICS:
+        if found := LATENCY_METRIC_RE.fullmatch(name):
+            values[name] = getattr(answer_ttft if found[1] == "answer_ttft" else getattr(m, found[1]), found[2])
+        elif name == "prefix_cache_hit_rate_percent":
+            values[name] = report.server.prefix_cache_hit_rate_percent if report.server else None
+        else:
+            values[name] = getattr(m, name)
+    return values
 
 
 class PointPlan(BaseModel):

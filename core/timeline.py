@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from core.gate import comparison_checks
+from core.latency import shown
 from core.report_schema import Report
 
 
@@ -94,19 +95,13 @@ def timelines(
                 for check in comparison_checks(comparison, threshold_pct, error_rate_pp)
                 if not check.passed and not check.error
             ]
-            m = r.metrics
             points.append(
                 HistoryPoint(
-                    report_id=r.report_id,
-                    timestamp=r.timestamp,
-                    run_ended_at=r.run_ended_at,
-                    throughput_req_per_sec=m.throughput_req_per_sec,
-                    ttft_p99_ms=m.ttft.p99_ms,
-                    e2e_p99_ms=m.e2e.p99_ms,
-                    error_rate_percent=m.error_rate_percent,
-                    gpu_mem_peak_gb=m.gpu_mem_peak_gb,
-                    energy_j_per_output_token=m.energy_j_per_output_token,
-                    cost_usd_per_1m_output_tokens=m.cost_usd_per_1m_output_tokens,
+                    **r.model_dump(include={"report_id", "timestamp", "run_ended_at"}),
+                    **r.metrics.model_dump(include={"throughput_req_per_sec", "error_rate_percent", "gpu_mem_peak_gb",
+                                                    "energy_j_per_output_token", "cost_usd_per_1m_output_tokens"}),
+                    ttft_p99_ms=r.metrics.ttft.p99_ms,
+                    e2e_p99_ms=r.metrics.e2e.p99_ms,
                     vllm_version=r.environment.vllm_version,
                     baselines=marks.get(r.report_id, []),
                     gate_failures=failed,
@@ -121,10 +116,6 @@ def timelines(
 def history_table(lines_of: Sequence[Timeline]) -> list[str]:
     """The terminal table: per workload a header, then one line per run (oldest first) with its figures (energy and cost
     columns where some run has them), baseline marks, run flags and gate failures."""
-
-    def num(value: float | None, digits: int = 0) -> str:
-        return "n/a" if value is None else f"{value:.{digits}f}"
-
     lines = []
     for t in lines_of:
         energy = any(p.energy_j_per_output_token is not None for p in t.points)
@@ -138,10 +129,11 @@ def history_table(lines_of: Sequence[Timeline]) -> list[str]:
             notes = [f"[baseline: {', '.join(p.baselines)}]"] if p.baselines else []
             notes += [f"[{flag}]" for flag in p.flags]
             notes += [f"FAIL {f}" for f in p.gate_failures]
-            figures = (f" {num(p.energy_j_per_output_token, 3):>7}" if energy else "") + (
-                f" {num(p.cost_usd_per_1m_output_tokens, 2):>8}" if cost else "")
+            figures = (f" {shown(p.energy_j_per_output_token, 3):>7}" if energy else "") + (
+                f" {shown(p.cost_usd_per_1m_output_tokens, 2):>8}" if cost else "")
             lines.append(
-                f"  {p.report_id:<32} {p.throughput_req_per_sec:>7.2f} {num(p.ttft_p99_ms):>9} {num(p.e2e_p99_ms):>8} "
-                f"{num(p.error_rate_percent, 1):>6} {num(p.gpu_mem_peak_gb, 2):>7}{figures}  {' '.join(notes)}".rstrip()
+                f"  {p.report_id:<32} {p.throughput_req_per_sec:>7.2f} {shown(p.ttft_p99_ms):>9} "
+                f"{shown(p.e2e_p99_ms):>8} {shown(p.error_rate_percent, 1):>6} {shown(p.gpu_mem_peak_gb, 2):>7}"
+                f"{figures}  {' '.join(notes)}".rstrip()
             )
     return lines

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.latency import latency_stats
 from core.records import RequestRecord
-from core.stats import key_insight, latency_stats, measured_window_s, run_metrics
+from core.stats import key_insight, measured_window_s, run_metrics
 
 
 def rec(
