@@ -150,7 +150,8 @@ def compare_points(
     b: list[SeriesPoint], a: list[SeriesPoint], against: str, threshold_pct: float, by_fingerprint: bool = True
 ) -> Comparison:
     """Each point of B against its pair in A, every :data:`SERIES_METRICS` a :class:`core.intervals.Change` (a
-    regression lies wholly beyond ``threshold_pct``); refused when pairing by fingerprint finds no pair."""
+    regression lies wholly beyond ``threshold_pct``); refused when pairing by fingerprint finds no pair; the
+    prefix-cache hit rates ``(A, B)`` of the pair furthest apart when beyond :data:`PREFIX_CACHE_GAP_PP`."""
     points = [
         PointComparison(
             label=pb.label,
@@ -166,15 +167,12 @@ def compare_points(
     refused = None
     if by_fingerprint and not points:
         refused = f"no load point of {against} has the same workload fingerprint (model, load, lengths, hardware)"
-    return Comparison(against=against, points=points, refused=refused, prefix_cache_percent=prefix_cache_gap(points))
-
-
-def prefix_cache_gap(points: list[PointComparison]) -> tuple[float, float] | None:
-    """Hit rates ``(A, B)`` of the pair furthest apart beyond :data:`PREFIX_CACHE_GAP_PP`; else None."""
     rates = [(c.a_mean, c.b_mean) for p in points if (c := p.changes.get("prefix_cache_hit_rate_percent")) is not None
              and c.a_mean is not None and c.b_mean is not None]  # fmt: skip
-    widest = max(rates, key=lambda r: abs(r[1] - r[0]), default=None)
-    return widest if widest is not None and abs(widest[1] - widest[0]) > PREFIX_CACHE_GAP_PP else None
+    widest = max(rates, key=lambda r: abs(r[1] - r[0]), default=None)  # beyond PREFIX_CACHE_GAP_PP: a note
+    if widest is not None and abs(widest[1] - widest[0]) <= PREFIX_CACHE_GAP_PP:
+        widest = None
+    return Comparison(against=against, points=points, refused=refused, prefix_cache_percent=widest)
 
 
 def compare_sides(a: Side, b: Side, compare_id: str, timestamp: str, threshold_pct: float) -> ABComparison:

@@ -152,15 +152,6 @@ def _string(obj: dict[str, Any], key: str, required: bool) -> str | None:
     return value
 
 
-def request_log_bytes(line: RequestLogLine) -> bytes:
-    """``line`` as written to ``requests.jsonl`` (one JSON object and a newline, UTF-8)."""
-    return (json.dumps(line.as_dict(), ensure_ascii=False) + "\n").encode("utf-8")
-
-
-def _same(text: str) -> str:
-    return text
-
-
 @dataclass(frozen=True)
 class RequestLog:
     """``logs/requests.jsonl`` with its rotation and ``error`` texts masked of secrets."""
@@ -168,7 +159,7 @@ class RequestLog:
     path: Path
     max_bytes: int | None = None
     backups: int = 5
-    redact: Callable[[str], str] = _same
+    redact: Callable[[str], str] = str  # the text as it is
 
     @classmethod
     def of(cls, settings: Settings) -> RequestLog:
@@ -183,10 +174,10 @@ class RequestLog:
         )
 
     def encode(self, line: RequestLogLine) -> bytes:
-        """``line`` as written (its error text masked)."""
+        """``line`` as written (one JSON object and a newline, UTF-8; its error text masked)."""
         if line.error:
             line = replace(line, error=self.redact(line.error))
-        return request_log_bytes(line)
+        return (json.dumps(line.as_dict(), ensure_ascii=False) + "\n").encode("utf-8")
 
     def append(self, line: RequestLogLine) -> None:
         """Append ``line`` (its error text masked; rotating when due); opens and closes the file.

@@ -176,28 +176,15 @@ def slo_text(slo: dict[str, float], attainment_pct: float) -> str:
     return ",".join(f"{k}<={v:g}" for k, v in slo.items()) + f" in >={attainment_pct:g}% of requests"
 
 
-def point_figures(point: SeriesPoint) -> str:
-    """``1.93 req/s, 240 output tok/s, TTFT p99 480 ms, ...`` (means; +- with runs)."""
-    parts = []
-    for name, fmt in (
-        ("throughput_req_per_sec", "{:.2f} req/s"),
-        ("output_tokens_per_sec", "{:.0f} output tok/s"),
-        ("ttft_p99_ms", "TTFT p99 {:.0f} ms"),
-        ("itl_p99_ms", "ITL p99 {:.0f} ms"),
-        ("e2e_p99_ms", "E2E p99 {:.0f} ms"),
-        ("goodput_percent", "{:.0f}% within SLO"),
-        ("energy_j_per_output_token", "{:.3g} J/output token"),
-        ("cost_usd_per_1m_output_tokens", "${:.3g}/1M output tokens"),
-        ("cost_usd_per_1m_total_tokens", "${:.3g}/1M total tokens"),
-        ("energy_cost_usd_per_1m_output_tokens", "energy ${:.3g}/1M output tokens"),
-    ):
-        iv = point.metrics.get(name)
-        if iv is not None:
-            text = fmt.format(iv.mean)
-            if iv.half_width is not None:
-                text += f" (±{iv.half_width:.3g})"
-            parts.append(text)
-    return ", ".join(parts)
+KNEE_FIGURES = {
+    "throughput_req_per_sec": "{:.2f} req/s", "output_tokens_per_sec": "{:.0f} output tok/s",
+    "ttft_p99_ms": "TTFT p99 {:.0f} ms", "itl_p99_ms": "ITL p99 {:.0f} ms", "e2e_p99_ms": "E2E p99 {:.0f} ms",
+    "goodput_percent": "{:.0f}% within SLO", "energy_j_per_output_token": "{:.3g} J/output token",
+    "cost_usd_per_1m_output_tokens": "${:.3g}/1M output tokens",
+    "cost_usd_per_1m_total_tokens": "${:.3g}/1M total tokens",
+    "energy_cost_usd_per_1m_output_tokens": "energy ${:.3g}/1M output tokens",
+}  # fmt: skip
+"""The knee line's figures (means; ``(±half width)`` with runs), e.g. ``1.93 req/s, 240 output tok/s, ...``."""
 
 
 def find_knee(points: list[SeriesPoint], slo: dict[str, float], attainment_pct: float) -> Knee:
@@ -212,12 +199,10 @@ def find_knee(points: list[SeriesPoint], slo: dict[str, float], attainment_pct: 
     knee = points[index]
     notes = [f"{p.label} (below the knee) does not meet the SLO" for p in points[:index] if p.meets_slo is False]
     above = "the highest point measured" if index == len(points) - 1 else f"next: {points[index + 1].label} fails it"
-    return Knee(
-        index=index,
-        label=knee.label,
-        line=f"Knee (SLO {what}): {knee.label}: {point_figures(knee)} ({above})",
-        notes=notes,
-    )
+    figures = ", ".join(fmt.format(iv.mean) + ("" if iv.half_width is None else f" (±{iv.half_width:.3g})")
+                        for name, fmt in KNEE_FIGURES.items() if (iv := knee.metrics.get(name)))  # fmt: skip
+    line = f"Knee (SLO {what}): {knee.label}: {figures} ({above})"
+    return Knee(index=index, label=knee.label, line=line, notes=notes)
 
 
 def report_as_point(report: Report, label: str | None = None) -> SeriesPoint:
