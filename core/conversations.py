@@ -11,9 +11,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from core.latency import LatencyStats, effective_e2e_ms, effective_ttft_ms, latency_stats, shown
-from core.latency import mean_or_none as _mean
-from core.records import RequestRecord
+from core.records import LatencyStats, RequestRecord, effective_e2e_ms, effective_ttft_ms, latency_stats, shown
+from core.records import mean_or_none as _mean
 
 
 class TurnStats(BaseModel):

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from core.latency import LatencyStats, latency_stats, shown
-from core.records import RequestRecord
+from core.records import LatencyStats, RequestRecord, latency_stats, shown
 
 
 def reasoned(r: RequestRecord) -> bool:

@@ -11,8 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from core.latency import LatencyStats, latency_stats, shown
-from core.records import RequestRecord
+from core.records import LatencyStats, RequestRecord, latency_stats, shown
 
 BEHIND_LIMIT_PCT = 5.0  # the achieved rate may fall this far below the scheduled one, %
 SEND_DELAY_LIMIT_MS = 100.0  # p99 of the send delay allowed, ms

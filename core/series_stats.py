@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from core.fingerprint import workload_fingerprint
 from core.intervals import CONFIDENCE, METHOD, Comparison, Interval, interval
-from core.latency import LatencyStats
+from core.records import LatencyStats
 from core.report_schema import SCHEMA_VERSION, BenchmarkConfig, Environment, Report
 
 PointKind = Literal["synchronous", "throughput", "concurrency", "rate"]

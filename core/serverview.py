@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from core.latency import mean_or_none as _mean
 from core.records import RequestRecord
+from core.records import mean_or_none as _mean
 from core.serverview_overhead import CLIENT_OVERHEAD_MAX_PCT, ClientOverhead, _pct, client_overhead
 from core.serverview_samples import LatencyView, Samples, _delta, latency_view
 

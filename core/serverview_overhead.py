@@ -8,8 +8,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from core.latency import mean_or_none
-from core.records import RequestRecord
+from core.records import RequestRecord, mean_or_none
 from core.serverview_samples import Samples, latency_view
 
 ADDED_FIGURES = (  # (name, vLLM histogram, the least added ms ever flagged: below it a share means nothing)

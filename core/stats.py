@@ -15,10 +15,16 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from core.conversations import SessionStats, TurnStats, session_stats, turn_stats
-from core.cutrequests import CutRequests, cut_requests
-from core.latency import LatencyStats, effective_e2e_ms, effective_ttft_ms, latency_stats
 from core.reasoning import ReasoningStats, answer_ttft_ms, reasoning_stats
-from core.records import RequestRecord
+from core.records import (
+    CutRequests,
+    LatencyStats,
+    RequestRecord,
+    cut_requests,
+    effective_e2e_ms,
+    effective_ttft_ms,
+    latency_stats,
+)
 from core.schedule import ScheduleStats, schedule_stats
 from core.steady import SteadyState, decode_tokens_in, steady_state
 

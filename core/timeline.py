@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from core.gate import comparison_checks
-from core.latency import shown
+from core.records import shown
 from core.report_schema import Report
 
 

@@ -16,7 +16,7 @@ from typing import Literal
 import gevent
 
 from core.clientview import ProcessLoad
-from core.latency import latency_stats
+from core.records import latency_stats
 
 INTERVAL_S = 0.005
 

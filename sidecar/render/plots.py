@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core.latency import effective_e2e_ms, effective_ttft_ms
-from core.records import RequestRecord
+from core.records import RequestRecord, effective_e2e_ms, effective_ttft_ms
 from core.report_schema import ResourcePoint
 from core.series_stats import SeriesPoint
 from core.stats import WindowStats

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.latency import latency_stats
-from core.records import RequestRecord
+from core.records import RequestRecord, latency_stats
 from core.stats import key_insight, measured_window_s, run_metrics
 
 
