@@ -118,8 +118,7 @@ def differences(a: Side, b: Side) -> list[Difference]:
     ca, cb = _workload(a.config), _workload(b.config)
     for field in sorted(set(ca) - IGNORED_CONFIG_FIELDS):
         add("workload", field, ca.get(field), cb.get(field))
-    if a.repeat != b.repeat:
-        add("workload", "repeat (runs per point)", a.repeat, b.repeat)
+    add("workload", "repeat (runs per point)", a.repeat, b.repeat)
     return out
 
 
@@ -135,15 +134,9 @@ def pair_points(
     if by_fingerprint:
         same = {p.fingerprint: p for p in a if p.fingerprint}
         return [(same[p.fingerprint], p) for p in b if p.fingerprint in same]
-
-    def by_kind(points: list[SeriesPoint]) -> dict[str, list[SeriesPoint]]:
-        groups: dict[str, list[SeriesPoint]] = {}
-        for p in points:
-            groups.setdefault(p.kind, []).append(p)
-        return groups
-
-    ga, gb = by_kind(a), by_kind(b)
-    return [(ga[p.kind][rank], p) for p in b if (rank := gb[p.kind].index(p)) < len(ga.get(p.kind, []))]
+    of_kind = {kind: [p for p in a if p.kind == kind] for kind in {p.kind for p in a}}
+    ranked = [(of_kind.get(p.kind, []), [q for q in b if q.kind == p.kind].index(p), p) for p in b]
+    return [(same[rank], p) for same, rank, p in ranked if rank < len(same)]
 
 
 def compare_points(
@@ -235,13 +228,9 @@ def compare_reports(new: Report, old: Report, threshold_pct: float) -> Compariso
 def compare_with_history(
     report: Report, history: Sequence[Report], baselines: Mapping[str, Report | str], threshold_pct: float
 ) -> dict[str, Comparison]:
-    """``vs_previous`` (the latest earlier reference report of the fingerprint) and ``vs_<name>`` for every baseline,
-    compared or refused; a run spanning an engine switch is refused everywhere.
-
-    Args:
-        history: earlier reports, oldest first.
-        baselines: baseline name -> its report, or why it could not be loaded.
-    """
+    """``vs_previous`` (the latest earlier reference report of the fingerprint in ``history``, oldest first) and
+    ``vs_<name>`` for every baseline (name -> its report, or why it could not be loaded), compared or refused; a run
+    spanning an engine switch is refused everywhere."""
     if report.engine_switch:
         return {f"vs_{name}": Comparison(refused=report.engine_switch) for name in sorted(baselines)}
     fingerprint = workload_fingerprint(report.config, report.environment)

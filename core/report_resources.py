@@ -85,12 +85,8 @@ KV_FULL_PERCENT = 95.0
 
 
 def kv_bound_reason(kv: KvCacheStats | None, preemptions: int | None) -> str | None:
-    """Why the run was KV-bound, in one clause; None when not.
-
-    Args:
-        kv: the window's KV statistics, or None.
-        preemptions: the ``vllm:num_preemptions_total`` delta, or None.
-    """
+    """Why the run was KV-bound, in one clause, from the window's KV statistics and the ``vllm:num_preemptions_total``
+    delta (either None: not known); None when not."""
     peak = kv.usage_peak_percent if kv is not None else None
     waiting = kv.requests_waiting_peak if kv is not None else None
     pool = f" of {kv.pool_tokens:,} tokens" if kv is not None and kv.pool_tokens else ""

@@ -53,12 +53,8 @@ def _rate(times: Sequence[float]) -> float | None:
 def schedule_stats(
     records: Sequence[RequestRecord], requested_rate_req_per_sec: float | None = None
 ) -> ScheduleStats | None:
-    """Requested vs achieved load of the measured rows with a scheduled time; None when none has one.
-
-    Args:
-        records: the run's rows; warmup rows are left out.
-        requested_rate_req_per_sec: RATE (or the mean ramp rate).
-    """
+    """Requested vs achieved load of the measured rows (warmup left out) with a scheduled time; None when none has
+    one. ``requested_rate_req_per_sec``: RATE (or the mean ramp rate)."""
     rows = [r for r in records if r.phase == "measured" and r.scheduled_at is not None]
     if not rows:
         return None

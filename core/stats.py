@@ -320,13 +320,9 @@ def key_insight(m: RunMetrics) -> str:
         )
     if cv is None:
         shape = f"Throughput {req_s:.2f} req/s ({which}; run too short to judge stability)"
-    elif cv <= 10:
-        shape = f"Throughput stable at {req_s:.2f} req/s ({tok_s:.0f} output tok/s ±{cv:.1f}% between windows; {which})"
     else:
-        shape = (
-            f"Throughput unstable around {req_s:.2f} req/s ({tok_s:.0f} output tok/s ±{cv:.1f}% between windows; "
-            f"{which})"
-        )
+        how = "stable at" if cv <= 10 else "unstable around"
+        shape = f"Throughput {how} {req_s:.2f} req/s ({tok_s:.0f} output tok/s ±{cv:.1f}% between windows; {which})"
     if (m.error_rate_percent or 0.0) >= MOSTLY_FAILED_PCT:  # the throughput is of the few successes: no health
         shape = (f"Most requests failed, so the throughput ({req_s:.2f} req/s of successes, {which}) says nothing "
                  "about the server")  # fmt: skip

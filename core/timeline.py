@@ -70,13 +70,9 @@ def workload_label(report: Report) -> str:
 def timelines(
     reports: Sequence[Report], baselines: dict[str, str], threshold_pct: float = 5.0, error_rate_pp: float = 1.0
 ) -> list[Timeline]:
-    """One timeline per workload fingerprint of ``reports``, the most recent workload first.
-
-    Args:
-        reports: the reports; ones without a fingerprint are left out.
-        baselines: ``name -> report id`` (``baselines.json``; series ids are ignored).
-        threshold_pct, error_rate_pp: the gate's tolerances.
-    """
+    """One timeline per workload fingerprint of ``reports`` (ones without are left out), the most recent workload
+    first; ``baselines``: ``name -> report id`` (``baselines.json``; series ids are ignored); ``threshold_pct``,
+    ``error_rate_pp``: the gate's tolerances."""
     marks: dict[str, list[str]] = {}
     for name, target in sorted(baselines.items()):
         marks.setdefault(target, []).append(name)
