@@ -129,7 +129,7 @@ _EXPECTED = {float: "a non-negative number or null", int: "a non-negative intege
 
 def _field(obj: dict[str, Any], key: str, kind: type, required: bool = False) -> Any:
     """``obj[key]`` as ``kind``: float or int (finite, >= 0), or str; None when missing and not ``required``."""
-    value = obj.get(key)
+    value: Any = obj.get(key)
     if value is None and not required:
         return None
     if kind is str:
