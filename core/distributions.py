@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from core.parsing import parse_duration_s
+from core.parsing import _finite, parse_duration_s
 
 Z95 = 1.6448536269514722  # standard normal 95th percentile
 ThinkDistribution = Literal["fixed", "exponential", "lognormal"]
@@ -123,27 +123,15 @@ def parse_think_time(text: str) -> ThinkTime:
         raise ValueError(f"THINK_TIME={text!r} does not parse: {_EXAMPLE}")
     mean_text = parts[0]
     try:
-        mean_s = 0.0 if _is_zero(mean_text) else parse_duration_s(mean_text)
+        mean_s = 0.0 if _finite(mean_text.rstrip("ms").strip()) == 0.0 else parse_duration_s(mean_text)
     except ValueError:
         raise ValueError(f"THINK_TIME={text!r}: {mean_text!r} is not a mean pause; {_EXAMPLE}") from None
     sigma = None
     if distribution == "lognormal":
-        sigma = DEFAULT_SIGMA
-        if len(parts) == 2:
-            try:
-                sigma = float(parts[1])
-            except ValueError:
-                sigma = math.nan
-            if not math.isfinite(sigma) or sigma <= 0:
-                raise ValueError(f"THINK_TIME={text!r}: the lognormal's sigma must be a finite number > 0; {_EXAMPLE}")
+        sigma = DEFAULT_SIGMA if len(parts) == 1 else _finite(parts[1])
+        if sigma is None or sigma <= 0:
+            raise ValueError(f"THINK_TIME={text!r}: the lognormal's sigma must be a finite number > 0; {_EXAMPLE}")
     return ThinkTime(distribution=distribution, mean_s=mean_s, sigma=sigma)  # type: ignore[arg-type]
-
-
-def _is_zero(text: str) -> bool:
-    try:
-        return float(text.rstrip("ms").strip() or "nan") == 0.0
-    except ValueError:
-        return False
 
 
 def think_sampler(think: ThinkTime | None, seed: int | list[int]) -> Callable[[], float]:

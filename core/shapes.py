@@ -30,14 +30,6 @@ def snippet(raw: bytes | str, limit: int = SNIPPET_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def _where(loc: tuple[int | str, ...]) -> str:
-    """A pydantic error location as a path: ``data[0].id``; empty for the document itself."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def parse_as(raw: bytes | str, shape: TypeAdapter[T], source: str, expected: str) -> T:
     """``raw`` (JSON text) validated as ``shape`` (a module-level ``TypeAdapter``); ``source`` and ``expected`` ("a JSON
     object with 'tokens'") name it in the message, with the first fault in words: not JSON (with its start), or a
@@ -54,7 +46,7 @@ def parse_as(raw: bytes | str, shape: TypeAdapter[T], source: str, expected: str
         first = exc.errors(include_url=False)[0]
     if first["type"] == "json_invalid":
         raise ShapeError(source, f"not JSON (it starts {snippet(raw)!r}) where {expected} was expected")
-    where = _where(tuple(first["loc"]))
+    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in first["loc"]).removeprefix(".")
     given = first.get("input")
     shown = snippet(repr(given), 60) if given is not None and first["type"] != "missing" else None
     detail = f"{first['msg']}" + (f" (got {shown})" if shown else "")

@@ -185,9 +185,7 @@ def measured_window_s(records: Sequence[RequestRecord]) -> float:
     """Seconds from the first measured request's send to the last one's end (0 when empty)."""
     if not records:
         return 0.0
-    start = min(r.started_at for r in records)
-    end = max(r.ended_at for r in records)
-    return max(end - start, 0.0)
+    return max(max(r.ended_at for r in records) - min(r.started_at for r in records), 0.0)
 
 
 def output_lengths(ok: Sequence[RequestRecord]) -> OutputLengths:
