@@ -29,13 +29,9 @@ RUN_ID_RE = re.compile(r"[0-9]{8}_[0-9]{6}(?:_[0-9]{1,4})?")
 """A run id (``YYYYMMDD_HHMMSS``, the name of its rows file in ``logs/runs``), matched whole (``fullmatch``)."""
 
 
-def _is_duration(key: str) -> bool:
-    """``*_ms`` / ``*_s`` numbers are durations, never negative (``added_*``, ``delta_*`` may be)."""
-    return key.endswith(("_ms", "_s")) and not key.startswith(("added_", "delta_"))
-
-
 def body_problems(value: Any, path: str = "", duration: bool = False) -> list[str]:
-    """``"metrics.ttft.p99_ms is nan"`` per non-finite number, negative duration or oversized text in ``value``."""
+    """``"metrics.ttft.p99_ms is nan"`` per non-finite number, negative duration (a ``*_ms`` / ``*_s`` number not named
+    ``added_*`` or ``delta_*``) or oversized text in ``value``."""
     if isinstance(value, BaseModel):
         value = dict(value)
     if isinstance(value, bool) or value is None:
@@ -53,7 +49,8 @@ def body_problems(value: Any, path: str = "", duration: bool = False) -> list[st
     problems: list[str] = []
     if isinstance(value, dict):
         for key, item in value.items():
-            problems += body_problems(item, f"{path}.{key}" if path else str(key), _is_duration(str(key)))
+            is_duration = str(key).endswith(("_ms", "_s")) and not str(key).startswith(("added_", "delta_"))
+            problems += body_problems(item, f"{path}.{key}" if path else str(key), is_duration)
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
             problems += body_problems(item, f"{path}[{i}]", duration)

@@ -16,8 +16,7 @@ import numpy as np
 from pydantic import BaseModel, Field, computed_field
 
 from core.atomicfile import atomic_write
-from core.records import RequestRecord
-from core.stats import LatencyStats
+from core.records import LatencyStats, RequestRecord
 
 CPU_LIMIT_CORES = 0.9  # one Locust process uses at most one core
 CEILING_FRACTION = 0.8

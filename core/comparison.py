@@ -71,21 +71,10 @@ class ABComparison(Comparison):
 def vllm_flags(args: list[str]) -> dict[str, str]:
     """A vLLM command line's flags -> values (bare: ``"true"``), secret flags left out."""
     flags: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        token = args[i]
-        if not token.startswith("--"):
-            i += 1
-            continue
-        name, eq, value = token.partition("=")
-        if eq:
-            flags[name] = value
-        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-            flags[name] = args[i + 1]
-            i += 1
-        else:
-            flags[name] = "true"
-        i += 1
+    for token, after in zip(args, [*args[1:], "--"], strict=False):
+        if token.startswith("--"):  # a value (a token after a flag without "=") is skipped as no flag
+            name, eq, value = token.partition("=")
+            flags[name] = value if eq else "true" if after.startswith("--") else after
     return {name: value for name, value in flags.items() if not is_secret_flag(name)}
 
 
@@ -129,8 +118,7 @@ def differences(a: Side, b: Side) -> list[Difference]:
     ca, cb = _workload(a.config), _workload(b.config)
     for field in sorted(set(ca) - IGNORED_CONFIG_FIELDS):
         add("workload", field, ca.get(field), cb.get(field))
-    if a.repeat != b.repeat:
-        add("workload", "repeat (runs per point)", a.repeat, b.repeat)
+    add("workload", "repeat (runs per point)", a.repeat, b.repeat)
     return out
 
 
@@ -146,22 +134,17 @@ def pair_points(
     if by_fingerprint:
         same = {p.fingerprint: p for p in a if p.fingerprint}
         return [(same[p.fingerprint], p) for p in b if p.fingerprint in same]
-
-    def by_kind(points: list[SeriesPoint]) -> dict[str, list[SeriesPoint]]:
-        groups: dict[str, list[SeriesPoint]] = {}
-        for p in points:
-            groups.setdefault(p.kind, []).append(p)
-        return groups
-
-    ga, gb = by_kind(a), by_kind(b)
-    return [(ga[p.kind][rank], p) for p in b if (rank := gb[p.kind].index(p)) < len(ga.get(p.kind, []))]
+    of_kind = {kind: [p for p in a if p.kind == kind] for kind in {p.kind for p in a}}
+    ranked = [(of_kind.get(p.kind, []), [q for q in b if q.kind == p.kind].index(p), p) for p in b]
+    return [(same[rank], p) for same, rank, p in ranked if rank < len(same)]
 
 
 def compare_points(
     b: list[SeriesPoint], a: list[SeriesPoint], against: str, threshold_pct: float, by_fingerprint: bool = True
 ) -> Comparison:
     """Each point of B against its pair in A, every :data:`SERIES_METRICS` a :class:`core.intervals.Change` (a
-    regression lies wholly beyond ``threshold_pct``); refused when pairing by fingerprint finds no pair."""
+    regression lies wholly beyond ``threshold_pct``); refused when pairing by fingerprint finds no pair; the
+    prefix-cache hit rates ``(A, B)`` of the pair furthest apart when beyond :data:`PREFIX_CACHE_GAP_PP`."""
     points = [
         PointComparison(
             label=pb.label,
@@ -177,15 +160,12 @@ def compare_points(
     refused = None
     if by_fingerprint and not points:
         refused = f"no load point of {against} has the same workload fingerprint (model, load, lengths, hardware)"
-    return Comparison(against=against, points=points, refused=refused, prefix_cache_percent=prefix_cache_gap(points))
-
-
-def prefix_cache_gap(points: list[PointComparison]) -> tuple[float, float] | None:
-    """Hit rates ``(A, B)`` of the pair furthest apart beyond :data:`PREFIX_CACHE_GAP_PP`; else None."""
     rates = [(c.a_mean, c.b_mean) for p in points if (c := p.changes.get("prefix_cache_hit_rate_percent")) is not None
              and c.a_mean is not None and c.b_mean is not None]  # fmt: skip
-    widest = max(rates, key=lambda r: abs(r[1] - r[0]), default=None)
-    return widest if widest is not None and abs(widest[1] - widest[0]) > PREFIX_CACHE_GAP_PP else None
+    widest = max(rates, key=lambda r: abs(r[1] - r[0]), default=None)  # beyond PREFIX_CACHE_GAP_PP: a note
+    if widest is not None and abs(widest[1] - widest[0]) <= PREFIX_CACHE_GAP_PP:
+        widest = None
+    return Comparison(against=against, points=points, refused=refused, prefix_cache_percent=widest)
 
 
 def compare_sides(a: Side, b: Side, compare_id: str, timestamp: str, threshold_pct: float) -> ABComparison:
@@ -248,13 +228,9 @@ def compare_reports(new: Report, old: Report, threshold_pct: float) -> Compariso
 def compare_with_history(
     report: Report, history: Sequence[Report], baselines: Mapping[str, Report | str], threshold_pct: float
 ) -> dict[str, Comparison]:
-    """``vs_previous`` (the latest earlier reference report of the fingerprint) and ``vs_<name>`` for every baseline,
-    compared or refused; a run spanning an engine switch is refused everywhere.
-
-    Args:
-        history: earlier reports, oldest first.
-        baselines: baseline name -> its report, or why it could not be loaded.
-    """
+    """``vs_previous`` (the latest earlier reference report of the fingerprint in ``history``, oldest first) and
+    ``vs_<name>`` for every baseline (name -> its report, or why it could not be loaded), compared or refused; a run
+    spanning an engine switch is refused everywhere."""
     if report.engine_switch:
         return {f"vs_{name}": Comparison(refused=report.engine_switch) for name in sorted(baselines)}
     fingerprint = workload_fingerprint(report.config, report.environment)

@@ -11,9 +11,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from core.latency import LatencyStats, effective_e2e_ms, effective_ttft_ms, latency_stats
-from core.latency import mean_or_none as _mean
-from core.records import RequestRecord
+from core.records import LatencyStats, RequestRecord, effective_e2e_ms, effective_ttft_ms, latency_stats, shown
+from core.records import mean_or_none as _mean
 
 
 class TurnStats(BaseModel):
@@ -105,18 +104,14 @@ def session_stats(measured: Sequence[RequestRecord]) -> SessionStats | None:
 
 def turns_text(stats: Sequence[TurnStats]) -> list[str]:
     """One line per turn: ``turn 2: 20 requests, 183 prompt tokens, TTFT P50 41 ms ..., prefix cache 71%``."""
-
-    def ms(value: float | None, digits: int = 0) -> str:
-        return "n/a" if value is None else f"{value:.{digits}f} ms"
-
     lines = []
     for t in stats:
-        prompt = "n/a" if t.prompt_tokens_mean is None else f"{t.prompt_tokens_mean:.0f}"
-        itl = ms(t.itl.p50_ms, 1) if t.itl else "n/a"
-        e2e = ms(t.e2e.p50_ms) if t.e2e else "n/a"
+        itl = shown(t.itl.p50_ms if t.itl else None, 1, " ms")
+        e2e = shown(t.e2e.p50_ms if t.e2e else None, 0, " ms")
         cache = "" if t.cache_hit_percent is None else f", prefix cache {t.cache_hit_percent:.0f}%"
-        lines.append(f"turn {t.turn}: {t.requests} requests, {prompt} prompt tokens, TTFT P50 {ms(t.ttft.p50_ms)} "
-                     f"P99 {ms(t.ttft.p99_ms)}, ITL P50 {itl}, E2E P50 {e2e}{cache}")  # fmt: skip
+        lines.append(f"turn {t.turn}: {t.requests} requests, {shown(t.prompt_tokens_mean)} prompt tokens, TTFT P50 "
+                     f"{shown(t.ttft.p50_ms, 0, ' ms')} P99 {shown(t.ttft.p99_ms, 0, ' ms')}, ITL P50 {itl}, "
+                     f"E2E P50 {e2e}{cache}")  # fmt: skip
     return lines
 
 

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -66,16 +67,14 @@ def cost_basis(
     """The hourly price for ``gpus`` GPUs on ``hosts`` hosts, or why none (None: no price set)."""
     if price is None and usd_per_kwh is None:
         return None
-    basis = CostBasis(energy_price_usd_per_kwh=usd_per_kwh)
     if price is None:
-        return basis
+        return CostBasis(energy_price_usd_per_kwh=usd_per_kwh)
     units = gpus if price.per == "gpu" else hosts
-    basis = basis.model_copy(update={"price_usd_per_hour": price.usd_per_hour, "price_per": price.per})
+    basis = CostBasis(energy_price_usd_per_kwh=usd_per_kwh, price_usd_per_hour=price.usd_per_hour, price_per=price.per)
     if units <= 0:
         why = f"PRICE_PER_HOUR={price.text} prices GPUs and the engine's GPUs were not read"
-        return basis.model_copy(
-            update={"unavailable_reason": f"{why} ({gpu_reason})" if gpu_reason else f"{why}: price the host (/host)"}
-        )
+        basis.unavailable_reason = f"{why} ({gpu_reason})" if gpu_reason else f"{why}: price the host (/host)"
+        return basis
     return basis.model_copy(update={"units": units, "hourly_usd": price.usd_per_hour * units})
 
 
@@ -96,13 +95,9 @@ def report_figures(run: RunMetrics, energy: EnergyStats | None, basis: CostBasis
         "energy_j": joules,
         "power_w_mean": energy.power_w_mean if energy else None,
         "idle_power_w": energy.idle_power_w if energy else None,
-        "energy_j_per_output_token": eff.energy_j_per_output_token,
-        "energy_j_per_request": eff.energy_j_per_request,
-        "output_tokens_per_j": eff.output_tokens_per_j,
+        **asdict(eff),
         "cost_usd_per_1m_output_tokens": cost_per_million_tokens(hourly, run.duration_s, run.output_tokens_total),
         "cost_usd_per_1m_total_tokens": cost_per_million_tokens(
             hourly, run.duration_s, run.output_tokens_total + run.prompt_tokens_total
         ),
-        "energy_cost_usd_per_1m_output_tokens": eff.energy_cost_usd_per_1m_output_tokens,
-        "energy_cost_usd_per_1m_total_tokens": eff.energy_cost_usd_per_1m_total_tokens,
     }

@@ -1,4 +1,5 @@
-"""Energy of a measured window (pure): joules from energy counters or power samples, idle power, efficiency.
+"""Energy of a measured window (pure): joules from energy counters or power samples, idle power, efficiency; a
+cluster's: every serving host's (PEER_SIDECARS) summed, and each local replica's GPUs over the tokens it generated.
 
 Counters (NVML total energy, mJ; RAPL / amd_energy, uJ, unwrapped at their range) give the increase over the window,
 interpolated linearly at its bounds; power samples (NVML, mW) are integrated by trapezoids. Where samples do not
@@ -7,7 +8,7 @@ reach a bound, the mean power over the covered span times the window (``covered_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -168,16 +169,10 @@ class EnergyStats(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-def combine(devices: Sequence[DeviceEnergy]) -> tuple[float | None, str | None]:
-    """Total energy (J; None when a device has none) and method (``mixed`` when they differ)."""
-    if not devices:
-        return None, None
-    missing = [d for d in devices if d.energy_j is None]
-    methods = sorted({d.method for d in devices if d.method})
-    method = methods[0] if len(methods) == 1 else "mixed" if methods else None
-    if missing:
-        return None, method
-    return sum(d.energy_j or 0.0 for d in devices), method
+def one_method(methods: Iterable[str | None]) -> str | None:
+    """The one method of several measurements (``mixed`` when they differ; None when none has one)."""
+    named = sorted({m for m in methods if m})
+    return named[0] if len(named) == 1 else "mixed" if named else None
 
 
 def device_energy(
@@ -283,7 +278,8 @@ def energy_stats(
     above it; notes where samples covered under :data:`MIN_COVERED_SHARE` or a device gave nothing."""
     start, end = window
     window_s = end - start
-    total, method = combine(devices)
+    missing = not devices or any(d.energy_j is None for d in devices)
+    total = None if missing else sum(d.energy_j or 0.0 for d in devices)
     covered = [d.covered_s for d in devices if d.covered_s is not None]
     idle = [d.idle_power_w for d in devices]
     idle_w = sum(v or 0.0 for v in idle) if idle and None not in idle else None
@@ -298,7 +294,7 @@ def energy_stats(
             "another)"
     return EnergyStats(
         scope=scope,
-        method=method,
+        method=one_method(d.method for d in devices),
         sample_interval_s=sample_interval_s,
         window_start=start,
         window_s=window_s,
@@ -314,3 +310,51 @@ def energy_stats(
             "a device gave no figure (see devices)" if devices else "no device measured"),
         notes=notes,
     )
+
+
+def hosts_energy(hosts: Sequence[tuple[str, EnergyStats | None]]) -> EnergyStats:
+    """Every serving host's energy as one (devices ``<host>: <device>``, sums); no total when a host has none."""
+    devices = [d.model_copy(update={"device": f"{host}: {d.device}"}) for host, e in hosts if e for d in e.devices]
+    missing = [f"{host}: {e.unavailable_reason if e else 'no energy figure'}" for host, e in hosts
+               if e is None or e.energy_j is None]  # fmt: skip
+    known = [e for _, e in hosts if e is not None]
+    first = known[0] if known else None
+    total = None if missing else sum(e.energy_j or 0.0 for e in known)
+    idle = [e.idle_power_w for e in known]
+    idle_w = sum(v or 0.0 for v in idle) if known and not missing and None not in idle else None
+    window_s = first.window_s if first else None
+    return EnergyStats(
+        scope=f"{len(hosts)} hosts: " + "; ".join(sorted({e.scope for e in known if e.scope})),
+        method=one_method(e.method for e in known),
+        sample_interval_s=first.sample_interval_s if first else None,
+        window_start=first.window_start if first else None,
+        window_s=window_s,
+        covered_s=min((e.covered_s for e in known if e.covered_s is not None), default=None),
+        energy_j=total,
+        power_w_mean=ratio(total, window_s),
+        idle_power_w=idle_w,
+        idle_window_s=first.idle_window_s if first and idle_w is not None else None,
+        idle_unavailable_reason=None if idle_w is not None else "; ".join(
+            f"{h}: {e.idle_unavailable_reason}" for h, e in hosts if e and e.idle_unavailable_reason) or None,
+        energy_above_idle_j=None if total is None or idle_w is None or window_s is None else total - idle_w * window_s,
+        devices=devices,
+        unavailable_reason="; ".join(missing) or None,
+        notes=[f"{host}: {note}" for host, e in hosts if e for note in e.notes],
+    )
+
+
+def replica_energy(
+    energy: EnergyStats, groups: Sequence[tuple[str, Sequence[int]]], output_tokens: dict[str, int | None]
+) -> list[ReplicaEnergy]:
+    """Per replica ``(name, NVML indices)``: its GPUs' energy, its output tokens, and their ratio."""
+    by_index = {d.gpu_index: d.energy_j for d in energy.devices if d.gpu_index is not None}
+    out = []
+    for name, indices in groups:
+        values = [by_index.get(i) for i in indices]
+        joules = None if not values or None in values else sum(v or 0.0 for v in values)
+        tokens = output_tokens.get(name)
+        out.append(
+            ReplicaEnergy(replica=name, gpu_indices=list(indices), energy_j=joules, output_tokens=tokens,
+                          energy_j_per_output_token=ratio(joules, tokens))
+        )  # fmt: skip
+    return out

@@ -36,17 +36,11 @@ class EngineLoad:
 
 def engine_load(scrapes: Sequence[Samples]) -> EngineLoad | None:
     """Requests running and waiting summed over every engine of ``scrapes``; None without the gauges."""
-    running = waiting = 0.0
-    engines = 0
-    for samples in scrapes:
-        if RUNNING not in samples and WAITING not in samples:
-            continue
-        engines += 1
-        running += sum(samples.get(RUNNING, {}).values())
-        waiting += sum(samples.get(WAITING, {}).values())
-    if not engines:
+    exposed = [samples for samples in scrapes if RUNNING in samples or WAITING in samples]
+    if not exposed:
         return None
-    return EngineLoad(round(running), round(waiting), engines)
+    total = {gauge: sum(sum(samples.get(gauge, {}).values()) for samples in exposed) for gauge in (RUNNING, WAITING)}
+    return EngineLoad(round(total[RUNNING]), round(total[WAITING]), len(exposed))
 
 
 def idle_decision(load: EngineLoad | None, waited_s: float, limit_s: float) -> Decision:

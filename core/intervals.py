@@ -77,15 +77,12 @@ def difference_interval(a: Interval, b: Interval, confidence: float = CONFIDENCE
     vb = (b.stdev or 0.0) ** 2
     if a.n >= 2 and b.n >= 2:
         se2 = va / a.n + vb / b.n
-        if se2 == 0:
-            return diff, diff
-        df = se2**2 / ((va / a.n) ** 2 / (a.n - 1) + (vb / b.n) ** 2 / (b.n - 1))
+        df = se2**2 / ((va / a.n) ** 2 / (a.n - 1) + (vb / b.n) ** 2 / (b.n - 1)) if se2 else 0.0
     else:
         df = a.n + b.n - 2
-        pooled = ((a.n - 1) * va + (b.n - 1) * vb) / df
-        se2 = pooled * (1 / a.n + 1 / b.n)
-        if se2 == 0:
-            return diff, diff
+        se2 = ((a.n - 1) * va + (b.n - 1) * vb) / df * (1 / a.n + 1 / b.n)  # the pooled variance's
+    if se2 == 0:
+        return diff, diff
     half = t_quantile(0.5 + confidence / 2, df) * math.sqrt(se2)
     return diff - half, diff + half
 

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from core.latency import LatencyStats, latency_stats
-from core.records import RequestRecord
+from core.records import LatencyStats, RequestRecord, latency_stats, shown
 
 
 def reasoned(r: RequestRecord) -> bool:
@@ -82,17 +81,14 @@ def reasoning_stats(ok: Sequence[RequestRecord]) -> ReasoningStats | None:
 
 def reasoning_text(stats: ReasoningStats, requests_ok: int) -> str:
     """``7 of 10 requests reasoned | answer TTFT P50 812 ms P99 1404 ms | thinking P50 700 ms | ...``."""
-
-    def ms(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.0f} ms"
-
+    a50, a99, r50, t50 = (shown(v, 0, " ms") for v in (stats.answer_ttft.p50_ms, stats.answer_ttft.p99_ms,
+                                                        stats.reasoning_ttft.p50_ms, stats.think.p50_ms))
     sources = " + ".join(f"{n} {'from usage' if s == 'usage' else 'counted by chunks'}"
                          for s, n in stats.tokens_source.items())  # fmt: skip
     tail = f"; {stats.no_answer} never began their answer" if stats.no_answer else ""
     return (
-        f"{stats.requests} of {requests_ok} requests reasoned | answer TTFT P50 {ms(stats.answer_ttft.p50_ms)} "
-        f"P99 {ms(stats.answer_ttft.p99_ms)} (TTFT counts the first token of any kind) | reasoning TTFT P50 "
-        f"{ms(stats.reasoning_ttft.p50_ms)} | thinking P50 {ms(stats.think.p50_ms)} | "
+        f"{stats.requests} of {requests_ok} requests reasoned | answer TTFT P50 {a50} P99 {a99} (TTFT counts the "
+        f"first token of any kind) | reasoning TTFT P50 {r50} | thinking P50 {t50} | "
         f"{stats.reasoning_tokens_mean or 0:.0f} reasoning + {stats.answer_tokens_mean or 0:.0f} answer tokens per "
         f"request ({sources}){tail}"
     )

@@ -1,9 +1,14 @@
-"""One row per request: what the load generator measured, or why the request failed (failures are values)."""
+"""One row per request: what the load generator measured, or why the request failed (failures are values); the
+latency distributions over rows: mean, percentiles and max of a list of milliseconds (``numpy.percentile``, linear
+interpolation); and what the requests the run's end cut had received, the part of a run no other figure holds."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from core.streamtiming import EndReason
@@ -125,6 +130,93 @@ class RequestRecord(BaseModel):
         if self.e2e_ms is None or self.ttft_ms is None or not self.output_tokens or self.output_tokens < 2:
             return None
         return (self.e2e_ms - self.ttft_ms) / (self.output_tokens - 1)
+
+
+class LatencyStats(BaseModel):
+    """Distribution of one latency, milliseconds. All None when there are no values."""
+
+    count: int = 0
+    mean_ms: float | None = None
+    p50_ms: float | None = None
+    p90_ms: float | None = None
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    max_ms: float | None = None
+
+
+def latency_stats(values_ms: Sequence[float]) -> LatencyStats:
+    """Mean, p50/p90/p95/p99 (linear interpolation) and max of ``values_ms``."""
+    if not values_ms:
+        return LatencyStats()
+    arr = np.asarray(values_ms, dtype=float)
+    p50, p90, p95, p99 = np.percentile(arr, [50, 90, 95, 99])
+    return LatencyStats(
+        count=int(arr.size),
+        mean_ms=float(arr.mean()),
+        p50_ms=float(p50),
+        p90_ms=float(p90),
+        p95_ms=float(p95),
+        p99_ms=float(p99),
+        max_ms=float(arr.max()),
+    )
+
+
+def shown(value: float | None, digits: int = 0, unit: str = "") -> str:
+    """``value`` with ``digits`` decimals and ``unit`` (e.g. ``" ms"``) for a text line; ``n/a`` for None."""
+    return "n/a" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def mean_or_none(values: Sequence[float]) -> float | None:
+    """The arithmetic mean of ``values``; None when empty."""
+    return sum(values) / len(values) if values else None
+
+
+def effective_ttft_ms(r: RequestRecord) -> float | None:
+    """TTFT counted from the scheduled send time (equals TTFT in closed loop)."""
+    return None if r.ttft_ms is None else r.ttft_ms + r.queue_delay_ms
+
+
+def effective_e2e_ms(r: RequestRecord) -> float | None:
+    """E2E latency counted from the scheduled send time (equals E2E in closed loop)."""
+    return None if r.e2e_ms is None else r.e2e_ms + r.queue_delay_ms
+
+
+class CutRequests(BaseModel):
+    """Measured requests the run's end cut (``incomplete`` rows: DURATION + DRAIN_S, Ctrl-C, the watchdog, a dead
+    server): what they had received when cut. vLLM's TTFT histogram holds them too; they are in no other figure."""
+
+    requests: int
+    with_first_token: int = Field(description="Cut requests that had received their first content token.")
+    ttft: LatencyStats = Field(description="TTFT of the cut requests that received a first token (from the "
+                               "scheduled send time in open loop, as every TTFT).")  # fmt: skip
+    in_flight: LatencyStats = Field(description="How long each cut request had been in flight when cut.")
+    content_chunks: int = Field(description="Content chunks the cut requests had received, all together.")
+    output_chars: int = Field(description="Characters of answer text the cut requests had received, all together.")
+    by_cause: dict[str, int] = Field(
+        default_factory=dict, description="Cut requests by what cut them, e.g. 'the end of the run', 'Ctrl-C'."
+    )
+
+
+def cut_cause(r: RequestRecord) -> str:
+    """What cut an ``incomplete`` row: its error's ``cancelled by <cause> (<exception>)`` without the exception."""
+    text = (r.error or "").removeprefix("cancelled by ")
+    return text.rsplit(" (", 1)[0] if text.endswith(")") else text or "unknown"
+
+
+def cut_requests(rows: Sequence[RequestRecord]) -> CutRequests | None:
+    """What the ``incomplete`` rows among ``rows`` had received when cut; None when none was cut."""
+    cut = [r for r in rows if r.error_kind == "incomplete"]
+    if not cut:
+        return None
+    return CutRequests(
+        requests=len(cut),
+        with_first_token=sum(r.ttft_ms is not None for r in cut),
+        ttft=latency_stats([v for r in cut if (v := effective_ttft_ms(r)) is not None]),
+        in_flight=latency_stats([v for r in cut if (v := effective_e2e_ms(r)) is not None]),
+        content_chunks=sum(r.content_chunks for r in cut),
+        output_chars=sum(r.output_chars for r in cut),
+        by_cause=dict(sorted(Counter(cut_cause(r) for r in cut).items())),
+    )
 
 
 NO_ENGINE_ANSWERS = (b"No available workers", b"error sending request")

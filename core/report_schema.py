@@ -5,6 +5,8 @@ A report is ``reports/benchmark_report_YYYYMMDD_HHMMSS.json`` with its rows besi
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
@@ -12,6 +14,7 @@ from pydantic import BaseModel, Field, model_validator
 from core.clientview import ClientView
 from core.cost import CostBasis
 from core.intervals import Comparison
+from core.records import Phase, RequestRecord
 from core.report_resources import GpuSample, GpuStats, HostResources, KvCacheStats, ResourcePoint, Resources
 from core.report_setup import BenchmarkConfig, Environment, StartupFacts
 from core.serverview import ServerView
@@ -27,7 +30,7 @@ LOGS_TO_STARTUP_IN_1_2 = ("model_load_s", "engine_init_s", "kv_cache_line")
 __all__ = [  # the models of the parts live in core.report_setup and core.report_resources; read them from here
     "SCHEMA_VERSION", "BenchmarkConfig", "Comparison", "Environment", "ErrorSummary", "GpuSample", "GpuStats",
     "HostResources", "KvCacheStats", "LogFacts", "Metrics", "ProfileInfo", "Report", "ResourcePoint", "Resources",
-    "StartupFacts", "json_schema", "migrate_report",
+    "StartupFacts", "causes_text", "error_summary", "json_schema", "migrate_report",
 ]
 
 
@@ -96,6 +99,35 @@ class ErrorSummary(BaseModel):
     examples: dict[str, list[str]] = Field(default_factory=dict)
 
 
+MAX_ERROR_EXAMPLES = 5
+MAX_MESSAGE_CHARS = 300
+
+
+def error_summary(records: Iterable[RequestRecord], phase: Phase = "measured") -> ErrorSummary:
+    """Failed requests of ``phase`` by cause, with up to five distinct messages each (``incomplete`` rows left out)."""
+    summary = ErrorSummary()
+    examples: dict[str, list[str]] = defaultdict(list)
+    for record in records:
+        if record.ok or record.phase != phase or record.error_kind == "incomplete":
+            continue
+        kind = record.error_kind or "unknown"
+        summary.by_kind[kind] = summary.by_kind.get(kind, 0) + 1
+        message = (record.error or "")[:MAX_MESSAGE_CHARS]
+        if message not in examples[kind] and len(examples[kind]) < MAX_ERROR_EXAMPLES:
+            examples[kind].append(message)
+    summary.examples = dict(examples)
+    return summary
+
+
+def causes_text(summary: ErrorSummary, messages_per_cause: int = 2) -> str:
+    """``http_status 2 (max_tokens=99999 cannot be ...)``, most frequent first; empty when none failed."""
+    parts = []
+    for kind, count in sorted(summary.by_kind.items(), key=lambda item: (-item[1], item[0])):
+        shown = [m for m in summary.examples.get(kind, []) if m][:messages_per_cause]
+        parts.append(f"{kind} {count}" + (f" ({' | '.join(shown)})" if shown else ""))
+    return "; ".join(parts)
+
+
 def migrate_report(data: Any) -> Any:
     """A stored report's JSON brought up to :data:`SCHEMA_VERSION`; other input as is."""
     if not isinstance(data, dict) or data.get("schema_version") not in ("1.1", "1.2", "1.3", "1.4"):
@@ -119,16 +151,10 @@ def migrate_report(data: Any) -> Any:
 
 
 CHANGES_RENAMED_IN_1_5 = {
-    f"{old}_pct": new
-    for old, new in (
-        ("throughput_req_per_sec", "throughput_req_per_sec"), ("output_tokens_per_sec", "output_tokens_per_sec"),
-        ("latency_p50_ms", "e2e_p50_ms"), ("latency_p99_ms", "e2e_p99_ms"), ("ttft_p50_ms", "ttft_p50_ms"),
-        ("ttft_p99_ms", "ttft_p99_ms"), ("energy_j_per_output_token", "energy_j_per_output_token"),
-        ("output_tokens_per_j", "output_tokens_per_j"),
-        ("cost_usd_per_1m_output_tokens", "cost_usd_per_1m_output_tokens"),
-        ("cost_usd_per_1m_total_tokens", "cost_usd_per_1m_total_tokens"),
-        ("energy_cost_usd_per_1m_output_tokens", "energy_cost_usd_per_1m_output_tokens"),
-    )
+    f"{old}_pct": {"latency_p50_ms": "e2e_p50_ms", "latency_p99_ms": "e2e_p99_ms"}.get(old, old)
+    for old in ("throughput_req_per_sec", "output_tokens_per_sec", "latency_p50_ms", "latency_p99_ms", "ttft_p50_ms",
+                "ttft_p99_ms", "energy_j_per_output_token", "output_tokens_per_j", "cost_usd_per_1m_output_tokens",
+                "cost_usd_per_1m_total_tokens", "energy_cost_usd_per_1m_output_tokens")
 }  # fmt: skip
 """A 1.4 report's ``changes_pct`` keys -> the metric names of :data:`core.series_stats.SERIES_METRICS` (the rest, e.g.
 ``gpu_mem_peak_gb_pct``, no page showed; they are dropped)."""

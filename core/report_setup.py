@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from core.thinktime import ThinkTime
+from core.distributions import ThinkTime
 
 
 class StartupFacts(BaseModel):

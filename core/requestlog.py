@@ -81,8 +81,7 @@ class RequestLogLine:
             raise BadLogLine(f"not JSON ({exc.__class__.__name__})") from None
         if not isinstance(obj, dict):
             raise BadLogLine(f"a JSON {type(obj).__name__}, expected an object")
-        ts = _string(obj, "ts", required=True)
-        assert ts is not None
+        ts = _field(obj, "ts", str, required=True)
         try:
             end_s = iso_to_epoch_s(ts)
         except ValueError:
@@ -92,17 +91,17 @@ class RequestLogLine:
             raise BadLogLine(f"status is {status!r}, expected one of {', '.join(STATUSES)}")
         return cls(
             ts=ts,
-            source=_string(obj, "source", required=False) or "unknown",
-            request_id=_string(obj, "request_id", required=False) or "",
-            model=_string(obj, "model", required=False),
-            prompt_tokens=_count(obj, "prompt_tokens"),
-            completion_tokens=_count(obj, "completion_tokens"),
-            ttft_ms=_number(obj, "ttft_ms"),
-            total_ms=_number(obj, "total_ms"),
+            source=_field(obj, "source", str) or "unknown",
+            request_id=_field(obj, "request_id", str) or "",
+            model=_field(obj, "model", str),
+            prompt_tokens=_field(obj, "prompt_tokens", int),
+            completion_tokens=_field(obj, "completion_tokens", int),
+            ttft_ms=_field(obj, "ttft_ms", float),
+            total_ms=_field(obj, "total_ms", float),
             status=status,
-            error=_string(obj, "error", required=False),
+            error=_field(obj, "error", str),
             end_s=end_s,
-            run_id=_string(obj, "run_id", required=False),
+            run_id=_field(obj, "run_id", str),
         )
 
     @classmethod
@@ -125,40 +124,22 @@ class RequestLogLine:
         )
 
 
-def _number(obj: dict[str, Any], key: str) -> float | None:
-    value = obj.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise BadLogLine(f"{key} is {value!r}, expected a non-negative number or null")
-    return float(value)
+_EXPECTED = {float: "a non-negative number or null", int: "a non-negative integer or null", str: "a string"}
 
 
-def _count(obj: dict[str, Any], key: str) -> int | None:
-    value = obj.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise BadLogLine(f"{key} is {value!r}, expected a non-negative integer or null")
-    return value
-
-
-def _string(obj: dict[str, Any], key: str, required: bool) -> str | None:
-    value = obj.get(key)
+def _field(obj: dict[str, Any], key: str, kind: type, required: bool = False) -> Any:
+    """``obj[key]`` as ``kind``: float or int (finite, >= 0), or str; None when missing and not ``required``."""
+    value: Any = obj.get(key)
     if value is None and not required:
         return None
-    if not isinstance(value, str):
-        raise BadLogLine(f"{key} is {value!r}, expected a string")
-    return value
-
-
-def request_log_bytes(line: RequestLogLine) -> bytes:
-    """``line`` as written to ``requests.jsonl`` (one JSON object and a newline, UTF-8)."""
-    return (json.dumps(line.as_dict(), ensure_ascii=False) + "\n").encode("utf-8")
-
-
-def _same(text: str) -> str:
-    return text
+    if kind is str:
+        good = isinstance(value, str)
+    else:  # a bool is an int to Python, never a figure here
+        good = (isinstance(value, int if kind is int else int | float) and not isinstance(value, bool)
+                and (kind is int or math.isfinite(value)) and value >= 0)  # fmt: skip
+    if not good:
+        raise BadLogLine(f"{key} is {value!r}, expected {_EXPECTED[kind]}")
+    return float(value) if kind is float else value
 
 
 @dataclass(frozen=True)
@@ -168,7 +149,7 @@ class RequestLog:
     path: Path
     max_bytes: int | None = None
     backups: int = 5
-    redact: Callable[[str], str] = _same
+    redact: Callable[[str], str] = str  # the text as it is
 
     @classmethod
     def of(cls, settings: Settings) -> RequestLog:
@@ -183,10 +164,10 @@ class RequestLog:
         )
 
     def encode(self, line: RequestLogLine) -> bytes:
-        """``line`` as written (its error text masked)."""
+        """``line`` as written (one JSON object and a newline, UTF-8; its error text masked)."""
         if line.error:
             line = replace(line, error=self.redact(line.error))
-        return request_log_bytes(line)
+        return (json.dumps(line.as_dict(), ensure_ascii=False) + "\n").encode("utf-8")
 
     def append(self, line: RequestLogLine) -> None:
         """Append ``line`` (its error text masked; rotating when due); opens and closes the file.

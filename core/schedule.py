@@ -11,8 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from core.latency import LatencyStats, latency_stats
-from core.records import RequestRecord
+from core.records import LatencyStats, RequestRecord, latency_stats, shown
 
 BEHIND_LIMIT_PCT = 5.0  # the achieved rate may fall this far below the scheduled one, %
 SEND_DELAY_LIMIT_MS = 100.0  # p99 of the send delay allowed, ms
@@ -54,12 +53,8 @@ def _rate(times: Sequence[float]) -> float | None:
 def schedule_stats(
     records: Sequence[RequestRecord], requested_rate_req_per_sec: float | None = None
 ) -> ScheduleStats | None:
-    """Requested vs achieved load of the measured rows with a scheduled time; None when none has one.
-
-    Args:
-        records: the run's rows; warmup rows are left out.
-        requested_rate_req_per_sec: RATE (or the mean ramp rate).
-    """
+    """Requested vs achieved load of the measured rows (warmup left out) with a scheduled time; None when none has
+    one. ``requested_rate_req_per_sec``: RATE (or the mean ramp rate)."""
     rows = [r for r in records if r.phase == "measured" and r.scheduled_at is not None]
     if not rows:
         return None
@@ -98,11 +93,7 @@ def schedule_text(s: ScheduleStats) -> str:
     behind = "" if s.behind_pct is None else f" ({s.behind_pct:.1f}% behind)"
     rates.append(f"achieved {achieved} req/s{behind}")
     d = s.send_delay
-
-    def ms(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.0f}"
-
     return (
-        f"{', '.join(rates)}; send delay p50 {ms(d.p50_ms)} / p90 {ms(d.p90_ms)} / p99 {ms(d.p99_ms)} / "
-        f"max {ms(d.max_ms)} ms"
+        f"{', '.join(rates)}; send delay p50 {shown(d.p50_ms)} / p90 {shown(d.p90_ms)} / p99 {shown(d.p99_ms)} / "
+        f"max {shown(d.max_ms)} ms"
     )

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from core.fingerprint import workload_fingerprint
 from core.intervals import CONFIDENCE, METHOD, Comparison, Interval, interval
+from core.records import LatencyStats
 from core.report_schema import SCHEMA_VERSION, BenchmarkConfig, Environment, Report
 
 PointKind = Literal["synchronous", "throughput", "concurrency", "rate"]
@@ -49,33 +50,24 @@ SERIES_METRICS: dict[str, tuple[str, str, int]] = {
     "cost_usd_per_1m_total_tokens": ("cost / 1M total tokens", "USD", -1),
     "energy_cost_usd_per_1m_output_tokens": ("energy cost / 1M output tokens", "USD", -1),
 }
-ENERGY_COST_SERIES = (
-    "energy_j_per_output_token", "output_tokens_per_j", "cost_usd_per_1m_output_tokens", "cost_usd_per_1m_total_tokens",
-    "energy_cost_usd_per_1m_output_tokens",
-)  # fmt: skip
+LATENCY_METRIC_RE = re.compile(r"(ttft|answer_ttft|itl|e2e|tpot)_(p[0-9]+_ms)")
+"""A :data:`SERIES_METRICS` name of a latency percentile: the distribution and its field (``ttft_p99_ms``)."""
 
 
 def report_values(report: Report) -> dict[str, float | None]:
-    """The :data:`SERIES_METRICS` of one report."""
+    """The :data:`SERIES_METRICS` of one report: latency percentiles from their distributions (a run without
+    reasoning has no answer TTFT), the prefix-cache hit rate from the server view, the rest from the metrics by name."""
     m = report.metrics
-    return {
-        "throughput_req_per_sec": m.throughput_req_per_sec,
-        "output_tokens_per_sec": m.output_tokens_per_sec,
-        "goodput_req_per_sec": m.goodput_req_per_sec,
-        "goodput_percent": m.goodput_percent,
-        "ttft_p50_ms": m.ttft.p50_ms,
-        "ttft_p99_ms": m.ttft.p99_ms,
-        "answer_ttft_p50_ms": m.reasoning.answer_ttft.p50_ms if m.reasoning else None,
-        "answer_ttft_p99_ms": m.reasoning.answer_ttft.p99_ms if m.reasoning else None,
-        "itl_p50_ms": m.itl.p50_ms,
-        "itl_p99_ms": m.itl.p99_ms,
-        "e2e_p50_ms": m.e2e.p50_ms,
-        "e2e_p99_ms": m.e2e.p99_ms,
-        "tpot_p50_ms": m.tpot.p50_ms,
-        "error_rate_percent": m.error_rate_percent,
-        "prefix_cache_hit_rate_percent": report.server.prefix_cache_hit_rate_percent if report.server else None,
-        **{name: getattr(m, name) for name in ENERGY_COST_SERIES},
-    }
+    answer_ttft = m.reasoning.answer_ttft if m.reasoning else LatencyStats()
+    values: dict[str, float | None] = {}
+    for name in SERIES_METRICS:
+        if found := LATENCY_METRIC_RE.fullmatch(name):
+            values[name] = getattr(answer_ttft if found[1] == "answer_ttft" else getattr(m, found[1]), found[2])
+        elif name == "prefix_cache_hit_rate_percent":
+            values[name] = report.server.prefix_cache_hit_rate_percent if report.server else None
+        else:
+            values[name] = getattr(m, name)
+    return values
 
 
 class PointPlan(BaseModel):
@@ -184,28 +176,15 @@ def slo_text(slo: dict[str, float], attainment_pct: float) -> str:
     return ",".join(f"{k}<={v:g}" for k, v in slo.items()) + f" in >={attainment_pct:g}% of requests"
 
 
-def point_figures(point: SeriesPoint) -> str:
-    """``1.93 req/s, 240 output tok/s, TTFT p99 480 ms, ...`` (means; +- with runs)."""
-    parts = []
-    for name, fmt in (
-        ("throughput_req_per_sec", "{:.2f} req/s"),
-        ("output_tokens_per_sec", "{:.0f} output tok/s"),
-        ("ttft_p99_ms", "TTFT p99 {:.0f} ms"),
-        ("itl_p99_ms", "ITL p99 {:.0f} ms"),
-        ("e2e_p99_ms", "E2E p99 {:.0f} ms"),
-        ("goodput_percent", "{:.0f}% within SLO"),
-        ("energy_j_per_output_token", "{:.3g} J/output token"),
-        ("cost_usd_per_1m_output_tokens", "${:.3g}/1M output tokens"),
-        ("cost_usd_per_1m_total_tokens", "${:.3g}/1M total tokens"),
-        ("energy_cost_usd_per_1m_output_tokens", "energy ${:.3g}/1M output tokens"),
-    ):
-        iv = point.metrics.get(name)
-        if iv is not None:
-            text = fmt.format(iv.mean)
-            if iv.half_width is not None:
-                text += f" (±{iv.half_width:.3g})"
-            parts.append(text)
-    return ", ".join(parts)
+KNEE_FIGURES = {
+    "throughput_req_per_sec": "{:.2f} req/s", "output_tokens_per_sec": "{:.0f} output tok/s",
+    "ttft_p99_ms": "TTFT p99 {:.0f} ms", "itl_p99_ms": "ITL p99 {:.0f} ms", "e2e_p99_ms": "E2E p99 {:.0f} ms",
+    "goodput_percent": "{:.0f}% within SLO", "energy_j_per_output_token": "{:.3g} J/output token",
+    "cost_usd_per_1m_output_tokens": "${:.3g}/1M output tokens",
+    "cost_usd_per_1m_total_tokens": "${:.3g}/1M total tokens",
+    "energy_cost_usd_per_1m_output_tokens": "energy ${:.3g}/1M output tokens",
+}  # fmt: skip
+"""The knee line's figures (means; ``(±half width)`` with runs), e.g. ``1.93 req/s, 240 output tok/s, ...``."""
 
 
 def find_knee(points: list[SeriesPoint], slo: dict[str, float], attainment_pct: float) -> Knee:
@@ -220,12 +199,10 @@ def find_knee(points: list[SeriesPoint], slo: dict[str, float], attainment_pct: 
     knee = points[index]
     notes = [f"{p.label} (below the knee) does not meet the SLO" for p in points[:index] if p.meets_slo is False]
     above = "the highest point measured" if index == len(points) - 1 else f"next: {points[index + 1].label} fails it"
-    return Knee(
-        index=index,
-        label=knee.label,
-        line=f"Knee (SLO {what}): {knee.label}: {point_figures(knee)} ({above})",
-        notes=notes,
-    )
+    figures = ", ".join(fmt.format(iv.mean) + ("" if iv.half_width is None else f" (±{iv.half_width:.3g})")
+                        for name, fmt in KNEE_FIGURES.items() if (iv := knee.metrics.get(name)))  # fmt: skip
+    line = f"Knee (SLO {what}): {knee.label}: {figures} ({above})"
+    return Knee(index=index, label=knee.label, line=line, notes=notes)
 
 
 def report_as_point(report: Report, label: str | None = None) -> SeriesPoint:

@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from core.latency import mean_or_none as _mean
 from core.records import RequestRecord
+from core.records import mean_or_none as _mean
 from core.serverview_samples import LatencyView, Samples, delta, latency_view
 
 SUCCESS_REASONS = {"stop", "length", "repetition"}

@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from core.latency import mean_or_none as _mean
 from core.records import RequestRecord
+from core.records import mean_or_none as _mean
 from core.replicas import imbalance_percent, shares_percent
 from core.serverview import CLIENT_OVERHEAD_MAX_PCT, ClientOverhead, client_overhead, mean_checks, server_counts
 from core.serverview_samples import Samples, bucket_counts

@@ -30,29 +30,10 @@ def snippet(raw: bytes | str, limit: int = SNIPPET_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def _where(loc: tuple[int | str, ...]) -> str:
-    """A pydantic error location as a path: ``data[0].id``; empty for the document itself."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def fault_of(exc: ValidationError, raw: bytes | str, expected: str) -> str:
-    """The first fault of ``raw`` in words: not JSON (with its start), or a missing or mistyped field."""
-    first = exc.errors(include_url=False)[0]
-    if first["type"] == "json_invalid":
-        return f"not JSON (it starts {snippet(raw)!r}) where {expected} was expected"
-    where = _where(tuple(first["loc"]))
-    given = first.get("input")
-    shown = snippet(repr(given), 60) if given is not None and first["type"] != "missing" else None
-    detail = f"{first['msg']}" + (f" (got {shown})" if shown else "")
-    return f"not {expected}: {where + ': ' if where else ''}{detail}"
-
-
 def parse_as(raw: bytes | str, shape: TypeAdapter[T], source: str, expected: str) -> T:
     """``raw`` (JSON text) validated as ``shape`` (a module-level ``TypeAdapter``); ``source`` and ``expected`` ("a JSON
-    object with 'tokens'") name it in the message.
+    object with 'tokens'") name it in the message, with the first fault in words: not JSON (with its start), or a
+    missing or mistyped field.
 
     Raises:
         ShapeError: ``raw`` is empty, not JSON, or not of ``shape``.
@@ -62,25 +43,29 @@ def parse_as(raw: bytes | str, shape: TypeAdapter[T], source: str, expected: str
     try:
         return shape.validate_json(raw)
     except ValidationError as exc:
-        raise ShapeError(source, fault_of(exc, raw, expected)) from None
-
-
-def response_source(response: httpx.Response) -> str:
-    """``METHOD URL (HTTP status)`` of an answer, for messages (``URL`` alone when the request is not known)."""
-    try:
-        request = response.request
-    except RuntimeError:  # a Response built by hand (tests, fakes) has no request
-        return f"an answer (HTTP {response.status_code})"
-    return f"{request.method} {request.url} (HTTP {response.status_code})"
+        first = exc.errors(include_url=False)[0]
+    if first["type"] == "json_invalid":
+        raise ShapeError(source, f"not JSON (it starts {snippet(raw)!r}) where {expected} was expected")
+    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in first["loc"]).removeprefix(".")
+    given = first.get("input")
+    shown = snippet(repr(given), 60) if given is not None and first["type"] != "missing" else None
+    detail = f"{first['msg']}" + (f" (got {shown})" if shown else "")
+    raise ShapeError(source, f"not {expected}: {where + ': ' if where else ''}{detail}")
 
 
 def answer_as(response: httpx.Response, shape: TypeAdapter[T], expected: str) -> T:
-    """The body of ``response`` validated as ``shape`` (:func:`parse_as`, named by :func:`response_source`).
+    """The body of ``response`` validated as ``shape`` (:func:`parse_as`, named ``METHOD URL (HTTP status)``, or
+    ``an answer (HTTP status)`` when the request is not known).
 
     Raises:
         ShapeError: the body is empty, not JSON, or not of ``shape``.
     """
-    return parse_as(response.content, shape, response_source(response), expected)
+    try:
+        request = response.request
+        source = f"{request.method} {request.url} (HTTP {response.status_code})"
+    except RuntimeError:  # a Response built by hand (tests, fakes) has no request
+        source = f"an answer (HTTP {response.status_code})"
+    return parse_as(response.content, shape, source, expected)
 
 
 JSON_OBJECT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])

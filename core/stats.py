@@ -15,13 +15,16 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from core.conversations import SessionStats, TurnStats, session_stats, turn_stats
-from core.cutrequests import CutRequests, cut_requests
-from core.latency import LatencyStats as LatencyStats  # its home is core.latency; imported from here too
-from core.latency import effective_e2e_ms as effective_e2e_ms
-from core.latency import effective_ttft_ms as effective_ttft_ms
-from core.latency import latency_stats as latency_stats
 from core.reasoning import ReasoningStats, answer_ttft_ms, reasoning_stats
-from core.records import RequestRecord
+from core.records import (
+    CutRequests,
+    LatencyStats,
+    RequestRecord,
+    cut_requests,
+    effective_e2e_ms,
+    effective_ttft_ms,
+    latency_stats,
+)
 from core.schedule import ScheduleStats, schedule_stats
 from core.steady import SteadyState, decode_tokens_in, steady_state
 
@@ -182,29 +185,18 @@ def measured_window_s(records: Sequence[RequestRecord]) -> float:
     """Seconds from the first measured request's send to the last one's end (0 when empty)."""
     if not records:
         return 0.0
-    start = min(r.started_at for r in records)
-    end = max(r.ended_at for r in records)
-    return max(end - start, 0.0)
-
-
-def _quantiles(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
-    if not values:
-        return None, None, None
-    arr = np.asarray(values, dtype=float)
-    p50, p95 = np.percentile(arr, [50, 95])
-    return float(arr.mean()), float(p50), float(p95)
+    return max(max(r.ended_at for r in records) - min(r.started_at for r in records), 0.0)
 
 
 def output_lengths(ok: Sequence[RequestRecord]) -> OutputLengths:
     """Requested vs actual output lengths and usage/chunk consistency of successful requests."""
-    actual = [float(r.output_tokens) for r in ok if r.output_tokens is not None]
+    actual = latency_stats([float(r.output_tokens) for r in ok if r.output_tokens is not None])
     requested = [float(r.max_tokens) for r in ok if r.max_tokens is not None]
-    mean, p50, p95 = _quantiles(actual)
     return OutputLengths(
         requested_mean=float(np.mean(requested)) if requested else None,
-        actual_mean=mean,
-        actual_p50=p50,
-        actual_p95=p95,
+        actual_mean=actual.mean_ms,  # the distribution's figures, here of tokens
+        actual_p50=actual.p50_ms,
+        actual_p95=actual.p95_ms,
         usage_missing=sum(r.output_tokens_source not in (None, "usage") or r.output_tokens is None for r in ok),
         chunk_count_mismatch=sum(r.output_tokens is not None and r.output_tokens != r.content_chunks for r in ok),
     )
@@ -326,13 +318,9 @@ def key_insight(m: RunMetrics) -> str:
         )
     if cv is None:
         shape = f"Throughput {req_s:.2f} req/s ({which}; run too short to judge stability)"
-    elif cv <= 10:
-        shape = f"Throughput stable at {req_s:.2f} req/s ({tok_s:.0f} output tok/s ±{cv:.1f}% between windows; {which})"
     else:
-        shape = (
-            f"Throughput unstable around {req_s:.2f} req/s ({tok_s:.0f} output tok/s ±{cv:.1f}% between windows; "
-            f"{which})"
-        )
+        how = "stable at" if cv <= 10 else "unstable around"
+        shape = f"Throughput {how} {req_s:.2f} req/s ({tok_s:.0f} output tok/s ±{cv:.1f}% between windows; {which})"
     if (m.error_rate_percent or 0.0) >= MOSTLY_FAILED_PCT:  # the throughput is of the few successes: no health
         shape = (f"Most requests failed, so the throughput ({req_s:.2f} req/s of successes, {which}) says nothing "
                  "about the server")  # fmt: skip

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, Field
 
-from core.latency import LatencyStats, effective_e2e_ms, effective_ttft_ms, latency_stats
-from core.records import RequestRecord
+from core.records import LatencyStats, RequestRecord, effective_e2e_ms, effective_ttft_ms, latency_stats
 
 SLICES = 20
 BAND = 0.2

@@ -8,9 +8,9 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
+from core.distributions import ThinkTime, parse_think_time
 from core.knobs import Knobs, from_text
 from core.parsing import parse_sweep, validate_name
-from core.thinktime import ThinkTime, parse_think_time
 
 
 class SweepKnobs(Knobs):

@@ -23,12 +23,11 @@ from typing import Literal
 import gevent
 
 from core.clientview import ProcessLoad
+from core.distributions import think_sampler
 from core.logrotate import RotatingWriter
-from core.records import RequestRecord
+from core.records import RequestRecord, latency_stats
 from core.report_schema import BenchmarkConfig
 from core.requestlog import RequestLog, RequestLogLine
-from core.stats import latency_stats
-from core.thinktime import think_sampler
 from loadgen.plan import run_id_of, sampler_for, workload_prompts
 from loadgen.workloads.dataset import Prompt
 from loadgen.workloads.randomdata import load_prefixes, trace_requests, with_prefix

@@ -23,10 +23,9 @@ from typing import Any
 
 from core.clientview import ProcessLoad
 from core.enginestate import EngineControl
-from core.errorsummary import causes_text, error_summary
 from core.records import RequestRecord
 from core.replicas import engine_url, serving_engine, switch_marker
-from core.report_schema import BenchmarkConfig
+from core.report_schema import BenchmarkConfig, causes_text, error_summary
 from core.serverview_cluster import ReplicaScrapes
 from core.serverview_samples import Samples
 from core.settings import Settings

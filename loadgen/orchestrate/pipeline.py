@@ -11,10 +11,9 @@ from pathlib import Path
 from core.api import RUN_ID_RE, BuildReportRequest, BuildSeriesRequest, ServerFacts
 from core.clientview import client_lag_ms, client_view, load_calibration
 from core.enginestate import EngineControl
-from core.errorsummary import error_summary
 from core.records import RequestRecord
 from core.replicas import engine_url
-from core.report_schema import BenchmarkConfig
+from core.report_schema import BenchmarkConfig, error_summary
 from core.schedule import requested_rate
 from core.series_stats import is_series_id
 from core.serverview import cross_check

@@ -9,13 +9,12 @@ from pathlib import Path
 from core.clientview import ClientView, share_text
 from core.comparison import ABComparison, comparison_lines, flag_text, report_notes
 from core.conversations import sessions_text, turns_text
-from core.cutrequests import CutRequests
 from core.energy import NO_ENERGY_GAP
-from core.errorsummary import causes_text
 from core.fingerprint import server_down_words, unusable_reason
 from core.intervals import Interval, PointComparison, change_text
 from core.reasoning import reasoning_text
-from core.report_schema import BenchmarkConfig, Report
+from core.records import CutRequests
+from core.report_schema import BenchmarkConfig, Report, causes_text
 from core.schedule import schedule_text
 from core.series_stats import SERIES_METRICS, SeriesReport
 from core.serverview import overhead_text, verdict_text

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core.records import RequestRecord
+from core.records import RequestRecord, effective_e2e_ms, effective_ttft_ms
 from core.report_schema import ResourcePoint
 from core.series_stats import SeriesPoint
-from core.stats import WindowStats, effective_e2e_ms, effective_ttft_ms
+from core.stats import WindowStats
 from core.steady import SteadyState
 
 if TYPE_CHECKING:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core.comparison import Side
-from core.cutrequests import CutRequests
 from core.fingerprint import unusable_reason
 from core.intervals import Change, Interval, PointComparison, change_text
+from core.records import CutRequests
 from core.report_schema import BenchmarkConfig, Environment, Report
 from core.schedule import schedule_text
 from core.series_stats import SERIES_METRICS, SeriesReport

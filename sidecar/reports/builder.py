@@ -9,17 +9,24 @@ from pathlib import Path
 
 from core.api import BuildReportRequest
 from core.cost import CostBasis, cost_basis, parse_price, report_figures
-from core.energy import NO_ENERGY_GAP, EnergyStats, first_send, measured_bounds
-from core.energy_cluster import hosts_energy, replica_energy
-from core.errorsummary import error_summary
+from core.energy import NO_ENERGY_GAP, EnergyStats, first_send, hosts_energy, measured_bounds, replica_energy
 from core.fingerprint import workload_fingerprint
-from core.kvbound import kv_bound_reason
 from core.logfiles import ReadStats, iter_spans, mtime_s
 from core.parsing import StampClock
 from core.records import RequestRecord
 from core.redact import strip_url_credentials
 from core.replicas import replicas, split_devices
-from core.report_schema import BenchmarkConfig, Environment, HostResources, LogFacts, Metrics, Report, Resources
+from core.report_resources import kv_bound_reason
+from core.report_schema import (
+    BenchmarkConfig,
+    Environment,
+    HostResources,
+    LogFacts,
+    Metrics,
+    Report,
+    Resources,
+    error_summary,
+)
 from core.serverview_cluster import ClusterView
 from core.settings import Settings
 from core.stats import RunMetrics, key_insight

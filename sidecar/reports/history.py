@@ -1,4 +1,4 @@
-"""``make history``: each workload's runs over time (:mod:`core.timeline`) as a table and ``<reports>/history.html``.
+"""``make history``: each workload's runs over time (:mod:`core.gate`) as a table and ``<reports>/history.html``.
 
 ``python -m sidecar.reports.history [REPORTS_DIR]``. Exit codes: 0 written, 2 no report in the folder.
 """
@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from core.atomicfile import atomic_write
+from core.gate import Timeline, history_table, timelines
 from core.pipes import guard_stdout
 from core.report_schema import Report
 from core.settings import Settings, get_settings
-from core.timeline import Timeline, history_table, timelines
 from sidecar.render.plots import _new_figure, _png
 from sidecar.reports.baselines import BaselineStore
 from sidecar.reports.store import ReportStore

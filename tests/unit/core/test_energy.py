@@ -12,10 +12,11 @@ from core.energy import (
     device_energy,
     efficiency,
     energy_stats,
+    hosts_energy,
     power_energy,
+    replica_energy,
     unwrap,
 )
-from core.energy_cluster import hosts_energy, replica_energy
 
 
 def test_counter_energy_is_the_increase_between_the_interpolated_bounds() -> None:

@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from core.comparison import Side, compare_points, compare_sides, compare_with_history
-from core.gate import EXIT_FAIL, EXIT_PASS, comparison_checks, gate_verdict
+from core.gate import EXIT_FAIL, EXIT_PASS, comparison_checks, gate_verdict, history_table, timelines
 from core.report_schema import Environment, Report, Resources
 from core.series_stats import PointPlan, SeriesPoint, SeriesReport, find_knee, measure_point
-from core.timeline import history_table, timelines
 from sidecar.render.page_sections import series_sections
 from sidecar.render.pages import render_markdown, write_markdown
 from tests.unit.sidecar.test_sidecar_store import report, single_run

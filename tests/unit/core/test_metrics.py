@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.records import RequestRecord
-from core.stats import key_insight, latency_stats, measured_window_s, run_metrics
+from core.records import RequestRecord, latency_stats
+from core.stats import key_insight, measured_window_s, run_metrics
 
 
 def rec(

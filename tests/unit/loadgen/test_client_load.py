@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.clientview import Calibration, ProcessLoad, client_lag_ms, client_view
-from core.records import RequestRecord
-from core.stats import LatencyStats
+from core.records import LatencyStats, RequestRecord
 from loadgen.terminal.summary import client_lines
 
 ROWS = [RequestRecord(request_id=str(i), started_at=0.0, ok=True, e2e_ms=10.0, content_chunks=100) for i in range(10)]

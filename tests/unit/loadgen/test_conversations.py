@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from core.distributions import parse_think_time, think_sampler
 from core.requestlog import RequestLog
 from core.settings import PROJECT_ROOT
-from core.thinktime import parse_think_time, think_sampler
 from loadgen.locust_side.process_state import RunState, Slot
 from loadgen.locust_side.user_actions import converse, dispatch_open_loop, send
 from loadgen.request.client import new_session

@@ -16,8 +16,8 @@ import pytest
 
 from core.enginestate import EngineState, write_engine_state
 from core.fingerprint import unusable_reason
+from core.gate import run_flags
 from core.report_schema import Report
-from core.timeline import run_flags
 from loadgen.errors import BenchError
 from loadgen.orchestrate.measured_run import Measured, from_records_file, measure
 from loadgen.orchestrate.pipeline import new_records_path, report_run

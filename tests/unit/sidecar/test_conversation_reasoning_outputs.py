@@ -8,12 +8,12 @@ import io
 
 import pytest
 
+from core.distributions import parse_think_time
 from core.parsing import parse_slo
 from core.records import RequestRecord
 from core.report_schema import Report
 from core.series_stats import report_values
 from core.stats import run_metrics
-from core.thinktime import parse_think_time
 from loadgen.terminal.summary import format_summary
 from sidecar.render.pages import ROW_COLUMNS, render_html, render_markdown, rows_csv, summary_csv
 from sidecar.reports.builder import build_metrics

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from core.timeline import history_table, timelines
+from core.gate import history_table, timelines
 from sidecar.reports.baselines import BaselineStore
 from sidecar.reports.history import main
 from sidecar.reports.store import ReportStore
@@ -81,7 +81,7 @@ def test_sidecar_history_page_shows_its_store(tmp_path: Path) -> None:
 def test_interrupted_ended_early_and_all_failed_runs_are_flagged(tmp_path: Path) -> None:
     """A run that did not go as planned says so on its line of the table and in history.html; a plain run has no
     flag."""
-    from core.timeline import run_flags
+    from core.gate import run_flags
     from sidecar.reports.history import history_html
     from tests.unit.sidecar.test_sidecar_store import report
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core.kvbound import kv_bound_reason
+from core.report_resources import kv_bound_reason
 from core.report_schema import KvCacheStats, Resources
 from core.serverview import cross_check
 from core.serverview_samples import parse_exposition
