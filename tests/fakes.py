@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -63,6 +64,13 @@ class FakeNvml:
     totals: list[int] | None = None  # per device; default: total_bytes for every one
     energy_mj: list[int | None] = field(default_factory=lambda: [86_400_000])  # a day at 1 W since driver load
     power_mw: list[int] = field(default_factory=lambda: [350_000])
+    memory_reads: int = 0  # calls of nvmlDeviceGetMemoryInfo: a test waits for the sampler's next reading
+
+    def wait_for_reads(self, count: int, timeout_s: float = 30.0) -> None:
+        """Block until ``count`` more memory readings were taken (the sampler thread's), at most ``timeout_s``."""
+        target, deadline = self.memory_reads + count, time.monotonic() + timeout_s
+        while self.memory_reads < target and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def nvmlDeviceGetUUID(self, handle: int) -> str:
         if self.uuids is not None:
@@ -93,6 +101,7 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: int, version: int | None = None) -> _Mem:
         """v1 counts the driver's reservation as used; v2 (``version`` given) reports it apart, as real NVML does."""
+        self.memory_reads += 1
         used = self.used_bytes[handle % len(self.used_bytes)]
         total = self.totals[handle] if self.totals is not None else self.total_bytes
         if version is None:
