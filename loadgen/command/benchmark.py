@@ -237,9 +237,6 @@ def worker_main(settings: Settings) -> int:
         return 130
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
 
 LOCK_NAME = "benchmark.lock"
 
@@ -291,3 +288,7 @@ class RunLock:
             os.ftruncate(self._fd, 0)
             os.close(self._fd)  # closing releases the lock
             self._fd = None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

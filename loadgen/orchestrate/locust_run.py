@@ -17,14 +17,17 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 from tqdm import tqdm
 
 from core.clientview import ProcessLoad
 from core.records import ENGINE_GONE_ANSWERS, MODEL_GONE_ANSWERS, MODEL_GONE_LINE, NO_ENGINE_ANSWERS
+from core.replicas import replicas
 from core.report_schema import BenchmarkConfig
 from core.settings import PROJECT_ROOT, Settings, service_env
 from loadgen.childprocs import kill_group, lifetime_bound, tree_cpu_s
@@ -129,7 +132,9 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     first: tuple[float, float] | None = None
     last: tuple[float, float] | None = None
     stopped: str | None = None
-    count_measured = RowWatch(records_path, ServerDownBreaker(settings.server_down_s))
+    breaker = ServerDownBreaker(settings.server_down_s)
+    count_measured = RowWatch(records_path, breaker)
+    probe = EngineProbe(lambda: engine_urls(settings, plan.vllm_url), breaker)
     total = plan.requests if plan.duration_s is None else None
     ended = 0  # measured rows at the last poll, successes or not: the watchdog's progress
     with ProgressBar(total, plan.duration_s, desc="Benchmark", file=sys.stdout, dynamic_ncols=True) as bar:
@@ -143,6 +148,8 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
                 if cpu is not None and done:
                     last = (now, cpu)
                     first = first or last
+                if count_measured.down is None and done == ended and now - last_progress >= settings.server_down_s:
+                    count_measured.down = probe()  # no request ended for SERVER_DOWN_S: are the engines alive?
                 if count_measured.down is not None:
                     stopped = SERVER_DOWN
                     print(f"\n[ERROR] {count_measured.down.line()}; ending the run early.", flush=True)
@@ -299,13 +306,59 @@ class ServerDownBreaker:
         """A request succeeded or the server answered with an error: it is up."""
         self.first = None
 
-    def failed(self, ended_at: float, message: str) -> ServerDown | None:
-        """A request failed at the connection level at Unix time ``ended_at`` (s); the verdict once tripped."""
+    def failed(self, ended_at: float, message: str, cause: str | None = None) -> ServerDown | None:
+        """A request failed at the connection level at Unix time ``ended_at`` (s), ``cause`` in words (default: from
+        ``message``); the verdict once tripped."""
         if self.first is None or ended_at < self.first:
             self.first = ended_at
-        self.cause = connection_cause(message)  # the latest: a cut stream first, then what the dead server does
+        self.cause = cause or connection_cause(message)  # the latest: a cut stream first, then the dead server
         span = ended_at - self.first
         return ServerDown(self.first, self.cause, span) if span >= self.limit_s else None
+
+
+class EngineProbe:
+    """Asks each engine's ``GET /health`` (vLLM: 200 while its engine core lives, 503 once it died) when no request
+    has ended for SERVER_DOWN_S: a server stopped gracefully (SIGTERM: uvicorn waits for open streams while its engine
+    core is gone) leaves every stream hanging with no row failing, so the probes feed the breaker instead. Any engine
+    answering otherwise than 503 (another server without ``/health``: 404) is up. ``urls`` are read at each probe
+    (a model switch moves an engine to its other slot)."""
+
+    def __init__(self, urls: Callable[[], list[str]], breaker: ServerDownBreaker, timeout_s: float = 5.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.urls = urls
+        self.breaker = breaker
+        self.timeout_s = timeout_s
+        self.clock = clock
+
+    def __call__(self) -> ServerDown | None:
+        """One probe of every engine; the breaker's verdict once failures span SERVER_DOWN_S (None: no engine)."""
+        urls = self.urls()
+        if not urls:
+            return None
+        message = cause = ""
+        for url in urls:
+            try:
+                status = httpx.get(f"{url}/health", timeout=self.timeout_s).status_code
+            except httpx.TimeoutException:
+                continue  # slow, not gone (a loaded host): no verdict either way
+            except httpx.HTTPError as exc:
+                message = f"GET {url}/health: {type(exc).__name__}: {exc}"
+                cause = f"{connection_cause(message)}, every stream hanging"
+                continue
+            if status != 503:
+                self.breaker.answered()
+                return None
+            message, cause = f"GET {url}/health answered HTTP 503", "its engine died (/health answers 503)"
+        return self.breaker.failed(self.clock(), message, cause) if message else None
+
+
+def engine_urls(settings: Settings, fallback: str) -> list[str]:
+    """The URLs of the engines the run's requests reach (:func:`core.replicas.replicas`); ``fallback``, the URL
+    Locust sends to, when ENGINE_URLS does not parse."""
+    try:
+        return [replica.url for replica in replicas(settings)]
+    except ValueError:
+        return [fallback]
 
 
 class RowWatch:

@@ -192,9 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
 
 def per_core_rate(count: float, cpu_s: float) -> float:
     """Events per CPU-second, i.e. events/s one fully used core sustains.
@@ -319,3 +316,7 @@ def scaling_lines(runs: Mapping[str, ClientRun], workers: int) -> list[str]:
                          f"(client cores {one.client_cores:.2f} -> {many.client_cores:.2f}, mock cores "
                          f"{one.server_cores or 0:.2f} -> {many.server_cores or 0:.2f})")
     return lines
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

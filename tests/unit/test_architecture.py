@@ -60,6 +60,16 @@ def test_no_two_product_modules_share_a_name() -> None:
     assert sorted({name for name in names if names.count(name) > 1}) == []
 
 
+def test_a_main_guard_is_the_last_statement_of_its_module() -> None:
+    """``if __name__ == "__main__":`` ends its module: run as ``python -m``, whatever stood after it would not be
+    defined yet when ``main()`` runs (a merge once put the benchmark's lock class below it: a NameError on every run,
+    which importing the module in a unit test never showed)."""
+    for path in _product_modules():
+        body = ast.parse(path.read_text()).body
+        guards = [i for i, node in enumerate(body) if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
+        assert guards in ([], [len(body) - 1]), f"{path}: statements after the __main__ guard"
+
+
 def test_no_core_module_calls_itself_part_of_another() -> None:
     """A module of core is one concept: its docstring never says it is part (or half) of another module."""
     for path in (PROJECT_ROOT / "core").rglob("*.py"):

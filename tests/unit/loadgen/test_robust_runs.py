@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from core.api import BuildReportRequest
@@ -16,7 +17,8 @@ from core.records import RequestRecord
 from core.serverview import ServerView
 from loadgen.command.benchmark import RunLock, StackBusy, stop_signals_interrupt
 from loadgen.locust_side.user_actions import CONNECTION_BACKOFF_S, backoff_s
-from loadgen.orchestrate.locust_run import RowWatch, ServerDownBreaker, connection_cause
+from loadgen.orchestrate import locust_run
+from loadgen.orchestrate.locust_run import EngineProbe, RowWatch, ServerDownBreaker, connection_cause
 from loadgen.orchestrate.measured_run import Measured
 from loadgen.orchestrate.pipeline import build_request
 from loadgen.orchestrate.sweep import RunResult, disagreement, run_line, run_series
@@ -57,6 +59,52 @@ def test_breaker_trips_after_server_down_s_of_connection_failures_only() -> None
     down = breaker.failed(111.0, REFUSED)
     assert down is not None and down.since == 106.0 and down.for_s == 5.0
     assert down.line().startswith("vLLM stopped answering at ") and down.line().endswith(": connection refused for 5 s")
+
+
+def test_engines_that_stop_answering_health_trip_the_breaker_while_every_stream_hangs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A vLLM stopped with SIGTERM keeps its streams open with its engine core gone, so no row fails: probes of
+    ``/health`` that are refused (or answer 503) for SERVER_DOWN_S trip the breaker; an engine answering anything else
+    (200, or 404 from a server without ``/health``) is up and starts it over; the URLs are read at each probe."""
+    answers: dict[str, Any] = {}
+
+    def fake_get(url: str, timeout: float) -> Any:
+        answer = answers[url]
+        if isinstance(answer, Exception):
+            raise answer
+        return httpx.Response(answer)
+
+    monkeypatch.setattr(locust_run.httpx, "get", fake_get)
+    now = [100.0]
+    urls = ["http://e0:8110"]
+    probe = EngineProbe(lambda: list(urls), ServerDownBreaker(5.0), clock=lambda: now[0])
+    answers["http://e0:8110/health"] = httpx.ConnectError("[Errno 111] Connection refused")
+    assert probe() is None
+    now[0] = 104.0
+    assert probe() is None
+    answers["http://e0:8110/health"] = 404  # answered: up, the span starts over
+    now[0] = 105.0
+    assert probe() is None
+    answers["http://e0:8110/health"] = httpx.ConnectError("[Errno 111] Connection refused")
+    now[0] = 106.0
+    assert probe() is None
+    now[0] = 111.0
+    down = probe()
+    assert down is not None and down.since == 106.0
+    assert down.line().endswith(": connection refused, every stream hanging for 5 s"), down.line()
+    urls[:] = ["http://e0:8111"]  # switched to the other slot: its answer counts, not the old one's
+    answers["http://e0:8111/health"] = 503
+    probe = EngineProbe(lambda: list(urls), ServerDownBreaker(5.0), clock=lambda: now[0])
+    assert probe() is None
+    now[0] = 117.0
+    down = probe()
+    assert down is not None and "its engine died (/health answers 503)" in down.line()
+    answers["http://e0:8111/health"] = httpx.ReadTimeout("timed out")  # slow under load, not gone: no verdict
+    probe = EngineProbe(lambda: list(urls), ServerDownBreaker(5.0), clock=lambda: now[0])
+    assert probe() is None and probe.breaker.first is None
+    urls[:] = []
+    assert EngineProbe(lambda: list(urls), ServerDownBreaker(0.001))() is None  # no engine known: nothing to judge
 
 
 def test_row_watch_counts_rows_and_feeds_the_breaker(tmp_path: Path) -> None:
