@@ -2,8 +2,8 @@
 
 The window is cut into :data:`SLICES`; the plateau is the 90th percentile of the slices' time-weighted in-flight
 means; the window is the longest run of slices within +-:data:`BAND` of it, edges trimmed while their output tok/s
-lies outside +-:data:`BAND` of the median. Shorter than :data:`MIN_SLICES` or the median E2E, or fewer than
-:data:`MIN_REQUESTS` successes: no steady state. Cut requests count as in flight until cut.
+lies outside +-:data:`BAND` of the median. Shorter than :data:`MIN_SLICES` or the median E2E, with no request ending in
+it, or fewer than :data:`MIN_REQUESTS` successes: no steady state. Cut requests count as in flight until cut.
 """
 
 from __future__ import annotations
@@ -119,6 +119,9 @@ def steady_state(records: Sequence[RequestRecord]) -> SteadyState:
             "(DURATION, REQUESTS) or with less load",
         )
     completed = [r for r in ok if lo <= r.ended_at - start <= hi]
+    if not completed:  # every user waiting on a stalled server is level too, but nothing flows
+        return SteadyState(found=False, reason=f"no request ended in the level span ({lo:.0f}–{hi:.0f} s): the load "
+                           "stalled there")  # fmt: skip
     sent = [r for r in ok if lo <= r.started_at - start < hi]
     return SteadyState(
         found=True,

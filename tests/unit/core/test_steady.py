@@ -88,6 +88,22 @@ def test_requests_that_outlast_the_level_span_give_no_steady_state() -> None:
     assert "no steady state: requests outlast the level span" in key_insight(m) and "run longer" in key_insight(m)
 
 
+def test_a_stall_with_every_user_waiting_is_no_steady_state() -> None:
+    """4 users, 1-s answers with 0.5 s between, then a server stall from 7 s to 14.5 s with all 4 in flight, then
+    answers again: the stall is the run's most level span, but no request ends in it, so it is no steady state (it
+    said "Throughput stable at 0.00 req/s ... steady state 7–14 s of 20 s")."""
+    rows = []
+    for u in range(4):
+        starts = [0.0, 1.5, 3.0, 4.5, 6.0, 7.0, 15.0, 16.5, 18.0, 19.5]
+        rows += [RequestRecord(request_id=f"u{u}-{t}", started_at=T0 + t, ok=True, ttft_ms=50.0,
+                               e2e_ms=7_500.0 if t == 7.0 else 1_000.0, output_tokens=10, content_chunks=10)
+                 for t in starts]  # fmt: skip
+    m = run_metrics(rows)
+    assert m.steady is not None and not m.steady.found, m.steady
+    assert "no request ended in the level span (7–14 s): the load stalled" in (m.steady.reason or "")
+    assert "stable at 0.00 req/s" not in key_insight(m) and "whole run" in key_insight(m)
+
+
 def test_throughput_plot_draws_the_steady_window() -> None:
     """The throughput plot with the steady state differs from the one without (the shaded window and its line)."""
     m = run_metrics(closed_loop(users=8, ramp_s=20.0, run_s=60.0))
