@@ -315,11 +315,15 @@ def status(settings: Settings) -> int:
         print("The stack is not running (`make up` starts it).")
         return EXIT_NOT_RUNNING
     healthy = True
+    engines = set(program_names(settings))
+    silent_engines = []
     for svc in programs(settings):
         info = states.get(svc.name, {})
         state = info.get("statename", "UNKNOWN")
         answering = answers(svc.url, svc.headers)
         healthy &= state == "RUNNING" and answering
+        if svc.name in engines and state == "RUNNING" and not answering:
+            silent_engines.append(svc.name)
         print(f"{svc.name:8s} {state:9s} {'answers' if answering else 'no answer':10s} {svc.url}  log: {svc.log}")
     for name in starting_beside(settings, states):  # a switch in progress: not serving yet, not judged
         state = states[name].get("statename", "UNKNOWN")
@@ -337,6 +341,9 @@ def status(settings: Settings) -> int:
         startup_times_line(startup_facts(phase)),
         phases_line(latest_start(settings.vllm_log_file, state)),
     ]
+    if silent_engines and phase.phase == "ready":  # it came up, then stopped answering (SIGTERM, a hung engine core)
+        lines.append(f"[HINT] {', '.join(silent_engines)} runs but no longer answers: `./start_vllm.sh` starts a fresh "
+                     "engine and swaps it in; `make down && make up` restarts the whole stack.")
     redact = Redactor(secret_values(settings))
     print("\n".join(redact(line) for line in lines if line))
     return 0 if healthy else 1

@@ -67,9 +67,12 @@ def _served(settings: Settings) -> list[ServedModel]:
                                           response=models)
         time.sleep(1.0 + attempt)
     else:
+        hint = (f"Start the stack with `make up` and check {settings.vllm_log_file}, or set VLLM_BASE_URL"
+                if not isinstance(error, httpx.HTTPStatusError) else  # it answers, but cannot serve
+                "`make status` shows whether vLLM runs; one that runs but no longer serves is restarted by "
+                f"`./start_vllm.sh` (its log: {settings.vllm_log_file})")  # fmt: skip
         raise BenchError(f"the server is not answering at {settings.vllm_url} ({type(error).__name__}: {error}). "
-                         f"Start the stack with `make up` and check {settings.vllm_log_file}, or set VLLM_BASE_URL."
-                         ) from None
+                         f"{hint}.") from None
     if models.status_code in (401, 403):
         raise BenchError(f"the server at {settings.vllm_url} refuses the API key (/v1/models: HTTP "
                          f"{models.status_code}): set VLLM_API_KEY to the key vLLM was started with.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from core.records import RequestRecord
@@ -14,6 +15,7 @@ from core.stats import run_metrics
 from loadgen.errors import BenchError
 from loadgen.locust_side.process_state import RunState
 from loadgen.locust_side.user_actions import dispatch_open_loop
+from loadgen.orchestrate import preflight
 from loadgen.orchestrate.outcome import EXIT_ERROR_RATE, EXIT_NO_SUCCESS, verdicts
 from loadgen.orchestrate.preflight import choose_model
 from loadgen.workloads.workload import WorkItem
@@ -43,6 +45,28 @@ def rows(ok: int, failed: int) -> list[RequestRecord]:
     bad = [RequestRecord(request_id=f"f{i}", started_at=float(i), ok=False, e2e_ms=5.0, error_kind="http_status",
                          error="500") for i in range(failed)]
     return good + bad
+
+
+def test_a_server_that_answers_but_cannot_serve_is_sent_to_start_vllm_not_make_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No answer at all: start the stack (`make up`); an answer of HTTP 503 (vLLM runs, its engine is gone): `make
+    status` and `./start_vllm.sh`, since `make up` only says the stack already runs (new-user finding)."""
+    answer: list[object] = [httpx.ConnectError("[Errno 111] Connection refused")]
+
+    def fake_get(url: str, **_: object) -> httpx.Response:
+        if isinstance(answer[0], Exception):
+            raise answer[0]
+        return httpx.Response(503, request=httpx.Request("GET", url))
+
+    monkeypatch.setattr(preflight.httpx, "get", fake_get)
+    monkeypatch.setattr(preflight.time, "sleep", lambda _s: None)
+    with pytest.raises(BenchError, match="Start the stack with `make up`"):
+        preflight._served(settings())
+    answer[0] = 503
+    with pytest.raises(BenchError, match=r"answered HTTP 503.*`make status`.*`\./start_vllm\.sh`") as raised:
+        preflight._served(settings())
+    assert "make up" not in str(raised.value)
 
 
 def test_exit_codes_for_no_success_and_error_rate() -> None:

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from core.replicas import record_cluster
 from core.report_schema import StartupFacts
 from core.settings import Settings
 from core.slots import write_slot
 from engine.vllmlog.startup import phases_line
+from engine.vllmlog.tracker import StartupPhase
+from stack import control
 from stack.control import starting_beside
 from stack.services import startup_times_line
 
@@ -63,3 +67,23 @@ def test_status_names_the_served_model_and_its_kv_pool() -> None:
     assert serving_line(state, phase) == (
         "vLLM serves ernie-tiny-synthetic (synthetic:tiny, synthetic weights); CPU KV cache size: 2,097,152 tokens")
     assert serving_line(None, phase) is None
+
+
+def test_an_engine_that_came_up_and_stopped_answering_gets_the_way_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vLLM RUNNING under supervisord and ready once, but silent now (stopped with SIGTERM, its engine core gone):
+    `make status` says `./start_vllm.sh` brings it back (`make up` only says the stack runs); still starting, no
+    hint."""
+    settings = Settings(_env_file=None, run_dir=tmp_path, logs_dir=tmp_path)  # type: ignore[call-arg]
+    monkeypatch.setattr(control, "process_states", lambda _s: {s.name: {"statename": "RUNNING"} for s in
+                                                                    control.programs(settings)})  # fmt: skip
+    monkeypatch.setattr(control, "answers", lambda url, _h: not url.endswith(":8100") and ":81" not in url)
+    phase = StartupPhase("ready", "ready after 51 s")
+    monkeypatch.setattr(control, "engine_phase", lambda _s: phase)
+    assert control.status(settings) == 1
+    out = capsys.readouterr().out
+    assert "runs but no longer answers: `./start_vllm.sh` starts a fresh engine" in out, out
+    phase = StartupPhase("loading", "loading weights")
+    control.status(settings)
+    assert "./start_vllm.sh" not in capsys.readouterr().out
