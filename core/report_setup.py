@@ -146,6 +146,11 @@ class BenchmarkConfig(BaseModel):
     prefix_file: str | None = Field(
         default=None, description="The generated prefixes (a JSON list of texts, logs/datasets/prefixes_….json)."
     )
+    dataset_skipped: str | None = Field(
+        default=None,
+        description="Entries of the dataset the run could not use and skipped, and where, e.g. '2 unusable entries "
+        "skipped (lines 2, 7)'; None: none.",
+    )
     dataset_file: str | None = Field(
         default=None,
         description="DATASET=random: the file of the prompts generated for this server's tokenizer (not part of the "

@@ -125,9 +125,11 @@ def _checked_plan(
     except (BenchError, DatasetError) as exc:
         return f"[ERROR] {exc}"
     notes: list[str] = []
-    if dataset is not None and dataset.skipped:
-        print(f"[WARN] {dataset.skipped} unusable entr(y/ies) in {dataset.path} skipped; {len(dataset.prompts)} used")
     plan = bench_config(settings, target.model)
+    if dataset is not None and dataset.skipped:  # not JSON, or no prompt / messages / conversation with a user turn
+        print(f"[WARN] {dataset.path}: {dataset.skipped_text()}: not JSON, or no prompt, messages or conversation "
+              f"ending in a user turn; {len(dataset.prompts)} used", flush=True)  # fmt: skip
+        plan = plan.model_copy(update={"dataset_skipped": dataset.skipped_text()})
     if plan.session_turns > 1:  # conversations: the dataset's real follow-up turns, or drawn ones
         prompts = dataset.prompts if dataset else []
         followups = followups_of(prompts, plan.session_turns, settings.session_followups)

@@ -57,6 +57,17 @@ class Dataset:
     path: Path
     prompts: list[Prompt]
     skipped: int
+    skipped_at: tuple[int, ...] = ()
+    """Where the skipped entries stand: line numbers (JSONL), or 1-based entry numbers (a JSON list: ``in_list``)."""
+    in_list: bool = False
+
+    def skipped_text(self) -> str:
+        """``2 unusable entries skipped (lines 2, 7)`` (the first 10 places named); empty when none was."""
+        if not self.skipped:
+            return ""
+        where = "entries" if self.in_list else "lines"
+        named = ", ".join(map(str, self.skipped_at[:10])) + (", …" if len(self.skipped_at) > 10 else "")
+        return f"{self.skipped} unusable entr{'y' if self.skipped == 1 else 'ies'} skipped ({where} {named})"
 
 
 def _valid_messages(messages: Any) -> list[dict[str, str]] | None:
@@ -129,16 +140,17 @@ def load_dataset(path: Path) -> Dataset:
             entries = json.loads(stripped)
         except ValueError as exc:
             raise DatasetError(f"dataset {path} looks like a JSON list but does not parse: {exc}") from None
-        parsed = [_from_sharegpt(entry, index) for index, entry in enumerate(entries)]
+        parsed = [(index + 1, _from_sharegpt(entry, index)) for index, entry in enumerate(entries)]
     else:
         lines = enumerate(text.splitlines(), start=1)
-        parsed = [_from_jsonl_line(line, number) for number, line in lines if line.strip()]
-    prompts = [p for p in parsed if p is not None]
-    skipped = len(parsed) - len(prompts)
+        parsed = [(number, _from_jsonl_line(line, number)) for number, line in lines if line.strip()]
+    prompts = [p for _, p in parsed if p is not None]
+    skipped_at = tuple(place for place, p in parsed if p is None)
+    skipped = len(skipped_at)
     if not prompts:
         raise DatasetError(f"dataset {path} has no usable entry ({skipped} skipped): expected prompt JSONL "
                            '(one {"prompt": ...} per line) or ShareGPT JSON ([{"conversations": [...]}])')
-    return Dataset(path, prompts, skipped)
+    return Dataset(path, prompts, skipped, skipped_at, stripped.startswith("["))
 
 
 def dataset_of(path: Path) -> Dataset:

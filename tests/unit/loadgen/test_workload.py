@@ -123,6 +123,8 @@ def test_jsonl_bad_lines_are_skipped_and_counted(tmp_path: Path) -> None:
     dataset = load_dataset(path)
     assert dataset.skipped == 3 and len(dataset.prompts) == 2
     assert dataset.prompts[1].messages[-1]["content"] == "c"
+    # where they stand, for the warning and the report's config.dataset_skipped
+    assert dataset.skipped_text() == "3 unusable entries skipped (lines 2, 3, 4)"
 
 
 def test_missing_and_empty_datasets_are_clear_errors(tmp_path: Path) -> None:
@@ -146,6 +148,7 @@ def test_sharegpt_conversations_end_at_last_human_turn(tmp_path: Path) -> None:
     path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
     dataset = load_dataset(path)
     assert dataset.skipped == 1 and dataset.prompts[0].messages == [{"role": "user", "content": "问"}]
+    assert dataset.skipped_text() == "1 unusable entry skipped (entries 2)"
 
 
 @pytest.mark.skipif(not SHAREGPT.exists(), reason=f"shared data {SHAREGPT} absent")
