@@ -216,6 +216,10 @@ def cross_check(
         for c in checks[:3]
         if cut and c.agrees and c.client is not None and c.server is not None and c.server != c.client
     ]
+    others = int(counts["requests_succeeded"]) - len(ok) - len(cut)  # answers to requests this run never sent
+    if others > 0:
+        disagreements.append(f"the server answered {others} request(s) this run did not send: another client used it "
+                             "during the window, so the server's figures are not this run's alone")
     queries, hits, hit_rate = prefix_cache_delta(before, after)
     return ServerView(
         **counts,
@@ -228,7 +232,8 @@ def cross_check(
         disagreements=disagreements,
         requests_cut=len(cut),
         explained=explained,
-        client_overhead=[client_overhead(before, after, records, server_url=server_url, max_added_pct=max_added_pct)],
+        client_overhead=[client_overhead(before, after, records, server_url=server_url, max_added_pct=max_added_pct,
+                                         others=others)],
     )
 
 
@@ -257,12 +262,17 @@ def client_overhead(
     *,
     server_url: str | None = None,
     max_added_pct: float = CLIENT_OVERHEAD_MAX_PCT,
+    others: int = 0,
 ) -> ClientOverhead:
     """Client mean minus server mean of TTFT, ITL and E2E over one server's window.
 
     The client's means are over the rows the server's histograms hold (:func:`_client_latencies`); the server's are
     exact ``_sum``/``_count`` deltas. A figure is flagged above ``max_added_pct`` % and a floor (5 ms TTFT/E2E,
-    0.5 ms ITL); ``missing`` says why nothing could be compared."""
+    0.5 ms ITL); ``missing`` says why nothing could be compared, e.g. ``others`` > 0 requests of another client in
+    the server's figures."""
+    if others > 0:
+        return ClientOverhead(server_url=server_url, max_added_pct=max_added_pct,
+                              missing=f"the server's means hold {others} request(s) of another client")  # fmt: skip
     client = _client_latencies(records)
     absent = [metric for _, metric, _ in ADDED_FIGURES if f"{metric}_count" not in after]
     if len(absent) == len(ADDED_FIGURES):

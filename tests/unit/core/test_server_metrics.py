@@ -139,6 +139,18 @@ def test_client_overhead_flags_a_share_above_the_limit() -> None:
     assert client_overhead(before, after, late, max_added_pct=1000).flagged == []
 
 
+def test_another_clients_requests_are_named_not_blamed_on_the_client() -> None:
+    """The server answered 2 more requests in the window than the run sent (a probe beside it): the cross-check says
+    another client used the server, and the client overhead is not judged over figures that hold them (it flagged
+    "CLIENT OVERHEAD" for an E2E mean the other requests moved)."""
+    before, after, rows = load()
+    view = cross_check(before, after, rows[:-2])
+    assert any("answered 2 request(s) this run did not send: another client used it" in d for d in view.disagreements)
+    (overhead,) = view.client_overhead
+    assert overhead.flagged == [] and "2 request(s) of another client" in overhead_text(overhead)
+    assert not any("another client" in d for d in cross_check(before, after, rows).disagreements)
+
+
 def test_client_overhead_says_why_without_vllm_histograms() -> None:
     """A server whose /metrics has no vLLM latency histograms: nothing compared, and the text says why."""
     _, _, rows = load()
