@@ -343,7 +343,7 @@ class EngineProbe:
                 continue  # slow, not gone (a loaded host): no verdict either way
             except httpx.HTTPError as exc:
                 message = f"GET {url}/health: {type(exc).__name__}: {exc}"
-                cause = f"{connection_cause(message)}, every stream hanging"
+                cause = connection_cause(message)  # as the rows would say it: a dead server reads the same either way
                 continue
             if status != 503:
                 self.breaker.answered()
