@@ -18,7 +18,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -83,6 +83,8 @@ class Cluster:
     env: dict[str, str]
     netns: Netns
     tmp: Path
+    started: list[subprocess.Popen[str]] = field(default_factory=list)
+    """Every benchmark and worker a test started: ended by the fixture even when the test was interrupted."""
 
     def worker(self, token: str = TOKEN, **knobs: str) -> subprocess.Popen[str]:
         """``python -m loadgen.command.benchmark --worker`` inside the namespace, with its own folders and the given token."""
@@ -90,12 +92,15 @@ class Cluster:
         env.update(SIDECAR_TOKEN=token, LOGS_DIR=str(self.tmp / "worker-logs"), RUN_DIR=str(self.tmp / "worker-run"),
                    MASTER_HOST=self.netns.host_addr, **knobs)  # fmt: skip
         argv = self.netns.argv(APP_PY, "-m", "loadgen.command.benchmark", "--worker")
-        return subprocess.Popen(argv, cwd=PROJECT_ROOT, env=env, text=True, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT)  # fmt: skip
+        self.started.append(subprocess.Popen(argv, cwd=PROJECT_ROOT, env=env, text=True, stdout=subprocess.PIPE,
+                                             stderr=subprocess.STDOUT))  # fmt: skip
+        return self.started[-1]
 
     def bench(self, **knobs: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([APP_PY, "-m", "loadgen.command.benchmark"], cwd=PROJECT_ROOT, env={**self.env, **knobs},
-                                text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+        self.started.append(subprocess.Popen([APP_PY, "-m", "loadgen.command.benchmark"], cwd=PROJECT_ROOT,
+                                             env={**self.env, **knobs}, text=True, stdout=subprocess.PIPE,
+                                             stderr=subprocess.STDOUT))  # fmt: skip
+        return self.started[-1]
 
     def rows(self) -> list[dict[str, object]]:
         out = []
@@ -121,15 +126,19 @@ def cluster(netns: Netns, tmp_path: Path) -> Iterator[Cluster]:
     mock = subprocess.Popen([APP_PY, "-m", "loadgen.selftest.mock_server", "--host", netns.host_addr, "--port", str(mock_port),
                              "--tokens", "10", "--ttft-ms", "50", "--itl-ms", "20"], cwd=PROJECT_ROOT,
                             stdout=(tmp_path / "mock.log").open("wb"), stderr=subprocess.STDOUT)  # fmt: skip
+    cluster = Cluster(env, netns, tmp_path)
     try:
         wait_http(f"http://127.0.0.1:{sidecar_port}/health", 120)
         wait_http(f"http://{netns.host_addr}:{mock_port}/health", 60)
-        yield Cluster(env, netns, tmp_path)
+        yield cluster
     finally:
-        for proc in (mock, sidecar):
+        for proc in [*cluster.started, mock, sidecar]:  # SIGTERM: a benchmark or worker ends its Locust processes
             if proc.poll() is None:
                 proc.terminate()
-                proc.wait(timeout=20)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
 
 
 def finish(proc: subprocess.Popen[str], timeout_s: float = 240) -> str:
