@@ -99,13 +99,13 @@ _EARLY_UP: dict[str, tuple[subprocess.Popen[bytes], Path, float]] = {}
 clock); taken by the ``stack`` fixture, or ended by :func:`pytest_sessionfinish` when no test took it."""
 
 
-@pytest.fixture(autouse=True, scope="module")
+@pytest.fixture(autouse=True)
 def _alone_when_load_sensitive(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A ``load_sensitive`` module (its checks need the client's and the engines' clocks to agree) gets the cores:
+    """A ``load_sensitive`` test (its checks need the client's and the engines' clocks to agree) gets the cores:
     ``make test`` runs lane stack and the checks in a cgroup (``TEST_YIELD_CGROUP``) whose CPU share drops to
-    :data:`YIELD_SHARES` while such a module runs, and without one creates ``TEST_WAIT_FOR`` when lane stack has ended
-    (these modules wait for it, at most 20 min). Beside lane stack at an equal share, 3 of 4 runs failed one timing
-    check (2026-12-07)."""
+    :data:`YIELD_SHARES` while such a test runs, and without one creates ``TEST_WAIT_FOR`` when lane stack has ended
+    (these tests wait for it, at most 20 min). Beside lane stack at an equal share, 3 of 4 runs failed one timing
+    check (2026-12-07); at a share of 64, 1 of 2 (the open-loop send delay's p99 183 ms)."""
     marker = request.node.get_closest_marker("load_sensitive")
     group = os.environ.get("TEST_YIELD_CGROUP")
     flag = os.environ.get("TEST_WAIT_FOR")
@@ -124,8 +124,9 @@ def _alone_when_load_sensitive(request: pytest.FixtureRequest) -> Iterator[None]
     yield
 
 
-YIELD_SHARES = 64
-"""The cpu.shares of lane stack's group while a ``load_sensitive`` module runs (1024 each other group: ≈ 6 %)."""
+YIELD_SHARES = 2
+"""The cpu.shares of lane stack's group while a ``load_sensitive`` test runs: the kernel's least (1024 each other
+group), so lane stack runs only on what those tests leave idle."""
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
