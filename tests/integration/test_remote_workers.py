@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,7 +133,8 @@ def cluster(netns: Netns, tmp_path: Path) -> Iterator[Cluster]:
         wait_http(f"http://{netns.host_addr}:{mock_port}/health", 60)
         yield cluster
     finally:
-        for proc in [*cluster.started, mock, sidecar]:  # SIGTERM: a benchmark or worker ends its Locust processes
+        started: list[subprocess.Popen[Any]] = [*cluster.started, mock, sidecar]
+        for proc in started:  # SIGTERM: a benchmark or worker ends its Locust processes
             if proc.poll() is None:
                 proc.terminate()
                 try:
