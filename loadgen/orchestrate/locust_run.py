@@ -332,18 +332,14 @@ class EngineProbe:
 
     def __call__(self) -> ServerDown | None:
         """One probe of every engine; the breaker's verdict once failures span SERVER_DOWN_S (None: no engine)."""
-        urls = self.urls()
-        if not urls:
-            return None
-        message = cause = ""
-        for url in urls:
+        message, cause = "", None
+        for url in self.urls():
             try:
                 status = httpx.get(f"{url}/health", timeout=self.timeout_s).status_code
             except httpx.TimeoutException:
                 continue  # slow, not gone (a loaded host): no verdict either way
             except httpx.HTTPError as exc:
-                message = f"GET {url}/health: {type(exc).__name__}: {exc}"
-                cause = connection_cause(message)  # as the rows would say it: a dead server reads the same either way
+                message = f"GET {url}/health: {type(exc).__name__}: {exc}"  # its cause read as a failed row's
                 continue
             if status != 503:
                 self.breaker.answered()

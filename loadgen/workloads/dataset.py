@@ -56,10 +56,14 @@ class Dataset:
 
     path: Path
     prompts: list[Prompt]
-    skipped: int
     skipped_at: tuple[int, ...] = ()
     """Where the skipped entries stand: line numbers (JSONL), or 1-based entry numbers (a JSON list: ``in_list``)."""
     in_list: bool = False
+
+    @property
+    def skipped(self) -> int:
+        """How many entries were skipped."""
+        return len(self.skipped_at)
 
     def skipped_text(self) -> str:
         """``2 unusable entries skipped (lines 2, 7)`` (the first 10 places named); empty when none was."""
@@ -146,11 +150,10 @@ def load_dataset(path: Path) -> Dataset:
         parsed = [(number, _from_jsonl_line(line, number)) for number, line in lines if line.strip()]
     prompts = [p for _, p in parsed if p is not None]
     skipped_at = tuple(place for place, p in parsed if p is None)
-    skipped = len(skipped_at)
     if not prompts:
-        raise DatasetError(f"dataset {path} has no usable entry ({skipped} skipped): expected prompt JSONL "
+        raise DatasetError(f"dataset {path} has no usable entry ({len(skipped_at)} skipped): expected prompt JSONL "
                            '(one {"prompt": ...} per line) or ShareGPT JSON ([{"conversations": [...]}])')
-    return Dataset(path, prompts, skipped, skipped_at, stripped.startswith("["))
+    return Dataset(path, prompts, skipped_at, stripped.startswith("["))
 
 
 def dataset_of(path: Path) -> Dataset:
