@@ -32,8 +32,24 @@ yield_group=""
 if [ -w "$cpu_root/cgroup.procs" ] && mkdir "$cpu_root/make-test-$$" 2>/dev/null; then
     yield_group=$cpu_root/make-test-$$
 fi
+# Where the CPU time goes: each part in a cgroup v1 cpuacct group of its own (where writable), read at the end.
+acct_root=/sys/fs/cgroup/cpuacct
+acct=""
+if [ -w "$acct_root/cgroup.procs" ] && mkdir "$acct_root/make-test-$$" 2>/dev/null; then
+    acct=$acct_root/make-test-$$
+    for part in stack rest checks; do mkdir "$acct/$part"; done
+fi
+counted() { [ -z "$acct" ] || echo "$BASHPID" >"$acct/$1/cgroup.procs"; }  # this part's CPU time counts as $1
+cpu_s() { [ -z "$acct" ] || echo $(($(cat "$acct/$1/cpuacct.usage") / 1000000000)); }  # CPU-s of part $1 so far
 cleanup() {
     rm -rf "$work"
+    if [ -n "$acct" ]; then
+        for part in stack rest checks; do
+            while read -r pid; do echo "$pid" >"$acct_root/cgroup.procs"; done <"$acct/$part/cgroup.procs" 2>/dev/null
+            rmdir "$acct/$part" 2>/dev/null
+        done
+        rmdir "$acct" 2>/dev/null
+    fi
     if [ -n "$yield_group" ]; then  # a process left over (it should not be) goes back to the root group first
         while read -r pid; do echo "$pid" >"$cpu_root/cgroup.procs"; done <"$yield_group/cgroup.procs" 2>/dev/null
         rmdir "$yield_group" 2>/dev/null
@@ -45,13 +61,16 @@ offset=${TEST_PORT_OFFSET:-0}
 integration=(-m pytest tests -q -rs --durations=15 --ignore=tests/unit --ignore=tests/compose)  # durations: to balance the lanes
 (
     yielding
+    counted checks
     stop=0
     trap 'stop=1' INT
     make --no-print-directory lint >"$work/lint.log" 2>&1
     echo $? >"$work/lint.rc"
+    cpu_s checks >"$work/lint.cpu"
     [ "$stop" = 1 ] && exit 130
     "$py" -m pytest tests/unit -q -rs --basetemp "$work/unit" "$@" >"$work/unit.log" 2>&1
     echo $? >"$work/unit.rc"
+    cpu_s checks >"$work/unit.cpu"
     [ "$stop" = 1 ] && exit 130
     scripts/compose_stack.sh test >"$work/compose.log" 2>&1
     echo $? >"$work/compose.rc"
@@ -59,6 +78,7 @@ integration=(-m pytest tests -q -rs --durations=15 --ignore=tests/unit --ignore=
 checks=$!
 (
     trap - INT
+    counted rest
     if [ -n "$yield_group" ]; then clock=(TEST_YIELD_CGROUP="$yield_group"); else clock=(TEST_WAIT_FOR="$work/stack.done"); fi
     exec env TEST_LANE=rest TEST_PORT_OFFSET=$((offset + 100)) "${clock[@]}" "$py" "${integration[@]}" --basetemp "$work/rest" "$@" \
         >"$work/rest.log" 2>&1
@@ -70,6 +90,7 @@ bind=()
 (
     trap - INT
     yielding
+    counted stack
     exec env "${bind[@]}" TEST_LANE=stack "$py" "${integration[@]}" --basetemp "$work/stack" "$@"
 ) &
 stack=$!
@@ -101,6 +122,12 @@ echo "---------- unit tests (beside both lanes, after lint) ----------"
 cat "$work/unit.log" 2>/dev/null
 echo "---------- the compose stack (make compose-test, beside both lanes, after the unit suite) ----------"
 cat "$work/compose.log" 2>/dev/null
+if [ -n "$acct" ]; then  # cumulative readings: lint, then lint + unit, then all three
+    lint_s=$(cat "$work/lint.cpu" 2>/dev/null || echo 0)
+    unit_s=$(cat "$work/unit.cpu" 2>/dev/null || echo "$lint_s")
+    echo "[INFO] CPU-s by part: lane stack $(cpu_s stack), lane rest $(cpu_s rest), lint $lint_s," \
+        "unit $((unit_s - lint_s)), compose-test $(($(cpu_s checks) - unit_s))"
+fi
 [ "$interrupted" = 0 ] || echo "[INFO] interrupted: every part was stopped and has ended" >&2
 if [ "$lint_rc" -ne 0 ] || [ "$unit_rc" -ne 0 ] || [ "$stack_rc" -ne 0 ] || [ "$rest_rc" -ne 0 ] \
     || [ "$compose_rc" -ne 0 ]; then
