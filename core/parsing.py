@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable, Iterable, Iterator
 
 _DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*")  # days: --since only
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -113,18 +114,26 @@ def validate_name(name: str, what: str = "baseline name") -> str:
     return name
 
 
-def option_values(args: list[str], flag: str) -> list[str]:
-    """Every value given to ``flag`` in ``args`` (``--flag a b``, ``--flag=a``), in order."""
-    values: list[str] = []
+def flag_roles(argv: Iterable[str], is_flag: Callable[[str], bool]) -> Iterator[tuple[str, str]]:
+    """Each argument of ``argv`` as ``flag`` (an option whose name, before any ``=value``, ``is_flag`` accepts),
+    ``value`` (one of the arguments after such a flag, up to the next option) or ``plain``."""
     taking = False
-    for arg in args:
+    for arg in argv:
         if arg.startswith("-") and len(arg) > 1:
-            taking = arg == flag
-            if arg.startswith(flag + "="):
-                values.append(arg[len(flag) + 1 :])
-        elif taking:
-            values.append(arg)
-    return values
+            name, eq, _ = arg.partition("=")
+            hit = is_flag(name)
+            taking = hit and not eq
+            yield arg, "flag" if hit else "plain"
+        else:
+            yield arg, "value" if taking else "plain"
+
+
+def option_values(args: Iterable[str], flag: str | Callable[[str], bool]) -> list[str]:
+    """Every non-empty value given to ``flag`` (or to the flags a callable accepts) in ``args`` (``--flag a b``,
+    ``--flag=a``), in order."""
+    roles = flag_roles(args, flag if callable(flag) else flag.__eq__)
+    values = [arg.partition("=")[2] if role == "flag" else arg for arg, role in roles if role != "plain"]
+    return [value for value in values if value]
 
 
 SWEEP_KINDS = ("auto", "concurrency", "rate")
