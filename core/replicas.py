@@ -19,7 +19,7 @@ from typing import Annotated, Any
 from pydantic import TypeAdapter, ValidationError
 
 from core.enginestate import read_engine_state
-from core.knobs.serving_knobs import client_host
+from core.knobs import client_host
 from core.settings import Settings
 from core.slots import Slot, active_slot, record_path
 

@@ -20,12 +20,19 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from core.distributions import lognormal_params
-from core.knobs.benchmark_knobs import RANDOM_DATASET, BenchmarkKnobs
-from core.knobs.cluster_knobs import ClusterKnobs, CostKnobs
-from core.knobs.folders_knobs import PROJECT_ROOT, FolderKnobs
-from core.knobs.security_knobs import SecurityKnobs
-from core.knobs.serving_knobs import DEFAULT_MODEL, SYNTHETIC_FALLBACK, ServingKnobs
-from core.knobs.sweep_knobs import SweepKnobs
+from core.knobs import (
+    DEFAULT_MODEL,
+    PROJECT_ROOT,
+    RANDOM_DATASET,
+    SYNTHETIC_FALLBACK,
+    BenchmarkKnobs,
+    ClusterKnobs,
+    CostKnobs,
+    FolderKnobs,
+    SecurityKnobs,
+    ServingKnobs,
+    SweepKnobs,
+)
 from core.parsing import option_values, parse_sweep
 
 __all__ = [
