@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+import psutil
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.atomicfile import atomic_write
@@ -102,14 +103,14 @@ def pid_running(state: EngineState, started_slack_s: float = 5.0) -> bool | None
     if state.hostname is not None and state.hostname != socket.gethostname():
         return None  # the host's own pid namespace has the same name on every host
     try:
-        fields = Path(f"/proc/{state.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        boot_s = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                      if line.startswith("btime "))  # fmt: skip
-    except (OSError, IndexError, StopIteration, ValueError):
-        return False if not Path(f"/proc/{state.pid}").exists() else None
-    if fields[0] in ("Z", "X"):
+        process = psutil.Process(state.pid)
+        if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            return False
+        proc_started_s = process.create_time()
+    except psutil.NoSuchProcess:  # a zombie too
         return False
-    proc_started_s = boot_s + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except psutil.Error:  # not ours to read
+        return None
     return not (state.started_at is not None and proc_started_s > state.started_at + started_slack_s)
 
 

@@ -138,27 +138,22 @@ def iter_spans(
             start = 0
             if skipping or carry:
                 first_end = data.find(b"\n") + 1
-                if first_end == 0:  # still no end of that line
+                if first_end == 0:  # still no end of that line: all of the block is carried (or skipped)
+                    start = len(data) if skipping else 0
+                else:
                     if not skipping:
-                        carry += data
-                        if len(carry) >= block_bytes:
+                        joined = carry + data[:first_end]
+                        if len(joined) > block_bytes:
                             stats.overlong_lines += 1
-                            yield carry[:block_bytes] + b"\n", 0, block_bytes + 1
-                            carry, skipping = b"", True
-                    continue
-                if not skipping:
-                    joined = carry + data[:first_end]
-                    if len(joined) > block_bytes:
-                        stats.overlong_lines += 1
-                        joined = joined[:block_bytes] + b"\n"
-                    yield joined, 0, len(joined)
-                carry, skipping, start = b"", False, first_end
+                            joined = joined[:block_bytes] + b"\n"
+                        yield joined, 0, len(joined)
+                    carry, skipping, start = b"", False, first_end
             cut = data.rfind(b"\n", start) + 1
             if cut > start:
                 yield data, start, cut
                 carry = data[cut:]
-            else:
-                carry = data[start:]
+            else:  # carry is empty here unless the block continues it
+                carry += data[start:]
             if len(carry) >= block_bytes:
                 stats.overlong_lines += 1
                 yield carry[:block_bytes] + b"\n", 0, block_bytes + 1

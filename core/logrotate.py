@@ -7,10 +7,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -19,7 +19,7 @@ def lock_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.lock")
 
 
-@contextmanager
+@contextlib.contextmanager
 def rotation_lock(path: Path) -> Iterator[None]:
     """Hold the exclusive rotation lock of ``path`` (blocking; released on exit, also when the process dies)."""
     fd = os.open(lock_path(path), os.O_WRONLY | os.O_CREAT, 0o644)
@@ -47,11 +47,8 @@ def append_rotating(path: Path, data: bytes, max_bytes: int | None, backups: int
     Raises:
         OSError: the folder or file cannot be written.
     """
-    writer = RotatingWriter(path, max_bytes, backups)
-    try:
+    with contextlib.closing(RotatingWriter(path, max_bytes, backups)) as writer:
         writer.write(data)
-    finally:
-        writer.close()
 
 
 class RotatingWriter:

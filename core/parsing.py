@@ -2,15 +2,17 @@
 ``ValueError`` naming the variable and a valid example; times in logs and on the command line (``--since``, vLLM's
 year-less local stamps, ISO 8601 strings).
 
-Only ``math``, ``time`` and ``re`` at import (``datetime`` is imported when an ISO string is parsed or written):
-start-up time counts.
+Only ``math``, ``time`` and ``re`` (which loads ``functools``) at import (``datetime`` is imported when an ISO string
+is parsed or written): start-up time counts.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import time
+from collections.abc import Callable, Iterable, Iterator
 
 _DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*")  # days: --since only
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -113,18 +115,26 @@ def validate_name(name: str, what: str = "baseline name") -> str:
     return name
 
 
-def option_values(args: list[str], flag: str) -> list[str]:
-    """Every value given to ``flag`` in ``args`` (``--flag a b``, ``--flag=a``), in order."""
-    values: list[str] = []
+def flag_roles(argv: Iterable[str], is_flag: Callable[[str], bool]) -> Iterator[tuple[str, str]]:
+    """Each argument of ``argv`` as ``flag`` (an option whose name, before any ``=value``, ``is_flag`` accepts),
+    ``value`` (one of the arguments after such a flag, up to the next option) or ``plain``."""
     taking = False
-    for arg in args:
+    for arg in argv:
         if arg.startswith("-") and len(arg) > 1:
-            taking = arg == flag
-            if arg.startswith(flag + "="):
-                values.append(arg[len(flag) + 1 :])
-        elif taking:
-            values.append(arg)
-    return values
+            name, eq, _ = arg.partition("=")
+            hit = is_flag(name)
+            taking = hit and not eq
+            yield arg, "flag" if hit else "plain"
+        else:
+            yield arg, "value" if taking else "plain"
+
+
+def option_values(args: Iterable[str], flag: str | Callable[[str], bool]) -> list[str]:
+    """Every non-empty value given to ``flag`` (or to the flags a callable accepts) in ``args`` (``--flag a b``,
+    ``--flag=a``), in order."""
+    roles = flag_roles(args, flag if callable(flag) else flag.__eq__)
+    values = [arg.partition("=")[2] if role == "flag" else arg for arg, role in roles if role != "plain"]
+    return [value for value in values if value]
 
 
 SWEEP_KINDS = ("auto", "concurrency", "rate")
@@ -211,28 +221,19 @@ class StampClock:
     def __init__(self, reference_s: float | None = None) -> None:
         self.reference_s: float = time.time() if reference_s is None else reference_s
         self._year = time.localtime(self.reference_s).tm_year
-        self._midnight_s: dict[tuple[int, int], float | None] = {}
-        self._stamps: dict[bytes, float | None] = {}
+        self._cached_stamp_s = functools.lru_cache(maxsize=_MAX_CACHED_STAMPS)(self._stamp_s)
+        self._midnight_s = functools.cache(self._midnight)
 
     def stamp_s(self, stamp: bytes) -> float | None:
         """Epoch seconds of ``b"MM-DD HH:MM:SS"`` (cached: lines of one second share the work); None if invalid."""
-        if stamp in self._stamps:
-            return self._stamps[stamp]
-        try:
-            value = self.epoch_s(int(stamp[0:2]), int(stamp[3:5]), int(stamp[6:8]), int(stamp[9:11]), int(stamp[12:14]))
-        except ValueError:
-            value = None
-        if len(self._stamps) >= _MAX_CACHED_STAMPS:
-            self._stamps.clear()
-        self._stamps[stamp] = value
-        return value
+        return self._cached_stamp_s(stamp)
 
-    def epoch_s(self, month: int, day: int, hour: int, minute: int, second: int) -> float | None:
-        """Epoch seconds of the local stamp, None when it is not a real date or time."""
-        key = (month, day)
-        if key not in self._midnight_s:
-            self._midnight_s[key] = self._midnight(month, day)
-        midnight = self._midnight_s[key]
+    def _stamp_s(self, stamp: bytes) -> float | None:
+        try:
+            month, day, hour, minute, second = (int(stamp[at : at + 2]) for at in range(0, 13, 3))
+        except ValueError:
+            return None
+        midnight = self._midnight_s(month, day)
         if midnight is None or hour > 23 or minute > 59 or second > 60:
             return None
         return midnight + hour * 3600 + minute * 60 + second

@@ -11,10 +11,11 @@ import html
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from core.parsing import flag_roles, option_values
 from core.settings import Settings
 
 MASK = "***"
@@ -29,44 +30,16 @@ SECRET_FLAG_RE = re.compile(r"--?(?:[\w.]+[-_])?(?:api[-_]?key|key|token|secret|
 ``--ssl-keyfile`` or ``--max-num-batched-tokens``)."""
 
 
-def _split_flag(arg: str) -> tuple[str, str | None]:
-    """``--flag=value`` -> (``--flag``, ``value``); ``--flag`` -> (``--flag``, None)."""
-    name, eq, value = arg.partition("=")
-    return (name, value) if eq else (arg, None)
-
-
 def is_secret_flag(arg: str) -> bool:
     """True for ``--api-key``, ``--hf-token=…`` and the like (:data:`SECRET_FLAG_RE`)."""
-    return arg.startswith("-") and SECRET_FLAG_RE.fullmatch(_split_flag(arg)[0]) is not None
-
-
-def _roles(argv: Iterable[str]) -> Iterator[tuple[str, str]]:
-    """Each argument of ``argv`` as ``flag`` (secret-looking), ``value`` (of one) or ``plain``."""
-    taking = False
-    for arg in argv:
-        if arg.startswith("-") and len(arg) > 1:
-            secret = is_secret_flag(arg)
-            taking = secret and _split_flag(arg)[1] is None
-            yield arg, "flag" if secret else "plain"
-        else:
-            yield arg, "value" if taking else "plain"
-
-
-def secret_flag_values(argv: Iterable[str]) -> list[str]:
-    """The values of secret-looking flags in ``argv`` (``--api-key a b``, ``--hf-token=x``)."""
-    values: list[str] = []
-    for arg, role in _roles(argv):
-        value = _split_flag(arg)[1] if role == "flag" else arg if role == "value" else None
-        if value:
-            values.append(value)
-    return values
+    return arg.startswith("-") and SECRET_FLAG_RE.fullmatch(arg.partition("=")[0]) is not None
 
 
 def split_secret_flags(argv: Iterable[str]) -> tuple[list[str], list[str]]:
     """``argv`` as (everything but the secret-looking flags, those flags with their values), each in order."""
     kept: list[str] = []
     secret: list[str] = []
-    for arg, role in _roles(argv):
+    for arg, role in flag_roles(argv, is_secret_flag):
         (kept if role == "plain" else secret).append(arg)
     return kept, secret
 
@@ -74,12 +47,9 @@ def split_secret_flags(argv: Iterable[str]) -> tuple[list[str], list[str]]:
 def redact_argv(argv: Iterable[str]) -> list[str]:
     """``argv`` with the values of secret-looking flags replaced by ``***`` (for logs and state files)."""
     out: list[str] = []
-    for arg, role in _roles(argv):
-        if role == "value":
-            arg = MASK
-        elif role == "flag" and _split_flag(arg)[1] is not None:
-            arg = f"{_split_flag(arg)[0]}={MASK}"
-        out.append(arg)
+    for arg, role in flag_roles(argv, is_secret_flag):
+        name, eq, _ = arg.partition("=")
+        out.append(MASK if role == "value" else f"{name}={MASK}" if role == "flag" and eq else arg)
     return out
 
 
@@ -94,7 +64,7 @@ def configured_secrets(settings: Settings) -> list[str]:
         values.append(token)
     for extra in (settings.vllm_extra_args, settings.locust_extra_args):
         try:
-            values += secret_flag_values(shlex.split(extra))
+            values += option_values(shlex.split(extra), is_secret_flag)
         except ValueError:  # unbalanced quotes: the launcher refuses it anyway
             continue
     return [v for v in values if v and v.strip()]

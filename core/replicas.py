@@ -8,6 +8,7 @@ behind the front is still one engine for the reports. ``ENGINE_SWITCH=restart`` 
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Annotated, Any
 from pydantic import TypeAdapter, ValidationError
 
 from core.enginestate import read_engine_state
-from core.knobs.serving_knobs import client_host
+from core.knobs import client_host
 from core.settings import Settings
 from core.slots import Slot, active_slot, record_path
 
@@ -244,12 +245,8 @@ def split_devices(devices: list[str], parts: int) -> list[str]:
     if parts < 1 or len(devices) < parts:
         raise ValueError(f"{len(devices)} device(s) cannot be split between {parts} replica(s): one each at least")
     size, extra = divmod(len(devices), parts)
-    out, start = [], 0
-    for k in range(parts):
-        end = start + size + (1 if k < extra else 0)
-        out.append(",".join(devices[start:end]))
-        start = end
-    return out
+    bounds = [k * size + min(k, extra) for k in range(parts + 1)]  # the first ``extra`` parts take one more
+    return [",".join(devices[start:end]) for start, end in itertools.pairwise(bounds)]
 
 
 def imbalance_percent(counts: list[int]) -> float | None:

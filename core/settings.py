@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shlex
 import sys
 from collections.abc import Mapping
@@ -19,12 +20,19 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from core.distributions import lognormal_params
-from core.knobs.benchmark_knobs import RANDOM_DATASET, BenchmarkKnobs
-from core.knobs.cluster_knobs import ClusterKnobs, CostKnobs
-from core.knobs.folders_knobs import PROJECT_ROOT, FolderKnobs
-from core.knobs.security_knobs import SecurityKnobs
-from core.knobs.serving_knobs import DEFAULT_MODEL, SYNTHETIC_FALLBACK, ServingKnobs
-from core.knobs.sweep_knobs import SweepKnobs
+from core.knobs import (
+    DEFAULT_MODEL,
+    PROJECT_ROOT,
+    RANDOM_DATASET,
+    SYNTHETIC_FALLBACK,
+    BenchmarkKnobs,
+    ClusterKnobs,
+    CostKnobs,
+    FolderKnobs,
+    SecurityKnobs,
+    ServingKnobs,
+    SweepKnobs,
+)
 from core.parsing import option_values, parse_sweep
 
 __all__ = [
@@ -35,6 +43,7 @@ __all__ = [
     "SYNTHETIC_FALLBACK",
     "Settings",
     "describe_validation_error",
+    "ensure_sidecar_token",
     "env_names",
     "get_settings",
     "secret_env_names",
@@ -326,6 +335,45 @@ def service_env(service: str, base: dict[str, str] | None = None) -> dict[str, s
     for name in secret_env_names() - keep:
         env.pop(name, None)
     return env
+
+
+TOKEN_BYTES = 32
+"""Random bytes of a generated sidecar token (43 URL-safe characters)."""
+
+
+def ensure_token_file(path: Path) -> str:
+    """The token in ``path``, a new random one written first (0600, exclusively) when missing or empty.
+
+    Raises:
+        OSError: the folder cannot be written.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(3):
+        try:
+            token = path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            token = ""
+        if token:
+            return token
+        path.unlink(missing_ok=True)  # an empty file (a crash between create and write) is replaced
+        token = secrets.token_urlsafe(TOKEN_BYTES)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue  # another process made it meanwhile: read theirs
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(token + "\n")
+        return token
+    raise OSError(f"could not create {path}")
+
+
+def ensure_sidecar_token(settings: Settings) -> str:
+    """SIDECAR_TOKEN when set, else SIDECAR_TOKEN_FILE's token (``run/sidecar_token`` in local mode), made when missing.
+
+    Raises:
+        OSError: the token file cannot be made.
+    """
+    return settings.sidecar_token or ensure_token_file(settings.sidecar_token_path)
 
 
 def describe_validation_error(exc: ValidationError, from_cli: set[str] | frozenset[str] = frozenset()) -> str:

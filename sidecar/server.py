@@ -29,8 +29,7 @@ from core.net import port_in_use_message
 from core.redact import redact_json
 from core.replicas import serving_engine
 from core.report_schema import GpuSample, HostResources
-from core.settings import Settings, get_settings
-from core.tokenfile import ensure_sidecar_token
+from core.settings import Settings, ensure_sidecar_token, get_settings
 from core.units import GIB
 from engine.local_control import engine_phase, own_program
 from engine.vllmlog.startup import latest_start

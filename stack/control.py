@@ -31,9 +31,8 @@ from core.net import port_in_use_message
 from core.pipes import guard_stdout
 from core.redact import Redactor, secret_values
 from core.replicas import as_started, check_cluster, cluster_record, record_cluster
-from core.settings import PROJECT_ROOT, Settings, get_settings
+from core.settings import PROJECT_ROOT, Settings, ensure_sidecar_token, get_settings
 from core.slots import clear_slots
-from core.tokenfile import ensure_sidecar_token
 from core.units import MIB
 from engine.engineplan import engine_build
 from engine.local_control import (

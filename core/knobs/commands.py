@@ -21,7 +21,7 @@ class Command:
     groups: tuple[tuple[str, tuple[str, ...]], ...]
     top: tuple[str, ...] = ()
     flags: bool = True
-    entry: str = ""  # the Python entry point behind prog
+    entry: str = ""  # the Python entry point behind prog, where it is not prog itself
     also: tuple[str, ...] = ()  # other commands with this view (make targets, modules)
 
     @property
@@ -81,7 +81,6 @@ UI = Command(
     noun="a UI setting",
     prog="python -m ui.chainlit_launch",
     make="make up",
-    entry="python -m ui.chainlit_launch",
     groups=(
         ("chat", ("ui_system_prompt", "max_tokens", "ui_max_tokens", "temperature", "ui_status_interval_s",
                   "startup_timeout_s")),
@@ -96,7 +95,6 @@ SIDECAR = Command(
     noun="a sidecar setting",
     prog="python -m sidecar.server",
     make="make up",
-    entry="python -m sidecar.server",
     groups=(
         ("sampling", ("gpu_sample_interval_s", "engine_metrics_interval_s", "peer_sidecars")),
         ("reports", ("reports_dir", "reports_keep", "reports_max_age_days", "logs_dir")),

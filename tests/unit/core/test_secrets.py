@@ -12,9 +12,15 @@ from typing import Any
 import pytest
 
 from core.parsing import option_values
-from core.redact import Redactor, configured_secrets, redact_argv, redact_json, secret_flag_values
-from core.settings import SERVICE_SECRETS, Settings, secret_env_names, service_env
-from core.tokenfile import ensure_sidecar_token, ensure_token_file
+from core.redact import Redactor, configured_secrets, is_secret_flag, redact_argv, redact_json
+from core.settings import (
+    SERVICE_SECRETS,
+    Settings,
+    ensure_sidecar_token,
+    ensure_token_file,
+    secret_env_names,
+    service_env,
+)
 
 
 def settings(**fields: Any) -> Settings:
@@ -25,7 +31,7 @@ def test_secret_flag_values_and_argv_masking() -> None:
     """Values of --api-key (a list), --hf-token=… and the like are found and masked; --tokenizer is not a secret."""
     argv = ["vllm", "--api-key", "k1", "k2", "--tokenizer", "tok/x", "--hf-token=hf_abc", "--max-num-batched-tokens",
             "8", "--password", "p"]  # fmt: skip
-    assert secret_flag_values(argv) == ["k1", "k2", "hf_abc", "p"]
+    assert option_values(argv, is_secret_flag) == ["k1", "k2", "hf_abc", "p"]
     assert redact_argv(argv) == ["vllm", "--api-key", "***", "***", "--tokenizer", "tok/x", "--hf-token=***",
                                  "--max-num-batched-tokens", "8", "--password", "***"]  # fmt: skip
 

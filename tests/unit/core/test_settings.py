@@ -5,12 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from core.knobs.benchmark_knobs import BenchmarkKnobs
-from core.knobs.cluster_knobs import ClusterKnobs, CostKnobs
-from core.knobs.folders_knobs import FolderKnobs
-from core.knobs.security_knobs import SecurityKnobs
-from core.knobs.serving_knobs import ServingKnobs
-from core.knobs.sweep_knobs import SweepKnobs
+from core.knobs import BenchmarkKnobs, ClusterKnobs, CostKnobs, FolderKnobs, SecurityKnobs, ServingKnobs, SweepKnobs
 from core.parsing import parse_duration_s
 from core.settings import Settings, describe_validation_error
 
