@@ -20,7 +20,7 @@ from loadgen.locust_side.process_state import RunState, Slot
 from loadgen.locust_side.user_actions import arrivals
 from loadgen.plan import bench_config, with_trace
 from loadgen.selftest.mock_answers import tokenize_answer
-from loadgen.workloads.randomdata import exact_chat_text, row_ids, trace_requests
+from loadgen.workloads.randomdata import exact_text, row_ids, trace_requests
 from loadgen.workloads.tokenizing import ServerTokenizer
 from loadgen.workloads.trace import (
     BURSTGPT,
@@ -227,5 +227,5 @@ def test_prompts_are_exact_as_the_servers_tokenizer_counts_them() -> None:
     pool = np.arange(0x4E00, 0x4E80)
     rng = np.random.default_rng(1)
     for start, total in [(10, 50), (80, 50), (46, 50)]:
-        text = exact_chat_text(tok, pool, rng, [0x4E00 + i for i in range(start)], total, "TRACE")
+        text = exact_text(tok, pool, rng, [0x4E00 + i for i in range(start)], total, tok.chat_count, "TRACE")
         assert tok.chat_count(text) == total and text.startswith(chr(0x4E00) + chr(0x4E01))
