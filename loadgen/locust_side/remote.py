@@ -86,13 +86,18 @@ class Coordinator:
         runner = self.environment.runner
         self._done_sent = False
         if isinstance(runner, MasterRunner):
-            workers = [c.id for c in runner.clients.ready + runner.clients.spawning + runner.clients.running]
-            self._done_workers, self._expected = set(), len(workers)
-            for wid, slot in slots_for(workers, time.time()).items():
-                runner.send_message(SLOT_MESSAGE, {"slot": slot.slot, "slots": slot.slots, "start_at": slot.start_at},
-                                    client_id=wid)  # fmt: skip
+            clients = runner.clients
+            self._send_slots(runner, [c.id for c in clients.ready + clients.spawning + clients.running])
         elif isinstance(runner, LocalRunner):
             self._set(Slot())
+
+    def _send_slots(self, runner: MasterRunner, workers: list[str],
+                    extra: Callable[[str], dict[str, Any]] = lambda wid: {}) -> None:
+        """Master: each of ``workers`` gets its slot (with ``extra(worker id)``), all one schedule start."""
+        self._done_workers, self._expected = set(), len(workers)
+        for wid, slot in slots_for(workers, time.time()).items():
+            data = {"slot": slot.slot, "slots": slot.slots, "start_at": slot.start_at, **extra(wid)}
+            runner.send_message(SLOT_MESSAGE, data, client_id=wid)
 
     def test_stop(self) -> None:
         """The next test waits for its own slot."""
@@ -223,14 +228,9 @@ class JoiningCoordinator(Coordinator):
                 gevent.spawn(runner.quit)
                 return
             gevent.sleep(0.2)
-        workers = list(self.joined)
-        self._done_workers, self._expected = set(), len(workers)
         plan_json = self._plan_json()
         plan_json["max_requests"] = int(getattr(self.environment.parsed_options, "max_requests", 0) or 0)
-        for wid, slot in slots_for(workers, time.time()).items():
-            runner.send_message(SLOT_MESSAGE, {"slot": slot.slot, "slots": slot.slots, "start_at": slot.start_at,
-                                               "offset_s": self.joined[wid]["offset_s"], **plan_json},
-                                client_id=wid)  # fmt: skip
+        self._send_slots(runner, list(self.joined), lambda wid: {"offset_s": self.joined[wid]["offset_s"], **plan_json})
 
     def _plan_json(self) -> dict[str, Any]:
         plan = self.master_plan
