@@ -5,13 +5,11 @@ At the test's start the master sends every worker its :class:`~loadgen.locust_si
 with the schedule's start a moment ahead); each worker says ``llm_done`` after its last request and the master ends
 the run when all have. A single process is slot 0 of 1 and ends the run itself (:class:`Coordinator`).
 
-Every worker (local or remote) joins before it gets a share: ``llm_join`` (host, pid); :data:`PROBES` rounds of
-``llm_challenge`` (a nonce) and ``llm_proof`` (HMAC with the sidecar token, the worker's time), which let it in and give
-its clock offset (:mod:`loadgen.locust_side.joining`; a failed proof is told to quit); at the test's start, once
-EXPECT_WORKERS + WORKERS have joined, ``llm_slot`` with the plan, the dataset's text and the offset; then the worker
-sends ``llm_rows`` batches, ``llm_load`` and ``llm_done``, which the master appends (rows in its clock)
-(:class:`JoiningCoordinator`). Tested by the integration tests (importing Locust monkey-patches the process: only the
-locustfile imports this module).
+With ``--join`` every worker joins before it gets a share (:class:`JoiningCoordinator`): ``llm_join``, then
+:data:`PROBES` rounds of ``llm_challenge`` and ``llm_proof`` (:mod:`loadgen.locust_side.joining`; a failed proof is
+told to quit); once EXPECT_WORKERS + WORKERS have joined, ``llm_slot`` also carries the plan, the dataset's text and
+the offset; the worker sends ``llm_rows`` batches, ``llm_load`` and ``llm_done``, the master appends them (rows in its
+clock). Tested by the integration tests (importing Locust monkey-patches the process).
 """
 
 from __future__ import annotations
