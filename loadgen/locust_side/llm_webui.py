@@ -30,21 +30,6 @@ THROUGHPUT_COLUMNS = (("name", "Metric"), ("value", "Value"))
 SUBMIT_PATH = "/login_submit"
 
 
-def template_args() -> dict[str, Any]:
-    """The web UI's extra tabs and their table layouts (merged into ``environment.web_ui.template_args``)."""
-    return {
-        "extended_tabs": [
-            {"title": "LLM latency", "key": LATENCY_TAB},
-            {"title": "LLM throughput", "key": THROUGHPUT_TAB},
-        ],
-        "extended_tables": [
-            {"key": LATENCY_TAB, "structure": [{"key": k, "title": t} for k, t in LATENCY_COLUMNS]},
-            {"key": THROUGHPUT_TAB, "structure": [{"key": k, "title": t} for k, t in THROUGHPUT_COLUMNS]},
-        ],
-        "extended_csv_files": [{"href": "/llm-stats/csv", "title": "Download LLM statistics CSV"}],
-    }
-
-
 def elapsed_s(environment: Environment) -> float | None:
     """Seconds of the current test so far (to its last request once it stopped); None before any request."""
     total = environment.stats.total
@@ -72,7 +57,13 @@ def install(environment: Environment, llm: LlmStats) -> None:
     web_ui = environment.web_ui
     if web_ui is None or web_ui.app is None:
         return
-    web_ui.template_args.update(template_args())
+    web_ui.template_args.update({  # the extra tabs and their table layouts
+        "extended_tabs": [{"title": "LLM latency", "key": LATENCY_TAB},
+                          {"title": "LLM throughput", "key": THROUGHPUT_TAB}],
+        "extended_tables": [{"key": tab, "structure": [{"key": k, "title": t} for k, t in columns]}
+                            for tab, columns in ((LATENCY_TAB, LATENCY_COLUMNS), (THROUGHPUT_TAB, THROUGHPUT_COLUMNS))],
+        "extended_csv_files": [{"href": "/llm-stats/csv", "title": "Download LLM statistics CSV"}],
+    })
     app = web_ui.app
 
     @app.after_request

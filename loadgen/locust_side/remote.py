@@ -5,13 +5,11 @@ At the test's start the master sends every worker its :class:`~loadgen.locust_si
 with the schedule's start a moment ahead); each worker says ``llm_done`` after its last request and the master ends
 the run when all have. A single process is slot 0 of 1 and ends the run itself (:class:`Coordinator`).
 
-Every worker (local or remote) joins before it gets a share: ``llm_join`` (host, pid); :data:`PROBES` rounds of
-``llm_challenge`` (a nonce) and ``llm_proof`` (HMAC with the sidecar token, the worker's time), which let it in and give
-its clock offset (:mod:`loadgen.locust_side.joining`; a failed proof is told to quit); at the test's start, once
-EXPECT_WORKERS + WORKERS have joined, ``llm_slot`` with the plan, the dataset's text and the offset; then the worker
-sends ``llm_rows`` batches, ``llm_load`` and ``llm_done``, which the master appends (rows in its clock)
-(:class:`JoiningCoordinator`). Tested by the integration tests (importing Locust monkey-patches the process: only the
-locustfile imports this module).
+With ``--join`` every worker joins before it gets a share (:class:`JoiningCoordinator`): ``llm_join``, then
+:data:`PROBES` rounds of ``llm_challenge`` and ``llm_proof`` (:mod:`loadgen.locust_side.joining`; a failed proof is
+told to quit); once EXPECT_WORKERS + WORKERS have joined, ``llm_slot`` also carries the plan, the dataset's text and
+the offset; the worker sends ``llm_rows`` batches, ``llm_load`` and ``llm_done``, the master appends them (rows in its
+clock). Tested by the integration tests (importing Locust monkey-patches the process).
 """
 
 from __future__ import annotations
@@ -86,13 +84,18 @@ class Coordinator:
         runner = self.environment.runner
         self._done_sent = False
         if isinstance(runner, MasterRunner):
-            workers = [c.id for c in runner.clients.ready + runner.clients.spawning + runner.clients.running]
-            self._done_workers, self._expected = set(), len(workers)
-            for wid, slot in slots_for(workers, time.time()).items():
-                runner.send_message(SLOT_MESSAGE, {"slot": slot.slot, "slots": slot.slots, "start_at": slot.start_at},
-                                    client_id=wid)  # fmt: skip
+            clients = runner.clients
+            self._send_slots(runner, [c.id for c in clients.ready + clients.spawning + clients.running])
         elif isinstance(runner, LocalRunner):
             self._set(Slot())
+
+    def _send_slots(self, runner: MasterRunner, workers: list[str],
+                    extra: Callable[[str], dict[str, Any]] = lambda wid: {}) -> None:
+        """Master: each of ``workers`` gets its slot (with ``extra(worker id)``), all one schedule start."""
+        self._done_workers, self._expected = set(), len(workers)
+        for wid, slot in slots_for(workers, time.time()).items():
+            data = {"slot": slot.slot, "slots": slot.slots, "start_at": slot.start_at, **extra(wid)}
+            runner.send_message(SLOT_MESSAGE, data, client_id=wid)
 
     def test_stop(self) -> None:
         """The next test waits for its own slot."""
@@ -223,14 +226,9 @@ class JoiningCoordinator(Coordinator):
                 gevent.spawn(runner.quit)
                 return
             gevent.sleep(0.2)
-        workers = list(self.joined)
-        self._done_workers, self._expected = set(), len(workers)
         plan_json = self._plan_json()
         plan_json["max_requests"] = int(getattr(self.environment.parsed_options, "max_requests", 0) or 0)
-        for wid, slot in slots_for(workers, time.time()).items():
-            runner.send_message(SLOT_MESSAGE, {"slot": slot.slot, "slots": slot.slots, "start_at": slot.start_at,
-                                               "offset_s": self.joined[wid]["offset_s"], **plan_json},
-                                client_id=wid)  # fmt: skip
+        self._send_slots(runner, list(self.joined), lambda wid: {"offset_s": self.joined[wid]["offset_s"], **plan_json})
 
     def _plan_json(self) -> dict[str, Any]:
         plan = self.master_plan

@@ -14,7 +14,7 @@ import itertools
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import FrameType
 from typing import Any
 
@@ -155,31 +155,25 @@ def converse(state: RunState, session: Session, first: WorkItem, scheduled_at: f
     return session.turn
 
 
-def plan_arrival_gaps(plan: BenchmarkConfig) -> Iterator[float]:
-    """Gaps between arrivals, seconds: gamma gaps at RATE (shape BURSTINESS, seeded by SEED), or a linear ramp from
-    RATE to RATE_END over DURATION (else over REQUESTS arrivals).
-
-    Raises:
-        ValueError: the plan has no rate, or a rate or burstiness that is not finite and > 0.
-    """
-    if plan.rate_req_per_sec is None:
-        raise ValueError("an open-loop run needs RATE (requests per second)")
-    burstiness = plan.burstiness or 1.0
-    if plan.rate_end_req_per_sec is None:
-        return arrival_gaps_s(plan.rate_req_per_sec, burstiness, plan.seed)
-    return ramp_arrival_gaps_s(plan.rate_req_per_sec, plan.rate_end_req_per_sec, burstiness, plan.seed,
-                               duration_s=plan.duration_s, requests=plan.requests)
-
-
 def arrivals(plan: BenchmarkConfig, slot: Slot,
              trace: Sequence[tuple[float, WorkItem]] = ()) -> Iterator[tuple[int, float]]:
-    """This process's arrivals, ``(request number, seconds after the start)``: every ``slots``-th of the run's one
-    schedule (:func:`plan_arrival_gaps`, or the ``trace``'s times), from ``slot``.
+    """This process's arrivals, ``(request number, seconds after the start)``: every ``slots``-th, from ``slot``, of
+    the run's one schedule: the ``trace``'s times, else gamma gaps at RATE (shape BURSTINESS, seeded by SEED), or a
+    linear ramp from RATE to RATE_END over DURATION (else over REQUESTS arrivals).
 
     Raises:
-        ValueError: the plan has no RATE.
+        ValueError: the plan has no RATE, or a rate or burstiness that is not finite and > 0.
     """
-    offsets = (at for at, _ in trace) if trace else itertools.accumulate(plan_arrival_gaps(plan))
+    rate, burstiness = plan.rate_req_per_sec, plan.burstiness or 1.0
+    if trace:
+        offsets: Iterable[float] = (at for at, _ in trace)
+    elif rate is None:
+        raise ValueError("an open-loop run needs RATE (requests per second)")
+    elif plan.rate_end_req_per_sec is None:
+        offsets = itertools.accumulate(arrival_gaps_s(rate, burstiness, plan.seed))
+    else:
+        offsets = itertools.accumulate(ramp_arrival_gaps_s(rate, plan.rate_end_req_per_sec, burstiness, plan.seed,
+                                                           duration_s=plan.duration_s, requests=plan.requests))
     return itertools.islice(enumerate(offsets), slot.slot, None, slot.slots)
 
 

@@ -18,7 +18,7 @@ import gevent
 import orjson
 
 from core.records import ErrorKind, Phase, RequestRecord
-from core.streamtiming import StreamTimer
+from core.streamtiming import StreamTimer, count_of
 from loadgen.request.sse import DONE, SSEParser, decode_chunk
 from loadgen.request.transport import HttpSession, Response, Transport, TransportError, TransportTimeout
 
@@ -75,9 +75,18 @@ def stream_chat(session: Transport, base_url: str, payload: dict[str, Any], *, t
         record = _stream(session, base_url, payload, timeout_s, base, timer or StreamTimer(clock), pieces)
     except Exception as exc:  # a bug of ours must cost one row, never the run
         return RequestRecord(**base, ok=False, error_kind="client_error", error=f"{type(exc).__name__}: {exc}"[:500])
-    if record.ok and record.output_tokens is None:
-        return with_counted_tokens(session, base_url, payload, record, "".join(pieces))
-    return record
+    if not record.ok or record.output_tokens is not None:
+        return record
+    # usage-less: counts from /tokenize (the answer text, no special tokens), else the content chunk count (exact for
+    # one token per chunk, vLLM's default)
+    model = payload.get("model")
+    text = "".join(pieces)
+    output = server_token_count(session, base_url, {"model": model, "prompt": text, "add_special_tokens": False})
+    if output is None:
+        return record.model_copy(update={"output_tokens": record.content_chunks, "output_tokens_source": "chunks"})
+    prompt = server_token_count(session, base_url, {"model": model, "messages": payload.get("messages")})
+    return record.model_copy(update={"output_tokens": output, "prompt_tokens": prompt,
+                                     "output_tokens_source": "tokenize"})
 
 
 _NO_TOKENIZE: set[str] = set()  # servers whose /tokenize answered 404/405: not asked again
@@ -107,21 +116,7 @@ def server_token_count(session: Transport, base_url: str, body: dict[str, Any]) 
         answer = orjson.loads(raw) if response.status == 200 else None
     except ValueError:
         return None
-    count = answer.get("count") if isinstance(answer, dict) else None
-    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
-
-
-def with_counted_tokens(session: Transport, base_url: str, payload: dict[str, Any], record: RequestRecord,
-                        text: str) -> RequestRecord:
-    """A usage-less successful row with token counts from ``/tokenize`` (the answer text, no special tokens), else
-    the content chunk count (exact for one token per chunk, vLLM's default)."""
-    model = payload.get("model")
-    output = server_token_count(session, base_url, {"model": model, "prompt": text, "add_special_tokens": False})
-    if output is None:
-        return record.model_copy(update={"output_tokens": record.content_chunks, "output_tokens_source": "chunks"})
-    prompt = server_token_count(session, base_url, {"model": model, "messages": payload.get("messages")})
-    return record.model_copy(update={"output_tokens": output, "prompt_tokens": prompt,
-                                     "output_tokens_source": "tokenize"})
+    return count_of(answer.get("count")) if isinstance(answer, dict) else None
 
 
 def _stream(session: Transport, base_url: str, payload: dict[str, Any], timeout_s: float, base: dict[str, Any],

@@ -51,11 +51,6 @@ class SSEParser:
                     out.append(data)
         return out
 
-    @property
-    def pending(self) -> bytes:
-        """Bytes of an event not yet completed by a blank line (what a stream that ends now leaves over)."""
-        return self._rest
-
 
 def _event_data(event: bytes) -> bytes | None:
     """The data of one event's lines (joined by ``\\n``), None when it has no ``data`` field."""

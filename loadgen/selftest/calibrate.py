@@ -296,11 +296,9 @@ def calibration_table(rows: Mapping[str, ClientRun]) -> list[str]:
 
 
 def calibration_run(name: str, workers: int, run: ClientRun) -> CalibrationRun:
-    """One run as stored in ``logs/calibration.json`` (pure)."""
-    return CalibrationRun(name=name, workers=workers, chunks_per_sec=run.chunks_per_sec,
-                          requests_per_sec=run.requests_per_sec, client_cores=run.client_cores,
-                          mock_cores=run.server_cores, chunks_per_sec_per_core=run.chunks_per_sec_per_core,
-                          requests_per_sec_per_core=run.requests_per_sec_per_core)
+    """One run as stored in ``logs/calibration.json`` (pure): its figures of the same names, the server's cores."""
+    figures = {key: getattr(run, key) for key in CalibrationRun.model_fields.keys() - {"name", "workers", "mock_cores"}}
+    return CalibrationRun(name=name, workers=workers, mock_cores=run.server_cores, **figures)
 
 
 def scaling_lines(runs: Mapping[str, ClientRun], workers: int) -> list[str]:

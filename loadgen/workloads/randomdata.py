@@ -39,20 +39,6 @@ DEFAULT_PROMPTS = 256  # duration-bounded runs cycle through this many
 CORPUS_CHARS = 20_000  # of the bundled corpus, tokenized once for the pool of ordinary token ids
 
 
-def sized_prompt(tok: PromptTokenizer, pool: np.ndarray, rng: np.random.Generator, total_tokens: int) -> str:
-    """A random text whose one-message chat is exactly ``total_tokens`` tokens.
-
-    Raises:
-        BenchError: the template alone is longer, or the count did not settle.
-    """
-    overhead = tok.chat_count("")
-    if total_tokens <= overhead:
-        raise BenchError(f"RANDOM_INPUT_LEN={total_tokens} is not above the chat template's own {overhead} tokens: "
-                         "choose more")
-    ids = [int(i) for i in rng.choice(pool, total_tokens - overhead)]
-    return exact_chat_text(tok, pool, rng, ids, total_tokens, "DATASET=random")
-
-
 def exact_text(tok: PromptTokenizer, pool: np.ndarray, rng: np.random.Generator, ids: list[int], tokens: int,
                count: Callable[[str], int], failure: str) -> str:
     """A text starting with (the decoding of) ``ids`` that ``count`` finds exactly ``tokens`` long: the last ids are
@@ -71,17 +57,6 @@ def exact_text(tok: PromptTokenizer, pool: np.ndarray, rng: np.random.Generator,
         gap = tokens - found
         ids = ids + [int(i) for i in rng.choice(pool, gap)] if gap > 0 else ids[: max(1, len(ids) + gap)]
     raise BenchError(f"{failure} (last count {found})")
-
-
-def exact_chat_text(tok: PromptTokenizer, pool: np.ndarray, rng: np.random.Generator, ids: list[int],
-                    total_tokens: int, knob: str) -> str:
-    """:func:`exact_text` for a one-message chat of ``total_tokens`` tokens as the server counts it.
-
-    Raises:
-        BenchError: the count did not settle (names ``knob``, the wanted and the last count).
-    """
-    failure = f"{knob}: could not size a prompt to {total_tokens} tokens"
-    return exact_text(tok, pool, rng, ids, total_tokens, tok.chat_count, failure)
 
 
 def token_pool(tok: PromptTokenizer, corpus: Path) -> np.ndarray:
@@ -128,8 +103,15 @@ def random_prompts_file(plan: BenchmarkConfig, logs_dir: Path, corpus: Path,
 
     def build(tok: PromptTokenizer, pool: np.ndarray) -> str:
         rng = np.random.default_rng(plan.seed)
-        lines = [json.dumps({"id": f"random-{i}", "task": "random", "prompt": sized_prompt(tok, pool, rng, total)},
-                            ensure_ascii=False) for i in range(count)]  # fmt: skip
+        overhead = tok.chat_count("")
+        if total <= overhead:
+            raise BenchError(f"RANDOM_INPUT_LEN={total} is not above the chat template's own {overhead} tokens: "
+                             "choose more")
+        failure = f"DATASET=random: could not size a prompt to {total} tokens"
+        texts = (exact_text(tok, pool, rng, [int(i) for i in rng.choice(pool, total - overhead)], total, tok.chat_count,
+                            failure) for _ in range(count))
+        lines = [json.dumps({"id": f"random-{i}", "task": "random", "prompt": text}, ensure_ascii=False)
+                 for i, text in enumerate(texts)]
         return "\n".join(lines) + "\n"
 
     path = generated_path(logs_dir, "random", plan, f"in{total}_n{count}_seed{plan.seed}.jsonl")
@@ -223,7 +205,8 @@ def trace_prompts_file(plan: BenchmarkConfig, rows: Sequence[tuple[float, TraceR
             raised += total != row.input_tokens
             rng = np.random.default_rng([plan.seed, 4, index])
             ids = row_ids(row, index, plan.seed, pool, blocks, total - overhead)
-            prompt = exact_chat_text(tok, pool, rng, ids, total, "TRACE")
+            failure = f"TRACE: could not size a prompt to {total} tokens"
+            prompt = exact_text(tok, pool, rng, ids, total, tok.chat_count, failure)
             lines.append(json.dumps({
                 "id": f"trace-{row.line}", "task": "trace", "prompt": prompt,
                 "max_tokens": max(1, row.output_tokens), "at_s": row.at_s, "input_tokens": total,

@@ -91,22 +91,18 @@ class ServerTokenizer:
             raise TokenizeUnusable(str(exc)) from None
 
     def ids(self, text: str) -> list[int]:
-        """Token ids of plain ``text`` (no special tokens)."""
         body = {"prompt": text, "add_special_tokens": False}
         return list(self._post("/tokenize", body, TOKENIZED, "vLLM's {\"tokens\": [ids]}").tokens)
 
     def chat_count(self, text: str) -> int:
-        """Tokens of a one-message chat with ``text`` as the server's chat endpoint would build it."""
         body = {"messages": [{"role": "user", "content": text}], "add_generation_prompt": True}
         found: _Tokenized = self._post("/tokenize", body, TOKENIZED, "vLLM's {\"tokens\": [ids], \"count\": n}")
         return found.count if found.count is not None else len(found.tokens)
 
     def text(self, ids: list[int]) -> str:
-        """``ids`` decoded by the server."""
         return str(self._post("/detokenize", {"tokens": ids}, DETOKENIZED, "vLLM's {\"prompt\": text}").prompt)
 
     def close(self) -> None:
-        """Close the connection pool."""
         self.client.close()
 
 
@@ -295,7 +291,6 @@ class LocalTokenizer:
         self.source = f"the local tokenizer in {folder} ({origin})"
 
     def ids(self, text: str) -> list[int]:
-        """Token ids of plain ``text`` (no special tokens added)."""
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def chat_text(self, text: str) -> str:
@@ -314,12 +309,10 @@ class LocalTokenizer:
             raise LocalTokenizerError(f"{self.folder}: the chat template failed ({why})") from None
 
     def chat_count(self, text: str) -> int:
-        """Tokens of a one-message chat with ``text`` as the server's chat endpoint builds it (template included)."""
         return len(self.ids(self.chat_text(text)))
 
     def text(self, ids: list[int]) -> str:
-        """``ids`` decoded (special tokens kept, as vLLM's ``/detokenize``)."""
-        return str(self.tokenizer.decode(ids, skip_special_tokens=False))
+        return str(self.tokenizer.decode(ids, skip_special_tokens=False))  # special tokens kept, as vLLM's /detokenize
 
     def close(self) -> None:
         """Nothing to release (the server tokenizer's counterpart closes its connections)."""

@@ -129,12 +129,17 @@ def _mooncake_row(path: Path, number: int, raw: str) -> TraceRow:
                     hash_ids=tuple(hash_ids), line=number)
 
 
-def parse_trace(path: Path, data: bytes) -> Trace:
-    """The trace in ``data`` (the bytes of ``path``), its format found by content.
+def load_trace(path: Path, data: bytes | None = None) -> Trace:
+    """The trace at ``path`` (read, or its bytes ``data`` when given), its format found by content.
 
     Raises:
-        TraceError: not UTF-8, empty, neither format, or a bad row (the message names file, line and fault).
+        TraceError: unreadable, not UTF-8, empty, neither format, or a bad row (the message names file, line and
+            fault, and what to do).
     """
+    try:
+        data = path.read_bytes() if data is None else data
+    except OSError as exc:
+        raise TraceError(f"TRACE={path}: cannot read it ({exc.strerror or exc})") from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -157,19 +162,6 @@ def parse_trace(path: Path, data: bytes) -> Trace:
             raise _fail(path, row.line, f"timestamp {row.at_s:g} s is before line {before.line}'s {before.at_s:g} s: "
                                         "a trace is replayed in order; sort it by timestamp")
     return Trace(path, kind, hashlib.sha256(data).hexdigest(), rows)
-
-
-def load_trace(path: Path) -> Trace:
-    """Read and parse the trace at ``path`` (:func:`parse_trace`).
-
-    Raises:
-        TraceError: unreadable or bad (the message says what to do).
-    """
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise TraceError(f"TRACE={path}: cannot read it ({exc.strerror or exc})") from None
-    return parse_trace(path, data)
 
 
 def schedule(rows: Sequence[TraceRow], speed: float = 1.0, requests: int | None = None,

@@ -20,7 +20,7 @@ from loadgen.locust_side.process_state import RunState, Slot
 from loadgen.locust_side.user_actions import arrivals
 from loadgen.plan import bench_config, with_trace
 from loadgen.selftest.mock_answers import tokenize_answer
-from loadgen.workloads.randomdata import exact_chat_text, row_ids, trace_requests
+from loadgen.workloads.randomdata import exact_text, row_ids, trace_requests
 from loadgen.workloads.tokenizing import ServerTokenizer
 from loadgen.workloads.trace import (
     BURSTGPT,
@@ -30,7 +30,6 @@ from loadgen.workloads.trace import (
     TraceRow,
     load_trace,
     mean_rate,
-    parse_trace,
     schedule,
     schedule_problem,
 )
@@ -41,23 +40,23 @@ HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n
 
 
 def _parse(text: str, name: str = "t") -> Trace:
-    return parse_trace(Path(name), text.encode())
+    return load_trace(Path(name), text.encode())
 
 
 def test_burstgpt_rows_are_read_by_column_name() -> None:
     """BurstGPT CSV: timestamps in s, request and response tokens by header name (any column order, extra columns
     ignored); a 0-token response (a failed request) is kept."""
-    trace = parse_trace(Path("b.csv"), (HEADER + "0,ChatGPT,10,5,15,Conversation log\n"
+    trace = load_trace(Path("b.csv"), (HEADER + "0,ChatGPT,10,5,15,Conversation log\n"
                                        "1.5,GPT-4,20,0,20,API log\n\n").encode())
     assert trace.format == BURSTGPT
     assert [(r.at_s, r.input_tokens, r.output_tokens, r.line) for r in trace.rows] == [(0.0, 10, 5, 2), (1.5, 20, 0, 3)]
-    reordered = parse_trace(Path("b.csv"), b"Response tokens,Timestamp,Request tokens\n7,2.0,30\n")
+    reordered = load_trace(Path("b.csv"), b"Response tokens,Timestamp,Request tokens\n7,2.0,30\n")
     assert [(r.at_s, r.input_tokens, r.output_tokens) for r in reordered.rows] == [(2.0, 30, 7)]
 
 
 def test_mooncake_rows_read_milliseconds_and_hash_ids() -> None:
     """Mooncake JSONL: timestamp in ms, lengths and hash_ids (optional) per line; blank lines skipped."""
-    trace = parse_trace(Path("m.jsonl"), b'{"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [4, 9]}'
+    trace = load_trace(Path("m.jsonl"), b'{"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [4, 9]}'
                                          b'\n\n{"timestamp": 1500, "input_length": 10, "output_length": 1}\n')
     assert trace.format == MOONCAKE
     assert [(r.at_s, r.input_tokens, r.output_tokens, r.hash_ids, r.line) for r in trace.rows] == [
@@ -100,7 +99,7 @@ def test_unreadable_and_non_utf8_files_are_refused(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="cannot read it"):
         load_trace(tmp_path / "none.csv")
     with pytest.raises(TraceError, match="not UTF-8"):
-        parse_trace(Path("x.csv"), b"\xff\xfe\x00")
+        load_trace(Path("x.csv"), b"\xff\xfe\x00")
 
 
 def test_the_samples_parse_and_their_hash_is_of_the_bytes() -> None:
@@ -109,7 +108,7 @@ def test_the_samples_parse_and_their_hash_is_of_the_bytes() -> None:
     assert (burst.format, moon.format) == (BURSTGPT, MOONCAKE) and 24 <= len(burst.rows) <= 60
     assert 24 <= len(moon.rows) <= 60 and any(len(r.hash_ids) > 1 for r in moon.rows)
     data = (SAMPLES / "burstgpt_sample.csv").read_bytes()
-    assert parse_trace(Path("x"), data).sha256 == burst.sha256 != parse_trace(Path("x"), data + b"\n").sha256
+    assert load_trace(Path("x"), data).sha256 == burst.sha256 != load_trace(Path("x"), data + b"\n").sha256
 
 
 ROWS = [TraceRow(at_s=t, input_tokens=10, output_tokens=2, line=i + 2) for i, t in enumerate([100.0, 101.0, 103.0,
@@ -227,5 +226,5 @@ def test_prompts_are_exact_as_the_servers_tokenizer_counts_them() -> None:
     pool = np.arange(0x4E00, 0x4E80)
     rng = np.random.default_rng(1)
     for start, total in [(10, 50), (80, 50), (46, 50)]:
-        text = exact_chat_text(tok, pool, rng, [0x4E00 + i for i in range(start)], total, "TRACE")
+        text = exact_text(tok, pool, rng, [0x4E00 + i for i in range(start)], total, tok.chat_count, "TRACE")
         assert tok.chat_count(text) == total and text.startswith(chr(0x4E00) + chr(0x4E01))
