@@ -78,19 +78,13 @@ def build_synthetic(settings: Settings, resolved: ResolvedModel) -> None:
         ModelResolutionError: the build failed.
     """
     assert resolved.synthetic_variant is not None
-    cmd = [
-        engine_python(settings),
-        "-m",
-        "engine.synthetic",
-        "--variant",
-        resolved.synthetic_variant,
-        "--out",
-        resolved.model_arg,
-        "--corpus",
-        str(settings.prompts_file),
-        "--seed",
-        str(settings.seed),
-    ]
+    args = {
+        "--variant": resolved.synthetic_variant,
+        "--out": resolved.model_arg,
+        "--corpus": str(settings.prompts_file),
+        "--seed": str(settings.seed),
+    }
+    cmd = [engine_python(settings), "-m", "engine.synthetic", *itertools.chain(*args.items())]
     proc = subprocess.run(cmd, cwd=PROJECT_ROOT, check=False)
     if proc.returncode != 0:
         raise ModelResolutionError(f"Building {resolved.requested} failed (exit {proc.returncode}); see output above.")
