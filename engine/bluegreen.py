@@ -149,15 +149,14 @@ class Drained:
     waited_s: float
 
 
-def in_flight(url: str, headers: dict[str, str], client: httpx.Client | None = None) -> int | None:
+def in_flight(url: str, headers: dict[str, str]) -> int | None:
     """Requests the engine at ``url`` serves now (``/load``, else ``/metrics``' running + waiting gauges); None when it
     says neither."""
-    get = client.get if client is not None else httpx.get
     try:
-        load = get(f"{url}/load", timeout=5, headers=headers)
+        load = httpx.get(f"{url}/load", timeout=5, headers=headers)
         if load.status_code == 200 and isinstance(value := load.json().get("server_load"), int):
             return value
-        load_now = engine_load([parse_exposition(get(f"{url}/metrics", timeout=5, headers=headers).text)])
+        load_now = engine_load([parse_exposition(httpx.get(f"{url}/metrics", timeout=5, headers=headers).text)])
     except (httpx.HTTPError, ValueError, AttributeError):
         return None
     return load_now.running + load_now.waiting if load_now is not None else None
