@@ -18,8 +18,10 @@ from typing import Any, Literal
 import httpx
 import psutil
 
+from core.engineload import engine_load
 from core.enginestate import EngineError, EngineRequest, log_position, read_engine_state, write_request
 from core.replicas import replica_url
+from core.serverview_samples import parse_exposition
 from core.settings import Settings
 from core.slots import Slot, active_slot, other, write_slot
 from core.units import GIB
@@ -147,22 +149,17 @@ class Drained:
     waited_s: float
 
 
-def in_flight(url: str, headers: dict[str, str], client: httpx.Client | None = None) -> int | None:
-    """Requests the engine at ``url`` serves now (``/load``, else ``/metrics``); None when it says neither."""
-    get = client.get if client is not None else httpx.get
+def in_flight(url: str, headers: dict[str, str]) -> int | None:
+    """Requests the engine at ``url`` serves now (``/load``, else ``/metrics``' running + waiting gauges); None when it
+    says neither."""
     try:
-        load = get(f"{url}/load", timeout=5, headers=headers)
+        load = httpx.get(f"{url}/load", timeout=5, headers=headers)
         if load.status_code == 200 and isinstance(value := load.json().get("server_load"), int):
             return value
-        text = get(f"{url}/metrics", timeout=5, headers=headers).text
+        load_now = engine_load([parse_exposition(httpx.get(f"{url}/metrics", timeout=5, headers=headers).text)])
     except (httpx.HTTPError, ValueError, AttributeError):
         return None
-    total, found = 0.0, False
-    for line in text.splitlines():
-        if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting")):
-            total += float(line.rsplit(" ", 1)[1])
-            found = True
-    return int(total) if found else None
+    return load_now.running + load_now.waiting if load_now is not None else None
 
 
 def drain(count: Callable[[], int | None], timeout_s: float, sleep: Callable[[float], None] = time.sleep,

@@ -29,7 +29,7 @@ from engine.kvsizing import (
     pool_gib,
     read_config,
 )
-from engine.model_resolve import ResolvedModel, fetch_config, hf_cached, hf_config_dir, probe_hub, resolve_model
+from engine.model_resolve import ResolvedModel, fetch_config, hf_config_dir, probe_hub, resolve_model
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 """Weight files, in the order they are looked for (the first kind present is counted)."""
@@ -82,7 +82,7 @@ def resolve(settings: Settings) -> ResolvedModel:
         was_set=settings.model_was_set,
         served_name=settings.served_model_name,
         models_dir=settings.models_dir,
-        cached=hf_cached,
+        cached=lambda repo: hf_config_dir(repo) is not None,
         probe_hub=lambda repo: probe_hub(
             repo, settings.hub_probe_timeout_s, settings.hf_hub_offline, settings.hf_token
         ),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import shlex
@@ -77,19 +78,13 @@ def build_synthetic(settings: Settings, resolved: ResolvedModel) -> None:
         ModelResolutionError: the build failed.
     """
     assert resolved.synthetic_variant is not None
-    cmd = [
-        engine_python(settings),
-        "-m",
-        "engine.synthetic",
-        "--variant",
-        resolved.synthetic_variant,
-        "--out",
-        resolved.model_arg,
-        "--corpus",
-        str(settings.prompts_file),
-        "--seed",
-        str(settings.seed),
-    ]
+    args = {
+        "--variant": resolved.synthetic_variant,
+        "--out": resolved.model_arg,
+        "--corpus": str(settings.prompts_file),
+        "--seed": str(settings.seed),
+    }
+    cmd = [engine_python(settings), "-m", "engine.synthetic", *itertools.chain(*args.items())]
     proc = subprocess.run(cmd, cwd=PROJECT_ROOT, check=False)
     if proc.returncode != 0:
         raise ModelResolutionError(f"Building {resolved.requested} failed (exit {proc.returncode}); see output above.")
@@ -138,25 +133,16 @@ def vllm_argv(
         ValueError: VLLM_EXTRA_ARGS does not parse (unbalanced quotes).
     """
     kv = kv or kv_plan(settings, resolved, model_facts(settings, resolved, fetch=False))
-    argv = [
-        engine_python(settings),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        resolved.model_arg,
-        "--served-model-name",
-        resolved.served_name,
-        "--host",
-        settings.vllm_host,
-        "--port",
-        str(settings.vllm_port),
-        "--dtype",
-        dtype_of(settings),
-        "--kv-cache-memory-bytes",
-        str(kv.kv_cache_bytes),
-        "--max-model-len",
-        str(kv.max_model_len) if kv.max_model_len else "auto",
-    ]
+    flags = {
+        "--model": resolved.model_arg,
+        "--served-model-name": resolved.served_name,
+        "--host": settings.vllm_host,
+        "--port": str(settings.vllm_port),
+        "--dtype": dtype_of(settings),
+        "--kv-cache-memory-bytes": str(kv.kv_cache_bytes),
+        "--max-model-len": str(kv.max_model_len) if kv.max_model_len else "auto",
+    }
+    argv = [engine_python(settings), "-m", "vllm.entrypoints.openai.api_server", *itertools.chain(*flags.items())]
     if gpu_utilization is not None and not has_flag(settings.vllm_extra_args, "--gpu-memory-utilization"):
         argv += ["--gpu-memory-utilization", f"{gpu_utilization:.3f}"]
     argv += access_log_args(settings.vllm_extra_args)  # the stack's own polling stays out of vllm.log

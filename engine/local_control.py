@@ -7,6 +7,7 @@ the engine's program and waits until vLLM answers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import subprocess
@@ -257,10 +258,7 @@ class LocalEngine:
         """
         self._require()
         programs = Programs(self.supervisor)
-
-        def failure(settings: Settings, since: Any) -> str:
-            return why_not_up(settings, since, self.supervisor)
-
+        failure = functools.partial(why_not_up, supervisor=self.supervisor)
         local = [r.index for r in replicas(self.settings) if r.index is not None]
         return [switch_replica(self.settings, index, request, programs, failure, say) for index in local]
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 
 from core.enginestate import EngineError
+from core.knobs.serving_knobs import client_host
 from core.net import wait_for_http
 from core.replicas import (
     front_in_use,
@@ -174,8 +175,7 @@ def wait_for_engines(settings: Settings, interval_s: float = 2.0) -> list[str]:
 
 def front_url(settings: Settings) -> str:
     """The router's own URL on this host (a wildcard VLLM_HOST as 127.0.0.1), for its worker API."""
-    host = settings.vllm_host
-    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{settings.vllm_port}"
+    return f"http://{client_host(settings.vllm_host)}:{settings.vllm_port}"
 
 
 def _admin(settings: Settings, verb: str, url: str) -> None:

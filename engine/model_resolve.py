@@ -142,11 +142,6 @@ def hf_config_dir(repo_id: str) -> Path | None:
     return Path(found).parent if isinstance(found, str) else None
 
 
-def hf_cached(repo_id: str) -> bool:
-    """True when the local HF cache holds ``repo_id``'s ``config.json`` (no network)."""
-    return hf_config_dir(repo_id) is not None
-
-
 def fetch_config(
     repo_id: str, timeout_s: float, token: str | None = None, endpoint: str | None = None
 ) -> tuple[Path | None, str | None]:

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 MARKER = "STACK_ENGINE_RUN_DIR"
 """Environment variable the launcher sets for vLLM: the resolved run directory of the stack that started it."""
 GRACE_S = 10.0
@@ -35,54 +37,34 @@ class Ended:
     left: list[int] = field(default_factory=list)
 
 
-def _stat(proc_dir: str) -> list[str] | None:
-    """The fields of ``<proc_dir>/stat`` after the command name (state, parent, group, …); None if unreadable."""
-    try:
-        return Path(proc_dir, "stat").read_text().rsplit(")", 1)[-1].split()
-    except OSError:
-        return None
-
-
 def _gone(pid: int) -> bool:
     """True when ``pid`` no longer runs (no such process, or a zombie waiting for its parent)."""
-    stat = _stat(f"/proc/{pid}")
-    return stat is None or stat[:1] in (["Z"], ["X"])
-
-
-def _looks_like_engine(proc_dir: str) -> bool:
-    """A Python process or one vLLM renamed: a guard against a reused process group number."""
     try:
-        cmdline = Path(proc_dir, "cmdline").read_bytes().lower()
-    except OSError:
-        return False
-    return b"python" in cmdline or b"vllm" in cmdline
+        return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.Error:
+        return True
 
 
-def engine_processes(run_dir: Path, pgid: int | None = None, proc: Path = Path("/proc")) -> list[int]:
+def engine_processes(run_dir: Path, pgid: int | None = None) -> list[int]:
     """Pids of live processes carrying this stack's :data:`MARKER` or (with ``pgid``, from
-    ``engine_state.json``) in the engine's process group (renamed processes may lose the environment ``/proc`` shows).
-    Never this process or its group; unreadable ones are skipped; without ``/proc`` none."""
-    wanted = f"{MARKER}={marker_value(run_dir)}".encode()
-    own = os.getpid()
+    ``engine_state.json``) in the engine's process group, if Python or vLLM by their command line (a guard against a
+    reused group number; renamed processes may lose the environment ``/proc`` shows). Never this process or its
+    group; unreadable ones are skipped."""
+    wanted = marker_value(run_dir)
     if pgid is not None and pgid in (os.getpgrp(), 0, 1):
         pgid = None
     found = []
-    try:
-        entries = list(os.scandir(proc))
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.name.isdigit() or int(entry.name) == own:
-            continue
+    for proc in psutil.process_iter():
         try:
-            environ = Path(entry.path, "environ").read_bytes()
-        except OSError:
+            ours = proc.environ().get(MARKER) == wanted or (
+                pgid is not None
+                and os.getpgid(proc.pid) == pgid
+                and any(word in " ".join(proc.cmdline()).lower() for word in ("python", "vllm"))
+            )
+        except (psutil.Error, OSError):
             continue
-        ours = wanted in environ.split(b"\0") or (
-            pgid is not None and (_stat(entry.path) or [])[2:3] == [str(pgid)] and _looks_like_engine(entry.path)
-        )
-        if ours and not _gone(int(entry.name)):
-            found.append(int(entry.name))
+        if ours and proc.pid != os.getpid() and not _gone(proc.pid):
+            found.append(proc.pid)
     return sorted(found)
 
 

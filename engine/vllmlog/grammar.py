@@ -320,15 +320,3 @@ METRIC_FIELDS = (
     "prefix_cache_hit_rate_pct",
 )
 """Names (units in them) of :data:`METRICS_RE`'s groups, in order."""
-
-
-def parse_metrics(body: bytes) -> dict[str, float]:
-    """Numbers of one periodic stats line by :data:`METRIC_FIELDS` name (absent fields left out)."""
-    match = METRICS_RE.search(body)
-    if match is None:
-        return {}
-    return {
-        name: float(value)
-        for name, value in zip(METRIC_FIELDS, match.groups(), strict=True)
-        if value and name != "kv_cache_device"
-    }

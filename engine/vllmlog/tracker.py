@@ -10,7 +10,8 @@ bad content. Which messages carry which facts is written down here, in vLLM's ow
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from core.parsing import StampClock, epoch_to_iso
@@ -75,6 +76,13 @@ def is_api_server(proc: str | None) -> bool:
 PHASES = ("not_started", "starting", "downloading", "loading_weights", "compiling", "ready", "failed", "stopped")
 """Phase names in start-up order (``failed`` and ``stopped`` can follow any other)."""
 MAX_ATTEMPTS = 50
+EPOCH_FIELDS = ("started_at_s", "ready_at_s", "phase_since_s")
+
+
+def json_ready(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """``(name, value)`` pairs as a dict, the :data:`EPOCH_FIELDS` (epoch seconds) as local ISO 8601 named without
+    ``_s``."""
+    return {k[:-2] if k in EPOCH_FIELDS else k: epoch_to_iso(v) if k in EPOCH_FIELDS else v for k, v in pairs}
 
 
 @dataclass(frozen=True)
@@ -96,15 +104,9 @@ class StartupAttempt:
         return round(max(0.0, self.ready_at_s - self.started_at_s), 3)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form; times as local ISO 8601."""
-        return {
-            "started_at": epoch_to_iso(self.started_at_s),
-            "ready_at": epoch_to_iso(self.ready_at_s),
-            "outcome": self.outcome,
-            "startup_s": self.startup_s,
-            "load_s": self.load_s,
-            "engine_init_s": self.engine_init_s,
-        }
+        """JSON-ready form (:func:`json_ready`)."""
+        names = ("started_at_s", "ready_at_s", "outcome", "startup_s", "load_s", "engine_init_s")
+        return json_ready((name, getattr(self, name)) for name in names)
 
 
 @dataclass(frozen=True)
@@ -136,22 +138,9 @@ class StartupPhase:
     """Every start in the log, oldest first (the last :data:`MAX_ATTEMPTS`)."""
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form; times as local ISO 8601."""
-        return {
-            "phase": self.phase,
-            "detail": self.detail,
-            "load_s": self.load_s,
-            "engine_init_s": self.engine_init_s,
-            "kv_cache_line": self.kv_cache_line,
-            "startup_s": self.startup_s,
-            "error_line": self.error_line,
-            "error_process": self.error_process,
-            "started_at": epoch_to_iso(self.started_at_s),
-            "phase_since": epoch_to_iso(self.phase_since_s),
-            "ready_at": epoch_to_iso(self.ready_at_s),
-            "vllm_version": self.vllm_version,
-            "attempts": [attempt.as_dict() for attempt in self.attempts],
-        }
+        """JSON-ready form (:func:`json_ready`)."""
+        pairs = [(f.name, getattr(self, f.name)) for f in fields(self) if f.name != "attempts"]
+        return {**json_ready(pairs), "attempts": [attempt.as_dict() for attempt in self.attempts]}
 
 
 @dataclass

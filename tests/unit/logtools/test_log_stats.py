@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.requestlog import BadLogLine, RequestLogLine
-from engine.vllmlog.grammar import parse_metrics
+from engine.vllmlog.grammar import METRIC_FIELDS, METRICS_RE
 from logtools.aggregate import EngineSummary, RequestsRead, RequestStats, SlowRequests, failure_cause, iter_records
 from logtools.quantiles import RELATIVE_ACCURACY, StreamingQuantiles
 from logtools.scan import LogScanner
@@ -34,6 +34,14 @@ OLD = (
     b"Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 25.3 tokens/s, Running: 1 reqs, Swapped: 0 reqs, "
     b"Pending: 3 reqs, GPU KV cache usage: 0.1%, CPU KV cache usage: 7.0%."
 )
+
+
+def parse_metrics(line: bytes) -> dict[str, float]:
+    """One periodic stats line's numbers as :class:`EngineSummary` reads them (the last of one sample each)."""
+    engine = EngineSummary()
+    engine.add_rows(METRICS_RE.findall(line), None, None)
+    figures = set(METRIC_FIELDS) - {"kv_cache_device"}
+    return {name: value["last"] for name, value in engine.summary().items() if name in figures}
 
 
 def test_new_format_periodic_line_is_parsed() -> None:
@@ -63,8 +71,6 @@ def test_old_format_pending_is_waiting_and_gpu_cache_wins() -> None:
 
 def test_engine_summary_means_maxima_and_busy_throughput() -> None:
     """Means, maxima and last values per figure; the busy mean skips samples with nothing running."""
-    from engine.vllmlog.grammar import METRICS_RE
-
     rows = [METRICS_RE.findall(line)[0] for line in (NEW_GPU, NEW_CPU, NEW_GPU)]
     engine = EngineSummary()
     engine.add_rows(rows, 100.0, 120.0)
