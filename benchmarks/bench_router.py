@@ -100,13 +100,6 @@ def load_average() -> str:
     return f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
 
 
-def wait_ready(url: str, timeout_s: float) -> None:
-    """Wait until ``GET url`` answers 200 (:func:`core.net.wait_for_http`); raises TimeoutError naming the URL."""
-    ready, why = wait_for_http(url, timeout_s, interval_s=0.2)
-    if not ready:
-        raise TimeoutError(f"{url} did not answer 200 within {timeout_s:.0f} s: {why}")
-
-
 def load(base_url: str, model: str, args: argparse.Namespace, headers: dict[str, str]) -> list[RequestRecord]:
     """``args.requests`` streamed requests from ``args.concurrency`` closed-loop users, one connection each."""
     rows: list[RequestRecord] = []
@@ -157,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         mock = mock_server(args.workdir / "mock.log", tokens=args.tokens, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms)
         direct_url = args.target.rstrip("/") if args.target else stack.enter_context(mock).url
-        wait_ready(f"{direct_url}/v1/models", 60)
+        ready, why = wait_for_http(f"{direct_url}/v1/models", 60, interval_s=0.2)
+        if not ready:
+            raise TimeoutError(f"{direct_url}/v1/models did not answer 200 within 60 s: {why}")
         router_port = free_port()
         router_argv = [str(APP_BIN / "vllm-router"), "--host", "127.0.0.1", "--port", str(router_port),
                        "--worker-urls", direct_url, "--policy", args.policy,
