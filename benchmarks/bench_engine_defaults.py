@@ -142,8 +142,8 @@ class PrivateStack:
         self.launched_s = time.time()
         self.log_offset = log.stat().st_size if log.exists() else 0
         started = time.monotonic()
-        with serving([sys.executable, "-m", "engine.launcher"], log, {**self.env, **variant_env},
-                     f"{self.vllm_url}/v1/models", timeout_s, get_settings().vllm_headers):  # fmt: skip
+        with serving([sys.executable, "-m", "engine.launcher"], log, f"{self.vllm_url}/v1/models", timeout_s,
+                     {**self.env, **variant_env}, get_settings().vllm_headers):  # fmt: skip
             yield time.monotonic() - started
 
 
