@@ -31,7 +31,13 @@ from core.enginestate import read_engine_state
 from core.settings import get_settings
 from engine.launcher import engine_python
 from loadgen.childprocs import CpuSample, CpuSampler, ProcessError, cpu_in_window, mock_server
-from loadgen.selftest.calibrate import CalibrationError, ClientRun, run_our_client, summarize_records
+from loadgen.selftest.calibrate import (
+    CalibrationError,
+    ClientRun,
+    calibration_table,
+    run_our_client,
+    summarize_records,
+)
 
 TARGET_RATIO = 1.5  # ours / theirs, chunks/s per client core
 VLLM_REQUESTS_FIRST = 500  # vLLM's requests if it ever ran before any run of ours without --requests
@@ -55,22 +61,6 @@ def theirs_run(result: Mapping[str, Any], client: Sequence[CpuSample], server: S
         client_cpu_s=cpu_in_window(client, start, end, monotonic=True),
         server_cpu_s=cpu_in_window(server, start, end, monotonic=True) if server else None,
     )
-
-
-def table(ours: ClientRun, theirs: ClientRun) -> list[str]:
-    """Rows of one pair (pure)."""
-    lines = [
-        f"{'client':<8}{'ok':>7}{'failed':>7}{'chunks':>9}{'window_s':>10}{'cpu_s':>8}{'client_cores':>13}"
-        f"{'mock_cores':>11}{'chunks/s':>10}{'chunks/s/core':>14}"
-    ]
-    for name, run in (("ours", ours), ("vllm", theirs)):
-        mock = "n/a" if run.server_cores is None else f"{run.server_cores:.2f}"
-        lines.append(
-            f"{name:<8}{run.requests_ok:>7}{run.requests_failed:>7}{run.chunks:>9}{run.window_s:>10.1f}"
-            f"{run.client_cpu_s:>8.1f}{run.client_cores:>13.2f}{mock:>11}{run.chunks_per_sec:>10.0f}"
-            f"{run.chunks_per_sec_per_core:>14.0f}"
-        )
-    return lines
 
 
 def run_pair(index: int, workdir: Path, args: argparse.Namespace, vllm_requests: int) -> tuple[ClientRun, ClientRun]:
@@ -159,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.repeats):
             ours, theirs = run_pair(i, workdir, args, vllm_requests)
             vllm_requests = ours.requests_ok
-            for line in table(ours, theirs):
+            for line in calibration_table({"ours": ours, "vllm": theirs}):
                 print(f"[CEILING]   {line}")
             ratios.append(ours.chunks_per_sec_per_core / theirs.chunks_per_sec_per_core)
             print(f"[CEILING]   ours/vllm chunks/s per client core = {ratios[-1]:.2f}")

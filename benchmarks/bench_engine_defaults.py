@@ -24,18 +24,18 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchkit import REPO, BenchError, fmt_or_na, median_known, run_fixed_load, work_folder
+from benchkit import REPO, BenchError, fmt_or_na, median_known, run_fixed_load, serving, work_folder
 from vllm_peer import sharegpt_prompts
 
-from core.net import free_port, wait_for_http
+from core.net import free_port
 from core.settings import get_settings
 from engine.vllmlog.startup import start_breakdown, startup_phase
-from loadgen.childprocs import log_tail, stop_process
 
 TARGET_RATIO = 1.5
 SHIPPED = "stack-defaults"
@@ -120,51 +120,31 @@ class PrivateStack:
             "RUN_DIR": str(workdir / "run"),
             "PYTHONUNBUFFERED": "1",
         }
-        self.sidecar: subprocess.Popen[bytes] | None = None
         self.launched_s = 0.0
         self.log_offset = 0
+        (workdir / "logs").mkdir(parents=True, exist_ok=True)
 
-    def _start(
-        self, args: list[str], log: Path, env: Mapping[str, str], url: str, timeout_s: float
-    ) -> subprocess.Popen[bytes]:
-        """``python ARGS`` (output appended to ``log``), once ``url`` answers 200.
+    def sidecar(self) -> AbstractContextManager[subprocess.Popen[bytes]]:
+        """The sidecar for the block, entered once it answers ``/health``."""
+        log = self.workdir / "logs" / "sidecar.log"
+        return serving([sys.executable, "-m", "sidecar.server"], log, f"{self.sidecar_url}/health", 120, self.env,
+                       get_settings().vllm_headers)  # fmt: skip
+
+    @contextmanager
+    def vllm(self, variant_env: Mapping[str, str], timeout_s: float) -> Iterator[float]:
+        """vLLM through the launcher with ``variant_env`` for the block, entered once it answers; yields the seconds
+        from launch to answering.
 
         Raises:
-            BenchError: it exited first, or ``url`` did not answer within ``timeout_s``.
+            BenchError: it exited first, or did not answer within ``timeout_s``.
         """
-        with log.open("ab") as out:
-            proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=dict(env), stdout=out,
-                                    stderr=subprocess.STDOUT)  # fmt: skip
-
-        def exited() -> str | None:
-            return None if proc.poll() is None else f"{log.name} exited {proc.returncode}"
-
-        ready, why = wait_for_http(url, timeout_s, interval_s=0.25, abort=exited, headers=get_settings().vllm_headers)
-        if not ready:
-            what = why if proc.poll() is not None else f"{url} not ready after {timeout_s:.0f} s"
-            raise BenchError(f"{what}:\n{log_tail(log)}")
-        return proc
-
-    def start_sidecar(self) -> None:
-        """Start the sidecar and wait for ``/health``."""
-        (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
-        log = self.workdir / "logs" / "sidecar.log"
-        self.sidecar = self._start(["-m", "sidecar.server"], log, self.env, f"{self.sidecar_url}/health", 120)
-
-    def start_vllm(self, variant_env: Mapping[str, str], timeout_s: float) -> tuple[subprocess.Popen[bytes], float]:
-        """Start vLLM through the launcher with ``variant_env``; (process, seconds from launch to answering)."""
         log = self.workdir / "logs" / "vllm.log"
         self.launched_s = time.time()
         self.log_offset = log.stat().st_size if log.exists() else 0
         started = time.monotonic()
-        proc = self._start(["-m", "engine.launcher"], log, {**self.env, **variant_env}, f"{self.vllm_url}/v1/models",
-                           timeout_s)  # fmt: skip
-        return proc, time.monotonic() - started
-
-    def stop(self) -> None:
-        """Stop the sidecar."""
-        if self.sidecar is not None:
-            stop_process(self.sidecar)
+        with serving([sys.executable, "-m", "engine.launcher"], log, f"{self.vllm_url}/v1/models", timeout_s,
+                     {**self.env, **variant_env}, get_settings().vllm_headers):  # fmt: skip
+            yield time.monotonic() - started
 
 
 def run_benchmark(stack: PrivateStack, dataset: Path, tag: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -190,8 +170,7 @@ def run_benchmark(stack: PrivateStack, dataset: Path, tag: str, args: argparse.N
 def one_run(stack: PrivateStack, variant: str, index: int, dataset: Path, args: argparse.Namespace) -> RunResult:
     """Start vLLM as ``variant``, benchmark it, stop it."""
     load_before = os.getloadavg()[0]
-    proc, startup_wall_s = stack.start_vllm(VARIANTS[variant], args.startup_timeout_s)
-    try:
+    with stack.vllm(VARIANTS[variant], args.startup_timeout_s) as startup_wall_s:
         log = stack.workdir / "logs" / "vllm.log"
         phase = startup_phase(log)
         with log.open("rb") as f:
@@ -199,9 +178,7 @@ def one_run(stack: PrivateStack, variant: str, index: int, dataset: Path, args: 
             start_lines = f.read().splitlines()
         phases = start_breakdown(start_lines, stack.launched_s)
         report = run_benchmark(stack, dataset, f"{variant}_{index}", args)
-    finally:
-        stop_process(proc)
-        time.sleep(2)  # the port and shared memory of the stopped engine are released
+    time.sleep(2)  # the port and shared memory of the stopped engine are released
     m = report["metrics"]
     ttft, tpot = m["ttft"]["p50_ms"], m["tpot"]["p50_ms"]
     return RunResult(
@@ -298,14 +275,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         stack = PrivateStack(workdir)
         try:
-            stack.start_sidecar()
-            for index in range(args.repeats):
-                for variant in round_order(variants, index):
-                    result = one_run(stack, variant, index, dataset, args)
-                    results.append(result)
-                    print(f"[ENGINE] {run_line(result)}", flush=True)
+            with stack.sidecar():
+                for index in range(args.repeats):
+                    for variant in round_order(variants, index):
+                        result = one_run(stack, variant, index, dataset, args)
+                        results.append(result)
+                        print(f"[ENGINE] {run_line(result)}", flush=True)
         finally:
-            stack.stop()
             if args.out is not None:
                 args.out.write_text(json.dumps([asdict(r) for r in results], indent=1))
     lines, met = summary_lines(results, variants)

@@ -16,10 +16,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,12 +27,12 @@ monkey.patch_all()
 
 import gevent.pool  # noqa: E402
 import httpx  # noqa: E402
-from benchkit import REPO, served_model  # noqa: E402
+from benchkit import REPO, served_model, serving  # noqa: E402
 
 from core.net import free_port, wait_for_http  # noqa: E402
 from core.records import RequestRecord  # noqa: E402
 from core.serverview_samples import Samples, latency_view, parse_exposition  # noqa: E402
-from loadgen.childprocs import mock_server, stop_process  # noqa: E402
+from loadgen.childprocs import mock_server  # noqa: E402
 from loadgen.request.client import chat_payload, new_session, stream_chat  # noqa: E402
 
 APP_BIN = Path(sys.executable).parent
@@ -102,24 +100,6 @@ def load_average() -> str:
     return f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
 
 
-def wait_ready(url: str, timeout_s: float) -> None:
-    """Wait until ``GET url`` answers 200 (:func:`core.net.wait_for_http`); raises TimeoutError naming the URL."""
-    ready, why = wait_for_http(url, timeout_s, interval_s=0.2)
-    if not ready:
-        raise TimeoutError(f"{url} did not answer 200 within {timeout_s:.0f} s: {why}")
-
-
-@contextmanager
-def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Run ``argv`` (output to ``log``) for the block's duration; then stopped with its children."""
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            yield proc
-        finally:
-            stop_process(proc)
-
-
 def load(base_url: str, model: str, args: argparse.Namespace, headers: dict[str, str]) -> list[RequestRecord]:
     """``args.requests`` streamed requests from ``args.concurrency`` closed-loop users, one connection each."""
     rows: list[RequestRecord] = []
@@ -170,14 +150,15 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         mock = mock_server(args.workdir / "mock.log", tokens=args.tokens, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms)
         direct_url = args.target.rstrip("/") if args.target else stack.enter_context(mock).url
-        wait_ready(f"{direct_url}/v1/models", 60)
+        ready, why = wait_for_http(f"{direct_url}/v1/models", 60, interval_s=0.2)
+        if not ready:
+            raise TimeoutError(f"{direct_url}/v1/models did not answer 200 within 60 s: {why}")
         router_port = free_port()
         router_argv = [str(APP_BIN / "vllm-router"), "--host", "127.0.0.1", "--port", str(router_port),
                        "--worker-urls", direct_url, "--policy", args.policy,
                        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
-        with process(router_argv, args.workdir / "router.log"):
-            router_url = f"http://127.0.0.1:{router_port}"
-            wait_ready(f"{router_url}/readiness", 60)
+        router_url = f"http://127.0.0.1:{router_port}"
+        with serving(router_argv, args.workdir / "router.log", f"{router_url}/readiness", 60):
             model = served_model(direct_url, headers)
             server = model if args.target else f"the mock, TTFT {args.ttft_ms:.0f} ms, ITL {args.itl_ms:.0f} ms"
             print(f"[INFO] {args.rounds} rounds x (direct, router): {args.concurrency} users, {args.requests} "

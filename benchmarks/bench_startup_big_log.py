@@ -73,11 +73,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from fastapi.testclient import TestClient
 
-    from sidecar.reports.writer import ReportService
-    from sidecar.sampling.gpu import NvmlReader
     from sidecar.server import create_app
     from tests.fakes import FakeNvml
-    from tests.unit.sidecar.test_sidecar_app import body
+    from tests.unit.sidecar.test_sidecar_app import body, make_service
+
+    def client_for(settings: Settings) -> TestClient:
+        return TestClient(create_app(settings, make_service(settings, FakeNvml())), base_url="http://127.0.0.1:8200")
 
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         logs = Path(tmp) / "logs"
@@ -96,19 +97,13 @@ def main(argv: list[str] | None = None) -> int:
             _env_file=None, logs_dir=logs, reports_dir=Path(tmp) / "reports", run_dir=Path(tmp) / "run",
             vllm_base_url="http://vllm.invalid:8100", sidecar_token="bench",
         )  # fmt: skip
-        service = ReportService.from_settings(
-            settings, gpu=(NvmlReader(FakeNvml()), None), server_facts=lambda url: {"version": "0.32.0"}
-        )
         auth = {"Authorization": "Bearer bench"}
-        with TestClient(create_app(settings, service), base_url="http://127.0.0.1:8200") as client:
+        with client_for(settings) as client:
             assert client.get("/startup").json()["phase"] == "ready"
             endpoint_ms = median_ms(lambda: client.get("/startup"), args.runs)
             report_ms = median_ms(lambda: client.post("/reports", json=body(runs_dir=logs / "runs"), headers=auth), 3)
         bare = settings.model_copy(update={"logs_dir": Path(tmp) / "no-logs"})
-        service = ReportService.from_settings(
-            bare, gpu=(NvmlReader(FakeNvml()), None), server_facts=lambda url: {"version": "0.32.0"}
-        )
-        with TestClient(create_app(bare, service), base_url="http://127.0.0.1:8200") as client:
+        with client_for(bare) as client:
             rows = bare.logs_dir / "runs"
             no_log_ms = median_ms(lambda: client.post("/reports", json=body(runs_dir=rows), headers=auth), 3)
 

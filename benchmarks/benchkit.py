@@ -20,6 +20,7 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
+from core.net import wait_for_http  # noqa: E402
 from loadgen.childprocs import CpuSample, CpuSampler, log_tail, stop_process  # noqa: E402
 
 
@@ -50,6 +51,34 @@ def run_logged(
     if proc.returncode != 0 or not done():
         raise BenchError(f"{name} failed (exit {proc.returncode}); {log}:\n{log_tail(log)}")
     return sampler.samples if sampler is not None else []
+
+
+@contextmanager
+def serving(
+    argv: Sequence[str], log: Path, url: str, timeout_s: float, env: Mapping[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Iterator[subprocess.Popen[bytes]]:  # fmt: skip
+    """Run ``argv`` from the repository root (output appended to ``log``) for the block, entered once ``url`` answers
+    200 (``headers`` sent); then stopped with its children.
+
+    Raises:
+        BenchError: it exited first, or ``url`` did not answer within ``timeout_s`` (the log's tail quoted).
+    """
+    with log.open("ab") as out:
+        proc = subprocess.Popen(list(argv), cwd=REPO, env=None if env is None else dict(env), stdout=out,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+
+        def exited() -> str | None:
+            return None if proc.poll() is None else f"{log.name} exited {proc.returncode}"
+
+        ready, why = wait_for_http(url, timeout_s, interval_s=0.25, abort=exited, headers=dict(headers or {}))
+        if not ready:
+            what = why if proc.poll() is not None else f"{url} not ready after {timeout_s:.0f} s"
+            raise BenchError(f"{what}:\n{log_tail(log)}")
+        yield proc
+    finally:
+        stop_process(proc)
 
 
 def run_fixed_load(

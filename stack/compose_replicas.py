@@ -52,19 +52,18 @@ class ComposeReplica:
     cpu_bind: str | None
 
 
+@dataclass
 class Tagged:
     """A YAML value written with a Compose merge tag (``!reset``, ``!override``)."""
 
-    def __init__(self, tag: str, value: Any) -> None:
-        self.tag, self.value = tag, value
+    tag: str
+    value: Any
 
 
 def _represent_tagged(dumper: yaml.SafeDumper, data: Tagged) -> yaml.Node:
-    if isinstance(data.value, Mapping):
-        return dumper.represent_mapping(data.tag, data.value)
-    if isinstance(data.value, list):
-        return dumper.represent_sequence(data.tag, data.value)
-    return dumper.represent_scalar(data.tag, str(data.value))
+    node = dumper.represent_data(data.value)
+    node.tag = data.tag
+    return node
 
 
 class _Dumper(yaml.SafeDumper):

@@ -2,7 +2,9 @@
 
 ``up`` checks the ports, prepares the model, starts supervisord (deploy/supervisord.conf) and returns once every
 service answers, or stops everything and shows the failing service's log. ``down`` stops supervisord, its children
-and whatever a crashed vLLM left behind (:mod:`engine.reaper`).
+and whatever a crashed vLLM left behind (:mod:`engine.reaper`). The services: without the router in front ``vllm``
+on VLLM_PORT, then the sidecar, the UI and Locust; with it (the default) every local engine that serves now (its
+active slot, on REPLICA_PORT_BASE+K) and ``router`` on VLLM_PORT.
 """
 
 from __future__ import annotations
@@ -14,11 +16,16 @@ import subprocess
 import sys
 import time
 import xmlrpc.client
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import httpx
 
 from core.enginestate import (
     EngineError,
     EngineRequest,
+    EngineState,
     LogPosition,
     log_position,
     pid_namespace,
@@ -30,9 +37,18 @@ from core.envtypos import env_typos
 from core.net import port_in_use_message
 from core.pipes import guard_stdout
 from core.redact import Redactor, secret_values
-from core.replicas import as_started, check_cluster, cluster_record, record_cluster
+from core.replicas import (
+    as_started,
+    check_cluster,
+    cluster_record,
+    front_in_use,
+    record_cluster,
+    replicas,
+    router_metrics_port,
+)
+from core.report_schema import StartupFacts
 from core.settings import PROJECT_ROOT, Settings, ensure_sidecar_token, get_settings
-from core.slots import clear_slots
+from core.slots import active_slot, clear_slots
 from core.units import MIB
 from engine.engineplan import engine_build
 from engine.local_control import (
@@ -47,10 +63,103 @@ from engine.local_control import (
 from engine.local_replicas import ROUTER_PROGRAM, program_name, program_names, write_conf
 from engine.reaper import end_engine_processes
 from engine.vllmlog.startup import latest_start, phases_line
+from engine.vllmlog.tracker import StartupPhase
 from sidecar.reports.envinfo import startup_facts
-from stack.services import answers, programs, remote_engines, services, serving_line, startup_times_line, tail
 
 CONF = PROJECT_ROOT / "deploy" / "supervisord.conf"
+
+
+@dataclass(frozen=True)
+class Service:
+    """A supervised service: its program name, readiness URL (and the headers it needs), port variable and log."""
+
+    name: str
+    url: str
+    host: str
+    port: int
+    port_var: str
+    log: Path
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def services(settings: Settings) -> list[Service]:
+    """Every service of local mode: ``vllm`` on VLLM_PORT, or with the router each replica and then the router
+    itself (``router-metrics`` is a port of ``router``, no program); then the sidecar, the UI and Locust."""
+    logs = settings.logs_dir
+    headers = tuple(settings.vllm_headers.items())  # /v1/models needs the API key when vLLM has one
+    if not front_in_use(settings):
+        engines = [Service("vllm", f"{settings.vllm_url}/v1/models", settings.vllm_host, settings.vllm_port,
+                           "VLLM_PORT", logs / "vllm.log", headers)]  # fmt: skip
+    else:
+        started = as_started(settings)
+        engines = []
+        for r in replicas(settings):
+            if r.index is None:
+                continue
+            slot = active_slot(settings.run_dir, r.index)
+            name = program_name(r.index, slot)
+            offset = r.index + (0 if slot == "a" else started.replicas + 1)
+            engines.append(Service(name, f"{r.url}/v1/models", settings.vllm_host, int(r.url.rsplit(":", 1)[1]),
+                                   f"REPLICA_PORT_BASE+{offset}", logs / f"{name}.log", headers))  # fmt: skip
+        metrics = router_metrics_port(settings)
+        engines.append(Service(ROUTER_PROGRAM, f"{settings.vllm_url}/v1/models", settings.vllm_host,
+                               settings.vllm_port, "VLLM_PORT", logs / "router.log", headers))  # fmt: skip
+        engines.append(Service("router-metrics", f"http://127.0.0.1:{metrics}/metrics", "127.0.0.1", metrics,
+                               f"REPLICA_PORT_BASE+{settings.replicas} (router metrics)",
+                               logs / "router.log"))  # fmt: skip
+    return [
+        *engines,
+        Service("sidecar", f"{settings.sidecar_url}/health", settings.sidecar_host, settings.sidecar_port,
+                "SIDECAR_PORT", logs / "sidecar.log"),
+        Service("ui", f"http://127.0.0.1:{settings.ui_port}/", settings.ui_host, settings.ui_port, "UI_PORT",
+                logs / "ui.log"),
+        Service("locust", f"http://127.0.0.1:{settings.locust_web_port}/", settings.locust_web_host,
+                settings.locust_web_port, "LOCUST_WEB_PORT", logs / "locust.log"),
+    ]  # fmt: skip
+
+
+def programs(settings: Settings) -> list[Service]:
+    """The services that are supervisord programs (every one but the router's metrics port)."""
+    return [s for s in services(settings) if s.name != "router-metrics"]
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    """Last ``lines`` lines of a log (empty when missing)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def answers(url: str, headers: tuple[tuple[str, str], ...] = ()) -> bool:
+    """True when ``url`` answers HTTP 200 (after redirects: Locust's web UI sends a login to ``/login``)."""
+    try:
+        return httpx.get(url, timeout=5, headers=dict(headers), follow_redirects=True).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def serving_line(state: EngineState | None, phase: StartupPhase) -> str | None:
+    """``vLLM serves <name> (<asked for>, …); KV cache: 58,240 tokens …``; None without an engine state."""
+    if state is None:
+        return None
+    asked = state.requested + (", synthetic weights" if state.synthetic else "")
+    kv = f"; {phase.kv_cache_line}" if phase.kv_cache_line else ""
+    return f"vLLM serves {state.served_name} ({asked}){kv}"
+
+
+def startup_times_line(facts: StartupFacts | None) -> str | None:
+    """``  starts: cold 152 s, warm 24 s / 21 s`` from the log's start attempts (None when none finished)."""
+    if facts is None or facts.cold_start_s is None:
+        return None
+    warm = " / ".join(f"{s:.0f} s" for s in facts.warm_starts_s[-5:])
+    return f"  starts: cold {facts.cold_start_s:.0f} s" + (f", warm {warm}" if warm else ", no warm restart yet")
+
+
+def failed(code: int, *lines: str) -> int:
+    """Print each of ``lines`` as ``[ERROR] line`` on stderr; return ``code``, the command's exit status."""
+    print("".join(f"[ERROR] {line}\n" for line in lines), end="", file=sys.stderr)
+    return code
 
 
 def supervisor_env(settings: Settings) -> dict[str, str]:
@@ -133,20 +242,15 @@ def up(settings: Settings, request: EngineRequest | None = None) -> int:
     (``./start_vllm.sh`` with no stack running)."""
     cluster_error = check_cluster(settings)
     if cluster_error:
-        print(f"[ERROR] {cluster_error}", file=sys.stderr)
-        return 2
+        return failed(2, cluster_error)
     ports = [(s.port, s.port_var) for s in services(settings)]
     clashes = sorted({f"{a[1]}={a[0]} and {b[1]}" for a in ports for b in ports if a[0] == b[0] and a[1] < b[1]})
     if clashes:
-        print(
-            f"[ERROR] Two services would share a port: {'; '.join(clashes)}. Give each its own port.", file=sys.stderr
-        )
-        return 2
+        return failed(2, f"Two services would share a port: {'; '.join(clashes)}. Give each its own port.")
     try:
         states = process_states(settings)
     except SupervisorNotAnswering as exc:  # it runs: starting a second one would clash
-        print(f"[ERROR] {exc}", file=sys.stderr)
-        return 1
+        return failed(1, str(exc))
     if states is not None:
         return resume(settings, states)
     clear_slots(settings.run_dir)  # every replica starts in slot a
@@ -161,15 +265,13 @@ def start_fresh(settings: Settings, request: EngineRequest | None) -> int:
     """:func:`up` without a running supervisord: check ports, prepare the model, start and wait."""
     busy = [m for s in services(settings) if (m := port_in_use_message(s.host, s.port, s.port_var))]
     if busy:
-        print("[ERROR] " + "\n[ERROR] ".join(busy), file=sys.stderr)
-        return 2
+        return failed(2, *busy)
     for folder in (settings.logs_dir, settings.reports_dir, settings.run_dir):
         folder.mkdir(parents=True, exist_ok=True)
     try:
         ensure_sidecar_token(settings)  # the sidecar's write token (run/sidecar_token, 0600), made once
     except OSError as exc:
-        print(f"[ERROR] cannot make the sidecar token {settings.sidecar_token_path}: {exc}", file=sys.stderr)
-        return 2
+        return failed(2, f"cannot make the sidecar token {settings.sidecar_token_path}: {exc}")
     for index in range(as_started(settings).replicas):  # default: MODEL, unprofiled
         replica = settings.model_copy(update={"engine_replica": index, "engine_slot": "a"})
         write_request(replica.engine_request_file, request or EngineRequest())
@@ -182,8 +284,7 @@ def start_fresh(settings: Settings, request: EngineRequest | None) -> int:
         doctor = [sys.executable, "-m", "engine.doctor", "--in-container"]
         checked = subprocess.run(doctor, env=env, cwd=PROJECT_ROOT, check=False)
         if checked.returncode != 0:
-            print("[ERROR] The GPU preflight failed (lines above); fix them and run `make up` again.", file=sys.stderr)
-            return 2
+            return failed(2, "The GPU preflight failed (lines above); fix them and run `make up` again.")
     conf = write_conf(settings, CONF)  # CONF itself, or with the replicas and the router (engine.local_replicas)
     subprocess.run(
         [sys.executable, "-m", "supervisor.supervisord", "-c", str(conf)], env=env, cwd=PROJECT_ROOT, check=True
@@ -208,8 +309,7 @@ def await_start(settings: Settings, since: LogPosition) -> int:
         down(settings)
         return 130
     if not ok:
-        print(f"[ERROR] {why}", file=sys.stderr)
-        print("[ERROR] Stopping the stack; fix the cause and run `make up` again.", file=sys.stderr)
+        failed(1, why, "Stopping the stack; fix the cause and run `make up` again.")
         down(settings)
         return 1
     return 0
@@ -251,8 +351,7 @@ def resume(settings: Settings, states: dict[str, dict[str, Any]]) -> int:
             print(f"[WARN] could not start {name}: {exc.faultString}", file=sys.stderr)
     ok, why = wait_ready(settings, since)
     if not ok:
-        print(f"[ERROR] {why}\n[ERROR] Run `make down && make up` to start afresh.", file=sys.stderr)
-        return 1
+        return failed(1, why, "Run `make down && make up` to start afresh.")
     return status(settings)
 
 
@@ -264,10 +363,7 @@ def end_leftovers(settings: Settings) -> int:
     if ended.found:
         killed = f"; {len(ended.killed)} needed SIGKILL" if ended.killed else ""
         print(f"[INFO] Ended {len(ended.found)} leftover engine processes ({' '.join(map(str, ended.found))}){killed}.")
-    if ended.left:
-        print(f"[ERROR] engine processes still running: {' '.join(map(str, ended.left))}", file=sys.stderr)
-        return 1
-    return 0
+    return failed(1, f"engine processes still running: {' '.join(map(str, ended.left))}") if ended.left else 0
 
 
 def down(settings: Settings) -> int:
@@ -277,28 +373,24 @@ def down(settings: Settings) -> int:
         running = process_states(settings) is not None
     except SupervisorNotAnswering:
         running = True  # busy: the shutdown request below waits for it (or says why it failed)
+    stopping = running or supervisor.alive()  # alive: an earlier `make down` (or an interrupted `make up`'s)
     if running:
         try:
             rpc(settings).supervisor.shutdown()
         except (OSError, xmlrpc.client.Error) as exc:
             print(f"[WARN] shutdown request failed: {exc}", file=sys.stderr)
-    elif supervisor.alive():  # an earlier `make down` (or an interrupted `make up`'s) is still stopping it
-        print("[INFO] The stack is stopping already; waiting for it.")
     else:
-        print("[INFO] The stack is not running.")
-        cluster_record(settings).unlink(missing_ok=True)
-        clear_slots(settings.run_dir)
-        return end_leftovers(settings)
+        print(f"[INFO] The stack is {'stopping already; waiting for it' if stopping else 'not running'}.")
     deadline = time.monotonic() + 60
-    while supervisor.alive() and time.monotonic() < deadline:
+    while stopping and supervisor.alive() and time.monotonic() < deadline:
         time.sleep(0.5)
-    if supervisor.alive():
-        print(f"[ERROR] supervisord did not stop within 60 s (pid file {supervisor.pid_file})", file=sys.stderr)
-        return 1
+    if stopping and supervisor.alive():
+        return failed(1, f"supervisord did not stop within 60 s (pid file {supervisor.pid_file})")
     left = end_leftovers(settings)
     cluster_record(settings).unlink(missing_ok=True)
     clear_slots(settings.run_dir)
-    print("[INFO] Stack stopped.")
+    if stopping:
+        print("[INFO] Stack stopped.")
     return left
 
 
@@ -327,7 +419,7 @@ def status(settings: Settings) -> int:
     for name in starting_beside(settings, states):  # a switch in progress: not serving yet, not judged
         state = states[name].get("statename", "UNKNOWN")
         print(f"{name:8s} {state:9s} {'':10s} the next engine of ./start_vllm.sh, starting beside the serving one")
-    for engine in remote_engines(settings):  # ENGINE_URLS: run elsewhere, behind this host's router
+    for engine in (r for r in replicas(settings) if not r.local):  # ENGINE_URLS: behind this host's router
         answering = answers(f"{engine.url}/v1/models", tuple(settings.vllm_headers.items()))
         healthy &= answering
         print(f"{engine.name:8s} {'remote':9s} {'answers' if answering else 'no answer':10s} {engine.url}/v1/models")
@@ -361,8 +453,7 @@ def token(settings: Settings) -> int:
     try:
         ensure_sidecar_token(settings)
     except OSError as exc:
-        print(f"[ERROR] cannot make the sidecar token {settings.sidecar_token_path}: {exc}", file=sys.stderr)
-        return 2
+        return failed(2, f"cannot make the sidecar token {settings.sidecar_token_path}: {exc}")
     print(settings.sidecar_token_path if not settings.sidecar_token else "SIDECAR_TOKEN is set (no file used)")
     return 0
 
@@ -375,8 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     typos = env_typos() if args.command == "up" else []
     if typos:
-        print("".join(f"[ERROR] {line}\n" for line in typos), end="", file=sys.stderr)
-        return 2
+        return failed(2, *typos)
     settings = get_settings()
     return {"up": up, "down": down, "status": status, "token": token}[args.command](settings)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import sys
 import time
 from collections.abc import Collection, Mapping
 
@@ -61,16 +60,14 @@ def switch(settings: Settings, flags: Collection[str] = ()) -> int:
     try:
         resolved = resolve(settings)  # fails fast: unknown folder, typo on the hub, unknown synthetic variant
     except ModelResolutionError as exc:
-        print(f"[ERROR] {exc}", file=sys.stderr)
-        return 2
+        return stackctl.failed(2, str(exc))
     build = engine_build(settings)
     planned, _ = for_host(settings, build)  # the dtype (and so the pool) the launcher will choose
     try:
         kv_plan(planned, resolved)  # KV_CACHE_GB and VLLM_MAX_MODEL_LEN fit, before the running vLLM is stopped
         fits_host(planned, build)  # and the CPU build's pool fits this host's memory
     except KvSizingError as exc:
-        print(f"[ERROR] {exc}", file=sys.stderr)
-        return 2
+        return stackctl.failed(2, str(exc))
     # VLLM_EXTRA_ARGS given to this command (even empty) replaces the stack's: `VLLM_EXTRA_ARGS='--max-num-seqs 4'`
     request = engine_request(settings, flags)
     extra = request.vllm_extra_args
@@ -78,8 +75,7 @@ def switch(settings: Settings, flags: Collection[str] = ()) -> int:
         try:
             secret = split_secret_flags(shlex.split(extra))[1]
         except ValueError as exc:
-            print(f"[ERROR] VLLM_EXTRA_ARGS does not parse ({exc}): quote it as a shell would.", file=sys.stderr)
-            return 2
+            return stackctl.failed(2, f"VLLM_EXTRA_ARGS does not parse ({exc}): quote it as a shell would.")
         if secret:  # never written to run/engine_request.json
             print(
                 "[INFO] --api-key and other secret flags of VLLM_EXTRA_ARGS stay those vLLM was started with by "
@@ -90,8 +86,7 @@ def switch(settings: Settings, flags: Collection[str] = ()) -> int:
             if engine.status() is None:
                 continue
         except EngineError as exc:  # supervisord not answering: whether vLLM runs is unknown
-            print(f"[ERROR] {exc}", file=sys.stderr)
-            return 1
+            return stackctl.failed(1, str(exc))
         local = isinstance(engine, LocalEngine)
         where = "the local stack" if local else "the compose stack"
         room = room_now(planned, resolved, build) if local else None
@@ -106,8 +101,7 @@ def switch(settings: Settings, flags: Collection[str] = ()) -> int:
         try:
             engine.restart(request)
         except EngineError as exc:
-            print(f"[ERROR] vLLM did not come back: {exc}", file=sys.stderr)
-            return 1
+            return stackctl.failed(1, f"vLLM did not come back: {exc}")
         print(f"[INFO] vLLM ready at {settings.vllm_url} serving {resolved.served_name}; nothing else was restarted")
         return 0
     print(f"[INFO] No stack is running: starting it (make up) with {resolved.requested}.")
@@ -123,8 +117,7 @@ def blue_green(settings: Settings, engine: LocalEngine, request: EngineRequest, 
     try:
         swaps = engine.switch(request, lambda line: print(line, flush=True))
     except EngineError as exc:
-        print(f"[ERROR] The new vLLM did not come up; the running one keeps serving: {exc}", file=sys.stderr)
-        return 1
+        return stackctl.failed(1, f"The new vLLM did not come up; the running one keeps serving: {exc}")
     cut = sum(s.drained.cut for s in swaps)
     gap = max((s.swap_s for s in swaps), default=0.0)
     print(f"[INFO] vLLM ready at {settings.vllm_url} serving {served} {time.monotonic() - begun:.1f} s after the "

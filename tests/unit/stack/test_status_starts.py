@@ -14,8 +14,7 @@ from core.slots import write_slot
 from engine.vllmlog.startup import phases_line
 from engine.vllmlog.tracker import StartupPhase
 from stack import control
-from stack.control import starting_beside
-from stack.services import startup_times_line
+from stack.control import starting_beside, startup_times_line
 
 
 def test_cold_and_warm_starts_are_listed() -> None:
@@ -59,7 +58,7 @@ def test_status_names_the_served_model_and_its_kv_pool() -> None:
     pool from vLLM's line: a fresh user could not tell ERNIE (58,240 tokens) from the tiny model after a switch."""
     from core.enginestate import EngineState
     from engine.vllmlog.tracker import StartupPhase
-    from stack.services import serving_line
+    from stack.control import serving_line
 
     state = EngineState(requested="synthetic:tiny", source="synthetic", model_arg="/m/tiny",
                         served_name="ernie-tiny-synthetic", synthetic=True)  # fmt: skip
