@@ -23,16 +23,14 @@ from core.distributions import lognormal_params
 from core.knobs import (
     DEFAULT_MODEL,
     PROJECT_ROOT,
-    RANDOM_DATASET,
     SYNTHETIC_FALLBACK,
-    BenchmarkKnobs,
     ClusterKnobs,
     CostKnobs,
     FolderKnobs,
     SecurityKnobs,
     ServingKnobs,
-    SweepKnobs,
 )
+from core.knobs.load_knobs import RANDOM_DATASET, BenchmarkKnobs, SweepKnobs
 from core.parsing import option_values, parse_sweep
 
 __all__ = [

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from core.enginestate import EngineError
-from core.knobs.serving_knobs import client_host
+from core.knobs import client_host
 from core.net import wait_for_http
 from core.replicas import (
     front_in_use,

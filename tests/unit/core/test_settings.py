@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from core.knobs import BenchmarkKnobs, ClusterKnobs, CostKnobs, FolderKnobs, SecurityKnobs, ServingKnobs, SweepKnobs
+from core.knobs import ClusterKnobs, CostKnobs, FolderKnobs, SecurityKnobs, ServingKnobs
+from core.knobs.load_knobs import BenchmarkKnobs, SweepKnobs
 from core.parsing import parse_duration_s
 from core.settings import Settings, describe_validation_error
 
