@@ -215,13 +215,14 @@ class SlowRequests:
 
 @dataclass
 class RequestsRead:
-    """Counts of one read of the requests log: valid records, bad lines (with examples) and file facts."""
+    """Counts of one read of the requests log: file facts, valid records, bad lines (with examples) and records that
+    ended before ``--since``; the report's ``source`` is these fields, ``read``'s spread out."""
 
     read: ReadStats = field(default_factory=ReadStats)
     records: int = 0
     bad_lines: int = 0
     bad_examples: list[str] = field(default_factory=list)
-    before_window: int = 0
+    before_since: int = 0
 
 
 def iter_records(
@@ -246,7 +247,7 @@ def iter_records(
                         counts.bad_examples.append(f"{os.path.basename(path)}:{line_number}: {exc} — {text(raw, 80)}")
                     continue
                 if since_s is not None and record.end_s < since_s:
-                    counts.before_window += 1
+                    counts.before_since += 1
                     continue
                 counts.records += 1
                 yield record

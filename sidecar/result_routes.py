@@ -23,7 +23,8 @@ from core.api import (
 )
 from core.report_schema import Report
 from core.series_stats import SeriesReport
-from sidecar.render.pages import compare_form, compare_html
+from sidecar.render.page_sections import compare_sections
+from sidecar.render.pages import compare_form, write_html
 from sidecar.reports.series import SeriesService, UnknownResult
 from sidecar.reports.writer import InvalidRun, ReportService
 
@@ -130,7 +131,7 @@ def result_router(svc: ReportService, series: SeriesService, writes: Sequence[pa
         if a and b:
             with answers():
                 done = await run_in_threadpool(series.compare, CompareRequest(a=a, b=b), False)
-            return HTMLResponse(compare_html(done.comparison))
+            return HTMLResponse(write_html(compare_sections(done.comparison)))
         names = list(series.baselines.all())
         ids = [s.series_id for s in reversed(series.series.list())] + [r.report_id for r in reversed(svc.store.list())]
         return HTMLResponse(compare_form([*names, *ids], a))

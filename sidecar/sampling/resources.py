@@ -171,11 +171,6 @@ def summarise(
     )
 
 
-def _margin_s(interval_s: float | None) -> float:
-    """How far around a window samples are taken to interpolate its bounds, s."""
-    return 1.0 + 4 * (interval_s or 0.5)
-
-
 def busy_reason(samples: Sequence[Sample]) -> str | None:
     """Why ``samples`` are not idle (vLLM's gauges show requests in them); None when idle as far as they tell."""
     busy = [s.engine for s in samples if s.engine and ((s.engine.running or 0) > 0 or (s.engine.waiting or 0) > 0)]
@@ -232,7 +227,7 @@ def window_energy(
     """Energy over ``[start, end]`` (Unix s) and idle power over the :data:`IDLE_WINDOW_S` before ``idle_end``, from
     ``samples_in(lo, hi)``: the GPUs', else the host zones', else none with why (``gpu_reason``, ``host_reason``)."""
     idle_start = idle_end - IDLE_WINDOW_S
-    margin = _margin_s(sample_interval_s)
+    margin = 1.0 + 4 * (sample_interval_s or 0.5)  # around the window: samples to interpolate its bounds, s
     samples = samples_in(min(start, idle_start) - margin, end + margin)
     quiet = [s for s in samples if idle_start <= s.t <= idle_end]
     busy = busy_reason(quiet)

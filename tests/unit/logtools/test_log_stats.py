@@ -271,7 +271,7 @@ def test_requests_since_filters_by_end_time(tmp_path: Path) -> None:
     path.write_text("\n".join(rows) + "\n")
     counts = RequestsRead()
     kept = [r.request_id for r in iter_records([path], counts, since_s=now - 3600)]
-    assert kept == ["3000", "60"] and counts.before_window == 1 and counts.bad_lines == 0
+    assert kept == ["3000", "60"] and counts.before_since == 1 and counts.bad_lines == 0
 
 
 def test_request_log_truncated_while_read_is_reported(tmp_path: Path) -> None:
