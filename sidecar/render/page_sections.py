@@ -13,7 +13,6 @@ from core.report_schema import Report
 from core.series_stats import SeriesReport, slo_text
 from core.serverview import overhead_text, verdict_text
 from sidecar.render import view_rows as v
-from sidecar.render.conversation_rows import TURN_HEADER, turn_rows
 from sidecar.render.energy_rows import energy_changes, energy_sections
 from sidecar.render.plots import Curve, goodput_png, latency_cdf_png, latency_curves_png, resources_png, throughput_png
 
@@ -101,7 +100,7 @@ def report_sections(report: Report, records: Sequence[RequestRecord]) -> list[Se
         _pairs("Results", v.headline_rows(report)),
     ]  # fmt: skip
     if m.turns:  # conversations: one row per turn index
-        sections.append(Section("Conversations: per turn", [Table(TURN_HEADER, turn_rows(report))]))
+        sections.append(Section("Conversations: per turn", [Table(v.TURN_HEADER, v.turn_rows(report))]))
     sections += [
         Section("Comparison", [
             *([Table(v.COMPARISON_HEADER, compared)] if compared else []),

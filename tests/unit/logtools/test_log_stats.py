@@ -11,8 +11,16 @@ import pytest
 
 from core.requestlog import BadLogLine, RequestLogLine
 from engine.vllmlog.grammar import parse_metrics
-from logtools.aggregate import EngineSummary, RequestsRead, RequestStats, SlowRequests, failure_cause, iter_records
-from logtools.quantiles import RELATIVE_ACCURACY, StreamingQuantiles
+from logtools.aggregate import (
+    RELATIVE_ACCURACY,
+    EngineSummary,
+    RequestsRead,
+    RequestStats,
+    SlowRequests,
+    StreamingQuantiles,
+    failure_cause,
+    iter_records,
+)
 from logtools.scan import LogScanner
 from tests.synthlog import generate_vllm_log
 
