@@ -229,7 +229,7 @@ def create_app(settings: Settings | None = None, service: ReportService | None =
     svc = service or ReportService.from_settings(settings)
     windows = svc.windows
     registry = CollectorRegistry(auto_describe=False)  # only the sidecar's collector
-    registry.register(SampleCollector(svc.sampler.latest, svc.gpu_names_by_index))
+    registry.register(SampleCollector(svc.sampler.latest, svc.sampler.gpu_names))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

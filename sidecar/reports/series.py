@@ -25,8 +25,7 @@ from core.series_stats import (
 )
 from core.settings import Settings
 from sidecar.render.pages import compare_files, series_files
-from sidecar.reports.baselines import BaselineStore
-from sidecar.reports.store import ReportStore, ResultStore, new_id, utc_now_iso
+from sidecar.reports.store import BaselineStore, ReportStore, ResultStore, new_id, utc_now_iso
 
 IDS_HINT = "`make history` lists the ids (over HTTP: GET /reports, GET /series)"
 

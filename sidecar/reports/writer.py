@@ -21,7 +21,6 @@ from core.report_schema import HostResources, Report, Resources
 from core.settings import Settings
 from engine.local_control import engine_phase
 from sidecar.render.pages import report_files
-from sidecar.reports.baselines import BaselineStore
 from sidecar.reports.builder import (
     build_report,
     host_entry,
@@ -32,7 +31,7 @@ from sidecar.reports.builder import (
 )
 from sidecar.reports.envinfo import collect_environment, vllm_server_facts, with_fingerprint
 from sidecar.reports.rows_link import RunRows, collect_traces, read_run_rows, trace_paths
-from sidecar.reports.store import ReportStore, Retention, new_id, prune, utc_now_iso
+from sidecar.reports.store import BaselineStore, ReportStore, Retention, new_id, prune, utc_now_iso
 from sidecar.sampling.enginemetrics import EngineMetricsReader
 from sidecar.sampling.gpu import GpuInfo, GpuReader, open_gpu_reader
 from sidecar.sampling.peers import peer_resources
@@ -124,11 +123,6 @@ class ReportService:
         headers = settings.vllm_headers
         facts = server_facts or (lambda url: vllm_server_facts(url, headers=headers))
         return cls(settings, sampler, reader, reason, store, facts)
-
-    @property
-    def gpu_names_by_index(self) -> dict[int, str]:
-        """Model name of each GPU read, by NVML index."""
-        return self._gpu_info.name_by_index() if self._gpu_info else {}
 
     def current_resources(self) -> dict[str, Any]:
         """Latest sample as JSON (taken now if the sampler has none yet)."""

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.reports.baselines import BaselineStore, validate_baseline_name
-from sidecar.reports.store import ReportStore
+from sidecar.reports.store import BaselineStore, ReportStore, validate_baseline_name
 from tests.unit.sidecar.test_sidecar_store import report, rows_of
 
 
