@@ -54,9 +54,9 @@ _TRACEBACK_B = TRACEBACK_NEEDLE.index(b"b")  # access and stats lines lack a ``b
 _AFTER_B = TRACEBACK_NEEDLE[_TRACEBACK_B + 1]
 MAX_B_MISSES = 64
 """``b`` s that are not a traceback after which a span is searched for the whole needle instead."""
-LEVEL_WORDS = (b"ERROR", b"WARNING", b"CRITICAL")
-"""The level words a problem line has; their ``R`` (offset 1, 2, 1) is rare in access, stats and INFO lines."""
 _WORD_AFTER_R = {ord("R"): (b"ERROR", 1), ord("N"): (b"WARNING", 2), ord("I"): (b"CRITICAL", 1)}
+"""The level words a problem line has, by the byte after their ``R`` (at offset 1, 2, 1), which is rare in access,
+stats and INFO lines."""
 LEVEL_RE = re.compile(rb"R(?:ROR|NING|ITICAL)")  # where ``R`` is common: ``re``'s literal search runs in C
 MAX_R_MISSES = 32
 """``R`` s that are not a level word after which a span is searched with :data:`LEVEL_RE` instead."""
