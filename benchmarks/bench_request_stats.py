@@ -5,7 +5,7 @@ The analyzer runs in a fresh subprocess, as a user runs it, once on the big file
 shape (``--small``, default 10,000 lines): the peak RSS of both (Linux ``VmHWM``) side by side shows whether memory
 grows with the file. The percentiles it prints are compared with exact ones computed here from the same
 generated values (``statistics.quantiles``, inclusive: the reports' definition). Targets: peak RSS <= 60 MB on the big
-file, every percentile within the stated bound (0.5 %, ``logtools/quantiles.py``). Exits 1 on a miss.
+file, every percentile within the stated bound (0.5 %, ``logtools/aggregate.py``). Exits 1 on a miss.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 from benchkit import REPO, child_env
 
-from logtools.quantiles import RELATIVE_ACCURACY
+from logtools.aggregate import RELATIVE_ACCURACY
 from tests.synthrequests import OkLatencies, write_requests_log
 
 RSS_TARGET_MB = 60.0

@@ -1,22 +1,25 @@
-"""Aggregation of parsed log data in bounded state: engine stats, request stats, slowest requests (each ``summary()``
-gives a JSON-ready dict); and the streaming reader of ``logs/requests.jsonl`` (:mod:`core.requestlog`) that counts bad
-lines instead of failing."""
+"""Aggregation of parsed log data in bounded state: engine stats, request stats with streaming percentiles
+(:class:`StreamingQuantiles`), slowest requests (each ``summary()`` gives a JSON-ready dict); and the streaming reader
+of ``logs/requests.jsonl`` (:mod:`core.requestlog`) that counts bad lines instead of failing."""
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import os
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddsketch import LogCollapsingLowestDenseDDSketch
+
 from core.logfiles import BLOCK_BYTES, ReadStats, StrPath, iter_blocks
 from core.parsing import epoch_to_iso
 from core.requestlog import BadLogLine, RequestLogLine
 from engine.vllmlog.grammar import METRIC_FIELDS, normalise, text
-from logtools.quantiles import StreamingQuantiles
 
 MAX_BAD_EXAMPLES = 5
 MAX_ERROR_CAUSES = 200
@@ -82,9 +85,99 @@ class EngineSummary:
         }
 
 
+RELATIVE_ACCURACY = 0.005
+"""Largest relative error of a percentile (0.005 = 0.5 %)."""
+MAX_BINS = 4096
+"""Bins kept: 4096 bins of ratio (1 + a) / (1 - a) cover 10^17.8 at a = 0.5 %."""
+PERCENTILES = (50, 90, 95, 99)
+BATCH = 4096
+"""Values buffered before they go into the sketch (count, sum, min and max of a batch are then taken in C)."""
+
+
+class StreamingQuantiles:
+    """Count, exact mean and maximum, and sketched percentiles of non-negative values (e.g. milliseconds) in bounded
+    memory (~130 KB) with a stated error bound.
+
+    DDSketch (Masson, Rim, Lee, VLDB 2019; the ``ddsketch`` package) returns any value of a logarithmic bin within a
+    relative error ``alpha``; percentiles interpolate linearly between the two nearest ranks as ``core.stats`` does,
+    each read within ``alpha``, so every percentile is within :data:`RELATIVE_ACCURACY` of the exact one (over < 17
+    decades; beyond, the lowest bins merge). Mean and maximum are exact.
+    """
+
+    def __init__(self, relative_accuracy: float = RELATIVE_ACCURACY, max_bins: int = MAX_BINS) -> None:
+        self._sketch = LogCollapsingLowestDenseDDSketch(relative_accuracy, bin_limit=max_bins)
+        self._relative_accuracy = relative_accuracy
+        self._pending: array[float] = array("d")
+        self._count = 0
+        self._total = 0.0
+        self._minimum = math.inf
+        self._maximum = -math.inf
+
+    def add(self, value: float) -> None:
+        """One value (finite, >= 0; the request log's reader has checked)."""
+        pending = self._pending
+        pending.append(value)
+        if len(pending) >= BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        add = self._sketch.add
+        for value in pending:
+            add(value)
+        self._count += len(pending)
+        self._total += math.fsum(pending)
+        self._minimum = min(self._minimum, min(pending))
+        self._maximum = max(self._maximum, max(pending))
+        del pending[:]
+
+    @property
+    def count(self) -> int:
+        """Values added."""
+        return self._count + len(self._pending)
+
+    def _at_rank(self, rank: int) -> float:
+        """The value at 0-based ``rank`` of the sorted values, within the relative accuracy (after a flush)."""
+        if rank <= 0:
+            return self._minimum
+        if rank >= self._count - 1:
+            return self._maximum
+        # rank + 0.5 lies strictly inside the rank's slot of cumulative counts: float error cannot move it
+        estimate = self._sketch.get_quantile_value((rank + 0.5) / (self._count - 1))
+        if estimate is None:  # only for an empty sketch, which has no ranks
+            return self._minimum
+        return min(max(float(estimate), self._minimum), self._maximum)
+
+    def quantile(self, q: float) -> float | None:
+        """The ``q``-quantile (0..1), linearly interpolated between the nearest ranks; None when empty."""
+        self._flush()
+        if self._count == 0:
+            return None
+        position = q * (self._count - 1)
+        low = math.floor(position)
+        fraction = position - low
+        value = self._at_rank(low)
+        if fraction > 0:
+            value += (self._at_rank(low + 1) - value) * fraction
+        return value
+
+    def summary(self) -> dict[str, Any] | None:
+        """``p50``..``p99`` (within ``percentile_error_pct``), exact ``mean`` and ``max``; None if empty."""
+        self._flush()
+        if self._count == 0:
+            return None
+        out: dict[str, Any] = {f"p{p}": round(self.quantile(p / 100) or 0.0, 3) for p in PERCENTILES}
+        out["mean"] = round(self._total / self._count, 3)
+        out["max"] = self._maximum
+        out["percentile_error_pct"] = round(self._relative_accuracy * 100, 3)
+        return out
+
+
 @dataclass
 class RequestStats:
-    """Requests, error rate, latency percentiles (ms, :mod:`logtools.quantiles`) and token throughput (tokens/s)."""
+    """Requests, error rate, latency percentiles (ms, :class:`StreamingQuantiles`) and token throughput (tokens/s)."""
 
     total: int = 0
     ok: int = 0
@@ -215,13 +308,14 @@ class SlowRequests:
 
 @dataclass
 class RequestsRead:
-    """Counts of one read of the requests log: valid records, bad lines (with examples) and file facts."""
+    """Counts of one read of the requests log: file facts, valid records, bad lines (with examples) and records that
+    ended before ``--since``; the report's ``source`` is these fields, ``read``'s spread out."""
 
     read: ReadStats = field(default_factory=ReadStats)
     records: int = 0
     bad_lines: int = 0
     bad_examples: list[str] = field(default_factory=list)
-    before_window: int = 0
+    before_since: int = 0
 
 
 def iter_records(
@@ -246,7 +340,7 @@ def iter_records(
                         counts.bad_examples.append(f"{os.path.basename(path)}:{line_number}: {exc} — {text(raw, 80)}")
                     continue
                 if since_s is not None and record.end_s < since_s:
-                    counts.before_window += 1
+                    counts.before_since += 1
                     continue
                 counts.records += 1
                 yield record

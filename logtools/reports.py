@@ -94,13 +94,7 @@ def read_requests(files: list[str], since_s: float | None, threshold_ms: float, 
     for record in iter_records(files, counts, since_s):
         totals.add(record)
         slowest.add(record)
-    source = {
-        **read_facts(counts.read),
-        "records": counts.records,
-        "bad_lines": counts.bad_lines,
-        "bad_examples": counts.bad_examples,
-        "before_since": counts.before_window,
-    }
+    source = read_facts(counts.read) | {key: value for key, value in vars(counts).items() if key != "read"}
     return {"source": source, "stats": totals.summary(since_s), "slow": slowest.summary()}
 
 

@@ -13,8 +13,6 @@ from core.report_schema import Report
 from core.series_stats import SeriesReport, slo_text
 from core.serverview import overhead_text, verdict_text
 from sidecar.render import view_rows as v
-from sidecar.render.conversation_rows import TURN_HEADER, turn_rows
-from sidecar.render.energy_rows import energy_changes, energy_sections
 from sidecar.render.plots import Curve, goodput_png, latency_cdf_png, latency_curves_png, resources_png, throughput_png
 
 
@@ -101,11 +99,11 @@ def report_sections(report: Report, records: Sequence[RequestRecord]) -> list[Se
         _pairs("Results", v.headline_rows(report)),
     ]  # fmt: skip
     if m.turns:  # conversations: one row per turn index
-        sections.append(Section("Conversations: per turn", [Table(TURN_HEADER, turn_rows(report))]))
+        sections.append(Section("Conversations: per turn", [Table(v.TURN_HEADER, v.turn_rows(report))]))
     sections += [
         Section("Comparison", [
             *([Table(v.COMPARISON_HEADER, compared)] if compared else []),
-            Paras([*energy_changes(report), *report_notes(report),
+            Paras([*v.energy_changes(report), *report_notes(report),
                    ("workload fingerprint: ", code(f"{report.fingerprint}"))], "bullets"),
         ]),
         Section("Latency", [Plot("Latency CDF", lambda: latency_cdf_png(records))]),
@@ -113,7 +111,7 @@ def report_sections(report: Report, records: Sequence[RequestRecord]) -> list[Se
                                Paras([v.steady_caption(report)], "muted")]),
         Section("Resources", [Plot("Memory over time", lambda: resources_png(report.resources.timeline)),
                               Table(None, v.resources_rows(report))]),
-        *(_pairs(title, rows) for title, rows in energy_sections(report)),
+        *(_pairs(title, rows) for title, rows in v.energy_sections(report)),
     ]  # fmt: skip
     if report.errors.by_kind:
         sections.append(_pairs("Errors", v.error_rows(report)))

@@ -106,16 +106,6 @@ def write_html(sections: Sequence[Section]) -> str:
     return page(sections[0].title, body)
 
 
-def render_html(report: Report, records: Sequence[RequestRecord]) -> str:
-    """The whole report as one HTML document (plots from ``records``)."""
-    return write_html(report_sections(report, records))
-
-
-def compare_html(comparison: ABComparison) -> str:
-    """The comparison page: what differs first, then the overlaid curves, then the changes point by point."""
-    return write_html(compare_sections(comparison))
-
-
 def page(title: str, sections: list[str]) -> str:
     """One self-contained HTML document of ``sections``."""
     body = "\n".join(sections)
@@ -171,11 +161,6 @@ def write_markdown(sections: Sequence[Section]) -> str:
         lines += ["#" * s.level + f" {s.title}", ""]
         lines += [line for block in blocks if block for line in [*block, ""]]
     return "\n".join(lines).rstrip("\n") + "\n"
-
-
-def render_markdown(report: Report) -> str:
-    """The report as Markdown."""
-    return write_markdown(report_sections(report, []))
 
 
 def _csv_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -4,6 +4,7 @@ there is nothing to draw."""
 from __future__ import annotations
 
 import io
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -162,8 +163,7 @@ def latency_curves_png(curves: Sequence[Curve]) -> bytes | None:
     for row, (x_name, x_label) in enumerate(X_AXES):
         for col, (metric, title) in enumerate(LATENCIES):
             ax = axes[row][col]
-            for k, curve in enumerate(curves):
-                colour = COLOURS[k % len(COLOURS)]
+            for curve, colour in zip(curves, itertools.cycle(COLOURS)):
                 for pct, style in (("p50", "-"), ("p99", "--")):
                     xs, ys, errs = _xy(curve.points, x_name, f"{metric}_{pct}_ms")
                     if np.all(np.isnan(ys)):
@@ -184,8 +184,7 @@ def goodput_png(curves: Sequence[Curve]) -> bytes | None:
         return None
     fig = _new_figure(9.0, 3.8)
     rate_ax, share_ax = fig.subplots(1, 2)
-    for k, curve in enumerate(curves):
-        colour = COLOURS[k % len(COLOURS)]
+    for curve, colour in zip(curves, itertools.cycle(COLOURS)):
         for ax, metric in ((rate_ax, "goodput_req_per_sec"), (share_ax, "goodput_percent")):
             xs, ys, errs = _xy(curve.points, "throughput_req_per_sec", metric)
             ax.errorbar(xs, ys, yerr=errs, marker="o", color=colour, capsize=2, label=curve.name)

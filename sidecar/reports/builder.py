@@ -27,11 +27,9 @@ from core.report_schema import (
     Resources,
     error_summary,
 )
-from core.serverview_cluster import ClusterView
 from core.settings import Settings
 from core.stats import RunMetrics, key_insight
 from engine.vllmlog.grammar import PROBLEM_LEVELS, clean, clean_span, parse_line, text
-from sidecar.sampling.resources import WindowPeaks
 
 MAX_EXAMPLES = 50
 MAX_LINE_CHARS = 500
@@ -63,42 +61,9 @@ def build_metrics(
     ).model_copy(update=report_figures(run, resources.energy, cost))
 
 
-def build_resources(
-    peaks: WindowPeaks,
-    gpu_unavailable_reason: str | None,
-    cpu_unavailable_reason: str | None,
-    sample_interval_s: float | None = None,
-    gpu_memory_api: str | None = None,
-) -> Resources:
-    """The report's ``resources`` section from the window's peaks, per-GPU statistics and time series."""
-    return Resources(
-        gpu_unavailable_reason=gpu_unavailable_reason,
-        gpu_memory_api=gpu_memory_api if peaks.gpu_mem_peak_gb is not None else None,
-        gpu_mem_peak_gb=peaks.gpu_mem_peak_gb,
-        gpu_samples=peaks.samples if peaks.gpu_mem_peak_gb is not None else 0,
-        gpus=list(peaks.gpus),
-        vllm_rss_peak_gb=peaks.vllm_rss_peak_gb,
-        cpu_unavailable_reason=cpu_unavailable_reason if peaks.vllm_rss_peak_gb is None else None,
-        vllm_cpu_percent_peak=peaks.vllm_cpu_percent_peak,
-        vllm_cpu_percent_mean=peaks.vllm_cpu_percent_mean,
-        host_mem_used_peak_gb=peaks.host_used_peak_gb,
-        kv_cache=peaks.kv_cache,
-        sample_interval_s=sample_interval_s,
-        timeline=list(peaks.timeline),
-    )
-
-
 def host_entry(resources: Resources, host: str) -> HostResources:
     """One host's GPU memory (``resources.hosts`` entry) from its ``resources`` section: peak, per GPU, why none."""
-    return HostResources(
-        host=host,
-        gpu_mem_peak_gb=resources.gpu_mem_peak_gb,
-        gpus=list(resources.gpus),
-        gpu_samples=resources.gpu_samples,
-        gpu_memory_api=resources.gpu_memory_api,
-        gpu_unavailable_reason=resources.gpu_unavailable_reason,
-        energy=resources.energy,
-    )
+    return HostResources(host=host, **resources.model_dump(include=set(HostResources.model_fields)))
 
 
 def host_gaps(resources: Resources) -> list[str]:
@@ -194,7 +159,8 @@ def run_energy(
     start, end, idle_end = run_window(request, records)
     mine = own(start, end, idle_end)
     if groups and request.cluster is not None:
-        mine = mine.model_copy(update={"replicas": replica_energy(mine, groups, _tokens(request.cluster))})
+        tokens = {r.name: r.generation_tokens for r in request.cluster.replicas}
+        mine = mine.model_copy(update={"replicas": replica_energy(mine, groups, tokens)})
     if peers is None or not resources.hosts:
         return resources.model_copy(update={"energy": mine})
     found = {p.url: p.energy for p in peers(start, end, idle_end)}
@@ -202,10 +168,6 @@ def run_energy(
              for h in resources.hosts]  # fmt: skip
     total = hosts_energy([(h.host, h.energy) for h in hosts]).model_copy(update={"replicas": mine.replicas})
     return resources.model_copy(update={"energy": total, "hosts": hosts})
-
-
-def _tokens(cluster: ClusterView) -> dict[str, int | None]:
-    return {r.name: r.generation_tokens for r in cluster.replicas}
 
 
 def run_cost(config: BenchmarkConfig, resources: Resources) -> CostBasis | None:
@@ -217,11 +179,9 @@ def run_cost(config: BenchmarkConfig, resources: Resources) -> CostBasis | None:
     if resources.hosts:
         gpus = sum(len(h.gpus) for h in resources.hosts)
         unread = [h.host for h in resources.hosts if h.unavailable_reason]
-        basis = cost_basis(price, config.energy_price_per_kwh, 0 if unread else gpus, len(resources.hosts),
-                           f"host {', '.join(unread)} not reported" if unread else None)  # fmt: skip
-    else:
-        basis = cost_basis(price, config.energy_price_per_kwh, len(resources.gpus), 1, resources.gpu_unavailable_reason)
-    return basis
+        return cost_basis(price, config.energy_price_per_kwh, 0 if unread else gpus, len(resources.hosts),
+                          f"host {', '.join(unread)} not reported" if unread else None)  # fmt: skip
+    return cost_basis(price, config.energy_price_per_kwh, len(resources.gpus), 1, resources.gpu_unavailable_reason)
 
 
 def read_log_facts(

@@ -114,10 +114,7 @@ def _answer(url: str, shape: TypeAdapter[_T], expected: str, timeout_s: float, h
             body: dict[str, Any] | None = None) -> _T | None:
     """``GET url`` (``POST`` with ``body``) read as ``shape``; None (a wrong shape logged) for any other answer."""
     try:
-        if body is None:
-            response = httpx.get(url, timeout=timeout_s, headers=headers)
-        else:
-            response = httpx.post(url, json=body, timeout=timeout_s, headers=headers)
+        response = httpx.request("GET" if body is None else "POST", url, json=body, timeout=timeout_s, headers=headers)
     except httpx.HTTPError:
         return None
     if response.status_code != 200:

@@ -18,8 +18,7 @@ from core.pipes import guard_stdout
 from core.report_schema import Report
 from core.settings import Settings, get_settings
 from sidecar.render.plots import _new_figure, _png
-from sidecar.reports.baselines import BaselineStore
-from sidecar.reports.store import ReportStore
+from sidecar.reports.store import BaselineStore, ReportStore
 
 PANELS = (  # attribute, title, unit
     ("throughput_req_per_sec", "throughput", "req/s"),

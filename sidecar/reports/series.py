@@ -10,7 +10,7 @@ from core.api import BuildSeriesRequest, BuildSeriesResponse, CompareRequest, Co
 from core.comparison import ABComparison, Side, compare_points, compare_sides, environment_notes, prefix_cache_notes
 from core.intervals import Comparison
 from core.redact import Redactor, secret_values
-from core.report_schema import Environment, Report
+from core.report_schema import Environment
 from core.series_stats import (
     COMPARE_ID_RE,
     SERIES_ID_RE,
@@ -25,8 +25,7 @@ from core.series_stats import (
 )
 from core.settings import Settings
 from sidecar.render.pages import compare_files, series_files
-from sidecar.reports.baselines import BaselineStore
-from sidecar.reports.store import ReportStore, ResultStore, new_id, utc_now_iso, validate_report_id
+from sidecar.reports.store import BaselineStore, ReportStore, ResultStore, new_id, utc_now_iso
 
 IDS_HINT = "`make history` lists the ids (over HTTP: GET /reports, GET /series)"
 
@@ -59,12 +58,6 @@ class SeriesService:
             settings.sidecar_url,
         )
 
-    def _report(self, report_id: str) -> Report:
-        try:
-            return self.reports.get(report_id)
-        except FileNotFoundError:
-            raise UnknownResult(f"no report {report_id}") from None
-
     def _comparisons(
         self, points: list[SeriesPoint], environment: Environment, threshold_pct: float
     ) -> dict[str, Comparison]:
@@ -89,18 +82,18 @@ class SeriesService:
         return out
 
     def build(self, request: BuildSeriesRequest) -> BuildSeriesResponse:
-        """Measure the points from their reports, find the knee, compare and write the series. Raises UnknownResult: a
-        point names a report that does not exist. ValueError: a bad id or no point."""
+        """Measure the points from their reports, find the knee, compare and write the series. Raises
+        FileNotFoundError: a point names a report that does not exist. ValueError: a bad id or no point."""
         slo = request.config.slo
         points = [
-            measure_point(plan, [self._report(validate_report_id(i)) for i in plan.report_ids], slo,
+            measure_point(plan, [self.reports.get(i) for i in plan.report_ids], slo,
                           request.slo_attainment_pct)
             for plan in request.points
             if plan.report_ids
         ]
         if not points:
             raise ValueError("the series names no report: nothing to build")
-        first = self._report(points[0].report_ids[0])
+        first = self.reports.get(points[0].report_ids[0])
         with self._lock:
             series = SeriesReport(
                 series_id=new_id("benchmark_series"),
@@ -129,7 +122,7 @@ class SeriesService:
                 series = self.series.get(result_id)
                 return Side(ref=ref, kind="series", id=result_id, environment=series.environment,
                             config=series.config, points=series.points, knee=series.knee, repeat=series.repeat)
-            report = self.reports.get(validate_report_id(result_id))
+            report = self.reports.get(result_id)
         except FileNotFoundError:
             what = "series" if is_series_id(result_id) else "report"
             raise UnknownResult(f"no {what} {result_id}; " + IDS_HINT) from None
@@ -157,10 +150,7 @@ class SeriesService:
 
     def mark_baseline(self, name: str, series_id: str) -> str | None:
         """Point baseline ``name`` at series ``series_id``; returns the id the name pointed at before (None: new).
-        Raises ValueError: a bad name or id, or an unusable series. UnknownResult: no such series."""
-        path = self.series.root / f"{self.series.validate_id(series_id)}.json"
-        if not path.exists():
-            raise UnknownResult(f"no series {series_id}")
+        Raises ValueError: a bad name or id, or an unusable series. FileNotFoundError: no such series."""
         unusable = series_unusable_reason(self.series.get(series_id))
         if unusable:
             raise ValueError(f"{unusable}: it could never judge a later series, so it is no baseline; name another")

@@ -21,10 +21,8 @@ from core.report_schema import HostResources, Report, Resources
 from core.settings import Settings
 from engine.local_control import engine_phase
 from sidecar.render.pages import report_files
-from sidecar.reports.baselines import BaselineStore
 from sidecar.reports.builder import (
     build_report,
-    build_resources,
     host_entry,
     read_log_facts,
     replica_groups,
@@ -33,7 +31,7 @@ from sidecar.reports.builder import (
 )
 from sidecar.reports.envinfo import collect_environment, vllm_server_facts, with_fingerprint
 from sidecar.reports.rows_link import RunRows, collect_traces, read_run_rows, trace_paths
-from sidecar.reports.store import ReportStore, Retention, new_id, prune, utc_now_iso
+from sidecar.reports.store import BaselineStore, ReportStore, Retention, new_id, prune, utc_now_iso
 from sidecar.sampling.enginemetrics import EngineMetricsReader
 from sidecar.sampling.gpu import GpuInfo, GpuReader, open_gpu_reader
 from sidecar.sampling.peers import peer_resources
@@ -126,11 +124,6 @@ class ReportService:
         facts = server_facts or (lambda url: vllm_server_facts(url, headers=headers))
         return cls(settings, sampler, reader, reason, store, facts)
 
-    @property
-    def gpu_names_by_index(self) -> dict[int, str]:
-        """Model name of each GPU read, by NVML index."""
-        return self._gpu_info.name_by_index() if self._gpu_info else {}
-
     def current_resources(self) -> dict[str, Any]:
         """Latest sample as JSON (taken now if the sampler has none yet)."""
         sample = self.sampler.latest() or self.sampler.sample_once()
@@ -174,15 +167,18 @@ class ReportService:
         return host_entry(self._own_resources(start, end, idle_end), self.host_name)
 
     def _own_resources(self, start: float, end: float, idle_end: float | None = None) -> Resources:
-        """The ``resources`` section of this host's samples over ``[start, end]``, with its energy."""
-        resources = build_resources(
-            self.sampler.peaks(start, end),
-            self.gpu_reason,
-            self.sampler.cpu_unavailable_reason,
-            self.settings.gpu_sample_interval_s,
-            self.gpu_reader.memory_api if self.gpu_reader else None,
-        )
-        return resources.model_copy(update={"energy": self.sampler.energy(start, end, idle_end)})
+        """The ``resources`` section of this host's samples over ``[start, end]``, with why a figure is missing and
+        its energy."""
+        found = self.sampler.peaks(start, end)
+        api = self.gpu_reader.memory_api if self.gpu_reader and found.gpu_mem_peak_gb is not None else None
+        update = {
+            "gpu_unavailable_reason": self.gpu_reason,
+            "gpu_memory_api": api,
+            "cpu_unavailable_reason": self.sampler.cpu_unavailable_reason if found.vllm_rss_peak_gb is None else None,
+            "sample_interval_s": self.settings.gpu_sample_interval_s,
+            "energy": self.sampler.energy(start, end, idle_end),
+        }
+        return found.model_copy(update=update)
 
     def with_run_energy(
         self, request: BuildReportRequest, records: list[RequestRecord], resources: Resources
@@ -226,10 +222,7 @@ class ReportService:
                 raise FileNotFoundError("no report yet: run `make benchmark` first")
             report = reports[-1]
         else:
-            try:
-                report = self.store.get(report_id)
-            except FileNotFoundError:
-                raise FileNotFoundError(f"no report {report_id}") from None
+            report = self.store.get(report_id)
         unusable = unusable_reason(report)  # the test every comparison applies to its reference
         if unusable:
             raise ValueError(f"{unusable}: it could never judge a later run, so it is no baseline; name another report")

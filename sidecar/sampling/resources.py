@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from core.energy import IDLE_WINDOW_S, DeviceEnergy, EnergyStats, Point, device_energy, energy_stats
-from core.report_schema import GpuSample, GpuStats, KvCacheStats, ResourcePoint
+from core.report_schema import GpuSample, GpuStats, KvCacheStats, ResourcePoint, Resources
 from core.units import GIB
 from sidecar.sampling.enginemetrics import EngineGauges
 from sidecar.sampling.rapl import EnergyZone
@@ -38,21 +38,6 @@ class Sample:
     def gpu_mem_used_gb(self) -> float | None:
         """Memory used summed over all GPUs (tensor parallelism spreads one model over several)."""
         return sum(g.mem_used_gb for g in self.gpus) if self.gpus else None
-
-
-@dataclass(frozen=True)
-class WindowPeaks:
-    """Maxima (and a few means) over a window; None where nothing was measured."""
-
-    samples: int
-    gpu_mem_peak_gb: float | None
-    vllm_rss_peak_gb: float | None
-    host_used_peak_gb: float | None
-    vllm_cpu_percent_peak: float | None = None
-    vllm_cpu_percent_mean: float | None = None
-    gpus: tuple[GpuStats, ...] = ()
-    timeline: tuple[ResourcePoint, ...] = ()
-    kv_cache: KvCacheStats | None = None
 
 
 def _present(values: Sequence[float | None]) -> list[float]:
@@ -167,26 +152,23 @@ def summarise(
     gpu_names: GpuNames = (),
     engine_reason: str | None = None,
     gpu_uuids: Mapping[int, str | None] | None = None,
-) -> WindowPeaks:
-    """Peaks, means, per-GPU statistics, KV cache and the thinned time series of ``samples`` (taken from ``start``);
-    ``engine_reason``: why vLLM's gauges are missing."""
+) -> Resources:
+    """The ``resources`` section's figures of ``samples`` (taken from ``start``): peaks, means, per-GPU statistics,
+    KV cache and the thinned time series (no reason, interval or energy); ``engine_reason``: why vLLM's gauges are
+    missing."""
     ordered = sorted(samples, key=lambda s: s.t)
-    return WindowPeaks(
-        samples=len(ordered),
-        gpu_mem_peak_gb=peak([s.gpu_mem_used_gb for s in ordered]),
+    gpu_peak = peak([s.gpu_mem_used_gb for s in ordered])
+    return Resources(
+        gpu_mem_peak_gb=gpu_peak,
+        gpu_samples=len(ordered) if gpu_peak is not None else 0,
+        gpus=gpu_stats(ordered, gpu_names, gpu_uuids),
         vllm_rss_peak_gb=peak([s.vllm_rss_gb for s in ordered]),
-        host_used_peak_gb=peak([s.host_used_gb for s in ordered]),
         vllm_cpu_percent_peak=_round(peak([s.vllm_cpu_percent for s in ordered]), 1),
         vllm_cpu_percent_mean=_round(mean([s.vllm_cpu_percent for s in ordered]), 1),
-        gpus=tuple(gpu_stats(ordered, gpu_names, gpu_uuids)),
-        timeline=tuple(timeline(ordered, start)),
+        host_mem_used_peak_gb=peak([s.host_used_gb for s in ordered]),
         kv_cache=kv_cache_stats(ordered, engine_reason),
+        timeline=timeline(ordered, start),
     )
-
-
-def _margin_s(interval_s: float | None) -> float:
-    """How far around a window samples are taken to interpolate its bounds, s."""
-    return 1.0 + 4 * (interval_s or 0.5)
 
 
 def busy_reason(samples: Sequence[Sample]) -> str | None:
@@ -245,7 +227,7 @@ def window_energy(
     """Energy over ``[start, end]`` (Unix s) and idle power over the :data:`IDLE_WINDOW_S` before ``idle_end``, from
     ``samples_in(lo, hi)``: the GPUs', else the host zones', else none with why (``gpu_reason``, ``host_reason``)."""
     idle_start = idle_end - IDLE_WINDOW_S
-    margin = _margin_s(sample_interval_s)
+    margin = 1.0 + 4 * (sample_interval_s or 0.5)  # around the window: samples to interpolate its bounds, s
     samples = samples_in(min(start, idle_start) - margin, end + margin)
     quiet = [s for s in samples if idle_start <= s.t <= idle_end]
     busy = busy_reason(quiet)

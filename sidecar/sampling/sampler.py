@@ -24,7 +24,7 @@ from core.units import GIB
 from sidecar.sampling.enginemetrics import EngineMetricsReader
 from sidecar.sampling.gpu import GpuReader
 from sidecar.sampling.rapl import HostEnergyReader
-from sidecar.sampling.resources import GpuNames, Sample, WindowPeaks, summarise, window_energy
+from sidecar.sampling.resources import GpuNames, Sample, summarise, window_energy
 
 NO_STATE = "vLLM pid unknown (no logs/engine_state.json)"
 FOREIGN_NAMESPACE = "vLLM runs in another pid namespace (containers): its process memory is not visible to the sidecar"
@@ -131,7 +131,8 @@ class Sampler:
         self._host_energy = host_energy
         self.host_energy_reason = host_energy_reason
         self.engine = engine
-        self._gpu_names = gpu_names
+        self.gpu_names = gpu_names
+        """Model name of each GPU read, by NVML index (or position)."""
         self._gpu_uuids = dict(gpu_uuids or {})
         self._meter = ProcessTreeMeter()
         self._pid_source = pid_source
@@ -203,14 +204,14 @@ class Sampler:
         """:func:`window_energy` over ``[start, end]``, idle power before ``idle_end`` (default ``start``)."""
         return window_energy(
             self.window, start, end, idle_end if idle_end is not None else start,
-            gpu_names=self._gpu_names, zones=self._host_energy.zones if self._host_energy else (),
+            gpu_names=self.gpu_names, zones=self._host_energy.zones if self._host_energy else (),
             sample_interval_s=self.interval_s, gpu_reason=self._gpu_reason, host_reason=self.host_energy_reason,
         )  # fmt: skip
 
-    def peaks(self, start: float, end: float) -> WindowPeaks:
-        """Peaks, means, per-GPU statistics and the thinned time series over ``[start, end]``."""
+    def peaks(self, start: float, end: float) -> Resources:
+        """:func:`summarise` of the samples in ``[start, end]``: peaks, means, per-GPU statistics, the time series."""
         reason = self.engine.unavailable_reason if self.engine else None
-        return summarise(self.window(start, end), start, self._gpu_names, reason, self._gpu_uuids)
+        return summarise(self.window(start, end), start, self.gpu_names, reason, self._gpu_uuids)
 
 
 @dataclass

@@ -73,7 +73,7 @@ def test_background_sampler_catches_a_transient_peak(reader: NvmlReader) -> None
         peaks = sampler.peaks(t0, time.time())
     finally:
         sampler.stop()
-    assert peaks.samples >= 10
+    assert peaks.gpu_samples >= 10
     assert peaks.gpu_mem_peak_gb is not None and peaks.gpu_mem_peak_gb - idle.gpu_mem_used_gb >= ALLOC_GIB * 0.99
     assert (sampler.latest().gpu_mem_used_gb or 0) < peaks.gpu_mem_peak_gb - ALLOC_GIB * 0.9  # type: ignore[union-attr]
 

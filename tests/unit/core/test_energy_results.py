@@ -11,8 +11,8 @@ from core.comparison import Side, compare_points, compare_sides, compare_with_hi
 from core.gate import EXIT_FAIL, EXIT_PASS, comparison_checks, gate_verdict, history_table, timelines
 from core.report_schema import Environment, Report, Resources
 from core.series_stats import PointPlan, SeriesPoint, SeriesReport, find_knee, measure_point
-from sidecar.render.page_sections import series_sections
-from sidecar.render.pages import render_markdown, write_markdown
+from sidecar.render.page_sections import report_sections, series_sections
+from sidecar.render.pages import write_markdown
 from tests.unit.sidecar.test_sidecar_store import report, single_run
 
 FIGURES = ("energy_j_per_output_token", "cost_usd_per_1m_output_tokens")
@@ -128,5 +128,5 @@ def test_history_shows_j_per_token_and_cost_columns_where_runs_have_them() -> No
 def test_stored_reports_without_energy_render_as_before(tmp_path: Path) -> None:
     """A report written before energy existed (no resources.energy) shows no energy or cost row."""
     old = report().model_copy(update={"resources": Resources()})
-    text = render_markdown(old)
+    text = write_markdown(report_sections(old, []))
     assert "Energy" not in text and "Cost" not in text

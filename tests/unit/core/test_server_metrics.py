@@ -163,7 +163,8 @@ def test_client_overhead_says_why_without_vllm_histograms() -> None:
 def test_every_report_form_states_the_client_overhead() -> None:
     """The terminal line, the Markdown and the HTML all carry what the client added over the server's own clock."""
     from loadgen.terminal.summary import format_summary
-    from sidecar.render.pages import render_html, render_markdown
+    from sidecar.render.page_sections import report_sections
+    from sidecar.render.pages import write_html, write_markdown
     from tests.unit.sidecar.test_sidecar_store import report
 
     before, after, rows = load()
@@ -172,9 +173,9 @@ def test_every_report_form_states_the_client_overhead() -> None:
     text = overhead_text(server.client_overhead[0])
     assert text.startswith("TTFT +") and ", ITL " in text and ", E2E " in text
     assert f"[SERVER] {text}" in format_summary(r, "/tmp/r.json")
-    md = render_markdown(r)
+    md = write_markdown(report_sections(r, []))
     assert f"Client overhead: {text}" in md and "| http://vllm:8100 | ITL |" in md
-    page = render_html(r, rows)
+    page = write_html(report_sections(r, rows))
     assert "Client overhead: TTFT +" in page and "<td>E2E</td>" in page
 
 

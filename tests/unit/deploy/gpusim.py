@@ -295,5 +295,5 @@ def run_sidecar(container: Container, host: SimHost, tmp: Path) -> list[str]:
         samples = service.gpu_reader.read() if service.gpu_reader else []
     if info is None:
         return []
-    assert [s.index for s in samples] == info.indices and len(service.gpu_names_by_index) == len(info.indices)
+    assert [s.index for s in samples] == info.indices and len(service.sampler.gpu_names) == len(info.indices)
     return [u or "" for u in info.uuids]

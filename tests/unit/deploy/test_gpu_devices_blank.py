@@ -63,7 +63,7 @@ def test_the_compose_sidecar_reads_every_gpu(tmp_path: Path, monkeypatch: pytest
     settings = engine_settings(env, tmp_path, monkeypatch)
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(names=["NVIDIA A10", "NVIDIA A10"], used_bytes=[0, 0]))
     service = ReportService.from_settings(settings, server_facts=lambda _url: {})
-    assert service.gpu_names_by_index == {0: "NVIDIA A10", 1: "NVIDIA A10"}
+    assert service.sampler.gpu_names == {0: "NVIDIA A10", 1: "NVIDIA A10"}
 
 
 def test_each_compose_replica_uses_all_of_its_own_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

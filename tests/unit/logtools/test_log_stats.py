@@ -11,8 +11,16 @@ import pytest
 
 from core.requestlog import BadLogLine, RequestLogLine
 from engine.vllmlog.grammar import METRIC_FIELDS, METRICS_RE
-from logtools.aggregate import EngineSummary, RequestsRead, RequestStats, SlowRequests, failure_cause, iter_records
-from logtools.quantiles import RELATIVE_ACCURACY, StreamingQuantiles
+from logtools.aggregate import (
+    RELATIVE_ACCURACY,
+    EngineSummary,
+    RequestsRead,
+    RequestStats,
+    SlowRequests,
+    StreamingQuantiles,
+    failure_cause,
+    iter_records,
+)
 from logtools.scan import LogScanner
 from tests.synthlog import generate_vllm_log
 
@@ -277,7 +285,7 @@ def test_requests_since_filters_by_end_time(tmp_path: Path) -> None:
     path.write_text("\n".join(rows) + "\n")
     counts = RequestsRead()
     kept = [r.request_id for r in iter_records([path], counts, since_s=now - 3600)]
-    assert kept == ["3000", "60"] and counts.before_window == 1 and counts.bad_lines == 0
+    assert kept == ["3000", "60"] and counts.before_since == 1 and counts.bad_lines == 0
 
 
 def test_request_log_truncated_while_read_is_reported(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ from core.report_schema import Report
 from core.series_stats import report_values
 from core.stats import run_metrics
 from loadgen.terminal.summary import format_summary
-from sidecar.render.pages import ROW_COLUMNS, render_html, render_markdown, rows_csv, summary_csv
+from sidecar.render.page_sections import report_sections
+from sidecar.render.pages import ROW_COLUMNS, rows_csv, summary_csv, write_html, write_markdown
 from sidecar.reports.builder import build_metrics
 from tests.unit.sidecar.test_sidecar_store import report
 
@@ -67,8 +68,8 @@ def test_reasoning_figures_sit_beside_ttft_in_every_output() -> None:
     terminal = "\n".join(format_summary(r, "reports/x.json"))
     assert "[RESULT] Reasoning: 6 of 10 requests reasoned | answer TTFT P50 220 ms" in terminal
     assert "| Answer TTFT p50 / p99 | 220 ms / 220 ms (first answer token; TTFT counts reasoning) |" in \
-        render_markdown(r)
-    assert "Answer TTFT p50 / p99" in render_html(r, rows)
+        write_markdown(report_sections(r, []))
+    assert "Answer TTFT p50 / p99" in write_html(report_sections(r, rows))
     table = list(csv.DictReader(io.StringIO(rows_csv(rows))))
     assert table[0]["answer_ttft_ms"] == "220.0" and table[9]["answer_ttft_ms"] == ""
     assert list(table[0])[list(table[0]).index("ttft_ms") + 1] == "reasoning_ttft_ms"
@@ -83,7 +84,7 @@ def test_a_run_without_reasoning_or_sessions_reads_as_before() -> None:
     assert r.metrics.reasoning is None and r.metrics.sessions is None and r.metrics.turns == []
     terminal = "\n".join(format_summary(r, "reports/x.json"))
     assert "Reasoning" not in terminal and "[TURN]" not in terminal and "Sessions" not in terminal
-    text = render_markdown(r)
+    text = write_markdown(report_sections(r, []))
     assert "Answer TTFT" not in text and "Conversations" not in text and "Sessions" not in text
     rows = [RequestRecord(request_id="a", started_at=0.0, ok=True, ttft_ms=1.0, e2e_ms=2.0)]
     assert next(csv.reader(io.StringIO(rows_csv(rows)))) == list(ROW_COLUMNS)
@@ -106,11 +107,11 @@ def test_conversations_give_per_turn_and_per_session_figures_in_every_output() -
     assert "[RESULT] Sessions: 2 sessions, 3.0 turns each, 0 ended by a failure; total time P50 4.5 s" in \
         "\n".join(terminal)
     assert any(line.startswith("[TURN] turn 3: 2 requests, 300 prompt tokens") for line in terminal)
-    text = render_markdown(r)
+    text = write_markdown(report_sections(r, []))
     assert "## Conversations: per turn" in text and "| 3 | 2 | 300 | 17 / 17 | 11.0 / 12.0 | 500 / 500 | 200 | 67 % |" \
         in text
     assert "| Follow-up turns | the dataset's real follow-up turns |" in text and "| think_time | exponential:1s |" in text
-    assert "Conversations: per turn" in render_html(r, rows)
+    assert "Conversations: per turn" in write_html(report_sections(r, rows))
     header = next(csv.reader(io.StringIO(rows_csv(rows))))
     assert header[-4:] == ["session_id", "turn", "think_time_s", "cached_tokens"]
     assert next(csv.DictReader(io.StringIO(summary_csv(r))))["sessions"] == "2"

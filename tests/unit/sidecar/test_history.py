@@ -6,9 +6,8 @@ import time
 from pathlib import Path
 
 from core.gate import history_table, timelines
-from sidecar.reports.baselines import BaselineStore
 from sidecar.reports.history import main
-from sidecar.reports.store import ReportStore
+from sidecar.reports.store import BaselineStore, ReportStore
 from sidecar.reports.writer import ReportService
 from sidecar.sampling.gpu import NvmlReader
 from tests.fakes import FakeNvml

@@ -13,7 +13,8 @@ from core.serverview import cross_check
 from core.serverview_samples import parse_exposition
 from core.stats import RunMetrics
 from loadgen.terminal.summary import format_summary
-from sidecar.render.pages import render_markdown
+from sidecar.render.page_sections import report_sections
+from sidecar.render.pages import write_markdown
 from sidecar.reports.builder import build_metrics
 from sidecar.sampling.enginemetrics import EngineGauges, EngineMetricsReader, parse_gauges
 from sidecar.sampling.resources import Sample, kv_cache_stats, summarise
@@ -188,7 +189,7 @@ def test_summary_and_markdown_state_the_kv_cache() -> None:
     line = next(x for x in lines if x.startswith("[RESULT] KV cache"))
     assert "1.00 GB (58,240 tokens): peak 37% used, up to 8 running / 0 waiting, 0 preemptions" in line
     assert "not KV-bound" in line and not any(x.startswith("[WARN] KV-bound") for x in lines)
-    md = render_markdown(r)  # type: ignore[arg-type]
+    md = write_markdown(report_sections(r, []))  # type: ignore[arg-type]
     assert "| KV cache pool / peak used | 1.00 GB (58,240 tokens), peak 37 % used" in md
     assert r.metrics.kv_cache_gb == 1.0 and r.metrics.kv_cache_usage_peak_percent == 37.0  # type: ignore[attr-defined]
 
@@ -272,6 +273,6 @@ def test_a_measured_window_longer_than_the_duration_says_why() -> None:
     r = report()
     r = r.model_copy(update={"config": r.config.model_copy(update={"duration_s": 60.0}),
                              "metrics": r.metrics.model_copy(update={"duration_s": 83.5})})  # fmt: skip
-    assert "83.5 s (first request sent to last answer; DURATION 60 s plus the drain)" in render_markdown(r)
+    assert "83.5 s (first request sent to last answer; DURATION 60 s plus the drain)" in write_markdown(report_sections(r, []))
     r = r.model_copy(update={"metrics": r.metrics.model_copy(update={"duration_s": 60.4})})
-    assert "DURATION 60 s plus the drain" not in render_markdown(r)
+    assert "DURATION 60 s plus the drain" not in write_markdown(report_sections(r, []))

@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 
 from core.report_schema import GpuStats, HostResources
 from loadgen.terminal.summary import format_summary
-from sidecar.render.pages import render_markdown
+from sidecar.render.page_sections import report_sections
+from sidecar.render.pages import write_markdown
 from sidecar.reports.builder import host_gaps
 from sidecar.sampling.peers import PeerTarget, Resolver, fetch_peer, peer_resources, peer_targets
 from sidecar.server import create_app
@@ -135,5 +136,5 @@ def test_hosts_in_the_terminal_markdown_and_gaps() -> None:
         "[WARN] GPU memory of host gpu3 (http://gpu3:8200) missing: GET /resources/window failed (ConnectError)"
         in lines
     )
-    md = render_markdown(final)
+    md = write_markdown(report_sections(final, []))
     assert "Host gpu2 GPU 1 NVIDIA H200" in md and "not reported: GET /resources/window failed" in md

@@ -198,14 +198,15 @@ def test_a_profiled_run_is_no_baseline_and_its_pages_say_so() -> None:
     """PROFILE=1 runs the window under vLLM's torch profiler, which slows the engine: the report says it was profiled
     (terminal, Markdown, HTML) and is never a reference (a fresh user found a profiled run saved as the baseline)."""
     from core.fingerprint import unusable_reason
-    from sidecar.render.pages import render_html, render_markdown
+    from sidecar.render.page_sections import report_sections
+    from sidecar.render.pages import write_html, write_markdown
 
     r = report()
     profiled = r.model_copy(update={"config": r.config.model_copy(update={"profiled": True})})
     assert unusable_reason(r) is None
     why = unusable_reason(profiled) or ""
     assert "was profiled (PROFILE=1" in why
-    assert "profiled" in render_markdown(profiled) and "profiled" in render_html(profiled, [])
+    assert "profiled" in write_markdown(report_sections(profiled, [])) and "profiled" in write_html(report_sections(profiled, []))
     assert any("not a baseline" in line and "profiled" in line for line in format_summary(profiled, "/r/p.json"))
 
 
@@ -213,15 +214,16 @@ def test_a_client_limited_run_says_so_in_its_pages_as_in_the_terminal() -> None:
     """The terminal's `[WARN] Client-limited run: …` was in no page (a fresh user found it only in the JSON): the
     Markdown and HTML reports carry it at the top with its reason."""
     from core.clientview import client_view
-    from sidecar.render.pages import render_html, render_markdown
+    from sidecar.render.page_sections import report_sections
+    from sidecar.render.pages import write_html, write_markdown
     from tests.unit.loadgen.test_client_load import ROWS
 
     limited = report().model_copy(update={"client": client_view(ROWS, duration_s=10.0, cpu_cores=0.95,
                                                                 calibration=None)})  # fmt: skip
     assert limited.client is not None and limited.client.client_limited
-    for page in (render_markdown(limited), render_html(limited, [])):
+    for page in (write_markdown(report_sections(limited, [])), write_html(report_sections(limited, []))):
         assert "Client-limited run: " in page and "CPU" in page
-    assert "Client-limited run" not in render_markdown(report())
+    assert "Client-limited run" not in write_markdown(report_sections(report(), []))
 
 
 def test_a_gate_across_a_warm_and_a_cold_prefix_cache_cannot_judge() -> None:

@@ -45,7 +45,7 @@ def test_peak_is_max_of_samples_in_window() -> None:
     fake.used_bytes = [GIB, GIB]
     last = sampler.sample_once()
     peaks = sampler.peaks(first.t, last.t)
-    assert peaks.samples == 3 and peaks.gpu_mem_peak_gb == pytest.approx(7.0)
+    assert peaks.gpu_samples == 3 and peaks.gpu_mem_peak_gb == pytest.approx(7.0)
     assert sampler.peaks(last.t + 1, last.t + 2).gpu_mem_peak_gb is None
 
 

@@ -11,7 +11,8 @@ from core.records import RequestRecord
 from core.redact import Redactor, secret_values, strip_url_credentials
 from core.report_schema import Environment, ErrorSummary, ResourcePoint
 from core.settings import Settings
-from sidecar.render.pages import render_html, render_markdown, table
+from sidecar.render.page_sections import report_sections
+from sidecar.render.pages import table, write_html, write_markdown
 from sidecar.render.plots import latency_cdf_png, resources_png, throughput_png
 from tests.unit.sidecar.test_sidecar_store import report, single_run
 
@@ -37,7 +38,7 @@ def test_markdown_has_results_comparison_and_environment() -> None:
             "html_file": "x.html",
         }
     )
-    text = render_markdown(r)
+    text = write_markdown(report_sections(r, []))
     assert "| Throughput | 2.00 req/s |" in text
     assert "| vs_v0.2.1 | benchmark_report_20250101_000000 | +12% | n/a | n/a | -3.0% |" in text
     assert "- vs_old: not compared: workload differs" in text and "[x.html](x.html)" in text
@@ -58,7 +59,7 @@ def test_error_rate_column_shows_both_rates_and_the_change_in_points() -> None:
             }
         }
     )
-    rows = [line for line in render_markdown(r).splitlines() if line.startswith("| vs_")]
+    rows = [line for line in write_markdown(report_sections(r, [])).splitlines() if line.startswith("| vs_")]
     assert rows[0].endswith(f"| {rate:.1f} → {rate:.1f} (=) |"), rows[0]
     assert rows[1].endswith(f"| {rate - 2.5:.1f} → {rate:.1f} (+2.5 pp) |"), rows[1]
     assert rows[2].endswith("| n/a |")
@@ -77,7 +78,7 @@ def test_html_escapes_values_and_embeds_plots() -> None:
             "errors": ErrorSummary(by_kind={"http_status": 1}, examples={"http_status": ["<b>boom</b>"]}),
         }
     )
-    page = render_html(r, rows())
+    page = write_html(report_sections(r, rows()))
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page and "&lt;b&gt;boom" in page
     assert "data:image/png;base64," in page and "<script" not in page
 
@@ -90,7 +91,7 @@ def test_html_survives_a_failing_plot(monkeypatch: pytest.MonkeyPatch) -> None:
         raise RuntimeError("no fonts")
 
     monkeypatch.setattr(render_html_module, "latency_cdf_png", boom)
-    page = render_html(report(), rows())
+    page = write_html(report_sections(report(), rows()))
     assert "Latency CDF: could not be drawn (RuntimeError)" in page
 
 

@@ -29,7 +29,7 @@ def test_per_gpu_peaks_and_means() -> None:
     g0, g1 = peaks.gpus
     assert (g0.name, g0.mem_used_peak_gb, g0.util_percent_peak, g0.util_percent_mean) == ("A100", 12.0, 60.0, 40.0)
     assert (g0.power_w_peak, g0.power_w_mean, g1.power_w_mean) == (300.0, 200.0, 60.0)
-    assert peaks.gpu_mem_peak_gb == 18.0 and peaks.samples == 2
+    assert peaks.gpu_mem_peak_gb == 18.0 and peaks.gpu_samples == 2
 
 
 def test_fake_nvml_readings_flow_into_window_stats() -> None:
@@ -47,7 +47,7 @@ def test_fake_nvml_readings_flow_into_window_stats() -> None:
 def test_without_gpu_there_are_no_gpu_stats() -> None:
     """No NVML: no per-GPU entries and no GPU peak, but host memory is still summarised."""
     peaks = summarise([Sample(t=1.0, host_used_gb=3.0)], start=0.0)
-    assert peaks.gpus == () and peaks.gpu_mem_peak_gb is None and peaks.host_used_peak_gb == 3.0
+    assert peaks.gpus == [] and peaks.gpu_mem_peak_gb is None and peaks.host_mem_used_peak_gb == 3.0
 
 
 def test_timeline_is_thinned_but_keeps_peaks() -> None:
