@@ -13,6 +13,8 @@ from core.report_schema import Report
 from core.series_stats import SeriesReport, slo_text
 from core.serverview import overhead_text, verdict_text
 from sidecar.render import view_rows as v
+from sidecar.render.cells import Row
+from sidecar.render.energy_rows import energy_changes, energy_sections
 from sidecar.render.plots import Curve, goodput_png, latency_cdf_png, latency_curves_png, resources_png, throughput_png
 
 
@@ -75,7 +77,7 @@ class Section:
     level: int = 2
 
 
-def _pairs(title: str, rows: Sequence[v.Row]) -> Section:
+def _pairs(title: str, rows: Sequence[Row]) -> Section:
     return Section(title, [Table(None, rows)])
 
 
@@ -103,7 +105,7 @@ def report_sections(report: Report, records: Sequence[RequestRecord]) -> list[Se
     sections += [
         Section("Comparison", [
             *([Table(v.COMPARISON_HEADER, compared)] if compared else []),
-            Paras([*v.energy_changes(report), *report_notes(report),
+            Paras([*energy_changes(report), *report_notes(report),
                    ("workload fingerprint: ", code(f"{report.fingerprint}"))], "bullets"),
         ]),
         Section("Latency", [Plot("Latency CDF", lambda: latency_cdf_png(records))]),
@@ -111,7 +113,7 @@ def report_sections(report: Report, records: Sequence[RequestRecord]) -> list[Se
                                Paras([v.steady_caption(report)], "muted")]),
         Section("Resources", [Plot("Memory over time", lambda: resources_png(report.resources.timeline)),
                               Table(None, v.resources_rows(report))]),
-        *(_pairs(title, rows) for title, rows in v.energy_sections(report)),
+        *(_pairs(title, rows) for title, rows in energy_sections(report)),
     ]  # fmt: skip
     if report.errors.by_kind:
         sections.append(_pairs("Errors", v.error_rows(report)))
