@@ -1,5 +1,7 @@
 """One measured run: warmup, then Locust between two ``/metrics`` scrapes inside a sidecar sampling window (under the
-profiler with PROFILE=1); rows are appended to ``logs/runs/<run id>.requests.jsonl`` as they come.
+profiler with PROFILE=1); rows are appended to ``logs/runs/<run id>.requests.jsonl`` as they come. PROFILE=1: vLLM's
+torch profiler (traces in ``logs/profile/``); the engine controller restarts vLLM with it and back, elsewhere vLLM
+must run with ``--profiler-config``.
 
 The capacity check: whether the engine can answer a planned closed-loop load within REQUEST_TIMEOUT_S, judged from
 the warm-up. ``concurrency`` users starting at once wait, the last of them, about ``concurrency × prompt_tokens /
@@ -21,8 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from core.clientview import ProcessLoad
-from core.enginestate import EngineControl
+from core.enginestate import EngineControl, EngineError, read_engine_state
 from core.records import RequestRecord
 from core.replicas import engine_url, serving_engine, switch_marker
 from core.report_schema import BenchmarkConfig, causes_text, error_summary
@@ -31,7 +35,6 @@ from core.serverview_samples import Samples
 from core.settings import Settings
 from loadgen.errors import OverCapacity, WarmupFailed, WarmupInterrupted
 from loadgen.locust_side.user_actions import payload_for
-from loadgen.orchestrate import profiling
 from loadgen.orchestrate.locust_run import INTERRUPTED, SERVER_DOWN, ServerDown, read_process_loads, run_locust
 from loadgen.orchestrate.replica_watch import ReplicaWatch, left_after_stop, scrape_metrics, wait_until_idle
 from loadgen.plan import jsonl_rows, run_file, run_id_of, sampler_for
@@ -179,7 +182,7 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     """Once the engine is idle: warmup, then Locust between two /metrics scrapes in a sidecar sampling window.
 
     Raises:
-        profiling.ProfilingError: the profiler could not be started or stopped.
+        ProfilingError: the profiler could not be started or stopped.
         EngineBusy: vLLM still held other requests after IDLE_WAIT_S (nothing sent).
         WarmupFailed, WarmupInterrupted, OverCapacity: nothing measured (the warmup rows are in ``records_path``).
         SidecarRefused: the sidecar cannot see ``records_path``, so it could write no report (nothing measured).
@@ -197,7 +200,7 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     window = sidecar.start_window(run_id_of(records_path))
     print(load_line(plan), flush=True)
     if settings.profile:
-        profiling.start(settings)
+        profiler_post(settings, "/start_profile", 60)
     watch = ReplicaWatch.of(settings)  # with the router: every engine behind it (scraped and polled from now)
     engine_before = serving_engine(settings)  # behind the stack's router: the engine itself (its /metrics)
     before, why_before = (None, None) if watch else scrape_metrics(engine_url(settings), settings.vllm_headers)
@@ -229,8 +232,8 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
         gaps.append(left)
     traces: list[str] = []
     if settings.profile:
-        profiling.stop(settings)
-        traces = [str(p) for p in profiling.traces_since(settings.profile_dir, window_start - 5)]
+        profiler_post(settings, "/stop_profile", 600)  # vLLM writes its traces: can take a while
+        traces = [str(p) for p in traces_since(settings.profile_dir, window_start - 5)]
         print(f"[INFO] Profiler wrote {len(traces)} trace file(s)")
     if outcome.code not in (0, 1) and not outcome.stopped:  # 1: some request failed; the report counts them
         print(f"[WARN] Locust exited with code {outcome.code}; building the report from the rows collected.")
@@ -258,14 +261,14 @@ def run_measured(
     settings: Settings, plan: BenchmarkConfig, records_path: Path, sidecar: SidecarClient, engine: EngineControl
 ) -> Measured:
     """:func:`measure`, with vLLM restarted with its profiler and back around it when PROFILE=1. Raises
-    profiling.ProfilingError: profiling was asked for and failed."""
+    ProfilingError: profiling was asked for and failed."""
     try:
         if settings.profile:
-            profiling.enable(settings, engine)
+            enable_profiler(settings, engine)
         return measure(settings, plan, records_path, sidecar)
     finally:
         if settings.profile:
-            profiling.disable(settings, engine)  # also after Ctrl-C or a failure half-way through the restart
+            disable_profiler(settings, engine)  # also after Ctrl-C or a failure half-way through the restart
 
 
 SERVABLE_SHARE = 0.5  # servable: the first wave's last first token within this share of REQUEST_TIMEOUT_S
@@ -331,3 +334,68 @@ def warmup_capacity(rows: Sequence[RequestRecord], at_once: int, concurrency: in
     prompt = sum(r.prompt_tokens or 0 for r in first)
     output = sum(r.output_tokens or 0 for r in answered)
     return Capacity(prompt / latest_ttft_s, output / wall_s, len(first), prompt / len(first), concurrency, timeout_s)
+
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+class ProfilingError(RuntimeError):
+    """The profiler cannot be used; the message says why and what to do."""
+
+
+def enable_profiler(settings: Settings, engine: EngineControl) -> None:
+    """Make sure vLLM runs with its profiler: the launcher started it with one (``logs/engine_state.json``), else a
+    restart with it (undo with :func:`disable_profiler`). Raises ProfilingError: no controller runs the engine and
+    vLLM has no profiler, or the restart failed."""
+    state = read_engine_state(settings.engine_state_file)
+    if state is not None and state.profiler:
+        return
+    try:
+        status = engine.status()
+    except EngineError as exc:  # supervisord not answering
+        raise ProfilingError(f"cannot see vLLM's process: {exc}") from None
+    if status is None:
+        raise ProfilingError("PROFILE=1 needs vLLM started with --profiler-config: in local mode `make up` first; with "
+                             'compose set VLLM_EXTRA_ARGS=\'--profiler-config {"profiler":"torch",'
+                             '"torch_profiler_dir":"/app/logs/profile"}\'')
+    print("[INFO] Restarting vLLM with its torch profiler for this run (switching back afterwards)...", flush=True)
+    try:
+        engine.restart(status.request.model_copy(update={"profiler": True}))
+    except EngineError as exc:
+        raise ProfilingError(f"vLLM with profiler did not start: {exc}") from None
+
+
+def disable_profiler(settings: Settings, engine: EngineControl) -> None:
+    """Restart vLLM without the profiler when the controller started it with one (no controller: nothing)."""
+    try:
+        status = engine.status()
+    except EngineError as exc:  # supervisord not answering
+        print(f"[WARN] vLLM may still run with its profiler: {exc}", flush=True)
+        return
+    if status is None or not status.request.profiler:
+        return
+    print("[INFO] Restarting vLLM without the profiler...", flush=True)
+    try:
+        engine.restart(status.request.model_copy(update={"profiler": False}))
+    except EngineError as exc:
+        print(f"[WARN] vLLM did not come back without the profiler: {exc}", flush=True)
+
+
+def profiler_post(settings: Settings, path: str, timeout_s: float) -> None:
+    """``POST path`` to vLLM itself (``/start_profile``, ``/stop_profile``), within ``timeout_s`` s. Raises
+    ProfilingError: no answer, or not HTTP 200."""
+    try:
+        url = engine_url(settings)  # vLLM itself: the router in front does not pass the profiler endpoints on
+        response = httpx.post(f"{url}{path}", timeout=timeout_s, headers=settings.vllm_headers)
+    except httpx.HTTPError as exc:
+        raise ProfilingError(f"POST {path} failed: {type(exc).__name__}: {exc}") from None
+    if response.status_code != 200:
+        raise ProfilingError(f"POST {path} answered HTTP {response.status_code}: {response.text[:300]}")
+
+
+def traces_since(profile_dir: Path, since: float) -> list[Path]:
+    """Chrome-trace files under ``profile_dir`` written at or after ``since`` (Unix seconds), sorted."""
+    if not profile_dir.is_dir():
+        return []
+    return sorted(p for p in profile_dir.rglob("*")
+                  if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.stat().st_mtime >= since)

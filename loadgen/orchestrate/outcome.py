@@ -60,13 +60,6 @@ def point_outcomes(result: Result) -> list[PointOutcome]:
     return outcomes
 
 
-def judge_gate(settings: Settings, result: Result) -> GateVerdict | None:
-    """The gate's verdict on ``result`` against ``GATE`` (None without one)."""
-    if not settings.gate:
-        return None
-    return gate_verdict(result, settings.gate, settings.gate_threshold_pct, settings.gate_error_rate_pp)
-
-
 def verdicts(settings: Settings, result: Result, gate: GateVerdict | None = None) -> list[tuple[int, str]]:
     """``(exit code, line)`` of every check failed, most serious first: no success, the ``gate`` (its line printed
     when it passes), the error-rate limit per point."""
@@ -130,7 +123,9 @@ def finish(
             what = f"series of the {len(result.points)} point(s) measured"
         print(f"[INFO] Interrupted: {what} so far written.")
         return EXIT_INTERRUPTED
-    gate = judge_gate(settings, result)
+    gate = None
+    if settings.gate:
+        gate = gate_verdict(result, settings.gate, settings.gate_threshold_pct, settings.gate_error_rate_pp)
     down = f"[ERROR] {server_down}; the run was ended early, report written with the failures counted"
     failed = [(EXIT_SERVER_DOWN, down)] if server_down else verdicts(settings, result, gate)
     for _, line in failed:

@@ -20,8 +20,7 @@ from core.serverview import cross_check
 from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
 from loadgen.errors import BenchError, OverCapacity, WarmupFailed, WarmupInterrupted, WorkersMissing
-from loadgen.orchestrate import profiling
-from loadgen.orchestrate.measured_run import Measured, from_records_file, run_measured
+from loadgen.orchestrate.measured_run import Measured, ProfilingError, from_records_file, run_measured
 from loadgen.orchestrate.outcome import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -99,14 +98,12 @@ def point_runner(
         records_path = new_records_path(settings)
         try:
             run = run_measured(settings, plan, records_path, sidecar, engine)
-        except (profiling.ProfilingError, WorkersMissing, EngineBusy, SidecarRefused) as exc:
+        except (ProfilingError, WorkersMissing, EngineBusy, SidecarRefused) as exc:
             return RunResult(None, error=str(exc), exit_code=EXIT_USAGE)
-        except OverCapacity as exc:  # the warmup was sent: its report, then the refusal (exit 2, not a point)
+        except (OverCapacity, WarmupFailed) as exc:  # the warmup's report, then the refusal (exit 2 or 4, not a point)
             warmup_report(settings, plan, sidecar, records_path, str(exc), facts=facts)
-            return RunResult(None, error=str(exc), exit_code=EXIT_USAGE)
-        except WarmupFailed as exc:  # the warmup's report, then the run's own line and exit code (not a point)
-            warmup_report(settings, plan, sidecar, records_path, str(exc), facts=facts)
-            return RunResult(None, error=str(exc), exit_code=EXIT_NO_SUCCESS)
+            code = EXIT_USAGE if isinstance(exc, OverCapacity) else EXIT_NO_SUCCESS
+            return RunResult(None, error=str(exc), exit_code=code)
         except WarmupInterrupted as exc:
             return warmup_report(settings, plan, sidecar, records_path, str(exc), interrupted=True, facts=facts)
         return report_run(settings, plan, sidecar, run, records_path, facts)
