@@ -9,16 +9,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
-from core.api import (
-    BaselineMarked,
-    BuildReportRequest,
-    BuildReportResponse,
-    BuildSeriesRequest,
-    BuildSeriesResponse,
-    CompareRequest,
-    CompareResponse,
-    WindowStarted,
-)
+from core.api import BaselineMarked, WindowStarted
 from core.report_schema import Report
 from core.series_stats import SeriesReport
 from core.settings import Settings
@@ -159,20 +150,10 @@ class SidecarClient:
             return None
         return previous if isinstance(previous, str) else None
 
-    def _post_json(self, path: str, body: BaseModel, answer: type[_M]) -> _M:
-        """``POST path`` with ``body``, answered as ``answer``. Raises SidecarRefused (not 200) or BenchError."""
+    def post(self, path: str, body: BaseModel, answer: type[_M]) -> _M:
+        """``POST path`` with ``body``, answered as ``answer``: the sidecar writes a run's report (``/reports``), a
+        series report (``/series``) or a comparison (``/compare``; 404: an unknown reference). Raises SidecarRefused
+        (not 200) or BenchError."""
         headers = {"content-type": "application/json", **self.write_headers}
         response = self._call("post", path, path, content=body.model_dump_json(), timeout=180, headers=headers)
         return self._answer(response, TypeAdapter(answer), f"the sidecar's {answer.__name__}")
-
-    def post_series(self, request: BuildSeriesRequest) -> BuildSeriesResponse:
-        """Have the sidecar build and write the series report of these points (``POST /series``)."""
-        return self._post_json("/series", request, BuildSeriesResponse)
-
-    def post_compare(self, request: CompareRequest) -> CompareResponse:
-        """Have the sidecar compare two results and write the comparison (404: an unknown reference)."""
-        return self._post_json("/compare", request, CompareResponse)
-
-    def post_report(self, request: BuildReportRequest) -> BuildReportResponse:
-        """Have the sidecar write the report of run ``request.run_id`` (``POST /reports``)."""
-        return self._post_json("/reports", request, BuildReportResponse)

@@ -34,7 +34,6 @@ from loadgen.orchestrate.pipeline import rows_file_problem, run_benchmark
 from loadgen.orchestrate.preflight import Target, plan_problem, preflight
 from loadgen.plan import bench_config, with_trace
 from loadgen.sidecar_client import SidecarClient
-from loadgen.terminal.summary import start_line
 from loadgen.workloads.dataset import DatasetError, dataset_of
 from loadgen.workloads.randomdata import prefixes_file, random_prompts_file, trace_prompts_file
 from loadgen.workloads.tokenizing import open_prompt_tokenizer
@@ -107,7 +106,7 @@ def _main(argv: list[str] | None, engine: EngineControl | None) -> int:
             print(ready, file=sys.stderr)
             return EXIT_USAGE
         plan, target, notes = ready
-        print(start_line(plan, target.backend), flush=True)
+        print(f"[INFO] Starting benchmark for {plan.model} ({target.backend} backend)", flush=True)  # the seed's
         for note in notes:
             print(note, flush=True)
         return run_benchmark(settings, plan, sidecar, engine or LocalEngine(settings), args.report_from, target.facts)
@@ -148,10 +147,19 @@ def _checked_plan(
     if refused:
         return f"{refused}\n[ERROR] Nothing was sent."
     try:
-        if settings.random_dataset:
-            plan = with_random_prompts(settings, plan, notes)
+        if settings.random_dataset:  # token-exact prompts (chat template included), written once
+            opener = partial(open_prompt_tokenizer, settings, plan.model, "DATASET=random")
+            path = random_prompts_file(plan, settings.logs_dir, settings.prompts_file, opener)
+            notes.append(f"[INFO] DATASET=random: {plan.input_len_tokens}-token prompts (chat template included) in "
+                         f"{path}")
+            plan = plan.model_copy(update={"dataset_file": str(path)})
         if trace:
-            plan = with_trace_prompts(settings, plan, trace[1], notes)
+            opener = partial(open_prompt_tokenizer, settings, plan.model, "TRACE")
+            path, raised = trace_prompts_file(plan, trace[1], settings.logs_dir, settings.prompts_file, opener)
+            note = f"; {raised} row(s) shorter than the chat template raised to it" if raised else ""
+            notes.append(f"[INFO] TRACE: {len(trace[1])} {plan.trace_format} rows at {plan.trace_speed:g}x, mean "
+                         f"{plan.rate_req_per_sec:.3g} req/s, token-exact prompts in {path}{note}")  # fmt: skip
+            plan = plan.model_copy(update={"dataset_file": str(path)})
         if plan.prefix_len_tokens:
             opener = partial(open_prompt_tokenizer, settings, plan.model, "PREFIX_LEN")
             path = prefixes_file(plan, settings.logs_dir, settings.prompts_file, opener)
@@ -160,15 +168,6 @@ def _checked_plan(
     except BenchError as exc:
         return f"[ERROR] {exc}"
     return plan, target, notes
-
-
-def with_random_prompts(settings: Settings, plan: BenchmarkConfig, notes: list[str]) -> BenchmarkConfig:
-    """DATASET=random: the plan with its token-exact prompts written (once); the line saying where added to ``notes``.
-    Raises BenchError: no tokenizer is usable (the message says what to set), or a prompt cannot be sized."""
-    opener = partial(open_prompt_tokenizer, settings, plan.model, "DATASET=random")
-    path = random_prompts_file(plan, settings.logs_dir, settings.prompts_file, opener)
-    notes.append(f"[INFO] DATASET=random: {plan.input_len_tokens}-token prompts (chat template included) in {path}")
-    return plan.model_copy(update={"dataset_file": str(path)})
 
 
 Timed = list[tuple[float, TraceRow]]
@@ -195,17 +194,6 @@ def plan_with_trace(settings: Settings, plan: BenchmarkConfig, loaded: tuple[Tra
     if problem:
         raise BenchError(problem)
     return with_trace(plan, settings, trace, timed)
-
-
-def with_trace_prompts(settings: Settings, plan: BenchmarkConfig, timed: Timed, notes: list[str]) -> BenchmarkConfig:
-    """The plan with the trace's token-exact prompts written (``dataset_file``); the line saying so added to ``notes``.
-    Raises BenchError: no tokenizer is usable (the message says what to set), or a prompt cannot be sized."""
-    opener = partial(open_prompt_tokenizer, settings, plan.model, "TRACE")
-    path, raised = trace_prompts_file(plan, timed, settings.logs_dir, settings.prompts_file, opener)
-    note = f"; {raised} row(s) shorter than the chat template raised to it" if raised else ""
-    notes.append(f"[INFO] TRACE: {len(timed)} {plan.trace_format} rows at {plan.trace_speed:g}x, mean "
-                 f"{plan.rate_req_per_sec:.3g} req/s, token-exact prompts in {path}{note}")  # fmt: skip
-    return plan.model_copy(update={"dataset_file": str(path)})
 
 
 def worker_main(settings: Settings) -> int:

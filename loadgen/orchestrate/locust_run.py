@@ -218,22 +218,18 @@ class Progress:
             return None
         return left / self.ok_rate_req_per_s
 
-    def counts(self) -> str:
-        """``12 ok, 25 failed / 200`` (``/ 200`` only for a request-bounded run)."""
-        of = f" / {self.total}" if self.total is not None else ""
-        return f"{self.ok} ok, {self.failed} failed{of}"
-
     def text(self) -> str:
         """The bar's words: ``12 ok, 25 failed / 200 [05:31<02:10, 0.04 ok/s]``; with no success yet
         ``0 ok, 37 failed / 200 [05:31, no success yet: no ETA]``."""
+        counts = f"{self.ok} ok, {self.failed} failed" + (f" / {self.total}" if self.total is not None else "")
         times = clock(self.elapsed_s)
         eta = self.eta_s
         if eta is not None and math.isfinite(eta):
             times += f"<{clock(eta)}"
         if self.ok == 0:
             why = "no success yet" + (": no ETA" if self.total is not None else "")
-            return f"{self.counts()} [{times}, {why}]"
-        return f"{self.counts()} [{times}, {self.ok_rate_req_per_s:.2f} ok/s]"
+            return f"{counts} [{times}, {why}]"
+        return f"{counts} [{times}, {self.ok_rate_req_per_s:.2f} ok/s]"
 
 
 class ProgressBar(tqdm):

@@ -8,7 +8,14 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from core.api import RUN_ID_RE, BuildReportRequest, BuildSeriesRequest, ServerFacts
+from core.api import (
+    RUN_ID_RE,
+    BuildReportRequest,
+    BuildReportResponse,
+    BuildSeriesRequest,
+    BuildSeriesResponse,
+    ServerFacts,
+)
 from core.clientview import client_lag_ms, client_view, load_calibration
 from core.enginestate import EngineControl
 from core.records import RequestRecord
@@ -81,7 +88,7 @@ def report_run(
         why = f"no request was sent ({records_path} is empty); nothing to report."
         return RunResult(None, run.interrupted, why, down, empty=True)
     try:
-        built = sidecar.post_report(build_request(plan, run, records_path, settings, facts))
+        built = sidecar.post("/reports", build_request(plan, run, records_path, settings, facts), BuildReportResponse)
     except BenchError as exc:
         why = (f"{exc}\n[ERROR] Rows are kept in {records_path}; rebuild the report later with "
                f"`python -m loadgen.command.benchmark --report-from {records_path}`.")
@@ -216,7 +223,7 @@ def report_series(settings: Settings, plan: BenchmarkConfig, sidecar: SidecarCli
         interrupted=runs.interrupted,
     )
     try:
-        built = sidecar.post_series(request)
+        built = sidecar.post("/series", request, BuildSeriesResponse)
     except BenchError as exc:
         written = ", ".join(i for p in runs.points for i in p.report_ids)
         print(f"[ERROR] {exc}\n[ERROR] The runs' own reports are written: {written}", file=sys.stderr)

@@ -119,13 +119,6 @@ def server_version(url: str, headers: dict[str, str] | None = None) -> str | Non
     return version if isinstance(version, str) else None
 
 
-def output_knob(settings: Settings) -> str:
-    """The knob that sets the longest output a run asks for: RANDOM_OUTPUT_LEN, MAX_TOKENS or OUTPUT_LEN_CAP."""
-    if settings.random_dataset:
-        return "RANDOM_OUTPUT_LEN"
-    return "MAX_TOKENS" if settings.fixed_max_tokens is not None else "OUTPUT_LEN_CAP"
-
-
 def smallest_prompt_tokens(settings: Settings, model: str, input_len_tokens: int | None, texts: list[str]) -> int:
     """Tokens of the smallest chat prompt: ``input_len_tokens``, else ``/tokenize`` of the shortest text, else 1."""
     if input_len_tokens is not None:
@@ -200,7 +193,9 @@ def plan_problem(
     if target.max_model_len is not None:
         texts = [] if dataset is None else ["\n".join(m["content"] for m in p.messages) for p in dataset.prompts]
         prompt = smallest_prompt_tokens(settings, plan.model, plan.input_len_tokens, texts)
-        problem = context_problem(plan.max_tokens, prompt, target.max_model_len, output_knob(settings))
+        knob = "MAX_TOKENS" if settings.fixed_max_tokens is not None else "OUTPUT_LEN_CAP"  # sets the longest output
+        knob = "RANDOM_OUTPUT_LEN" if settings.random_dataset else knob
+        problem = context_problem(plan.max_tokens, prompt, target.max_model_len, knob)
         if problem:
             return f"[ERROR] {problem}"
     return gate_problem(settings, sidecar, plan, target.served)

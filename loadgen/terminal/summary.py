@@ -109,11 +109,6 @@ def load_line(plan: BenchmarkConfig) -> str:
     return f"[INFO] Running load test: {shape}, {amount}{workers}"
 
 
-def start_line(plan: BenchmarkConfig, backend: str) -> str:
-    """The seed's ``[INFO] Starting benchmark for <model> (vLLM backend)``."""
-    return f"[INFO] Starting benchmark for {plan.model} ({backend} backend)"
-
-
 def format_summary(report: Report, report_path: str) -> list[str]:
     """The lines after the run: the seed's two ``[RESULT]`` lines first (scripts grep them), then ours, ``[REPORT]``,
     ``Benchmark completed. Report generated. Report path: …`` and ``Key insight: …``."""
