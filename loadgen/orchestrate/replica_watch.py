@@ -52,32 +52,23 @@ def kv_usage_percent(text: str) -> float | None:
 
 
 class ReplicaWatch:
-    """Every engine's scrapes around the window and its polls during it (a daemon thread)."""
+    """Every engine's scrapes around the window and its polls during it (a daemon thread): on creation every engine
+    is scraped (the window's start) and the polls begin."""
 
     def __init__(self, engines: list[Replica], headers: dict[str, str]) -> None:
-        self.engines = engines
         self.headers = headers
         self.scrapes = [ReplicaScrapes(r.name, r.url, None, None) for r in engines]
+        for scrape in self.scrapes:
+            scrape.before, scrape.why = scrape_metrics(scrape.url, headers)
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._start = 0.0
+        self._start = time.monotonic()
+        self._thread = threading.Thread(target=self._poll, name="replica-watch", daemon=True)
+        self._thread.start()
 
     @classmethod
     def of(cls, settings: Settings) -> ReplicaWatch | None:
         """The watch of the stack's engines, begun; None without the router."""
-        if not router_in_use(settings):
-            return None
-        watch = cls(replicas(settings), settings.vllm_headers)
-        watch.begin()
-        return watch
-
-    def begin(self) -> None:
-        """Scrape every engine (the window's start) and start polling them."""
-        for scrape in self.scrapes:
-            scrape.before, scrape.why = scrape_metrics(scrape.url, self.headers)
-        self._start = time.monotonic()
-        self._thread = threading.Thread(target=self._poll, name="replica-watch", daemon=True)
-        self._thread.start()
+        return cls(replicas(settings), settings.vllm_headers) if router_in_use(settings) else None
 
     def _poll(self) -> None:
         with httpx.Client(timeout=POLL_S * 2, headers=self.headers) as client:
@@ -98,8 +89,7 @@ class ReplicaWatch:
         """Stop polling, scrape every engine again; the summed ``(before, after, None)``, or ``(None, None, why)`` when
         an engine was not read both times (its counts missing, a sum cannot be checked)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(POLL_S * 5)
+        self._thread.join(POLL_S * 5)
         for scrape in self.scrapes:
             scrape.after, why = scrape_metrics(scrape.url, self.headers)
             scrape.why = scrape.why or why
