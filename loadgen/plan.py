@@ -165,12 +165,10 @@ def plan_settings(settings: Settings) -> dict[str, Any]:
 
 
 def write_plan(
-    path: Path, config: BenchmarkConfig, settings: Settings | None = None, prompts: Sequence[Prompt] | None = None
+    path: Path, config: BenchmarkConfig, settings: Settings, prompts: Sequence[Prompt] | None = None
 ) -> None:
     """Write the plan for Locust (atomic), with ``settings`` (:func:`plan_settings`) and ``prompts`` when given."""
-    body: dict[str, Any] = config.model_dump(mode="json")
-    if settings is not None:
-        body[PLAN_SETTINGS_KEY] = plan_settings(settings)
+    body: dict[str, Any] = {**config.model_dump(mode="json"), PLAN_SETTINGS_KEY: plan_settings(settings)}
     if prompts is not None:
         body[PLAN_PROMPTS_KEY] = prompts_as_json(list(prompts))
     atomic_write(path, json.dumps(body, indent=2, ensure_ascii=False))

@@ -10,8 +10,6 @@ import httpx
 from pydantic import BaseModel, TypeAdapter
 
 from core.api import BaselineMarked, WindowStarted
-from core.report_schema import Report
-from core.series_stats import SeriesReport
 from core.settings import Settings
 from core.shapes import ShapeError, answer_as
 from loadgen.errors import BenchError
@@ -90,9 +88,9 @@ class SidecarClient:
             raise BenchError(f"the sidecar's answer is unusable: {exc}. Is SIDECAR_BASE_URL this stack's sidecar, of "
                              "this version (`make up` restarts it)?") from None
 
-    def _get_model(self, path: str, model: type[_M]) -> _M | None:
-        """``GET path`` read as ``model``; None on 404. Raises BenchError: unreachable, refused, or an answer that does
-        not read as ``model``."""
+    def get(self, path: str, model: type[_M]) -> _M | None:
+        """``GET path`` (``/reports/{id}``, ``/series/{id}``) read as ``model``; None on 404 (the sidecar has none).
+        Raises BenchError: unreachable, refused, or an answer that does not read as ``model``."""
         response = self._call("get", path, f"reading {path}", (200, 404))
         if response.status_code == 404:
             return None
@@ -101,14 +99,6 @@ class SidecarClient:
         except ValueError as exc:
             first = str(exc).splitlines()[0]
             raise BenchError(f"the sidecar's {path} does not read as a {model.__name__}: {first}") from None
-
-    def report(self, report_id: str) -> Report | None:
-        """Report ``report_id`` (``GET /reports/{id}``); None when the sidecar has none. Raises BenchError."""
-        return self._get_model(f"/reports/{report_id}", Report)
-
-    def series(self, series_id: str) -> SeriesReport | None:
-        """Series ``series_id`` (``GET /series/{id}``); None when the sidecar has none. Raises BenchError."""
-        return self._get_model(f"/series/{series_id}", SeriesReport)
 
     def start_window(self, run_id: str) -> WindowStarted | None:
         """Open a sampling window for run ``run_id`` (closed when the sidecar builds the report); None when the sidecar

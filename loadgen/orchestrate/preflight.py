@@ -10,8 +10,8 @@ import httpx
 from core.api import ServerFacts
 from core.fingerprint import differing_fields, fingerprint_fields, fingerprint_of, refusal_reason
 from core.gate import refused_line
-from core.report_schema import BenchmarkConfig
-from core.series_stats import is_series_id
+from core.report_schema import BenchmarkConfig, Report
+from core.series_stats import SeriesReport, is_series_id
 from core.settings import Settings
 from core.shapes import MODEL_LIST, MODEL_LIST_SHAPE, ServedModel, ShapeError, answer_as, snippet
 from loadgen.errors import BenchError
@@ -157,23 +157,22 @@ def gate_problem(settings: Settings, sidecar: SidecarClient, plan: BenchmarkConf
     model = served[0] if served else plan.model
     if is_series_id(target):
         reason = None if settings.sweep else series_refusal(sidecar, target, plan, model)
-        return refused_line(settings.gate, reason) if reason else None
-    baseline = sidecar.report(target)
-    if baseline is None:
-        return refused_line(settings.gate, f"its report {target} no longer exists")
-    env = baseline.environment.model_copy(update={"served_model_name": model})
-    reason = refusal_reason(baseline, fingerprint_fields(plan, env))
+    elif (baseline := sidecar.get(f"/reports/{target}", Report)) is None:
+        reason = f"its report {target} no longer exists"
+    else:
+        env = baseline.environment.model_copy(update={"served_model_name": model})
+        reason = refusal_reason(baseline, fingerprint_fields(plan, env))
     return refused_line(settings.gate, reason) if reason else None
 
 
 def series_refusal(sidecar: SidecarClient, series_id: str, plan: BenchmarkConfig, model: str) -> str | None:
     """One load point against a series baseline: why no point of it has the plan's workload (how it differs from the
     first); None when one has or it cannot be read. Raises BenchError: the sidecar is unreachable."""
-    series = sidecar.series(series_id)
+    series = sidecar.get(f"/series/{series_id}", SeriesReport)
     if series is None:
         return f"its series {series_id} no longer exists"
     first = next((p.report_ids[0] for p in series.points if p.report_ids), None)
-    reference = sidecar.report(first) if first else None
+    reference = sidecar.get(f"/reports/{first}", Report) if first else None
     if reference is None:
         return None
     env = reference.environment.model_copy(update={"served_model_name": model})

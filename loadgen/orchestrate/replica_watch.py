@@ -128,12 +128,12 @@ ROUTER_KEEPS_QUEUED = ("vllm-router passes a client's cancel on only once a requ
 """Measured with vllm-router 0.1.17 (docs/benchmarking.md, "A clean hand-over between runs")."""
 
 
-def left_after_stop(settings: Settings, read: Callable[[], EngineLoad | None] | None = None) -> str | None:
+def left_after_stop(settings: Settings) -> str | None:
     """After a run stopped early behind the stack's router: what the engines still hold, and why; None when no
     router is in front (vLLM aborts at once) or nothing is held or readable."""
     if not front_in_use(settings):
         return None
-    load = (read or (lambda: load_now(settings)))()
+    load = load_now(settings)
     if load is None or not load.busy:
         return None
     return (f"vLLM still held {load.text()} when the run stopped: {ROUTER_KEEPS_QUEUED}; the next run waits for "
