@@ -68,12 +68,7 @@ def auto_workers(
         wanted = math.ceil(rate * tokens_per_request / CHUNKS_PER_WORKER_S)
     else:
         wanted = math.ceil(concurrency / USERS_PER_WORKER)
-    limit = max(1, (cores or 1) // 2)
-    if rate is None:
-        limit = min(limit, concurrency)
-    if requests is not None:
-        limit = min(limit, requests)
-    return max(1, min(wanted, limit))
+    return max(1, min(wanted, (cores or 1) // 2, wanted if requests is None else requests))  # wanted <= users
 
 
 def load_processes(settings: Settings, concurrency: int, rate: float | None, max_in_flight: int | None,

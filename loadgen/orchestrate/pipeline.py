@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -326,14 +327,6 @@ def wants_series(settings: Settings, sidecar: SidecarClient) -> bool:
         return False
 
 
-def plan_beside(records_path: Path) -> BenchmarkConfig | None:
-    """The run plan written next to a rows file (``<run id>.plan.json``); None when absent or unreadable."""
-    try:
-        return BenchmarkConfig.model_validate_json(run_file(records_path, ".plan.json").read_bytes())
-    except (OSError, ValueError):
-        return None
-
-
 def rows_file_problem(path: Path, runs_dir: Path) -> str | None:
     """Why ``path`` is no run's rows file to report from (None when it is): missing, not in ``runs_dir`` (where the
     sidecar reads it), unreadable, or no line of it a request row. Reads up to the first row only."""
@@ -361,7 +354,8 @@ def run_benchmark(
 ) -> int:  # fmt: skip
     """Measure the plan's points (or rebuild ``report_from``'s report) and report them; the exit code."""
     if report_from is not None:
-        plan = plan_beside(report_from) or plan
+        with suppress(OSError, ValueError):  # the run's plan, written beside its rows file (absent: the settings')
+            plan = BenchmarkConfig.model_validate_json(run_file(report_from, ".plan.json").read_bytes())
         return finish_run(settings, sidecar, report_run(settings, plan, sidecar, from_records_file(report_from),
                                                         report_from, facts))  # fmt: skip
     runs = run_series(settings, plan, point_runner(settings, sidecar, engine, facts))
