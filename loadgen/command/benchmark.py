@@ -242,7 +242,6 @@ class RunLock:
     def __init__(self, run_dir: Path, fallback_dir: Path | None = None) -> None:
         self.path = run_dir / LOCK_NAME
         self.fallback = fallback_dir / LOCK_NAME if fallback_dir is not None else None
-        self._fd: int | None = None
 
     def _open(self) -> int:
         """The lock file's descriptor: in RUN_DIR, else (read-only, as in the compose Locust container) in the
@@ -253,9 +252,8 @@ class RunLock:
         except OSError:
             if self.fallback is None:
                 raise
-            self.path = self.fallback
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self.path, self.fallback = self.fallback, None
+            return self._open()
 
     def __enter__(self) -> RunLock:
         fd = self._open()
@@ -274,10 +272,8 @@ class RunLock:
         return self
 
     def __exit__(self, *_: object) -> None:
-        if self._fd is not None:
-            os.ftruncate(self._fd, 0)
-            os.close(self._fd)  # closing releases the lock
-            self._fd = None
+        os.ftruncate(self._fd, 0)
+        os.close(self._fd)  # closing releases the lock
 
 
 if __name__ == "__main__":

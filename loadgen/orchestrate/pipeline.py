@@ -171,17 +171,15 @@ def run_series(
     reports: dict[str, Report] = {}
     done: list[PointPlan] = []
     runs = SeriesRuns(points=done)
-    first = True
     bar = tqdm(total=total_points * settings.repeat, desc="Series", unit="run", file=sys.stdout, position=0,
                disable=single)  # fmt: skip
     try:
         while todo:
             point, plan = todo.pop(0)
             for run in range(1, settings.repeat + 1):
-                if not first and settings.cooldown_s:
+                if runs.results and settings.cooldown_s:  # between runs; only the first run has the warmup
                     time.sleep(settings.cooldown_s)
-                result = run_point(plan if first else plan.model_copy(update={"warmup_requests": 0}))
-                first = False
+                result = run_point(plan.model_copy(update={"warmup_requests": 0}) if runs.results else plan)
                 bar.update(1)
                 runs.results.append(result)
                 if result.report is not None:
