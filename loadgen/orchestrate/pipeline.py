@@ -36,10 +36,11 @@ from core.report_schema import BenchmarkConfig, Report, error_summary
 from core.schedule import requested_rate
 from core.series_stats import PointKind, PointPlan, is_series_id, report_values
 from core.serverview import cross_check
+from core.serverview_cluster import cluster_view
 from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
 from loadgen.errors import BenchError, OverCapacity, WarmupFailed, WarmupInterrupted, WorkersMissing
-from loadgen.orchestrate.measured_run import Measured, ProfilingError, from_records_file, run_measured
+from loadgen.orchestrate.measured_run import EngineBusy, Measured, ProfilingError, from_records_file, run_measured
 from loadgen.orchestrate.outcome import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -48,7 +49,6 @@ from loadgen.orchestrate.outcome import (
     EXIT_USAGE,
     finish,
 )
-from loadgen.orchestrate.replica_watch import EngineBusy, cluster_of
 from loadgen.plan import jsonl_rows, load_processes, run_file, run_id_of
 from loadgen.sidecar_client import SidecarClient, SidecarRefused
 from loadgen.terminal.summary import report_line
@@ -239,7 +239,10 @@ def build_request(
             server_url=f"{len(run.replicas)} replicas summed" if run.replicas else engine_url(settings),
             max_added_pct=settings.client_overhead_max_pct, client_lag_ms=lag_ms,
         ) if run.before and run.after else None,
-        cluster=cluster_of(run.replicas, measured, plan, settings.client_overhead_max_pct, lag_ms),
+        cluster=cluster_view(  # with the router: the per-replica view
+            run.replicas, measured, router_policy=plan.router_policy, router_version=plan.router_version,
+            max_added_pct=settings.client_overhead_max_pct, client_lag_ms=lag_ms,
+        ) if run.replicas else None,
         client=client_view(measured, measured_window_s(measured), run.cpu_cores,
                            load_calibration(settings.logs_dir / "calibration.json"), run.processes, plan.workers),
         profile_traces=run.traces, interrupted=run.interrupted, gaps=run.gaps, engine_switch=run.engine_switch,
