@@ -73,11 +73,6 @@ def worker_argv(settings: Settings, master_host: str, user_class: str | None = N
     return [*argv, user_class] if user_class else argv
 
 
-def local_master_address(settings: Settings) -> str:
-    """Where this host's own workers reach the master: MASTER_BIND_HOST, or loopback when it binds every address."""
-    return "127.0.0.1" if settings.master_bind_host in ("0.0.0.0", "", "*") else settings.master_bind_host
-
-
 def main() -> int:
     """Run Locust's web UI for interactive tests; exit 2 when the port is taken."""
     settings = get_settings()
