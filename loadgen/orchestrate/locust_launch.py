@@ -56,12 +56,10 @@ def locust_argv(
             if settings.locust_web_password:
                 argv.append("--web-login")
         argv += extra
-    if records_file is not None:
-        argv += ["--records-file", str(records_file)]
-    if max_requests:
-        argv += ["--max-requests", str(max_requests)]
-    if client_file is not None:
-        argv += ["--client-file", str(client_file)]
+    optional = {"--records-file": records_file, "--max-requests": max_requests, "--client-file": client_file}
+    for flag, value in optional.items():
+        if value:  # a path, or a count above 0
+            argv += [flag, str(value)]
     return [*argv, user_class] if headless else argv
 
 

@@ -117,9 +117,6 @@ def finish(
     return failed[0][0] if failed else EXIT_OK
 
 
-SUITE = "benchmark-gate"
-
-
 @dataclass(frozen=True)
 class CiResult:
     """What a CI step reports: ``title`` (report or series id), the gate's verdict (None without GATE), the run's
@@ -159,7 +156,7 @@ def junit_xml_text(result: CiResult) -> str:
     for code, line in result.run_failures:
         cases.append(_case(GateCheck(f"run_check_exit_{code}", False, line), "run"))
     properties = {"title": result.title, "report": result.report_path, **result.figures}
-    suite = TestSuite(SUITE, cases, properties=properties)
+    suite = TestSuite("benchmark-gate", cases, properties=properties)
     return to_xml_report_string([suite], prettyprint=True, encoding="utf-8")
 
 
