@@ -23,7 +23,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -144,11 +144,8 @@ def write_ending(
     records_path: Path, down: ServerDown | None, interrupted: bool = False, switched: str | None = None
 ) -> None:
     """Keep beside the rows, for ``--report-from``, how the run ended early and a switch of vLLM during it."""
-    record: dict[str, object] = {"engine_switch": switched} if switched else {}
-    if down is not None:
-        record["server_down"] = {"since": down.since, "cause": down.cause, "for_s": down.for_s}
-    if interrupted:
-        record["interrupted"] = True
+    record = {"engine_switch": switched, "server_down": asdict(down) if down else None, "interrupted": interrupted}
+    record = {key: value for key, value in record.items() if value}  # only what happened
     if record:
         run_file(records_path, ".ending.json").write_text(json.dumps(record) + "\n", encoding="utf-8")
 
@@ -498,11 +495,6 @@ def load_now(settings: Settings) -> EngineLoad | None:
     return engine_load(scrapes)
 
 
-ROUTER_KEEPS_QUEUED = ("vllm-router passes a client's cancel on only once a request has streamed its first token, so "
-                       "vLLM prefills each queued one before it drops it")
-"""Measured with vllm-router 0.1.17 (docs/benchmarking.md, "A clean hand-over between runs")."""
-
-
 def left_after_stop(settings: Settings) -> str | None:
     """After a run stopped early behind the stack's router: what the engines still hold, and why; None when no
     router is in front (vLLM aborts at once) or nothing is held or readable."""
@@ -511,8 +503,10 @@ def left_after_stop(settings: Settings) -> str | None:
     load = load_now(settings)
     if load is None or not load.busy:
         return None
-    return (f"vLLM still held {load.text()} when the run stopped: {ROUTER_KEEPS_QUEUED}; the next run waits for "
-            f"them (IDLE_WAIT_S)")  # fmt: skip
+    # measured with vllm-router 0.1.17 (docs/benchmarking.md, "A clean hand-over between runs")
+    return (f"vLLM still held {load.text()} when the run stopped: vllm-router passes a client's cancel on only once a "
+            "request has streamed its first token, so vLLM prefills each queued one before it drops it; the next run "
+            "waits for them (IDLE_WAIT_S)")  # fmt: skip
 
 
 def wait_until_idle(
