@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -57,11 +56,8 @@ down or vLLM busy, 3 gate regression, 4 no success, 5 error rate, 6 server down,
 @contextmanager
 def stop_signals_interrupt() -> Iterator[None]:
     """SIGTERM and SIGHUP (CI cancellation, ``docker stop``, a closed terminal) act as Ctrl-C while the block runs
-    (main thread only; handlers restored after). SIGINT too where it was inherited ignored (a background job of a
-    shell without job control), or ``kill -INT`` would be lost."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    (in the main thread, :func:`main`'s; handlers restored after). SIGINT too where it was inherited ignored (a
+    background job of a shell without job control), or ``kill -INT`` would be lost."""
     ignored = (signal.SIGINT,) if signal.getsignal(signal.SIGINT) == signal.SIG_IGN else ()
     previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (*STOP_SIGNALS, *ignored)}
     try:
@@ -260,21 +256,16 @@ def preflight(settings: Settings, sidecar: SidecarClient) -> Target:
             known = ", ".join(sorted(baselines)) or "none yet"
             raise BenchError(f"GATE={settings.gate}: no baseline of that name (known: {known}). Mark one first with "
                              f"`make baseline NAME={settings.gate}` after a benchmark of the same workload.")
-    version = server_version(settings.vllm_url, settings.vllm_headers)
+    try:  # vLLM's version from its /version (None: a server without one)
+        answer = httpx.get(f"{settings.vllm_url}/version", timeout=5, headers=settings.vllm_headers)
+        version = answer.json().get("version") if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        version = None
+    version = version if isinstance(version, str) else None
     first = models[0]  # the model the report's environment names (choose_model found one)
     facts = ServerFacts(version=version, model_id=first.id, model_root=first.root, max_model_len=first.max_model_len)
     backend = "vLLM" if version else "OpenAI-compatible"
     return Target(model, list(served), backend, served[model], facts)
-
-
-def server_version(url: str, headers: dict[str, str] | None = None) -> str | None:
-    """vLLM's version from its ``/version``; None for a server without one."""
-    try:
-        response = httpx.get(f"{url}/version", timeout=5, headers=headers)
-        version = response.json().get("version") if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError):
-        version = None
-    return version if isinstance(version, str) else None
 
 
 def smallest_prompt_tokens(settings: Settings, model: str, input_len_tokens: int | None, texts: list[str]) -> int:

@@ -23,9 +23,9 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -150,18 +150,6 @@ def write_ending(
         run_file(records_path, ".ending.json").write_text(json.dumps(record) + "\n", encoding="utf-8")
 
 
-def read_ending(records_path: Path) -> dict[str, Any]:
-    """:class:`Measured`'s fields :func:`write_ending` kept beside the rows; empty without a readable record."""
-    try:
-        record = json.loads(run_file(records_path, ".ending.json").read_text(encoding="utf-8"))
-        d = record.get("server_down")
-        server_down = None if d is None else ServerDown(float(d["since"]), str(d["cause"]), float(d["for_s"]))
-        return {"server_down": server_down, "interrupted": record.get("interrupted") is True,
-                "engine_switch": record.get("engine_switch")}  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
-
-
 def check_capacity(settings: Settings, plan: BenchmarkConfig, done: list[RequestRecord]) -> None:
     """Refuse a closed-loop load the warm-up ``done`` shows would time out (CAPACITY_CHECK=0, open loops, traces and
     sweeps skip it), or warn when it nearly would. Raises OverCapacity, naming the concurrency the engine can serve."""
@@ -249,13 +237,19 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
 
 
 def from_records_file(path: Path) -> Measured:
-    """A finished run rebuilt from its rows file and the client and ending files beside it (no scrapes, no CPU)."""
+    """A finished run rebuilt from its rows file and the client and ending (:func:`write_ending`) files beside it (no
+    scrapes, no CPU)."""
     records, _ = read_records(path)
     first = min((r.started_at for r in records), default=time.time())  # only a warmup: its span
     start = min((r.started_at for r in records if r.phase == "measured"), default=first)
     end = max((r.ended_at for r in records), default=time.time())
-    client = read_process_loads(run_file(path, ".client.jsonl"))
-    return Measured(records, start, end, processes=client, **read_ending(path))
+    run = Measured(records, start, end, processes=read_process_loads(run_file(path, ".client.jsonl")))
+    with suppress(OSError, ValueError, KeyError, TypeError, AttributeError):  # no readable ending: nothing to add
+        ending = json.loads(run_file(path, ".ending.json").read_text(encoding="utf-8"))
+        d = ending.get("server_down")
+        run.server_down = None if d is None else ServerDown(float(d["since"]), str(d["cause"]), float(d["for_s"]))
+        run.interrupted, run.engine_switch = ending.get("interrupted") is True, ending.get("engine_switch")
+    return run
 
 
 def run_measured(
