@@ -185,8 +185,6 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     return LocustOutcome(proc.returncode, cores, stopped, read_process_loads(client_path), count_measured.down)
 
 
-
-
 def clock(seconds: float) -> str:
     """``MM:SS`` (``H:MM:SS`` from one hour on), as tqdm writes times; negative values count as 0."""
     return str(tqdm.format_interval(max(seconds, 0.0)))

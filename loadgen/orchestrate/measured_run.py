@@ -222,7 +222,9 @@ def measure(settings: Settings, plan: BenchmarkConfig, records_path: Path, sidec
     traces: list[str] = []
     if settings.profile:
         profiler_post(settings, "/stop_profile", 600)  # vLLM writes its traces: can take a while
-        traces = [str(p) for p in traces_since(settings.profile_dir, window_start - 5)]
+        found = settings.profile_dir.rglob("*") if settings.profile_dir.is_dir() else ()
+        traces = [str(p) for p in sorted(found) if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
+                  and p.stat().st_mtime >= window_start - 5]  # Chrome-trace files written since the window's start
         print(f"[INFO] Profiler wrote {len(traces)} trace file(s)")
     if outcome.code not in (0, 1) and not outcome.stopped:  # 1: some request failed; the report counts them
         print(f"[WARN] Locust exited with code {outcome.code}; building the report from the rows collected.")
@@ -386,14 +388,6 @@ def profiler_post(settings: Settings, path: str, timeout_s: float) -> None:
         raise ProfilingError(f"POST {path} failed: {type(exc).__name__}: {exc}") from None
     if response.status_code != 200:
         raise ProfilingError(f"POST {path} answered HTTP {response.status_code}: {response.text[:300]}")
-
-
-def traces_since(profile_dir: Path, since: float) -> list[Path]:
-    """Chrome-trace files under ``profile_dir`` written at or after ``since`` (Unix seconds), sorted."""
-    if not profile_dir.is_dir():
-        return []
-    return sorted(p for p in profile_dir.rglob("*")
-                  if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.stat().st_mtime >= since)
 
 
 POLL_S = 1.0  # how often each replica is polled during the run, and a busy engine read again before it, s
