@@ -14,11 +14,10 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import numpy as np
 import psutil
 
-from core.net import free_port
+from core.net import free_port, wait_for_http
 from core.settings import PROJECT_ROOT
 
 SAMPLE_INTERVAL_S = 0.1
@@ -38,18 +37,15 @@ class CpuSample:
     cpu_s: float
 
 
-def cpu_at(samples: Sequence[CpuSample], t_s: float, *, monotonic: bool = False) -> float:
-    """CPU seconds at time ``t_s``, linearly interpolated between samples (clamped to the first/last sample). Raises
-    ValueError: no samples."""
+def cpu_in_window(samples: Sequence[CpuSample], start_s: float, end_s: float, *, monotonic: bool = False) -> float:
+    """CPU seconds a process tree used between ``start_s`` and ``end_s`` (wall clock, or monotonic clock), the CPU
+    seconds at each linearly interpolated between samples (clamped to the first/last sample). Raises ValueError: no
+    samples."""
     if not samples:
         raise ValueError("no CPU samples")
     times = [s.monotonic_s if monotonic else s.wall_s for s in samples]
-    return float(np.interp(t_s, times, [s.cpu_s for s in samples]))
-
-
-def cpu_in_window(samples: Sequence[CpuSample], start_s: float, end_s: float, *, monotonic: bool = False) -> float:
-    """CPU seconds a process tree used between ``start_s`` and ``end_s`` (wall clock, or monotonic clock)."""
-    return max(0.0, cpu_at(samples, end_s, monotonic=monotonic) - cpu_at(samples, start_s, monotonic=monotonic))
+    start_cpu, end_cpu = np.interp([start_s, end_s], times, [s.cpu_s for s in samples])
+    return max(0.0, float(end_cpu - start_cpu))
 
 
 def tree_cpu_s(pid: int) -> float | None:
@@ -187,19 +183,14 @@ def mock_server(
     url = f"http://127.0.0.1:{port}"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+    def exited() -> str | None:
+        code = proc.poll()
+        return None if code is None else f"the mock server exited with {code}:\n{log_tail(log_path)}"
+
     try:
-        deadline = time.monotonic() + MOCK_START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                raise ProcessError(f"the mock server exited with {proc.returncode}:\n{log_tail(log_path)}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise ProcessError(f"the mock server did not start within {MOCK_START_TIMEOUT_S:.0f} s")
-            time.sleep(0.2)
+        if not wait_for_http(f"{url}/health", MOCK_START_TIMEOUT_S, interval_s=0.2, abort=exited)[0]:
+            raise ProcessError(exited() or f"the mock server did not start within {MOCK_START_TIMEOUT_S:.0f} s")
         yield MockHandle(url, proc.pid)
     finally:
         stop_process(proc)

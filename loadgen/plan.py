@@ -68,12 +68,7 @@ def auto_workers(
         wanted = math.ceil(rate * tokens_per_request / CHUNKS_PER_WORKER_S)
     else:
         wanted = math.ceil(concurrency / USERS_PER_WORKER)
-    limit = max(1, (cores or 1) // 2)
-    if rate is None:
-        limit = min(limit, concurrency)
-    if requests is not None:
-        limit = min(limit, requests)
-    return max(1, min(wanted, limit))
+    return max(1, min(wanted, (cores or 1) // 2, wanted if requests is None else requests))  # wanted <= users
 
 
 def load_processes(settings: Settings, concurrency: int, rate: float | None, max_in_flight: int | None,
@@ -165,12 +160,10 @@ def plan_settings(settings: Settings) -> dict[str, Any]:
 
 
 def write_plan(
-    path: Path, config: BenchmarkConfig, settings: Settings | None = None, prompts: Sequence[Prompt] | None = None
+    path: Path, config: BenchmarkConfig, settings: Settings, prompts: Sequence[Prompt] | None = None
 ) -> None:
     """Write the plan for Locust (atomic), with ``settings`` (:func:`plan_settings`) and ``prompts`` when given."""
-    body: dict[str, Any] = config.model_dump(mode="json")
-    if settings is not None:
-        body[PLAN_SETTINGS_KEY] = plan_settings(settings)
+    body: dict[str, Any] = {**config.model_dump(mode="json"), PLAN_SETTINGS_KEY: plan_settings(settings)}
     if prompts is not None:
         body[PLAN_PROMPTS_KEY] = prompts_as_json(list(prompts))
     atomic_write(path, json.dumps(body, indent=2, ensure_ascii=False))

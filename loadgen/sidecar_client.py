@@ -9,18 +9,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
-from core.api import (
-    BaselineMarked,
-    BuildReportRequest,
-    BuildReportResponse,
-    BuildSeriesRequest,
-    BuildSeriesResponse,
-    CompareRequest,
-    CompareResponse,
-    WindowStarted,
-)
-from core.report_schema import Report
-from core.series_stats import SeriesReport
+from core.api import BaselineMarked, WindowStarted
 from core.settings import Settings
 from core.shapes import ShapeError, answer_as
 from loadgen.errors import BenchError
@@ -99,9 +88,9 @@ class SidecarClient:
             raise BenchError(f"the sidecar's answer is unusable: {exc}. Is SIDECAR_BASE_URL this stack's sidecar, of "
                              "this version (`make up` restarts it)?") from None
 
-    def _get_model(self, path: str, model: type[_M]) -> _M | None:
-        """``GET path`` read as ``model``; None on 404. Raises BenchError: unreachable, refused, or an answer that does
-        not read as ``model``."""
+    def get(self, path: str, model: type[_M]) -> _M | None:
+        """``GET path`` (``/reports/{id}``, ``/series/{id}``) read as ``model``; None on 404 (the sidecar has none).
+        Raises BenchError: unreachable, refused, or an answer that does not read as ``model``."""
         response = self._call("get", path, f"reading {path}", (200, 404))
         if response.status_code == 404:
             return None
@@ -110,14 +99,6 @@ class SidecarClient:
         except ValueError as exc:
             first = str(exc).splitlines()[0]
             raise BenchError(f"the sidecar's {path} does not read as a {model.__name__}: {first}") from None
-
-    def report(self, report_id: str) -> Report | None:
-        """Report ``report_id`` (``GET /reports/{id}``); None when the sidecar has none. Raises BenchError."""
-        return self._get_model(f"/reports/{report_id}", Report)
-
-    def series(self, series_id: str) -> SeriesReport | None:
-        """Series ``series_id`` (``GET /series/{id}``); None when the sidecar has none. Raises BenchError."""
-        return self._get_model(f"/series/{series_id}", SeriesReport)
 
     def start_window(self, run_id: str) -> WindowStarted | None:
         """Open a sampling window for run ``run_id`` (closed when the sidecar builds the report); None when the sidecar
@@ -159,20 +140,10 @@ class SidecarClient:
             return None
         return previous if isinstance(previous, str) else None
 
-    def _post_json(self, path: str, body: BaseModel, answer: type[_M]) -> _M:
-        """``POST path`` with ``body``, answered as ``answer``. Raises SidecarRefused (not 200) or BenchError."""
+    def post(self, path: str, body: BaseModel, answer: type[_M]) -> _M:
+        """``POST path`` with ``body``, answered as ``answer``: the sidecar writes a run's report (``/reports``), a
+        series report (``/series``) or a comparison (``/compare``; 404: an unknown reference). Raises SidecarRefused
+        (not 200) or BenchError."""
         headers = {"content-type": "application/json", **self.write_headers}
         response = self._call("post", path, path, content=body.model_dump_json(), timeout=180, headers=headers)
         return self._answer(response, TypeAdapter(answer), f"the sidecar's {answer.__name__}")
-
-    def post_series(self, request: BuildSeriesRequest) -> BuildSeriesResponse:
-        """Have the sidecar build and write the series report of these points (``POST /series``)."""
-        return self._post_json("/series", request, BuildSeriesResponse)
-
-    def post_compare(self, request: CompareRequest) -> CompareResponse:
-        """Have the sidecar compare two results and write the comparison (404: an unknown reference)."""
-        return self._post_json("/compare", request, CompareResponse)
-
-    def post_report(self, request: BuildReportRequest) -> BuildReportResponse:
-        """Have the sidecar write the report of run ``request.run_id`` (``POST /reports``)."""
-        return self._post_json("/reports", request, BuildReportResponse)

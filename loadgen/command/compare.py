@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from core.api import CompareRequest
+from core.api import CompareRequest, CompareResponse
 from core.pipes import guard_stdout
 from core.settings import get_settings
 from loadgen.errors import BenchError
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     threshold = settings.gate_threshold_pct if args.threshold_pct is None else args.threshold_pct
     client = SidecarClient.of(settings)
     try:
-        done = client.post_compare(CompareRequest(a=args.a, b=args.b, threshold_pct=threshold))
+        done = client.post("/compare", CompareRequest(a=args.a, b=args.b, threshold_pct=threshold), CompareResponse)
     except BenchError as exc:  # refused (400, 404, 422: bad input, exit 2) or unreachable (1)
         print(f"[ERROR] {exc}", file=sys.stderr)
         return 2 if isinstance(exc, SidecarRefused) and exc.status in (400, 404, 422) else 1

@@ -56,12 +56,10 @@ def locust_argv(
             if settings.locust_web_password:
                 argv.append("--web-login")
         argv += extra
-    if records_file is not None:
-        argv += ["--records-file", str(records_file)]
-    if max_requests:
-        argv += ["--max-requests", str(max_requests)]
-    if client_file is not None:
-        argv += ["--client-file", str(client_file)]
+    optional = {"--records-file": records_file, "--max-requests": max_requests, "--client-file": client_file}
+    for flag, value in optional.items():
+        if value:  # a path, or a count above 0
+            argv += [flag, str(value)]
     return [*argv, user_class] if headless else argv
 
 
@@ -71,11 +69,6 @@ def worker_argv(settings: Settings, master_host: str, user_class: str | None = N
     argv = [*LOCUST, "--worker", "--master-host", master_host, "--master-port", str(settings.master_port), "--join",
             "--loglevel", "WARNING"]  # fmt: skip
     return [*argv, user_class] if user_class else argv
-
-
-def local_master_address(settings: Settings) -> str:
-    """Where this host's own workers reach the master: MASTER_BIND_HOST, or loopback when it binds every address."""
-    return "127.0.0.1" if settings.master_bind_host in ("0.0.0.0", "", "*") else settings.master_bind_host
 
 
 def main() -> int:

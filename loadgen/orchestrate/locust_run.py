@@ -32,7 +32,7 @@ from core.report_schema import BenchmarkConfig
 from core.settings import PROJECT_ROOT, Settings, service_env
 from loadgen.childprocs import kill_group, lifetime_bound, tree_cpu_s
 from loadgen.errors import WorkersMissing
-from loadgen.orchestrate.locust_launch import local_master_address, locust_argv, worker_argv
+from loadgen.orchestrate.locust_launch import locust_argv, worker_argv
 from loadgen.plan import jsonl_rows, run_file, workload_prompts, write_plan
 
 tqdm.monitor_interval = 0  # no monitor thread: Ctrl-C must not print its traceback
@@ -124,7 +124,8 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
             print(f"[INFO] Waiting up to {settings.expect_workers_timeout_s:.0f} s for {plan.remote_workers} remote "
                   f"load worker(s) on {settings.master_bind_host}:{settings.master_port}. {worker_hint(settings)}",
                   flush=True)  # fmt: skip
-            worker = worker_argv(settings, local_master_address(settings), argv[-1])
+            bind = settings.master_bind_host  # this host's workers reach a master bound to every address on loopback
+            worker = worker_argv(settings, "127.0.0.1" if bind in ("0.0.0.0", "", "*") else bind, argv[-1])
             local_workers = [launch(worker) for _ in range(plan.workers)]
     watchdog_s = settings.watchdog_s or plan.request_timeout_s + 60.0
     start = last_progress = time.monotonic()
@@ -184,10 +185,6 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
     return LocustOutcome(proc.returncode, cores, stopped, read_process_loads(client_path), count_measured.down)
 
 
-BAR_FORMAT_TOTAL = "{desc}: {percentage:3.0f}%|{bar}| {words}"  # requests bounded: the fill is successes / total
-BAR_FORMAT_OPEN = "{desc}: {words}"  # duration bounded: no total to fill
-
-
 def clock(seconds: float) -> str:
     """``MM:SS`` (``H:MM:SS`` from one hour on), as tqdm writes times; negative values count as 0."""
     return str(tqdm.format_interval(max(seconds, 0.0)))
@@ -218,22 +215,18 @@ class Progress:
             return None
         return left / self.ok_rate_req_per_s
 
-    def counts(self) -> str:
-        """``12 ok, 25 failed / 200`` (``/ 200`` only for a request-bounded run)."""
-        of = f" / {self.total}" if self.total is not None else ""
-        return f"{self.ok} ok, {self.failed} failed{of}"
-
     def text(self) -> str:
         """The bar's words: ``12 ok, 25 failed / 200 [05:31<02:10, 0.04 ok/s]``; with no success yet
         ``0 ok, 37 failed / 200 [05:31, no success yet: no ETA]``."""
+        counts = f"{self.ok} ok, {self.failed} failed" + (f" / {self.total}" if self.total is not None else "")
         times = clock(self.elapsed_s)
         eta = self.eta_s
         if eta is not None and math.isfinite(eta):
             times += f"<{clock(eta)}"
         if self.ok == 0:
             why = "no success yet" + (": no ETA" if self.total is not None else "")
-            return f"{self.counts()} [{times}, {why}]"
-        return f"{self.counts()} [{times}, {self.ok_rate_req_per_s:.2f} ok/s]"
+            return f"{counts} [{times}, {why}]"
+        return f"{counts} [{times}, {self.ok_rate_req_per_s:.2f} ok/s]"
 
 
 class ProgressBar(tqdm):
@@ -242,7 +235,8 @@ class ProgressBar(tqdm):
 
     def __init__(self, total: int | None, duration_s: float | None, **kwargs: Any) -> None:
         self.seen = Progress(0, 0, total, 0.0, duration_s)
-        fmt = BAR_FORMAT_TOTAL if total is not None else BAR_FORMAT_OPEN
+        # requests bounded: the fill is successes / total; duration bounded: no total to fill
+        fmt = "{desc}: {percentage:3.0f}%|{bar}| {words}" if total is not None else "{desc}: {words}"
         super().__init__(total=total, bar_format=fmt, **kwargs)
 
     @property
@@ -264,17 +258,14 @@ ANSWERED_ERRORS = frozenset({"http_status", "no_done", "empty_output", "invalid_
 def connection_cause(message: str) -> str:
     """A ``connection`` row's error ``message`` in a few words (``connection refused``, ``DNS lookup failed``, …)."""
     text = message.lower()
-    if any(answer.decode().lower() in text for answer in MODEL_GONE_ANSWERS):
-        return MODEL_GONE
-    if any(answer.decode().lower() in text for answer in NO_ENGINE_ANSWERS):
-        return "no engine answers behind the router"
-    if "refused" in text:
-        return "connection refused"
-    if "reset" in text or "broken pipe" in text:
-        return "connection reset"
-    if "gaierror" in text or "name or service" in text or "resolve" in text or "nodename" in text:
-        return "DNS lookup failed"
-    return "connection failed"
+    causes = (
+        ([answer.decode().lower() for answer in MODEL_GONE_ANSWERS], MODEL_GONE),
+        ([answer.decode().lower() for answer in NO_ENGINE_ANSWERS], "no engine answers behind the router"),
+        (["refused"], "connection refused"),
+        (["reset", "broken pipe"], "connection reset"),
+        (["gaierror", "name or service", "resolve", "nodename"], "DNS lookup failed"),
+    )
+    return next((cause for words, cause in causes if any(word in text for word in words)), "connection failed")
 
 
 @dataclass(frozen=True)

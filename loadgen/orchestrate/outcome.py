@@ -36,48 +36,25 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 Result = Report | SeriesReport
 
 
-@dataclass(frozen=True)
-class PointOutcome:
-    """What the verdicts read of one point (``label`` "" for a single run; ``failed`` None for a series point)."""
-
-    label: str
-    succeeded: bool
-    error_rate_pct: float | None
-    failed: int | None = None
-    cut: int = 0  # requests the run's end cut (a single run)
-
-
-def point_outcomes(result: Result) -> list[PointOutcome]:
-    """A report as one unlabelled point, a series as its points."""
-    if isinstance(result, Report):
-        m = result.metrics
-        return [PointOutcome("", m.requests_ok > 0, m.error_rate_percent, m.requests_failed, m.requests_incomplete)]
-    outcomes = []
-    for point in result.points:
-        rate, errors = point.metrics.get("throughput_req_per_sec"), point.metrics.get("error_rate_percent")
-        outcomes.append(PointOutcome(point.label, rate is not None and rate.mean > 0,
-                                     errors.mean if errors else None))  # fmt: skip
-    return outcomes
-
-
-def judge_gate(settings: Settings, result: Result) -> GateVerdict | None:
-    """The gate's verdict on ``result`` against ``GATE`` (None without one)."""
-    if not settings.gate:
-        return None
-    return gate_verdict(result, settings.gate, settings.gate_threshold_pct, settings.gate_error_rate_pp)
-
-
 def verdicts(settings: Settings, result: Result, gate: GateVerdict | None = None) -> list[tuple[int, str]]:
     """``(exit code, line)`` of every check failed, most serious first: no success, the ``gate`` (its line printed
-    when it passes), the error-rate limit per point."""
-    points = point_outcomes(result)
+    when it passes), the error-rate limit (a run's, or each series point's mean)."""
     out: list[tuple[int, str]] = []
-    if not any(p.succeeded for p in points):
-        single = points[0] if len(points) == 1 and not points[0].label else None
+    if isinstance(result, Report):
+        m = result.metrics
+        rates = [("Error rate", m.error_rate_percent)]
+        cut = f", {m.requests_incomplete} cut by the run's end" if m.requests_incomplete else ""
+        why = f" ({m.requests_failed} failed{cut}): see errors" + (" and the cut requests." if cut else ".")
+        succeeded = m.requests_ok > 0
+    else:
+        rates = [
+            (f"{p.label}: error rate", errors.mean if (errors := p.metrics.get("error_rate_percent")) else None)
+            for p in result.points
+        ]
         why = " at any point of the series."
-        if single is not None:
-            cut = f", {single.cut} cut by the run's end" if single.cut else ""
-            why = f" ({single.failed} failed{cut}): see errors" + (" and the cut requests." if cut else ".")
+        throughputs = [p.metrics.get("throughput_req_per_sec") for p in result.points]
+        succeeded = any(t is not None and t.mean > 0 for t in throughputs)
+    if not succeeded:
         out.append((EXIT_NO_SUCCESS, f"[ERROR] No measured request succeeded{why}"))
     if gate is not None:  # 3 on a regression, 2 when the baseline is unknown/incomparable
         if gate.exit_code:
@@ -85,11 +62,9 @@ def verdicts(settings: Settings, result: Result, gate: GateVerdict | None = None
         else:
             print(gate.line)
     limit = settings.max_error_rate_pct
-    for p in points:
-        if limit is not None and p.error_rate_pct is not None and p.error_rate_pct > limit:
-            what = f"{p.label}: error rate" if p.label else "Error rate"
-            line = f"[ERROR] {what} {p.error_rate_pct:.1f}% is above MAX_ERROR_RATE_PCT={limit:g}%"
-            out.append((EXIT_ERROR_RATE, line))
+    for what, rate in rates:
+        if limit is not None and rate is not None and rate > limit:
+            out.append((EXIT_ERROR_RATE, f"[ERROR] {what} {rate:.1f}% is above MAX_ERROR_RATE_PCT={limit:g}%"))
     return out
 
 
@@ -130,7 +105,9 @@ def finish(
             what = f"series of the {len(result.points)} point(s) measured"
         print(f"[INFO] Interrupted: {what} so far written.")
         return EXIT_INTERRUPTED
-    gate = judge_gate(settings, result)
+    gate = None
+    if settings.gate:
+        gate = gate_verdict(result, settings.gate, settings.gate_threshold_pct, settings.gate_error_rate_pp)
     down = f"[ERROR] {server_down}; the run was ended early, report written with the failures counted"
     failed = [(EXIT_SERVER_DOWN, down)] if server_down else verdicts(settings, result, gate)
     for _, line in failed:
@@ -138,9 +115,6 @@ def finish(
     for line in write_ci_outputs(settings, ci_result(result, path, failed, gate)):
         print(line)
     return failed[0][0] if failed else EXIT_OK
-
-
-SUITE = "benchmark-gate"
 
 
 @dataclass(frozen=True)
@@ -182,7 +156,7 @@ def junit_xml_text(result: CiResult) -> str:
     for code, line in result.run_failures:
         cases.append(_case(GateCheck(f"run_check_exit_{code}", False, line), "run"))
     properties = {"title": result.title, "report": result.report_path, **result.figures}
-    suite = TestSuite(SUITE, cases, properties=properties)
+    suite = TestSuite("benchmark-gate", cases, properties=properties)
     return to_xml_report_string([suite], prettyprint=True, encoding="utf-8")
 
 

@@ -109,11 +109,6 @@ def load_line(plan: BenchmarkConfig) -> str:
     return f"[INFO] Running load test: {shape}, {amount}{workers}"
 
 
-def start_line(plan: BenchmarkConfig, backend: str) -> str:
-    """The seed's ``[INFO] Starting benchmark for <model> (vLLM backend)``."""
-    return f"[INFO] Starting benchmark for {plan.model} ({backend} backend)"
-
-
 def format_summary(report: Report, report_path: str) -> list[str]:
     """The lines after the run: the seed's two ``[RESULT]`` lines first (scripts grep them), then ours, ``[REPORT]``,
     ``Benchmark completed. Report generated. Report path: …`` and ``Key insight: …``."""
@@ -298,11 +293,9 @@ def interval_text(iv: Interval | None, digits: int = 2) -> str:
 def change_parts(point: PointComparison, hits: bool = False) -> str:
     """``throughput +12% [+8%, +16%] better; …`` of one compared point; ``hits`` (`make compare`): also
     :data:`AB_METRICS` and the prefix-cache hit rate's two values."""
-    shown = COMPARE_METRICS + (AB_METRICS if hits else ())
+    shown = COMPARE_METRICS + (AB_METRICS if hits else ()) + WHERE_MEASURED
     parts = [f"{SERIES_METRICS[m][0]} {change_text(c, SERIES_METRICS[m][2])}" for m in shown
              if (c := point.changes.get(m)) is not None and (m in COMPARE_METRICS or c.change_pct is not None)]
-    parts += [f"{SERIES_METRICS[m][0]} {change_text(c, SERIES_METRICS[m][2])}" for m in WHERE_MEASURED
-              if (c := point.changes.get(m)) is not None and c.change_pct is not None]  # fmt: skip
     rate = point.changes.get("prefix_cache_hit_rate_percent")
     if hits and rate is not None and rate.a_mean is not None and rate.b_mean is not None:
         parts.append(f"prefix-cache hit rate {rate.a_mean:.1f}% -> {rate.b_mean:.1f}%")

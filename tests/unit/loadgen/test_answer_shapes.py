@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from core.api import CompareRequest
+from core.api import BuildReportResponse, CompareRequest, CompareResponse
 from core.settings import Settings
+from loadgen.command.benchmark import preflight
 from loadgen.errors import BenchError
-from loadgen.orchestrate.preflight import preflight
-from loadgen.orchestrate.replica_watch import kv_usage_percent
+from loadgen.orchestrate.measured_run import kv_usage_percent
 from loadgen.sidecar_client import SidecarClient
 from tests.fakes import Answer, answering_server
 from tests.unit.loadgen.test_tokenizing import _Sidecar
@@ -75,9 +75,9 @@ def test_a_sidecar_result_of_another_shape_is_a_bench_error_not_a_validation_tra
     with answering_server({"/compare": JSON_LIST, "/reports": (200, "application/json", b"{}")}) as url:
         client = SidecarClient(url)
         with pytest.raises(BenchError, match=rf"POST {url}/compare \(HTTP 200\): not the sidecar's CompareResponse"):
-            client.post_compare(CompareRequest(a="x", b="y"))
+            client.post("/compare", CompareRequest(a="x", b="y"), CompareResponse)
         with pytest.raises(BenchError, match=rf"POST {url}/reports \(HTTP 200\): not the sidecar's Build"):
-            client.post_report(_service_body(e2e_ms=100.0, gap_s=0.05))
+            client.post("/reports", _service_body(e2e_ms=100.0, gap_s=0.05), BuildReportResponse)
 
 
 def test_kv_usage_of_a_page_or_a_cut_exposition_is_unknown_and_timestamps_are_not_values() -> None:

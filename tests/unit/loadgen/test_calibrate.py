@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.records import RequestRecord
-from loadgen.childprocs import CpuSample, cpu_at, cpu_in_window
+from loadgen.childprocs import CpuSample, cpu_in_window
 from loadgen.selftest.calibrate import (
     ClientRun,
     added_latency_ms,
@@ -33,14 +33,14 @@ def row(i: int, *, ok: bool = True, chunks: int = 10, ttft_ms: float = 210.0, ph
     )
 
 
-def test_cpu_at_interpolates_between_samples() -> None:
-    """CPU seconds between two samples are linearly interpolated."""
-    assert cpu_at(SAMPLES, 102.5) == pytest.approx(3.25)
+def test_cpu_in_window_interpolates_between_samples() -> None:
+    """CPU seconds between two samples are linearly interpolated (2.0 at the first sample, 3.25 at 102.5 s)."""
+    assert cpu_in_window(SAMPLES, 100.0, 102.5) == pytest.approx(3.25 - 2.0)
 
 
-def test_cpu_at_clamps_outside_the_samples() -> None:
-    """Before the first and after the last sample, the nearest sample's value is used."""
-    assert cpu_at(SAMPLES, 50.0) == 2.0 and cpu_at(SAMPLES, 500.0) == pytest.approx(7.0)
+def test_cpu_in_window_clamps_outside_the_samples() -> None:
+    """Before the first and after the last sample, the nearest sample's value is used (2.0 and 7.0)."""
+    assert cpu_in_window(SAMPLES, 50.0, 100.0) == 0.0 and cpu_in_window(SAMPLES, 50.0, 500.0) == pytest.approx(7.0 - 2.0)
 
 
 def test_cpu_in_window_uses_the_monotonic_clock_on_request() -> None:
@@ -50,10 +50,10 @@ def test_cpu_in_window_uses_the_monotonic_clock_on_request() -> None:
     assert wall == pytest.approx(2.0) and mono == pytest.approx(wall)
 
 
-def test_cpu_at_without_samples_is_an_error() -> None:
+def test_cpu_in_window_without_samples_is_an_error() -> None:
     """No samples: ValueError rather than a made-up figure."""
     with pytest.raises(ValueError):
-        cpu_at([], 1.0)
+        cpu_in_window([], 1.0, 2.0)
 
 
 def test_per_core_rate_divides_by_cpu_seconds() -> None:

@@ -11,8 +11,7 @@ import pytest
 from core.report_schema import BenchmarkConfig
 from core.settings import Settings
 from loadgen.orchestrate.outcome import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_SUCCESS, EXIT_USAGE
-from loadgen.orchestrate.pipeline import finish_run, report_series
-from loadgen.orchestrate.sweep import RunResult, SeriesRuns, run_series
+from loadgen.orchestrate.pipeline import RunResult, SeriesRuns, finish_run, report_series, run_series
 from loadgen.plan import bench_config
 from tests.unit.sidecar.test_sidecar_store import report
 

@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 
 from loadgen.command import benchmark as bench
-from loadgen.command.benchmark import RunLock
+from loadgen.command.benchmark import RunLock, Target
 from loadgen.errors import BenchError
-from loadgen.orchestrate.preflight import Target
 
 BANNER = "[INFO] Starting benchmark for "
 

@@ -20,8 +20,7 @@ from loadgen.locust_side.user_actions import CONNECTION_BACKOFF_S, backoff_s
 from loadgen.orchestrate import locust_run
 from loadgen.orchestrate.locust_run import EngineProbe, RowWatch, ServerDownBreaker, connection_cause
 from loadgen.orchestrate.measured_run import Measured
-from loadgen.orchestrate.pipeline import build_request
-from loadgen.orchestrate.sweep import RunResult, disagreement, run_line, run_series
+from loadgen.orchestrate.pipeline import RunResult, build_request, disagreement, run_line, run_series
 from tests.unit.loadgen.test_sweep_plan import knobs
 from tests.unit.sidecar.test_sidecar_app import body, client_for  # noqa: F401  (fixture)
 from tests.unit.sidecar.test_sidecar_store import report

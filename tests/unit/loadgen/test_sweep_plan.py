@@ -1,4 +1,4 @@
-"""Sweep planning and the series loop (loadgen/orchestrate/sweep.py), the load shapes' pure parts (rate ramp, concurrency cap,
+"""Sweep planning and the series loop (loadgen/orchestrate/pipeline.py), the load shapes' pure parts (rate ramp, concurrency cap,
 random-dataset order, multi-turn conversations) and their settings."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from core.distributions import ramp_arrival_gaps_s
 from core.flags import build_parser, settings_from
 from core.report_schema import BenchmarkConfig
 from core.settings import Settings
-from loadgen.orchestrate.sweep import RunResult, auto_rates, planned_points, run_series
+from loadgen.orchestrate.pipeline import RunResult, auto_rates, planned_points, run_series
 from loadgen.plan import auto_workers, bench_config
 from loadgen.workloads.dataset import Prompt
 from loadgen.workloads.workload import WorkloadSampler
