@@ -7,15 +7,15 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from core.energy import EnergyStats, efficiency
+from core.energy import EnergyStats, ratio
 from core.stats import RunMetrics
 
 PricedUnit = Literal["gpu", "host"]
+J_PER_KWH = 3.6e6
 _PRICE_RE = re.compile(r"\$?\s*(?P<amount>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?:usd)?\s*/\s*(?P<unit>gpu|host)s?",
                        re.IGNORECASE)  # fmt: skip
 
@@ -86,18 +86,25 @@ def cost_per_million_tokens(hourly_usd: float | None, duration_s: float, tokens:
 
 
 def report_figures(run: RunMetrics, energy: EnergyStats | None, basis: CostBasis | None) -> dict[str, float | None]:
-    """The flat energy and cost figures of a report's metrics; None where not measured or priced."""
+    """The flat energy and cost figures of a report's metrics (J per output token and per successful request, output
+    tokens per J, energy and hardware cost per 1M tokens); None where not measured or priced."""
     joules = energy.energy_j if energy else None
     usd_per_kwh = basis.energy_price_usd_per_kwh if basis else None
-    eff = efficiency(joules, run.output_tokens_total, run.prompt_tokens_total, run.requests_ok, usd_per_kwh)
     hourly = basis.hourly_usd if basis else None
+    output, total = run.output_tokens_total, run.output_tokens_total + run.prompt_tokens_total
+
+    def energy_cost(per_token_j: float | None) -> float | None:
+        return None if per_token_j is None or usd_per_kwh is None else per_token_j * 1e6 / J_PER_KWH * usd_per_kwh
+
     return {
         "energy_j": joules,
         "power_w_mean": energy.power_w_mean if energy else None,
         "idle_power_w": energy.idle_power_w if energy else None,
-        **asdict(eff),
-        "cost_usd_per_1m_output_tokens": cost_per_million_tokens(hourly, run.duration_s, run.output_tokens_total),
-        "cost_usd_per_1m_total_tokens": cost_per_million_tokens(
-            hourly, run.duration_s, run.output_tokens_total + run.prompt_tokens_total
-        ),
+        "energy_j_per_output_token": ratio(joules, output),
+        "energy_j_per_request": ratio(joules, run.requests_ok),
+        "output_tokens_per_j": ratio(float(output), joules) if joules else None,
+        "energy_cost_usd_per_1m_output_tokens": energy_cost(ratio(joules, output)),
+        "energy_cost_usd_per_1m_total_tokens": energy_cost(ratio(joules, total)),
+        "cost_usd_per_1m_output_tokens": cost_per_million_tokens(hourly, run.duration_s, output),
+        "cost_usd_per_1m_total_tokens": cost_per_million_tokens(hourly, run.duration_s, total),
     }

@@ -1,4 +1,4 @@
-"""Energy of a measured window (pure): joules from energy counters or power samples, idle power, efficiency; a
+"""Energy of a measured window (pure): joules from energy counters or power samples, idle power; a
 cluster's: every serving host's (PEER_SIDECARS) summed, and each local replica's GPUs over the tokens it generated.
 
 Counters (NVML total energy, mJ; RAPL / amd_energy, uJ, unwrapped at their range) give the increase over the window,
@@ -25,7 +25,6 @@ IDLE_WINDOW_S = 10.0
 """The idle power is the mean over this many seconds before the run's first request (warm-up included), s."""
 MIN_COVERED_SHARE = 0.9
 """A window whose samples cover less than this share of it gets a note (its energy is extrapolated)."""
-J_PER_KWH = 3.6e6
 
 
 @dataclass(frozen=True)
@@ -231,39 +230,6 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     if numerator is None or not denominator:
         return None
     return numerator / denominator
-
-
-@dataclass(frozen=True)
-class Efficiency:
-    """A run's energy figures per token and request, and energy cost per 1M tokens (None: not measured)."""
-
-    energy_j_per_output_token: float | None
-    energy_j_per_request: float | None
-    output_tokens_per_j: float | None
-    energy_cost_usd_per_1m_output_tokens: float | None = None
-    energy_cost_usd_per_1m_total_tokens: float | None = None
-
-
-def efficiency(
-    energy_j: float | None, output_tokens: int, prompt_tokens: int, requests_ok: int, usd_per_kwh: float | None = None
-) -> Efficiency:
-    """:class:`Efficiency` from the window's energy and the run's successful tokens and requests; energy cost =
-    ``J/token x 10^6 / 3.6x10^6 J/kWh x usd_per_kwh``."""
-    per_out = ratio(energy_j, output_tokens)
-    per_total = ratio(energy_j, output_tokens + prompt_tokens)
-
-    def cost(per_token_j: float | None) -> float | None:
-        if per_token_j is None or usd_per_kwh is None:
-            return None
-        return per_token_j * 1e6 / J_PER_KWH * usd_per_kwh
-
-    return Efficiency(
-        energy_j_per_output_token=per_out,
-        energy_j_per_request=ratio(energy_j, requests_ok),
-        output_tokens_per_j=ratio(float(output_tokens), energy_j) if energy_j else None,
-        energy_cost_usd_per_1m_output_tokens=cost(per_out),
-        energy_cost_usd_per_1m_total_tokens=cost(per_total),
-    )
 
 
 def energy_stats(

@@ -167,7 +167,6 @@ class StreamTimer:
     chars: int = 0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    usage_seen: bool = False
     finish_reason: str | None = None
     saw_done: bool = False
     closed_cleanly: bool = False
@@ -202,7 +201,6 @@ class StreamTimer:
                 if self.first_answer_s is None:
                     self.first_answer_s = now
         if facts.has_usage:
-            self.usage_seen = True
             self.prompt_tokens = facts.prompt_tokens
             self.completion_tokens = facts.completion_tokens
             self.reasoning_tokens = facts.reasoning_tokens
@@ -256,13 +254,6 @@ class StreamTimer:
         """Send → first answer (``content``) token, ms; None before one."""
         return self._ms(self.first_answer_s)
 
-    @property
-    def think_ms(self) -> float | None:
-        """First reasoning token -> first answer token, ms; None without reasoning or answer."""
-        if self.first_reasoning_s is None or self.first_answer_s is None:
-            return None
-        return (self.first_answer_s - self.first_reasoning_s) * 1000.0
-
     def token_split(self) -> tuple[int, int, str] | None:
         """``(reasoning tokens, answer tokens, source)`` of a stream that reasoned, else None; source ``usage``
         (``completion_tokens_details``) or ``chunks`` (the client's count)."""
@@ -275,10 +266,3 @@ class StreamTimer:
     def e2e_ms(self) -> float | None:
         """Send → end of stream (or now, while it is still open), ms."""
         return self._ms(self.end_s if self.end_s is not None else self.clock())
-
-    @property
-    def gen_ms(self) -> float | None:
-        """First text chunk → end of stream, ms (the UI's "Gen"); None before text or before the end."""
-        if self.first_s is None or self.end_s is None:
-            return None
-        return (self.end_s - self.first_s) * 1000.0

@@ -66,3 +66,18 @@ def test_report_figures_unpriced_and_unmeasured_are_none_never_made_up() -> None
     assert figures["cost_usd_per_1m_total_tokens"] == pytest.approx(50.0)
     assert figures["energy_j_per_output_token"] == 0.5 and figures["energy_j_per_request"] == 50.0
     assert figures["energy_cost_usd_per_1m_output_tokens"] == pytest.approx(0.5 * 1e6 / 3.6e6 * 0.36)
+
+
+def test_efficiency_figures_are_exact() -> None:
+    """1000 J over 4000 output and 1000 prompt tokens of 10 requests: 0.25 J/token, 100 J/request, 4 tokens/J; at
+    0.36 USD/kWh a million output tokens cost 0.25 x 10^6 / 3.6x10^6 x 0.36 = 0.025 USD."""
+    rows = [RequestRecord(request_id=f"r{i}", started_at=float(i), ok=True, e2e_ms=1000.0, output_tokens=400,
+                          prompt_tokens=100) for i in range(10)]  # fmt: skip
+    run, basis = run_metrics(rows), cost_basis(None, 0.36, gpus=0, hosts=1)
+    eff = report_figures(run, EnergyStats(energy_j=1_000.0), basis)
+    assert eff["energy_j_per_output_token"] == 0.25 and eff["energy_j_per_request"] == 100.0
+    assert eff["output_tokens_per_j"] == 4.0
+    assert eff["energy_cost_usd_per_1m_output_tokens"] == pytest.approx(0.025)
+    assert eff["energy_cost_usd_per_1m_total_tokens"] == pytest.approx(0.02)
+    none = report_figures(run, None, basis)
+    assert none["energy_j_per_output_token"] is None and none["energy_cost_usd_per_1m_output_tokens"] is None

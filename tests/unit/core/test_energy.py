@@ -10,7 +10,6 @@ from core.energy import (
     EnergyStats,
     counter_energy,
     device_energy,
-    efficiency,
     energy_stats,
     hosts_energy,
     power_energy,
@@ -87,18 +86,6 @@ def test_a_busy_engine_before_the_run_gives_no_idle_figure_but_the_reason() -> N
     a = DeviceEnergy(device="a", energy_j=600.0, covered_s=10.0, method="x")
     stats = energy_stats([a], (0.0, 10.0), "GPUs", idle_unavailable_reason="vLLM was serving 3 request(s)")
     assert stats.idle_power_w is None and stats.idle_unavailable_reason == "vLLM was serving 3 request(s)"
-
-
-def test_efficiency_figures_are_exact() -> None:
-    """1000 J over 4000 output and 1000 prompt tokens of 10 requests: 0.25 J/token, 100 J/request, 4 tokens/J; at
-    0.36 USD/kWh a million output tokens cost 0.25 x 10^6 / 3.6x10^6 x 0.36 = 0.025 USD."""
-    eff = efficiency(1_000.0, 4_000, 1_000, 10, usd_per_kwh=0.36)
-    assert eff.energy_j_per_output_token == 0.25 and eff.energy_j_per_request == 100.0
-    assert eff.output_tokens_per_j == 4.0
-    assert eff.energy_cost_usd_per_1m_output_tokens == pytest.approx(0.025)
-    assert eff.energy_cost_usd_per_1m_total_tokens == pytest.approx(0.02)
-    none = efficiency(None, 4_000, 1_000, 10, usd_per_kwh=0.36)
-    assert none.energy_j_per_output_token is None and none.energy_cost_usd_per_1m_output_tokens is None
 
 
 def test_hosts_sum_and_a_host_without_energy_leaves_no_total() -> None:
