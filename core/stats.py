@@ -88,20 +88,6 @@ def time_windows(records: Sequence[RequestRecord], count: int = 10) -> list[Wind
     return out
 
 
-def throughput_variation_percent(
-    windows: Sequence[WindowStats], steady_end_s: float | None = None, steady_start_s: float | None = None
-) -> float | None:
-    """Coefficient of variation of per-slice output tok/s, %, over slices between ``steady_start_s`` (default: after the
-    first) and ``steady_end_s`` (default: the last send). None with fewer than 3 such slices or 10 completions."""
-    limit = steady_end_s if steady_end_s is not None else windows[-1].start_s if windows else 0.0
-    first = steady_start_s if steady_start_s is not None else windows[1].start_s if len(windows) > 1 else 0.0
-    inner = [w.output_tokens_per_sec for w in windows if w.start_s >= first - 1e-9 and w.end_s <= limit + 1e-9]
-    if len(inner) < 3 or not any(inner) or sum(w.completed for w in windows) < 10:
-        return None  # too little to judge
-    arr = np.asarray(inner)
-    return float(arr.std() / arr.mean() * 100.0)
-
-
 class OutputLengths(BaseModel):
     """Requested (``max_tokens``) versus actual (``usage``) output lengths of successful requests, tokens."""
 
@@ -202,15 +188,23 @@ def output_lengths(ok: Sequence[RequestRecord]) -> OutputLengths:
     )
 
 
-def _variation(windows: Sequence[WindowStats], measured: Sequence[RequestRecord], steady: SteadyState) -> float | None:
-    """Throughput variation over the steady window, else second slice to last send; None: nothing ended."""
+def throughput_variation_percent(
+    windows: Sequence[WindowStats], measured: Sequence[RequestRecord], steady: SteadyState
+) -> float | None:
+    """Coefficient of variation of per-slice output tok/s, %, over the slices of the steady window, else from the
+    second slice to the last send. None with nothing ended, fewer than 3 such slices or 10 completions."""
     if not measured:
         return None
     if steady.found and steady.start_s is not None and steady.end_s is not None:
-        return throughput_variation_percent(windows, steady.end_s, steady.start_s)
-    return throughput_variation_percent(
-        windows, max(r.started_at for r in measured) - min(r.started_at for r in measured)
-    )
+        first, limit = steady.start_s, steady.end_s
+    else:
+        first = windows[1].start_s if len(windows) > 1 else 0.0
+        limit = max(r.started_at for r in measured) - min(r.started_at for r in measured)
+    inner = [w.output_tokens_per_sec for w in windows if w.start_s >= first - 1e-9 and w.end_s <= limit + 1e-9]
+    if len(inner) < 3 or not any(inner) or sum(w.completed for w in windows) < 10:
+        return None  # too little to judge
+    arr = np.asarray(inner)
+    return float(arr.std() / arr.mean() * 100.0)
 
 
 def run_metrics(
@@ -258,7 +252,7 @@ def run_metrics(
         slo=slo,
         output_lengths=output_lengths(ok),
         windows=windows,
-        throughput_variation_percent=_variation(windows, measured, steady),
+        throughput_variation_percent=throughput_variation_percent(windows, measured, steady),
         output_token_sources=dict(sorted(Counter(r.output_tokens_source or "unknown" for r in ok).items())),
         turns=turn_stats(ok),
         cut=cut_requests(every),
