@@ -127,24 +127,20 @@ PREVIOUS = "vs_previous"
 FLAGGED_ENV_FIELDS = ("vllm_version", "vllm_fingerprint", "model_revision", "driver_version")
 
 
-def pair_points(
-    a: list[SeriesPoint], b: list[SeriesPoint], by_fingerprint: bool
-) -> list[tuple[SeriesPoint, SeriesPoint]]:
-    """Points of A and B paired, in B's order: by workload fingerprint, or by kind and rank within it."""
-    if by_fingerprint:
-        same = {p.fingerprint: p for p in a if p.fingerprint}
-        return [(same[p.fingerprint], p) for p in b if p.fingerprint in same]
-    of_kind = {kind: [p for p in a if p.kind == kind] for kind in {p.kind for p in a}}
-    ranked = [(of_kind.get(p.kind, []), [q for q in b if q.kind == p.kind].index(p), p) for p in b]
-    return [(same[rank], p) for same, rank, p in ranked if rank < len(same)]
-
-
 def compare_points(
     b: list[SeriesPoint], a: list[SeriesPoint], against: str, threshold_pct: float, by_fingerprint: bool = True
 ) -> Comparison:
     """Each point of B against its pair in A, every :data:`SERIES_METRICS` a :class:`core.intervals.Change` (a
     regression lies wholly beyond ``threshold_pct``); refused when pairing by fingerprint finds no pair; the
-    prefix-cache hit rates ``(A, B)`` of the pair furthest apart when beyond :data:`PREFIX_CACHE_GAP_PP`."""
+    prefix-cache hit rates ``(A, B)`` of the pair furthest apart when beyond :data:`PREFIX_CACHE_GAP_PP`. Pairs, in B's
+    order: by workload fingerprint, or by kind and rank within it."""
+    if by_fingerprint:
+        same = {p.fingerprint: p for p in a if p.fingerprint}
+        pairs = [(same[p.fingerprint], p) for p in b if p.fingerprint in same]
+    else:
+        of_kind = {kind: [p for p in a if p.kind == kind] for kind in {p.kind for p in a}}
+        ranked = [(of_kind.get(p.kind, []), [q for q in b if q.kind == p.kind].index(p), p) for p in b]
+        pairs = [(peers[rank], p) for peers, rank, p in ranked if rank < len(peers)]
     points = [
         PointComparison(
             label=pb.label,
@@ -155,7 +151,7 @@ def compare_points(
                 for name, (_, _, better) in SERIES_METRICS.items()
             },
         )
-        for pa, pb in pair_points(a, b, by_fingerprint)
+        for pa, pb in pairs
     ]
     refused = None
     if by_fingerprint and not points:

@@ -138,14 +138,12 @@ def migrate_report(data: Any) -> Any:
         metrics = data.get("metrics")
         error_rate = metrics.get("error_rate_percent") if isinstance(metrics, dict) else None
         data["comparison"] = _comparisons_1_5(data["comparison"], error_rate)
-    if data["schema_version"] != "1.1":  # 1.2 to 1.4 only added optional fields
-        data["schema_version"] = SCHEMA_VERSION
-        return data
-    for section in ("metrics", "resources"):
-        if isinstance(data.get(section), dict):
-            data[section] = _renamed(data[section], RENAMED_IN_1_2)
-    if isinstance(data.get("environment"), dict) and isinstance(data.get("logs"), dict):
-        data["environment"], data["logs"] = _startup_facts_moved(data["environment"], data["logs"])
+    if data["schema_version"] == "1.1":  # 1.2 to 1.4 only added optional fields
+        for section in ("metrics", "resources"):
+            if isinstance(data.get(section), dict):
+                data[section] = _renamed(data[section], RENAMED_IN_1_2)
+        if isinstance(data.get("environment"), dict) and isinstance(data.get("logs"), dict):
+            data["environment"], data["logs"] = _startup_facts_moved(data["environment"], data["logs"])
     data["schema_version"] = SCHEMA_VERSION
     return data
 

@@ -95,17 +95,10 @@ def interpret_chunk(obj: Any) -> ChunkFacts:
         message = error.get("message") if isinstance(error, dict) else error
         return ChunkFacts(error=str(message or error)[:500])
     usage = obj.get("usage")
-    prompt_tokens = completion_tokens = reasoning_tokens = cached_tokens = None
-    if usage is not None:
-        if not isinstance(usage, dict):
-            return ChunkFacts(invalid=f"usage is {_shape(usage)}, expected an object")
-        prompt_tokens = count_of(usage.get("prompt_tokens"))
-        completion_tokens = count_of(usage.get("completion_tokens"))
-        reasoning_tokens = _detail(usage, "completion_tokens_details", "reasoning_tokens")
-        cached_tokens = _detail(usage, "prompt_tokens_details", "cached_tokens")
-    choices = obj.get("choices")
-    if choices is None:
-        choices = []
+    if usage is not None and not isinstance(usage, dict):
+        return ChunkFacts(invalid=f"usage is {_shape(usage)}, expected an object")
+    counts = usage or {}
+    choices = [] if obj.get("choices") is None else obj["choices"]
     if not isinstance(choices, list):
         return ChunkFacts(invalid=f"choices is {_shape(choices)}, expected a list")
     texts: list[str] = []
@@ -115,9 +108,7 @@ def interpret_chunk(obj: Any) -> ChunkFacts:
     for choice in choices:
         if not isinstance(choice, dict):
             return ChunkFacts(invalid=f"a choice is {_shape(choice)}, expected an object")
-        delta = choice.get("delta")
-        if delta is None:
-            delta = {}
+        delta = {} if choice.get("delta") is None else choice["delta"]
         if not isinstance(delta, dict):
             return ChunkFacts(invalid=f"delta is {_shape(delta)}, expected an object")
         reason = choice.get("finish_reason")
@@ -142,14 +133,14 @@ def interpret_chunk(obj: Any) -> ChunkFacts:
         text="".join(texts),
         content="".join(content),
         finish_reason=finish_reason,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
+        prompt_tokens=count_of(counts.get("prompt_tokens")),
+        completion_tokens=count_of(counts.get("completion_tokens")),
         has_usage=usage is not None,
         token=answer or reasoning,
         answer=answer,
         reasoning=reasoning,
-        reasoning_tokens=reasoning_tokens,
-        cached_tokens=cached_tokens,
+        reasoning_tokens=_detail(counts, "completion_tokens_details", "reasoning_tokens"),
+        cached_tokens=_detail(counts, "prompt_tokens_details", "cached_tokens"),
     )
 
 
