@@ -284,22 +284,20 @@ def hosts_energy(hosts: Sequence[tuple[str, EnergyStats | None]]) -> EnergyStats
     missing = [f"{host}: {e.unavailable_reason if e else 'no energy figure'}" for host, e in hosts
                if e is None or e.energy_j is None]  # fmt: skip
     known = [e for _, e in hosts if e is not None]
-    first = known[0] if known else None
+    first = known[0] if known else EnergyStats()
     total = None if missing else sum(e.energy_j or 0.0 for e in known)
     idle = [e.idle_power_w for e in known]
     idle_w = sum(v or 0.0 for v in idle) if known and not missing and None not in idle else None
-    window_s = first.window_s if first else None
+    window_s = first.window_s
     return EnergyStats(
         scope=f"{len(hosts)} hosts: " + "; ".join(sorted({e.scope for e in known if e.scope})),
         method=one_method(e.method for e in known),
-        sample_interval_s=first.sample_interval_s if first else None,
-        window_start=first.window_start if first else None,
-        window_s=window_s,
+        **first.model_dump(include={"sample_interval_s", "window_start", "window_s"}),
         covered_s=min((e.covered_s for e in known if e.covered_s is not None), default=None),
         energy_j=total,
         power_w_mean=ratio(total, window_s),
         idle_power_w=idle_w,
-        idle_window_s=first.idle_window_s if first and idle_w is not None else None,
+        idle_window_s=first.idle_window_s if idle_w is not None else None,
         idle_unavailable_reason=None if idle_w is not None else "; ".join(
             f"{h}: {e.idle_unavailable_reason}" for h, e in hosts if e and e.idle_unavailable_reason) or None,
         energy_above_idle_j=None if total is None or idle_w is None or window_s is None else total - idle_w * window_s,
