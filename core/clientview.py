@@ -114,8 +114,7 @@ def save_calibration(path: Path, calibration: Calibration) -> None:
 
 def client_lag_ms(processes: Sequence[ProcessLoad]) -> float | None:
     """The worst load process's mean event-loop lag while requests were in flight, ms; None: none."""
-    means = [p.lag.mean_ms for p in processes if p.lag.count and p.lag.mean_ms is not None]
-    return max(means) if means else None
+    return max((p.lag.mean_ms for p in processes if p.lag.count and p.lag.mean_ms is not None), default=None)
 
 
 def share_text(pct: float) -> str:
@@ -150,16 +149,9 @@ def client_view(
     processes: Sequence[ProcessLoad] = (),
     workers: int = 1,
 ) -> ClientView:
-    """Judge whether the client limited the run (pure; rules in the module docstring).
-
-    Args:
-        records: the run's rows (measured ones are judged).
-        duration_s: the measured window, s.
-        cpu_cores: CPU seconds per wall second of the Locust process tree; None: not measured.
-        calibration: ``make calibrate``'s figures, if any.
-        processes: each load process's self-reported load.
-        workers: load processes the run used.
-    """
+    """Judge whether the client limited the run (rules in the module docstring) from its rows (the measured ones are
+    judged) over the ``duration_s`` window, the Locust tree's ``cpu_cores`` (None: not measured), ``make calibrate``'s
+    figures and each of the ``workers`` load processes' self-reported load."""
     measured = [r for r in records if r.phase == "measured"]
     chunks = sum(r.content_chunks for r in measured)
     per_s = 1.0 / duration_s if duration_s > 0 else 0.0

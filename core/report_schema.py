@@ -1,4 +1,5 @@
-"""The one report schema (pydantic, versioned). The sidecar is its only writer; JSON Schema comes from here.
+"""The one report schema (pydantic, versioned). The sidecar is its only writer; JSON Schema comes from here
+(``sidecar.reports.schema_export``).
 
 A report is ``reports/benchmark_report_YYYYMMDD_HHMMSS.json`` with its rows beside it (``.requests.jsonl``).
 """
@@ -30,7 +31,7 @@ LOGS_TO_STARTUP_IN_1_2 = ("model_load_s", "engine_init_s", "kv_cache_line")
 __all__ = [  # the models of the parts live in core.report_setup and core.report_resources; read them from here
     "SCHEMA_VERSION", "BenchmarkConfig", "Comparison", "Environment", "ErrorSummary", "GpuSample", "GpuStats",
     "HostResources", "KvCacheStats", "LogFacts", "Metrics", "ProfileInfo", "Report", "ResourcePoint", "Resources",
-    "StartupFacts", "causes_text", "error_summary", "json_schema", "migrate_report",
+    "StartupFacts", "causes_text", "error_summary", "migrate_report",
 ]
 
 
@@ -278,8 +279,3 @@ class ProfileInfo(BaseModel):
     dir: str = Field(description="Folder relative to reports/, e.g. profile/20261129_221901.")
     files: list[str] = Field(description="Chrome-trace files (gzip'd JSON with traceEvents).")
     open_with: str
-
-
-def json_schema() -> dict[str, Any]:
-    """JSON Schema (draft 2020-12) of :class:`Report`."""
-    return Report.model_json_schema()

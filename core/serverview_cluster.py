@@ -141,10 +141,8 @@ def replica_view(
         **base,
         state="up" if scrapes.down_since_s is None else "down",
         down_reason=None if scrapes.down_since_s is None else "stopped answering during the run, back at the end",
-        requests_succeeded=counts["requests_succeeded"],
+        **{name: counts[name] for name in ("requests_succeeded", "prompt_tokens", "generation_tokens", "preemptions")},
         requests_failed=counts["requests_aborted"] + counts["requests_errored"],
-        prompt_tokens=counts["prompt_tokens"],
-        generation_tokens=counts["generation_tokens"],
         ttft_mean_ms=ttft.mean_ms,
         e2e_mean_ms=e2e.mean_ms,
         agrees=all(known) if known else None,
@@ -152,7 +150,6 @@ def replica_view(
         client_e2e_mean_ms=client_e2e,
         client_overhead=client_overhead(before, after, records, server_url=scrapes.url, max_added_pct=max_added_pct),
         kv_pool_tokens=kv_pool_tokens(after),
-        preemptions=counts["preemptions"],
     )
 
 

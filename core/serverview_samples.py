@@ -42,32 +42,22 @@ def delta(before: Samples, after: Samples, name: str, **match: str) -> float:
     return total(after, name, **match) - total(before, name, **match)
 
 
-def _rank_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[float, float, float, float, float] | None:
-    """``(lower, upper, count below, count through, rank)`` of the bucket holding quantile ``q``; None when empty."""
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[float, float, float] | None:
+    """``(value, lower, upper)``: quantile ``q`` (0..1) of cumulative ``(upper bound, count)`` buckets as Prometheus'
+    ``histogram_quantile()`` (linear inside the bucket; +Inf gives the previous bound) and the bounds of the bucket
+    holding it; None when empty."""
     ordered = sorted(buckets)
     if not ordered or ordered[-1][1] <= 0:
         return None
     rank = q * ordered[-1][1]
-    prev_bound, prev_count = 0.0, 0.0
-    for bound, count in ordered:
-        if count >= rank:
-            return prev_bound, bound, prev_count, count, rank
-        prev_bound, prev_count = bound, count
-    return prev_bound, math.inf, prev_count, prev_count, rank
-
-
-def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
-    """Quantile ``q`` (0..1) of cumulative ``(upper bound, count)`` buckets, as Prometheus' ``histogram_quantile()``
-    (linear inside the bucket; +Inf gives the previous bound); None when empty."""
-    found = _rank_bucket(q, buckets)
-    if found is None:
-        return None
-    lower, upper, below, through, rank = found
-    if math.isinf(upper):
-        return lower
-    if through == below:
-        return upper
-    return lower + (upper - lower) * (rank - below) / (through - below)
+    lower, below = 0.0, 0.0
+    for upper, through in ordered:
+        if through >= rank:
+            if math.isinf(upper) or through == below:
+                return lower if math.isinf(upper) else upper, lower, upper
+            return lower + (upper - lower) * (rank - below) / (through - below), lower, upper
+        lower, below = upper, through
+    return lower, lower, math.inf
 
 
 def _bucket_deltas(before: Samples, after: Samples, name: str) -> list[tuple[float, float]]:
@@ -110,11 +100,10 @@ def latency_view(before: Samples, after: Samples, name: str) -> LatencyView:
     buckets = _bucket_deltas(before, after, name)
     percentiles: dict[str, Any] = {}
     for q in (50, 90, 99):
-        value = histogram_quantile(q / 100, buckets)
-        percentiles[f"p{q}_ms"] = None if value is None else value * 1000.0
-        found = _rank_bucket(q / 100, buckets)
+        found = histogram_quantile(q / 100, buckets)
+        percentiles[f"p{q}_ms"] = None if found is None else found[0] * 1000.0
         if found is not None:
-            percentiles[f"p{q}_bucket_ms"] = found[0] * 1000.0, None if math.isinf(found[1]) else found[1] * 1000.0
+            percentiles[f"p{q}_bucket_ms"] = found[1] * 1000.0, None if math.isinf(found[2]) else found[2] * 1000.0
     mean_ms = delta(before, after, f"{name}_sum") / count * 1000.0 if count > 0 else None
     return LatencyView(count=round(count), mean_ms=mean_ms, **percentiles)
 

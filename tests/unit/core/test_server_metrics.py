@@ -78,9 +78,14 @@ def test_cut_requests_do_not_hide_a_real_difference() -> None:
 def test_histogram_quantile_interpolates_like_prometheus() -> None:
     """Linear interpolation inside the bucket holding the rank; +Inf returns the last finite bound."""
     buckets = [(0.1, 10.0), (0.5, 30.0), (1.0, 40.0), (float("inf"), 40.0)]
-    assert histogram_quantile(0.5, buckets) == pytest.approx(0.3)
-    assert histogram_quantile(0.25, buckets) == pytest.approx(0.1 + 0.4 * 0 / 20 + 0.4 * (10 - 10) / 20)
-    assert histogram_quantile(0.99, [(1.0, 1.0), (float("inf"), 2.0)]) == 1.0
+
+    def value(q: float, of: list[tuple[float, float]]) -> float | None:
+        found = histogram_quantile(q, of)
+        return None if found is None else found[0]
+
+    assert value(0.5, buckets) == pytest.approx(0.3)
+    assert value(0.25, buckets) == pytest.approx(0.1 + 0.4 * 0 / 20 + 0.4 * (10 - 10) / 20)
+    assert value(0.99, [(1.0, 1.0), (float("inf"), 2.0)]) == 1.0
     assert histogram_quantile(0.5, []) is None
 
 
