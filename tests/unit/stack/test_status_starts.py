@@ -13,8 +13,8 @@ from core.settings import Settings
 from core.slots import write_slot
 from engine.vllmlog.startup import phases_line
 from engine.vllmlog.tracker import StartupPhase
-from stack import control
-from stack.control import starting_beside, startup_times_line
+from stack import control, services
+from stack.services import starting_beside, startup_times_line
 
 
 def test_cold_and_warm_starts_are_listed() -> None:
@@ -58,7 +58,7 @@ def test_status_names_the_served_model_and_its_kv_pool() -> None:
     pool from vLLM's line: a fresh user could not tell ERNIE (58,240 tokens) from the tiny model after a switch."""
     from core.enginestate import EngineState
     from engine.vllmlog.tracker import StartupPhase
-    from stack.control import serving_line
+    from stack.services import serving_line
 
     state = EngineState(requested="synthetic:tiny", source="synthetic", model_arg="/m/tiny",
                         served_name="ernie-tiny-synthetic", synthetic=True)  # fmt: skip
@@ -76,7 +76,7 @@ def test_an_engine_that_came_up_and_stopped_answering_gets_the_way_back(
     hint."""
     settings = Settings(_env_file=None, run_dir=tmp_path, logs_dir=tmp_path)  # type: ignore[call-arg]
     monkeypatch.setattr(control, "process_states", lambda _s: {s.name: {"statename": "RUNNING"} for s in
-                                                                    control.programs(settings)})  # fmt: skip
+                                                                    services.programs(settings)})  # fmt: skip
     monkeypatch.setattr(control, "answers", lambda url, _h: not url.endswith(":8100") and ":81" not in url)
     phase = StartupPhase("ready", "ready after 51 s")
     monkeypatch.setattr(control, "engine_phase", lambda _s: phase)
