@@ -40,7 +40,7 @@ from core.serverview_cluster import cluster_view
 from core.settings import Settings
 from core.stats import measured_window_s, run_metrics
 from loadgen.errors import BenchError, OverCapacity, WarmupFailed, WarmupInterrupted, WorkersMissing
-from loadgen.orchestrate.measured_run import EngineBusy, Measured, ProfilingError, from_records_file, run_measured
+from loadgen.orchestrate.measured_run import Measured, from_records_file, run_measured
 from loadgen.orchestrate.outcome import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -49,6 +49,8 @@ from loadgen.orchestrate.outcome import (
     EXIT_USAGE,
     finish,
 )
+from loadgen.orchestrate.profiling import ProfilingError
+from loadgen.orchestrate.replica_watch import EngineBusy
 from loadgen.plan import jsonl_rows, load_processes, run_file, run_id_of
 from loadgen.sidecar_client import SidecarClient, SidecarRefused
 from loadgen.terminal.summary import report_line

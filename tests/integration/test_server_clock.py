@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from core.serverview import client_overhead, overhead_text
-from loadgen.orchestrate.measured_run import scrape_metrics
+from loadgen.orchestrate.replica_watch import scrape_metrics
 from loadgen.request.client import chat_payload, new_session, stream_chat
 from tests.integration.test_client_timing import start_mock
 

@@ -23,10 +23,11 @@ from engine.kvsizing import plan_kv, pool_gib
 from engine.launcher import apply_request, vllm_argv, vllm_env
 from engine.model_resolve import ResolvedModel
 from loadgen.command import benchmark as bench
-from loadgen.command.benchmark import choose_model, plan_with_trace, read_trace
+from loadgen.command.benchmark import plan_with_trace, read_trace
 from loadgen.locust_side.joining import host_name
 from loadgen.orchestrate.locust_launch import locust_argv, worker_argv
 from loadgen.orchestrate.pipeline import planned_points
+from loadgen.orchestrate.preflight import choose_model
 from loadgen.plan import bench_config, plan_settings, read_run_plan, write_plan
 from loadgen.workloads.tokenizing import local_candidates
 from logtools import cli as logcli

@@ -11,9 +11,9 @@ import pytest
 
 from core.api import BuildReportResponse, CompareRequest, CompareResponse
 from core.settings import Settings
-from loadgen.command.benchmark import preflight
 from loadgen.errors import BenchError
-from loadgen.orchestrate.measured_run import kv_usage_percent
+from loadgen.orchestrate.preflight import preflight
+from loadgen.orchestrate.replica_watch import kv_usage_percent
 from loadgen.sidecar_client import SidecarClient
 from tests.fakes import Answer, answering_server
 from tests.unit.loadgen.test_tokenizing import _Sidecar

@@ -20,7 +20,8 @@ from core.requestlog import RequestLog
 from core.settings import PROJECT_ROOT, Settings
 from loadgen.locust_side import user_actions as driver
 from loadgen.locust_side.process_state import RunState
-from loadgen.orchestrate.measured_run import EngineBusy, read_records, wait_until_idle
+from loadgen.orchestrate.measured_run import read_records
+from loadgen.orchestrate.replica_watch import EngineBusy, wait_until_idle
 from loadgen.plan import bench_config
 from loadgen.request.client import new_session
 from tests.unit.loadgen.mock_process import mock_process, running_after, running_in_gevent
@@ -158,7 +159,7 @@ def test_behind_vllm_router_a_request_cut_before_its_first_token_stays_and_the_r
 
     from core.net import free_port, wait_for_http
     from core.replicas import record_cluster
-    from loadgen.orchestrate.measured_run import left_after_stop
+    from loadgen.orchestrate.replica_watch import left_after_stop
     from tests.unit.loadgen.mock_process import running
 
     router_bin = Path(sys.executable).parent / "vllm-router"

@@ -230,7 +230,8 @@ def test_a_run_cut_whole_by_its_duration_against_the_mock_is_reported_and_refuse
 
     from loadgen.locust_side import user_actions as driver
     from loadgen.locust_side.process_state import RunState
-    from loadgen.orchestrate.measured_run import read_records, scrape_metrics
+    from loadgen.orchestrate.measured_run import read_records
+    from loadgen.orchestrate.replica_watch import scrape_metrics
     from loadgen.plan import bench_config
     from loadgen.request.client import new_session
     from tests.unit.loadgen.mock_process import mock_process, running_after, running_in_gevent

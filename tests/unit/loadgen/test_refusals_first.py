@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from loadgen.command import benchmark as bench
-from loadgen.command.benchmark import RunLock, Target
+from loadgen.command.benchmark import RunLock
 from loadgen.errors import BenchError
+from loadgen.orchestrate.preflight import Target
 
 BANNER = "[INFO] Starting benchmark for "
 

@@ -12,12 +12,12 @@ from core.report_schema import BenchmarkConfig
 from core.requestlog import RequestLog
 from core.settings import Settings
 from core.stats import run_metrics
-from loadgen.command import benchmark
-from loadgen.command.benchmark import choose_model
 from loadgen.errors import BenchError
 from loadgen.locust_side.process_state import RunState
 from loadgen.locust_side.user_actions import dispatch_open_loop
+from loadgen.orchestrate import preflight
 from loadgen.orchestrate.outcome import EXIT_ERROR_RATE, EXIT_NO_SUCCESS, verdicts
+from loadgen.orchestrate.preflight import choose_model
 from loadgen.workloads.workload import WorkItem
 from tests.unit.sidecar.test_sidecar_store import report
 
@@ -59,13 +59,13 @@ def test_a_server_that_answers_but_cannot_serve_is_sent_to_start_vllm_not_make_u
             raise answer[0]
         return httpx.Response(503, request=httpx.Request("GET", url))
 
-    monkeypatch.setattr(benchmark.httpx, "get", fake_get)
-    monkeypatch.setattr(benchmark.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(preflight.httpx, "get", fake_get)
+    monkeypatch.setattr(preflight.time, "sleep", lambda _s: None)
     with pytest.raises(BenchError, match="Start the stack with `make up`"):
-        benchmark._served(settings())
+        preflight._served(settings())
     answer[0] = 503
     with pytest.raises(BenchError, match=r"answered HTTP 503.*`make status`.*`\./start_vllm\.sh`") as raised:
-        benchmark._served(settings())
+        preflight._served(settings())
     assert "make up" not in str(raised.value)
 
 
