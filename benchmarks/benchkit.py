@@ -20,8 +20,9 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
+from core.logfiles import log_tail  # noqa: E402
 from core.net import wait_for_http  # noqa: E402
-from loadgen.childprocs import CpuSample, CpuSampler, log_tail, stop_process  # noqa: E402
+from loadgen.childprocs import CpuSample, CpuSampler, stop_process  # noqa: E402
 
 
 class BenchError(RuntimeError):

@@ -3,9 +3,11 @@ file never share a temporary file (each gets its own name from :func:`tempfile.m
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 FILE_MODE = 0o644
 """Mode of every file written here (mkstemp creates 0600; reports and state are meant to be read by people and CI)."""
@@ -44,3 +46,12 @@ def atomic_write(path: Path, data: bytes | str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path`` (UTF-8); None when the file is missing, unreadable, not JSON or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from core.units import pct
+
 CONFIDENCE = 0.95
 METHOD = "Student's t over runs (95%); two series: Welch's t interval of the difference of means"
 
@@ -113,14 +115,16 @@ def judge(a: Interval | None, b: Interval | None, better: int, threshold_pct: fl
     return Change(a_mean=a.mean, b_mean=b.mean, change_pct=change, low_pct=low, high_pct=high, verdict=verdict)
 
 
+def interval_text(iv: Interval | None, digits: int = 2) -> str:
+    """``1.52 ± 0.08`` (95 % interval half width), or the plain mean for one run; ``n/a`` when missing."""
+    if iv is None:
+        return "n/a"
+    mean = f"{iv.mean:.{digits}f}"
+    return mean if iv.half_width is None else f"{mean} ± {iv.half_width:.{digits}f}"
+
+
 def change_text(change: Change, better: int | None = None) -> str:
     """``+12% [+8%, +16%] better``, ``no significant change (...)``, ``+341% (worse; single runs: no interval)``."""
-
-    def pct(value: float | None) -> str:
-        if value is None:
-            return "n/a"
-        return f"{value:+.0f}%" if abs(value) >= 10 else f"{value:+.1f}%"
-
     if change.low_pct is None:
         way = ""
         if better is not None and change.change_pct:

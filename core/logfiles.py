@@ -185,3 +185,12 @@ def mtime_s(path: StrPath) -> float | None:
         return os.stat(path).st_mtime
     except OSError:
         return None
+
+
+def log_tail(path: StrPath, lines: int = 15, missing: str = "(no log)") -> str:
+    """The last ``lines`` lines of a log file (for error messages); ``missing`` when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            return "\n".join(file.read().splitlines()[-lines:])
+    except OSError:
+        return missing

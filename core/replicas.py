@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from core.atomicfile import read_json_object
 from core.enginestate import read_engine_state
 from core.knobs import client_host
 from core.settings import Settings
@@ -65,11 +66,7 @@ def as_started(settings: Settings) -> Settings:
 
 def _recorded(settings: Settings) -> dict[str, Any]:
     """The record of :func:`record_cluster`; empty when there is none or it is unreadable."""
-    try:
-        recorded = json.loads(cluster_record(settings).read_text())
-    except (OSError, ValueError):
-        return {}
-    return recorded if isinstance(recorded, dict) else {}
+    return read_json_object(cluster_record(settings)) or {}
 
 
 @dataclass(frozen=True)

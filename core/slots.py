@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Literal, cast
 
-from core.atomicfile import atomic_write
+from core.atomicfile import atomic_write, read_json_object
 
 Slot = Literal["a", "b"]
 SLOTS: tuple[Slot, Slot] = ("a", "b")
@@ -31,12 +31,7 @@ def record_path(run_dir: Path) -> Path:
 
 def read_slots(run_dir: Path) -> dict[int, Slot]:
     """``{replica: slot}`` of the record; empty when there is none or it does not parse (every replica in ``a``)."""
-    try:
-        data = json.loads(record_path(run_dir).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
+    data = read_json_object(record_path(run_dir)) or {}
     return {int(key): cast(Slot, value) for key, value in data.items() if key.isdigit() and value in SLOTS}
 
 

@@ -18,8 +18,7 @@ from typing import Any, Literal
 import httpx
 import psutil
 
-from core.engineload import engine_load
-from core.enginestate import EngineError, EngineRequest, log_position, read_engine_state, write_request
+from core.enginestate import EngineError, EngineRequest, engine_load, log_position, read_engine_state, write_request
 from core.replicas import replica_url
 from core.serverview_samples import parse_exposition
 from core.settings import Settings

@@ -15,12 +15,12 @@ the dtype (1 GiB per 2 bytes of element), so it holds the same tokens either way
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from core.atomicfile import read_json_object
 from core.settings import Settings
 from core.units import GIB
 
@@ -105,11 +105,7 @@ def geometry_from_config(config: Mapping[str, Any], dtype: str = "bfloat16") -> 
 
 def read_config(model_dir: Path) -> dict[str, Any] | None:
     """``config.json`` of a local model folder, or None when absent or unreadable."""
-    try:
-        data = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return read_json_object(model_dir / "config.json")
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from core.enginestate import (
     write_engine_state,
 )
 from core.net import port_in_use_message
+from core.parsing import flag_roles
 from core.redact import MASK, redact_argv, secret_values, split_secret_flags, strip_url_credentials
 from core.replicas import router_in_use
 from core.settings import PROJECT_ROOT, Settings, get_settings, secret_env_names, service_env
@@ -92,17 +93,7 @@ def build_synthetic(settings: Settings, resolved: ResolvedModel) -> None:
 
 def without_api_keys(args: list[str]) -> list[str]:
     """``args`` without ``--api-key`` options and their values (``--api-key a b`` and ``--api-key=a``)."""
-    out: list[str] = []
-    skipping = False
-    for arg in args:
-        if arg.startswith("-") and len(arg) > 1:
-            skipping = arg == "--api-key"
-            if skipping or arg.startswith("--api-key="):
-                continue
-        elif skipping:
-            continue
-        out.append(arg)
-    return out
+    return [arg for arg, role in flag_roles(args, "--api-key".__eq__) if role == "plain"]
 
 
 PROMPT_TOKENS_DETAILS = "--enable-prompt-tokens-details"

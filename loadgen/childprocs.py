@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from core.logfiles import log_tail
 from core.net import free_port, wait_for_http
 from core.settings import PROJECT_ROOT
 
@@ -140,14 +141,6 @@ def kill_group(pgid: int) -> None:
     """SIGKILL every process of process group ``pgid`` (none left: nothing)."""
     with suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-
-
-def log_tail(path: Path, lines: int = 15) -> str:
-    """The last lines of a log file (for error messages)."""
-    try:
-        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 @dataclass(frozen=True)

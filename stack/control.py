@@ -27,6 +27,7 @@ from core.enginestate import (
     write_request,
 )
 from core.envtypos import env_typos
+from core.logfiles import log_tail
 from core.net import port_in_use_message
 from core.pipes import guard_stdout
 from core.redact import Redactor, secret_values
@@ -48,7 +49,7 @@ from engine.local_replicas import ROUTER_PROGRAM, program_names, write_conf
 from engine.reaper import end_engine_processes
 from engine.vllmlog.startup import latest_start, phases_line
 from sidecar.reports.envinfo import startup_facts
-from stack.services import answers, programs, services, serving_line, starting_beside, startup_times_line, tail
+from stack.services import answers, programs, services, serving_line, starting_beside, startup_times_line
 
 CONF = PROJECT_ROOT / "deploy" / "supervisord.conf"
 
@@ -114,7 +115,7 @@ def wait_ready(settings: Settings, since: LogPosition | None = None) -> tuple[bo
             if state in FAILED_STATES and svc.name == "vllm":
                 return False, f"{svc.name} is {state}: {why_not_up(settings, since)}"
             if state in FAILED_STATES:
-                return False, f"{svc.name} is {state}. Last lines of {svc.log}:\n{tail(svc.log)}"
+                return False, f"{svc.name} is {state}. Last lines of {svc.log}:\n{log_tail(svc.log, 25, missing='')}"
             if answers(svc.url, svc.headers):
                 print(f"[INFO] {svc.name} ready ({svc.url})", flush=True)
                 pending.remove(svc)

@@ -72,14 +72,6 @@ def programs(settings: Settings) -> list[Service]:
     return [s for s in services(settings) if s.name != "router-metrics"]
 
 
-def tail(path: Path, lines: int = 25) -> str:
-    """Last ``lines`` lines of a log (empty when missing)."""
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
 def answers(url: str, headers: tuple[tuple[str, str], ...] = ()) -> bool:
     """True when ``url`` answers HTTP 200 (after redirects: Locust's web UI sends a login to ``/login``)."""
     try:

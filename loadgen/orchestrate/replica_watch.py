@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import httpx
 
-from core.engineload import EngineLoad, busy_refusal, engine_load, idle_decision
+from core.enginestate import EngineLoad, busy_refusal, engine_load, idle_decision
 from core.replicas import Replica, engine_url, front_in_use, replicas, router_in_use
 from core.serverview_cluster import ReplicaScrapes
 from core.serverview_samples import Samples, parse_exposition, sum_samples
@@ -132,7 +132,7 @@ def wait_until_idle(
     sleep: Callable[[float], None] = time.sleep,
 ) -> float:
     """Return once the engine holds no request (at once when IDLE_WAIT_S is 0 or unreadable); the wait, s. Raises
-    EngineBusy: still busy after IDLE_WAIT_S (:func:`core.engineload.busy_refusal`)."""
+    EngineBusy: still busy after IDLE_WAIT_S (:func:`core.enginestate.busy_refusal`)."""
     limit_s = settings.idle_wait_s
     if limit_s <= 0:
         return 0.0

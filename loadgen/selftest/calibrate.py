@@ -29,9 +29,10 @@ from datetime import datetime
 from pathlib import Path
 
 from core.clientview import Calibration, CalibrationRun, save_calibration
+from core.logfiles import log_tail
 from core.records import RequestRecord
 from core.settings import PROJECT_ROOT, get_settings
-from loadgen.childprocs import CpuSample, CpuSampler, ProcessError, cpu_in_window, log_tail, mock_server, stop_process
+from loadgen.childprocs import CpuSample, CpuSampler, ProcessError, cpu_in_window, mock_server, stop_process
 from loadgen.orchestrate.locust_launch import locust_argv
 from loadgen.plan import usable_cores
 

@@ -11,13 +11,15 @@ from core.comparison import ABComparison, comparison_lines, flag_text, report_no
 from core.conversations import sessions_text, turns_text
 from core.energy import NO_ENERGY_GAP
 from core.fingerprint import server_down_words, unusable_reason
-from core.intervals import Interval, PointComparison, change_text
+from core.intervals import PointComparison, change_text, interval_text
 from core.reasoning import reasoning_text
 from core.records import CutRequests
 from core.report_schema import BenchmarkConfig, Report, causes_text
 from core.schedule import schedule_text
 from core.series_stats import SERIES_METRICS, SeriesReport
 from core.serverview import overhead_text, verdict_text
+from core.units import quantity as _n
+from core.units import usd
 
 COMPARE_LABELS = (("throughput_req_per_sec", "throughput"), ("e2e_p99_ms", "p99 latency"), ("ttft_p99_ms", "p99 TTFT"),
                   ("output_tokens_per_sec", "output tok/s"), ("energy_j_per_output_token", "J/output token"),
@@ -25,16 +27,6 @@ COMPARE_LABELS = (("throughput_req_per_sec", "throughput"), ("e2e_p99_ms", "p99 
 """The changes a run's ``[COMPARE]`` line shows, where both runs have them."""
 WHERE_MEASURED = ("energy_j_per_output_token", "cost_usd_per_1m_output_tokens", "cost_usd_per_1m_total_tokens")
 """Series metrics a series' or ``make compare``'s ``[COMPARE]`` line adds where both sides have them."""
-
-
-def _n(value: float | None, unit: str) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:,.0f} {unit}" if abs(value) >= 100 else f"{value:.3g} {unit}"
-
-
-def _usd(value: float | None) -> str:
-    return "n/a" if value is None else f"${value:,.2f}" if value >= 0.01 else f"${value:.3g}"
 
 
 def energy_lines(report: Report) -> list[str]:
@@ -54,12 +46,12 @@ def energy_lines(report: Report) -> list[str]:
         if basis.hourly_usd is None:
             lines.append(f"[COST] n/a: {basis.unavailable_reason}")
         else:
-            lines.append(f"[COST] {_usd(m.cost_usd_per_1m_output_tokens)}/1M output tokens, "
-                         f"{_usd(m.cost_usd_per_1m_total_tokens)}/1M total tokens ({basis.price_usd_per_hour:g} USD/h "
+            lines.append(f"[COST] {usd(m.cost_usd_per_1m_output_tokens)}/1M output tokens, "
+                         f"{usd(m.cost_usd_per_1m_total_tokens)}/1M total tokens ({basis.price_usd_per_hour:g} USD/h "
                          f"per {basis.price_per} x {basis.units})")
     if basis is not None and basis.energy_price_usd_per_kwh is not None and m.energy_j is not None:
-        lines.append(f"[COST] energy {_usd(m.energy_cost_usd_per_1m_output_tokens)}/1M output tokens, "
-                     f"{_usd(m.energy_cost_usd_per_1m_total_tokens)}/1M total tokens at "
+        lines.append(f"[COST] energy {usd(m.energy_cost_usd_per_1m_output_tokens)}/1M output tokens, "
+                     f"{usd(m.energy_cost_usd_per_1m_total_tokens)}/1M total tokens at "
                      f"{basis.energy_price_usd_per_kwh:g} USD/kWh")
     return lines
 
@@ -280,14 +272,6 @@ TABLE_METRICS = ("throughput_req_per_sec", "output_tokens_per_sec", "ttft_p99_ms
 COMPARE_METRICS = ("throughput_req_per_sec", "output_tokens_per_sec", "ttft_p99_ms", "e2e_p99_ms")
 AB_METRICS = ("ttft_p50_ms", "itl_p50_ms", "itl_p99_ms", "tpot_p50_ms", "e2e_p50_ms", "error_rate_percent")
 """What `make compare` adds to a point's line: a flag such as --max-num-seqs moves the medians and ITL most."""
-
-
-def interval_text(iv: Interval | None, digits: int = 2) -> str:
-    """``1.52 ± 0.08`` (95 % interval half width), or the plain mean for one run; ``n/a`` when missing."""
-    if iv is None:
-        return "n/a"
-    mean = f"{iv.mean:.{digits}f}"
-    return mean if iv.half_width is None else f"{mean} ± {iv.half_width:.{digits}f}"
 
 
 def change_parts(point: PointComparison, hits: bool = False) -> str:

@@ -15,10 +15,3 @@ def fmt(value: Any, unit: str = "", digits: int = 2) -> str:
         return "yes" if value else "no"
     text = f"{value:.{digits}f}" if isinstance(value, float) else str(value)
     return f"{text} {unit}".rstrip()
-
-
-def pct(value: float | None) -> str:
-    """``+12%`` (whole percent from 10 % up), ``+1.5%`` below; ``n/a`` for None."""
-    if value is None:
-        return "n/a"
-    return f"{value:+.0f}%" if abs(value) >= 10 else f"{value:+.1f}%"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from core.energy import EnergyStats
 from core.report_schema import Report
 from core.series_stats import SERIES_METRICS
+from core.units import quantity as _n
+from core.units import usd
 from sidecar.render.cells import Row
 
 METHODS = {
@@ -16,21 +18,6 @@ METHODS = {
 }
 CHANGED = ("energy_j_per_output_token", "output_tokens_per_j", "cost_usd_per_1m_output_tokens",
            "cost_usd_per_1m_total_tokens", "energy_cost_usd_per_1m_output_tokens")  # fmt: skip
-
-
-def _n(value: float | None, unit: str = "") -> str:
-    """``0.412 J``, ``12.3 W``, ``5,120 J`` (three significant digits, whole numbers from 100 on), ``n/a``."""
-    if value is None:
-        return "n/a"
-    text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
-    return f"{text} {unit}".rstrip()
-
-
-def usd(value: float | None) -> str:
-    """``$1.23``, ``$0.000412`` (three significant digits below a cent), ``n/a``."""
-    if value is None:
-        return "n/a"
-    return f"${value:,.2f}" if value >= 0.01 else f"${value:.3g}"
 
 
 def how_measured(energy: EnergyStats) -> str:

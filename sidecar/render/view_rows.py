@@ -8,14 +8,15 @@ from collections.abc import Sequence
 from core.comparison import Side
 from core.conversations import sessions_text
 from core.fingerprint import unusable_reason
-from core.intervals import Change, Interval, PointComparison, change_text
+from core.intervals import Change, Interval, PointComparison, change_text, interval_text
 from core.records import CutRequests
 from core.report_schema import BenchmarkConfig, Environment, Report
 from core.schedule import schedule_text
 from core.series_stats import SERIES_METRICS, SeriesReport
 from core.serverview import ServerView
 from core.serverview_cluster import ClusterView
-from sidecar.render.cells import Row, fmt, pct
+from core.units import pct
+from sidecar.render.cells import Row, fmt
 from sidecar.render.energy_rows import energy_headline_rows
 
 COMPARISON_COLUMNS = (
@@ -263,7 +264,7 @@ def cell(iv: Interval | None) -> str:
     if 0 < abs(iv.mean) < 0.1:
         return f"{iv.mean:.3g}" + ("" if iv.half_width is None else f" ± {iv.half_width:.2g}")
     digits = 2 if abs(iv.mean) < 10 else 0
-    return f"{iv.mean:.{digits}f}" + ("" if iv.half_width is None else f" ± {iv.half_width:.{digits}f}")
+    return interval_text(iv, digits)
 
 
 def point_table(series: SeriesReport) -> tuple[list[str], list[list[str]]]:

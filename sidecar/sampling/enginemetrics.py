@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from core.engineload import RUNNING, WAITING
+from core.enginestate import RUNNING, WAITING
 from core.serverview_samples import parse_exposition
 
 KV_USAGE = "vllm:kv_cache_usage_perc"

@@ -1,4 +1,4 @@
-"""Is vLLM idle before a run (core.engineload, loadgen.orchestrate.replica_watch): its queue gauges summed over engines, and
+"""Is vLLM idle before a run (core.enginestate, loadgen.orchestrate.replica_watch): its queue gauges summed over engines, and
 the decision to go, wait or refuse — from scraped figures, with a scripted clock (no sockets)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from core.engineload import EngineLoad, engine_load, idle_decision
+from core.enginestate import EngineLoad, engine_load, idle_decision
 from core.serverview_samples import parse_exposition
 from core.settings import Settings
 from loadgen.orchestrate.replica_watch import EngineBusy, wait_until_idle
