@@ -240,11 +240,12 @@ EPILOG = ("[default] where there is one. Each flag is also an environment, .env 
 
 
 def build_parser(prog: str, description: str, view: Command | None = None) -> KnobParser:
-    """A parser with one option per knob of ``view`` (None: every knob), the most used first."""
+    """A parser with one option per knob of ``view`` (None: every knob), the most used first. ``description`` (a module
+    docstring) is shown without its reST markup (``x`` and :mod:`x` read as x)."""
     parser = KnobParser(
         prog=prog,
         usage=f"{prog} [--KNOB VALUE ...]",
-        description=description,
+        description=re.sub(r"(?::[a-z]+:)?`{1,2}~?([^`]+?)`{1,2}", r"\1", description),
         formatter_class=_Formatter,
         epilog=EPILOG,
     )

@@ -164,7 +164,8 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
                     print(f"\n[ERROR] {stopped}; stopping the run, the rows so far are kept.", flush=True)
                     stop_locust(proc, plan.drain_s + 10.0)
                     break
-                bar.show(Progress(count_measured.ok, done - count_measured.ok, total, now - start, plan.duration_s))
+                ok, cut = count_measured.ok, count_measured.cut
+                bar.show(Progress(ok, done - ok - cut, total, now - start, plan.duration_s, cut))
         except KeyboardInterrupt:
             stopped = INTERRUPTED
             print("\n[INFO] Stopping: requests in flight are cancelled and a report of the rows so far is written "
@@ -192,13 +193,15 @@ def clock(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class Progress:
-    """Measured rows so far: ``ok``, ``failed`` of ``total`` (None: ``duration_s`` bounds it), ``elapsed_s``."""
+    """Measured rows so far: ``ok``, ``failed`` and ``cut`` (in flight at the run's end: incomplete, not failures) of
+    ``total`` (None: ``duration_s`` bounds it), ``elapsed_s``."""
 
     ok: int
     failed: int
     total: int | None
     elapsed_s: float
     duration_s: float | None = None
+    cut: int = 0
 
     @property
     def ok_rate_req_per_s(self) -> float:
@@ -210,15 +213,16 @@ class Progress:
         """Seconds left (of the duration, else at the success rate); None with no success yet or nothing left."""
         if self.total is None:
             return None if self.duration_s is None else max(self.duration_s - self.elapsed_s, 0.0)
-        left = self.total - self.ok - self.failed
+        left = self.total - self.ok - self.failed - self.cut
         if self.ok == 0 or left <= 0:
             return None
         return left / self.ok_rate_req_per_s
 
     def text(self) -> str:
-        """The bar's words: ``12 ok, 25 failed / 200 [05:31<02:10, 0.04 ok/s]``; with no success yet
-        ``0 ok, 37 failed / 200 [05:31, no success yet: no ETA]``."""
-        counts = f"{self.ok} ok, {self.failed} failed" + (f" / {self.total}" if self.total is not None else "")
+        """The bar's words: ``12 ok, 25 failed / 200 [05:31<02:10, 0.04 ok/s]`` (``, 3 cut`` after ``failed`` once the
+        run's end cut some); with no success yet ``0 ok, 37 failed / 200 [05:31, no success yet: no ETA]``."""
+        counts = f"{self.ok} ok, {self.failed} failed" + (f", {self.cut} cut" if self.cut else "")
+        counts += f" / {self.total}" if self.total is not None else ""
         times = clock(self.elapsed_s)
         eta = self.eta_s
         if eta is not None and math.isfinite(eta):
@@ -349,8 +353,8 @@ def engine_urls(settings: Settings, fallback: str) -> list[str]:
 
 
 class RowWatch:
-    """Reads a growing rows file's new complete lines: counts measured rows (``count``, ``ok`` of them successes)
-    and feeds the breaker (``down`` once tripped)."""
+    """Reads a growing rows file's new complete lines: counts measured rows (``count``; ``ok`` of them successes,
+    ``cut`` incomplete) and feeds the breaker (``down`` once tripped)."""
 
     def __init__(self, path: Path, breaker: ServerDownBreaker | None = None) -> None:
         self.path = path
@@ -358,6 +362,7 @@ class RowWatch:
         self.offset = 0
         self.count = 0
         self.ok = 0
+        self.cut = 0
         self.down: ServerDown | None = None
 
     def __call__(self) -> int:
@@ -375,6 +380,7 @@ class RowWatch:
                 continue
             self.count += 1
             self.ok += b'"ok":true' in line
+            self.cut += b'"error_kind":"incomplete"' in line
             if self.breaker is not None and self.down is None:
                 self._watch(line)
         return self.count

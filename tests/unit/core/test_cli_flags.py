@@ -118,3 +118,12 @@ def test_max_tokens_help_says_what_a_default_run_records() -> None:
     default = Settings(_env_file=None)  # type: ignore[call-arg]
     assert bench_config(default, "m").max_tokens == default.output_len_cap == 1024
     assert bench_config(Settings(_env_file=None, max_tokens=64), "m").max_tokens == 64  # type: ignore[call-arg]
+
+
+def test_help_shows_a_module_docstring_without_its_rest_markup() -> None:
+    """``./start_vllm.sh --help`` once showed ````./start_vllm.sh```` and ``:mod:`engine.bluegreen```: the description
+    reads as plain text, the names kept."""
+    description = "``./start_vllm.sh``: behind the router, :mod:`engine.bluegreen`, ``ENGINE_SWITCH=restart``."
+    text = build_parser("./start_vllm.sh", description).format_help()
+    assert "./start_vllm.sh: behind the router, engine.bluegreen, ENGINE_SWITCH=restart." in " ".join(text.split())
+    assert "`" not in text.split("options:")[0]

@@ -56,8 +56,16 @@ def test_row_watch_counts_successes_apart(tmp_path: Path) -> None:
     path = tmp_path / "run.requests.jsonl"
     path.write_text(
         '{"phase":"measured","ok":true}\n{"phase":"measured","ok":false,"error_kind":"timeout"}\n'
-        '{"phase":"warmup","ok":true}\n{"phase":"measured","ok":true}\n',
+        '{"phase":"warmup","ok":true}\n{"phase":"measured","ok":true}\n'
+        '{"phase":"measured","ok":false,"error_kind":"incomplete"}\n',
         encoding="utf-8",
     )
     watch = RowWatch(path)
-    assert watch() == 3 and watch.ok == 2
+    assert watch() == 4 and watch.ok == 2 and watch.cut == 1
+
+
+def test_requests_cut_by_the_runs_end_are_not_shown_as_failed() -> None:
+    """A run's end cuts requests in flight: the bar counts them apart (the report calls them incomplete, not errors)."""
+    seen = Progress(ok=40, failed=0, total=None, elapsed_s=90.0, duration_s=60.0, cut=1)
+    assert seen.text() == "40 ok, 0 failed, 1 cut [01:30<00:00, 0.44 ok/s]"
+    assert Progress(10, 2, 20, 10.0, cut=3).eta_s == pytest.approx(5 / 1.0)
