@@ -44,8 +44,11 @@ def engine_logs(serving: str) -> list[str]:
 
 
 def missing_log(path: StrPath) -> str:
-    """Message for a missing vLLM log."""
+    """Message for a missing vLLM log (or a folder given as one)."""
     name = os.path.basename(path)
+    if os.path.isdir(path):
+        example = os.path.join(path, "vllm.log")
+        return f"{os.fspath(path)} is a folder: point --log at a vLLM log file in it (e.g. {example})."
     return (
         f"vLLM log not found: {os.fspath(path)} (nor rotated {name}.1, {name}.2.gz, ...). It is written once the "
         "stack runs (`make up`); or point --log at a vLLM log file."

@@ -257,7 +257,9 @@ def pct_text(value: float) -> str:
 
 
 def compare_lines(report: Report) -> list[str]:
-    """``[COMPARE] vs_v0.2.1: +12% throughput, -3.0% p99 latency (benchmark_report_…)`` each, then the notes."""
+    """``[COMPARE] vs_v0.2.1: +12% throughput, -3.0% p99 latency (benchmark_report_…)`` each, then the notes; a run
+    that cannot be a reference (:func:`core.fingerprint.unusable_reason`: interrupted, ended early, …) says so after
+    its changes, which are then not like for like."""
     lines = []
     for name, comparison in report.comparison.items():
         if not comparison.points:
@@ -265,7 +267,9 @@ def compare_lines(report: Report) -> list[str]:
         present = [(comparison.points[0].changes.get(key), label) for key, label in COMPARE_LABELS]
         parts = [f"{pct_text(c.change_pct)} {label}" for c, label in present if c and c.change_pct is not None]
         lines.append(f"[COMPARE] {name}: {', '.join(parts) or 'no comparable figure'} ({comparison.against})")
-    return lines + [f"[COMPARE] {note}" for note in report_notes(report)]
+    why = unusable_reason(report) if lines else None
+    unlike = [f"[COMPARE] not like for like: {why}, so these changes are partly its own"] if why else []
+    return lines + unlike + [f"[COMPARE] {note}" for note in report_notes(report)]
 
 
 TABLE_METRICS = ("throughput_req_per_sec", "output_tokens_per_sec", "ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms")

@@ -47,3 +47,14 @@ def test_compare_lines_add_energy_and_cost_where_both_runs_have_them() -> None:
     compared = report().model_copy(update={"comparison": {"vs_previous": single_run("r", changes)}})
     (line,) = compare_lines(compared)
     assert line.startswith("[COMPARE] vs_previous: +1.0% throughput, +10% J/output token, -5.0% $/1M output tokens")
+
+
+def test_an_interrupted_runs_compare_lines_say_the_changes_are_not_like_for_like() -> None:
+    """A Ctrl-C'd run compared with a whole one printed ``-56% p99 latency`` as if like for like: the line after it
+    now names why the run is no reference; a whole run's lines carry no such note."""
+    changes: dict[str, float | None] = {"throughput_req_per_sec": 15.0, "e2e_p99_ms": -56.0}
+    compared = report().model_copy(update={"comparison": {"vs_previous": single_run("r", changes)}})
+    assert len(compare_lines(compared)) == 1
+    first, note = compare_lines(compared.model_copy(update={"interrupted": True}))
+    assert first.startswith("[COMPARE] vs_previous: +15% throughput")
+    assert note.startswith("[COMPARE] not like for like: ") and "was interrupted (Ctrl-C)" in note

@@ -191,6 +191,7 @@ def test_stats_with_only_the_vllm_log_notes_the_missing_request_log(
     ("argv", "message"),
     [
         (["--errors", "--log", "/nonexistent/vllm.log"], "vLLM log not found: /nonexistent/vllm.log"),
+        (["--errors", "--log", str(Path(__file__).parent)], "is a folder: point --log at a vLLM log file in it"),
         (["--slow", "--requests", "/nonexistent/requests.jsonl"], "send a request first, or point --requests"),
         (["--stats", "--log", "/nonexistent/vllm.log", "--requests", str(REQUESTS)], "or point --log at"),
         (["--errors", "--since", "yesterday"], "use a duration back from now (90s, 15m, 1h, 2d) or a local date"),
