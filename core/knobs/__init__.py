@@ -39,8 +39,9 @@ SYNTHETIC_FALLBACK = "synthetic:ernie-4.5-0.3b"
 
 
 def client_host(bind_host: str) -> str:
-    """A bind address as a client would dial it (0.0.0.0 -> 127.0.0.1)."""
-    return "127.0.0.1" if bind_host in ("0.0.0.0", "::", "") else bind_host
+    """A bind address as a client would dial it: every address (``0.0.0.0``, ``::``, blank, Locust's ``*``) ->
+    127.0.0.1."""
+    return "127.0.0.1" if bind_host in ("0.0.0.0", "::", "", "*") else bind_host
 
 
 class ServingKnobs(Knobs):

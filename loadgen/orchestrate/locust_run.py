@@ -26,6 +26,7 @@ import httpx
 from tqdm import tqdm
 
 from core.clientview import ProcessLoad
+from core.knobs import client_host
 from core.records import ENGINE_GONE_ANSWERS, MODEL_GONE_ANSWERS, MODEL_GONE_LINE, NO_ENGINE_ANSWERS
 from core.replicas import replicas
 from core.report_schema import BenchmarkConfig
@@ -124,8 +125,7 @@ def run_locust(settings: Settings, plan: BenchmarkConfig, records_path: Path) ->
             print(f"[INFO] Waiting up to {settings.expect_workers_timeout_s:.0f} s for {plan.remote_workers} remote "
                   f"load worker(s) on {settings.master_bind_host}:{settings.master_port}. {worker_hint(settings)}",
                   flush=True)  # fmt: skip
-            bind = settings.master_bind_host  # this host's workers reach a master bound to every address on loopback
-            worker = worker_argv(settings, "127.0.0.1" if bind in ("0.0.0.0", "", "*") else bind, argv[-1])
+            worker = worker_argv(settings, client_host(settings.master_bind_host), argv[-1])
             local_workers = [launch(worker) for _ in range(plan.workers)]
     watchdog_s = settings.watchdog_s or plan.request_timeout_s + 60.0
     start = last_progress = time.monotonic()

@@ -18,8 +18,8 @@ from core.report_schema import BenchmarkConfig, Report, causes_text
 from core.schedule import schedule_text
 from core.series_stats import SERIES_METRICS, SeriesReport
 from core.serverview import overhead_text, verdict_text
+from core.units import pct, usd
 from core.units import quantity as _n
-from core.units import usd
 
 COMPARE_LABELS = (("throughput_req_per_sec", "throughput"), ("e2e_p99_ms", "p99 latency"), ("ttft_p99_ms", "p99 TTFT"),
                   ("output_tokens_per_sec", "output tok/s"), ("energy_j_per_output_token", "J/output token"),
@@ -251,11 +251,6 @@ def moved_text(name: str, previous: str | None, new: str) -> str | None:
     return f"[BASELINE] {name} moved: was {previous}, now {new}"
 
 
-def pct_text(value: float) -> str:
-    """``+12%`` from 10 % up, ``+1.5%`` below."""
-    return f"{value:+.0f}%" if abs(value) >= 10 else f"{value:+.1f}%"
-
-
 def compare_lines(report: Report) -> list[str]:
     """``[COMPARE] vs_v0.2.1: +12% throughput, -3.0% p99 latency (benchmark_report_…)`` each, then the notes; a run
     that cannot be a reference (:func:`core.fingerprint.unusable_reason`: interrupted, ended early, …) says so after
@@ -265,7 +260,7 @@ def compare_lines(report: Report) -> list[str]:
         if not comparison.points:
             continue
         present = [(comparison.points[0].changes.get(key), label) for key, label in COMPARE_LABELS]
-        parts = [f"{pct_text(c.change_pct)} {label}" for c, label in present if c and c.change_pct is not None]
+        parts = [f"{pct(c.change_pct)} {label}" for c, label in present if c and c.change_pct is not None]
         lines.append(f"[COMPARE] {name}: {', '.join(parts) or 'no comparable figure'} ({comparison.against})")
     why = unusable_reason(report) if lines else None
     unlike = [f"[COMPARE] not like for like: {why}, so these changes are partly its own"] if why else []

@@ -79,3 +79,11 @@ def test_fields_keep_the_group_order() -> None:
     assert list(Settings.model_fields) == [name for group in groups for name in group.model_fields]
     assert list(Settings.model_fields)[:2] == ["model", "vllm_model_path"]
     assert list(Settings.model_fields)[-1] == "energy_price_per_kwh"
+
+
+def test_a_wildcard_bind_address_is_dialled_on_loopback() -> None:
+    """``client_host``: one rule for every wildcard a bind knob takes (Locust's MASTER_BIND_HOST ``*`` included)."""
+    from core.knobs import client_host
+
+    assert [client_host(h) for h in ("0.0.0.0", "::", "", "*")] == ["127.0.0.1"] * 4
+    assert client_host("10.0.0.5") == "10.0.0.5"

@@ -164,9 +164,9 @@ def test_a_run_ended_by_a_model_switch_says_the_model_went_not_the_server() -> N
 @pytest.mark.parametrize(("value", "text"), [(12.04, "+12%"), (-3.04, "-3.0%"), (0.0, "+0.0%"), (-100.0, "-100%")])
 def test_percent_text(value: float, text: str) -> None:
     """Whole percents from 10 % up, one decimal below."""
-    from loadgen.terminal.summary import pct_text
+    from core.units import pct
 
-    assert pct_text(value) == text
+    assert pct(value) == text
 
 
 def test_gate_fails_when_the_error_rate_rose() -> None:
